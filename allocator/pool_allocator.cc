@@ -1,0 +1,2 @@
+// Placeholder: the pooled allocator is being written.
+#include "allocator/pool_allocator.h"

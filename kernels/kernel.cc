@@ -1,0 +1,82 @@
+#include "absl/strings/string_view.h"
+#include "kernels/kernel.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dynvm {
+namespace {
+
+absl::Status WrongType(const KernelSpec& spec, absl::string_view name, absl::string_view want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(spec.DebugName(), ": attribute '", name, "' must be of type ", want));
+}
+
+}  // namespace
+
+std::string KernelSpec::DebugName() const {
+  return domain.empty() ? op : absl::StrCat(domain, "::", op);
+}
+
+const AttrValue* KernelSpec::Find(absl::string_view name) const {
+  auto it = attrs.find(name);
+  return it == attrs.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> KernelSpec::GetInt(absl::string_view name, int64_t def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type != AttrValue::Type::kInt) return WrongType(*this, name, "int");
+  return a->i;
+}
+
+absl::StatusOr<float> KernelSpec::GetFloat(absl::string_view name, float def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type == AttrValue::Type::kInt) return static_cast<float>(a->i);
+  if (a->type != AttrValue::Type::kFloat) return WrongType(*this, name, "float");
+  return a->f;
+}
+
+absl::StatusOr<std::string> KernelSpec::GetString(absl::string_view name, std::string def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type != AttrValue::Type::kString) return WrongType(*this, name, "string");
+  return a->s;
+}
+
+absl::StatusOr<std::vector<int64_t>> KernelSpec::GetInts(absl::string_view name,
+                                                         std::vector<int64_t> def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type != AttrValue::Type::kInts) return WrongType(*this, name, "ints");
+  return a->ints;
+}
+
+absl::StatusOr<std::vector<float>> KernelSpec::GetFloats(absl::string_view name,
+                                                         std::vector<float> def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type != AttrValue::Type::kFloats) return WrongType(*this, name, "floats");
+  return a->floats;
+}
+
+absl::StatusOr<std::vector<std::string>> KernelSpec::GetStrings(
+    absl::string_view name, std::vector<std::string> def) const {
+  const AttrValue* a = Find(name);
+  if (a == nullptr) return def;
+  if (a->type != AttrValue::Type::kStrings) return WrongType(*this, name, "strings");
+  return a->strings;
+}
+
+absl::StatusOr<void*> KernelContext::Workspace(size_t bytes) {
+  Site* s = site();
+  if (!s->workspace || s->workspace->size() < bytes) {
+    s->workspace.Reset();
+    absl::StatusOr<StorageRef> st = Storage::Allocate(*allocator_, bytes);
+    if (!st.ok()) return st.status();
+    s->workspace = *std::move(st);
+  }
+  return s->workspace->data();
+}
+
+}  // namespace dynvm

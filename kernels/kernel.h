@@ -1,0 +1,148 @@
+// Public API. The kernel interface: what a kernel sees of its kernel-table entry (KernelSpec),
+// what it gets when it runs (KernelContext), and the Kernel itself.
+//
+// Lifecycle (docs/kernels.md):
+//   create  -- once per kernel-table entry when an executable loads: the factory validates
+//              attributes and dtypes and returns an immutable Kernel shared by every VM;
+//   run     -- per invoke: destination-passing; inputs are read, preallocated outputs written.
+//              Shape-dependent preparation (a bound oneDNN primitive, a workspace size) is cached
+//              in the per-invoke-site KernelState, which lives in the VirtualMachine.
+#ifndef DYNVM_KERNELS_KERNEL_H_
+#define DYNVM_KERNELS_KERNEL_H_
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "allocator/allocator.h"
+#include "isa/dtype.h"
+#include "kernels/tensor.h"
+
+namespace dynvm {
+
+enum class ObjectKind : uint8_t { kTensor = 0, kStorage = 1, kSequence = 2, kOptional = 3 };
+
+struct AttrValue {
+  enum class Type : uint8_t { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor };
+  Type type = Type::kInt;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  std::vector<std::string> strings;
+  Tensor tensor;  // kTensor: a read-only view (of a constant, when loaded from a file)
+};
+
+// One operand slot of a kernel-table entry.
+struct PortSpec {
+  ObjectKind kind = ObjectKind::kTensor;
+  uint8_t dtype = kAnyDType;  // a DType value, or kAnyDType
+  bool optional = false;      // inputs: may be absent (nullptr at run time)
+  bool dynamic = false;       // outputs: the kernel allocates it (ctx.AllocateOutput)
+  DType dtype_or(DType d) const { return dtype == kAnyDType ? d : static_cast<DType>(dtype); }
+};
+
+// Everything a factory may look at. Immutable once built.
+struct KernelSpec {
+  std::string op;
+  std::string domain;  // "" = ONNX default domain
+  Device device = Device::kCPU;
+  std::vector<PortSpec> inputs;
+  std::vector<PortSpec> outputs;
+  std::map<std::string, AttrValue, std::less<>> attrs;
+  std::string backend;  // "" = any
+
+  const AttrValue* Find(absl::string_view name) const;
+  // Typed getters: the default when absent; InvalidArgument when present with another type.
+  absl::StatusOr<int64_t> GetInt(absl::string_view name, int64_t def) const;
+  absl::StatusOr<float> GetFloat(absl::string_view name, float def) const;
+  absl::StatusOr<std::string> GetString(absl::string_view name, std::string def) const;
+  absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view name,
+                                               std::vector<int64_t> def = {}) const;
+  absl::StatusOr<std::vector<float>> GetFloats(absl::string_view name,
+                                               std::vector<float> def = {}) const;
+  absl::StatusOr<std::vector<std::string>> GetStrings(absl::string_view name,
+                                                      std::vector<std::string> def = {}) const;
+  // DType of input/output i when the entry fixes it.
+  DType input_dtype(size_t i) const { return static_cast<DType>(inputs[i].dtype); }
+  DType output_dtype(size_t i) const { return static_cast<DType>(outputs[i].dtype); }
+  std::string DebugName() const;  // "domain::op"
+};
+
+// Per-invoke-site state a kernel keeps between runs (a bound primitive, a cached shape).
+// Owned by the VirtualMachine; never shared between threads.
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
+class KernelContext {
+ public:
+  // A context with its own single invoke site: for running a kernel outside a VM (tests,
+  // constant folding). The VM points it at each site in turn with set_site.
+  explicit KernelContext(Allocator* allocator, int num_threads = 1)
+      : allocator_(allocator), num_threads_(num_threads) {}
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
+
+  int num_threads() const { return num_threads_; }
+  // The pool of the VM running the kernel (workspace, dynamic outputs).
+  Allocator& allocator() const { return *allocator_; }
+
+  // A fresh contiguous tensor for a dynamic output, from the VM's pool.
+  absl::StatusOr<Tensor> AllocateOutput(DType dtype, absl::Span<const int64_t> dims) const {
+    return Tensor::Allocate(*allocator_, dtype, dims);
+  }
+  // Scratch memory for this invoke site, valid until the next Workspace call at this site;
+  // reused across runs (it grows, never shrinks, until the VM is trimmed).
+  absl::StatusOr<void*> Workspace(size_t bytes);
+
+  // This invoke site's state slot.
+  std::unique_ptr<KernelState>& state() { return site()->state; }
+  template <typename T>
+  T* state_as() {
+    return static_cast<T*>(site()->state.get());
+  }
+
+  // Per-invoke-site data, owned by the VM.
+  struct Site {
+    std::unique_ptr<KernelState> state;
+    StorageRef workspace;
+  };
+  void set_site(Site* site) { site_ = site; }
+  void set_num_threads(int n) { num_threads_ = n; }
+  void set_allocator(Allocator* a) { allocator_ = a; }
+
+ private:
+  Site* site() { return site_ != nullptr ? site_ : &own_site_; }
+
+  Allocator* allocator_;
+  int num_threads_;
+  Site* site_ = nullptr;
+  Site own_site_;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // REQUIRES: input and output dtypes match the spec this kernel was created for (the
+  // verifier guarantees it); shapes are checked here and mismatches return InvalidArgument.
+  // Absent optional inputs are nullptr. Preallocated outputs have their final shapes; dynamic
+  // outputs are empty tensors the kernel replaces.
+  virtual absl::Status Run(KernelContext& ctx, absl::Span<const Tensor* const> inputs,
+                           absl::Span<Tensor* const> outputs) const = 0;
+  // "op.dtype.backend[.variant]", e.g. "matmul.f32.dnnl.runtime_m". Shown by reports and the
+  // profiler.
+  virtual std::string name() const = 0;
+};
+
+}  // namespace dynvm
+
+#endif  // DYNVM_KERNELS_KERNEL_H_

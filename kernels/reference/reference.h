@@ -1,0 +1,21 @@
+// The reference CPU kernels: one registration function per op family. They are the oracle
+// for every other backend (docs/kernels.md). Internal.
+#ifndef DYNVM_KERNELS_REFERENCE_REFERENCE_H_
+#define DYNVM_KERNELS_REFERENCE_REFERENCE_H_
+
+#include "kernels/registry.h"
+
+namespace dynvm::reference {
+
+inline constexpr int kReferencePriority = 0;
+
+void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise.cc
+void RegisterMatmulKernels(KernelRegistry& r);       // matmul.cc
+void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc, softmax/norm
+void RegisterShapeKernels(KernelRegistry& r);        // shape.cc: data movement and shapes
+void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM, GRU, RNN
+void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
+
+}  // namespace dynvm::reference
+
+#endif  // DYNVM_KERNELS_REFERENCE_REFERENCE_H_

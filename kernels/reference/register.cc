@@ -1,0 +1,14 @@
+#include "kernels/reference/reference.h"
+
+namespace dynvm {
+
+void RegisterReferenceKernels(KernelRegistry& registry) {
+  reference::RegisterElementwiseKernels(registry);
+  reference::RegisterMatmulKernels(registry);
+  reference::RegisterReduceKernels(registry);
+  reference::RegisterShapeKernels(registry);
+  reference::RegisterRnnKernels(registry);
+  reference::RegisterDynvmKernels(registry);
+}
+
+}  // namespace dynvm

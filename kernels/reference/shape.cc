@@ -1,0 +1,8 @@
+#include "kernels/reference/common.h"
+#include "kernels/reference/reference.h"
+
+namespace dynvm::reference {
+
+void RegisterShapeKernels(KernelRegistry& r) {}
+
+}  // namespace dynvm::reference

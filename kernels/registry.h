@@ -1,0 +1,69 @@
+// Public API. The kernel registry: (domain, op, device) -> ranked backends, each with a factory.
+// dynvm's own kernels (reference, oneDNN, CUDA) and a user's custom kernels register the same
+// way; the compiler side of a custom op (its shape function) registers in compiler/op_registry.h.
+//
+// Thread safety: thread-safe. Registrations made after an executable loaded do not affect it.
+#ifndef DYNVM_KERNELS_REGISTRY_H_
+#define DYNVM_KERNELS_REGISTRY_H_
+
+#include "absl/strings/string_view.h"
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
+
+namespace dynvm {
+
+// Returns the kernel, or UnimplementedError when this backend does not support the spec (a
+// dtype, an attribute value): the registry then tries the next backend. Any other error means
+// the spec itself is invalid and loading fails with it.
+using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<Kernel>>(const KernelSpec&)>;
+
+struct KernelRegistration {
+  std::string domain;  // "" = ONNX default domain
+  std::string op;
+  Device device = Device::kCPU;
+  std::string backend;  // "reference", "dnnl", "cuda", or a user's name
+  int priority = 0;     // higher is tried first
+  KernelFactory factory;
+};
+
+// Which backends a load may use. Empty = all.
+struct BackendPolicy {
+  std::vector<std::string> allowed;
+  bool Allows(absl::string_view backend) const;
+};
+
+class KernelRegistry {
+ public:
+  // The process-wide registry, holding every built-in kernel of this build.
+  static KernelRegistry& Global();
+
+  void Register(KernelRegistration registration);
+
+  // The highest-priority allowed backend whose factory accepts `spec` (a spec naming a backend
+  // is given only that one). NotFound when no backend has the op; the last Unimplemented
+  // error, naming the op, when none accepts it.
+  absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelSpec& spec,
+                                                 const BackendPolicy& policy = {}) const;
+  bool HasOp(absl::string_view domain, absl::string_view op, Device device) const;
+
+ private:
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<KernelRegistration>> by_key_ ABSL_GUARDED_BY(mu_);
+};
+
+// Registers the built-in kernels of each backend (called once by Global()).
+void RegisterReferenceKernels(KernelRegistry& registry);
+void RegisterDnnlKernels(KernelRegistry& registry);  // a no-op without oneDNN
+void RegisterCudaKernels(KernelRegistry& registry);  // a no-op without CUDA
+
+}  // namespace dynvm
+
+#endif  // DYNVM_KERNELS_REGISTRY_H_

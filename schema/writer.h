@@ -1,0 +1,33 @@
+// Serializes an executable (the flatbuffer object tree plus constant bytes) into .dvm bytes.
+// Used by the assembler and the compiler. Deterministic: the same input gives the same bytes.
+#ifndef DYNVM_SCHEMA_WRITER_H_
+#define DYNVM_SCHEMA_WRITER_H_
+
+#include "absl/strings/string_view.h"
+#include <string>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "schema/executable_generated.h"
+
+namespace dynvm::schema {
+
+struct WriteOptions {
+  bool strip_debug = false;
+};
+
+// Lays out the constant segment (each constant 64-byte aligned, in table order), fills in
+// every constant's offset and size in `exe`, sets the required-feature bits the content
+// needs, and returns the whole file. `constants[i]` is the data of exe.constants[i].
+absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
+                                                absl::Span<const absl::string_view> constants,
+                                                const WriteOptions& options = {});
+
+// The required-feature bits the content of `exe` needs (sequences, CUDA, ...).
+uint64_t RequiredFeatures(const fb::ExecutableT& exe);
+
+}  // namespace dynvm::schema
+
+#endif  // DYNVM_SCHEMA_WRITER_H_
