@@ -44,7 +44,7 @@ struct AttrValue {
 struct PortSpec {
   ObjectKind kind = ObjectKind::kTensor;
   uint8_t dtype = kAnyDType;  // a DType value, or kAnyDType
-  bool optional = false;      // inputs: may be absent (nullptr at run time)
+  bool optional = false;      // may be absent (nullptr at run time)
   bool dynamic = false;       // outputs: the kernel allocates it (ctx.AllocateOutput)
   DType dtype_or(DType d) const { return dtype == kAnyDType ? d : static_cast<DType>(dtype); }
 };
@@ -134,8 +134,8 @@ class Kernel {
   virtual ~Kernel() = default;
   // REQUIRES: input and output dtypes match the spec this kernel was created for (the
   // verifier guarantees it); shapes are checked here and mismatches return InvalidArgument.
-  // Absent optional inputs are nullptr. Preallocated outputs have their final shapes; dynamic
-  // outputs are empty tensors the kernel replaces.
+  // Absent optional inputs and outputs are nullptr. Preallocated outputs have their final
+  // shapes; dynamic outputs are empty tensors the kernel replaces.
   virtual absl::Status Run(KernelContext& ctx, absl::Span<const Tensor* const> inputs,
                            absl::Span<Tensor* const> outputs) const = 0;
   // "op.dtype.backend[.variant]", e.g. "matmul.f32.dnnl.runtime_m". Shown by reports and the
