@@ -11,11 +11,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "isa/device.h"
 
 namespace dynvm {
 
-enum class Device : uint8_t { kCPU = 0, kCUDA = 1 };
-inline constexpr int kNumDevices = 2;
 inline constexpr size_t kTensorAlignment = 64;
 
 absl::string_view DeviceName(Device d);

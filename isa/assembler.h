@@ -1,0 +1,30 @@
+// The text assembler: dynvm assembly (docs/isa.md, "Text assembly") to an executable.
+// Jump offsets are not written in the text: the assembler derives them from the nesting of
+// if/else/endif and loop/endloop, exactly as the verifier expects them.
+#ifndef DYNVM_ISA_ASSEMBLER_H_
+#define DYNVM_ISA_ASSEMBLER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "schema/executable_generated.h"
+
+namespace dynvm::isa {
+
+struct Assembly {
+  std::unique_ptr<fb::ExecutableT> exe;
+  std::vector<std::string> constants;  // data of exe->constants[i]
+};
+
+// Parses assembly text. Errors name the line and what was wrong. The result is not verified;
+// AssembleToBytes serializes it and the loader verifies it.
+absl::StatusOr<Assembly> Assemble(absl::string_view text);
+
+// Assemble + serialize into .dvm bytes.
+absl::StatusOr<std::string> AssembleToBytes(absl::string_view text);
+
+}  // namespace dynvm::isa
+
+#endif  // DYNVM_ISA_ASSEMBLER_H_

@@ -1,0 +1,861 @@
+#include "isa/verifier.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "isa/device.h"
+#include "isa/dtype.h"
+#include "isa/instruction.h"
+
+namespace dynvm::isa {
+namespace {
+
+using fb::ObjectKind;
+using fb::ScalarType;
+
+bool ValidKind(ObjectKind k) { return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ObjectKind::Optional); }
+bool ValidScalar(ScalarType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(ScalarType::Bool); }
+
+const char* KindName(ObjectKind k) {
+  switch (k) {
+    case ObjectKind::Tensor: return "tensor";
+    case ObjectKind::Storage: return "storage";
+    case ObjectKind::Sequence: return "sequence";
+    case ObjectKind::Optional: return "optional";
+  }
+  return "?";
+}
+const char* ScalarName(ScalarType t) {
+  switch (t) {
+    case ScalarType::I64: return "i64";
+    case ScalarType::F64: return "f64";
+    case ScalarType::Bool: return "bool";
+  }
+  return "?";
+}
+
+std::string TypeName(const fb::ObjectType& t) {
+  std::string s = KindName(t.kind());
+  if (t.kind() == ObjectKind::Optional) absl::StrAppend(&s, "<", KindName(t.elem_kind()), ">");
+  if (IsValidDType(t.dtype())) absl::StrAppend(&s, ":", DTypeName(static_cast<DType>(t.dtype())));
+  return s;
+}
+
+bool SameType(const fb::ObjectType& a, const fb::ObjectType& b) {
+  if (a.kind() != b.kind()) return false;
+  if (a.kind() == ObjectKind::Storage) return true;
+  if (a.kind() == ObjectKind::Optional && a.elem_kind() != b.elem_kind()) return false;
+  return a.dtype() == b.dtype();
+}
+
+// Checks an object register type declaration.
+absl::Status CheckObjectType(const fb::ObjectType& t, absl::string_view where) {
+  if (!ValidKind(t.kind())) return absl::InvalidArgumentError(absl::StrCat(where, ": invalid object kind ", static_cast<int>(t.kind())));
+  switch (t.kind()) {
+    case ObjectKind::Storage:
+      return absl::OkStatus();
+    case ObjectKind::Optional:
+      if (t.elem_kind() != ObjectKind::Tensor && t.elem_kind() != ObjectKind::Sequence) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": an optional must hold a tensor or a sequence"));
+      }
+      [[fallthrough]];
+    case ObjectKind::Tensor:
+    case ObjectKind::Sequence:
+      if (!IsValidDType(t.dtype())) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": invalid dtype ", t.dtype()));
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+// A set of assigned registers over both banks, or "unreachable" (the top of the lattice).
+struct State {
+  std::vector<uint64_t> bits;
+  bool unreachable = false;
+
+  bool Get(size_t i) const { return unreachable || ((bits[i >> 6] >> (i & 63)) & 1); }
+  void Set(size_t i) { bits[i >> 6] |= uint64_t{1} << (i & 63); }
+  void Clear(size_t i) { bits[i >> 6] &= ~(uint64_t{1} << (i & 63)); }
+  static State Unreachable(size_t words) {
+    State s;
+    s.bits.assign(words, ~uint64_t{0});
+    s.unreachable = true;
+    return s;
+  }
+  void MeetWith(const State& o) {
+    if (o.unreachable) return;
+    if (unreachable) {
+      *this = o;
+      return;
+    }
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] &= o.bits[i];
+  }
+};
+
+class FunctionVerifier {
+ public:
+  FunctionVerifier(const fb::Executable& exe, const fb::Function& fn, uint32_t index,
+                   const VerifyLimits& limits)
+      : exe_(exe), fn_(fn), index_(index), limits_(limits) {}
+
+  absl::Status Verify();
+
+ private:
+  struct Instr {
+    uint32_t pc;
+    Decoded d;
+    int32_t match = -1;  // if -> else or endif; else -> endif; loop -> endloop; endloop -> loop
+    int32_t endif = -1;  // if -> endif
+    int32_t loop = -1;   // break/continue -> innermost loop
+  };
+  struct LoopContext {
+    State breaks;
+    State continues;
+  };
+
+  absl::Status Err(uint32_t pc, absl::string_view msg) const {
+    return absl::InvalidArgumentError(absl::StrCat("function '", name_, "' pc ", pc, ": ", msg));
+  }
+  absl::Status ErrAt(const Instr& in, absl::string_view msg) const {
+    return Err(in.pc, absl::StrCat(GetOpcodeInfo(in.d.op).mnemonic, ": ", msg));
+  }
+  uint32_t Word(const Instr& in, uint32_t pos) const { return code_[in.pc + pos]; }
+  uint32_t Operand(const Instr& in, int i) const { return Word(in, in.d.slots[i].pos); }
+  absl::Span<const uint32_t> ListOf(const Instr& in, int i) const {
+    return {code_.data() + in.pc + in.d.slots[i].pos + 1, in.d.slots[i].count};
+  }
+
+  absl::Status CheckDeclarations();
+  absl::Status CheckSignature();
+  absl::Status Decode();
+  absl::Status Structure();
+  absl::Status Flow(size_t begin, size_t end, State& st, std::vector<LoopContext>& loops);
+  absl::Status Step(const Instr& in, State& st);
+
+  // Register helpers: object registers are numbered after the scalar ones in State.
+  absl::Status ScalarReg(const Instr& in, uint32_t r, const State& st, bool read) const {
+    if (r >= num_s_) return ErrAt(in, absl::StrCat("scalar register %s", r, " out of range (", num_s_, ")"));
+    if (read && !st.Get(r)) return ErrAt(in, absl::StrCat("%s", r, " is read before it is written"));
+    return absl::OkStatus();
+  }
+  absl::Status ScalarTyped(const Instr& in, uint32_t r, ScalarType want, const State& st, bool read) const {
+    if (absl::Status s = ScalarReg(in, r, st, read); !s.ok()) return s;
+    if (stypes_->Get(r) != want) {
+      return ErrAt(in, absl::StrCat("%s", r, " is ", ScalarName(stypes_->Get(r)), ", expected ", ScalarName(want)));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ObjectReg(const Instr& in, uint32_t r, const State& st, bool read) const {
+    if (r >= num_o_) return ErrAt(in, absl::StrCat("object register %o", r, " out of range (", num_o_, ")"));
+    if (read && !st.Get(num_s_ + r)) return ErrAt(in, absl::StrCat("%o", r, " is read before it is written"));
+    return absl::OkStatus();
+  }
+  absl::Status ObjectKinded(const Instr& in, uint32_t r, ObjectKind want, const State& st, bool read) const {
+    if (absl::Status s = ObjectReg(in, r, st, read); !s.ok()) return s;
+    if (otypes_->Get(r)->kind() != want) {
+      return ErrAt(in, absl::StrCat("%o", r, " is a ", TypeName(*otypes_->Get(r)), ", expected a ", KindName(want)));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Value(const Instr& in, uint32_t w, const State& st) const {
+    if (IsValueRegister(w)) return ScalarTyped(in, w & ~kRegisterFlag, ScalarType::I64, st, true);
+    return absl::OkStatus();
+  }
+  const fb::ObjectType& OType(uint32_t r) const { return *otypes_->Get(r); }
+  uint8_t ODType(uint32_t r) const { return otypes_->Get(r)->dtype(); }
+  absl::Status SameDType(const Instr& in, uint32_t a, uint32_t b) const {
+    if (ODType(a) != ODType(b)) {
+      return ErrAt(in, absl::StrCat("%o", a, " (", TypeName(OType(a)), ") and %o", b, " (", TypeName(OType(b)), ") differ in dtype"));
+    }
+    return absl::OkStatus();
+  }
+
+  const fb::Executable& exe_;
+  const fb::Function& fn_;
+  uint32_t index_;
+  const VerifyLimits& limits_;
+  std::string name_;
+  absl::Span<const uint32_t> code_;
+  uint32_t num_s_ = 0, num_o_ = 0;
+  const flatbuffers::Vector<ScalarType>* stypes_ = nullptr;
+  const flatbuffers::Vector<const fb::ObjectType*>* otypes_ = nullptr;
+  std::vector<Instr> instrs_;
+  absl::flat_hash_set<uint32_t> sites_;
+};
+
+absl::Status FunctionVerifier::Verify() {
+  name_ = fn_.name()->str();
+  if (absl::Status s = CheckDeclarations(); !s.ok()) return s;
+  if (absl::Status s = CheckSignature(); !s.ok()) return s;
+  if (absl::Status s = Decode(); !s.ok()) return s;
+  if (absl::Status s = Structure(); !s.ok()) return s;
+  State st;
+  st.bits.assign((num_s_ + num_o_ + 63) / 64 + 1, 0);
+  for (uint32_t i = 0; i < fn_.num_scalar_params(); ++i) st.Set(i);
+  for (uint32_t i = 0; i < fn_.num_object_params(); ++i) st.Set(num_s_ + i);
+  std::vector<LoopContext> loops;
+  return Flow(0, instrs_.size(), st, loops);
+}
+
+absl::Status FunctionVerifier::CheckDeclarations() {
+  stypes_ = fn_.scalar_types();
+  otypes_ = fn_.object_types();
+  num_s_ = stypes_ ? stypes_->size() : 0;
+  num_o_ = otypes_ ? otypes_->size() : 0;
+  if (num_s_ > limits_.max_registers || num_o_ > limits_.max_registers) {
+    return Err(0, absl::StrCat("too many registers (", num_s_, " scalar, ", num_o_, " object; limit ", limits_.max_registers, ")"));
+  }
+  for (uint32_t i = 0; i < num_s_; ++i) {
+    if (!ValidScalar(stypes_->Get(i))) return Err(0, absl::StrCat("%s", i, " has an invalid scalar type"));
+  }
+  for (uint32_t i = 0; i < num_o_; ++i) {
+    if (absl::Status s = CheckObjectType(*otypes_->Get(i), absl::StrCat("function '", name_, "' %o", i)); !s.ok()) return s;
+  }
+  if (fn_.num_scalar_params() > num_s_ || fn_.num_object_params() > num_o_) {
+    return Err(0, "more parameters than registers");
+  }
+  if (fn_.object_results()) {
+    for (uint32_t i = 0; i < fn_.object_results()->size(); ++i) {
+      if (absl::Status s = CheckObjectType(*fn_.object_results()->Get(i), absl::StrCat("function '", name_, "' result ", i)); !s.ok()) return s;
+    }
+  }
+  if (fn_.scalar_results()) {
+    for (ScalarType t : *fn_.scalar_results()) {
+      if (!ValidScalar(t)) return Err(0, "invalid scalar result type");
+    }
+  }
+  if (fn_.code() == nullptr || fn_.code()->size() == 0) return Err(0, "function has no code");
+  code_ = absl::Span<const uint32_t>(fn_.code()->data(), fn_.code()->size());
+  if (fn_.num_invoke_sites() > code_.size()) {
+    return Err(0, absl::StrCat("num_invoke_sites ", fn_.num_invoke_sites(), " exceeds the code size"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::CheckSignature() {
+  if (fn_.bounds()) {
+    for (const fb::SymbolBound* b : *fn_.bounds()) {
+      if (b->name()->size() == 0 || b->bound() < 0) return Err(0, "invalid symbol bound");
+    }
+  }
+  const fb::Signature* sig = fn_.signature();
+  if (sig == nullptr) return absl::OkStatus();
+  if (fn_.num_scalar_params() != 0 || (fn_.scalar_results() && fn_.scalar_results()->size() != 0)) {
+    return Err(0, "a function with a signature takes and returns only objects");
+  }
+  const uint32_t num_in = sig->inputs() ? sig->inputs()->size() : 0;
+  const uint32_t num_out = sig->outputs() ? sig->outputs()->size() : 0;
+  const uint32_t num_results = fn_.object_results() ? fn_.object_results()->size() : 0;
+  if (num_in != fn_.num_object_params()) {
+    return Err(0, absl::StrCat("signature has ", num_in, " inputs but the function ", fn_.num_object_params(), " object parameters"));
+  }
+  if (num_out != num_results) {
+    return Err(0, absl::StrCat("signature has ", num_out, " outputs but the function ", num_results, " object results"));
+  }
+  auto check_params = [&](const flatbuffers::Vector<flatbuffers::Offset<fb::Param>>* params,
+                          bool inputs) -> absl::Status {
+    if (params == nullptr) return absl::OkStatus();
+    absl::flat_hash_set<std::string> names;
+    for (uint32_t i = 0; i < params->size(); ++i) {
+      const fb::Param* p = params->Get(i);
+      const fb::ObjectType& t = inputs ? *otypes_->Get(i) : *fn_.object_results()->Get(i);
+      const char* what = inputs ? "input" : "output";
+      if (p->name()->size() == 0) return Err(0, absl::StrCat(what, " ", i, " has no name"));
+      if (!names.insert(p->name()->str()).second) {
+        return Err(0, absl::StrCat("duplicate ", what, " name '", p->name()->str(), "'"));
+      }
+      if (p->kind() != t.kind() || (t.kind() != ObjectKind::Storage && p->dtype() != t.dtype())) {
+        return Err(0, absl::StrCat(what, " '", p->name()->str(), "' is declared ", KindName(p->kind()),
+                                   " but its register is ", TypeName(t)));
+      }
+      if (p->shape()) {
+        if (p->shape()->size() > static_cast<uint32_t>(limits_.max_rank)) {
+          return Err(0, absl::StrCat(what, " '", p->name()->str(), "' has rank above ", limits_.max_rank));
+        }
+        for (const fb::Dim* d : *p->shape()) {
+          if (d->value() < -1 || (d->value() == -1 && (d->symbol() == nullptr || d->symbol()->size() == 0))) {
+            return Err(0, absl::StrCat(what, " '", p->name()->str(), "' has an invalid dim"));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check_params(sig->inputs(), true); !s.ok()) return s;
+  return check_params(sig->outputs(), false);
+}
+
+absl::Status FunctionVerifier::Decode() {
+  uint32_t pc = 0;
+  while (pc < code_.size()) {
+    Instr in;
+    in.pc = pc;
+    if (absl::Status s = DecodeAt(code_, pc, &in.d); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("function '", name_, "': ", s.message()));
+    }
+    pc += in.d.length;
+    instrs_.push_back(in);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::Structure() {
+  struct Open {
+    size_t idx;
+    bool is_loop;
+  };
+  std::vector<Open> stack;
+  auto innermost_loop = [&]() -> int32_t {
+    for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+      if (it->is_loop) return static_cast<int32_t>(it->idx);
+    }
+    return -1;
+  };
+  for (size_t i = 0; i < instrs_.size(); ++i) {
+    Instr& in = instrs_[i];
+    switch (in.d.op) {
+      case Opcode::kIf:
+      case Opcode::kLoop:
+        stack.push_back({i, in.d.op == Opcode::kLoop});
+        if (static_cast<int>(stack.size()) > limits_.max_nesting) {
+          return ErrAt(in, absl::StrCat("nesting deeper than ", limits_.max_nesting));
+        }
+        break;
+      case Opcode::kElse: {
+        if (stack.empty() || stack.back().is_loop || instrs_[stack.back().idx].match >= 0) {
+          return ErrAt(in, "else without a matching if");
+        }
+        instrs_[stack.back().idx].match = static_cast<int32_t>(i);
+        break;
+      }
+      case Opcode::kEndIf: {
+        if (stack.empty() || stack.back().is_loop) return ErrAt(in, "endif without a matching if");
+        Instr& open = instrs_[stack.back().idx];
+        if (open.match >= 0) {
+          instrs_[open.match].match = static_cast<int32_t>(i);
+        } else {
+          open.match = static_cast<int32_t>(i);
+        }
+        open.endif = static_cast<int32_t>(i);
+        stack.pop_back();
+        break;
+      }
+      case Opcode::kEndLoop: {
+        if (stack.empty() || !stack.back().is_loop) return ErrAt(in, "endloop without a matching loop");
+        instrs_[stack.back().idx].match = static_cast<int32_t>(i);
+        in.match = static_cast<int32_t>(stack.back().idx);
+        stack.pop_back();
+        break;
+      }
+      case Opcode::kBreak:
+      case Opcode::kBreakIf:
+      case Opcode::kBreakUnless:
+      case Opcode::kContinue:
+        in.loop = innermost_loop();
+        if (in.loop < 0) return ErrAt(in, "outside any loop");
+        break;
+      default:
+        break;
+    }
+  }
+  if (!stack.empty()) return ErrAt(instrs_[stack.back().idx], "is never closed");
+  const Opcode last = instrs_.back().d.op;
+  if (last != Opcode::kRet && last != Opcode::kFail) {
+    return ErrAt(instrs_.back(), "the function must end with ret or fail");
+  }
+  // Jump operands must equal the targets the nesting implies.
+  auto expect_jump = [&](const Instr& in, int slot, uint32_t target) -> absl::Status {
+    const int32_t got = static_cast<int32_t>(Operand(in, slot));
+    const int64_t want = static_cast<int64_t>(target) - in.pc;
+    if (got != want) {
+      return ErrAt(in, absl::StrCat("jump offset ", got, " does not match the structure (expected ", want, ")"));
+    }
+    return absl::OkStatus();
+  };
+  auto after = [&](int32_t idx) { return instrs_[idx].pc + instrs_[idx].d.length; };
+  for (const Instr& in : instrs_) {
+    absl::Status s;
+    switch (in.d.op) {
+      case Opcode::kIf: {
+        const Instr& m = instrs_[in.match];
+        s = expect_jump(in, 1, m.d.op == Opcode::kElse ? after(in.match) : m.pc);
+        break;
+      }
+      case Opcode::kElse: s = expect_jump(in, 0, instrs_[in.match].pc); break;
+      case Opcode::kLoop: s = expect_jump(in, 2, after(in.match)); break;
+      case Opcode::kEndLoop: s = expect_jump(in, 0, instrs_[in.match].pc); break;
+      case Opcode::kBreak: s = expect_jump(in, 0, after(instrs_[in.loop].match)); break;
+      case Opcode::kBreakIf:
+      case Opcode::kBreakUnless: s = expect_jump(in, 1, after(instrs_[in.loop].match)); break;
+      case Opcode::kContinue: s = expect_jump(in, 0, instrs_[instrs_[in.loop].match].pc); break;
+      default: break;
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
+                                    std::vector<LoopContext>& loops) {
+  const size_t words = st.bits.size();
+  size_t i = begin;
+  while (i < end) {
+    const Instr& in = instrs_[i];
+    switch (in.d.op) {
+      case Opcode::kIf: {
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok()) return s;
+        const Instr& m = instrs_[in.match];
+        const bool has_else = m.d.op == Opcode::kElse;
+        State then_state = st;
+        if (absl::Status s = Flow(i + 1, in.match, then_state, loops); !s.ok()) return s;
+        if (has_else) {
+          State else_state = st;
+          if (absl::Status s = Flow(in.match + 1, in.endif, else_state, loops); !s.ok()) return s;
+          then_state.MeetWith(else_state);
+          st = std::move(then_state);
+        } else {
+          st.MeetWith(then_state);
+        }
+        i = in.endif + 1;
+        continue;
+      }
+      case Opcode::kLoop: {
+        if (absl::Status s = Value(in, Operand(in, 1), st); !s.ok()) return s;
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::I64, st, false); !s.ok()) return s;
+        st.Set(Operand(in, 0));
+        const State pre = st;
+        loops.push_back({State::Unreachable(words), State::Unreachable(words)});
+        State body = st;
+        if (absl::Status s = Flow(i + 1, in.match, body, loops); !s.ok()) return s;
+        LoopContext ctx = std::move(loops.back());
+        loops.pop_back();
+        body.MeetWith(ctx.continues);
+        // Whatever was assigned when the body started must still be assigned at the back
+        // edge, so one pass over the body is exact (no fixpoint needed).
+        if (!body.unreachable) {
+          for (size_t r = 0; r < num_s_ + num_o_; ++r) {
+            if (pre.Get(r) && !body.Get(r)) {
+              return ErrAt(instrs_[in.match],
+                           absl::StrCat(r < num_s_ ? "%s" : "%o", r < num_s_ ? r : r - num_s_,
+                                        " is assigned before the loop but not at its back edge"));
+            }
+          }
+        }
+        st = pre;
+        st.MeetWith(body);
+        st.MeetWith(ctx.breaks);
+        i = in.match + 1;
+        continue;
+      }
+      case Opcode::kBreak:
+        loops.back().breaks.MeetWith(st);
+        st = State::Unreachable(words);
+        break;
+      case Opcode::kBreakIf:
+      case Opcode::kBreakUnless:
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok()) return s;
+        loops.back().breaks.MeetWith(st);
+        break;
+      case Opcode::kContinue:
+        loops.back().continues.MeetWith(st);
+        st = State::Unreachable(words);
+        break;
+      case Opcode::kRet:
+      case Opcode::kFail:
+        if (absl::Status s = Step(in, st); !s.ok()) return s;
+        st = State::Unreachable(words);
+        break;
+      default:
+        if (absl::Status s = Step(in, st); !s.ok()) return s;
+        break;
+    }
+    ++i;
+  }
+  return absl::OkStatus();
+}
+
+// Checks one non-control instruction's operands and applies its reads and writes to `st`.
+absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
+  std::vector<uint32_t> s_writes, o_writes, o_kills;
+  // Generic operands (lists are handled per opcode below).
+  for (int k = 0; k < in.d.num_operands; ++k) {
+    const isa::Operand type = in.d.slots[k].type;
+    const uint32_t w = Operand(in, k);
+    absl::Status s;
+    switch (type) {
+      case Operand::kRI: s = ScalarTyped(in, w, ScalarType::I64, st, true); break;
+      case Operand::kRF: s = ScalarTyped(in, w, ScalarType::F64, st, true); break;
+      case Operand::kRB: s = ScalarTyped(in, w, ScalarType::Bool, st, true); break;
+      case Operand::kRS: s = ScalarReg(in, w, st, true); break;
+      case Operand::kWI: s = ScalarTyped(in, w, ScalarType::I64, st, false); s_writes.push_back(w); break;
+      case Operand::kWF: s = ScalarTyped(in, w, ScalarType::F64, st, false); s_writes.push_back(w); break;
+      case Operand::kWB: s = ScalarTyped(in, w, ScalarType::Bool, st, false); s_writes.push_back(w); break;
+      case Operand::kWS: s = ScalarReg(in, w, st, false); s_writes.push_back(w); break;
+      case Operand::kRT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, true); break;
+      case Operand::kMT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, true); o_writes.push_back(w); break;
+      case Operand::kWT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, false); o_writes.push_back(w); break;
+      case Operand::kRG: s = ObjectKinded(in, w, ObjectKind::Storage, st, true); break;
+      case Operand::kWG: s = ObjectKinded(in, w, ObjectKind::Storage, st, false); o_writes.push_back(w); break;
+      case Operand::kRQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, true); break;
+      case Operand::kMQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, true); o_writes.push_back(w); break;
+      case Operand::kWQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, false); o_writes.push_back(w); break;
+      case Operand::kRP: s = ObjectKinded(in, w, ObjectKind::Optional, st, true); break;
+      case Operand::kWP: s = ObjectKinded(in, w, ObjectKind::Optional, st, false); o_writes.push_back(w); break;
+      case Operand::kRX: s = ObjectReg(in, w, st, true); break;
+      case Operand::kWX: s = ObjectReg(in, w, st, false); o_writes.push_back(w); break;
+      case Operand::kKill: s = ObjectReg(in, w, st, false); o_kills.push_back(w); break;
+      case Operand::kValue: s = Value(in, w, st); break;
+      case Operand::kDType:
+        if (!IsValidDType(static_cast<uint8_t>(w)) || w > 0xFF) s = ErrAt(in, absl::StrCat("invalid dtype ", w));
+        break;
+      case Operand::kDevice:
+        if (w >= static_cast<uint32_t>(kNumDevices)) s = ErrAt(in, absl::StrCat("invalid device ", w));
+        break;
+      case Operand::kKernel:
+        if (exe_.kernels() == nullptr || w >= exe_.kernels()->size()) s = ErrAt(in, absl::StrCat("kernel index ", w, " out of range"));
+        break;
+      case Operand::kConst:
+        if (exe_.constants() == nullptr || w >= exe_.constants()->size()) s = ErrAt(in, absl::StrCat("constant index ", w, " out of range"));
+        break;
+      case Operand::kFunc:
+        if (w >= exe_.functions()->size()) s = ErrAt(in, absl::StrCat("function index ", w, " out of range"));
+        break;
+      case Operand::kString:
+        if (exe_.strings() == nullptr || w >= exe_.strings()->size()) s = ErrAt(in, absl::StrCat("string index ", w, " out of range"));
+        break;
+      case Operand::kSite:
+        if (w >= fn_.num_invoke_sites()) {
+          s = ErrAt(in, absl::StrCat("invoke site ", w, " out of range (", fn_.num_invoke_sites(), ")"));
+        } else if (!sites_.insert(w).second) {
+          s = ErrAt(in, absl::StrCat("invoke site ", w, " used twice"));
+        }
+        break;
+      default:
+        break;
+    }
+    if (!s.ok()) return s;
+  }
+
+  // Opcode-specific rules.
+  const auto op = in.d.op;
+  auto check_values = [&](int slot) -> absl::Status {
+    for (uint32_t w : ListOf(in, slot)) {
+      if (absl::Status s = Value(in, w, st); !s.ok()) return s;
+    }
+    if (ListOf(in, slot).size() > static_cast<size_t>(limits_.max_rank)) {
+      return ErrAt(in, absl::StrCat("more than ", limits_.max_rank, " dims"));
+    }
+    return absl::OkStatus();
+  };
+  auto distinct = [&](absl::Span<const uint32_t> regs) -> absl::Status {
+    absl::flat_hash_set<uint32_t> seen;
+    for (uint32_t r : regs) {
+      if (r != kAbsentRegister && !seen.insert(r).second) return ErrAt(in, "a register is written twice");
+    }
+    return absl::OkStatus();
+  };
+  switch (op) {
+    case Opcode::kMovS:
+      if (stypes_->Get(Operand(in, 0)) != stypes_->Get(Operand(in, 1))) return ErrAt(in, "scalar types differ");
+      break;
+    case Opcode::kMov:
+      if (!SameType(OType(Operand(in, 0)), OType(Operand(in, 1)))) return ErrAt(in, "object types differ");
+      break;
+    case Opcode::kPMove:
+    case Opcode::kPMoveS: {
+      absl::Span<const uint32_t> dst = ListOf(in, 0), src = ListOf(in, 1);
+      if (dst.size() != src.size()) return ErrAt(in, "lists differ in length");
+      for (uint32_t r : src) {
+        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, r, st, true) : ScalarReg(in, r, st, true);
+        if (!s.ok()) return s;
+      }
+      for (size_t k = 0; k < dst.size(); ++k) {
+        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, dst[k], st, false) : ScalarReg(in, dst[k], st, false);
+        if (!s.ok()) return s;
+        const bool same = op == Opcode::kPMove ? SameType(OType(dst[k]), OType(src[k]))
+                                               : stypes_->Get(dst[k]) == stypes_->Get(src[k]);
+        if (!same) return ErrAt(in, absl::StrCat("element ", k, ": types differ"));
+        (op == Opcode::kPMove ? o_writes : s_writes).push_back(dst[k]);
+      }
+      if (absl::Status s = distinct(dst); !s.ok()) return s;
+      break;
+    }
+    case Opcode::kAllocTensor:
+      if (ODType(Operand(in, 0)) != Operand(in, 3)) return ErrAt(in, "dtype operand differs from the register's dtype");
+      if (absl::Status s = check_values(4); !s.ok()) return s;
+      break;
+    case Opcode::kAllocGrowable:
+      if (ODType(Operand(in, 0)) != Operand(in, 1)) return ErrAt(in, "dtype operand differs from the register's dtype");
+      if (absl::Status s = check_values(5); !s.ok()) return s;
+      if (Operand(in, 3) >= ListOf(in, 5).size()) return ErrAt(in, "growth axis out of range");
+      break;
+    case Opcode::kAppend:
+      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
+      if (Operand(in, 2) >= static_cast<uint32_t>(limits_.max_rank)) return ErrAt(in, "axis out of range");
+      break;
+    case Opcode::kLoadConst: {
+      const fb::Constant* c = exe_.constants()->Get(Operand(in, 1));
+      if (c->dtype() != ODType(Operand(in, 0))) return ErrAt(in, "constant dtype differs from the register's dtype");
+      break;
+    }
+    case Opcode::kReshape:
+      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
+      if (absl::Status s = check_values(2); !s.ok()) return s;
+      break;
+    case Opcode::kView:
+      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
+      if (absl::Status s = check_values(3); !s.ok()) return s;
+      if (absl::Status s = check_values(4); !s.ok()) return s;
+      if (ListOf(in, 3).size() != ListOf(in, 4).size()) return ErrAt(in, "dims and strides differ in length");
+      break;
+    case Opcode::kCopy:
+      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
+      break;
+    case Opcode::kSeqPush:
+    case Opcode::kSeqInsert:
+    case Opcode::kSeqAt:
+      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
+      break;
+    case Opcode::kOptSome:
+    case Opcode::kOptGet: {
+      const fb::ObjectType& opt = OType(Operand(in, op == Opcode::kOptSome ? 0 : 1));
+      const fb::ObjectType& val = OType(Operand(in, op == Opcode::kOptSome ? 1 : 0));
+      if (opt.elem_kind() != val.kind() || opt.dtype() != val.dtype()) {
+        return ErrAt(in, absl::StrCat("optional holds ", TypeName(opt), ", value is ", TypeName(val)));
+      }
+      break;
+    }
+    case Opcode::kInvoke: {
+      const fb::Kernel* k = exe_.kernels()->Get(Operand(in, 0));
+      absl::Span<const uint32_t> ins = ListOf(in, 2), outs = ListOf(in, 3);
+      const uint32_t nin = k->inputs() ? k->inputs()->size() : 0;
+      const uint32_t nout = k->outputs() ? k->outputs()->size() : 0;
+      if (ins.size() != nin || outs.size() != nout) {
+        return ErrAt(in, absl::StrCat("kernel ", Operand(in, 0), " (", k->op()->str(), ") takes ", nin,
+                                      " inputs and ", nout, " outputs, given ", ins.size(), " and ", outs.size()));
+      }
+      auto check_port = [&](const fb::Port* p, uint32_t r, bool is_input, size_t k_index) -> absl::Status {
+        const char* what = is_input ? "input" : "output";
+        if (r == kAbsentRegister) {
+          if (!p->optional()) return ErrAt(in, absl::StrCat(what, " ", k_index, " is required"));
+          return absl::OkStatus();
+        }
+        const bool read = is_input || !p->dynamic();
+        if (absl::Status s = ObjectKinded(in, r, p->kind(), st, read); !s.ok()) return s;
+        if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage && p->dtype() != ODType(r)) {
+          return ErrAt(in, absl::StrCat(what, " ", k_index, " must be ",
+                                        IsValidDType(p->dtype()) ? DTypeName(static_cast<DType>(p->dtype())) : "?",
+                                        ", %o", r, " is ", TypeName(OType(r))));
+        }
+        if (!is_input) o_writes.push_back(r);
+        return absl::OkStatus();
+      };
+      for (size_t j = 0; j < ins.size(); ++j) {
+        if (absl::Status s = check_port(k->inputs()->Get(j), ins[j], true, j); !s.ok()) return s;
+      }
+      for (size_t j = 0; j < outs.size(); ++j) {
+        if (absl::Status s = check_port(k->outputs()->Get(j), outs[j], false, j); !s.ok()) return s;
+      }
+      if (absl::Status s = distinct(outs); !s.ok()) return s;
+      break;
+    }
+    case Opcode::kCall: {
+      const fb::Function* callee = exe_.functions()->Get(Operand(in, 0));
+      absl::Span<const uint32_t> oargs = ListOf(in, 1), sargs = ListOf(in, 2);
+      absl::Span<const uint32_t> ores = ListOf(in, 3), sres = ListOf(in, 4);
+      const auto* ctypes = callee->object_types();
+      const auto* cstypes = callee->scalar_types();
+      const uint32_t n_ores = callee->object_results() ? callee->object_results()->size() : 0;
+      const uint32_t n_sres = callee->scalar_results() ? callee->scalar_results()->size() : 0;
+      if (oargs.size() != callee->num_object_params() || sargs.size() != callee->num_scalar_params() ||
+          ores.size() != n_ores || sres.size() != n_sres) {
+        return ErrAt(in, absl::StrCat("arity does not match function '", callee->name()->str(), "'"));
+      }
+      // The callee's declarations are checked when it is verified; guard the indices here.
+      if ((oargs.size() > 0 && (ctypes == nullptr || ctypes->size() < oargs.size())) ||
+          (sargs.size() > 0 && (cstypes == nullptr || cstypes->size() < sargs.size()))) {
+        return ErrAt(in, "callee declares fewer registers than parameters");
+      }
+      for (size_t j = 0; j < oargs.size(); ++j) {
+        if (absl::Status s = ObjectReg(in, oargs[j], st, true); !s.ok()) return s;
+        if (!SameType(OType(oargs[j]), *ctypes->Get(j))) return ErrAt(in, absl::StrCat("object argument ", j, ": type mismatch"));
+      }
+      for (size_t j = 0; j < sargs.size(); ++j) {
+        if (absl::Status s = ScalarReg(in, sargs[j], st, true); !s.ok()) return s;
+        if (stypes_->Get(sargs[j]) != cstypes->Get(j)) return ErrAt(in, absl::StrCat("scalar argument ", j, ": type mismatch"));
+      }
+      for (size_t j = 0; j < ores.size(); ++j) {
+        if (absl::Status s = ObjectReg(in, ores[j], st, false); !s.ok()) return s;
+        if (!SameType(OType(ores[j]), *callee->object_results()->Get(j))) return ErrAt(in, absl::StrCat("object result ", j, ": type mismatch"));
+        o_writes.push_back(ores[j]);
+      }
+      for (size_t j = 0; j < sres.size(); ++j) {
+        if (absl::Status s = ScalarReg(in, sres[j], st, false); !s.ok()) return s;
+        if (stypes_->Get(sres[j]) != callee->scalar_results()->Get(j)) return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+        s_writes.push_back(sres[j]);
+      }
+      if (absl::Status s = distinct(ores); !s.ok()) return s;
+      if (absl::Status s = distinct(sres); !s.ok()) return s;
+      break;
+    }
+    case Opcode::kRet: {
+      absl::Span<const uint32_t> ores = ListOf(in, 0), sres = ListOf(in, 1);
+      const uint32_t n_ores = fn_.object_results() ? fn_.object_results()->size() : 0;
+      const uint32_t n_sres = fn_.scalar_results() ? fn_.scalar_results()->size() : 0;
+      if (ores.size() != n_ores || sres.size() != n_sres) return ErrAt(in, "result count differs from the declaration");
+      for (size_t j = 0; j < ores.size(); ++j) {
+        if (absl::Status s = ObjectReg(in, ores[j], st, true); !s.ok()) return s;
+        if (!SameType(OType(ores[j]), *fn_.object_results()->Get(j))) return ErrAt(in, absl::StrCat("result ", j, ": type mismatch"));
+      }
+      for (size_t j = 0; j < sres.size(); ++j) {
+        if (absl::Status s = ScalarReg(in, sres[j], st, true); !s.ok()) return s;
+        if (stypes_->Get(sres[j]) != fn_.scalar_results()->Get(j)) return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  for (uint32_t r : s_writes) st.Set(r);
+  for (uint32_t r : o_kills) st.Clear(num_s_ + r);
+  for (uint32_t r : o_writes) st.Set(num_s_ + r);
+  return absl::OkStatus();
+}
+
+absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, const VerifyLimits& limits) {
+  if (exe.constants() == nullptr) return absl::OkStatus();
+  for (uint32_t i = 0; i < exe.constants()->size(); ++i) {
+    const fb::Constant* c = exe.constants()->Get(i);
+    auto err = [&](absl::string_view msg) {
+      return absl::InvalidArgumentError(absl::StrCat("constant ", i, ": ", msg));
+    };
+    if (!IsValidDType(c->dtype())) return err(absl::StrCat("invalid dtype ", c->dtype()));
+    if (c->dtype() == static_cast<uint8_t>(DType::kString)) return err("string constants are not supported");
+    int64_t n = 1;
+    if (c->shape()) {
+      if (c->shape()->size() > static_cast<uint32_t>(limits.max_rank)) return err("rank too large");
+      for (int64_t d : *c->shape()) {
+        if (d < 0 || __builtin_mul_overflow(n, d, &n)) return err("invalid shape");
+      }
+    }
+    int64_t bytes;
+    if (__builtin_mul_overflow(n, DTypeSize(static_cast<DType>(c->dtype())), &bytes) ||
+        static_cast<uint64_t>(bytes) != c->size()) {
+      return err(absl::StrCat("size ", c->size(), " does not match its shape"));
+    }
+    if (c->offset() % schema::kConstantAlignment != 0) return err("offset is not 64-byte aligned");
+    if (c->offset() > segment_size || c->size() > segment_size - c->offset()) {
+      return err(absl::StrCat("range [", c->offset(), ", +", c->size(), ") runs past the end of the ",
+                              segment_size, "-byte constant segment"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKernels(const fb::Executable& exe) {
+  if (exe.kernels() == nullptr) return absl::OkStatus();
+  const uint32_t num_constants = exe.constants() ? exe.constants()->size() : 0;
+  for (uint32_t i = 0; i < exe.kernels()->size(); ++i) {
+    const fb::Kernel* k = exe.kernels()->Get(i);
+    auto err = [&](absl::string_view msg) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel ", i, " (", k->op()->str(), "): ", msg));
+    };
+    if (k->op()->size() == 0) return err("empty op name");
+    if (k->device() >= kNumDevices) return err(absl::StrCat("invalid device ", k->device()));
+    for (const auto* ports : {k->inputs(), k->outputs()}) {
+      if (ports == nullptr) continue;
+      for (const fb::Port* p : *ports) {
+        if (!ValidKind(p->kind())) return err("invalid port kind");
+        if (p->dtype() != kAnyDType && !IsValidDType(p->dtype())) return err("invalid port dtype");
+      }
+    }
+    if (k->inputs()) {
+      for (const fb::Port* p : *k->inputs()) {
+        if (p->dynamic()) return err("an input cannot be dynamic");
+      }
+    }
+    if (k->outputs()) {
+      for (const fb::Port* p : *k->outputs()) {
+        if (p->kind() != ObjectKind::Tensor && !p->dynamic()) return err("non-tensor outputs must be dynamic");
+      }
+    }
+    if (k->attrs()) {
+      for (const fb::Attribute* a : *k->attrs()) {
+        if (static_cast<uint8_t>(a->type()) > static_cast<uint8_t>(fb::AttrType::Tensor)) return err("invalid attribute type");
+        if (a->type() == fb::AttrType::Tensor && a->tensor() >= num_constants) {
+          return err(absl::StrCat("attribute '", a->name()->str(), "' refers to constant ", a->tensor(), " out of range"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDebug(const fb::Executable& exe) {
+  if (exe.debug() == nullptr || exe.debug()->locations() == nullptr) return absl::OkStatus();
+  const auto* locs = exe.debug()->locations();
+  for (uint32_t i = 0; i < locs->size(); ++i) {
+    const fb::SourceLocation* l = locs->Get(i);
+    if (l->function() >= exe.functions()->size()) return absl::InvalidArgumentError("debug location names a missing function");
+    const fb::Function* f = exe.functions()->Get(l->function());
+    if (f->code() == nullptr || l->pc() >= f->code()->size()) return absl::InvalidArgumentError("debug location past the code");
+    if (i > 0) {
+      const fb::SourceLocation* p = locs->Get(i - 1);
+      if (std::make_pair(p->function(), p->pc()) >= std::make_pair(l->function(), l->pc())) {
+        return absl::InvalidArgumentError("debug locations are not sorted");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segment_size,
+                              const VerifyLimits& limits) {
+  if (exe.functions() == nullptr || exe.functions()->size() == 0) {
+    return absl::InvalidArgumentError("executable has no functions");
+  }
+  if (absl::Status s = CheckConstants(exe, constant_segment_size, limits); !s.ok()) return s;
+  if (absl::Status s = CheckKernels(exe); !s.ok()) return s;
+  absl::flat_hash_set<std::string> names;
+  for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
+    const fb::Function* f = exe.functions()->Get(i);
+    if (!names.insert(f->name()->str()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate function name '", f->name()->str(), "'"));
+    }
+  }
+  for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
+    FunctionVerifier v(exe, *exe.functions()->Get(i), i, limits);
+    if (absl::Status s = v.Verify(); !s.ok()) return s;
+  }
+  return CheckDebug(exe);
+}
+
+absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes, const VerifyLimits& limits) {
+  absl::StatusOr<schema::FileHeader> h = schema::ParseHeader(bytes);
+  if (!h.ok()) return h.status();
+  const uint8_t* fb_data = bytes.data() + h->flatbuffer_offset;
+  flatbuffers::Verifier::Options opts;
+  opts.max_tables = 1000000;
+  opts.max_depth = 64;
+  flatbuffers::Verifier verifier(fb_data, h->flatbuffer_size, opts);
+  if (!fb::VerifyExecutableBuffer(verifier)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flatbuffer structure is invalid (", h->flatbuffer_size, " bytes at offset ",
+                     h->flatbuffer_offset, "): a field points outside the buffer or has the wrong type"));
+  }
+  const fb::Executable* exe = fb::GetExecutable(fb_data);
+  // Constants stored in a weights file are checked against that file when it is attached.
+  const uint64_t segment = (h->required_features & schema::kFeatureExternalWeights)
+                               ? (exe->weights() ? exe->weights()->size() : 0)
+                               : h->constants_raw_size;
+  if (absl::Status s = VerifyExecutable(*exe, segment, limits); !s.ok()) return s;
+  return VerifiedFile{*h, exe};
+}
+
+}  // namespace dynvm::isa

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 (bookworm) packages dynvm needs, and only those that are missing.
+#
+#   tools/install-deps.sh [PROFILE]
+#
+#   build (default)  compilers, build tools and the libraries CMakeLists.txt finds
+#   test             build + ONNX's conformance test data (/usr/share/libonnx-testdata/data)
+#   train            build + python3/torch/onnx/numpy and the text corpora tools/ trains on
+#   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch
+#
+# Idempotent: asks dpkg what is installed (one dpkg-query call), and runs apt-get update
+# (once) and apt-get install only when something is missing. Needs root, or sudo.
+set -euo pipefail
+
+readonly build_pkgs=(
+  # toolchain
+  g++ make cmake clang
+  libclang-rt-14-dev   # sanitizer runtimes and libFuzzer for clang-14
+  llvm-14              # llvm-symbolizer-14 (and /usr/lib/llvm-14/bin/llvm-symbolizer)
+  llvm                 # /usr/bin/llvm-symbolizer, the name the sanitizer runtimes look up in PATH
+  git ca-certificates
+  # libraries (find_package in CMakeLists.txt)
+  libabsl-dev
+  libflatbuffers-dev flatbuffers-compiler
+  libdnnl-dev ocl-icd-opencl-dev   # dnnl-config.cmake does find_package(OpenCL REQUIRED)
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev
+  zlib1g-dev libzstd-dev
+)
+readonly test_pkgs=(libonnx-testdata)
+readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy bible-kjv-text fortunes)
+readonly bench_pkgs=(nodejs npm python3-torch)
+
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+
+profile="${1:-build}"
+case "$profile" in
+  build) wanted=("${build_pkgs[@]}") ;;
+  test)  wanted=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  train) wanted=("${build_pkgs[@]}" "${train_pkgs[@]}") ;;
+  bench) wanted=("${build_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
+  -h|--help) usage; exit 0 ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (build, test, train or bench)" >&2; exit 2 ;;
+esac
+if [[ $# -gt 1 ]]; then
+  echo "install-deps.sh: one profile at most" >&2
+  exit 2
+fi
+
+# Everything dpkg knows, in one call. A package counts as present when it is installed
+# ("install ok installed") or when an installed package Provides it: NodeSource's nodejs,
+# for one, provides and conflicts with npm, and installing Debian's npm would replace it.
+declare -A present=()
+while IFS=$'\t' read -r pkg status provides; do
+  [[ "$status" == "install ok installed" ]] || continue
+  present["$pkg"]=1
+  if [[ -n "$provides" ]]; then
+    IFS=',' read -ra provided <<<"$provides"
+    for p in "${provided[@]}"; do
+      p="${p#"${p%%[![:space:]]*}"}"   # trim leading blanks
+      p="${p%% *}"                      # drop " (= version)"
+      [[ -n "$p" ]] && present["$p"]=1
+    done
+  fi
+done < <(dpkg-query -W -f='${Package}\t${Status}\t${Provides}\n' 2>/dev/null || true)
+
+missing=()
+declare -A seen=()
+for pkg in "${wanted[@]}"; do
+  [[ -n "${seen[$pkg]:-}" ]] && continue
+  seen["$pkg"]=1
+  [[ -n "${present[$pkg]:-}" ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps.sh ($profile): nothing missing (${#seen[@]} packages present)"
+  exit 0
+fi
+
+echo "install-deps.sh ($profile): installing ${#missing[@]} missing package(s): ${missing[*]}"
+
+sudo=()
+if [[ $EUID -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "install-deps.sh: not root and no sudo; run as root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}"

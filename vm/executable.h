@@ -1,0 +1,158 @@
+// Public API. An Executable is a loaded, verified .dvm file: immutable and shareable.
+//
+// Ownership and lifetime: Load returns a shared_ptr. Every VirtualMachine made from it, and
+// every tensor that views its constants, holds a reference, so releasing the handle that
+// loaded it never invalidates them.
+//
+// Thread safety: thread-safe. All methods are const; any number of VirtualMachines on any
+// number of threads may run one Executable concurrently.
+//
+// Constants are read-only views into the mapped file: never copied at load or per instance.
+// Pages are read from disk when a kernel first touches them.
+#ifndef DYNVM_VM_EXECUTABLE_H_
+#define DYNVM_VM_EXECUTABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "isa/dtype.h"
+#include "isa/verifier.h"
+#include "kernels/kernel.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+
+namespace dynvm {
+
+namespace schema {
+class MappedFile;
+}  // namespace schema
+namespace fb {
+struct Executable;
+struct Function;
+}  // namespace fb
+
+struct LoadOptions {
+  BackendPolicy backends;   // which kernel backends may serve this executable
+  isa::VerifyLimits limits;
+  // Directory in which to look for a weights file the executable refers to; default: the
+  // executable's own directory.
+  std::string weights_dir;
+};
+
+// One dimension of a declared shape: a size, or a symbol such as "batch".
+struct DimInfo {
+  int64_t value = -1;  // >= 0 when fixed
+  std::string symbol;  // when value == -1
+};
+
+struct ParamInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  ObjectKind kind = ObjectKind::kTensor;
+  bool has_shape = true;
+  std::vector<DimInfo> shape;
+};
+
+struct FunctionInfo {
+  std::string name;
+  bool is_entry = false;  // has a signature: callable from the host
+  std::vector<ParamInfo> inputs;   // real inputs only: weights are constants, not inputs
+  std::vector<ParamInfo> outputs;
+  std::vector<std::pair<std::string, int64_t>> bounds;  // declared symbol upper bounds
+};
+
+class Executable {
+ public:
+  // Maps `path`, verifies it fully and binds a kernel to every kernel-table entry.
+  static absl::StatusOr<std::shared_ptr<const Executable>> Load(const std::string& path,
+                                                                const LoadOptions& options = {});
+  // Same, from bytes in memory (copied into an aligned buffer).
+  static absl::StatusOr<std::shared_ptr<const Executable>> LoadFromBytes(
+      absl::Span<const uint8_t> bytes, const LoadOptions& options = {});
+
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  int num_functions() const { return static_cast<int>(functions_.size()); }
+  const FunctionInfo& function(int index) const { return functions_[index].info; }
+  // Index of the function named `name`; "" names the default entry ("main", or the first
+  // function with a signature). NotFound lists the entry functions.
+  absl::StatusOr<int> FindFunction(absl::string_view name) const;
+
+  // Constants marked as weights (initializers), and their total bytes.
+  int num_weights() const { return num_weights_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int num_constants() const { return static_cast<int>(constants_.size()); }
+  int64_t constant_segment_bytes() const { return constant_segment_size_; }
+  const uint8_t* constant_segment() const { return constant_segment_; }
+
+  // The kernel bound to each kernel-table entry ("matmul.f32.ref" ...).
+  int num_kernels() const { return static_cast<int>(kernels_.size()); }
+  const Kernel& kernel(int index) const { return *kernels_[index].kernel; }
+  const KernelSpec& kernel_spec(int index) const { return kernels_[index].spec; }
+
+  // The source node recorded for an instruction ("" when stripped or absent).
+  absl::string_view SourceNode(int function, uint32_t pc) const;
+
+  uint64_t required_features() const { return features_; }
+  std::string DebugSummary() const;
+
+  // --- internal: used by the VirtualMachine ---
+  struct KernelEntry {
+    KernelSpec spec;
+    std::unique_ptr<Kernel> kernel;
+    std::vector<bool> dynamic_outputs;
+  };
+  struct ConstantEntry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t offset;
+    uint64_t size;
+  };
+  struct FunctionEntry {
+    FunctionInfo info;
+    const uint32_t* code = nullptr;
+    uint32_t code_size = 0;
+    uint32_t num_scalars = 0;
+    uint32_t num_objects = 0;
+    uint32_t num_object_params = 0;
+    uint32_t num_scalar_params = 0;
+    uint32_t num_object_results = 0;
+    uint32_t num_sites = 0;
+    std::vector<uint8_t> object_kinds;  // ObjectKind per register
+    std::vector<uint8_t> scalar_kinds;  // 0 i64, 1 f64, 2 bool per register
+  };
+  const FunctionEntry& function_entry(int index) const { return functions_[index]; }
+  const KernelEntry& kernel_entry(int index) const { return kernels_[index]; }
+  const ConstantEntry& constant(int index) const { return constants_[index]; }
+  absl::string_view string(uint32_t index) const;
+  uint32_t max_invoke_arity() const { return max_invoke_arity_; }
+
+ private:
+  Executable() = default;
+  static absl::StatusOr<std::shared_ptr<const Executable>> Init(
+      std::shared_ptr<const schema::MappedFile> file, const LoadOptions& options);
+
+  std::shared_ptr<const schema::MappedFile> file_;
+  std::shared_ptr<const schema::MappedFile> weights_file_;
+  const fb::Executable* fb_ = nullptr;
+  uint64_t features_ = 0;
+  const uint8_t* constant_segment_ = nullptr;
+  int64_t constant_segment_size_ = 0;
+  std::vector<ConstantEntry> constants_;
+  std::vector<KernelEntry> kernels_;
+  std::vector<FunctionEntry> functions_;
+  int num_weights_ = 0;
+  int64_t weight_bytes_ = 0;
+  uint32_t max_invoke_arity_ = 0;
+  StorageRef constant_storage_;  // for tensor-valued kernel attributes
+};
+
+}  // namespace dynvm
+
+#endif  // DYNVM_VM_EXECUTABLE_H_

@@ -1,0 +1,304 @@
+#include "vm/ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/half.h"
+
+namespace dynvm::ops {
+namespace {
+
+// Byte offset of element `index` (row-major) of a strided tensor.
+int64_t ElementOffset(const Tensor& t, int64_t index) {
+  int64_t off = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    const int64_t n = t.dim(d);
+    off += (index % n) * t.stride(d);
+    index /= n;
+  }
+  return off * DTypeSize(t.dtype());
+}
+
+absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what) {
+  if (t.device() != Device::kCPU) {
+    return absl::UnimplementedError(absl::StrCat(what, ": element access on a ", DeviceName(t.device()), " tensor"));
+  }
+  if (index < 0 || index >= t.numel()) {
+    return absl::OutOfRangeError(absl::StrCat(what, ": index ", index, " out of range for ", t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+double ToDouble(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return static_cast<float>(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+absl::StatusOr<double> LoadAsDouble(const Tensor& t, int64_t index) {
+  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  switch (t.dtype()) {
+    case DType::kF32: return ToDouble<float>(p);
+    case DType::kF64: return ToDouble<double>(p);
+    case DType::kF16: return ToDouble<Half>(p);
+    case DType::kBF16: return ToDouble<BFloat16>(p);
+    case DType::kI8: return ToDouble<int8_t>(p);
+    case DType::kI16: return ToDouble<int16_t>(p);
+    case DType::kI32: return ToDouble<int32_t>(p);
+    case DType::kI64: return ToDouble<int64_t>(p);
+    case DType::kU8: return ToDouble<uint8_t>(p);
+    case DType::kU16: return ToDouble<uint16_t>(p);
+    case DType::kU32: return ToDouble<uint32_t>(p);
+    case DType::kU64: return ToDouble<uint64_t>(p);
+    case DType::kBool: return static_cast<double>(*p != 0);
+    case DType::kString: break;
+  }
+  return absl::InvalidArgumentError("read of a string element into a scalar register");
+}
+
+int64_t SaturatingToInt(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+template <typename T>
+void StoreAs(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+absl::Status CheckWritable(const Tensor& t, absl::string_view what) {
+  if (!t.storage()->writable()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": destination is read-only (a constant or a caller's buffer)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Copy(const Tensor& src, Tensor& dst) {
+  if (src.dims() != dst.dims()) {
+    return absl::InvalidArgumentError(absl::StrCat("copy: shapes differ: ", src.DebugString(), " -> ", dst.DebugString()));
+  }
+  if (absl::Status s = CheckWritable(dst, "copy"); !s.ok()) return s;
+  if (src.device() != Device::kCPU || dst.device() != Device::kCPU) {
+    return absl::UnimplementedError("copy between devices needs the CUDA build");
+  }
+  const int64_t esize = DTypeSize(src.dtype());
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    if (src.numel() > 0) std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel() * esize));
+    return absl::OkStatus();
+  }
+  const int rank = src.rank();
+  if (src.numel() == 0) return absl::OkStatus();
+  // Walk the index space; copy the innermost dimension element by element.
+  int64_t idx[Tensor::kMaxRank] = {};
+  const auto* s = static_cast<const uint8_t*>(src.raw_data());
+  auto* d = static_cast<uint8_t*>(dst.raw_data());
+  const int inner = rank - 1;
+  while (true) {
+    int64_t so = 0, doff = 0;
+    for (int k = 0; k < inner; ++k) {
+      so += idx[k] * src.stride(k);
+      doff += idx[k] * dst.stride(k);
+    }
+    const int64_t n = rank == 0 ? 1 : src.dim(inner);
+    const int64_t ss = rank == 0 ? 0 : src.stride(inner), ds = rank == 0 ? 0 : dst.stride(inner);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(d + (doff + i * ds) * esize, s + (so + i * ss) * esize, static_cast<size_t>(esize));
+    }
+    int k = inner - 1;
+    for (; k >= 0; --k) {
+      if (++idx[k] < src.dim(k)) break;
+      idx[k] = 0;
+    }
+    if (k < 0) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index) {
+  if (absl::Status s = CheckIndex(t, index, "read_i"); !s.ok()) return s;
+  if (t.dtype() == DType::kI64) {
+    int64_t v;
+    std::memcpy(&v, static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index), 8);
+    return v;
+  }
+  if (t.dtype() == DType::kU64) {
+    uint64_t v;
+    std::memcpy(&v, static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index), 8);
+    return static_cast<int64_t>(v);
+  }
+  absl::StatusOr<double> d = LoadAsDouble(t, index);
+  if (!d.ok()) return d.status();
+  return SaturatingToInt(*d);
+}
+
+absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index) {
+  if (absl::Status s = CheckIndex(t, index, "read_f"); !s.ok()) return s;
+  return LoadAsDouble(t, index);
+}
+
+absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index) {
+  if (absl::Status s = CheckIndex(t, index, "read_b"); !s.ok()) return s;
+  absl::StatusOr<double> d = LoadAsDouble(t, index);
+  if (!d.ok()) return d.status();
+  return *d != 0;
+}
+
+absl::Status WriteInt(Tensor& t, int64_t index, int64_t v) {
+  if (absl::Status s = CheckIndex(t, index, "write"); !s.ok()) return s;
+  if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  switch (t.dtype()) {
+    case DType::kI64: StoreAs<int64_t>(p, v); return absl::OkStatus();
+    case DType::kU64: StoreAs<uint64_t>(p, static_cast<uint64_t>(v)); return absl::OkStatus();
+    case DType::kI32: StoreAs<int32_t>(p, static_cast<int32_t>(v)); return absl::OkStatus();
+    case DType::kU32: StoreAs<uint32_t>(p, static_cast<uint32_t>(v)); return absl::OkStatus();
+    case DType::kI16: StoreAs<int16_t>(p, static_cast<int16_t>(v)); return absl::OkStatus();
+    case DType::kU16: StoreAs<uint16_t>(p, static_cast<uint16_t>(v)); return absl::OkStatus();
+    case DType::kI8: StoreAs<int8_t>(p, static_cast<int8_t>(v)); return absl::OkStatus();
+    case DType::kU8: StoreAs<uint8_t>(p, static_cast<uint8_t>(v)); return absl::OkStatus();
+    case DType::kBool: StoreAs<uint8_t>(p, v != 0); return absl::OkStatus();
+    default: return WriteFloat(t, index, static_cast<double>(v));
+  }
+}
+
+absl::Status WriteFloat(Tensor& t, int64_t index, double v) {
+  if (absl::Status s = CheckIndex(t, index, "write"); !s.ok()) return s;
+  if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  switch (t.dtype()) {
+    case DType::kF32: StoreAs<float>(p, static_cast<float>(v)); return absl::OkStatus();
+    case DType::kF64: StoreAs<double>(p, v); return absl::OkStatus();
+    case DType::kF16: StoreAs<uint16_t>(p, Half(static_cast<float>(v)).bits); return absl::OkStatus();
+    case DType::kBF16: StoreAs<uint16_t>(p, BFloat16(static_cast<float>(v)).bits); return absl::OkStatus();
+    case DType::kString: return absl::InvalidArgumentError("write of a scalar into a string tensor");
+    default: return WriteInt(t, index, SaturatingToInt(v));
+  }
+}
+
+absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
+                              absl::Span<const int64_t> dims) {
+  return Tensor::View(storage, offset, dtype, dims);
+}
+
+absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims) {
+  absl::StatusOr<int64_t> n = CheckedNumel(dims);
+  if (!n.ok()) return n.status();
+  if (*n != src.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("reshape of ", src.DebugString(), " to ",
+                                                   DimsString(dims), ": element counts differ"));
+  }
+  if (!src.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("reshape of a non-contiguous ", src.DebugString()));
+  }
+  return Tensor::View(src.storage(), src.byte_offset(), src.dtype(), dims);
+}
+
+absl::StatusOr<Tensor> View(const Tensor& src, int64_t offset, absl::Span<const int64_t> dims,
+                            absl::Span<const int64_t> strides) {
+  int64_t bytes;
+  if (__builtin_mul_overflow(offset, DTypeSize(src.dtype()), &bytes) ||
+      __builtin_add_overflow(bytes, src.byte_offset(), &bytes)) {
+    return absl::OutOfRangeError("view offset overflows");
+  }
+  return Tensor::View(src.storage(), bytes, src.dtype(), dims, strides);
+}
+
+namespace {
+
+// Strides of the capacity layout: row-major over dims with dims[axis] replaced by capacity.
+void CapacityStrides(absl::Span<const int64_t> dims, int axis, int64_t capacity, int64_t* strides) {
+  int64_t s = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= std::max<int64_t>(i == axis ? capacity : dims[i], 1);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis, int64_t capacity,
+                                     absl::Span<const int64_t> dims) {
+  if (axis < 0 || axis >= static_cast<int>(dims.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("growth axis ", axis, " out of range for ", DimsString(dims)));
+  }
+  capacity = std::max(capacity, dims[axis]);
+  int64_t cap_dims[Tensor::kMaxRank];
+  std::copy(dims.begin(), dims.end(), cap_dims);
+  cap_dims[axis] = capacity;
+  absl::StatusOr<int64_t> n = CheckedNumel(absl::Span<const int64_t>(cap_dims, dims.size()));
+  if (!n.ok()) return n.status();
+  int64_t bytes;
+  if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
+    return absl::InvalidArgumentError("growable tensor size overflows");
+  }
+  absl::StatusOr<StorageRef> st = Storage::Allocate(allocator, static_cast<size_t>(bytes));
+  if (!st.ok()) return st.status();
+  (*st)->grow_axis = axis;
+  (*st)->grow_capacity = capacity;
+  (*st)->frontier = dims[axis];
+  int64_t strides[Tensor::kMaxRank];
+  CapacityStrides(dims, axis, capacity, strides);
+  return Tensor::View(*std::move(st), 0, dtype, dims, absl::Span<const int64_t>(strides, dims.size()));
+}
+
+absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis) {
+  const int rank = dst.rank();
+  if (src.rank() != rank || axis >= rank) {
+    return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ", dst.DebugString(),
+                                                   " along axis ", axis, ": ranks differ or axis out of range"));
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (i != axis && src.dim(i) != dst.dim(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
+                                                     dst.DebugString(), " along axis ", axis, ": other dims differ"));
+    }
+  }
+  const int64_t k = src.dim(axis);
+  const int64_t old_len = dst.dim(axis);
+  int64_t new_len;
+  if (__builtin_add_overflow(old_len, k, &new_len)) return absl::InvalidArgumentError("append length overflows");
+  Storage* st = dst.storage().get();
+  bool in_place = st->writable() && st->device() == Device::kCPU && st->grow_axis == axis &&
+                  st->frontier == old_len && dst.byte_offset() == 0 && new_len <= st->grow_capacity;
+  if (in_place) {
+    int64_t strides[Tensor::kMaxRank];
+    CapacityStrides(dst.dims(), axis, st->grow_capacity, strides);
+    in_place = std::equal(strides, strides + rank, dst.strides().begin());
+  }
+  if (!in_place) {
+    const int64_t capacity = std::max<int64_t>(new_len, 2 * std::max<int64_t>(old_len, st->grow_capacity > 0 && st->grow_axis == axis ? st->grow_capacity : old_len));
+    absl::StatusOr<Tensor> grown = AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims());
+    if (!grown.ok()) return grown.status();
+    if (absl::Status s = Copy(dst, *grown); !s.ok()) return s;
+    dst = *std::move(grown);
+    st = dst.storage().get();
+  }
+  // Write src into the slice [old_len, new_len) along axis, then extend the view.
+  int64_t dims[Tensor::kMaxRank];
+  std::copy(dst.dims().begin(), dst.dims().end(), dims);
+  dims[axis] = k;
+  absl::StatusOr<Tensor> slice =
+      Tensor::View(dst.storage(), dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
+                   dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides());
+  if (!slice.ok()) return slice.status();
+  if (absl::Status s = Copy(src, *slice); !s.ok()) return s;
+  dims[axis] = new_len;
+  int64_t strides[Tensor::kMaxRank];
+  std::copy(dst.strides().begin(), dst.strides().end(), strides);
+  dst.SetView(absl::Span<const int64_t>(dims, rank), absl::Span<const int64_t>(strides, rank));
+  st->frontier = new_len;
+  return absl::OkStatus();
+}
+
+}  // namespace dynvm::ops

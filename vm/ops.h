@@ -1,0 +1,45 @@
+// The semantics of the VM's non-trivial instructions as small functions, so the interpreter
+// loop only decodes, calls and advances. Each checks what docs/isa.md lists as run-time checks.
+#ifndef DYNVM_VM_OPS_H_
+#define DYNVM_VM_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "allocator/allocator.h"
+#include "kernels/tensor.h"
+
+namespace dynvm::ops {
+
+// dst[...] := src[...]. Same dtype (verified) and dims (checked); any strides; dst writable.
+absl::Status Copy(const Tensor& src, Tensor& dst);
+
+// Element `index` of `t` in row-major order, converted. Bounds-checked.
+absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index);
+absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index);
+absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index);
+// t.flat[index] := v converted to t's dtype (from an i64, f64 or bool scalar register).
+absl::Status WriteInt(Tensor& t, int64_t index, int64_t v);
+absl::Status WriteFloat(Tensor& t, int64_t index, double v);
+
+// alloc_tensor: a contiguous view of `storage` at `offset` bytes.
+absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
+                              absl::Span<const int64_t> dims);
+// reshape: `src` (contiguous) with new dims of the same element count.
+absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims);
+// view: a strided view of src's storage at element offset `offset` from src's first element.
+absl::StatusOr<Tensor> View(const Tensor& src, int64_t offset, absl::Span<const int64_t> dims,
+                            absl::Span<const int64_t> strides);
+
+// alloc_growable: a tensor with `dims` whose storage has room for `capacity` along `axis`.
+absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis,
+                                     int64_t capacity, absl::Span<const int64_t> dims);
+// append: dst := concat(dst, src) along axis; in place when dst ends at its storage's
+// frontier with room left, otherwise into a new storage of twice the needed capacity.
+absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis);
+
+}  // namespace dynvm::ops
+
+#endif  // DYNVM_VM_OPS_H_

@@ -1,0 +1,299 @@
+#include "vm/virtual_machine.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "isa/opcodes.h"
+#include "vm/ops.h"
+#include "vm/vm_impl.h"
+
+namespace dynvm {
+
+VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> e, const VmOptions& o)
+    : exe(std::move(e)), options(o) {}
+
+absl::Status VirtualMachine::Impl::Init() {
+  PoolAllocator::Options popts;
+  popts.memory_limit = options.memory_limit;
+  popts.reservation = options.reservation;
+  pool = std::make_shared<PoolAllocator>(popts);
+  ctx.set_allocator(pool.get());
+  ctx.set_num_threads(std::max(1, options.num_threads));
+  // One read-only storage over the constant segment per VM: its reference count is this VM's
+  // alone (no contention between threads), and a tensor that escapes keeps the executable alive.
+  std::shared_ptr<const Executable> keep = exe;
+  const_storage = Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment()),
+                                static_cast<size_t>(exe->constant_segment_bytes()), Device::kCPU,
+                                [keep]() mutable { keep.reset(); });
+  constants.reserve(exe->num_constants());
+  for (int i = 0; i < exe->num_constants(); ++i) {
+    const Executable::ConstantEntry& c = exe->constant(i);
+    absl::StatusOr<Tensor> t = Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape);
+    if (!t.ok()) return t.status();
+    constants.push_back(*std::move(t));
+  }
+  const int nf = exe->num_functions();
+  inputs.resize(nf);
+  outputs.resize(nf);
+  outputs_valid.assign(nf, false);
+  sites.resize(nf);
+  for (int i = 0; i < nf; ++i) {
+    const Executable::FunctionEntry& f = exe->function_entry(i);
+    inputs[i].resize(f.num_object_params);
+    sites[i].resize(f.num_sites);
+  }
+  in_buf.resize(exe->max_invoke_arity());
+  out_buf.resize(exe->max_invoke_arity());
+  return absl::OkStatus();
+}
+
+Frame& VirtualMachine::Impl::FrameAt(int depth, const Executable::FunctionEntry& f) {
+  if (static_cast<int>(frames.size()) <= depth) frames.resize(depth + 1);
+  if (!frames[depth]) frames[depth] = std::make_unique<Frame>();
+  Frame& fr = *frames[depth];
+  if (fr.s.size() < f.num_scalars) fr.s.resize(f.num_scalars);
+  if (fr.o.size() < f.num_objects) fr.o.resize(f.num_objects);
+  max_depth_used = std::max(max_depth_used, depth);
+  return fr;
+}
+
+absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function, uint32_t pc) const {
+  const Executable::FunctionEntry& f = exe->function_entry(function);
+  const auto op = static_cast<isa::Opcode>(f.code[pc] & 0xFF);
+  std::string where = absl::StrCat("function '", f.info.name, "' pc ", pc, " (",
+                                   isa::GetOpcodeInfo(op).mnemonic);
+  absl::string_view node = exe->SourceNode(function, pc);
+  if (!node.empty()) absl::StrAppend(&where, ", node '", node, "'");
+  return absl::Status(s.code(), absl::StrCat(where, "): ", s.message()));
+}
+
+absl::Status VirtualMachine::Impl::CheckInterrupts() const {
+  if (cancel != nullptr && cancel->cancelled()) return absl::CancelledError("run cancelled");
+  if (deadline != absl::InfiniteFuture() && absl::Now() > deadline) {
+    return absl::DeadlineExceededError("run passed its deadline");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckShape(const ParamInfo& p, const Tensor& t, absl::flat_hash_map<std::string, int64_t>& symbols,
+                        const std::vector<std::pair<std::string, int64_t>>& bounds) {
+  if (!p.has_shape) return absl::OkStatus();
+  if (t.rank() != static_cast<int>(p.shape.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must have rank ", p.shape.size(),
+                                                   ", got ", t.DebugString()));
+  }
+  for (size_t i = 0; i < p.shape.size(); ++i) {
+    const DimInfo& d = p.shape[i];
+    const int64_t got = t.dim(static_cast<int>(i));
+    if (d.value >= 0) {
+      if (got != d.value) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " must be ", d.value,
+                                                       ", got ", t.DebugString()));
+      }
+      continue;
+    }
+    auto [it, inserted] = symbols.emplace(d.symbol, got);
+    if (!inserted && it->second != got) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " is symbol '", d.symbol,
+                                                     "' = ", got, ", but another input has it = ", it->second));
+    }
+    for (const auto& [name, bound] : bounds) {
+      if (name == d.symbol && got > bound) {
+        return absl::InvalidArgumentError(absl::StrCat("symbol '", d.symbol, "' = ", got,
+                                                       " exceeds its declared bound ", bound, " (input '", p.name, "')"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& run, int64_t* iterations) {
+  const Executable::FunctionEntry& f = exe->function_entry(function);
+  if (!f.info.is_entry) {
+    return absl::InvalidArgumentError(absl::StrCat("function '", f.info.name, "' has no signature: it is not an entry"));
+  }
+  absl::flat_hash_map<std::string, int64_t> symbols;
+  for (size_t i = 0; i < f.info.inputs.size(); ++i) {
+    const Tensor& t = inputs[function][i];
+    if (!t.defined()) {
+      return absl::FailedPreconditionError(absl::StrCat("input '", f.info.inputs[i].name, "' of function '",
+                                                        f.info.name, "' is not set"));
+    }
+    if (absl::Status s = CheckShape(f.info.inputs[i], t, symbols, f.info.bounds); !s.ok()) return s;
+  }
+  cancel = run.cancel;
+  deadline = run.deadline;
+  on_emit = run.on_emit ? &run.on_emit : nullptr;
+  iterations_left = options.max_loop_iterations;
+  if (absl::Status s = CheckInterrupts(); !s.ok()) return s;
+  Frame& frame = FrameAt(0, f);
+  for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i].t = inputs[function][i];
+  outputs_valid[function] = false;
+  ReturnTarget target;
+  target.outputs = &outputs[function];
+  absl::Status s = Execute(function, 0, target);
+  *iterations = options.max_loop_iterations - iterations_left;
+  cancel = nullptr;
+  on_emit = nullptr;
+  if (!s.ok()) {
+    // Unwind: release every frame's objects (callers of the failing frame still hold theirs).
+    for (int d = 0; d <= max_depth_used && d < static_cast<int>(frames.size()); ++d) {
+      if (frames[d]) {
+        for (Object& obj : frames[d]->o) obj.Clear();
+      }
+    }
+    outputs[function].clear();
+    return s;
+  }
+  outputs_valid[function] = true;
+  return absl::OkStatus();
+}
+
+// ---- public API ----
+
+VirtualMachine::~VirtualMachine() = default;
+
+absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(std::shared_ptr<const Executable> executable,
+                                                                       const VmOptions& options) {
+  if (executable == nullptr) return absl::InvalidArgumentError("VirtualMachine::Create: null executable");
+  std::unique_ptr<VirtualMachine> vm(new VirtualMachine());
+  vm->exe_ = executable;
+  vm->impl_ = std::make_unique<Impl>(std::move(executable), options);
+  if (absl::Status s = vm->impl_->Init(); !s.ok()) return s;
+  return vm;
+}
+
+absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  std::vector<std::string> names;
+  for (const ParamInfo& p : exe_->function(*f).inputs) names.push_back(p.name);
+  return names;
+}
+
+absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  std::vector<std::string> names;
+  for (const ParamInfo& p : exe_->function(*f).outputs) names.push_back(p.name);
+  return names;
+}
+
+namespace {
+
+absl::StatusOr<int> FindParam(const std::vector<ParamInfo>& params, absl::string_view name,
+                              absl::string_view what, absl::string_view function) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == name) return static_cast<int>(i);
+    names.push_back(params[i].name);
+  }
+  return absl::NotFoundError(absl::StrCat("function '", function, "' has no ", what, " named '", name,
+                                          "'; its ", what, "s are: ", absl::StrJoin(names, ", ")));
+}
+
+}  // namespace
+
+absl::Status VirtualMachine::SetInput(absl::string_view name, const Tensor& value, absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  if (!index.ok()) return index.status();
+  return SetInput(*index, value, function);
+}
+
+namespace {
+
+absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& value) {
+  if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
+    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '", info.name,
+                                              "' has ", info.inputs.size(), " inputs"));
+  }
+  const ParamInfo& p = info.inputs[index];
+  if (!value.defined()) return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
+  if (value.dtype() != p.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be ", DTypeName(p.dtype), ", got ",
+                                                   value.DebugString()));
+  }
+  if (value.device() != Device::kCPU) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  if (absl::Status s = CheckInputValue(exe_->function(*f), index, value); !s.ok()) return s;
+  absl::StatusOr<Tensor> copy = Tensor::Allocate(*impl_->pool, value.dtype(), value.dims());
+  if (!copy.ok()) return copy.status();
+  if (absl::Status s = ops::Copy(value, *copy); !s.ok()) return s;
+  impl_->inputs[*f][index] = *std::move(copy);
+  return absl::OkStatus();
+}
+
+absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tensor& value, absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  if (!index.ok()) return index.status();
+  if (absl::Status s = CheckInputValue(exe_->function(*f), *index, value); !s.ok()) return s;
+  if (reinterpret_cast<uintptr_t>(value.raw_data()) % static_cast<uintptr_t>(DTypeSize(value.dtype())) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "': data is not aligned to its ",
+                                                   DTypeSize(value.dtype()), "-byte elements; use SetInput to copy"));
+  }
+  impl_->inputs[*f][*index] = value;
+  return absl::OkStatus();
+}
+
+absl::Status VirtualMachine::Run(const RunOptions& options) {
+  absl::StatusOr<int> f = exe_->FindFunction(options.function);
+  if (!f.ok()) return f.status();
+  return impl_->RunFunction(*f, options, &last_iterations_);
+}
+
+absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  if (!impl_->outputs_valid[*f]) {
+    return absl::FailedPreconditionError(absl::StrCat("function '", exe_->function(*f).name, "' has no outputs: it has not run successfully"));
+  }
+  return impl_->outputs[*f];
+}
+
+absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, absl::string_view function) const {
+  absl::StatusOr<std::vector<Tensor>> outs = GetOutputs(function);
+  if (!outs.ok()) return outs.status();
+  if (index < 0 || index >= static_cast<int>(outs->size())) {
+    return absl::OutOfRangeError(absl::StrCat("output index ", index, " out of range (", outs->size(), " outputs)"));
+  }
+  return (*outs)[index];
+}
+
+absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<int> index = FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
+  if (!index.ok()) return index.status();
+  return GetOutput(*index, function);
+}
+
+AllocatorStats VirtualMachine::memory_stats() const { return impl_->pool->stats(); }
+void VirtualMachine::Trim() {
+  for (auto& fs : impl_->sites) {
+    for (auto& site : fs) site.workspace.Reset();
+  }
+  impl_->pool->Trim();
+}
+void VirtualMachine::FailNthAllocation(int64_t n) { impl_->pool->FailNthAllocation(n); }
+void VirtualMachine::set_num_threads(int n) { impl_->ctx.set_num_threads(std::max(1, n)); }
+
+}  // namespace dynvm

@@ -1,0 +1,116 @@
+// Public API. A VirtualMachine runs the functions of one Executable.
+//
+// Ownership: a VM holds a reference to its Executable (the executable outlives every VM made
+// from it). Output tensors returned by GetOutput own their storage: they stay valid after the
+// next Run, after the VM is destroyed, and may be fed back as inputs without a copy.
+//
+// Thread safety: thread-compatible. One VM is used by one thread at a time; create one VM per
+// thread (creation is cheap: registers and a memory pool, no weights). The only method that
+// may be called from another thread while Run is in progress is CancellationToken::Cancel on
+// the token passed in RunOptions.
+#ifndef DYNVM_VM_VIRTUAL_MACHINE_H_
+#define DYNVM_VM_VIRTUAL_MACHINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "allocator/allocator.h"
+#include "kernels/tensor.h"
+#include "vm/executable.h"
+
+namespace dynvm {
+
+// Cancels runs from any thread. A run checks the token at every loop back edge and call.
+class CancellationToken {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  void Reset() { cancelled_.store(false, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct VmOptions {
+  int num_threads = 1;                          // intra-op threads each kernel may use
+  int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
+  int max_call_depth = 200;
+  int64_t memory_limit = 0;                     // bytes of pool memory; 0 = unlimited
+  int64_t reservation = 0;                      // pool bytes reserved up front (see PoolAllocator)
+};
+
+// Receives tensors from the `emit` instruction while a run is in progress (streaming tokens).
+// The tensor is valid only during the call; copy what you keep. A non-OK status stops the run
+// with that status.
+using EmitCallback = std::function<absl::Status(int stream, const Tensor& value)>;
+
+struct RunOptions {
+  std::string function;  // "" = the default entry ("main")
+  absl::Time deadline = absl::InfiniteFuture();
+  const CancellationToken* cancel = nullptr;
+  EmitCallback on_emit;
+};
+
+class VirtualMachine {
+ public:
+  static absl::StatusOr<std::unique_ptr<VirtualMachine>> Create(
+      std::shared_ptr<const Executable> executable, const VmOptions& options = {});
+  ~VirtualMachine();
+  VirtualMachine(const VirtualMachine&) = delete;
+  VirtualMachine& operator=(const VirtualMachine&) = delete;
+
+  const Executable& executable() const { return *exe_; }
+
+  // Names of the real inputs and of the outputs of `function` ("" = default entry). Weights
+  // are constants of the executable, never inputs.
+  absl::StatusOr<std::vector<std::string>> input_names(absl::string_view function = "") const;
+  absl::StatusOr<std::vector<std::string>> output_names(absl::string_view function = "") const;
+
+  // Binds an input by name or index, copying its data into the VM's pool. The dtype must match
+  // the signature; the rank and fixed dims are checked at Run.
+  absl::Status SetInput(absl::string_view name, const Tensor& value, absl::string_view function = "");
+  absl::Status SetInput(int index, const Tensor& value, absl::string_view function = "");
+  // Binds the caller's tensor without a copy. The VM only reads it; the tensor's storage is
+  // kept alive by the binding until it is replaced or the VM is destroyed. REQUIRES nothing of
+  // alignment beyond the dtype's natural alignment, which is checked (InvalidArgument
+  // otherwise). The caller must not write the data while a run may read it.
+  absl::Status SetInputZeroCopy(absl::string_view name, const Tensor& value,
+                                absl::string_view function = "");
+
+  // Runs a function with the bound inputs. On error the VM stays usable; outputs of the failed
+  // run are not available.
+  absl::Status Run(const RunOptions& options = {});
+
+  absl::StatusOr<Tensor> GetOutput(absl::string_view name, absl::string_view function = "") const;
+  absl::StatusOr<Tensor> GetOutput(int index, absl::string_view function = "") const;
+  // The outputs of the last successful run of `function`, in signature order.
+  absl::StatusOr<std::vector<Tensor>> GetOutputs(absl::string_view function = "") const;
+
+  // Pool statistics (bytes in use, peak, calls into the system allocator).
+  AllocatorStats memory_stats() const;
+  // Loop iterations executed by the last run.
+  int64_t last_run_iterations() const { return last_iterations_; }
+  // Returns cached pool memory to the system; bound inputs and outputs stay.
+  void Trim();
+  // Fault injection for tests: the n-th allocation from now fails.
+  void FailNthAllocation(int64_t n);
+  void set_num_threads(int n);
+
+  class Impl;
+
+ private:
+  VirtualMachine() = default;
+  std::shared_ptr<const Executable> exe_;
+  std::unique_ptr<Impl> impl_;
+  int64_t last_iterations_ = 0;
+};
+
+}  // namespace dynvm
+
+#endif  // DYNVM_VM_VIRTUAL_MACHINE_H_
