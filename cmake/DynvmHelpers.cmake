@@ -77,15 +77,20 @@ function(dynvm_benchmark name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
 endfunction()
 
-# dynvm_fuzzer(NAME SRCS... [DEPS targets...]): a libFuzzer binary (DYNVM_BUILD_FUZZERS only).
+# dynvm_fuzzer(NAME SRCS... [DEPS targets...] [CORPUS dir]): a libFuzzer binary
+# (DYNVM_BUILD_FUZZERS only). tools/test.sh runs each fuzzer from a copy of its checked-in
+# CORPUS (a path relative to the calling CMakeLists.txt).
 function(dynvm_fuzzer name)
   if(NOT DYNVM_BUILD_FUZZERS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "CORPUS" "SRCS;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  if(ARG_CORPUS)
+    file(WRITE ${PROJECT_BINARY_DIR}/fuzz_corpus_dirs/${name} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_CORPUS})
+  endif()
 endfunction()
 
 function(dynvm_install_package)

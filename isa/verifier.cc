@@ -726,6 +726,13 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
   return absl::OkStatus();
 }
 
+// flatbuffers 2.0's verifier checks only that a vector's length word is 4-byte aligned, not
+// that 8-byte elements are 8-byte aligned: a hostile file can put a [long] vector at 4 mod 8,
+// and reading it would be a misaligned load. The schema has two such vectors.
+bool ElementsAligned(const flatbuffers::Vector<int64_t>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0;
+}
+
 absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, const VerifyLimits& limits) {
   if (exe.constants() == nullptr) return absl::OkStatus();
   for (uint32_t i = 0; i < exe.constants()->size(); ++i) {
@@ -734,6 +741,7 @@ absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, co
       return absl::InvalidArgumentError(absl::StrCat("constant ", i, ": ", msg));
     };
     if (!IsValidDType(c->dtype())) return err(absl::StrCat("invalid dtype ", c->dtype()));
+    if (!ElementsAligned(c->shape())) return err("shape vector is not 8-byte aligned");
     if (c->dtype() == static_cast<uint8_t>(DType::kString)) return err("string constants are not supported");
     int64_t n = 1;
     if (c->shape()) {
@@ -786,6 +794,9 @@ absl::Status CheckKernels(const fb::Executable& exe) {
     if (k->attrs()) {
       for (const fb::Attribute* a : *k->attrs()) {
         if (static_cast<uint8_t>(a->type()) > static_cast<uint8_t>(fb::AttrType::Tensor)) return err("invalid attribute type");
+        if (!ElementsAligned(a->ints())) {
+          return err(absl::StrCat("attribute '", a->name()->str(), "': ints vector is not 8-byte aligned"));
+        }
         if (a->type() == fb::AttrType::Tensor && a->tensor() >= num_constants) {
           return err(absl::StrCat("attribute '", a->name()->str(), "' refers to constant ", a->tensor(), " out of range"));
         }

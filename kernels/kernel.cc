@@ -72,7 +72,7 @@ absl::StatusOr<void*> KernelContext::Workspace(size_t bytes) {
   Site* s = site();
   if (!s->workspace || s->workspace->size() < bytes) {
     s->workspace.Reset();
-    absl::StatusOr<StorageRef> st = Storage::Allocate(*allocator_, bytes);
+    absl::StatusOr<StorageRef> st = Storage::Allocate(*allocator_, bytes, allocator_keep_alive_);
     if (!st.ok()) return st.status();
     s->workspace = *std::move(st);
   }

@@ -98,7 +98,7 @@ class KernelContext {
 
   // A fresh contiguous tensor for a dynamic output, from the VM's pool.
   absl::StatusOr<Tensor> AllocateOutput(DType dtype, absl::Span<const int64_t> dims) const {
-    return Tensor::Allocate(*allocator_, dtype, dims);
+    return Tensor::Allocate(*allocator_, dtype, dims, allocator_keep_alive_);
   }
   // Scratch memory for this invoke site, valid until the next Workspace call at this site;
   // reused across runs (it grows, never shrinks, until the VM is trimmed).
@@ -118,12 +118,18 @@ class KernelContext {
   };
   void set_site(Site* site) { site_ = site; }
   void set_num_threads(int n) { num_threads_ = n; }
-  void set_allocator(Allocator* a) { allocator_ = a; }
+  // `keep_alive` owns `a`: each dynamic output holds it, so an output that escapes the VM (a
+  // function output) keeps the pool alive until it is dropped.
+  void set_allocator(Allocator* a, std::shared_ptr<Allocator> keep_alive = nullptr) {
+    allocator_ = a;
+    allocator_keep_alive_ = std::move(keep_alive);
+  }
 
  private:
   Site* site() { return site_ != nullptr ? site_ : &own_site_; }
 
   Allocator* allocator_;
+  std::shared_ptr<Allocator> allocator_keep_alive_;
   int num_threads_;
   Site* site_ = nullptr;
   Site own_site_;

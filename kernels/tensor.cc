@@ -21,10 +21,12 @@ absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> dims) {
 }
 
 void ContiguousStrides(absl::Span<const int64_t> dims, int64_t* strides) {
+  // Saturates instead of overflowing: an empty tensor may have huge other dims, and its
+  // strides are never used to address memory.
   int64_t s = 1;
   for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= std::max<int64_t>(dims[i], 1);
+    if (__builtin_mul_overflow(s, std::max<int64_t>(dims[i], 1), &s)) s = INT64_MAX;
   }
 }
 
@@ -33,7 +35,8 @@ std::string DimsString(absl::Span<const int64_t> dims) {
 }
 
 absl::StatusOr<Tensor> Tensor::Allocate(Allocator& allocator, DType dtype,
-                                        absl::Span<const int64_t> dims) {
+                                        absl::Span<const int64_t> dims,
+                                        std::shared_ptr<Allocator> keep_alive) {
   if (dims.size() > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", dims.size(), " exceeds ", kMaxRank));
   }
@@ -43,7 +46,8 @@ absl::StatusOr<Tensor> Tensor::Allocate(Allocator& allocator, DType dtype,
   if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("byte size of ", DimsString(dims), " overflows"));
   }
-  absl::StatusOr<StorageRef> s = Storage::Allocate(allocator, static_cast<size_t>(bytes));
+  absl::StatusOr<StorageRef> s =
+      Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
   if (!s.ok()) return s.status();
   Tensor t;
   t.storage_ = *std::move(s);
@@ -131,7 +135,9 @@ void Tensor::SetContiguousDims(absl::Span<const int64_t> dims) {
   std::copy(dims.begin(), dims.end(), dims_);
   ContiguousStrides(dims, strides_);
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
+  }
   numel_ = n;
   contiguous_ = true;
 }
@@ -145,7 +151,9 @@ void Tensor::SetView(absl::Span<const int64_t> dims, absl::Span<const int64_t> s
 
 void Tensor::UpdateDerived() {
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  for (int i = 0; i < rank_; ++i) {
+    if (__builtin_mul_overflow(n, dims_[i], &n)) n = INT64_MAX;
+  }
   numel_ = n;
   // Contiguous when strides are row-major for every dim larger than 1.
   int64_t expect = 1;
@@ -155,7 +163,7 @@ void Tensor::UpdateDerived() {
       contiguous_ = false;
       break;
     }
-    expect *= dims_[i];
+    if (__builtin_mul_overflow(expect, dims_[i], &expect)) expect = INT64_MAX;
   }
   if (n == 0) contiguous_ = true;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,9 +32,12 @@ class Tensor {
 
   Tensor() = default;
 
-  // A contiguous tensor over fresh memory from `allocator` (contents uninitialized).
+  // A contiguous tensor over fresh memory from `allocator` (contents uninitialized). Pass
+  // `keep_alive` (the allocator's owner) when the tensor may outlive other references to the
+  // allocator, e.g. a VM's pool whose tensors escape as outputs.
   static absl::StatusOr<Tensor> Allocate(Allocator& allocator, DType dtype,
-                                         absl::Span<const int64_t> dims);
+                                         absl::Span<const int64_t> dims,
+                                         std::shared_ptr<Allocator> keep_alive = nullptr);
   // A contiguous tensor on the CPU from the process heap, for host code and tests.
   static absl::StatusOr<Tensor> Empty(DType dtype, absl::Span<const int64_t> dims);
   static Tensor Scalar(float v);

@@ -448,13 +448,13 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     int64_t d[Tensor::kMaxRank];
     for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
     absl::StatusOr<Tensor> t = ops::AllocGrowable(*pool, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
-                                                  VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]));
+                                                  VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]), pool);
     if (!t.ok()) FAIL(t.status());
     O(ip[1]).t = *std::move(t);
     NEXT();
   }
   CASE(Append) {
-    CHECK_OK(ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3])));
+    CHECK_OK(ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool));
     NEXT();
   }
   CASE(LoadConst) {

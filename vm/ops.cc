@@ -188,6 +188,12 @@ absl::Status WriteFloat(Tensor& t, int64_t index, double v) {
 
 absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
                               absl::Span<const int64_t> dims) {
+  // Kernels access elements as typed values (and devices may require it): an offset that is
+  // not a multiple of the element size would misalign every element.
+  if (offset % DTypeSize(dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("alloc_tensor byte offset ", offset, " is not a multiple of the ",
+                                                   DTypeSize(dtype), "-byte ", DTypeName(dtype), " element size"));
+  }
   return Tensor::View(storage, offset, dtype, dims);
 }
 
@@ -228,7 +234,7 @@ void CapacityStrides(absl::Span<const int64_t> dims, int axis, int64_t capacity,
 }  // namespace
 
 absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis, int64_t capacity,
-                                     absl::Span<const int64_t> dims) {
+                                     absl::Span<const int64_t> dims, std::shared_ptr<Allocator> keep_alive) {
   if (axis < 0 || axis >= static_cast<int>(dims.size())) {
     return absl::InvalidArgumentError(absl::StrCat("growth axis ", axis, " out of range for ", DimsString(dims)));
   }
@@ -242,7 +248,7 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
   if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
     return absl::InvalidArgumentError("growable tensor size overflows");
   }
-  absl::StatusOr<StorageRef> st = Storage::Allocate(allocator, static_cast<size_t>(bytes));
+  absl::StatusOr<StorageRef> st = Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
   if (!st.ok()) return st.status();
   (*st)->grow_axis = axis;
   (*st)->grow_capacity = capacity;
@@ -252,7 +258,8 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
   return Tensor::View(*std::move(st), 0, dtype, dims, absl::Span<const int64_t>(strides, dims.size()));
 }
 
-absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis) {
+absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
+                    std::shared_ptr<Allocator> keep_alive) {
   const int rank = dst.rank();
   if (src.rank() != rank || axis >= rank) {
     return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ", dst.DebugString(),
@@ -278,7 +285,8 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
   }
   if (!in_place) {
     const int64_t capacity = std::max<int64_t>(new_len, 2 * std::max<int64_t>(old_len, st->grow_capacity > 0 && st->grow_axis == axis ? st->grow_capacity : old_len));
-    absl::StatusOr<Tensor> grown = AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims());
+    absl::StatusOr<Tensor> grown = AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims(),
+                                                std::move(keep_alive));
     if (!grown.ok()) return grown.status();
     if (absl::Status s = Copy(dst, *grown); !s.ok()) return s;
     dst = *std::move(grown);

@@ -4,6 +4,7 @@
 #define DYNVM_VM_OPS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,7 +25,7 @@ absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index);
 absl::Status WriteInt(Tensor& t, int64_t index, int64_t v);
 absl::Status WriteFloat(Tensor& t, int64_t index, double v);
 
-// alloc_tensor: a contiguous view of `storage` at `offset` bytes.
+// alloc_tensor: a contiguous view of `storage` at `offset` bytes, a multiple of the element size.
 absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
                               absl::Span<const int64_t> dims);
 // reshape: `src` (contiguous) with new dims of the same element count.
@@ -34,11 +35,14 @@ absl::StatusOr<Tensor> View(const Tensor& src, int64_t offset, absl::Span<const 
                             absl::Span<const int64_t> strides);
 
 // alloc_growable: a tensor with `dims` whose storage has room for `capacity` along `axis`.
+// The storage holds `keep_alive` (the allocator's owner), so the tensor may outlive the VM.
 absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis,
-                                     int64_t capacity, absl::Span<const int64_t> dims);
+                                     int64_t capacity, absl::Span<const int64_t> dims,
+                                     std::shared_ptr<Allocator> keep_alive = nullptr);
 // append: dst := concat(dst, src) along axis; in place when dst ends at its storage's
 // frontier with room left, otherwise into a new storage of twice the needed capacity.
-absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis);
+absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
+                    std::shared_ptr<Allocator> keep_alive = nullptr);
 
 }  // namespace dynvm::ops
 

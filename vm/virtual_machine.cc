@@ -19,7 +19,7 @@ absl::Status VirtualMachine::Impl::Init() {
   popts.memory_limit = options.memory_limit;
   popts.reservation = options.reservation;
   pool = std::make_shared<PoolAllocator>(popts);
-  ctx.set_allocator(pool.get());
+  ctx.set_allocator(pool.get(), pool);
   ctx.set_num_threads(std::max(1, options.num_threads));
   // One read-only storage over the constant segment per VM: its reference count is this VM's
   // alone (no contention between threads), and a tensor that escapes keeps the executable alive.
@@ -216,6 +216,12 @@ absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& 
                                               "' has ", info.inputs.size(), " inputs"));
   }
   const ParamInfo& p = info.inputs[index];
+  // The verifier accepts sequence and optional inputs, but a tensor bound to one would leave
+  // the register's sequence (or its "has" flag) unset for the code that reads it.
+  if (p.kind != ObjectKind::kTensor) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' of function '", info.name,
+                                                   "' is not a tensor; only tensor inputs can be bound"));
+  }
   if (!value.defined()) return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
   if (value.dtype() != p.dtype) {
     return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be ", DTypeName(p.dtype), ", got ",
@@ -233,7 +239,7 @@ absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::stri
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckInputValue(exe_->function(*f), index, value); !s.ok()) return s;
-  absl::StatusOr<Tensor> copy = Tensor::Allocate(*impl_->pool, value.dtype(), value.dims());
+  absl::StatusOr<Tensor> copy = Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool);
   if (!copy.ok()) return copy.status();
   if (absl::Status s = ops::Copy(value, *copy); !s.ok()) return s;
   impl_->inputs[*f][index] = *std::move(copy);

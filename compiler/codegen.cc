@@ -1,0 +1,1276 @@
+// Memory planning and bytecode emission for one function (docs/compiler.md).
+//
+// Planning: every value gets a storage class. Values of bounded size share one arena per
+// function, placed by liveness (greedy, largest first); values in a loop body reuse their
+// slots every iteration; loop-carried values computed into the arena are double-buffered (the
+// write offset swaps at the back edge); a Concat onto a loop-carried value becomes an in-place
+// append into a growable storage; values of unbounded size get a pool storage sized by scalar
+// code; data-dependent values are allocated by their kernel. Function outputs never live in
+// the arena.
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen.h"
+#include "isa/instruction.h"
+#include "isa/opcodes.h"
+
+namespace dynvm::compiler {
+namespace {
+
+using isa::CodeWriter;
+using isa::Opcode;
+
+enum class Store : uint8_t {
+  kNone,      // not materialized (unused)
+  kConst,     // a constant: load_const at function entry
+  kParam,     // a function input
+  kAlias,     // a view of another value (reshape, identity)
+  kArena,     // a slot of the function's arena
+  kDouble,    // two arena slots, alternating per iteration (loop-carried)
+  kPool,      // its own pool storage, sized at run time
+  kDynamic,   // allocated by its kernel
+  kLazy,      // a shape computation kept as scalars; materialized on demand
+  kRegister,  // defined by a register set elsewhere (loop-carried, If results, growables)
+};
+
+struct Alloc {
+  int64_t size = 0;
+  int64_t start = std::numeric_limits<int64_t>::max();
+  int64_t end = -1;
+  int64_t offset = -1;
+  void Cover(int64_t a, int64_t b) {
+    start = std::min(start, a);
+    end = std::max(end, b);
+  }
+};
+
+struct Info {
+  Store store = Store::kNone;
+  const Value* alias_of = nullptr;
+  std::vector<int> allocs;  // arena allocations holding this value's data
+  bool materialize = false;
+  int64_t def = -1;
+  int64_t last_use = -1;
+};
+
+bool IsOnnx(const Node& n, absl::string_view op) { return n.domain.empty() && n.op == op; }
+
+bool IsLazyOp(const Node& n) {
+  static const absl::flat_hash_set<std::string> kOps = {
+      "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Reshape",
+      "Add", "Sub", "Mul", "Div", "Identity", "Flatten"};
+  if (!n.domain.empty() || !kOps.contains(n.op)) return false;
+  bool any = false;
+  for (const Value* v : n.outputs) {
+    if (v == nullptr) continue;
+    if (!v->content || v->dynamic || !v->shape || v->shape->size() > 1 || !IsInteger(v->dtype)) return false;
+    any = true;
+  }
+  return any;
+}
+
+// Ops that only change how a tensor is viewed.
+bool IsViewOp(const Node& n) {
+  if (!n.domain.empty()) return false;
+  if (n.op == "Identity") return true;
+  if (n.op == "Dropout") {
+    const AttrValue* m = n.attr("training_mode");
+    return n.inputs.size() <= 2 && (m == nullptr || m->i == 0) && (n.outputs.size() < 2 || n.outputs[1] == nullptr);
+  }
+  return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
+}
+
+class FunctionCodegen {
+ public:
+  FunctionCodegen(Module& m, const Function& f, uint32_t index, ExecutableBuilder& b, const CompileOptions& o)
+      : m_(m), sym_(m.sym()), f_(f), g_(*f.graph), index_(index), b_(b), opts_(o) {}
+
+  absl::StatusOr<FunctionReport> Run();
+
+ private:
+  // ---- analysis ----
+  void Number(Graph& g);
+  void CollectUses(Graph& g);
+  absl::Status Classify(Graph& g);
+  void PlanLoop(Node& loop);
+  void Liveness();
+  void Place();
+  int NewAlloc(const Value* v);
+  const Value* Root(const Value* v) const {
+    while (true) {
+      auto it = info_.find(v);
+      if (it == info_.end() || it->second.store != Store::kAlias) return v;
+      v = it->second.alias_of;
+    }
+  }
+  absl::StatusOr<int64_t> ArenaBytes(const Value* v) const;
+  bool NeedsTensor(const Value* v) const;
+
+  // ---- emission ----
+  absl::Status EmitGraph(Graph& g);
+  absl::Status EmitNode(Node& n);
+  absl::Status EmitKernel(Node& n);
+  absl::Status EmitView(Node& n);
+  absl::Status EmitIf(Node& n);
+  absl::Status EmitLoop(Node& n);
+  absl::Status EmitAppend(Node& n);
+  absl::Status EmitAllocFor(const Value* v, uint32_t reg);
+  absl::Status EmitMaterializeLazy(const Value* v);
+  absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
+  absl::StatusOr<uint32_t> Tensor(const Value* v);  // the register holding v as a tensor
+  absl::StatusOr<uint32_t> EvalDim(Dim d);
+  absl::StatusOr<uint32_t> ValueWord(Dim d);
+  absl::StatusOr<std::vector<uint32_t>> DimWords(const std::vector<Dim>& dims);
+  absl::Status Finish();
+  bool PoolOwned(const Value* v);
+
+  uint32_t NewScalar(fb::ScalarType t) {
+    fn_->scalar_types.push_back(t);
+    return static_cast<uint32_t>(fn_->scalar_types.size() - 1);
+  }
+  uint32_t NewObject(fb::ObjectKind kind, DType dtype) {
+    fn_->object_types.emplace_back(kind, static_cast<uint8_t>(dtype), fb::ObjectKind::Tensor);
+    return static_cast<uint32_t>(fn_->object_types.size() - 1);
+  }
+  uint32_t NewTensorReg(const Value* v) { return NewObject(fb::ObjectKind::Tensor, v->dtype); }
+  void BindSymbol(Dim sym, uint32_t reg) { scopes_.back().dims[sym] = reg; }
+  void PushScope() { scopes_.emplace_back(); }
+  void PopScope() { scopes_.pop_back(); }
+  absl::Status Internal(absl::string_view msg) const {
+    return absl::InternalError(absl::StrCat("function '", f_.name, "': ", msg));
+  }
+
+  Module& m_;
+  SymbolicContext& sym_;
+  const Function& f_;
+  Graph& g_;
+  uint32_t index_;
+  ExecutableBuilder& b_;
+  const CompileOptions& opts_;
+  fb::FunctionT* fn_ = nullptr;
+  std::vector<uint32_t>* code_ = nullptr;
+
+  int64_t clock_ = 0;
+  absl::flat_hash_map<const Node*, std::pair<int64_t, int64_t>> pos_;
+  absl::flat_hash_map<const Value*, std::vector<std::pair<const Node*, Graph*>>> uses_;  // node null: graph output
+  absl::flat_hash_map<const Value*, Info> info_;
+  std::vector<Alloc> allocs_;
+  int64_t arena_bytes_ = 0;
+  int64_t largest_live_ = 0;
+
+  // Loop lowering decisions.
+  absl::flat_hash_set<const Node*> append_nodes_;          // Concat lowered to append
+  absl::flat_hash_map<const Node*, std::vector<bool>> growable_carried_;  // per Loop node
+  absl::flat_hash_map<const Value*, const Value*> double_root_of_;  // carried body output -> root
+
+  struct Scope {
+    absl::flat_hash_map<Dim, uint32_t> dims;
+  };
+  std::vector<Scope> scopes_;
+  absl::flat_hash_map<const Value*, uint32_t> reg_;
+  absl::flat_hash_map<const Value*, std::pair<uint32_t, uint32_t>> double_offsets_;  // root -> (write, other)
+  uint32_t arena_reg_ = 0;
+  uint32_t site_ = 0;
+  int dynamic_sites_ = 0;
+  int invokes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Analysis
+
+void FunctionCodegen::Number(Graph& g) {
+  for (auto& n : g.nodes) {
+    const int64_t start = ++clock_;
+    for (auto& [name, sub] : n->subgraphs) Number(*sub);
+    pos_[n.get()] = {start, ++clock_};
+  }
+}
+
+void FunctionCodegen::CollectUses(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (const Value* v : n->inputs) {
+      if (v) uses_[v].push_back({n.get(), &g});
+    }
+    for (auto& [name, sub] : n->subgraphs) CollectUses(*sub);
+  }
+  for (const Value* v : g.outputs) {
+    if (v) uses_[v].push_back({nullptr, &g});
+  }
+}
+
+bool FunctionCodegen::NeedsTensor(const Value* v) const {
+  auto it = uses_.find(v);
+  if (it == uses_.end()) return false;
+  for (const auto& [node, graph] : it->second) {
+    if (node == nullptr) return true;  // a graph output
+    if (IsLazyOp(*node)) continue;
+    if (IsOnnx(*node, "Loop") && (node->inputs.size() > 0 && node->inputs[0] == v) &&
+        !(node->inputs.size() > 1 && node->inputs[1] == v)) {
+      continue;  // the trip count is read from the content
+    }
+    if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v && node->inputs[0] != v &&
+        node->outputs[0] && node->outputs[0]->shape && !node->outputs[0]->dynamic) {
+      continue;  // a reshape target: the dims come from the content
+    }
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int64_t> FunctionCodegen::ArenaBytes(const Value* v) const {
+  if (!v->shape || v->dynamic) return absl::UnavailableError("dynamic");
+  Dim bytes = sym_.Const(DTypeSize(v->dtype));
+  for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+  std::optional<int64_t> ub = sym_.UpperBound(bytes);
+  if (!ub || *ub > opts_.arena_value_limit) return absl::UnavailableError("unbounded");
+  return (std::max<int64_t>(*ub, 1) + 63) / 64 * 64;
+}
+
+int FunctionCodegen::NewAlloc(const Value* v) {
+  absl::StatusOr<int64_t> bytes = ArenaBytes(v);
+  Alloc a;
+  a.size = bytes.ok() ? *bytes : 64;
+  allocs_.push_back(a);
+  return static_cast<int>(allocs_.size() - 1);
+}
+
+absl::Status FunctionCodegen::Classify(Graph& g) {
+  for (auto& node : g.nodes) {
+    Node& n = *node;
+    if (IsOnnx(n, "Loop")) PlanLoop(n);
+    for (auto& [name, sub] : n.subgraphs) {
+      for (const Value* in : sub->inputs) info_[in].store = Store::kRegister;
+      if (IsOnnx(n, "Loop")) {
+        // The iteration number is a scalar made a tensor only on demand; the condition is
+        // written into a small arena slot when the body reads it.
+        if (sub->inputs[0]->content) info_[sub->inputs[0]].store = Store::kLazy;
+        if (uses_.contains(sub->inputs[1])) info_[sub->inputs[1]].store = Store::kArena;
+      }
+      if (absl::Status s = Classify(*sub); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value* v = n.outputs[i];
+      if (v == nullptr) continue;
+      Info& info = info_[v];
+      if (v->constant) {
+        info.store = Store::kConst;
+        continue;
+      }
+      if (!n.subgraphs.empty()) {
+        info.store = Store::kRegister;  // If results, Loop/Scan outputs
+        continue;
+      }
+      if (append_nodes_.contains(&n)) {
+        info.store = Store::kRegister;
+        continue;
+      }
+      if (IsLazyOp(n)) {
+        info.store = Store::kLazy;
+        continue;
+      }
+      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr) {
+        info.store = Store::kAlias;
+        info.alias_of = n.inputs[0];
+        continue;
+      }
+      if (v->dynamic || !v->shape) {
+        info.store = Store::kDynamic;
+        continue;
+      }
+      if (ArenaBytes(v).ok()) {
+        info.store = Store::kArena;
+      } else {
+        info.store = Store::kPool;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Decides, for each loop-carried value, how it is stored across iterations.
+void FunctionCodegen::PlanLoop(Node& loop) {
+  Graph* body = loop.subgraph("body");
+  const size_t nc = loop.inputs.size() - 2;
+  std::vector<bool>& grow = growable_carried_[&loop];
+  grow.assign(nc, false);
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* in = body->inputs[2 + i];
+    const Value* out = body->outputs[1 + i];
+    if (out == nullptr || out->producer == nullptr || out->graph != body) continue;
+    const Node& p = *out->producer;
+    const AttrValue* axis = p.attr("axis");
+    if (!IsOnnx(p, "Concat") || p.inputs.size() != 2 || p.inputs[0] != in || p.inputs[1] == in ||
+        axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr || p.inputs[1]->rank() != in->rank()) {
+      continue;
+    }
+    // The old value must not be read as a tensor after it has been extended in place.
+    bool only_concat = true;
+    auto it = uses_.find(in);
+    if (it != uses_.end()) {
+      for (const auto& [node, graph] : it->second) {
+        if (node != &p && !(node != nullptr && IsLazyOp(*node))) only_concat = false;
+      }
+    }
+    if (!only_concat) continue;
+    grow[i] = true;
+    append_nodes_.insert(&p);
+  }
+}
+
+void FunctionCodegen::Liveness() {
+  // Definition points.
+  std::function<void(Graph&, int64_t)> defs = [&](Graph& g, int64_t entry) {
+    for (const Value* v : g.inputs) info_[v].def = entry;
+    for (auto& n : g.nodes) {
+      const int64_t start = pos_[n.get()].first;
+      for (auto& [name, sub] : n->subgraphs) defs(*sub, start);
+      // Outputs are allocated before the node runs, while its inputs are still live: a
+      // kernel never writes over its own inputs.
+      for (const Value* v : n->outputs) {
+        if (v) info_[v].def = start;
+      }
+    }
+  };
+  defs(g_, 0);
+  // Uses, extended to the end of every loop between the use and the definition.
+  const int64_t function_end = clock_ + 1;
+  for (const auto& [v, list] : uses_) {
+    Info& info = info_[v];
+    for (const auto& [node, graph] : list) {
+      int64_t t = node ? pos_[node].first : (graph->owner ? pos_[graph->owner].second : function_end);
+      for (Graph* r = graph; r != nullptr && r != v->graph; r = r->parent) {
+        if (r->owner && (IsOnnx(*r->owner, "Loop") || IsOnnx(*r->owner, "Scan"))) {
+          t = std::max(t, pos_[r->owner].second);
+        }
+      }
+      info.last_use = std::max(info.last_use, t);
+    }
+  }
+  // Allocations: cover every value whose data they hold.
+  for (auto& [v, info] : info_) {
+    const Value* root = Root(v);
+    Info& ri = info_[root];
+    if (ri.store == Store::kArena || (ri.store == Store::kLazy && ri.materialize)) {
+      if (ri.allocs.empty()) ri.allocs.push_back(NewAlloc(root));
+    }
+  }
+  for (auto& [v, info] : info_) {
+    const Value* root = Root(v);
+    for (int a : info_[root].allocs) allocs_[a].Cover(info.def, std::max(info.last_use, info.def));
+  }
+  // Results of regions keep the data of their branch / body values alive.
+  std::function<void(Graph&)> regions = [&](Graph& g) {
+    for (auto& n : g.nodes) {
+      for (auto& [name, sub] : n->subgraphs) regions(*sub);
+      if (IsOnnx(*n, "If")) {
+        for (size_t i = 0; i < n->outputs.size(); ++i) {
+          if (!n->outputs[i]) continue;
+          const int64_t end = std::max(info_[n->outputs[i]].last_use, pos_[n.get()].second);
+          for (const char* br : {"then_branch", "else_branch"}) {
+            const Value* bv = n->subgraph(br)->outputs[i];
+            for (int a : info_[Root(bv)].allocs) allocs_[a].Cover(allocs_[a].start, end);
+          }
+        }
+      }
+      if (IsOnnx(*n, "Loop")) {
+        Graph* body = n->subgraph("body");
+        const size_t nc = n->inputs.size() - 2;
+        const auto [start, end] = pos_[n.get()];
+        for (size_t i = 0; i < nc; ++i) {
+          const int64_t out_end = n->outputs[i] ? std::max(info_[n->outputs[i]].last_use, end) : end;
+          // The initial value is read by the first iteration and is the result of none.
+          for (int a : info_[Root(n->inputs[2 + i])].allocs) allocs_[a].Cover(start, out_end);
+          const Value* out = body->outputs[1 + i];
+          for (int a : info_[Root(out)].allocs) allocs_[a].Cover(start, out_end);
+        }
+      }
+    }
+  };
+  regions(g_);
+}
+
+void FunctionCodegen::Place() {
+  std::vector<int> order(allocs_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    // Largest first; equal sizes by start time, which colours an interval graph optimally.
+    if (allocs_[a].size != allocs_[b].size) return allocs_[a].size > allocs_[b].size;
+    return allocs_[a].start < allocs_[b].start;
+  });
+  std::vector<int> placed;
+  for (int idx : order) {
+    Alloc& a = allocs_[idx];
+    if (a.end < a.start) a.start = a.end = 0;
+    // Candidate offsets: 0 and the end of every placed allocation that overlaps in time.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int p : placed) {
+      const Alloc& o = allocs_[p];
+      if (o.start <= a.end && a.start <= o.end) busy.emplace_back(o.offset, o.offset + o.size);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + a.size <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    a.offset = offset;
+    arena_bytes_ = std::max(arena_bytes_, offset + a.size);
+    placed.push_back(idx);
+  }
+  // Largest live set.
+  std::vector<std::pair<int64_t, int64_t>> events;
+  for (const Alloc& a : allocs_) {
+    events.emplace_back(a.start, a.size);
+    events.emplace_back(a.end + 1, -a.size);
+  }
+  std::sort(events.begin(), events.end());
+  int64_t live = 0;
+  for (const auto& [t, d] : events) {
+    live += d;
+    largest_live_ = std::max(largest_live_, live);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emission helpers
+
+absl::StatusOr<uint32_t> FunctionCodegen::EvalDim(Dim d) {
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    auto f = it->dims.find(d);
+    if (f != it->dims.end()) return f->second;
+  }
+  CodeWriter w(code_);
+  uint32_t r;
+  switch (d->kind) {
+    case DimNode::Kind::kConst:
+      r = NewScalar(fb::ScalarType::I64);
+      w.Begin(Opcode::kConstI);
+      w.Word(r);
+      w.Imm64(d->value);
+      break;
+    case DimNode::Kind::kSymbol:
+      return Internal(absl::StrCat("symbol '", d->name, "' is used before it is defined"));
+    default: {
+      absl::StatusOr<uint32_t> a = EvalDim(d->a);
+      if (!a.ok()) return a.status();
+      absl::StatusOr<uint32_t> b = EvalDim(d->b);
+      if (!b.ok()) return b.status();
+      Opcode op = Opcode::kAddI;
+      switch (d->kind) {
+        case DimNode::Kind::kAdd: op = Opcode::kAddI; break;
+        case DimNode::Kind::kMul: op = Opcode::kMulI; break;
+        case DimNode::Kind::kFloorDiv: op = Opcode::kDivI; break;
+        case DimNode::Kind::kMax: op = Opcode::kMaxI; break;
+        case DimNode::Kind::kMin: op = Opcode::kMinI; break;
+        default: break;
+      }
+      r = NewScalar(fb::ScalarType::I64);
+      w.Begin(op);
+      w.Word(r);
+      w.Word(*a);
+      w.Word(*b);
+    }
+  }
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  BindSymbol(d, r);
+  return r;
+}
+
+absl::StatusOr<uint32_t> FunctionCodegen::ValueWord(Dim d) {
+  if (auto c = SymbolicContext::AsConst(d); c && *c >= 0 && *c < static_cast<int64_t>(isa::kRegisterFlag)) {
+    return static_cast<uint32_t>(*c);
+  }
+  absl::StatusOr<uint32_t> r = EvalDim(d);
+  if (!r.ok()) return r.status();
+  return isa::ValueRegister(*r);
+}
+
+absl::StatusOr<std::vector<uint32_t>> FunctionCodegen::DimWords(const std::vector<Dim>& dims) {
+  std::vector<uint32_t> words;
+  for (Dim d : dims) {
+    absl::StatusOr<uint32_t> w = ValueWord(d);
+    if (!w.ok()) return w.status();
+    words.push_back(*w);
+  }
+  return words;
+}
+
+absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg) {
+  const Info& info = info_[v];
+  absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*v->shape);
+  if (!dims.ok()) return dims.status();
+  CodeWriter w(code_);
+  if (info.store == Store::kPool || info.allocs.empty()) {
+    Dim bytes = sym_.Const(DTypeSize(v->dtype));
+    for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+    absl::StatusOr<uint32_t> size = ValueWord(bytes);
+    if (!size.ok()) return size.status();
+    const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
+    w.Begin(Opcode::kAllocStorage);
+    w.Word(st);
+    w.Word(*size);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAllocTensor);
+    w.Word(reg);
+    w.Word(st);
+    w.Word(0);
+    w.Word(static_cast<uint32_t>(v->dtype));
+    w.List(*dims);
+    ++dynamic_sites_;
+    return w.End();
+  }
+  uint32_t offset_word;
+  auto d = double_offsets_.find(v);
+  if (d != double_offsets_.end()) {
+    offset_word = isa::ValueRegister(d->second.first);
+  } else {
+    const int64_t off = allocs_[info.allocs[0]].offset;
+    if (off < static_cast<int64_t>(isa::kRegisterFlag)) {
+      offset_word = static_cast<uint32_t>(off);
+    } else {
+      absl::StatusOr<uint32_t> r = EvalDim(sym_.Const(off));
+      if (!r.ok()) return r.status();
+      offset_word = isa::ValueRegister(*r);
+    }
+  }
+  w.Begin(Opcode::kAllocTensor);
+  w.Word(reg);
+  w.Word(arena_reg_);
+  w.Word(offset_word);
+  w.Word(static_cast<uint32_t>(v->dtype));
+  w.List(*dims);
+  return w.End();
+}
+
+absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg) {
+  if (!v->shape) return absl::OkStatus();
+  for (size_t i = 0; i < v->shape->size(); ++i) {
+    Dim d = (*v->shape)[i];
+    if (!SymbolicContext::IsSymbol(d)) continue;
+    bool defined = false;
+    for (const Scope& s : scopes_) defined |= s.dims.contains(d);
+    if (defined) continue;
+    const uint32_t r = NewScalar(fb::ScalarType::I64);
+    CodeWriter w(code_);
+    w.Begin(Opcode::kDim);
+    w.Word(r);
+    w.Word(reg);
+    w.Word(static_cast<uint32_t>(i));
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    BindSymbol(d, r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitMaterializeLazy(const Value* v) {
+  const uint32_t reg = NewTensorReg(v);
+  if (absl::Status s = EmitAllocFor(v, reg); !s.ok()) return s;
+  const std::vector<Dim>& content = *v->content;
+  for (size_t k = 0; k < content.size(); ++k) {
+    absl::StatusOr<uint32_t> x = EvalDim(content[k]);
+    if (!x.ok()) return x.status();
+    CodeWriter w(code_);
+    w.Begin(Opcode::kWrite);
+    w.Word(reg);
+    w.Word(static_cast<uint32_t>(k));
+    w.Word(*x);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  reg_[v] = reg;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> FunctionCodegen::Tensor(const Value* v) {
+  auto it = reg_.find(v);
+  if (it != reg_.end()) return it->second;
+  const Info& info = info_[v];
+  if (info.store == Store::kLazy) {
+    if (absl::Status s = EmitMaterializeLazy(v); !s.ok()) return s;
+    return reg_[v];
+  }
+  return Internal(absl::StrCat("value %", v->id, " (", v->TypeString(), ") has no register here"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emission
+
+absl::Status FunctionCodegen::EmitGraph(Graph& g) {
+  for (auto& n : g.nodes) {
+    b_.Location(index_, static_cast<uint32_t>(code_->size()), n->Label());
+    if (absl::Status s = EmitNode(*n); !s.ok()) {
+      if (s.code() == absl::StatusCode::kInternal || absl::StrContains(s.message(), n->Label())) return s;
+      return absl::Status(s.code(), absl::StrCat(n->Label(), ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitNode(Node& n) {
+  if (IsOnnx(n, "If")) return EmitIf(n);
+  if (IsOnnx(n, "Loop")) return EmitLoop(n);
+  if (!n.subgraphs.empty()) {
+    return absl::UnimplementedError(absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
+  }
+  if (append_nodes_.contains(&n)) return EmitAppend(n);
+  bool all_constant = true;
+  for (const Value* v : n.outputs) {
+    if (v && !v->constant) all_constant = false;
+  }
+  if (all_constant) return absl::OkStatus();
+  if (IsLazyOp(n)) {
+    for (const Value* v : n.outputs) {
+      if (v && info_[v].materialize) {
+        if (absl::Status s = EmitMaterializeLazy(v); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (IsViewOp(n) && n.outputs[0] && info_[n.outputs[0]].store == Store::kAlias) return EmitView(n);
+  return EmitKernel(n);
+}
+
+absl::Status FunctionCodegen::EmitView(Node& n) {
+  const Value* out = n.outputs[0];
+  absl::StatusOr<uint32_t> in = Tensor(n.inputs[0]);
+  if (!in.ok()) return in.status();
+  const uint32_t reg = NewTensorReg(out);
+  CodeWriter w(code_);
+  if (n.op == "Identity" || n.op == "Dropout") {
+    w.Begin(Opcode::kMov);
+    w.Word(reg);
+    w.Word(*in);
+  } else {
+    absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*out->shape);
+    if (!dims.ok()) return dims.status();
+    w.Begin(Opcode::kReshape);
+    w.Word(reg);
+    w.Word(*in);
+    w.List(*dims);
+  }
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  reg_[out] = reg;
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitKernel(Node& n) {
+  std::vector<uint32_t> ins, outs;
+  for (const Value* v : n.inputs) {
+    if (v == nullptr) {
+      ins.push_back(isa::kAbsentRegister);
+      continue;
+    }
+    absl::StatusOr<uint32_t> r = Tensor(v);
+    if (!r.ok()) return r.status();
+    ins.push_back(*r);
+  }
+  std::vector<bool> dynamic(n.outputs.size(), false);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const Value* v = n.outputs[i];
+    if (v == nullptr) {
+      outs.push_back(isa::kAbsentRegister);
+      continue;
+    }
+    const uint32_t reg = NewTensorReg(v);
+    const Store store = info_[v].store;
+    if (store == Store::kDynamic || store == Store::kNone || store == Store::kLazy) {
+      dynamic[i] = true;
+      ++dynamic_sites_;
+    } else {
+      if (absl::Status s = EmitAllocFor(v, reg); !s.ok()) return s;
+    }
+    outs.push_back(reg);
+    reg_[v] = reg;
+  }
+  absl::StatusOr<uint32_t> k = b_.KernelFor(n, dynamic);
+  if (!k.ok()) return k.status();
+  CodeWriter w(code_);
+  w.Begin(Opcode::kInvoke);
+  w.Word(*k);
+  w.Word(site_++);
+  w.List(ins);
+  w.List(outs);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  ++invokes_;
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] && dynamic[i]) {
+      if (absl::Status s = DefineDynamicSymbols(n.outputs[i], outs[i]); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitAppend(Node& n) {
+  // Concat(carried, x) lowered to an in-place append into the carried register.
+  absl::StatusOr<uint32_t> dst = Tensor(n.inputs[0]);
+  if (!dst.ok()) return dst.status();
+  absl::StatusOr<uint32_t> x = Tensor(n.inputs[1]);
+  if (!x.ok()) return x.status();
+  int64_t axis = n.attr("axis")->i;
+  if (axis < 0) axis += n.inputs[0]->rank();
+  CodeWriter w(code_);
+  w.Begin(Opcode::kAppend);
+  w.Word(*dst);
+  w.Word(*x);
+  w.Word(static_cast<uint32_t>(axis));
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  reg_[n.outputs[0]] = *dst;
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitIf(Node& n) {
+  absl::StatusOr<uint32_t> cond_t = Tensor(n.inputs[0]);
+  if (!cond_t.ok()) return cond_t.status();
+  const uint32_t c = NewScalar(fb::ScalarType::Bool);
+  CodeWriter w(code_);
+  w.Begin(Opcode::kReadB);
+  w.Word(c);
+  w.Word(*cond_t);
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  std::vector<uint32_t> out_regs;
+  for (const Value* v : n.outputs) out_regs.push_back(v ? NewTensorReg(v) : 0);
+  std::vector<uint32_t> if_jump;
+  const uint32_t if_pc = w.Begin(Opcode::kIf);
+  w.Word(c);
+  const uint32_t if_jump_word = static_cast<uint32_t>(code_->size());
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  uint32_t else_pc = 0, else_jump_word = 0;
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    const bool is_else = branch[0] == 'e';
+    if (is_else) {
+      else_pc = w.Begin(Opcode::kElse);
+      else_jump_word = static_cast<uint32_t>(code_->size());
+      w.Word(0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      (*code_)[if_jump_word] = static_cast<uint32_t>(code_->size() - if_pc);
+    }
+    Graph* g = n.subgraph(branch);
+    PushScope();
+    if (absl::Status s = EmitGraph(*g); !s.ok()) return s;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (!n.outputs[i]) continue;
+      absl::StatusOr<uint32_t> r = Tensor(g->outputs[i]);
+      if (!r.ok()) return r.status();
+      w.Begin(Opcode::kMov);
+      w.Word(out_regs[i]);
+      w.Word(*r);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+    }
+    PopScope();
+  }
+  const uint32_t endif_pc = w.Begin(Opcode::kEndIf);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  (*code_)[else_jump_word] = static_cast<uint32_t>(endif_pc - else_pc);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (!n.outputs[i]) continue;
+    reg_[n.outputs[i]] = out_regs[i];
+    if (absl::Status s = DefineDynamicSymbols(n.outputs[i], out_regs[i]); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitLoop(Node& n) {
+  Graph* body = n.subgraph("body");
+  const size_t nc = n.inputs.size() - 2;
+  const size_t ns = body->outputs.size() - 1 - nc;
+  CodeWriter w(code_);
+  // Trip count.
+  uint32_t trip_word;
+  const Value* m = n.inputs[0];
+  if (m == nullptr) {
+    const uint32_t r = NewScalar(fb::ScalarType::I64);
+    w.Begin(Opcode::kConstI);
+    w.Word(r);
+    w.Imm64(std::numeric_limits<int64_t>::max());
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    trip_word = isa::ValueRegister(r);
+  } else if (m->content && m->content->size() == 1) {
+    absl::StatusOr<uint32_t> word = ValueWord((*m->content)[0]);
+    if (!word.ok()) return word.status();
+    trip_word = *word;
+  } else {
+    absl::StatusOr<uint32_t> t = Tensor(m);
+    if (!t.ok()) return t.status();
+    const uint32_t r = NewScalar(fb::ScalarType::I64);
+    w.Begin(Opcode::kReadI);
+    w.Word(r);
+    w.Word(*t);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    trip_word = isa::ValueRegister(r);
+  }
+  // Running condition.
+  const uint32_t cond = NewScalar(fb::ScalarType::Bool);
+  if (n.inputs[1] == nullptr) {
+    w.Begin(Opcode::kConstB);
+    w.Word(cond);
+    w.Word(1);
+  } else {
+    absl::StatusOr<uint32_t> t = Tensor(n.inputs[1]);
+    if (!t.ok()) return t.status();
+    w.Begin(Opcode::kReadB);
+    w.Word(cond);
+    w.Word(*t);
+    w.Word(0);
+  }
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  // Loop-carried registers.
+  const std::vector<bool>& grow = growable_carried_[&n];
+  std::vector<uint32_t> carried(nc);
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* init = n.inputs[2 + i];
+    const Value* in = body->inputs[2 + i];
+    absl::StatusOr<uint32_t> src = Tensor(init);
+    if (!src.ok()) return src.status();
+    carried[i] = NewTensorReg(in);
+    if (grow[i]) {
+      const int64_t axis_attr = body->outputs[1 + i]->producer->attr("axis")->i;
+      const int rank = init->rank();
+      const uint32_t axis = static_cast<uint32_t>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+      absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*init->shape);
+      if (!dims.ok()) return dims.status();
+      // Capacity: the initial extent plus one step per iteration when the trip count is
+      // bounded; otherwise a start that grows geometrically.
+      Dim cap_dim = sym_.Const(16);
+      const Value* x = body->outputs[1 + i]->producer->inputs[1];
+      if (m && m->content && x->shape) {
+        Dim total = sym_.Add((*init->shape)[axis], sym_.Mul((*m->content)[0], (*x->shape)[axis]));
+        if (auto ub = sym_.UpperBound(total); ub && *ub < (int64_t{1} << 31)) cap_dim = sym_.Const(*ub);
+      }
+      absl::StatusOr<uint32_t> cap = ValueWord(cap_dim);
+      if (!cap.ok()) return cap.status();
+      w.Begin(Opcode::kAllocGrowable);
+      w.Word(carried[i]);
+      w.Word(static_cast<uint32_t>(init->dtype));
+      w.Word(0);
+      w.Word(axis);
+      w.Word(*cap);
+      w.List(*dims);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      ++dynamic_sites_;
+      w.Begin(Opcode::kCopy);
+      w.Word(carried[i]);
+      w.Word(*src);
+    } else {
+      w.Begin(Opcode::kMov);
+      w.Word(carried[i]);
+      w.Word(*src);
+    }
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    reg_[in] = carried[i];
+    if (n.outputs[i]) reg_[n.outputs[i]] = carried[i];
+  }
+  // Double-buffer write offsets for carried values computed into the arena.
+  std::vector<std::pair<uint32_t, uint32_t>> swaps;
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* root = double_root_of_.count(body->outputs[1 + i]) ? double_root_of_[body->outputs[1 + i]] : nullptr;
+    if (root == nullptr || double_offsets_.contains(root)) continue;
+    const Info& ri = info_[root];
+    const uint32_t a = NewScalar(fb::ScalarType::I64), b = NewScalar(fb::ScalarType::I64);
+    w.Begin(Opcode::kConstI);
+    w.Word(a);
+    w.Imm64(allocs_[ri.allocs[0]].offset);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kConstI);
+    w.Word(b);
+    w.Imm64(allocs_[ri.allocs[1]].offset);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    double_offsets_[root] = {a, b};
+    swaps.emplace_back(a, b);
+  }
+  // Scan outputs accumulate in growable storages.
+  std::vector<uint32_t> scans(ns);
+  for (size_t k = 0; k < ns; ++k) {
+    const Value* elem = body->outputs[1 + nc + k];
+    const Value* out = n.outputs[nc + k];
+    scans[k] = NewObject(fb::ObjectKind::Tensor, elem->dtype);
+    if (!elem->shape) return absl::UnimplementedError("a scan output of unknown rank");
+    std::vector<Dim> dims{sym_.Const(0)};
+    // Element dims known before the loop size the storage now; otherwise the first append
+    // adopts them.
+    if (out && out->shape) {
+      dims.insert(dims.end(), out->shape->begin() + 1, out->shape->end());
+    } else {
+      dims.insert(dims.end(), elem->shape->begin(), elem->shape->end());
+    }
+    bool known = true;
+    for (size_t d = 1; d < dims.size(); ++d) {
+      std::vector<Dim> syms;
+      sym_.CollectSymbols(dims[d], &syms);
+      for (Dim s : syms) {
+        bool defined = false;
+        for (const Scope& sc : scopes_) defined |= sc.dims.contains(s);
+        if (!defined) known = false;
+      }
+    }
+    if (!known) {
+      for (size_t d = 1; d < dims.size(); ++d) dims[d] = sym_.Const(0);
+    }
+    absl::StatusOr<std::vector<uint32_t>> words = DimWords(dims);
+    if (!words.ok()) return words.status();
+    Dim cap_dim = sym_.Const(16);
+    if (m && m->content) {
+      if (auto ub = sym_.UpperBound((*m->content)[0]); ub && *ub < (int64_t{1} << 31)) cap_dim = sym_.Const(*ub);
+    }
+    absl::StatusOr<uint32_t> cap = ValueWord(cap_dim);
+    if (!cap.ok()) return cap.status();
+    w.Begin(Opcode::kAllocGrowable);
+    w.Word(scans[k]);
+    w.Word(static_cast<uint32_t>(elem->dtype));
+    w.Word(0);
+    w.Word(0);
+    w.Word(*cap);
+    w.List(*words);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    ++dynamic_sites_;
+    if (out) reg_[out] = scans[k];
+  }
+  // The loop.
+  const uint32_t iter = NewScalar(fb::ScalarType::I64);
+  const uint32_t loop_pc = w.Begin(Opcode::kLoop);
+  w.Word(iter);
+  w.Word(trip_word);
+  const uint32_t exit_word = static_cast<uint32_t>(code_->size());
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  std::vector<std::pair<uint32_t, uint32_t>> breaks;  // (pc, jump word)
+  const uint32_t brk = w.Begin(Opcode::kBreakUnless);
+  w.Word(cond);
+  breaks.emplace_back(brk, static_cast<uint32_t>(code_->size()));
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  PushScope();
+  // Body inputs: the iteration number and condition as values, the carried dims re-read.
+  const Value* iter_v = body->inputs[0];
+  if (iter_v->content) BindSymbol((*iter_v->content)[0], iter);
+  if (info_[iter_v].store == Store::kLazy && info_[iter_v].materialize) {
+    if (absl::Status s = EmitMaterializeLazy(iter_v); !s.ok()) return s;
+  }
+  const Value* cond_v = body->inputs[1];
+  if (uses_.contains(cond_v)) {
+    const uint32_t reg = NewTensorReg(cond_v);
+    if (absl::Status s = EmitAllocFor(cond_v, reg); !s.ok()) return s;
+    w.Begin(Opcode::kWrite);
+    w.Word(reg);
+    w.Word(0);
+    w.Word(cond);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    reg_[cond_v] = reg;
+  }
+  for (size_t i = 0; i < nc; ++i) {
+    if (absl::Status s = DefineDynamicSymbols(body->inputs[2 + i], carried[i]); !s.ok()) return s;
+  }
+  if (absl::Status s = EmitGraph(*body); !s.ok()) return s;
+  // Scan outputs.
+  for (size_t k = 0; k < ns; ++k) {
+    const Value* elem = body->outputs[1 + nc + k];
+    absl::StatusOr<uint32_t> e = Tensor(elem);
+    if (!e.ok()) return e.status();
+    std::vector<Dim> dims{sym_.Const(1)};
+    dims.insert(dims.end(), elem->shape->begin(), elem->shape->end());
+    absl::StatusOr<std::vector<uint32_t>> words = DimWords(dims);
+    if (!words.ok()) return words.status();
+    const uint32_t one = NewObject(fb::ObjectKind::Tensor, elem->dtype);
+    w.Begin(Opcode::kReshape);
+    w.Word(one);
+    w.Word(*e);
+    w.List(*words);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAppend);
+    w.Word(scans[k]);
+    w.Word(one);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  // Rebind the carried values: one parallel move.
+  std::vector<uint32_t> dst, src;
+  for (size_t i = 0; i < nc; ++i) {
+    if (grow[i]) continue;
+    const Value* out = body->outputs[1 + i];
+    if (out == body->inputs[2 + i]) continue;
+    absl::StatusOr<uint32_t> r = Tensor(out);
+    if (!r.ok()) return r.status();
+    dst.push_back(carried[i]);
+    src.push_back(*r);
+  }
+  if (!dst.empty()) {
+    w.Begin(Opcode::kPMove);
+    w.List(dst);
+    w.List(src);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  if (!swaps.empty()) {
+    std::vector<uint32_t> sd, ss;
+    for (auto [a, b] : swaps) {
+      sd.push_back(a);
+      sd.push_back(b);
+      ss.push_back(b);
+      ss.push_back(a);
+    }
+    w.Begin(Opcode::kPMoveS);
+    w.List(sd);
+    w.List(ss);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  // The condition for the next iteration.
+  const Value* cond_out = body->outputs[0];
+  if (cond_out != nullptr && cond_out != cond_v) {
+    absl::StatusOr<uint32_t> t = Tensor(cond_out);
+    if (!t.ok()) return t.status();
+    w.Begin(Opcode::kReadB);
+    w.Word(cond);
+    w.Word(*t);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  PopScope();
+  const uint32_t end_pc = w.Begin(Opcode::kEndLoop);
+  w.Word(static_cast<uint32_t>(static_cast<int32_t>(loop_pc) - static_cast<int32_t>(end_pc)));
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  const uint32_t exit_pc = static_cast<uint32_t>(code_->size());
+  (*code_)[exit_word] = exit_pc - loop_pc;
+  for (auto [pc, word] : breaks) (*code_)[word] = exit_pc - pc;
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] && n.outputs[i]->dynamic) {
+      if (absl::Status s = DefineDynamicSymbols(n.outputs[i], reg_[n.outputs[i]]); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool FunctionCodegen::PoolOwned(const Value* v) {
+  if (v->constant) return false;
+  const Value* root = Root(v);
+  const Store store = info_[root].store;
+  if (store == Store::kPool || store == Store::kDynamic) return true;
+  if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop")) return false;
+  // Loop results: growables and scan outputs are pool-owned; a carried value is when the
+  // body makes it in its own pool storage.
+  const Node& loop = *root->producer;
+  const size_t nc = loop.inputs.size() - 2;
+  size_t idx = 0;
+  while (idx < loop.outputs.size() && loop.outputs[idx] != root) ++idx;
+  if (idx >= nc) return true;
+  if (growable_carried_[&loop][idx]) return true;
+  const Value* out = loop.subgraph("body")->outputs[1 + idx];
+  if (out == loop.subgraph("body")->inputs[2 + idx]) return PoolOwned(loop.inputs[2 + idx]);
+  // After zero iterations the result is the initial value, so that must be pool-owned too.
+  const Store s = info_[Root(out)].store;
+  return (s == Store::kPool || s == Store::kDynamic) && !double_root_of_.contains(out) &&
+         PoolOwned(loop.inputs[2 + idx]);
+}
+
+absl::Status FunctionCodegen::Finish() {
+  // Outputs: pool-owned values are returned as they are; anything in the arena, a constant
+  // or an input is copied into its own pool storage, so outputs survive the next run.
+  CodeWriter w(code_);
+  std::vector<uint32_t> rets;
+  for (const Value* v : g_.outputs) {
+    absl::StatusOr<uint32_t> r = Tensor(v);
+    if (!r.ok()) return r.status();
+    if (PoolOwned(v)) {
+      rets.push_back(*r);
+      continue;
+    }
+    if (!v->shape) return Internal("an output of unknown shape is not pool-owned");
+    Dim bytes = sym_.Const(DTypeSize(v->dtype));
+    for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+    absl::StatusOr<uint32_t> size = ValueWord(bytes);
+    if (!size.ok()) return size.status();
+    absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*v->shape);
+    if (!dims.ok()) return dims.status();
+    const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
+    const uint32_t copy = NewTensorReg(v);
+    w.Begin(Opcode::kAllocStorage);
+    w.Word(st);
+    w.Word(*size);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAllocTensor);
+    w.Word(copy);
+    w.Word(st);
+    w.Word(0);
+    w.Word(static_cast<uint32_t>(v->dtype));
+    w.List(*dims);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kCopy);
+    w.Word(copy);
+    w.Word(*r);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    rets.push_back(copy);
+  }
+  w.Begin(Opcode::kRet);
+  w.List(rets);
+  w.List({});
+  return w.End();
+}
+
+absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
+  b_.exe().functions.push_back(std::make_unique<fb::FunctionT>());
+  fn_ = b_.exe().functions.back().get();
+  fn_->name = f_.name;
+  code_ = &fn_->code;
+  scopes_.emplace_back();
+
+  // Inputs are the first object registers.
+  auto sig = std::make_unique<fb::SignatureT>();
+  for (const Value* in : g_.inputs) {
+    const uint32_t reg = NewTensorReg(in);
+    reg_[in] = reg;
+    info_[in].store = Store::kParam;
+    auto p = std::make_unique<fb::ParamT>();
+    p->name = in->name.empty() ? absl::StrCat("input_", reg) : in->name;
+    p->dtype = static_cast<uint8_t>(in->dtype);
+    if (!in->shape) {
+      p->has_shape = false;
+    } else {
+      for (Dim d : *in->shape) {
+        auto dim = std::make_unique<fb::DimT>();
+        if (auto c = SymbolicContext::AsConst(d)) {
+          dim->value = *c;
+        } else if (SymbolicContext::IsSymbol(d)) {
+          dim->symbol = d->name;
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat("input '", p->name, "' has a computed dim"));
+        }
+        p->shape.push_back(std::move(dim));
+      }
+    }
+    sig->inputs.push_back(std::move(p));
+  }
+  fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
+  for (const Value* out : g_.outputs) {
+    if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
+    fn_->object_results.emplace_back(fb::ObjectKind::Tensor, static_cast<uint8_t>(out->dtype), fb::ObjectKind::Tensor);
+    auto p = std::make_unique<fb::ParamT>();
+    p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
+    p->dtype = static_cast<uint8_t>(out->dtype);
+    if (!out->shape) {
+      p->has_shape = false;
+    } else {
+      for (Dim d : *out->shape) {
+        auto dim = std::make_unique<fb::DimT>();
+        if (auto c = SymbolicContext::AsConst(d)) {
+          dim->value = *c;
+        } else {
+          dim->symbol = SymbolicContext::IsSymbol(d) ? d->name : SymbolicContext::ToString(d);
+        }
+        p->shape.push_back(std::move(dim));
+      }
+    }
+    sig->outputs.push_back(std::move(p));
+  }
+  // Output names must be unique: suffix duplicates.
+  {
+    absl::flat_hash_set<std::string> seen;
+    for (auto& p : sig->outputs) {
+      std::string base = p->name;
+      for (int k = 1; !seen.insert(p->name).second; ++k) p->name = absl::StrCat(base, "_", k);
+    }
+  }
+  fn_->signature = std::move(sig);
+  for (const auto& [name, bound] : opts_.bounds) {
+    auto b = std::make_unique<fb::SymbolBoundT>();
+    b->name = name;
+    b->bound = bound;
+    fn_->bounds.push_back(std::move(b));
+  }
+
+  // Analysis.
+  Number(g_);
+  CollectUses(g_);
+  if (absl::Status s = Classify(g_); !s.ok()) return s;
+  // Function outputs live in their own pool storage.
+  for (const Value* out : g_.outputs) {
+    Info& info = info_[Root(out)];
+    if (info.store == Store::kArena) info.store = Store::kPool;
+  }
+  for (auto& [v, info] : info_) {
+    if (info.store == Store::kLazy) info.materialize = NeedsTensor(v);
+  }
+  // Loop-carried values computed into the arena are double-buffered.
+  std::function<void(Graph&)> doubles = [&](Graph& g) {
+    for (auto& n : g.nodes) {
+      for (auto& [name, sub] : n->subgraphs) doubles(*sub);
+      if (!IsOnnx(*n, "Loop")) continue;
+      Graph* body = n->subgraph("body");
+      const size_t nc = n->inputs.size() - 2;
+      for (size_t i = 0; i < nc; ++i) {
+        if (growable_carried_[n.get()][i]) continue;
+        const Value* out = body->outputs[1 + i];
+        const Value* root = Root(out);
+        if (root->graph == nullptr || !body->Contains(root->graph)) continue;
+        Info& ri = info_[root];
+        if (ri.store != Store::kArena || root->producer == nullptr) continue;
+        if (ri.allocs.empty()) {
+          ri.allocs.push_back(NewAlloc(root));
+          ri.allocs.push_back(NewAlloc(root));
+        }
+        double_root_of_[out] = root;
+      }
+    }
+  };
+  doubles(g_);
+  Liveness();
+  Place();
+
+  // Emission: the arena, the constants, the input symbols, then the body.
+  CodeWriter w(code_);
+  for (size_t i = 0; i < g_.inputs.size(); ++i) {
+    if (absl::Status s = DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok()) return s;
+  }
+  if (arena_bytes_ > 0) {
+    arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
+    absl::StatusOr<uint32_t> size = ValueWord(sym_.Const(arena_bytes_));
+    if (!size.ok()) return size.status();
+    w.Begin(Opcode::kAllocStorage);
+    w.Word(arena_reg_);
+    w.Word(*size);
+    w.Word(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  // Constants used anywhere in the function are loaded once, at entry.
+  {
+    std::vector<const Value*> consts;
+    for (const auto& [v, list] : uses_) {
+      if (v->constant) consts.push_back(v);
+    }
+    std::sort(consts.begin(), consts.end(), [](const Value* a, const Value* b) { return a->id < b->id; });
+    for (const Value* v : consts) {
+      if (v->content && !NeedsTensor(v)) continue;
+      const uint32_t reg = NewTensorReg(v);
+      w.Begin(Opcode::kLoadConst);
+      w.Word(reg);
+      w.Word(b_.ConstantOf(v));
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      reg_[v] = reg;
+    }
+  }
+  if (absl::Status s = EmitGraph(g_); !s.ok()) return s;
+  if (absl::Status s = Finish(); !s.ok()) return s;
+  fn_->num_invoke_sites = site_;
+
+  FunctionReport report;
+  report.name = f_.name;
+  report.arena_bytes = arena_bytes_;
+  report.dynamic_alloc_sites = dynamic_sites_;
+  report.largest_live_bytes = largest_live_;
+  report.num_values = static_cast<int>(info_.size());
+  report.invokes = invokes_;
+  for (uint32_t pc = 0; pc < code_->size(); pc += isa::HeaderLength((*code_)[pc])) ++report.instructions;
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<FunctionReport> GenerateFunction(Module& module, const Function& function, uint32_t index,
+                                                ExecutableBuilder& builder, const CompileOptions& options) {
+  return FunctionCodegen(module, function, index, builder, options).Run();
+}
+
+}  // namespace dynvm::compiler

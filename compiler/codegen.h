@@ -1,0 +1,52 @@
+// Code generation: memory planning and bytecode emission for one function. Internal; the
+// entry point is compiler.h.
+#ifndef DYNVM_COMPILER_CODEGEN_H_
+#define DYNVM_COMPILER_CODEGEN_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "compiler/compiler.h"
+#include "compiler/ir.h"
+#include "schema/executable_generated.h"
+
+namespace dynvm::compiler {
+
+// The tables shared by all functions of one executable: kernels, constants, strings, debug
+// locations. Deduplicates kernel entries and constants.
+class ExecutableBuilder {
+ public:
+  ExecutableBuilder();
+  fb::ExecutableT& exe() { return *exe_; }
+
+  uint32_t ConstantOf(const Value* v);
+  uint32_t ConstantTensor(const Tensor& t, const std::string& name, bool is_weight);
+  // A kernel-table entry for `node` with the given dynamic-output flags.
+  absl::StatusOr<uint32_t> KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs);
+  uint32_t String(const std::string& s);
+  void Location(uint32_t function, uint32_t pc, const std::string& node);
+
+  // Finishes the tables and serializes the executable.
+  absl::StatusOr<std::string> Serialize(bool strip_debug);
+
+ private:
+  std::unique_ptr<fb::ExecutableT> exe_;
+  std::vector<std::string> data_;
+  absl::flat_hash_map<const Value*, uint32_t> by_value_;
+  absl::flat_hash_map<std::string, std::vector<uint32_t>> by_content_;
+  absl::flat_hash_map<std::string, uint32_t> kernels_;
+  absl::flat_hash_map<std::string, uint32_t> strings_;
+  std::vector<std::unique_ptr<fb::SourceLocationT>> locations_;
+};
+
+// Plans memory and emits one function into `builder`.
+absl::StatusOr<FunctionReport> GenerateFunction(Module& module, const Function& function,
+                                                uint32_t index, ExecutableBuilder& builder,
+                                                const CompileOptions& options);
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_CODEGEN_H_

@@ -1,0 +1,91 @@
+#include "compiler/compiler.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/codegen.h"
+#include "compiler/passes.h"
+#include "kernels/registry.h"
+
+namespace dynvm::compiler {
+
+absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& options) {
+  for (const auto& [name, bound] : options.bounds) {
+    if (bound < 0) return absl::InvalidArgumentError(absl::StrCat("bound of '", name, "' is negative"));
+    module.sym().SetBound(name, bound);
+  }
+  if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
+  if (absl::Status s = InferShapes(module); !s.ok()) return s;
+  if (options.optimize) {
+    if (absl::Status s = FoldConstants(module); !s.ok()) return s;
+    EliminateCommonSubexpressions(module);
+    HoistLoopInvariants(module);
+    if (absl::Status s = FoldConstants(module); !s.ok()) return s;
+    EliminateDeadCode(module);
+  }
+  ExecutableBuilder builder;
+  builder.exe().producer = options.producer;
+  CompileResult result;
+  for (size_t i = 0; i < module.functions().size(); ++i) {
+    absl::StatusOr<FunctionReport> r =
+        GenerateFunction(module, module.functions()[i], static_cast<uint32_t>(i), builder, options);
+    if (!r.ok()) return r.status();
+    result.functions.push_back(*std::move(r));
+  }
+  // Which kernel the runtime would bind to each kernel-table entry.
+  for (const auto& k : builder.exe().kernels) {
+    KernelSpec spec;
+    spec.op = k->op;
+    spec.domain = k->domain;
+    for (const auto& p : k->inputs) spec.inputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
+    for (const auto& p : k->outputs) spec.outputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
+    KernelReport kr;
+    kr.op = k->domain.empty() ? k->op : absl::StrCat(k->domain, "::", k->op);
+    kr.dtype = !spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType
+                   ? std::string(DTypeName(static_cast<DType>(spec.outputs[0].dtype)))
+                   : "";
+    // Attributes matter for which backend accepts the entry; tensor attributes are checked
+    // at load, so the report names the op's first registered backend in that case.
+    bool has_tensor_attr = false;
+    for (const auto& a : k->attrs) {
+      AttrValue v;
+      switch (a->type) {
+        case fb::AttrType::Int: v.type = AttrValue::Type::kInt; v.i = a->i; break;
+        case fb::AttrType::Float: v.type = AttrValue::Type::kFloat; v.f = a->f; break;
+        case fb::AttrType::String: v.type = AttrValue::Type::kString; v.s = a->s; break;
+        case fb::AttrType::Ints: v.type = AttrValue::Type::kInts; v.ints = a->ints; break;
+        case fb::AttrType::Floats: v.type = AttrValue::Type::kFloats; v.floats = a->floats; break;
+        case fb::AttrType::Strings: v.type = AttrValue::Type::kStrings; v.strings = a->strings; break;
+        case fb::AttrType::Tensor: has_tensor_attr = true; continue;
+      }
+      spec.attrs[a->name] = std::move(v);
+    }
+    if (has_tensor_attr) {
+      kr.chosen = "(decided at load)";
+    } else {
+      absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
+      kr.chosen = kernel.ok() ? (*kernel)->name() : absl::StrCat("unavailable: ", kernel.status().message());
+    }
+    result.kernels.push_back(std::move(kr));
+  }
+  absl::StatusOr<std::string> bytes = builder.Serialize(options.strip_debug);
+  if (!bytes.ok()) return bytes.status();
+  result.bytes = *std::move(bytes);
+  return result;
+}
+
+std::string CompileResult::ReportText() const {
+  std::string out;
+  for (const FunctionReport& f : functions) {
+    absl::StrAppendFormat(&out,
+                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d largest_live_bytes=%d "
+                          "instructions=%d invokes=%d\n",
+                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites,
+                          f.largest_live_bytes, f.instructions, f.invokes);
+  }
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype, kernels[i].chosen);
+  }
+  return out;
+}
+
+}  // namespace dynvm::compiler

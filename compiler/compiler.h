@@ -1,0 +1,54 @@
+// Public API. Compiles a Module (from the graph builder or the ONNX importer) into a .dvm
+// executable: shape inference, optimization passes, memory planning, code generation.
+#ifndef DYNVM_COMPILER_COMPILER_H_
+#define DYNVM_COMPILER_COMPILER_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir.h"
+
+namespace dynvm::compiler {
+
+struct CompileOptions {
+  // Upper bounds of symbols (--bound NAME=N): values sized by bounded symbols are planned at
+  // their maximum in the arena; a run that exceeds a bound is an error naming the symbol.
+  std::vector<std::pair<std::string, int64_t>> bounds;
+  bool optimize = true;       // constant folding, CSE, loop-invariant hoisting, dead code
+  bool strip_debug = false;   // drop source locations
+  // Values above this many bytes get their own pool storage instead of an arena slot.
+  int64_t arena_value_limit = int64_t{256} << 20;
+  std::string producer = "dynvm compiler";
+};
+
+struct FunctionReport {
+  std::string name;
+  int64_t arena_bytes = 0;          // the one arena of the function (planned, reused)
+  int dynamic_alloc_sites = 0;      // allocations made at run time besides the arena
+  int64_t largest_live_bytes = 0;   // the most arena bytes live at one time
+  int num_values = 0;
+  int instructions = 0;
+  int invokes = 0;
+};
+
+struct KernelReport {
+  std::string op;
+  std::string dtype;
+  std::string chosen;  // the kernel the runtime would bind (name includes the backend)
+};
+
+struct CompileResult {
+  std::string bytes;  // the .dvm file
+  std::vector<FunctionReport> functions;
+  std::vector<KernelReport> kernels;
+  std::string ReportText() const;
+};
+
+absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& options = {});
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_COMPILER_H_

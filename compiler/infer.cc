@@ -1,0 +1,272 @@
+// Shape inference over graphs, including the If/Loop/Scan regions.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/op_registry.h"
+#include "compiler/passes.h"
+
+namespace dynvm::compiler {
+namespace {
+
+// Replaces dims that mention symbols created since `since` (region-local) by fresh symbols.
+// Returns true if any was replaced.
+bool Freshen(SymbolicContext& sym, std::vector<Dim>& shape, int since) {
+  bool changed = false;
+  for (Dim& d : shape) {
+    if (sym.MentionsSymbolSince(d, since)) {
+      d = sym.Fresh("d");
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void CopyType(Value* to, const Value* from) {
+  to->dtype = from->dtype;
+  to->kind = from->kind;
+  to->shape = from->shape;
+}
+
+absl::Status InferIf(Module& m, Node& n) {
+  Graph* then_g = n.subgraph("then_branch");
+  Graph* else_g = n.subgraph("else_branch");
+  if (!then_g || !else_g) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": If needs both branches"));
+  SymbolicContext& sym = m.sym();
+  const int since = sym.next_id();
+  if (absl::Status s = InferGraph(m, *then_g); !s.ok()) return s;
+  if (absl::Status s = InferGraph(m, *else_g); !s.ok()) return s;
+  if (then_g->outputs.size() != n.outputs.size() || else_g->outputs.size() != n.outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": branches must produce ", n.outputs.size(), " outputs"));
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    Value* out = n.outputs[i];
+    if (out == nullptr) continue;
+    const Value* a = then_g->outputs[i];
+    const Value* b = else_g->outputs[i];
+    if (a->dtype != b->dtype || a->kind != b->kind) {
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ", a->TypeString(),
+                                                     " in one branch and ", b->TypeString(), " in the other"));
+    }
+    out->dtype = a->dtype;
+    out->kind = a->kind;
+    out->dynamic = false;
+    if (!a->shape || !b->shape || a->shape->size() != b->shape->size()) {
+      out->shape.reset();
+      out->dynamic = true;
+      continue;
+    }
+    std::vector<Dim> shape = *a->shape;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      if ((*a->shape)[k] != (*b->shape)[k]) {
+        shape[k] = sym.Fresh("d");
+        out->dynamic = true;
+      }
+    }
+    if (Freshen(sym, shape, since)) out->dynamic = true;
+    out->shape = std::move(shape);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferLoop(Module& m, Node& n) {
+  Graph* body = n.subgraph("body");
+  if (!body) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": Loop needs a body"));
+  const size_t num_carried = n.inputs.size() >= 2 ? n.inputs.size() - 2 : 0;
+  if (body->inputs.size() != num_carried + 2 || body->outputs.size() < num_carried + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": body has ", body->inputs.size(), " inputs and ",
+                                                   body->outputs.size(), " outputs for ", num_carried,
+                                                   " loop-carried values"));
+  }
+  const size_t num_scan = body->outputs.size() - 1 - num_carried;
+  if (n.outputs.size() != num_carried + num_scan) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": expected ", num_carried + num_scan, " outputs"));
+  }
+  SymbolicContext& sym = m.sym();
+  const int since = sym.next_id();
+  Value* iter = body->inputs[0];
+  iter->dtype = DType::kI64;
+  iter->shape = std::vector<Dim>{};
+  iter->content = std::vector<Dim>{sym.Fresh("iter")};
+  Value* cond = body->inputs[1];
+  cond->dtype = DType::kBool;
+  cond->shape = std::vector<Dim>{};
+  for (size_t i = 0; i < num_carried; ++i) {
+    Value* init = n.inputs[2 + i];
+    if (init == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried input ", i, " is missing"));
+    CopyType(body->inputs[2 + i], init);
+  }
+  // Iterate to a fixed point: a carried dim that the body changes becomes a fresh symbol,
+  // re-read from the value at the start of every iteration.
+  // A dim once found to vary stays a fresh symbol, re-read every iteration.
+  std::vector<std::vector<bool>> varying(num_carried);
+  for (int round = 0;; ++round) {
+    if (absl::Status s = InferGraph(m, *body); !s.ok()) return s;
+    bool changed = false;
+    for (size_t i = 0; i < num_carried; ++i) {
+      Value* in = body->inputs[2 + i];
+      const Value* out = body->outputs[1 + i];
+      if (out->dtype != in->dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried value ", i, " enters as ",
+                                                       in->TypeString(), " but the body makes ", out->TypeString()));
+      }
+      if (!in->shape) continue;
+      if (!out->shape || out->shape->size() != in->shape->size()) {
+        in->shape.reset();
+        changed = true;
+        continue;
+      }
+      varying[i].resize(in->shape->size(), false);
+      for (size_t k = 0; k < in->shape->size(); ++k) {
+        if (!varying[i][k] && (*in->shape)[k] != (*out->shape)[k]) {
+          (*in->shape)[k] = sym.Fresh("d");
+          varying[i][k] = true;
+          changed = true;
+        }
+      }
+    }
+    if (!changed) break;
+    if (round == 8) return absl::InternalError(absl::StrCat(n.Label(), ": loop shapes do not settle"));
+  }
+  for (size_t i = 0; i < num_carried; ++i) {
+    Value* out = n.outputs[i];
+    if (out == nullptr) continue;
+    const Value* in = body->inputs[2 + i];
+    CopyType(out, in);
+    out->dynamic = false;
+    if (!out->shape) {
+      out->dynamic = true;
+    } else if (Freshen(sym, *out->shape, since)) {
+      out->dynamic = true;
+    }
+  }
+  for (size_t k = 0; k < num_scan; ++k) {
+    Value* out = n.outputs[num_carried + k];
+    if (out == nullptr) continue;
+    const Value* elem = body->outputs[1 + num_carried + k];
+    out->dtype = elem->dtype;
+    out->dynamic = true;
+    if (!elem->shape) {
+      out->shape.reset();
+      continue;
+    }
+    std::vector<Dim> shape = *elem->shape;
+    Freshen(sym, shape, since);
+    shape.insert(shape.begin(), sym.Fresh("n"));
+    out->shape = std::move(shape);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferScan(Module& m, Node& n) {
+  Graph* body = n.subgraph("body");
+  if (!body) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": Scan needs a body"));
+  // Inputs: [sequence_lens (opset 8 only)] initial states..., scan inputs...
+  absl::StatusOr<int64_t> num_scan_inputs = [&]() -> absl::StatusOr<int64_t> {
+    const AttrValue* a = n.attr("num_scan_inputs");
+    if (!a || a->type != AttrValue::Type::kInt) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": num_scan_inputs missing"));
+    return a->i;
+  }();
+  if (!num_scan_inputs.ok()) return num_scan_inputs.status();
+  const bool opset8 = n.attr("opset8") != nullptr;
+  const size_t first = opset8 ? 1 : 0;
+  const int64_t nsi = *num_scan_inputs;
+  if (nsi < 0 || static_cast<size_t>(nsi) + first > n.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": bad num_scan_inputs"));
+  }
+  const size_t num_state = n.inputs.size() - first - nsi;
+  if (body->inputs.size() != num_state + nsi || body->outputs.size() < num_state) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": body signature does not match"));
+  }
+  SymbolicContext& sym = m.sym();
+  const int since = sym.next_id();
+  const AttrValue* in_axes = n.attr("scan_input_axes");
+  for (size_t i = 0; i < num_state; ++i) CopyType(body->inputs[i], n.inputs[first + i]);
+  for (int64_t j = 0; j < nsi; ++j) {
+    const Value* x = n.inputs[first + num_state + j];
+    Value* bx = body->inputs[num_state + j];
+    bx->dtype = x->dtype;
+    if (!x->shape) {
+      bx->shape.reset();
+      continue;
+    }
+    int64_t axis = in_axes && j < static_cast<int64_t>(in_axes->ints.size()) ? in_axes->ints[j] : 0;
+    if (opset8) axis = 1;  // opset 8: [batch, seq, ...]
+    const int rank = static_cast<int>(x->shape->size());
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": scan input axis out of range"));
+    std::vector<Dim> s = *x->shape;
+    s.erase(s.begin() + axis);
+    bx->shape = std::move(s);
+  }
+  if (absl::Status s = InferGraph(m, *body); !s.ok()) return s;
+  for (size_t i = 0; i < num_state; ++i) {
+    Value* out = n.outputs[i];
+    if (!out) continue;
+    CopyType(out, body->outputs[i]);
+    out->dynamic = !out->shape || Freshen(sym, *out->shape, since);
+  }
+  for (size_t k = num_state; k < n.outputs.size() && k < body->outputs.size(); ++k) {
+    Value* out = n.outputs[k];
+    if (!out) continue;
+    const Value* elem = body->outputs[k];
+    out->dtype = elem->dtype;
+    out->dynamic = true;
+    if (!elem->shape) {
+      out->shape.reset();
+      continue;
+    }
+    std::vector<Dim> shape = *elem->shape;
+    Freshen(sym, shape, since);
+    shape.insert(shape.begin(), sym.Fresh("n"));
+    out->shape = std::move(shape);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InferGraph(Module& m, Graph& g) {
+  for (auto& node : g.nodes) {
+    Node& n = *node;
+    absl::Status s;
+    if (n.domain.empty() && n.op == "If") {
+      s = InferIf(m, n);
+    } else if (n.domain.empty() && n.op == "Loop") {
+      s = InferLoop(m, n);
+    } else if (n.domain.empty() && n.op == "Scan") {
+      s = InferScan(m, n);
+    } else if (const OpSchema* schema = OpRegistry::Global().Find(n.domain, n.op); schema && schema->infer) {
+      InferContext ctx(n, m);
+      s = schema->infer(ctx);
+      if (s.ok() && n.domain.empty() && n.op == "Constant") {
+        const AttrValue* v = n.attr("value");
+        Value* out = n.outputs[0];
+        Value* c = m.NewConstant(v->tensor, out->name);
+        out->constant = c->constant;
+        out->content = c->content;
+      }
+    } else {
+      // No shape function: the kernel decides the shapes at run time.
+      for (Value* out : n.outputs) {
+        if (out == nullptr) continue;
+        if (!out->shape || !out->dynamic) {
+          out->shape.reset();
+          out->dynamic = true;
+        }
+      }
+    }
+    if (!s.ok()) {
+      if (absl::StrContains(s.message(), n.op)) return s;
+      return absl::Status(s.code(), absl::StrCat(n.Label(), ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InferShapes(Module& m) {
+  for (Function& f : m.functions()) {
+    if (absl::Status s = InferGraph(m, *f.graph); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dynvm::compiler

@@ -1,0 +1,278 @@
+#include "compiler/passes.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "allocator/heap_allocator.h"
+#include "compiler/op_registry.h"
+#include "kernels/registry.h"
+
+namespace dynvm::compiler {
+namespace {
+
+bool IsControlFlow(const Node& n) { return !n.subgraphs.empty(); }
+
+bool IsPure(const Node& n) {
+  if (IsControlFlow(n)) return false;
+  const OpSchema* s = OpRegistry::Global().Find(n.domain, n.op);
+  return s != nullptr && s->pure;
+}
+
+// A node may be removed when nothing uses its outputs: pure ops, and control flow whose
+// regions contain only removable nodes (no host effects such as streaming).
+bool Removable(const Node& n) {
+  if (!IsControlFlow(n)) return IsPure(n);
+  for (const auto& [name, sub] : n.subgraphs) {
+    for (const auto& inner : sub->nodes) {
+      if (!Removable(*inner)) return false;
+    }
+  }
+  return true;
+}
+
+void ForEachGraph(Graph& g, const std::function<void(Graph&)>& fn) {
+  fn(g);
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) ForEachGraph(*sub, fn);
+  }
+}
+
+void CollectUses(Graph& g, absl::flat_hash_map<const Value*, int>& uses) {
+  for (auto& n : g.nodes) {
+    for (Value* v : n->inputs) {
+      if (v) ++uses[v];
+    }
+    for (auto& [name, sub] : n->subgraphs) CollectUses(*sub, uses);
+  }
+  for (Value* v : g.outputs) {
+    if (v) ++uses[v];
+  }
+}
+
+void SetConstant(Module& m, Value* v, Tensor t) {
+  Value* c = m.NewConstant(std::move(t));
+  v->constant = c->constant;
+  v->content = c->content;
+  v->shape = c->shape;
+  v->dynamic = false;
+  v->producer = nullptr;
+  v->graph = nullptr;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunReference(const Node& n) {
+  KernelSpec spec;
+  spec.op = n.op;
+  spec.domain = n.domain;
+  spec.attrs = n.attrs;
+  std::vector<Tensor> inputs;
+  std::vector<const Tensor*> in_ptrs;
+  for (const Value* v : n.inputs) {
+    PortSpec p;
+    if (v == nullptr) {
+      p.optional = true;
+      in_ptrs.push_back(nullptr);
+    } else {
+      p.dtype = static_cast<uint8_t>(v->dtype);
+      in_ptrs.push_back(&*v->constant);
+    }
+    spec.inputs.push_back(p);
+  }
+  std::vector<Tensor> outs(n.outputs.size());
+  std::vector<Tensor*> out_ptrs;
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    PortSpec p;
+    p.dynamic = true;
+    if (n.outputs[i] == nullptr) {
+      p.optional = true;
+      out_ptrs.push_back(nullptr);
+    } else {
+      p.dtype = static_cast<uint8_t>(n.outputs[i]->dtype);
+      out_ptrs.push_back(&outs[i]);
+    }
+    spec.outputs.push_back(p);
+  }
+  BackendPolicy policy;
+  policy.allowed = {"reference"};
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec, policy);
+  if (!k.ok()) return k.status();
+  KernelContext ctx(&HeapAllocator::Get());
+  if (absl::Status s = (*k)->Run(ctx, in_ptrs, out_ptrs); !s.ok()) return s;
+  return outs;
+}
+
+void RemoveNodes(Graph& g, const absl::flat_hash_set<const Node*>& dead) {
+  if (dead.empty()) return;
+  g.nodes.erase(std::remove_if(g.nodes.begin(), g.nodes.end(),
+                               [&](const std::unique_ptr<Node>& n) { return dead.contains(n.get()); }),
+                g.nodes.end());
+}
+
+absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
+  absl::flat_hash_set<const Node*> folded;
+  for (auto& node : g.nodes) {
+    Node& n = *node;
+    for (auto& [name, sub] : n.subgraphs) {
+      if (absl::Status s = FoldGraph(m, *sub, max_elements); !s.ok()) return s;
+    }
+    if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] && n.outputs[0]->constant) {
+      SetConstant(m, n.outputs[0], *n.outputs[0]->constant);
+      folded.insert(&n);
+      continue;
+    }
+    if (!IsPure(n)) continue;
+    bool all_const = !n.inputs.empty();
+    for (const Value* v : n.inputs) {
+      if (v != nullptr && !v->constant) all_const = false;
+    }
+    if (!all_const) continue;
+    absl::StatusOr<std::vector<Tensor>> outs = RunReference(n);
+    if (!outs.ok()) continue;  // the error, if real, is reported when the program runs
+    bool small = true;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i] && (!(*outs)[i].defined() || (*outs)[i].numel() > max_elements)) small = false;
+    }
+    if (!small) continue;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i]) SetConstant(m, n.outputs[i], (*outs)[i]);
+    }
+    folded.insert(&n);
+  }
+  RemoveNodes(g, folded);
+  return absl::OkStatus();
+}
+
+std::string CseKey(const Node& n) {
+  std::string key = absl::StrCat(n.domain, "::", n.op, "(");
+  for (const Value* v : n.inputs) absl::StrAppend(&key, v ? v->id : -1, ",");
+  absl::StrAppend(&key, ")");
+  for (const auto& [k, a] : n.attrs) {
+    if (a.type == AttrValue::Type::kTensor) return "";  // not worth comparing tensors
+    absl::StrAppend(&key, k, "=", AttrToString(a), ";");
+  }
+  absl::StrAppend(&key, "#", n.outputs.size());
+  return key;
+}
+
+void CseGraph(Graph& g, absl::flat_hash_map<std::string, Node*> seen) {
+  absl::flat_hash_set<const Node*> dead;
+  for (auto& node : g.nodes) {
+    Node& n = *node;
+    for (auto& [name, sub] : n.subgraphs) CseGraph(*sub, seen);
+    if (!IsPure(n)) continue;
+    const std::string key = CseKey(n);
+    if (key.empty()) continue;
+    auto [it, inserted] = seen.emplace(key, &n);
+    if (inserted) continue;
+    Node& first = *it->second;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i] == nullptr) continue;
+      if (first.outputs[i] == nullptr) {
+        first.outputs[i] = n.outputs[i];
+        n.outputs[i]->producer = &first;
+        continue;
+      }
+      // Replace uses in the whole function: find its top-level graph.
+      Graph* top = &g;
+      while (top->parent) top = top->parent;
+      ReplaceUses(*top, n.outputs[i], first.outputs[i]);
+    }
+    dead.insert(&n);
+  }
+  RemoveNodes(g, dead);
+}
+
+void HoistGraph(Graph& g) {
+  std::vector<std::unique_ptr<Node>> out;
+  for (auto& node : g.nodes) {
+    for (auto& [name, sub] : node->subgraphs) HoistGraph(*sub);
+    const bool is_loop = node->domain.empty() && (node->op == "Loop" || node->op == "Scan");
+    if (is_loop) {
+      Graph* body = node->subgraph("body");
+      std::vector<std::unique_ptr<Node>> keep;
+      for (auto& inner : body->nodes) {
+        bool invariant = IsPure(*inner);
+        for (const Value* v : inner->inputs) {
+          if (v != nullptr && v->graph != nullptr && body->Contains(v->graph)) invariant = false;
+        }
+        if (invariant) {
+          inner->graph = &g;
+          for (Value* v : inner->outputs) {
+            if (v) v->graph = &g;
+          }
+          out.push_back(std::move(inner));
+        } else {
+          keep.push_back(std::move(inner));
+        }
+      }
+      body->nodes = std::move(keep);
+    }
+    out.push_back(std::move(node));
+  }
+  g.nodes = std::move(out);
+}
+
+}  // namespace
+
+void ForEachNode(Module& m, const std::function<void(Node&)>& fn) {
+  for (Function& f : m.functions()) {
+    ForEachGraph(*f.graph, [&](Graph& g) {
+      for (auto& n : g.nodes) fn(*n);
+    });
+  }
+}
+
+void ReplaceUses(Graph& graph, Value* from, Value* to) {
+  ForEachGraph(graph, [&](Graph& g) {
+    for (auto& n : g.nodes) {
+      for (Value*& v : n->inputs) {
+        if (v == from) v = to;
+      }
+    }
+    for (Value*& v : g.outputs) {
+      if (v == from) v = to;
+    }
+  });
+}
+
+absl::Status FoldConstants(Module& m, int64_t max_elements) {
+  for (Function& f : m.functions()) {
+    if (absl::Status s = FoldGraph(m, *f.graph, max_elements); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void EliminateDeadCode(Module& m) {
+  for (Function& f : m.functions()) {
+    while (true) {
+      absl::flat_hash_map<const Value*, int> uses;
+      CollectUses(*f.graph, uses);
+      bool removed = false;
+      ForEachGraph(*f.graph, [&](Graph& g) {
+        absl::flat_hash_set<const Node*> dead;
+        for (auto& n : g.nodes) {
+          if (!Removable(*n)) continue;
+          bool used = false;
+          for (const Value* v : n->outputs) {
+            if (v && uses.contains(v)) used = true;
+          }
+          if (!used) dead.insert(n.get());
+        }
+        if (!dead.empty()) removed = true;
+        RemoveNodes(g, dead);
+      });
+      if (!removed) break;
+    }
+  }
+}
+
+void EliminateCommonSubexpressions(Module& m) {
+  for (Function& f : m.functions()) CseGraph(*f.graph, {});
+}
+
+void HoistLoopInvariants(Module& m) {
+  for (Function& f : m.functions()) HoistGraph(*f.graph);
+}
+
+}  // namespace dynvm::compiler

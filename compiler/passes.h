@@ -1,0 +1,37 @@
+// Compiler passes over a Module. Each returns an error naming the node it could not handle.
+#ifndef DYNVM_COMPILER_PASSES_H_
+#define DYNVM_COMPILER_PASSES_H_
+
+#include "absl/status/status.h"
+#include "compiler/ir.h"
+
+namespace dynvm::compiler {
+
+// Symbolic shape and dtype inference of every value, regions included. Loop-carried values
+// whose shape changes from one iteration to the next get fresh symbols in the body.
+absl::Status InferShapes(Module& module);
+absl::Status InferGraph(Module& module, Graph& graph);
+
+// Runs the reference kernel of every pure node whose inputs are all constants (outputs up to
+// `max_elements` each) and replaces its outputs by constants.
+absl::Status FoldConstants(Module& module, int64_t max_elements = 1 << 20);
+
+// Removes nodes whose outputs nothing uses (regions included).
+void EliminateDeadCode(Module& module);
+
+// Merges pure nodes with the same op, attributes and inputs (shape computations included).
+void EliminateCommonSubexpressions(Module& module);
+
+// Moves pure nodes of Loop/Scan bodies whose inputs all come from outside the body (or are
+// constants) in front of the loop, so they run once.
+void HoistLoopInvariants(Module& module);
+
+// Replaces every use of `from` by `to` in `graph` and its regions (and graph outputs).
+void ReplaceUses(Graph& graph, Value* from, Value* to);
+
+// Calls fn(node) for every node of every function, regions included (pre-order).
+void ForEachNode(Module& module, const std::function<void(Node&)>& fn);
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_PASSES_H_

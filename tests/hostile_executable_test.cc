@@ -1,0 +1,504 @@
+// Hostile executables: every single-byte corruption and every truncation of a small valid
+// file either loads or is refused with an error, never a crash; whatever loads also runs to
+// an OK or an error. Run-time limits (loop iterations, call depth) stop runaway programs, and
+// constants that point outside the constant segment are refused.
+//
+// Fuzz corpora: with DYNVM_REGENERATE_FUZZ_CORPUS=1 in the environment, the test
+// RegenerateFuzzCorpus (run from the repository root) rewrites the checked-in seed corpora:
+//   isa/fuzz_corpus/verifier/  and  vm/fuzz_corpus/run/   assembled tests/isa/*.s + kProgram
+//   isa/fuzz_corpus/assembler/                            tests/isa/*.s + kProgram as text
+// Crash inputs found by the fuzzers are added there by hand (named crash-*), and pinned by a
+// regression test below.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "allocator/heap_allocator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "isa/assembler.h"
+#include "schema/format.h"
+#include "schema/mapped_file.h"
+#include "schema/writer.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Constants (one a weight), a kernel, a loop with a double buffer, an if, a call and a
+// signature: a little of everything the loader and the verifier check.
+constexpr absl::string_view kProgram = R"(.producer "hostile_executable_test"
+.string "wrong sum"
+.const f32 [4] name="w" weight values:[1, 2, 3, 4]
+.const f32 [4] values:[0.5, 0.5, 0.5, 0.5]
+.kernel "Add" in(f32, f32) out(f32)
+
+.function twice
+  .params 0 1
+  .sregs i64 i64
+  .sresults i64
+  add_i %s1, %s0, %s0
+  ret (), (%s1)
+.end
+
+.function main
+  .params 0 0
+  .sregs i64 f64 f64 bool i64
+  .oregs tensor:f32 tensor:f32 storage storage tensor:f32 tensor:f32
+  .oresults tensor:f32
+  .output y [4]
+  load_const %o0, c0
+  load_const %o1, c1
+  alloc_storage %o2, 16, cpu
+  alloc_storage %o3, 16, cpu
+  alloc_tensor %o4, %o2, 0, f32, [4]
+  alloc_tensor %o5, %o3, 0, f32, [4]
+  copy %o4, %o0
+  const_i %s4, 3
+  call @twice, (), (%s4), (), (%s4)
+  loop %s0, %s4
+    invoke k0, #0, (%o4, %o1), (%o5)
+    pmove (%o4, %o5), (%o5, %o4)
+  endloop
+  ; 1 + 6 * 0.5
+  read_f %s1, %o4, 0
+  const_f %s2, 4
+  eq_f %s3, %s1, %s2
+  if %s3
+    nop
+  else
+    fail str0
+  endif
+  ret (%o4), ()
+.end
+)";
+
+std::string AssembleOrDie(absl::string_view text) {
+  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::string();
+}
+
+absl::Span<const uint8_t> Span(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+absl::StatusOr<std::shared_ptr<const Executable>> Load(const std::string& bytes) {
+  return Executable::LoadFromBytes(Span(bytes));
+}
+
+// Recomputes the checksum of the header and flatbuffer of `file` and stores it (bytes 64..67),
+// so that a change behind the checksum reaches the flatbuffer and ISA verifiers.
+void Reseal(std::string& file) {
+  auto* b = reinterpret_cast<uint8_t*>(file.data());
+  if (file.size() < schema::kHeaderSize) return;
+  uint64_t fb_size = 0;
+  for (int i = 0; i < 8; ++i) fb_size |= static_cast<uint64_t>(b[32 + i]) << (8 * i);
+  if (fb_size > file.size() - schema::kHeaderSize) return;
+  const uint32_t crc =
+      schema::ComputeChecksum({b, schema::kHeaderSize}, {b + schema::kHeaderSize, fb_size});
+  for (int i = 0; i < 4; ++i) b[64 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
+std::string ReadAll(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Outcome {
+  bool loaded = false;
+  int runs_ok = 0;
+  int runs_failed = 0;
+};
+
+// Loads `bytes`; if that works, runs every entry function that takes no inputs under tight
+// limits. Either step may fail; neither may crash.
+Outcome LoadAndRun(const std::string& bytes) {
+  Outcome out;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  if (!exe.ok()) {
+    EXPECT_FALSE(exe.status().message().empty());
+    return out;
+  }
+  out.loaded = true;
+  VmOptions options;
+  options.max_loop_iterations = 100000;
+  options.max_call_depth = 32;
+  options.memory_limit = int64_t{64} << 20;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, options);
+  if (!vm.ok()) return out;
+  for (int f = 0; f < (*exe)->num_functions(); ++f) {
+    const FunctionInfo& info = (*exe)->function(f);
+    if (!info.is_entry || !info.inputs.empty()) continue;
+    RunOptions run;
+    run.function = info.name;
+    run.deadline = absl::Now() + absl::Seconds(5);
+    absl::Status s = (*vm)->Run(run);
+    if (s.ok()) {
+      ++out.runs_ok;
+      EXPECT_TRUE((*vm)->GetOutputs(info.name).ok());
+    } else {
+      ++out.runs_failed;
+    }
+  }
+  return out;
+}
+
+struct Tally {
+  int mutants = 0, loaded = 0, refused = 0, runs_ok = 0, runs_failed = 0;
+  void Add(const Outcome& o) {
+    ++mutants;
+    (o.loaded ? loaded : refused) += 1;
+    runs_ok += o.runs_ok;
+    runs_failed += o.runs_failed;
+  }
+  std::string Summary(absl::string_view what) const {
+    return absl::StrCat(what, ": ", mutants, " mutants, ", loaded, " loaded, ", refused,
+                        " refused; runs: ", runs_ok, " ok, ", runs_failed, " failed");
+  }
+};
+
+TEST(HostileExecutableTest, TheProgramLoadsAndRuns) {
+  const std::string bytes = AssembleOrDie(kProgram);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_EQ((*exe)->num_kernels(), 1);
+  EXPECT_EQ((*exe)->num_constants(), 2);
+  EXPECT_EQ((*exe)->num_weights(), 1);
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->Run().ok()) << (*vm)->Run();
+  absl::StatusOr<Tensor> y = (*vm)->GetOutput("y");
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->numel(), 4);
+  EXPECT_EQ(y->data<float>()[3], 7.0f);
+  EXPECT_EQ((*vm)->last_run_iterations(), 6);
+}
+
+// (a) Every byte flipped (XOR 0xFF and XOR 0x01) at every position. Flips in the header and
+// flatbuffer mostly trip the checksum; flips in the constant segment change only data.
+TEST(HostileExecutableTest, EverySingleByteFlipLoadsOrIsRefused) {
+  const std::string bytes = AssembleOrDie(kProgram);
+  ASSERT_FALSE(bytes.empty());
+  Tally tally;
+  for (uint8_t mask : {uint8_t{0xFF}, uint8_t{0x01}}) {
+    for (size_t pos = 0; pos < bytes.size(); ++pos) {
+      std::string m = bytes;
+      m[pos] = static_cast<char>(m[pos] ^ mask);
+      tally.Add(LoadAndRun(m));
+    }
+  }
+  std::cout << tally.Summary("byte flips") << "\n";
+  EXPECT_EQ(tally.mutants, 2 * static_cast<int>(bytes.size()));
+  EXPECT_GT(tally.refused, 0);
+}
+
+// The same flips inside the flatbuffer, with the checksum recomputed: these reach the
+// flatbuffers verifier, the ISA verifier, kernel binding and, when they pass, the interpreter.
+TEST(HostileExecutableTest, EveryResealedFlatbufferByteFlipLoadsOrIsRefused) {
+  const std::string bytes = AssembleOrDie(kProgram);
+  absl::StatusOr<schema::FileHeader> h = schema::ParseHeader(Span(bytes));
+  ASSERT_TRUE(h.ok()) << h.status();
+  Tally tally;
+  for (uint8_t mask : {uint8_t{0xFF}, uint8_t{0x01}}) {
+    for (size_t pos = h->flatbuffer_offset; pos < h->flatbuffer_offset + h->flatbuffer_size;
+         ++pos) {
+      std::string m = bytes;
+      m[pos] = static_cast<char>(m[pos] ^ mask);
+      Reseal(m);
+      tally.Add(LoadAndRun(m));
+    }
+  }
+  std::cout << tally.Summary("resealed flatbuffer flips") << "\n";
+  EXPECT_GT(tally.loaded, 0);
+  EXPECT_GT(tally.refused, 0);
+}
+
+// (b) Every truncation is refused.
+TEST(HostileExecutableTest, EveryTruncationIsRefused) {
+  const std::string bytes = AssembleOrDie(kProgram);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes.substr(0, n));
+    EXPECT_FALSE(exe.ok()) << "a " << n << "-byte prefix of the " << bytes.size()
+                           << "-byte file loaded";
+    if (!exe.ok()) {
+      EXPECT_FALSE(exe.status().message().empty());
+    }
+  }
+  // With the checksum recomputed, truncations inside the flatbuffer are refused as well
+  // (the header's sizes no longer fit the file).
+  for (size_t n = schema::kHeaderSize; n < bytes.size(); ++n) {
+    std::string m = bytes.substr(0, n);
+    Reseal(m);
+    EXPECT_FALSE(Load(m).ok()) << n;
+  }
+}
+
+// (c) A loop with a huge trip count is stopped by max_loop_iterations.
+TEST(HostileExecutableTest, HugeTripCountIsStoppedByTheIterationLimit) {
+  const std::string bytes = AssembleOrDie(R"(
+.function main
+  .params 0 0
+  .sregs i64 i64
+  .entry
+  const_i %s1, 9223372036854775807
+  loop %s0, %s1
+    nop
+  endloop
+  ret (), ()
+.end
+)");
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  VmOptions options;
+  options.max_loop_iterations = 12345;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, options);
+  ASSERT_TRUE(vm.ok());
+  absl::Status s = (*vm)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("loop iteration limit of 12345 exceeded"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("function 'main' pc"));
+  // The limit is per run: the VM stays usable and a second run stops the same way.
+  EXPECT_EQ((*vm)->Run().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// (d) Unbounded recursion is stopped by max_call_depth, with the default and a small limit.
+TEST(HostileExecutableTest, DeepRecursionIsStoppedByTheCallDepthLimit) {
+  const std::string bytes = AssembleOrDie(R"(
+.function down
+  .params 1 1
+  .sregs i64 i64
+  .oregs tensor:f32
+  addimm_i %s1, %s0, 1
+  call @down, (%o0), (%s1), (), ()
+  ret (), ()
+.end
+.const f32 [1] values:[1]
+.function main
+  .params 0 0
+  .sregs i64
+  .oregs tensor:f32
+  .entry
+  load_const %o0, c0
+  const_i %s0, 0
+  call @down, (%o0), (%s0), (), ()
+  ret (), ()
+.end
+)");
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  for (int depth : {1, 2, 17, 200}) {
+    VmOptions options;
+    options.max_call_depth = depth;
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, options);
+    ASSERT_TRUE(vm.ok());
+    absl::Status s = (*vm)->Run();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("call depth limit of ", depth, " exceeded")));
+  }
+}
+
+// An entry function may declare a sequence (or optional) input, which the verifier accepts;
+// the host API binds only tensors. Binding a tensor to such an input used to leave the
+// sequence register null, and seq_len dereferenced it.
+TEST(HostileExecutableTest, NonTensorInputsCannotBeBoundToATensor) {
+  const std::string bytes = AssembleOrDie(R"(
+.function main
+  .params 1 0
+  .sregs i64
+  .oregs seq:f32
+  .input xs *
+  seq_len %s0, %o0
+  ret (), ()
+.end
+.function opt
+  .params 1 0
+  .sregs bool
+  .oregs opt:tensor:f32
+  .input x *
+  opt_has %s0, %o0
+  ret (), ()
+.end
+)");
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  ASSERT_TRUE(vm.ok());
+  absl::StatusOr<Tensor> t = Tensor::Allocate(HeapAllocator::Get(), DType::kF32, {2});
+  ASSERT_TRUE(t.ok());
+  for (const char* fn : {"main", "opt"}) {
+    absl::Status s = (*vm)->SetInput(0, *t, fn);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("only tensor inputs can be bound")) << s;
+    s = (*vm)->SetInputZeroCopy((*exe)->function(*(*exe)->FindFunction(fn)).inputs[0].name, *t, fn);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    RunOptions run;
+    run.function = fn;
+    s = (*vm)->Run(run);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("is not set"));
+  }
+}
+
+// Found by vm_run_fuzzer: alloc_tensor at a byte offset that is not a multiple of the element
+// size gave the Add kernel a misaligned float output (UBSan: "store to misaligned address").
+TEST(HostileExecutableTest, RegressionMisalignedAllocTensorOffsetIsRefused) {
+  const std::string bytes = AssembleOrDie(R"(
+.function main
+  .params 0 0
+  .oregs storage tensor:f32
+  .entry
+  alloc_storage %o0, 64, cpu
+  alloc_tensor %o1, %o0, 3, f32, [2]
+  ret (), ()
+.end
+)");
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  ASSERT_TRUE(vm.ok());
+  absl::Status s = (*vm)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr("alloc_tensor byte offset 3 is not a multiple of the 4-byte f32 element size"));
+  // The fuzzer's input: its run now fails at the alloc_tensor instead of reaching the kernel.
+  std::string crash = ReadAll("vm/fuzz_corpus/run/crash-misaligned-alloc-tensor.dvm");
+  ASSERT_FALSE(crash.empty());
+  if (static_cast<uint8_t>(crash[64]) & 1) Reseal(crash);
+  const Outcome o = LoadAndRun(crash);
+  EXPECT_TRUE(o.loaded);
+  EXPECT_GT(o.runs_failed, 0);
+}
+
+// Serializes `exe` as the writer does, but keeps the constant offsets and sizes as given:
+// the writer always lays constants out correctly, a hostile file need not.
+std::string WriteWithRawConstants(fb::ExecutableT& exe, const std::string& segment) {
+  flatbuffers::FlatBufferBuilder builder;
+  builder.Finish(fb::Executable::Pack(builder, &exe), fb::ExecutableIdentifier());
+  schema::FileHeader h;
+  h.flatbuffer_offset = schema::kHeaderSize;
+  h.flatbuffer_size = builder.GetSize();
+  h.constants_offset = (schema::kHeaderSize + h.flatbuffer_size + 63) / 64 * 64;
+  h.constants_size = h.constants_raw_size = segment.size();
+  std::string out(h.constants_offset + segment.size(), '\0');
+  std::memcpy(out.data() + schema::kHeaderSize, builder.GetBufferPointer(), h.flatbuffer_size);
+  std::memcpy(out.data() + h.constants_offset, segment.data(), segment.size());
+  auto* b = reinterpret_cast<uint8_t*>(out.data());
+  schema::EncodeHeader(h, b);
+  Reseal(out);
+  return out;
+}
+
+// (e) Constants pointing past the end of the constant segment are refused.
+TEST(HostileExecutableTest, ConstantPastTheEndIsRefused) {
+  absl::StatusOr<isa::Assembly> a = isa::Assemble(kProgram);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string segment(128, '\x01');
+  // Assemble leaves the layout to the writer: set it by hand.
+  a->exe->constants[0]->offset = 0;
+  a->exe->constants[1]->offset = 64;
+  a->exe->constants[0]->size = a->exe->constants[1]->size = 16;
+  ASSERT_TRUE(Load(WriteWithRawConstants(*a->exe, segment)).ok());
+  struct Case {
+    uint64_t offset;
+    const char* expect;
+  };
+  for (Case c :
+       {Case{128,
+             "constant 1: range [128, +16) runs past the end of the 128-byte constant segment"},
+        Case{64, ""},  // inside: fine
+        Case{192, "constant 1: range [192, +16) runs past"},
+        Case{uint64_t{1} << 63, "runs past the end"}, Case{~uint64_t{63}, "runs past the end"}}) {
+    a->exe->constants[1]->offset = c.offset;
+    absl::StatusOr<std::shared_ptr<const Executable>> exe =
+        Load(WriteWithRawConstants(*a->exe, segment));
+    if (*c.expect == '\0') {
+      EXPECT_TRUE(exe.ok()) << exe.status();
+      continue;
+    }
+    ASSERT_FALSE(exe.ok()) << c.offset;
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr(c.expect));
+  }
+  // A segment that ends exactly where constant 1 ends, and one shorter than it needs.
+  a->exe->constants[1]->offset = 64;
+  EXPECT_TRUE(Load(WriteWithRawConstants(*a->exe, segment.substr(0, 80))).ok());
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Load(WriteWithRawConstants(*a->exe, segment.substr(0, 70)));
+  ASSERT_FALSE(exe.ok());
+  EXPECT_THAT(std::string(exe.status().message()),
+              HasSubstr("constant 1: range [64, +16) runs past the end of the 70-byte"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed corpora for the fuzzers (see the top of this file).
+
+void WriteFile(const std::filesystem::path& p, const std::string& data) {
+  std::filesystem::create_directories(p.parent_path());
+  absl::Status s = schema::WriteStringToFile(p.string(), data);
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+TEST(HostileExecutableTest, RegenerateFuzzCorpus) {
+  const char* env = std::getenv("DYNVM_REGENERATE_FUZZ_CORPUS");
+  if (env == nullptr || std::string(env) != "1")
+    GTEST_SKIP() << "set DYNVM_REGENERATE_FUZZ_CORPUS=1 to rewrite";
+  std::vector<std::pair<std::string, std::string>> sources = {
+      {"hostile_program", std::string(kProgram)}};
+  for (const auto& e : std::filesystem::directory_iterator("tests/isa")) {
+    if (e.path().extension() == ".s")
+      sources.emplace_back(e.path().stem().string(), ReadAll(e.path()));
+  }
+  for (const auto& [name, text] : sources) {
+    const std::string bytes = AssembleOrDie(text);
+    ASSERT_TRUE(Load(bytes).ok()) << name;
+    WriteFile(std::filesystem::path("isa/fuzz_corpus/verifier") / (name + ".dvm"), bytes);
+    WriteFile(std::filesystem::path("vm/fuzz_corpus/run") / (name + ".dvm"), bytes);
+    WriteFile(std::filesystem::path("isa/fuzz_corpus/assembler") / (name + ".s"), text);
+  }
+}
+
+// Every checked-in seed and crash input is handled without a crash (the fuzz targets' own
+// logic, run as a unit test so that CI covers the corpora without libFuzzer).
+TEST(HostileExecutableTest, FuzzCorporaLoadOrAreRefused) {
+  int n = 0;
+  for (const char* dir : {"isa/fuzz_corpus/verifier", "vm/fuzz_corpus/run"}) {
+    if (!std::filesystem::exists(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::string bytes = ReadAll(e.path());
+      LoadAndRun(bytes);
+      Reseal(bytes);
+      LoadAndRun(bytes);
+      ++n;
+    }
+  }
+  if (std::filesystem::exists("isa/fuzz_corpus/assembler")) {
+    for (const auto& e : std::filesystem::directory_iterator("isa/fuzz_corpus/assembler")) {
+      absl::StatusOr<std::string> bytes = isa::AssembleToBytes(ReadAll(e.path()));
+      if (bytes.ok()) LoadAndRun(*bytes);
+      ++n;
+    }
+  }
+  std::cout << n << " corpus files\n";
+}
+
+}  // namespace
+}  // namespace dynvm

@@ -1,0 +1,714 @@
+// The VirtualMachine and Executable C++ API, with programs written in dynvm assembly: binding
+// inputs and reading outputs, ownership and lifetimes, every input error, interruption
+// (iteration budget, cancellation, deadline), error annotation, allocation failures at every
+// site, flat memory over ten million iterations, and concurrent VMs on one executable.
+// Built twice: against the computed-goto interpreter (vm_test) and the switch one
+// (vm_switch_test).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "isa/assembler.h"
+#include "kernels/tensor.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::shared_ptr<const Executable> Load(absl::string_view text) {
+  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  if (!bytes.ok()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  return exe.ok() ? *exe : nullptr;
+}
+
+std::unique_ptr<VirtualMachine> MakeVm(std::shared_ptr<const Executable> exe,
+                                       const VmOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm =
+      VirtualMachine::Create(std::move(exe), options);
+  EXPECT_TRUE(vm.ok()) << vm.status();
+  return vm.ok() ? *std::move(vm) : nullptr;
+}
+
+Tensor F32(std::vector<int64_t> dims, std::vector<float> values) {
+  return *Tensor::FromVector<float>(DType::kF32, dims, values);
+}
+
+Tensor I64(std::vector<int64_t> dims, std::vector<int64_t> values) {
+  return *Tensor::FromVector<int64_t>(DType::kI64, dims, values);
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  EXPECT_TRUE(t.defined());
+  EXPECT_EQ(t.dtype(), DType::kF32);
+  EXPECT_TRUE(t.is_contiguous());
+  if (!t.defined()) return {};
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+std::vector<float> Output(const VirtualMachine& vm, absl::string_view name,
+                          absl::string_view function = "") {
+  absl::StatusOr<Tensor> t = vm.GetOutput(name, function);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? Floats(*t) : std::vector<float>{};
+}
+
+// sum = (x + y) + bias, prod = x * scale, echo = x itself.
+constexpr absl::string_view kBasic = R"(
+.const f32 [3] name="bias" weight values:[1, 2, 3]
+.const f32 [3] name="scale" values:[2, 2, 2]
+.kernel "Add" in(f32, f32) out(f32)
+.kernel "Mul" in(f32, f32) out(f32)
+
+.function main
+  .params 2 0
+  .sregs i64 i64 i64
+  .oregs tensor:f32 tensor:f32 tensor:f32 tensor:f32 storage tensor:f32 storage tensor:f32 storage tensor:f32
+  .oresults tensor:f32 tensor:f32 tensor:f32
+  .input x [n,3]
+  .input y [n,3]
+  .output sum [n,3]
+  .output prod [n,3]
+  .output echo [n,3]
+  .bound n 8
+  load_const %o2, c0
+  load_const %o3, c1
+  dim %s0, %o0, 0
+  const_i %s1, 12
+  mul_i %s2, %s0, %s1
+  alloc_storage %o4, %s2, cpu
+  alloc_tensor %o5, %o4, 0, f32, [%s0, 3]
+  invoke k0, #0, (%o0, %o1), (%o5)
+  alloc_storage %o6, %s2, cpu
+  alloc_tensor %o7, %o6, 0, f32, [%s0, 3]
+  invoke k0, #1, (%o5, %o2), (%o7)
+  alloc_storage %o8, %s2, cpu
+  alloc_tensor %o9, %o8, 0, f32, [%s0, 3]
+  invoke k1, #2, (%o0, %o3), (%o9)
+  ret (%o7, %o9, %o0), ()
+.end
+
+; a second entry with its own signature
+.function twice
+  .params 1 0
+  .oregs tensor:f32 storage tensor:f32
+  .oresults tensor:f32
+  .input v [4]
+  .output w [4]
+  alloc_storage %o1, 16, cpu
+  alloc_tensor %o2, %o1, 0, f32, [4]
+  invoke k0, #0, (%o0, %o0), (%o2)
+  ret (%o2), ()
+.end
+)";
+
+class BasicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    exe_ = Load(kBasic);
+    ASSERT_NE(exe_, nullptr);
+    vm_ = MakeVm(exe_);
+    ASSERT_NE(vm_, nullptr);
+  }
+  void Bind(const Tensor& x, const Tensor& y) {
+    ASSERT_TRUE(vm_->SetInput("x", x).ok());
+    ASSERT_TRUE(vm_->SetInput("y", y).ok());
+  }
+  std::shared_ptr<const Executable> exe_;
+  std::unique_ptr<VirtualMachine> vm_;
+};
+
+Tensor X() { return F32({2, 3}, {1, 2, 3, 4, 5, 6}); }
+Tensor Y() { return F32({2, 3}, {10, 20, 30, 40, 50, 60}); }
+
+TEST_F(BasicTest, InputsAndOutputsByNameAndIndex) {
+  ASSERT_TRUE(vm_->SetInput(0, X()).ok());
+  ASSERT_TRUE(vm_->SetInput("y", Y()).ok());
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+  EXPECT_THAT(Output(*vm_, "prod"), ElementsAre(2, 4, 6, 8, 10, 12));
+  absl::StatusOr<Tensor> by_index = vm_->GetOutput(1);
+  ASSERT_TRUE(by_index.ok());
+  EXPECT_THAT(Floats(*by_index), ElementsAre(2, 4, 6, 8, 10, 12));
+  EXPECT_EQ(by_index->ShapeString(), "[2,3]");
+  absl::StatusOr<std::vector<Tensor>> all = vm_->GetOutputs();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].storage().get(), vm_->GetOutput("sum")->storage().get());
+
+  // The second entry, named explicitly everywhere.
+  ASSERT_TRUE(vm_->SetInput(0, F32({4}, {1, 2, 3, 4}), "twice").ok());
+  RunOptions run;
+  run.function = "twice";
+  ASSERT_TRUE(vm_->Run(run).ok());
+  EXPECT_THAT(Output(*vm_, "w", "twice"), ElementsAre(2, 4, 6, 8));
+  absl::StatusOr<Tensor> w = vm_->GetOutput(0, "twice");
+  ASSERT_TRUE(w.ok());
+  EXPECT_THAT(Floats(*w), ElementsAre(2, 4, 6, 8));
+  // main's outputs are still those of its last run.
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+}
+
+TEST_F(BasicTest, NamesListRealInputsOnly) {
+  EXPECT_THAT(*vm_->input_names(), ElementsAre("x", "y"));
+  EXPECT_THAT(*vm_->output_names(), ElementsAre("sum", "prod", "echo"));
+  EXPECT_THAT(*vm_->input_names("twice"), ElementsAre("v"));
+  EXPECT_EQ(exe_->num_constants(), 2);
+  EXPECT_EQ(exe_->num_weights(), 1);  // "bias" is a weight; "scale" is a plain constant
+  EXPECT_EQ(exe_->weight_bytes(), 12);
+  const int main = *exe_->FindFunction("");
+  EXPECT_EQ(exe_->function(main).name, "main");
+  EXPECT_EQ(exe_->function(main).inputs.size(), 2u);
+  EXPECT_EQ(vm_->input_names("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(BasicTest, SetInputCopies) {
+  Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  ASSERT_TRUE(vm_->SetInput("x", x).ok());
+  ASSERT_TRUE(vm_->SetInput("y", Y()).ok());
+  x.data<float>()[0] = 1000;  // after SetInput: must not be seen
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+  absl::StatusOr<Tensor> echo = vm_->GetOutput("echo");
+  ASSERT_TRUE(echo.ok());
+  EXPECT_NE(echo->storage().get(), x.storage().get());
+  EXPECT_THAT(Floats(*echo), ElementsAre(1, 2, 3, 4, 5, 6));
+}
+
+TEST_F(BasicTest, SetInputZeroCopyDoesNotCopy) {
+  Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  ASSERT_TRUE(vm_->SetInputZeroCopy("x", x).ok());
+  ASSERT_TRUE(vm_->SetInput("y", Y()).ok());
+  ASSERT_TRUE(vm_->Run().ok());
+  absl::StatusOr<Tensor> echo = vm_->GetOutput("echo");
+  ASSERT_TRUE(echo.ok());
+  EXPECT_EQ(echo->storage().get(), x.storage().get());
+  EXPECT_EQ(echo->raw_data(), x.raw_data());
+  // The binding views the caller's data: a change between runs is seen by the next run.
+  x.data<float>()[0] = 100;
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(111, 24, 36, 45, 57, 69));
+}
+
+TEST_F(BasicTest, SetInputZeroCopyRefusesMisalignedData) {
+  Tensor backing = F32({8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  absl::StatusOr<Tensor> misaligned = Tensor::View(backing.storage(), 2, DType::kF32, {2, 3});
+  ASSERT_TRUE(misaligned.ok()) << misaligned.status();
+  absl::Status s = vm_->SetInputZeroCopy("x", *misaligned);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("aligned"));
+  // Copying it is fine.
+  EXPECT_TRUE(vm_->SetInput("x", *misaligned).ok());
+}
+
+TEST_F(BasicTest, OutputsOutliveNextRunAndTheVm) {
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  const Tensor first_sum = *vm_->GetOutput("sum");
+  const Tensor first_echo = *vm_->GetOutput("echo");
+  Bind(F32({1, 3}, {0, 0, 0}), F32({1, 3}, {0, 0, 0}));
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Floats(first_sum), ElementsAre(12, 24, 36, 45, 57, 69));
+  // Fed back as an input without a copy.
+  ASSERT_TRUE(vm_->SetInputZeroCopy("x", first_sum).ok());
+  ASSERT_TRUE(vm_->SetInput("y", Y()).ok());
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(23, 46, 69, 86, 109, 132));
+  EXPECT_EQ(vm_->GetOutput("echo")->storage().get(), first_sum.storage().get());
+  const Tensor last_prod = *vm_->GetOutput("prod");
+  vm_.reset();
+  exe_.reset();
+  EXPECT_THAT(Floats(first_sum), ElementsAre(12, 24, 36, 45, 57, 69));
+  EXPECT_THAT(Floats(first_echo), ElementsAre(1, 2, 3, 4, 5, 6));
+  EXPECT_THAT(Floats(last_prod), ElementsAre(24, 48, 72, 90, 114, 138));
+}
+
+// The pool copy SetInput makes, returned as an output, is the only thing left of the VM.
+TEST_F(BasicTest, CopiedInputReturnedAsOutputOutlivesTheVm) {
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  Tensor echo = *vm_->GetOutput("echo");
+  vm_.reset();
+  EXPECT_THAT(Floats(echo), ElementsAre(1, 2, 3, 4, 5, 6));
+  echo = Tensor();  // must not touch a destroyed pool
+}
+
+TEST_F(BasicTest, InputErrors) {
+  // Wrong dtype: refused at binding.
+  absl::Status s = vm_->SetInput("x", I64({2, 3}, {1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("must be f32"));
+  s = vm_->SetInputZeroCopy("x", I64({2, 3}, {1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = vm_->SetInput("x", Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Unknown name or index.
+  s = vm_->SetInput("z", X());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr("x, y"));
+  EXPECT_EQ(vm_->SetInput(2, X()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(vm_->SetInput(-1, X()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(vm_->SetInput("x", X(), "nope").code(), absl::StatusCode::kNotFound);
+
+  // Missing input.
+  ASSERT_TRUE(vm_->SetInput("x", X()).ok());
+  s = vm_->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("input 'y'"));
+  EXPECT_EQ(vm_->GetOutputs().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  struct Case {
+    Tensor x, y;
+    const char* message;
+  };
+  const Case cases[] = {
+      {F32({6}, {1, 2, 3, 4, 5, 6}), Y(), "must have rank 2"},                        // rank
+      {F32({2, 3, 1}, {1, 2, 3, 4, 5, 6}), Y(), "must have rank 2"},                  // rank
+      {F32({3, 2}, {1, 2, 3, 4, 5, 6}), Y(), "dim 1 must be 3"},                      // fixed dim
+      {F32({1, 3}, {1, 2, 3}), Y(), "symbol 'n' = 2, but another input has it = 1"},  // symbol
+      {F32({9, 3}, std::vector<float>(27, 1.0f)),
+       F32({9, 3}, std::vector<float>(27, 1.0f)),  // bound
+       "symbol 'n' = 9 exceeds its declared bound 8"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(vm_->SetInput("x", c.x).ok());
+    ASSERT_TRUE(vm_->SetInput("y", c.y).ok());
+    s = vm_->Run();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+  // At the bound exactly is fine, and the VM is usable after all those errors.
+  Bind(F32({8, 3}, std::vector<float>(24, 1.0f)), F32({8, 3}, std::vector<float>(24, 2.0f)));
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_EQ(Output(*vm_, "sum")[23], 6.0f);
+}
+
+TEST_F(BasicTest, UnknownOutputAndFunction) {
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  absl::StatusOr<Tensor> t = vm_->GetOutput("nope");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(t.status().message(), HasSubstr("sum, prod, echo"));
+  EXPECT_EQ(vm_->GetOutput(3).status().code(), absl::StatusCode::kOutOfRange);
+  RunOptions run;
+  run.function = "nope";
+  absl::Status s = vm_->Run(run);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr("main"));
+  // "twice" has not run: no outputs yet.
+  EXPECT_EQ(vm_->GetOutput("w", "twice").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// acc := trips * x, by a loop that per iteration makes a view of a preallocated storage, does
+// some scalar work and invokes Add into that view, then swaps the two buffers.
+constexpr absl::string_view kLoop = R"(
+.kernel "Add" in(f32, f32) out(f32)
+
+.function main
+  .params 2 0
+  .sregs i64 i64 i64 f64 i64
+  .oregs tensor:i64 tensor:f32 storage storage tensor:f32 tensor:f32
+  .oresults tensor:f32
+  .input trips []
+  .input x [4]
+  .output acc [4]
+  read_i %s0, %o0, 0
+  alloc_storage %o2, 16, cpu
+  alloc_storage %o3, 16, cpu
+  alloc_tensor %o4, %o2, 0, f32, [4]
+  const_f %s3, 0
+  loop %s1, 4
+    write %o4, %s1, %s3
+  endloop
+  loop %s1, %s0
+    addimm_i %s2, %s1, 3
+    mul_i %s4, %s2, %s2
+    sub_i %s4, %s4, %s2
+    alloc_tensor %o5, %o3, 0, f32, [4]
+    invoke k0, #0, (%o4, %o1), (%o5)
+    pmove (%o4, %o2, %o3), (%o5, %o3, %o2)
+  endloop
+  ret (%o4), ()
+.end
+)";
+
+class LoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    exe_ = Load(kLoop);
+    ASSERT_NE(exe_, nullptr);
+  }
+  static void Bind(VirtualMachine& vm, int64_t trips) {
+    ASSERT_TRUE(vm.SetInputZeroCopy("trips", I64({}, {trips})).ok());
+    ASSERT_TRUE(vm.SetInput("x", F32({4}, {1, 2, 4, 0.5f})).ok());
+  }
+  std::shared_ptr<const Executable> exe_;
+};
+
+TEST_F(LoopTest, Computes) {
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  Bind(*vm, 10);
+  ASSERT_TRUE(vm->Run().ok());
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(10, 20, 40, 5));
+  EXPECT_EQ(vm->last_run_iterations(), 14);
+  Bind(*vm, 0);
+  ASSERT_TRUE(vm->Run().ok());
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(0, 0, 0, 0));
+}
+
+TEST_F(LoopTest, IterationLimit) {
+  VmOptions options;
+  options.max_loop_iterations = 100;
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_, options);
+  Bind(*vm, 1000);
+  absl::Status s = vm->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("iteration limit of 100"));
+  EXPECT_THAT(s.message(), HasSubstr("endloop"));
+  Bind(*vm, 96);  // 4 + 96 iterations: exactly the budget
+  ASSERT_TRUE(vm->Run().ok());
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(96, 192, 384, 48));
+}
+
+TEST_F(LoopTest, CancelFromAnotherThread) {
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  Bind(*vm, int64_t{1} << 39);  // hours
+  CancellationToken token;
+  RunOptions run;
+  run.cancel = &token;
+  std::thread canceller([&token] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    token.Cancel();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = vm->Run(run);
+  canceller.join();
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(vm->GetOutputs().status().code(), absl::StatusCode::kFailedPrecondition);
+  // A token still cancelled stops the next run at once; reset, the same VM runs correctly.
+  Bind(*vm, 10);
+  EXPECT_TRUE(absl::IsCancelled(vm->Run(run)));
+  token.Reset();
+  ASSERT_TRUE(vm->Run(run).ok());
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(10, 20, 40, 5));
+}
+
+TEST_F(LoopTest, Deadline) {
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  Bind(*vm, int64_t{1} << 39);
+  RunOptions run;
+  run.deadline = absl::Now() + absl::Milliseconds(50);
+  absl::Status s = vm->Run(run);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  run.deadline = absl::Now() - absl::Seconds(1);
+  Bind(*vm, 10);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(vm->Run(run)));
+  run.deadline = absl::Now() + absl::Seconds(600);
+  ASSERT_TRUE(vm->Run(run).ok());
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(10, 20, 40, 5));
+}
+
+TEST_F(LoopTest, TenMillionIterationsInFlatMemory) {
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  for (int i = 0; i < 3; ++i) {
+    Bind(*vm, 10);
+    ASSERT_TRUE(vm->Run().ok());
+  }
+  const AllocatorStats small = vm->memory_stats();
+  Bind(*vm, 10'000'000);
+  ASSERT_TRUE(vm->Run().ok());
+  const AllocatorStats big = vm->memory_stats();
+  // Exact in f32: every partial sum is a multiple of its element's spacing.
+  EXPECT_THAT(Output(*vm, "acc"), ElementsAre(1e7f, 2e7f, 4e7f, 5e6f));
+  EXPECT_EQ(vm->last_run_iterations(), 10'000'004);
+  EXPECT_EQ(big.system_allocs, small.system_allocs);
+  EXPECT_EQ(big.bytes_in_use, small.bytes_in_use);
+  EXPECT_EQ(big.peak_bytes_in_use, small.peak_bytes_in_use);
+  EXPECT_EQ(big.allocs - small.allocs, 3);  // the x copy and two storages: none per iteration
+}
+
+TEST_F(LoopTest, ManyVmsOnEightThreads) {
+  constexpr int kThreads = 8, kRuns = 50;
+  auto expected = [](int t, int r) {
+    const float n = static_cast<float>((t * kRuns + r) % 17);
+    return std::vector<float>{n, 2 * n, 4 * n, n / 2};
+  };
+  // Single-threaded reference results.
+  std::vector<std::vector<float>> reference(kThreads * kRuns);
+  {
+    std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+    for (int t = 0; t < kThreads; ++t) {
+      for (int r = 0; r < kRuns; ++r) {
+        Bind(*vm, (t * kRuns + r) % 17);
+        ASSERT_TRUE(vm->Run().ok());
+        reference[t * kRuns + r] = Output(*vm, "acc");
+        ASSERT_EQ(reference[t * kRuns + r], expected(t, r));
+      }
+    }
+  }
+  std::vector<std::vector<float>> results(kThreads * kRuns);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe_);
+      if (!vm.ok()) {
+        ++failures;
+        return;
+      }
+      for (int r = 0; r < kRuns; ++r) {
+        const int64_t trips = (t * kRuns + r) % 17;
+        if (!(*vm)->SetInputZeroCopy("trips", I64({}, {trips})).ok() ||
+            !(*vm)->SetInput("x", F32({4}, {1, 2, 4, 0.5f})).ok() || !(*vm)->Run().ok()) {
+          ++failures;
+          return;
+        }
+        absl::StatusOr<Tensor> acc = (*vm)->GetOutput("acc");
+        if (!acc.ok()) {
+          ++failures;
+          return;
+        }
+        results[t * kRuns + r].assign(acc->data<float>(), acc->data<float>() + acc->numel());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(results, reference);
+}
+
+TEST_F(LoopTest, ExecutableHandleReleasedWhileVmsRun) {
+  constexpr int kThreads = 4;
+  std::vector<std::unique_ptr<VirtualMachine>> vms;
+  for (int t = 0; t < kThreads; ++t) {
+    vms.push_back(MakeVm(exe_));
+    Bind(*vms.back(), 1000 + t);
+  }
+  std::weak_ptr<const Executable> weak = exe_;
+  std::atomic<bool> go{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int r = 0; r < 20; ++r) {
+        if (!vms[t]->Run().ok()) ++failures;
+      }
+    });
+  }
+  go = true;
+  exe_.reset();  // while the VMs run: they keep the executable alive
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_FALSE(weak.expired());
+  for (int t = 0; t < kThreads; ++t) {
+    const float n = static_cast<float>(1000 + t);
+    EXPECT_THAT(Output(*vms[t], "acc"), ElementsAre(n, 2 * n, 4 * n, n / 2));
+  }
+  const Tensor kept = *vms[0]->GetOutput("acc");
+  vms.clear();
+  EXPECT_TRUE(weak.expired());
+  EXPECT_THAT(Floats(kept), ElementsAre(1000, 2000, 4000, 500));
+}
+
+// Several allocation sites: two storages, a kernel's dynamic output, a growable tensor and an
+// append that outgrows it. Outputs: a = (x + y) * x + y, m = (x + y) * x (dynamic), c = [a, a].
+constexpr absl::string_view kAllocs = R"(
+.kernel "Add" in(f32, f32) out(f32)
+.kernel "Mul" in(f32, f32) out(dyn:f32)
+
+.function main
+  .params 2 0
+  .sregs i64 i64 i64
+  .oregs tensor:f32 tensor:f32 storage tensor:f32 tensor:f32 storage tensor:f32 tensor:f32
+  .oresults tensor:f32 tensor:f32 tensor:f32
+  .input x [n]
+  .input y [n]
+  .output a [n]
+  .output m [n]
+  .output c *
+  dim %s0, %o0, 0
+  const_i %s1, 4
+  mul_i %s2, %s0, %s1
+  alloc_storage %o2, %s2, cpu
+  alloc_tensor %o3, %o2, 0, f32, [%s0]
+  invoke k0, #0, (%o0, %o1), (%o3)
+  invoke k1, #1, (%o3, %o0), (%o4)
+  alloc_storage %o5, %s2, cpu
+  alloc_tensor %o6, %o5, 0, f32, [%s0]
+  invoke k0, #2, (%o4, %o1), (%o6)
+  alloc_growable %o7, f32, cpu, 0, 1, [0]
+  append %o7, %o6, 0
+  append %o7, %o6, 0
+  ret (%o6, %o4, %o7), ()
+.end
+)";
+
+TEST(AllocationTest, FailureAtEverySite) {
+  std::shared_ptr<const Executable> exe = Load(kAllocs);
+  ASSERT_NE(exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+  ASSERT_TRUE(vm->SetInput("x", F32({3}, {1, 2, 3})).ok());
+  ASSERT_TRUE(vm->SetInput("y", F32({3}, {10, 20, 30})).ok());
+  auto check_outputs = [&] {
+    EXPECT_THAT(Output(*vm, "a"), ElementsAre(21, 64, 129));
+    EXPECT_THAT(Output(*vm, "m"), ElementsAre(11, 44, 99));
+    EXPECT_THAT(Output(*vm, "c"), ElementsAre(21, 64, 129, 21, 64, 129));
+  };
+  int failures = 0;
+  for (int64_t n = 1; n <= 100; ++n) {
+    SCOPED_TRACE(n);
+    vm->FailNthAllocation(n);
+    absl::Status s = vm->Run();
+    if (s.ok()) {
+      vm->FailNthAllocation(0);
+      check_outputs();
+      break;
+    }
+    ++failures;
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("injected allocation failure"));
+    EXPECT_THAT(s.message(), HasSubstr("function 'main' pc "));
+    EXPECT_EQ(vm->GetOutputs().status().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(vm->Run().ok());
+    check_outputs();
+  }
+  // alloc_storage x2, Mul's output, alloc_growable, the growing append.
+  EXPECT_GE(failures, 5);
+  EXPECT_EQ(vm->memory_stats().failed_allocs, failures);
+}
+
+TEST(AllocationTest, MemoryLimitBelowNeed) {
+  constexpr absl::string_view kBig = R"(
+.function main
+  .params 1 0
+  .oregs tensor:f32 storage
+  .oresults tensor:f32
+  .input x [1]
+  .output y [1]
+  alloc_storage %o1, 1048576, cpu
+  ret (%o0), ()
+.end
+)";
+  std::shared_ptr<const Executable> exe = Load(kBig);
+  ASSERT_NE(exe, nullptr);
+  VmOptions options;
+  options.memory_limit = 64 * 1024;
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe, options);
+  ASSERT_TRUE(vm->SetInput("x", F32({1}, {1})).ok());
+  absl::Status s = vm->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("memory limit"));
+  EXPECT_THAT(s.message(), HasSubstr("alloc_storage"));
+  // Still usable; a VM with enough room runs it.
+  EXPECT_EQ(vm->Run().code(), absl::StatusCode::kResourceExhausted);
+  options.memory_limit = 4 << 20;
+  std::unique_ptr<VirtualMachine> roomy = MakeVm(exe, options);
+  ASSERT_TRUE(roomy->SetInput("x", F32({1}, {1})).ok());
+  EXPECT_TRUE(roomy->Run().ok());
+}
+
+// Outputs that the VM's kernels and growth allocated (not alloc_storage) also outlive the VM.
+TEST(AllocationTest, KernelAndGrowthOutputsOutliveTheVm) {
+  std::shared_ptr<const Executable> exe = Load(kAllocs);
+  ASSERT_NE(exe, nullptr);
+  Tensor m, c;
+  {
+    std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+    ASSERT_TRUE(vm->SetInput("x", F32({3}, {1, 2, 3})).ok());
+    ASSERT_TRUE(vm->SetInput("y", F32({3}, {10, 20, 30})).ok());
+    ASSERT_TRUE(vm->Run().ok());
+    m = *vm->GetOutput("m");
+    c = *vm->GetOutput("c");
+  }
+  EXPECT_THAT(Floats(m), ElementsAre(11, 44, 99));
+  m = Tensor();  // released after the VM: must not touch a destroyed pool
+  EXPECT_THAT(Floats(c), ElementsAre(21, 64, 129, 21, 64, 129));
+  c = Tensor();
+}
+
+// Run-time errors name the function, the pc, the mnemonic and the node of a .loc.
+constexpr absl::string_view kErrors = R"(
+.kernel "Add" in(f32, f32) out(f32)
+
+.function divide
+  .params 1 0
+  .sregs i64 i64 i64
+  .oregs tensor:i64 storage tensor:i64
+  .oresults tensor:i64
+  .input d []
+  .output q []
+  read_i %s0, %o0, 0
+  const_i %s1, 100
+  .loc "Div_7"
+  div_i %s2, %s1, %s0
+  .loc "Out_1"
+  alloc_storage %o1, 8, cpu
+  alloc_tensor %o2, %o1, 0, i64, []
+  write %o2, 0, %s2
+  ret (%o2), ()
+.end
+
+.function add_wrong_shape
+  .params 1 0
+  .oregs tensor:f32 storage tensor:f32
+  .oresults tensor:f32
+  .input x [2]
+  .output y [3]
+  alloc_storage %o1, 12, cpu
+  alloc_tensor %o2, %o1, 0, f32, [3]
+  .loc "Add_3"
+  invoke k0, #0, (%o0, %o0), (%o2)
+  ret (%o2), ()
+.end
+)";
+
+TEST(ErrorTest, RunTimeErrorsNameFunctionPcAndNode) {
+  std::shared_ptr<const Executable> exe = Load(kErrors);
+  ASSERT_NE(exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+  RunOptions run;
+  run.function = "divide";
+  ASSERT_TRUE(vm->SetInput("d", I64({}, {0}), "divide").ok());
+  absl::Status s = vm->Run(run);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // read_i takes 4 words, const_i 4: div_i is at pc 8.
+  EXPECT_THAT(s.message(),
+              HasSubstr("function 'divide' pc 8 (div_i, node 'Div_7'): integer division by zero"));
+  EXPECT_EQ(exe->SourceNode(*exe->FindFunction("divide"), 8), "Div_7");
+  ASSERT_TRUE(vm->SetInput("d", I64({}, {7}), "divide").ok());
+  ASSERT_TRUE(vm->Run(run).ok());
+  absl::StatusOr<Tensor> q = vm->GetOutput("q", "divide");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q->data<int64_t>(), 14);
+
+  run.function = "add_wrong_shape";
+  ASSERT_TRUE(vm->SetInput("x", F32({2}, {1, 2}), "add_wrong_shape").ok());
+  s = vm->Run(run);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("function 'add_wrong_shape' pc "));
+  EXPECT_THAT(s.message(), HasSubstr("(invoke, node 'Add_3'): "));
+  EXPECT_THAT(s.message(), HasSubstr("Add"));
+}
+
+}  // namespace
+}  // namespace dynvm

@@ -1,0 +1,477 @@
+// Runs the built vm-as, vm-dis and vm-run binaries as a user would: every tests/isa/*.s file
+// survives vm-as -> vm-dis -> vm-as byte for byte; vm-run computes the right values from .npy
+// inputs; every user error is a one-line message and exit status 1, never a crash.
+#include "tools/cli.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "schema/mapped_file.h"
+#include "tools/npy/npy.h"
+
+namespace dynvm {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int code = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+std::string Quote(absl::string_view s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() /
+            absl::StrCat("dynvm_cli_test_", getpid(), "_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::string Path(absl::string_view name) const { return absl::StrCat(dir_, "/", name); }
+
+  // Runs `tool` with `args` (each quoted), capturing stdout and stderr.
+  Result Run(absl::string_view tool, const std::vector<std::string>& args) {
+    std::vector<std::string> quoted;
+    for (const std::string& a : args) quoted.push_back(Quote(a));
+    const std::string out = Path("stdout.txt"), err = Path("stderr.txt");
+    const std::string cmd = absl::StrCat(Quote(tool), " ", absl::StrJoin(quoted, " "), " >",
+                                         Quote(out), " 2>", Quote(err));
+    const int status = std::system(cmd.c_str());
+    Result r;
+    if (status != -1 && WIFEXITED(status)) {
+      r.code = WEXITSTATUS(status);
+    } else if (status != -1 && WIFSIGNALED(status)) {
+      r.code = 128 + WTERMSIG(status);
+    }
+    r.out = schema::ReadFileToString(out).value_or("");
+    r.err = schema::ReadFileToString(err).value_or("");
+    return r;
+  }
+
+  void Write(absl::string_view name, absl::string_view text) {
+    ASSERT_TRUE(schema::WriteStringToFile(Path(name), text).ok());
+  }
+  void WriteNpy(absl::string_view name, const Tensor& t) {
+    ASSERT_TRUE(npy::SaveNpy(Path(name), t).ok());
+  }
+
+  // Assembles `text` into NAME.dvm.
+  void Assemble(absl::string_view name, absl::string_view text) {
+    Write(absl::StrCat(name, ".s"), text);
+    Result r =
+        Run(DYNVM_VM_AS, {Path(absl::StrCat(name, ".s")), "-o", Path(absl::StrCat(name, ".dvm"))});
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+
+  std::string dir_;
+};
+
+// A failed run: exit status 1 and exactly one line on stderr naming the program.
+void ExpectCleanError(const Result& r, absl::string_view program) {
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, absl::StrCat(program, ": error: "))) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+template <typename T>
+Tensor Make(DType dtype, std::vector<int64_t> dims, std::vector<T> values) {
+  return *Tensor::FromVector<T>(dtype, dims, values);
+}
+
+template <typename T>
+std::vector<T> Values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+// ---- the flag parser ----
+
+TEST(FlagParserTest, ParsesEveryForm) {
+  std::string s;
+  int64_t n = 0;
+  bool b = false;
+  std::vector<std::string> r;
+  cli::FlagParser p("prog", "ARGS");
+  p.AddString("--str,-s", &s, "a string");
+  p.AddInt("--num", &n, "a number", true);
+  p.AddSwitch("--flag", &b, "a switch");
+  p.AddRepeated("--rep", &r, "repeated");
+  const char* argv[] = {"prog",  "pos1", "-s",      "v",  "--num=4k", "--flag",
+                        "--rep", "a",    "--rep=b", "--", "--pos2"};
+  ASSERT_TRUE(p.Parse(11, argv).ok());
+  EXPECT_EQ(s, "v");
+  EXPECT_EQ(n, 4096);
+  EXPECT_TRUE(b);
+  EXPECT_EQ(r, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(p.positional(), (std::vector<std::string>{"pos1", "--pos2"}));
+  EXPECT_TRUE(p.seen("--num"));
+  EXPECT_FALSE(p.help_requested());
+  EXPECT_THAT(p.Usage(), HasSubstr("--str, -s"));
+}
+
+TEST(FlagParserTest, ErrorsNameTheFlag) {
+  int64_t n = 0;
+  bool b = false;
+  auto parse = [&](std::vector<const char*> argv) {
+    cli::FlagParser p("prog", "");
+    p.AddInt("--num", &n, "");
+    p.AddSwitch("--flag", &b, "");
+    argv.insert(argv.begin(), "prog");
+    return p.Parse(static_cast<int>(argv.size()), argv.data());
+  };
+  EXPECT_THAT(parse({"--bogus"}).message(), HasSubstr("unknown flag '--bogus'"));
+  EXPECT_THAT(parse({"--num"}).message(), HasSubstr("--num needs a value"));
+  EXPECT_THAT(parse({"--num", "12x"}).message(), HasSubstr("expected an integer"));
+  EXPECT_THAT(parse({"--num", "4k"}).message(),
+              HasSubstr("expected an integer"));  // no suffixes here
+  EXPECT_THAT(parse({"--num=1", "--num=2"}).message(), HasSubstr("more than once"));
+  EXPECT_THAT(parse({"--flag=yes"}).message(), HasSubstr("takes no value"));
+  EXPECT_TRUE(parse({"--num", "-3"}).ok());
+  EXPECT_EQ(n, -3);
+}
+
+TEST(FlagParserTest, ParseInt64Suffixes) {
+  int64_t v = 0;
+  ASSERT_TRUE(cli::ParseInt64("2M", true, &v).ok());
+  EXPECT_EQ(v, 2 << 20);
+  ASSERT_TRUE(cli::ParseInt64("1g", true, &v).ok());
+  EXPECT_EQ(v, int64_t{1} << 30);
+  EXPECT_FALSE(cli::ParseInt64("9223372036854775807k", true, &v).ok());
+  EXPECT_FALSE(cli::ParseInt64("k", true, &v).ok());
+  EXPECT_FALSE(cli::ParseInt64("", false, &v).ok());
+}
+
+// ---- vm-as / vm-dis round trips ----
+
+TEST_F(CliTest, EveryIsaFileRoundTripsByteForByte) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator("tests/isa")) {
+    if (e.path().extension() == ".s") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty());
+  for (const std::string& f : files) {
+    SCOPED_TRACE(f);
+    const std::string stem = std::filesystem::path(f).stem().string();
+    const std::string a = Path(stem + ".dvm"), dis = Path(stem + ".dis.s"),
+                      b = Path(stem + ".again.dvm");
+    Result r = Run(DYNVM_VM_AS, {f, "-o", a});
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const bool pcs : {true, false}) {
+      std::vector<std::string> args = {a};
+      if (!pcs) args.push_back("--no-pcs");
+      r = Run(DYNVM_VM_DIS, args);
+      ASSERT_EQ(r.code, 0) << r.err;
+      EXPECT_EQ(absl::StrContains(r.out, "; pc "), pcs);
+      Write(stem + ".dis.s", r.out);
+      r = Run(DYNVM_VM_AS, {dis, "-o", b});
+      ASSERT_EQ(r.code, 0) << r.err;
+      r = Run("cmp", {a, b});
+      EXPECT_EQ(r.code, 0) << "vm-dis | vm-as is not byte-identical: " << r.out;
+    }
+  }
+}
+
+TEST_F(CliTest, AssemblerErrorsNameTheLine) {
+  Write("bad.s", ".function main\n  .entry\n  frobnicate %s0\n  ret (), ()\n.end\n");
+  Result r = Run(DYNVM_VM_AS, {Path("bad.s"), "-o", Path("bad.dvm")});
+  ExpectCleanError(r, "vm-as");
+  EXPECT_THAT(r.err, HasSubstr("line 3"));
+  EXPECT_THAT(r.err, HasSubstr("frobnicate"));
+  EXPECT_FALSE(std::filesystem::exists(Path("bad.dvm")));
+}
+
+TEST_F(CliTest, VerifierErrorsNameTheLine) {
+  // %s1 is read before it is written: the verifier refuses it, and vm-as maps its pc to line 7.
+  Write("unassigned.s",
+        "; a comment line\n"
+        ".function main\n"
+        "  .sregs i64 i64 i64\n"
+        "  .entry\n"
+        "  const_i %s0, 1\n"
+        "  ; another comment\n"
+        "  add_i %s2, %s0, %s1\n"
+        "  ret (), ()\n"
+        ".end\n");
+  Result r = Run(DYNVM_VM_AS, {Path("unassigned.s"), "-o", Path("unassigned.dvm")});
+  ExpectCleanError(r, "vm-as");
+  EXPECT_THAT(r.err, HasSubstr("line 7: function 'main' pc 4"));
+  EXPECT_FALSE(std::filesystem::exists(Path("unassigned.dvm")));
+}
+
+TEST_F(CliTest, AsAndDisUsageErrors) {
+  ExpectCleanError(Run(DYNVM_VM_AS, {}), "vm-as");
+  ExpectCleanError(Run(DYNVM_VM_AS, {Path("missing.s"), "-o", Path("x.dvm")}), "vm-as");
+  ExpectCleanError(Run(DYNVM_VM_DIS, {Path("missing.dvm")}), "vm-dis");
+  ExpectCleanError(Run(DYNVM_VM_DIS, {"--pcs"}), "vm-dis");
+  Write("garbage.dvm", "this is not an executable");
+  Result r = Run(DYNVM_VM_DIS, {Path("garbage.dvm")});
+  ExpectCleanError(r, "vm-dis");
+  EXPECT_THAT(r.err, HasSubstr("garbage.dvm"));
+  for (const char* tool : {DYNVM_VM_AS, DYNVM_VM_DIS, DYNVM_VM_RUN}) {
+    r = Run(tool, {"--help"});
+    EXPECT_EQ(r.code, 0);
+    EXPECT_THAT(r.out, HasSubstr("usage: "));
+  }
+}
+
+// ---- vm-run ----
+
+constexpr absl::string_view kProgram = R"(
+.kernel "Add" in(f32, f32) out(f32)
+.kernel "Mul" in(f32, f32) out(dyn:f32)
+
+; sum = x + y (preallocated), prod = x * y (allocated by the kernel), rows = dim 0 of x
+.function main
+  .params 2 0
+  .sregs i64 i64 i64
+  .oregs tensor:f32 tensor:f32 storage tensor:f32 tensor:f32 storage tensor:i64
+  .oresults tensor:f32 tensor:f32 tensor:i64
+  .input x [n,3]
+  .input y [n,3]
+  .output sum [n,3]
+  .output prod [n,3]
+  .output rows []
+  .bound n 100
+  dim %s0, %o0, 0
+  const_i %s1, 12
+  mul_i %s2, %s0, %s1
+  alloc_storage %o2, %s2, cpu
+  alloc_tensor %o3, %o2, 0, f32, [%s0, 3]
+  invoke k0, #0, (%o0, %o1), (%o3)
+  invoke k1, #1, (%o0, %o1), (%o4)
+  alloc_storage %o5, 8, cpu
+  alloc_tensor %o6, %o5, 0, i64, []
+  write %o6, 0, %s0
+  ret (%o3, %o4, %o6), ()
+.end
+
+; returns its bf16 input unchanged
+.function echo_bf16
+  .params 1 0
+  .oregs tensor:bf16
+  .oresults tensor:bf16
+  .input b [2]
+  .output b_out [2]
+  ret (%o0), ()
+.end
+)";
+
+class VmRunTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    Assemble("prog", kProgram);
+    WriteNpy("x.npy", Make<float>(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6}));
+    WriteNpy("y.npy", Make<float>(DType::kF32, {2, 3}, {10, 20, 30, 40, 50, 60}));
+    exe_ = Path("prog.dvm");
+    x_ = absl::StrCat("x=", Path("x.npy"));
+    y_ = absl::StrCat("y=", Path("y.npy"));
+  }
+  std::string exe_, x_, y_;
+};
+
+TEST_F(VmRunTest, RunsAndWritesOutputs) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--input", x_, "--input", y_, "--output-dir", Path("out")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "sum f32 [2,3]\nprod f32 [2,3]\nrows i64 []\n");
+  EXPECT_EQ(r.err, "");
+  absl::StatusOr<Tensor> sum = npy::LoadNpy(Path("out/sum.npy"));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->ShapeString(), "[2,3]");
+  EXPECT_EQ(Values<float>(*sum), (std::vector<float>{11, 22, 33, 44, 55, 66}));
+  absl::StatusOr<Tensor> prod = npy::LoadNpy(Path("out/prod.npy"));
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  EXPECT_EQ(Values<float>(*prod), (std::vector<float>{10, 40, 90, 160, 250, 360}));
+  absl::StatusOr<Tensor> rows = npy::LoadNpy(Path("out/rows.npy"));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->rank(), 0);  // a scalar is a 0-d array
+  EXPECT_EQ(rows->dtype(), DType::kI64);
+  EXPECT_EQ(Values<int64_t>(*rows), (std::vector<int64_t>{2}));
+}
+
+TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--repeat", "5", "--threads", "2",
+                                "--stats", "--max-iterations", "10", "--memory-limit", "1m"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sum f32 [2,3]\n"));
+  EXPECT_THAT(r.out, testing::ContainsRegex("median_ms=[0-9.]+ min_ms=[0-9.]+\n"));
+  EXPECT_THAT(r.out, testing::ContainsRegex(
+                         "bytes_in_use=[0-9]+ peak_bytes_in_use=[0-9]+ system_allocs=[0-9]+ "
+                         "pool_hits=[0-9]+\n"));
+  // A memory limit below what the run needs is a clean error.
+  r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--memory-limit", "64"});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("limit"));
+}
+
+TEST_F(VmRunTest, Bf16TravelsAsUint16) {
+  // 1.0 and -2.0 in bf16.
+  WriteNpy("b.npy", Make<uint16_t>(DType::kU16, {2}, {0x3F80, 0xC000}));
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--function", "echo_bf16", "--input",
+                                absl::StrCat("b=", Path("b.npy")), "--output-dir", Path("out")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "b_out bf16 [2]\n");
+  absl::StatusOr<Tensor> b = npy::LoadNpy(Path("out/b_out.npy"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->dtype(), DType::kU16);
+  EXPECT_EQ(Values<uint16_t>(*b), (std::vector<uint16_t>{0x3F80, 0xC000}));
+  // A float file is not silently converted.
+  r = Run(DYNVM_VM_RUN,
+          {exe_, "--function", "echo_bf16", "--input", absl::StrCat("b=", Path("x.npy"))});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("must be bf16"));
+}
+
+TEST_F(VmRunTest, MissingInput) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--input", x_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("missing input: y"));
+}
+
+TEST_F(VmRunTest, WrongDtype) {
+  WriteNpy("xi.npy", Make<int64_t>(DType::kI64, {2, 3}, {1, 2, 3, 4, 5, 6}));
+  Result r =
+      Run(DYNVM_VM_RUN, {exe_, "--input", absl::StrCat("x=", Path("xi.npy")), "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("input 'x' must be f32[n,3]"));
+  EXPECT_THAT(r.err, HasSubstr("i64[2,3]"));
+}
+
+TEST_F(VmRunTest, WrongRank) {
+  WriteNpy("x1.npy", Make<float>(DType::kF32, {6}, {1, 2, 3, 4, 5, 6}));
+  Result r =
+      Run(DYNVM_VM_RUN, {exe_, "--input", absl::StrCat("x=", Path("x1.npy")), "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("rank 2"));
+}
+
+TEST_F(VmRunTest, WrongShapeAndInconsistentSymbol) {
+  WriteNpy("x4.npy", Make<float>(DType::kF32, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  Result r =
+      Run(DYNVM_VM_RUN, {exe_, "--input", absl::StrCat("x=", Path("x4.npy")), "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("dim 1 must be 3"));
+  WriteNpy("x3.npy", Make<float>(DType::kF32, {1, 3}, {1, 2, 3}));
+  r = Run(DYNVM_VM_RUN, {exe_, "--input", absl::StrCat("x=", Path("x3.npy")), "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("symbol 'n'"));
+}
+
+TEST_F(VmRunTest, UnknownInputName) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--input", x_, "--input", y_, "--input",
+                                absl::StrCat("z=", Path("x.npy"))});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("no input named 'z'; its inputs are: x, y"));
+  r = Run(DYNVM_VM_RUN, {exe_, "--input", absl::StrCat("x", Path("x.npy"))});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("NAME=FILE.npy"));
+  r = Run(DYNVM_VM_RUN, {exe_, "--input", x_, "--input", x_, "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("more than once"));
+}
+
+TEST_F(VmRunTest, UnknownFunction) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--function", "nope", "--input", x_, "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("no function named 'nope'"));
+}
+
+TEST_F(VmRunTest, NonexistentFiles) {
+  Result r = Run(DYNVM_VM_RUN, {Path("nope.dvm"), "--input", x_, "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("nope.dvm"));
+  r = Run(DYNVM_VM_RUN, {exe_, "--input", x_, "--input", absl::StrCat("y=", Path("nope.npy"))});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("input 'y'"));
+  EXPECT_THAT(r.err, HasSubstr("nope.npy"));
+}
+
+TEST_F(VmRunTest, CorruptFiles) {
+  const std::string good = *schema::ReadFileToString(exe_);
+  // A flipped byte inside the flatbuffer: the checksum catches it.
+  std::string flipped = good;
+  flipped[200] = static_cast<char>(flipped[200] ^ 0x40);
+  Write("flipped.dvm", flipped);
+  Result r = Run(DYNVM_VM_RUN, {Path("flipped.dvm"), "--input", x_, "--input", y_});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("flipped.dvm"));
+  // Truncated, empty, and not an executable at all.
+  Write("short.dvm", good.substr(0, good.size() / 2));
+  Write("empty.dvm", "");
+  Write("text.dvm", "hello\n");
+  for (const char* name : {"short.dvm", "empty.dvm", "text.dvm"}) {
+    r = Run(DYNVM_VM_RUN, {Path(name), "--input", x_, "--input", y_});
+    ExpectCleanError(r, "vm-run");
+    EXPECT_THAT(r.err, HasSubstr(name));
+    r = Run(DYNVM_VM_DIS, {Path(name)});
+    ExpectCleanError(r, "vm-dis");
+  }
+  // A corrupt .npy input.
+  Write("bad.npy", "\x93NUMPY\x01\x00garbage");
+  r = Run(DYNVM_VM_RUN, {exe_, "--input", x_, "--input", absl::StrCat("y=", Path("bad.npy"))});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("bad.npy"));
+}
+
+TEST_F(VmRunTest, BadFlags) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "--bogus"});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("unknown flag '--bogus'"));
+  ExpectCleanError(Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--repeat", "0"}), "vm-run");
+  ExpectCleanError(Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--threads", "x"}), "vm-run");
+  ExpectCleanError(Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--threads", "0"}), "vm-run");
+  ExpectCleanError(Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--memory-limit", "-1"}), "vm-run");
+  ExpectCleanError(Run(DYNVM_VM_RUN, {}), "vm-run");
+  ExpectCleanError(Run(DYNVM_VM_RUN, {exe_, exe_}), "vm-run");
+}
+
+TEST_F(VmRunTest, RunTimeErrorsAreClean) {
+  // An iteration budget the program exceeds, through --max-iterations.
+  Assemble("loop", R"(
+.function main
+  .params 1 0
+  .sregs i64
+  .oregs tensor:f32
+  .oresults tensor:f32
+  .input x [2,3]
+  .output y [2,3]
+  loop %s0, 1000
+    nop
+  endloop
+  ret (%o0), ()
+.end
+)");
+  Result r = Run(DYNVM_VM_RUN, {Path("loop.dvm"), "-i", x_, "--max-iterations", "10"});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("iteration limit"));
+  r = Run(DYNVM_VM_RUN, {Path("loop.dvm"), "-i", x_});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("median_ms")));
+}
+
+}  // namespace
+}  // namespace dynvm

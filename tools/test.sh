@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test, stage by stage, printing each stage's
+# time. This is the README's test command and what CI runs (.ci/run).
+#
+#   bash tools/test.sh            all stages
+#   bash tools/test.sh --quick    install, Release build, ctest only
+#
+# Stages (budgets on 2 cores, from the hardening issue):
+#   install            <= 6 min   tools/install-deps.sh test (only what is missing)
+#   build              <= 12 min  Release build (+ the CUDA variant when /usr/local/cuda exists)
+#   ctest              <= 8 min   every test, the ONNX conformance runner included
+#   sanitize+fuzz      <= 15 min  clang, address+undefined and fuzzer-no-link; the test suite,
+#                                 then each fuzzer for 30 s from its checked-in corpus
+#   tsan               <= 6 min   ThreadSanitizer build of the threading tests, reference kernels
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "unknown option: $arg" >&2; exit 2 ;;
+  esac
+done
+JOBS=${DYNVM_JOBS:-2}
+declare -a SUMMARY=()
+stage() {
+  local name=$1; shift
+  local start=$SECONDS
+  echo "=== stage: $name"
+  "$@"
+  local took=$((SECONDS - start))
+  SUMMARY+=("$(printf '%-16s %4dm%02ds' "$name" $((took / 60)) $((took % 60)))")
+  echo "=== stage $name took ${took}s"
+}
+
+install() { bash tools/install-deps.sh test; }
+
+build_release() {
+  cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release > build/release-configure.log 2>&1 ||
+    { cat build/release-configure.log; return 1; }
+  cmake --build build/release -j"$JOBS"
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release -DDYNVM_WITH_CUDA=ON -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
+    cmake --build build/cuda -j"$JOBS"
+  else
+    echo "no CUDA toolkit at /usr/local/cuda: skipping the CUDA build"
+  fi
+}
+
+run_ctest() {
+  (cd build/release && ctest --output-on-failure -j"$JOBS")
+  if [ -d build/cuda ]; then
+    (cd build/cuda && ctest --output-on-failure -j"$JOBS" -L cuda)
+  fi
+}
+
+sanitize_and_fuzz() {
+  CC=clang CXX=clang++ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDYNVM_SANITIZE=address -DDYNVM_BUILD_FUZZERS=ON -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
+  cmake --build build/asan -j"$JOBS"
+  (cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j"$JOBS" -LE slow)
+  local seconds=${DYNVM_FUZZ_SECONDS:-30}
+  for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
+    local name
+    name=$(basename "$fuzzer")
+    local corpus
+    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name" 2>/dev/null || true)
+    local work="build/asan/fuzz_work/$name"
+    rm -rf "$work" && mkdir -p "$work"
+    if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work"/; fi
+    echo "--- $name for ${seconds}s"
+    "$fuzzer" -max_total_time="$seconds" -print_final_stats=1 "$work" 2>&1 | tail -3
+  done
+}
+
+thread_sanitize() {
+  CC=clang CXX=clang++ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNVM_SANITIZE=thread \
+    -DDYNVM_WITH_DNNL=OFF -DDYNVM_WITH_ONNX=OFF -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
+  local targets
+  targets=$(cd build/tsan && ctest -N -L threads | sed -n 's/^ *Test *#[0-9]*: *//p')
+  if [ -z "$targets" ]; then echo "no threading tests"; return 0; fi
+  # shellcheck disable=SC2086
+  cmake --build build/tsan -j"$JOBS" --target $targets
+  (cd build/tsan && TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" \
+     ctest --output-on-failure -L threads)
+}
+
+mkdir -p build
+stage install install
+stage build build_release
+stage ctest run_ctest
+if [ "$QUICK" = 0 ]; then
+  stage sanitize+fuzz sanitize_and_fuzz
+  stage tsan thread_sanitize
+fi
+echo "=== stage times"
+printf '%s\n' "${SUMMARY[@]}"
+echo "all stages passed"

@@ -1,0 +1,61 @@
+// Feeds arbitrary bytes to the loader and, when they load, runs every entry function that
+// takes no inputs under tight limits. Loading and running may fail; neither may crash: the
+// verifier's promise is that whatever it accepts, the interpreter runs without bounds checks
+// of its own, so a crash here is a verifier gap or an interpreter bug.
+//
+// As in isa/verifier_fuzzer.cc, bit 0 of the stored checksum (byte 64) picks whether the
+// checksum is recomputed over the mutated bytes before loading (1) or not (0), so that
+// mutations behind the checksum reach the verifier and the interpreter.
+//
+// Seed corpus: vm/fuzz_corpus/run/ (see tests/hostile_executable_test.cc to regenerate).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "schema/format.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace {
+
+void Reseal(std::string& file) {
+  if (file.size() < dynvm::schema::kHeaderSize) return;
+  auto* b = reinterpret_cast<uint8_t*>(file.data());
+  uint64_t fb_size = 0;
+  for (int i = 0; i < 8; ++i) fb_size |= static_cast<uint64_t>(b[32 + i]) << (8 * i);
+  if (fb_size > file.size() - dynvm::schema::kHeaderSize) return;
+  const uint32_t crc = dynvm::schema::ComputeChecksum({b, dynvm::schema::kHeaderSize},
+                                                      {b + dynvm::schema::kHeaderSize, fb_size});
+  for (int i = 0; i < 4; ++i) b[64 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string file(reinterpret_cast<const char*>(data), size);
+  if (size >= dynvm::schema::kHeaderSize && (data[64] & 1) != 0) Reseal(file);
+  absl::StatusOr<std::shared_ptr<const dynvm::Executable>> exe = dynvm::Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(file.data()), file.size()});
+  if (!exe.ok()) return 0;
+  dynvm::VmOptions options;
+  options.max_loop_iterations = 10000;
+  options.max_call_depth = 32;
+  options.memory_limit = int64_t{64} << 20;
+  absl::StatusOr<std::unique_ptr<dynvm::VirtualMachine>> vm =
+      dynvm::VirtualMachine::Create(*exe, options);
+  if (!vm.ok()) return 0;
+  for (int f = 0; f < (*exe)->num_functions(); ++f) {
+    const dynvm::FunctionInfo& info = (*exe)->function(f);
+    if (!info.is_entry || !info.inputs.empty()) continue;
+    dynvm::RunOptions run;
+    run.function = info.name;
+    // Bounds the work of a run whose iterations are each expensive (big copies, kernels).
+    run.deadline = absl::Now() + absl::Seconds(2);
+    absl::Status s = (*vm)->Run(run);
+    if (s.ok() && !(*vm)->GetOutputs(info.name).ok()) __builtin_trap();
+  }
+  return 0;
+}
