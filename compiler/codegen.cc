@@ -117,6 +117,7 @@ class FunctionCodegen {
   absl::Status EmitIf(Node& n);
   absl::Status EmitLoop(Node& n);
   absl::Status EmitAppend(Node& n);
+  absl::Status EmitStream(Node& n);
   absl::Status EmitAllocFor(const Value* v, uint32_t reg);
   absl::Status EmitMaterializeLazy(const Value* v);
   absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
@@ -616,7 +617,8 @@ absl::Status FunctionCodegen::EmitNode(Node& n) {
     return absl::UnimplementedError(absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
   }
   if (append_nodes_.contains(&n)) return EmitAppend(n);
-  bool all_constant = true;
+  if (n.domain == "dynvm" && n.op == "Emit") return EmitStream(n);
+  bool all_constant = !n.outputs.empty();
   for (const Value* v : n.outputs) {
     if (v && !v->constant) all_constant = false;
   }
@@ -719,6 +721,20 @@ absl::Status FunctionCodegen::EmitAppend(Node& n) {
   if (absl::Status s = w.End(); !s.ok()) return s;
   reg_[n.outputs[0]] = *dst;
   return absl::OkStatus();
+}
+
+absl::Status FunctionCodegen::EmitStream(Node& n) {
+  absl::StatusOr<uint32_t> x = Tensor(n.inputs[0]);
+  if (!x.ok()) return x.status();
+  const AttrValue* stream = n.attr("stream");
+  if (stream != nullptr && (stream->type != AttrValue::Type::kInt || stream->i < 0 || stream->i > 0xFFFF)) {
+    return absl::InvalidArgumentError("Emit: 'stream' must be an int in [0, 65535]");
+  }
+  CodeWriter w(code_);
+  w.Begin(Opcode::kEmit);
+  w.Word(*x);
+  w.Word(stream ? static_cast<uint32_t>(stream->i) : 0);
+  return w.End();
 }
 
 absl::Status FunctionCodegen::EmitIf(Node& n) {

@@ -96,6 +96,8 @@ class OpRegistry {
 
 // Registers the shape functions of the ONNX operators dynvm supports (shape_functions.cc).
 void RegisterOnnxShapeFunctions(OpRegistry& registry);
+// dynvm's own ops (compiler/dynvm_ops.cc).
+void RegisterDynvmShapeFunctions(OpRegistry& registry);
 
 // Numpy-style broadcast of symbolic shapes. Where two dims differ symbolically the result is
 // their max (they must be equal or one of them 1 at run time; the kernel checks).

@@ -2,6 +2,12 @@
 //
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
+//          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...]
+//
+// --set binds a scalar input from a number; --text binds a [1, n] token input encoding STRING
+// with the vocabulary of --vocab (one Unicode code point per line, token id = line number).
+// With --vocab, tokens the program streams (the `emit` instruction, stream 0) are printed as
+// text while the run is in progress.
 //
 // Prints one line per output, `NAME DTYPE [DIMS]` (a scalar is `[]`), and with --output-dir
 // writes DIR/NAME.npy for each. An .npy file whose data can be used in place is bound without a
@@ -20,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "isa/dtype.h"
@@ -43,7 +50,98 @@ struct Flags {
   bool stats = false;
   int64_t max_iterations = 0;  // 0: the VM's default
   int64_t memory_limit = 0;    // 0: unlimited
+  std::vector<std::string> sets;
+  std::vector<std::string> texts;
+  std::string vocab_path;
 };
+
+// Token id -> code point (the --vocab file).
+absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open vocabulary ", path));
+  std::vector<uint32_t> vocab;
+  char line[64];
+  int line_no = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    ++line_no;
+    int64_t cp;
+    std::string text(absl::StripAsciiWhitespace(line));
+    if (!cli::ParseInt64(text, false, &cp).ok() || cp < 0 || cp > 0x10FFFF) {
+      std::fclose(f);
+      return absl::InvalidArgumentError(absl::StrCat(path, " line ", line_no, ": expected a Unicode code point"));
+    }
+    vocab.push_back(static_cast<uint32_t>(cp));
+  }
+  std::fclose(f);
+  if (vocab.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
+  return vocab;
+}
+
+std::string Utf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// Decodes UTF-8 `text` into token ids; every character must be in the vocabulary.
+absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text, const std::vector<uint32_t>& vocab) {
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    uint32_t cp;
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return absl::InvalidArgumentError("text is not valid UTF-8");
+    cp = n == 1 ? c : (c & (0x7F >> n));
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    i += n;
+    auto it = std::find(vocab.begin(), vocab.end(), cp);
+    if (it == vocab.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("character '", Utf8(cp), "' is not in the vocabulary"));
+    }
+    ids.push_back(it - vocab.begin());
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("empty text");
+  return ids;
+}
+
+// A one-element tensor of `dtype` holding `text` parsed as a number.
+absl::StatusOr<Tensor> ScalarOf(DType dtype, absl::string_view text, int rank) {
+  std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
+  absl::StatusOr<Tensor> t = Tensor::Empty(dtype, dims);
+  if (!t.ok()) return t.status();
+  double d;
+  int64_t i;
+  const bool is_int = cli::ParseInt64(text, false, &i).ok();
+  if (!is_int && !absl::SimpleAtod(text, &d)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a number"));
+  }
+  if (is_int) d = static_cast<double>(i);
+  switch (dtype) {
+    case DType::kF32: *t->data<float>() = static_cast<float>(d); break;
+    case DType::kF64: *t->data<double>() = d; break;
+    case DType::kI64: *t->data<int64_t>() = is_int ? i : static_cast<int64_t>(d); break;
+    case DType::kI32: *t->data<int32_t>() = static_cast<int32_t>(is_int ? i : static_cast<int64_t>(d)); break;
+    case DType::kBool: *t->data<bool>() = d != 0; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("--set supports f32, f64, i64, i32 and bool inputs, not ",
+                                                     DTypeName(dtype)));
+  }
+  return t;
+}
 
 std::string JoinNames(const std::vector<ParamInfo>& params) {
   if (params.empty()) return "(none)";
@@ -78,7 +176,8 @@ std::string SafeFileName(absl::string_view name) {
 }
 
 // Reads and binds every --input. Errors name the input and the file.
-absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, VirtualMachine& vm) {
+absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std::vector<uint32_t>* vocab,
+                        VirtualMachine& vm) {
   std::vector<bool> bound(info.inputs.size(), false);
   for (const std::string& spec : flags.inputs) {
     const size_t eq = spec.find('=');
@@ -128,6 +227,40 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, VirtualMac
         zero_copy ? vm.SetInputZeroCopy(name, *t, info.name) : vm.SetInput(name, *t, info.name);
     if (!s.ok()) return s;
     bound[index] = true;
+  }
+  // --set NAME=NUMBER and --text NAME=STRING.
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<std::string>& specs = pass == 0 ? flags.sets : flags.texts;
+    for (const std::string& spec : specs) {
+      const size_t eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(pass == 0 ? "--set" : "--text", " expects NAME=VALUE, got '", spec, "'"));
+      }
+      const std::string name = spec.substr(0, eq);
+      int index = -1;
+      for (size_t i = 0; i < info.inputs.size(); ++i) {
+        if (info.inputs[i].name == name) index = static_cast<int>(i);
+      }
+      if (index < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("function '", info.name, "' has no input named '", name,
+                                                       "'; its inputs are: ", JoinNames(info.inputs)));
+      }
+      if (bound[index]) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' given more than once"));
+      const ParamInfo& p = info.inputs[index];
+      absl::StatusOr<Tensor> t;
+      if (pass == 0) {
+        t = ScalarOf(p.dtype, spec.substr(eq + 1), p.has_shape ? static_cast<int>(p.shape.size()) : 0);
+      } else {
+        if (vocab == nullptr) return absl::InvalidArgumentError("--text needs --vocab");
+        absl::StatusOr<std::vector<int64_t>> ids = Encode(spec.substr(eq + 1), *vocab);
+        if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat("input '", name, "': ", ids.status().message()));
+        if (p.dtype != DType::kI64) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must be i64 for --text"));
+        t = Tensor::FromVector<int64_t>(DType::kI64, {1, static_cast<int64_t>(ids->size())}, *ids);
+      }
+      if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("input '", name, "': ", t.status().message()));
+      if (absl::Status s = vm.SetInput(name, *t, info.name); !s.ok()) return s;
+      bound[index] = true;
+    }
   }
   std::vector<std::string> missing;
   for (size_t i = 0; i < info.inputs.size(); ++i) {
@@ -183,6 +316,10 @@ int Main(int argc, char** argv) {
   flags.AddInt("--max-iterations", &f.max_iterations, "loop iteration budget per run");
   flags.AddInt("--memory-limit", &f.memory_limit, "pool memory limit in bytes (k, m, g suffixes)",
                true);
+  flags.AddRepeated("--set", &f.sets, "NAME=NUMBER: binds a scalar input");
+  flags.AddRepeated("--text", &f.texts, "NAME=STRING: binds a [1, n] token input (needs --vocab)");
+  flags.AddString("--vocab", &f.vocab_path,
+                  "token vocabulary (one code point per line); streamed tokens print as text");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -223,11 +360,38 @@ int Main(int argc, char** argv) {
   options.memory_limit = f.memory_limit;
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, options);
   if (!vm.ok()) return cli::ReportError(kProgram, vm.status());
-  if (absl::Status s = BindInputs(f, info, **vm); !s.ok()) return cli::ReportError(kProgram, s);
+  std::vector<uint32_t> vocab;
+  if (!f.vocab_path.empty()) {
+    absl::StatusOr<std::vector<uint32_t>> v = ReadVocab(f.vocab_path);
+    if (!v.ok()) return cli::ReportError(kProgram, v.status());
+    vocab = *std::move(v);
+  }
+  if (absl::Status s = BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm); !s.ok()) {
+    return cli::ReportError(kProgram, s);
+  }
 
   RunOptions run;
   run.function = info.name;
+  if (!vocab.empty()) {
+    // Streamed tokens (row 0 of each emitted tensor) print as they are produced.
+    run.on_emit = [&vocab](int stream, const Tensor& t) -> absl::Status {
+      if (stream != 0 || t.numel() == 0 || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
+        return absl::OkStatus();
+      }
+      const int64_t id = t.dtype() == DType::kI64 ? *t.data<int64_t>() : *t.data<int32_t>();
+      if (id < 0 || id >= static_cast<int64_t>(vocab.size())) {
+        return absl::OutOfRangeError(absl::StrCat("streamed token ", id, " is outside the vocabulary"));
+      }
+      std::fputs(Utf8(vocab[id]).c_str(), stdout);
+      std::fflush(stdout);
+      return absl::OkStatus();
+    };
+  }
   if (absl::Status s = (*vm)->Run(run); !s.ok()) return cli::ReportError(kProgram, s);
+  if (!vocab.empty()) {
+    std::fputs("\n", stdout);
+    run.on_emit = nullptr;  // timed repeats do not print
+  }
   std::vector<double> times_ms;
   for (int64_t i = 0; i < f.repeat; ++i) {
     const auto start = std::chrono::steady_clock::now();

@@ -147,24 +147,26 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     REDISPATCH();
   }
   CASE(Call) {
-    if (depth + 1 >= options.max_call_depth) {
-      FAIL(absl::ResourceExhaustedError(absl::StrCat("call depth limit of ", options.max_call_depth, " exceeded")));
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      if (depth + 1 >= options.max_call_depth) {
+        FAIL(absl::ResourceExhaustedError(absl::StrCat("call depth limit of ", options.max_call_depth, " exceeded")));
+      }
+      CHECK_OK(CheckInterrupts());
+      const int callee = static_cast<int>(ip[1]);
+      const uint32_t* oargs = ip + 2;
+      const uint32_t* sargs = oargs + 1 + oargs[0];
+      const uint32_t* ores = sargs + 1 + sargs[0];
+      const uint32_t* sres = ores + 1 + ores[0];
+      Frame& next = FrameAt(depth + 1, exe->function_entry(callee));
+      for (uint32_t k = 0; k < oargs[0]; ++k) next.o[k] = O(oargs[1 + k]);
+      for (uint32_t k = 0; k < sargs[0]; ++k) next.s[k] = S(sargs[1 + k]);
+      ReturnTarget target;
+      target.frame = &frame;
+      target.objects = ores;
+      target.scalars = sres;
+      absl::Status cs = Execute(callee, depth + 1, target);
+      if (!cs.ok()) return cs;  // already annotated by the callee
     }
-    CHECK_OK(CheckInterrupts());
-    const int callee = static_cast<int>(ip[1]);
-    const uint32_t* oargs = ip + 2;
-    const uint32_t* sargs = oargs + 1 + oargs[0];
-    const uint32_t* ores = sargs + 1 + sargs[0];
-    const uint32_t* sres = ores + 1 + ores[0];
-    Frame& next = FrameAt(depth + 1, exe->function_entry(callee));
-    for (uint32_t k = 0; k < oargs[0]; ++k) next.o[k] = O(oargs[1 + k]);
-    for (uint32_t k = 0; k < sargs[0]; ++k) next.s[k] = S(sargs[1 + k]);
-    ReturnTarget target;
-    target.frame = &frame;
-    target.objects = ores;
-    target.scalars = sres;
-    absl::Status cs = Execute(callee, depth + 1, target);
-    if (!cs.ok()) return cs;  // already annotated by the callee
     NEXT();
   }
   CASE(Ret) {
@@ -392,21 +394,27 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(ReadI) {
-    absl::StatusOr<int64_t> v = ops::ReadInt(O(ip[2]).t, VAL(ip[3]));
-    if (!v.ok()) FAIL(v.status());
-    S(ip[1]).i = *v;
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      absl::StatusOr<int64_t> v = ops::ReadInt(O(ip[2]).t, VAL(ip[3]));
+      if (!v.ok()) FAIL(v.status());
+      S(ip[1]).i = *v;
+    }
     NEXT();
   }
   CASE(ReadF) {
-    absl::StatusOr<double> v = ops::ReadFloat(O(ip[2]).t, VAL(ip[3]));
-    if (!v.ok()) FAIL(v.status());
-    S(ip[1]).f = *v;
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      absl::StatusOr<double> v = ops::ReadFloat(O(ip[2]).t, VAL(ip[3]));
+      if (!v.ok()) FAIL(v.status());
+      S(ip[1]).f = *v;
+    }
     NEXT();
   }
   CASE(ReadB) {
-    absl::StatusOr<bool> v = ops::ReadBool(O(ip[2]).t, VAL(ip[3]));
-    if (!v.ok()) FAIL(v.status());
-    S(ip[1]).i = *v;
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      absl::StatusOr<bool> v = ops::ReadBool(O(ip[2]).t, VAL(ip[3]));
+      if (!v.ok()) FAIL(v.status());
+      S(ip[1]).i = *v;
+    }
     NEXT();
   }
   CASE(Write) {
@@ -420,37 +428,43 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(AllocStorage) {
-    const int64_t bytes = VAL(ip[2]);
-    if (bytes < 0) FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
-    if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
-      FAIL(absl::UnimplementedError("alloc_storage on a device this build does not have"));
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const int64_t bytes = VAL(ip[2]);
+      if (bytes < 0) FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
+      if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
+        FAIL(absl::UnimplementedError("alloc_storage on a device this build does not have"));
+      }
+      absl::StatusOr<StorageRef> st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
+      if (!st.ok()) FAIL(st.status());
+      O(ip[1]).st = *std::move(st);
     }
-    absl::StatusOr<StorageRef> st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
-    if (!st.ok()) FAIL(st.status());
-    O(ip[1]).st = *std::move(st);
     NEXT();
   }
   CASE(AllocTensor) {
-    const uint32_t* dims = ip + 5;
-    int64_t d[Tensor::kMaxRank];
-    for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-    absl::StatusOr<Tensor> t = ops::ViewOf(O(ip[2]).st, VAL(ip[3]), static_cast<DType>(ip[4]),
-                                           absl::Span<const int64_t>(d, dims[0]));
-    if (!t.ok()) FAIL(t.status());
-    O(ip[1]).t = *std::move(t);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const uint32_t* dims = ip + 5;
+      int64_t d[Tensor::kMaxRank];
+      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
+      absl::StatusOr<Tensor> t = ops::ViewOf(O(ip[2]).st, VAL(ip[3]), static_cast<DType>(ip[4]),
+                                             absl::Span<const int64_t>(d, dims[0]));
+      if (!t.ok()) FAIL(t.status());
+      O(ip[1]).t = *std::move(t);
+    }
     NEXT();
   }
   CASE(AllocGrowable) {
-    if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
-      FAIL(absl::UnimplementedError("alloc_growable on a device this build does not have"));
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
+        FAIL(absl::UnimplementedError("alloc_growable on a device this build does not have"));
+      }
+      const uint32_t* dims = ip + 6;
+      int64_t d[Tensor::kMaxRank];
+      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
+      absl::StatusOr<Tensor> t = ops::AllocGrowable(*pool, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
+                                                    VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]), pool);
+      if (!t.ok()) FAIL(t.status());
+      O(ip[1]).t = *std::move(t);
     }
-    const uint32_t* dims = ip + 6;
-    int64_t d[Tensor::kMaxRank];
-    for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-    absl::StatusOr<Tensor> t = ops::AllocGrowable(*pool, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
-                                                  VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]), pool);
-    if (!t.ok()) FAIL(t.status());
-    O(ip[1]).t = *std::move(t);
     NEXT();
   }
   CASE(Append) {
@@ -462,26 +476,30 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(Reshape) {
-    const uint32_t* dims = ip + 3;
-    int64_t d[Tensor::kMaxRank];
-    for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-    absl::StatusOr<Tensor> t = ops::Reshape(O(ip[2]).t, absl::Span<const int64_t>(d, dims[0]));
-    if (!t.ok()) FAIL(t.status());
-    O(ip[1]).t = *std::move(t);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const uint32_t* dims = ip + 3;
+      int64_t d[Tensor::kMaxRank];
+      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
+      absl::StatusOr<Tensor> t = ops::Reshape(O(ip[2]).t, absl::Span<const int64_t>(d, dims[0]));
+      if (!t.ok()) FAIL(t.status());
+      O(ip[1]).t = *std::move(t);
+    }
     NEXT();
   }
   CASE(View) {
-    const uint32_t* dims = ip + 4;
-    const uint32_t* strides = dims + 1 + dims[0];
-    int64_t d[Tensor::kMaxRank], st[Tensor::kMaxRank];
-    for (uint32_t k = 0; k < dims[0]; ++k) {
-      d[k] = VAL(dims[1 + k]);
-      st[k] = VAL(strides[1 + k]);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const uint32_t* dims = ip + 4;
+      const uint32_t* strides = dims + 1 + dims[0];
+      int64_t d[Tensor::kMaxRank], st[Tensor::kMaxRank];
+      for (uint32_t k = 0; k < dims[0]; ++k) {
+        d[k] = VAL(dims[1 + k]);
+        st[k] = VAL(strides[1 + k]);
+      }
+      absl::StatusOr<Tensor> t = ops::View(O(ip[2]).t, VAL(ip[3]), absl::Span<const int64_t>(d, dims[0]),
+                                           absl::Span<const int64_t>(st, dims[0]));
+      if (!t.ok()) FAIL(t.status());
+      O(ip[1]).t = *std::move(t);
     }
-    absl::StatusOr<Tensor> t = ops::View(O(ip[2]).t, VAL(ip[3]), absl::Span<const int64_t>(d, dims[0]),
-                                         absl::Span<const int64_t>(st, dims[0]));
-    if (!t.ok()) FAIL(t.status());
-    O(ip[1]).t = *std::move(t);
     NEXT();
   }
   CASE(Copy) {
@@ -489,31 +507,33 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(Invoke) {
-    const Executable::KernelEntry& k = exe->kernel_entry(static_cast<int>(ip[1]));
-    const uint32_t* ins = ip + 3;
-    const uint32_t* outs = ins + 1 + ins[0];
-    for (uint32_t j = 0; j < ins[0]; ++j) {
-      const uint32_t r = ins[1 + j];
-      in_buf[j] = r == kAbsentRegister ? nullptr : &O(r).t;
-    }
-    for (uint32_t j = 0; j < outs[0]; ++j) {
-      const uint32_t r = outs[1 + j];
-      if (r == kAbsentRegister) {
-        out_buf[j] = nullptr;
-        continue;
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const Executable::KernelEntry& k = exe->kernel_entry(static_cast<int>(ip[1]));
+      const uint32_t* ins = ip + 3;
+      const uint32_t* outs = ins + 1 + ins[0];
+      for (uint32_t j = 0; j < ins[0]; ++j) {
+        const uint32_t r = ins[1 + j];
+        in_buf[j] = r == kAbsentRegister ? nullptr : &O(r).t;
       }
-      Tensor& t = O(r).t;
-      if (k.dynamic_outputs[j]) {
-        t = Tensor();
-      } else if (!t.storage()->writable()) {
-        FAIL(absl::FailedPreconditionError(absl::StrCat("output ", j, " of ", k.spec.DebugName(),
-                                                        " is read-only (a constant or a caller's buffer)")));
+      for (uint32_t j = 0; j < outs[0]; ++j) {
+        const uint32_t r = outs[1 + j];
+        if (r == kAbsentRegister) {
+          out_buf[j] = nullptr;
+          continue;
+        }
+        Tensor& t = O(r).t;
+        if (k.dynamic_outputs[j]) {
+          t = Tensor();
+        } else if (!t.storage()->writable()) {
+          FAIL(absl::FailedPreconditionError(absl::StrCat("output ", j, " of ", k.spec.DebugName(),
+                                                          " is read-only (a constant or a caller's buffer)")));
+        }
+        out_buf[j] = &t;
       }
-      out_buf[j] = &t;
+      ctx.set_site(&fn_sites[ip[2]]);
+      CHECK_OK(k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
+                             absl::Span<Tensor* const>(out_buf.data(), outs[0])));
     }
-    ctx.set_site(&fn_sites[ip[2]]);
-    CHECK_OK(k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
-                           absl::Span<Tensor* const>(out_buf.data(), outs[0])));
     NEXT();
   }
   CASE(Emit) {
@@ -525,38 +545,46 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(SeqPush) {
-    std::shared_ptr<Sequence>& q = O(ip[1]).seq;
-    if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);  // values: copy on write
-    q->items.push_back(O(ip[2]).t);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
+      if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);  // values: copy on write
+      q->items.push_back(O(ip[2]).t);
+    }
     NEXT();
   }
   CASE(SeqInsert) {
-    std::shared_ptr<Sequence>& q = O(ip[1]).seq;
-    int64_t pos = S(ip[3]).i;
-    const int64_t n = static_cast<int64_t>(q->items.size());
-    if (pos < 0) pos += n;
-    if (pos < 0 || pos > n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_insert position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
-    if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
-    q->items.insert(q->items.begin() + pos, O(ip[2]).t);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
+      int64_t pos = S(ip[3]).i;
+      const int64_t n = static_cast<int64_t>(q->items.size());
+      if (pos < 0) pos += n;
+      if (pos < 0 || pos > n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_insert position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
+      if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
+      q->items.insert(q->items.begin() + pos, O(ip[2]).t);
+    }
     NEXT();
   }
   CASE(SeqErase) {
-    std::shared_ptr<Sequence>& q = O(ip[1]).seq;
-    int64_t pos = S(ip[2]).i;
-    const int64_t n = static_cast<int64_t>(q->items.size());
-    if (pos < 0) pos += n;
-    if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_erase position out of range: ", S(ip[2]).i, " for a sequence of ", n)));
-    if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
-    q->items.erase(q->items.begin() + pos);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
+      int64_t pos = S(ip[2]).i;
+      const int64_t n = static_cast<int64_t>(q->items.size());
+      if (pos < 0) pos += n;
+      if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_erase position out of range: ", S(ip[2]).i, " for a sequence of ", n)));
+      if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
+      q->items.erase(q->items.begin() + pos);
+    }
     NEXT();
   }
   CASE(SeqAt) {
-    const Sequence& q = *O(ip[2]).seq;
-    int64_t pos = S(ip[3]).i;
-    const int64_t n = static_cast<int64_t>(q.items.size());
-    if (pos < 0) pos += n;
-    if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_at position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
-    O(ip[1]).t = q.items[pos];
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      const Sequence& q = *O(ip[2]).seq;
+      int64_t pos = S(ip[3]).i;
+      const int64_t n = static_cast<int64_t>(q.items.size());
+      if (pos < 0) pos += n;
+      if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_at position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
+      O(ip[1]).t = q.items[pos];
+    }
     NEXT();
   }
   CASE(SeqLen) {
@@ -568,9 +596,11 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(OptSome) {
-    Object v = O(ip[2]);
-    O(ip[1]) = std::move(v);
-    O(ip[1]).has = true;
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      Object v = O(ip[2]);
+      O(ip[1]) = std::move(v);
+      O(ip[1]).has = true;
+    }
     NEXT();
   }
   CASE(OptHas) {
@@ -578,10 +608,12 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(OptGet) {
-    if (!O(ip[2]).has) FAIL(absl::FailedPreconditionError("opt_get of an empty optional"));
-    Object v = O(ip[2]);
-    v.has = false;
-    O(ip[1]) = std::move(v);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      if (!O(ip[2]).has) FAIL(absl::FailedPreconditionError("opt_get of an empty optional"));
+      Object v = O(ip[2]);
+      v.has = false;
+      O(ip[1]) = std::move(v);
+    }
     NEXT();
   }
 

@@ -1,8 +1,124 @@
+// Kernels of dynvm's own ops (domain "dynvm"), registered exactly like a user's custom ops.
+//
+//   Sample(logits [B, V] f32/f64, temperature [] f32, seed [] i64, step [] i64) -> [B] i64
+//     temperature <= 0: argmax (NaN counts as the largest value; ties pick the lowest index).
+//     Otherwise p = softmax(logits / temperature) and the token is the smallest k with
+//     sum(p[0..k]) > u, u = PhiloxUniform(seed, step, row) (kernels/reference/philox.h).
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "kernels/reference/common.h"
+#include "kernels/reference/philox.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
+namespace {
 
-void RegisterDynvmKernels(KernelRegistry& r) {}
+absl::StatusOr<double> ReadScalarDouble(const Tensor& t, absl::string_view what) {
+  if (t.numel() != 1) return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
+  switch (t.dtype()) {
+    case DType::kF32: return *t.data<float>();
+    case DType::kF64: return *t.data<double>();
+    case DType::kI64: return static_cast<double>(*t.data<int64_t>());
+    case DType::kI32: return static_cast<double>(*t.data<int32_t>());
+    default: return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " has dtype ", DTypeName(t.dtype())));
+  }
+}
+
+absl::StatusOr<int64_t> ReadScalarInt(const Tensor& t, absl::string_view what) {
+  if (t.numel() != 1) return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
+  if (t.dtype() == DType::kI64) return *t.data<int64_t>();
+  if (t.dtype() == DType::kI32) return *t.data<int32_t>();
+  return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must be i64 or i32"));
+}
+
+// NaN is larger than every number; ties keep the lowest index.
+template <typename T>
+bool Greater(T a, T b) {
+  if (std::isnan(a)) return !std::isnan(b);
+  if (std::isnan(b)) return false;
+  return a > b;
+}
+
+template <typename T>
+void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_t step, int64_t* out) {
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  const int64_t rs = logits.stride(0), cs = logits.stride(1);
+  const T* base = logits.data<T>();
+  std::vector<double> p(static_cast<size_t>(vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = base + r * rs;
+    int64_t best = 0;
+    for (int64_t k = 1; k < vocab; ++k) {
+      if (Greater(row[k * cs], row[best * cs])) best = k;
+    }
+    if (temperature <= 0 || std::isnan(static_cast<double>(row[best * cs])) ||
+        std::isinf(static_cast<double>(row[best * cs]))) {
+      out[r] = best;  // greedy (also the only sane answer when the row has NaN or +inf)
+      continue;
+    }
+    const double max = static_cast<double>(row[best * cs]);
+    double total = 0;
+    for (int64_t k = 0; k < vocab; ++k) {
+      const double v = std::exp((static_cast<double>(row[k * cs]) - max) / temperature);
+      p[k] = std::isnan(v) ? 0.0 : v;
+      total += p[k];
+    }
+    const double u = PhiloxUniform(seed, step, static_cast<uint64_t>(r)) * total;
+    double acc = 0;
+    int64_t pick = best;
+    for (int64_t k = 0; k < vocab; ++k) {
+      acc += p[k];
+      if (acc > u) {
+        pick = k;
+        break;
+      }
+    }
+    out[r] = pick;
+  }
+}
+
+absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor* const> in,
+                       absl::Span<Tensor* const> out) {
+  if (in.size() != 4 || out.size() != 1 || !in[0] || !in[1] || !in[2] || !in[3] || !out[0]) {
+    return absl::InvalidArgumentError("Sample takes (logits, temperature, seed, step) and has one output");
+  }
+  const Tensor& logits = *in[0];
+  if (logits.rank() != 2 || logits.dim(1) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
+  }
+  absl::StatusOr<double> temperature = ReadScalarDouble(*in[1], "temperature");
+  if (!temperature.ok()) return temperature.status();
+  absl::StatusOr<int64_t> seed = ReadScalarInt(*in[2], "seed");
+  if (!seed.ok()) return seed.status();
+  absl::StatusOr<int64_t> step = ReadScalarInt(*in[3], "step");
+  if (!step.ok()) return step.status();
+  const int64_t dims[1] = {logits.dim(0)};
+  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"); !s.ok()) return s;
+  int64_t* o = out[0]->data<int64_t>();
+  if (logits.dtype() == DType::kF32) {
+    SampleRows<float>(logits, *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), o);
+  } else {
+    SampleRows<double>(logits, *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), o);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "Sample", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 4 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("Sample takes 4 inputs and has 1 output");
+                }
+                const uint8_t d = spec.inputs[0].dtype;
+                if (d != static_cast<uint8_t>(DType::kF32) && d != static_cast<uint8_t>(DType::kF64)) {
+                  return absl::UnimplementedError("Sample: logits must be f32 or f64");
+                }
+                return std::make_unique<FunctionKernel>("sample.f32.ref", &RunSample, nullptr);
+              }});
+}
 
 }  // namespace dynvm::reference

@@ -1,0 +1,33 @@
+// Shape functions of dynvm's own ops (domain "dynvm"); their kernels are in
+// kernels/reference/dynvm_ops.cc. They register exactly as a user's custom op would.
+//
+//   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
+//   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
+//                      outputs; never removed as dead code.
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+
+void RegisterDynvmShapeFunctions(OpRegistry& r) {
+  r.Register(OpSchema{"dynvm", "Sample",
+                      [](InferContext& c) -> absl::Status {
+                        const std::vector<Dim>* logits = c.input_shape(0);
+                        if (c.num_inputs() != 4) return c.Error("Sample takes (logits, temperature, seed, step)");
+                        if (logits == nullptr) {
+                          c.SetOutputDynamic(0, DType::kI64, 1);
+                          return absl::OkStatus();
+                        }
+                        if (logits->size() != 2) return c.Error("logits must be [batch, vocab]");
+                        c.SetOutput(0, DType::kI64, {(*logits)[0]});
+                        return absl::OkStatus();
+                      },
+                      /*pure=*/false});
+  r.Register(OpSchema{"dynvm", "Emit",
+                      [](InferContext& c) -> absl::Status {
+                        if (c.num_inputs() != 1 || c.num_outputs() != 0) return c.Error("Emit takes one input and has no outputs");
+                        return absl::OkStatus();
+                      },
+                      /*pure=*/false});
+}
+
+}  // namespace dynvm::compiler

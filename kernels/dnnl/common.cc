@@ -1,0 +1,269 @@
+#include "kernels/dnnl/common.h"
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dynvm::onednn {
+
+absl::Status FromDnnl(dnnl_status_t status, absl::string_view what) {
+  switch (status) {
+    case dnnl_success:
+      return absl::OkStatus();
+    case dnnl_out_of_memory:
+      return absl::ResourceExhaustedError(absl::StrCat("oneDNN: out of memory: ", what));
+    case dnnl_unimplemented:
+    case dnnl_invalid_arguments:
+      return absl::UnimplementedError(absl::StrCat("oneDNN: ", what));
+    default:
+      return absl::InternalError(absl::StrCat("oneDNN error ", static_cast<int>(status), ": ", what));
+  }
+}
+
+absl::StatusOr<const dnnl::engine*> CpuEngine() {
+  static const absl::StatusOr<const dnnl::engine*> engine = []() -> absl::StatusOr<const dnnl::engine*> {
+    const dnnl::engine* e = nullptr;
+    absl::Status s = Guard("creating the CPU engine", [&] {
+      e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    return e;
+  }();
+  return engine;
+}
+
+namespace {
+
+// One in-order CPU stream per thread: a VM runs on one thread at a time, so its sites share
+// its thread's stream. Created on the thread's first oneDNN run.
+dnnl_stream_t ThreadStream(const dnnl::engine& engine) {
+  thread_local dnnl::stream stream(engine);
+  return stream.get();
+}
+
+}  // namespace
+
+void SetThreads(int n) {
+  if (n < 1) n = 1;
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
+std::optional<dnnl::memory::data_type> DnnlType(DType dtype) {
+  using dt = dnnl::memory::data_type;
+  switch (dtype) {
+    case DType::kF32: return dt::f32;
+    case DType::kBF16: return dt::bf16;
+    case DType::kF16: return dt::f16;
+    case DType::kI32: return dt::s32;
+    case DType::kI8: return dt::s8;
+    case DType::kU8: return dt::u8;
+    default: return std::nullopt;
+  }
+}
+
+dnnl::memory::desc PlainDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims,
+                             absl::Span<const int64_t> strides) {
+  if (dims.empty()) return dnnl::memory::desc({1}, type, dnnl::memory::dims{1});
+  dnnl::memory::dims d(dims.begin(), dims.end());
+  dnnl::memory::dims s(strides.begin(), strides.end());
+  // A size-1 dim gets the stride it would have if the tensor were dense below it.
+  int64_t dense = 1;
+  for (int i = static_cast<int>(d.size()) - 1; i >= 0; --i) {
+    if (d[i] == 1) s[i] = dense;
+    dense = s[i] * d[i];
+  }
+  return dnnl::memory::desc(d, type, s);
+}
+
+dnnl::memory::desc TensorDesc(const Tensor& t) {
+  return PlainDesc(*DnnlType(t.dtype()), t.dims(), t.strides());
+}
+
+dnnl::memory::desc DenseDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims) {
+  int64_t strides[Tensor::kMaxRank];
+  ContiguousStrides(dims, strides);
+  return PlainDesc(type, dims, absl::MakeConstSpan(strides, dims.size()));
+}
+
+bool Collapsible(const Tensor& t, int from, int to, int64_t* size, int64_t* stride) {
+  *size = 1;
+  *stride = 1;
+  bool first = true;
+  int64_t expect = 0;
+  for (int d = to - 1; d >= from; --d) {
+    const int64_t n = t.dim(d);
+    if (n == 1) continue;
+    if (first) {
+      *stride = t.stride(d);
+      expect = t.stride(d) * n;
+      first = false;
+    } else {
+      if (t.stride(d) != expect) return false;
+      expect *= n;
+    }
+    *size *= n;
+  }
+  return true;
+}
+
+void ShapeKey::Add(const Tensor* t) {
+  if (t == nullptr) {
+    Add(-1);
+    return;
+  }
+  const int rank = t->rank();
+  if (n_ + 2 + 2 * rank > kCapacity) {
+    overflow_ = true;
+    return;
+  }
+  v_[n_++] = rank;
+  v_[n_++] = static_cast<int64_t>(t->dtype());
+  for (int i = 0; i < rank; ++i) {
+    v_[n_++] = t->dim(i);
+    v_[n_++] = t->dim(i) == 1 ? 0 : t->stride(i);
+  }
+}
+
+void ShapeKey::Add(int64_t v) {
+  if (n_ >= kCapacity) {
+    overflow_ = true;
+    return;
+  }
+  v_[n_++] = v;
+}
+
+void ShapeKey::AddFloat(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  Add(static_cast<int64_t>(bits));
+}
+
+bool ShapeKey::operator==(const ShapeKey& other) const {
+  if (overflow_ || other.overflow_ || n_ != other.n_) return false;
+  return std::memcmp(v_, other.v_, sizeof(int64_t) * static_cast<size_t>(n_)) == 0;
+}
+
+void BoundPrimitive::Bind(const dnnl::primitive_desc& pd, std::initializer_list<Arg> args) {
+  const dnnl::engine& engine = pd.get_engine();
+  memories_.clear();
+  args_.clear();
+  primitive_ = dnnl::primitive(pd);
+  for (const Arg& a : args) {
+    memories_.emplace_back(a.desc, engine, DNNL_MEMORY_NONE);
+    args_.push_back({a.id, nullptr});
+  }
+  const dnnl::memory::desc scratch = pd.scratchpad_desc();
+  scratchpad_bytes_ = scratch.get_size();
+  if (scratchpad_bytes_ > 0) {
+    memories_.emplace_back(scratch, engine, DNNL_MEMORY_NONE);
+    args_.push_back({DNNL_ARG_SCRATCHPAD, nullptr});
+  }
+  for (size_t i = 0; i < args_.size(); ++i) args_[i].memory = memories_[i].get();
+}
+
+absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
+                                     void* scratchpad) const {
+  size_t i = 0;
+  for (const void* p : data) {
+    if (i >= memories_.size()) return absl::InternalError("oneDNN: too many arguments");
+    const dnnl_status_t s =
+        dnnl_memory_set_data_handle_v2(args_[i].memory, const_cast<void*>(p), nullptr);
+    if (s != dnnl_success) return FromDnnl(s, "setting a data handle");
+    ++i;
+  }
+  if (scratchpad_bytes_ > 0) {
+    const dnnl_status_t s = dnnl_memory_set_data_handle_v2(args_[i].memory, scratchpad, nullptr);
+    if (s != dnnl_success) return FromDnnl(s, "setting the scratchpad");
+    ++i;
+  }
+  if (i != args_.size()) return absl::InternalError("oneDNN: argument count mismatch");
+  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
+  if (!engine.ok()) return engine.status();
+  dnnl_stream_t stream = nullptr;
+  absl::Status guarded = Guard("creating a stream", [&] {
+    stream = ThreadStream(**engine);
+    return absl::OkStatus();
+  });
+  if (!guarded.ok()) return guarded;
+  dnnl_status_t s =
+      dnnl_primitive_execute(primitive_.get(), stream, static_cast<int>(args_.size()), args_.data());
+  if (s == dnnl_success) s = dnnl_stream_wait(stream);
+  if (s != dnnl_success) {
+    // A primitive that was created fine cannot fail for shape reasons.
+    absl::Status st = FromDnnl(s, "executing a primitive");
+    return absl::IsUnimplemented(st) ? absl::InternalError(st.message()) : st;
+  }
+  return absl::OkStatus();
+}
+
+dnnl::primitive_attr UserScratchpadAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec) {
+  KernelSpec ref = spec;
+  ref.backend = "reference";
+  return KernelRegistry::Global().Create(ref, BackendPolicy{{"reference"}});
+}
+
+std::string KernelName(const KernelSpec& spec, absl::string_view variant) {
+  std::string dtype = "any";
+  if (!spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType) {
+    dtype = std::string(DTypeName(spec.output_dtype(0)));
+  } else if (!spec.inputs.empty() && spec.inputs[0].dtype != kAnyDType) {
+    dtype = std::string(DTypeName(spec.input_dtype(0)));
+  }
+  std::string name = absl::StrCat(absl::AsciiStrToLower(spec.op), ".", dtype, ".", kBackend);
+  if (!variant.empty()) absl::StrAppend(&name, ".", variant);
+  return name;
+}
+
+absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
+                        size_t max_out) {
+  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in ||
+      spec.outputs.size() < min_out || spec.outputs.size() > max_out) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.op, ": expected ", min_in, "..", max_in, " inputs and ", min_out, "..", max_out,
+        " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> input_ports) {
+  for (size_t i : input_ports) {
+    if (i >= spec.inputs.size()) continue;
+    const uint8_t d = spec.inputs[i].dtype;
+    if (d != static_cast<uint8_t>(DType::kF32)) {
+      return absl::UnimplementedError(absl::StrCat(
+          spec.op, ": the oneDNN kernel takes f32 only (input ", i, " is ",
+          d == kAnyDType ? "undetermined" : DTypeName(static_cast<DType>(d)), ")"));
+    }
+  }
+  for (const PortSpec& p : spec.outputs) {
+    if (p.kind == ObjectKind::kTensor && p.dtype != static_cast<uint8_t>(DType::kF32)) {
+      return absl::UnimplementedError(
+          absl::StrCat(spec.op, ": the oneDNN kernel produces f32 only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= in.size() || in[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
+    }
+  }
+  if (out.empty() || out[0] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dynvm::onednn

@@ -1,0 +1,180 @@
+// Shared machinery of the oneDNN CPU backend (docs/kernels.md, "oneDNN backend"): the one
+// place where oneDNN errors become absl::Status, the CPU engine, memory descriptors of strided
+// tensors, per-invoke-site primitive binding with a user scratchpad, and the reference kernel
+// each oneDNN kernel keeps for what oneDNN cannot do at run time. Internal.
+//
+// Error translation: the oneDNN C++ API throws dnnl::error. Every call into it is made inside
+// Guard(), which catches and converts; no exception leaves this backend. Execution uses the C
+// API (dnnl_primitive_execute), which returns a status.
+//
+// Threads: oneDNN's CPU runtime in Debian's build is OpenMP. SetThreads() sets the calling
+// thread's OpenMP thread count (the VM's intra-op budget, ctx.num_threads()) before a kernel
+// runs; primitives bake the thread count in when they are created, so it is part of every
+// site's shape key.
+#ifndef DYNVM_KERNELS_DNNL_COMMON_H_
+#define DYNVM_KERNELS_DNNL_COMMON_H_
+
+#include <cstdint>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/kernel.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace dynvm::onednn {
+
+inline constexpr int kDnnlPriority = 10;
+inline constexpr const char* kBackend = "dnnl";
+
+using Inputs = absl::Span<const Tensor* const>;
+using Outputs = absl::Span<Tensor* const>;
+
+#define DNNL_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
+  } while (0)
+
+// A oneDNN status as an absl::Status: out of memory is ResourceExhausted; a shape or
+// attribute oneDNN does not implement (unimplemented, invalid arguments) is Unimplemented, so
+// callers fall back to the reference kernel; anything else is Internal.
+absl::Status FromDnnl(dnnl_status_t status, absl::string_view what);
+
+// Runs `fn` (returning absl::Status) and turns any exception it throws into a Status.
+template <typename Fn>
+absl::Status Guard(absl::string_view what, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    return FromDnnl(e.status, absl::string_view(e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": unknown exception"));
+  }
+}
+
+// The process-wide CPU engine (created on first use, never destroyed).
+absl::StatusOr<const dnnl::engine*> CpuEngine();
+
+// Sets the calling thread's OpenMP thread count; cheap when unchanged.
+void SetThreads(int n);
+
+// The oneDNN data type of a dtype, or nullopt.
+std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
+
+// A plain memory descriptor for dims/strides in elements. Rank 0 becomes [1]. Strides of
+// size-1 dims are normalized (they never address anything), so equal views give equal
+// descriptors. REQUIRES: no dim is 0; rank <= Tensor::kMaxRank.
+dnnl::memory::desc PlainDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims,
+                             absl::Span<const int64_t> strides);
+dnnl::memory::desc TensorDesc(const Tensor& t);
+// Contiguous row-major descriptor.
+dnnl::memory::desc DenseDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims);
+
+// True when dims [from, to) of `t` are one run of memory with stride *stride (the innermost
+// dim's stride); *size is their product. An empty range is size 1, stride 1.
+bool Collapsible(const Tensor& t, int from, int to, int64_t* size, int64_t* stride);
+
+// The shapes a site's bound primitive was made for: dims and strides of each operand plus a
+// few extra values (thread count, attributes read at run time). Fixed capacity: building and
+// comparing one allocates nothing.
+class ShapeKey {
+ public:
+  void Add(const Tensor* t);
+  void Add(int64_t v);
+  void AddFloat(float v);
+  bool operator==(const ShapeKey& other) const;
+  bool operator!=(const ShapeKey& other) const { return !(*this == other); }
+
+ private:
+  static constexpr int kCapacity = 96;
+  int64_t v_[kCapacity];
+  int n_ = 0;
+  bool overflow_ = false;  // an overflowed key never matches: the site rebuilds each run
+};
+
+// One oneDNN primitive bound for a site: the primitive, a memory object per execution
+// argument (its data handle set at each run) and the size of its user scratchpad.
+class BoundPrimitive {
+ public:
+  struct Arg {
+    int id;  // DNNL_ARG_*
+    dnnl::memory::desc desc;
+  };
+
+  // Creates the primitive of `pd` (made with scratchpad_mode::user). REQUIRES: inside Guard.
+  void Bind(const dnnl::primitive_desc& pd, std::initializer_list<Arg> args);
+  bool bound() const { return static_cast<bool>(primitive_); }
+  size_t scratchpad_bytes() const { return scratchpad_bytes_; }
+
+  // Runs it on `data` (one pointer per Bind argument, in order) with `scratchpad` holding
+  // scratchpad_bytes(). Synchronous.
+  absl::Status Execute(std::initializer_list<const void*> data, void* scratchpad) const;
+
+ private:
+  dnnl::primitive primitive_;
+  std::vector<dnnl::memory> memories_;  // the arguments, then the scratchpad
+  std::vector<dnnl_exec_arg_t> args_;
+  size_t scratchpad_bytes_ = 0;
+};
+
+// Primitive attributes every oneDNN kernel uses: the scratchpad comes from the VM's pool.
+dnnl::primitive_attr UserScratchpadAttr();
+
+// The reference kernel for `spec` (the fallback of a oneDNN kernel).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec);
+
+// "op.dtype.dnnl[.variant]", e.g. "matmul.f32.dnnl.sgemm".
+std::string KernelName(const KernelSpec& spec, absl::string_view variant = "");
+
+// Base of the oneDNN kernels: the name, and the reference kernel that serves a run oneDNN
+// cannot do (a layout or broadcast it lacks, an empty dim).
+class DnnlKernel : public Kernel {
+ public:
+  DnnlKernel(std::string name, std::unique_ptr<Kernel> reference)
+      : name_(std::move(name)), reference_(std::move(reference)) {}
+  std::string name() const override { return name_; }
+
+ protected:
+  absl::Status RunReference(KernelContext& ctx, Inputs in, Outputs out) const {
+    return reference_->Run(ctx, in, out);
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Kernel> reference_;
+};
+
+// The site's state of type T, created on first use.
+template <typename T>
+T* SiteState(KernelContext& ctx) {
+  std::unique_ptr<KernelState>& s = ctx.state();
+  if (s == nullptr) s = std::make_unique<T>();
+  return static_cast<T*>(s.get());
+}
+
+// Create-time checks shared by the factories.
+absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
+                        size_t max_out);
+// Unimplemented unless every concrete data port of `spec` listed in `ports` is f32.
+absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> input_ports);
+absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op);
+
+}  // namespace dynvm::onednn
+
+#endif  // DYNVM_KERNELS_DNNL_COMMON_H_

@@ -1,0 +1,18 @@
+// The oneDNN CPU kernels: one registration function per op family, all at priority
+// kDnnlPriority under backend "dnnl" (docs/kernels.md). Internal.
+#ifndef DYNVM_KERNELS_DNNL_DNNL_KERNELS_H_
+#define DYNVM_KERNELS_DNNL_DNNL_KERNELS_H_
+
+#include "kernels/registry.h"
+
+namespace dynvm::onednn {
+
+void RegisterMatmulKernels(KernelRegistry& r);         // matmul.cc: MatMul, Gemm
+void RegisterRnnKernels(KernelRegistry& r);            // rnn.cc: LSTM, GRU, RNN
+void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and binary ops
+void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
+void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
+
+}  // namespace dynvm::onednn
+
+#endif  // DYNVM_KERNELS_DNNL_DNNL_KERNELS_H_

@@ -1,0 +1,368 @@
+// oneDNN MatMul and Gemm (f32).
+//
+// Variants, chosen per shape class at bind time (measured on the project's CPU; the figures
+// are in docs/kernels.md and kernels/dnnl/dnnl_benchmark.cc):
+//   sgemm  -- dnnl_sgemm, for every shape. It takes plain row-major or transposed operands
+//             with any leading dimension, needs no primitive, no argument map and no cache
+//             lookup, and at M=1 (decode) runs oneDNN's GEMV kernel, which allocates nothing.
+//             A fixed-shape matmul primitive is ~3x slower at M=1; the runtime-M primitive is
+//             the same GEMM engine behind a primitive execute.
+// Weights are used in place in their plain layout (row-major or transposed by strides); an
+// operand oneDNN cannot address (a broadcast view, a non-unit inner stride) is packed into the
+// site's workspace, never a weight in the ordinary case.
+//
+// Batched MatMul loops over the broadcast batch; when B is shared by the whole batch and A's
+// batch dims collapse onto its rows (the [B, S, K] x [K, N] of a linear layer), the batch is
+// folded into one GEMM with M = B*S.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using reference::Dims;
+
+// How one GEMM operand is read: op(X) is rows x cols.
+struct Operand {
+  char trans = 'N';
+  int64_t ld = 0;
+  bool pack = false;  // copied into the workspace as a dense rows x cols matrix
+};
+
+// rows x cols with element strides (sr, sc): read in place when oneDNN can address it,
+// row-major ('N') or column-major ('T'), else packed.
+Operand PlanOperand(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  const int64_t min_n = std::max<int64_t>(cols, 1), min_t = std::max<int64_t>(rows, 1);
+  const int64_t ld_n = rows == 1 ? min_n : sr;
+  if ((sc == 1 || cols == 1) && ld_n >= min_n) return Operand{'N', ld_n, false};
+  const int64_t ld_t = cols == 1 ? min_t : sc;
+  if ((sr == 1 || rows == 1) && ld_t >= min_t) return Operand{'T', ld_t, false};
+  return Operand{'N', min_n, true};
+}
+
+void PackMatrix(const float* src, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float* dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* s = src + i * sr;
+    float* d = dst + i * cols;
+    for (int64_t j = 0; j < cols; ++j) d[j] = s[j * sc];
+  }
+}
+
+absl::Status Sgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* pa, const float* pb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t s =
+      dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
+  return FromDnnl(s, "dnnl_sgemm");
+}
+
+// The shape-dependent plan of one MatMul site.
+struct MatMulPlan {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;
+  Operand a, b;
+  Dims batch;            // broadcast batch dims (empty when folded)
+  Dims batch_sa, batch_sb;
+  size_t pack_a_floats = 0, pack_b_floats = 0;
+};
+
+struct MatMulState : KernelState {
+  ShapeKey key;
+  bool valid = false;
+  MatMulPlan plan;
+  Dims out_dims;
+};
+
+class MatMulKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[1];
+    if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
+      return RunReference(ctx, in, out);  // the reference kernel reports the error
+    }
+    ShapeKey key;
+    key.Add(&a);
+    key.Add(&b);
+    MatMulState* st = SiteState<MatMulState>(ctx);
+    if (!st->valid || st->key != key) {
+      st->valid = false;
+      absl::Status s = Plan(a, b, st);
+      if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
+      st->key = key;
+      st->valid = true;
+    }
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, st->out_dims, "MatMul"));
+    Tensor& y = *out[0];
+    if (y.numel() == 0) return absl::OkStatus();
+    const MatMulPlan& p = st->plan;
+    if (p.k == 0) {
+      std::memset(y.raw_data(), 0, static_cast<size_t>(y.nbytes()));
+      return absl::OkStatus();
+    }
+    SetThreads(ctx.num_threads());
+    float* pack_a = nullptr;
+    float* pack_b = nullptr;
+    if (p.pack_a_floats + p.pack_b_floats > 0) {
+      absl::StatusOr<void*> ws = ctx.Workspace((p.pack_a_floats + p.pack_b_floats) * sizeof(float));
+      if (!ws.ok()) return ws.status();
+      pack_a = static_cast<float*>(*ws);
+      pack_b = pack_a + p.pack_a_floats;
+    }
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y.data<float>();
+    absl::Status status;
+    auto one = [&](int64_t oa, int64_t ob) {
+      if (!status.ok()) return;
+      const float* ma = pa + oa;
+      const float* mb = pb + ob;
+      if (p.a.pack) {
+        PackMatrix(ma, p.m, p.k, p.sam, p.sak, pack_a);
+        ma = pack_a;
+      }
+      if (p.b.pack) {
+        PackMatrix(mb, p.k, p.n, p.sbk, p.sbn, pack_b);
+        mb = pack_b;
+      }
+      status = Sgemm(p.a, p.b, p.m, p.n, p.k, 1.0f, ma, mb, 0.0f, py, p.n);
+      py += p.m * p.n;
+    };
+    if (p.batch.empty()) {
+      one(0, 0);
+    } else {
+      reference::ForEachOffset<2>(p.batch, {absl::MakeConstSpan(p.batch_sa),
+                                            absl::MakeConstSpan(p.batch_sb)}, one);
+    }
+    return status;
+  }
+
+ private:
+  static absl::Status Plan(const Tensor& a, const Tensor& b, MatMulState* st) {
+    MatMulPlan p;
+    const int ra = a.rank(), rb = b.rank();
+    p.m = ra == 1 ? 1 : a.dim(ra - 2);
+    p.k = a.dim(ra - 1);
+    const int64_t kb = rb == 1 ? b.dim(0) : b.dim(rb - 2);
+    p.n = rb == 1 ? 1 : b.dim(rb - 1);
+    p.sam = ra == 1 ? 0 : a.stride(ra - 2);
+    p.sak = a.stride(ra - 1);
+    p.sbk = rb == 1 ? b.stride(0) : b.stride(rb - 2);
+    p.sbn = rb == 1 ? 0 : b.stride(rb - 1);
+    if (p.k != kb) return absl::InvalidArgumentError("MatMul: inner dimensions differ");
+    const absl::Span<const int64_t> batch_a = a.dims().first(ra >= 2 ? ra - 2 : 0);
+    const absl::Span<const int64_t> batch_b = b.dims().first(rb >= 2 ? rb - 2 : 0);
+    absl::StatusOr<Dims> batch = reference::BroadcastShapes(batch_a, batch_b);
+    if (!batch.ok()) return batch.status();
+    Dims out_dims = *batch;
+    if (ra > 1) out_dims.push_back(p.m);
+    if (rb > 1) out_dims.push_back(p.n);
+    const size_t nb = batch->size();
+    Dims bsa(nb, 0), bsb(nb, 0);
+    for (size_t i = 0; i < batch_a.size(); ++i) {
+      if (batch_a[i] != 1) bsa[nb - batch_a.size() + i] = a.stride(static_cast<int>(i));
+    }
+    for (size_t i = 0; i < batch_b.size(); ++i) {
+      if (batch_b[i] != 1) bsb[nb - batch_b.size() + i] = b.stride(static_cast<int>(i));
+    }
+    // Fold the batch into M when B is shared and A's rows continue across its batch dims.
+    bool fold = nb > 0 && std::all_of(bsb.begin(), bsb.end(), [](int64_t s) { return s == 0; });
+    if (fold) {
+      if (p.m > 1 && p.sak != 1 && p.k > 1) fold = false;
+      int64_t row_stride = p.m > 1 ? p.sam : -1;  // M == 1: set by the innermost batch dim
+      int64_t expect = p.m > 1 ? p.sam * p.m : -1;
+      for (size_t i = nb; i-- > 0 && fold;) {
+        if ((*batch)[i] == 1) continue;
+        if (expect < 0) {
+          row_stride = bsa[i];
+          expect = bsa[i] * (*batch)[i];
+        } else if (bsa[i] != expect) {
+          fold = false;
+        } else {
+          expect *= (*batch)[i];
+        }
+      }
+      if (fold && row_stride >= 0) p.sam = row_stride;
+    }
+    if (fold) {
+      int64_t rows = 1;
+      for (int64_t d : *batch) rows *= d;
+      p.m *= rows;
+      if (rows == 0) p.m = 0;
+    } else {
+      p.batch = *batch;
+      p.batch_sa = std::move(bsa);
+      p.batch_sb = std::move(bsb);
+    }
+    p.a = PlanOperand(p.m, p.k, p.sam, p.sak);
+    p.b = PlanOperand(p.k, p.n, p.sbk, p.sbn);
+    if (p.a.pack) p.pack_a_floats = static_cast<size_t>(p.m * p.k);
+    if (p.b.pack) p.pack_b_floats = static_cast<size_t>(p.k * p.n);
+    st->plan = std::move(p);
+    st->out_dims = std::move(out_dims);
+    return absl::OkStatus();
+  }
+};
+
+// ---- Gemm ----
+
+struct GemmAttrs {
+  float alpha = 1.0f;
+  float beta = 1.0f;
+  bool trans_a = false;
+  bool trans_b = false;
+};
+
+struct GemmState : KernelState {
+  ShapeKey key;
+  bool valid = false;
+  int64_t m = 0, n = 0, k = 0;
+  Operand a, b;
+  int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;
+  int64_t sc0 = 0, sc1 = 0;  // C's strides broadcast to [M, N]
+};
+
+class GemmKernel final : public DnnlKernel {
+ public:
+  GemmKernel(std::string name, std::unique_ptr<Kernel> reference, GemmAttrs attrs)
+      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[1];
+    const Tensor* c = in.size() > 2 ? in[2] : nullptr;
+    if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::kF32 ||
+        b.dtype() != DType::kF32 || (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
+      return RunReference(ctx, in, out);
+    }
+    ShapeKey key;
+    key.Add(&a);
+    key.Add(&b);
+    key.Add(c);
+    GemmState* st = SiteState<GemmState>(ctx);
+    if (!st->valid || st->key != key) {
+      st->valid = false;
+      if (!Plan(a, b, c, st)) return RunReference(ctx, in, out);
+      st->key = key;
+      st->valid = true;
+    }
+    const int64_t mn[2] = {st->m, st->n};
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, mn, "Gemm"));
+    Tensor& y = *out[0];
+    if (y.numel() == 0) return absl::OkStatus();
+    float* py = y.data<float>();
+    const bool use_c = c != nullptr && attrs_.beta != 0;
+    if (use_c) {
+      const float* pc = c->data<float>();
+      for (int64_t i = 0; i < st->m; ++i) {
+        const float* crow = pc + i * st->sc0;
+        float* yrow = py + i * st->n;
+        if (st->sc1 == 1) {
+          std::memcpy(yrow, crow, static_cast<size_t>(st->n) * sizeof(float));
+        } else {
+          for (int64_t j = 0; j < st->n; ++j) yrow[j] = crow[j * st->sc1];
+        }
+      }
+    }
+    if (st->k == 0) {
+      for (int64_t i = 0; i < st->m * st->n; ++i) py[i] = use_c ? attrs_.beta * py[i] : 0.0f;
+      return absl::OkStatus();
+    }
+    SetThreads(ctx.num_threads());
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    if (st->a.pack || st->b.pack) {
+      const size_t fa = st->a.pack ? static_cast<size_t>(st->m * st->k) : 0;
+      const size_t fb = st->b.pack ? static_cast<size_t>(st->k * st->n) : 0;
+      absl::StatusOr<void*> ws = ctx.Workspace((fa + fb) * sizeof(float));
+      if (!ws.ok()) return ws.status();
+      float* buf = static_cast<float*>(*ws);
+      if (st->a.pack) {
+        PackMatrix(pa, st->m, st->k, st->sam, st->sak, buf);
+        pa = buf;
+      }
+      if (st->b.pack) {
+        PackMatrix(pb, st->k, st->n, st->sbk, st->sbn, buf + fa);
+        pb = buf + fa;
+      }
+    }
+    return Sgemm(st->a, st->b, st->m, st->n, st->k, attrs_.alpha, pa, pb,
+                 use_c ? attrs_.beta : 0.0f, py, st->n);
+  }
+
+ private:
+  bool Plan(const Tensor& a, const Tensor& b, const Tensor* c, GemmState* st) const {
+    const bool ta = attrs_.trans_a, tb = attrs_.trans_b;
+    st->m = a.dim(ta ? 1 : 0);
+    st->k = a.dim(ta ? 0 : 1);
+    st->sam = a.stride(ta ? 1 : 0);
+    st->sak = a.stride(ta ? 0 : 1);
+    const int64_t kb = b.dim(tb ? 1 : 0);
+    st->n = b.dim(tb ? 0 : 1);
+    st->sbk = b.stride(tb ? 1 : 0);
+    st->sbn = b.stride(tb ? 0 : 1);
+    if (st->k != kb) return false;
+    if (c != nullptr) {
+      const int64_t mn[2] = {st->m, st->n};
+      absl::StatusOr<Dims> bc = reference::BroadcastShapes(c->dims(), mn);
+      if (!bc.ok() || absl::MakeConstSpan(*bc) != absl::MakeConstSpan(mn)) return false;
+      const Dims s = reference::BroadcastStrides(*c, mn);
+      st->sc0 = s[0];
+      st->sc1 = s[1];
+    }
+    st->a = PlanOperand(st->m, st->k, st->sam, st->sak);
+    st->b = PlanOperand(st->k, st->n, st->sbk, st->sbn);
+    return true;
+  }
+
+  GemmAttrs attrs_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm"), *std::move(ref));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  if (spec.inputs.size() > 2 && spec.inputs[2].dtype != kAnyDType) {
+    DNNL_RETURN_IF_ERROR(RequireF32(spec, {2}));
+  }
+  // The reference factory validates the attributes; its errors are the spec's errors.
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  GemmAttrs g;
+  absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);
+  absl::StatusOr<float> beta = spec.GetFloat("beta", 1.0f);
+  absl::StatusOr<int64_t> ta = spec.GetInt("transA", 0);
+  absl::StatusOr<int64_t> tb = spec.GetInt("transB", 0);
+  if (!alpha.ok() || !beta.ok() || !ta.ok() || !tb.ok()) {
+    return absl::InvalidArgumentError("Gemm: bad attributes");
+  }
+  g.alpha = *alpha;
+  g.beta = *beta;
+  g.trans_a = *ta == 1;
+  g.trans_b = *tb == 1;
+  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm"), *std::move(ref), g);
+}
+
+}  // namespace
+
+void RegisterMatmulKernels(KernelRegistry& r) {
+  r.Register(KernelRegistration{"", "MatMul", Device::kCPU, kBackend, kDnnlPriority, &CreateMatMul});
+  r.Register(KernelRegistration{"", "Gemm", Device::kCPU, kBackend, kDnnlPriority, &CreateGemm});
+}
+
+}  // namespace dynvm::onednn

@@ -1,0 +1,13 @@
+#include "kernels/dnnl/dnnl_kernels.h"
+
+namespace dynvm {
+
+void RegisterDnnlKernels(KernelRegistry& registry) {
+  onednn::RegisterMatmulKernels(registry);
+  onednn::RegisterRnnKernels(registry);
+  onednn::RegisterEltwiseKernels(registry);
+  onednn::RegisterNormalizationKernels(registry);
+  onednn::RegisterReduceKernels(registry);
+}
+
+}  // namespace dynvm

@@ -1,0 +1,360 @@
+// oneDNN LSTM, GRU and RNN (f32): GEMMs by dnnl_sgemm plus one fused elementwise pass per
+// gate step ("lstm.f32.dnnl.gemm").
+//
+// Why not oneDNN's RNN primitive: it wants its weights in its own gate order (i, f, c, o, not
+// ONNX's i, o, f, c) and layout, so using it means repacking W and R for every VM instance (or
+// a compile-time packed layout the compiler does not store yet); its execute also allocates an
+// argument map per call. Measured on a decode step (hidden 256, batch 1; dnnl_benchmark.cc,
+// BM_LstmStep_*), GEMMs plus fused gates are faster than the primitive even with its weights
+// prepacked. The plain ONNX weights are read in place.
+//
+// Per direction: one GEMM computes X * W^T + bias for all time steps at once (M = seq * batch);
+// each step then adds H * R^T (a GEMV at batch 1) and runs the gate function. The gates are
+// the reference functions (kernels/reference/rnn.h) for any activation, clip or input_forget;
+// the default LSTM configuration uses a vectorized fused gate loop.
+//
+// The reference kernel serves what this kernel does not: non-f32 dtypes (at create),
+// sequence_lens shorter than the sequence, empty dims and odd weight strides (at run time).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/fast_math.h"
+#include "kernels/reference/common.h"
+#include "kernels/reference/rnn.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using reference::RnnAttrs;
+using reference::RnnCell;
+using reference::RnnDirection;
+using reference::RnnGateConfig;
+
+bool IsDefaultLstm(const RnnGateConfig& c) {
+  using Kind = reference::RnnActivation::Kind;
+  return c.f.kind == Kind::kSigmoid && c.g.kind == Kind::kTanh && c.h.kind == Kind::kTanh &&
+         std::isinf(c.clip) && !c.input_forget;
+}
+
+// c_out = f * c_prev + i * tanh(c~), h_out = o * tanh(c_out) with sigmoid gates, for `batch`
+// rows of gates [batch, 4H] (i, o, f, c blocks; clobbered).
+void FusedLstmGates(int64_t batch, int64_t hidden, float* gates, const float* c_prev,
+                    float* h_out, float* c_out) {
+  const int64_t H = hidden;
+  for (int64_t b = 0; b < batch; ++b) {
+    float* g = gates + b * 4 * H;
+    const float* cp = c_prev + b * H;
+    float* co = c_out + b * H;
+    float* ho = h_out + b * H;
+    const float* gi = g;
+    const float* go = g + H;
+    const float* gf = g + 2 * H;
+    const float* gc = g + 3 * H;
+    for (int64_t j = 0; j < H; ++j) {
+      const float c = FastSigmoid(gf[j]) * cp[j] + FastSigmoid(gi[j]) * FastTanh(gc[j]);
+      co[j] = c;
+      ho[j] = FastSigmoid(go[j]) * FastTanh(c);
+    }
+  }
+}
+
+absl::Status Gemm(char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  return FromDnnl(dnnl_sgemm('N', tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc), "dnnl_sgemm");
+}
+
+// A weight matrix t[d] ([rows, cols]) read as op(B) = t[d]^T for a GEMM: 'T' over row-major
+// rows, or 'N' over a column-major matrix. False when neither addresses it.
+bool WeightOperand(const Tensor& t, char* trans, int64_t* ld) {
+  const int64_t rows = t.dim(1), cols = t.dim(2);
+  const int64_t sr = t.stride(1), sc = t.stride(2);
+  if ((sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1))) {
+    *trans = 'T';
+    *ld = rows == 1 ? std::max<int64_t>(cols, 1) : sr;
+    return true;
+  }
+  if ((sr == 1 || rows == 1) && (cols == 1 || sc >= rows)) {
+    *trans = 'N';
+    *ld = cols == 1 ? rows : sc;
+    return true;
+  }
+  return false;
+}
+
+// Copies row `index` of a rank-2 tensor (B, P) into dst.
+void LoadRow(const Tensor& t, int64_t index, float* dst) {
+  const float* src = t.data<float>() + index * t.stride(0);
+  const int64_t n = t.dim(1), s = t.stride(1);
+  for (int64_t j = 0; j < n; ++j) dst[j] = src[j * s];
+}
+
+class RecurrentKernel final : public DnnlKernel {
+ public:
+  RecurrentKernel(std::string name, std::unique_ptr<Kernel> reference, RnnAttrs attrs)
+      : DnnlKernel(std::move(name), std::move(reference)), a_(attrs) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    auto output = [&](size_t i) -> Tensor* { return i < out.size() ? out[i] : nullptr; };
+    const bool lstm = a_.cell == RnnCell::kLstm;
+    const Tensor* x = input(0);
+    const Tensor* w = input(1);
+    const Tensor* r = input(2);
+    const Tensor* b = input(3);
+    const Tensor* lens = input(4);
+    const Tensor* h0 = input(5);
+    const Tensor* c0 = lstm ? input(6) : nullptr;
+    const Tensor* p = lstm ? input(7) : nullptr;
+    if (x == nullptr || w == nullptr || r == nullptr || x->rank() != 3 || w->rank() != 3 ||
+        r->rank() != 3) {
+      return RunReference(ctx, in, out);
+    }
+    for (const Tensor* t : {x, w, r, b, h0, c0, p}) {
+      if (t != nullptr && t->dtype() != DType::kF32) return RunReference(ctx, in, out);
+    }
+    const bool batch_major = a_.layout == 1;
+    const int64_t seq = x->dim(batch_major ? 1 : 0);
+    const int64_t batch = x->dim(batch_major ? 0 : 1);
+    const int64_t input_size = x->dim(2);
+    const int64_t nd = a_.num_directions;
+    const int64_t hidden = a_.hidden_size > 0 ? a_.hidden_size : r->dim(2);
+    const int64_t gates = lstm ? 4 : a_.cell == RnnCell::kGru ? 3 : 1;
+    // Sizes the reference kernel checks with overflow guards; it also serves empty dims.
+    constexpr int64_t kLimit = int64_t{1} << 31;
+    if (seq <= 0 || batch <= 0 || input_size <= 0 || hidden <= 0 || seq > kLimit ||
+        batch > kLimit || input_size > kLimit || hidden > kLimit / 8) {
+      return RunReference(ctx, in, out);
+    }
+    const int64_t gh = gates * hidden;
+    auto dims_are = [](const Tensor* t, std::initializer_list<int64_t> want) {
+      return t == nullptr || t->dims() == absl::MakeConstSpan(want.begin(), want.size());
+    };
+    const int64_t s0 = batch_major ? batch : nd, s1 = batch_major ? nd : batch;
+    if (!dims_are(w, {nd, gh, input_size}) || !dims_are(r, {nd, gh, hidden}) ||
+        !dims_are(b, {nd, 2 * gh}) || !dims_are(h0, {s0, s1, hidden}) ||
+        !dims_are(c0, {s0, s1, hidden}) || !dims_are(p, {nd, 3 * hidden})) {
+      return RunReference(ctx, in, out);  // reports the mismatch
+    }
+    if (lens != nullptr && !FullLengths(*lens, batch, seq)) return RunReference(ctx, in, out);
+    char w_trans, r_trans;
+    int64_t ldw, ldr;
+    if (!WeightOperand(*w, &w_trans, &ldw) || !WeightOperand(*r, &r_trans, &ldr) ||
+        (x->stride(2) != 1 && input_size > 1)) {
+      return RunReference(ctx, in, out);
+    }
+    // X's rows in (time, batch) order: one matrix with row stride x_row when uniformly
+    // spaced (-1 otherwise: one GEMM per step, rows sxb apart).
+    const int64_t sxt = x->stride(batch_major ? 1 : 0), sxb = x->stride(batch_major ? 0 : 1);
+    if (batch > 1 && sxb < input_size) return RunReference(ctx, in, out);
+    const int64_t lda_step = batch == 1 ? input_size : sxb;
+    int64_t x_row = -1;
+    if (seq * batch == 1) {
+      x_row = input_size;
+    } else if (batch == 1) {
+      x_row = sxt >= input_size ? sxt : -1;
+    } else if (seq == 1 || sxt == batch * sxb) {
+      x_row = sxb;
+    }
+
+    Tensor* y = output(0);
+    Tensor* y_h = output(1);
+    Tensor* y_c = lstm ? output(2) : nullptr;
+    const char* op = lstm ? "LSTM" : a_.cell == RnnCell::kGru ? "GRU" : "RNN";
+    if (y != nullptr) {
+      const int64_t y_dims[4] = {batch_major ? batch : seq, batch_major ? seq : nd,
+                                 batch_major ? nd : batch, hidden};
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y, DType::kF32, y_dims, op));
+    }
+    const int64_t state_dims[3] = {s0, s1, hidden};
+    if (y_h != nullptr) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_h, DType::kF32, state_dims, op));
+    }
+    if (y_c != nullptr) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_c, DType::kF32, state_dims, op));
+    }
+
+    // Workspace (floats): bias [2 * gh], peephole [3H], xw [seq * batch * gh], h and c
+    // [batch * H], hr [batch * gh] and rh [batch * H] (GRU).
+    const int64_t rows = seq * batch;
+    const int64_t bh = batch * hidden;
+    const bool gru = a_.cell == RnnCell::kGru;
+    const int64_t total = 2 * gh + 3 * hidden + rows * gh + 2 * bh + (gru ? batch * gh + bh : 0);
+    absl::StatusOr<void*> ws = ctx.Workspace(static_cast<size_t>(total) * sizeof(float));
+    if (!ws.ok()) return ws.status();
+    float* bias = static_cast<float*>(*ws);
+    float* peep = bias + 2 * gh;
+    float* xw = peep + 3 * hidden;
+    float* h = xw + rows * gh;
+    float* c = h + bh;
+    float* hr = c + bh;
+    float* rh = hr + batch * gh;
+
+    SetThreads(ctx.num_threads());
+    const float* px = x->data<float>();
+    for (int64_t d = 0; d < nd; ++d) {
+      const RnnGateConfig& cfg = a_.config[d];
+      const bool reverse = a_.direction == RnnDirection::kReverse || d == 1;
+      const float* wd = w->data<float>() + d * w->stride(0);
+      const float* rd = r->data<float>() + d * r->stride(0);
+      if (b != nullptr) {
+        LoadRow(*b, d, bias);
+      } else {
+        std::fill(bias, bias + 2 * gh, 0.0f);
+      }
+      // The input projection's bias: Wb + Rb, except for GRU's h block (Rbh is applied
+      // inside the reset gate), where only Wb; GRU keeps Rb for the recurrent part.
+      float* xbias = bias;
+      if (!gru) {
+        for (int64_t j = 0; j < gh; ++j) xbias[j] += bias[gh + j];
+      }
+      if (p != nullptr) LoadRow(*p, d, peep);
+      LoadState(h0, d, batch, hidden, batch_major, h);
+      if (lstm) LoadState(c0, d, batch, hidden, batch_major, c);
+
+      // xw = X * W^T + bias, all steps.
+      for (int64_t i = 0; i < rows; ++i) std::memcpy(xw + i * gh, xbias, gh * sizeof(float));
+      if (x_row >= 0) {
+        DNNL_RETURN_IF_ERROR(
+            Gemm(w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
+      } else {
+        for (int64_t t = 0; t < seq; ++t) {
+          DNNL_RETURN_IF_ERROR(Gemm(w_trans, batch, gh, input_size, px + t * sxt, lda_step, wd,
+                                    ldw,
+                                    1.0f, xw + t * batch * gh, gh));
+        }
+      }
+
+      for (int64_t step = 0; step < seq; ++step) {
+        const int64_t t = reverse ? seq - 1 - step : step;
+        float* g = xw + t * batch * gh;
+        switch (a_.cell) {
+          case RnnCell::kLstm:
+            DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            if (p == nullptr && IsDefaultLstm(cfg)) {
+              FusedLstmGates(batch, hidden, g, c, h, c);
+            } else {
+              reference::LstmGates<float>(cfg, batch, hidden, g, p != nullptr ? peep : nullptr, c,
+                                          h, c);
+            }
+            break;
+          case RnnCell::kGru: {
+            const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hidden;
+            for (int64_t i = 0; i < batch; ++i) {
+              std::memcpy(hr + i * gh, bias + gh, gh * sizeof(float));
+            }
+            DNNL_RETURN_IF_ERROR(
+                Gemm(r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
+            reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
+            if (!cfg.linear_before_reset) {
+              // Rows 2H.. of R: the hidden gate's recurrent weights.
+              const float* rdh = rd + 2 * hidden * r->stride(1);
+              DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, hidden, hidden, rh, hidden, rdh, ldr, 1.0f,
+                                        hr + 2 * hidden, gh));
+            }
+            reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
+            break;
+          }
+          case RnnCell::kRnn:
+            DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            reference::RnnGate<float>(cfg, batch, hidden, g, h);
+            break;
+        }
+        if (y != nullptr) {
+          float* py = y->data<float>();
+          for (int64_t bi = 0; bi < batch; ++bi) {
+            const int64_t row = batch_major ? (bi * seq + t) * nd + d : (t * nd + d) * batch + bi;
+            std::memcpy(py + row * hidden, h + bi * hidden, hidden * sizeof(float));
+          }
+        }
+      }
+      StoreState(h, d, batch, hidden, nd, batch_major, y_h);
+      if (lstm) StoreState(c, d, batch, hidden, nd, batch_major, y_c);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // True when sequence_lens is a [batch] integer tensor whose values all equal seq.
+  static bool FullLengths(const Tensor& lens, int64_t batch, int64_t seq) {
+    if (lens.rank() != 1 || lens.dim(0) != batch) return false;
+    for (int64_t i = 0; i < batch; ++i) {
+      int64_t v;
+      if (lens.dtype() == DType::kI32) {
+        v = lens.data<int32_t>()[i * lens.stride(0)];
+      } else if (lens.dtype() == DType::kI64) {
+        v = lens.data<int64_t>()[i * lens.stride(0)];
+      } else {
+        return false;
+      }
+      if (v != seq) return false;
+    }
+    return true;
+  }
+
+  // Rows (d, b) of initial_h / initial_c into dst [batch, H], zeros when absent.
+  static void LoadState(const Tensor* t, int64_t d, int64_t batch, int64_t hidden,
+                        bool batch_major, float* dst) {
+    if (t == nullptr) {
+      std::fill(dst, dst + batch * hidden, 0.0f);
+      return;
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const float* src = t->data<float>() + (batch_major ? bi * t->stride(0) + d * t->stride(1)
+                                                         : d * t->stride(0) + bi * t->stride(1));
+      float* row = dst + bi * hidden;
+      const int64_t s = t->stride(2);
+      for (int64_t j = 0; j < hidden; ++j) row[j] = src[j * s];
+    }
+  }
+
+  static void StoreState(const float* state, int64_t d, int64_t batch, int64_t hidden, int64_t nd,
+                         bool batch_major, Tensor* t) {
+    if (t == nullptr) return;
+    float* base = t->data<float>();
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const int64_t row = batch_major ? bi * nd + d : d * batch + bi;
+      std::memcpy(base + row * hidden, state + bi * hidden, hidden * sizeof(float));
+    }
+  }
+
+  RnnAttrs a_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, RnnCell cell) {
+  // The reference factory validates arity, dtypes and attributes: its errors are the spec's.
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    if (i == 4) continue;  // sequence_lens: an integer tensor
+    const uint8_t d = spec.inputs[i].dtype;
+    if (d != kAnyDType && d != static_cast<uint8_t>(DType::kF32)) {
+      return absl::UnimplementedError(absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only"));
+    }
+  }
+  if (spec.inputs.empty() || spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+    return absl::UnimplementedError(absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only"));
+  }
+  absl::StatusOr<RnnAttrs> attrs = reference::ParseRnnAttrs(spec, cell);
+  if (!attrs.ok()) return attrs.status();
+  return std::make_unique<RecurrentKernel>(KernelName(spec, "gemm"), *std::move(ref), *attrs);
+}
+
+}  // namespace
+
+void RegisterRnnKernels(KernelRegistry& r) {
+  const std::pair<const char*, RnnCell> kOps[] = {
+      {"LSTM", RnnCell::kLstm}, {"GRU", RnnCell::kGru}, {"RNN", RnnCell::kRnn}};
+  for (const auto& [name, cell] : kOps) {
+    const RnnCell c = cell;
+    r.Register(KernelRegistration{"", name, Device::kCPU, kBackend, kDnnlPriority,
+                                  [c](const KernelSpec& spec) { return CreateRecurrent(spec, c); }});
+  }
+}
+
+}  // namespace dynvm::onednn
