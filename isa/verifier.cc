@@ -67,6 +67,10 @@ absl::Status CheckObjectType(const fb::ObjectType& t, absl::string_view where) {
       if (!IsValidDType(t.dtype())) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": invalid dtype ", t.dtype()));
       }
+      // String tensors hold pointers; until the VM initializes their storage they are refused.
+      if (t.dtype() == static_cast<uint8_t>(DType::kString)) {
+        return absl::UnimplementedError(absl::StrCat(where, ": string tensors are not supported yet"));
+      }
       return absl::OkStatus();
   }
   return absl::OkStatus();
@@ -98,9 +102,8 @@ struct State {
 
 class FunctionVerifier {
  public:
-  FunctionVerifier(const fb::Executable& exe, const fb::Function& fn, uint32_t index,
-                   const VerifyLimits& limits)
-      : exe_(exe), fn_(fn), index_(index), limits_(limits) {}
+  FunctionVerifier(const fb::Executable& exe, const fb::Function& fn, const VerifyLimits& limits)
+      : exe_(exe), fn_(fn), limits_(limits) {}
 
   absl::Status Verify();
 
@@ -176,7 +179,6 @@ class FunctionVerifier {
 
   const fb::Executable& exe_;
   const fb::Function& fn_;
-  uint32_t index_;
   const VerifyLimits& limits_;
   std::string name_;
   absl::Span<const uint32_t> code_;
@@ -841,7 +843,7 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
     }
   }
   for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
-    FunctionVerifier v(exe, *exe.functions()->Get(i), i, limits);
+    FunctionVerifier v(exe, *exe.functions()->Get(i), limits);
     if (absl::Status s = v.Verify(); !s.ok()) return s;
   }
   return CheckDebug(exe);

@@ -29,8 +29,8 @@ readonly build_pkgs=(
   zlib1g-dev libzstd-dev
 )
 readonly test_pkgs=(libonnx-testdata)
-readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy bible-kjv-text fortunes)
-readonly bench_pkgs=(nodejs npm python3-torch)
+readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
+readonly bench_pkgs=(nodejs npm python3-torch python3-numpy libopenblas0-pthread)
 
 usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 
