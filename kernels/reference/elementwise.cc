@@ -773,6 +773,7 @@ struct CeluOp : FloatUnary {
   float alpha = 1.0f;
   template <typename C>
   C operator()(C x) const {
+    if (std::isnan(x)) return x;
     return std::max(C(0), x) + std::min(C(0), C(alpha) * std::expm1(x / C(alpha)));
   }
 };
@@ -781,6 +782,7 @@ struct HardSigmoidOp : FloatUnary {
   float alpha = 0.2f, beta = 0.5f;
   template <typename C>
   C operator()(C x) const {
+    if (std::isnan(x)) return x;
     return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
   }
 };
