@@ -2,7 +2,11 @@
 //
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
-//          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...]
+//          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
+//
+// --instances N runs N VMs on the one loaded executable concurrently, each on its own thread
+// with its own copy of the inputs, checks that every instance's outputs equal the
+// single-instance run, and prints the process's peak resident memory.
 //
 // --set binds a scalar input from a number; --text binds a [1, n] token input encoding STRING
 // with the vocabulary of --vocab (one Unicode code point per line, token id = line number).
@@ -21,6 +25,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,7 +58,38 @@ struct Flags {
   std::vector<std::string> sets;
   std::vector<std::string> texts;
   std::string vocab_path;
+  int64_t instances = 0;
 };
+
+// Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
+int64_t PeakRssBytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  int64_t kb = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// Current resident set size, in bytes.
+int64_t RssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(resident) * 4096;
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
+  absl::StatusOr<std::string> ea = npy::EncodeNpy(a), eb = npy::EncodeNpy(b);
+  return ea.ok() && eb.ok() && *ea == *eb;
+}
 
 // Token id -> code point (the --vocab file).
 absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path) {
@@ -177,7 +213,7 @@ std::string SafeFileName(absl::string_view name) {
 
 // Reads and binds every --input. Errors name the input and the file.
 absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std::vector<uint32_t>* vocab,
-                        VirtualMachine& vm) {
+                        VirtualMachine& vm, bool copy = false) {
   std::vector<bool> bound(info.inputs.size(), false);
   for (const std::string& spec : flags.inputs) {
     const size_t eq = spec.find('=');
@@ -224,7 +260,7 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
                                                      path, " holds ", t->DebugString()));
     }
     absl::Status s =
-        zero_copy ? vm.SetInputZeroCopy(name, *t, info.name) : vm.SetInput(name, *t, info.name);
+        zero_copy && !copy ? vm.SetInputZeroCopy(name, *t, info.name) : vm.SetInput(name, *t, info.name);
     if (!s.ok()) return s;
     bound[index] = true;
   }
@@ -318,6 +354,8 @@ int Main(int argc, char** argv) {
                true);
   flags.AddRepeated("--set", &f.sets, "NAME=NUMBER: binds a scalar input");
   flags.AddRepeated("--text", &f.texts, "NAME=STRING: binds a [1, n] token input (needs --vocab)");
+  flags.AddInt("--instances", &f.instances,
+               "run N VMs on one executable concurrently and check their outputs");
   flags.AddString("--vocab", &f.vocab_path,
                   "token vocabulary (one code point per line); streamed tokens print as text");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -342,7 +380,11 @@ int Main(int argc, char** argv) {
     return cli::ReportError(kProgram, "--max-iterations must not be negative");
   }
   if (f.memory_limit < 0) return cli::ReportError(kProgram, "--memory-limit must not be negative");
+  if (flags.seen("--instances") && (f.instances < 1 || f.instances > 1024)) {
+    return cli::ReportError(kProgram, "--instances must be in [1, 1024]");
+  }
 
+  const int64_t baseline_rss = RssBytes();  // before the executable is mapped
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0]);
   if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
   absl::StatusOr<int> index = (*exe)->FindFunction(f.function);
@@ -422,6 +464,43 @@ int Main(int argc, char** argv) {
     const size_t n = sorted.size();
     const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     std::printf("median_ms=%.4f min_ms=%.4f\n", median, sorted.front());
+  }
+  if (f.instances > 0) {
+    // Every instance gets its own VM, thread and copy of the inputs; the executable (and so
+    // the mapped weights) is shared.
+    const int n = static_cast<int>(f.instances);
+    std::vector<std::unique_ptr<VirtualMachine>> vms(n);
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<std::unique_ptr<VirtualMachine>> v = VirtualMachine::Create(*exe, options);
+      if (!v.ok()) return cli::ReportError(kProgram, v.status());
+      vms[i] = *std::move(v);
+      Flags copy_flags = f;
+      if (absl::Status s = BindInputs(copy_flags, info, f.vocab_path.empty() ? nullptr : &vocab, *vms[i], /*copy=*/true);
+          !s.ok()) {
+        return cli::ReportError(kProgram, s);
+      }
+    }
+    std::vector<absl::Status> status(n);
+    std::vector<std::thread> threads;
+    RunOptions quiet = run;
+    quiet.on_emit = nullptr;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] { status[i] = vms[i]->Run(quiet); });
+    }
+    for (std::thread& t : threads) t.join();
+    std::printf("instances=%d\n", n);
+    bool all_ok = true;
+    for (int i = 0; i < n; ++i) {
+      if (!status[i].ok()) return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
+      absl::StatusOr<std::vector<Tensor>> outs = vms[i]->GetOutputs(info.name);
+      bool same = outs.ok() && outs->size() == outputs->size();
+      for (size_t k = 0; same && k < outs->size(); ++k) same = SameBytes((*outs)[k], (*outputs)[k]);
+      std::printf("instance %d: %s\n", i, same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
+      all_ok &= same;
+    }
+    std::printf("peak_rss_mb=%.1f baseline_rss_mb=%.1f weights_mb=%.1f\n", PeakRssBytes() / 1048576.0,
+                baseline_rss / 1048576.0, (*exe)->weight_bytes() / 1048576.0);
+    if (!all_ok) return cli::ReportError(kProgram, "instances produced different outputs");
   }
   if (f.stats) {
     const AllocatorStats st = (*vm)->memory_stats();
