@@ -211,7 +211,7 @@ def main():
         "greedy_b1": ([enc("And God said")], 64, 0.0, 0, -1),
         "greedy_b3": ([enc("In the begin"), enc("And the LORD"), enc("Blessed are ")], 48, 0.0, 0, -1),
         "sampled_b2": ([enc("Jesus wept. "), enc("Thou shalt n")], 48, 0.8, 1234, -1),
-        "stop_b1": ([enc("And he said")], 400, 0.0, 0, index["\n"]),
+        "stop_b1": ([enc("And he said")], 400, 0.8, 5, index["\n"]),
     }
     for name, (prompt, n, t, seed, stop) in cases.items():
         prompt = np.array(prompt, dtype=np.int64)
