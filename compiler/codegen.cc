@@ -118,7 +118,12 @@ class FunctionCodegen {
   absl::Status EmitLoop(Node& n);
   absl::Status EmitAppend(Node& n);
   absl::Status EmitStream(Node& n);
-  absl::Status EmitAllocFor(const Value* v, uint32_t reg);
+  // Allocates v's planned storage on `device` (arena values view the device arena, which has
+  // the host arena's layout).
+  absl::Status EmitAllocFor(const Value* v, uint32_t reg, Device device = Device::kCPU);
+  // Device placement (CompileOptions::device): where `n` runs, and whether v is on the device.
+  Device PlaceKernel(const Node& n, const std::vector<bool>& dynamic);
+  bool OnDevice(const Value* v) const { return on_device_.contains(Root(v)); }
   absl::Status EmitMaterializeLazy(const Value* v);
   absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
   absl::StatusOr<uint32_t> Tensor(const Value* v);  // the register holding v as a tensor
@@ -174,6 +179,8 @@ class FunctionCodegen {
   absl::flat_hash_map<const Value*, uint32_t> reg_;
   absl::flat_hash_map<const Value*, std::pair<uint32_t, uint32_t>> double_offsets_;  // root -> (write, other)
   uint32_t arena_reg_ = 0;
+  uint32_t device_arena_reg_ = 0;
+  absl::flat_hash_set<const Value*> on_device_;  // outputs of kernels placed on the device
   uint32_t site_ = 0;
   int dynamic_sites_ = 0;
   int invokes_ = 0;
@@ -499,7 +506,7 @@ absl::StatusOr<std::vector<uint32_t>> FunctionCodegen::DimWords(const std::vecto
   return words;
 }
 
-absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg) {
+absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device device) {
   const Info& info = info_[v];
   absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*v->shape);
   if (!dims.ok()) return dims.status();
@@ -513,7 +520,7 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg) {
     w.Begin(Opcode::kAllocStorage);
     w.Word(st);
     w.Word(*size);
-    w.Word(0);
+    w.Word(static_cast<uint32_t>(device));
     if (absl::Status s = w.End(); !s.ok()) return s;
     w.Begin(Opcode::kAllocTensor);
     w.Word(reg);
@@ -540,7 +547,7 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg) {
   }
   w.Begin(Opcode::kAllocTensor);
   w.Word(reg);
-  w.Word(arena_reg_);
+  w.Word(device == Device::kCPU ? arena_reg_ : device_arena_reg_);
   w.Word(offset_word);
   w.Word(static_cast<uint32_t>(v->dtype));
   w.List(*dims);
@@ -658,6 +665,16 @@ absl::Status FunctionCodegen::EmitView(Node& n) {
   return absl::OkStatus();
 }
 
+Device FunctionCodegen::PlaceKernel(const Node& n, const std::vector<bool>& dynamic) {
+  if (opts_.device == Device::kCPU) return Device::kCPU;
+  // Floating-point work, and anything reading a device value, goes to the device when it has a
+  // kernel for it; integer shape and index arithmetic fed from the host stays there.
+  bool wanted = false;
+  for (const Value* v : n.outputs) wanted |= v != nullptr && IsFloat(v->dtype);
+  for (const Value* v : n.inputs) wanted |= v != nullptr && (IsFloat(v->dtype) || OnDevice(v));
+  return wanted && b_.DeviceAccepts(n, dynamic, opts_.device) ? opts_.device : Device::kCPU;
+}
+
 absl::Status FunctionCodegen::EmitKernel(Node& n) {
   std::vector<uint32_t> ins, outs;
   for (const Value* v : n.inputs) {
@@ -672,23 +689,32 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
   std::vector<bool> dynamic(n.outputs.size(), false);
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     const Value* v = n.outputs[i];
+    if (v == nullptr) continue;
+    const Store store = info_[v].store;
+    dynamic[i] = store == Store::kDynamic || store == Store::kNone || store == Store::kLazy;
+  }
+  const Device device = PlaceKernel(n, dynamic);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const Value* v = n.outputs[i];
     if (v == nullptr) {
       outs.push_back(isa::kAbsentRegister);
       continue;
     }
     const uint32_t reg = NewTensorReg(v);
-    const Store store = info_[v].store;
-    if (store == Store::kDynamic || store == Store::kNone || store == Store::kLazy) {
-      dynamic[i] = true;
+    if (dynamic[i]) {
       ++dynamic_sites_;
     } else {
-      if (absl::Status s = EmitAllocFor(v, reg); !s.ok()) return s;
+      if (absl::Status s = EmitAllocFor(v, reg, device); !s.ok()) return s;
     }
+    if (device != Device::kCPU) on_device_.insert(v);
     outs.push_back(reg);
     reg_[v] = reg;
   }
-  absl::StatusOr<uint32_t> k = b_.KernelFor(n, dynamic);
+  absl::StatusOr<uint32_t> k = b_.KernelFor(n, dynamic, device);
   if (!k.ok()) return k.status();
+  if (opts_.check_kernels) {
+    if (absl::Status s = b_.CheckKernel(*k, n, dynamic, device); !s.ok()) return s;
+  }
   CodeWriter w(code_);
   w.Begin(Opcode::kInvoke);
   w.Word(*k);
@@ -901,6 +927,8 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   }
   // Scan outputs accumulate in growable storages.
   std::vector<uint32_t> scans(ns);
+  std::vector<bool> scan_dims_known(ns, true);
+  std::vector<uint32_t> scan_caps(ns, 0);
   for (size_t k = 0; k < ns; ++k) {
     const Value* elem = body->outputs[1 + nc + k];
     const Value* out = n.outputs[nc + k];
@@ -927,6 +955,7 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     if (!known) {
       for (size_t d = 1; d < dims.size(); ++d) dims[d] = sym_.Const(0);
     }
+    scan_dims_known[k] = known;
     absl::StatusOr<std::vector<uint32_t>> words = DimWords(dims);
     if (!words.ok()) return words.status();
     Dim cap_dim = sym_.Const(16);
@@ -935,6 +964,7 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     }
     absl::StatusOr<uint32_t> cap = ValueWord(cap_dim);
     if (!cap.ok()) return cap.status();
+    scan_caps[k] = *cap;
     w.Begin(Opcode::kAllocGrowable);
     w.Word(scans[k]);
     w.Word(static_cast<uint32_t>(elem->dtype));
@@ -991,6 +1021,40 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     dims.insert(dims.end(), elem->shape->begin(), elem->shape->end());
     absl::StatusOr<std::vector<uint32_t>> words = DimWords(dims);
     if (!words.ok()) return words.status();
+    if (!scan_dims_known[k]) {
+      // The element dims are known only inside the body: the first iteration makes the
+      // growable storage again with them (append needs the other dims to agree).
+      dims[0] = sym_.Const(0);
+      absl::StatusOr<std::vector<uint32_t>> empty = DimWords(dims);
+      if (!empty.ok()) return empty.status();
+      const uint32_t zero = NewScalar(fb::ScalarType::I64), first = NewScalar(fb::ScalarType::Bool);
+      w.Begin(Opcode::kConstI);
+      w.Word(zero);
+      w.Imm64(0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      w.Begin(Opcode::kEqI);
+      w.Word(first);
+      w.Word(iter);
+      w.Word(zero);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      const uint32_t if_pc = w.Begin(Opcode::kIf);
+      w.Word(first);
+      const uint32_t jump_word = static_cast<uint32_t>(code_->size());
+      w.Word(0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      w.Begin(Opcode::kAllocGrowable);
+      w.Word(scans[k]);
+      w.Word(static_cast<uint32_t>(elem->dtype));
+      w.Word(0);
+      w.Word(0);
+      w.Word(scan_caps[k]);
+      w.List(*empty);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      const uint32_t endif_pc = w.Begin(Opcode::kEndIf);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      (*code_)[jump_word] = endif_pc - if_pc;
+      ++dynamic_sites_;
+    }
     const uint32_t one = NewObject(fb::ObjectKind::Tensor, elem->dtype);
     w.Begin(Opcode::kReshape);
     w.Word(one);
@@ -1089,7 +1153,8 @@ absl::Status FunctionCodegen::Finish() {
   for (const Value* v : g_.outputs) {
     absl::StatusOr<uint32_t> r = Tensor(v);
     if (!r.ok()) return r.status();
-    if (PoolOwned(v)) {
+    // Compiled for a device, every output is copied: the copy lands on the host.
+    if (PoolOwned(v) && (opts_.device == Device::kCPU || !v->shape)) {
       rets.push_back(*r);
       continue;
     }
@@ -1249,6 +1314,16 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
     w.Word(*size);
     w.Word(0);
     if (absl::Status s = w.End(); !s.ok()) return s;
+    if (opts_.device != Device::kCPU) {
+      // The device arena mirrors the host arena's layout: a value placed on the device uses
+      // its planned offset there.
+      device_arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
+      w.Begin(Opcode::kAllocStorage);
+      w.Word(device_arena_reg_);
+      w.Word(*size);
+      w.Word(static_cast<uint32_t>(opts_.device));
+      if (absl::Status s = w.End(); !s.ok()) return s;
+    }
   }
   // Constants used anywhere in the function are loaded once, at entry.
   {

@@ -24,8 +24,15 @@ class ExecutableBuilder {
 
   uint32_t ConstantOf(const Value* v);
   uint32_t ConstantTensor(const Tensor& t, const std::string& name, bool is_weight);
-  // A kernel-table entry for `node` with the given dynamic-output flags.
-  absl::StatusOr<uint32_t> KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs);
+  // A kernel-table entry for `node` with the given dynamic-output flags, on `device`.
+  absl::StatusOr<uint32_t> KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs,
+                                     Device device = Device::kCPU);
+  // Checks that some registered kernel accepts the entry KernelFor made for `node` (its op,
+  // port dtypes and attributes), once per entry. Unimplemented, naming the node, otherwise.
+  absl::Status CheckKernel(uint32_t kernel, const Node& node, const std::vector<bool>& dynamic_outputs,
+                           Device device = Device::kCPU);
+  // Whether a kernel registered for `device` accepts `node` (device placement).
+  bool DeviceAccepts(const Node& node, const std::vector<bool>& dynamic_outputs, Device device);
   uint32_t String(const std::string& s);
   void Location(uint32_t function, uint32_t pc, const std::string& node);
 
@@ -38,6 +45,7 @@ class ExecutableBuilder {
   absl::flat_hash_map<const Value*, uint32_t> by_value_;
   absl::flat_hash_map<std::string, std::vector<uint32_t>> by_content_;
   absl::flat_hash_map<std::string, uint32_t> kernels_;
+  std::vector<bool> kernel_checked_;
   absl::flat_hash_map<std::string, uint32_t> strings_;
   std::vector<std::unique_ptr<fb::SourceLocationT>> locations_;
 };

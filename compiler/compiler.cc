@@ -3,23 +3,43 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/codegen.h"
+#include "allocator/cuda_allocator.h"
 #include "compiler/passes.h"
 #include "kernels/registry.h"
 
 namespace dynvm::compiler {
 
 absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& options) {
+  if (options.device == Device::kCUDA && !CudaBuildEnabled()) {
+    return absl::UnimplementedError(
+        "cannot compile for the cuda device: this build has no CUDA device support");
+  }
   for (const auto& [name, bound] : options.bounds) {
     if (bound < 0) return absl::InvalidArgumentError(absl::StrCat("bound of '", name, "' is negative"));
     module.sym().SetBound(name, bound);
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
+  // Scan runs as a Loop. A Scan whose output axes need ranks is lowered after inference, and
+  // the module inferred again.
+  absl::StatusOr<int> scans_left = LowerScans(module);
+  if (!scans_left.ok()) return scans_left.status();
   if (absl::Status s = InferShapes(module); !s.ok()) return s;
+  if (*scans_left > 0) {
+    scans_left = LowerScans(module);
+    if (!scans_left.ok()) return scans_left.status();
+    if (*scans_left > 0) return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
+    if (absl::Status s = InferShapes(module); !s.ok()) return s;
+  }
   if (options.optimize) {
+    // Shapes are inferred again after folding: a shape inferred from a value that was dynamic
+    // before folding (a fresh symbol its kernel would have defined) must not outlive the
+    // kernel, which folding removed.
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
+    if (absl::Status s = InferShapes(module); !s.ok()) return s;
     EliminateCommonSubexpressions(module);
     HoistLoopInvariants(module);
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
+    if (absl::Status s = InferShapes(module); !s.ok()) return s;
     EliminateDeadCode(module);
   }
   ExecutableBuilder builder;
@@ -36,6 +56,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     KernelSpec spec;
     spec.op = k->op;
     spec.domain = k->domain;
+    spec.device = static_cast<Device>(k->device);
     for (const auto& p : k->inputs) spec.inputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
     for (const auto& p : k->outputs) spec.outputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
     KernelReport kr;

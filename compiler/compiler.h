@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/ir.h"
+#include "isa/device.h"
 
 namespace dynvm::compiler {
 
@@ -19,9 +20,18 @@ struct CompileOptions {
   std::vector<std::pair<std::string, int64_t>> bounds;
   bool optimize = true;       // constant folding, CSE, loop-invariant hoisting, dead code
   bool strip_debug = false;   // drop source locations
+  // Refuse (Unimplemented, naming the node) a node no registered kernel accepts (its op, its
+  // dtypes, its attributes), instead of producing a file that fails to load.
+  bool check_kernels = true;
   // Values above this many bytes get their own pool storage instead of an arena slot.
   int64_t arena_value_limit = int64_t{256} << 20;
   std::string producer = "dynvm compiler";
+  // The device to compile for (docs/cuda.md). kCUDA: a node runs on the device when a CUDA
+  // kernel accepts it and it reads or yields a floating-point value or reads a value already on
+  // the device; its outputs are planned in a device arena of the same layout as the host arena,
+  // and outputs are copied to the host before ret. The VM moves other inputs between devices
+  // at each invoke. Unimplemented in a build without CUDA.
+  Device device = Device::kCPU;
 };
 
 struct FunctionReport {

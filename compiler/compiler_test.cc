@@ -254,5 +254,140 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
   EXPECT_LT(after.allocs - before.allocs, 20) << "allocations: " << (after.allocs - before.allocs);
 }
 
+// Regression (ONNX test_loop11): a scan output whose element dims are known only inside the
+// body (here a Slice with data-dependent bounds). The growable storage made before the loop
+// has zero-sized element dims; the first iteration must make it again with the real ones,
+// or the first append fails ("other dims differ").
+TEST(CompilerTest, ScanOutputWithElementDimsKnownOnlyInsideTheBody) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* n = b.Input("n", DType::kI64, {});
+  Value* x = b.Input("x", DType::kF32, {5});
+  std::vector<Value*> outs = b.Loop(n, nullptr, {}, 1, [&](GraphBuilder& l, Value* i, Value* cond,
+                                                           const std::vector<Value*>&) {
+    Value* start = l.Op("Unsqueeze", {i, l.VectorI64({0})});
+    Value* end = l.Op("Add", {start, l.VectorI64({1})});
+    return std::vector<Value*>{cond, l.Op("Slice", {x, start, end})};
+  });
+  b.Output("ys", outs[0]);
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {5}, {1, 2, 3, 4, 5});
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"n", Tensor::ScalarI64(3)}, {"x", xv}});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {3, 1}, {1, 2, 3}));
+}
+
+// Regression (ONNX LayerNormalization *_expanded): a shape inferred from a value that was
+// dynamic before constant folding (ConstantOfShape of a folded Neg) named a fresh symbol that
+// only the folded-away kernel would have defined. Shapes are inferred again after folding.
+TEST(CompilerTest, ShapesAreInferredAgainAfterConstantFolding) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {3, 4});
+  Value* prefix = b.Op("Slice", {b.Op("Shape", {x}), b.VectorI64({0}), b.VectorI64({-1})});
+  Value* ones = b.Op("ConstantOfShape", {b.Op("Neg", {b.VectorI64({-1})})},
+                     {{"value", AttrTensor(*Tensor::FromVector<int64_t>(DType::kI64, {1}, {1}))}});
+  Value* target = b.Op("Concat", {prefix, ones}, {{"axis", AttrInt(0)}});
+  Value* mean = b.Op("ReduceMean", {x}, {{"axes", AttrInts({1})}, {"keepdims", AttrInt(0)}});
+  b.Output("y", b.Op("Reshape", {mean, target}));
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3, 4}, {1, 1, 1, 1, 2, 2, 2, 2, 0, 4, 0, 4});
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"x", xv}});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {3, 1}, {1, 2, 2}));
+}
+
+// A Scan node built by hand: `body` gets (state, x_t) and returns (state + x_t, state + x_t).
+Node* AddCumulativeScan(GraphBuilder& b, std::vector<Value*> inputs, Attrs attrs, DType dtype) {
+  Module& m = b.module();
+  std::vector<Value*> outs = b.Ops("Scan", inputs, attrs, 2);
+  Node* scan = outs[0]->producer;
+  std::unique_ptr<Graph> body = m.NewGraph(b.graph(), scan);
+  GraphBuilder bb(body.get());
+  Value* s = m.NewValue(dtype, std::nullopt, body.get(), "s");
+  Value* xt = m.NewValue(dtype, std::nullopt, body.get(), "x_t");
+  body->inputs = {s, xt};
+  Value* sum = bb.Op("Add", {s, xt});
+  body->outputs = {sum, bb.Op("Identity", {sum})};
+  scan->subgraphs.emplace_back("body", std::move(body));
+  return scan;
+}
+
+// Scan is lowered to Loop: scan inputs read backwards, scan outputs reversed and moved to
+// another axis.
+TEST(CompilerTest, ScanWithDirectionsAndOutputAxisRunsAsALoop) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2});
+  Value* xs = b.Input("xs", DType::kF32, {"steps", 2});
+  Node* scan = AddCumulativeScan(b, {init, xs},
+                                 {{"num_scan_inputs", AttrInt(1)},
+                                  {"scan_input_directions", AttrInts({1})},
+                                  {"scan_output_directions", AttrInts({1})},
+                                  {"scan_output_axes", AttrInts({-1})}},
+                                 DType::kF32);
+  b.Output("final", scan->outputs[0]);
+  b.Output("partial", scan->outputs[1]);
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  EXPECT_THAT(Disassembly(c.result), HasSubstr("loop"));
+  Tensor iv = *Tensor::FromVector<float>(DType::kF32, {2}, {0, 100});
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"init", iv}, {"xs", xv}});
+  ASSERT_EQ(out.size(), 2u);
+  // Reading backwards: partial sums 5, 8, 9 (and 106, 110, 112); written backwards along the
+  // last axis: [[9, 8, 5], [112, 110, 106]].
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {2}, {9, 112}));
+  ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {2, 3}, {9, 8, 5, 112, 110, 106}));
+}
+
+// Scan of opset 8: a batch axis on states and scan inputs, scan axis 1.
+TEST(CompilerTest, Opset8ScanLoopsOverTheBatch) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2, 1});
+  Value* xs = b.Input("xs", DType::kF32, {2, 3, 1});
+  Node* scan = AddCumulativeScan(b, {nullptr, init, xs}, {{"num_scan_inputs", AttrInt(1)}, {"opset8", AttrInt(1)}},
+                                 DType::kF32);
+  b.Output("final", scan->outputs[0]);
+  b.Output("partial", scan->outputs[1]);
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  Tensor iv = *Tensor::FromVector<float>(DType::kF32, {2, 1}, {0, 10});
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {2, 3, 1}, {1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"init", iv}, {"xs", xv}});
+  ASSERT_EQ(out.size(), 2u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {2, 1}, {6, 25}));
+  ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {2, 3, 1}, {1, 3, 6, 14, 19, 25}));
+}
+
+// Regression (found by the ONNX importer fuzzer): a Scan with an absent scan input that is
+// inferred before it is lowered (it moves an output axis) is refused, not dereferenced.
+TEST(CompilerTest, ScanWithAnAbsentInputIsRefused) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2});
+  Node* scan = AddCumulativeScan(b, {init, nullptr},
+                                 {{"num_scan_inputs", AttrInt(1)}, {"scan_output_axes", AttrInts({1})}}, DType::kF32);
+  b.Output("partial", scan->outputs[1]);
+  absl::StatusOr<CompileResult> r = Compile(m);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("input 1 is missing"));
+}
+
+// A node no kernel accepts is refused at compile time, naming the node and its dtypes.
+TEST(CompilerTest, NodeWithoutAKernelIsRefusedNamingIt) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kI64, {2});
+  b.set_node_name("the_erf");
+  b.Output("y", b.Op("Erf", {x}));
+  absl::StatusOr<CompileResult> r = Compile(m);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(r.status().message(), HasSubstr("Erf 'the_erf': no kernel for Erf(i64) -> (i64)"));
+}
+
 }  // namespace
 }  // namespace dynvm::compiler

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/codegen.h"
+#include "kernels/registry.h"
 #include "schema/writer.h"
 
 namespace dynvm::compiler {
@@ -78,11 +79,13 @@ uint32_t ExecutableBuilder::ConstantOf(const Value* v) {
   return idx;
 }
 
-absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs) {
+absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs,
+                                                      Device device) {
   auto k = std::make_unique<fb::KernelT>();
   k->op = node.op;
   k->domain = node.domain;
-  std::string key = absl::StrCat(node.domain, "::", node.op, "|in:");
+  k->device = static_cast<uint8_t>(device);
+  std::string key = absl::StrCat(node.domain, "::", node.op, "@", static_cast<int>(device), "|in:");
   for (const Value* v : node.inputs) {
     k->inputs.push_back(Port(v, false));
     absl::StrAppend(&key, v ? static_cast<int>(v->dtype) : -1, ",");
@@ -158,6 +161,76 @@ absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node, const st
   exe_->kernels.push_back(std::move(k));
   kernels_.emplace(std::move(key), idx);
   return idx;
+}
+
+bool ExecutableBuilder::DeviceAccepts(const Node& node, const std::vector<bool>& dynamic_outputs,
+                                      Device device) {
+  KernelSpec spec;
+  spec.op = node.op;
+  spec.domain = node.domain;
+  spec.device = device;
+  if (!KernelRegistry::Global().HasOp(spec.domain, spec.op, device)) return false;
+  spec.attrs = node.attrs;
+  for (const Value* v : node.inputs) {
+    PortSpec p;
+    p.optional = v == nullptr;
+    if (v != nullptr) {
+      p.kind = v->kind;
+      p.dtype = static_cast<uint8_t>(v->dtype);
+    }
+    spec.inputs.push_back(p);
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    PortSpec p;
+    const Value* v = node.outputs[i];
+    p.optional = v == nullptr;
+    if (v != nullptr) {
+      p.kind = v->kind;
+      p.dtype = static_cast<uint8_t>(v->dtype);
+    }
+    p.dynamic = i < dynamic_outputs.size() && dynamic_outputs[i];
+    spec.outputs.push_back(p);
+  }
+  return KernelRegistry::Global().Create(spec).ok();
+}
+
+absl::Status ExecutableBuilder::CheckKernel(uint32_t kernel, const Node& node,
+                                            const std::vector<bool>& dynamic_outputs, Device device) {
+  if (kernel < kernel_checked_.size() && kernel_checked_[kernel]) return absl::OkStatus();
+  KernelSpec spec;
+  spec.op = node.op;
+  spec.domain = node.domain;
+  spec.device = device;
+  spec.attrs = node.attrs;
+  auto port = [](const Value* v, bool dynamic) {
+    PortSpec p;
+    if (v == nullptr) {
+      p.optional = true;
+      return p;
+    }
+    p.kind = v->kind;
+    p.dtype = static_cast<uint8_t>(v->dtype);
+    p.dynamic = dynamic;
+    return p;
+  };
+  std::vector<std::string> in_types, out_types;
+  for (const Value* v : node.inputs) {
+    spec.inputs.push_back(port(v, false));
+    in_types.push_back(v ? std::string(DTypeName(v->dtype)) : "-");
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    spec.outputs.push_back(port(node.outputs[i], i < dynamic_outputs.size() && dynamic_outputs[i]));
+    out_types.push_back(node.outputs[i] ? std::string(DTypeName(node.outputs[i]->dtype)) : "-");
+  }
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  if (!k.ok()) {
+    return absl::UnimplementedError(absl::StrCat(node.Label(), ": no kernel for ", node.op, "(",
+                                                 absl::StrJoin(in_types, ", "), ") -> (",
+                                                 absl::StrJoin(out_types, ", "), "): ", k.status().message()));
+  }
+  if (kernel_checked_.size() <= kernel) kernel_checked_.resize(kernel + 1, false);
+  kernel_checked_[kernel] = true;
+  return absl::OkStatus();
 }
 
 uint32_t ExecutableBuilder::String(const std::string& s) {

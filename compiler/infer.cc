@@ -176,6 +176,9 @@ absl::Status InferScan(Module& m, Node& n) {
   if (body->inputs.size() != num_state + nsi || body->outputs.size() < num_state) {
     return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": body signature does not match"));
   }
+  for (size_t i = first; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": input ", i, " is missing"));
+  }
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
   const AttrValue* in_axes = n.attr("scan_input_axes");

@@ -34,7 +34,9 @@ class InferContext {
   bool has_input(size_t i) const { return i < node_.inputs.size() && node_.inputs[i] != nullptr; }
   bool has_output(size_t i) const { return i < node_.outputs.size() && node_.outputs[i] != nullptr; }
   Value* input(size_t i) const { return has_input(i) ? node_.inputs[i] : nullptr; }
-  DType input_dtype(size_t i) const { return node_.inputs[i]->dtype; }
+  // The dtype of input i; f32 when it is absent (shape functions check presence first where
+  // it matters; this keeps a malformed node from reading out of bounds).
+  DType input_dtype(size_t i) const { return has_input(i) ? node_.inputs[i]->dtype : DType::kF32; }
   // nullptr when the input is absent or its rank is unknown.
   const std::vector<Dim>* input_shape(size_t i) const {
     return has_input(i) && node_.inputs[i]->shape ? &*node_.inputs[i]->shape : nullptr;

@@ -127,6 +127,31 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
       if (v != nullptr && !v->constant) all_const = false;
     }
     if (!all_const) continue;
+    // Only outputs whose inferred size is a known constant within the limit: a kernel whose
+    // output size comes from constant data (a Range, a ConstantOfShape of a hostile model)
+    // must not allocate without bound at compile time.
+    bool bounded = true;
+    for (const Value* v : n.outputs) {
+      if (v == nullptr) continue;
+      if (!v->shape || v->dynamic) {
+        bounded = false;
+        break;
+      }
+      int64_t numel = 1;
+      for (Dim d : *v->shape) {
+        std::optional<int64_t> c = SymbolicContext::AsConst(d);
+        if (!c || *c < 0 || (*c > 0 && numel > max_elements / *c)) {
+          bounded = false;
+          break;
+        }
+        numel *= *c;
+      }
+      if (!bounded || numel > max_elements) {
+        bounded = false;
+        break;
+      }
+    }
+    if (!bounded) continue;
     absl::StatusOr<std::vector<Tensor>> outs = RunReference(n);
     if (!outs.ok()) continue;  // the error, if real, is reported when the program runs
     bool small = true;

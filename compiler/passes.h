@@ -3,9 +3,15 @@
 #define DYNVM_COMPILER_PASSES_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "compiler/ir.h"
 
 namespace dynvm::compiler {
+
+// Rewrites every ONNX Scan as a Loop (compiler/lower_scan.cc). A Scan that moves a scan
+// output's axis needs that output's rank: before shape inference such a Scan is left as it is.
+// Returns how many Scan nodes were left.
+absl::StatusOr<int> LowerScans(Module& module);
 
 // Symbolic shape and dtype inference of every value, regions included. Loop-carried values
 // whose shape changes from one iteration to the next get fresh symbols in the body.

@@ -79,4 +79,19 @@ absl::StatusOr<void*> KernelContext::Workspace(size_t bytes) {
   return s->workspace->data();
 }
 
+absl::StatusOr<void*> KernelContext::DeviceWorkspace(size_t bytes) {
+  if (device_context_ == nullptr) {
+    return absl::FailedPreconditionError("a device kernel ran without a device context");
+  }
+  Site* s = site();
+  if (!s->device_workspace || s->device_workspace->size() < bytes) {
+    s->device_workspace.Reset();
+    absl::StatusOr<StorageRef> st = Storage::Allocate(device_context_->allocator(), bytes,
+                                                      device_context_->allocator_ref());
+    if (!st.ok()) return st.status();
+    s->device_workspace = *std::move(st);
+  }
+  return s->device_workspace->data();
+}
+
 }  // namespace dynvm

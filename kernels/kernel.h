@@ -83,6 +83,32 @@ class KernelState {
   virtual ~KernelState() = default;
 };
 
+// Per-VM state of a device backend: for CUDA, a stream, library handles and the device pool
+// (kernels/cuda/cuda_context.h). Created on first use of the device by the VM that owns it
+// (kernels/device_context.h); used by one thread at a time, like the VM.
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+  virtual Device device() const = 0;
+  // The device's memory pool (dynamic outputs, workspace, device storages of the VM), and its
+  // owner: tensors that may outlive the context hold it.
+  virtual Allocator& allocator() = 0;
+  virtual const std::shared_ptr<Allocator>& allocator_ref() const = 0;
+  // dst := src, between the host and this device in either direction or within the device.
+  // REQUIRES: the same dtype and dims, dst writable (the caller checks). Any strides.
+  // Returns once src may be changed and, when dst is on the host, dst holds the data.
+  virtual absl::Status Copy(const Tensor& src, Tensor& dst) = 0;
+  // `bytes` bytes between host memory and device memory; synchronous (a sync point).
+  virtual absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
+  virtual absl::Status CopyFromHost(void* device_dst, const void* host_src, size_t bytes) = 0;
+  // Blocks until every operation queued on this context is done; returns the first
+  // asynchronous error (a kernel fault) if there was one.
+  virtual absl::Status Synchronize() = 0;
+  // A read-only (Storage::Kind::kConstant) copy of `bytes` host bytes on this device, in memory
+  // that belongs to no pool and outlives this context (an executable's constant segment).
+  virtual absl::StatusOr<StorageRef> UploadConstant(const void* host, size_t bytes) = 0;
+};
+
 class KernelContext {
  public:
   // A context with its own single invoke site: for running a kernel outside a VM (tests,
@@ -104,6 +130,14 @@ class KernelContext {
   // reused across runs (it grows, never shrinks, until the VM is trimmed).
   absl::StatusOr<void*> Workspace(size_t bytes);
 
+  // The device backend's per-VM context (nullptr when the VM has not used a device, or for a
+  // context outside a VM that was given none). Kernels of a device backend check it.
+  DeviceContext* device_context() const { return device_context_; }
+  void set_device_context(DeviceContext* d) { device_context_ = d; }
+  // Like Workspace, on the device of device_context(), from its pool.
+  // FailedPrecondition when there is no device context.
+  absl::StatusOr<void*> DeviceWorkspace(size_t bytes);
+
   // This invoke site's state slot.
   std::unique_ptr<KernelState>& state() { return site()->state; }
   template <typename T>
@@ -115,6 +149,7 @@ class KernelContext {
   struct Site {
     std::unique_ptr<KernelState> state;
     StorageRef workspace;
+    StorageRef device_workspace;
   };
   void set_site(Site* site) { site_ = site; }
   void set_num_threads(int n) { num_threads_ = n; }
@@ -130,6 +165,7 @@ class KernelContext {
 
   Allocator* allocator_;
   std::shared_ptr<Allocator> allocator_keep_alive_;
+  DeviceContext* device_context_ = nullptr;
   int num_threads_;
   Site* site_ = nullptr;
   Site own_site_;
@@ -147,6 +183,9 @@ class Kernel {
   // "op.dtype.backend[.variant]", e.g. "matmul.f32.dnnl.runtime_m". Shown by reports and the
   // profiler.
   virtual std::string name() const = 0;
+  // For a device kernel: whether input `i` is read on the host (a shape, a scalar parameter),
+  // so the VM passes a host tensor there as it is instead of copying it to the device.
+  virtual bool ReadsInputOnHost(int i) const { return false; }
 };
 
 }  // namespace dynvm

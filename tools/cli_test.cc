@@ -328,6 +328,20 @@ TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
   EXPECT_THAT(r.err, HasSubstr("limit"));
 }
 
+TEST_F(VmRunTest, DeviceFlagChecksTheBuildTheMachineAndTheFile) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--device", "gpu"});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("--device must be cpu or cuda"));
+  r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--device", "cpu"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // A host-only file: refused for the build (no CUDA), the machine (no GPU) or the file itself.
+  r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--device", "cuda"});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, testing::AnyOf(HasSubstr("this build has no CUDA device support"),
+                                    HasSubstr("no CUDA device available"),
+                                    HasSubstr("runs no kernel on the CUDA device")));
+}
+
 TEST_F(VmRunTest, Bf16TravelsAsUint16) {
   // 1.0 and -2.0 in bf16.
   WriteNpy("b.npy", Make<uint16_t>(DType::kU16, {2}, {0x3F80, 0xC000}));

@@ -3,6 +3,13 @@
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
 //          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
+//          [--device cpu|cuda]
+//
+// --device names the device the executable was compiled for (vm-compile --device): `cuda`
+// first checks that this build and machine can use a CUDA device and that FILE runs kernels
+// on it, and refuses with one clear line otherwise; `cpu` refuses a CUDA executable. Without
+// --device, FILE runs on whatever it was compiled for. Outputs a program leaves on the device
+// are copied to the host to be printed and written (docs/cuda.md).
 //
 // --instances N runs N VMs on the one loaded executable concurrently, each on its own thread
 // with its own copy of the inputs, checks that every instance's outputs equal the
@@ -34,8 +41,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/cuda_allocator.h"
 #include "isa/dtype.h"
 #include "kernels/tensor.h"
+#include "schema/format.h"
 #include "tools/cli.h"
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
@@ -59,6 +68,8 @@ struct Flags {
   std::vector<std::string> texts;
   std::string vocab_path;
   int64_t instances = 0;
+  std::string stream_prefix;
+  std::string device;  // "", "cpu" or "cuda"
 };
 
 // Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
@@ -356,8 +367,11 @@ int Main(int argc, char** argv) {
   flags.AddRepeated("--text", &f.texts, "NAME=STRING: binds a [1, n] token input (needs --vocab)");
   flags.AddInt("--instances", &f.instances,
                "run N VMs on one executable concurrently and check their outputs");
+  flags.AddString("--stream-prefix", &f.stream_prefix, "text printed before the streamed tokens");
   flags.AddString("--vocab", &f.vocab_path,
                   "token vocabulary (one code point per line); streamed tokens print as text");
+  flags.AddString("--device", &f.device,
+                  "cpu or cuda: the device FILE was compiled for (checked before running)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -383,10 +397,28 @@ int Main(int argc, char** argv) {
   if (flags.seen("--instances") && (f.instances < 1 || f.instances > 1024)) {
     return cli::ReportError(kProgram, "--instances must be in [1, 1024]");
   }
+  if (!f.device.empty() && f.device != "cpu" && f.device != "cuda") {
+    return cli::ReportError(kProgram, absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
+  }
+  if (f.device == "cuda") {
+    if (absl::Status s = CudaDeviceAvailable(); !s.ok()) {
+      return cli::ReportError(kProgram, absl::Status(s.code(), absl::StrCat("--device cuda: ", s.message())));
+    }
+  }
 
   const int64_t baseline_rss = RssBytes();  // before the executable is mapped
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0]);
   if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
+  const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
+  if (f.device == "cuda" && !uses_cuda) {
+    return cli::ReportError(kProgram, absl::StrCat("--device cuda: ", flags.positional()[0],
+                                                   " runs no kernel on the CUDA device (compile it "
+                                                   "with vm-compile --device cuda)"));
+  }
+  if (f.device == "cpu" && uses_cuda) {
+    return cli::ReportError(kProgram, absl::StrCat("--device cpu: ", flags.positional()[0],
+                                                   " was compiled for the CUDA device"));
+  }
   absl::StatusOr<int> index = (*exe)->FindFunction(f.function);
   if (!index.ok()) return cli::ReportError(kProgram, index.status());
   const FunctionInfo& info = (*exe)->function(*index);
@@ -415,6 +447,8 @@ int Main(int argc, char** argv) {
   RunOptions run;
   run.function = info.name;
   if (!vocab.empty()) {
+    std::fputs(f.stream_prefix.c_str(), stdout);
+    std::fflush(stdout);
     // Streamed tokens (row 0 of each emitted tensor) print as they are produced.
     run.on_emit = [&vocab](int stream, const Tensor& t) -> absl::Status {
       if (stream != 0 || t.numel() == 0 || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
@@ -445,6 +479,11 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<std::vector<Tensor>> outputs = (*vm)->GetOutputs(info.name);
   if (!outputs.ok()) return cli::ReportError(kProgram, outputs.status());
+  for (Tensor& t : *outputs) {  // outputs the program left on the device
+    absl::StatusOr<Tensor> host = (*vm)->ToHost(t);
+    if (!host.ok()) return cli::ReportError(kProgram, host.status());
+    t = *std::move(host);
+  }
   for (size_t i = 0; i < outputs->size() && i < info.outputs.size(); ++i) {
     const Tensor& t = (*outputs)[i];
     if (t.defined()) {
@@ -493,6 +532,13 @@ int Main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) {
       if (!status[i].ok()) return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
       absl::StatusOr<std::vector<Tensor>> outs = vms[i]->GetOutputs(info.name);
+      if (outs.ok()) {
+        for (Tensor& t : *outs) {
+          absl::StatusOr<Tensor> host = vms[i]->ToHost(t);
+          if (!host.ok()) return cli::ReportError(kProgram, host.status());
+          t = *std::move(host);
+        }
+      }
       bool same = outs.ok() && outs->size() == outputs->size();
       for (size_t k = 0; same && k < outs->size(); ++k) same = SameBytes((*outs)[k], (*outputs)[k]);
       std::printf("instance %d: %s\n", i, same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
@@ -508,6 +554,14 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(st.bytes_in_use),
                 static_cast<long long>(st.peak_bytes_in_use),
                 static_cast<long long>(st.system_allocs), static_cast<long long>(st.pool_hits));
+    if (uses_cuda) {
+      const AllocatorStats dev = (*vm)->device_memory_stats();
+      std::printf("device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "
+                  "device_system_allocs=%lld device_pool_hits=%lld\n",
+                  static_cast<long long>(dev.bytes_in_use),
+                  static_cast<long long>(dev.peak_bytes_in_use),
+                  static_cast<long long>(dev.system_allocs), static_cast<long long>(dev.pool_hits));
+    }
   }
   if (std::fflush(stdout) != 0)
     return cli::ReportError(kProgram, "cannot write to standard output");

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/cuda_allocator.h"
 #include "isa/instruction.h"
 #include "schema/executable_generated.h"
 #include "schema/fb_util.h"
@@ -142,6 +143,12 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
           e.spec.attrs[std::string(Sv(a->name()))] = *std::move(v);
         }
       }
+      if (e.spec.device == Device::kCUDA && !CudaBuildEnabled() &&
+          !KernelRegistry::Global().HasOp(e.spec.domain, e.spec.op, e.spec.device)) {
+        return absl::UnimplementedError(absl::StrCat("kernel ", i, " (", e.spec.DebugName(),
+                                                     ") runs on the cuda device: this build has "
+                                                     "no CUDA device support"));
+      }
       absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(e.spec, options.backends);
       if (!kernel.ok()) {
         return absl::Status(kernel.status().code(),
@@ -226,6 +233,21 @@ absl::string_view Executable::SourceNode(int function, uint32_t pc) const {
   // A location covers the instructions from its pc up to the next location.
   if (l->function() != static_cast<uint32_t>(function)) return {};
   return Sv(l->node());
+}
+
+absl::StatusOr<StorageRef> Executable::DeviceConstants(DeviceContext& device) const {
+  const int d = static_cast<int>(device.device());
+  if (d <= 0 || d >= kNumDevices) {
+    return absl::InvalidArgumentError("DeviceConstants: not a device");
+  }
+  std::lock_guard<std::mutex> lock(device_mu_);
+  if (!device_constants_[d]) {
+    absl::StatusOr<StorageRef> st =
+        device.UploadConstant(constant_segment_, static_cast<size_t>(constant_segment_size_));
+    if (!st.ok()) return st.status();
+    device_constants_[d] = *std::move(st);
+  }
+  return device_constants_[d];
 }
 
 absl::string_view Executable::string(uint32_t index) const { return Sv(fb_->strings()->Get(index)); }

@@ -8,12 +8,15 @@
 // number of threads may run one Executable concurrently.
 //
 // Constants are read-only views into the mapped file: never copied at load or per instance.
-// Pages are read from disk when a kernel first touches them.
+// Pages are read from disk when a kernel first touches them. On a device (CUDA), the constant
+// segment is uploaded once per executable and process, on first use, and shared by every VM
+// (DeviceConstants).
 #ifndef DYNVM_VM_EXECUTABLE_H_
 #define DYNVM_VM_EXECUTABLE_H_
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,12 @@ class Executable {
   absl::string_view SourceNode(int function, uint32_t pc) const;
 
   uint64_t required_features() const { return features_; }
+
+  // A read-only copy of the whole constant segment on `device`'s device, made on the first
+  // call (through `device`, by one thread; the others wait) and kept for the lifetime of this
+  // executable: every VM on that device shares it. A failed upload is not kept (the next call
+  // tries again). Constant views move to it at the same byte offsets.
+  absl::StatusOr<StorageRef> DeviceConstants(DeviceContext& device) const;
   std::string DebugSummary() const;
 
   // --- internal: used by the VirtualMachine ---
@@ -151,6 +160,8 @@ class Executable {
   int64_t weight_bytes_ = 0;
   uint32_t max_invoke_arity_ = 0;
   StorageRef constant_storage_;  // for tensor-valued kernel attributes
+  mutable std::mutex device_mu_;
+  mutable StorageRef device_constants_[kNumDevices];  // guarded by device_mu_
 };
 
 }  // namespace dynvm

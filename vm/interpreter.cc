@@ -395,7 +395,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(ReadI) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<int64_t> v = ops::ReadInt(O(ip[2]).t, VAL(ip[3]));
+      absl::StatusOr<int64_t> v = ops::ReadInt(O(ip[2]).t, VAL(ip[3]), cuda.get());
       if (!v.ok()) FAIL(v.status());
       S(ip[1]).i = *v;
     }
@@ -403,7 +403,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(ReadF) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<double> v = ops::ReadFloat(O(ip[2]).t, VAL(ip[3]));
+      absl::StatusOr<double> v = ops::ReadFloat(O(ip[2]).t, VAL(ip[3]), cuda.get());
       if (!v.ok()) FAIL(v.status());
       S(ip[1]).f = *v;
     }
@@ -411,7 +411,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(ReadB) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<bool> v = ops::ReadBool(O(ip[2]).t, VAL(ip[3]));
+      absl::StatusOr<bool> v = ops::ReadBool(O(ip[2]).t, VAL(ip[3]), cuda.get());
       if (!v.ok()) FAIL(v.status());
       S(ip[1]).i = *v;
     }
@@ -421,9 +421,9 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     Tensor& t = O(ip[1]).t;
     const int64_t index = VAL(ip[2]);
     if (fn.scalar_kinds[ip[3]] == 1) {
-      CHECK_OK(ops::WriteFloat(t, index, S(ip[3]).f));
+      CHECK_OK(ops::WriteFloat(t, index, S(ip[3]).f, cuda.get()));
     } else {
-      CHECK_OK(ops::WriteInt(t, index, S(ip[3]).i));
+      CHECK_OK(ops::WriteInt(t, index, S(ip[3]).i, cuda.get()));
     }
     NEXT();
   }
@@ -431,10 +431,14 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
       const int64_t bytes = VAL(ip[2]);
       if (bytes < 0) FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
-      if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
-        FAIL(absl::UnimplementedError("alloc_storage on a device this build does not have"));
+      absl::StatusOr<StorageRef> st;
+      if (ip[3] == static_cast<uint32_t>(Device::kCPU)) {
+        st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
+      } else {
+        absl::StatusOr<DeviceContext*> d = DeviceFor(static_cast<Device>(ip[3]));
+        if (!d.ok()) FAIL(d.status());
+        st = Storage::Allocate((*d)->allocator(), static_cast<size_t>(bytes), (*d)->allocator_ref());
       }
-      absl::StatusOr<StorageRef> st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
       if (!st.ok()) FAIL(st.status());
       O(ip[1]).st = *std::move(st);
     }
@@ -454,21 +458,33 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(AllocGrowable) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      Allocator* a = pool.get();
+      std::shared_ptr<Allocator> keep = pool;
       if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
-        FAIL(absl::UnimplementedError("alloc_growable on a device this build does not have"));
+        absl::StatusOr<DeviceContext*> dc = DeviceFor(static_cast<Device>(ip[3]));
+        if (!dc.ok()) FAIL(dc.status());
+        a = &(*dc)->allocator();
+        keep = (*dc)->allocator_ref();
       }
       const uint32_t* dims = ip + 6;
       int64_t d[Tensor::kMaxRank];
       for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-      absl::StatusOr<Tensor> t = ops::AllocGrowable(*pool, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
-                                                    VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]), pool);
+      absl::StatusOr<Tensor> t = ops::AllocGrowable(*a, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
+                                                    VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]),
+                                                    std::move(keep));
       if (!t.ok()) FAIL(t.status());
       O(ip[1]).t = *std::move(t);
     }
     NEXT();
   }
   CASE(Append) {
-    CHECK_OK(ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool));
+    if (O(ip[1]).t.device() == Device::kCPU) {
+      CHECK_OK(ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool, cuda.get()));
+    } else {
+      if (cuda == nullptr) FAIL(absl::FailedPreconditionError("append to a device tensor without a device context"));
+      CHECK_OK(ops::Append(cuda->allocator(), O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]),
+                           cuda->allocator_ref(), cuda.get()));
+    }
     NEXT();
   }
   CASE(LoadConst) {
@@ -503,7 +519,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     NEXT();
   }
   CASE(Copy) {
-    CHECK_OK(ops::Copy(O(ip[2]).t, O(ip[1]).t));
+    CHECK_OK(ops::Copy(O(ip[2]).t, O(ip[1]).t, cuda.get()));
     NEXT();
   }
   CASE(Invoke) {
@@ -530,14 +546,37 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
         }
         out_buf[j] = &t;
       }
+      // Inputs move to the kernel's device (only a VM that has used a device can hold a
+      // device tensor, so a host-only VM skips the check).
+      if (k.spec.device != Device::kCPU) {
+        CHECK_OK(PrepareDeviceInvoke(k, ins[0]));
+      } else if (cuda != nullptr) {
+        CHECK_OK(PrepareHostInvoke(ins[0], outs[0]));
+      }
       ctx.set_site(&fn_sites[ip[2]]);
-      CHECK_OK(k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
-                             absl::Span<Tensor* const>(out_buf.data(), outs[0])));
+      status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
+                             absl::Span<Tensor* const>(out_buf.data(), outs[0]));
+      if (moved_inputs) {  // the copies die now, not at some later invoke
+        for (uint32_t j = 0; j < ins[0]; ++j) device_in_buf[j] = Tensor();
+        moved_inputs = false;
+      }
+      if (!status.ok()) goto error;
     }
     NEXT();
   }
   CASE(Emit) {
-    if (on_emit != nullptr && *on_emit) CHECK_OK((*on_emit)(static_cast<int>(ip[2]), O(ip[1]).t));
+    if (on_emit != nullptr && *on_emit) {
+      const Tensor& t = O(ip[1]).t;
+      if (t.defined() && t.device() != Device::kCPU) {
+        // The host sees a copy (a sync point).
+        absl::StatusOr<Tensor> host = Tensor::Allocate(*pool, t.dtype(), t.dims(), pool);
+        if (!host.ok()) FAIL(host.status());
+        CHECK_OK(ops::Copy(t, *host, cuda.get()));
+        CHECK_OK((*on_emit)(static_cast<int>(ip[2]), *host));
+      } else {
+        CHECK_OK((*on_emit)(static_cast<int>(ip[2]), t));
+      }
+    }
     NEXT();
   }
   CASE(SeqNew) {

@@ -21,14 +21,44 @@ int64_t ElementOffset(const Tensor& t, int64_t index) {
   return off * DTypeSize(t.dtype());
 }
 
-absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what) {
-  if (t.device() != Device::kCPU) {
-    return absl::UnimplementedError(absl::StrCat(what, ": element access on a ", DeviceName(t.device()), " tensor"));
+// A tensor on a device is reached through the VM's context for that device.
+absl::Status CheckDevice(const Tensor& t, DeviceContext* device, absl::string_view what) {
+  if (t.device() == Device::kCPU) return absl::OkStatus();
+  if (device == nullptr || device->device() != t.device()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": a ", DeviceName(t.device()),
+                                                      " tensor, but the VM has no context for that device"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what, DeviceContext* device) {
+  if (absl::Status s = CheckDevice(t, device, what); !s.ok()) return s;
   if (index < 0 || index >= t.numel()) {
     return absl::OutOfRangeError(absl::StrCat(what, ": index ", index, " out of range for ", t.DebugString()));
   }
   return absl::OkStatus();
+}
+
+// The bytes of element `index` (at most 8; strings are refused by the callers' dtype checks):
+// read in place on the host, copied from a device (the sync point of read_*).
+absl::Status LoadElement(const Tensor& t, int64_t index, uint8_t* buf, DeviceContext* device) {
+  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  const size_t n = static_cast<size_t>(std::min<int64_t>(DTypeSize(t.dtype()), 8));
+  if (t.device() == Device::kCPU) {
+    std::memcpy(buf, p, n);
+    return absl::OkStatus();
+  }
+  return device->CopyToHost(buf, p, n);
+}
+
+absl::Status StoreElement(Tensor& t, int64_t index, const uint8_t* buf, DeviceContext* device) {
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  const size_t n = static_cast<size_t>(DTypeSize(t.dtype()));
+  if (t.device() == Device::kCPU) {
+    std::memcpy(p, buf, n);
+    return absl::OkStatus();
+  }
+  return device->CopyFromHost(p, buf, n);
 }
 
 template <typename T>
@@ -42,9 +72,8 @@ double ToDouble(const uint8_t* p) {
   }
 }
 
-absl::StatusOr<double> LoadAsDouble(const Tensor& t, int64_t index) {
-  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index);
-  switch (t.dtype()) {
+absl::StatusOr<double> AsDouble(DType dtype, const uint8_t* p) {
+  switch (dtype) {
     case DType::kF32: return ToDouble<float>(p);
     case DType::kF64: return ToDouble<double>(p);
     case DType::kF16: return ToDouble<Half>(p);
@@ -61,6 +90,13 @@ absl::StatusOr<double> LoadAsDouble(const Tensor& t, int64_t index) {
     case DType::kString: break;
   }
   return absl::InvalidArgumentError("read of a string element into a scalar register");
+}
+
+absl::StatusOr<double> LoadAsDouble(const Tensor& t, int64_t index, DeviceContext* device) {
+  if (t.dtype() == DType::kString) return AsDouble(t.dtype(), nullptr);
+  uint8_t buf[8];
+  if (absl::Status s = LoadElement(t, index, buf, device); !s.ok()) return s;
+  return AsDouble(t.dtype(), buf);
 }
 
 int64_t SaturatingToInt(double v) {
@@ -84,13 +120,18 @@ absl::Status CheckWritable(const Tensor& t, absl::string_view what) {
 
 }  // namespace
 
-absl::Status Copy(const Tensor& src, Tensor& dst) {
+absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
   if (src.dims() != dst.dims()) {
     return absl::InvalidArgumentError(absl::StrCat("copy: shapes differ: ", src.DebugString(), " -> ", dst.DebugString()));
   }
+  if (src.dtype() != dst.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("copy: dtypes differ: ", src.DebugString(), " -> ", dst.DebugString()));
+  }
   if (absl::Status s = CheckWritable(dst, "copy"); !s.ok()) return s;
   if (src.device() != Device::kCPU || dst.device() != Device::kCPU) {
-    return absl::UnimplementedError("copy between devices needs the CUDA build");
+    if (absl::Status s = CheckDevice(src, device, "copy"); !s.ok()) return s;
+    if (absl::Status s = CheckDevice(dst, device, "copy"); !s.ok()) return s;
+    return device->Copy(src, dst);
   }
   const int64_t esize = DTypeSize(src.dtype());
   if (src.is_contiguous() && dst.is_contiguous()) {
@@ -125,65 +166,64 @@ absl::Status Copy(const Tensor& src, Tensor& dst) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index) {
-  if (absl::Status s = CheckIndex(t, index, "read_i"); !s.ok()) return s;
-  if (t.dtype() == DType::kI64) {
+absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index, DeviceContext* device) {
+  if (absl::Status s = CheckIndex(t, index, "read_i", device); !s.ok()) return s;
+  if (t.dtype() == DType::kI64 || t.dtype() == DType::kU64) {
+    uint8_t buf[8];
+    if (absl::Status s = LoadElement(t, index, buf, device); !s.ok()) return s;
     int64_t v;
-    std::memcpy(&v, static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index), 8);
+    std::memcpy(&v, buf, 8);  // u64 wraps to i64
     return v;
   }
-  if (t.dtype() == DType::kU64) {
-    uint64_t v;
-    std::memcpy(&v, static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index), 8);
-    return static_cast<int64_t>(v);
-  }
-  absl::StatusOr<double> d = LoadAsDouble(t, index);
+  absl::StatusOr<double> d = LoadAsDouble(t, index, device);
   if (!d.ok()) return d.status();
   return SaturatingToInt(*d);
 }
 
-absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index) {
-  if (absl::Status s = CheckIndex(t, index, "read_f"); !s.ok()) return s;
-  return LoadAsDouble(t, index);
+absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index, DeviceContext* device) {
+  if (absl::Status s = CheckIndex(t, index, "read_f", device); !s.ok()) return s;
+  return LoadAsDouble(t, index, device);
 }
 
-absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index) {
-  if (absl::Status s = CheckIndex(t, index, "read_b"); !s.ok()) return s;
-  absl::StatusOr<double> d = LoadAsDouble(t, index);
+absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index, DeviceContext* device) {
+  if (absl::Status s = CheckIndex(t, index, "read_b", device); !s.ok()) return s;
+  absl::StatusOr<double> d = LoadAsDouble(t, index, device);
   if (!d.ok()) return d.status();
   return *d != 0;
 }
 
-absl::Status WriteInt(Tensor& t, int64_t index, int64_t v) {
-  if (absl::Status s = CheckIndex(t, index, "write"); !s.ok()) return s;
+absl::Status WriteInt(Tensor& t, int64_t index, int64_t v, DeviceContext* device) {
+  if (absl::Status s = CheckIndex(t, index, "write", device); !s.ok()) return s;
   if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
-  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  uint8_t buf[8];
   switch (t.dtype()) {
-    case DType::kI64: StoreAs<int64_t>(p, v); return absl::OkStatus();
-    case DType::kU64: StoreAs<uint64_t>(p, static_cast<uint64_t>(v)); return absl::OkStatus();
-    case DType::kI32: StoreAs<int32_t>(p, static_cast<int32_t>(v)); return absl::OkStatus();
-    case DType::kU32: StoreAs<uint32_t>(p, static_cast<uint32_t>(v)); return absl::OkStatus();
-    case DType::kI16: StoreAs<int16_t>(p, static_cast<int16_t>(v)); return absl::OkStatus();
-    case DType::kU16: StoreAs<uint16_t>(p, static_cast<uint16_t>(v)); return absl::OkStatus();
-    case DType::kI8: StoreAs<int8_t>(p, static_cast<int8_t>(v)); return absl::OkStatus();
-    case DType::kU8: StoreAs<uint8_t>(p, static_cast<uint8_t>(v)); return absl::OkStatus();
-    case DType::kBool: StoreAs<uint8_t>(p, v != 0); return absl::OkStatus();
-    default: return WriteFloat(t, index, static_cast<double>(v));
+    case DType::kI64: StoreAs<int64_t>(buf, v); break;
+    case DType::kU64: StoreAs<uint64_t>(buf, static_cast<uint64_t>(v)); break;
+    case DType::kI32: StoreAs<int32_t>(buf, static_cast<int32_t>(v)); break;
+    case DType::kU32: StoreAs<uint32_t>(buf, static_cast<uint32_t>(v)); break;
+    case DType::kI16: StoreAs<int16_t>(buf, static_cast<int16_t>(v)); break;
+    case DType::kU16: StoreAs<uint16_t>(buf, static_cast<uint16_t>(v)); break;
+    case DType::kI8: StoreAs<int8_t>(buf, static_cast<int8_t>(v)); break;
+    case DType::kU8: StoreAs<uint8_t>(buf, static_cast<uint8_t>(v)); break;
+    case DType::kBool: StoreAs<uint8_t>(buf, v != 0); break;
+    default: return WriteFloat(t, index, static_cast<double>(v), device);
   }
+  return StoreElement(t, index, buf, device);
 }
 
-absl::Status WriteFloat(Tensor& t, int64_t index, double v) {
-  if (absl::Status s = CheckIndex(t, index, "write"); !s.ok()) return s;
+absl::Status WriteFloat(Tensor& t, int64_t index, double v, DeviceContext* device) {
+  if (absl::Status s = CheckIndex(t, index, "write", device); !s.ok()) return s;
   if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
-  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  uint8_t buf[8];
   switch (t.dtype()) {
-    case DType::kF32: StoreAs<float>(p, static_cast<float>(v)); return absl::OkStatus();
-    case DType::kF64: StoreAs<double>(p, v); return absl::OkStatus();
-    case DType::kF16: StoreAs<uint16_t>(p, Half(static_cast<float>(v)).bits); return absl::OkStatus();
-    case DType::kBF16: StoreAs<uint16_t>(p, BFloat16(static_cast<float>(v)).bits); return absl::OkStatus();
+    case DType::kF32: StoreAs<float>(buf, static_cast<float>(v)); break;
+    case DType::kF64: StoreAs<double>(buf, v); break;
+    case DType::kF16: StoreAs<uint16_t>(buf, Half(static_cast<float>(v)).bits); break;
+    case DType::kBF16: StoreAs<uint16_t>(buf, BFloat16(static_cast<float>(v)).bits); break;
     case DType::kString: return absl::InvalidArgumentError("write of a scalar into a string tensor");
-    default: return WriteInt(t, index, SaturatingToInt(v));
+    default: return WriteInt(t, index, SaturatingToInt(v), device);
   }
+  return StoreElement(t, index, buf, device);
 }
 
 absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
@@ -259,7 +299,7 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
 }
 
 absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
-                    std::shared_ptr<Allocator> keep_alive) {
+                    std::shared_ptr<Allocator> keep_alive, DeviceContext* device) {
   const int rank = dst.rank();
   if (src.rank() != rank || axis >= rank) {
     return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ", dst.DebugString(),
@@ -276,7 +316,7 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
   int64_t new_len;
   if (__builtin_add_overflow(old_len, k, &new_len)) return absl::InvalidArgumentError("append length overflows");
   Storage* st = dst.storage().get();
-  bool in_place = st->writable() && st->device() == Device::kCPU && st->grow_axis == axis &&
+  bool in_place = st->writable() && st->device() == allocator.device() && st->grow_axis == axis &&
                   st->frontier == old_len && dst.byte_offset() == 0 && new_len <= st->grow_capacity;
   if (in_place) {
     int64_t strides[Tensor::kMaxRank];
@@ -288,7 +328,7 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
     absl::StatusOr<Tensor> grown = AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims(),
                                                 std::move(keep_alive));
     if (!grown.ok()) return grown.status();
-    if (absl::Status s = Copy(dst, *grown); !s.ok()) return s;
+    if (absl::Status s = Copy(dst, *grown, device); !s.ok()) return s;
     dst = *std::move(grown);
     st = dst.storage().get();
   }
@@ -300,7 +340,7 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
       Tensor::View(dst.storage(), dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
                    dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides());
   if (!slice.ok()) return slice.status();
-  if (absl::Status s = Copy(src, *slice); !s.ok()) return s;
+  if (absl::Status s = Copy(src, *slice, device); !s.ok()) return s;
   dims[axis] = new_len;
   int64_t strides[Tensor::kMaxRank];
   std::copy(dst.strides().begin(), dst.strides().end(), strides);

@@ -10,20 +10,26 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "allocator/allocator.h"
+#include "kernels/kernel.h"
 #include "kernels/tensor.h"
 
 namespace dynvm::ops {
 
-// dst[...] := src[...]. Same dtype (verified) and dims (checked); any strides; dst writable.
-absl::Status Copy(const Tensor& src, Tensor& dst);
+// Every function taking a DeviceContext reaches tensors on that device through it (nullptr:
+// host tensors only; a device tensor then gives FailedPrecondition).
 
-// Element `index` of `t` in row-major order, converted. Bounds-checked.
-absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index);
-absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index);
-absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index);
+// dst[...] := src[...]. Same dtype and dims (checked); any strides; dst writable. Between the
+// host and a device, or within a device, through `device` (docs/cuda.md).
+absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device = nullptr);
+
+// Element `index` of `t` in row-major order, converted. Bounds-checked. On a device tensor the
+// element is copied to the host: the sync point of read_i/read_f/read_b.
+absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index, DeviceContext* device = nullptr);
+absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index, DeviceContext* device = nullptr);
+absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index, DeviceContext* device = nullptr);
 // t.flat[index] := v converted to t's dtype (from an i64, f64 or bool scalar register).
-absl::Status WriteInt(Tensor& t, int64_t index, int64_t v);
-absl::Status WriteFloat(Tensor& t, int64_t index, double v);
+absl::Status WriteInt(Tensor& t, int64_t index, int64_t v, DeviceContext* device = nullptr);
+absl::Status WriteFloat(Tensor& t, int64_t index, double v, DeviceContext* device = nullptr);
 
 // alloc_tensor: a contiguous view of `storage` at `offset` bytes, a multiple of the element size.
 absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
@@ -40,9 +46,11 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
                                      int64_t capacity, absl::Span<const int64_t> dims,
                                      std::shared_ptr<Allocator> keep_alive = nullptr);
 // append: dst := concat(dst, src) along axis; in place when dst ends at its storage's
-// frontier with room left, otherwise into a new storage of twice the needed capacity.
+// frontier with room left, otherwise into a new storage of twice the needed capacity, from
+// `allocator` (the pool of dst's device).
 absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
-                    std::shared_ptr<Allocator> keep_alive = nullptr);
+                    std::shared_ptr<Allocator> keep_alive = nullptr,
+                    DeviceContext* device = nullptr);
 
 }  // namespace dynvm::ops
 

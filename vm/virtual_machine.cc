@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/cuda_allocator.h"
 #include "isa/opcodes.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
@@ -46,6 +47,74 @@ absl::Status VirtualMachine::Impl::Init() {
   }
   in_buf.resize(exe->max_invoke_arity());
   out_buf.resize(exe->max_invoke_arity());
+  device_in_buf.resize(exe->max_invoke_arity());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceContext*> VirtualMachine::Impl::DeviceFor(Device device) {
+  if (device != Device::kCUDA) {
+    return absl::InvalidArgumentError(absl::StrCat("no device context for ", DeviceName(device)));
+  }
+  if (cuda == nullptr) {
+    DeviceContextOptions o;
+    o.memory_limit = options.device_memory_limit;
+    absl::StatusOr<std::unique_ptr<DeviceContext>> c = CreateDeviceContext(device, o);
+    if (!c.ok()) return c.status();
+    cuda = *std::move(c);
+    ctx.set_device_context(cuda.get());
+  }
+  return cuda.get();
+}
+
+absl::Status VirtualMachine::Impl::PrepareDeviceInvoke(const Executable::KernelEntry& k,
+                                                       uint32_t n) {
+  absl::StatusOr<DeviceContext*> d = DeviceFor(k.spec.device);
+  if (!d.ok()) return d.status();
+  for (uint32_t j = 0; j < n; ++j) {
+    const Tensor* t = in_buf[j];
+    if (t == nullptr || !t->defined() || t->device() == k.spec.device) continue;
+    if (t->device() == Device::kCPU && k.kernel->ReadsInputOnHost(static_cast<int>(j))) continue;
+    if (t->storage().get() == const_storage.get()) {
+      if (!device_constants) {
+        absl::StatusOr<StorageRef> st = exe->DeviceConstants(**d);
+        if (!st.ok()) return st.status();
+        device_constants = *std::move(st);
+      }
+      absl::StatusOr<Tensor> v =
+          Tensor::View(device_constants, t->byte_offset(), t->dtype(), t->dims(), t->strides());
+      if (!v.ok()) return v.status();
+      device_in_buf[j] = *std::move(v);
+    } else {
+      absl::StatusOr<Tensor> c =
+          Tensor::Allocate((*d)->allocator(), t->dtype(), t->dims(), (*d)->allocator_ref());
+      if (!c.ok()) return c.status();
+      if (absl::Status s = ops::Copy(*t, *c, *d); !s.ok()) return s;
+      device_in_buf[j] = *std::move(c);
+    }
+    in_buf[j] = &device_in_buf[j];
+    moved_inputs = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VirtualMachine::Impl::PrepareHostInvoke(uint32_t n, uint32_t n_out) {
+  for (uint32_t j = 0; j < n_out; ++j) {
+    const Tensor* t = out_buf[j];
+    if (t != nullptr && t->defined() && t->device() != Device::kCPU) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output ", j, " is on the ", DeviceName(t->device()), "; a host kernel writes host tensors"));
+    }
+  }
+  for (uint32_t j = 0; j < n; ++j) {
+    const Tensor* t = in_buf[j];
+    if (t == nullptr || !t->defined() || t->device() == Device::kCPU) continue;
+    absl::StatusOr<Tensor> c = Tensor::Allocate(*pool, t->dtype(), t->dims(), pool);
+    if (!c.ok()) return c.status();
+    if (absl::Status s = ops::Copy(*t, *c, cuda.get()); !s.ok()) return s;
+    device_in_buf[j] = *std::move(c);
+    in_buf[j] = &device_in_buf[j];
+    moved_inputs = true;
+  }
   return absl::OkStatus();
 }
 
@@ -138,6 +207,8 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   ReturnTarget target;
   target.outputs = &outputs[function];
   absl::Status s = Execute(function, 0, target);
+  // Device work still queued finishes within the run, and its errors are this run's.
+  if (s.ok() && cuda != nullptr) s = cuda->Synchronize();
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;
@@ -293,11 +364,35 @@ absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::s
 }
 
 AllocatorStats VirtualMachine::memory_stats() const { return impl_->pool->stats(); }
+AllocatorStats VirtualMachine::device_memory_stats() const {
+  return impl_->cuda != nullptr ? impl_->cuda->allocator().stats() : AllocatorStats{};
+}
 void VirtualMachine::Trim() {
   for (auto& fs : impl_->sites) {
-    for (auto& site : fs) site.workspace.Reset();
+    for (auto& site : fs) {
+      site.workspace.Reset();
+      site.device_workspace.Reset();
+    }
   }
   impl_->pool->Trim();
+  if (impl_->cuda != nullptr) {
+    if (auto* device_pool = dynamic_cast<CudaAllocator*>(&impl_->cuda->allocator())) {
+      // Blocks still read by queued work must not reach cudaFree before it is done.
+      if (impl_->cuda->Synchronize().ok()) device_pool->Trim();
+    }
+  }
+}
+
+absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
+  if (!t.defined() || t.device() == Device::kCPU) return t;
+  if (impl_->cuda == nullptr || impl_->cuda->device() != t.device()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ToHost: a ", DeviceName(t.device()), " tensor this VM did not make"));
+  }
+  absl::StatusOr<Tensor> host = Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool);
+  if (!host.ok()) return host.status();
+  if (absl::Status s = impl_->cuda->Copy(t, *host); !s.ok()) return s;
+  return host;
 }
 void VirtualMachine::FailNthAllocation(int64_t n) { impl_->pool->FailNthAllocation(n); }
 void VirtualMachine::set_num_threads(int n) { impl_->ctx.set_num_threads(std::max(1, n)); }

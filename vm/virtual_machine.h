@@ -4,6 +4,11 @@
 // from it). Output tensors returned by GetOutput own their storage: they stay valid after the
 // next Run, after the VM is destroyed, and may be fed back as inputs without a copy.
 //
+// Devices: a program that allocates storage or runs kernels on the CUDA device gets a device
+// context (a stream, a cuBLAS handle and a device pool) on the first such instruction; a VM
+// that never uses the device never touches the CUDA runtime. Every run waits for its device
+// work before it returns (docs/cuda.md).
+//
 // Thread safety: thread-compatible. One VM is used by one thread at a time; create one VM per
 // thread (creation is cheap: registers and a memory pool, no weights). The only method that
 // may be called from another thread while Run is in progress is CancellationToken::Cancel on
@@ -43,6 +48,7 @@ struct VmOptions {
   int max_call_depth = 200;
   int64_t memory_limit = 0;                     // bytes of pool memory; 0 = unlimited
   int64_t reservation = 0;                      // pool bytes reserved up front (see PoolAllocator)
+  int64_t device_memory_limit = 0;              // bytes of the CUDA device pool; 0 = unlimited
 };
 
 // Receives tensors from the `emit` instruction while a run is in progress (streaming tokens).
@@ -94,6 +100,11 @@ class VirtualMachine {
 
   // Pool statistics (bytes in use, peak, calls into the system allocator).
   AllocatorStats memory_stats() const;
+  // The CUDA device pool's statistics (all zero until the VM first uses the device).
+  AllocatorStats device_memory_stats() const;
+  // `t` on the host: itself when it is there; for a tensor on this VM's device (an output of a
+  // program that leaves it there), a copy in host memory (a sync point).
+  absl::StatusOr<Tensor> ToHost(const Tensor& t) const;
   // Loop iterations executed by the last run.
   int64_t last_run_iterations() const { return last_iterations_; }
   // Returns cached pool memory to the system; bound inputs and outputs stay.

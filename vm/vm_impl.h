@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "allocator/pool_allocator.h"
+#include "kernels/device_context.h"
 #include "kernels/kernel.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
@@ -66,6 +67,11 @@ class VirtualMachine::Impl {
   std::shared_ptr<const Executable> exe;
   VmOptions options;
   std::shared_ptr<PoolAllocator> pool;
+  // The CUDA device's context (stream, cuBLAS handle, device pool), made by the first
+  // instruction that needs the device; null until then, so CPU-only runs never touch CUDA.
+  std::unique_ptr<DeviceContext> cuda;
+  StorageRef device_constants;        // this executable's constants on the device (shared)
+  std::vector<Tensor> device_in_buf;  // device views of constant inputs of a device invoke
   StorageRef const_storage;
   std::vector<Tensor> constants;                   // one read-only view per constant
   std::vector<std::vector<Tensor>> inputs;         // per function
@@ -87,6 +93,19 @@ class VirtualMachine::Impl {
   int max_depth_used = 0;
 
   Frame& FrameAt(int depth, const Executable::FunctionEntry& f);
+  // The context of `device` (kCUDA), created on first use; the build's or machine's error
+  // (docs/cuda.md) when there is none. REQUIRES: device != kCPU.
+  absl::StatusOr<DeviceContext*> DeviceFor(Device device);
+  // Before a kernel runs, inputs in in_buf[0..n) on another device than the kernel's are
+  // replaced by copies on its device (device_in_buf): a constant by the same view of the
+  // executable's device copy of the constant segment, anything else by a copy from the pool
+  // of the kernel's device (a sync point when it is the host). Inputs a device kernel reads on
+  // the host stay there. Sets moved_inputs when it replaced any.
+  absl::Status PrepareDeviceInvoke(const Executable::KernelEntry& k, uint32_t n);
+  // For a host kernel also checks that no preallocated output in out_buf[0..n_out) is on a
+  // device (a host kernel cannot write there).
+  absl::Status PrepareHostInvoke(uint32_t n, uint32_t n_out);
+  bool moved_inputs = false;
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
   absl::Status CheckInterrupts() const;
 };

@@ -1,11 +1,17 @@
 #include "kernels/dnnl/common.h"
 
-#include <omp.h>
-
 #include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/reference/common.h"
+
+// The OpenMP runtime libdnnl was built with (libgomp), declared here rather than through a
+// compiler's omp.h so that another compiler's OpenMP cannot shadow it.
+extern "C" {
+int omp_get_max_threads(void);
+void omp_set_num_threads(int num_threads);
+}
 
 namespace dynvm::onednn {
 
@@ -83,6 +89,17 @@ dnnl::memory::desc TensorDesc(const Tensor& t) {
   return PlainDesc(*DnnlType(t.dtype()), t.dims(), t.strides());
 }
 
+dnnl::memory::desc AlignedDesc(const Tensor& t, int rank) {
+  int64_t dims[Tensor::kMaxRank + 1], strides[Tensor::kMaxRank + 1];
+  const int lead = rank - t.rank();
+  for (int i = 0; i < rank; ++i) {
+    dims[i] = i < lead ? 1 : t.dim(i - lead);
+    strides[i] = i < lead ? 0 : t.stride(i - lead);
+  }
+  return PlainDesc(*DnnlType(t.dtype()), absl::MakeConstSpan(dims, rank),
+                   absl::MakeConstSpan(strides, rank));
+}
+
 dnnl::memory::desc DenseDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims) {
   int64_t strides[Tensor::kMaxRank];
   ContiguousStrides(dims, strides);
@@ -108,6 +125,34 @@ bool Collapsible(const Tensor& t, int from, int to, int64_t* size, int64_t* stri
     *size *= n;
   }
   return true;
+}
+
+namespace {
+
+// True when some element's bits satisfy `bad` (an integer test: vectorizes without
+// floating-point compares).
+template <typename Bad>
+bool AnyBits(const Tensor& t, Bad bad) {
+  const uint32_t* p = t.data<uint32_t>();
+  if (t.is_contiguous()) {
+    const int64_t n = t.numel();
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n; ++i) any |= bad(p[i]) ? 1u : 0u;
+    return any != 0;
+  }
+  bool any = false;
+  reference::ForEachOffset<1>(t.dims(), {t.strides()}, [&](int64_t o) { any |= bad(p[o]); });
+  return any;
+}
+
+}  // namespace
+
+bool HasNaN(const Tensor& t) {
+  return AnyBits(t, [](uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; });
+}
+
+bool HasNonFinite(const Tensor& t) {
+  return AnyBits(t, [](uint32_t b) { return (b & 0x7f800000u) == 0x7f800000u; });
 }
 
 void ShapeKey::Add(const Tensor* t) {
@@ -153,13 +198,13 @@ void BoundPrimitive::Bind(const dnnl::primitive_desc& pd, std::initializer_list<
   args_.clear();
   primitive_ = dnnl::primitive(pd);
   for (const Arg& a : args) {
-    memories_.emplace_back(a.desc, engine, DNNL_MEMORY_NONE);
+    memories_.emplace_back(a.desc, engine, static_cast<void*>(nullptr));
     args_.push_back({a.id, nullptr});
   }
   const dnnl::memory::desc scratch = pd.scratchpad_desc();
   scratchpad_bytes_ = scratch.get_size();
   if (scratchpad_bytes_ > 0) {
-    memories_.emplace_back(scratch, engine, DNNL_MEMORY_NONE);
+    memories_.emplace_back(scratch, engine, static_cast<void*>(nullptr));
     args_.push_back({DNNL_ARG_SCRATCHPAD, nullptr});
   }
   for (size_t i = 0; i < args_.size(); ++i) args_[i].memory = memories_[i].get();
@@ -198,6 +243,17 @@ absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
     return absl::IsUnimplemented(st) ? absl::InternalError(st.message()) : st;
   }
   return absl::OkStatus();
+}
+
+absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
+                          std::initializer_list<const void*> data) {
+  void* scratch = nullptr;
+  if (prim.scratchpad_bytes() > 0) {
+    absl::StatusOr<void*> ws = ctx.Workspace(prim.scratchpad_bytes());
+    if (!ws.ok()) return ws.status();
+    scratch = *ws;
+  }
+  return prim.Execute(data, scratch);
 }
 
 dnnl::primitive_attr UserScratchpadAttr() {

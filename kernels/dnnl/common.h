@@ -14,6 +14,7 @@
 #ifndef DYNVM_KERNELS_DNNL_COMMON_H_
 #define DYNVM_KERNELS_DNNL_COMMON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
@@ -58,7 +59,7 @@ absl::Status Guard(absl::string_view what, Fn&& fn) noexcept {
   try {
     return fn();
   } catch (const dnnl::error& e) {
-    return FromDnnl(e.status, absl::string_view(e.what()));
+    return FromDnnl(e.status, absl::StrCat(what, ": ", e.what()));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
   } catch (const std::exception& e) {
@@ -83,6 +84,9 @@ std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
 dnnl::memory::desc PlainDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims,
                              absl::Span<const int64_t> strides);
 dnnl::memory::desc TensorDesc(const Tensor& t);
+// t's descriptor right-aligned to `rank` dims (leading dims of size 1). REQUIRES: rank >=
+// t.rank().
+dnnl::memory::desc AlignedDesc(const Tensor& t, int rank);
 // Contiguous row-major descriptor.
 dnnl::memory::desc DenseDesc(dnnl::memory::data_type type, absl::Span<const int64_t> dims);
 
@@ -133,31 +137,82 @@ class BoundPrimitive {
   size_t scratchpad_bytes_ = 0;
 };
 
+// Whether an f32 tensor holds a NaN / a NaN or an infinity. One vectorized pass over
+// contiguous data. Some oneDNN 2.6 kernels drop NaN (relu, exp, clip, max/min, reductions to
+// max/min) or resolve an infinity differently (softmax over a row holding +inf) where the
+// reference kernels follow IEEE; those kernels check their inputs and let the reference
+// kernel serve the rare run that has such values.
+bool HasNaN(const Tensor& t);
+bool HasNonFinite(const Tensor& t);
+
+// The state of a site served by one primitive.
+struct PrimitiveState : KernelState {
+  ShapeKey key;
+  bool valid = false;
+  bool use_reference = false;  // oneDNN has no primitive for this site's shapes
+  BoundPrimitive prim;
+};
+
+// Calls bind(engine) (which binds st->prim) unless the site's key matches, inside Guard. A
+// descriptor oneDNN does not implement sends the site to the reference kernel
+// (st->use_reference) until its shapes change.
+template <typename Bind>
+absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, absl::string_view what, Bind&& bind) {
+  if (st->valid && st->key == key) return absl::OkStatus();
+  st->valid = false;
+  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
+  if (!engine.ok()) return engine.status();
+  absl::Status s = Guard(what, [&] {
+    bind(**engine);
+    return absl::OkStatus();
+  });
+  if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+  st->use_reference = !s.ok();
+  st->key = key;
+  st->valid = true;
+  return absl::OkStatus();
+}
+
+// Runs a bound primitive with its scratchpad taken from the site's workspace.
+absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
+                          std::initializer_list<const void*> data);
+
+// Below this many elements a binary op (Add, Mul, ...) runs the reference loop: a primitive
+// execute (~0.6 us) costs more than the loop there (dnnl_benchmark.cc, BM_Add). Unary ops with
+// transcendental functions, Softmax and LayerNormalization win at every size (BM_Tanh,
+// BM_Softmax, BM_LayerNorm) and have no threshold.
+inline constexpr int64_t kMinBinaryElements = 4096;
+
 // Primitive attributes every oneDNN kernel uses: the scratchpad comes from the VM's pool.
 dnnl::primitive_attr UserScratchpadAttr();
 
 // The reference kernel for `spec` (the fallback of a oneDNN kernel).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec);
 
-// "op.dtype.dnnl[.variant]", e.g. "matmul.f32.dnnl.sgemm".
+// "op.dtype.dnnl[.variant]", e.g. "matmul.f32.dnnl.sgemm+brgemm".
 std::string KernelName(const KernelSpec& spec, absl::string_view variant = "");
 
 // Base of the oneDNN kernels: the name, and the reference kernel that serves a run oneDNN
-// cannot do (a layout or broadcast it lacks, an empty dim).
+// cannot do (a layout or broadcast it lacks, an empty dim). Such runs are counted, so tests
+// and tools see how often the reference kernel stood in.
 class DnnlKernel : public Kernel {
  public:
   DnnlKernel(std::string name, std::unique_ptr<Kernel> reference)
       : name_(std::move(name)), reference_(std::move(reference)) {}
   std::string name() const override { return name_; }
+  // Runs (over every VM sharing this kernel) served by the reference kernel.
+  int64_t reference_runs() const { return reference_runs_.load(std::memory_order_relaxed); }
 
  protected:
   absl::Status RunReference(KernelContext& ctx, Inputs in, Outputs out) const {
+    reference_runs_.fetch_add(1, std::memory_order_relaxed);
     return reference_->Run(ctx, in, out);
   }
 
  private:
   std::string name_;
   std::unique_ptr<Kernel> reference_;
+  mutable std::atomic<int64_t> reference_runs_{0};
 };
 
 // The site's state of type T, created on first use.

@@ -10,17 +10,21 @@
 
 namespace dynvm::onednn {
 
-// exp(x); saturates to 2^127-ish above 88.3 and to about 2^-126 below -87.3 (never inf or a
-// denormal). NaN in gives a number out: callers feed finite GEMM results.
+// exp(x); saturates to about 2^127 above 88.3 and to about 2^-126 below -87.3 (never inf or a
+// denormal). NaN in gives a number out: callers feed finite GEMM results. Vectorizes only
+// where floating-point comparisons may be if-converted: compile users with
+// -fno-trapping-math.
 inline float FastExp(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
-  // x = n * ln2 + r with |r| <= ln2 / 2; n rounded to nearest by biasing before truncation.
-  const float fn = x * 1.44269504088896341f;
-  const int32_t n = static_cast<int32_t>(fn + (fn >= 0.0f ? 0.5f : -0.5f));
-  const float nf = static_cast<float>(n);
+  // x = n * ln2 + r with |r| <= ln2 / 2. Adding 1.5 * 2^23 rounds x * log2(e) to the integer n
+  // (in the low mantissa bits of t) without a float-to-int conversion.
+  constexpr float kShifter = 12582912.0f;
+  const float t = x * 1.44269504088896341f + kShifter;
+  const float nf = t - kShifter;
+  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShifter);
   float r = x - nf * 0.693359375f;
   r = r + nf * 2.12194440e-4f;
-  // exp(r) by its degree-6 Taylor/minimax polynomial (Cephes expf coefficients).
+  // exp(r) by Cephes' expf polynomial.
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;

@@ -1,12 +1,16 @@
 // oneDNN MatMul and Gemm (f32).
 //
-// Variants, chosen per shape class at bind time (measured on the project's CPU; the figures
-// are in docs/kernels.md and kernels/dnnl/dnnl_benchmark.cc):
-//   sgemm  -- dnnl_sgemm, for every shape. It takes plain row-major or transposed operands
-//             with any leading dimension, needs no primitive, no argument map and no cache
-//             lookup, and at M=1 (decode) runs oneDNN's GEMV kernel, which allocates nothing.
-//             A fixed-shape matmul primitive is ~3x slower at M=1; the runtime-M primitive is
-//             the same GEMM engine behind a primitive execute.
+// Variants ("sgemm+brgemm"), chosen per shape class when a site binds (measured on the
+// project's CPU; figures in docs/kernels.md, benchmarks in dnnl_benchmark.cc):
+//   sgemm  -- dnnl_sgemm: M = 1 (decode) and any product whose B is row-major. It takes
+//             row-major or transposed operands with any leading dimension, needs no primitive,
+//             argument map or cache lookup, and at M=1 runs oneDNN's GEMV kernel, which
+//             allocates nothing. A fixed-shape matmul primitive is ~3x slower at M=1; the
+//             runtime-M primitive is the same GEMM engine behind a primitive execute.
+//   brgemm -- the fixed-shape matmul primitive, bound per site and shape with a user
+//             scratchpad: M >= 2 with a transposed B (a [N, K] weight), where sgemm's
+//             transposed path is slower. Gemm's C rides along as the primitive's bias when it
+//             is one row added as is.
 // Weights are used in place in their plain layout (row-major or transposed by strides); an
 // operand oneDNN cannot address (a broadcast view, a non-unit inner stride) is packed into the
 // site's workspace, never a weight in the ordinary case.
@@ -60,6 +64,51 @@ absl::Status Sgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int
   return FromDnnl(s, "dnnl_sgemm");
 }
 
+// Products of at least this many rows (after folding) whose B is read transposed (a [N, K]
+// weight: Gemm transB, a Linear layer) run the fixed-shape matmul primitive (brgemm) with its
+// scratchpad from the VM's pool: dnnl_sgemm's transposed-B path is slower there. Everything else
+// runs dnnl_sgemm, whose GEMV kernel is ~3x faster than the primitive at M=1 and whose plain-B
+// GEMM is as fast as the primitive at any M. Measured per shape class: dnnl_benchmark.cc.
+constexpr int64_t kPrimitiveMinRows = 2;
+
+bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b) {
+  return m >= kPrimitiveMinRows && n > 0 && k > 0 && b.trans == 'T' && !b.pack;
+}
+
+// Binds a fixed-shape matmul primitive C[M,N] = alpha * A[M,K] * B[K,N] (+ bias[N]) over
+// element strides (sam, sak) and (sbk, sbn). Unimplemented when oneDNN has no such primitive.
+absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int64_t k,
+                                 int64_t sam, int64_t sak, int64_t sbk, int64_t sbn,
+                                 bool bias, float alpha) {
+  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
+  if (!engine.ok()) return engine.status();
+  return Guard("matmul", [&]() -> absl::Status {
+    using dt = dnnl::memory::data_type;
+    const int64_t a_dims[2] = {m, k}, a_strides[2] = {sam, sak};
+    const int64_t b_dims[2] = {k, n}, b_strides[2] = {sbk, sbn};
+    const dnnl::memory::desc a_md = PlainDesc(dt::f32, a_dims, a_strides);
+    const dnnl::memory::desc b_md = PlainDesc(dt::f32, b_dims, b_strides);
+    const dnnl::memory::desc c_md = DenseDesc(dt::f32, {m, n});
+    const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {1, n});
+    dnnl::primitive_attr attr = UserScratchpadAttr();
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                      : dnnl::matmul::desc(a_md, b_md, c_md);
+    const dnnl::matmul::primitive_desc pd(d, attr, **engine);
+    // Strides only oneDNN's reference implementation takes: dnnl_sgemm (packing) is faster.
+    if (absl::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
+      return absl::UnimplementedError("matmul: no optimized implementation");
+    }
+    if (bias) {
+      prim->Bind(pd, {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_BIAS, bias_md},
+                      {DNNL_ARG_DST, c_md}});
+    } else {
+      prim->Bind(pd, {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_DST, c_md}});
+    }
+    return absl::OkStatus();
+  });
+}
+
 // The shape-dependent plan of one MatMul site.
 struct MatMulPlan {
   int64_t m = 0, n = 0, k = 0;
@@ -75,6 +124,8 @@ struct MatMulState : KernelState {
   bool valid = false;
   MatMulPlan plan;
   Dims out_dims;
+  bool use_primitive = false;
+  BoundPrimitive prim;
 };
 
 class MatMulKernel final : public DnnlKernel {
@@ -88,14 +139,24 @@ class MatMulKernel final : public DnnlKernel {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
       return RunReference(ctx, in, out);  // the reference kernel reports the error
     }
+    SetThreads(ctx.num_threads());
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
+    key.Add(ctx.num_threads());
     MatMulState* st = SiteState<MatMulState>(ctx);
     if (!st->valid || st->key != key) {
       st->valid = false;
       absl::Status s = Plan(a, b, st);
       if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
+      const MatMulPlan& p = st->plan;
+      st->use_primitive = false;
+      if (p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b)) {
+        s = BindMatmulPrimitive(&st->prim, p.m, p.n, p.k, p.sam, p.sak, p.sbk, p.sbn,
+                                /*bias=*/false, 1.0f);
+        if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+        st->use_primitive = s.ok();
+      }
       st->key = key;
       st->valid = true;
     }
@@ -107,7 +168,9 @@ class MatMulKernel final : public DnnlKernel {
       std::memset(y.raw_data(), 0, static_cast<size_t>(y.nbytes()));
       return absl::OkStatus();
     }
-    SetThreads(ctx.num_threads());
+    if (st->use_primitive) {
+      return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), y.raw_data()});
+    }
     float* pack_a = nullptr;
     float* pack_b = nullptr;
     if (p.pack_a_floats + p.pack_b_floats > 0) {
@@ -227,6 +290,9 @@ struct GemmState : KernelState {
   Operand a, b;
   int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;
   int64_t sc0 = 0, sc1 = 0;  // C's strides broadcast to [M, N]
+  bool use_primitive = false;
+  bool primitive_bias = false;  // C is the primitive's bias row
+  BoundPrimitive prim;
 };
 
 class GemmKernel final : public DnnlKernel {
@@ -243,14 +309,27 @@ class GemmKernel final : public DnnlKernel {
         b.dtype() != DType::kF32 || (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
       return RunReference(ctx, in, out);
     }
+    SetThreads(ctx.num_threads());
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
     key.Add(c);
+    key.Add(ctx.num_threads());
     GemmState* st = SiteState<GemmState>(ctx);
+    const bool use_c = c != nullptr && attrs_.beta != 0;
     if (!st->valid || st->key != key) {
       st->valid = false;
       if (!Plan(a, b, c, st)) return RunReference(ctx, in, out);
+      // The primitive takes C as its bias when C is one row added as is (beta = 1).
+      const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
+      st->use_primitive = false;
+      if (UsePrimitive(st->m, st->n, st->k, st->b) && (!use_c || c_row)) {
+        absl::Status s = BindMatmulPrimitive(&st->prim, st->m, st->n, st->k, st->sam, st->sak,
+                                             st->sbk, st->sbn, use_c, attrs_.alpha);
+        if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+        st->use_primitive = s.ok();
+        st->primitive_bias = use_c;
+      }
       st->key = key;
       st->valid = true;
     }
@@ -258,8 +337,13 @@ class GemmKernel final : public DnnlKernel {
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, mn, "Gemm"));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
+    if (st->use_primitive) {
+      if (st->primitive_bias) {
+        return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), c->raw_data(), y.raw_data()});
+      }
+      return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), y.raw_data()});
+    }
     float* py = y.data<float>();
-    const bool use_c = c != nullptr && attrs_.beta != 0;
     if (use_c) {
       const float* pc = c->data<float>();
       for (int64_t i = 0; i < st->m; ++i) {
@@ -276,7 +360,6 @@ class GemmKernel final : public DnnlKernel {
       for (int64_t i = 0; i < st->m * st->n; ++i) py[i] = use_c ? attrs_.beta * py[i] : 0.0f;
       return absl::OkStatus();
     }
-    SetThreads(ctx.num_threads());
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     if (st->a.pack || st->b.pack) {
@@ -331,7 +414,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
   DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
   absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
   if (!ref.ok()) return ref.status();
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm"), *std::move(ref));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), *std::move(ref));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
@@ -355,7 +438,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   g.beta = *beta;
   g.trans_a = *ta == 1;
   g.trans_b = *tb == 1;
-  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm"), *std::move(ref), g);
+  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), *std::move(ref), g);
 }
 
 }  // namespace

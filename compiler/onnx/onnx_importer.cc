@@ -1,0 +1,599 @@
+// ONNX ModelProto -> compiler IR. Runs after the structural checks (model_checker.h), so names
+// resolve and tensors have consistent sizes; what remains to refuse here is what dynvm does not
+// support (operators, attributes, element types) and what only the conversion sees.
+#include "compiler/onnx/onnx_importer.h"
+
+#include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/onnx/libonnx_bridge.h"
+#include "compiler/onnx/model_checker.h"
+#include "compiler/onnx/op_support.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "compiler/op_registry.h"
+#include "kernels/registry.h"
+#include "schema/mapped_file.h"
+
+namespace dynvm::compiler::onnx {
+namespace {
+
+using AttrType = pb::AttributeProto::AttributeType;
+
+struct Scope {
+  const Scope* parent = nullptr;
+  absl::flat_hash_map<std::string, Value*> names;
+  Value* Find(const std::string& name) const {
+    for (const Scope* s = this; s != nullptr; s = s->parent) {
+      auto it = s->names.find(name);
+      if (it != s->names.end()) return it->second;
+    }
+    return nullptr;
+  }
+};
+
+std::string Join(absl::string_view where, absl::string_view what) {
+  return where.empty() ? std::string(what) : absl::StrCat(where, ": ", what);
+}
+
+AttrType TypeOf(const pb::AttributeProto& a) {
+  if (a.type() != pb::AttributeProto::UNDEFINED) return a.type();
+  // The structural checker guarantees exactly one filled field when the type is missing.
+  if (a.has_f()) return pb::AttributeProto::FLOAT;
+  if (a.has_i()) return pb::AttributeProto::INT;
+  if (a.has_s()) return pb::AttributeProto::STRING;
+  if (a.has_t()) return pb::AttributeProto::TENSOR;
+  if (a.has_g()) return pb::AttributeProto::GRAPH;
+  if (a.floats_size() > 0) return pb::AttributeProto::FLOATS;
+  if (a.ints_size() > 0) return pb::AttributeProto::INTS;
+  if (a.strings_size() > 0) return pb::AttributeProto::STRINGS;
+  return pb::AttributeProto::UNDEFINED;
+}
+
+bool IsControlFlow(absl::string_view op) { return op == "If" || op == "Loop" || op == "Scan"; }
+
+class Importer {
+ public:
+  Importer(const ImportOptions& options, TensorReadOptions tensor_options)
+      : options_(options), tensor_options_(std::move(tensor_options)) {}
+
+  absl::StatusOr<std::unique_ptr<Module>> Run(const pb::ModelProto& model);
+
+ private:
+  absl::Status ImportGraph(const pb::GraphProto& g, Graph* graph, Scope& scope, bool top,
+                           const std::string& where);
+  // `adapted`: a node of an opset before 7 rewritten to its opset-7 form by ImportLegacyNode.
+  absl::Status ImportNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
+                          const std::string& where, bool adapted = false);
+  absl::Status ImportLegacyNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
+                                const std::string& where);
+  absl::Status CheckOnnxNode(const pb::NodeProto& n, const std::string& label, bool adapted) const;
+  // The rank of `name` where the model declares it (an input, a value_info, a constant).
+  std::optional<int> DeclaredRank(const std::string& name, const Scope& scope) const;
+  absl::StatusOr<Value*> ImportConstant(const pb::NodeProto& n, const std::string& label);
+  absl::StatusOr<Tensor> ReadTensor(const pb::TensorProto& t, const std::string& label);
+  absl::StatusOr<Value*> ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
+                                     const std::string& where);
+
+  const ImportOptions& options_;
+  TensorReadOptions tensor_options_;
+  Module* m_ = nullptr;
+  int64_t opset_ = 0;
+  absl::flat_hash_map<std::string, int> declared_rank_;  // from value_info and outputs
+  int synthetic_ = 0;
+};
+
+// Operators whose opset-6-and-older versions broadcast with `broadcast`/`axis` attributes
+// (the right operand aligned at `axis` of the left one) instead of NumPy's rules.
+bool IsLegacyBroadcastOp(absl::string_view op) {
+  return op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "And" ||
+         op == "Or" || op == "Xor" || op == "Equal" || op == "Greater" || op == "Less";
+}
+
+absl::StatusOr<Tensor> Importer::ReadTensor(const pb::TensorProto& t, const std::string& label) {
+  absl::StatusOr<Tensor> r = TensorFromProto(t, tensor_options_);
+  if (!r.ok()) return absl::Status(r.status().code(), Join(label, r.status().message()));
+  return r;
+}
+
+absl::StatusOr<Value*> Importer::ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
+                                             const std::string& where) {
+  const std::string label = Join(where, absl::StrCat("input '", v.name(), "'"));
+  DType dtype = DType::kF32;
+  std::optional<std::vector<Dim>> shape;
+  const bool has_tensor_type = v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType;
+  if (v.has_type() && !has_tensor_type) {
+    return absl::UnimplementedError(
+        Join(label, "only tensor inputs are supported (not sequences, maps or optionals)"));
+  }
+  if (top && !has_tensor_type) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
+  if (has_tensor_type) {
+    const pb::TypeProto::Tensor& tt = v.type().tensor_type();
+    if (tt.has_elem_type() && tt.elem_type() != pb::TensorProto::UNDEFINED) {
+      absl::StatusOr<DType> d = DTypeOfElemType(tt.elem_type());
+      if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
+      dtype = *d;
+    } else if (top) {
+      return absl::InvalidArgumentError(Join(label, "has no element type"));
+    }
+    if (tt.has_shape()) {
+      if (tt.shape().dim_size() > Tensor::kMaxRank) {
+        return absl::UnimplementedError(
+            Join(label, absl::StrCat("has rank ", tt.shape().dim_size(), "; at most ",
+                                     Tensor::kMaxRank, " is supported")));
+      }
+      std::vector<Dim> dims;
+      for (int i = 0; i < tt.shape().dim_size(); ++i) {
+        const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
+        if (d.value_case() == pb::TensorShapeProto::Dimension::kDimValue) {
+          dims.push_back(m_->sym().Const(d.dim_value()));
+        } else if (d.value_case() == pb::TensorShapeProto::Dimension::kDimParam &&
+                   !d.dim_param().empty()) {
+          dims.push_back(m_->sym().Symbol(d.dim_param()));
+        } else {
+          dims.push_back(m_->sym().Fresh(absl::StrCat(v.name(), "_dim", i)));
+        }
+      }
+      shape = std::move(dims);
+    }
+  }
+  Value* value = m_->NewValue(dtype, std::move(shape), graph, v.name());
+  graph->inputs.push_back(value);
+  return value;
+}
+
+absl::StatusOr<Value*> Importer::ImportConstant(const pb::NodeProto& n, const std::string& label) {
+  if (n.output_size() != 1 || n.output(0).empty()) {
+    return absl::InvalidArgumentError(Join(label, "a Constant must have exactly one output"));
+  }
+  if (n.attribute_size() != 1) {
+    return absl::InvalidArgumentError(
+        Join(label, "a Constant must have exactly one value attribute"));
+  }
+  const pb::AttributeProto& a = n.attribute(0);
+  absl::StatusOr<Tensor> t;
+  if (a.name() == "value") {
+    t = ReadTensor(a.t(), label);
+  } else if (a.name() == "value_float") {
+    t = Tensor::Scalar(a.f());
+  } else if (a.name() == "value_int") {
+    t = Tensor::ScalarI64(a.i());
+  } else if (a.name() == "value_floats") {
+    t = Tensor::FromVector<float>(DType::kF32, {a.floats_size()},
+                                  absl::MakeConstSpan(a.floats().data(), a.floats_size()));
+  } else if (a.name() == "value_ints") {
+    t = Tensor::FromVector<int64_t>(DType::kI64, {a.ints_size()},
+                                    absl::MakeConstSpan(a.ints().data(), a.ints_size()));
+  } else {
+    return absl::UnimplementedError(
+        Join(label, absl::StrCat("attribute '", a.name(), "' is not supported (",
+                                 a.name() == "sparse_value" ? "sparse tensors" : "strings",
+                                 " are not supported)")));
+  }
+  if (!t.ok()) return t.status();
+  return m_->NewConstant(*std::move(t), n.output(0));
+}
+
+std::optional<int> Importer::DeclaredRank(const std::string& name, const Scope& scope) const {
+  if (const Value* v = scope.Find(name); v != nullptr && v->shape) return v->rank();
+  auto it = declared_rank_.find(name);
+  if (it != declared_rank_.end()) return it->second;
+  return std::nullopt;
+}
+
+absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph* graph,
+                                        Scope& scope, const std::string& where) {
+  const std::string label = Join(where, NodeLabel(n, index));
+  const std::string& op = n.op_type();
+  pb::NodeProto adapted = n;
+  adapted.clear_attribute();
+  int64_t broadcast = 0, axis = 0;
+  bool has_axis = false;
+  for (const pb::AttributeProto& a : n.attribute()) {
+    const bool gemm_attr = op == "Gemm" && (a.name() == "alpha" || a.name() == "beta" ||
+                                            a.name() == "transA" || a.name() == "transB");
+    if (gemm_attr) {
+      *adapted.add_attribute() = a;
+    } else if (a.name() == "broadcast" && a.type() == pb::AttributeProto::INT && op != "PRelu") {
+      broadcast = a.i();
+    } else if (a.name() == "axis" && a.type() == pb::AttributeProto::INT &&
+               IsLegacyBroadcastOp(op)) {
+      axis = a.i();
+      has_axis = true;
+    } else {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("attribute '", a.name(), "' of ", op, " (opset ", opset_,
+                                   ") is not supported")));
+    }
+  }
+  if (n.input_size() < 2 || n.input(0).empty() || n.input(1).empty()) {
+    return absl::InvalidArgumentError(Join(label, absl::StrCat(op, " needs two inputs")));
+  }
+  // The right operand reshaped so that NumPy broadcasting aligns it as the old rules did:
+  // trailing ones for `axis` (elementwise ops), or along the channel axis 1 (PRelu's slope).
+  int pad = 0, first_axis = 0;
+  if (IsLegacyBroadcastOp(op) && broadcast != 0 && has_axis) {
+    const std::optional<int> ra = DeclaredRank(n.input(0), scope),
+                             rb = DeclaredRank(n.input(1), scope);
+    if (!ra || !rb) {
+      return absl::UnimplementedError(Join(
+          label, "broadcasting with an axis (opset < 7) needs the declared ranks of both inputs"));
+    }
+    if (axis < 0) axis += *ra;
+    pad = static_cast<int>(*ra - axis - *rb);
+    first_axis = *rb;
+    if (axis < 0 || pad < 0) {
+      return absl::InvalidArgumentError(Join(
+          label, absl::StrCat("broadcast axis ", axis, " does not fit ranks ", *ra, " and ", *rb)));
+    }
+  } else if (op == "PRelu") {
+    const std::optional<int> rx = DeclaredRank(n.input(0), scope),
+                             rs = DeclaredRank(n.input(1), scope);
+    const Value* slope = scope.Find(n.input(1));
+    const bool single = slope != nullptr && slope->shape && slope->rank() == 1 &&
+                        SymbolicContext::AsConst((*slope->shape)[0]) == 1;
+    if (!single) {
+      if (!rx || !rs)
+        return absl::UnimplementedError(Join(label, "PRelu (opset < 7) needs declared ranks"));
+      if (*rs == 1 && *rx > 2) {
+        pad = *rx - 2;
+        first_axis = 1;
+      }
+    }
+  }
+  if (pad > 0) {
+    std::string reshaped = absl::StrCat(n.input(1), "/legacy_broadcast");
+    while (scope.Find(reshaped) != nullptr)
+      reshaped = absl::StrCat(n.input(1), "/legacy_broadcast", ++synthetic_);
+    pb::NodeProto unsqueeze;
+    unsqueeze.set_op_type("Unsqueeze");
+    unsqueeze.set_name(absl::StrCat(n.name().empty() ? op : n.name(), "/legacy_broadcast"));
+    unsqueeze.add_input(n.input(1));
+    unsqueeze.add_output(reshaped);
+    pb::AttributeProto* axes = unsqueeze.add_attribute();
+    axes->set_name("axes");
+    axes->set_type(pb::AttributeProto::INTS);
+    for (int k = 0; k < pad; ++k) axes->add_ints(first_axis + k);
+    if (absl::Status s = ImportNode(unsqueeze, index, graph, scope, where); !s.ok()) return s;
+    adapted.set_input(1, reshaped);
+  }
+  return ImportNode(adapted, index, graph, scope, where, /*adapted=*/true);
+}
+
+// Checks an ONNX-domain node against the operator table: supported, present in the model's
+// opset, its arity, its attributes' names and types. Aborted: an opset-6 node that
+// ImportLegacyNode rewrites.
+absl::Status Importer::CheckOnnxNode(const pb::NodeProto& n, const std::string& label,
+                                     bool adapted) const {
+  const OpSupport* support = FindOpSupport(n.op_type());
+  if (support == nullptr) {
+    return absl::UnimplementedError(Join(
+        label, absl::StrCat("operator ", n.op_type(), " is not supported (opset ", opset_, ")")));
+  }
+  if (!adapted && opset_ < kMinFullOpset && opset_ < support->since &&
+      (IsLegacyBroadcastOp(n.op_type()) || n.op_type() == "Gemm" || n.op_type() == "PRelu")) {
+    return absl::AbortedError("legacy");
+  }
+  if (!adapted && opset_ < kMinFullOpset && opset_ < support->since) {
+    return absl::UnimplementedError(
+        Join(label,
+             absl::StrCat("operator ", n.op_type(), " of opset ", opset_,
+                          " is not supported (only its version ", support->since, " and later)")));
+  }
+  const OpSupport::Arity* arity = support->ArityAt(opset_);
+  if (arity == nullptr) {
+    return absl::InvalidArgumentError(
+        Join(label, absl::StrCat("operator ", n.op_type(), " does not exist in opset ", opset_)));
+  }
+  if (arity->max_inputs > 0 && n.input_size() > arity->max_inputs) {
+    return absl::InvalidArgumentError(
+        Join(label, absl::StrCat(n.op_type(), " takes at most ", arity->max_inputs, " inputs, got ",
+                                 n.input_size())));
+  }
+  for (int i = 0; i < 32; ++i) {
+    if ((arity->required_mask >> i & 1) && (i >= n.input_size() || n.input(i).empty())) {
+      return absl::InvalidArgumentError(
+          Join(label, absl::StrCat("required input ", i, " of ", n.op_type(), " is missing")));
+    }
+  }
+  for (const pb::AttributeProto& a : n.attribute()) {
+    auto it = support->attrs.find(a.name());
+    if (it == support->attrs.end()) {
+      return absl::UnimplementedError(Join(
+          label, absl::StrCat("attribute '", a.name(), "' of ", n.op_type(), " is not supported")));
+    }
+    const AttrType type = TypeOf(a);
+    if (type != it->second) {
+      return absl::InvalidArgumentError(
+          Join(label, absl::StrCat("attribute '", a.name(), "' must be ", AttrTypeName(it->second),
+                                   ", not ", AttrTypeName(type))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
+                                  const std::string& where, bool adapted) {
+  const std::string label = Join(where, NodeLabel(n, index));
+  const std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+  if (!domain.empty()) {
+    // Another domain: dynvm's own ops and a user's custom ops, registered with the compiler
+    // (a shape function) or the runtime (a kernel). Their shape functions and kernel factories
+    // check inputs and attributes.
+    if (OpRegistry::Global().Find(domain, n.op_type()) == nullptr &&
+        !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("operator ", domain, "::", n.op_type(),
+                                   " is not supported (nothing is registered for domain '", domain,
+                                   "' by that name)")));
+    }
+  } else if (absl::Status s = CheckOnnxNode(n, label, adapted); !s.ok()) {
+    if (s.code() == absl::StatusCode::kAborted)
+      return ImportLegacyNode(n, index, graph, scope, where);
+    return s;
+  }
+  if (domain.empty() && n.op_type() == "Constant") {
+    absl::StatusOr<Value*> c = ImportConstant(n, label);
+    if (!c.ok()) return c.status();
+    scope.names[n.output(0)] = *c;
+    return absl::OkStatus();
+  }
+
+  auto node = std::make_unique<Node>();
+  Node* np = node.get();
+  np->op = n.op_type();
+  np->domain = domain;
+  np->name = n.name().empty() ? absl::StrCat(n.op_type(), "_", index) : n.name();
+  np->graph = graph;
+  for (const std::string& in : n.input()) {
+    if (in.empty()) {
+      np->inputs.push_back(nullptr);
+      continue;
+    }
+    Value* v = scope.Find(in);
+    if (v == nullptr)
+      return absl::InvalidArgumentError(Join(label, absl::StrCat("reads undefined '", in, "'")));
+    np->inputs.push_back(v);
+  }
+  const bool control_flow = domain.empty() && IsControlFlow(n.op_type());
+  if (!control_flow) {
+    while (!np->inputs.empty() && np->inputs.back() == nullptr) np->inputs.pop_back();
+  }
+  // Attributes, and the regions of control flow.
+  const pb::GraphProto* then_g = nullptr;
+  const pb::GraphProto* else_g = nullptr;
+  const pb::GraphProto* body_g = nullptr;
+  for (const pb::AttributeProto& a : n.attribute()) {
+    AttrValue v;
+    switch (TypeOf(a)) {
+      case pb::AttributeProto::INT:
+        v.type = AttrValue::Type::kInt;
+        v.i = a.i();
+        break;
+      case pb::AttributeProto::FLOAT:
+        v.type = AttrValue::Type::kFloat;
+        v.f = a.f();
+        break;
+      case pb::AttributeProto::STRING:
+        v.type = AttrValue::Type::kString;
+        v.s = a.s();
+        break;
+      case pb::AttributeProto::INTS:
+        v.type = AttrValue::Type::kInts;
+        v.ints.assign(a.ints().begin(), a.ints().end());
+        break;
+      case pb::AttributeProto::FLOATS:
+        v.type = AttrValue::Type::kFloats;
+        v.floats.assign(a.floats().begin(), a.floats().end());
+        break;
+      case pb::AttributeProto::STRINGS:
+        v.type = AttrValue::Type::kStrings;
+        v.strings.assign(a.strings().begin(), a.strings().end());
+        break;
+      case pb::AttributeProto::TENSOR: {
+        absl::StatusOr<Tensor> t =
+            ReadTensor(a.t(), Join(label, absl::StrCat("attribute '", a.name(), "'")));
+        if (!t.ok()) return t.status();
+        v.type = AttrValue::Type::kTensor;
+        v.tensor = *std::move(t);
+        break;
+      }
+      case pb::AttributeProto::GRAPH:
+        if (!control_flow) {
+          return absl::UnimplementedError(
+              Join(label, absl::StrCat("graph attribute '", a.name(), "' is not supported")));
+        }
+        if (a.name() == "then_branch") then_g = &a.g();
+        if (a.name() == "else_branch") else_g = &a.g();
+        if (a.name() == "body") body_g = &a.g();
+        continue;
+      default:
+        return absl::UnimplementedError(
+            Join(label, absl::StrCat("attribute '", a.name(), "' of type ", AttrTypeName(TypeOf(a)),
+                                     " is not supported")));
+    }
+    np->attrs[a.name()] = std::move(v);
+  }
+  // Opset differences the kernels and shape functions expect normalized.
+  if (domain.empty() &&
+      (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
+      opset_ < 13) {
+    AttrValue legacy;
+    legacy.type = AttrValue::Type::kInt;
+    legacy.i = 1;
+    np->attrs["legacy_2d"] = legacy;
+  }
+  if (domain.empty() && n.op_type() == "Scan" && opset_ < 9) {
+    AttrValue v8;
+    v8.type = AttrValue::Type::kInt;
+    v8.i = 1;
+    np->attrs["opset8"] = v8;
+  }
+  // Regions: a subgraph sees the names defined before this node.
+  size_t region_outputs = 0;
+  if (control_flow && n.op_type() == "If") {
+    if (then_g == nullptr || else_g == nullptr) {
+      return absl::InvalidArgumentError(Join(label, "If needs then_branch and else_branch"));
+    }
+    if (then_g->output_size() != else_g->output_size()) {
+      return absl::InvalidArgumentError(
+          Join(label, absl::StrCat("then_branch has ", then_g->output_size(),
+                                   " outputs, else_branch ", else_g->output_size())));
+    }
+    region_outputs = then_g->output_size();
+  } else if (control_flow && (n.op_type() == "Loop" || n.op_type() == "Scan")) {
+    if (body_g == nullptr)
+      return absl::InvalidArgumentError(Join(label, absl::StrCat(n.op_type(), " needs a body")));
+    region_outputs =
+        n.op_type() == "Loop" ? std::max(body_g->output_size() - 1, 0) : body_g->output_size();
+    if (n.op_type() == "Loop" && n.input_size() < 2) {
+      return absl::InvalidArgumentError(
+          Join(label, "Loop needs inputs M and cond (either may be empty)"));
+    }
+  }
+  for (const auto& [attr, g] :
+       {std::pair<const char*, const pb::GraphProto*>{"then_branch", then_g},
+        {"else_branch", else_g},
+        {"body", body_g}}) {
+    if (g == nullptr) continue;
+    std::unique_ptr<Graph> sub = m_->NewGraph(graph, np);
+    Scope inner;
+    inner.parent = &scope;
+    if (absl::Status s = ImportGraph(*g, sub.get(), inner, /*top=*/false, Join(label, attr));
+        !s.ok())
+      return s;
+    np->subgraphs.emplace_back(attr, std::move(sub));
+  }
+  // Outputs.
+  for (int i = 0; i < n.output_size(); ++i) {
+    if (n.output(i).empty()) {
+      np->outputs.push_back(nullptr);
+      continue;
+    }
+    Value* v = m_->NewValue(DType::kF32, std::nullopt, graph, n.output(i));
+    v->producer = np;
+    v->output_index = i;
+    np->outputs.push_back(v);
+  }
+  if (control_flow) {
+    if (np->outputs.size() > region_outputs) {
+      return absl::InvalidArgumentError(
+          Join(label,
+               absl::StrCat("has ", np->outputs.size(), " outputs; its ",
+                            n.op_type() == "If" ? "branches" : "body", " make ", region_outputs)));
+    }
+    while (np->outputs.size() < region_outputs) np->outputs.push_back(nullptr);
+  } else {
+    while (!np->outputs.empty() && np->outputs.back() == nullptr) np->outputs.pop_back();
+  }
+  for (Value* v : np->outputs) {
+    if (v != nullptr) scope.names[v->name] = v;
+  }
+  graph->nodes.push_back(std::move(node));
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope& scope, bool top,
+                                   const std::string& where) {
+  for (const auto* list : {&g.value_info(), &g.output(), &g.input()}) {
+    for (const pb::ValueInfoProto& v : *list) {
+      if (v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType &&
+          v.type().tensor_type().has_shape()) {
+        declared_rank_[v.name()] = v.type().tensor_type().shape().dim_size();
+      }
+    }
+  }
+  absl::flat_hash_map<std::string, bool> is_init;
+  for (const pb::TensorProto& t : g.initializer()) {
+    absl::StatusOr<Tensor> tensor =
+        ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
+    if (!tensor.ok()) return tensor.status();
+    scope.names[t.name()] = m_->NewConstant(*std::move(tensor), t.name(), /*is_weight=*/true);
+    is_init[t.name()] = true;
+  }
+  for (const pb::ValueInfoProto& v : g.input()) {
+    // At the top level an input with an initializer is a weight with a default; dynvm
+    // treats it as the weight. A region's inputs are its signature, all of them.
+    if (top && is_init.contains(v.name())) continue;
+    absl::StatusOr<Value*> in = ImportInput(v, graph, top, where);
+    if (!in.ok()) return in.status();
+    scope.names[v.name()] = *in;
+  }
+  for (int i = 0; i < g.node_size(); ++i) {
+    if (absl::Status s = ImportNode(g.node(i), i, graph, scope, where); !s.ok()) return s;
+  }
+  for (const pb::ValueInfoProto& o : g.output()) {
+    Value* v = scope.Find(o.name());
+    if (v == nullptr) {
+      return absl::InvalidArgumentError(
+          Join(where, absl::StrCat("output '", o.name(), "' is not defined")));
+    }
+    graph->outputs.push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& model) {
+  if (absl::Status s = CheckModelStructure(model, tensor_options_); !s.ok()) return s;
+  bool found = false;
+  for (const pb::OperatorSetIdProto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") {
+      opset_ = o.version();
+      found = true;
+    }
+  }
+  if (!found)
+    return absl::UnimplementedError("the model imports no opset of the default ONNX domain");
+  if (opset_ < kMinOpset || opset_ > kMaxOpset) {
+    return absl::UnimplementedError(absl::StrCat(
+        "opset ", opset_, " is not supported (dynvm imports opsets ", kMinFullOpset, " to ",
+        kMaxOpset, ", and older ones where the operators used have not changed)"));
+  }
+  if (options_.onnx_checker) {
+    if (absl::Status s = RunLibOnnxChecker(model); !s.ok()) return s;
+  }
+  auto module = std::make_unique<Module>();
+  m_ = module.get();
+  Graph* top = module->AddFunction(options_.function_name);
+  Scope scope;
+  if (absl::Status s = ImportGraph(model.graph(), top, scope, /*top=*/true, ""); !s.ok()) return s;
+  return module;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Module>> ImportOnnxBytes(absl::string_view bytes,
+                                                        const std::string& model_dir,
+                                                        const ImportOptions& options) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError(
+        "the model is larger than 2 GiB; use external data for its weights");
+  }
+  pb::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError("not a valid ONNX model (protobuf parsing failed)");
+  }
+  TensorReadOptions t;
+  t.model_dir = model_dir;
+  t.max_bytes = options.max_tensor_bytes;
+  return Importer(options, std::move(t)).Run(model);
+}
+
+absl::StatusOr<std::unique_ptr<Module>> ImportOnnxFile(const std::string& path,
+                                                       const ImportOptions& options) {
+  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  const absl::Span<const uint8_t> bytes = (*file)->bytes();
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  absl::StatusOr<std::unique_ptr<Module>> m = ImportOnnxBytes(
+      absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), dir, options);
+  if (!m.ok())
+    return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
+  return m;
+}
+
+}  // namespace dynvm::compiler::onnx

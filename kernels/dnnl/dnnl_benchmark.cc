@@ -1,0 +1,301 @@
+// Benchmarks of the oneDNN backend, per kernel and shape class, and of the oneDNN forms the
+// kernels chose between (docs/kernels.md, "oneDNN backend"):
+//   BM_MatMul/M/threads          -- the MatMul kernel (K = N = 1024), GFLOP/s counter;
+//   BM_Linear/M/threads          -- Gemm with a [N, K] weight (transB) and a bias;
+//   BM_Sgemm[TransB], BM_MatmulRuntimeM, BM_MatmulFixed[TransB] -- dnnl_sgemm, the runtime-M
+//                                    matmul primitive and the fixed-shape primitive on the same
+//                                    problem, with B row-major or transposed;
+//   BM_LstmStep_*/threads        -- one LSTM decode step (batch 1, hidden 256): this backend's
+//                                    GEMMs + fused gates, oneDNN's LSTM primitive (weights
+//                                    prepacked, not timed), the reference kernel;
+//   BM_Add, BM_Tanh, BM_Softmax, BM_LayerNorm -- primitive-backed ops against the reference
+//                                    kernel, by size (sets kMinBinaryElements).
+// Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
+// they made: docs/kernels.md, "oneDNN backend".
+#include <memory>
+#include <vector>
+
+#include "allocator/heap_allocator.h"
+#include "benchmark/benchmark.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/registry.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using testing::KernelCall;
+
+Tensor Filled(std::vector<int64_t> dims) {
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.001f * static_cast<float>(i % 89 - 44);
+  return t;
+}
+
+// Runs a kernel (created for `call`, restricted to `backend`) in the benchmark loop at one site
+// with preallocated outputs.
+void RunKernel(benchmark::State& state, KernelCall& call, const std::string& backend,
+               const std::vector<Tensor>& inputs, const std::vector<std::vector<int64_t>>& out_dims,
+               int threads) {
+  KernelSpec spec = call.spec();
+  absl::StatusOr<std::unique_ptr<Kernel>> k =
+      KernelRegistry::Global().Create(spec, BackendPolicy{{backend}});
+  if (!k.ok()) {
+    state.SkipWithError(std::string(k.status().message()).c_str());
+    return;
+  }
+  state.SetLabel((*k)->name());
+  KernelContext ctx(&HeapAllocator::Get(), threads);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(t.defined() ? &t : nullptr);
+  std::vector<Tensor> outs;
+  for (const auto& d : out_dims) outs.push_back(*Tensor::Empty(DType::kF32, d));
+  std::vector<Tensor*> out;
+  for (Tensor& t : outs) out.push_back(&t);
+  for (auto _ : state) {
+    absl::Status s = (*k)->Run(ctx, in, out);
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+  }
+}
+
+void SetFlops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9 * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
+}
+
+constexpr int64_t kK = 1024, kN = 1024;
+
+// Single-threaded runs report GFLOP/s over the thread's CPU time, which on a shared machine
+// is closer to an idle machine's wall time; two-thread runs over wall time.
+void MatMulArgs1(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "threads"});
+  for (int64_t m : {1, 64, 512}) b->Args({m, 1});
+}
+void MatMulArgs2(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "threads"});
+  for (int64_t m : {1, 64, 512}) b->Args({m, 2});
+  b->UseRealTime();
+}
+#define MATMUL_BENCHMARK(fn) \
+  BENCHMARK(fn)->Apply(MatMulArgs1); \
+  BENCHMARK(fn)->Apply(MatMulArgs2)
+
+// ---- MatMul through the kernel ----
+
+void BM_MatMul(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  Tensor a = Filled({m, kK}), b = Filled({kK, kN});
+  KernelCall call("MatMul");
+  call.In(a).In(b).Out(DType::kF32);
+  RunKernel(state, call, "dnnl", {a, b}, {{m, kN}}, threads);
+  SetFlops(state, 2.0 * m * kK * kN);
+}
+MATMUL_BENCHMARK(BM_MatMul);
+
+// A linear layer: Gemm with a [N, K] weight (transB) and a bias.
+void BM_Linear(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  Tensor a = Filled({m, kK}), w = Filled({kN, kK}), bias = Filled({kN});
+  KernelCall call("Gemm");
+  call.In(a).In(w).In(bias).Out(DType::kF32).Attr("transB", int64_t{1});
+  RunKernel(state, call, "dnnl", {a, w, bias}, {{m, kN}}, threads);
+  SetFlops(state, 2.0 * m * kK * kN);
+}
+MATMUL_BENCHMARK(BM_Linear);
+
+// ---- the oneDNN forms, directly ----
+
+void Sgemm(benchmark::State& state, char trans_b) {
+  const int64_t m = state.range(0);
+  SetThreads(static_cast<int>(state.range(1)));
+  std::vector<float> a(m * kK, 0.5f), b(kK * kN, 0.25f), c(m * kN);
+  const int64_t ldb = trans_b == 'N' ? kN : kK;
+  for (auto _ : state) {
+    dnnl_sgemm('N', trans_b, m, kN, kK, 1.0f, a.data(), kK, b.data(), ldb, 0.0f, c.data(), kN);
+  }
+  SetFlops(state, 2.0 * m * kK * kN);
+}
+void BM_Sgemm(benchmark::State& state) { Sgemm(state, 'N'); }
+void BM_SgemmTransB(benchmark::State& state) { Sgemm(state, 'T'); }
+MATMUL_BENCHMARK(BM_Sgemm);
+MATMUL_BENCHMARK(BM_SgemmTransB);
+
+// A matmul primitive over M rows (DNNL_RUNTIME_DIM_VAL for the runtime-M form) executed on
+// `m` rows with a user scratchpad.
+void MatmulPrimitive(benchmark::State& state, bool runtime_m, bool trans_b) {
+  using dt = dnnl::memory::data_type;
+  const int64_t m = state.range(0);
+  SetThreads(static_cast<int>(state.range(1)));
+  std::vector<float> a(m * kK, 0.5f), b(kK * kN, 0.25f), c(m * kN);
+  std::vector<char> scratch;
+  BoundPrimitive prim;
+  absl::Status s = Guard("matmul", [&] {
+    const dnnl::engine& engine = **CpuEngine();
+    const int64_t pm = runtime_m ? DNNL_RUNTIME_DIM_VAL : m;
+    dnnl::memory::desc a_md({pm, kK}, dt::f32, dnnl::memory::dims{kK, 1});
+    dnnl::memory::desc b_md({kK, kN}, dt::f32,
+                            trans_b ? dnnl::memory::dims{1, kK} : dnnl::memory::dims{kN, 1});
+    dnnl::memory::desc c_md({pm, kN}, dt::f32, dnnl::memory::dims{kN, 1});
+    dnnl::matmul::desc d(a_md, b_md, c_md);
+    dnnl::matmul::primitive_desc pd(d, UserScratchpadAttr(), engine);
+    state.SetLabel(pd.impl_info_str());
+    prim.Bind(pd, {{DNNL_ARG_SRC, DenseDesc(dt::f32, {m, kK})},
+                   {DNNL_ARG_WEIGHTS, b_md},
+                   {DNNL_ARG_DST, DenseDesc(dt::f32, {m, kN})}});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  scratch.resize(prim.scratchpad_bytes() + 64);
+  for (auto _ : state) {
+    s = prim.Execute({a.data(), b.data(), c.data()}, scratch.data());
+  }
+  if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+  SetFlops(state, 2.0 * m * kK * kN);
+}
+void BM_MatmulRuntimeM(benchmark::State& state) { MatmulPrimitive(state, true, false); }
+void BM_MatmulFixed(benchmark::State& state) { MatmulPrimitive(state, false, false); }
+void BM_MatmulFixedTransB(benchmark::State& state) { MatmulPrimitive(state, false, true); }
+MATMUL_BENCHMARK(BM_MatmulRuntimeM);
+MATMUL_BENCHMARK(BM_MatmulFixed);
+MATMUL_BENCHMARK(BM_MatmulFixedTransB);
+
+// ---- LSTM step (batch 1, hidden 256, input 256) ----
+
+constexpr int64_t kHidden = 256;
+
+void LstmStep(benchmark::State& state, const std::string& backend) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t h = kHidden;
+  Tensor x = Filled({1, 1, h}), w = Filled({1, 4 * h, h}), r = Filled({1, 4 * h, h});
+  Tensor b = Filled({1, 8 * h}), h0 = Filled({1, 1, h}), c0 = Filled({1, 1, h});
+  KernelCall call("LSTM");
+  call.In(x).In(w).In(r).In(b).Absent().In(h0).In(c0);
+  call.Out(DType::kF32).Out(DType::kF32).Out(DType::kF32).Attr("hidden_size", h);
+  RunKernel(state, call, backend, {x, w, r, b, Tensor(), h0, c0},
+            {{1, 1, 1, h}, {1, 1, h}, {1, 1, h}}, threads);
+  SetFlops(state, 2.0 * 2 * 4 * h * h);
+}
+void BM_LstmStep_GemmFusedGates(benchmark::State& state) { LstmStep(state, "dnnl"); }
+void BM_LstmStep_Reference(benchmark::State& state) { LstmStep(state, "reference"); }
+BENCHMARK(BM_LstmStep_GemmFusedGates)->ArgName("threads")->Arg(1);
+BENCHMARK(BM_LstmStep_GemmFusedGates)->ArgName("threads")->Arg(2)->UseRealTime();
+BENCHMARK(BM_LstmStep_Reference)->ArgName("threads")->Arg(1);
+
+// oneDNN's LSTM primitive on the same step, its weights reordered once into the layout it
+// prefers (the reorder is not timed: a compiler-packed constant would hold it).
+void BM_LstmStep_OneDnnPrimitive(benchmark::State& state) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  SetThreads(static_cast<int>(state.range(0)));
+  const int64_t h = kHidden;
+  std::vector<float> x(h, 0.1f), h0(h, 0.1f), c0(h, 0.1f), y(h), hy(h), cy(h);
+  std::vector<float> wl(h * 4 * h, 0.01f), wi(h * 4 * h, 0.01f), bias(4 * h, 0.0f);
+  std::vector<char> scratch, wl_packed, wi_packed;
+  BoundPrimitive prim;
+  absl::Status s = Guard("lstm", [&] {
+    const dnnl::engine& engine = **CpuEngine();
+    dnnl::stream stream(engine);
+    const dnnl::memory::desc src({1, 1, h}, dt::f32, tag::tnc);
+    const dnnl::memory::desc state_md({1, 1, 1, h}, dt::f32, tag::ldnc);
+    const dnnl::memory::desc w_any({1, 1, h, 4, h}, dt::f32, tag::any);
+    const dnnl::memory::desc bias_md({1, 1, 4, h}, dt::f32, tag::ldgo);
+    dnnl::lstm_forward::desc d(dnnl::prop_kind::forward_inference,
+                               dnnl::rnn_direction::unidirectional_left2right, src, state_md,
+                               state_md, w_any, w_any, bias_md, src, state_md, state_md);
+    dnnl::lstm_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+    state.SetLabel(pd.impl_info_str());
+    const dnnl::memory::desc wl_md = pd.weights_layer_desc(), wi_md = pd.weights_iter_desc();
+    wl_packed.resize(wl_md.get_size());
+    wi_packed.resize(wi_md.get_size());
+    const dnnl::memory::desc plain({1, 1, h, 4, h}, dt::f32, tag::ldigo);
+    dnnl::memory wl_user(plain, engine, wl.data()), wl_mem(wl_md, engine, wl_packed.data());
+    dnnl::memory wi_user(plain, engine, wi.data()), wi_mem(wi_md, engine, wi_packed.data());
+    dnnl::reorder(wl_user, wl_mem).execute(stream, wl_user, wl_mem);
+    dnnl::reorder(wi_user, wi_mem).execute(stream, wi_user, wi_mem);
+    stream.wait();
+    prim.Bind(pd, {{DNNL_ARG_SRC_LAYER, src},
+                   {DNNL_ARG_SRC_ITER, state_md},
+                   {DNNL_ARG_SRC_ITER_C, state_md},
+                   {DNNL_ARG_WEIGHTS_LAYER, wl_md},
+                   {DNNL_ARG_WEIGHTS_ITER, wi_md},
+                   {DNNL_ARG_BIAS, bias_md},
+                   {DNNL_ARG_DST_LAYER, src},
+                   {DNNL_ARG_DST_ITER, state_md},
+                   {DNNL_ARG_DST_ITER_C, state_md}});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  scratch.resize(prim.scratchpad_bytes() + 64);
+  for (auto _ : state) {
+    s = prim.Execute({x.data(), h0.data(), c0.data(), wl_packed.data(), wi_packed.data(),
+                      bias.data(), y.data(), hy.data(), cy.data()},
+                     scratch.data());
+  }
+  if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+  SetFlops(state, 2.0 * 2 * 4 * h * h);
+}
+BENCHMARK(BM_LstmStep_OneDnnPrimitive)->ArgName("threads")->Arg(1);
+BENCHMARK(BM_LstmStep_OneDnnPrimitive)->ArgName("threads")->Arg(2)->UseRealTime();
+
+// ---- primitive-backed ops against the reference kernel, by size ----
+
+void SizeArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"elements", "dnnl"});
+  for (int64_t n : {64, 256, 1024, 4096, 16384, 262144}) {
+    b->Args({n, 1});
+    b->Args({n, 0});
+  }
+}
+
+void BM_Add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = Filled({n}), b = Filled({n});
+  KernelCall call("Add");
+  call.In(a).In(b).Out(DType::kF32);
+  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a, b}, {{n}}, 1);
+}
+BENCHMARK(BM_Add)->Apply(SizeArgs);
+
+void BM_Tanh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = Filled({n});
+  KernelCall call("Tanh");
+  call.In(a).Out(DType::kF32);
+  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a}, {{n}}, 1);
+}
+BENCHMARK(BM_Tanh)->Apply(SizeArgs);
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = Filled({n / 64 > 0 ? n / 64 : 1, 64});
+  KernelCall call("Softmax");
+  call.In(a).Out(DType::kF32);
+  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a},
+            {{a.dim(0), a.dim(1)}}, 1);
+}
+BENCHMARK(BM_Softmax)->Apply(SizeArgs);
+
+void BM_LayerNorm(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  Tensor x = Filled({rows, 1024}), s = Filled({1024}), b = Filled({1024});
+  KernelCall call("LayerNormalization");
+  call.In(x).In(s).In(b).Out(DType::kF32);
+  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {x, s, b}, {{rows, 1024}}, 1);
+}
+BENCHMARK(BM_LayerNorm)->ArgNames({"rows", "dnnl"})->Args({1, 1})->Args({1, 0})->Args({64, 1})->Args({64, 0});
+
+}  // namespace
+}  // namespace dynvm::onednn
+
+BENCHMARK_MAIN();

@@ -1,0 +1,181 @@
+// oneDNN-backend specifics the generic backend test (kernels/backend_test.cc) does not see:
+// plain shapes are served by oneDNN, not by the reference fallback; fallbacks are counted;
+// kernel names tell the variant; a site rebinds when the thread count changes.
+#include <memory>
+#include <vector>
+
+#include "allocator/heap_allocator.h"
+#include "gtest/gtest.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/registry.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using testing::F32;
+using testing::KernelCall;
+
+Tensor Filled(std::vector<int64_t> dims, float scale = 0.01f) {
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * static_cast<float>(i % 97 - 48);
+  return t;
+}
+
+// A oneDNN kernel for a call's spec, run `runs` times at one site.
+struct Site {
+  std::unique_ptr<Kernel> kernel;
+  const DnnlKernel* dnnl = nullptr;
+  std::unique_ptr<KernelContext> ctx;
+};
+
+Site Make(KernelCall& call, int threads = 1) {
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  Site s;
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  EXPECT_TRUE(k.ok()) << k.status();
+  if (!k.ok()) return s;
+  s.kernel = *std::move(k);
+  s.dnnl = dynamic_cast<const DnnlKernel*>(s.kernel.get());
+  EXPECT_NE(s.dnnl, nullptr);
+  s.ctx = std::make_unique<KernelContext>(&HeapAllocator::Get(), threads);
+  return s;
+}
+
+absl::Status RunAt(Site& s, const std::vector<const Tensor*>& in, int num_outputs) {
+  std::vector<Tensor> outs(num_outputs);
+  std::vector<Tensor*> ptrs;
+  for (Tensor& t : outs) ptrs.push_back(&t);
+  return s.kernel->Run(*s.ctx, in, ptrs);
+}
+
+struct PlainCase {
+  const char* what;
+  KernelCall call;
+  std::vector<Tensor> inputs;
+  int outputs = 1;
+};
+
+TEST(DnnlKernels, PlainShapesAreServedByOneDnn) {
+  std::vector<PlainCase> cases;
+  {
+    Tensor a = Filled({1, 1024}), b = Filled({1024, 1024});
+    cases.push_back({"matmul", KernelCall("MatMul").In(a).In(b).Out(DType::kF32), {a, b}});
+  }
+  {
+    Tensor a = Filled({8, 64}), w = Filled({32, 64}), c = Filled({32});
+    KernelCall call("Gemm");
+    call.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", int64_t{1});
+    cases.push_back({"gemm", call, {a, w, c}});
+  }
+  {
+    Tensor a = Filled({64, 129}), b = Filled({129});
+    cases.push_back({"add", KernelCall("Add").In(a).In(b).Out(DType::kF32), {a, b}});
+    cases.push_back({"sub", KernelCall("Sub").In(a).In(b).Out(DType::kF32), {a, b}});
+    cases.push_back({"relu", KernelCall("Relu").In(a).Out(DType::kF32), {a}});
+    KernelCall sm("Softmax");
+    sm.In(a).Out(DType::kF32);
+    cases.push_back({"softmax", sm, {a}});
+    KernelCall rs("ReduceSum");
+    rs.In(a).Out(DType::kF32).Attr("axes", std::vector<int64_t>{1});
+    cases.push_back({"reducesum", rs, {a}});
+  }
+  {
+    Tensor x = Filled({4, 256}), s = Filled({256}), b = Filled({256});
+    KernelCall ln("LayerNormalization");
+    ln.In(x).In(s).In(b).Out(DType::kF32);
+    cases.push_back({"layernorm", ln, {x, s, b}});
+  }
+  for (const char* op : {"LSTM", "GRU", "RNN"}) {
+    const int64_t g = op[0] == 'L' ? 4 : op[0] == 'G' ? 3 : 1;
+    Tensor x = Filled({2, 1, 8}), w = Filled({1, g * 16, 8}), r = Filled({1, g * 16, 16});
+    KernelCall call(op);
+    call.In(x).In(w).In(r).Out(DType::kF32).Out(DType::kF32).Attr("hidden_size", int64_t{16});
+    cases.push_back({op, call, {x, w, r}, 2});
+  }
+  for (PlainCase& c : cases) {
+    Site s = Make(c.call);
+    ASSERT_NE(s.dnnl, nullptr) << c.what;
+    std::vector<const Tensor*> in;
+    for (const Tensor& t : c.inputs) in.push_back(&t);
+    for (int run = 0; run < 3; ++run) {
+      absl::Status st = RunAt(s, in, c.outputs);
+      ASSERT_TRUE(st.ok()) << c.what << ": " << st;
+    }
+    EXPECT_EQ(s.dnnl->reference_runs(), 0) << c.what << " (" << s.dnnl->name() << ")";
+  }
+}
+
+TEST(DnnlKernels, FallbacksAreCounted) {
+  // A transposed view: the eltwise primitive would write the output in the input's layout.
+  Tensor base = Filled({40, 70});
+  Tensor view = *Tensor::View(base.storage(), 0, DType::kF32, {70, 40}, {1, 70});
+  KernelCall relu("Relu");
+  relu.In(view).Out(DType::kF32);
+  Site s = Make(relu);
+  ASSERT_TRUE(RunAt(s, {&view}, 1).ok());
+  EXPECT_EQ(s.dnnl->reference_runs(), 1);
+  // Sub's first operand broadcast: oneDNN broadcasts only its second.
+  Tensor a = Filled({129}), b = Filled({64, 129});
+  KernelCall sub("Sub");
+  sub.In(a).In(b).Out(DType::kF32);
+  Site t = Make(sub);
+  ASSERT_TRUE(RunAt(t, {&a, &b}, 1).ok());
+  EXPECT_EQ(t.dnnl->reference_runs(), 1);
+}
+
+TEST(DnnlKernels, NamesTellTheVariant) {
+  Tensor a = Filled({2, 3}), b = Filled({3, 4});
+  KernelCall mm("MatMul");
+  mm.In(a).In(b).Out(DType::kF32);
+  EXPECT_EQ(Make(mm).kernel->name(), "matmul.f32.dnnl.sgemm+brgemm");
+  KernelCall add("Add");
+  add.In(a).In(a).Out(DType::kF32);
+  EXPECT_EQ(Make(add).kernel->name(), "add.f32.dnnl");
+  Tensor x = Filled({1, 1, 4}), w = Filled({1, 16, 4}), r = Filled({1, 16, 4});
+  KernelCall lstm("LSTM");
+  lstm.In(x).In(w).In(r).Out(DType::kF32);
+  EXPECT_EQ(Make(lstm).kernel->name(), "lstm.f32.dnnl.gemm");
+  // The registry's default choice for f32 is oneDNN; f64 is the reference kernel's.
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(add.spec());
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ((*k)->name(), "add.f32.dnnl");
+  KernelCall add64("Add");
+  Tensor d = *Tensor::Empty(DType::kF64, {2});
+  add64.In(d).In(d).Out(DType::kF64);
+  k = KernelRegistry::Global().Create(add64.spec());
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ((*k)->name(), "add.f64.ref");
+}
+
+TEST(DnnlKernels, ThreadCountChangeRebinds) {
+  Tensor a = Filled({256, 300});
+  KernelCall sm("Softmax");
+  sm.In(a).Out(DType::kF32);
+  Site s = Make(sm, 2);
+  std::vector<Tensor> outs(1);
+  ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
+  s.ctx->set_num_threads(1);
+  ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
+  s.ctx->set_num_threads(2);
+  ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
+  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+}
+
+TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
+  // A strided operand oneDNN cannot address is packed into the site's workspace, which the
+  // context's allocator provides (the VM's pool in a VM).
+  Tensor base = Filled({60});
+  Tensor a = *Tensor::View(base.storage(), 0, DType::kF32, {4, 5}, {2, 10});  // every other
+  Tensor b = Filled({5, 2});
+  KernelCall mm("MatMul");
+  mm.In(a).In(b).Out(DType::kF32);
+  Site s = Make(mm);
+  const int64_t before = HeapAllocator::Get().stats().allocs;
+  ASSERT_TRUE(RunAt(s, {&a, &b}, 1).ok());
+  EXPECT_GT(HeapAllocator::Get().stats().allocs, before);
+}
+
+}  // namespace
+}  // namespace dynvm::onednn

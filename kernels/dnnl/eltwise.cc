@@ -1,0 +1,247 @@
+// oneDNN elementwise ops (f32): unary ops by the eltwise primitive, binary ops (numpy
+// broadcasting) by the binary primitive, each bound once per site and shape.
+//
+// NaN: oneDNN's relu, exp, clip, max and min map NaN to a number where ONNX (and the reference
+// kernels) propagate it; those kernels scan their inputs (common.h, HasNaN) and hand a run with
+// a NaN to the reference kernel.
+//
+// Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
+// gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
+//
+// Run-time fallbacks to the reference kernel: empty tensors; binary ops under
+// kMinBinaryElements output elements (a primitive execute costs more than the reference loop
+// there: dnnl_benchmark.cc, BM_Add); a strided unary input (the eltwise primitive writes its
+// output in its input's layout); and a broadcast oneDNN lacks (its first operand must have
+// every output element: a broadcast first operand of Sub or Div, or both operands broadcast).
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using reference::Dims;
+using alg = dnnl::algorithm;
+
+// ---- unary ----
+
+struct UnaryDef {
+  const char* op;
+  alg algorithm;
+  float alpha = 0;
+  float beta = 0;
+  const char* alpha_attr = nullptr;  // attribute overriding alpha
+  bool drops_nan = false;            // oneDNN maps NaN to a number: NaN inputs go to the reference
+};
+
+class UnaryKernel final : public DnnlKernel {
+ public:
+  UnaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, float alpha,
+              float beta, bool clip, bool drops_nan)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        algorithm_(algorithm),
+        alpha_(alpha),
+        beta_(beta),
+        clip_(clip),
+        drops_nan_(drops_nan) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || x.numel() == 0 || !x.is_contiguous()) {
+      return RunReference(ctx, in, out);
+    }
+    float alpha = alpha_, beta = beta_;
+    if (clip_) {
+      // Clip's bounds as inputs (opset >= 11); the reference kernel checks odd ones.
+      for (size_t i = 1; i < 3 && i < in.size(); ++i) {
+        if (in[i] == nullptr) continue;
+        if (in[i]->dtype() != DType::kF32 || in[i]->numel() != 1) {
+          return RunReference(ctx, in, out);
+        }
+        (i == 1 ? alpha : beta) = *in[i]->data<float>();
+      }
+      if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
+    }
+    if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
+    SetThreads(ctx.num_threads());
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(ctx.num_threads());
+    key.AddFloat(alpha);
+    key.AddFloat(beta);
+    PrimitiveState* st = SiteState<PrimitiveState>(ctx);
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, "eltwise", [&](const dnnl::engine& engine) {
+      const dnnl::memory::desc md = TensorDesc(x);
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha, beta);
+      dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+      st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+    }));
+    if (st->use_reference) return RunReference(ctx, in, out);
+    return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  alg algorithm_;
+  float alpha_, beta_;
+  bool clip_;
+  bool drops_nan_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  float alpha = def.alpha;
+  if (def.alpha_attr != nullptr) {
+    absl::StatusOr<float> a = spec.GetFloat(def.alpha_attr, def.alpha);
+    if (!a.ok()) return a.status();
+    alpha = *a;
+  }
+  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), def.algorithm, alpha,
+                                       def.beta, /*clip=*/false, def.drops_nan);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  // Opset < 11 gives the bounds as attributes.
+  absl::StatusOr<float> lo = spec.GetFloat("min", -std::numeric_limits<float>::infinity());
+  absl::StatusOr<float> hi = spec.GetFloat("max", std::numeric_limits<float>::infinity());
+  if (!lo.ok()) return lo.status();
+  if (!hi.ok()) return hi.status();
+  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), alg::eltwise_clip_v2,
+                                       *lo, *hi, /*clip=*/true, /*drops_nan=*/true);
+}
+
+// ---- binary ----
+
+class BinaryKernel final : public DnnlKernel {
+ public:
+  BinaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm,
+               bool commutative, float scale)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        algorithm_(algorithm),
+        commutative_(commutative),
+        scale_(scale),
+        drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
+    const Tensor* a = in[0];
+    const Tensor* b = in[1];
+    if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunReference(ctx, in, out);
+    absl::StatusOr<Dims> dims = reference::BroadcastShapes(a->dims(), b->dims());
+    if (!dims.ok()) return RunReference(ctx, in, out);  // reports the shapes
+    absl::StatusOr<int64_t> total = CheckedNumel(*dims);
+    if (!total.ok() || *total < kMinBinaryElements) return RunReference(ctx, in, out);
+    const int64_t numel = *total;
+    if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunReference(ctx, in, out);
+    const absl::Span<const int64_t> out_dims = *dims;
+    // oneDNN broadcasts its second operand only: the first must have every output element.
+    if (a->numel() != numel) {
+      if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
+      std::swap(a, b);
+    }
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+    SetThreads(ctx.num_threads());
+    ShapeKey key;
+    key.Add(a);
+    key.Add(b);
+    key.Add(ctx.num_threads());
+    PrimitiveState* st = SiteState<PrimitiveState>(ctx);
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, "binary", [&](const dnnl::engine& engine) {
+      const int rank = std::max<int>(static_cast<int>(out_dims.size()), 1);
+      const dnnl::memory::desc a_md = AlignedDesc(*a, rank);
+      const dnnl::memory::desc b_md = AlignedDesc(*b, rank);
+      const dnnl::memory::desc y_md = DenseDesc(dnnl::memory::data_type::f32, out_dims);
+      dnnl::binary::desc d(algorithm_, a_md, b_md, y_md);
+      dnnl::primitive_attr attr = UserScratchpadAttr();
+      if (scale_ != 1.0f) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, alg::eltwise_linear, scale_, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::binary::primitive_desc pd(d, attr, engine);
+      st->prim.Bind(pd, {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, b_md}, {DNNL_ARG_DST, y_md}});
+    }));
+    if (st->use_reference) return RunReference(ctx, in, out);
+    return ExecuteBound(ctx, st->prim, {a->raw_data(), b->raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  alg algorithm_;
+  bool commutative_;
+  float scale_;      // applied to the result (Mean of two)
+  bool drops_nan_;   // max/min return the other operand for a NaN
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,
+                                                     bool commutative, float scale) {
+  if (spec.inputs.size() != 2) {
+    // Variadic Max/Min/Sum/Mean with other than two inputs: the reference kernel.
+    return absl::UnimplementedError(
+        absl::StrCat(spec.op, ": the oneDNN kernel takes exactly two inputs"));
+  }
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<BinaryKernel>(KernelName(spec), *std::move(ref), algorithm, commutative,
+                                        scale);
+}
+
+void Add(KernelRegistry& r, const char* op, KernelFactory f) {
+  r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
+}
+
+}  // namespace
+
+void RegisterEltwiseKernels(KernelRegistry& r) {
+  static const UnaryDef kUnary[] = {
+      {"Relu", alg::eltwise_relu, 0, 0, nullptr, /*drops_nan=*/true},
+      {"LeakyRelu", alg::eltwise_relu, 0.01f, 0, "alpha"},
+      {"Tanh", alg::eltwise_tanh},
+      {"Sigmoid", alg::eltwise_logistic},
+      {"Exp", alg::eltwise_exp, 0, 0, nullptr, /*drops_nan=*/true},
+      {"Sqrt", alg::eltwise_sqrt},
+      {"Abs", alg::eltwise_abs},
+      {"Elu", alg::eltwise_elu, 1.0f, 0, "alpha"},
+      {"Softplus", alg::eltwise_soft_relu},
+      {"Neg", alg::eltwise_linear, -1.0f, 0.0f},
+      {"Reciprocal", alg::eltwise_pow, 1.0f, -1.0f},
+      {"HardSwish", alg::eltwise_hardswish},
+      {"Round", alg::eltwise_round},
+  };
+  for (const UnaryDef& def : kUnary) {
+    Add(r, def.op, [&def](const KernelSpec& spec) { return CreateUnary(spec, def); });
+  }
+  Add(r, "Clip", &CreateClip);
+  struct BinaryDef {
+    const char* op;
+    alg algorithm;
+    bool commutative;
+    float scale;
+  };
+  static const BinaryDef kBinary[] = {
+      {"Add", alg::binary_add, true, 1.0f},  {"Sub", alg::binary_sub, false, 1.0f},
+      {"Mul", alg::binary_mul, true, 1.0f},  {"Div", alg::binary_div, false, 1.0f},
+      {"Max", alg::binary_max, true, 1.0f},  {"Min", alg::binary_min, true, 1.0f},
+      {"Sum", alg::binary_add, true, 1.0f},  {"Mean", alg::binary_add, true, 0.5f},
+  };
+  for (const BinaryDef& def : kBinary) {
+    Add(r, def.op, [&def](const KernelSpec& spec) {
+      return CreateBinary(spec, def.algorithm, def.commutative, def.scale);
+    });
+  }
+}
+
+}  // namespace dynvm::onednn

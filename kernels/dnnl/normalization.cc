@@ -1,0 +1,208 @@
+// oneDNN Softmax, LogSoftmax (softmax_v2 primitive) and LayerNormalization (f32), bound once
+// per site and shape.
+//
+// Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
+// or an infinity (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
+// input, and LayerNormalization on a strided input or with a Scale/B that is not one value per normalized element. A
+// LayerNormalization asked for its Mean and InvStdDev outputs is the reference kernel's (at
+// create: oneDNN returns the variance, not its inverse square root).
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+// ---- Softmax, LogSoftmax ----
+
+class SoftmaxKernel final : public DnnlKernel {
+ public:
+  SoftmaxKernel(std::string name, std::unique_ptr<Kernel> reference, bool log, int64_t axis,
+                bool legacy_2d)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        log_(log),
+        axis_(axis),
+        legacy_2d_(legacy_2d) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Softmax"));
+    const Tensor& x = *in[0];
+    const int rank = x.rank();
+    if (x.dtype() != DType::kF32 || x.numel() == 0 ||
+        axis_ < -rank || axis_ >= rank || (legacy_2d_ && !x.is_contiguous())) {
+      return RunReference(ctx, in, out);
+    }
+    // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
+    // oneDNN's max skips NaN and gives the other elements numbers.
+    if (HasNonFinite(x)) return RunReference(ctx, in, out);
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
+    SetThreads(ctx.num_threads());
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(ctx.num_threads());
+    PrimitiveState* st = SiteState<PrimitiveState>(ctx);
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, "softmax", [&](const dnnl::engine& engine) {
+      dnnl::memory::desc src, dst;
+      int dnnl_axis = axis;
+      if (legacy_2d_) {
+        // Opset < 13: normalize over [axis, rank) of the input viewed as 2-D.
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.dim(d);
+        src = dst = DenseDesc(dt::f32, {outer, inner});
+        dnnl_axis = 1;
+      } else {
+        src = TensorDesc(x);
+        dst = DenseDesc(dt::f32, x.dims());
+      }
+      dnnl::softmax_v2_forward::desc d(
+          dnnl::prop_kind::forward_inference,
+          log_ ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src, dst,
+          dnnl_axis);
+      dnnl::softmax_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+      st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    }));
+    if (st->use_reference) return RunReference(ctx, in, out);
+    return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  bool log_;
+  int64_t axis_;
+  bool legacy_2d_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const KernelSpec& spec, bool log) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  absl::StatusOr<int64_t> legacy = spec.GetInt("legacy_2d", 0);
+  if (!legacy.ok()) return legacy.status();
+  absl::StatusOr<int64_t> axis = spec.GetInt("axis", *legacy != 0 ? 1 : -1);
+  if (!axis.ok()) return axis.status();
+  return std::make_unique<SoftmaxKernel>(KernelName(spec), *std::move(ref), log, *axis,
+                                         *legacy != 0);
+}
+
+// ---- LayerNormalization ----
+
+// True when `t` (Scale or B) holds exactly one value per element of x's dims [axis, rank), in
+// row-major order: dims right-aligned equal to those (leading 1s allowed), contiguous.
+bool PerElement(const Tensor& t, const Tensor& x, int axis, int64_t count) {
+  if (t.dtype() != DType::kF32 || t.rank() > x.rank() || t.numel() != count ||
+      !t.is_contiguous()) {
+    return false;
+  }
+  const int lead = x.rank() - t.rank();
+  for (int i = 0; i < t.rank(); ++i) {
+    const int p = lead + i;
+    if (p < axis ? t.dim(i) != 1 : t.dim(i) != x.dim(p)) return false;
+  }
+  return true;
+}
+
+class LayerNormKernel final : public DnnlKernel {
+ public:
+  LayerNormKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t axis, float epsilon)
+      : DnnlKernel(std::move(name), std::move(reference)), axis_(axis), epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
+    const Tensor& x = *in[0];
+    const Tensor* scale = in.size() > 1 ? in[1] : nullptr;
+    const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+    const int rank = x.rank();
+    if (x.dtype() != DType::kF32 || !x.is_contiguous() || axis_ < -rank || axis_ >= rank ||
+        x.numel() == 0 ||
+        (out.size() > 1 && out[1] != nullptr) || (out.size() > 2 && out[2] != nullptr)) {
+      return RunReference(ctx, in, out);
+    }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    int64_t rows = 1, count = 1;
+    for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
+    if ((scale != nullptr && !PerElement(*scale, x, axis, count)) ||
+        (bias != nullptr && !PerElement(*bias, x, axis, count))) {
+      return RunReference(ctx, in, out);
+    }
+    DNNL_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
+    SetThreads(ctx.num_threads());
+    ShapeKey key;
+    key.Add(rows);
+    key.Add(count);
+    key.Add(scale != nullptr);
+    key.Add(bias != nullptr);
+    key.Add(ctx.num_threads());
+    PrimitiveState* st = SiteState<PrimitiveState>(ctx);
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, "layer normalization", [&](const dnnl::engine& engine) {
+      const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
+      const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
+      dnnl::normalization_flags flags = dnnl::normalization_flags::none;
+      if (scale != nullptr) flags |= dnnl::normalization_flags::use_scale;
+      if (bias != nullptr) flags |= dnnl::normalization_flags::use_shift;
+      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data,
+                                                epsilon_, flags);
+      dnnl::layer_normalization_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+      if (scale != nullptr && bias != nullptr) {
+        st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}, {DNNL_ARG_SCALE, vec},
+                           {DNNL_ARG_SHIFT, vec}});
+      } else if (scale != nullptr || bias != nullptr) {
+        st->prim.Bind(pd, {{DNNL_ARG_SRC, data},
+                           {DNNL_ARG_DST, data},
+                           {scale != nullptr ? DNNL_ARG_SCALE : DNNL_ARG_SHIFT, vec}});
+      } else {
+        st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}});
+      }
+    }));
+    if (st->use_reference) return RunReference(ctx, in, out);
+    void* y = out[0]->raw_data();
+    if (scale != nullptr && bias != nullptr) {
+      return ExecuteBound(ctx, st->prim, {x.raw_data(), y, scale->raw_data(), bias->raw_data()});
+    }
+    if (scale != nullptr || bias != nullptr) {
+      const Tensor* v = scale != nullptr ? scale : bias;
+      return ExecuteBound(ctx, st->prim, {x.raw_data(), y, v->raw_data()});
+    }
+    return ExecuteBound(ctx, st->prim, {x.raw_data(), y});
+  }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 3));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  if (spec.outputs.size() > 1) {
+    return absl::UnimplementedError(
+        "LayerNormalization: Mean and InvStdDev outputs are the reference kernel's");
+  }
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<int64_t> axis = spec.GetInt("axis", -1);
+  if (!axis.ok()) return axis.status();
+  absl::StatusOr<float> epsilon = spec.GetFloat("epsilon", 1e-5f);
+  if (!epsilon.ok()) return epsilon.status();
+  return std::make_unique<LayerNormKernel>(KernelName(spec), *std::move(ref), *axis, *epsilon);
+}
+
+void Add(KernelRegistry& r, const char* op, KernelFactory f) {
+  r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
+}
+
+}  // namespace
+
+void RegisterNormalizationKernels(KernelRegistry& r) {
+  Add(r, "Softmax", [](const KernelSpec& spec) { return CreateSoftmax(spec, /*log=*/false); });
+  Add(r, "LogSoftmax", [](const KernelSpec& spec) { return CreateSoftmax(spec, /*log=*/true); });
+  Add(r, "LayerNormalization", &CreateLayerNorm);
+}
+
+}  // namespace dynvm::onednn

@@ -1,0 +1,315 @@
+#include "tests/conformance/conformance.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "compiler/compiler.h"
+#include "compiler/onnx/onnx_importer.h"
+#include "compiler/onnx/tensor_proto.h"
+#include "kernels/half.h"
+#include "schema/mapped_file.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm::conformance {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Element i (row-major) of a possibly strided tensor, as a double (exact for integers up to
+// 2^53, which is all the test data holds) or as an int64 for integer types.
+struct Element {
+  double f = 0;
+  int64_t i = 0;
+  uint64_t u = 0;
+};
+
+Element Read(const Tensor& t, int64_t linear) {
+  int64_t offset = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    const int64_t n = t.dim(d);
+    offset += (linear % n) * t.stride(d);
+    linear /= n;
+  }
+  const uint8_t* base = static_cast<const uint8_t*>(t.raw_data()) + offset * DTypeSize(t.dtype());
+  Element e;
+  switch (t.dtype()) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, base, 4);
+      e.f = v;
+      break;
+    }
+    case DType::kF64: {
+      std::memcpy(&e.f, base, 8);
+      break;
+    }
+    case DType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, base, 2);
+      e.f = Half::ToFloat(b);
+      break;
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, base, 2);
+      e.f = BitsToFloat(static_cast<uint32_t>(b) << 16);
+      break;
+    }
+    case DType::kI8:
+      e.i = *reinterpret_cast<const int8_t*>(base);
+      break;
+    case DType::kI16: {
+      int16_t v;
+      std::memcpy(&v, base, 2);
+      e.i = v;
+      break;
+    }
+    case DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, base, 4);
+      e.i = v;
+      break;
+    }
+    case DType::kI64: {
+      std::memcpy(&e.i, base, 8);
+      break;
+    }
+    case DType::kU8:
+      e.u = *base;
+      break;
+    case DType::kU16: {
+      uint16_t v;
+      std::memcpy(&v, base, 2);
+      e.u = v;
+      break;
+    }
+    case DType::kU32: {
+      uint32_t v;
+      std::memcpy(&v, base, 4);
+      e.u = v;
+      break;
+    }
+    case DType::kU64: {
+      std::memcpy(&e.u, base, 8);
+      break;
+    }
+    case DType::kBool:
+      e.i = *base != 0;
+      break;
+    case DType::kString:
+      break;
+  }
+  return e;
+}
+
+absl::StatusOr<std::vector<std::string>> DataSets(const std::string& case_dir) {
+  std::vector<std::string> sets;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(case_dir, ec)) {
+    if (e.is_directory() && absl::StartsWith(e.path().filename().string(), "test_data_set_")) {
+      sets.push_back(e.path().string());
+    }
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat(case_dir, ": ", ec.message()));
+  std::sort(sets.begin(), sets.end());
+  return sets;
+}
+
+// input_0.pb, input_1.pb, ... in numeric order.
+std::vector<std::string> Numbered(const std::string& dir, absl::string_view prefix) {
+  std::map<int, std::string> found;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".pb")) continue;
+    int k = 0;
+    if (absl::SimpleAtoi(
+            absl::string_view(name).substr(prefix.size(), name.size() - prefix.size() - 3), &k)) {
+      found[k] = e.path().string();
+    }
+  }
+  std::vector<std::string> out;
+  for (auto& [k, p] : found) out.push_back(p);
+  return out;
+}
+
+// ONNX's test data stores bfloat16 tensors as uint16 (NumPy has no bfloat16): the same bits.
+Tensor SameBitsAs(const Tensor& t, DType dtype) {
+  absl::StatusOr<Tensor> v =
+      Tensor::View(t.storage(), t.byte_offset(), dtype, t.dims(), t.strides());
+  return v.ok() ? *v : t;
+}
+
+CaseResult Finish(CaseResult r, Outcome o, std::string message,
+                  std::chrono::steady_clock::time_point start) {
+  r.outcome = o;
+  r.message = std::move(message);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace
+
+const char* OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kPassed:
+      return "passed";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kUnsupported:
+      return "unsupported";
+  }
+  return "?";
+}
+
+absl::StatusOr<Tensor> ReadTensorFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = schema::ReadFileToString(path);
+  if (!bytes.ok()) return bytes.status();
+  ::onnx::TensorProto t;
+  if (!t.ParseFromString(*bytes))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a TensorProto"));
+  compiler::onnx::TensorReadOptions options;
+  options.model_dir = fs::path(path).parent_path().string();
+  absl::StatusOr<Tensor> r = compiler::onnx::TensorFromProto(t, options);
+  if (!r.ok())
+    return absl::Status(r.status().code(), absl::StrCat(path, ": ", r.status().message()));
+  return r;
+}
+
+absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (!got.defined()) return absl::InvalidArgumentError("no output");
+  if (got.dtype() != want.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype())));
+  }
+  if (got.dims() != want.dims()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape ", got.ShapeString(), ", expected ", want.ShapeString()));
+  }
+  if (got.dtype() == DType::kString) return absl::UnimplementedError("string outputs");
+  const bool is_float = IsFloat(got.dtype());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const Element a = Read(got, i), b = Read(want, i);
+    bool ok;
+    std::string ga, wb;
+    if (is_float) {
+      ok = (std::isnan(a.f) && std::isnan(b.f)) || (a.f == b.f) ||
+           (std::isfinite(b.f) && std::fabs(a.f - b.f) <= atol + rtol * std::fabs(b.f));
+      ga = absl::StrCat(a.f);
+      wb = absl::StrCat(b.f);
+    } else {
+      ok = a.i == b.i && a.u == b.u;
+      ga = IsUnsignedInt(got.dtype()) ? absl::StrCat(a.u) : absl::StrCat(a.i);
+      wb = IsUnsignedInt(got.dtype()) ? absl::StrCat(b.u) : absl::StrCat(b.i);
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("element ", i, " of ", want.DebugString(), ": got ", ga, ", expected ", wb));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListCases(const std::string& data_dir,
+                                                   const std::string& suite) {
+  const fs::path dir = fs::path(data_dir) / suite;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return absl::NotFoundError(absl::StrCat("no suite folder ", dir.string()));
+  std::vector<std::string> cases;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory() && fs::exists(e.path() / "model.onnx")) cases.push_back(e.path().string());
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat(dir.string(), ": ", ec.message()));
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+CaseResult RunCase(const std::string& suite, const std::string& case_dir,
+                   const RunnerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  CaseResult r;
+  r.suite = suite;
+  r.name = fs::path(case_dir).filename().string();
+  auto refused = [&](const absl::Status& s, absl::string_view stage) {
+    const Outcome o = absl::IsUnimplemented(s) ? Outcome::kUnsupported : Outcome::kFailed;
+    return Finish(r, o, absl::StrCat(stage, ": ", s.message()), start);
+  };
+  absl::StatusOr<std::unique_ptr<compiler::Module>> module =
+      compiler::onnx::ImportOnnxFile((fs::path(case_dir) / "model.onnx").string());
+  if (!module.ok()) return refused(module.status(), "import");
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module);
+  if (!compiled.ok()) return refused(compiled.status(), "compile");
+  LoadOptions load;
+  load.backends = options.backends;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()}, load);
+  if (!exe.ok()) return refused(exe.status(), "load");
+  absl::StatusOr<std::vector<std::string>> sets = DataSets(case_dir);
+  if (!sets.ok()) return refused(sets.status(), "data");
+  if (sets->empty()) return Finish(r, Outcome::kUnsupported, "no test_data_set_* folders", start);
+  VmOptions vm_options;
+  vm_options.max_loop_iterations = int64_t{1} << 24;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, vm_options);
+  if (!vm.ok()) return refused(vm.status(), "vm");
+  absl::StatusOr<std::vector<std::string>> input_names = (*vm)->input_names();
+  if (!input_names.ok()) return refused(input_names.status(), "vm");
+  absl::StatusOr<int> fn = (*exe)->FindFunction("");
+  if (!fn.ok()) return refused(fn.status(), "vm");
+  const FunctionInfo& info = (*exe)->function(*fn);
+  for (const std::string& set : *sets) {
+    const std::string set_name = fs::path(set).filename().string();
+    const std::vector<std::string> inputs = Numbered(set, "input_");
+    const std::vector<std::string> outputs = Numbered(set, "output_");
+    if (inputs.size() != input_names->size()) {
+      return Finish(r, Outcome::kFailed,
+                    absl::StrCat(set_name, ": ", inputs.size(), " input files for ",
+                                 input_names->size(), " model inputs"),
+                    start);
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      absl::StatusOr<Tensor> t = ReadTensorFile(inputs[i]);
+      if (!t.ok()) return refused(t.status(), set_name);
+      if (t->dtype() == DType::kU16 && info.inputs[i].dtype == DType::kBF16)
+        t = SameBitsAs(*t, DType::kBF16);
+      if (absl::Status s = (*vm)->SetInput(static_cast<int>(i), *t); !s.ok()) {
+        return refused(s, absl::StrCat(set_name, " input ", i));
+      }
+    }
+    RunOptions run;
+    run.deadline = absl::Now() + absl::Seconds(options.case_timeout_seconds);
+    if (absl::Status s = (*vm)->Run(run); !s.ok())
+      return refused(s, absl::StrCat(set_name, " run"));
+    absl::StatusOr<std::vector<Tensor>> got = (*vm)->GetOutputs();
+    if (!got.ok()) return refused(got.status(), set_name);
+    if (got->size() != outputs.size()) {
+      return Finish(
+          r, Outcome::kFailed,
+          absl::StrCat(set_name, ": ", got->size(), " outputs, expected ", outputs.size()), start);
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      absl::StatusOr<Tensor> want = ReadTensorFile(outputs[i]);
+      if (!want.ok()) return refused(want.status(), set_name);
+      Tensor out = (*got)[i];
+      if (out.dtype() == DType::kBF16 && want->dtype() == DType::kU16)
+        out = SameBitsAs(out, DType::kU16);
+      if (absl::Status s = Compare(out, *want, options.rtol, options.atol); !s.ok()) {
+        return Finish(r, Outcome::kFailed, absl::StrCat(set_name, " output ", i, ": ", s.message()),
+                      start);
+      }
+    }
+  }
+  return Finish(r, Outcome::kPassed, "", start);
+}
+
+}  // namespace dynvm::conformance

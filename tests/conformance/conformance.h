@@ -1,0 +1,63 @@
+// The ONNX conformance runner: each test case of ONNX's backend test data (a folder with
+// model.onnx and test_data_set_N/{input,output}_K.pb) is imported, compiled, run and compared
+// with the stored outputs using the suite's tolerances (|got - want| <= atol + rtol * |want|,
+// rtol 1e-3, atol 1e-7; NaN matches NaN; integers and bools exactly).
+//
+// Outcomes: passed; unsupported (the importer or compiler refused the model as Unimplemented:
+// an operator, attribute or type dynvm does not support); failed (anything else: a wrong
+// result, a run-time error, a malformed model).
+//
+// Thread safety: thread-compatible.
+#ifndef DYNVM_TESTS_CONFORMANCE_CONFORMANCE_H_
+#define DYNVM_TESTS_CONFORMANCE_CONFORMANCE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+
+namespace dynvm::conformance {
+
+inline constexpr const char* kDefaultDataDir = "/usr/share/libonnx-testdata/data";
+inline constexpr const char* kSuites[] = {"node", "pytorch-operator", "pytorch-converted",
+                                          "simple"};
+
+enum class Outcome { kPassed, kFailed, kUnsupported };
+
+struct CaseResult {
+  std::string suite;
+  std::string name;
+  Outcome outcome = Outcome::kFailed;
+  std::string message;  // why it failed or is unsupported
+  double seconds = 0;
+};
+
+struct RunnerOptions {
+  BackendPolicy backends;  // empty: all backends of this build
+  double rtol = 1e-3;
+  double atol = 1e-7;
+  double case_timeout_seconds = 60;
+};
+
+// Runs one case folder.
+CaseResult RunCase(const std::string& suite, const std::string& case_dir,
+                   const RunnerOptions& options);
+
+// The case folders of a suite (sorted); NotFound when the suite folder is missing.
+absl::StatusOr<std::vector<std::string>> ListCases(const std::string& data_dir,
+                                                   const std::string& suite);
+
+// Reads a serialized TensorProto (.pb) into a host tensor.
+absl::StatusOr<Tensor> ReadTensorFile(const std::string& path);
+
+// OK when `got` matches `want` (dtype, dims and values within the tolerances); otherwise an
+// error naming the first mismatch.
+absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double atol);
+
+const char* OutcomeName(Outcome o);
+
+}  // namespace dynvm::conformance
+
+#endif  // DYNVM_TESTS_CONFORMANCE_CONFORMANCE_H_

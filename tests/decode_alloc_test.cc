@@ -1,0 +1,140 @@
+// The steady state of a decode loop makes no calls into the system allocator: the exported
+// LSTM decoders (tools/models/lstm_*: a greedy decode loop inside the ONNX graph) run with the
+// kernels this build prefers (oneDNN where built) at one intra-op thread, and a run of 40 new
+// tokens calls malloc exactly as often as a run of 10, after a first run has warmed the VM's
+// pools and the sites' bound kernels. malloc and friends are interposed below to count; not
+// built with sanitizers, which own malloc.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "compiler/compiler.h"
+#include "compiler/onnx/onnx_importer.h"
+#include "gtest/gtest.h"
+#include "tools/npy/npy.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<int64_t> g_calls{0};
+std::atomic<bool> g_counting{false};
+inline void Count() {
+  if (g_counting.load(std::memory_order_relaxed)) g_calls.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* malloc(size_t n) {
+  Count();
+  return __libc_malloc(n);
+}
+void* calloc(size_t a, size_t b) {
+  Count();
+  return __libc_calloc(a, b);
+}
+void* realloc(void* p, size_t n) {
+  Count();
+  return __libc_realloc(p, n);
+}
+void free(void* p) { __libc_free(p); }
+void* memalign(size_t a, size_t n) {
+  Count();
+  return __libc_memalign(a, n);
+}
+void* aligned_alloc(size_t a, size_t n) {
+  Count();
+  return __libc_memalign(a, n);
+}
+int posix_memalign(void** p, size_t a, size_t n) {
+  Count();
+  *p = __libc_memalign(a, n);
+  return *p != nullptr ? 0 : 12;  // ENOMEM
+}
+}
+
+namespace dynvm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// max_new_tokens with the dtype and shape of the checked-in case's.
+Tensor TokensLike(const Tensor& like, int64_t n) {
+  Tensor t = *Tensor::Empty(like.dtype(), like.dims());
+  if (like.dtype() == DType::kI32) {
+    t.data<int32_t>()[0] = static_cast<int32_t>(n);
+  } else {
+    t.data<int64_t>()[0] = n;
+  }
+  return t;
+}
+
+// System allocator calls of 30 more decode steps of model `name` loaded with `backends`.
+int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
+  const fs::path dir = fs::path("tools/models") / name;
+  absl::StatusOr<std::unique_ptr<compiler::Module>> module =
+      compiler::onnx::ImportOnnxFile((dir / "model.onnx").string());
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return -1;
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  if (!compiled.ok()) return -1;
+  LoadOptions options;
+  options.backends = backends;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()}, options);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return -1;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  EXPECT_TRUE(vm.ok()) << vm.status();
+  if (!vm.ok()) return -1;
+  absl::StatusOr<Tensor> prompt = npy::LoadNpy((dir / "case0" / "input_prompt.npy").string());
+  absl::StatusOr<Tensor> like = npy::LoadNpy((dir / "case0" / "input_max_new_tokens.npy").string());
+  EXPECT_TRUE(prompt.ok() && like.ok());
+  if (!prompt.ok() || !like.ok()) return -1;
+  EXPECT_TRUE((*vm)->SetInput("prompt", *prompt).ok());
+
+  // Calls into the system allocator during one Run generating n tokens.
+  auto calls = [&](int64_t n) -> int64_t {
+    EXPECT_TRUE((*vm)->SetInput("max_new_tokens", TokensLike(*like, n)).ok());
+    g_calls = 0;
+    g_counting = true;
+    const absl::Status s = (*vm)->Run();
+    g_counting = false;
+    EXPECT_TRUE(s.ok()) << s;
+    return g_calls.load();
+  };
+  calls(40);  // warms the pools, binds every site
+  const int64_t short_run = calls(10);
+  const int64_t long_run = calls(40);
+  return long_run - short_run;
+}
+
+class DecodeAllocTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeAllocTest, DecodeStepsMakeNoSystemAllocatorCalls) {
+  if (!fs::exists(fs::path("tools/models") / GetParam() / "model.onnx")) GTEST_SKIP();
+  // For the record: the same loop with reference kernels only.
+  const int64_t reference = ExtraCalls(GetParam(), BackendPolicy{{"reference"}});
+  std::printf("%s, reference kernels: 30 more decode steps, %lld more system allocator calls\n",
+              GetParam().c_str(), static_cast<long long>(reference));
+  const int64_t preferred = ExtraCalls(GetParam(), BackendPolicy{});
+  std::printf("%s, preferred kernels: 30 more decode steps, %lld more system allocator calls\n",
+              GetParam().c_str(), static_cast<long long>(preferred));
+  EXPECT_EQ(preferred, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lstm, DecodeAllocTest, ::testing::Values("lstm_cat", "lstm_scatter"));
+
+}  // namespace
+}  // namespace dynvm

@@ -1,0 +1,125 @@
+// vm-compile: compiles an ONNX model into a .dvm executable.
+//
+//   vm-compile MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize]
+//              [--strip-debug] [--onnx-check] [--device cpu|cuda]
+//
+// --device cuda compiles for the CUDA device (docs/cuda.md): the kernels that have a CUDA
+// kernel run there, with their values in device memory; a build without CUDA refuses it.
+// --bound gives an upper bound to a symbolic dim (a `dim_param` of the model, e.g. batch=8):
+// values sized by bounded symbols are planned at their maximum in the arena, and a run that
+// exceeds a bound fails naming the symbol. --report prints the memory plan and the kernel
+// chosen for each kernel-table entry. Every error is one line on stderr and a nonzero exit
+// status; an unsupported operator, attribute or type names the node.
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/compiler.h"
+#include "compiler/onnx/onnx_importer.h"
+#include "schema/mapped_file.h"
+#include "tools/cli.h"
+
+namespace dynvm {
+namespace {
+
+constexpr absl::string_view kProgram = "vm-compile";
+
+absl::StatusOr<std::pair<std::string, int64_t>> ParseBound(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--bound expects NAME=N, got '", spec, "'"));
+  }
+  int64_t n = 0;
+  if (absl::Status s = cli::ParseInt64(spec.substr(eq + 1), /*allow_suffix=*/true, &n); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--bound ", spec, ": ", s.message()));
+  }
+  if (n < 0)
+    return absl::InvalidArgumentError(absl::StrCat("--bound ", spec, ": a bound must be >= 0"));
+  return std::make_pair(spec.substr(0, eq), n);
+}
+
+int Main(int argc, char** argv) {
+  std::string output;
+  std::vector<std::string> bounds;
+  bool report = false, no_optimize = false, strip_debug = false, onnx_check = false;
+  cli::FlagParser flags(
+      std::string(kProgram),
+      "MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize] [--strip-debug]\n"
+      "                  [--onnx-check]");
+  flags.AddString("--output,-o", &output, "the .dvm file to write");
+  flags.AddRepeated("--bound", &bounds,
+                    "NAME=N: an upper bound of the symbolic dim NAME (repeatable)");
+  flags.AddSwitch("--report", &report, "print the memory plan and the kernels chosen");
+  flags.AddSwitch("--no-optimize", &no_optimize,
+                  "no constant folding, CSE, hoisting or dead-code removal");
+  flags.AddSwitch("--strip-debug", &strip_debug, "leave out source locations (node names)");
+  flags.AddSwitch("--onnx-check", &onnx_check, "also run libonnx's model checker");
+  std::string device = "cpu";
+  flags.AddString("--device", &device, "cpu (default) or cuda: the device to compile for");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    std::fputs("\nCompiles an ONNX model (opsets 7 to 17) into a dynvm executable.\n", stdout);
+    return 0;
+  }
+  if (flags.positional().size() != 1) {
+    return cli::ReportError(kProgram,
+                            absl::StrCat("expected one model, got ", flags.positional().size(),
+                                         " positional arguments (try vm-compile --help)"));
+  }
+  if (output.empty()) return cli::ReportError(kProgram, "missing -o OUT.dvm");
+  compiler::CompileOptions options;
+  for (const std::string& b : bounds) {
+    absl::StatusOr<std::pair<std::string, int64_t>> parsed = ParseBound(b);
+    if (!parsed.ok()) return cli::ReportError(kProgram, parsed.status());
+    options.bounds.push_back(*parsed);
+  }
+  options.optimize = !no_optimize;
+  options.strip_debug = strip_debug;
+  options.producer = "vm-compile";
+  if (device == "cuda") {
+    options.device = Device::kCUDA;
+  } else if (device != "cpu") {
+    return cli::ReportError(kProgram,
+                            absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
+  }
+  compiler::onnx::ImportOptions import;
+  import.onnx_checker = onnx_check;
+  absl::StatusOr<std::unique_ptr<compiler::Module>> module =
+      compiler::onnx::ImportOnnxFile(flags.positional()[0], import);
+  if (!module.ok()) return cli::ReportError(kProgram, module.status());
+  // A bound should name a symbol of the model's inputs; a typo would have no effect, so say so.
+  for (const auto& [name, bound] : options.bounds) {
+    bool found = false;
+    for (const compiler::Value* in : (*module)->functions()[0].graph->inputs) {
+      if (!in->shape) continue;
+      for (compiler::Dim d : *in->shape) {
+        found |= compiler::SymbolicContext::IsSymbol(d) && d->name == name;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "%s: warning: --bound %s: no input dim is named '%s'\n",
+                   std::string(kProgram).c_str(), name.c_str(), name.c_str());
+    }
+  }
+  absl::StatusOr<compiler::CompileResult> result = compiler::Compile(**module, options);
+  if (!result.ok()) {
+    return cli::ReportError(
+        kProgram, absl::Status(result.status().code(), absl::StrCat(flags.positional()[0], ": ",
+                                                                    result.status().message())));
+  }
+  if (absl::Status s = schema::WriteStringToFile(output, result->bytes); !s.ok()) {
+    return cli::ReportError(kProgram, s);
+  }
+  if (report) std::fputs(result->ReportText().c_str(), stdout);
+  std::printf("wrote %s (%zu bytes)\n", output.c_str(), result->bytes.size());
+  return 0;
+}
+
+}  // namespace
+}  // namespace dynvm
+
+int main(int argc, char** argv) { return dynvm::Main(argc, argv); }
