@@ -98,9 +98,9 @@ std::string CompileResult::ReportText() const {
   std::string out;
   for (const FunctionReport& f : functions) {
     absl::StrAppendFormat(&out,
-                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d largest_live_bytes=%d "
-                          "instructions=%d invokes=%d\n",
-                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites,
+                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d output_allocs=%d "
+                          "largest_live_bytes=%d instructions=%d invokes=%d\n",
+                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites, f.output_allocs,
                           f.largest_live_bytes, f.instructions, f.invokes);
   }
   for (size_t i = 0; i < kernels.size(); ++i) {

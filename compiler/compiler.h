@@ -37,7 +37,8 @@ struct CompileOptions {
 struct FunctionReport {
   std::string name;
   int64_t arena_bytes = 0;          // the one arena of the function (planned, reused)
-  int dynamic_alloc_sites = 0;      // allocations made at run time besides the arena
+  int dynamic_alloc_sites = 0;      // allocations of intermediates made at run time besides the arena
+  int output_allocs = 0;            // storage for the function's outputs (fresh each run, from the pool)
   int64_t largest_live_bytes = 0;   // the most arena bytes live at one time
   int num_values = 0;
   int instructions = 0;
