@@ -241,8 +241,9 @@ def export(name, module, cases):
 def main():
     torch.set_num_threads(1)
     prompts = [torch.tensor([encode("the loop")]), torch.tensor([encode("a small"), encode("greedy ")]),
-               torch.tensor([encode("g")])]
-    lengths = [torch.tensor(24), torch.tensor(12), torch.tensor(0)]
+               torch.tensor([encode("g")]),
+               torch.tensor([encode("the tex"), encode("a graph"), encode("one tok")])]
+    lengths = [torch.tensor(24), torch.tensor(12), torch.tensor(0), torch.tensor(16)]
 
     lm = LstmLM(len(VOCAB))
     print("lstm loss", train(lm, steps=600, seq_len=32, lr=1e-2, seed=1))
