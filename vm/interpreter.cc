@@ -41,8 +41,13 @@ inline int64_t SaturateToInt(double v) {
 
 }  // namespace
 
-absl::Status VirtualMachine::Impl::Execute(int function, int depth, const ReturnTarget& ret) {
+// kProfile: the variant a run with a Profiler executes (RunOptions::profiler). The other variant
+// has no profiling code at all: every `if constexpr (kProfile)` block below compiles away.
+template <bool kProfile>
+absl::Status VirtualMachine::Impl::ExecuteT(int function, int depth, const ReturnTarget& ret) {
   const Executable::FunctionEntry& fn = exe->function_entry(function);
+  [[maybe_unused]] size_t loop_base = 0;  // loops open when this frame started (kProfile)
+  if constexpr (kProfile) loop_base = profiler->open_loops();
   Frame& frame = FrameAt(depth, fn);
   Scalar* const s = frame.s.data();
   Object* const o = frame.o.data();
@@ -109,6 +114,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       ip += static_cast<int32_t>(ip[3]);
       REDISPATCH();
     }
+    if constexpr (kProfile) profiler->BeginLoop(function, static_cast<uint32_t>(ip - code));
     NEXT();
   }
   CASE(EndLoop) {
@@ -119,17 +125,27 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
     if (++S(head[1]).i < VAL(head[2])) {
+      if constexpr (kProfile) {
+        SampleMemory();
+        profiler->EndIteration(true);
+      }
       ip = head + (head[0] >> 8);
       REDISPATCH();
+    }
+    if constexpr (kProfile) {
+      SampleMemory();
+      profiler->EndIteration(false);
     }
     NEXT();
   }
   CASE(Break) {
+    if constexpr (kProfile) profiler->BreakLoop();
     ip += static_cast<int32_t>(ip[1]);
     REDISPATCH();
   }
   CASE(BreakIf) {
     if (S(ip[1]).i) {
+      if constexpr (kProfile) profiler->BreakLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -137,6 +153,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(BreakUnless) {
     if (!S(ip[1]).i) {
+      if constexpr (kProfile) profiler->BreakLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -164,7 +181,12 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       target.frame = &frame;
       target.objects = ores;
       target.scalars = sres;
-      absl::Status cs = Execute(callee, depth + 1, target);
+      if constexpr (kProfile) profiler->BeginCall(callee);
+      absl::Status cs = ExecuteT<kProfile>(callee, depth + 1, target);
+      if constexpr (kProfile) {
+        profiler->EndCall();
+        if (!cs.ok()) profiler->CloseLoopsTo(loop_base);
+      }
       if (!cs.ok()) return cs;  // already annotated by the callee
     }
     NEXT();
@@ -180,6 +202,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]).t;
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
+    if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
     return absl::OkStatus();
   }
   CASE(Fail) { FAIL(absl::FailedPreconditionError(exe->string(ip[1]))); }
@@ -226,6 +249,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(Kill) {
     O(ip[1]).Clear();
+    if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(ConstI) {
@@ -441,6 +465,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       }
       if (!st.ok()) FAIL(st.status());
       O(ip[1]).st = *std::move(st);
+      if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
@@ -474,6 +499,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
                                                     std::move(keep));
       if (!t.ok()) FAIL(t.status());
       O(ip[1]).t = *std::move(t);
+      if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
@@ -485,6 +511,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       CHECK_OK(ops::Append(cuda->allocator(), O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]),
                            cuda->allocator_ref(), cuda.get()));
     }
+    if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(LoadConst) {
@@ -554,8 +581,18 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
         CHECK_OK(PrepareHostInvoke(ins[0], outs[0]));
       }
       ctx.set_site(&fn_sites[ip[2]]);
+      [[maybe_unused]] int64_t start = 0;
+      if constexpr (kProfile) start = profiler->Now();
       status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
                              absl::Span<Tensor* const>(out_buf.data(), outs[0]));
+      if constexpr (kProfile) {
+        const int64_t end = profiler->Now();
+        if (status.ok()) {
+          profiler->Kernel(static_cast<int>(ip[1]), function, ip[2], static_cast<uint32_t>(ip - code), start, end,
+                           in_buf.data(), ins[0], out_buf.data(), outs[0]);
+          SampleMemory();
+        }
+      }
       if (moved_inputs) {  // the copies die now, not at some later invoke
         for (uint32_t j = 0; j < ins[0]; ++j) device_in_buf[j] = Tensor();
         moved_inputs = false;
@@ -664,6 +701,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
 error:
   // Release this frame's objects so the VM is usable after the error; callers unwind theirs.
   for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
+  if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
   return Annotate(status, function, static_cast<uint32_t>(ip - code));
 
 #undef S
@@ -677,5 +715,8 @@ error:
 #undef NEXT
 #undef REDISPATCH
 }
+
+template absl::Status VirtualMachine::Impl::ExecuteT<false>(int, int, const ReturnTarget&);
+template absl::Status VirtualMachine::Impl::ExecuteT<true>(int, int, const ReturnTarget&);
 
 }  // namespace dynvm

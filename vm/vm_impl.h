@@ -12,6 +12,7 @@
 #include "kernels/kernel.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
+#include "vm/profiler.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
@@ -61,8 +62,13 @@ class VirtualMachine::Impl {
   absl::Status Init();
   absl::Status RunFunction(int function, const RunOptions& options, int64_t* iterations);
 
-  // The interpreter (interpreter.cc, compiled once per dispatch variant).
-  absl::Status Execute(int function, int depth, const ReturnTarget& ret);
+  // The interpreter (interpreter.cc, compiled once per dispatch variant), without and with
+  // profiling (kProfile: records into `profiler`, which must be set).
+  template <bool kProfile>
+  absl::Status ExecuteT(int function, int depth, const ReturnTarget& ret);
+  absl::Status Execute(int function, int depth, const ReturnTarget& ret) {
+    return ExecuteT<false>(function, depth, ret);
+  }
 
   std::shared_ptr<const Executable> exe;
   VmOptions options;
@@ -91,6 +97,12 @@ class VirtualMachine::Impl {
   const CancellationToken* cancel = nullptr;
   const EmitCallback* on_emit = nullptr;
   int max_depth_used = 0;
+  Profiler* profiler = nullptr;  // RunOptions::profiler of the run in progress
+  // Records the pools' bytes in use (when changed). REQUIRES: profiler.
+  void SampleMemory() {
+    profiler->Memory(pool->stats().bytes_in_use, false);
+    if (cuda != nullptr) profiler->Memory(cuda->allocator().stats().bytes_in_use, true);
+  }
 
   Frame& FrameAt(int depth, const Executable::FunctionEntry& f);
   // The context of `device` (kCUDA), created on first use; the build's or machine's error
