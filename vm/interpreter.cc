@@ -2,6 +2,12 @@
 // to computed-goto labels on GCC/Clang, or to a plain switch when DYNVM_DISPATCH_SWITCH is
 // defined (the dynvm_vm_switch library builds that variant and the conformance tests run both).
 //
+// This file is compiled twice: as itself, it defines Impl::Execute; included by
+// interpreter_profiled.cc (DYNVM_INTERPRETER_PROFILED 1), Impl::ExecuteProfiled, the loop a run
+// with a Profiler executes. Every profiling site is an `if constexpr (kProfile)` block, so
+// Execute contains no profiling code at all. (Two plain functions rather than one template:
+// GCC does not split a template instantiation's cold code from its hot code.)
+//
 // The verifier has checked every operand (register indices, kinds, dtypes, jump targets,
 // kernel arity, definite assignment), so the loop does no such checks. It checks only what
 // depends on run-time values (docs/isa.md, "Run-time checks").
@@ -13,6 +19,15 @@
 #include "isa/opcodes.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
+
+#ifndef DYNVM_INTERPRETER_PROFILED
+#define DYNVM_INTERPRETER_PROFILED 0
+#endif
+#if DYNVM_INTERPRETER_PROFILED
+#define DYNVM_EXECUTE ExecuteProfiled
+#else
+#define DYNVM_EXECUTE Execute
+#endif
 
 #if defined(__GNUC__) && !defined(DYNVM_DISPATCH_SWITCH)
 #define DYNVM_COMPUTED_GOTO 1
@@ -41,10 +56,8 @@ inline int64_t SaturateToInt(double v) {
 
 }  // namespace
 
-// kProfile: the variant a run with a Profiler executes (RunOptions::profiler). The other variant
-// has no profiling code at all: every `if constexpr (kProfile)` block below compiles away.
-template <bool kProfile>
-absl::Status VirtualMachine::Impl::ExecuteT(int function, int depth, const ReturnTarget& ret) {
+absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const ReturnTarget& ret) {
+  constexpr bool kProfile = DYNVM_INTERPRETER_PROFILED != 0;
   const Executable::FunctionEntry& fn = exe->function_entry(function);
   [[maybe_unused]] size_t loop_base = 0;  // loops open when this frame started (kProfile)
   if constexpr (kProfile) loop_base = profiler->open_loops();
@@ -182,7 +195,7 @@ absl::Status VirtualMachine::Impl::ExecuteT(int function, int depth, const Retur
       target.objects = ores;
       target.scalars = sres;
       if constexpr (kProfile) profiler->BeginCall(callee);
-      absl::Status cs = ExecuteT<kProfile>(callee, depth + 1, target);
+      absl::Status cs = DYNVM_EXECUTE(callee, depth + 1, target);
       if constexpr (kProfile) {
         profiler->EndCall();
         if (!cs.ok()) profiler->CloseLoopsTo(loop_base);
@@ -716,7 +729,6 @@ error:
 #undef REDISPATCH
 }
 
-template absl::Status VirtualMachine::Impl::ExecuteT<false>(int, int, const ReturnTarget&);
-template absl::Status VirtualMachine::Impl::ExecuteT<true>(int, int, const ReturnTarget&);
+#undef DYNVM_EXECUTE
 
 }  // namespace dynvm

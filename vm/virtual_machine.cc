@@ -208,12 +208,12 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   target.outputs = &outputs[function];
   absl::Status s;
   if (run.profiler == nullptr) {
-    s = ExecuteT<false>(function, 0, target);
+    s = Execute(function, 0, target);
   } else {
     profiler = run.profiler;
     profiler->BeginRun(*exe, function);
     SampleMemory();
-    s = ExecuteT<true>(function, 0, target);
+    s = ExecuteProfiled(function, 0, target);
   }
   // Device work still queued finishes within the run, and its errors are this run's.
   if (s.ok() && cuda != nullptr) s = cuda->Synchronize();

@@ -63,12 +63,9 @@ class VirtualMachine::Impl {
   absl::Status RunFunction(int function, const RunOptions& options, int64_t* iterations);
 
   // The interpreter (interpreter.cc, compiled once per dispatch variant), without and with
-  // profiling (kProfile: records into `profiler`, which must be set).
-  template <bool kProfile>
-  absl::Status ExecuteT(int function, int depth, const ReturnTarget& ret);
-  absl::Status Execute(int function, int depth, const ReturnTarget& ret) {
-    return ExecuteT<false>(function, depth, ret);
-  }
+  // profiling (ExecuteProfiled records into `profiler`, which must be set).
+  absl::Status Execute(int function, int depth, const ReturnTarget& ret);
+  absl::Status ExecuteProfiled(int function, int depth, const ReturnTarget& ret);
 
   std::shared_ptr<const Executable> exe;
   VmOptions options;
