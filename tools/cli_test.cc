@@ -339,7 +339,7 @@ TEST_F(VmRunTest, ProfileWritesATraceAndSummary) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("mul\\.f32\\.[a-z]+.* Mul +1 "));
   absl::StatusOr<std::string> trace = schema::ReadFileToString(Path("t.json"));
   ASSERT_TRUE(trace.ok()) << trace.status();
-  auto count = [&](absl::string_view what) {
+  auto count = [&](const std::string& what) {
     int n = 0;
     for (size_t p = trace->find(what); p != std::string::npos; p = trace->find(what, p + 1)) ++n;
     return n;

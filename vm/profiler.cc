@@ -22,11 +22,48 @@ std::string Micros(int64_t ns) {
   return absl::StrFormat("%s%d.%03d", sign, a / 1000, a % 1000);
 }
 
-// A JSON string literal.
+// The length of the valid UTF-8 sequence at s[i], or 0.
+size_t Utf8Length(absl::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n;
+  uint32_t min;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2, min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3, min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+// A JSON string literal. Names come from the executable file: bytes that are not valid UTF-8
+// become U+FFFD, so the trace stays valid JSON.
 std::string Quote(absl::string_view s) {
   std::string out = "\"";
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x80) {
+      const size_t n = Utf8Length(s, i);
+      if (n == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(s.data() + i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -34,10 +71,10 @@ std::string Quote(absl::string_view s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (u < 0x20) {
+        if (u < 0x20 || u == 0x7F) {
           absl::StrAppendFormat(&out, "\\u%04x", u);
         } else {
-          out += c;  // UTF-8 passes through
+          out += c;
         }
     }
   }
@@ -105,7 +142,7 @@ int32_t Profiler::Intern(absl::string_view name) {
 }
 
 void Profiler::BeginRun(const Executable& exe, int function) {
-  if (exe_ != &exe) {  // names are per executable; recomputed when it changes
+  {  // the run's executable: its kernels' and functions' names (interned across runs)
     exe_ = &exe;
     run_kernels_.assign(exe.num_kernels(), 0);
     for (int k = 0; k < exe.num_kernels(); ++k) {
@@ -265,9 +302,21 @@ Profiler::Totals Profiler::ComputeTotals() const {
   }
   std::stable_sort(t.kernels.begin(), t.kernels.end(),
                    [](const KernelTotal& a, const KernelTotal& b) { return a.total_ns > b.total_ns; });
+  std::vector<std::vector<int64_t>> outside(loop_totals_.size());
+  for (const Span& s : spans_) {
+    if (s.kind != SpanKind::kIteration) continue;
+    auto it = loop_total_ids_.find(s.name);
+    if (it != loop_total_ids_.end()) outside[it->second].push_back(s.dur_ns - s.kernel_ns);
+  }
   for (size_t i = 0; i < loop_totals_.size(); ++i) {
     const LoopAccum& a = loop_totals_[i];
-    t.loops.push_back({names_[loop_total_names_[i]], a.entries, a.iterations, a.total_ns, a.kernel_ns});
+    std::vector<int64_t>& v = outside[i];
+    int64_t median = 0;
+    if (!v.empty()) {
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      median = v[v.size() / 2];
+    }
+    t.loops.push_back({names_[loop_total_names_[i]], a.entries, a.iterations, a.total_ns, a.kernel_ns, median});
   }
   std::stable_sort(t.loops.begin(), t.loops.end(),
                    [](const LoopTotal& a, const LoopTotal& b) { return a.total_ns > b.total_ns; });
@@ -292,13 +341,13 @@ std::string Profiler::SummaryTable() const {
   absl::StrAppendFormat(&out, "%-44s %-20s %9s %11.3f %10s %6.1f%%\n", "(outside kernels: interpreter, profiler)",
                         "", "", Ms(outside), "", Pct(outside, t.run_ns));
   if (!t.loops.empty()) {
-    absl::StrAppendFormat(&out, "%-24s %8s %10s %12s %12s %12s %8s\n", "loop (function@pc)", "entries", "iterations",
-                          "iter_us", "kernels_us", "outside_us", "outside");
+    absl::StrAppendFormat(&out, "%-24s %8s %10s %12s %12s %12s %8s %14s\n", "loop (function@pc)", "entries",
+                          "iterations", "iter_us", "kernels_us", "outside_us", "outside", "outside_median");
     for (const LoopTotal& l : t.loops) {
       const double n = l.iterations > 0 ? static_cast<double>(l.iterations) : 1.0;
-      absl::StrAppendFormat(&out, "%-24s %8d %10d %12.3f %12.3f %12.3f %7.2f%%\n", l.name, l.entries, l.iterations,
-                            Us(l.total_ns) / n, Us(l.kernel_ns) / n, Us(l.total_ns - l.kernel_ns) / n,
-                            Pct(l.total_ns - l.kernel_ns, l.total_ns));
+      absl::StrAppendFormat(&out, "%-24s %8d %10d %12.3f %12.3f %12.3f %7.2f%% %11.3f us\n", l.name, l.entries,
+                            l.iterations, Us(l.total_ns) / n, Us(l.kernel_ns) / n, Us(l.total_ns - l.kernel_ns) / n,
+                            Pct(l.total_ns - l.kernel_ns, l.total_ns), Us(l.median_outside_ns));
     }
   }
   absl::StrAppendFormat(&out,

@@ -91,6 +91,9 @@ class Profiler {
     int64_t iterations = 0;
     int64_t total_ns = 0;   // inside iterations
     int64_t kernel_ns = 0;  // inside kernels within iterations
+    // The median over iterations of the time outside kernels (robust to an iteration the OS
+    // preempted).
+    int64_t median_outside_ns = 0;
   };
   struct Totals {
     int64_t runs = 0;

@@ -2,6 +2,7 @@
 // calls and memory samples are known exactly from the program text.
 #include "vm/profiler.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -159,6 +160,16 @@ TEST_F(ProfilerTest, RecordsEverySpanOfTheProgram) {
     }
   }
   EXPECT_THAT(outer, ElementsAre(0, 1, 2, 3, 4));
+
+  // The median time outside kernels of the outer loop's iterations, from the spans.
+  std::vector<int64_t> outside;
+  for (const Profiler::Span& s : prof.spans()) {
+    if (s.kind == K::kIteration && prof.names()[s.name] == t.loops[0].name) outside.push_back(s.dur_ns - s.kernel_ns);
+  }
+  std::sort(outside.begin(), outside.end());
+  ASSERT_EQ(outside.size(), 5u);
+  EXPECT_EQ(t.loops[0].median_outside_ns, outside[2]);
+  EXPECT_GT(outside[2], 0);
 }
 
 TEST_F(ProfilerTest, SamplesPoolBytesWhenTheyChange) {
@@ -294,6 +305,48 @@ TEST_F(ProfilerTest, AFailedRunClosesItsSpans) {
   // The VM (and the profiler) work on after the failure.
   ASSERT_TRUE(vm_->Run(run).ok());
   EXPECT_EQ(prof.ComputeTotals().runs, 2);
+}
+
+TEST(ProfilerJsonTest, NamesFromTheFileAreEscaped) {
+  // A source node name with a quote, a backslash, a control byte, a byte that is not UTF-8 and
+  // a valid two-byte character.
+  std::shared_ptr<const Executable> exe = Load(R"(
+.kernel "Add" in(f32, f32) out(f32)
+.function main
+  .params 1 0
+  .oregs tensor:f32 storage tensor:f32
+  .oresults tensor:f32
+  .input x [4]
+  .output y [4]
+  alloc_storage %o1, 16, cpu
+  alloc_tensor %o2, %o1, 0, f32, [4]
+  .loc "a\"q\\ \x01 \xff \xc3\xa9"
+  invoke k0, #0, (%o0, %o0), (%o2)
+  ret (%o2), ()
+.end
+)");
+  ASSERT_NE(exe, nullptr);
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
+  ASSERT_TRUE(vm.ok());
+  ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {4}, {1, 2, 3, 4})).ok());
+  Profiler prof;
+  RunOptions run;
+  run.profiler = &prof;
+  ASSERT_TRUE((*vm)->Run(run).ok());
+  const std::string json_text = prof.ChromeTraceJson();
+  EXPECT_THAT(json_text, HasSubstr("a\\\"q\\\\ \\u0001 \\ufffd \xc3\xa9\""));
+  absl::StatusOr<testing::Json> json = testing::JsonParser::Parse(json_text);
+  ASSERT_TRUE(json.ok()) << json.status();
+  absl::StatusOr<testing::TraceSummary> trace = testing::CheckTrace(*json);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  bool found = false;
+  for (const testing::TraceSpan& s : trace->spans) {
+    if (s.cat != "kernel") continue;
+    found = true;
+    // The parser turns \u0001 into the byte and U+FFFD into '?'.
+    EXPECT_TRUE(absl::EndsWith(s.args->Get("site")->str, "a\"q\\ \x01 ? \xc3\xa9")) << s.args->Get("site")->str;
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(TraceTestingTest, ParserAndCheckerRefuseBadInput) {
