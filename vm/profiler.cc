@@ -185,6 +185,7 @@ void Profiler::EndRun() {
 }
 
 void Profiler::Close(SpanKind kind, int64_t arg) {
+  if (open_.empty()) return;  // the interpreter's calls are balanced; never trust it blindly
   const Open o = open_.back();
   open_.pop_back();
   const int64_t now = Now();
@@ -210,6 +211,7 @@ void Profiler::BeginLoop(int function, uint32_t pc) {
 }
 
 void Profiler::EndIteration(bool again) {
+  if (loops_.empty()) return;
   OpenLoop& l = loops_.back();
   const int64_t now = Now();
   const int64_t dur = now - l.iteration_start_ns;
