@@ -328,6 +328,39 @@ TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
   EXPECT_THAT(r.err, HasSubstr("limit"));
 }
 
+TEST_F(VmRunTest, ProfileWritesATraceAndSummary) {
+  // One run: a span for the run and one per invoke (Add, Mul). vm/profiler_test.cc and
+  // tools/models/trace_test.cc parse traces; here the tool's flags are checked.
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--profile", Path("t.json"), "--profile-summary"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sum f32 [2,3]\n"));
+  EXPECT_THAT(r.out, HasSubstr("profile: 1 run,"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("add\\.f32\\.[a-z]+.* Add +1 "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("mul\\.f32\\.[a-z]+.* Mul +1 "));
+  absl::StatusOr<std::string> trace = schema::ReadFileToString(Path("t.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t p = trace->find(what); p != std::string::npos; p = trace->find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_TRUE(absl::StartsWith(*trace, "{")) << *trace;
+  EXPECT_EQ(count("\"traceEvents\":["), 1);
+  EXPECT_EQ(count("\"cat\":\"run\""), 1);
+  EXPECT_EQ(count("\"cat\":\"kernel\",\"name\":\"Add\""), 1);
+  EXPECT_EQ(count("\"cat\":\"kernel\",\"name\":\"Mul\""), 1);
+  EXPECT_GE(count("\"ph\":\"C\""), 1);
+  // With --repeat only the timed runs are profiled.
+  r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--repeat", "3", "--profile-summary"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("profile: 3 runs,"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(" Add +3 "));
+  // A trace that cannot be written is one clean error.
+  r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--profile", Path("no/such/dir/t.json")});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("t.json"));
+}
+
 TEST_F(VmRunTest, DeviceFlagChecksTheBuildTheMachineAndTheFile) {
   Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--device", "gpu"});
   ExpectCleanError(r, "vm-run");

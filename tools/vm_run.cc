@@ -3,7 +3,7 @@
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
 //          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
-//          [--device cpu|cuda]
+//          [--device cpu|cuda] [--profile TRACE.json] [--profile-summary]
 //
 // --device names the device the executable was compiled for (vm-compile --device): `cuda`
 // first checks that this build and machine can use a CUDA device and that FILE runs kernels
@@ -19,6 +19,11 @@
 // with the vocabulary of --vocab (one Unicode code point per line, token id = line number).
 // With --vocab, tokens the program streams (the `emit` instruction, stream 0) are printed as
 // text while the run is in progress.
+//
+// --profile writes a Chrome trace-event file of the run (open it in https://ui.perfetto.dev or
+// chrome://tracing); --profile-summary prints a table of time per kernel and the interpreter's
+// own share per loop iteration (docs/profiling.md). With --repeat, only the timed runs are
+// profiled (the first run warms up).
 //
 // Prints one line per output, `NAME DTYPE [DIMS]` (a scalar is `[]`), and with --output-dir
 // writes DIR/NAME.npy for each. An .npy file whose data can be used in place is bound without a
@@ -48,6 +53,7 @@
 #include "tools/cli.h"
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
+#include "vm/profiler.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
@@ -70,6 +76,8 @@ struct Flags {
   int64_t instances = 0;
   std::string stream_prefix;
   std::string device;  // "", "cpu" or "cuda"
+  std::string profile;  // Chrome trace file
+  bool profile_summary = false;
 };
 
 // Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
@@ -372,6 +380,9 @@ int Main(int argc, char** argv) {
                   "token vocabulary (one code point per line); streamed tokens print as text");
   flags.AddString("--device", &f.device,
                   "cpu or cuda: the device FILE was compiled for (checked before running)");
+  flags.AddString("--profile", &f.profile, "write a Chrome trace of the run to FILE (docs/profiling.md)");
+  flags.AddSwitch("--profile-summary", &f.profile_summary,
+                  "print time per kernel and the interpreter's share per loop iteration");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -463,7 +474,12 @@ int Main(int argc, char** argv) {
       return absl::OkStatus();
     };
   }
-  if (absl::Status s = (*vm)->Run(run); !s.ok()) return cli::ReportError(kProgram, s);
+  Profiler profiler;
+  const bool profiling = !f.profile.empty() || f.profile_summary;
+  RunOptions first = run;
+  if (profiling && f.repeat == 0) first.profiler = &profiler;
+  if (profiling && f.repeat > 0) run.profiler = &profiler;
+  if (absl::Status s = (*vm)->Run(first); !s.ok()) return cli::ReportError(kProgram, s);
   if (!vocab.empty()) {
     std::fputs("\n", stdout);
     run.on_emit = nullptr;  // timed repeats do not print
@@ -504,6 +520,10 @@ int Main(int argc, char** argv) {
     const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     std::printf("median_ms=%.4f min_ms=%.4f\n", median, sorted.front());
   }
+  if (!f.profile.empty()) {
+    if (absl::Status s = profiler.WriteChromeTrace(f.profile); !s.ok()) return cli::ReportError(kProgram, s);
+  }
+  if (f.profile_summary) std::fputs(profiler.SummaryTable().c_str(), stdout);
   if (f.instances > 0) {
     // Every instance gets its own VM, thread and copy of the inputs; the executable (and so
     // the mapped weights) is shared.
@@ -523,6 +543,7 @@ int Main(int argc, char** argv) {
     std::vector<std::thread> threads;
     RunOptions quiet = run;
     quiet.on_emit = nullptr;
+    quiet.profiler = nullptr;
     for (int i = 0; i < n; ++i) {
       threads.emplace_back([&, i] { status[i] = vms[i]->Run(quiet); });
     }

@@ -2,6 +2,12 @@
 // to computed-goto labels on GCC/Clang, or to a plain switch when DYNVM_DISPATCH_SWITCH is
 // defined (the dynvm_vm_switch library builds that variant and the conformance tests run both).
 //
+// This file is compiled twice: as itself, it defines Impl::Execute; included by
+// interpreter_profiled.cc (DYNVM_INTERPRETER_PROFILED 1), Impl::ExecuteProfiled, the loop a run
+// with a Profiler executes. Every profiling site is an `if constexpr (kProfile)` block, so
+// Execute contains no profiling code at all. (Two plain functions rather than one template:
+// GCC does not split a template instantiation's cold code from its hot code.)
+//
 // The verifier has checked every operand (register indices, kinds, dtypes, jump targets,
 // kernel arity, definite assignment), so the loop does no such checks. It checks only what
 // depends on run-time values (docs/isa.md, "Run-time checks").
@@ -13,6 +19,15 @@
 #include "isa/opcodes.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
+
+#ifndef DYNVM_INTERPRETER_PROFILED
+#define DYNVM_INTERPRETER_PROFILED 0
+#endif
+#if DYNVM_INTERPRETER_PROFILED
+#define DYNVM_EXECUTE ExecuteProfiled
+#else
+#define DYNVM_EXECUTE Execute
+#endif
 
 #if defined(__GNUC__) && !defined(DYNVM_DISPATCH_SWITCH)
 #define DYNVM_COMPUTED_GOTO 1
@@ -41,8 +56,11 @@ inline int64_t SaturateToInt(double v) {
 
 }  // namespace
 
-absl::Status VirtualMachine::Impl::Execute(int function, int depth, const ReturnTarget& ret) {
+absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const ReturnTarget& ret) {
+  constexpr bool kProfile = DYNVM_INTERPRETER_PROFILED != 0;
   const Executable::FunctionEntry& fn = exe->function_entry(function);
+  [[maybe_unused]] size_t loop_base = 0;  // loops open when this frame started (kProfile)
+  if constexpr (kProfile) loop_base = profiler->open_loops();
   Frame& frame = FrameAt(depth, fn);
   Scalar* const s = frame.s.data();
   Object* const o = frame.o.data();
@@ -109,6 +127,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       ip += static_cast<int32_t>(ip[3]);
       REDISPATCH();
     }
+    if constexpr (kProfile) profiler->BeginLoop(function, static_cast<uint32_t>(ip - code));
     NEXT();
   }
   CASE(EndLoop) {
@@ -119,17 +138,27 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
     if (++S(head[1]).i < VAL(head[2])) {
+      if constexpr (kProfile) {
+        SampleMemory();
+        profiler->EndIteration(true);
+      }
       ip = head + (head[0] >> 8);
       REDISPATCH();
+    }
+    if constexpr (kProfile) {
+      SampleMemory();
+      profiler->EndIteration(false);
     }
     NEXT();
   }
   CASE(Break) {
+    if constexpr (kProfile) profiler->BreakLoop();
     ip += static_cast<int32_t>(ip[1]);
     REDISPATCH();
   }
   CASE(BreakIf) {
     if (S(ip[1]).i) {
+      if constexpr (kProfile) profiler->BreakLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -137,6 +166,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(BreakUnless) {
     if (!S(ip[1]).i) {
+      if constexpr (kProfile) profiler->BreakLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -164,7 +194,12 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       target.frame = &frame;
       target.objects = ores;
       target.scalars = sres;
-      absl::Status cs = Execute(callee, depth + 1, target);
+      if constexpr (kProfile) profiler->BeginCall(callee);
+      absl::Status cs = DYNVM_EXECUTE(callee, depth + 1, target);
+      if constexpr (kProfile) {
+        profiler->EndCall();
+        if (!cs.ok()) profiler->CloseLoopsTo(loop_base);
+      }
       if (!cs.ok()) return cs;  // already annotated by the callee
     }
     NEXT();
@@ -180,6 +215,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]).t;
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
+    if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
     return absl::OkStatus();
   }
   CASE(Fail) { FAIL(absl::FailedPreconditionError(exe->string(ip[1]))); }
@@ -226,6 +262,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(Kill) {
     O(ip[1]).Clear();
+    if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(ConstI) {
@@ -441,6 +478,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       }
       if (!st.ok()) FAIL(st.status());
       O(ip[1]).st = *std::move(st);
+      if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
@@ -474,6 +512,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
                                                     std::move(keep));
       if (!t.ok()) FAIL(t.status());
       O(ip[1]).t = *std::move(t);
+      if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
@@ -485,6 +524,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       CHECK_OK(ops::Append(cuda->allocator(), O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]),
                            cuda->allocator_ref(), cuda.get()));
     }
+    if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(LoadConst) {
@@ -554,8 +594,18 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
         CHECK_OK(PrepareHostInvoke(ins[0], outs[0]));
       }
       ctx.set_site(&fn_sites[ip[2]]);
+      [[maybe_unused]] int64_t start = 0;
+      if constexpr (kProfile) start = profiler->Now();
       status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
                              absl::Span<Tensor* const>(out_buf.data(), outs[0]));
+      if constexpr (kProfile) {
+        const int64_t end = profiler->Now();
+        if (status.ok()) {
+          profiler->Kernel(static_cast<int>(ip[1]), function, ip[2], static_cast<uint32_t>(ip - code), start, end,
+                           in_buf.data(), ins[0], out_buf.data(), outs[0]);
+          SampleMemory();
+        }
+      }
       if (moved_inputs) {  // the copies die now, not at some later invoke
         for (uint32_t j = 0; j < ins[0]; ++j) device_in_buf[j] = Tensor();
         moved_inputs = false;
@@ -664,6 +714,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
 error:
   // Release this frame's objects so the VM is usable after the error; callers unwind theirs.
   for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
+  if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
   return Annotate(status, function, static_cast<uint32_t>(ip - code));
 
 #undef S
@@ -677,5 +728,7 @@ error:
 #undef NEXT
 #undef REDISPATCH
 }
+
+#undef DYNVM_EXECUTE
 
 }  // namespace dynvm

@@ -206,9 +206,21 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   outputs_valid[function] = false;
   ReturnTarget target;
   target.outputs = &outputs[function];
-  absl::Status s = Execute(function, 0, target);
+  absl::Status s;
+  if (run.profiler == nullptr) {
+    s = Execute(function, 0, target);
+  } else {
+    profiler = run.profiler;
+    profiler->BeginRun(*exe, function);
+    SampleMemory();
+    s = ExecuteProfiled(function, 0, target);
+  }
   // Device work still queued finishes within the run, and its errors are this run's.
   if (s.ok() && cuda != nullptr) s = cuda->Synchronize();
+  if (profiler != nullptr) {
+    profiler->EndRun();
+    profiler = nullptr;
+  }
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;

@@ -31,6 +31,8 @@
 
 namespace dynvm {
 
+class Profiler;
+
 // Cancels runs from any thread. A run checks the token at every loop back edge and call.
 class CancellationToken {
  public:
@@ -61,6 +63,10 @@ struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
   const CancellationToken* cancel = nullptr;
   EmitCallback on_emit;
+  // When set, the run records spans, kernel times and memory into it (vm/profiler.h,
+  // docs/profiling.md) and executes the profiling variant of the interpreter; when null (the
+  // default) the interpreter contains no profiling code. Not owned; must outlive the run.
+  Profiler* profiler = nullptr;
 };
 
 class VirtualMachine {

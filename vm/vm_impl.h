@@ -12,6 +12,7 @@
 #include "kernels/kernel.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
+#include "vm/profiler.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
@@ -61,8 +62,10 @@ class VirtualMachine::Impl {
   absl::Status Init();
   absl::Status RunFunction(int function, const RunOptions& options, int64_t* iterations);
 
-  // The interpreter (interpreter.cc, compiled once per dispatch variant).
+  // The interpreter (interpreter.cc, compiled once per dispatch variant), without and with
+  // profiling (ExecuteProfiled records into `profiler`, which must be set).
   absl::Status Execute(int function, int depth, const ReturnTarget& ret);
+  absl::Status ExecuteProfiled(int function, int depth, const ReturnTarget& ret);
 
   std::shared_ptr<const Executable> exe;
   VmOptions options;
@@ -91,6 +94,12 @@ class VirtualMachine::Impl {
   const CancellationToken* cancel = nullptr;
   const EmitCallback* on_emit = nullptr;
   int max_depth_used = 0;
+  Profiler* profiler = nullptr;  // RunOptions::profiler of the run in progress
+  // Records the pools' bytes in use (when changed). REQUIRES: profiler.
+  void SampleMemory() {
+    profiler->Memory(pool->stats().bytes_in_use, false);
+    if (cuda != nullptr) profiler->Memory(cuda->allocator().stats().bytes_in_use, true);
+  }
 
   Frame& FrameAt(int depth, const Executable::FunctionEntry& f);
   // The context of `device` (kCUDA), created on first use; the build's or machine's error
