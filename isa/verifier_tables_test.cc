@@ -1,7 +1,9 @@
 // The verifier's checks of declarations, signatures, the kernel and constant tables, debug
 // locations and the file around the code: each malformed table is refused with an error that
 // names the entry and what was wrong.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "isa/dtype.h"
 #include "isa/verifier.h"
 #include "isa/verifier_testing.h"
 #include "schema/executable_generated.h"
@@ -255,6 +258,107 @@ TEST(VerifierTest, InvalidDebugLocations) {
                              std::swap(a.exe->debug->locations[0], a.exe->debug->locations[1]);
                            }),
                 {"debug locations are not sorted"});
+}
+
+// String tensors are refused until the VM supports them: a register, a result or a constant.
+TEST(VerifierTest, StringTensorsAreUnimplemented) {
+  const std::string text = Program("", "tensor:f32", "ret (), ()");
+  const uint8_t kString = static_cast<uint8_t>(DType::kString);
+  absl::Status s = VerifyText(text, [&](Assembly& a) {
+    Fn(a, "main")->object_types[0] = fb::ObjectType(fb::ObjectKind::Tensor, kString, fb::ObjectKind::Tensor);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("function 'main' %o0: string tensors are not supported yet"));
+  s = VerifyText(text, [&](Assembly& a) {
+    Fn(a, "callee")->object_results[0] =
+        fb::ObjectType(fb::ObjectKind::Sequence, kString, fb::ObjectKind::Tensor);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("function 'callee' result 0: string tensors are not supported yet"));
+}
+
+// A call checked before its callee (the callee comes later in the table) must not index the
+// callee's register declarations past their end.
+TEST(VerifierTest, CalleeDeclaresFewerRegistersThanParameters) {
+  const std::string call = Program(
+      "i64 bool", "tensor:f32 tensor:f32",
+      "load_const %o0, c0\nconst_i %s0, 1\ncall @callee, (%o0), (%s0), (%o1), (%s1)\nret (), ()");
+  // Moves the callee (function 0) after main and points the call at its new index.
+  auto callee_last = [](Assembly& a) {
+    std::rotate(a.exe->functions.begin(), a.exe->functions.begin() + 1, a.exe->functions.end());
+    std::vector<uint32_t>& code = Fn(a, "main")->code;
+    code[OperandWord(code, PcOf(code, Opcode::kCall), 0)] = 1;
+  };
+  ASSERT_TRUE(VerifyText(call, callee_last).ok()) << VerifyText(call, callee_last);
+  ExpectRefused(VerifyText(call,
+                           [&](Assembly& a) {
+                             callee_last(a);
+                             Fn(a, "callee")->object_types.clear();
+                           }),
+                {"function 'main' pc 7: call: callee declares fewer registers than parameters"});
+  ExpectRefused(VerifyText(call,
+                           [&](Assembly& a) {
+                             callee_last(a);
+                             Fn(a, "callee")->scalar_types.clear();
+                           }),
+                {"function 'main' pc 7: call: callee declares fewer registers than parameters"});
+}
+
+// An attribute's ints are read as int64: a vector at 4 mod 8, which flatbuffers' own verifier
+// lets through (it checks the alignment of the length word only), is refused. The writer always
+// aligns it, so the flatbuffer is built here with an int32 vector in its place.
+TEST(VerifierTest, AttributeIntsVectorMisaligned) {
+  absl::StatusOr<Assembly> a =
+      Assemble(".kernel \"Transpose\" in(f32) out(dyn:f32) attrs(perm=ints:[1, 0])\n"
+               ".function main\n  .params 0 0\n  ret (), ()\n.end\n");
+  ASSERT_TRUE(a.ok()) << a.status();
+  // Built with 0 to 3 words of padding just before the vector (in memory): some put its data
+  // at 4 mod 8 in an 8-aligned copy of the buffer, the others at 0 mod 8.
+  int misaligned = 0;
+  for (int pad = 0; pad < 4; ++pad) {
+    flatbuffers::FlatBufferBuilder b;
+    // Two int64 (1, 0), written as four little-endian int32 words (so aligned to 4 only),
+    // under a length word of 2.
+    b.StartVector(4, sizeof(int32_t));
+    for (int32_t w : {0, 0, 0, 1}) b.PushElement(w);  // back to front
+    const flatbuffers::Offset<flatbuffers::Vector<int64_t>> ints(b.EndVector(2));
+    for (int i = 0; i < pad; ++i) b.PushElement<uint32_t>(0);
+    const auto attr =
+        fb::CreateAttribute(b, b.CreateString("perm"), fb::AttrType::Ints, 0, 0, 0, ints);
+    const fb::KernelT& k = *a->exe->kernels[0];
+    std::vector<flatbuffers::Offset<fb::Port>> ins, outs;
+    for (const auto& p : k.inputs) ins.push_back(fb::Port::Pack(b, p.get()));
+    for (const auto& p : k.outputs) outs.push_back(fb::Port::Pack(b, p.get()));
+    const auto op = b.CreateString(k.op);
+    const auto in_vec = b.CreateVector(ins);
+    const auto out_vec = b.CreateVector(outs);
+    const auto attr_vec = b.CreateVector(&attr, 1);
+    const auto kernel = fb::CreateKernel(b, op, 0, k.device, in_vec, out_vec, attr_vec);
+    const auto fn = fb::Function::Pack(b, a->exe->functions[0].get());
+    const auto fns = b.CreateVector(&fn, 1);
+    const auto kernels = b.CreateVector(&kernel, 1);
+    b.Finish(fb::CreateExecutable(b, fns, kernels), fb::ExecutableIdentifier());
+    std::vector<uint64_t> buf((b.GetSize() + 7) / 8);
+    std::memcpy(buf.data(), b.GetBufferPointer(), b.GetSize());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(buf.data());
+    flatbuffers::Verifier fbv(bytes, b.GetSize());
+    ASSERT_TRUE(fb::VerifyExecutableBuffer(fbv)) << "pad " << pad;
+    const fb::Executable* exe = fb::GetExecutable(bytes);
+    const auto* v = exe->kernels()->Get(0)->attrs()->Get(0)->ints();
+    ASSERT_NE(v, nullptr);
+    ASSERT_EQ(v->size(), 2u);
+    if (reinterpret_cast<uintptr_t>(v->data()) % 8 == 0) {
+      EXPECT_TRUE(VerifyExecutable(*exe, 0).ok()) << "pad " << pad;
+      continue;
+    }
+    ++misaligned;
+    ExpectRefused(VerifyExecutable(*exe, 0),
+                  {"kernel 0 (Transpose): attribute 'perm': ints vector is not 8-byte aligned"});
+  }
+  EXPECT_GE(misaligned, 1);
+  EXPECT_LE(misaligned, 3);
 }
 
 // Not an executable at all, or a broken flatbuffer behind a valid header.

@@ -7,6 +7,8 @@
 // RegenerateFuzzCorpus (run from the repository root) rewrites the checked-in seed corpora:
 //   isa/fuzz_corpus/verifier/  and  vm/fuzz_corpus/run/   assembled tests/isa/*.s + kProgram
 //   isa/fuzz_corpus/assembler/                            tests/isa/*.s + kProgram as text
+// Also there: onnx_*.dvm, the ONNX fuzzer's seed models (compiler/onnx/fuzz_corpus/) compiled
+// with `vm-compile`, programs with inputs and real kernels for vm_run_fuzzer to bind inputs to.
 // Crash inputs found by the fuzzers are added there by hand (named crash-*), and pinned by a
 // regression test below.
 #include <cstdint>
@@ -32,6 +34,7 @@
 #include "schema/mapped_file.h"
 #include "schema/writer.h"
 #include "vm/executable.h"
+#include "vm/fuzz_inputs.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
@@ -127,8 +130,8 @@ struct Outcome {
   int runs_failed = 0;
 };
 
-// Loads `bytes`; if that works, runs every entry function that takes no inputs under tight
-// limits. Either step may fail; neither may crash.
+// Loads `bytes`; if that works, runs every entry function under tight limits, its inputs bound
+// to small pseudo-random tensors as vm_run_fuzzer does. Either step may fail; neither may crash.
 Outcome LoadAndRun(const std::string& bytes) {
   Outcome out;
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
@@ -145,7 +148,8 @@ Outcome LoadAndRun(const std::string& bytes) {
   if (!vm.ok()) return out;
   for (int f = 0; f < (*exe)->num_functions(); ++f) {
     const FunctionInfo& info = (*exe)->function(f);
-    if (!info.is_entry || !info.inputs.empty()) continue;
+    if (!info.is_entry) continue;
+    fuzzing::BindSmallInputs(**vm, info, fuzzing::SeedOf(Span(bytes).data(), bytes.size()) + f);
     RunOptions run;
     run.function = info.name;
     run.deadline = absl::Now() + absl::Seconds(5);
@@ -446,6 +450,58 @@ TEST(HostileExecutableTest, ConstantPastTheEndIsRefused) {
   ASSERT_FALSE(exe.ok());
   EXPECT_THAT(std::string(exe.status().message()),
               HasSubstr("constant 1: range [64, +16) runs past the end of the 70-byte"));
+}
+
+// Kernel binding at load: a kernel-table entry that no registered backend serves, or whose
+// attributes have the wrong type, is refused naming the entry, before any VM exists.
+TEST(HostileExecutableTest, KernelsThatNoBackendServesAreRefusedAtLoad) {
+  struct Case {
+    const char* kernel;
+    absl::StatusCode code;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {R"(.kernel "NoSuchOp" in(f32) out(dyn:f32))", absl::StatusCode::kNotFound,
+       "kernel 0 (NoSuchOp"},
+      {R"(.kernel "MatMul" in(bool, bool) out(dyn:bool))", absl::StatusCode::kUnimplemented,
+       "kernel 0 (MatMul"},
+      {R"(.kernel "Transpose" in(f32) out(dyn:f32) attrs(perm=s:"0,1"))",
+       absl::StatusCode::kInvalidArgument, "attribute 'perm' must be of type ints"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.kernel);
+    const std::string bytes =
+        AssembleOrDie(absl::StrCat(c.kernel, "\n.function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n"));
+    ASSERT_FALSE(bytes.empty());
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+    ASSERT_FALSE(exe.ok());
+    EXPECT_EQ(exe.status().code(), c.code) << exe.status();
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr(c.expect));
+  }
+}
+
+// A file that needs an external or compressed weights file, which this version cannot read,
+// is refused at load (not read as if its constants were in the file).
+TEST(HostileExecutableTest, ExternalWeightsAreUnimplemented) {
+  // No constants: with external weights the verifier checks constants against the weights
+  // file, which this file does not name.
+  const std::string bytes =
+      AssembleOrDie(".function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n");
+  ASSERT_TRUE(Load(bytes).ok());
+  absl::StatusOr<schema::FileHeader> h = schema::ParseHeader(Span(bytes));
+  ASSERT_TRUE(h.ok()) << h.status();
+  for (uint64_t feature : {schema::kFeatureExternalWeights, schema::kFeatureCompressedConstants}) {
+    schema::FileHeader edited = *h;
+    edited.required_features |= feature;
+    if (feature == schema::kFeatureCompressedConstants) edited.constants_raw_size += 64;
+    std::string m = bytes;
+    schema::EncodeHeader(edited, reinterpret_cast<uint8_t*>(m.data()));
+    Reseal(m);
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(m);
+    ASSERT_FALSE(exe.ok()) << feature;
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kUnimplemented) << exe.status();
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr("weights are not supported yet"));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -301,6 +301,22 @@ TEST_F(BasicTest, InputErrors) {
   EXPECT_EQ(Output(*vm_, "sum")[23], 6.0f);
 }
 
+// A run refused before it starts (an input of the wrong shape, or missing) leaves no outputs
+// behind: the previous run's are not readable as if they were this run's.
+TEST_F(BasicTest, RefusedRunLeavesNoStaleOutputs) {
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  const Tensor kept = *vm_->GetOutput("sum");
+  ASSERT_TRUE(vm_->SetInput("x", F32({6}, {1, 2, 3, 4, 5, 6})).ok());
+  EXPECT_EQ(vm_->Run().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(vm_->GetOutputs().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(vm_->GetOutput("sum").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Floats(kept), ElementsAre(12, 24, 36, 45, 57, 69));  // what the caller holds stays
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+}
+
 TEST_F(BasicTest, UnknownOutputAndFunction) {
   Bind(X(), Y());
   ASSERT_TRUE(vm_->Run().ok());

@@ -1,5 +1,6 @@
-// Feeds arbitrary bytes to the loader and, when they load, runs every entry function that
-// takes no inputs under tight limits. Loading and running may fail; neither may crash: the
+// Feeds arbitrary bytes to the loader and, when they load, runs every entry function under
+// tight limits, its inputs bound to small pseudo-random tensors (vm/fuzz_inputs.h; seeded by
+// the bytes, so an input always replays the same way). Loading and running may fail; neither may crash: the
 // verifier's promise is that whatever it accepts, the interpreter runs without bounds checks
 // of its own, so a crash here is a verifier gap or an interpreter bug.
 //
@@ -16,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "schema/format.h"
+#include "vm/fuzz_inputs.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -49,7 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!vm.ok()) return 0;
   for (int f = 0; f < (*exe)->num_functions(); ++f) {
     const dynvm::FunctionInfo& info = (*exe)->function(f);
-    if (!info.is_entry || !info.inputs.empty()) continue;
+    if (!info.is_entry) continue;
+    dynvm::fuzzing::BindSmallInputs(**vm, info, dynvm::fuzzing::SeedOf(data, size) + f);
     dynvm::RunOptions run;
     run.function = info.name;
     // Bounds the work of a run whose iterations are each expensive (big copies, kernels).

@@ -187,6 +187,10 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   if (!f.info.is_entry) {
     return absl::InvalidArgumentError(absl::StrCat("function '", f.info.name, "' has no signature: it is not an entry"));
   }
+  // Whatever this run returns, the previous run's outputs are gone: a run refused before it
+  // starts (an input missing or of the wrong shape) must not leave them readable as its own.
+  outputs_valid[function] = false;
+  outputs[function].clear();
   absl::flat_hash_map<std::string, int64_t> symbols;
   for (size_t i = 0; i < f.info.inputs.size(); ++i) {
     const Tensor& t = inputs[function][i];
@@ -203,7 +207,6 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   if (absl::Status s = CheckInterrupts(); !s.ok()) return s;
   Frame& frame = FrameAt(0, f);
   for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i].t = inputs[function][i];
-  outputs_valid[function] = false;
   ReturnTarget target;
   target.outputs = &outputs[function];
   absl::Status s;

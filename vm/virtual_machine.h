@@ -95,13 +95,14 @@ class VirtualMachine {
   absl::Status SetInputZeroCopy(absl::string_view name, const Tensor& value,
                                 absl::string_view function = "");
 
-  // Runs a function with the bound inputs. On error the VM stays usable; outputs of the failed
-  // run are not available.
+  // Runs a function with the bound inputs. On error the VM stays usable, and the function has
+  // no outputs (GetOutputs: FailedPrecondition) until it next runs successfully; outputs of
+  // earlier runs that the caller already holds stay valid.
   absl::Status Run(const RunOptions& options = {});
 
   absl::StatusOr<Tensor> GetOutput(absl::string_view name, absl::string_view function = "") const;
   absl::StatusOr<Tensor> GetOutput(int index, absl::string_view function = "") const;
-  // The outputs of the last successful run of `function`, in signature order.
+  // The outputs of the last run of `function`, in signature order, if that run succeeded.
   absl::StatusOr<std::vector<Tensor>> GetOutputs(absl::string_view function = "") const;
 
   // Pool statistics (bytes in use, peak, calls into the system allocator).
