@@ -118,6 +118,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
           "loop iteration limit of ", options.max_loop_iterations, " exceeded")));
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
+    if (first_iteration_allocs < 0 && depth == 0) first_iteration_allocs = SystemAllocs();
     if (++S(head[1]).i < VAL(head[2])) {
       ip = head + (head[0] >> 8);
       REDISPATCH();

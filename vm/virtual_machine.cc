@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
@@ -128,6 +128,12 @@ Frame& VirtualMachine::Impl::FrameAt(int depth, const Executable::FunctionEntry&
   return fr;
 }
 
+int64_t VirtualMachine::Impl::SystemAllocs() const {
+  int64_t n = pool->stats().system_allocs;
+  if (cuda != nullptr) n += cuda->allocator().stats().system_allocs;
+  return n;
+}
+
 absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function, uint32_t pc) const {
   const Executable::FunctionEntry& f = exe->function_entry(function);
   const auto op = static_cast<isa::Opcode>(f.code[pc] & 0xFF);
@@ -148,7 +154,11 @@ absl::Status VirtualMachine::Impl::CheckInterrupts() const {
 
 namespace {
 
-absl::Status CheckShape(const ParamInfo& p, const Tensor& t, absl::flat_hash_map<std::string, int64_t>& symbols,
+// The values of the input symbols seen so far in one run (few: a linear search, and no heap
+// allocation up to eight of them).
+using SymbolValues = absl::InlinedVector<std::pair<absl::string_view, int64_t>, 8>;
+
+absl::Status CheckShape(const ParamInfo& p, const Tensor& t, SymbolValues& symbols,
                         const std::vector<std::pair<std::string, int64_t>>& bounds) {
   if (!p.has_shape) return absl::OkStatus();
   if (t.rank() != static_cast<int>(p.shape.size())) {
@@ -165,8 +175,10 @@ absl::Status CheckShape(const ParamInfo& p, const Tensor& t, absl::flat_hash_map
       }
       continue;
     }
-    auto [it, inserted] = symbols.emplace(d.symbol, got);
-    if (!inserted && it->second != got) {
+    auto it = std::find_if(symbols.begin(), symbols.end(), [&](const auto& e) { return e.first == d.symbol; });
+    if (it == symbols.end()) {
+      symbols.emplace_back(d.symbol, got);
+    } else if (it->second != got) {
       return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " is symbol '", d.symbol,
                                                      "' = ", got, ", but another input has it = ", it->second));
     }
@@ -187,7 +199,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   if (!f.info.is_entry) {
     return absl::InvalidArgumentError(absl::StrCat("function '", f.info.name, "' has no signature: it is not an entry"));
   }
-  absl::flat_hash_map<std::string, int64_t> symbols;
+  SymbolValues symbols;
   for (size_t i = 0; i < f.info.inputs.size(); ++i) {
     const Tensor& t = inputs[function][i];
     if (!t.defined()) {
@@ -206,9 +218,16 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   outputs_valid[function] = false;
   ReturnTarget target;
   target.outputs = &outputs[function];
+  run_start_allocs = SystemAllocs();
+  first_iteration_allocs = -1;
   absl::Status s = Execute(function, 0, target);
   // Device work still queued finishes within the run, and its errors are this run's.
   if (s.ok() && cuda != nullptr) s = cuda->Synchronize();
+  const int64_t end_allocs = SystemAllocs();
+  last_run_memory.system_allocs = end_allocs - run_start_allocs;
+  last_run_memory.first_iteration_ended = first_iteration_allocs >= 0;
+  last_run_memory.system_allocs_after_first_iteration =
+      first_iteration_allocs >= 0 ? end_allocs - first_iteration_allocs : 0;
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;
@@ -364,6 +383,7 @@ absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::s
 }
 
 AllocatorStats VirtualMachine::memory_stats() const { return impl_->pool->stats(); }
+RunMemoryStats VirtualMachine::last_run_memory() const { return impl_->last_run_memory; }
 AllocatorStats VirtualMachine::device_memory_stats() const {
   return impl_->cuda != nullptr ? impl_->cuda->allocator().stats() : AllocatorStats{};
 }

@@ -56,6 +56,16 @@ struct VmOptions {
 // with that status.
 using EmitCallback = std::function<absl::Status(int stream, const Tensor& value)>;
 
+// Calls into the system allocator (the VM's pool and, when used, its device pool) during the
+// last run: in all, and after the first loop iteration of the entry function ended (its first
+// back edge), which is the steady state of a decode loop. A run without loops has no steady
+// state: after_first_iteration is 0 and first_iteration_ended false.
+struct RunMemoryStats {
+  int64_t system_allocs = 0;
+  int64_t system_allocs_after_first_iteration = 0;
+  bool first_iteration_ended = false;
+};
+
 struct RunOptions {
   std::string function;  // "" = the default entry ("main")
   absl::Time deadline = absl::InfiniteFuture();
@@ -107,6 +117,8 @@ class VirtualMachine {
   absl::StatusOr<Tensor> ToHost(const Tensor& t) const;
   // Loop iterations executed by the last run.
   int64_t last_run_iterations() const { return last_iterations_; }
+  // System allocator calls of the last run (complete or not).
+  RunMemoryStats last_run_memory() const;
   // Returns cached pool memory to the system; bound inputs and outputs stay.
   void Trim();
   // Fault injection for tests: the n-th allocation from now fails.
