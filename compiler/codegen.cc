@@ -130,6 +130,8 @@ class FunctionCodegen {
   absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
   // Reads the symbolic contents of a function input (BindScalarInputs) into a scalar register.
   absl::Status DefineContentSymbol(const Value* in, uint32_t reg);
+  // `d` with each induction dim of the loops being emitted replaced by its capacity.
+  Dim WithCapacities(Dim d);
   absl::StatusOr<uint32_t> Tensor(const Value* v);  // the register holding v as a tensor
   absl::StatusOr<uint32_t> EvalDim(Dim d);
   absl::StatusOr<uint32_t> ValueWord(Dim d);
@@ -188,6 +190,7 @@ class FunctionCodegen {
   uint32_t site_ = 0;
   int dynamic_sites_ = 0;
   int loop_sites_ = 0;  // of which inside loops (or growth that reallocates in one)
+  absl::flat_hash_map<Dim, Dim> capacity_of_;  // induction dim -> its capacity symbol
   int loop_depth_ = 0;
   void CountAllocSite(bool grows_in_loop = false) {
     ++dynamic_sites_;
@@ -524,6 +527,11 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
   if (info.store == Store::kPool || info.allocs.empty()) {
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+    if (!capacity_of_.empty()) {
+      // Sized for the capacities of the loop's induction dims (never below the value's size).
+      const Dim capped = WithCapacities(bytes);
+      if (capped != bytes) bytes = sym_.Max(bytes, capped);
+    }
     absl::StatusOr<uint32_t> size = ValueWord(bytes);
     if (!size.ok()) return size.status();
     const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
@@ -586,6 +594,22 @@ absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg)
     BindSymbol(d, r);
   }
   return absl::OkStatus();
+}
+
+Dim FunctionCodegen::WithCapacities(Dim d) {
+  auto it = capacity_of_.find(d);
+  if (it != capacity_of_.end()) return it->second;
+  if (d->a == nullptr || d->b == nullptr) return d;
+  const Dim a = WithCapacities(d->a), b = WithCapacities(d->b);
+  if (a == d->a && b == d->b) return d;
+  switch (d->kind) {
+    case DimNode::Kind::kAdd: return sym_.Add(a, b);
+    case DimNode::Kind::kMul: return sym_.Mul(a, b);
+    case DimNode::Kind::kFloorDiv: return sym_.FloorDiv(a, b);
+    case DimNode::Kind::kMax: return sym_.Max(a, b);
+    case DimNode::Kind::kMin: return sym_.Min(a, b);
+    default: return d;
+  }
 }
 
 absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg) {
@@ -1094,6 +1118,35 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     CountAllocSite(/*grows_in_loop=*/!cap_bounded);
     if (out) reg_[out] = scans[k];
   }
+  // Unbounded induction dims (a carried dim the body advances by a constant step) get a
+  // capacity: a scalar that doubles when the dim outgrows it. Pool values of the body are
+  // sized for the capacity, so they keep their size (and their pool blocks) between doublings.
+  struct Capacity {
+    Dim dim;
+    uint32_t reg;
+  };
+  std::vector<Capacity> capacities;
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* in = body->inputs[2 + i];
+    const Value* out = body->outputs[1 + i];
+    if (!in->shape || !out->shape || in->shape->size() != out->shape->size()) continue;
+    for (size_t k = 0; k < in->shape->size(); ++k) {
+      const Dim d = (*in->shape)[k];
+      const Dim o = (*out->shape)[k];
+      if (!SymbolicContext::IsSymbol(d) || sym_.UpperBound(d) || o->kind != DimNode::Kind::kAdd) continue;
+      const Dim step = o->a == d ? o->b : (o->b == d ? o->a : nullptr);
+      if (step == nullptr || !SymbolicContext::AsConst(step) || *SymbolicContext::AsConst(step) <= 0) continue;
+      bool seen = capacity_of_.contains(d);
+      for (const Capacity& c : capacities) seen |= c.dim == d;
+      if (seen) continue;
+      const uint32_t r = NewScalar(fb::ScalarType::I64);
+      w.Begin(Opcode::kConstI);
+      w.Word(r);
+      w.Imm64(0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      capacities.push_back({d, r});
+    }
+  }
   // The loop.
   const uint32_t iter = NewScalar(fb::ScalarType::I64);
   const uint32_t loop_pc = w.Begin(Opcode::kLoop);
@@ -1129,9 +1182,35 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   for (size_t i = 0; i < nc; ++i) {
     if (absl::Status s = DefineDynamicSymbols(body->inputs[2 + i], carried[i]); !s.ok()) return s;
   }
+  for (const Capacity& c : capacities) {
+    // capacity := dim > capacity ? 2 * dim : capacity
+    absl::StatusOr<uint32_t> d = EvalDim(c.dim);
+    if (!d.ok()) return d.status();
+    const uint32_t outgrown = NewScalar(fb::ScalarType::Bool), twice = NewScalar(fb::ScalarType::I64);
+    w.Begin(Opcode::kLtI);
+    w.Word(outgrown);
+    w.Word(c.reg);
+    w.Word(*d);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAddI);
+    w.Word(twice);
+    w.Word(*d);
+    w.Word(*d);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kSelectI);
+    w.Word(c.reg);
+    w.Word(outgrown);
+    w.Word(twice);
+    w.Word(c.reg);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    const Dim cap = sym_.Fresh("cap");
+    BindSymbol(cap, c.reg);
+    capacity_of_[c.dim] = cap;
+  }
   ++loop_depth_;
   absl::Status body_status = EmitGraph(*body);
   --loop_depth_;
+  for (const Capacity& c : capacities) capacity_of_.erase(c.dim);
   if (!body_status.ok()) return body_status;
   // Scan outputs.
   for (size_t k = 0; k < ns; ++k) {

@@ -149,7 +149,9 @@ TEST_P(DecodeAllocTest, DecodeStepsMakeNoSystemAllocatorCalls) {
   // (mallocs inside oneDNN; its matmuls take a run-time M, its layer norms and softmaxes do
   // not). Its pool, which the VM owns, makes none (decode_memory_test); the LSTMs' shapes are
   // fixed, so their oneDNN primitives are made once.
-  if (GetParam() != "gpt") EXPECT_EQ(preferred, 0);
+  if (GetParam() != "gpt") {
+    EXPECT_EQ(preferred, 0);
+  }
 }
 
 // The counter is live: a run that allocates per step is seen (the counting is not vacuous).

@@ -6,9 +6,9 @@
 //    bounded (induction dims) and planned at their maximum: no system allocation after the
 //    first iteration, and a run of 56 tokens makes exactly as many as a run of 8;
 //  - a run beyond the bound is an error naming the symbol;
-//  - compiled without bounds, the same loop still runs with pool memory that grows with the
-//    shapes: peak memory within 3x of the bounded plan's, and system allocations that grow
-//    with the logarithm of the token count (amortised O(1) per token), not with the count.
+//  - compiled without bounds, the same loop still runs, its body's pool values sized for a
+//    capacity of the growing dim that doubles when outgrown: peak memory within 3x of the
+//    bounded plan's, and a logarithmic number of reallocations (amortised O(1) per token).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -144,15 +144,12 @@ TEST(DecodeMemoryTest, UnboundedGptGrowsWithinThreeTimesTheBoundedPlan) {
       EXPECT_LE(r.pool.bytes_reserved, 3 * plan.pool.peak_bytes_in_use);
     }
   }
-  // Growth reallocates: the pool does allocate after the first iteration (the statistic is
-  // live), but fewer times than there are tokens, and each doubling of the token count adds
-  // no more reallocations than the doubling before it did (plus rounding of the size classes):
-  // logarithmic, amortised O(1) per token.
+  // Growth reallocates (the statistic is live) when the loop's capacity doubles: fewer times
+  // than there are tokens (amortised O(1) per token), and logarithmically: going from 28 to
+  // 56 tokens adds no more reallocations than going from 14 to 28 did.
   EXPECT_GT(after[3], 0);
   EXPECT_LT(after[3], kMaxTokens);
-  for (int i = 2; i < 4; ++i) {
-    EXPECT_LE(after[i] - after[i - 1], after[i - 1] - after[i - 2] + 8) << "doubling " << i;
-  }
+  EXPECT_LE(after[3] - after[2], after[2] - after[1]);
 }
 
 }  // namespace

@@ -123,14 +123,17 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       ip = head + (head[0] >> 8);
       REDISPATCH();
     }
+    if (depth == 0) loop_exit_allocs = SystemAllocs();
     NEXT();
   }
   CASE(Break) {
+    if (depth == 0) loop_exit_allocs = SystemAllocs();
     ip += static_cast<int32_t>(ip[1]);
     REDISPATCH();
   }
   CASE(BreakIf) {
     if (S(ip[1]).i) {
+      if (depth == 0) loop_exit_allocs = SystemAllocs();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -138,6 +141,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(BreakUnless) {
     if (!S(ip[1]).i) {
+      if (depth == 0) loop_exit_allocs = SystemAllocs();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }

@@ -57,9 +57,10 @@ struct VmOptions {
 using EmitCallback = std::function<absl::Status(int stream, const Tensor& value)>;
 
 // Calls into the system allocator (the VM's pool and, when used, its device pool) during the
-// last run: in all, and after the first loop iteration of the entry function ended (its first
-// back edge), which is the steady state of a decode loop. A run without loops has no steady
-// state: after_first_iteration is 0 and first_iteration_ended false.
+// last run: in all, and in the steady state of its loops: from the end of the first iteration
+// of a loop in the entry function's frame (its first back edge) to the last exit of such a
+// loop (so not the outputs made after a decode loop). A run without loops has no steady state:
+// system_allocs_after_first_iteration is 0 and first_iteration_ended false.
 struct RunMemoryStats {
   int64_t system_allocs = 0;
   int64_t system_allocs_after_first_iteration = 0;

@@ -91,11 +91,12 @@ class VirtualMachine::Impl {
   const CancellationToken* cancel = nullptr;
   const EmitCallback* on_emit = nullptr;
   int max_depth_used = 0;
-  // System allocations of both pools so far (a lock per pool: only at run boundaries and at the
-  // first back edge of a run).
+  // System allocations of both pools so far (a lock per pool: only at run boundaries, at the
+  // first back edge of a run and when a loop of the entry function's frame exits).
   int64_t SystemAllocs() const;
   int64_t run_start_allocs = 0;
   int64_t first_iteration_allocs = -1;  // at the first back edge of this run; -1 before it
+  int64_t loop_exit_allocs = -1;        // when a loop of the entry frame last exited
   RunMemoryStats last_run_memory;
 
   Frame& FrameAt(int depth, const Executable::FunctionEntry& f);
