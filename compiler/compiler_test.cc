@@ -311,6 +311,18 @@ TEST(CompilerTest, BoundedTripCountBoundsTheDimsALoopGrows) {
   }
 }
 
+// Regression: Range(0, n, 1) sized ceil(n / 1) = -1 * (-1 * n) did not fold back to n, so a
+// Range over a bounded length (the GPT's positions) had no upper bound and left the arena.
+TEST(CompilerTest, NestedConstantProductsFold) {
+  SymbolicContext s;
+  const Dim n = s.Symbol("n");
+  EXPECT_EQ(s.CeilDiv(n, s.Const(1)), n);
+  EXPECT_EQ(s.Mul(s.Const(-1), s.Mul(n, s.Const(-1))), n);
+  EXPECT_EQ(s.Mul(s.Const(3), s.Mul(s.Const(2), n)), s.Mul(s.Const(6), n));
+  s.SetBound("n", 8);
+  EXPECT_EQ(s.UpperBound(s.CeilDiv(s.Add(n, s.Const(1)), s.Const(2))), 5);  // ceil(9 / 2)
+}
+
 TEST(CompilerTest, BoundedGrowingValueHasItsCapacityUpFront) {
   Module m;
   Compiled c = GrowingLoop(m, 100);

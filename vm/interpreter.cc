@@ -109,6 +109,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       ip += static_cast<int32_t>(ip[3]);
       REDISPATCH();
     }
+    if (depth == 0 && ++loop_nesting == 1) first_iteration_allocs = -1;
     NEXT();
   }
   CASE(EndLoop) {
@@ -118,22 +119,22 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
           "loop iteration limit of ", options.max_loop_iterations, " exceeded")));
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
-    if (first_iteration_allocs < 0 && depth == 0) first_iteration_allocs = SystemAllocs();
+    if (depth == 0 && loop_nesting == 1 && first_iteration_allocs < 0) first_iteration_allocs = SystemAllocs();
     if (++S(head[1]).i < VAL(head[2])) {
       ip = head + (head[0] >> 8);
       REDISPATCH();
     }
-    if (depth == 0) loop_exit_allocs = SystemAllocs();
+    if (depth == 0) ExitLoop();
     NEXT();
   }
   CASE(Break) {
-    if (depth == 0) loop_exit_allocs = SystemAllocs();
+    if (depth == 0) ExitLoop();
     ip += static_cast<int32_t>(ip[1]);
     REDISPATCH();
   }
   CASE(BreakIf) {
     if (S(ip[1]).i) {
-      if (depth == 0) loop_exit_allocs = SystemAllocs();
+      if (depth == 0) ExitLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -141,7 +142,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
   }
   CASE(BreakUnless) {
     if (!S(ip[1]).i) {
-      if (depth == 0) loop_exit_allocs = SystemAllocs();
+      if (depth == 0) ExitLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }

@@ -220,17 +220,21 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   target.outputs = &outputs[function];
   run_start_allocs = SystemAllocs();
   first_iteration_allocs = -1;
-  loop_exit_allocs = -1;
+  loop_nesting = 0;
+  steady_state_allocs = 0;
+  any_first_iteration = false;
   absl::Status s = Execute(function, 0, target);
   // Device work still queued finishes within the run, and its errors are this run's.
   if (s.ok() && cuda != nullptr) s = cuda->Synchronize();
   const int64_t end_allocs = SystemAllocs();
   last_run_memory.system_allocs = end_allocs - run_start_allocs;
-  last_run_memory.first_iteration_ended = first_iteration_allocs >= 0;
-  // Up to the last loop exit (a failed run may end inside the loop: up to the end).
-  const int64_t steady_end = loop_exit_allocs >= first_iteration_allocs ? loop_exit_allocs : end_allocs;
-  last_run_memory.system_allocs_after_first_iteration =
-      first_iteration_allocs >= 0 ? steady_end - first_iteration_allocs : 0;
+  // A run that failed inside a loop: its steady state so far.
+  if (loop_nesting > 0 && first_iteration_allocs >= 0) {
+    steady_state_allocs += end_allocs - first_iteration_allocs;
+    any_first_iteration = true;
+  }
+  last_run_memory.first_iteration_ended = any_first_iteration;
+  last_run_memory.system_allocs_after_first_iteration = steady_state_allocs;
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;

@@ -57,10 +57,12 @@ struct VmOptions {
 using EmitCallback = std::function<absl::Status(int stream, const Tensor& value)>;
 
 // Calls into the system allocator (the VM's pool and, when used, its device pool) during the
-// last run: in all, and in the steady state of its loops: from the end of the first iteration
-// of a loop in the entry function's frame (its first back edge) to the last exit of such a
-// loop (so not the outputs made after a decode loop). A run without loops has no steady state:
-// system_allocs_after_first_iteration is 0 and first_iteration_ended false.
+// last run: in all, and in the steady state of its loops: for each outermost loop of the
+// entry function's frame that finished its first iteration, from the end of that iteration
+// (its first back edge) to the loop's exit. The first iteration of each loop (a prefill loop's,
+// then the decode loop's) and the outputs made after the loops do not count. A run without
+// such a loop has no steady state: system_allocs_after_first_iteration is 0 and
+// first_iteration_ended false.
 struct RunMemoryStats {
   int64_t system_allocs = 0;
   int64_t system_allocs_after_first_iteration = 0;
