@@ -311,6 +311,30 @@ TEST(CompilerTest, BoundedTripCountBoundsTheDimsALoopGrows) {
   }
 }
 
+// A carried dim the body shrinks (x = x[:, :-1]) is largest on entry: a bounded trip count must
+// not bound it by init + trips * step with a negative step (that would plan x too small).
+TEST(CompilerTest, ShrinkingCarriedDimIsNotBoundedByTheTripCount) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* n = b.Input("n", DType::kI64, {});
+  Value* init = b.Input("init", DType::kF32, {1, 10});
+  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
+                                                               const std::vector<Value*>& carried) {
+    Value* rest = l.Op("Slice", {carried[0], l.VectorI64({0}), l.VectorI64({-1}), l.VectorI64({1})});
+    return std::vector<Value*>{cond, l.Op("Relu", {rest})};
+  });
+  b.Output("x", outs[0]);
+  CompileOptions o;
+  o.bounds = {{"n", 5}};
+  Compiled c = CompileOrDie(m, o);
+  ASSERT_TRUE(c.exe);
+  std::vector<Tensor> out =
+      RunOrDie(c.exe, {{"n", Tensor::ScalarI64(5)},
+                       {"init", *Tensor::FromVector<float>(DType::kF32, {1, 10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {1, 5}, {0, 1, 2, 3, 4}));
+}
+
 // Regression: Range(0, n, 1) sized ceil(n / 1) = -1 * (-1 * n) did not fold back to n, so a
 // Range over a bounded length (the GPT's positions) had no upper bound and left the arena.
 TEST(CompilerTest, NestedConstantProductsFold) {

@@ -149,6 +149,8 @@ absl::Status InferLoop(Module& m, Node& n) {
       if (o->kind != DimNode::Kind::kAdd || (o->a != d && o->b != d)) continue;
       Dim step = o->a == d ? o->b : o->a;
       if (sym.MentionsSymbolSince(step, since)) continue;  // not loop-invariant
+      // A step that may be negative (a shrinking dim) is largest on entry: not handled here.
+      if (std::optional<int64_t> lb = sym.LowerBound(step); !lb || *lb < 0) continue;
       std::optional<int64_t> init_ub = sym.UpperBound((*init->shape)[k]);
       std::optional<int64_t> step_ub = sym.UpperBound(step);
       // Entering iteration j < trips, the dim is init + j * step; the result, after them all.
