@@ -111,6 +111,8 @@ class FunctionCodegen {
 
   // ---- emission ----
   absl::Status EmitGraph(Graph& g);
+  // Per node of `g`: the pool values to release after it (loop bodies only).
+  std::vector<std::vector<const Value*>> KillsAfter(Graph& g);
   absl::Status EmitNode(Node& n);
   absl::Status EmitKernel(Node& n);
   absl::Status EmitView(Node& n);
@@ -126,6 +128,10 @@ class FunctionCodegen {
   bool OnDevice(const Value* v) const { return on_device_.contains(Root(v)); }
   absl::Status EmitMaterializeLazy(const Value* v);
   absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
+  // Reads the symbolic contents of a function input (BindScalarInputs) into a scalar register.
+  absl::Status DefineContentSymbol(const Value* in, uint32_t reg);
+  // `d` with each induction dim of the loops being emitted replaced by its capacity.
+  Dim WithCapacities(Dim d);
   absl::StatusOr<uint32_t> Tensor(const Value* v);  // the register holding v as a tensor
   absl::StatusOr<uint32_t> EvalDim(Dim d);
   absl::StatusOr<uint32_t> ValueWord(Dim d);
@@ -185,6 +191,13 @@ class FunctionCodegen {
   int dynamic_sites_ = 0;
   int output_allocs_ = 0;
   absl::flat_hash_set<const Value*> function_outputs_;  // roots of the function's outputs
+  int loop_sites_ = 0;  // of which inside loops (or growth that reallocates in one)
+  absl::flat_hash_map<Dim, Dim> capacity_of_;  // induction dim -> its capacity symbol
+  int loop_depth_ = 0;
+  void CountAllocSite(bool grows_in_loop = false) {
+    ++dynamic_sites_;
+    if (loop_depth_ > 0 || grows_in_loop) ++loop_sites_;
+  }
   int invokes_ = 0;
 };
 
@@ -516,6 +529,11 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
   if (info.store == Store::kPool || info.allocs.empty()) {
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+    if (!capacity_of_.empty()) {
+      // Sized for the capacities of the loop's induction dims (never below the value's size).
+      const Dim capped = WithCapacities(bytes);
+      if (capped != bytes) bytes = sym_.Max(bytes, capped);
+    }
     absl::StatusOr<uint32_t> size = ValueWord(bytes);
     if (!size.ok()) return size.status();
     const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
@@ -530,13 +548,17 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
     w.Word(0);
     w.Word(static_cast<uint32_t>(v->dtype));
     w.List(*dims);
+    if (absl::Status s = w.End(); !s.ok()) return s;
     // A function output gets fresh storage each run (so it survives the next run); that is
     // not a planning failure, and the report counts it apart.
     if (function_outputs_.contains(v)) {
       ++output_allocs_;
     } else {
-      ++dynamic_sites_;
+      CountAllocSite();
     }
+    // The tensor keeps the storage alive; the storage register would keep it past its use.
+    w.Begin(Opcode::kKill);
+    w.Word(st);
     return w.End();
   }
   uint32_t offset_word;
@@ -582,6 +604,68 @@ absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg)
   return absl::OkStatus();
 }
 
+Dim FunctionCodegen::WithCapacities(Dim d) {
+  auto it = capacity_of_.find(d);
+  if (it != capacity_of_.end()) return it->second;
+  if (d->a == nullptr || d->b == nullptr) return d;
+  const Dim a = WithCapacities(d->a), b = WithCapacities(d->b);
+  if (a == d->a && b == d->b) return d;
+  switch (d->kind) {
+    case DimNode::Kind::kAdd: return sym_.Add(a, b);
+    case DimNode::Kind::kMul: return sym_.Mul(a, b);
+    case DimNode::Kind::kFloorDiv: return sym_.FloorDiv(a, b);
+    case DimNode::Kind::kMax: return sym_.Max(a, b);
+    case DimNode::Kind::kMin: return sym_.Min(a, b);
+    default: return d;
+  }
+}
+
+absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg) {
+  if (!in->content || in->content->size() != 1 || !SymbolicContext::IsSymbol((*in->content)[0])) {
+    return absl::OkStatus();
+  }
+  const Dim sym = (*in->content)[0];
+  for (const Scope& s : scopes_) {
+    if (s.dims.contains(sym)) return absl::OkStatus();
+  }
+  // The symbol is the input's value: read once, and checked as every size is (not negative,
+  // within its declared bound), since the plan relies on both.
+  CodeWriter w(code_);
+  const uint32_t r = NewScalar(fb::ScalarType::I64);
+  w.Begin(Opcode::kReadI);
+  w.Word(r);
+  w.Word(reg);
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  BindSymbol(sym, r);
+  auto check = [&](uint32_t lo, uint32_t hi, const std::string& message) -> absl::Status {
+    const uint32_t ok = NewScalar(fb::ScalarType::Bool);
+    w.Begin(Opcode::kLeI);
+    w.Word(ok);
+    w.Word(lo);
+    w.Word(hi);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAssert);
+    w.Word(ok);
+    w.Word(b_.String(message));
+    return w.End();
+  };
+  absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
+  if (!zero.ok()) return zero.status();
+  if (absl::Status s = check(*zero, r, absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
+                                                    "') must not be negative"));
+      !s.ok()) {
+    return s;
+  }
+  if (std::optional<int64_t> bound = sym_.BoundOf(sym->name)) {
+    absl::StatusOr<uint32_t> b = EvalDim(sym_.Const(*bound));
+    if (!b.ok()) return b.status();
+    return check(r, *b, absl::StrCat("symbol '", sym->name, "' exceeds its declared bound ", *bound,
+                                     " (input '", in->name, "')"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FunctionCodegen::EmitMaterializeLazy(const Value* v) {
   const uint32_t reg = NewTensorReg(v);
   if (absl::Status s = EmitAllocFor(v, reg); !s.ok()) return s;
@@ -614,12 +698,62 @@ absl::StatusOr<uint32_t> FunctionCodegen::Tensor(const Value* v) {
 // ---------------------------------------------------------------------------------------------
 // Emission
 
-absl::Status FunctionCodegen::EmitGraph(Graph& g) {
+std::vector<std::vector<const Value*>> FunctionCodegen::KillsAfter(Graph& g) {
+  std::vector<std::vector<const Value*>> kills(g.nodes.size());
+  if (g.owner == nullptr || !IsOnnx(*g.owner, "Loop")) return kills;
+  absl::flat_hash_map<const Node*, size_t> index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) index[g.nodes[i].get()] = i;
   for (auto& n : g.nodes) {
+    for (const Value* v : n->outputs) {
+      if (v == nullptr || v->constant) continue;
+      const Info& info = info_[v];
+      const Store root = info_[Root(v)].store;
+      if ((info.store != Store::kPool && info.store != Store::kDynamic && info.store != Store::kAlias) ||
+          (root != Store::kPool && root != Store::kDynamic)) {
+        continue;
+      }
+      // The last node of this body that reads v (itself or in its regions); none if v leaves
+      // the iteration (a body output).
+      int64_t last = -1;
+      bool escapes = false;
+      for (const auto& [node, graph] : uses_[v]) {
+        const Node* top = node;
+        const Graph* in = graph;
+        while (in != &g && in != nullptr) {
+          top = in->owner;
+          in = in->parent;
+        }
+        if (in == nullptr || top == nullptr) {
+          escapes = true;
+          break;
+        }
+        last = std::max<int64_t>(last, static_cast<int64_t>(index[top]));
+      }
+      if (!escapes && last >= 0) kills[last].push_back(v);
+    }
+  }
+  return kills;
+}
+
+absl::Status FunctionCodegen::EmitGraph(Graph& g) {
+  // Pool values of a loop body are released at their last use, so that later values (and the
+  // next iteration) reuse their blocks: the pool then serves a body whose sizes grow every
+  // iteration like an arena, with no more memory than the live values need.
+  const std::vector<std::vector<const Value*>> kills = KillsAfter(g);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node* n = g.nodes[i].get();
     b_.Location(index_, static_cast<uint32_t>(code_->size()), n->Label());
     if (absl::Status s = EmitNode(*n); !s.ok()) {
       if (s.code() == absl::StatusCode::kInternal || absl::StrContains(s.message(), n->Label())) return s;
       return absl::Status(s.code(), absl::StrCat(n->Label(), ": ", s.message()));
+    }
+    for (const Value* v : kills[i]) {
+      auto r = reg_.find(v);
+      if (r == reg_.end()) continue;
+      CodeWriter w(code_);
+      w.Begin(Opcode::kKill);
+      w.Word(r->second);
+      if (absl::Status s = w.End(); !s.ok()) return s;
     }
   }
   return absl::OkStatus();
@@ -710,7 +844,7 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
     }
     const uint32_t reg = NewTensorReg(v);
     if (dynamic[i]) {
-      ++dynamic_sites_;
+      CountAllocSite();
     } else {
       if (absl::Status s = EmitAllocFor(v, reg, device); !s.ok()) return s;
     }
@@ -887,10 +1021,14 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
       // Capacity: the initial extent plus one step per iteration when the trip count is
       // bounded; otherwise a start that grows geometrically.
       Dim cap_dim = sym_.Const(16);
+      bool cap_bounded = false;  // else appends in the loop reallocate as it grows
       const Value* x = body->outputs[1 + i]->producer->inputs[1];
       if (m && m->content && x->shape) {
         Dim total = sym_.Add((*init->shape)[axis], sym_.Mul((*m->content)[0], (*x->shape)[axis]));
-        if (auto ub = sym_.UpperBound(total); ub && *ub < (int64_t{1} << 31)) cap_dim = sym_.Const(*ub);
+        if (auto ub = sym_.UpperBound(total); ub && *ub < (int64_t{1} << 31)) {
+          cap_dim = sym_.Const(*ub);
+          cap_bounded = true;
+        }
       }
       absl::StatusOr<uint32_t> cap = ValueWord(cap_dim);
       if (!cap.ok()) return cap.status();
@@ -902,7 +1040,7 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
       w.Word(*cap);
       w.List(*dims);
       if (absl::Status s = w.End(); !s.ok()) return s;
-      ++dynamic_sites_;
+      CountAllocSite(/*grows_in_loop=*/!cap_bounded);
       w.Begin(Opcode::kCopy);
       w.Word(carried[i]);
       w.Word(*src);
@@ -967,8 +1105,12 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     absl::StatusOr<std::vector<uint32_t>> words = DimWords(dims);
     if (!words.ok()) return words.status();
     Dim cap_dim = sym_.Const(16);
+    bool cap_bounded = false;
     if (m && m->content) {
-      if (auto ub = sym_.UpperBound((*m->content)[0]); ub && *ub < (int64_t{1} << 31)) cap_dim = sym_.Const(*ub);
+      if (auto ub = sym_.UpperBound((*m->content)[0]); ub && *ub < (int64_t{1} << 31)) {
+        cap_dim = sym_.Const(*ub);
+        cap_bounded = true;
+      }
     }
     absl::StatusOr<uint32_t> cap = ValueWord(cap_dim);
     if (!cap.ok()) return cap.status();
@@ -981,8 +1123,37 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     w.Word(*cap);
     w.List(*words);
     if (absl::Status s = w.End(); !s.ok()) return s;
-    ++dynamic_sites_;
+    CountAllocSite(/*grows_in_loop=*/!cap_bounded);
     if (out) reg_[out] = scans[k];
+  }
+  // Unbounded induction dims (a carried dim the body advances by a constant step) get a
+  // capacity: a scalar that doubles when the dim outgrows it. Pool values of the body are
+  // sized for the capacity, so they keep their size (and their pool blocks) between doublings.
+  struct Capacity {
+    Dim dim;
+    uint32_t reg;
+  };
+  std::vector<Capacity> capacities;
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* in = body->inputs[2 + i];
+    const Value* out = body->outputs[1 + i];
+    if (!in->shape || !out->shape || in->shape->size() != out->shape->size()) continue;
+    for (size_t k = 0; k < in->shape->size(); ++k) {
+      const Dim d = (*in->shape)[k];
+      const Dim o = (*out->shape)[k];
+      if (!SymbolicContext::IsSymbol(d) || sym_.UpperBound(d) || o->kind != DimNode::Kind::kAdd) continue;
+      const Dim step = o->a == d ? o->b : (o->b == d ? o->a : nullptr);
+      if (step == nullptr || !SymbolicContext::AsConst(step) || *SymbolicContext::AsConst(step) <= 0) continue;
+      bool seen = capacity_of_.contains(d);
+      for (const Capacity& c : capacities) seen |= c.dim == d;
+      if (seen) continue;
+      const uint32_t r = NewScalar(fb::ScalarType::I64);
+      w.Begin(Opcode::kConstI);
+      w.Word(r);
+      w.Imm64(0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+      capacities.push_back({d, r});
+    }
   }
   // The loop.
   const uint32_t iter = NewScalar(fb::ScalarType::I64);
@@ -1019,7 +1190,36 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   for (size_t i = 0; i < nc; ++i) {
     if (absl::Status s = DefineDynamicSymbols(body->inputs[2 + i], carried[i]); !s.ok()) return s;
   }
-  if (absl::Status s = EmitGraph(*body); !s.ok()) return s;
+  for (const Capacity& c : capacities) {
+    // capacity := dim > capacity ? 2 * dim : capacity
+    absl::StatusOr<uint32_t> d = EvalDim(c.dim);
+    if (!d.ok()) return d.status();
+    const uint32_t outgrown = NewScalar(fb::ScalarType::Bool), twice = NewScalar(fb::ScalarType::I64);
+    w.Begin(Opcode::kLtI);
+    w.Word(outgrown);
+    w.Word(c.reg);
+    w.Word(*d);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kAddI);
+    w.Word(twice);
+    w.Word(*d);
+    w.Word(*d);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    w.Begin(Opcode::kSelectI);
+    w.Word(c.reg);
+    w.Word(outgrown);
+    w.Word(twice);
+    w.Word(c.reg);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+    const Dim cap = sym_.Fresh("cap");
+    BindSymbol(cap, c.reg);
+    capacity_of_[c.dim] = cap;
+  }
+  ++loop_depth_;
+  absl::Status body_status = EmitGraph(*body);
+  --loop_depth_;
+  for (const Capacity& c : capacities) capacity_of_.erase(c.dim);
+  if (!body_status.ok()) return body_status;
   // Scan outputs.
   for (size_t k = 0; k < ns; ++k) {
     const Value* elem = body->outputs[1 + nc + k];
@@ -1061,7 +1261,7 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
       const uint32_t endif_pc = w.Begin(Opcode::kEndIf);
       if (absl::Status s = w.End(); !s.ok()) return s;
       (*code_)[jump_word] = endif_pc - if_pc;
-      ++dynamic_sites_;
+      CountAllocSite();
     }
     const uint32_t one = NewObject(fb::ObjectKind::Tensor, elem->dtype);
     w.Begin(Opcode::kReshape);
@@ -1314,6 +1514,9 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
     if (absl::Status s = DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok()) return s;
   }
+  for (size_t i = 0; i < g_.inputs.size(); ++i) {
+    if (absl::Status s = DefineContentSymbol(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok()) return s;
+  }
   if (arena_bytes_ > 0) {
     arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
     absl::StatusOr<uint32_t> size = ValueWord(sym_.Const(arena_bytes_));
@@ -1360,6 +1563,7 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   report.arena_bytes = arena_bytes_;
   report.dynamic_alloc_sites = dynamic_sites_;
   report.output_allocs = output_allocs_;
+  report.loop_alloc_sites = loop_sites_;
   report.largest_live_bytes = largest_live_;
   report.num_values = static_cast<int>(info_.size());
   report.invokes = invokes_;

@@ -19,6 +19,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     module.sym().SetBound(name, bound);
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
+  BindScalarInputs(module);
   // Scan runs as a Loop. A Scan whose output axes need ranks is lowered after inference, and
   // the module inferred again.
   absl::StatusOr<int> scans_left = LowerScans(module);
@@ -98,10 +99,10 @@ std::string CompileResult::ReportText() const {
   std::string out;
   for (const FunctionReport& f : functions) {
     absl::StrAppendFormat(&out,
-                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d output_allocs=%d "
-                          "largest_live_bytes=%d instructions=%d invokes=%d\n",
-                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites, f.output_allocs,
-                          f.largest_live_bytes, f.instructions, f.invokes);
+                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d loop_alloc_sites=%d "
+                          "output_allocs=%d largest_live_bytes=%d instructions=%d invokes=%d\n",
+                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites,
+                          f.loop_alloc_sites, f.output_allocs, f.largest_live_bytes, f.instructions, f.invokes);
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
     absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype, kernels[i].chosen);

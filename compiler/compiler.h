@@ -38,6 +38,9 @@ struct FunctionReport {
   std::string name;
   int64_t arena_bytes = 0;          // the one arena of the function (planned, reused)
   int dynamic_alloc_sites = 0;      // allocations of intermediates made at run time besides the arena
+  // Of those, the ones inside loops (or growth by append that reallocates in a loop): what a
+  // decode loop's steady state may allocate. 0 when every loop's sizes are bounded.
+  int loop_alloc_sites = 0;
   int output_allocs = 0;            // storage for the function's outputs (fresh each run, from the pool)
   int64_t largest_live_bytes = 0;   // the most arena bytes live at one time
   int num_values = 0;

@@ -257,6 +257,111 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
   EXPECT_LT(after.allocs - before.allocs, 20) << "allocations: " << (after.allocs - before.allocs);
 }
 
+// x = concat(relu(x), [[1]]) every iteration: the carried value and what the body computes
+// from it gain a column per iteration. The trip count comes from the scalar input n.
+Compiled ReluAppendLoop(Module& m, std::optional<int64_t> bound) {
+  GraphBuilder b(m.AddFunction("main"));
+  Value* n = b.Input("n", DType::kI64, {});
+  Value* init = b.Input("init", DType::kF32, {1, 2});
+  Value* one = b.Constant(*Tensor::FromVector<float>(DType::kF32, {1, 1}, {1.0f}));
+  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
+                                                               const std::vector<Value*>& carried) {
+    Value* y = l.Op("Relu", {carried[0]});
+    return std::vector<Value*>{cond, l.Op("Concat", {y, one}, {{"axis", AttrInt(1)}})};
+  });
+  b.Output("x", outs[0]);
+  CompileOptions o;
+  if (bound) o.bounds = {{"n", *bound}};
+  return CompileOrDie(m, o);
+}
+
+// A trip count read from a scalar input is a symbol that --bound bounds, and a carried dim the
+// body advances by a fixed step is then bounded too (init + n * step): everything the loop
+// makes is planned at its maximum in the arena, so its iterations allocate nothing.
+TEST(CompilerTest, BoundedTripCountBoundsTheDimsALoopGrows) {
+  for (const std::optional<int64_t> bound : {std::optional<int64_t>(10), std::optional<int64_t>()}) {
+    SCOPED_TRACE(bound ? "bounded" : "unbounded");
+    Module m;
+    Compiled c = ReluAppendLoop(m, bound);
+    ASSERT_TRUE(c.exe);
+    const FunctionReport& r = c.result.functions[0];
+    if (bound) {
+      EXPECT_EQ(r.loop_alloc_sites, 0) << c.result.ReportText();
+      // Two slots (double-buffered) of the largest x, f32[1,12], and the largest relu.
+      EXPECT_GE(r.arena_bytes, 3 * 64) << c.result.ReportText();
+    } else {
+      EXPECT_GT(r.loop_alloc_sites, 0) << c.result.ReportText();
+    }
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c.exe);
+    ASSERT_TRUE(vm.ok());
+    ASSERT_TRUE((*vm)->SetInput("init", *Tensor::FromVector<float>(DType::kF32, {1, 2}, {-3, 5})).ok());
+    ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(10)).ok());
+    ASSERT_TRUE((*vm)->Run().ok());
+    ExpectNear(*(*vm)->GetOutput("x"),
+               *Tensor::FromVector<float>(DType::kF32, {1, 12}, {0, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+    const RunMemoryStats mem = (*vm)->last_run_memory();
+    ASSERT_TRUE(mem.first_iteration_ended);
+    if (bound) {
+      EXPECT_EQ(mem.system_allocs_after_first_iteration, 0);
+      // Beyond the bound: refused before the loop, naming the symbol.
+      ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(11)).ok());
+      absl::Status s = (*vm)->Run();
+      EXPECT_THAT(s.message(), HasSubstr("symbol 'n' exceeds its declared bound 10"));
+    }
+    // A negative trip count is refused: the size symbol must not be negative.
+    ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(-1)).ok());
+    EXPECT_THAT((*vm)->Run().message(), HasSubstr("must not be negative"));
+  }
+}
+
+// A carried dim the body shrinks (x = x[:, :-1]) is largest on entry: a bounded trip count must
+// not bound it by init + trips * step with a negative step (that would plan x too small).
+TEST(CompilerTest, ShrinkingCarriedDimIsNotBoundedByTheTripCount) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* n = b.Input("n", DType::kI64, {});
+  Value* init = b.Input("init", DType::kF32, {1, 10});
+  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
+                                                               const std::vector<Value*>& carried) {
+    Value* rest = l.Op("Slice", {carried[0], l.VectorI64({0}), l.VectorI64({-1}), l.VectorI64({1})});
+    return std::vector<Value*>{cond, l.Op("Relu", {rest})};
+  });
+  b.Output("x", outs[0]);
+  CompileOptions o;
+  o.bounds = {{"n", 5}};
+  Compiled c = CompileOrDie(m, o);
+  ASSERT_TRUE(c.exe);
+  std::vector<Tensor> out =
+      RunOrDie(c.exe, {{"n", Tensor::ScalarI64(5)},
+                       {"init", *Tensor::FromVector<float>(DType::kF32, {1, 10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {1, 5}, {0, 1, 2, 3, 4}));
+}
+
+// Regression: Range(0, n, 1) sized ceil(n / 1) = -1 * (-1 * n) did not fold back to n, so a
+// Range over a bounded length (the GPT's positions) had no upper bound and left the arena.
+TEST(CompilerTest, NestedConstantProductsFold) {
+  SymbolicContext s;
+  const Dim n = s.Symbol("n");
+  EXPECT_EQ(s.CeilDiv(n, s.Const(1)), n);
+  EXPECT_EQ(s.Mul(s.Const(-1), s.Mul(n, s.Const(-1))), n);
+  EXPECT_EQ(s.Mul(s.Const(3), s.Mul(s.Const(2), n)), s.Mul(s.Const(6), n));
+  s.SetBound("n", 8);
+  EXPECT_EQ(s.UpperBound(s.CeilDiv(s.Add(n, s.Const(1)), s.Const(2))), 5);  // ceil(9 / 2)
+}
+
+TEST(CompilerTest, BoundedGrowingValueHasItsCapacityUpFront) {
+  Module m;
+  Compiled c = GrowingLoop(m, 100);
+  ASSERT_TRUE(c.exe);
+  EXPECT_EQ(c.result.functions[0].loop_alloc_sites, 0) << c.result.ReportText();
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"init", *Tensor::FromVector<int64_t>(DType::kI64, {1, 1}, {7})},
+                                             {"n", Tensor::ScalarI64(100)}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].dim(1), 101);
+  EXPECT_EQ(testing::ToInts(out[0])[100], 99);
+}
+
 // Regression (ONNX test_loop11): a scan output whose element dims are known only inside the
 // body (here a Slice with data-dependent bounds). The growable storage made before the loop
 // has zero-sized element dims; the first iteration must make it again with the real ones,

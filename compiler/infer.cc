@@ -126,6 +126,43 @@ absl::Status InferLoop(Module& m, Node& n) {
     if (!changed) break;
     if (round == 8) return absl::InternalError(absl::StrCat(n.Label(), ": loop shapes do not settle"));
   }
+  // Induction dims: a carried dim the body advances by a loop-invariant step (out = in + c)
+  // is at most init + trip_count * c, so a bounded trip count bounds it, and every value sized
+  // by it can be planned at its maximum. The iteration number is below the trip count.
+  const Value* trip = n.inputs.empty() ? nullptr : n.inputs[0];
+  std::optional<int64_t> max_trips;
+  if (trip != nullptr && trip->content && trip->content->size() == 1) {
+    max_trips = sym.UpperBound((*trip->content)[0]);
+    if (max_trips) sym.SetBound((*iter->content)[0]->name, std::max<int64_t>(*max_trips - 1, 0));
+  }
+  std::vector<std::vector<std::optional<int64_t>>> dim_bounds(num_carried);
+  for (size_t i = 0; i < num_carried && max_trips; ++i) {
+    Value* in = body->inputs[2 + i];
+    const Value* out = body->outputs[1 + i];
+    const Value* init = n.inputs[2 + i];
+    if (!in->shape || !out->shape || !init->shape) continue;
+    dim_bounds[i].resize(in->shape->size());
+    for (size_t k = 0; k < in->shape->size(); ++k) {
+      if (!varying[i][k]) continue;
+      Dim d = (*in->shape)[k];
+      Dim o = (*out->shape)[k];
+      if (o->kind != DimNode::Kind::kAdd || (o->a != d && o->b != d)) continue;
+      Dim step = o->a == d ? o->b : o->a;
+      if (sym.MentionsSymbolSince(step, since)) continue;  // not loop-invariant
+      // A step that may be negative (a shrinking dim) is largest on entry: not handled here.
+      if (std::optional<int64_t> lb = sym.LowerBound(step); !lb || *lb < 0) continue;
+      std::optional<int64_t> init_ub = sym.UpperBound((*init->shape)[k]);
+      std::optional<int64_t> step_ub = sym.UpperBound(step);
+      // Entering iteration j < trips, the dim is init + j * step; the result, after them all.
+      int64_t total, grow;
+      if (!init_ub || !step_ub || __builtin_mul_overflow(*max_trips, *step_ub, &grow) ||
+          __builtin_add_overflow(*init_ub, grow, &total)) {
+        continue;
+      }
+      sym.SetBound(d->name, *max_trips > 0 ? total - *step_ub : total);
+      dim_bounds[i][k] = total;
+    }
+  }
   for (size_t i = 0; i < num_carried; ++i) {
     Value* out = n.outputs[i];
     if (out == nullptr) continue;
@@ -136,6 +173,12 @@ absl::Status InferLoop(Module& m, Node& n) {
       out->dynamic = true;
     } else if (Freshen(sym, *out->shape, since)) {
       out->dynamic = true;
+      // The result of an induction dim keeps its bound.
+      for (size_t k = 0; k < dim_bounds[i].size() && k < out->shape->size(); ++k) {
+        if (dim_bounds[i][k] && SymbolicContext::IsSymbol((*out->shape)[k])) {
+          sym.SetBound((*out->shape)[k]->name, *dim_bounds[i][k]);
+        }
+      }
     }
   }
   for (size_t k = 0; k < num_scan; ++k) {

@@ -300,4 +300,55 @@ void HoistLoopInvariants(Module& m) {
   for (Function& f : m.functions()) HoistGraph(*f.graph);
 }
 
+
+namespace {
+
+// The function input `m` comes from through shape-preserving single-element ops, or null.
+const Value* ScalarInputBehind(const Value* m) {
+  while (m != nullptr && m->producer != nullptr) {
+    const Node& p = *m->producer;
+    const bool passes = p.domain.empty() && (p.op == "Cast" || p.op == "Identity" || p.op == "Squeeze" ||
+                                             p.op == "Unsqueeze" || p.op == "Reshape");
+    if (!passes || p.inputs.empty()) return nullptr;
+    m = p.inputs[0];
+  }
+  return m;
+}
+
+}  // namespace
+
+int BindScalarInputs(Module& m) {
+  int bound = 0;
+  for (Function& f : m.functions()) {
+    Graph& g = *f.graph;
+    absl::flat_hash_set<std::string> dim_names;
+    for (const Value* in : g.inputs) {
+      if (!in->shape) continue;
+      for (Dim d : *in->shape) {
+        if (SymbolicContext::IsSymbol(d)) dim_names.insert(d->name);
+      }
+    }
+    absl::flat_hash_set<const Value*> trip_inputs;
+    ForEachGraph(g, [&](Graph& sub) {
+      for (auto& n : sub.nodes) {
+        if (!n->domain.empty() || n->op != "Loop" || n->inputs.empty()) continue;
+        const Value* src = ScalarInputBehind(n->inputs[0]);
+        if (src != nullptr && src->producer == nullptr && src->graph == &g) trip_inputs.insert(src);
+      }
+    });
+    for (Value* in : g.inputs) {
+      if (!trip_inputs.contains(in) || in->content || in->constant || in->name.empty() ||
+          !IsInteger(in->dtype) || !in->shape || dim_names.contains(in->name)) {
+        continue;
+      }
+      bool one = true;
+      for (Dim d : *in->shape) one &= SymbolicContext::AsConst(d) == 1;
+      if (!one) continue;
+      in->content = std::vector<Dim>{m.sym().Symbol(in->name)};
+      ++bound;
+    }
+  }
+  return bound;
+}
+
 }  // namespace dynvm::compiler

@@ -13,6 +13,14 @@ namespace dynvm::compiler {
 // Returns how many Scan nodes were left.
 absl::StatusOr<int> LowerScans(Module& module);
 
+// Gives each one-element integer function input that a Loop reads as its trip count (directly
+// or through Cast, Identity, Reshape, Squeeze, Unsqueeze) the symbolic contents Symbol(name of
+// the input), unless an input dim already has that name: the trip count, and every shape
+// computed from it, is then symbolic, and `--bound NAME=N` bounds it. The code generator reads
+// the symbol from the input at function entry and checks it (not negative, within its bound).
+// Returns how many inputs it bound.
+int BindScalarInputs(Module& module);
+
 // Symbolic shape and dtype inference of every value, regions included. Loop-carried values
 // whose shape changes from one iteration to the next get fresh symbols in the body.
 absl::Status InferShapes(Module& module);

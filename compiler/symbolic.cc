@@ -92,9 +92,14 @@ Dim SymbolicContext::Mul(Dim a, Dim b) {
   if ((ca && *ca == 0) || (cb && *cb == 0)) return Const(0);
   if (ca && *ca == 1) return b;
   if (cb && *cb == 1) return a;
-  // c1 * (c2 * x) -> (c1 c2) * x
-  if (ca && b->kind == Kind::kMul && AsConst(b->a)) {
-    if (auto p = SatMul(*ca, *AsConst(b->a))) return Mul(Const(*p), b->b);
+  // c1 * (c2 * x) -> (c1 c2) * x, whichever operand of the inner product is the constant
+  // (CeilDiv makes -1 * (-1 * x), which must fold back to x for Range sizes to stay bounded).
+  if (ca && b->kind == Kind::kMul) {
+    if (auto c2 = AsConst(b->a)) {
+      if (auto p = SatMul(*ca, *c2)) return Mul(Const(*p), b->b);
+    } else if (auto c2b = AsConst(b->b)) {
+      if (auto p = SatMul(*ca, *c2b)) return Mul(Const(*p), b->a);
+    }
   }
   if (cb && !ca) return Mul(b, a);
   return Intern(Kind::kMul, 0, "", a, b);

@@ -1,6 +1,8 @@
 #include "absl/strings/string_view.h"
 #include "kernels/kernel.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace dynvm {
@@ -68,9 +70,18 @@ absl::StatusOr<std::vector<std::string>> KernelSpec::GetStrings(
   return a->strings;
 }
 
+namespace {
+constexpr size_t kMinWorkspaceBytes = 4096;
+}  // namespace
+
 absl::StatusOr<void*> KernelContext::Workspace(size_t bytes) {
   Site* s = site();
   if (!s->workspace || s->workspace->size() < bytes) {
+    // At least a page, and twice the old size when it grows: a site whose shapes grow every
+    // iteration (a decode loop over a growing prefix) reallocates a logarithmic number of
+    // times, and small workspaces (most are) never after their first run.
+    const size_t old = s->workspace ? s->workspace->size() : 0;
+    bytes = std::max({bytes, kMinWorkspaceBytes, old > 0 ? 2 * old : size_t{0}});
     s->workspace.Reset();
     absl::StatusOr<StorageRef> st = Storage::Allocate(*allocator_, bytes, allocator_keep_alive_);
     if (!st.ok()) return st.status();

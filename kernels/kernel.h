@@ -127,7 +127,9 @@ class KernelContext {
     return Tensor::Allocate(*allocator_, dtype, dims, allocator_keep_alive_);
   }
   // Scratch memory for this invoke site, valid until the next Workspace call at this site;
-  // reused across runs (it grows, never shrinks, until the VM is trimmed).
+  // reused across runs (it grows, never shrinks, until the VM is trimmed). Blocks are at least
+  // a page (4 KiB) and at least double when they grow, so a site whose shapes grow every
+  // iteration does not reallocate every iteration.
   absl::StatusOr<void*> Workspace(size_t bytes);
 
   // The device backend's per-VM context (nullptr when the VM has not used a device, or for a

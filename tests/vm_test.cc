@@ -443,6 +443,48 @@ TEST_F(LoopTest, Deadline) {
   EXPECT_THAT(Output(*vm, "acc"), ElementsAre(10, 20, 40, 5));
 }
 
+// Two loops: the first allocates a larger storage every iteration (a new pool class, so a
+// system allocation each time); the second allocates and releases the same size every
+// iteration (the pool serves it again). The steady state counts each loop after its first
+// iteration: the first loop's n - 1 growths, nothing of the second.
+constexpr absl::string_view kTwoLoops = R"(
+.function main
+  .params 1 0
+  .sregs i64 i64 i64 i64
+  .oregs tensor:i64 storage storage
+  .oresults tensor:i64
+  .input n []
+  .output n_out []
+  read_i %s0, %o0, 0
+  loop %s1, %s0
+    addimm_i %s2, %s1, 1
+    const_i %s3, 65536
+    mul_i %s3, %s2, %s3
+    alloc_storage %o1, %s3, cpu
+  endloop
+  loop %s1, 3
+    alloc_storage %o2, 100, cpu
+    kill %o2
+  endloop
+  ret (%o0), ()
+.end
+)";
+
+TEST(RunMemoryTest, SteadyStateCountsEachLoopAfterItsFirstIteration) {
+  std::shared_ptr<const Executable> exe = Load(kTwoLoops);
+  ASSERT_NE(exe, nullptr);
+  for (int64_t n : {1, 4}) {
+    SCOPED_TRACE(n);
+    std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+    ASSERT_TRUE(vm->SetInputZeroCopy("n", I64({}, {n})).ok());
+    ASSERT_TRUE(vm->Run().ok());
+    const RunMemoryStats m = vm->last_run_memory();
+    EXPECT_TRUE(m.first_iteration_ended);
+    EXPECT_EQ(m.system_allocs, n + 1);
+    EXPECT_EQ(m.system_allocs_after_first_iteration, n - 1);
+  }
+}
+
 TEST_F(LoopTest, TenMillionIterationsInFlatMemory) {
   std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
   for (int i = 0; i < 3; ++i) {

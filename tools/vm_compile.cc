@@ -5,9 +5,11 @@
 //
 // --device cuda compiles for the CUDA device (docs/cuda.md): the kernels that have a CUDA
 // kernel run there, with their values in device memory; a build without CUDA refuses it.
-// --bound gives an upper bound to a symbolic dim (a `dim_param` of the model, e.g. batch=8):
-// values sized by bounded symbols are planned at their maximum in the arena, and a run that
-// exceeds a bound fails naming the symbol. --report prints the memory plan and the kernel
+// --bound gives an upper bound to a symbolic dim (a `dim_param` of the model, e.g. batch=8)
+// or to a one-element integer input that a loop reads as its trip count (max_new_tokens=64):
+// values sized by bounded symbols, including dims a loop grows by a fixed step per iteration,
+// are planned at their maximum in the arena, and a run that exceeds a bound fails naming the
+// symbol. --report prints the memory plan and the kernel
 // chosen for each kernel-table entry. Every error is one line on stderr and a nonzero exit
 // status; an unsupported operator, attribute or type names the node.
 #include <cstdio>
@@ -96,12 +98,16 @@ int Main(int argc, char** argv) {
     bool found = false;
     for (const compiler::Value* in : (*module)->functions()[0].graph->inputs) {
       if (!in->shape) continue;
+      // A one-element integer input (a trip count such as max_new_tokens) is a symbol too.
+      bool one = IsInteger(in->dtype);
       for (compiler::Dim d : *in->shape) {
         found |= compiler::SymbolicContext::IsSymbol(d) && d->name == name;
+        one &= compiler::SymbolicContext::AsConst(d) == 1;
       }
+      found |= one && in->name == name;
     }
     if (!found) {
-      std::fprintf(stderr, "%s: warning: --bound %s: no input dim is named '%s'\n",
+      std::fprintf(stderr, "%s: warning: --bound %s: no input dim or scalar input is named '%s'\n",
                    std::string(kProgram).c_str(), name.c_str(), name.c_str());
     }
   }

@@ -575,6 +575,14 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(st.bytes_in_use),
                 static_cast<long long>(st.peak_bytes_in_use),
                 static_cast<long long>(st.system_allocs), static_cast<long long>(st.pool_hits));
+    // The last run's system allocations, and those of its loops' steady state (after their
+    // first iteration, up to their end): 0 for a decode loop planned ahead.
+    const RunMemoryStats run_mem = (*vm)->last_run_memory();
+    std::printf("run_system_allocs=%lld after_first_iteration=%s\n",
+                static_cast<long long>(run_mem.system_allocs),
+                run_mem.first_iteration_ended
+                    ? std::to_string(run_mem.system_allocs_after_first_iteration).c_str()
+                    : "none");
     if (uses_cuda) {
       const AllocatorStats dev = (*vm)->device_memory_stats();
       std::printf("device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "

@@ -128,6 +128,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       REDISPATCH();
     }
     if constexpr (kProfile) profiler->BeginLoop(function, static_cast<uint32_t>(ip - code));
+    if (depth == 0 && ++loop_nesting == 1) first_iteration_allocs = -1;
     NEXT();
   }
   CASE(EndLoop) {
@@ -137,6 +138,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
           "loop iteration limit of ", options.max_loop_iterations, " exceeded")));
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
+    if (depth == 0 && loop_nesting == 1 && first_iteration_allocs < 0) first_iteration_allocs = SystemAllocs();
     if (++S(head[1]).i < VAL(head[2])) {
       if constexpr (kProfile) {
         SampleMemory();
@@ -149,16 +151,19 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       SampleMemory();
       profiler->EndIteration(false);
     }
+    if (depth == 0) ExitLoop();
     NEXT();
   }
   CASE(Break) {
     if constexpr (kProfile) profiler->BreakLoop();
+    if (depth == 0) ExitLoop();
     ip += static_cast<int32_t>(ip[1]);
     REDISPATCH();
   }
   CASE(BreakIf) {
     if (S(ip[1]).i) {
       if constexpr (kProfile) profiler->BreakLoop();
+      if (depth == 0) ExitLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }
@@ -167,6 +172,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   CASE(BreakUnless) {
     if (!S(ip[1]).i) {
       if constexpr (kProfile) profiler->BreakLoop();
+      if (depth == 0) ExitLoop();
       ip += static_cast<int32_t>(ip[2]);
       REDISPATCH();
     }

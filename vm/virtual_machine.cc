@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
@@ -128,6 +128,12 @@ Frame& VirtualMachine::Impl::FrameAt(int depth, const Executable::FunctionEntry&
   return fr;
 }
 
+int64_t VirtualMachine::Impl::SystemAllocs() const {
+  int64_t n = pool->stats().system_allocs;
+  if (cuda != nullptr) n += cuda->allocator().stats().system_allocs;
+  return n;
+}
+
 absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function, uint32_t pc) const {
   const Executable::FunctionEntry& f = exe->function_entry(function);
   const auto op = static_cast<isa::Opcode>(f.code[pc] & 0xFF);
@@ -148,7 +154,11 @@ absl::Status VirtualMachine::Impl::CheckInterrupts() const {
 
 namespace {
 
-absl::Status CheckShape(const ParamInfo& p, const Tensor& t, absl::flat_hash_map<std::string, int64_t>& symbols,
+// The values of the input symbols seen so far in one run (few: a linear search, and no heap
+// allocation up to eight of them).
+using SymbolValues = absl::InlinedVector<std::pair<absl::string_view, int64_t>, 8>;
+
+absl::Status CheckShape(const ParamInfo& p, const Tensor& t, SymbolValues& symbols,
                         const std::vector<std::pair<std::string, int64_t>>& bounds) {
   if (!p.has_shape) return absl::OkStatus();
   if (t.rank() != static_cast<int>(p.shape.size())) {
@@ -165,8 +175,10 @@ absl::Status CheckShape(const ParamInfo& p, const Tensor& t, absl::flat_hash_map
       }
       continue;
     }
-    auto [it, inserted] = symbols.emplace(d.symbol, got);
-    if (!inserted && it->second != got) {
+    auto it = std::find_if(symbols.begin(), symbols.end(), [&](const auto& e) { return e.first == d.symbol; });
+    if (it == symbols.end()) {
+      symbols.emplace_back(d.symbol, got);
+    } else if (it->second != got) {
       return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " is symbol '", d.symbol,
                                                      "' = ", got, ", but another input has it = ", it->second));
     }
@@ -191,7 +203,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   // starts (an input missing or of the wrong shape) must not leave them readable as its own.
   outputs_valid[function] = false;
   outputs[function].clear();
-  absl::flat_hash_map<std::string, int64_t> symbols;
+  SymbolValues symbols;
   for (size_t i = 0; i < f.info.inputs.size(); ++i) {
     const Tensor& t = inputs[function][i];
     if (!t.defined()) {
@@ -209,6 +221,11 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i].t = inputs[function][i];
   ReturnTarget target;
   target.outputs = &outputs[function];
+  run_start_allocs = SystemAllocs();
+  first_iteration_allocs = -1;
+  loop_nesting = 0;
+  steady_state_allocs = 0;
+  any_first_iteration = false;
   absl::Status s;
   if (run.profiler == nullptr) {
     s = Execute(function, 0, target);
@@ -224,6 +241,15 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     profiler->EndRun();
     profiler = nullptr;
   }
+  const int64_t end_allocs = SystemAllocs();
+  last_run_memory.system_allocs = end_allocs - run_start_allocs;
+  // A run that failed inside a loop: its steady state so far.
+  if (loop_nesting > 0 && first_iteration_allocs >= 0) {
+    steady_state_allocs += end_allocs - first_iteration_allocs;
+    any_first_iteration = true;
+  }
+  last_run_memory.first_iteration_ended = any_first_iteration;
+  last_run_memory.system_allocs_after_first_iteration = steady_state_allocs;
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;
@@ -379,6 +405,7 @@ absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::s
 }
 
 AllocatorStats VirtualMachine::memory_stats() const { return impl_->pool->stats(); }
+RunMemoryStats VirtualMachine::last_run_memory() const { return impl_->last_run_memory; }
 AllocatorStats VirtualMachine::device_memory_stats() const {
   return impl_->cuda != nullptr ? impl_->cuda->allocator().stats() : AllocatorStats{};
 }

@@ -58,6 +58,19 @@ struct VmOptions {
 // with that status.
 using EmitCallback = std::function<absl::Status(int stream, const Tensor& value)>;
 
+// Calls into the system allocator (the VM's pool and, when used, its device pool) during the
+// last run: in all, and in the steady state of its loops: for each outermost loop of the
+// entry function's frame that finished its first iteration, from the end of that iteration
+// (its first back edge) to the loop's exit. The first iteration of each loop (a prefill loop's,
+// then the decode loop's) and the outputs made after the loops do not count. A run without
+// such a loop has no steady state: system_allocs_after_first_iteration is 0 and
+// first_iteration_ended false.
+struct RunMemoryStats {
+  int64_t system_allocs = 0;
+  int64_t system_allocs_after_first_iteration = 0;
+  bool first_iteration_ended = false;
+};
+
 struct RunOptions {
   std::string function;  // "" = the default entry ("main")
   absl::Time deadline = absl::InfiniteFuture();
@@ -114,6 +127,8 @@ class VirtualMachine {
   absl::StatusOr<Tensor> ToHost(const Tensor& t) const;
   // Loop iterations executed by the last run.
   int64_t last_run_iterations() const { return last_iterations_; }
+  // System allocator calls of the last run (complete or not).
+  RunMemoryStats last_run_memory() const;
   // Returns cached pool memory to the system; bound inputs and outputs stay.
   void Trim();
   // Fault injection for tests: the n-th allocation from now fails.

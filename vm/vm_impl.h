@@ -100,6 +100,23 @@ class VirtualMachine::Impl {
     profiler->Memory(pool->stats().bytes_in_use, false);
     if (cuda != nullptr) profiler->Memory(cuda->allocator().stats().bytes_in_use, true);
   }
+  // System allocations of both pools so far (a lock per pool: only at run boundaries, and at
+  // the first back edge and the exit of each outermost loop of the entry function's frame).
+  int64_t SystemAllocs() const;
+  // Loop steady-state accounting (RunMemoryStats), for the entry function's frame only.
+  int loop_nesting = 0;                 // loops of the entry frame being run
+  int64_t run_start_allocs = 0;
+  int64_t first_iteration_allocs = -1;  // at the outermost loop's first back edge; -1 before
+  int64_t steady_state_allocs = 0;      // summed over the outermost loops that have exited
+  bool any_first_iteration = false;
+  // At the exit of a loop of the entry frame (its last back edge fell through, or a break).
+  void ExitLoop() {
+    if (--loop_nesting == 0 && first_iteration_allocs >= 0) {
+      steady_state_allocs += SystemAllocs() - first_iteration_allocs;
+      any_first_iteration = true;
+    }
+  }
+  RunMemoryStats last_run_memory;
 
   Frame& FrameAt(int depth, const Executable::FunctionEntry& f);
   // The context of `device` (kCUDA), created on first use; the build's or machine's error

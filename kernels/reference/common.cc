@@ -72,15 +72,15 @@ absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view op) 
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-absl::StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t, absl::string_view what) {
+absl::StatusOr<Dims> ReadInts(const Tensor& t, absl::string_view op, absl::string_view what) {
   if (t.rank() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be a 0-D or 1-D tensor, got ",
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be a 0-D or 1-D tensor, got ",
                                                    t.DebugString()));
   }
   if (t.device() != Device::kCPU) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be on the CPU"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be on the CPU"));
   }
-  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  Dims v(static_cast<size_t>(t.numel()));
   const int64_t stride = t.rank() == 1 ? t.stride(0) : 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (t.dtype() == DType::kI64) {
@@ -89,7 +89,7 @@ absl::StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t, absl::string_view
       v[i] = t.data<int32_t>()[i * stride];
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, " must be i32 or i64, got ", DTypeName(t.dtype())));
+          absl::StrCat(op, ": ", what, " must be i32 or i64, got ", DTypeName(t.dtype())));
     }
   }
   return v;

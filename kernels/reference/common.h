@@ -51,7 +51,8 @@ void ForEachOffset(absl::Span<const int64_t> dims,
 absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view op);
 
 // Reads a 1-D or 0-D integer tensor (i32 or i64) as int64 values (shape inputs, axes, k).
-absl::StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t, absl::string_view what);
+// Errors name "<op>: <what>". Up to Tensor::kMaxRank values need no heap allocation.
+absl::StatusOr<Dims> ReadInts(const Tensor& t, absl::string_view op, absl::string_view what);
 
 // Dispatch on a DType to a C++ element type. The callback is a generic lambda taking a
 // pointer-typed tag: [&](auto* tag) { using T = std::remove_pointer_t<decltype(tag)>; ... }.

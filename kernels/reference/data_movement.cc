@@ -205,8 +205,8 @@ absl::Status CheckSpec(const KernelSpec& spec, size_t min_in, size_t max_in,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> ReadIndexTensor(const Tensor& t, absl::string_view op,
-                                                     absl::string_view what) {
+absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Tensor& t,
+                                                    absl::string_view op, absl::string_view what) {
   if (t.dtype() != DType::kI64 && t.dtype() != DType::kI32) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", what, " must be i32 or i64, got ", DTypeName(t.dtype())));
@@ -214,23 +214,25 @@ absl::StatusOr<std::vector<int64_t>> ReadIndexTensor(const Tensor& t, absl::stri
   if (t.device() != Device::kCPU) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be on the CPU"));
   }
-  std::vector<int64_t> v;
-  v.reserve(static_cast<size_t>(t.numel()));
+  const size_t n = static_cast<size_t>(t.numel());
+  if (n == 0) return absl::Span<int64_t>();
+  absl::StatusOr<void*> ws = ctx.Workspace(n * sizeof(int64_t));
+  if (!ws.ok()) return ws.status();
+  int64_t* v = static_cast<int64_t*>(*ws);
+  int64_t* next = v;
   const std::array<absl::Span<const int64_t>, 1> strides = {t.strides()};
   if (t.dtype() == DType::kI64) {
     const int64_t* p = t.data<int64_t>();
-    ForEachOffset<1>(t.dims(), strides, [&](int64_t o) { v.push_back(p[o]); });
+    ForEachOffset<1>(t.dims(), strides, [&](int64_t o) { *next++ = p[o]; });
   } else {
     const int32_t* p = t.data<int32_t>();
-    ForEachOffset<1>(t.dims(), strides, [&](int64_t o) { v.push_back(p[o]); });
+    ForEachOffset<1>(t.dims(), strides, [&](int64_t o) { *next++ = p[o]; });
   }
-  return v;
+  return absl::Span<int64_t>(v, n);
 }
 
-absl::StatusOr<std::vector<int>> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
-                                               absl::string_view op) {
-  std::vector<int> out;
-  out.reserve(axes.size());
+absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank, absl::string_view op) {
+  AxisList out;
   for (int64_t a : axes) {
     absl::StatusOr<int> n = NormalizeAxis(a, rank, op);
     if (!n.ok()) return n.status();

@@ -91,9 +91,11 @@ inline const Tensor* OptionalInput(absl::Span<const Tensor* const> in, size_t i)
 absl::Status CheckSpec(const KernelSpec& spec, size_t min_in, size_t max_in,
                        std::initializer_list<size_t> data_ports = {0});
 
-// Reads an i32 or i64 tensor of any rank and strides as int64 values in row-major order.
-absl::StatusOr<std::vector<int64_t>> ReadIndexTensor(const Tensor& t, absl::string_view op,
-                                                     absl::string_view what);
+// Reads an i32 or i64 tensor of any rank and strides as int64 values in row-major order, into
+// the invoke site's workspace (ctx.Workspace: valid until the site's next Workspace call), so
+// a kernel run in steady state allocates nothing.
+absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Tensor& t,
+                                                    absl::string_view op, absl::string_view what);
 
 // Maps an index in [-dim, dim) to [0, dim); InvalidArgument naming op and index otherwise.
 inline absl::StatusOr<int64_t> CheckIndex(int64_t index, int64_t dim, absl::string_view op) {
@@ -105,9 +107,11 @@ inline absl::StatusOr<int64_t> CheckIndex(int64_t index, int64_t dim, absl::stri
   return i;
 }
 
+// Normalized axes of a tensor (no heap allocation up to Tensor::kMaxRank of them).
+using AxisList = absl::InlinedVector<int, Tensor::kMaxRank>;
+
 // Normalizes `axes` (each in [-rank, rank)) and rejects duplicates.
-absl::StatusOr<std::vector<int>> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
-                                               absl::string_view op);
+absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank, absl::string_view op);
 
 // A numeric value held exactly: integers as int64 / uint64, floating point as double. Used to
 // convert attribute values (a float attribute, a tensor attribute of another dtype) into a

@@ -19,9 +19,9 @@ uint8_t* ElementPtr(const Tensor& t, int64_t offset) {
 }
 
 // Reads index tensor `t` and maps each value into [0, dim).
-absl::StatusOr<std::vector<int64_t>> ReadCheckedIndices(const Tensor& t, int64_t dim,
-                                                        absl::string_view op) {
-  absl::StatusOr<std::vector<int64_t>> idx = ReadIndexTensor(t, op, "indices");
+absl::StatusOr<absl::Span<int64_t>> ReadCheckedIndices(KernelContext& ctx, const Tensor& t, int64_t dim,
+                                                       absl::string_view op) {
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, t, op, "indices");
   if (!idx.ok()) return idx.status();
   for (int64_t& i : *idx) {
     absl::StatusOr<int64_t> c = CheckIndex(i, dim, op);
@@ -51,7 +51,7 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
                                                    " and indices ", ind.DebugString(), " exceeds ",
                                                    Tensor::kMaxRank));
   }
-  absl::StatusOr<std::vector<int64_t>> idx = ReadCheckedIndices(ind, x.dim(*ax), "Gather");
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "Gather");
   if (!idx.ok()) return idx.status();
   Dims dims(x.dims().begin(), x.dims().begin() + *ax);
   dims.insert(dims.end(), ind.dims().begin(), ind.dims().end());
@@ -95,7 +95,7 @@ absl::Status RunGatherElements(const void* a, KernelContext& ctx, InSpan in, Out
                                                    " do not fit data ", x.DebugString(),
                                                    " on axis ", *ax));
   }
-  absl::StatusOr<std::vector<int64_t>> idx = ReadCheckedIndices(ind, x.dim(*ax), "GatherElements");
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "GatherElements");
   if (!idx.ok()) return idx.status();
   s = PrepareDataOutput(ctx, out[0], x.dtype(), ind.dims(), "GatherElements");
   if (!s.ok()) return s;
@@ -140,7 +140,7 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
   if (q - 1 + r - b - m > Tensor::kMaxRank) {
     return absl::InvalidArgumentError("GatherND: output rank is too large");
   }
-  absl::StatusOr<std::vector<int64_t>> idx = ReadIndexTensor(ind, "GatherND", "indices");
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, ind, "GatherND", "indices");
   if (!idx.ok()) return idx.status();
   const int slab_start = static_cast<int>(b + m);
   Dims dims(ind.dims().begin(), ind.dims().end() - 1);
@@ -269,7 +269,7 @@ absl::Status RunScatterND(const void* a, KernelContext& ctx, InSpan in, OutSpan 
                                                    ", indices ", ind.DebugString(), " and updates ",
                                                    upd.DebugString(), " do not fit"));
   }
-  absl::StatusOr<std::vector<int64_t>> idx = ReadIndexTensor(ind, "ScatterND", "indices");
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, ind, "ScatterND", "indices");
   if (!idx.ok()) return idx.status();
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterND");
   if (!s.ok()) return s;
@@ -332,7 +332,7 @@ absl::Status RunScatterElements(const void* a, KernelContext& ctx, InSpan in, Ou
                                                    ", indices ", ind.DebugString(), " and updates ",
                                                    upd.DebugString(), " do not fit on axis ", *ax));
   }
-  absl::StatusOr<std::vector<int64_t>> idx = ReadCheckedIndices(ind, x.dim(*ax), "ScatterElements");
+  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "ScatterElements");
   if (!idx.ok()) return idx.status();
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterElements");
   if (!s.ok()) return s;

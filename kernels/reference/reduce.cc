@@ -97,8 +97,11 @@ bool TotalLess(C a, C b) {
   return a < b;
 }
 
+// Which axes of a tensor an op reduces (no heap allocation).
+using AxisMask = absl::InlinedVector<bool, Tensor::kMaxRank>;
+
 // The entries of `v` at positions where mask[i] == want.
-Dims Select(absl::Span<const int64_t> v, const std::vector<bool>& mask, bool want) {
+Dims Select(absl::Span<const int64_t> v, const AxisMask& mask, bool want) {
   Dims r;
   for (size_t i = 0; i < v.size(); ++i) {
     if (mask[i] == want) r.push_back(v[i]);
@@ -119,7 +122,7 @@ struct Split {
   Dims red_dims, red_x, red_y;
 };
 
-Split SplitBy(const Tensor& x, const std::vector<bool>& reduced) {
+Split SplitBy(const Tensor& x, const AxisMask& reduced) {
   const Dims y = ContiguousOf(x.dims());
   return Split{Select(x.dims(), reduced, false),   Select(x.strides(), reduced, false),
                Select(y, reduced, false),          Select(x.dims(), reduced, true),
@@ -311,9 +314,9 @@ void ReduceDispatchKind(Reduce kind, const Tensor& x, const Split& s, T* out) {
 
 // The reduced-axis mask from `axes`; empty axes reduce everything unless `noop` (then nothing
 // is reduced and each element is reduced alone, e.g. ReduceSumSquare squares it).
-absl::StatusOr<std::vector<bool>> AxesMask(absl::Span<const int64_t> axes, int rank, bool noop,
+absl::StatusOr<AxisMask> AxesMask(absl::Span<const int64_t> axes, int rank, bool noop,
                                            absl::string_view op) {
-  std::vector<bool> mask(rank, axes.empty() && !noop);
+  AxisMask mask(rank, axes.empty() && !noop);
   for (int64_t a : axes) {
     absl::StatusOr<int> axis = NormalizeAxis(a, rank, op);
     if (!axis.ok()) return axis.status();
@@ -329,13 +332,13 @@ absl::Status RunReduce(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   const auto& ra = *static_cast<const ReduceAttrs*>(attrs);
   REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, ra.name));
   const Tensor& x = *in[0];
-  std::vector<int64_t> axes = ra.axes;
+  Dims axes(ra.axes.begin(), ra.axes.end());
   if (in.size() > 1 && in[1] != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*in[1], absl::StrCat(ra.name, ": axes"));
+    absl::StatusOr<Dims> v = ReadInts(*in[1], ra.name, "axes");
     if (!v.ok()) return v.status();
     axes = *std::move(v);
   }
-  absl::StatusOr<std::vector<bool>> mask =
+  absl::StatusOr<AxisMask> mask =
       AxesMask(axes, x.rank(), ra.noop_with_empty_axes, ra.name);
   if (!mask.ok()) return mask.status();
   Dims out_dims;
@@ -371,7 +374,7 @@ absl::Status RunArg(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
   const Tensor& x = *in[0];
   absl::StatusOr<int> axis = NormalizeAxis(aa.axis, x.rank(), aa.name);
   if (!axis.ok()) return axis.status();
-  std::vector<bool> mask(x.rank(), false);
+  AxisMask mask(x.rank(), false);
   mask[*axis] = true;
   Dims out_dims;
   for (int d = 0; d < x.rank(); ++d) {
@@ -431,7 +434,7 @@ absl::Status RunTopK(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   const Tensor& x = *in[0];
   int64_t k;
   if (in.size() > 1 && in[1] != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> kv = ReadInts(*in[1], "TopK: K");
+    absl::StatusOr<Dims> kv = ReadInts(*in[1], "TopK", "K");
     if (!kv.ok()) return kv.status();
     if (kv->size() != 1) {
       return absl::InvalidArgumentError(
@@ -455,7 +458,7 @@ absl::Status RunTopK(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "TopK"));
   REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kI64, out_dims, "TopK"));
   if (out[0]->numel() == 0) return absl::OkStatus();
-  std::vector<bool> mask(x.rank(), false);
+  AxisMask mask(x.rank(), false);
   mask[*axis] = true;
   Split s = SplitBy(x, mask);
   s.kept_y = Select(ContiguousOf(out_dims), mask, false);
@@ -513,7 +516,7 @@ absl::Status RunSoftmax(const void* attrs, KernelContext& ctx, Inputs in, Output
   const Tensor& x = *in[0];
   absl::StatusOr<int> axis = NormalizeAxis(sa.axis, x.rank(), sa.name);
   if (!axis.ok()) return axis.status();
-  std::vector<bool> mask(x.rank(), false);
+  AxisMask mask(x.rank(), false);
   for (int d = *axis; d < (sa.legacy_2d ? x.rank() : *axis + 1); ++d) mask[d] = true;
   REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), sa.name));
   const Split s = SplitBy(x, mask);
@@ -608,7 +611,7 @@ absl::Status RunLayerNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
     REDUCE_RETURN_IF_ERROR(
         PrepareOutput(ctx, stats[i], la.stat_dtype[i], stat_dims, "LayerNormalization"));
   }
-  std::vector<bool> mask(x.rank(), false);
+  AxisMask mask(x.rank(), false);
   for (int d = *axis; d < x.rank(); ++d) mask[d] = true;
   const Split s = SplitBy(x, mask);
   const Dims ks = Select(s_strides, mask, false), rs = Select(s_strides, mask, true);
@@ -671,7 +674,7 @@ absl::Status RunCumSum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   const auto& ca = *static_cast<const CumSumAttrs*>(attrs);
   REDUCE_RETURN_IF_ERROR(CheckPresent(in, 2, out, "CumSum"));
   const Tensor& x = *in[0];
-  absl::StatusOr<std::vector<int64_t>> av = ReadInts(*in[1], "CumSum: axis");
+  absl::StatusOr<Dims> av = ReadInts(*in[1], "CumSum", "axis");
   if (!av.ok()) return av.status();
   if (av->size() != 1) {
     return absl::InvalidArgumentError(
@@ -680,7 +683,7 @@ absl::Status RunCumSum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   absl::StatusOr<int> axis = NormalizeAxis((*av)[0], x.rank(), "CumSum");
   if (!axis.ok()) return axis.status();
   REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "CumSum"));
-  std::vector<bool> mask(x.rank(), false);
+  AxisMask mask(x.rank(), false);
   mask[*axis] = true;
   const Split s = SplitBy(x, mask);
   const int64_t n = x.dim(*axis);

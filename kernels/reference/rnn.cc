@@ -291,13 +291,13 @@ absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Te
   if (p != nullptr) {
     if (absl::Status s = CheckShape(op, "P", *p, {nd, 3 * hidden}); !s.ok()) return s;
   }
-  std::vector<int64_t> lens;
+  // Decode-size batches need no heap allocation.
+  absl::InlinedVector<int64_t, 16> lens;
   if (seq_lens != nullptr) {
     if (absl::Status s = CheckShape(op, "sequence_lens", *seq_lens, {batch}); !s.ok()) return s;
-    absl::StatusOr<std::vector<int64_t>> v =
-        ReadInts(*seq_lens, absl::StrCat(op, " sequence_lens"));
+    absl::StatusOr<Dims> v = ReadInts(*seq_lens, op, "sequence_lens");
     if (!v.ok()) return v.status();
-    lens = *std::move(v);
+    lens.assign(v->begin(), v->end());
     for (int64_t len : lens) {
       if (len < 0 || len > seq) {
         return absl::InvalidArgumentError(absl::StrCat(op, ": sequence_lens value ", len,

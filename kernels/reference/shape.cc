@@ -93,9 +93,9 @@ absl::Status RunReshape(const void* a, KernelContext& ctx, InSpan in, OutSpan ou
   absl::Status s = CheckPorts(in, attrs.has_shape_attr ? 1 : 2, out, 1, "Reshape");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  std::vector<int64_t> shape = attrs.shape;
+  Dims shape(attrs.shape.begin(), attrs.shape.end());
   if (!attrs.has_shape_attr) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*in[1], "Reshape: shape");
+    absl::StatusOr<Dims> v = ReadInts(*in[1], "Reshape", "shape");
     if (!v.ok()) return v.status();
     if (in[1]->rank() != 1) {
       return absl::InvalidArgumentError(
@@ -169,8 +169,8 @@ struct AxesAttrs {
 
 // The axes from the optional input `index` (opset 13) or else the attribute. `present` is false
 // when neither gives them.
-absl::StatusOr<std::vector<int64_t>> AxesFrom(const AxesAttrs& attrs, InSpan in, size_t index,
-                                              absl::string_view op, bool* present) {
+absl::StatusOr<Dims> AxesFrom(const AxesAttrs& attrs, InSpan in, size_t index, absl::string_view op,
+                              bool* present) {
   const Tensor* t = OptionalInput(in, index);
   *present = true;
   if (t != nullptr) {
@@ -178,10 +178,10 @@ absl::StatusOr<std::vector<int64_t>> AxesFrom(const AxesAttrs& attrs, InSpan in,
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": axes must be 1-D, got ", t->DebugString()));
     }
-    return ReadInts(*t, absl::StrCat(op, ": axes"));
+    return ReadInts(*t, op, "axes");
   }
   *present = attrs.has_axes;
-  return attrs.axes;
+  return Dims(attrs.axes.begin(), attrs.axes.end());
 }
 
 absl::Status RunSqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
@@ -189,12 +189,12 @@ absl::Status RunSqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan ou
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   bool present;
-  absl::StatusOr<std::vector<int64_t>> axes =
+  absl::StatusOr<Dims> axes =
       AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Squeeze", &present);
   if (!axes.ok()) return axes.status();
   bool drop[Tensor::kMaxRank] = {};
   if (present && !axes->empty()) {  // empty axes squeeze every 1, like absent ones
-    absl::StatusOr<std::vector<int>> norm = NormalizeAxes(*axes, x.rank(), "Squeeze");
+    absl::StatusOr<AxisList> norm = NormalizeAxes(*axes, x.rank(), "Squeeze");
     if (!norm.ok()) return norm.status();
     for (int ax : *norm) {
       if (x.dim(ax) != 1) {
@@ -219,7 +219,7 @@ absl::Status RunUnsqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan 
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   bool present;
-  absl::StatusOr<std::vector<int64_t>> axes =
+  absl::StatusOr<Dims> axes =
       AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Unsqueeze", &present);
   if (!axes.ok()) return axes.status();
   if (!present) return absl::InvalidArgumentError("Unsqueeze: axes are required");
@@ -228,7 +228,7 @@ absl::Status RunUnsqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan 
     return absl::InvalidArgumentError(
         absl::StrCat("Unsqueeze: output rank ", out_rank, " exceeds ", Tensor::kMaxRank));
   }
-  absl::StatusOr<std::vector<int>> norm =
+  absl::StatusOr<AxisList> norm =
       NormalizeAxes(*axes, static_cast<int>(out_rank), "Unsqueeze");
   if (!norm.ok()) return norm.status();
   bool inserted[Tensor::kMaxRank] = {};
@@ -302,7 +302,7 @@ absl::Status RunExpand(const void*, KernelContext& ctx, InSpan in, OutSpan out) 
   absl::Status s = CheckPorts(in, 2, out, 1, "Expand");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  absl::StatusOr<std::vector<int64_t>> shape = ReadInts(*in[1], "Expand: shape");
+  absl::StatusOr<Dims> shape = ReadInts(*in[1], "Expand", "shape");
   if (!shape.ok()) return shape.status();
   for (int64_t d : *shape) {
     if (d < 0) {
@@ -327,7 +327,7 @@ absl::Status RunTile(const void*, KernelContext& ctx, InSpan in, OutSpan out) {
   absl::Status s = CheckPorts(in, 2, out, 1, "Tile");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  absl::StatusOr<std::vector<int64_t>> repeats = ReadInts(*in[1], "Tile: repeats");
+  absl::StatusOr<Dims> repeats = ReadInts(*in[1], "Tile", "repeats");
   if (!repeats.ok()) return repeats.status();
   if (repeats->size() != static_cast<size_t>(x.rank())) {
     return absl::InvalidArgumentError(
@@ -494,7 +494,7 @@ absl::Status RunConstantOfShape(const void* a, KernelContext& ctx, InSpan in, Ou
   absl::Status s = CheckPorts(in, 1, out, 1, "ConstantOfShape");
   if (!s.ok()) return s;
   const auto& attrs = *static_cast<const ConstantAttrs*>(a);
-  absl::StatusOr<std::vector<int64_t>> shape = ReadInts(*in[0], "ConstantOfShape: shape");
+  absl::StatusOr<Dims> shape = ReadInts(*in[0], "ConstantOfShape", "shape");
   if (!shape.ok()) return shape.status();
   if (shape->size() > Tensor::kMaxRank) {
     return absl::InvalidArgumentError(

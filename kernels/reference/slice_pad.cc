@@ -24,12 +24,12 @@ struct SliceAttrs {
   std::vector<int64_t> starts, ends, axes;
 };
 
-absl::StatusOr<std::vector<int64_t>> Read1D(const Tensor& t, absl::string_view what) {
+absl::StatusOr<Dims> Read1D(const Tensor& t, absl::string_view what) {
   if (t.rank() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Slice: ", what, " must be 1-D, got ", t.DebugString()));
   }
-  return ReadInts(t, absl::StrCat("Slice: ", what));
+  return ReadInts(t, "Slice", what);
 }
 
 // The number of elements from `start` (inclusive) towards `end` (exclusive) by `step`, after
@@ -55,10 +55,11 @@ absl::Status RunSlice(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   absl::Status s = CheckPorts(in, attrs.attr_form ? 1 : 3, out, 1, "Slice");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  std::vector<int64_t> starts = attrs.starts, ends = attrs.ends, axes = attrs.axes, steps;
+  Dims starts(attrs.starts.begin(), attrs.starts.end()), ends(attrs.ends.begin(), attrs.ends.end()),
+      axes(attrs.axes.begin(), attrs.axes.end()), steps;
   bool has_axes = attrs.has_axes;
   if (!attrs.attr_form) {
-    absl::StatusOr<std::vector<int64_t>> v = Read1D(*in[1], "starts");
+    absl::StatusOr<Dims> v = Read1D(*in[1], "starts");
     if (!v.ok()) return v.status();
     starts = *std::move(v);
     v = Read1D(*in[2], "ends");
@@ -87,7 +88,7 @@ absl::Status RunSlice(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
         absl::StrCat("Slice: starts, ends, axes and steps differ in length: ", n, ", ", ends.size(),
                      ", ", axes.size(), ", ", steps.size()));
   }
-  absl::StatusOr<std::vector<int>> norm = NormalizeAxes(axes, x.rank(), "Slice");
+  absl::StatusOr<AxisList> norm = NormalizeAxes(axes, x.rank(), "Slice");
   if (!norm.ok()) return norm.status();
   Dims dims(x.dims().begin(), x.dims().end());
   Dims strides(x.strides().begin(), x.strides().end());
@@ -208,9 +209,9 @@ absl::Status RunSplit(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   std::vector<int64_t> sizes;
   // An empty split input counts as absent, as some exporters write one.
   if (const Tensor* t = OptionalInput(in, 1); t != nullptr && t->numel() > 0) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*t, "Split: split");
+    absl::StatusOr<Dims> v = ReadInts(*t, "Split", "split");
     if (!v.ok()) return v.status();
-    sizes = *std::move(v);
+    sizes.assign(v->begin(), v->end());
   } else if (attrs.has_split) {
     sizes = attrs.split;
   } else if (n_out > 0) {
@@ -320,19 +321,19 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   const int rank = x.rank();
-  std::vector<int64_t> pads = attrs.pads;
+  absl::InlinedVector<int64_t, 2 * Tensor::kMaxRank> pads(attrs.pads.begin(), attrs.pads.end());
   if (const Tensor* t = OptionalInput(in, 1); t != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*t, "Pad: pads");
+    absl::StatusOr<Dims> v = ReadInts(*t, "Pad", "pads");
     if (!v.ok()) return v.status();
-    pads = *std::move(v);
+    pads.assign(v->begin(), v->end());
   } else if (!attrs.has_pads) {
     return absl::InvalidArgumentError("Pad: pads are required");
   }
-  std::vector<int> axes;
+  AxisList axes;
   if (const Tensor* t = OptionalInput(in, 3); t != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*t, "Pad: axes");
+    absl::StatusOr<Dims> v = ReadInts(*t, "Pad", "axes");
     if (!v.ok()) return v.status();
-    absl::StatusOr<std::vector<int>> norm = NormalizeAxes(*v, rank, "Pad");
+    absl::StatusOr<AxisList> norm = NormalizeAxes(*v, rank, "Pad");
     if (!norm.ok()) return norm.status();
     axes = *std::move(norm);
   } else {
@@ -480,7 +481,7 @@ absl::Status RunTrilu(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   }
   int64_t k = 0;
   if (const Tensor* kt = OptionalInput(in, 1); kt != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> v = ReadInts(*kt, "Trilu: k");
+    absl::StatusOr<Dims> v = ReadInts(*kt, "Trilu", "k");
     if (!v.ok()) return v.status();
     if (v->size() != 1) {
       return absl::InvalidArgumentError(
@@ -536,7 +537,7 @@ absl::Status RunReverseSequence(const void* a, KernelContext& ctx, InSpan in, Ou
   }
   const int64_t batch = x.dim(attrs.batch_axis);
   const int64_t time = x.dim(attrs.time_axis);
-  absl::StatusOr<std::vector<int64_t>> lens = ReadInts(*in[1], "ReverseSequence: sequence_lens");
+  absl::StatusOr<Dims> lens = ReadInts(*in[1], "ReverseSequence", "sequence_lens");
   if (!lens.ok()) return lens.status();
   if (in[1]->rank() != 1 || static_cast<int64_t>(lens->size()) != batch) {
     return absl::InvalidArgumentError(absl::StrCat("ReverseSequence: sequence_lens ",

@@ -83,6 +83,14 @@ TEST_P(ExportedModelTest, MatchesPyTorchWithBoundsAndNoOptimization) {
   RunModel(GetParam(), plain);
 }
 
+// A bounded trip count bounds the dims the loop grows (the GPT's ids and activations, the
+// LSTM's token list): everything is planned at its maximum, and the results do not change.
+TEST_P(ExportedModelTest, MatchesPyTorchWithABoundedTripCount) {
+  compiler::CompileOptions bounded;
+  bounded.bounds = {{"batch", 2}, {"prompt_len", 8}, {"max_new_tokens", 24}};
+  RunModel(GetParam(), bounded);
+}
+
 INSTANTIATE_TEST_SUITE_P(Decoders, ExportedModelTest,
                          ::testing::Values("lstm_scatter", "lstm_cat", "gpt"));
 
