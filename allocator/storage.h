@@ -26,6 +26,7 @@ class Storage {
     kPool,      // from an Allocator; owned by the VM that allocated it; writable
     kConstant,  // a read-only view of an executable's constant segment
     kExternal,  // memory owned by the caller (zero-copy input); never written by the VM
+    kOutput,    // memory owned by the caller that the VM writes (a bound output buffer)
   };
 
   // Allocates `bytes` from `allocator`. The Storage header lives in the same block, before the
@@ -45,7 +46,7 @@ class Storage {
   size_t size() const { return size_; }
   Device device() const { return device_; }
   Kind kind() const { return kind_; }
-  bool writable() const { return kind_ == Kind::kPool; }
+  bool writable() const { return kind_ == Kind::kPool || kind_ == Kind::kOutput; }
 
   // Growth bookkeeping for `append` (docs/isa.md, "Growing values"): the axis along which this
   // storage has spare capacity, its capacity along that axis, and the frontier (the extent
@@ -74,7 +75,7 @@ class Storage {
   Allocator* allocator_ = nullptr;
   std::shared_ptr<Allocator> allocator_keep_alive_;
   size_t block_bytes_ = 0;
-  // kConstant / kExternal:
+  // kConstant / kExternal / kOutput:
   std::function<void()> release_;
 };
 

@@ -3,7 +3,10 @@
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
 //          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
-//          [--device cpu|cuda]
+//          [--device cpu|cuda] [--weights FILE.dvw]
+//
+// --weights names the weights file of an executable compiled with vm-compile --weights-out
+// (default: the file it names, beside FILE.dvm).
 //
 // --device names the device the executable was compiled for (vm-compile --device): `cuda`
 // first checks that this build and machine can use a CUDA device and that FILE runs kernels
@@ -70,6 +73,7 @@ struct Flags {
   int64_t instances = 0;
   std::string stream_prefix;
   std::string device;  // "", "cpu" or "cuda"
+  std::string weights;
 };
 
 // Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
@@ -370,6 +374,7 @@ int Main(int argc, char** argv) {
   flags.AddString("--stream-prefix", &f.stream_prefix, "text printed before the streamed tokens");
   flags.AddString("--vocab", &f.vocab_path,
                   "token vocabulary (one code point per line); streamed tokens print as text");
+  flags.AddString("--weights", &f.weights, "the weights file (.dvw) of FILE (default: beside it)");
   flags.AddString("--device", &f.device,
                   "cpu or cuda: the device FILE was compiled for (checked before running)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -407,7 +412,9 @@ int Main(int argc, char** argv) {
   }
 
   const int64_t baseline_rss = RssBytes();  // before the executable is mapped
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0]);
+  LoadOptions load;
+  load.weights_path = f.weights;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0], load);
   if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
   const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
   if (f.device == "cuda" && !uses_cuda) {
