@@ -313,6 +313,28 @@ TEST_F(VmRunTest, RunsAndWritesOutputs) {
   EXPECT_EQ(Values<int64_t>(*rows), (std::vector<int64_t>{2}));
 }
 
+// x.npy and y.npy are bound in place; sum and rows (made by plain allocations of a shape known
+// from x's dims) are written by the program straight into their mapped .npy files, prod (the
+// kernel allocates it) is copied into its file once.
+TEST_F(VmRunTest, ZeroCopyInputsAndOutputs) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--output-dir", Path("zc"), "--stats", "--repeat", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zero_copy_inputs=2 mapped_output_files=3 outputs_written_in_place=2\n"));
+  absl::StatusOr<Tensor> sum = npy::LoadNpy(Path("zc/sum.npy"));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(Values<float>(*sum), (std::vector<float>{11, 22, 33, 44, 55, 66}));
+  absl::StatusOr<Tensor> prod = npy::LoadNpy(Path("zc/prod.npy"));
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  EXPECT_EQ(Values<float>(*prod), (std::vector<float>{10, 40, 90, 160, 250, 360}));
+  absl::StatusOr<Tensor> rows = npy::LoadNpy(Path("zc/rows.npy"));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(Values<int64_t>(*rows), (std::vector<int64_t>{2}));
+  // The files are byte for byte what EncodeNpy (and numpy.save) writes.
+  EXPECT_EQ(*schema::ReadFileToString(Path("zc/sum.npy")),
+            *npy::EncodeNpy(Make<float>(DType::kF32, {2, 3}, {11, 22, 33, 44, 55, 66})));
+  EXPECT_EQ(*schema::ReadFileToString(Path("zc/rows.npy")), *npy::EncodeNpy(Make<int64_t>(DType::kI64, {}, {2})));
+}
+
 TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
   Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--repeat", "5", "--threads", "2",
                                 "--stats", "--max-iterations", "10", "--memory-limit", "1m"});
