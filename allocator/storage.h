@@ -1,8 +1,11 @@
 // Public API. A Storage is a reference-counted block of device memory; tensors are views into
 // storages (kernels/tensor.h). A storage lives as long as any view of it.
 //
-// Thread safety: reference counting is atomic, so StorageRefs to one storage may be copied and
-// dropped on different threads. The bytes themselves are not synchronized.
+// Thread safety: Storage and StorageRef are thread-safe for reference counting (atomic), so
+// StorageRefs to one storage may be copied and dropped on different threads, and the last
+// release may run on any thread. The bytes themselves are not synchronized: writers and readers
+// of one storage on different threads need their own happens-before (as a VM run that fills a
+// caller's output buffer and the thread that then reads it).
 #ifndef DYNVM_ALLOCATOR_STORAGE_H_
 #define DYNVM_ALLOCATOR_STORAGE_H_
 

@@ -1,5 +1,8 @@
 // Serializes an executable (the flatbuffer object tree plus constant bytes) into .dvm bytes.
 // Used by the assembler and the compiler. Deterministic: the same input gives the same bytes.
+//
+// Thread safety: thread-safe on distinct `exe` objects (no shared state); SerializeExecutable*
+// fill in `exe`'s offsets, so one `exe` is serialized by one thread at a time.
 #ifndef DYNVM_SCHEMA_WRITER_H_
 #define DYNVM_SCHEMA_WRITER_H_
 

@@ -5,7 +5,8 @@
 // loaded it never invalidates them.
 //
 // Thread safety: thread-safe. All methods are const; any number of VirtualMachines on any
-// number of threads may run one Executable concurrently.
+// number of threads may run one Executable concurrently, and Load may be called from any
+// thread (the process-wide weights registry below has its own lock).
 //
 // Constants are read-only views into the mapped file: never copied at load or per instance.
 // Pages are read from disk when a kernel first touches them. On a device (CUDA), the constant
@@ -49,6 +50,7 @@ struct Executable;
 struct Function;
 }  // namespace fb
 
+// LoadOptions, DimInfo, ParamInfo and FunctionInfo are plain values: thread-compatible.
 struct LoadOptions {
   BackendPolicy backends;   // which kernel backends may serve this executable
   isa::VerifyLimits limits;

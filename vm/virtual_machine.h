@@ -32,6 +32,7 @@
 namespace dynvm {
 
 // Cancels runs from any thread. A run checks the token at every loop back edge and call.
+// Thread safety: thread-safe (Cancel, Reset and cancelled may be called from any thread).
 class CancellationToken {
  public:
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -42,6 +43,7 @@ class CancellationToken {
   std::atomic<bool> cancelled_{false};
 };
 
+// Options structs (VmOptions, RunOptions) are plain values: thread-compatible.
 struct VmOptions {
   int num_threads = 1;                          // intra-op threads each kernel may use
   int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
