@@ -167,15 +167,28 @@ absl::StatusOr<std::string> CompressSegment(absl::string_view raw, int level) {
   return out;
 }
 
-absl::Status DecompressSegment(absl::Span<const uint8_t> stored, uint8_t* out, uint64_t raw_size) {
+absl::Status CheckCompressedSegment(absl::Span<const uint8_t> stored, uint64_t raw_size) {
   const unsigned long long declared = ZSTD_getFrameContentSize(stored.data(), stored.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR) {
     return absl::DataLossError("compressed constants: not a zstd frame");
   }
-  if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != raw_size) {
+  if (declared == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return absl::DataLossError("compressed constants: the zstd frame does not declare its size");
+  }
+  if (declared != raw_size) {
     return absl::DataLossError(absl::StrCat("compressed constants: the frame holds ", declared,
                                             " bytes, the header says ", raw_size));
   }
+  if (raw_size / kMaxCompressionRatio > stored.size() + (uint64_t{1} << 20) / kMaxCompressionRatio) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "compressed constants: ", stored.size(), " bytes would expand to ", raw_size,
+        ", more than ", kMaxCompressionRatio, " times (refused)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecompressSegment(absl::Span<const uint8_t> stored, uint8_t* out, uint64_t raw_size) {
+  if (absl::Status s = CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
   const size_t n = ZSTD_decompress(out, raw_size, stored.data(), stored.size());
   if (ZSTD_isError(n)) {
     return absl::DataLossError(absl::StrCat("compressed constants: ", ZSTD_getErrorName(n)));

@@ -44,6 +44,14 @@ absl::StatusOr<WeightsHeader> ParseWeightsHeader(absl::Span<const uint8_t> file)
 
 // zstd-compresses `raw` at `level` (1..22; 3 is zstd's default).
 absl::StatusOr<std::string> CompressSegment(absl::string_view raw, int level);
+// A compressed segment may expand at most this many times (plus 1 MiB): a bound on what a small
+// hostile file can make a loader allocate. Real weights compress by a few percent.
+inline constexpr uint64_t kMaxCompressionRatio = 1000;
+
+// Checks, without decompressing, that `stored` begins a zstd frame that declares exactly
+// `raw_size` bytes of content, and that raw_size is within kMaxCompressionRatio of the stored
+// size (so a loader can refuse before it allocates `raw_size`).
+absl::Status CheckCompressedSegment(absl::Span<const uint8_t> stored, uint64_t raw_size);
 // Decompresses one zstd frame `stored` into exactly `raw_size` bytes at `out`. Refuses a frame
 // that declares another size, is corrupt, or does not fill `raw_size` exactly.
 absl::Status DecompressSegment(absl::Span<const uint8_t> stored, uint8_t* out, uint64_t raw_size);

@@ -142,6 +142,13 @@ TEST(CompressionTest, RoundTripAndRefusals) {
   EXPECT_FALSE(DecompressSegment(Bytes(bad), out.data(), raw.size()).ok());
   EXPECT_THAT(DecompressSegment(Bytes(std::string("not zstd at all")), out.data(), 15).message(),
               HasSubstr("not a zstd frame"));
+  // A frame that expands more than kMaxCompressionRatio times is refused before allocation.
+  const std::string zeros(64 << 20, '\0');
+  absl::StatusOr<std::string> bomb = CompressSegment(zeros, 3);
+  ASSERT_TRUE(bomb.ok());
+  ASSERT_LT(bomb->size(), 64u << 10);
+  EXPECT_EQ(CheckCompressedSegment(Bytes(*bomb), zeros.size()).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(CheckCompressedSegment(Bytes(*c), raw.size()).ok());
   EXPECT_FALSE(CompressSegment(raw, 0).ok());
   EXPECT_FALSE(CompressSegment(raw, 99).ok());
 }

@@ -128,6 +128,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> SharedSegment(const SegmentKey& k
 
 // Decompresses `stored` into a new 64-byte aligned buffer of `raw_size` bytes.
 absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8_t> stored, uint64_t raw_size) {
+  // The frame must declare raw_size before that much is allocated.
+  if (absl::Status s = schema::CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
   auto seg = std::make_shared<Segment>();
   if (raw_size > 0) {
     const uint64_t padded = (raw_size + 63) / 64 * 64;
@@ -325,6 +327,8 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
         SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed), schema::ContentHash(stored),
                    header.constants_raw_size},
         [&] { return Decompress(stored, header.constants_raw_size); });
+    // Hashed (and maybe decompressed): the compressed bytes are not needed again.
+    exe->file_->DropPages(stored);
     if (!seg.ok()) return seg.status();
     exe->segment_ = *std::move(seg);
     exe->constant_segment_ = exe->segment_->data;
