@@ -159,7 +159,15 @@ absl::StatusOr<std::string> CompressSegment(absl::string_view raw, int level) {
         absl::StrCat("compression level ", level, " is outside 1..", ZSTD_maxCLevel()));
   }
   std::string out(ZSTD_compressBound(raw.size()), '\0');
-  const size_t n = ZSTD_compress(out.data(), out.size(), raw.data(), raw.size(), level);
+  // One frame that declares its content size and carries zstd's checksum of the content, so
+  // damaged compressed bytes are caught when they are decompressed.
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  if (cctx == nullptr) return absl::ResourceExhaustedError("zstd: cannot create a compression context");
+  size_t n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(n)) n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  if (!ZSTD_isError(n)) n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+  if (!ZSTD_isError(n)) n = ZSTD_compress2(cctx, out.data(), out.size(), raw.data(), raw.size());
+  ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(n)) {
     return absl::InternalError(absl::StrCat("zstd compression failed: ", ZSTD_getErrorName(n)));
   }

@@ -42,7 +42,8 @@ std::string EncodeWeightsFile(WeightsHeader h, absl::string_view stored);
 // itself is not read.
 absl::StatusOr<WeightsHeader> ParseWeightsHeader(absl::Span<const uint8_t> file);
 
-// zstd-compresses `raw` at `level` (1..22; 3 is zstd's default).
+// zstd-compresses `raw` at `level` (1..22; 3 is zstd's default) into one frame that declares
+// its content size and carries zstd's content checksum.
 absl::StatusOr<std::string> CompressSegment(absl::string_view raw, int level);
 // A compressed segment may expand at most this many times (plus 1 MiB): a bound on what a small
 // hostile file can make a loader allocate. Real weights compress by a few percent.

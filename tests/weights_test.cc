@@ -281,6 +281,32 @@ TEST_F(WeightsTest, CompressedConstantsDecompressOncePerProcess) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
 
+// Every single flipped byte of a compressed executable is refused at load, or harmless: the
+// header and code are checksummed, the compressed segment carries zstd's checksum.
+TEST_F(WeightsTest, EveryFlippedByteOfACompressedExecutableIsRefusedOrHarmless) {
+  compiler::CompileOptions o;
+  o.compress = true;
+  o.strip_debug = true;
+  compiler::CompileResult r = Write("z", o);
+  int refused = 0;
+  for (size_t i = 0; i < r.bytes.size(); ++i) {
+    std::string bytes = r.bytes;
+    bytes[i] ^= 0x04;
+    absl::StatusOr<std::shared_ptr<const Executable>> exe =
+        Executable::LoadFromBytes({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    if (!exe.ok()) {
+      ++refused;
+      continue;
+    }
+    ExpectComputes(*exe);
+    if (HasFailure()) {
+      ADD_FAILURE() << "flipped byte " << i << " loaded and computed wrongly";
+      return;
+    }
+  }
+  EXPECT_GT(refused, static_cast<int>(r.bytes.size()) / 2);
+}
+
 TEST_F(WeightsTest, SeveralEntryFunctionsShareTheConstants) {
   compiler::CompileOptions o;
   o.weights_file_name = "both.dvw";
