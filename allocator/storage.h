@@ -1,8 +1,11 @@
 // Public API. A Storage is a reference-counted block of device memory; tensors are views into
 // storages (kernels/tensor.h). A storage lives as long as any view of it.
 //
-// Thread safety: reference counting is atomic, so StorageRefs to one storage may be copied and
-// dropped on different threads. The bytes themselves are not synchronized.
+// Thread safety: Storage and StorageRef are thread-safe for reference counting (atomic), so
+// StorageRefs to one storage may be copied and dropped on different threads, and the last
+// release may run on any thread. The bytes themselves are not synchronized: writers and readers
+// of one storage on different threads need their own happens-before (as a VM run that fills a
+// caller's output buffer and the thread that then reads it).
 #ifndef DYNVM_ALLOCATOR_STORAGE_H_
 #define DYNVM_ALLOCATOR_STORAGE_H_
 
@@ -26,6 +29,7 @@ class Storage {
     kPool,      // from an Allocator; owned by the VM that allocated it; writable
     kConstant,  // a read-only view of an executable's constant segment
     kExternal,  // memory owned by the caller (zero-copy input); never written by the VM
+    kOutput,    // memory owned by the caller that the VM writes (a bound output buffer)
   };
 
   // Allocates `bytes` from `allocator`. The Storage header lives in the same block, before the
@@ -45,7 +49,7 @@ class Storage {
   size_t size() const { return size_; }
   Device device() const { return device_; }
   Kind kind() const { return kind_; }
-  bool writable() const { return kind_ == Kind::kPool; }
+  bool writable() const { return kind_ == Kind::kPool || kind_ == Kind::kOutput; }
 
   // Growth bookkeeping for `append` (docs/isa.md, "Growing values"): the axis along which this
   // storage has spare capacity, its capacity along that axis, and the frontier (the extent
@@ -74,7 +78,7 @@ class Storage {
   Allocator* allocator_ = nullptr;
   std::shared_ptr<Allocator> allocator_keep_alive_;
   size_t block_bytes_ = 0;
-  // kConstant / kExternal:
+  // kConstant / kExternal / kOutput:
   std::function<void()> release_;
 };
 

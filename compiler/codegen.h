@@ -12,6 +12,7 @@
 #include "compiler/compiler.h"
 #include "compiler/ir.h"
 #include "schema/executable_generated.h"
+#include "schema/writer.h"
 
 namespace dynvm::compiler {
 
@@ -37,7 +38,7 @@ class ExecutableBuilder {
   void Location(uint32_t function, uint32_t pc, const std::string& node);
 
   // Finishes the tables and serializes the executable.
-  absl::StatusOr<std::string> Serialize(bool strip_debug);
+  absl::StatusOr<schema::SerializedFiles> Serialize(const schema::WriteOptions& options);
 
  private:
   std::unique_ptr<fb::ExecutableT> exe_;

@@ -89,9 +89,15 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     }
     result.kernels.push_back(std::move(kr));
   }
-  absl::StatusOr<std::string> bytes = builder.Serialize(options.strip_debug);
-  if (!bytes.ok()) return bytes.status();
-  result.bytes = *std::move(bytes);
+  schema::WriteOptions write;
+  write.strip_debug = options.strip_debug;
+  write.compress = options.compress;
+  write.compression_level = options.compression_level;
+  write.weights_file_name = options.weights_file_name;
+  absl::StatusOr<schema::SerializedFiles> files = builder.Serialize(write);
+  if (!files.ok()) return files.status();
+  result.bytes = std::move(files->executable);
+  result.weights = std::move(files->weights);
   return result;
 }
 

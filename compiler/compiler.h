@@ -32,6 +32,14 @@ struct CompileOptions {
   // and outputs are copied to the host before ret. The VM moves other inputs between devices
   // at each invoke. Unimplemented in a build without CUDA.
   Device device = Device::kCPU;
+  // Constants apart (vm-compile --weights-out): when set, CompileResult::weights holds a .dvw
+  // file of this name, which the executable refers to by name, content hash and size
+  // (docs/executable-format.md, "Weights files"). Give it the name the file will have beside
+  // the .dvm (or load with LoadOptions::weights_path).
+  std::string weights_file_name;
+  // Store the constant segment zstd-compressed (vm-compile --compress), in the .dvm or the .dvw.
+  bool compress = false;
+  int compression_level = 3;
 };
 
 struct FunctionReport {
@@ -55,7 +63,8 @@ struct KernelReport {
 };
 
 struct CompileResult {
-  std::string bytes;  // the .dvm file
+  std::string bytes;    // the .dvm file
+  std::string weights;  // the .dvw file (CompileOptions::weights_file_name), else empty
   std::vector<FunctionReport> functions;
   std::vector<KernelReport> kernels;
   std::string ReportText() const;

@@ -254,8 +254,8 @@ void ExecutableBuilder::Location(uint32_t function, uint32_t pc, const std::stri
   locations_.push_back(std::move(l));
 }
 
-absl::StatusOr<std::string> ExecutableBuilder::Serialize(bool strip_debug) {
-  if (!strip_debug && !locations_.empty()) {
+absl::StatusOr<schema::SerializedFiles> ExecutableBuilder::Serialize(const schema::WriteOptions& options) {
+  if (!options.strip_debug && !locations_.empty()) {
     std::stable_sort(locations_.begin(), locations_.end(), [](const auto& a, const auto& b) {
       return std::make_pair(a->function, a->pc) < std::make_pair(b->function, b->pc);
     });
@@ -263,7 +263,7 @@ absl::StatusOr<std::string> ExecutableBuilder::Serialize(bool strip_debug) {
     exe_->debug->locations = std::move(locations_);
   }
   std::vector<absl::string_view> data(data_.begin(), data_.end());
-  return schema::SerializeExecutable(*exe_, data);
+  return schema::SerializeExecutableFiles(*exe_, data, options);
 }
 
 }  // namespace dynvm::compiler

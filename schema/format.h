@@ -1,5 +1,7 @@
 // The .dvm file layout around the flatbuffer: header, checksum, feature bits, constant segment.
 // docs/executable-format.md describes every byte.
+//
+// Thread safety: every function is thread-safe (no shared state).
 #ifndef DYNVM_SCHEMA_FORMAT_H_
 #define DYNVM_SCHEMA_FORMAT_H_
 

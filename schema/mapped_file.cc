@@ -53,6 +53,15 @@ std::shared_ptr<const MappedFile> MappedFile::FromBytes(absl::Span<const uint8_t
   return f;
 }
 
+void MappedFile::DropPages(absl::Span<const uint8_t> range) const {
+  if (!mapped_ || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  // Whole pages inside the range only.
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(range.data()) + range.size()) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (mapped_) {
     ::munmap(const_cast<uint8_t*>(data_), size_);

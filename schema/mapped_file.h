@@ -27,6 +27,10 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
+  // A hint that `range` (within bytes()) is not needed now: a mapped file's pages there leave
+  // this process's resident memory (madvise MADV_DONTNEED), and are read from the file again if
+  // touched; the bytes do not change. Does nothing for a buffer in memory.
+  void DropPages(absl::Span<const uint8_t> range) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "schema/format.h"
+#include "schema/weights.h"
 
 namespace dynvm::schema {
 namespace {
@@ -40,6 +41,18 @@ uint64_t RequiredFeatures(const fb::ExecutableT& exe) {
 absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
                                                 absl::Span<const absl::string_view> constants,
                                                 const WriteOptions& options) {
+  if (!options.weights_file_name.empty()) {
+    return absl::InvalidArgumentError(
+        "SerializeExecutable writes one file: use SerializeExecutableFiles for a weights file");
+  }
+  absl::StatusOr<SerializedFiles> files = SerializeExecutableFiles(exe, constants, options);
+  if (!files.ok()) return files.status();
+  return std::move(files->executable);
+}
+
+absl::StatusOr<SerializedFiles> SerializeExecutableFiles(fb::ExecutableT& exe,
+                                                         absl::Span<const absl::string_view> constants,
+                                                         const WriteOptions& options) {
   if (constants.size() != exe.constants.size()) {
     return absl::InvalidArgumentError(absl::StrCat("constant table has ", exe.constants.size(),
                                                    " entries but ", constants.size(),
@@ -53,6 +66,35 @@ absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
     offset += constants[i].size();
   }
   const uint64_t segment_size = offset;
+  // The raw segment, laid out in one buffer.
+  std::string segment(segment_size, '\0');
+  for (size_t i = 0; i < constants.size(); ++i) {
+    if (!constants[i].empty()) {
+      std::memcpy(segment.data() + exe.constants[i]->offset, constants[i].data(), constants[i].size());
+    }
+  }
+  std::string stored;
+  const bool compress = options.compress && segment_size > 0;
+  if (compress) {
+    absl::StatusOr<std::string> c = CompressSegment(segment, options.compression_level);
+    if (!c.ok()) return c.status();
+    stored = *std::move(c);
+  }
+  const std::string& data = compress ? stored : segment;
+
+  SerializedFiles files;
+  const bool external = !options.weights_file_name.empty();
+  if (external) {
+    exe.weights = std::make_unique<fb::WeightsRefT>();
+    exe.weights->file_name = options.weights_file_name;
+    exe.weights->hash = ContentHash({reinterpret_cast<const uint8_t*>(segment.data()), segment.size()});
+    exe.weights->size = segment_size;
+    WeightsHeader wh;
+    wh.required_features = compress ? uint64_t{kFeatureCompressedConstants} : 0;
+    wh.content_hash = exe.weights->hash;
+    wh.raw_size = segment_size;
+    files.weights = EncodeWeightsFile(wh, data);
+  }
 
   std::unique_ptr<fb::DebugInfoT> debug;
   if (options.strip_debug) debug = std::move(exe.debug);
@@ -62,27 +104,26 @@ absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
 
   FileHeader h;
   h.required_features = RequiredFeatures(exe);
+  if (compress && !external) h.required_features |= kFeatureCompressedConstants;
   h.flatbuffer_offset = kHeaderSize;
   h.flatbuffer_size = builder.GetSize();
   const uint64_t fb_end = kHeaderSize + h.flatbuffer_size;
-  if (segment_size > 0) {
+  // A WeightsRef set by the caller (the assembler's .weights) means no segment in the file.
+  const bool inline_data = exe.weights == nullptr && segment_size > 0;
+  if (inline_data) {
     h.constants_offset = AlignUp(fb_end, kConstantAlignment);
-    h.constants_size = segment_size;
+    h.constants_size = data.size();
     h.constants_raw_size = segment_size;
   }
-  std::string out(segment_size > 0 ? h.constants_offset + segment_size : fb_end, '\0');
+  std::string& out = files.executable;
+  out.assign(inline_data ? h.constants_offset + data.size() : fb_end, '\0');
   auto* bytes = reinterpret_cast<uint8_t*>(out.data());
   std::memcpy(bytes + kHeaderSize, builder.GetBufferPointer(), h.flatbuffer_size);
   EncodeHeader(h, bytes);
   h.crc32 = ComputeChecksum({bytes, kHeaderSize}, {bytes + kHeaderSize, h.flatbuffer_size});
   EncodeHeader(h, bytes);
-  for (size_t i = 0; i < constants.size(); ++i) {
-    if (!constants[i].empty()) {
-      std::memcpy(bytes + h.constants_offset + exe.constants[i]->offset, constants[i].data(),
-                  constants[i].size());
-    }
-  }
-  return out;
+  if (inline_data) std::memcpy(bytes + h.constants_offset, data.data(), data.size());
+  return files;
 }
 
 }  // namespace dynvm::schema

@@ -1,11 +1,15 @@
 // The VirtualMachine and Executable C++ API, with programs written in dynvm assembly: binding
 // inputs and reading outputs, ownership and lifetimes, every input error, interruption
 // (iteration budget, cancellation, deadline), error annotation, allocation failures at every
-// site, flat memory over ten million iterations, and concurrent VMs on one executable.
+// site, flat memory over ten million iterations, concurrent VMs on one executable, output
+// buffers, and the 8-thread stress test on an executable with a separate weights file.
 // Built twice: against the computed-goto interpreter (vm_test) and the switch one
 // (vm_switch_test).
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,12 +18,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "isa/assembler.h"
 #include "kernels/tensor.h"
+#include "schema/mapped_file.h"
+#include "schema/writer.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -218,6 +225,80 @@ TEST_F(BasicTest, SetInputZeroCopyRefusesMisalignedData) {
   EXPECT_TRUE(vm_->SetInput("x", *misaligned).ok());
 }
 
+TEST_F(BasicTest, NothingIsAllocatedForInputsBoundWithoutACopy) {
+  EXPECT_EQ(vm_->memory_stats().bytes_in_use, 0);
+  Tensor x = X(), y = Y();
+  ASSERT_TRUE(vm_->SetInputZeroCopy("x", x).ok());
+  ASSERT_TRUE(vm_->SetInputZeroCopy("y", y).ok());
+  EXPECT_EQ(vm_->memory_stats().bytes_in_use, 0);
+  EXPECT_EQ(vm_->memory_stats().system_allocs, 0);
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+}
+
+TEST_F(BasicTest, OutputBuffersAreWrittenInPlace) {
+  Tensor sum = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  Tensor prod = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  Tensor echo = F32({2, 3}, {0, 0, 0, 0, 0, 0});
+  ASSERT_TRUE(vm_->SetOutputBuffer("sum", sum).ok());
+  ASSERT_TRUE(vm_->SetOutputBuffer("prod", prod).ok());
+  ASSERT_TRUE(vm_->SetOutputBuffer("echo", echo).ok());
+  Bind(X(), Y());
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Floats(sum), ElementsAre(12, 24, 36, 45, 57, 69));
+  EXPECT_THAT(Floats(prod), ElementsAre(2, 4, 6, 8, 10, 12));
+  EXPECT_THAT(Floats(echo), ElementsAre(1, 2, 3, 4, 5, 6));
+  // sum and prod are made by their kernels in the buffers; echo is the input, copied at ret.
+  EXPECT_EQ(vm_->last_run_output_copies(), 1);
+  EXPECT_EQ(vm_->GetOutput("sum")->raw_data(), sum.raw_data());
+  EXPECT_EQ(vm_->GetOutput("prod")->raw_data(), prod.raw_data());
+  EXPECT_EQ(vm_->GetOutput("echo")->raw_data(), echo.raw_data());
+  // Every run writes the same buffers.
+  Bind(F32({2, 3}, {1, 1, 1, 1, 1, 1}), F32({2, 3}, {0, 0, 0, 0, 0, 0}));
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Floats(sum), ElementsAre(2, 3, 4, 2, 3, 4));
+  EXPECT_THAT(Floats(prod), ElementsAre(2, 2, 2, 2, 2, 2));
+  // The binding keeps the buffer alive: the caller may drop its handle.
+  const void* data = sum.raw_data();
+  sum = Tensor();
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_EQ(vm_->GetOutput("sum")->raw_data(), data);
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(2, 3, 4, 2, 3, 4));
+}
+
+TEST_F(BasicTest, OutputBufferOfAnotherShapeFailsTheRun) {
+  ASSERT_TRUE(vm_->SetOutputBuffer("sum", F32({2, 3}, {0, 0, 0, 0, 0, 0})).ok());
+  Bind(F32({1, 3}, {1, 2, 3}), F32({1, 3}, {1, 1, 1}));
+  absl::Status s = vm_->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("output 'sum' is f32[1,3], its bound buffer is f32[2,3]"));
+  EXPECT_FALSE(vm_->GetOutput("sum").ok());
+  // Cleared, the output goes back to the VM's memory.
+  ASSERT_TRUE(vm_->SetOutputBuffer("sum", Tensor()).ok());
+  ASSERT_TRUE(vm_->Run().ok());
+  EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(3, 5, 7));
+  EXPECT_EQ(vm_->last_run_output_copies(), 0);
+}
+
+TEST_F(BasicTest, OutputBufferErrors) {
+  absl::Status s = vm_->SetOutputBuffer("sum", I64({2, 3}, {0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("must be f32"));
+  s = vm_->SetOutputBuffer("sum", F32({6}, {0, 0, 0, 0, 0, 0}));
+  EXPECT_THAT(s.message(), HasSubstr("must have shape [n,3]"));
+  s = vm_->SetOutputBuffer("sum", F32({2, 4}, {0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_THAT(s.message(), HasSubstr("must have shape [n,3]"));
+  Tensor backing = F32({8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  absl::StatusOr<Tensor> misaligned = Tensor::View(backing.storage(), 2, DType::kF32, {2, 3});
+  ASSERT_TRUE(misaligned.ok());
+  s = vm_->SetOutputBuffer("sum", *misaligned);
+  EXPECT_THAT(s.message(), HasSubstr("not aligned"));
+  s = vm_->SetOutputBuffer("nope", F32({2, 3}, {0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(vm_->SetOutputBuffer("w", F32({4}, {0, 0, 0, 0}), "twice").ok());
+  EXPECT_FALSE(vm_->SetOutputBuffer("w", F32({5}, {0, 0, 0, 0, 0}), "twice").ok());
+}
+
 TEST_F(BasicTest, OutputsOutliveNextRunAndTheVm) {
   Bind(X(), Y());
   ASSERT_TRUE(vm_->Run().ok());
@@ -388,6 +469,22 @@ TEST_F(LoopTest, Computes) {
   Bind(*vm, 0);
   ASSERT_TRUE(vm->Run().ok());
   EXPECT_THAT(Output(*vm, "acc"), ElementsAre(0, 0, 0, 0));
+}
+
+// acc is swapped with other registers in the loop: its buffer gets a copy at ret.
+TEST_F(LoopTest, OutputBufferOfALoopCarriedValueIsCopiedInto) {
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  Tensor acc = F32({4}, {9, 9, 9, 9});
+  ASSERT_TRUE(vm->SetOutputBuffer("acc", acc).ok());
+  Bind(*vm, 3);
+  ASSERT_TRUE(vm->Run().ok());
+  EXPECT_EQ(vm->last_run_output_copies(), 1);
+  EXPECT_EQ(vm->GetOutput("acc")->raw_data(), acc.raw_data());
+  std::unique_ptr<VirtualMachine> plain = MakeVm(exe_);
+  Bind(*plain, 3);
+  ASSERT_TRUE(plain->Run().ok());
+  EXPECT_EQ(Floats(acc), Output(*plain, "acc"));
+  EXPECT_EQ(Floats(acc), (std::vector<float>{3, 6, 12, 1.5f}));
 }
 
 TEST_F(LoopTest, IterationLimit) {
@@ -586,6 +683,105 @@ TEST_F(LoopTest, ExecutableHandleReleasedWhileVmsRun) {
   vms.clear();
   EXPECT_TRUE(weak.expired());
   EXPECT_THAT(Floats(kept), ElementsAre(1000, 2000, 4000, 500));
+}
+
+// The stress test (labelled `threads`: the CI's ThreadSanitizer stage runs it): 8 threads x 200
+// runs on one executable whose weights live in a separate .dvw file, each thread with its own
+// VM, zero-copy inputs, and (every other thread) its outputs written into its own buffers. Every
+// result must equal the single-threaded run's, byte for byte. The handle that loaded the
+// executable is dropped while the threads run; the weights mapping goes with the last VM.
+TEST(StressTest, EightThreadsTwoHundredRunsOnSharedWeights) {
+  constexpr int kThreads = 8, kRuns = 200;
+  absl::StatusOr<isa::Assembly> a = isa::Assemble(kBasic);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<absl::string_view> data(a->constants.begin(), a->constants.end());
+  schema::WriteOptions wo;
+  wo.weights_file_name = "stress.dvw";
+  absl::StatusOr<schema::SerializedFiles> files = schema::SerializeExecutableFiles(*a->exe, data, wo);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string dir = ::testing::TempDir();
+  const std::string exe_path = absl::StrCat(dir, "/stress_", getpid(), ".dvm");
+  ASSERT_TRUE(schema::WriteStringToFile(exe_path, files->executable).ok());
+  ASSERT_TRUE(schema::WriteStringToFile(dir + "/stress.dvw", files->weights).ok());
+  const int segments_before = Executable::SharedSegmentCount();
+  absl::StatusOr<std::shared_ptr<const Executable>> loaded = Executable::Load(exe_path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::shared_ptr<const Executable> exe = *std::move(loaded);
+  ASSERT_TRUE(exe->external_weights());
+  EXPECT_EQ(Executable::SharedSegmentCount(), segments_before + 1);
+
+  auto input = [](int t, int r) {
+    std::vector<float> v(6);
+    for (int i = 0; i < 6; ++i) v[i] = static_cast<float>((t * 31 + r * 7 + i) % 23) - 11.0f;
+    return F32({2, 3}, v);
+  };
+  const Tensor y = F32({2, 3}, {0.5f, -1, 2, 0.25f, 3, -4});
+  // Single-threaded reference, checked against values computed here.
+  std::vector<std::vector<float>> reference(kThreads * kRuns);
+  {
+    std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+    ASSERT_TRUE(vm->SetInput("y", y).ok());
+    for (int t = 0; t < kThreads; ++t) {
+      for (int r = 0; r < kRuns; ++r) {
+        const Tensor x = input(t, r);
+        ASSERT_TRUE(vm->SetInput("x", x).ok());
+        ASSERT_TRUE(vm->Run().ok());
+        std::vector<float> out = Output(*vm, "sum");
+        const std::vector<float> prod = Output(*vm, "prod");
+        for (int i = 0; i < 6; ++i) {
+          ASSERT_EQ(out[i], x.data<float>()[i] + y.data<float>()[i] + static_cast<float>(i % 3 + 1));
+          ASSERT_EQ(prod[i], x.data<float>()[i] * 2);
+        }
+        out.insert(out.end(), prod.begin(), prod.end());
+        reference[t * kRuns + r] = std::move(out);
+      }
+    }
+  }
+  std::vector<std::unique_ptr<VirtualMachine>> vms;
+  for (int t = 0; t < kThreads; ++t) vms.push_back(MakeVm(exe));
+  std::weak_ptr<const Executable> weak = exe;
+  std::vector<std::vector<float>> results(kThreads * kRuns);
+  std::atomic<int> failures{0}, started{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      VirtualMachine& vm = *vms[t];
+      Tensor sum_buf = F32({2, 3}, std::vector<float>(6, 0)), prod_buf = F32({2, 3}, std::vector<float>(6, 0));
+      const bool buffers = t % 2 == 0;
+      if (buffers && (!vm.SetOutputBuffer("sum", sum_buf).ok() || !vm.SetOutputBuffer("prod", prod_buf).ok())) {
+        ++failures;
+        return;
+      }
+      if (!vm.SetInputZeroCopy("y", y).ok()) ++failures;
+      ++started;
+      for (int r = 0; r < kRuns; ++r) {
+        const Tensor x = input(t, r);
+        if (!vm.SetInputZeroCopy("x", x).ok() || !vm.Run().ok()) {
+          ++failures;
+          return;
+        }
+        absl::StatusOr<Tensor> sum = vm.GetOutput("sum"), prod = vm.GetOutput("prod");
+        if (!sum.ok() || !prod.ok() || (buffers && (sum->raw_data() != sum_buf.raw_data() ||
+                                                    vm.last_run_output_copies() != 0))) {
+          ++failures;
+          return;
+        }
+        std::vector<float>& out = results[t * kRuns + r];
+        out.assign(sum->data<float>(), sum->data<float>() + 6);
+        out.insert(out.end(), prod->data<float>(), prod->data<float>() + 6);
+      }
+    });
+  }
+  while (started.load() < kThreads && failures.load() == 0) std::this_thread::yield();
+  exe.reset();  // the loading handle goes while the VMs run: they keep the executable alive
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(results, reference);
+  EXPECT_FALSE(weak.expired());
+  vms.clear();
+  EXPECT_TRUE(weak.expired());
+  EXPECT_EQ(Executable::SharedSegmentCount(), segments_before);
+  std::remove(exe_path.c_str());
 }
 
 // Several allocation sites: two storages, a kernel's dynamic output, a growable tensor and an

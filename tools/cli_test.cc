@@ -1,12 +1,14 @@
 // Runs the built vm-as, vm-dis and vm-run binaries as a user would: every tests/isa/*.s file
 // survives vm-as -> vm-dis -> vm-as byte for byte; vm-run computes the right values from .npy
-// inputs; every user error is a one-line message and exit status 1, never a crash.
+// inputs and writes outputs into mapped .npy files; vm-compile --weights-out/--compress output
+// runs through vm-run; every user error is a one-line message and exit status 1, never a crash.
 #include "tools/cli.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -312,6 +314,73 @@ TEST_F(VmRunTest, RunsAndWritesOutputs) {
   EXPECT_EQ(rows->dtype(), DType::kI64);
   EXPECT_EQ(Values<int64_t>(*rows), (std::vector<int64_t>{2}));
 }
+
+// x.npy and y.npy are bound in place; sum and rows (made by plain allocations of a shape known
+// from x's dims) are written by the program straight into their mapped .npy files, prod (the
+// kernel allocates it) is copied into its file once.
+TEST_F(VmRunTest, ZeroCopyInputsAndOutputs) {
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--output-dir", Path("zc"), "--stats", "--repeat", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("zero_copy_inputs=2 mapped_output_files=3 outputs_written_in_place=2\n"));
+  absl::StatusOr<Tensor> sum = npy::LoadNpy(Path("zc/sum.npy"));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(Values<float>(*sum), (std::vector<float>{11, 22, 33, 44, 55, 66}));
+  absl::StatusOr<Tensor> prod = npy::LoadNpy(Path("zc/prod.npy"));
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  EXPECT_EQ(Values<float>(*prod), (std::vector<float>{10, 40, 90, 160, 250, 360}));
+  absl::StatusOr<Tensor> rows = npy::LoadNpy(Path("zc/rows.npy"));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(Values<int64_t>(*rows), (std::vector<int64_t>{2}));
+  // The files are byte for byte what EncodeNpy (and numpy.save) writes.
+  EXPECT_EQ(*schema::ReadFileToString(Path("zc/sum.npy")),
+            *npy::EncodeNpy(Make<float>(DType::kF32, {2, 3}, {11, 22, 33, 44, 55, 66})));
+  EXPECT_EQ(*schema::ReadFileToString(Path("zc/rows.npy")), *npy::EncodeNpy(Make<int64_t>(DType::kI64, {}, {2})));
+}
+
+#ifdef DYNVM_VM_COMPILE
+// vm-compile writes the weights apart (and compressed); vm-run finds them beside the .dvm or
+// where --weights says, and the exported GPT decoder still gives PyTorch's tokens.
+TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
+  const std::string model = "tools/models/gpt/model.onnx", cases = "tools/models/gpt/case0/";
+  const std::vector<std::string> inputs = {"-i", "prompt=" + cases + "input_prompt.npy", "-i",
+                                           "max_new_tokens=" + cases + "input_max_new_tokens.npy"};
+  Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("plain.dvm")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("gpt.dvm"), "--weights-out", Path("gpt.dvw"), "--compress"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gpt.dvw ("));
+  const int64_t plain = static_cast<int64_t>(schema::ReadFileToString(Path("plain.dvm"))->size());
+  const int64_t code = static_cast<int64_t>(schema::ReadFileToString(Path("gpt.dvm"))->size());
+  const int64_t weights = static_cast<int64_t>(schema::ReadFileToString(Path("gpt.dvw"))->size());
+  EXPECT_LT(code, plain / 3);
+  EXPECT_LT(code + weights, plain);
+  std::vector<std::string> args = {Path("gpt.dvm"), "--output-dir", Path("out")};
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  r = Run(DYNVM_VM_RUN, args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  absl::StatusOr<Tensor> tokens = npy::LoadNpy(Path("out/tokens.npy"));
+  absl::StatusOr<Tensor> want = npy::LoadNpy(cases + "output_tokens.npy");
+  ASSERT_TRUE(tokens.ok() && want.ok());
+  EXPECT_EQ(*npy::EncodeNpy(*tokens), *npy::EncodeNpy(*want));
+  // Moved away: not found beside the .dvm, found with --weights.
+  std::rename(Path("gpt.dvw").c_str(), Path("moved.dvw").c_str());
+  args.resize(1);
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  r = Run(DYNVM_VM_RUN, args);
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("gpt.dvw"));
+  args.push_back("--weights");
+  args.push_back(Path("moved.dvw"));
+  r = Run(DYNVM_VM_RUN, args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Another model's weights under the right name: refused.
+  r = Run(DYNVM_VM_COMPILE, {"tools/lm/charlm.onnx", "-o", Path("lm.dvm"), "--weights-out", Path("gpt.dvw")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Run(DYNVM_VM_RUN, std::vector<std::string>(args.begin(), args.end() - 2));
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("different or stale weights file"));
+}
+#endif
 
 TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
   Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--repeat", "5", "--threads", "2",

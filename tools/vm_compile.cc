@@ -1,7 +1,14 @@
 // vm-compile: compiles an ONNX model into a .dvm executable.
 //
 //   vm-compile MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize]
-//              [--strip-debug] [--onnx-check] [--device cpu|cuda]
+//              [--strip-debug] [--onnx-check] [--device cpu|cuda] [--weights-out W.dvw]
+//              [--compress]
+//
+// --weights-out writes the constants to a separate weights file W.dvw, which OUT.dvm refers to
+// by file name, content hash and size; the loader looks for it beside OUT.dvm (or where
+// LoadOptions / vm-run --weights say). --compress stores the constant segment (in OUT.dvm, or
+// in W.dvw) zstd-compressed; it is decompressed once per process at load. Both print the
+// sizes written.
 //
 // --device cuda compiles for the CUDA device (docs/cuda.md): the kernels that have a CUDA
 // kernel run there, with their values in device memory; a build without CUDA refuses it.
@@ -13,6 +20,7 @@
 // chosen for each kernel-table entry. Every error is one line on stderr and a nonzero exit
 // status; an unsupported operator, attribute or type names the node.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +69,11 @@ int Main(int argc, char** argv) {
   flags.AddSwitch("--onnx-check", &onnx_check, "also run libonnx's model checker");
   std::string device = "cpu";
   flags.AddString("--device", &device, "cpu (default) or cuda: the device to compile for");
+  std::string weights_out;
+  flags.AddString("--weights-out", &weights_out,
+                  "W.dvw: write the constants to this weights file (found beside OUT.dvm)");
+  bool compress = false;
+  flags.AddSwitch("--compress", &compress, "store the constants zstd-compressed");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -82,6 +95,14 @@ int Main(int argc, char** argv) {
   options.optimize = !no_optimize;
   options.strip_debug = strip_debug;
   options.producer = "vm-compile";
+  options.compress = compress;
+  if (!weights_out.empty()) {
+    options.weights_file_name = std::filesystem::path(weights_out).filename().string();
+    if (options.weights_file_name.empty() || options.weights_file_name == "." ||
+        options.weights_file_name == "..") {
+      return cli::ReportError(kProgram, absl::StrCat("--weights-out needs a file name, got '", weights_out, "'"));
+    }
+  }
   if (device == "cuda") {
     options.device = Device::kCUDA;
   } else if (device != "cpu") {
@@ -120,8 +141,19 @@ int Main(int argc, char** argv) {
   if (absl::Status s = schema::WriteStringToFile(output, result->bytes); !s.ok()) {
     return cli::ReportError(kProgram, s);
   }
+  if (!weights_out.empty()) {
+    if (absl::Status s = schema::WriteStringToFile(weights_out, result->weights); !s.ok()) {
+      return cli::ReportError(kProgram, s);
+    }
+  }
   if (report) std::fputs(result->ReportText().c_str(), stdout);
   std::printf("wrote %s (%zu bytes)\n", output.c_str(), result->bytes.size());
+  if (!weights_out.empty()) std::printf("wrote %s (%zu bytes)\n", weights_out.c_str(), result->weights.size());
+  if (!weights_out.empty() && std::filesystem::path(weights_out).parent_path() !=
+                                  std::filesystem::path(output).parent_path()) {
+    std::printf("note: %s is not beside %s: load with vm-run --weights %s\n", weights_out.c_str(),
+                output.c_str(), weights_out.c_str());
+  }
   return 0;
 }
 

@@ -4,9 +4,12 @@
 //
 // The file is verified first (isa::VerifyFile: header, checksum, flatbuffer, verifier); a file
 // that does not verify is refused with the verifier's message. `vm-dis F | vm-as` gives back a
-// byte-identical file. Kernels are not bound, so a file using ops this build lacks still prints.
+// byte-identical file, except that a compressed constant segment (vm-compile --compress) is
+// printed decompressed and so assembles back raw. An executable with a separate weights file
+// prints its `.weights` reference and `external` constants (no data). Kernels are not bound, so a file using ops this build lacks still prints.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +17,7 @@
 #include "isa/verifier.h"
 #include "schema/format.h"
 #include "schema/mapped_file.h"
+#include "schema/weights.h"
 #include "tools/cli.h"
 
 namespace dynvm {
@@ -43,13 +47,21 @@ int Main(int argc, char** argv) {
   if (!verified.ok()) {
     return cli::ReportError(kProgram, absl::StrCat(path, ": ", verified.status().message()));
   }
-  if (verified->header.required_features & schema::kFeatureCompressedConstants) {
-    return cli::ReportError(
-        kProgram, absl::StrCat(path, ": compressed constant segments are not supported yet"));
-  }
   // The verifier checked that the constant segment lies inside the file.
-  const absl::Span<const uint8_t> constants =
+  absl::Span<const uint8_t> constants =
       bytes.subspan(verified->header.constants_offset, verified->header.constants_size);
+  std::vector<uint8_t> raw;  // a compressed segment, decompressed
+  if (verified->header.required_features & schema::kFeatureCompressedConstants) {
+    const uint64_t raw_size = verified->header.constants_raw_size;
+    if (absl::Status s = schema::CheckCompressedSegment(constants, raw_size); !s.ok()) {
+      return cli::ReportError(kProgram, absl::StrCat(path, ": ", s.message()));
+    }
+    raw.resize(raw_size);
+    if (absl::Status s = schema::DecompressSegment(constants, raw.data(), raw_size); !s.ok()) {
+      return cli::ReportError(kProgram, absl::StrCat(path, ": ", s.message()));
+    }
+    constants = raw;
+  }
   isa::DisassembleOptions options;
   options.pcs = !no_pcs;
   absl::StatusOr<std::string> text = isa::Disassemble(*verified->executable, constants, options);

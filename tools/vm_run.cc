@@ -3,7 +3,10 @@
 //   vm-run FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR]
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
 //          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
-//          [--device cpu|cuda] [--profile TRACE.json] [--profile-summary]
+//          [--device cpu|cuda] [--profile TRACE.json] [--profile-summary] [--weights FILE.dvw]
+//
+// --weights names the weights file of an executable compiled with vm-compile --weights-out
+// (default: the file it names, beside FILE.dvm).
 //
 // --device names the device the executable was compiled for (vm-compile --device): `cuda`
 // first checks that this build and machine can use a CUDA device and that FILE runs kernels
@@ -27,13 +30,17 @@
 //
 // Prints one line per output, `NAME DTYPE [DIMS]` (a scalar is `[]`), and with --output-dir
 // writes DIR/NAME.npy for each. An .npy file whose data can be used in place is bound without a
-// copy (SetInputZeroCopy); bf16 inputs travel as '<u2' files and are reinterpreted. Every error
-// is one line on stderr and a nonzero exit status.
+// copy (SetInputZeroCopy); bf16 inputs travel as '<u2' files and are reinterpreted. An output
+// whose shape is known from its signature and the inputs' dims gets its DIR/NAME.npy created
+// and mapped before the run and bound with SetOutputBuffer, so the program writes the file in
+// place (or copies into it once at return); the others are written after the run. --stats
+// counts both. Every error is one line on stderr and a nonzero exit status.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <system_error>
@@ -78,6 +85,7 @@ struct Flags {
   std::string device;  // "", "cpu" or "cuda"
   std::string profile;  // Chrome trace file
   bool profile_summary = false;
+  std::string weights;
 };
 
 // Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
@@ -230,9 +238,22 @@ std::string SafeFileName(absl::string_view name) {
   return out;
 }
 
+// What BindInputs saw: the value of every symbolic input dim, and how many inputs it bound
+// without a copy.
+struct BindReport {
+  std::map<std::string, int64_t> symbols;
+  int zero_copy_inputs = 0;
+};
+
 // Reads and binds every --input. Errors name the input and the file.
 absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std::vector<uint32_t>* vocab,
-                        VirtualMachine& vm, bool copy = false) {
+                        VirtualMachine& vm, bool copy = false, BindReport* report = nullptr) {
+  auto note = [&](const ParamInfo& p, const Tensor& t) {
+    if (report == nullptr || !p.has_shape || t.rank() != static_cast<int>(p.shape.size())) return;
+    for (size_t i = 0; i < p.shape.size(); ++i) {
+      if (p.shape[i].value < 0) report->symbols.emplace(p.shape[i].symbol, t.dim(static_cast<int>(i)));
+    }
+  };
   std::vector<bool> bound(info.inputs.size(), false);
   for (const std::string& spec : flags.inputs) {
     const size_t eq = spec.find('=');
@@ -281,6 +302,8 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
     absl::Status s =
         zero_copy && !copy ? vm.SetInputZeroCopy(name, *t, info.name) : vm.SetInput(name, *t, info.name);
     if (!s.ok()) return s;
+    if (zero_copy && !copy && report != nullptr) ++report->zero_copy_inputs;
+    note(p, *t);
     bound[index] = true;
   }
   // --set NAME=NUMBER and --text NAME=STRING.
@@ -314,6 +337,7 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
       }
       if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("input '", name, "': ", t.status().message()));
       if (absl::Status s = vm.SetInput(name, *t, info.name); !s.ok()) return s;
+      note(p, *t);
       bound[index] = true;
     }
   }
@@ -330,8 +354,49 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
   return absl::OkStatus();
 }
 
+// Binds every output whose shape is known from the signature and the inputs to a fresh
+// DIR/NAME.npy mapped for writing (npy::CreateMappedNpy), so the program writes it in place.
+// Returns which outputs are bound; an output that cannot be is left to WriteOutputs.
+std::vector<bool> MapOutputFiles(const std::string& dir, const FunctionInfo& info,
+                                 const BindReport& report, VirtualMachine& vm) {
+  std::vector<bool> mapped(info.outputs.size(), false);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return mapped;  // WriteOutputs reports it
+  std::map<std::string, int> files;
+  for (const ParamInfo& p : info.outputs) ++files[SafeFileName(p.name)];
+  for (size_t k = 0; k < info.outputs.size(); ++k) {
+    const ParamInfo& p = info.outputs[k];
+    if (p.kind != ObjectKind::kTensor || !p.has_shape || p.dtype == DType::kString ||
+        files[SafeFileName(p.name)] > 1) {
+      continue;
+    }
+    std::vector<int64_t> dims;
+    for (const DimInfo& d : p.shape) {
+      auto it = report.symbols.find(d.symbol);
+      if (d.value >= 0) {
+        dims.push_back(d.value);
+      } else if (it != report.symbols.end()) {
+        dims.push_back(it->second);
+      } else {
+        break;
+      }
+    }
+    if (dims.size() != p.shape.size()) continue;
+    const std::string path = (std::filesystem::path(dir) / (SafeFileName(p.name) + ".npy")).string();
+    absl::StatusOr<Tensor> t = npy::CreateMappedNpy(path, p.dtype, dims);
+    if (!t.ok()) continue;
+    if (vm.SetOutputBuffer(p.name, *t, info.name).ok()) {
+      mapped[k] = true;
+    } else {
+      std::filesystem::remove(path, ec);
+    }
+  }
+  return mapped;
+}
+
 absl::Status WriteOutputs(const std::string& dir, const FunctionInfo& info,
-                          const std::vector<Tensor>& outputs) {
+                          const std::vector<Tensor>& outputs, const std::vector<bool>& mapped = {}) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
@@ -345,6 +410,7 @@ absl::Status WriteOutputs(const std::string& dir, const FunctionInfo& info,
       return absl::InvalidArgumentError(
           absl::StrCat("two outputs would both be written to ", file, ".npy"));
     }
+    if (i < mapped.size() && mapped[i]) continue;  // the run wrote it into its mapped file
     const std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
     if (absl::Status s = npy::SaveNpy(path, outputs[i]); !s.ok()) {
       return absl::Status(s.code(),
@@ -378,6 +444,7 @@ int Main(int argc, char** argv) {
   flags.AddString("--stream-prefix", &f.stream_prefix, "text printed before the streamed tokens");
   flags.AddString("--vocab", &f.vocab_path,
                   "token vocabulary (one code point per line); streamed tokens print as text");
+  flags.AddString("--weights", &f.weights, "the weights file (.dvw) of FILE (default: beside it)");
   flags.AddString("--device", &f.device,
                   "cpu or cuda: the device FILE was compiled for (checked before running)");
   flags.AddString("--profile", &f.profile, "write a Chrome trace of the run to FILE (docs/profiling.md)");
@@ -418,7 +485,9 @@ int Main(int argc, char** argv) {
   }
 
   const int64_t baseline_rss = RssBytes();  // before the executable is mapped
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0]);
+  LoadOptions load;
+  load.weights_path = f.weights;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0], load);
   if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
   const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
   if (f.device == "cuda" && !uses_cuda) {
@@ -451,9 +520,24 @@ int Main(int argc, char** argv) {
     if (!v.ok()) return cli::ReportError(kProgram, v.status());
     vocab = *std::move(v);
   }
-  if (absl::Status s = BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm); !s.ok()) {
+  BindReport bind_report;
+  if (absl::Status s = BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm, false, &bind_report);
+      !s.ok()) {
     return cli::ReportError(kProgram, s);
   }
+  // Outputs of a shape known now are written by the program straight into their .npy files.
+  std::vector<bool> mapped;
+  if (!f.output_dir.empty()) mapped = MapOutputFiles(f.output_dir, info, bind_report, **vm);
+  auto fail = [&](const absl::Status& s) {
+    // A mapped output file of a failed run holds nothing useful.
+    std::error_code ec;
+    for (size_t k = 0; k < mapped.size(); ++k) {
+      if (mapped[k]) {
+        std::filesystem::remove(std::filesystem::path(f.output_dir) / (SafeFileName(info.outputs[k].name) + ".npy"), ec);
+      }
+    }
+    return cli::ReportError(kProgram, s);
+  };
 
   RunOptions run;
   run.function = info.name;
@@ -479,7 +563,8 @@ int Main(int argc, char** argv) {
   RunOptions first = run;
   if (profiling && f.repeat == 0) first.profiler = &profiler;
   if (profiling && f.repeat > 0) run.profiler = &profiler;
-  if (absl::Status s = (*vm)->Run(first); !s.ok()) return cli::ReportError(kProgram, s);
+  if (absl::Status s = (*vm)->Run(first); !s.ok()) return fail(s);
+  const int output_copies = (*vm)->last_run_output_copies();
   if (!vocab.empty()) {
     std::fputs("\n", stdout);
     run.on_emit = nullptr;  // timed repeats do not print
@@ -489,7 +574,7 @@ int Main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = (*vm)->Run(run);
     const auto end = std::chrono::steady_clock::now();
-    if (!s.ok()) return cli::ReportError(kProgram, s);
+    if (!s.ok()) return fail(s);
     times_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
   }
 
@@ -510,7 +595,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!f.output_dir.empty()) {
-    if (absl::Status s = WriteOutputs(f.output_dir, info, *outputs); !s.ok())
+    if (absl::Status s = WriteOutputs(f.output_dir, info, *outputs, mapped); !s.ok())
       return cli::ReportError(kProgram, s);
   }
   if (!times_ms.empty()) {
@@ -583,6 +668,9 @@ int Main(int argc, char** argv) {
                 run_mem.first_iteration_ended
                     ? std::to_string(run_mem.system_allocs_after_first_iteration).c_str()
                     : "none");
+    const int n_mapped = static_cast<int>(std::count(mapped.begin(), mapped.end(), true));
+    std::printf("zero_copy_inputs=%d mapped_output_files=%d outputs_written_in_place=%d\n",
+                bind_report.zero_copy_inputs, n_mapped, n_mapped - output_copies);
     if (uses_cuda) {
       const AllocatorStats dev = (*vm)->device_memory_stats();
       std::printf("device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "

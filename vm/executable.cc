@@ -1,6 +1,10 @@
 #include "vm/executable.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -8,7 +12,9 @@
 #include "isa/instruction.h"
 #include "schema/executable_generated.h"
 #include "schema/fb_util.h"
+#include "schema/format.h"
 #include "schema/mapped_file.h"
+#include "schema/weights.h"
 
 namespace dynvm {
 namespace {
@@ -69,26 +75,227 @@ ParamInfo ConvertParam(const fb::Param& p) {
   return info;
 }
 
+
+}  // namespace
+
+// A constant segment that lives apart from the executable's own mapping: a mapped weights
+// file, or a decompressed buffer. Shared through the registry below.
+struct Executable::Segment {
+  std::shared_ptr<const schema::MappedFile> file;  // the mapping, for uncompressed weights
+  uint8_t* owned = nullptr;                        // the decompressed bytes (aligned_alloc)
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+  ~Segment() { std::free(owned); }
+};
+
+namespace {
+
+using Segment = Executable::Segment;
+
+// Process-wide: (source, hash, size) -> the live segment. Weak references, so a segment dies
+// with the last executable that uses it. One mutex, held while a segment loads: a second
+// executable that wants the same weights waits and shares them instead of loading again.
+enum class SegmentSource : uint8_t { kWeightsFile = 0, kInlineCompressed = 1 };
+using SegmentKey = std::tuple<uint8_t, uint64_t, uint64_t>;
+
+struct SegmentRegistry {
+  std::mutex mu;
+  std::map<SegmentKey, std::weak_ptr<const Segment>> live;  // guarded by mu
+};
+
+SegmentRegistry& Registry() {
+  static auto* r = new SegmentRegistry();  // never destroyed: executables may outlive main
+  return *r;
+}
+
+template <typename LoadFn>
+absl::StatusOr<std::shared_ptr<const Segment>> SharedSegment(const SegmentKey& key, LoadFn load) {
+  SegmentRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.live.find(key);
+  if (it != r.live.end()) {
+    if (std::shared_ptr<const Segment> s = it->second.lock()) return s;
+  }
+  absl::StatusOr<std::shared_ptr<const Segment>> s = load();
+  if (!s.ok()) return s.status();
+  r.live[key] = *s;
+  // Drop expired entries now and then, so the map does not grow with dead segments.
+  for (auto i = r.live.begin(); i != r.live.end();) {
+    i = i->second.expired() ? r.live.erase(i) : std::next(i);
+  }
+  return s;
+}
+
+// Decompresses `stored` into a new 64-byte aligned buffer of `raw_size` bytes.
+absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8_t> stored, uint64_t raw_size) {
+  // The frame must declare raw_size before that much is allocated.
+  if (absl::Status s = schema::CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
+  auto seg = std::make_shared<Segment>();
+  if (raw_size > 0) {
+    const uint64_t padded = (raw_size + 63) / 64 * 64;
+    seg->owned = static_cast<uint8_t*>(std::aligned_alloc(64, padded));
+    if (seg->owned == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", raw_size,
+                                                       " bytes for the decompressed constants"));
+    }
+    if (absl::Status s = schema::DecompressSegment(stored, seg->owned, raw_size); !s.ok()) return s;
+  }
+  seg->data = seg->owned;
+  seg->size = raw_size;
+  return std::shared_ptr<const Segment>(std::move(seg));
+}
+
+// Finds the alloc_tensor instructions of an entry function that make its outputs' tensors
+// (FunctionEntry::output_allocs). Conservative: a register written by any other instruction, an
+// allocation inside a loop, or rets that disagree leave the output out (it is copied instead).
+void FindOutputAllocs(Executable::FunctionEntry& e, const std::vector<Executable::KernelEntry>& kernels) {
+  const absl::Span<const uint32_t> code(e.code, e.code_size);
+  std::vector<int> writes(e.num_objects, 0);
+  std::vector<int64_t> alloc_pc(e.num_objects, -1);
+  std::vector<uint32_t> ret_regs;
+  bool have_ret = false;
+  int loop_depth = 0;
+  auto write = [&](uint32_t r) {
+    if (r < writes.size()) ++writes[r];
+  };
+  for (uint32_t pc = 0; pc < code.size();) {
+    isa::Decoded d;
+    if (!isa::DecodeAt(code, pc, &d).ok()) return;  // verified at load: cannot happen
+    const uint32_t* ip = e.code + pc;
+    if (d.op == isa::Opcode::kLoop) ++loop_depth;
+    if (d.op == isa::Opcode::kEndLoop) --loop_depth;
+    for (int i = 0; i < d.num_operands; ++i) {
+      const isa::Decoded::Slot& sl = d.slots[i];
+      switch (sl.type) {
+        case isa::Operand::kWT: case isa::Operand::kWX: case isa::Operand::kWG:
+        case isa::Operand::kWQ: case isa::Operand::kWP: case isa::Operand::kKill:
+          write(ip[sl.pos]);
+          break;
+        case isa::Operand::kListWX:
+          for (uint32_t k = 0; k < sl.count; ++k) write(ip[sl.pos + 1 + k]);
+          break;
+        case isa::Operand::kListOut: {
+          const uint32_t kernel = ip[d.slots[0].pos];
+          for (uint32_t k = 0; k < sl.count; ++k) {
+            const bool dynamic = kernel < kernels.size() && k < kernels[kernel].dynamic_outputs.size() &&
+                                 kernels[kernel].dynamic_outputs[k];
+            if (dynamic) write(ip[sl.pos + 1 + k]);
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    if (d.op == isa::Opcode::kAllocTensor && loop_depth == 0 && ip[1] < alloc_pc.size()) alloc_pc[ip[1]] = pc;
+    if (d.op == isa::Opcode::kRet) {
+      std::vector<uint32_t> regs(ip + 2, ip + 2 + ip[1]);
+      if (have_ret && regs != ret_regs) return;
+      ret_regs = std::move(regs);
+      have_ret = true;
+    }
+    pc += d.length;
+  }
+  std::vector<bool> used(e.num_objects, false);
+  for (uint32_t k = 0; k < ret_regs.size(); ++k) {
+    const uint32_t r = ret_regs[k];
+    if (r >= e.num_objects || used[r] || writes[r] != 1 || alloc_pc[r] < 0) continue;
+    used[r] = true;
+    e.output_allocs.emplace_back(static_cast<uint32_t>(alloc_pc[r]), k);
+  }
+  std::sort(e.output_allocs.begin(), e.output_allocs.end());
+}
+
+std::string Hex64(uint64_t v) { return absl::StrCat(absl::Hex(v, absl::kZeroPad16)); }
+
+// Finds, maps and checks the weights file `ref` names.
+absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::WeightsRef& ref,
+                                                               const std::string& exe_path,
+                                                               const LoadOptions& options) {
+  const std::string name(Sv(ref.file_name()));
+  std::string path = options.weights_path;
+  if (path.empty()) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("weights file name '", name,
+                                                     "' is not a plain file name"));
+    }
+    std::string dir = options.weights_dir;
+    if (dir.empty() && !exe_path.empty()) dir = std::filesystem::path(exe_path).parent_path().string();
+    if (dir.empty() && exe_path.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the executable's constants are in weights file '", name, "' (hash ", Hex64(ref.hash()),
+          "): loading from bytes needs LoadOptions::weights_dir or weights_path"));
+    }
+    path = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
+  }
+  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("weights file of the executable: ", file.status().message()));
+  }
+  absl::StatusOr<schema::WeightsHeader> h = schema::ParseWeightsHeader((*file)->bytes());
+  if (!h.ok()) return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
+  if (h->content_hash != ref.hash() || h->raw_size != ref.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " holds weights with hash ", Hex64(h->content_hash), " and ", h->raw_size,
+        " bytes; the executable was compiled against hash ", Hex64(ref.hash()), " and ", ref.size(),
+        " bytes (a different or stale weights file)"));
+  }
+  const absl::Span<const uint8_t> stored = (*file)->bytes().subspan(h->data_offset, h->stored_size);
+  std::shared_ptr<const Segment> seg;
+  if (h->required_features & schema::kFeatureCompressedConstants) {
+    absl::StatusOr<std::shared_ptr<const Segment>> d = Decompress(stored, h->raw_size);
+    if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat(path, ": ", d.status().message()));
+    seg = *std::move(d);
+  } else {
+    auto s = std::make_shared<Segment>();
+    s->file = *file;
+    s->data = stored.data();
+    s->size = stored.size();
+    seg = std::move(s);
+  }
+  // The decompressed bytes were all just written, so hashing them costs little more.
+  if ((h->required_features & schema::kFeatureCompressedConstants) || options.verify_weights_hash) {
+    const uint64_t got = schema::ContentHash({seg->data, seg->size});
+    if (got != ref.hash()) {
+      return absl::DataLossError(absl::StrCat(path, ": the weights' content hashes to ", Hex64(got),
+                                              ", its header and the executable say ", Hex64(ref.hash()),
+                                              " (the file is damaged)"));
+    }
+  }
+  return seg;
+}
+
 }  // namespace
 
 Executable::~Executable() = default;
+
+bool Executable::external_weights() const { return (features_ & schema::kFeatureExternalWeights) != 0; }
+
+int Executable::SharedSegmentCount() {
+  SegmentRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  int n = 0;
+  for (const auto& [key, weak] : r.live) n += weak.expired() ? 0 : 1;
+  return n;
+}
 
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::string& path,
                                                                    const LoadOptions& options) {
   absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
   if (!file.ok()) return file.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(*std::move(file), options);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(*std::move(file), path, options);
   if (!exe.ok()) return absl::Status(exe.status().code(), absl::StrCat(path, ": ", exe.status().message()));
   return exe;
 }
 
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::LoadFromBytes(
     absl::Span<const uint8_t> bytes, const LoadOptions& options) {
-  return Init(schema::MappedFile::FromBytes(bytes), options);
+  return Init(schema::MappedFile::FromBytes(bytes), "", options);
 }
 
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
-    std::shared_ptr<const schema::MappedFile> file, const LoadOptions& options) {
+    std::shared_ptr<const schema::MappedFile> file, const std::string& path, const LoadOptions& options) {
   absl::StatusOr<isa::VerifiedFile> verified = isa::VerifyFile(file->bytes(), options.limits);
   if (!verified.ok()) return verified.status();
   std::shared_ptr<Executable> exe(new Executable());
@@ -96,11 +303,40 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
   exe->fb_ = verified->executable;
   exe->features_ = verified->header.required_features;
   const fb::Executable& fbe = *exe->fb_;
-  if (exe->features_ & (schema::kFeatureExternalWeights | schema::kFeatureCompressedConstants)) {
-    return absl::UnimplementedError("external and compressed weights are not supported yet");
+  const schema::FileHeader& header = verified->header;
+  if (exe->features_ & schema::kFeatureExternalWeights) {
+    const fb::WeightsRef* ref = fbe.weights();
+    if (ref == nullptr) {
+      return absl::InvalidArgumentError("the external-weights feature is set but there is no weights reference");
+    }
+    if (header.constants_size != 0 || (exe->features_ & schema::kFeatureCompressedConstants)) {
+      return absl::InvalidArgumentError("an executable with external weights has a constant segment of its own");
+    }
+    absl::StatusOr<std::shared_ptr<const Segment>> seg = SharedSegment(
+        SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile), ref->hash(), ref->size()},
+        [&] { return LoadWeightsFile(*ref, path, options); });
+    if (!seg.ok()) return seg.status();
+    exe->segment_ = *std::move(seg);
+    exe->weights_hash_ = ref->hash();
+    exe->constant_segment_ = exe->segment_->data;
+    exe->constant_segment_size_ = static_cast<int64_t>(exe->segment_->size);
+  } else if (exe->features_ & schema::kFeatureCompressedConstants) {
+    const absl::Span<const uint8_t> stored =
+        exe->file_->bytes().subspan(header.constants_offset, header.constants_size);
+    absl::StatusOr<std::shared_ptr<const Segment>> seg = SharedSegment(
+        SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed), schema::ContentHash(stored),
+                   header.constants_raw_size},
+        [&] { return Decompress(stored, header.constants_raw_size); });
+    // Hashed (and maybe decompressed): the compressed bytes are not needed again.
+    exe->file_->DropPages(stored);
+    if (!seg.ok()) return seg.status();
+    exe->segment_ = *std::move(seg);
+    exe->constant_segment_ = exe->segment_->data;
+    exe->constant_segment_size_ = static_cast<int64_t>(exe->segment_->size);
+  } else {
+    exe->constant_segment_ = exe->file_->bytes().data() + header.constants_offset;
+    exe->constant_segment_size_ = static_cast<int64_t>(header.constants_size);
   }
-  exe->constant_segment_ = exe->file_->bytes().data() + verified->header.constants_offset;
-  exe->constant_segment_size_ = static_cast<int64_t>(verified->header.constants_size);
   // A storage over the constant segment for tensor-valued attributes; the kernels holding
   // views die with this executable, so it needs no keep-alive of its own.
   exe->constant_storage_ = Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment_),
@@ -188,6 +424,7 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
     if (f->bounds()) {
       for (const fb::SymbolBound* b : *f->bounds()) e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());
     }
+    if (e.info.is_entry) FindOutputAllocs(e, exe->kernels_);
     exe->functions_.push_back(std::move(e));
   }
   (void)have_main;

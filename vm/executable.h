@@ -5,12 +5,24 @@
 // loaded it never invalidates them.
 //
 // Thread safety: thread-safe. All methods are const; any number of VirtualMachines on any
-// number of threads may run one Executable concurrently.
+// number of threads may run one Executable concurrently, and Load may be called from any
+// thread (the process-wide weights registry below has its own lock).
 //
 // Constants are read-only views into the mapped file: never copied at load or per instance.
 // Pages are read from disk when a kernel first touches them. On a device (CUDA), the constant
 // segment is uploaded once per executable and process, on first use, and shared by every VM
 // (DeviceConstants).
+//
+// Weights apart (docs/executable-format.md, "Weights files"): an executable compiled with
+// `vm-compile --weights-out` refers to a .dvw file by name, content hash and size. Load finds
+// it (LoadOptions::weights_path, else LoadOptions::weights_dir, else the executable's own
+// directory), checks its header, hash and size against the reference (O(1): the data is not
+// read unless verify_weights_hash), and maps it. A process-wide registry of weak references
+// keyed by content hash makes every executable that refers to the same weights (model parts,
+// batch variants) share ONE mapping while any of them is alive: a second Load does not even
+// open the file. A zstd-compressed segment (`vm-compile --compress`, in the .dvm or the .dvw)
+// is decompressed once per process at load into one buffer, shared the same way (keyed by
+// the hash of the compressed bytes, or of the weights); it is not decompressed lazily.
 #ifndef DYNVM_VM_EXECUTABLE_H_
 #define DYNVM_VM_EXECUTABLE_H_
 
@@ -38,12 +50,21 @@ struct Executable;
 struct Function;
 }  // namespace fb
 
+// LoadOptions, DimInfo, ParamInfo and FunctionInfo are plain values: thread-compatible.
 struct LoadOptions {
   BackendPolicy backends;   // which kernel backends may serve this executable
   isa::VerifyLimits limits;
   // Directory in which to look for a weights file the executable refers to; default: the
-  // executable's own directory.
+  // executable's own directory. LoadFromBytes needs this or weights_path (unless the weights
+  // are already loaded in the process).
   std::string weights_dir;
+  // The weights file itself (overrides weights_dir and the file name the executable records;
+  // its hash and size must still match).
+  std::string weights_path;
+  // Also hash every byte of an uncompressed weights file at load (O(weights): the pages are
+  // read) and compare with the executable's reference. Compressed weights are always hashed
+  // after decompression.
+  bool verify_weights_hash = false;
 };
 
 // One dimension of a declared shape: a size, or a symbol such as "batch".
@@ -103,6 +124,12 @@ class Executable {
   absl::string_view SourceNode(int function, uint32_t pc) const;
 
   uint64_t required_features() const { return features_; }
+  // Whether the constants come from a separate .dvw file; its content hash (0 if not).
+  bool external_weights() const;
+  uint64_t weights_hash() const { return weights_hash_; }
+  // Weight segments (weights files and decompressed segments) alive in this process's
+  // registry: each is shared by every executable that refers to it.
+  static int SharedSegmentCount();
 
   // A read-only copy of the whole constant segment on `device`'s device, made on the first
   // call (through `device`, by one thread; the others wait) and kept for the lifetime of this
@@ -112,6 +139,7 @@ class Executable {
   std::string DebugSummary() const;
 
   // --- internal: used by the VirtualMachine ---
+  struct Segment;  // constants held apart from the file's own mapping (executable.cc)
   struct KernelEntry {
     KernelSpec spec;
     std::unique_ptr<Kernel> kernel;
@@ -135,6 +163,10 @@ class Executable {
     uint32_t num_sites = 0;
     std::vector<uint8_t> object_kinds;  // ObjectKind per register
     std::vector<uint8_t> scalar_kinds;  // 0 i64, 1 f64, 2 bool per register
+    // (pc, output index): top-level alloc_tensor instructions that make an output's tensor
+    // (its register is written nowhere else and returned by every ret). A VM with a buffer
+    // bound to that output uses the buffer there instead (SetOutputBuffer). Sorted by pc.
+    std::vector<std::pair<uint32_t, uint32_t>> output_allocs;
   };
   const FunctionEntry& function_entry(int index) const { return functions_[index]; }
   const KernelEntry& kernel_entry(int index) const { return kernels_[index]; }
@@ -145,10 +177,12 @@ class Executable {
  private:
   Executable() = default;
   static absl::StatusOr<std::shared_ptr<const Executable>> Init(
-      std::shared_ptr<const schema::MappedFile> file, const LoadOptions& options);
+      std::shared_ptr<const schema::MappedFile> file, const std::string& path,
+      const LoadOptions& options);
 
   std::shared_ptr<const schema::MappedFile> file_;
-  std::shared_ptr<const schema::MappedFile> weights_file_;
+  std::shared_ptr<const Segment> segment_;  // external or decompressed constants (shared)
+  uint64_t weights_hash_ = 0;
   const fb::Executable* fb_ = nullptr;
   uint64_t features_ = 0;
   const uint8_t* constant_segment_ = nullptr;

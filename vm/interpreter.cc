@@ -219,6 +219,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     } else {
       ret.outputs->resize(ores[0]);
       for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]).t;
+      if (run_output_buffers != nullptr) CHECK_OK(FillOutputBuffers(fn.info, *ret.outputs));
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
     if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
@@ -493,10 +494,24 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       const uint32_t* dims = ip + 5;
       int64_t d[Tensor::kMaxRank];
       for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-      absl::StatusOr<Tensor> t = ops::ViewOf(O(ip[2]).st, VAL(ip[3]), static_cast<DType>(ip[4]),
-                                             absl::Span<const int64_t>(d, dims[0]));
-      if (!t.ok()) FAIL(t.status());
-      O(ip[1]).t = *std::move(t);
+      const Tensor* b = nullptr;
+      if (depth == 0 && run_output_buffers != nullptr) {
+        // An output with a caller's buffer: the kernel writes there (same dtype and dims).
+        b = OutputBufferAt(fn, static_cast<uint32_t>(ip - code));
+        if (b != nullptr && (static_cast<uint32_t>(b->dtype()) != ip[4] ||
+                             b->dims() != absl::Span<const int64_t>(d, dims[0]) ||
+                             O(ip[2]).st->device() != Device::kCPU)) {
+          b = nullptr;  // not the buffer's shape: computed in the pool, refused at ret
+        }
+      }
+      if (b != nullptr) {
+        O(ip[1]).t = *b;
+      } else {
+        absl::StatusOr<Tensor> t = ops::ViewOf(O(ip[2]).st, VAL(ip[3]), static_cast<DType>(ip[4]),
+                                               absl::Span<const int64_t>(d, dims[0]));
+        if (!t.ok()) FAIL(t.status());
+        O(ip[1]).t = *std::move(t);
+      }
     }
     NEXT();
   }

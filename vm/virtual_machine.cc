@@ -38,6 +38,7 @@ absl::Status VirtualMachine::Impl::Init() {
   const int nf = exe->num_functions();
   inputs.resize(nf);
   outputs.resize(nf);
+  output_buffers.resize(nf);
   outputs_valid.assign(nf, false);
   sites.resize(nf);
   for (int i = 0; i < nf; ++i) {
@@ -219,6 +220,8 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   if (absl::Status s = CheckInterrupts(); !s.ok()) return s;
   Frame& frame = FrameAt(0, f);
   for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i].t = inputs[function][i];
+  run_output_buffers = output_buffers[function].empty() ? nullptr : &output_buffers[function];
+  last_output_copies = 0;
   ReturnTarget target;
   target.outputs = &outputs[function];
   run_start_allocs = SystemAllocs();
@@ -253,6 +256,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   *iterations = options.max_loop_iterations - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;
+  run_output_buffers = nullptr;
   if (!s.ok()) {
     // Unwind: release every frame's objects (callers of the failing frame still hold theirs).
     for (int d = 0; d <= max_depth_used && d < static_cast<int>(frames.size()); ++d) {
@@ -369,6 +373,89 @@ absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tens
                                                    DTypeSize(value.dtype()), "-byte elements; use SetInput to copy"));
   }
   impl_->inputs[*f][*index] = value;
+  return absl::OkStatus();
+}
+
+absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tensor& buffer,
+                                             absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  const FunctionInfo& info = exe_->function(*f);
+  absl::StatusOr<int> index = FindParam(info.outputs, name, "output", info.name);
+  if (!index.ok()) return index.status();
+  const ParamInfo& p = info.outputs[*index];
+  std::vector<Tensor>& bufs = impl_->output_buffers[*f];
+  if (!buffer.defined()) {
+    if (!bufs.empty()) bufs[*index] = Tensor();
+    bool any = false;
+    for (const Tensor& t : bufs) any |= t.defined();
+    if (!any) bufs.clear();
+    return absl::OkStatus();
+  }
+  const std::string what = absl::StrCat("output buffer for '", p.name, "'");
+  if (p.kind != ObjectKind::kTensor) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the output is not a tensor"));
+  }
+  if (buffer.dtype() != p.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be ", DTypeName(p.dtype), ", got ", buffer.DebugString()));
+  }
+  if (buffer.device() != Device::kCPU) return absl::InvalidArgumentError(absl::StrCat(what, " must be on the CPU"));
+  if (!buffer.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(what, " must be contiguous"));
+  if (reinterpret_cast<uintptr_t>(buffer.raw_data()) % static_cast<uintptr_t>(DTypeSize(buffer.dtype())) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data is not aligned to its ", DTypeSize(buffer.dtype()),
+                                                   "-byte elements"));
+  }
+  if (p.has_shape) {
+    bool ok = buffer.rank() == static_cast<int>(p.shape.size());
+    for (size_t i = 0; ok && i < p.shape.size(); ++i) {
+      ok = p.shape[i].value < 0 || p.shape[i].value == buffer.dim(static_cast<int>(i));
+    }
+    if (!ok) {
+      std::vector<std::string> dims;
+      for (const DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? absl::StrCat(d.value) : d.symbol);
+      return absl::InvalidArgumentError(absl::StrCat(what, " must have shape [", absl::StrJoin(dims, ","),
+                                                     "], got ", buffer.DebugString()));
+    }
+  }
+  // A writable storage over the caller's bytes that keeps the caller's storage alive.
+  StorageRef keep = buffer.storage();
+  StorageRef st = Storage::Wrap(Storage::Kind::kOutput, buffer.raw_data(), static_cast<size_t>(buffer.nbytes()),
+                                Device::kCPU, [keep]() mutable { keep.Reset(); });
+  absl::StatusOr<Tensor> view = Tensor::View(st, 0, buffer.dtype(), buffer.dims());
+  if (!view.ok()) return view.status();
+  if (bufs.empty()) bufs.resize(info.outputs.size());
+  bufs[*index] = *std::move(view);
+  return absl::OkStatus();
+}
+
+int VirtualMachine::last_run_output_copies() const { return impl_->last_output_copies; }
+
+const Tensor* VirtualMachine::Impl::OutputBufferAt(const Executable::FunctionEntry& f, uint32_t pc) const {
+  auto it = std::lower_bound(f.output_allocs.begin(), f.output_allocs.end(), std::make_pair(pc, uint32_t{0}));
+  if (it == f.output_allocs.end() || it->first != pc) return nullptr;
+  const Tensor& b = (*run_output_buffers)[it->second];
+  return b.defined() ? &b : nullptr;
+}
+
+absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info, std::vector<Tensor>& outs) {
+  const std::vector<Tensor>& bufs = *run_output_buffers;
+  for (size_t k = 0; k < outs.size() && k < bufs.size(); ++k) {
+    if (!bufs[k].defined() || !outs[k].defined()) continue;
+    Tensor& out = outs[k];
+    if (out.raw_data() == bufs[k].raw_data() && out.dims() == bufs[k].dims() && out.dtype() == bufs[k].dtype() &&
+        out.is_contiguous()) {
+      out = bufs[k];  // written in place
+      continue;
+    }
+    if (out.dtype() != bufs[k].dtype() || out.dims() != bufs[k].dims()) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[k].name, "' is ", out.DebugString(),
+                                                     ", its bound buffer is ", bufs[k].DebugString()));
+    }
+    Tensor dst = bufs[k];
+    if (absl::Status s = ops::Copy(out, dst, cuda.get()); !s.ok()) return s;
+    out = std::move(dst);
+    ++last_output_copies;
+  }
   return absl::OkStatus();
 }
 

@@ -34,6 +34,7 @@ namespace dynvm {
 class Profiler;
 
 // Cancels runs from any thread. A run checks the token at every loop back edge and call.
+// Thread safety: thread-safe (Cancel, Reset and cancelled may be called from any thread).
 class CancellationToken {
  public:
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
@@ -44,6 +45,7 @@ class CancellationToken {
   std::atomic<bool> cancelled_{false};
 };
 
+// Options structs (VmOptions, RunOptions) are plain values: thread-compatible.
 struct VmOptions {
   int num_threads = 1;                          // intra-op threads each kernel may use
   int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
@@ -105,8 +107,32 @@ class VirtualMachine {
   // kept alive by the binding until it is replaced or the VM is destroyed. REQUIRES nothing of
   // alignment beyond the dtype's natural alignment, which is checked (InvalidArgument
   // otherwise). The caller must not write the data while a run may read it.
+  //
+  // Lifetime: the VM keeps a reference to `value`'s storage (a tensor over memory the caller
+  // owns keeps it alive through the storage's release callback), so the data must stay valid
+  // until the input is rebound or the VM is destroyed. Nothing is allocated for an input
+  // before it is bound, and an input bound without a copy is never copied by the VM.
+  // Misaligned data is an error, never a silent copy.
   absl::Status SetInputZeroCopy(absl::string_view name, const Tensor& value,
                                 absl::string_view function = "");
+
+  // Binds a caller-owned buffer to output `name` of `function`: after every successful Run the
+  // output is in the buffer, and GetOutput returns a tensor over it. When the program makes
+  // that output with a plain top-level allocation of a shape known before its kernel runs
+  // (FunctionEntry::output_allocs; the usual case), the kernel writes straight into the
+  // buffer; otherwise the value is copied into it once at return (last_run_output_copies()
+  // counts those). REQUIRES: on the CPU, contiguous, aligned to its dtype, of the output's
+  // dtype and declared fixed dims (checked here: InvalidArgument); at Run its dims must equal
+  // the output's (InvalidArgument otherwise, and the run fails); it must not overlap an input
+  // or another output buffer, and the caller must not touch it while a run is in progress.
+  // The binding keeps the buffer's storage alive until it is rebound or cleared (an undefined
+  // `buffer`) or the VM is destroyed. Each run overwrites it: a GetOutput tensor from an earlier
+  // run views the same memory.
+  absl::Status SetOutputBuffer(absl::string_view name, const Tensor& buffer,
+                               absl::string_view function = "");
+  // Outputs of the last run that were copied into their bound buffer instead of being
+  // written there in place.
+  int last_run_output_copies() const;
 
   // Runs a function with the bound inputs. On error the VM stays usable, and the function has
   // no outputs (GetOutputs: FailedPrecondition) until it next runs successfully; outputs of

@@ -80,6 +80,10 @@ class VirtualMachine::Impl {
   std::vector<std::vector<Tensor>> inputs;         // per function
   std::vector<std::vector<Tensor>> outputs;        // per function, from the last good run
   std::vector<bool> outputs_valid;
+  // Caller buffers bound to outputs (SetOutputBuffer), per function; empty when none.
+  std::vector<std::vector<Tensor>> output_buffers;
+  const std::vector<Tensor>* run_output_buffers = nullptr;  // the running entry's, or null
+  int last_output_copies = 0;
   std::vector<std::unique_ptr<Frame>> frames;      // by call depth; reused across calls
   std::vector<std::vector<KernelContext::Site>> sites;  // per function, per invoke site
   KernelContext ctx{nullptr, 1};
@@ -132,6 +136,12 @@ class VirtualMachine::Impl {
   // device (a host kernel cannot write there).
   absl::Status PrepareHostInvoke(uint32_t n, uint32_t n_out);
   bool moved_inputs = false;
+  // The buffer bound to the output that the alloc_tensor at `pc` of the entry function makes,
+  // or null. REQUIRES: run_output_buffers != nullptr.
+  const Tensor* OutputBufferAt(const Executable::FunctionEntry& f, uint32_t pc) const;
+  // At the entry function's ret: puts each output that has a bound buffer into it (a copy
+  // unless the program wrote it in place) and returns the buffer as the output.
+  absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Tensor>& outputs);
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
   absl::Status CheckInterrupts() const;
 };

@@ -1,5 +1,11 @@
 #include "tools/npy/npy.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -462,28 +468,23 @@ absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy) {
   return t;
 }
 
-absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
-  if (!t.defined()) return absl::InvalidArgumentError("npy: cannot encode an undefined tensor");
-  if (t.device() != Device::kCPU) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "npy: cannot encode a tensor on ", DeviceName(t.device()), "; copy it to the CPU first"));
-  }
+absl::StatusOr<std::string> EncodeNpyHeader(DType dtype, absl::Span<const int64_t> dims) {
   absl::string_view code;
-  if (t.dtype() == DType::kBF16) {
+  if (dtype == DType::kBF16) {
     code = "u2";  // NumPy has no bfloat16; see ReinterpretAs.
   } else {
     for (const DescrCode& c : kDescrCodes) {
-      if (c.dtype == t.dtype()) code = c.code;
+      if (c.dtype == dtype) code = c.code;
     }
     if (code.empty()) {
       return absl::UnimplementedError(
-          absl::StrCat("npy: cannot encode tensors of dtype ", DTypeName(t.dtype())));
+          absl::StrCat("npy: cannot encode tensors of dtype ", DTypeName(dtype)));
     }
   }
-  const int64_t esize = DTypeSize(t.dtype());
+  const int64_t esize = DTypeSize(dtype);
   const std::string dict =
       absl::StrCat("{'descr': '", esize == 1 ? "|" : "<", code,
-                   "', 'fortran_order': False, 'shape': ", ShapeRepr(t.dims()), ", }");
+                   "', 'fortran_order': False, 'shape': ", ShapeRepr(dims), ", }");
   // As numpy.lib.format._wrap_header: pad with spaces and end with '\n' so the data starts at
   // a multiple of 64 (a full 64 bytes of padding when already aligned, as NumPy does).
   constexpr size_t kPrefixBytes = kMagicBytes + 2 + 2;
@@ -491,15 +492,7 @@ absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
   const size_t pad = kDataAlignment - (kPrefixBytes + hlen) % kDataAlignment;
   const size_t header_len = hlen + pad;
   if (header_len > 0xFFFF) return absl::InternalError("npy: header too long for version 1.0");
-
-  int64_t data_bytes;
-  if (__builtin_mul_overflow(t.numel(), esize, &data_bytes) ||
-      static_cast<uint64_t>(data_bytes) > std::string().max_size() - kPrefixBytes - header_len) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("npy: tensor ", t.DebugString(), " is too large to encode"));
-  }
   std::string out;
-  out.reserve(kPrefixBytes + header_len + static_cast<size_t>(data_bytes));
   out.append(kMagic, kMagicBytes);
   out.push_back('\x01');
   out.push_back('\x00');
@@ -508,6 +501,28 @@ absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
   out.append(dict);
   out.append(pad, ' ');
   out.push_back('\n');
+  return out;
+}
+
+absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
+  if (!t.defined()) return absl::InvalidArgumentError("npy: cannot encode an undefined tensor");
+  if (t.device() != Device::kCPU) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "npy: cannot encode a tensor on ", DeviceName(t.device()), "; copy it to the CPU first"));
+  }
+  absl::StatusOr<std::string> header = EncodeNpyHeader(t.dtype(), t.dims());
+  if (!header.ok()) return header.status();
+  const int64_t esize = DTypeSize(t.dtype());
+  const size_t header_len = header->size();
+  int64_t data_bytes;
+  if (__builtin_mul_overflow(t.numel(), esize, &data_bytes) ||
+      static_cast<uint64_t>(data_bytes) > std::string().max_size() - header_len) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("npy: tensor ", t.DebugString(), " is too large to encode"));
+  }
+  std::string out;
+  out.reserve(header_len + static_cast<size_t>(data_bytes));
+  out.append(*header);
   const size_t data_start = out.size();
   out.resize(data_start + static_cast<size_t>(data_bytes));
   if (data_bytes == 0) return out;
@@ -531,6 +546,45 @@ absl::Status SaveNpy(const std::string& path, const Tensor& t) {
   absl::StatusOr<std::string> bytes = EncodeNpy(t);
   if (!bytes.ok()) return WithPath(path, bytes.status());
   return schema::WriteStringToFile(path, *bytes);
+}
+
+absl::StatusOr<Tensor> CreateMappedNpy(const std::string& path, DType dtype,
+                                       absl::Span<const int64_t> dims) {
+  absl::StatusOr<std::string> header = EncodeNpyHeader(dtype, dims);
+  if (!header.ok()) return WithPath(path, header.status());
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(numel, d, &numel)) {
+      return WithPath(path, absl::InvalidArgumentError("npy: bad dims"));
+    }
+  }
+  int64_t data_bytes;
+  if (__builtin_mul_overflow(numel, DTypeSize(dtype), &data_bytes) ||
+      data_bytes > std::numeric_limits<int64_t>::max() - static_cast<int64_t>(header->size())) {
+    return WithPath(path, absl::ResourceExhaustedError("npy: array too large"));
+  }
+  const size_t total = header->size() + static_cast<size_t>(data_bytes);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  void* base = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(total)) == 0) {
+    base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", path, " for writing: ", std::strerror(err)));
+  }
+  auto* bytes = static_cast<uint8_t*>(base);
+  std::memcpy(bytes, header->data(), header->size());
+  StorageRef storage = Storage::Wrap(Storage::Kind::kExternal, bytes + header->size(),
+                                     static_cast<size_t>(data_bytes), Device::kCPU,
+                                     [base, total]() { ::munmap(base, total); });
+  absl::StatusOr<Tensor> t = Tensor::View(std::move(storage), 0, dtype, dims);
+  if (!t.ok()) return WithPath(path, t.status());
+  return t;
 }
 
 absl::StatusOr<Tensor> ReinterpretAs(const Tensor& t, DType dtype) {

@@ -76,6 +76,17 @@ absl::StatusOr<std::string> EncodeNpy(const Tensor& t);
 // EncodeNpy, then writes the bytes to `path` (replacing it).
 absl::Status SaveNpy(const std::string& path, const Tensor& t);
 
+// The header EncodeNpy writes for a C-order array of `dtype` and `dims` (its length is a
+// multiple of 64).
+absl::StatusOr<std::string> EncodeNpyHeader(DType dtype, absl::Span<const int64_t> dims);
+
+// Creates (replacing) the .npy file `path` for an array of `dtype` and `dims` and returns a
+// writable tensor over its data, mapped shared: what is written into the tensor is the file's
+// content (64-byte aligned, no copy). The elements start as zeros. The mapping lives until the
+// last view of the tensor is dropped. Errors name `path`.
+absl::StatusOr<Tensor> CreateMappedNpy(const std::string& path, DType dtype,
+                                       absl::Span<const int64_t> dims);
+
 // A view of the same storage, offset, dims and strides with elements of type `dtype`: same
 // bytes, no copy. Typically turns the u16 tensor read from a '<u2' file back into bf16.
 // REQUIRES nothing; returns InvalidArgument unless both dtypes have the same element size and

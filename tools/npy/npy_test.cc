@@ -468,6 +468,25 @@ TEST(NpyWriteTest, Errors) {
   EXPECT_FALSE(saved.ok());
 }
 
+TEST(NpyMappedTest, WritesThroughTheMappingIntoTheFile) {
+  const std::string path = TempPath("mapped.npy");
+  absl::StatusOr<Tensor> t = CreateMappedNpy(path, DType::kF32, {2, 3});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw_data()) % 64, 0u);
+  EXPECT_FALSE(t->storage()->writable());  // kExternal: SetOutputBuffer rebinds it writable
+  for (int i = 0; i < 6; ++i) t->data<float>()[i] = 0.5f * static_cast<float>(i);
+  *t = Tensor();  // unmaps
+  // The file is what numpy.save writes for the same array.
+  Tensor want = *Tensor::FromVector<float>(DType::kF32, {2, 3}, {0, 0.5f, 1, 1.5f, 2, 2.5f});
+  absl::StatusOr<std::string> file = schema::ReadFileToString(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(*file, *EncodeNpy(want));
+  EXPECT_EQ(EncodeNpyHeader(DType::kF32, {2, 3})->size() % 64, 0u);
+  EXPECT_FALSE(CreateMappedNpy(TempPath("no/such/dir.npy"), DType::kF32, {1}).ok());
+  EXPECT_FALSE(CreateMappedNpy(path, DType::kString, {1}).ok());
+  std::remove(path.c_str());
+}
+
 TEST(NpyReinterpretTest, U16AsBF16SharesTheBytes) {
   absl::StatusOr<Tensor> u =
       Tensor::FromVector<uint16_t>(DType::kU16, {3}, std::vector<uint16_t>{0x3F80, 0xC000, 0});
