@@ -87,7 +87,7 @@ TEST_P(ExportedModelTest, MatchesPyTorchWithBoundsAndNoOptimization) {
 // LSTM's token list): everything is planned at its maximum, and the results do not change.
 TEST_P(ExportedModelTest, MatchesPyTorchWithABoundedTripCount) {
   compiler::CompileOptions bounded;
-  bounded.bounds = {{"batch", 2}, {"prompt_len", 8}, {"max_new_tokens", 24}};
+  bounded.bounds = {{"batch", 3}, {"prompt_len", 8}, {"max_new_tokens", 24}};
   RunModel(GetParam(), bounded);
 }
 
