@@ -177,7 +177,7 @@ absl::Status VirtualMachine::Impl::Execute(int function, int depth, const Return
       for (uint32_t k = 0; k < sres[0]; ++k) ret.frame->s[ret.scalars[1 + k]] = S(sres[1 + k]);
     } else {
       ret.outputs->resize(ores[0]);
-      for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]).t;
+      for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]);
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
     return absl::OkStatus();

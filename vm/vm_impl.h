@@ -51,7 +51,7 @@ struct ReturnTarget {
   Frame* frame = nullptr;            // null: the entry function's outputs
   const uint32_t* objects = nullptr;  // a list: count then registers
   const uint32_t* scalars = nullptr;
-  std::vector<Tensor>* outputs = nullptr;
+  std::vector<Object>* outputs = nullptr;
 };
 
 class VirtualMachine::Impl {
@@ -74,8 +74,9 @@ class VirtualMachine::Impl {
   std::vector<Tensor> device_in_buf;  // device views of constant inputs of a device invoke
   StorageRef const_storage;
   std::vector<Tensor> constants;                   // one read-only view per constant
-  std::vector<std::vector<Tensor>> inputs;         // per function
-  std::vector<std::vector<Tensor>> outputs;        // per function, from the last good run
+  std::vector<std::vector<Object>> inputs;         // per function; `bound` per input below
+  std::vector<std::vector<bool>> inputs_bound;
+  std::vector<std::vector<Object>> outputs;        // per function, from the last good run
   std::vector<bool> outputs_valid;
   std::vector<std::unique_ptr<Frame>> frames;      // by call depth; reused across calls
   std::vector<std::vector<KernelContext::Site>> sites;  // per function, per invoke site

@@ -47,6 +47,7 @@ AttrType TypeOf(const pb::AttributeProto& a) {
   if (a.has_s()) return pb::AttributeProto::STRING;
   if (a.has_t()) return pb::AttributeProto::TENSOR;
   if (a.has_g()) return pb::AttributeProto::GRAPH;
+  if (a.has_tp()) return pb::AttributeProto::TYPE_PROTO;
   if (a.floats_size() > 0) return pb::AttributeProto::FLOATS;
   if (a.ints_size() > 0) return pb::AttributeProto::INTS;
   if (a.strings_size() > 0) return pb::AttributeProto::STRINGS;
@@ -54,6 +55,15 @@ AttrType TypeOf(const pb::AttributeProto& a) {
 }
 
 bool IsControlFlow(absl::string_view op) { return op == "If" || op == "Loop" || op == "Scan"; }
+
+// The type of a value: a tensor, or a sequence of tensors, or an optional of either.
+struct ValueType {
+  ObjectKind kind = ObjectKind::kTensor;
+  ObjectKind elem_kind = ObjectKind::kTensor;
+  DType dtype = DType::kF32;
+  bool has_dtype = false;
+  std::optional<std::vector<Dim>> shape;
+};
 
 class Importer {
  public:
@@ -73,6 +83,8 @@ class Importer {
   absl::Status CheckOnnxNode(const pb::NodeProto& n, const std::string& label, bool adapted) const;
   // The rank of `name` where the model declares it (an input, a value_info, a constant).
   std::optional<int> DeclaredRank(const std::string& name, const Scope& scope) const;
+  absl::StatusOr<ValueType> ParseType(const pb::TypeProto& type, const std::string& label,
+                                             const std::string& name, int depth);
   absl::StatusOr<Value*> ImportConstant(const pb::NodeProto& n, const std::string& label);
   absl::StatusOr<Tensor> ReadTensor(const pb::TensorProto& t, const std::string& label);
   absl::StatusOr<Value*> ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
@@ -99,48 +111,84 @@ absl::StatusOr<Tensor> Importer::ReadTensor(const pb::TensorProto& t, const std:
   return r;
 }
 
+absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const std::string& label,
+                                              const std::string& name, int depth) {
+  ValueType vt;
+  switch (type.value_case()) {
+    case pb::TypeProto::kTensorType:
+      break;
+    case pb::TypeProto::kSequenceType: {
+      if (!type.sequence_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "a sequence type without an element type"));
+      const pb::TypeProto& elem = type.sequence_type().elem_type();
+      if (elem.value_case() != pb::TypeProto::kTensorType) {
+        return absl::UnimplementedError(Join(label, "only sequences of tensors are supported"));
+      }
+      absl::StatusOr<ValueType> e = ParseType(elem, label, name, depth + 1);
+      if (!e.ok()) return e.status();
+      e->kind = ObjectKind::kSequence;
+      return e;
+    }
+    case pb::TypeProto::kOptionalType: {
+      if (depth > 0) return absl::UnimplementedError(Join(label, "optionals inside other types are not supported"));
+      if (!type.optional_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "an optional type without an element type"));
+      absl::StatusOr<ValueType> e = ParseType(type.optional_type().elem_type(), label, name, depth + 1);
+      if (!e.ok()) return e.status();
+      e->elem_kind = e->kind;
+      e->kind = ObjectKind::kOptional;
+      return e;
+    }
+    default:
+      return absl::UnimplementedError(
+          Join(label, "only tensors, sequences of tensors and optionals are supported (not maps or sparse tensors)"));
+  }
+  if (type.value_case() != pb::TypeProto::kTensorType) {
+    return absl::UnimplementedError(Join(label, "nested sequences are not supported"));
+  }
+  const pb::TypeProto::Tensor& tt = type.tensor_type();
+  if (tt.has_elem_type() && tt.elem_type() != pb::TensorProto::UNDEFINED) {
+    absl::StatusOr<DType> d = DTypeOfElemType(tt.elem_type());
+    if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
+    vt.dtype = *d;
+    vt.has_dtype = true;
+  }
+  if (tt.has_shape()) {
+    if (tt.shape().dim_size() > Tensor::kMaxRank) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("has rank ", tt.shape().dim_size(), "; at most ",
+                                   Tensor::kMaxRank, " is supported")));
+    }
+    std::vector<Dim> dims;
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
+      if (d.value_case() == pb::TensorShapeProto::Dimension::kDimValue) {
+        dims.push_back(m_->sym().Const(d.dim_value()));
+      } else if (depth == 0 && d.value_case() == pb::TensorShapeProto::Dimension::kDimParam &&
+                 !d.dim_param().empty()) {
+        dims.push_back(m_->sym().Symbol(d.dim_param()));
+      } else {
+        // Elements of sequences and optionals: a named dim is not shared between them.
+        dims.push_back(m_->sym().Fresh(absl::StrCat(name, "_dim", i)));
+      }
+    }
+    vt.shape = std::move(dims);
+  }
+  return vt;
+}
+
 absl::StatusOr<Value*> Importer::ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
                                              const std::string& where) {
   const std::string label = Join(where, absl::StrCat("input '", v.name(), "'"));
-  DType dtype = DType::kF32;
-  std::optional<std::vector<Dim>> shape;
-  const bool has_tensor_type = v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType;
-  if (v.has_type() && !has_tensor_type) {
-    return absl::UnimplementedError(
-        Join(label, "only tensor inputs are supported (not sequences, maps or optionals)"));
+  if (top && !v.has_type()) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
+  ValueType vt;
+  if (v.has_type()) {
+    absl::StatusOr<ValueType> t = ParseType(v.type(), label, v.name(), 0);
+    if (!t.ok()) return t.status();
+    vt = *std::move(t);
+    if (top && !vt.has_dtype) return absl::InvalidArgumentError(Join(label, "has no element type"));
   }
-  if (top && !has_tensor_type) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
-  if (has_tensor_type) {
-    const pb::TypeProto::Tensor& tt = v.type().tensor_type();
-    if (tt.has_elem_type() && tt.elem_type() != pb::TensorProto::UNDEFINED) {
-      absl::StatusOr<DType> d = DTypeOfElemType(tt.elem_type());
-      if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
-      dtype = *d;
-    } else if (top) {
-      return absl::InvalidArgumentError(Join(label, "has no element type"));
-    }
-    if (tt.has_shape()) {
-      if (tt.shape().dim_size() > Tensor::kMaxRank) {
-        return absl::UnimplementedError(
-            Join(label, absl::StrCat("has rank ", tt.shape().dim_size(), "; at most ",
-                                     Tensor::kMaxRank, " is supported")));
-      }
-      std::vector<Dim> dims;
-      for (int i = 0; i < tt.shape().dim_size(); ++i) {
-        const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
-        if (d.value_case() == pb::TensorShapeProto::Dimension::kDimValue) {
-          dims.push_back(m_->sym().Const(d.dim_value()));
-        } else if (d.value_case() == pb::TensorShapeProto::Dimension::kDimParam &&
-                   !d.dim_param().empty()) {
-          dims.push_back(m_->sym().Symbol(d.dim_param()));
-        } else {
-          dims.push_back(m_->sym().Fresh(absl::StrCat(v.name(), "_dim", i)));
-        }
-      }
-      shape = std::move(dims);
-    }
-  }
-  Value* value = m_->NewValue(dtype, std::move(shape), graph, v.name());
+  Value* value = m_->NewValue(vt.dtype, std::move(vt.shape), graph, v.name());
+  value->kind = vt.kind;
+  value->elem_kind = vt.elem_kind;
   graph->inputs.push_back(value);
   return value;
 }
@@ -400,6 +448,20 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
         v.type = AttrValue::Type::kTensor;
         v.tensor = *std::move(t);
         break;
+      }
+      case pb::AttributeProto::TYPE_PROTO: {
+        // Optional's 'type' (the only TYPE_PROTO attribute the operator table admits): kept
+        // as the content kind and element type.
+        absl::StatusOr<ValueType> t = ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")), a.name(), 1);
+        if (!t.ok()) return t.status();
+        AttrValue kind;
+        kind.type = AttrValue::Type::kInt;
+        kind.i = static_cast<int64_t>(t->kind);
+        np->attrs["elem_kind"] = kind;
+        v.type = AttrValue::Type::kInt;
+        v.i = OnnxFromDType(t->dtype);
+        np->attrs["dtype"] = v;
+        continue;
       }
       case pb::AttributeProto::GRAPH:
         if (!control_flow) {

@@ -14,9 +14,10 @@ using AttrType = ::onnx::AttributeProto::AttributeType;
 // One line per operator: its name, the opset its opset-7 schema dates from (so a model of an
 // older opset may use it only when the operator has not changed since), its input arity per
 // schema version, and its attributes "name:T ..." where T is i (INT), f (FLOAT), s (STRING), I
-// (INTS), F (FLOATS), S (STRINGS), t (TENSOR), g (GRAPH), x (SPARSE_TENSOR). Taken from the ONNX
+// (INTS), F (FLOATS), S (STRINGS), t (TENSOR), g (GRAPH), T (TYPE_PROTO), x (SPARSE_TENSOR). Taken from the ONNX
 // operator schemas of opsets 7 to 17; every operator listed has a reference kernel, or is
-// control flow (If, Loop, Scan) or a Constant, which the importer turns into a value.
+// control flow (If, Loop, Scan) or a Constant, which the importer turns into a value, or a
+// sequence or optional operator, which the code generator lowers to seq_*/opt_* instructions.
 struct OpEntry {
   const char* op;
   int since;  // the schema in force at opset 7 dates from this opset (7: from 7 or later)
@@ -40,6 +41,7 @@ constexpr OpEntry kOps[] = {
     {"Clip", 6, "1:1:1 6:1:1 11:3:1 12:3:1 13:3:1", "max:f min:f"},
     {"Compress", 7, "9:2:3 11:2:3", "axis:i"},
     {"Concat", 4, "1:0:1 4:0:1 11:0:1 13:0:1", "axis:i"},
+    {"ConcatFromSequence", 7, "11:1:1", "axis:i new_axis:i"},
     {"Constant", 1, "1:0:0 9:0:0 11:0:0 12:0:0 13:0:0",
      "sparse_value:x value:t value_float:f value_floats:F value_int:i value_ints:I value_string:s "
      "value_strings:S"},
@@ -91,6 +93,9 @@ constexpr OpEntry kOps[] = {
     {"NonZero", 7, "9:1:1 13:1:1", ""},
     {"Not", 1, "1:1:1", ""},
     {"OneHot", 7, "9:3:7 11:3:7", "axis:i"},
+    {"Optional", 7, "15:1:0", "type:T"},
+    {"OptionalGetElement", 7, "15:1:1", ""},
+    {"OptionalHasElement", 7, "15:1:1", ""},
     {"Or", 7, "1:2:3 7:2:3", ""},
     {"PRelu", 7, "1:2:3 6:2:3 7:2:3 9:2:3 16:2:3", ""},
     {"Pad", 2, "1:1:1 2:1:1 11:3:3 13:3:3", "mode:s pads:I value:f"},
@@ -121,6 +126,12 @@ constexpr OpEntry kOps[] = {
     {"ScatterElements", 7, "11:3:7 13:3:7 16:3:7", "axis:i reduction:s"},
     {"ScatterND", 7, "11:3:7 13:3:7 16:3:7", "reduction:s"},
     {"Selu", 6, "1:1:1 6:1:1", "alpha:f gamma:f"},
+    {"SequenceAt", 7, "11:2:3", ""},
+    {"SequenceConstruct", 7, "11:0:1", ""},
+    {"SequenceEmpty", 7, "11:0:0", "dtype:i"},
+    {"SequenceErase", 7, "11:2:1", ""},
+    {"SequenceInsert", 7, "11:3:3", ""},
+    {"SequenceLength", 7, "11:1:1", ""},
     {"Shape", 1, "1:1:1 13:1:1 15:1:1", "end:i start:i"},
     {"Sigmoid", 6, "1:1:1 6:1:1 13:1:1", ""},
     {"Sign", 7, "9:1:1 13:1:1", ""},
@@ -131,6 +142,7 @@ constexpr OpEntry kOps[] = {
     {"Softsign", 1, "1:1:1", ""},
     {"SpaceToDepth", 1, "1:1:1 13:1:1", "blocksize:i"},
     {"Split", 2, "1:2:1 2:1:1 11:1:1 13:2:1", "axis:i split:I"},
+    {"SplitToSequence", 7, "11:2:1", "axis:i keepdims:i"},
     {"Sqrt", 6, "1:1:1 6:1:1 13:1:1", ""},
     {"Squeeze", 1, "1:1:1 11:1:1 13:2:1", "axes:I"},
     {"Sub", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
@@ -164,6 +176,8 @@ AttrType TypeOfCode(char c) {
       return ::onnx::AttributeProto::TENSOR;
     case 'g':
       return ::onnx::AttributeProto::GRAPH;
+    case 'T':
+      return ::onnx::AttributeProto::TYPE_PROTO;
     default:
       return ::onnx::AttributeProto::SPARSE_TENSOR;
   }
