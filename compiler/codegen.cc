@@ -1125,6 +1125,13 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     if (out == body->inputs[2 + i]) continue;
     absl::StatusOr<uint32_t> r = Tensor(out);
     if (!r.ok()) return r.status();
+    const Value* in = body->inputs[2 + i];
+    if (in->kind == ObjectKind::kOptional && out->kind != ObjectKind::kOptional) {
+      // The body makes the content of a carried optional: wrap it.
+      const uint32_t wrapped = NewTensorReg(in);
+      if (absl::Status s = Op(Opcode::kOptSome, {wrapped, *r}); !s.ok()) return s;
+      r = wrapped;
+    }
     dst.push_back(carried[i]);
     src.push_back(*r);
   }
@@ -1165,6 +1172,14 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   const uint32_t exit_pc = static_cast<uint32_t>(code_->size());
   (*code_)[exit_word] = exit_pc - loop_pc;
   for (auto [pc, word] : breaks) (*code_)[word] = exit_pc - pc;
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* res = n.outputs[i];
+    if (res == nullptr || res->kind == body->inputs[2 + i]->kind) continue;
+    // A carried optional whose body makes its content: the result is the content.
+    const uint32_t got = NewTensorReg(res);
+    if (absl::Status s = Op(Opcode::kOptGet, {got, carried[i]}); !s.ok()) return s;
+    reg_[res] = got;
+  }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     if (n.outputs[i] && n.outputs[i]->dynamic) {
       if (absl::Status s = DefineDynamicSymbols(n.outputs[i], reg_[n.outputs[i]]); !s.ok()) return s;

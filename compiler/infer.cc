@@ -151,6 +151,13 @@ absl::Status InferLoop(Module& m, Node& n) {
     if (out == nullptr) continue;
     const Value* in = body->inputs[2 + i];
     CopyType(out, in);
+    const Value* made = body->outputs[1 + i];
+    if (in->kind == ObjectKind::kOptional && made->kind == in->elem_kind) {
+      // An optional that enters the loop and a body that makes its content (ONNX converts
+      // implicitly): the result is the content (at least one iteration must run).
+      out->kind = made->kind;
+      out->elem_kind = ObjectKind::kTensor;
+    }
     out->dynamic = false;
     if (!out->shape) {
       out->dynamic = true;
