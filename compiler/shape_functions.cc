@@ -787,6 +787,27 @@ absl::Status ConstantOp(InferContext& c) {
 
 absl::Status Trilu(InferContext& c) { return SameAsInput(c); }
 
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: the loss per target element
+// (reduction "none") or a scalar; SoftmaxCrossEntropyLoss's log_prob has the scores' shape.
+absl::Status Loss(InferContext& c) {
+  absl::StatusOr<std::string> reduction = c.GetString("reduction", "mean");
+  if (!reduction.ok()) return reduction.status();
+  const DType dtype = c.input_dtype(0);
+  if (*reduction != "none") {
+    c.SetOutput(0, dtype, {});
+  } else if (c.input_shape(1)) {
+    c.SetOutput(0, dtype, *c.input_shape(1));
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  if (c.input_shape(0)) {
+    c.SetOutput(1, dtype, *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(1, dtype);
+  }
+  return absl::OkStatus();
+}
+
 void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
@@ -855,6 +876,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Where", Where);
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
+  Reg(r, "NegativeLogLikelihoodLoss", Loss);
+  Reg(r, "SoftmaxCrossEntropyLoss", Loss);
   Reg(r, "ScatterND", SameAsInput);
   Reg(r, "ScatterElements", SameAsInput);
   Reg(r, "LSTM", [](InferContext& c) { return Rnn(c, 4, true); });

@@ -14,6 +14,7 @@ void RegisterMatmulKernels(KernelRegistry& r);       // matmul.cc
 void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc, softmax/norm
 void RegisterShapeKernels(KernelRegistry& r);        // shape.cc: data movement and shapes
 void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM, GRU, RNN
+void RegisterLossKernels(KernelRegistry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
 
 }  // namespace dynvm::reference

@@ -8,6 +8,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterReduceKernels(registry);
   reference::RegisterShapeKernels(registry);
   reference::RegisterRnnKernels(registry);
+  reference::RegisterLossKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 
