@@ -808,6 +808,27 @@ absl::Status Loss(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Pooling: [N, C, spatial...]; the spatial sizes are left to the kernel (auto_pad, ceil_mode),
+// except for the global pools (all ones).
+absl::Status Pool(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    c.SetOutputUnknown(1, DType::kI64);
+    return absl::OkStatus();
+  }
+  if (x->size() < 3) return c.Error("pooling needs an input of rank 3 or more");
+  if (c.node().op == "GlobalMaxPool" || c.node().op == "GlobalAveragePool") {
+    std::vector<Dim> dims(x->begin(), x->begin() + 2);
+    dims.resize(x->size(), c.sym().Const(1));
+    c.SetOutput(0, c.input_dtype(0), std::move(dims));
+    return absl::OkStatus();
+  }
+  c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  c.SetOutputDynamic(1, DType::kI64, static_cast<int>(x->size()));
+  return absl::OkStatus();
+}
+
 void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
@@ -877,6 +898,7 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"}) Reg(r, op, Pool);
   Reg(r, "SoftmaxCrossEntropyLoss", Loss);
   Reg(r, "ScatterND", SameAsInput);
   Reg(r, "ScatterElements", SameAsInput);

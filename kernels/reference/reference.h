@@ -15,6 +15,7 @@ void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc, softmax/norm
 void RegisterShapeKernels(KernelRegistry& r);        // shape.cc: data movement and shapes
 void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM, GRU, RNN
 void RegisterLossKernels(KernelRegistry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterPoolKernels(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, Global*Pool
 void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
 
 }  // namespace dynvm::reference

@@ -9,6 +9,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterShapeKernels(registry);
   reference::RegisterRnnKernels(registry);
   reference::RegisterLossKernels(registry);
+  reference::RegisterPoolKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 
