@@ -829,6 +829,52 @@ absl::Status Pool(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Conv: [N, M, spatial...], the spatial sizes left to the kernel.
+absl::Status ConvOp(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  }
+  return absl::OkStatus();
+}
+
+// BatchNormalization: Y like X; running mean and variance (training mode) like the scale.
+absl::Status BatchNorm(InferContext& c) {
+  if (c.input_shape(0)) {
+    c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  }
+  for (size_t i = 1; i < 3; ++i) {
+    if (c.input_shape(1)) {
+      c.SetOutput(i, c.input_dtype(1), *c.input_shape(1));
+    } else {
+      c.SetOutputUnknown(i, c.input_dtype(1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// EyeLike: the input's shape, the 'dtype' attribute's element type (else the input's).
+absl::Status EyeLike(InferContext& c) {
+  absl::StatusOr<int64_t> t = c.GetInt("dtype", -1);
+  if (!t.ok()) return t.status();
+  DType dtype = c.input_dtype(0);
+  if (*t >= 0) {
+    std::optional<DType> d = DTypeFromOnnx(*t);
+    if (!d) return c.Error(absl::StrCat("unsupported dtype ", *t));
+    dtype = *d;
+  }
+  if (c.input_shape(0)) {
+    c.SetOutput(0, dtype, *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  return absl::OkStatus();
+}
+
 void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
@@ -898,6 +944,10 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
+  Reg(r, "Conv", ConvOp);
+  Reg(r, "BatchNormalization", BatchNorm);
+  Reg(r, "EyeLike", EyeLike);
+  for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);
   for (const char* op : {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"}) Reg(r, op, Pool);
   Reg(r, "SoftmaxCrossEntropyLoss", Loss);
   Reg(r, "ScatterND", SameAsInput);

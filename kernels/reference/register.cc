@@ -10,6 +10,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterRnnKernels(registry);
   reference::RegisterLossKernels(registry);
   reference::RegisterPoolKernels(registry);
+  reference::RegisterNnKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 
