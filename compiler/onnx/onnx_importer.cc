@@ -497,6 +497,12 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     legacy.i = 1;
     np->attrs["legacy_2d"] = legacy;
   }
+  if (domain.empty() && n.op_type() == "Resize" && opset_ < 11) {
+    AttrValue v10;  // opset 10's Resize differs (the kernel refuses it)
+    v10.type = AttrValue::Type::kInt;
+    v10.i = 1;
+    np->attrs["opset10"] = v10;
+  }
   if (domain.empty() && n.op_type() == "Scan" && opset_ < 9) {
     AttrValue v8;
     v8.type = AttrValue::Type::kInt;

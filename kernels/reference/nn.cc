@@ -6,7 +6,8 @@
 // (D + pb + pe - ((K-1)*d + 1)) / s + 1. Sums accumulate in double.
 // BatchNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per channel (axis 1);
 // training_mode uses the batch's mean and (biased) variance and also returns
-// running_mean = mean * momentum + batch_mean * (1 - momentum), likewise running_var.
+// running_mean = mean * momentum + batch_mean * (1 - momentum), likewise running_var (opset 6:
+// is_test=0 is training mode; its saved mean and variance outputs are not supported).
 // InstanceNormalization: the same with the mean and variance of each (n, c) plane.
 // LRN: y = x / (bias + alpha / size * sum of x^2 over the channels c - floor((size-1)/2) ..
 // c + ceil((size-1)/2))^beta.
@@ -414,6 +415,12 @@ absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
   absl::StatusOr<int64_t> training = spec.GetInt("training_mode", 0);
   if (!training.ok()) return training.status();
   a.training = *training != 0;
+  // Opset 6: is_test=0 (the default there) is training mode.
+  if (spec.Find("is_test") != nullptr) {
+    absl::StatusOr<int64_t> is_test = spec.GetInt("is_test", 1);
+    if (!is_test.ok()) return is_test.status();
+    a.training = *is_test == 0;
+  }
   return a;
 }
 

@@ -11,6 +11,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterLossKernels(registry);
   reference::RegisterPoolKernels(registry);
   reference::RegisterNnKernels(registry);
+  reference::RegisterResizeKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 
