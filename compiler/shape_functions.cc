@@ -945,7 +945,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
   Reg(r, "Conv", ConvOp);
-  Reg(r, "Resize", ConvOp);  // the input's rank; sizes from the kernel
+  Reg(r, "Resize", ConvOp);
+  Reg(r, "ConvTranspose", ConvOp);  // the input's rank; sizes from the kernel
   Reg(r, "BatchNormalization", BatchNorm);
   Reg(r, "EyeLike", EyeLike);
   for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);

@@ -1,9 +1,13 @@
-// Reference kernels for convolution and normalization layers: Conv, BatchNormalization
+// Reference kernels for convolution and normalization layers: Conv, ConvTranspose, BatchNormalization
 // (inference and training mode), InstanceNormalization, LRN; and Shrink and EyeLike.
 //
 // Conv: X [N, C, D1..Dk], W [M, C/group, K1..Kk], optional B [M]; strides, dilations, pads or
 // auto_pad (SAME_UPPER / SAME_LOWER / VALID) as for pooling; output size
 // (D + pb + pe - ((K-1)*d + 1)) / s + 1. Sums accumulate in double.
+// ConvTranspose: X [N, C, D...], W [C, M/group, K...]; input element i adds x * w[k] at output
+// i * s + k * d - pb; output size s * (D - 1) + output_padding + (K-1)*d + 1 - pb - pe, or
+// output_shape (or D * s for SAME_*), the padding then derived from it (the odd one at the end
+// for SAME_UPPER, else at the beginning).
 // BatchNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per channel (axis 1);
 // training_mode uses the batch's mean and (biased) variance and also returns
 // running_mean = mean * momentum + batch_mean * (1 - momentum), likewise running_var (opset 6:
@@ -189,6 +193,113 @@ absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
           Store<T>(*out[0], (bn * m + oc) * out_plane + oi, acc);
         }
       }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- ConvTranspose ----
+
+struct ConvTransposeAttrs {
+  std::vector<int64_t> kernel, strides, pads, dilations, output_padding, output_shape;
+  std::string auto_pad = "NOTSET";
+  int64_t group = 1;
+};
+
+absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const ConvTransposeAttrs*>(attrs);
+  if (absl::Status s = Need(in, 2, out, "ConvTranspose"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+  const int k = x.rank() - 2;
+  const int64_t g = a.group;
+  if (k < 1 || w.rank() != x.rank() || g < 1 || x.dim(1) != w.dim(0) || x.dim(1) % g != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: X ", x.DebugString(), " and W ", w.DebugString(),
+                                                   " must be [N, C, D...] and [C, M/group, K...]"));
+  }
+  const int64_t n = x.dim(0), c = x.dim(1), mg = w.dim(1), m = mg * g, cg = c / g;
+  if (b != nullptr && (b->rank() != 1 || b->dim(0) != m)) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: B must be [", m, "], got ", b->DebugString()));
+  }
+  auto at = [&](const std::vector<int64_t>& v, int i, int64_t def) { return v.empty() ? def : v.at(i); };
+  std::vector<int64_t> in_d(k), kd(k), st(k), dl(k), pb(k), pe(k), od(k);
+  for (int i = 0; i < k; ++i) {
+    in_d[i] = x.dim(i + 2);
+    kd[i] = w.dim(i + 2);
+    if (!a.kernel.empty() && a.kernel.at(i) != kd[i]) return absl::InvalidArgumentError("ConvTranspose: kernel_shape does not match W");
+    st[i] = at(a.strides, i, 1);
+    dl[i] = at(a.dilations, i, 1);
+    if (st[i] < 1 || dl[i] < 1) return absl::InvalidArgumentError("ConvTranspose: strides and dilations must be positive");
+    const int64_t span = (kd[i] - 1) * dl[i] + 1;
+    const int64_t opad = at(a.output_padding, i, 0);
+    const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
+    if (!a.output_shape.empty() || same) {
+      od[i] = !a.output_shape.empty() ? a.output_shape.at(a.output_shape.size() - k + i) : in_d[i] * st[i];
+      // Negative when output_shape asks for more than the kernel covers: the extra positions
+      // (floor division) come at the end and stay zero (plus the bias).
+      const int64_t total = st[i] * (in_d[i] - 1) + opad + span - od[i];
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      if (a.auto_pad == "SAME_UPPER") {
+        pb[i] = half;
+        pe[i] = total - half;
+      } else {
+        pb[i] = total - half;
+        pe[i] = half;
+      }
+    } else {
+      pb[i] = a.auto_pad == "NOTSET" ? at(a.pads, i, 0) : 0;
+      pe[i] = a.auto_pad == "NOTSET" ? at(a.pads, k + i, 0) : 0;
+      od[i] = st[i] * (in_d[i] - 1) + opad + span - pb[i] - pe[i];
+    }
+    if (od[i] < 0) return absl::InvalidArgumentError("ConvTranspose: negative output size");
+  }
+  std::vector<int64_t> out_dims = {n, m};
+  out_dims.insert(out_dims.end(), od.begin(), od.end());
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"); !s.ok()) return s;
+  int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
+  for (int i = 0; i < k; ++i) {
+    out_plane *= od[i];
+    kernel_size *= kd[i];
+    in_plane *= in_d[i];
+  }
+  return FloatDispatch(x.dtype(), "ConvTranspose", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    std::vector<double> y(static_cast<size_t>(n * m * out_plane), 0.0);
+    std::vector<int64_t> p(k), kk(k);
+    for (int64_t bn = 0; bn < n; ++bn) {
+      for (int64_t ic = 0; ic < c; ++ic) {
+        const int64_t grp = ic / cg;
+        for (int64_t ii = 0; ii < in_plane; ++ii) {
+          for (int64_t r = ii, i = k - 1; i >= 0; --i) {
+            p[i] = r % in_d[i];
+            r /= in_d[i];
+          }
+          const double xv = Load<T>(x, (bn * c + ic) * in_plane + ii);
+          for (int64_t ki = 0; ki < kernel_size; ++ki) {
+            for (int64_t r = ki, i = k - 1; i >= 0; --i) {
+              kk[i] = r % kd[i];
+              r /= kd[i];
+            }
+            int64_t off = 0;
+            bool inside = true;
+            for (int i = 0; i < k && inside; ++i) {
+              const int64_t o = p[i] * st[i] + kk[i] * dl[i] - pb[i];
+              inside = o >= 0 && o < od[i];
+              off = off * od[i] + o;
+            }
+            if (!inside) continue;
+            for (int64_t oc = 0; oc < mg; ++oc) {
+              const double wv = Load<T>(w, (ic * mg + oc) * kernel_size + ki);
+              y[(bn * m + grp * mg + oc) * out_plane + off] += xv * wv;
+            }
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < n * m * out_plane; ++i) {
+      const double bias = b != nullptr ? Load<T>(*b, (i / out_plane) % m) : 0.0;
+      Store<T>(*out[0], i, y[i] + bias);
     }
     return absl::OkStatus();
   });
@@ -451,6 +562,36 @@ void RegisterNnKernels(KernelRegistry& r) {
     }
     return a;
   });
+  AddKernel<ConvTransposeAttrs>(
+      r, "ConvTranspose", 2, 3, 1, &RunConvTranspose, [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
+        ConvTransposeAttrs a;
+        for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
+                                   {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations},
+                                   {"output_padding", &a.output_padding}, {"output_shape", &a.output_shape}}) {
+          absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
+          if (!v.ok()) return v.status();
+          *field = *v;
+        }
+        absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
+        if (!ap.ok()) return ap.status();
+        a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+        if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
+          return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: unknown auto_pad '", a.auto_pad, "'"));
+        }
+        absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
+        if (!group.ok()) return group.status();
+        a.group = *group;
+        const size_t k = a.kernel.size();
+        if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) || (!a.dilations.empty() && a.dilations.size() != k) ||
+                       (!a.pads.empty() && a.pads.size() != 2 * k) ||
+                       (!a.output_padding.empty() && a.output_padding.size() != k))) {
+          return absl::InvalidArgumentError("ConvTranspose: strides, dilations, pads and output_padding must match kernel_shape");
+        }
+        if (!a.output_shape.empty() && k != 0 && a.output_shape.size() != k && a.output_shape.size() != k + 2) {
+          return absl::InvalidArgumentError("ConvTranspose: output_shape must match kernel_shape");
+        }
+        return a;
+      });
   AddKernel<NormAttrs>(r, "BatchNormalization", 5, 5, 3, &RunBatchNorm, GetNormAttrs);
   AddKernel<NormAttrs>(r, "InstanceNormalization", 3, 3, 1, &RunInstanceNorm, GetNormAttrs);
   AddKernel<LrnAttrs>(r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {

@@ -1,4 +1,4 @@
-// Tests of the reference Conv, BatchNormalization, InstanceNormalization, LRN, Shrink and EyeLike
+// Tests of the reference Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN, Shrink and EyeLike
 // kernels against hand-computed values.
 #include <cstdint>
 #include <vector>
@@ -49,6 +49,28 @@ TEST(NnKernelTest, ConvSumsWindowsWithBiasPadsStridesAndGroups) {
   KernelCall mismatch("Conv");
   mismatch.In(Square()).In(F32({1, 2, 1, 1}, {1, 1})).Out(DType::kF32);
   EXPECT_EQ(mismatch.Run().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NnKernelTest, ConvTransposeScattersTheKernel) {
+  // x [1, 1, 2] = [1, 2], w [1, 1, 2] = [1, 10], stride 1: [1, 10 + 2, 20].
+  KernelCall plain("ConvTranspose");
+  plain.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).Out(DType::kF32);
+  EXPECT_THAT(ToDoubles(RunCall(plain)[0]), Pointwise(DoubleNear(1e-6), {1, 12, 20}));
+  // Stride 2 with a bias of 0.5: positions 0, 1 from x[0], 2, 3 from x[1].
+  KernelCall strided("ConvTranspose");
+  strided.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).In(F32({1}, {0.5f}));
+  strided.Attr("strides", std::vector<int64_t>{2}).Out(DType::kF32);
+  EXPECT_THAT(ToDoubles(RunCall(strided)[0]), Pointwise(DoubleNear(1e-6), {1.5, 10.5, 2.5, 20.5}));
+  // One pad at each end trims the first and last positions; output_shape 4 with stride 2 pads
+  // nothing.
+  KernelCall padded("ConvTranspose");
+  padded.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).Attr("pads", std::vector<int64_t>{1, 1});
+  padded.Out(DType::kF32);
+  EXPECT_THAT(ToDoubles(RunCall(padded)[0]), Pointwise(DoubleNear(1e-6), {12}));
+  KernelCall shaped("ConvTranspose");
+  shaped.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).Attr("strides", std::vector<int64_t>{2});
+  shaped.Attr("output_shape", std::vector<int64_t>{4}).Out(DType::kF32);
+  EXPECT_THAT(ToDoubles(RunCall(shaped)[0]), Pointwise(DoubleNear(1e-6), {1, 10, 2, 20}));
 }
 
 TEST(NnKernelTest, BatchNormalizationInferenceAndTraining) {

@@ -16,7 +16,7 @@ void RegisterShapeKernels(KernelRegistry& r);        // shape.cc: data movement 
 void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM, GRU, RNN
 void RegisterLossKernels(KernelRegistry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void RegisterPoolKernels(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, Global*Pool
-void RegisterNnKernels(KernelRegistry& r);           // nn.cc: Conv, BatchNormalization, InstanceNormalization, LRN, Shrink, EyeLike
+void RegisterNnKernels(KernelRegistry& r);           // nn.cc: Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN, Shrink, EyeLike
 void RegisterResizeKernels(KernelRegistry& r);       // resize.cc: Resize
 void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
 
