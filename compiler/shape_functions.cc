@@ -875,6 +875,46 @@ absl::Status EyeLike(InferContext& c) {
   return absl::OkStatus();
 }
 
+// HannWindow, HammingWindow, BlackmanWindow: 1-D of the size the input holds.
+absl::Status WindowOp(InferContext& c) {
+  absl::StatusOr<int64_t> t = c.GetInt("output_datatype", 1);
+  if (!t.ok()) return t.status();
+  std::optional<DType> d = DTypeFromOnnx(*t);
+  if (!d || *d == DType::kString) return c.Error(absl::StrCat("unsupported output_datatype ", *t));
+  c.SetOutputDynamic(0, *d, 1);
+  return absl::OkStatus();
+}
+
+// QuantizeLinear (the zero point's type, u8 without one), DequantizeLinear (the scale's type),
+// DynamicQuantizeLinear (u8, and scalar scale and zero point), Det (the batch dims).
+absl::Status QuantOp(InferContext& c) {
+  const std::string& op = c.node().op;
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (op == "Det") {
+    if (x == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+    } else if (x->size() < 2) {
+      return c.Error("Det needs a [..., M, M] input");
+    } else {
+      c.SetOutput(0, c.input_dtype(0), std::vector<Dim>(x->begin(), x->end() - 2));
+    }
+    return absl::OkStatus();
+  }
+  DType dtype = DType::kU8;
+  if (op == "QuantizeLinear" && c.has_input(2)) dtype = c.input_dtype(2);
+  if (op == "DequantizeLinear") dtype = c.input_dtype(1);
+  if (x) {
+    c.SetOutput(0, dtype, *x);
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  if (op == "DynamicQuantizeLinear") {
+    c.SetOutput(1, DType::kF32, {});
+    c.SetOutput(2, DType::kU8, {});
+  }
+  return absl::OkStatus();
+}
+
 void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
@@ -945,6 +985,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
   Reg(r, "Conv", ConvOp);
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
+  for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
   Reg(r, "Resize", ConvOp);
   Reg(r, "ConvTranspose", ConvOp);  // the input's rank; sizes from the kernel
   Reg(r, "BatchNormalization", BatchNorm);

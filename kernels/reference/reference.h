@@ -18,6 +18,7 @@ void RegisterLossKernels(KernelRegistry& r);         // loss.cc: NegativeLogLike
 void RegisterPoolKernels(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, Global*Pool
 void RegisterNnKernels(KernelRegistry& r);           // nn.cc: Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN, Shrink, EyeLike
 void RegisterResizeKernels(KernelRegistry& r);       // resize.cc: Resize
+void RegisterMiscKernels(KernelRegistry& r);         // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
 
 }  // namespace dynvm::reference

@@ -12,6 +12,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterPoolKernels(registry);
   reference::RegisterNnKernels(registry);
   reference::RegisterResizeKernels(registry);
+  reference::RegisterMiscKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 
