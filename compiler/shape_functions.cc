@@ -986,6 +986,11 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
   Reg(r, "Conv", ConvOp);
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
+  Reg(r, "NonMaxSuppression", [](InferContext& c) {
+    c.SetOutput(0, DType::kI64, {c.sym().Fresh("selected"), c.sym().Const(3)});
+    c.node().outputs[0]->dynamic = true;
+    return absl::OkStatus();
+  });
   for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
   Reg(r, "Resize", ConvOp);
   Reg(r, "ConvTranspose", ConvOp);  // the input's rank; sizes from the kernel

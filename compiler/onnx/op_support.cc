@@ -115,6 +115,7 @@ constexpr OpEntry kOps[] = {
     {"Mul", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
     {"Neg", 6, "1:1:1 6:1:1 13:1:1", ""},
     {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3", "ignore_index:i reduction:s"},
+    {"NonMaxSuppression", 7, "10:5:3 11:5:3", "center_point_box:i"},
     {"NonZero", 7, "9:1:1 13:1:1", ""},
     {"Not", 1, "1:1:1", ""},
     {"OneHot", 7, "9:3:7 11:3:7", "axis:i"},

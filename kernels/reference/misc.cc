@@ -1,5 +1,6 @@
-// Reference kernels for window functions (HannWindow, HammingWindow, BlackmanWindow), Det, and
-// linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear).
+// Reference kernels for window functions (HannWindow, HammingWindow, BlackmanWindow), Det,
+// linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear) and
+// NonMaxSuppression.
 //
 // Windows: N = the size input; with periodic (the default) the period is N, else N - 1;
 // Hann 0.5 - 0.5 cos(2 pi n / P), Hamming 25/46 - 21/46 cos(2 pi n / P), Blackman
@@ -9,7 +10,11 @@
 // point, else the zero point's type); DequantizeLinear: (x - zero_point) * scale; scale and zero
 // point are scalars or 1-D along `axis`. DynamicQuantizeLinear: u8 with scale
 // (max(0, max x) - min(0, min x)) / 255 and zero point saturate(round(-min(0, min x) / scale)).
+// NonMaxSuppression: per batch and class, boxes scoring above score_threshold in descending
+// score order (ties: lower index first), each kept unless its IoU with a kept box exceeds
+// iou_threshold, at most max_output_boxes_per_class; [batch, class, box] triples in that order.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -246,6 +251,81 @@ absl::Status RunDynamicQuant(const void*, KernelContext& ctx, Inputs in, Outputs
   return absl::OkStatus();
 }
 
+// ---- NonMaxSuppression ----
+
+struct NmsAttrs {
+  bool center = false;  // center_point_box: [xc, yc, w, h] instead of two corners
+};
+
+absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const NmsAttrs*>(attrs);
+  if (in.size() < 2 || in[0] == nullptr || in[1] == nullptr || out.empty() || out[0] == nullptr) {
+    return absl::InvalidArgumentError("NonMaxSuppression: missing input or output");
+  }
+  const Tensor& boxes = *in[0];
+  const Tensor& scores = *in[1];
+  if (boxes.rank() != 3 || boxes.dim(2) != 4 || scores.rank() != 3 || scores.dim(0) != boxes.dim(0) ||
+      scores.dim(2) != boxes.dim(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("NonMaxSuppression: boxes ", boxes.DebugString(), " and scores ",
+                                                   scores.DebugString(), " must be [B, N, 4] and [B, C, N]"));
+  }
+  int64_t max_out = 0;
+  double iou_threshold = 0, score_threshold = -std::numeric_limits<double>::infinity();
+  if (in.size() > 2 && in[2] != nullptr && in[2]->numel() > 0) max_out = static_cast<int64_t>(Get(*in[2], 0));
+  if (in.size() > 3 && in[3] != nullptr && in[3]->numel() > 0) iou_threshold = Get(*in[3], 0);
+  if (in.size() > 4 && in[4] != nullptr && in[4]->numel() > 0) score_threshold = Get(*in[4], 0);
+  const int64_t nb = boxes.dim(0), n = boxes.dim(1), nc = scores.dim(1);
+  // Corners [y1, x1, y2, x2] with y1 <= y2 and x1 <= x2.
+  auto corners = [&](int64_t b, int64_t i) {
+    std::array<double, 4> v;
+    for (int k = 0; k < 4; ++k) v[k] = Get(boxes, (b * n + i) * 4 + k);
+    if (a.center) {
+      const double xc = v[0], yc = v[1], w = v[2], h = v[3];
+      return std::array<double, 4>{yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2};
+    }
+    return std::array<double, 4>{std::min(v[0], v[2]), std::min(v[1], v[3]), std::max(v[0], v[2]), std::max(v[1], v[3])};
+  };
+  std::vector<int64_t> selected;  // triples
+  for (int64_t b = 0; b < nb; ++b) {
+    std::vector<std::array<double, 4>> box(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) box[i] = corners(b, i);
+    for (int64_t c = 0; c < nc; ++c) {
+      std::vector<std::pair<double, int64_t>> cand;
+      for (int64_t i = 0; i < n; ++i) {
+        const double sc = Get(scores, (b * nc + c) * n + i);
+        if (sc > score_threshold) cand.emplace_back(sc, i);
+      }
+      std::stable_sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+      std::vector<int64_t> kept;
+      for (const auto& [sc, i] : cand) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        bool keep = true;
+        for (int64_t j : kept) {
+          const auto& p = box[i];
+          const auto& q = box[j];
+          const double area_p = (p[2] - p[0]) * (p[3] - p[1]), area_q = (q[2] - q[0]) * (q[3] - q[1]);
+          const double ih = std::max(0.0, std::min(p[2], q[2]) - std::max(p[0], q[0]));
+          const double iw = std::max(0.0, std::min(p[3], q[3]) - std::max(p[1], q[1]));
+          const double inter = ih * iw;
+          const double uni = area_p + area_q - inter;
+          const double iou = area_p <= 0 || area_q <= 0 || uni <= 0 ? 0 : inter / uni;
+          if (iou > iou_threshold) {
+            keep = false;
+            break;
+          }
+        }
+        if (!keep) continue;
+        kept.push_back(i);
+        selected.insert(selected.end(), {b, c, i});
+      }
+    }
+  }
+  const std::vector<int64_t> dims = {static_cast<int64_t>(selected.size() / 3), 3};
+  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "NonMaxSuppression"); !s.ok()) return s;
+  std::copy(selected.begin(), selected.end(), out[0]->data<int64_t>());
+  return absl::OkStatus();
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, "reference", kReferencePriority, std::move(f)});
 }
@@ -300,6 +380,17 @@ void RegisterMiscKernels(KernelRegistry& r) {
       return Make(spec, &RunQuant, a);
     });
   }
+  Add(r, "NonMaxSuppression", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    if (spec.inputs.size() < 2 || spec.inputs.size() > 5 || spec.outputs.size() != 1) {
+      return absl::InvalidArgumentError("NonMaxSuppression: expected 2..5 inputs and 1 output");
+    }
+    absl::StatusOr<int64_t> center = spec.GetInt("center_point_box", 0);
+    if (!center.ok()) return center.status();
+    if (*center != 0 && *center != 1) return absl::InvalidArgumentError("NonMaxSuppression: center_point_box must be 0 or 1");
+    NmsAttrs a;
+    a.center = *center == 1;
+    return Make(spec, &RunNms, a);
+  });
   Add(r, "DynamicQuantizeLinear", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 1 || spec.outputs.size() != 3) {
       return absl::InvalidArgumentError("DynamicQuantizeLinear: expected 1 input and 3 outputs");

@@ -74,5 +74,22 @@ TEST(MiscKernelTest, Quantization) {
   EXPECT_EQ(ToInts(d[0]), (std::vector<int64_t>{0, 85, 255}));
 }
 
+TEST(MiscKernelTest, NonMaxSuppression) {
+  // Three boxes of one class: box 1 overlaps box 0 (IoU 0.9 / 1.1 = 0.82), box 2 does not.
+  const Tensor boxes = F32({1, 3, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 5, 1, 6});
+  const Tensor scores = F32({1, 1, 3}, {0.9f, 0.95f, 0.5f});
+  KernelCall nms("NonMaxSuppression");
+  nms.In(boxes).In(scores).In(I64({}, {3})).In(F32({}, {0.5f})).Out(DType::kI64);
+  // Box 1 scores highest and suppresses box 0; box 2 stays.
+  EXPECT_EQ(ToInts(RunCall(nms)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 2}));
+  KernelCall limited("NonMaxSuppression");
+  limited.In(boxes).In(scores).In(I64({}, {1})).In(F32({}, {0.5f})).Out(DType::kI64);
+  EXPECT_EQ(ToInts(RunCall(limited)[0]), (std::vector<int64_t>{0, 0, 1}));
+  KernelCall thresholded("NonMaxSuppression");
+  thresholded.In(boxes).In(scores).In(I64({}, {3})).In(F32({}, {0.9f})).In(F32({}, {0.6f})).Out(DType::kI64);
+  // An IoU threshold above 0.82 keeps box 0; the score threshold drops box 2.
+  EXPECT_EQ(ToInts(RunCall(thresholded)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 0}));
+}
+
 }  // namespace
 }  // namespace dynvm
