@@ -986,6 +986,16 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
   Reg(r, "Conv", ConvOp);
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
+  Reg(r, "Unique", [](InferContext& c) {
+    const std::vector<Dim>* x = c.input_shape(0);
+    if (c.HasAttr("axis") && x == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+    } else {
+      c.SetOutputDynamic(0, c.input_dtype(0), c.HasAttr("axis") ? static_cast<int>(x->size()) : 1);
+    }
+    for (size_t i = 1; i < 4; ++i) c.SetOutputDynamic(i, DType::kI64, 1);
+    return absl::OkStatus();
+  });
   Reg(r, "NonMaxSuppression", [](InferContext& c) {
     c.SetOutput(0, DType::kI64, {c.sym().Fresh("selected"), c.sym().Const(3)});
     c.node().outputs[0]->dynamic = true;

@@ -187,6 +187,7 @@ constexpr OpEntry kOps[] = {
     {"TopK", 1, "1:1:1 10:2:3 11:2:3", "axis:i k:i largest:i sorted:i"},
     {"Transpose", 1, "1:1:1 13:1:1", "perm:I"},
     {"Trilu", 7, "14:2:1", "upper:i"},
+    {"Unique", 7, "11:1:1", "axis:i sorted:i"},
     {"Unsqueeze", 1, "1:1:1 11:1:1 13:2:3", "axes:I"},
     {"Where", 7, "9:3:7 16:3:7", ""},
     {"Xor", 7, "1:2:3 7:2:3", ""},

@@ -1,6 +1,6 @@
 // Reference kernels for window functions (HannWindow, HammingWindow, BlackmanWindow), Det,
 // linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear) and
-// NonMaxSuppression.
+// NonMaxSuppression and Unique.
 //
 // Windows: N = the size input; with periodic (the default) the period is N, else N - 1;
 // Hann 0.5 - 0.5 cos(2 pi n / P), Hamming 25/46 - 21/46 cos(2 pi n / P), Blackman
@@ -13,11 +13,15 @@
 // NonMaxSuppression: per batch and class, boxes scoring above score_threshold in descending
 // score order (ties: lower index first), each kept unless its IoU with a kept box exceeds
 // iou_threshold, at most max_output_boxes_per_class; [batch, class, box] triples in that order.
+// Unique: distinct elements (or slices along `axis`), ascending (lexicographic for slices) or in
+// order of first occurrence; with the first index of each, each input's index into the result,
+// and the counts.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -326,6 +330,88 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
   return absl::OkStatus();
 }
 
+// ---- Unique ----
+
+struct UniqueAttrs {
+  std::optional<int64_t> axis;
+  bool sorted = true;
+};
+
+absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const UniqueAttrs*>(attrs);
+  if (in.empty() || in[0] == nullptr || out.empty()) return absl::InvalidArgumentError("Unique: missing input or output");
+  const Tensor& x = *in[0];
+  if (x.dtype() == DType::kString || x.dtype() == DType::kBool) {
+    return absl::UnimplementedError(absl::StrCat("Unique: dtype ", DTypeName(x.dtype()), " not supported"));
+  }
+  // Slices along the axis (single elements without one), as doubles, row-major within a slice.
+  int64_t axis = -1, count = x.numel(), inner = 1, outer = 1;
+  if (a.axis) {
+    absl::StatusOr<int> ax = NormalizeAxis(*a.axis, x.rank(), "Unique");
+    if (!ax.ok()) return ax.status();
+    axis = *ax;
+    count = x.dim(static_cast<int>(axis));
+    for (int d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  }
+  const int64_t width = a.axis ? outer * inner : 1;
+  std::vector<std::vector<double>> slices(static_cast<size_t>(count), std::vector<double>(static_cast<size_t>(width)));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (!a.axis) {
+      slices[i][0] = Get(x, i);
+      continue;
+    }
+    const int64_t o = i / (count * inner), k = (i / inner) % count, r = i % inner;
+    slices[k][o * inner + r] = Get(x, i);
+  }
+  // Unique slices in first-occurrence order, then sorted if asked.
+  std::vector<int64_t> first;  // per unique: its first slice
+  std::vector<int64_t> unique_of(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t u = 0;
+    while (u < static_cast<int64_t>(first.size()) && slices[first[u]] != slices[k]) ++u;
+    if (u == static_cast<int64_t>(first.size())) first.push_back(k);
+    unique_of[k] = u;
+  }
+  std::vector<int64_t> order(first.size());  // position -> first-occurrence unique id
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  if (a.sorted) {
+    std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return slices[first[p]] < slices[first[q]]; });
+  }
+  std::vector<int64_t> position(order.size());
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int64_t>(i);
+  const int64_t nu = static_cast<int64_t>(order.size());
+  std::vector<int64_t> y_dims = {nu};
+  if (a.axis) {
+    y_dims.assign(x.dims().begin(), x.dims().end());
+    y_dims[axis] = nu;
+  }
+  if (out[0] != nullptr) {
+    if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), y_dims, "Unique"); !s.ok()) return s;
+    for (int64_t p = 0; p < nu; ++p) {
+      const std::vector<double>& sl = slices[first[order[p]]];
+      for (int64_t o = 0; o < (a.axis ? outer : 1); ++o) {
+        for (int64_t r = 0; r < (a.axis ? inner : 1); ++r) {
+          const int64_t at = a.axis ? (o * nu + p) * inner + r : p;
+          Set(*out[0], at, sl[a.axis ? o * inner + r : 0]);
+        }
+      }
+    }
+  }
+  const std::vector<int64_t> u_dims = {nu}, x_dims = {count};
+  auto write = [&](size_t i, const std::vector<int64_t>& dims, auto value) -> absl::Status {
+    if (out.size() <= i || out[i] == nullptr) return absl::OkStatus();
+    if (absl::Status s = PrepareOutput(ctx, out[i], DType::kI64, dims, "Unique"); !s.ok()) return s;
+    for (int64_t k = 0; k < dims[0]; ++k) out[i]->data<int64_t>()[k] = value(k);
+    return absl::OkStatus();
+  };
+  std::vector<int64_t> counts(static_cast<size_t>(nu), 0);
+  for (int64_t k = 0; k < count; ++k) ++counts[position[unique_of[k]]];
+  if (absl::Status s = write(1, u_dims, [&](int64_t p) { return first[order[p]]; }); !s.ok()) return s;
+  if (absl::Status s = write(2, x_dims, [&](int64_t k) { return position[unique_of[k]]; }); !s.ok()) return s;
+  return write(3, u_dims, [&](int64_t p) { return counts[p]; });
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, "reference", kReferencePriority, std::move(f)});
 }
@@ -390,6 +476,21 @@ void RegisterMiscKernels(KernelRegistry& r) {
     NmsAttrs a;
     a.center = *center == 1;
     return Make(spec, &RunNms, a);
+  });
+  Add(r, "Unique", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    if (spec.inputs.size() != 1 || spec.outputs.empty() || spec.outputs.size() > 4) {
+      return absl::InvalidArgumentError("Unique: expected 1 input and 1..4 outputs");
+    }
+    UniqueAttrs a;
+    if (spec.Find("axis") != nullptr) {
+      absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
+      if (!axis.ok()) return axis.status();
+      a.axis = *axis;
+    }
+    absl::StatusOr<int64_t> sorted = spec.GetInt("sorted", 1);
+    if (!sorted.ok()) return sorted.status();
+    a.sorted = *sorted != 0;
+    return Make(spec, &RunUnique, a);
   });
   Add(r, "DynamicQuantizeLinear", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 1 || spec.outputs.size() != 3) {

@@ -91,5 +91,27 @@ TEST(MiscKernelTest, NonMaxSuppression) {
   EXPECT_EQ(ToInts(RunCall(thresholded)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 0}));
 }
 
+TEST(MiscKernelTest, Unique) {
+  // [2, 1, 2, 3, 1]: sorted [1, 2, 3]; first indices [1, 0, 3]; inverse [1, 0, 1, 2, 0];
+  // counts [2, 2, 1]. Unsorted: [2, 1, 3].
+  KernelCall sorted("Unique");
+  sorted.In(F32({5}, {2, 1, 2, 3, 1})).Out(DType::kF32).Out(DType::kI64).Out(DType::kI64).Out(DType::kI64);
+  const std::vector<Tensor> s = RunCall(sorted);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(ToDoubles(s[0]), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(ToInts(s[1]), (std::vector<int64_t>{1, 0, 3}));
+  EXPECT_EQ(ToInts(s[2]), (std::vector<int64_t>{1, 0, 1, 2, 0}));
+  EXPECT_EQ(ToInts(s[3]), (std::vector<int64_t>{2, 2, 1}));
+  KernelCall unsorted("Unique");
+  unsorted.In(F32({5}, {2, 1, 2, 3, 1})).Attr("sorted", int64_t{0}).Out(DType::kF32);
+  EXPECT_EQ(ToDoubles(RunCall(unsorted)[0]), (std::vector<double>{2, 1, 3}));
+  // Rows of [[1, 2], [0, 5], [1, 2]] along axis 0: [[0, 5], [1, 2]].
+  KernelCall rows("Unique");
+  rows.In(I64({3, 2}, {1, 2, 0, 5, 1, 2})).Attr("axis", int64_t{0}).Out(DType::kI64);
+  const Tensor y = RunCall(rows)[0];
+  EXPECT_EQ(std::vector<int64_t>(y.dims().begin(), y.dims().end()), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(ToInts(y), (std::vector<int64_t>{0, 5, 1, 2}));
+}
+
 }  // namespace
 }  // namespace dynvm
