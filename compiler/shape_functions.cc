@@ -1003,7 +1003,12 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   });
   for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
   Reg(r, "Resize", ConvOp);
-  Reg(r, "ConvTranspose", ConvOp);  // the input's rank; sizes from the kernel
+  Reg(r, "ConvTranspose", ConvOp);
+  Reg(r, "ConvInteger", [](InferContext& c) {
+    absl::Status s = ConvOp(c);
+    if (c.has_output(0)) c.node().outputs[0]->dtype = DType::kI32;
+    return s;
+  });  // the input's rank; sizes from the kernel
   Reg(r, "BatchNormalization", BatchNorm);
   Reg(r, "EyeLike", EyeLike);
   for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);

@@ -56,6 +56,7 @@ constexpr OpEntry kOps[] = {
      "value_strings:S"},
     {"ConstantOfShape", 7, "9:1:1", "value:t"},
     {"Conv", 1, "1:3:3 11:3:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I"},
+    {"ConvInteger", 7, "10:4:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I"},
     {"ConvTranspose", 1, "1:3:3 11:3:3", "auto_pad:s dilations:I group:i kernel_shape:I output_padding:I output_shape:I pads:I strides:I"},
     {"Cos", 7, "7:1:1", ""},
     {"Cosh", 7, "9:1:1", ""},

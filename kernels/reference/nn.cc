@@ -1,4 +1,5 @@
-// Reference kernels for convolution and normalization layers: Conv, ConvTranspose, BatchNormalization
+// Reference kernels for convolution and normalization layers: Conv, ConvInteger, ConvTranspose,
+// BatchNormalization
 // (inference and training mode), InstanceNormalization, LRN; and Shrink and EyeLike.
 //
 // Conv: X [N, C, D1..Dk], W [M, C/group, K1..Kk], optional B [M]; strides, dilations, pads or
@@ -98,12 +99,37 @@ struct ConvAttrs {
   int64_t group = 1;
 };
 
-absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
-  const auto& a = *static_cast<const ConvAttrs*>(attrs);
-  if (absl::Status s = Need(in, 2, out, "Conv"); !s.ok()) return s;
-  const Tensor& x = *in[0];
-  const Tensor& w = *in[1];
-  const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+// Any numeric element as double, and back (rounded and saturated by the cast for integers).
+double LoadAny(const Tensor& t, int64_t linear) {
+  double v = 0;
+  (void)DispatchNumeric(t.dtype(), "load", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kIsFloatType<T>) {
+      v = Load<T>(t, linear);
+    } else {
+      v = static_cast<double>(t.data<T>()[OffsetOf(t, linear)]);
+    }
+    return absl::OkStatus();
+  });
+  return v;
+}
+
+void StoreAny(Tensor& t, int64_t linear, double v) {
+  (void)DispatchNumeric(t.dtype(), "store", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kIsFloatType<T>) {
+      Store<T>(t, linear, v);
+    } else {
+      t.data<T>()[linear] = static_cast<T>(v);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Conv and ConvInteger: x and w read as double less their zero points (w's per output channel
+// or one for all), the output written as `out_dtype`.
+absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b,
+                      Tensor* y, DType out_dtype, double x_zp, const Tensor* w_zp) {
   const int k = x.rank() - 2;
   if (k < 1 || w.rank() != x.rank()) {
     return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ", w.DebugString(),
@@ -147,7 +173,10 @@ absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   }
   std::vector<int64_t> out_dims = {n, m};
   out_dims.insert(out_dims.end(), od.begin(), od.end());
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Conv"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, y, out_dtype, out_dims, "Conv"); !s.ok()) return s;
+  if (w_zp != nullptr && w_zp->numel() != 1 && w_zp->numel() != m) {
+    return absl::InvalidArgumentError("ConvInteger: w_zero_point must be a scalar or one per output channel");
+  }
   int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
   for (int i = 0; i < k; ++i) {
     out_plane *= od[i];
@@ -155,17 +184,20 @@ absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
     in_plane *= in_d[i];
   }
   const int64_t cg = c / g, mg = m / g;
-  return FloatDispatch(x.dtype(), "Conv", [&](auto* tag) -> absl::Status {
-    using T = std::remove_pointer_t<decltype(tag)>;
+  {
     // Contiguous double copies of X and W.
     std::vector<double> xv(static_cast<size_t>(x.numel())), wv(static_cast<size_t>(w.numel()));
-    for (int64_t i = 0; i < x.numel(); ++i) xv[i] = Load<T>(x, i);
-    for (int64_t i = 0; i < w.numel(); ++i) wv[i] = Load<T>(w, i);
+    for (int64_t i = 0; i < x.numel(); ++i) xv[i] = LoadAny(x, i) - x_zp;
+    const int64_t per_oc = m == 0 ? 0 : w.numel() / m;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double zp = w_zp == nullptr ? 0.0 : LoadAny(*w_zp, w_zp->numel() == 1 ? 0 : i / per_oc);
+      wv[i] = LoadAny(w, i) - zp;
+    }
     std::vector<int64_t> o(k), kk(k);
     for (int64_t bn = 0; bn < n; ++bn) {
       for (int64_t oc = 0; oc < m; ++oc) {
         const int64_t grp = oc / mg;
-        const double bias = b != nullptr ? Load<T>(*b, oc) : 0.0;
+        const double bias = b != nullptr ? LoadAny(*b, oc) : 0.0;
         for (int64_t oi = 0; oi < out_plane; ++oi) {
           for (int64_t r = oi, i = k - 1; i >= 0; --i) {
             o[i] = r % od[i];
@@ -190,12 +222,37 @@ absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
               if (inside) acc += xp[off] * wp[ki];
             }
           }
-          Store<T>(*out[0], (bn * m + oc) * out_plane + oi, acc);
+          StoreAny(*y, (bn * m + oc) * out_plane + oi, acc);
         }
       }
     }
     return absl::OkStatus();
-  });
+  }
+}
+
+absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  if (absl::Status s = Need(in, 2, out, "Conv"); !s.ok()) return s;
+  if (!IsFloat(in[0]->dtype()) || in[1]->dtype() != in[0]->dtype()) {
+    return absl::UnimplementedError(absl::StrCat("Conv: dtype ", DTypeName(in[0]->dtype()), " not supported"));
+  }
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], in.size() > 2 ? in[2] : nullptr, out[0],
+                  in[0]->dtype(), 0, nullptr);
+}
+
+// ConvInteger: (x - x_zero_point) * (w - w_zero_point) summed exactly (in double: integer
+// products of 8-bit values stay exact), written as i32.
+absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  if (absl::Status s = Need(in, 2, out, "ConvInteger"); !s.ok()) return s;
+  for (int i = 0; i < 2; ++i) {
+    if (in[i]->dtype() != DType::kU8 && in[i]->dtype() != DType::kI8) {
+      return absl::UnimplementedError("ConvInteger: inputs must be u8 or i8");
+    }
+  }
+  const Tensor* x_zp = in.size() > 2 ? in[2] : nullptr;
+  const Tensor* w_zp = in.size() > 3 ? in[3] : nullptr;
+  if (x_zp != nullptr && x_zp->numel() != 1) return absl::InvalidArgumentError("ConvInteger: x_zero_point must be a scalar");
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], nullptr, out[0], DType::kI32,
+                  x_zp != nullptr ? LoadAny(*x_zp, 0) : 0.0, w_zp);
 }
 
 // ---- ConvTranspose ----
@@ -538,7 +595,7 @@ absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
 }  // namespace
 
 void RegisterNnKernels(KernelRegistry& r) {
-  AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, [](const KernelSpec& spec) -> absl::StatusOr<ConvAttrs> {
+  auto conv_attrs = [](const KernelSpec& spec) -> absl::StatusOr<ConvAttrs> {
     ConvAttrs a;
     for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
                                {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations}}) {
@@ -561,7 +618,9 @@ void RegisterNnKernels(KernelRegistry& r) {
       return absl::InvalidArgumentError("Conv: strides, dilations and pads must match kernel_shape");
     }
     return a;
-  });
+  };
+  AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
+  AddKernel<ConvAttrs>(r, "ConvInteger", 2, 4, 1, &RunConvInteger, conv_attrs);
   AddKernel<ConvTransposeAttrs>(
       r, "ConvTranspose", 2, 3, 1, &RunConvTranspose, [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
         ConvTransposeAttrs a;

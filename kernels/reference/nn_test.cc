@@ -73,6 +73,19 @@ TEST(NnKernelTest, ConvTransposeScattersTheKernel) {
   EXPECT_THAT(ToDoubles(RunCall(shaped)[0]), Pointwise(DoubleNear(1e-6), {1, 10, 2, 20}));
 }
 
+TEST(NnKernelTest, ConvIntegerSubtractsZeroPoints) {
+  // x u8 [1, 1, 2, 2] = [10, 11, 12, 13] with zero point 10; w u8 [1, 1, 2, 2] = [1, 2, 3, 4]
+  // with zero point 1: (0, 1, 2, 3) . (0, 1, 2, 3) = 14, as i32.
+  KernelCall call("ConvInteger");
+  call.In(testing::Make<uint8_t>(DType::kU8, {1, 1, 2, 2}, {10, 11, 12, 13}));
+  call.In(testing::Make<uint8_t>(DType::kU8, {1, 1, 2, 2}, {1, 2, 3, 4}));
+  call.In(testing::Make<uint8_t>(DType::kU8, {}, {10})).In(testing::Make<uint8_t>(DType::kU8, {}, {1}));
+  call.Out(DType::kI32);
+  const Tensor y = RunCall(call)[0];
+  EXPECT_EQ(y.dtype(), DType::kI32);
+  EXPECT_EQ(testing::ToInts(y), (std::vector<int64_t>{14}));
+}
+
 TEST(NnKernelTest, BatchNormalizationInferenceAndTraining) {
   KernelCall inference("BatchNormalization");
   inference.In(F32({1, 2, 1, 1}, {1, 2})).In(F32({2}, {2, 3})).In(F32({2}, {0.5f, 0})).In(F32({2}, {1, 0}));
