@@ -72,6 +72,24 @@ bool IsLazyOp(const Node& n) {
   return any;
 }
 
+bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind::kTensor; }
+
+// ONNX sequence and optional operators, lowered to seq_* / opt_* instructions
+// (EmitContainerOp); Identity of a sequence or optional is a move.
+bool IsContainerOp(const Node& n) {
+  static const absl::flat_hash_set<std::string> kOps = {
+      "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceAt", "SequenceLength",
+      "ConcatFromSequence", "SplitToSequence", "Optional", "OptionalHasElement", "OptionalGetElement"};
+  if (!n.domain.empty()) return false;
+  if (n.op == "Identity") return !n.inputs.empty() && IsContainer(n.inputs[0]);
+  return kOps.contains(n.op);
+}
+
+// Container ops whose output is a plain small tensor, stored like any kernel output.
+bool HasTensorResult(const Node& n) { return n.op == "SequenceLength" || n.op == "OptionalHasElement"; }
+
+fb::ObjectKind FbKind(ObjectKind k) { return static_cast<fb::ObjectKind>(static_cast<uint8_t>(k)); }
+
 // Ops that only change how a tensor is viewed.
 bool IsViewOp(const Node& n) {
   if (!n.domain.empty()) return false;
@@ -120,6 +138,20 @@ class FunctionCodegen {
   absl::Status EmitLoop(Node& n);
   absl::Status EmitAppend(Node& n);
   absl::Status EmitStream(Node& n);
+  // Sequences and optionals (docs/onnx.md, "Sequences and optionals").
+  absl::Status EmitContainerOp(Node& n);
+  absl::Status EmitConcatFromSequence(Node& n);
+  absl::Status EmitSplitToSequence(Node& n);
+  // A register holding v's data that may be kept in a sequence or optional: v's own when its
+  // storage is fresh per run and contiguous, else a contiguous copy in new pool storage.
+  absl::StatusOr<uint32_t> Shareable(const Value* v);
+  // An i64 scalar register holding element 0 of v (its content when known).
+  absl::StatusOr<uint32_t> ScalarOf(const Value* v);
+  // Emits one instruction of fixed-size operands.
+  absl::Status Op(Opcode op, std::initializer_list<uint32_t> words);
+  // Emits `loop iter, trip` and returns (loop pc, exit word); CloseLoop emits `endloop`.
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> OpenLoop(uint32_t iter, uint32_t trip_word);
+  absl::Status CloseLoop(std::pair<uint32_t, uint32_t> loop);
   // Allocates v's planned storage on `device` (arena values view the device arena, which has
   // the host arena's layout).
   absl::Status EmitAllocFor(const Value* v, uint32_t reg, Device device = Device::kCPU);
@@ -143,11 +175,12 @@ class FunctionCodegen {
     fn_->scalar_types.push_back(t);
     return static_cast<uint32_t>(fn_->scalar_types.size() - 1);
   }
-  uint32_t NewObject(fb::ObjectKind kind, DType dtype) {
-    fn_->object_types.emplace_back(kind, static_cast<uint8_t>(dtype), fb::ObjectKind::Tensor);
+  uint32_t NewObject(fb::ObjectKind kind, DType dtype, fb::ObjectKind elem_kind = fb::ObjectKind::Tensor) {
+    fn_->object_types.emplace_back(kind, static_cast<uint8_t>(dtype), elem_kind);
     return static_cast<uint32_t>(fn_->object_types.size() - 1);
   }
-  uint32_t NewTensorReg(const Value* v) { return NewObject(fb::ObjectKind::Tensor, v->dtype); }
+  // A register of v's type: a tensor, or a sequence or optional.
+  uint32_t NewTensorReg(const Value* v) { return NewObject(FbKind(v->kind), v->dtype, FbKind(v->elem_kind)); }
   void BindSymbol(Dim sym, uint32_t reg) { scopes_.back().dims[sym] = reg; }
   void PushScope() { scopes_.emplace_back(); }
   void PopScope() { scopes_.pop_back(); }
@@ -284,6 +317,10 @@ absl::Status FunctionCodegen::Classify(Graph& g) {
       }
       if (!n.subgraphs.empty()) {
         info.store = Store::kRegister;  // If results, Loop/Scan outputs
+        continue;
+      }
+      if (IsContainerOp(n) && !HasTensorResult(n)) {
+        info.store = Store::kRegister;  // sequences, optionals, and tensors taken out of them
         continue;
       }
       if (append_nodes_.contains(&n)) {
@@ -585,7 +622,7 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
 }
 
 absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg) {
-  if (!v->shape) return absl::OkStatus();
+  if (!v->shape || IsContainer(v)) return absl::OkStatus();
   for (size_t i = 0; i < v->shape->size(); ++i) {
     Dim d = (*v->shape)[i];
     if (!SymbolicContext::IsSymbol(d)) continue;
@@ -765,6 +802,7 @@ absl::Status FunctionCodegen::EmitNode(Node& n) {
   if (!n.subgraphs.empty()) {
     return absl::UnimplementedError(absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
   }
+  if (IsContainerOp(n)) return EmitContainerOp(n);
   if (append_nodes_.contains(&n)) return EmitAppend(n);
   if (n.domain == "dynvm" && n.op == "Emit") return EmitStream(n);
   bool all_constant = !n.outputs.empty();
@@ -823,6 +861,10 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
     if (v == nullptr) {
       ins.push_back(isa::kAbsentRegister);
       continue;
+    }
+    if (IsContainer(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": an input is a ", v->TypeString(),
+                                                     "; ", n.op, " takes tensors"));
     }
     absl::StatusOr<uint32_t> r = Tensor(v);
     if (!r.ok()) return r.status();
@@ -1283,6 +1325,13 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     if (out == body->inputs[2 + i]) continue;
     absl::StatusOr<uint32_t> r = Tensor(out);
     if (!r.ok()) return r.status();
+    const Value* in = body->inputs[2 + i];
+    if (in->kind == ObjectKind::kOptional && out->kind != ObjectKind::kOptional) {
+      // The body makes the content of a carried optional: wrap it.
+      const uint32_t wrapped = NewTensorReg(in);
+      if (absl::Status s = Op(Opcode::kOptSome, {wrapped, *r}); !s.ok()) return s;
+      r = wrapped;
+    }
     dst.push_back(carried[i]);
     src.push_back(*r);
   }
@@ -1323,11 +1372,460 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   const uint32_t exit_pc = static_cast<uint32_t>(code_->size());
   (*code_)[exit_word] = exit_pc - loop_pc;
   for (auto [pc, word] : breaks) (*code_)[word] = exit_pc - pc;
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* res = n.outputs[i];
+    if (res == nullptr || res->kind == body->inputs[2 + i]->kind) continue;
+    // A carried optional whose body makes its content: the result is the content.
+    const uint32_t got = NewTensorReg(res);
+    if (absl::Status s = Op(Opcode::kOptGet, {got, carried[i]}); !s.ok()) return s;
+    reg_[res] = got;
+  }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     if (n.outputs[i] && n.outputs[i]->dynamic) {
       if (absl::Status s = DefineDynamicSymbols(n.outputs[i], reg_[n.outputs[i]]); !s.ok()) return s;
     }
   }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequences and optionals
+
+absl::Status FunctionCodegen::Op(Opcode op, std::initializer_list<uint32_t> words) {
+  CodeWriter w(code_);
+  w.Begin(op);
+  for (uint32_t word : words) w.Word(word);
+  return w.End();
+}
+
+absl::StatusOr<std::pair<uint32_t, uint32_t>> FunctionCodegen::OpenLoop(uint32_t iter, uint32_t trip_word) {
+  CodeWriter w(code_);
+  const uint32_t pc = w.Begin(Opcode::kLoop);
+  w.Word(iter);
+  w.Word(trip_word);
+  const uint32_t exit_word = static_cast<uint32_t>(code_->size());
+  w.Word(0);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  return std::make_pair(pc, exit_word);
+}
+
+absl::Status FunctionCodegen::CloseLoop(std::pair<uint32_t, uint32_t> loop) {
+  CodeWriter w(code_);
+  const uint32_t end_pc = w.Begin(Opcode::kEndLoop);
+  w.Word(static_cast<uint32_t>(static_cast<int32_t>(loop.first) - static_cast<int32_t>(end_pc)));
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  (*code_)[loop.second] = static_cast<uint32_t>(code_->size()) - loop.first;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> FunctionCodegen::ScalarOf(const Value* v) {
+  if (v->content && v->content->size() == 1) return EvalDim((*v->content)[0]);
+  absl::StatusOr<uint32_t> t = Tensor(v);
+  if (!t.ok()) return t.status();
+  const uint32_t r = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kReadI, {r, *t, 0}); !s.ok()) return s;
+  return r;
+}
+
+absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
+  absl::StatusOr<uint32_t> r = Tensor(v);
+  if (!r.ok()) return r.status();
+  const Value* root = Root(v);
+  const Store store = info_[root].store;
+  // Fresh contiguous storage every time the producer runs, or a read-only constant, or a
+  // tensor already taken out of a container (which holds only such tensors).
+  if (v->constant || root->constant || store == Store::kPool || store == Store::kDynamic) return *r;
+  if (store == Store::kRegister && root->producer != nullptr && IsContainerOp(*root->producer) &&
+      root->producer->op != "ConcatFromSequence") {
+    return *r;
+  }
+  const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
+  if (!v->shape) return absl::UnimplementedError("a tensor of unknown rank kept in a sequence or optional");
+  // Copy into new pool storage, with the dims read from the register.
+  std::vector<uint32_t> dims;
+  const uint32_t bytes = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kNumel, {bytes, *r}); !s.ok()) return s;
+  const uint32_t esize = NewScalar(fb::ScalarType::I64);
+  CodeWriter w(code_);
+  w.Begin(Opcode::kConstI);
+  w.Word(esize);
+  w.Imm64(DTypeSize(v->dtype));
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  if (absl::Status s = Op(Opcode::kMulI, {bytes, bytes, esize}); !s.ok()) return s;
+  for (uint32_t k = 0; k < rank; ++k) {
+    const uint32_t d = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kDim, {d, *r, k}); !s.ok()) return s;
+    dims.push_back(isa::ValueRegister(d));
+  }
+  const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
+  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok()) return s;
+  const uint32_t copy = NewObject(fb::ObjectKind::Tensor, v->dtype);
+  w.Begin(Opcode::kAllocTensor);
+  w.Word(copy);
+  w.Word(st);
+  w.Word(0);
+  w.Word(static_cast<uint32_t>(v->dtype));
+  w.List(dims);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  if (absl::Status s = Op(Opcode::kCopy, {copy, *r}); !s.ok()) return s;
+  return copy;
+}
+
+absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
+  const std::string& op = n.op;
+  Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+  if (out == nullptr) return absl::OkStatus();
+  auto in = [&](size_t i) -> absl::StatusOr<uint32_t> {
+    if (i >= n.inputs.size() || n.inputs[i] == nullptr) return Internal(absl::StrCat(n.Label(), ": input ", i, " missing"));
+    return Tensor(n.inputs[i]);
+  };
+  // The register a sequence op updates: the input's own when this node is its only use in
+  // the same region (a list appended to in a loop is updated in place), else a copy of the
+  // handle (the VM copies the sequence on its first change: values, copy on write).
+  auto target = [&](const Value* q) -> absl::StatusOr<uint32_t> {
+    absl::StatusOr<uint32_t> r = Tensor(q);
+    if (!r.ok()) return r.status();
+    auto it = uses_.find(q);
+    const bool only_use = it != uses_.end() && it->second.size() == 1 && it->second[0].first == &n;
+    if (only_use && q->graph == n.graph && !q->constant && info_[q].store != Store::kParam) return *r;
+    const uint32_t copy = NewTensorReg(out);
+    if (absl::Status s = Op(Opcode::kMov, {copy, *r}); !s.ok()) return s;
+    return copy;
+  };
+  uint32_t result = 0;
+  if (op == "Identity") {
+    absl::StatusOr<uint32_t> x = in(0);
+    if (!x.ok()) return x.status();
+    result = NewTensorReg(out);
+    if (absl::Status s = Op(Opcode::kMov, {result, *x}); !s.ok()) return s;
+  } else if (op == "SequenceEmpty") {
+    result = NewTensorReg(out);
+    if (absl::Status s = Op(Opcode::kSeqNew, {result}); !s.ok()) return s;
+  } else if (op == "SequenceConstruct") {
+    result = NewTensorReg(out);
+    if (absl::Status s = Op(Opcode::kSeqNew, {result}); !s.ok()) return s;
+    for (const Value* v : n.inputs) {
+      absl::StatusOr<uint32_t> t = Shareable(v);
+      if (!t.ok()) return t.status();
+      if (absl::Status s = Op(Opcode::kSeqPush, {result, *t}); !s.ok()) return s;
+    }
+  } else if (op == "SequenceInsert") {
+    absl::StatusOr<uint32_t> t = Shareable(n.inputs[1]);
+    if (!t.ok()) return t.status();
+    std::optional<uint32_t> pos;
+    if (n.inputs.size() > 2 && n.inputs[2] != nullptr) {
+      absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[2]);
+      if (!p.ok()) return p.status();
+      pos = *p;
+    }
+    absl::StatusOr<uint32_t> q = target(n.inputs[0]);
+    if (!q.ok()) return q.status();
+    result = *q;
+    absl::Status s = pos ? Op(Opcode::kSeqInsert, {result, *t, *pos}) : Op(Opcode::kSeqPush, {result, *t});
+    if (!s.ok()) return s;
+  } else if (op == "SequenceErase") {
+    uint32_t pos;
+    if (n.inputs.size() > 1 && n.inputs[1] != nullptr) {
+      absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[1]);
+      if (!p.ok()) return p.status();
+      pos = *p;
+    } else {
+      absl::StatusOr<uint32_t> p = EvalDim(sym_.Const(-1));
+      if (!p.ok()) return p.status();
+      pos = *p;
+    }
+    absl::StatusOr<uint32_t> q = target(n.inputs[0]);
+    if (!q.ok()) return q.status();
+    result = *q;
+    if (absl::Status s = Op(Opcode::kSeqErase, {result, pos}); !s.ok()) return s;
+  } else if (op == "SequenceAt") {
+    absl::StatusOr<uint32_t> q = in(0);
+    if (!q.ok()) return q.status();
+    absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[1]);
+    if (!p.ok()) return p.status();
+    result = NewTensorReg(out);
+    if (absl::Status s = Op(Opcode::kSeqAt, {result, *q, *p}); !s.ok()) return s;
+  } else if (op == "SequenceLength") {
+    absl::StatusOr<uint32_t> q = in(0);
+    if (!q.ok()) return q.status();
+    const uint32_t len = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kSeqLen, {len, *q}); !s.ok()) return s;
+    if (out->content && out->content->size() == 1) BindSymbol((*out->content)[0], len);
+    result = NewTensorReg(out);
+    if (absl::Status s = EmitAllocFor(out, result); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kWrite, {result, 0, len}); !s.ok()) return s;
+  } else if (op == "ConcatFromSequence") {
+    return EmitConcatFromSequence(n);
+  } else if (op == "SplitToSequence") {
+    return EmitSplitToSequence(n);
+  } else if (op == "Optional") {
+    result = NewTensorReg(out);
+    if (n.inputs.empty() || n.inputs[0] == nullptr) {
+      if (absl::Status s = Op(Opcode::kOptNone, {result}); !s.ok()) return s;
+    } else {
+      absl::StatusOr<uint32_t> x = IsContainer(n.inputs[0]) ? in(0) : Shareable(n.inputs[0]);
+      if (!x.ok()) return x.status();
+      if (absl::Status s = Op(Opcode::kOptSome, {result, *x}); !s.ok()) return s;
+    }
+  } else if (op == "OptionalHasElement") {
+    const uint32_t has = NewScalar(fb::ScalarType::Bool);
+    const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
+    if (x == nullptr || x->kind != ObjectKind::kOptional) {
+      // Opset 18's forms: an absent input is empty, a tensor or sequence is present.
+      CodeWriter w(code_);
+      w.Begin(Opcode::kConstB);
+      w.Word(has);
+      w.Word(x != nullptr ? 1 : 0);
+      if (absl::Status s = w.End(); !s.ok()) return s;
+    } else {
+      absl::StatusOr<uint32_t> o = in(0);
+      if (!o.ok()) return o.status();
+      if (absl::Status s = Op(Opcode::kOptHas, {has, *o}); !s.ok()) return s;
+    }
+    result = NewTensorReg(out);
+    if (absl::Status s = EmitAllocFor(out, result); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kWrite, {result, 0, has}); !s.ok()) return s;
+  } else if (op == "OptionalGetElement") {
+    absl::StatusOr<uint32_t> o = in(0);
+    if (!o.ok()) return o.status();
+    result = NewTensorReg(out);
+    const bool is_opt = n.inputs[0]->kind == ObjectKind::kOptional;
+    if (absl::Status s = Op(is_opt ? Opcode::kOptGet : Opcode::kMov, {result, *o}); !s.ok()) return s;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(n.Label(), ": ", op, " is not supported"));
+  }
+  reg_[out] = result;
+  return DefineDynamicSymbols(out, result);
+}
+
+absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
+  Value* out = n.outputs[0];
+  const Value* q = n.inputs[0];
+  if (!q->shape) {
+    return absl::UnimplementedError(absl::StrCat(n.Label(), ": the rank of the sequence's elements is unknown"));
+  }
+  const int r = q->rank();
+  const bool new_axis = n.attr("new_axis") != nullptr && n.attr("new_axis")->i != 0;
+  int64_t axis = n.attr("axis") != nullptr ? n.attr("axis")->i : 0;
+  if (axis < 0) axis += r + (new_axis ? 1 : 0);
+  const uint32_t a = static_cast<uint32_t>(axis);
+  absl::StatusOr<uint32_t> qr = Tensor(q);
+  if (!qr.ok()) return qr.status();
+  const uint32_t len = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kSeqLen, {len, *qr}); !s.ok()) return s;
+  absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
+  if (!zero.ok()) return zero.status();
+  absl::StatusOr<uint32_t> one = EvalDim(sym_.Const(1));
+  if (!one.ok()) return one.status();
+  // The first element (an empty sequence is an error) gives the other dims.
+  const uint32_t first = NewObject(fb::ObjectKind::Tensor, q->dtype);
+  if (absl::Status s = Op(Opcode::kSeqAt, {first, *qr, *zero}); !s.ok()) return s;
+  std::vector<uint32_t> dims;
+  for (int k = 0; k < r; ++k) {
+    const uint32_t d = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kDim, {d, first, static_cast<uint32_t>(k)}); !s.ok()) return s;
+    dims.push_back(d);
+  }
+  const uint32_t cap = NewScalar(fb::ScalarType::I64);
+  if (new_axis) {
+    if (absl::Status s = Op(Opcode::kMovS, {cap, len}); !s.ok()) return s;
+  } else if (absl::Status s = Op(Opcode::kMulI, {cap, len, dims[a]}); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Op(Opcode::kMaxI, {cap, cap, *one}); !s.ok()) return s;
+  std::vector<uint32_t> out_dims;
+  for (uint32_t d : dims) out_dims.push_back(isa::ValueRegister(d));
+  if (new_axis) {
+    out_dims.insert(out_dims.begin() + a, 0);
+  } else {
+    out_dims[a] = 0;
+  }
+  const uint32_t result = NewTensorReg(out);
+  CodeWriter w(code_);
+  w.Begin(Opcode::kAllocGrowable);
+  w.Word(result);
+  w.Word(static_cast<uint32_t>(q->dtype));
+  w.Word(0);
+  w.Word(a);
+  w.Word(isa::ValueRegister(cap));
+  w.List(out_dims);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  ++dynamic_sites_;
+  const uint32_t iter = NewScalar(fb::ScalarType::I64);
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> loop = OpenLoop(iter, isa::ValueRegister(len));
+  if (!loop.ok()) return loop.status();
+  PushScope();
+  const uint32_t item = NewObject(fb::ObjectKind::Tensor, q->dtype);
+  if (absl::Status s = Op(Opcode::kSeqAt, {item, *qr, iter}); !s.ok()) return s;
+  uint32_t piece = item;
+  if (new_axis) {
+    // Elements are contiguous (see Shareable), so the unsqueeze is a reshape.
+    std::vector<uint32_t> unsq;
+    for (int k = 0; k < r; ++k) {
+      const uint32_t d = NewScalar(fb::ScalarType::I64);
+      if (absl::Status s = Op(Opcode::kDim, {d, item, static_cast<uint32_t>(k)}); !s.ok()) return s;
+      unsq.push_back(isa::ValueRegister(d));
+    }
+    unsq.insert(unsq.begin() + a, 1);
+    piece = NewObject(fb::ObjectKind::Tensor, q->dtype);
+    w.Begin(Opcode::kReshape);
+    w.Word(piece);
+    w.Word(item);
+    w.List(unsq);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  if (absl::Status s = Op(Opcode::kAppend, {result, piece, a}); !s.ok()) return s;
+  PopScope();
+  if (absl::Status s = CloseLoop(*loop); !s.ok()) return s;
+  reg_[out] = result;
+  return DefineDynamicSymbols(out, result);
+}
+
+absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
+  Value* out = n.outputs[0];
+  const Value* x = n.inputs[0];
+  if (!x->shape) return absl::UnimplementedError(absl::StrCat(n.Label(), ": the input's rank is unknown"));
+  const int r = x->rank();
+  int64_t axis = n.attr("axis") != nullptr ? n.attr("axis")->i : 0;
+  if (axis < 0) axis += r;
+  const uint32_t a = static_cast<uint32_t>(axis);
+  const bool keepdims = n.attr("keepdims") == nullptr || n.attr("keepdims")->i != 0;
+  const Value* split = n.inputs.size() > 1 ? n.inputs[1] : nullptr;
+  if (split != nullptr && (!split->shape || split->rank() > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": 'split' must be a scalar or a 1-D tensor"));
+  }
+  // Chunks are views of a contiguous tensor copied into fresh storage each.
+  absl::StatusOr<uint32_t> xr = Shareable(x);
+  if (!xr.ok()) return xr.status();
+  std::vector<uint32_t> d(r), stride(r);
+  for (int k = 0; k < r; ++k) {
+    d[k] = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kDim, {d[k], *xr, static_cast<uint32_t>(k)}); !s.ok()) return s;
+  }
+  absl::StatusOr<uint32_t> one = EvalDim(sym_.Const(1));
+  if (!one.ok()) return one.status();
+  absl::StatusOr<uint32_t> esize = EvalDim(sym_.Const(DTypeSize(x->dtype)));
+  if (!esize.ok()) return esize.status();
+  for (int k = r - 1; k >= 0; --k) {
+    stride[k] = NewScalar(fb::ScalarType::I64);
+    if (k == r - 1) {
+      if (absl::Status s = Op(Opcode::kMovS, {stride[k], *one}); !s.ok()) return s;
+    } else if (absl::Status s = Op(Opcode::kMulI, {stride[k], stride[k + 1], d[k + 1]}); !s.ok()) {
+      return s;
+    }
+  }
+  const uint32_t row_bytes = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kMovS, {row_bytes, *esize}); !s.ok()) return s;
+  for (int k = 0; k < r; ++k) {
+    if (k == static_cast<int>(a)) continue;
+    if (absl::Status s = Op(Opcode::kMulI, {row_bytes, row_bytes, d[k]}); !s.ok()) return s;
+  }
+  // The number of chunks.
+  const uint32_t count = NewScalar(fb::ScalarType::I64);
+  uint32_t chunk = 0, split_reg = 0, acc = 0;
+  const bool list = split != nullptr && split->rank() == 1;
+  if (split == nullptr) {
+    if (absl::Status s = Op(Opcode::kMovS, {count, d[a]}); !s.ok()) return s;
+  } else if (!list) {
+    absl::StatusOr<uint32_t> c = ScalarOf(split);
+    if (!c.ok()) return c.status();
+    chunk = *c;
+    const uint32_t positive = NewScalar(fb::ScalarType::Bool);
+    absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
+    if (!zero.ok()) return zero.status();
+    if (absl::Status s = Op(Opcode::kLtI, {positive, *zero, chunk}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kAssert, {positive, b_.String(absl::StrCat(n.Label(), ": 'split' must be positive"))});
+        !s.ok()) {
+      return s;
+    }
+    // ceil(d / c) = (d + c - 1) div c
+    if (absl::Status s = Op(Opcode::kAddI, {count, d[a], chunk}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kSubI, {count, count, *one}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kDivI, {count, count, chunk}); !s.ok()) return s;
+  } else {
+    absl::StatusOr<uint32_t> sr = Tensor(split);
+    if (!sr.ok()) return sr.status();
+    split_reg = *sr;
+    if (absl::Status s = Op(Opcode::kNumel, {count, split_reg}); !s.ok()) return s;
+    acc = NewScalar(fb::ScalarType::I64);
+    CodeWriter w(code_);
+    w.Begin(Opcode::kConstI);
+    w.Word(acc);
+    w.Imm64(0);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  const uint32_t result = NewTensorReg(out);
+  if (absl::Status s = Op(Opcode::kSeqNew, {result}); !s.ok()) return s;
+  const uint32_t iter = NewScalar(fb::ScalarType::I64);
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> loop = OpenLoop(iter, isa::ValueRegister(count));
+  if (!loop.ok()) return loop.status();
+  PushScope();
+  uint32_t start = iter, len = *one;
+  if (split != nullptr && !list) {
+    start = NewScalar(fb::ScalarType::I64);
+    len = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kMulI, {start, iter, chunk}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kSubI, {len, d[a], start}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kMinI, {len, len, chunk}); !s.ok()) return s;
+  } else if (list) {
+    start = NewScalar(fb::ScalarType::I64);
+    len = NewScalar(fb::ScalarType::I64);
+    if (absl::Status s = Op(Opcode::kMovS, {start, acc}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kReadI, {len, split_reg, isa::ValueRegister(iter)}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kAddI, {acc, acc, len}); !s.ok()) return s;
+  }
+  const uint32_t offset = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kMulI, {offset, start, stride[a]}); !s.ok()) return s;
+  std::vector<uint32_t> dims, strides;
+  for (int k = 0; k < r; ++k) {
+    dims.push_back(isa::ValueRegister(k == static_cast<int>(a) ? len : d[k]));
+    strides.push_back(isa::ValueRegister(stride[k]));
+  }
+  CodeWriter w(code_);
+  const uint32_t view = NewObject(fb::ObjectKind::Tensor, x->dtype);
+  w.Begin(Opcode::kView);
+  w.Word(view);
+  w.Word(*xr);
+  w.Word(isa::ValueRegister(offset));
+  w.List(dims);
+  w.List(strides);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  const uint32_t bytes = NewScalar(fb::ScalarType::I64);
+  if (absl::Status s = Op(Opcode::kMulI, {bytes, row_bytes, len}); !s.ok()) return s;
+  const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
+  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok()) return s;
+  const uint32_t item = NewObject(fb::ObjectKind::Tensor, x->dtype);
+  w.Begin(Opcode::kAllocTensor);
+  w.Word(item);
+  w.Word(st);
+  w.Word(0);
+  w.Word(static_cast<uint32_t>(x->dtype));
+  w.List(dims);
+  if (absl::Status s = w.End(); !s.ok()) return s;
+  if (absl::Status s = Op(Opcode::kCopy, {item, view}); !s.ok()) return s;
+  uint32_t pushed = item;
+  if (split == nullptr && !keepdims) {
+    std::vector<uint32_t> squeezed = dims;
+    squeezed.erase(squeezed.begin() + a);
+    pushed = NewObject(fb::ObjectKind::Tensor, x->dtype);
+    w.Begin(Opcode::kReshape);
+    w.Word(pushed);
+    w.Word(item);
+    w.List(squeezed);
+    if (absl::Status s = w.End(); !s.ok()) return s;
+  }
+  if (absl::Status s = Op(Opcode::kSeqPush, {result, pushed}); !s.ok()) return s;
+  PopScope();
+  if (absl::Status s = CloseLoop(*loop); !s.ok()) return s;
+  if (list) {
+    const uint32_t ok = NewScalar(fb::ScalarType::Bool);
+    if (absl::Status s = Op(Opcode::kEqI, {ok, acc, d[a]}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kAssert, {ok, b_.String(absl::StrCat(n.Label(), ": the 'split' lengths must add up to the axis"))});
+        !s.ok()) {
+      return s;
+    }
+  }
+  reg_[out] = result;
   return absl::OkStatus();
 }
 
@@ -1361,6 +1859,10 @@ absl::Status FunctionCodegen::Finish() {
   for (const Value* v : g_.outputs) {
     absl::StatusOr<uint32_t> r = Tensor(v);
     if (!r.ok()) return r.status();
+    if (IsContainer(v)) {  // its tensors are shareable (fresh pool storage or constants)
+      rets.push_back(*r);
+      continue;
+    }
     // Compiled for a device, every output is copied: the copy lands on the host.
     if (PoolOwned(v) && (opts_.device == Device::kCPU || !v->shape)) {
       rets.push_back(*r);
@@ -1415,6 +1917,7 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
     auto p = std::make_unique<fb::ParamT>();
     p->name = in->name.empty() ? absl::StrCat("input_", reg) : in->name;
     p->dtype = static_cast<uint8_t>(in->dtype);
+    p->kind = FbKind(in->kind);
     if (!in->shape) {
       p->has_shape = false;
     } else {
@@ -1424,6 +1927,8 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
           dim->value = *c;
         } else if (SymbolicContext::IsSymbol(d)) {
           dim->symbol = d->name;
+        } else if (IsContainer(in)) {
+          dim->symbol = SymbolicContext::ToString(d);  // element dims: only constants are checked
         } else {
           return absl::InvalidArgumentError(absl::StrCat("input '", p->name, "' has a computed dim"));
         }
@@ -1435,10 +1940,11 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
   for (const Value* out : g_.outputs) {
     if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
-    fn_->object_results.emplace_back(fb::ObjectKind::Tensor, static_cast<uint8_t>(out->dtype), fb::ObjectKind::Tensor);
+    fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype), FbKind(out->elem_kind));
     auto p = std::make_unique<fb::ParamT>();
     p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
     p->dtype = static_cast<uint8_t>(out->dtype);
+    p->kind = FbKind(out->kind);
     if (!out->shape) {
       p->has_shape = false;
     } else {
@@ -1480,6 +1986,21 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
     if (info.store == Store::kArena) info.store = Store::kPool;
     function_outputs_.insert(Root(out));
   }
+  // Tensors kept in a sequence or optional outlive their arena slot: pool storage.
+  std::function<void(Graph&)> kept = [&](Graph& g) {
+    for (auto& n : g.nodes) {
+      for (auto& [name, sub] : n->subgraphs) kept(*sub);
+      if (!n->domain.empty()) continue;
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        const bool held = n->op == "SequenceConstruct" || (n->op == "SequenceInsert" && i == 1) ||
+                          (n->op == "Optional" && i == 0);
+        if (!held || n->inputs[i] == nullptr || IsContainer(n->inputs[i])) continue;
+        Info& info = info_[Root(n->inputs[i])];
+        if (info.store == Store::kArena) info.store = Store::kPool;
+      }
+    }
+  };
+  kept(g_);
   for (auto& [v, info] : info_) {
     if (info.store == Store::kLazy) info.materialize = NeedsTensor(v);
   }

@@ -23,6 +23,8 @@ bool Freshen(SymbolicContext& sym, std::vector<Dim>& shape, int since) {
 void CopyType(Value* to, const Value* from) {
   to->dtype = from->dtype;
   to->kind = from->kind;
+  to->elem_kind = from->elem_kind;
+  to->empty_sequence = from->empty_sequence;
   to->shape = from->shape;
 }
 
@@ -46,9 +48,20 @@ absl::Status InferIf(Module& m, Node& n) {
       return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ", a->TypeString(),
                                                      " in one branch and ", b->TypeString(), " in the other"));
     }
+    if (a->kind == ObjectKind::kOptional && a->elem_kind != b->elem_kind) {
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ", a->TypeString(),
+                                                     " in one branch and ", b->TypeString(), " in the other"));
+    }
     out->dtype = a->dtype;
     out->kind = a->kind;
+    out->elem_kind = a->elem_kind;
+    out->empty_sequence = a->empty_sequence && b->empty_sequence;
     out->dynamic = false;
+    if (a->kind == ObjectKind::kSequence && (a->empty_sequence || b->empty_sequence)) {
+      // An empty branch says nothing about the elements: the other decides.
+      out->shape = a->empty_sequence ? b->shape : a->shape;
+      continue;
+    }
     if (!a->shape || !b->shape || a->shape->size() != b->shape->size()) {
       out->shape.reset();
       out->dynamic = true;
@@ -107,6 +120,13 @@ absl::Status InferLoop(Module& m, Node& n) {
       if (out->dtype != in->dtype) {
         return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried value ", i, " enters as ",
                                                        in->TypeString(), " but the body makes ", out->TypeString()));
+      }
+      if (in->empty_sequence && !out->empty_sequence) {
+        // A sequence that enters empty: the body's elements decide its element shape.
+        in->empty_sequence = false;
+        in->shape = out->shape;
+        changed = true;
+        continue;
       }
       if (!in->shape) continue;
       if (!out->shape || out->shape->size() != in->shape->size()) {
@@ -168,6 +188,13 @@ absl::Status InferLoop(Module& m, Node& n) {
     if (out == nullptr) continue;
     const Value* in = body->inputs[2 + i];
     CopyType(out, in);
+    const Value* made = body->outputs[1 + i];
+    if (in->kind == ObjectKind::kOptional && made->kind == in->elem_kind) {
+      // An optional that enters the loop and a body that makes its content (ONNX converts
+      // implicitly): the result is the content (at least one iteration must run).
+      out->kind = made->kind;
+      out->elem_kind = ObjectKind::kTensor;
+    }
     out->dynamic = false;
     if (!out->shape) {
       out->dynamic = true;

@@ -7,9 +7,12 @@ namespace dynvm::compiler {
 
 std::string Value::TypeString() const {
   std::string s(DTypeName(dtype));
-  if (kind == ObjectKind::kSequence) s = absl::StrCat("seq<", s, ">");
-  if (!shape) return absl::StrCat(s, "[?]");
-  return absl::StrCat(s, ShapeToString(*shape));
+  s = shape ? absl::StrCat(s, ShapeToString(*shape)) : absl::StrCat(s, "[?]");
+  if (kind == ObjectKind::kSequence) return absl::StrCat("seq<", s, ">");
+  if (kind == ObjectKind::kOptional) {
+    return elem_kind == ObjectKind::kSequence ? absl::StrCat("opt<seq<", s, ">>") : absl::StrCat("opt<", s, ">");
+  }
+  return s;
 }
 
 Graph* Node::subgraph(absl::string_view attr) const {

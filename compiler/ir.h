@@ -32,7 +32,15 @@ class Value {
   int id = 0;
   std::string name;  // the model's name, kept for inputs and outputs
   DType dtype = DType::kF32;
+  // kTensor, or an ONNX sequence (kSequence: dtype and shape describe its elements) or
+  // optional (kOptional: elem_kind says whether it holds a tensor or a sequence; dtype and
+  // shape describe the tensor, or the sequence's elements). For sequences and optionals only
+  // the constant dims of `shape` are facts (elements may differ in the others).
   ObjectKind kind = ObjectKind::kTensor;
+  ObjectKind elem_kind = ObjectKind::kTensor;
+  // A sequence known to be empty (SequenceEmpty): `shape` says nothing yet, the first
+  // inserted tensor decides it.
+  bool empty_sequence = false;
   // nullopt: rank unknown (the producing kernel allocates it at run time).
   std::optional<std::vector<Dim>> shape;
   Node* producer = nullptr;  // null for graph inputs and constants

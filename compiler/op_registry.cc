@@ -80,6 +80,7 @@ OpRegistry& OpRegistry::Global() {
   static OpRegistry* r = [] {
     auto* reg = new OpRegistry();
     RegisterOnnxShapeFunctions(*reg);
+    RegisterSequenceShapeFunctions(*reg);
     RegisterDynvmShapeFunctions(*reg);
     return reg;
   }();

@@ -98,6 +98,8 @@ class OpRegistry {
 
 // Registers the shape functions of the ONNX operators dynvm supports (shape_functions.cc).
 void RegisterOnnxShapeFunctions(OpRegistry& registry);
+// ONNX's sequence and optional operators, and Identity of any kind (compiler/sequence_ops.cc).
+void RegisterSequenceShapeFunctions(OpRegistry& registry);
 // dynvm's own ops (compiler/dynvm_ops.cc).
 void RegisterDynvmShapeFunctions(OpRegistry& registry);
 

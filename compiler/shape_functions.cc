@@ -787,6 +787,134 @@ absl::Status ConstantOp(InferContext& c) {
 
 absl::Status Trilu(InferContext& c) { return SameAsInput(c); }
 
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: the loss per target element
+// (reduction "none") or a scalar; SoftmaxCrossEntropyLoss's log_prob has the scores' shape.
+absl::Status Loss(InferContext& c) {
+  absl::StatusOr<std::string> reduction = c.GetString("reduction", "mean");
+  if (!reduction.ok()) return reduction.status();
+  const DType dtype = c.input_dtype(0);
+  if (*reduction != "none") {
+    c.SetOutput(0, dtype, {});
+  } else if (c.input_shape(1)) {
+    c.SetOutput(0, dtype, *c.input_shape(1));
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  if (c.input_shape(0)) {
+    c.SetOutput(1, dtype, *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(1, dtype);
+  }
+  return absl::OkStatus();
+}
+
+// Pooling: [N, C, spatial...]; the spatial sizes are left to the kernel (auto_pad, ceil_mode),
+// except for the global pools (all ones).
+absl::Status Pool(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    c.SetOutputUnknown(1, DType::kI64);
+    return absl::OkStatus();
+  }
+  if (x->size() < 3) return c.Error("pooling needs an input of rank 3 or more");
+  if (c.node().op == "GlobalMaxPool" || c.node().op == "GlobalAveragePool") {
+    std::vector<Dim> dims(x->begin(), x->begin() + 2);
+    dims.resize(x->size(), c.sym().Const(1));
+    c.SetOutput(0, c.input_dtype(0), std::move(dims));
+    return absl::OkStatus();
+  }
+  c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  c.SetOutputDynamic(1, DType::kI64, static_cast<int>(x->size()));
+  return absl::OkStatus();
+}
+
+// Conv: [N, M, spatial...], the spatial sizes left to the kernel.
+absl::Status ConvOp(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  }
+  return absl::OkStatus();
+}
+
+// BatchNormalization: Y like X; running mean and variance (training mode) like the scale.
+absl::Status BatchNorm(InferContext& c) {
+  if (c.input_shape(0)) {
+    c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  }
+  for (size_t i = 1; i < 3; ++i) {
+    if (c.input_shape(1)) {
+      c.SetOutput(i, c.input_dtype(1), *c.input_shape(1));
+    } else {
+      c.SetOutputUnknown(i, c.input_dtype(1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// EyeLike: the input's shape, the 'dtype' attribute's element type (else the input's).
+absl::Status EyeLike(InferContext& c) {
+  absl::StatusOr<int64_t> t = c.GetInt("dtype", -1);
+  if (!t.ok()) return t.status();
+  DType dtype = c.input_dtype(0);
+  if (*t >= 0) {
+    std::optional<DType> d = DTypeFromOnnx(*t);
+    if (!d) return c.Error(absl::StrCat("unsupported dtype ", *t));
+    dtype = *d;
+  }
+  if (c.input_shape(0)) {
+    c.SetOutput(0, dtype, *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  return absl::OkStatus();
+}
+
+// HannWindow, HammingWindow, BlackmanWindow: 1-D of the size the input holds.
+absl::Status WindowOp(InferContext& c) {
+  absl::StatusOr<int64_t> t = c.GetInt("output_datatype", 1);
+  if (!t.ok()) return t.status();
+  std::optional<DType> d = DTypeFromOnnx(*t);
+  if (!d || *d == DType::kString) return c.Error(absl::StrCat("unsupported output_datatype ", *t));
+  c.SetOutputDynamic(0, *d, 1);
+  return absl::OkStatus();
+}
+
+// QuantizeLinear (the zero point's type, u8 without one), DequantizeLinear (the scale's type),
+// DynamicQuantizeLinear (u8, and scalar scale and zero point), Det (the batch dims).
+absl::Status QuantOp(InferContext& c) {
+  const std::string& op = c.node().op;
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (op == "Det") {
+    if (x == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+    } else if (x->size() < 2) {
+      return c.Error("Det needs a [..., M, M] input");
+    } else {
+      c.SetOutput(0, c.input_dtype(0), std::vector<Dim>(x->begin(), x->end() - 2));
+    }
+    return absl::OkStatus();
+  }
+  DType dtype = DType::kU8;
+  if (op == "QuantizeLinear" && c.has_input(2)) dtype = c.input_dtype(2);
+  if (op == "DequantizeLinear") dtype = c.input_dtype(1);
+  if (x) {
+    c.SetOutput(0, dtype, *x);
+  } else {
+    c.SetOutputUnknown(0, dtype);
+  }
+  if (op == "DynamicQuantizeLinear") {
+    c.SetOutput(1, DType::kF32, {});
+    c.SetOutput(2, DType::kU8, {});
+  }
+  return absl::OkStatus();
+}
+
 void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
@@ -855,6 +983,37 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Where", Where);
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
+  Reg(r, "NegativeLogLikelihoodLoss", Loss);
+  Reg(r, "Conv", ConvOp);
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
+  Reg(r, "Unique", [](InferContext& c) {
+    const std::vector<Dim>* x = c.input_shape(0);
+    if (c.HasAttr("axis") && x == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+    } else {
+      c.SetOutputDynamic(0, c.input_dtype(0), c.HasAttr("axis") ? static_cast<int>(x->size()) : 1);
+    }
+    for (size_t i = 1; i < 4; ++i) c.SetOutputDynamic(i, DType::kI64, 1);
+    return absl::OkStatus();
+  });
+  Reg(r, "NonMaxSuppression", [](InferContext& c) {
+    c.SetOutput(0, DType::kI64, {c.sym().Fresh("selected"), c.sym().Const(3)});
+    c.node().outputs[0]->dynamic = true;
+    return absl::OkStatus();
+  });
+  for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
+  Reg(r, "Resize", ConvOp);
+  Reg(r, "ConvTranspose", ConvOp);
+  Reg(r, "ConvInteger", [](InferContext& c) {
+    absl::Status s = ConvOp(c);
+    if (c.has_output(0)) c.node().outputs[0]->dtype = DType::kI32;
+    return s;
+  });  // the input's rank; sizes from the kernel
+  Reg(r, "BatchNormalization", BatchNorm);
+  Reg(r, "EyeLike", EyeLike);
+  for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"}) Reg(r, op, Pool);
+  Reg(r, "SoftmaxCrossEntropyLoss", Loss);
   Reg(r, "ScatterND", SameAsInput);
   Reg(r, "ScatterElements", SameAsInput);
   Reg(r, "LSTM", [](InferContext& c) { return Rnn(c, 4, true); });

@@ -28,9 +28,12 @@
 // own share per loop iteration (docs/profiling.md). With --repeat, only the timed runs are
 // profiled (the first run warms up).
 //
-// Prints one line per output, `NAME DTYPE [DIMS]` (a scalar is `[]`), and with --output-dir
-// writes DIR/NAME.npy for each. An .npy file whose data can be used in place is bound without a
-// copy (SetInputZeroCopy); bf16 inputs travel as '<u2' files and are reinterpreted. An output
+// Prints one line per output, `NAME DTYPE [DIMS]` (a scalar is `[]`; a sequence output is
+// `NAME sequence of N: DTYPE[DIMS] ...`, an optional `NAME optional ...` or `NAME optional:
+// empty`), and with --output-dir writes DIR/NAME.npy for each tensor (DIR/NAME_K.npy for
+// element K of a sequence). Sequence and optional inputs cannot be bound from the command
+// line. An .npy file whose data can be used in place is bound without a copy
+// (SetInputZeroCopy); bf16 inputs travel as '<u2' files and are reinterpreted. A tensor output
 // whose shape is known from its signature and the inputs' dims gets its DIR/NAME.npy created
 // and mapped before the run and bound with SetOutputBuffer, so the program writes the file in
 // place (or copies into it once at return); the others are written after the run. --stats
@@ -395,26 +398,79 @@ std::vector<bool> MapOutputFiles(const std::string& dir, const FunctionInfo& inf
   return mapped;
 }
 
-absl::Status WriteOutputs(const std::string& dir, const FunctionInfo& info,
-                          const std::vector<Tensor>& outputs, const std::vector<bool>& mapped = {}) {
+// Every tensor of a run's outputs, on the host, with a name each: a tensor output is NAME, the
+// elements of a sequence output (or of an optional holding one) NAME_0, NAME_1, ..., the
+// tensor of an optional NAME (nothing when it is empty). `lines` describes each output.
+struct HostOutputs {
+  std::vector<std::string> names;
+  std::vector<Tensor> tensors;
+  std::vector<std::string> lines;
+  std::vector<size_t> output_index;  // per tensor: the output it belongs to
+};
+
+absl::StatusOr<HostOutputs> CollectOutputs(const VirtualMachine& vm, const FunctionInfo& info) {
+  HostOutputs h;
+  size_t current = 0;
+  auto add = [&](const std::string& name, const Tensor& t) -> absl::Status {
+    absl::StatusOr<Tensor> host = vm.ToHost(t);
+    if (!host.ok()) return host.status();
+    h.output_index.push_back(current);
+    h.names.push_back(name);
+    h.tensors.push_back(*std::move(host));
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < info.outputs.size(); ++i) {
+    current = i;
+    const std::string& name = info.outputs[i].name;
+    absl::StatusOr<ObjectValue> v = vm.GetOutputValue(static_cast<int>(i), info.name);
+    if (!v.ok()) return v.status();
+    if (v->kind == ObjectKind::kTensor) {
+      if (absl::Status s = add(name, v->tensor); !s.ok()) return s;
+      h.lines.push_back(absl::StrCat(name, " ", DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString()));
+      continue;
+    }
+    if (v->kind == ObjectKind::kOptional && !v->has_value) {
+      h.lines.push_back(absl::StrCat(name, " optional: empty"));
+      continue;
+    }
+    const bool seq = v->kind == ObjectKind::kSequence || v->elem_kind == ObjectKind::kSequence;
+    std::string line = absl::StrCat(name, v->kind == ObjectKind::kOptional ? " optional " : " ");
+    if (!seq) {
+      if (absl::Status s = add(name, v->tensor); !s.ok()) return s;
+      absl::StrAppend(&line, DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString());
+    } else {
+      absl::StrAppend(&line, "sequence of ", v->sequence.size(), v->sequence.empty() ? "" : ":");
+      for (size_t k = 0; k < v->sequence.size(); ++k) {
+        if (absl::Status s = add(absl::StrCat(name, "_", k), v->sequence[k]); !s.ok()) return s;
+        absl::StrAppend(&line, " ", DTypeName(v->sequence[k].dtype()), v->sequence[k].ShapeString());
+      }
+    }
+    h.lines.push_back(std::move(line));
+  }
+  return h;
+}
+
+// `mapped[k]`: output k was written by the run into its mapped file.
+absl::Status WriteOutputs(const std::string& dir, const HostOutputs& outputs,
+                          const std::vector<bool>& mapped = {}) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create directory ", dir, ": ", ec.message()));
   std::set<std::string> used;
-  for (size_t i = 0; i < outputs.size() && i < info.outputs.size(); ++i) {
-    if (!outputs[i].defined()) continue;
-    const std::string file = SafeFileName(info.outputs[i].name);
+  for (size_t i = 0; i < outputs.tensors.size(); ++i) {
+    const std::string file = SafeFileName(outputs.names[i]);
     if (!used.insert(file).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("two outputs would both be written to ", file, ".npy"));
     }
-    if (i < mapped.size() && mapped[i]) continue;  // the run wrote it into its mapped file
+    const size_t k = outputs.output_index[i];
+    if (k < mapped.size() && mapped[k]) continue;  // the run wrote it into its mapped file
     const std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
-    if (absl::Status s = npy::SaveNpy(path, outputs[i]); !s.ok()) {
+    if (absl::Status s = npy::SaveNpy(path, outputs.tensors[i]); !s.ok()) {
       return absl::Status(s.code(),
-                          absl::StrCat("output '", info.outputs[i].name, "': ", s.message()));
+                          absl::StrCat("output '", outputs.names[i], "': ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -578,24 +634,12 @@ int Main(int argc, char** argv) {
     times_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
   }
 
-  absl::StatusOr<std::vector<Tensor>> outputs = (*vm)->GetOutputs(info.name);
+  // Outputs the program left on the device are copied to the host.
+  absl::StatusOr<HostOutputs> outputs = CollectOutputs(**vm, info);
   if (!outputs.ok()) return cli::ReportError(kProgram, outputs.status());
-  for (Tensor& t : *outputs) {  // outputs the program left on the device
-    absl::StatusOr<Tensor> host = (*vm)->ToHost(t);
-    if (!host.ok()) return cli::ReportError(kProgram, host.status());
-    t = *std::move(host);
-  }
-  for (size_t i = 0; i < outputs->size() && i < info.outputs.size(); ++i) {
-    const Tensor& t = (*outputs)[i];
-    if (t.defined()) {
-      std::printf("%s %s %s\n", info.outputs[i].name.c_str(),
-                  std::string(DTypeName(t.dtype())).c_str(), t.ShapeString().c_str());
-    } else {
-      std::printf("%s (not a tensor)\n", info.outputs[i].name.c_str());
-    }
-  }
+  for (const std::string& line : outputs->lines) std::printf("%s\n", line.c_str());
   if (!f.output_dir.empty()) {
-    if (absl::Status s = WriteOutputs(f.output_dir, info, *outputs, mapped); !s.ok())
+    if (absl::Status s = WriteOutputs(f.output_dir, *outputs, mapped); !s.ok())
       return cli::ReportError(kProgram, s);
   }
   if (!times_ms.empty()) {
@@ -637,16 +681,12 @@ int Main(int argc, char** argv) {
     bool all_ok = true;
     for (int i = 0; i < n; ++i) {
       if (!status[i].ok()) return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
-      absl::StatusOr<std::vector<Tensor>> outs = vms[i]->GetOutputs(info.name);
-      if (outs.ok()) {
-        for (Tensor& t : *outs) {
-          absl::StatusOr<Tensor> host = vms[i]->ToHost(t);
-          if (!host.ok()) return cli::ReportError(kProgram, host.status());
-          t = *std::move(host);
-        }
+      absl::StatusOr<HostOutputs> outs = CollectOutputs(*vms[i], info);
+      if (!outs.ok()) return cli::ReportError(kProgram, outs.status());
+      bool same = outs->tensors.size() == outputs->tensors.size();
+      for (size_t k = 0; same && k < outs->tensors.size(); ++k) {
+        same = SameBytes(outs->tensors[k], outputs->tensors[k]);
       }
-      bool same = outs.ok() && outs->size() == outputs->size();
-      for (size_t k = 0; same && k < outs->size(); ++k) same = SameBytes((*outs)[k], (*outputs)[k]);
       std::printf("instance %d: %s\n", i, same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
       all_ok &= same;
     }

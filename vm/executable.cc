@@ -420,6 +420,14 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
       e.info.is_entry = true;
       if (sig->inputs()) for (const fb::Param* p : *sig->inputs()) e.info.inputs.push_back(ConvertParam(*p));
       if (sig->outputs()) for (const fb::Param* p : *sig->outputs()) e.info.outputs.push_back(ConvertParam(*p));
+      // An optional's content kind is its register's (the verifier checks the signature's
+      // kinds and dtypes against the registers).
+      for (size_t k = 0; k < e.info.inputs.size() && f->object_types() && k < f->object_types()->size(); ++k) {
+        e.info.inputs[k].elem_kind = static_cast<ObjectKind>(f->object_types()->Get(k)->elem_kind());
+      }
+      for (size_t k = 0; k < e.info.outputs.size() && f->object_results() && k < f->object_results()->size(); ++k) {
+        e.info.outputs[k].elem_kind = static_cast<ObjectKind>(f->object_results()->Get(k)->elem_kind());
+      }
     }
     if (f->bounds()) {
       for (const fb::SymbolBound* b : *f->bounds()) e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());

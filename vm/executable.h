@@ -76,7 +76,11 @@ struct DimInfo {
 struct ParamInfo {
   std::string name;
   DType dtype = DType::kF32;
-  ObjectKind kind = ObjectKind::kTensor;
+  ObjectKind kind = ObjectKind::kTensor;      // kTensor, kSequence or kOptional
+  ObjectKind elem_kind = ObjectKind::kTensor;  // an optional's content: kTensor or kSequence
+  // For a tensor: its shape. For a sequence (or an optional), the shape of its elements
+  // (contents): every element is checked for the rank and the fixed dims; symbols are not
+  // unified across elements.
   bool has_shape = true;
   std::vector<DimInfo> shape;
 };

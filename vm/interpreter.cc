@@ -218,7 +218,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       for (uint32_t k = 0; k < sres[0]; ++k) ret.frame->s[ret.scalars[1 + k]] = S(sres[1 + k]);
     } else {
       ret.outputs->resize(ores[0]);
-      for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]).t;
+      for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]);
       if (run_output_buffers != nullptr) CHECK_OK(FillOutputBuffers(fn.info, *ret.outputs));
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();

@@ -37,6 +37,7 @@ absl::Status VirtualMachine::Impl::Init() {
   }
   const int nf = exe->num_functions();
   inputs.resize(nf);
+  inputs_bound.resize(nf);
   outputs.resize(nf);
   output_buffers.resize(nf);
   outputs_valid.assign(nf, false);
@@ -44,6 +45,7 @@ absl::Status VirtualMachine::Impl::Init() {
   for (int i = 0; i < nf; ++i) {
     const Executable::FunctionEntry& f = exe->function_entry(i);
     inputs[i].resize(f.num_object_params);
+    inputs_bound[i].assign(f.num_object_params, false);
     sites[i].resize(f.num_sites);
   }
   in_buf.resize(exe->max_invoke_arity());
@@ -206,12 +208,32 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   outputs[function].clear();
   SymbolValues symbols;
   for (size_t i = 0; i < f.info.inputs.size(); ++i) {
-    const Tensor& t = inputs[function][i];
-    if (!t.defined()) {
-      return absl::FailedPreconditionError(absl::StrCat("input '", f.info.inputs[i].name, "' of function '",
+    const ParamInfo& p = f.info.inputs[i];
+    if (!inputs_bound[function][i]) {
+      return absl::FailedPreconditionError(absl::StrCat("input '", p.name, "' of function '",
                                                         f.info.name, "' is not set"));
     }
-    if (absl::Status s = CheckShape(f.info.inputs[i], t, symbols, f.info.bounds); !s.ok()) return s;
+    const Object& o = inputs[function][i];
+    if (p.kind == ObjectKind::kTensor) {
+      if (absl::Status s = CheckShape(p, o.t, symbols, f.info.bounds); !s.ok()) return s;
+      continue;
+    }
+    // Sequence and optional contents: rank and fixed dims only (elements may differ).
+    SymbolValues own;
+    auto check = [&](const Tensor& t) {
+      own.clear();
+      return CheckShape(p, t, own, {});
+    };
+    const bool seq = p.kind == ObjectKind::kSequence ||
+                     (p.kind == ObjectKind::kOptional && p.elem_kind == ObjectKind::kSequence);
+    if (p.kind == ObjectKind::kOptional && !o.has) continue;
+    if (seq) {
+      for (const Tensor& t : o.seq->items) {
+        if (absl::Status s = check(t); !s.ok()) return s;
+      }
+    } else if (absl::Status s = check(o.t); !s.ok()) {
+      return s;
+    }
   }
   cancel = run.cancel;
   deadline = run.deadline;
@@ -219,7 +241,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   iterations_left = options.max_loop_iterations;
   if (absl::Status s = CheckInterrupts(); !s.ok()) return s;
   Frame& frame = FrameAt(0, f);
-  for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i].t = inputs[function][i];
+  for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i] = inputs[function][i];
   run_output_buffers = output_buffers[function].empty() ? nullptr : &output_buffers[function];
   last_output_copies = 0;
   ReturnTarget target;
@@ -358,7 +380,10 @@ absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::stri
   absl::StatusOr<Tensor> copy = Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool);
   if (!copy.ok()) return copy.status();
   if (absl::Status s = ops::Copy(value, *copy); !s.ok()) return s;
-  impl_->inputs[*f][index] = *std::move(copy);
+  Object& o = impl_->inputs[*f][index];
+  o.Clear();
+  o.t = *std::move(copy);
+  impl_->inputs_bound[*f][index] = true;
   return absl::OkStatus();
 }
 
@@ -372,7 +397,10 @@ absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tens
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "': data is not aligned to its ",
                                                    DTypeSize(value.dtype()), "-byte elements; use SetInput to copy"));
   }
-  impl_->inputs[*f][*index] = value;
+  Object& o = impl_->inputs[*f][*index];
+  o.Clear();
+  o.t = value;
+  impl_->inputs_bound[*f][*index] = true;
   return absl::OkStatus();
 }
 
@@ -437,11 +465,11 @@ const Tensor* VirtualMachine::Impl::OutputBufferAt(const Executable::FunctionEnt
   return b.defined() ? &b : nullptr;
 }
 
-absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info, std::vector<Tensor>& outs) {
+absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outs) {
   const std::vector<Tensor>& bufs = *run_output_buffers;
   for (size_t k = 0; k < outs.size() && k < bufs.size(); ++k) {
-    if (!bufs[k].defined() || !outs[k].defined()) continue;
-    Tensor& out = outs[k];
+    if (!bufs[k].defined() || !outs[k].t.defined()) continue;
+    Tensor& out = outs[k].t;
     if (out.raw_data() == bufs[k].raw_data() && out.dims() == bufs[k].dims() && out.dtype() == bufs[k].dtype() &&
         out.is_contiguous()) {
       out = bufs[k];  // written in place
@@ -471,16 +499,174 @@ absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(absl::string_view
   if (!impl_->outputs_valid[*f]) {
     return absl::FailedPreconditionError(absl::StrCat("function '", exe_->function(*f).name, "' has no outputs: it has not run successfully"));
   }
-  return impl_->outputs[*f];
+  std::vector<Tensor> tensors;
+  const FunctionInfo& info = exe_->function(*f);
+  for (size_t i = 0; i < impl_->outputs[*f].size(); ++i) {
+    if (i < info.outputs.size() && info.outputs[i].kind != ObjectKind::kTensor) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[i].name, "' of function '", info.name,
+                                                     "' is not a tensor; use GetOutputValue"));
+    }
+    tensors.push_back(impl_->outputs[*f][i].t);
+  }
+  return tensors;
 }
 
 absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, absl::string_view function) const {
-  absl::StatusOr<std::vector<Tensor>> outs = GetOutputs(function);
-  if (!outs.ok()) return outs.status();
-  if (index < 0 || index >= static_cast<int>(outs->size())) {
-    return absl::OutOfRangeError(absl::StrCat("output index ", index, " out of range (", outs->size(), " outputs)"));
+  absl::StatusOr<ObjectValue> v = GetOutputValue(index, function);
+  if (!v.ok()) return v.status();
+  if (v->kind != ObjectKind::kTensor) {
+    return absl::InvalidArgumentError(absl::StrCat("output ", index, " is not a tensor (", v->DebugString(),
+                                                   "); use GetOutputValue"));
   }
-  return (*outs)[index];
+  return v->tensor;
+}
+
+absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  const FunctionInfo& info = exe_->function(*f);
+  if (!impl_->outputs_valid[*f]) {
+    return absl::FailedPreconditionError(absl::StrCat("function '", info.name, "' has no outputs: it has not run successfully"));
+  }
+  const std::vector<Object>& outs = impl_->outputs[*f];
+  if (index < 0 || index >= static_cast<int>(outs.size()) || index >= static_cast<int>(info.outputs.size())) {
+    return absl::OutOfRangeError(absl::StrCat("output index ", index, " out of range (", outs.size(), " outputs)"));
+  }
+  const ParamInfo& p = info.outputs[index];
+  const Object& o = outs[index];
+  ObjectValue v;
+  v.kind = p.kind;
+  v.elem_kind = p.elem_kind;
+  const bool seq = p.kind == ObjectKind::kSequence ||
+                   (p.kind == ObjectKind::kOptional && p.elem_kind == ObjectKind::kSequence);
+  if (p.kind == ObjectKind::kOptional) v.has_value = o.has;
+  if (p.kind == ObjectKind::kOptional && !o.has) return v;
+  if (seq) {
+    if (o.seq) v.sequence = o.seq->items;
+  } else {
+    v.tensor = o.t;
+  }
+  return v;
+}
+
+absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view name, absl::string_view function) const {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<int> index = FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
+  if (!index.ok()) return index.status();
+  return GetOutputValue(*index, function);
+}
+
+absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectValue& value, absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  if (!index.ok()) return index.status();
+  return SetInputValue(*index, value, function);
+}
+
+absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value, absl::string_view function) {
+  absl::StatusOr<int> f = exe_->FindFunction(function);
+  if (!f.ok()) return f.status();
+  const FunctionInfo& info = exe_->function(*f);
+  if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
+    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '", info.name,
+                                              "' has ", info.inputs.size(), " inputs"));
+  }
+  const ParamInfo& p = info.inputs[index];
+  if (p.kind == ObjectKind::kTensor) {
+    if (value.kind != ObjectKind::kTensor) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' is a tensor, got ", value.DebugString()));
+    }
+    return SetInput(index, value.tensor, function);
+  }
+  if (value.kind != p.kind || (p.kind == ObjectKind::kOptional && value.elem_kind != p.elem_kind)) {
+    const char* want = p.kind == ObjectKind::kSequence ? "a sequence"
+                       : p.elem_kind == ObjectKind::kSequence ? "an optional sequence" : "an optional tensor";
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' of function '", info.name, "' is ", want,
+                                                   ", got ", value.DebugString()));
+  }
+  auto copy = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
+    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
+    if (t.dtype() != p.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' holds ", DTypeName(p.dtype),
+                                                     " tensors, got ", t.DebugString()));
+    }
+    if (t.device() != Device::kCPU) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
+    }
+    absl::StatusOr<Tensor> c = Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool);
+    if (!c.ok()) return c.status();
+    if (absl::Status s = ops::Copy(t, *c); !s.ok()) return s;
+    return c;
+  };
+  Object o;
+  const bool seq = p.kind == ObjectKind::kSequence || p.elem_kind == ObjectKind::kSequence;
+  if (p.kind == ObjectKind::kOptional) o.has = value.has_value;
+  if (p.kind == ObjectKind::kSequence || o.has) {
+    if (seq) {
+      o.seq = std::make_shared<Sequence>();
+      for (const Tensor& t : value.sequence) {
+        absl::StatusOr<Tensor> c = copy(t);
+        if (!c.ok()) return c.status();
+        o.seq->items.push_back(*std::move(c));
+      }
+    } else {
+      absl::StatusOr<Tensor> c = copy(value.tensor);
+      if (!c.ok()) return c.status();
+      o.t = *std::move(c);
+    }
+  }
+  impl_->inputs[*f][index] = std::move(o);
+  impl_->inputs_bound[*f][index] = true;
+  return absl::OkStatus();
+}
+
+ObjectValue ObjectValue::OfTensor(Tensor t) {
+  ObjectValue v;
+  v.tensor = std::move(t);
+  return v;
+}
+
+ObjectValue ObjectValue::OfSequence(std::vector<Tensor> items) {
+  ObjectValue v;
+  v.kind = ObjectKind::kSequence;
+  v.sequence = std::move(items);
+  return v;
+}
+
+ObjectValue ObjectValue::EmptyOptional(ObjectKind elem_kind) {
+  ObjectValue v;
+  v.kind = ObjectKind::kOptional;
+  v.elem_kind = elem_kind;
+  v.has_value = false;
+  return v;
+}
+
+ObjectValue ObjectValue::Some(ObjectValue inner) {
+  ObjectValue v;
+  v.kind = ObjectKind::kOptional;
+  v.elem_kind = inner.kind == ObjectKind::kSequence ? ObjectKind::kSequence : ObjectKind::kTensor;
+  v.tensor = std::move(inner.tensor);
+  v.sequence = std::move(inner.sequence);
+  return v;
+}
+
+std::string ObjectValue::DebugString() const {
+  auto seq = [](const std::vector<Tensor>& items) {
+    std::string s = "sequence[";
+    for (size_t i = 0; i < items.size(); ++i) absl::StrAppend(&s, i ? ", " : "", items[i].DebugString());
+    return absl::StrCat(s, "]");
+  };
+  switch (kind) {
+    case ObjectKind::kSequence:
+      return seq(sequence);
+    case ObjectKind::kOptional:
+      if (!has_value) return elem_kind == ObjectKind::kSequence ? "optional<sequence>(none)" : "optional<tensor>(none)";
+      return absl::StrCat("optional(", elem_kind == ObjectKind::kSequence ? seq(sequence) : tensor.DebugString(), ")");
+    default:
+      return tensor.defined() ? tensor.DebugString() : "tensor(empty)";
+  }
 }
 
 absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::string_view function) const {

@@ -84,6 +84,24 @@ struct RunOptions {
   Profiler* profiler = nullptr;
 };
 
+// An input or output that is not a plain tensor: an ONNX sequence (a list of tensors, which
+// may differ in shape) or optional (empty, or holding a tensor or a sequence). Plain tensors
+// can be passed this way too (kind kTensor).
+struct ObjectValue {
+  ObjectKind kind = ObjectKind::kTensor;       // kTensor, kSequence or kOptional
+  ObjectKind elem_kind = ObjectKind::kTensor;  // kOptional: what it holds (kTensor or kSequence)
+  bool has_value = true;                       // kOptional: false when empty
+  Tensor tensor;                               // kTensor, or an optional holding a tensor
+  std::vector<Tensor> sequence;                // kSequence, or an optional holding a sequence
+
+  static ObjectValue OfTensor(Tensor t);
+  static ObjectValue OfSequence(std::vector<Tensor> items);
+  static ObjectValue EmptyOptional(ObjectKind elem_kind);
+  // An optional holding `v` (a tensor or a sequence).
+  static ObjectValue Some(ObjectValue v);
+  std::string DebugString() const;
+};
+
 class VirtualMachine {
  public:
   static absl::StatusOr<std::unique_ptr<VirtualMachine>> Create(
@@ -115,6 +133,12 @@ class VirtualMachine {
   // Misaligned data is an error, never a silent copy.
   absl::Status SetInputZeroCopy(absl::string_view name, const Tensor& value,
                                 absl::string_view function = "");
+  // Binds an input of any kind (a sequence or optional input needs this form), copying each
+  // tensor. The kind (and an optional's content kind) and the dtype must match the
+  // signature; element ranks and fixed dims are checked at Run.
+  absl::Status SetInputValue(absl::string_view name, const ObjectValue& value,
+                             absl::string_view function = "");
+  absl::Status SetInputValue(int index, const ObjectValue& value, absl::string_view function = "");
 
   // Binds a caller-owned buffer to output `name` of `function`: after every successful Run the
   // output is in the buffer, and GetOutput returns a tensor over it. When the program makes
@@ -142,7 +166,12 @@ class VirtualMachine {
   absl::StatusOr<Tensor> GetOutput(absl::string_view name, absl::string_view function = "") const;
   absl::StatusOr<Tensor> GetOutput(int index, absl::string_view function = "") const;
   // The outputs of the last run of `function`, in signature order, if that run succeeded.
+  // GetOutput and GetOutputs return tensors: InvalidArgument for a sequence or optional output
+  // (use GetOutputValue).
   absl::StatusOr<std::vector<Tensor>> GetOutputs(absl::string_view function = "") const;
+  // An output of any kind (ParamInfo::kind in executable().function(i).outputs says which).
+  absl::StatusOr<ObjectValue> GetOutputValue(absl::string_view name, absl::string_view function = "") const;
+  absl::StatusOr<ObjectValue> GetOutputValue(int index, absl::string_view function = "") const;
 
   // Pool statistics (bytes in use, peak, calls into the system allocator).
   AllocatorStats memory_stats() const;

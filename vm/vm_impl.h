@@ -52,7 +52,7 @@ struct ReturnTarget {
   Frame* frame = nullptr;            // null: the entry function's outputs
   const uint32_t* objects = nullptr;  // a list: count then registers
   const uint32_t* scalars = nullptr;
-  std::vector<Tensor>* outputs = nullptr;
+  std::vector<Object>* outputs = nullptr;
 };
 
 class VirtualMachine::Impl {
@@ -77,8 +77,9 @@ class VirtualMachine::Impl {
   std::vector<Tensor> device_in_buf;  // device views of constant inputs of a device invoke
   StorageRef const_storage;
   std::vector<Tensor> constants;                   // one read-only view per constant
-  std::vector<std::vector<Tensor>> inputs;         // per function
-  std::vector<std::vector<Tensor>> outputs;        // per function, from the last good run
+  std::vector<std::vector<Object>> inputs;         // per function; `bound` per input below
+  std::vector<std::vector<bool>> inputs_bound;
+  std::vector<std::vector<Object>> outputs;        // per function, from the last good run
   std::vector<bool> outputs_valid;
   // Caller buffers bound to outputs (SetOutputBuffer), per function; empty when none.
   std::vector<std::vector<Tensor>> output_buffers;
@@ -141,7 +142,7 @@ class VirtualMachine::Impl {
   const Tensor* OutputBufferAt(const Executable::FunctionEntry& f, uint32_t pc) const;
   // At the entry function's ret: puts each output that has a bound buffer into it (a copy
   // unless the program wrote it in place) and returns the buffer as the output.
-  absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Tensor>& outputs);
+  absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outputs);
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
   absl::Status CheckInterrupts() const;
 };

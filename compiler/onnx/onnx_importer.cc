@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/onnx/libonnx_bridge.h"
 #include "compiler/onnx/model_checker.h"
@@ -47,6 +48,7 @@ AttrType TypeOf(const pb::AttributeProto& a) {
   if (a.has_s()) return pb::AttributeProto::STRING;
   if (a.has_t()) return pb::AttributeProto::TENSOR;
   if (a.has_g()) return pb::AttributeProto::GRAPH;
+  if (a.has_tp()) return pb::AttributeProto::TYPE_PROTO;
   if (a.floats_size() > 0) return pb::AttributeProto::FLOATS;
   if (a.ints_size() > 0) return pb::AttributeProto::INTS;
   if (a.strings_size() > 0) return pb::AttributeProto::STRINGS;
@@ -54,6 +56,15 @@ AttrType TypeOf(const pb::AttributeProto& a) {
 }
 
 bool IsControlFlow(absl::string_view op) { return op == "If" || op == "Loop" || op == "Scan"; }
+
+// The type of a value: a tensor, or a sequence of tensors, or an optional of either.
+struct ValueType {
+  ObjectKind kind = ObjectKind::kTensor;
+  ObjectKind elem_kind = ObjectKind::kTensor;
+  DType dtype = DType::kF32;
+  bool has_dtype = false;
+  std::optional<std::vector<Dim>> shape;
+};
 
 class Importer {
  public:
@@ -68,11 +79,17 @@ class Importer {
   // `adapted`: a node of an opset before 7 rewritten to its opset-7 form by ImportLegacyNode.
   absl::Status ImportNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
                           const std::string& where, bool adapted = false);
+  // SequenceMap as a Loop over the first sequence's length: SequenceAt of each sequence input,
+  // the body, and SequenceInsert of each result into a Loop-carried sequence.
+  absl::Status ImportSequenceMap(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
+                                 const std::string& label);
   absl::Status ImportLegacyNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
                                 const std::string& where);
   absl::Status CheckOnnxNode(const pb::NodeProto& n, const std::string& label, bool adapted) const;
   // The rank of `name` where the model declares it (an input, a value_info, a constant).
   std::optional<int> DeclaredRank(const std::string& name, const Scope& scope) const;
+  absl::StatusOr<ValueType> ParseType(const pb::TypeProto& type, const std::string& label,
+                                             const std::string& name, int depth);
   absl::StatusOr<Value*> ImportConstant(const pb::NodeProto& n, const std::string& label);
   absl::StatusOr<Tensor> ReadTensor(const pb::TensorProto& t, const std::string& label);
   absl::StatusOr<Value*> ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
@@ -83,6 +100,7 @@ class Importer {
   Module* m_ = nullptr;
   int64_t opset_ = 0;
   absl::flat_hash_map<std::string, int> declared_rank_;  // from value_info and outputs
+  absl::flat_hash_set<std::string> declared_sequence_;  // values declared sequence-typed
   int synthetic_ = 0;
 };
 
@@ -99,48 +117,84 @@ absl::StatusOr<Tensor> Importer::ReadTensor(const pb::TensorProto& t, const std:
   return r;
 }
 
+absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const std::string& label,
+                                              const std::string& name, int depth) {
+  ValueType vt;
+  switch (type.value_case()) {
+    case pb::TypeProto::kTensorType:
+      break;
+    case pb::TypeProto::kSequenceType: {
+      if (!type.sequence_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "a sequence type without an element type"));
+      const pb::TypeProto& elem = type.sequence_type().elem_type();
+      if (elem.value_case() != pb::TypeProto::kTensorType) {
+        return absl::UnimplementedError(Join(label, "only sequences of tensors are supported"));
+      }
+      absl::StatusOr<ValueType> e = ParseType(elem, label, name, depth + 1);
+      if (!e.ok()) return e.status();
+      e->kind = ObjectKind::kSequence;
+      return e;
+    }
+    case pb::TypeProto::kOptionalType: {
+      if (depth > 0) return absl::UnimplementedError(Join(label, "optionals inside other types are not supported"));
+      if (!type.optional_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "an optional type without an element type"));
+      absl::StatusOr<ValueType> e = ParseType(type.optional_type().elem_type(), label, name, depth + 1);
+      if (!e.ok()) return e.status();
+      e->elem_kind = e->kind;
+      e->kind = ObjectKind::kOptional;
+      return e;
+    }
+    default:
+      return absl::UnimplementedError(
+          Join(label, "only tensors, sequences of tensors and optionals are supported (not maps or sparse tensors)"));
+  }
+  if (type.value_case() != pb::TypeProto::kTensorType) {
+    return absl::UnimplementedError(Join(label, "nested sequences are not supported"));
+  }
+  const pb::TypeProto::Tensor& tt = type.tensor_type();
+  if (tt.has_elem_type() && tt.elem_type() != pb::TensorProto::UNDEFINED) {
+    absl::StatusOr<DType> d = DTypeOfElemType(tt.elem_type());
+    if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
+    vt.dtype = *d;
+    vt.has_dtype = true;
+  }
+  if (tt.has_shape()) {
+    if (tt.shape().dim_size() > Tensor::kMaxRank) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("has rank ", tt.shape().dim_size(), "; at most ",
+                                   Tensor::kMaxRank, " is supported")));
+    }
+    std::vector<Dim> dims;
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
+      if (d.value_case() == pb::TensorShapeProto::Dimension::kDimValue) {
+        dims.push_back(m_->sym().Const(d.dim_value()));
+      } else if (depth == 0 && d.value_case() == pb::TensorShapeProto::Dimension::kDimParam &&
+                 !d.dim_param().empty()) {
+        dims.push_back(m_->sym().Symbol(d.dim_param()));
+      } else {
+        // Elements of sequences and optionals: a named dim is not shared between them.
+        dims.push_back(m_->sym().Fresh(absl::StrCat(name, "_dim", i)));
+      }
+    }
+    vt.shape = std::move(dims);
+  }
+  return vt;
+}
+
 absl::StatusOr<Value*> Importer::ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
                                              const std::string& where) {
   const std::string label = Join(where, absl::StrCat("input '", v.name(), "'"));
-  DType dtype = DType::kF32;
-  std::optional<std::vector<Dim>> shape;
-  const bool has_tensor_type = v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType;
-  if (v.has_type() && !has_tensor_type) {
-    return absl::UnimplementedError(
-        Join(label, "only tensor inputs are supported (not sequences, maps or optionals)"));
+  if (top && !v.has_type()) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
+  ValueType vt;
+  if (v.has_type()) {
+    absl::StatusOr<ValueType> t = ParseType(v.type(), label, v.name(), 0);
+    if (!t.ok()) return t.status();
+    vt = *std::move(t);
+    if (top && !vt.has_dtype) return absl::InvalidArgumentError(Join(label, "has no element type"));
   }
-  if (top && !has_tensor_type) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
-  if (has_tensor_type) {
-    const pb::TypeProto::Tensor& tt = v.type().tensor_type();
-    if (tt.has_elem_type() && tt.elem_type() != pb::TensorProto::UNDEFINED) {
-      absl::StatusOr<DType> d = DTypeOfElemType(tt.elem_type());
-      if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
-      dtype = *d;
-    } else if (top) {
-      return absl::InvalidArgumentError(Join(label, "has no element type"));
-    }
-    if (tt.has_shape()) {
-      if (tt.shape().dim_size() > Tensor::kMaxRank) {
-        return absl::UnimplementedError(
-            Join(label, absl::StrCat("has rank ", tt.shape().dim_size(), "; at most ",
-                                     Tensor::kMaxRank, " is supported")));
-      }
-      std::vector<Dim> dims;
-      for (int i = 0; i < tt.shape().dim_size(); ++i) {
-        const pb::TensorShapeProto::Dimension& d = tt.shape().dim(i);
-        if (d.value_case() == pb::TensorShapeProto::Dimension::kDimValue) {
-          dims.push_back(m_->sym().Const(d.dim_value()));
-        } else if (d.value_case() == pb::TensorShapeProto::Dimension::kDimParam &&
-                   !d.dim_param().empty()) {
-          dims.push_back(m_->sym().Symbol(d.dim_param()));
-        } else {
-          dims.push_back(m_->sym().Fresh(absl::StrCat(v.name(), "_dim", i)));
-        }
-      }
-      shape = std::move(dims);
-    }
-  }
-  Value* value = m_->NewValue(dtype, std::move(shape), graph, v.name());
+  Value* value = m_->NewValue(vt.dtype, std::move(vt.shape), graph, v.name());
+  value->kind = vt.kind;
+  value->elem_kind = vt.elem_kind;
   graph->inputs.push_back(value);
   return value;
 }
@@ -335,6 +389,9 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
       return ImportLegacyNode(n, index, graph, scope, where);
     return s;
   }
+  if (domain.empty() && n.op_type() == "SequenceMap") {
+    return ImportSequenceMap(n, index, graph, scope, label);
+  }
   if (domain.empty() && n.op_type() == "Constant") {
     absl::StatusOr<Value*> c = ImportConstant(n, label);
     if (!c.ok()) return c.status();
@@ -401,6 +458,20 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
         v.tensor = *std::move(t);
         break;
       }
+      case pb::AttributeProto::TYPE_PROTO: {
+        // Optional's 'type' (the only TYPE_PROTO attribute the operator table admits): kept
+        // as the content kind and element type.
+        absl::StatusOr<ValueType> t = ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")), a.name(), 1);
+        if (!t.ok()) return t.status();
+        AttrValue kind;
+        kind.type = AttrValue::Type::kInt;
+        kind.i = static_cast<int64_t>(t->kind);
+        np->attrs["elem_kind"] = kind;
+        v.type = AttrValue::Type::kInt;
+        v.i = OnnxFromDType(t->dtype);
+        np->attrs["dtype"] = v;
+        continue;
+      }
       case pb::AttributeProto::GRAPH:
         if (!control_flow) {
           return absl::UnimplementedError(
@@ -425,6 +496,12 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     legacy.type = AttrValue::Type::kInt;
     legacy.i = 1;
     np->attrs["legacy_2d"] = legacy;
+  }
+  if (domain.empty() && n.op_type() == "Resize" && opset_ < 11) {
+    AttrValue v10;  // opset 10's Resize differs (the kernel refuses it)
+    v10.type = AttrValue::Type::kInt;
+    v10.i = 1;
+    np->attrs["opset10"] = v10;
   }
   if (domain.empty() && n.op_type() == "Scan" && opset_ < 9) {
     AttrValue v8;
@@ -496,6 +573,132 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
   return absl::OkStatus();
 }
 
+absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Graph* graph,
+                                         Scope& scope, const std::string& label) {
+  const pb::GraphProto* body_g = nullptr;
+  for (const pb::AttributeProto& a : n.attribute()) {
+    if (a.name() == "body") body_g = &a.g();
+  }
+  if (body_g == nullptr) return absl::InvalidArgumentError(Join(label, "SequenceMap needs a body"));
+  if (body_g->input_size() != n.input_size() || body_g->output_size() != n.output_size()) {
+    return absl::InvalidArgumentError(
+        Join(label, absl::StrCat("the body takes ", body_g->input_size(), " inputs and makes ",
+                                 body_g->output_size(), " outputs for ", n.input_size(),
+                                 " inputs and ", n.output_size(), " outputs")));
+  }
+  const std::string name = n.name().empty() ? absl::StrCat("SequenceMap_", index) : n.name();
+  std::vector<Value*> ins;
+  for (int j = 0; j < n.input_size(); ++j) {
+    Value* v = n.input(j).empty() ? nullptr : scope.Find(n.input(j));
+    if (v == nullptr) {
+      return absl::InvalidArgumentError(Join(label, absl::StrCat("input ", j, " is missing or undefined")));
+    }
+    ins.push_back(v);
+  }
+  // The element types of the results: the body's declared output types.
+  std::vector<DType> out_dtypes;
+  for (const pb::ValueInfoProto& o : body_g->output()) {
+    if (!o.has_type() || o.type().value_case() != pb::TypeProto::kTensorType ||
+        !o.type().tensor_type().has_elem_type()) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("SequenceMap: body output '", o.name(), "' needs a declared tensor type")));
+    }
+    absl::StatusOr<DType> d = DTypeOfElemType(o.type().tensor_type().elem_type());
+    if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
+    out_dtypes.push_back(*d);
+  }
+  auto add = [](Graph* g, const std::string& op, const std::string& node_name, std::vector<Value*> inputs,
+                std::vector<Value*> outputs) {
+    auto node = std::make_unique<Node>();
+    node->op = op;
+    node->name = node_name;
+    node->graph = g;
+    node->inputs = std::move(inputs);
+    node->outputs = std::move(outputs);
+    for (size_t k = 0; k < node->outputs.size(); ++k) {
+      node->outputs[k]->producer = node.get();
+      node->outputs[k]->output_index = static_cast<int>(k);
+    }
+    Node* p = node.get();
+    g->nodes.push_back(std::move(node));
+    return p;
+  };
+  Value* len = m_->NewValue(DType::kI64, std::nullopt, graph, absl::StrCat(name, "/length"));
+  add(graph, "SequenceLength", absl::StrCat(name, "/length"), {ins[0]}, {len});
+  std::vector<Value*> loop_ins = {len, nullptr};
+  for (size_t k = 0; k < out_dtypes.size(); ++k) {
+    Value* e = m_->NewValue(out_dtypes[k], std::nullopt, graph, absl::StrCat(name, "/empty", k));
+    Node* en = add(graph, "SequenceEmpty", absl::StrCat(name, "/empty", k), {}, {e});
+    AttrValue dt;
+    dt.type = AttrValue::Type::kInt;
+    dt.i = OnnxFromDType(out_dtypes[k]);
+    en->attrs["dtype"] = dt;
+    loop_ins.push_back(e);
+  }
+  std::vector<Value*> results;
+  for (int k = 0; k < n.output_size(); ++k) {
+    results.push_back(m_->NewValue(out_dtypes[k], std::nullopt, graph, n.output(k)));
+  }
+  auto loop_node = std::make_unique<Node>();
+  Node* loop = loop_node.get();
+  loop->op = "Loop";
+  loop->name = name;
+  loop->graph = graph;
+  loop->inputs = loop_ins;
+  loop->outputs = results;
+  for (size_t k = 0; k < results.size(); ++k) {
+    results[k]->producer = loop;
+    results[k]->output_index = static_cast<int>(k);
+  }
+  std::unique_ptr<Graph> sub = m_->NewGraph(graph, loop);
+  Value* iter = m_->NewValue(DType::kI64, std::nullopt, sub.get(), "iter");
+  Value* cond = m_->NewValue(DType::kBool, std::nullopt, sub.get(), "cond");
+  sub->inputs = {iter, cond};
+  std::vector<Value*> accs;
+  for (size_t k = 0; k < out_dtypes.size(); ++k) {
+    accs.push_back(m_->NewValue(out_dtypes[k], std::nullopt, sub.get(), absl::StrCat("acc", k)));
+    sub->inputs.push_back(accs.back());
+  }
+  const std::string where = Join(label, "body");
+  Scope inner;
+  inner.parent = &scope;
+  for (int j = 0; j < n.input_size(); ++j) {
+    const bool is_seq = j == 0 || ins[j]->kind == ObjectKind::kSequence || declared_sequence_.contains(n.input(j));
+    if (!is_seq) {
+      inner.names[body_g->input(j).name()] = ins[j];  // a tensor: the same in every iteration
+      continue;
+    }
+    Value* x = m_->NewValue(DType::kF32, std::nullopt, sub.get(), body_g->input(j).name());
+    add(sub.get(), "SequenceAt", absl::StrCat(name, "/at", j), {ins[j], iter}, {x});
+    inner.names[body_g->input(j).name()] = x;
+  }
+  for (const pb::TensorProto& t : body_g->initializer()) {
+    absl::StatusOr<Tensor> tensor = ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
+    if (!tensor.ok()) return tensor.status();
+    inner.names[t.name()] = m_->NewConstant(*std::move(tensor), t.name(), /*is_weight=*/true);
+  }
+  for (int i = 0; i < body_g->node_size(); ++i) {
+    if (absl::Status s = ImportNode(body_g->node(i), i, sub.get(), inner, where); !s.ok()) return s;
+  }
+  sub->outputs = {cond};
+  for (int k = 0; k < body_g->output_size(); ++k) {
+    Value* v = inner.Find(body_g->output(k).name());
+    if (v == nullptr) {
+      return absl::InvalidArgumentError(
+          Join(where, absl::StrCat("output '", body_g->output(k).name(), "' is not defined")));
+    }
+    Value* acc = m_->NewValue(out_dtypes[k], std::nullopt, sub.get(), absl::StrCat("acc", k, "_next"));
+    add(sub.get(), "SequenceInsert", absl::StrCat(name, "/insert", k), {accs[k], v}, {acc});
+    sub->outputs.push_back(acc);
+  }
+  loop->subgraphs.emplace_back("body", std::move(sub));
+  graph->nodes.push_back(std::move(loop_node));
+  for (int k = 0; k < n.output_size(); ++k) {
+    if (!n.output(k).empty()) scope.names[n.output(k)] = results[k];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope& scope, bool top,
                                    const std::string& where) {
   for (const auto* list : {&g.value_info(), &g.output(), &g.input()}) {
@@ -503,6 +706,9 @@ absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope&
       if (v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType &&
           v.type().tensor_type().has_shape()) {
         declared_rank_[v.name()] = v.type().tensor_type().shape().dim_size();
+      }
+      if (v.has_type() && v.type().value_case() == pb::TypeProto::kSequenceType) {
+        declared_sequence_.insert(v.name());
       }
     }
   }

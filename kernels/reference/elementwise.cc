@@ -660,6 +660,17 @@ ELEM_FLOAT_UNARY(Exp, std::exp(x))
 ELEM_FLOAT_UNARY(Log, std::log(x))
 ELEM_FLOAT_UNARY(Erf, std::erf(x))
 ELEM_FLOAT_UNARY(Tanh, std::tanh(x))
+ELEM_FLOAT_UNARY(Sin, std::sin(x))
+ELEM_FLOAT_UNARY(Cos, std::cos(x))
+ELEM_FLOAT_UNARY(Tan, std::tan(x))
+ELEM_FLOAT_UNARY(Asin, std::asin(x))
+ELEM_FLOAT_UNARY(Acos, std::acos(x))
+ELEM_FLOAT_UNARY(Atan, std::atan(x))
+ELEM_FLOAT_UNARY(Sinh, std::sinh(x))
+ELEM_FLOAT_UNARY(Cosh, std::cosh(x))
+ELEM_FLOAT_UNARY(Asinh, std::asinh(x))
+ELEM_FLOAT_UNARY(Acosh, std::acosh(x))
+ELEM_FLOAT_UNARY(Atanh, std::atanh(x))
 ELEM_FLOAT_UNARY(Floor, std::floor(x))
 ELEM_FLOAT_UNARY(Ceil, std::ceil(x))
 ELEM_FLOAT_UNARY(Reciprocal, C(1) / x)
@@ -1115,6 +1126,17 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddUnary<LogOp>(r);
   AddUnary<ErfOp>(r);
   AddUnary<TanhOp>(r);
+  AddUnary<SinOp>(r);
+  AddUnary<CosOp>(r);
+  AddUnary<TanOp>(r);
+  AddUnary<AsinOp>(r);
+  AddUnary<AcosOp>(r);
+  AddUnary<AtanOp>(r);
+  AddUnary<SinhOp>(r);
+  AddUnary<CoshOp>(r);
+  AddUnary<AsinhOp>(r);
+  AddUnary<AcoshOp>(r);
+  AddUnary<AtanhOp>(r);
   AddUnary<SigmoidOp>(r);
   AddUnary<SoftplusOp>(r);
   AddUnary<SoftsignOp>(r);

@@ -344,6 +344,29 @@ Tensor RunUnary(const char* op, const Tensor& x) {
   return Run1(call);
 }
 
+TEST(UnaryTest, Trigonometric) {
+  // Values known in closed form: sin(pi/2) = 1, cos(pi) = -1, tan(pi/4) = 1, asin(1) = pi/2,
+  // acos(0) = pi/2, atan(1) = pi/4, cosh(0) = 1, acosh(1) = 0, atanh(1/2) = ln(3)/2,
+  // sinh(ln 2) = 3/4, asinh(3/4) = ln 2.
+  const double pi = 3.14159265358979323846;
+  ExpectNear(RunUnary("Sin", F32({3}, {0, static_cast<float>(pi / 2), static_cast<float>(pi / 6)})), {0, 1, 0.5});
+  ExpectNear(RunUnary("Cos", F32({2}, {0, static_cast<float>(pi)})), {1, -1});
+  ExpectNear(RunUnary("Tan", F32({2}, {0, static_cast<float>(pi / 4)})), {0, 1});
+  ExpectNear(RunUnary("Asin", F32({2}, {1, -0.5f})), {pi / 2, -pi / 6});
+  ExpectNear(RunUnary("Acos", F32({2}, {0, 1})), {pi / 2, 0});
+  ExpectNear(RunUnary("Atan", F32({2}, {1, 0})), {pi / 4, 0});
+  ExpectNear(RunUnary("Sinh", F32({2}, {0, static_cast<float>(std::log(2.0))})), {0, 0.75});
+  ExpectNear(RunUnary("Cosh", F32({2}, {0, static_cast<float>(std::log(2.0))})), {1, 1.25});
+  ExpectNear(RunUnary("Asinh", F32({2}, {0, 0.75f})), {0, std::log(2.0)});
+  ExpectNear(RunUnary("Acosh", F32({2}, {1, 1.25f})), {0, std::log(2.0)});
+  ExpectNear(RunUnary("Atanh", F32({2}, {0, 0.5f})), {0, std::log(3.0) / 2});
+  // Doubles too; integers are refused.
+  ExpectNear(RunUnary("Cos", Make<double>(DType::kF64, {1}, {pi})), {-1}, 1e-12);
+  KernelCall ints("Sin");
+  ints.In(I64({1}, {1})).Out(DType::kI64);
+  EXPECT_FALSE(ints.Run().ok());
+}
+
 TEST(UnaryTest, Transcendentals) {
   // x = np.float32([-2.5, -1, -0.25, 0, 0.5, 3]); np.exp(x), np.tanh(x), math.erf,
   // 1/(1+np.exp(-x)), np.log1p(np.exp(x)), x/(1+abs(x))

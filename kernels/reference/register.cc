@@ -8,6 +8,11 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterReduceKernels(registry);
   reference::RegisterShapeKernels(registry);
   reference::RegisterRnnKernels(registry);
+  reference::RegisterLossKernels(registry);
+  reference::RegisterPoolKernels(registry);
+  reference::RegisterNnKernels(registry);
+  reference::RegisterResizeKernels(registry);
+  reference::RegisterMiscKernels(registry);
   reference::RegisterDynvmKernels(registry);
 }
 

@@ -16,6 +16,7 @@
 #include "compiler/onnx/onnx_importer.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "kernels/half.h"
+#include "onnx/onnx-data.pb.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
@@ -186,6 +187,83 @@ absl::StatusOr<Tensor> ReadTensorFile(const std::string& path) {
   return r;
 }
 
+namespace {
+
+absl::StatusOr<Tensor> TensorOf(const ::onnx::TensorProto& t, const std::string& path) {
+  compiler::onnx::TensorReadOptions options;
+  options.model_dir = fs::path(path).parent_path().string();
+  absl::StatusOr<Tensor> r = compiler::onnx::TensorFromProto(t, options);
+  if (!r.ok())
+    return absl::Status(r.status().code(), absl::StrCat(path, ": ", r.status().message()));
+  return r;
+}
+
+absl::StatusOr<ObjectValue> SequenceOf(const ::onnx::SequenceProto& q, const std::string& path) {
+  if (q.elem_type() != ::onnx::SequenceProto::TENSOR && q.tensor_values_size() == 0 &&
+      q.elem_type() != ::onnx::SequenceProto::UNDEFINED) {
+    return absl::UnimplementedError(absl::StrCat(path, ": only sequences of tensors are supported"));
+  }
+  std::vector<Tensor> items;
+  for (const ::onnx::TensorProto& t : q.tensor_values()) {
+    absl::StatusOr<Tensor> x = TensorOf(t, path);
+    if (!x.ok()) return x.status();
+    items.push_back(*std::move(x));
+  }
+  return ObjectValue::OfSequence(std::move(items));
+}
+
+}  // namespace
+
+absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind kind, ObjectKind elem_kind) {
+  if (kind == ObjectKind::kTensor) {
+    absl::StatusOr<Tensor> t = ReadTensorFile(path);
+    if (!t.ok()) return t.status();
+    return ObjectValue::OfTensor(*std::move(t));
+  }
+  absl::StatusOr<std::string> bytes = schema::ReadFileToString(path);
+  if (!bytes.ok()) return bytes.status();
+  if (kind == ObjectKind::kSequence) {
+    ::onnx::SequenceProto q;
+    if (!q.ParseFromString(*bytes)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a SequenceProto"));
+    return SequenceOf(q, path);
+  }
+  if (kind != ObjectKind::kOptional) return absl::InvalidArgumentError(absl::StrCat(path, ": unexpected kind"));
+  ::onnx::OptionalProto o;
+  if (!o.ParseFromString(*bytes)) return absl::InvalidArgumentError(absl::StrCat(path, ": not an OptionalProto"));
+  if (elem_kind == ObjectKind::kSequence) {
+    if (!o.has_sequence_value()) return ObjectValue::EmptyOptional(ObjectKind::kSequence);
+    absl::StatusOr<ObjectValue> q = SequenceOf(o.sequence_value(), path);
+    if (!q.ok()) return q.status();
+    return ObjectValue::Some(*std::move(q));
+  }
+  if (!o.has_tensor_value()) return ObjectValue::EmptyOptional(ObjectKind::kTensor);
+  absl::StatusOr<Tensor> t = TensorOf(o.tensor_value(), path);
+  if (!t.ok()) return t.status();
+  return ObjectValue::Some(ObjectValue::OfTensor(*std::move(t)));
+}
+
+absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol, double atol) {
+  if (got.kind != want.kind || (got.kind == ObjectKind::kOptional && got.elem_kind != want.elem_kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
+  }
+  if (got.kind == ObjectKind::kOptional && got.has_value != want.has_value) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
+  }
+  if (got.kind == ObjectKind::kOptional && !got.has_value) return absl::OkStatus();
+  const bool seq = got.kind == ObjectKind::kSequence || got.elem_kind == ObjectKind::kSequence;
+  if (!seq) return Compare(got.tensor, want.tensor, rtol, atol);
+  if (got.sequence.size() != want.sequence.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sequence of ", got.sequence.size(), " tensors, expected ", want.sequence.size()));
+  }
+  for (size_t i = 0; i < got.sequence.size(); ++i) {
+    if (absl::Status s = Compare(got.sequence[i], want.sequence[i], rtol, atol); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("sequence element ", i, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
   if (!got.defined()) return absl::InvalidArgumentError("no output");
   if (got.dtype() != want.dtype()) {
@@ -278,6 +356,15 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
                     start);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
+      if (info.inputs[i].kind != ObjectKind::kTensor) {
+        absl::StatusOr<ObjectValue> v =
+            ReadValueFile(inputs[i], info.inputs[i].kind, info.inputs[i].elem_kind);
+        if (!v.ok()) return refused(v.status(), set_name);
+        if (absl::Status s = (*vm)->SetInputValue(static_cast<int>(i), *v); !s.ok()) {
+          return refused(s, absl::StrCat(set_name, " input ", i));
+        }
+        continue;
+      }
       absl::StatusOr<Tensor> t = ReadTensorFile(inputs[i]);
       if (!t.ok()) return refused(t.status(), set_name);
       if (t->dtype() == DType::kU16 && info.inputs[i].dtype == DType::kBF16)
@@ -290,17 +377,29 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
     run.deadline = absl::Now() + absl::Seconds(options.case_timeout_seconds);
     if (absl::Status s = (*vm)->Run(run); !s.ok())
       return refused(s, absl::StrCat(set_name, " run"));
-    absl::StatusOr<std::vector<Tensor>> got = (*vm)->GetOutputs();
-    if (!got.ok()) return refused(got.status(), set_name);
-    if (got->size() != outputs.size()) {
+    if (info.outputs.size() != outputs.size()) {
       return Finish(
           r, Outcome::kFailed,
-          absl::StrCat(set_name, ": ", got->size(), " outputs, expected ", outputs.size()), start);
+          absl::StrCat(set_name, ": ", info.outputs.size(), " outputs, expected ", outputs.size()), start);
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
+      if (info.outputs[i].kind != ObjectKind::kTensor) {
+        absl::StatusOr<ObjectValue> got = (*vm)->GetOutputValue(static_cast<int>(i));
+        if (!got.ok()) return refused(got.status(), set_name);
+        absl::StatusOr<ObjectValue> want =
+            ReadValueFile(outputs[i], info.outputs[i].kind, info.outputs[i].elem_kind);
+        if (!want.ok()) return refused(want.status(), set_name);
+        if (absl::Status s = CompareValues(*got, *want, options.rtol, options.atol); !s.ok()) {
+          return Finish(r, Outcome::kFailed,
+                        absl::StrCat(set_name, " output ", i, ": ", s.message()), start);
+        }
+        continue;
+      }
+      absl::StatusOr<Tensor> got = (*vm)->GetOutput(static_cast<int>(i));
+      if (!got.ok()) return refused(got.status(), set_name);
       absl::StatusOr<Tensor> want = ReadTensorFile(outputs[i]);
       if (!want.ok()) return refused(want.status(), set_name);
-      Tensor out = (*got)[i];
+      Tensor out = *got;
       if (out.dtype() == DType::kBF16 && want->dtype() == DType::kU16)
         out = SameBitsAs(out, DType::kU16);
       if (absl::Status s = Compare(out, *want, options.rtol, options.atol); !s.ok()) {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
+#include "vm/virtual_machine.h"
 
 namespace dynvm::conformance {
 
@@ -51,6 +52,15 @@ absl::StatusOr<std::vector<std::string>> ListCases(const std::string& data_dir,
 
 // Reads a serialized TensorProto (.pb) into a host tensor.
 absl::StatusOr<Tensor> ReadTensorFile(const std::string& path);
+
+// Reads a serialized TensorProto, SequenceProto or OptionalProto (.pb), as `kind` says (an
+// optional's content kind is `elem_kind`).
+absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind kind,
+                                          ObjectKind elem_kind = ObjectKind::kTensor);
+
+// Compare for sequences (element by element, same length) and optionals (both empty, or
+// their contents match); plain tensors as Compare.
+absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol, double atol);
 
 // OK when `got` matches `want` (dtype, dims and values within the tolerances); otherwise an
 // error naming the first mismatch.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Exports three small PyTorch decoders to ONNX, each with its greedy decode loop scripted
+"""Exports small PyTorch decoders to ONNX, each with its greedy decode loop scripted
 (torch.jit.script) so that the whole generation runs inside the graph as an ONNX Loop, and
 writes reference outputs computed by PyTorch for the tests (tools/models/models_test.cc).
 
@@ -7,6 +7,9 @@ writes reference outputs computed by PyTorch for the tests (tools/models/models_
                 which exports as ScatterND on a loop-carried tensor
   lstm_cat      the same LM collecting tokens with torch.cat: a tensor that grows every
                 iteration (a loop-carried Concat)
+  lstm_list     the same LM appending each token to a Python list, concatenated at the end:
+                exports as SequenceConstruct / SequenceInsert on a loop-carried sequence and
+                ConcatFromSequence
   gpt           a tiny GPT decoder (causal self-attention, LayerNorm, GELU MLP), greedy, its
                 ids growing every iteration and the whole prefix recomputed each step
 
@@ -16,10 +19,12 @@ repeated token) with fixed seeds; every greedy step's top-1/top-2 logit gap is c
 large enough that float rounding cannot flip it.
 
 Needs Debian's python3-torch and python3-onnx: /usr/bin/python3 tools/models/export_decoders.py
+[NAME ...] (only the named models; all by default).
 """
 import math
 import os
-from typing import Tuple
+import sys
+from typing import List, Tuple
 
 import numpy as np
 import onnx
@@ -97,6 +102,28 @@ class LstmCatDecode(nn.Module):
             y, (h, c) = self.lstm(self.embed(tok), (h, c))
             logits = self.out(y[:, -1])
         return tokens, logits
+
+
+class LstmListDecode(nn.Module):
+    """Greedy decode; tokens appended to a list (an ONNX sequence), concatenated at the end.
+    The list starts with an empty [batch, 0] slice so that zero steps concatenate too."""
+
+    def __init__(self, lm: LstmLM):
+        super().__init__()
+        self.embed = lm.embed
+        self.lstm = lm.lstm
+        self.out = lm.out
+
+    def forward(self, prompt: torch.Tensor, max_new_tokens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        y, (h, c) = self.lstm(self.embed(prompt))
+        logits = self.out(y[:, -1])
+        toks: List[torch.Tensor] = [prompt[:, :0]]
+        for i in range(int(max_new_tokens)):
+            tok = logits.argmax(-1, keepdim=True)
+            toks.append(tok)
+            y, (h, c) = self.lstm(self.embed(tok), (h, c))
+            logits = self.out(y[:, -1])
+        return torch.cat(toks, 1), logits
 
 
 class Block(nn.Module):
@@ -245,13 +272,20 @@ def main():
                torch.tensor([encode("the tex"), encode("a graph"), encode("one tok")])]
     lengths = [torch.tensor(24), torch.tensor(12), torch.tensor(0), torch.tensor(16)]
 
-    lm = LstmLM(len(VOCAB))
-    print("lstm loss", train(lm, steps=600, seq_len=32, lr=1e-2, seed=1))
-    for p, n in zip(prompts, lengths):
-        eager_margins_lstm(lm, p, int(n))
+    only = set(sys.argv[1:])
+    wanted = lambda name: not only or name in only
     cases = list(zip(prompts, lengths))
-    export("lstm_scatter", LstmScatterDecode(lm), cases)
-    export("lstm_cat", LstmCatDecode(lm), cases)
+    if wanted("lstm_scatter") or wanted("lstm_cat") or wanted("lstm_list"):
+        lm = LstmLM(len(VOCAB))
+        print("lstm loss", train(lm, steps=600, seq_len=32, lr=1e-2, seed=1))
+        for p, n in zip(prompts, lengths):
+            eager_margins_lstm(lm, p, int(n))
+        for name, decode in (("lstm_scatter", LstmScatterDecode), ("lstm_cat", LstmCatDecode),
+                             ("lstm_list", LstmListDecode)):
+            if wanted(name):
+                export(name, decode(lm), cases)
+    if not wanted("gpt"):
+        return
 
     gpt = TinyGpt(len(VOCAB))
     print("gpt loss", train(gpt, steps=600, seq_len=32, lr=3e-3, seed=2))

@@ -92,7 +92,7 @@ TEST_P(ExportedModelTest, MatchesPyTorchWithABoundedTripCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, ExportedModelTest,
-                         ::testing::Values("lstm_scatter", "lstm_cat", "gpt"));
+                         ::testing::Values("lstm_scatter", "lstm_cat", "lstm_list", "gpt"));
 
 }  // namespace
 }  // namespace dynvm

@@ -1,0 +1,689 @@
+// Reference kernels for convolution and normalization layers: Conv, ConvInteger, ConvTranspose,
+// BatchNormalization
+// (inference and training mode), InstanceNormalization, LRN; and Shrink and EyeLike.
+//
+// Conv: X [N, C, D1..Dk], W [M, C/group, K1..Kk], optional B [M]; strides, dilations, pads or
+// auto_pad (SAME_UPPER / SAME_LOWER / VALID) as for pooling; output size
+// (D + pb + pe - ((K-1)*d + 1)) / s + 1. Sums accumulate in double.
+// ConvTranspose: X [N, C, D...], W [C, M/group, K...]; input element i adds x * w[k] at output
+// i * s + k * d - pb; output size s * (D - 1) + output_padding + (K-1)*d + 1 - pb - pe, or
+// output_shape (or D * s for SAME_*), the padding then derived from it (the odd one at the end
+// for SAME_UPPER, else at the beginning).
+// BatchNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per channel (axis 1);
+// training_mode uses the batch's mean and (biased) variance and also returns
+// running_mean = mean * momentum + batch_mean * (1 - momentum), likewise running_var (opset 6:
+// is_test=0 is training mode; its saved mean and variance outputs are not supported).
+// InstanceNormalization: the same with the mean and variance of each (n, c) plane.
+// LRN: y = x / (bias + alpha / size * sum of x^2 over the channels c - floor((size-1)/2) ..
+// c + ceil((size-1)/2))^beta.
+// Shrink: x < -lambd: x + bias; x > lambd: x - bias; else 0. EyeLike: ones on diagonal k.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/reference/common.h"
+#include "kernels/reference/reference.h"
+
+namespace dynvm::reference {
+namespace {
+
+using Inputs = absl::Span<const Tensor* const>;
+using Outputs = absl::Span<Tensor* const>;
+
+int64_t OffsetOf(const Tensor& t, int64_t linear) {
+  int64_t offset = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    const int64_t n = t.dim(d);
+    offset += (linear % n) * t.stride(d);
+    linear /= n;
+  }
+  return offset;
+}
+
+// Reads and writes elements as double through the dtype (floating point only).
+template <typename T>
+double Load(const Tensor& t, int64_t linear) {
+  const T v = t.data<T>()[OffsetOf(t, linear)];
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return static_cast<float>(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+template <typename T>
+void Store(Tensor& t, int64_t linear, double v) {  // t is contiguous
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    t.data<T>()[linear] = T(static_cast<float>(v));
+  } else {
+    t.data<T>()[linear] = static_cast<T>(v);
+  }
+}
+
+template <typename T>
+inline constexpr bool kIsFloatType =
+    std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Runs fn<T>() for a floating-point dtype; Unimplemented otherwise.
+template <typename Fn>
+absl::Status FloatDispatch(DType dtype, absl::string_view op, Fn&& fn) {
+  return DispatchNumeric(dtype, op, [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (!kIsFloatType<T>) {
+      return absl::UnimplementedError(absl::StrCat(op, ": dtype ", DTypeName(dtype), " not supported"));
+    } else {
+      return fn(tag);
+    }
+  });
+}
+
+absl::Status Need(Inputs in, size_t n, Outputs out, absl::string_view op) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= in.size() || in[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
+  }
+  if (out.empty() || out[0] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
+  return absl::OkStatus();
+}
+
+// ---- Conv ----
+
+struct ConvAttrs {
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  std::string auto_pad = "NOTSET";
+  int64_t group = 1;
+};
+
+// Any numeric element as double, and back (rounded and saturated by the cast for integers).
+double LoadAny(const Tensor& t, int64_t linear) {
+  double v = 0;
+  (void)DispatchNumeric(t.dtype(), "load", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kIsFloatType<T>) {
+      v = Load<T>(t, linear);
+    } else {
+      v = static_cast<double>(t.data<T>()[OffsetOf(t, linear)]);
+    }
+    return absl::OkStatus();
+  });
+  return v;
+}
+
+void StoreAny(Tensor& t, int64_t linear, double v) {
+  (void)DispatchNumeric(t.dtype(), "store", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kIsFloatType<T>) {
+      Store<T>(t, linear, v);
+    } else {
+      t.data<T>()[linear] = static_cast<T>(v);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Conv and ConvInteger: x and w read as double less their zero points (w's per output channel
+// or one for all), the output written as `out_dtype`.
+absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b,
+                      Tensor* y, DType out_dtype, double x_zp, const Tensor* w_zp) {
+  const int k = x.rank() - 2;
+  if (k < 1 || w.rank() != x.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ", w.DebugString(),
+                                                   " must be [N, C, D...] and [M, C/group, K...]"));
+  }
+  const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), g = a.group;
+  if (g < 1 || c % g != 0 || m % g != 0 || w.dim(1) != c / g) {
+    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ", w.DebugString(),
+                                                   " do not match group ", g));
+  }
+  if (b != nullptr && (b->rank() != 1 || b->dim(0) != m)) {
+    return absl::InvalidArgumentError(absl::StrCat("Conv: B must be [", m, "], got ", b->DebugString()));
+  }
+  if (!a.kernel.empty() && static_cast<int>(a.kernel.size()) != k) {
+    return absl::InvalidArgumentError("Conv: kernel_shape does not match W");
+  }
+  std::vector<int64_t> in_d(k), kd(k), st(k, 1), dl(k, 1), pb(k, 0), pe(k, 0), od(k);
+  for (int i = 0; i < k; ++i) {
+    in_d[i] = x.dim(i + 2);
+    kd[i] = w.dim(i + 2);
+    if (!a.kernel.empty() && a.kernel[i] != kd[i]) return absl::InvalidArgumentError("Conv: kernel_shape does not match W");
+    if (!a.strides.empty()) st[i] = a.strides.at(i);
+    if (!a.dilations.empty()) dl[i] = a.dilations.at(i);
+    if (st[i] < 1 || dl[i] < 1) return absl::InvalidArgumentError("Conv: strides and dilations must be positive");
+    const int64_t span = (kd[i] - 1) * dl[i] + 1;
+    if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
+      od[i] = (in_d[i] + st[i] - 1) / st[i];
+      const int64_t total = std::max<int64_t>(0, (od[i] - 1) * st[i] + span - in_d[i]);
+      pb[i] = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe[i] = total - pb[i];
+    } else {
+      if (a.auto_pad == "NOTSET" && !a.pads.empty()) {
+        pb[i] = a.pads[i];
+        pe[i] = a.pads[k + i];
+        if (pb[i] < 0 || pe[i] < 0) return absl::InvalidArgumentError("Conv: negative pads");
+      }
+      const int64_t room = in_d[i] + pb[i] + pe[i] - span;
+      if (room < 0) return absl::InvalidArgumentError("Conv: the kernel is larger than the padded input");
+      od[i] = room / st[i] + 1;
+    }
+  }
+  std::vector<int64_t> out_dims = {n, m};
+  out_dims.insert(out_dims.end(), od.begin(), od.end());
+  if (absl::Status s = PrepareOutput(ctx, y, out_dtype, out_dims, "Conv"); !s.ok()) return s;
+  if (w_zp != nullptr && w_zp->numel() != 1 && w_zp->numel() != m) {
+    return absl::InvalidArgumentError("ConvInteger: w_zero_point must be a scalar or one per output channel");
+  }
+  int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
+  for (int i = 0; i < k; ++i) {
+    out_plane *= od[i];
+    kernel_size *= kd[i];
+    in_plane *= in_d[i];
+  }
+  const int64_t cg = c / g, mg = m / g;
+  {
+    // Contiguous double copies of X and W.
+    std::vector<double> xv(static_cast<size_t>(x.numel())), wv(static_cast<size_t>(w.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) xv[i] = LoadAny(x, i) - x_zp;
+    const int64_t per_oc = m == 0 ? 0 : w.numel() / m;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double zp = w_zp == nullptr ? 0.0 : LoadAny(*w_zp, w_zp->numel() == 1 ? 0 : i / per_oc);
+      wv[i] = LoadAny(w, i) - zp;
+    }
+    std::vector<int64_t> o(k), kk(k);
+    for (int64_t bn = 0; bn < n; ++bn) {
+      for (int64_t oc = 0; oc < m; ++oc) {
+        const int64_t grp = oc / mg;
+        const double bias = b != nullptr ? LoadAny(*b, oc) : 0.0;
+        for (int64_t oi = 0; oi < out_plane; ++oi) {
+          for (int64_t r = oi, i = k - 1; i >= 0; --i) {
+            o[i] = r % od[i];
+            r /= od[i];
+          }
+          double acc = bias;
+          for (int64_t ic = 0; ic < cg; ++ic) {
+            const double* xp = &xv[(bn * c + grp * cg + ic) * in_plane];
+            const double* wp = &wv[(oc * cg + ic) * kernel_size];
+            for (int64_t ki = 0; ki < kernel_size; ++ki) {
+              for (int64_t r = ki, i = k - 1; i >= 0; --i) {
+                kk[i] = r % kd[i];
+                r /= kd[i];
+              }
+              int64_t off = 0;
+              bool inside = true;
+              for (int i = 0; i < k && inside; ++i) {
+                const int64_t p = o[i] * st[i] - pb[i] + kk[i] * dl[i];
+                inside = p >= 0 && p < in_d[i];
+                off = off * in_d[i] + p;
+              }
+              if (inside) acc += xp[off] * wp[ki];
+            }
+          }
+          StoreAny(*y, (bn * m + oc) * out_plane + oi, acc);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+}
+
+absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  if (absl::Status s = Need(in, 2, out, "Conv"); !s.ok()) return s;
+  if (!IsFloat(in[0]->dtype()) || in[1]->dtype() != in[0]->dtype()) {
+    return absl::UnimplementedError(absl::StrCat("Conv: dtype ", DTypeName(in[0]->dtype()), " not supported"));
+  }
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], in.size() > 2 ? in[2] : nullptr, out[0],
+                  in[0]->dtype(), 0, nullptr);
+}
+
+// ConvInteger: (x - x_zero_point) * (w - w_zero_point) summed exactly (in double: integer
+// products of 8-bit values stay exact), written as i32.
+absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  if (absl::Status s = Need(in, 2, out, "ConvInteger"); !s.ok()) return s;
+  for (int i = 0; i < 2; ++i) {
+    if (in[i]->dtype() != DType::kU8 && in[i]->dtype() != DType::kI8) {
+      return absl::UnimplementedError("ConvInteger: inputs must be u8 or i8");
+    }
+  }
+  const Tensor* x_zp = in.size() > 2 ? in[2] : nullptr;
+  const Tensor* w_zp = in.size() > 3 ? in[3] : nullptr;
+  if (x_zp != nullptr && x_zp->numel() != 1) return absl::InvalidArgumentError("ConvInteger: x_zero_point must be a scalar");
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], nullptr, out[0], DType::kI32,
+                  x_zp != nullptr ? LoadAny(*x_zp, 0) : 0.0, w_zp);
+}
+
+// ---- ConvTranspose ----
+
+struct ConvTransposeAttrs {
+  std::vector<int64_t> kernel, strides, pads, dilations, output_padding, output_shape;
+  std::string auto_pad = "NOTSET";
+  int64_t group = 1;
+};
+
+absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const ConvTransposeAttrs*>(attrs);
+  if (absl::Status s = Need(in, 2, out, "ConvTranspose"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+  const int k = x.rank() - 2;
+  const int64_t g = a.group;
+  if (k < 1 || w.rank() != x.rank() || g < 1 || x.dim(1) != w.dim(0) || x.dim(1) % g != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: X ", x.DebugString(), " and W ", w.DebugString(),
+                                                   " must be [N, C, D...] and [C, M/group, K...]"));
+  }
+  const int64_t n = x.dim(0), c = x.dim(1), mg = w.dim(1), m = mg * g, cg = c / g;
+  if (b != nullptr && (b->rank() != 1 || b->dim(0) != m)) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: B must be [", m, "], got ", b->DebugString()));
+  }
+  auto at = [&](const std::vector<int64_t>& v, int i, int64_t def) { return v.empty() ? def : v.at(i); };
+  std::vector<int64_t> in_d(k), kd(k), st(k), dl(k), pb(k), pe(k), od(k);
+  for (int i = 0; i < k; ++i) {
+    in_d[i] = x.dim(i + 2);
+    kd[i] = w.dim(i + 2);
+    if (!a.kernel.empty() && a.kernel.at(i) != kd[i]) return absl::InvalidArgumentError("ConvTranspose: kernel_shape does not match W");
+    st[i] = at(a.strides, i, 1);
+    dl[i] = at(a.dilations, i, 1);
+    if (st[i] < 1 || dl[i] < 1) return absl::InvalidArgumentError("ConvTranspose: strides and dilations must be positive");
+    const int64_t span = (kd[i] - 1) * dl[i] + 1;
+    const int64_t opad = at(a.output_padding, i, 0);
+    const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
+    if (!a.output_shape.empty() || same) {
+      od[i] = !a.output_shape.empty() ? a.output_shape.at(a.output_shape.size() - k + i) : in_d[i] * st[i];
+      // Negative when output_shape asks for more than the kernel covers: the extra positions
+      // (floor division) come at the end and stay zero (plus the bias).
+      const int64_t total = st[i] * (in_d[i] - 1) + opad + span - od[i];
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      if (a.auto_pad == "SAME_UPPER") {
+        pb[i] = half;
+        pe[i] = total - half;
+      } else {
+        pb[i] = total - half;
+        pe[i] = half;
+      }
+    } else {
+      pb[i] = a.auto_pad == "NOTSET" ? at(a.pads, i, 0) : 0;
+      pe[i] = a.auto_pad == "NOTSET" ? at(a.pads, k + i, 0) : 0;
+      od[i] = st[i] * (in_d[i] - 1) + opad + span - pb[i] - pe[i];
+    }
+    if (od[i] < 0) return absl::InvalidArgumentError("ConvTranspose: negative output size");
+  }
+  std::vector<int64_t> out_dims = {n, m};
+  out_dims.insert(out_dims.end(), od.begin(), od.end());
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"); !s.ok()) return s;
+  int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
+  for (int i = 0; i < k; ++i) {
+    out_plane *= od[i];
+    kernel_size *= kd[i];
+    in_plane *= in_d[i];
+  }
+  return FloatDispatch(x.dtype(), "ConvTranspose", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    std::vector<double> y(static_cast<size_t>(n * m * out_plane), 0.0);
+    std::vector<int64_t> p(k), kk(k);
+    for (int64_t bn = 0; bn < n; ++bn) {
+      for (int64_t ic = 0; ic < c; ++ic) {
+        const int64_t grp = ic / cg;
+        for (int64_t ii = 0; ii < in_plane; ++ii) {
+          for (int64_t r = ii, i = k - 1; i >= 0; --i) {
+            p[i] = r % in_d[i];
+            r /= in_d[i];
+          }
+          const double xv = Load<T>(x, (bn * c + ic) * in_plane + ii);
+          for (int64_t ki = 0; ki < kernel_size; ++ki) {
+            for (int64_t r = ki, i = k - 1; i >= 0; --i) {
+              kk[i] = r % kd[i];
+              r /= kd[i];
+            }
+            int64_t off = 0;
+            bool inside = true;
+            for (int i = 0; i < k && inside; ++i) {
+              const int64_t o = p[i] * st[i] + kk[i] * dl[i] - pb[i];
+              inside = o >= 0 && o < od[i];
+              off = off * od[i] + o;
+            }
+            if (!inside) continue;
+            for (int64_t oc = 0; oc < mg; ++oc) {
+              const double wv = Load<T>(w, (ic * mg + oc) * kernel_size + ki);
+              y[(bn * m + grp * mg + oc) * out_plane + off] += xv * wv;
+            }
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < n * m * out_plane; ++i) {
+      const double bias = b != nullptr ? Load<T>(*b, (i / out_plane) % m) : 0.0;
+      Store<T>(*out[0], i, y[i] + bias);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- BatchNormalization, InstanceNormalization ----
+
+struct NormAttrs {
+  float epsilon = 1e-5f;
+  float momentum = 0.9f;
+  bool training = false;
+};
+
+absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const NormAttrs*>(attrs);
+  if (absl::Status s = Need(in, 5, out, "BatchNormalization"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return absl::InvalidArgumentError("BatchNormalization: X must be [N, C, ...]");
+  const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  for (int i = 1; i < 5; ++i) {
+    if (in[i]->rank() != 1 || in[i]->dim(0) != c || in[i]->dtype() != in[1]->dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNormalization: input ", i, " must be [", c, "], got ",
+                                                     in[i]->DebugString()));
+    }
+  }
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "BatchNormalization"); !s.ok()) return s;
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i] == nullptr) continue;
+    if (!a.training) return absl::InvalidArgumentError("BatchNormalization: running statistics need training_mode");
+    const std::vector<int64_t> cdims = {c};
+    if (absl::Status s = PrepareOutput(ctx, out[i], in[1]->dtype(), cdims, "BatchNormalization"); !s.ok()) return s;
+  }
+  return FloatDispatch(x.dtype(), "BatchNormalization", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return FloatDispatch(in[1]->dtype(), "BatchNormalization", [&](auto* ptag) -> absl::Status {
+      using P = std::remove_pointer_t<decltype(ptag)>;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double mean = Load<P>(*in[3], ch), var = Load<P>(*in[4], ch);
+        if (a.training) {
+          double sum = 0, sq = 0;
+          for (int64_t b = 0; b < n; ++b) {
+            for (int64_t i = 0; i < plane; ++i) sum += Load<T>(x, (b * c + ch) * plane + i);
+          }
+          const double count = static_cast<double>(n * plane);
+          const double bm = count > 0 ? sum / count : 0;
+          for (int64_t b = 0; b < n; ++b) {
+            for (int64_t i = 0; i < plane; ++i) {
+              const double dv = Load<T>(x, (b * c + ch) * plane + i) - bm;
+              sq += dv * dv;
+            }
+          }
+          const double bv = count > 0 ? sq / count : 0;
+          if (out.size() > 1 && out[1] != nullptr) Store<P>(*out[1], ch, mean * a.momentum + bm * (1 - a.momentum));
+          if (out.size() > 2 && out[2] != nullptr) Store<P>(*out[2], ch, var * a.momentum + bv * (1 - a.momentum));
+          mean = bm;
+          var = bv;
+        }
+        const double scale = Load<P>(*in[1], ch) / std::sqrt(var + a.epsilon), bias = Load<P>(*in[2], ch);
+        for (int64_t b = 0; b < n; ++b) {
+          for (int64_t i = 0; i < plane; ++i) {
+            const int64_t at = (b * c + ch) * plane + i;
+            Store<T>(*out[0], at, (Load<T>(x, at) - mean) * scale + bias);
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+  });
+}
+
+absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const NormAttrs*>(attrs);
+  if (absl::Status s = Need(in, 3, out, "InstanceNormalization"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  if (x.rank() < 3) return absl::InvalidArgumentError("InstanceNormalization: X must be [N, C, D...]");
+  const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  for (int i = 1; i < 3; ++i) {
+    if (in[i]->rank() != 1 || in[i]->dim(0) != c || in[i]->dtype() != x.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("InstanceNormalization: input ", i, " must be [", c, "]"));
+    }
+  }
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "InstanceNormalization"); !s.ok()) return s;
+  return FloatDispatch(x.dtype(), "InstanceNormalization", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t p = 0; p < n * c; ++p) {
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < plane; ++i) sum += Load<T>(x, p * plane + i);
+      const double mean = plane > 0 ? sum / static_cast<double>(plane) : 0;
+      for (int64_t i = 0; i < plane; ++i) {
+        const double dv = Load<T>(x, p * plane + i) - mean;
+        sq += dv * dv;
+      }
+      const double var = plane > 0 ? sq / static_cast<double>(plane) : 0;
+      const int64_t ch = p % c;
+      const double scale = Load<T>(*in[1], ch) / std::sqrt(var + a.epsilon), bias = Load<T>(*in[2], ch);
+      for (int64_t i = 0; i < plane; ++i) {
+        Store<T>(*out[0], p * plane + i, (Load<T>(x, p * plane + i) - mean) * scale + bias);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- LRN ----
+
+struct LrnAttrs {
+  float alpha = 1e-4f, beta = 0.75f, bias = 1.0f;
+  int64_t size = 1;
+};
+
+absl::Status RunLrn(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const LrnAttrs*>(attrs);
+  if (absl::Status s = Need(in, 1, out, "LRN"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return absl::InvalidArgumentError("LRN: X must be [N, C, ...]");
+  const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "LRN"); !s.ok()) return s;
+  const int64_t before = (a.size - 1) / 2, after = a.size - 1 - before;
+  return FloatDispatch(x.dtype(), "LRN", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        for (int64_t i = 0; i < plane; ++i) {
+          double sq = 0;
+          for (int64_t j = std::max<int64_t>(0, ch - before); j <= std::min(c - 1, ch + after); ++j) {
+            const double v = Load<T>(x, (b * c + j) * plane + i);
+            sq += v * v;
+          }
+          const int64_t at = (b * c + ch) * plane + i;
+          Store<T>(*out[0], at, Load<T>(x, at) / std::pow(a.bias + a.alpha / static_cast<double>(a.size) * sq, a.beta));
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- Shrink, EyeLike ----
+
+struct ShrinkAttrs {
+  float bias = 0, lambd = 0.5f;
+};
+
+absl::Status RunShrink(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const ShrinkAttrs*>(attrs);
+  if (absl::Status s = Need(in, 1, out, "Shrink"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Shrink"); !s.ok()) return s;
+  return DispatchNumeric(x.dtype(), "Shrink", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      return absl::UnimplementedError("Shrink: dtype bool not supported");
+    } else {
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double v = Load<T>(x, i);
+        const double y = v < -a.lambd ? v + a.bias : v > a.lambd ? v - a.bias : 0.0;
+        Store<T>(*out[0], i, y);
+      }
+      return absl::OkStatus();
+    }
+  });
+}
+
+struct EyeAttrs {
+  int64_t k = 0;
+  std::optional<DType> dtype;
+};
+
+absl::Status RunEyeLike(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const EyeAttrs*>(attrs);
+  if (absl::Status s = Need(in, 1, out, "EyeLike"); !s.ok()) return s;
+  const Tensor& x = *in[0];
+  if (x.rank() != 2) return absl::InvalidArgumentError(absl::StrCat("EyeLike: input must be 2-D, got ", x.DebugString()));
+  const DType dtype = a.dtype.value_or(x.dtype());
+  if (absl::Status s = PrepareOutput(ctx, out[0], dtype, x.dims(), "EyeLike"); !s.ok()) return s;
+  return DispatchNumeric(dtype, "EyeLike", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* py = out[0]->data<T>();
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+          py[i * cols + j] = T(j - i == a.k ? 1.0f : 0.0f);
+        } else {
+          py[i * cols + j] = static_cast<T>(j - i == a.k ? 1 : 0);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- registration ----
+
+template <typename A>
+void AddKernel(KernelRegistry& r, const char* op, size_t min_in, size_t max_in, size_t max_out,
+               FunctionKernel::RunFn run, std::function<absl::StatusOr<A>(const KernelSpec&)> attrs) {
+  r.Register(KernelRegistration{
+      "", op, Device::kCPU, "reference", kReferencePriority,
+      [op, min_in, max_in, max_out, run, attrs](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.empty() ||
+            spec.outputs.size() > max_out) {
+          return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", min_in, "..", max_in, " inputs and 1..",
+                                                         max_out, " outputs"));
+        }
+        absl::StatusOr<A> a = attrs(spec);
+        if (!a.ok()) return a.status();
+        return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), run,
+                                                std::make_shared<const A>(*std::move(a)));
+      }});
+}
+
+absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
+  NormAttrs a;
+  absl::StatusOr<float> eps = spec.GetFloat("epsilon", 1e-5f);
+  if (!eps.ok()) return eps.status();
+  a.epsilon = *eps;
+  absl::StatusOr<float> momentum = spec.GetFloat("momentum", 0.9f);
+  if (!momentum.ok()) return momentum.status();
+  a.momentum = *momentum;
+  absl::StatusOr<int64_t> spatial = spec.GetInt("spatial", 1);
+  if (!spatial.ok()) return spatial.status();
+  if (*spatial != 1) return absl::UnimplementedError(absl::StrCat(spec.op, ": spatial=0 is not supported"));
+  absl::StatusOr<int64_t> training = spec.GetInt("training_mode", 0);
+  if (!training.ok()) return training.status();
+  a.training = *training != 0;
+  // Opset 6: is_test=0 (the default there) is training mode.
+  if (spec.Find("is_test") != nullptr) {
+    absl::StatusOr<int64_t> is_test = spec.GetInt("is_test", 1);
+    if (!is_test.ok()) return is_test.status();
+    a.training = *is_test == 0;
+  }
+  return a;
+}
+
+}  // namespace
+
+void RegisterNnKernels(KernelRegistry& r) {
+  auto conv_attrs = [](const KernelSpec& spec) -> absl::StatusOr<ConvAttrs> {
+    ConvAttrs a;
+    for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
+                               {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations}}) {
+      absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
+      if (!v.ok()) return v.status();
+      *field = *v;
+    }
+    absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
+    if (!ap.ok()) return ap.status();
+    a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+    if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
+      return absl::InvalidArgumentError(absl::StrCat("Conv: unknown auto_pad '", a.auto_pad, "'"));
+    }
+    absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
+    if (!group.ok()) return group.status();
+    a.group = *group;
+    const size_t k = a.kernel.size();
+    if ((!a.strides.empty() && k != 0 && a.strides.size() != k) || (!a.dilations.empty() && k != 0 && a.dilations.size() != k) ||
+        (!a.pads.empty() && k != 0 && a.pads.size() != 2 * k)) {
+      return absl::InvalidArgumentError("Conv: strides, dilations and pads must match kernel_shape");
+    }
+    return a;
+  };
+  AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
+  AddKernel<ConvAttrs>(r, "ConvInteger", 2, 4, 1, &RunConvInteger, conv_attrs);
+  AddKernel<ConvTransposeAttrs>(
+      r, "ConvTranspose", 2, 3, 1, &RunConvTranspose, [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
+        ConvTransposeAttrs a;
+        for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
+                                   {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations},
+                                   {"output_padding", &a.output_padding}, {"output_shape", &a.output_shape}}) {
+          absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
+          if (!v.ok()) return v.status();
+          *field = *v;
+        }
+        absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
+        if (!ap.ok()) return ap.status();
+        a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+        if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
+          return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: unknown auto_pad '", a.auto_pad, "'"));
+        }
+        absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
+        if (!group.ok()) return group.status();
+        a.group = *group;
+        const size_t k = a.kernel.size();
+        if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) || (!a.dilations.empty() && a.dilations.size() != k) ||
+                       (!a.pads.empty() && a.pads.size() != 2 * k) ||
+                       (!a.output_padding.empty() && a.output_padding.size() != k))) {
+          return absl::InvalidArgumentError("ConvTranspose: strides, dilations, pads and output_padding must match kernel_shape");
+        }
+        if (!a.output_shape.empty() && k != 0 && a.output_shape.size() != k && a.output_shape.size() != k + 2) {
+          return absl::InvalidArgumentError("ConvTranspose: output_shape must match kernel_shape");
+        }
+        return a;
+      });
+  AddKernel<NormAttrs>(r, "BatchNormalization", 5, 5, 3, &RunBatchNorm, GetNormAttrs);
+  AddKernel<NormAttrs>(r, "InstanceNormalization", 3, 3, 1, &RunInstanceNorm, GetNormAttrs);
+  AddKernel<LrnAttrs>(r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {
+    LrnAttrs a;
+    for (auto [name, field] : {std::pair<const char*, float*>{"alpha", &a.alpha}, {"beta", &a.beta}, {"bias", &a.bias}}) {
+      absl::StatusOr<float> v = spec.GetFloat(name, *field);
+      if (!v.ok()) return v.status();
+      *field = *v;
+    }
+    absl::StatusOr<int64_t> size = spec.GetInt("size", 0);
+    if (!size.ok()) return size.status();
+    if (*size < 1) return absl::InvalidArgumentError("LRN: size must be positive");
+    a.size = *size;
+    return a;
+  });
+  AddKernel<ShrinkAttrs>(r, "Shrink", 1, 1, 1, &RunShrink, [](const KernelSpec& spec) -> absl::StatusOr<ShrinkAttrs> {
+    ShrinkAttrs a;
+    absl::StatusOr<float> bias = spec.GetFloat("bias", 0);
+    if (!bias.ok()) return bias.status();
+    absl::StatusOr<float> lambd = spec.GetFloat("lambd", 0.5f);
+    if (!lambd.ok()) return lambd.status();
+    a.bias = *bias;
+    a.lambd = *lambd;
+    return a;
+  });
+  AddKernel<EyeAttrs>(r, "EyeLike", 1, 1, 1, &RunEyeLike, [](const KernelSpec& spec) -> absl::StatusOr<EyeAttrs> {
+    EyeAttrs a;
+    absl::StatusOr<int64_t> k = spec.GetInt("k", 0);
+    if (!k.ok()) return k.status();
+    a.k = *k;
+    if (spec.outputs[0].dtype != kAnyDType) a.dtype = static_cast<DType>(spec.outputs[0].dtype);
+    return a;
+  });
+}
+
+}  // namespace dynvm::reference

@@ -1,0 +1,304 @@
+// Reference kernel for Resize (opsets 11 and 13): nearest, linear and cubic interpolation over
+// every dim, separably.
+//
+// Output size: `sizes`, or floor(input * scales). Each output coordinate x maps to an input
+// coordinate by coordinate_transformation_mode (scale = output / input: the `scales` value, or
+// sizes / input): half_pixel (x + 0.5) / scale - 0.5; pytorch_half_pixel the same, or -0.5 for
+// an output of size 1; align_corners x * (in - 1) / (out - 1); asymmetric x / scale;
+// tf_half_pixel_for_nn (x + 0.5) / scale; tf_crop_and_resize through the roi, with
+// extrapolation_value outside the input. The neighbours of a coordinate c are taken around
+// base = ceil(c) - 1 with ratio c - base in (0, 1]: two for nearest (picked by nearest_mode) and
+// linear (weights 1 - ratio, ratio), four for cubic (Keys' kernel with cubic_coeff_a; with
+// exclude_outside the weights of neighbours outside the input are dropped and the rest
+// renormalized). Neighbour indices are clamped to the input (edge values). Sums in double.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/reference/common.h"
+#include "kernels/reference/reference.h"
+
+namespace dynvm::reference {
+namespace {
+
+using Inputs = absl::Span<const Tensor* const>;
+using Outputs = absl::Span<Tensor* const>;
+
+enum class Mode : uint8_t { kNearest, kLinear, kCubic };
+
+struct ResizeAttrs {
+  Mode mode = Mode::kNearest;
+  std::string transform = "half_pixel";
+  std::string nearest = "round_prefer_floor";
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+};
+
+int64_t Offset(const Tensor& t, int64_t linear) {
+  int64_t offset = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    const int64_t n = t.dim(d);
+    offset += (linear % n) * t.stride(d);
+    linear /= n;
+  }
+  return offset;
+}
+
+absl::StatusOr<std::vector<double>> ReadFloats(const Tensor& t, absl::string_view what) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kF32) {
+      v.push_back(t.data<float>()[Offset(t, i)]);
+    } else if (t.dtype() == DType::kF64) {
+      v.push_back(t.data<double>()[Offset(t, i)]);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("Resize: ", what, " must be f32 or f64"));
+    }
+  }
+  return v;
+}
+
+// Per output dim: for each output coordinate, the input indices and weights of its neighbours
+// (outside: the coordinate maps outside the input in tf_crop_and_resize).
+struct Taps {
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
+  std::vector<bool> outside;
+};
+
+Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start, double roi_end) {
+  Taps t;
+  const double out_width = scale * static_cast<double>(in);
+  for (int64_t x = 0; x < out; ++x) {
+    const double xd = static_cast<double>(x);
+    double c;
+    bool outside = false;
+    if (a.transform == "align_corners") {
+      c = out_width == 1 ? 0 : xd * static_cast<double>(in - 1) / (out_width - 1);
+    } else if (a.transform == "asymmetric") {
+      c = xd / scale;
+    } else if (a.transform == "tf_crop_and_resize") {
+      c = out_width == 1 ? (roi_end - roi_start) * static_cast<double>(in - 1) / 2
+                         : xd * (roi_end - roi_start) * static_cast<double>(in - 1) / (out_width - 1);
+      c += roi_start * static_cast<double>(in - 1);
+      outside = c < 0 || c > static_cast<double>(in - 1);
+    } else if (a.transform == "tf_half_pixel_for_nn") {
+      c = (xd + 0.5) / scale;
+    } else if (a.transform == "pytorch_half_pixel") {
+      c = out_width == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
+    } else {  // half_pixel
+      c = (xd + 0.5) / scale - 0.5;
+    }
+    const double base = std::ceil(c) - 1;
+    const double ratio = c - base;  // in (0, 1]
+    std::vector<double> w;
+    int64_t first;
+    if (a.mode == Mode::kCubic) {
+      const double A = a.cubic_a, r = ratio, s = 1 - ratio;
+      w = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A, ((A + 2) * r - (A + 3)) * r * r + 1,
+           ((A + 2) * s - (A + 3)) * s * s + 1, ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
+      first = static_cast<int64_t>(base) - 1;
+    } else if (a.mode == Mode::kLinear) {
+      w = {1 - ratio, ratio};
+      first = static_cast<int64_t>(base);
+    } else {
+      bool right;
+      if (ratio == 1) {
+        right = true;  // c is an integer: itself
+      } else if (a.nearest == "round_prefer_ceil") {
+        right = ratio >= 0.5;
+      } else if (a.nearest == "floor") {
+        right = false;
+      } else if (a.nearest == "ceil") {
+        right = true;
+      } else {  // round_prefer_floor
+        right = ratio > 0.5;
+      }
+      w = {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
+      first = static_cast<int64_t>(base);
+    }
+    std::vector<int64_t> idx(w.size());
+    for (size_t j = 0; j < w.size(); ++j) idx[j] = first + static_cast<int64_t>(j);
+    if (a.exclude_outside) {
+      double sum = 0;
+      for (size_t j = 0; j < w.size(); ++j) {
+        if (idx[j] < 0 || idx[j] >= in) w[j] = 0;
+        sum += w[j];
+      }
+      if (sum != 0) {
+        for (double& v : w) v /= sum;
+      }
+    }
+    for (int64_t& i : idx) i = std::clamp<int64_t>(i, 0, in - 1);
+    t.index.push_back(std::move(idx));
+    t.weight.push_back(std::move(w));
+    t.outside.push_back(outside);
+  }
+  return t;
+}
+
+absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const ResizeAttrs*>(attrs);
+  if (in.empty() || in[0] == nullptr || out.empty() || out[0] == nullptr) {
+    return absl::InvalidArgumentError("Resize: missing input or output");
+  }
+  const Tensor& x = *in[0];
+  const int r = x.rank();
+  const Tensor* roi_t = in.size() > 1 ? in[1] : nullptr;
+  const Tensor* scales_t = in.size() > 2 ? in[2] : nullptr;
+  const Tensor* sizes_t = in.size() > 3 ? in[3] : nullptr;
+  if (scales_t != nullptr && scales_t->numel() == 0) scales_t = nullptr;
+  if (sizes_t != nullptr && sizes_t->numel() == 0) sizes_t = nullptr;
+  if ((scales_t == nullptr) == (sizes_t == nullptr)) {
+    return absl::InvalidArgumentError("Resize: exactly one of scales and sizes must be given");
+  }
+  std::vector<int64_t> out_dims(r);
+  std::vector<double> scales(r);
+  if (sizes_t != nullptr) {
+    absl::StatusOr<Dims> sizes = ReadInts(*sizes_t, "Resize", "sizes");
+    if (!sizes.ok()) return sizes.status();
+    if (static_cast<int>(sizes->size()) != r) return absl::InvalidArgumentError("Resize: sizes must have one value per dim");
+    for (int i = 0; i < r; ++i) {
+      if ((*sizes)[i] < 0) return absl::InvalidArgumentError("Resize: negative size");
+      out_dims[i] = (*sizes)[i];
+      scales[i] = x.dim(i) == 0 ? 1.0 : static_cast<double>(out_dims[i]) / static_cast<double>(x.dim(i));
+    }
+  } else {
+    absl::StatusOr<std::vector<double>> s = ReadFloats(*scales_t, "scales");
+    if (!s.ok()) return s.status();
+    if (static_cast<int>(s->size()) != r) return absl::InvalidArgumentError("Resize: scales must have one value per dim");
+    for (int i = 0; i < r; ++i) {
+      if (!((*s)[i] > 0) || (*s)[i] > 1e6) return absl::InvalidArgumentError("Resize: scales must be positive");
+      scales[i] = static_cast<float>((*s)[i]);
+      out_dims[i] = static_cast<int64_t>(static_cast<double>(x.dim(i)) * scales[i]);
+    }
+  }
+  std::vector<double> roi(2 * r, 0.0);
+  for (int i = 0; i < r; ++i) roi[r + i] = 1.0;
+  if (a.transform == "tf_crop_and_resize") {
+    if (roi_t == nullptr || roi_t->numel() != 2 * r) return absl::InvalidArgumentError("Resize: tf_crop_and_resize needs a roi of 2 * rank values");
+    absl::StatusOr<std::vector<double>> v = ReadFloats(*roi_t, "roi");
+    if (!v.ok()) return v.status();
+    roi = *v;
+  }
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"); !s.ok()) return s;
+  std::vector<Taps> taps;
+  for (int i = 0; i < r; ++i) taps.push_back(Plan(a, x.dim(i), out_dims[i], scales[i], roi[i], roi[r + i]));
+  int64_t total = 1;
+  for (int64_t d : out_dims) total *= d;
+  return DispatchNumeric(x.dtype(), "Resize", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      return absl::UnimplementedError("Resize: dtype bool not supported");
+    } else {
+      const T* px = x.data<T>();
+      T* py = out[0]->data<T>();
+      std::vector<int64_t> o(r), k(r);
+      for (int64_t oi = 0; oi < total; ++oi) {
+        for (int64_t rem = oi, i = r - 1; i >= 0; --i) {
+          o[i] = rem % out_dims[i];
+          rem /= out_dims[i];
+        }
+        bool outside = false;
+        int64_t combos = 1;
+        for (int i = 0; i < r; ++i) {
+          outside |= taps[i].outside[o[i]];
+          combos *= static_cast<int64_t>(taps[i].weight[o[i]].size());
+        }
+        double acc = 0;
+        if (outside) {
+          acc = a.extrapolation;
+        } else {
+          for (int64_t ci = 0; ci < combos; ++ci) {
+            double w = 1;
+            int64_t off = 0;
+            for (int64_t rem = ci, i = r - 1; i >= 0; --i) {
+              const auto& ws = taps[i].weight[o[i]];
+              const int64_t j = rem % static_cast<int64_t>(ws.size());
+              rem /= static_cast<int64_t>(ws.size());
+              w *= ws[j];
+              off += taps[i].index[o[i]][j] * x.stride(i);
+            }
+            if (w == 0) continue;
+            if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+              acc += w * static_cast<float>(px[off]);
+            } else {
+              acc += w * static_cast<double>(px[off]);
+            }
+          }
+        }
+        if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+          py[oi] = T(static_cast<float>(acc));
+        } else if constexpr (std::is_integral_v<T>) {
+          const double lo = static_cast<double>(std::numeric_limits<T>::min());
+          const double hi = static_cast<double>(std::numeric_limits<T>::max());
+          py[oi] = static_cast<T>(std::clamp(std::round(acc), lo, hi));
+        } else {
+          py[oi] = static_cast<T>(acc);
+        }
+      }
+      return absl::OkStatus();
+    }
+  });
+}
+
+}  // namespace
+
+void RegisterResizeKernels(KernelRegistry& r) {
+  r.Register(KernelRegistration{
+      "", "Resize", Device::kCPU, "reference", kReferencePriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.empty() || spec.inputs.size() > 4 || spec.outputs.size() != 1) {
+          return absl::InvalidArgumentError("Resize: expected 1..4 inputs and 1 output");
+        }
+        if (spec.Find("opset10") != nullptr) {
+          return absl::UnimplementedError("Resize of opset 10 is not supported (opset 11 and later)");
+        }
+        ResizeAttrs a;
+        absl::StatusOr<std::string> mode = spec.GetString("mode", "nearest");
+        if (!mode.ok()) return mode.status();
+        if (*mode == "nearest") {
+          a.mode = Mode::kNearest;
+        } else if (*mode == "linear") {
+          a.mode = Mode::kLinear;
+        } else if (*mode == "cubic") {
+          a.mode = Mode::kCubic;
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", *mode, "'"));
+        }
+        absl::StatusOr<std::string> transform = spec.GetString("coordinate_transformation_mode", "half_pixel");
+        if (!transform.ok()) return transform.status();
+        static const char* kTransforms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                            "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+        if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) == std::end(kTransforms)) {
+          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown coordinate_transformation_mode '", *transform, "'"));
+        }
+        a.transform = *transform;
+        absl::StatusOr<std::string> nearest = spec.GetString("nearest_mode", "round_prefer_floor");
+        if (!nearest.ok()) return nearest.status();
+        if (*nearest != "round_prefer_floor" && *nearest != "round_prefer_ceil" && *nearest != "floor" && *nearest != "ceil") {
+          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown nearest_mode '", *nearest, "'"));
+        }
+        a.nearest = *nearest;
+        absl::StatusOr<float> cubic_a = spec.GetFloat("cubic_coeff_a", -0.75f);
+        if (!cubic_a.ok()) return cubic_a.status();
+        a.cubic_a = *cubic_a;
+        absl::StatusOr<int64_t> exclude = spec.GetInt("exclude_outside", 0);
+        if (!exclude.ok()) return exclude.status();
+        a.exclude_outside = *exclude != 0;
+        absl::StatusOr<float> extrapolation = spec.GetFloat("extrapolation_value", 0);
+        if (!extrapolation.ok()) return extrapolation.status();
+        a.extrapolation = *extrapolation;
+        return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunResize,
+                                                std::make_shared<const ResizeAttrs>(std::move(a)));
+      }});
+}
+
+}  // namespace dynvm::reference
