@@ -190,6 +190,7 @@ constexpr OpEntry kOps[] = {
     {"Trilu", 7, "14:2:1", "upper:i"},
     {"Unique", 7, "11:1:1", "axis:i sorted:i"},
     {"Unsqueeze", 1, "1:1:1 11:1:1 13:2:3", "axes:I"},
+    {"Upsample", 7, "7:1:1 9:2:3", "mode:s scales:F"},
     {"Where", 7, "9:3:7 16:3:7", ""},
     {"Xor", 7, "1:2:3 7:2:3", ""},
 };
