@@ -996,6 +996,10 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
     for (size_t i = 1; i < 4; ++i) c.SetOutputDynamic(i, DType::kI64, 1);
     return absl::OkStatus();
   });
+  Reg(r, "Einsum", [](InferContext& c) {  // the sizes come from the equation at run time
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  });
   Reg(r, "NonMaxSuppression", [](InferContext& c) {
     c.SetOutput(0, DType::kI64, {c.sym().Fresh("selected"), c.sym().Const(3)});
     c.node().outputs[0]->dynamic = true;

@@ -497,7 +497,34 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     legacy.i = 1;
     np->attrs["legacy_2d"] = legacy;
   }
-  if (domain.empty() && n.op_type() == "Resize" && opset_ < 11) {
+  if (domain.empty() && n.op_type() == "Upsample") {
+    // Upsample (opsets 7 to 9) is Resize with asymmetric coordinates, nearest rounding down,
+    // and no roi; opsets 7 and 8 give the scales as an attribute.
+    const AttrValue* scales = np->attr("scales");
+    Value* scales_value = np->inputs.size() > 1 ? np->inputs[1] : nullptr;
+    if (scales != nullptr) {
+      if (scales->type != AttrValue::Type::kFloats) {
+        return absl::InvalidArgumentError(Join(label, "Upsample: 'scales' must be floats"));
+      }
+      absl::StatusOr<Tensor> t = Tensor::FromVector<float>(
+          DType::kF32, {static_cast<int64_t>(scales->floats.size())}, scales->floats);
+      if (!t.ok()) return t.status();
+      scales_value = m_->NewConstant(*std::move(t), absl::StrCat(np->name, "/scales"));
+      np->attrs.erase("scales");
+    }
+    if (np->inputs.empty() || scales_value == nullptr) {
+      return absl::InvalidArgumentError(Join(label, "Upsample needs X and scales"));
+    }
+    np->op = "Resize";
+    np->inputs = {np->inputs[0], nullptr, scales_value};
+    for (const auto& [name, value] : {std::pair<const char*, const char*>{"coordinate_transformation_mode", "asymmetric"},
+                                      {"nearest_mode", "floor"}}) {
+      AttrValue v;
+      v.type = AttrValue::Type::kString;
+      v.s = value;
+      np->attrs[name] = v;
+    }
+  } else if (domain.empty() && n.op_type() == "Resize" && opset_ < 11) {
     AttrValue v10;  // opset 10's Resize differs (the kernel refuses it)
     v10.type = AttrValue::Type::kInt;
     v10.i = 1;

@@ -219,6 +219,23 @@ TEST(OnnxImporterTest, LoopBodyReadsOuterValues) {
   EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{4, 8, 12}));
 }
 
+TEST(OnnxImporterTest, UpsampleBecomesResize) {
+  // Opset 7 gives the scales as an attribute; nearest rounds down (asymmetric coordinates):
+  // output x reads input floor(x / 3).
+  ModelMaker mm(7);
+  mm.Input("x", pb::TensorProto::FLOAT, {"1", "1", "1", "2"}).Output("y");
+  pb::NodeProto* n = mm.Node("Upsample", {"x"}, {"y"});
+  auto* a = n->add_attribute();
+  a->set_name("scales");
+  a->set_type(pb::AttributeProto::FLOATS);
+  for (float f : {1.0f, 1.0f, 1.0f, 3.0f}) a->add_floats(f);
+  absl::StatusOr<std::unique_ptr<Module>> m = Import(mm);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<Tensor> out = CompileAndRun(**m, {{"x", testing::F32({1, 1, 1, 2}, {1, 2})}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{1, 1, 1, 2, 2, 2}));
+}
+
 TEST(OnnxImporterTest, ExternalDataInsideTheFolderIsRead) {
   TempDir dir;
   const float w[3] = {7, 8, 9};

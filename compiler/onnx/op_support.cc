@@ -67,6 +67,7 @@ constexpr OpEntry kOps[] = {
     {"Div", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
     {"Dropout", 7, "1:1:1 6:1:1 7:1:1 10:1:1 12:3:1 13:3:1", "ratio:f seed:i"},
     {"DynamicQuantizeLinear", 7, "11:1:1", ""},
+    {"Einsum", 7, "12:0:1", "equation:s"},
     {"Elu", 6, "1:1:1 6:1:1", "alpha:f"},
     {"Equal", 7, "1:2:3 7:2:3 11:2:3 13:2:3", ""},
     {"Erf", 7, "9:1:1 13:1:1", ""},
@@ -190,6 +191,7 @@ constexpr OpEntry kOps[] = {
     {"Trilu", 7, "14:2:1", "upper:i"},
     {"Unique", 7, "11:1:1", "axis:i sorted:i"},
     {"Unsqueeze", 1, "1:1:1 11:1:1 13:2:3", "axes:I"},
+    {"Upsample", 7, "7:1:1 9:2:3", "mode:s scales:F"},
     {"Where", 7, "9:3:7 16:3:7", ""},
     {"Xor", 7, "1:2:3 7:2:3", ""},
 };

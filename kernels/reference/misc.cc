@@ -1,6 +1,6 @@
 // Reference kernels for window functions (HannWindow, HammingWindow, BlackmanWindow), Det,
 // linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear) and
-// NonMaxSuppression and Unique.
+// NonMaxSuppression, Unique and Einsum.
 //
 // Windows: N = the size input; with periodic (the default) the period is N, else N - 1;
 // Hann 0.5 - 0.5 cos(2 pi n / P), Hamming 25/46 - 21/46 cos(2 pi n / P), Blackman
@@ -18,9 +18,11 @@
 // and the counts.
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -412,6 +414,155 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   return write(3, u_dims, [&](int64_t p) { return counts[p]; });
 }
 
+// ---- Einsum ----
+
+struct EinsumAttrs {
+  std::string equation;
+};
+
+// Einsum by enumeration: every assignment of the equation's letters (the output's, then the
+// summed ones) adds the product of the inputs' elements to the output element. "..." stands for
+// the same leading dims in every term (right-aligned; a size-1 dim broadcasts). Without "->" the
+// output is the letters that appear once, in alphabetical order (after the ellipsis dims).
+absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const EinsumAttrs*>(attrs);
+  if (in.empty() || out.empty() || out[0] == nullptr) return absl::InvalidArgumentError("Einsum: missing input or output");
+  std::string eq;
+  for (char ch : a.equation) {
+    if (ch != ' ') eq.push_back(ch);
+  }
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != in.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Einsum: '", a.equation, "' has ", terms.size(), " terms for ", in.size(), " inputs"));
+  }
+  // Ellipsis dims become the letters '0'.. (below the alphabet, so they sort first).
+  int ell = -1;
+  std::vector<std::string> expanded(terms.size());
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (in[t] == nullptr) return absl::InvalidArgumentError("Einsum: missing input");
+    const std::string& term = terms[t];
+    const size_t dots = term.find("...");
+    const int letters = static_cast<int>(term.size()) - (dots == std::string::npos ? 0 : 3);
+    const int extra = in[t]->rank() - letters;
+    if (extra < 0 || (dots == std::string::npos && extra != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("Einsum: term '", term, "' does not match ", in[t]->DebugString()));
+    }
+    if (dots != std::string::npos) {
+      ell = std::max(ell, extra);
+      std::string e;
+      for (int i = 0; i < extra; ++i) e.push_back(static_cast<char>('0' + (ell - extra) + i));
+      expanded[t] = term.substr(0, dots) + e + term.substr(dots + 3);
+    } else {
+      expanded[t] = term;
+    }
+  }
+  // Sizes per letter.
+  std::map<char, int64_t> size;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    for (size_t i = 0; i < expanded[t].size(); ++i) {
+      const char ch = expanded[t][i];
+      if (!std::isalpha(static_cast<unsigned char>(ch)) && !std::isdigit(static_cast<unsigned char>(ch))) {
+        return absl::InvalidArgumentError(absl::StrCat("Einsum: bad equation '", a.equation, "'"));
+      }
+      const int64_t d = in[t]->dim(static_cast<int>(i));
+      auto [it, inserted] = size.emplace(ch, d);
+      if (!inserted && it->second != d) {
+        if (it->second == 1 && std::isdigit(static_cast<unsigned char>(ch))) {
+          it->second = d;
+        } else if (!(d == 1 && std::isdigit(static_cast<unsigned char>(ch)))) {
+          return absl::InvalidArgumentError(absl::StrCat("Einsum: '", std::string(1, ch), "' has sizes ", it->second, " and ", d));
+        }
+      }
+    }
+  }
+  std::string output;
+  if (arrow != std::string::npos) {
+    const std::string rhs = eq.substr(arrow + 2);
+    const size_t dots = rhs.find("...");
+    if (dots != std::string::npos) {
+      std::string e;
+      for (int i = 0; i < std::max(ell, 0); ++i) e.push_back(static_cast<char>('0' + i));
+      output = rhs.substr(0, dots) + e + rhs.substr(dots + 3);
+    } else {
+      output = rhs;
+    }
+  } else {
+    std::map<char, int> count;
+    for (const std::string& e : expanded) {
+      for (char ch : e) ++count[ch];
+    }
+    for (const auto& [ch, n] : count) {
+      if (std::isdigit(static_cast<unsigned char>(ch)) || n == 1) output.push_back(ch);
+    }
+  }
+  for (char ch : output) {
+    if (!size.contains(ch)) return absl::InvalidArgumentError(absl::StrCat("Einsum: output letter '", std::string(1, ch), "' is not an input's"));
+  }
+  std::string letters = output;
+  for (const auto& [ch, d] : size) {
+    if (output.find(ch) == std::string::npos) letters.push_back(ch);
+  }
+  std::vector<int64_t> out_dims;
+  for (char ch : output) out_dims.push_back(size[ch]);
+  const DType dtype = in[0]->dtype();
+  if (absl::Status s = PrepareOutput(ctx, out[0], dtype, out_dims, "Einsum"); !s.ok()) return s;
+  int64_t out_count = 1, sum_count = 1;
+  for (char ch : output) out_count *= size[ch];
+  for (size_t i = output.size(); i < letters.size(); ++i) sum_count *= size[letters[i]];
+  // For each input: per letter position, the input's stride (0 for a broadcast size-1 dim).
+  std::vector<std::vector<int64_t>> strides(in.size(), std::vector<int64_t>(letters.size(), 0));
+  for (size_t t = 0; t < in.size(); ++t) {
+    for (size_t i = 0; i < expanded[t].size(); ++i) {
+      const size_t pos = letters.find(expanded[t][i]);
+      if (in[t]->dim(static_cast<int>(i)) != 1 || size[expanded[t][i]] == 1) strides[t][pos] += in[t]->stride(static_cast<int>(i));
+    }
+  }
+  std::vector<int64_t> idx(letters.size());
+  for (int64_t o = 0; o < out_count; ++o) {
+    double acc = 0;
+    for (int64_t sidx = 0; sidx < sum_count; ++sidx) {
+      int64_t r = o;
+      for (int i = static_cast<int>(output.size()) - 1; i >= 0; --i) {
+        idx[i] = r % size[letters[i]];
+        r /= size[letters[i]];
+      }
+      r = sidx;
+      for (int i = static_cast<int>(letters.size()) - 1; i >= static_cast<int>(output.size()); --i) {
+        idx[i] = r % size[letters[i]];
+        r /= size[letters[i]];
+      }
+      double prod = 1;
+      for (size_t t = 0; t < in.size(); ++t) {
+        int64_t off = 0;
+        for (size_t i = 0; i < letters.size(); ++i) off += idx[i] * strides[t][i];
+        double v = 0;
+        (void)DispatchNumeric(in[t]->dtype(), "Einsum", [&](auto* tag) -> absl::Status {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          const T x = in[t]->data<T>()[off];
+          if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+            v = static_cast<float>(x);
+          } else {
+            v = static_cast<double>(x);
+          }
+          return absl::OkStatus();
+        });
+        prod *= v;
+      }
+      acc += prod;
+    }
+    Set(*out[0], o, acc);
+  }
+  return absl::OkStatus();
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, "reference", kReferencePriority, std::move(f)});
 }
@@ -491,6 +642,20 @@ void RegisterMiscKernels(KernelRegistry& r) {
     if (!sorted.ok()) return sorted.status();
     a.sorted = *sorted != 0;
     return Make(spec, &RunUnique, a);
+  });
+  Add(r, "Einsum", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    if (spec.inputs.empty() || spec.outputs.size() != 1) return absl::InvalidArgumentError("Einsum: 1+ inputs, 1 output");
+    for (const PortSpec& p : spec.inputs) {
+      if (p.dtype != kAnyDType && (static_cast<DType>(p.dtype) == DType::kBool || static_cast<DType>(p.dtype) == DType::kString)) {
+        return absl::UnimplementedError("Einsum: numeric inputs only");
+      }
+    }
+    EinsumAttrs a;
+    absl::StatusOr<std::string> eq = spec.GetString("equation", "");
+    if (!eq.ok()) return eq.status();
+    if (eq->empty()) return absl::InvalidArgumentError("Einsum: equation is required");
+    a.equation = *eq;
+    return Make(spec, &RunEinsum, a);
   });
   Add(r, "DynamicQuantizeLinear", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 1 || spec.outputs.size() != 3) {

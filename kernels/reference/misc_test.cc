@@ -1,6 +1,7 @@
 // Tests of the reference window, Det and quantization kernels against hand-computed values.
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -111,6 +112,24 @@ TEST(MiscKernelTest, Unique) {
   const Tensor y = RunCall(rows)[0];
   EXPECT_EQ(std::vector<int64_t>(y.dims().begin(), y.dims().end()), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(ToInts(y), (std::vector<int64_t>{0, 5, 1, 2}));
+}
+
+TEST(MiscKernelTest, Einsum) {
+  auto einsum = [](const std::string& eq, std::vector<Tensor> ins) {
+    KernelCall call("Einsum");
+    for (const Tensor& t : ins) call.In(t);
+    call.Attr("equation", eq).Out(DType::kF32);
+    return ToDoubles(RunCall(call)[0]);
+  };
+  const Tensor m = F32({2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(einsum("ij,jk->ik", {m, m}), (std::vector<double>{7, 10, 15, 22}));  // matmul
+  EXPECT_EQ(einsum("ij->ji", {m}), (std::vector<double>{1, 3, 2, 4}));            // transpose
+  EXPECT_EQ(einsum("ii", {m}), (std::vector<double>{5}));                         // trace (implicit)
+  EXPECT_EQ(einsum("...ii->...i", {m}), (std::vector<double>{1, 4}));            // diagonal
+  EXPECT_EQ(einsum("i,i", {F32({3}, {1, 2, 3}), F32({3}, {4, 5, 6})}), (std::vector<double>{32}));
+  KernelCall bad("Einsum");
+  bad.In(m).Attr("equation", std::string("ijk->i")).Out(DType::kF32);
+  EXPECT_EQ(bad.Run().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
