@@ -5,6 +5,8 @@
 // kernels) propagate it; those kernels scan their inputs (common.h, HasNaN) and hand a run with
 // a NaN to the reference kernel.
 //
+// Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
+//
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
 //
@@ -19,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -199,6 +202,30 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
                                         scale);
 }
 
+// ---- Erf ----
+
+class ErfKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
+    ErfArray(x.numel(), x.data<float>(), out[0]->data<float>());
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<ErfKernel>(KernelName(spec), *std::move(ref));
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
 }
@@ -225,6 +252,7 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
     Add(r, def.op, [&def](const KernelSpec& spec) { return CreateUnary(spec, def); });
   }
   Add(r, "Clip", &CreateClip);
+  Add(r, "Erf", &CreateErf);
   struct BinaryDef {
     const char* op;
     alg algorithm;

@@ -1,8 +1,13 @@
 // oneDNN Softmax, LogSoftmax (softmax_v2 primitive) and LayerNormalization (f32), bound once
 // per site and shape.
 //
+// Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
+// vectorized loop (vector_loops.h) instead of the primitive when one thread is asked for or the
+// input is small: a decoder's attention grows every step, and binding a primitive per shape
+// costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0).
+//
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
-// or an infinity (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
+// or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
 // input, and LayerNormalization on a strided input or with a Scale/B that is not one value per normalized element. A
 // LayerNormalization asked for its Mean and InvStdDev outputs is the reference kernel's (at
 // create: oneDNN returns the variance, not its inverse square root).
@@ -11,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -37,10 +43,20 @@ class SoftmaxKernel final : public DnnlKernel {
         axis_ < -rank || axis_ >= rank || (legacy_2d_ && !x.is_contiguous())) {
       return RunReference(ctx, in, out);
     }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    constexpr int64_t kLoopMaxElements = int64_t{1} << 16;  // with more threads, the primitive
+    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
+        (ctx.num_threads() == 1 || x.numel() <= kLoopMaxElements)) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
+      const int64_t n = x.dim(rank - 1);
+      if (SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>())) {
+        return absl::OkStatus();
+      }
+      return RunReference(ctx, in, out);  // NaN, +inf or a row of -inf: nothing was written
+    }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.
     if (HasNonFinite(x)) return RunReference(ctx, in, out);
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
     SetThreads(ctx.num_threads());
     ShapeKey key;
