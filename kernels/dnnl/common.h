@@ -150,16 +150,32 @@ struct PrimitiveState : KernelState {
   ShapeKey key;
   bool valid = false;
   bool use_reference = false;  // oneDNN has no primitive for this site's shapes
+  int binds = 0;               // shapes this site has seen
   BoundPrimitive prim;
 };
 
+// A site whose shapes keep changing (a decoder's sequence growing every step) binds primitives
+// for its first kMaxPrimitiveBinds shapes; after that, shapes of at most kChurnMaxElements
+// elements run the reference kernel: binding a primitive (tens of microseconds) costs more than
+// the reference loop at those sizes. Larger shapes still bind.
+inline constexpr int kMaxPrimitiveBinds = 4;
+inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
+
 // Calls bind(engine) (which binds st->prim) unless the site's key matches, inside Guard. A
-// descriptor oneDNN does not implement sends the site to the reference kernel
-// (st->use_reference) until its shapes change.
+// descriptor oneDNN does not implement, or a small shape at a site that has seen too many
+// (above), sends the site to the reference kernel (st->use_reference) until its shapes change.
+// `elements`: the size of the work (the output's elements).
 template <typename Bind>
-absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, absl::string_view what, Bind&& bind) {
+absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements, absl::string_view what,
+                    Bind&& bind) {
   if (st->valid && st->key == key) return absl::OkStatus();
   st->valid = false;
+  if (++st->binds > kMaxPrimitiveBinds && elements <= kChurnMaxElements) {
+    st->use_reference = true;
+    st->key = key;
+    st->valid = true;
+    return absl::OkStatus();
+  }
   absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
   if (!engine.ok()) return engine.status();
   absl::Status s = Guard(what, [&] {

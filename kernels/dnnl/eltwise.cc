@@ -17,6 +17,7 @@
 // every output element: a broadcast first operand of Sub or Div, or both operands broadcast).
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
@@ -79,7 +80,7 @@ class UnaryKernel final : public DnnlKernel {
     key.AddFloat(alpha);
     key.AddFloat(beta);
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "eltwise", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc md = TensorDesc(x);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha, beta);
       dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
@@ -135,7 +136,14 @@ class BinaryKernel final : public DnnlKernel {
         algorithm_(algorithm),
         commutative_(commutative),
         scale_(scale),
-        drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {}
+        drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {
+    if (scale == 1.0f) {
+      if (algorithm == alg::binary_add) loop_op_ = BinaryOp::kAdd;
+      if (algorithm == alg::binary_sub) loop_op_ = BinaryOp::kSub;
+      if (algorithm == alg::binary_mul) loop_op_ = BinaryOp::kMul;
+      if (algorithm == alg::binary_div) loop_op_ = BinaryOp::kDiv;
+    }
+  }
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
@@ -145,7 +153,7 @@ class BinaryKernel final : public DnnlKernel {
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(a->dims(), b->dims());
     if (!dims.ok()) return RunReference(ctx, in, out);  // reports the shapes
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok() || *total < kMinBinaryElements) return RunReference(ctx, in, out);
+    if (!total.ok()) return RunReference(ctx, in, out);
     const int64_t numel = *total;
     if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunReference(ctx, in, out);
     const absl::Span<const int64_t> out_dims = *dims;
@@ -154,6 +162,11 @@ class BinaryKernel final : public DnnlKernel {
       if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
       std::swap(a, b);
     }
+    if (LoopServes(*a, *b, out_dims, numel)) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+      return RunLoop(*a, *b, numel, out[0]);
+    }
+    if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
     SetThreads(ctx.num_threads());
     ShapeKey key;
@@ -161,7 +174,7 @@ class BinaryKernel final : public DnnlKernel {
     key.Add(b);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "binary", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, numel, "binary", [&](const dnnl::engine& engine) {
       const int rank = std::max<int>(static_cast<int>(out_dims.size()), 1);
       const dnnl::memory::desc a_md = AlignedDesc(*a, rank);
       const dnnl::memory::desc b_md = AlignedDesc(*b, rank);
@@ -181,10 +194,42 @@ class BinaryKernel final : public DnnlKernel {
   }
 
  private:
+  // Add, Sub, Mul and Div of at most kChurnMaxElements elements run a plain loop (vector_loops.h)
+  // when `a` has every output element, contiguous, and `b` is too, or is one row or a scalar
+  // (contiguous): no primitive to bind per shape, and IEEE results equal to the reference's.
+  bool LoopServes(const Tensor& a, const Tensor& b, absl::Span<const int64_t> dims,
+                  int64_t numel) const {
+    if (!loop_op_.has_value() || numel > kChurnMaxElements || numel == 0 || scale_ != 1.0f ||
+        a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
+      return false;
+    }
+    if (b.numel() == numel || b.numel() == 1) return true;
+    // b one row: its dims, right-aligned, are 1 except the last, which equals the output's.
+    if (dims.empty() || b.rank() == 0 || b.dim(b.rank() - 1) != dims.back() ||
+        b.numel() != dims.back()) {
+      return false;
+    }
+    return true;
+  }
+
+  absl::Status RunLoop(const Tensor& a, const Tensor& b, int64_t numel, Tensor* y) const {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    if (b.numel() == numel) {
+      BinaryRows(*loop_op_, 1, numel, pa, pb, numel, y->data<float>());
+    } else if (b.numel() == 1) {
+      BinaryRows(*loop_op_, 1, numel, pa, pb, -1, y->data<float>());
+    } else {
+      BinaryRows(*loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
+    }
+    return absl::OkStatus();
+  }
+
   alg algorithm_;
   bool commutative_;
   float scale_;      // applied to the result (Mean of two)
   bool drops_nan_;   // max/min return the other operand for a NaN
+  std::optional<BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,

@@ -6,6 +6,8 @@
 // input is small: a decoder's attention grows every step, and binding a primitive per shape
 // costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0).
 //
+// LayerNormalization of at most kChurnMaxElements elements is a plain loop too.
+//
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
 // input, and LayerNormalization on a strided input or with a Scale/B that is not one value per normalized element. A
@@ -52,7 +54,7 @@ class SoftmaxKernel final : public DnnlKernel {
       if (SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>())) {
         return absl::OkStatus();
       }
-      return RunReference(ctx, in, out);  // NaN, +inf or a row of -inf: nothing was written
+      return RunReference(ctx, in, out);  // NaN, +inf or a row of -inf
     }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.
@@ -63,7 +65,7 @@ class SoftmaxKernel final : public DnnlKernel {
     key.Add(&x);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "softmax", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
       dnnl::memory::desc src, dst;
       int dnnl_axis = axis;
       if (legacy_2d_) {
@@ -148,6 +150,12 @@ class LayerNormKernel final : public DnnlKernel {
     }
     DNNL_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
+    if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
+      LayerNormRows(rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
+                    bias != nullptr ? bias->data<float>() : nullptr, epsilon_,
+                    out[0]->data<float>());
+      return absl::OkStatus();
+    }
     SetThreads(ctx.num_threads());
     ShapeKey key;
     key.Add(rows);
@@ -156,7 +164,7 @@ class LayerNormKernel final : public DnnlKernel {
     key.Add(bias != nullptr);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "layer normalization", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
       const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
       dnnl::normalization_flags flags = dnnl::normalization_flags::none;

@@ -11,28 +11,64 @@ namespace {
 
 #define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
+// Explicit lanes: the compiler does not reorder float reductions on its own (no -ffast-math),
+// but vectorizes kLanes independent accumulators.
+constexpr int kLanes = 16;
+
 // Max of a row, and whether it holds NaN or +inf (exponent all ones, except -inf).
 DYNVM_CLONES float RowMax(int64_t n, const float* x, bool* bad) {
-  float m = -std::numeric_limits<float>::infinity();
-  uint32_t any = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t b = std::bit_cast<uint32_t>(x[j]);
-    any |= ((b & 0x7f800000u) == 0x7f800000u && b != 0xff800000u) ? 1u : 0u;
-    m = x[j] > m ? x[j] : m;
+  float m[kLanes];
+  uint32_t any[kLanes];
+  for (int k = 0; k < kLanes; ++k) {
+    m[k] = -std::numeric_limits<float>::infinity();
+    any[k] = 0;
   }
-  *bad = any != 0;
-  return m;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = x[j + k];
+      const uint32_t b = std::bit_cast<uint32_t>(v);
+      any[k] |= ((b & 0x7f800000u) == 0x7f800000u) & (b != 0xff800000u);
+      m[k] = v > m[k] ? v : m[k];
+    }
+  }
+  for (int k = 0; j < n; ++j, ++k) {
+    const float v = x[j];
+    const uint32_t b = std::bit_cast<uint32_t>(v);
+    any[k] |= ((b & 0x7f800000u) == 0x7f800000u) & (b != 0xff800000u);
+    m[k] = v > m[k] ? v : m[k];
+  }
+  float r = m[0];
+  uint32_t a = any[0];
+  for (int k = 1; k < kLanes; ++k) {
+    r = m[k] > r ? m[k] : r;
+    a |= any[k];
+  }
+  *bad = a != 0;
+  return r;
 }
 
+// y = exp(x - m) (exactly 0 for x = -inf); returns the sum.
 DYNVM_CLONES float ExpRow(int64_t n, const float* x, float m, float* y) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
+  float sum[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = x[j + k];
+      const float e = v == kNegInf ? 0.0f : FastExp(v - m);
+      y[j + k] = e;
+      sum[k] += e;
+    }
+  }
+  for (int k = 0; j < n; ++j, ++k) {
     const float e = x[j] == kNegInf ? 0.0f : FastExp(x[j] - m);
     y[j] = e;
-    sum += e;
+    sum[k] += e;
   }
-  return sum;
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += sum[k];
+  return s;
 }
 
 DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
@@ -43,18 +79,111 @@ DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
 
 bool SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t r = 0; r < rows; ++r) {
-    bool bad = false;
-    if (RowMax(n, x + r * n, &bad) == kNegInf || bad) return false;
+  bool bad = false;
+  if (x == y) {
+    // In place: check every row before writing (the reference kernel then reads x intact).
+    for (int64_t r = 0; r < rows; ++r) {
+      if (RowMax(n, x + r * n, &bad) == kNegInf || bad) return false;
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    bool bad;
     const float m = RowMax(n, xr, &bad);
+    if (m == kNegInf || bad) return false;  // not in place: y is rewritten by the caller
     ScaleRow(n, 1.0f / ExpRow(n, xr, m, yr), yr);
   }
   return true;
+}
+
+namespace {
+
+DYNVM_CLONES float RowSum(int64_t n, const float* x) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] += x[j + k];
+  }
+  for (int k = 0; j < n; ++j, ++k) acc[k] += x[j];
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  return s;
+}
+
+DYNVM_CLONES float RowSquaredDeviation(int64_t n, const float* x, float mean) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float d = x[j + k] - mean;
+      acc[k] += d * d;
+    }
+  }
+  for (int k = 0; j < n; ++j, ++k) {
+    const float d = x[j] - mean;
+    acc[k] += d * d;
+  }
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  return s;
+}
+
+DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd,
+                               const float* scale, const float* bias, float* y) {
+  if (scale != nullptr && bias != nullptr) {
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j] + bias[j];
+  } else if (scale != nullptr) {
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j];
+  } else if (bias != nullptr) {
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd + bias[j];
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd;
+  }
+}
+
+// bs >= 0: b's rows are bs apart; bs < 0: b is one scalar.
+#define DYNVM_BINARY_LOOP(NAME, OP)                                                  \
+  DYNVM_CLONES void NAME(int64_t rows, int64_t n, const float* a, const float* b,  \
+                         int64_t bs, float* y) {                                     \
+    if (bs < 0) {                                                                    \
+      const float s = b[0];                                                          \
+      for (int64_t j = 0; j < rows * n; ++j) y[j] = a[j] OP s;                       \
+      return;                                                                        \
+    }                                                                                \
+    for (int64_t r = 0; r < rows; ++r) {                                             \
+      const float* ar = a + r * n;                                                   \
+      const float* br = b + r * bs;                                                  \
+      float* yr = y + r * n;                                                         \
+      for (int64_t j = 0; j < n; ++j) yr[j] = ar[j] OP br[j];                        \
+    }                                                                                \
+  }
+DYNVM_BINARY_LOOP(AddRows, +)
+DYNVM_BINARY_LOOP(SubRows, -)
+DYNVM_BINARY_LOOP(MulRows, *)
+DYNVM_BINARY_LOOP(DivRows, /)
+#undef DYNVM_BINARY_LOOP
+
+}  // namespace
+
+void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,
+                   float epsilon, float* y) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    const float mean = RowSum(n, xr) * inv_n;
+    const float var = RowSquaredDeviation(n, xr, mean) * inv_n;
+    NormalizeRow(n, xr, mean, 1.0f / std::sqrt(var + epsilon), scale, bias, y + r * n);
+  }
+}
+
+void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
+                int64_t b_row_stride, float* y) {
+  switch (op) {
+    case BinaryOp::kAdd: return AddRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kSub: return SubRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kMul: return MulRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kDiv: return DivRows(rows, n, a, b, b_row_stride, y);
+  }
 }
 
 // |x| < 0.5: the Taylor series of erf to x^15 (error below 1e-9 relative). Otherwise

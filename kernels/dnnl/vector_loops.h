@@ -10,13 +10,27 @@
 namespace dynvm::onednn {
 
 // Softmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array).
-// Entries equal to -inf give exactly 0. Returns false, writing nothing, when a row holds NaN
-// or +inf or is -inf throughout (the reference kernel resolves those: NaN rows).
+// Entries equal to -inf give exactly 0. Returns false when a row holds NaN
+// or +inf or is -inf throughout (the reference kernel resolves those: NaN rows); when x and y
+// are different arrays, y may then hold partial results.
 bool SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
 
 // y = erf(x) for n floats, within 2e-7 absolute and 1e-6 relative (x and y may be the same
 // array). NaN gives NaN; +-inf give +-1.
 void ErfArray(int64_t n, const float* x, float* y);
+
+// Layer normalization of `rows` contiguous rows of `n` floats: (x - mean) / sqrt(var + eps),
+// times scale[n] and plus bias[n] when given (either may be null).
+void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,
+                   float epsilon, float* y);
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+// y[r, j] = a[r, j] op b[r * b_row_stride + j] over `rows` rows of `n` (b_row_stride n: the
+// same shape; 0: b is one row broadcast to every row; -1: b is one scalar). Same IEEE results
+// as the reference kernel (y may be a or b).
+void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
+                int64_t b_row_stride, float* y);
 
 }  // namespace dynvm::onednn
 
