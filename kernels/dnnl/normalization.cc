@@ -4,7 +4,8 @@
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
 // vectorized loop (vector_loops.h) instead of the primitive when one thread is asked for or the
 // input is small: a decoder's attention grows every step, and binding a primitive per shape
-// costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0).
+// costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0),
+// and rows with NaN or +inf as the reference kernel does (NaN throughout).
 //
 // LayerNormalization of at most kChurnMaxElements elements is a plain loop too.
 //
@@ -51,10 +52,8 @@ class SoftmaxKernel final : public DnnlKernel {
         (ctx.num_threads() == 1 || x.numel() <= kLoopMaxElements)) {
       DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
-      if (SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>())) {
-        return absl::OkStatus();
-      }
-      return RunReference(ctx, in, out);  // NaN, +inf or a row of -inf
+      SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>());
+      return absl::OkStatus();
     }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.

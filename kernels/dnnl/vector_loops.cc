@@ -1,7 +1,9 @@
 #include "kernels/dnnl/vector_loops.h"
 
 #include <bit>
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/dnnl/fast_math.h"
@@ -10,105 +12,86 @@ namespace dynvm::onednn {
 namespace {
 
 #define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Outputs here are either separate arrays or exactly their inputs (an in-place op: the same
+// index read then written). The compiler's run-time overlap check would send the in-place case
+// to the scalar loop; ivdep states that no iteration depends on another.
+#define DYNVM_IVDEP _Pragma("GCC ivdep")
 
 // Explicit lanes: the compiler does not reorder float reductions on its own (no -ffast-math),
 // but vectorizes kLanes independent accumulators.
 constexpr int kLanes = 16;
 
-// Max of a row, and whether it holds NaN or +inf (exponent all ones, except -inf).
-DYNVM_CLONES float RowMax(int64_t n, const float* x, bool* bad) {
-  float m[kLanes];
-  uint32_t any[kLanes];
-  for (int k = 0; k < kLanes; ++k) {
-    m[k] = -std::numeric_limits<float>::infinity();
-    any[k] = 0;
-  }
+// GCC vector types: a float max reduction the compiler would not vectorize on its own (without
+// -ffast-math it keeps the scalar order).
+typedef float V16f __attribute__((vector_size(64)));
+typedef int32_t V16i __attribute__((vector_size(64)));
+
+// Max of a row; NaN entries are skipped (as the reference kernel's std::max does).
+DYNVM_CLONES float RowMax(int64_t n, const float* x) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  V16f m = V16f{} + kNegInf;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const float v = x[j + k];
-      const uint32_t b = std::bit_cast<uint32_t>(v);
-      any[k] |= ((b & 0x7f800000u) == 0x7f800000u) & (b != 0xff800000u);
-      m[k] = v > m[k] ? v : m[k];
-    }
+    V16f v;
+    std::memcpy(&v, x + j, sizeof(v));
+    m = v > m ? v : m;
   }
-  for (int k = 0; j < n; ++j, ++k) {
-    const float v = x[j];
-    const uint32_t b = std::bit_cast<uint32_t>(v);
-    any[k] |= ((b & 0x7f800000u) == 0x7f800000u) & (b != 0xff800000u);
-    m[k] = v > m[k] ? v : m[k];
-  }
-  float r = m[0];
-  uint32_t a = any[0];
-  for (int k = 1; k < kLanes; ++k) {
-    r = m[k] > r ? m[k] : r;
-    a |= any[k];
-  }
-  *bad = a != 0;
+  float r = kNegInf;
+  for (int k = 0; k < kLanes; ++k) r = m[k] > r ? m[k] : r;
+  for (; j < n; ++j) r = x[j] > r ? x[j] : r;
   return r;
 }
 
-// y = exp(x - m) (exactly 0 for x = -inf); returns the sum.
-DYNVM_CLONES float ExpRow(int64_t n, const float* x, float m, float* y) {
+// y = exp(x - m): exactly 0 for x = -inf, NaN for NaN.
+DYNVM_CLONES void ExpRow(int64_t n, const float* x, float m, float* y) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float sum[kLanes] = {};
+  DYNVM_IVDEP
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = x[j];
+    const float e = FastExp(v - m);
+    y[j] = v == kNegInf ? 0.0f : v != v ? v : e;
+  }
+}
+
+DYNVM_CLONES float RowSum(int64_t n, const float* x) {
+  V16f acc = V16f{};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const float v = x[j + k];
-      const float e = v == kNegInf ? 0.0f : FastExp(v - m);
-      y[j + k] = e;
-      sum[k] += e;
-    }
-  }
-  for (int k = 0; j < n; ++j, ++k) {
-    const float e = x[j] == kNegInf ? 0.0f : FastExp(x[j] - m);
-    y[j] = e;
-    sum[k] += e;
+    V16f v;
+    std::memcpy(&v, x + j, sizeof(v));
+    acc += v;
   }
   float s = 0.0f;
-  for (int k = 0; k < kLanes; ++k) s += sum[k];
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  for (; j < n; ++j) s += x[j];
   return s;
 }
 
 DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
+  DYNVM_IVDEP
   for (int64_t j = 0; j < n; ++j) y[j] *= s;
 }
 
 }  // namespace
 
-bool SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  bool bad = false;
-  if (x == y) {
-    // In place: check every row before writing (the reference kernel then reads x intact).
-    for (int64_t r = 0; r < rows; ++r) {
-      if (RowMax(n, x + r * n, &bad) == kNegInf || bad) return false;
-    }
-  }
+void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    const float m = RowMax(n, xr, &bad);
-    if (m == kNegInf || bad) return false;  // not in place: y is rewritten by the caller
-    ScaleRow(n, 1.0f / ExpRow(n, xr, m, yr), yr);
+    const float m = RowMax(n, xr);
+    ExpRow(n, xr, m, yr);
+    const float sum = RowSum(n, yr);
+    if (m == kInf || m == -kInf || sum != sum) {
+      // +inf (inf - inf), a row of -inf only, or a NaN: the reference kernel's row is NaN.
+      std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    ScaleRow(n, 1.0f / sum, yr);
   }
-  return true;
 }
 
 namespace {
-
-DYNVM_CLONES float RowSum(int64_t n, const float* x) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) acc[k] += x[j + k];
-  }
-  for (int k = 0; j < n; ++j, ++k) acc[k] += x[j];
-  float s = 0.0f;
-  for (int k = 0; k < kLanes; ++k) s += acc[k];
-  return s;
-}
 
 DYNVM_CLONES float RowSquaredDeviation(int64_t n, const float* x, float mean) {
   float acc[kLanes] = {};
@@ -131,12 +114,16 @@ DYNVM_CLONES float RowSquaredDeviation(int64_t n, const float* x, float mean) {
 DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd,
                                const float* scale, const float* bias, float* y) {
   if (scale != nullptr && bias != nullptr) {
+    DYNVM_IVDEP
     for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j] + bias[j];
   } else if (scale != nullptr) {
+    DYNVM_IVDEP
     for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j];
   } else if (bias != nullptr) {
+    DYNVM_IVDEP
     for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd + bias[j];
   } else {
+    DYNVM_IVDEP
     for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd;
   }
 }
@@ -147,6 +134,7 @@ DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd
                          int64_t bs, float* y) {                                     \
     if (bs < 0) {                                                                    \
       const float s = b[0];                                                          \
+      DYNVM_IVDEP                                                                    \
       for (int64_t j = 0; j < rows * n; ++j) y[j] = a[j] OP s;                       \
       return;                                                                        \
     }                                                                                \
@@ -154,6 +142,7 @@ DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd
       const float* ar = a + r * n;                                                   \
       const float* br = b + r * bs;                                                  \
       float* yr = y + r * n;                                                         \
+      DYNVM_IVDEP                                                                    \
       for (int64_t j = 0; j < n; ++j) yr[j] = ar[j] OP br[j];                        \
     }                                                                                \
   }
@@ -166,7 +155,12 @@ DYNVM_BINARY_LOOP(DivRows, /)
 #define DYNVM_WHERE_LOOP(NAME, XV, YV)                                               \
   DYNVM_CLONES void NAME(int64_t n, const uint8_t* c, const float* x, const float* y, \
                          float* out) {                                                 \
-    for (int64_t j = 0; j < n; ++j) out[j] = c[j] != 0 ? XV : YV;                      \
+    DYNVM_IVDEP                                                                        \
+    for (int64_t j = 0; j < n; ++j) {                                                  \
+      /* Both loaded unconditionally: a select the compiler can vectorize. */            \
+      const float xv = XV, yv = YV;                                                      \
+      out[j] = c[j] != 0 ? xv : yv;                                                      \
+    }                                                                                    \
   }
 DYNVM_WHERE_LOOP(WhereVV, x[j], y[j])
 DYNVM_WHERE_LOOP(WhereSV, x[0], y[j])
@@ -221,6 +215,7 @@ void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const floa
 // 1 - erfc(|x|) with the Chebyshev-fitted erfc of Numerical Recipes (erfcc: relative error
 // below 1.2e-7), its exp by FastExp. Both are computed and one is selected: branch-free.
 DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
+  DYNVM_IVDEP
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float z = std::fabs(v);

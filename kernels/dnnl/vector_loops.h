@@ -9,11 +9,10 @@
 
 namespace dynvm::onednn {
 
-// Softmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array).
-// Entries equal to -inf give exactly 0. Returns false when a row holds NaN
-// or +inf or is -inf throughout (the reference kernel resolves those: NaN rows); when x and y
-// are different arrays, y may then hold partial results.
-bool SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
+// Softmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array),
+// with the reference kernel's non-finite results: entries equal to -inf give exactly 0; a row
+// holding NaN or +inf, or -inf only, is NaN throughout.
+void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
 
 // y = erf(x) for n floats, within 2e-7 absolute and 1e-6 relative (x and y may be the same
 // array). NaN gives NaN; +-inf give +-1.
