@@ -75,6 +75,20 @@ absl::StatusOr<const dnnl::engine*> CpuEngine();
 // Sets the calling thread's OpenMP thread count; cheap when unchanged.
 void SetThreads(int n);
 
+// Work below this (multiply-adds of a GEMM, elements of an elementwise op) runs on one thread
+// whatever the thread budget: an OpenMP fork and join costs microseconds on an idle machine,
+// and on a busy one waits for the other thread to be scheduled (a time slice, milliseconds),
+// far more than the work (~100 us on one core at this size). A decode step's GEMVs and a short
+// prompt's projections are below it: measured on the 2-core development machine under load, a
+// single 2-thread GEMM per LSTM decode (a 4-token prompt, 1M multiply-adds) halved its tokens/s
+// (docs/benchmarks.md).
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 22;
+
+// The thread count for `work`: 1 below kMinParallelWork, else the context's budget.
+inline int ThreadsFor(int budget, int64_t work) {
+  return work < kMinParallelWork ? 1 : budget;
+}
+
 // The oneDNN data type of a dtype, or nullopt.
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
 

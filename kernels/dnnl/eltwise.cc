@@ -73,7 +73,7 @@ class UnaryKernel final : public DnnlKernel {
     }
     if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     key.Add(ctx.num_threads());
@@ -168,7 +168,7 @@ class BinaryKernel final : public DnnlKernel {
     }
     if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
     key.Add(a);
     key.Add(b);

@@ -148,7 +148,7 @@ class MatMulKernel final : public DnnlKernel {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
       return RunReference(ctx, in, out);  // the reference kernel reports the error
     }
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
@@ -319,7 +319,7 @@ class GemmKernel final : public DnnlKernel {
         b.dtype() != DType::kF32 || (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
       return RunReference(ctx, in, out);
     }
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (attrs_.trans_b ? b.dim(0) : b.dim(1))));
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);

@@ -2,8 +2,8 @@
 // per site and shape.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
-// vectorized loop (vector_loops.h) instead of the primitive when one thread is asked for or the
-// input is small: a decoder's attention grows every step, and binding a primitive per shape
+// vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
+// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's attention grows every step, and binding a primitive per shape
 // costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0),
 // and rows with NaN or +inf as the reference kernel does (NaN throughout).
 //
@@ -47,9 +47,9 @@ class SoftmaxKernel final : public DnnlKernel {
       return RunReference(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
-    constexpr int64_t kLoopMaxElements = int64_t{1} << 16;  // with more threads, the primitive
+    // One thread (ThreadsFor): the loop; more (a large input with a budget), the primitive.
     if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
-        (ctx.num_threads() == 1 || x.numel() <= kLoopMaxElements)) {
+        ThreadsFor(ctx.num_threads(), x.numel()) == 1) {
       DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
       SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>());
@@ -59,7 +59,7 @@ class SoftmaxKernel final : public DnnlKernel {
     // oneDNN's max skips NaN and gives the other elements numbers.
     if (HasNonFinite(x)) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     key.Add(ctx.num_threads());
@@ -155,7 +155,7 @@ class LayerNormKernel final : public DnnlKernel {
                     out[0]->data<float>());
       return absl::OkStatus();
     }
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(rows);
     key.Add(count);

@@ -93,7 +93,7 @@ class ReduceKernel final : public DnnlKernel {
     }
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(
         ctx, out[0], DType::kF32, absl::MakeConstSpan(out_dims, out_rank), def_.op));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     int64_t bits = 0;
