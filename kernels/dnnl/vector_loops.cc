@@ -1,7 +1,7 @@
 #include "kernels/dnnl/vector_loops.h"
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,10 +21,9 @@ namespace {
 // but vectorizes kLanes independent accumulators.
 constexpr int kLanes = 16;
 
-// GCC vector types: a float max reduction the compiler would not vectorize on its own (without
-// -ffast-math it keeps the scalar order).
+// A GCC vector type: float max and sum reductions the compiler would not vectorize on its own
+// (without -ffast-math it keeps the scalar order).
 typedef float V16f __attribute__((vector_size(64)));
-typedef int32_t V16i __attribute__((vector_size(64)));
 
 // Max of a row; NaN entries are skipped (as the reference kernel's std::max does).
 DYNVM_CLONES float RowMax(int64_t n, const float* x) {
