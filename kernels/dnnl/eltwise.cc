@@ -247,6 +247,89 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
                                         scale);
 }
 
+// ---- Where ----
+
+// Where(cond, X, Y) with f32 X and Y by a plain loop (vector_loops.h) when every operand is
+// contiguous and is the output itself, one value, or a block of the output's trailing dims
+// repeated (a [T, T] causal mask over [B, H, T, T] scores); anything else is the reference's.
+class WhereKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
+    const Tensor& c = *in[0];
+    const Tensor& x = *in[1];
+    const Tensor& y = *in[2];
+    if (c.dtype() != DType::kBool || x.dtype() != DType::kF32 || y.dtype() != DType::kF32) {
+      return RunReference(ctx, in, out);
+    }
+    absl::StatusOr<Dims> cx = reference::BroadcastShapes(c.dims(), x.dims());
+    if (!cx.ok()) return RunReference(ctx, in, out);
+    absl::StatusOr<Dims> dims = reference::BroadcastShapes(*cx, y.dims());
+    if (!dims.ok()) return RunReference(ctx, in, out);
+    absl::StatusOr<int64_t> total = CheckedNumel(*dims);
+    if (!total.ok() || *total == 0) return RunReference(ctx, in, out);
+    // The block: the largest trailing-dims period among the operands that are not scalars.
+    int64_t pc, px, py;
+    if (!Period(c, *dims, &pc) || !Period(x, *dims, &px) || !Period(y, *dims, &py)) {
+      return RunReference(ctx, in, out);
+    }
+    // Periods are products of trailing dims: the smallest non-scalar one divides the others.
+    int64_t block = *total;
+    for (int64_t p : {pc, px, py}) {
+      if (p > 1) block = std::min(block, p);
+    }
+    if (pc == 1 && c.numel() == 1) return RunReference(ctx, in, out);  // a scalar condition
+    if (pc % block != 0 || (px > 1 && px % block != 0) || (py > 1 && py % block != 0)) {
+      return RunReference(ctx, in, out);
+    }
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
+    const int64_t blocks = *total / block;
+    float* o = out[0]->data<float>();
+    // Operand of period p: block b starts at (b * block) % p.
+    const uint8_t* pcond = c.data<uint8_t>();
+    for (int64_t b = 0; b < blocks;) {
+      // Runs of blocks over which every non-scalar operand advances linearly (until one wraps).
+      const int64_t start = b * block;
+      int64_t run = blocks - b;
+      for (int64_t p : {pc, px, py}) {
+        if (p > 1) run = std::min(run, (p - start % p) / block);
+      }
+      WhereBlocks(run, block, pcond + start % pc, block, x.data<float>() + (px > 1 ? start % px : 0),
+                  px > 1 ? block : -1, y.data<float>() + (py > 1 ? start % py : 0),
+                  py > 1 ? block : -1, o + start);
+      b += run;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The period of `t` in the output `dims`: 1 for one value; its numel when it is contiguous
+  // and its dims, leading 1s dropped, equal the output's trailing dims. False otherwise.
+  static bool Period(const Tensor& t, absl::Span<const int64_t> dims, int64_t* period) {
+    *period = t.numel();
+    if (t.numel() == 1) return true;
+    if (!t.is_contiguous()) return false;
+    int first = 0;
+    while (first < t.rank() && t.dim(first) == 1) ++first;
+    const int n = t.rank() - first;
+    if (n > static_cast<int>(dims.size())) return false;
+    for (int i = 0; i < n; ++i) {
+      if (t.dim(first + i) != dims[dims.size() - n + i]) return false;
+    }
+    return true;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<WhereKernel>(KernelName(spec), *std::move(ref));
+}
+
 // ---- Erf ----
 
 class ErfKernel final : public DnnlKernel {
@@ -298,6 +381,7 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
   }
   Add(r, "Clip", &CreateClip);
   Add(r, "Erf", &CreateErf);
+  Add(r, "Where", &CreateWhere);
   struct BinaryDef {
     const char* op;
     alg algorithm;

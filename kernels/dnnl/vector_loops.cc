@@ -151,8 +151,43 @@ DYNVM_BINARY_LOOP(MulRows, *)
 DYNVM_BINARY_LOOP(DivRows, /)
 #undef DYNVM_BINARY_LOOP
 
+#define DYNVM_WHERE_LOOP(NAME, XV, YV)                                               \
+  DYNVM_CLONES void NAME(int64_t n, const uint8_t* c, const float* x, const float* y, \
+                         float* out) {                                                 \
+    DYNVM_IVDEP                                                                        \
+    for (int64_t j = 0; j < n; ++j) {                                                  \
+      /* Both loaded unconditionally: a select the compiler can vectorize. */            \
+      const float xv = XV, yv = YV;                                                      \
+      out[j] = c[j] != 0 ? xv : yv;                                                      \
+    }                                                                                    \
+  }
+DYNVM_WHERE_LOOP(WhereVV, x[j], y[j])
+DYNVM_WHERE_LOOP(WhereSV, x[0], y[j])
+DYNVM_WHERE_LOOP(WhereVS, x[j], y[0])
+DYNVM_WHERE_LOOP(WhereSS, x[0], y[0])
+#undef DYNVM_WHERE_LOOP
 
 }  // namespace
+
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
+                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out) {
+  const bool xs = x_step < 0, ys = y_step < 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* c = cond + b * cond_step;
+    const float* xb = xs ? x : x + b * x_step;
+    const float* yb = ys ? y : y + b * y_step;
+    float* o = out + b * n;
+    if (!xs && !ys) {
+      WhereVV(n, c, xb, yb, o);
+    } else if (xs && !ys) {
+      WhereSV(n, c, xb, yb, o);
+    } else if (!xs) {
+      WhereVS(n, c, xb, yb, o);
+    } else {
+      WhereSS(n, c, xb, yb, o);
+    }
+  }
+}
 
 void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,
                    float epsilon, float* y) {

@@ -31,6 +31,12 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                 int64_t b_row_stride, float* y);
 
+// y[i] = cond[i] ? x[i] : y[i] over blocks: for each of `blocks` blocks of `n` outputs,
+// cond[j] (bytes, 0 or 1) with cond advancing by cond_step per block (0: one block repeated);
+// x and y likewise, with step -1 meaning one scalar.
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
+                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out);
+
 }  // namespace dynvm::onednn
 
 #endif  // DYNVM_KERNELS_DNNL_VECTOR_LOOPS_H_
