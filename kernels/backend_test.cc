@@ -270,6 +270,53 @@ TEST_P(BackendTest, VariadicWithThreeInputsIsDeclined) {
   EXPECT_TRUE(absl::IsUnimplemented(t.Compare(backend())));
 }
 
+TEST_P(BackendTest, WhereBroadcasting) {
+  struct Case {
+    Dims cond, x, y;
+  };
+  const std::vector<Case> cases = {
+      {{5, 5}, {}, {2, 3, 5, 5}},          // a causal mask over attention scores
+      {{2, 3, 5, 5}, {2, 3, 5, 5}, {2, 3, 5, 5}},
+      {{1, 5}, {4, 5}, {}},
+      {{3, 7}, {7}, {2, 3, 7}},
+      {{4, 1}, {4, 6}, {4, 6}},            // not a trailing block: the reference loop
+      {{}, {3, 4}, {3, 4}},                // a scalar condition
+      {{0, 4}, {4}, {1, 4}},
+  };
+  uint32_t seed = 150;
+  for (const Case& c : cases) {
+    KernelTester t("Where", "", seed++);
+    t.Random(DType::kBool, c.cond).Random(DType::kF32, c.x).Random(DType::kF32, c.y);
+    t.Out(DType::kF32).Tol(0, 0);
+    Check(t);
+  }
+}
+
+TEST_P(BackendTest, Erf) {
+  KernelTester t("Erf", "", 170);
+  t.Random(DType::kF32, {64, 129}, -4, 4).Out(DType::kF32).Tol(2e-7, 1e-6);
+  Check(t);
+}
+
+TEST_P(BackendTest, SmallBinaryOpsByLoop) {
+  // Shapes the plain loop serves (same shape, one row, a scalar; in either order when
+  // commutative) and one it does not (a column).
+  const std::vector<std::pair<Dims, Dims>> shapes = {
+      {{3, 17}, {3, 17}}, {{3, 17}, {17}}, {{17}, {3, 17}}, {{3, 17}, {}}, {{}, {3, 17}},
+      {{3, 17}, {3, 1}},  {{1, 4, 9}, {1, 1, 9}},
+  };
+  uint32_t seed = 180;
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (const auto& [a, b] : shapes) {
+      KernelTester t(op, "", seed++);
+      const bool div = std::string(op) == "Div";
+      t.Random(DType::kF32, a).Random(DType::kF32, b, div ? 0.5 : -1, div ? 2.0 : 1);
+      t.Out(DType::kF32).Tol(0, 0);
+      Check(t);
+    }
+  }
+}
+
 // ---- Softmax, LayerNormalization ----
 
 TEST_P(BackendTest, SoftmaxAxes) {

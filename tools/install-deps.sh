@@ -6,7 +6,7 @@
 #   build (default)  compilers, build tools and the libraries CMakeLists.txt finds
 #   test             build + ONNX's conformance test data (/usr/share/libonnx-testdata/data)
 #   train            build + python3/torch/onnx/numpy and the text corpora tools/ trains on
-#   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch
+#   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch/onnx
 #
 # Idempotent: asks dpkg what is installed (one dpkg-query call), and runs apt-get update
 # (once) and apt-get install only when something is missing. Needs root, or sudo.
@@ -30,7 +30,7 @@ readonly build_pkgs=(
 )
 readonly test_pkgs=(libonnx-testdata)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
-readonly bench_pkgs=(nodejs npm python3-torch python3-numpy libopenblas0-pthread)
+readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread)
 
 usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 

@@ -75,6 +75,20 @@ absl::StatusOr<const dnnl::engine*> CpuEngine();
 // Sets the calling thread's OpenMP thread count; cheap when unchanged.
 void SetThreads(int n);
 
+// Work below this (multiply-adds of a GEMM, elements of an elementwise op) runs on one thread
+// whatever the thread budget: an OpenMP fork and join costs microseconds on an idle machine,
+// and on a busy one waits for the other thread to be scheduled (a time slice, milliseconds),
+// far more than the work (~100 us on one core at this size). A decode step's GEMVs and a short
+// prompt's projections are below it: measured on the 2-core development machine under load, a
+// single 2-thread GEMM per LSTM decode (a 4-token prompt, 1M multiply-adds) halved its tokens/s
+// (docs/benchmarks.md).
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 22;
+
+// The thread count for `work`: 1 below kMinParallelWork, else the context's budget.
+inline int ThreadsFor(int budget, int64_t work) {
+  return work < kMinParallelWork ? 1 : budget;
+}
+
 // The oneDNN data type of a dtype, or nullopt.
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
 
@@ -150,16 +164,32 @@ struct PrimitiveState : KernelState {
   ShapeKey key;
   bool valid = false;
   bool use_reference = false;  // oneDNN has no primitive for this site's shapes
+  int binds = 0;               // shapes this site has seen
   BoundPrimitive prim;
 };
 
+// A site whose shapes keep changing (a decoder's sequence growing every step) binds primitives
+// for its first kMaxPrimitiveBinds shapes; after that, shapes of at most kChurnMaxElements
+// elements run the reference kernel: binding a primitive (tens of microseconds) costs more than
+// the reference loop at those sizes. Larger shapes still bind.
+inline constexpr int kMaxPrimitiveBinds = 4;
+inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
+
 // Calls bind(engine) (which binds st->prim) unless the site's key matches, inside Guard. A
-// descriptor oneDNN does not implement sends the site to the reference kernel
-// (st->use_reference) until its shapes change.
+// descriptor oneDNN does not implement, or a small shape at a site that has seen too many
+// (above), sends the site to the reference kernel (st->use_reference) until its shapes change.
+// `elements`: the size of the work (the output's elements).
 template <typename Bind>
-absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, absl::string_view what, Bind&& bind) {
+absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements, absl::string_view what,
+                    Bind&& bind) {
   if (st->valid && st->key == key) return absl::OkStatus();
   st->valid = false;
+  if (++st->binds > kMaxPrimitiveBinds && elements <= kChurnMaxElements) {
+    st->use_reference = true;
+    st->key = key;
+    st->valid = true;
+    return absl::OkStatus();
+  }
   absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
   if (!engine.ok()) return engine.status();
   absl::Status s = Guard(what, [&] {

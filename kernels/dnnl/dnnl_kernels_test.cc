@@ -1,6 +1,8 @@
 // oneDNN-backend specifics the generic backend test (kernels/backend_test.cc) does not see:
 // plain shapes are served by oneDNN, not by the reference fallback; fallbacks are counted;
 // kernel names tell the variant; a site rebinds when the thread count changes.
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -175,6 +177,94 @@ TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
   const int64_t before = HeapAllocator::Get().stats().allocs;
   ASSERT_TRUE(RunAt(s, {&a, &b}, 1).ok());
   EXPECT_GT(HeapAllocator::Get().stats().allocs, before);
+}
+
+TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
+  // Attention scores under a causal mask: row i holds -inf after column i. The loop serves it
+  // (no fallback), masked entries are exactly 0, the others equal exp(x - max) / sum.
+  const int64_t heads = 3, t = 37;
+  Tensor x = *Tensor::Empty(DType::kF32, {1, heads, t, t});
+  float* px = x.data<float>();
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t j = 0; j < t; ++j) {
+        px[(h * t + i) * t + j] = j > i ? -std::numeric_limits<float>::infinity()
+                                        : 0.37f * static_cast<float>((h * 31 + i * 7 + j * 13) % 23 - 11);
+      }
+    }
+  }
+  for (int threads : {1, 2}) {
+    KernelCall sm("Softmax");
+    sm.In(x).Out(DType::kF32);
+    Site s = Make(sm, threads);
+    std::vector<Tensor> outs(1);
+    std::vector<Tensor*> ptrs = {&outs[0]};
+    ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
+    EXPECT_EQ(s.dnnl->reference_runs(), 0);
+    const float* py = outs[0].data<float>();
+    for (int64_t row = 0; row < heads * t; ++row) {
+      const int64_t i = row % t;
+      double m = -1e30, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) m = std::max(m, double{px[row * t + j]});
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(double{px[row * t + j]} - m);
+      for (int64_t j = 0; j < t; ++j) {
+        if (j > i) {
+          ASSERT_EQ(py[row * t + j], 0.0f) << row << "," << j;
+        } else {
+          ASSERT_NEAR(py[row * t + j], std::exp(double{px[row * t + j]} - m) / sum, 1e-6)
+              << row << "," << j;
+        }
+      }
+    }
+  }
+  // A row of -inf only is NaN throughout for the reference kernel (exp(-inf - -inf)), and for
+  // the loop; the other row is unaffected.
+  Tensor all_masked = *Tensor::Empty(DType::kF32, {2, 4});
+  for (int i = 0; i < 8; ++i) {
+    all_masked.data<float>()[i] = i < 4 ? 0.5f : -std::numeric_limits<float>::infinity();
+  }
+  KernelCall sm("Softmax");
+  sm.In(all_masked).Out(DType::kF32);
+  Site s = Make(sm);
+  std::vector<Tensor> outs(1);
+  std::vector<Tensor*> ptrs = {&outs[0]};
+  ASSERT_TRUE(s.kernel->Run(*s.ctx, {&all_masked}, ptrs).ok());
+  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  for (int i = 0; i < 8; ++i) {
+    if (i < 4) {
+      EXPECT_FLOAT_EQ(outs[0].data<float>()[i], 0.25f) << i;
+    } else {
+      EXPECT_TRUE(std::isnan(outs[0].data<float>()[i])) << i;
+    }
+  }
+}
+
+TEST(DnnlKernels, ErfMatchesLibm) {
+  std::vector<float> values;
+  for (int i = -70000; i <= 70000; ++i) values.push_back(static_cast<float>(i) * 1e-4f);
+  for (float v : {1e-30f, -1e-20f, 3e-8f, 0.0f, -0.0f, 10.0f, -30.0f, 1e30f}) values.push_back(v);
+  values.push_back(std::numeric_limits<float>::infinity());
+  values.push_back(-std::numeric_limits<float>::infinity());
+  values.push_back(std::numeric_limits<float>::quiet_NaN());
+  Tensor x = *Tensor::FromVector<float>(DType::kF32, {static_cast<int64_t>(values.size())}, values);
+  KernelCall erf("Erf");
+  erf.In(x).Out(DType::kF32);
+  Site s = Make(erf);
+  EXPECT_EQ(s.kernel->name(), "erf.f32.dnnl");
+  std::vector<Tensor> outs(1);
+  std::vector<Tensor*> ptrs = {&outs[0]};
+  ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
+  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  const float* y = outs[0].data<float>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double want = std::erf(double{values[i]});
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[i])) << values[i];
+      continue;
+    }
+    ASSERT_NEAR(y[i], want, 2e-7 + 1e-6 * std::fabs(want)) << "erf(" << values[i] << ")";
+    ASSERT_EQ(std::signbit(y[i]), std::signbit(want)) << values[i];
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // kernels) propagate it; those kernels scan their inputs (common.h, HasNaN) and hand a run with
 // a NaN to the reference kernel.
 //
+// Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
+//
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
 //
@@ -15,10 +17,12 @@
 // every output element: a broadcast first operand of Sub or Div, or both operands broadcast).
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -69,14 +73,14 @@ class UnaryKernel final : public DnnlKernel {
     }
     if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     key.Add(ctx.num_threads());
     key.AddFloat(alpha);
     key.AddFloat(beta);
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "eltwise", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc md = TensorDesc(x);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha, beta);
       dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
@@ -132,7 +136,14 @@ class BinaryKernel final : public DnnlKernel {
         algorithm_(algorithm),
         commutative_(commutative),
         scale_(scale),
-        drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {}
+        drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {
+    if (scale == 1.0f) {
+      if (algorithm == alg::binary_add) loop_op_ = BinaryOp::kAdd;
+      if (algorithm == alg::binary_sub) loop_op_ = BinaryOp::kSub;
+      if (algorithm == alg::binary_mul) loop_op_ = BinaryOp::kMul;
+      if (algorithm == alg::binary_div) loop_op_ = BinaryOp::kDiv;
+    }
+  }
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
@@ -142,7 +153,7 @@ class BinaryKernel final : public DnnlKernel {
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(a->dims(), b->dims());
     if (!dims.ok()) return RunReference(ctx, in, out);  // reports the shapes
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok() || *total < kMinBinaryElements) return RunReference(ctx, in, out);
+    if (!total.ok()) return RunReference(ctx, in, out);
     const int64_t numel = *total;
     if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunReference(ctx, in, out);
     const absl::Span<const int64_t> out_dims = *dims;
@@ -151,14 +162,19 @@ class BinaryKernel final : public DnnlKernel {
       if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
       std::swap(a, b);
     }
+    if (LoopServes(*a, *b, out_dims, numel)) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+      return RunLoop(*a, *b, numel, out[0]);
+    }
+    if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
     key.Add(a);
     key.Add(b);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "binary", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, numel, "binary", [&](const dnnl::engine& engine) {
       const int rank = std::max<int>(static_cast<int>(out_dims.size()), 1);
       const dnnl::memory::desc a_md = AlignedDesc(*a, rank);
       const dnnl::memory::desc b_md = AlignedDesc(*b, rank);
@@ -178,10 +194,42 @@ class BinaryKernel final : public DnnlKernel {
   }
 
  private:
+  // Add, Sub, Mul and Div of at most kChurnMaxElements elements run a plain loop (vector_loops.h)
+  // when `a` has every output element, contiguous, and `b` is too, or is one row or a scalar
+  // (contiguous): no primitive to bind per shape, and IEEE results equal to the reference's.
+  bool LoopServes(const Tensor& a, const Tensor& b, absl::Span<const int64_t> dims,
+                  int64_t numel) const {
+    if (!loop_op_.has_value() || numel > kChurnMaxElements || numel == 0 || scale_ != 1.0f ||
+        a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
+      return false;
+    }
+    if (b.numel() == numel || b.numel() == 1) return true;
+    // b one row: its dims, right-aligned, are 1 except the last, which equals the output's.
+    if (dims.empty() || b.rank() == 0 || b.dim(b.rank() - 1) != dims.back() ||
+        b.numel() != dims.back()) {
+      return false;
+    }
+    return true;
+  }
+
+  absl::Status RunLoop(const Tensor& a, const Tensor& b, int64_t numel, Tensor* y) const {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    if (b.numel() == numel) {
+      BinaryRows(*loop_op_, 1, numel, pa, pb, numel, y->data<float>());
+    } else if (b.numel() == 1) {
+      BinaryRows(*loop_op_, 1, numel, pa, pb, -1, y->data<float>());
+    } else {
+      BinaryRows(*loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
+    }
+    return absl::OkStatus();
+  }
+
   alg algorithm_;
   bool commutative_;
   float scale_;      // applied to the result (Mean of two)
   bool drops_nan_;   // max/min return the other operand for a NaN
+  std::optional<BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,
@@ -197,6 +245,113 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
   if (!ref.ok()) return ref.status();
   return std::make_unique<BinaryKernel>(KernelName(spec), *std::move(ref), algorithm, commutative,
                                         scale);
+}
+
+// ---- Where ----
+
+// Where(cond, X, Y) with f32 X and Y by a plain loop (vector_loops.h) when every operand is
+// contiguous and is the output itself, one value, or a block of the output's trailing dims
+// repeated (a [T, T] causal mask over [B, H, T, T] scores); anything else is the reference's.
+class WhereKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
+    const Tensor& c = *in[0];
+    const Tensor& x = *in[1];
+    const Tensor& y = *in[2];
+    if (c.dtype() != DType::kBool || x.dtype() != DType::kF32 || y.dtype() != DType::kF32) {
+      return RunReference(ctx, in, out);
+    }
+    absl::StatusOr<Dims> cx = reference::BroadcastShapes(c.dims(), x.dims());
+    if (!cx.ok()) return RunReference(ctx, in, out);
+    absl::StatusOr<Dims> dims = reference::BroadcastShapes(*cx, y.dims());
+    if (!dims.ok()) return RunReference(ctx, in, out);
+    absl::StatusOr<int64_t> total = CheckedNumel(*dims);
+    if (!total.ok() || *total == 0) return RunReference(ctx, in, out);
+    // The block: the largest trailing-dims period among the operands that are not scalars.
+    int64_t pc, px, py;
+    if (!Period(c, *dims, &pc) || !Period(x, *dims, &px) || !Period(y, *dims, &py)) {
+      return RunReference(ctx, in, out);
+    }
+    // Periods are products of trailing dims: the smallest non-scalar one divides the others.
+    int64_t block = *total;
+    for (int64_t p : {pc, px, py}) {
+      if (p > 1) block = std::min(block, p);
+    }
+    if (pc == 1 && c.numel() == 1) return RunReference(ctx, in, out);  // a scalar condition
+    if (pc % block != 0 || (px > 1 && px % block != 0) || (py > 1 && py % block != 0)) {
+      return RunReference(ctx, in, out);
+    }
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
+    const int64_t blocks = *total / block;
+    float* o = out[0]->data<float>();
+    // Operand of period p: block b starts at (b * block) % p.
+    const uint8_t* pcond = c.data<uint8_t>();
+    for (int64_t b = 0; b < blocks;) {
+      // Runs of blocks over which every non-scalar operand advances linearly (until one wraps).
+      const int64_t start = b * block;
+      int64_t run = blocks - b;
+      for (int64_t p : {pc, px, py}) {
+        if (p > 1) run = std::min(run, (p - start % p) / block);
+      }
+      WhereBlocks(run, block, pcond + start % pc, block, x.data<float>() + (px > 1 ? start % px : 0),
+                  px > 1 ? block : -1, y.data<float>() + (py > 1 ? start % py : 0),
+                  py > 1 ? block : -1, o + start);
+      b += run;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The period of `t` in the output `dims`: 1 for one value; its numel when it is contiguous
+  // and its dims, leading 1s dropped, equal the output's trailing dims. False otherwise.
+  static bool Period(const Tensor& t, absl::Span<const int64_t> dims, int64_t* period) {
+    *period = t.numel();
+    if (t.numel() == 1) return true;
+    if (!t.is_contiguous()) return false;
+    int first = 0;
+    while (first < t.rank() && t.dim(first) == 1) ++first;
+    const int n = t.rank() - first;
+    if (n > static_cast<int>(dims.size())) return false;
+    for (int i = 0; i < n; ++i) {
+      if (t.dim(first + i) != dims[dims.size() - n + i]) return false;
+    }
+    return true;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<WhereKernel>(KernelName(spec), *std::move(ref));
+}
+
+// ---- Erf ----
+
+class ErfKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
+    ErfArray(x.numel(), x.data<float>(), out[0]->data<float>());
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
+  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+  if (!ref.ok()) return ref.status();
+  return std::make_unique<ErfKernel>(KernelName(spec), *std::move(ref));
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
@@ -225,6 +380,8 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
     Add(r, def.op, [&def](const KernelSpec& spec) { return CreateUnary(spec, def); });
   }
   Add(r, "Clip", &CreateClip);
+  Add(r, "Erf", &CreateErf);
+  Add(r, "Where", &CreateWhere);
   struct BinaryDef {
     const char* op;
     alg algorithm;

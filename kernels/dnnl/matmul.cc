@@ -11,6 +11,10 @@
 //             scratchpad: M >= 2 with a transposed B (a [N, K] weight), where sgemm's
 //             transposed path is slower. Gemm's C rides along as the primitive's bias when it
 //             is one row added as is.
+// A site whose shape keeps changing (a decoder's sequence growing every step) stops binding
+// primitives after kMaxPrimitiveBinds shapes and runs sgemm from then on: binding a primitive
+// per shape costs more than the GEMM at those sizes.
+//
 // Weights are used in place in their plain layout (row-major or transposed by strides); an
 // operand oneDNN cannot address (a broadcast view, a non-unit inner stride) is packed into the
 // site's workspace, never a weight in the ordinary case.
@@ -71,8 +75,12 @@ absl::Status Sgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int
 // GEMM is as fast as the primitive at any M. Measured per shape class: dnnl_benchmark.cc.
 constexpr int64_t kPrimitiveMinRows = 2;
 
-bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b) {
-  return m >= kPrimitiveMinRows && n > 0 && k > 0 && b.trans == 'T' && !b.pack;
+// Shapes a site binds a primitive for before it runs sgemm only.
+constexpr int kMaxPrimitiveBinds = 4;
+
+bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b, int* binds) {
+  if (m < kPrimitiveMinRows || n <= 0 || k <= 0 || b.trans != 'T' || b.pack) return false;
+  return ++*binds <= kMaxPrimitiveBinds;
 }
 
 // Binds a fixed-shape matmul primitive C[M,N] = alpha * A[M,K] * B[K,N] (+ bias[N]) over
@@ -125,6 +133,7 @@ struct MatMulState : KernelState {
   MatMulPlan plan;
   Dims out_dims;
   bool use_primitive = false;
+  int binds = 0;  // shapes a primitive was bound for
   BoundPrimitive prim;
 };
 
@@ -139,7 +148,7 @@ class MatMulKernel final : public DnnlKernel {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
       return RunReference(ctx, in, out);  // the reference kernel reports the error
     }
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
@@ -151,7 +160,7 @@ class MatMulKernel final : public DnnlKernel {
       if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
       const MatMulPlan& p = st->plan;
       st->use_primitive = false;
-      if (p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b)) {
+      if (p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b, &st->binds)) {
         s = BindMatmulPrimitive(&st->prim, p.m, p.n, p.k, p.sam, p.sak, p.sbk, p.sbn,
                                 /*bias=*/false, 1.0f);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;
@@ -292,6 +301,7 @@ struct GemmState : KernelState {
   int64_t sc0 = 0, sc1 = 0;  // C's strides broadcast to [M, N]
   bool use_primitive = false;
   bool primitive_bias = false;  // C is the primitive's bias row
+  int binds = 0;                // shapes a primitive was bound for
   BoundPrimitive prim;
 };
 
@@ -309,7 +319,7 @@ class GemmKernel final : public DnnlKernel {
         b.dtype() != DType::kF32 || (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
       return RunReference(ctx, in, out);
     }
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (attrs_.trans_b ? b.dim(0) : b.dim(1))));
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
@@ -323,7 +333,7 @@ class GemmKernel final : public DnnlKernel {
       // The primitive takes C as its bias when C is one row added as is (beta = 1).
       const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
-      if (UsePrimitive(st->m, st->n, st->k, st->b) && (!use_c || c_row)) {
+      if ((!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, &st->binds)) {
         absl::Status s = BindMatmulPrimitive(&st->prim, st->m, st->n, st->k, st->sam, st->sak,
                                              st->sbk, st->sbn, use_c, attrs_.alpha);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;

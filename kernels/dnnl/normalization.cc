@@ -1,8 +1,16 @@
 // oneDNN Softmax, LogSoftmax (softmax_v2 primitive) and LayerNormalization (f32), bound once
 // per site and shape.
 //
+// Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
+// vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
+// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's attention grows every step, and binding a primitive per shape
+// costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0),
+// and rows with NaN or +inf as the reference kernel does (NaN throughout).
+//
+// LayerNormalization of at most kChurnMaxElements elements is a plain loop too.
+//
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
-// or an infinity (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
+// or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
 // input, and LayerNormalization on a strided input or with a Scale/B that is not one value per normalized element. A
 // LayerNormalization asked for its Mean and InvStdDev outputs is the reference kernel's (at
 // create: oneDNN returns the variance, not its inverse square root).
@@ -11,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -37,17 +46,25 @@ class SoftmaxKernel final : public DnnlKernel {
         axis_ < -rank || axis_ >= rank || (legacy_2d_ && !x.is_contiguous())) {
       return RunReference(ctx, in, out);
     }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    // One thread (ThreadsFor): the loop; more (a large input with a budget), the primitive.
+    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
+        ThreadsFor(ctx.num_threads(), x.numel()) == 1) {
+      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
+      const int64_t n = x.dim(rank - 1);
+      SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>());
+      return absl::OkStatus();
+    }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.
     if (HasNonFinite(x)) return RunReference(ctx, in, out);
-    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "softmax", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
       dnnl::memory::desc src, dst;
       int dnnl_axis = axis;
       if (legacy_2d_) {
@@ -132,7 +149,13 @@ class LayerNormKernel final : public DnnlKernel {
     }
     DNNL_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
-    SetThreads(ctx.num_threads());
+    if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
+      LayerNormRows(rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
+                    bias != nullptr ? bias->data<float>() : nullptr, epsilon_,
+                    out[0]->data<float>());
+      return absl::OkStatus();
+    }
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(rows);
     key.Add(count);
@@ -140,7 +163,7 @@ class LayerNormKernel final : public DnnlKernel {
     key.Add(bias != nullptr);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "layer normalization", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
       const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
       dnnl::normalization_flags flags = dnnl::normalization_flags::none;

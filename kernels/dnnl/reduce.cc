@@ -93,7 +93,7 @@ class ReduceKernel final : public DnnlKernel {
     }
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(
         ctx, out[0], DType::kF32, absl::MakeConstSpan(out_dims, out_rank), def_.op));
-    SetThreads(ctx.num_threads());
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     int64_t bits = 0;
@@ -101,7 +101,7 @@ class ReduceKernel final : public DnnlKernel {
     key.Add(bits);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, "reduction", [&](const dnnl::engine& engine) {
+    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc src = TensorDesc(x);
       const dnnl::memory::desc dst = DenseDesc(dt::f32, absl::MakeConstSpan(dst_dims, rank));
       dnnl::reduction::desc d(def_.algorithm, src, dst, def_.p, 0.0f);

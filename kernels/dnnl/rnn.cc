@@ -63,8 +63,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FusedLstmGates
   }
 }
 
-absl::Status Gemm(char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// Each GEMM picks its own thread count (ThreadsFor): a sequence's input projection may use the
+// budget while the per-step GEMVs run on one thread.
+absl::Status Gemm(int threads, char tb, int64_t m, int64_t n, int64_t k, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  SetThreads(ThreadsFor(threads, m * n * k));
   return FromDnnl(dnnl_sgemm('N', tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc), "dnnl_sgemm");
 }
 
@@ -199,7 +202,7 @@ class RecurrentKernel final : public DnnlKernel {
     float* hr = c + bh;
     float* rh = hr + batch * gh;
 
-    SetThreads(ctx.num_threads());
+    const int threads = ctx.num_threads();
     const float* px = x->data<float>();
     for (int64_t d = 0; d < nd; ++d) {
       const RnnGateConfig& cfg = a_.config[d];
@@ -225,10 +228,10 @@ class RecurrentKernel final : public DnnlKernel {
       for (int64_t i = 0; i < rows; ++i) std::memcpy(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
         DNNL_RETURN_IF_ERROR(
-            Gemm(w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
+            Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DNNL_RETURN_IF_ERROR(Gemm(w_trans, batch, gh, input_size, px + t * sxt, lda_step, wd,
+          DNNL_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt, lda_step, wd,
                                     ldw,
                                     1.0f, xw + t * batch * gh, gh));
         }
@@ -239,7 +242,7 @@ class RecurrentKernel final : public DnnlKernel {
         float* g = xw + t * batch * gh;
         switch (a_.cell) {
           case RnnCell::kLstm:
-            DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
             } else {
@@ -253,19 +256,19 @@ class RecurrentKernel final : public DnnlKernel {
               std::memcpy(hr + i * gh, bias + gh, gh * sizeof(float));
             }
             DNNL_RETURN_IF_ERROR(
-                Gemm(r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
+                Gemm(threads, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
             reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
               const float* rdh = rd + 2 * hidden * r->stride(1);
-              DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, hidden, hidden, rh, hidden, rdh, ldr, 1.0f,
+              DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh, ldr, 1.0f,
                                         hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
-            DNNL_RETURN_IF_ERROR(Gemm(r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
         }

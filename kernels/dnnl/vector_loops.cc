@@ -1,0 +1,250 @@
+#include "kernels/dnnl/vector_loops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/dnnl/fast_math.h"
+
+namespace dynvm::onednn {
+namespace {
+
+#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Outputs here are either separate arrays or exactly their inputs (an in-place op: the same
+// index read then written). The compiler's run-time overlap check would send the in-place case
+// to the scalar loop; ivdep states that no iteration depends on another.
+#define DYNVM_IVDEP _Pragma("GCC ivdep")
+
+// Explicit lanes: the compiler does not reorder float reductions on its own (no -ffast-math),
+// but vectorizes kLanes independent accumulators.
+constexpr int kLanes = 16;
+
+// A GCC vector type: float max and sum reductions the compiler would not vectorize on its own
+// (without -ffast-math it keeps the scalar order).
+typedef float V16f __attribute__((vector_size(64)));
+
+// Max of a row; NaN entries are skipped (as the reference kernel's std::max does).
+DYNVM_CLONES float RowMax(int64_t n, const float* x) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  V16f m = V16f{} + kNegInf;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    V16f v;
+    std::memcpy(&v, x + j, sizeof(v));
+    m = v > m ? v : m;
+  }
+  float r = kNegInf;
+  for (int k = 0; k < kLanes; ++k) r = m[k] > r ? m[k] : r;
+  for (; j < n; ++j) r = x[j] > r ? x[j] : r;
+  return r;
+}
+
+// y = exp(x - m): exactly 0 for x = -inf, NaN for NaN.
+DYNVM_CLONES void ExpRow(int64_t n, const float* x, float m, float* y) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  DYNVM_IVDEP
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = x[j];
+    const float e = FastExp(v - m);
+    y[j] = v == kNegInf ? 0.0f : v != v ? v : e;
+  }
+}
+
+DYNVM_CLONES float RowSum(int64_t n, const float* x) {
+  V16f acc = V16f{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    V16f v;
+    std::memcpy(&v, x + j, sizeof(v));
+    acc += v;
+  }
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
+DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
+  DYNVM_IVDEP
+  for (int64_t j = 0; j < n; ++j) y[j] *= s;
+}
+
+}  // namespace
+
+void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float m = RowMax(n, xr);
+    ExpRow(n, xr, m, yr);
+    const float sum = RowSum(n, yr);
+    if (m == kInf || m == -kInf || sum != sum) {
+      // +inf (inf - inf), a row of -inf only, or a NaN: the reference kernel's row is NaN.
+      std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    ScaleRow(n, 1.0f / sum, yr);
+  }
+}
+
+namespace {
+
+DYNVM_CLONES float RowSquaredDeviation(int64_t n, const float* x, float mean) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float d = x[j + k] - mean;
+      acc[k] += d * d;
+    }
+  }
+  for (int k = 0; j < n; ++j, ++k) {
+    const float d = x[j] - mean;
+    acc[k] += d * d;
+  }
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  return s;
+}
+
+DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd,
+                               const float* scale, const float* bias, float* y) {
+  if (scale != nullptr && bias != nullptr) {
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j] + bias[j];
+  } else if (scale != nullptr) {
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * scale[j];
+  } else if (bias != nullptr) {
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd + bias[j];
+  } else {
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd;
+  }
+}
+
+// bs >= 0: b's rows are bs apart; bs < 0: b is one scalar.
+#define DYNVM_BINARY_LOOP(NAME, OP)                                                  \
+  DYNVM_CLONES void NAME(int64_t rows, int64_t n, const float* a, const float* b,  \
+                         int64_t bs, float* y) {                                     \
+    if (bs < 0) {                                                                    \
+      const float s = b[0];                                                          \
+      DYNVM_IVDEP                                                                    \
+      for (int64_t j = 0; j < rows * n; ++j) y[j] = a[j] OP s;                       \
+      return;                                                                        \
+    }                                                                                \
+    for (int64_t r = 0; r < rows; ++r) {                                             \
+      const float* ar = a + r * n;                                                   \
+      const float* br = b + r * bs;                                                  \
+      float* yr = y + r * n;                                                         \
+      DYNVM_IVDEP                                                                    \
+      for (int64_t j = 0; j < n; ++j) yr[j] = ar[j] OP br[j];                        \
+    }                                                                                \
+  }
+DYNVM_BINARY_LOOP(AddRows, +)
+DYNVM_BINARY_LOOP(SubRows, -)
+DYNVM_BINARY_LOOP(MulRows, *)
+DYNVM_BINARY_LOOP(DivRows, /)
+#undef DYNVM_BINARY_LOOP
+
+#define DYNVM_WHERE_LOOP(NAME, XV, YV)                                               \
+  DYNVM_CLONES void NAME(int64_t n, const uint8_t* c, const float* x, const float* y, \
+                         float* out) {                                                 \
+    DYNVM_IVDEP                                                                        \
+    for (int64_t j = 0; j < n; ++j) {                                                  \
+      /* Both loaded unconditionally: a select the compiler can vectorize. */            \
+      const float xv = XV, yv = YV;                                                      \
+      out[j] = c[j] != 0 ? xv : yv;                                                      \
+    }                                                                                    \
+  }
+DYNVM_WHERE_LOOP(WhereVV, x[j], y[j])
+DYNVM_WHERE_LOOP(WhereSV, x[0], y[j])
+DYNVM_WHERE_LOOP(WhereVS, x[j], y[0])
+DYNVM_WHERE_LOOP(WhereSS, x[0], y[0])
+#undef DYNVM_WHERE_LOOP
+
+}  // namespace
+
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
+                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out) {
+  const bool xs = x_step < 0, ys = y_step < 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* c = cond + b * cond_step;
+    const float* xb = xs ? x : x + b * x_step;
+    const float* yb = ys ? y : y + b * y_step;
+    float* o = out + b * n;
+    if (!xs && !ys) {
+      WhereVV(n, c, xb, yb, o);
+    } else if (xs && !ys) {
+      WhereSV(n, c, xb, yb, o);
+    } else if (!xs) {
+      WhereVS(n, c, xb, yb, o);
+    } else {
+      WhereSS(n, c, xb, yb, o);
+    }
+  }
+}
+
+void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,
+                   float epsilon, float* y) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    const float mean = RowSum(n, xr) * inv_n;
+    const float var = RowSquaredDeviation(n, xr, mean) * inv_n;
+    NormalizeRow(n, xr, mean, 1.0f / std::sqrt(var + epsilon), scale, bias, y + r * n);
+  }
+}
+
+void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
+                int64_t b_row_stride, float* y) {
+  switch (op) {
+    case BinaryOp::kAdd: return AddRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kSub: return SubRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kMul: return MulRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kDiv: return DivRows(rows, n, a, b, b_row_stride, y);
+  }
+}
+
+// |x| < 0.5: the Taylor series of erf to x^15 (error below 1e-9 relative). Otherwise
+// 1 - erfc(|x|) with the Chebyshev-fitted erfc of Numerical Recipes (erfcc: relative error
+// below 1.2e-7), its exp by FastExp. Both are computed and one is selected: branch-free.
+DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
+  DYNVM_IVDEP
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float z = std::fabs(v);
+    const float z2 = v * v;
+    float s = -1.0f / 75600.0f;  // x^15 coefficient / (2 / sqrt(pi))
+    s = s * z2 + 1.0f / 9360.0f;
+    s = s * z2 - 1.0f / 1320.0f;
+    s = s * z2 + 1.0f / 216.0f;
+    s = s * z2 - 1.0f / 42.0f;
+    s = s * z2 + 1.0f / 10.0f;
+    s = s * z2 - 1.0f / 3.0f;
+    s = s * z2 + 1.0f;
+    const float small = 1.12837916709551257f * v * s;
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    // z = inf: t = 0 and the exponent -inf clamps inside FastExp: erfc = 0.
+    const float erfc = t * FastExp(p - std::min(z2, 100.0f));
+    const float large = std::copysign(1.0f - erfc, v);
+    const float r = z < 0.5f ? small : large;
+    y[i] = v != v ? v : r;
+  }
+}
+
+}  // namespace dynvm::onednn

@@ -1,0 +1,42 @@
+// Plain vectorized loops (cloned for AVX-512 and AVX2, picked by the CPU) for work where a
+// oneDNN primitive costs more than it saves: small or shape-changing tensors, where binding a
+// primitive per shape and executing it dominates (a decoder whose sequence grows every step).
+// Internal to the oneDNN backend.
+#ifndef DYNVM_KERNELS_DNNL_VECTOR_LOOPS_H_
+#define DYNVM_KERNELS_DNNL_VECTOR_LOOPS_H_
+
+#include <cstdint>
+
+namespace dynvm::onednn {
+
+// Softmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array),
+// with the reference kernel's non-finite results: entries equal to -inf give exactly 0; a row
+// holding NaN or +inf, or -inf only, is NaN throughout.
+void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
+
+// y = erf(x) for n floats, within 2e-7 absolute and 1e-6 relative (x and y may be the same
+// array). NaN gives NaN; +-inf give +-1.
+void ErfArray(int64_t n, const float* x, float* y);
+
+// Layer normalization of `rows` contiguous rows of `n` floats: (x - mean) / sqrt(var + eps),
+// times scale[n] and plus bias[n] when given (either may be null).
+void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,
+                   float epsilon, float* y);
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+// y[r, j] = a[r, j] op b[r * b_row_stride + j] over `rows` rows of `n` (b_row_stride n: the
+// same shape; 0: b is one row broadcast to every row; -1: b is one scalar). Same IEEE results
+// as the reference kernel (y may be a or b).
+void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
+                int64_t b_row_stride, float* y);
+
+// y[i] = cond[i] ? x[i] : y[i] over blocks: for each of `blocks` blocks of `n` outputs,
+// cond[j] (bytes, 0 or 1) with cond advancing by cond_step per block (0: one block repeated);
+// x and y likewise, with step -1 meaning one scalar.
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
+                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out);
+
+}  // namespace dynvm::onednn
+
+#endif  // DYNVM_KERNELS_DNNL_VECTOR_LOOPS_H_
