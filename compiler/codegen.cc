@@ -409,8 +409,13 @@ void FunctionCodegen::Liveness() {
       info.last_use = std::max(info.last_use, t);
     }
   }
-  // Allocations: cover every value whose data they hold.
-  for (auto& [v, info] : info_) {
+  // Allocations: cover every value whose data they hold. Made in value order (not the hash
+  // map's), so the placement, and the file, are the same on every compile.
+  std::vector<const Value*> in_order;
+  in_order.reserve(info_.size());
+  for (auto& [v, info] : info_) in_order.push_back(v);
+  std::sort(in_order.begin(), in_order.end(), [](const Value* a, const Value* b) { return a->id < b->id; });
+  for (const Value* v : in_order) {
     const Value* root = Root(v);
     Info& ri = info_[root];
     if (ri.store == Store::kArena || (ri.store == Store::kLazy && ri.materialize)) {
@@ -2004,6 +2009,43 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   for (auto& [v, info] : info_) {
     if (info.store == Store::kLazy) info.materialize = NeedsTensor(v);
   }
+  // A loop-carried value that comes out of an If (a branch's value, or a value of the body
+  // that a branch passes on) is live across the back edge, into the next iteration, until the
+  // carried input's last use; which branch made it is known only at run time, so alternating
+  // arena slots per iteration would not be safe (a branch that passes the carried value
+  // through skips a write). Such values get pool storage of their own instead: a fresh block
+  // per iteration from the pool's free lists, freed when the carried register moves on.
+  std::function<void(const Value*, Graph*)> pool_carried = [&](const Value* v, Graph* body) {
+    const Value* root = Root(v);
+    if (root->graph == nullptr || !body->Contains(root->graph)) return;
+    const Node* p = root->producer;
+    if (p != nullptr && IsOnnx(*p, "If")) {
+      size_t k = 0;
+      while (k < p->outputs.size() && p->outputs[k] != root) ++k;
+      if (k == p->outputs.size()) return;
+      for (const char* br : {"then_branch", "else_branch"}) {
+        Graph* branch = p->subgraph(br);
+        if (branch != nullptr && k < branch->outputs.size()) pool_carried(branch->outputs[k], body);
+      }
+      return;
+    }
+    Info& ri = info_[root];
+    if (ri.store == Store::kArena) ri.store = Store::kPool;
+  };
+  std::function<void(Graph&)> carried_ifs = [&](Graph& g) {
+    for (auto& n : g.nodes) {
+      for (auto& [name, sub] : n->subgraphs) carried_ifs(*sub);
+      if (!IsOnnx(*n, "Loop")) continue;
+      Graph* body = n->subgraph("body");
+      const size_t nc = n->inputs.size() - 2;
+      for (size_t i = 0; i < nc; ++i) {
+        if (growable_carried_[n.get()][i]) continue;
+        const Value* root = Root(body->outputs[1 + i]);
+        if (root->producer != nullptr && IsOnnx(*root->producer, "If")) pool_carried(root, body);
+      }
+    }
+  };
+  carried_ifs(g_);
   // Loop-carried values computed into the arena are double-buffered.
   std::function<void(Graph&)> doubles = [&](Graph& g) {
     for (auto& n : g.nodes) {
