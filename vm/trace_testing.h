@@ -28,13 +28,16 @@ struct Json {
   double number = 0;
   std::string str;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;  // in file order
+  // Object members in file order (two vectors: std::pair<std::string, Json> would need Json
+  // complete here, which libstdc++ refuses under clang).
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   // The member `key` of an object, or nullptr.
   const Json* Get(absl::string_view key) const {
     if (type != Type::kObject) return nullptr;
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return &values[i];
     }
     return nullptr;
   }
@@ -205,8 +208,9 @@ class JsonParser {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Error("expected ':'");
       ++pos_;
-      v.object.emplace_back(std::move(key), Json());
-      if (absl::Status s = Value(v.object.back().second, depth + 1); !s.ok()) return s;
+      v.keys.push_back(std::move(key));
+      v.values.emplace_back();
+      if (absl::Status s = Value(v.values.back(), depth + 1); !s.ok()) return s;
       SkipSpace();
       if (pos_ >= text_.size()) return Error("unterminated object");
       if (text_[pos_] == ',') {
