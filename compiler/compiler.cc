@@ -37,6 +37,9 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     // kernel, which folding removed.
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    if (NarrowSelectedRows(module) > 0) {
+      if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    }
     EliminateCommonSubexpressions(module);
     HoistLoopInvariants(module);
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;

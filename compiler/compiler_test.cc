@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "compiler/builder.h"
+#include "compiler/passes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "isa/disassembler.h"
@@ -495,6 +496,79 @@ TEST(CompilerTest, NodeWithoutAKernelIsRefusedNamingIt) {
   absl::StatusOr<CompileResult> r = Compile(m);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(r.status().message(), HasSubstr("Erf 'the_erf': no kernel for Erf(i64) -> (i64)"));
+}
+
+// A transformer-like block whose caller keeps only the last position's logits (a decode step):
+// NarrowSelectedRows makes the rows after the last attention compute one position. The
+// optimized program must give what the unoptimized one (no passes) gives, for any length,
+// and the logits MatMul must have become a [batch, 1, vocab] product.
+struct LastRowModel {
+  Value* logits_matmul = nullptr;
+  Value* hidden = nullptr;
+};
+
+LastRowModel BuildLastRowModel(Module& m, bool also_output_hidden) {
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {"batch", "seq", 8});
+  Value* ln = b.Op("LayerNormalization", {x, b.Constant(RandomF32({8}, 40)), b.Constant(RandomF32({8}, 41))},
+                   {{"axis", AttrInt(-1)}});
+  Value* q = b.Op("MatMul", {ln, b.Constant(RandomF32({8, 8}, 42), "wq", true)});
+  Value* k = b.Op("MatMul", {ln, b.Constant(RandomF32({8, 8}, 43), "wk", true)});
+  Value* s = b.Op("Mul", {b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", AttrInts({0, 2, 1})}})}),
+                          b.ScalarF32(0.35f)});
+  Value* p = b.Op("Softmax", {s}, {{"axis", AttrInt(-1)}});
+  Value* a = b.Op("MatMul", {p, k});
+  // Split into 2 heads and back, through shapes computed at run time (from the block's input,
+  // as PyTorch's exports do: a Shape of `a` itself would need `a` whole).
+  Value* prefix = b.Op("Slice", {b.Op("Shape", {x}), b.VectorI64({0}), b.VectorI64({2})});
+  Value* heads = b.Op("Reshape", {a, b.Op("Concat", {prefix, b.VectorI64({2, 4})}, {{"axis", AttrInt(0)}})});
+  Value* back = b.Op("Transpose", {b.Op("Transpose", {heads}, {{"perm", AttrInts({0, 2, 1, 3})}})},
+                     {{"perm", AttrInts({0, 2, 1, 3})}});
+  Value* merged = b.Op("Reshape", {back, b.Op("Shape", {x})});
+  Value* h = b.Op("Add", {x, merged});
+  Value* g = b.Op("Mul", {h, b.Op("Erf", {b.Op("Div", {h, b.ScalarF32(1.41f)})})});
+  Value* mm = b.Op("MatMul", {g, b.Constant(RandomF32({8, 5}, 44), "wo", true)});
+  Value* logits = b.Op("Add", {mm, b.Constant(RandomF32({5}, 45), "bo", true)});
+  b.Output("last", b.Op("Gather", {logits, b.ScalarI64(-1)}, {{"axis", AttrInt(1)}}));
+  if (also_output_hidden) b.Output("hidden", h);
+  return {mm, h};
+}
+
+TEST(CompilerTest, OnlyTheSelectedRowIsComputed) {
+  for (bool also_hidden : {false, true}) {
+    SCOPED_TRACE(also_hidden ? "hidden also an output" : "last row only");
+    Module narrowed;
+    LastRowModel model = BuildLastRowModel(narrowed, also_hidden);
+    ASSERT_TRUE(InferShapes(narrowed).ok());
+    const int count = NarrowSelectedRows(narrowed);
+    ASSERT_TRUE(InferShapes(narrowed).ok()) << narrowed.Dump();
+    ASSERT_TRUE(model.logits_matmul->shape.has_value());
+    EXPECT_EQ(SymbolicContext::AsConst((*model.logits_matmul->shape)[1]), 1) << narrowed.Dump();
+    // With `hidden` an output, h is needed whole: the rows stop there.
+    if (also_hidden) {
+      EXPECT_EQ(count, 5) << narrowed.Dump();  // Add (bias), MatMul, Mul, Erf, Div
+      EXPECT_NE(SymbolicContext::AsConst((*model.hidden->shape)[1]), 1);
+    } else {
+      EXPECT_GE(count, 14) << narrowed.Dump();
+      EXPECT_EQ(SymbolicContext::AsConst((*model.hidden->shape)[1]), 1);
+    }
+
+    Module opt_module, plain_module;
+    BuildLastRowModel(opt_module, also_hidden);
+    BuildLastRowModel(plain_module, also_hidden);
+    CompileOptions plain_options;
+    plain_options.optimize = false;
+    Compiled opt = CompileOrDie(opt_module);
+    Compiled plain = CompileOrDie(plain_module, plain_options);
+    ASSERT_TRUE(opt.exe && plain.exe);
+    for (int64_t seq : {1, 3, 7}) {
+      Tensor xv = RandomF32({2, seq, 8}, 50 + static_cast<uint32_t>(seq));
+      std::vector<Tensor> got = RunOrDie(opt.exe, {{"x", xv}});
+      std::vector<Tensor> want = RunOrDie(plain.exe, {{"x", xv}});
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) ExpectNear(got[i], want[i], 1e-5);
+    }
+  }
 }
 
 }  // namespace

@@ -40,6 +40,12 @@ void EliminateCommonSubexpressions(Module& module);
 // constants) in front of the loop, so they run once.
 void HoistLoopInvariants(Module& module);
 
+// Where a Gather of one constant index keeps one row of a tensor that row-wise ops computed
+// (the logits of every position, of which a decode step reads the last), makes those ops
+// compute that row only (compiler/narrow_rows.cc). Needs inferred shapes; infer them again
+// after. Returns how many nodes it narrowed.
+int NarrowSelectedRows(Module& module);
+
 // Replaces every use of `from` by `to` in `graph` and its regions (and graph outputs).
 void ReplaceUses(Graph& graph, Value* from, Value* to);
 

@@ -62,18 +62,34 @@ sanitize_and_fuzz() {
   cmake --build build/asan -j"$JOBS"
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j"$JOBS" -LE slow)
+  # Each fuzzer runs from its checked-in corpus with a fixed seed and a cap on the number of
+  # inputs as well as on time, so a CI run replays the same inputs (DYNVM_FUZZ_SEED=0 asks
+  # libFuzzer for a random seed). A failure prints the fuzzer's report and the input (libFuzzer
+  # writes it to the work folder and prints it in base64).
   local seconds=${DYNVM_FUZZ_SECONDS:-30}
+  local seed=${DYNVM_FUZZ_SEED:-1}
+  local runs=${DYNVM_FUZZ_RUNS:-300000}
+  local failed=0
   for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
     local name
     name=$(basename "$fuzzer")
     local corpus
     corpus=$(cat "build/asan/fuzz_corpus_dirs/$name" 2>/dev/null || true)
     local work="build/asan/fuzz_work/$name"
-    rm -rf "$work" && mkdir -p "$work"
-    if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work"/; fi
-    echo "--- $name for ${seconds}s"
-    "$fuzzer" -max_total_time="$seconds" -print_final_stats=1 "$work" 2>&1 | tail -3
+    rm -rf "$work" && mkdir -p "$work/corpus"
+    if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work/corpus"/; fi
+    echo "--- $name for ${seconds}s or $runs inputs, seed $seed"
+    if "$fuzzer" -max_total_time="$seconds" -runs="$runs" -seed="$seed" -print_final_stats=1 \
+         -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1; then
+      tail -5 "$work/log"
+    else
+      echo "!!! $name failed: its report (the last 80 lines of $work/log):"
+      tail -80 "$work/log"
+      ls -l "$work"
+      failed=1
+    fi
   done
+  return $failed
 }
 
 thread_sanitize() {

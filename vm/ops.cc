@@ -154,7 +154,7 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
     const int64_t n = rank == 0 ? 1 : src.dim(inner);
     const int64_t ss = rank == 0 ? 0 : src.stride(inner), ds = rank == 0 ? 0 : dst.stride(inner);
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(d + (doff + i * ds) * esize, s + (so + i * ss) * esize, static_cast<size_t>(esize));
+      std::memmove(d + (doff + i * ds) * esize, s + (so + i * ss) * esize, static_cast<size_t>(esize));
     }
     int k = inner - 1;
     for (; k >= 0; --k) {

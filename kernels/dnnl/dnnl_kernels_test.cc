@@ -1,14 +1,18 @@
 // oneDNN-backend specifics the generic backend test (kernels/backend_test.cc) does not see:
 // plain shapes are served by oneDNN, not by the reference fallback; fallbacks are counted;
 // kernel names tell the variant; a site rebinds when the thread count changes.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -264,6 +268,38 @@ TEST(DnnlKernels, ErfMatchesLibm) {
     }
     ASSERT_NEAR(y[i], want, 2e-7 + 1e-6 * std::fabs(want)) << "erf(" << values[i] << ")";
     ASSERT_EQ(std::signbit(y[i]), std::signbit(want)) << values[i];
+  }
+}
+
+// The batch-1 GEMV against a double-precision loop, both weight layouts, with row lengths
+// around the vector width (the tails), strided rows, and alpha/beta (beta 0 must not read y,
+// which starts as NaN).
+TEST(DnnlKernels, GemvMatchesADoubleLoop) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (char trans : {'T', 'N'}) {
+    for (int64_t n : {1, 3, 4, 5, 16, 63, 64, 65, 130}) {
+      for (int64_t k : {1, 7, 16, 17, 48, 129}) {
+        for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{2.0f, -0.25f}}) {
+          const int64_t rows = trans == 'T' ? n : k, cols = trans == 'T' ? k : n;
+          const int64_t ld = cols + 3;  // padded rows
+          std::vector<float> b(rows * ld), x(k), y0(n);
+          for (float& v : b) v = dist(rng);
+          for (float& v : x) v = dist(rng);
+          for (float& v : y0) v = dist(rng);
+          std::vector<float> y = y0;
+          if (beta == 0.0f) std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+          onednn::Gemv(trans, n, k, alpha, x.data(), b.data(), ld, beta, y.data());
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0.0;
+            for (int64_t i = 0; i < k; ++i) want += double{x[i]} * (trans == 'T' ? b[j * ld + i] : b[i * ld + j]);
+            want = alpha * want + (beta == 0.0f ? 0.0 : double{beta} * y0[j]);
+            ASSERT_NEAR(y[j], want, 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
+                << trans << " n=" << n << " k=" << k << " j=" << j << " alpha=" << alpha << " beta=" << beta;
+          }
+        }
+      }
+    }
   }
 }
 

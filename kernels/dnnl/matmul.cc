@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -63,6 +64,11 @@ void PackMatrix(const float* src, int64_t rows, int64_t cols, int64_t sr, int64_
 
 absl::Status Sgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* pa, const float* pb, float beta, float* c, int64_t ldc) {
+  // One row on one thread (a decode step): the GEMV loop (vector_loops.h).
+  if (m == 1 && a.trans == 'N' && n * k < kMinParallelWork) {
+    Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
+    return absl::OkStatus();
+  }
   const dnnl_status_t s =
       dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
   return FromDnnl(s, "dnnl_sgemm");
@@ -360,7 +366,7 @@ class GemmKernel final : public DnnlKernel {
         const float* crow = pc + i * st->sc0;
         float* yrow = py + i * st->n;
         if (st->sc1 == 1) {
-          std::memcpy(yrow, crow, static_cast<size_t>(st->n) * sizeof(float));
+          std::memmove(yrow, crow, static_cast<size_t>(st->n) * sizeof(float));
         } else {
           for (int64_t j = 0; j < st->n; ++j) yrow[j] = crow[j * st->sc1];
         }

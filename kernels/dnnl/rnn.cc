@@ -25,6 +25,7 @@
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/rnn.h"
 
@@ -67,6 +68,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FusedLstmGates
 // budget while the per-step GEMVs run on one thread.
 absl::Status Gemm(int threads, char tb, int64_t m, int64_t n, int64_t k, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // A batch-1 step on one thread: the GEMV loop (vector_loops.h).
+  if (m == 1 && n * k < kMinParallelWork) {
+    Gemv(tb, n, k, 1.0f, a, b, ldb, beta, c);
+    return absl::OkStatus();
+  }
   SetThreads(ThreadsFor(threads, m * n * k));
   return FromDnnl(dnnl_sgemm('N', tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc), "dnnl_sgemm");
 }
@@ -225,7 +231,7 @@ class RecurrentKernel final : public DnnlKernel {
       if (lstm) LoadState(c0, d, batch, hidden, batch_major, c);
 
       // xw = X * W^T + bias, all steps.
-      for (int64_t i = 0; i < rows; ++i) std::memcpy(xw + i * gh, xbias, gh * sizeof(float));
+      for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
         DNNL_RETURN_IF_ERROR(
             Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
@@ -253,7 +259,7 @@ class RecurrentKernel final : public DnnlKernel {
           case RnnCell::kGru: {
             const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hidden;
             for (int64_t i = 0; i < batch; ++i) {
-              std::memcpy(hr + i * gh, bias + gh, gh * sizeof(float));
+              std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
             }
             DNNL_RETURN_IF_ERROR(
                 Gemm(threads, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
@@ -276,7 +282,7 @@ class RecurrentKernel final : public DnnlKernel {
           float* py = y->data<float>();
           for (int64_t bi = 0; bi < batch; ++bi) {
             const int64_t row = batch_major ? (bi * seq + t) * nd + d : (t * nd + d) * batch + bi;
-            std::memcpy(py + row * hidden, h + bi * hidden, hidden * sizeof(float));
+            std::memmove(py + row * hidden, h + bi * hidden, hidden * sizeof(float));
           }
         }
       }
@@ -326,7 +332,7 @@ class RecurrentKernel final : public DnnlKernel {
     float* base = t->data<float>();
     for (int64_t bi = 0; bi < batch; ++bi) {
       const int64_t row = batch_major ? bi * nd + d : d * batch + bi;
-      std::memcpy(base + row * hidden, state + bi * hidden, hidden * sizeof(float));
+      std::memmove(base + row * hidden, state + bi * hidden, hidden * sizeof(float));
     }
   }
 

@@ -71,6 +71,104 @@ DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
   for (int64_t j = 0; j < n; ++j) y[j] *= s;
 }
 
+// Loads and stores of V16f as macros, not helper functions: a helper without the
+// clones' target attributes would pass vectors under a different ABI.
+#define DYNVM_LOADV(p) (*reinterpret_cast<const V16fU*>(p))
+#define DYNVM_STOREV(p, v) (*reinterpret_cast<V16fU*>(p) = (v))
+
+// An unaligned, may-alias view of 16 floats.
+typedef float V16fU __attribute__((vector_size(64), aligned(4), may_alias));
+
+
+inline float Scaled(float acc, float alpha, float beta, const float* y) {
+  return beta == 0.0f ? alpha * acc : alpha * acc + beta * *y;
+}
+
+// Dot form: y[j] = x . w[j, :] over row-major rows of w, four rows at a time (four streams).
+DYNVM_CLONES void GemvRows(int64_t n, int64_t k, float alpha, const float* x, const float* w,
+                           int64_t ldw, float beta, float* y) {
+  const int64_t kv = k - k % kLanes;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* r0 = w + j * ldw;
+    const float* r1 = r0 + ldw;
+    const float* r2 = r1 + ldw;
+    const float* r3 = r2 + ldw;
+    V16f a0 = V16f{}, a1 = V16f{}, a2 = V16f{}, a3 = V16f{};
+    for (int64_t i = 0; i < kv; i += kLanes) {
+      const V16f xv = DYNVM_LOADV(x + i);
+      a0 += DYNVM_LOADV(r0 + i) * xv;
+      a1 += DYNVM_LOADV(r1 + i) * xv;
+      a2 += DYNVM_LOADV(r2 + i) * xv;
+      a3 += DYNVM_LOADV(r3 + i) * xv;
+    }
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int l = 0; l < kLanes; ++l) {
+      s0 += a0[l];
+      s1 += a1[l];
+      s2 += a2[l];
+      s3 += a3[l];
+    }
+    for (int64_t i = kv; i < k; ++i) {
+      s0 += r0[i] * x[i];
+      s1 += r1[i] * x[i];
+      s2 += r2[i] * x[i];
+      s3 += r3[i] * x[i];
+    }
+    y[j] = Scaled(s0, alpha, beta, y + j);
+    y[j + 1] = Scaled(s1, alpha, beta, y + j + 1);
+    y[j + 2] = Scaled(s2, alpha, beta, y + j + 2);
+    y[j + 3] = Scaled(s3, alpha, beta, y + j + 3);
+  }
+  for (; j < n; ++j) {
+    const float* r = w + j * ldw;
+    V16f a = V16f{};
+    for (int64_t i = 0; i < kv; i += kLanes) a += DYNVM_LOADV(r + i) * DYNVM_LOADV(x + i);
+    float s = 0.0f;
+    for (int l = 0; l < kLanes; ++l) s += a[l];
+    for (int64_t i = kv; i < k; ++i) s += r[i] * x[i];
+    y[j] = Scaled(s, alpha, beta, y + j);
+  }
+}
+
+// Axpy form: y[j0:j0+64] accumulates x[i] * b[i, j0:j0+64] down the rows of a row-major b.
+DYNVM_CLONES void GemvCols(int64_t n, int64_t k, float alpha, const float* x, const float* b,
+                           int64_t ldb, float beta, float* y) {
+  int64_t j = 0;
+#define DYNVM_FINISH(acc, at)                                 \
+  do {                                                        \
+    V16f out = (acc) * alpha;                                 \
+    if (beta != 0.0f) out += DYNVM_LOADV(y + (at)) * beta;    \
+    DYNVM_STOREV(y + (at), out);                              \
+  } while (0)
+  for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
+    V16f a0 = V16f{}, a1 = V16f{}, a2 = V16f{}, a3 = V16f{};
+    for (int64_t i = 0; i < k; ++i) {
+      const float* row = b + i * ldb + j;
+      const V16f xv = V16f{} + x[i];
+      a0 += DYNVM_LOADV(row) * xv;
+      a1 += DYNVM_LOADV(row + kLanes) * xv;
+      a2 += DYNVM_LOADV(row + 2 * kLanes) * xv;
+      a3 += DYNVM_LOADV(row + 3 * kLanes) * xv;
+    }
+    DYNVM_FINISH(a0, j);
+    DYNVM_FINISH(a1, j + kLanes);
+    DYNVM_FINISH(a2, j + 2 * kLanes);
+    DYNVM_FINISH(a3, j + 3 * kLanes);
+  }
+  for (; j + kLanes <= n; j += kLanes) {
+    V16f a = V16f{};
+    for (int64_t i = 0; i < k; ++i) a += DYNVM_LOADV(b + i * ldb + j) * (V16f{} + x[i]);
+    DYNVM_FINISH(a, j);
+  }
+  for (; j < n; ++j) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < k; ++i) s += x[i] * b[i * ldb + j];
+    y[j] = Scaled(s, alpha, beta, y + j);
+  }
+}
+#undef DYNVM_FINISH
+
 }  // namespace
 
 void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
@@ -244,6 +342,15 @@ DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
     const float large = std::copysign(1.0f - erfc, v);
     const float r = z < 0.5f ? small : large;
     y[i] = v != v ? v : r;
+  }
+}
+
+void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b, int64_t ldb,
+          float beta, float* y) {
+  if (trans == 'T') {
+    GemvRows(n, k, alpha, x, b, ldb, beta, y);
+  } else {
+    GemvCols(n, k, alpha, x, b, ldb, beta, y);
   }
 }
 

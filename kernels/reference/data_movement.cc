@@ -20,7 +20,7 @@ void CopyLoop(int n, const int64_t* dims, const T* src, const int64_t* ss, T* ds
   int64_t doff = 0;
   while (true) {
     if (si == 1 && di == 1) {
-      std::memcpy(dst + doff, src + so, static_cast<size_t>(len) * sizeof(T));
+      std::memmove(dst + doff, src + so, static_cast<size_t>(len) * sizeof(T));
     } else if (si == 0 && di == 1) {
       std::fill_n(dst + doff, len, src[so]);
     } else {
@@ -46,7 +46,7 @@ void CopyLoopBytes(int64_t esize, int n, const int64_t* dims, const uint8_t* src
   int64_t so = 0;
   int64_t doff = 0;
   while (true) {
-    std::memcpy(dst + doff * esize, src + so * esize, static_cast<size_t>(esize));
+    std::memmove(dst + doff * esize, src + so * esize, static_cast<size_t>(esize));
     int d = n - 1;
     for (; d >= 0; --d) {
       so += ss[d];
@@ -85,7 +85,7 @@ void CopyStrided(int64_t esize, absl::Span<const int64_t> dims, const void* src,
     ++n;
   }
   if (n == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(esize));
+    std::memmove(dst, src, static_cast<size_t>(esize));
     return;
   }
   std::reverse(cd, cd + n);
@@ -125,7 +125,7 @@ void CopyToContiguous(const Tensor& src, void* dst) {
   const int64_t esize = DTypeSize(src.dtype());
   if (src.is_contiguous()) {
     if (src.numel() > 0) {
-      std::memcpy(dst, src.raw_data(), static_cast<size_t>(src.numel() * esize));
+      std::memmove(dst, src.raw_data(), static_cast<size_t>(src.numel() * esize));
     }
     return;
   }

@@ -191,7 +191,7 @@ void Map2(const Tensor& a, const Tensor& b, Tensor& y, Fn&& fn) {
 absl::Status CopyTensor(const Tensor& x, Tensor& y, absl::string_view op) {
   if (x.raw_data() == y.raw_data() && x.is_contiguous()) return absl::OkStatus();
   if (x.is_contiguous()) {
-    if (x.numel() > 0) std::memcpy(y.raw_data(), x.raw_data(), x.nbytes());
+    if (x.numel() > 0) std::memmove(y.raw_data(), x.raw_data(), x.nbytes());
     return absl::OkStatus();
   }
   auto copy = [&](auto* tag) {

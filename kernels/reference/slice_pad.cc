@@ -639,7 +639,7 @@ absl::Status RunCompress(const void* a, KernelContext& ctx, InSpan in, OutSpan o
         offset += (rest % x.dim(d)) * x.stride(d);
         rest /= x.dim(d);
       }
-      std::memcpy(dst + k * esize, ElementPtr(x, offset), static_cast<size_t>(esize));
+      std::memmove(dst + k * esize, ElementPtr(x, offset), static_cast<size_t>(esize));
     }
     return absl::OkStatus();
   }

@@ -1,0 +1,371 @@
+// NarrowSelectedRows (passes.h): when a program computes a whole tensor and then keeps one row
+// of it (a language model's logits for every position, of which decoding reads the last), the
+// row-wise ops before the selection compute that row only.
+//
+// A backward "demand" analysis over each region: a value is demanded whole (kFull), or only at
+// one index of one axis (kRow), or not at all. A Gather of a single constant index demands its
+// data at that row. A row-wise op (below) whose outputs are demanded at a row demands its
+// inputs at the matching row of the matching axis, unless an input is broadcast along that
+// axis (then it is needed whole). Every other use demands a value whole. Uses inside nested
+// regions and region outputs are whole uses.
+//
+// The rewrite narrows, in place, every row-wise node whose outputs are all demanded at a row:
+// each of its inputs that is demanded at that row and produced by a narrowed node is already
+// narrowed; any other input read at the row gets a Gather of the single index, keeping the
+// axis. The selecting Gathers then read index 0 of their narrowed data. A Gather of an
+// out-of-range index still fails at run time: the inserted Gather reads a dim equal to the one
+// the original read (the analysis only follows equal symbolic dims).
+//
+// Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
+// every input that has the axis at full size), MatMul (a row of the output's second-to-last
+// axis needs that row of A), Softmax/LogSoftmax/LayerNormalization along another axis,
+// Transpose (the axis moves), and Reshape when it keeps every dim up to and including the axis.
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/passes.h"
+
+namespace dynvm::compiler {
+namespace {
+
+struct Demand {
+  enum class Kind : uint8_t { kNone, kRow, kFull };
+  Kind kind = Kind::kNone;
+  int axis = 0;
+  int64_t index = 0;
+
+  static Demand Full() { return {Kind::kFull, 0, 0}; }
+  static Demand Row(int axis, int64_t index) { return {Kind::kRow, axis, index}; }
+  bool is_row() const { return kind == Kind::kRow; }
+};
+
+Demand Merge(Demand a, Demand b) {
+  if (a.kind == Demand::Kind::kNone) return b;
+  if (b.kind == Demand::Kind::kNone) return a;
+  if (a.is_row() && b.is_row() && a.axis == b.axis && a.index == b.index) return a;
+  return Demand::Full();
+}
+
+const absl::flat_hash_set<std::string>& ElementwiseOps() {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      // Unary.
+      "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos", "Cosh",
+      "Elu", "Erf", "Exp", "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
+      "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid",
+      "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+      // With broadcasting.
+      "Add", "And", "BitShift", "Clip", "Div", "Equal", "Greater", "GreaterOrEqual", "Less",
+      "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum", "Where",
+      "Xor"};
+  return *ops;
+}
+
+int NormalizeAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
+
+int64_t IntAttr(const Node& n, const char* name, int64_t def) {
+  const AttrValue* a = n.attr(name);
+  return a != nullptr && a->type == AttrValue::Type::kInt ? a->i : def;
+}
+
+// What a row-wise node needs of input `i` when its output 0 is wanted at `row`: kRow (that
+// axis), kFull (the input is read whole: broadcast along the axis, or a shape operand), or
+// nullopt when the node is not row-wise along that axis (or shapes are not known well enough
+// to tell).
+struct InputNeed {
+  bool narrow = false;  // read at a row (axis below) rather than whole
+  int axis = 0;
+};
+
+std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
+  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] == nullptr) return std::nullopt;
+  const Value* out = n.outputs[0];
+  if (!out->shape || out->dynamic) return std::nullopt;
+  const int r = out->rank();
+  if (axis < 0 || axis >= r) return std::nullopt;
+  const Dim size = (*out->shape)[axis];
+  if (SymbolicContext::AsConst(size) == 1) return std::nullopt;  // nothing to save
+  // Only output 0 may be used (LayerNormalization's mean and inverse deviation are not).
+  std::vector<InputNeed> needs(n.inputs.size());
+  for (const Value* in : n.inputs) {
+    if (in != nullptr && (!in->shape || in->kind != ObjectKind::kTensor)) return std::nullopt;
+  }
+  auto same_axis_input = [&](size_t i, int in_axis) -> bool {
+    const Value* in = n.inputs[i];
+    if (in == nullptr || in_axis < 0 || in_axis >= in->rank()) return false;
+    if ((*in->shape)[in_axis] != size) return false;
+    needs[i] = {true, in_axis};
+    return true;
+  };
+  const std::string& op = n.op;
+  if (ElementwiseOps().contains(op)) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Value* in = n.inputs[i];
+      if (in == nullptr) continue;
+      const int in_axis = axis - (r - in->rank());
+      if (in_axis < 0) continue;  // broadcast: read whole
+      const Dim d = (*in->shape)[in_axis];
+      if (SymbolicContext::AsConst(d) == 1) continue;
+      if (!same_axis_input(i, in_axis)) return std::nullopt;
+    }
+    return needs;
+  }
+  if (op == "MatMul") {
+    if (r < 2 || axis != r - 2 || n.inputs.size() != 2 || n.inputs[0] == nullptr) return std::nullopt;
+    const int ra = n.inputs[0]->rank();
+    if (ra < 2 || !same_axis_input(0, ra - 2)) return std::nullopt;
+    return needs;
+  }
+  if (op == "Softmax" || op == "LogSoftmax") {
+    const bool legacy = n.attr("legacy_2d") != nullptr;
+    const int k = NormalizeAxis(IntAttr(n, "axis", legacy ? 1 : -1), r);
+    if (legacy ? axis >= k : axis == k) return std::nullopt;
+    if (!same_axis_input(0, axis)) return std::nullopt;
+    return needs;
+  }
+  if (op == "LayerNormalization") {
+    for (size_t i = 1; i < n.outputs.size(); ++i) {
+      if (n.outputs[i] != nullptr) return std::nullopt;
+    }
+    const int k = NormalizeAxis(IntAttr(n, "axis", -1), r);
+    if (axis >= k || !same_axis_input(0, axis)) return std::nullopt;
+    return needs;
+  }
+  if (op == "Transpose") {
+    const AttrValue* perm = n.attr("perm");
+    int in_axis = r - 1 - axis;
+    if (perm != nullptr) {
+      if (perm->type != AttrValue::Type::kInts || static_cast<int>(perm->ints.size()) != r) return std::nullopt;
+      in_axis = static_cast<int>(perm->ints[axis]);
+    }
+    if (!same_axis_input(0, in_axis)) return std::nullopt;
+    return needs;
+  }
+  if (op == "Reshape") {
+    if (n.inputs.size() != 2 || n.inputs[0] == nullptr || n.inputs[1] == nullptr) return std::nullopt;
+    const Value* in = n.inputs[0];
+    const Value* target = n.inputs[1];
+    if (in->rank() <= axis || IntAttr(n, "allowzero", 0) != 0) return std::nullopt;
+    for (int j = 0; j <= axis; ++j) {
+      if ((*in->shape)[j] != (*out->shape)[j]) return std::nullopt;
+    }
+    // The target's entries up to the axis must be sizes, not -1 (inferred from the element
+    // count, which narrowing changes): known from its contents.
+    if (!target->content || static_cast<int>(target->content->size()) != r) return std::nullopt;
+    for (int j = 0; j <= axis; ++j) {
+      std::optional<int64_t> c = SymbolicContext::AsConst((*target->content)[j]);
+      if (c && *c < 0) return std::nullopt;
+    }
+    if (!same_axis_input(0, axis)) return std::nullopt;
+    return needs;  // the target is rewritten, read whole
+  }
+  return std::nullopt;
+}
+
+class RowNarrower {
+ public:
+  RowNarrower(Module& m, Graph& g) : m_(m), g_(g) {}
+
+  int Run() {
+    Analyze();
+    return Rewrite();
+  }
+
+ private:
+  void MarkNestedUses(const Graph& sub) {
+    for (const auto& n : sub.nodes) {
+      for (const Value* v : n->inputs) {
+        if (v != nullptr) demand_[v] = Demand::Full();
+      }
+      for (const auto& [name, s] : n->subgraphs) MarkNestedUses(*s);
+    }
+    for (const Value* v : sub.outputs) {
+      if (v != nullptr) demand_[v] = Demand::Full();
+    }
+  }
+
+  void Use(const Value* v, Demand d) {
+    if (v != nullptr) demand_[v] = Merge(demand_[v], d);
+  }
+
+  // A Gather of one constant index: the row it selects.
+  static std::optional<Demand> Selection(const Node& n) {
+    if (!n.domain.empty() || n.op != "Gather" || n.inputs.size() != 2) return std::nullopt;
+    const Value* data = n.inputs[0];
+    const Value* idx = n.inputs[1];
+    // Tensors of rows (rank 2 and more): not the selection of one element of a shape.
+    if (data == nullptr || idx == nullptr || !data->shape || data->rank() < 2 || !idx->constant) {
+      return std::nullopt;
+    }
+    if (idx->constant->numel() != 1 || idx->constant->rank() > 1) return std::nullopt;
+    int64_t index = 0;
+    if (idx->dtype == DType::kI64) {
+      index = idx->constant->data<int64_t>()[0];
+    } else if (idx->dtype == DType::kI32) {
+      index = idx->constant->data<int32_t>()[0];
+    } else {
+      return std::nullopt;
+    }
+    const int axis = NormalizeAxis(IntAttr(n, "axis", 0), data->rank());
+    if (axis < 0 || axis >= data->rank()) return std::nullopt;
+    return Demand::Row(axis, index);
+  }
+
+  void Analyze() {
+    for (const Value* v : g_.outputs) Use(v, Demand::Full());
+    for (auto it = g_.nodes.rbegin(); it != g_.nodes.rend(); ++it) {
+      const Node& n = **it;
+      for (const auto& [name, sub] : n.subgraphs) MarkNestedUses(*sub);
+      if (std::optional<Demand> sel = Selection(n)) {
+        Use(n.inputs[0], *sel);
+        Use(n.inputs[1], Demand::Full());
+        continue;
+      }
+      // Narrowed when every used output is wanted at the same row.
+      std::optional<Demand> row;
+      bool all_rows = !n.outputs.empty() && n.subgraphs.empty();
+      for (const Value* v : n.outputs) {
+        if (v == nullptr) continue;
+        auto d = demand_.find(v);
+        if (d == demand_.end() || d->second.kind == Demand::Kind::kNone) continue;
+        if (!d->second.is_row() || (row && (row->axis != d->second.axis || row->index != d->second.index))) {
+          all_rows = false;
+          break;
+        }
+        row = d->second;
+      }
+      std::optional<std::vector<InputNeed>> needs;
+      if (all_rows && row && n.outputs.size() >= 1 && n.outputs[0] != nullptr &&
+          demand_[n.outputs[0]].is_row()) {
+        needs = RowWiseInputs(n, row->axis);
+      }
+      if (!needs) {
+        for (const Value* v : n.inputs) Use(v, Demand::Full());
+        continue;
+      }
+      narrowed_.emplace(&n, Narrowing{*row, *needs, n.outputs[0]->rank()});
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const InputNeed& need = (*needs)[i];
+        Use(n.inputs[i], need.narrow ? Demand::Row(need.axis, row->index) : Demand::Full());
+      }
+    }
+  }
+
+  // Whether `v` is narrowed in place (its producer is) at exactly `axis`.
+  bool NarrowedInPlace(const Value* v, int axis) const {
+    if (v == nullptr || v->producer == nullptr || v->graph != &g_) return false;
+    auto it = narrowed_.find(v->producer);
+    if (it == narrowed_.end()) return false;
+    auto d = demand_.find(v);
+    return d != demand_.end() && d->second.is_row() && d->second.axis == axis;
+  }
+
+  Value* NewNode(std::vector<std::unique_ptr<Node>>& out, const std::string& op, std::vector<Value*> inputs,
+                 Attrs attrs, DType dtype, const std::string& name) {
+    auto n = std::make_unique<Node>();
+    n->op = op;
+    n->name = name;
+    n->graph = &g_;
+    n->inputs = std::move(inputs);
+    n->attrs = std::move(attrs);
+    Value* v = m_.NewValue(dtype, std::nullopt, &g_);
+    v->producer = n.get();
+    v->output_index = 0;
+    n->outputs.push_back(v);
+    out.push_back(std::move(n));
+    return v;
+  }
+
+  Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index, const Node& user) {
+    const auto key = std::make_pair(v, axis);
+    if (auto it = gathered_.find(key); it != gathered_.end()) return it->second;
+    AttrValue ax;
+    ax.type = AttrValue::Type::kInt;
+    ax.i = axis;
+    absl::StatusOr<Tensor> idx = Tensor::FromVector<int64_t>(DType::kI64, {1}, {index});
+    Value* row = NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
+                         user.name.empty() ? std::string("row") : absl::StrCat(user.name, "/row"));
+    gathered_.emplace(key, row);
+    return row;
+  }
+
+  int Rewrite() {
+    if (narrowed_.empty()) return 0;
+    std::vector<std::unique_ptr<Node>> out;
+    for (auto& node : g_.nodes) {
+      Node& n = *node;
+      if (auto sel = Selection(n); sel && NarrowedInPlace(n.inputs[0], sel->axis)) {
+        // Its data now has the selected row only.
+        const Tensor& old = *n.inputs[1]->constant;
+        absl::StatusOr<Tensor> zero =
+            old.rank() == 0 ? absl::StatusOr<Tensor>(Tensor::ScalarI64(0))
+                            : Tensor::FromVector<int64_t>(DType::kI64, {1}, {0});
+        n.inputs[1] = m_.NewConstant(*std::move(zero));
+      }
+      auto it = narrowed_.find(&n);
+      if (it != narrowed_.end()) {
+        // (What the analysis found: the shapes of narrowed inputs are no longer known here.)
+        const Demand row = it->second.row;
+        const std::vector<InputNeed>& needs = it->second.needs;
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+          const InputNeed& need = needs[i];
+          if (!need.narrow || NarrowedInPlace(n.inputs[i], need.axis)) continue;
+          n.inputs[i] = RowOf(out, n.inputs[i], need.axis, row.index, n);
+        }
+        if (n.op == "Reshape") {
+          // The target's entry at the axis becomes 1: target * keep + one.
+          const int r = it->second.out_rank;
+          std::vector<int64_t> keep(r, 1), one(r, 0);
+          keep[row.axis] = 0;
+          one[row.axis] = 1;
+          Value* scaled = NewNode(out, "Mul",
+                                  {n.inputs[1], m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, keep))},
+                                  {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
+          n.inputs[1] = NewNode(out, "Add",
+                                {scaled, m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, one))}, {},
+                                DType::kI64, absl::StrCat(n.name, "/row_shape"));
+        }
+        for (Value* v : n.outputs) {
+          if (v != nullptr) v->shape.reset();  // inferred again
+        }
+      }
+      out.push_back(std::move(node));
+    }
+    g_.nodes = std::move(out);
+    return static_cast<int>(narrowed_.size());
+  }
+
+  Module& m_;
+  Graph& g_;
+  absl::flat_hash_map<const Value*, Demand> demand_;
+  struct Narrowing {
+    Demand row;
+    std::vector<InputNeed> needs;
+    int out_rank;
+  };
+  absl::flat_hash_map<const Node*, Narrowing> narrowed_;
+  absl::flat_hash_map<std::pair<Value*, int>, Value*> gathered_;
+};
+
+void NarrowGraph(Module& m, Graph& g, int& count) {
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) NarrowGraph(m, *sub, count);
+  }
+  count += RowNarrower(m, g).Run();
+}
+
+}  // namespace
+
+int NarrowSelectedRows(Module& m) {
+  int count = 0;
+  for (Function& f : m.functions()) NarrowGraph(m, *f.graph, count);
+  return count;
+}
+
+}  // namespace dynvm::compiler
