@@ -68,7 +68,7 @@ sanitize_and_fuzz() {
   # writes it to the work folder and prints it in base64).
   local seconds=${DYNVM_FUZZ_SECONDS:-30}
   local seed=${DYNVM_FUZZ_SEED:-1}
-  local runs=${DYNVM_FUZZ_RUNS:-300000}
+  local runs=${DYNVM_FUZZ_RUNS:-1000000}
   local failed=0
   for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
     local name

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include <immintrin.h>
+
 #include "kernels/dnnl/fast_math.h"
 
 namespace dynvm::onednn {
@@ -129,6 +131,78 @@ DYNVM_CLONES void GemvRows(int64_t n, int64_t k, float alpha, const float* x, co
     for (int64_t i = kv; i < k; ++i) s += r[i] * x[i];
     y[j] = Scaled(s, alpha, beta, y + j);
   }
+}
+
+// The dot form on AVX-512 with software prefetch: while four rows are read, the four rows
+// eight ahead are prefetched, one cache line per row per step. On the LSTM LM's weights (4.7 MB
+// per token, in L3) this reads ~118 GB/s against ~92 for GemvRows (whose hardware-prefetched
+// streams start cold at every row group).
+// GCC 12's AVX-512 headers make an undefined vector for the unused source of their masked
+// builtins, which -Wmaybe-uninitialized reports at every use (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The sum of 16 lanes.
+__attribute__((target("avx512f"))) inline float SumAvx512(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+__attribute__((target("avx512f"))) void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float* x,
+                                                       const float* w, int64_t ldw, float beta, float* y) {
+  constexpr int64_t kAhead = 8;
+  const int64_t kv = k - k % kLanes;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - kv)) - 1);
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* r0 = w + j * ldw;
+    const float* r1 = r0 + ldw;
+    const float* r2 = r1 + ldw;
+    const float* r3 = r2 + ldw;
+    const float* p = j + kAhead + 4 <= n ? r0 + kAhead * ldw : r0;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < kv; i += kLanes) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + ldw + i), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 2 * ldw + i), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 3 * ldw + i), _MM_HINT_T0);
+      const __m512 xv = _mm512_loadu_ps(x + i);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + i), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + i), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + i), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + i), xv, a3);
+    }
+    if (kv < k) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + kv);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r0 + kv), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r1 + kv), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r2 + kv), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r3 + kv), xv, a3);
+    }
+    y[j] = Scaled(SumAvx512(a0), alpha, beta, y + j);
+    y[j + 1] = Scaled(SumAvx512(a1), alpha, beta, y + j + 1);
+    y[j + 2] = Scaled(SumAvx512(a2), alpha, beta, y + j + 2);
+    y[j + 3] = Scaled(SumAvx512(a3), alpha, beta, y + j + 3);
+  }
+  for (; j < n; ++j) {
+    const float* r = w + j * ldw;
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t i = 0; i < kv; i += kLanes) a = _mm512_fmadd_ps(_mm512_loadu_ps(r + i), _mm512_loadu_ps(x + i), a);
+    if (kv < k) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kv), _mm512_maskz_loadu_ps(tail, x + kv), a);
+    y[j] = Scaled(SumAvx512(a), alpha, beta, y + j);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
 }
 
 // Axpy form: y[j0:j0+64] accumulates x[i] * b[i, j0:j0+64] down the rows of a row-major b.
@@ -348,7 +422,11 @@ DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
 void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b, int64_t ldb,
           float beta, float* y) {
   if (trans == 'T') {
-    GemvRows(n, k, alpha, x, b, ldb, beta, y);
+    if (HasAvx512()) {
+      GemvRowsAvx512(n, k, alpha, x, b, ldb, beta, y);
+    } else {
+      GemvRows(n, k, alpha, x, b, ldb, beta, y);
+    }
   } else {
     GemvCols(n, k, alpha, x, b, ldb, beta, y);
   }
