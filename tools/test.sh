@@ -62,13 +62,13 @@ sanitize_and_fuzz() {
   cmake --build build/asan -j"$JOBS"
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j"$JOBS" -LE slow)
-  # Each fuzzer runs from its checked-in corpus with a fixed seed and a cap on the number of
-  # inputs as well as on time, so a CI run replays the same inputs (DYNVM_FUZZ_SEED=0 asks
-  # libFuzzer for a random seed). A failure prints the fuzzer's report and the input (libFuzzer
-  # writes it to the work folder and prints it in base64).
+  # Each fuzzer runs for 30 s from its checked-in corpus with a fixed seed, so a CI run replays
+  # the inputs a local run with the same seed tried (DYNVM_FUZZ_SEED=0 asks libFuzzer for a random
+  # seed; DYNVM_FUZZ_RUNS caps the number of inputs, -1 = no cap). A failure prints the fuzzer's
+  # report and the input (libFuzzer writes it to the work folder and prints it in base64).
   local seconds=${DYNVM_FUZZ_SECONDS:-30}
   local seed=${DYNVM_FUZZ_SEED:-1}
-  local runs=${DYNVM_FUZZ_RUNS:-1000000}
+  local runs=${DYNVM_FUZZ_RUNS:--1}
   local failed=0
   for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
     local name
@@ -78,7 +78,7 @@ sanitize_and_fuzz() {
     local work="build/asan/fuzz_work/$name"
     rm -rf "$work" && mkdir -p "$work/corpus"
     if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work/corpus"/; fi
-    echo "--- $name for ${seconds}s or $runs inputs, seed $seed"
+    echo "--- $name for ${seconds}s, seed $seed"
     if "$fuzzer" -max_total_time="$seconds" -runs="$runs" -seed="$seed" -print_final_stats=1 \
          -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1; then
       tail -5 "$work/log"
