@@ -106,6 +106,24 @@ Value* Module::NewConstant(Tensor t, absl::string_view name, bool is_weight) {
   return v;
 }
 
+Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out, const std::string& op,
+                  std::vector<Value*> inputs, Attrs attrs, const std::string& name, DType dtype,
+                  Value* result) {
+  auto n = std::make_unique<Node>();
+  n->op = op;
+  n->name = name;
+  n->graph = &g;
+  n->inputs = std::move(inputs);
+  n->attrs = std::move(attrs);
+  Value* v = result != nullptr ? result : m.NewValue(dtype, std::nullopt, &g);
+  v->producer = n.get();
+  v->output_index = 0;
+  v->graph = &g;
+  n->outputs.push_back(v);
+  out.push_back(std::move(n));
+  return v;
+}
+
 std::string AttrToString(const AttrValue& a) {
   switch (a.type) {
     case AttrValue::Type::kInt: return absl::StrCat(a.i);

@@ -138,6 +138,13 @@ class Module {
 
 std::string AttrToString(const AttrValue& a);
 
+// Appends to `out` (nodes being assembled for `g`, which passes put in place themselves) a node
+// of `g` with one output: `result` when given (an existing value the node now produces), else a
+// fresh value of `dtype` whose shape inference fills in. Returns the output.
+Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out, const std::string& op,
+                  std::vector<Value*> inputs, Attrs attrs = {}, const std::string& name = "",
+                  DType dtype = DType::kF32, Value* result = nullptr);
+
 }  // namespace dynvm::compiler
 
 #endif  // DYNVM_COMPILER_IR_H_

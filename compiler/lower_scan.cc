@@ -45,24 +45,10 @@ class ScanLowering {
   int left() const { return left_; }
 
  private:
-  // Appends to `out` a node of `g` with one output, which is `result` when given (an existing
-  // value that the new node now produces) or a fresh value.
   Value* Add(std::vector<std::unique_ptr<Node>>& out, Graph& g, const std::string& op,
              std::vector<Value*> inputs, Attrs attrs = {}, Value* result = nullptr,
              const std::string& name = "") {
-    auto n = std::make_unique<Node>();
-    n->op = op;
-    n->name = name;
-    n->graph = &g;
-    n->inputs = std::move(inputs);
-    n->attrs = std::move(attrs);
-    Value* v = result != nullptr ? result : m_.NewValue(DType::kF32, std::nullopt, &g);
-    v->producer = n.get();
-    v->output_index = 0;
-    v->graph = &g;
-    n->outputs.push_back(v);
-    out.push_back(std::move(n));
-    return v;
+    return AppendNode(m_, g, out, op, std::move(inputs), std::move(attrs), name, DType::kF32, result);
   }
   absl::StatusOr<std::vector<int64_t>> Ints(const Node& n, const char* name, size_t count,
                                             int64_t def) {

@@ -268,18 +268,7 @@ class RowNarrower {
 
   Value* NewNode(std::vector<std::unique_ptr<Node>>& out, const std::string& op, std::vector<Value*> inputs,
                  Attrs attrs, DType dtype, const std::string& name) {
-    auto n = std::make_unique<Node>();
-    n->op = op;
-    n->name = name;
-    n->graph = &g_;
-    n->inputs = std::move(inputs);
-    n->attrs = std::move(attrs);
-    Value* v = m_.NewValue(dtype, std::nullopt, &g_);
-    v->producer = n.get();
-    v->output_index = 0;
-    n->outputs.push_back(v);
-    out.push_back(std::move(n));
-    return v;
+    return AppendNode(m_, g_, out, op, std::move(inputs), std::move(attrs), name, dtype);
   }
 
   Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index, const Node& user) {

@@ -59,6 +59,17 @@ class Tensor {
   int64_t dim(int i) const { return dims_[i]; }
   int64_t stride(int i) const { return strides_[i]; }
   int64_t numel() const { return numel_; }
+  // The offset in elements (from data<T>()) of element `linear` in row-major order, whatever
+  // the strides.
+  int64_t ElementOffset(int64_t linear) const {
+    int64_t offset = 0;
+    for (int d = rank() - 1; d >= 0; --d) {
+      const int64_t n = dim(d);
+      offset += (linear % n) * stride(d);
+      linear /= n;
+    }
+    return offset;
+  }
   int64_t nbytes() const { return numel_ * DTypeSize(dtype_); }  // when contiguous
   bool is_contiguous() const { return contiguous_; }
   Device device() const { return storage_->device(); }

@@ -11,15 +11,7 @@ namespace dynvm::ops {
 namespace {
 
 // Byte offset of element `index` (row-major) of a strided tensor.
-int64_t ElementOffset(const Tensor& t, int64_t index) {
-  int64_t off = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    off += (index % n) * t.stride(d);
-    index /= n;
-  }
-  return off * DTypeSize(t.dtype());
-}
+int64_t ByteOffset(const Tensor& t, int64_t index) { return t.ElementOffset(index) * DTypeSize(t.dtype()); }
 
 // A tensor on a device is reached through the VM's context for that device.
 absl::Status CheckDevice(const Tensor& t, DeviceContext* device, absl::string_view what) {
@@ -42,7 +34,7 @@ absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what, 
 // The bytes of element `index` (at most 8; strings are refused by the callers' dtype checks):
 // read in place on the host, copied from a device (the sync point of read_*).
 absl::Status LoadElement(const Tensor& t, int64_t index, uint8_t* buf, DeviceContext* device) {
-  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data()) + ByteOffset(t, index);
   const size_t n = static_cast<size_t>(std::min<int64_t>(DTypeSize(t.dtype()), 8));
   if (t.device() == Device::kCPU) {
     std::memcpy(buf, p, n);
@@ -52,7 +44,7 @@ absl::Status LoadElement(const Tensor& t, int64_t index, uint8_t* buf, DeviceCon
 }
 
 absl::Status StoreElement(Tensor& t, int64_t index, const uint8_t* buf, DeviceContext* device) {
-  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ElementOffset(t, index);
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data()) + ByteOffset(t, index);
   const size_t n = static_cast<size_t>(DTypeSize(t.dtype()));
   if (t.device() == Device::kCPU) {
     std::memcpy(p, buf, n);

@@ -35,25 +35,14 @@ struct LossAttrs {
   std::optional<int64_t> ignore_index;
 };
 
-// Element i (row-major) of a possibly strided tensor.
-int64_t Offset(const Tensor& t, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    offset += (linear % n) * t.stride(d);
-    linear /= n;
-  }
-  return offset;
-}
-
 template <typename T>
 double Get(const Tensor& t, int64_t linear) {
   if constexpr (std::is_same_v<T, Half>) {
-    return Half::ToFloat(t.data<uint16_t>()[Offset(t, linear)]);
+    return Half::ToFloat(t.data<uint16_t>()[t.ElementOffset(linear)]);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return BitsToFloat(static_cast<uint32_t>(t.data<uint16_t>()[Offset(t, linear)]) << 16);
+    return BitsToFloat(static_cast<uint32_t>(t.data<uint16_t>()[t.ElementOffset(linear)]) << 16);
   } else {
-    return static_cast<double>(t.data<T>()[Offset(t, linear)]);
+    return static_cast<double>(t.data<T>()[t.ElementOffset(linear)]);
   }
 }
 
@@ -96,8 +85,8 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   const int64_t d = c == 0 ? 0 : x.numel() / (n * c);  // elements per (n, class)
   std::vector<int64_t> labels(static_cast<size_t>(target.numel()));
   for (int64_t i = 0; i < target.numel(); ++i) {
-    labels[i] = target.dtype() == DType::kI64 ? target.data<int64_t>()[Offset(target, i)]
-                                              : target.data<int32_t>()[Offset(target, i)];
+    labels[i] = target.dtype() == DType::kI64 ? target.data<int64_t>()[target.ElementOffset(i)]
+                                              : target.data<int32_t>()[target.ElementOffset(i)];
     const bool ignored = a.ignore_index && labels[i] == *a.ignore_index;
     if (!ignored && (labels[i] < 0 || labels[i] >= c)) {
       return absl::InvalidArgumentError(

@@ -38,22 +38,12 @@ namespace {
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
 
-int64_t Offset(const Tensor& t, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    offset += (linear % n) * t.stride(d);
-    linear /= n;
-  }
-  return offset;
-}
-
 // Element `linear` of any numeric tensor as double.
 double Get(const Tensor& t, int64_t linear) {
   double v = 0;
   (void)DispatchNumeric(t.dtype(), "get", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const T x = t.data<T>()[Offset(t, linear)];
+    const T x = t.data<T>()[t.ElementOffset(linear)];
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       v = static_cast<float>(x);
     } else {

@@ -36,20 +36,10 @@ namespace {
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
 
-int64_t OffsetOf(const Tensor& t, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    offset += (linear % n) * t.stride(d);
-    linear /= n;
-  }
-  return offset;
-}
-
 // Reads and writes elements as double through the dtype (floating point only).
 template <typename T>
 double Load(const Tensor& t, int64_t linear) {
-  const T v = t.data<T>()[OffsetOf(t, linear)];
+  const T v = t.data<T>()[t.ElementOffset(linear)];
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     return static_cast<float>(v);
   } else {
@@ -107,7 +97,7 @@ double LoadAny(const Tensor& t, int64_t linear) {
     if constexpr (kIsFloatType<T>) {
       v = Load<T>(t, linear);
     } else {
-      v = static_cast<double>(t.data<T>()[OffsetOf(t, linear)]);
+      v = static_cast<double>(t.data<T>()[t.ElementOffset(linear)]);
     }
     return absl::OkStatus();
   });
@@ -257,10 +247,8 @@ absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Ou
 
 // ---- ConvTranspose ----
 
-struct ConvTransposeAttrs {
-  std::vector<int64_t> kernel, strides, pads, dilations, output_padding, output_shape;
-  std::string auto_pad = "NOTSET";
-  int64_t group = 1;
+struct ConvTransposeAttrs : ConvAttrs {
+  std::vector<int64_t> output_padding, output_shape;
 };
 
 absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
@@ -592,31 +580,37 @@ absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
   return a;
 }
 
+// The attributes Conv, ConvInteger and ConvTranspose share, checked against each other.
+absl::Status ReadConvAttrs(const KernelSpec& spec, const char* op, ConvAttrs& a) {
+  for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
+                             {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations}}) {
+    absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
+  if (!ap.ok()) return ap.status();
+  a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+  if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": unknown auto_pad '", a.auto_pad, "'"));
+  }
+  absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
+  if (!group.ok()) return group.status();
+  a.group = *group;
+  const size_t k = a.kernel.size();
+  if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) || (!a.dilations.empty() && a.dilations.size() != k) ||
+                 (!a.pads.empty() && a.pads.size() != 2 * k))) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": strides, dilations and pads must match kernel_shape"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterNnKernels(KernelRegistry& r) {
   auto conv_attrs = [](const KernelSpec& spec) -> absl::StatusOr<ConvAttrs> {
     ConvAttrs a;
-    for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
-                               {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations}}) {
-      absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
-      if (!v.ok()) return v.status();
-      *field = *v;
-    }
-    absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
-    if (!ap.ok()) return ap.status();
-    a.auto_pad = ap->empty() ? "NOTSET" : *ap;
-    if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
-      return absl::InvalidArgumentError(absl::StrCat("Conv: unknown auto_pad '", a.auto_pad, "'"));
-    }
-    absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
-    if (!group.ok()) return group.status();
-    a.group = *group;
-    const size_t k = a.kernel.size();
-    if ((!a.strides.empty() && k != 0 && a.strides.size() != k) || (!a.dilations.empty() && k != 0 && a.dilations.size() != k) ||
-        (!a.pads.empty() && k != 0 && a.pads.size() != 2 * k)) {
-      return absl::InvalidArgumentError("Conv: strides, dilations and pads must match kernel_shape");
-    }
+    if (absl::Status s = ReadConvAttrs(spec, "Conv", a); !s.ok()) return s;
     return a;
   };
   AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
@@ -624,27 +618,16 @@ void RegisterNnKernels(KernelRegistry& r) {
   AddKernel<ConvTransposeAttrs>(
       r, "ConvTranspose", 2, 3, 1, &RunConvTranspose, [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
         ConvTransposeAttrs a;
-        for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
-                                   {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations},
-                                   {"output_padding", &a.output_padding}, {"output_shape", &a.output_shape}}) {
+        if (absl::Status s = ReadConvAttrs(spec, "ConvTranspose", a); !s.ok()) return s;
+        for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"output_padding", &a.output_padding},
+                                   {"output_shape", &a.output_shape}}) {
           absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
           if (!v.ok()) return v.status();
           *field = *v;
         }
-        absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
-        if (!ap.ok()) return ap.status();
-        a.auto_pad = ap->empty() ? "NOTSET" : *ap;
-        if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
-          return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: unknown auto_pad '", a.auto_pad, "'"));
-        }
-        absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
-        if (!group.ok()) return group.status();
-        a.group = *group;
         const size_t k = a.kernel.size();
-        if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) || (!a.dilations.empty() && a.dilations.size() != k) ||
-                       (!a.pads.empty() && a.pads.size() != 2 * k) ||
-                       (!a.output_padding.empty() && a.output_padding.size() != k))) {
-          return absl::InvalidArgumentError("ConvTranspose: strides, dilations, pads and output_padding must match kernel_shape");
+        if (k != 0 && !a.output_padding.empty() && a.output_padding.size() != k) {
+          return absl::InvalidArgumentError("ConvTranspose: output_padding must match kernel_shape");
         }
         if (!a.output_shape.empty() && k != 0 && a.output_shape.size() != k && a.output_shape.size() != k + 2) {
           return absl::InvalidArgumentError("ConvTranspose: output_shape must match kernel_shape");

@@ -41,23 +41,13 @@ struct ResizeAttrs {
   double extrapolation = 0;
 };
 
-int64_t Offset(const Tensor& t, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    offset += (linear % n) * t.stride(d);
-    linear /= n;
-  }
-  return offset;
-}
-
 absl::StatusOr<std::vector<double>> ReadFloats(const Tensor& t, absl::string_view what) {
   std::vector<double> v;
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (t.dtype() == DType::kF32) {
-      v.push_back(t.data<float>()[Offset(t, i)]);
+      v.push_back(t.data<float>()[t.ElementOffset(i)]);
     } else if (t.dtype() == DType::kF64) {
-      v.push_back(t.data<double>()[Offset(t, i)]);
+      v.push_back(t.data<double>()[t.ElementOffset(i)]);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("Resize: ", what, " must be f32 or f64"));
     }

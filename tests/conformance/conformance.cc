@@ -35,12 +35,7 @@ struct Element {
 };
 
 Element Read(const Tensor& t, int64_t linear) {
-  int64_t offset = 0;
-  for (int d = t.rank() - 1; d >= 0; --d) {
-    const int64_t n = t.dim(d);
-    offset += (linear % n) * t.stride(d);
-    linear /= n;
-  }
+  const int64_t offset = t.ElementOffset(linear);
   const uint8_t* base = static_cast<const uint8_t*>(t.raw_data()) + offset * DTypeSize(t.dtype());
   Element e;
   switch (t.dtype()) {

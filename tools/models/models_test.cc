@@ -49,7 +49,7 @@ void RunModel(const std::string& name, const compiler::CompileOptions& options) 
   ASSERT_FALSE(cases.empty()) << "no cases in " << dir;
   for (const fs::path& c : cases) {
     SCOPED_TRACE(c.string());
-    for (const std::string& input : {"prompt", "max_new_tokens"}) {
+    for (const char* input : {"prompt", "max_new_tokens"}) {
       absl::StatusOr<Tensor> t = npy::LoadNpy((c / absl::StrCat("input_", input, ".npy")).string());
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*vm)->SetInput(input, *t).ok());

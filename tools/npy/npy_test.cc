@@ -737,7 +737,9 @@ TEST(NpyParseTest, FuzzCorpusRoundTrips) {
     EXPECT_EQ(back->dtype(), t->dtype());
     EXPECT_EQ(back->dims(), t->dims());
     ASSERT_EQ(back->nbytes(), t->nbytes());
-    if (t->nbytes() > 0) EXPECT_EQ(std::memcmp(back->raw_data(), t->raw_data(), t->nbytes()), 0);
+    if (t->nbytes() > 0) {
+      EXPECT_EQ(std::memcmp(back->raw_data(), t->raw_data(), t->nbytes()), 0);
+    }
     ++n;
   }
   EXPECT_GE(n, 8);
