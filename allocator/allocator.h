@@ -5,7 +5,6 @@
 #ifndef DYNVM_ALLOCATOR_ALLOCATOR_H_
 #define DYNVM_ALLOCATOR_ALLOCATOR_H_
 
-#include "absl/strings/string_view.h"
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,14 +20,14 @@ inline constexpr size_t kTensorAlignment = 64;
 absl::string_view DeviceName(Device d);
 
 struct AllocatorStats {
-  int64_t bytes_in_use = 0;     // handed out to callers and not yet returned
+  int64_t bytes_in_use = 0;  // handed out to callers and not yet returned
   int64_t peak_bytes_in_use = 0;
-  int64_t bytes_reserved = 0;   // obtained from the system (in use + cached + reservation)
-  int64_t system_allocs = 0;    // calls into the system allocator (malloc, cudaMalloc)
+  int64_t bytes_reserved = 0;  // obtained from the system (in use + cached + reservation)
+  int64_t system_allocs = 0;   // calls into the system allocator (malloc, cudaMalloc)
   int64_t system_frees = 0;
-  int64_t allocs = 0;           // calls to Allocate
-  int64_t pool_hits = 0;        // allocations served from a free list or the reservation
-  int64_t failed_allocs = 0;    // refused: memory limit or injected fault
+  int64_t allocs = 0;         // calls to Allocate
+  int64_t pool_hits = 0;      // allocations served from a free list or the reservation
+  int64_t failed_allocs = 0;  // refused: memory limit or injected fault
 };
 
 class Allocator {

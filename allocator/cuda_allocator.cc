@@ -193,9 +193,9 @@ struct CudaAllocator::Impl {
       if (!sys.ok()) {
         ++stats.failed_allocs;
         if (absl::IsResourceExhausted(sys.status())) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "CudaAllocator: the device is out of memory allocating ", bytes, " bytes (",
-              sys.status().message(), ")"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("CudaAllocator: the device is out of memory allocating ", bytes,
+                           " bytes (", sys.status().message(), ")"));
         }
         return sys.status();
       }

@@ -7,10 +7,10 @@
 #include <set>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "allocator/pool_allocator.h"
 #include "allocator/storage.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace dynvm {
 namespace {
@@ -77,7 +77,7 @@ TEST(CudaAllocatorPoolTest, MemoryLimitReleasesCachedBlocksThenRefuses) {
   CudaAllocator a({.memory_limit = 8192, .system = dev.Memory()});
   absl::StatusOr<void*> p = a.Allocate(4096);
   ASSERT_TRUE(p.ok());
-  a.Deallocate(*p, 4096);  // cached
+  a.Deallocate(*p, 4096);                      // cached
   absl::StatusOr<void*> q = a.Allocate(8192);  // fits only once the cached block goes back
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(a.stats().system_frees, 1);
@@ -111,19 +111,19 @@ TEST(CudaAllocatorPoolTest, InjectedFailureFailsOnlyTheNthCall) {
 TEST(CudaAllocatorPoolTest, SystemOutOfMemoryIsRetriedAfterEmptyingTheCache) {
   int calls = 0;
   std::set<void*> live;
-  CudaAllocator::SystemMemory memory{
-      [&](size_t bytes) -> absl::StatusOr<void*> {
-        // A "device" with room for one block at a time.
-        ++calls;
-        if (!live.empty()) return absl::ResourceExhaustedError("fake device full");
-        void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-        live.insert(p);
-        return p;
-      },
-      [&](void* p) {
-        live.erase(p);
-        std::free(p);
-      }};
+  CudaAllocator::SystemMemory memory{[&](size_t bytes) -> absl::StatusOr<void*> {
+                                       // A "device" with room for one block at a time.
+                                       ++calls;
+                                       if (!live.empty())
+                                         return absl::ResourceExhaustedError("fake device full");
+                                       void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+                                       live.insert(p);
+                                       return p;
+                                     },
+                                     [&](void* p) {
+                                       live.erase(p);
+                                       std::free(p);
+                                     }};
   CudaAllocator a({.system = memory});
   absl::StatusOr<void*> p = a.Allocate(64);
   ASSERT_TRUE(p.ok());

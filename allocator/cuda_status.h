@@ -21,12 +21,12 @@ absl::Status CudaStatus(cudaError_t error, const char* what);
 
 }  // namespace dynvm
 
-#define DYNVM_CUDA_RETURN_IF_ERROR(expr)                                           \
-  do {                                                                             \
-    const cudaError_t dynvm_cuda_error_ = (expr);                                  \
-    if (dynvm_cuda_error_ != cudaSuccess) {                                        \
-      return ::dynvm::CudaStatus(dynvm_cuda_error_, #expr);                        \
-    }                                                                              \
+#define DYNVM_CUDA_RETURN_IF_ERROR(expr)                    \
+  do {                                                      \
+    const cudaError_t dynvm_cuda_error_ = (expr);           \
+    if (dynvm_cuda_error_ != cudaSuccess) {                 \
+      return ::dynvm::CudaStatus(dynvm_cuda_error_, #expr); \
+    }                                                       \
   } while (0)
 
 #endif  // DYNVM_ALLOCATOR_CUDA_STATUS_H_

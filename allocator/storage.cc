@@ -1,12 +1,14 @@
-#include "absl/strings/string_view.h"
 #include "allocator/storage.h"
 
 #include <new>
 
+#include "absl/strings/string_view.h"
+
 namespace dynvm {
 namespace {
 // The header sits before the data; rounding keeps the data kTensorAlignment-aligned.
-constexpr size_t kHeaderBytes = (sizeof(Storage) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+constexpr size_t kHeaderBytes =
+    (sizeof(Storage) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
 }  // namespace
 
 absl::string_view DeviceName(Device d) {
@@ -22,7 +24,8 @@ absl::string_view DeviceName(Device d) {
 absl::StatusOr<StorageRef> Storage::Allocate(Allocator& allocator, size_t bytes,
                                              std::shared_ptr<Allocator> keep_alive) {
   if (bytes > (size_t{1} << 60)) {
-    return absl::ResourceExhaustedError("storage of " + std::to_string(bytes) + " bytes is too large");
+    return absl::ResourceExhaustedError("storage of " + std::to_string(bytes) +
+                                        " bytes is too large");
   }
   const size_t block_bytes = kHeaderBytes + bytes;
   if (allocator.device() != Device::kCPU) {

@@ -41,7 +41,8 @@ AttrValue AttrTensor(Tensor t) {
   return a;
 }
 
-Value* GraphBuilder::Input(const std::string& name, DType dtype, const std::vector<DimSpec>& shape) {
+Value* GraphBuilder::Input(const std::string& name, DType dtype,
+                           const std::vector<DimSpec>& shape) {
   std::vector<Dim> dims;
   for (const DimSpec& d : shape) {
     if (std::holds_alternative<int64_t>(d)) {
@@ -71,8 +72,8 @@ Value* GraphBuilder::VectorI64(const std::vector<int64_t>& v) {
   return Constant(*Tensor::FromVector<int64_t>(DType::kI64, {static_cast<int64_t>(v.size())}, v));
 }
 
-Node* GraphBuilder::AddNode(const std::string& op, const std::vector<Value*>& inputs, int num_outputs,
-                            const std::string& domain) {
+Node* GraphBuilder::AddNode(const std::string& op, const std::vector<Value*>& inputs,
+                            int num_outputs, const std::string& domain) {
   auto n = std::make_unique<Node>();
   n->op = op;
   n->domain = domain;
@@ -90,15 +91,16 @@ Node* GraphBuilder::AddNode(const std::string& op, const std::vector<Value*>& in
   return g_->nodes.back().get();
 }
 
-std::vector<Value*> GraphBuilder::Ops(const std::string& op, const std::vector<Value*>& inputs, const Attrs& attrs,
-                                      int num_outputs, const std::string& domain) {
+std::vector<Value*> GraphBuilder::Ops(const std::string& op, const std::vector<Value*>& inputs,
+                                      const Attrs& attrs, int num_outputs,
+                                      const std::string& domain) {
   Node* n = AddNode(op, inputs, num_outputs, domain);
   n->attrs = attrs;
   return n->outputs;
 }
 
-Value* GraphBuilder::Op(const std::string& op, const std::vector<Value*>& inputs, const Attrs& attrs,
-                        const std::string& domain) {
+Value* GraphBuilder::Op(const std::string& op, const std::vector<Value*>& inputs,
+                        const Attrs& attrs, const std::string& domain) {
   return Ops(op, inputs, attrs, 1, domain)[0];
 }
 
@@ -112,9 +114,9 @@ void GraphBuilder::Output(const std::string& name, Value* v) {
   g_->outputs.push_back(v);
 }
 
-std::vector<Value*> GraphBuilder::If(Value* cond, int num_outputs,
-                                     const std::function<std::vector<Value*>(GraphBuilder&)>& then_fn,
-                                     const std::function<std::vector<Value*>(GraphBuilder&)>& else_fn) {
+std::vector<Value*> GraphBuilder::If(
+    Value* cond, int num_outputs, const std::function<std::vector<Value*>(GraphBuilder&)>& then_fn,
+    const std::function<std::vector<Value*>(GraphBuilder&)>& else_fn) {
   Node* n = AddNode("If", {cond}, num_outputs, "");
   for (const char* name : {"then_branch", "else_branch"}) {
     std::unique_ptr<Graph> sub = m_.NewGraph(g_, n);
@@ -127,7 +129,8 @@ std::vector<Value*> GraphBuilder::If(Value* cond, int num_outputs,
 
 std::vector<Value*> GraphBuilder::Loop(
     Value* max_trip, Value* cond, const std::vector<Value*>& carried, int num_scan_outputs,
-    const std::function<std::vector<Value*>(GraphBuilder&, Value*, Value*, const std::vector<Value*>&)>& body_fn) {
+    const std::function<std::vector<Value*>(GraphBuilder&, Value*, Value*,
+                                            const std::vector<Value*>&)>& body_fn) {
   std::vector<Value*> inputs = {max_trip, cond};
   inputs.insert(inputs.end(), carried.begin(), carried.end());
   Node* n = AddNode("Loop", inputs, static_cast<int>(carried.size()) + num_scan_outputs, "");
@@ -137,7 +140,8 @@ std::vector<Value*> GraphBuilder::Loop(
   body->inputs = {iter, c};
   std::vector<Value*> in;
   for (size_t i = 0; i < carried.size(); ++i) {
-    Value* v = m_.NewValue(carried[i]->dtype, carried[i]->shape, body.get(), absl::StrCat("carried_", i));
+    Value* v =
+        m_.NewValue(carried[i]->dtype, carried[i]->shape, body.get(), absl::StrCat("carried_", i));
     body->inputs.push_back(v);
     in.push_back(v);
   }

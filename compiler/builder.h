@@ -46,25 +46,29 @@ class GraphBuilder {
   Value* VectorI64(const std::vector<int64_t>& v);
 
   // A node with `num_outputs` outputs (types are inferred at compile time).
-  std::vector<Value*> Ops(const std::string& op, const std::vector<Value*>& inputs, const Attrs& attrs = {},
-                          int num_outputs = 1, const std::string& domain = "");
+  std::vector<Value*> Ops(const std::string& op, const std::vector<Value*>& inputs,
+                          const Attrs& attrs = {}, int num_outputs = 1,
+                          const std::string& domain = "");
   Value* Op(const std::string& op, const std::vector<Value*>& inputs, const Attrs& attrs = {},
             const std::string& domain = "");
   void Output(const std::string& name, Value* v);
 
   // If(cond) with both branches returning `num_outputs` values.
-  std::vector<Value*> If(Value* cond, int num_outputs, const std::function<std::vector<Value*>(GraphBuilder&)>& then_fn,
+  std::vector<Value*> If(Value* cond, int num_outputs,
+                         const std::function<std::vector<Value*>(GraphBuilder&)>& then_fn,
                          const std::function<std::vector<Value*>(GraphBuilder&)>& else_fn);
   // ONNX Loop: `max_trip` and `cond` may be null. The body gets (iter, cond, carried...) and
   // returns (cond_out, carried_out..., scan_outputs...). Returns (carried finals..., scans...).
-  std::vector<Value*> Loop(Value* max_trip, Value* cond, const std::vector<Value*>& carried, int num_scan_outputs,
-                           const std::function<std::vector<Value*>(GraphBuilder&, Value* iter, Value* cond,
-                                                                   const std::vector<Value*>& carried)>& body);
+  std::vector<Value*> Loop(
+      Value* max_trip, Value* cond, const std::vector<Value*>& carried, int num_scan_outputs,
+      const std::function<std::vector<Value*>(GraphBuilder&, Value* iter, Value* cond,
+                                              const std::vector<Value*>& carried)>& body);
 
   void set_node_name(const std::string& name) { next_name_ = name; }
 
  private:
-  Node* AddNode(const std::string& op, const std::vector<Value*>& inputs, int num_outputs, const std::string& domain);
+  Node* AddNode(const std::string& op, const std::vector<Value*>& inputs, int num_outputs,
+                const std::string& domain);
 
   Graph* g_;
   Module& m_;

@@ -7,13 +7,14 @@
 // append into a growable storage; values of unbounded size get a pool storage sized by scalar
 // code; data-dependent values are allocated by their kernel. Function outputs never live in
 // the arena.
+#include "compiler/codegen.h"
+
 #include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/codegen.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
 
@@ -60,13 +61,14 @@ bool IsOnnx(const Node& n, absl::string_view op) { return n.domain.empty() && n.
 
 bool IsLazyOp(const Node& n) {
   static const absl::flat_hash_set<std::string> kOps = {
-      "Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Cast", "Reshape",
-      "Add", "Sub", "Mul", "Div", "Identity", "Flatten"};
+      "Shape",   "Size", "Gather", "Concat", "Unsqueeze", "Squeeze",  "Slice",  "Cast",
+      "Reshape", "Add",  "Sub",    "Mul",    "Div",       "Identity", "Flatten"};
   if (!n.domain.empty() || !kOps.contains(n.op)) return false;
   bool any = false;
   for (const Value* v : n.outputs) {
     if (v == nullptr) continue;
-    if (!v->content || v->dynamic || !v->shape || v->shape->size() > 1 || !IsInteger(v->dtype)) return false;
+    if (!v->content || v->dynamic || !v->shape || v->shape->size() > 1 || !IsInteger(v->dtype))
+      return false;
     any = true;
   }
   return any;
@@ -78,15 +80,18 @@ bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind:
 // (EmitContainerOp); Identity of a sequence or optional is a move.
 bool IsContainerOp(const Node& n) {
   static const absl::flat_hash_set<std::string> kOps = {
-      "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceAt", "SequenceLength",
-      "ConcatFromSequence", "SplitToSequence", "Optional", "OptionalHasElement", "OptionalGetElement"};
+      "SequenceEmpty", "SequenceConstruct",  "SequenceInsert",     "SequenceErase",
+      "SequenceAt",    "SequenceLength",     "ConcatFromSequence", "SplitToSequence",
+      "Optional",      "OptionalHasElement", "OptionalGetElement"};
   if (!n.domain.empty()) return false;
   if (n.op == "Identity") return !n.inputs.empty() && IsContainer(n.inputs[0]);
   return kOps.contains(n.op);
 }
 
 // Container ops whose output is a plain small tensor, stored like any kernel output.
-bool HasTensorResult(const Node& n) { return n.op == "SequenceLength" || n.op == "OptionalHasElement"; }
+bool HasTensorResult(const Node& n) {
+  return n.op == "SequenceLength" || n.op == "OptionalHasElement";
+}
 
 fb::ObjectKind FbKind(ObjectKind k) { return static_cast<fb::ObjectKind>(static_cast<uint8_t>(k)); }
 
@@ -96,14 +101,16 @@ bool IsViewOp(const Node& n) {
   if (n.op == "Identity") return true;
   if (n.op == "Dropout") {
     const AttrValue* m = n.attr("training_mode");
-    return n.inputs.size() <= 2 && (m == nullptr || m->i == 0) && (n.outputs.size() < 2 || n.outputs[1] == nullptr);
+    return n.inputs.size() <= 2 && (m == nullptr || m->i == 0) &&
+           (n.outputs.size() < 2 || n.outputs[1] == nullptr);
   }
   return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
 }
 
 class FunctionCodegen {
  public:
-  FunctionCodegen(Module& m, const Function& f, uint32_t index, ExecutableBuilder& b, const CompileOptions& o)
+  FunctionCodegen(Module& m, const Function& f, uint32_t index, ExecutableBuilder& b,
+                  const CompileOptions& o)
       : m_(m), sym_(m.sym()), f_(f), g_(*f.graph), index_(index), b_(b), opts_(o) {}
 
   absl::StatusOr<FunctionReport> Run();
@@ -175,12 +182,15 @@ class FunctionCodegen {
     fn_->scalar_types.push_back(t);
     return static_cast<uint32_t>(fn_->scalar_types.size() - 1);
   }
-  uint32_t NewObject(fb::ObjectKind kind, DType dtype, fb::ObjectKind elem_kind = fb::ObjectKind::Tensor) {
+  uint32_t NewObject(fb::ObjectKind kind, DType dtype,
+                     fb::ObjectKind elem_kind = fb::ObjectKind::Tensor) {
     fn_->object_types.emplace_back(kind, static_cast<uint8_t>(dtype), elem_kind);
     return static_cast<uint32_t>(fn_->object_types.size() - 1);
   }
   // A register of v's type: a tensor, or a sequence or optional.
-  uint32_t NewTensorReg(const Value* v) { return NewObject(FbKind(v->kind), v->dtype, FbKind(v->elem_kind)); }
+  uint32_t NewTensorReg(const Value* v) {
+    return NewObject(FbKind(v->kind), v->dtype, FbKind(v->elem_kind));
+  }
   void BindSymbol(Dim sym, uint32_t reg) { scopes_.back().dims[sym] = reg; }
   void PushScope() { scopes_.emplace_back(); }
   void PopScope() { scopes_.pop_back(); }
@@ -200,14 +210,15 @@ class FunctionCodegen {
 
   int64_t clock_ = 0;
   absl::flat_hash_map<const Node*, std::pair<int64_t, int64_t>> pos_;
-  absl::flat_hash_map<const Value*, std::vector<std::pair<const Node*, Graph*>>> uses_;  // node null: graph output
+  absl::flat_hash_map<const Value*, std::vector<std::pair<const Node*, Graph*>>>
+      uses_;  // node null: graph output
   absl::flat_hash_map<const Value*, Info> info_;
   std::vector<Alloc> allocs_;
   int64_t arena_bytes_ = 0;
   int64_t largest_live_ = 0;
 
   // Loop lowering decisions.
-  absl::flat_hash_set<const Node*> append_nodes_;          // Concat lowered to append
+  absl::flat_hash_set<const Node*> append_nodes_;  // Concat lowered to append
   absl::flat_hash_map<const Node*, std::vector<bool>> growable_carried_;  // per Loop node
   absl::flat_hash_map<const Value*, const Value*> double_root_of_;  // carried body output -> root
 
@@ -216,7 +227,8 @@ class FunctionCodegen {
   };
   std::vector<Scope> scopes_;
   absl::flat_hash_map<const Value*, uint32_t> reg_;
-  absl::flat_hash_map<const Value*, std::pair<uint32_t, uint32_t>> double_offsets_;  // root -> (write, other)
+  absl::flat_hash_map<const Value*, std::pair<uint32_t, uint32_t>>
+      double_offsets_;  // root -> (write, other)
   uint32_t arena_reg_ = 0;
   uint32_t device_arena_reg_ = 0;
   absl::flat_hash_set<const Value*> on_device_;  // outputs of kernels placed on the device
@@ -267,8 +279,9 @@ bool FunctionCodegen::NeedsTensor(const Value* v) const {
         !(node->inputs.size() > 1 && node->inputs[1] == v)) {
       continue;  // the trip count is read from the content
     }
-    if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v && node->inputs[0] != v &&
-        node->outputs[0] && node->outputs[0]->shape && !node->outputs[0]->dynamic) {
+    if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v &&
+        node->inputs[0] != v && node->outputs[0] && node->outputs[0]->shape &&
+        !node->outputs[0]->dynamic) {
       continue;  // a reshape target: the dims come from the content
     }
     return true;
@@ -363,7 +376,8 @@ void FunctionCodegen::PlanLoop(Node& loop) {
     const Node& p = *out->producer;
     const AttrValue* axis = p.attr("axis");
     if (!IsOnnx(p, "Concat") || p.inputs.size() != 2 || p.inputs[0] != in || p.inputs[1] == in ||
-        axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr || p.inputs[1]->rank() != in->rank()) {
+        axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr ||
+        p.inputs[1]->rank() != in->rank()) {
       continue;
     }
     // The old value must not be read as a tensor after it has been extended in place.
@@ -400,7 +414,8 @@ void FunctionCodegen::Liveness() {
   for (const auto& [v, list] : uses_) {
     Info& info = info_[v];
     for (const auto& [node, graph] : list) {
-      int64_t t = node ? pos_[node].first : (graph->owner ? pos_[graph->owner].second : function_end);
+      int64_t t =
+          node ? pos_[node].first : (graph->owner ? pos_[graph->owner].second : function_end);
       for (Graph* r = graph; r != nullptr && r != v->graph; r = r->parent) {
         if (r->owner && (IsOnnx(*r->owner, "Loop") || IsOnnx(*r->owner, "Scan"))) {
           t = std::max(t, pos_[r->owner].second);
@@ -414,7 +429,8 @@ void FunctionCodegen::Liveness() {
   std::vector<const Value*> in_order;
   in_order.reserve(info_.size());
   for (auto& [v, info] : info_) in_order.push_back(v);
-  std::sort(in_order.begin(), in_order.end(), [](const Value* a, const Value* b) { return a->id < b->id; });
+  std::sort(in_order.begin(), in_order.end(),
+            [](const Value* a, const Value* b) { return a->id < b->id; });
   for (const Value* v : in_order) {
     const Value* root = Root(v);
     Info& ri = info_[root];
@@ -445,7 +461,8 @@ void FunctionCodegen::Liveness() {
         const size_t nc = n->inputs.size() - 2;
         const auto [start, end] = pos_[n.get()];
         for (size_t i = 0; i < nc; ++i) {
-          const int64_t out_end = n->outputs[i] ? std::max(info_[n->outputs[i]].last_use, end) : end;
+          const int64_t out_end =
+              n->outputs[i] ? std::max(info_[n->outputs[i]].last_use, end) : end;
           // The initial value is read by the first iteration and is the result of none.
           for (int a : info_[Root(n->inputs[2 + i])].allocs) allocs_[a].Cover(start, out_end);
           const Value* out = body->outputs[1 + i];
@@ -525,12 +542,23 @@ absl::StatusOr<uint32_t> FunctionCodegen::EvalDim(Dim d) {
       if (!b.ok()) return b.status();
       Opcode op = Opcode::kAddI;
       switch (d->kind) {
-        case DimNode::Kind::kAdd: op = Opcode::kAddI; break;
-        case DimNode::Kind::kMul: op = Opcode::kMulI; break;
-        case DimNode::Kind::kFloorDiv: op = Opcode::kDivI; break;
-        case DimNode::Kind::kMax: op = Opcode::kMaxI; break;
-        case DimNode::Kind::kMin: op = Opcode::kMinI; break;
-        default: break;
+        case DimNode::Kind::kAdd:
+          op = Opcode::kAddI;
+          break;
+        case DimNode::Kind::kMul:
+          op = Opcode::kMulI;
+          break;
+        case DimNode::Kind::kFloorDiv:
+          op = Opcode::kDivI;
+          break;
+        case DimNode::Kind::kMax:
+          op = Opcode::kMaxI;
+          break;
+        case DimNode::Kind::kMin:
+          op = Opcode::kMinI;
+          break;
+        default:
+          break;
       }
       r = NewScalar(fb::ScalarType::I64);
       w.Begin(op);
@@ -545,7 +573,8 @@ absl::StatusOr<uint32_t> FunctionCodegen::EvalDim(Dim d) {
 }
 
 absl::StatusOr<uint32_t> FunctionCodegen::ValueWord(Dim d) {
-  if (auto c = SymbolicContext::AsConst(d); c && *c >= 0 && *c < static_cast<int64_t>(isa::kRegisterFlag)) {
+  if (auto c = SymbolicContext::AsConst(d);
+      c && *c >= 0 && *c < static_cast<int64_t>(isa::kRegisterFlag)) {
     return static_cast<uint32_t>(*c);
   }
   absl::StatusOr<uint32_t> r = EvalDim(d);
@@ -653,12 +682,18 @@ Dim FunctionCodegen::WithCapacities(Dim d) {
   const Dim a = WithCapacities(d->a), b = WithCapacities(d->b);
   if (a == d->a && b == d->b) return d;
   switch (d->kind) {
-    case DimNode::Kind::kAdd: return sym_.Add(a, b);
-    case DimNode::Kind::kMul: return sym_.Mul(a, b);
-    case DimNode::Kind::kFloorDiv: return sym_.FloorDiv(a, b);
-    case DimNode::Kind::kMax: return sym_.Max(a, b);
-    case DimNode::Kind::kMin: return sym_.Min(a, b);
-    default: return d;
+    case DimNode::Kind::kAdd:
+      return sym_.Add(a, b);
+    case DimNode::Kind::kMul:
+      return sym_.Mul(a, b);
+    case DimNode::Kind::kFloorDiv:
+      return sym_.FloorDiv(a, b);
+    case DimNode::Kind::kMax:
+      return sym_.Max(a, b);
+    case DimNode::Kind::kMin:
+      return sym_.Min(a, b);
+    default:
+      return d;
   }
 }
 
@@ -694,16 +729,18 @@ absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg)
   };
   absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
   if (!zero.ok()) return zero.status();
-  if (absl::Status s = check(*zero, r, absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
-                                                    "') must not be negative"));
+  if (absl::Status s = check(*zero, r,
+                             absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
+                                          "') must not be negative"));
       !s.ok()) {
     return s;
   }
   if (std::optional<int64_t> bound = sym_.BoundOf(sym->name)) {
     absl::StatusOr<uint32_t> b = EvalDim(sym_.Const(*bound));
     if (!b.ok()) return b.status();
-    return check(r, *b, absl::StrCat("symbol '", sym->name, "' exceeds its declared bound ", *bound,
-                                     " (input '", in->name, "')"));
+    return check(r, *b,
+                 absl::StrCat("symbol '", sym->name, "' exceeds its declared bound ", *bound,
+                              " (input '", in->name, "')"));
   }
   return absl::OkStatus();
 }
@@ -750,7 +787,8 @@ std::vector<std::vector<const Value*>> FunctionCodegen::KillsAfter(Graph& g) {
       if (v == nullptr || v->constant) continue;
       const Info& info = info_[v];
       const Store root = info_[Root(v)].store;
-      if ((info.store != Store::kPool && info.store != Store::kDynamic && info.store != Store::kAlias) ||
+      if ((info.store != Store::kPool && info.store != Store::kDynamic &&
+           info.store != Store::kAlias) ||
           (root != Store::kPool && root != Store::kDynamic)) {
         continue;
       }
@@ -786,7 +824,8 @@ absl::Status FunctionCodegen::EmitGraph(Graph& g) {
     Node* n = g.nodes[i].get();
     b_.Location(index_, static_cast<uint32_t>(code_->size()), n->Label());
     if (absl::Status s = EmitNode(*n); !s.ok()) {
-      if (s.code() == absl::StatusCode::kInternal || absl::StrContains(s.message(), n->Label())) return s;
+      if (s.code() == absl::StatusCode::kInternal || absl::StrContains(s.message(), n->Label()))
+        return s;
       return absl::Status(s.code(), absl::StrCat(n->Label(), ": ", s.message()));
     }
     for (const Value* v : kills[i]) {
@@ -805,7 +844,8 @@ absl::Status FunctionCodegen::EmitNode(Node& n) {
   if (IsOnnx(n, "If")) return EmitIf(n);
   if (IsOnnx(n, "Loop")) return EmitLoop(n);
   if (!n.subgraphs.empty()) {
-    return absl::UnimplementedError(absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
+    return absl::UnimplementedError(
+        absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
   }
   if (IsContainerOp(n)) return EmitContainerOp(n);
   if (append_nodes_.contains(&n)) return EmitAppend(n);
@@ -942,7 +982,8 @@ absl::Status FunctionCodegen::EmitStream(Node& n) {
   absl::StatusOr<uint32_t> x = Tensor(n.inputs[0]);
   if (!x.ok()) return x.status();
   const AttrValue* stream = n.attr("stream");
-  if (stream != nullptr && (stream->type != AttrValue::Type::kInt || stream->i < 0 || stream->i > 0xFFFF)) {
+  if (stream != nullptr &&
+      (stream->type != AttrValue::Type::kInt || stream->i < 0 || stream->i > 0xFFFF)) {
     return absl::InvalidArgumentError("Emit: 'stream' must be an int in [0, 65535]");
   }
   CodeWriter w(code_);
@@ -1103,7 +1144,9 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   // Double-buffer write offsets for carried values computed into the arena.
   std::vector<std::pair<uint32_t, uint32_t>> swaps;
   for (size_t i = 0; i < nc; ++i) {
-    const Value* root = double_root_of_.count(body->outputs[1 + i]) ? double_root_of_[body->outputs[1 + i]] : nullptr;
+    const Value* root = double_root_of_.count(body->outputs[1 + i])
+                            ? double_root_of_[body->outputs[1 + i]]
+                            : nullptr;
     if (root == nullptr || double_offsets_.contains(root)) continue;
     const Info& ri = info_[root];
     const uint32_t a = NewScalar(fb::ScalarType::I64), b = NewScalar(fb::ScalarType::I64);
@@ -1188,9 +1231,12 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     for (size_t k = 0; k < in->shape->size(); ++k) {
       const Dim d = (*in->shape)[k];
       const Dim o = (*out->shape)[k];
-      if (!SymbolicContext::IsSymbol(d) || sym_.UpperBound(d) || o->kind != DimNode::Kind::kAdd) continue;
+      if (!SymbolicContext::IsSymbol(d) || sym_.UpperBound(d) || o->kind != DimNode::Kind::kAdd)
+        continue;
       const Dim step = o->a == d ? o->b : (o->b == d ? o->a : nullptr);
-      if (step == nullptr || !SymbolicContext::AsConst(step) || *SymbolicContext::AsConst(step) <= 0) continue;
+      if (step == nullptr || !SymbolicContext::AsConst(step) ||
+          *SymbolicContext::AsConst(step) <= 0)
+        continue;
       bool seen = capacity_of_.contains(d);
       for (const Capacity& c : capacities) seen |= c.dim == d;
       if (seen) continue;
@@ -1241,7 +1287,8 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
     // capacity := dim > capacity ? 2 * dim : capacity
     absl::StatusOr<uint32_t> d = EvalDim(c.dim);
     if (!d.ok()) return d.status();
-    const uint32_t outgrown = NewScalar(fb::ScalarType::Bool), twice = NewScalar(fb::ScalarType::I64);
+    const uint32_t outgrown = NewScalar(fb::ScalarType::Bool),
+                   twice = NewScalar(fb::ScalarType::I64);
     w.Begin(Opcode::kLtI);
     w.Word(outgrown);
     w.Word(c.reg);
@@ -1387,7 +1434,8 @@ absl::Status FunctionCodegen::EmitLoop(Node& n) {
   }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     if (n.outputs[i] && n.outputs[i]->dynamic) {
-      if (absl::Status s = DefineDynamicSymbols(n.outputs[i], reg_[n.outputs[i]]); !s.ok()) return s;
+      if (absl::Status s = DefineDynamicSymbols(n.outputs[i], reg_[n.outputs[i]]); !s.ok())
+        return s;
     }
   }
   return absl::OkStatus();
@@ -1403,7 +1451,8 @@ absl::Status FunctionCodegen::Op(Opcode op, std::initializer_list<uint32_t> word
   return w.End();
 }
 
-absl::StatusOr<std::pair<uint32_t, uint32_t>> FunctionCodegen::OpenLoop(uint32_t iter, uint32_t trip_word) {
+absl::StatusOr<std::pair<uint32_t, uint32_t>> FunctionCodegen::OpenLoop(uint32_t iter,
+                                                                        uint32_t trip_word) {
   CodeWriter w(code_);
   const uint32_t pc = w.Begin(Opcode::kLoop);
   w.Word(iter);
@@ -1445,7 +1494,8 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
     return *r;
   }
   const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
-  if (!v->shape) return absl::UnimplementedError("a tensor of unknown rank kept in a sequence or optional");
+  if (!v->shape)
+    return absl::UnimplementedError("a tensor of unknown rank kept in a sequence or optional");
   // Copy into new pool storage, with the dims read from the register.
   std::vector<uint32_t> dims;
   const uint32_t bytes = NewScalar(fb::ScalarType::I64);
@@ -1463,7 +1513,8 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
     dims.push_back(isa::ValueRegister(d));
   }
   const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
-  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok()) return s;
+  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok())
+    return s;
   const uint32_t copy = NewObject(fb::ObjectKind::Tensor, v->dtype);
   w.Begin(Opcode::kAllocTensor);
   w.Word(copy);
@@ -1481,7 +1532,8 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
   Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
   if (out == nullptr) return absl::OkStatus();
   auto in = [&](size_t i) -> absl::StatusOr<uint32_t> {
-    if (i >= n.inputs.size() || n.inputs[i] == nullptr) return Internal(absl::StrCat(n.Label(), ": input ", i, " missing"));
+    if (i >= n.inputs.size() || n.inputs[i] == nullptr)
+      return Internal(absl::StrCat(n.Label(), ": input ", i, " missing"));
     return Tensor(n.inputs[i]);
   };
   // The register a sequence op updates: the input's own when this node is its only use in
@@ -1492,7 +1544,8 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     if (!r.ok()) return r.status();
     auto it = uses_.find(q);
     const bool only_use = it != uses_.end() && it->second.size() == 1 && it->second[0].first == &n;
-    if (only_use && q->graph == n.graph && !q->constant && info_[q].store != Store::kParam) return *r;
+    if (only_use && q->graph == n.graph && !q->constant && info_[q].store != Store::kParam)
+      return *r;
     const uint32_t copy = NewTensorReg(out);
     if (absl::Status s = Op(Opcode::kMov, {copy, *r}); !s.ok()) return s;
     return copy;
@@ -1526,7 +1579,8 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     absl::StatusOr<uint32_t> q = target(n.inputs[0]);
     if (!q.ok()) return q.status();
     result = *q;
-    absl::Status s = pos ? Op(Opcode::kSeqInsert, {result, *t, *pos}) : Op(Opcode::kSeqPush, {result, *t});
+    absl::Status s =
+        pos ? Op(Opcode::kSeqInsert, {result, *t, *pos}) : Op(Opcode::kSeqPush, {result, *t});
     if (!s.ok()) return s;
   } else if (op == "SequenceErase") {
     uint32_t pos;
@@ -1595,7 +1649,8 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     if (!o.ok()) return o.status();
     result = NewTensorReg(out);
     const bool is_opt = n.inputs[0]->kind == ObjectKind::kOptional;
-    if (absl::Status s = Op(is_opt ? Opcode::kOptGet : Opcode::kMov, {result, *o}); !s.ok()) return s;
+    if (absl::Status s = Op(is_opt ? Opcode::kOptGet : Opcode::kMov, {result, *o}); !s.ok())
+      return s;
   } else {
     return absl::UnimplementedError(absl::StrCat(n.Label(), ": ", op, " is not supported"));
   }
@@ -1607,7 +1662,8 @@ absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
   Value* out = n.outputs[0];
   const Value* q = n.inputs[0];
   if (!q->shape) {
-    return absl::UnimplementedError(absl::StrCat(n.Label(), ": the rank of the sequence's elements is unknown"));
+    return absl::UnimplementedError(
+        absl::StrCat(n.Label(), ": the rank of the sequence's elements is unknown"));
   }
   const int r = q->rank();
   const bool new_axis = n.attr("new_axis") != nullptr && n.attr("new_axis")->i != 0;
@@ -1689,7 +1745,8 @@ absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
 absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   Value* out = n.outputs[0];
   const Value* x = n.inputs[0];
-  if (!x->shape) return absl::UnimplementedError(absl::StrCat(n.Label(), ": the input's rank is unknown"));
+  if (!x->shape)
+    return absl::UnimplementedError(absl::StrCat(n.Label(), ": the input's rank is unknown"));
   const int r = x->rank();
   int64_t axis = n.attr("axis") != nullptr ? n.attr("axis")->i : 0;
   if (axis < 0) axis += r;
@@ -1697,7 +1754,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   const bool keepdims = n.attr("keepdims") == nullptr || n.attr("keepdims")->i != 0;
   const Value* split = n.inputs.size() > 1 ? n.inputs[1] : nullptr;
   if (split != nullptr && (!split->shape || split->rank() > 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": 'split' must be a scalar or a 1-D tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.Label(), ": 'split' must be a scalar or a 1-D tensor"));
   }
   // Chunks are views of a contiguous tensor copied into fresh storage each.
   absl::StatusOr<uint32_t> xr = Shareable(x);
@@ -1739,7 +1797,9 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
     if (!zero.ok()) return zero.status();
     if (absl::Status s = Op(Opcode::kLtI, {positive, *zero, chunk}); !s.ok()) return s;
-    if (absl::Status s = Op(Opcode::kAssert, {positive, b_.String(absl::StrCat(n.Label(), ": 'split' must be positive"))});
+    if (absl::Status s =
+            Op(Opcode::kAssert,
+               {positive, b_.String(absl::StrCat(n.Label(), ": 'split' must be positive"))});
         !s.ok()) {
       return s;
     }
@@ -1776,7 +1836,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     start = NewScalar(fb::ScalarType::I64);
     len = NewScalar(fb::ScalarType::I64);
     if (absl::Status s = Op(Opcode::kMovS, {start, acc}); !s.ok()) return s;
-    if (absl::Status s = Op(Opcode::kReadI, {len, split_reg, isa::ValueRegister(iter)}); !s.ok()) return s;
+    if (absl::Status s = Op(Opcode::kReadI, {len, split_reg, isa::ValueRegister(iter)}); !s.ok())
+      return s;
     if (absl::Status s = Op(Opcode::kAddI, {acc, acc, len}); !s.ok()) return s;
   }
   const uint32_t offset = NewScalar(fb::ScalarType::I64);
@@ -1798,7 +1859,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   const uint32_t bytes = NewScalar(fb::ScalarType::I64);
   if (absl::Status s = Op(Opcode::kMulI, {bytes, row_bytes, len}); !s.ok()) return s;
   const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
-  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok()) return s;
+  if (absl::Status s = Op(Opcode::kAllocStorage, {st, isa::ValueRegister(bytes), 0}); !s.ok())
+    return s;
   const uint32_t item = NewObject(fb::ObjectKind::Tensor, x->dtype);
   w.Begin(Opcode::kAllocTensor);
   w.Word(item);
@@ -1825,7 +1887,9 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   if (list) {
     const uint32_t ok = NewScalar(fb::ScalarType::Bool);
     if (absl::Status s = Op(Opcode::kEqI, {ok, acc, d[a]}); !s.ok()) return s;
-    if (absl::Status s = Op(Opcode::kAssert, {ok, b_.String(absl::StrCat(n.Label(), ": the 'split' lengths must add up to the axis"))});
+    if (absl::Status s = Op(Opcode::kAssert,
+                            {ok, b_.String(absl::StrCat(
+                                     n.Label(), ": the 'split' lengths must add up to the axis"))});
         !s.ok()) {
       return s;
     }
@@ -1839,7 +1903,8 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
   const Value* root = Root(v);
   const Store store = info_[root].store;
   if (store == Store::kPool || store == Store::kDynamic) return true;
-  if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop")) return false;
+  if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop"))
+    return false;
   // Loop results: growables and scan outputs are pool-owned; a carried value is when the
   // body makes it in its own pool storage.
   const Node& loop = *root->producer;
@@ -1935,7 +2000,8 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
         } else if (IsContainer(in)) {
           dim->symbol = SymbolicContext::ToString(d);  // element dims: only constants are checked
         } else {
-          return absl::InvalidArgumentError(absl::StrCat("input '", p->name, "' has a computed dim"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", p->name, "' has a computed dim"));
         }
         p->shape.push_back(std::move(dim));
       }
@@ -1945,7 +2011,8 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
   for (const Value* out : g_.outputs) {
     if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
-    fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype), FbKind(out->elem_kind));
+    fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype),
+                                     FbKind(out->elem_kind));
     auto p = std::make_unique<fb::ParamT>();
     p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
     p->dtype = static_cast<uint8_t>(out->dtype);
@@ -2075,10 +2142,12 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   // Emission: the arena, the constants, the input symbols, then the body.
   CodeWriter w(code_);
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
-    if (absl::Status s = DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok()) return s;
+    if (absl::Status s = DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok())
+      return s;
   }
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
-    if (absl::Status s = DefineContentSymbol(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok()) return s;
+    if (absl::Status s = DefineContentSymbol(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok())
+      return s;
   }
   if (arena_bytes_ > 0) {
     arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
@@ -2106,7 +2175,8 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
     for (const auto& [v, list] : uses_) {
       if (v->constant) consts.push_back(v);
     }
-    std::sort(consts.begin(), consts.end(), [](const Value* a, const Value* b) { return a->id < b->id; });
+    std::sort(consts.begin(), consts.end(),
+              [](const Value* a, const Value* b) { return a->id < b->id; });
     for (const Value* v : consts) {
       if (v->content && !NeedsTensor(v)) continue;
       const uint32_t reg = NewTensorReg(v);
@@ -2130,14 +2200,16 @@ absl::StatusOr<FunctionReport> FunctionCodegen::Run() {
   report.largest_live_bytes = largest_live_;
   report.num_values = static_cast<int>(info_.size());
   report.invokes = invokes_;
-  for (uint32_t pc = 0; pc < code_->size(); pc += isa::HeaderLength((*code_)[pc])) ++report.instructions;
+  for (uint32_t pc = 0; pc < code_->size(); pc += isa::HeaderLength((*code_)[pc]))
+    ++report.instructions;
   return report;
 }
 
 }  // namespace
 
-absl::StatusOr<FunctionReport> GenerateFunction(Module& module, const Function& function, uint32_t index,
-                                                ExecutableBuilder& builder, const CompileOptions& options) {
+absl::StatusOr<FunctionReport> GenerateFunction(Module& module, const Function& function,
+                                                uint32_t index, ExecutableBuilder& builder,
+                                                const CompileOptions& options) {
   return FunctionCodegen(module, function, index, builder, options).Run();
 }
 

@@ -30,8 +30,8 @@ class ExecutableBuilder {
                                      Device device = Device::kCPU);
   // Checks that some registered kernel accepts the entry KernelFor made for `node` (its op,
   // port dtypes and attributes), once per entry. Unimplemented, naming the node, otherwise.
-  absl::Status CheckKernel(uint32_t kernel, const Node& node, const std::vector<bool>& dynamic_outputs,
-                           Device device = Device::kCPU);
+  absl::Status CheckKernel(uint32_t kernel, const Node& node,
+                           const std::vector<bool>& dynamic_outputs, Device device = Device::kCPU);
   // Whether a kernel registered for `device` accepts `node` (device placement).
   bool DeviceAccepts(const Node& node, const std::vector<bool>& dynamic_outputs, Device device);
   uint32_t String(const std::string& s);

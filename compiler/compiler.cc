@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "compiler/codegen.h"
 #include "allocator/cuda_allocator.h"
+#include "compiler/codegen.h"
 #include "compiler/passes.h"
 #include "kernels/registry.h"
 
@@ -15,7 +15,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
         "cannot compile for the cuda device: this build has no CUDA device support");
   }
   for (const auto& [name, bound] : options.bounds) {
-    if (bound < 0) return absl::InvalidArgumentError(absl::StrCat("bound of '", name, "' is negative"));
+    if (bound < 0)
+      return absl::InvalidArgumentError(absl::StrCat("bound of '", name, "' is negative"));
     module.sym().SetBound(name, bound);
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
@@ -28,7 +29,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   if (*scans_left > 0) {
     scans_left = LowerScans(module);
     if (!scans_left.ok()) return scans_left.status();
-    if (*scans_left > 0) return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
+    if (*scans_left > 0)
+      return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
   }
   if (options.optimize) {
@@ -61,8 +63,10 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     spec.op = k->op;
     spec.domain = k->domain;
     spec.device = static_cast<Device>(k->device);
-    for (const auto& p : k->inputs) spec.inputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
-    for (const auto& p : k->outputs) spec.outputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
+    for (const auto& p : k->inputs)
+      spec.inputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
+    for (const auto& p : k->outputs)
+      spec.outputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
     KernelReport kr;
     kr.op = k->domain.empty() ? k->op : absl::StrCat(k->domain, "::", k->op);
     kr.dtype = !spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType
@@ -74,13 +78,33 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     for (const auto& a : k->attrs) {
       AttrValue v;
       switch (a->type) {
-        case fb::AttrType::Int: v.type = AttrValue::Type::kInt; v.i = a->i; break;
-        case fb::AttrType::Float: v.type = AttrValue::Type::kFloat; v.f = a->f; break;
-        case fb::AttrType::String: v.type = AttrValue::Type::kString; v.s = a->s; break;
-        case fb::AttrType::Ints: v.type = AttrValue::Type::kInts; v.ints = a->ints; break;
-        case fb::AttrType::Floats: v.type = AttrValue::Type::kFloats; v.floats = a->floats; break;
-        case fb::AttrType::Strings: v.type = AttrValue::Type::kStrings; v.strings = a->strings; break;
-        case fb::AttrType::Tensor: has_tensor_attr = true; continue;
+        case fb::AttrType::Int:
+          v.type = AttrValue::Type::kInt;
+          v.i = a->i;
+          break;
+        case fb::AttrType::Float:
+          v.type = AttrValue::Type::kFloat;
+          v.f = a->f;
+          break;
+        case fb::AttrType::String:
+          v.type = AttrValue::Type::kString;
+          v.s = a->s;
+          break;
+        case fb::AttrType::Ints:
+          v.type = AttrValue::Type::kInts;
+          v.ints = a->ints;
+          break;
+        case fb::AttrType::Floats:
+          v.type = AttrValue::Type::kFloats;
+          v.floats = a->floats;
+          break;
+        case fb::AttrType::Strings:
+          v.type = AttrValue::Type::kStrings;
+          v.strings = a->strings;
+          break;
+        case fb::AttrType::Tensor:
+          has_tensor_attr = true;
+          continue;
       }
       spec.attrs[a->name] = std::move(v);
     }
@@ -88,7 +112,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
       kr.chosen = "(decided at load)";
     } else {
       absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
-      kr.chosen = kernel.ok() ? (*kernel)->name() : absl::StrCat("unavailable: ", kernel.status().message());
+      kr.chosen = kernel.ok() ? (*kernel)->name()
+                              : absl::StrCat("unavailable: ", kernel.status().message());
     }
     result.kernels.push_back(std::move(kr));
   }
@@ -107,14 +132,16 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
 std::string CompileResult::ReportText() const {
   std::string out;
   for (const FunctionReport& f : functions) {
-    absl::StrAppendFormat(&out,
-                          "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d loop_alloc_sites=%d "
-                          "output_allocs=%d largest_live_bytes=%d instructions=%d invokes=%d\n",
-                          f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites,
-                          f.loop_alloc_sites, f.output_allocs, f.largest_live_bytes, f.instructions, f.invokes);
+    absl::StrAppendFormat(
+        &out,
+        "function %s: arena_bytes=%d arenas=%d dynamic_alloc_sites=%d loop_alloc_sites=%d "
+        "output_allocs=%d largest_live_bytes=%d instructions=%d invokes=%d\n",
+        f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites, f.loop_alloc_sites,
+        f.output_allocs, f.largest_live_bytes, f.instructions, f.invokes);
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
-    absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype, kernels[i].chosen);
+    absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype,
+                          kernels[i].chosen);
   }
   return out;
 }

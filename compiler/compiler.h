@@ -18,8 +18,8 @@ struct CompileOptions {
   // Upper bounds of symbols (--bound NAME=N): values sized by bounded symbols are planned at
   // their maximum in the arena; a run that exceeds a bound is an error naming the symbol.
   std::vector<std::pair<std::string, int64_t>> bounds;
-  bool optimize = true;       // constant folding, CSE, loop-invariant hoisting, dead code
-  bool strip_debug = false;   // drop source locations
+  bool optimize = true;      // constant folding, CSE, loop-invariant hoisting, dead code
+  bool strip_debug = false;  // drop source locations
   // Refuse (Unimplemented, naming the node) a node no registered kernel accepts (its op, its
   // dtypes, its attributes), instead of producing a file that fails to load.
   bool check_kernels = true;
@@ -44,13 +44,13 @@ struct CompileOptions {
 
 struct FunctionReport {
   std::string name;
-  int64_t arena_bytes = 0;          // the one arena of the function (planned, reused)
-  int dynamic_alloc_sites = 0;      // allocations of intermediates made at run time besides the arena
+  int64_t arena_bytes = 0;      // the one arena of the function (planned, reused)
+  int dynamic_alloc_sites = 0;  // allocations of intermediates made at run time besides the arena
   // Of those, the ones inside loops (or growth by append that reallocates in a loop): what a
   // decode loop's steady state may allocate. 0 when every loop's sizes are bounded.
   int loop_alloc_sites = 0;
-  int output_allocs = 0;            // storage for the function's outputs (fresh each run, from the pool)
-  int64_t largest_live_bytes = 0;   // the most arena bytes live at one time
+  int output_allocs = 0;  // storage for the function's outputs (fresh each run, from the pool)
+  int64_t largest_live_bytes = 0;  // the most arena bytes live at one time
   int num_values = 0;
   int instructions = 0;
   int invokes = 0;

@@ -39,8 +39,8 @@ Compiled CompileOrDie(Module& m, CompileOptions options = {}) {
   absl::StatusOr<CompileResult> r = Compile(m, options);
   EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
   if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe =
-      Executable::LoadFromBytes({reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return {};
   return {*std::move(r), *std::move(exe)};
@@ -76,16 +76,24 @@ void ExpectNear(const Tensor& got, const Tensor& want, double tol = 1e-5) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "element " << i;
 }
 
-Tensor Ref(const std::string& op, const std::vector<Tensor>& ins, DType out, const Attrs& attrs = {}) {
+Tensor Ref(const std::string& op, const std::vector<Tensor>& ins, DType out,
+           const Attrs& attrs = {}) {
   testing::KernelCall call(op);
   for (const Tensor& t : ins) call.In(t);
   call.Out(out);
   for (const auto& [k, v] : attrs) {
     switch (v.type) {
-      case AttrValue::Type::kInt: call.Attr(k, v.i); break;
-      case AttrValue::Type::kInts: call.Attr(k, v.ints); break;
-      case AttrValue::Type::kFloat: call.Attr(k, v.f); break;
-      default: break;
+      case AttrValue::Type::kInt:
+        call.Attr(k, v.i);
+        break;
+      case AttrValue::Type::kInts:
+        call.Attr(k, v.ints);
+        break;
+      case AttrValue::Type::kFloat:
+        call.Attr(k, v.f);
+        break;
+      default:
+        break;
     }
   }
   absl::StatusOr<std::vector<Tensor>> r = call.Run();
@@ -107,7 +115,8 @@ TEST(CompilerTest, StraightLineMatchesReferenceKernels) {
   Tensor xv = RandomF32({5, 4}, 3);
   std::vector<Tensor> out = RunOrDie(c.exe, {{"x", xv}});
   ASSERT_EQ(out.size(), 1u);
-  Tensor want = Ref("Tanh", {Ref("Add", {Ref("MatMul", {xv, w}, DType::kF32), bias}, DType::kF32)}, DType::kF32);
+  Tensor want = Ref("Tanh", {Ref("Add", {Ref("MatMul", {xv, w}, DType::kF32), bias}, DType::kF32)},
+                    DType::kF32);
   ExpectNear(out[0], want);
 }
 
@@ -157,7 +166,8 @@ TEST(CompilerTest, MlpWithBoundedBatchHasOneArenaAndNoDynamicAllocations) {
   Tensor xv = RandomF32({7, 32}, 99);
   std::vector<Tensor> out = RunOrDie(c.exe, {{"x", xv}});
   Tensor want = xv;
-  for (const Tensor& w : weights) want = Ref("Relu", {Ref("MatMul", {want, w}, DType::kF32)}, DType::kF32);
+  for (const Tensor& w : weights)
+    want = Ref("Relu", {Ref("MatMul", {want, w}, DType::kF32)}, DType::kF32);
   ExpectNear(out[0], want, 1e-4);
   // A batch above the bound is refused, naming the symbol.
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c.exe);
@@ -179,8 +189,10 @@ TEST(CompilerTest, IfSelectsABranch) {
   ASSERT_TRUE(comp.exe);
   Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3}, {-1, 2, -3});
   Tensor yes = testing::Bool({}, {true}), no = testing::Bool({}, {false});
-  ExpectNear(RunOrDie(comp.exe, {{"x", xv}, {"c", yes}})[0], *Tensor::FromVector<float>(DType::kF32, {3}, {0, 2, 0}));
-  ExpectNear(RunOrDie(comp.exe, {{"x", xv}, {"c", no}})[0], *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}));
+  ExpectNear(RunOrDie(comp.exe, {{"x", xv}, {"c", yes}})[0],
+             *Tensor::FromVector<float>(DType::kF32, {3}, {0, 2, 0}));
+  ExpectNear(RunOrDie(comp.exe, {{"x", xv}, {"c", no}})[0],
+             *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}));
 }
 
 // h_{t+1} = tanh(h_t W + x_t U): an RNN cell driven by a Loop, with the per-step output
@@ -194,12 +206,14 @@ TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {
   Value* trip = b.Op("Gather", {b.Op("Shape", {xs}), b.ScalarI64(0)});
   Value* wv = b.Constant(w, "W", true);
   Value* uv = b.Constant(u, "U", true);
-  std::vector<Value*> outs = b.Loop(trip, nullptr, {h0}, 1, [&](GraphBuilder& l, Value* i, Value* cond,
-                                                                const std::vector<Value*>& carried) {
-    Value* x = l.Op("Gather", {xs, i});
-    Value* h = l.Op("Tanh", {l.Op("Add", {l.Op("MatMul", {carried[0], wv}), l.Op("MatMul", {x, uv})})});
-    return std::vector<Value*>{cond, h, h};
-  });
+  std::vector<Value*> outs = b.Loop(
+      trip, nullptr, {h0}, 1,
+      [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+        Value* x = l.Op("Gather", {xs, i});
+        Value* h = l.Op("Tanh",
+                        {l.Op("Add", {l.Op("MatMul", {carried[0], wv}), l.Op("MatMul", {x, uv})})});
+        return std::vector<Value*>{cond, h, h};
+      });
   b.Output("h", outs[0]);
   b.Output("hs", outs[1]);
   Compiled c = CompileOrDie(m);
@@ -211,7 +225,9 @@ TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {
   std::vector<float> all;
   for (int t = 0; t < 5; ++t) {
     Tensor x = Ref("Gather", {xsv, Tensor::ScalarI64(t)}, DType::kF32);
-    h = Ref("Tanh", {Ref("Add", {Ref("MatMul", {h, w}, DType::kF32), Ref("MatMul", {x, u}, DType::kF32)}, DType::kF32)},
+    h = Ref("Tanh",
+            {Ref("Add", {Ref("MatMul", {h, w}, DType::kF32), Ref("MatMul", {x, u}, DType::kF32)},
+                 DType::kF32)},
             DType::kF32);
     for (double v : testing::ToDoubles(h)) all.push_back(static_cast<float>(v));
   }
@@ -224,12 +240,13 @@ Compiled GrowingLoop(Module& m, std::optional<int64_t> bound) {
   GraphBuilder b(m.AddFunction("main"));
   Value* n = b.Input("n", DType::kI64, {});
   Value* init = b.Input("init", DType::kI64, {1, 1});
-  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
-                                                               const std::vector<Value*>& carried) {
-    Value* step = l.Op("Reshape", {i, l.VectorI64({1, 1})});
-    Value* grown = l.Op("Concat", {carried[0], step}, {{"axis", AttrInt(1)}});
-    return std::vector<Value*>{cond, grown};
-  });
+  std::vector<Value*> outs =
+      b.Loop(n, nullptr, {init}, 0,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* step = l.Op("Reshape", {i, l.VectorI64({1, 1})});
+               Value* grown = l.Op("Concat", {carried[0], step}, {{"axis", AttrInt(1)}});
+               return std::vector<Value*>{cond, grown};
+             });
   b.Output("tokens", outs[0]);
   CompileOptions o;
   if (bound) o.bounds = {{"n", *bound}};
@@ -265,11 +282,12 @@ Compiled ReluAppendLoop(Module& m, std::optional<int64_t> bound) {
   Value* n = b.Input("n", DType::kI64, {});
   Value* init = b.Input("init", DType::kF32, {1, 2});
   Value* one = b.Constant(*Tensor::FromVector<float>(DType::kF32, {1, 1}, {1.0f}));
-  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
-                                                               const std::vector<Value*>& carried) {
-    Value* y = l.Op("Relu", {carried[0]});
-    return std::vector<Value*>{cond, l.Op("Concat", {y, one}, {{"axis", AttrInt(1)}})};
-  });
+  std::vector<Value*> outs =
+      b.Loop(n, nullptr, {init}, 0,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* y = l.Op("Relu", {carried[0]});
+               return std::vector<Value*>{cond, l.Op("Concat", {y, one}, {{"axis", AttrInt(1)}})};
+             });
   b.Output("x", outs[0]);
   CompileOptions o;
   if (bound) o.bounds = {{"n", *bound}};
@@ -280,7 +298,8 @@ Compiled ReluAppendLoop(Module& m, std::optional<int64_t> bound) {
 // body advances by a fixed step is then bounded too (init + n * step): everything the loop
 // makes is planned at its maximum in the arena, so its iterations allocate nothing.
 TEST(CompilerTest, BoundedTripCountBoundsTheDimsALoopGrows) {
-  for (const std::optional<int64_t> bound : {std::optional<int64_t>(10), std::optional<int64_t>()}) {
+  for (const std::optional<int64_t> bound :
+       {std::optional<int64_t>(10), std::optional<int64_t>()}) {
     SCOPED_TRACE(bound ? "bounded" : "unbounded");
     Module m;
     Compiled c = ReluAppendLoop(m, bound);
@@ -295,11 +314,13 @@ TEST(CompilerTest, BoundedTripCountBoundsTheDimsALoopGrows) {
     }
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c.exe);
     ASSERT_TRUE(vm.ok());
-    ASSERT_TRUE((*vm)->SetInput("init", *Tensor::FromVector<float>(DType::kF32, {1, 2}, {-3, 5})).ok());
+    ASSERT_TRUE(
+        (*vm)->SetInput("init", *Tensor::FromVector<float>(DType::kF32, {1, 2}, {-3, 5})).ok());
     ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(10)).ok());
     ASSERT_TRUE((*vm)->Run().ok());
-    ExpectNear(*(*vm)->GetOutput("x"),
-               *Tensor::FromVector<float>(DType::kF32, {1, 12}, {0, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+    ExpectNear(
+        *(*vm)->GetOutput("x"),
+        *Tensor::FromVector<float>(DType::kF32, {1, 12}, {0, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
     const RunMemoryStats mem = (*vm)->last_run_memory();
     ASSERT_TRUE(mem.first_iteration_ended);
     if (bound) {
@@ -322,19 +343,22 @@ TEST(CompilerTest, ShrinkingCarriedDimIsNotBoundedByTheTripCount) {
   GraphBuilder b(m.AddFunction("main"));
   Value* n = b.Input("n", DType::kI64, {});
   Value* init = b.Input("init", DType::kF32, {1, 10});
-  std::vector<Value*> outs = b.Loop(n, nullptr, {init}, 0, [&](GraphBuilder& l, Value* i, Value* cond,
-                                                               const std::vector<Value*>& carried) {
-    Value* rest = l.Op("Slice", {carried[0], l.VectorI64({0}), l.VectorI64({-1}), l.VectorI64({1})});
-    return std::vector<Value*>{cond, l.Op("Relu", {rest})};
-  });
+  std::vector<Value*> outs =
+      b.Loop(n, nullptr, {init}, 0,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* rest = l.Op(
+                   "Slice", {carried[0], l.VectorI64({0}), l.VectorI64({-1}), l.VectorI64({1})});
+               return std::vector<Value*>{cond, l.Op("Relu", {rest})};
+             });
   b.Output("x", outs[0]);
   CompileOptions o;
   o.bounds = {{"n", 5}};
   Compiled c = CompileOrDie(m, o);
   ASSERT_TRUE(c.exe);
-  std::vector<Tensor> out =
-      RunOrDie(c.exe, {{"n", Tensor::ScalarI64(5)},
-                       {"init", *Tensor::FromVector<float>(DType::kF32, {1, 10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}});
+  std::vector<Tensor> out = RunOrDie(
+      c.exe,
+      {{"n", Tensor::ScalarI64(5)},
+       {"init", *Tensor::FromVector<float>(DType::kF32, {1, 10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})}});
   ASSERT_EQ(out.size(), 1u);
   ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {1, 5}, {0, 1, 2, 3, 4}));
 }
@@ -356,8 +380,9 @@ TEST(CompilerTest, BoundedGrowingValueHasItsCapacityUpFront) {
   Compiled c = GrowingLoop(m, 100);
   ASSERT_TRUE(c.exe);
   EXPECT_EQ(c.result.functions[0].loop_alloc_sites, 0) << c.result.ReportText();
-  std::vector<Tensor> out = RunOrDie(c.exe, {{"init", *Tensor::FromVector<int64_t>(DType::kI64, {1, 1}, {7})},
-                                             {"n", Tensor::ScalarI64(100)}});
+  std::vector<Tensor> out =
+      RunOrDie(c.exe, {{"init", *Tensor::FromVector<int64_t>(DType::kI64, {1, 1}, {7})},
+                       {"n", Tensor::ScalarI64(100)}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].dim(1), 101);
   EXPECT_EQ(testing::ToInts(out[0])[100], 99);
@@ -372,12 +397,12 @@ TEST(CompilerTest, ScanOutputWithElementDimsKnownOnlyInsideTheBody) {
   GraphBuilder b(m.AddFunction("main"));
   Value* n = b.Input("n", DType::kI64, {});
   Value* x = b.Input("x", DType::kF32, {5});
-  std::vector<Value*> outs = b.Loop(n, nullptr, {}, 1, [&](GraphBuilder& l, Value* i, Value* cond,
-                                                           const std::vector<Value*>&) {
-    Value* start = l.Op("Unsqueeze", {i, l.VectorI64({0})});
-    Value* end = l.Op("Add", {start, l.VectorI64({1})});
-    return std::vector<Value*>{cond, l.Op("Slice", {x, start, end})};
-  });
+  std::vector<Value*> outs = b.Loop(
+      n, nullptr, {}, 1, [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>&) {
+        Value* start = l.Op("Unsqueeze", {i, l.VectorI64({0})});
+        Value* end = l.Op("Add", {start, l.VectorI64({1})});
+        return std::vector<Value*>{cond, l.Op("Slice", {x, start, end})};
+      });
   b.Output("ys", outs[0]);
   Compiled c = CompileOrDie(m);
   ASSERT_TRUE(c.exe);
@@ -458,8 +483,9 @@ TEST(CompilerTest, Opset8ScanLoopsOverTheBatch) {
   GraphBuilder b(m.AddFunction("main"));
   Value* init = b.Input("init", DType::kF32, {2, 1});
   Value* xs = b.Input("xs", DType::kF32, {2, 3, 1});
-  Node* scan = AddCumulativeScan(b, {nullptr, init, xs}, {{"num_scan_inputs", AttrInt(1)}, {"opset8", AttrInt(1)}},
-                                 DType::kF32);
+  Node* scan =
+      AddCumulativeScan(b, {nullptr, init, xs},
+                        {{"num_scan_inputs", AttrInt(1)}, {"opset8", AttrInt(1)}}, DType::kF32);
   b.Output("final", scan->outputs[0]);
   b.Output("partial", scan->outputs[1]);
   Compiled c = CompileOrDie(m);
@@ -478,8 +504,9 @@ TEST(CompilerTest, ScanWithAnAbsentInputIsRefused) {
   Module m;
   GraphBuilder b(m.AddFunction("main"));
   Value* init = b.Input("init", DType::kF32, {2});
-  Node* scan = AddCumulativeScan(b, {init, nullptr},
-                                 {{"num_scan_inputs", AttrInt(1)}, {"scan_output_axes", AttrInts({1})}}, DType::kF32);
+  Node* scan = AddCumulativeScan(
+      b, {init, nullptr}, {{"num_scan_inputs", AttrInt(1)}, {"scan_output_axes", AttrInts({1})}},
+      DType::kF32);
   b.Output("partial", scan->outputs[1]);
   absl::StatusOr<CompileResult> r = Compile(m);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -510,18 +537,21 @@ struct LastRowModel {
 LastRowModel BuildLastRowModel(Module& m, bool also_output_hidden) {
   GraphBuilder b(m.AddFunction("main"));
   Value* x = b.Input("x", DType::kF32, {"batch", "seq", 8});
-  Value* ln = b.Op("LayerNormalization", {x, b.Constant(RandomF32({8}, 40)), b.Constant(RandomF32({8}, 41))},
+  Value* ln = b.Op("LayerNormalization",
+                   {x, b.Constant(RandomF32({8}, 40)), b.Constant(RandomF32({8}, 41))},
                    {{"axis", AttrInt(-1)}});
   Value* q = b.Op("MatMul", {ln, b.Constant(RandomF32({8, 8}, 42), "wq", true)});
   Value* k = b.Op("MatMul", {ln, b.Constant(RandomF32({8, 8}, 43), "wk", true)});
-  Value* s = b.Op("Mul", {b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", AttrInts({0, 2, 1})}})}),
-                          b.ScalarF32(0.35f)});
+  Value* s =
+      b.Op("Mul", {b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", AttrInts({0, 2, 1})}})}),
+                   b.ScalarF32(0.35f)});
   Value* p = b.Op("Softmax", {s}, {{"axis", AttrInt(-1)}});
   Value* a = b.Op("MatMul", {p, k});
   // Split into 2 heads and back, through shapes computed at run time (from the block's input,
   // as PyTorch's exports do: a Shape of `a` itself would need `a` whole).
   Value* prefix = b.Op("Slice", {b.Op("Shape", {x}), b.VectorI64({0}), b.VectorI64({2})});
-  Value* heads = b.Op("Reshape", {a, b.Op("Concat", {prefix, b.VectorI64({2, 4})}, {{"axis", AttrInt(0)}})});
+  Value* heads =
+      b.Op("Reshape", {a, b.Op("Concat", {prefix, b.VectorI64({2, 4})}, {{"axis", AttrInt(0)}})});
   Value* back = b.Op("Transpose", {b.Op("Transpose", {heads}, {{"perm", AttrInts({0, 2, 1, 3})}})},
                      {{"perm", AttrInts({0, 2, 1, 3})}});
   Value* merged = b.Op("Reshape", {back, b.Op("Shape", {x})});

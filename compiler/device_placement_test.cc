@@ -80,9 +80,9 @@ TEST(DevicePlacementTest, FloatWorkGoesToTheDeviceAndOutputsComeBack) {
   EXPECT_THAT(text, HasSubstr(".kernel \"Add\" device=cuda in(f32, f32) out(f32)"));
   EXPECT_THAT(text, HasSubstr(".kernel \"Relu\" device=cuda in(f32) out(f32)"));
   EXPECT_THAT(text, HasSubstr(".kernel \"Add\" in(i64, i64) out(i64)"));  // stays on the host
-  EXPECT_THAT(text, HasSubstr(", cuda "));  // the device arena
-  absl::StatusOr<std::shared_ptr<const Executable>> exe =
-      Executable::LoadFromBytes({reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  EXPECT_THAT(text, HasSubstr(", cuda "));                                // the device arena
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
   ASSERT_TRUE(exe.ok()) << exe.status();  // loading never touches the device
   EXPECT_NE((*exe)->required_features() & schema::kFeatureCudaDevice, 0u);
   for (const KernelReport& k : r->kernels) {

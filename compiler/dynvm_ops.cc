@@ -12,7 +12,8 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
   r.Register(OpSchema{"dynvm", "Sample",
                       [](InferContext& c) -> absl::Status {
                         const std::vector<Dim>* logits = c.input_shape(0);
-                        if (c.num_inputs() != 4) return c.Error("Sample takes (logits, temperature, seed, step)");
+                        if (c.num_inputs() != 4)
+                          return c.Error("Sample takes (logits, temperature, seed, step)");
                         if (logits == nullptr) {
                           c.SetOutputDynamic(0, DType::kI64, 1);
                           return absl::OkStatus();
@@ -24,7 +25,8 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                       /*pure=*/false});
   r.Register(OpSchema{"dynvm", "Emit",
                       [](InferContext& c) -> absl::Status {
-                        if (c.num_inputs() != 1 || c.num_outputs() != 0) return c.Error("Emit takes one input and has no outputs");
+                        if (c.num_inputs() != 1 || c.num_outputs() != 0)
+                          return c.Error("Emit takes one input and has no outputs");
                         return absl::OkStatus();
                       },
                       /*pure=*/false});

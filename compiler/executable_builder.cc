@@ -23,7 +23,8 @@ std::string TensorBytes(const Tensor& t) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     int64_t off = 0;
     for (int d = 0; d < t.rank(); ++d) off += idx[d] * t.stride(d);
-    std::memcpy(bytes.data() + i * esize, static_cast<const uint8_t*>(t.raw_data()) + off * esize, esize);
+    std::memcpy(bytes.data() + i * esize, static_cast<const uint8_t*>(t.raw_data()) + off * esize,
+                esize);
     for (int d = t.rank() - 1; d >= 0; --d) {
       if (++idx[d] < t.dim(d)) break;
       idx[d] = 0;
@@ -49,10 +50,11 @@ std::unique_ptr<fb::PortT> Port(const Value* v, bool dynamic) {
 
 ExecutableBuilder::ExecutableBuilder() : exe_(std::make_unique<fb::ExecutableT>()) {}
 
-uint32_t ExecutableBuilder::ConstantTensor(const Tensor& t, const std::string& name, bool is_weight) {
+uint32_t ExecutableBuilder::ConstantTensor(const Tensor& t, const std::string& name,
+                                           bool is_weight) {
   std::string bytes = TensorBytes(t);
-  std::string key = absl::StrCat(static_cast<int>(t.dtype()), DimsString(t.dims()), "|", bytes.size(), "|",
-                                 absl::string_view(bytes).substr(0, 64));
+  std::string key = absl::StrCat(static_cast<int>(t.dtype()), DimsString(t.dims()), "|",
+                                 bytes.size(), "|", absl::string_view(bytes).substr(0, 64));
   for (uint32_t idx : by_content_[key]) {
     if (data_[idx] == bytes) {
       if (is_weight) exe_->constants[idx]->is_weight = true;
@@ -79,7 +81,8 @@ uint32_t ExecutableBuilder::ConstantOf(const Value* v) {
   return idx;
 }
 
-absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node, const std::vector<bool>& dynamic_outputs,
+absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node,
+                                                      const std::vector<bool>& dynamic_outputs,
                                                       Device device) {
   auto k = std::make_unique<fb::KernelT>();
   k->op = node.op;
@@ -146,7 +149,8 @@ absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node, const st
         break;
       case AttrValue::Type::kTensor:
         if (!a.tensor.defined()) {
-          return absl::InvalidArgumentError(absl::StrCat(node.Label(), ": attribute '", name, "' has no tensor"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(node.Label(), ": attribute '", name, "' has no tensor"));
         }
         fa->type = fb::AttrType::Tensor;
         fa->tensor = ConstantTensor(a.tensor, "", false);
@@ -195,7 +199,8 @@ bool ExecutableBuilder::DeviceAccepts(const Node& node, const std::vector<bool>&
 }
 
 absl::Status ExecutableBuilder::CheckKernel(uint32_t kernel, const Node& node,
-                                            const std::vector<bool>& dynamic_outputs, Device device) {
+                                            const std::vector<bool>& dynamic_outputs,
+                                            Device device) {
   if (kernel < kernel_checked_.size() && kernel_checked_[kernel]) return absl::OkStatus();
   KernelSpec spec;
   spec.op = node.op;
@@ -224,9 +229,9 @@ absl::Status ExecutableBuilder::CheckKernel(uint32_t kernel, const Node& node,
   }
   absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   if (!k.ok()) {
-    return absl::UnimplementedError(absl::StrCat(node.Label(), ": no kernel for ", node.op, "(",
-                                                 absl::StrJoin(in_types, ", "), ") -> (",
-                                                 absl::StrJoin(out_types, ", "), "): ", k.status().message()));
+    return absl::UnimplementedError(
+        absl::StrCat(node.Label(), ": no kernel for ", node.op, "(", absl::StrJoin(in_types, ", "),
+                     ") -> (", absl::StrJoin(out_types, ", "), "): ", k.status().message()));
   }
   if (kernel_checked_.size() <= kernel) kernel_checked_.resize(kernel + 1, false);
   kernel_checked_[kernel] = true;
@@ -243,7 +248,8 @@ uint32_t ExecutableBuilder::String(const std::string& s) {
 }
 
 void ExecutableBuilder::Location(uint32_t function, uint32_t pc, const std::string& node) {
-  if (!locations_.empty() && locations_.back()->function == function && locations_.back()->pc == pc) {
+  if (!locations_.empty() && locations_.back()->function == function &&
+      locations_.back()->pc == pc) {
     locations_.back()->node = node;
     return;
   }
@@ -254,7 +260,8 @@ void ExecutableBuilder::Location(uint32_t function, uint32_t pc, const std::stri
   locations_.push_back(std::move(l));
 }
 
-absl::StatusOr<schema::SerializedFiles> ExecutableBuilder::Serialize(const schema::WriteOptions& options) {
+absl::StatusOr<schema::SerializedFiles> ExecutableBuilder::Serialize(
+    const schema::WriteOptions& options) {
   if (!options.strip_debug && !locations_.empty()) {
     std::stable_sort(locations_.begin(), locations_.end(), [](const auto& a, const auto& b) {
       return std::make_pair(a->function, a->pc) < std::make_pair(b->function, b->pc);

@@ -31,13 +31,15 @@ void CopyType(Value* to, const Value* from) {
 absl::Status InferIf(Module& m, Node& n) {
   Graph* then_g = n.subgraph("then_branch");
   Graph* else_g = n.subgraph("else_branch");
-  if (!then_g || !else_g) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": If needs both branches"));
+  if (!then_g || !else_g)
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": If needs both branches"));
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
   if (absl::Status s = InferGraph(m, *then_g); !s.ok()) return s;
   if (absl::Status s = InferGraph(m, *else_g); !s.ok()) return s;
   if (then_g->outputs.size() != n.outputs.size() || else_g->outputs.size() != n.outputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": branches must produce ", n.outputs.size(), " outputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.Label(), ": branches must produce ", n.outputs.size(), " outputs"));
   }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     Value* out = n.outputs[i];
@@ -45,12 +47,14 @@ absl::Status InferIf(Module& m, Node& n) {
     const Value* a = then_g->outputs[i];
     const Value* b = else_g->outputs[i];
     if (a->dtype != b->dtype || a->kind != b->kind) {
-      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ", a->TypeString(),
-                                                     " in one branch and ", b->TypeString(), " in the other"));
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ",
+                                                     a->TypeString(), " in one branch and ",
+                                                     b->TypeString(), " in the other"));
     }
     if (a->kind == ObjectKind::kOptional && a->elem_kind != b->elem_kind) {
-      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ", a->TypeString(),
-                                                     " in one branch and ", b->TypeString(), " in the other"));
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ",
+                                                     a->TypeString(), " in one branch and ",
+                                                     b->TypeString(), " in the other"));
     }
     out->dtype = a->dtype;
     out->kind = a->kind;
@@ -85,13 +89,14 @@ absl::Status InferLoop(Module& m, Node& n) {
   if (!body) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": Loop needs a body"));
   const size_t num_carried = n.inputs.size() >= 2 ? n.inputs.size() - 2 : 0;
   if (body->inputs.size() != num_carried + 2 || body->outputs.size() < num_carried + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": body has ", body->inputs.size(), " inputs and ",
-                                                   body->outputs.size(), " outputs for ", num_carried,
-                                                   " loop-carried values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.Label(), ": body has ", body->inputs.size(), " inputs and ",
+                     body->outputs.size(), " outputs for ", num_carried, " loop-carried values"));
   }
   const size_t num_scan = body->outputs.size() - 1 - num_carried;
   if (n.outputs.size() != num_carried + num_scan) {
-    return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": expected ", num_carried + num_scan, " outputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.Label(), ": expected ", num_carried + num_scan, " outputs"));
   }
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
@@ -104,7 +109,9 @@ absl::Status InferLoop(Module& m, Node& n) {
   cond->shape = std::vector<Dim>{};
   for (size_t i = 0; i < num_carried; ++i) {
     Value* init = n.inputs[2 + i];
-    if (init == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried input ", i, " is missing"));
+    if (init == nullptr)
+      return absl::InvalidArgumentError(
+          absl::StrCat(n.Label(), ": loop-carried input ", i, " is missing"));
     CopyType(body->inputs[2 + i], init);
   }
   // Iterate to a fixed point: a carried dim that the body changes becomes a fresh symbol,
@@ -118,8 +125,9 @@ absl::Status InferLoop(Module& m, Node& n) {
       Value* in = body->inputs[2 + i];
       const Value* out = body->outputs[1 + i];
       if (out->dtype != in->dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried value ", i, " enters as ",
-                                                       in->TypeString(), " but the body makes ", out->TypeString()));
+        return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried value ", i,
+                                                       " enters as ", in->TypeString(),
+                                                       " but the body makes ", out->TypeString()));
       }
       if (in->empty_sequence && !out->empty_sequence) {
         // A sequence that enters empty: the body's elements decide its element shape.
@@ -144,7 +152,8 @@ absl::Status InferLoop(Module& m, Node& n) {
       }
     }
     if (!changed) break;
-    if (round == 8) return absl::InternalError(absl::StrCat(n.Label(), ": loop shapes do not settle"));
+    if (round == 8)
+      return absl::InternalError(absl::StrCat(n.Label(), ": loop shapes do not settle"));
   }
   // Induction dims: a carried dim the body advances by a loop-invariant step (out = in + c)
   // is at most init + trip_count * c, so a bounded trip count bounds it, and every value sized
@@ -232,7 +241,8 @@ absl::Status InferScan(Module& m, Node& n) {
   // Inputs: [sequence_lens (opset 8 only)] initial states..., scan inputs...
   absl::StatusOr<int64_t> num_scan_inputs = [&]() -> absl::StatusOr<int64_t> {
     const AttrValue* a = n.attr("num_scan_inputs");
-    if (!a || a->type != AttrValue::Type::kInt) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": num_scan_inputs missing"));
+    if (!a || a->type != AttrValue::Type::kInt)
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": num_scan_inputs missing"));
     return a->i;
   }();
   if (!num_scan_inputs.ok()) return num_scan_inputs.status();
@@ -247,7 +257,8 @@ absl::Status InferScan(Module& m, Node& n) {
     return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": body signature does not match"));
   }
   for (size_t i = first; i < n.inputs.size(); ++i) {
-    if (n.inputs[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": input ", i, " is missing"));
+    if (n.inputs[i] == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": input ", i, " is missing"));
   }
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
@@ -265,7 +276,8 @@ absl::Status InferScan(Module& m, Node& n) {
     if (opset8) axis = 1;  // opset 8: [batch, seq, ...]
     const int rank = static_cast<int>(x->shape->size());
     if (axis < 0) axis += rank;
-    if (axis < 0 || axis >= rank) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": scan input axis out of range"));
+    if (axis < 0 || axis >= rank)
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": scan input axis out of range"));
     std::vector<Dim> s = *x->shape;
     s.erase(s.begin() + axis);
     bx->shape = std::move(s);
@@ -307,7 +319,8 @@ absl::Status InferGraph(Module& m, Graph& g) {
       s = InferLoop(m, n);
     } else if (n.domain.empty() && n.op == "Scan") {
       s = InferScan(m, n);
-    } else if (const OpSchema* schema = OpRegistry::Global().Find(n.domain, n.op); schema && schema->infer) {
+    } else if (const OpSchema* schema = OpRegistry::Global().Find(n.domain, n.op);
+               schema && schema->infer) {
       InferContext ctx(n, m);
       s = schema->infer(ctx);
       if (s.ok() && n.domain.empty() && n.op == "Constant") {

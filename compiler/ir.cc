@@ -10,7 +10,8 @@ std::string Value::TypeString() const {
   s = shape ? absl::StrCat(s, ShapeToString(*shape)) : absl::StrCat(s, "[?]");
   if (kind == ObjectKind::kSequence) return absl::StrCat("seq<", s, ">");
   if (kind == ObjectKind::kOptional) {
-    return elem_kind == ObjectKind::kSequence ? absl::StrCat("opt<seq<", s, ">>") : absl::StrCat("opt<", s, ">");
+    return elem_kind == ObjectKind::kSequence ? absl::StrCat("opt<seq<", s, ">>")
+                                              : absl::StrCat("opt<", s, ">");
   }
   return s;
 }
@@ -106,9 +107,9 @@ Value* Module::NewConstant(Tensor t, absl::string_view name, bool is_weight) {
   return v;
 }
 
-Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out, const std::string& op,
-                  std::vector<Value*> inputs, Attrs attrs, const std::string& name, DType dtype,
-                  Value* result) {
+Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out,
+                  const std::string& op, std::vector<Value*> inputs, Attrs attrs,
+                  const std::string& name, DType dtype, Value* result) {
   auto n = std::make_unique<Node>();
   n->op = op;
   n->name = name;
@@ -126,13 +127,20 @@ Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out, 
 
 std::string AttrToString(const AttrValue& a) {
   switch (a.type) {
-    case AttrValue::Type::kInt: return absl::StrCat(a.i);
-    case AttrValue::Type::kFloat: return absl::StrCat(a.f);
-    case AttrValue::Type::kString: return absl::StrCat("\"", a.s, "\"");
-    case AttrValue::Type::kInts: return absl::StrCat("[", absl::StrJoin(a.ints, ","), "]");
-    case AttrValue::Type::kFloats: return absl::StrCat("[", absl::StrJoin(a.floats, ","), "]");
-    case AttrValue::Type::kStrings: return absl::StrCat("[", absl::StrJoin(a.strings, ","), "]");
-    case AttrValue::Type::kTensor: return absl::StrCat("tensor ", a.tensor.DebugString());
+    case AttrValue::Type::kInt:
+      return absl::StrCat(a.i);
+    case AttrValue::Type::kFloat:
+      return absl::StrCat(a.f);
+    case AttrValue::Type::kString:
+      return absl::StrCat("\"", a.s, "\"");
+    case AttrValue::Type::kInts:
+      return absl::StrCat("[", absl::StrJoin(a.ints, ","), "]");
+    case AttrValue::Type::kFloats:
+      return absl::StrCat("[", absl::StrJoin(a.floats, ","), "]");
+    case AttrValue::Type::kStrings:
+      return absl::StrCat("[", absl::StrJoin(a.strings, ","), "]");
+    case AttrValue::Type::kTensor:
+      return absl::StrCat("tensor ", a.tensor.DebugString());
   }
   return "?";
 }
@@ -150,11 +158,13 @@ void DumpGraph(const Graph& g, int indent, std::string* out);
 void DumpNode(const Node& n, int indent, std::string* out) {
   const std::string pad(indent, ' ');
   std::vector<std::string> outs, ins, attrs;
-  for (const Value* v : n.outputs) outs.push_back(v ? absl::StrCat(Ref(v), ": ", v->TypeString(), v->dynamic ? "!" : "") : "_");
+  for (const Value* v : n.outputs)
+    outs.push_back(v ? absl::StrCat(Ref(v), ": ", v->TypeString(), v->dynamic ? "!" : "") : "_");
   for (const Value* v : n.inputs) ins.push_back(Ref(v));
   for (const auto& [k, a] : n.attrs) attrs.push_back(absl::StrCat(k, "=", AttrToString(a)));
-  absl::StrAppend(out, pad, absl::StrJoin(outs, ", "), " = ", n.domain.empty() ? "" : absl::StrCat(n.domain, "::"),
-                  n.op, "(", absl::StrJoin(ins, ", "), ")");
+  absl::StrAppend(out, pad, absl::StrJoin(outs, ", "), " = ",
+                  n.domain.empty() ? "" : absl::StrCat(n.domain, "::"), n.op, "(",
+                  absl::StrJoin(ins, ", "), ")");
   if (!attrs.empty()) absl::StrAppend(out, " {", absl::StrJoin(attrs, ", "), "}");
   out->append("\n");
   for (const auto& [name, sub] : n.subgraphs) {
@@ -167,7 +177,8 @@ void DumpGraph(const Graph& g, int indent, std::string* out) {
   const std::string pad(indent, ' ');
   std::vector<std::string> ins;
   for (const Value* v : g.inputs) {
-    ins.push_back(absl::StrCat(Ref(v), v->name.empty() ? "" : absl::StrCat(" '", v->name, "'"), ": ", v->TypeString()));
+    ins.push_back(absl::StrCat(Ref(v), v->name.empty() ? "" : absl::StrCat(" '", v->name, "'"),
+                               ": ", v->TypeString()));
   }
   absl::StrAppend(out, pad, "(", absl::StrJoin(ins, ", "), ") {\n");
   for (const auto& n : g.nodes) DumpNode(*n, indent + 2, out);

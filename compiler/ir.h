@@ -45,7 +45,7 @@ class Value {
   std::optional<std::vector<Dim>> shape;
   Node* producer = nullptr;  // null for graph inputs and constants
   int output_index = -1;
-  Graph* graph = nullptr;    // the region the value belongs to
+  Graph* graph = nullptr;  // the region the value belongs to
   // A compile-time value: an initializer, a Constant node, or a folded result.
   std::optional<Tensor> constant;
   bool is_weight = false;
@@ -141,9 +141,9 @@ std::string AttrToString(const AttrValue& a);
 // Appends to `out` (nodes being assembled for `g`, which passes put in place themselves) a node
 // of `g` with one output: `result` when given (an existing value the node now produces), else a
 // fresh value of `dtype` whose shape inference fills in. Returns the output.
-Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out, const std::string& op,
-                  std::vector<Value*> inputs, Attrs attrs = {}, const std::string& name = "",
-                  DType dtype = DType::kF32, Value* result = nullptr);
+Value* AppendNode(Module& m, Graph& g, std::vector<std::unique_ptr<Node>>& out,
+                  const std::string& op, std::vector<Value*> inputs, Attrs attrs = {},
+                  const std::string& name = "", DType dtype = DType::kF32, Value* result = nullptr);
 
 }  // namespace dynvm::compiler
 

@@ -48,7 +48,8 @@ class ScanLowering {
   Value* Add(std::vector<std::unique_ptr<Node>>& out, Graph& g, const std::string& op,
              std::vector<Value*> inputs, Attrs attrs = {}, Value* result = nullptr,
              const std::string& name = "") {
-    return AppendNode(m_, g, out, op, std::move(inputs), std::move(attrs), name, DType::kF32, result);
+    return AppendNode(m_, g, out, op, std::move(inputs), std::move(attrs), name, DType::kF32,
+                      result);
   }
   absl::StatusOr<std::vector<int64_t>> Ints(const Node& n, const char* name, size_t count,
                                             int64_t def) {

@@ -56,18 +56,21 @@ Demand Merge(Demand a, Demand b) {
 const absl::flat_hash_set<std::string>& ElementwiseOps() {
   static const auto* ops = new absl::flat_hash_set<std::string>{
       // Unary.
-      "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos", "Cosh",
-      "Elu", "Erf", "Exp", "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
-      "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid",
-      "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+      "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos",
+      "Cosh", "Elu", "Erf", "Exp", "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf",
+      "IsNaN", "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu",
+      "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
+      "ThresholdedRelu",
       // With broadcasting.
       "Add", "And", "BitShift", "Clip", "Div", "Equal", "Greater", "GreaterOrEqual", "Less",
-      "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum", "Where",
-      "Xor"};
+      "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum",
+      "Where", "Xor"};
   return *ops;
 }
 
-int NormalizeAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
+int NormalizeAxis(int64_t axis, int rank) {
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
 
 int64_t IntAttr(const Node& n, const char* name, int64_t def) {
   const AttrValue* a = n.attr(name);
@@ -117,7 +120,8 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     return needs;
   }
   if (op == "MatMul") {
-    if (r < 2 || axis != r - 2 || n.inputs.size() != 2 || n.inputs[0] == nullptr) return std::nullopt;
+    if (r < 2 || axis != r - 2 || n.inputs.size() != 2 || n.inputs[0] == nullptr)
+      return std::nullopt;
     const int ra = n.inputs[0]->rank();
     if (ra < 2 || !same_axis_input(0, ra - 2)) return std::nullopt;
     return needs;
@@ -141,14 +145,16 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     const AttrValue* perm = n.attr("perm");
     int in_axis = r - 1 - axis;
     if (perm != nullptr) {
-      if (perm->type != AttrValue::Type::kInts || static_cast<int>(perm->ints.size()) != r) return std::nullopt;
+      if (perm->type != AttrValue::Type::kInts || static_cast<int>(perm->ints.size()) != r)
+        return std::nullopt;
       in_axis = static_cast<int>(perm->ints[axis]);
     }
     if (!same_axis_input(0, in_axis)) return std::nullopt;
     return needs;
   }
   if (op == "Reshape") {
-    if (n.inputs.size() != 2 || n.inputs[0] == nullptr || n.inputs[1] == nullptr) return std::nullopt;
+    if (n.inputs.size() != 2 || n.inputs[0] == nullptr || n.inputs[1] == nullptr)
+      return std::nullopt;
     const Value* in = n.inputs[0];
     const Value* target = n.inputs[1];
     if (in->rank() <= axis || IntAttr(n, "allowzero", 0) != 0) return std::nullopt;
@@ -234,7 +240,8 @@ class RowNarrower {
         if (v == nullptr) continue;
         auto d = demand_.find(v);
         if (d == demand_.end() || d->second.kind == Demand::Kind::kNone) continue;
-        if (!d->second.is_row() || (row && (row->axis != d->second.axis || row->index != d->second.index))) {
+        if (!d->second.is_row() ||
+            (row && (row->axis != d->second.axis || row->index != d->second.index))) {
           all_rows = false;
           break;
         }
@@ -266,20 +273,22 @@ class RowNarrower {
     return d != demand_.end() && d->second.is_row() && d->second.axis == axis;
   }
 
-  Value* NewNode(std::vector<std::unique_ptr<Node>>& out, const std::string& op, std::vector<Value*> inputs,
-                 Attrs attrs, DType dtype, const std::string& name) {
+  Value* NewNode(std::vector<std::unique_ptr<Node>>& out, const std::string& op,
+                 std::vector<Value*> inputs, Attrs attrs, DType dtype, const std::string& name) {
     return AppendNode(m_, g_, out, op, std::move(inputs), std::move(attrs), name, dtype);
   }
 
-  Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index, const Node& user) {
+  Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index,
+               const Node& user) {
     const auto key = std::make_pair(v, axis);
     if (auto it = gathered_.find(key); it != gathered_.end()) return it->second;
     AttrValue ax;
     ax.type = AttrValue::Type::kInt;
     ax.i = axis;
     absl::StatusOr<Tensor> idx = Tensor::FromVector<int64_t>(DType::kI64, {1}, {index});
-    Value* row = NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
-                         user.name.empty() ? std::string("row") : absl::StrCat(user.name, "/row"));
+    Value* row =
+        NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
+                user.name.empty() ? std::string("row") : absl::StrCat(user.name, "/row"));
     gathered_.emplace(key, row);
     return row;
   }
@@ -292,9 +301,9 @@ class RowNarrower {
       if (auto sel = Selection(n); sel && NarrowedInPlace(n.inputs[0], sel->axis)) {
         // Its data now has the selected row only.
         const Tensor& old = *n.inputs[1]->constant;
-        absl::StatusOr<Tensor> zero =
-            old.rank() == 0 ? absl::StatusOr<Tensor>(Tensor::ScalarI64(0))
-                            : Tensor::FromVector<int64_t>(DType::kI64, {1}, {0});
+        absl::StatusOr<Tensor> zero = old.rank() == 0
+                                          ? absl::StatusOr<Tensor>(Tensor::ScalarI64(0))
+                                          : Tensor::FromVector<int64_t>(DType::kI64, {1}, {0});
         n.inputs[1] = m_.NewConstant(*std::move(zero));
       }
       auto it = narrowed_.find(&n);
@@ -313,12 +322,14 @@ class RowNarrower {
           std::vector<int64_t> keep(r, 1), one(r, 0);
           keep[row.axis] = 0;
           one[row.axis] = 1;
-          Value* scaled = NewNode(out, "Mul",
-                                  {n.inputs[1], m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, keep))},
-                                  {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
-          n.inputs[1] = NewNode(out, "Add",
-                                {scaled, m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, one))}, {},
-                                DType::kI64, absl::StrCat(n.name, "/row_shape"));
+          Value* scaled = NewNode(
+              out, "Mul",
+              {n.inputs[1], m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, keep))},
+              {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
+          n.inputs[1] =
+              NewNode(out, "Add",
+                      {scaled, m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, one))},
+                      {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
         }
         for (Value* v : n.outputs) {
           if (v != nullptr) v->shape.reset();  // inferred again

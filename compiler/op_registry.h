@@ -32,7 +32,9 @@ class InferContext {
   size_t num_inputs() const { return node_.inputs.size(); }
   size_t num_outputs() const { return node_.outputs.size(); }
   bool has_input(size_t i) const { return i < node_.inputs.size() && node_.inputs[i] != nullptr; }
-  bool has_output(size_t i) const { return i < node_.outputs.size() && node_.outputs[i] != nullptr; }
+  bool has_output(size_t i) const {
+    return i < node_.outputs.size() && node_.outputs[i] != nullptr;
+  }
   Value* input(size_t i) const { return has_input(i) ? node_.inputs[i] : nullptr; }
   // The dtype of input i; f32 when it is absent (shape functions check presence first where
   // it matters; this keeps a malformed node from reading out of bounds).

@@ -104,9 +104,10 @@ absl::StatusOr<std::vector<Tensor>> RunReference(const Node& n) {
 
 void RemoveNodes(Graph& g, const absl::flat_hash_set<const Node*>& dead) {
   if (dead.empty()) return;
-  g.nodes.erase(std::remove_if(g.nodes.begin(), g.nodes.end(),
-                               [&](const std::unique_ptr<Node>& n) { return dead.contains(n.get()); }),
-                g.nodes.end());
+  g.nodes.erase(
+      std::remove_if(g.nodes.begin(), g.nodes.end(),
+                     [&](const std::unique_ptr<Node>& n) { return dead.contains(n.get()); }),
+      g.nodes.end());
 }
 
 absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
@@ -116,7 +117,8 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
     for (auto& [name, sub] : n.subgraphs) {
       if (absl::Status s = FoldGraph(m, *sub, max_elements); !s.ok()) return s;
     }
-    if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] && n.outputs[0]->constant) {
+    if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] &&
+        n.outputs[0]->constant) {
       SetConstant(m, n.outputs[0], *n.outputs[0]->constant);
       folded.insert(&n);
       continue;
@@ -156,7 +158,8 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
     if (!outs.ok()) continue;  // the error, if real, is reported when the program runs
     bool small = true;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
-      if (n.outputs[i] && (!(*outs)[i].defined() || (*outs)[i].numel() > max_elements)) small = false;
+      if (n.outputs[i] && (!(*outs)[i].defined() || (*outs)[i].numel() > max_elements))
+        small = false;
     }
     if (!small) continue;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
@@ -300,15 +303,15 @@ void HoistLoopInvariants(Module& m) {
   for (Function& f : m.functions()) HoistGraph(*f.graph);
 }
 
-
 namespace {
 
 // The function input `m` comes from through shape-preserving single-element ops, or null.
 const Value* ScalarInputBehind(const Value* m) {
   while (m != nullptr && m->producer != nullptr) {
     const Node& p = *m->producer;
-    const bool passes = p.domain.empty() && (p.op == "Cast" || p.op == "Identity" || p.op == "Squeeze" ||
-                                             p.op == "Unsqueeze" || p.op == "Reshape");
+    const bool passes =
+        p.domain.empty() && (p.op == "Cast" || p.op == "Identity" || p.op == "Squeeze" ||
+                             p.op == "Unsqueeze" || p.op == "Reshape");
     if (!passes || p.inputs.empty()) return nullptr;
     m = p.inputs[0];
   }

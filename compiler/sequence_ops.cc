@@ -12,7 +12,8 @@ namespace {
 bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind::kTensor; }
 
 // The element shape two sets of elements share: equal dims stay, others become fresh.
-std::optional<std::vector<Dim>> Merge(SymbolicContext& sym, const std::optional<std::vector<Dim>>& a,
+std::optional<std::vector<Dim>> Merge(SymbolicContext& sym,
+                                      const std::optional<std::vector<Dim>>& a,
                                       const std::optional<std::vector<Dim>>& b) {
   if (!a || !b || a->size() != b->size()) return std::nullopt;
   std::vector<Dim> out = *a;
@@ -37,7 +38,8 @@ void SetContainer(InferContext& c, size_t i, ObjectKind kind, ObjectKind elem_ki
 
 // A tensor taken out of a container: constant dims are known, the others are read at run
 // time (fresh symbols).
-void SetElement(InferContext& c, size_t i, DType dtype, const std::optional<std::vector<Dim>>& shape) {
+void SetElement(InferContext& c, size_t i, DType dtype,
+                const std::optional<std::vector<Dim>>& shape) {
   if (!shape) {
     c.SetOutputUnknown(i, dtype);
     return;
@@ -68,7 +70,8 @@ absl::Status SequenceEmpty(InferContext& c) {
   absl::StatusOr<int64_t> t = c.GetInt("dtype", 1);
   if (!t.ok()) return t.status();
   std::optional<DType> d = DTypeFromOnnx(*t);
-  if (!d || *d == DType::kString) return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
+  if (!d || *d == DType::kString)
+    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
   SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, *d, std::nullopt, /*empty=*/true);
   return absl::OkStatus();
 }
@@ -79,10 +82,12 @@ absl::Status SequenceConstruct(InferContext& c) {
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) return c.Error(absl::StrCat("input ", i, " is missing"));
     if (absl::Status s = NeedTensor(c, i); !s.ok()) return s;
-    if (c.input_dtype(i) != c.input_dtype(0)) return c.Error("the tensors must have one element type");
+    if (c.input_dtype(i) != c.input_dtype(0))
+      return c.Error("the tensors must have one element type");
     shape = i == 0 ? c.input(0)->shape : Merge(c.sym(), shape, c.input(i)->shape);
   }
-  SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, c.input_dtype(0), std::move(shape));
+  SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, c.input_dtype(0),
+               std::move(shape));
   return absl::OkStatus();
 }
 
@@ -94,7 +99,8 @@ absl::Status SequenceInsert(InferContext& c) {
   const Value* q = c.input(0);
   const Value* t = c.input(1);
   if (q->dtype != t->dtype) {
-    return c.Error(absl::StrCat("inserting a ", DTypeName(t->dtype), " tensor into a sequence of ", DTypeName(q->dtype)));
+    return c.Error(absl::StrCat("inserting a ", DTypeName(t->dtype), " tensor into a sequence of ",
+                                DTypeName(q->dtype)));
   }
   SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, q->dtype,
                q->empty_sequence ? t->shape : Merge(c.sym(), q->shape, t->shape));
@@ -105,7 +111,8 @@ absl::Status SequenceErase(InferContext& c) {
   if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
   if (absl::Status s = NeedTensor(c, 1); !s.ok()) return s;
   const Value* q = c.input(0);
-  SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, q->dtype, q->shape, q->empty_sequence);
+  SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, q->dtype, q->shape,
+               q->empty_sequence);
   return absl::OkStatus();
 }
 
@@ -201,11 +208,13 @@ absl::Status Optional(InferContext& c) {
   if (!kind.ok()) return kind.status();
   absl::StatusOr<int64_t> t = c.GetInt("dtype", -1);
   if (!t.ok()) return t.status();
-  if (*kind != static_cast<int64_t>(ObjectKind::kTensor) && *kind != static_cast<int64_t>(ObjectKind::kSequence)) {
+  if (*kind != static_cast<int64_t>(ObjectKind::kTensor) &&
+      *kind != static_cast<int64_t>(ObjectKind::kSequence)) {
     return c.Error("an Optional without input needs a tensor or sequence 'type'");
   }
   std::optional<DType> d = DTypeFromOnnx(*t);
-  if (!d || *d == DType::kString) return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
+  if (!d || *d == DType::kString)
+    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
   SetContainer(c, 0, ObjectKind::kOptional, static_cast<ObjectKind>(*kind), *d, std::nullopt);
   return absl::OkStatus();
 }

@@ -86,13 +86,17 @@ absl::Status Broadcasting(InferContext& c, std::optional<DType> out_dtype, bool 
       const std::string& op = c.node().op;
       for (size_t k = 0; k < n; ++k) {
         Dim x = a[a.size() == 1 ? 0 : k], y = b[b.size() == 1 ? 0 : k];
-        if (op == "Add") out.push_back(c.sym().Add(x, y));
-        else if (op == "Sub") out.push_back(c.sym().Sub(x, y));
-        else if (op == "Mul") out.push_back(c.sym().Mul(x, y));
+        if (op == "Add")
+          out.push_back(c.sym().Add(x, y));
+        else if (op == "Sub")
+          out.push_back(c.sym().Sub(x, y));
+        else if (op == "Mul")
+          out.push_back(c.sym().Mul(x, y));
         else if (op == "Div") {
           // ONNX integer Div truncates; for nonnegative sizes that is floor division.
           out.push_back(c.sym().FloorDiv(x, y));
-        } else return absl::OkStatus();
+        } else
+          return absl::OkStatus();
       }
       c.SetContent(0, std::move(out));
     }
@@ -144,7 +148,8 @@ absl::Status MatMul(InferContext& c) {
   Dim ka = sa[sa.size() - 1], kb = sb[sb.size() - 2];
   auto cka = SymbolicContext::AsConst(ka), ckb = SymbolicContext::AsConst(kb);
   if (cka && ckb && *cka != *ckb) {
-    return c.Error(absl::StrCat("inner dims differ: ", ShapeToString(*a), " x ", ShapeToString(*b)));
+    return c.Error(
+        absl::StrCat("inner dims differ: ", ShapeToString(*a), " x ", ShapeToString(*b)));
   }
   Shape out = *batch;
   if (!a1) out.push_back(sa[sa.size() - 2]);
@@ -182,7 +187,8 @@ absl::StatusOr<std::vector<int>> ReduceAxes(InferContext& c, int rank, bool* noo
     if (!noop_attr.ok()) return noop_attr.status();
     *noop = *noop_attr != 0;
     std::vector<int> all;
-    if (!*noop) for (int i = 0; i < rank; ++i) all.push_back(i);
+    if (!*noop)
+      for (int i = 0; i < rank; ++i) all.push_back(i);
     return all;
   }
   std::vector<int> out;
@@ -216,8 +222,10 @@ absl::Status Reduce(InferContext& c) {
   Shape out;
   for (int i = 0; i < static_cast<int>(in->size()); ++i) {
     const bool reduced = std::find(axes->begin(), axes->end(), i) != axes->end();
-    if (!reduced) out.push_back((*in)[i]);
-    else if (*keep) out.push_back(c.sym().Const(1));
+    if (!reduced)
+      out.push_back((*in)[i]);
+    else if (*keep)
+      out.push_back(c.sym().Const(1));
   }
   c.SetOutput(0, c.input_dtype(0), out);
   return absl::OkStatus();
@@ -236,8 +244,10 @@ absl::Status ArgReduce(InferContext& c) {
   if (!ax.ok()) return ax.status();
   Shape out;
   for (int i = 0; i < static_cast<int>(in->size()); ++i) {
-    if (i != *ax) out.push_back((*in)[i]);
-    else if (*keep) out.push_back(c.sym().Const(1));
+    if (i != *ax)
+      out.push_back((*in)[i]);
+    else if (*keep)
+      out.push_back(c.sym().Const(1));
   }
   c.SetOutput(0, DType::kI64, out);
   return absl::OkStatus();
@@ -321,7 +331,8 @@ absl::Status Reshape(InferContext& c) {
   const Shape* shape_shape = c.input_shape(1);
   if (target == nullptr) {
     if (shape_shape && shape_shape->size() == 1 && SymbolicContext::AsConst((*shape_shape)[0])) {
-      c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(*SymbolicContext::AsConst((*shape_shape)[0])));
+      c.SetOutputDynamic(0, c.input_dtype(0),
+                         static_cast<int>(*SymbolicContext::AsConst((*shape_shape)[0])));
     } else {
       c.SetOutputUnknown(0, c.input_dtype(0));
     }
@@ -342,7 +353,8 @@ absl::Status Reshape(InferContext& c) {
       continue;
     }
     if (v && *v == 0 && !*allowzero) {
-      if (in == nullptr || i >= in->size()) return c.Error("0 in the target shape copies a dim the input lacks");
+      if (in == nullptr || i >= in->size())
+        return c.Error("0 in the target shape copies a dim the input lacks");
       d = (*in)[i];
     } else if (v && *v < -1) {
       return c.Error(absl::StrCat("invalid target dim ", *v));
@@ -358,9 +370,11 @@ absl::Status Reshape(InferContext& c) {
     out[infer] = c.sym().FloorDiv(Numel(c.sym(), *in), known);
   }
   if (in != nullptr) {
-    auto a = SymbolicContext::AsConst(Numel(c.sym(), *in)), b = SymbolicContext::AsConst(Numel(c.sym(), out));
+    auto a = SymbolicContext::AsConst(Numel(c.sym(), *in)),
+         b = SymbolicContext::AsConst(Numel(c.sym(), out));
     if (a && b && *a != *b) {
-      return c.Error(absl::StrCat("cannot reshape ", ShapeToString(*in), " to ", ShapeToString(out)));
+      return c.Error(
+          absl::StrCat("cannot reshape ", ShapeToString(*in), " to ", ShapeToString(out)));
     }
   }
   c.SetOutput(0, c.input_dtype(0), out);
@@ -414,9 +428,12 @@ absl::Status Concat(InferContext& c) {
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     if (!c.input_shape(i)) {
       const Shape* any = nullptr;
-      for (size_t j = 0; j < c.num_inputs(); ++j) if (c.input_shape(j)) any = c.input_shape(j);
-      if (any) c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(any->size()));
-      else c.SetOutputUnknown(0, c.input_dtype(0));
+      for (size_t j = 0; j < c.num_inputs(); ++j)
+        if (c.input_shape(j)) any = c.input_shape(j);
+      if (any)
+        c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(any->size()));
+      else
+        c.SetOutputUnknown(0, c.input_dtype(0));
       return absl::OkStatus();
     }
     if (!first) first = c.input_shape(i);
@@ -459,7 +476,8 @@ absl::Status Split(InferContext& c) {
   if (c.has_input(1)) {
     sizes = ConstInts(c, 1);
     if (!sizes) {
-      for (int i = 0; i < n; ++i) c.SetOutputDynamic(i, c.input_dtype(0), static_cast<int>(in->size()));
+      for (int i = 0; i < n; ++i)
+        c.SetOutputDynamic(i, c.input_dtype(0), static_cast<int>(in->size()));
       return absl::OkStatus();
     }
   } else if (c.HasAttr("split")) {
@@ -470,14 +488,16 @@ absl::Status Split(InferContext& c) {
   for (int i = 0; i < n; ++i) {
     Shape out = *in;
     if (sizes) {
-      if (static_cast<int>(sizes->size()) != n) return c.Error("split sizes differ from the output count");
+      if (static_cast<int>(sizes->size()) != n)
+        return c.Error("split sizes differ from the output count");
       out[*ax] = c.sym().Const((*sizes)[i]);
     } else {
       // Equal parts; with num_outputs (opset 18) the last part may be smaller.
       Dim total = (*in)[*ax];
       Dim part = c.sym().CeilDiv(total, c.sym().Const(n));
       out[*ax] = i + 1 < n ? part : c.sym().Sub(total, c.sym().Mul(part, c.sym().Const(n - 1)));
-      if (auto t = SymbolicContext::AsConst(total); t && *t % n == 0) out[*ax] = c.sym().Const(*t / n);
+      if (auto t = SymbolicContext::AsConst(total); t && *t % n == 0)
+        out[*ax] = c.sym().Const(*t / n);
     }
     c.SetOutput(i, c.input_dtype(0), out);
   }
@@ -503,7 +523,8 @@ absl::Status Slice(InferContext& c) {
       return absl::OkStatus();
     }
   } else {
-    absl::StatusOr<std::vector<int64_t>> s = c.GetInts("starts"), e = c.GetInts("ends"), a = c.GetInts("axes");
+    absl::StatusOr<std::vector<int64_t>> s = c.GetInts("starts"), e = c.GetInts("ends"),
+                                         a = c.GetInts("axes");
     if (!s.ok()) return s.status();
     if (!e.ok()) return e.status();
     if (!a.ok()) return a.status();
@@ -516,7 +537,8 @@ absl::Status Slice(InferContext& c) {
     for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
   }
   if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
-  if (starts->size() != ends->size() || axes->size() != starts->size() || steps->size() != starts->size()) {
+  if (starts->size() != ends->size() || axes->size() != starts->size() ||
+      steps->size() != starts->size()) {
     return c.Error("starts, ends, axes and steps differ in length");
   }
   Shape out = *in;
@@ -536,7 +558,9 @@ absl::Status Slice(InferContext& c) {
         continue;
       }
       if (step == 1 && s >= 0 && e >= s && e < (int64_t{1} << 31)) {
-        out[*ax] = c.sym().Min(c.sym().Const(e - s), c.sym().Max(c.sym().Sub((*in)[*ax], c.sym().Const(s)), c.sym().Const(0)));
+        out[*ax] =
+            c.sym().Min(c.sym().Const(e - s),
+                        c.sym().Max(c.sym().Sub((*in)[*ax], c.sym().Const(s)), c.sym().Const(0)));
         continue;
       }
       c.SetOutputDynamic(0, c.input_dtype(0), rank);
@@ -588,7 +612,8 @@ absl::Status Gather(InferContext& c) {
       const int64_t n = static_cast<int64_t>(c.content(0)->size());
       std::vector<Dim> content;
       for (int64_t i : *indices) {
-        if (i < -n || i >= n) return c.Error(absl::StrCat("index ", i, " out of range for ", n, " elements"));
+        if (i < -n || i >= n)
+          return c.Error(absl::StrCat("index ", i, " out of range for ", n, " elements"));
         content.push_back((*c.content(0))[i < 0 ? i + n : i]);
       }
       c.SetContent(0, std::move(content));
@@ -666,7 +691,8 @@ absl::Status Squeeze(InferContext& c) {
     }
   }
   Shape out;
-  for (int i = 0; i < rank; ++i) if (!drop[i]) out.push_back((*in)[i]);
+  for (int i = 0; i < rank; ++i)
+    if (!drop[i]) out.push_back((*in)[i]);
   c.SetOutput(0, c.input_dtype(0), out);
   if (c.content(0)) c.SetContent(0, *c.content(0));
   return absl::OkStatus();
@@ -678,7 +704,8 @@ absl::Status Expand(InferContext& c) {
   if (!in || !target) {
     const Shape* ss = c.input_shape(1);
     if (in && ss && ss->size() == 1 && SymbolicContext::AsConst((*ss)[0])) {
-      c.SetOutputDynamic(0, c.input_dtype(0), std::max<int>(in->size(), *SymbolicContext::AsConst((*ss)[0])));
+      c.SetOutputDynamic(0, c.input_dtype(0),
+                         std::max<int>(in->size(), *SymbolicContext::AsConst((*ss)[0])));
     } else {
       c.SetOutputUnknown(0, c.input_dtype(0));
     }
@@ -694,8 +721,10 @@ absl::Status Tile(InferContext& c) {
   const Shape* in = c.input_shape(0);
   const std::vector<Dim>* reps = c.content(1);
   if (!in || !reps) {
-    if (in) c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(in->size()));
-    else c.SetOutputUnknown(0, c.input_dtype(0));
+    if (in)
+      c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(in->size()));
+    else
+      c.SetOutputUnknown(0, c.input_dtype(0));
     return absl::OkStatus();
   }
   if (reps->size() != in->size()) return c.Error("repeats length differs from the rank");
@@ -733,7 +762,8 @@ absl::Status Range(InferContext& c) {
   if (s && l && d && s->size() == 1 && l->size() == 1 && d->size() == 1) {
     auto dv = SymbolicContext::AsConst((*d)[0]);
     if (dv && *dv > 0) {
-      Dim n = c.sym().Max(c.sym().CeilDiv(c.sym().Sub((*l)[0], (*s)[0]), (*d)[0]), c.sym().Const(0));
+      Dim n =
+          c.sym().Max(c.sym().CeilDiv(c.sym().Sub((*l)[0], (*s)[0]), (*d)[0]), c.sym().Const(0));
       c.SetOutput(0, dtype, {n});
       return absl::OkStatus();
     }
@@ -761,7 +791,8 @@ absl::Status Rnn(InferContext& c, int gates, bool has_c) {
   Dim num_dir = c.sym().Const(*direction == "bidirectional" ? 2 : 1);
   absl::StatusOr<int64_t> hidden_attr = c.GetInt("hidden_size", -1);
   if (!hidden_attr.ok()) return hidden_attr.status();
-  Dim hidden = *hidden_attr > 0 ? c.sym().Const(*hidden_attr) : c.sym().FloorDiv((*w)[1], c.sym().Const(gates));
+  Dim hidden = *hidden_attr > 0 ? c.sym().Const(*hidden_attr)
+                                : c.sym().FloorDiv((*w)[1], c.sym().Const(gates));
   Dim seq = *layout ? (*x)[1] : (*x)[0];
   Dim batch = *layout ? (*x)[0] : (*x)[1];
   const DType t = c.input_dtype(0);
@@ -780,7 +811,8 @@ absl::Status Rnn(InferContext& c, int gates, bool has_c) {
 absl::Status ConstantOp(InferContext& c) {
   // Constant nodes are turned into constant values by the importer; this covers the builder.
   const AttrValue* v = c.node().attr("value");
-  if (v == nullptr || v->type != AttrValue::Type::kTensor) return c.Error("Constant needs a tensor 'value'");
+  if (v == nullptr || v->type != AttrValue::Type::kTensor)
+    return c.Error("Constant needs a tensor 'value'");
   c.SetOutput(0, v->tensor.dtype(), c.module().ConstShape(v->tensor.dims()));
   return absl::OkStatus();
 }
@@ -925,17 +957,22 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, std::nullopt, true); });
   }
-  for (const char* op : {"Pow", "Max", "Min", "Sum", "Mean", "Mod", "BitShift", "PRelu", "And", "Or", "Xor"}) {
+  for (const char* op :
+       {"Pow", "Max", "Min", "Sum", "Mean", "Mod", "BitShift", "PRelu", "And", "Or", "Xor"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, std::nullopt, false); });
   }
   for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, DType::kBool, false); });
   }
-  for (const char* op : {"Sqrt", "Exp", "Log", "Neg", "Abs", "Erf", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil",
-                         "Round", "Sign", "Reciprocal", "Not", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu",
-                         "Celu", "HardSigmoid", "HardSwish", "ThresholdedRelu", "Clip", "Identity", "Softmax",
-                         "LogSoftmax", "Hardmax", "CumSum", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
-                         "Cosh", "Asinh", "Acosh", "Atanh", "Mish", "Gelu"}) {
+  for (const char* op :
+       {"Sqrt", "Exp",        "Log",     "Neg",         "Abs",       "Erf",
+        "Tanh", "Sigmoid",    "Relu",    "Floor",       "Ceil",      "Round",
+        "Sign", "Reciprocal", "Not",     "Softplus",    "Softsign",  "LeakyRelu",
+        "Elu",  "Selu",       "Celu",    "HardSigmoid", "HardSwish", "ThresholdedRelu",
+        "Clip", "Identity",   "Softmax", "LogSoftmax",  "Hardmax",   "CumSum",
+        "Sin",  "Cos",        "Tan",     "Asin",        "Acos",      "Atan",
+        "Sinh", "Cosh",       "Asinh",   "Acosh",       "Atanh",     "Mish",
+        "Gelu"}) {
     Reg(r, op, Unary);
   }
   Reg(r, "IsNaN", [](InferContext& c) {
@@ -957,8 +994,9 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "CastLike", CastLike);
   Reg(r, "MatMul", MatMul);
   Reg(r, "Gemm", Gemm);
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
     Reg(r, op, Reduce);
   }
   Reg(r, "ArgMax", ArgReduce);
@@ -1005,7 +1043,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
     c.node().outputs[0]->dynamic = true;
     return absl::OkStatus();
   });
-  for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
+  for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"})
+    Reg(r, op, QuantOp);
   Reg(r, "Resize", ConvOp);
   Reg(r, "ConvTranspose", ConvOp);
   Reg(r, "ConvInteger", [](InferContext& c) {
@@ -1016,7 +1055,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "BatchNormalization", BatchNorm);
   Reg(r, "EyeLike", EyeLike);
   for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);
-  for (const char* op : {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"}) Reg(r, op, Pool);
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
+    Reg(r, op, Pool);
   Reg(r, "SoftmaxCrossEntropyLoss", Loss);
   Reg(r, "ScatterND", SameAsInput);
   Reg(r, "ScatterElements", SameAsInput);
@@ -1025,7 +1065,9 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "RNN", [](InferContext& c) { return Rnn(c, 1, false); });
   Reg(r, "NonZero", [](InferContext& c) {
     if (c.input_shape(0)) {
-      c.SetOutput(0, DType::kI64, {c.sym().Const(static_cast<int64_t>(c.input_shape(0)->size())), c.sym().Fresh("nnz")});
+      c.SetOutput(
+          0, DType::kI64,
+          {c.sym().Const(static_cast<int64_t>(c.input_shape(0)->size())), c.sym().Fresh("nnz")});
       c.node().outputs[0]->dynamic = true;
     } else {
       c.SetOutputDynamic(0, DType::kI64, 2);

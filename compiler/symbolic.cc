@@ -10,7 +10,9 @@ namespace {
 
 using Kind = DimNode::Kind;
 
-bool Commutative(Kind k) { return k == Kind::kAdd || k == Kind::kMul || k == Kind::kMax || k == Kind::kMin; }
+bool Commutative(Kind k) {
+  return k == Kind::kAdd || k == Kind::kMul || k == Kind::kMax || k == Kind::kMin;
+}
 
 // Saturating helpers for bounds.
 std::optional<int64_t> SatAdd(std::optional<int64_t> a, std::optional<int64_t> b) {
@@ -53,7 +55,9 @@ Dim SymbolicContext::Intern(Kind kind, int64_t value, absl::string_view name, Di
 }
 
 Dim SymbolicContext::Const(int64_t v) { return Intern(Kind::kConst, v, "", nullptr, nullptr); }
-Dim SymbolicContext::Symbol(absl::string_view name) { return Intern(Kind::kSymbol, 0, name, nullptr, nullptr); }
+Dim SymbolicContext::Symbol(absl::string_view name) {
+  return Intern(Kind::kSymbol, 0, name, nullptr, nullptr);
+}
 Dim SymbolicContext::Fresh(absl::string_view prefix) {
   while (true) {
     std::string name = absl::StrCat(prefix, "_", fresh_counter_++);
@@ -148,9 +152,12 @@ std::optional<int64_t> SymbolicContext::BoundOf(absl::string_view symbol) const 
 
 std::optional<int64_t> SymbolicContext::UpperBound(Dim d) const {
   switch (d->kind) {
-    case Kind::kConst: return d->value;
-    case Kind::kSymbol: return BoundOf(d->name);
-    case Kind::kAdd: return SatAdd(UpperBound(d->a), UpperBound(d->b));
+    case Kind::kConst:
+      return d->value;
+    case Kind::kSymbol:
+      return BoundOf(d->name);
+    case Kind::kAdd:
+      return SatAdd(UpperBound(d->a), UpperBound(d->b));
     case Kind::kMul: {
       // Products of a constant and an expression, or of two nonnegative expressions.
       if (auto c = AsConst(d->a)) {
@@ -189,9 +196,12 @@ std::optional<int64_t> SymbolicContext::UpperBound(Dim d) const {
 
 std::optional<int64_t> SymbolicContext::LowerBound(Dim d) const {
   switch (d->kind) {
-    case Kind::kConst: return d->value;
-    case Kind::kSymbol: return 0;
-    case Kind::kAdd: return SatAdd(LowerBound(d->a), LowerBound(d->b));
+    case Kind::kConst:
+      return d->value;
+    case Kind::kSymbol:
+      return 0;
+    case Kind::kAdd:
+      return SatAdd(LowerBound(d->a), LowerBound(d->b));
     case Kind::kMul: {
       if (auto c = AsConst(d->a)) {
         if (*c >= 0) {
@@ -234,37 +244,53 @@ void SymbolicContext::CollectSymbols(Dim d, std::vector<Dim>* out) const {
   if (d->b) CollectSymbols(d->b, out);
 }
 
-std::optional<int64_t> SymbolicContext::Evaluate(Dim d, const absl::flat_hash_map<std::string, int64_t>& env) const {
+std::optional<int64_t> SymbolicContext::Evaluate(
+    Dim d, const absl::flat_hash_map<std::string, int64_t>& env) const {
   switch (d->kind) {
-    case Kind::kConst: return d->value;
+    case Kind::kConst:
+      return d->value;
     case Kind::kSymbol: {
       auto it = env.find(d->name);
       if (it == env.end()) return std::nullopt;
       return it->second;
     }
-    default: break;
+    default:
+      break;
   }
   auto a = Evaluate(d->a, env), b = Evaluate(d->b, env);
   if (!a || !b) return std::nullopt;
   switch (d->kind) {
-    case Kind::kAdd: return *a + *b;
-    case Kind::kMul: return *a * *b;
-    case Kind::kFloorDiv: return *b == 0 ? std::nullopt : std::optional<int64_t>(FloorDivInt(*a, *b));
-    case Kind::kMax: return std::max(*a, *b);
-    case Kind::kMin: return std::min(*a, *b);
-    default: return std::nullopt;
+    case Kind::kAdd:
+      return *a + *b;
+    case Kind::kMul:
+      return *a * *b;
+    case Kind::kFloorDiv:
+      return *b == 0 ? std::nullopt : std::optional<int64_t>(FloorDivInt(*a, *b));
+    case Kind::kMax:
+      return std::max(*a, *b);
+    case Kind::kMin:
+      return std::min(*a, *b);
+    default:
+      return std::nullopt;
   }
 }
 
 std::string SymbolicContext::ToString(Dim d) {
   switch (d->kind) {
-    case Kind::kConst: return absl::StrCat(d->value);
-    case Kind::kSymbol: return d->name;
-    case Kind::kAdd: return absl::StrCat("(", ToString(d->a), " + ", ToString(d->b), ")");
-    case Kind::kMul: return absl::StrCat(ToString(d->a), "*", ToString(d->b));
-    case Kind::kFloorDiv: return absl::StrCat("(", ToString(d->a), " // ", ToString(d->b), ")");
-    case Kind::kMax: return absl::StrCat("max(", ToString(d->a), ", ", ToString(d->b), ")");
-    case Kind::kMin: return absl::StrCat("min(", ToString(d->a), ", ", ToString(d->b), ")");
+    case Kind::kConst:
+      return absl::StrCat(d->value);
+    case Kind::kSymbol:
+      return d->name;
+    case Kind::kAdd:
+      return absl::StrCat("(", ToString(d->a), " + ", ToString(d->b), ")");
+    case Kind::kMul:
+      return absl::StrCat(ToString(d->a), "*", ToString(d->b));
+    case Kind::kFloorDiv:
+      return absl::StrCat("(", ToString(d->a), " // ", ToString(d->b), ")");
+    case Kind::kMax:
+      return absl::StrCat("max(", ToString(d->a), ", ", ToString(d->b), ")");
+    case Kind::kMin:
+      return absl::StrCat("min(", ToString(d->a), ", ", ToString(d->b), ")");
   }
   return "?";
 }

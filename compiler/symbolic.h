@@ -22,11 +22,11 @@ namespace dynvm::compiler {
 struct DimNode {
   enum class Kind : uint8_t { kConst, kSymbol, kAdd, kMul, kFloorDiv, kMax, kMin };
   Kind kind;
-  int64_t value = 0;     // kConst
-  std::string name;      // kSymbol
+  int64_t value = 0;  // kConst
+  std::string name;   // kSymbol
   const DimNode* a = nullptr;
   const DimNode* b = nullptr;
-  int id = 0;            // creation order; gives commutative operands a canonical order
+  int id = 0;  // creation order; gives commutative operands a canonical order
 };
 using Dim = const DimNode*;
 
@@ -69,7 +69,8 @@ class SymbolicContext {
   // The symbols an expression mentions.
   void CollectSymbols(Dim d, std::vector<Dim>* out) const;
   // Value under an assignment of every symbol it mentions; nullopt if one is missing.
-  std::optional<int64_t> Evaluate(Dim d, const absl::flat_hash_map<std::string, int64_t>& env) const;
+  std::optional<int64_t> Evaluate(Dim d,
+                                  const absl::flat_hash_map<std::string, int64_t>& env) const;
 
   static std::string ToString(Dim d);
 

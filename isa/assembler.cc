@@ -25,8 +25,10 @@ absl::string_view StripComment(absl::string_view line) {
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == ';') {
@@ -45,13 +47,18 @@ std::vector<std::string> SplitTop(absl::string_view s, char sep) {
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '(' || c == '[') ++depth;
-    else if (c == ')' || c == ']') --depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '(' || c == '[')
+      ++depth;
+    else if (c == ')' || c == ']')
+      --depth;
     else if (c == sep && depth == 0) {
       out.emplace_back(absl::StripAsciiWhitespace(s.substr(start, i - start)));
       start = i + 1;
@@ -72,8 +79,10 @@ std::vector<std::string> Words(absl::string_view s) {
     const char c = s[i];
     if (in_string) {
       cur += c;
-      if (c == '\\' && i + 1 < s.size()) cur += s[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < s.size())
+        cur += s[++i];
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') in_string = true;
@@ -108,7 +117,8 @@ absl::StatusOr<std::string> Unquote(absl::string_view s) {
     } else if (c == 'x') {
       if (i + 2 >= s.size()) return absl::InvalidArgumentError("short \\x escape");
       int v;
-      if (!absl::SimpleHexAtoi(s.substr(i + 1, 2), &v)) return absl::InvalidArgumentError("bad \\x escape");
+      if (!absl::SimpleHexAtoi(s.substr(i + 1, 2), &v))
+        return absl::InvalidArgumentError("bad \\x escape");
       out += static_cast<char>(v);
       i += 2;
     } else {
@@ -121,8 +131,8 @@ absl::StatusOr<std::string> Unquote(absl::string_view s) {
 // "(a, b)" or "[a, b]" -> items.
 absl::StatusOr<std::vector<std::string>> Bracketed(absl::string_view s, char open, char close) {
   if (s.size() < 2 || s.front() != open || s.back() != close) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", std::string(1, open), "...",
-                                                   std::string(1, close), ", got ", s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", std::string(1, open), "...", std::string(1, close), ", got ", s));
   }
   return SplitTop(s.substr(1, s.size() - 2), ',');
 }
@@ -141,33 +151,38 @@ absl::StatusOr<int64_t> ParseInt(absl::string_view s) {
 absl::StatusOr<uint32_t> ParseU32(absl::string_view s) {
   absl::StatusOr<int64_t> v = ParseInt(s);
   if (!v.ok()) return v.status();
-  if (*v < 0 || *v > 0xFFFFFFFFll) return absl::InvalidArgumentError(absl::StrCat("value out of range: ", s));
+  if (*v < 0 || *v > 0xFFFFFFFFll)
+    return absl::InvalidArgumentError(absl::StrCat("value out of range: ", s));
   return static_cast<uint32_t>(*v);
 }
 
 absl::StatusOr<double> ParseF64(absl::string_view s) {
   if (absl::StartsWith(s, "0x")) {
     uint64_t bits;
-    if (!absl::SimpleHexAtoi(s.substr(2), &bits)) return absl::InvalidArgumentError(absl::StrCat("bad float bits ", s));
+    if (!absl::SimpleHexAtoi(s.substr(2), &bits))
+      return absl::InvalidArgumentError(absl::StrCat("bad float bits ", s));
     double d;
     std::memcpy(&d, &bits, 8);
     return d;
   }
   double d;
-  if (!absl::SimpleAtod(s, &d)) return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", s, "'"));
+  if (!absl::SimpleAtod(s, &d))
+    return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", s, "'"));
   return d;
 }
 
 absl::StatusOr<float> ParseF32(absl::string_view s) {
   if (absl::StartsWith(s, "0x")) {
     uint32_t bits;
-    if (!absl::SimpleHexAtoi(s.substr(2), &bits)) return absl::InvalidArgumentError(absl::StrCat("bad float bits ", s));
+    if (!absl::SimpleHexAtoi(s.substr(2), &bits))
+      return absl::InvalidArgumentError(absl::StrCat("bad float bits ", s));
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
   }
   float f;
-  if (!absl::SimpleAtof(s, &f)) return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", s, "'"));
+  if (!absl::SimpleAtof(s, &f))
+    return absl::InvalidArgumentError(absl::StrCat("expected a number, got '", s, "'"));
   return f;
 }
 
@@ -195,14 +210,16 @@ absl::StatusOr<fb::ObjectType> ParseObjectType(absl::string_view s) {
     return fb::ObjectType(fb::ObjectKind::Storage, kAnyDType, fb::ObjectKind::Tensor);
   }
   if (*kind == fb::ObjectKind::Optional) {
-    if (parts.size() != 3) return absl::InvalidArgumentError(absl::StrCat("expected opt:KIND:DTYPE, got ", s));
+    if (parts.size() != 3)
+      return absl::InvalidArgumentError(absl::StrCat("expected opt:KIND:DTYPE, got ", s));
     absl::StatusOr<fb::ObjectKind> elem = ParseKindWord(parts[1]);
     if (!elem.ok()) return elem.status();
     absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[2], false);
     if (!dt.ok()) return dt.status();
     return fb::ObjectType(fb::ObjectKind::Optional, *dt, *elem);
   }
-  if (parts.size() != 2) return absl::InvalidArgumentError(absl::StrCat("expected KIND:DTYPE, got ", s));
+  if (parts.size() != 2)
+    return absl::InvalidArgumentError(absl::StrCat("expected KIND:DTYPE, got ", s));
   absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[1], false);
   if (!dt.ok()) return dt.status();
   return fb::ObjectType(*kind, *dt, fb::ObjectKind::Tensor);
@@ -236,12 +253,14 @@ absl::StatusOr<std::unique_ptr<fb::PortT>> ParsePort(absl::string_view s) {
 
 absl::StatusOr<std::unique_ptr<fb::AttributeT>> ParseAttr(absl::string_view s) {
   const size_t eq = s.find('=');
-  if (eq == absl::string_view::npos) return absl::InvalidArgumentError(absl::StrCat("attribute without '=': ", s));
+  if (eq == absl::string_view::npos)
+    return absl::InvalidArgumentError(absl::StrCat("attribute without '=': ", s));
   auto a = std::make_unique<fb::AttributeT>();
   a->name = std::string(s.substr(0, eq));
   absl::string_view v = s.substr(eq + 1);
   const size_t colon = v.find(':');
-  if (colon == absl::string_view::npos) return absl::InvalidArgumentError(absl::StrCat("attribute value needs a type: ", s));
+  if (colon == absl::string_view::npos)
+    return absl::InvalidArgumentError(absl::StrCat("attribute value needs a type: ", s));
   absl::string_view type = v.substr(0, colon), body = v.substr(colon + 1);
   if (type == "i") {
     a->type = fb::AttrType::Int;
@@ -276,10 +295,13 @@ absl::StatusOr<std::unique_ptr<fb::AttributeT>> ParseAttr(absl::string_view s) {
         a->strings.push_back(*x);
       }
     }
-    a->type = type == "ints" ? fb::AttrType::Ints : type == "floats" ? fb::AttrType::Floats : fb::AttrType::Strings;
+    a->type = type == "ints"     ? fb::AttrType::Ints
+              : type == "floats" ? fb::AttrType::Floats
+                                 : fb::AttrType::Strings;
   } else if (type == "t") {
     a->type = fb::AttrType::Tensor;
-    if (!absl::ConsumePrefix(&body, "c")) return absl::InvalidArgumentError("tensor attribute must name a constant cN");
+    if (!absl::ConsumePrefix(&body, "c"))
+      return absl::InvalidArgumentError("tensor attribute must name a constant cN");
     absl::StatusOr<uint32_t> x = ParseU32(body);
     if (!x.ok()) return x.status();
     a->tensor = *x;
@@ -298,22 +320,39 @@ absl::StatusOr<std::string> EncodeValues(const std::vector<std::string>& items, 
       absl::StatusOr<double> d = ParseF64(it);
       if (!d.ok()) return d.status();
       switch (dtype) {
-        case DType::kF32: put(static_cast<float>(*d)); break;
-        case DType::kF64: put(*d); break;
-        case DType::kF16: put(Half(static_cast<float>(*d)).bits); break;
-        default: put(BFloat16(static_cast<float>(*d)).bits); break;
+        case DType::kF32:
+          put(static_cast<float>(*d));
+          break;
+        case DType::kF64:
+          put(*d);
+          break;
+        case DType::kF16:
+          put(Half(static_cast<float>(*d)).bits);
+          break;
+        default:
+          put(BFloat16(static_cast<float>(*d)).bits);
+          break;
       }
     } else if (dtype == DType::kBool) {
-      if (it != "true" && it != "false" && it != "0" && it != "1") return absl::InvalidArgumentError(absl::StrCat("bad bool ", it));
+      if (it != "true" && it != "false" && it != "0" && it != "1")
+        return absl::InvalidArgumentError(absl::StrCat("bad bool ", it));
       put(static_cast<uint8_t>(it == "true" || it == "1"));
     } else if (IsInteger(dtype)) {
       absl::StatusOr<int64_t> v = ParseInt(it);
       if (!v.ok()) return v.status();
       switch (DTypeSize(dtype)) {
-        case 1: put(static_cast<int8_t>(*v)); break;
-        case 2: put(static_cast<int16_t>(*v)); break;
-        case 4: put(static_cast<int32_t>(*v)); break;
-        default: put(*v); break;
+        case 1:
+          put(static_cast<int8_t>(*v));
+          break;
+        case 2:
+          put(static_cast<int16_t>(*v));
+          break;
+        case 4:
+          put(static_cast<int32_t>(*v));
+          break;
+        default:
+          put(*v);
+          break;
       }
     } else {
       return absl::UnimplementedError("values: not supported for this dtype");
@@ -331,8 +370,8 @@ class Assembler {
  private:
   struct OpenBlock {
     bool is_loop;
-    uint32_t start_pc;      // if or loop
-    uint32_t start_jump;    // word index of its jump operand
+    uint32_t start_pc;    // if or loop
+    uint32_t start_jump;  // word index of its jump operand
     int64_t else_pc = -1;
     uint32_t else_jump = 0;
     std::vector<std::pair<uint32_t, uint32_t>> breaks;     // (pc, jump word)
@@ -354,7 +393,8 @@ class Assembler {
   absl::Status EndFunction();
   absl::StatusOr<uint32_t> Reg(absl::string_view s, char bank) const;
   absl::StatusOr<uint32_t> ValueWord(absl::string_view s) const;
-  absl::StatusOr<std::unique_ptr<fb::ParamT>> ParseParam(const std::vector<std::string>& w, bool input);
+  absl::StatusOr<std::unique_ptr<fb::ParamT>> ParseParam(const std::vector<std::string>& w,
+                                                         bool input);
 
   Assembly out_;
   int line_ = 0;
@@ -392,7 +432,8 @@ absl::StatusOr<uint32_t> Assembler::ValueWord(absl::string_view s) const {
   return static_cast<uint32_t>(*v);
 }
 
-absl::StatusOr<std::unique_ptr<fb::ParamT>> Assembler::ParseParam(const std::vector<std::string>& w, bool input) {
+absl::StatusOr<std::unique_ptr<fb::ParamT>> Assembler::ParseParam(const std::vector<std::string>& w,
+                                                                  bool input) {
   if (w.size() != 3) return Err(absl::StrCat(w[0], " NAME [dims] | *"));
   auto p = std::make_unique<fb::ParamT>();
   p->name = w[1];
@@ -416,7 +457,9 @@ absl::StatusOr<std::unique_ptr<fb::ParamT>> Assembler::ParseParam(const std::vec
   const fb::ObjectType* t = nullptr;
   if (input && index < fn_->object_types.size()) t = &fn_->object_types[index];
   if (!input && index < fn_->object_results.size()) t = &fn_->object_results[index];
-  if (t == nullptr) return Err(absl::StrCat(w[0], " ", index, " has no matching register or result; declare .oregs/.oresults first"));
+  if (t == nullptr)
+    return Err(absl::StrCat(w[0], " ", index,
+                            " has no matching register or result; declare .oregs/.oresults first"));
   p->kind = t->kind();
   p->dtype = t->dtype();
   return p;
@@ -449,7 +492,8 @@ absl::Status Assembler::Directive(const std::vector<std::string>& w) {
     ref->size = static_cast<uint64_t>(*z);
     exe.weights = std::move(ref);
   } else if (d == ".const") {
-    if (w.size() < 4) return Err(".const DTYPE [dims] [name=\"..\"] [weight] hex:..|values:[..]|external");
+    if (w.size() < 4)
+      return Err(".const DTYPE [dims] [name=\"..\"] [weight] hex:..|values:[..]|external");
     auto c = std::make_unique<fb::ConstantT>();
     absl::StatusOr<uint8_t> dt = ParseDTypeWord(w[1], false);
     if (!dt.ok()) return Err(dt.status().message());
@@ -512,9 +556,12 @@ absl::Status Assembler::Directive(const std::vector<std::string>& w) {
         if (!s.ok()) return Err(s.status().message());
         k->backend = *s;
       } else if (absl::ConsumePrefix(&x, "device=")) {
-        if (x == "cpu") k->device = 0;
-        else if (x == "cuda") k->device = 1;
-        else return Err(absl::StrCat("unknown device '", x, "'"));
+        if (x == "cpu")
+          k->device = 0;
+        else if (x == "cuda")
+          k->device = 1;
+        else
+          return Err(absl::StrCat("unknown device '", x, "'"));
       } else if (absl::StartsWith(x, "in(") || absl::StartsWith(x, "out(")) {
         const bool is_in = x[0] == 'i';
         x.remove_prefix(is_in ? 2 : 3);
@@ -608,7 +655,8 @@ absl::Status Assembler::FunctionDirective(const std::vector<std::string>& w) {
 }
 
 absl::Status Assembler::EndFunction() {
-  if (!blocks_.empty()) return Err(absl::StrCat(blocks_.back().is_loop ? "loop" : "if", " not closed before .end"));
+  if (!blocks_.empty())
+    return Err(absl::StrCat(blocks_.back().is_loop ? "loop" : "if", " not closed before .end"));
   if (!sites_declared_) fn_->num_invoke_sites = static_cast<uint32_t>(max_site_ + 1);
   if (pending_loc_) return Err(".loc with no instruction after it");
   fn_ = nullptr;
@@ -625,7 +673,8 @@ absl::Status Assembler::Instruction(absl::string_view line) {
   const OpcodeInfo& info = GetOpcodeInfo(op);
   std::vector<std::string> args = SplitTop(absl::StripAsciiWhitespace(line.substr(sp)), ',');
   size_t expected = 0;
-  for (int k = 0; k < info.num_operands; ++k) expected += info.operands[k] == Operand::kJump ? 0 : 1;
+  for (int k = 0; k < info.num_operands; ++k)
+    expected += info.operands[k] == Operand::kJump ? 0 : 1;
   if (args.size() != expected) {
     return Err(absl::StrCat(mnemonic, " takes ", expected, " operands, got ", args.size()));
   }
@@ -653,16 +702,34 @@ absl::Status Assembler::Instruction(absl::string_view line) {
     const std::string& arg = args[a++];
     absl::StatusOr<uint32_t> word;
     switch (type) {
-      case Operand::kRI: case Operand::kRF: case Operand::kRB: case Operand::kRS:
-      case Operand::kWI: case Operand::kWF: case Operand::kWB: case Operand::kWS:
+      case Operand::kRI:
+      case Operand::kRF:
+      case Operand::kRB:
+      case Operand::kRS:
+      case Operand::kWI:
+      case Operand::kWF:
+      case Operand::kWB:
+      case Operand::kWS:
         word = Reg(arg, 's');
         break;
-      case Operand::kRT: case Operand::kWT: case Operand::kMT: case Operand::kWG: case Operand::kRG:
-      case Operand::kRQ: case Operand::kWQ: case Operand::kMQ: case Operand::kRP: case Operand::kWP:
-      case Operand::kRX: case Operand::kWX: case Operand::kKill:
+      case Operand::kRT:
+      case Operand::kWT:
+      case Operand::kMT:
+      case Operand::kWG:
+      case Operand::kRG:
+      case Operand::kRQ:
+      case Operand::kWQ:
+      case Operand::kMQ:
+      case Operand::kRP:
+      case Operand::kWP:
+      case Operand::kRX:
+      case Operand::kWX:
+      case Operand::kKill:
         word = Reg(arg, 'o');
         break;
-      case Operand::kImm32: word = ParseU32(arg); break;
+      case Operand::kImm32:
+        word = ParseU32(arg);
+        break;
       case Operand::kImm64: {
         absl::StatusOr<int64_t> v = ParseInt(arg);
         if (!v.ok()) return Err(v.status().message());
@@ -675,7 +742,9 @@ absl::Status Assembler::Instruction(absl::string_view line) {
         cw.F64(*v);
         continue;
       }
-      case Operand::kValue: word = ValueWord(arg); break;
+      case Operand::kValue:
+        word = ValueWord(arg);
+        break;
       case Operand::kDType: {
         absl::StatusOr<uint8_t> d = ParseDTypeWord(arg, false);
         if (!d.ok()) return Err(d.status().message());
@@ -683,22 +752,27 @@ absl::Status Assembler::Instruction(absl::string_view line) {
         break;
       }
       case Operand::kDevice:
-        if (arg == "cpu") word = 0u;
-        else if (arg == "cuda") word = 1u;
-        else return Err(absl::StrCat("unknown device '", arg, "'"));
+        if (arg == "cpu")
+          word = 0u;
+        else if (arg == "cuda")
+          word = 1u;
+        else
+          return Err(absl::StrCat("unknown device '", arg, "'"));
         break;
       case Operand::kKernel:
       case Operand::kConst: {
         absl::string_view x = arg;
         if (!absl::ConsumePrefix(&x, type == Operand::kKernel ? "k" : "c")) {
-          return Err(absl::StrCat("expected ", type == Operand::kKernel ? "kN" : "cN", ", got '", arg, "'"));
+          return Err(absl::StrCat("expected ", type == Operand::kKernel ? "kN" : "cN", ", got '",
+                                  arg, "'"));
         }
         word = ParseU32(x);
         break;
       }
       case Operand::kString: {
         absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, "str")) return Err(absl::StrCat("expected strN, got '", arg, "'"));
+        if (!absl::ConsumePrefix(&x, "str"))
+          return Err(absl::StrCat("expected strN, got '", arg, "'"));
         word = ParseU32(x);
         break;
       }
@@ -711,21 +785,30 @@ absl::Status Assembler::Instruction(absl::string_view line) {
       }
       case Operand::kFunc: {
         absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, "@")) return Err(absl::StrCat("expected @function, got '", arg, "'"));
-        fixups_.push_back({function_index, static_cast<uint32_t>(code.size()), std::string(x), line_});
+        if (!absl::ConsumePrefix(&x, "@"))
+          return Err(absl::StrCat("expected @function, got '", arg, "'"));
+        fixups_.push_back(
+            {function_index, static_cast<uint32_t>(code.size()), std::string(x), line_});
         word = 0u;
         break;
       }
-      case Operand::kListRX: case Operand::kListWX: case Operand::kListOut:
-      case Operand::kListRS: case Operand::kListWS: case Operand::kListValue: {
+      case Operand::kListRX:
+      case Operand::kListWX:
+      case Operand::kListOut:
+      case Operand::kListRS:
+      case Operand::kListWS:
+      case Operand::kListValue: {
         const bool values = type == Operand::kListValue;
-        absl::StatusOr<std::vector<std::string>> items = Bracketed(arg, values ? '[' : '(', values ? ']' : ')');
+        absl::StatusOr<std::vector<std::string>> items =
+            Bracketed(arg, values ? '[' : '(', values ? ']' : ')');
         if (!items.ok()) return Err(items.status().message());
         std::vector<uint32_t> words;
         for (const std::string& item : *items) {
           absl::StatusOr<uint32_t> w;
-          if (values) w = ValueWord(item);
-          else w = Reg(item, (type == Operand::kListRS || type == Operand::kListWS) ? 's' : 'o');
+          if (values)
+            w = ValueWord(item);
+          else
+            w = Reg(item, (type == Operand::kListRS || type == Operand::kListWS) ? 's' : 'o');
           if (!w.ok()) return w.status();
           words.push_back(*w);
         }
@@ -742,7 +825,8 @@ absl::Status Assembler::Instruction(absl::string_view line) {
 
   // Structure: derive jump offsets from the nesting.
   auto set_jump = [&](uint32_t word_index, uint32_t from_pc, int64_t target) {
-    code[word_index] = static_cast<uint32_t>(static_cast<int32_t>(target - static_cast<int64_t>(from_pc)));
+    code[word_index] =
+        static_cast<uint32_t>(static_cast<int32_t>(target - static_cast<int64_t>(from_pc)));
   };
   const uint32_t next_pc = static_cast<uint32_t>(code.size());
   auto innermost_loop = [&]() -> OpenBlock* {
@@ -757,7 +841,8 @@ absl::Status Assembler::Instruction(absl::string_view line) {
       blocks_.push_back(OpenBlock{op == Opcode::kLoop, pc, static_cast<uint32_t>(jump_word)});
       break;
     case Opcode::kElse: {
-      if (blocks_.empty() || blocks_.back().is_loop || blocks_.back().else_pc >= 0) return Err("else without if");
+      if (blocks_.empty() || blocks_.back().is_loop || blocks_.back().else_pc >= 0)
+        return Err("else without if");
       OpenBlock& b = blocks_.back();
       b.else_pc = pc;
       b.else_jump = static_cast<uint32_t>(jump_word);
@@ -791,7 +876,8 @@ absl::Status Assembler::Instruction(absl::string_view line) {
     case Opcode::kContinue: {
       OpenBlock* loop = innermost_loop();
       if (loop == nullptr) return Err(absl::StrCat(mnemonic, " outside a loop"));
-      (op == Opcode::kContinue ? loop->continues : loop->breaks).push_back({pc, static_cast<uint32_t>(jump_word)});
+      (op == Opcode::kContinue ? loop->continues : loop->breaks)
+          .push_back({pc, static_cast<uint32_t>(jump_word)});
       break;
     }
     default:
@@ -802,7 +888,8 @@ absl::Status Assembler::Instruction(absl::string_view line) {
 
 absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
   for (int i = 0; i < kNumOpcodes; ++i) {
-    mnemonics_[std::string(GetOpcodeInfo(static_cast<Opcode>(i)).mnemonic)] = static_cast<Opcode>(i);
+    mnemonics_[std::string(GetOpcodeInfo(static_cast<Opcode>(i)).mnemonic)] =
+        static_cast<Opcode>(i);
   }
   out_.exe = std::make_unique<fb::ExecutableT>();
   for (absl::string_view raw : absl::StrSplit(text, '\n')) {
@@ -817,7 +904,8 @@ absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
         if (fn_ == nullptr) return Err(absl::StrCat(w[0], " outside a function"));
         if (absl::Status s = FunctionDirective(w); !s.ok()) return s;
       } else {
-        if (fn_ != nullptr && w[0] != ".function") return Err(absl::StrCat(w[0], " inside a function"));
+        if (fn_ != nullptr && w[0] != ".function")
+          return Err(absl::StrCat(w[0], " inside a function"));
         if (absl::Status s = Directive(w); !s.ok()) return s;
       }
       continue;
@@ -833,7 +921,8 @@ absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
   for (const FuncFixup& f : fixups_) {
     auto it = function_index.find(f.name);
     if (it == function_index.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", f.line, ": unknown function @", f.name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", f.line, ": unknown function @", f.name));
     }
     out_.exe->functions[f.function]->code[f.word] = it->second;
   }

@@ -17,10 +17,14 @@ namespace {
 
 const char* KindWord(fb::ObjectKind k) {
   switch (k) {
-    case fb::ObjectKind::Tensor: return "tensor";
-    case fb::ObjectKind::Storage: return "storage";
-    case fb::ObjectKind::Sequence: return "seq";
-    case fb::ObjectKind::Optional: return "opt";
+    case fb::ObjectKind::Tensor:
+      return "tensor";
+    case fb::ObjectKind::Storage:
+      return "storage";
+    case fb::ObjectKind::Sequence:
+      return "seq";
+    case fb::ObjectKind::Optional:
+      return "opt";
   }
   return "?";
 }
@@ -32,18 +36,23 @@ std::string DTypeWord(uint8_t d) {
 
 std::string ObjectTypeText(const fb::ObjectType& t) {
   switch (t.kind()) {
-    case fb::ObjectKind::Storage: return "storage";
+    case fb::ObjectKind::Storage:
+      return "storage";
     case fb::ObjectKind::Optional:
       return absl::StrCat("opt:", KindWord(t.elem_kind()), ":", DTypeWord(t.dtype()));
-    default: return absl::StrCat(KindWord(t.kind()), ":", DTypeWord(t.dtype()));
+    default:
+      return absl::StrCat(KindWord(t.kind()), ":", DTypeWord(t.dtype()));
   }
 }
 
 const char* ScalarWord(fb::ScalarType t) {
   switch (t) {
-    case fb::ScalarType::I64: return "i64";
-    case fb::ScalarType::F64: return "f64";
-    case fb::ScalarType::Bool: return "bool";
+    case fb::ScalarType::I64:
+      return "i64";
+    case fb::ScalarType::F64:
+      return "f64";
+    case fb::ScalarType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -60,9 +69,15 @@ std::string PortText(const fb::Port& p) {
 std::string AttrText(const fb::Attribute& a) {
   std::string v;
   switch (a.type()) {
-    case fb::AttrType::Int: v = absl::StrCat("i:", a.i()); break;
-    case fb::AttrType::Float: v = absl::StrCat("f:", FormatF32(a.f())); break;
-    case fb::AttrType::String: v = absl::StrCat("s:", QuoteString(schema::Sv(a.s()))); break;
+    case fb::AttrType::Int:
+      v = absl::StrCat("i:", a.i());
+      break;
+    case fb::AttrType::Float:
+      v = absl::StrCat("f:", FormatF32(a.f()));
+      break;
+    case fb::AttrType::String:
+      v = absl::StrCat("s:", QuoteString(schema::Sv(a.s())));
+      break;
     case fb::AttrType::Ints: {
       std::vector<int64_t> xs;
       if (a.ints()) xs.assign(a.ints()->begin(), a.ints()->end());
@@ -71,17 +86,21 @@ std::string AttrText(const fb::Attribute& a) {
     }
     case fb::AttrType::Floats: {
       std::vector<std::string> xs;
-      if (a.floats()) for (float f : *a.floats()) xs.push_back(FormatF32(f));
+      if (a.floats())
+        for (float f : *a.floats()) xs.push_back(FormatF32(f));
       v = absl::StrCat("floats:[", absl::StrJoin(xs, ","), "]");
       break;
     }
     case fb::AttrType::Strings: {
       std::vector<std::string> xs;
-      if (a.strings()) for (const auto* s : *a.strings()) xs.push_back(QuoteString(schema::Sv(s)));
+      if (a.strings())
+        for (const auto* s : *a.strings()) xs.push_back(QuoteString(schema::Sv(s)));
       v = absl::StrCat("strings:[", absl::StrJoin(xs, ","), "]");
       break;
     }
-    case fb::AttrType::Tensor: v = absl::StrCat("t:c", a.tensor()); break;
+    case fb::AttrType::Tensor:
+      v = absl::StrCat("t:c", a.tensor());
+      break;
   }
   return absl::StrCat(schema::Sv(a.name()), "=", v);
 }
@@ -91,7 +110,8 @@ std::string ParamText(const fb::Param& p) {
   std::vector<std::string> dims;
   if (p.shape()) {
     for (const fb::Dim* d : *p.shape()) {
-      dims.push_back(d->value() >= 0 ? absl::StrCat(d->value()) : std::string(schema::Sv(d->symbol())));
+      dims.push_back(d->value() >= 0 ? absl::StrCat(d->value())
+                                     : std::string(schema::Sv(d->symbol())));
     }
   }
   return absl::StrCat(schema::Sv(p.name()), " [", absl::StrJoin(dims, ","), "]");
@@ -103,7 +123,8 @@ std::string ValueText(uint32_t w) {
 
 std::string RegListText(absl::Span<const uint32_t> regs, char bank) {
   std::vector<std::string> xs;
-  for (uint32_t r : regs) xs.push_back(r == kAbsentRegister ? "_" : absl::StrCat("%", std::string(1, bank), r));
+  for (uint32_t r : regs)
+    xs.push_back(r == kAbsentRegister ? "_" : absl::StrCat("%", std::string(1, bank), r));
   return absl::StrCat("(", absl::StrJoin(xs, ", "), ")");
 }
 
@@ -140,16 +161,19 @@ std::string FormatF32(float v) {
   return absl::StrFormat("0x%08x", bits);
 }
 
-absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<const uint8_t> constants,
+absl::StatusOr<std::string> Disassemble(const fb::Executable& exe,
+                                        absl::Span<const uint8_t> constants,
                                         const DisassembleOptions& options) {
   std::string out = "; dynvm assembly\n";
-  if (exe.producer()) absl::StrAppend(&out, ".producer ", QuoteString(schema::Sv(exe.producer())), "\n");
+  if (exe.producer())
+    absl::StrAppend(&out, ".producer ", QuoteString(schema::Sv(exe.producer())), "\n");
   if (exe.weights()) {
     absl::StrAppend(&out, ".weights ", QuoteString(schema::Sv(exe.weights()->file_name())),
                     " hash=", exe.weights()->hash(), " size=", exe.weights()->size(), "\n");
   }
   if (exe.strings()) {
-    for (const auto* s : *exe.strings()) absl::StrAppend(&out, ".string ", QuoteString(schema::Sv(s)), "\n");
+    for (const auto* s : *exe.strings())
+      absl::StrAppend(&out, ".string ", QuoteString(schema::Sv(s)), "\n");
   }
   if (exe.constants()) {
     for (uint32_t i = 0; i < exe.constants()->size(); ++i) {
@@ -164,9 +188,11 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<co
       } else {
         out += " hex:";
         if (c->offset() + c->size() > constants.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("constant ", i, " lies outside the segment"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("constant ", i, " lies outside the segment"));
         }
-        for (uint64_t b = 0; b < c->size(); ++b) absl::StrAppendFormat(&out, "%02x", constants[c->offset() + b]);
+        for (uint64_t b = 0; b < c->size(); ++b)
+          absl::StrAppendFormat(&out, "%02x", constants[c->offset() + b]);
       }
       absl::StrAppend(&out, "  ; c", i, "\n");
     }
@@ -175,14 +201,18 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<co
     for (uint32_t i = 0; i < exe.kernels()->size(); ++i) {
       const fb::Kernel* k = exe.kernels()->Get(i);
       absl::StrAppend(&out, ".kernel ", QuoteString(schema::Sv(k->op())));
-      if (k->domain() && k->domain()->size() > 0) absl::StrAppend(&out, " domain=", QuoteString(schema::Sv(k->domain())));
+      if (k->domain() && k->domain()->size() > 0)
+        absl::StrAppend(&out, " domain=", QuoteString(schema::Sv(k->domain())));
       if (k->device() != 0) absl::StrAppend(&out, " device=", k->device() == 1 ? "cuda" : "?");
-      if (k->backend() && k->backend()->size() > 0) absl::StrAppend(&out, " backend=", QuoteString(schema::Sv(k->backend())));
+      if (k->backend() && k->backend()->size() > 0)
+        absl::StrAppend(&out, " backend=", QuoteString(schema::Sv(k->backend())));
       std::vector<std::string> ports;
-      if (k->inputs()) for (const auto* p : *k->inputs()) ports.push_back(PortText(*p));
+      if (k->inputs())
+        for (const auto* p : *k->inputs()) ports.push_back(PortText(*p));
       absl::StrAppend(&out, " in(", absl::StrJoin(ports, ", "), ")");
       ports.clear();
-      if (k->outputs()) for (const auto* p : *k->outputs()) ports.push_back(PortText(*p));
+      if (k->outputs())
+        for (const auto* p : *k->outputs()) ports.push_back(PortText(*p));
       absl::StrAppend(&out, " out(", absl::StrJoin(ports, ", "), ")");
       if (k->attrs() && k->attrs()->size() > 0) {
         std::vector<std::string> attrs;
@@ -199,25 +229,34 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<co
     absl::StrAppend(&out, "\n.function ", schema::Sv(f->name()), "\n");
     absl::StrAppend(&out, "  .params ", f->num_object_params(), " ", f->num_scalar_params(), "\n");
     std::vector<std::string> types;
-    if (f->scalar_types()) for (auto t : *f->scalar_types()) types.push_back(ScalarWord(t));
+    if (f->scalar_types())
+      for (auto t : *f->scalar_types()) types.push_back(ScalarWord(t));
     if (!types.empty()) absl::StrAppend(&out, "  .sregs ", absl::StrJoin(types, " "), "\n");
     types.clear();
-    if (f->object_types()) for (const auto* t : *f->object_types()) types.push_back(ObjectTypeText(*t));
+    if (f->object_types())
+      for (const auto* t : *f->object_types()) types.push_back(ObjectTypeText(*t));
     if (!types.empty()) absl::StrAppend(&out, "  .oregs ", absl::StrJoin(types, " "), "\n");
     types.clear();
-    if (f->object_results()) for (const auto* t : *f->object_results()) types.push_back(ObjectTypeText(*t));
+    if (f->object_results())
+      for (const auto* t : *f->object_results()) types.push_back(ObjectTypeText(*t));
     if (!types.empty()) absl::StrAppend(&out, "  .oresults ", absl::StrJoin(types, " "), "\n");
     types.clear();
-    if (f->scalar_results()) for (auto t : *f->scalar_results()) types.push_back(ScalarWord(t));
+    if (f->scalar_results())
+      for (auto t : *f->scalar_results()) types.push_back(ScalarWord(t));
     if (!types.empty()) absl::StrAppend(&out, "  .sresults ", absl::StrJoin(types, " "), "\n");
     if (f->num_invoke_sites() > 0) absl::StrAppend(&out, "  .sites ", f->num_invoke_sites(), "\n");
     if (f->signature()) {
       out += "  .entry\n";
-      if (f->signature()->inputs()) for (const auto* p : *f->signature()->inputs()) absl::StrAppend(&out, "  .input ", ParamText(*p), "\n");
-      if (f->signature()->outputs()) for (const auto* p : *f->signature()->outputs()) absl::StrAppend(&out, "  .output ", ParamText(*p), "\n");
+      if (f->signature()->inputs())
+        for (const auto* p : *f->signature()->inputs())
+          absl::StrAppend(&out, "  .input ", ParamText(*p), "\n");
+      if (f->signature()->outputs())
+        for (const auto* p : *f->signature()->outputs())
+          absl::StrAppend(&out, "  .output ", ParamText(*p), "\n");
     }
     if (f->bounds()) {
-      for (const auto* b : *f->bounds()) absl::StrAppend(&out, "  .bound ", schema::Sv(b->name()), " ", b->bound(), "\n");
+      for (const auto* b : *f->bounds())
+        absl::StrAppend(&out, "  .bound ", schema::Sv(b->name()), " ", b->bound(), "\n");
     }
     absl::Span<const uint32_t> code(f->code()->data(), f->code()->size());
     int depth = 0;
@@ -225,13 +264,15 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<co
       Decoded d;
       if (absl::Status s = DecodeAt(code, pc, &d); !s.ok()) return s;
       while (locs && loc_index < locs->size() &&
-             std::make_pair(locs->Get(loc_index)->function(), locs->Get(loc_index)->pc()) < std::make_pair(fi, pc)) {
+             std::make_pair(locs->Get(loc_index)->function(), locs->Get(loc_index)->pc()) <
+                 std::make_pair(fi, pc)) {
         ++loc_index;
       }
       if (locs && loc_index < locs->size() && locs->Get(loc_index)->function() == fi &&
           locs->Get(loc_index)->pc() == pc) {
         const auto* node = locs->Get(loc_index)->node();
-        absl::StrAppend(&out, std::string(2 + 2 * depth, ' '), ".loc ", QuoteString(schema::Sv(node)), "\n");
+        absl::StrAppend(&out, std::string(2 + 2 * depth, ' '), ".loc ",
+                        QuoteString(schema::Sv(node)), "\n");
       }
       if (d.op == Opcode::kElse || d.op == Opcode::kEndIf || d.op == Opcode::kEndLoop) --depth;
       const OpcodeInfo& info = GetOpcodeInfo(d.op);
@@ -243,31 +284,73 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe, absl::Span<co
         const uint32_t v = w[s.pos];
         absl::Span<const uint32_t> list(w + s.pos + 1, s.count);
         switch (s.type) {
-          case Operand::kRI: case Operand::kRF: case Operand::kRB: case Operand::kRS:
-          case Operand::kWI: case Operand::kWF: case Operand::kWB: case Operand::kWS:
+          case Operand::kRI:
+          case Operand::kRF:
+          case Operand::kRB:
+          case Operand::kRS:
+          case Operand::kWI:
+          case Operand::kWF:
+          case Operand::kWB:
+          case Operand::kWS:
             ops.push_back(absl::StrCat("%s", v));
             break;
-          case Operand::kRT: case Operand::kWT: case Operand::kMT: case Operand::kWG: case Operand::kRG:
-          case Operand::kRQ: case Operand::kWQ: case Operand::kMQ: case Operand::kRP: case Operand::kWP:
-          case Operand::kRX: case Operand::kWX: case Operand::kKill:
+          case Operand::kRT:
+          case Operand::kWT:
+          case Operand::kMT:
+          case Operand::kWG:
+          case Operand::kRG:
+          case Operand::kRQ:
+          case Operand::kWQ:
+          case Operand::kMQ:
+          case Operand::kRP:
+          case Operand::kWP:
+          case Operand::kRX:
+          case Operand::kWX:
+          case Operand::kKill:
             ops.push_back(absl::StrCat("%o", v));
             break;
-          case Operand::kImm32: ops.push_back(absl::StrCat(v)); break;
-          case Operand::kImm64: ops.push_back(absl::StrCat(ReadImm64(w + s.pos))); break;
-          case Operand::kImmF64: ops.push_back(FormatF64(ReadF64(w + s.pos))); break;
-          case Operand::kValue: ops.push_back(ValueText(v)); break;
-          case Operand::kDType: ops.push_back(DTypeWord(static_cast<uint8_t>(v))); break;
-          case Operand::kDevice: ops.push_back(v == 0 ? "cpu" : "cuda"); break;
-          case Operand::kKernel: ops.push_back(absl::StrCat("k", v)); break;
-          case Operand::kConst: ops.push_back(absl::StrCat("c", v)); break;
-          case Operand::kFunc: ops.push_back(absl::StrCat("@", schema::Sv(exe.functions()->Get(v)->name()))); break;
-          case Operand::kString: ops.push_back(absl::StrCat("str", v)); break;
-          case Operand::kSite: ops.push_back(absl::StrCat("#", v)); break;
-          case Operand::kJump: break;  // implied by the nesting
-          case Operand::kListRX: case Operand::kListWX: case Operand::kListOut:
+          case Operand::kImm32:
+            ops.push_back(absl::StrCat(v));
+            break;
+          case Operand::kImm64:
+            ops.push_back(absl::StrCat(ReadImm64(w + s.pos)));
+            break;
+          case Operand::kImmF64:
+            ops.push_back(FormatF64(ReadF64(w + s.pos)));
+            break;
+          case Operand::kValue:
+            ops.push_back(ValueText(v));
+            break;
+          case Operand::kDType:
+            ops.push_back(DTypeWord(static_cast<uint8_t>(v)));
+            break;
+          case Operand::kDevice:
+            ops.push_back(v == 0 ? "cpu" : "cuda");
+            break;
+          case Operand::kKernel:
+            ops.push_back(absl::StrCat("k", v));
+            break;
+          case Operand::kConst:
+            ops.push_back(absl::StrCat("c", v));
+            break;
+          case Operand::kFunc:
+            ops.push_back(absl::StrCat("@", schema::Sv(exe.functions()->Get(v)->name())));
+            break;
+          case Operand::kString:
+            ops.push_back(absl::StrCat("str", v));
+            break;
+          case Operand::kSite:
+            ops.push_back(absl::StrCat("#", v));
+            break;
+          case Operand::kJump:
+            break;  // implied by the nesting
+          case Operand::kListRX:
+          case Operand::kListWX:
+          case Operand::kListOut:
             ops.push_back(RegListText(list, 'o'));
             break;
-          case Operand::kListRS: case Operand::kListWS:
+          case Operand::kListRS:
+          case Operand::kListWS:
             ops.push_back(RegListText(list, 's'));
             break;
           case Operand::kListValue: {

@@ -1,5 +1,6 @@
-#include "absl/strings/string_view.h"
 #include "isa/dtype.h"
+
+#include "absl/strings/string_view.h"
 
 namespace dynvm {
 

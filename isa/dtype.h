@@ -5,28 +5,28 @@
 #ifndef DYNVM_ISA_DTYPE_H_
 #define DYNVM_ISA_DTYPE_H_
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <optional>
 
+#include "absl/strings/string_view.h"
 
 namespace dynvm {
 
 // X(enumerator, value, name, byte size)
-#define DYNVM_DTYPES(X)      \
-  X(kF32, 0, "f32", 4)       \
-  X(kF64, 1, "f64", 8)       \
-  X(kF16, 2, "f16", 2)       \
-  X(kBF16, 3, "bf16", 2)     \
-  X(kI8, 4, "i8", 1)         \
-  X(kI16, 5, "i16", 2)       \
-  X(kI32, 6, "i32", 4)       \
-  X(kI64, 7, "i64", 8)       \
-  X(kU8, 8, "u8", 1)         \
-  X(kU16, 9, "u16", 2)       \
-  X(kU32, 10, "u32", 4)      \
-  X(kU64, 11, "u64", 8)      \
-  X(kBool, 12, "bool", 1)    \
+#define DYNVM_DTYPES(X)   \
+  X(kF32, 0, "f32", 4)    \
+  X(kF64, 1, "f64", 8)    \
+  X(kF16, 2, "f16", 2)    \
+  X(kBF16, 3, "bf16", 2)  \
+  X(kI8, 4, "i8", 1)      \
+  X(kI16, 5, "i16", 2)    \
+  X(kI32, 6, "i32", 4)    \
+  X(kI64, 7, "i64", 8)    \
+  X(kU8, 8, "u8", 1)      \
+  X(kU16, 9, "u16", 2)    \
+  X(kU32, 10, "u32", 4)   \
+  X(kU64, 11, "u64", 8)   \
+  X(kBool, 12, "bool", 1) \
   X(kString, 13, "string", 16)
 
 enum class DType : uint8_t {

@@ -5,10 +5,12 @@
 namespace dynvm::isa {
 
 absl::Status DecodeAt(absl::Span<const uint32_t> code, uint32_t pc, Decoded* out) {
-  if (pc >= code.size()) return absl::InvalidArgumentError(absl::StrCat("pc ", pc, " past the end"));
+  if (pc >= code.size())
+    return absl::InvalidArgumentError(absl::StrCat("pc ", pc, " past the end"));
   const uint32_t header = code[pc];
   if (!IsValidOpcode(header & 0xFF)) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown opcode ", header & 0xFF, " at pc ", pc));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown opcode ", header & 0xFF, " at pc ", pc));
   }
   if ((header >> 24) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("reserved header bits set at pc ", pc));

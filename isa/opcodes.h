@@ -19,32 +19,50 @@
 #ifndef DYNVM_ISA_OPCODES_H_
 #define DYNVM_ISA_OPCODES_H_
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <initializer_list>
 
+#include "absl/strings/string_view.h"
 
 namespace dynvm::isa {
 
 enum class Operand : uint8_t {
   // Scalar registers: R read, W write; I i64, F f64, B bool, S any scalar type.
-  kRI, kRF, kRB, kRS, kWI, kWF, kWB, kWS,
+  kRI,
+  kRF,
+  kRB,
+  kRS,
+  kWI,
+  kWF,
+  kWB,
+  kWS,
   // Object registers by kind: R read, W write, M read and updated in place.
   // T tensor, G storage, Q sequence, P optional, X any kind.
-  kRT, kWT, kMT, kWG, kRG, kRQ, kWQ, kMQ, kRP, kWP, kRX, kWX,
-  kKill,     // an object register released; unassigned afterwards
-  kImm32,    // 1 word, unsigned
-  kImm64,    // 2 words, two's complement int64
-  kImmF64,   // 2 words, IEEE double
-  kValue,    // 1 word: bit 31 set -> i64 register (bits 0..30), else immediate 0..2^31-1
-  kDType,    // 1 word, a dynvm::DType
-  kDevice,   // 1 word, a device id (0 CPU, 1 CUDA)
-  kKernel,   // 1 word, kernel table index
-  kConst,    // 1 word, constant table index
-  kFunc,     // 1 word, function index
-  kString,   // 1 word, string table index
-  kSite,     // 1 word, invoke site index, unique within the function
-  kJump,     // 1 word, signed offset in words from this instruction's header
+  kRT,
+  kWT,
+  kMT,
+  kWG,
+  kRG,
+  kRQ,
+  kWQ,
+  kMQ,
+  kRP,
+  kWP,
+  kRX,
+  kWX,
+  kKill,    // an object register released; unassigned afterwards
+  kImm32,   // 1 word, unsigned
+  kImm64,   // 2 words, two's complement int64
+  kImmF64,  // 2 words, IEEE double
+  kValue,   // 1 word: bit 31 set -> i64 register (bits 0..30), else immediate 0..2^31-1
+  kDType,   // 1 word, a dynvm::DType
+  kDevice,  // 1 word, a device id (0 CPU, 1 CUDA)
+  kKernel,  // 1 word, kernel table index
+  kConst,   // 1 word, constant table index
+  kFunc,    // 1 word, function index
+  kString,  // 1 word, string table index
+  kSite,    // 1 word, invoke site index, unique within the function
+  kJump,    // 1 word, signed offset in words from this instruction's header
   // Lists: a count word then the elements.
   kListRX,   // object registers read; 0xFFFFFFFF marks an absent optional kernel input
   kListWX,   // object registers written
@@ -55,102 +73,103 @@ enum class Operand : uint8_t {
 };
 
 // X(Enumerator, "mnemonic", (operand formats...), "meaning")
-#define DYNVM_OPCODES(X)                                                                       \
-  /* Structured control flow. Jump operands are written by the assembler and checked */       \
-  /* by the verifier against the nesting, so they are never free-form. */                     \
-  X(Nop, "nop", (), "no operation")                                                            \
-  X(If, "if", (kRB, kJump), "if !S[a]: goto j (after the matching else, or its endif)")        \
-  X(Else, "else", (kJump), "goto j (the matching endif)")                                      \
-  X(EndIf, "endif", (), "closes an if")                                                        \
-  X(Loop, "loop", (kWI, kValue, kJump), "S[a] := 0; if S[a] >= v: goto j (past endloop)")      \
-  X(EndLoop, "endloop", (kJump),                                                               \
-    "S[iter] += 1; if S[iter] < trip: goto the body of loop j, else fall through")            \
-  X(Break, "break", (kJump), "goto j (past the innermost endloop)")                            \
-  X(BreakIf, "break_if", (kRB, kJump), "if S[a]: goto j (past the innermost endloop)")         \
-  X(BreakUnless, "break_unless", (kRB, kJump), "if !S[a]: goto j (past the innermost endloop)") \
-  X(Continue, "continue", (kJump), "goto j (the innermost endloop)")                           \
-  X(Call, "call", (kFunc, kListRX, kListRS, kListWX, kListWS),                                \
-    "(O..., S...) := F[f](O..., S...)")                                                        \
-  X(Ret, "ret", (kListRX, kListRS), "return O..., S... to the caller")                         \
-  X(Fail, "fail", (kString), "stop the run with error message a")                              \
-  X(Assert, "assert", (kRB, kString), "if !S[a]: stop the run with error message b")           \
-  /* Moves. Objects are reference-counted handles: a move never copies tensor data. */        \
-  X(Mov, "mov", (kWX, kRX), "O[a] := O[b]")                                                    \
-  X(MovS, "mov_s", (kWS, kRS), "S[a] := S[b]")                                                 \
-  X(PMove, "pmove", (kListWX, kListRX), "O[a_i] := O[b_i] for all i at once (a swap works)")   \
-  X(PMoveS, "pmove_s", (kListWS, kListRS), "S[a_i] := S[b_i] for all i at once")              \
-  X(Kill, "kill", (kKill), "release O[a]")                                                     \
-  /* Scalar constants and arithmetic. Integer ops wrap; div/mod floor and fail on zero. */     \
-  X(ConstI, "const_i", (kWI, kImm64), "S[a] := imm")                                           \
-  X(ConstF, "const_f", (kWF, kImmF64), "S[a] := imm")                                          \
-  X(ConstB, "const_b", (kWB, kImm32), "S[a] := imm != 0")                                      \
-  X(AddI, "add_i", (kWI, kRI, kRI), "S[a] := S[b] + S[c]")                                     \
-  X(AddImmI, "addimm_i", (kWI, kRI, kImm64), "S[a] := S[b] + imm")                             \
-  X(SubI, "sub_i", (kWI, kRI, kRI), "S[a] := S[b] - S[c]")                                     \
-  X(MulI, "mul_i", (kWI, kRI, kRI), "S[a] := S[b] * S[c]")                                     \
-  X(DivI, "div_i", (kWI, kRI, kRI), "S[a] := floor(S[b] / S[c])")                              \
-  X(ModI, "mod_i", (kWI, kRI, kRI), "S[a] := S[b] - S[c] * floor(S[b] / S[c])")               \
-  X(MinI, "min_i", (kWI, kRI, kRI), "S[a] := min(S[b], S[c])")                                 \
-  X(MaxI, "max_i", (kWI, kRI, kRI), "S[a] := max(S[b], S[c])")                                 \
-  X(NegI, "neg_i", (kWI, kRI), "S[a] := -S[b]")                                                \
-  X(AddF, "add_f", (kWF, kRF, kRF), "S[a] := S[b] + S[c]")                                     \
-  X(SubF, "sub_f", (kWF, kRF, kRF), "S[a] := S[b] - S[c]")                                     \
-  X(MulF, "mul_f", (kWF, kRF, kRF), "S[a] := S[b] * S[c]")                                     \
-  X(DivF, "div_f", (kWF, kRF, kRF), "S[a] := S[b] / S[c] (IEEE)")                              \
-  X(MinF, "min_f", (kWF, kRF, kRF), "S[a] := min(S[b], S[c])")                                 \
-  X(MaxF, "max_f", (kWF, kRF, kRF), "S[a] := max(S[b], S[c])")                                 \
-  X(NegF, "neg_f", (kWF, kRF), "S[a] := -S[b]")                                                \
-  X(EqI, "eq_i", (kWB, kRI, kRI), "S[a] := S[b] == S[c]")                                      \
-  X(NeI, "ne_i", (kWB, kRI, kRI), "S[a] := S[b] != S[c]")                                      \
-  X(LtI, "lt_i", (kWB, kRI, kRI), "S[a] := S[b] < S[c]")                                       \
-  X(LeI, "le_i", (kWB, kRI, kRI), "S[a] := S[b] <= S[c]")                                      \
-  X(EqF, "eq_f", (kWB, kRF, kRF), "S[a] := S[b] == S[c]")                                      \
-  X(LtF, "lt_f", (kWB, kRF, kRF), "S[a] := S[b] < S[c]")                                       \
-  X(LeF, "le_f", (kWB, kRF, kRF), "S[a] := S[b] <= S[c]")                                      \
-  X(And, "and", (kWB, kRB, kRB), "S[a] := S[b] && S[c]")                                       \
-  X(Or, "or", (kWB, kRB, kRB), "S[a] := S[b] || S[c]")                                         \
-  X(Xor, "xor", (kWB, kRB, kRB), "S[a] := S[b] != S[c]")                                       \
-  X(Not, "not", (kWB, kRB), "S[a] := !S[b]")                                                   \
-  X(IToF, "i2f", (kWF, kRI), "S[a] := double(S[b])")                                           \
-  X(FToI, "f2i", (kWI, kRF), "S[a] := trunc(S[b]), saturated; NaN gives 0")                    \
-  X(BToI, "b2i", (kWI, kRB), "S[a] := S[b] ? 1 : 0")                                           \
-  X(SelectI, "select_i", (kWI, kRB, kRI, kRI), "S[a] := S[b] ? S[c] : S[d]")                   \
-  X(SelectF, "select_f", (kWF, kRB, kRF, kRF), "S[a] := S[b] ? S[c] : S[d]")                   \
-  /* Bridges between the banks. Reading an element is a sync point for device tensors. */     \
-  X(Dim, "dim", (kWI, kRT, kImm32), "S[a] := O[b].dims[n] (fails if n >= rank)")               \
-  X(Rank, "rank", (kWI, kRT), "S[a] := rank of O[b]")                                          \
-  X(Numel, "numel", (kWI, kRT), "S[a] := element count of O[b]")                               \
-  X(ReadI, "read_i", (kWI, kRT, kValue), "S[a] := i64(O[b].flat[v]) (bounds-checked)")         \
-  X(ReadF, "read_f", (kWF, kRT, kValue), "S[a] := f64(O[b].flat[v]) (bounds-checked)")         \
-  X(ReadB, "read_b", (kWB, kRT, kValue), "S[a] := O[b].flat[v] != 0 (bounds-checked)")         \
-  X(Write, "write", (kMT, kValue, kRS), "O[a].flat[v] := S[c] converted to O[a]'s dtype")      \
-  /* Memory. Tensors are strided views at an offset into a storage. */                        \
-  X(AllocStorage, "alloc_storage", (kWG, kValue, kDevice),                                     \
-    "O[a] := v bytes from the pool of a device, 64-byte aligned")                              \
-  X(AllocTensor, "alloc_tensor", (kWT, kRG, kValue, kDType, kListValue),                       \
-    "O[a] := contiguous view of O[b] at byte offset v with dims (checked to fit)")             \
-  X(AllocGrowable, "alloc_growable", (kWT, kDType, kDevice, kImm32, kValue, kListValue),       \
-    "O[a] := new tensor with dims, room for v along axis n before it must grow")              \
-  X(Append, "append", (kMT, kRT, kImm32),                                                      \
-    "O[a] := concat(O[a], O[b]) along axis n, in place when O[a] ends at its storage's "      \
-    "frontier; else grows x2")                                                                 \
-  X(LoadConst, "load_const", (kWT, kConst), "O[a] := read-only view of constant c")           \
-  X(Reshape, "reshape", (kWT, kRT, kListValue), "O[a] := O[b] with new dims (same count; O[b] contiguous)") \
-  X(View, "view", (kWT, kRT, kValue, kListValue, kListValue),                                     \
-    "O[a] := view of O[b]'s storage at element offset v, dims, strides (elements; checked)") \
-  X(Copy, "copy", (kMT, kRT), "O[a][...] := O[b][...] (same shape and dtype; across devices)") \
-  X(Invoke, "invoke", (kKernel, kSite, kListRX, kListOut), "K[k](inputs) -> outputs")          \
-  X(Emit, "emit", (kRT, kImm32), "hand O[a] to the host's stream n callback")                  \
-  /* Sequences and optionals (values; updated in place when not shared). */                  \
-  X(SeqNew, "seq_new", (kWQ), "O[a] := empty sequence")                                        \
-  X(SeqPush, "seq_push", (kMQ, kRT), "append O[b] to O[a]")                                    \
-  X(SeqInsert, "seq_insert", (kMQ, kRT, kRI), "insert O[b] into O[a] at S[c] (negative from the end)") \
-  X(SeqErase, "seq_erase", (kMQ, kRI), "erase element S[b] of O[a]")                           \
-  X(SeqAt, "seq_at", (kWT, kRQ, kRI), "O[a] := O[b][S[c]] (bounds-checked)")                   \
-  X(SeqLen, "seq_len", (kWI, kRQ), "S[a] := length of O[b]")                                   \
-  X(OptNone, "opt_none", (kWP), "O[a] := empty optional")                                      \
-  X(OptSome, "opt_some", (kWP, kRX), "O[a] := optional holding O[b]")                          \
-  X(OptHas, "opt_has", (kWB, kRP), "S[a] := O[b] holds a value")                               \
+#define DYNVM_OPCODES(X)                                                                           \
+  /* Structured control flow. Jump operands are written by the assembler and checked */            \
+  /* by the verifier against the nesting, so they are never free-form. */                          \
+  X(Nop, "nop", (), "no operation")                                                                \
+  X(If, "if", (kRB, kJump), "if !S[a]: goto j (after the matching else, or its endif)")            \
+  X(Else, "else", (kJump), "goto j (the matching endif)")                                          \
+  X(EndIf, "endif", (), "closes an if")                                                            \
+  X(Loop, "loop", (kWI, kValue, kJump), "S[a] := 0; if S[a] >= v: goto j (past endloop)")          \
+  X(EndLoop, "endloop", (kJump),                                                                   \
+    "S[iter] += 1; if S[iter] < trip: goto the body of loop j, else fall through")                 \
+  X(Break, "break", (kJump), "goto j (past the innermost endloop)")                                \
+  X(BreakIf, "break_if", (kRB, kJump), "if S[a]: goto j (past the innermost endloop)")             \
+  X(BreakUnless, "break_unless", (kRB, kJump), "if !S[a]: goto j (past the innermost endloop)")    \
+  X(Continue, "continue", (kJump), "goto j (the innermost endloop)")                               \
+  X(Call, "call", (kFunc, kListRX, kListRS, kListWX, kListWS), "(O..., S...) := F[f](O..., S...)") \
+  X(Ret, "ret", (kListRX, kListRS), "return O..., S... to the caller")                             \
+  X(Fail, "fail", (kString), "stop the run with error message a")                                  \
+  X(Assert, "assert", (kRB, kString), "if !S[a]: stop the run with error message b")               \
+  /* Moves. Objects are reference-counted handles: a move never copies tensor data. */             \
+  X(Mov, "mov", (kWX, kRX), "O[a] := O[b]")                                                        \
+  X(MovS, "mov_s", (kWS, kRS), "S[a] := S[b]")                                                     \
+  X(PMove, "pmove", (kListWX, kListRX), "O[a_i] := O[b_i] for all i at once (a swap works)")       \
+  X(PMoveS, "pmove_s", (kListWS, kListRS), "S[a_i] := S[b_i] for all i at once")                   \
+  X(Kill, "kill", (kKill), "release O[a]")                                                         \
+  /* Scalar constants and arithmetic. Integer ops wrap; div/mod floor and fail on zero. */         \
+  X(ConstI, "const_i", (kWI, kImm64), "S[a] := imm")                                               \
+  X(ConstF, "const_f", (kWF, kImmF64), "S[a] := imm")                                              \
+  X(ConstB, "const_b", (kWB, kImm32), "S[a] := imm != 0")                                          \
+  X(AddI, "add_i", (kWI, kRI, kRI), "S[a] := S[b] + S[c]")                                         \
+  X(AddImmI, "addimm_i", (kWI, kRI, kImm64), "S[a] := S[b] + imm")                                 \
+  X(SubI, "sub_i", (kWI, kRI, kRI), "S[a] := S[b] - S[c]")                                         \
+  X(MulI, "mul_i", (kWI, kRI, kRI), "S[a] := S[b] * S[c]")                                         \
+  X(DivI, "div_i", (kWI, kRI, kRI), "S[a] := floor(S[b] / S[c])")                                  \
+  X(ModI, "mod_i", (kWI, kRI, kRI), "S[a] := S[b] - S[c] * floor(S[b] / S[c])")                    \
+  X(MinI, "min_i", (kWI, kRI, kRI), "S[a] := min(S[b], S[c])")                                     \
+  X(MaxI, "max_i", (kWI, kRI, kRI), "S[a] := max(S[b], S[c])")                                     \
+  X(NegI, "neg_i", (kWI, kRI), "S[a] := -S[b]")                                                    \
+  X(AddF, "add_f", (kWF, kRF, kRF), "S[a] := S[b] + S[c]")                                         \
+  X(SubF, "sub_f", (kWF, kRF, kRF), "S[a] := S[b] - S[c]")                                         \
+  X(MulF, "mul_f", (kWF, kRF, kRF), "S[a] := S[b] * S[c]")                                         \
+  X(DivF, "div_f", (kWF, kRF, kRF), "S[a] := S[b] / S[c] (IEEE)")                                  \
+  X(MinF, "min_f", (kWF, kRF, kRF), "S[a] := min(S[b], S[c])")                                     \
+  X(MaxF, "max_f", (kWF, kRF, kRF), "S[a] := max(S[b], S[c])")                                     \
+  X(NegF, "neg_f", (kWF, kRF), "S[a] := -S[b]")                                                    \
+  X(EqI, "eq_i", (kWB, kRI, kRI), "S[a] := S[b] == S[c]")                                          \
+  X(NeI, "ne_i", (kWB, kRI, kRI), "S[a] := S[b] != S[c]")                                          \
+  X(LtI, "lt_i", (kWB, kRI, kRI), "S[a] := S[b] < S[c]")                                           \
+  X(LeI, "le_i", (kWB, kRI, kRI), "S[a] := S[b] <= S[c]")                                          \
+  X(EqF, "eq_f", (kWB, kRF, kRF), "S[a] := S[b] == S[c]")                                          \
+  X(LtF, "lt_f", (kWB, kRF, kRF), "S[a] := S[b] < S[c]")                                           \
+  X(LeF, "le_f", (kWB, kRF, kRF), "S[a] := S[b] <= S[c]")                                          \
+  X(And, "and", (kWB, kRB, kRB), "S[a] := S[b] && S[c]")                                           \
+  X(Or, "or", (kWB, kRB, kRB), "S[a] := S[b] || S[c]")                                             \
+  X(Xor, "xor", (kWB, kRB, kRB), "S[a] := S[b] != S[c]")                                           \
+  X(Not, "not", (kWB, kRB), "S[a] := !S[b]")                                                       \
+  X(IToF, "i2f", (kWF, kRI), "S[a] := double(S[b])")                                               \
+  X(FToI, "f2i", (kWI, kRF), "S[a] := trunc(S[b]), saturated; NaN gives 0")                        \
+  X(BToI, "b2i", (kWI, kRB), "S[a] := S[b] ? 1 : 0")                                               \
+  X(SelectI, "select_i", (kWI, kRB, kRI, kRI), "S[a] := S[b] ? S[c] : S[d]")                       \
+  X(SelectF, "select_f", (kWF, kRB, kRF, kRF), "S[a] := S[b] ? S[c] : S[d]")                       \
+  /* Bridges between the banks. Reading an element is a sync point for device tensors. */          \
+  X(Dim, "dim", (kWI, kRT, kImm32), "S[a] := O[b].dims[n] (fails if n >= rank)")                   \
+  X(Rank, "rank", (kWI, kRT), "S[a] := rank of O[b]")                                              \
+  X(Numel, "numel", (kWI, kRT), "S[a] := element count of O[b]")                                   \
+  X(ReadI, "read_i", (kWI, kRT, kValue), "S[a] := i64(O[b].flat[v]) (bounds-checked)")             \
+  X(ReadF, "read_f", (kWF, kRT, kValue), "S[a] := f64(O[b].flat[v]) (bounds-checked)")             \
+  X(ReadB, "read_b", (kWB, kRT, kValue), "S[a] := O[b].flat[v] != 0 (bounds-checked)")             \
+  X(Write, "write", (kMT, kValue, kRS), "O[a].flat[v] := S[c] converted to O[a]'s dtype")          \
+  /* Memory. Tensors are strided views at an offset into a storage. */                             \
+  X(AllocStorage, "alloc_storage", (kWG, kValue, kDevice),                                         \
+    "O[a] := v bytes from the pool of a device, 64-byte aligned")                                  \
+  X(AllocTensor, "alloc_tensor", (kWT, kRG, kValue, kDType, kListValue),                           \
+    "O[a] := contiguous view of O[b] at byte offset v with dims (checked to fit)")                 \
+  X(AllocGrowable, "alloc_growable", (kWT, kDType, kDevice, kImm32, kValue, kListValue),           \
+    "O[a] := new tensor with dims, room for v along axis n before it must grow")                   \
+  X(Append, "append", (kMT, kRT, kImm32),                                                          \
+    "O[a] := concat(O[a], O[b]) along axis n, in place when O[a] ends at its storage's "           \
+    "frontier; else grows x2")                                                                     \
+  X(LoadConst, "load_const", (kWT, kConst), "O[a] := read-only view of constant c")                \
+  X(Reshape, "reshape", (kWT, kRT, kListValue),                                                    \
+    "O[a] := O[b] with new dims (same count; O[b] contiguous)")                                    \
+  X(View, "view", (kWT, kRT, kValue, kListValue, kListValue),                                      \
+    "O[a] := view of O[b]'s storage at element offset v, dims, strides (elements; checked)")       \
+  X(Copy, "copy", (kMT, kRT), "O[a][...] := O[b][...] (same shape and dtype; across devices)")     \
+  X(Invoke, "invoke", (kKernel, kSite, kListRX, kListOut), "K[k](inputs) -> outputs")              \
+  X(Emit, "emit", (kRT, kImm32), "hand O[a] to the host's stream n callback")                      \
+  /* Sequences and optionals (values; updated in place when not shared). */                        \
+  X(SeqNew, "seq_new", (kWQ), "O[a] := empty sequence")                                            \
+  X(SeqPush, "seq_push", (kMQ, kRT), "append O[b] to O[a]")                                        \
+  X(SeqInsert, "seq_insert", (kMQ, kRT, kRI),                                                      \
+    "insert O[b] into O[a] at S[c] (negative from the end)")                                       \
+  X(SeqErase, "seq_erase", (kMQ, kRI), "erase element S[b] of O[a]")                               \
+  X(SeqAt, "seq_at", (kWT, kRQ, kRI), "O[a] := O[b][S[c]] (bounds-checked)")                       \
+  X(SeqLen, "seq_len", (kWI, kRQ), "S[a] := length of O[b]")                                       \
+  X(OptNone, "opt_none", (kWP), "O[a] := empty optional")                                          \
+  X(OptSome, "opt_some", (kWP, kRX), "O[a] := optional holding O[b]")                              \
+  X(OptHas, "opt_has", (kWB, kRP), "S[a] := O[b] holds a value")                                   \
   X(OptGet, "opt_get", (kWX, kRP), "O[a] := the value of O[b] (fails if empty)")
 
 enum class Opcode : uint8_t {

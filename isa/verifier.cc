@@ -16,23 +16,34 @@ namespace {
 using fb::ObjectKind;
 using fb::ScalarType;
 
-bool ValidKind(ObjectKind k) { return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ObjectKind::Optional); }
-bool ValidScalar(ScalarType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(ScalarType::Bool); }
+bool ValidKind(ObjectKind k) {
+  return static_cast<uint8_t>(k) <= static_cast<uint8_t>(ObjectKind::Optional);
+}
+bool ValidScalar(ScalarType t) {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(ScalarType::Bool);
+}
 
 const char* KindName(ObjectKind k) {
   switch (k) {
-    case ObjectKind::Tensor: return "tensor";
-    case ObjectKind::Storage: return "storage";
-    case ObjectKind::Sequence: return "sequence";
-    case ObjectKind::Optional: return "optional";
+    case ObjectKind::Tensor:
+      return "tensor";
+    case ObjectKind::Storage:
+      return "storage";
+    case ObjectKind::Sequence:
+      return "sequence";
+    case ObjectKind::Optional:
+      return "optional";
   }
   return "?";
 }
 const char* ScalarName(ScalarType t) {
   switch (t) {
-    case ScalarType::I64: return "i64";
-    case ScalarType::F64: return "f64";
-    case ScalarType::Bool: return "bool";
+    case ScalarType::I64:
+      return "i64";
+    case ScalarType::F64:
+      return "f64";
+    case ScalarType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -53,13 +64,16 @@ bool SameType(const fb::ObjectType& a, const fb::ObjectType& b) {
 
 // Checks an object register type declaration.
 absl::Status CheckObjectType(const fb::ObjectType& t, absl::string_view where) {
-  if (!ValidKind(t.kind())) return absl::InvalidArgumentError(absl::StrCat(where, ": invalid object kind ", static_cast<int>(t.kind())));
+  if (!ValidKind(t.kind()))
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": invalid object kind ", static_cast<int>(t.kind())));
   switch (t.kind()) {
     case ObjectKind::Storage:
       return absl::OkStatus();
     case ObjectKind::Optional:
       if (t.elem_kind() != ObjectKind::Tensor && t.elem_kind() != ObjectKind::Sequence) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": an optional must hold a tensor or a sequence"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": an optional must hold a tensor or a sequence"));
       }
       [[fallthrough]];
     case ObjectKind::Tensor:
@@ -69,7 +83,8 @@ absl::Status CheckObjectType(const fb::ObjectType& t, absl::string_view where) {
       }
       // String tensors hold pointers; until the VM initializes their storage they are refused.
       if (t.dtype() == static_cast<uint8_t>(DType::kString)) {
-        return absl::UnimplementedError(absl::StrCat(where, ": string tensors are not supported yet"));
+        return absl::UnimplementedError(
+            absl::StrCat(where, ": string tensors are not supported yet"));
       }
       return absl::OkStatus();
   }
@@ -141,26 +156,34 @@ class FunctionVerifier {
 
   // Register helpers: object registers are numbered after the scalar ones in State.
   absl::Status ScalarReg(const Instr& in, uint32_t r, const State& st, bool read) const {
-    if (r >= num_s_) return ErrAt(in, absl::StrCat("scalar register %s", r, " out of range (", num_s_, ")"));
-    if (read && !st.Get(r)) return ErrAt(in, absl::StrCat("%s", r, " is read before it is written"));
+    if (r >= num_s_)
+      return ErrAt(in, absl::StrCat("scalar register %s", r, " out of range (", num_s_, ")"));
+    if (read && !st.Get(r))
+      return ErrAt(in, absl::StrCat("%s", r, " is read before it is written"));
     return absl::OkStatus();
   }
-  absl::Status ScalarTyped(const Instr& in, uint32_t r, ScalarType want, const State& st, bool read) const {
+  absl::Status ScalarTyped(const Instr& in, uint32_t r, ScalarType want, const State& st,
+                           bool read) const {
     if (absl::Status s = ScalarReg(in, r, st, read); !s.ok()) return s;
     if (stypes_->Get(r) != want) {
-      return ErrAt(in, absl::StrCat("%s", r, " is ", ScalarName(stypes_->Get(r)), ", expected ", ScalarName(want)));
+      return ErrAt(in, absl::StrCat("%s", r, " is ", ScalarName(stypes_->Get(r)), ", expected ",
+                                    ScalarName(want)));
     }
     return absl::OkStatus();
   }
   absl::Status ObjectReg(const Instr& in, uint32_t r, const State& st, bool read) const {
-    if (r >= num_o_) return ErrAt(in, absl::StrCat("object register %o", r, " out of range (", num_o_, ")"));
-    if (read && !st.Get(num_s_ + r)) return ErrAt(in, absl::StrCat("%o", r, " is read before it is written"));
+    if (r >= num_o_)
+      return ErrAt(in, absl::StrCat("object register %o", r, " out of range (", num_o_, ")"));
+    if (read && !st.Get(num_s_ + r))
+      return ErrAt(in, absl::StrCat("%o", r, " is read before it is written"));
     return absl::OkStatus();
   }
-  absl::Status ObjectKinded(const Instr& in, uint32_t r, ObjectKind want, const State& st, bool read) const {
+  absl::Status ObjectKinded(const Instr& in, uint32_t r, ObjectKind want, const State& st,
+                            bool read) const {
     if (absl::Status s = ObjectReg(in, r, st, read); !s.ok()) return s;
     if (otypes_->Get(r)->kind() != want) {
-      return ErrAt(in, absl::StrCat("%o", r, " is a ", TypeName(*otypes_->Get(r)), ", expected a ", KindName(want)));
+      return ErrAt(in, absl::StrCat("%o", r, " is a ", TypeName(*otypes_->Get(r)), ", expected a ",
+                                    KindName(want)));
     }
     return absl::OkStatus();
   }
@@ -172,7 +195,8 @@ class FunctionVerifier {
   uint8_t ODType(uint32_t r) const { return otypes_->Get(r)->dtype(); }
   absl::Status SameDType(const Instr& in, uint32_t a, uint32_t b) const {
     if (ODType(a) != ODType(b)) {
-      return ErrAt(in, absl::StrCat("%o", a, " (", TypeName(OType(a)), ") and %o", b, " (", TypeName(OType(b)), ") differ in dtype"));
+      return ErrAt(in, absl::StrCat("%o", a, " (", TypeName(OType(a)), ") and %o", b, " (",
+                                    TypeName(OType(b)), ") differ in dtype"));
     }
     return absl::OkStatus();
   }
@@ -209,20 +233,28 @@ absl::Status FunctionVerifier::CheckDeclarations() {
   num_s_ = stypes_ ? stypes_->size() : 0;
   num_o_ = otypes_ ? otypes_->size() : 0;
   if (num_s_ > limits_.max_registers || num_o_ > limits_.max_registers) {
-    return Err(0, absl::StrCat("too many registers (", num_s_, " scalar, ", num_o_, " object; limit ", limits_.max_registers, ")"));
+    return Err(0, absl::StrCat("too many registers (", num_s_, " scalar, ", num_o_,
+                               " object; limit ", limits_.max_registers, ")"));
   }
   for (uint32_t i = 0; i < num_s_; ++i) {
-    if (!ValidScalar(stypes_->Get(i))) return Err(0, absl::StrCat("%s", i, " has an invalid scalar type"));
+    if (!ValidScalar(stypes_->Get(i)))
+      return Err(0, absl::StrCat("%s", i, " has an invalid scalar type"));
   }
   for (uint32_t i = 0; i < num_o_; ++i) {
-    if (absl::Status s = CheckObjectType(*otypes_->Get(i), absl::StrCat("function '", name_, "' %o", i)); !s.ok()) return s;
+    if (absl::Status s =
+            CheckObjectType(*otypes_->Get(i), absl::StrCat("function '", name_, "' %o", i));
+        !s.ok())
+      return s;
   }
   if (fn_.num_scalar_params() > num_s_ || fn_.num_object_params() > num_o_) {
     return Err(0, "more parameters than registers");
   }
   if (fn_.object_results()) {
     for (uint32_t i = 0; i < fn_.object_results()->size(); ++i) {
-      if (absl::Status s = CheckObjectType(*fn_.object_results()->Get(i), absl::StrCat("function '", name_, "' result ", i)); !s.ok()) return s;
+      if (absl::Status s = CheckObjectType(*fn_.object_results()->Get(i),
+                                           absl::StrCat("function '", name_, "' result ", i));
+          !s.ok())
+        return s;
     }
   }
   if (fn_.scalar_results()) {
@@ -233,7 +265,8 @@ absl::Status FunctionVerifier::CheckDeclarations() {
   if (fn_.code() == nullptr || fn_.code()->size() == 0) return Err(0, "function has no code");
   code_ = absl::Span<const uint32_t>(fn_.code()->data(), fn_.code()->size());
   if (fn_.num_invoke_sites() > code_.size()) {
-    return Err(0, absl::StrCat("num_invoke_sites ", fn_.num_invoke_sites(), " exceeds the code size"));
+    return Err(0,
+               absl::StrCat("num_invoke_sites ", fn_.num_invoke_sites(), " exceeds the code size"));
   }
   return absl::OkStatus();
 }
@@ -253,10 +286,12 @@ absl::Status FunctionVerifier::CheckSignature() {
   const uint32_t num_out = sig->outputs() ? sig->outputs()->size() : 0;
   const uint32_t num_results = fn_.object_results() ? fn_.object_results()->size() : 0;
   if (num_in != fn_.num_object_params()) {
-    return Err(0, absl::StrCat("signature has ", num_in, " inputs but the function ", fn_.num_object_params(), " object parameters"));
+    return Err(0, absl::StrCat("signature has ", num_in, " inputs but the function ",
+                               fn_.num_object_params(), " object parameters"));
   }
   if (num_out != num_results) {
-    return Err(0, absl::StrCat("signature has ", num_out, " outputs but the function ", num_results, " object results"));
+    return Err(0, absl::StrCat("signature has ", num_out, " outputs but the function ", num_results,
+                               " object results"));
   }
   auto check_params = [&](const flatbuffers::Vector<flatbuffers::Offset<fb::Param>>* params,
                           bool inputs) -> absl::Status {
@@ -271,15 +306,17 @@ absl::Status FunctionVerifier::CheckSignature() {
         return Err(0, absl::StrCat("duplicate ", what, " name '", p->name()->str(), "'"));
       }
       if (p->kind() != t.kind() || (t.kind() != ObjectKind::Storage && p->dtype() != t.dtype())) {
-        return Err(0, absl::StrCat(what, " '", p->name()->str(), "' is declared ", KindName(p->kind()),
-                                   " but its register is ", TypeName(t)));
+        return Err(0, absl::StrCat(what, " '", p->name()->str(), "' is declared ",
+                                   KindName(p->kind()), " but its register is ", TypeName(t)));
       }
       if (p->shape()) {
         if (p->shape()->size() > static_cast<uint32_t>(limits_.max_rank)) {
-          return Err(0, absl::StrCat(what, " '", p->name()->str(), "' has rank above ", limits_.max_rank));
+          return Err(
+              0, absl::StrCat(what, " '", p->name()->str(), "' has rank above ", limits_.max_rank));
         }
         for (const fb::Dim* d : *p->shape()) {
-          if (d->value() < -1 || (d->value() == -1 && (d->symbol() == nullptr || d->symbol()->size() == 0))) {
+          if (d->value() < -1 ||
+              (d->value() == -1 && (d->symbol() == nullptr || d->symbol()->size() == 0))) {
             return Err(0, absl::StrCat(what, " '", p->name()->str(), "' has an invalid dim"));
           }
         }
@@ -347,7 +384,8 @@ absl::Status FunctionVerifier::Structure() {
         break;
       }
       case Opcode::kEndLoop: {
-        if (stack.empty() || !stack.back().is_loop) return ErrAt(in, "endloop without a matching loop");
+        if (stack.empty() || !stack.back().is_loop)
+          return ErrAt(in, "endloop without a matching loop");
         instrs_[stack.back().idx].match = static_cast<int32_t>(i);
         in.match = static_cast<int32_t>(stack.back().idx);
         stack.pop_back();
@@ -374,7 +412,8 @@ absl::Status FunctionVerifier::Structure() {
     const int32_t got = static_cast<int32_t>(Operand(in, slot));
     const int64_t want = static_cast<int64_t>(target) - in.pc;
     if (got != want) {
-      return ErrAt(in, absl::StrCat("jump offset ", got, " does not match the structure (expected ", want, ")"));
+      return ErrAt(in, absl::StrCat("jump offset ", got, " does not match the structure (expected ",
+                                    want, ")"));
     }
     return absl::OkStatus();
   };
@@ -387,14 +426,27 @@ absl::Status FunctionVerifier::Structure() {
         s = expect_jump(in, 1, m.d.op == Opcode::kElse ? after(in.match) : m.pc);
         break;
       }
-      case Opcode::kElse: s = expect_jump(in, 0, instrs_[in.match].pc); break;
-      case Opcode::kLoop: s = expect_jump(in, 2, after(in.match)); break;
-      case Opcode::kEndLoop: s = expect_jump(in, 0, instrs_[in.match].pc); break;
-      case Opcode::kBreak: s = expect_jump(in, 0, after(instrs_[in.loop].match)); break;
+      case Opcode::kElse:
+        s = expect_jump(in, 0, instrs_[in.match].pc);
+        break;
+      case Opcode::kLoop:
+        s = expect_jump(in, 2, after(in.match));
+        break;
+      case Opcode::kEndLoop:
+        s = expect_jump(in, 0, instrs_[in.match].pc);
+        break;
+      case Opcode::kBreak:
+        s = expect_jump(in, 0, after(instrs_[in.loop].match));
+        break;
       case Opcode::kBreakIf:
-      case Opcode::kBreakUnless: s = expect_jump(in, 1, after(instrs_[in.loop].match)); break;
-      case Opcode::kContinue: s = expect_jump(in, 0, instrs_[instrs_[in.loop].match].pc); break;
-      default: break;
+      case Opcode::kBreakUnless:
+        s = expect_jump(in, 1, after(instrs_[in.loop].match));
+        break;
+      case Opcode::kContinue:
+        s = expect_jump(in, 0, instrs_[instrs_[in.loop].match].pc);
+        break;
+      default:
+        break;
     }
     if (!s.ok()) return s;
   }
@@ -409,7 +461,8 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
     const Instr& in = instrs_[i];
     switch (in.d.op) {
       case Opcode::kIf: {
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok()) return s;
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok())
+          return s;
         const Instr& m = instrs_[in.match];
         const bool has_else = m.d.op == Opcode::kElse;
         State then_state = st;
@@ -427,7 +480,8 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
       }
       case Opcode::kLoop: {
         if (absl::Status s = Value(in, Operand(in, 1), st); !s.ok()) return s;
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::I64, st, false); !s.ok()) return s;
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::I64, st, false); !s.ok())
+          return s;
         st.Set(Operand(in, 0));
         const State pre = st;
         loops.push_back({State::Unreachable(words), State::Unreachable(words)});
@@ -459,7 +513,8 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
         break;
       case Opcode::kBreakIf:
       case Opcode::kBreakUnless:
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok()) return s;
+        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok())
+          return s;
         loops.back().breaks.MeetWith(st);
         break;
       case Opcode::kContinue:
@@ -489,49 +544,112 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
     const uint32_t w = Operand(in, k);
     absl::Status s;
     switch (type) {
-      case Operand::kRI: s = ScalarTyped(in, w, ScalarType::I64, st, true); break;
-      case Operand::kRF: s = ScalarTyped(in, w, ScalarType::F64, st, true); break;
-      case Operand::kRB: s = ScalarTyped(in, w, ScalarType::Bool, st, true); break;
-      case Operand::kRS: s = ScalarReg(in, w, st, true); break;
-      case Operand::kWI: s = ScalarTyped(in, w, ScalarType::I64, st, false); s_writes.push_back(w); break;
-      case Operand::kWF: s = ScalarTyped(in, w, ScalarType::F64, st, false); s_writes.push_back(w); break;
-      case Operand::kWB: s = ScalarTyped(in, w, ScalarType::Bool, st, false); s_writes.push_back(w); break;
-      case Operand::kWS: s = ScalarReg(in, w, st, false); s_writes.push_back(w); break;
-      case Operand::kRT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, true); break;
-      case Operand::kMT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, true); o_writes.push_back(w); break;
-      case Operand::kWT: s = ObjectKinded(in, w, ObjectKind::Tensor, st, false); o_writes.push_back(w); break;
-      case Operand::kRG: s = ObjectKinded(in, w, ObjectKind::Storage, st, true); break;
-      case Operand::kWG: s = ObjectKinded(in, w, ObjectKind::Storage, st, false); o_writes.push_back(w); break;
-      case Operand::kRQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, true); break;
-      case Operand::kMQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, true); o_writes.push_back(w); break;
-      case Operand::kWQ: s = ObjectKinded(in, w, ObjectKind::Sequence, st, false); o_writes.push_back(w); break;
-      case Operand::kRP: s = ObjectKinded(in, w, ObjectKind::Optional, st, true); break;
-      case Operand::kWP: s = ObjectKinded(in, w, ObjectKind::Optional, st, false); o_writes.push_back(w); break;
-      case Operand::kRX: s = ObjectReg(in, w, st, true); break;
-      case Operand::kWX: s = ObjectReg(in, w, st, false); o_writes.push_back(w); break;
-      case Operand::kKill: s = ObjectReg(in, w, st, false); o_kills.push_back(w); break;
-      case Operand::kValue: s = Value(in, w, st); break;
+      case Operand::kRI:
+        s = ScalarTyped(in, w, ScalarType::I64, st, true);
+        break;
+      case Operand::kRF:
+        s = ScalarTyped(in, w, ScalarType::F64, st, true);
+        break;
+      case Operand::kRB:
+        s = ScalarTyped(in, w, ScalarType::Bool, st, true);
+        break;
+      case Operand::kRS:
+        s = ScalarReg(in, w, st, true);
+        break;
+      case Operand::kWI:
+        s = ScalarTyped(in, w, ScalarType::I64, st, false);
+        s_writes.push_back(w);
+        break;
+      case Operand::kWF:
+        s = ScalarTyped(in, w, ScalarType::F64, st, false);
+        s_writes.push_back(w);
+        break;
+      case Operand::kWB:
+        s = ScalarTyped(in, w, ScalarType::Bool, st, false);
+        s_writes.push_back(w);
+        break;
+      case Operand::kWS:
+        s = ScalarReg(in, w, st, false);
+        s_writes.push_back(w);
+        break;
+      case Operand::kRT:
+        s = ObjectKinded(in, w, ObjectKind::Tensor, st, true);
+        break;
+      case Operand::kMT:
+        s = ObjectKinded(in, w, ObjectKind::Tensor, st, true);
+        o_writes.push_back(w);
+        break;
+      case Operand::kWT:
+        s = ObjectKinded(in, w, ObjectKind::Tensor, st, false);
+        o_writes.push_back(w);
+        break;
+      case Operand::kRG:
+        s = ObjectKinded(in, w, ObjectKind::Storage, st, true);
+        break;
+      case Operand::kWG:
+        s = ObjectKinded(in, w, ObjectKind::Storage, st, false);
+        o_writes.push_back(w);
+        break;
+      case Operand::kRQ:
+        s = ObjectKinded(in, w, ObjectKind::Sequence, st, true);
+        break;
+      case Operand::kMQ:
+        s = ObjectKinded(in, w, ObjectKind::Sequence, st, true);
+        o_writes.push_back(w);
+        break;
+      case Operand::kWQ:
+        s = ObjectKinded(in, w, ObjectKind::Sequence, st, false);
+        o_writes.push_back(w);
+        break;
+      case Operand::kRP:
+        s = ObjectKinded(in, w, ObjectKind::Optional, st, true);
+        break;
+      case Operand::kWP:
+        s = ObjectKinded(in, w, ObjectKind::Optional, st, false);
+        o_writes.push_back(w);
+        break;
+      case Operand::kRX:
+        s = ObjectReg(in, w, st, true);
+        break;
+      case Operand::kWX:
+        s = ObjectReg(in, w, st, false);
+        o_writes.push_back(w);
+        break;
+      case Operand::kKill:
+        s = ObjectReg(in, w, st, false);
+        o_kills.push_back(w);
+        break;
+      case Operand::kValue:
+        s = Value(in, w, st);
+        break;
       case Operand::kDType:
-        if (!IsValidDType(static_cast<uint8_t>(w)) || w > 0xFF) s = ErrAt(in, absl::StrCat("invalid dtype ", w));
+        if (!IsValidDType(static_cast<uint8_t>(w)) || w > 0xFF)
+          s = ErrAt(in, absl::StrCat("invalid dtype ", w));
         break;
       case Operand::kDevice:
-        if (w >= static_cast<uint32_t>(kNumDevices)) s = ErrAt(in, absl::StrCat("invalid device ", w));
+        if (w >= static_cast<uint32_t>(kNumDevices))
+          s = ErrAt(in, absl::StrCat("invalid device ", w));
         break;
       case Operand::kKernel:
-        if (exe_.kernels() == nullptr || w >= exe_.kernels()->size()) s = ErrAt(in, absl::StrCat("kernel index ", w, " out of range"));
+        if (exe_.kernels() == nullptr || w >= exe_.kernels()->size())
+          s = ErrAt(in, absl::StrCat("kernel index ", w, " out of range"));
         break;
       case Operand::kConst:
-        if (exe_.constants() == nullptr || w >= exe_.constants()->size()) s = ErrAt(in, absl::StrCat("constant index ", w, " out of range"));
+        if (exe_.constants() == nullptr || w >= exe_.constants()->size())
+          s = ErrAt(in, absl::StrCat("constant index ", w, " out of range"));
         break;
       case Operand::kFunc:
-        if (w >= exe_.functions()->size()) s = ErrAt(in, absl::StrCat("function index ", w, " out of range"));
+        if (w >= exe_.functions()->size())
+          s = ErrAt(in, absl::StrCat("function index ", w, " out of range"));
         break;
       case Operand::kString:
-        if (exe_.strings() == nullptr || w >= exe_.strings()->size()) s = ErrAt(in, absl::StrCat("string index ", w, " out of range"));
+        if (exe_.strings() == nullptr || w >= exe_.strings()->size())
+          s = ErrAt(in, absl::StrCat("string index ", w, " out of range"));
         break;
       case Operand::kSite:
         if (w >= fn_.num_invoke_sites()) {
-          s = ErrAt(in, absl::StrCat("invoke site ", w, " out of range (", fn_.num_invoke_sites(), ")"));
+          s = ErrAt(
+              in, absl::StrCat("invoke site ", w, " out of range (", fn_.num_invoke_sites(), ")"));
         } else if (!sites_.insert(w).second) {
           s = ErrAt(in, absl::StrCat("invoke site ", w, " used twice"));
         }
@@ -556,27 +674,32 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
   auto distinct = [&](absl::Span<const uint32_t> regs) -> absl::Status {
     absl::flat_hash_set<uint32_t> seen;
     for (uint32_t r : regs) {
-      if (r != kAbsentRegister && !seen.insert(r).second) return ErrAt(in, "a register is written twice");
+      if (r != kAbsentRegister && !seen.insert(r).second)
+        return ErrAt(in, "a register is written twice");
     }
     return absl::OkStatus();
   };
   switch (op) {
     case Opcode::kMovS:
-      if (stypes_->Get(Operand(in, 0)) != stypes_->Get(Operand(in, 1))) return ErrAt(in, "scalar types differ");
+      if (stypes_->Get(Operand(in, 0)) != stypes_->Get(Operand(in, 1)))
+        return ErrAt(in, "scalar types differ");
       break;
     case Opcode::kMov:
-      if (!SameType(OType(Operand(in, 0)), OType(Operand(in, 1)))) return ErrAt(in, "object types differ");
+      if (!SameType(OType(Operand(in, 0)), OType(Operand(in, 1))))
+        return ErrAt(in, "object types differ");
       break;
     case Opcode::kPMove:
     case Opcode::kPMoveS: {
       absl::Span<const uint32_t> dst = ListOf(in, 0), src = ListOf(in, 1);
       if (dst.size() != src.size()) return ErrAt(in, "lists differ in length");
       for (uint32_t r : src) {
-        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, r, st, true) : ScalarReg(in, r, st, true);
+        absl::Status s =
+            op == Opcode::kPMove ? ObjectReg(in, r, st, true) : ScalarReg(in, r, st, true);
         if (!s.ok()) return s;
       }
       for (size_t k = 0; k < dst.size(); ++k) {
-        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, dst[k], st, false) : ScalarReg(in, dst[k], st, false);
+        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, dst[k], st, false)
+                                              : ScalarReg(in, dst[k], st, false);
         if (!s.ok()) return s;
         const bool same = op == Opcode::kPMove ? SameType(OType(dst[k]), OType(src[k]))
                                                : stypes_->Get(dst[k]) == stypes_->Get(src[k]);
@@ -587,21 +710,25 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       break;
     }
     case Opcode::kAllocTensor:
-      if (ODType(Operand(in, 0)) != Operand(in, 3)) return ErrAt(in, "dtype operand differs from the register's dtype");
+      if (ODType(Operand(in, 0)) != Operand(in, 3))
+        return ErrAt(in, "dtype operand differs from the register's dtype");
       if (absl::Status s = check_values(4); !s.ok()) return s;
       break;
     case Opcode::kAllocGrowable:
-      if (ODType(Operand(in, 0)) != Operand(in, 1)) return ErrAt(in, "dtype operand differs from the register's dtype");
+      if (ODType(Operand(in, 0)) != Operand(in, 1))
+        return ErrAt(in, "dtype operand differs from the register's dtype");
       if (absl::Status s = check_values(5); !s.ok()) return s;
       if (Operand(in, 3) >= ListOf(in, 5).size()) return ErrAt(in, "growth axis out of range");
       break;
     case Opcode::kAppend:
       if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      if (Operand(in, 2) >= static_cast<uint32_t>(limits_.max_rank)) return ErrAt(in, "axis out of range");
+      if (Operand(in, 2) >= static_cast<uint32_t>(limits_.max_rank))
+        return ErrAt(in, "axis out of range");
       break;
     case Opcode::kLoadConst: {
       const fb::Constant* c = exe_.constants()->Get(Operand(in, 1));
-      if (c->dtype() != ODType(Operand(in, 0))) return ErrAt(in, "constant dtype differs from the register's dtype");
+      if (c->dtype() != ODType(Operand(in, 0)))
+        return ErrAt(in, "constant dtype differs from the register's dtype");
       break;
     }
     case Opcode::kReshape:
@@ -612,7 +739,8 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
       if (absl::Status s = check_values(3); !s.ok()) return s;
       if (absl::Status s = check_values(4); !s.ok()) return s;
-      if (ListOf(in, 3).size() != ListOf(in, 4).size()) return ErrAt(in, "dims and strides differ in length");
+      if (ListOf(in, 3).size() != ListOf(in, 4).size())
+        return ErrAt(in, "dims and strides differ in length");
       break;
     case Opcode::kCopy:
       if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
@@ -627,7 +755,8 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       const fb::ObjectType& opt = OType(Operand(in, op == Opcode::kOptSome ? 0 : 1));
       const fb::ObjectType& val = OType(Operand(in, op == Opcode::kOptSome ? 1 : 0));
       if (opt.elem_kind() != val.kind() || opt.dtype() != val.dtype()) {
-        return ErrAt(in, absl::StrCat("optional holds ", TypeName(opt), ", value is ", TypeName(val)));
+        return ErrAt(in,
+                     absl::StrCat("optional holds ", TypeName(opt), ", value is ", TypeName(val)));
       }
       break;
     }
@@ -637,10 +766,12 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       const uint32_t nin = k->inputs() ? k->inputs()->size() : 0;
       const uint32_t nout = k->outputs() ? k->outputs()->size() : 0;
       if (ins.size() != nin || outs.size() != nout) {
-        return ErrAt(in, absl::StrCat("kernel ", Operand(in, 0), " (", k->op()->str(), ") takes ", nin,
-                                      " inputs and ", nout, " outputs, given ", ins.size(), " and ", outs.size()));
+        return ErrAt(in, absl::StrCat("kernel ", Operand(in, 0), " (", k->op()->str(), ") takes ",
+                                      nin, " inputs and ", nout, " outputs, given ", ins.size(),
+                                      " and ", outs.size()));
       }
-      auto check_port = [&](const fb::Port* p, uint32_t r, bool is_input, size_t k_index) -> absl::Status {
+      auto check_port = [&](const fb::Port* p, uint32_t r, bool is_input,
+                            size_t k_index) -> absl::Status {
         const char* what = is_input ? "input" : "output";
         if (r == kAbsentRegister) {
           if (!p->optional()) return ErrAt(in, absl::StrCat(what, " ", k_index, " is required"));
@@ -648,10 +779,13 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
         }
         const bool read = is_input || !p->dynamic();
         if (absl::Status s = ObjectKinded(in, r, p->kind(), st, read); !s.ok()) return s;
-        if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage && p->dtype() != ODType(r)) {
-          return ErrAt(in, absl::StrCat(what, " ", k_index, " must be ",
-                                        IsValidDType(p->dtype()) ? DTypeName(static_cast<DType>(p->dtype())) : "?",
-                                        ", %o", r, " is ", TypeName(OType(r))));
+        if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage &&
+            p->dtype() != ODType(r)) {
+          return ErrAt(
+              in, absl::StrCat(
+                      what, " ", k_index, " must be ",
+                      IsValidDType(p->dtype()) ? DTypeName(static_cast<DType>(p->dtype())) : "?",
+                      ", %o", r, " is ", TypeName(OType(r))));
         }
         if (!is_input) o_writes.push_back(r);
         return absl::OkStatus();
@@ -673,9 +807,11 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       const auto* cstypes = callee->scalar_types();
       const uint32_t n_ores = callee->object_results() ? callee->object_results()->size() : 0;
       const uint32_t n_sres = callee->scalar_results() ? callee->scalar_results()->size() : 0;
-      if (oargs.size() != callee->num_object_params() || sargs.size() != callee->num_scalar_params() ||
-          ores.size() != n_ores || sres.size() != n_sres) {
-        return ErrAt(in, absl::StrCat("arity does not match function '", callee->name()->str(), "'"));
+      if (oargs.size() != callee->num_object_params() ||
+          sargs.size() != callee->num_scalar_params() || ores.size() != n_ores ||
+          sres.size() != n_sres) {
+        return ErrAt(in,
+                     absl::StrCat("arity does not match function '", callee->name()->str(), "'"));
       }
       // The callee's declarations are checked when it is verified; guard the indices here.
       if ((oargs.size() > 0 && (ctypes == nullptr || ctypes->size() < oargs.size())) ||
@@ -684,20 +820,24 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       }
       for (size_t j = 0; j < oargs.size(); ++j) {
         if (absl::Status s = ObjectReg(in, oargs[j], st, true); !s.ok()) return s;
-        if (!SameType(OType(oargs[j]), *ctypes->Get(j))) return ErrAt(in, absl::StrCat("object argument ", j, ": type mismatch"));
+        if (!SameType(OType(oargs[j]), *ctypes->Get(j)))
+          return ErrAt(in, absl::StrCat("object argument ", j, ": type mismatch"));
       }
       for (size_t j = 0; j < sargs.size(); ++j) {
         if (absl::Status s = ScalarReg(in, sargs[j], st, true); !s.ok()) return s;
-        if (stypes_->Get(sargs[j]) != cstypes->Get(j)) return ErrAt(in, absl::StrCat("scalar argument ", j, ": type mismatch"));
+        if (stypes_->Get(sargs[j]) != cstypes->Get(j))
+          return ErrAt(in, absl::StrCat("scalar argument ", j, ": type mismatch"));
       }
       for (size_t j = 0; j < ores.size(); ++j) {
         if (absl::Status s = ObjectReg(in, ores[j], st, false); !s.ok()) return s;
-        if (!SameType(OType(ores[j]), *callee->object_results()->Get(j))) return ErrAt(in, absl::StrCat("object result ", j, ": type mismatch"));
+        if (!SameType(OType(ores[j]), *callee->object_results()->Get(j)))
+          return ErrAt(in, absl::StrCat("object result ", j, ": type mismatch"));
         o_writes.push_back(ores[j]);
       }
       for (size_t j = 0; j < sres.size(); ++j) {
         if (absl::Status s = ScalarReg(in, sres[j], st, false); !s.ok()) return s;
-        if (stypes_->Get(sres[j]) != callee->scalar_results()->Get(j)) return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+        if (stypes_->Get(sres[j]) != callee->scalar_results()->Get(j))
+          return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
         s_writes.push_back(sres[j]);
       }
       if (absl::Status s = distinct(ores); !s.ok()) return s;
@@ -708,14 +848,17 @@ absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
       absl::Span<const uint32_t> ores = ListOf(in, 0), sres = ListOf(in, 1);
       const uint32_t n_ores = fn_.object_results() ? fn_.object_results()->size() : 0;
       const uint32_t n_sres = fn_.scalar_results() ? fn_.scalar_results()->size() : 0;
-      if (ores.size() != n_ores || sres.size() != n_sres) return ErrAt(in, "result count differs from the declaration");
+      if (ores.size() != n_ores || sres.size() != n_sres)
+        return ErrAt(in, "result count differs from the declaration");
       for (size_t j = 0; j < ores.size(); ++j) {
         if (absl::Status s = ObjectReg(in, ores[j], st, true); !s.ok()) return s;
-        if (!SameType(OType(ores[j]), *fn_.object_results()->Get(j))) return ErrAt(in, absl::StrCat("result ", j, ": type mismatch"));
+        if (!SameType(OType(ores[j]), *fn_.object_results()->Get(j)))
+          return ErrAt(in, absl::StrCat("result ", j, ": type mismatch"));
       }
       for (size_t j = 0; j < sres.size(); ++j) {
         if (absl::Status s = ScalarReg(in, sres[j], st, true); !s.ok()) return s;
-        if (stypes_->Get(sres[j]) != fn_.scalar_results()->Get(j)) return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+        if (stypes_->Get(sres[j]) != fn_.scalar_results()->Get(j))
+          return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
       }
       break;
     }
@@ -735,7 +878,8 @@ bool ElementsAligned(const flatbuffers::Vector<int64_t>* v) {
   return v == nullptr || reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) == 0;
 }
 
-absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, const VerifyLimits& limits) {
+absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size,
+                            const VerifyLimits& limits) {
   if (exe.constants() == nullptr) return absl::OkStatus();
   for (uint32_t i = 0; i < exe.constants()->size(); ++i) {
     const fb::Constant* c = exe.constants()->Get(i);
@@ -744,7 +888,8 @@ absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, co
     };
     if (!IsValidDType(c->dtype())) return err(absl::StrCat("invalid dtype ", c->dtype()));
     if (!ElementsAligned(c->shape())) return err("shape vector is not 8-byte aligned");
-    if (c->dtype() == static_cast<uint8_t>(DType::kString)) return err("string constants are not supported");
+    if (c->dtype() == static_cast<uint8_t>(DType::kString))
+      return err("string constants are not supported");
     int64_t n = 1;
     if (c->shape()) {
       if (c->shape()->size() > static_cast<uint32_t>(limits.max_rank)) return err("rank too large");
@@ -759,8 +904,9 @@ absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size, co
     }
     if (c->offset() % schema::kConstantAlignment != 0) return err("offset is not 64-byte aligned");
     if (c->offset() > segment_size || c->size() > segment_size - c->offset()) {
-      return err(absl::StrCat("range [", c->offset(), ", +", c->size(), ") runs past the end of the ",
-                              segment_size, "-byte constant segment"));
+      return err(absl::StrCat("range [", c->offset(), ", +", c->size(),
+                              ") runs past the end of the ", segment_size,
+                              "-byte constant segment"));
     }
   }
   return absl::OkStatus();
@@ -772,7 +918,8 @@ absl::Status CheckKernels(const fb::Executable& exe) {
   for (uint32_t i = 0; i < exe.kernels()->size(); ++i) {
     const fb::Kernel* k = exe.kernels()->Get(i);
     auto err = [&](absl::string_view msg) {
-      return absl::InvalidArgumentError(absl::StrCat("kernel ", i, " (", k->op()->str(), "): ", msg));
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel ", i, " (", k->op()->str(), "): ", msg));
     };
     if (k->op()->size() == 0) return err("empty op name");
     if (k->device() >= kNumDevices) return err(absl::StrCat("invalid device ", k->device()));
@@ -790,17 +937,21 @@ absl::Status CheckKernels(const fb::Executable& exe) {
     }
     if (k->outputs()) {
       for (const fb::Port* p : *k->outputs()) {
-        if (p->kind() != ObjectKind::Tensor && !p->dynamic()) return err("non-tensor outputs must be dynamic");
+        if (p->kind() != ObjectKind::Tensor && !p->dynamic())
+          return err("non-tensor outputs must be dynamic");
       }
     }
     if (k->attrs()) {
       for (const fb::Attribute* a : *k->attrs()) {
-        if (static_cast<uint8_t>(a->type()) > static_cast<uint8_t>(fb::AttrType::Tensor)) return err("invalid attribute type");
+        if (static_cast<uint8_t>(a->type()) > static_cast<uint8_t>(fb::AttrType::Tensor))
+          return err("invalid attribute type");
         if (!ElementsAligned(a->ints())) {
-          return err(absl::StrCat("attribute '", a->name()->str(), "': ints vector is not 8-byte aligned"));
+          return err(absl::StrCat("attribute '", a->name()->str(),
+                                  "': ints vector is not 8-byte aligned"));
         }
         if (a->type() == fb::AttrType::Tensor && a->tensor() >= num_constants) {
-          return err(absl::StrCat("attribute '", a->name()->str(), "' refers to constant ", a->tensor(), " out of range"));
+          return err(absl::StrCat("attribute '", a->name()->str(), "' refers to constant ",
+                                  a->tensor(), " out of range"));
         }
       }
     }
@@ -813,9 +964,11 @@ absl::Status CheckDebug(const fb::Executable& exe) {
   const auto* locs = exe.debug()->locations();
   for (uint32_t i = 0; i < locs->size(); ++i) {
     const fb::SourceLocation* l = locs->Get(i);
-    if (l->function() >= exe.functions()->size()) return absl::InvalidArgumentError("debug location names a missing function");
+    if (l->function() >= exe.functions()->size())
+      return absl::InvalidArgumentError("debug location names a missing function");
     const fb::Function* f = exe.functions()->Get(l->function());
-    if (f->code() == nullptr || l->pc() >= f->code()->size()) return absl::InvalidArgumentError("debug location past the code");
+    if (f->code() == nullptr || l->pc() >= f->code()->size())
+      return absl::InvalidArgumentError("debug location past the code");
     if (i > 0) {
       const fb::SourceLocation* p = locs->Get(i - 1);
       if (std::make_pair(p->function(), p->pc()) >= std::make_pair(l->function(), l->pc())) {
@@ -839,7 +992,8 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
   for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
     const fb::Function* f = exe.functions()->Get(i);
     if (!names.insert(f->name()->str()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate function name '", f->name()->str(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate function name '", f->name()->str(), "'"));
     }
   }
   for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
@@ -849,7 +1003,8 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
   return CheckDebug(exe);
 }
 
-absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes, const VerifyLimits& limits) {
+absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes,
+                                        const VerifyLimits& limits) {
   absl::StatusOr<schema::FileHeader> h = schema::ParseHeader(bytes);
   if (!h.ok()) return h.status();
   const uint8_t* fb_data = bytes.data() + h->flatbuffer_offset;
@@ -858,9 +1013,9 @@ absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes, const V
   opts.max_depth = 64;
   flatbuffers::Verifier verifier(fb_data, h->flatbuffer_size, opts);
   if (!fb::VerifyExecutableBuffer(verifier)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flatbuffer structure is invalid (", h->flatbuffer_size, " bytes at offset ",
-                     h->flatbuffer_offset, "): a field points outside the buffer or has the wrong type"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flatbuffer structure is invalid (", h->flatbuffer_size, " bytes at offset ",
+        h->flatbuffer_offset, "): a field points outside the buffer or has the wrong type"));
   }
   const fb::Executable* exe = fb::GetExecutable(fb_data);
   // Constants stored in a weights file are checked against that file when it is attached.

@@ -265,7 +265,8 @@ TEST(VerifierTest, StringTensorsAreUnimplemented) {
   const std::string text = Program("", "tensor:f32", "ret (), ()");
   const uint8_t kString = static_cast<uint8_t>(DType::kString);
   absl::Status s = VerifyText(text, [&](Assembly& a) {
-    Fn(a, "main")->object_types[0] = fb::ObjectType(fb::ObjectKind::Tensor, kString, fb::ObjectKind::Tensor);
+    Fn(a, "main")->object_types[0] =
+        fb::ObjectType(fb::ObjectKind::Tensor, kString, fb::ObjectKind::Tensor);
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_THAT(std::string(s.message()),
@@ -310,9 +311,9 @@ TEST(VerifierTest, CalleeDeclaresFewerRegistersThanParameters) {
 // lets through (it checks the alignment of the length word only), is refused. The writer always
 // aligns it, so the flatbuffer is built here with an int32 vector in its place.
 TEST(VerifierTest, AttributeIntsVectorMisaligned) {
-  absl::StatusOr<Assembly> a =
-      Assemble(".kernel \"Transpose\" in(f32) out(dyn:f32) attrs(perm=ints:[1, 0])\n"
-               ".function main\n  .params 0 0\n  ret (), ()\n.end\n");
+  absl::StatusOr<Assembly> a = Assemble(
+      ".kernel \"Transpose\" in(f32) out(dyn:f32) attrs(perm=ints:[1, 0])\n"
+      ".function main\n  .params 0 0\n  ret (), ()\n.end\n");
   ASSERT_TRUE(a.ok()) << a.status();
   // Built with 0 to 3 words of padding just before the vector (in memory): some put its data
   // at 4 mod 8 in an 8-aligned copy of the buffer, the others at 0 mod 8.

@@ -68,10 +68,17 @@ TEST_P(BackendTest, MatMulDecodeSize) {
 
 TEST_P(BackendTest, MatMulOneDimensionalAndBatched) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{5}, {5, 3}},           {{4, 5}, {5}},           {{5}, {5}},
-      {{2, 3, 4}, {4, 6}},     {{2, 1, 4}, {4, 6}},     {{3, 4}, {2, 4, 6}},
-      {{2, 3, 4}, {2, 4, 6}},  {{2, 1, 3, 4}, {5, 4, 2}}, {{1, 2, 3, 4}, {4, 1}},
-      {{2, 3, 1, 4}, {4, 5}},  {{4, 1, 7}, {7, 9}},
+      {{5}, {5, 3}},
+      {{4, 5}, {5}},
+      {{5}, {5}},
+      {{2, 3, 4}, {4, 6}},
+      {{2, 1, 4}, {4, 6}},
+      {{3, 4}, {2, 4, 6}},
+      {{2, 3, 4}, {2, 4, 6}},
+      {{2, 1, 3, 4}, {5, 4, 2}},
+      {{1, 2, 3, 4}, {4, 1}},
+      {{2, 3, 1, 4}, {4, 5}},
+      {{4, 1, 7}, {7, 9}},
   };
   uint32_t seed = 7;
   for (const auto& [a, b] : cases) {
@@ -83,7 +90,8 @@ TEST_P(BackendTest, MatMulOneDimensionalAndBatched) {
 
 TEST_P(BackendTest, MatMulEmptyDims) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{0, 4}, {4, 3}}, {{3, 0}, {0, 4}}, {{3, 4}, {4, 0}}, {{0, 3, 4}, {4, 2}}, {{2, 0, 4}, {2, 4, 5}},
+      {{0, 4}, {4, 3}},    {{3, 0}, {0, 4}},       {{3, 4}, {4, 0}},
+      {{0, 3, 4}, {4, 2}}, {{2, 0, 4}, {2, 4, 5}},
   };
   for (const auto& [a, b] : cases) {
     KernelTester t("MatMul");
@@ -141,11 +149,11 @@ TEST_P(BackendTest, GemmAttributesAndBias) {
     bool has_c;
   };
   const std::vector<Case> cases = {
-      {1, 16, 8, 0, 1, 1.0f, 1.0f, {8}, true},      {3, 5, 7, 0, 0, 1.0f, 1.0f, {3, 7}, true},
-      {3, 5, 7, 1, 0, 0.5f, 2.0f, {1, 7}, true},    {3, 5, 7, 1, 1, 1.0f, 1.0f, {3, 1}, true},
-      {4, 9, 2, 0, 1, 2.0f, 0.0f, {4, 2}, true},    {4, 9, 2, 0, 0, 1.0f, 1.0f, {}, false},
-      {1, 1, 1, 0, 0, 1.0f, 1.0f, {}, true},        {5, 0, 3, 0, 0, 1.0f, 0.5f, {3}, true},
-      {0, 4, 3, 0, 0, 1.0f, 1.0f, {3}, true},       {33, 65, 17, 1, 1, -1.0f, 3.0f, {17}, true},
+      {1, 16, 8, 0, 1, 1.0f, 1.0f, {8}, true},   {3, 5, 7, 0, 0, 1.0f, 1.0f, {3, 7}, true},
+      {3, 5, 7, 1, 0, 0.5f, 2.0f, {1, 7}, true}, {3, 5, 7, 1, 1, 1.0f, 1.0f, {3, 1}, true},
+      {4, 9, 2, 0, 1, 2.0f, 0.0f, {4, 2}, true}, {4, 9, 2, 0, 0, 1.0f, 1.0f, {}, false},
+      {1, 1, 1, 0, 0, 1.0f, 1.0f, {}, true},     {5, 0, 3, 0, 0, 1.0f, 0.5f, {3}, true},
+      {0, 4, 3, 0, 0, 1.0f, 1.0f, {3}, true},    {33, 65, 17, 1, 1, -1.0f, 3.0f, {17}, true},
   };
   uint32_t seed = 20;
   for (const Case& c : cases) {
@@ -205,10 +213,10 @@ TEST_P(BackendTest, UnaryOps) {
     double lo, hi;
   };
   const std::vector<Op> ops = {
-      {"Relu", -2, 2},    {"LeakyRelu", -2, 2}, {"Tanh", -4, 4},     {"Sigmoid", -8, 8},
-      {"Exp", -5, 5},     {"Sqrt", 0, 10},      {"Abs", -3, 3},
-      {"Elu", -3, 3},     {"Softplus", -5, 5},  {"Neg", -3, 3},      {"Reciprocal", 0.1, 5},
-      {"HardSwish", -5, 5}, {"Round", -10, 10},
+      {"Relu", -2, 2},     {"LeakyRelu", -2, 2}, {"Tanh", -4, 4},        {"Sigmoid", -8, 8},
+      {"Exp", -5, 5},      {"Sqrt", 0, 10},      {"Abs", -3, 3},         {"Elu", -3, 3},
+      {"Softplus", -5, 5}, {"Neg", -3, 3},       {"Reciprocal", 0.1, 5}, {"HardSwish", -5, 5},
+      {"Round", -10, 10},
   };
   uint32_t seed = 1;
   for (const Op& op : ops) {
@@ -244,8 +252,8 @@ TEST_P(BackendTest, ClipForms) {
 
 TEST_P(BackendTest, BinaryOpsBroadcasting) {
   const std::vector<std::pair<Dims, Dims>> shapes = {
-      {{64, 129}, {64, 129}}, {{64, 129}, {129}},     {{129}, {64, 129}},    {{64, 129}, {64, 1}},
-      {{64, 1}, {1, 129}},    {{8, 16, 32}, {16, 1}}, {{1}, {4, 1000}},      {{4, 1000}, {}},
+      {{64, 129}, {64, 129}}, {{64, 129}, {129}},     {{129}, {64, 129}},     {{64, 129}, {64, 1}},
+      {{64, 1}, {1, 129}},    {{8, 16, 32}, {16, 1}}, {{1}, {4, 1000}},       {{4, 1000}, {}},
       {{3, 5}, {3, 5}},       {{0, 5}, {5}},          {{2, 3, 0}, {1, 3, 1}}, {{1, 1, 300}, {300}},
   };
   uint32_t seed = 100;
@@ -275,12 +283,12 @@ TEST_P(BackendTest, WhereBroadcasting) {
     Dims cond, x, y;
   };
   const std::vector<Case> cases = {
-      {{5, 5}, {}, {2, 3, 5, 5}},          // a causal mask over attention scores
+      {{5, 5}, {}, {2, 3, 5, 5}},  // a causal mask over attention scores
       {{2, 3, 5, 5}, {2, 3, 5, 5}, {2, 3, 5, 5}},
       {{1, 5}, {4, 5}, {}},
       {{3, 7}, {7}, {2, 3, 7}},
-      {{4, 1}, {4, 6}, {4, 6}},            // not a trailing block: the reference loop
-      {{}, {3, 4}, {3, 4}},                // a scalar condition
+      {{4, 1}, {4, 6}, {4, 6}},  // not a trailing block: the reference loop
+      {{}, {3, 4}, {3, 4}},      // a scalar condition
       {{0, 4}, {4}, {1, 4}},
   };
   uint32_t seed = 150;
@@ -302,8 +310,8 @@ TEST_P(BackendTest, SmallBinaryOpsByLoop) {
   // Shapes the plain loop serves (same shape, one row, a scalar; in either order when
   // commutative) and one it does not (a column).
   const std::vector<std::pair<Dims, Dims>> shapes = {
-      {{3, 17}, {3, 17}}, {{3, 17}, {17}}, {{17}, {3, 17}}, {{3, 17}, {}}, {{}, {3, 17}},
-      {{3, 17}, {3, 1}},  {{1, 4, 9}, {1, 1, 9}},
+      {{3, 17}, {3, 17}}, {{3, 17}, {17}},   {{17}, {3, 17}},        {{3, 17}, {}},
+      {{}, {3, 17}},      {{3, 17}, {3, 1}}, {{1, 4, 9}, {1, 1, 9}},
   };
   uint32_t seed = 180;
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
@@ -321,8 +329,8 @@ TEST_P(BackendTest, SmallBinaryOpsByLoop) {
 
 TEST_P(BackendTest, SoftmaxAxes) {
   const std::vector<std::pair<Dims, int64_t>> cases = {
-      {{1, 1000}, -1}, {{7}, 0},   {{3, 5, 7}, 1}, {{3, 5, 7}, 0}, {{4, 33}, -1},
-      {{2, 3, 4, 5}, 2}, {{0, 5}, 1}, {{3, 1}, 1},
+      {{1, 1000}, -1}, {{7}, 0},          {{3, 5, 7}, 1}, {{3, 5, 7}, 0},
+      {{4, 33}, -1},   {{2, 3, 4, 5}, 2}, {{0, 5}, 1},    {{3, 1}, 1},
   };
   uint32_t seed = 200;
   for (const char* op : {"Softmax", "LogSoftmax"}) {
@@ -348,9 +356,9 @@ TEST_P(BackendTest, LayerNormalization) {
     Dims scale, bias;  // empty: absent
   };
   const std::vector<Case> cases = {
-      {{1, 256}, -1, {256}, {256}}, {{3, 7}, -1, {7}, {}},     {{2, 3, 8}, 1, {3, 8}, {3, 8}},
-      {{2, 3, 8}, -1, {1, 8}, {8}}, {{5, 33}, 1, {}, {}},       {{4, 6}, 0, {4, 6}, {4, 6}},
-      {{3, 4}, -1, {3, 1}, {}},     {{0, 8}, -1, {8}, {8}},     {{2, 3, 8}, 1, {8}, {8}},
+      {{1, 256}, -1, {256}, {256}}, {{3, 7}, -1, {7}, {}},  {{2, 3, 8}, 1, {3, 8}, {3, 8}},
+      {{2, 3, 8}, -1, {1, 8}, {8}}, {{5, 33}, 1, {}, {}},   {{4, 6}, 0, {4, 6}, {4, 6}},
+      {{3, 4}, -1, {3, 1}, {}},     {{0, 8}, -1, {8}, {8}}, {{2, 3, 8}, 1, {8}, {8}},
   };
   uint32_t seed = 300;
   for (const Case& c : cases) {
@@ -380,9 +388,9 @@ TEST_P(BackendTest, Reductions) {
     int64_t keepdims;
   };
   const std::vector<Case> cases = {
-      {{1, 1000}, {1}, 1},   {{7, 9}, {0}, 0},      {{3, 5, 7}, {0, 2}, 1}, {{3, 5, 7}, {}, 0},
-      {{4, 33}, {-1}, 1},    {{2, 3, 4, 5}, {1, 3}, 0}, {{0, 5}, {1}, 1},   {{3, 0}, {1}, 1},
-      {{64, 129}, {0}, 1},
+      {{1, 1000}, {1}, 1}, {{7, 9}, {0}, 0},   {{3, 5, 7}, {0, 2}, 1},
+      {{3, 5, 7}, {}, 0},  {{4, 33}, {-1}, 1}, {{2, 3, 4, 5}, {1, 3}, 0},
+      {{0, 5}, {1}, 1},    {{3, 0}, {1}, 1},   {{64, 129}, {0}, 1},
   };
   uint32_t seed = 400;
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -403,7 +411,8 @@ TEST_P(BackendTest, Reductions) {
       }
     }
     KernelTester strided(op, "", seed++);
-    strided.Transposed(DType::kF32, {30, 40}, {1, 0}, 0.5, 1.0).Attr("axes", std::vector<int64_t>{1});
+    strided.Transposed(DType::kF32, {30, 40}, {1, 0}, 0.5, 1.0)
+        .Attr("axes", std::vector<int64_t>{1});
     strided.Out(DType::kF32).Tol(1e-5, 1e-4);
     Check(strided);
     KernelTester noop(op, "", seed++);

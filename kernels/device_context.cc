@@ -40,8 +40,7 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> CreateDeviceContext(
     case Device::kCUDA:
       return CreateCudaContext(options);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown device ", static_cast<int>(device)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown device ", static_cast<int>(device)));
 }
 
 #if !defined(DYNVM_WITH_CUDA)

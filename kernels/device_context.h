@@ -27,8 +27,8 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> CreateDeviceContext(
 // Tests: makes CreateDeviceContext(device) call `factory` instead (an empty function restores
 // the backend's own), e.g. a host-memory stand-in that exercises the VM's device paths on a
 // machine without a GPU. Not for production use; thread-safe.
-using DeviceContextFactory = std::function<absl::StatusOr<std::unique_ptr<DeviceContext>>(
-    const DeviceContextOptions&)>;
+using DeviceContextFactory =
+    std::function<absl::StatusOr<std::unique_ptr<DeviceContext>>(const DeviceContextOptions&)>;
 void SetDeviceContextFactoryForTesting(Device device, DeviceContextFactory factory);
 
 // The CUDA backend's factory (kernels/cuda/cuda_context.cc; a stub returning the build's

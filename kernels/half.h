@@ -41,7 +41,7 @@ struct Half {
       uint32_t r = m + ((rem > 0.5f || (rem == 0.5f && (m & 1))) ? 1 : 0);
       return static_cast<uint16_t>(sign | r);
     }
-    uint32_t mant = abs + 0xC8000000u;  // rebias exponent: (e - 127 + 15) << 23
+    uint32_t mant = abs + 0xC8000000u;     // rebias exponent: (e - 127 + 15) << 23
     mant += 0x0FFFu + ((mant >> 13) & 1);  // round to nearest even
     return static_cast<uint16_t>(sign | (mant >> 13));
   }

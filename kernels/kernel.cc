@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "kernels/kernel.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dynvm {
 namespace {
@@ -97,8 +97,8 @@ absl::StatusOr<void*> KernelContext::DeviceWorkspace(size_t bytes) {
   Site* s = site();
   if (!s->device_workspace || s->device_workspace->size() < bytes) {
     s->device_workspace.Reset();
-    absl::StatusOr<StorageRef> st = Storage::Allocate(device_context_->allocator(), bytes,
-                                                      device_context_->allocator_ref());
+    absl::StatusOr<StorageRef> st =
+        Storage::Allocate(device_context_->allocator(), bytes, device_context_->allocator_ref());
     if (!st.ok()) return st.status();
     s->device_workspace = *std::move(st);
   }

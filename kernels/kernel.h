@@ -10,7 +10,6 @@
 #ifndef DYNVM_KERNELS_KERNEL_H_
 #define DYNVM_KERNELS_KERNEL_H_
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "allocator/allocator.h"
 #include "isa/dtype.h"

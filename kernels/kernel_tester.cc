@@ -48,16 +48,35 @@ Tensor KernelTester::RandomTensor(DType dtype, const std::vector<int64_t>& dims,
   for (int64_t i = 0; i < t.numel(); ++i) {
     const double v = dist(rng_);
     switch (dtype) {
-      case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
-      case DType::kF64: t.data<double>()[i] = v; break;
-      case DType::kF16: t.data<Half>()[i] = Half(static_cast<float>(v)); break;
-      case DType::kBF16: t.data<BFloat16>()[i] = BFloat16(static_cast<float>(v)); break;
-      case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v)); break;
-      case DType::kI64: t.data<int64_t>()[i] = std::llround(v); break;
-      case DType::kI8: t.data<int8_t>()[i] = static_cast<int8_t>(std::lround(v)); break;
-      case DType::kU8: t.data<uint8_t>()[i] = static_cast<uint8_t>(std::lround(std::abs(v))); break;
-      case DType::kBool: t.data<bool>()[i] = v > (lo + hi) / 2; break;
-      default: break;
+      case DType::kF32:
+        t.data<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::kF64:
+        t.data<double>()[i] = v;
+        break;
+      case DType::kF16:
+        t.data<Half>()[i] = Half(static_cast<float>(v));
+        break;
+      case DType::kBF16:
+        t.data<BFloat16>()[i] = BFloat16(static_cast<float>(v));
+        break;
+      case DType::kI32:
+        t.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v));
+        break;
+      case DType::kI64:
+        t.data<int64_t>()[i] = std::llround(v);
+        break;
+      case DType::kI8:
+        t.data<int8_t>()[i] = static_cast<int8_t>(std::lround(v));
+        break;
+      case DType::kU8:
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(std::lround(std::abs(v)));
+        break;
+      case DType::kBool:
+        t.data<bool>()[i] = v > (lo + hi) / 2;
+        break;
+      default:
+        break;
     }
   }
   return t;
@@ -159,8 +178,8 @@ absl::Status KernelTester::Compare(absl::string_view backend) {
   if (!kernel.ok()) return kernel.status();
   kernel_name_ = (*kernel)->name();
   if (!ref.ok()) {
-    return absl::InternalError(
-        absl::StrCat(kernel_name_, ": created, but the reference kernel refuses: ", ref.status().ToString()));
+    return absl::InternalError(absl::StrCat(
+        kernel_name_, ": created, but the reference kernel refuses: ", ref.status().ToString()));
   }
 
   std::vector<const Tensor*> in;
@@ -205,8 +224,8 @@ absl::Status KernelTester::Compare(absl::string_view backend) {
       for (size_t i = 0; i < wv.size(); ++i) {
         if (!Close(gv[i], wv[i], tol)) {
           return absl::InternalError(absl::StrCat(where, ": output ", o, " element ", i, " is ",
-                                                  gv[i], ", the reference gives ", wv[i],
-                                                  " (atol ", tol.atol, ", rtol ", tol.rtol, ")"));
+                                                  gv[i], ", the reference gives ", wv[i], " (atol ",
+                                                  tol.atol, ", rtol ", tol.rtol, ")"));
         }
       }
     }

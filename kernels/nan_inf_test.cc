@@ -39,9 +39,10 @@ std::vector<double> NanInfTest::Unary(const std::string& op) {
 }
 
 TEST_P(NanInfTest, UnaryOpsFollowIeee) {
-  for (const char* op : {"Sqrt", "Exp", "Log", "Neg", "Abs", "Erf", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil", "Round",
-                         "Sign", "Reciprocal", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu", "Celu",
-                         "HardSigmoid", "HardSwish", "Identity"}) {
+  for (const char* op :
+       {"Sqrt",      "Exp",   "Log",  "Neg",   "Abs",         "Erf",        "Tanh",     "Sigmoid",
+        "Relu",      "Floor", "Ceil", "Round", "Sign",        "Reciprocal", "Softplus", "Softsign",
+        "LeakyRelu", "Elu",   "Selu", "Celu",  "HardSigmoid", "HardSwish",  "Identity"}) {
     std::vector<double> y = Unary(op);
     EXPECT_TRUE(std::isnan(y[0])) << op << " of NaN should be NaN, got " << y[0];
   }
@@ -56,23 +57,30 @@ TEST_P(NanInfTest, UnaryOpsFollowIeee) {
 }
 
 TEST_P(NanInfTest, BinaryAndReductionsPropagate) {
-  absl::StatusOr<std::vector<Tensor>> add = Call("Add").In(Special()).In(Special()).Out(DType::kF32).Run();
+  absl::StatusOr<std::vector<Tensor>> add =
+      Call("Add").In(Special()).In(Special()).Out(DType::kF32).Run();
   ASSERT_TRUE(add.ok()) << add.status();
   std::vector<double> a = ToDoubles((*add)[0]);
   EXPECT_TRUE(std::isnan(a[0]));
   EXPECT_TRUE(std::isinf(a[3]) && a[3] > 0);
-  absl::StatusOr<std::vector<Tensor>> sub = Call("Sub").In(Special()).In(Special()).Out(DType::kF32).Run();
+  absl::StatusOr<std::vector<Tensor>> sub =
+      Call("Sub").In(Special()).In(Special()).Out(DType::kF32).Run();
   ASSERT_TRUE(sub.ok());
   EXPECT_TRUE(std::isnan(ToDoubles((*sub)[0])[3]));  // inf - inf
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
-                         "ReduceSumSquare", "ReduceL1", "ReduceL2"}) {
-    absl::StatusOr<std::vector<Tensor>> r =
-        Call(op).In(Special()).Attr("axes", std::vector<int64_t>{1}).Attr("keepdims", int64_t{0}).Out(DType::kF32).Run();
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                         "ReduceLogSumExp", "ReduceSumSquare", "ReduceL1", "ReduceL2"}) {
+    absl::StatusOr<std::vector<Tensor>> r = Call(op)
+                                                .In(Special())
+                                                .Attr("axes", std::vector<int64_t>{1})
+                                                .Attr("keepdims", int64_t{0})
+                                                .Out(DType::kF32)
+                                                .Run();
     ASSERT_TRUE(r.ok()) << op << ": " << r.status();
     EXPECT_TRUE(std::isnan(ToDoubles((*r)[0])[0])) << op << " of a row with NaN";
   }
   for (const char* op : {"Softmax", "LogSoftmax"}) {
-    absl::StatusOr<std::vector<Tensor>> r = Call(op).In(Special()).Attr("axis", int64_t{-1}).Out(DType::kF32).Run();
+    absl::StatusOr<std::vector<Tensor>> r =
+        Call(op).In(Special()).Attr("axis", int64_t{-1}).Out(DType::kF32).Run();
     ASSERT_TRUE(r.ok()) << op << ": " << r.status();
     EXPECT_TRUE(std::isnan(ToDoubles((*r)[0])[0])) << op;
   }
@@ -83,19 +91,33 @@ TEST_P(NanInfTest, BinaryAndReductionsPropagate) {
 }
 
 TEST_P(NanInfTest, OrderingUsesATotalOrderWithNanLargest) {
-  absl::StatusOr<std::vector<Tensor>> amax =
-      Call("ArgMax").In(Special()).Attr("axis", int64_t{1}).Attr("keepdims", int64_t{0}).Out(DType::kI64).Run();
+  absl::StatusOr<std::vector<Tensor>> amax = Call("ArgMax")
+                                                 .In(Special())
+                                                 .Attr("axis", int64_t{1})
+                                                 .Attr("keepdims", int64_t{0})
+                                                 .Out(DType::kI64)
+                                                 .Run();
   ASSERT_TRUE(amax.ok()) << amax.status();
   EXPECT_EQ(ToInts((*amax)[0]), (std::vector<int64_t>{0, 0}));  // NaN, then +inf
-  absl::StatusOr<std::vector<Tensor>> amin =
-      Call("ArgMin").In(Special()).Attr("axis", int64_t{1}).Attr("keepdims", int64_t{0}).Out(DType::kI64).Run();
+  absl::StatusOr<std::vector<Tensor>> amin = Call("ArgMin")
+                                                 .In(Special())
+                                                 .Attr("axis", int64_t{1})
+                                                 .Attr("keepdims", int64_t{0})
+                                                 .Out(DType::kI64)
+                                                 .Run();
   ASSERT_TRUE(amin.ok()) << amin.status();
   EXPECT_EQ(ToInts((*amin)[0]), (std::vector<int64_t>{2, 1}));  // -inf, then -2
   // TopK over many NaNs and infinities: sorting must stay well defined.
   std::vector<float> v;
-  for (int i = 0; i < 64; ++i) v.push_back(i % 3 == 0 ? kNaN : i % 3 == 1 ? kInf : -static_cast<float>(i));
-  absl::StatusOr<std::vector<Tensor>> topk =
-      Call("TopK").In(F32({64}, v)).In(I64({1}, {30})).Attr("axis", int64_t{0}).Out(DType::kF32).Out(DType::kI64).Run();
+  for (int i = 0; i < 64; ++i)
+    v.push_back(i % 3 == 0 ? kNaN : i % 3 == 1 ? kInf : -static_cast<float>(i));
+  absl::StatusOr<std::vector<Tensor>> topk = Call("TopK")
+                                                 .In(F32({64}, v))
+                                                 .In(I64({1}, {30}))
+                                                 .Attr("axis", int64_t{0})
+                                                 .Out(DType::kF32)
+                                                 .Out(DType::kI64)
+                                                 .Run();
   ASSERT_TRUE(topk.ok()) << topk.status();
   std::vector<double> top = ToDoubles((*topk)[0]);
   for (int i = 0; i < 22; ++i) EXPECT_TRUE(std::isnan(top[i])) << i;  // the 22 NaNs come first
@@ -117,8 +139,15 @@ TEST_P(NanInfTest, RecurrentCellsDoNotCrash) {
   Tensor x = F32({1, 1, 2}, {kNaN, kInf});
   Tensor w = F32({1, 4, 2}, std::vector<float>(8, 0.5f));
   Tensor r = F32({1, 4, 1}, std::vector<float>(4, 0.5f));
-  absl::StatusOr<std::vector<Tensor>> y =
-      Call("LSTM").In(x).In(w).In(r).Attr("hidden_size", int64_t{1}).Out(DType::kF32).Out(DType::kF32).Out(DType::kF32).Run();
+  absl::StatusOr<std::vector<Tensor>> y = Call("LSTM")
+                                              .In(x)
+                                              .In(w)
+                                              .In(r)
+                                              .Attr("hidden_size", int64_t{1})
+                                              .Out(DType::kF32)
+                                              .Out(DType::kF32)
+                                              .Out(DType::kF32)
+                                              .Run();
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_TRUE(std::isnan(ToDoubles((*y)[0])[0]));
 }

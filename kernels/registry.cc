@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "kernels/registry.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dynvm {
 namespace {
@@ -33,9 +33,8 @@ void KernelRegistry::Register(KernelRegistration registration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = by_key_[Key(registration.domain, registration.op, registration.device)];
   list.push_back(std::move(registration));
-  std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
-    return a.priority > b.priority;
-  });
+  std::stable_sort(list.begin(), list.end(),
+                   [](const auto& a, const auto& b) { return a.priority > b.priority; });
 }
 
 bool KernelRegistry::HasOp(absl::string_view domain, absl::string_view op, Device device) const {
@@ -50,13 +49,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec&
     std::lock_guard<std::mutex> lock(mu_);
     auto it = by_key_.find(Key(spec.domain, spec.op, spec.device));
     if (it == by_key_.end()) {
-      return absl::NotFoundError(absl::StrCat("no kernel for op ", spec.DebugName(), " on ",
-                                              DeviceName(spec.device)));
+      return absl::NotFoundError(
+          absl::StrCat("no kernel for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
     }
     candidates = it->second;
   }
-  absl::Status last = absl::UnimplementedError(
-      absl::StrCat("no allowed backend for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
+  absl::Status last = absl::UnimplementedError(absl::StrCat(
+      "no allowed backend for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
   for (const KernelRegistration& r : candidates) {
     if (!spec.backend.empty() && r.backend != spec.backend) continue;
     if (!policy.Allows(r.backend)) continue;

@@ -6,7 +6,6 @@
 #ifndef DYNVM_KERNELS_REGISTRY_H_
 #define DYNVM_KERNELS_REGISTRY_H_
 
-#include "absl/strings/string_view.h"
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/kernel.h"
 
 namespace dynvm {

@@ -44,7 +44,8 @@ absl::StatusOr<Tensor> Tensor::Allocate(Allocator& allocator, DType dtype,
   if (!n.ok()) return n.status();
   int64_t bytes;
   if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("byte size of ", DimsString(dims), " overflows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size of ", DimsString(dims), " overflows"));
   }
   absl::StatusOr<StorageRef> s =
       Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
@@ -105,7 +106,8 @@ absl::StatusOr<Tensor> Tensor::View(StorageRef storage, int64_t byte_offset, DTy
         return absl::OutOfRangeError("view extent overflows");
       }
       if (reach < 0) {
-        if (__builtin_add_overflow(lo, reach, &lo)) return absl::OutOfRangeError("view extent overflows");
+        if (__builtin_add_overflow(lo, reach, &lo))
+          return absl::OutOfRangeError("view extent overflows");
       } else if (__builtin_add_overflow(hi, reach, &hi)) {
         return absl::OutOfRangeError("view extent overflows");
       }
@@ -170,8 +172,6 @@ void Tensor::UpdateDerived() {
 
 std::string Tensor::ShapeString() const { return DimsString(dims()); }
 
-std::string Tensor::DebugString() const {
-  return absl::StrCat(DTypeName(dtype_), ShapeString());
-}
+std::string Tensor::DebugString() const { return absl::StrCat(DTypeName(dtype_), ShapeString()); }
 
 }  // namespace dynvm

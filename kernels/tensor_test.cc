@@ -59,7 +59,7 @@ TEST(HalfTest, RoundTripsAndRounds) {
     EXPECT_EQ(static_cast<float>(Half(f)), f) << f;
   }
   EXPECT_EQ(Half(1.0f).bits, 0x3C00);
-  EXPECT_EQ(Half(65520.0f).bits, 0x7C00);        // rounds to infinity
+  EXPECT_EQ(Half(65520.0f).bits, 0x7C00);            // rounds to infinity
   EXPECT_EQ(Half(1.0f + 1.0f / 2048).bits, 0x3C00);  // tie rounds to even
   EXPECT_EQ(BFloat16(1.0f).bits, 0x3F80);
   EXPECT_EQ(static_cast<float>(BFloat16(3.0f)), 3.0f);

@@ -46,13 +46,13 @@ KernelCall& KernelCall::OutTensor(const Tensor& preallocated) {
   return *this;
 }
 
-#define DYNVM_ATTR_SETTER(ArgT, Enum, field)                              \
-  KernelCall& KernelCall::Attr(const std::string& name, ArgT v) {         \
-    AttrValue a;                                                          \
-    a.type = AttrValue::Type::Enum;                                       \
-    a.field = std::move(v);                                               \
-    spec_.attrs[name] = std::move(a);                                     \
-    return *this;                                                         \
+#define DYNVM_ATTR_SETTER(ArgT, Enum, field)                      \
+  KernelCall& KernelCall::Attr(const std::string& name, ArgT v) { \
+    AttrValue a;                                                  \
+    a.type = AttrValue::Type::Enum;                               \
+    a.field = std::move(v);                                       \
+    spec_.attrs[name] = std::move(a);                             \
+    return *this;                                                 \
   }
 DYNVM_ATTR_SETTER(int64_t, kInt, i)
 DYNVM_ATTR_SETTER(float, kFloat, f)

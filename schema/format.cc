@@ -109,9 +109,9 @@ absl::StatusOr<FileHeader> ParseHeader(absl::Span<const uint8_t> file) {
   }
   h.required_features = Get<uint64_t>(b, kOffFeatures);
   if (uint64_t unknown = h.required_features & ~kKnownFeatures; unknown != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("executable requires features this runtime does not have: ",
-                     FeatureNames(unknown), " (format ", h.major, ".", h.minor, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "executable requires features this runtime does not have: ", FeatureNames(unknown),
+        " (format ", h.major, ".", h.minor, ")"));
   }
   for (size_t i = kOffReserved; i < kHeaderSize; ++i) {
     if (b[i] != 0) {
@@ -127,9 +127,9 @@ absl::StatusOr<FileHeader> ParseHeader(absl::Span<const uint8_t> file) {
   const uint64_t size = file.size();
   if (h.flatbuffer_offset != kHeaderSize || h.flatbuffer_size > size - kHeaderSize ||
       h.flatbuffer_size < 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flatbuffer at offset ", h.flatbuffer_offset, " size ", h.flatbuffer_size,
-        " does not lie inside the ", size, "-byte file after the header"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("flatbuffer at offset ", h.flatbuffer_offset, " size ", h.flatbuffer_size,
+                     " does not lie inside the ", size, "-byte file after the header"));
   }
   const uint64_t fb_end = h.flatbuffer_offset + h.flatbuffer_size;
   if (h.constants_size > 0 || h.constants_offset != 0) {
@@ -143,7 +143,8 @@ absl::StatusOr<FileHeader> ParseHeader(absl::Span<const uint8_t> file) {
   }
   const bool compressed = h.required_features & kFeatureCompressedConstants;
   if (!compressed && h.constants_raw_size != h.constants_size) {
-    return absl::InvalidArgumentError("uncompressed constant segment with a raw size unlike its size");
+    return absl::InvalidArgumentError(
+        "uncompressed constant segment with a raw size unlike its size");
   }
   const uint32_t crc = ComputeChecksum(file.first(kHeaderSize),
                                        file.subspan(h.flatbuffer_offset, h.flatbuffer_size));

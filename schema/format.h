@@ -29,8 +29,8 @@ enum Feature : uint64_t {
   kFeatureCompressedConstants = 1ull << 2,  // the constant segment is zstd-compressed
   kFeatureCudaDevice = 1ull << 3,           // storages or kernels on the CUDA device
 };
-inline constexpr uint64_t kKnownFeatures = kFeatureSequences | kFeatureExternalWeights |
-                                           kFeatureCompressedConstants | kFeatureCudaDevice;
+inline constexpr uint64_t kKnownFeatures =
+    kFeatureSequences | kFeatureExternalWeights | kFeatureCompressedConstants | kFeatureCudaDevice;
 
 struct FileHeader {
   uint16_t major = kFormatMajor;

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "schema/mapped_file.h"
 
 #include <fcntl.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dynvm::schema {
 
@@ -34,7 +34,8 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::st
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
-      return absl::ResourceExhaustedError(absl::StrCat("cannot map ", path, ": ", std::strerror(err)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", path, ": ", std::strerror(err)));
     }
     f->data_ = static_cast<const uint8_t*>(p);
     f->mapped_ = true;
@@ -54,7 +55,9 @@ std::shared_ptr<const MappedFile> MappedFile::FromBytes(absl::Span<const uint8_t
 }
 
 void MappedFile::DropPages(absl::Span<const uint8_t> range) const {
-  if (!mapped_ || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  if (!mapped_ || range.empty() || range.data() < data_ ||
+      range.data() + range.size() > data_ + size_)
+    return;
   // Whole pages inside the range only.
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;

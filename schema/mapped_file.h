@@ -5,12 +5,12 @@
 #ifndef DYNVM_SCHEMA_MAPPED_FILE_H_
 #define DYNVM_SCHEMA_MAPPED_FILE_H_
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace dynvm::schema {

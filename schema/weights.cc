@@ -121,9 +121,8 @@ absl::StatusOr<WeightsHeader> ParseWeightsHeader(absl::Span<const uint8_t> file)
   h.required_features = Get<uint64_t>(b, kOffFeatures);
   const uint64_t unknown = h.required_features & ~uint64_t{kFeatureCompressedConstants};
   if (unknown != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("weights file requires features this runtime does not have: ",
-                     FeatureNames(unknown)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "weights file requires features this runtime does not have: ", FeatureNames(unknown)));
   }
   const uint32_t crc = Get<uint32_t>(b, kOffCrc);
   if (crc != HeaderCrc(b)) {
@@ -133,7 +132,8 @@ absl::StatusOr<WeightsHeader> ParseWeightsHeader(absl::Span<const uint8_t> file)
   }
   for (size_t i = kOffReserved; i < kWeightsHeaderSize; ++i) {
     if (b[i] != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reserved weights header byte ", i, " is not zero"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("reserved weights header byte ", i, " is not zero"));
     }
   }
   h.content_hash = Get<uint64_t>(b, kOffHash);
@@ -162,7 +162,8 @@ absl::StatusOr<std::string> CompressSegment(absl::string_view raw, int level) {
   // One frame that declares its content size and carries zstd's checksum of the content, so
   // damaged compressed bytes are caught when they are decompressed.
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  if (cctx == nullptr) return absl::ResourceExhaustedError("zstd: cannot create a compression context");
+  if (cctx == nullptr)
+    return absl::ResourceExhaustedError("zstd: cannot create a compression context");
   size_t n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   if (!ZSTD_isError(n)) n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
   if (!ZSTD_isError(n)) n = ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
@@ -187,10 +188,11 @@ absl::Status CheckCompressedSegment(absl::Span<const uint8_t> stored, uint64_t r
     return absl::DataLossError(absl::StrCat("compressed constants: the frame holds ", declared,
                                             " bytes, the header says ", raw_size));
   }
-  if (raw_size / kMaxCompressionRatio > stored.size() + (uint64_t{1} << 20) / kMaxCompressionRatio) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "compressed constants: ", stored.size(), " bytes would expand to ", raw_size,
-        ", more than ", kMaxCompressionRatio, " times (refused)"));
+  if (raw_size / kMaxCompressionRatio >
+      stored.size() + (uint64_t{1} << 20) / kMaxCompressionRatio) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("compressed constants: ", stored.size(), " bytes would expand to ", raw_size,
+                     ", more than ", kMaxCompressionRatio, " times (refused)"));
   }
   return absl::OkStatus();
 }

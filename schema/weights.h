@@ -28,8 +28,8 @@ struct WeightsHeader {
   uint64_t required_features = 0;  // only kFeatureCompressedConstants is meaningful here
   uint64_t content_hash = 0;       // ContentHash of the raw (decompressed) segment
   uint64_t data_offset = kWeightsHeaderSize;
-  uint64_t stored_size = 0;        // bytes of data in the file
-  uint64_t raw_size = 0;           // bytes after decompression (== stored_size if raw)
+  uint64_t stored_size = 0;  // bytes of data in the file
+  uint64_t raw_size = 0;     // bytes after decompression (== stored_size if raw)
 };
 
 // A whole .dvw file: the header (with its checksum) followed by `stored` at data_offset.

@@ -30,13 +30,15 @@ uint64_t DocHash(const std::string& s) {
   for (size_t st = 0; st < stripes; ++st) {
     for (int lane = 0; lane < 4; ++lane) {
       uint64_t word = 0;
-      for (int b = 7; b >= 0; --b) word = (word << 8) | static_cast<uint8_t>(s[st * 32 + lane * 8 + b]);
+      for (int b = 7; b >= 0; --b)
+        word = (word << 8) | static_cast<uint8_t>(s[st * 32 + lane * 8 + b]);
       acc[lane] = rotl(acc[lane] + word * p2, 31) * p1;
     }
   }
   uint64_t h = rotl(acc[0], 1) + rotl(acc[1], 7) + rotl(acc[2], 12) + rotl(acc[3], 18);
   h ^= s.size() * p3;
-  for (size_t i = stripes * 32; i < s.size(); ++i) h = rotl(h ^ static_cast<uint8_t>(s[i]), 11) * p1;
+  for (size_t i = stripes * 32; i < s.size(); ++i)
+    h = rotl(h ^ static_cast<uint8_t>(s[i]), 11) * p1;
   h = (h ^ (h >> 33)) * p2;
   h = (h ^ (h >> 29)) * p3;
   return h ^ (h >> 32);
@@ -135,7 +137,8 @@ TEST(CompressionTest, RoundTripAndRefusals) {
   ASSERT_TRUE(DecompressSegment(Bytes(*c), out.data(), raw.size()).ok());
   EXPECT_EQ(std::memcmp(out.data(), raw.data(), raw.size()), 0);
   // A frame declaring another size, a corrupt frame, garbage.
-  EXPECT_THAT(DecompressSegment(Bytes(*c), out.data(), raw.size() - 1).message(), HasSubstr("the frame holds"));
+  EXPECT_THAT(DecompressSegment(Bytes(*c), out.data(), raw.size() - 1).message(),
+              HasSubstr("the frame holds"));
   std::string bad = *c;
   bad[bad.size() / 2] ^= 0x55;
   bad[bad.size() - 1] ^= 0x55;
@@ -147,7 +150,8 @@ TEST(CompressionTest, RoundTripAndRefusals) {
   absl::StatusOr<std::string> bomb = CompressSegment(zeros, 3);
   ASSERT_TRUE(bomb.ok());
   ASSERT_LT(bomb->size(), 64u << 10);
-  EXPECT_EQ(CheckCompressedSegment(Bytes(*bomb), zeros.size()).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CheckCompressedSegment(Bytes(*bomb), zeros.size()).code(),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(CheckCompressedSegment(Bytes(*c), raw.size()).ok());
   EXPECT_FALSE(CompressSegment(raw, 0).ok());
   EXPECT_FALSE(CompressSegment(raw, 99).ok());
@@ -179,7 +183,8 @@ TEST(SerializeTest, ExternalWeightsFileHoldsTheSegment) {
   EXPECT_TRUE(inline_files->weights.empty());
   absl::StatusOr<FileHeader> ih = ParseHeader(Bytes(inline_files->executable));
   ASSERT_TRUE(ih.ok()) << ih.status();
-  const std::string segment = inline_files->executable.substr(ih->constants_offset, ih->constants_size);
+  const std::string segment =
+      inline_files->executable.substr(ih->constants_offset, ih->constants_size);
   ASSERT_EQ(segment.size(), 1024u + 1000u);
 
   fb::ExecutableT exe = SampleExecutable();
@@ -213,8 +218,9 @@ TEST(SerializeTest, ExternalWeightsFileHoldsTheSegment) {
   EXPECT_EQ(wh->raw_size, segment.size());
   EXPECT_LT(wh->stored_size, 100u);
   std::string out(segment.size(), '\0');
-  ASSERT_TRUE(DecompressSegment(Bytes(files->weights).subspan(64), reinterpret_cast<uint8_t*>(out.data()),
-                                out.size()).ok());
+  ASSERT_TRUE(DecompressSegment(Bytes(files->weights).subspan(64),
+                                reinterpret_cast<uint8_t*>(out.data()), out.size())
+                  .ok());
   EXPECT_EQ(out, segment);
 
   // Compressed inline.

@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "schema/writer.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "schema/format.h"
 #include "schema/weights.h"
 
@@ -50,9 +50,9 @@ absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
   return std::move(files->executable);
 }
 
-absl::StatusOr<SerializedFiles> SerializeExecutableFiles(fb::ExecutableT& exe,
-                                                         absl::Span<const absl::string_view> constants,
-                                                         const WriteOptions& options) {
+absl::StatusOr<SerializedFiles> SerializeExecutableFiles(
+    fb::ExecutableT& exe, absl::Span<const absl::string_view> constants,
+    const WriteOptions& options) {
   if (constants.size() != exe.constants.size()) {
     return absl::InvalidArgumentError(absl::StrCat("constant table has ", exe.constants.size(),
                                                    " entries but ", constants.size(),
@@ -70,7 +70,8 @@ absl::StatusOr<SerializedFiles> SerializeExecutableFiles(fb::ExecutableT& exe,
   std::string segment(segment_size, '\0');
   for (size_t i = 0; i < constants.size(); ++i) {
     if (!constants[i].empty()) {
-      std::memcpy(segment.data() + exe.constants[i]->offset, constants[i].data(), constants[i].size());
+      std::memcpy(segment.data() + exe.constants[i]->offset, constants[i].data(),
+                  constants[i].size());
     }
   }
   std::string stored;
@@ -87,7 +88,8 @@ absl::StatusOr<SerializedFiles> SerializeExecutableFiles(fb::ExecutableT& exe,
   if (external) {
     exe.weights = std::make_unique<fb::WeightsRefT>();
     exe.weights->file_name = options.weights_file_name;
-    exe.weights->hash = ContentHash({reinterpret_cast<const uint8_t*>(segment.data()), segment.size()});
+    exe.weights->hash =
+        ContentHash({reinterpret_cast<const uint8_t*>(segment.data()), segment.size()});
     exe.weights->size = segment_size;
     WeightsHeader wh;
     wh.required_features = compress ? uint64_t{kFeatureCompressedConstants} : 0;

@@ -6,12 +6,11 @@
 #ifndef DYNVM_SCHEMA_WRITER_H_
 #define DYNVM_SCHEMA_WRITER_H_
 
-#include "absl/strings/string_view.h"
 #include <string>
-
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "schema/executable_generated.h"
 
@@ -41,9 +40,9 @@ absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
                                                 const WriteOptions& options = {});
 
 // Same, and the weights file when `options.weights_file_name` is set.
-absl::StatusOr<SerializedFiles> SerializeExecutableFiles(fb::ExecutableT& exe,
-                                                         absl::Span<const absl::string_view> constants,
-                                                         const WriteOptions& options = {});
+absl::StatusOr<SerializedFiles> SerializeExecutableFiles(
+    fb::ExecutableT& exe, absl::Span<const absl::string_view> constants,
+    const WriteOptions& options = {});
 
 // The required-feature bits the content of `exe` needs (sequences, CUDA, ...).
 uint64_t RequiredFeatures(const fb::ExecutableT& exe);

@@ -296,8 +296,9 @@ TEST(NoDeviceTest, DeviceAllocationFailsClearlyAndTheVmStaysUsable) {
     const absl::Status s = (*vm)->Run({.function = function});
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.code(), available.code()) << s;
-    EXPECT_THAT(s.message(), HasSubstr(CudaBuildEnabled() ? "no CUDA device available"
-                                                          : "this build has no CUDA device support"));
+    EXPECT_THAT(s.message(),
+                HasSubstr(CudaBuildEnabled() ? "no CUDA device available"
+                                             : "this build has no CUDA device support"));
     EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("function '", function, "' pc")));
     const absl::Status ok = (*vm)->Run({.function = "on_host"});
     EXPECT_TRUE(ok.ok()) << ok;

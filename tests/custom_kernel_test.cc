@@ -78,16 +78,17 @@ void RegisterMyOps() {
   std::call_once(once, [] {
     KernelRegistry::Global().Register(
         KernelRegistration{"my.domain", "Double", Device::kCPU, "my", 5, &CreateDouble});
-    compiler::OpRegistry::Global().Register(compiler::OpSchema{
-        "my.domain", "Double", [](compiler::InferContext& c) -> absl::Status {
-          if (c.num_inputs() != 1 || !c.has_input(0)) return c.Error("Double takes one input");
-          if (c.input_shape(0) == nullptr) {
-            c.SetOutputUnknown(0, c.input_dtype(0));
-          } else {
-            c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
-          }
-          return absl::OkStatus();
-        }});
+    compiler::OpRegistry::Global().Register(
+        compiler::OpSchema{"my.domain", "Double", [](compiler::InferContext& c) -> absl::Status {
+                             if (c.num_inputs() != 1 || !c.has_input(0))
+                               return c.Error("Double takes one input");
+                             if (c.input_shape(0) == nullptr) {
+                               c.SetOutputUnknown(0, c.input_dtype(0));
+                             } else {
+                               c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
+                             }
+                             return absl::OkStatus();
+                           }});
     // The same kernel under an op with no shape function: compiled as a dynamic output.
     KernelRegistry::Global().Register(
         KernelRegistration{"my.domain", "DoubleDynamic", Device::kCPU, "my", 5, &CreateDouble});

@@ -168,7 +168,8 @@ TEST(DecodeAllocCounterTest, CountsAllocationsMadeDuringARun) {
   EXPECT_GE(g_calls.load(), 10);
 }
 
-INSTANTIATE_TEST_SUITE_P(Decoders, DecodeAllocTest, ::testing::Values("lstm_cat", "lstm_scatter", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Decoders, DecodeAllocTest,
+                         ::testing::Values("lstm_cat", "lstm_scatter", "gpt"));
 
 }  // namespace
 }  // namespace dynvm

@@ -90,13 +90,14 @@ TEST(DecodeMemoryTest, BoundedGptMakesNoSystemAllocationAfterTheFirstIteration) 
   ASSERT_TRUE(long_run.status.ok()) << long_run.status;
   EXPECT_EQ(short_run.tokens, 8 + 8);
   EXPECT_EQ(long_run.tokens, 8 + kMaxTokens);
-  std::printf("bounded gpt: %lld and %lld system allocations for 8 and %lld tokens, %lld and %lld "
-              "after the first iteration; peak %lld bytes in use\n",
-              static_cast<long long>(short_run.run.system_allocs),
-              static_cast<long long>(long_run.run.system_allocs), static_cast<long long>(kMaxTokens),
-              static_cast<long long>(short_run.run.system_allocs_after_first_iteration),
-              static_cast<long long>(long_run.run.system_allocs_after_first_iteration),
-              static_cast<long long>(long_run.pool.peak_bytes_in_use));
+  std::printf(
+      "bounded gpt: %lld and %lld system allocations for 8 and %lld tokens, %lld and %lld "
+      "after the first iteration; peak %lld bytes in use\n",
+      static_cast<long long>(short_run.run.system_allocs),
+      static_cast<long long>(long_run.run.system_allocs), static_cast<long long>(kMaxTokens),
+      static_cast<long long>(short_run.run.system_allocs_after_first_iteration),
+      static_cast<long long>(long_run.run.system_allocs_after_first_iteration),
+      static_cast<long long>(long_run.pool.peak_bytes_in_use));
   ASSERT_TRUE(long_run.run.first_iteration_ended);
   EXPECT_GT(long_run.run.system_allocs, 0);  // the first iteration does allocate: stats are live
   EXPECT_EQ(long_run.run.system_allocs_after_first_iteration, 0);
@@ -133,12 +134,13 @@ TEST(DecodeMemoryTest, UnboundedGptGrowsWithinThreeTimesTheBoundedPlan) {
     ASSERT_TRUE(r.status.ok()) << r.status;
     ASSERT_EQ(r.tokens, 8 + n);
     after[i] = r.run.system_allocs_after_first_iteration;
-    std::printf("unbounded gpt, %lld tokens: %lld system allocations (%lld after the first "
-                "iteration), peak %lld bytes in use, %lld reserved; bounded plan: peak %lld\n",
-                static_cast<long long>(n), static_cast<long long>(r.run.system_allocs),
-                static_cast<long long>(after[i]), static_cast<long long>(r.pool.peak_bytes_in_use),
-                static_cast<long long>(r.pool.bytes_reserved),
-                static_cast<long long>(plan.pool.peak_bytes_in_use));
+    std::printf(
+        "unbounded gpt, %lld tokens: %lld system allocations (%lld after the first "
+        "iteration), peak %lld bytes in use, %lld reserved; bounded plan: peak %lld\n",
+        static_cast<long long>(n), static_cast<long long>(r.run.system_allocs),
+        static_cast<long long>(after[i]), static_cast<long long>(r.pool.peak_bytes_in_use),
+        static_cast<long long>(r.pool.bytes_reserved),
+        static_cast<long long>(plan.pool.peak_bytes_in_use));
     if (n == kMaxTokens) {
       EXPECT_LE(r.pool.peak_bytes_in_use, 3 * plan.pool.peak_bytes_in_use);
       // What the pool holds from the system also counts the free blocks of the capacities it

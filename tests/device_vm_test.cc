@@ -308,7 +308,8 @@ TEST_F(DeviceVmTest, InvokeMovesInputsToTheKernelsDevice) {
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
-  ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}), "mixed").ok());
+  ASSERT_TRUE(
+      (*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}), "mixed").ok());
   const absl::Status s = (*vm)->Run({.function = "mixed"});
   ASSERT_TRUE(s.ok()) << s;
   absl::StatusOr<Tensor> r = (*vm)->GetOutput("r", "mixed");
@@ -353,7 +354,8 @@ TEST_F(DeviceVmTest, DeviceFailuresAreErrorsAndTheVmStaysUsable) {
 
 TEST_F(DeviceVmTest, TheFactoryFailingIsTheRunsError) {
   SetDeviceContextFactoryForTesting(
-      Device::kCUDA, [](const DeviceContextOptions&) -> absl::StatusOr<std::unique_ptr<DeviceContext>> {
+      Device::kCUDA,
+      [](const DeviceContextOptions&) -> absl::StatusOr<std::unique_ptr<DeviceContext>> {
         return absl::UnavailableError("no CUDA device available: testing");
       });
   std::shared_ptr<const Executable> exe = Load(kProgram);
@@ -363,7 +365,8 @@ TEST_F(DeviceVmTest, TheFactoryFailingIsTheRunsError) {
   ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {3}, {1, 2, 3})).ok());
   const absl::Status s = (*vm)->Run();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
-  EXPECT_THAT(s.message(), HasSubstr("function 'main' pc 0 (alloc_storage): no CUDA device available"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("function 'main' pc 0 (alloc_storage): no CUDA device available"));
 }
 
 }  // namespace

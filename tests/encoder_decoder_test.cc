@@ -37,8 +37,8 @@ std::shared_ptr<const Executable> CompileAndLoad(compiler::Module& m) {
   absl::StatusOr<compiler::CompileResult> r = compiler::Compile(m);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe =
-      Executable::LoadFromBytes({reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
   EXPECT_TRUE(exe.ok()) << exe.status();
   return exe.ok() ? *exe : nullptr;
 }
@@ -74,8 +74,9 @@ class EncoderDecoderTest : public ::testing::Test {
       compiler::Module m;
       compiler::GraphBuilder g(m.AddFunction("encode"));
       compiler::Value* x = g.Input("x", DType::kF32, {int64_t{1}, int64_t{kIn}});
-      compiler::Value* h = g.Op("Tanh", {g.Op("Add", {g.Op("MatMul", {x, g.Constant(we_, "We", true)}),
-                                                      g.Constant(be_, "be", true)})});
+      compiler::Value* h =
+          g.Op("Tanh", {g.Op("Add", {g.Op("MatMul", {x, g.Constant(we_, "We", true)}),
+                                     g.Constant(be_, "be", true)})});
       g.Output("hidden", h);
       encoder_ = CompileAndLoad(m);
     }
@@ -96,7 +97,8 @@ class EncoderDecoderTest : public ::testing::Test {
     std::vector<double> h(kHidden), y(kOut, 0.0);
     for (int j = 0; j < kHidden; ++j) {
       double acc = be_.data<float>()[j];
-      for (int i = 0; i < kIn; ++i) acc += double{x.data<float>()[i]} * we_.data<float>()[i * kHidden + j];
+      for (int i = 0; i < kIn; ++i)
+        acc += double{x.data<float>()[i]} * we_.data<float>()[i * kHidden + j];
       h[j] = std::tanh(acc);
     }
     for (int k = 0; k < kOut; ++k) {
@@ -167,8 +169,10 @@ TEST_F(EncoderDecoderTest, EncoderOutputsFeedDecoderInputsWithoutCopiesAcrossThr
       for (;;) {
         const auto [slot, id] = ready.Pop();
         if (id < 0) return;  // stop
-        bool ok = vm.ok() && (*vm)->SetInputZeroCopy("hidden", slots[slot]).ok() && (*vm)->Run().ok();
-        absl::StatusOr<Tensor> y = ok ? (*vm)->GetOutput("logits") : absl::InternalError("run failed");
+        bool ok =
+            vm.ok() && (*vm)->SetInputZeroCopy("hidden", slots[slot]).ok() && (*vm)->Run().ok();
+        absl::StatusOr<Tensor> y =
+            ok ? (*vm)->GetOutput("logits") : absl::InternalError("run failed");
         if (y.ok()) {
           results[id].assign(y->data<float>(), y->data<float>() + y->numel());
         } else {

@@ -470,8 +470,8 @@ TEST(HostileExecutableTest, KernelsThatNoBackendServesAreRefusedAtLoad) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.kernel);
-    const std::string bytes =
-        AssembleOrDie(absl::StrCat(c.kernel, "\n.function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n"));
+    const std::string bytes = AssembleOrDie(
+        absl::StrCat(c.kernel, "\n.function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n"));
     ASSERT_FALSE(bytes.empty());
     absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
     ASSERT_FALSE(exe.ok());
@@ -500,7 +500,8 @@ TEST(HostileExecutableTest, WeightsFeaturesWithoutTheirDataAreRefused) {
     absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(m);
     ASSERT_FALSE(exe.ok()) << feature;
     EXPECT_NE(exe.status().code(), absl::StatusCode::kInternal) << exe.status();
-    EXPECT_THAT(std::string(exe.status().message()), HasSubstr(feature == schema::kFeatureExternalWeights ? "weights" : "compress"))
+    EXPECT_THAT(std::string(exe.status().message()),
+                HasSubstr(feature == schema::kFeatureExternalWeights ? "weights" : "compress"))
         << exe.status();
   }
 }

@@ -96,7 +96,8 @@ class IsaFileTest : public ::testing::Test {
         auto it = expected_errors.find(name);
         if (it != expected_errors.end()) {
           EXPECT_TRUE(absl::StrContains(s.message(), it->second))
-              << path_ << " " << name << ": error '" << s.message() << "' lacks '" << it->second << "'";
+              << path_ << " " << name << ": error '" << s.message() << "' lacks '" << it->second
+              << "'";
         }
       }
     }

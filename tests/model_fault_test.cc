@@ -127,8 +127,8 @@ TEST_P(ModelFaultTest, FailureAtEveryAllocationSiteThenTheSameVmRuns) {
   const int64_t warm_run = (*clean)->memory_stats().allocs - before - first_run;
   const int64_t in_use = (*clean)->memory_stats().bytes_in_use;
   std::printf("%s: first run %lld allocations, warm run %lld, %lld bytes in use after\n",
-              GetParam().name, static_cast<long long>(first_run),
-              static_cast<long long>(warm_run), static_cast<long long>(in_use));
+              GetParam().name, static_cast<long long>(first_run), static_cast<long long>(warm_run),
+              static_cast<long long>(in_use));
   // Every decode step allocates (kernel outputs, the growing token buffer), so the sites are
   // many more than the model's few dozen instructions.
   ASSERT_GT(first_run, 24);

@@ -40,7 +40,8 @@ int64_t ResidentBytes() {
   return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
-absl::StatusOr<compiler::CompileResult> CompileBigModel(const compiler::CompileOptions& options = {}) {
+absl::StatusOr<compiler::CompileResult> CompileBigModel(
+    const compiler::CompileOptions& options = {}) {
   compiler::Module m;
   compiler::GraphBuilder b(m.AddFunction("main"));
   compiler::Value* v = b.Input("x", DType::kF32, {1, kWidth});
@@ -59,8 +60,9 @@ absl::StatusOr<compiler::CompileResult> CompileBigModel(const compiler::CompileO
 void RunOnce(const std::shared_ptr<const Executable>& exe) {
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok()) << vm.status();
-  ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {1, kWidth},
-                                                                std::vector<float>(kWidth, 0.5f)))
+  ASSERT_TRUE((*vm)
+                  ->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {1, kWidth},
+                                                             std::vector<float>(kWidth, 0.5f)))
                   .ok());
   absl::Status s = (*vm)->Run();
   ASSERT_TRUE(s.ok()) << s;
@@ -68,7 +70,9 @@ void RunOnce(const std::shared_ptr<const Executable>& exe) {
 
 std::string BigModelPath() {
   static const std::string path = [] {
-    const std::string p = (std::filesystem::temp_directory_path() / absl::StrCat("dynvm_sharing_", getpid(), ".dvm")).string();
+    const std::string p =
+        (std::filesystem::temp_directory_path() / absl::StrCat("dynvm_sharing_", getpid(), ".dvm"))
+            .string();
     absl::StatusOr<compiler::CompileResult> r = CompileBigModel();
     if (!r.ok() || !schema::WriteStringToFile(p, r->bytes).ok()) return std::string();
     return p;
@@ -82,7 +86,8 @@ TEST(SharingTest, LoadingMapsTheWeightsWithoutReadingThem) {
   const int64_t before = ResidentBytes();
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(path);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(exe.ok()) << exe.status();
   const int64_t grown = ResidentBytes() - before;
   std::printf("load of %.1f MiB of weights: %.2f ms, resident memory grew by %.2f MiB\n",
@@ -96,7 +101,8 @@ TEST(SharingTest, LoadingMapsTheWeightsWithoutReadingThem) {
 // mapping: loaded and run (every weight page read), resident memory grows by the weights once,
 // not twice. A compressed segment is decompressed once for two loads in the same way.
 TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / absl::StrCat("dynvm_sharing_w_", getpid());
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("dynvm_sharing_w_", getpid());
   std::filesystem::create_directories(dir);
   compiler::CompileOptions o;
   o.weights_file_name = "big.dvw";
@@ -104,16 +110,20 @@ TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
     o.producer = absl::StrCat("part ", part);  // two different executables, one weights file
     absl::StatusOr<compiler::CompileResult> r = CompileBigModel(o);
     ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_TRUE(schema::WriteStringToFile((dir / absl::StrCat(part, ".dvm")).string(), r->bytes).ok());
+    ASSERT_TRUE(
+        schema::WriteStringToFile((dir / absl::StrCat(part, ".dvm")).string(), r->bytes).ok());
     ASSERT_TRUE(schema::WriteStringToFile((dir / "big.dvw").string(), r->weights).ok());
   }
   const double weights_mib = kLayers * kWidth * kWidth * 4 / 1048576.0;
   {
     const int64_t before = ResidentBytes();
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::shared_ptr<const Executable>> a = Executable::Load((dir / "a.dvm").string());
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    absl::StatusOr<std::shared_ptr<const Executable>> b = Executable::Load((dir / "b.dvm").string());
+    absl::StatusOr<std::shared_ptr<const Executable>> a =
+        Executable::Load((dir / "a.dvm").string());
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    absl::StatusOr<std::shared_ptr<const Executable>> b =
+        Executable::Load((dir / "b.dvm").string());
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ((*a)->constant_segment(), (*b)->constant_segment());
@@ -121,9 +131,10 @@ TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
     RunOnce(*a);
     RunOnce(*b);
     const double grown_mib = (ResidentBytes() - before) / 1048576.0;
-    std::printf("two executables on one %.1f MiB weights file: load %.2f ms, resident +%.2f MiB after "
-                "loading, +%.1f MiB after running both (two copies would be +%.1f MiB)\n",
-                weights_mib, load_ms, loaded_mib, grown_mib, 2 * weights_mib);
+    std::printf(
+        "two executables on one %.1f MiB weights file: load %.2f ms, resident +%.2f MiB after "
+        "loading, +%.1f MiB after running both (two copies would be +%.1f MiB)\n",
+        weights_mib, load_ms, loaded_mib, grown_mib, 2 * weights_mib);
     EXPECT_LT(loaded_mib, 8);
     EXPECT_LT(grown_mib, 1.25 * weights_mib);
   }
@@ -137,7 +148,8 @@ TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
     const int64_t before = ResidentBytes();
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::shared_ptr<const Executable>> a = Executable::Load(path);
-    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     absl::StatusOr<std::shared_ptr<const Executable>> b = Executable::Load(path);
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(b.ok()) << b.status();
@@ -145,10 +157,11 @@ TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
     RunOnce(*a);
     RunOnce(*b);
     const double grown_mib = (ResidentBytes() - before) / 1048576.0;
-    std::printf("compressed: %.1f MiB stored for %.1f MiB of weights (ratio %.3f); first load "
-                "(decompression) %.1f ms; two loads and runs: resident +%.1f MiB\n",
-                r->bytes.size() / 1048576.0, weights_mib, r->bytes.size() / 1048576.0 / weights_mib,
-                load_ms, grown_mib);
+    std::printf(
+        "compressed: %.1f MiB stored for %.1f MiB of weights (ratio %.3f); first load "
+        "(decompression) %.1f ms; two loads and runs: resident +%.1f MiB\n",
+        r->bytes.size() / 1048576.0, weights_mib, r->bytes.size() / 1048576.0 / weights_mib,
+        load_ms, grown_mib);
     EXPECT_LT(grown_mib, 1.25 * weights_mib);
   }
   std::filesystem::remove_all(dir);
@@ -173,7 +186,8 @@ TEST(SharingTest, EightInstancesShareOneCopyOfTheWeights) {
     file.append(reinterpret_cast<const char*>(x.data()), x.size() * 4);
     ASSERT_TRUE(schema::WriteStringToFile(input, file).ok());
   }
-  const std::string cmd = absl::StrCat(vm_run, " ", path, " --input x=", input, " --instances 8 2>&1");
+  const std::string cmd =
+      absl::StrCat(vm_run, " ", path, " --input x=", input, " --instances 8 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -189,7 +203,8 @@ TEST(SharingTest, EightInstancesShareOneCopyOfTheWeights) {
   double peak = 0, baseline = 0, weights = 0;
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     for (absl::string_view field : absl::StrSplit(line, ' ')) {
-      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+      std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(field, absl::MaxSplits('=', 1));
       if (kv.first == "peak_rss_mb") (void)absl::SimpleAtod(kv.second, &peak);
       if (kv.first == "baseline_rss_mb") (void)absl::SimpleAtod(kv.second, &baseline);
       if (kv.first == "weights_mb") (void)absl::SimpleAtod(kv.second, &weights);
@@ -199,8 +214,10 @@ TEST(SharingTest, EightInstancesShareOneCopyOfTheWeights) {
   // Activations per instance: a few [1, 2048] f32 vectors (the arena) plus the output.
   const double activations_mb = 8 * 3 * kWidth * 4 / 1048576.0;
   const double bar = baseline + (weights + activations_mb) * 1.2;
-  std::printf("peak %.1f MiB, baseline %.1f MiB, weights %.1f MiB: bar %.1f MiB (8 loads would be %.1f MiB)\n",
-              peak, baseline, weights, bar, baseline + 8 * weights);
+  std::printf(
+      "peak %.1f MiB, baseline %.1f MiB, weights %.1f MiB: bar %.1f MiB (8 loads would be %.1f "
+      "MiB)\n",
+      peak, baseline, weights, bar, baseline + 8 * weights);
   EXPECT_LT(peak, bar);
   std::remove(input.c_str());
 }

@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -697,7 +697,8 @@ TEST(StressTest, EightThreadsTwoHundredRunsOnSharedWeights) {
   std::vector<absl::string_view> data(a->constants.begin(), a->constants.end());
   schema::WriteOptions wo;
   wo.weights_file_name = "stress.dvw";
-  absl::StatusOr<schema::SerializedFiles> files = schema::SerializeExecutableFiles(*a->exe, data, wo);
+  absl::StatusOr<schema::SerializedFiles> files =
+      schema::SerializeExecutableFiles(*a->exe, data, wo);
   ASSERT_TRUE(files.ok()) << files.status();
   const std::string dir = ::testing::TempDir();
   const std::string exe_path = absl::StrCat(dir, "/stress_", getpid(), ".dvm");
@@ -729,7 +730,8 @@ TEST(StressTest, EightThreadsTwoHundredRunsOnSharedWeights) {
         std::vector<float> out = Output(*vm, "sum");
         const std::vector<float> prod = Output(*vm, "prod");
         for (int i = 0; i < 6; ++i) {
-          ASSERT_EQ(out[i], x.data<float>()[i] + y.data<float>()[i] + static_cast<float>(i % 3 + 1));
+          ASSERT_EQ(out[i],
+                    x.data<float>()[i] + y.data<float>()[i] + static_cast<float>(i % 3 + 1));
           ASSERT_EQ(prod[i], x.data<float>()[i] * 2);
         }
         out.insert(out.end(), prod.begin(), prod.end());
@@ -746,9 +748,11 @@ TEST(StressTest, EightThreadsTwoHundredRunsOnSharedWeights) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       VirtualMachine& vm = *vms[t];
-      Tensor sum_buf = F32({2, 3}, std::vector<float>(6, 0)), prod_buf = F32({2, 3}, std::vector<float>(6, 0));
+      Tensor sum_buf = F32({2, 3}, std::vector<float>(6, 0)),
+             prod_buf = F32({2, 3}, std::vector<float>(6, 0));
       const bool buffers = t % 2 == 0;
-      if (buffers && (!vm.SetOutputBuffer("sum", sum_buf).ok() || !vm.SetOutputBuffer("prod", prod_buf).ok())) {
+      if (buffers && (!vm.SetOutputBuffer("sum", sum_buf).ok() ||
+                      !vm.SetOutputBuffer("prod", prod_buf).ok())) {
         ++failures;
         return;
       }
@@ -761,8 +765,9 @@ TEST(StressTest, EightThreadsTwoHundredRunsOnSharedWeights) {
           return;
         }
         absl::StatusOr<Tensor> sum = vm.GetOutput("sum"), prod = vm.GetOutput("prod");
-        if (!sum.ok() || !prod.ok() || (buffers && (sum->raw_data() != sum_buf.raw_data() ||
-                                                    vm.last_run_output_copies() != 0))) {
+        if (!sum.ok() || !prod.ok() ||
+            (buffers &&
+             (sum->raw_data() != sum_buf.raw_data() || vm.last_run_output_copies() != 0))) {
           ++failures;
           return;
         }

@@ -2,6 +2,8 @@
 // functions over one set of constants: graphs built with the compiler's builder, compiled,
 // written to a temporary directory and loaded as a user would. Results are checked against a
 // matrix product computed here in double precision (an independent oracle).
+#include "schema/weights.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -17,7 +19,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schema/mapped_file.h"
-#include "schema/weights.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -39,7 +40,8 @@ Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed) {
 
 // Multiples of 1/8: weights that compress well.
 Tensor Coarse(Tensor t) {
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::round(t.data<float>()[i] * 8) / 8;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = std::round(t.data<float>()[i] * 8) / 8;
   return t;
 }
 
@@ -53,7 +55,8 @@ struct Model {
     for (int64_t r = 0; r < rows; ++r) {
       for (int j = 0; j < kOut; ++j) {
         double acc = b.data<float>()[j];
-        for (int i = 0; i < kIn; ++i) acc += double{x.data<float>()[r * kIn + i]} * w.data<float>()[i * kOut + j];
+        for (int i = 0; i < kIn; ++i)
+          acc += double{x.data<float>()[r * kIn + i]} * w.data<float>()[i * kOut + j];
         y[r * kOut + j] = acc;
       }
     }
@@ -68,7 +71,8 @@ std::unique_ptr<compiler::Module> Build(const Model& m, const std::vector<std::s
   for (size_t f = 0; f < functions.size(); ++f) {
     compiler::GraphBuilder g(module->AddFunction(functions[f]));
     compiler::Value* x = g.Input("x", DType::kF32, {std::string("batch"), int64_t{kIn}});
-    compiler::Value* y = g.Op("Add", {g.Op("MatMul", {x, g.Constant(m.w, "W", true)}), g.Constant(m.b, "b", true)});
+    compiler::Value* y =
+        g.Op("Add", {g.Op("MatMul", {x, g.Constant(m.w, "W", true)}), g.Constant(m.b, "b", true)});
     if (f == 1) y = g.Op("Add", {y, g.ScalarF32(1.0f)});
     g.Output("y", y);
   }
@@ -102,8 +106,8 @@ class WeightsTest : public ::testing::Test {
   std::string Path(const std::string& file) const { return (dir_ / file).string(); }
 
   // Runs `exe` on a 3-row input and checks y against the oracle (plus `offset`).
-  void ExpectComputes(const std::shared_ptr<const Executable>& exe, const std::string& function = "",
-                      double offset = 0) {
+  void ExpectComputes(const std::shared_ptr<const Executable>& exe,
+                      const std::string& function = "", double offset = 0) {
     ASSERT_NE(exe, nullptr);
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
     ASSERT_TRUE(vm.ok()) << vm.status();
@@ -117,10 +121,12 @@ class WeightsTest : public ::testing::Test {
     ASSERT_TRUE(y.ok()) << y.status();
     ASSERT_EQ(y->ShapeString(), "[3,16]");
     const std::vector<double> want = model_.Expected(x);
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y->data<float>()[i], want[i] + offset, 1e-4) << i;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(y->data<float>()[i], want[i] + offset, 1e-4) << i;
   }
 
-  std::shared_ptr<const Executable> LoadOk(const std::string& path, const LoadOptions& options = {}) {
+  std::shared_ptr<const Executable> LoadOk(const std::string& path,
+                                           const LoadOptions& options = {}) {
     absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(path, options);
     EXPECT_TRUE(exe.ok()) << exe.status();
     return exe.ok() ? *exe : nullptr;
@@ -141,8 +147,9 @@ TEST_F(WeightsTest, ExternalWeightsAreFoundBesideTheExecutable) {
   std::shared_ptr<const Executable> exe = LoadOk(Path("model.dvm"));
   ASSERT_NE(exe, nullptr);
   EXPECT_TRUE(exe->external_weights());
-  EXPECT_EQ(exe->weights_hash(), schema::ContentHash({reinterpret_cast<const uint8_t*>(r.weights.data()) + 64,
-                                                      static_cast<size_t>(kSegmentBytes)}));
+  EXPECT_EQ(exe->weights_hash(),
+            schema::ContentHash({reinterpret_cast<const uint8_t*>(r.weights.data()) + 64,
+                                 static_cast<size_t>(kSegmentBytes)}));
   EXPECT_EQ(exe->constant_segment_bytes(), kSegmentBytes);
   EXPECT_EQ(exe->weight_bytes(), kSegmentBytes);
   ExpectComputes(exe);
@@ -195,10 +202,12 @@ TEST_F(WeightsTest, WeightsPathAndDirOptions) {
   absl::Status s = Executable::LoadFromBytes({bytes, r.bytes.size()}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("needs LoadOptions::weights_dir or weights_path"));
-  fs::rename((dir_ / "elsewhere" / "renamed.dvw").string(), (dir_ / "elsewhere" / "w.dvw").string());
+  fs::rename((dir_ / "elsewhere" / "renamed.dvw").string(),
+             (dir_ / "elsewhere" / "w.dvw").string());
   LoadOptions by_dir;
   by_dir.weights_dir = (dir_ / "elsewhere").string();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes({bytes, r.bytes.size()}, by_dir);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes({bytes, r.bytes.size()}, by_dir);
   ASSERT_TRUE(exe.ok()) << exe.status();
   ExpectComputes(*exe);
 }
@@ -236,7 +245,8 @@ TEST_F(WeightsTest, RefusesAnotherModelsWeightsAndDamagedFiles) {
   EXPECT_THAT(Executable::Load(Path("m.dvm")).status().message(), HasSubstr("checksum"));
   ASSERT_TRUE(schema::WriteStringToFile(Path("w.dvw"), good.substr(0, good.size() - 1)).ok());
   EXPECT_THAT(Executable::Load(Path("m.dvm")).status().message(), HasSubstr("does not lie inside"));
-  ASSERT_TRUE(schema::WriteStringToFile(Path("w.dvw"), *schema::ReadFileToString(Path("m.dvm"))).ok());
+  ASSERT_TRUE(
+      schema::WriteStringToFile(Path("w.dvw"), *schema::ReadFileToString(Path("m.dvm"))).ok());
   EXPECT_THAT(Executable::Load(Path("m.dvm")).status().message(), HasSubstr("wrong magic"));
   // Intact again: loads and computes.
   ASSERT_TRUE(schema::WriteStringToFile(Path("w.dvw"), good).ok());

@@ -319,9 +319,11 @@ TEST_F(VmRunTest, RunsAndWritesOutputs) {
 // from x's dims) are written by the program straight into their mapped .npy files, prod (the
 // kernel allocates it) is copied into its file once.
 TEST_F(VmRunTest, ZeroCopyInputsAndOutputs) {
-  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--output-dir", Path("zc"), "--stats", "--repeat", "2"});
+  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--output-dir", Path("zc"), "--stats",
+                                "--repeat", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("zero_copy_inputs=2 mapped_output_files=3 outputs_written_in_place=2\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("zero_copy_inputs=2 mapped_output_files=3 outputs_written_in_place=2\n"));
   absl::StatusOr<Tensor> sum = npy::LoadNpy(Path("zc/sum.npy"));
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(Values<float>(*sum), (std::vector<float>{11, 22, 33, 44, 55, 66}));
@@ -334,7 +336,8 @@ TEST_F(VmRunTest, ZeroCopyInputsAndOutputs) {
   // The files are byte for byte what EncodeNpy (and numpy.save) writes.
   EXPECT_EQ(*schema::ReadFileToString(Path("zc/sum.npy")),
             *npy::EncodeNpy(Make<float>(DType::kF32, {2, 3}, {11, 22, 33, 44, 55, 66})));
-  EXPECT_EQ(*schema::ReadFileToString(Path("zc/rows.npy")), *npy::EncodeNpy(Make<int64_t>(DType::kI64, {}, {2})));
+  EXPECT_EQ(*schema::ReadFileToString(Path("zc/rows.npy")),
+            *npy::EncodeNpy(Make<int64_t>(DType::kI64, {}, {2})));
 }
 
 #ifdef DYNVM_VM_COMPILE
@@ -346,7 +349,8 @@ TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
                                            "max_new_tokens=" + cases + "input_max_new_tokens.npy"};
   Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("plain.dvm")});
   ASSERT_EQ(r.code, 0) << r.err;
-  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("gpt.dvm"), "--weights-out", Path("gpt.dvw"), "--compress"});
+  r = Run(DYNVM_VM_COMPILE,
+          {model, "-o", Path("gpt.dvm"), "--weights-out", Path("gpt.dvw"), "--compress"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("gpt.dvw ("));
   const int64_t plain = static_cast<int64_t>(schema::ReadFileToString(Path("plain.dvm"))->size());
@@ -374,7 +378,8 @@ TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
   r = Run(DYNVM_VM_RUN, args);
   EXPECT_EQ(r.code, 0) << r.err;
   // Another model's weights under the right name: refused.
-  r = Run(DYNVM_VM_COMPILE, {"tools/lm/charlm.onnx", "-o", Path("lm.dvm"), "--weights-out", Path("gpt.dvw")});
+  r = Run(DYNVM_VM_COMPILE,
+          {"tools/lm/charlm.onnx", "-o", Path("lm.dvm"), "--weights-out", Path("gpt.dvw")});
   ASSERT_EQ(r.code, 0) << r.err;
   r = Run(DYNVM_VM_RUN, std::vector<std::string>(args.begin(), args.end() - 2));
   ExpectCleanError(r, "vm-run");
@@ -400,7 +405,8 @@ TEST_F(VmRunTest, RepeatThreadsStatsAndLimits) {
 TEST_F(VmRunTest, ProfileWritesATraceAndSummary) {
   // One run: a span for the run and one per invoke (Add, Mul). vm/profiler_test.cc and
   // tools/models/trace_test.cc parse traces; here the tool's flags are checked.
-  Result r = Run(DYNVM_VM_RUN, {exe_, "-i", x_, "-i", y_, "--profile", Path("t.json"), "--profile-summary"});
+  Result r = Run(DYNVM_VM_RUN,
+                 {exe_, "-i", x_, "-i", y_, "--profile", Path("t.json"), "--profile-summary"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("sum f32 [2,3]\n"));
   EXPECT_THAT(r.out, HasSubstr("profile: 1 run,"));

@@ -15,6 +15,7 @@ set -euo pipefail
 readonly build_pkgs=(
   # toolchain
   g++ make cmake clang
+  clang-format         # the format check (tools/test.sh's first stage after install)
   libclang-rt-14-dev   # sanitizer runtimes and libFuzzer for clang-14
   llvm-14              # llvm-symbolizer-14 (and /usr/lib/llvm-14/bin/llvm-symbolizer)
   llvm                 # /usr/bin/llvm-symbolizer, the name the sanitizer runtimes look up in PATH

@@ -7,6 +7,7 @@
 #
 # Stages (budgets on 2 cores, from the hardening issue):
 #   install            <= 6 min   tools/install-deps.sh test (only what is missing)
+#   format             <= 1 min   clang-format --dry-run --Werror over every tracked C++/CUDA source
 #   build              <= 12 min  Release build, with CUDA (-DDYNVM_WITH_CUDA=ON) when
 #                                 /usr/local/cuda/bin/nvcc exists: one build, not two
 #   ctest              <= 8 min   every test, the ONNX conformance runner included
@@ -37,6 +38,13 @@ stage() {
 }
 
 install() { bash tools/install-deps.sh test; }
+
+# Every tracked C++/CUDA source is formatted by .clang-format (Debian 12's clang-format 14).
+# To fix: git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+check_format() {
+  git ls-files -z '*.cc' '*.h' '*.cu' '*.cuh' | xargs -0 clang-format --dry-run --Werror
+  echo "format: $(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | wc -l) files formatted"
+}
 
 build_release() {
   # The CUDA device and kernels build where the toolkit is (the tests skip without a GPU).
@@ -106,6 +114,7 @@ thread_sanitize() {
 
 mkdir -p build
 stage install install
+stage format check_format
 stage build build_release
 stage ctest run_ctest
 if [ "$QUICK" = 0 ]; then

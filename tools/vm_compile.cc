@@ -100,7 +100,8 @@ int Main(int argc, char** argv) {
     options.weights_file_name = std::filesystem::path(weights_out).filename().string();
     if (options.weights_file_name.empty() || options.weights_file_name == "." ||
         options.weights_file_name == "..") {
-      return cli::ReportError(kProgram, absl::StrCat("--weights-out needs a file name, got '", weights_out, "'"));
+      return cli::ReportError(
+          kProgram, absl::StrCat("--weights-out needs a file name, got '", weights_out, "'"));
     }
   }
   if (device == "cuda") {
@@ -148,7 +149,8 @@ int Main(int argc, char** argv) {
   }
   if (report) std::fputs(result->ReportText().c_str(), stdout);
   std::printf("wrote %s (%zu bytes)\n", output.c_str(), result->bytes.size());
-  if (!weights_out.empty()) std::printf("wrote %s (%zu bytes)\n", weights_out.c_str(), result->weights.size());
+  if (!weights_out.empty())
+    std::printf("wrote %s (%zu bytes)\n", weights_out.c_str(), result->weights.size());
   if (!weights_out.empty() && std::filesystem::path(weights_out).parent_path() !=
                                   std::filesystem::path(output).parent_path()) {
     std::printf("note: %s is not beside %s: load with vm-run --weights %s\n", weights_out.c_str(),

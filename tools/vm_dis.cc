@@ -6,7 +6,8 @@
 // that does not verify is refused with the verifier's message. `vm-dis F | vm-as` gives back a
 // byte-identical file, except that a compressed constant segment (vm-compile --compress) is
 // printed decompressed and so assembles back raw. An executable with a separate weights file
-// prints its `.weights` reference and `external` constants (no data). Kernels are not bound, so a file using ops this build lacks still prints.
+// prints its `.weights` reference and `external` constants (no data). Kernels are not bound, so a
+// file using ops this build lacks still prints.
 #include <cstdio>
 #include <string>
 #include <vector>

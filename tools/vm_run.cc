@@ -85,7 +85,7 @@ struct Flags {
   std::string vocab_path;
   int64_t instances = 0;
   std::string stream_prefix;
-  std::string device;  // "", "cpu" or "cuda"
+  std::string device;   // "", "cpu" or "cuda"
   std::string profile;  // Chrome trace file
   bool profile_summary = false;
   std::string weights;
@@ -134,7 +134,8 @@ absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path) {
     std::string text(absl::StripAsciiWhitespace(line));
     if (!cli::ParseInt64(text, false, &cp).ok() || cp < 0 || cp > 0x10FFFF) {
       std::fclose(f);
-      return absl::InvalidArgumentError(absl::StrCat(path, " line ", line_no, ": expected a Unicode code point"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " line ", line_no, ": expected a Unicode code point"));
     }
     vocab.push_back(static_cast<uint32_t>(cp));
   }
@@ -164,7 +165,8 @@ std::string Utf8(uint32_t cp) {
 }
 
 // Decodes UTF-8 `text` into token ids; every character must be in the vocabulary.
-absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text, const std::vector<uint32_t>& vocab) {
+absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text,
+                                            const std::vector<uint32_t>& vocab) {
   std::vector<int64_t> ids;
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
@@ -172,11 +174,13 @@ absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text, const std::v
     size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (n == 0 || i + n > text.size()) return absl::InvalidArgumentError("text is not valid UTF-8");
     cp = n == 1 ? c : (c & (0x7F >> n));
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    for (size_t k = 1; k < n; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
     i += n;
     auto it = std::find(vocab.begin(), vocab.end(), cp);
     if (it == vocab.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("character '", Utf8(cp), "' is not in the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("character '", Utf8(cp), "' is not in the vocabulary"));
     }
     ids.push_back(it - vocab.begin());
   }
@@ -197,14 +201,24 @@ absl::StatusOr<Tensor> ScalarOf(DType dtype, absl::string_view text, int rank) {
   }
   if (is_int) d = static_cast<double>(i);
   switch (dtype) {
-    case DType::kF32: *t->data<float>() = static_cast<float>(d); break;
-    case DType::kF64: *t->data<double>() = d; break;
-    case DType::kI64: *t->data<int64_t>() = is_int ? i : static_cast<int64_t>(d); break;
-    case DType::kI32: *t->data<int32_t>() = static_cast<int32_t>(is_int ? i : static_cast<int64_t>(d)); break;
-    case DType::kBool: *t->data<bool>() = d != 0; break;
+    case DType::kF32:
+      *t->data<float>() = static_cast<float>(d);
+      break;
+    case DType::kF64:
+      *t->data<double>() = d;
+      break;
+    case DType::kI64:
+      *t->data<int64_t>() = is_int ? i : static_cast<int64_t>(d);
+      break;
+    case DType::kI32:
+      *t->data<int32_t>() = static_cast<int32_t>(is_int ? i : static_cast<int64_t>(d));
+      break;
+    case DType::kBool:
+      *t->data<bool>() = d != 0;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("--set supports f32, f64, i64, i32 and bool inputs, not ",
-                                                     DTypeName(dtype)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--set supports f32, f64, i64, i32 and bool inputs, not ", DTypeName(dtype)));
   }
   return t;
 }
@@ -249,12 +263,14 @@ struct BindReport {
 };
 
 // Reads and binds every --input. Errors name the input and the file.
-absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std::vector<uint32_t>* vocab,
-                        VirtualMachine& vm, bool copy = false, BindReport* report = nullptr) {
+absl::Status BindInputs(const Flags& flags, const FunctionInfo& info,
+                        const std::vector<uint32_t>* vocab, VirtualMachine& vm, bool copy = false,
+                        BindReport* report = nullptr) {
   auto note = [&](const ParamInfo& p, const Tensor& t) {
     if (report == nullptr || !p.has_shape || t.rank() != static_cast<int>(p.shape.size())) return;
     for (size_t i = 0; i < p.shape.size(); ++i) {
-      if (p.shape[i].value < 0) report->symbols.emplace(p.shape[i].symbol, t.dim(static_cast<int>(i)));
+      if (p.shape[i].value < 0)
+        report->symbols.emplace(p.shape[i].symbol, t.dim(static_cast<int>(i)));
     }
   };
   std::vector<bool> bound(info.inputs.size(), false);
@@ -302,8 +318,8 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
                                                      p.shape.size(), " ", ShapeText(p), ", but ",
                                                      path, " holds ", t->DebugString()));
     }
-    absl::Status s =
-        zero_copy && !copy ? vm.SetInputZeroCopy(name, *t, info.name) : vm.SetInput(name, *t, info.name);
+    absl::Status s = zero_copy && !copy ? vm.SetInputZeroCopy(name, *t, info.name)
+                                        : vm.SetInput(name, *t, info.name);
     if (!s.ok()) return s;
     if (zero_copy && !copy && report != nullptr) ++report->zero_copy_inputs;
     note(p, *t);
@@ -315,7 +331,8 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
     for (const std::string& spec : specs) {
       const size_t eq = spec.find('=');
       if (eq == std::string::npos || eq == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(pass == 0 ? "--set" : "--text", " expects NAME=VALUE, got '", spec, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(pass == 0 ? "--set" : "--text", " expects NAME=VALUE, got '", spec, "'"));
       }
       const std::string name = spec.substr(0, eq);
       int index = -1;
@@ -323,22 +340,31 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info, const std:
         if (info.inputs[i].name == name) index = static_cast<int>(i);
       }
       if (index < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("function '", info.name, "' has no input named '", name,
-                                                       "'; its inputs are: ", JoinNames(info.inputs)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("function '", info.name, "' has no input named '", name,
+                         "'; its inputs are: ", JoinNames(info.inputs)));
       }
-      if (bound[index]) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' given more than once"));
+      if (bound[index])
+        return absl::InvalidArgumentError(absl::StrCat("input '", name, "' given more than once"));
       const ParamInfo& p = info.inputs[index];
       absl::StatusOr<Tensor> t;
       if (pass == 0) {
-        t = ScalarOf(p.dtype, spec.substr(eq + 1), p.has_shape ? static_cast<int>(p.shape.size()) : 0);
+        t = ScalarOf(p.dtype, spec.substr(eq + 1),
+                     p.has_shape ? static_cast<int>(p.shape.size()) : 0);
       } else {
         if (vocab == nullptr) return absl::InvalidArgumentError("--text needs --vocab");
         absl::StatusOr<std::vector<int64_t>> ids = Encode(spec.substr(eq + 1), *vocab);
-        if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat("input '", name, "': ", ids.status().message()));
-        if (p.dtype != DType::kI64) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must be i64 for --text"));
+        if (!ids.ok())
+          return absl::Status(ids.status().code(),
+                              absl::StrCat("input '", name, "': ", ids.status().message()));
+        if (p.dtype != DType::kI64)
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", name, "' must be i64 for --text"));
         t = Tensor::FromVector<int64_t>(DType::kI64, {1, static_cast<int64_t>(ids->size())}, *ids);
       }
-      if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("input '", name, "': ", t.status().message()));
+      if (!t.ok())
+        return absl::Status(t.status().code(),
+                            absl::StrCat("input '", name, "': ", t.status().message()));
       if (absl::Status s = vm.SetInput(name, *t, info.name); !s.ok()) return s;
       note(p, *t);
       bound[index] = true;
@@ -386,7 +412,8 @@ std::vector<bool> MapOutputFiles(const std::string& dir, const FunctionInfo& inf
       }
     }
     if (dims.size() != p.shape.size()) continue;
-    const std::string path = (std::filesystem::path(dir) / (SafeFileName(p.name) + ".npy")).string();
+    const std::string path =
+        (std::filesystem::path(dir) / (SafeFileName(p.name) + ".npy")).string();
     absl::StatusOr<Tensor> t = npy::CreateMappedNpy(path, p.dtype, dims);
     if (!t.ok()) continue;
     if (vm.SetOutputBuffer(p.name, *t, info.name).ok()) {
@@ -426,7 +453,8 @@ absl::StatusOr<HostOutputs> CollectOutputs(const VirtualMachine& vm, const Funct
     if (!v.ok()) return v.status();
     if (v->kind == ObjectKind::kTensor) {
       if (absl::Status s = add(name, v->tensor); !s.ok()) return s;
-      h.lines.push_back(absl::StrCat(name, " ", DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString()));
+      h.lines.push_back(
+          absl::StrCat(name, " ", DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString()));
       continue;
     }
     if (v->kind == ObjectKind::kOptional && !v->has_value) {
@@ -442,7 +470,8 @@ absl::StatusOr<HostOutputs> CollectOutputs(const VirtualMachine& vm, const Funct
       absl::StrAppend(&line, "sequence of ", v->sequence.size(), v->sequence.empty() ? "" : ":");
       for (size_t k = 0; k < v->sequence.size(); ++k) {
         if (absl::Status s = add(absl::StrCat(name, "_", k), v->sequence[k]); !s.ok()) return s;
-        absl::StrAppend(&line, " ", DTypeName(v->sequence[k].dtype()), v->sequence[k].ShapeString());
+        absl::StrAppend(&line, " ", DTypeName(v->sequence[k].dtype()),
+                        v->sequence[k].ShapeString());
       }
     }
     h.lines.push_back(std::move(line));
@@ -469,8 +498,7 @@ absl::Status WriteOutputs(const std::string& dir, const HostOutputs& outputs,
     if (k < mapped.size() && mapped[k]) continue;  // the run wrote it into its mapped file
     const std::string path = (std::filesystem::path(dir) / (file + ".npy")).string();
     if (absl::Status s = npy::SaveNpy(path, outputs.tensors[i]); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("output '", outputs.names[i], "': ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("output '", outputs.names[i], "': ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -503,7 +531,8 @@ int Main(int argc, char** argv) {
   flags.AddString("--weights", &f.weights, "the weights file (.dvw) of FILE (default: beside it)");
   flags.AddString("--device", &f.device,
                   "cpu or cuda: the device FILE was compiled for (checked before running)");
-  flags.AddString("--profile", &f.profile, "write a Chrome trace of the run to FILE (docs/profiling.md)");
+  flags.AddString("--profile", &f.profile,
+                  "write a Chrome trace of the run to FILE (docs/profiling.md)");
   flags.AddSwitch("--profile-summary", &f.profile_summary,
                   "print time per kernel and the interpreter's share per loop iteration");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -532,18 +561,21 @@ int Main(int argc, char** argv) {
     return cli::ReportError(kProgram, "--instances must be in [1, 1024]");
   }
   if (!f.device.empty() && f.device != "cpu" && f.device != "cuda") {
-    return cli::ReportError(kProgram, absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
+    return cli::ReportError(kProgram,
+                            absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
   }
   if (f.device == "cuda") {
     if (absl::Status s = CudaDeviceAvailable(); !s.ok()) {
-      return cli::ReportError(kProgram, absl::Status(s.code(), absl::StrCat("--device cuda: ", s.message())));
+      return cli::ReportError(kProgram,
+                              absl::Status(s.code(), absl::StrCat("--device cuda: ", s.message())));
     }
   }
 
   const int64_t baseline_rss = RssBytes();  // before the executable is mapped
   LoadOptions load;
   load.weights_path = f.weights;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(flags.positional()[0], load);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::Load(flags.positional()[0], load);
   if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
   const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
   if (f.device == "cuda" && !uses_cuda) {
@@ -577,7 +609,8 @@ int Main(int argc, char** argv) {
     vocab = *std::move(v);
   }
   BindReport bind_report;
-  if (absl::Status s = BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm, false, &bind_report);
+  if (absl::Status s =
+          BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm, false, &bind_report);
       !s.ok()) {
     return cli::ReportError(kProgram, s);
   }
@@ -589,7 +622,9 @@ int Main(int argc, char** argv) {
     std::error_code ec;
     for (size_t k = 0; k < mapped.size(); ++k) {
       if (mapped[k]) {
-        std::filesystem::remove(std::filesystem::path(f.output_dir) / (SafeFileName(info.outputs[k].name) + ".npy"), ec);
+        std::filesystem::remove(
+            std::filesystem::path(f.output_dir) / (SafeFileName(info.outputs[k].name) + ".npy"),
+            ec);
       }
     }
     return cli::ReportError(kProgram, s);
@@ -607,7 +642,8 @@ int Main(int argc, char** argv) {
       }
       const int64_t id = t.dtype() == DType::kI64 ? *t.data<int64_t>() : *t.data<int32_t>();
       if (id < 0 || id >= static_cast<int64_t>(vocab.size())) {
-        return absl::OutOfRangeError(absl::StrCat("streamed token ", id, " is outside the vocabulary"));
+        return absl::OutOfRangeError(
+            absl::StrCat("streamed token ", id, " is outside the vocabulary"));
       }
       std::fputs(Utf8(vocab[id]).c_str(), stdout);
       std::fflush(stdout);
@@ -650,7 +686,8 @@ int Main(int argc, char** argv) {
     std::printf("median_ms=%.4f min_ms=%.4f\n", median, sorted.front());
   }
   if (!f.profile.empty()) {
-    if (absl::Status s = profiler.WriteChromeTrace(f.profile); !s.ok()) return cli::ReportError(kProgram, s);
+    if (absl::Status s = profiler.WriteChromeTrace(f.profile); !s.ok())
+      return cli::ReportError(kProgram, s);
   }
   if (f.profile_summary) std::fputs(profiler.SummaryTable().c_str(), stdout);
   if (f.instances > 0) {
@@ -663,7 +700,8 @@ int Main(int argc, char** argv) {
       if (!v.ok()) return cli::ReportError(kProgram, v.status());
       vms[i] = *std::move(v);
       Flags copy_flags = f;
-      if (absl::Status s = BindInputs(copy_flags, info, f.vocab_path.empty() ? nullptr : &vocab, *vms[i], /*copy=*/true);
+      if (absl::Status s = BindInputs(copy_flags, info, f.vocab_path.empty() ? nullptr : &vocab,
+                                      *vms[i], /*copy=*/true);
           !s.ok()) {
         return cli::ReportError(kProgram, s);
       }
@@ -680,18 +718,21 @@ int Main(int argc, char** argv) {
     std::printf("instances=%d\n", n);
     bool all_ok = true;
     for (int i = 0; i < n; ++i) {
-      if (!status[i].ok()) return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
+      if (!status[i].ok())
+        return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
       absl::StatusOr<HostOutputs> outs = CollectOutputs(*vms[i], info);
       if (!outs.ok()) return cli::ReportError(kProgram, outs.status());
       bool same = outs->tensors.size() == outputs->tensors.size();
       for (size_t k = 0; same && k < outs->tensors.size(); ++k) {
         same = SameBytes(outs->tensors[k], outputs->tensors[k]);
       }
-      std::printf("instance %d: %s\n", i, same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
+      std::printf("instance %d: %s\n", i,
+                  same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
       all_ok &= same;
     }
-    std::printf("peak_rss_mb=%.1f baseline_rss_mb=%.1f weights_mb=%.1f\n", PeakRssBytes() / 1048576.0,
-                baseline_rss / 1048576.0, (*exe)->weight_bytes() / 1048576.0);
+    std::printf("peak_rss_mb=%.1f baseline_rss_mb=%.1f weights_mb=%.1f\n",
+                PeakRssBytes() / 1048576.0, baseline_rss / 1048576.0,
+                (*exe)->weight_bytes() / 1048576.0);
     if (!all_ok) return cli::ReportError(kProgram, "instances produced different outputs");
   }
   if (f.stats) {
@@ -713,11 +754,11 @@ int Main(int argc, char** argv) {
                 bind_report.zero_copy_inputs, n_mapped, n_mapped - output_copies);
     if (uses_cuda) {
       const AllocatorStats dev = (*vm)->device_memory_stats();
-      std::printf("device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "
-                  "device_system_allocs=%lld device_pool_hits=%lld\n",
-                  static_cast<long long>(dev.bytes_in_use),
-                  static_cast<long long>(dev.peak_bytes_in_use),
-                  static_cast<long long>(dev.system_allocs), static_cast<long long>(dev.pool_hits));
+      std::printf(
+          "device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "
+          "device_system_allocs=%lld device_pool_hits=%lld\n",
+          static_cast<long long>(dev.bytes_in_use), static_cast<long long>(dev.peak_bytes_in_use),
+          static_cast<long long>(dev.system_allocs), static_cast<long long>(dev.pool_hits));
     }
   }
   if (std::fflush(stdout) != 0)

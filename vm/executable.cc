@@ -54,7 +54,8 @@ absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable& 
     case fb::AttrType::Tensor: {
       v.type = AttrValue::Type::kTensor;
       const Executable::ConstantEntry& c = exe.constant(static_cast<int>(a.tensor()));
-      absl::StatusOr<Tensor> t = Tensor::View(constants, static_cast<int64_t>(c.offset), c.dtype, c.shape);
+      absl::StatusOr<Tensor> t =
+          Tensor::View(constants, static_cast<int64_t>(c.offset), c.dtype, c.shape);
       if (!t.ok()) return t.status();
       v.tensor = *std::move(t);
       break;
@@ -70,11 +71,11 @@ ParamInfo ConvertParam(const fb::Param& p) {
   info.kind = static_cast<ObjectKind>(p.kind());
   info.has_shape = p.has_shape();
   if (p.shape()) {
-    for (const fb::Dim* d : *p.shape()) info.shape.push_back({d->value(), std::string(Sv(d->symbol()))});
+    for (const fb::Dim* d : *p.shape())
+      info.shape.push_back({d->value(), std::string(Sv(d->symbol()))});
   }
   return info;
 }
-
 
 }  // namespace
 
@@ -127,7 +128,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> SharedSegment(const SegmentKey& k
 }
 
 // Decompresses `stored` into a new 64-byte aligned buffer of `raw_size` bytes.
-absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8_t> stored, uint64_t raw_size) {
+absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8_t> stored,
+                                                          uint64_t raw_size) {
   // The frame must declare raw_size before that much is allocated.
   if (absl::Status s = schema::CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
   auto seg = std::make_shared<Segment>();
@@ -135,8 +137,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8
     const uint64_t padded = (raw_size + 63) / 64 * 64;
     seg->owned = static_cast<uint8_t*>(std::aligned_alloc(64, padded));
     if (seg->owned == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", raw_size,
-                                                       " bytes for the decompressed constants"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", raw_size, " bytes for the decompressed constants"));
     }
     if (absl::Status s = schema::DecompressSegment(stored, seg->owned, raw_size); !s.ok()) return s;
   }
@@ -148,7 +150,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8
 // Finds the alloc_tensor instructions of an entry function that make its outputs' tensors
 // (FunctionEntry::output_allocs). Conservative: a register written by any other instruction, an
 // allocation inside a loop, or rets that disagree leave the output out (it is copied instead).
-void FindOutputAllocs(Executable::FunctionEntry& e, const std::vector<Executable::KernelEntry>& kernels) {
+void FindOutputAllocs(Executable::FunctionEntry& e,
+                      const std::vector<Executable::KernelEntry>& kernels) {
   const absl::Span<const uint32_t> code(e.code, e.code_size);
   std::vector<int> writes(e.num_objects, 0);
   std::vector<int64_t> alloc_pc(e.num_objects, -1);
@@ -167,8 +170,12 @@ void FindOutputAllocs(Executable::FunctionEntry& e, const std::vector<Executable
     for (int i = 0; i < d.num_operands; ++i) {
       const isa::Decoded::Slot& sl = d.slots[i];
       switch (sl.type) {
-        case isa::Operand::kWT: case isa::Operand::kWX: case isa::Operand::kWG:
-        case isa::Operand::kWQ: case isa::Operand::kWP: case isa::Operand::kKill:
+        case isa::Operand::kWT:
+        case isa::Operand::kWX:
+        case isa::Operand::kWG:
+        case isa::Operand::kWQ:
+        case isa::Operand::kWP:
+        case isa::Operand::kKill:
           write(ip[sl.pos]);
           break;
         case isa::Operand::kListWX:
@@ -177,7 +184,8 @@ void FindOutputAllocs(Executable::FunctionEntry& e, const std::vector<Executable
         case isa::Operand::kListOut: {
           const uint32_t kernel = ip[d.slots[0].pos];
           for (uint32_t k = 0; k < sl.count; ++k) {
-            const bool dynamic = kernel < kernels.size() && k < kernels[kernel].dynamic_outputs.size() &&
+            const bool dynamic = kernel < kernels.size() &&
+                                 k < kernels[kernel].dynamic_outputs.size() &&
                                  kernels[kernel].dynamic_outputs[k];
             if (dynamic) write(ip[sl.pos + 1 + k]);
           }
@@ -187,7 +195,8 @@ void FindOutputAllocs(Executable::FunctionEntry& e, const std::vector<Executable
           break;
       }
     }
-    if (d.op == isa::Opcode::kAllocTensor && loop_depth == 0 && ip[1] < alloc_pc.size()) alloc_pc[ip[1]] = pc;
+    if (d.op == isa::Opcode::kAllocTensor && loop_depth == 0 && ip[1] < alloc_pc.size())
+      alloc_pc[ip[1]] = pc;
     if (d.op == isa::Opcode::kRet) {
       std::vector<uint32_t> regs(ip + 2, ip + 2 + ip[1]);
       if (have_ret && regs != ret_regs) return;
@@ -216,11 +225,12 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
   std::string path = options.weights_path;
   if (path.empty()) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("weights file name '", name,
-                                                     "' is not a plain file name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights file name '", name, "' is not a plain file name"));
     }
     std::string dir = options.weights_dir;
-    if (dir.empty() && !exe_path.empty()) dir = std::filesystem::path(exe_path).parent_path().string();
+    if (dir.empty() && !exe_path.empty())
+      dir = std::filesystem::path(exe_path).parent_path().string();
     if (dir.empty() && exe_path.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the executable's constants are in weights file '", name, "' (hash ", Hex64(ref.hash()),
@@ -234,7 +244,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
                         absl::StrCat("weights file of the executable: ", file.status().message()));
   }
   absl::StatusOr<schema::WeightsHeader> h = schema::ParseWeightsHeader((*file)->bytes());
-  if (!h.ok()) return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
+  if (!h.ok())
+    return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
   if (h->content_hash != ref.hash() || h->raw_size != ref.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, " holds weights with hash ", Hex64(h->content_hash), " and ", h->raw_size,
@@ -245,7 +256,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
   std::shared_ptr<const Segment> seg;
   if (h->required_features & schema::kFeatureCompressedConstants) {
     absl::StatusOr<std::shared_ptr<const Segment>> d = Decompress(stored, h->raw_size);
-    if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat(path, ": ", d.status().message()));
+    if (!d.ok())
+      return absl::Status(d.status().code(), absl::StrCat(path, ": ", d.status().message()));
     seg = *std::move(d);
   } else {
     auto s = std::make_shared<Segment>();
@@ -259,8 +271,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
     const uint64_t got = schema::ContentHash({seg->data, seg->size});
     if (got != ref.hash()) {
       return absl::DataLossError(absl::StrCat(path, ": the weights' content hashes to ", Hex64(got),
-                                              ", its header and the executable say ", Hex64(ref.hash()),
-                                              " (the file is damaged)"));
+                                              ", its header and the executable say ",
+                                              Hex64(ref.hash()), " (the file is damaged)"));
     }
   }
   return seg;
@@ -270,7 +282,9 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
 
 Executable::~Executable() = default;
 
-bool Executable::external_weights() const { return (features_ & schema::kFeatureExternalWeights) != 0; }
+bool Executable::external_weights() const {
+  return (features_ & schema::kFeatureExternalWeights) != 0;
+}
 
 int Executable::SharedSegmentCount() {
   SegmentRegistry& r = Registry();
@@ -285,7 +299,8 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::st
   absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
   if (!file.ok()) return file.status();
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(*std::move(file), path, options);
-  if (!exe.ok()) return absl::Status(exe.status().code(), absl::StrCat(path, ": ", exe.status().message()));
+  if (!exe.ok())
+    return absl::Status(exe.status().code(), absl::StrCat(path, ": ", exe.status().message()));
   return exe;
 }
 
@@ -295,7 +310,8 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::LoadFromBytes(
 }
 
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
-    std::shared_ptr<const schema::MappedFile> file, const std::string& path, const LoadOptions& options) {
+    std::shared_ptr<const schema::MappedFile> file, const std::string& path,
+    const LoadOptions& options) {
   absl::StatusOr<isa::VerifiedFile> verified = isa::VerifyFile(file->bytes(), options.limits);
   if (!verified.ok()) return verified.status();
   std::shared_ptr<Executable> exe(new Executable());
@@ -307,10 +323,12 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
   if (exe->features_ & schema::kFeatureExternalWeights) {
     const fb::WeightsRef* ref = fbe.weights();
     if (ref == nullptr) {
-      return absl::InvalidArgumentError("the external-weights feature is set but there is no weights reference");
+      return absl::InvalidArgumentError(
+          "the external-weights feature is set but there is no weights reference");
     }
     if (header.constants_size != 0 || (exe->features_ & schema::kFeatureCompressedConstants)) {
-      return absl::InvalidArgumentError("an executable with external weights has a constant segment of its own");
+      return absl::InvalidArgumentError(
+          "an executable with external weights has a constant segment of its own");
     }
     absl::StatusOr<std::shared_ptr<const Segment>> seg = SharedSegment(
         SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile), ref->hash(), ref->size()},
@@ -323,10 +341,10 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
   } else if (exe->features_ & schema::kFeatureCompressedConstants) {
     const absl::Span<const uint8_t> stored =
         exe->file_->bytes().subspan(header.constants_offset, header.constants_size);
-    absl::StatusOr<std::shared_ptr<const Segment>> seg = SharedSegment(
-        SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed), schema::ContentHash(stored),
-                   header.constants_raw_size},
-        [&] { return Decompress(stored, header.constants_raw_size); });
+    absl::StatusOr<std::shared_ptr<const Segment>> seg =
+        SharedSegment(SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed),
+                                 schema::ContentHash(stored), header.constants_raw_size},
+                      [&] { return Decompress(stored, header.constants_raw_size); });
     // Hashed (and maybe decompressed): the compressed bytes are not needed again.
     exe->file_->DropPages(stored);
     if (!seg.ok()) return seg.status();
@@ -339,8 +357,9 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
   }
   // A storage over the constant segment for tensor-valued attributes; the kernels holding
   // views die with this executable, so it needs no keep-alive of its own.
-  exe->constant_storage_ = Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment_),
-                                         static_cast<size_t>(exe->constant_segment_size_), Device::kCPU, nullptr);
+  exe->constant_storage_ =
+      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment_),
+                    static_cast<size_t>(exe->constant_segment_size_), Device::kCPU, nullptr);
   if (fbe.constants()) {
     for (const fb::Constant* c : *fbe.constants()) {
       ConstantEntry e;
@@ -366,7 +385,8 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
       auto ports = [](const auto* list, std::vector<PortSpec>& out) {
         if (list == nullptr) return;
         for (const fb::Port* p : *list) {
-          out.push_back({static_cast<ObjectKind>(p->kind()), p->dtype(), p->optional(), p->dynamic()});
+          out.push_back(
+              {static_cast<ObjectKind>(p->kind()), p->dtype(), p->optional(), p->dynamic()});
         }
       };
       ports(k->inputs(), e.spec.inputs);
@@ -385,14 +405,17 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
                                                      ") runs on the cuda device: this build has "
                                                      "no CUDA device support"));
       }
-      absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(e.spec, options.backends);
+      absl::StatusOr<std::unique_ptr<Kernel>> kernel =
+          KernelRegistry::Global().Create(e.spec, options.backends);
       if (!kernel.ok()) {
-        return absl::Status(kernel.status().code(),
-                            absl::StrCat("kernel ", i, " (", e.spec.DebugName(), "): ", kernel.status().message()));
+        return absl::Status(
+            kernel.status().code(),
+            absl::StrCat("kernel ", i, " (", e.spec.DebugName(), "): ", kernel.status().message()));
       }
       e.kernel = *std::move(kernel);
-      exe->max_invoke_arity_ = std::max<uint32_t>(exe->max_invoke_arity_,
-                                                  static_cast<uint32_t>(std::max(e.spec.inputs.size(), e.spec.outputs.size())));
+      exe->max_invoke_arity_ = std::max<uint32_t>(
+          exe->max_invoke_arity_,
+          static_cast<uint32_t>(std::max(e.spec.inputs.size(), e.spec.outputs.size())));
       exe->kernels_.push_back(std::move(e));
     }
   }
@@ -411,26 +434,35 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
     e.num_object_results = f->object_results() ? f->object_results()->size() : 0;
     e.num_sites = f->num_invoke_sites();
     if (f->object_types()) {
-      for (const fb::ObjectType* t : *f->object_types()) e.object_kinds.push_back(static_cast<uint8_t>(t->kind()));
+      for (const fb::ObjectType* t : *f->object_types())
+        e.object_kinds.push_back(static_cast<uint8_t>(t->kind()));
     }
     if (f->scalar_types()) {
       for (fb::ScalarType t : *f->scalar_types()) e.scalar_kinds.push_back(static_cast<uint8_t>(t));
     }
     if (const fb::Signature* sig = f->signature()) {
       e.info.is_entry = true;
-      if (sig->inputs()) for (const fb::Param* p : *sig->inputs()) e.info.inputs.push_back(ConvertParam(*p));
-      if (sig->outputs()) for (const fb::Param* p : *sig->outputs()) e.info.outputs.push_back(ConvertParam(*p));
+      if (sig->inputs())
+        for (const fb::Param* p : *sig->inputs()) e.info.inputs.push_back(ConvertParam(*p));
+      if (sig->outputs())
+        for (const fb::Param* p : *sig->outputs()) e.info.outputs.push_back(ConvertParam(*p));
       // An optional's content kind is its register's (the verifier checks the signature's
       // kinds and dtypes against the registers).
-      for (size_t k = 0; k < e.info.inputs.size() && f->object_types() && k < f->object_types()->size(); ++k) {
-        e.info.inputs[k].elem_kind = static_cast<ObjectKind>(f->object_types()->Get(k)->elem_kind());
+      for (size_t k = 0;
+           k < e.info.inputs.size() && f->object_types() && k < f->object_types()->size(); ++k) {
+        e.info.inputs[k].elem_kind =
+            static_cast<ObjectKind>(f->object_types()->Get(k)->elem_kind());
       }
-      for (size_t k = 0; k < e.info.outputs.size() && f->object_results() && k < f->object_results()->size(); ++k) {
-        e.info.outputs[k].elem_kind = static_cast<ObjectKind>(f->object_results()->Get(k)->elem_kind());
+      for (size_t k = 0;
+           k < e.info.outputs.size() && f->object_results() && k < f->object_results()->size();
+           ++k) {
+        e.info.outputs[k].elem_kind =
+            static_cast<ObjectKind>(f->object_results()->Get(k)->elem_kind());
       }
     }
     if (f->bounds()) {
-      for (const fb::SymbolBound* b : *f->bounds()) e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());
+      for (const fb::SymbolBound* b : *f->bounds())
+        e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());
     }
     if (e.info.is_entry) FindOutputAllocs(e, exe->kernels_);
     exe->functions_.push_back(std::move(e));
@@ -454,8 +486,8 @@ absl::StatusOr<int> Executable::FindFunction(absl::string_view name) const {
     if (functions_[i].info.name == name) return static_cast<int>(i);
     if (functions_[i].info.is_entry) entries.push_back(functions_[i].info.name);
   }
-  return absl::NotFoundError(absl::StrCat("no function named '", name, "'; entry functions: ",
-                                          absl::StrJoin(entries, ", ")));
+  return absl::NotFoundError(absl::StrCat("no function named '", name,
+                                          "'; entry functions: ", absl::StrJoin(entries, ", ")));
 }
 
 absl::string_view Executable::SourceNode(int function, uint32_t pc) const {
@@ -467,7 +499,8 @@ absl::string_view Executable::SourceNode(int function, uint32_t pc) const {
   while (lo < hi) {
     const uint32_t mid = (lo + hi) / 2;
     const fb::SourceLocation* l = locs->Get(mid);
-    if (std::make_pair(l->function(), l->pc()) <= std::make_pair(static_cast<uint32_t>(function), pc)) {
+    if (std::make_pair(l->function(), l->pc()) <=
+        std::make_pair(static_cast<uint32_t>(function), pc)) {
       lo = mid + 1;
     } else {
       hi = mid;
@@ -495,12 +528,14 @@ absl::StatusOr<StorageRef> Executable::DeviceConstants(DeviceContext& device) co
   return device_constants_[d];
 }
 
-absl::string_view Executable::string(uint32_t index) const { return Sv(fb_->strings()->Get(index)); }
+absl::string_view Executable::string(uint32_t index) const {
+  return Sv(fb_->strings()->Get(index));
+}
 
 std::string Executable::DebugSummary() const {
   std::string s = absl::StrCat(functions_.size(), " functions, ", kernels_.size(), " kernels, ",
-                               constants_.size(), " constants (", constant_segment_size_, " bytes, ",
-                               num_weights_, " weights)");
+                               constants_.size(), " constants (", constant_segment_size_,
+                               " bytes, ", num_weights_, " weights)");
   return s;
 }
 

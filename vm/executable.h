@@ -52,7 +52,7 @@ struct Function;
 
 // LoadOptions, DimInfo, ParamInfo and FunctionInfo are plain values: thread-compatible.
 struct LoadOptions {
-  BackendPolicy backends;   // which kernel backends may serve this executable
+  BackendPolicy backends;  // which kernel backends may serve this executable
   isa::VerifyLimits limits;
   // Directory in which to look for a weights file the executable refers to; default: the
   // executable's own directory. LoadFromBytes needs this or weights_path (unless the weights
@@ -76,7 +76,7 @@ struct DimInfo {
 struct ParamInfo {
   std::string name;
   DType dtype = DType::kF32;
-  ObjectKind kind = ObjectKind::kTensor;      // kTensor, kSequence or kOptional
+  ObjectKind kind = ObjectKind::kTensor;       // kTensor, kSequence or kOptional
   ObjectKind elem_kind = ObjectKind::kTensor;  // an optional's content: kTensor or kSequence
   // For a tensor: its shape. For a sequence (or an optional), the shape of its elements
   // (contents): every element is checked for the rank and the fixed dims; symbols are not
@@ -87,8 +87,8 @@ struct ParamInfo {
 
 struct FunctionInfo {
   std::string name;
-  bool is_entry = false;  // has a signature: callable from the host
-  std::vector<ParamInfo> inputs;   // real inputs only: weights are constants, not inputs
+  bool is_entry = false;          // has a signature: callable from the host
+  std::vector<ParamInfo> inputs;  // real inputs only: weights are constants, not inputs
   std::vector<ParamInfo> outputs;
   std::vector<std::pair<std::string, int64_t>> bounds;  // declared symbol upper bounds
 };

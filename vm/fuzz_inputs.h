@@ -87,28 +87,64 @@ inline int BindSmallInputs(VirtualMachine& vm, const FunctionInfo& info, uint64_
       const int64_t v = rng.Below(8) - 2;  // -2 .. 5
       double f = static_cast<double>(v);
       switch (rng.Below(16)) {
-        case 0: f = std::numeric_limits<double>::quiet_NaN(); break;
-        case 1: f = std::numeric_limits<double>::infinity(); break;
-        case 2: f = -std::numeric_limits<double>::infinity(); break;
-        case 3: f = 0.5 * static_cast<double>(v); break;
-        default: break;
+        case 0:
+          f = std::numeric_limits<double>::quiet_NaN();
+          break;
+        case 1:
+          f = std::numeric_limits<double>::infinity();
+          break;
+        case 2:
+          f = -std::numeric_limits<double>::infinity();
+          break;
+        case 3:
+          f = 0.5 * static_cast<double>(v);
+          break;
+        default:
+          break;
       }
       auto put = [&](auto x) { std::memcpy(out + i * sizeof(x), &x, sizeof(x)); };
       switch (p.dtype) {
-        case DType::kF32: put(static_cast<float>(f)); break;
-        case DType::kF64: put(f); break;
-        case DType::kF16: put(Half(static_cast<float>(f))); break;
-        case DType::kBF16: put(BFloat16(static_cast<float>(f))); break;
-        case DType::kI8: put(static_cast<int8_t>(v)); break;
-        case DType::kI16: put(static_cast<int16_t>(v)); break;
-        case DType::kI32: put(static_cast<int32_t>(v)); break;
-        case DType::kI64: put(v); break;
-        case DType::kU8: put(static_cast<uint8_t>(v)); break;
-        case DType::kU16: put(static_cast<uint16_t>(v)); break;
-        case DType::kU32: put(static_cast<uint32_t>(v)); break;
-        case DType::kU64: put(static_cast<uint64_t>(v)); break;
-        case DType::kBool: put(static_cast<uint8_t>(v > 1)); break;
-        case DType::kString: break;
+        case DType::kF32:
+          put(static_cast<float>(f));
+          break;
+        case DType::kF64:
+          put(f);
+          break;
+        case DType::kF16:
+          put(Half(static_cast<float>(f)));
+          break;
+        case DType::kBF16:
+          put(BFloat16(static_cast<float>(f)));
+          break;
+        case DType::kI8:
+          put(static_cast<int8_t>(v));
+          break;
+        case DType::kI16:
+          put(static_cast<int16_t>(v));
+          break;
+        case DType::kI32:
+          put(static_cast<int32_t>(v));
+          break;
+        case DType::kI64:
+          put(v);
+          break;
+        case DType::kU8:
+          put(static_cast<uint8_t>(v));
+          break;
+        case DType::kU16:
+          put(static_cast<uint16_t>(v));
+          break;
+        case DType::kU32:
+          put(static_cast<uint32_t>(v));
+          break;
+        case DType::kU64:
+          put(static_cast<uint64_t>(v));
+          break;
+        case DType::kBool:
+          put(static_cast<uint8_t>(v > 1));
+          break;
+        case DType::kString:
+          break;
       }
     }
     if (vm.SetInput(p.name, *t, info.name).ok()) ++bound;

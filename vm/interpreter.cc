@@ -71,17 +71,17 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
 
 #define S(w) s[(w)]
 #define O(w) o[(w)]
-#define VAL(w) (((w) & kRegisterFlag) ? s[(w) & ~kRegisterFlag].i : static_cast<int64_t>(w))
+#define VAL(w) (((w)&kRegisterFlag) ? s[(w) & ~kRegisterFlag].i : static_cast<int64_t>(w))
 #define LEN() (ip[0] >> 8)
-#define FAIL(expr)          \
-  do {                      \
-    status = (expr);        \
-    goto error;             \
+#define FAIL(expr)   \
+  do {               \
+    status = (expr); \
+    goto error;      \
   } while (0)
-#define CHECK_OK(expr)                  \
-  do {                                  \
-    absl::Status _s = (expr);           \
-    if (!_s.ok()) FAIL(std::move(_s));  \
+#define CHECK_OK(expr)                 \
+  do {                                 \
+    absl::Status _s = (expr);          \
+    if (!_s.ok()) FAIL(std::move(_s)); \
   } while (0)
 
 #if DYNVM_COMPUTED_GOTO
@@ -92,16 +92,16 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   };
 #define DISPATCH() goto* kLabels[ip[0] & 0xFF];
 #define CASE(name) L_##name:
-#define NEXT()     \
-  ip += LEN();     \
+#define NEXT() \
+  ip += LEN(); \
   DISPATCH()
 #define REDISPATCH() DISPATCH()
   DISPATCH();
 #else
 #define DISPATCH() switch (static_cast<Opcode>(ip[0] & 0xFF))
 #define CASE(name) case Opcode::k##name:
-#define NEXT()   \
-  ip += LEN();   \
+#define NEXT() \
+  ip += LEN(); \
   continue
 #define REDISPATCH() continue
   for (;;) {
@@ -134,11 +134,12 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   CASE(EndLoop) {
     const uint32_t* head = ip + static_cast<int32_t>(ip[1]);
     if (--iterations_left < 0) {
-      FAIL(absl::ResourceExhaustedError(absl::StrCat(
-          "loop iteration limit of ", options.max_loop_iterations, " exceeded")));
+      FAIL(absl::ResourceExhaustedError(
+          absl::StrCat("loop iteration limit of ", options.max_loop_iterations, " exceeded")));
     }
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
-    if (depth == 0 && loop_nesting == 1 && first_iteration_allocs < 0) first_iteration_allocs = SystemAllocs();
+    if (depth == 0 && loop_nesting == 1 && first_iteration_allocs < 0)
+      first_iteration_allocs = SystemAllocs();
     if (++S(head[1]).i < VAL(head[2])) {
       if constexpr (kProfile) {
         SampleMemory();
@@ -185,7 +186,8 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   CASE(Call) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
       if (depth + 1 >= options.max_call_depth) {
-        FAIL(absl::ResourceExhaustedError(absl::StrCat("call depth limit of ", options.max_call_depth, " exceeded")));
+        FAIL(absl::ResourceExhaustedError(
+            absl::StrCat("call depth limit of ", options.max_call_depth, " exceeded")));
       }
       CHECK_OK(CheckInterrupts());
       const int callee = static_cast<int>(ip[1]);
@@ -285,25 +287,30 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(AddI) {
-    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) + static_cast<uint64_t>(S(ip[3]).i));
+    S(ip[1]).i =
+        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) + static_cast<uint64_t>(S(ip[3]).i));
     NEXT();
   }
   CASE(AddImmI) {
-    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) + static_cast<uint64_t>(isa::ReadImm64(ip + 3)));
+    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) +
+                                      static_cast<uint64_t>(isa::ReadImm64(ip + 3)));
     NEXT();
   }
   CASE(SubI) {
-    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) - static_cast<uint64_t>(S(ip[3]).i));
+    S(ip[1]).i =
+        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) - static_cast<uint64_t>(S(ip[3]).i));
     NEXT();
   }
   CASE(MulI) {
-    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) * static_cast<uint64_t>(S(ip[3]).i));
+    S(ip[1]).i =
+        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) * static_cast<uint64_t>(S(ip[3]).i));
     NEXT();
   }
   CASE(DivI) {
     const int64_t b = S(ip[3]).i, a = S(ip[2]).i;
     if (b == 0) FAIL(absl::InvalidArgumentError("integer division by zero"));
-    if (a == std::numeric_limits<int64_t>::min() && b == -1) FAIL(absl::InvalidArgumentError("integer division overflows"));
+    if (a == std::numeric_limits<int64_t>::min() && b == -1)
+      FAIL(absl::InvalidArgumentError("integer division overflows"));
     S(ip[1]).i = FloorDiv(a, b);
     NEXT();
   }
@@ -424,7 +431,8 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   CASE(Dim) {
     const Tensor& t = O(ip[2]).t;
     if (ip[3] >= static_cast<uint32_t>(t.rank())) {
-      FAIL(absl::InvalidArgumentError(absl::StrCat("dim ", ip[3], " of a rank-", t.rank(), " tensor ", t.DebugString())));
+      FAIL(absl::InvalidArgumentError(
+          absl::StrCat("dim ", ip[3], " of a rank-", t.rank(), " tensor ", t.DebugString())));
     }
     S(ip[1]).i = t.dim(static_cast<int>(ip[3]));
     NEXT();
@@ -474,14 +482,16 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   CASE(AllocStorage) {
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
       const int64_t bytes = VAL(ip[2]);
-      if (bytes < 0) FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
+      if (bytes < 0)
+        FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
       absl::StatusOr<StorageRef> st;
       if (ip[3] == static_cast<uint32_t>(Device::kCPU)) {
         st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
       } else {
         absl::StatusOr<DeviceContext*> d = DeviceFor(static_cast<Device>(ip[3]));
         if (!d.ok()) FAIL(d.status());
-        st = Storage::Allocate((*d)->allocator(), static_cast<size_t>(bytes), (*d)->allocator_ref());
+        st =
+            Storage::Allocate((*d)->allocator(), static_cast<size_t>(bytes), (*d)->allocator_ref());
       }
       if (!st.ok()) FAIL(st.status());
       O(ip[1]).st = *std::move(st);
@@ -528,9 +538,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       const uint32_t* dims = ip + 6;
       int64_t d[Tensor::kMaxRank];
       for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-      absl::StatusOr<Tensor> t = ops::AllocGrowable(*a, static_cast<DType>(ip[2]), static_cast<int>(ip[4]),
-                                                    VAL(ip[5]), absl::Span<const int64_t>(d, dims[0]),
-                                                    std::move(keep));
+      absl::StatusOr<Tensor> t =
+          ops::AllocGrowable(*a, static_cast<DType>(ip[2]), static_cast<int>(ip[4]), VAL(ip[5]),
+                             absl::Span<const int64_t>(d, dims[0]), std::move(keep));
       if (!t.ok()) FAIL(t.status());
       O(ip[1]).t = *std::move(t);
       if constexpr (kProfile) SampleMemory();
@@ -539,9 +549,11 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   }
   CASE(Append) {
     if (O(ip[1]).t.device() == Device::kCPU) {
-      CHECK_OK(ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool, cuda.get()));
+      CHECK_OK(
+          ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool, cuda.get()));
     } else {
-      if (cuda == nullptr) FAIL(absl::FailedPreconditionError("append to a device tensor without a device context"));
+      if (cuda == nullptr)
+        FAIL(absl::FailedPreconditionError("append to a device tensor without a device context"));
       CHECK_OK(ops::Append(cuda->allocator(), O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]),
                            cuda->allocator_ref(), cuda.get()));
     }
@@ -572,8 +584,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
         d[k] = VAL(dims[1 + k]);
         st[k] = VAL(strides[1 + k]);
       }
-      absl::StatusOr<Tensor> t = ops::View(O(ip[2]).t, VAL(ip[3]), absl::Span<const int64_t>(d, dims[0]),
-                                           absl::Span<const int64_t>(st, dims[0]));
+      absl::StatusOr<Tensor> t =
+          ops::View(O(ip[2]).t, VAL(ip[3]), absl::Span<const int64_t>(d, dims[0]),
+                    absl::Span<const int64_t>(st, dims[0]));
       if (!t.ok()) FAIL(t.status());
       O(ip[1]).t = *std::move(t);
     }
@@ -602,8 +615,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
         if (k.dynamic_outputs[j]) {
           t = Tensor();
         } else if (!t.storage()->writable()) {
-          FAIL(absl::FailedPreconditionError(absl::StrCat("output ", j, " of ", k.spec.DebugName(),
-                                                          " is read-only (a constant or a caller's buffer)")));
+          FAIL(absl::FailedPreconditionError(
+              absl::StrCat("output ", j, " of ", k.spec.DebugName(),
+                           " is read-only (a constant or a caller's buffer)")));
         }
         out_buf[j] = &t;
       }
@@ -622,8 +636,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       if constexpr (kProfile) {
         const int64_t end = profiler->Now();
         if (status.ok()) {
-          profiler->Kernel(static_cast<int>(ip[1]), function, ip[2], static_cast<uint32_t>(ip - code), start, end,
-                           in_buf.data(), ins[0], out_buf.data(), outs[0]);
+          profiler->Kernel(static_cast<int>(ip[1]), function, ip[2],
+                           static_cast<uint32_t>(ip - code), start, end, in_buf.data(), ins[0],
+                           out_buf.data(), outs[0]);
           SampleMemory();
         }
       }
@@ -668,7 +683,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       int64_t pos = S(ip[3]).i;
       const int64_t n = static_cast<int64_t>(q->items.size());
       if (pos < 0) pos += n;
-      if (pos < 0 || pos > n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_insert position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
+      if (pos < 0 || pos > n)
+        FAIL(absl::OutOfRangeError(absl::StrCat("seq_insert position out of range: ", S(ip[3]).i,
+                                                " for a sequence of ", n)));
       if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
       q->items.insert(q->items.begin() + pos, O(ip[2]).t);
     }
@@ -680,7 +697,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       int64_t pos = S(ip[2]).i;
       const int64_t n = static_cast<int64_t>(q->items.size());
       if (pos < 0) pos += n;
-      if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_erase position out of range: ", S(ip[2]).i, " for a sequence of ", n)));
+      if (pos < 0 || pos >= n)
+        FAIL(absl::OutOfRangeError(absl::StrCat("seq_erase position out of range: ", S(ip[2]).i,
+                                                " for a sequence of ", n)));
       if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
       q->items.erase(q->items.begin() + pos);
     }
@@ -692,7 +711,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       int64_t pos = S(ip[3]).i;
       const int64_t n = static_cast<int64_t>(q.items.size());
       if (pos < 0) pos += n;
-      if (pos < 0 || pos >= n) FAIL(absl::OutOfRangeError(absl::StrCat("seq_at position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
+      if (pos < 0 || pos >= n)
+        FAIL(absl::OutOfRangeError(
+            absl::StrCat("seq_at position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
       O(ip[1]).t = q.items[pos];
     }
     NEXT();
@@ -728,15 +749,16 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
   }
 
 #if !DYNVM_COMPUTED_GOTO
-    }  // switch
-  }    // for
+}  // switch
+}  // for
 #endif
 
-error:
-  // Release this frame's objects so the VM is usable after the error; callers unwind theirs.
-  for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
-  if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
-  return Annotate(status, function, static_cast<uint32_t>(ip - code));
+error :
+    // Release this frame's objects so the VM is usable after the error; callers unwind theirs.
+    for (uint32_t k = 0; k < fn.num_objects; ++k) o[k]
+        .Clear();
+if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
+return Annotate(status, function, static_cast<uint32_t>(ip - code));
 
 #undef S
 #undef O

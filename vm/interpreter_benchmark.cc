@@ -73,7 +73,8 @@ std::unique_ptr<VirtualMachine> Build(benchmark::State& state, absl::string_view
   return *std::move(vm);
 }
 
-void RunLoop(benchmark::State& state, VirtualMachine& vm, int64_t items_per_run, Profiler* profiler = nullptr) {
+void RunLoop(benchmark::State& state, VirtualMachine& vm, int64_t items_per_run,
+             Profiler* profiler = nullptr) {
   RunOptions options;
   options.profiler = profiler;
   for (auto _ : state) {

@@ -11,22 +11,27 @@ namespace dynvm::ops {
 namespace {
 
 // Byte offset of element `index` (row-major) of a strided tensor.
-int64_t ByteOffset(const Tensor& t, int64_t index) { return t.ElementOffset(index) * DTypeSize(t.dtype()); }
+int64_t ByteOffset(const Tensor& t, int64_t index) {
+  return t.ElementOffset(index) * DTypeSize(t.dtype());
+}
 
 // A tensor on a device is reached through the VM's context for that device.
 absl::Status CheckDevice(const Tensor& t, DeviceContext* device, absl::string_view what) {
   if (t.device() == Device::kCPU) return absl::OkStatus();
   if (device == nullptr || device->device() != t.device()) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": a ", DeviceName(t.device()),
-                                                      " tensor, but the VM has no context for that device"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": a ", DeviceName(t.device()),
+                     " tensor, but the VM has no context for that device"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what, DeviceContext* device) {
+absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what,
+                        DeviceContext* device) {
   if (absl::Status s = CheckDevice(t, device, what); !s.ok()) return s;
   if (index < 0 || index >= t.numel()) {
-    return absl::OutOfRangeError(absl::StrCat(what, ": index ", index, " out of range for ", t.DebugString()));
+    return absl::OutOfRangeError(
+        absl::StrCat(what, ": index ", index, " out of range for ", t.DebugString()));
   }
   return absl::OkStatus();
 }
@@ -66,20 +71,34 @@ double ToDouble(const uint8_t* p) {
 
 absl::StatusOr<double> AsDouble(DType dtype, const uint8_t* p) {
   switch (dtype) {
-    case DType::kF32: return ToDouble<float>(p);
-    case DType::kF64: return ToDouble<double>(p);
-    case DType::kF16: return ToDouble<Half>(p);
-    case DType::kBF16: return ToDouble<BFloat16>(p);
-    case DType::kI8: return ToDouble<int8_t>(p);
-    case DType::kI16: return ToDouble<int16_t>(p);
-    case DType::kI32: return ToDouble<int32_t>(p);
-    case DType::kI64: return ToDouble<int64_t>(p);
-    case DType::kU8: return ToDouble<uint8_t>(p);
-    case DType::kU16: return ToDouble<uint16_t>(p);
-    case DType::kU32: return ToDouble<uint32_t>(p);
-    case DType::kU64: return ToDouble<uint64_t>(p);
-    case DType::kBool: return static_cast<double>(*p != 0);
-    case DType::kString: break;
+    case DType::kF32:
+      return ToDouble<float>(p);
+    case DType::kF64:
+      return ToDouble<double>(p);
+    case DType::kF16:
+      return ToDouble<Half>(p);
+    case DType::kBF16:
+      return ToDouble<BFloat16>(p);
+    case DType::kI8:
+      return ToDouble<int8_t>(p);
+    case DType::kI16:
+      return ToDouble<int16_t>(p);
+    case DType::kI32:
+      return ToDouble<int32_t>(p);
+    case DType::kI64:
+      return ToDouble<int64_t>(p);
+    case DType::kU8:
+      return ToDouble<uint8_t>(p);
+    case DType::kU16:
+      return ToDouble<uint16_t>(p);
+    case DType::kU32:
+      return ToDouble<uint32_t>(p);
+    case DType::kU64:
+      return ToDouble<uint64_t>(p);
+    case DType::kBool:
+      return static_cast<double>(*p != 0);
+    case DType::kString:
+      break;
   }
   return absl::InvalidArgumentError("read of a string element into a scalar register");
 }
@@ -105,7 +124,8 @@ void StoreAs(uint8_t* p, T v) {
 
 absl::Status CheckWritable(const Tensor& t, absl::string_view what) {
   if (!t.storage()->writable()) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": destination is read-only (a constant or a caller's buffer)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": destination is read-only (a constant or a caller's buffer)"));
   }
   return absl::OkStatus();
 }
@@ -114,10 +134,12 @@ absl::Status CheckWritable(const Tensor& t, absl::string_view what) {
 
 absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
   if (src.dims() != dst.dims()) {
-    return absl::InvalidArgumentError(absl::StrCat("copy: shapes differ: ", src.DebugString(), " -> ", dst.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy: shapes differ: ", src.DebugString(), " -> ", dst.DebugString()));
   }
   if (src.dtype() != dst.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("copy: dtypes differ: ", src.DebugString(), " -> ", dst.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy: dtypes differ: ", src.DebugString(), " -> ", dst.DebugString()));
   }
   if (absl::Status s = CheckWritable(dst, "copy"); !s.ok()) return s;
   if (src.device() != Device::kCPU || dst.device() != Device::kCPU) {
@@ -127,7 +149,8 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
   }
   const int64_t esize = DTypeSize(src.dtype());
   if (src.is_contiguous() && dst.is_contiguous()) {
-    if (src.numel() > 0) std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel() * esize));
+    if (src.numel() > 0)
+      std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel() * esize));
     return absl::OkStatus();
   }
   const int rank = src.rank();
@@ -146,7 +169,8 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
     const int64_t n = rank == 0 ? 1 : src.dim(inner);
     const int64_t ss = rank == 0 ? 0 : src.stride(inner), ds = rank == 0 ? 0 : dst.stride(inner);
     for (int64_t i = 0; i < n; ++i) {
-      std::memmove(d + (doff + i * ds) * esize, s + (so + i * ss) * esize, static_cast<size_t>(esize));
+      std::memmove(d + (doff + i * ds) * esize, s + (so + i * ss) * esize,
+                   static_cast<size_t>(esize));
     }
     int k = inner - 1;
     for (; k >= 0; --k) {
@@ -189,16 +213,35 @@ absl::Status WriteInt(Tensor& t, int64_t index, int64_t v, DeviceContext* device
   if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
   uint8_t buf[8];
   switch (t.dtype()) {
-    case DType::kI64: StoreAs<int64_t>(buf, v); break;
-    case DType::kU64: StoreAs<uint64_t>(buf, static_cast<uint64_t>(v)); break;
-    case DType::kI32: StoreAs<int32_t>(buf, static_cast<int32_t>(v)); break;
-    case DType::kU32: StoreAs<uint32_t>(buf, static_cast<uint32_t>(v)); break;
-    case DType::kI16: StoreAs<int16_t>(buf, static_cast<int16_t>(v)); break;
-    case DType::kU16: StoreAs<uint16_t>(buf, static_cast<uint16_t>(v)); break;
-    case DType::kI8: StoreAs<int8_t>(buf, static_cast<int8_t>(v)); break;
-    case DType::kU8: StoreAs<uint8_t>(buf, static_cast<uint8_t>(v)); break;
-    case DType::kBool: StoreAs<uint8_t>(buf, v != 0); break;
-    default: return WriteFloat(t, index, static_cast<double>(v), device);
+    case DType::kI64:
+      StoreAs<int64_t>(buf, v);
+      break;
+    case DType::kU64:
+      StoreAs<uint64_t>(buf, static_cast<uint64_t>(v));
+      break;
+    case DType::kI32:
+      StoreAs<int32_t>(buf, static_cast<int32_t>(v));
+      break;
+    case DType::kU32:
+      StoreAs<uint32_t>(buf, static_cast<uint32_t>(v));
+      break;
+    case DType::kI16:
+      StoreAs<int16_t>(buf, static_cast<int16_t>(v));
+      break;
+    case DType::kU16:
+      StoreAs<uint16_t>(buf, static_cast<uint16_t>(v));
+      break;
+    case DType::kI8:
+      StoreAs<int8_t>(buf, static_cast<int8_t>(v));
+      break;
+    case DType::kU8:
+      StoreAs<uint8_t>(buf, static_cast<uint8_t>(v));
+      break;
+    case DType::kBool:
+      StoreAs<uint8_t>(buf, v != 0);
+      break;
+    default:
+      return WriteFloat(t, index, static_cast<double>(v), device);
   }
   return StoreElement(t, index, buf, device);
 }
@@ -208,12 +251,22 @@ absl::Status WriteFloat(Tensor& t, int64_t index, double v, DeviceContext* devic
   if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
   uint8_t buf[8];
   switch (t.dtype()) {
-    case DType::kF32: StoreAs<float>(buf, static_cast<float>(v)); break;
-    case DType::kF64: StoreAs<double>(buf, v); break;
-    case DType::kF16: StoreAs<uint16_t>(buf, Half(static_cast<float>(v)).bits); break;
-    case DType::kBF16: StoreAs<uint16_t>(buf, BFloat16(static_cast<float>(v)).bits); break;
-    case DType::kString: return absl::InvalidArgumentError("write of a scalar into a string tensor");
-    default: return WriteInt(t, index, SaturatingToInt(v), device);
+    case DType::kF32:
+      StoreAs<float>(buf, static_cast<float>(v));
+      break;
+    case DType::kF64:
+      StoreAs<double>(buf, v);
+      break;
+    case DType::kF16:
+      StoreAs<uint16_t>(buf, Half(static_cast<float>(v)).bits);
+      break;
+    case DType::kBF16:
+      StoreAs<uint16_t>(buf, BFloat16(static_cast<float>(v)).bits);
+      break;
+    case DType::kString:
+      return absl::InvalidArgumentError("write of a scalar into a string tensor");
+    default:
+      return WriteInt(t, index, SaturatingToInt(v), device);
   }
   return StoreElement(t, index, buf, device);
 }
@@ -223,8 +276,9 @@ absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType d
   // Kernels access elements as typed values (and devices may require it): an offset that is
   // not a multiple of the element size would misalign every element.
   if (offset % DTypeSize(dtype) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("alloc_tensor byte offset ", offset, " is not a multiple of the ",
-                                                   DTypeSize(dtype), "-byte ", DTypeName(dtype), " element size"));
+    return absl::InvalidArgumentError(absl::StrCat("alloc_tensor byte offset ", offset,
+                                                   " is not a multiple of the ", DTypeSize(dtype),
+                                                   "-byte ", DTypeName(dtype), " element size"));
   }
   return Tensor::View(storage, offset, dtype, dims);
 }
@@ -237,7 +291,8 @@ absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims
                                                    DimsString(dims), ": element counts differ"));
   }
   if (!src.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat("reshape of a non-contiguous ", src.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshape of a non-contiguous ", src.DebugString()));
   }
   return Tensor::View(src.storage(), src.byte_offset(), src.dtype(), dims);
 }
@@ -266,9 +321,11 @@ void CapacityStrides(absl::Span<const int64_t> dims, int axis, int64_t capacity,
 }  // namespace
 
 absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis, int64_t capacity,
-                                     absl::Span<const int64_t> dims, std::shared_ptr<Allocator> keep_alive) {
+                                     absl::Span<const int64_t> dims,
+                                     std::shared_ptr<Allocator> keep_alive) {
   if (axis < 0 || axis >= static_cast<int>(dims.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("growth axis ", axis, " out of range for ", DimsString(dims)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("growth axis ", axis, " out of range for ", DimsString(dims)));
   }
   capacity = std::max(capacity, dims[axis]);
   int64_t cap_dims[Tensor::kMaxRank];
@@ -280,33 +337,38 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
   if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
     return absl::InvalidArgumentError("growable tensor size overflows");
   }
-  absl::StatusOr<StorageRef> st = Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
+  absl::StatusOr<StorageRef> st =
+      Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
   if (!st.ok()) return st.status();
   (*st)->grow_axis = axis;
   (*st)->grow_capacity = capacity;
   (*st)->frontier = dims[axis];
   int64_t strides[Tensor::kMaxRank];
   CapacityStrides(dims, axis, capacity, strides);
-  return Tensor::View(*std::move(st), 0, dtype, dims, absl::Span<const int64_t>(strides, dims.size()));
+  return Tensor::View(*std::move(st), 0, dtype, dims,
+                      absl::Span<const int64_t>(strides, dims.size()));
 }
 
 absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
                     std::shared_ptr<Allocator> keep_alive, DeviceContext* device) {
   const int rank = dst.rank();
   if (src.rank() != rank || axis >= rank) {
-    return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ", dst.DebugString(),
-                                                   " along axis ", axis, ": ranks differ or axis out of range"));
+    return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
+                                                   dst.DebugString(), " along axis ", axis,
+                                                   ": ranks differ or axis out of range"));
   }
   for (int i = 0; i < rank; ++i) {
     if (i != axis && src.dim(i) != dst.dim(i)) {
       return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
-                                                     dst.DebugString(), " along axis ", axis, ": other dims differ"));
+                                                     dst.DebugString(), " along axis ", axis,
+                                                     ": other dims differ"));
     }
   }
   const int64_t k = src.dim(axis);
   const int64_t old_len = dst.dim(axis);
   int64_t new_len;
-  if (__builtin_add_overflow(old_len, k, &new_len)) return absl::InvalidArgumentError("append length overflows");
+  if (__builtin_add_overflow(old_len, k, &new_len))
+    return absl::InvalidArgumentError("append length overflows");
   Storage* st = dst.storage().get();
   bool in_place = st->writable() && st->device() == allocator.device() && st->grow_axis == axis &&
                   st->frontier == old_len && dst.byte_offset() == 0 && new_len <= st->grow_capacity;
@@ -316,9 +378,13 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
     in_place = std::equal(strides, strides + rank, dst.strides().begin());
   }
   if (!in_place) {
-    const int64_t capacity = std::max<int64_t>(new_len, 2 * std::max<int64_t>(old_len, st->grow_capacity > 0 && st->grow_axis == axis ? st->grow_capacity : old_len));
-    absl::StatusOr<Tensor> grown = AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims(),
-                                                std::move(keep_alive));
+    const int64_t capacity = std::max<int64_t>(
+        new_len, 2 * std::max<int64_t>(old_len, st->grow_capacity > 0 && st->grow_axis == axis
+                                                    ? st->grow_capacity
+                                                    : old_len));
+    absl::StatusOr<Tensor> grown =
+        AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims(),
+                      std::move(keep_alive));
     if (!grown.ok()) return grown.status();
     if (absl::Status s = Copy(dst, *grown, device); !s.ok()) return s;
     dst = *std::move(grown);
@@ -328,9 +394,9 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
   int64_t dims[Tensor::kMaxRank];
   std::copy(dst.dims().begin(), dst.dims().end(), dims);
   dims[axis] = k;
-  absl::StatusOr<Tensor> slice =
-      Tensor::View(dst.storage(), dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
-                   dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides());
+  absl::StatusOr<Tensor> slice = Tensor::View(
+      dst.storage(), dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
+      dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides());
   if (!slice.ok()) return slice.status();
   if (absl::Status s = Copy(src, *slice, device); !s.ok()) return s;
   dims[axis] = new_len;

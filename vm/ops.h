@@ -42,8 +42,8 @@ absl::StatusOr<Tensor> View(const Tensor& src, int64_t offset, absl::Span<const 
 
 // alloc_growable: a tensor with `dims` whose storage has room for `capacity` along `axis`.
 // The storage holds `keep_alive` (the allocator's owner), so the tensor may outlive the VM.
-absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis,
-                                     int64_t capacity, absl::Span<const int64_t> dims,
+absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis, int64_t capacity,
+                                     absl::Span<const int64_t> dims,
                                      std::shared_ptr<Allocator> keep_alive = nullptr);
 // append: dst := concat(dst, src) along axis; in place when dst ends at its storage's
 // frontier with room left, otherwise into a new storage of twice the needed capacity, from

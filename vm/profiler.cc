@@ -65,11 +65,21 @@ std::string Quote(absl::string_view s) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (u < 0x20 || u == 0x7F) {
           absl::StrAppendFormat(&out, "\\u%04x", u);
@@ -84,7 +94,9 @@ std::string Quote(absl::string_view s) {
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 double Us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
-double Pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_cast<double>(part) / whole : 0.0; }
+double Pct(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / whole : 0.0;
+}
 
 }  // namespace
 
@@ -189,14 +201,16 @@ void Profiler::Close(SpanKind kind, int64_t arg) {
   const Open o = open_.back();
   open_.pop_back();
   const int64_t now = Now();
-  spans_.push_back({kind, o.name, o.start_ns, now - o.start_ns, arg, kernel_ns_ - o.kernel_ns_at_start});
+  spans_.push_back(
+      {kind, o.name, o.start_ns, now - o.start_ns, arg, kernel_ns_ - o.kernel_ns_at_start});
 }
 
 void Profiler::BeginLoop(int function, uint32_t pc) {
   const uint64_t key = (static_cast<uint64_t>(function) << 32) | pc;
   auto it = loop_names_.find(key);
   if (it == loop_names_.end()) {
-    it = loop_names_.emplace(key, Intern(absl::StrCat(function_plain_names_[function], "@", pc))).first;
+    it = loop_names_.emplace(key, Intern(absl::StrCat(function_plain_names_[function], "@", pc)))
+             .first;
   }
   const int32_t name = it->second;
   auto total = loop_total_ids_.find(name);
@@ -216,7 +230,8 @@ void Profiler::EndIteration(bool again) {
   const int64_t now = Now();
   const int64_t dur = now - l.iteration_start_ns;
   const int64_t in_kernels = kernel_ns_ - l.iteration_kernel_ns_at_start;
-  spans_.push_back({SpanKind::kIteration, l.name, l.iteration_start_ns, dur, l.iteration, in_kernels});
+  spans_.push_back(
+      {SpanKind::kIteration, l.name, l.iteration_start_ns, dur, l.iteration, in_kernels});
   LoopAccum& acc = loop_totals_[l.loop_index];
   ++acc.iterations;
   acc.total_ns += dur;
@@ -227,18 +242,21 @@ void Profiler::EndIteration(bool again) {
     l.iteration_kernel_ns_at_start = kernel_ns_;
     return;
   }
-  spans_.push_back({SpanKind::kLoop, l.name, l.start_ns, now - l.start_ns, l.iteration, kernel_ns_ - l.kernel_ns_at_start});
+  spans_.push_back({SpanKind::kLoop, l.name, l.start_ns, now - l.start_ns, l.iteration,
+                    kernel_ns_ - l.kernel_ns_at_start});
   loops_.pop_back();
 }
 
-void Profiler::Kernel(int kernel, int function, uint32_t site, uint32_t pc, int64_t start, int64_t end,
-                      const Tensor* const* inputs, uint32_t n_in, Tensor* const* outputs, uint32_t n_out) {
+void Profiler::Kernel(int kernel, int function, uint32_t site, uint32_t pc, int64_t start,
+                      int64_t end, const Tensor* const* inputs, uint32_t n_in,
+                      Tensor* const* outputs, uint32_t n_out) {
   kernel_ns_ += end - start;
   int32_t& site_name = site_names_[function][site];
   if (site_name < 0) {
     absl::string_view node = exe_->SourceNode(function, pc);
-    site_name = Intern(node.empty() ? absl::StrCat(function_plain_names_[function], "@", pc)
-                                    : absl::StrCat(function_plain_names_[function], "@", pc, " ", node));
+    site_name =
+        Intern(node.empty() ? absl::StrCat(function_plain_names_[function], "@", pc)
+                            : absl::StrCat(function_plain_names_[function], "@", pc, " ", node));
   }
   const auto offset = static_cast<int64_t>(shape_data_.size());
   shape_data_.push_back(site_name);
@@ -256,7 +274,8 @@ void Profiler::Kernel(int kernel, int function, uint32_t site, uint32_t pc, int6
   };
   for (uint32_t j = 0; j < n_in; ++j) add(inputs[j]);
   for (uint32_t j = 0; j < n_out; ++j) add(outputs[j]);
-  spans_.push_back({SpanKind::kKernel, run_kernels_[kernel], start, end - start, offset, end - start});
+  spans_.push_back(
+      {SpanKind::kKernel, run_kernels_[kernel], start, end - start, offset, end - start});
 }
 
 absl::string_view Profiler::SiteOf(const Span& span) const {
@@ -302,8 +321,9 @@ Profiler::Totals Profiler::ComputeTotals() const {
   for (KernelTotal& k : per) {
     if (k.calls > 0) t.kernels.push_back(k);
   }
-  std::stable_sort(t.kernels.begin(), t.kernels.end(),
-                   [](const KernelTotal& a, const KernelTotal& b) { return a.total_ns > b.total_ns; });
+  std::stable_sort(
+      t.kernels.begin(), t.kernels.end(),
+      [](const KernelTotal& a, const KernelTotal& b) { return a.total_ns > b.total_ns; });
   std::vector<std::vector<int64_t>> outside(loop_totals_.size());
   for (const Span& s : spans_) {
     if (s.kind != SpanKind::kIteration) continue;
@@ -318,7 +338,8 @@ Profiler::Totals Profiler::ComputeTotals() const {
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       median = v[v.size() / 2];
     }
-    t.loops.push_back({names_[loop_total_names_[i]], a.entries, a.iterations, a.total_ns, a.kernel_ns, median});
+    t.loops.push_back(
+        {names_[loop_total_names_[i]], a.entries, a.iterations, a.total_ns, a.kernel_ns, median});
   }
   std::stable_sort(t.loops.begin(), t.loops.end(),
                    [](const LoopTotal& a, const LoopTotal& b) { return a.total_ns > b.total_ns; });
@@ -329,34 +350,40 @@ std::string Profiler::SummaryTable() const {
   const Totals t = ComputeTotals();
   std::string out;
   const int64_t outside = t.run_ns - t.kernel_ns;
-  absl::StrAppendFormat(&out,
-                        "profile: %d run%s, %.3f ms; inside kernels %.3f ms (%.1f%%), outside kernels "
-                        "%.3f ms (%.1f%%)\n",
-                        t.runs, t.runs == 1 ? "" : "s", Ms(t.run_ns), Ms(t.kernel_ns), Pct(t.kernel_ns, t.run_ns),
-                        Ms(outside), Pct(outside, t.run_ns));
-  absl::StrAppendFormat(&out, "%-44s %-20s %9s %11s %10s %7s\n", "kernel", "op", "calls", "total_ms", "mean_us",
-                        "share");
+  absl::StrAppendFormat(
+      &out,
+      "profile: %d run%s, %.3f ms; inside kernels %.3f ms (%.1f%%), outside kernels "
+      "%.3f ms (%.1f%%)\n",
+      t.runs, t.runs == 1 ? "" : "s", Ms(t.run_ns), Ms(t.kernel_ns), Pct(t.kernel_ns, t.run_ns),
+      Ms(outside), Pct(outside, t.run_ns));
+  absl::StrAppendFormat(&out, "%-44s %-20s %9s %11s %10s %7s\n", "kernel", "op", "calls",
+                        "total_ms", "mean_us", "share");
   for (const KernelTotal& k : t.kernels) {
-    absl::StrAppendFormat(&out, "%-44s %-20s %9d %11.3f %10.3f %6.1f%%\n", k.kernel->name, k.kernel->op, k.calls,
-                          Ms(k.total_ns), Us(k.total_ns) / static_cast<double>(k.calls), Pct(k.total_ns, t.run_ns));
+    absl::StrAppendFormat(&out, "%-44s %-20s %9d %11.3f %10.3f %6.1f%%\n", k.kernel->name,
+                          k.kernel->op, k.calls, Ms(k.total_ns),
+                          Us(k.total_ns) / static_cast<double>(k.calls), Pct(k.total_ns, t.run_ns));
   }
-  absl::StrAppendFormat(&out, "%-44s %-20s %9s %11.3f %10s %6.1f%%\n", "(outside kernels: interpreter, profiler)",
-                        "", "", Ms(outside), "", Pct(outside, t.run_ns));
+  absl::StrAppendFormat(&out, "%-44s %-20s %9s %11.3f %10s %6.1f%%\n",
+                        "(outside kernels: interpreter, profiler)", "", "", Ms(outside), "",
+                        Pct(outside, t.run_ns));
   if (!t.loops.empty()) {
-    absl::StrAppendFormat(&out, "%-24s %8s %10s %12s %12s %12s %8s %14s\n", "loop (function@pc)", "entries",
-                          "iterations", "iter_us", "kernels_us", "outside_us", "outside", "outside_median");
+    absl::StrAppendFormat(&out, "%-24s %8s %10s %12s %12s %12s %8s %14s\n", "loop (function@pc)",
+                          "entries", "iterations", "iter_us", "kernels_us", "outside_us", "outside",
+                          "outside_median");
     for (const LoopTotal& l : t.loops) {
       const double n = l.iterations > 0 ? static_cast<double>(l.iterations) : 1.0;
-      absl::StrAppendFormat(&out, "%-24s %8d %10d %12.3f %12.3f %12.3f %7.2f%% %11.3f us\n", l.name, l.entries,
-                            l.iterations, Us(l.total_ns) / n, Us(l.kernel_ns) / n, Us(l.total_ns - l.kernel_ns) / n,
+      absl::StrAppendFormat(&out, "%-24s %8d %10d %12.3f %12.3f %12.3f %7.2f%% %11.3f us\n", l.name,
+                            l.entries, l.iterations, Us(l.total_ns) / n, Us(l.kernel_ns) / n,
+                            Us(l.total_ns - l.kernel_ns) / n,
                             Pct(l.total_ns - l.kernel_ns, l.total_ns), Us(l.median_outside_ns));
     }
   }
-  absl::StrAppendFormat(&out,
-                        "profiler: %d spans, %d clock reads at about %.1f ns each (%.3f ms, counted in the "
-                        "time outside kernels)\n",
-                        static_cast<int64_t>(spans_.size()), clock_reads_, clock_read_ns_,
-                        static_cast<double>(clock_reads_) * clock_read_ns_ / 1e6);
+  absl::StrAppendFormat(
+      &out,
+      "profiler: %d spans, %d clock reads at about %.1f ns each (%.3f ms, counted in the "
+      "time outside kernels)\n",
+      static_cast<int64_t>(spans_.size()), clock_reads_, clock_read_ns_,
+      static_cast<double>(clock_reads_) * clock_read_ns_ / 1e6);
   return out;
 }
 
@@ -368,7 +395,9 @@ std::string Profiler::ChromeTraceJson() const {
     return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->dur_ns > b->dur_ns;
   });
   std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"dynvm\"}},\n";
+  out +=
+      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"dynvm\"}},"
+      "\n";
   out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"vm\"}}";
   for (const Span* s : order) {
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":";
@@ -378,18 +407,21 @@ std::string Profiler::ChromeTraceJson() const {
     switch (s->kind) {
       case SpanKind::kKernel: {
         const KernelInfo& k = kernels_[s->name];
-        absl::StrAppend(&out, ",\"cat\":\"kernel\",\"name\":", Quote(k.op), ",\"args\":{\"kernel\":", Quote(k.name),
-                        ",\"backend\":", Quote(k.backend), ",\"variant\":", Quote(k.variant),
-                        ",\"shapes\":", Quote(ShapesOf(*s)), ",\"site\":", Quote(SiteOf(*s)), "}}");
+        absl::StrAppend(&out, ",\"cat\":\"kernel\",\"name\":", Quote(k.op),
+                        ",\"args\":{\"kernel\":", Quote(k.name), ",\"backend\":", Quote(k.backend),
+                        ",\"variant\":", Quote(k.variant), ",\"shapes\":", Quote(ShapesOf(*s)),
+                        ",\"site\":", Quote(SiteOf(*s)), "}}");
         break;
       }
       case SpanKind::kIteration:
         absl::StrAppend(&out, ",\"cat\":\"iteration\",\"name\":\"iteration\",\"args\":{\"loop\":",
-                        Quote(names_[s->name]), ",\"i\":", s->arg, ",\"kernel_us\":", Micros(s->kernel_ns), "}}");
+                        Quote(names_[s->name]), ",\"i\":", s->arg,
+                        ",\"kernel_us\":", Micros(s->kernel_ns), "}}");
         break;
       case SpanKind::kLoop:
-        absl::StrAppend(&out, ",\"cat\":\"loop\",\"name\":", Quote(absl::StrCat("loop ", names_[s->name])),
-                        ",\"args\":{\"iterations\":", s->arg, ",\"kernel_us\":", Micros(s->kernel_ns), "}}");
+        absl::StrAppend(
+            &out, ",\"cat\":\"loop\",\"name\":", Quote(absl::StrCat("loop ", names_[s->name])),
+            ",\"args\":{\"iterations\":", s->arg, ",\"kernel_us\":", Micros(s->kernel_ns), "}}");
         break;
       case SpanKind::kCall:
         absl::StrAppend(&out, ",\"cat\":\"call\",\"name\":", Quote(names_[s->name]),
@@ -416,7 +448,8 @@ absl::Status Profiler::WriteChromeTrace(const std::string& path) const {
   if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot create ", path));
   const size_t written = std::fwrite(json.data(), 1, json.size(), f);
   const bool closed = std::fclose(f) == 0;
-  if (written != json.size() || !closed) return absl::DataLossError(absl::StrCat("cannot write ", path));
+  if (written != json.size() || !closed)
+    return absl::DataLossError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
 }
 

@@ -4,8 +4,8 @@
 //   dynvm::RunOptions run;
 //   run.profiler = &prof;
 //   absl::Status s = vm->Run(run);           // any number of runs; they accumulate
-//   s = prof.WriteChromeTrace("trace.json");  // open in https://ui.perfetto.dev or chrome://tracing
-//   std::fputs(prof.SummaryTable().c_str(), stdout);
+//   s = prof.WriteChromeTrace("trace.json");  // open in https://ui.perfetto.dev or
+//   chrome://tracing std::fputs(prof.SummaryTable().c_str(), stdout);
 //
 // What it records (docs/profiling.md):
 //   - one span per run, per `call`, per loop and per loop iteration, and per kernel invoke
@@ -51,8 +51,8 @@ class Profiler {
   enum class SpanKind : uint8_t { kRun, kCall, kLoop, kIteration, kKernel };
   struct Span {
     SpanKind kind;
-    int32_t name;       // kernel: index into kernels(); otherwise index into names()
-    int64_t start_ns;   // since the profiler was made (or last cleared)
+    int32_t name;      // kernel: index into kernels(); otherwise index into names()
+    int64_t start_ns;  // since the profiler was made (or last cleared)
     int64_t dur_ns;
     int64_t arg;        // iteration: its index; loop: iterations run; kernel: offset in shape_data
     int64_t kernel_ns;  // run, call, loop, iteration: time inside kernels within the span
@@ -122,7 +122,8 @@ class Profiler {
 
   int64_t Now() const {
     ++clock_reads_;
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch_)
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                epoch_)
         .count();
   }
   // A run of `function` of `exe` starts; maps the executable's kernels and functions to names.
@@ -189,7 +190,7 @@ class Profiler {
     int64_t entries = 0, iterations = 0, total_ns = 0, kernel_ns = 0;
   };
   std::vector<LoopAccum> loop_totals_;
-  std::vector<int32_t> loop_total_names_;               // loop_totals_ index -> names_ index
+  std::vector<int32_t> loop_total_names_;                 // loop_totals_ index -> names_ index
   absl::flat_hash_map<int32_t, int32_t> loop_total_ids_;  // names_ index -> loop_totals_ index
 
   // Per run.

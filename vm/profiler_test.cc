@@ -119,10 +119,10 @@ TEST_F(ProfilerTest, RecordsEverySpanOfTheProgram) {
 
   using K = Profiler::SpanKind;
   EXPECT_EQ(Count(prof, K::kRun), 1);
-  EXPECT_EQ(Count(prof, K::kKernel), 15);    // 5 x (Add, Mul, Add)
+  EXPECT_EQ(Count(prof, K::kKernel), 15);  // 5 x (Add, Mul, Add)
   EXPECT_EQ(Count(prof, K::kCall), 5);
-  EXPECT_EQ(Count(prof, K::kLoop), 6);       // the outer loop, and the inner one 5 times
-  EXPECT_EQ(Count(prof, K::kIteration), 15); // 5 outer + 5 x 2 inner (break in the 2nd)
+  EXPECT_EQ(Count(prof, K::kLoop), 6);        // the outer loop, and the inner one 5 times
+  EXPECT_EQ(Count(prof, K::kIteration), 15);  // 5 outer + 5 x 2 inner (break in the 2nd)
 
   const Profiler::Totals t = prof.ComputeTotals();
   EXPECT_EQ(t.runs, 1);
@@ -164,7 +164,8 @@ TEST_F(ProfilerTest, RecordsEverySpanOfTheProgram) {
   // The median time outside kernels of the outer loop's iterations, from the spans.
   std::vector<int64_t> outside;
   for (const Profiler::Span& s : prof.spans()) {
-    if (s.kind == K::kIteration && prof.names()[s.name] == t.loops[0].name) outside.push_back(s.dur_ns - s.kernel_ns);
+    if (s.kind == K::kIteration && prof.names()[s.name] == t.loops[0].name)
+      outside.push_back(s.dur_ns - s.kernel_ns);
   }
   std::sort(outside.begin(), outside.end());
   ASSERT_EQ(outside.size(), 5u);
@@ -233,7 +234,8 @@ TEST_F(ProfilerTest, ChromeTraceIsValidAndNested) {
       EXPECT_EQ(shapes->str, "f32[4] f32[4] -> f32[4]");
       const testing::Json* kernel = s.args->Get("kernel");
       ASSERT_NE(kernel, nullptr);
-      EXPECT_TRUE(absl::StartsWith(kernel->str, s.name == "Add" ? "add.f32." : "mul.f32.")) << kernel->str;
+      EXPECT_TRUE(absl::StartsWith(kernel->str, s.name == "Add" ? "add.f32." : "mul.f32."))
+          << kernel->str;
       const testing::Json* site = s.args->Get("site");
       ASSERT_NE(site, nullptr);
       EXPECT_TRUE(absl::StartsWith(site->str, s.name == "Add" ? "main@" : "square@")) << site->str;
@@ -328,7 +330,8 @@ TEST(ProfilerJsonTest, NamesFromTheFileAreEscaped) {
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
-  ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {4}, {1, 2, 3, 4})).ok());
+  ASSERT_TRUE(
+      (*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {4}, {1, 2, 3, 4})).ok());
   Profiler prof;
   RunOptions run;
   run.profiler = &prof;
@@ -344,7 +347,8 @@ TEST(ProfilerJsonTest, NamesFromTheFileAreEscaped) {
     if (s.cat != "kernel") continue;
     found = true;
     // The parser turns \u0001 into the byte and U+FFFD into '?'.
-    EXPECT_TRUE(absl::EndsWith(s.args->Get("site")->str, "a\"q\\ \x01 ? \xc3\xa9")) << s.args->Get("site")->str;
+    EXPECT_TRUE(absl::EndsWith(s.args->Get("site")->str, "a\"q\\ \x01 ? \xc3\xa9"))
+        << s.args->Get("site")->str;
   }
   EXPECT_TRUE(found);
 }
@@ -352,7 +356,8 @@ TEST(ProfilerJsonTest, NamesFromTheFileAreEscaped) {
 TEST(TraceTestingTest, ParserAndCheckerRefuseBadInput) {
   absl::StatusOr<testing::Json> bad = testing::JsonParser::Parse("{\"a\":[1,2,]}");
   EXPECT_FALSE(bad.ok());
-  absl::StatusOr<testing::Json> good = testing::JsonParser::Parse("{\"a\":[1,-2.5e3,\"x\\\"y\\u0041\"],\"b\":null}");
+  absl::StatusOr<testing::Json> good =
+      testing::JsonParser::Parse("{\"a\":[1,-2.5e3,\"x\\\"y\\u0041\"],\"b\":null}");
   ASSERT_TRUE(good.ok()) << good.status();
   ASSERT_NE(good->Get("a"), nullptr);
   EXPECT_EQ(good->Get("a")->array[1].number, -2500);

@@ -1,8 +1,8 @@
 // Feeds arbitrary bytes to the loader and, when they load, runs every entry function under
 // tight limits, its inputs bound to small pseudo-random tensors (vm/fuzz_inputs.h; seeded by
-// the bytes, so an input always replays the same way). Loading and running may fail; neither may crash: the
-// verifier's promise is that whatever it accepts, the interpreter runs without bounds checks
-// of its own, so a crash here is a verifier gap or an interpreter bug.
+// the bytes, so an input always replays the same way). Loading and running may fail; neither may
+// crash: the verifier's promise is that whatever it accepts, the interpreter runs without bounds
+// checks of its own, so a crash here is a verifier gap or an interpreter bug.
 //
 // As in isa/verifier_fuzzer.cc, bit 0 of the stored checksum (byte 64) picks whether the
 // checksum is recomputed over the mutated bytes before loading (1) or not (0), so that
@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "schema/format.h"
-#include "vm/fuzz_inputs.h"
 #include "vm/executable.h"
+#include "vm/fuzz_inputs.h"
 #include "vm/virtual_machine.h"
 
 namespace {

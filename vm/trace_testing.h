@@ -63,8 +63,8 @@ class JsonParser {
     return absl::InvalidArgumentError(absl::StrCat("JSON: ", what, " at byte ", pos_));
   }
   void SkipSpace() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\r' || text_[pos_] == '\t')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                   text_[pos_] == '\r' || text_[pos_] == '\t')) {
       ++pos_;
     }
   }
@@ -137,24 +137,44 @@ class JsonParser {
       if (pos_ >= text_.size()) return Error("unterminated escape");
       const char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (pos_ + 4 > text_.size()) return Error("short \\u escape");
           uint32_t cp = 0;
           for (int i = 0; i < 4; ++i) {
             const char h = text_[pos_++];
             cp <<= 4;
-            if (h >= '0' && h <= '9') cp |= h - '0';
-            else if (h >= 'a' && h <= 'f') cp |= h - 'a' + 10;
-            else if (h >= 'A' && h <= 'F') cp |= h - 'A' + 10;
-            else return Error("bad \\u escape");
+            if (h >= '0' && h <= '9')
+              cp |= h - '0';
+            else if (h >= 'a' && h <= 'f')
+              cp |= h - 'a' + 10;
+            else if (h >= 'A' && h <= 'F')
+              cp |= h - 'A' + 10;
+            else
+              return Error("bad \\u escape");
           }
           if (cp < 0x80) {
             out += static_cast<char>(cp);
@@ -233,7 +253,7 @@ class JsonParser {
 struct TraceSpan {
   std::string name;
   std::string cat;
-  double ts = 0;   // microseconds
+  double ts = 0;  // microseconds
   double dur = 0;
   const Json* args = nullptr;
   int parent = -1;  // index of the innermost span containing it (same thread), or -1
@@ -241,7 +261,8 @@ struct TraceSpan {
 
 struct TraceSummary {
   std::vector<TraceSpan> spans;  // sorted by start, parents before children
-  std::vector<std::pair<std::string, double>> counters;  // (name, value of args.bytes), in file order
+  std::vector<std::pair<std::string, double>>
+      counters;  // (name, value of args.bytes), in file order
   int metadata = 0;
 };
 
@@ -290,10 +311,12 @@ inline absl::StatusOr<TraceSummary> CheckTrace(const Json& root) {
       out.counters.emplace_back(name->str, bytes->number);
       continue;
     }
-    if (ph->str != "X") return absl::InvalidArgumentError(absl::StrCat(where, ": unexpected ph ", ph->str));
+    if (ph->str != "X")
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unexpected ph ", ph->str));
     const Json* tid = e.Get("tid");
     const Json* dur = e.Get("dur");
-    if (tid == nullptr || !tid->IsNumber()) return absl::InvalidArgumentError(absl::StrCat(where, ": no tid"));
+    if (tid == nullptr || !tid->IsNumber())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": no tid"));
     if (dur == nullptr || !dur->IsNumber() || dur->number < 0) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": no dur >= 0"));
     }
@@ -326,8 +349,9 @@ inline absl::StatusOr<TraceSummary> CheckTrace(const Json& root) {
       if (!stack.empty()) {
         const TraceSpan& top = out.spans[stack.back()];
         if (end > ns(top.ts) + ns(top.dur)) {
-          return absl::InvalidArgumentError(absl::StrCat("span '", s.name, "' at ", s.ts, " us ends after its parent '",
-                                                         top.name, "' (", top.ts, " + ", top.dur, " us)"));
+          return absl::InvalidArgumentError(absl::StrCat("span '", s.name, "' at ", s.ts,
+                                                         " us ends after its parent '", top.name,
+                                                         "' (", top.ts, " + ", top.dur, " us)"));
         }
         s.parent = stack.back();
       }

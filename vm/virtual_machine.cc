@@ -25,13 +25,15 @@ absl::Status VirtualMachine::Impl::Init() {
   // One read-only storage over the constant segment per VM: its reference count is this VM's
   // alone (no contention between threads), and a tensor that escapes keeps the executable alive.
   std::shared_ptr<const Executable> keep = exe;
-  const_storage = Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment()),
-                                static_cast<size_t>(exe->constant_segment_bytes()), Device::kCPU,
-                                [keep]() mutable { keep.reset(); });
+  const_storage =
+      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment()),
+                    static_cast<size_t>(exe->constant_segment_bytes()), Device::kCPU,
+                    [keep]() mutable { keep.reset(); });
   constants.reserve(exe->num_constants());
   for (int i = 0; i < exe->num_constants(); ++i) {
     const Executable::ConstantEntry& c = exe->constant(i);
-    absl::StatusOr<Tensor> t = Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape);
+    absl::StatusOr<Tensor> t =
+        Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape);
     if (!t.ok()) return t.status();
     constants.push_back(*std::move(t));
   }
@@ -104,8 +106,9 @@ absl::Status VirtualMachine::Impl::PrepareHostInvoke(uint32_t n, uint32_t n_out)
   for (uint32_t j = 0; j < n_out; ++j) {
     const Tensor* t = out_buf[j];
     if (t != nullptr && t->defined() && t->device() != Device::kCPU) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "output ", j, " is on the ", DeviceName(t->device()), "; a host kernel writes host tensors"));
+      return absl::FailedPreconditionError(absl::StrCat("output ", j, " is on the ",
+                                                        DeviceName(t->device()),
+                                                        "; a host kernel writes host tensors"));
     }
   }
   for (uint32_t j = 0; j < n; ++j) {
@@ -137,11 +140,12 @@ int64_t VirtualMachine::Impl::SystemAllocs() const {
   return n;
 }
 
-absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function, uint32_t pc) const {
+absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function,
+                                            uint32_t pc) const {
   const Executable::FunctionEntry& f = exe->function_entry(function);
   const auto op = static_cast<isa::Opcode>(f.code[pc] & 0xFF);
-  std::string where = absl::StrCat("function '", f.info.name, "' pc ", pc, " (",
-                                   isa::GetOpcodeInfo(op).mnemonic);
+  std::string where =
+      absl::StrCat("function '", f.info.name, "' pc ", pc, " (", isa::GetOpcodeInfo(op).mnemonic);
   absl::string_view node = exe->SourceNode(function, pc);
   if (!node.empty()) absl::StrAppend(&where, ", node '", node, "'");
   return absl::Status(s.code(), absl::StrCat(where, "): ", s.message()));
@@ -165,30 +169,33 @@ absl::Status CheckShape(const ParamInfo& p, const Tensor& t, SymbolValues& symbo
                         const std::vector<std::pair<std::string, int64_t>>& bounds) {
   if (!p.has_shape) return absl::OkStatus();
   if (t.rank() != static_cast<int>(p.shape.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must have rank ", p.shape.size(),
-                                                   ", got ", t.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must have rank ",
+                                                   p.shape.size(), ", got ", t.DebugString()));
   }
   for (size_t i = 0; i < p.shape.size(); ++i) {
     const DimInfo& d = p.shape[i];
     const int64_t got = t.dim(static_cast<int>(i));
     if (d.value >= 0) {
       if (got != d.value) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " must be ", d.value,
-                                                       ", got ", t.DebugString()));
+        return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " must be ",
+                                                       d.value, ", got ", t.DebugString()));
       }
       continue;
     }
-    auto it = std::find_if(symbols.begin(), symbols.end(), [&](const auto& e) { return e.first == d.symbol; });
+    auto it = std::find_if(symbols.begin(), symbols.end(),
+                           [&](const auto& e) { return e.first == d.symbol; });
     if (it == symbols.end()) {
       symbols.emplace_back(d.symbol, got);
     } else if (it->second != got) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " is symbol '", d.symbol,
-                                                     "' = ", got, ", but another input has it = ", it->second));
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' dim ", i, " is symbol '",
+                                                     d.symbol, "' = ", got,
+                                                     ", but another input has it = ", it->second));
     }
     for (const auto& [name, bound] : bounds) {
       if (name == d.symbol && got > bound) {
         return absl::InvalidArgumentError(absl::StrCat("symbol '", d.symbol, "' = ", got,
-                                                       " exceeds its declared bound ", bound, " (input '", p.name, "')"));
+                                                       " exceeds its declared bound ", bound,
+                                                       " (input '", p.name, "')"));
       }
     }
   }
@@ -197,10 +204,12 @@ absl::Status CheckShape(const ParamInfo& p, const Tensor& t, SymbolValues& symbo
 
 }  // namespace
 
-absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& run, int64_t* iterations) {
+absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& run,
+                                               int64_t* iterations) {
   const Executable::FunctionEntry& f = exe->function_entry(function);
   if (!f.info.is_entry) {
-    return absl::InvalidArgumentError(absl::StrCat("function '", f.info.name, "' has no signature: it is not an entry"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("function '", f.info.name, "' has no signature: it is not an entry"));
   }
   // Whatever this run returns, the previous run's outputs are gone: a run refused before it
   // starts (an input missing or of the wrong shape) must not leave them readable as its own.
@@ -210,8 +219,8 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   for (size_t i = 0; i < f.info.inputs.size(); ++i) {
     const ParamInfo& p = f.info.inputs[i];
     if (!inputs_bound[function][i]) {
-      return absl::FailedPreconditionError(absl::StrCat("input '", p.name, "' of function '",
-                                                        f.info.name, "' is not set"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("input '", p.name, "' of function '", f.info.name, "' is not set"));
     }
     const Object& o = inputs[function][i];
     if (p.kind == ObjectKind::kTensor) {
@@ -297,9 +306,10 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
 
 VirtualMachine::~VirtualMachine() = default;
 
-absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(std::shared_ptr<const Executable> executable,
-                                                                       const VmOptions& options) {
-  if (executable == nullptr) return absl::InvalidArgumentError("VirtualMachine::Create: null executable");
+absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(
+    std::shared_ptr<const Executable> executable, const VmOptions& options) {
+  if (executable == nullptr)
+    return absl::InvalidArgumentError("VirtualMachine::Create: null executable");
   std::unique_ptr<VirtualMachine> vm(new VirtualMachine());
   vm->exe_ = executable;
   vm->impl_ = std::make_unique<Impl>(std::move(executable), options);
@@ -307,7 +317,8 @@ absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(std::shar
   return vm;
 }
 
-absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(absl::string_view function) const {
+absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(
+    absl::string_view function) const {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   std::vector<std::string> names;
@@ -315,7 +326,8 @@ absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(absl::strin
   return names;
 }
 
-absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(absl::string_view function) const {
+absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(
+    absl::string_view function) const {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   std::vector<std::string> names;
@@ -332,16 +344,19 @@ absl::StatusOr<int> FindParam(const std::vector<ParamInfo>& params, absl::string
     if (params[i].name == name) return static_cast<int>(i);
     names.push_back(params[i].name);
   }
-  return absl::NotFoundError(absl::StrCat("function '", function, "' has no ", what, " named '", name,
-                                          "'; its ", what, "s are: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat("function '", function, "' has no ", what, " named '",
+                                          name, "'; its ", what,
+                                          "s are: ", absl::StrJoin(names, ", ")));
 }
 
 }  // namespace
 
-absl::Status VirtualMachine::SetInput(absl::string_view name, const Tensor& value, absl::string_view function) {
+absl::Status VirtualMachine::SetInput(absl::string_view name, const Tensor& value,
+                                      absl::string_view function) {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
-  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  absl::StatusOr<int> index =
+      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
   if (!index.ok()) return index.status();
   return SetInput(*index, value, function);
 }
@@ -350,20 +365,22 @@ namespace {
 
 absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& value) {
   if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
-    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '", info.name,
-                                              "' has ", info.inputs.size(), " inputs"));
+    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '",
+                                              info.name, "' has ", info.inputs.size(), " inputs"));
   }
   const ParamInfo& p = info.inputs[index];
   // The verifier accepts sequence and optional inputs, but a tensor bound to one would leave
   // the register's sequence (or its "has" flag) unset for the code that reads it.
   if (p.kind != ObjectKind::kTensor) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' of function '", info.name,
-                                                   "' is not a tensor; only tensor inputs can be bound"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", p.name, "' of function '", info.name,
+                     "' is not a tensor; only tensor inputs can be bound"));
   }
-  if (!value.defined()) return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
+  if (!value.defined())
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
   if (value.dtype() != p.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be ", DTypeName(p.dtype), ", got ",
-                                                   value.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", p.name, "' must be ", DTypeName(p.dtype), ", got ", value.DebugString()));
   }
   if (value.device() != Device::kCPU) {
     return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
@@ -377,7 +394,8 @@ absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::stri
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckInputValue(exe_->function(*f), index, value); !s.ok()) return s;
-  absl::StatusOr<Tensor> copy = Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool);
+  absl::StatusOr<Tensor> copy =
+      Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool);
   if (!copy.ok()) return copy.status();
   if (absl::Status s = ops::Copy(value, *copy); !s.ok()) return s;
   Object& o = impl_->inputs[*f][index];
@@ -387,15 +405,20 @@ absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::stri
   return absl::OkStatus();
 }
 
-absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tensor& value, absl::string_view function) {
+absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tensor& value,
+                                              absl::string_view function) {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
-  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  absl::StatusOr<int> index =
+      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
   if (!index.ok()) return index.status();
   if (absl::Status s = CheckInputValue(exe_->function(*f), *index, value); !s.ok()) return s;
-  if (reinterpret_cast<uintptr_t>(value.raw_data()) % static_cast<uintptr_t>(DTypeSize(value.dtype())) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", name, "': data is not aligned to its ",
-                                                   DTypeSize(value.dtype()), "-byte elements; use SetInput to copy"));
+  if (reinterpret_cast<uintptr_t>(value.raw_data()) %
+          static_cast<uintptr_t>(DTypeSize(value.dtype())) !=
+      0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", name, "': data is not aligned to its ", DTypeSize(value.dtype()),
+                     "-byte elements; use SetInput to copy"));
   }
   Object& o = impl_->inputs[*f][*index];
   o.Clear();
@@ -425,13 +448,18 @@ absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tenso
     return absl::InvalidArgumentError(absl::StrCat(what, ": the output is not a tensor"));
   }
   if (buffer.dtype() != p.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be ", DTypeName(p.dtype), ", got ", buffer.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be ", DTypeName(p.dtype), ", got ", buffer.DebugString()));
   }
-  if (buffer.device() != Device::kCPU) return absl::InvalidArgumentError(absl::StrCat(what, " must be on the CPU"));
-  if (!buffer.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(what, " must be contiguous"));
-  if (reinterpret_cast<uintptr_t>(buffer.raw_data()) % static_cast<uintptr_t>(DTypeSize(buffer.dtype())) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": data is not aligned to its ", DTypeSize(buffer.dtype()),
-                                                   "-byte elements"));
+  if (buffer.device() != Device::kCPU)
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be on the CPU"));
+  if (!buffer.is_contiguous())
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be contiguous"));
+  if (reinterpret_cast<uintptr_t>(buffer.raw_data()) %
+          static_cast<uintptr_t>(DTypeSize(buffer.dtype())) !=
+      0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data is not aligned to its ",
+                                                   DTypeSize(buffer.dtype()), "-byte elements"));
   }
   if (p.has_shape) {
     bool ok = buffer.rank() == static_cast<int>(p.shape.size());
@@ -440,15 +468,17 @@ absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tenso
     }
     if (!ok) {
       std::vector<std::string> dims;
-      for (const DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? absl::StrCat(d.value) : d.symbol);
-      return absl::InvalidArgumentError(absl::StrCat(what, " must have shape [", absl::StrJoin(dims, ","),
-                                                     "], got ", buffer.DebugString()));
+      for (const DimInfo& d : p.shape)
+        dims.push_back(d.value >= 0 ? absl::StrCat(d.value) : d.symbol);
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must have shape [", absl::StrJoin(dims, ","), "], got ", buffer.DebugString()));
     }
   }
   // A writable storage over the caller's bytes that keeps the caller's storage alive.
   StorageRef keep = buffer.storage();
-  StorageRef st = Storage::Wrap(Storage::Kind::kOutput, buffer.raw_data(), static_cast<size_t>(buffer.nbytes()),
-                                Device::kCPU, [keep]() mutable { keep.Reset(); });
+  StorageRef st =
+      Storage::Wrap(Storage::Kind::kOutput, buffer.raw_data(), static_cast<size_t>(buffer.nbytes()),
+                    Device::kCPU, [keep]() mutable { keep.Reset(); });
   absl::StatusOr<Tensor> view = Tensor::View(st, 0, buffer.dtype(), buffer.dims());
   if (!view.ok()) return view.status();
   if (bufs.empty()) bufs.resize(info.outputs.size());
@@ -458,26 +488,30 @@ absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tenso
 
 int VirtualMachine::last_run_output_copies() const { return impl_->last_output_copies; }
 
-const Tensor* VirtualMachine::Impl::OutputBufferAt(const Executable::FunctionEntry& f, uint32_t pc) const {
-  auto it = std::lower_bound(f.output_allocs.begin(), f.output_allocs.end(), std::make_pair(pc, uint32_t{0}));
+const Tensor* VirtualMachine::Impl::OutputBufferAt(const Executable::FunctionEntry& f,
+                                                   uint32_t pc) const {
+  auto it = std::lower_bound(f.output_allocs.begin(), f.output_allocs.end(),
+                             std::make_pair(pc, uint32_t{0}));
   if (it == f.output_allocs.end() || it->first != pc) return nullptr;
   const Tensor& b = (*run_output_buffers)[it->second];
   return b.defined() ? &b : nullptr;
 }
 
-absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outs) {
+absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info,
+                                                     std::vector<Object>& outs) {
   const std::vector<Tensor>& bufs = *run_output_buffers;
   for (size_t k = 0; k < outs.size() && k < bufs.size(); ++k) {
     if (!bufs[k].defined() || !outs[k].t.defined()) continue;
     Tensor& out = outs[k].t;
-    if (out.raw_data() == bufs[k].raw_data() && out.dims() == bufs[k].dims() && out.dtype() == bufs[k].dtype() &&
-        out.is_contiguous()) {
+    if (out.raw_data() == bufs[k].raw_data() && out.dims() == bufs[k].dims() &&
+        out.dtype() == bufs[k].dtype() && out.is_contiguous()) {
       out = bufs[k];  // written in place
       continue;
     }
     if (out.dtype() != bufs[k].dtype() || out.dims() != bufs[k].dims()) {
-      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[k].name, "' is ", out.DebugString(),
-                                                     ", its bound buffer is ", bufs[k].DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[k].name, "' is ",
+                                                     out.DebugString(), ", its bound buffer is ",
+                                                     bufs[k].DebugString()));
     }
     Tensor dst = bufs[k];
     if (absl::Status s = ops::Copy(out, dst, cuda.get()); !s.ok()) return s;
@@ -497,13 +531,15 @@ absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(absl::string_view
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   if (!impl_->outputs_valid[*f]) {
-    return absl::FailedPreconditionError(absl::StrCat("function '", exe_->function(*f).name, "' has no outputs: it has not run successfully"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "function '", exe_->function(*f).name, "' has no outputs: it has not run successfully"));
   }
   std::vector<Tensor> tensors;
   const FunctionInfo& info = exe_->function(*f);
   for (size_t i = 0; i < impl_->outputs[*f].size(); ++i) {
     if (i < info.outputs.size() && info.outputs[i].kind != ObjectKind::kTensor) {
-      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[i].name, "' of function '", info.name,
+      return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[i].name,
+                                                     "' of function '", info.name,
                                                      "' is not a tensor; use GetOutputValue"));
     }
     tensors.push_back(impl_->outputs[*f][i].t);
@@ -515,22 +551,26 @@ absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, absl::string_view fu
   absl::StatusOr<ObjectValue> v = GetOutputValue(index, function);
   if (!v.ok()) return v.status();
   if (v->kind != ObjectKind::kTensor) {
-    return absl::InvalidArgumentError(absl::StrCat("output ", index, " is not a tensor (", v->DebugString(),
-                                                   "); use GetOutputValue"));
+    return absl::InvalidArgumentError(absl::StrCat("output ", index, " is not a tensor (",
+                                                   v->DebugString(), "); use GetOutputValue"));
   }
   return v->tensor;
 }
 
-absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, absl::string_view function) const {
+absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index,
+                                                           absl::string_view function) const {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   const FunctionInfo& info = exe_->function(*f);
   if (!impl_->outputs_valid[*f]) {
-    return absl::FailedPreconditionError(absl::StrCat("function '", info.name, "' has no outputs: it has not run successfully"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("function '", info.name, "' has no outputs: it has not run successfully"));
   }
   const std::vector<Object>& outs = impl_->outputs[*f];
-  if (index < 0 || index >= static_cast<int>(outs.size()) || index >= static_cast<int>(info.outputs.size())) {
-    return absl::OutOfRangeError(absl::StrCat("output index ", index, " out of range (", outs.size(), " outputs)"));
+  if (index < 0 || index >= static_cast<int>(outs.size()) ||
+      index >= static_cast<int>(info.outputs.size())) {
+    return absl::OutOfRangeError(
+        absl::StrCat("output index ", index, " out of range (", outs.size(), " outputs)"));
   }
   const ParamInfo& p = info.outputs[index];
   const Object& o = outs[index];
@@ -549,48 +589,56 @@ absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, absl::stri
   return v;
 }
 
-absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view name, absl::string_view function) const {
+absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view name,
+                                                           absl::string_view function) const {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
-  absl::StatusOr<int> index = FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
+  absl::StatusOr<int> index =
+      FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
   if (!index.ok()) return index.status();
   return GetOutputValue(*index, function);
 }
 
-absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectValue& value, absl::string_view function) {
+absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectValue& value,
+                                           absl::string_view function) {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
-  absl::StatusOr<int> index = FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
+  absl::StatusOr<int> index =
+      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
   if (!index.ok()) return index.status();
   return SetInputValue(*index, value, function);
 }
 
-absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value, absl::string_view function) {
+absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
+                                           absl::string_view function) {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
   const FunctionInfo& info = exe_->function(*f);
   if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
-    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '", info.name,
-                                              "' has ", info.inputs.size(), " inputs"));
+    return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '",
+                                              info.name, "' has ", info.inputs.size(), " inputs"));
   }
   const ParamInfo& p = info.inputs[index];
   if (p.kind == ObjectKind::kTensor) {
     if (value.kind != ObjectKind::kTensor) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' is a tensor, got ", value.DebugString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", p.name, "' is a tensor, got ", value.DebugString()));
     }
     return SetInput(index, value.tensor, function);
   }
   if (value.kind != p.kind || (p.kind == ObjectKind::kOptional && value.elem_kind != p.elem_kind)) {
-    const char* want = p.kind == ObjectKind::kSequence ? "a sequence"
-                       : p.elem_kind == ObjectKind::kSequence ? "an optional sequence" : "an optional tensor";
-    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' of function '", info.name, "' is ", want,
-                                                   ", got ", value.DebugString()));
+    const char* want = p.kind == ObjectKind::kSequence        ? "a sequence"
+                       : p.elem_kind == ObjectKind::kSequence ? "an optional sequence"
+                                                              : "an optional tensor";
+    return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' of function '", info.name,
+                                                   "' is ", want, ", got ", value.DebugString()));
   }
   auto copy = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
-    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
+    if (!t.defined())
+      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "': empty tensor"));
     if (t.dtype() != p.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' holds ", DTypeName(p.dtype),
-                                                     " tensors, got ", t.DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", p.name, "' holds ", DTypeName(p.dtype), " tensors, got ", t.DebugString()));
     }
     if (t.device() != Device::kCPU) {
       return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
@@ -655,24 +703,31 @@ ObjectValue ObjectValue::Some(ObjectValue inner) {
 std::string ObjectValue::DebugString() const {
   auto seq = [](const std::vector<Tensor>& items) {
     std::string s = "sequence[";
-    for (size_t i = 0; i < items.size(); ++i) absl::StrAppend(&s, i ? ", " : "", items[i].DebugString());
+    for (size_t i = 0; i < items.size(); ++i)
+      absl::StrAppend(&s, i ? ", " : "", items[i].DebugString());
     return absl::StrCat(s, "]");
   };
   switch (kind) {
     case ObjectKind::kSequence:
       return seq(sequence);
     case ObjectKind::kOptional:
-      if (!has_value) return elem_kind == ObjectKind::kSequence ? "optional<sequence>(none)" : "optional<tensor>(none)";
-      return absl::StrCat("optional(", elem_kind == ObjectKind::kSequence ? seq(sequence) : tensor.DebugString(), ")");
+      if (!has_value)
+        return elem_kind == ObjectKind::kSequence ? "optional<sequence>(none)"
+                                                  : "optional<tensor>(none)";
+      return absl::StrCat("optional(",
+                          elem_kind == ObjectKind::kSequence ? seq(sequence) : tensor.DebugString(),
+                          ")");
     default:
       return tensor.defined() ? tensor.DebugString() : "tensor(empty)";
   }
 }
 
-absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name, absl::string_view function) const {
+absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name,
+                                                 absl::string_view function) const {
   absl::StatusOr<int> f = exe_->FindFunction(function);
   if (!f.ok()) return f.status();
-  absl::StatusOr<int> index = FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
+  absl::StatusOr<int> index =
+      FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
   if (!index.ok()) return index.status();
   return GetOutput(*index, function);
 }

@@ -47,12 +47,12 @@ class CancellationToken {
 
 // Options structs (VmOptions, RunOptions) are plain values: thread-compatible.
 struct VmOptions {
-  int num_threads = 1;                          // intra-op threads each kernel may use
+  int num_threads = 1;                             // intra-op threads each kernel may use
   int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
   int max_call_depth = 200;
-  int64_t memory_limit = 0;                     // bytes of pool memory; 0 = unlimited
-  int64_t reservation = 0;                      // pool bytes reserved up front (see PoolAllocator)
-  int64_t device_memory_limit = 0;              // bytes of the CUDA device pool; 0 = unlimited
+  int64_t memory_limit = 0;         // bytes of pool memory; 0 = unlimited
+  int64_t reservation = 0;          // pool bytes reserved up front (see PoolAllocator)
+  int64_t device_memory_limit = 0;  // bytes of the CUDA device pool; 0 = unlimited
 };
 
 // Receives tensors from the `emit` instruction while a run is in progress (streaming tokens).
@@ -119,7 +119,8 @@ class VirtualMachine {
 
   // Binds an input by name or index, copying its data into the VM's pool. The dtype must match
   // the signature; the rank and fixed dims are checked at Run.
-  absl::Status SetInput(absl::string_view name, const Tensor& value, absl::string_view function = "");
+  absl::Status SetInput(absl::string_view name, const Tensor& value,
+                        absl::string_view function = "");
   absl::Status SetInput(int index, const Tensor& value, absl::string_view function = "");
   // Binds the caller's tensor without a copy. The VM only reads it; the tensor's storage is
   // kept alive by the binding until it is replaced or the VM is destroyed. REQUIRES nothing of
@@ -170,7 +171,8 @@ class VirtualMachine {
   // (use GetOutputValue).
   absl::StatusOr<std::vector<Tensor>> GetOutputs(absl::string_view function = "") const;
   // An output of any kind (ParamInfo::kind in executable().function(i).outputs says which).
-  absl::StatusOr<ObjectValue> GetOutputValue(absl::string_view name, absl::string_view function = "") const;
+  absl::StatusOr<ObjectValue> GetOutputValue(absl::string_view name,
+                                             absl::string_view function = "") const;
   absl::StatusOr<ObjectValue> GetOutputValue(int index, absl::string_view function = "") const;
 
   // Pool statistics (bytes in use, peak, calls into the system allocator).

@@ -49,7 +49,7 @@ struct Frame {
 
 // Where a `ret` puts its results: registers of the caller's frame, or the VM's outputs.
 struct ReturnTarget {
-  Frame* frame = nullptr;            // null: the entry function's outputs
+  Frame* frame = nullptr;             // null: the entry function's outputs
   const uint32_t* objects = nullptr;  // a list: count then registers
   const uint32_t* scalars = nullptr;
   std::vector<Object>* outputs = nullptr;
@@ -76,16 +76,16 @@ class VirtualMachine::Impl {
   StorageRef device_constants;        // this executable's constants on the device (shared)
   std::vector<Tensor> device_in_buf;  // device views of constant inputs of a device invoke
   StorageRef const_storage;
-  std::vector<Tensor> constants;                   // one read-only view per constant
-  std::vector<std::vector<Object>> inputs;         // per function; `bound` per input below
+  std::vector<Tensor> constants;            // one read-only view per constant
+  std::vector<std::vector<Object>> inputs;  // per function; `bound` per input below
   std::vector<std::vector<bool>> inputs_bound;
-  std::vector<std::vector<Object>> outputs;        // per function, from the last good run
+  std::vector<std::vector<Object>> outputs;  // per function, from the last good run
   std::vector<bool> outputs_valid;
   // Caller buffers bound to outputs (SetOutputBuffer), per function; empty when none.
   std::vector<std::vector<Tensor>> output_buffers;
   const std::vector<Tensor>* run_output_buffers = nullptr;  // the running entry's, or null
   int last_output_copies = 0;
-  std::vector<std::unique_ptr<Frame>> frames;      // by call depth; reused across calls
+  std::vector<std::unique_ptr<Frame>> frames;           // by call depth; reused across calls
   std::vector<std::vector<KernelContext::Site>> sites;  // per function, per invoke site
   KernelContext ctx{nullptr, 1};
   std::vector<const Tensor*> in_buf;
@@ -109,7 +109,7 @@ class VirtualMachine::Impl {
   // the first back edge and the exit of each outermost loop of the entry function's frame).
   int64_t SystemAllocs() const;
   // Loop steady-state accounting (RunMemoryStats), for the entry function's frame only.
-  int loop_nesting = 0;                 // loops of the entry frame being run
+  int loop_nesting = 0;  // loops of the entry frame being run
   int64_t run_start_allocs = 0;
   int64_t first_iteration_allocs = -1;  // at the outermost loop's first back edge; -1 before
   int64_t steady_state_allocs = 0;      // summed over the outermost loops that have exited

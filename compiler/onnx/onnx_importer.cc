@@ -89,7 +89,7 @@ class Importer {
   // The rank of `name` where the model declares it (an input, a value_info, a constant).
   std::optional<int> DeclaredRank(const std::string& name, const Scope& scope) const;
   absl::StatusOr<ValueType> ParseType(const pb::TypeProto& type, const std::string& label,
-                                             const std::string& name, int depth);
+                                      const std::string& name, int depth);
   absl::StatusOr<Value*> ImportConstant(const pb::NodeProto& n, const std::string& label);
   absl::StatusOr<Tensor> ReadTensor(const pb::TensorProto& t, const std::string& label);
   absl::StatusOr<Value*> ImportInput(const pb::ValueInfoProto& v, Graph* graph, bool top,
@@ -100,7 +100,7 @@ class Importer {
   Module* m_ = nullptr;
   int64_t opset_ = 0;
   absl::flat_hash_map<std::string, int> declared_rank_;  // from value_info and outputs
-  absl::flat_hash_set<std::string> declared_sequence_;  // values declared sequence-typed
+  absl::flat_hash_set<std::string> declared_sequence_;   // values declared sequence-typed
   int synthetic_ = 0;
 };
 
@@ -124,7 +124,8 @@ absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const s
     case pb::TypeProto::kTensorType:
       break;
     case pb::TypeProto::kSequenceType: {
-      if (!type.sequence_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "a sequence type without an element type"));
+      if (!type.sequence_type().has_elem_type())
+        return absl::InvalidArgumentError(Join(label, "a sequence type without an element type"));
       const pb::TypeProto& elem = type.sequence_type().elem_type();
       if (elem.value_case() != pb::TypeProto::kTensorType) {
         return absl::UnimplementedError(Join(label, "only sequences of tensors are supported"));
@@ -135,17 +136,22 @@ absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const s
       return e;
     }
     case pb::TypeProto::kOptionalType: {
-      if (depth > 0) return absl::UnimplementedError(Join(label, "optionals inside other types are not supported"));
-      if (!type.optional_type().has_elem_type()) return absl::InvalidArgumentError(Join(label, "an optional type without an element type"));
-      absl::StatusOr<ValueType> e = ParseType(type.optional_type().elem_type(), label, name, depth + 1);
+      if (depth > 0)
+        return absl::UnimplementedError(
+            Join(label, "optionals inside other types are not supported"));
+      if (!type.optional_type().has_elem_type())
+        return absl::InvalidArgumentError(Join(label, "an optional type without an element type"));
+      absl::StatusOr<ValueType> e =
+          ParseType(type.optional_type().elem_type(), label, name, depth + 1);
       if (!e.ok()) return e.status();
       e->elem_kind = e->kind;
       e->kind = ObjectKind::kOptional;
       return e;
     }
     default:
-      return absl::UnimplementedError(
-          Join(label, "only tensors, sequences of tensors and optionals are supported (not maps or sparse tensors)"));
+      return absl::UnimplementedError(Join(label,
+                                           "only tensors, sequences of tensors and optionals are "
+                                           "supported (not maps or sparse tensors)"));
   }
   if (type.value_case() != pb::TypeProto::kTensorType) {
     return absl::UnimplementedError(Join(label, "nested sequences are not supported"));
@@ -461,7 +467,8 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
       case pb::AttributeProto::TYPE_PROTO: {
         // Optional's 'type' (the only TYPE_PROTO attribute the operator table admits): kept
         // as the content kind and element type.
-        absl::StatusOr<ValueType> t = ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")), a.name(), 1);
+        absl::StatusOr<ValueType> t =
+            ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")), a.name(), 1);
         if (!t.ok()) return t.status();
         AttrValue kind;
         kind.type = AttrValue::Type::kInt;
@@ -517,8 +524,9 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     }
     np->op = "Resize";
     np->inputs = {np->inputs[0], nullptr, scales_value};
-    for (const auto& [name, value] : {std::pair<const char*, const char*>{"coordinate_transformation_mode", "asymmetric"},
-                                      {"nearest_mode", "floor"}}) {
+    for (const auto& [name, value] :
+         {std::pair<const char*, const char*>{"coordinate_transformation_mode", "asymmetric"},
+          {"nearest_mode", "floor"}}) {
       AttrValue v;
       v.type = AttrValue::Type::kString;
       v.s = value;
@@ -618,7 +626,8 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
   for (int j = 0; j < n.input_size(); ++j) {
     Value* v = n.input(j).empty() ? nullptr : scope.Find(n.input(j));
     if (v == nullptr) {
-      return absl::InvalidArgumentError(Join(label, absl::StrCat("input ", j, " is missing or undefined")));
+      return absl::InvalidArgumentError(
+          Join(label, absl::StrCat("input ", j, " is missing or undefined")));
     }
     ins.push_back(v);
   }
@@ -627,15 +636,16 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
   for (const pb::ValueInfoProto& o : body_g->output()) {
     if (!o.has_type() || o.type().value_case() != pb::TypeProto::kTensorType ||
         !o.type().tensor_type().has_elem_type()) {
-      return absl::UnimplementedError(
-          Join(label, absl::StrCat("SequenceMap: body output '", o.name(), "' needs a declared tensor type")));
+      return absl::UnimplementedError(Join(
+          label,
+          absl::StrCat("SequenceMap: body output '", o.name(), "' needs a declared tensor type")));
     }
     absl::StatusOr<DType> d = DTypeOfElemType(o.type().tensor_type().elem_type());
     if (!d.ok()) return absl::Status(d.status().code(), Join(label, d.status().message()));
     out_dtypes.push_back(*d);
   }
-  auto add = [](Graph* g, const std::string& op, const std::string& node_name, std::vector<Value*> inputs,
-                std::vector<Value*> outputs) {
+  auto add = [](Graph* g, const std::string& op, const std::string& node_name,
+                std::vector<Value*> inputs, std::vector<Value*> outputs) {
     auto node = std::make_unique<Node>();
     node->op = op;
     node->name = node_name;
@@ -690,7 +700,8 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
   Scope inner;
   inner.parent = &scope;
   for (int j = 0; j < n.input_size(); ++j) {
-    const bool is_seq = j == 0 || ins[j]->kind == ObjectKind::kSequence || declared_sequence_.contains(n.input(j));
+    const bool is_seq =
+        j == 0 || ins[j]->kind == ObjectKind::kSequence || declared_sequence_.contains(n.input(j));
     if (!is_seq) {
       inner.names[body_g->input(j).name()] = ins[j];  // a tensor: the same in every iteration
       continue;
@@ -700,7 +711,8 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
     inner.names[body_g->input(j).name()] = x;
   }
   for (const pb::TensorProto& t : body_g->initializer()) {
-    absl::StatusOr<Tensor> tensor = ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
+    absl::StatusOr<Tensor> tensor =
+        ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
     if (!tensor.ok()) return tensor.status();
     inner.names[t.name()] = m_->NewConstant(*std::move(tensor), t.name(), /*is_weight=*/true);
   }
@@ -714,7 +726,8 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
       return absl::InvalidArgumentError(
           Join(where, absl::StrCat("output '", body_g->output(k).name(), "' is not defined")));
     }
-    Value* acc = m_->NewValue(out_dtypes[k], std::nullopt, sub.get(), absl::StrCat("acc", k, "_next"));
+    Value* acc =
+        m_->NewValue(out_dtypes[k], std::nullopt, sub.get(), absl::StrCat("acc", k, "_next"));
     add(sub.get(), "SequenceInsert", absl::StrCat(name, "/insert", k), {accs[k], v}, {acc});
     sub->outputs.push_back(acc);
   }

@@ -14,9 +14,9 @@ using AttrType = ::onnx::AttributeProto::AttributeType;
 // One line per operator: its name, the opset its opset-7 schema dates from (so a model of an
 // older opset may use it only when the operator has not changed since), its input arity per
 // schema version, and its attributes "name:T ..." where T is i (INT), f (FLOAT), s (STRING), I
-// (INTS), F (FLOATS), S (STRINGS), t (TENSOR), g (GRAPH), T (TYPE_PROTO), x (SPARSE_TENSOR). Taken from the ONNX
-// operator schemas of opsets 7 to 17; every operator listed has a reference kernel, or is
-// control flow (If, Loop, Scan) or a Constant, which the importer turns into a value, or a
+// (INTS), F (FLOATS), S (STRINGS), t (TENSOR), g (GRAPH), T (TYPE_PROTO), x (SPARSE_TENSOR). Taken
+// from the ONNX operator schemas of opsets 7 to 17; every operator listed has a reference kernel,
+// or is control flow (If, Loop, Scan) or a Constant, which the importer turns into a value, or a
 // sequence or optional operator, which the code generator lowers to seq_*/opt_* instructions.
 struct OpEntry {
   const char* op;
@@ -39,8 +39,10 @@ constexpr OpEntry kOps[] = {
     {"Asinh", 7, "9:1:1", ""},
     {"Atan", 7, "7:1:1", ""},
     {"Atanh", 7, "9:1:1", ""},
-    {"AveragePool", 1, "1:1:1 7:1:1 10:1:1 11:1:1", "auto_pad:s ceil_mode:i count_include_pad:i kernel_shape:I pads:I strides:I"},
-    {"BatchNormalization", 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31", "epsilon:f is_test:i momentum:f spatial:i training_mode:i"},
+    {"AveragePool", 1, "1:1:1 7:1:1 10:1:1 11:1:1",
+     "auto_pad:s ceil_mode:i count_include_pad:i kernel_shape:I pads:I strides:I"},
+    {"BatchNormalization", 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31",
+     "epsilon:f is_test:i momentum:f spatial:i training_mode:i"},
     {"BitShift", 7, "11:2:3", "direction:s"},
     {"BlackmanWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"Cast", 6, "1:1:1 6:1:1 9:1:1 13:1:1", "to:i"},
@@ -57,7 +59,9 @@ constexpr OpEntry kOps[] = {
     {"ConstantOfShape", 7, "9:1:1", "value:t"},
     {"Conv", 1, "1:3:3 11:3:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I"},
     {"ConvInteger", 7, "10:4:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I"},
-    {"ConvTranspose", 1, "1:3:3 11:3:3", "auto_pad:s dilations:I group:i kernel_shape:I output_padding:I output_shape:I pads:I strides:I"},
+    {"ConvTranspose", 1, "1:3:3 11:3:3",
+     "auto_pad:s dilations:I group:i kernel_shape:I output_padding:I output_shape:I pads:I "
+     "strides:I"},
     {"Cos", 7, "7:1:1", ""},
     {"Cosh", 7, "9:1:1", ""},
     {"CumSum", 7, "11:2:3 14:2:3", "exclusive:i reverse:i"},
@@ -110,7 +114,8 @@ constexpr OpEntry kOps[] = {
     {"Loop", 1, "1:0:0 11:0:0 13:0:0 16:0:0", "body:g"},
     {"MatMul", 1, "1:2:3 9:2:3 13:2:3", ""},
     {"Max", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
-    {"MaxPool", 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1", "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I"},
+    {"MaxPool", 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1",
+     "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I"},
     {"Mean", 6, "1:0:1 6:0:1 8:0:1 13:0:1", ""},
     {"Min", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"Mod", 7, "10:2:3 13:2:3", "fmod:i"},
@@ -146,7 +151,9 @@ constexpr OpEntry kOps[] = {
     {"ReduceSumSquare", 1, "1:1:1 11:1:1 13:1:1", "axes:I keepdims:i"},
     {"Relu", 6, "1:1:1 6:1:1 13:1:1 14:1:1", ""},
     {"Reshape", 5, "1:1:1 5:2:3 13:2:3 14:2:3", "allowzero:i"},
-    {"Resize", 7, "10:2:3 11:4:1 13:4:1", "coordinate_transformation_mode:s cubic_coeff_a:f exclude_outside:i extrapolation_value:f mode:s nearest_mode:s"},
+    {"Resize", 7, "10:2:3 11:4:1 13:4:1",
+     "coordinate_transformation_mode:s cubic_coeff_a:f exclude_outside:i extrapolation_value:f "
+     "mode:s nearest_mode:s"},
     {"ReverseSequence", 7, "10:2:3", "batch_axis:i time_axis:i"},
     {"Round", 7, "11:1:1", ""},
     {"Scan", 7, "8:0:2 9:0:1 11:0:1 16:0:1",

@@ -23,8 +23,8 @@ namespace dynvm::compiler::onnx {
 namespace {
 
 namespace pb = ::onnx;
-using ::testing::HasSubstr;
 using testing::F32;
+using ::testing::HasSubstr;
 using testing::I64;
 using testing::ToDoubles;
 using testing::ToInts;
@@ -79,7 +79,8 @@ class Maker {
     a->set_type(pb::AttributeProto::INT);
     a->set_i(v);
   }
-  void ConstI64(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v) {
+  void ConstI64(const std::string& name, const std::vector<int64_t>& dims,
+                const std::vector<int64_t>& v) {
     auto* t = g_->add_initializer();
     t->set_name(name);
     t->set_data_type(pb::TensorProto::INT64);
@@ -124,22 +125,23 @@ std::vector<std::vector<int64_t>> Shapes(const std::vector<Tensor>& items) {
 TEST(OnnxSequenceTest, SequenceOperatorsComputeTheirValues) {
   // x = [[0,1,2],[3,4,5]], y = [[6,7,8]].
   Maker m;
-  m.TensorInput("x", pb::TensorProto::FLOAT, {2, 3}).TensorInput("y", pb::TensorProto::FLOAT, {1, 3});
+  m.TensorInput("x", pb::TensorProto::FLOAT, {2, 3})
+      .TensorInput("y", pb::TensorProto::FLOAT, {1, 3});
   m.ConstI64("zero", {}, {0});
   m.ConstI64("one", {}, {1});
   m.ConstI64("lens", {2}, {2, 3});
-  m.Node("SequenceConstruct", {"x", "y"}, {"s"});                 // [x, y]
-  m.Node("SequenceInsert", {"s", "x", "zero"}, {"s2"});           // [x, x, y]
-  m.Node("SequenceLength", {"s2"}, {"len"});                       // 3
-  m.Node("SequenceErase", {"s2"}, {"s3"});                         // [x, x]
-  m.Node("SequenceAt", {"s2", "one"}, {"at"});                     // x
-  m.Node("ConcatFromSequence", {"s2"}, {"cat"});                   // [5, 3]
+  m.Node("SequenceConstruct", {"x", "y"}, {"s"});                              // [x, y]
+  m.Node("SequenceInsert", {"s", "x", "zero"}, {"s2"});                        // [x, x, y]
+  m.Node("SequenceLength", {"s2"}, {"len"});                                   // 3
+  m.Node("SequenceErase", {"s2"}, {"s3"});                                     // [x, x]
+  m.Node("SequenceAt", {"s2", "one"}, {"at"});                                 // x
+  m.Node("ConcatFromSequence", {"s2"}, {"cat"});                               // [5, 3]
   Maker::Int(m.Node("ConcatFromSequence", {"s3"}, {"stack"}), "new_axis", 1);  // [2, 2, 3]
-  m.Node("SplitToSequence", {"cat", "lens"}, {"parts"});           // [2,3], [3,3]
-  auto* cols = m.Node("SplitToSequence", {"x"}, {"cols"});         // 3 x [2]
+  m.Node("SplitToSequence", {"cat", "lens"}, {"parts"});                       // [2,3], [3,3]
+  auto* cols = m.Node("SplitToSequence", {"x"}, {"cols"});                     // 3 x [2]
   Maker::Int(cols, "axis", 1);
   Maker::Int(cols, "keepdims", 0);
-  m.Node("SplitToSequence", {"y", "one"}, {"ones"});               // chunks of 1 along axis 0
+  m.Node("SplitToSequence", {"y", "one"}, {"ones"});  // chunks of 1 along axis 0
   for (const char* o : {"len", "at", "cat", "stack", "parts", "cols", "ones", "s3"}) m.Output(o);
   absl::StatusOr<Compiled> c = CompileModel(m);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -158,7 +160,8 @@ TEST(OnnxSequenceTest, SequenceOperatorsComputeTheirValues) {
   EXPECT_EQ(ToDoubles(*cat), (std::vector<double>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8}));
   absl::StatusOr<Tensor> stack = (*vm)->GetOutput("stack");
   ASSERT_TRUE(stack.ok());
-  EXPECT_EQ(std::vector<int64_t>(stack->dims().begin(), stack->dims().end()), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(stack->dims().begin(), stack->dims().end()),
+            (std::vector<int64_t>{2, 2, 3}));
   EXPECT_EQ(ToDoubles(*stack), (std::vector<double>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
 
   absl::StatusOr<ObjectValue> parts = (*vm)->GetOutputValue("parts");
@@ -269,12 +272,15 @@ TEST(OnnxSequenceTest, SequenceAndOptionalInputsAndOutputs) {
   VirtualMachine& v = **vm;
   const Tensor a = F32({1, 2}, {1, 2}), b = F32({2, 2}, {3, 4, 5, 6});
   ASSERT_TRUE(v.SetInputValue("seq_in", ObjectValue::OfSequence({a, b})).ok());
-  ASSERT_TRUE(v.SetInputValue("opt_in", ObjectValue::Some(ObjectValue::OfTensor(F32({1, 2}, {9, 8})))).ok());
+  ASSERT_TRUE(
+      v.SetInputValue("opt_in", ObjectValue::Some(ObjectValue::OfTensor(F32({1, 2}, {9, 8}))))
+          .ok());
   absl::Status s = v.Run();
   ASSERT_TRUE(s.ok()) << s;
   absl::StatusOr<ObjectValue> out = v.GetOutputValue("out");
   ASSERT_TRUE(out.ok());
-  EXPECT_EQ(Values(out->sequence), (std::vector<std::vector<double>>{{1, 2}, {3, 4, 5, 6}, {9, 8}}));
+  EXPECT_EQ(Values(out->sequence),
+            (std::vector<std::vector<double>>{{1, 2}, {3, 4, 5, 6}, {9, 8}}));
   EXPECT_EQ(ToInts(*v.GetOutput("n")), (std::vector<int64_t>{3}));
   // The empty optional: the input sequence comes back as it is.
   ASSERT_TRUE(v.SetInputValue("opt_in", ObjectValue::EmptyOptional(ObjectKind::kTensor)).ok());
@@ -291,13 +297,17 @@ TEST(OnnxSequenceTest, SequenceAndOptionalInputsAndOutputs) {
 
   // Wrong kinds, dtypes and element shapes are refused.
   EXPECT_EQ(v.SetInput("seq_in", a).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(v.SetInputValue("seq_in", ObjectValue::OfTensor(a)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(v.SetInputValue("opt_in", ObjectValue::OfSequence({a})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.SetInputValue("seq_in", ObjectValue::OfTensor(a)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.SetInputValue("opt_in", ObjectValue::OfSequence({a})).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(v.SetInputValue("opt_in", ObjectValue::Some(ObjectValue::OfSequence({a}))).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(v.SetInputValue("seq_in", ObjectValue::OfSequence({I64({1, 2}, {1, 2})})).code(),
             absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(v.SetInputValue("seq_in", ObjectValue::OfSequence({a, F32({2, 3}, {0, 0, 0, 0, 0, 0})})).ok());
+  ASSERT_TRUE(
+      v.SetInputValue("seq_in", ObjectValue::OfSequence({a, F32({2, 3}, {0, 0, 0, 0, 0, 0})}))
+          .ok());
   s = v.Run();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("seq_in"));
@@ -359,7 +369,8 @@ TEST(OnnxSequenceTest, ListAppendedInALoopIsUpdatedInPlace) {
   int pushes = 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
-    if (absl::StartsWith(line, ".oregs")) types = absl::StrSplit(line.substr(7), ' ', absl::SkipEmpty());
+    if (absl::StartsWith(line, ".oregs"))
+      types = absl::StrSplit(line.substr(7), ' ', absl::SkipEmpty());
     if (absl::StartsWith(line, "loop ")) in_loop = true;
     if (absl::StartsWith(line, "endloop")) in_loop = false;
     if (!in_loop) continue;
@@ -368,7 +379,9 @@ TEST(OnnxSequenceTest, ListAppendedInALoopIsUpdatedInPlace) {
       int dst = -1;
       ASSERT_TRUE(absl::SimpleAtoi(line.substr(6, line.find(',') - 6), &dst)) << line;
       ASSERT_LT(dst, static_cast<int>(types.size()));
-      EXPECT_FALSE(absl::StartsWith(types[dst], "seq")) << "the list is moved in the loop: " << line << "\n" << *text;
+      EXPECT_FALSE(absl::StartsWith(types[dst], "seq"))
+          << "the list is moved in the loop: " << line << "\n"
+          << *text;
     }
   }
   EXPECT_GE(pushes, 1) << *text;

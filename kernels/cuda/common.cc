@@ -19,16 +19,16 @@ absl::Status CheckOnDevice(Inputs in, Outputs out, absl::string_view op, uint32_
   for (size_t i = 0; i < in.size(); ++i) {
     if (i < 32 && (host_inputs >> i) & 1) continue;
     if (in[i] != nullptr && in[i]->defined() && in[i]->device() != Device::kCUDA) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          op, ": input ", i, " is on the ", DeviceName(in[i]->device()),
-          "; a CUDA kernel reads device tensors (copy it to the device first)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(op, ": input ", i, " is on the ", DeviceName(in[i]->device()),
+                       "; a CUDA kernel reads device tensors (copy it to the device first)"));
     }
   }
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] != nullptr && out[i]->defined() && out[i]->device() != Device::kCUDA) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          op, ": output ", i, " is on the ", DeviceName(out[i]->device()),
-          "; a CUDA kernel writes device tensors"));
+      return absl::FailedPreconditionError(absl::StrCat(op, ": output ", i, " is on the ",
+                                                        DeviceName(out[i]->device()),
+                                                        "; a CUDA kernel writes device tensors"));
     }
   }
   return absl::OkStatus();
@@ -38,9 +38,9 @@ absl::Status PrepareOutput(CudaContext& cc, Tensor* out, DType dtype,
                            absl::Span<const int64_t> dims, absl::string_view op) {
   if (out->defined()) {
     if (out->dtype() != dtype || out->dims() != dims) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": output planned as ",
-                                                     out->DebugString(), " but the inputs give ",
-                                                     DTypeName(dtype), DimsString(dims)));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": output planned as ", out->DebugString(),
+                                                     " but the inputs give ", DTypeName(dtype),
+                                                     DimsString(dims)));
     }
     if (!out->is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": output view is not contiguous"));
@@ -53,8 +53,8 @@ absl::Status PrepareOutput(CudaContext& cc, Tensor* out, DType dtype,
   return absl::OkStatus();
 }
 
-absl::InlinedVector<int64_t, Tensor::kMaxRank> BroadcastStrides(const Tensor& t,
-                                                               absl::Span<const int64_t> out_dims) {
+absl::InlinedVector<int64_t, Tensor::kMaxRank> BroadcastStrides(
+    const Tensor& t, absl::Span<const int64_t> out_dims) {
   const size_t rank = out_dims.size();
   const size_t lead = rank - static_cast<size_t>(t.rank());
   absl::InlinedVector<int64_t, Tensor::kMaxRank> s(rank, 0);
@@ -94,11 +94,16 @@ absl::StatusOr<Tensor> ToHost(CudaContext& cc, const Tensor& t) {
 
 std::optional<ScalarType> ScalarTypeOf(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ScalarType::kF32;
-    case DType::kI32: return ScalarType::kI32;
-    case DType::kI64: return ScalarType::kI64;
-    case DType::kBool: return ScalarType::kBool;
-    default: return std::nullopt;
+    case DType::kF32:
+      return ScalarType::kF32;
+    case DType::kI32:
+      return ScalarType::kI32;
+    case DType::kI64:
+      return ScalarType::kI64;
+    case DType::kBool:
+      return ScalarType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -124,10 +129,11 @@ absl::Status RequireDType(const KernelSpec& spec, const PortSpec& port,
   for (DType d : allowed) {
     if (port.dtype == static_cast<uint8_t>(d)) return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      spec.DebugName(), " (cuda): dtype ",
-      port.dtype == kAnyDType ? std::string("any") : std::string(DTypeName(static_cast<DType>(port.dtype))),
-      " is not supported"));
+  return absl::UnimplementedError(
+      absl::StrCat(spec.DebugName(), " (cuda): dtype ",
+                   port.dtype == kAnyDType ? std::string("any")
+                                           : std::string(DTypeName(static_cast<DType>(port.dtype))),
+                   " is not supported"));
 }
 
 }  // namespace dynvm::cuda

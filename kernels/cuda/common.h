@@ -4,10 +4,10 @@
 #define DYNVM_KERNELS_CUDA_COMMON_H_
 
 #include <array>
-#include <initializer_list>
-#include <optional>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/inlined_vector.h"
@@ -55,7 +55,7 @@ Walk<N> MakeWalk(absl::Span<const int64_t> dims,
 
 // The strides of `t` read as if broadcast to `out_dims` (right-aligned, 0 on broadcast dims).
 absl::InlinedVector<int64_t, Tensor::kMaxRank> BroadcastStrides(const Tensor& t,
-                                                               absl::Span<const int64_t> out_dims);
+                                                                absl::Span<const int64_t> out_dims);
 
 // dst := src on the device (any strides, same dims and dtype).
 absl::Status DeviceCopy(CudaContext& cc, const Tensor& src, Tensor& dst);
@@ -77,8 +77,8 @@ std::string KernelName(absl::string_view op, DType dtype, absl::string_view vari
 template <typename Attrs>
 class CudaKernel final : public Kernel {
  public:
-  using RunFn = absl::Status (*)(const Attrs& attrs, CudaContext& cc, KernelContext& ctx,
-                                 Inputs in, Outputs out);
+  using RunFn = absl::Status (*)(const Attrs& attrs, CudaContext& cc, KernelContext& ctx, Inputs in,
+                                 Outputs out);
   CudaKernel(std::string name, std::string op, RunFn run, Attrs attrs, uint32_t host_inputs)
       : name_(std::move(name)),
         op_(std::move(op)),
@@ -108,8 +108,8 @@ template <typename Attrs>
 std::unique_ptr<Kernel> MakeKernel(std::string name, std::string op,
                                    typename CudaKernel<Attrs>::RunFn run, Attrs attrs,
                                    uint32_t host_inputs = 0) {
-  return std::make_unique<CudaKernel<Attrs>>(std::move(name), std::move(op), run,
-                                             std::move(attrs), host_inputs);
+  return std::make_unique<CudaKernel<Attrs>>(std::move(name), std::move(op), run, std::move(attrs),
+                                             host_inputs);
 }
 
 // Registers a CUDA kernel for `op` (domain "" unless given).

@@ -23,11 +23,16 @@ __global__ void FillKernel(T* dst, T value, int64_t n) {
 template <typename Fn>
 cudaError_t BySize(int element_size, Fn&& fn) {
   switch (element_size) {
-    case 1: return fn(static_cast<uint8_t*>(nullptr));
-    case 2: return fn(static_cast<uint16_t*>(nullptr));
-    case 4: return fn(static_cast<uint32_t*>(nullptr));
-    case 8: return fn(static_cast<uint64_t*>(nullptr));
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return fn(static_cast<uint8_t*>(nullptr));
+    case 2:
+      return fn(static_cast<uint16_t*>(nullptr));
+    case 4:
+      return fn(static_cast<uint32_t*>(nullptr));
+    case 8:
+      return fn(static_cast<uint64_t*>(nullptr));
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -48,8 +53,8 @@ cudaError_t Fill(void* dst, int element_size, uint64_t bits, int64_t n, cudaStre
   if (n <= 0) return cudaSuccess;
   return BySize(element_size, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    FillKernel<T><<<GridFor(n), kThreads, 0, stream>>>(static_cast<T*>(dst),
-                                                       static_cast<T>(bits), n);
+    FillKernel<T>
+        <<<GridFor(n), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<T>(bits), n);
     return cudaGetLastError();
   });
 }

@@ -15,12 +15,12 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what);
 
 }  // namespace dynvm::cuda
 
-#define DYNVM_CUBLAS_RETURN_IF_ERROR(expr)                                   \
-  do {                                                                       \
-    const cublasStatus_t dynvm_cublas_status_ = (expr);                      \
-    if (dynvm_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                     \
-      return ::dynvm::cuda::CublasStatus(dynvm_cublas_status_, #expr);       \
-    }                                                                        \
+#define DYNVM_CUBLAS_RETURN_IF_ERROR(expr)                             \
+  do {                                                                 \
+    const cublasStatus_t dynvm_cublas_status_ = (expr);                \
+    if (dynvm_cublas_status_ != CUBLAS_STATUS_SUCCESS) {               \
+      return ::dynvm::cuda::CublasStatus(dynvm_cublas_status_, #expr); \
+    }                                                                  \
   } while (0)
 
 #endif  // DYNVM_KERNELS_CUDA_CUBLAS_STATUS_H_

@@ -71,8 +71,8 @@ absl::StatusOr<cublasHandle_t> CudaContext::cublas() {
       return s;
     }
     // Full FP32 GEMMs (no TF32): results match the reference kernels to f32 tolerances.
-    if (absl::Status s = CublasStatus(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH),
-                                      "cublasSetMathMode");
+    if (absl::Status s =
+            CublasStatus(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
         !s.ok()) {
       cublasDestroy(h);
       return s;

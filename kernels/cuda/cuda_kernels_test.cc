@@ -139,7 +139,8 @@ class CudaTester {
 
     std::vector<Tensor> dev_inputs;
     for (size_t i = 0; i < inputs_.size(); ++i) {
-      const bool host = std::find(host_inputs_.begin(), host_inputs_.end(), i) != host_inputs_.end();
+      const bool host =
+          std::find(host_inputs_.begin(), host_inputs_.end(), i) != host_inputs_.end();
       if (!inputs_[i].defined() || host) {
         dev_inputs.push_back(inputs_[i]);
         continue;
@@ -158,9 +159,8 @@ class CudaTester {
       if (run == 1 && want_status.ok()) {
         for (size_t o = 0; o < n_out; ++o) {
           if (!want[o].defined()) continue;
-          absl::StatusOr<Tensor> t =
-              Tensor::Allocate(device_->allocator(), want[o].dtype(), want[o].dims(),
-                               device_->allocator_ref());
+          absl::StatusOr<Tensor> t = Tensor::Allocate(device_->allocator(), want[o].dtype(),
+                                                      want[o].dims(), device_->allocator_ref());
           if (!t.ok()) return t.status();
           got[o] = *std::move(t);
         }
@@ -172,9 +172,8 @@ class CudaTester {
       const std::string where = absl::StrCat(name_, " run ", run);
       if (!want_status.ok()) {
         if (s.code() != want_status.code()) {
-          return absl::InternalError(absl::StrCat(where, ": got ", s.ToString(),
-                                                  ", the reference gives ",
-                                                  want_status.ToString()));
+          return absl::InternalError(absl::StrCat(
+              where, ": got ", s.ToString(), ", the reference gives ", want_status.ToString()));
         }
         continue;
       }
@@ -196,8 +195,8 @@ class CudaTester {
         const bool exact = want[o].dtype() != DType::kF32;
         for (size_t i = 0; i < w.size(); ++i) {
           const bool close = std::isnan(w[i]) ? std::isnan(g[i])
-                             : exact         ? g[i] == w[i]
-                                             : std::abs(g[i] - w[i]) <= atol_ + rtol_ * std::abs(w[i]);
+                             : exact          ? g[i] == w[i]
+                                     : std::abs(g[i] - w[i]) <= atol_ + rtol_ * std::abs(w[i]);
           if (!close) {
             return absl::InternalError(absl::StrCat(where, ": output ", o, " element ", i, " is ",
                                                     g[i], ", the reference gives ", w[i]));
@@ -217,11 +216,20 @@ class CudaTester {
     for (int64_t i = 0; i < t.numel(); ++i) {
       const double v = dist(rng_);
       switch (dtype) {
-        case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
-        case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v)); break;
-        case DType::kI64: t.data<int64_t>()[i] = std::llround(v); break;
-        case DType::kBool: t.data<bool>()[i] = v > (lo + hi) / 2; break;
-        default: break;
+        case DType::kF32:
+          t.data<float>()[i] = static_cast<float>(v);
+          break;
+        case DType::kI32:
+          t.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v));
+          break;
+        case DType::kI64:
+          t.data<int64_t>()[i] = std::llround(v);
+          break;
+        case DType::kBool:
+          t.data<bool>()[i] = v > (lo + hi) / 2;
+          break;
+        default:
+          break;
       }
     }
     return t;
@@ -273,7 +281,10 @@ TEST_F(CudaKernelTest, MatMulShapeClasses) {
   for (int64_t m : {1, 2, 7, 64}) {
     for (int64_t kn : {1, 3, 33, 130}) {
       CudaTester t = T("MatMul", static_cast<uint32_t>(m * 1000 + kn));
-      t.Random(DType::kF32, {m, kn}).Random(DType::kF32, {kn, kn + 5}).Out(DType::kF32).Tol(1e-4, 1e-4);
+      t.Random(DType::kF32, {m, kn})
+          .Random(DType::kF32, {kn, kn + 5})
+          .Out(DType::kF32)
+          .Tol(1e-4, 1e-4);
       Check(t);
     }
   }
@@ -281,9 +292,15 @@ TEST_F(CudaKernelTest, MatMulShapeClasses) {
 
 TEST_F(CudaKernelTest, MatMulVectorsAndBatches) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{5}, {5, 3}},          {{4, 5}, {5}},          {{5}, {5}},
-      {{2, 3, 4}, {4, 6}},    {{2, 1, 4}, {4, 6}},    {{3, 4}, {2, 4, 6}},
-      {{2, 3, 4}, {2, 4, 6}}, {{2, 1, 3, 4}, {5, 4, 2}}, {{1, 2, 3, 4}, {4, 1}},
+      {{5}, {5, 3}},
+      {{4, 5}, {5}},
+      {{5}, {5}},
+      {{2, 3, 4}, {4, 6}},
+      {{2, 1, 4}, {4, 6}},
+      {{3, 4}, {2, 4, 6}},
+      {{2, 3, 4}, {2, 4, 6}},
+      {{2, 1, 3, 4}, {5, 4, 2}},
+      {{1, 2, 3, 4}, {4, 1}},
   };
   uint32_t seed = 7;
   for (const auto& [a, b] : cases) {
@@ -305,27 +322,42 @@ TEST_F(CudaKernelTest, MatMulEmptyDims) {
 TEST_F(CudaKernelTest, MatMulStridedViews) {
   {
     CudaTester t = T("MatMul", 3);  // a weight stored [N, K]
-    t.Random(DType::kF32, {3, 17}).Transposed(DType::kF32, {17, 9}, {1, 0}).Out(DType::kF32).Tol(1e-4, 1e-4);
+    t.Random(DType::kF32, {3, 17})
+        .Transposed(DType::kF32, {17, 9}, {1, 0})
+        .Out(DType::kF32)
+        .Tol(1e-4, 1e-4);
     Check(t);
   }
   {
     CudaTester t = T("MatMul", 4);
-    t.Transposed(DType::kF32, {6, 17}, {1, 0}).Random(DType::kF32, {17, 9}).Out(DType::kF32).Tol(1e-4, 1e-4);
+    t.Transposed(DType::kF32, {6, 17}, {1, 0})
+        .Random(DType::kF32, {17, 9})
+        .Out(DType::kF32)
+        .Tol(1e-4, 1e-4);
     Check(t);
   }
   {
     CudaTester t = T("MatMul", 5);  // a KV cache with spare capacity
-    t.Padded(DType::kF32, {2, 5, 8}, 3).Padded(DType::kF32, {2, 8, 6}, 2).Out(DType::kF32).Tol(1e-4, 1e-4);
+    t.Padded(DType::kF32, {2, 5, 8}, 3)
+        .Padded(DType::kF32, {2, 8, 6}, 2)
+        .Out(DType::kF32)
+        .Tol(1e-4, 1e-4);
     Check(t);
   }
   {
     CudaTester t = T("MatMul", 6);  // attention scores: K^T
-    t.Random(DType::kF32, {2, 4, 8}).Transposed(DType::kF32, {2, 8, 4}, {0, 2, 1}).Out(DType::kF32).Tol(1e-4, 1e-4);
+    t.Random(DType::kF32, {2, 4, 8})
+        .Transposed(DType::kF32, {2, 8, 4}, {0, 2, 1})
+        .Out(DType::kF32)
+        .Tol(1e-4, 1e-4);
     Check(t);
   }
   {
     CudaTester t = T("MatMul", 8);  // a layout cuBLAS cannot read: packed first
-    t.Transposed(DType::kF32, {3, 4, 5}, {1, 2, 0}).Random(DType::kF32, {5, 2}).Out(DType::kF32).Tol(1e-4, 1e-4);
+    t.Transposed(DType::kF32, {3, 4, 5}, {1, 2, 0})
+        .Random(DType::kF32, {5, 2})
+        .Out(DType::kF32)
+        .Tol(1e-4, 1e-4);
     Check(t);
   }
 }
@@ -336,8 +368,8 @@ TEST_F(CudaKernelTest, Gemm) {
   for (int trans_a : {0, 1}) {
     for (int trans_b : {0, 1}) {
       // No C, then C of every broadcastable shape.
-      for (const Dims* c : {static_cast<const Dims*>(nullptr), &kScalar, &kOne, &kRow, &kFull,
-                            &kColumn}) {
+      for (const Dims* c :
+           {static_cast<const Dims*>(nullptr), &kScalar, &kOne, &kRow, &kFull, &kColumn}) {
         CudaTester t = T("Gemm", seed++);
         t.Random(DType::kF32, trans_a ? Dims{5, 7} : Dims{7, 5});
         t.Random(DType::kF32, trans_b ? Dims{9, 5} : Dims{5, 9});
@@ -399,8 +431,8 @@ TEST_F(CudaKernelTest, BinaryStridedOperands) {
 
 TEST_F(CudaKernelTest, Unary) {
   uint32_t seed = 50;
-  for (const char* op : {"Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "Floor", "Ceil",
-                         "Sin", "Cos"}) {
+  for (const char* op :
+       {"Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "Floor", "Ceil", "Sin", "Cos"}) {
     CudaTester t = T(op, seed++);
     t.Random(DType::kF32, {3, 17}, -5, 5).Out(DType::kF32);
     Check(t);
@@ -433,15 +465,17 @@ TEST_F(CudaKernelTest, WhereAndCast) {
   wi.Out(DType::kI64);
   Check(wi);
   const std::vector<std::pair<DType, DType>> casts = {
-      {DType::kF32, DType::kI64}, {DType::kI64, DType::kF32}, {DType::kBool, DType::kF32},
+      {DType::kF32, DType::kI64},  {DType::kI64, DType::kF32}, {DType::kBool, DType::kF32},
       {DType::kF32, DType::kBool}, {DType::kI64, DType::kI32}, {DType::kI32, DType::kI64}};
   uint32_t seed = 62;
   for (const auto& [from, to] : casts) {
     CudaTester c = T("Cast", seed++);
-    c.Random(from, {4, 6}, -1e3, 1e3).Out(to).Attr("to", int64_t{to == DType::kF32   ? 1
-                                                                  : to == DType::kI64 ? 7
-                                                                  : to == DType::kI32 ? 6
-                                                                                      : 9});
+    c.Random(from, {4, 6}, -1e3, 1e3)
+        .Out(to)
+        .Attr("to", int64_t{to == DType::kF32   ? 1
+                            : to == DType::kI64 ? 7
+                            : to == DType::kI32 ? 6
+                                                : 9});
     Check(c);
   }
 }
@@ -528,7 +562,10 @@ TEST_F(CudaKernelTest, GatherEmbeddingRows) {
   }
   {
     CudaTester t = T("Gather", 101);
-    t.Random(DType::kF32, {4, 10, 3}).In(I32({2}, {9, 0})).Out(DType::kF32).Attr("axis", int64_t{1});
+    t.Random(DType::kF32, {4, 10, 3})
+        .In(I32({2}, {9, 0}))
+        .Out(DType::kF32)
+        .Attr("axis", int64_t{1});
     Check(t);
   }
   {
@@ -551,13 +588,17 @@ TEST_F(CudaKernelTest, GatherOutOfRangeIsAnErrorAndTheDeviceStaysUsable) {
 TEST_F(CudaKernelTest, ConcatTransposeExpand) {
   {
     CudaTester t = T("Concat", 110);
-    t.Random(DType::kF32, {2, 3, 4}).Random(DType::kF32, {2, 1, 4}).Transposed(DType::kF32, {2, 5, 4}, {0, 2, 1});
+    t.Random(DType::kF32, {2, 3, 4})
+        .Random(DType::kF32, {2, 1, 4})
+        .Transposed(DType::kF32, {2, 5, 4}, {0, 2, 1});
     t.Out(DType::kF32).Attr("axis", int64_t{1});
     Check(t);
   }
   {
     CudaTester t = T("Concat", 111);
-    t.Random(DType::kI64, {3, 2}, -5, 5).Random(DType::kI64, {3, 0}, -5, 5).Random(DType::kI64, {3, 1}, -5, 5);
+    t.Random(DType::kI64, {3, 2}, -5, 5)
+        .Random(DType::kI64, {3, 0}, -5, 5)
+        .Random(DType::kI64, {3, 1}, -5, 5);
     t.Out(DType::kI64).Attr("axis", int64_t{-1});
     Check(t);
   }
@@ -611,7 +652,9 @@ TEST_F(CudaKernelTest, LstmStepsMatchTheReference) {
 TEST_F(CudaKernelTest, LstmDeclinesWhatItDoesNotRun) {
   CudaTester t = T("LSTM", 130);
   t.Random(DType::kF32, {1, 1, 4}).Random(DType::kF32, {2, 32, 4}).Random(DType::kF32, {2, 32, 8});
-  t.Out(DType::kF32).Attr("hidden_size", int64_t{8}).Attr("direction", std::string("bidirectional"));
+  t.Out(DType::kF32)
+      .Attr("hidden_size", int64_t{8})
+      .Attr("direction", std::string("bidirectional"));
   EXPECT_TRUE(absl::IsUnimplemented(t.Compare()));
 }
 

@@ -35,8 +35,8 @@ absl::StatusOr<std::vector<int64_t>> ReadInts(CudaContext& cc, const Tensor& t,
   std::vector<int64_t> v(static_cast<size_t>(h->numel()));
   const int64_t stride = h->rank() == 1 ? h->stride(0) : 0;
   for (int64_t i = 0; i < h->numel(); ++i) {
-    v[i] = h->dtype() == DType::kI64 ? h->data<int64_t>()[i * stride]
-                                     : h->data<int32_t>()[i * stride];
+    v[i] =
+        h->dtype() == DType::kI64 ? h->data<int64_t>()[i * stride] : h->data<int32_t>()[i * stride];
   }
   return v;
 }
@@ -75,11 +75,11 @@ absl::Status RunGather(const int64_t& attr_axis, CudaContext& cc, KernelContext&
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < *axis; ++d) outer *= x.dim(d);
   for (int d = *axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
-  if (absl::Status s = LaunchStatus(
-          Gather(out[0]->raw_data(), *px, *pi, ind.dtype() == DType::kI32,
-                 static_cast<int>(DTypeSize(x.dtype())), outer, x.dim(*axis), inner, ind.numel(),
-                 static_cast<int*>(*flag), cc.stream()),
-          "Gather", "Gather");
+  if (absl::Status s =
+          LaunchStatus(Gather(out[0]->raw_data(), *px, *pi, ind.dtype() == DType::kI32,
+                              static_cast<int>(DTypeSize(x.dtype())), outer, x.dim(*axis), inner,
+                              ind.numel(), static_cast<int*>(*flag), cc.stream()),
+                       "Gather", "Gather");
       !s.ok()) {
     return s;
   }
@@ -112,9 +112,8 @@ absl::Status RunConcat(const int64_t& attr_axis, CudaContext& cc, KernelContext&
     bool ok = t->rank() == first.rank() && t->dtype() == first.dtype();
     for (int d = 0; ok && d < t->rank(); ++d) ok = d == *axis || t->dim(d) == first.dim(d);
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("Concat: ", t->DebugString(), " and ",
-                                                     first.DebugString(), " differ off axis ",
-                                                     *axis));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Concat: ", t->DebugString(), " and ", first.DebugString(), " differ off axis ", *axis));
     }
     dims[*axis] += t->dim(*axis);
   }
@@ -187,8 +186,8 @@ absl::Status RunExpand(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     const int64_t ds = i < ls ? 1 : (*shape)[i - ls];
     const int64_t dx = i < lx ? 1 : x.dim(static_cast<int>(i - lx));
     if (ds != dx && ds != 1 && dx != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("Expand: ", x.ShapeString(),
-                                                     " does not broadcast to the shape"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Expand: ", x.ShapeString(), " does not broadcast to the shape"));
     }
     if (ds < 0) return absl::InvalidArgumentError("Expand: negative dim");
     dims[i] = dx == 1 ? ds : dx;
@@ -206,8 +205,8 @@ struct ConstantAttrs {
   uint64_t bits = 0;  // the value's bytes
 };
 
-absl::Status RunConstantOfShape(const ConstantAttrs& ca, CudaContext& cc, KernelContext&,
-                                Inputs in, Outputs out) {
+absl::Status RunConstantOfShape(const ConstantAttrs& ca, CudaContext& cc, KernelContext&, Inputs in,
+                                Outputs out) {
   if (in.size() != 1 || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
     return absl::InvalidArgumentError("ConstantOfShape takes 1 input and has 1 output");
   }
@@ -237,8 +236,10 @@ absl::StatusOr<double> ScalarDouble(CudaContext& cc, const Tensor& t, absl::stri
   absl::StatusOr<Tensor> h = ToHost(cc, t);
   if (!h.ok()) return h.status();
   switch (h->dtype()) {
-    case DType::kF32: return *h->data<float>();
-    case DType::kF64: return *h->data<double>();
+    case DType::kF32:
+      return *h->data<float>();
+    case DType::kF64:
+      return *h->data<double>();
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("Sample: ", what, " has dtype ", DTypeName(h->dtype())));
@@ -286,11 +287,10 @@ absl::Status RunSample(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     rows = *std::move(v);
   }
   const int64_t row_stride = rows.dim(0) > 1 ? rows.stride(0) : rows.dim(1);
-  return LaunchStatus(Sample(out[0]->data<int64_t>(), rows.data<float>(), rows.dim(0),
-                             rows.dim(1), row_stride, *temperature,
-                             static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step),
-                             cc.stream()),
-                      "Sample", "Sample");
+  return LaunchStatus(
+      Sample(out[0]->data<int64_t>(), rows.data<float>(), rows.dim(0), rows.dim(1), row_stride,
+             *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), cc.stream()),
+      "Sample", "Sample");
 }
 
 }  // namespace
@@ -339,12 +339,11 @@ void RegisterDataKernels(KernelRegistry& r) {
     if (spec.inputs.size() != 2 || spec.outputs.size() != 1 || !Copyable(spec.inputs[0].dtype)) {
       return absl::UnimplementedError("Expand (cuda): one tensor of a fixed dtype and a shape");
     }
-    return MakeKernel<int>(KernelName("Expand", static_cast<DType>(spec.inputs[0].dtype)),
-                           "Expand", &RunExpand, 0, /*host_inputs=*/0b10);
+    return MakeKernel<int>(KernelName("Expand", static_cast<DType>(spec.inputs[0].dtype)), "Expand",
+                           &RunExpand, 0, /*host_inputs=*/0b10);
   });
   Add(r, "ConstantOfShape", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.size() != 1 || spec.outputs.size() != 1 ||
-        !Copyable(spec.outputs[0].dtype)) {
+    if (spec.inputs.size() != 1 || spec.outputs.size() != 1 || !Copyable(spec.outputs[0].dtype)) {
       return absl::UnimplementedError("ConstantOfShape (cuda): a fixed output dtype");
     }
     ConstantAttrs a;

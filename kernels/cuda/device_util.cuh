@@ -34,9 +34,9 @@ __device__ __forceinline__ void Offsets(const Walk<N>& walk, int64_t i, int64_t 
   }
 }
 
-#define DYNVM_GRID_STRIDE_LOOP(i, n)                                            \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
-       i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+#define DYNVM_GRID_STRIDE_LOOP(i, n)                                                     \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 }  // namespace dynvm::cuda
 

@@ -22,8 +22,10 @@ absl::StatusOr<Dims> Broadcast(std::initializer_list<const Tensor*> ts, absl::st
       if (d == out[i] || d == 1) continue;
       if (out[i] != 1) {
         std::string shapes;
-        for (const Tensor* u : ts) absl::StrAppend(&shapes, shapes.empty() ? "" : " and ", u->ShapeString());
-        return absl::InvalidArgumentError(absl::StrCat(op, ": shapes ", shapes, " do not broadcast"));
+        for (const Tensor* u : ts)
+          absl::StrAppend(&shapes, shapes.empty() ? "" : " and ", u->ShapeString());
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": shapes ", shapes, " do not broadcast"));
       }
       out[i] = d;
     }
@@ -36,7 +38,8 @@ absl::Status CheckArity(Inputs in, size_t n, Outputs out, absl::string_view op) 
     return absl::InvalidArgumentError(absl::StrCat(op, " takes ", n, " inputs and has 1 output"));
   }
   for (size_t i = 0; i < n; ++i) {
-    if (in[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is absent"));
+    if (in[i] == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is absent"));
   }
   return absl::OkStatus();
 }
@@ -57,7 +60,8 @@ absl::Status RunBinary(const BinaryAttrs& ba, CudaContext& cc, KernelContext&, I
   const Tensor& b = *in[1];
   absl::StatusOr<Dims> dims = Broadcast({&a, &b}, ba.op);
   if (!dims.ok()) return dims.status();
-  if (absl::Status s = PrepareOutput(cc, out[0], ba.bool_out ? DType::kBool : a.dtype(), *dims, ba.op);
+  if (absl::Status s =
+          PrepareOutput(cc, out[0], ba.bool_out ? DType::kBool : a.dtype(), *dims, ba.op);
       !s.ok()) {
     return s;
   }
@@ -82,7 +86,8 @@ void AddBinary(KernelRegistry& r, const BinaryDef& def) {
   const bool bool_out = def.bool_out;
   const std::vector<DType> types(def.types);
   Add(r, op,
-      [op, kind, bool_out, types](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+      [op, kind, bool_out,
+       types](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
           return absl::UnimplementedError(absl::StrCat(op, " (cuda): two inputs only"));
         }
@@ -113,26 +118,26 @@ absl::Status RunUnary(const UnaryAttrs& ua, CudaContext& cc, KernelContext&, Inp
   if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), x.dims(), ua.op); !s.ok()) return s;
   Tensor& y = *out[0];
   const Walk<2> walk = MakeWalk<2>(x.dims(), {y.strides(), x.strides()});
-  return LaunchStatus(Unary(ua.kind, ua.type, y.raw_data(), x.raw_data(), walk, y.numel(),
-                            cc.stream()),
-                      ua.op, "Unary");
+  return LaunchStatus(
+      Unary(ua.kind, ua.type, y.raw_data(), x.raw_data(), walk, y.numel(), cc.stream()), ua.op,
+      "Unary");
 }
 
-void AddUnary(KernelRegistry& r, const char* op, UnaryOp kind,
-              std::initializer_list<DType> types) {
+void AddUnary(KernelRegistry& r, const char* op, UnaryOp kind, std::initializer_list<DType> types) {
   const std::vector<DType> allowed(types);
-  Add(r, op, [op, kind, allowed](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " takes 1 input and has 1 output"));
-    }
-    for (DType t : allowed) {
-      if (spec.inputs[0].dtype == static_cast<uint8_t>(t)) {
-        UnaryAttrs a{op, kind, *ScalarTypeOf(t)};
-        return MakeKernel<UnaryAttrs>(KernelName(op, t), op, &RunUnary, a);
-      }
-    }
-    return absl::UnimplementedError(absl::StrCat(op, " (cuda): dtype not supported"));
-  });
+  Add(r, op,
+      [op, kind, allowed](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(op, " takes 1 input and has 1 output"));
+        }
+        for (DType t : allowed) {
+          if (spec.inputs[0].dtype == static_cast<uint8_t>(t)) {
+            UnaryAttrs a{op, kind, *ScalarTypeOf(t)};
+            return MakeKernel<UnaryAttrs>(KernelName(op, t), op, &RunUnary, a);
+          }
+        }
+        return absl::UnimplementedError(absl::StrCat(op, " (cuda): dtype not supported"));
+      });
 }
 
 // ---- Where, Cast, Identity ----
@@ -160,8 +165,7 @@ struct CastAttrs {
   DType to;
 };
 
-absl::Status RunCast(const CastAttrs& ca, CudaContext& cc, KernelContext&, Inputs in,
-                     Outputs out) {
+absl::Status RunCast(const CastAttrs& ca, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
   if (in.empty() || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
     return absl::InvalidArgumentError("Cast takes 1 input and has 1 output");
   }

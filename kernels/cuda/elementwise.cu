@@ -20,23 +20,37 @@ struct Arith {
     if constexpr (std::is_integral_v<T>) {
       using U = std::make_unsigned_t<T>;
       switch (op) {
-        case BinaryOp::kAdd: return Wrap<T>(static_cast<U>(a) + static_cast<U>(b));
-        case BinaryOp::kSub: return Wrap<T>(static_cast<U>(a) - static_cast<U>(b));
-        case BinaryOp::kMul: return Wrap<T>(static_cast<U>(a) * static_cast<U>(b));
-        case BinaryOp::kMax: return a < b ? b : a;
-        case BinaryOp::kMin: return b < a ? b : a;
-        default: return T(0);
+        case BinaryOp::kAdd:
+          return Wrap<T>(static_cast<U>(a) + static_cast<U>(b));
+        case BinaryOp::kSub:
+          return Wrap<T>(static_cast<U>(a) - static_cast<U>(b));
+        case BinaryOp::kMul:
+          return Wrap<T>(static_cast<U>(a) * static_cast<U>(b));
+        case BinaryOp::kMax:
+          return a < b ? b : a;
+        case BinaryOp::kMin:
+          return b < a ? b : a;
+        default:
+          return T(0);
       }
     } else {
       switch (op) {
-        case BinaryOp::kAdd: return a + b;
-        case BinaryOp::kSub: return a - b;
-        case BinaryOp::kMul: return a * b;
-        case BinaryOp::kDiv: return a / b;
-        case BinaryOp::kPow: return powf(a, b);
-        case BinaryOp::kMax: return isnan(a) ? a : (isnan(b) ? b : (a < b ? b : a));
-        case BinaryOp::kMin: return isnan(a) ? a : (isnan(b) ? b : (b < a ? b : a));
-        default: return T(0);
+        case BinaryOp::kAdd:
+          return a + b;
+        case BinaryOp::kSub:
+          return a - b;
+        case BinaryOp::kMul:
+          return a * b;
+        case BinaryOp::kDiv:
+          return a / b;
+        case BinaryOp::kPow:
+          return powf(a, b);
+        case BinaryOp::kMax:
+          return isnan(a) ? a : (isnan(b) ? b : (a < b ? b : a));
+        case BinaryOp::kMin:
+          return isnan(a) ? a : (isnan(b) ? b : (b < a ? b : a));
+        default:
+          return T(0);
       }
     }
   }
@@ -47,12 +61,18 @@ struct Compare {
   BinaryOp op;
   __device__ __forceinline__ uint8_t operator()(T a, T b) const {
     switch (op) {
-      case BinaryOp::kEqual: return a == b;
-      case BinaryOp::kLess: return a < b;
-      case BinaryOp::kGreater: return a > b;
-      case BinaryOp::kLessOrEqual: return a <= b;
-      case BinaryOp::kGreaterOrEqual: return a >= b;
-      default: return 0;
+      case BinaryOp::kEqual:
+        return a == b;
+      case BinaryOp::kLess:
+        return a < b;
+      case BinaryOp::kGreater:
+        return a > b;
+      case BinaryOp::kLessOrEqual:
+        return a <= b;
+      case BinaryOp::kGreaterOrEqual:
+        return a >= b;
+      default:
+        return 0;
     }
   }
 };
@@ -62,11 +82,16 @@ struct Logic {
   __device__ __forceinline__ uint8_t operator()(uint8_t a, uint8_t b) const {
     const bool x = a != 0, y = b != 0;
     switch (op) {
-      case BinaryOp::kEqual: return x == y;
-      case BinaryOp::kAnd: return x && y;
-      case BinaryOp::kOr: return x || y;
-      case BinaryOp::kXor: return x != y;
-      default: return 0;
+      case BinaryOp::kEqual:
+        return x == y;
+      case BinaryOp::kAnd:
+        return x && y;
+      case BinaryOp::kOr:
+        return x || y;
+      case BinaryOp::kXor:
+        return x != y;
+      default:
+        return 0;
     }
   }
 };
@@ -94,8 +119,8 @@ bool IsCompare(BinaryOp op) {
 }
 
 template <typename T>
-cudaError_t NumericBinary(BinaryOp op, void* out, const void* a, const void* b,
-                          const Walk<3>& walk, int64_t n, cudaStream_t stream) {
+cudaError_t NumericBinary(BinaryOp op, void* out, const void* a, const void* b, const Walk<3>& walk,
+                          int64_t n, cudaStream_t stream) {
   if (IsCompare(op)) return LaunchBinary<T, uint8_t>(out, a, b, walk, n, stream, Compare<T>{op});
   switch (op) {
     case BinaryOp::kAdd:
@@ -121,29 +146,47 @@ struct UnaryFn {
     if constexpr (std::is_integral_v<T>) {
       using U = std::make_unsigned_t<T>;
       switch (op) {
-        case UnaryOp::kNeg: return static_cast<T>(U(0) - static_cast<U>(x));
-        case UnaryOp::kAbs: return x < T(0) ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
-        case UnaryOp::kRelu: return x < T(0) ? T(0) : x;
-        default: return T(0);
+        case UnaryOp::kNeg:
+          return static_cast<T>(U(0) - static_cast<U>(x));
+        case UnaryOp::kAbs:
+          return x < T(0) ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
+        case UnaryOp::kRelu:
+          return x < T(0) ? T(0) : x;
+        default:
+          return T(0);
       }
     } else {
       switch (op) {
-        case UnaryOp::kNeg: return -x;
-        case UnaryOp::kAbs: return fabsf(x);
-        case UnaryOp::kExp: return expf(x);
-        case UnaryOp::kLog: return logf(x);
-        case UnaryOp::kSqrt: return sqrtf(x);
-        case UnaryOp::kTanh: return tanhf(x);
+        case UnaryOp::kNeg:
+          return -x;
+        case UnaryOp::kAbs:
+          return fabsf(x);
+        case UnaryOp::kExp:
+          return expf(x);
+        case UnaryOp::kLog:
+          return logf(x);
+        case UnaryOp::kSqrt:
+          return sqrtf(x);
+        case UnaryOp::kTanh:
+          return tanhf(x);
         case UnaryOp::kSigmoid:  // overflow-free, as the reference
           return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
-        case UnaryOp::kRelu: return isnan(x) ? x : (x < 0.0f ? 0.0f : x);
-        case UnaryOp::kErf: return erff(x);
-        case UnaryOp::kReciprocal: return 1.0f / x;
-        case UnaryOp::kFloor: return floorf(x);
-        case UnaryOp::kCeil: return ceilf(x);
-        case UnaryOp::kSin: return sinf(x);
-        case UnaryOp::kCos: return cosf(x);
-        default: return 0.0f;
+        case UnaryOp::kRelu:
+          return isnan(x) ? x : (x < 0.0f ? 0.0f : x);
+        case UnaryOp::kErf:
+          return erff(x);
+        case UnaryOp::kReciprocal:
+          return 1.0f / x;
+        case UnaryOp::kFloor:
+          return floorf(x);
+        case UnaryOp::kCeil:
+          return ceilf(x);
+        case UnaryOp::kSin:
+          return sinf(x);
+        case UnaryOp::kCos:
+          return cosf(x);
+        default:
+          return 0.0f;
       }
     }
   }
@@ -215,10 +258,14 @@ __global__ void CastKernel(To* out, const From* x, Walk<2> walk, int64_t n) {
 template <typename Fn>
 cudaError_t ByType(ScalarType t, Fn&& fn) {
   switch (t) {
-    case ScalarType::kF32: return fn(static_cast<float*>(nullptr));
-    case ScalarType::kI32: return fn(static_cast<int32_t*>(nullptr));
-    case ScalarType::kI64: return fn(static_cast<int64_t*>(nullptr));
-    case ScalarType::kBool: return fn(static_cast<uint8_t*>(nullptr));
+    case ScalarType::kF32:
+      return fn(static_cast<float*>(nullptr));
+    case ScalarType::kI32:
+      return fn(static_cast<int32_t*>(nullptr));
+    case ScalarType::kI64:
+      return fn(static_cast<int64_t*>(nullptr));
+    case ScalarType::kBool:
+      return fn(static_cast<uint8_t*>(nullptr));
   }
   return cudaErrorInvalidValue;
 }
@@ -229,9 +276,12 @@ cudaError_t Binary(BinaryOp op, ScalarType type, void* out, const void* a, const
                    const Walk<3>& walk, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   switch (type) {
-    case ScalarType::kF32: return NumericBinary<float>(op, out, a, b, walk, n, stream);
-    case ScalarType::kI32: return NumericBinary<int32_t>(op, out, a, b, walk, n, stream);
-    case ScalarType::kI64: return NumericBinary<int64_t>(op, out, a, b, walk, n, stream);
+    case ScalarType::kF32:
+      return NumericBinary<float>(op, out, a, b, walk, n, stream);
+    case ScalarType::kI32:
+      return NumericBinary<int32_t>(op, out, a, b, walk, n, stream);
+    case ScalarType::kI64:
+      return NumericBinary<int64_t>(op, out, a, b, walk, n, stream);
     case ScalarType::kBool:
       if (op != BinaryOp::kEqual && op != BinaryOp::kAnd && op != BinaryOp::kOr &&
           op != BinaryOp::kXor) {
@@ -274,11 +324,16 @@ cudaError_t Where(void* out, const uint8_t* cond, const void* a, const void* b, 
     return cudaGetLastError();
   };
   switch (element_size) {
-    case 1: return launch(static_cast<uint8_t*>(nullptr));
-    case 2: return launch(static_cast<uint16_t*>(nullptr));
-    case 4: return launch(static_cast<uint32_t*>(nullptr));
-    case 8: return launch(static_cast<uint64_t*>(nullptr));
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch(static_cast<uint8_t*>(nullptr));
+    case 2:
+      return launch(static_cast<uint16_t*>(nullptr));
+    case 4:
+      return launch(static_cast<uint32_t*>(nullptr));
+    case 8:
+      return launch(static_cast<uint64_t*>(nullptr));
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -9,8 +9,8 @@ namespace {
 // Threads check the indices (every one, even when the output is empty) and copy the output
 // elements whose index is valid.
 template <typename T, typename I>
-__global__ void GatherKernel(T* out, const T* data, const I* indices, int64_t outer,
-                             int64_t axis_n, int64_t inner, int64_t num, int* error_flag) {
+__global__ void GatherKernel(T* out, const T* data, const I* indices, int64_t outer, int64_t axis_n,
+                             int64_t inner, int64_t num, int* error_flag) {
   DYNVM_GRID_STRIDE_LOOP(j, num) {
     const int64_t idx = static_cast<int64_t>(indices[j]);
     if (idx < -axis_n || idx >= axis_n) *error_flag = 1;  // same value from every writer
@@ -69,10 +69,9 @@ __device__ double PhiloxUniform(uint64_t seed, uint64_t step, uint64_t row) {
     }
     const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * ctr[0];
     const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * ctr[2];
-    const uint32_t next[4] = {static_cast<uint32_t>(p1 >> 32) ^ ctr[1] ^ key[0],
-                              static_cast<uint32_t>(p1),
-                              static_cast<uint32_t>(p0 >> 32) ^ ctr[3] ^ key[1],
-                              static_cast<uint32_t>(p0)};
+    const uint32_t next[4] = {
+        static_cast<uint32_t>(p1 >> 32) ^ ctr[1] ^ key[0], static_cast<uint32_t>(p1),
+        static_cast<uint32_t>(p0 >> 32) ^ ctr[3] ^ key[1], static_cast<uint32_t>(p0)};
     for (int k = 0; k < 4; ++k) ctr[k] = next[k];
   }
   const uint64_t bits = ((static_cast<uint64_t>(ctr[0]) << 32) | ctr[1]) >> 11;
@@ -91,8 +90,7 @@ __device__ __forceinline__ bool Greater(float a, float b) {  // NaN is the large
 // One block per row. The argmax is exact (ties: the lowest index); the sampled token is the
 // smallest k whose prefix sum exceeds u * total, with the prefix sums formed per thread chunk.
 __global__ void SampleKernel(int64_t* out, const float* logits, int64_t rows, int64_t vocab,
-                             int64_t row_stride, double temperature, uint64_t seed,
-                             uint64_t step) {
+                             int64_t row_stride, double temperature, uint64_t seed, uint64_t step) {
   __shared__ float best_v[kSampleBlock];
   __shared__ int64_t best_i[kSampleBlock];
   __shared__ double chunk_sum[kSampleBlock];
@@ -193,21 +191,25 @@ cudaError_t Gather(void* out, const void* data, const void* indices, bool indice
     return cudaGetLastError();
   };
   switch (element_size) {
-    case 1: return launch(static_cast<uint8_t*>(nullptr));
-    case 2: return launch(static_cast<uint16_t*>(nullptr));
-    case 4: return launch(static_cast<uint32_t*>(nullptr));
-    case 8: return launch(static_cast<uint64_t*>(nullptr));
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch(static_cast<uint8_t*>(nullptr));
+    case 2:
+      return launch(static_cast<uint16_t*>(nullptr));
+    case 4:
+      return launch(static_cast<uint32_t*>(nullptr));
+    case 8:
+      return launch(static_cast<uint64_t*>(nullptr));
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
 cudaError_t LstmGates(const float* gates, const float* bias, const float* c_prev, float* h_out,
-                      float* c_out, float* y, int64_t batch, int64_t hidden,
-                      cudaStream_t stream) {
+                      float* c_out, float* y, int64_t batch, int64_t hidden, cudaStream_t stream) {
   const int64_t n = batch * hidden;
   if (n <= 0) return cudaSuccess;
-  LstmGatesKernel<<<GridFor(n), kThreads, 0, stream>>>(gates, bias, c_prev, h_out, c_out, y,
-                                                        batch, hidden);
+  LstmGatesKernel<<<GridFor(n), kThreads, 0, stream>>>(gates, bias, c_prev, h_out, c_out, y, batch,
+                                                       hidden);
   return cudaGetLastError();
 }
 

@@ -40,9 +40,21 @@ cudaError_t Fill(void* dst, int element_size, uint64_t bits, int64_t n, cudaStre
 // ---- elementwise.cu ----
 
 enum class BinaryOp : int {
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,              // arithmetic: output of the input type
-  kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual,  // comparisons: bool output
-  kAnd, kOr, kXor,                                         // bool inputs and output
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,  // arithmetic: output of the input type
+  kEqual,
+  kLess,
+  kGreater,
+  kLessOrEqual,
+  kGreaterOrEqual,  // comparisons: bool output
+  kAnd,
+  kOr,
+  kXor,  // bool inputs and output
 };
 // out[walk] := op(a[walk], b[walk]) (operands 0 out, 1 a, 2 b). Supported: f32 with every
 // arithmetic op and comparison; i32/i64 with Add Sub Mul Max Min (wrapping) and comparisons;
@@ -51,8 +63,21 @@ cudaError_t Binary(BinaryOp op, ScalarType type, void* out, const void* a, const
                    const Walk<3>& walk, int64_t n, cudaStream_t stream);
 
 enum class UnaryOp : int {
-  kNeg, kAbs, kExp, kLog, kSqrt, kTanh, kSigmoid, kRelu, kErf, kReciprocal, kFloor, kCeil,
-  kSin, kCos, kNot,
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kErf,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kSin,
+  kCos,
+  kNot,
 };
 // out[walk] := op(x[walk]) (operands 0 out, 1 x). f32 for every op but Not; Not on bool; Neg,
 // Abs and Relu also on i32/i64.
@@ -98,8 +123,7 @@ cudaError_t Gather(void* out, const void* data, const void* indices, bool indice
 //   c_prev [batch, H] or null (zeros); writes c_out and h_out [batch, H] and, when y is not
 //   null, y [batch, H] (= h_out). c_out may alias c_prev.
 cudaError_t LstmGates(const float* gates, const float* bias, const float* c_prev, float* h_out,
-                      float* c_out, float* y, int64_t batch, int64_t hidden,
-                      cudaStream_t stream);
+                      float* c_out, float* y, int64_t batch, int64_t hidden, cudaStream_t stream);
 
 // dynvm::Sample on rows of logits (row r at logits + r * row_stride, contiguous within the
 // row): greedy when temperature <= 0, else the smallest k with p_0 + ... + p_k > u * sum(p),

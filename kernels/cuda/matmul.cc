@@ -5,6 +5,8 @@
 // transpose flag; any other layout is packed first. Batches with uniform strides (broadcast
 // operands have stride 0) are one strided-batched call; others loop over the outer batch dims.
 // GEMMs run in full FP32 (the handle's math mode is CUBLAS_DEFAULT_MATH: no TF32).
+#include "kernels/cuda/matmul.h"
+
 #include <climits>
 #include <optional>
 
@@ -12,7 +14,6 @@
 #include "allocator/cuda_status.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/cublas_status.h"
-#include "kernels/cuda/matmul.h"
 
 namespace dynvm::cuda {
 namespace {
@@ -39,15 +40,15 @@ bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 }  // namespace
 
-absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, float* c,
-                  int64_t m, int64_t n, int64_t k, float alpha, float beta,
-                  const Walk<3>& batch, absl::string_view op) {
+absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, float* c, int64_t m,
+                  int64_t n, int64_t k, float alpha, float beta, const Walk<3>& batch,
+                  absl::string_view op) {
   std::optional<Layout> la = Classify(m, k, a.row_stride, a.col_stride);
   std::optional<Layout> lb = Classify(k, n, b.row_stride, b.col_stride);
   if (!la || !lb) return absl::InternalError(absl::StrCat(op, ": operand layout not packed"));
   if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k) || !FitsInt(la->ld) || !FitsInt(lb->ld)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": a [", m, ",", k, "] x [", k, ",", n, "] product is too large for cuBLAS"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": a [", m, ",", k, "] x [", k, ",", n,
+                                                   "] product is too large for cuBLAS"));
   }
   absl::StatusOr<cublasHandle_t> handle = cc.cublas();
   if (!handle.ok()) return handle.status();
@@ -77,11 +78,10 @@ absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, f
     const float* pb = b.data + off_b;
     float* pc = c + off_c;
     if (count == 1) {
-      DYNVM_CUBLAS_RETURN_IF_ERROR(cublasSgemm(*handle, op_b, op_a, static_cast<int>(n),
-                                               static_cast<int>(m), static_cast<int>(k), &alpha,
-                                               pb, static_cast<int>(lb->ld), pa,
-                                               static_cast<int>(la->ld), &beta, pc,
-                                               static_cast<int>(std::max<int64_t>(1, n))));
+      DYNVM_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
+          *handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+          &alpha, pb, static_cast<int>(lb->ld), pa, static_cast<int>(la->ld), &beta, pc,
+          static_cast<int>(std::max<int64_t>(1, n))));
     } else {
       DYNVM_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
           *handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
@@ -132,9 +132,8 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
   const int64_t m = a.dim(a.rank() - 2), k = a.dim(a.rank() - 1);
   const int64_t n = b.dim(b.rank() - 1);
   if (b.dim(b.rank() - 2) != k) {
-    return absl::InvalidArgumentError(absl::StrCat("MatMul: shapes ", in[0]->ShapeString(),
-                                                   " and ", in[1]->ShapeString(),
-                                                   " do not match"));
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: shapes ", in[0]->ShapeString(), " and ",
+                                                   in[1]->ShapeString(), " do not match"));
   }
   Dims batch;
   const int ab = a.rank() - 2, bb = b.rank() - 2;
@@ -143,9 +142,9 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     const int64_t da = i < nb - ab ? 1 : a.dim(i - (nb - ab));
     const int64_t db = i < nb - bb ? 1 : b.dim(i - (nb - bb));
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("MatMul: batch dims of ",
-                                                     in[0]->ShapeString(), " and ",
-                                                     in[1]->ShapeString(), " do not broadcast"));
+      return absl::InvalidArgumentError(absl::StrCat("MatMul: batch dims of ", in[0]->ShapeString(),
+                                                     " and ", in[1]->ShapeString(),
+                                                     " do not broadcast"));
     }
     batch.push_back(da == 1 ? db : da);
   }
@@ -158,9 +157,9 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
   Tensor& y = *out[0];
   if (y.numel() == 0) return absl::OkStatus();
   if (k == 0) {
-    return LaunchStatus(cudaMemsetAsync(y.raw_data(), 0, static_cast<size_t>(y.nbytes()),
-                                        cc.stream()),
-                        "MatMul", "cudaMemsetAsync");
+    return LaunchStatus(
+        cudaMemsetAsync(y.raw_data(), 0, static_cast<size_t>(y.nbytes()), cc.stream()), "MatMul",
+        "cudaMemsetAsync");
   }
   StorageRef keep_a, keep_b;
   Tensor packed_a, packed_b;
@@ -196,8 +195,7 @@ struct GemmAttrs {
   bool trans_b = false;
 };
 
-absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Inputs in,
-                     Outputs out) {
+absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
   if (in.size() < 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 || !out[0]) {
     return absl::InvalidArgumentError("Gemm takes A, B and an optional C, and has one output");
   }
@@ -205,16 +203,16 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
   const Tensor& b = *in[1];
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
   if (a.rank() != 2 || b.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: A and B must be 2-D, got ",
-                                                   a.ShapeString(), " and ", b.ShapeString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: A and B must be 2-D, got ", a.ShapeString(), " and ", b.ShapeString()));
   }
   // op(A) [m, k] and op(B) [k, n] as strided views.
   const int64_t m = ga.trans_a ? a.dim(1) : a.dim(0), k = ga.trans_a ? a.dim(0) : a.dim(1);
   const int64_t n = ga.trans_b ? b.dim(0) : b.dim(1);
   if ((ga.trans_b ? b.dim(1) : b.dim(0)) != k) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: shapes ", a.ShapeString(), " and ",
-                                                   b.ShapeString(), " do not match (transA=",
-                                                   ga.trans_a, ", transB=", ga.trans_b, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: shapes ", a.ShapeString(), " and ", b.ShapeString(),
+                     " do not match (transA=", ga.trans_a, ", transB=", ga.trans_b, ")"));
   }
   const int64_t mn[2] = {m, n};
   if (c != nullptr) {
@@ -224,8 +222,8 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
       ok = c->dim(i) == want || c->dim(i) == 1;
     }
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("Gemm: C ", c->ShapeString(),
-                                                     " does not broadcast to [", m, ",", n, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: C ", c->ShapeString(), " does not broadcast to [", m, ",", n, "]"));
     }
   }
   if (absl::Status s = PrepareOutput(cc, out[0], DType::kF32, mn, "Gemm"); !s.ok()) return s;
@@ -241,9 +239,9 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
   }
   if (k == 0) {  // an empty product: y = beta * C (or 0)
     if (beta == 0) {
-      return LaunchStatus(cudaMemsetAsync(y.raw_data(), 0, static_cast<size_t>(y.nbytes()),
-                                          cc.stream()),
-                          "Gemm", "cudaMemsetAsync");
+      return LaunchStatus(
+          cudaMemsetAsync(y.raw_data(), 0, static_cast<size_t>(y.nbytes()), cc.stream()), "Gemm",
+          "cudaMemsetAsync");
     }
     if (beta == 1) return absl::OkStatus();
     if (!FitsInt(y.numel())) return absl::InvalidArgumentError("Gemm: output too large");

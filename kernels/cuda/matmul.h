@@ -23,8 +23,8 @@ struct GemmOperand {
 // c = alpha * a * b + beta * c for every batch: a [m, k], b [k, n], c [m, n] row-major
 // contiguous per matrix. `batch` walks the batch dims with strides (0: C, 1: A, 2: B); rank 0
 // means one product. REQUIRES: a and b have a layout cuBLAS reads (PrepareOperand).
-absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, float* c,
-                  int64_t m, int64_t n, int64_t k, float alpha, float beta, const Walk<3>& batch,
+absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, float* c, int64_t m,
+                  int64_t n, int64_t k, float alpha, float beta, const Walk<3>& batch,
                   absl::string_view op);
 
 // `t` as an operand whose matrices are [rows, cols] with the given strides: as it is when cuBLAS

@@ -65,27 +65,27 @@ struct LayerNormAttrs {
 
 // Scale or B as a contiguous [n] over the normalized dims. InvalidArgument when it does not
 // broadcast to X, Unimplemented when it varies over the leading (kept) dims.
-absl::StatusOr<const float*> NormParam(CudaContext& cc, const Tensor* t, const Tensor& x,
-                                       int axis, StorageRef* keep) {
+absl::StatusOr<const float*> NormParam(CudaContext& cc, const Tensor* t, const Tensor& x, int axis,
+                                       StorageRef* keep) {
   if (t == nullptr) return static_cast<const float*>(nullptr);
   const char* what = "LayerNormalization: Scale/B ";
   if (t->rank() > x.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, t->ShapeString(),
-                                                   " does not broadcast to X ", x.ShapeString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, t->ShapeString(), " does not broadcast to X ", x.ShapeString()));
   }
   const int lead = x.rank() - t->rank();
   for (int i = 0; i < t->rank(); ++i) {
     if (t->dim(i) != 1 && t->dim(i) != x.dim(lead + i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, t->ShapeString(), " does not broadcast to X ", x.ShapeString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, t->ShapeString(), " does not broadcast to X ", x.ShapeString()));
     }
   }
   const auto strides = BroadcastStrides(*t, x.dims());
   for (int d = 0; d < axis; ++d) {
     if (strides[d] != 0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "LayerNormalization (cuda): Scale/B ", t->ShapeString(),
-          " varies over the leading dims of X ", x.ShapeString()));
+      return absl::UnimplementedError(
+          absl::StrCat("LayerNormalization (cuda): Scale/B ", t->ShapeString(),
+                       " varies over the leading dims of X ", x.ShapeString()));
     }
   }
   Tensor v = *t;
@@ -131,10 +131,10 @@ absl::Status RunLayerNorm(const LayerNormAttrs& la, CudaContext& cc, KernelConte
   if (!data.ok()) return data.status();
   const int64_t rows = Product(x.dims(), 0, *axis);
   const int64_t n = Product(x.dims(), *axis, x.rank());
-  return LaunchStatus(LayerNorm(out[0]->data<float>(), stats[0], stats[1],
-                                static_cast<const float*>(*data), *ps, *pb, rows, n, la.epsilon,
-                                cc.stream()),
-                      "LayerNormalization", "LayerNorm");
+  return LaunchStatus(
+      LayerNorm(out[0]->data<float>(), stats[0], stats[1], static_cast<const float*>(*data), *ps,
+                *pb, rows, n, la.epsilon, cc.stream()),
+      "LayerNormalization", "LayerNorm");
 }
 
 // ---- ArgMax, ArgMin ----
@@ -147,8 +147,7 @@ struct ArgAttrs {
   bool select_last = false;
 };
 
-absl::Status RunArg(const ArgAttrs& aa, CudaContext& cc, KernelContext&, Inputs in,
-                    Outputs out) {
+absl::Status RunArg(const ArgAttrs& aa, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
   if (in.size() != 1 || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(aa.op, " takes 1 input and has 1 output"));
   }
@@ -174,8 +173,8 @@ absl::Status RunArg(const ArgAttrs& aa, CudaContext& cc, KernelContext&, Inputs 
   if (!data.ok()) return data.status();
   const int64_t outer = Product(x.dims(), 0, *axis);
   const int64_t inner = Product(x.dims(), *axis + 1, x.rank());
-  return LaunchStatus(ArgReduce(out[0]->data<int64_t>(), static_cast<const float*>(*data), outer,
-                                n, inner, aa.max, aa.select_last, cc.stream()),
+  return LaunchStatus(ArgReduce(out[0]->data<int64_t>(), static_cast<const float*>(*data), outer, n,
+                                inner, aa.max, aa.select_last, cc.stream()),
                       aa.op, "ArgReduce");
 }
 

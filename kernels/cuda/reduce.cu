@@ -111,8 +111,7 @@ struct Best {
 };
 
 // Whether candidate b replaces a: a better value, or an equal one at the preferred index.
-__device__ __forceinline__ bool Replaces(const Best& a, const Best& b, bool max,
-                                         bool select_last) {
+__device__ __forceinline__ bool Replaces(const Best& a, const Best& b, bool max, bool select_last) {
   const bool better = max ? TotalLess(a.v, b.v) : TotalLess(b.v, a.v);
   const bool worse = max ? TotalLess(b.v, a.v) : TotalLess(a.v, b.v);
   if (better) return true;
@@ -192,7 +191,7 @@ cudaError_t ArgReduce(int64_t* out, const float* x, int64_t outer, int64_t n, in
     ArgRows<<<RowBlocks(outer), kBlock, 0, stream>>>(out, x, outer, n, max, select_last);
   } else {
     ArgColumns<<<GridFor(outer * inner), kThreads, 0, stream>>>(out, x, outer, n, inner, max,
-                                                                 select_last);
+                                                                select_last);
   }
   return cudaGetLastError();
 }

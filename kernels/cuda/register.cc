@@ -20,8 +20,8 @@ namespace cuda {
 
 absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(what, ": ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
+  const std::string message = absl::StrCat(what, ": ", cublasGetStatusName(status), " (",
+                                           cublasGetStatusString(status), ")");
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(message);

@@ -3,12 +3,13 @@
 // computes X * W^T for every time step at once; then each step is one GEMM (H * R^T, added in
 // place) and one fused gate kernel (index.cu). Other configurations are declined at load
 // (Unimplemented), so the compiler keeps them on the CPU.
+#include "kernels/reference/rnn.h"
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/matmul.h"
-#include "kernels/reference/rnn.h"
 
 namespace dynvm::cuda {
 namespace {
@@ -17,9 +18,9 @@ absl::Status CheckDims(const Tensor* t, absl::string_view name,
                        std::initializer_list<int64_t> want) {
   if (t == nullptr) return absl::OkStatus();
   if (t->dims() != absl::Span<const int64_t>(want.begin(), want.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LSTM: ", name, " is ", t->ShapeString(), ", expected ",
-        DimsString(absl::Span<const int64_t>(want.begin(), want.size()))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LSTM: ", name, " is ", t->ShapeString(), ", expected ",
+                     DimsString(absl::Span<const int64_t>(want.begin(), want.size()))));
   }
   return absl::OkStatus();
 }
@@ -55,8 +56,8 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
     absl::StatusOr<Tensor> lens = ToHost(cc, *seq_lens);
     if (!lens.ok()) return lens.status();
     if (lens->rank() != 1 || lens->dim(0) != batch || lens->dtype() != DType::kI32) {
-      return absl::InvalidArgumentError(absl::StrCat("LSTM: sequence_lens must be i32[", batch,
-                                                     "], got ", lens->DebugString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("LSTM: sequence_lens must be i32[", batch, "], got ", lens->DebugString()));
     }
     for (int64_t i = 0; i < batch; ++i) {
       if (lens->data<int32_t>()[i * lens->stride(0)] != steps) {
@@ -82,7 +83,8 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   // Workspace: [gates for every step | h | c], each 256-byte aligned.
   auto align = [](int64_t floats) { return (floats * 4 + 255) / 256 * 256; };
   const int64_t ws_bytes = align(gate_floats) + 2 * align(state);
-  absl::StatusOr<void*> ws = ctx.DeviceWorkspace(static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
+  absl::StatusOr<void*> ws =
+      ctx.DeviceWorkspace(static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
   if (!ws.ok()) return ws.status();
   auto* base = static_cast<uint8_t*>(*ws);
   float* gates = reinterpret_cast<float*>(base);
@@ -94,8 +96,8 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   for (auto [src, dst] : {std::pair<const Tensor*, float*>{h0, h}, {c0, c}}) {
     if (state == 0) break;
     if (src == nullptr) {
-      if (absl::Status s = LaunchStatus(cudaMemsetAsync(dst, 0, state * 4, stream), "LSTM",
-                                        "cudaMemsetAsync");
+      if (absl::Status s =
+              LaunchStatus(cudaMemsetAsync(dst, 0, state * 4, stream), "LSTM", "cudaMemsetAsync");
           !s.ok()) {
         return s;
       }
@@ -123,23 +125,23 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
     }
     // gates[t*B + b, :] = X[t, b, :] * W^T for every step (W [4H, I] read as W^T [I, 4H]).
     if (input == 0) {
-      if (absl::Status s = LaunchStatus(cudaMemsetAsync(gates, 0, gate_floats * 4, stream),
-                                        "LSTM", "cudaMemsetAsync");
+      if (absl::Status s = LaunchStatus(cudaMemsetAsync(gates, 0, gate_floats * 4, stream), "LSTM",
+                                        "cudaMemsetAsync");
           !s.ok()) {
         return s;
       }
-    } else if (absl::Status s = Gemm(cc, {static_cast<const float*>(*px), input, 1},
-                                     {static_cast<const float*>(*pw), 1, input}, gates,
-                                     steps * batch, 4 * hidden, input, 1.0f, 0.0f, Walk<3>{},
-                                     "LSTM");
+    } else if (absl::Status s =
+                   Gemm(cc, {static_cast<const float*>(*px), input, 1},
+                        {static_cast<const float*>(*pw), 1, input}, gates, steps * batch,
+                        4 * hidden, input, 1.0f, 0.0f, Walk<3>{}, "LSTM");
                !s.ok()) {
       return s;
     }
     for (int64_t t = 0; t < steps; ++t) {
       float* g = gates + t * batch * 4 * hidden;
       // g += H * R^T (R [4H, H] read as R^T [H, 4H]).
-      if (absl::Status s = Gemm(cc, {h, hidden, 1}, {static_cast<const float*>(*pr), 1, hidden},
-                                g, batch, 4 * hidden, hidden, 1.0f, 1.0f, Walk<3>{}, "LSTM");
+      if (absl::Status s = Gemm(cc, {h, hidden, 1}, {static_cast<const float*>(*pr), 1, hidden}, g,
+                                batch, 4 * hidden, hidden, 1.0f, 1.0f, Walk<3>{}, "LSTM");
           !s.ok()) {
         return s;
       }
@@ -154,9 +156,9 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   if (state > 0) {
     for (auto [t, src] : {std::pair<Tensor*, float*>{y_h, h}, {y_c, c}}) {
       if (t == nullptr) continue;
-      if (absl::Status s = LaunchStatus(cudaMemcpyAsync(t->raw_data(), src, state * 4,
-                                                        cudaMemcpyDeviceToDevice, stream),
-                                        "LSTM", "cudaMemcpyAsync");
+      if (absl::Status s = LaunchStatus(
+              cudaMemcpyAsync(t->raw_data(), src, state * 4, cudaMemcpyDeviceToDevice, stream),
+              "LSTM", "cudaMemcpyAsync");
           !s.ok()) {
         return s;
       }
@@ -179,7 +181,8 @@ void RegisterRnnKernels(KernelRegistry& r) {
     if (spec.inputs.size() > 7) {
       return absl::UnimplementedError("LSTM (cuda): peepholes are not supported");
     }
-    absl::StatusOr<reference::RnnAttrs> a = reference::ParseRnnAttrs(spec, reference::RnnCell::kLstm);
+    absl::StatusOr<reference::RnnAttrs> a =
+        reference::ParseRnnAttrs(spec, reference::RnnCell::kLstm);
     if (!a.ok()) return a.status();
     const reference::RnnGateConfig& cfg = a->config[0];
     using Kind = reference::RnnActivation::Kind;

@@ -25,12 +25,14 @@ absl::Status FromDnnl(dnnl_status_t status, absl::string_view what) {
     case dnnl_invalid_arguments:
       return absl::UnimplementedError(absl::StrCat("oneDNN: ", what));
     default:
-      return absl::InternalError(absl::StrCat("oneDNN error ", static_cast<int>(status), ": ", what));
+      return absl::InternalError(
+          absl::StrCat("oneDNN error ", static_cast<int>(status), ": ", what));
   }
 }
 
 absl::StatusOr<const dnnl::engine*> CpuEngine() {
-  static const absl::StatusOr<const dnnl::engine*> engine = []() -> absl::StatusOr<const dnnl::engine*> {
+  static const absl::StatusOr<const dnnl::engine*> engine =
+      []() -> absl::StatusOr<const dnnl::engine*> {
     const dnnl::engine* e = nullptr;
     absl::Status s = Guard("creating the CPU engine", [&] {
       e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -61,13 +63,20 @@ void SetThreads(int n) {
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype) {
   using dt = dnnl::memory::data_type;
   switch (dtype) {
-    case DType::kF32: return dt::f32;
-    case DType::kBF16: return dt::bf16;
-    case DType::kF16: return dt::f16;
-    case DType::kI32: return dt::s32;
-    case DType::kI8: return dt::s8;
-    case DType::kU8: return dt::u8;
-    default: return std::nullopt;
+    case DType::kF32:
+      return dt::f32;
+    case DType::kBF16:
+      return dt::bf16;
+    case DType::kF16:
+      return dt::f16;
+    case DType::kI32:
+      return dt::s32;
+    case DType::kI8:
+      return dt::s8;
+    case DType::kU8:
+      return dt::u8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -234,8 +243,8 @@ absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
     return absl::OkStatus();
   });
   if (!guarded.ok()) return guarded;
-  dnnl_status_t s =
-      dnnl_primitive_execute(primitive_.get(), stream, static_cast<int>(args_.size()), args_.data());
+  dnnl_status_t s = dnnl_primitive_execute(primitive_.get(), stream, static_cast<int>(args_.size()),
+                                           args_.data());
   if (s == dnnl_success) s = dnnl_stream_wait(stream);
   if (s != dnnl_success) {
     // A primitive that was created fine cannot fail for shape reasons.
@@ -282,11 +291,11 @@ std::string KernelName(const KernelSpec& spec, absl::string_view variant) {
 
 absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
                         size_t max_out) {
-  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in ||
-      spec.outputs.size() < min_out || spec.outputs.size() > max_out) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        spec.op, ": expected ", min_in, "..", max_in, " inputs and ", min_out, "..", max_out,
-        " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
+  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.size() < min_out ||
+      spec.outputs.size() > max_out) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.op, ": expected ", min_in, "..", max_in, " inputs and ", min_out, "..",
+                     max_out, " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
   }
   return absl::OkStatus();
 }
@@ -296,9 +305,9 @@ absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> in
     if (i >= spec.inputs.size()) continue;
     const uint8_t d = spec.inputs[i].dtype;
     if (d != static_cast<uint8_t>(DType::kF32)) {
-      return absl::UnimplementedError(absl::StrCat(
-          spec.op, ": the oneDNN kernel takes f32 only (input ", i, " is ",
-          d == kAnyDType ? "undetermined" : DTypeName(static_cast<DType>(d)), ")"));
+      return absl::UnimplementedError(
+          absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only (input ", i, " is ",
+                       d == kAnyDType ? "undetermined" : DTypeName(static_cast<DType>(d)), ")"));
     }
   }
   for (const PortSpec& p : spec.outputs) {

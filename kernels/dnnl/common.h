@@ -85,9 +85,7 @@ void SetThreads(int n);
 inline constexpr int64_t kMinParallelWork = int64_t{1} << 22;
 
 // The thread count for `work`: 1 below kMinParallelWork, else the context's budget.
-inline int ThreadsFor(int budget, int64_t work) {
-  return work < kMinParallelWork ? 1 : budget;
-}
+inline int ThreadsFor(int budget, int64_t work) { return work < kMinParallelWork ? 1 : budget; }
 
 // The oneDNN data type of a dtype, or nullopt.
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
@@ -180,8 +178,8 @@ inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
 // (above), sends the site to the reference kernel (st->use_reference) until its shapes change.
 // `elements`: the size of the work (the output's elements).
 template <typename Bind>
-absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements, absl::string_view what,
-                    Bind&& bind) {
+absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
+                    absl::string_view what, Bind&& bind) {
   if (st->valid && st->key == key) return absl::OkStatus();
   st->valid = false;
   if (++st->binds > kMaxPrimitiveBinds && elements <= kChurnMaxElements) {

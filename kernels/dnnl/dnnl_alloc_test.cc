@@ -67,7 +67,8 @@ using testing::KernelCall;
 
 Tensor Filled(std::vector<int64_t> dims) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.001f * static_cast<float>(i % 89 - 44);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = 0.001f * static_cast<float>(i % 89 - 44);
   return t;
 }
 

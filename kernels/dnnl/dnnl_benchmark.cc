@@ -28,7 +28,8 @@ using testing::KernelCall;
 
 Tensor Filled(std::vector<int64_t> dims) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.001f * static_cast<float>(i % 89 - 44);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = 0.001f * static_cast<float>(i % 89 - 44);
   return t;
 }
 
@@ -62,8 +63,8 @@ void RunKernel(benchmark::State& state, KernelCall& call, const std::string& bac
 }
 
 void SetFlops(benchmark::State& state, double flops_per_iter) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9 * state.iterations(),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iter * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 constexpr int64_t kK = 1024, kN = 1024;
@@ -79,7 +80,7 @@ void MatMulArgs2(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 64, 512}) b->Args({m, 2});
   b->UseRealTime();
 }
-#define MATMUL_BENCHMARK(fn) \
+#define MATMUL_BENCHMARK(fn)         \
   BENCHMARK(fn)->Apply(MatMulArgs1); \
   BENCHMARK(fn)->Apply(MatMulArgs2)
 
@@ -281,8 +282,7 @@ void BM_Softmax(benchmark::State& state) {
   Tensor a = Filled({n / 64 > 0 ? n / 64 : 1, 64});
   KernelCall call("Softmax");
   call.In(a).Out(DType::kF32);
-  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a},
-            {{a.dim(0), a.dim(1)}}, 1);
+  RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a}, {{a.dim(0), a.dim(1)}}, 1);
 }
 BENCHMARK(BM_Softmax)->Apply(SizeArgs);
 
@@ -293,7 +293,12 @@ void BM_LayerNorm(benchmark::State& state) {
   call.In(x).In(s).In(b).Out(DType::kF32);
   RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {x, s, b}, {{rows, 1024}}, 1);
 }
-BENCHMARK(BM_LayerNorm)->ArgNames({"rows", "dnnl"})->Args({1, 1})->Args({1, 0})->Args({64, 1})->Args({64, 0});
+BENCHMARK(BM_LayerNorm)
+    ->ArgNames({"rows", "dnnl"})
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->Args({64, 1})
+    ->Args({64, 0});
 
 }  // namespace
 }  // namespace dynvm::onednn

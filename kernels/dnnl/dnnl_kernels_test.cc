@@ -24,7 +24,8 @@ using testing::KernelCall;
 
 Tensor Filled(std::vector<int64_t> dims, float scale = 0.01f) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * static_cast<float>(i % 97 - 48);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = scale * static_cast<float>(i % 97 - 48);
   return t;
 }
 
@@ -192,8 +193,9 @@ TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < t; ++i) {
       for (int64_t j = 0; j < t; ++j) {
-        px[(h * t + i) * t + j] = j > i ? -std::numeric_limits<float>::infinity()
-                                        : 0.37f * static_cast<float>((h * 31 + i * 7 + j * 13) % 23 - 11);
+        px[(h * t + i) * t + j] =
+            j > i ? -std::numeric_limits<float>::infinity()
+                  : 0.37f * static_cast<float>((h * 31 + i * 7 + j * 13) % 23 - 11);
       }
     }
   }
@@ -280,7 +282,8 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
   for (char trans : {'T', 'N'}) {
     for (int64_t n : {1, 3, 4, 5, 16, 63, 64, 65, 130}) {
       for (int64_t k : {1, 7, 16, 17, 48, 129}) {
-        for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{2.0f, -0.25f}}) {
+        for (auto [alpha, beta] :
+             {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{2.0f, -0.25f}}) {
           const int64_t rows = trans == 'T' ? n : k, cols = trans == 'T' ? k : n;
           const int64_t ld = cols + 3;  // padded rows
           std::vector<float> b(rows * ld), x(k), y0(n);
@@ -292,10 +295,12 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
           onednn::Gemv(trans, n, k, alpha, x.data(), b.data(), ld, beta, y.data());
           for (int64_t j = 0; j < n; ++j) {
             double want = 0.0;
-            for (int64_t i = 0; i < k; ++i) want += double{x[i]} * (trans == 'T' ? b[j * ld + i] : b[i * ld + j]);
+            for (int64_t i = 0; i < k; ++i)
+              want += double{x[i]} * (trans == 'T' ? b[j * ld + i] : b[i * ld + j]);
             want = alpha * want + (beta == 0.0f ? 0.0 : double{beta} * y0[j]);
             ASSERT_NEAR(y[j], want, 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
-                << trans << " n=" << n << " k=" << k << " j=" << j << " alpha=" << alpha << " beta=" << beta;
+                << trans << " n=" << n << " k=" << k << " j=" << j << " alpha=" << alpha
+                << " beta=" << beta;
           }
         }
       }

@@ -82,7 +82,8 @@ class UnaryKernel final : public DnnlKernel {
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
     DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc md = TensorDesc(x);
-      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha, beta);
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha,
+                                    beta);
       dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
     }));
@@ -122,16 +123,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
   absl::StatusOr<float> hi = spec.GetFloat("max", std::numeric_limits<float>::infinity());
   if (!lo.ok()) return lo.status();
   if (!hi.ok()) return hi.status();
-  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), alg::eltwise_clip_v2,
-                                       *lo, *hi, /*clip=*/true, /*drops_nan=*/true);
+  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), alg::eltwise_clip_v2, *lo,
+                                       *hi, /*clip=*/true, /*drops_nan=*/true);
 }
 
 // ---- binary ----
 
 class BinaryKernel final : public DnnlKernel {
  public:
-  BinaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm,
-               bool commutative, float scale)
+  BinaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, bool commutative,
+               float scale)
       : DnnlKernel(std::move(name), std::move(reference)),
         algorithm_(algorithm),
         commutative_(commutative),
@@ -227,8 +228,8 @@ class BinaryKernel final : public DnnlKernel {
 
   alg algorithm_;
   bool commutative_;
-  float scale_;      // applied to the result (Mean of two)
-  bool drops_nan_;   // max/min return the other operand for a NaN
+  float scale_;                      // applied to the result (Mean of two)
+  bool drops_nan_;                   // max/min return the other operand for a NaN
   std::optional<BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
@@ -296,9 +297,9 @@ class WhereKernel final : public DnnlKernel {
       for (int64_t p : {pc, px, py}) {
         if (p > 1) run = std::min(run, (p - start % p) / block);
       }
-      WhereBlocks(run, block, pcond + start % pc, block, x.data<float>() + (px > 1 ? start % px : 0),
-                  px > 1 ? block : -1, y.data<float>() + (py > 1 ? start % py : 0),
-                  py > 1 ? block : -1, o + start);
+      WhereBlocks(run, block, pcond + start % pc, block,
+                  x.data<float>() + (px > 1 ? start % px : 0), px > 1 ? block : -1,
+                  y.data<float>() + (py > 1 ? start % py : 0), py > 1 ? block : -1, o + start);
       b += run;
     }
     return absl::OkStatus();
@@ -389,10 +390,10 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
     float scale;
   };
   static const BinaryDef kBinary[] = {
-      {"Add", alg::binary_add, true, 1.0f},  {"Sub", alg::binary_sub, false, 1.0f},
-      {"Mul", alg::binary_mul, true, 1.0f},  {"Div", alg::binary_div, false, 1.0f},
-      {"Max", alg::binary_max, true, 1.0f},  {"Min", alg::binary_min, true, 1.0f},
-      {"Sum", alg::binary_add, true, 1.0f},  {"Mean", alg::binary_add, true, 0.5f},
+      {"Add", alg::binary_add, true, 1.0f}, {"Sub", alg::binary_sub, false, 1.0f},
+      {"Mul", alg::binary_mul, true, 1.0f}, {"Div", alg::binary_div, false, 1.0f},
+      {"Max", alg::binary_max, true, 1.0f}, {"Min", alg::binary_min, true, 1.0f},
+      {"Sum", alg::binary_add, true, 1.0f}, {"Mean", alg::binary_add, true, 0.5f},
   };
   for (const BinaryDef& def : kBinary) {
     Add(r, def.op, [&def](const KernelSpec& spec) {

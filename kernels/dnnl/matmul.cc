@@ -91,9 +91,8 @@ bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b, int* binds)
 
 // Binds a fixed-shape matmul primitive C[M,N] = alpha * A[M,K] * B[K,N] (+ bias[N]) over
 // element strides (sam, sak) and (sbk, sbn). Unimplemented when oneDNN has no such primitive.
-absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int64_t k,
-                                 int64_t sam, int64_t sak, int64_t sbk, int64_t sbn,
-                                 bool bias, float alpha) {
+absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int64_t k, int64_t sam,
+                                 int64_t sak, int64_t sbk, int64_t sbn, bool bias, float alpha) {
   absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
   if (!engine.ok()) return engine.status();
   return Guard("matmul", [&]() -> absl::Status {
@@ -106,15 +105,17 @@ absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int
     const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {1, n});
     dnnl::primitive_attr attr = UserScratchpadAttr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
-                                      : dnnl::matmul::desc(a_md, b_md, c_md);
+    const dnnl::matmul::desc d =
+        bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
     const dnnl::matmul::primitive_desc pd(d, attr, **engine);
     // Strides only oneDNN's reference implementation takes: dnnl_sgemm (packing) is faster.
     if (absl::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
       return absl::UnimplementedError("matmul: no optimized implementation");
     }
     if (bias) {
-      prim->Bind(pd, {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_BIAS, bias_md},
+      prim->Bind(pd, {{DNNL_ARG_SRC, a_md},
+                      {DNNL_ARG_WEIGHTS, b_md},
+                      {DNNL_ARG_BIAS, bias_md},
                       {DNNL_ARG_DST, c_md}});
     } else {
       prim->Bind(pd, {{DNNL_ARG_SRC, a_md}, {DNNL_ARG_WEIGHTS, b_md}, {DNNL_ARG_DST, c_md}});
@@ -128,7 +129,7 @@ struct MatMulPlan {
   int64_t m = 0, n = 0, k = 0;
   int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;
   Operand a, b;
-  Dims batch;            // broadcast batch dims (empty when folded)
+  Dims batch;  // broadcast batch dims (empty when folded)
   Dims batch_sa, batch_sb;
   size_t pack_a_floats = 0, pack_b_floats = 0;
 };
@@ -154,7 +155,8 @@ class MatMulKernel final : public DnnlKernel {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
       return RunReference(ctx, in, out);  // the reference kernel reports the error
     }
-    SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
+    SetThreads(
+        ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
     ShapeKey key;
     key.Add(&a);
     key.Add(&b);
@@ -175,7 +177,8 @@ class MatMulKernel final : public DnnlKernel {
       st->key = key;
       st->valid = true;
     }
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, st->out_dims, "MatMul"));
+    DNNL_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, st->out_dims, "MatMul"));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
     const MatMulPlan& p = st->plan;
@@ -216,8 +219,8 @@ class MatMulKernel final : public DnnlKernel {
     if (p.batch.empty()) {
       one(0, 0);
     } else {
-      reference::ForEachOffset<2>(p.batch, {absl::MakeConstSpan(p.batch_sa),
-                                            absl::MakeConstSpan(p.batch_sb)}, one);
+      reference::ForEachOffset<2>(
+          p.batch, {absl::MakeConstSpan(p.batch_sa), absl::MakeConstSpan(p.batch_sb)}, one);
     }
     return status;
   }
@@ -321,8 +324,8 @@ class GemmKernel final : public DnnlKernel {
     const Tensor& a = *in[0];
     const Tensor& b = *in[1];
     const Tensor* c = in.size() > 2 ? in[2] : nullptr;
-    if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::kF32 ||
-        b.dtype() != DType::kF32 || (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
+    if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::kF32 || b.dtype() != DType::kF32 ||
+        (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
       return RunReference(ctx, in, out);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (attrs_.trans_b ? b.dim(0) : b.dim(1))));
@@ -355,7 +358,8 @@ class GemmKernel final : public DnnlKernel {
     if (y.numel() == 0) return absl::OkStatus();
     if (st->use_primitive) {
       if (st->primitive_bias) {
-        return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), c->raw_data(), y.raw_data()});
+        return ExecuteBound(ctx, st->prim,
+                            {a.raw_data(), b.raw_data(), c->raw_data(), y.raw_data()});
       }
       return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), y.raw_data()});
     }
@@ -460,7 +464,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
 }  // namespace
 
 void RegisterMatmulKernels(KernelRegistry& r) {
-  r.Register(KernelRegistration{"", "MatMul", Device::kCPU, kBackend, kDnnlPriority, &CreateMatMul});
+  r.Register(
+      KernelRegistration{"", "MatMul", Device::kCPU, kBackend, kDnnlPriority, &CreateMatMul});
   r.Register(KernelRegistration{"", "Gemm", Device::kCPU, kBackend, kDnnlPriority, &CreateGemm});
 }
 

@@ -3,17 +3,18 @@
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
 // vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
-// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's attention grows every step, and binding a primitive per shape
-// costs more than the softmax itself. It also serves -inf entries (a causal mask: exactly 0),
-// and rows with NaN or +inf as the reference kernel does (NaN throughout).
+// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's
+// attention grows every step, and binding a primitive per shape costs more than the softmax itself.
+// It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
+// reference kernel does (NaN throughout).
 //
 // LayerNormalization of at most kChurnMaxElements elements is a plain loop too.
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
-// or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a strided
-// input, and LayerNormalization on a strided input or with a Scale/B that is not one value per normalized element. A
-// LayerNormalization asked for its Mean and InvStdDev outputs is the reference kernel's (at
-// create: oneDNN returns the variance, not its inverse square root).
+// or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
+// strided input, and LayerNormalization on a strided input or with a Scale/B that is not one value
+// per normalized element. A LayerNormalization asked for its Mean and InvStdDev outputs is the
+// reference kernel's (at create: oneDNN returns the variance, not its inverse square root).
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +43,8 @@ class SoftmaxKernel final : public DnnlKernel {
     DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Softmax"));
     const Tensor& x = *in[0];
     const int rank = x.rank();
-    if (x.dtype() != DType::kF32 || x.numel() == 0 ||
-        axis_ < -rank || axis_ >= rank || (legacy_2d_ && !x.is_contiguous())) {
+    if (x.dtype() != DType::kF32 || x.numel() == 0 || axis_ < -rank || axis_ >= rank ||
+        (legacy_2d_ && !x.is_contiguous())) {
       return RunReference(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
@@ -112,8 +113,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const KernelSpec& spec, bo
 // True when `t` (Scale or B) holds exactly one value per element of x's dims [axis, rank), in
 // row-major order: dims right-aligned equal to those (leading 1s allowed), contiguous.
 bool PerElement(const Tensor& t, const Tensor& x, int axis, int64_t count) {
-  if (t.dtype() != DType::kF32 || t.rank() > x.rank() || t.numel() != count ||
-      !t.is_contiguous()) {
+  if (t.dtype() != DType::kF32 || t.rank() > x.rank() || t.numel() != count || !t.is_contiguous()) {
     return false;
   }
   const int lead = x.rank() - t.rank();
@@ -136,8 +136,8 @@ class LayerNormKernel final : public DnnlKernel {
     const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || !x.is_contiguous() || axis_ < -rank || axis_ >= rank ||
-        x.numel() == 0 ||
-        (out.size() > 1 && out[1] != nullptr) || (out.size() > 2 && out[2] != nullptr)) {
+        x.numel() == 0 || (out.size() > 1 && out[1] != nullptr) ||
+        (out.size() > 2 && out[2] != nullptr)) {
       return RunReference(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
@@ -163,26 +163,29 @@ class LayerNormKernel final : public DnnlKernel {
     key.Add(bias != nullptr);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
-      const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
-      const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
-      dnnl::normalization_flags flags = dnnl::normalization_flags::none;
-      if (scale != nullptr) flags |= dnnl::normalization_flags::use_scale;
-      if (bias != nullptr) flags |= dnnl::normalization_flags::use_shift;
-      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data,
-                                                epsilon_, flags);
-      dnnl::layer_normalization_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
-      if (scale != nullptr && bias != nullptr) {
-        st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}, {DNNL_ARG_SCALE, vec},
-                           {DNNL_ARG_SHIFT, vec}});
-      } else if (scale != nullptr || bias != nullptr) {
-        st->prim.Bind(pd, {{DNNL_ARG_SRC, data},
-                           {DNNL_ARG_DST, data},
-                           {scale != nullptr ? DNNL_ARG_SCALE : DNNL_ARG_SHIFT, vec}});
-      } else {
-        st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}});
-      }
-    }));
+    DNNL_RETURN_IF_ERROR(
+        Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
+          const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
+          const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
+          dnnl::normalization_flags flags = dnnl::normalization_flags::none;
+          if (scale != nullptr) flags |= dnnl::normalization_flags::use_scale;
+          if (bias != nullptr) flags |= dnnl::normalization_flags::use_shift;
+          dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data,
+                                                    epsilon_, flags);
+          dnnl::layer_normalization_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+          if (scale != nullptr && bias != nullptr) {
+            st->prim.Bind(pd, {{DNNL_ARG_SRC, data},
+                               {DNNL_ARG_DST, data},
+                               {DNNL_ARG_SCALE, vec},
+                               {DNNL_ARG_SHIFT, vec}});
+          } else if (scale != nullptr || bias != nullptr) {
+            st->prim.Bind(pd, {{DNNL_ARG_SRC, data},
+                               {DNNL_ARG_DST, data},
+                               {scale != nullptr ? DNNL_ARG_SCALE : DNNL_ARG_SHIFT, vec}});
+          } else {
+            st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}});
+          }
+        }));
     if (st->use_reference) return RunReference(ctx, in, out);
     void* y = out[0]->raw_data();
     if (scale != nullptr && bias != nullptr) {

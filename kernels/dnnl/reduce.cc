@@ -42,8 +42,7 @@ class ReduceKernel final : public DnnlKernel {
     DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, def_.op));
     const Tensor& x = *in[0];
     const int rank = x.rank();
-    if (x.dtype() != DType::kF32 || rank == 0 ||
-        x.numel() == 0) {
+    if (x.dtype() != DType::kF32 || rank == 0 || x.numel() == 0) {
       return RunReference(ctx, in, out);
     }
     // The reduced axes, from the input (newer opsets) or the attribute.
@@ -53,9 +52,8 @@ class ReduceKernel final : public DnnlKernel {
     const int64_t n_in = axes_in != nullptr ? axes_in->numel() : 0;
     const int64_t n_attr = static_cast<int64_t>(attrs_.axes.size());
     const int64_t n = axes_in != nullptr ? n_in : n_attr;
-    if (axes_in != nullptr &&
-        (axes_in->rank() > 1 ||
-         (axes_in->dtype() != DType::kI64 && axes_in->dtype() != DType::kI32))) {
+    if (axes_in != nullptr && (axes_in->rank() > 1 || (axes_in->dtype() != DType::kI64 &&
+                                                       axes_in->dtype() != DType::kI32))) {
       return RunReference(ctx, in, out);
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -151,8 +149,9 @@ void RegisterReduceKernels(KernelRegistry& r) {
       {"ReduceSumSquare", alg::reduction_norm_lp_power_p_sum, 2.0f},
   };
   for (const ReduceDef& def : kDefs) {
-    r.Register(KernelRegistration{"", def.op, Device::kCPU, kBackend, kDnnlPriority,
-                                  [&def](const KernelSpec& spec) { return CreateReduce(spec, def); }});
+    r.Register(
+        KernelRegistration{"", def.op, Device::kCPU, kBackend, kDnnlPriority,
+                           [&def](const KernelSpec& spec) { return CreateReduce(spec, def); }});
   }
 }
 

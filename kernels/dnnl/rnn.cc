@@ -15,6 +15,8 @@
 //
 // The reference kernel serves what this kernel does not: non-f32 dtypes (at create),
 // sequence_lens shorter than the sequence, empty dims and odd weight strides (at run time).
+#include "kernels/reference/rnn.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -27,7 +29,6 @@
 #include "kernels/dnnl/fast_math.h"
 #include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
-#include "kernels/reference/rnn.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -193,8 +194,8 @@ class RecurrentKernel final : public DnnlKernel {
     const bool gru = a_.cell == RnnCell::kGru;
     int64_t rows = 0, xw_floats = 0, total = 0;
     if (__builtin_mul_overflow(seq, batch, &rows) || __builtin_mul_overflow(rows, gh, &xw_floats) ||
-        __builtin_add_overflow(xw_floats, 2 * gh + 3 * hidden + 2 * bh + (gru ? batch * gh + bh : 0),
-                               &total) ||
+        __builtin_add_overflow(
+            xw_floats, 2 * gh + 3 * hidden + 2 * bh + (gru ? batch * gh + bh : 0), &total) ||
         total > (int64_t{1} << 60)) {
       return RunReference(ctx, in, out);  // reports the size
     }
@@ -237,9 +238,8 @@ class RecurrentKernel final : public DnnlKernel {
             Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DNNL_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt, lda_step, wd,
-                                    ldw,
-                                    1.0f, xw + t * batch * gh, gh));
+          DNNL_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt, lda_step,
+                                    wd, ldw, 1.0f, xw + t * batch * gh, gh));
         }
       }
 
@@ -248,7 +248,8 @@ class RecurrentKernel final : public DnnlKernel {
         float* g = xw + t * batch * gh;
         switch (a_.cell) {
           case RnnCell::kLstm:
-            DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            DNNL_RETURN_IF_ERROR(
+                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
             } else {
@@ -267,14 +268,15 @@ class RecurrentKernel final : public DnnlKernel {
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
               const float* rdh = rd + 2 * hidden * r->stride(1);
-              DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh, ldr, 1.0f,
-                                        hr + 2 * hidden, gh));
+              DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh,
+                                        ldr, 1.0f, hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
-            DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+            DNNL_RETURN_IF_ERROR(
+                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
         }
@@ -311,8 +313,8 @@ class RecurrentKernel final : public DnnlKernel {
   }
 
   // Rows (d, b) of initial_h / initial_c into dst [batch, H], zeros when absent.
-  static void LoadState(const Tensor* t, int64_t d, int64_t batch, int64_t hidden,
-                        bool batch_major, float* dst) {
+  static void LoadState(const Tensor* t, int64_t d, int64_t batch, int64_t hidden, bool batch_major,
+                        float* dst) {
     if (t == nullptr) {
       std::fill(dst, dst + batch * hidden, 0.0f);
       return;
@@ -365,8 +367,9 @@ void RegisterRnnKernels(KernelRegistry& r) {
       {"LSTM", RnnCell::kLstm}, {"GRU", RnnCell::kGru}, {"RNN", RnnCell::kRnn}};
   for (const auto& [name, cell] : kOps) {
     const RnnCell c = cell;
-    r.Register(KernelRegistration{"", name, Device::kCPU, kBackend, kDnnlPriority,
-                                  [c](const KernelSpec& spec) { return CreateRecurrent(spec, c); }});
+    r.Register(
+        KernelRegistration{"", name, Device::kCPU, kBackend, kDnnlPriority,
+                           [c](const KernelSpec& spec) { return CreateRecurrent(spec, c); }});
   }
 }
 

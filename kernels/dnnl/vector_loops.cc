@@ -1,12 +1,12 @@
 #include "kernels/dnnl/vector_loops.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include <immintrin.h>
 
 #include "kernels/dnnl/fast_math.h"
 
@@ -81,7 +81,6 @@ DYNVM_CLONES void ScaleRow(int64_t n, float s, float* y) {
 // An unaligned, may-alias view of 16 floats.
 typedef float V16fU __attribute__((vector_size(64), aligned(4), may_alias));
 
-
 inline float Scaled(float acc, float alpha, float beta, const float* y) {
   return beta == 0.0f ? alpha * acc : alpha * acc + beta * *y;
 }
@@ -153,8 +152,9 @@ __attribute__((target("avx512f"))) inline float SumAvx512(__m512 v) {
   return _mm_cvtss_f32(s4);
 }
 
-__attribute__((target("avx512f"))) void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float* x,
-                                                       const float* w, int64_t ldw, float beta, float* y) {
+__attribute__((target("avx512f"))) void GemvRowsAvx512(int64_t n, int64_t k, float alpha,
+                                                       const float* x, const float* w, int64_t ldw,
+                                                       float beta, float* y) {
   constexpr int64_t kAhead = 8;
   const int64_t kv = k - k % kLanes;
   const __mmask16 tail = static_cast<__mmask16>((1u << (k - kv)) - 1);
@@ -192,8 +192,11 @@ __attribute__((target("avx512f"))) void GemvRowsAvx512(int64_t n, int64_t k, flo
   for (; j < n; ++j) {
     const float* r = w + j * ldw;
     __m512 a = _mm512_setzero_ps();
-    for (int64_t i = 0; i < kv; i += kLanes) a = _mm512_fmadd_ps(_mm512_loadu_ps(r + i), _mm512_loadu_ps(x + i), a);
-    if (kv < k) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kv), _mm512_maskz_loadu_ps(tail, x + kv), a);
+    for (int64_t i = 0; i < kv; i += kLanes)
+      a = _mm512_fmadd_ps(_mm512_loadu_ps(r + i), _mm512_loadu_ps(x + i), a);
+    if (kv < k)
+      a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kv), _mm512_maskz_loadu_ps(tail, x + kv),
+                          a);
     y[j] = Scaled(SumAvx512(a), alpha, beta, y + j);
   }
 }
@@ -209,11 +212,11 @@ bool HasAvx512() {
 DYNVM_CLONES void GemvCols(int64_t n, int64_t k, float alpha, const float* x, const float* b,
                            int64_t ldb, float beta, float* y) {
   int64_t j = 0;
-#define DYNVM_FINISH(acc, at)                                 \
-  do {                                                        \
-    V16f out = (acc) * alpha;                                 \
-    if (beta != 0.0f) out += DYNVM_LOADV(y + (at)) * beta;    \
-    DYNVM_STOREV(y + (at), out);                              \
+#define DYNVM_FINISH(acc, at)                              \
+  do {                                                     \
+    V16f out = (acc)*alpha;                                \
+    if (beta != 0.0f) out += DYNVM_LOADV(y + (at)) * beta; \
+    DYNVM_STOREV(y + (at), out);                           \
   } while (0)
   for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
     V16f a0 = V16f{}, a1 = V16f{}, a2 = V16f{}, a3 = V16f{};
@@ -300,22 +303,22 @@ DYNVM_CLONES void NormalizeRow(int64_t n, const float* x, float mean, float rstd
 }
 
 // bs >= 0: b's rows are bs apart; bs < 0: b is one scalar.
-#define DYNVM_BINARY_LOOP(NAME, OP)                                                  \
-  DYNVM_CLONES void NAME(int64_t rows, int64_t n, const float* a, const float* b,  \
-                         int64_t bs, float* y) {                                     \
-    if (bs < 0) {                                                                    \
-      const float s = b[0];                                                          \
-      DYNVM_IVDEP                                                                    \
-      for (int64_t j = 0; j < rows * n; ++j) y[j] = a[j] OP s;                       \
-      return;                                                                        \
-    }                                                                                \
-    for (int64_t r = 0; r < rows; ++r) {                                             \
-      const float* ar = a + r * n;                                                   \
-      const float* br = b + r * bs;                                                  \
-      float* yr = y + r * n;                                                         \
-      DYNVM_IVDEP                                                                    \
-      for (int64_t j = 0; j < n; ++j) yr[j] = ar[j] OP br[j];                        \
-    }                                                                                \
+#define DYNVM_BINARY_LOOP(NAME, OP)                                                           \
+  DYNVM_CLONES void NAME(int64_t rows, int64_t n, const float* a, const float* b, int64_t bs, \
+                         float* y) {                                                          \
+    if (bs < 0) {                                                                             \
+      const float s = b[0];                                                                   \
+      DYNVM_IVDEP                                                                             \
+      for (int64_t j = 0; j < rows * n; ++j) y[j] = a[j] OP s;                                \
+      return;                                                                                 \
+    }                                                                                         \
+    for (int64_t r = 0; r < rows; ++r) {                                                      \
+      const float* ar = a + r * n;                                                            \
+      const float* br = b + r * bs;                                                           \
+      float* yr = y + r * n;                                                                  \
+      DYNVM_IVDEP                                                                             \
+      for (int64_t j = 0; j < n; ++j) yr[j] = ar[j] OP br[j];                                 \
+    }                                                                                         \
   }
 DYNVM_BINARY_LOOP(AddRows, +)
 DYNVM_BINARY_LOOP(SubRows, -)
@@ -323,15 +326,15 @@ DYNVM_BINARY_LOOP(MulRows, *)
 DYNVM_BINARY_LOOP(DivRows, /)
 #undef DYNVM_BINARY_LOOP
 
-#define DYNVM_WHERE_LOOP(NAME, XV, YV)                                               \
+#define DYNVM_WHERE_LOOP(NAME, XV, YV)                                                \
   DYNVM_CLONES void NAME(int64_t n, const uint8_t* c, const float* x, const float* y, \
-                         float* out) {                                                 \
-    DYNVM_IVDEP                                                                        \
-    for (int64_t j = 0; j < n; ++j) {                                                  \
-      /* Both loaded unconditionally: a select the compiler can vectorize. */            \
-      const float xv = XV, yv = YV;                                                      \
-      out[j] = c[j] != 0 ? xv : yv;                                                      \
-    }                                                                                    \
+                         float* out) {                                                \
+    DYNVM_IVDEP                                                                       \
+    for (int64_t j = 0; j < n; ++j) {                                                 \
+      /* Both loaded unconditionally: a select the compiler can vectorize. */         \
+      const float xv = XV, yv = YV;                                                   \
+      out[j] = c[j] != 0 ? xv : yv;                                                   \
+    }                                                                                 \
   }
 DYNVM_WHERE_LOOP(WhereVV, x[j], y[j])
 DYNVM_WHERE_LOOP(WhereSV, x[0], y[j])
@@ -341,8 +344,8 @@ DYNVM_WHERE_LOOP(WhereSS, x[0], y[0])
 
 }  // namespace
 
-void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
-                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out) {
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step, const float* x,
+                 int64_t x_step, const float* y, int64_t y_step, float* out) {
   const bool xs = x_step < 0, ys = y_step < 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* c = cond + b * cond_step;
@@ -375,10 +378,14 @@ void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, 
 void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                 int64_t b_row_stride, float* y) {
   switch (op) {
-    case BinaryOp::kAdd: return AddRows(rows, n, a, b, b_row_stride, y);
-    case BinaryOp::kSub: return SubRows(rows, n, a, b, b_row_stride, y);
-    case BinaryOp::kMul: return MulRows(rows, n, a, b, b_row_stride, y);
-    case BinaryOp::kDiv: return DivRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kAdd:
+      return AddRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kSub:
+      return SubRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kMul:
+      return MulRows(rows, n, a, b, b_row_stride, y);
+    case BinaryOp::kDiv:
+      return DivRows(rows, n, a, b, b_row_stride, y);
   }
 }
 
@@ -419,8 +426,8 @@ DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
   }
 }
 
-void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b, int64_t ldb,
-          float beta, float* y) {
+void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b,
+          int64_t ldb, float beta, float* y) {
   if (trans == 'T') {
     if (HasAvx512()) {
       GemvRowsAvx512(n, k, alpha, x, b, ldb, beta, y);

@@ -34,17 +34,18 @@ void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const floa
 // y[i] = cond[i] ? x[i] : y[i] over blocks: for each of `blocks` blocks of `n` outputs,
 // cond[j] (bytes, 0 or 1) with cond advancing by cond_step per block (0: one block repeated);
 // x and y likewise, with step -1 meaning one scalar.
-void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
-                 const float* x, int64_t x_step, const float* y, int64_t y_step, float* out);
+void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step, const float* x,
+                 int64_t x_step, const float* y, int64_t y_step, float* out);
 
 // A row vector times a matrix, at batch 1 (a decode step's GEMV), on one thread:
 // y[j] = alpha * sum_i x[i] * B[i, j] + beta * y[j] for j < n, with B k x n given as
 // 'T': the transpose of a row-major [n, k] matrix (a Linear layer's or an RNN's weight;
 // B[i, j] = b[j * ldb + i]), or 'N': row-major (B[i, j] = b[i * ldb + j]). y is not read when
-// beta is 0 (overlapping x or b gives unspecified values, never an access out of them). Streams B once: at these sizes the product is bound
-// by reading the weights, and a GEMV that goes straight at them beats dnnl_sgemm's dispatch.
-void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b, int64_t ldb,
-          float beta, float* y);
+// beta is 0 (overlapping x or b gives unspecified values, never an access out of them). Streams B
+// once: at these sizes the product is bound by reading the weights, and a GEMV that goes straight
+// at them beats dnnl_sgemm's dispatch.
+void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b,
+          int64_t ldb, float beta, float* y);
 
 }  // namespace dynvm::onednn
 

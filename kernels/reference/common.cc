@@ -1,9 +1,9 @@
-#include "absl/strings/string_view.h"
 #include "kernels/reference/common.h"
 
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/string_view.h"
 
 namespace dynvm::reference {
 
@@ -11,9 +11,9 @@ absl::Status PrepareOutput(KernelContext& ctx, Tensor* out, DType dtype,
                            absl::Span<const int64_t> dims, absl::string_view op) {
   if (out->defined()) {
     if (out->dtype() != dtype || out->dims() != dims) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": output planned as ", out->DebugString(), " but the inputs give ",
-          DTypeName(dtype), DimsString(dims)));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": output planned as ", out->DebugString(),
+                                                     " but the inputs give ", DTypeName(dtype),
+                                                     DimsString(dims)));
     }
     if (!out->is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": output view is not contiguous"));
@@ -37,8 +37,8 @@ absl::StatusOr<Dims> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<con
     } else if (da == 1) {
       out[i] = db;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("shapes ", DimsString(a), " and ",
-                                                     DimsString(b), " do not broadcast"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", DimsString(a), " and ", DimsString(b), " do not broadcast"));
     }
   }
   return out;
@@ -74,8 +74,8 @@ absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view op) 
 
 absl::StatusOr<Dims> ReadInts(const Tensor& t, absl::string_view op, absl::string_view what) {
   if (t.rank() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be a 0-D or 1-D tensor, got ",
-                                                   t.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " must be a 0-D or 1-D tensor, got ", t.DebugString()));
   }
   if (t.device() != Device::kCPU) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be on the CPU"));

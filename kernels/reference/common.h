@@ -3,18 +3,18 @@
 #ifndef DYNVM_KERNELS_REFERENCE_COMMON_H_
 #define DYNVM_KERNELS_REFERENCE_COMMON_H_
 
-#include "absl/strings/string_view.h"
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/half.h"
 #include "kernels/kernel.h"
@@ -59,21 +59,35 @@ absl::StatusOr<Dims> ReadInts(const Tensor& t, absl::string_view op, absl::strin
 template <typename Fn>
 absl::Status DispatchNumeric(DType dtype, absl::string_view op, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: return fn(static_cast<float*>(nullptr));
-    case DType::kF64: return fn(static_cast<double*>(nullptr));
-    case DType::kF16: return fn(static_cast<Half*>(nullptr));
-    case DType::kBF16: return fn(static_cast<BFloat16*>(nullptr));
-    case DType::kI8: return fn(static_cast<int8_t*>(nullptr));
-    case DType::kI16: return fn(static_cast<int16_t*>(nullptr));
-    case DType::kI32: return fn(static_cast<int32_t*>(nullptr));
-    case DType::kI64: return fn(static_cast<int64_t*>(nullptr));
-    case DType::kU8: return fn(static_cast<uint8_t*>(nullptr));
-    case DType::kU16: return fn(static_cast<uint16_t*>(nullptr));
-    case DType::kU32: return fn(static_cast<uint32_t*>(nullptr));
-    case DType::kU64: return fn(static_cast<uint64_t*>(nullptr));
-    case DType::kBool: return fn(static_cast<bool*>(nullptr));
+    case DType::kF32:
+      return fn(static_cast<float*>(nullptr));
+    case DType::kF64:
+      return fn(static_cast<double*>(nullptr));
+    case DType::kF16:
+      return fn(static_cast<Half*>(nullptr));
+    case DType::kBF16:
+      return fn(static_cast<BFloat16*>(nullptr));
+    case DType::kI8:
+      return fn(static_cast<int8_t*>(nullptr));
+    case DType::kI16:
+      return fn(static_cast<int16_t*>(nullptr));
+    case DType::kI32:
+      return fn(static_cast<int32_t*>(nullptr));
+    case DType::kI64:
+      return fn(static_cast<int64_t*>(nullptr));
+    case DType::kU8:
+      return fn(static_cast<uint8_t*>(nullptr));
+    case DType::kU16:
+      return fn(static_cast<uint16_t*>(nullptr));
+    case DType::kU32:
+      return fn(static_cast<uint32_t*>(nullptr));
+    case DType::kU64:
+      return fn(static_cast<uint64_t*>(nullptr));
+    case DType::kBool:
+      return fn(static_cast<bool*>(nullptr));
     default:
-      return absl::UnimplementedError(absl::StrCat(op, ": dtype ", DTypeName(dtype), " not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(op, ": dtype ", DTypeName(dtype), " not supported"));
   }
 }
 

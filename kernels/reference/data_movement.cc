@@ -231,7 +231,8 @@ absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Te
   return absl::Span<int64_t>(v, n);
 }
 
-absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank, absl::string_view op) {
+absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
+                                       absl::string_view op) {
   AxisList out;
   for (int64_t a : axes) {
     absl::StatusOr<int> n = NormalizeAxis(a, rank, op);

@@ -111,7 +111,8 @@ inline absl::StatusOr<int64_t> CheckIndex(int64_t index, int64_t dim, absl::stri
 using AxisList = absl::InlinedVector<int, Tensor::kMaxRank>;
 
 // Normalizes `axes` (each in [-rank, rank)) and rejects duplicates.
-absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank, absl::string_view op);
+absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
+                                       absl::string_view op);
 
 // A numeric value held exactly: integers as int64 / uint64, floating point as double. Used to
 // convert attribute values (a float attribute, a tensor attribute of another dtype) into a

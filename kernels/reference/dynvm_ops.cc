@@ -16,18 +16,28 @@ namespace dynvm::reference {
 namespace {
 
 absl::StatusOr<double> ReadScalarDouble(const Tensor& t, absl::string_view what) {
-  if (t.numel() != 1) return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
+  if (t.numel() != 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
   switch (t.dtype()) {
-    case DType::kF32: return *t.data<float>();
-    case DType::kF64: return *t.data<double>();
-    case DType::kI64: return static_cast<double>(*t.data<int64_t>());
-    case DType::kI32: return static_cast<double>(*t.data<int32_t>());
-    default: return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " has dtype ", DTypeName(t.dtype())));
+    case DType::kF32:
+      return *t.data<float>();
+    case DType::kF64:
+      return *t.data<double>();
+    case DType::kI64:
+      return static_cast<double>(*t.data<int64_t>());
+    case DType::kI32:
+      return static_cast<double>(*t.data<int32_t>());
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: ", what, " has dtype ", DTypeName(t.dtype())));
   }
 }
 
 absl::StatusOr<int64_t> ReadScalarInt(const Tensor& t, absl::string_view what) {
-  if (t.numel() != 1) return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
+  if (t.numel() != 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
   if (t.dtype() == DType::kI64) return *t.data<int64_t>();
   if (t.dtype() == DType::kI32) return *t.data<int32_t>();
   return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must be i64 or i32"));
@@ -42,7 +52,8 @@ bool Greater(T a, T b) {
 }
 
 template <typename T>
-void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_t step, int64_t* out) {
+void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_t step,
+                int64_t* out) {
   const int64_t rows = logits.dim(0), vocab = logits.dim(1);
   const int64_t rs = logits.stride(0), cs = logits.stride(1);
   const T* base = logits.data<T>();
@@ -82,11 +93,13 @@ void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_
 absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor* const> in,
                        absl::Span<Tensor* const> out) {
   if (in.size() != 4 || out.size() != 1 || !in[0] || !in[1] || !in[2] || !in[3] || !out[0]) {
-    return absl::InvalidArgumentError("Sample takes (logits, temperature, seed, step) and has one output");
+    return absl::InvalidArgumentError(
+        "Sample takes (logits, temperature, seed, step) and has one output");
   }
   const Tensor& logits = *in[0];
   if (logits.rank() != 2 || logits.dim(1) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
   }
   absl::StatusOr<double> temperature = ReadScalarDouble(*in[1], "temperature");
   if (!temperature.ok()) return temperature.status();
@@ -98,9 +111,11 @@ absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor*
   if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"); !s.ok()) return s;
   int64_t* o = out[0]->data<int64_t>();
   if (logits.dtype() == DType::kF32) {
-    SampleRows<float>(logits, *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), o);
+    SampleRows<float>(logits, *temperature, static_cast<uint64_t>(*seed),
+                      static_cast<uint64_t>(*step), o);
   } else {
-    SampleRows<double>(logits, *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), o);
+    SampleRows<double>(logits, *temperature, static_cast<uint64_t>(*seed),
+                       static_cast<uint64_t>(*step), o);
   }
   return absl::OkStatus();
 }
@@ -114,7 +129,8 @@ void RegisterDynvmKernels(KernelRegistry& r) {
                   return absl::InvalidArgumentError("Sample takes 4 inputs and has 1 output");
                 }
                 const uint8_t d = spec.inputs[0].dtype;
-                if (d != static_cast<uint8_t>(DType::kF32) && d != static_cast<uint8_t>(DType::kF64)) {
+                if (d != static_cast<uint8_t>(DType::kF32) &&
+                    d != static_cast<uint8_t>(DType::kF64)) {
                   return absl::UnimplementedError("Sample: logits must be f32 or f64");
                 }
                 return std::make_unique<FunctionKernel>("sample.f32.ref", &RunSample, nullptr);

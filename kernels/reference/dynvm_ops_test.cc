@@ -16,10 +16,12 @@ TEST(PhiloxTest, KnownAnswers) {
   using reference::Philox4x32;
   EXPECT_EQ(Philox4x32({0, 0, 0, 0}, {0, 0}),
             (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
-  EXPECT_EQ(Philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
-            (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
-  EXPECT_EQ(Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
-            (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+  EXPECT_EQ(
+      Philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
+      (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(
+      Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+      (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
 std::vector<int64_t> Sample(const Tensor& logits, float t, int64_t seed, int64_t step) {
@@ -35,7 +37,7 @@ std::vector<int64_t> Sample(const Tensor& logits, float t, int64_t seed, int64_t
 }
 
 TEST(SampleTest, ZeroTemperatureIsArgmax) {
-  Tensor logits = F32({3, 4}, {0, 5, 1, 5,  -1, -2, -3, -0.5f,  2, 2, 2, 2});
+  Tensor logits = F32({3, 4}, {0, 5, 1, 5, -1, -2, -3, -0.5f, 2, 2, 2, 2});
   EXPECT_EQ(Sample(logits, 0, 1, 0), (std::vector<int64_t>{1, 3, 0}));
   Tensor nan = F32({1, 3}, {1, std::nanf(""), 2});
   EXPECT_EQ(Sample(nan, 0.8f, 1, 0), (std::vector<int64_t>{1}));
@@ -47,7 +49,8 @@ TEST(SampleTest, SameSeedAndStepSameToken) {
     EXPECT_EQ(Sample(logits, 1.0f, 42, step), Sample(logits, 1.0f, 42, step));
   }
   bool differs = false;
-  for (int step = 0; step < 20; ++step) differs |= Sample(logits, 1.0f, 42, step) != Sample(logits, 1.0f, 43, step);
+  for (int step = 0; step < 20; ++step)
+    differs |= Sample(logits, 1.0f, 42, step) != Sample(logits, 1.0f, 43, step);
   EXPECT_TRUE(differs);
 }
 
@@ -57,7 +60,8 @@ TEST(SampleTest, FrequenciesFollowTheSoftmax) {
   std::vector<int> count(4, 0);
   const int n = 20000;
   for (int step = 0; step < n; ++step) ++count[Sample(logits, 1.0f, 7, step)[0]];
-  for (int k = 0; k < 4; ++k) EXPECT_NEAR(count[k] / static_cast<double>(n), 0.1 * (k + 1), 0.015) << k;
+  for (int k = 0; k < 4; ++k)
+    EXPECT_NEAR(count[k] / static_cast<double>(n), 0.1 * (k + 1), 0.015) << k;
   // A low temperature sharpens towards the argmax.
   int top = 0;
   for (int step = 0; step < 2000; ++step) top += Sample(logits, 0.05f, 7, step)[0] == 3;
@@ -65,12 +69,30 @@ TEST(SampleTest, FrequenciesFollowTheSoftmax) {
 }
 
 TEST(SampleTest, BadInputsAreErrors) {
-  EXPECT_FALSE(KernelCall("Sample", "dynvm").In(F32({4}, {1, 2, 3, 4})).In(Tensor::Scalar(1)).In(Tensor::ScalarI64(1))
-                   .In(Tensor::ScalarI64(0)).Out(DType::kI64).Run().ok());
-  EXPECT_FALSE(KernelCall("Sample", "dynvm").In(F32({1, 0}, {})).In(Tensor::Scalar(1)).In(Tensor::ScalarI64(1))
-                   .In(Tensor::ScalarI64(0)).Out(DType::kI64).Run().ok());
-  EXPECT_FALSE(KernelCall("Sample", "dynvm").In(F32({1, 2}, {1, 2})).In(F32({2}, {1, 1})).In(Tensor::ScalarI64(1))
-                   .In(Tensor::ScalarI64(0)).Out(DType::kI64).Run().ok());
+  EXPECT_FALSE(KernelCall("Sample", "dynvm")
+                   .In(F32({4}, {1, 2, 3, 4}))
+                   .In(Tensor::Scalar(1))
+                   .In(Tensor::ScalarI64(1))
+                   .In(Tensor::ScalarI64(0))
+                   .Out(DType::kI64)
+                   .Run()
+                   .ok());
+  EXPECT_FALSE(KernelCall("Sample", "dynvm")
+                   .In(F32({1, 0}, {}))
+                   .In(Tensor::Scalar(1))
+                   .In(Tensor::ScalarI64(1))
+                   .In(Tensor::ScalarI64(0))
+                   .Out(DType::kI64)
+                   .Run()
+                   .ok());
+  EXPECT_FALSE(KernelCall("Sample", "dynvm")
+                   .In(F32({1, 2}, {1, 2}))
+                   .In(F32({2}, {1, 1}))
+                   .In(Tensor::ScalarI64(1))
+                   .In(Tensor::ScalarI64(0))
+                   .Out(DType::kI64)
+                   .Run()
+                   .ok());
 }
 
 }  // namespace

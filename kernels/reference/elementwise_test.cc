@@ -349,7 +349,8 @@ TEST(UnaryTest, Trigonometric) {
   // acos(0) = pi/2, atan(1) = pi/4, cosh(0) = 1, acosh(1) = 0, atanh(1/2) = ln(3)/2,
   // sinh(ln 2) = 3/4, asinh(3/4) = ln 2.
   const double pi = 3.14159265358979323846;
-  ExpectNear(RunUnary("Sin", F32({3}, {0, static_cast<float>(pi / 2), static_cast<float>(pi / 6)})), {0, 1, 0.5});
+  ExpectNear(RunUnary("Sin", F32({3}, {0, static_cast<float>(pi / 2), static_cast<float>(pi / 6)})),
+             {0, 1, 0.5});
   ExpectNear(RunUnary("Cos", F32({2}, {0, static_cast<float>(pi)})), {1, -1});
   ExpectNear(RunUnary("Tan", F32({2}, {0, static_cast<float>(pi / 4)})), {0, 1});
   ExpectNear(RunUnary("Asin", F32({2}, {1, -0.5f})), {pi / 2, -pi / 6});

@@ -19,8 +19,8 @@ uint8_t* ElementPtr(const Tensor& t, int64_t offset) {
 }
 
 // Reads index tensor `t` and maps each value into [0, dim).
-absl::StatusOr<absl::Span<int64_t>> ReadCheckedIndices(KernelContext& ctx, const Tensor& t, int64_t dim,
-                                                       absl::string_view op) {
+absl::StatusOr<absl::Span<int64_t>> ReadCheckedIndices(KernelContext& ctx, const Tensor& t,
+                                                       int64_t dim, absl::string_view op) {
   absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, t, op, "indices");
   if (!idx.ok()) return idx.status();
   for (int64_t& i : *idx) {
@@ -95,7 +95,8 @@ absl::Status RunGatherElements(const void* a, KernelContext& ctx, InSpan in, Out
                                                    " do not fit data ", x.DebugString(),
                                                    " on axis ", *ax));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "GatherElements");
+  absl::StatusOr<absl::Span<int64_t>> idx =
+      ReadCheckedIndices(ctx, ind, x.dim(*ax), "GatherElements");
   if (!idx.ok()) return idx.status();
   s = PrepareDataOutput(ctx, out[0], x.dtype(), ind.dims(), "GatherElements");
   if (!s.ok()) return s;
@@ -332,7 +333,8 @@ absl::Status RunScatterElements(const void* a, KernelContext& ctx, InSpan in, Ou
                                                    ", indices ", ind.DebugString(), " and updates ",
                                                    upd.DebugString(), " do not fit on axis ", *ax));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "ScatterElements");
+  absl::StatusOr<absl::Span<int64_t>> idx =
+      ReadCheckedIndices(ctx, ind, x.dim(*ax), "ScatterElements");
   if (!idx.ok()) return idx.status();
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterElements");
   if (!s.ok()) return s;

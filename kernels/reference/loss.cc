@@ -66,7 +66,8 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   const Tensor& target = *in[1];
   const Tensor* weight = in.size() > 2 ? in[2] : nullptr;
   if (x.rank() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(a.op, ": input must be [N, C, ...], got ", x.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.op, ": input must be [N, C, ...], got ", x.DebugString()));
   }
   const int64_t n = x.dim(0), c = x.dim(1);
   bool target_ok = target.rank() == x.rank() - 1 && target.dim(0) == n;
@@ -78,9 +79,10 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   if (target.dtype() != DType::kI64 && target.dtype() != DType::kI32) {
     return absl::InvalidArgumentError(absl::StrCat(a.op, ": target must be i32 or i64"));
   }
-  if (weight != nullptr && (weight->rank() != 1 || weight->dim(0) != c || weight->dtype() != x.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(a.op, ": weight must be [", c, "] of the input's type, got ",
-                                                   weight->DebugString()));
+  if (weight != nullptr &&
+      (weight->rank() != 1 || weight->dim(0) != c || weight->dtype() != x.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        a.op, ": weight must be [", c, "] of the input's type, got ", weight->DebugString()));
   }
   const int64_t d = c == 0 ? 0 : x.numel() / (n * c);  // elements per (n, class)
   std::vector<int64_t> labels(static_cast<size_t>(target.numel()));
@@ -103,8 +105,10 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   }
   return DispatchNumeric(x.dtype(), a.op, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
-    if constexpr (!(std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)) {
-      return absl::UnimplementedError(absl::StrCat(a.op, ": dtype ", DTypeName(x.dtype()), " not supported"));
+    if constexpr (!(std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+                    std::is_same_v<T, BFloat16>)) {
+      return absl::UnimplementedError(
+          absl::StrCat(a.op, ": dtype ", DTypeName(x.dtype()), " not supported"));
     } else {
       // The (log-)probabilities, [N, C, D] row-major.
       std::vector<double> v(static_cast<size_t>(n * c * d));
@@ -148,7 +152,8 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
           Put<T>(*out[0], 0, total);
           break;
         case Reduction::kMean: {
-          const double denom = weight != nullptr || a.ignore_index ? total_weight : static_cast<double>(n * d);
+          const double denom =
+              weight != nullptr || a.ignore_index ? total_weight : static_cast<double>(n * d);
           Put<T>(*out[0], 0, total / denom);
           break;
         }
@@ -164,12 +169,13 @@ void AddLoss(KernelRegistry& r, const char* op, bool softmax) {
       [op, softmax](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         if (spec.inputs.size() < 2 || spec.inputs.size() > 3 || spec.outputs.empty() ||
             spec.outputs.size() > (softmax ? 2u : 1u)) {
-          return absl::InvalidArgumentError(absl::StrCat(op, ": expected 2..3 inputs and ", softmax ? "1..2" : "1",
-                                                         " outputs"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(op, ": expected 2..3 inputs and ", softmax ? "1..2" : "1", " outputs"));
         }
         const uint8_t dt = spec.inputs[0].dtype;
         if (dt != kAnyDType && !IsFloat(static_cast<DType>(dt))) {
-          return absl::UnimplementedError(absl::StrCat(op, ": dtype ", DTypeName(static_cast<DType>(dt)), " not supported"));
+          return absl::UnimplementedError(
+              absl::StrCat(op, ": dtype ", DTypeName(static_cast<DType>(dt)), " not supported"));
         }
         LossAttrs a;
         a.op = op;
@@ -183,7 +189,8 @@ void AddLoss(KernelRegistry& r, const char* op, bool softmax) {
         } else if (*reduction == "mean") {
           a.reduction = Reduction::kMean;
         } else {
-          return absl::InvalidArgumentError(absl::StrCat(op, ": unknown reduction '", *reduction, "'"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(op, ": unknown reduction '", *reduction, "'"));
         }
         if (spec.Find("ignore_index") != nullptr) {
           absl::StatusOr<int64_t> ii = spec.GetInt("ignore_index", 0);

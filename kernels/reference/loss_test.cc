@@ -25,7 +25,8 @@ Tensor LogProbs() { return F32({2, 3}, {-1, -2, -3, -4, -5, -6}); }
 Tensor Targets() { return I64({2}, {2, 0}); }
 
 std::vector<double> Nll(const std::string& reduction, const Tensor& x, const Tensor& target,
-                        const Tensor* weight = nullptr, std::optional<int64_t> ignore = std::nullopt) {
+                        const Tensor* weight = nullptr,
+                        std::optional<int64_t> ignore = std::nullopt) {
   KernelCall call("NegativeLogLikelihoodLoss");
   call.In(x).In(target);
   if (weight != nullptr) call.In(*weight);
@@ -53,7 +54,8 @@ TEST(LossKernelTest, NegativeLogLikelihoodWeightsAndIgnoredTargets) {
   EXPECT_THAT(Nll("mean", LogProbs(), Targets(), nullptr, 0), Pointwise(DoubleNear(1e-6), {3}));
   EXPECT_THAT(Nll("mean", LogProbs(), Targets(), &w, 0), Pointwise(DoubleNear(1e-6), {3}));
   // An ignored target may lie outside [0, C).
-  EXPECT_THAT(Nll("sum", LogProbs(), I64({2}, {-100, 1}), nullptr, -100), Pointwise(DoubleNear(1e-6), {5}));
+  EXPECT_THAT(Nll("sum", LogProbs(), I64({2}, {-100, 1}), nullptr, -100),
+              Pointwise(DoubleNear(1e-6), {5}));
 }
 
 TEST(LossKernelTest, NegativeLogLikelihoodSpatialDims) {
@@ -80,7 +82,10 @@ TEST(LossKernelTest, BadTargetsAreRefused) {
 TEST(LossKernelTest, SoftmaxCrossEntropyAndLogProb) {
   // scores [[0, ln 3]]: softmax [1/4, 3/4]; target 1: loss -ln(3/4).
   KernelCall call("SoftmaxCrossEntropyLoss");
-  call.In(F32({1, 2}, {0, static_cast<float>(std::log(3.0))})).In(I64({1}, {1})).Out(DType::kF32).Out(DType::kF32);
+  call.In(F32({1, 2}, {0, static_cast<float>(std::log(3.0))}))
+      .In(I64({1}, {1}))
+      .Out(DType::kF32)
+      .Out(DType::kF32);
   absl::StatusOr<std::vector<Tensor>> r = call.Run();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(ToDoubles((*r)[0]), Pointwise(DoubleNear(1e-6), {-std::log(0.75)}));

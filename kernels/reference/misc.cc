@@ -121,7 +121,8 @@ absl::Status RunDet(const void*, KernelContext& ctx, Inputs in, Outputs out) {
   }
   const Tensor& x = *in[0];
   if (x.rank() < 2 || x.dim(x.rank() - 1) != x.dim(x.rank() - 2) || !IsFloat(x.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat("Det: input must be [..., M, M] floats, got ", x.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Det: input must be [..., M, M] floats, got ", x.DebugString()));
   }
   const int64_t m = x.dim(x.rank() - 1);
   std::vector<int64_t> dims(x.dims().begin(), x.dims().end() - 2);
@@ -169,7 +170,8 @@ std::pair<double, double> Limits(DType d) {
     case DType::kI8:
       return {-128, 127};
     case DType::kI32:
-      return {static_cast<double>(std::numeric_limits<int32_t>::min()), static_cast<double>(std::numeric_limits<int32_t>::max())};
+      return {static_cast<double>(std::numeric_limits<int32_t>::min()),
+              static_cast<double>(std::numeric_limits<int32_t>::max())};
     default:
       return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
   }
@@ -185,7 +187,8 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
   const Tensor& scale = *in[1];
   const Tensor* zp = in.size() > 2 ? in[2] : nullptr;
   if (scale.rank() > 1 || (zp != nullptr && zp->numel() != scale.numel())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": scale and zero point must be scalars or 1-D of one size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": scale and zero point must be scalars or 1-D of one size"));
   }
   int64_t axis = 0, inner = 1, channels = 1;
   if (scale.rank() == 1 && scale.numel() != 1) {
@@ -194,7 +197,8 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
     axis = *ax;
     channels = x.dim(static_cast<int>(axis));
     if (scale.numel() != channels) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": scale has ", scale.numel(), " values for axis of size ", channels));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": scale has ", scale.numel(), " values for axis of size ", channels));
     }
     for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
   }
@@ -220,15 +224,23 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
 }
 
 absl::Status RunDynamicQuant(const void*, KernelContext& ctx, Inputs in, Outputs out) {
-  if (in.empty() || in[0] == nullptr || out.size() != 3 || out[0] == nullptr || out[1] == nullptr || out[2] == nullptr) {
+  if (in.empty() || in[0] == nullptr || out.size() != 3 || out[0] == nullptr || out[1] == nullptr ||
+      out[2] == nullptr) {
     return absl::InvalidArgumentError("DynamicQuantizeLinear: expected 1 input and 3 outputs");
   }
   const Tensor& x = *in[0];
-  if (x.dtype() != DType::kF32) return absl::UnimplementedError("DynamicQuantizeLinear: f32 input only");
+  if (x.dtype() != DType::kF32)
+    return absl::UnimplementedError("DynamicQuantizeLinear: f32 input only");
   const std::vector<int64_t> scalar;
-  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kU8, x.dims(), "DynamicQuantizeLinear"); !s.ok()) return s;
-  if (absl::Status s = PrepareOutput(ctx, out[1], DType::kF32, scalar, "DynamicQuantizeLinear"); !s.ok()) return s;
-  if (absl::Status s = PrepareOutput(ctx, out[2], DType::kU8, scalar, "DynamicQuantizeLinear"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kU8, x.dims(), "DynamicQuantizeLinear");
+      !s.ok())
+    return s;
+  if (absl::Status s = PrepareOutput(ctx, out[1], DType::kF32, scalar, "DynamicQuantizeLinear");
+      !s.ok())
+    return s;
+  if (absl::Status s = PrepareOutput(ctx, out[2], DType::kU8, scalar, "DynamicQuantizeLinear");
+      !s.ok())
+    return s;
   double mn = 0, mx = 0;
   for (int64_t i = 0; i < x.numel(); ++i) {
     mn = std::min(mn, Get(x, i));
@@ -260,14 +272,16 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
   }
   const Tensor& boxes = *in[0];
   const Tensor& scores = *in[1];
-  if (boxes.rank() != 3 || boxes.dim(2) != 4 || scores.rank() != 3 || scores.dim(0) != boxes.dim(0) ||
-      scores.dim(2) != boxes.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat("NonMaxSuppression: boxes ", boxes.DebugString(), " and scores ",
-                                                   scores.DebugString(), " must be [B, N, 4] and [B, C, N]"));
+  if (boxes.rank() != 3 || boxes.dim(2) != 4 || scores.rank() != 3 ||
+      scores.dim(0) != boxes.dim(0) || scores.dim(2) != boxes.dim(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("NonMaxSuppression: boxes ", boxes.DebugString(),
+                                                   " and scores ", scores.DebugString(),
+                                                   " must be [B, N, 4] and [B, C, N]"));
   }
   int64_t max_out = 0;
   double iou_threshold = 0, score_threshold = -std::numeric_limits<double>::infinity();
-  if (in.size() > 2 && in[2] != nullptr && in[2]->numel() > 0) max_out = static_cast<int64_t>(Get(*in[2], 0));
+  if (in.size() > 2 && in[2] != nullptr && in[2]->numel() > 0)
+    max_out = static_cast<int64_t>(Get(*in[2], 0));
   if (in.size() > 3 && in[3] != nullptr && in[3]->numel() > 0) iou_threshold = Get(*in[3], 0);
   if (in.size() > 4 && in[4] != nullptr && in[4]->numel() > 0) score_threshold = Get(*in[4], 0);
   const int64_t nb = boxes.dim(0), n = boxes.dim(1), nc = scores.dim(1);
@@ -279,7 +293,8 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
       const double xc = v[0], yc = v[1], w = v[2], h = v[3];
       return std::array<double, 4>{yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2};
     }
-    return std::array<double, 4>{std::min(v[0], v[2]), std::min(v[1], v[3]), std::max(v[0], v[2]), std::max(v[1], v[3])};
+    return std::array<double, 4>{std::min(v[0], v[2]), std::min(v[1], v[3]), std::max(v[0], v[2]),
+                                 std::max(v[1], v[3])};
   };
   std::vector<int64_t> selected;  // triples
   for (int64_t b = 0; b < nb; ++b) {
@@ -291,7 +306,8 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
         const double sc = Get(scores, (b * nc + c) * n + i);
         if (sc > score_threshold) cand.emplace_back(sc, i);
       }
-      std::stable_sort(cand.begin(), cand.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+      std::stable_sort(cand.begin(), cand.end(),
+                       [](const auto& x, const auto& y) { return x.first > y.first; });
       std::vector<int64_t> kept;
       for (const auto& [sc, i] : cand) {
         if (static_cast<int64_t>(kept.size()) >= max_out) break;
@@ -299,7 +315,8 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
         for (int64_t j : kept) {
           const auto& p = box[i];
           const auto& q = box[j];
-          const double area_p = (p[2] - p[0]) * (p[3] - p[1]), area_q = (q[2] - q[0]) * (q[3] - q[1]);
+          const double area_p = (p[2] - p[0]) * (p[3] - p[1]),
+                       area_q = (q[2] - q[0]) * (q[3] - q[1]);
           const double ih = std::max(0.0, std::min(p[2], q[2]) - std::max(p[0], q[0]));
           const double iw = std::max(0.0, std::min(p[3], q[3]) - std::max(p[1], q[1]));
           const double inter = ih * iw;
@@ -317,7 +334,8 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
     }
   }
   const std::vector<int64_t> dims = {static_cast<int64_t>(selected.size() / 3), 3};
-  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "NonMaxSuppression"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "NonMaxSuppression"); !s.ok())
+    return s;
   std::copy(selected.begin(), selected.end(), out[0]->data<int64_t>());
   return absl::OkStatus();
 }
@@ -331,10 +349,12 @@ struct UniqueAttrs {
 
 absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const UniqueAttrs*>(attrs);
-  if (in.empty() || in[0] == nullptr || out.empty()) return absl::InvalidArgumentError("Unique: missing input or output");
+  if (in.empty() || in[0] == nullptr || out.empty())
+    return absl::InvalidArgumentError("Unique: missing input or output");
   const Tensor& x = *in[0];
   if (x.dtype() == DType::kString || x.dtype() == DType::kBool) {
-    return absl::UnimplementedError(absl::StrCat("Unique: dtype ", DTypeName(x.dtype()), " not supported"));
+    return absl::UnimplementedError(
+        absl::StrCat("Unique: dtype ", DTypeName(x.dtype()), " not supported"));
   }
   // Slices along the axis (single elements without one), as doubles, row-major within a slice.
   int64_t axis = -1, count = x.numel(), inner = 1, outer = 1;
@@ -347,7 +367,8 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
   }
   const int64_t width = a.axis ? outer * inner : 1;
-  std::vector<std::vector<double>> slices(static_cast<size_t>(count), std::vector<double>(static_cast<size_t>(width)));
+  std::vector<std::vector<double>> slices(static_cast<size_t>(count),
+                                          std::vector<double>(static_cast<size_t>(width)));
   for (int64_t i = 0; i < x.numel(); ++i) {
     if (!a.axis) {
       slices[i][0] = Get(x, i);
@@ -368,7 +389,8 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   std::vector<int64_t> order(first.size());  // position -> first-occurrence unique id
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   if (a.sorted) {
-    std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return slices[first[p]] < slices[first[q]]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t p, int64_t q) { return slices[first[p]] < slices[first[q]]; });
   }
   std::vector<int64_t> position(order.size());
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int64_t>(i);
@@ -399,8 +421,10 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   };
   std::vector<int64_t> counts(static_cast<size_t>(nu), 0);
   for (int64_t k = 0; k < count; ++k) ++counts[position[unique_of[k]]];
-  if (absl::Status s = write(1, u_dims, [&](int64_t p) { return first[order[p]]; }); !s.ok()) return s;
-  if (absl::Status s = write(2, x_dims, [&](int64_t k) { return position[unique_of[k]]; }); !s.ok()) return s;
+  if (absl::Status s = write(1, u_dims, [&](int64_t p) { return first[order[p]]; }); !s.ok())
+    return s;
+  if (absl::Status s = write(2, x_dims, [&](int64_t k) { return position[unique_of[k]]; }); !s.ok())
+    return s;
   return write(3, u_dims, [&](int64_t p) { return counts[p]; });
 }
 
@@ -416,7 +440,8 @@ struct EinsumAttrs {
 // output is the letters that appear once, in alphabetical order (after the ellipsis dims).
 absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const EinsumAttrs*>(attrs);
-  if (in.empty() || out.empty() || out[0] == nullptr) return absl::InvalidArgumentError("Einsum: missing input or output");
+  if (in.empty() || out.empty() || out[0] == nullptr)
+    return absl::InvalidArgumentError("Einsum: missing input or output");
   std::string eq;
   for (char ch : a.equation) {
     if (ch != ' ') eq.push_back(ch);
@@ -426,12 +451,14 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   std::vector<std::string> terms;
   for (size_t start = 0;;) {
     const size_t comma = lhs.find(',', start);
-    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    terms.push_back(
+        lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   if (terms.size() != in.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Einsum: '", a.equation, "' has ", terms.size(), " terms for ", in.size(), " inputs"));
+    return absl::InvalidArgumentError(absl::StrCat("Einsum: '", a.equation, "' has ", terms.size(),
+                                                   " terms for ", in.size(), " inputs"));
   }
   // Ellipsis dims become the letters '0'.. (below the alphabet, so they sort first).
   int ell = -1;
@@ -443,7 +470,8 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     const int letters = static_cast<int>(term.size()) - (dots == std::string::npos ? 0 : 3);
     const int extra = in[t]->rank() - letters;
     if (extra < 0 || (dots == std::string::npos && extra != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("Einsum: term '", term, "' does not match ", in[t]->DebugString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Einsum: term '", term, "' does not match ", in[t]->DebugString()));
     }
     if (dots != std::string::npos) {
       ell = std::max(ell, extra);
@@ -459,7 +487,8 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   for (size_t t = 0; t < terms.size(); ++t) {
     for (size_t i = 0; i < expanded[t].size(); ++i) {
       const char ch = expanded[t][i];
-      if (!std::isalpha(static_cast<unsigned char>(ch)) && !std::isdigit(static_cast<unsigned char>(ch))) {
+      if (!std::isalpha(static_cast<unsigned char>(ch)) &&
+          !std::isdigit(static_cast<unsigned char>(ch))) {
         return absl::InvalidArgumentError(absl::StrCat("Einsum: bad equation '", a.equation, "'"));
       }
       const int64_t d = in[t]->dim(static_cast<int>(i));
@@ -468,7 +497,8 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
         if (it->second == 1 && std::isdigit(static_cast<unsigned char>(ch))) {
           it->second = d;
         } else if (!(d == 1 && std::isdigit(static_cast<unsigned char>(ch)))) {
-          return absl::InvalidArgumentError(absl::StrCat("Einsum: '", std::string(1, ch), "' has sizes ", it->second, " and ", d));
+          return absl::InvalidArgumentError(absl::StrCat("Einsum: '", std::string(1, ch),
+                                                         "' has sizes ", it->second, " and ", d));
         }
       }
     }
@@ -494,7 +524,9 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     }
   }
   for (char ch : output) {
-    if (!size.contains(ch)) return absl::InvalidArgumentError(absl::StrCat("Einsum: output letter '", std::string(1, ch), "' is not an input's"));
+    if (!size.contains(ch))
+      return absl::InvalidArgumentError(
+          absl::StrCat("Einsum: output letter '", std::string(1, ch), "' is not an input's"));
   }
   std::string letters = output;
   for (const auto& [ch, d] : size) {
@@ -512,7 +544,8 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   for (size_t t = 0; t < in.size(); ++t) {
     for (size_t i = 0; i < expanded[t].size(); ++i) {
       const size_t pos = letters.find(expanded[t][i]);
-      if (in[t]->dim(static_cast<int>(i)) != 1 || size[expanded[t][i]] == 1) strides[t][pos] += in[t]->stride(static_cast<int>(i));
+      if (in[t]->dim(static_cast<int>(i)) != 1 || size[expanded[t][i]] == 1)
+        strides[t][pos] += in[t]->stride(static_cast<int>(i));
     }
   }
   std::vector<int64_t> idx(letters.size());
@@ -525,7 +558,8 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
         r /= size[letters[i]];
       }
       r = sidx;
-      for (int i = static_cast<int>(letters.size()) - 1; i >= static_cast<int>(output.size()); --i) {
+      for (int i = static_cast<int>(letters.size()) - 1; i >= static_cast<int>(output.size());
+           --i) {
         idx[i] = r % size[letters[i]];
         r /= size[letters[i]];
       }
@@ -554,12 +588,15 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
-  r.Register(KernelRegistration{"", op, Device::kCPU, "reference", kReferencePriority, std::move(f)});
+  r.Register(
+      KernelRegistration{"", op, Device::kCPU, "reference", kReferencePriority, std::move(f)});
 }
 
 template <typename A>
-absl::StatusOr<std::unique_ptr<Kernel>> Make(const KernelSpec& spec, FunctionKernel::RunFn run, A attrs) {
-  return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), run, std::make_shared<const A>(std::move(attrs)));
+absl::StatusOr<std::unique_ptr<Kernel>> Make(const KernelSpec& spec, FunctionKernel::RunFn run,
+                                             A attrs) {
+  return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), run,
+                                          std::make_shared<const A>(std::move(attrs)));
 }
 
 void AddWindow(KernelRegistry& r, const char* op, Window kind) {
@@ -574,7 +611,8 @@ void AddWindow(KernelRegistry& r, const char* op, Window kind) {
     a.periodic = *periodic != 0;
     if (spec.outputs[0].dtype != kAnyDType) a.dtype = static_cast<DType>(spec.outputs[0].dtype);
     if (a.dtype == DType::kBool || a.dtype == DType::kString) {
-      return absl::UnimplementedError(absl::StrCat(op, ": output type ", DTypeName(a.dtype), " not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(op, ": output type ", DTypeName(a.dtype), " not supported"));
     }
     return Make(spec, &RunWindow, a);
   });
@@ -587,7 +625,8 @@ void RegisterMiscKernels(KernelRegistry& r) {
   AddWindow(r, "HammingWindow", Window::kHamming);
   AddWindow(r, "BlackmanWindow", Window::kBlackman);
   Add(r, "Det", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.size() != 1 || spec.outputs.size() != 1) return absl::InvalidArgumentError("Det: 1 input, 1 output");
+    if (spec.inputs.size() != 1 || spec.outputs.size() != 1)
+      return absl::InvalidArgumentError("Det: 1 input, 1 output");
     if (spec.inputs[0].dtype != kAnyDType && !IsFloat(static_cast<DType>(spec.inputs[0].dtype))) {
       return absl::UnimplementedError("Det: floating-point input only");
     }
@@ -607,17 +646,19 @@ void RegisterMiscKernels(KernelRegistry& r) {
       return Make(spec, &RunQuant, a);
     });
   }
-  Add(r, "NonMaxSuppression", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.size() < 2 || spec.inputs.size() > 5 || spec.outputs.size() != 1) {
-      return absl::InvalidArgumentError("NonMaxSuppression: expected 2..5 inputs and 1 output");
-    }
-    absl::StatusOr<int64_t> center = spec.GetInt("center_point_box", 0);
-    if (!center.ok()) return center.status();
-    if (*center != 0 && *center != 1) return absl::InvalidArgumentError("NonMaxSuppression: center_point_box must be 0 or 1");
-    NmsAttrs a;
-    a.center = *center == 1;
-    return Make(spec, &RunNms, a);
-  });
+  Add(r, "NonMaxSuppression",
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.size() < 2 || spec.inputs.size() > 5 || spec.outputs.size() != 1) {
+          return absl::InvalidArgumentError("NonMaxSuppression: expected 2..5 inputs and 1 output");
+        }
+        absl::StatusOr<int64_t> center = spec.GetInt("center_point_box", 0);
+        if (!center.ok()) return center.status();
+        if (*center != 0 && *center != 1)
+          return absl::InvalidArgumentError("NonMaxSuppression: center_point_box must be 0 or 1");
+        NmsAttrs a;
+        a.center = *center == 1;
+        return Make(spec, &RunNms, a);
+      });
   Add(r, "Unique", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 1 || spec.outputs.empty() || spec.outputs.size() > 4) {
       return absl::InvalidArgumentError("Unique: expected 1 input and 1..4 outputs");
@@ -634,9 +675,11 @@ void RegisterMiscKernels(KernelRegistry& r) {
     return Make(spec, &RunUnique, a);
   });
   Add(r, "Einsum", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.empty() || spec.outputs.size() != 1) return absl::InvalidArgumentError("Einsum: 1+ inputs, 1 output");
+    if (spec.inputs.empty() || spec.outputs.size() != 1)
+      return absl::InvalidArgumentError("Einsum: 1+ inputs, 1 output");
     for (const PortSpec& p : spec.inputs) {
-      if (p.dtype != kAnyDType && (static_cast<DType>(p.dtype) == DType::kBool || static_cast<DType>(p.dtype) == DType::kString)) {
+      if (p.dtype != kAnyDType && (static_cast<DType>(p.dtype) == DType::kBool ||
+                                   static_cast<DType>(p.dtype) == DType::kString)) {
         return absl::UnimplementedError("Einsum: numeric inputs only");
       }
     }
@@ -647,12 +690,14 @@ void RegisterMiscKernels(KernelRegistry& r) {
     a.equation = *eq;
     return Make(spec, &RunEinsum, a);
   });
-  Add(r, "DynamicQuantizeLinear", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    if (spec.inputs.size() != 1 || spec.outputs.size() != 3) {
-      return absl::InvalidArgumentError("DynamicQuantizeLinear: expected 1 input and 3 outputs");
-    }
-    return Make(spec, &RunDynamicQuant, QuantAttrs{});
-  });
+  Add(r, "DynamicQuantizeLinear",
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.size() != 1 || spec.outputs.size() != 3) {
+          return absl::InvalidArgumentError(
+              "DynamicQuantizeLinear: expected 1 input and 3 outputs");
+        }
+        return Make(spec, &RunDynamicQuant, QuantAttrs{});
+      });
 }
 
 }  // namespace dynvm::reference

@@ -34,7 +34,8 @@ TEST(MiscKernelTest, Windows) {
   // Symmetric Hamming of 3 (period 2): 25/46 - 21/46 cos(pi n) = 4/46, 1, 4/46.
   KernelCall hamming("HammingWindow");
   hamming.In(I64({}, {3})).Attr("periodic", int64_t{0}).Out(DType::kF32);
-  EXPECT_THAT(ToDoubles(RunCall(hamming)[0]), Pointwise(DoubleNear(1e-6), {4.0 / 46, 1.0, 4.0 / 46}));
+  EXPECT_THAT(ToDoubles(RunCall(hamming)[0]),
+              Pointwise(DoubleNear(1e-6), {4.0 / 46, 1.0, 4.0 / 46}));
   // Symmetric Blackman of 3: 0.42 - 0.5 + 0.08 = 0 at the ends, 0.42 + 0.5 + 0.08 = 1 inside.
   KernelCall blackman("BlackmanWindow");
   blackman.In(I64({}, {3})).Attr("periodic", int64_t{0}).Out(DType::kF32);
@@ -55,15 +56,22 @@ TEST(MiscKernelTest, Quantization) {
   // x / 2 + 128, rounded half to even and saturated: 0 -> 128, 3 -> 129.5 -> 130,
   // 5 -> 130.5 -> 130, -1000 -> 0, 1000 -> 255.
   KernelCall q("QuantizeLinear");
-  q.In(F32({5}, {0, 3, 5, -1000, 1000})).In(F32({}, {2})).In(Make<uint8_t>(DType::kU8, {}, {128})).Out(DType::kU8);
+  q.In(F32({5}, {0, 3, 5, -1000, 1000}))
+      .In(F32({}, {2}))
+      .In(Make<uint8_t>(DType::kU8, {}, {128}))
+      .Out(DType::kU8);
   EXPECT_EQ(ToInts(RunCall(q)[0]), (std::vector<int64_t>{128, 130, 130, 0, 255}));
   // Per channel along axis 1: scales 1 and 10, zero points 0 and -1 (i8).
   KernelCall qa("QuantizeLinear");
-  qa.In(F32({1, 2, 2}, {1, 2, 10, 20})).In(F32({2}, {1, 10})).In(Make<int8_t>(DType::kI8, {2}, {0, -1}));
+  qa.In(F32({1, 2, 2}, {1, 2, 10, 20}))
+      .In(F32({2}, {1, 10}))
+      .In(Make<int8_t>(DType::kI8, {2}, {0, -1}));
   qa.Out(DType::kI8);
   EXPECT_EQ(ToInts(RunCall(qa)[0]), (std::vector<int64_t>{1, 2, 0, 1}));
   KernelCall dq("DequantizeLinear");
-  dq.In(Make<uint8_t>(DType::kU8, {3}, {0, 128, 255})).In(F32({}, {0.5f})).In(Make<uint8_t>(DType::kU8, {}, {128}));
+  dq.In(Make<uint8_t>(DType::kU8, {3}, {0, 128, 255}))
+      .In(F32({}, {0.5f}))
+      .In(Make<uint8_t>(DType::kU8, {}, {128}));
   dq.Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(dq)[0]), Pointwise(DoubleNear(1e-6), {-64.0, 0.0, 63.5}));
   // Dynamic: range [-1, 2] -> scale 3/255, zero point round(1 / (3/255)) = 85.
@@ -87,7 +95,12 @@ TEST(MiscKernelTest, NonMaxSuppression) {
   limited.In(boxes).In(scores).In(I64({}, {1})).In(F32({}, {0.5f})).Out(DType::kI64);
   EXPECT_EQ(ToInts(RunCall(limited)[0]), (std::vector<int64_t>{0, 0, 1}));
   KernelCall thresholded("NonMaxSuppression");
-  thresholded.In(boxes).In(scores).In(I64({}, {3})).In(F32({}, {0.9f})).In(F32({}, {0.6f})).Out(DType::kI64);
+  thresholded.In(boxes)
+      .In(scores)
+      .In(I64({}, {3}))
+      .In(F32({}, {0.9f}))
+      .In(F32({}, {0.6f}))
+      .Out(DType::kI64);
   // An IoU threshold above 0.82 keeps box 0; the score threshold drops box 2.
   EXPECT_EQ(ToInts(RunCall(thresholded)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 0}));
 }
@@ -96,7 +109,11 @@ TEST(MiscKernelTest, Unique) {
   // [2, 1, 2, 3, 1]: sorted [1, 2, 3]; first indices [1, 0, 3]; inverse [1, 0, 1, 2, 0];
   // counts [2, 2, 1]. Unsorted: [2, 1, 3].
   KernelCall sorted("Unique");
-  sorted.In(F32({5}, {2, 1, 2, 3, 1})).Out(DType::kF32).Out(DType::kI64).Out(DType::kI64).Out(DType::kI64);
+  sorted.In(F32({5}, {2, 1, 2, 3, 1}))
+      .Out(DType::kF32)
+      .Out(DType::kI64)
+      .Out(DType::kI64)
+      .Out(DType::kI64);
   const std::vector<Tensor> s = RunCall(sorted);
   ASSERT_EQ(s.size(), 4u);
   EXPECT_EQ(ToDoubles(s[0]), (std::vector<double>{1, 2, 3}));
@@ -123,8 +140,8 @@ TEST(MiscKernelTest, Einsum) {
   };
   const Tensor m = F32({2, 2}, {1, 2, 3, 4});
   EXPECT_EQ(einsum("ij,jk->ik", {m, m}), (std::vector<double>{7, 10, 15, 22}));  // matmul
-  EXPECT_EQ(einsum("ij->ji", {m}), (std::vector<double>{1, 3, 2, 4}));            // transpose
-  EXPECT_EQ(einsum("ii", {m}), (std::vector<double>{5}));                         // trace (implicit)
+  EXPECT_EQ(einsum("ij->ji", {m}), (std::vector<double>{1, 3, 2, 4}));           // transpose
+  EXPECT_EQ(einsum("ii", {m}), (std::vector<double>{5}));                        // trace (implicit)
   EXPECT_EQ(einsum("...ii->...i", {m}), (std::vector<double>{1, 4}));            // diagonal
   EXPECT_EQ(einsum("i,i", {F32({3}, {1, 2, 3}), F32({3}, {4, 5, 6})}), (std::vector<double>{32}));
   KernelCall bad("Einsum");

@@ -66,7 +66,8 @@ absl::Status FloatDispatch(DType dtype, absl::string_view op, Fn&& fn) {
   return DispatchNumeric(dtype, op, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     if constexpr (!kIsFloatType<T>) {
-      return absl::UnimplementedError(absl::StrCat(op, ": dtype ", DTypeName(dtype), " not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(op, ": dtype ", DTypeName(dtype), " not supported"));
     } else {
       return fn(tag);
     }
@@ -75,9 +76,11 @@ absl::Status FloatDispatch(DType dtype, absl::string_view op, Fn&& fn) {
 
 absl::Status Need(Inputs in, size_t n, Outputs out, absl::string_view op) {
   for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
+    if (i >= in.size() || in[i] == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
   }
-  if (out.empty() || out[0] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
+  if (out.empty() || out[0] == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
   return absl::OkStatus();
 }
 
@@ -118,20 +121,23 @@ void StoreAny(Tensor& t, int64_t linear, double v) {
 
 // Conv and ConvInteger: x and w read as double less their zero points (w's per output channel
 // or one for all), the output written as `out_dtype`.
-absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, const Tensor& w, const Tensor* b,
-                      Tensor* y, DType out_dtype, double x_zp, const Tensor* w_zp) {
+absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, const Tensor& w,
+                      const Tensor* b, Tensor* y, DType out_dtype, double x_zp,
+                      const Tensor* w_zp) {
   const int k = x.rank() - 2;
   if (k < 1 || w.rank() != x.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ", w.DebugString(),
+    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ",
+                                                   w.DebugString(),
                                                    " must be [N, C, D...] and [M, C/group, K...]"));
   }
   const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), g = a.group;
   if (g < 1 || c % g != 0 || m % g != 0 || w.dim(1) != c / g) {
-    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ", w.DebugString(),
-                                                   " do not match group ", g));
+    return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ",
+                                                   w.DebugString(), " do not match group ", g));
   }
   if (b != nullptr && (b->rank() != 1 || b->dim(0) != m)) {
-    return absl::InvalidArgumentError(absl::StrCat("Conv: B must be [", m, "], got ", b->DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Conv: B must be [", m, "], got ", b->DebugString()));
   }
   if (!a.kernel.empty() && static_cast<int>(a.kernel.size()) != k) {
     return absl::InvalidArgumentError("Conv: kernel_shape does not match W");
@@ -140,10 +146,12 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
   for (int i = 0; i < k; ++i) {
     in_d[i] = x.dim(i + 2);
     kd[i] = w.dim(i + 2);
-    if (!a.kernel.empty() && a.kernel[i] != kd[i]) return absl::InvalidArgumentError("Conv: kernel_shape does not match W");
+    if (!a.kernel.empty() && a.kernel[i] != kd[i])
+      return absl::InvalidArgumentError("Conv: kernel_shape does not match W");
     if (!a.strides.empty()) st[i] = a.strides.at(i);
     if (!a.dilations.empty()) dl[i] = a.dilations.at(i);
-    if (st[i] < 1 || dl[i] < 1) return absl::InvalidArgumentError("Conv: strides and dilations must be positive");
+    if (st[i] < 1 || dl[i] < 1)
+      return absl::InvalidArgumentError("Conv: strides and dilations must be positive");
     const int64_t span = (kd[i] - 1) * dl[i] + 1;
     if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
       od[i] = (in_d[i] + st[i] - 1) / st[i];
@@ -157,7 +165,8 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
         if (pb[i] < 0 || pe[i] < 0) return absl::InvalidArgumentError("Conv: negative pads");
       }
       const int64_t room = in_d[i] + pb[i] + pe[i] - span;
-      if (room < 0) return absl::InvalidArgumentError("Conv: the kernel is larger than the padded input");
+      if (room < 0)
+        return absl::InvalidArgumentError("Conv: the kernel is larger than the padded input");
       od[i] = room / st[i] + 1;
     }
   }
@@ -165,7 +174,8 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
   out_dims.insert(out_dims.end(), od.begin(), od.end());
   if (absl::Status s = PrepareOutput(ctx, y, out_dtype, out_dims, "Conv"); !s.ok()) return s;
   if (w_zp != nullptr && w_zp->numel() != 1 && w_zp->numel() != m) {
-    return absl::InvalidArgumentError("ConvInteger: w_zero_point must be a scalar or one per output channel");
+    return absl::InvalidArgumentError(
+        "ConvInteger: w_zero_point must be a scalar or one per output channel");
   }
   int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
   for (int i = 0; i < k; ++i) {
@@ -223,10 +233,11 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
 absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   if (absl::Status s = Need(in, 2, out, "Conv"); !s.ok()) return s;
   if (!IsFloat(in[0]->dtype()) || in[1]->dtype() != in[0]->dtype()) {
-    return absl::UnimplementedError(absl::StrCat("Conv: dtype ", DTypeName(in[0]->dtype()), " not supported"));
+    return absl::UnimplementedError(
+        absl::StrCat("Conv: dtype ", DTypeName(in[0]->dtype()), " not supported"));
   }
-  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], in.size() > 2 ? in[2] : nullptr, out[0],
-                  in[0]->dtype(), 0, nullptr);
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1],
+                  in.size() > 2 ? in[2] : nullptr, out[0], in[0]->dtype(), 0, nullptr);
 }
 
 // ConvInteger: (x - x_zero_point) * (w - w_zero_point) summed exactly (in double: integer
@@ -240,9 +251,10 @@ absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Ou
   }
   const Tensor* x_zp = in.size() > 2 ? in[2] : nullptr;
   const Tensor* w_zp = in.size() > 3 ? in[3] : nullptr;
-  if (x_zp != nullptr && x_zp->numel() != 1) return absl::InvalidArgumentError("ConvInteger: x_zero_point must be a scalar");
-  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], nullptr, out[0], DType::kI32,
-                  x_zp != nullptr ? LoadAny(*x_zp, 0) : 0.0, w_zp);
+  if (x_zp != nullptr && x_zp->numel() != 1)
+    return absl::InvalidArgumentError("ConvInteger: x_zero_point must be a scalar");
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], nullptr, out[0],
+                  DType::kI32, x_zp != nullptr ? LoadAny(*x_zp, 0) : 0.0, w_zp);
 }
 
 // ---- ConvTranspose ----
@@ -260,27 +272,34 @@ absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, 
   const int k = x.rank() - 2;
   const int64_t g = a.group;
   if (k < 1 || w.rank() != x.rank() || g < 1 || x.dim(1) != w.dim(0) || x.dim(1) % g != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: X ", x.DebugString(), " and W ", w.DebugString(),
+    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: X ", x.DebugString(), " and W ",
+                                                   w.DebugString(),
                                                    " must be [N, C, D...] and [C, M/group, K...]"));
   }
   const int64_t n = x.dim(0), c = x.dim(1), mg = w.dim(1), m = mg * g, cg = c / g;
   if (b != nullptr && (b->rank() != 1 || b->dim(0) != m)) {
-    return absl::InvalidArgumentError(absl::StrCat("ConvTranspose: B must be [", m, "], got ", b->DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConvTranspose: B must be [", m, "], got ", b->DebugString()));
   }
-  auto at = [&](const std::vector<int64_t>& v, int i, int64_t def) { return v.empty() ? def : v.at(i); };
+  auto at = [&](const std::vector<int64_t>& v, int i, int64_t def) {
+    return v.empty() ? def : v.at(i);
+  };
   std::vector<int64_t> in_d(k), kd(k), st(k), dl(k), pb(k), pe(k), od(k);
   for (int i = 0; i < k; ++i) {
     in_d[i] = x.dim(i + 2);
     kd[i] = w.dim(i + 2);
-    if (!a.kernel.empty() && a.kernel.at(i) != kd[i]) return absl::InvalidArgumentError("ConvTranspose: kernel_shape does not match W");
+    if (!a.kernel.empty() && a.kernel.at(i) != kd[i])
+      return absl::InvalidArgumentError("ConvTranspose: kernel_shape does not match W");
     st[i] = at(a.strides, i, 1);
     dl[i] = at(a.dilations, i, 1);
-    if (st[i] < 1 || dl[i] < 1) return absl::InvalidArgumentError("ConvTranspose: strides and dilations must be positive");
+    if (st[i] < 1 || dl[i] < 1)
+      return absl::InvalidArgumentError("ConvTranspose: strides and dilations must be positive");
     const int64_t span = (kd[i] - 1) * dl[i] + 1;
     const int64_t opad = at(a.output_padding, i, 0);
     const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
     if (!a.output_shape.empty() || same) {
-      od[i] = !a.output_shape.empty() ? a.output_shape.at(a.output_shape.size() - k + i) : in_d[i] * st[i];
+      od[i] = !a.output_shape.empty() ? a.output_shape.at(a.output_shape.size() - k + i)
+                                      : in_d[i] * st[i];
       // Negative when output_shape asks for more than the kernel covers: the extra positions
       // (floor division) come at the end and stay zero (plus the bias).
       const int64_t total = st[i] * (in_d[i] - 1) + opad + span - od[i];
@@ -301,7 +320,8 @@ absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, 
   }
   std::vector<int64_t> out_dims = {n, m};
   out_dims.insert(out_dims.end(), od.begin(), od.end());
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"); !s.ok())
+    return s;
   int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
   for (int i = 0; i < k; ++i) {
     out_plane *= od[i];
@@ -366,16 +386,22 @@ absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
   const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
   for (int i = 1; i < 5; ++i) {
     if (in[i]->rank() != 1 || in[i]->dim(0) != c || in[i]->dtype() != in[1]->dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("BatchNormalization: input ", i, " must be [", c, "], got ",
-                                                     in[i]->DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat("BatchNormalization: input ", i, " must be [",
+                                                     c, "], got ", in[i]->DebugString()));
     }
   }
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "BatchNormalization"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "BatchNormalization");
+      !s.ok())
+    return s;
   for (size_t i = 1; i < out.size(); ++i) {
     if (out[i] == nullptr) continue;
-    if (!a.training) return absl::InvalidArgumentError("BatchNormalization: running statistics need training_mode");
+    if (!a.training)
+      return absl::InvalidArgumentError(
+          "BatchNormalization: running statistics need training_mode");
     const std::vector<int64_t> cdims = {c};
-    if (absl::Status s = PrepareOutput(ctx, out[i], in[1]->dtype(), cdims, "BatchNormalization"); !s.ok()) return s;
+    if (absl::Status s = PrepareOutput(ctx, out[i], in[1]->dtype(), cdims, "BatchNormalization");
+        !s.ok())
+      return s;
   }
   return FloatDispatch(x.dtype(), "BatchNormalization", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -397,12 +423,15 @@ absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
             }
           }
           const double bv = count > 0 ? sq / count : 0;
-          if (out.size() > 1 && out[1] != nullptr) Store<P>(*out[1], ch, mean * a.momentum + bm * (1 - a.momentum));
-          if (out.size() > 2 && out[2] != nullptr) Store<P>(*out[2], ch, var * a.momentum + bv * (1 - a.momentum));
+          if (out.size() > 1 && out[1] != nullptr)
+            Store<P>(*out[1], ch, mean * a.momentum + bm * (1 - a.momentum));
+          if (out.size() > 2 && out[2] != nullptr)
+            Store<P>(*out[2], ch, var * a.momentum + bv * (1 - a.momentum));
           mean = bm;
           var = bv;
         }
-        const double scale = Load<P>(*in[1], ch) / std::sqrt(var + a.epsilon), bias = Load<P>(*in[2], ch);
+        const double scale = Load<P>(*in[1], ch) / std::sqrt(var + a.epsilon),
+                     bias = Load<P>(*in[2], ch);
         for (int64_t b = 0; b < n; ++b) {
           for (int64_t i = 0; i < plane; ++i) {
             const int64_t at = (b * c + ch) * plane + i;
@@ -419,14 +448,18 @@ absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, O
   const auto& a = *static_cast<const NormAttrs*>(attrs);
   if (absl::Status s = Need(in, 3, out, "InstanceNormalization"); !s.ok()) return s;
   const Tensor& x = *in[0];
-  if (x.rank() < 3) return absl::InvalidArgumentError("InstanceNormalization: X must be [N, C, D...]");
+  if (x.rank() < 3)
+    return absl::InvalidArgumentError("InstanceNormalization: X must be [N, C, D...]");
   const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
   for (int i = 1; i < 3; ++i) {
     if (in[i]->rank() != 1 || in[i]->dim(0) != c || in[i]->dtype() != x.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("InstanceNormalization: input ", i, " must be [", c, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("InstanceNormalization: input ", i, " must be [", c, "]"));
     }
   }
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "InstanceNormalization"); !s.ok()) return s;
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "InstanceNormalization");
+      !s.ok())
+    return s;
   return FloatDispatch(x.dtype(), "InstanceNormalization", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     for (int64_t p = 0; p < n * c; ++p) {
@@ -439,7 +472,8 @@ absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, O
       }
       const double var = plane > 0 ? sq / static_cast<double>(plane) : 0;
       const int64_t ch = p % c;
-      const double scale = Load<T>(*in[1], ch) / std::sqrt(var + a.epsilon), bias = Load<T>(*in[2], ch);
+      const double scale = Load<T>(*in[1], ch) / std::sqrt(var + a.epsilon),
+                   bias = Load<T>(*in[2], ch);
       for (int64_t i = 0; i < plane; ++i) {
         Store<T>(*out[0], p * plane + i, (Load<T>(x, p * plane + i) - mean) * scale + bias);
       }
@@ -469,12 +503,15 @@ absl::Status RunLrn(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
       for (int64_t ch = 0; ch < c; ++ch) {
         for (int64_t i = 0; i < plane; ++i) {
           double sq = 0;
-          for (int64_t j = std::max<int64_t>(0, ch - before); j <= std::min(c - 1, ch + after); ++j) {
+          for (int64_t j = std::max<int64_t>(0, ch - before); j <= std::min(c - 1, ch + after);
+               ++j) {
             const double v = Load<T>(x, (b * c + j) * plane + i);
             sq += v * v;
           }
           const int64_t at = (b * c + ch) * plane + i;
-          Store<T>(*out[0], at, Load<T>(x, at) / std::pow(a.bias + a.alpha / static_cast<double>(a.size) * sq, a.beta));
+          Store<T>(*out[0], at,
+                   Load<T>(x, at) /
+                       std::pow(a.bias + a.alpha / static_cast<double>(a.size) * sq, a.beta));
         }
       }
     }
@@ -517,7 +554,9 @@ absl::Status RunEyeLike(const void* attrs, KernelContext& ctx, Inputs in, Output
   const auto& a = *static_cast<const EyeAttrs*>(attrs);
   if (absl::Status s = Need(in, 1, out, "EyeLike"); !s.ok()) return s;
   const Tensor& x = *in[0];
-  if (x.rank() != 2) return absl::InvalidArgumentError(absl::StrCat("EyeLike: input must be 2-D, got ", x.DebugString()));
+  if (x.rank() != 2)
+    return absl::InvalidArgumentError(
+        absl::StrCat("EyeLike: input must be 2-D, got ", x.DebugString()));
   const DType dtype = a.dtype.value_or(x.dtype());
   if (absl::Status s = PrepareOutput(ctx, out[0], dtype, x.dims(), "EyeLike"); !s.ok()) return s;
   return DispatchNumeric(dtype, "EyeLike", [&](auto* tag) -> absl::Status {
@@ -541,14 +580,16 @@ absl::Status RunEyeLike(const void* attrs, KernelContext& ctx, Inputs in, Output
 
 template <typename A>
 void AddKernel(KernelRegistry& r, const char* op, size_t min_in, size_t max_in, size_t max_out,
-               FunctionKernel::RunFn run, std::function<absl::StatusOr<A>(const KernelSpec&)> attrs) {
+               FunctionKernel::RunFn run,
+               std::function<absl::StatusOr<A>(const KernelSpec&)> attrs) {
   r.Register(KernelRegistration{
       "", op, Device::kCPU, "reference", kReferencePriority,
-      [op, min_in, max_in, max_out, run, attrs](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+      [op, min_in, max_in, max_out, run,
+       attrs](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.empty() ||
             spec.outputs.size() > max_out) {
-          return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", min_in, "..", max_in, " inputs and 1..",
-                                                         max_out, " outputs"));
+          return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", min_in, "..", max_in,
+                                                         " inputs and 1..", max_out, " outputs"));
         }
         absl::StatusOr<A> a = attrs(spec);
         if (!a.ok()) return a.status();
@@ -567,7 +608,8 @@ absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
   a.momentum = *momentum;
   absl::StatusOr<int64_t> spatial = spec.GetInt("spatial", 1);
   if (!spatial.ok()) return spatial.status();
-  if (*spatial != 1) return absl::UnimplementedError(absl::StrCat(spec.op, ": spatial=0 is not supported"));
+  if (*spatial != 1)
+    return absl::UnimplementedError(absl::StrCat(spec.op, ": spatial=0 is not supported"));
   absl::StatusOr<int64_t> training = spec.GetInt("training_mode", 0);
   if (!training.ok()) return training.status();
   a.training = *training != 0;
@@ -582,8 +624,11 @@ absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
 
 // The attributes Conv, ConvInteger and ConvTranspose share, checked against each other.
 absl::Status ReadConvAttrs(const KernelSpec& spec, const char* op, ConvAttrs& a) {
-  for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
-                             {"strides", &a.strides}, {"pads", &a.pads}, {"dilations", &a.dilations}}) {
+  for (auto [name, field] :
+       {std::pair<const char*, std::vector<int64_t>*>{"kernel_shape", &a.kernel},
+        {"strides", &a.strides},
+        {"pads", &a.pads},
+        {"dilations", &a.dilations}}) {
     absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
     if (!v.ok()) return v.status();
     *field = *v;
@@ -591,16 +636,19 @@ absl::Status ReadConvAttrs(const KernelSpec& spec, const char* op, ConvAttrs& a)
   absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
   if (!ap.ok()) return ap.status();
   a.auto_pad = ap->empty() ? "NOTSET" : *ap;
-  if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
+  if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" &&
+      a.auto_pad != "SAME_LOWER") {
     return absl::InvalidArgumentError(absl::StrCat(op, ": unknown auto_pad '", a.auto_pad, "'"));
   }
   absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
   if (!group.ok()) return group.status();
   a.group = *group;
   const size_t k = a.kernel.size();
-  if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) || (!a.dilations.empty() && a.dilations.size() != k) ||
+  if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) ||
+                 (!a.dilations.empty() && a.dilations.size() != k) ||
                  (!a.pads.empty() && a.pads.size() != 2 * k))) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": strides, dilations and pads must match kernel_shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": strides, dilations and pads must match kernel_shape"));
   }
   return absl::OkStatus();
 }
@@ -616,57 +664,67 @@ void RegisterNnKernels(KernelRegistry& r) {
   AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
   AddKernel<ConvAttrs>(r, "ConvInteger", 2, 4, 1, &RunConvInteger, conv_attrs);
   AddKernel<ConvTransposeAttrs>(
-      r, "ConvTranspose", 2, 3, 1, &RunConvTranspose, [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
+      r, "ConvTranspose", 2, 3, 1, &RunConvTranspose,
+      [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
         ConvTransposeAttrs a;
         if (absl::Status s = ReadConvAttrs(spec, "ConvTranspose", a); !s.ok()) return s;
-        for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"output_padding", &a.output_padding},
-                                   {"output_shape", &a.output_shape}}) {
+        for (auto [name, field] :
+             {std::pair<const char*, std::vector<int64_t>*>{"output_padding", &a.output_padding},
+              {"output_shape", &a.output_shape}}) {
           absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
           if (!v.ok()) return v.status();
           *field = *v;
         }
         const size_t k = a.kernel.size();
         if (k != 0 && !a.output_padding.empty() && a.output_padding.size() != k) {
-          return absl::InvalidArgumentError("ConvTranspose: output_padding must match kernel_shape");
+          return absl::InvalidArgumentError(
+              "ConvTranspose: output_padding must match kernel_shape");
         }
-        if (!a.output_shape.empty() && k != 0 && a.output_shape.size() != k && a.output_shape.size() != k + 2) {
+        if (!a.output_shape.empty() && k != 0 && a.output_shape.size() != k &&
+            a.output_shape.size() != k + 2) {
           return absl::InvalidArgumentError("ConvTranspose: output_shape must match kernel_shape");
         }
         return a;
       });
   AddKernel<NormAttrs>(r, "BatchNormalization", 5, 5, 3, &RunBatchNorm, GetNormAttrs);
   AddKernel<NormAttrs>(r, "InstanceNormalization", 3, 3, 1, &RunInstanceNorm, GetNormAttrs);
-  AddKernel<LrnAttrs>(r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {
-    LrnAttrs a;
-    for (auto [name, field] : {std::pair<const char*, float*>{"alpha", &a.alpha}, {"beta", &a.beta}, {"bias", &a.bias}}) {
-      absl::StatusOr<float> v = spec.GetFloat(name, *field);
-      if (!v.ok()) return v.status();
-      *field = *v;
-    }
-    absl::StatusOr<int64_t> size = spec.GetInt("size", 0);
-    if (!size.ok()) return size.status();
-    if (*size < 1) return absl::InvalidArgumentError("LRN: size must be positive");
-    a.size = *size;
-    return a;
-  });
-  AddKernel<ShrinkAttrs>(r, "Shrink", 1, 1, 1, &RunShrink, [](const KernelSpec& spec) -> absl::StatusOr<ShrinkAttrs> {
-    ShrinkAttrs a;
-    absl::StatusOr<float> bias = spec.GetFloat("bias", 0);
-    if (!bias.ok()) return bias.status();
-    absl::StatusOr<float> lambd = spec.GetFloat("lambd", 0.5f);
-    if (!lambd.ok()) return lambd.status();
-    a.bias = *bias;
-    a.lambd = *lambd;
-    return a;
-  });
-  AddKernel<EyeAttrs>(r, "EyeLike", 1, 1, 1, &RunEyeLike, [](const KernelSpec& spec) -> absl::StatusOr<EyeAttrs> {
-    EyeAttrs a;
-    absl::StatusOr<int64_t> k = spec.GetInt("k", 0);
-    if (!k.ok()) return k.status();
-    a.k = *k;
-    if (spec.outputs[0].dtype != kAnyDType) a.dtype = static_cast<DType>(spec.outputs[0].dtype);
-    return a;
-  });
+  AddKernel<LrnAttrs>(
+      r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {
+        LrnAttrs a;
+        for (auto [name, field] : {std::pair<const char*, float*>{"alpha", &a.alpha},
+                                   {"beta", &a.beta},
+                                   {"bias", &a.bias}}) {
+          absl::StatusOr<float> v = spec.GetFloat(name, *field);
+          if (!v.ok()) return v.status();
+          *field = *v;
+        }
+        absl::StatusOr<int64_t> size = spec.GetInt("size", 0);
+        if (!size.ok()) return size.status();
+        if (*size < 1) return absl::InvalidArgumentError("LRN: size must be positive");
+        a.size = *size;
+        return a;
+      });
+  AddKernel<ShrinkAttrs>(r, "Shrink", 1, 1, 1, &RunShrink,
+                         [](const KernelSpec& spec) -> absl::StatusOr<ShrinkAttrs> {
+                           ShrinkAttrs a;
+                           absl::StatusOr<float> bias = spec.GetFloat("bias", 0);
+                           if (!bias.ok()) return bias.status();
+                           absl::StatusOr<float> lambd = spec.GetFloat("lambd", 0.5f);
+                           if (!lambd.ok()) return lambd.status();
+                           a.bias = *bias;
+                           a.lambd = *lambd;
+                           return a;
+                         });
+  AddKernel<EyeAttrs>(r, "EyeLike", 1, 1, 1, &RunEyeLike,
+                      [](const KernelSpec& spec) -> absl::StatusOr<EyeAttrs> {
+                        EyeAttrs a;
+                        absl::StatusOr<int64_t> k = spec.GetInt("k", 0);
+                        if (!k.ok()) return k.status();
+                        a.k = *k;
+                        if (spec.outputs[0].dtype != kAnyDType)
+                          a.dtype = static_cast<DType>(spec.outputs[0].dtype);
+                        return a;
+                      });
 }
 
 }  // namespace dynvm::reference

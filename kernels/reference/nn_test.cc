@@ -1,5 +1,5 @@
-// Tests of the reference Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN, Shrink and EyeLike
-// kernels against hand-computed values.
+// Tests of the reference Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN,
+// Shrink and EyeLike kernels against hand-computed values.
 #include <cstdint>
 #include <vector>
 
@@ -40,12 +40,16 @@ TEST(NnKernelTest, ConvSumsWindowsWithBiasPadsStridesAndGroups) {
   // Windows at (-1,-1), (-1,1), (1,-1), (1,1): {0}, {1,2}, {3,6}, {4,5,7,8}.
   EXPECT_THAT(ToDoubles(RunCall(padded)[0]), Pointwise(DoubleNear(1e-6), {0, 3, 9, 24}));
   KernelCall grouped("Conv");
-  grouped.In(F32({1, 2, 1, 1}, {2, 3})).In(F32({2, 1, 1, 1}, {10, 100})).Attr("group", int64_t{2}).Out(DType::kF32);
+  grouped.In(F32({1, 2, 1, 1}, {2, 3}))
+      .In(F32({2, 1, 1, 1}, {10, 100}))
+      .Attr("group", int64_t{2})
+      .Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(grouped)[0]), Pointwise(DoubleNear(1e-6), {20, 300}));
   KernelCall same("Conv");
   same.In(Square()).In(Ones2x2()).Attr("auto_pad", std::string("SAME_UPPER")).Out(DType::kF32);
   // One pad at the end of each dim: the last row and column sum fewer elements.
-  EXPECT_THAT(ToDoubles(RunCall(same)[0]), Pointwise(DoubleNear(1e-6), {8, 12, 7, 20, 24, 13, 13, 15, 8}));
+  EXPECT_THAT(ToDoubles(RunCall(same)[0]),
+              Pointwise(DoubleNear(1e-6), {8, 12, 7, 20, 24, 13, 13, 15, 8}));
   KernelCall mismatch("Conv");
   mismatch.In(Square()).In(F32({1, 2, 1, 1}, {1, 1})).Out(DType::kF32);
   EXPECT_EQ(mismatch.Run().status().code(), absl::StatusCode::kInvalidArgument);
@@ -64,11 +68,15 @@ TEST(NnKernelTest, ConvTransposeScattersTheKernel) {
   // One pad at each end trims the first and last positions; output_shape 4 with stride 2 pads
   // nothing.
   KernelCall padded("ConvTranspose");
-  padded.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).Attr("pads", std::vector<int64_t>{1, 1});
+  padded.In(F32({1, 1, 2}, {1, 2}))
+      .In(F32({1, 1, 2}, {1, 10}))
+      .Attr("pads", std::vector<int64_t>{1, 1});
   padded.Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(padded)[0]), Pointwise(DoubleNear(1e-6), {12}));
   KernelCall shaped("ConvTranspose");
-  shaped.In(F32({1, 1, 2}, {1, 2})).In(F32({1, 1, 2}, {1, 10})).Attr("strides", std::vector<int64_t>{2});
+  shaped.In(F32({1, 1, 2}, {1, 2}))
+      .In(F32({1, 1, 2}, {1, 10}))
+      .Attr("strides", std::vector<int64_t>{2});
   shaped.Attr("output_shape", std::vector<int64_t>{4}).Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(shaped)[0]), Pointwise(DoubleNear(1e-6), {1, 10, 2, 20}));
 }
@@ -79,7 +87,8 @@ TEST(NnKernelTest, ConvIntegerSubtractsZeroPoints) {
   KernelCall call("ConvInteger");
   call.In(testing::Make<uint8_t>(DType::kU8, {1, 1, 2, 2}, {10, 11, 12, 13}));
   call.In(testing::Make<uint8_t>(DType::kU8, {1, 1, 2, 2}, {1, 2, 3, 4}));
-  call.In(testing::Make<uint8_t>(DType::kU8, {}, {10})).In(testing::Make<uint8_t>(DType::kU8, {}, {1}));
+  call.In(testing::Make<uint8_t>(DType::kU8, {}, {10}))
+      .In(testing::Make<uint8_t>(DType::kU8, {}, {1}));
   call.Out(DType::kI32);
   const Tensor y = RunCall(call)[0];
   EXPECT_EQ(y.dtype(), DType::kI32);
@@ -88,12 +97,19 @@ TEST(NnKernelTest, ConvIntegerSubtractsZeroPoints) {
 
 TEST(NnKernelTest, BatchNormalizationInferenceAndTraining) {
   KernelCall inference("BatchNormalization");
-  inference.In(F32({1, 2, 1, 1}, {1, 2})).In(F32({2}, {2, 3})).In(F32({2}, {0.5f, 0})).In(F32({2}, {1, 0}));
+  inference.In(F32({1, 2, 1, 1}, {1, 2}))
+      .In(F32({2}, {2, 3}))
+      .In(F32({2}, {0.5f, 0}))
+      .In(F32({2}, {1, 0}));
   inference.In(F32({2}, {4, 1})).Attr("epsilon", 0.0f).Out(DType::kF32);
   // 2 * (1 - 1) / 2 + 0.5 and 3 * (2 - 0) / 1.
   EXPECT_THAT(ToDoubles(RunCall(inference)[0]), Pointwise(DoubleNear(1e-6), {0.5, 6.0}));
   KernelCall training("BatchNormalization");
-  training.In(F32({2, 1, 1, 1}, {1, 3})).In(F32({1}, {1})).In(F32({1}, {0})).In(F32({1}, {0})).In(F32({1}, {1}));
+  training.In(F32({2, 1, 1, 1}, {1, 3}))
+      .In(F32({1}, {1}))
+      .In(F32({1}, {0}))
+      .In(F32({1}, {0}))
+      .In(F32({1}, {1}));
   training.Attr("epsilon", 0.0f).Attr("training_mode", int64_t{1});
   training.Out(DType::kF32).Out(DType::kF32).Out(DType::kF32);
   const std::vector<Tensor> t = RunCall(training);
@@ -106,7 +122,11 @@ TEST(NnKernelTest, BatchNormalizationInferenceAndTraining) {
 
 TEST(NnKernelTest, InstanceNormalizationAndLrn) {
   KernelCall inorm("InstanceNormalization");
-  inorm.In(F32({1, 1, 2}, {1, 3})).In(F32({1}, {1})).In(F32({1}, {0})).Attr("epsilon", 0.0f).Out(DType::kF32);
+  inorm.In(F32({1, 1, 2}, {1, 3}))
+      .In(F32({1}, {1}))
+      .In(F32({1}, {0}))
+      .Attr("epsilon", 0.0f)
+      .Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(inorm)[0]), Pointwise(DoubleNear(1e-6), {-1, 1}));
   KernelCall lrn("LRN");
   lrn.In(F32({1, 2, 1, 1}, {1, 2})).Attr("size", int64_t{2}).Attr("alpha", 1.0f).Attr("beta", 1.0f);
@@ -118,7 +138,8 @@ TEST(NnKernelTest, InstanceNormalizationAndLrn) {
 TEST(NnKernelTest, ShrinkAndEyeLike) {
   KernelCall shrink("Shrink");
   shrink.In(F32({5}, {-2, -1, 0, 1, 2})).Attr("lambd", 1.5f).Attr("bias", 0.5f).Out(DType::kF32);
-  EXPECT_THAT(ToDoubles(RunCall(shrink)[0]), Pointwise(DoubleNear(1e-6), {-1.5, 0.0, 0.0, 0.0, 1.5}));
+  EXPECT_THAT(ToDoubles(RunCall(shrink)[0]),
+              Pointwise(DoubleNear(1e-6), {-1.5, 0.0, 0.0, 0.0, 1.5}));
   KernelCall eye("EyeLike");
   eye.In(F32({2, 3}, {5, 5, 5, 5, 5, 5})).Attr("k", int64_t{1}).Out(DType::kI64);
   EXPECT_EQ(testing::ToInts(RunCall(eye)[0]), (std::vector<int64_t>{0, 1, 0, 0, 0, 1}));

@@ -10,7 +10,8 @@
 
 namespace dynvm::reference {
 
-inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr,
+                                          std::array<uint32_t, 2> key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -28,10 +29,10 @@ inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr, std::arra
 
 // A uniform double in [0, 1) with 53 random bits for (seed, step, row).
 inline double PhiloxUniform(uint64_t seed, uint64_t step, uint64_t row) {
-  const std::array<uint32_t, 4> x = Philox4x32(
-      {static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), static_cast<uint32_t>(row),
-       static_cast<uint32_t>(row >> 32)},
-      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const std::array<uint32_t, 4> x =
+      Philox4x32({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+                  static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32)},
+                 {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   const uint64_t bits = ((static_cast<uint64_t>(x[0]) << 32) | x[1]) >> 11;
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);  // 2^-53
 }

@@ -58,35 +58,43 @@ absl::StatusOr<Geometry> Plan(const PoolAttrs& a, const Tensor& x) {
     return absl::InvalidArgumentError(absl::StrCat(a.op, ": kernel_shape has ", g.kernel.size(),
                                                    " dims for an input of rank ", x.rank()));
   }
-  auto per_dim = [&](const std::vector<int64_t>& v, const char* name) -> absl::StatusOr<std::vector<int64_t>> {
+  auto per_dim = [&](const std::vector<int64_t>& v,
+                     const char* name) -> absl::StatusOr<std::vector<int64_t>> {
     if (v.empty()) return std::vector<int64_t>(k, 1);
     if (static_cast<int>(v.size()) != k) {
-      return absl::InvalidArgumentError(absl::StrCat(a.op, ": ", name, " has ", v.size(), " values for ", k, " spatial dims"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(a.op, ": ", name, " has ", v.size(), " values for ", k, " spatial dims"));
     }
     for (int64_t e : v) {
-      if (e < 1) return absl::InvalidArgumentError(absl::StrCat(a.op, ": ", name, " must be positive"));
+      if (e < 1)
+        return absl::InvalidArgumentError(absl::StrCat(a.op, ": ", name, " must be positive"));
     }
     return v;
   };
-  absl::StatusOr<std::vector<int64_t>> s = per_dim(a.global ? std::vector<int64_t>{} : a.strides, "strides");
+  absl::StatusOr<std::vector<int64_t>> s =
+      per_dim(a.global ? std::vector<int64_t>{} : a.strides, "strides");
   if (!s.ok()) return s.status();
   g.stride = *s;
-  absl::StatusOr<std::vector<int64_t>> d = per_dim(a.global ? std::vector<int64_t>{} : a.dilations, "dilations");
+  absl::StatusOr<std::vector<int64_t>> d =
+      per_dim(a.global ? std::vector<int64_t>{} : a.dilations, "dilations");
   if (!d.ok()) return d.status();
   g.dilation = *d;
   for (int64_t e : g.kernel) {
-    if (e < 1) return absl::InvalidArgumentError(absl::StrCat(a.op, ": kernel_shape must be positive"));
+    if (e < 1)
+      return absl::InvalidArgumentError(absl::StrCat(a.op, ": kernel_shape must be positive"));
   }
   g.pad_begin.assign(k, 0);
   g.pad_end.assign(k, 0);
   if (!a.global && a.auto_pad == "NOTSET" && !a.pads.empty()) {
     if (static_cast<int>(a.pads.size()) != 2 * k) {
-      return absl::InvalidArgumentError(absl::StrCat(a.op, ": pads has ", a.pads.size(), " values for ", k, " spatial dims"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(a.op, ": pads has ", a.pads.size(), " values for ", k, " spatial dims"));
     }
     for (int i = 0; i < k; ++i) {
       g.pad_begin[i] = a.pads[i];
       g.pad_end[i] = a.pads[k + i];
-      if (g.pad_begin[i] < 0 || g.pad_end[i] < 0) return absl::InvalidArgumentError(absl::StrCat(a.op, ": negative pads"));
+      if (g.pad_begin[i] < 0 || g.pad_end[i] < 0)
+        return absl::InvalidArgumentError(absl::StrCat(a.op, ": negative pads"));
     }
   }
   for (int i = 0; i < k; ++i) {
@@ -100,8 +108,9 @@ absl::StatusOr<Geometry> Plan(const PoolAttrs& a, const Tensor& x) {
     } else {
       const int64_t room = g.in[i] + g.pad_begin[i] + g.pad_end[i] - span;
       if (room < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(a.op, ": the window (", span, ") is larger than the padded input (",
-                                                       g.in[i] + g.pad_begin[i] + g.pad_end[i], ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(a.op, ": the window (", span, ") is larger than the padded input (",
+                         g.in[i] + g.pad_begin[i] + g.pad_end[i], ")"));
       }
       o = (a.ceil_mode ? (room + g.stride[i] - 1) / g.stride[i] : room / g.stride[i]) + 1;
       // A window must start inside the input or its begin padding.
@@ -128,7 +137,8 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   }
   const Tensor& x = *in[0];
   if (x.rank() < 3) {
-    return absl::InvalidArgumentError(absl::StrCat(a.op, ": input must be [N, C, D1, ...], got ", x.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(a.op, ": input must be [N, C, D1, ...], got ", x.DebugString()));
   }
   absl::StatusOr<Geometry> g = Plan(a, x);
   if (!g.ok()) return g.status();
@@ -138,7 +148,8 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, a.op); !s.ok()) return s;
   Tensor* indices = out.size() > 1 ? out[1] : nullptr;
   if (indices != nullptr) {
-    if (absl::Status s = PrepareOutput(ctx, indices, DType::kI64, out_dims, a.op); !s.ok()) return s;
+    if (absl::Status s = PrepareOutput(ctx, indices, DType::kI64, out_dims, a.op); !s.ok())
+      return s;
   }
   const int64_t planes = x.dim(0) * x.dim(1);
   int64_t in_plane = 1, out_plane = 1;
@@ -152,12 +163,14 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   for (int i = 0; i < k; ++i) window *= g->kernel[i];
   return DispatchNumeric(x.dtype(), a.op, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
-    constexpr bool kFloat = std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+    constexpr bool kFloat =
+        std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
     if constexpr (std::is_same_v<T, bool>) {
       return absl::UnimplementedError(absl::StrCat(a.op, ": dtype bool not supported"));
     } else {
       if (a.kind == PoolKind::kAverage && !kFloat) {
-        return absl::UnimplementedError(absl::StrCat(a.op, ": dtype ", DTypeName(x.dtype()), " not supported"));
+        return absl::UnimplementedError(
+            absl::StrCat(a.op, ": dtype ", DTypeName(x.dtype()), " not supported"));
       }
       const T* px = x.data<T>();
       T* py = out[0]->data<T>();
@@ -186,7 +199,8 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
             for (int i = 0; i < k; ++i) {
               pos[i] = o[i] * g->stride[i] - g->pad_begin[i] + w[i] * g->dilation[i];
               if (pos[i] < 0 || pos[i] >= g->in[i]) in_input = false;
-              if (pos[i] < -g->pad_begin[i] || pos[i] >= g->in[i] + g->pad_end[i]) in_padded = false;
+              if (pos[i] < -g->pad_begin[i] || pos[i] >= g->in[i] + g->pad_end[i])
+                in_padded = false;
               offset += pos[i] * in_strides[i];
             }
             if (in_padded) ++padded;
@@ -212,7 +226,8 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
           }
           if (a.kind == PoolKind::kAverage) {
             const int64_t count = a.count_include_pad ? padded : inside;
-            const double v = count > 0 ? sum / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+            const double v = count > 0 ? sum / static_cast<double>(count)
+                                       : std::numeric_limits<double>::quiet_NaN();
             if constexpr (std::is_same_v<T, double>) {
               py[p * out_plane + oi] = v;
             } else if constexpr (kFloat) {
@@ -235,12 +250,15 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
       [op, kind, global](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         const size_t max_out = kind == PoolKind::kMax && !global ? 2 : 1;
         if (spec.inputs.size() != 1 || spec.outputs.empty() || spec.outputs.size() > max_out) {
-          return absl::InvalidArgumentError(absl::StrCat(op, ": expected 1 input and 1..", max_out, " outputs"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(op, ": expected 1 input and 1..", max_out, " outputs"));
         }
         const uint8_t dt = spec.inputs[0].dtype;
-        if (dt != kAnyDType && (static_cast<DType>(dt) == DType::kBool || static_cast<DType>(dt) == DType::kString ||
-                                (kind == PoolKind::kAverage && !IsFloat(static_cast<DType>(dt))))) {
-          return absl::UnimplementedError(absl::StrCat(op, ": dtype ", DTypeName(static_cast<DType>(dt)), " not supported"));
+        if (dt != kAnyDType &&
+            (static_cast<DType>(dt) == DType::kBool || static_cast<DType>(dt) == DType::kString ||
+             (kind == PoolKind::kAverage && !IsFloat(static_cast<DType>(dt))))) {
+          return absl::UnimplementedError(
+              absl::StrCat(op, ": dtype ", DTypeName(static_cast<DType>(dt)), " not supported"));
         }
         PoolAttrs a;
         a.op = op;
@@ -249,10 +267,13 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
         if (!global) {
           absl::StatusOr<std::vector<int64_t>> v = spec.GetInts("kernel_shape");
           if (!v.ok()) return v.status();
-          if (v->empty()) return absl::InvalidArgumentError(absl::StrCat(op, ": kernel_shape is required"));
+          if (v->empty())
+            return absl::InvalidArgumentError(absl::StrCat(op, ": kernel_shape is required"));
           a.kernel = *v;
-          for (auto [name, field] : {std::pair<const char*, std::vector<int64_t>*>{"strides", &a.strides},
-                                     {"pads", &a.pads}, {"dilations", &a.dilations}}) {
+          for (auto [name, field] :
+               {std::pair<const char*, std::vector<int64_t>*>{"strides", &a.strides},
+                {"pads", &a.pads},
+                {"dilations", &a.dilations}}) {
             absl::StatusOr<std::vector<int64_t>> e = spec.GetInts(name);
             if (!e.ok()) return e.status();
             *field = *e;
@@ -260,15 +281,18 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
           absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
           if (!ap.ok()) return ap.status();
           a.auto_pad = ap->empty() ? "NOTSET" : *ap;
-          if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER") {
-            return absl::InvalidArgumentError(absl::StrCat(op, ": unknown auto_pad '", a.auto_pad, "'"));
+          if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" &&
+              a.auto_pad != "SAME_LOWER") {
+            return absl::InvalidArgumentError(
+                absl::StrCat(op, ": unknown auto_pad '", a.auto_pad, "'"));
           }
           for (auto [name, field] : {std::pair<const char*, bool*>{"ceil_mode", &a.ceil_mode},
                                      {"count_include_pad", &a.count_include_pad},
                                      {"storage_order", &a.column_major}}) {
             absl::StatusOr<int64_t> e = spec.GetInt(name, 0);
             if (!e.ok()) return e.status();
-            if (*e != 0 && *e != 1) return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be 0 or 1"));
+            if (*e != 0 && *e != 1)
+              return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be 0 or 1"));
             *field = *e == 1;
           }
         }

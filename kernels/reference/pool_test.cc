@@ -35,7 +35,9 @@ std::vector<int64_t> Dims(const Tensor& t) { return {t.dims().begin(), t.dims().
 
 TEST(PoolKernelTest, MaxPoolWithIndicesAndAveragePool) {
   KernelCall max("MaxPool");
-  max.In(Grid()).Attr("kernel_shape", std::vector<int64_t>{2, 2}).Attr("strides", std::vector<int64_t>{2, 2});
+  max.In(Grid())
+      .Attr("kernel_shape", std::vector<int64_t>{2, 2})
+      .Attr("strides", std::vector<int64_t>{2, 2});
   max.Out(DType::kF32).Out(DType::kI64);
   std::vector<Tensor> m = RunCall(max);
   ASSERT_EQ(m.size(), 2u);
@@ -43,7 +45,9 @@ TEST(PoolKernelTest, MaxPoolWithIndicesAndAveragePool) {
   EXPECT_EQ(ToDoubles(m[0]), (std::vector<double>{5, 7, 13, 15}));
   EXPECT_EQ(ToInts(m[1]), (std::vector<int64_t>{5, 7, 13, 15}));
   KernelCall avg("AveragePool");
-  avg.In(Grid()).Attr("kernel_shape", std::vector<int64_t>{2, 2}).Attr("strides", std::vector<int64_t>{2, 2});
+  avg.In(Grid())
+      .Attr("kernel_shape", std::vector<int64_t>{2, 2})
+      .Attr("strides", std::vector<int64_t>{2, 2});
   avg.Out(DType::kF32);
   EXPECT_THAT(ToDoubles(RunCall(avg)[0]), Pointwise(DoubleNear(1e-6), {2.5, 4.5, 10.5, 12.5}));
 }
@@ -53,7 +57,9 @@ TEST(PoolKernelTest, PaddingCountsOnlyWhenAsked) {
   for (int64_t include : {0, 1}) {
     KernelCall avg("AveragePool");
     avg.In(F32({1, 1, 2, 2}, {1, 2, 3, 4})).Attr("kernel_shape", std::vector<int64_t>{3, 3});
-    avg.Attr("pads", std::vector<int64_t>{1, 1, 1, 1}).Attr("count_include_pad", include).Out(DType::kF32);
+    avg.Attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .Attr("count_include_pad", include)
+        .Out(DType::kF32);
     const double want = include ? 10.0 / 9 : 2.5;
     EXPECT_THAT(ToDoubles(RunCall(avg)[0]), Pointwise(DoubleNear(1e-6), {want, want, want, want}));
   }
@@ -62,7 +68,9 @@ TEST(PoolKernelTest, PaddingCountsOnlyWhenAsked) {
 TEST(PoolKernelTest, CeilModeAutoPadAndDilations) {
   for (int64_t ceil : {0, 1}) {
     KernelCall max("MaxPool");
-    max.In(Grid()).Attr("kernel_shape", std::vector<int64_t>{3, 3}).Attr("strides", std::vector<int64_t>{2, 2});
+    max.In(Grid())
+        .Attr("kernel_shape", std::vector<int64_t>{3, 3})
+        .Attr("strides", std::vector<int64_t>{2, 2});
     max.Attr("ceil_mode", ceil).Out(DType::kF32);
     const Tensor y = RunCall(max)[0];
     if (ceil) {
@@ -75,15 +83,20 @@ TEST(PoolKernelTest, CeilModeAutoPadAndDilations) {
   const Tensor row = F32({1, 1, 5}, {1, 2, 3, 4, 5});
   for (const std::string pad : {"SAME_UPPER", "SAME_LOWER"}) {
     KernelCall max("MaxPool");
-    max.In(row).Attr("kernel_shape", std::vector<int64_t>{2}).Attr("auto_pad", pad).Out(DType::kF32);
+    max.In(row)
+        .Attr("kernel_shape", std::vector<int64_t>{2})
+        .Attr("auto_pad", pad)
+        .Out(DType::kF32);
     // One pad in all: at the end (UPPER) or at the beginning (LOWER).
-    EXPECT_EQ(ToDoubles(RunCall(max)[0]),
-              pad == "SAME_UPPER" ? (std::vector<double>{2, 3, 4, 5, 5}) : (std::vector<double>{1, 2, 3, 4, 5}));
+    EXPECT_EQ(ToDoubles(RunCall(max)[0]), pad == "SAME_UPPER"
+                                              ? (std::vector<double>{2, 3, 4, 5, 5})
+                                              : (std::vector<double>{1, 2, 3, 4, 5}));
   }
   KernelCall dilated("MaxPool");
   dilated.In(F32({1, 1, 5}, {1, 5, 2, 4, 3})).Attr("kernel_shape", std::vector<int64_t>{2});
   dilated.Attr("dilations", std::vector<int64_t>{2}).Out(DType::kF32);
-  EXPECT_EQ(ToDoubles(RunCall(dilated)[0]), (std::vector<double>{2, 5, 3}));  // pairs (0,2) (1,3) (2,4)
+  EXPECT_EQ(ToDoubles(RunCall(dilated)[0]),
+            (std::vector<double>{2, 5, 3}));  // pairs (0,2) (1,3) (2,4)
 }
 
 TEST(PoolKernelTest, GlobalPoolsAndErrors) {

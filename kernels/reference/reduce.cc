@@ -315,7 +315,7 @@ void ReduceDispatchKind(Reduce kind, const Tensor& x, const Split& s, T* out) {
 // The reduced-axis mask from `axes`; empty axes reduce everything unless `noop` (then nothing
 // is reduced and each element is reduced alone, e.g. ReduceSumSquare squares it).
 absl::StatusOr<AxisMask> AxesMask(absl::Span<const int64_t> axes, int rank, bool noop,
-                                           absl::string_view op) {
+                                  absl::string_view op) {
   AxisMask mask(rank, axes.empty() && !noop);
   for (int64_t a : axes) {
     absl::StatusOr<int> axis = NormalizeAxis(a, rank, op);
@@ -338,8 +338,7 @@ absl::Status RunReduce(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     if (!v.ok()) return v.status();
     axes = *std::move(v);
   }
-  absl::StatusOr<AxisMask> mask =
-      AxesMask(axes, x.rank(), ra.noop_with_empty_axes, ra.name);
+  absl::StatusOr<AxisMask> mask = AxesMask(axes, x.rank(), ra.noop_with_empty_axes, ra.name);
   if (!mask.ok()) return mask.status();
   Dims out_dims;
   for (int d = 0; d < x.rank(); ++d) {

@@ -14,12 +14,14 @@ void RegisterMatmulKernels(KernelRegistry& r);       // matmul.cc
 void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc, softmax/norm
 void RegisterShapeKernels(KernelRegistry& r);        // shape.cc: data movement and shapes
 void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM, GRU, RNN
-void RegisterLossKernels(KernelRegistry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-void RegisterPoolKernels(KernelRegistry& r);         // pool.cc: MaxPool, AveragePool, Global*Pool
-void RegisterNnKernels(KernelRegistry& r);           // nn.cc: Conv, ConvTranspose, BatchNormalization, InstanceNormalization, LRN, Shrink, EyeLike
-void RegisterResizeKernels(KernelRegistry& r);       // resize.cc: Resize
-void RegisterMiscKernels(KernelRegistry& r);         // misc.cc: windows, Det, (De)QuantizeLinear
-void RegisterDynvmKernels(KernelRegistry& r);        // dynvm domain ops (sampling, ...)
+void RegisterLossKernels(
+    KernelRegistry& r);  // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: MaxPool, AveragePool, Global*Pool
+void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, BatchNormalization,
+                                                // InstanceNormalization, LRN, Shrink, EyeLike
+void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
+void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
+void RegisterDynvmKernels(KernelRegistry& r);   // dynvm domain ops (sampling, ...)
 
 }  // namespace dynvm::reference
 

@@ -63,7 +63,8 @@ struct Taps {
   std::vector<bool> outside;
 };
 
-Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start, double roi_end) {
+Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start,
+          double roi_end) {
   Taps t;
   const double out_width = scale * static_cast<double>(in);
   for (int64_t x = 0; x < out; ++x) {
@@ -75,8 +76,9 @@ Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double ro
     } else if (a.transform == "asymmetric") {
       c = xd / scale;
     } else if (a.transform == "tf_crop_and_resize") {
-      c = out_width == 1 ? (roi_end - roi_start) * static_cast<double>(in - 1) / 2
-                         : xd * (roi_end - roi_start) * static_cast<double>(in - 1) / (out_width - 1);
+      c = out_width == 1
+              ? (roi_end - roi_start) * static_cast<double>(in - 1) / 2
+              : xd * (roi_end - roi_start) * static_cast<double>(in - 1) / (out_width - 1);
       c += roi_start * static_cast<double>(in - 1);
       outside = c < 0 || c > static_cast<double>(in - 1);
     } else if (a.transform == "tf_half_pixel_for_nn") {
@@ -92,8 +94,9 @@ Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double ro
     int64_t first;
     if (a.mode == Mode::kCubic) {
       const double A = a.cubic_a, r = ratio, s = 1 - ratio;
-      w = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A, ((A + 2) * r - (A + 3)) * r * r + 1,
-           ((A + 2) * s - (A + 3)) * s * s + 1, ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
+      w = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+           ((A + 2) * r - (A + 3)) * r * r + 1, ((A + 2) * s - (A + 3)) * s * s + 1,
+           ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
       first = static_cast<int64_t>(base) - 1;
     } else if (a.mode == Mode::kLinear) {
       w = {1 - ratio, ratio};
@@ -154,18 +157,22 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   if (sizes_t != nullptr) {
     absl::StatusOr<Dims> sizes = ReadInts(*sizes_t, "Resize", "sizes");
     if (!sizes.ok()) return sizes.status();
-    if (static_cast<int>(sizes->size()) != r) return absl::InvalidArgumentError("Resize: sizes must have one value per dim");
+    if (static_cast<int>(sizes->size()) != r)
+      return absl::InvalidArgumentError("Resize: sizes must have one value per dim");
     for (int i = 0; i < r; ++i) {
       if ((*sizes)[i] < 0) return absl::InvalidArgumentError("Resize: negative size");
       out_dims[i] = (*sizes)[i];
-      scales[i] = x.dim(i) == 0 ? 1.0 : static_cast<double>(out_dims[i]) / static_cast<double>(x.dim(i));
+      scales[i] =
+          x.dim(i) == 0 ? 1.0 : static_cast<double>(out_dims[i]) / static_cast<double>(x.dim(i));
     }
   } else {
     absl::StatusOr<std::vector<double>> s = ReadFloats(*scales_t, "scales");
     if (!s.ok()) return s.status();
-    if (static_cast<int>(s->size()) != r) return absl::InvalidArgumentError("Resize: scales must have one value per dim");
+    if (static_cast<int>(s->size()) != r)
+      return absl::InvalidArgumentError("Resize: scales must have one value per dim");
     for (int i = 0; i < r; ++i) {
-      if (!((*s)[i] > 0) || (*s)[i] > 1e6) return absl::InvalidArgumentError("Resize: scales must be positive");
+      if (!((*s)[i] > 0) || (*s)[i] > 1e6)
+        return absl::InvalidArgumentError("Resize: scales must be positive");
       scales[i] = static_cast<float>((*s)[i]);
       out_dims[i] = static_cast<int64_t>(static_cast<double>(x.dim(i)) * scales[i]);
     }
@@ -173,14 +180,17 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   std::vector<double> roi(2 * r, 0.0);
   for (int i = 0; i < r; ++i) roi[r + i] = 1.0;
   if (a.transform == "tf_crop_and_resize") {
-    if (roi_t == nullptr || roi_t->numel() != 2 * r) return absl::InvalidArgumentError("Resize: tf_crop_and_resize needs a roi of 2 * rank values");
+    if (roi_t == nullptr || roi_t->numel() != 2 * r)
+      return absl::InvalidArgumentError(
+          "Resize: tf_crop_and_resize needs a roi of 2 * rank values");
     absl::StatusOr<std::vector<double>> v = ReadFloats(*roi_t, "roi");
     if (!v.ok()) return v.status();
     roi = *v;
   }
   if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"); !s.ok()) return s;
   std::vector<Taps> taps;
-  for (int i = 0; i < r; ++i) taps.push_back(Plan(a, x.dim(i), out_dims[i], scales[i], roi[i], roi[r + i]));
+  for (int i = 0; i < r; ++i)
+    taps.push_back(Plan(a, x.dim(i), out_dims[i], scales[i], roi[i], roi[r + i]));
   int64_t total = 1;
   for (int64_t d : out_dims) total *= d;
   return DispatchNumeric(x.dtype(), "Resize", [&](auto* tag) -> absl::Status {
@@ -249,7 +259,8 @@ void RegisterResizeKernels(KernelRegistry& r) {
           return absl::InvalidArgumentError("Resize: expected 1..4 inputs and 1 output");
         }
         if (spec.Find("opset10") != nullptr) {
-          return absl::UnimplementedError("Resize of opset 10 is not supported (opset 11 and later)");
+          return absl::UnimplementedError(
+              "Resize of opset 10 is not supported (opset 11 and later)");
         }
         ResizeAttrs a;
         absl::StatusOr<std::string> mode = spec.GetString("mode", "nearest");
@@ -263,18 +274,24 @@ void RegisterResizeKernels(KernelRegistry& r) {
         } else {
           return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", *mode, "'"));
         }
-        absl::StatusOr<std::string> transform = spec.GetString("coordinate_transformation_mode", "half_pixel");
+        absl::StatusOr<std::string> transform =
+            spec.GetString("coordinate_transformation_mode", "half_pixel");
         if (!transform.ok()) return transform.status();
-        static const char* kTransforms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+        static const char* kTransforms[] = {"half_pixel",           "pytorch_half_pixel",
+                                            "align_corners",        "asymmetric",
                                             "tf_half_pixel_for_nn", "tf_crop_and_resize"};
-        if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) == std::end(kTransforms)) {
-          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown coordinate_transformation_mode '", *transform, "'"));
+        if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) ==
+            std::end(kTransforms)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Resize: unknown coordinate_transformation_mode '", *transform, "'"));
         }
         a.transform = *transform;
         absl::StatusOr<std::string> nearest = spec.GetString("nearest_mode", "round_prefer_floor");
         if (!nearest.ok()) return nearest.status();
-        if (*nearest != "round_prefer_floor" && *nearest != "round_prefer_ceil" && *nearest != "floor" && *nearest != "ceil") {
-          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown nearest_mode '", *nearest, "'"));
+        if (*nearest != "round_prefer_floor" && *nearest != "round_prefer_ceil" &&
+            *nearest != "floor" && *nearest != "ceil") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Resize: unknown nearest_mode '", *nearest, "'"));
         }
         a.nearest = *nearest;
         absl::StatusOr<float> cubic_a = spec.GetFloat("cubic_coeff_a", -0.75f);

@@ -18,7 +18,8 @@ using ::testing::DoubleNear;
 using ::testing::Pointwise;
 
 // [1, 1, 1, 2] = [[[[1, 3]]]] resized by scales [1, 1, 1, 2] (or to sizes [1, 1, 1, 4]).
-std::vector<double> Resize(const std::string& mode, const std::string& transform, bool use_sizes = false) {
+std::vector<double> Resize(const std::string& mode, const std::string& transform,
+                           bool use_sizes = false) {
   KernelCall call("Resize");
   call.In(F32({1, 1, 1, 2}, {1, 3})).In(F32({0}, {}));
   if (use_sizes) {
@@ -47,7 +48,10 @@ TEST(ResizeKernelTest, NearestAndLinearUpsampling) {
 TEST(ResizeKernelTest, CubicKeepsConstantsAndRefusesBadInputs) {
   // Cubic weights sum to one: a constant input stays constant.
   KernelCall cubic("Resize");
-  cubic.In(F32({1, 3}, {2, 2, 2})).In(F32({0}, {})).In(F32({2}, {1, 2})).Attr("mode", std::string("cubic"));
+  cubic.In(F32({1, 3}, {2, 2, 2}))
+      .In(F32({0}, {}))
+      .In(F32({2}, {1, 2}))
+      .Attr("mode", std::string("cubic"));
   cubic.Out(DType::kF32);
   absl::StatusOr<std::vector<Tensor>> r = cubic.Run();
   ASSERT_TRUE(r.ok()) << r.status();
@@ -56,7 +60,11 @@ TEST(ResizeKernelTest, CubicKeepsConstantsAndRefusesBadInputs) {
   both.In(F32({2}, {1, 2})).In(F32({0}, {})).In(F32({1}, {2})).In(I64({1}, {4})).Out(DType::kF32);
   EXPECT_EQ(both.Run().status().code(), absl::StatusCode::kInvalidArgument);
   KernelCall bad_mode("Resize");
-  bad_mode.In(F32({2}, {1, 2})).In(F32({0}, {})).In(F32({1}, {2})).Attr("mode", std::string("area")).Out(DType::kF32);
+  bad_mode.In(F32({2}, {1, 2}))
+      .In(F32({0}, {}))
+      .In(F32({1}, {2}))
+      .Attr("mode", std::string("area"))
+      .Out(DType::kF32);
   EXPECT_FALSE(bad_mode.Run().ok());
 }
 

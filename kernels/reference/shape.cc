@@ -228,8 +228,7 @@ absl::Status RunUnsqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan 
     return absl::InvalidArgumentError(
         absl::StrCat("Unsqueeze: output rank ", out_rank, " exceeds ", Tensor::kMaxRank));
   }
-  absl::StatusOr<AxisList> norm =
-      NormalizeAxes(*axes, static_cast<int>(out_rank), "Unsqueeze");
+  absl::StatusOr<AxisList> norm = NormalizeAxes(*axes, static_cast<int>(out_rank), "Unsqueeze");
   if (!norm.ok()) return norm.status();
   bool inserted[Tensor::kMaxRank] = {};
   for (int ax : *norm) inserted[ax] = true;

@@ -196,7 +196,8 @@ absl::StatusOr<Tensor> TensorOf(const ::onnx::TensorProto& t, const std::string&
 absl::StatusOr<ObjectValue> SequenceOf(const ::onnx::SequenceProto& q, const std::string& path) {
   if (q.elem_type() != ::onnx::SequenceProto::TENSOR && q.tensor_values_size() == 0 &&
       q.elem_type() != ::onnx::SequenceProto::UNDEFINED) {
-    return absl::UnimplementedError(absl::StrCat(path, ": only sequences of tensors are supported"));
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": only sequences of tensors are supported"));
   }
   std::vector<Tensor> items;
   for (const ::onnx::TensorProto& t : q.tensor_values()) {
@@ -209,7 +210,8 @@ absl::StatusOr<ObjectValue> SequenceOf(const ::onnx::SequenceProto& q, const std
 
 }  // namespace
 
-absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind kind, ObjectKind elem_kind) {
+absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind kind,
+                                          ObjectKind elem_kind) {
   if (kind == ObjectKind::kTensor) {
     absl::StatusOr<Tensor> t = ReadTensorFile(path);
     if (!t.ok()) return t.status();
@@ -219,12 +221,15 @@ absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind ki
   if (!bytes.ok()) return bytes.status();
   if (kind == ObjectKind::kSequence) {
     ::onnx::SequenceProto q;
-    if (!q.ParseFromString(*bytes)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a SequenceProto"));
+    if (!q.ParseFromString(*bytes))
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a SequenceProto"));
     return SequenceOf(q, path);
   }
-  if (kind != ObjectKind::kOptional) return absl::InvalidArgumentError(absl::StrCat(path, ": unexpected kind"));
+  if (kind != ObjectKind::kOptional)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unexpected kind"));
   ::onnx::OptionalProto o;
-  if (!o.ParseFromString(*bytes)) return absl::InvalidArgumentError(absl::StrCat(path, ": not an OptionalProto"));
+  if (!o.ParseFromString(*bytes))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not an OptionalProto"));
   if (elem_kind == ObjectKind::kSequence) {
     if (!o.has_sequence_value()) return ObjectValue::EmptyOptional(ObjectKind::kSequence);
     absl::StatusOr<ObjectValue> q = SequenceOf(o.sequence_value(), path);
@@ -237,19 +242,23 @@ absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind ki
   return ObjectValue::Some(ObjectValue::OfTensor(*std::move(t)));
 }
 
-absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol, double atol) {
-  if (got.kind != want.kind || (got.kind == ObjectKind::kOptional && got.elem_kind != want.elem_kind)) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
+absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol,
+                           double atol) {
+  if (got.kind != want.kind ||
+      (got.kind == ObjectKind::kOptional && got.elem_kind != want.elem_kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
   }
   if (got.kind == ObjectKind::kOptional && got.has_value != want.has_value) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", got.DebugString(), ", expected ", want.DebugString()));
   }
   if (got.kind == ObjectKind::kOptional && !got.has_value) return absl::OkStatus();
   const bool seq = got.kind == ObjectKind::kSequence || got.elem_kind == ObjectKind::kSequence;
   if (!seq) return Compare(got.tensor, want.tensor, rtol, atol);
   if (got.sequence.size() != want.sequence.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a sequence of ", got.sequence.size(), " tensors, expected ", want.sequence.size()));
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", got.sequence.size(),
+                                                   " tensors, expected ", want.sequence.size()));
   }
   for (size_t i = 0; i < got.sequence.size(); ++i) {
     if (absl::Status s = Compare(got.sequence[i], want.sequence[i], rtol, atol); !s.ok()) {
@@ -375,7 +384,8 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
     if (info.outputs.size() != outputs.size()) {
       return Finish(
           r, Outcome::kFailed,
-          absl::StrCat(set_name, ": ", info.outputs.size(), " outputs, expected ", outputs.size()), start);
+          absl::StrCat(set_name, ": ", info.outputs.size(), " outputs, expected ", outputs.size()),
+          start);
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (info.outputs[i].kind != ObjectKind::kTensor) {

@@ -60,7 +60,8 @@ absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind ki
 
 // Compare for sequences (element by element, same length) and optionals (both empty, or
 // their contents match); plain tensors as Compare.
-absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol, double atol);
+absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol,
+                           double atol);
 
 // OK when `got` matches `want` (dtype, dims and values within the tolerances); otherwise an
 // error naming the first mismatch.

@@ -30,13 +30,14 @@ const ParamInfo* FindParam(const std::vector<ParamInfo>& params, absl::string_vi
 
 absl::StatusOr<Tensor> ZeroState(const ParamInfo& p) {
   if (p.dtype != DType::kF32 || !p.has_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("step model input '", p.name, "' must be f32 with a shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step model input '", p.name, "' must be f32 with a shape"));
   }
   std::vector<int64_t> dims;
   for (const DimInfo& d : p.shape) {
     if (d.value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step model input '", p.name, "' must have fixed dims, not '", d.symbol, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step model input '", p.name, "' must have fixed dims, not '", d.symbol, "'"));
     }
     dims.push_back(d.value);
   }
@@ -49,7 +50,8 @@ absl::StatusOr<Tensor> ZeroState(const ParamInfo& p) {
 
 absl::StatusOr<std::vector<int64_t>> TokensOf(const Tensor& t) {
   if (t.dtype() != DType::kI64 || t.rank() != 2 || t.dim(0) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("tokens must be i64 [1, n], got ", t.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens must be i64 [1, n], got ", t.DebugString()));
   }
   std::vector<int64_t> out(t.dim(1));
   for (int64_t i = 0; i < t.dim(1); ++i) out[i] = t.data<int64_t>()[i * t.stride(1)];
@@ -125,7 +127,8 @@ absl::StatusOr<int64_t> HostLoopDecoder::Step(int64_t token) {
   if (!h.ok()) return h.status();
   if (!c.ok()) return c.status();
   if (next->dtype() != DType::kI64 || next->numel() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("next must be one i64, got ", next->DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("next must be one i64, got ", next->DebugString()));
   }
   // The state outputs become the next step's inputs without a copy.
   if (absl::Status s = vm_->SetInputZeroCopy("h", *h); !s.ok()) return s;

@@ -24,7 +24,7 @@ namespace dynvm::bench {
 struct DecodeRequest {
   std::vector<int64_t> prompt;  // batch 1
   int64_t max_new_tokens = 0;
-  int64_t stop_token = -1;      // < 0: no end token (a model with a stop_token input gets -1)
+  int64_t stop_token = -1;  // < 0: no end token (a model with a stop_token input gets -1)
 };
 
 // Binds the request to a loop model's inputs (once; the tensors are reused by every run).

@@ -91,7 +91,8 @@ int Main(int argc, char** argv) {
                         "[--loop LOOP.dvm] [--step STEP.dvm] --prompt IDS --max-new-tokens N "
                         "[--stop-token T] [--threads N] [--repeat N] [--json]");
   flags.AddString("--loop", &loop_path, "a decode model with the loop in the graph");
-  flags.AddString("--step", &step_path, "a single-step model (token, h, c) -> (next, h_out, c_out)");
+  flags.AddString("--step", &step_path,
+                  "a single-step model (token, h, c) -> (next, h_out, c_out)");
   flags.AddString("--prompt", &prompt_text, "comma-separated prompt token ids (batch 1)");
   flags.AddInt("--max-new-tokens", &max_new_tokens, "tokens to generate at most");
   flags.AddInt("--stop-token", &stop_token, "end token (default -1: none)");
@@ -99,10 +100,12 @@ int Main(int argc, char** argv) {
   flags.AddInt("--repeat", &repeat, "timed decodes per mode after one warm-up (default 20)");
   flags.AddSwitch("--json", &json, "one JSON object per mode");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
-  if (loop_path.empty() && step_path.empty()) return cli::ReportError(kProgram, "give --loop and/or --step");
+  if (loop_path.empty() && step_path.empty())
+    return cli::ReportError(kProgram, "give --loop and/or --step");
   if (max_new_tokens < 1) return cli::ReportError(kProgram, "--max-new-tokens must be at least 1");
   if (repeat < 1) return cli::ReportError(kProgram, "--repeat must be at least 1");
-  if (threads < 1 || threads > 4096) return cli::ReportError(kProgram, "--threads must be in [1, 4096]");
+  if (threads < 1 || threads > 4096)
+    return cli::ReportError(kProgram, "--threads must be in [1, 4096]");
   DecodeRequest request;
   request.max_new_tokens = max_new_tokens;
   request.stop_token = stop_token;
@@ -119,7 +122,8 @@ int Main(int argc, char** argv) {
   if (!loop_path.empty()) {
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = Open(loop_path, threads);
     if (!vm.ok()) return cli::ReportError(kProgram, vm.status());
-    if (absl::Status s = BindLoopInputs(**vm, request); !s.ok()) return cli::ReportError(kProgram, s);
+    if (absl::Status s = BindLoopInputs(**vm, request); !s.ok())
+      return cli::ReportError(kProgram, s);
     absl::StatusOr<Result> r = Time(repeat, [&] { return RunLoop(**vm); });
     if (!r.ok()) return cli::ReportError(kProgram, r.status());
     Print("loop", *r, json);

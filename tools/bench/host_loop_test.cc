@@ -2,8 +2,6 @@
 // by export_bench_models.py --small) as a decode model with the loop in the graph and as a
 // single-step model driven by the C++ host loop. Both must give PyTorch's greedy tokens
 // exactly. No PyTorch needed: the models and PyTorch's tokens are checked in.
-#include "tools/bench/decode.h"
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "compiler/onnx/onnx_importer.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
+#include "tools/bench/decode.h"
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"

@@ -56,7 +56,8 @@ class CharLmTest : public ::testing::Test {
   // Binds the case's inputs; `seed` >= 0 overrides the stored seed.
   void Bind(const std::string& name, int64_t seed = -1) {
     for (const char* input : kInputs) {
-      absl::StatusOr<Tensor> t = npy::LoadNpy((kData / absl::StrCat(name, "_", input, ".npy")).string());
+      absl::StatusOr<Tensor> t =
+          npy::LoadNpy((kData / absl::StrCat(name, "_", input, ".npy")).string());
       ASSERT_TRUE(t.ok()) << t.status();
       if (seed >= 0 && std::string(input) == "seed") t = testing::I64({}, {seed});
       ASSERT_TRUE(vm_->SetInput(input, *t).ok()) << input;
@@ -128,7 +129,8 @@ TEST_F(CharLmTest, EarlyStopAtTheEndTokenGivesTheRightCount) {
   // The budget was 400; the run stopped at the first stop token (0), which it includes.
   ASSERT_EQ(last_dims_, (std::vector<int64_t>{1, 30}));
   EXPECT_EQ(got.back(), 0);
-  for (size_t i = 0; i + 1 < got.size(); ++i) EXPECT_NE(got[i], 0) << "stop token before the end at " << i;
+  for (size_t i = 0; i + 1 < got.size(); ++i)
+    EXPECT_NE(got[i], 0) << "stop token before the end at " << i;
 }
 
 TEST_F(CharLmTest, TokensStreamOutAsTheyAreProduced) {

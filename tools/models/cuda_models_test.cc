@@ -36,7 +36,8 @@ TEST_P(CudaModelTest, TokensMatchTheCpu) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   int on_device = 0;
-  for (const compiler::KernelReport& k : compiled->kernels) on_device += absl::StrContains(k.chosen, ".cuda");
+  for (const compiler::KernelReport& k : compiled->kernels)
+    on_device += absl::StrContains(k.chosen, ".cuda");
   EXPECT_GT(on_device, 0) << compiled->ReportText();
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
       {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
@@ -45,7 +46,8 @@ TEST_P(CudaModelTest, TokensMatchTheCpu) {
   ASSERT_TRUE(vm.ok()) << vm.status();
   std::vector<fs::path> cases;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.is_directory() && absl::StartsWith(e.path().filename().string(), "case")) cases.push_back(e.path());
+    if (e.is_directory() && absl::StartsWith(e.path().filename().string(), "case"))
+      cases.push_back(e.path());
   }
   std::sort(cases.begin(), cases.end());
   ASSERT_FALSE(cases.empty());
@@ -72,7 +74,8 @@ TEST_P(CudaModelTest, TokensMatchTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Decoders, CudaModelTest, ::testing::Values("lstm_scatter", "lstm_cat", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Decoders, CudaModelTest,
+                         ::testing::Values("lstm_scatter", "lstm_cat", "gpt"));
 
 }  // namespace
 }  // namespace dynvm

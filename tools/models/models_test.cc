@@ -116,14 +116,16 @@ TEST(ExportedGruTest, StateCarriedThroughAnIfMatchesPyTorchOnEveryCompile) {
     absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, {});
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     if (attempt == 0) first_bytes = compiled->bytes;
-    EXPECT_TRUE(compiled->bytes == first_bytes) << "compile " << attempt << " differs from the first";
+    EXPECT_TRUE(compiled->bytes == first_bytes)
+        << "compile " << attempt << " differs from the first";
     absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
         {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
     ASSERT_TRUE(exe.ok()) << exe.status();
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
     ASSERT_TRUE(vm.ok()) << vm.status();
     for (const std::string input : {"prompt", "max_new_tokens", "stop_token"}) {
-      absl::StatusOr<Tensor> t = npy::LoadNpy((dir / absl::StrCat("input_", input, ".npy")).string());
+      absl::StatusOr<Tensor> t =
+          npy::LoadNpy((dir / absl::StrCat("input_", input, ".npy")).string());
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*vm)->SetInput(input, *t).ok());
     }

@@ -56,7 +56,8 @@ TEST_P(DecodeTraceTest, TraceOfTheDecodeHasTheExpectedSpans) {
   EXPECT_EQ(testing::ToInts(*tokens), testing::ToInts(*want));
   const int64_t generated = want->dim(1);
 
-  const std::string path = (fs::path(::testing::TempDir()) / ("decode_trace_" + GetParam() + ".json")).string();
+  const std::string path =
+      (fs::path(::testing::TempDir()) / ("decode_trace_" + GetParam() + ".json")).string();
   ASSERT_TRUE(prof.WriteChromeTrace(path).ok());
   absl::StatusOr<std::string> text = [&]() -> absl::StatusOr<std::string> {
     FILE* f = std::fopen(path.c_str(), "rb");
@@ -93,7 +94,8 @@ TEST_P(DecodeTraceTest, TraceOfTheDecodeHasTheExpectedSpans) {
         ASSERT_TRUE(v != nullptr && v->IsString()) << key;
       }
       EXPECT_NE(span.args->Get("shapes")->str.find("->"), std::string::npos);
-      EXPECT_TRUE(parent->cat == "run" || parent->cat == "iteration" || parent->cat == "call") << parent->cat;
+      EXPECT_TRUE(parent->cat == "run" || parent->cat == "iteration" || parent->cat == "call")
+          << parent->cat;
     } else if (span.cat == "iteration") {
       EXPECT_EQ(parent->cat, "loop");
       const testing::Json* loop = span.args != nullptr ? span.args->Get("loop") : nullptr;

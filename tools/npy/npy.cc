@@ -4,10 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -566,7 +565,8 @@ absl::StatusOr<Tensor> CreateMappedNpy(const std::string& path, DType dtype,
   const size_t total = header->size() + static_cast<size_t>(data_bytes);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
   }
   void* base = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(total)) == 0) {
@@ -575,7 +575,8 @@ absl::StatusOr<Tensor> CreateMappedNpy(const std::string& path, DType dtype,
   const int err = errno;
   ::close(fd);
   if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", path, " for writing: ", std::strerror(err)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", path, " for writing: ", std::strerror(err)));
   }
   auto* bytes = static_cast<uint8_t*>(base);
   std::memcpy(bytes, header->data(), header->size());
