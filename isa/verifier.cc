@@ -6,9 +6,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "isa/device.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
+#include "isa/operands.h"
 
 namespace dynvm::isa {
 namespace {
@@ -153,6 +155,20 @@ class FunctionVerifier {
   absl::Status Structure();
   absl::Status Flow(size_t begin, size_t end, State& st, std::vector<LoopContext>& loops);
   absl::Status Step(const Instr& in, State& st);
+  // Registers an instruction writes (scalars, objects) and releases, applied after its checks.
+  struct Writes {
+    std::vector<uint32_t> s, o, kills;
+  };
+  absl::Status CheckOperand(const Instr& in, int k, const State& st, Writes& w);
+  absl::Status CheckIndex(const Instr& in, isa::Operand type, uint32_t w);
+  absl::Status CheckValues(const Instr& in, int slot, const State& st);
+  absl::Status Distinct(const Instr& in, absl::Span<const uint32_t> regs) const;
+  absl::Status CheckRules(const Instr& in, const State& st, Writes& w);
+  absl::Status SameOptional(const Instr& in, uint32_t optional, uint32_t content) const;
+  absl::Status CheckParallelMove(const Instr& in, const State& st, Writes& w);
+  absl::Status CheckInvoke(const Instr& in, const State& st, Writes& w);
+  absl::Status CheckCall(const Instr& in, const State& st, Writes& w);
+  absl::Status CheckRet(const Instr& in, const State& st);
 
   // Register helpers: object registers are numbered after the scalar ones in State.
   absl::Status ScalarReg(const Instr& in, uint32_t r, const State& st, bool read) const {
@@ -423,27 +439,28 @@ absl::Status FunctionVerifier::Structure() {
     switch (in.d.op) {
       case Opcode::kIf: {
         const Instr& m = instrs_[in.match];
-        s = expect_jump(in, 1, m.d.op == Opcode::kElse ? after(in.match) : m.pc);
+        s = expect_jump(in, op::If::kElse, m.d.op == Opcode::kElse ? after(in.match) : m.pc);
         break;
       }
       case Opcode::kElse:
-        s = expect_jump(in, 0, instrs_[in.match].pc);
+        s = expect_jump(in, op::Else::kEnd, instrs_[in.match].pc);
         break;
       case Opcode::kLoop:
-        s = expect_jump(in, 2, after(in.match));
+        s = expect_jump(in, op::Loop::kExit, after(in.match));
         break;
       case Opcode::kEndLoop:
-        s = expect_jump(in, 0, instrs_[in.match].pc);
+        s = expect_jump(in, op::EndLoop::kHead, instrs_[in.match].pc);
         break;
       case Opcode::kBreak:
-        s = expect_jump(in, 0, after(instrs_[in.loop].match));
+        s = expect_jump(in, op::Break::kTarget, after(instrs_[in.loop].match));
         break;
       case Opcode::kBreakIf:
       case Opcode::kBreakUnless:
-        s = expect_jump(in, 1, after(instrs_[in.loop].match));
+        static_assert(+op::BreakIf::kTarget == +op::BreakUnless::kTarget);
+        s = expect_jump(in, op::BreakIf::kTarget, after(instrs_[in.loop].match));
         break;
       case Opcode::kContinue:
-        s = expect_jump(in, 0, instrs_[instrs_[in.loop].match].pc);
+        s = expect_jump(in, op::Continue::kTarget, instrs_[instrs_[in.loop].match].pc);
         break;
       default:
         break;
@@ -461,7 +478,9 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
     const Instr& in = instrs_[i];
     switch (in.d.op) {
       case Opcode::kIf: {
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok())
+        if (absl::Status s =
+                ScalarTyped(in, Operand(in, op::If::kCond), ScalarType::Bool, st, true);
+            !s.ok())
           return s;
         const Instr& m = instrs_[in.match];
         const bool has_else = m.d.op == Opcode::kElse;
@@ -479,10 +498,10 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
         continue;
       }
       case Opcode::kLoop: {
-        if (absl::Status s = Value(in, Operand(in, 1), st); !s.ok()) return s;
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::I64, st, false); !s.ok())
-          return s;
-        st.Set(Operand(in, 0));
+        DYNVM_RETURN_IF_ERROR(Value(in, Operand(in, op::Loop::kTrip), st));
+        const uint32_t iter = Operand(in, op::Loop::kIter);
+        DYNVM_RETURN_IF_ERROR(ScalarTyped(in, iter, ScalarType::I64, st, false));
+        st.Set(iter);
         const State pre = st;
         loops.push_back({State::Unreachable(words), State::Unreachable(words)});
         State body = st;
@@ -513,7 +532,10 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
         break;
       case Opcode::kBreakIf:
       case Opcode::kBreakUnless:
-        if (absl::Status s = ScalarTyped(in, Operand(in, 0), ScalarType::Bool, st, true); !s.ok())
+        static_assert(+op::BreakIf::kCond == +op::BreakUnless::kCond);
+        if (absl::Status s =
+                ScalarTyped(in, Operand(in, op::BreakIf::kCond), ScalarType::Bool, st, true);
+            !s.ok())
           return s;
         loops.back().breaks.MeetWith(st);
         break;
@@ -537,337 +559,348 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
 
 // Checks one non-control instruction's operands and applies its reads and writes to `st`.
 absl::Status FunctionVerifier::Step(const Instr& in, State& st) {
-  std::vector<uint32_t> s_writes, o_writes, o_kills;
-  // Generic operands (lists are handled per opcode below).
+  Writes w;
+  // Generic operands (lists are handled per opcode by CheckRules).
   for (int k = 0; k < in.d.num_operands; ++k) {
-    const isa::Operand type = in.d.slots[k].type;
-    const uint32_t w = Operand(in, k);
-    absl::Status s;
-    switch (type) {
-      case Operand::kRI:
-        s = ScalarTyped(in, w, ScalarType::I64, st, true);
-        break;
-      case Operand::kRF:
-        s = ScalarTyped(in, w, ScalarType::F64, st, true);
-        break;
-      case Operand::kRB:
-        s = ScalarTyped(in, w, ScalarType::Bool, st, true);
-        break;
-      case Operand::kRS:
-        s = ScalarReg(in, w, st, true);
-        break;
-      case Operand::kWI:
-        s = ScalarTyped(in, w, ScalarType::I64, st, false);
-        s_writes.push_back(w);
-        break;
-      case Operand::kWF:
-        s = ScalarTyped(in, w, ScalarType::F64, st, false);
-        s_writes.push_back(w);
-        break;
-      case Operand::kWB:
-        s = ScalarTyped(in, w, ScalarType::Bool, st, false);
-        s_writes.push_back(w);
-        break;
-      case Operand::kWS:
-        s = ScalarReg(in, w, st, false);
-        s_writes.push_back(w);
-        break;
-      case Operand::kRT:
-        s = ObjectKinded(in, w, ObjectKind::Tensor, st, true);
-        break;
-      case Operand::kMT:
-        s = ObjectKinded(in, w, ObjectKind::Tensor, st, true);
-        o_writes.push_back(w);
-        break;
-      case Operand::kWT:
-        s = ObjectKinded(in, w, ObjectKind::Tensor, st, false);
-        o_writes.push_back(w);
-        break;
-      case Operand::kRG:
-        s = ObjectKinded(in, w, ObjectKind::Storage, st, true);
-        break;
-      case Operand::kWG:
-        s = ObjectKinded(in, w, ObjectKind::Storage, st, false);
-        o_writes.push_back(w);
-        break;
-      case Operand::kRQ:
-        s = ObjectKinded(in, w, ObjectKind::Sequence, st, true);
-        break;
-      case Operand::kMQ:
-        s = ObjectKinded(in, w, ObjectKind::Sequence, st, true);
-        o_writes.push_back(w);
-        break;
-      case Operand::kWQ:
-        s = ObjectKinded(in, w, ObjectKind::Sequence, st, false);
-        o_writes.push_back(w);
-        break;
-      case Operand::kRP:
-        s = ObjectKinded(in, w, ObjectKind::Optional, st, true);
-        break;
-      case Operand::kWP:
-        s = ObjectKinded(in, w, ObjectKind::Optional, st, false);
-        o_writes.push_back(w);
-        break;
-      case Operand::kRX:
-        s = ObjectReg(in, w, st, true);
-        break;
-      case Operand::kWX:
-        s = ObjectReg(in, w, st, false);
-        o_writes.push_back(w);
-        break;
-      case Operand::kKill:
-        s = ObjectReg(in, w, st, false);
-        o_kills.push_back(w);
-        break;
-      case Operand::kValue:
-        s = Value(in, w, st);
-        break;
-      case Operand::kDType:
-        if (!IsValidDType(static_cast<uint8_t>(w)) || w > 0xFF)
-          s = ErrAt(in, absl::StrCat("invalid dtype ", w));
-        break;
-      case Operand::kDevice:
-        if (w >= static_cast<uint32_t>(kNumDevices))
-          s = ErrAt(in, absl::StrCat("invalid device ", w));
-        break;
-      case Operand::kKernel:
-        if (exe_.kernels() == nullptr || w >= exe_.kernels()->size())
-          s = ErrAt(in, absl::StrCat("kernel index ", w, " out of range"));
-        break;
-      case Operand::kConst:
-        if (exe_.constants() == nullptr || w >= exe_.constants()->size())
-          s = ErrAt(in, absl::StrCat("constant index ", w, " out of range"));
-        break;
-      case Operand::kFunc:
-        if (w >= exe_.functions()->size())
-          s = ErrAt(in, absl::StrCat("function index ", w, " out of range"));
-        break;
-      case Operand::kString:
-        if (exe_.strings() == nullptr || w >= exe_.strings()->size())
-          s = ErrAt(in, absl::StrCat("string index ", w, " out of range"));
-        break;
-      case Operand::kSite:
-        if (w >= fn_.num_invoke_sites()) {
-          s = ErrAt(
-              in, absl::StrCat("invoke site ", w, " out of range (", fn_.num_invoke_sites(), ")"));
-        } else if (!sites_.insert(w).second) {
-          s = ErrAt(in, absl::StrCat("invoke site ", w, " used twice"));
-        }
-        break;
-      default:
-        break;
-    }
-    if (!s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckOperand(in, k, st, w));
   }
+  DYNVM_RETURN_IF_ERROR(CheckRules(in, st, w));
+  for (uint32_t r : w.s) st.Set(r);
+  for (uint32_t r : w.kills) st.Clear(num_s_ + r);
+  for (uint32_t r : w.o) st.Set(num_s_ + r);
+  return absl::OkStatus();
+}
 
-  // Opcode-specific rules.
-  const auto op = in.d.op;
-  auto check_values = [&](int slot) -> absl::Status {
-    for (uint32_t w : ListOf(in, slot)) {
-      if (absl::Status s = Value(in, w, st); !s.ok()) return s;
-    }
-    if (ListOf(in, slot).size() > static_cast<size_t>(limits_.max_rank)) {
-      return ErrAt(in, absl::StrCat("more than ", limits_.max_rank, " dims"));
-    }
-    return absl::OkStatus();
-  };
-  auto distinct = [&](absl::Span<const uint32_t> regs) -> absl::Status {
-    absl::flat_hash_set<uint32_t> seen;
-    for (uint32_t r : regs) {
-      if (r != kAbsentRegister && !seen.insert(r).second)
-        return ErrAt(in, "a register is written twice");
-    }
-    return absl::OkStatus();
-  };
-  switch (op) {
+absl::Status FunctionVerifier::CheckOperand(const Instr& in, int k, const State& st, Writes& w) {
+  const isa::Operand type = in.d.slots[k].type;
+  const uint32_t r = Operand(in, k);
+  switch (type) {
+    case Operand::kRI:
+      return ScalarTyped(in, r, ScalarType::I64, st, true);
+    case Operand::kRF:
+      return ScalarTyped(in, r, ScalarType::F64, st, true);
+    case Operand::kRB:
+      return ScalarTyped(in, r, ScalarType::Bool, st, true);
+    case Operand::kRS:
+      return ScalarReg(in, r, st, true);
+    case Operand::kWI:
+      w.s.push_back(r);
+      return ScalarTyped(in, r, ScalarType::I64, st, false);
+    case Operand::kWF:
+      w.s.push_back(r);
+      return ScalarTyped(in, r, ScalarType::F64, st, false);
+    case Operand::kWB:
+      w.s.push_back(r);
+      return ScalarTyped(in, r, ScalarType::Bool, st, false);
+    case Operand::kWS:
+      w.s.push_back(r);
+      return ScalarReg(in, r, st, false);
+    case Operand::kRT:
+      return ObjectKinded(in, r, ObjectKind::Tensor, st, true);
+    case Operand::kMT:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Tensor, st, true);
+    case Operand::kWT:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Tensor, st, false);
+    case Operand::kRG:
+      return ObjectKinded(in, r, ObjectKind::Storage, st, true);
+    case Operand::kWG:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Storage, st, false);
+    case Operand::kRQ:
+      return ObjectKinded(in, r, ObjectKind::Sequence, st, true);
+    case Operand::kMQ:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Sequence, st, true);
+    case Operand::kWQ:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Sequence, st, false);
+    case Operand::kRP:
+      return ObjectKinded(in, r, ObjectKind::Optional, st, true);
+    case Operand::kWP:
+      w.o.push_back(r);
+      return ObjectKinded(in, r, ObjectKind::Optional, st, false);
+    case Operand::kRX:
+      return ObjectReg(in, r, st, true);
+    case Operand::kWX:
+      w.o.push_back(r);
+      return ObjectReg(in, r, st, false);
+    case Operand::kKill:
+      w.kills.push_back(r);
+      return ObjectReg(in, r, st, false);
+    case Operand::kValue:
+      return Value(in, r, st);
+    default:
+      return CheckIndex(in, type, r);
+  }
+}
+
+// An immediate or table index operand.
+absl::Status FunctionVerifier::CheckIndex(const Instr& in, isa::Operand type, uint32_t w) {
+  switch (type) {
+    case Operand::kDType:
+      if (!IsValidDType(static_cast<uint8_t>(w)) || w > 0xFF)
+        return ErrAt(in, absl::StrCat("invalid dtype ", w));
+      break;
+    case Operand::kDevice:
+      if (w >= static_cast<uint32_t>(kNumDevices))
+        return ErrAt(in, absl::StrCat("invalid device ", w));
+      break;
+    case Operand::kKernel:
+      if (exe_.kernels() == nullptr || w >= exe_.kernels()->size())
+        return ErrAt(in, absl::StrCat("kernel index ", w, " out of range"));
+      break;
+    case Operand::kConst:
+      if (exe_.constants() == nullptr || w >= exe_.constants()->size())
+        return ErrAt(in, absl::StrCat("constant index ", w, " out of range"));
+      break;
+    case Operand::kFunc:
+      if (w >= exe_.functions()->size())
+        return ErrAt(in, absl::StrCat("function index ", w, " out of range"));
+      break;
+    case Operand::kString:
+      if (exe_.strings() == nullptr || w >= exe_.strings()->size())
+        return ErrAt(in, absl::StrCat("string index ", w, " out of range"));
+      break;
+    case Operand::kSite:
+      if (w >= fn_.num_invoke_sites()) {
+        return ErrAt(
+            in, absl::StrCat("invoke site ", w, " out of range (", fn_.num_invoke_sites(), ")"));
+      }
+      if (!sites_.insert(w).second)
+        return ErrAt(in, absl::StrCat("invoke site ", w, " used twice"));
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// Every element of a list of value operands (dims, strides).
+absl::Status FunctionVerifier::CheckValues(const Instr& in, int slot, const State& st) {
+  for (uint32_t w : ListOf(in, slot)) DYNVM_RETURN_IF_ERROR(Value(in, w, st));
+  if (ListOf(in, slot).size() > static_cast<size_t>(limits_.max_rank)) {
+    return ErrAt(in, absl::StrCat("more than ", limits_.max_rank, " dims"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::Distinct(const Instr& in, absl::Span<const uint32_t> regs) const {
+  absl::flat_hash_set<uint32_t> seen;
+  for (uint32_t r : regs) {
+    if (r != kAbsentRegister && !seen.insert(r).second)
+      return ErrAt(in, "a register is written twice");
+  }
+  return absl::OkStatus();
+}
+
+// Opcode-specific rules, beyond each operand's own check.
+absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writes& w) {
+  switch (in.d.op) {
     case Opcode::kMovS:
-      if (stypes_->Get(Operand(in, 0)) != stypes_->Get(Operand(in, 1)))
+      if (stypes_->Get(Operand(in, op::MovS::kDst)) != stypes_->Get(Operand(in, op::MovS::kSrc)))
         return ErrAt(in, "scalar types differ");
       break;
     case Opcode::kMov:
-      if (!SameType(OType(Operand(in, 0)), OType(Operand(in, 1))))
+      if (!SameType(OType(Operand(in, op::Mov::kDst)), OType(Operand(in, op::Mov::kSrc))))
         return ErrAt(in, "object types differ");
       break;
     case Opcode::kPMove:
-    case Opcode::kPMoveS: {
-      absl::Span<const uint32_t> dst = ListOf(in, 0), src = ListOf(in, 1);
-      if (dst.size() != src.size()) return ErrAt(in, "lists differ in length");
-      for (uint32_t r : src) {
-        absl::Status s =
-            op == Opcode::kPMove ? ObjectReg(in, r, st, true) : ScalarReg(in, r, st, true);
-        if (!s.ok()) return s;
-      }
-      for (size_t k = 0; k < dst.size(); ++k) {
-        absl::Status s = op == Opcode::kPMove ? ObjectReg(in, dst[k], st, false)
-                                              : ScalarReg(in, dst[k], st, false);
-        if (!s.ok()) return s;
-        const bool same = op == Opcode::kPMove ? SameType(OType(dst[k]), OType(src[k]))
-                                               : stypes_->Get(dst[k]) == stypes_->Get(src[k]);
-        if (!same) return ErrAt(in, absl::StrCat("element ", k, ": types differ"));
-        (op == Opcode::kPMove ? o_writes : s_writes).push_back(dst[k]);
-      }
-      if (absl::Status s = distinct(dst); !s.ok()) return s;
-      break;
-    }
+    case Opcode::kPMoveS:
+      return CheckParallelMove(in, st, w);
     case Opcode::kAllocTensor:
-      if (ODType(Operand(in, 0)) != Operand(in, 3))
+      if (ODType(Operand(in, op::AllocTensor::kDst)) != Operand(in, op::AllocTensor::kDType))
         return ErrAt(in, "dtype operand differs from the register's dtype");
-      if (absl::Status s = check_values(4); !s.ok()) return s;
-      break;
+      return CheckValues(in, op::AllocTensor::kDims, st);
     case Opcode::kAllocGrowable:
-      if (ODType(Operand(in, 0)) != Operand(in, 1))
+      if (ODType(Operand(in, op::AllocGrowable::kDst)) != Operand(in, op::AllocGrowable::kDType))
         return ErrAt(in, "dtype operand differs from the register's dtype");
-      if (absl::Status s = check_values(5); !s.ok()) return s;
-      if (Operand(in, 3) >= ListOf(in, 5).size()) return ErrAt(in, "growth axis out of range");
+      DYNVM_RETURN_IF_ERROR(CheckValues(in, op::AllocGrowable::kDims, st));
+      if (Operand(in, op::AllocGrowable::kAxis) >= ListOf(in, op::AllocGrowable::kDims).size())
+        return ErrAt(in, "growth axis out of range");
       break;
     case Opcode::kAppend:
-      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      if (Operand(in, 2) >= static_cast<uint32_t>(limits_.max_rank))
+      DYNVM_RETURN_IF_ERROR(
+          SameDType(in, Operand(in, op::Append::kTensor), Operand(in, op::Append::kPart)));
+      if (Operand(in, op::Append::kAxis) >= static_cast<uint32_t>(limits_.max_rank))
         return ErrAt(in, "axis out of range");
       break;
     case Opcode::kLoadConst: {
-      const fb::Constant* c = exe_.constants()->Get(Operand(in, 1));
-      if (c->dtype() != ODType(Operand(in, 0)))
+      const fb::Constant* c = exe_.constants()->Get(Operand(in, op::LoadConst::kConst));
+      if (c->dtype() != ODType(Operand(in, op::LoadConst::kDst)))
         return ErrAt(in, "constant dtype differs from the register's dtype");
       break;
     }
     case Opcode::kReshape:
-      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      if (absl::Status s = check_values(2); !s.ok()) return s;
-      break;
+      DYNVM_RETURN_IF_ERROR(
+          SameDType(in, Operand(in, op::Reshape::kDst), Operand(in, op::Reshape::kSrc)));
+      return CheckValues(in, op::Reshape::kDims, st);
     case Opcode::kView:
-      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      if (absl::Status s = check_values(3); !s.ok()) return s;
-      if (absl::Status s = check_values(4); !s.ok()) return s;
-      if (ListOf(in, 3).size() != ListOf(in, 4).size())
+      DYNVM_RETURN_IF_ERROR(
+          SameDType(in, Operand(in, op::View::kDst), Operand(in, op::View::kSrc)));
+      DYNVM_RETURN_IF_ERROR(CheckValues(in, op::View::kDims, st));
+      DYNVM_RETURN_IF_ERROR(CheckValues(in, op::View::kStrides, st));
+      if (ListOf(in, op::View::kDims).size() != ListOf(in, op::View::kStrides).size())
         return ErrAt(in, "dims and strides differ in length");
       break;
     case Opcode::kCopy:
-      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      break;
+      return SameDType(in, Operand(in, op::Copy::kDst), Operand(in, op::Copy::kSrc));
     case Opcode::kSeqPush:
+      return SameDType(in, Operand(in, op::SeqPush::kSeq), Operand(in, op::SeqPush::kTensor));
     case Opcode::kSeqInsert:
+      return SameDType(in, Operand(in, op::SeqInsert::kSeq), Operand(in, op::SeqInsert::kTensor));
     case Opcode::kSeqAt:
-      if (absl::Status s = SameDType(in, Operand(in, 0), Operand(in, 1)); !s.ok()) return s;
-      break;
+      return SameDType(in, Operand(in, op::SeqAt::kDst), Operand(in, op::SeqAt::kSeq));
     case Opcode::kOptSome:
-    case Opcode::kOptGet: {
-      const fb::ObjectType& opt = OType(Operand(in, op == Opcode::kOptSome ? 0 : 1));
-      const fb::ObjectType& val = OType(Operand(in, op == Opcode::kOptSome ? 1 : 0));
-      if (opt.elem_kind() != val.kind() || opt.dtype() != val.dtype()) {
-        return ErrAt(in,
-                     absl::StrCat("optional holds ", TypeName(opt), ", value is ", TypeName(val)));
-      }
-      break;
-    }
-    case Opcode::kInvoke: {
-      const fb::Kernel* k = exe_.kernels()->Get(Operand(in, 0));
-      absl::Span<const uint32_t> ins = ListOf(in, 2), outs = ListOf(in, 3);
-      const uint32_t nin = k->inputs() ? k->inputs()->size() : 0;
-      const uint32_t nout = k->outputs() ? k->outputs()->size() : 0;
-      if (ins.size() != nin || outs.size() != nout) {
-        return ErrAt(in, absl::StrCat("kernel ", Operand(in, 0), " (", k->op()->str(), ") takes ",
-                                      nin, " inputs and ", nout, " outputs, given ", ins.size(),
-                                      " and ", outs.size()));
-      }
-      auto check_port = [&](const fb::Port* p, uint32_t r, bool is_input,
-                            size_t k_index) -> absl::Status {
-        const char* what = is_input ? "input" : "output";
-        if (r == kAbsentRegister) {
-          if (!p->optional()) return ErrAt(in, absl::StrCat(what, " ", k_index, " is required"));
-          return absl::OkStatus();
-        }
-        const bool read = is_input || !p->dynamic();
-        if (absl::Status s = ObjectKinded(in, r, p->kind(), st, read); !s.ok()) return s;
-        if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage &&
-            p->dtype() != ODType(r)) {
-          return ErrAt(
-              in, absl::StrCat(
-                      what, " ", k_index, " must be ",
-                      IsValidDType(p->dtype()) ? DTypeName(static_cast<DType>(p->dtype())) : "?",
-                      ", %o", r, " is ", TypeName(OType(r))));
-        }
-        if (!is_input) o_writes.push_back(r);
-        return absl::OkStatus();
-      };
-      for (size_t j = 0; j < ins.size(); ++j) {
-        if (absl::Status s = check_port(k->inputs()->Get(j), ins[j], true, j); !s.ok()) return s;
-      }
-      for (size_t j = 0; j < outs.size(); ++j) {
-        if (absl::Status s = check_port(k->outputs()->Get(j), outs[j], false, j); !s.ok()) return s;
-      }
-      if (absl::Status s = distinct(outs); !s.ok()) return s;
-      break;
-    }
-    case Opcode::kCall: {
-      const fb::Function* callee = exe_.functions()->Get(Operand(in, 0));
-      absl::Span<const uint32_t> oargs = ListOf(in, 1), sargs = ListOf(in, 2);
-      absl::Span<const uint32_t> ores = ListOf(in, 3), sres = ListOf(in, 4);
-      const auto* ctypes = callee->object_types();
-      const auto* cstypes = callee->scalar_types();
-      const uint32_t n_ores = callee->object_results() ? callee->object_results()->size() : 0;
-      const uint32_t n_sres = callee->scalar_results() ? callee->scalar_results()->size() : 0;
-      if (oargs.size() != callee->num_object_params() ||
-          sargs.size() != callee->num_scalar_params() || ores.size() != n_ores ||
-          sres.size() != n_sres) {
-        return ErrAt(in,
-                     absl::StrCat("arity does not match function '", callee->name()->str(), "'"));
-      }
-      // The callee's declarations are checked when it is verified; guard the indices here.
-      if ((oargs.size() > 0 && (ctypes == nullptr || ctypes->size() < oargs.size())) ||
-          (sargs.size() > 0 && (cstypes == nullptr || cstypes->size() < sargs.size()))) {
-        return ErrAt(in, "callee declares fewer registers than parameters");
-      }
-      for (size_t j = 0; j < oargs.size(); ++j) {
-        if (absl::Status s = ObjectReg(in, oargs[j], st, true); !s.ok()) return s;
-        if (!SameType(OType(oargs[j]), *ctypes->Get(j)))
-          return ErrAt(in, absl::StrCat("object argument ", j, ": type mismatch"));
-      }
-      for (size_t j = 0; j < sargs.size(); ++j) {
-        if (absl::Status s = ScalarReg(in, sargs[j], st, true); !s.ok()) return s;
-        if (stypes_->Get(sargs[j]) != cstypes->Get(j))
-          return ErrAt(in, absl::StrCat("scalar argument ", j, ": type mismatch"));
-      }
-      for (size_t j = 0; j < ores.size(); ++j) {
-        if (absl::Status s = ObjectReg(in, ores[j], st, false); !s.ok()) return s;
-        if (!SameType(OType(ores[j]), *callee->object_results()->Get(j)))
-          return ErrAt(in, absl::StrCat("object result ", j, ": type mismatch"));
-        o_writes.push_back(ores[j]);
-      }
-      for (size_t j = 0; j < sres.size(); ++j) {
-        if (absl::Status s = ScalarReg(in, sres[j], st, false); !s.ok()) return s;
-        if (stypes_->Get(sres[j]) != callee->scalar_results()->Get(j))
-          return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
-        s_writes.push_back(sres[j]);
-      }
-      if (absl::Status s = distinct(ores); !s.ok()) return s;
-      if (absl::Status s = distinct(sres); !s.ok()) return s;
-      break;
-    }
-    case Opcode::kRet: {
-      absl::Span<const uint32_t> ores = ListOf(in, 0), sres = ListOf(in, 1);
-      const uint32_t n_ores = fn_.object_results() ? fn_.object_results()->size() : 0;
-      const uint32_t n_sres = fn_.scalar_results() ? fn_.scalar_results()->size() : 0;
-      if (ores.size() != n_ores || sres.size() != n_sres)
-        return ErrAt(in, "result count differs from the declaration");
-      for (size_t j = 0; j < ores.size(); ++j) {
-        if (absl::Status s = ObjectReg(in, ores[j], st, true); !s.ok()) return s;
-        if (!SameType(OType(ores[j]), *fn_.object_results()->Get(j)))
-          return ErrAt(in, absl::StrCat("result ", j, ": type mismatch"));
-      }
-      for (size_t j = 0; j < sres.size(); ++j) {
-        if (absl::Status s = ScalarReg(in, sres[j], st, true); !s.ok()) return s;
-        if (stypes_->Get(sres[j]) != fn_.scalar_results()->Get(j))
-          return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
-      }
-      break;
-    }
+      return SameOptional(in, Operand(in, op::OptSome::kDst), Operand(in, op::OptSome::kContent));
+    case Opcode::kOptGet:
+      return SameOptional(in, Operand(in, op::OptGet::kOpt), Operand(in, op::OptGet::kDst));
+    case Opcode::kInvoke:
+      return CheckInvoke(in, st, w);
+    case Opcode::kCall:
+      return CheckCall(in, st, w);
+    case Opcode::kRet:
+      return CheckRet(in, st);
     default:
       break;
   }
-  for (uint32_t r : s_writes) st.Set(r);
-  for (uint32_t r : o_kills) st.Clear(num_s_ + r);
-  for (uint32_t r : o_writes) st.Set(num_s_ + r);
+  return absl::OkStatus();
+}
+
+// An optional register and the register of its content agree in kind and dtype.
+absl::Status FunctionVerifier::SameOptional(const Instr& in, uint32_t optional,
+                                            uint32_t content) const {
+  const fb::ObjectType& opt = OType(optional);
+  const fb::ObjectType& val = OType(content);
+  if (opt.elem_kind() != val.kind() || opt.dtype() != val.dtype()) {
+    return ErrAt(in, absl::StrCat("optional holds ", TypeName(opt), ", value is ", TypeName(val)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::CheckParallelMove(const Instr& in, const State& st, Writes& w) {
+  static_assert(+op::PMove::kDst == +op::PMoveS::kDst && +op::PMove::kSrc == +op::PMoveS::kSrc);
+  const bool objects = in.d.op == Opcode::kPMove;
+  absl::Span<const uint32_t> dst = ListOf(in, op::PMove::kDst), src = ListOf(in, op::PMove::kSrc);
+  if (dst.size() != src.size()) return ErrAt(in, "lists differ in length");
+  for (uint32_t r : src) {
+    DYNVM_RETURN_IF_ERROR(objects ? ObjectReg(in, r, st, true) : ScalarReg(in, r, st, true));
+  }
+  for (size_t k = 0; k < dst.size(); ++k) {
+    DYNVM_RETURN_IF_ERROR(objects ? ObjectReg(in, dst[k], st, false)
+                                  : ScalarReg(in, dst[k], st, false));
+    const bool same = objects ? SameType(OType(dst[k]), OType(src[k]))
+                              : stypes_->Get(dst[k]) == stypes_->Get(src[k]);
+    if (!same) return ErrAt(in, absl::StrCat("element ", k, ": types differ"));
+    (objects ? w.o : w.s).push_back(dst[k]);
+  }
+  return Distinct(in, dst);
+}
+
+absl::Status FunctionVerifier::CheckInvoke(const Instr& in, const State& st, Writes& w) {
+  const fb::Kernel* k = exe_.kernels()->Get(Operand(in, op::Invoke::kKernel));
+  absl::Span<const uint32_t> ins = ListOf(in, op::Invoke::kInputs),
+                             outs = ListOf(in, op::Invoke::kOutputs);
+  const uint32_t nin = k->inputs() ? k->inputs()->size() : 0;
+  const uint32_t nout = k->outputs() ? k->outputs()->size() : 0;
+  if (ins.size() != nin || outs.size() != nout) {
+    return ErrAt(in, absl::StrCat("kernel ", Operand(in, op::Invoke::kKernel), " (", k->op()->str(),
+                                  ") takes ", nin, " inputs and ", nout, " outputs, given ",
+                                  ins.size(), " and ", outs.size()));
+  }
+  auto check_port = [&](const fb::Port* p, uint32_t r, bool is_input,
+                        size_t k_index) -> absl::Status {
+    const char* what = is_input ? "input" : "output";
+    if (r == kAbsentRegister) {
+      if (!p->optional()) return ErrAt(in, absl::StrCat(what, " ", k_index, " is required"));
+      return absl::OkStatus();
+    }
+    const bool read = is_input || !p->dynamic();
+    DYNVM_RETURN_IF_ERROR(ObjectKinded(in, r, p->kind(), st, read));
+    if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage && p->dtype() != ODType(r)) {
+      return ErrAt(
+          in,
+          absl::StrCat(what, " ", k_index, " must be ",
+                       IsValidDType(p->dtype()) ? DTypeName(static_cast<DType>(p->dtype())) : "?",
+                       ", %o", r, " is ", TypeName(OType(r))));
+    }
+    if (!is_input) w.o.push_back(r);
+    return absl::OkStatus();
+  };
+  for (size_t j = 0; j < ins.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(check_port(k->inputs()->Get(j), ins[j], true, j));
+  }
+  for (size_t j = 0; j < outs.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(check_port(k->outputs()->Get(j), outs[j], false, j));
+  }
+  return Distinct(in, outs);
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::CheckCall(const Instr& in, const State& st, Writes& w) {
+  const fb::Function* callee = exe_.functions()->Get(Operand(in, op::Call::kFunc));
+  absl::Span<const uint32_t> oargs = ListOf(in, op::Call::kObjArgs),
+                             sargs = ListOf(in, op::Call::kScalarArgs);
+  absl::Span<const uint32_t> ores = ListOf(in, op::Call::kObjResults),
+                             sres = ListOf(in, op::Call::kScalarResults);
+  const auto* ctypes = callee->object_types();
+  const auto* cstypes = callee->scalar_types();
+  const uint32_t n_ores = callee->object_results() ? callee->object_results()->size() : 0;
+  const uint32_t n_sres = callee->scalar_results() ? callee->scalar_results()->size() : 0;
+  if (oargs.size() != callee->num_object_params() || sargs.size() != callee->num_scalar_params() ||
+      ores.size() != n_ores || sres.size() != n_sres) {
+    return ErrAt(in, absl::StrCat("arity does not match function '", callee->name()->str(), "'"));
+  }
+  // The callee's declarations are checked when it is verified; guard the indices here.
+  if ((oargs.size() > 0 && (ctypes == nullptr || ctypes->size() < oargs.size())) ||
+      (sargs.size() > 0 && (cstypes == nullptr || cstypes->size() < sargs.size()))) {
+    return ErrAt(in, "callee declares fewer registers than parameters");
+  }
+  for (size_t j = 0; j < oargs.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ObjectReg(in, oargs[j], st, true));
+    if (!SameType(OType(oargs[j]), *ctypes->Get(j)))
+      return ErrAt(in, absl::StrCat("object argument ", j, ": type mismatch"));
+  }
+  for (size_t j = 0; j < sargs.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ScalarReg(in, sargs[j], st, true));
+    if (stypes_->Get(sargs[j]) != cstypes->Get(j))
+      return ErrAt(in, absl::StrCat("scalar argument ", j, ": type mismatch"));
+  }
+  for (size_t j = 0; j < ores.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ObjectReg(in, ores[j], st, false));
+    if (!SameType(OType(ores[j]), *callee->object_results()->Get(j)))
+      return ErrAt(in, absl::StrCat("object result ", j, ": type mismatch"));
+    w.o.push_back(ores[j]);
+  }
+  for (size_t j = 0; j < sres.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ScalarReg(in, sres[j], st, false));
+    if (stypes_->Get(sres[j]) != callee->scalar_results()->Get(j))
+      return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+    w.s.push_back(sres[j]);
+  }
+  DYNVM_RETURN_IF_ERROR(Distinct(in, ores));
+  return Distinct(in, sres);
+  return absl::OkStatus();
+}
+
+absl::Status FunctionVerifier::CheckRet(const Instr& in, const State& st) {
+  absl::Span<const uint32_t> ores = ListOf(in, op::Ret::kObjs),
+                             sres = ListOf(in, op::Ret::kScalars);
+  const uint32_t n_ores = fn_.object_results() ? fn_.object_results()->size() : 0;
+  const uint32_t n_sres = fn_.scalar_results() ? fn_.scalar_results()->size() : 0;
+  if (ores.size() != n_ores || sres.size() != n_sres)
+    return ErrAt(in, "result count differs from the declaration");
+  for (size_t j = 0; j < ores.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ObjectReg(in, ores[j], st, true));
+    if (!SameType(OType(ores[j]), *fn_.object_results()->Get(j)))
+      return ErrAt(in, absl::StrCat("result ", j, ": type mismatch"));
+  }
+  for (size_t j = 0; j < sres.size(); ++j) {
+    DYNVM_RETURN_IF_ERROR(ScalarReg(in, sres[j], st, true));
+    if (stypes_->Get(sres[j]) != fn_.scalar_results()->Get(j))
+      return ErrAt(in, absl::StrCat("scalar result ", j, ": type mismatch"));
+  }
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
+#include "isa/operands.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
 
@@ -72,7 +73,11 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
 #define S(w) s[(w)]
 #define O(w) o[(w)]
 #define VAL(w) (((w)&kRegisterFlag) ? s[(w) & ~kRegisterFlag].i : static_cast<int64_t>(w))
-#define LEN() (ip[0] >> 8)
+#define LEN() isa::HeaderLength(ip[0])
+// The operands of the current instruction, by name: in.reg<F::kDst>() (isa/operands.h).
+#define DECODE(name)       \
+  using F = isa::op::name; \
+  const isa::Operands<F> in(ip)
 #define FAIL(expr)   \
   do {               \
     status = (expr); \
@@ -86,7 +91,7 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
 
 #if DYNVM_COMPUTED_GOTO
   static const void* const kLabels[] = {
-#define DYNVM_LABEL(name, mnemonic, operands, meaning) &&L_##name,
+#define DYNVM_LABEL(name, mnemonic, operands, names, meaning) &&L_##name,
       DYNVM_OPCODES(DYNVM_LABEL)
 #undef DYNVM_LABEL
   };
@@ -110,21 +115,24 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
 
   CASE(Nop) { NEXT(); }
   CASE(If) {
-    if (S(ip[1]).i) {
+    DECODE(If);
+    if (S(in.reg<F::kCond>()).i) {
       NEXT();
     }
-    ip += static_cast<int32_t>(ip[2]);
+    ip += in.jump<F::kElse>();
     REDISPATCH();
   }
   CASE(Else) {
-    ip += static_cast<int32_t>(ip[1]);
+    DECODE(Else);
+    ip += in.jump<F::kEnd>();
     REDISPATCH();
   }
   CASE(EndIf) { NEXT(); }
   CASE(Loop) {
-    S(ip[1]).i = 0;
-    if (VAL(ip[2]) <= 0) {
-      ip += static_cast<int32_t>(ip[3]);
+    DECODE(Loop);
+    S(in.reg<F::kIter>()).i = 0;
+    if (VAL(in.value<F::kTrip>()) <= 0) {
+      ip += in.jump<F::kExit>();
       REDISPATCH();
     }
     if constexpr (kProfile) profiler->BeginLoop(function, static_cast<uint32_t>(ip - code));
@@ -132,7 +140,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(EndLoop) {
-    const uint32_t* head = ip + static_cast<int32_t>(ip[1]);
+    DECODE(EndLoop);
+    const uint32_t* head = ip + in.jump<F::kHead>();
+    const isa::Operands<isa::op::Loop> loop(head);
     if (--iterations_left < 0) {
       FAIL(absl::ResourceExhaustedError(
           absl::StrCat("loop iteration limit of ", options.max_loop_iterations, " exceeded")));
@@ -140,12 +150,12 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     if ((iterations_left & 255) == 0) CHECK_OK(CheckInterrupts());
     if (depth == 0 && loop_nesting == 1 && first_iteration_allocs < 0)
       first_iteration_allocs = SystemAllocs();
-    if (++S(head[1]).i < VAL(head[2])) {
+    if (++S(loop.reg<isa::op::Loop::kIter>()).i < VAL(loop.value<isa::op::Loop::kTrip>())) {
       if constexpr (kProfile) {
         SampleMemory();
         profiler->EndIteration(true);
       }
-      ip = head + (head[0] >> 8);
+      ip = head + loop.length();
       REDISPATCH();
     }
     if constexpr (kProfile) {
@@ -156,52 +166,55 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(Break) {
+    DECODE(Break);
     if constexpr (kProfile) profiler->BreakLoop();
     if (depth == 0) ExitLoop();
-    ip += static_cast<int32_t>(ip[1]);
+    ip += in.jump<F::kTarget>();
     REDISPATCH();
   }
   CASE(BreakIf) {
-    if (S(ip[1]).i) {
+    DECODE(BreakIf);
+    if (S(in.reg<F::kCond>()).i) {
       if constexpr (kProfile) profiler->BreakLoop();
       if (depth == 0) ExitLoop();
-      ip += static_cast<int32_t>(ip[2]);
+      ip += in.jump<F::kTarget>();
       REDISPATCH();
     }
     NEXT();
   }
   CASE(BreakUnless) {
-    if (!S(ip[1]).i) {
+    DECODE(BreakUnless);
+    if (!S(in.reg<F::kCond>()).i) {
       if constexpr (kProfile) profiler->BreakLoop();
       if (depth == 0) ExitLoop();
-      ip += static_cast<int32_t>(ip[2]);
+      ip += in.jump<F::kTarget>();
       REDISPATCH();
     }
     NEXT();
   }
   CASE(Continue) {
-    ip += static_cast<int32_t>(ip[1]);
+    DECODE(Continue);
+    ip += in.jump<F::kTarget>();
     REDISPATCH();
   }
   CASE(Call) {
+    DECODE(Call);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
       if (depth + 1 >= options.max_call_depth) {
         FAIL(absl::ResourceExhaustedError(
             absl::StrCat("call depth limit of ", options.max_call_depth, " exceeded")));
       }
       CHECK_OK(CheckInterrupts());
-      const int callee = static_cast<int>(ip[1]);
-      const uint32_t* oargs = ip + 2;
-      const uint32_t* sargs = oargs + 1 + oargs[0];
-      const uint32_t* ores = sargs + 1 + sargs[0];
-      const uint32_t* sres = ores + 1 + ores[0];
+      const int callee = static_cast<int>(in.word<F::kFunc>());
+      const absl::Span<const uint32_t> oargs = in.list<F::kObjArgs>();
+      const absl::Span<const uint32_t> sargs = in.list<F::kScalarArgs>();
       Frame& next = FrameAt(depth + 1, exe->function_entry(callee));
-      for (uint32_t k = 0; k < oargs[0]; ++k) next.o[k] = O(oargs[1 + k]);
-      for (uint32_t k = 0; k < sargs[0]; ++k) next.s[k] = S(sargs[1 + k]);
+      for (size_t k = 0; k < oargs.size(); ++k) next.o[k] = O(oargs[k]);
+      for (size_t k = 0; k < sargs.size(); ++k) next.s[k] = S(sargs[k]);
       ReturnTarget target;
       target.frame = &frame;
-      target.objects = ores;
-      target.scalars = sres;
+      target.objects = in.list<F::kObjResults>();
+      target.scalars = in.list<F::kScalarResults>();
       if constexpr (kProfile) profiler->BeginCall(callee);
       absl::Status cs = DYNVM_EXECUTE(callee, depth + 1, target);
       if constexpr (kProfile) {
@@ -213,38 +226,46 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(Ret) {
-    const uint32_t* ores = ip + 1;
-    const uint32_t* sres = ores + 1 + ores[0];
+    DECODE(Ret);
+    const absl::Span<const uint32_t> ores = in.list<F::kObjs>();
+    const absl::Span<const uint32_t> sres = in.list<F::kScalars>();
     if (ret.frame != nullptr) {
-      for (uint32_t k = 0; k < ores[0]; ++k) ret.frame->o[ret.objects[1 + k]] = O(ores[1 + k]);
-      for (uint32_t k = 0; k < sres[0]; ++k) ret.frame->s[ret.scalars[1 + k]] = S(sres[1 + k]);
+      for (size_t k = 0; k < ores.size(); ++k) ret.frame->o[ret.objects[k]] = O(ores[k]);
+      for (size_t k = 0; k < sres.size(); ++k) ret.frame->s[ret.scalars[k]] = S(sres[k]);
     } else {
-      ret.outputs->resize(ores[0]);
-      for (uint32_t k = 0; k < ores[0]; ++k) (*ret.outputs)[k] = O(ores[1 + k]);
+      ret.outputs->resize(ores.size());
+      for (size_t k = 0; k < ores.size(); ++k) (*ret.outputs)[k] = O(ores[k]);
       if (run_output_buffers != nullptr) CHECK_OK(FillOutputBuffers(fn.info, *ret.outputs));
     }
     for (uint32_t k = 0; k < fn.num_objects; ++k) o[k].Clear();
     if constexpr (kProfile) profiler->CloseLoopsTo(loop_base);
     return absl::OkStatus();
   }
-  CASE(Fail) { FAIL(absl::FailedPreconditionError(exe->string(ip[1]))); }
+  CASE(Fail) {
+    DECODE(Fail);
+    FAIL(absl::FailedPreconditionError(exe->string(in.word<F::kMessage>())));
+  }
   CASE(Assert) {
-    if (!S(ip[1]).i) FAIL(absl::FailedPreconditionError(exe->string(ip[2])));
+    DECODE(Assert);
+    if (!S(in.reg<F::kCond>()).i)
+      FAIL(absl::FailedPreconditionError(exe->string(in.word<F::kMessage>())));
     NEXT();
   }
   CASE(Mov) {
-    O(ip[1]) = O(ip[2]);
+    DECODE(Mov);
+    O(in.reg<F::kDst>()) = O(in.reg<F::kSrc>());
     NEXT();
   }
   CASE(MovS) {
-    S(ip[1]) = S(ip[2]);
+    DECODE(MovS);
+    S(in.reg<F::kDst>()) = S(in.reg<F::kSrc>());
     NEXT();
   }
   CASE(PMove) {
     // Parallel move: read every source before writing any destination.
-    const uint32_t n = ip[1];
-    const uint32_t* dst = ip + 2;
-    const uint32_t* src = ip + 3 + n;
+    DECODE(PMove);
+    const absl::Span<const uint32_t> dst = in.list<F::kDst>(), src = in.list<F::kSrc>();
+    const uint32_t n = static_cast<uint32_t>(dst.size());
     if (n == 2 && dst[0] == src[1] && dst[1] == src[0]) {
       std::swap(O(dst[0]), O(dst[1]));
     } else {
@@ -255,9 +276,9 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(PMoveS) {
-    const uint32_t n = ip[1];
-    const uint32_t* dst = ip + 2;
-    const uint32_t* src = ip + 3 + n;
+    DECODE(PMoveS);
+    const absl::Span<const uint32_t> dst = in.list<F::kDst>(), src = in.list<F::kSrc>();
+    const uint32_t n = static_cast<uint32_t>(dst.size());
     Scalar tmp[16];
     if (n <= 16) {
       for (uint32_t k = 0; k < n; ++k) tmp[k] = S(src[k]);
@@ -270,343 +291,407 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(Kill) {
-    O(ip[1]).Clear();
+    DECODE(Kill);
+    O(in.reg<F::kReg>()).Clear();
     if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(ConstI) {
-    S(ip[1]).i = isa::ReadImm64(ip + 2);
+    DECODE(ConstI);
+    S(in.reg<F::kDst>()).i = in.imm64<F::kImm>();
     NEXT();
   }
   CASE(ConstF) {
-    S(ip[1]).f = isa::ReadF64(ip + 2);
+    DECODE(ConstF);
+    S(in.reg<F::kDst>()).f = in.f64<F::kImm>();
     NEXT();
   }
   CASE(ConstB) {
-    S(ip[1]).i = ip[2] != 0;
+    DECODE(ConstB);
+    S(in.reg<F::kDst>()).i = in.word<F::kImm>() != 0;
     NEXT();
   }
   CASE(AddI) {
-    S(ip[1]).i =
-        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) + static_cast<uint64_t>(S(ip[3]).i));
+    DECODE(AddI);
+    S(in.reg<F::kDst>()).i = static_cast<int64_t>(static_cast<uint64_t>(S(in.reg<F::kLhs>()).i) +
+                                                  static_cast<uint64_t>(S(in.reg<F::kRhs>()).i));
     NEXT();
   }
   CASE(AddImmI) {
-    S(ip[1]).i = static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) +
-                                      static_cast<uint64_t>(isa::ReadImm64(ip + 3)));
+    DECODE(AddImmI);
+    S(in.reg<F::kDst>()).i = static_cast<int64_t>(static_cast<uint64_t>(S(in.reg<F::kLhs>()).i) +
+                                                  static_cast<uint64_t>(in.imm64<F::kImm>()));
     NEXT();
   }
   CASE(SubI) {
-    S(ip[1]).i =
-        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) - static_cast<uint64_t>(S(ip[3]).i));
+    DECODE(SubI);
+    S(in.reg<F::kDst>()).i = static_cast<int64_t>(static_cast<uint64_t>(S(in.reg<F::kLhs>()).i) -
+                                                  static_cast<uint64_t>(S(in.reg<F::kRhs>()).i));
     NEXT();
   }
   CASE(MulI) {
-    S(ip[1]).i =
-        static_cast<int64_t>(static_cast<uint64_t>(S(ip[2]).i) * static_cast<uint64_t>(S(ip[3]).i));
+    DECODE(MulI);
+    S(in.reg<F::kDst>()).i = static_cast<int64_t>(static_cast<uint64_t>(S(in.reg<F::kLhs>()).i) *
+                                                  static_cast<uint64_t>(S(in.reg<F::kRhs>()).i));
     NEXT();
   }
   CASE(DivI) {
-    const int64_t b = S(ip[3]).i, a = S(ip[2]).i;
+    DECODE(DivI);
+    const int64_t b = S(in.reg<F::kRhs>()).i, a = S(in.reg<F::kLhs>()).i;
     if (b == 0) FAIL(absl::InvalidArgumentError("integer division by zero"));
     if (a == std::numeric_limits<int64_t>::min() && b == -1)
       FAIL(absl::InvalidArgumentError("integer division overflows"));
-    S(ip[1]).i = FloorDiv(a, b);
+    S(in.reg<F::kDst>()).i = FloorDiv(a, b);
     NEXT();
   }
   CASE(ModI) {
-    const int64_t b = S(ip[3]).i, a = S(ip[2]).i;
+    DECODE(ModI);
+    const int64_t b = S(in.reg<F::kRhs>()).i, a = S(in.reg<F::kLhs>()).i;
     if (b == 0) FAIL(absl::InvalidArgumentError("integer modulo by zero"));
     if (b == -1) {
-      S(ip[1]).i = 0;
+      S(in.reg<F::kDst>()).i = 0;
     } else {
-      S(ip[1]).i = a - b * FloorDiv(a, b);
+      S(in.reg<F::kDst>()).i = a - b * FloorDiv(a, b);
     }
     NEXT();
   }
   CASE(MinI) {
-    S(ip[1]).i = std::min(S(ip[2]).i, S(ip[3]).i);
+    DECODE(MinI);
+    S(in.reg<F::kDst>()).i = std::min(S(in.reg<F::kLhs>()).i, S(in.reg<F::kRhs>()).i);
     NEXT();
   }
   CASE(MaxI) {
-    S(ip[1]).i = std::max(S(ip[2]).i, S(ip[3]).i);
+    DECODE(MaxI);
+    S(in.reg<F::kDst>()).i = std::max(S(in.reg<F::kLhs>()).i, S(in.reg<F::kRhs>()).i);
     NEXT();
   }
   CASE(NegI) {
-    S(ip[1]).i = static_cast<int64_t>(0 - static_cast<uint64_t>(S(ip[2]).i));
+    DECODE(NegI);
+    S(in.reg<F::kDst>()).i =
+        static_cast<int64_t>(0 - static_cast<uint64_t>(S(in.reg<F::kSrc>()).i));
     NEXT();
   }
   CASE(AddF) {
-    S(ip[1]).f = S(ip[2]).f + S(ip[3]).f;
+    DECODE(AddF);
+    S(in.reg<F::kDst>()).f = S(in.reg<F::kLhs>()).f + S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(SubF) {
-    S(ip[1]).f = S(ip[2]).f - S(ip[3]).f;
+    DECODE(SubF);
+    S(in.reg<F::kDst>()).f = S(in.reg<F::kLhs>()).f - S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(MulF) {
-    S(ip[1]).f = S(ip[2]).f * S(ip[3]).f;
+    DECODE(MulF);
+    S(in.reg<F::kDst>()).f = S(in.reg<F::kLhs>()).f * S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(DivF) {
-    S(ip[1]).f = S(ip[2]).f / S(ip[3]).f;
+    DECODE(DivF);
+    S(in.reg<F::kDst>()).f = S(in.reg<F::kLhs>()).f / S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(MinF) {
-    S(ip[1]).f = std::fmin(S(ip[2]).f, S(ip[3]).f);
+    DECODE(MinF);
+    S(in.reg<F::kDst>()).f = std::fmin(S(in.reg<F::kLhs>()).f, S(in.reg<F::kRhs>()).f);
     NEXT();
   }
   CASE(MaxF) {
-    S(ip[1]).f = std::fmax(S(ip[2]).f, S(ip[3]).f);
+    DECODE(MaxF);
+    S(in.reg<F::kDst>()).f = std::fmax(S(in.reg<F::kLhs>()).f, S(in.reg<F::kRhs>()).f);
     NEXT();
   }
   CASE(NegF) {
-    S(ip[1]).f = -S(ip[2]).f;
+    DECODE(NegF);
+    S(in.reg<F::kDst>()).f = -S(in.reg<F::kSrc>()).f;
     NEXT();
   }
   CASE(EqI) {
-    S(ip[1]).i = S(ip[2]).i == S(ip[3]).i;
+    DECODE(EqI);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i == S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(NeI) {
-    S(ip[1]).i = S(ip[2]).i != S(ip[3]).i;
+    DECODE(NeI);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i != S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(LtI) {
-    S(ip[1]).i = S(ip[2]).i < S(ip[3]).i;
+    DECODE(LtI);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i < S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(LeI) {
-    S(ip[1]).i = S(ip[2]).i <= S(ip[3]).i;
+    DECODE(LeI);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i <= S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(EqF) {
-    S(ip[1]).i = S(ip[2]).f == S(ip[3]).f;
+    DECODE(EqF);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).f == S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(LtF) {
-    S(ip[1]).i = S(ip[2]).f < S(ip[3]).f;
+    DECODE(LtF);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).f < S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(LeF) {
-    S(ip[1]).i = S(ip[2]).f <= S(ip[3]).f;
+    DECODE(LeF);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).f <= S(in.reg<F::kRhs>()).f;
     NEXT();
   }
   CASE(And) {
-    S(ip[1]).i = S(ip[2]).i && S(ip[3]).i;
+    DECODE(And);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i && S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(Or) {
-    S(ip[1]).i = S(ip[2]).i || S(ip[3]).i;
+    DECODE(Or);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kLhs>()).i || S(in.reg<F::kRhs>()).i;
     NEXT();
   }
   CASE(Xor) {
-    S(ip[1]).i = (S(ip[2]).i != 0) != (S(ip[3]).i != 0);
+    DECODE(Xor);
+    S(in.reg<F::kDst>()).i = (S(in.reg<F::kLhs>()).i != 0) != (S(in.reg<F::kRhs>()).i != 0);
     NEXT();
   }
   CASE(Not) {
-    S(ip[1]).i = !S(ip[2]).i;
+    DECODE(Not);
+    S(in.reg<F::kDst>()).i = !S(in.reg<F::kSrc>()).i;
     NEXT();
   }
   CASE(IToF) {
-    S(ip[1]).f = static_cast<double>(S(ip[2]).i);
+    DECODE(IToF);
+    S(in.reg<F::kDst>()).f = static_cast<double>(S(in.reg<F::kSrc>()).i);
     NEXT();
   }
   CASE(FToI) {
-    S(ip[1]).i = SaturateToInt(S(ip[2]).f);
+    DECODE(FToI);
+    S(in.reg<F::kDst>()).i = SaturateToInt(S(in.reg<F::kSrc>()).f);
     NEXT();
   }
   CASE(BToI) {
-    S(ip[1]).i = S(ip[2]).i != 0;
+    DECODE(BToI);
+    S(in.reg<F::kDst>()).i = S(in.reg<F::kSrc>()).i != 0;
     NEXT();
   }
   CASE(SelectI) {
-    S(ip[1]).i = S(ip[2]).i ? S(ip[3]).i : S(ip[4]).i;
+    DECODE(SelectI);
+    S(in.reg<F::kDst>()).i =
+        S(in.reg<F::kCond>()).i ? S(in.reg<F::kIfTrue>()).i : S(in.reg<F::kIfFalse>()).i;
     NEXT();
   }
   CASE(SelectF) {
-    S(ip[1]).f = S(ip[2]).i ? S(ip[3]).f : S(ip[4]).f;
+    DECODE(SelectF);
+    S(in.reg<F::kDst>()).f =
+        S(in.reg<F::kCond>()).i ? S(in.reg<F::kIfTrue>()).f : S(in.reg<F::kIfFalse>()).f;
     NEXT();
   }
   CASE(Dim) {
-    const Tensor& t = O(ip[2]).t;
-    if (ip[3] >= static_cast<uint32_t>(t.rank())) {
-      FAIL(absl::InvalidArgumentError(
-          absl::StrCat("dim ", ip[3], " of a rank-", t.rank(), " tensor ", t.DebugString())));
+    DECODE(Dim);
+    const Tensor& t = O(in.reg<F::kTensor>()).t;
+    if (in.word<F::kAxis>() >= static_cast<uint32_t>(t.rank())) {
+      FAIL(absl::InvalidArgumentError(absl::StrCat("dim ", in.word<F::kAxis>(), " of a rank-",
+                                                   t.rank(), " tensor ", t.DebugString())));
     }
-    S(ip[1]).i = t.dim(static_cast<int>(ip[3]));
+    S(in.reg<F::kDst>()).i = t.dim(static_cast<int>(in.word<F::kAxis>()));
     NEXT();
   }
   CASE(Rank) {
-    S(ip[1]).i = O(ip[2]).t.rank();
+    DECODE(Rank);
+    S(in.reg<F::kDst>()).i = O(in.reg<F::kTensor>()).t.rank();
     NEXT();
   }
   CASE(Numel) {
-    S(ip[1]).i = O(ip[2]).t.numel();
+    DECODE(Numel);
+    S(in.reg<F::kDst>()).i = O(in.reg<F::kTensor>()).t.numel();
     NEXT();
   }
   CASE(ReadI) {
+    DECODE(ReadI);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<int64_t> v = ops::ReadInt(O(ip[2]).t, VAL(ip[3]), cuda.get());
+      absl::StatusOr<int64_t> v =
+          ops::ReadInt(O(in.reg<F::kTensor>()).t, VAL(in.value<F::kIndex>()), cuda.get());
       if (!v.ok()) FAIL(v.status());
-      S(ip[1]).i = *v;
+      S(in.reg<F::kDst>()).i = *v;
     }
     NEXT();
   }
   CASE(ReadF) {
+    DECODE(ReadF);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<double> v = ops::ReadFloat(O(ip[2]).t, VAL(ip[3]), cuda.get());
+      absl::StatusOr<double> v =
+          ops::ReadFloat(O(in.reg<F::kTensor>()).t, VAL(in.value<F::kIndex>()), cuda.get());
       if (!v.ok()) FAIL(v.status());
-      S(ip[1]).f = *v;
+      S(in.reg<F::kDst>()).f = *v;
     }
     NEXT();
   }
   CASE(ReadB) {
+    DECODE(ReadB);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      absl::StatusOr<bool> v = ops::ReadBool(O(ip[2]).t, VAL(ip[3]), cuda.get());
+      absl::StatusOr<bool> v =
+          ops::ReadBool(O(in.reg<F::kTensor>()).t, VAL(in.value<F::kIndex>()), cuda.get());
       if (!v.ok()) FAIL(v.status());
-      S(ip[1]).i = *v;
+      S(in.reg<F::kDst>()).i = *v;
     }
     NEXT();
   }
   CASE(Write) {
-    Tensor& t = O(ip[1]).t;
-    const int64_t index = VAL(ip[2]);
-    if (fn.scalar_kinds[ip[3]] == 1) {
-      CHECK_OK(ops::WriteFloat(t, index, S(ip[3]).f, cuda.get()));
+    DECODE(Write);
+    Tensor& t = O(in.reg<F::kTensor>()).t;
+    const int64_t index = VAL(in.value<F::kIndex>());
+    if (fn.scalar_kinds[in.reg<F::kSrc>()] == 1) {
+      CHECK_OK(ops::WriteFloat(t, index, S(in.reg<F::kSrc>()).f, cuda.get()));
     } else {
-      CHECK_OK(ops::WriteInt(t, index, S(ip[3]).i, cuda.get()));
+      CHECK_OK(ops::WriteInt(t, index, S(in.reg<F::kSrc>()).i, cuda.get()));
     }
     NEXT();
   }
   CASE(AllocStorage) {
+    DECODE(AllocStorage);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const int64_t bytes = VAL(ip[2]);
+      const int64_t bytes = VAL(in.value<F::kBytes>());
       if (bytes < 0)
         FAIL(absl::InvalidArgumentError(absl::StrCat("alloc_storage of ", bytes, " bytes")));
       absl::StatusOr<StorageRef> st;
-      if (ip[3] == static_cast<uint32_t>(Device::kCPU)) {
+      if (in.word<F::kDevice>() == static_cast<uint32_t>(Device::kCPU)) {
         st = Storage::Allocate(*pool, static_cast<size_t>(bytes), pool);
       } else {
-        absl::StatusOr<DeviceContext*> d = DeviceFor(static_cast<Device>(ip[3]));
+        absl::StatusOr<DeviceContext*> d = DeviceFor(static_cast<Device>(in.word<F::kDevice>()));
         if (!d.ok()) FAIL(d.status());
         st =
             Storage::Allocate((*d)->allocator(), static_cast<size_t>(bytes), (*d)->allocator_ref());
       }
       if (!st.ok()) FAIL(st.status());
-      O(ip[1]).st = *std::move(st);
+      O(in.reg<F::kDst>()).st = *std::move(st);
       if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
   CASE(AllocTensor) {
+    DECODE(AllocTensor);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const uint32_t* dims = ip + 5;
+      const absl::Span<const uint32_t> dims = in.list<F::kDims>();
       int64_t d[Tensor::kMaxRank];
-      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
+      for (size_t k = 0; k < dims.size(); ++k) d[k] = VAL(dims[k]);
       const Tensor* b = nullptr;
       if (depth == 0 && run_output_buffers != nullptr) {
         // An output with a caller's buffer: the kernel writes there (same dtype and dims).
         b = OutputBufferAt(fn, static_cast<uint32_t>(ip - code));
-        if (b != nullptr && (static_cast<uint32_t>(b->dtype()) != ip[4] ||
-                             b->dims() != absl::Span<const int64_t>(d, dims[0]) ||
-                             O(ip[2]).st->device() != Device::kCPU)) {
+        if (b != nullptr && (static_cast<uint32_t>(b->dtype()) != in.word<F::kDType>() ||
+                             b->dims() != absl::Span<const int64_t>(d, dims.size()) ||
+                             O(in.reg<F::kStorage>()).st->device() != Device::kCPU)) {
           b = nullptr;  // not the buffer's shape: computed in the pool, refused at ret
         }
       }
       if (b != nullptr) {
-        O(ip[1]).t = *b;
+        O(in.reg<F::kDst>()).t = *b;
       } else {
-        absl::StatusOr<Tensor> t = ops::ViewOf(O(ip[2]).st, VAL(ip[3]), static_cast<DType>(ip[4]),
-                                               absl::Span<const int64_t>(d, dims[0]));
+        absl::StatusOr<Tensor> t = ops::ViewOf(
+            O(in.reg<F::kStorage>()).st, VAL(in.value<F::kOffset>()),
+            static_cast<DType>(in.word<F::kDType>()), absl::Span<const int64_t>(d, dims.size()));
         if (!t.ok()) FAIL(t.status());
-        O(ip[1]).t = *std::move(t);
+        O(in.reg<F::kDst>()).t = *std::move(t);
       }
     }
     NEXT();
   }
   CASE(AllocGrowable) {
+    DECODE(AllocGrowable);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
       Allocator* a = pool.get();
       std::shared_ptr<Allocator> keep = pool;
-      if (ip[3] != static_cast<uint32_t>(Device::kCPU)) {
-        absl::StatusOr<DeviceContext*> dc = DeviceFor(static_cast<Device>(ip[3]));
+      if (in.word<F::kDevice>() != static_cast<uint32_t>(Device::kCPU)) {
+        absl::StatusOr<DeviceContext*> dc = DeviceFor(static_cast<Device>(in.word<F::kDevice>()));
         if (!dc.ok()) FAIL(dc.status());
         a = &(*dc)->allocator();
         keep = (*dc)->allocator_ref();
       }
-      const uint32_t* dims = ip + 6;
+      const absl::Span<const uint32_t> dims = in.list<F::kDims>();
       int64_t d[Tensor::kMaxRank];
-      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
+      for (size_t k = 0; k < dims.size(); ++k) d[k] = VAL(dims[k]);
       absl::StatusOr<Tensor> t =
-          ops::AllocGrowable(*a, static_cast<DType>(ip[2]), static_cast<int>(ip[4]), VAL(ip[5]),
-                             absl::Span<const int64_t>(d, dims[0]), std::move(keep));
+          ops::AllocGrowable(*a, static_cast<DType>(in.word<F::kDType>()),
+                             static_cast<int>(in.word<F::kAxis>()), VAL(in.value<F::kCapacity>()),
+                             absl::Span<const int64_t>(d, dims.size()), std::move(keep));
       if (!t.ok()) FAIL(t.status());
-      O(ip[1]).t = *std::move(t);
+      O(in.reg<F::kDst>()).t = *std::move(t);
       if constexpr (kProfile) SampleMemory();
     }
     NEXT();
   }
   CASE(Append) {
-    if (O(ip[1]).t.device() == Device::kCPU) {
-      CHECK_OK(
-          ops::Append(*pool, O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]), pool, cuda.get()));
+    DECODE(Append);
+    if (O(in.reg<F::kTensor>()).t.device() == Device::kCPU) {
+      CHECK_OK(ops::Append(*pool, O(in.reg<F::kTensor>()).t, O(in.reg<F::kPart>()).t,
+                           static_cast<int>(in.word<F::kAxis>()), pool, cuda.get()));
     } else {
       if (cuda == nullptr)
         FAIL(absl::FailedPreconditionError("append to a device tensor without a device context"));
-      CHECK_OK(ops::Append(cuda->allocator(), O(ip[1]).t, O(ip[2]).t, static_cast<int>(ip[3]),
-                           cuda->allocator_ref(), cuda.get()));
+      CHECK_OK(ops::Append(cuda->allocator(), O(in.reg<F::kTensor>()).t, O(in.reg<F::kPart>()).t,
+                           static_cast<int>(in.word<F::kAxis>()), cuda->allocator_ref(),
+                           cuda.get()));
     }
     if constexpr (kProfile) SampleMemory();
     NEXT();
   }
   CASE(LoadConst) {
-    O(ip[1]).t = constants[ip[2]];
+    DECODE(LoadConst);
+    O(in.reg<F::kDst>()).t = constants[in.word<F::kConst>()];
     NEXT();
   }
   CASE(Reshape) {
+    DECODE(Reshape);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const uint32_t* dims = ip + 3;
+      const absl::Span<const uint32_t> dims = in.list<F::kDims>();
       int64_t d[Tensor::kMaxRank];
-      for (uint32_t k = 0; k < dims[0]; ++k) d[k] = VAL(dims[1 + k]);
-      absl::StatusOr<Tensor> t = ops::Reshape(O(ip[2]).t, absl::Span<const int64_t>(d, dims[0]));
+      for (size_t k = 0; k < dims.size(); ++k) d[k] = VAL(dims[k]);
+      absl::StatusOr<Tensor> t =
+          ops::Reshape(O(in.reg<F::kSrc>()).t, absl::Span<const int64_t>(d, dims.size()));
       if (!t.ok()) FAIL(t.status());
-      O(ip[1]).t = *std::move(t);
+      O(in.reg<F::kDst>()).t = *std::move(t);
     }
     NEXT();
   }
   CASE(View) {
+    DECODE(View);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const uint32_t* dims = ip + 4;
-      const uint32_t* strides = dims + 1 + dims[0];
+      const absl::Span<const uint32_t> dims = in.list<F::kDims>();
+      const absl::Span<const uint32_t> strides = in.list<F::kStrides>();
       int64_t d[Tensor::kMaxRank], st[Tensor::kMaxRank];
-      for (uint32_t k = 0; k < dims[0]; ++k) {
-        d[k] = VAL(dims[1 + k]);
-        st[k] = VAL(strides[1 + k]);
+      for (size_t k = 0; k < dims.size(); ++k) {
+        d[k] = VAL(dims[k]);
+        st[k] = VAL(strides[k]);
       }
-      absl::StatusOr<Tensor> t =
-          ops::View(O(ip[2]).t, VAL(ip[3]), absl::Span<const int64_t>(d, dims[0]),
-                    absl::Span<const int64_t>(st, dims[0]));
+      absl::StatusOr<Tensor> t = ops::View(O(in.reg<F::kSrc>()).t, VAL(in.value<F::kOffset>()),
+                                           absl::Span<const int64_t>(d, dims.size()),
+                                           absl::Span<const int64_t>(st, dims.size()));
       if (!t.ok()) FAIL(t.status());
-      O(ip[1]).t = *std::move(t);
+      O(in.reg<F::kDst>()).t = *std::move(t);
     }
     NEXT();
   }
   CASE(Copy) {
-    CHECK_OK(ops::Copy(O(ip[2]).t, O(ip[1]).t, cuda.get()));
+    DECODE(Copy);
+    CHECK_OK(ops::Copy(O(in.reg<F::kSrc>()).t, O(in.reg<F::kDst>()).t, cuda.get()));
     NEXT();
   }
   CASE(Invoke) {
+    DECODE(Invoke);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const Executable::KernelEntry& k = exe->kernel_entry(static_cast<int>(ip[1]));
-      const uint32_t* ins = ip + 3;
-      const uint32_t* outs = ins + 1 + ins[0];
-      for (uint32_t j = 0; j < ins[0]; ++j) {
-        const uint32_t r = ins[1 + j];
+      const Executable::KernelEntry& k = exe->kernel_entry(static_cast<int>(in.word<F::kKernel>()));
+      const absl::Span<const uint32_t> ins = in.list<F::kInputs>();
+      const absl::Span<const uint32_t> outs = in.list<F::kOutputs>();
+      const uint32_t num_ins = static_cast<uint32_t>(ins.size());
+      const uint32_t num_outs = static_cast<uint32_t>(outs.size());
+      for (uint32_t j = 0; j < num_ins; ++j) {
+        const uint32_t r = ins[j];
         in_buf[j] = r == kAbsentRegister ? nullptr : &O(r).t;
       }
-      for (uint32_t j = 0; j < outs[0]; ++j) {
-        const uint32_t r = outs[1 + j];
+      for (uint32_t j = 0; j < num_outs; ++j) {
+        const uint32_t r = outs[j];
         if (r == kAbsentRegister) {
           out_buf[j] = nullptr;
           continue;
@@ -624,26 +709,26 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       // Inputs move to the kernel's device (only a VM that has used a device can hold a
       // device tensor, so a host-only VM skips the check).
       if (k.spec.device != Device::kCPU) {
-        CHECK_OK(PrepareDeviceInvoke(k, ins[0]));
+        CHECK_OK(PrepareDeviceInvoke(k, num_ins));
       } else if (cuda != nullptr) {
-        CHECK_OK(PrepareHostInvoke(ins[0], outs[0]));
+        CHECK_OK(PrepareHostInvoke(num_ins, num_outs));
       }
-      ctx.set_site(&fn_sites[ip[2]]);
+      ctx.set_site(&fn_sites[in.word<F::kSite>()]);
       [[maybe_unused]] int64_t start = 0;
       if constexpr (kProfile) start = profiler->Now();
-      status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), ins[0]),
-                             absl::Span<Tensor* const>(out_buf.data(), outs[0]));
+      status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), num_ins),
+                             absl::Span<Tensor* const>(out_buf.data(), num_outs));
       if constexpr (kProfile) {
         const int64_t end = profiler->Now();
         if (status.ok()) {
-          profiler->Kernel(static_cast<int>(ip[1]), function, ip[2],
-                           static_cast<uint32_t>(ip - code), start, end, in_buf.data(), ins[0],
-                           out_buf.data(), outs[0]);
+          profiler->Kernel(static_cast<int>(in.word<F::kKernel>()), function, in.word<F::kSite>(),
+                           static_cast<uint32_t>(ip - code), start, end, in_buf.data(), num_ins,
+                           out_buf.data(), num_outs);
           SampleMemory();
         }
       }
       if (moved_inputs) {  // the copies die now, not at some later invoke
-        for (uint32_t j = 0; j < ins[0]; ++j) device_in_buf[j] = Tensor();
+        for (uint32_t j = 0; j < num_ins; ++j) device_in_buf[j] = Tensor();
         moved_inputs = false;
       }
       if (!status.ok()) goto error;
@@ -651,99 +736,113 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     NEXT();
   }
   CASE(Emit) {
+    DECODE(Emit);
     if (on_emit != nullptr && *on_emit) {
-      const Tensor& t = O(ip[1]).t;
+      const Tensor& t = O(in.reg<F::kTensor>()).t;
       if (t.defined() && t.device() != Device::kCPU) {
         // The host sees a copy (a sync point).
         absl::StatusOr<Tensor> host = Tensor::Allocate(*pool, t.dtype(), t.dims(), pool);
         if (!host.ok()) FAIL(host.status());
         CHECK_OK(ops::Copy(t, *host, cuda.get()));
-        CHECK_OK((*on_emit)(static_cast<int>(ip[2]), *host));
+        CHECK_OK((*on_emit)(static_cast<int>(in.word<F::kStream>()), *host));
       } else {
-        CHECK_OK((*on_emit)(static_cast<int>(ip[2]), t));
+        CHECK_OK((*on_emit)(static_cast<int>(in.word<F::kStream>()), t));
       }
     }
     NEXT();
   }
   CASE(SeqNew) {
-    O(ip[1]).seq = std::make_shared<Sequence>();
+    DECODE(SeqNew);
+    O(in.reg<F::kDst>()).seq = std::make_shared<Sequence>();
     NEXT();
   }
   CASE(SeqPush) {
+    DECODE(SeqPush);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
+      std::shared_ptr<Sequence>& q = O(in.reg<F::kSeq>()).seq;
       if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);  // values: copy on write
-      q->items.push_back(O(ip[2]).t);
+      q->items.push_back(O(in.reg<F::kTensor>()).t);
     }
     NEXT();
   }
   CASE(SeqInsert) {
+    DECODE(SeqInsert);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
-      int64_t pos = S(ip[3]).i;
+      std::shared_ptr<Sequence>& q = O(in.reg<F::kSeq>()).seq;
+      int64_t pos = S(in.reg<F::kIndex>()).i;
       const int64_t n = static_cast<int64_t>(q->items.size());
       if (pos < 0) pos += n;
       if (pos < 0 || pos > n)
-        FAIL(absl::OutOfRangeError(absl::StrCat("seq_insert position out of range: ", S(ip[3]).i,
-                                                " for a sequence of ", n)));
+        FAIL(absl::OutOfRangeError(
+            absl::StrCat("seq_insert position out of range: ", S(in.reg<F::kIndex>()).i,
+                         " for a sequence of ", n)));
       if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
-      q->items.insert(q->items.begin() + pos, O(ip[2]).t);
+      q->items.insert(q->items.begin() + pos, O(in.reg<F::kTensor>()).t);
     }
     NEXT();
   }
   CASE(SeqErase) {
+    DECODE(SeqErase);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      std::shared_ptr<Sequence>& q = O(ip[1]).seq;
-      int64_t pos = S(ip[2]).i;
+      std::shared_ptr<Sequence>& q = O(in.reg<F::kSeq>()).seq;
+      int64_t pos = S(in.reg<F::kIndex>()).i;
       const int64_t n = static_cast<int64_t>(q->items.size());
       if (pos < 0) pos += n;
       if (pos < 0 || pos >= n)
-        FAIL(absl::OutOfRangeError(absl::StrCat("seq_erase position out of range: ", S(ip[2]).i,
-                                                " for a sequence of ", n)));
+        FAIL(absl::OutOfRangeError(
+            absl::StrCat("seq_erase position out of range: ", S(in.reg<F::kIndex>()).i,
+                         " for a sequence of ", n)));
       if (q.use_count() > 1) q = std::make_shared<Sequence>(*q);
       q->items.erase(q->items.begin() + pos);
     }
     NEXT();
   }
   CASE(SeqAt) {
+    DECODE(SeqAt);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      const Sequence& q = *O(ip[2]).seq;
-      int64_t pos = S(ip[3]).i;
+      const Sequence& q = *O(in.reg<F::kSeq>()).seq;
+      int64_t pos = S(in.reg<F::kIndex>()).i;
       const int64_t n = static_cast<int64_t>(q.items.size());
       if (pos < 0) pos += n;
       if (pos < 0 || pos >= n)
-        FAIL(absl::OutOfRangeError(
-            absl::StrCat("seq_at position out of range: ", S(ip[3]).i, " for a sequence of ", n)));
-      O(ip[1]).t = q.items[pos];
+        FAIL(absl::OutOfRangeError(absl::StrCat(
+            "seq_at position out of range: ", S(in.reg<F::kIndex>()).i, " for a sequence of ", n)));
+      O(in.reg<F::kDst>()).t = q.items[pos];
     }
     NEXT();
   }
   CASE(SeqLen) {
-    S(ip[1]).i = static_cast<int64_t>(O(ip[2]).seq->items.size());
+    DECODE(SeqLen);
+    S(in.reg<F::kDst>()).i = static_cast<int64_t>(O(in.reg<F::kSeq>()).seq->items.size());
     NEXT();
   }
   CASE(OptNone) {
-    O(ip[1]).Clear();
+    DECODE(OptNone);
+    O(in.reg<F::kDst>()).Clear();
     NEXT();
   }
   CASE(OptSome) {
+    DECODE(OptSome);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      Object v = O(ip[2]);
-      O(ip[1]) = std::move(v);
-      O(ip[1]).has = true;
+      Object v = O(in.reg<F::kContent>());
+      O(in.reg<F::kDst>()) = std::move(v);
+      O(in.reg<F::kDst>()).has = true;
     }
     NEXT();
   }
   CASE(OptHas) {
-    S(ip[1]).i = O(ip[2]).has;
+    DECODE(OptHas);
+    S(in.reg<F::kDst>()).i = O(in.reg<F::kOpt>()).has;
     NEXT();
   }
   CASE(OptGet) {
+    DECODE(OptGet);
     {  // scope: locals end before the dispatch (clang checks indirect gotos)
-      if (!O(ip[2]).has) FAIL(absl::FailedPreconditionError("opt_get of an empty optional"));
-      Object v = O(ip[2]);
+      if (!O(in.reg<F::kOpt>()).has)
+        FAIL(absl::FailedPreconditionError("opt_get of an empty optional"));
+      Object v = O(in.reg<F::kOpt>());
       v.has = false;
-      O(ip[1]) = std::move(v);
+      O(in.reg<F::kDst>()) = std::move(v);
     }
     NEXT();
   }

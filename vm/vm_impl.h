@@ -49,9 +49,9 @@ struct Frame {
 
 // Where a `ret` puts its results: registers of the caller's frame, or the VM's outputs.
 struct ReturnTarget {
-  Frame* frame = nullptr;             // null: the entry function's outputs
-  const uint32_t* objects = nullptr;  // a list: count then registers
-  const uint32_t* scalars = nullptr;
+  Frame* frame = nullptr;              // null: the entry function's outputs
+  absl::Span<const uint32_t> objects;  // the caller's result registers (call's lists)
+  absl::Span<const uint32_t> scalars;
   std::vector<Object>* outputs = nullptr;
 };
 
