@@ -1,0 +1,517 @@
+#include "compiler/memory_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/status_macros.h"
+
+namespace dynvm::compiler {
+
+bool IsOnnx(const Node& n, absl::string_view op) { return n.domain.empty() && n.op == op; }
+
+bool IsLazyOp(const Node& n) {
+  static const absl::flat_hash_set<std::string> kOps = {
+      "Shape",   "Size", "Gather", "Concat", "Unsqueeze", "Squeeze",  "Slice",  "Cast",
+      "Reshape", "Add",  "Sub",    "Mul",    "Div",       "Identity", "Flatten"};
+  if (!n.domain.empty() || !kOps.contains(n.op)) return false;
+  bool any = false;
+  for (const Value* v : n.outputs) {
+    if (v == nullptr) continue;
+    if (!v->content || v->dynamic || !v->shape || v->shape->size() > 1 || !IsInteger(v->dtype))
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind::kTensor; }
+
+bool IsContainerOp(const Node& n) {
+  static const absl::flat_hash_set<std::string> kOps = {
+      "SequenceEmpty", "SequenceConstruct",  "SequenceInsert",     "SequenceErase",
+      "SequenceAt",    "SequenceLength",     "ConcatFromSequence", "SplitToSequence",
+      "Optional",      "OptionalHasElement", "OptionalGetElement"};
+  if (!n.domain.empty()) return false;
+  if (n.op == "Identity") return !n.inputs.empty() && IsContainer(n.inputs[0]);
+  return kOps.contains(n.op);
+}
+
+bool HasTensorResult(const Node& n) {
+  return n.op == "SequenceLength" || n.op == "OptionalHasElement";
+}
+
+bool IsViewOp(const Node& n) {
+  if (!n.domain.empty()) return false;
+  if (n.op == "Identity") return true;
+  if (n.op == "Dropout") {
+    const AttrValue* m = n.attr("training_mode");
+    return n.inputs.size() <= 2 && (m == nullptr || m->i == 0) &&
+           (n.outputs.size() < 2 || n.outputs[1] == nullptr);
+  }
+  return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
+}
+
+const ValuePlan& MemoryPlan::of(const Value* v) const {
+  static const ValuePlan kNone;
+  auto it = values_.find(v);
+  return it == values_.end() ? kNone : it->second;
+}
+
+const Value* MemoryPlan::Root(const Value* v) const {
+  while (true) {
+    auto it = values_.find(v);
+    if (it == values_.end() || it->second.store != Store::kAlias) return v;
+    v = it->second.alias_of;
+  }
+}
+
+const std::vector<Use>& MemoryPlan::UsesOf(const Value* v) const {
+  static const std::vector<Use> kNone;
+  auto it = uses_.find(v);
+  return it == uses_.end() ? kNone : it->second;
+}
+
+const std::vector<bool>& MemoryPlan::GrowableCarried(const Node* loop) const {
+  static const std::vector<bool> kNone;
+  auto it = growable_carried_.find(loop);
+  return it == growable_carried_.end() ? kNone : it->second;
+}
+
+const Value* MemoryPlan::DoubleRootOf(const Value* body_output) const {
+  auto it = double_root_of_.find(body_output);
+  return it == double_root_of_.end() ? nullptr : it->second;
+}
+
+bool MemoryPlan::NeedsTensor(const Value* v) const {
+  auto it = uses_.find(v);
+  if (it == uses_.end()) return false;
+  for (const auto& [node, graph] : it->second) {
+    if (node == nullptr) return true;  // a graph output
+    if (IsLazyOp(*node)) continue;
+    if (IsOnnx(*node, "Loop") && (node->inputs.size() > 0 && node->inputs[0] == v) &&
+        !(node->inputs.size() > 1 && node->inputs[1] == v)) {
+      continue;  // the trip count is read from the content
+    }
+    if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v &&
+        node->inputs[0] != v && node->outputs[0] && node->outputs[0]->shape &&
+        !node->outputs[0]->dynamic) {
+      continue;  // a reshape target: the dims come from the content
+    }
+    return true;
+  }
+  return false;
+}
+
+// Builds a MemoryPlan: each step below is one named pass over the function's graph.
+class Planner {
+ public:
+  Planner(Graph& g, SymbolicContext& sym, const CompileOptions& opts, MemoryPlan& plan)
+      : g_(g),
+        sym_(sym),
+        opts_(opts),
+        plan_(plan),
+        info_(plan.values_),
+        uses_(plan.uses_),
+        allocs_(plan.slots_) {}
+
+  absl::Status Run() {
+    for (const Value* in : g_.inputs) info_[in].store = Store::kParam;
+    Number(g_);
+    CollectUses(g_);
+    DYNVM_RETURN_IF_ERROR(Classify(g_));
+    PoolFunctionOutputs();
+    PoolContainerElements(g_);
+    MarkMaterialized();
+    PoolCarriedIfResults(g_);
+    DoubleBufferCarried(g_);
+    Liveness();
+    Place();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Numbers every node (two clock ticks: its start, and its end after its regions).
+  void Number(Graph& g);
+  void CollectUses(Graph& g);
+  // The storage class of every value.
+  absl::Status Classify(Graph& g);
+  // Decides, for each loop-carried value, whether it grows by in-place appends.
+  void PlanLoop(Node& loop);
+  void PoolFunctionOutputs();
+  void PoolContainerElements(Graph& g);
+  void MarkMaterialized();
+  void PoolCarried(const Value* v, Graph* body);
+  void PoolCarriedIfResults(Graph& g);
+  void DoubleBufferCarried(Graph& g);
+  // Live ranges of the arena slots.
+  void Liveness();
+  void Definitions(Graph& g, int64_t entry);
+  void CoverRegionResults(Graph& g);
+  // Offsets: greedy, largest first.
+  void Place();
+  int NewAlloc(const Value* v);
+  absl::StatusOr<int64_t> ArenaBytes(const Value* v) const;
+  const Value* Root(const Value* v) const { return plan_.Root(v); }
+
+  Graph& g_;
+  SymbolicContext& sym_;
+  const CompileOptions& opts_;
+  MemoryPlan& plan_;
+  absl::flat_hash_map<const Value*, ValuePlan>& info_;
+  absl::flat_hash_map<const Value*, std::vector<Use>>& uses_;
+  std::vector<ArenaSlot>& allocs_;
+  int64_t clock_ = 0;
+  absl::flat_hash_map<const Node*, std::pair<int64_t, int64_t>> pos_;
+};
+
+// Tensors kept in a sequence or optional outlive their arena slot: pool storage.
+void Planner::PoolContainerElements(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) PoolContainerElements(*sub);
+    if (!n->domain.empty()) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const bool held = n->op == "SequenceConstruct" || (n->op == "SequenceInsert" && i == 1) ||
+                        (n->op == "Optional" && i == 0);
+      if (!held || n->inputs[i] == nullptr || IsContainer(n->inputs[i])) continue;
+      ValuePlan& info = info_[Root(n->inputs[i])];
+      if (info.store == Store::kArena) info.store = Store::kPool;
+    }
+  }
+}
+
+// A loop-carried value that comes out of an If (a branch's value, or a value of the body
+// that a branch passes on) is live across the back edge, into the next iteration, until the
+// carried input's last use; which branch made it is known only at run time, so alternating
+// arena slots per iteration would not be safe (a branch that passes the carried value
+// through skips a write). Such values get pool storage of their own instead: a fresh block
+// per iteration from the pool's free lists, freed when the carried register moves on.
+void Planner::PoolCarried(const Value* v, Graph* body) {
+  const Value* root = Root(v);
+  if (root->graph == nullptr || !body->Contains(root->graph)) return;
+  const Node* p = root->producer;
+  if (p != nullptr && IsOnnx(*p, "If")) {
+    size_t k = 0;
+    while (k < p->outputs.size() && p->outputs[k] != root) ++k;
+    if (k == p->outputs.size()) return;
+    for (const char* br : {"then_branch", "else_branch"}) {
+      Graph* branch = p->subgraph(br);
+      if (branch != nullptr && k < branch->outputs.size()) PoolCarried(branch->outputs[k], body);
+    }
+    return;
+  }
+  ValuePlan& ri = info_[root];
+  if (ri.store == Store::kArena) ri.store = Store::kPool;
+}
+
+// Applies PoolCarried to every loop-carried value made by an If.
+void Planner::PoolCarriedIfResults(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) PoolCarriedIfResults(*sub);
+    if (!IsOnnx(*n, "Loop")) continue;
+    Graph* body = n->subgraph("body");
+    const size_t nc = n->inputs.size() - 2;
+    for (size_t i = 0; i < nc; ++i) {
+      if (plan_.growable_carried_[n.get()][i]) continue;
+      const Value* root = Root(body->outputs[1 + i]);
+      if (root->producer != nullptr && IsOnnx(*root->producer, "If")) PoolCarried(root, body);
+    }
+  }
+}
+
+// Loop-carried values computed into the arena are double-buffered: two slots.
+void Planner::DoubleBufferCarried(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) DoubleBufferCarried(*sub);
+    if (!IsOnnx(*n, "Loop")) continue;
+    Graph* body = n->subgraph("body");
+    const size_t nc = n->inputs.size() - 2;
+    for (size_t i = 0; i < nc; ++i) {
+      if (plan_.growable_carried_[n.get()][i]) continue;
+      const Value* out = body->outputs[1 + i];
+      const Value* root = Root(out);
+      if (root->graph == nullptr || !body->Contains(root->graph)) continue;
+      ValuePlan& ri = info_[root];
+      if (ri.store != Store::kArena || root->producer == nullptr) continue;
+      if (ri.slots.empty()) {
+        ri.slots.push_back(NewAlloc(root));
+        ri.slots.push_back(NewAlloc(root));
+      }
+      plan_.double_root_of_[out] = root;
+    }
+  }
+}
+
+// Function outputs live in their own pool storage.
+void Planner::PoolFunctionOutputs() {
+  for (const Value* out : g_.outputs) {
+    ValuePlan& info = info_[Root(out)];
+    if (info.store == Store::kArena) info.store = Store::kPool;
+    plan_.function_outputs_.insert(Root(out));
+  }
+}
+
+// Lazy values read as tensors somewhere are materialized where first needed.
+void Planner::MarkMaterialized() {
+  for (auto& [v, info] : info_) {
+    if (info.store == Store::kLazy) info.materialize = plan_.NeedsTensor(v);
+  }
+}
+
+void Planner::Number(Graph& g) {
+  for (auto& n : g.nodes) {
+    const int64_t start = ++clock_;
+    for (auto& [name, sub] : n->subgraphs) Number(*sub);
+    pos_[n.get()] = {start, ++clock_};
+  }
+}
+
+void Planner::CollectUses(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (const Value* v : n->inputs) {
+      if (v) uses_[v].push_back({n.get(), &g});
+    }
+    for (auto& [name, sub] : n->subgraphs) CollectUses(*sub);
+  }
+  for (const Value* v : g.outputs) {
+    if (v) uses_[v].push_back({nullptr, &g});
+  }
+}
+
+absl::StatusOr<int64_t> Planner::ArenaBytes(const Value* v) const {
+  if (!v->shape || v->dynamic) return absl::UnavailableError("dynamic");
+  Dim bytes = sym_.Const(DTypeSize(v->dtype));
+  for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
+  std::optional<int64_t> ub = sym_.UpperBound(bytes);
+  if (!ub || *ub > opts_.arena_value_limit) return absl::UnavailableError("unbounded");
+  return (std::max<int64_t>(*ub, 1) + 63) / 64 * 64;
+}
+
+int Planner::NewAlloc(const Value* v) {
+  absl::StatusOr<int64_t> bytes = ArenaBytes(v);
+  ArenaSlot a;
+  a.size = bytes.ok() ? *bytes : 64;
+  allocs_.push_back(a);
+  return static_cast<int>(allocs_.size() - 1);
+}
+
+absl::Status Planner::Classify(Graph& g) {
+  for (auto& node : g.nodes) {
+    Node& n = *node;
+    if (IsOnnx(n, "Loop")) PlanLoop(n);
+    for (auto& [name, sub] : n.subgraphs) {
+      for (const Value* in : sub->inputs) info_[in].store = Store::kRegister;
+      if (IsOnnx(n, "Loop")) {
+        // The iteration number is a scalar made a tensor only on demand; the condition is
+        // written into a small arena slot when the body reads it.
+        if (sub->inputs[0]->content) info_[sub->inputs[0]].store = Store::kLazy;
+        if (uses_.contains(sub->inputs[1])) info_[sub->inputs[1]].store = Store::kArena;
+      }
+      if (absl::Status s = Classify(*sub); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value* v = n.outputs[i];
+      if (v == nullptr) continue;
+      ValuePlan& info = info_[v];
+      if (v->constant) {
+        info.store = Store::kConst;
+        continue;
+      }
+      if (!n.subgraphs.empty()) {
+        info.store = Store::kRegister;  // If results, Loop/Scan outputs
+        continue;
+      }
+      if (IsContainerOp(n) && !HasTensorResult(n)) {
+        info.store = Store::kRegister;  // sequences, optionals, and tensors taken out of them
+        continue;
+      }
+      if (plan_.append_nodes_.contains(&n)) {
+        info.store = Store::kRegister;
+        continue;
+      }
+      if (IsLazyOp(n)) {
+        info.store = Store::kLazy;
+        continue;
+      }
+      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr) {
+        info.store = Store::kAlias;
+        info.alias_of = n.inputs[0];
+        continue;
+      }
+      if (v->dynamic || !v->shape) {
+        info.store = Store::kDynamic;
+        continue;
+      }
+      if (ArenaBytes(v).ok()) {
+        info.store = Store::kArena;
+      } else {
+        info.store = Store::kPool;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Decides, for each loop-carried value, how it is stored across iterations.
+void Planner::PlanLoop(Node& loop) {
+  Graph* body = loop.subgraph("body");
+  const size_t nc = loop.inputs.size() - 2;
+  std::vector<bool>& grow = plan_.growable_carried_[&loop];
+  grow.assign(nc, false);
+  for (size_t i = 0; i < nc; ++i) {
+    const Value* in = body->inputs[2 + i];
+    const Value* out = body->outputs[1 + i];
+    if (out == nullptr || out->producer == nullptr || out->graph != body) continue;
+    const Node& p = *out->producer;
+    const AttrValue* axis = p.attr("axis");
+    if (!IsOnnx(p, "Concat") || p.inputs.size() != 2 || p.inputs[0] != in || p.inputs[1] == in ||
+        axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr ||
+        p.inputs[1]->rank() != in->rank()) {
+      continue;
+    }
+    // The old value must not be read as a tensor after it has been extended in place.
+    bool only_concat = true;
+    auto it = uses_.find(in);
+    if (it != uses_.end()) {
+      for (const auto& [node, graph] : it->second) {
+        if (node != &p && !(node != nullptr && IsLazyOp(*node))) only_concat = false;
+      }
+    }
+    if (!only_concat) continue;
+    grow[i] = true;
+    plan_.append_nodes_.insert(&p);
+  }
+}
+
+void Planner::Liveness() {
+  Definitions(g_, 0);
+  // Uses, extended to the end of every loop between the use and the definition.
+  const int64_t function_end = clock_ + 1;
+  for (const auto& [v, list] : uses_) {
+    ValuePlan& info = info_[v];
+    for (const auto& [node, graph] : list) {
+      int64_t t =
+          node ? pos_[node].first : (graph->owner ? pos_[graph->owner].second : function_end);
+      for (Graph* r = graph; r != nullptr && r != v->graph; r = r->parent) {
+        if (r->owner && (IsOnnx(*r->owner, "Loop") || IsOnnx(*r->owner, "Scan"))) {
+          t = std::max(t, pos_[r->owner].second);
+        }
+      }
+      info.last_use = std::max(info.last_use, t);
+    }
+  }
+  // Allocations: cover every value whose data they hold. Made in value order (not the hash
+  // map's), so the placement, and the file, are the same on every compile.
+  std::vector<const Value*> in_order;
+  in_order.reserve(info_.size());
+  for (auto& [v, info] : info_) in_order.push_back(v);
+  std::sort(in_order.begin(), in_order.end(),
+            [](const Value* a, const Value* b) { return a->id < b->id; });
+  for (const Value* v : in_order) {
+    const Value* root = Root(v);
+    ValuePlan& ri = info_[root];
+    if (ri.store == Store::kArena || (ri.store == Store::kLazy && ri.materialize)) {
+      if (ri.slots.empty()) ri.slots.push_back(NewAlloc(root));
+    }
+  }
+  for (auto& [v, info] : info_) {
+    const Value* root = Root(v);
+    for (int a : info_[root].slots) allocs_[a].Cover(info.def, std::max(info.last_use, info.def));
+  }
+  CoverRegionResults(g_);
+}
+
+// Definition points: a region's inputs at its owner's start, node outputs at their node's.
+void Planner::Definitions(Graph& g, int64_t entry) {
+  for (const Value* v : g.inputs) info_[v].def = entry;
+  for (auto& n : g.nodes) {
+    const int64_t start = pos_[n.get()].first;
+    for (auto& [name, sub] : n->subgraphs) Definitions(*sub, start);
+    // Outputs are allocated before the node runs, while its inputs are still live: a
+    // kernel never writes over its own inputs.
+    for (const Value* v : n->outputs) {
+      if (v) info_[v].def = start;
+    }
+  }
+}
+
+// Results of regions keep the data of their branch / body values alive.
+void Planner::CoverRegionResults(Graph& g) {
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) CoverRegionResults(*sub);
+    if (IsOnnx(*n, "If")) {
+      for (size_t i = 0; i < n->outputs.size(); ++i) {
+        if (!n->outputs[i]) continue;
+        const int64_t end = std::max(info_[n->outputs[i]].last_use, pos_[n.get()].second);
+        for (const char* br : {"then_branch", "else_branch"}) {
+          const Value* bv = n->subgraph(br)->outputs[i];
+          for (int a : info_[Root(bv)].slots) allocs_[a].Cover(allocs_[a].start, end);
+        }
+      }
+    }
+    if (IsOnnx(*n, "Loop")) {
+      Graph* body = n->subgraph("body");
+      const size_t nc = n->inputs.size() - 2;
+      const auto [start, end] = pos_[n.get()];
+      for (size_t i = 0; i < nc; ++i) {
+        const int64_t out_end = n->outputs[i] ? std::max(info_[n->outputs[i]].last_use, end) : end;
+        // The initial value is read by the first iteration and is the result of none.
+        for (int a : info_[Root(n->inputs[2 + i])].slots) allocs_[a].Cover(start, out_end);
+        const Value* out = body->outputs[1 + i];
+        for (int a : info_[Root(out)].slots) allocs_[a].Cover(start, out_end);
+      }
+    }
+  }
+}
+
+void Planner::Place() {
+  std::vector<int> order(allocs_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    // Largest first; equal sizes by start time, which colours an interval graph optimally.
+    if (allocs_[a].size != allocs_[b].size) return allocs_[a].size > allocs_[b].size;
+    return allocs_[a].start < allocs_[b].start;
+  });
+  std::vector<int> placed;
+  for (int idx : order) {
+    ArenaSlot& a = allocs_[idx];
+    if (a.end < a.start) a.start = a.end = 0;
+    // Candidate offsets: 0 and the end of every placed allocation that overlaps in time.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int p : placed) {
+      const ArenaSlot& o = allocs_[p];
+      if (o.start <= a.end && a.start <= o.end) busy.emplace_back(o.offset, o.offset + o.size);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + a.size <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    a.offset = offset;
+    plan_.arena_bytes_ = std::max(plan_.arena_bytes_, offset + a.size);
+    placed.push_back(idx);
+  }
+  // Largest live set.
+  std::vector<std::pair<int64_t, int64_t>> events;
+  for (const ArenaSlot& a : allocs_) {
+    events.emplace_back(a.start, a.size);
+    events.emplace_back(a.end + 1, -a.size);
+  }
+  std::sort(events.begin(), events.end());
+  int64_t live = 0;
+  for (const auto& [t, d] : events) {
+    live += d;
+    plan_.largest_live_ = std::max(plan_.largest_live_, live);
+  }
+}
+
+absl::StatusOr<MemoryPlan> MemoryPlan::Make(Graph& g, SymbolicContext& sym,
+                                            const CompileOptions& options) {
+  MemoryPlan plan;
+  Planner planner(g, sym, options, plan);
+  DYNVM_RETURN_IF_ERROR(planner.Run());
+  return plan;
+}
+
+}  // namespace dynvm::compiler
