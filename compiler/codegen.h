@@ -34,6 +34,8 @@ class ExecutableBuilder {
                            const std::vector<bool>& dynamic_outputs, Device device = Device::kCPU);
   // Whether a kernel registered for `device` accepts `node` (device placement).
   bool DeviceAccepts(const Node& node, const std::vector<bool>& dynamic_outputs, Device device);
+  // The spec of kernel-table entry k, as SpecFor made it from the entry's first node.
+  const KernelSpec& spec(uint32_t k) const { return specs_[k]; }
   uint32_t String(const std::string& s);
   void Location(uint32_t function, uint32_t pc, const std::string& node);
 
@@ -47,9 +49,16 @@ class ExecutableBuilder {
   absl::flat_hash_map<std::string, std::vector<uint32_t>> by_content_;
   absl::flat_hash_map<std::string, uint32_t> kernels_;
   std::vector<bool> kernel_checked_;
+  std::vector<KernelSpec> specs_;  // per kernel-table entry
   absl::flat_hash_map<std::string, uint32_t> strings_;
   std::vector<std::unique_ptr<fb::SourceLocationT>> locations_;
 };
+
+// The KernelSpec the runtime sees for `node` (the one conversion from the IR; the loader's is
+// SpecFromFb): op, domain, device, attributes, and a port per input and output with its kind
+// and dtype, optional when the value is absent, dynamic as `dynamic_outputs` says.
+KernelSpec SpecFor(const Node& node, const std::vector<bool>& dynamic_outputs = {},
+                   Device device = Device::kCPU);
 
 // Plans memory and emits one function into `builder`.
 absl::StatusOr<FunctionReport> GenerateFunction(Module& module, const Function& function,

@@ -58,56 +58,18 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     result.functions.push_back(*std::move(r));
   }
   // Which kernel the runtime would bind to each kernel-table entry.
-  for (const auto& k : builder.exe().kernels) {
-    KernelSpec spec;
-    spec.op = k->op;
-    spec.domain = k->domain;
-    spec.device = static_cast<Device>(k->device);
-    for (const auto& p : k->inputs)
-      spec.inputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
-    for (const auto& p : k->outputs)
-      spec.outputs.push_back({static_cast<ObjectKind>(p->kind), p->dtype, p->optional, p->dynamic});
+  for (size_t i = 0; i < builder.exe().kernels.size(); ++i) {
+    const fb::KernelT& k = *builder.exe().kernels[i];
+    const KernelSpec& spec = builder.spec(static_cast<uint32_t>(i));
     KernelReport kr;
-    kr.op = k->domain.empty() ? k->op : absl::StrCat(k->domain, "::", k->op);
+    kr.op = k.domain.empty() ? k.op : absl::StrCat(k.domain, "::", k.op);
     kr.dtype = !spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType
                    ? std::string(DTypeName(static_cast<DType>(spec.outputs[0].dtype)))
                    : "";
     // Attributes matter for which backend accepts the entry; tensor attributes are checked
     // at load, so the report names the op's first registered backend in that case.
     bool has_tensor_attr = false;
-    for (const auto& a : k->attrs) {
-      AttrValue v;
-      switch (a->type) {
-        case fb::AttrType::Int:
-          v.type = AttrValue::Type::kInt;
-          v.i = a->i;
-          break;
-        case fb::AttrType::Float:
-          v.type = AttrValue::Type::kFloat;
-          v.f = a->f;
-          break;
-        case fb::AttrType::String:
-          v.type = AttrValue::Type::kString;
-          v.s = a->s;
-          break;
-        case fb::AttrType::Ints:
-          v.type = AttrValue::Type::kInts;
-          v.ints = a->ints;
-          break;
-        case fb::AttrType::Floats:
-          v.type = AttrValue::Type::kFloats;
-          v.floats = a->floats;
-          break;
-        case fb::AttrType::Strings:
-          v.type = AttrValue::Type::kStrings;
-          v.strings = a->strings;
-          break;
-        case fb::AttrType::Tensor:
-          has_tensor_attr = true;
-          continue;
-      }
-      spec.attrs[a->name] = std::move(v);
-    }
+    for (const auto& [name, a] : spec.attrs) has_tensor_attr |= a.type == AttrValue::Type::kTensor;
     if (has_tensor_attr) {
       kr.chosen = "(decided at load)";
     } else {

@@ -48,6 +48,30 @@ std::unique_ptr<fb::PortT> Port(const Value* v, bool dynamic) {
 
 }  // namespace
 
+KernelSpec SpecFor(const Node& node, const std::vector<bool>& dynamic_outputs, Device device) {
+  KernelSpec spec;
+  spec.op = node.op;
+  spec.domain = node.domain;
+  spec.device = device;
+  spec.attrs = node.attrs;
+  auto port = [](const Value* v, bool dynamic) {
+    PortSpec p;
+    if (v == nullptr) {
+      p.optional = true;
+      return p;
+    }
+    p.kind = v->kind;
+    p.dtype = static_cast<uint8_t>(v->dtype);
+    p.dynamic = dynamic;
+    return p;
+  };
+  for (const Value* v : node.inputs) spec.inputs.push_back(port(v, false));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    spec.outputs.push_back(port(node.outputs[i], i < dynamic_outputs.size() && dynamic_outputs[i]));
+  }
+  return spec;
+}
+
 ExecutableBuilder::ExecutableBuilder() : exe_(std::make_unique<fb::ExecutableT>()) {}
 
 uint32_t ExecutableBuilder::ConstantTensor(const Tensor& t, const std::string& name,
@@ -163,70 +187,26 @@ absl::StatusOr<uint32_t> ExecutableBuilder::KernelFor(const Node& node,
   if (it != kernels_.end()) return it->second;
   const uint32_t idx = static_cast<uint32_t>(exe_->kernels.size());
   exe_->kernels.push_back(std::move(k));
+  specs_.push_back(SpecFor(node, dynamic_outputs, device));
   kernels_.emplace(std::move(key), idx);
   return idx;
 }
 
 bool ExecutableBuilder::DeviceAccepts(const Node& node, const std::vector<bool>& dynamic_outputs,
                                       Device device) {
-  KernelSpec spec;
-  spec.op = node.op;
-  spec.domain = node.domain;
-  spec.device = device;
-  if (!KernelRegistry::Global().HasOp(spec.domain, spec.op, device)) return false;
-  spec.attrs = node.attrs;
-  for (const Value* v : node.inputs) {
-    PortSpec p;
-    p.optional = v == nullptr;
-    if (v != nullptr) {
-      p.kind = v->kind;
-      p.dtype = static_cast<uint8_t>(v->dtype);
-    }
-    spec.inputs.push_back(p);
-  }
-  for (size_t i = 0; i < node.outputs.size(); ++i) {
-    PortSpec p;
-    const Value* v = node.outputs[i];
-    p.optional = v == nullptr;
-    if (v != nullptr) {
-      p.kind = v->kind;
-      p.dtype = static_cast<uint8_t>(v->dtype);
-    }
-    p.dynamic = i < dynamic_outputs.size() && dynamic_outputs[i];
-    spec.outputs.push_back(p);
-  }
-  return KernelRegistry::Global().Create(spec).ok();
+  if (!KernelRegistry::Global().HasOp(node.domain, node.op, device)) return false;
+  return KernelRegistry::Global().Create(SpecFor(node, dynamic_outputs, device)).ok();
 }
 
 absl::Status ExecutableBuilder::CheckKernel(uint32_t kernel, const Node& node,
                                             const std::vector<bool>& dynamic_outputs,
                                             Device device) {
   if (kernel < kernel_checked_.size() && kernel_checked_[kernel]) return absl::OkStatus();
-  KernelSpec spec;
-  spec.op = node.op;
-  spec.domain = node.domain;
-  spec.device = device;
-  spec.attrs = node.attrs;
-  auto port = [](const Value* v, bool dynamic) {
-    PortSpec p;
-    if (v == nullptr) {
-      p.optional = true;
-      return p;
-    }
-    p.kind = v->kind;
-    p.dtype = static_cast<uint8_t>(v->dtype);
-    p.dynamic = dynamic;
-    return p;
-  };
+  const KernelSpec spec = SpecFor(node, dynamic_outputs, device);
   std::vector<std::string> in_types, out_types;
-  for (const Value* v : node.inputs) {
-    spec.inputs.push_back(port(v, false));
-    in_types.push_back(v ? std::string(DTypeName(v->dtype)) : "-");
-  }
-  for (size_t i = 0; i < node.outputs.size(); ++i) {
-    spec.outputs.push_back(port(node.outputs[i], i < dynamic_outputs.size() && dynamic_outputs[i]));
-    out_types.push_back(node.outputs[i] ? std::string(DTypeName(node.outputs[i]->dtype)) : "-");
-  }
+  for (const Value* v : node.inputs) in_types.push_back(v ? std::string(DTypeName(v->dtype)) : "-");
+  for (const Value* v : node.outputs)
+    out_types.push_back(v ? std::string(DTypeName(v->dtype)) : "-");
   absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   if (!k.ok()) {
     return absl::UnimplementedError(

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
+#include "compiler/codegen.h"
 #include "compiler/op_registry.h"
 #include "kernels/registry.h"
 
@@ -62,36 +63,13 @@ void SetConstant(Module& m, Value* v, Tensor t) {
 }
 
 absl::StatusOr<std::vector<Tensor>> RunReference(const Node& n) {
-  KernelSpec spec;
-  spec.op = n.op;
-  spec.domain = n.domain;
-  spec.attrs = n.attrs;
-  std::vector<Tensor> inputs;
+  const KernelSpec spec = SpecFor(n, std::vector<bool>(n.outputs.size(), true));
   std::vector<const Tensor*> in_ptrs;
-  for (const Value* v : n.inputs) {
-    PortSpec p;
-    if (v == nullptr) {
-      p.optional = true;
-      in_ptrs.push_back(nullptr);
-    } else {
-      p.dtype = static_cast<uint8_t>(v->dtype);
-      in_ptrs.push_back(&*v->constant);
-    }
-    spec.inputs.push_back(p);
-  }
+  for (const Value* v : n.inputs) in_ptrs.push_back(v == nullptr ? nullptr : &*v->constant);
   std::vector<Tensor> outs(n.outputs.size());
   std::vector<Tensor*> out_ptrs;
   for (size_t i = 0; i < n.outputs.size(); ++i) {
-    PortSpec p;
-    p.dynamic = true;
-    if (n.outputs[i] == nullptr) {
-      p.optional = true;
-      out_ptrs.push_back(nullptr);
-    } else {
-      p.dtype = static_cast<uint8_t>(n.outputs[i]->dtype);
-      out_ptrs.push_back(&outs[i]);
-    }
-    spec.outputs.push_back(p);
+    out_ptrs.push_back(n.outputs[i] == nullptr ? nullptr : &outs[i]);
   }
   BackendPolicy policy;
   policy.allowed = {"reference"};

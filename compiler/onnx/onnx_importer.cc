@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/onnx/libonnx_bridge.h"
 #include "compiler/onnx/model_checker.h"
 #include "compiler/onnx/op_support.h"
@@ -79,6 +80,17 @@ class Importer {
   // `adapted`: a node of an opset before 7 rewritten to its opset-7 form by ImportLegacyNode.
   absl::Status ImportNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
                           const std::string& where, bool adapted = false);
+  // The graphs of a control-flow node's attributes (null when absent).
+  struct Regions {
+    const pb::GraphProto* then_g = nullptr;
+    const pb::GraphProto* else_g = nullptr;
+    const pb::GraphProto* body_g = nullptr;
+  };
+  absl::Status ReadAttributes(const pb::NodeProto& n, const std::string& label, bool control_flow,
+                              Node* np, Regions* regions);
+  absl::Status NormalizeOpsetForms(const pb::NodeProto& n, const std::string& label, Node* np);
+  absl::Status ImportRegions(const pb::NodeProto& n, const std::string& label, Graph* graph,
+                             Scope& scope, Node* np, const Regions& r, size_t* region_outputs);
   // SequenceMap as a Loop over the first sequence's length: SequenceAt of each sequence input,
   // the body, and SequenceInsert of each result into a Loop-carried sequence.
   absl::Status ImportSequenceMap(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
@@ -426,9 +438,43 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     while (!np->inputs.empty() && np->inputs.back() == nullptr) np->inputs.pop_back();
   }
   // Attributes, and the regions of control flow.
-  const pb::GraphProto* then_g = nullptr;
-  const pb::GraphProto* else_g = nullptr;
-  const pb::GraphProto* body_g = nullptr;
+  Regions regions;
+  DYNVM_RETURN_IF_ERROR(ReadAttributes(n, label, control_flow, np, &regions));
+  DYNVM_RETURN_IF_ERROR(NormalizeOpsetForms(n, label, np));
+  size_t region_outputs = 0;
+  DYNVM_RETURN_IF_ERROR(ImportRegions(n, label, graph, scope, np, regions, &region_outputs));
+  // Outputs.
+  for (int i = 0; i < n.output_size(); ++i) {
+    if (n.output(i).empty()) {
+      np->outputs.push_back(nullptr);
+      continue;
+    }
+    Value* v = m_->NewValue(DType::kF32, std::nullopt, graph, n.output(i));
+    v->producer = np;
+    v->output_index = i;
+    np->outputs.push_back(v);
+  }
+  if (control_flow) {
+    if (np->outputs.size() > region_outputs) {
+      return absl::InvalidArgumentError(
+          Join(label,
+               absl::StrCat("has ", np->outputs.size(), " outputs; its ",
+                            n.op_type() == "If" ? "branches" : "body", " make ", region_outputs)));
+    }
+    while (np->outputs.size() < region_outputs) np->outputs.push_back(nullptr);
+  } else {
+    while (!np->outputs.empty() && np->outputs.back() == nullptr) np->outputs.pop_back();
+  }
+  for (Value* v : np->outputs) {
+    if (v != nullptr) scope.names[v->name] = v;
+  }
+  graph->nodes.push_back(std::move(node));
+  return absl::OkStatus();
+}
+
+// The attributes of `n` into np->attrs; the graphs of control flow into `regions`.
+absl::Status Importer::ReadAttributes(const pb::NodeProto& n, const std::string& label,
+                                      bool control_flow, Node* np, Regions* regions) {
   for (const pb::AttributeProto& a : n.attribute()) {
     AttrValue v;
     switch (TypeOf(a)) {
@@ -484,9 +530,9 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
           return absl::UnimplementedError(
               Join(label, absl::StrCat("graph attribute '", a.name(), "' is not supported")));
         }
-        if (a.name() == "then_branch") then_g = &a.g();
-        if (a.name() == "else_branch") else_g = &a.g();
-        if (a.name() == "body") body_g = &a.g();
+        if (a.name() == "then_branch") regions->then_g = &a.g();
+        if (a.name() == "else_branch") regions->else_g = &a.g();
+        if (a.name() == "body") regions->body_g = &a.g();
         continue;
       default:
         return absl::UnimplementedError(
@@ -495,8 +541,14 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     }
     np->attrs[a.name()] = std::move(v);
   }
-  // Opset differences the kernels and shape functions expect normalized.
-  if (domain.empty() &&
+  return absl::OkStatus();
+}
+
+// Rewrites the forms of older opsets that kernels and shape functions expect normalized.
+absl::Status Importer::NormalizeOpsetForms(const pb::NodeProto& n, const std::string& label,
+                                           Node* np) {
+  const bool onnx = np->domain.empty();
+  if (onnx &&
       (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
       opset_ < 13) {
     AttrValue legacy;
@@ -504,7 +556,7 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     legacy.i = 1;
     np->attrs["legacy_2d"] = legacy;
   }
-  if (domain.empty() && n.op_type() == "Upsample") {
+  if (onnx && n.op_type() == "Upsample") {
     // Upsample (opsets 7 to 9) is Resize with asymmetric coordinates, nearest rounding down,
     // and no roi; opsets 7 and 8 give the scales as an attribute.
     const AttrValue* scales = np->attr("scales");
@@ -532,44 +584,51 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
       v.s = value;
       np->attrs[name] = v;
     }
-  } else if (domain.empty() && n.op_type() == "Resize" && opset_ < 11) {
+  } else if (onnx && n.op_type() == "Resize" && opset_ < 11) {
     AttrValue v10;  // opset 10's Resize differs (the kernel refuses it)
     v10.type = AttrValue::Type::kInt;
     v10.i = 1;
     np->attrs["opset10"] = v10;
   }
-  if (domain.empty() && n.op_type() == "Scan" && opset_ < 9) {
+  if (onnx && n.op_type() == "Scan" && opset_ < 9) {
     AttrValue v8;
     v8.type = AttrValue::Type::kInt;
     v8.i = 1;
     np->attrs["opset8"] = v8;
   }
-  // Regions: a subgraph sees the names defined before this node.
-  size_t region_outputs = 0;
+  return absl::OkStatus();
+}
+
+// Checks the regions of If, Loop and Scan and imports them (a subgraph sees the names defined
+// before this node); `region_outputs` is how many outputs they make.
+absl::Status Importer::ImportRegions(const pb::NodeProto& n, const std::string& label, Graph* graph,
+                                     Scope& scope, Node* np, const Regions& r,
+                                     size_t* region_outputs) {
+  const bool control_flow = np->domain.empty() && IsControlFlow(n.op_type());
   if (control_flow && n.op_type() == "If") {
-    if (then_g == nullptr || else_g == nullptr) {
+    if (r.then_g == nullptr || r.else_g == nullptr) {
       return absl::InvalidArgumentError(Join(label, "If needs then_branch and else_branch"));
     }
-    if (then_g->output_size() != else_g->output_size()) {
+    if (r.then_g->output_size() != r.else_g->output_size()) {
       return absl::InvalidArgumentError(
-          Join(label, absl::StrCat("then_branch has ", then_g->output_size(),
-                                   " outputs, else_branch ", else_g->output_size())));
+          Join(label, absl::StrCat("then_branch has ", r.then_g->output_size(),
+                                   " outputs, else_branch ", r.else_g->output_size())));
     }
-    region_outputs = then_g->output_size();
+    *region_outputs = r.then_g->output_size();
   } else if (control_flow && (n.op_type() == "Loop" || n.op_type() == "Scan")) {
-    if (body_g == nullptr)
+    if (r.body_g == nullptr)
       return absl::InvalidArgumentError(Join(label, absl::StrCat(n.op_type(), " needs a body")));
-    region_outputs =
-        n.op_type() == "Loop" ? std::max(body_g->output_size() - 1, 0) : body_g->output_size();
+    *region_outputs =
+        n.op_type() == "Loop" ? std::max(r.body_g->output_size() - 1, 0) : r.body_g->output_size();
     if (n.op_type() == "Loop" && n.input_size() < 2) {
       return absl::InvalidArgumentError(
           Join(label, "Loop needs inputs M and cond (either may be empty)"));
     }
   }
   for (const auto& [attr, g] :
-       {std::pair<const char*, const pb::GraphProto*>{"then_branch", then_g},
-        {"else_branch", else_g},
-        {"body", body_g}}) {
+       {std::pair<const char*, const pb::GraphProto*>{"then_branch", r.then_g},
+        {"else_branch", r.else_g},
+        {"body", r.body_g}}) {
     if (g == nullptr) continue;
     std::unique_ptr<Graph> sub = m_->NewGraph(graph, np);
     Scope inner;
@@ -579,32 +638,6 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
       return s;
     np->subgraphs.emplace_back(attr, std::move(sub));
   }
-  // Outputs.
-  for (int i = 0; i < n.output_size(); ++i) {
-    if (n.output(i).empty()) {
-      np->outputs.push_back(nullptr);
-      continue;
-    }
-    Value* v = m_->NewValue(DType::kF32, std::nullopt, graph, n.output(i));
-    v->producer = np;
-    v->output_index = i;
-    np->outputs.push_back(v);
-  }
-  if (control_flow) {
-    if (np->outputs.size() > region_outputs) {
-      return absl::InvalidArgumentError(
-          Join(label,
-               absl::StrCat("has ", np->outputs.size(), " outputs; its ",
-                            n.op_type() == "If" ? "branches" : "body", " make ", region_outputs)));
-    }
-    while (np->outputs.size() < region_outputs) np->outputs.push_back(nullptr);
-  } else {
-    while (!np->outputs.empty() && np->outputs.back() == nullptr) np->outputs.pop_back();
-  }
-  for (Value* v : np->outputs) {
-    if (v != nullptr) scope.names[v->name] = v;
-  }
-  graph->nodes.push_back(std::move(node));
   return absl::OkStatus();
 }
 
