@@ -6,6 +6,10 @@ function(dynvm_setup_toolchain)
   # Host-compiler flags only: nvcc (CUDA sources) does not take them.
   set(host "$<COMPILE_LANGUAGE:C,CXX>")
   add_compile_options("$<${host}:-Wall;-Wextra;-Wno-unused-parameter;-Wno-missing-field-initializers>")
+  if(NOT DYNVM_SANITIZE STREQUAL "")
+    # isa::CodeBuilder decodes every instruction it writes (Debug builds do so anyway).
+    add_compile_definitions(DYNVM_CHECK_EMITTED)
+  endif()
   if(DYNVM_SANITIZE STREQUAL "address")
     add_compile_options(
       "$<${host}:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>")
