@@ -81,6 +81,7 @@ OpRegistry& OpRegistry::Global() {
     auto* reg = new OpRegistry();
     RegisterOnnxShapeFunctions(*reg);
     RegisterSequenceShapeFunctions(*reg);
+    RegisterIndexingShapeFunctions(*reg);
     RegisterDynvmShapeFunctions(*reg);
     return reg;
   }();

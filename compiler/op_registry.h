@@ -102,6 +102,9 @@ class OpRegistry {
 void RegisterOnnxShapeFunctions(OpRegistry& registry);
 // ONNX's sequence and optional operators, and Identity of any kind (compiler/sequence_ops.cc).
 void RegisterSequenceShapeFunctions(OpRegistry& registry);
+// GatherElements, GatherND, Scatter, OneHot, DepthToSpace, SpaceToDepth, ReverseSequence,
+// Compress, Pad (compiler/indexing_shape_functions.cc).
+void RegisterIndexingShapeFunctions(OpRegistry& registry);
 // dynvm's own ops (compiler/dynvm_ops.cc).
 void RegisterDynvmShapeFunctions(OpRegistry& registry);
 

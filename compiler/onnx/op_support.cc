@@ -267,6 +267,12 @@ const OpSupport* FindOpSupport(absl::string_view op) {
   return it == Table().end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> SupportedOps() {
+  std::vector<std::string> ops;
+  for (const OpEntry& e : kOps) ops.push_back(e.op);
+  return ops;
+}
+
 std::string AttrTypeName(AttrType type) {
   if (::onnx::AttributeProto::AttributeType_IsValid(type)) {
     return ::onnx::AttributeProto::AttributeType_Name(type);

@@ -39,6 +39,9 @@ struct OpSupport {
 // nullptr when the operator is not supported.
 const OpSupport* FindOpSupport(absl::string_view op);
 
+// Every operator the importer accepts, in the table's order.
+std::vector<std::string> SupportedOps();
+
 // "INT", "FLOATS", ... for messages.
 std::string AttrTypeName(::onnx::AttributeProto::AttributeType type);
 

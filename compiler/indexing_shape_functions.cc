@@ -1,0 +1,225 @@
+// Shape and dtype functions of the indexing and rearranging operators that had none:
+// GatherElements, GatherND, Scatter, OneHot, DepthToSpace, SpaceToDepth, ReverseSequence,
+// Compress and Pad. Without one, an op's outputs kept the importer's placeholder type (f32 of
+// unknown shape) until the kernel ran, and a Loop that carries such a value was refused
+// ("loop-carried value 0 enters as i64[..] but the body makes f32[?]"). Each function sets the
+// output dtype always; the shape where the inputs determine it, else the rank (a dynamic
+// output the kernel allocates), else nothing.
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+namespace {
+
+using Shape = std::vector<Dim>;
+
+std::optional<std::vector<int64_t>> ConstantInts(InferContext& c, size_t i) {
+  const std::vector<Dim>* content = c.content(i);
+  if (content == nullptr) return std::nullopt;
+  std::vector<int64_t> out;
+  for (Dim d : *content) {
+    std::optional<int64_t> v = SymbolicContext::AsConst(d);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+absl::StatusOr<int> NormalizedAxis(InferContext& c, int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank) {
+    return c.Error(absl::StrCat("axis ", axis, " out of range for rank ", rank));
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+// The output has input `i`'s dtype and shape (no symbolic content: the values change).
+absl::Status ShapeOfInput(InferContext& c, size_t i) {
+  if (!c.has_input(i)) return c.Error(absl::StrCat("missing input ", i));
+  if (const Shape* s = c.input_shape(i)) {
+    c.SetOutput(0, c.input_dtype(i), *s);
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(i));
+  }
+  return absl::OkStatus();
+}
+
+// GatherElements(data, indices): indices' shape, data's dtype; the ranks must agree.
+absl::Status GatherElements(InferContext& c) {
+  const Shape* data = c.input_shape(0);
+  const Shape* idx = c.input_shape(1);
+  if (data && idx && data->size() != idx->size()) {
+    return c.Error(absl::StrCat("data has rank ", data->size(), ", indices rank ", idx->size(),
+                                "; they must be equal"));
+  }
+  if (data) {
+    absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
+    if (!axis.ok()) return axis.status();
+    if (absl::StatusOr<int> a = NormalizedAxis(c, *axis, static_cast<int>(data->size())); !a.ok())
+      return a.status();
+  }
+  if (idx) {
+    c.SetOutput(0, c.input_dtype(0), *idx);
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  }
+  return absl::OkStatus();
+}
+
+// GatherND(data, indices, batch_dims): indices.shape[:-1] + data.shape[batch_dims + k:] where
+// k = indices.shape[-1] (a constant), else a rank-unknown output of data's dtype.
+absl::Status GatherND(InferContext& c) {
+  const Shape* data = c.input_shape(0);
+  const Shape* idx = c.input_shape(1);
+  absl::StatusOr<int64_t> b = c.GetInt("batch_dims", 0);
+  if (!b.ok()) return b.status();
+  if (!data || !idx || idx->empty()) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  const std::optional<int64_t> k = SymbolicContext::AsConst(idx->back());
+  const int64_t r = static_cast<int64_t>(data->size()), q = static_cast<int64_t>(idx->size());
+  if (*b < 0 || *b >= std::min(r, q)) {
+    return c.Error(
+        absl::StrCat("batch_dims ", *b, " must be in [0, min(rank(data), rank(indices)))"));
+  }
+  if (!k) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (*k < 1 || *k > r - *b) {
+    return c.Error(absl::StrCat("indices' last dim ", *k, " must be in [1, ", r - *b, "]"));
+  }
+  Shape out(idx->begin(), idx->end() - 1);
+  out.insert(out.end(), data->begin() + *b + *k, data->end());
+  c.SetOutput(0, c.input_dtype(0), std::move(out));
+  return absl::OkStatus();
+}
+
+// OneHot(indices, depth, values): indices' shape with depth inserted at `axis`; values' dtype.
+// A depth known only at run time makes a dynamic output of that rank.
+absl::Status OneHot(InferContext& c) {
+  const DType dtype = c.input_dtype(2);
+  const Shape* idx = c.input_shape(0);
+  if (!idx) {
+    c.SetOutputUnknown(0, dtype);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> axis = c.GetInt("axis", -1);
+  if (!axis.ok()) return axis.status();
+  const int rank = static_cast<int>(idx->size()) + 1;
+  absl::StatusOr<int> a = NormalizedAxis(c, *axis, rank);
+  if (!a.ok()) return a.status();
+  std::optional<std::vector<int64_t>> depth = ConstantInts(c, 1);
+  if (!depth || depth->size() != 1) {
+    c.SetOutputDynamic(0, dtype, rank);
+    return absl::OkStatus();
+  }
+  if ((*depth)[0] < 1) return c.Error(absl::StrCat("depth ", (*depth)[0], " must be positive"));
+  Shape out = *idx;
+  out.insert(out.begin() + *a, c.sym().Const((*depth)[0]));
+  c.SetOutput(0, dtype, std::move(out));
+  return absl::OkStatus();
+}
+
+// DepthToSpace / SpaceToDepth on NCHW with block size b.
+absl::Status BlockRearrange(InferContext& c, bool to_space) {
+  const Shape* x = c.input_shape(0);
+  absl::StatusOr<int64_t> b = c.GetInt("blocksize", 0);
+  if (!b.ok()) return b.status();
+  if (*b < 1) return c.Error(absl::StrCat("blocksize ", *b, " must be positive"));
+  if (!x) {
+    c.SetOutputDynamic(0, c.input_dtype(0), 4);
+    return absl::OkStatus();
+  }
+  if (x->size() != 4) return c.Error(absl::StrCat("input has rank ", x->size(), ", not 4"));
+  SymbolicContext& s = c.sym();
+  const Dim bb = s.Const(*b * *b), bd = s.Const(*b);
+  const Shape& d = *x;
+  if (to_space) {
+    c.SetOutput(0, c.input_dtype(0),
+                {d[0], s.FloorDiv(d[1], bb), s.Mul(d[2], bd), s.Mul(d[3], bd)});
+  } else {
+    c.SetOutput(0, c.input_dtype(0),
+                {d[0], s.Mul(d[1], bb), s.FloorDiv(d[2], bd), s.FloorDiv(d[3], bd)});
+  }
+  return absl::OkStatus();
+}
+
+// Compress(input, condition[, axis]): the kept count depends on the data.
+absl::Status Compress(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  if (!c.HasAttr("axis")) {
+    c.SetOutputDynamic(0, c.input_dtype(0), 1);
+  } else if (x) {
+    absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
+    if (!axis.ok()) return axis.status();
+    if (absl::StatusOr<int> a = NormalizedAxis(c, *axis, static_cast<int>(x->size())); !a.ok())
+      return a.status();
+    c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  }
+  return absl::OkStatus();
+}
+
+// Pad: each dim grows by its begin and end pads (the `pads` attribute before opset 11, the
+// second input after); pads known only at run time make a dynamic output of the same rank.
+absl::Status Pad(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  const DType dtype = c.input_dtype(0);
+  if (!x) {
+    c.SetOutputUnknown(0, dtype);
+    return absl::OkStatus();
+  }
+  std::optional<std::vector<int64_t>> pads;
+  if (c.HasAttr("pads")) {
+    absl::StatusOr<std::vector<int64_t>> p = c.GetInts("pads");
+    if (!p.ok()) return p.status();
+    pads = *p;
+  } else {
+    pads = ConstantInts(c, 1);
+  }
+  const size_t rank = x->size();
+  if (!pads) {
+    c.SetOutputDynamic(0, dtype, static_cast<int>(rank));
+    return absl::OkStatus();
+  }
+  if (pads->size() != 2 * rank) {
+    return c.Error(absl::StrCat("pads has ", pads->size(), " values; a rank-", rank,
+                                " input needs ", 2 * rank));
+  }
+  SymbolicContext& s = c.sym();
+  Shape out;
+  for (size_t i = 0; i < rank; ++i) {
+    Dim d = s.Add((*x)[i], s.Const((*pads)[i] + (*pads)[i + rank]));
+    if (std::optional<int64_t> v = SymbolicContext::AsConst(d); v && *v < 0) {
+      return c.Error(absl::StrCat("pads make dim ", i, " negative (", *v, ")"));
+    }
+    out.push_back(d);
+  }
+  c.SetOutput(0, dtype, std::move(out));
+  return absl::OkStatus();
+}
+
+void Add(OpRegistry& r, const char* op, std::function<absl::Status(InferContext&)> fn) {
+  r.Register(OpSchema{"", op, std::move(fn), /*pure=*/true});
+}
+
+}  // namespace
+
+void RegisterIndexingShapeFunctions(OpRegistry& r) {
+  Add(r, "GatherElements", GatherElements);
+  Add(r, "GatherND", GatherND);
+  Add(r, "Scatter", [](InferContext& c) { return ShapeOfInput(c, 0); });
+  Add(r, "ReverseSequence", [](InferContext& c) { return ShapeOfInput(c, 0); });
+  Add(r, "OneHot", OneHot);
+  Add(r, "DepthToSpace", [](InferContext& c) { return BlockRearrange(c, /*to_space=*/true); });
+  Add(r, "SpaceToDepth", [](InferContext& c) { return BlockRearrange(c, /*to_space=*/false); });
+  Add(r, "Compress", Compress);
+  Add(r, "Pad", Pad);
+}
+
+}  // namespace dynvm::compiler
