@@ -26,3 +26,13 @@ def test_generate_example_prints_what_vm_run_prints(tmp_path):
     assert python == want
     assert len(python) == len("In the") + 80 + 1
 
+
+def test_the_readme_python_example_works_when_pasted(monkeypatch, capsys):
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Using dynvm from Python"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[: code.index("```")]
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("[[ 3 14 ") and printed.rstrip().endswith("(1, 24)")
