@@ -590,6 +590,10 @@ class PyVirtualMachine {
           py::str(py::type::of(value).attr("__name__")).cast<std::string>(),
           " (use numpy.asarray(value, dtype=...))")));
     }
+    if (p.dtype == DType::kString) {
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "input '", p.name, "' is a string tensor: string inputs cannot be passed from Python")));
+    }
     py::array a = py::reinterpret_borrow<py::array>(value);
     const py::dtype dt = a.dtype();
     if (!DTypeMatches(dt, p.dtype)) {
@@ -761,6 +765,7 @@ each tensor the program emits (value is a copy). The GIL is released while the V
 PYBIND11_MODULE(_dynvm, m) {
   using namespace dynvm::python;  // NOLINT(build/namespaces)
   m.doc() = "dynvm's C++ extension (use the `dynvm` package: docs/python.md)";
+  m.attr("__version__") = DYNVM_VERSION;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -21,7 +21,7 @@ import threading as _threading
 
 from . import _errors
 from ._errors import *  # noqa: F401,F403 (the exception classes)
-from ._dynvm import Executable, RunStats, TensorInfo, _VirtualMachine
+from ._dynvm import Executable, RunStats, TensorInfo, _VirtualMachine, __version__
 from ._dynvm import compile as _compile
 from ._dynvm import load as _load
 

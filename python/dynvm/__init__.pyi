@@ -3,6 +3,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+__version__: str
+
 Value = Union[np.ndarray, List[np.ndarray], None]
 
 class Error(Exception):

@@ -98,3 +98,4 @@ def test_help_is_useful():
     for word in ("VirtualMachine", "without a copy", "bf16", "timeout", "stream", "cancel"):
         assert word in text
     assert "timeout" in dynvm.VirtualMachine.run.__doc__
+    assert dynvm.__version__.count(".") == 2
