@@ -4,6 +4,7 @@ signatures."""
 import gc
 
 import numpy as np
+import pytest
 
 import dynvm
 from conftest import onnx_node_model
@@ -99,3 +100,22 @@ def test_help_is_useful():
         assert word in text
     assert "timeout" in dynvm.VirtualMachine.run.__doc__
     assert dynvm.__version__.count(".") == 2
+
+
+def test_bf16_is_exchanged_as_uint16():
+    to_float = dynvm.compile(onnx_node_model("test_cast_BFLOAT16_to_FLOAT"))
+    to_bf16 = dynvm.compile(onnx_node_model("test_cast_FLOAT_to_BFLOAT16"))
+    assert to_float.inputs[0].dtype == np.uint16 and to_float.inputs[0].dtype_name == "bf16"
+    assert to_bf16.outputs[0].dtype == np.uint16 and to_bf16.outputs[0].dtype_name == "bf16"
+    # Values exact in bf16 (8 bits of mantissa): no rounding to argue about.
+    values = np.array([1, -2.5, 0.15625, 3e38, -1e-30, 0, 65280, 1 / 3],
+                      np.float32).view(np.uint32) & 0xFFFF0000
+    values = np.resize(values, 12).reshape(3, 4).view(np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+    out = dynvm.VirtualMachine(to_bf16).run(input=values)["output"]
+    assert out.dtype == np.uint16
+    np.testing.assert_array_equal(out, bits)
+    back = dynvm.VirtualMachine(to_float).run(input=bits)["output"]
+    np.testing.assert_array_equal(back, values)
+    with pytest.raises(dynvm.InvalidArgumentError, match=r"bf16 \(as numpy.uint16\)"):
+        dynvm.VirtualMachine(to_float).run(input=values)
