@@ -95,6 +95,14 @@ void SetPythonError(const absl::Status& status) {
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 
+// "float", "list", "numpy.int64": the type of a value, for messages.
+std::string TypeName(const py::handle& value) {
+  const py::handle type = py::type::of(value);
+  const std::string name = py::str(type.attr("__qualname__")).cast<std::string>();
+  const std::string module = py::str(type.attr("__module__")).cast<std::string>();
+  return module == "builtins" ? name : module + "." + name;
+}
+
 // ---------------------------------------------------------------------------------------------
 // dtypes. bf16 is exchanged as uint16 (the same bits); strings only come out (as str objects).
 
@@ -519,9 +527,8 @@ class PyVirtualMachine {
     py::dict feeds;
     if (PyDict_Merge(feeds.ptr(), inputs.ptr(), 1) != 0) {
       PyErr_Clear();
-      Throw(absl::InvalidArgumentError(
-          absl::StrCat("inputs must be a dict of input name -> numpy.ndarray, got ",
-                       py::str(py::type::of(inputs).attr("__name__")).cast<std::string>())));
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "inputs must be a dict of input name -> numpy.ndarray, got ", TypeName(inputs))));
     }
     for (const auto& [k, v] : kwargs) {
       if (PyDict_Contains(feeds.ptr(), k.ptr()) == 1) {
@@ -587,8 +594,7 @@ class PyVirtualMachine {
     if (!py::isinstance<py::array>(value)) {
       Throw(absl::InvalidArgumentError(absl::StrCat(
           "input '", p.name, "' must be a numpy.ndarray of ", DTypeDescription(p.dtype), ", got ",
-          py::str(py::type::of(value).attr("__name__")).cast<std::string>(),
-          " (use numpy.asarray(value, dtype=...))")));
+          TypeName(value), " (use numpy.asarray(value, dtype=...))")));
     }
     if (p.dtype == DType::kString) {
       Throw(absl::InvalidArgumentError(absl::StrCat(
@@ -639,7 +645,7 @@ class PyVirtualMachine {
     if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) {
       Throw(absl::InvalidArgumentError(
           absl::StrCat("input '", p.name, "' is a sequence: pass a list of numpy.ndarray, got ",
-                       py::str(py::type::of(value).attr("__name__")).cast<std::string>())));
+                       TypeName(value))));
     }
     ParamInfo elem = p;
     elem.kind = ObjectKind::kTensor;

@@ -139,7 +139,7 @@ class Stream:
         if self._finished:
             raise StopIteration
         if self._thread is None:
-            self._thread = _threading.Thread(target=self._work, name="dynvm-stream", daemon=True)
+            self._thread = _threading.Thread(target=self._work, name="dynvm-stream")
             self._thread.start()
         item = self._queue.get()
         if item is _DONE:

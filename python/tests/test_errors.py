@@ -74,6 +74,7 @@ def test_bad_input_raises_and_the_vm_stays_usable(add_exe, add_inputs):
         ({"x": x.tolist(), "y": y}, ValueError, "'x' must be a numpy.ndarray of float32, got list"),
         ({"x": 1.0, "y": y}, ValueError, "got float"),
         ({"x": None, "y": y}, ValueError, "got NoneType"),
+        ({"x": np.float32(1), "y": y}, ValueError, "got numpy.float32"),
         ({1: x, "y": y}, ValueError, "input names must be str"),
     ]
     for inputs, cls, message in bad:
