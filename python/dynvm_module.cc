@@ -95,6 +95,17 @@ void SetPythonError(const absl::Status& status) {
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 
+// A Python number as T, or InvalidArgument naming `what`.
+template <typename T>
+T Number(const py::handle& value, absl::string_view what) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    Throw(absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a number, got ", py::repr(value).cast<std::string>())));
+  }
+}
+
 // "float", "list", "numpy.int64": the type of a value, for messages.
 std::string TypeName(const py::handle& value) {
   const py::handle type = py::type::of(value);
@@ -351,13 +362,21 @@ std::shared_ptr<PyExecutable> Compile(const std::string& path, const py::object&
                                       const py::object& weights, bool compress, bool onnx_check) {
   compiler::CompileOptions options;
   if (!bounds.is_none()) {
-    for (const auto& [k, v] : bounds.cast<py::dict>()) {
-      const int64_t n = v.cast<int64_t>();
+    if (!PyDict_Check(bounds.ptr())) {
+      Throw(absl::InvalidArgumentError(
+          absl::StrCat("bounds must be a dict of symbol name -> int, got ", TypeName(bounds))));
+    }
+    for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(bounds)) {
+      if (!PyUnicode_Check(k.ptr())) {
+        Throw(absl::InvalidArgumentError("bounds: symbol names must be str"));
+      }
+      const std::string name = k.cast<std::string>();
+      const int64_t n = Number<int64_t>(v, absl::StrCat("bound ", name));
       if (n < 0) {
         Throw(absl::InvalidArgumentError(
-            absl::StrCat("bound ", k.cast<std::string>(), ": a bound must be >= 0, got ", n)));
+            absl::StrCat("bound ", name, ": a bound must be >= 0, got ", n)));
       }
-      options.bounds.emplace_back(k.cast<std::string>(), n);
+      options.bounds.emplace_back(name, n);
     }
   }
   options.optimize = optimize;
@@ -438,7 +457,7 @@ class PyVirtualMachine {
     VmOptions options;
     options.num_threads = threads;
     if (!memory_limit.is_none()) {
-      options.memory_limit = memory_limit.cast<int64_t>();
+      options.memory_limit = Number<int64_t>(memory_limit, "memory_limit");
       if (options.memory_limit <= 0) {
         Throw(absl::InvalidArgumentError("memory_limit must be a positive number of bytes"));
       }
@@ -467,7 +486,7 @@ class PyVirtualMachine {
     options.function = function;
     options.cancel = &cancel_;
     if (!timeout.is_none()) {
-      const double seconds = timeout.cast<double>();
+      const double seconds = Number<double>(timeout, "timeout");
       if (!(seconds >= 0)) {
         Throw(absl::InvalidArgumentError(
             absl::StrCat("timeout must be >= 0 seconds, got ", seconds)));
@@ -484,6 +503,10 @@ class PyVirtualMachine {
         } catch (py::error_already_set& e) {
           callback_error = std::make_unique<py::error_already_set>(std::move(e));
           return absl::CancelledError("on_emit raised an exception");
+        } catch (const StatusError& e) {  // no exception may cross the VM's C++ frames
+          return e.status;
+        } catch (const std::exception& e) {
+          return absl::InternalError(absl::StrCat("on_emit: ", e.what()));
         }
         return absl::OkStatus();
       };

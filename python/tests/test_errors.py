@@ -57,6 +57,19 @@ def test_real_errors_carry_the_vm_message(add_exe, charlm_exe, tmp_path):
         dynvm.VirtualMachine(add_exe, threads=0)
     with pytest.raises(dynvm.InvalidArgumentError, match="device"):
         dynvm.compile(str(ROOT / "tools/lm/charlm.onnx"), device="tpu")
+    charlm = str(ROOT / "tools/lm/charlm.onnx")
+    with pytest.raises(ValueError, match="bound batch must be a number, got 'x'"):
+        dynvm.compile(charlm, bounds={"batch": "x"})
+    with pytest.raises(ValueError, match="bound batch: a bound must be >= 0"):
+        dynvm.compile(charlm, bounds={"batch": -1})
+    with pytest.raises(ValueError, match="bounds must be a dict"):
+        dynvm.compile(charlm, bounds=[("batch", 1)])
+    with pytest.raises(ValueError, match="memory_limit must be a number"):
+        dynvm.VirtualMachine(add_exe, memory_limit="1G")
+    with pytest.raises(ValueError, match="timeout must be a number"):
+        vm.run(inputs, timeout="soon")
+    with pytest.raises(ValueError, match="timeout must be >= 0"):
+        vm.run(inputs, timeout=-1)
 
 
 def test_bad_input_raises_and_the_vm_stays_usable(add_exe, add_inputs):
