@@ -8,7 +8,9 @@ Both sides do the same work per call, in one process, alternating: the C++ side
 (VirtualMachine._time_cpp_runs: a C++ loop of SetInputZeroCopy for both inputs, Run, GetOutput)
 and the Python side (vm.run(x=x, y=y): binding the ndarrays without a copy, releasing the GIL
 around Run, and returning the output as an ndarray). The overhead is the difference of the
-medians over the rounds, in microseconds per call.
+medians over the rounds, in microseconds per call, both in wall time and in the calling
+thread's CPU time (on a loaded machine the wall time includes waiting for a core; the CPU time
+is the work the call costs).
 """
 
 import argparse
@@ -41,22 +43,27 @@ def main():
     np.testing.assert_array_equal(vm.run(x=x, y=y)["sum"], x + y)
     assert vm.last_run_stats.inputs_copied == 0
 
-    cpp, py = [], []
+    cpp, py, cpp_cpu, py_cpu = [], [], [], []
     for _ in range(1000):  # warm up
         vm.run(x=x, y=y)
     vm._time_cpp_runs({"x": x, "y": y}, 1000)
     lines = []
     for r in range(args.rounds):
-        c = vm._time_cpp_runs({"x": x, "y": y}, args.runs) * 1e6
-        start = time.perf_counter()
+        c, c_cpu = (t * 1e6 for t in vm._time_cpp_runs({"x": x, "y": y}, args.runs))
+        start, start_cpu = time.perf_counter(), time.thread_time()
         for _ in range(args.runs):
             vm.run(x=x, y=y)
+        p_cpu = (time.thread_time() - start_cpu) / args.runs * 1e6
         p = (time.perf_counter() - start) / args.runs * 1e6
         cpp.append(c)
         py.append(p)
-        lines.append(f"round {r}: C++ Run {c:.3f} us/call   vm.run {p:.3f} us/call   "
-                     f"overhead {p - c:.3f} us")
+        cpp_cpu.append(c_cpu)
+        py_cpu.append(p_cpu)
+        lines.append(f"round {r}: wall: C++ Run {c:.3f} us/call, vm.run {p:.3f} us/call, "
+                     f"overhead {p - c:.3f} us;  thread CPU: C++ Run {c_cpu:.3f}, vm.run "
+                     f"{p_cpu:.3f}, overhead {p_cpu - c_cpu:.3f} us")
     c, p = statistics.median(cpp), statistics.median(py)
+    c_cpu, p_cpu = statistics.median(cpp_cpu), statistics.median(py_cpu)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -78,8 +85,10 @@ def main():
         f"model: {MODEL} (Add, float32 [3,4,5] x2 -> [3,4,5])",
         f"{args.rounds} rounds of {args.runs} calls per side, alternating",
         *lines,
-        f"median: C++ Run {c:.3f} us/call, vm.run {p:.3f} us/call, "
+        f"median wall time:  C++ Run {c:.3f} us/call, vm.run {p:.3f} us/call, "
         f"overhead {p - c:.3f} us/call",
+        f"median thread CPU: C++ Run {c_cpu:.3f} us/call, vm.run {p_cpu:.3f} us/call, "
+        f"overhead {p_cpu - c_cpu:.3f} us/call",
     ])
     print(report)
     if args.out:
