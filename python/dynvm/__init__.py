@@ -20,8 +20,11 @@ import queue as _queue
 import threading as _threading
 
 from . import _errors
-from ._errors import *  # noqa: F401,F403 (the exception classes)
-from ._dynvm import Executable, RunStats, TensorInfo, _VirtualMachine, __version__
+from ._dynvm import Executable, RunStats, TensorInfo, _VirtualMachine, __version__  # noqa: F401
+from ._errors import (  # noqa: F401
+    CancelledError, DataLossError, DeadlineExceededError, Error, FailedPreconditionError,
+    InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError, ResourceExhaustedError,
+    UnimplementedError)
 from ._dynvm import compile as _compile
 from ._dynvm import load as _load
 
@@ -61,12 +64,12 @@ def _feeds(inputs, kwargs):
     try:
         feeds = dict(inputs)
     except (TypeError, ValueError):
-        raise InvalidArgumentError(  # noqa: F405
+        raise InvalidArgumentError(
             "inputs must be a dict of input name -> numpy.ndarray, got "
             + type(inputs).__name__) from None
     for name, value in kwargs.items():
         if name in feeds:
-            raise InvalidArgumentError(  # noqa: F405
+            raise InvalidArgumentError(
                 f"input '{name}' is given twice (in the dict and as a keyword)")
         feeds[name] = value
     return feeds

@@ -20,7 +20,7 @@ def test_ten_thousand_runs_leak_nothing(add_exe, add_inputs):
     misaligned = misaligned.reshape(3, 4, 5)
     vm = dynvm.VirtualMachine(add_exe)
 
-    def runs(n):
+    def runs(n, vm=vm):
         for i in range(n):
             out = vm.run(x=x, y=misaligned if i % 2 else y)["sum"]
             assert sys.getrefcount(out) == 2  # this name and getrefcount's argument
@@ -42,6 +42,6 @@ def test_ten_thousand_runs_leak_nothing(add_exe, add_inputs):
     # The VM holds its last inputs (x stays bound); no reference is gained per run.
     assert sys.getrefcount(x) == x_refs
     assert sys.getrefcount(y) <= y_refs
-    del vm  # drops the binding's reference and bound_inputs'
+    del runs, vm  # drops the binding's reference and bound_inputs'
     gc.collect()
     assert sys.getrefcount(x) == x_refs - 2
