@@ -5,6 +5,7 @@
 #
 #   build (default)  compilers, build tools and the libraries CMakeLists.txt finds
 #   test             build + ONNX's conformance test data (/usr/share/libonnx-testdata/data)
+#                    and pytest (the Python package's tests)
 #   train            build + python3/torch/onnx/numpy and the text corpora tools/ trains on
 #   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch/onnx
 #
@@ -28,12 +29,14 @@ readonly build_pkgs=(
   libbenchmark-dev
   libprotobuf-dev protobuf-compiler libonnx-dev
   zlib1g-dev libzstd-dev
+  # the Python package (python/, docs/python.md): built when pybind11 and the headers are found
+  pybind11-dev python3-dev python3-numpy
 )
-readonly test_pkgs=(libonnx-testdata)
+readonly test_pkgs=(libonnx-testdata python3-pytest)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
 readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread)
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 
 profile="${1:-build}"
 case "$profile" in
