@@ -125,9 +125,15 @@ absl::Status InferLoop(Module& m, Node& n) {
       Value* in = body->inputs[2 + i];
       const Value* out = body->outputs[1 + i];
       if (out->dtype != in->dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": loop-carried value ", i,
-                                                       " enters as ", in->TypeString(),
-                                                       " but the body makes ", out->TypeString()));
+        // Name the value and the body node that makes it, so the user finds the op to fix.
+        const Value* init = n.inputs[2 + i];
+        const std::string made_by =
+            out->producer != nullptr
+                ? absl::StrCat(" (body node '", out->producer->name, "', ", out->producer->op, ")")
+                : " (a body input)";
+        return absl::InvalidArgumentError(absl::StrCat(
+            n.Label(), ": loop-carried value ", i, " '", init->name.empty() ? in->name : init->name,
+            "' enters as ", in->TypeString(), " but the body makes ", out->TypeString(), made_by));
       }
       if (in->empty_sequence && !out->empty_sequence) {
         // A sequence that enters empty: the body's elements decide its element shape.

@@ -97,5 +97,28 @@ TEST(OpCoverageTest, GatherElementsInALoopKeepsTheCarriedDtype) {
   }
 }
 
+// A body that changes a carried value's dtype is refused at compile time, naming the Loop, the
+// carried value's index and name, and the body node that changed it.
+TEST(OpCoverageTest, CarriedDtypeChangeNamesTheValueAndTheBodyNode) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* n = b.Input("n", DType::kI64, {});
+  Value* tokens = b.Input("tokens", DType::kI64, {2});
+  std::vector<Value*> outs =
+      b.Loop(n, nullptr, {tokens}, 0,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>& carried) {
+               l.set_node_name("to_float");
+               Value* f = l.Op("Cast", {carried[0]}, {{"to", AttrInt(1)}});
+               return std::vector<Value*>{cond, f};
+             });
+  b.Output("out", outs[0]);
+  absl::StatusOr<CompileResult> r = Compile(m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(r.status().message());
+  EXPECT_NE(msg.find("loop-carried value 0 'tokens' enters as i64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("body node 'to_float', Cast"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace dynvm::compiler
