@@ -7,6 +7,8 @@
 // executable compiled for cuda: with the module (found: the no-device error, or a run on a
 // GPU), with the module renamed away (not found: the error names where it looked and how to
 // get it), with a wrong-ABI module in its place, and with DYNVM_CUDA_MODULE naming the fake.
+// In every build, a CPU run of vm-run loads neither the module nor a CUDA library (the dynamic
+// loader's log says so).
 #include "allocator/cuda_module.h"
 
 #include <sys/wait.h>
@@ -76,6 +78,60 @@ TEST(CudaModuleLoaderTest, SearchesNextToTheProgramThenLibFolders) {
   ASSERT_EQ(unsetenv(kCudaModuleEnvVar), 0);
 }
 
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result RunCommand(const std::string& command) {
+  Result r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A CPU program run by vm-run: the dynamic loader's log shows that no CUDA library, and not the
+// module, was loaded (in a CUDA-enabled build too).
+constexpr char kCpuProgram[] = R"(
+.const f32 [2,2] name="w" weight values:[1, -2, 3, -4]
+.kernel "Relu" in(f32) out(f32)
+
+.function main
+  .params 0 0
+  .oregs tensor:f32 storage tensor:f32
+  .oresults tensor:f32
+  .sites 1
+  .entry
+  .output y [2,2]
+  load_const %o0, c0
+  alloc_storage %o1, 16, cpu
+  alloc_tensor %o2, %o1, 0, f32, [2, 2]
+  invoke k0, #0, (%o0), (%o2)
+  ret (%o2), ()
+.end
+)";
+
+TEST(CudaModuleCpuPathTest, ACpuRunLoadsNoCudaLibrary) {
+  const fs::path file =
+      fs::temp_directory_path() / absl::StrCat("dynvm_cpu_path_", getpid(), ".dvm");
+  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(kCpuProgram);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::ofstream(file, std::ios::binary) << *bytes;
+  const Result r = RunCommand(absl::StrCat("LD_DEBUG=libs ", DYNVM_VM_RUN, " ", file.string()));
+  fs::remove(file);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("y f32 [2,2]"));
+  EXPECT_THAT(r.output, HasSubstr("calling init"));  // the loader's log is there
+  EXPECT_THAT(r.output, Not(HasSubstr(kCudaModuleFileName)));
+  EXPECT_THAT(r.output, Not(HasSubstr("libcudart")));
+  EXPECT_THAT(r.output, Not(HasSubstr("libcublas")));
+}
+
 #if defined(DYNVM_CUDA_MODULE_FILE)
 
 TEST(CudaModuleLoaderTest, TheBuildsModuleIsFoundAndRegistersTheCudaKernels) {
@@ -114,23 +170,6 @@ constexpr char kCudaProgram[] = R"(
   ret (%o4), ()
 .end
 )";
-
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result RunCommand(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 // A copy of the build's layout in a fresh temporary folder: <root>/build/tools/vm-run and
 // <root>/build/lib/libdynvm_cuda.so, and the cuda executable in <root>.
