@@ -8,13 +8,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "allocator/cuda_module.h"
 #include "allocator/pool_allocator.h"
-
-#if defined(DYNVM_WITH_CUDA)
-#include <cuda_runtime_api.h>
-
-#include "allocator/cuda_status.h"
-#endif
+#include "common/status_macros.h"
 
 namespace dynvm {
 
@@ -26,59 +22,10 @@ bool CudaBuildEnabled() {
 #endif
 }
 
-#if defined(DYNVM_WITH_CUDA)
-
-absl::Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();  // clears the slot (a sticky error stays: the context is lost then)
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
-  switch (error) {
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(message);
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInitializationError:
-    case cudaErrorCudartUnloading:
-      return absl::UnavailableError(message);
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidMemcpyDirection:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 absl::Status CudaDeviceAvailable() {
-  // Asked once, on first use: never at process start (a static initializer would touch CUDA in
-  // every CPU-only run).
-  static const absl::Status* const status = [] {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return new absl::Status(absl::UnavailableError(absl::StrCat(
-          "no CUDA device available: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")")));
-    }
-    if (count <= 0) {
-      return new absl::Status(
-          absl::UnavailableError("no CUDA device available: the runtime found no device"));
-    }
-    return new absl::Status();
-  }();
-  return *status;
+  DYNVM_ASSIGN_OR_RETURN(const CudaModule* module, LoadCudaModule());
+  return module->api->device_available();
 }
-
-#else
-
-absl::Status CudaDeviceAvailable() {
-  return absl::UnimplementedError(
-      "this build has no CUDA device support (configure with -DDYNVM_WITH_CUDA=ON)");
-}
-
-#endif
 
 struct CudaAllocator::Impl {
   std::mutex mu;
@@ -94,24 +41,17 @@ struct CudaAllocator::Impl {
 
   absl::StatusOr<void*> SystemAllocateOnce(size_t size) {
     if (system.allocate) return system.allocate(size);
-#if defined(DYNVM_WITH_CUDA)
-    if (absl::Status s = CudaDeviceAvailable(); !s.ok()) return s;
-    void* p = nullptr;
-    DYNVM_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, size));
-    return p;
-#else
-    return CudaDeviceAvailable();
-#endif
+    // The module's cudaMalloc (loaded here at the latest: a first device allocation).
+    DYNVM_ASSIGN_OR_RETURN(const CudaModule* module, LoadCudaModule());
+    DYNVM_RETURN_IF_ERROR(module->api->device_available());
+    return module->api->allocate(size);
   }
 
   void SystemFree(void* p, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (system.free) {
       system.free(p);
-    } else {
-#if defined(DYNVM_WITH_CUDA)
-      // Nothing to report to: at process exit the runtime may already be unloading.
-      if (cudaFree(p) != cudaSuccess) cudaGetLastError();
-#endif
+    } else if (absl::StatusOr<const CudaModule*> module = LoadCudaModule(); module.ok()) {
+      (*module)->api->deallocate(p);  // the module loaded when the block was allocated
     }
     ++stats.system_frees;
     stats.bytes_reserved -= static_cast<int64_t>(size);

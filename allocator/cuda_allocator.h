@@ -8,12 +8,13 @@
 // bookkeeping lives on the host. There is no up-front reservation.
 //
 // Memory comes from cudaMalloc and goes back with cudaFree on the current device (ordinal 0
-// unless the caller set another; CUDA_VISIBLE_DEVICES picks the GPU). A block returned to the
-// pool may still be read by work queued on a stream: reuse is safe as long as every user of the
-// pool queues its work on one stream (one VM, one stream), which is how the VM uses it.
+// unless the caller set another; CUDA_VISIBLE_DEVICES picks the GPU), both called through the
+// CUDA module (allocator/cuda_module.h), which this library loads on the first allocation. A block
+// returned to the pool may still be read by work queued on a stream: reuse is safe as long as every
+// user of the pool queues its work on one stream (one VM, one stream), which is how the VM uses it.
 //
 // Nothing here touches CUDA until the first allocation: constructing a CudaAllocator, or
-// linking this library, never initializes the CUDA runtime.
+// linking this library, never loads the CUDA module or initializes the CUDA runtime.
 //
 // Thread safety: thread-safe (one std::mutex). A block may be deallocated on any thread.
 #ifndef DYNVM_ALLOCATOR_CUDA_ALLOCATOR_H_
@@ -30,14 +31,17 @@
 
 namespace dynvm {
 
-// True when this build has CUDA support (DYNVM_WITH_CUDA).
+// True when this build has CUDA support (DYNVM_WITH_CUDA: the CUDA module is built with it).
 bool CudaBuildEnabled();
 
 // OK when a CUDA device can be used in this process. Otherwise:
 //   Unimplemented  "this build has no CUDA device support" (a build without DYNVM_WITH_CUDA);
-//   Unavailable    "no CUDA device available: <reason>" (no GPU, no driver, CUDA_VISIBLE_DEVICES
+//   Unavailable    "the CUDA module libdynvm_cuda.so was not found ..." / "could not be
+//                  loaded ..." / "has ABI version ..." (allocator/cuda_module.h), or
+//                  "no CUDA device available: <reason>" (no GPU, no driver, CUDA_VISIBLE_DEVICES
 //                  empty: any error from cudaGetDeviceCount counts as no device).
-// The first call asks the CUDA runtime once; later calls return the cached answer.
+// The first call loads the CUDA module and asks the CUDA runtime once; later calls return the
+// cached answer.
 absl::Status CudaDeviceAvailable();
 
 class CudaAllocator final : public Allocator {

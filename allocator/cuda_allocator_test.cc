@@ -1,6 +1,7 @@
 // The device pool (allocator/cuda_allocator.h). Its bookkeeping is tested with host memory
-// standing in for the device, so it runs on every machine; the real-device cases skip with a
-// message when no CUDA device is available (or the build has no CUDA support).
+// standing in for the device, so it runs on every machine; the real-device cases
+// (CudaAllocatorDeviceTest, a ctest entry of their own) skip with a message when no CUDA device
+// is available (or the build has no CUDA support), and ctest reports them as skipped.
 #include "allocator/cuda_allocator.h"
 
 #include <cstdlib>
@@ -160,9 +161,10 @@ TEST(CudaAllocatorPoolTest, StoragesKeepTheirHeaderOnTheHost) {
 
 // ---- the real device (or the clean error when there is none) ----
 
-TEST(CudaAllocatorDeviceTest, WithoutADeviceAllocationFailsCleanly) {
+// Run with CUDA_VISIBLE_DEVICES= (ctest does), so it runs on GPU machines too.
+TEST(CudaAllocatorNoDeviceTest, AllocationFailsCleanly) {
   const absl::Status available = CudaDeviceAvailable();
-  if (available.ok()) GTEST_SKIP() << "a CUDA device is present; this case needs none";
+  if (available.ok()) GTEST_SKIP() << "a CUDA device is visible; run with CUDA_VISIBLE_DEVICES=";
   if (CudaBuildEnabled()) {
     EXPECT_TRUE(absl::IsUnavailable(available)) << available;
     EXPECT_THAT(available.message(), HasSubstr("no CUDA device available"));

@@ -1,6 +1,6 @@
 // CUDA runtime errors as absl::Status, at the boundary: every call into the CUDA runtime goes
 // through DYNVM_CUDA_RETURN_IF_ERROR (or CudaStatus), so a CUDA failure is a Status, never an
-// abort. Internal; only compiled in builds with DYNVM_WITH_CUDA.
+// abort. Internal to the CUDA module (allocator/cuda_module.h; defined in cuda_status.cc).
 //
 // Codes: out of device memory -> ResourceExhausted; no device, no driver, or a driver too old
 // for the runtime -> Unavailable; an invalid argument -> InvalidArgument; anything else (a

@@ -74,6 +74,25 @@ function(dynvm_test name)
   endif()
 endfunction()
 
+# dynvm_device_test(NAME ...): dynvm_test for a test that needs a device (a GPU). Its main
+# (tests/device_test_main.cc) exits with 77 when a case was skipped and none failed, which ctest
+# reports as skipped (SKIP_RETURN_CODE), not passed. It depends on the CUDA module when built.
+function(dynvm_device_test name)
+  if(NOT DYNVM_BUILD_TESTS)
+    return()
+  endif()
+  if(NOT TARGET dynvm_device_test_main)
+    add_library(dynvm_device_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/device_test_main.cc)
+    target_link_libraries(dynvm_device_test_main PUBLIC GTest::gtest)
+  endif()
+  dynvm_test(${name} ${ARGN} OWN_MAIN)
+  target_link_libraries(${name} PRIVATE dynvm_device_test_main)
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  if(DYNVM_WITH_CUDA)
+    add_dependencies(${name} dynvm_cuda)
+  endif()
+endfunction()
+
 # dynvm_benchmark(NAME SRCS... [DEPS targets...])
 function(dynvm_benchmark name)
   if(NOT DYNVM_BUILD_BENCHMARKS)

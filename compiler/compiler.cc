@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/passes.h"
 #include "kernels/registry.h"
@@ -13,6 +14,10 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   if (options.device == Device::kCUDA && !CudaBuildEnabled()) {
     return absl::UnimplementedError(
         "cannot compile for the cuda device: this build has no CUDA device support");
+  }
+  if (options.device == Device::kCUDA) {  // the CUDA kernels come with the CUDA module
+    DYNVM_RETURN_IF_ERROR(KernelRegistry::Global().LoadDeviceKernels(Device::kCUDA),
+                          "cannot compile for the cuda device");
   }
   for (const auto& [name, bound] : options.bounds) {
     if (bound < 0)

@@ -3,7 +3,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "allocator/cuda_allocator.h"
+#include "allocator/cuda_module.h"
+#include "common/status_macros.h"
 
 namespace dynvm {
 namespace {
@@ -43,10 +44,10 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> CreateDeviceContext(
   return absl::InvalidArgumentError(absl::StrCat("unknown device ", static_cast<int>(device)));
 }
 
-#if !defined(DYNVM_WITH_CUDA)
-absl::StatusOr<std::unique_ptr<DeviceContext>> CreateCudaContext(const DeviceContextOptions&) {
-  return CudaDeviceAvailable();
+absl::StatusOr<std::unique_ptr<DeviceContext>> CreateCudaContext(
+    const DeviceContextOptions& options) {
+  DYNVM_ASSIGN_OR_RETURN(const CudaModule* module, LoadCudaModule());
+  return module->api->create_context(options);
 }
-#endif
 
 }  // namespace dynvm

@@ -18,9 +18,9 @@ struct DeviceContextOptions {
 };
 
 // The context for `device`. Unimplemented "this build has no CUDA device support" or
-// Unavailable "no CUDA device available: ..." when the device cannot be used (see
-// CudaDeviceAvailable in allocator/cuda_allocator.h); InvalidArgument for the CPU, which
-// needs none.
+// Unavailable ("the CUDA module ...", "no CUDA device available: ...") when the device cannot
+// be used (see CudaDeviceAvailable in allocator/cuda_allocator.h); InvalidArgument for the
+// CPU, which needs none.
 absl::StatusOr<std::unique_ptr<DeviceContext>> CreateDeviceContext(
     Device device, const DeviceContextOptions& options = {});
 
@@ -31,8 +31,9 @@ using DeviceContextFactory =
     std::function<absl::StatusOr<std::unique_ptr<DeviceContext>>(const DeviceContextOptions&)>;
 void SetDeviceContextFactoryForTesting(Device device, DeviceContextFactory factory);
 
-// The CUDA backend's factory (kernels/cuda/cuda_context.cc; a stub returning the build's
-// error without CUDA).
+// The CUDA backend's factory: the CUDA module's (allocator/cuda_module.h), loaded on this first
+// use; the module's error (Unimplemented without CUDA in the build, Unavailable when the
+// module or the device is missing) otherwise.
 absl::StatusOr<std::unique_ptr<DeviceContext>> CreateCudaContext(
     const DeviceContextOptions& options);
 

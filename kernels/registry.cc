@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "allocator/cuda_module.h"
 
 namespace dynvm {
 namespace {
@@ -18,39 +19,53 @@ bool BackendPolicy::Allows(absl::string_view backend) const {
   return allowed.empty() || std::find(allowed.begin(), allowed.end(), backend) != allowed.end();
 }
 
-KernelRegistry& KernelRegistry::Global() {
-  static KernelRegistry* registry = [] {
-    auto* r = new KernelRegistry();
-    RegisterReferenceKernels(*r);
-    RegisterDnnlKernels(*r);
-    RegisterCudaKernels(*r);
-    return r;
-  }();
-  return *registry;
-}
-
 void KernelRegistry::Register(KernelRegistration registration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = by_key_[Key(registration.domain, registration.op, registration.device)];
-  list.push_back(std::move(registration));
-  std::stable_sort(list.begin(), list.end(),
-                   [](const auto& a, const auto& b) { return a.priority > b.priority; });
+  // Highest priority first; among equals, in registration order (after the others).
+  const auto at = std::upper_bound(
+      list.begin(), list.end(), registration.priority,
+      [](int priority, const KernelRegistration& r) { return priority > r.priority; });
+  list.insert(at, std::move(registration));
+}
+
+absl::Status KernelRegistry::LoadDeviceKernels(Device device) const {
+  if (!loads_device_modules_ || device != Device::kCUDA) return absl::OkStatus();
+  std::call_once(cuda_once_, [this] {
+    absl::StatusOr<const CudaModule*> module = LoadCudaModule();
+    if (!module.ok()) {
+      cuda_status_ = module.status();
+      return;
+    }
+    std::vector<KernelRegistration> registrations;
+    (*module)->api->kernel_registrations(&registrations);
+    // Loading completes the registry (it holds every kernel of this build): not a change a
+    // caller made, so it is done on behalf of const lookups.
+    auto* self = const_cast<KernelRegistry*>(this);
+    for (KernelRegistration& r : registrations) self->Register(std::move(r));
+  });
+  return cuda_status_;
 }
 
 bool KernelRegistry::HasOp(absl::string_view domain, absl::string_view op, Device device) const {
+  LoadDeviceKernels(device).IgnoreError();  // a failed load leaves only custom kernels
   std::lock_guard<std::mutex> lock(mu_);
   return by_key_.contains(Key(domain, op, device));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec& spec,
                                                                const BackendPolicy& policy) const {
+  const absl::Status loaded = LoadDeviceKernels(spec.device);
   std::vector<KernelRegistration> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = by_key_.find(Key(spec.domain, spec.op, spec.device));
     if (it == by_key_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no kernel for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
+      const std::string what =
+          absl::StrCat("no kernel for op ", spec.DebugName(), " on ", DeviceName(spec.device));
+      if (!loaded.ok())
+        return absl::Status(loaded.code(), absl::StrCat(what, ": ", loaded.message()));
+      return absl::NotFoundError(what);
     }
     candidates = it->second;
   }
@@ -69,9 +84,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec&
 
 #if !defined(DYNVM_WITH_DNNL)
 void RegisterDnnlKernels(KernelRegistry&) {}
-#endif
-#if !defined(DYNVM_WITH_CUDA)
-void RegisterCudaKernels(KernelRegistry&) {}
 #endif
 
 }  // namespace dynvm

@@ -54,15 +54,26 @@ class KernelRegistry {
                                                  const BackendPolicy& policy = {}) const;
   bool HasOp(absl::string_view domain, absl::string_view op, Device device) const;
 
+  // The global registry holds the CUDA kernels only once the CUDA module is loaded
+  // (allocator/cuda_module.h): Create and HasOp for a kCUDA spec load it on first use, and so
+  // does this. OK for the CPU, for a registry other than Global() (which loads nothing), and
+  // once the module is loaded; the module's error otherwise (Unimplemented in a build without
+  // CUDA, Unavailable when the module is missing or unusable), the same on every call. Custom
+  // kernels registered for kCUDA work either way.
+  absl::Status LoadDeviceKernels(Device device) const;
+
  private:
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::vector<KernelRegistration>> by_key_ ABSL_GUARDED_BY(mu_);
+  bool loads_device_modules_ = false;  // Global() only
+  mutable std::once_flag cuda_once_;
+  mutable absl::Status cuda_status_;  // written once, under cuda_once_
 };
 
-// Registers the built-in kernels of each backend (called once by Global()).
+// Registers the built-in CPU kernels of each backend (called once by Global(); the CUDA
+// kernels come from the CUDA module, see LoadDeviceKernels).
 void RegisterReferenceKernels(KernelRegistry& registry);
 void RegisterDnnlKernels(KernelRegistry& registry);  // a no-op without oneDNN
-void RegisterCudaKernels(KernelRegistry& registry);  // a no-op without CUDA
 
 }  // namespace dynvm
 

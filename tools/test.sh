@@ -61,7 +61,11 @@ build_release() {
 }
 
 run_ctest() {
-  (cd build/release && ctest --output-on-failure -j"$JOBS")
+  (cd build/release && ctest --output-on-failure -j"$JOBS") | tee build/release-ctest.log
+  # A test that did not run (a device test without a GPU) is reported as skipped: count them.
+  local skipped
+  skipped=$(grep -c -- '\*\*\*Skipped' build/release-ctest.log || true)
+  SUMMARY+=("$(printf '%-16s %4d skipped (device tests without a device: see build/release-ctest.log)' ctest "$skipped")")
 }
 
 sanitize_and_fuzz() {

@@ -119,8 +119,8 @@ std::string KernelName(absl::string_view op, DType dtype, absl::string_view vari
   return name;
 }
 
-void Add(KernelRegistry& r, const char* op, KernelFactory factory, const char* domain) {
-  r.Register({domain, op, Device::kCUDA, kBackend, kCudaPriority, std::move(factory)});
+void Add(Registrations& r, const char* op, KernelFactory factory, const char* domain) {
+  r.push_back({domain, op, Device::kCUDA, kBackend, kCudaPriority, std::move(factory)});
 }
 
 absl::Status RequireDType(const KernelSpec& spec, const PortSpec& port,

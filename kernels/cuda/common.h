@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -25,6 +26,10 @@ namespace dynvm::cuda {
 
 inline constexpr int kCudaPriority = 10;
 inline constexpr const char* kBackend = "cuda";
+
+// The CUDA kernels' registrations, which the module hands to the process's registry
+// (allocator/cuda_module.h): the module never calls into the registry itself.
+using Registrations = std::vector<KernelRegistration>;
 
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
@@ -113,20 +118,27 @@ std::unique_ptr<Kernel> MakeKernel(std::string name, std::string op,
 }
 
 // Registers a CUDA kernel for `op` (domain "" unless given).
-void Add(KernelRegistry& r, const char* op, KernelFactory factory, const char* domain = "");
+void Add(Registrations& r, const char* op, KernelFactory factory, const char* domain = "");
 
 // Port helpers for factories: Unimplemented unless the port's dtype is one of `allowed` (an
 // absent optional port, of no dtype, passes).
 absl::Status RequireDType(const KernelSpec& spec, const PortSpec& port,
                           std::initializer_list<DType> allowed);
 
+// Every CUDA kernel (register.cc).
+void RegisterCudaKernels(Registrations& r);
+// The CUDA device's availability, memory and status conversion (module.cc).
+absl::Status DeviceAvailable();
+absl::StatusOr<void*> DeviceMalloc(size_t bytes);  // cudaMalloc
+void DeviceFree(void* p);                          // cudaFree, errors dropped
+
 // Family registrations (one per .cc file).
-void RegisterMatmulKernels(KernelRegistry& r);       // matmul.cc: MatMul, Gemm
-void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise.cc
-void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc: Softmax, LayerNorm, ArgMax
-void RegisterDataKernels(KernelRegistry& r);         // data.cc: Gather, Concat, Transpose, ...
-void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc: LSTM
-void RegisterSampleKernels(KernelRegistry& r);       // data.cc: dynvm::Sample
+void RegisterMatmulKernels(Registrations& r);       // matmul.cc: MatMul, Gemm
+void RegisterElementwiseKernels(Registrations& r);  // elementwise.cc
+void RegisterReduceKernels(Registrations& r);       // reduce.cc: Softmax, LayerNorm, ArgMax
+void RegisterDataKernels(Registrations& r);         // data.cc: Gather, Concat, Transpose, ...
+void RegisterRnnKernels(Registrations& r);          // rnn.cc: LSTM
+void RegisterSampleKernels(Registrations& r);       // data.cc: dynvm::Sample
 
 // ---- implementation ----
 

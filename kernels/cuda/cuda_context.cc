@@ -10,14 +10,6 @@
 #include "kernels/cuda/cublas_status.h"
 
 namespace dynvm {
-
-absl::StatusOr<std::unique_ptr<DeviceContext>> CreateCudaContext(
-    const DeviceContextOptions& options) {
-  absl::StatusOr<std::unique_ptr<cuda::CudaContext>> c = cuda::CudaContext::Create(options);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<DeviceContext>(*std::move(c));
-}
-
 namespace cuda {
 namespace {
 
@@ -44,11 +36,12 @@ void HostStridedCopy(uint8_t* dst, absl::Span<const int64_t> dst_strides, const 
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
     const DeviceContextOptions& options) {
-  if (absl::Status s = CudaDeviceAvailable(); !s.ok()) return s;
+  if (absl::Status s = DeviceAvailable(); !s.ok()) return s;
   std::unique_ptr<CudaContext> c(new CudaContext());
   DYNVM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
   CudaAllocator::Options pool_options;
   pool_options.memory_limit = options.memory_limit;
+  pool_options.system = {&DeviceMalloc, &DeviceFree};
   c->pool_ = std::make_shared<CudaAllocator>(std::move(pool_options));
   return c;
 }

@@ -28,7 +28,7 @@ namespace dynvm::cuda {
 
 class CudaContext final : public DeviceContext {
  public:
-  // Unavailable/Unimplemented (CudaDeviceAvailable) when there is no device to use.
+  // Unavailable (DeviceAvailable, common.h) when there is no device to use.
   static absl::StatusOr<std::unique_ptr<CudaContext>> Create(const DeviceContextOptions& options);
   // Waits for queued work, then releases the stream and the cuBLAS handle. The pool lives on
   // while tensors from it do.

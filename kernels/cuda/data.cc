@@ -295,7 +295,7 @@ absl::Status RunSample(const int&, CudaContext& cc, KernelContext&, Inputs in, O
 
 }  // namespace
 
-void RegisterDataKernels(KernelRegistry& r) {
+void RegisterDataKernels(Registrations& r) {
   Add(r, "Gather", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
       return absl::InvalidArgumentError("Gather takes 2 inputs and has 1 output");
@@ -360,7 +360,7 @@ void RegisterDataKernels(KernelRegistry& r) {
   });
 }
 
-void RegisterSampleKernels(KernelRegistry& r) {
+void RegisterSampleKernels(Registrations& r) {
   Add(
       r, "Sample",
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {

@@ -80,7 +80,7 @@ struct BinaryDef {
   bool bool_out;
 };
 
-void AddBinary(KernelRegistry& r, const BinaryDef& def) {
+void AddBinary(Registrations& r, const BinaryDef& def) {
   const char* op = def.op;
   const BinaryOp kind = def.kind;
   const bool bool_out = def.bool_out;
@@ -123,7 +123,7 @@ absl::Status RunUnary(const UnaryAttrs& ua, CudaContext& cc, KernelContext&, Inp
       "Unary");
 }
 
-void AddUnary(KernelRegistry& r, const char* op, UnaryOp kind, std::initializer_list<DType> types) {
+void AddUnary(Registrations& r, const char* op, UnaryOp kind, std::initializer_list<DType> types) {
   const std::vector<DType> allowed(types);
   Add(r, op,
       [op, kind, allowed](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
@@ -195,7 +195,7 @@ bool Copyable(uint8_t dtype) {
 
 }  // namespace
 
-void RegisterElementwiseKernels(KernelRegistry& r) {
+void RegisterElementwiseKernels(Registrations& r) {
   constexpr DType kF32 = DType::kF32, kI32 = DType::kI32, kI64 = DType::kI64, kBool = DType::kBool;
   AddBinary(r, {"Add", BinaryOp::kAdd, {kF32, kI32, kI64}, false});
   AddBinary(r, {"Sub", BinaryOp::kSub, {kF32, kI32, kI64}, false});

@@ -273,7 +273,7 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
 
 }  // namespace
 
-void RegisterMatmulKernels(KernelRegistry& r) {
+void RegisterMatmulKernels(Registrations& r) {
   Add(r, "MatMul", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
       return absl::InvalidArgumentError("MatMul takes 2 inputs and has 1 output");

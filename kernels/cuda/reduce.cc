@@ -180,7 +180,7 @@ absl::Status RunArg(const ArgAttrs& aa, CudaContext& cc, KernelContext&, Inputs 
 
 }  // namespace
 
-void RegisterReduceKernels(KernelRegistry& r) {
+void RegisterReduceKernels(Registrations& r) {
   for (const std::pair<const char*, bool>& def :
        {std::pair<const char*, bool>{"Softmax", false}, {"LogSoftmax", true}}) {
     const char* name = def.first;

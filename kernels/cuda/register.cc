@@ -5,18 +5,16 @@
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/cublas_status.h"
 
-namespace dynvm {
+namespace dynvm::cuda {
 
-void RegisterCudaKernels(KernelRegistry& registry) {
-  cuda::RegisterMatmulKernels(registry);
-  cuda::RegisterElementwiseKernels(registry);
-  cuda::RegisterReduceKernels(registry);
-  cuda::RegisterDataKernels(registry);
-  cuda::RegisterRnnKernels(registry);
-  cuda::RegisterSampleKernels(registry);
+void RegisterCudaKernels(Registrations& r) {
+  RegisterMatmulKernels(r);
+  RegisterElementwiseKernels(r);
+  RegisterReduceKernels(r);
+  RegisterDataKernels(r);
+  RegisterRnnKernels(r);
+  RegisterSampleKernels(r);
 }
-
-namespace cuda {
 
 absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -37,5 +35,4 @@ absl::Status CublasStatus(cublasStatus_t status, const char* what) {
   }
 }
 
-}  // namespace cuda
-}  // namespace dynvm
+}  // namespace dynvm::cuda

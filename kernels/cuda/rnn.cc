@@ -169,7 +169,7 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
 
 }  // namespace
 
-void RegisterRnnKernels(KernelRegistry& r) {
+void RegisterRnnKernels(Registrations& r) {
   Add(r, "LSTM", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() < 3 || spec.inputs.size() > 8 || spec.outputs.size() > 3) {
       return absl::InvalidArgumentError("LSTM takes 3 to 8 inputs and up to 3 outputs");
