@@ -380,17 +380,6 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
   for (const UnaryDef& def : kUnary) {
     Add(r, def.op, [&def](const KernelSpec& spec) { return CreateUnary(spec, def); });
   }
-  // dynvm's fused activations (compiler/rewrite/activations.cc).
-  static const UnaryDef kFused[] = {
-      {"Gelu", alg::eltwise_gelu_erf},
-      {"GeluTanh", alg::eltwise_gelu_tanh},
-      {"Silu", alg::eltwise_swish, 1.0f},
-  };
-  for (const UnaryDef& def : kFused) {
-    r.Register(
-        KernelRegistration{"dynvm", def.op, Device::kCPU, kBackend, kDnnlPriority,
-                           [&def](const KernelSpec& spec) { return CreateUnary(spec, def); }});
-  }
   Add(r, "Clip", &CreateClip);
   Add(r, "Erf", &CreateErf);
   Add(r, "Where", &CreateWhere);

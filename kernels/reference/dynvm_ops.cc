@@ -137,7 +137,11 @@ absl::Status RunActivation(KernelContext& ctx, Inputs in, Outputs out, const cha
   if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), op); !s.ok()) return s;
   const T* src = x.data<T>();
   T* dst = out[0]->data<T>();
-  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(src[x.ElementOffset(i)]);
+  if (x.is_contiguous()) {
+    for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(src[i]);
+  } else {
+    for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(src[x.ElementOffset(i)]);
+  }
   return absl::OkStatus();
 }
 
