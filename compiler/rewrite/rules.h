@@ -12,6 +12,7 @@ namespace dynvm::compiler::rewrite {
 std::vector<Rule> PowConstRules();    // pow_const.cc
 std::vector<Rule> LayerNormRules();   // layer_norm.cc
 std::vector<Rule> ActivationRules();  // activations.cc
+std::vector<Rule> ChainRules();       // chains.cc
 
 }  // namespace dynvm::compiler::rewrite
 
