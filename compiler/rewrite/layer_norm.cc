@@ -8,8 +8,8 @@
 //               -> LayerNormalization(x, ones, axis = rank - k, epsilon = eps)
 //   Both ReduceMeans reduce the same k trailing axes of x with keepdims (axes as an attribute
 //   or a constant input); eps is a one-element float constant (either operand of Add); x is
-//   f32 with constant sizes on the k normalized axes. Refused: another axis, keepdims=0, two
-//   different axis sets, an intermediate read elsewhere, a non-constant eps.
+//   f32 with constant sizes on the k normalized axes (at most 2^24 elements). Refused: another
+//   axis, keepdims=0, two different axis sets, an intermediate read elsewhere, a non-constant eps.
 // layer_norm_scale: Mul(LayerNormalization(x, s[, b]), g) for a constant f32 g (either
 //   operand) that broadcasts only along the normalized axes -> LayerNormalization(x, s*g[, b*g]).
 // layer_norm_bias:  Add(LayerNormalization(x, s[, b]), c) likewise -> LayerNormalization(x, s,
@@ -25,13 +25,18 @@ namespace {
 
 using P = Pattern;
 
-// The constant sizes of x's trailing `k` axes, or nullopt.
+// Scale and B are made at compile time: a hostile model's huge normalized shape is refused.
+constexpr int64_t kMaxNormalized = int64_t{1} << 24;
+
+// The constant sizes of x's trailing `k` axes (at most kMaxNormalized elements), or nullopt.
 std::optional<std::vector<int64_t>> NormalizedDims(const Value& x, int k) {
   if (!x.shape || k <= 0 || k > x.rank()) return std::nullopt;
   std::vector<int64_t> dims;
+  int64_t count = 1;
   for (int i = x.rank() - k; i < x.rank(); ++i) {
     std::optional<int64_t> d = SymbolicContext::AsConst((*x.shape)[i]);
-    if (!d) return std::nullopt;
+    if (!d || *d < 0 || (*d > 0 && count > kMaxNormalized / *d)) return std::nullopt;
+    count *= *d;
     dims.push_back(*d);
   }
   return dims;

@@ -135,7 +135,7 @@ bool Pattern::MatchHere(Value* v, const UseCounts& uses, rewrite::Match& m) cons
     case Kind::kOp:
       break;
   }
-  const compiler::Node* n = v->producer;
+  compiler::Node* n = v->producer;
   if (n == nullptr || !n->domain.empty() || n->op != op_ || v->output_index != 0 ||
       !n->subgraphs.empty()) {
     return false;
@@ -152,8 +152,8 @@ bool Pattern::MatchHere(Value* v, const UseCounts& uses, rewrite::Match& m) cons
   return false;
 }
 
-bool Pattern::MatchInputs(const compiler::Node& n, const std::vector<int>& order,
-                          const UseCounts& uses, rewrite::Match& m) const {
+bool Pattern::MatchInputs(compiler::Node& n, const std::vector<int>& order, const UseCounts& uses,
+                          rewrite::Match& m) const {
   rewrite::Match trial = m;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (!inputs_[i].Match(n.inputs[order[i]], uses, trial)) return false;
@@ -161,7 +161,7 @@ bool Pattern::MatchInputs(const compiler::Node& n, const std::vector<int>& order
   for (const NodePred& pred : node_preds_) {
     if (!pred(n, trial)) return false;
   }
-  compiler::Node* node = const_cast<compiler::Node*>(&n);
+  compiler::Node* node = &n;
   if (std::find(trial.nodes.begin(), trial.nodes.end(), node) == trial.nodes.end()) {
     // Producers are matched before their consumer returns: insert the consumer first so the
     // root stays at the front.

@@ -90,7 +90,7 @@ class Pattern {
   enum class Kind : uint8_t { kAny, kConst, kOp, kOneOf };
   Pattern() = default;
   bool MatchHere(Value* v, const UseCounts& uses, rewrite::Match& m) const;
-  bool MatchInputs(const compiler::Node& n, const std::vector<int>& order, const UseCounts& uses,
+  bool MatchInputs(compiler::Node& n, const std::vector<int>& order, const UseCounts& uses,
                    rewrite::Match& m) const;
 
   Kind kind_ = Kind::kAny;
