@@ -9,11 +9,13 @@
 // oneDNN accumulates in f32 where the reference kernel uses double: results agree to f32
 // rounding of the sum (kernel tester tolerances).
 //
-// Reductions over the innermost axes of a contiguous input (a LayerNorm's or softmax's rows,
-// the last axis) of ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceL2 and ReduceSumSquare
-// run a plain vectorized row loop (16 lanes of f32 partial sums) instead of the primitive:
-// binding and executing the primitive there cost several times the work (a 350 us ReduceSum
-// over the last axis in the issue-16 profile).
+// Reductions of ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceL2 and ReduceSumSquare over
+// one contiguous block of axes of a contiguous input run plain vectorized loops instead of the
+// primitive: over the innermost axes (a LayerNorm's or softmax's rows) a row loop with 16 lanes
+// of f32 partial sums, over middle axes (a mean pool over the sequence) a loop along the kept
+// inner axis. Binding and executing the primitive there cost several times the work (a 350 us
+// ReduceSum over the last axis in the issue-16 profile, 1.1 ms for a [8, 64, 128] pool over
+// axis 1).
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +87,37 @@ DYNVM_CLONES void ReduceRowsLoop(RowOp op, int64_t rows, int64_t n, const float*
       }
     }
     y[r] = total;
+  }
+}
+
+// y[o, i] = op over j of x[o, j, i] for x [outer, reduce, inner] (inner > 1): a middle-axis
+// reduction (a mean pool over a sequence), vectorized along the inner axis.
+DYNVM_CLONES void ReduceColumnsLoop(RowOp op, int64_t outer, int64_t reduce, int64_t inner,
+                                    const float* x, float* y) {
+  const float init = op == RowOp::kMax ? -INFINITY : op == RowOp::kMin ? INFINITY : 0.0f;
+  for (int64_t o = 0; o < outer; ++o) {
+    float* yo = y + o * inner;
+    for (int64_t i = 0; i < inner; ++i) yo[i] = init;
+    for (int64_t j = 0; j < reduce; ++j) {
+      const float* xj = x + (o * reduce + j) * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float v = xj[i];
+        switch (op) {
+          case RowOp::kSum:
+            yo[i] += v;
+            break;
+          case RowOp::kSumSquare:
+            yo[i] += v * v;
+            break;
+          case RowOp::kMax:
+            yo[i] = yo[i] > v ? yo[i] : v;
+            break;
+          case RowOp::kMin:
+            yo[i] = yo[i] < v ? yo[i] : v;
+            break;
+        }
+      }
+    }
   }
 }
 
@@ -171,21 +204,28 @@ class ReduceKernel final : public DnnlKernel {
     }
     DNNL_RETURN_IF_ERROR(reference::PrepareOutput(
         ctx, out[0], DType::kF32, absl::MakeConstSpan(out_dims, out_rank), def_.op));
-    // The innermost axes of a contiguous input: the row loop.
-    int first = rank;
-    while (first > 0 && mask[first - 1]) --first;
-    bool trailing = first < rank && x.is_contiguous();
-    for (int d = 0; d < first; ++d) trailing &= !mask[d];
+    // One contiguous block of reduced axes of a contiguous input: the row loop (innermost
+    // axes) or the column loop (axes with kept axes inside them).
+    int first = 0, last = rank - 1;
+    while (first < rank && !mask[first]) ++first;
+    while (last > first && !mask[last]) --last;
+    bool block = first < rank && x.is_contiguous();
+    for (int d = first; d <= last && block; ++d) block = mask[d];
     RowOp op;
     bool mean, root;
-    if (trailing && RowForm(def_.algorithm, def_.p, &op, &mean, &root)) {
-      int64_t rows = 1, n = 1;
-      for (int d = 0; d < rank; ++d) (d < first ? rows : n) *= x.dim(d);
+    if (block && RowForm(def_.algorithm, def_.p, &op, &mean, &root)) {
+      int64_t outer = 1, n = 1, inner = 1;
+      for (int d = 0; d < rank; ++d) (d < first ? outer : d <= last ? n : inner) *= x.dim(d);
       float* y = out[0]->data<float>();
-      ReduceRowsLoop(op, rows, n, x.data<float>(), y);
+      if (inner == 1) {
+        ReduceRowsLoop(op, outer, n, x.data<float>(), y);
+      } else {
+        ReduceColumnsLoop(op, outer, n, inner, x.data<float>(), y);
+      }
       if (mean || root) {
-        for (int64_t r = 0; r < rows; ++r)
+        for (int64_t r = 0; r < outer * inner; ++r) {
           y[r] = mean ? y[r] / static_cast<float>(n) : std::sqrt(y[r]);
+        }
       }
       return absl::OkStatus();
     }

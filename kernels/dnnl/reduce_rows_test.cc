@@ -1,6 +1,7 @@
-// The oneDNN backend's innermost-axes row loop for reductions (reduce.cc) against the reference
-// kernel: every op it serves, row lengths around its 16 lanes, axes as attribute and input,
-// keepdims both ways, NaN, and a non-trailing reduction (the primitive) alongside.
+// The oneDNN backend's row and column loops for reductions (reduce.cc) against the reference
+// kernel: every op they serve, row lengths around the 16 lanes, innermost, middle and leading
+// axes, axes as attribute and input, keepdims both ways, NaN, and a reduction over two blocks
+// of axes (the primitive) alongside.
 #include <cmath>
 #include <random>
 
@@ -58,7 +59,9 @@ TEST(ReduceRowsTest, MatchesTheReferenceKernel) {
       Compare(op, x, {-1}, 1, input_axes);
       Compare(op, x, {2}, 0, input_axes);
       Compare(op, x, {1, 2}, 1, input_axes);  // two trailing axes
-      Compare(op, x, {1}, 1, input_axes);     // not trailing: the primitive
+      Compare(op, x, {1}, 1, input_axes);     // a middle axis: the column loop
+      Compare(op, x, {0, 1}, 0, input_axes);  // leading axes: the column loop
+      Compare(op, x, {0, 2}, 1, input_axes);  // two blocks: the primitive
     }
   }
 }
@@ -68,6 +71,7 @@ TEST(ReduceRowsTest, NaNPropagates) {
   x.data<float>()[40] = NAN;
   for (const char* op : {"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"}) {
     Compare(op, x, {-1}, 1, std::string(op) == "ReduceSum");
+    Compare(op, x, {0}, 1, std::string(op) == "ReduceSum");
   }
 }
 
