@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/passes.h"
+#include "compiler/rewrite/rewrite.h"
 #include "kernels/registry.h"
 
 namespace dynvm::compiler {
@@ -38,12 +39,15 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
       return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
   }
+  CompileResult result;
   if (options.optimize) {
     // Shapes are inferred again after folding: a shape inferred from a value that was dynamic
     // before folding (a fresh symbol its kernel would have defined) must not outlive the
     // kernel, which folding removed.
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(result.rewrites,
+                           rewrite::ApplyRewrites(module, {options.disabled_rewrites}));
     if (NarrowSelectedRows(module) > 0) {
       if (absl::Status s = InferShapes(module); !s.ok()) return s;
     }
@@ -55,7 +59,6 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   }
   ExecutableBuilder builder;
   builder.exe().producer = options.producer;
-  CompileResult result;
   for (size_t i = 0; i < module.functions().size(); ++i) {
     absl::StatusOr<FunctionReport> r =
         GenerateFunction(module, module.functions()[i], static_cast<uint32_t>(i), builder, options);
@@ -105,6 +108,9 @@ std::string CompileResult::ReportText() const {
         "output_allocs=%d largest_live_bytes=%d instructions=%d invokes=%d\n",
         f.name, f.arena_bytes, f.arena_bytes > 0 ? 1 : 0, f.dynamic_alloc_sites, f.loop_alloc_sites,
         f.output_allocs, f.largest_live_bytes, f.instructions, f.invokes);
+  }
+  for (const auto& [rule, count] : rewrites) {
+    absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
     absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype,

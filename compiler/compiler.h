@@ -4,6 +4,7 @@
 #define DYNVM_COMPILER_COMPILER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +19,10 @@ struct CompileOptions {
   // Upper bounds of symbols (--bound NAME=N): values sized by bounded symbols are planned at
   // their maximum in the arena; a run that exceeds a bound is an error naming the symbol.
   std::vector<std::pair<std::string, int64_t>> bounds;
-  bool optimize = true;      // constant folding, CSE, loop-invariant hoisting, dead code
+  bool optimize = true;  // constant folding, CSE, loop-invariant hoisting, dead code,
+                         // pattern rewrites (compiler/rewrite/)
+  // Pattern-rewrite rules not to apply, by name (vm-compile --disable-rewrite NAME).
+  std::vector<std::string> disabled_rewrites;
   bool strip_debug = false;  // drop source locations
   // Refuse (Unimplemented, naming the node) a node no registered kernel accepts (its op, its
   // dtypes, its attributes), instead of producing a file that fails to load.
@@ -67,6 +71,9 @@ struct CompileResult {
   std::string weights;  // the .dvw file (CompileOptions::weights_file_name), else empty
   std::vector<FunctionReport> functions;
   std::vector<KernelReport> kernels;
+  // How often each pattern-rewrite rule fired (every rule, zeros included; empty when not
+  // optimizing).
+  std::map<std::string, int> rewrites;
   std::string ReportText() const;
 };
 

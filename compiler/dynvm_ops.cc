@@ -4,6 +4,8 @@
 //   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
 //                      outputs; never removed as dead code.
+//   Gelu(x), GeluTanh(x), Silu(x) -> same type as x: fused activations the pattern rewrites
+//                      make (compiler/rewrite/activations.cc).
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -30,6 +32,19 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                         return absl::OkStatus();
                       },
                       /*pure=*/false});
+  for (const char* op : {"Gelu", "GeluTanh", "Silu"}) {
+    r.Register(OpSchema{"dynvm", op, [](InferContext& c) -> absl::Status {
+                          if (c.num_inputs() != 1 || c.num_outputs() != 1 || !c.has_input(0))
+                            return c.Error("takes one input and has one output");
+                          const std::vector<Dim>* x = c.input_shape(0);
+                          if (x == nullptr) {
+                            c.SetOutputUnknown(0, c.input_dtype(0));
+                          } else {
+                            c.SetOutput(0, c.input_dtype(0), *x);
+                          }
+                          return absl::OkStatus();
+                        }});
+  }
 }
 
 }  // namespace dynvm::compiler

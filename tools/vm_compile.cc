@@ -1,7 +1,8 @@
 // vm-compile: compiles an ONNX model into a .dvm executable.
 //
 //   vm-compile MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize]
-//              [--strip-debug] [--onnx-check] [--device cpu|cuda] [--weights-out W.dvw]
+//              [--disable-rewrite NAME ...] [--strip-debug] [--onnx-check] [--device cpu|cuda]
+//              [--weights-out W.dvw]
 //              [--compress]
 //
 // --weights-out writes the constants to a separate weights file W.dvw, which OUT.dvm refers to
@@ -16,9 +17,11 @@
 // or to a one-element integer input that a loop reads as its trip count (max_new_tokens=64):
 // values sized by bounded symbols, including dims a loop grows by a fixed step per iteration,
 // are planned at their maximum in the arena, and a run that exceeds a bound fails naming the
-// symbol. --report prints the memory plan and the kernel
-// chosen for each kernel-table entry. Every error is one line on stderr and a nonzero exit
-// status; an unsupported operator, attribute or type names the node.
+// symbol. --report prints the memory plan, how often each pattern-rewrite rule fired
+// (`rewrite NAME: N`, docs/compiler.md) and the kernel chosen for each kernel-table entry.
+// --no-optimize turns every optimization off, rewrites included; --disable-rewrite NAME turns
+// one rule off (an unknown name is an error listing the rules). Every error is one line on stderr
+// and a nonzero exit status; an unsupported operator, attribute or type names the node.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -64,7 +67,10 @@ int Main(int argc, char** argv) {
                     "NAME=N: an upper bound of the symbolic dim NAME (repeatable)");
   flags.AddSwitch("--report", &report, "print the memory plan and the kernels chosen");
   flags.AddSwitch("--no-optimize", &no_optimize,
-                  "no constant folding, CSE, hoisting or dead-code removal");
+                  "no constant folding, CSE, hoisting, dead-code removal or rewrites");
+  std::vector<std::string> disabled_rewrites;
+  flags.AddRepeated("--disable-rewrite", &disabled_rewrites,
+                    "NAME: do not apply the pattern-rewrite rule NAME (repeatable)");
   flags.AddSwitch("--strip-debug", &strip_debug, "leave out source locations (node names)");
   flags.AddSwitch("--onnx-check", &onnx_check, "also run libonnx's model checker");
   std::string device = "cpu";
@@ -93,6 +99,7 @@ int Main(int argc, char** argv) {
     options.bounds.push_back(*parsed);
   }
   options.optimize = !no_optimize;
+  options.disabled_rewrites = disabled_rewrites;
   options.strip_debug = strip_debug;
   options.producer = "vm-compile";
   options.compress = compress;

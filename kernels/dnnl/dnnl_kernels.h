@@ -12,6 +12,7 @@ void RegisterRnnKernels(KernelRegistry& r);            // rnn.cc: LSTM, GRU, RNN
 void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and binary ops
 void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
 void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
+void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
 
 }  // namespace dynvm::onednn
 

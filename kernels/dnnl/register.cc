@@ -8,6 +8,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterEltwiseKernels(registry);
   onednn::RegisterNormalizationKernels(registry);
   onednn::RegisterReduceKernels(registry);
+  onednn::RegisterActivationKernels(registry);
 }
 
 }  // namespace dynvm

@@ -4,6 +4,9 @@
 //     temperature <= 0: argmax (NaN counts as the largest value; ties pick the lowest index).
 //     Otherwise p = softmax(logits / temperature) and the token is the smallest k with
 //     sum(p[0..k]) > u, u = PhiloxUniform(seed, step, row) (kernels/reference/philox.h).
+//   Gelu(x) = x/2 (1 + erf(x/sqrt 2)); GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+//   Silu(x) = x sigmoid(x). f32 or f64, any layout; the fused activations of
+//   compiler/rewrite/activations.cc.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -120,9 +123,80 @@ absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor*
   return absl::OkStatus();
 }
 
+// ---- fused activations ----
+
+using Inputs = absl::Span<const Tensor* const>;
+using Outputs = absl::Span<Tensor* const>;
+
+template <typename T, typename Fn>
+absl::Status RunActivation(KernelContext& ctx, Inputs in, Outputs out, const char* op, Fn fn) {
+  if (in.size() != 1 || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " takes one input and one output"));
+  }
+  const Tensor& x = *in[0];
+  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), op); !s.ok()) return s;
+  const T* src = x.data<T>();
+  T* dst = out[0]->data<T>();
+  if (x.is_contiguous()) {
+    for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(src[i]);
+  } else {
+    for (int64_t i = 0; i < x.numel(); ++i) dst[i] = fn(src[x.ElementOffset(i)]);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+T GeluErf(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+template <typename T>
+T GeluTanh(T x) {
+  return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+}
+template <typename T>
+T Silu(T x) {
+  const T sig = x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+  return x * sig;
+}
+
+template <typename T>
+absl::Status RunGelu(const void*, KernelContext& ctx, Inputs in, Outputs out) {
+  return RunActivation<T>(ctx, in, out, "Gelu", &GeluErf<T>);
+}
+template <typename T>
+absl::Status RunGeluTanh(const void*, KernelContext& ctx, Inputs in, Outputs out) {
+  return RunActivation<T>(ctx, in, out, "GeluTanh", &GeluTanh<T>);
+}
+template <typename T>
+absl::Status RunSilu(const void*, KernelContext& ctx, Inputs in, Outputs out) {
+  return RunActivation<T>(ctx, in, out, "Silu", &Silu<T>);
+}
+
+void AddActivation(KernelRegistry& r, const char* op, FunctionKernel::RunFn f32,
+                   FunctionKernel::RunFn f64) {
+  r.Register(
+      {"dynvm", op, Device::kCPU, "reference", kReferencePriority,
+       [op, f32, f64](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+         if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
+           return absl::InvalidArgumentError(absl::StrCat(op, " takes 1 input and has 1 output"));
+         }
+         const uint8_t d = spec.inputs[0].dtype;
+         if (d == static_cast<uint8_t>(DType::kF32)) {
+           return std::make_unique<FunctionKernel>(absl::StrCat(op, ".f32.ref"), f32, nullptr);
+         }
+         if (d == static_cast<uint8_t>(DType::kF64)) {
+           return std::make_unique<FunctionKernel>(absl::StrCat(op, ".f64.ref"), f64, nullptr);
+         }
+         return absl::UnimplementedError(absl::StrCat(op, ": x must be f32 or f64"));
+       }});
+}
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  AddActivation(r, "Gelu", &RunGelu<float>, &RunGelu<double>);
+  AddActivation(r, "GeluTanh", &RunGeluTanh<float>, &RunGeluTanh<double>);
+  AddActivation(r, "Silu", &RunSilu<float>, &RunSilu<double>);
   r.Register({"dynvm", "Sample", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                 if (spec.inputs.size() != 4 || spec.outputs.size() != 1) {

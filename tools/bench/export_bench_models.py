@@ -17,6 +17,10 @@ runtimes cannot flip a token).
 
   /usr/bin/python3 tools/bench/export_bench_models.py [--out build/bench/models]
   /usr/bin/python3 tools/bench/export_bench_models.py --small   # tools/bench/testdata
+  /usr/bin/python3 tools/bench/export_bench_models.py --opset 14 --out build/bench/models14
+
+--opset exports at another opset (default 17; at 14 torch writes LayerNorm and GELU as their
+decompositions, which the compiler's pattern rewrites fuse again: docs/compiler.md).
 
 --small writes a small LSTM LM (vocab 40, embedding 16, hidden 32, 2 layers) as loop.onnx and
 step.onnx with PyTorch's tokens into tools/bench/testdata, for host_loop_test (checked in).
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OPSET = 17
+ARGS_OPSET = [OPSET]  # --opset
 MIN_MARGIN = 2e-3
 
 
@@ -249,7 +254,7 @@ def export_onnx(module, args, path, input_names, output_names, script=True):
     # A symbolic prompt length: otherwise the exporter fixes shapes inside the loop from the
     # example prompt (ONNX Runtime then rejects the loop-carried values that grow).
     dynamic = {"prompt": {1: "prompt_len"}, "tokens": {1: "generated"}} if script else None
-    torch.onnx.export(m, args, path, opset_version=OPSET, input_names=input_names,
+    torch.onnx.export(m, args, path, opset_version=ARGS_OPSET[0], input_names=input_names,
                       output_names=output_names, dynamic_axes=dynamic)
     onnx.checker.check_model(onnx.load(path))
 
@@ -339,7 +344,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=os.path.join(ROOT, "build", "bench", "models"))
     p.add_argument("--small", action="store_true")
+    p.add_argument("--opset", type=int, default=OPSET)
     args = p.parse_args()
+    ARGS_OPSET[0] = args.opset
     torch.set_num_threads(1)
     prompt = torch.tensor([[3, 14, 15, 9]], dtype=torch.long)
     if args.small:

@@ -1,0 +1,89 @@
+// Chains of layout ops collapse:
+// transpose_chain: Transpose(Transpose(x, p), q) -> Transpose(x, r), r[i] = p[q[i]] (Identity
+//   when r keeps every axis). torch writes these around attention (k.transpose(1, 2) then
+//   k.transpose(-2, -1)). Refused: x of unknown rank (an absent perm reverses the axes), the
+//   inner Transpose read elsewhere.
+// reshape_chain: Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 is a constant with no 0
+//   entry (a 0 copies a dim of the inner result, which x need not have) or the outer Reshape has
+//   allowzero=1, and x and the inner result have constant shapes (so the inner Reshape was
+//   checked at compile time: collapsing it must not remove a run-time error). Refused: a
+//   non-constant s2, symbolic dims, the inner Reshape read elsewhere.
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "compiler/rewrite/rules.h"
+
+namespace dynvm::compiler::rewrite {
+namespace {
+
+using P = Pattern;
+
+// A Transpose node's permutation (the default reverses), or nullopt when its rank is unknown.
+std::optional<std::vector<int64_t>> Perm(const Node& n) {
+  const int rank = n.inputs[0]->rank();
+  if (rank < 0) return std::nullopt;
+  if (const AttrValue* a = n.attr("perm"); a != nullptr) {
+    if (static_cast<int>(a->ints.size()) != rank) return std::nullopt;
+    return a->ints;
+  }
+  std::vector<int64_t> p(rank);
+  for (int i = 0; i < rank; ++i) p[i] = rank - 1 - i;
+  return p;
+}
+
+Value* CollapseTransposes(Emitter& e, const Match& m) {
+  std::optional<std::vector<int64_t>> p = Perm(*m.node("inner"));
+  std::optional<std::vector<int64_t>> q = Perm(e.root());
+  if (!p || !q || p->size() != q->size()) return nullptr;
+  std::vector<int64_t> r(q->size());
+  bool identity = true;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if ((*q)[i] < 0 || (*q)[i] >= static_cast<int64_t>(p->size())) return nullptr;
+    r[i] = (*p)[(*q)[i]];
+    identity &= r[i] == static_cast<int64_t>(i);
+  }
+  if (identity) return e.Op("Identity", {m["x"]});
+  Attrs attrs;
+  attrs["perm"].type = AttrValue::Type::kInts;
+  attrs["perm"].ints = std::move(r);
+  return e.Op("Transpose", {m["x"]}, std::move(attrs));
+}
+
+bool ConstantShape(const Value* v) {
+  if (v == nullptr || !v->shape) return false;
+  for (Dim d : *v->shape) {
+    if (!SymbolicContext::AsConst(d)) return false;
+  }
+  return true;
+}
+
+Value* CollapseReshapes(Emitter& e, const Match& m) {
+  const Node& outer = e.root();
+  if (!ConstantShape(m["x"]) || !ConstantShape(m["inner"])) return nullptr;
+  const AttrValue* allowzero = outer.attr("allowzero");
+  const Tensor& s2 = *m["s2"]->constant;
+  if (s2.dtype() != DType::kI64) return nullptr;
+  if (allowzero == nullptr || allowzero->i == 0) {
+    for (int64_t i = 0; i < s2.numel(); ++i) {
+      if (s2.data<int64_t>()[s2.ElementOffset(i)] == 0) return nullptr;
+    }
+  }
+  return e.Op("Reshape", {m["x"], m["s2"]}, outer.attrs);
+}
+
+}  // namespace
+
+std::vector<Rule> ChainRules() {
+  std::vector<Rule> rules;
+  rules.push_back(Rule{"transpose_chain",
+                       P::Op("Transpose", {P::Op("Transpose", {P::Any("x")}).As("inner")}),
+                       &CollapseTransposes});
+  rules.push_back(Rule{
+      "reshape_chain",
+      P::Op("Reshape", {P::Op("Reshape", {P::Any("x"), P::Any()}).As("inner"), P::Const("s2")}),
+      &CollapseReshapes});
+  return rules;
+}
+
+}  // namespace dynvm::compiler::rewrite

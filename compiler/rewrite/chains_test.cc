@@ -1,0 +1,67 @@
+// transpose_chain and reshape_chain (chains.cc) against the unoptimized program, and the near
+// misses left alone.
+#include "compiler/rewrite/rewrite_testing.h"
+#include "gtest/gtest.h"
+
+namespace dynvm::compiler::rewrite {
+namespace {
+
+const std::vector<std::pair<std::string, Tensor>> kIn = {{"x", RandomF32({2, 3, 4, 5}, 1)}};
+
+Outcome Transposes(std::vector<int64_t> p, std::vector<int64_t> q, bool share = false) {
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {"b", 3, 4, 5});
+        Value* t = b.Op("Transpose", {x}, {{"perm", AttrInts(p)}});
+        b.Output("y", b.Op("Transpose", {t}, {{"perm", AttrInts(q)}}));
+        if (share) b.Output("t", t);
+      },
+      kIn);
+}
+
+TEST(ChainsTest, TransposesCollapse) {
+  Outcome o = Transposes({0, 2, 1, 3}, {0, 1, 3, 2});  // torch's k.transpose(1,2).transpose(-2,-1)
+  EXPECT_EQ(o.fired["transpose_chain"], 1);
+  Outcome id = Transposes({0, 2, 1, 3}, {0, 2, 1, 3});
+  EXPECT_EQ(id.fired["transpose_chain"], 1);
+  EXPECT_FALSE(id.HasKernel("Transpose"));
+  Outcome rev = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {2, 3, 4, 5});
+        Value* t = b.Op("Transpose", {x});  // reversed axes
+        b.Output("y", b.Op("Transpose", {t}, {{"perm", AttrInts({1, 0, 2, 3})}}));
+      },
+      kIn);
+  EXPECT_EQ(rev.fired["transpose_chain"], 1);
+  EXPECT_EQ(Transposes({0, 2, 1, 3}, {0, 1, 3, 2}, /*share=*/true).fired["transpose_chain"], 0);
+}
+
+Outcome Reshapes(std::vector<int64_t> s1, std::vector<int64_t> s2, bool share = false) {
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {2, 3, 4, 5});
+        Value* s = b.Op("Reshape", {x, b.VectorI64(s1)});
+        b.Output("y", b.Op("Reshape", {s, b.VectorI64(s2)}));
+        if (share) b.Output("s", s);
+      },
+      kIn);
+}
+
+TEST(ChainsTest, ReshapesCollapse) {
+  EXPECT_EQ(Reshapes({6, 20}, {2, 3, -1}).fired["reshape_chain"], 1);
+  // A 0 in the outer shape copies a dim of the inner result: left alone.
+  EXPECT_EQ(Reshapes({6, 20}, {0, 4, 5}).fired["reshape_chain"], 0);
+  EXPECT_EQ(Reshapes({6, 20}, {2, 3, -1}, /*share=*/true).fired["reshape_chain"], 0);
+  // Symbolic dims: the inner Reshape is checked only at run time, so it stays.
+  Outcome symbolic = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {"b", 3, 4, 5});
+        Value* s = b.Op("Reshape", {x, b.VectorI64({-1, 20})});
+        b.Output("y", b.Op("Reshape", {s, b.VectorI64({2, 3, -1})}));
+      },
+      kIn);
+  EXPECT_EQ(symbolic.fired["reshape_chain"], 0);
+}
+
+}  // namespace
+}  // namespace dynvm::compiler::rewrite

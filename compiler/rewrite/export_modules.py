@@ -1,0 +1,150 @@
+"""Small PyTorch modules exported with torch.onnx.export, for the pattern-rewrite tests.
+
+Each case builds a module of random sizes (from a seed) and exports it at one opset; the test
+(rewrite_export_test.py) compiles it with and without rewrites, checks which rules fired and
+compares the outputs. Nothing here is checked in but this script: models are made at test time.
+
+    /usr/bin/python3 export_modules.py CASE OPSET SEED OUT_DIR   # writes model.onnx, input_*.npy
+"""
+import io
+import math
+import random
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+warnings.filterwarnings("ignore")
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn, *params):
+        super().__init__()
+        self.fn = fn
+        self.params = nn.ParameterList([nn.Parameter(p) for p in params])
+
+    def forward(self, *xs):
+        return self.fn(*xs, *self.params)
+
+
+def _ln_other_axis(x):
+    # Mean over axis 1, variance over the last: not a LayerNorm.
+    d = x - x.mean(dim=1, keepdim=True)
+    return d / torch.sqrt((d * d).mean(dim=-1, keepdim=True) + 1e-5)
+
+
+def _ln_shared(x):
+    # The centered value is a second output: the decomposition must stay.
+    d = x - x.mean(dim=-1, keepdim=True)
+    return d / torch.sqrt(d.pow(2).mean(dim=-1, keepdim=True) + 1e-5), d
+
+
+def _gelu_shared(x):
+    # The Erf is a second output: the GELU must stay decomposed.
+    e = torch.erf(x / math.sqrt(2.0))
+    return 0.5 * x * (1.0 + e), e
+
+
+def _ln_by_hand(x, w):
+    d = x - x.mean(-1, keepdim=True)
+    return d / torch.sqrt(d.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+class GptBlock(nn.Module):
+    """A GPT-2 style block: pre-LayerNorm, causal attention, tanh-GELU MLP."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.act = nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        hd = d // self.heads
+        q = q.view(b, t, self.heads, hd).transpose(1, 2)
+        k = k.view(b, t, self.heads, hd).transpose(1, 2)
+        v = v.view(b, t, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        i = torch.arange(t)
+        mask = i[None, :] <= i[:, None]  # causal (torch.tril exports from opset 14 only)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+def make_case(case, rng):
+    """Returns (module, inputs) for a case name, sizes drawn from rng."""
+    b, s, d = rng.randint(1, 3), rng.randint(1, 9), rng.choice([8, 16, 24, 40])
+    x = torch.randn(b, s, d)
+    pos = torch.rand(b, s, d) + 0.1
+    if case == "layer_norm":
+        return nn.LayerNorm(d), [x]
+    if case == "layer_norm_2d":
+        return nn.LayerNorm([s, d]), [x]
+    if case == "layer_norm_no_affine":
+        return nn.LayerNorm(d, elementwise_affine=False), [x]
+    if case == "layer_norm_by_hand":
+        return Lambda(_ln_by_hand, torch.randn(d)), [x]
+    if case == "layer_norm_other_axis":
+        return Lambda(_ln_other_axis), [x]
+    if case == "layer_norm_shared":
+        return Lambda(_ln_shared), [x]
+    if case == "pow_tensor":
+        return Lambda(lambda t, e: t.pow(e)), [pos, torch.rand(b, s, d) * 3]
+    if case.startswith("pow_"):
+        e = {"pow_2": 2.0, "pow_3": 3.0, "pow_half": 0.5, "pow_1": 1.0, "pow_m1": -1.0,
+             "pow_2_5": 2.5}[case]
+        return Lambda(lambda t: t.pow(e) + 1.0), [pos]
+    if case == "pow_tensor":
+        return Lambda(lambda t, e: t.pow(e)), [pos, torch.rand(b, s, d) * 3]
+    if case == "gelu":
+        return nn.GELU(), [x]
+    if case == "gelu_tanh":
+        return nn.GELU(approximate="tanh"), [x]
+    if case == "gelu_other_constant":
+        return Lambda(lambda t: 0.5 * t * (1.0 + torch.erf(t / 1.5))), [x]
+    if case == "gelu_shared":
+        return Lambda(_gelu_shared), [x]
+    if case == "silu":
+        return nn.SiLU(), [x]
+    if case == "silu_other_input":
+        return Lambda(lambda t, u: t * torch.sigmoid(u)), [x, torch.randn(b, s, d)]
+    if case == "hard_swish":
+        return nn.Hardswish(), [x * 4]
+    if case == "encoder_layer":
+        heads = rng.choice([1, 2, 4])
+        dm = heads * rng.choice([4, 8, 12])
+        layer = nn.TransformerEncoderLayer(dm, heads, dim_feedforward=2 * dm, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        return layer, [torch.randn(b, s, dm)]
+    if case == "gpt_block":
+        heads = rng.choice([1, 2, 4])
+        return GptBlock(d, heads if d % heads == 0 else 1), [x]
+    raise ValueError(f"unknown case {case}")
+
+
+def export(case, opset, seed, out_dir):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    module, inputs = make_case(case, rng)
+    module.eval()
+    names = [f"x{i}" for i in range(len(inputs))]
+    with torch.no_grad():
+        outputs = module(*inputs)
+    n_out = len(outputs) if isinstance(outputs, tuple) else 1
+    torch.onnx.export(module, tuple(inputs), f"{out_dir}/model.onnx", opset_version=opset,
+                      input_names=names, output_names=[f"y{i}" for i in range(n_out)])
+    for name, t in zip(names, inputs):
+        np.save(f"{out_dir}/input_{name}.npy", t.numpy().astype(np.float32))
+    return names, n_out
+
+
+if __name__ == "__main__":
+    export(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

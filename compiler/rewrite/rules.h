@@ -1,0 +1,19 @@
+// The rules of the pattern-rewrite framework, one file each (docs/compiler.md, "Pattern
+// rewrites", lists what each matches and where it refuses).
+#ifndef DYNVM_COMPILER_REWRITE_RULES_H_
+#define DYNVM_COMPILER_REWRITE_RULES_H_
+
+#include <vector>
+
+#include "compiler/rewrite/rewrite.h"
+
+namespace dynvm::compiler::rewrite {
+
+std::vector<Rule> PowConstRules();    // pow_const.cc
+std::vector<Rule> LayerNormRules();   // layer_norm.cc
+std::vector<Rule> ActivationRules();  // activations.cc
+std::vector<Rule> ChainRules();       // chains.cc
+
+}  // namespace dynvm::compiler::rewrite
+
+#endif  // DYNVM_COMPILER_REWRITE_RULES_H_

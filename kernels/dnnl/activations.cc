@@ -1,0 +1,106 @@
+// dynvm's fused activations (domain "dynvm", made by the compiler's pattern rewrites:
+// compiler/rewrite/activations.cc) as plain vectorized loops (f32, contiguous; anything else
+// goes to the reference kernel, kernels/reference/dynvm_ops.cc):
+//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        erf by ErfArray (vector_loops.h)
+//   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   Silu(x)     = x sigmoid(x)                     tanh and sigmoid by fast_math.h
+// A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
+// binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
+// several times the work. Within 1e-6 relative of the reference; NaN gives NaN.
+#include <cmath>
+
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/fast_math.h"
+#include "kernels/dnnl/vector_loops.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+DYNVM_CLONES void GeluFinish(int64_t n, const float* x, float* y) {
+  // y holds erf(x / sqrt 2).
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + y[i]);
+}
+
+DYNVM_CLONES void ScaleArray(int64_t n, const float* x, float s, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+DYNVM_CLONES void GeluTanhArray(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float t = FastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
+    const float r = 0.5f * v * (1.0f + t);
+    y[i] = v != v ? v : r;
+  }
+}
+
+DYNVM_CLONES void SiluArray(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float r = v * FastSigmoid(v);
+    y[i] = v != v ? v : r;
+  }
+}
+
+enum class Act { kGelu, kGeluTanh, kSilu };
+
+class ActivationKernel final : public DnnlKernel {
+ public:
+  ActivationKernel(std::string name, std::unique_ptr<Kernel> reference, Act act)
+      : DnnlKernel(std::move(name), std::move(reference)), act_(act) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "activation"));
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    DNNL_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "activation"));
+    const int64_t n = x.numel();
+    const float* src = x.data<float>();
+    float* dst = out[0]->data<float>();
+    switch (act_) {
+      case Act::kGelu:
+        if (src == dst) return RunReference(ctx, in, out);  // the finish reads x after erf
+        ScaleArray(n, src, 0.70710678118654752f, dst);
+        ErfArray(n, dst, dst);
+        GeluFinish(n, src, dst);
+        break;
+      case Act::kGeluTanh:
+        GeluTanhArray(n, src, dst);
+        break;
+      case Act::kSilu:
+        SiluArray(n, src, dst);
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Act act_;
+};
+
+void Add(KernelRegistry& r, const char* op, Act act) {
+  r.Register(KernelRegistration{
+      "dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
+      [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+        DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+        absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
+        if (!ref.ok()) return ref.status();
+        return std::make_unique<ActivationKernel>(KernelName(spec), *std::move(ref), act);
+      }});
+}
+
+}  // namespace
+
+void RegisterActivationKernels(KernelRegistry& r) {
+  Add(r, "Gelu", Act::kGelu);
+  Add(r, "GeluTanh", Act::kGeluTanh);
+  Add(r, "Silu", Act::kSilu);
+}
+
+}  // namespace dynvm::onednn
