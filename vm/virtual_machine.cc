@@ -745,12 +745,8 @@ void VirtualMachine::Trim() {
     }
   }
   impl_->pool->Trim();
-  if (impl_->cuda != nullptr) {
-    if (auto* device_pool = dynamic_cast<CudaAllocator*>(&impl_->cuda->allocator())) {
-      // Blocks still read by queued work must not reach cudaFree before it is done.
-      if (impl_->cuda->Synchronize().ok()) device_pool->Trim();
-    }
-  }
+  // Blocks still read by queued device work must not reach cudaFree before it is done.
+  if (impl_->cuda != nullptr && impl_->cuda->Synchronize().ok()) impl_->cuda->allocator().Trim();
 }
 
 absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
