@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "isa/device.h"
+#include "common/types.h"
 
 namespace dynvm {
 
@@ -42,6 +42,11 @@ class Allocator {
 
   virtual Device device() const = 0;
   virtual AllocatorStats stats() const = 0;
+
+  // Returns cached free memory to the system; memory in use is never taken back. A no-op for
+  // an allocator that caches nothing. REQUIRES for a device pool: no queued device work still
+  // reads a freed block (the caller synchronizes first).
+  virtual void Trim() {}
 
   // Fault injection for tests: the `n`-th Allocate call from now (1-based) fails with
   // ResourceExhausted. 0 disables. Only that one call fails.

@@ -78,7 +78,7 @@ class CudaAllocator final : public Allocator {
 
   // As PoolAllocator::SetMemoryLimit and PoolAllocator::Trim.
   void SetMemoryLimit(int64_t bytes);
-  void Trim();
+  void Trim() override;
 
  private:
   struct Impl;

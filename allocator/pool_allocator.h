@@ -86,7 +86,7 @@ class PoolAllocator final : public Allocator {
   void SetMemoryLimit(int64_t bytes);
   // Returns every cached free block to the system (the reservation and blocks carved from it
   // stay).
-  void Trim();
+  void Trim() override;
 
   // The class size a request of `bytes` is served with (exposed for tests): the block size
   // that bytes_in_use counts. Returns 0 for bytes > kMaxRequestBytes.

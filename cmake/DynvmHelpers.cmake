@@ -28,16 +28,26 @@ function(dynvm_setup_toolchain)
   endif()
 endfunction()
 
+# The include contract (README.md, "Using dynvm from C++"): a user of the installed package writes
+# #include "dynvm/vm/virtual_machine.h"; the headers name each other by their path in this
+# repository ("kernels/tensor.h"), as the sources do. So every installed target puts two
+# directories on its users' include path: <prefix>/include (for "dynvm/...") and
+# <prefix>/include/dynvm (for the headers' own includes). In the build tree the repository root
+# and the build directory (generated headers) play the second role.
+set(DYNVM_INSTALL_INCLUDES "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>"
+    "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/dynvm>")
+
 # dynvm_library(NAME SRCS... [DEPS targets...] [PRIVATE_DEPS targets...] [HEADERS...] [COMPILE_OPTIONS...])
 # A static library dynvm_NAME (alias dynvm::NAME) rooted at the repository for includes,
-# installed and exported with its public HEADERS.
+# installed and exported with its public HEADERS (installed under include/dynvm/<its folder>;
+# internal headers, *_impl.h and test hooks, are not listed).
 function(dynvm_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS;HEADERS;COMPILE_OPTIONS" ${ARGN})
   add_library(dynvm_${name} STATIC ${ARG_SRCS})
   add_library(dynvm::${name} ALIAS dynvm_${name})
   target_include_directories(dynvm_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/dynvm>)
+    ${DYNVM_INSTALL_INCLUDES})
   target_link_libraries(dynvm_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   if(ARG_COMPILE_OPTIONS)
     target_compile_options(dynvm_${name} PRIVATE ${ARG_COMPILE_OPTIONS})

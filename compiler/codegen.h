@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/compiler.h"
 #include "compiler/ir.h"
+#include "kernels/kernel.h"
 #include "schema/executable_generated.h"
 #include "schema/writer.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/types.h"
 #include "compiler/ir.h"
-#include "isa/device.h"
 
 namespace dynvm::compiler {
 

@@ -39,8 +39,7 @@ Compiled CompileOrDie(Module& m, CompileOptions options = {}) {
   absl::StatusOr<CompileResult> r = Compile(m, options);
   EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
   if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return {};
   return {*std::move(r), *std::move(exe)};

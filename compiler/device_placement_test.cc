@@ -78,8 +78,7 @@ TEST(DevicePlacementTest, FloatWorkGoesToTheDeviceAndOutputsComeBack) {
   EXPECT_THAT(text, HasSubstr(".kernel \"Relu\" device=cuda in(f32) out(f32)"));
   EXPECT_THAT(text, HasSubstr(".kernel \"Add\" in(i64, i64) out(i64)"));  // stays on the host
   EXPECT_THAT(text, HasSubstr(", cuda "));                                // the device arena
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
   ASSERT_TRUE(exe.ok()) << exe.status();  // loading never touches the device
   EXPECT_NE((*exe)->required_features() & schema::kFeatureCudaDevice, 0u);
   for (const KernelReport& k : r->kernels) {
@@ -106,8 +105,7 @@ TEST(DevicePlacementTest, FloatWorkGoesToTheDeviceAndOutputsComeBack) {
   BuildMlp(m_cpu);
   absl::StatusOr<CompileResult> cpu = Compile(m_cpu, {});
   ASSERT_TRUE(cpu.ok());
-  absl::StatusOr<std::shared_ptr<const Executable>> cpu_exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(cpu->bytes.data()), cpu->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> cpu_exe = Executable::LoadFromBytes(cpu->bytes);
   ASSERT_TRUE(cpu_exe.ok());
   absl::StatusOr<std::unique_ptr<VirtualMachine>> cpu_vm = VirtualMachine::Create(*cpu_exe);
   ASSERT_TRUE(cpu_vm.ok());

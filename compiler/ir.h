@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/types.h"
 #include "compiler/symbolic.h"
 #include "isa/dtype.h"
-#include "kernels/kernel.h"
+#include "kernels/attr_value.h"
 #include "kernels/tensor.h"
 
 namespace dynvm::compiler {

@@ -8,10 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/half.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
-#include "kernels/half.h"
 #include "schema/writer.h"
 
 namespace dynvm::isa {

@@ -1,14 +1,8 @@
-// Public API. Devices. The numeric values are part of the executable format.
+// Moved to common/types.h (the allocator needs Device, below the ISA). This forwarding header
+// keeps code written against the old path building; include common/types.h.
 #ifndef DYNVM_ISA_DEVICE_H_
 #define DYNVM_ISA_DEVICE_H_
 
-#include <cstdint>
-
-namespace dynvm {
-
-enum class Device : uint8_t { kCPU = 0, kCUDA = 1 };
-inline constexpr int kNumDevices = 2;
-
-}  // namespace dynvm
+#include "common/types.h"
 
 #endif  // DYNVM_ISA_DEVICE_H_

@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "isa/device.h"
+#include "common/types.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/operands.h"

@@ -8,16 +8,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "isa/verify_limits.h"
 #include "schema/executable_generated.h"
 #include "schema/format.h"
 
 namespace dynvm::isa {
-
-struct VerifyLimits {
-  uint32_t max_registers = 1u << 16;  // per bank, per function
-  int max_nesting = 256;              // if/loop depth
-  int max_rank = 8;
-};
 
 // Checks a parsed executable: tables, constants against the constant segment of
 // `constant_segment_size` bytes, kernel entries, signatures, and each function's code

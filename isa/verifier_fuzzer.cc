@@ -43,8 +43,8 @@ void Reseal(std::string& file) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string file(reinterpret_cast<const char*>(data), size);
   if (size >= dynvm::schema::kHeaderSize && (data[64] & 1) != 0) Reseal(file);
-  absl::StatusOr<std::shared_ptr<const dynvm::Executable>> exe = dynvm::Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(file.data()), file.size()});
+  absl::StatusOr<std::shared_ptr<const dynvm::Executable>> exe =
+      dynvm::Executable::LoadFromBytes(file);
   if (!exe.ok()) {
     // A refusal must say why.
     if (exe.status().message().empty()) __builtin_trap();

@@ -21,24 +21,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "allocator/allocator.h"
+#include "common/types.h"
 #include "isa/dtype.h"
+#include "kernels/attr_value.h"
 #include "kernels/tensor.h"
 
 namespace dynvm {
-
-enum class ObjectKind : uint8_t { kTensor = 0, kStorage = 1, kSequence = 2, kOptional = 3 };
-
-struct AttrValue {
-  enum class Type : uint8_t { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor };
-  Type type = Type::kInt;
-  int64_t i = 0;
-  float f = 0;
-  std::string s;
-  std::vector<int64_t> ints;
-  std::vector<float> floats;
-  std::vector<std::string> strings;
-  Tensor tensor;  // kTensor: a read-only view (of a constant, when loaded from a file)
-};
 
 // One operand slot of a kernel-table entry.
 struct PortSpec {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
-#include "kernels/half.h"
+#include "common/half.h"
 #include "kernels/registry.h"
 
 namespace dynvm::testing {

@@ -1,8 +1,8 @@
 #include "kernels/tensor.h"
 
 #include "allocator/heap_allocator.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 
 namespace dynvm {
 namespace {

@@ -1,7 +1,7 @@
 #include "kernels/testing.h"
 
 #include "allocator/heap_allocator.h"
-#include "kernels/half.h"
+#include "common/half.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::testing {

@@ -20,21 +20,16 @@
 #include "isa/assembler.h"
 #include "kernels/device_context.h"
 #include "kernels/tensor.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
 namespace {
 
+using testing::AssembleAndLoad;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-absl::StatusOr<std::shared_ptr<const Executable>> Assemble(absl::string_view text) {
-  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
-  if (!bytes.ok()) return bytes.status();
-  return Executable::LoadFromBytes(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
-}
 
 std::vector<float> Floats(const Tensor& t) {
   EXPECT_EQ(t.device(), Device::kCPU);
@@ -154,7 +149,7 @@ class CudaVmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (absl::Status s = CudaDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
-    absl::StatusOr<std::shared_ptr<const Executable>> exe = Assemble(kDeviceProgram);
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = AssembleAndLoad(kDeviceProgram);
     ASSERT_TRUE(exe.ok()) << exe.status();
     exe_ = *exe;
   }
@@ -288,7 +283,7 @@ constexpr absl::string_view kHostAndDevice = R"(
 TEST(NoDeviceTest, DeviceAllocationFailsClearlyAndTheVmStaysUsable) {
   const absl::Status available = CudaDeviceAvailable();
   if (available.ok()) GTEST_SKIP() << "a CUDA device is usable (run with CUDA_VISIBLE_DEVICES=)";
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Assemble(kHostAndDevice);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = AssembleAndLoad(kHostAndDevice);
   ASSERT_TRUE(exe.ok()) << exe.status();
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
   ASSERT_TRUE(vm.ok()) << vm.status();
@@ -308,7 +303,7 @@ TEST(NoDeviceTest, DeviceAllocationFailsClearlyAndTheVmStaysUsable) {
 
 TEST(NoDeviceTest, DeviceKernelsLoadOnlyInACudaBuildAndFailAtRun) {
   if (CudaDeviceAvailable().ok()) GTEST_SKIP() << "a CUDA device is usable";
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Assemble(kDeviceProgram);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = AssembleAndLoad(kDeviceProgram);
   if (!CudaBuildEnabled()) {
     ASSERT_FALSE(exe.ok());
     EXPECT_TRUE(absl::IsUnimplemented(exe.status())) << exe.status();

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/kernel.h"
 #include "kernels/registry.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -26,6 +27,8 @@ using compiler::CompileResult;
 using compiler::GraphBuilder;
 using compiler::Module;
 using compiler::Value;
+using testing::CompileAndLoad;
+using testing::Compiled;
 
 // y = 2 * x for f32 x of any shape (any strides): a user's kernel.
 class DoubleKernel final : public Kernel {
@@ -93,22 +96,6 @@ void RegisterMyOps() {
     KernelRegistry::Global().Register(
         KernelRegistration{"my.domain", "DoubleDynamic", Device::kCPU, "my", 5, &CreateDouble});
   });
-}
-
-struct Compiled {
-  CompileResult result;
-  std::shared_ptr<const Executable> exe;
-};
-
-Compiled CompileAndLoad(Module& m) {
-  absl::StatusOr<CompileResult> r = compiler::Compile(m);
-  EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
-  if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  if (!exe.ok()) return {};
-  return {*std::move(r), *std::move(exe)};
 }
 
 Tensor Input(std::vector<int64_t> dims) {
@@ -196,8 +183,8 @@ TEST(CustomKernel, AUserBackendCanOutrankTheBuiltInOnes) {
   // A load restricted to the reference backend gets ONNX's Neg back.
   LoadOptions options;
   options.backends.allowed = {"reference"};
-  absl::StatusOr<std::shared_ptr<const Executable>> ref = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(c.result.bytes.data()), c.result.bytes.size()}, options);
+  absl::StatusOr<std::shared_ptr<const Executable>> ref =
+      Executable::LoadFromBytes(c.result.bytes, options);
   ASSERT_TRUE(ref.ok()) << ref.status();
   vm = VirtualMachine::Create(*ref);
   ASSERT_TRUE(vm.ok());
@@ -213,8 +200,7 @@ TEST(CustomKernel, AnOpNoKernelServesFailsCleanly) {
   b.Output("y", b.Op("Triple", {x}, {}, "my.unknown"));
   absl::StatusOr<CompileResult> r = compiler::Compile(m);
   if (!r.ok()) return;  // refused at compile time: fine
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
   ASSERT_FALSE(exe.ok());
   EXPECT_TRUE(absl::StrContains(exe.status().message(), "Triple")) << exe.status();
 }

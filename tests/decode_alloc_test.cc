@@ -101,8 +101,8 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   if (!compiled.ok()) return -1;
   LoadOptions options;
   options.backends = backends;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()}, options);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes, options);
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return -1;
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);

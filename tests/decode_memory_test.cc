@@ -17,6 +17,7 @@
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gtest/gtest.h"
+#include "tests/vm_fixture.h"
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
@@ -30,17 +31,7 @@ const fs::path kGpt = "tools/models/gpt";
 constexpr int64_t kMaxTokens = 56;  // the prompt (8) plus 56 fills the model's 64 positions
 
 std::shared_ptr<const Executable> CompileGpt(const compiler::CompileOptions& options) {
-  absl::StatusOr<std::unique_ptr<compiler::Module>> module =
-      compiler::onnx::ImportOnnxFile((kGpt / "model.onnx").string());
-  EXPECT_TRUE(module.ok()) << module.status();
-  if (!module.ok()) return nullptr;
-  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
-  if (!compiled.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  return exe.ok() ? *exe : nullptr;
+  return testing::CompileOnnxFile((kGpt / "model.onnx").string(), options).exe;
 }
 
 compiler::CompileOptions Bounded(int64_t max_new_tokens) {

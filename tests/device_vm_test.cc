@@ -18,6 +18,7 @@
 #include "isa/assembler.h"
 #include "kernels/device_context.h"
 #include "kernels/registry.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -26,6 +27,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::LoadAssembly;
 
 struct Counters {
   int contexts = 0;
@@ -138,16 +140,6 @@ class DeviceVmTest : public ::testing::Test {
         });
   }
   void TearDown() override { SetDeviceContextFactoryForTesting(Device::kCUDA, nullptr); }
-
-  std::shared_ptr<const Executable> Load(absl::string_view text) {
-    absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
-    EXPECT_TRUE(bytes.ok()) << bytes.status();
-    if (!bytes.ok()) return nullptr;
-    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
-    EXPECT_TRUE(exe.ok()) << exe.status();
-    return exe.ok() ? *exe : nullptr;
-  }
 };
 
 std::vector<float> Floats(const Tensor& t) {
@@ -244,7 +236,7 @@ constexpr absl::string_view kProgram = R"(
 )";
 
 TEST_F(DeviceVmTest, ProgramRunsThroughTheDeviceContext) {
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
@@ -288,7 +280,7 @@ TEST_F(DeviceVmTest, ProgramRunsThroughTheDeviceContext) {
 }
 
 TEST_F(DeviceVmTest, GrowableDeviceTensorsAppendAndGrow) {
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
@@ -304,7 +296,7 @@ TEST_F(DeviceVmTest, GrowableDeviceTensorsAppendAndGrow) {
 }
 
 TEST_F(DeviceVmTest, InvokeMovesInputsToTheKernelsDevice) {
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
@@ -319,7 +311,7 @@ TEST_F(DeviceVmTest, InvokeMovesInputsToTheKernelsDevice) {
 }
 
 TEST_F(DeviceVmTest, HostKernelsNeverWriteDeviceTensors) {
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());
@@ -329,7 +321,7 @@ TEST_F(DeviceVmTest, HostKernelsNeverWriteDeviceTensors) {
 }
 
 TEST_F(DeviceVmTest, DeviceFailuresAreErrorsAndTheVmStaysUsable) {
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   VmOptions options;
   options.device_memory_limit = 1;  // every device allocation fails
@@ -358,7 +350,7 @@ TEST_F(DeviceVmTest, TheFactoryFailingIsTheRunsError) {
       [](const DeviceContextOptions&) -> absl::StatusOr<std::unique_ptr<DeviceContext>> {
         return absl::UnavailableError("no CUDA device available: testing");
       });
-  std::shared_ptr<const Executable> exe = Load(kProgram);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kProgram);
   ASSERT_NE(exe, nullptr);
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok());

@@ -17,6 +17,7 @@
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "gtest/gtest.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
@@ -31,16 +32,6 @@ Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
   return t;
-}
-
-std::shared_ptr<const Executable> CompileAndLoad(compiler::Module& m) {
-  absl::StatusOr<compiler::CompileResult> r = compiler::Compile(m);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  return exe.ok() ? *exe : nullptr;
 }
 
 // A queue of (buffer slot, request id) pairs.
@@ -78,14 +69,14 @@ class EncoderDecoderTest : public ::testing::Test {
           g.Op("Tanh", {g.Op("Add", {g.Op("MatMul", {x, g.Constant(we_, "We", true)}),
                                      g.Constant(be_, "be", true)})});
       g.Output("hidden", h);
-      encoder_ = CompileAndLoad(m);
+      encoder_ = testing::CompileAndLoad(m).exe;
     }
     {  // decoder: logits = hidden @ Wd
       compiler::Module m;
       compiler::GraphBuilder g(m.AddFunction("decode"));
       compiler::Value* h = g.Input("hidden", DType::kF32, {int64_t{1}, int64_t{kHidden}});
       g.Output("logits", g.Op("MatMul", {h, g.Constant(wd_, "Wd", true)}));
-      decoder_ = CompileAndLoad(m);
+      decoder_ = testing::CompileAndLoad(m).exe;
     }
     ASSERT_NE(encoder_, nullptr);
     ASSERT_NE(decoder_, nullptr);

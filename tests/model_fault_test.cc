@@ -29,6 +29,7 @@
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
+#include "vm/vm_testing.h"
 
 namespace dynvm {
 namespace {
@@ -72,8 +73,7 @@ absl::StatusOr<std::shared_ptr<const Executable>> LoadModel(const BackendPolicy&
   if (!bytes->ok()) return bytes->status();
   LoadOptions options;
   options.backends = backends;
-  return Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>((*bytes)->data()), (*bytes)->size()}, options);
+  return Executable::LoadFromBytes(*(*bytes), options);
 }
 
 absl::StatusOr<std::unique_ptr<VirtualMachine>> BoundVm(
@@ -153,7 +153,7 @@ TEST_P(ModelFaultTest, FailureAtEveryAllocationSiteThenTheSameVmRuns) {
     SCOPED_TRACE(absl::StrCat("failing allocation ", n, " of ", first_run));
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = BoundVm(exe_, case_);
     ASSERT_TRUE(vm.ok()) << vm.status();
-    (*vm)->FailNthAllocation(n);
+    testing::FailNthAllocation(**vm, n);
     const absl::Status s = (*vm)->Run();
     ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(s.message(), HasSubstr("injected allocation failure"));
@@ -170,7 +170,7 @@ TEST_P(ModelFaultTest, FailureAtEveryAllocationSiteThenTheSameVmRuns) {
   }
 
   // A fault armed past the last allocation of a run does not fire in it.
-  (*clean)->FailNthAllocation(warm_run + 1);
+  testing::FailNthAllocation(**clean, warm_run + 1);
   ASSERT_TRUE((*clean)->Run().ok());
   EXPECT_EQ(Tokens(**clean), case_.want_tokens);
   EXPECT_EQ((*clean)->Run().code(), absl::StatusCode::kResourceExhausted);

@@ -27,32 +27,18 @@
 #include "kernels/tensor.h"
 #include "schema/mapped_file.h"
 #include "schema/writer.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
+#include "vm/vm_testing.h"
 
 namespace dynvm {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::shared_ptr<const Executable> Load(absl::string_view text) {
-  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  if (!bytes.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  return exe.ok() ? *exe : nullptr;
-}
-
-std::unique_ptr<VirtualMachine> MakeVm(std::shared_ptr<const Executable> exe,
-                                       const VmOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm =
-      VirtualMachine::Create(std::move(exe), options);
-  EXPECT_TRUE(vm.ok()) << vm.status();
-  return vm.ok() ? *std::move(vm) : nullptr;
-}
+using testing::LoadAssembly;
+using testing::MakeVm;
 
 Tensor F32(std::vector<int64_t> dims, std::vector<float> values) {
   return *Tensor::FromVector<float>(DType::kF32, dims, values);
@@ -71,7 +57,7 @@ std::vector<float> Floats(const Tensor& t) {
 }
 
 std::vector<float> Output(const VirtualMachine& vm, absl::string_view name,
-                          absl::string_view function = "") {
+                          FunctionRef function = {}) {
   absl::StatusOr<Tensor> t = vm.GetOutput(name, function);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? Floats(*t) : std::vector<float>{};
@@ -129,7 +115,7 @@ constexpr absl::string_view kBasic = R"(
 class BasicTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    exe_ = Load(kBasic);
+    exe_ = LoadAssembly(kBasic);
     ASSERT_NE(exe_, nullptr);
     vm_ = MakeVm(exe_);
     ASSERT_NE(vm_, nullptr);
@@ -171,6 +157,44 @@ TEST_F(BasicTest, InputsAndOutputsByNameAndIndex) {
   EXPECT_THAT(Floats(*w), ElementsAre(2, 4, 6, 8));
   // main's outputs are still those of its last run.
   EXPECT_THAT(Output(*vm_, "sum"), ElementsAre(12, 24, 36, 45, 57, 69));
+}
+
+TEST_F(BasicTest, FunctionHandlesResolveOnce) {
+  absl::StatusOr<FunctionHandle> twice = exe_->ResolveFunction("twice");
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->index(), *exe_->FindFunction("twice"));
+  EXPECT_EQ(exe_->function(twice->index()).name, "twice");
+  EXPECT_EQ(exe_->ResolveFunction("nope").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<FunctionHandle> main = exe_->ResolveFunction("");
+  ASSERT_TRUE(main.ok());
+  EXPECT_EQ(exe_->function(main->index()).name, "main");
+
+  // The handle goes wherever a name does, and in RunOptions.
+  EXPECT_THAT(*vm_->input_names(*twice), ElementsAre("v"));
+  ASSERT_TRUE(vm_->SetInput("v", F32({4}, {1, 2, 3, 4}), *twice).ok());
+  RunOptions run;
+  run.function = "no such function";  // ignored: the handle wins
+  run.handle = *twice;
+  ASSERT_TRUE(vm_->Run(run).ok());
+  EXPECT_THAT(Output(*vm_, "w", "twice"), ElementsAre(2, 4, 6, 8));
+  absl::StatusOr<Tensor> w = vm_->GetOutput("w", *twice);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_THAT(Floats(*w), ElementsAre(2, 4, 6, 8));
+
+  // A handle of another executable (even of the same text) is refused, naming why.
+  std::shared_ptr<const Executable> other = LoadAssembly(kBasic);
+  ASSERT_NE(other, nullptr);
+  absl::StatusOr<FunctionHandle> foreign = other->ResolveFunction("twice");
+  ASSERT_TRUE(foreign.ok());
+  run.handle = *foreign;
+  absl::Status s = vm_->Run(run);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("another executable"));
+  EXPECT_EQ(vm_->GetOutput("w", *foreign).status().code(), absl::StatusCode::kInvalidArgument);
+  // A default handle names nothing: Run falls back to RunOptions::function.
+  run.handle = FunctionHandle();
+  run.function = "twice";
+  EXPECT_TRUE(vm_->Run(run).ok());
 }
 
 TEST_F(BasicTest, NamesListRealInputsOnly) {
@@ -450,7 +474,7 @@ constexpr absl::string_view kLoop = R"(
 class LoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    exe_ = Load(kLoop);
+    exe_ = LoadAssembly(kLoop);
     ASSERT_NE(exe_, nullptr);
   }
   static void Bind(VirtualMachine& vm, int64_t trips) {
@@ -568,7 +592,7 @@ constexpr absl::string_view kTwoLoops = R"(
 )";
 
 TEST(RunMemoryTest, SteadyStateCountsEachLoopAfterItsFirstIteration) {
-  std::shared_ptr<const Executable> exe = Load(kTwoLoops);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kTwoLoops);
   ASSERT_NE(exe, nullptr);
   for (int64_t n : {1, 4}) {
     SCOPED_TRACE(n);
@@ -823,7 +847,7 @@ constexpr absl::string_view kAllocs = R"(
 )";
 
 TEST(AllocationTest, FailureAtEverySite) {
-  std::shared_ptr<const Executable> exe = Load(kAllocs);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kAllocs);
   ASSERT_NE(exe, nullptr);
   std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
   ASSERT_TRUE(vm->SetInput("x", F32({3}, {1, 2, 3})).ok());
@@ -836,10 +860,10 @@ TEST(AllocationTest, FailureAtEverySite) {
   int failures = 0;
   for (int64_t n = 1; n <= 100; ++n) {
     SCOPED_TRACE(n);
-    vm->FailNthAllocation(n);
+    testing::FailNthAllocation(*vm, n);
     absl::Status s = vm->Run();
     if (s.ok()) {
-      vm->FailNthAllocation(0);
+      testing::FailNthAllocation(*vm, 0);
       check_outputs();
       break;
     }
@@ -868,7 +892,7 @@ TEST(AllocationTest, MemoryLimitBelowNeed) {
   ret (%o0), ()
 .end
 )";
-  std::shared_ptr<const Executable> exe = Load(kBig);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kBig);
   ASSERT_NE(exe, nullptr);
   VmOptions options;
   options.memory_limit = 64 * 1024;
@@ -888,7 +912,7 @@ TEST(AllocationTest, MemoryLimitBelowNeed) {
 
 // Outputs that the VM's kernels and growth allocated (not alloc_storage) also outlive the VM.
 TEST(AllocationTest, KernelAndGrowthOutputsOutliveTheVm) {
-  std::shared_ptr<const Executable> exe = Load(kAllocs);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kAllocs);
   ASSERT_NE(exe, nullptr);
   Tensor m, c;
   {
@@ -942,7 +966,7 @@ constexpr absl::string_view kErrors = R"(
 )";
 
 TEST(ErrorTest, RunTimeErrorsNameFunctionPcAndNode) {
-  std::shared_ptr<const Executable> exe = Load(kErrors);
+  std::shared_ptr<const Executable> exe = LoadAssembly(kErrors);
   ASSERT_NE(exe, nullptr);
   std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
   RunOptions run;

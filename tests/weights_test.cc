@@ -302,8 +302,7 @@ TEST_F(WeightsTest, EveryFlippedByteOfACompressedExecutableIsRefusedOrHarmless) 
   for (size_t i = 0; i < r.bytes.size(); ++i) {
     std::string bytes = r.bytes;
     bytes[i] ^= 0x04;
-    absl::StatusOr<std::shared_ptr<const Executable>> exe =
-        Executable::LoadFromBytes({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(bytes);
     if (!exe.ok()) {
       ++refused;
       continue;

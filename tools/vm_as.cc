@@ -144,8 +144,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::string> bytes = isa::AssembleToBytes(*text);
   if (!bytes.ok())
     return cli::ReportError(kProgram, absl::StrCat(input, ": ", bytes.status().message()));
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(*bytes);
   if (!exe.ok()) {
     return cli::ReportError(
         kProgram,

@@ -9,19 +9,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "isa/instruction.h"
+#include "isa/verifier.h"
 #include "schema/executable_generated.h"
 #include "schema/fb_util.h"
 #include "schema/format.h"
 #include "schema/mapped_file.h"
 #include "schema/weights.h"
+#include "vm/executable_impl.h"
 
 namespace dynvm {
 namespace {
 
 using schema::Sv;
 
-absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable& exe,
+absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable::Rep& exe,
                                       const StorageRef& constants) {
   AttrValue v;
   switch (a.type()) {
@@ -62,6 +65,31 @@ absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable& 
     }
   }
   return v;
+}
+
+// The loader's one conversion of a kernel-table entry into the KernelSpec its factory sees
+// (the compiler's counterpart is SpecFor). Tensor-valued attributes view `exe`'s constants.
+absl::StatusOr<KernelSpec> SpecFromFb(const fb::Kernel& k, const Executable::Rep& exe) {
+  KernelSpec spec;
+  spec.op = std::string(Sv(k.op()));
+  spec.domain = std::string(Sv(k.domain()));
+  spec.device = static_cast<Device>(k.device());
+  spec.backend = std::string(Sv(k.backend()));
+  auto ports = [](const auto* list, std::vector<PortSpec>& out) {
+    if (list == nullptr) return;
+    for (const fb::Port* p : *list) {
+      out.push_back({static_cast<ObjectKind>(p->kind()), p->dtype(), p->optional(), p->dynamic()});
+    }
+  };
+  ports(k.inputs(), spec.inputs);
+  ports(k.outputs(), spec.outputs);
+  if (k.attrs()) {
+    for (const fb::Attribute* a : *k.attrs()) {
+      DYNVM_ASSIGN_OR_RETURN(AttrValue v, ConvertAttr(*a, exe, exe.constant_storage));
+      spec.attrs[std::string(Sv(a->name()))] = std::move(v);
+    }
+  }
+  return spec;
 }
 
 ParamInfo ConvertParam(const fb::Param& p) {
@@ -278,12 +306,173 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
   return seg;
 }
 
+// ---- Init's steps ----
+
+// Points rep.constant_segment at the constants: the external weights file, the decompressed
+// inline segment, or the file's own (mapped) segment.
+absl::Status MapConstants(Executable::Rep& rep, const schema::FileHeader& header,
+                          const std::string& path, const LoadOptions& options) {
+  const fb::Executable& fbe = *rep.fb;
+  if (rep.features & schema::kFeatureExternalWeights) {
+    const fb::WeightsRef* ref = fbe.weights();
+    if (ref == nullptr) {
+      return absl::InvalidArgumentError(
+          "the external-weights feature is set but there is no weights reference");
+    }
+    if (header.constants_size != 0 || (rep.features & schema::kFeatureCompressedConstants)) {
+      return absl::InvalidArgumentError(
+          "an executable with external weights has a constant segment of its own");
+    }
+    DYNVM_ASSIGN_OR_RETURN(
+        rep.segment, SharedSegment(SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile),
+                                              ref->hash(), ref->size()},
+                                   [&] { return LoadWeightsFile(*ref, path, options); }));
+    rep.weights_hash = ref->hash();
+    rep.constant_segment = rep.segment->data;
+    rep.constant_segment_size = static_cast<int64_t>(rep.segment->size);
+  } else if (rep.features & schema::kFeatureCompressedConstants) {
+    const absl::Span<const uint8_t> stored =
+        rep.file->bytes().subspan(header.constants_offset, header.constants_size);
+    absl::StatusOr<std::shared_ptr<const Segment>> seg =
+        SharedSegment(SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed),
+                                 schema::ContentHash(stored), header.constants_raw_size},
+                      [&] { return Decompress(stored, header.constants_raw_size); });
+    // Hashed (and maybe decompressed): the compressed bytes are not needed again.
+    rep.file->DropPages(stored);
+    if (!seg.ok()) return seg.status();
+    rep.segment = *std::move(seg);
+    rep.constant_segment = rep.segment->data;
+    rep.constant_segment_size = static_cast<int64_t>(rep.segment->size);
+  } else {
+    rep.constant_segment = rep.file->bytes().data() + header.constants_offset;
+    rep.constant_segment_size = static_cast<int64_t>(header.constants_size);
+  }
+  // A storage over the constant segment for tensor-valued attributes; the kernels holding
+  // views die with this executable, so it needs no keep-alive of its own.
+  rep.constant_storage =
+      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(rep.constant_segment),
+                    static_cast<size_t>(rep.constant_segment_size), Device::kCPU, nullptr);
+  return absl::OkStatus();
+}
+
+// The constant table (and the weights' count and bytes).
+void LoadConstants(Executable::Rep& rep) {
+  if (rep.fb->constants() == nullptr) return;
+  for (const fb::Constant* c : *rep.fb->constants()) {
+    Executable::ConstantEntry e;
+    e.dtype = static_cast<DType>(c->dtype());
+    if (c->shape()) e.shape.assign(c->shape()->begin(), c->shape()->end());
+    e.offset = c->offset();
+    e.size = c->size();
+    if (c->is_weight()) {
+      ++rep.num_weights;
+      rep.weight_bytes += static_cast<int64_t>(c->size());
+    }
+    rep.constants.push_back(std::move(e));
+  }
+}
+
+// A kernel from the registry for every kernel-table entry.
+absl::Status BindKernels(Executable::Rep& rep, const LoadOptions& options) {
+  if (rep.fb->kernels() == nullptr) return absl::OkStatus();
+  for (uint32_t i = 0; i < rep.fb->kernels()->size(); ++i) {
+    Executable::KernelEntry e;
+    DYNVM_ASSIGN_OR_RETURN(e.spec, SpecFromFb(*rep.fb->kernels()->Get(i), rep));
+    for (const PortSpec& p : e.spec.outputs) e.dynamic_outputs.push_back(p.dynamic);
+    if (e.spec.device == Device::kCUDA && !CudaBuildEnabled() &&
+        !KernelRegistry::Global().HasOp(e.spec.domain, e.spec.op, e.spec.device)) {
+      return absl::UnimplementedError(absl::StrCat("kernel ", i, " (", e.spec.DebugName(),
+                                                   ") runs on the cuda device: this build has "
+                                                   "no CUDA device support"));
+    }
+    absl::StatusOr<std::unique_ptr<Kernel>> kernel =
+        KernelRegistry::Global().Create(e.spec, options.backends);
+    if (!kernel.ok()) {
+      return absl::Status(
+          kernel.status().code(),
+          absl::StrCat("kernel ", i, " (", e.spec.DebugName(), "): ", kernel.status().message()));
+    }
+    e.kernel = *std::move(kernel);
+    rep.max_arity = std::max<uint32_t>(
+        rep.max_arity,
+        static_cast<uint32_t>(std::max(e.spec.inputs.size(), e.spec.outputs.size())));
+    rep.kernels.push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+// The host-visible signature of an entry function (FunctionInfo's inputs and outputs).
+void LoadSignature(const fb::Function& f, FunctionInfo& info) {
+  const fb::Signature* sig = f.signature();
+  if (sig == nullptr) return;
+  info.is_entry = true;
+  if (sig->inputs())
+    for (const fb::Param* p : *sig->inputs()) info.inputs.push_back(ConvertParam(*p));
+  if (sig->outputs())
+    for (const fb::Param* p : *sig->outputs()) info.outputs.push_back(ConvertParam(*p));
+  // An optional's content kind is its register's (the verifier checks the signature's
+  // kinds and dtypes against the registers).
+  for (size_t k = 0; k < info.inputs.size() && f.object_types() && k < f.object_types()->size();
+       ++k) {
+    info.inputs[k].elem_kind = static_cast<ObjectKind>(f.object_types()->Get(k)->elem_kind());
+  }
+  for (size_t k = 0;
+       k < info.outputs.size() && f.object_results() && k < f.object_results()->size(); ++k) {
+    info.outputs[k].elem_kind = static_cast<ObjectKind>(f.object_results()->Get(k)->elem_kind());
+  }
+}
+
+// The function table: code, register files, signatures, bounds, output allocations.
+void LoadFunctions(Executable::Rep& rep) {
+  for (uint32_t i = 0; i < rep.fb->functions()->size(); ++i) {
+    const fb::Function* f = rep.fb->functions()->Get(i);
+    Executable::FunctionEntry e;
+    e.info.name = std::string(Sv(f->name()));
+    e.code = f->code()->data();
+    e.code_size = f->code()->size();
+    e.num_scalars = f->scalar_types() ? f->scalar_types()->size() : 0;
+    e.num_objects = f->object_types() ? f->object_types()->size() : 0;
+    e.num_object_params = f->num_object_params();
+    e.num_scalar_params = f->num_scalar_params();
+    e.num_object_results = f->object_results() ? f->object_results()->size() : 0;
+    e.num_sites = f->num_invoke_sites();
+    if (f->object_types()) {
+      for (const fb::ObjectType* t : *f->object_types())
+        e.object_kinds.push_back(static_cast<uint8_t>(t->kind()));
+    }
+    if (f->scalar_types()) {
+      for (fb::ScalarType t : *f->scalar_types()) e.scalar_kinds.push_back(static_cast<uint8_t>(t));
+    }
+    LoadSignature(*f, e.info);
+    if (f->bounds()) {
+      for (const fb::SymbolBound* b : *f->bounds())
+        e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());
+    }
+    if (e.info.is_entry) FindOutputAllocs(e, rep.kernels);
+    rep.functions.push_back(std::move(e));
+  }
+}
+
 }  // namespace
 
+Executable::Executable() : rep_(std::make_unique<Rep>()) {}
 Executable::~Executable() = default;
 
+int Executable::num_functions() const { return rep_->num_functions(); }
+const FunctionInfo& Executable::function(int index) const { return rep_->functions[index].info; }
+int Executable::num_weights() const { return rep_->num_weights; }
+int64_t Executable::weight_bytes() const { return rep_->weight_bytes; }
+int Executable::num_constants() const { return rep_->num_constants(); }
+int64_t Executable::constant_segment_bytes() const { return rep_->constant_segment_size; }
+const uint8_t* Executable::constant_segment() const { return rep_->constant_segment; }
+int Executable::num_kernels() const { return static_cast<int>(rep_->kernels.size()); }
+const Kernel& Executable::kernel(int index) const { return *rep_->kernels[index].kernel; }
+const KernelSpec& Executable::kernel_spec(int index) const { return rep_->kernels[index].spec; }
+uint64_t Executable::required_features() const { return rep_->features; }
+uint64_t Executable::weights_hash() const { return rep_->weights_hash; }
+
 bool Executable::external_weights() const {
-  return (features_ & schema::kFeatureExternalWeights) != 0;
+  return (rep_->features & schema::kFeatureExternalWeights) != 0;
 }
 
 int Executable::SharedSegmentCount() {
@@ -309,190 +498,59 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::LoadFromBytes(
   return Init(schema::MappedFile::FromBytes(bytes), "", options);
 }
 
+absl::StatusOr<std::shared_ptr<const Executable>> Executable::LoadFromBytes(
+    absl::string_view bytes, const LoadOptions& options) {
+  return LoadFromBytes(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      options);
+}
+
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
     std::shared_ptr<const schema::MappedFile> file, const std::string& path,
     const LoadOptions& options) {
-  absl::StatusOr<isa::VerifiedFile> verified = isa::VerifyFile(file->bytes(), options.limits);
-  if (!verified.ok()) return verified.status();
+  DYNVM_ASSIGN_OR_RETURN(isa::VerifiedFile verified,
+                         isa::VerifyFile(file->bytes(), options.limits));
   std::shared_ptr<Executable> exe(new Executable());
-  exe->file_ = std::move(file);
-  exe->fb_ = verified->executable;
-  exe->features_ = verified->header.required_features;
-  const fb::Executable& fbe = *exe->fb_;
-  const schema::FileHeader& header = verified->header;
-  if (exe->features_ & schema::kFeatureExternalWeights) {
-    const fb::WeightsRef* ref = fbe.weights();
-    if (ref == nullptr) {
-      return absl::InvalidArgumentError(
-          "the external-weights feature is set but there is no weights reference");
-    }
-    if (header.constants_size != 0 || (exe->features_ & schema::kFeatureCompressedConstants)) {
-      return absl::InvalidArgumentError(
-          "an executable with external weights has a constant segment of its own");
-    }
-    absl::StatusOr<std::shared_ptr<const Segment>> seg = SharedSegment(
-        SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile), ref->hash(), ref->size()},
-        [&] { return LoadWeightsFile(*ref, path, options); });
-    if (!seg.ok()) return seg.status();
-    exe->segment_ = *std::move(seg);
-    exe->weights_hash_ = ref->hash();
-    exe->constant_segment_ = exe->segment_->data;
-    exe->constant_segment_size_ = static_cast<int64_t>(exe->segment_->size);
-  } else if (exe->features_ & schema::kFeatureCompressedConstants) {
-    const absl::Span<const uint8_t> stored =
-        exe->file_->bytes().subspan(header.constants_offset, header.constants_size);
-    absl::StatusOr<std::shared_ptr<const Segment>> seg =
-        SharedSegment(SegmentKey{static_cast<uint8_t>(SegmentSource::kInlineCompressed),
-                                 schema::ContentHash(stored), header.constants_raw_size},
-                      [&] { return Decompress(stored, header.constants_raw_size); });
-    // Hashed (and maybe decompressed): the compressed bytes are not needed again.
-    exe->file_->DropPages(stored);
-    if (!seg.ok()) return seg.status();
-    exe->segment_ = *std::move(seg);
-    exe->constant_segment_ = exe->segment_->data;
-    exe->constant_segment_size_ = static_cast<int64_t>(exe->segment_->size);
-  } else {
-    exe->constant_segment_ = exe->file_->bytes().data() + header.constants_offset;
-    exe->constant_segment_size_ = static_cast<int64_t>(header.constants_size);
-  }
-  // A storage over the constant segment for tensor-valued attributes; the kernels holding
-  // views die with this executable, so it needs no keep-alive of its own.
-  exe->constant_storage_ =
-      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment_),
-                    static_cast<size_t>(exe->constant_segment_size_), Device::kCPU, nullptr);
-  if (fbe.constants()) {
-    for (const fb::Constant* c : *fbe.constants()) {
-      ConstantEntry e;
-      e.dtype = static_cast<DType>(c->dtype());
-      if (c->shape()) e.shape.assign(c->shape()->begin(), c->shape()->end());
-      e.offset = c->offset();
-      e.size = c->size();
-      if (c->is_weight()) {
-        ++exe->num_weights_;
-        exe->weight_bytes_ += static_cast<int64_t>(c->size());
-      }
-      exe->constants_.push_back(std::move(e));
-    }
-  }
-  if (fbe.kernels()) {
-    for (uint32_t i = 0; i < fbe.kernels()->size(); ++i) {
-      const fb::Kernel* k = fbe.kernels()->Get(i);
-      KernelEntry e;
-      e.spec.op = std::string(Sv(k->op()));
-      e.spec.domain = std::string(Sv(k->domain()));
-      e.spec.device = static_cast<Device>(k->device());
-      e.spec.backend = std::string(Sv(k->backend()));
-      auto ports = [](const auto* list, std::vector<PortSpec>& out) {
-        if (list == nullptr) return;
-        for (const fb::Port* p : *list) {
-          out.push_back(
-              {static_cast<ObjectKind>(p->kind()), p->dtype(), p->optional(), p->dynamic()});
-        }
-      };
-      ports(k->inputs(), e.spec.inputs);
-      ports(k->outputs(), e.spec.outputs);
-      for (const PortSpec& p : e.spec.outputs) e.dynamic_outputs.push_back(p.dynamic);
-      if (k->attrs()) {
-        for (const fb::Attribute* a : *k->attrs()) {
-          absl::StatusOr<AttrValue> v = ConvertAttr(*a, *exe, exe->constant_storage_);
-          if (!v.ok()) return v.status();
-          e.spec.attrs[std::string(Sv(a->name()))] = *std::move(v);
-        }
-      }
-      if (e.spec.device == Device::kCUDA && !CudaBuildEnabled() &&
-          !KernelRegistry::Global().HasOp(e.spec.domain, e.spec.op, e.spec.device)) {
-        return absl::UnimplementedError(absl::StrCat("kernel ", i, " (", e.spec.DebugName(),
-                                                     ") runs on the cuda device: this build has "
-                                                     "no CUDA device support"));
-      }
-      absl::StatusOr<std::unique_ptr<Kernel>> kernel =
-          KernelRegistry::Global().Create(e.spec, options.backends);
-      if (!kernel.ok()) {
-        return absl::Status(
-            kernel.status().code(),
-            absl::StrCat("kernel ", i, " (", e.spec.DebugName(), "): ", kernel.status().message()));
-      }
-      e.kernel = *std::move(kernel);
-      exe->max_invoke_arity_ = std::max<uint32_t>(
-          exe->max_invoke_arity_,
-          static_cast<uint32_t>(std::max(e.spec.inputs.size(), e.spec.outputs.size())));
-      exe->kernels_.push_back(std::move(e));
-    }
-  }
-  bool have_main = false;
-  for (uint32_t i = 0; i < fbe.functions()->size(); ++i) {
-    const fb::Function* f = fbe.functions()->Get(i);
-    FunctionEntry e;
-    e.info.name = std::string(Sv(f->name()));
-    have_main |= e.info.name == "main";
-    e.code = f->code()->data();
-    e.code_size = f->code()->size();
-    e.num_scalars = f->scalar_types() ? f->scalar_types()->size() : 0;
-    e.num_objects = f->object_types() ? f->object_types()->size() : 0;
-    e.num_object_params = f->num_object_params();
-    e.num_scalar_params = f->num_scalar_params();
-    e.num_object_results = f->object_results() ? f->object_results()->size() : 0;
-    e.num_sites = f->num_invoke_sites();
-    if (f->object_types()) {
-      for (const fb::ObjectType* t : *f->object_types())
-        e.object_kinds.push_back(static_cast<uint8_t>(t->kind()));
-    }
-    if (f->scalar_types()) {
-      for (fb::ScalarType t : *f->scalar_types()) e.scalar_kinds.push_back(static_cast<uint8_t>(t));
-    }
-    if (const fb::Signature* sig = f->signature()) {
-      e.info.is_entry = true;
-      if (sig->inputs())
-        for (const fb::Param* p : *sig->inputs()) e.info.inputs.push_back(ConvertParam(*p));
-      if (sig->outputs())
-        for (const fb::Param* p : *sig->outputs()) e.info.outputs.push_back(ConvertParam(*p));
-      // An optional's content kind is its register's (the verifier checks the signature's
-      // kinds and dtypes against the registers).
-      for (size_t k = 0;
-           k < e.info.inputs.size() && f->object_types() && k < f->object_types()->size(); ++k) {
-        e.info.inputs[k].elem_kind =
-            static_cast<ObjectKind>(f->object_types()->Get(k)->elem_kind());
-      }
-      for (size_t k = 0;
-           k < e.info.outputs.size() && f->object_results() && k < f->object_results()->size();
-           ++k) {
-        e.info.outputs[k].elem_kind =
-            static_cast<ObjectKind>(f->object_results()->Get(k)->elem_kind());
-      }
-    }
-    if (f->bounds()) {
-      for (const fb::SymbolBound* b : *f->bounds())
-        e.info.bounds.emplace_back(std::string(Sv(b->name())), b->bound());
-    }
-    if (e.info.is_entry) FindOutputAllocs(e, exe->kernels_);
-    exe->functions_.push_back(std::move(e));
-  }
-  (void)have_main;
+  Rep& rep = *exe->rep_;
+  rep.file = std::move(file);
+  rep.fb = verified.executable;
+  rep.features = verified.header.required_features;
+  DYNVM_RETURN_IF_ERROR(MapConstants(rep, verified.header, path, options));
+  LoadConstants(rep);
+  DYNVM_RETURN_IF_ERROR(BindKernels(rep, options));
+  LoadFunctions(rep);
   return std::shared_ptr<const Executable>(std::move(exe));
 }
 
 absl::StatusOr<int> Executable::FindFunction(absl::string_view name) const {
+  const std::vector<FunctionEntry>& functions = rep_->functions;
   if (name.empty()) {
-    for (size_t i = 0; i < functions_.size(); ++i) {
-      if (functions_[i].info.name == "main") return static_cast<int>(i);
+    for (size_t i = 0; i < functions.size(); ++i) {
+      if (functions[i].info.name == "main") return static_cast<int>(i);
     }
-    for (size_t i = 0; i < functions_.size(); ++i) {
-      if (functions_[i].info.is_entry) return static_cast<int>(i);
+    for (size_t i = 0; i < functions.size(); ++i) {
+      if (functions[i].info.is_entry) return static_cast<int>(i);
     }
     return absl::NotFoundError("executable has no entry function (no 'main' and no signature)");
   }
   std::vector<std::string> entries;
-  for (size_t i = 0; i < functions_.size(); ++i) {
-    if (functions_[i].info.name == name) return static_cast<int>(i);
-    if (functions_[i].info.is_entry) entries.push_back(functions_[i].info.name);
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (functions[i].info.name == name) return static_cast<int>(i);
+    if (functions[i].info.is_entry) entries.push_back(functions[i].info.name);
   }
   return absl::NotFoundError(absl::StrCat("no function named '", name,
                                           "'; entry functions: ", absl::StrJoin(entries, ", ")));
 }
 
+absl::StatusOr<FunctionHandle> Executable::ResolveFunction(absl::string_view name) const {
+  DYNVM_ASSIGN_OR_RETURN(int index, FindFunction(name));
+  return FunctionHandle(this, index);
+}
+
 absl::string_view Executable::SourceNode(int function, uint32_t pc) const {
-  if (fb_->debug() == nullptr || fb_->debug()->locations() == nullptr) return {};
-  const auto* locs = fb_->debug()->locations();
+  const fb::Executable* fb = rep_->fb;
+  if (fb->debug() == nullptr || fb->debug()->locations() == nullptr) return {};
+  const auto* locs = fb->debug()->locations();
   // Locations are sorted by (function, pc): binary search for the last one at or before pc
   // within the function.
   uint32_t lo = 0, hi = locs->size();
@@ -518,25 +576,24 @@ absl::StatusOr<StorageRef> Executable::DeviceConstants(DeviceContext& device) co
   if (d <= 0 || d >= kNumDevices) {
     return absl::InvalidArgumentError("DeviceConstants: not a device");
   }
-  std::lock_guard<std::mutex> lock(device_mu_);
-  if (!device_constants_[d]) {
-    absl::StatusOr<StorageRef> st =
-        device.UploadConstant(constant_segment_, static_cast<size_t>(constant_segment_size_));
+  std::lock_guard<std::mutex> lock(rep_->device_mu);
+  if (!rep_->device_constants[d]) {
+    absl::StatusOr<StorageRef> st = device.UploadConstant(
+        rep_->constant_segment, static_cast<size_t>(rep_->constant_segment_size));
     if (!st.ok()) return st.status();
-    device_constants_[d] = *std::move(st);
+    rep_->device_constants[d] = *std::move(st);
   }
-  return device_constants_[d];
+  return rep_->device_constants[d];
 }
 
-absl::string_view Executable::string(uint32_t index) const {
-  return Sv(fb_->strings()->Get(index));
+absl::string_view Executable::Rep::string(uint32_t index) const {
+  return Sv(fb->strings()->Get(index));
 }
 
 std::string Executable::DebugSummary() const {
-  std::string s = absl::StrCat(functions_.size(), " functions, ", kernels_.size(), " kernels, ",
-                               constants_.size(), " constants (", constant_segment_size_,
-                               " bytes, ", num_weights_, " weights)");
-  return s;
+  return absl::StrCat(rep_->functions.size(), " functions, ", rep_->kernels.size(), " kernels, ",
+                      rep_->constants.size(), " constants (", rep_->constant_segment_size,
+                      " bytes, ", rep_->num_weights, " weights)");
 }
 
 }  // namespace dynvm

@@ -28,14 +28,15 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/types.h"
 #include "isa/dtype.h"
-#include "isa/verifier.h"
+#include "isa/verify_limits.h"
 #include "kernels/kernel.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -45,10 +46,25 @@ namespace dynvm {
 namespace schema {
 class MappedFile;
 }  // namespace schema
-namespace fb {
-struct Executable;
-struct Function;
-}  // namespace fb
+
+class Executable;
+
+// A function of one executable, resolved once by name (Executable::ResolveFunction). The VM's
+// methods take it wherever they take a function name (FunctionRef), and RunOptions::handle, so
+// a caller that runs a function by name many times looks the name up once. Plain value.
+class FunctionHandle {
+ public:
+  FunctionHandle() = default;
+  bool valid() const { return exe_ != nullptr; }
+  int index() const { return index_; }  // Executable::function(index())
+  const Executable* executable() const { return exe_; }
+
+ private:
+  friend class Executable;
+  FunctionHandle(const Executable* exe, int index) : exe_(exe), index_(index) {}
+  const Executable* exe_ = nullptr;
+  int index_ = -1;
+};
 
 // LoadOptions, DimInfo, ParamInfo and FunctionInfo are plain values: thread-compatible.
 struct LoadOptions {
@@ -101,36 +117,41 @@ class Executable {
   // Same, from bytes in memory (copied into an aligned buffer).
   static absl::StatusOr<std::shared_ptr<const Executable>> LoadFromBytes(
       absl::Span<const uint8_t> bytes, const LoadOptions& options = {});
+  // The same for the std::string that compiler::Compile and isa::AssembleToBytes return.
+  static absl::StatusOr<std::shared_ptr<const Executable>> LoadFromBytes(
+      absl::string_view bytes, const LoadOptions& options = {});
 
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
 
-  int num_functions() const { return static_cast<int>(functions_.size()); }
-  const FunctionInfo& function(int index) const { return functions_[index].info; }
+  int num_functions() const;
+  const FunctionInfo& function(int index) const;
   // Index of the function named `name`; "" names the default entry ("main", or the first
   // function with a signature). NotFound lists the entry functions.
   absl::StatusOr<int> FindFunction(absl::string_view name) const;
+  // The same lookup, as a handle for the VM's methods and RunOptions::handle.
+  absl::StatusOr<FunctionHandle> ResolveFunction(absl::string_view name) const;
 
   // Constants marked as weights (initializers), and their total bytes.
-  int num_weights() const { return num_weights_; }
-  int64_t weight_bytes() const { return weight_bytes_; }
-  int num_constants() const { return static_cast<int>(constants_.size()); }
-  int64_t constant_segment_bytes() const { return constant_segment_size_; }
-  const uint8_t* constant_segment() const { return constant_segment_; }
+  int num_weights() const;
+  int64_t weight_bytes() const;
+  int num_constants() const;
+  int64_t constant_segment_bytes() const;
+  const uint8_t* constant_segment() const;
 
   // The kernel bound to each kernel-table entry ("matmul.f32.ref" ...).
-  int num_kernels() const { return static_cast<int>(kernels_.size()); }
-  const Kernel& kernel(int index) const { return *kernels_[index].kernel; }
-  const KernelSpec& kernel_spec(int index) const { return kernels_[index].spec; }
+  int num_kernels() const;
+  const Kernel& kernel(int index) const;
+  const KernelSpec& kernel_spec(int index) const;
 
   // The source node recorded for an instruction ("" when stripped or absent).
   absl::string_view SourceNode(int function, uint32_t pc) const;
 
-  uint64_t required_features() const { return features_; }
+  uint64_t required_features() const;
   // Whether the constants come from a separate .dvw file; its content hash (0 if not).
   bool external_weights() const;
-  uint64_t weights_hash() const { return weights_hash_; }
+  uint64_t weights_hash() const;
   // Weight segments (weights files and decompressed segments) alive in this process's
   // registry: each is shared by every executable that refers to it.
   static int SharedSegmentCount();
@@ -142,64 +163,22 @@ class Executable {
   absl::StatusOr<StorageRef> DeviceConstants(DeviceContext& device) const;
   std::string DebugSummary() const;
 
-  // --- internal: used by the VirtualMachine ---
-  struct Segment;  // constants held apart from the file's own mapping (executable.cc)
-  struct KernelEntry {
-    KernelSpec spec;
-    std::unique_ptr<Kernel> kernel;
-    std::vector<bool> dynamic_outputs;
-  };
-  struct ConstantEntry {
-    DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t offset;
-    uint64_t size;
-  };
-  struct FunctionEntry {
-    FunctionInfo info;
-    const uint32_t* code = nullptr;
-    uint32_t code_size = 0;
-    uint32_t num_scalars = 0;
-    uint32_t num_objects = 0;
-    uint32_t num_object_params = 0;
-    uint32_t num_scalar_params = 0;
-    uint32_t num_object_results = 0;
-    uint32_t num_sites = 0;
-    std::vector<uint8_t> object_kinds;  // ObjectKind per register
-    std::vector<uint8_t> scalar_kinds;  // 0 i64, 1 f64, 2 bool per register
-    // (pc, output index): top-level alloc_tensor instructions that make an output's tensor
-    // (its register is written nowhere else and returned by every ret). A VM with a buffer
-    // bound to that output uses the buffer there instead (SetOutputBuffer). Sorted by pc.
-    std::vector<std::pair<uint32_t, uint32_t>> output_allocs;
-  };
-  const FunctionEntry& function_entry(int index) const { return functions_[index]; }
-  const KernelEntry& kernel_entry(int index) const { return kernels_[index]; }
-  const ConstantEntry& constant(int index) const { return constants_[index]; }
-  absl::string_view string(uint32_t index) const;
-  uint32_t max_invoke_arity() const { return max_invoke_arity_; }
+  // Internal: what the VM runs (code, kernel and constant tables). Opaque here; defined in
+  // vm/executable_impl.h, which is not installed.
+  struct Rep;
+  struct FunctionEntry;
+  struct KernelEntry;
+  struct ConstantEntry;
+  struct Segment;
+  const Rep& rep() const { return *rep_; }
 
  private:
-  Executable() = default;
+  Executable();
   static absl::StatusOr<std::shared_ptr<const Executable>> Init(
       std::shared_ptr<const schema::MappedFile> file, const std::string& path,
       const LoadOptions& options);
 
-  std::shared_ptr<const schema::MappedFile> file_;
-  std::shared_ptr<const Segment> segment_;  // external or decompressed constants (shared)
-  uint64_t weights_hash_ = 0;
-  const fb::Executable* fb_ = nullptr;
-  uint64_t features_ = 0;
-  const uint8_t* constant_segment_ = nullptr;
-  int64_t constant_segment_size_ = 0;
-  std::vector<ConstantEntry> constants_;
-  std::vector<KernelEntry> kernels_;
-  std::vector<FunctionEntry> functions_;
-  int num_weights_ = 0;
-  int64_t weight_bytes_ = 0;
-  uint32_t max_invoke_arity_ = 0;
-  StorageRef constant_storage_;  // for tensor-valued kernel attributes
-  mutable std::mutex device_mu_;
-  mutable StorageRef device_constants_[kNumDevices];  // guarded by device_mu_
+  std::unique_ptr<Rep> rep_;
 };
 
 }  // namespace dynvm

@@ -20,7 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "allocator/heap_allocator.h"
-#include "kernels/half.h"
+#include "common/half.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"

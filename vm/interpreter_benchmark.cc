@@ -57,8 +57,7 @@ std::unique_ptr<VirtualMachine> Build(benchmark::State& state, absl::string_view
     state.SkipWithError(std::string(bytes.status().message()).c_str());
     return nullptr;
   }
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(*bytes);
   if (!exe.ok()) {
     state.SkipWithError(std::string(exe.status().message()).c_str());
     return nullptr;

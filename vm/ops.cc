@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/half.h"
+#include "common/half.h"
 
 namespace dynvm::ops {
 namespace {

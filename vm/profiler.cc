@@ -11,6 +11,7 @@
 #include "isa/dtype.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
+#include "vm/executable_impl.h"
 
 namespace dynvm {
 namespace {
@@ -179,7 +180,7 @@ void Profiler::BeginRun(const Executable& exe, int function) {
     for (int f = 0; f < exe.num_functions(); ++f) {
       function_plain_names_[f] = exe.function(f).name;
       function_names_[f] = Intern(absl::StrCat("call ", exe.function(f).name));
-      site_names_[f].assign(exe.function_entry(f).num_sites, -1);
+      site_names_[f].assign(exe.rep().function_entry(f).num_sites, -1);
     }
     loop_names_.clear();
   }

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "isa/assembler.h"
 #include "kernels/tensor.h"
+#include "tests/vm_fixture.h"
 #include "vm/executable.h"
 #include "vm/trace_testing.h"
 #include "vm/virtual_machine.h"
@@ -23,6 +24,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::LoadAssembly;
 
 // Five iterations of: a 4 KiB storage, y1 = x + x into it, y2 = x1 * x1 (in a call, into a
 // fresh 16-byte storage), out = y2 + x; an inner loop of 10 trips that breaks in its second
@@ -69,16 +71,6 @@ constexpr absl::string_view kProgram = R"(
 .end
 )";
 
-std::shared_ptr<const Executable> Load(absl::string_view text) {
-  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  if (!bytes.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  return exe.ok() ? *exe : nullptr;
-}
-
 std::vector<float> Floats(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
@@ -86,7 +78,7 @@ std::vector<float> Floats(const Tensor& t) {
 class ProfilerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    exe_ = Load(kProgram);
+    exe_ = LoadAssembly(kProgram);
     ASSERT_NE(exe_, nullptr);
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe_);
     ASSERT_TRUE(vm.ok()) << vm.status();
@@ -312,7 +304,7 @@ TEST_F(ProfilerTest, AFailedRunClosesItsSpans) {
 TEST(ProfilerJsonTest, NamesFromTheFileAreEscaped) {
   // A source node name with a quote, a backslash, a control byte, a byte that is not UTF-8 and
   // a valid two-byte character.
-  std::shared_ptr<const Executable> exe = Load(R"(
+  std::shared_ptr<const Executable> exe = LoadAssembly(R"(
 .kernel "Add" in(f32, f32) out(f32)
 .function main
   .params 1 0

@@ -7,13 +7,15 @@
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
 #include "isa/opcodes.h"
+#include "vm/executable_impl.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
+#include "vm/vm_testing.h"
 
 namespace dynvm {
 
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> e, const VmOptions& o)
-    : exe(std::move(e)), options(o) {}
+    : executable(std::move(e)), exe(&executable->rep()), options(o) {}
 
 absl::Status VirtualMachine::Impl::Init() {
   PoolAllocator::Options popts;
@@ -24,10 +26,10 @@ absl::Status VirtualMachine::Impl::Init() {
   ctx.set_num_threads(std::max(1, options.num_threads));
   // One read-only storage over the constant segment per VM: its reference count is this VM's
   // alone (no contention between threads), and a tensor that escapes keeps the executable alive.
-  std::shared_ptr<const Executable> keep = exe;
+  std::shared_ptr<const Executable> keep = executable;
   const_storage =
-      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment()),
-                    static_cast<size_t>(exe->constant_segment_bytes()), Device::kCPU,
+      Storage::Wrap(Storage::Kind::kConstant, const_cast<uint8_t*>(exe->constant_segment),
+                    static_cast<size_t>(exe->constant_segment_size), Device::kCPU,
                     [keep]() mutable { keep.reset(); });
   constants.reserve(exe->num_constants());
   for (int i = 0; i < exe->num_constants(); ++i) {
@@ -81,7 +83,7 @@ absl::Status VirtualMachine::Impl::PrepareDeviceInvoke(const Executable::KernelE
     if (t->device() == Device::kCPU && k.kernel->ReadsInputOnHost(static_cast<int>(j))) continue;
     if (t->storage().get() == const_storage.get()) {
       if (!device_constants) {
-        absl::StatusOr<StorageRef> st = exe->DeviceConstants(**d);
+        absl::StatusOr<StorageRef> st = executable->DeviceConstants(**d);
         if (!st.ok()) return st.status();
         device_constants = *std::move(st);
       }
@@ -146,7 +148,7 @@ absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function,
   const auto op = static_cast<isa::Opcode>(f.code[pc] & 0xFF);
   std::string where =
       absl::StrCat("function '", f.info.name, "' pc ", pc, " (", isa::GetOpcodeInfo(op).mnemonic);
-  absl::string_view node = exe->SourceNode(function, pc);
+  absl::string_view node = executable->SourceNode(function, pc);
   if (!node.empty()) absl::StrAppend(&where, ", node '", node, "'");
   return absl::Status(s.code(), absl::StrCat(where, "): ", s.message()));
 }
@@ -265,7 +267,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     s = Execute(function, 0, target);
   } else {
     profiler = run.profiler;
-    profiler->BeginRun(*exe, function);
+    profiler->BeginRun(*executable, function);
     SampleMemory();
     s = ExecuteProfiled(function, 0, target);
   }
@@ -317,18 +319,16 @@ absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(
   return vm;
 }
 
-absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(
-    absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   std::vector<std::string> names;
   for (const ParamInfo& p : exe_->function(*f).inputs) names.push_back(p.name);
   return names;
 }
 
-absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(
-    absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   std::vector<std::string> names;
   for (const ParamInfo& p : exe_->function(*f).outputs) names.push_back(p.name);
@@ -352,8 +352,8 @@ absl::StatusOr<int> FindParam(const std::vector<ParamInfo>& params, absl::string
 }  // namespace
 
 absl::Status VirtualMachine::SetInput(absl::string_view name, const Tensor& value,
-                                      absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                      FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   absl::StatusOr<int> index =
       FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
@@ -390,8 +390,8 @@ absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& 
 
 }  // namespace
 
-absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+absl::Status VirtualMachine::SetInput(int index, const Tensor& value, FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckInputValue(exe_->function(*f), index, value); !s.ok()) return s;
   absl::StatusOr<Tensor> copy =
@@ -406,8 +406,8 @@ absl::Status VirtualMachine::SetInput(int index, const Tensor& value, absl::stri
 }
 
 absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tensor& value,
-                                              absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                              FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   absl::StatusOr<int> index =
       FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
@@ -428,8 +428,8 @@ absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tens
 }
 
 absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tensor& buffer,
-                                             absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                             FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   const FunctionInfo& info = exe_->function(*f);
   absl::StatusOr<int> index = FindParam(info.outputs, name, "output", info.name);
@@ -521,14 +521,25 @@ absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> VirtualMachine::Resolve(const FunctionRef& function) const {
+  if (!function.is_handle()) return exe_->FindFunction(function.name());
+  const FunctionHandle& h = function.handle();
+  if (h.executable() != exe_.get() || h.index() < 0 || h.index() >= exe_->num_functions()) {
+    return absl::InvalidArgumentError(
+        "the function handle was resolved by another executable than this VM's");
+  }
+  return h.index();
+}
+
 absl::Status VirtualMachine::Run(const RunOptions& options) {
-  absl::StatusOr<int> f = exe_->FindFunction(options.function);
+  absl::StatusOr<int> f =
+      options.handle.valid() ? Resolve(options.handle) : exe_->FindFunction(options.function);
   if (!f.ok()) return f.status();
   return impl_->RunFunction(*f, options, &last_iterations_);
 }
 
-absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   if (!impl_->outputs_valid[*f]) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -547,7 +558,7 @@ absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(absl::string_view
   return tensors;
 }
 
-absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, absl::string_view function) const {
+absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, FunctionRef function) const {
   absl::StatusOr<ObjectValue> v = GetOutputValue(index, function);
   if (!v.ok()) return v.status();
   if (v->kind != ObjectKind::kTensor) {
@@ -557,9 +568,8 @@ absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, absl::string_view fu
   return v->tensor;
 }
 
-absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index,
-                                                           absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   const FunctionInfo& info = exe_->function(*f);
   if (!impl_->outputs_valid[*f]) {
@@ -590,8 +600,8 @@ absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index,
 }
 
 absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view name,
-                                                           absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                                           FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   absl::StatusOr<int> index =
       FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
@@ -600,8 +610,8 @@ absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view nam
 }
 
 absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectValue& value,
-                                           absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                           FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   absl::StatusOr<int> index =
       FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
@@ -610,8 +620,8 @@ absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectV
 }
 
 absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
-                                           absl::string_view function) {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                           FunctionRef function) {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   const FunctionInfo& info = exe_->function(*f);
   if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
@@ -723,8 +733,8 @@ std::string ObjectValue::DebugString() const {
 }
 
 absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name,
-                                                 absl::string_view function) const {
-  absl::StatusOr<int> f = exe_->FindFunction(function);
+                                                 FunctionRef function) const {
+  absl::StatusOr<int> f = Resolve(function);
   if (!f.ok()) return f.status();
   absl::StatusOr<int> index =
       FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
@@ -745,12 +755,8 @@ void VirtualMachine::Trim() {
     }
   }
   impl_->pool->Trim();
-  if (impl_->cuda != nullptr) {
-    if (auto* device_pool = dynamic_cast<CudaAllocator*>(&impl_->cuda->allocator())) {
-      // Blocks still read by queued work must not reach cudaFree before it is done.
-      if (impl_->cuda->Synchronize().ok()) device_pool->Trim();
-    }
-  }
+  // Blocks still read by queued device work must not reach cudaFree before it is done.
+  if (impl_->cuda != nullptr && impl_->cuda->Synchronize().ok()) impl_->cuda->allocator().Trim();
 }
 
 absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
@@ -764,7 +770,12 @@ absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
   if (absl::Status s = impl_->cuda->Copy(t, *host); !s.ok()) return s;
   return host;
 }
-void VirtualMachine::FailNthAllocation(int64_t n) { impl_->pool->FailNthAllocation(n); }
 void VirtualMachine::set_num_threads(int n) { impl_->ctx.set_num_threads(std::max(1, n)); }
+
+namespace testing {
+void FailNthAllocation(VirtualMachine& vm, int64_t n) {
+  VmAccess::impl(vm).pool->FailNthAllocation(n);
+}
+}  // namespace testing
 
 }  // namespace dynvm

@@ -32,6 +32,28 @@
 namespace dynvm {
 
 class Profiler;
+class VmAccess;  // vm/vm_impl.h: the interpreter's and the test hooks' access to the VM's state
+
+// Names a function for the VM's methods: by name ("" = the default entry, "main"), looked up at
+// each call, or by a FunctionHandle that Executable::ResolveFunction looked up once. Implicit
+// from either, so callers pass a string or a handle. Non-owning, like absl::string_view: only
+// for parameters.
+class FunctionRef {
+ public:
+  FunctionRef() = default;
+  FunctionRef(absl::string_view name) : name_(name) {}            // NOLINT: implicit by design
+  FunctionRef(const char* name) : name_(name) {}                  // NOLINT
+  FunctionRef(const std::string& name) : name_(name) {}           // NOLINT
+  FunctionRef(const FunctionHandle& handle) : handle_(handle) {}  // NOLINT
+
+  bool is_handle() const { return handle_.valid(); }
+  absl::string_view name() const { return name_; }
+  const FunctionHandle& handle() const { return handle_; }
+
+ private:
+  absl::string_view name_;
+  FunctionHandle handle_;
+};
 
 // Cancels runs from any thread. A run checks the token at every loop back edge and call.
 // Thread safety: thread-safe (Cancel, Reset and cancelled may be called from any thread).
@@ -75,6 +97,9 @@ struct RunMemoryStats {
 
 struct RunOptions {
   std::string function;  // "" = the default entry ("main")
+  // When valid, the function to run, resolved once (Executable::ResolveFunction); `function`
+  // is then ignored.
+  FunctionHandle handle;
   absl::Time deadline = absl::InfiniteFuture();
   const CancellationToken* cancel = nullptr;
   EmitCallback on_emit;
@@ -114,14 +139,13 @@ class VirtualMachine {
 
   // Names of the real inputs and of the outputs of `function` ("" = default entry). Weights
   // are constants of the executable, never inputs.
-  absl::StatusOr<std::vector<std::string>> input_names(absl::string_view function = "") const;
-  absl::StatusOr<std::vector<std::string>> output_names(absl::string_view function = "") const;
+  absl::StatusOr<std::vector<std::string>> input_names(FunctionRef function = {}) const;
+  absl::StatusOr<std::vector<std::string>> output_names(FunctionRef function = {}) const;
 
   // Binds an input by name or index, copying its data into the VM's pool. The dtype must match
   // the signature; the rank and fixed dims are checked at Run.
-  absl::Status SetInput(absl::string_view name, const Tensor& value,
-                        absl::string_view function = "");
-  absl::Status SetInput(int index, const Tensor& value, absl::string_view function = "");
+  absl::Status SetInput(absl::string_view name, const Tensor& value, FunctionRef function = {});
+  absl::Status SetInput(int index, const Tensor& value, FunctionRef function = {});
   // Binds the caller's tensor without a copy. The VM only reads it; the tensor's storage is
   // kept alive by the binding until it is replaced or the VM is destroyed. REQUIRES nothing of
   // alignment beyond the dtype's natural alignment, which is checked (InvalidArgument
@@ -133,13 +157,13 @@ class VirtualMachine {
   // before it is bound, and an input bound without a copy is never copied by the VM.
   // Misaligned data is an error, never a silent copy.
   absl::Status SetInputZeroCopy(absl::string_view name, const Tensor& value,
-                                absl::string_view function = "");
+                                FunctionRef function = {});
   // Binds an input of any kind (a sequence or optional input needs this form), copying each
   // tensor. The kind (and an optional's content kind) and the dtype must match the
   // signature; element ranks and fixed dims are checked at Run.
   absl::Status SetInputValue(absl::string_view name, const ObjectValue& value,
-                             absl::string_view function = "");
-  absl::Status SetInputValue(int index, const ObjectValue& value, absl::string_view function = "");
+                             FunctionRef function = {});
+  absl::Status SetInputValue(int index, const ObjectValue& value, FunctionRef function = {});
 
   // Binds a caller-owned buffer to output `name` of `function`: after every successful Run the
   // output is in the buffer, and GetOutput returns a tensor over it. When the program makes
@@ -154,7 +178,7 @@ class VirtualMachine {
   // `buffer`) or the VM is destroyed. Each run overwrites it: a GetOutput tensor from an earlier
   // run views the same memory.
   absl::Status SetOutputBuffer(absl::string_view name, const Tensor& buffer,
-                               absl::string_view function = "");
+                               FunctionRef function = {});
   // Outputs of the last run that were copied into their bound buffer instead of being
   // written there in place.
   int last_run_output_copies() const;
@@ -164,16 +188,16 @@ class VirtualMachine {
   // earlier runs that the caller already holds stay valid.
   absl::Status Run(const RunOptions& options = {});
 
-  absl::StatusOr<Tensor> GetOutput(absl::string_view name, absl::string_view function = "") const;
-  absl::StatusOr<Tensor> GetOutput(int index, absl::string_view function = "") const;
+  absl::StatusOr<Tensor> GetOutput(absl::string_view name, FunctionRef function = {}) const;
+  absl::StatusOr<Tensor> GetOutput(int index, FunctionRef function = {}) const;
   // The outputs of the last run of `function`, in signature order, if that run succeeded.
   // GetOutput and GetOutputs return tensors: InvalidArgument for a sequence or optional output
   // (use GetOutputValue).
-  absl::StatusOr<std::vector<Tensor>> GetOutputs(absl::string_view function = "") const;
+  absl::StatusOr<std::vector<Tensor>> GetOutputs(FunctionRef function = {}) const;
   // An output of any kind (ParamInfo::kind in executable().function(i).outputs says which).
   absl::StatusOr<ObjectValue> GetOutputValue(absl::string_view name,
-                                             absl::string_view function = "") const;
-  absl::StatusOr<ObjectValue> GetOutputValue(int index, absl::string_view function = "") const;
+                                             FunctionRef function = {}) const;
+  absl::StatusOr<ObjectValue> GetOutputValue(int index, FunctionRef function = {}) const;
 
   // Pool statistics (bytes in use, peak, calls into the system allocator).
   AllocatorStats memory_stats() const;
@@ -188,14 +212,15 @@ class VirtualMachine {
   RunMemoryStats last_run_memory() const;
   // Returns cached pool memory to the system; bound inputs and outputs stay.
   void Trim();
-  // Fault injection for tests: the n-th allocation from now fails.
-  void FailNthAllocation(int64_t n);
   void set_num_threads(int n);
 
-  class Impl;
-
  private:
+  friend class VmAccess;
+  class Impl;
   VirtualMachine() = default;
+  // The index of `function` in the executable: its handle's (checked to be this executable's),
+  // or its name's.
+  absl::StatusOr<int> Resolve(const FunctionRef& function) const;
   std::shared_ptr<const Executable> exe_;
   std::unique_ptr<Impl> impl_;
   int64_t last_iterations_ = 0;

@@ -12,6 +12,7 @@
 #include "kernels/kernel.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
+#include "vm/executable_impl.h"
 #include "vm/profiler.h"
 #include "vm/virtual_machine.h"
 
@@ -67,7 +68,8 @@ class VirtualMachine::Impl {
   absl::Status Execute(int function, int depth, const ReturnTarget& ret);
   absl::Status ExecuteProfiled(int function, int depth, const ReturnTarget& ret);
 
-  std::shared_ptr<const Executable> exe;
+  std::shared_ptr<const Executable> executable;
+  const Executable::Rep* exe;  // executable's internals (vm/executable_impl.h)
   VmOptions options;
   std::shared_ptr<PoolAllocator> pool;
   // The CUDA device's context (stream, cuBLAS handle, device pool), made by the first
@@ -145,6 +147,12 @@ class VirtualMachine::Impl {
   absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outputs);
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
   absl::Status CheckInterrupts() const;
+};
+
+// The VM's internal state, for the interpreter's helpers and the test hooks (vm/vm_testing.h).
+class VmAccess {
+ public:
+  static VirtualMachine::Impl& impl(VirtualMachine& vm) { return *vm.impl_; }
 };
 
 }  // namespace dynvm

@@ -103,8 +103,7 @@ std::vector<Tensor> CompileAndRun(Module& m,
   absl::StatusOr<CompileResult> r = Compile(m);
   EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
   if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return {};
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);

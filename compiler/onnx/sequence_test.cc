@@ -104,8 +104,7 @@ absl::StatusOr<Compiled> CompileModel(const Maker& m) {
   if (!module.ok()) return module.status();
   absl::StatusOr<CompileResult> r = Compile(**module);
   if (!r.ok()) return r.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
   if (!exe.ok()) return exe.status();
   return Compiled{*std::move(r), *std::move(exe)};
 }

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/half.h"
+#include "common/half.h"
 #include "kernels/kernel.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"

@@ -5,9 +5,9 @@
 #include <random>
 #include <vector>
 
+#include "common/half.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 #include "kernels/testing.h"
 
 namespace dynvm {

@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
+#include "common/half.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 #include "kernels/testing.h"
 
 namespace dynvm {

@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allocator/heap_allocator.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 

@@ -6,9 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include "common/half.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
 #include "kernels/testing.h"
 
 namespace dynvm {

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/half.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "compiler/onnx/tensor_proto.h"
-#include "kernels/half.h"
 #include "onnx/onnx-data.pb.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
@@ -334,8 +334,8 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
   if (!compiled.ok()) return refused(compiled.status(), "compile");
   LoadOptions load;
   load.backends = options.backends;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()}, load);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes, load);
   if (!exe.ok()) return refused(exe.status(), "load");
   absl::StatusOr<std::vector<std::string>> sets = DataSets(case_dir);
   if (!sets.ok()) return refused(sets.status(), "data");

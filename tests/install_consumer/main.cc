@@ -1,35 +1,82 @@
-// Assembles a one-function program, loads it and runs it through the installed dynvm.
+// Compiles an ONNX model (mlp.onnx: y = Relu(x @ W + b), made by make_mlp.py) with an installed
+// dynvm, runs it with the default kernels (oneDNN when the package has it) and checks the
+// outputs against the values NumPy gives (make_mlp.py prints them).
+#include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
-#include "isa/assembler.h"
-#include "vm/executable.h"
-#include "vm/virtual_machine.h"
+#include "dynvm/compiler/compiler.h"
+#include "dynvm/compiler/onnx/onnx_importer.h"
+#include "dynvm/vm/executable.h"
+#include "dynvm/vm/virtual_machine.h"
+
+int ConsumerPublicHeadersCompile();
+
+namespace {
+
+int Fail(const char* what, const absl::Status& s) {
+  std::fprintf(stderr, "consumer: %s: %s\n", what, std::string(s.message()).c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main() {
-  const char* text = R"(
-.string "sum"
-.function main
-  .params 0 0
-  .sregs i64 i64 bool i64
-  .entry
-  const_i %s1, 0
-  loop %s0, 10
-    add_i %s1, %s1, %s0
-  endloop
-  const_i %s3, 45
-  eq_i %s2, %s1, %s3
-  assert %s2, str0
-  ret (), ()
-.end
-)";
-  absl::StatusOr<std::string> bytes = dynvm::isa::AssembleToBytes(text);
-  if (!bytes.ok()) return 1;
-  auto exe = dynvm::Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
-  if (!exe.ok()) return 2;
+  if (ConsumerPublicHeadersCompile() != 1) return 1;
+  auto module = dynvm::compiler::onnx::ImportOnnxFile(DYNVM_CONSUMER_MODEL);
+  if (!module.ok()) return Fail("import", module.status());
+  dynvm::compiler::CompileOptions options;
+  options.bounds = {{"batch", 4}};
+  auto compiled = dynvm::compiler::Compile(**module, options);
+  if (!compiled.ok()) return Fail("compile", compiled.status());
+  auto exe = dynvm::Executable::LoadFromBytes(compiled->bytes);
+  if (!exe.ok()) return Fail("load", exe.status());
+
+  // The MatMul runs on the package's preferred backend: oneDNN when it was built with it.
+  bool matmul_bound = false;
+  for (int k = 0; k < (*exe)->num_kernels(); ++k) {
+    if ((*exe)->kernel_spec(k).op != "MatMul") continue;
+    const std::string name = (*exe)->kernel(k).name();
+    std::printf("consumer: MatMul -> %s\n", name.c_str());
+    const bool dnnl = name.find(".dnnl") != std::string::npos;
+    if (dnnl != static_cast<bool>(DYNVM_CONSUMER_WITH_DNNL)) {
+      std::fprintf(stderr, "consumer: MatMul bound to %s\n", name.c_str());
+      return 1;
+    }
+    matmul_bound = true;
+  }
+  if (!matmul_bound) {
+    std::fprintf(stderr, "consumer: no MatMul kernel in the executable\n");
+    return 1;
+  }
+
   auto vm = dynvm::VirtualMachine::Create(*exe);
-  if (!vm.ok()) return 3;
-  absl::Status s = (*vm)->Run();
-  std::printf("consumer: %s\n", s.ok() ? "ok" : std::string(s.message()).c_str());
-  return s.ok() ? 0 : 4;
+  if (!vm.ok()) return Fail("create", vm.status());
+  auto main_fn = (*exe)->ResolveFunction("main");
+  if (!main_fn.ok()) return Fail("resolve", main_fn.status());
+  auto x =
+      dynvm::Tensor::FromVector<float>(dynvm::DType::kF32, {2, 4}, {1, 2, 3, 4, -1, 0.5f, 0, 2});
+  if (!x.ok()) return Fail("input", x.status());
+  if (absl::Status s = (*vm)->SetInput("x", *x, *main_fn); !s.ok()) return Fail("set input", s);
+  dynvm::RunOptions run;
+  run.handle = *main_fn;
+  if (absl::Status s = (*vm)->Run(run); !s.ok()) return Fail("run", s);
+  auto y = (*vm)->GetOutput("y", *main_fn);
+  if (!y.ok()) return Fail("output", y.status());
+
+  const std::vector<float> want = {6.5f, 3.0f, 5.75f, 0.0f, 3.5f, 2.75f};
+  if (y->dims().size() != 2 || y->dims()[0] != 2 || y->dims()[1] != 3) {
+    std::fprintf(stderr, "consumer: output has the wrong shape\n");
+    return 1;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float got = y->data<float>()[i];
+    if (std::fabs(got - want[i]) > 1e-5f) {
+      std::fprintf(stderr, "consumer: y[%zu] = %g, want %g\n", i, got, want[i]);
+      return 1;
+    }
+  }
+  std::printf("consumer: ok\n");
+  return 0;
 }

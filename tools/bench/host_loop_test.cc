@@ -28,8 +28,8 @@ std::shared_ptr<const Executable> Compile(const std::string& file) {
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module);
   EXPECT_TRUE(compiled.ok()) << compiled.status();
   if (!compiled.ok()) return nullptr;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes);
   EXPECT_TRUE(exe.ok()) << exe.status();
   return exe.ok() ? *exe : nullptr;
 }

@@ -36,8 +36,8 @@ class CharLmTest : public ::testing::Test {
     options.bounds = {{"batch", 4}, {"prompt_len", 64}};
     absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
-    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-        {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+    absl::StatusOr<std::shared_ptr<const Executable>> exe =
+        Executable::LoadFromBytes(compiled->bytes);
     ASSERT_TRUE(exe.ok()) << exe.status();
     exe_ = new std::shared_ptr<const Executable>(*exe);
   }

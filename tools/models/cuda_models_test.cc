@@ -39,8 +39,8 @@ TEST_P(CudaModelTest, TokensMatchTheCpu) {
   for (const compiler::KernelReport& k : compiled->kernels)
     on_device += absl::StrContains(k.chosen, ".cuda");
   EXPECT_GT(on_device, 0) << compiled->ReportText();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes);
   ASSERT_TRUE(exe.ok()) << exe.status();
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
   ASSERT_TRUE(vm.ok()) << vm.status();

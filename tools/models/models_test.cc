@@ -40,8 +40,8 @@ void RunModel(const std::string& name, const compiler::CompileOptions& options) 
   ASSERT_TRUE(module.ok()) << module.status();
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, options);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes);
   ASSERT_TRUE(exe.ok()) << exe.status();
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
   ASSERT_TRUE(vm.ok()) << vm.status();
@@ -118,8 +118,8 @@ TEST(ExportedGruTest, StateCarriedThroughAnIfMatchesPyTorchOnEveryCompile) {
     if (attempt == 0) first_bytes = compiled->bytes;
     EXPECT_TRUE(compiled->bytes == first_bytes)
         << "compile " << attempt << " differs from the first";
-    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-        {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+    absl::StatusOr<std::shared_ptr<const Executable>> exe =
+        Executable::LoadFromBytes(compiled->bytes);
     ASSERT_TRUE(exe.ok()) << exe.status();
     absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
     ASSERT_TRUE(vm.ok()) << vm.status();

@@ -33,8 +33,8 @@ TEST_P(DecodeTraceTest, TraceOfTheDecodeHasTheExpectedSpans) {
   ASSERT_TRUE(module.ok()) << module.status();
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, {});
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
-      {reinterpret_cast<const uint8_t*>(compiled->bytes.data()), compiled->bytes.size()});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes);
   ASSERT_TRUE(exe.ok()) << exe.status();
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
   ASSERT_TRUE(vm.ok()) << vm.status();
