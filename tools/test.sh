@@ -78,14 +78,29 @@ sanitize_and_fuzz() {
   local seed=${DYNVM_FUZZ_SEED:-1}
   local runs=${DYNVM_FUZZ_RUNS:--1}
   local failed=0
-  for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
-    local name
-    name=$(basename "$fuzzer")
+  # The fuzzers CMake declared (dynvm_fuzzer writes build/asan/fuzz_corpus_dirs/NAME): each
+  # must have been built and have its corpus, and there must be some; a missing one fails the
+  # stage rather than passing it unfuzzed.
+  local names
+  names=$(ls build/asan/fuzz_corpus_dirs 2>/dev/null | sort || true)
+  if [ -z "$names" ]; then
+    echo "!!! no fuzzers declared in build/asan (DYNVM_BUILD_FUZZERS=ON with clang)"
+    return 1
+  fi
+  local name
+  for name in $names; do
+    local fuzzer
+    fuzzer=$(find build/asan -maxdepth 3 -type f -name "$name" -perm -u+x | head -1)
     local corpus
-    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name" 2>/dev/null || true)
+    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name")
+    if [ -z "$fuzzer" ] || [ ! -d "$corpus" ]; then
+      echo "!!! $name: no fuzzer binary under build/asan, or no corpus at '$corpus'"
+      failed=1
+      continue
+    fi
     local work="build/asan/fuzz_work/$name"
     rm -rf "$work" && mkdir -p "$work/corpus"
-    if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work/corpus"/; fi
+    cp -r "$corpus"/. "$work/corpus"/
     echo "--- $name for ${seconds}s, seed $seed"
     if "$fuzzer" -max_total_time="$seconds" -runs="$runs" -seed="$seed" -print_final_stats=1 \
          -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1; then
@@ -97,6 +112,7 @@ sanitize_and_fuzz() {
       failed=1
     fi
   done
+  echo "fuzzers run: $(echo $names | wc -w)"
   return $failed
 }
 
