@@ -1,5 +1,6 @@
 #include "isa/assembler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -372,6 +373,10 @@ absl::StatusOr<std::string> EncodeValues(const std::vector<std::string>& items, 
 
 // ---- the assembler proper ----
 
+// The most bytes of `external` constants (a weights-apart executable) AssembleToBytes lays out:
+// it builds the layout in memory.
+constexpr int64_t kMaxExternalBytes = int64_t{512} << 20;
+
 class Assembler {
  public:
   absl::StatusOr<Assembly> Run(absl::string_view text);
@@ -588,8 +593,10 @@ absl::Status Assembler::ConstDirective(const std::vector<std::string>& w) {
   if (!have_data) return Err(".const needs hex:, values: or external");
   if (!external && (declared_offset >= 0 || declared_size >= 0))
     return Err("offset= and size= are for external constants");
-  if (external && declared_size > (int64_t{1} << 40))
-    return Err(absl::StrCat("external constant of ", declared_size, " bytes"));
+  if (external && declared_size > kMaxExternalBytes) {
+    return Err(absl::StrCat("external constant of ", declared_size, " bytes: vm-as lays out at ",
+                            "most ", kMaxExternalBytes, " bytes of external constants"));
+  }
   exe.constants.push_back(std::move(c));
   out_.constants.push_back(std::move(data));
   out_.external_layout.push_back({declared_offset, declared_size});
@@ -1014,13 +1021,24 @@ absl::StatusOr<std::string> AssembleToBytes(absl::string_view text) {
   // An executable whose constants live in a weights file (.weights) holds no constant data;
   // its constants keep the offsets and sizes the text declares. The writer lays constants out
   // in table order, 64-byte aligned, so a layout it would not make is refused below.
-  std::vector<std::string> placeholders(a.constants.size());
+  // The layout is made in memory (one zero block that every external constant views, and the
+  // writer's segment), so the external constants may add up to kMaxExternalBytes.
   std::vector<absl::string_view> data(a.constants.begin(), a.constants.end());
+  int64_t total = 0, largest = 0;
+  for (const Assembly::Layout& l : a.external_layout) {
+    total += std::max<int64_t>(l.size, 0);
+    largest = std::max(largest, l.size);
+  }
+  if (a.exe->weights != nullptr && total > kMaxExternalBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("external constants of ", total,
+                                                   " bytes in all: vm-as lays out at most ",
+                                                   kMaxExternalBytes));
+  }
+  const std::string zeros(a.exe->weights != nullptr ? static_cast<size_t>(largest) : 0, '\0');
   for (size_t i = 0; i < data.size(); ++i) {
     const int64_t size = a.external_layout[i].size;
     if (a.exe->weights != nullptr && size >= 0) {
-      placeholders[i].assign(static_cast<size_t>(size), '\0');
-      data[i] = placeholders[i];
+      data[i] = absl::string_view(zeros.data(), static_cast<size_t>(size));
     }
   }
   schema::WriteOptions options;

@@ -208,6 +208,37 @@ TEST_F(CliTest, AssemblerErrorsNameTheLine) {
   EXPECT_FALSE(std::filesystem::exists(Path("bad.dvm")));
 }
 
+// What vm-dis prints for weights-apart executables is checked when read back: offset= and
+// size= only on external constants, within vm-as's layout limit, and where the writer's layout
+// (table order, 64-byte aligned) puts them; storage:DTYPE takes a dtype only.
+TEST_F(CliTest, ExternalConstantLayoutIsChecked) {
+  const std::string head = ".weights \"w.dvw\" hash=18446744073709551615 size=128\n";
+  const std::string tail = ".function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n";
+  const struct {
+    const char* name;
+    std::string text;
+    const char* error;
+  } cases[] = {
+      {"inline", ".const f32 [1] hex:00000000 offset=0\n" + tail,
+       "line 1: offset= and size= are for external constants"},
+      {"huge", head + ".const f32 [1] external offset=0 size=1099511627776\n" + tail,
+       "line 2: external constant of 1099511627776 bytes"},
+      {"moved",
+       head + ".const f32 [16] external offset=0 size=64\n" +
+           ".const f32 [16] external offset=128 size=64\n" + tail,
+       "constant 1: offset=128 is not where the layout puts it (64"},
+      {"storage", ".function main\n  .params 0 0\n  .oregs storage:f32:f32\n  ret (), ()\n.end\n",
+       "line 3: expected storage or storage:DTYPE"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Write("x.s", c.text);
+    Result r = Run(DYNVM_VM_AS, {Path("x.s"), "-o", Path("x.dvm")});
+    ExpectCleanError(r, "vm-as");
+    EXPECT_THAT(r.err, HasSubstr(c.error));
+  }
+}
+
 TEST_F(CliTest, VerifierErrorsNameTheLine) {
   // %s1 is read before it is written: the verifier refuses it, and vm-as maps its pc to line 7.
   Write("unassigned.s",
