@@ -33,7 +33,7 @@ namespace {
 constexpr int64_t kWidth = 2048;
 constexpr int kLayers = 6;  // 6 x 2048 x 2048 x 4 bytes = 96 MiB of weights
 
-int64_t ResidentBytes() {
+[[maybe_unused]] int64_t ResidentBytes() {  // not in sharing_instances_test
   FILE* f = std::fopen("/proc/self/statm", "r");
   long pages = 0, resident = 0;
   if (f != nullptr) {
@@ -60,7 +60,7 @@ absl::StatusOr<compiler::CompileResult> CompileBigModel(
 }
 
 // Runs `exe` once on a constant input (every weight page is read).
-void RunOnce(const std::shared_ptr<const Executable>& exe) {
+[[maybe_unused]] void RunOnce(const std::shared_ptr<const Executable>& exe) {
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
   ASSERT_TRUE(vm.ok()) << vm.status();
   ASSERT_TRUE((*vm)
@@ -83,6 +83,7 @@ std::string BigModelPath() {
   return path;
 }
 
+#ifndef DYNVM_SHARING_INSTANCES_ONLY  // sharing_instances_test: the multi-VM test alone
 TEST(SharingTest, LoadingMapsTheWeightsWithoutReadingThem) {
   const std::string path = BigModelPath();
   ASSERT_FALSE(path.empty());
@@ -169,6 +170,8 @@ TEST(SharingTest, ExecutablesReferringToOneWeightsFileShareOneCopy) {
   }
   std::filesystem::remove_all(dir);
 }
+
+#endif  // DYNVM_SHARING_INSTANCES_ONLY
 
 // The child processes' peak resident set size comes from the kernel (wait4's ru_maxrss: the
 // VmHWM of the child), not from what the child prints. A forked child's high-water mark starts

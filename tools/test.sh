@@ -128,9 +128,8 @@ thread_sanitize() {
   CC=clang CXX=clang++ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNVM_SANITIZE=thread \
     -DDYNVM_WITH_ONNX=OFF -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
   local targets
-  # The executables the threading tests run (a test may run a binary under another name).
-  targets=$(cd build/tsan && ctest --show-only=json-v1 -L threads | tr -d '\n ' |
-    grep -o '"command":\["[^"]*"' | sed 's/.*\///; s/"$//' | sort -u)
+  # Each threading test is the executable of its name (dynvm_test).
+  targets=$(cd build/tsan && ctest -N -L threads | sed -n 's/^ *Test *#[0-9]*: *//p')
   if [ -z "$targets" ]; then echo "!!! no threading tests"; return 1; fi
   # shellcheck disable=SC2086
   cmake --build build/tsan -j"$JOBS" --target $targets
