@@ -1,5 +1,6 @@
 #include "isa/assembler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
@@ -206,8 +208,16 @@ absl::StatusOr<fb::ObjectType> ParseObjectType(absl::string_view s) {
   absl::StatusOr<fb::ObjectKind> kind = ParseKindWord(parts[0]);
   if (!kind.ok()) return kind.status();
   if (*kind == fb::ObjectKind::Storage) {
-    if (parts.size() != 1) return absl::InvalidArgumentError("storage takes no dtype");
-    return fb::ObjectType(fb::ObjectKind::Storage, kAnyDType, fb::ObjectKind::Tensor);
+    // A storage has no element type; `storage:DTYPE` keeps the byte a compiler wrote there
+    // (vm-compile writes 0, vm-as 255: "any"), so that vm-dis | vm-as gives back the same file.
+    if (parts.size() > 2) return absl::InvalidArgumentError("expected storage or storage:DTYPE");
+    uint8_t dtype = kAnyDType;
+    if (parts.size() == 2) {
+      absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[1], false);
+      if (!dt.ok()) return dt.status();
+      dtype = *dt;
+    }
+    return fb::ObjectType(fb::ObjectKind::Storage, dtype, fb::ObjectKind::Tensor);
   }
   if (*kind == fb::ObjectKind::Optional) {
     if (parts.size() != 3)
@@ -363,6 +373,10 @@ absl::StatusOr<std::string> EncodeValues(const std::vector<std::string>& items, 
 
 // ---- the assembler proper ----
 
+// The most bytes of `external` constants (a weights-apart executable) AssembleToBytes lays out:
+// it builds the layout in memory.
+constexpr int64_t kMaxExternalBytes = int64_t{512} << 20;
+
 class Assembler {
  public:
   absl::StatusOr<Assembly> Run(absl::string_view text);
@@ -388,8 +402,17 @@ class Assembler {
     return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": ", msg));
   }
   absl::Status Directive(const std::vector<std::string>& w);
+  absl::Status ConstDirective(const std::vector<std::string>& w);
+  absl::Status KernelDirective(const std::vector<std::string>& w);
   absl::Status FunctionDirective(const std::vector<std::string>& w);
   absl::Status Instruction(absl::string_view line);
+  // One operand of an instruction: encodes `arg` as operand `type` into `cw`.
+  absl::Status EncodeOperand(Operand type, const std::string& arg, size_t function_index,
+                             CodeWriter& cw);
+  absl::Status IndexOperand(Operand type, const std::string& arg, size_t function_index,
+                            CodeWriter& cw);
+  absl::Status ListOperand(Operand type, const std::string& arg, CodeWriter& cw);
+  absl::Status Structure(Opcode op, const std::string& mnemonic, uint32_t pc, int64_t jump_word);
   absl::Status EndFunction();
   absl::StatusOr<uint32_t> Reg(absl::string_view s, char bank) const;
   absl::StatusOr<uint32_t> ValueWord(absl::string_view s) const;
@@ -484,107 +507,22 @@ absl::Status Assembler::Directive(const std::vector<std::string>& w) {
     }
     auto ref = std::make_unique<fb::WeightsRefT>();
     absl::StatusOr<std::string> f = Unquote(w[1]);
-    absl::StatusOr<int64_t> h = ParseInt(w[2].substr(5));
-    absl::StatusOr<int64_t> z = ParseInt(w[3].substr(5));
-    if (!f.ok() || !h.ok() || !z.ok()) return Err("bad .weights");
+    uint64_t hash, size;  // the hash is a full 64-bit value: parsed unsigned
+    if (!f.ok() || !absl::SimpleAtoi(w[2].substr(5), &hash) ||
+        !absl::SimpleAtoi(w[3].substr(5), &size)) {
+      return Err("bad .weights: expected \"file\" hash=N size=N with unsigned decimal N");
+    }
     ref->file_name = *f;
-    ref->hash = static_cast<uint64_t>(*h);
-    ref->size = static_cast<uint64_t>(*z);
+    ref->hash = hash;
+    ref->size = size;
     exe.weights = std::move(ref);
   } else if (d == ".const") {
-    if (w.size() < 4)
-      return Err(".const DTYPE [dims] [name=\"..\"] [weight] hex:..|values:[..]|external");
-    auto c = std::make_unique<fb::ConstantT>();
-    absl::StatusOr<uint8_t> dt = ParseDTypeWord(w[1], false);
-    if (!dt.ok()) return Err(dt.status().message());
-    c->dtype = *dt;
-    absl::StatusOr<std::vector<std::string>> dims = Bracketed(w[2], '[', ']');
-    if (!dims.ok()) return Err(dims.status().message());
-    for (const std::string& x : *dims) {
-      absl::StatusOr<int64_t> v = ParseInt(x);
-      if (!v.ok()) return Err(v.status().message());
-      c->shape.push_back(*v);
-    }
-    std::string data;
-    bool have_data = false;
-    for (size_t i = 3; i < w.size(); ++i) {
-      absl::string_view x = w[i];
-      if (absl::ConsumePrefix(&x, "name=")) {
-        absl::StatusOr<std::string> s = Unquote(x);
-        if (!s.ok()) return Err(s.status().message());
-        c->name = *s;
-      } else if (x == "weight") {
-        c->is_weight = true;
-      } else if (x == "external") {
-        have_data = true;
-      } else if (absl::ConsumePrefix(&x, "hex:")) {
-        if (x.size() % 2 != 0) return Err("odd number of hex digits");
-        for (size_t k = 0; k < x.size(); k += 2) {
-          int v;
-          if (!absl::SimpleHexAtoi(x.substr(k, 2), &v)) return Err("bad hex data");
-          data += static_cast<char>(v);
-        }
-        have_data = true;
-      } else if (absl::ConsumePrefix(&x, "values:")) {
-        absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '[', ']');
-        if (!items.ok()) return Err(items.status().message());
-        absl::StatusOr<std::string> bytes = EncodeValues(*items, static_cast<DType>(c->dtype));
-        if (!bytes.ok()) return Err(bytes.status().message());
-        data = *bytes;
-        have_data = true;
-      } else {
-        return Err(absl::StrCat("unknown .const field '", x, "'"));
-      }
-    }
-    if (!have_data) return Err(".const needs hex:, values: or external");
-    exe.constants.push_back(std::move(c));
-    out_.constants.push_back(std::move(data));
+    return ConstDirective(w);
   } else if (d == ".kernel") {
-    if (w.size() < 2) return Err(".kernel \"op\" ...");
-    auto k = std::make_unique<fb::KernelT>();
-    absl::StatusOr<std::string> op = Unquote(w[1]);
-    if (!op.ok()) return Err(op.status().message());
-    k->op = *op;
-    for (size_t i = 2; i < w.size(); ++i) {
-      absl::string_view x = w[i];
-      if (absl::ConsumePrefix(&x, "domain=")) {
-        absl::StatusOr<std::string> s = Unquote(x);
-        if (!s.ok()) return Err(s.status().message());
-        k->domain = *s;
-      } else if (absl::ConsumePrefix(&x, "backend=")) {
-        absl::StatusOr<std::string> s = Unquote(x);
-        if (!s.ok()) return Err(s.status().message());
-        k->backend = *s;
-      } else if (absl::ConsumePrefix(&x, "device=")) {
-        if (x == "cpu")
-          k->device = 0;
-        else if (x == "cuda")
-          k->device = 1;
-        else
-          return Err(absl::StrCat("unknown device '", x, "'"));
-      } else if (absl::StartsWith(x, "in(") || absl::StartsWith(x, "out(")) {
-        const bool is_in = x[0] == 'i';
-        x.remove_prefix(is_in ? 2 : 3);
-        absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '(', ')');
-        if (!items.ok()) return Err(items.status().message());
-        for (const std::string& it : *items) {
-          absl::StatusOr<std::unique_ptr<fb::PortT>> p = ParsePort(it);
-          if (!p.ok()) return Err(p.status().message());
-          (is_in ? k->inputs : k->outputs).push_back(*std::move(p));
-        }
-      } else if (absl::ConsumePrefix(&x, "attrs")) {
-        absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '(', ')');
-        if (!items.ok()) return Err(items.status().message());
-        for (const std::string& it : *items) {
-          absl::StatusOr<std::unique_ptr<fb::AttributeT>> a = ParseAttr(it);
-          if (!a.ok()) return Err(a.status().message());
-          k->attrs.push_back(*std::move(a));
-        }
-      } else {
-        return Err(absl::StrCat("unknown .kernel field '", x, "'"));
-      }
-    }
-    exe.kernels.push_back(std::move(k));
+    return KernelDirective(w);
+  } else if (d == ".compressed") {
+    if (w.size() != 1) return Err(".compressed takes no operands");
+    out_.compress = true;
   } else if (d == ".function") {
     if (w.size() != 2) return Err(".function NAME");
     if (fn_ != nullptr) return Err(".function inside a function (missing .end)");
@@ -596,6 +534,122 @@ absl::Status Assembler::Directive(const std::vector<std::string>& w) {
   } else {
     return Err(absl::StrCat("unknown directive ", d));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Assembler::ConstDirective(const std::vector<std::string>& w) {
+  auto& exe = *out_.exe;
+  if (w.size() < 4)
+    return Err(".const DTYPE [dims] [name=\"..\"] [weight] hex:..|values:[..]|external");
+  auto c = std::make_unique<fb::ConstantT>();
+  absl::StatusOr<uint8_t> dt = ParseDTypeWord(w[1], false);
+  if (!dt.ok()) return Err(dt.status().message());
+  c->dtype = *dt;
+  absl::StatusOr<std::vector<std::string>> dims = Bracketed(w[2], '[', ']');
+  if (!dims.ok()) return Err(dims.status().message());
+  for (const std::string& x : *dims) {
+    absl::StatusOr<int64_t> v = ParseInt(x);
+    if (!v.ok()) return Err(v.status().message());
+    c->shape.push_back(*v);
+  }
+  std::string data;
+  bool have_data = false, external = false;
+  int64_t declared_offset = -1, declared_size = -1;
+  for (size_t i = 3; i < w.size(); ++i) {
+    absl::string_view x = w[i];
+    if (absl::ConsumePrefix(&x, "name=")) {
+      absl::StatusOr<std::string> s = Unquote(x);
+      if (!s.ok()) return Err(s.status().message());
+      c->name = *s;
+    } else if (x == "weight") {
+      c->is_weight = true;
+    } else if (x == "external") {
+      have_data = true;
+      external = true;
+    } else if (absl::ConsumePrefix(&x, "offset=") || absl::ConsumePrefix(&x, "size=")) {
+      // Where an external constant lies in the weights file (what vm-dis prints).
+      absl::StatusOr<int64_t> v = ParseInt(x);
+      if (!v.ok() || *v < 0) return Err(absl::StrCat("bad .const field '", w[i], "'"));
+      (absl::StartsWith(w[i], "offset=") ? declared_offset : declared_size) = *v;
+    } else if (absl::ConsumePrefix(&x, "hex:")) {
+      if (x.size() % 2 != 0) return Err("odd number of hex digits");
+      for (size_t k = 0; k < x.size(); k += 2) {
+        int v;
+        if (!absl::SimpleHexAtoi(x.substr(k, 2), &v)) return Err("bad hex data");
+        data += static_cast<char>(v);
+      }
+      have_data = true;
+    } else if (absl::ConsumePrefix(&x, "values:")) {
+      absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '[', ']');
+      if (!items.ok()) return Err(items.status().message());
+      absl::StatusOr<std::string> bytes = EncodeValues(*items, static_cast<DType>(c->dtype));
+      if (!bytes.ok()) return Err(bytes.status().message());
+      data = *bytes;
+      have_data = true;
+    } else {
+      return Err(absl::StrCat("unknown .const field '", x, "'"));
+    }
+  }
+  if (!have_data) return Err(".const needs hex:, values: or external");
+  if (!external && (declared_offset >= 0 || declared_size >= 0))
+    return Err("offset= and size= are for external constants");
+  if (external && declared_size > kMaxExternalBytes) {
+    return Err(absl::StrCat("external constant of ", declared_size, " bytes: vm-as lays out at ",
+                            "most ", kMaxExternalBytes, " bytes of external constants"));
+  }
+  exe.constants.push_back(std::move(c));
+  out_.constants.push_back(std::move(data));
+  out_.external_layout.push_back({declared_offset, declared_size});
+  return absl::OkStatus();
+}
+
+absl::Status Assembler::KernelDirective(const std::vector<std::string>& w) {
+  auto& exe = *out_.exe;
+  if (w.size() < 2) return Err(".kernel \"op\" ...");
+  auto k = std::make_unique<fb::KernelT>();
+  absl::StatusOr<std::string> op = Unquote(w[1]);
+  if (!op.ok()) return Err(op.status().message());
+  k->op = *op;
+  for (size_t i = 2; i < w.size(); ++i) {
+    absl::string_view x = w[i];
+    if (absl::ConsumePrefix(&x, "domain=")) {
+      absl::StatusOr<std::string> s = Unquote(x);
+      if (!s.ok()) return Err(s.status().message());
+      k->domain = *s;
+    } else if (absl::ConsumePrefix(&x, "backend=")) {
+      absl::StatusOr<std::string> s = Unquote(x);
+      if (!s.ok()) return Err(s.status().message());
+      k->backend = *s;
+    } else if (absl::ConsumePrefix(&x, "device=")) {
+      if (x == "cpu")
+        k->device = 0;
+      else if (x == "cuda")
+        k->device = 1;
+      else
+        return Err(absl::StrCat("unknown device '", x, "'"));
+    } else if (absl::StartsWith(x, "in(") || absl::StartsWith(x, "out(")) {
+      const bool is_in = x[0] == 'i';
+      x.remove_prefix(is_in ? 2 : 3);
+      absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '(', ')');
+      if (!items.ok()) return Err(items.status().message());
+      for (const std::string& it : *items) {
+        absl::StatusOr<std::unique_ptr<fb::PortT>> p = ParsePort(it);
+        if (!p.ok()) return Err(p.status().message());
+        (is_in ? k->inputs : k->outputs).push_back(*std::move(p));
+      }
+    } else if (absl::ConsumePrefix(&x, "attrs")) {
+      absl::StatusOr<std::vector<std::string>> items = Bracketed(x, '(', ')');
+      if (!items.ok()) return Err(items.status().message());
+      for (const std::string& it : *items) {
+        absl::StatusOr<std::unique_ptr<fb::AttributeT>> a = ParseAttr(it);
+        if (!a.ok()) return Err(a.status().message());
+        k->attrs.push_back(*std::move(a));
+      }
+    } else {
+      return Err(absl::StrCat("unknown .kernel field '", x, "'"));
+    }
+  }
+  exe.kernels.push_back(std::move(k));
   return absl::OkStatus();
 }
 
@@ -699,131 +753,155 @@ absl::Status Assembler::Instruction(absl::string_view line) {
       cw.Word(0);
       continue;
     }
-    const std::string& arg = args[a++];
-    absl::StatusOr<uint32_t> word;
-    switch (type) {
-      case Operand::kRI:
-      case Operand::kRF:
-      case Operand::kRB:
-      case Operand::kRS:
-      case Operand::kWI:
-      case Operand::kWF:
-      case Operand::kWB:
-      case Operand::kWS:
-        word = Reg(arg, 's');
-        break;
-      case Operand::kRT:
-      case Operand::kWT:
-      case Operand::kMT:
-      case Operand::kWG:
-      case Operand::kRG:
-      case Operand::kRQ:
-      case Operand::kWQ:
-      case Operand::kMQ:
-      case Operand::kRP:
-      case Operand::kWP:
-      case Operand::kRX:
-      case Operand::kWX:
-      case Operand::kKill:
-        word = Reg(arg, 'o');
-        break;
-      case Operand::kImm32:
-        word = ParseU32(arg);
-        break;
-      case Operand::kImm64: {
-        absl::StatusOr<int64_t> v = ParseInt(arg);
-        if (!v.ok()) return Err(v.status().message());
-        cw.Imm64(*v);
-        continue;
-      }
-      case Operand::kImmF64: {
-        absl::StatusOr<double> v = ParseF64(arg);
-        if (!v.ok()) return Err(v.status().message());
-        cw.F64(*v);
-        continue;
-      }
-      case Operand::kValue:
-        word = ValueWord(arg);
-        break;
-      case Operand::kDType: {
-        absl::StatusOr<uint8_t> d = ParseDTypeWord(arg, false);
-        if (!d.ok()) return Err(d.status().message());
-        word = *d;
-        break;
-      }
-      case Operand::kDevice:
-        if (arg == "cpu")
-          word = 0u;
-        else if (arg == "cuda")
-          word = 1u;
-        else
-          return Err(absl::StrCat("unknown device '", arg, "'"));
-        break;
-      case Operand::kKernel:
-      case Operand::kConst: {
-        absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, type == Operand::kKernel ? "k" : "c")) {
-          return Err(absl::StrCat("expected ", type == Operand::kKernel ? "kN" : "cN", ", got '",
-                                  arg, "'"));
-        }
-        word = ParseU32(x);
-        break;
-      }
-      case Operand::kString: {
-        absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, "str"))
-          return Err(absl::StrCat("expected strN, got '", arg, "'"));
-        word = ParseU32(x);
-        break;
-      }
-      case Operand::kSite: {
-        absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, "#")) return Err(absl::StrCat("expected #N, got '", arg, "'"));
-        word = ParseU32(x);
-        if (word.ok()) max_site_ = std::max<int64_t>(max_site_, *word);
-        break;
-      }
-      case Operand::kFunc: {
-        absl::string_view x = arg;
-        if (!absl::ConsumePrefix(&x, "@"))
-          return Err(absl::StrCat("expected @function, got '", arg, "'"));
-        fixups_.push_back(
-            {function_index, static_cast<uint32_t>(code.size()), std::string(x), line_});
-        word = 0u;
-        break;
-      }
-      case Operand::kListRX:
-      case Operand::kListWX:
-      case Operand::kListOut:
-      case Operand::kListRS:
-      case Operand::kListWS:
-      case Operand::kListValue: {
-        const bool values = type == Operand::kListValue;
-        absl::StatusOr<std::vector<std::string>> items =
-            Bracketed(arg, values ? '[' : '(', values ? ']' : ')');
-        if (!items.ok()) return Err(items.status().message());
-        std::vector<uint32_t> words;
-        for (const std::string& item : *items) {
-          absl::StatusOr<uint32_t> w;
-          if (values)
-            w = ValueWord(item);
-          else
-            w = Reg(item, (type == Operand::kListRS || type == Operand::kListWS) ? 's' : 'o');
-          if (!w.ok()) return w.status();
-          words.push_back(*w);
-        }
-        cw.List(words);
-        continue;
-      }
-      case Operand::kJump:
-        break;
-    }
-    if (!word.ok()) return Err(word.status().message());
-    cw.Word(*word);
+    DYNVM_RETURN_IF_ERROR(EncodeOperand(type, args[a++], function_index, cw));
   }
   if (absl::Status s = cw.End(); !s.ok()) return Err(s.message());
+  return Structure(op, mnemonic, pc, jump_word);
+}
 
-  // Structure: derive jump offsets from the nesting.
+absl::Status Assembler::EncodeOperand(Operand type, const std::string& arg, size_t function_index,
+                                      CodeWriter& cw) {
+  absl::StatusOr<uint32_t> word;
+  switch (type) {
+    case Operand::kRI:
+    case Operand::kRF:
+    case Operand::kRB:
+    case Operand::kRS:
+    case Operand::kWI:
+    case Operand::kWF:
+    case Operand::kWB:
+    case Operand::kWS:
+      word = Reg(arg, 's');
+      break;
+    case Operand::kRT:
+    case Operand::kWT:
+    case Operand::kMT:
+    case Operand::kWG:
+    case Operand::kRG:
+    case Operand::kRQ:
+    case Operand::kWQ:
+    case Operand::kMQ:
+    case Operand::kRP:
+    case Operand::kWP:
+    case Operand::kRX:
+    case Operand::kWX:
+    case Operand::kKill:
+      word = Reg(arg, 'o');
+      break;
+    case Operand::kImm32:
+      word = ParseU32(arg);
+      break;
+    case Operand::kImm64: {
+      absl::StatusOr<int64_t> v = ParseInt(arg);
+      if (!v.ok()) return Err(v.status().message());
+      cw.Imm64(*v);
+      return absl::OkStatus();
+    }
+    case Operand::kImmF64: {
+      absl::StatusOr<double> v = ParseF64(arg);
+      if (!v.ok()) return Err(v.status().message());
+      cw.F64(*v);
+      return absl::OkStatus();
+    }
+    case Operand::kValue:
+      word = ValueWord(arg);
+      break;
+    case Operand::kDType: {
+      absl::StatusOr<uint8_t> d = ParseDTypeWord(arg, false);
+      if (!d.ok()) return Err(d.status().message());
+      word = *d;
+      break;
+    }
+    case Operand::kDevice:
+      if (arg == "cpu")
+        word = 0u;
+      else if (arg == "cuda")
+        word = 1u;
+      else
+        return Err(absl::StrCat("unknown device '", arg, "'"));
+      break;
+    case Operand::kKernel:
+    case Operand::kConst:
+    case Operand::kString:
+    case Operand::kSite:
+    case Operand::kFunc:
+      return IndexOperand(type, arg, function_index, cw);
+    case Operand::kListRX:
+    case Operand::kListWX:
+    case Operand::kListOut:
+    case Operand::kListRS:
+    case Operand::kListWS:
+    case Operand::kListValue:
+      return ListOperand(type, arg, cw);
+    case Operand::kJump:
+      break;
+  }
+  if (!word.ok()) return Err(word.status().message());
+  cw.Word(*word);
+  return absl::OkStatus();
+}
+
+// kN, cN, strN, #N and @function operands.
+absl::Status Assembler::IndexOperand(Operand type, const std::string& arg, size_t function_index,
+                                     CodeWriter& cw) {
+  absl::string_view x = arg;
+  absl::StatusOr<uint32_t> word;
+  switch (type) {
+    case Operand::kKernel:
+    case Operand::kConst:
+      if (!absl::ConsumePrefix(&x, type == Operand::kKernel ? "k" : "c")) {
+        return Err(
+            absl::StrCat("expected ", type == Operand::kKernel ? "kN" : "cN", ", got '", arg, "'"));
+      }
+      word = ParseU32(x);
+      break;
+    case Operand::kString:
+      if (!absl::ConsumePrefix(&x, "str"))
+        return Err(absl::StrCat("expected strN, got '", arg, "'"));
+      word = ParseU32(x);
+      break;
+    case Operand::kSite:
+      if (!absl::ConsumePrefix(&x, "#")) return Err(absl::StrCat("expected #N, got '", arg, "'"));
+      word = ParseU32(x);
+      if (word.ok()) max_site_ = std::max<int64_t>(max_site_, *word);
+      break;
+    default:  // kFunc
+      if (!absl::ConsumePrefix(&x, "@"))
+        return Err(absl::StrCat("expected @function, got '", arg, "'"));
+      fixups_.push_back(
+          {function_index, static_cast<uint32_t>(fn_->code.size()), std::string(x), line_});
+      word = 0u;
+      break;
+  }
+  if (!word.ok()) return Err(word.status().message());
+  cw.Word(*word);
+  return absl::OkStatus();
+}
+
+// (%oN, ...), (%sN, ...) and [value, ...] operands.
+absl::Status Assembler::ListOperand(Operand type, const std::string& arg, CodeWriter& cw) {
+  const bool values = type == Operand::kListValue;
+  absl::StatusOr<std::vector<std::string>> items =
+      Bracketed(arg, values ? '[' : '(', values ? ']' : ')');
+  if (!items.ok()) return Err(items.status().message());
+  std::vector<uint32_t> words;
+  for (const std::string& item : *items) {
+    absl::StatusOr<uint32_t> w;
+    if (values)
+      w = ValueWord(item);
+    else
+      w = Reg(item, (type == Operand::kListRS || type == Operand::kListWS) ? 's' : 'o');
+    if (!w.ok()) return w.status();
+    words.push_back(*w);
+  }
+  cw.List(words);
+  return absl::OkStatus();
+}
+
+// Structure: derives jump offsets from the nesting of if/else/endif and loop/endloop.
+absl::Status Assembler::Structure(Opcode op, const std::string& mnemonic, uint32_t pc,
+                                  int64_t jump_word) {
+  std::vector<uint32_t>& code = fn_->code;
   auto set_jump = [&](uint32_t word_index, uint32_t from_pc, int64_t target) {
     code[word_index] =
         static_cast<uint32_t>(static_cast<int32_t>(target - static_cast<int64_t>(from_pc)));
@@ -899,7 +977,8 @@ absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
     if (line[0] == '.') {
       std::vector<std::string> w = Words(line);
       const bool function_level = w[0] != ".function" && w[0] != ".producer" && w[0] != ".string" &&
-                                  w[0] != ".const" && w[0] != ".kernel" && w[0] != ".weights";
+                                  w[0] != ".const" && w[0] != ".kernel" && w[0] != ".weights" &&
+                                  w[0] != ".compressed";
       if (function_level) {
         if (fn_ == nullptr) return Err(absl::StrCat(w[0], " outside a function"));
         if (absl::Status s = FunctionDirective(w); !s.ok()) return s;
@@ -938,10 +1017,43 @@ absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
 absl::StatusOr<Assembly> Assemble(absl::string_view text) { return Assembler().Run(text); }
 
 absl::StatusOr<std::string> AssembleToBytes(absl::string_view text) {
-  absl::StatusOr<Assembly> a = Assemble(text);
-  if (!a.ok()) return a.status();
-  std::vector<absl::string_view> data(a->constants.begin(), a->constants.end());
-  return schema::SerializeExecutable(*a->exe, data);
+  DYNVM_ASSIGN_OR_RETURN(Assembly a, Assemble(text));
+  // An executable whose constants live in a weights file (.weights) holds no constant data;
+  // its constants keep the offsets and sizes the text declares. The writer lays constants out
+  // in table order, 64-byte aligned, so a layout it would not make is refused below.
+  // The layout is made in memory (one zero block that every external constant views, and the
+  // writer's segment), so the external constants may add up to kMaxExternalBytes.
+  std::vector<absl::string_view> data(a.constants.begin(), a.constants.end());
+  int64_t total = 0, largest = 0;
+  for (const Assembly::Layout& l : a.external_layout) {
+    total += std::max<int64_t>(l.size, 0);
+    largest = std::max(largest, l.size);
+  }
+  if (a.exe->weights != nullptr && total > kMaxExternalBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("external constants of ", total,
+                                                   " bytes in all: vm-as lays out at most ",
+                                                   kMaxExternalBytes));
+  }
+  const std::string zeros(a.exe->weights != nullptr ? static_cast<size_t>(largest) : 0, '\0');
+  for (size_t i = 0; i < data.size(); ++i) {
+    const int64_t size = a.external_layout[i].size;
+    if (a.exe->weights != nullptr && size >= 0) {
+      data[i] = absl::string_view(zeros.data(), static_cast<size_t>(size));
+    }
+  }
+  schema::WriteOptions options;
+  options.compress = a.compress;
+  DYNVM_ASSIGN_OR_RETURN(std::string bytes, schema::SerializeExecutable(*a.exe, data, options));
+  for (size_t i = 0; i < data.size(); ++i) {
+    const int64_t offset = a.external_layout[i].offset;
+    if (a.exe->weights != nullptr && offset >= 0 &&
+        a.exe->constants[i]->offset != static_cast<uint64_t>(offset)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "constant ", i, ": offset=", offset, " is not where the layout puts it (",
+          a.exe->constants[i]->offset, ": each constant 64-byte aligned, in table order)"));
+    }
+  }
+  return bytes;
 }
 
 }  // namespace dynvm::isa

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
@@ -37,7 +38,7 @@ std::string DTypeWord(uint8_t d) {
 std::string ObjectTypeText(const fb::ObjectType& t) {
   switch (t.kind()) {
     case fb::ObjectKind::Storage:
-      return "storage";
+      return t.dtype() == kAnyDType ? "storage" : absl::StrCat("storage:", DTypeWord(t.dtype()));
     case fb::ObjectKind::Optional:
       return absl::StrCat("opt:", KindWord(t.elem_kind()), ":", DTypeWord(t.dtype()));
     default:
@@ -161,12 +162,15 @@ std::string FormatF32(float v) {
   return absl::StrFormat("0x%08x", bits);
 }
 
-absl::StatusOr<std::string> Disassemble(const fb::Executable& exe,
-                                        absl::Span<const uint8_t> constants,
-                                        const DisassembleOptions& options) {
-  std::string out = "; dynvm assembly\n";
+namespace {
+
+// The directives before the first function: producer, compression, weights file, strings,
+// constants (with their data, or where they lie in the weights file) and kernels.
+absl::Status AppendTables(const fb::Executable& exe, absl::Span<const uint8_t> constants,
+                          const DisassembleOptions& options, std::string& out) {
   if (exe.producer())
     absl::StrAppend(&out, ".producer ", QuoteString(schema::Sv(exe.producer())), "\n");
+  if (options.compressed) out += ".compressed\n";
   if (exe.weights()) {
     absl::StrAppend(&out, ".weights ", QuoteString(schema::Sv(exe.weights()->file_name())),
                     " hash=", exe.weights()->hash(), " size=", exe.weights()->size(), "\n");
@@ -183,7 +187,9 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe,
       absl::StrAppend(&out, ".const ", DTypeWord(c->dtype()), " [", absl::StrJoin(shape, ","), "]");
       if (c->name()) absl::StrAppend(&out, " name=", QuoteString(schema::Sv(c->name())));
       if (c->is_weight()) out += " weight";
-      if (exe.weights() != nullptr || !options.constant_data) {
+      if (exe.weights() != nullptr) {
+        absl::StrAppend(&out, " external offset=", c->offset(), " size=", c->size());
+      } else if (!options.constant_data) {
         out += " external";
       } else {
         out += " hex:";
@@ -222,154 +228,167 @@ absl::StatusOr<std::string> Disassemble(const fb::Executable& exe,
       absl::StrAppend(&out, "  ; k", i, "\n");
     }
   }
+  return absl::OkStatus();
+}
+
+// A function's directives: parameters, register and result types, sites, signature, bounds.
+void AppendFunctionHeader(const fb::Function& f, std::string& out) {
+  absl::StrAppend(&out, "\n.function ", schema::Sv(f.name()), "\n");
+  absl::StrAppend(&out, "  .params ", f.num_object_params(), " ", f.num_scalar_params(), "\n");
+  std::vector<std::string> types;
+  if (f.scalar_types())
+    for (auto t : *f.scalar_types()) types.push_back(ScalarWord(t));
+  if (!types.empty()) absl::StrAppend(&out, "  .sregs ", absl::StrJoin(types, " "), "\n");
+  types.clear();
+  if (f.object_types())
+    for (const auto* t : *f.object_types()) types.push_back(ObjectTypeText(*t));
+  if (!types.empty()) absl::StrAppend(&out, "  .oregs ", absl::StrJoin(types, " "), "\n");
+  types.clear();
+  if (f.object_results())
+    for (const auto* t : *f.object_results()) types.push_back(ObjectTypeText(*t));
+  if (!types.empty()) absl::StrAppend(&out, "  .oresults ", absl::StrJoin(types, " "), "\n");
+  types.clear();
+  if (f.scalar_results())
+    for (auto t : *f.scalar_results()) types.push_back(ScalarWord(t));
+  if (!types.empty()) absl::StrAppend(&out, "  .sresults ", absl::StrJoin(types, " "), "\n");
+  if (f.num_invoke_sites() > 0) absl::StrAppend(&out, "  .sites ", f.num_invoke_sites(), "\n");
+  if (f.signature()) {
+    out += "  .entry\n";
+    if (f.signature()->inputs())
+      for (const auto* p : *f.signature()->inputs())
+        absl::StrAppend(&out, "  .input ", ParamText(*p), "\n");
+    if (f.signature()->outputs())
+      for (const auto* p : *f.signature()->outputs())
+        absl::StrAppend(&out, "  .output ", ParamText(*p), "\n");
+  }
+  if (f.bounds()) {
+    for (const auto* b : *f.bounds())
+      absl::StrAppend(&out, "  .bound ", schema::Sv(b->name()), " ", b->bound(), "\n");
+  }
+}
+
+// The text of operand slot `s` of the instruction whose words start at `w` ("" for a jump,
+// which the nesting implies).
+std::string OperandText(const fb::Executable& exe, const Decoded::Slot& s, const uint32_t* w) {
+  const uint32_t v = w[s.pos];
+  absl::Span<const uint32_t> list(w + s.pos + 1, s.count);
+  switch (s.type) {
+    case Operand::kRI:
+    case Operand::kRF:
+    case Operand::kRB:
+    case Operand::kRS:
+    case Operand::kWI:
+    case Operand::kWF:
+    case Operand::kWB:
+    case Operand::kWS:
+      return absl::StrCat("%s", v);
+    case Operand::kRT:
+    case Operand::kWT:
+    case Operand::kMT:
+    case Operand::kWG:
+    case Operand::kRG:
+    case Operand::kRQ:
+    case Operand::kWQ:
+    case Operand::kMQ:
+    case Operand::kRP:
+    case Operand::kWP:
+    case Operand::kRX:
+    case Operand::kWX:
+    case Operand::kKill:
+      return absl::StrCat("%o", v);
+    case Operand::kImm32:
+      return absl::StrCat(v);
+    case Operand::kImm64:
+      return absl::StrCat(ReadImm64(w + s.pos));
+    case Operand::kImmF64:
+      return FormatF64(ReadF64(w + s.pos));
+    case Operand::kValue:
+      return ValueText(v);
+    case Operand::kDType:
+      return DTypeWord(static_cast<uint8_t>(v));
+    case Operand::kDevice:
+      return v == 0 ? "cpu" : "cuda";
+    case Operand::kKernel:
+      return absl::StrCat("k", v);
+    case Operand::kConst:
+      return absl::StrCat("c", v);
+    case Operand::kFunc:
+      return absl::StrCat("@", schema::Sv(exe.functions()->Get(v)->name()));
+    case Operand::kString:
+      return absl::StrCat("str", v);
+    case Operand::kSite:
+      return absl::StrCat("#", v);
+    case Operand::kJump:
+      return "";
+    case Operand::kListRX:
+    case Operand::kListWX:
+    case Operand::kListOut:
+      return RegListText(list, 'o');
+    case Operand::kListRS:
+    case Operand::kListWS:
+      return RegListText(list, 's');
+    case Operand::kListValue: {
+      std::vector<std::string> xs;
+      for (uint32_t x : list) xs.push_back(ValueText(x));
+      return absl::StrCat("[", absl::StrJoin(xs, ", "), "]");
+    }
+  }
+  return "";
+}
+
+// Function `fi`'s code, one instruction a line, indented by nesting, each preceded by its
+// `.loc` when the debug info has one. `loc_index` walks the sorted locations.
+absl::Status AppendCode(const fb::Executable& exe, uint32_t fi, const DisassembleOptions& options,
+                        uint32_t& loc_index, std::string& out) {
+  const fb::Function* f = exe.functions()->Get(fi);
   const auto* locs = exe.debug() ? exe.debug()->locations() : nullptr;
+  absl::Span<const uint32_t> code(f->code()->data(), f->code()->size());
+  int depth = 0;
+  for (uint32_t pc = 0; pc < code.size();) {
+    Decoded d;
+    DYNVM_RETURN_IF_ERROR(DecodeAt(code, pc, &d));
+    while (locs && loc_index < locs->size() &&
+           std::make_pair(locs->Get(loc_index)->function(), locs->Get(loc_index)->pc()) <
+               std::make_pair(fi, pc)) {
+      ++loc_index;
+    }
+    if (locs && loc_index < locs->size() && locs->Get(loc_index)->function() == fi &&
+        locs->Get(loc_index)->pc() == pc) {
+      const auto* node = locs->Get(loc_index)->node();
+      absl::StrAppend(&out, std::string(2 + 2 * depth, ' '), ".loc ", QuoteString(schema::Sv(node)),
+                      "\n");
+    }
+    if (d.op == Opcode::kElse || d.op == Opcode::kEndIf || d.op == Opcode::kEndLoop) --depth;
+    const OpcodeInfo& info = GetOpcodeInfo(d.op);
+    std::string line = absl::StrCat(std::string(2 + 2 * std::max(depth, 0), ' '), info.mnemonic);
+    std::vector<std::string> ops;
+    for (int k = 0; k < d.num_operands; ++k) {
+      if (d.slots[k].type == Operand::kJump) continue;  // implied by the nesting
+      ops.push_back(OperandText(exe, d.slots[k], code.data() + pc));
+    }
+    if (!ops.empty()) absl::StrAppend(&line, " ", absl::StrJoin(ops, ", "));
+    if (options.pcs) {
+      if (line.size() < 48) line.resize(48, ' ');
+      absl::StrAppend(&line, "  ; pc ", pc);
+    }
+    absl::StrAppend(&out, line, "\n");
+    if (d.op == Opcode::kIf || d.op == Opcode::kElse || d.op == Opcode::kLoop) ++depth;
+    pc += d.length;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Disassemble(const fb::Executable& exe,
+                                        absl::Span<const uint8_t> constants,
+                                        const DisassembleOptions& options) {
+  std::string out = "; dynvm assembly\n";
+  DYNVM_RETURN_IF_ERROR(AppendTables(exe, constants, options, out));
   uint32_t loc_index = 0;
   for (uint32_t fi = 0; fi < exe.functions()->size(); ++fi) {
-    const fb::Function* f = exe.functions()->Get(fi);
-    absl::StrAppend(&out, "\n.function ", schema::Sv(f->name()), "\n");
-    absl::StrAppend(&out, "  .params ", f->num_object_params(), " ", f->num_scalar_params(), "\n");
-    std::vector<std::string> types;
-    if (f->scalar_types())
-      for (auto t : *f->scalar_types()) types.push_back(ScalarWord(t));
-    if (!types.empty()) absl::StrAppend(&out, "  .sregs ", absl::StrJoin(types, " "), "\n");
-    types.clear();
-    if (f->object_types())
-      for (const auto* t : *f->object_types()) types.push_back(ObjectTypeText(*t));
-    if (!types.empty()) absl::StrAppend(&out, "  .oregs ", absl::StrJoin(types, " "), "\n");
-    types.clear();
-    if (f->object_results())
-      for (const auto* t : *f->object_results()) types.push_back(ObjectTypeText(*t));
-    if (!types.empty()) absl::StrAppend(&out, "  .oresults ", absl::StrJoin(types, " "), "\n");
-    types.clear();
-    if (f->scalar_results())
-      for (auto t : *f->scalar_results()) types.push_back(ScalarWord(t));
-    if (!types.empty()) absl::StrAppend(&out, "  .sresults ", absl::StrJoin(types, " "), "\n");
-    if (f->num_invoke_sites() > 0) absl::StrAppend(&out, "  .sites ", f->num_invoke_sites(), "\n");
-    if (f->signature()) {
-      out += "  .entry\n";
-      if (f->signature()->inputs())
-        for (const auto* p : *f->signature()->inputs())
-          absl::StrAppend(&out, "  .input ", ParamText(*p), "\n");
-      if (f->signature()->outputs())
-        for (const auto* p : *f->signature()->outputs())
-          absl::StrAppend(&out, "  .output ", ParamText(*p), "\n");
-    }
-    if (f->bounds()) {
-      for (const auto* b : *f->bounds())
-        absl::StrAppend(&out, "  .bound ", schema::Sv(b->name()), " ", b->bound(), "\n");
-    }
-    absl::Span<const uint32_t> code(f->code()->data(), f->code()->size());
-    int depth = 0;
-    for (uint32_t pc = 0; pc < code.size();) {
-      Decoded d;
-      if (absl::Status s = DecodeAt(code, pc, &d); !s.ok()) return s;
-      while (locs && loc_index < locs->size() &&
-             std::make_pair(locs->Get(loc_index)->function(), locs->Get(loc_index)->pc()) <
-                 std::make_pair(fi, pc)) {
-        ++loc_index;
-      }
-      if (locs && loc_index < locs->size() && locs->Get(loc_index)->function() == fi &&
-          locs->Get(loc_index)->pc() == pc) {
-        const auto* node = locs->Get(loc_index)->node();
-        absl::StrAppend(&out, std::string(2 + 2 * depth, ' '), ".loc ",
-                        QuoteString(schema::Sv(node)), "\n");
-      }
-      if (d.op == Opcode::kElse || d.op == Opcode::kEndIf || d.op == Opcode::kEndLoop) --depth;
-      const OpcodeInfo& info = GetOpcodeInfo(d.op);
-      std::string line = absl::StrCat(std::string(2 + 2 * std::max(depth, 0), ' '), info.mnemonic);
-      std::vector<std::string> ops;
-      const uint32_t* w = code.data() + pc;
-      for (int k = 0; k < d.num_operands; ++k) {
-        const Decoded::Slot& s = d.slots[k];
-        const uint32_t v = w[s.pos];
-        absl::Span<const uint32_t> list(w + s.pos + 1, s.count);
-        switch (s.type) {
-          case Operand::kRI:
-          case Operand::kRF:
-          case Operand::kRB:
-          case Operand::kRS:
-          case Operand::kWI:
-          case Operand::kWF:
-          case Operand::kWB:
-          case Operand::kWS:
-            ops.push_back(absl::StrCat("%s", v));
-            break;
-          case Operand::kRT:
-          case Operand::kWT:
-          case Operand::kMT:
-          case Operand::kWG:
-          case Operand::kRG:
-          case Operand::kRQ:
-          case Operand::kWQ:
-          case Operand::kMQ:
-          case Operand::kRP:
-          case Operand::kWP:
-          case Operand::kRX:
-          case Operand::kWX:
-          case Operand::kKill:
-            ops.push_back(absl::StrCat("%o", v));
-            break;
-          case Operand::kImm32:
-            ops.push_back(absl::StrCat(v));
-            break;
-          case Operand::kImm64:
-            ops.push_back(absl::StrCat(ReadImm64(w + s.pos)));
-            break;
-          case Operand::kImmF64:
-            ops.push_back(FormatF64(ReadF64(w + s.pos)));
-            break;
-          case Operand::kValue:
-            ops.push_back(ValueText(v));
-            break;
-          case Operand::kDType:
-            ops.push_back(DTypeWord(static_cast<uint8_t>(v)));
-            break;
-          case Operand::kDevice:
-            ops.push_back(v == 0 ? "cpu" : "cuda");
-            break;
-          case Operand::kKernel:
-            ops.push_back(absl::StrCat("k", v));
-            break;
-          case Operand::kConst:
-            ops.push_back(absl::StrCat("c", v));
-            break;
-          case Operand::kFunc:
-            ops.push_back(absl::StrCat("@", schema::Sv(exe.functions()->Get(v)->name())));
-            break;
-          case Operand::kString:
-            ops.push_back(absl::StrCat("str", v));
-            break;
-          case Operand::kSite:
-            ops.push_back(absl::StrCat("#", v));
-            break;
-          case Operand::kJump:
-            break;  // implied by the nesting
-          case Operand::kListRX:
-          case Operand::kListWX:
-          case Operand::kListOut:
-            ops.push_back(RegListText(list, 'o'));
-            break;
-          case Operand::kListRS:
-          case Operand::kListWS:
-            ops.push_back(RegListText(list, 's'));
-            break;
-          case Operand::kListValue: {
-            std::vector<std::string> xs;
-            for (uint32_t x : list) xs.push_back(ValueText(x));
-            ops.push_back(absl::StrCat("[", absl::StrJoin(xs, ", "), "]"));
-            break;
-          }
-        }
-      }
-      if (!ops.empty()) absl::StrAppend(&line, " ", absl::StrJoin(ops, ", "));
-      if (options.pcs) {
-        if (line.size() < 48) line.resize(48, ' ');
-        absl::StrAppend(&line, "  ; pc ", pc);
-      }
-      absl::StrAppend(&out, line, "\n");
-      if (d.op == Opcode::kIf || d.op == Opcode::kElse || d.op == Opcode::kLoop) ++depth;
-      pc += d.length;
-    }
+    AppendFunctionHeader(*exe.functions()->Get(fi), out);
+    DYNVM_RETURN_IF_ERROR(AppendCode(exe, fi, options, loc_index, out));
     out += ".end\n";
   }
   return out;

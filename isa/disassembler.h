@@ -15,6 +15,7 @@ namespace dynvm::isa {
 struct DisassembleOptions {
   bool constant_data = true;  // print constant bytes (needed to assemble the text again)
   bool pcs = true;            // a "; pc N" comment on each instruction (ignored by vm-as)
+  bool compressed = false;    // the file stores its constant segment compressed: .compressed
 };
 
 // REQUIRES: `exe` passed VerifyExecutable. `constants` is the (uncompressed) constant segment.

@@ -584,5 +584,20 @@ TEST_P(BackendTest, LstmTwoThreads) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()));
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackendTest);
 
+// The defaults kernel_tester.h documents, {atol, rtol} per dtype.
+TEST(KernelTesterTest, DefaultTolerancesAreTheDocumentedOnes) {
+  const struct {
+    DType dtype;
+    double atol, rtol;
+  } cases[] = {{DType::kF32, 1e-5, 1e-4},  {DType::kF64, 1e-9, 1e-9}, {DType::kF16, 1e-2, 1e-2},
+               {DType::kBF16, 2e-2, 2e-2}, {DType::kI64, 0, 0},       {DType::kI32, 0, 0},
+               {DType::kI8, 0, 0},         {DType::kU8, 0, 0},        {DType::kBool, 0, 0}};
+  for (const auto& c : cases) {
+    const Tolerance t = DefaultTolerance(c.dtype);
+    EXPECT_EQ(t.atol, c.atol) << DTypeName(c.dtype);
+    EXPECT_EQ(t.rtol, c.rtol) << DTypeName(c.dtype);
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::testing

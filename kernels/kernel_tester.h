@@ -29,8 +29,9 @@ struct Tolerance {
   double rtol = 0;
 };
 
-// Defaults per dtype: f32 1e-5 + 1e-4 relative; f16/bf16 1e-2/2e-2; f64 1e-9; integers and
-// bool exact.
+// Defaults per dtype, as {atol, rtol}: f32 {1e-5, 1e-4}; f64 {1e-9, 1e-9}; f16 {1e-2, 1e-2};
+// bf16 {2e-2, 2e-2}; every other dtype (integers, bool) exact {0, 0}. Whatever the tolerance,
+// a NaN must be met by a NaN and an infinity by the same infinity.
 Tolerance DefaultTolerance(DType dtype);
 
 class KernelTester {

@@ -7,8 +7,10 @@
 //    first iteration, and a run of 56 tokens makes exactly as many as a run of 8;
 //  - a run beyond the bound is an error naming the symbol;
 //  - compiled without bounds, the same loop still runs, its body's pool values sized for a
-//    capacity of the growing dim that doubles when outgrown: peak memory within 3x of the
-//    bounded plan's, and a logarithmic number of reallocations (amortised O(1) per token).
+//    capacity of the growing dim that doubles when outgrown: peak memory in use within 3x of
+//    the bounded plan's, memory reserved from the system within 4x (the outgrown capacities'
+//    cached blocks: see the test), and a logarithmic number of reallocations (amortised O(1)
+//    per token).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -110,7 +112,13 @@ TEST(DecodeMemoryTest, RunBeyondTheBoundNamesTheSymbol) {
   EXPECT_NE(negative.status.message().find("negative"), std::string::npos) << negative.status;
 }
 
-TEST(DecodeMemoryTest, UnboundedGptGrowsWithinThreeTimesTheBoundedPlan) {
+// Peak bytes in use within 3x of the bounded plan's. What the pool reserves from the system is
+// bounded by 4x the bounded plan's reserve, not 3x, for a reason of its own: the pool keeps
+// (cached by size class, until Trim) the freed blocks of every capacity a growing value
+// outgrew, and with doubling those add up to less than the value's final capacity, so the
+// reserve stays below twice the peak in use (asserted too). 3x was once asserted here and
+// measured 3.3x after the bounded plan shrank; the figures are printed for docs/compiler.md.
+TEST(DecodeMemoryTest, UnboundedGptPeakWithinThreeAndReserveWithinFourTimesTheBoundedPlan) {
   std::shared_ptr<const Executable> bounded = CompileGpt(Bounded(kMaxTokens));
   std::shared_ptr<const Executable> unbounded = CompileGpt({});
   ASSERT_NE(bounded, nullptr);
@@ -133,10 +141,16 @@ TEST(DecodeMemoryTest, UnboundedGptGrowsWithinThreeTimesTheBoundedPlan) {
         static_cast<long long>(r.pool.bytes_reserved),
         static_cast<long long>(plan.pool.peak_bytes_in_use));
     if (n == kMaxTokens) {
+      std::printf(
+          "unbounded/bounded at %lld tokens: peak in use %.2fx, reserved %.2fx (bounded plan "
+          "reserved %lld); reserved/peak in use %.2f\n",
+          static_cast<long long>(n),
+          static_cast<double>(r.pool.peak_bytes_in_use) / plan.pool.peak_bytes_in_use,
+          static_cast<double>(r.pool.bytes_reserved) / plan.pool.bytes_reserved,
+          static_cast<long long>(plan.pool.bytes_reserved),
+          static_cast<double>(r.pool.bytes_reserved) / r.pool.peak_bytes_in_use);
       EXPECT_LE(r.pool.peak_bytes_in_use, 3 * plan.pool.peak_bytes_in_use);
-      // What the pool holds from the system also counts the free blocks of the capacities it
-      // outgrew (cached by size class, given back by Trim): measured 3.3x after the oneDNN
-      // vector loops shrank the bounded plan to 146688 bytes; kept under 4x.
+      EXPECT_LE(r.pool.bytes_reserved, 2 * r.pool.peak_bytes_in_use);
       EXPECT_LE(r.pool.bytes_reserved, 4 * plan.pool.bytes_reserved)
           << "bounded plan reserved " << plan.pool.bytes_reserved;
     }

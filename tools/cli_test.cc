@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schema/mapped_file.h"
@@ -206,6 +208,37 @@ TEST_F(CliTest, AssemblerErrorsNameTheLine) {
   EXPECT_FALSE(std::filesystem::exists(Path("bad.dvm")));
 }
 
+// What vm-dis prints for weights-apart executables is checked when read back: offset= and
+// size= only on external constants, within vm-as's layout limit, and where the writer's layout
+// (table order, 64-byte aligned) puts them; storage:DTYPE takes a dtype only.
+TEST_F(CliTest, ExternalConstantLayoutIsChecked) {
+  const std::string head = ".weights \"w.dvw\" hash=18446744073709551615 size=128\n";
+  const std::string tail = ".function main\n  .params 0 0\n  .entry\n  ret (), ()\n.end\n";
+  const struct {
+    const char* name;
+    std::string text;
+    const char* error;
+  } cases[] = {
+      {"inline", ".const f32 [1] hex:00000000 offset=0\n" + tail,
+       "line 1: offset= and size= are for external constants"},
+      {"huge", head + ".const f32 [1] external offset=0 size=1099511627776\n" + tail,
+       "line 2: external constant of 1099511627776 bytes"},
+      {"moved",
+       head + ".const f32 [16] external offset=0 size=64\n" +
+           ".const f32 [16] external offset=128 size=64\n" + tail,
+       "constant 1: offset=128 is not where the layout puts it (64"},
+      {"storage", ".function main\n  .params 0 0\n  .oregs storage:f32:f32\n  ret (), ()\n.end\n",
+       "line 3: expected storage or storage:DTYPE"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Write("x.s", c.text);
+    Result r = Run(DYNVM_VM_AS, {Path("x.s"), "-o", Path("x.dvm")});
+    ExpectCleanError(r, "vm-as");
+    EXPECT_THAT(r.err, HasSubstr(c.error));
+  }
+}
+
 TEST_F(CliTest, VerifierErrorsNameTheLine) {
   // %s1 is read before it is written: the verifier refuses it, and vm-as maps its pc to line 7.
   Write("unassigned.s",
@@ -384,6 +417,197 @@ TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
   r = Run(DYNVM_VM_RUN, std::vector<std::string>(args.begin(), args.end() - 2));
   ExpectCleanError(r, "vm-run");
   EXPECT_THAT(r.err, HasSubstr("different or stale weights file"));
+}
+
+// vm-dis | vm-as gives back the bytes vm-compile wrote, for every model in tools/models and
+// tools/lm, in every form: plain, without debug info, compressed, weights apart (the .dvm; the
+// .dvw beside it), weights apart and compressed.
+TEST_F(CliTest, EveryCompiledModelRoundTripsByteForByteInEveryForm) {
+  std::vector<std::string> models;
+  for (const char* dir : {"tools/models", "tools/lm"}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      if (e.path().extension() == ".onnx") models.push_back(e.path().string());
+    }
+  }
+  std::sort(models.begin(), models.end());
+  // tools/models' five decoders (gru_stop's is loop.onnx) and the char-LM.
+  ASSERT_GE(models.size(), 6u);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> forms = {
+      {"plain", {}},
+      {"stripped", {"--strip-debug"}},
+      {"compressed", {"--compress"}},
+      {"apart", {"--weights-out", Path("apart.dvw")}},
+      {"apart_compressed", {"--weights-out", Path("apart_compressed.dvw"), "--compress"}}};
+  int checked = 0;
+  for (const std::string& model : models) {
+    for (const auto& [form, flags] : forms) {
+      SCOPED_TRACE(model + " " + form);
+      const std::string a = Path(form + ".dvm"), text = Path(form + ".s"),
+                        b = Path(form + ".again.dvm");
+      std::vector<std::string> args = {model, "-o", a};
+      args.insert(args.end(), flags.begin(), flags.end());
+      Result r = Run(DYNVM_VM_COMPILE, args);
+      ASSERT_EQ(r.code, 0) << r.err;
+      r = Run(DYNVM_VM_DIS, {a});
+      ASSERT_EQ(r.code, 0) << r.err;
+      EXPECT_EQ(absl::StrContains(r.out, "\n.compressed\n"), form == "compressed");
+      EXPECT_EQ(absl::StrContains(r.out, "\n.weights "), absl::StartsWith(form, "apart"));
+      Write(form + ".s", r.out);
+      r = Run(DYNVM_VM_AS, {text, "-o", b});
+      ASSERT_EQ(r.code, 0) << r.err;
+      absl::StatusOr<std::string> original = schema::ReadFileToString(a);
+      absl::StatusOr<std::string> again = schema::ReadFileToString(b);
+      ASSERT_TRUE(original.ok() && again.ok());
+      EXPECT_EQ(again->size(), original->size());
+      EXPECT_TRUE(*again == *original) << "vm-dis | vm-as is not byte-identical";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(models.size() * forms.size()));
+}
+
+// UTF-8 of code point `cp` (the vocabulary's entries).
+std::string Utf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// tools/demo.sh itself (with the tools of this build, no install or build step): vm-compile of
+// the char-LM with the demo's bounds, then vm-run --vocab --text --set --stream-prefix. The text
+// streamed while the run is in progress equals the run's final tokens (tokens.npy) decoded with
+// the vocabulary, greedy and sampled; the same seed gives the same text.
+TEST_F(CliTest, DemoStreamsExactlyTheTokensItReturns) {
+  std::vector<uint32_t> vocab;
+  {
+    absl::StatusOr<std::string> text = schema::ReadFileToString("tools/lm/vocab.txt");
+    ASSERT_TRUE(text.ok()) << text.status();
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      uint32_t cp;
+      ASSERT_TRUE(absl::SimpleAtoi(line, &cp)) << line;
+      vocab.push_back(cp);
+    }
+  }
+  const std::string tools = std::filesystem::path(DYNVM_VM_RUN).parent_path().string();
+  const std::string prompt = "And God said";
+  std::string sampled;
+  for (const char* temperature : {"0", "0.8", "0.8"}) {
+    SCOPED_TRACE(temperature);
+    Result r = Run("env", {"DYNVM_DEMO_TOOLS=" + tools, "DYNVM_DEMO_OUT=" + Path("demo"), "bash",
+                           "tools/demo.sh", "--prompt", prompt, "--length", "80", "--temperature",
+                           temperature, "--seed", "5"});
+    ASSERT_EQ(r.code, 0) << r.err << r.out;
+    // The stream: the prefix (the prompt), then each token as it was produced (newlines
+    // included), then the line vm-run ends it with and the output lines.
+    const size_t at = r.out.find("\n" + prompt);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const size_t start = at + 1 + prompt.size();
+    const size_t end = r.out.rfind("\ntokens i64 [1,80]\n");
+    ASSERT_NE(end, std::string::npos) << r.out;
+    ASSERT_GE(end, start);
+    const std::string streamed = r.out.substr(start, end - start);
+    absl::StatusOr<Tensor> tokens = npy::LoadNpy(Path("demo/charlm-out/tokens.npy"));
+    ASSERT_TRUE(tokens.ok()) << tokens.status();
+    ASSERT_EQ(tokens->dtype(), DType::kI64);
+    std::string decoded;
+    for (int64_t id : Values<int64_t>(*tokens)) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, static_cast<int64_t>(vocab.size()));
+      decoded += Utf8(vocab[id]);
+    }
+    EXPECT_EQ(tokens->numel(), 80);
+    EXPECT_EQ(streamed, decoded);
+    if (std::string(temperature) != "0") {
+      if (!sampled.empty()) {
+        EXPECT_EQ(decoded, sampled);  // same seed, same text
+      }
+      sampled = decoded;
+    }
+  }
+}
+
+// --bound plans the GPT's growing loop at its maximum (--report: no allocation site left in
+// the loop; vm-run --stats: none after the first iteration), a run beyond a bound names the
+// symbol, and bad or unknown bounds are reported. --device: cpu compiles for the host; cuda
+// compiles for the device where the build has CUDA (vm-run --device cpu then refuses the file)
+// and is refused with one line where it does not; anything else is an error.
+TEST_F(CliTest, CompileBoundReportAndDevice) {
+  const std::string model = "tools/models/gpt/model.onnx", cases = "tools/models/gpt/case0/";
+  const std::vector<std::string> inputs = {"-i", "prompt=" + cases + "input_prompt.npy", "-i",
+                                           "max_new_tokens=" + cases + "input_max_new_tokens.npy"};
+  Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("free.dvm"), "--report"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("loop_alloc_sites=[1-9]"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("kernel 0: [A-Za-z]+ "));
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("gpt.dvm"), "--report", "--bound", "batch=1",
+                             "--bound", "prompt_len=8", "--bound", "max_new_tokens=56"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("function main: "));
+  EXPECT_THAT(r.out, HasSubstr(" loop_alloc_sites=0 "));
+  EXPECT_THAT(r.out, Not(::testing::ContainsRegex("loop_alloc_sites=[1-9]")));
+  EXPECT_THAT(r.out, HasSubstr("wrote " + Path("gpt.dvm")));
+  EXPECT_EQ(r.err, "");
+  // Without --report: only the line saying what was written.
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("quiet.dvm")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("loop_alloc_sites")));
+  std::vector<std::string> args = {Path("gpt.dvm"), "--stats", "--output-dir", Path("out")};
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  r = Run(DYNVM_VM_RUN, args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" after_first_iteration=0\n"));
+  absl::StatusOr<Tensor> tokens = npy::LoadNpy(Path("out/tokens.npy"));
+  absl::StatusOr<Tensor> want = npy::LoadNpy(cases + "output_tokens.npy");
+  ASSERT_TRUE(tokens.ok() && want.ok());
+  EXPECT_EQ(*npy::EncodeNpy(*tokens), *npy::EncodeNpy(*want));
+  // A bound below what case0 asks for: the run fails naming the symbol.
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("small.dvm"), "--bound", "max_new_tokens=2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  args[0] = Path("small.dvm");
+  r = Run(DYNVM_VM_RUN, args);
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("max_new_tokens"));
+  // Bad bounds, and a bound naming nothing in the model (a warning, the file is written).
+  ExpectCleanError(Run(DYNVM_VM_COMPILE, {model, "-o", Path("x.dvm"), "--bound", "batch"}),
+                   "vm-compile");
+  ExpectCleanError(Run(DYNVM_VM_COMPILE, {model, "-o", Path("x.dvm"), "--bound", "batch=-1"}),
+                   "vm-compile");
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("typo.dvm"), "--bound", "max_new_tokns=4"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: --bound max_new_tokns: no input dim or scalar input"));
+  // --device.
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("cpu.dvm"), "--device", "cpu"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(*schema::ReadFileToString(Path("cpu.dvm")),
+            *schema::ReadFileToString(Path("quiet.dvm")));
+  ExpectCleanError(Run(DYNVM_VM_COMPILE, {model, "-o", Path("x.dvm"), "--device", "tpu"}),
+                   "vm-compile");
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("cuda.dvm"), "--device", "cuda"});
+  if (r.code == 0) {  // a build that can compile for CUDA
+    args[0] = Path("cuda.dvm");
+    args.push_back("--device");
+    args.push_back("cpu");
+    r = Run(DYNVM_VM_RUN, args);
+    ExpectCleanError(r, "vm-run");
+    EXPECT_THAT(r.err, HasSubstr("was compiled for the CUDA device"));
+  } else {
+    ExpectCleanError(r, "vm-compile");
+    EXPECT_THAT(r.err, HasSubstr("CUDA"));
+  }
 }
 #endif
 
@@ -593,6 +817,51 @@ TEST_F(VmRunTest, RunTimeErrorsAreClean) {
   r = Run(DYNVM_VM_RUN, {Path("loop.dvm"), "-i", x_});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("median_ms")));
+}
+
+// vm-run's limits without flags (docs/trust.md): 10000000 loop iterations per run and 4 GiB of
+// pool memory, each raised by its flag.
+TEST_F(VmRunTest, DefaultLimitsStopRunawayPrograms) {
+  const std::string loop = R"(
+.function main
+  .params 0 0
+  .sregs i64
+  .entry
+  loop %s0, TRIPS
+    nop
+  endloop
+  ret (), ()
+.end
+)";
+  Assemble("over", absl::StrReplaceAll(loop, {{"TRIPS", "10000001"}}));
+  Assemble("at", absl::StrReplaceAll(loop, {{"TRIPS", "10000000"}}));
+  Result r = Run(DYNVM_VM_RUN, {Path("over.dvm")});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("loop iteration limit of 10000000 exceeded"));
+  EXPECT_EQ(Run(DYNVM_VM_RUN, {Path("at.dvm")}).code, 0);
+  r = Run(DYNVM_VM_RUN, {Path("over.dvm"), "--max-iterations", "10000001"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // 5 GiB of storage: refused by the default limit before anything is allocated.
+  Assemble("big", R"(
+.function main
+  .params 0 0
+  .sregs i64
+  .oregs storage
+  .entry
+  const_i %s0, 5368709120
+  alloc_storage %o0, %s0, cpu
+  ret (), ()
+.end
+)");
+  r = Run(DYNVM_VM_RUN, {Path("big.dvm")});
+  ExpectCleanError(r, "vm-run");
+  EXPECT_THAT(r.err, HasSubstr("memory limit of 4294967296 bytes"));
+  r = Run(DYNVM_VM_RUN, {Path("big.dvm"), "--memory-limit", "4g"});
+  EXPECT_THAT(r.err, HasSubstr("memory limit of 4294967296 bytes"));
+  r = Run(DYNVM_VM_RUN, {Path("big.dvm"), "--memory-limit", "6g"});
+  EXPECT_EQ(r.code, 0) << r.err;  // storage is not touched: no page is made resident
+  EXPECT_THAT(Run(DYNVM_VM_RUN, {"--help"}).out,
+              HasSubstr("10000000 loop iterations per run, 4 GiB of pool memory"));
 }
 
 }  // namespace

@@ -25,20 +25,29 @@ while [ $# -gt 0 ]; do
 done
 JOBS=${DYNVM_JOBS:-2}
 
-bash tools/install-deps.sh build
-if [ ! -f build/release/CMakeCache.txt ]; then
-  cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release > /dev/null
+# DYNVM_DEMO_TOOLS=DIR uses the vm-compile and vm-run in DIR and skips the install and the build;
+# DYNVM_DEMO_OUT=DIR puts the executable and the run's outputs (DIR/charlm-out/tokens.npy) there
+# instead of build/ (the demo_test ctest runs this script that way).
+OUT=${DYNVM_DEMO_OUT:-build}
+TOOLS=${DYNVM_DEMO_TOOLS:-}
+if [ -z "$TOOLS" ]; then
+  bash tools/install-deps.sh build
+  if [ ! -f build/release/CMakeCache.txt ]; then
+    cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release > /dev/null
+  fi
+  cmake --build build/release -j"$JOBS" --target vm-compile vm-run > build/demo-build.log 2>&1 ||
+    { tail -40 build/demo-build.log; exit 1; }
+  TOOLS=build/release/tools
 fi
-cmake --build build/release -j"$JOBS" --target vm-compile vm-run > build/demo-build.log 2>&1 ||
-  { tail -40 build/demo-build.log; exit 1; }
+mkdir -p "$OUT"
 
 if [ "$STOP" = newline ]; then
   STOP=$(grep -n '^10$' tools/lm/vocab.txt | cut -d: -f1)
   STOP=$((STOP - 1))
 fi
-build/release/tools/vm-compile tools/lm/charlm.onnx -o build/charlm.dvm --bound batch=1 \
+"$TOOLS/vm-compile" tools/lm/charlm.onnx -o "$OUT/charlm.dvm" --bound batch=1 \
   --bound max_new_tokens=4096 --bound prompt_len=1024
 echo "--- generating (prompt, then $LENGTH characters at temperature $TEMPERATURE, seed $SEED)"
-build/release/tools/vm-run build/charlm.dvm --vocab tools/lm/vocab.txt \
+"$TOOLS/vm-run" "$OUT/charlm.dvm" --vocab tools/lm/vocab.txt \
   --text prompt="$PROMPT" --set max_new_tokens="$LENGTH" --set temperature="$TEMPERATURE" \
-  --set seed="$SEED" --set stop_token="$STOP" --stream-prefix "$PROMPT"
+  --set seed="$SEED" --set stop_token="$STOP" --stream-prefix "$PROMPT" --output-dir "$OUT/charlm-out"

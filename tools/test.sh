@@ -13,7 +13,8 @@
 #   ctest              <= 8 min   every test, the ONNX conformance runner included
 #   sanitize+fuzz      <= 15 min  clang, address+undefined and fuzzer-no-link; the test suite,
 #                                 then each fuzzer for 30 s from its checked-in corpus
-#   tsan               <= 6 min   ThreadSanitizer build of the threading tests, reference kernels
+#   tsan               <= 6 min   ThreadSanitizer build of the threading tests (sharing_test's
+#                                 8 VMs on 8 threads included), oneDNN kernels
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -82,14 +83,29 @@ sanitize_and_fuzz() {
   local seed=${DYNVM_FUZZ_SEED:-1}
   local runs=${DYNVM_FUZZ_RUNS:--1}
   local failed=0
-  for fuzzer in $(find build/asan -maxdepth 3 -type f -name '*_fuzzer' -perm -u+x | sort); do
-    local name
-    name=$(basename "$fuzzer")
+  # The fuzzers CMake declared (dynvm_fuzzer writes build/asan/fuzz_corpus_dirs/NAME): each
+  # must have been built and have its corpus, and there must be some; a missing one fails the
+  # stage rather than passing it unfuzzed.
+  local names
+  names=$(ls build/asan/fuzz_corpus_dirs 2>/dev/null | sort || true)
+  if [ -z "$names" ]; then
+    echo "!!! no fuzzers declared in build/asan (DYNVM_BUILD_FUZZERS=ON with clang)"
+    return 1
+  fi
+  local name
+  for name in $names; do
+    local fuzzer
+    fuzzer=$(find build/asan -maxdepth 3 -type f -name "$name" -perm -u+x | head -1)
     local corpus
-    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name" 2>/dev/null || true)
+    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name")
+    if [ -z "$fuzzer" ] || [ ! -d "$corpus" ]; then
+      echo "!!! $name: no fuzzer binary under build/asan, or no corpus at '$corpus'"
+      failed=1
+      continue
+    fi
     local work="build/asan/fuzz_work/$name"
     rm -rf "$work" && mkdir -p "$work/corpus"
-    if [ -n "$corpus" ] && [ -d "$corpus" ]; then cp -r "$corpus"/. "$work/corpus"/; fi
+    cp -r "$corpus"/. "$work/corpus"/
     echo "--- $name for ${seconds}s, seed $seed"
     if "$fuzzer" -max_total_time="$seconds" -runs="$runs" -seed="$seed" -print_final_stats=1 \
          -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1; then
@@ -101,15 +117,24 @@ sanitize_and_fuzz() {
       failed=1
     fi
   done
+  echo "fuzzers declared: $(echo $names | wc -w)"
   return $failed
 }
 
+# The threading tests (label threads: the pool allocator, the VM API's threads, two models on
+# their own threads, and sharing_instances_test's 8 VMs on 8 threads through vm-run) under
+# ThreadSanitizer, with the default oneDNN kernels. No suppressions: libdnnl and its OpenMP
+# runtime (libgomp) are not instrumented, so ignore_noninstrumented_modules leaves their own
+# accesses out, and no instrumented code runs on libgomp's threads (the project has no OpenMP
+# code of its own). A oneDNN primitive with a library-managed scratchpad must not run on two
+# threads at once, which is why the kernels use scratchpad_mode::user (per-site workspaces).
 thread_sanitize() {
   CC=clang CXX=clang++ cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNVM_SANITIZE=thread \
-    -DDYNVM_WITH_DNNL=OFF -DDYNVM_WITH_ONNX=OFF -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
+    -DDYNVM_WITH_ONNX=OFF -DDYNVM_BUILD_BENCHMARKS=OFF > /dev/null
   local targets
+  # Each threading test is the executable of its name (dynvm_test).
   targets=$(cd build/tsan && ctest -N -L threads | sed -n 's/^ *Test *#[0-9]*: *//p')
-  if [ -z "$targets" ]; then echo "no threading tests"; return 0; fi
+  if [ -z "$targets" ]; then echo "!!! no threading tests"; return 1; fi
   # shellcheck disable=SC2086
   cmake --build build/tsan -j"$JOBS" --target $targets
   (cd build/tsan && TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" \

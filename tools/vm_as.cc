@@ -4,11 +4,15 @@
 //
 // The result is verified by loading it (Executable::LoadFromBytes: header, flatbuffer,
 // verifier, kernel binding) before anything is written, so a file vm-as writes always loads.
+// An executable whose constants live in a weights file (a `.weights` line, as vm-dis prints for
+// vm-compile --weights-out) is loaded with that file, which must be beside the output.
 // Errors name the source line: the assembler's own, and the verifier's, whose "function 'F'
 // pc N" is mapped back to the line of that instruction.
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -144,7 +148,12 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::string> bytes = isa::AssembleToBytes(*text);
   if (!bytes.ok())
     return cli::ReportError(kProgram, absl::StrCat(input, ": ", bytes.status().message()));
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(*bytes);
+  // An executable whose constants are in a weights file (.weights) is checked with that file,
+  // which the loader will look for beside the output.
+  LoadOptions load;
+  std::error_code ec;
+  load.weights_dir = std::filesystem::absolute(output, ec).parent_path().string();
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(*bytes, load);
   if (!exe.ok()) {
     return cli::ReportError(
         kProgram,

@@ -4,10 +4,11 @@
 //
 // The file is verified first (isa::VerifyFile: header, checksum, flatbuffer, verifier); a file
 // that does not verify is refused with the verifier's message. `vm-dis F | vm-as` gives back a
-// byte-identical file, except that a compressed constant segment (vm-compile --compress) is
-// printed decompressed and so assembles back raw. An executable with a separate weights file
-// prints its `.weights` reference and `external` constants (no data). Kernels are not bound, so a
-// file using ops this build lacks still prints.
+// byte-identical file for every file vm-compile or vm-as writes: a compressed constant segment
+// (vm-compile --compress) is printed decompressed after a `.compressed` line, and vm-as
+// compresses it again at the same (default) level; an executable with a separate weights file
+// prints its `.weights` reference and `external` constants with their offset= and size= in that
+// file (no data). Kernels are not bound, so a file using ops this build lacks still prints.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -65,6 +66,8 @@ int Main(int argc, char** argv) {
   }
   isa::DisassembleOptions options;
   options.pcs = !no_pcs;
+  options.compressed =
+      (verified->header.required_features & schema::kFeatureCompressedConstants) != 0;
   absl::StatusOr<std::string> text = isa::Disassemble(*verified->executable, constants, options);
   if (!text.ok())
     return cli::ReportError(kProgram, absl::StrCat(path, ": ", text.status().message()));

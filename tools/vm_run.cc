@@ -14,6 +14,11 @@
 // --device, FILE runs on whatever it was compiled for. Outputs a program leaves on the device
 // are copied to the host to be printed and written (docs/cuda.md).
 //
+// Limits: each run may execute at most --max-iterations loop iterations (default 10000000) and
+// hold at most --memory-limit bytes of pool memory (default 4 GiB; 0: no limit), so that an
+// executable from anywhere is stopped with an error instead of looping for hours or taking the
+// machine's memory (docs/trust.md). Raise them for programs that need more.
+//
 // --instances N runs N VMs on the one loaded executable concurrently, each on its own thread
 // with its own copy of the inputs, checks that every instance's outputs equal the
 // single-instance run, and prints the process's peak resident memory.
@@ -57,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "isa/dtype.h"
 #include "kernels/tensor.h"
 #include "schema/format.h"
@@ -78,8 +84,8 @@ struct Flags {
   int64_t repeat = 0;
   int64_t threads = 1;
   bool stats = false;
-  int64_t max_iterations = 0;  // 0: the VM's default
-  int64_t memory_limit = 0;    // 0: unlimited
+  int64_t max_iterations = 0;  // set by ParseFlags: kDefaultMaxIterations unless given
+  int64_t memory_limit = 0;    // set by ParseFlags: kDefaultMemoryLimit unless given; 0: none
   std::vector<std::string> sets;
   std::vector<std::string> texts;
   std::string vocab_path;
@@ -504,8 +510,17 @@ absl::Status WriteOutputs(const std::string& dir, const HostOutputs& outputs,
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  Flags f;
+// Limits vm-run applies unless told otherwise: a file from anywhere cannot make it loop for
+// hours or take the machine's memory (docs/trust.md). --max-iterations and --memory-limit
+// raise them (--memory-limit 0: no limit).
+constexpr int64_t kDefaultMaxIterations = 10'000'000;
+constexpr int64_t kDefaultMemoryLimit = int64_t{4} << 30;
+
+// Declares every flag, parses argv into `f` and checks the values. `help` is set when --help
+// was asked for (usage printed). Returns the positional executable path.
+absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& help) {
+  f.max_iterations = kDefaultMaxIterations;
+  f.memory_limit = kDefaultMemoryLimit;
   cli::FlagParser flags(
       std::string(kProgram),
       "FILE.dvm [--function NAME] --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
@@ -518,9 +533,10 @@ int Main(int argc, char** argv) {
                "after one warm-up run, time N runs; print median_ms and min_ms");
   flags.AddInt("--threads", &f.threads, "intra-op threads each kernel may use (default 1)");
   flags.AddSwitch("--stats", &f.stats, "print the VM's memory statistics after the run");
-  flags.AddInt("--max-iterations", &f.max_iterations, "loop iteration budget per run");
-  flags.AddInt("--memory-limit", &f.memory_limit, "pool memory limit in bytes (k, m, g suffixes)",
-               true);
+  flags.AddInt("--max-iterations", &f.max_iterations,
+               "loop iteration budget per run (default 10000000)");
+  flags.AddInt("--memory-limit", &f.memory_limit,
+               "pool memory limit in bytes, k, m, g suffixes (default 4g; 0: no limit)", true);
   flags.AddRepeated("--set", &f.sets, "NAME=NUMBER: binds a scalar input");
   flags.AddRepeated("--text", &f.texts, "NAME=STRING: binds a [1, n] token input (needs --vocab)");
   flags.AddInt("--instances", &f.instances,
@@ -535,58 +551,170 @@ int Main(int argc, char** argv) {
                   "write a Chrome trace of the run to FILE (docs/profiling.md)");
   flags.AddSwitch("--profile-summary", &f.profile_summary,
                   "print time per kernel and the interpreter's share per loop iteration");
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
-  if (flags.help_requested()) {
+  DYNVM_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  help = flags.help_requested();
+  if (help) {
     std::fputs(flags.Usage().c_str(), stdout);
     std::fputs(
         "\nRuns FILE.dvm and prints one line per output: NAME DTYPE [DIMS].\n"
-        "bf16 inputs are read from '<u2' files; outputs in bf16 are written as '<u2'.\n",
+        "bf16 inputs are read from '<u2' files; outputs in bf16 are written as '<u2'.\n"
+        "Limits unless raised: 10000000 loop iterations per run, 4 GiB of pool memory.\n",
         stdout);
-    return 0;
+    return std::string();
   }
   if (flags.positional().size() != 1) {
-    return cli::ReportError(kProgram,
-                            absl::StrCat("expected one executable, got ", flags.positional().size(),
-                                         " positional arguments (try vm-run --help)"));
+    return absl::InvalidArgumentError(absl::StrCat("expected one executable, got ",
+                                                   flags.positional().size(),
+                                                   " positional arguments (try vm-run --help)"));
   }
   if (flags.seen("--repeat") && f.repeat < 1)
-    return cli::ReportError(kProgram, "--repeat must be at least 1");
+    return absl::InvalidArgumentError("--repeat must be at least 1");
   if (f.threads < 1 || f.threads > 4096)
-    return cli::ReportError(kProgram, "--threads must be in [1, 4096]");
-  if (flags.seen("--max-iterations") && f.max_iterations < 0) {
-    return cli::ReportError(kProgram, "--max-iterations must not be negative");
-  }
-  if (f.memory_limit < 0) return cli::ReportError(kProgram, "--memory-limit must not be negative");
+    return absl::InvalidArgumentError("--threads must be in [1, 4096]");
+  if (f.max_iterations < 0)
+    return absl::InvalidArgumentError("--max-iterations must not be negative");
+  if (f.memory_limit < 0) return absl::InvalidArgumentError("--memory-limit must not be negative");
   if (flags.seen("--instances") && (f.instances < 1 || f.instances > 1024)) {
-    return cli::ReportError(kProgram, "--instances must be in [1, 1024]");
+    return absl::InvalidArgumentError("--instances must be in [1, 1024]");
   }
   if (!f.device.empty() && f.device != "cpu" && f.device != "cuda") {
-    return cli::ReportError(kProgram,
-                            absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
   }
   if (f.device == "cuda") {
     if (absl::Status s = CudaDeviceAvailable(); !s.ok()) {
-      return cli::ReportError(kProgram,
-                              absl::Status(s.code(), absl::StrCat("--device cuda: ", s.message())));
+      return absl::Status(s.code(), absl::StrCat("--device cuda: ", s.message()));
     }
   }
+  return flags.positional()[0];
+}
 
-  const int64_t baseline_rss = RssBytes();  // before the executable is mapped
+// Loads `path` and checks it against --device.
+absl::StatusOr<std::shared_ptr<const Executable>> LoadForDevice(const std::string& path,
+                                                                const Flags& f) {
   LoadOptions load;
   load.weights_path = f.weights;
-  absl::StatusOr<std::shared_ptr<const Executable>> exe =
-      Executable::Load(flags.positional()[0], load);
-  if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
-  const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, Executable::Load(path, load));
+  const bool uses_cuda = (exe->required_features() & schema::kFeatureCudaDevice) != 0;
   if (f.device == "cuda" && !uses_cuda) {
-    return cli::ReportError(kProgram, absl::StrCat("--device cuda: ", flags.positional()[0],
-                                                   " runs no kernel on the CUDA device (compile it "
-                                                   "with vm-compile --device cuda)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda: ", path,
+        " runs no kernel on the CUDA device (compile it with vm-compile --device cuda)"));
   }
   if (f.device == "cpu" && uses_cuda) {
-    return cli::ReportError(kProgram, absl::StrCat("--device cpu: ", flags.positional()[0],
-                                                   " was compiled for the CUDA device"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cpu: ", path, " was compiled for the CUDA device"));
   }
+  return exe;
+}
+
+// Streamed tokens (row 0 of each tensor emitted on stream 0) print as text as they come.
+EmitCallback PrintTokens(const std::vector<uint32_t>& vocab) {
+  return [&vocab](int stream, const Tensor& t) -> absl::Status {
+    if (stream != 0 || t.numel() == 0 || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
+      return absl::OkStatus();
+    }
+    const int64_t id = t.dtype() == DType::kI64 ? *t.data<int64_t>() : *t.data<int32_t>();
+    if (id < 0 || id >= static_cast<int64_t>(vocab.size())) {
+      return absl::OutOfRangeError(
+          absl::StrCat("streamed token ", id, " is outside the vocabulary"));
+    }
+    std::fputs(Utf8(vocab[id]).c_str(), stdout);
+    std::fflush(stdout);
+    return absl::OkStatus();
+  };
+}
+
+// --instances: every instance gets its own VM, thread and copy of the inputs; the executable
+// (and so the mapped weights) is shared. Each instance's outputs must equal `reference`'s.
+absl::Status RunInstances(const Flags& f, const std::shared_ptr<const Executable>& exe,
+                          const VmOptions& options, const FunctionInfo& info, const RunOptions& run,
+                          const std::vector<uint32_t>* vocab, const HostOutputs& reference,
+                          int64_t baseline_rss) {
+  const int n = static_cast<int>(f.instances);
+  std::vector<std::unique_ptr<VirtualMachine>> vms(n);
+  for (int i = 0; i < n; ++i) {
+    DYNVM_ASSIGN_OR_RETURN(vms[i], VirtualMachine::Create(exe, options));
+    DYNVM_RETURN_IF_ERROR(BindInputs(f, info, vocab, *vms[i], /*copy=*/true));
+  }
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  RunOptions quiet = run;
+  quiet.on_emit = nullptr;
+  quiet.profiler = nullptr;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { status[i] = vms[i]->Run(quiet); });
+  }
+  for (std::thread& t : threads) t.join();
+  std::printf("instances=%d\n", n);
+  bool all_ok = true;
+  for (int i = 0; i < n; ++i) {
+    if (!status[i].ok())
+      return absl::Status(status[i].code(),
+                          absl::StrCat("instance ", i, ": ", status[i].message()));
+    DYNVM_ASSIGN_OR_RETURN(HostOutputs outs, CollectOutputs(*vms[i], info));
+    bool same = outs.tensors.size() == reference.tensors.size();
+    for (size_t k = 0; same && k < outs.tensors.size(); ++k) {
+      same = SameBytes(outs.tensors[k], reference.tensors[k]);
+    }
+    std::printf("instance %d: %s\n", i,
+                same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
+    all_ok &= same;
+  }
+  std::printf("peak_rss_mb=%.1f baseline_rss_mb=%.1f weights_mb=%.1f\n", PeakRssBytes() / 1048576.0,
+              baseline_rss / 1048576.0, exe->weight_bytes() / 1048576.0);
+  if (!all_ok) return absl::InternalError("instances produced different outputs");
+  return absl::OkStatus();
+}
+
+// --stats: the VM's memory statistics after the run, and how the files were bound.
+void PrintStats(const VirtualMachine& vm, const BindReport& bind_report,
+                const std::vector<bool>& mapped, int output_copies, bool uses_cuda) {
+  const AllocatorStats st = vm.memory_stats();
+  std::printf("bytes_in_use=%lld peak_bytes_in_use=%lld system_allocs=%lld pool_hits=%lld\n",
+              static_cast<long long>(st.bytes_in_use), static_cast<long long>(st.peak_bytes_in_use),
+              static_cast<long long>(st.system_allocs), static_cast<long long>(st.pool_hits));
+  // The last run's system allocations, and those of its loops' steady state (after their
+  // first iteration, up to their end): 0 for a decode loop planned ahead.
+  const RunMemoryStats run_mem = vm.last_run_memory();
+  std::printf("run_system_allocs=%lld after_first_iteration=%s\n",
+              static_cast<long long>(run_mem.system_allocs),
+              run_mem.first_iteration_ended
+                  ? std::to_string(run_mem.system_allocs_after_first_iteration).c_str()
+                  : "none");
+  const int n_mapped = static_cast<int>(std::count(mapped.begin(), mapped.end(), true));
+  std::printf("zero_copy_inputs=%d mapped_output_files=%d outputs_written_in_place=%d\n",
+              bind_report.zero_copy_inputs, n_mapped, n_mapped - output_copies);
+  if (uses_cuda) {
+    const AllocatorStats dev = vm.device_memory_stats();
+    std::printf(
+        "device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "
+        "device_system_allocs=%lld device_pool_hits=%lld\n",
+        static_cast<long long>(dev.bytes_in_use), static_cast<long long>(dev.peak_bytes_in_use),
+        static_cast<long long>(dev.system_allocs), static_cast<long long>(dev.pool_hits));
+  }
+}
+
+void PrintTimes(const std::vector<double>& times_ms) {
+  if (times_ms.empty()) return;
+  std::vector<double> sorted = times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  std::printf("median_ms=%.4f min_ms=%.4f\n", median, sorted.front());
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  bool help = false;
+  absl::StatusOr<std::string> path = ParseFlags(argc, argv, f, help);
+  if (!path.ok()) return cli::ReportError(kProgram, path.status());
+  if (help) return 0;
+
+  const int64_t baseline_rss = RssBytes();  // before the executable is mapped
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = LoadForDevice(*path, f);
+  if (!exe.ok()) return cli::ReportError(kProgram, exe.status());
+  const bool uses_cuda = ((*exe)->required_features() & schema::kFeatureCudaDevice) != 0;
   absl::StatusOr<int> index = (*exe)->FindFunction(f.function);
   if (!index.ok()) return cli::ReportError(kProgram, index.status());
   const FunctionInfo& info = (*exe)->function(*index);
@@ -598,7 +726,7 @@ int Main(int argc, char** argv) {
 
   VmOptions options;
   options.num_threads = static_cast<int>(f.threads);
-  if (flags.seen("--max-iterations")) options.max_loop_iterations = f.max_iterations;
+  options.max_loop_iterations = f.max_iterations;
   options.memory_limit = f.memory_limit;
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, options);
   if (!vm.ok()) return cli::ReportError(kProgram, vm.status());
@@ -608,10 +736,9 @@ int Main(int argc, char** argv) {
     if (!v.ok()) return cli::ReportError(kProgram, v.status());
     vocab = *std::move(v);
   }
+  const std::vector<uint32_t>* vocab_or_null = f.vocab_path.empty() ? nullptr : &vocab;
   BindReport bind_report;
-  if (absl::Status s =
-          BindInputs(f, info, f.vocab_path.empty() ? nullptr : &vocab, **vm, false, &bind_report);
-      !s.ok()) {
+  if (absl::Status s = BindInputs(f, info, vocab_or_null, **vm, false, &bind_report); !s.ok()) {
     return cli::ReportError(kProgram, s);
   }
   // Outputs of a shape known now are written by the program straight into their .npy files.
@@ -635,20 +762,7 @@ int Main(int argc, char** argv) {
   if (!vocab.empty()) {
     std::fputs(f.stream_prefix.c_str(), stdout);
     std::fflush(stdout);
-    // Streamed tokens (row 0 of each emitted tensor) print as they are produced.
-    run.on_emit = [&vocab](int stream, const Tensor& t) -> absl::Status {
-      if (stream != 0 || t.numel() == 0 || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
-        return absl::OkStatus();
-      }
-      const int64_t id = t.dtype() == DType::kI64 ? *t.data<int64_t>() : *t.data<int32_t>();
-      if (id < 0 || id >= static_cast<int64_t>(vocab.size())) {
-        return absl::OutOfRangeError(
-            absl::StrCat("streamed token ", id, " is outside the vocabulary"));
-      }
-      std::fputs(Utf8(vocab[id]).c_str(), stdout);
-      std::fflush(stdout);
-      return absl::OkStatus();
-    };
+    run.on_emit = PrintTokens(vocab);
   }
   Profiler profiler;
   const bool profiling = !f.profile.empty() || f.profile_summary;
@@ -678,89 +792,20 @@ int Main(int argc, char** argv) {
     if (absl::Status s = WriteOutputs(f.output_dir, *outputs, mapped); !s.ok())
       return cli::ReportError(kProgram, s);
   }
-  if (!times_ms.empty()) {
-    std::vector<double> sorted = times_ms;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-    std::printf("median_ms=%.4f min_ms=%.4f\n", median, sorted.front());
-  }
+  PrintTimes(times_ms);
   if (!f.profile.empty()) {
     if (absl::Status s = profiler.WriteChromeTrace(f.profile); !s.ok())
       return cli::ReportError(kProgram, s);
   }
   if (f.profile_summary) std::fputs(profiler.SummaryTable().c_str(), stdout);
   if (f.instances > 0) {
-    // Every instance gets its own VM, thread and copy of the inputs; the executable (and so
-    // the mapped weights) is shared.
-    const int n = static_cast<int>(f.instances);
-    std::vector<std::unique_ptr<VirtualMachine>> vms(n);
-    for (int i = 0; i < n; ++i) {
-      absl::StatusOr<std::unique_ptr<VirtualMachine>> v = VirtualMachine::Create(*exe, options);
-      if (!v.ok()) return cli::ReportError(kProgram, v.status());
-      vms[i] = *std::move(v);
-      Flags copy_flags = f;
-      if (absl::Status s = BindInputs(copy_flags, info, f.vocab_path.empty() ? nullptr : &vocab,
-                                      *vms[i], /*copy=*/true);
-          !s.ok()) {
-        return cli::ReportError(kProgram, s);
-      }
-    }
-    std::vector<absl::Status> status(n);
-    std::vector<std::thread> threads;
-    RunOptions quiet = run;
-    quiet.on_emit = nullptr;
-    quiet.profiler = nullptr;
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] { status[i] = vms[i]->Run(quiet); });
-    }
-    for (std::thread& t : threads) t.join();
-    std::printf("instances=%d\n", n);
-    bool all_ok = true;
-    for (int i = 0; i < n; ++i) {
-      if (!status[i].ok())
-        return cli::ReportError(kProgram, absl::StrCat("instance ", i, ": ", status[i].message()));
-      absl::StatusOr<HostOutputs> outs = CollectOutputs(*vms[i], info);
-      if (!outs.ok()) return cli::ReportError(kProgram, outs.status());
-      bool same = outs->tensors.size() == outputs->tensors.size();
-      for (size_t k = 0; same && k < outs->tensors.size(); ++k) {
-        same = SameBytes(outs->tensors[k], outputs->tensors[k]);
-      }
-      std::printf("instance %d: %s\n", i,
-                  same ? "outputs equal the single-instance run" : "OUTPUTS DIFFER");
-      all_ok &= same;
-    }
-    std::printf("peak_rss_mb=%.1f baseline_rss_mb=%.1f weights_mb=%.1f\n",
-                PeakRssBytes() / 1048576.0, baseline_rss / 1048576.0,
-                (*exe)->weight_bytes() / 1048576.0);
-    if (!all_ok) return cli::ReportError(kProgram, "instances produced different outputs");
-  }
-  if (f.stats) {
-    const AllocatorStats st = (*vm)->memory_stats();
-    std::printf("bytes_in_use=%lld peak_bytes_in_use=%lld system_allocs=%lld pool_hits=%lld\n",
-                static_cast<long long>(st.bytes_in_use),
-                static_cast<long long>(st.peak_bytes_in_use),
-                static_cast<long long>(st.system_allocs), static_cast<long long>(st.pool_hits));
-    // The last run's system allocations, and those of its loops' steady state (after their
-    // first iteration, up to their end): 0 for a decode loop planned ahead.
-    const RunMemoryStats run_mem = (*vm)->last_run_memory();
-    std::printf("run_system_allocs=%lld after_first_iteration=%s\n",
-                static_cast<long long>(run_mem.system_allocs),
-                run_mem.first_iteration_ended
-                    ? std::to_string(run_mem.system_allocs_after_first_iteration).c_str()
-                    : "none");
-    const int n_mapped = static_cast<int>(std::count(mapped.begin(), mapped.end(), true));
-    std::printf("zero_copy_inputs=%d mapped_output_files=%d outputs_written_in_place=%d\n",
-                bind_report.zero_copy_inputs, n_mapped, n_mapped - output_copies);
-    if (uses_cuda) {
-      const AllocatorStats dev = (*vm)->device_memory_stats();
-      std::printf(
-          "device_bytes_in_use=%lld device_peak_bytes_in_use=%lld "
-          "device_system_allocs=%lld device_pool_hits=%lld\n",
-          static_cast<long long>(dev.bytes_in_use), static_cast<long long>(dev.peak_bytes_in_use),
-          static_cast<long long>(dev.system_allocs), static_cast<long long>(dev.pool_hits));
+    if (absl::Status s =
+            RunInstances(f, *exe, options, info, run, vocab_or_null, *outputs, baseline_rss);
+        !s.ok()) {
+      return cli::ReportError(kProgram, s);
     }
   }
+  if (f.stats) PrintStats(**vm, bind_report, mapped, output_copies, uses_cuda);
   if (std::fflush(stdout) != 0)
     return cli::ReportError(kProgram, "cannot write to standard output");
   return 0;
