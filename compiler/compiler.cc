@@ -3,7 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "compiler/codegen.h"
+#include "compiler/conv_fusion.h"
 #include "compiler/passes.h"
 #include "kernels/registry.h"
 
@@ -46,6 +48,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     HoistLoopInvariants(module);
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(module));
+    if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
   }
   ExecutableBuilder builder;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -1022,7 +1023,7 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
-  Reg(r, "Conv", ConvOp);
+  Reg(r, "Conv", InferConvShape);  // compiler/conv_fusion.cc
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
   Reg(r, "Unique", [](InferContext& c) {
     const std::vector<Dim>* x = c.input_shape(0);

@@ -31,7 +31,8 @@ readonly build_pkgs=(
 )
 readonly test_pkgs=(libonnx-testdata)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
-readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread)
+readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread
+  python3-torchvision)
 
 usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 

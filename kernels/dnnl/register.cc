@@ -8,6 +8,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterEltwiseKernels(registry);
   onednn::RegisterNormalizationKernels(registry);
   onednn::RegisterReduceKernels(registry);
+  onednn::RegisterConvKernels(registry);
+  onednn::RegisterPoolKernels(registry);
 }
 
 }  // namespace dynvm

@@ -1,0 +1,43 @@
+// Conv fusion (compile time): each ONNX Conv of f32 data whose weights (and bias) are constants
+// becomes one dynvm::FusedConv node (its kernel: kernels/dnnl/conv.cc, reference:
+// kernels/reference/fused_conv.cc) that absorbs, where the graph allows:
+//   - a zero constant Pad before it on spatial dims only (added to the Conv's pads);
+//   - a BatchNormalization after it in inference mode with constant parameters (folded into the
+//     weights and bias: w' = w * s, b' = (b - mean) * s + B, s = scale / sqrt(var + eps));
+//   - a residual Add after that, whose other operand has exactly the Conv output's shape;
+//   - an activation after that: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish,
+//     Tanh, or SiLU written as x * Sigmoid(x).
+// Each absorbed node's output must have no other use. The FusedConv is marked
+// constant_weights = 1, so its kernel packs the weights once for every VM. Nodes left dead are
+// removed by dead-code elimination. Self-contained, to move onto compiler/rewrite/ as rules.
+#ifndef DYNVM_COMPILER_CONV_FUSION_H_
+#define DYNVM_COMPILER_CONV_FUSION_H_
+
+#include "absl/status/statusor.h"
+#include "compiler/ir.h"
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+
+struct ConvFusionCounts {
+  int convs = 0;        // Conv nodes rewritten into FusedConv
+  int pads = 0;         // Pads folded
+  int batch_norms = 0;  // BatchNormalizations folded
+  int sums = 0;         // residual Adds fused
+  int activations = 0;  // activations fused
+};
+
+// Rewrites every function of `module` in place. Call after shape inference; run shape
+// inference and dead-code elimination again after it.
+absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module);
+
+// Shape inference of Conv and dynvm::FusedConv: [N, M, spatial...]. The spatial sizes are
+// computed when the input's spatial dims and W's kernel dims are constants (else left to the
+// kernel); a W whose input channels disagree with X's (times group), a negative pad, or a
+// kernel larger than the padded input is an error naming the node whenever the dims it needs
+// are known.
+absl::Status InferConvShape(InferContext& c);
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_CONV_FUSION_H_
