@@ -471,4 +471,48 @@ absl::Status InferConvShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr || x->size() < 3) return std::nullopt;
+  const size_t k = x->size() - 2;
+  absl::StatusOr<std::vector<int64_t>> kernel = c.GetInts("kernel_shape", {});
+  absl::StatusOr<std::vector<int64_t>> strides = c.GetInts("strides", {});
+  absl::StatusOr<std::vector<int64_t>> dilations = c.GetInts("dilations", {});
+  absl::StatusOr<std::vector<int64_t>> pads = c.GetInts("pads", {});
+  absl::StatusOr<std::string> auto_pad = c.GetString("auto_pad", "NOTSET");
+  absl::StatusOr<int64_t> ceil_mode = c.GetInt("ceil_mode", 0);
+  if (!kernel.ok() || !strides.ok() || !dilations.ok() || !pads.ok() || !auto_pad.ok() ||
+      !ceil_mode.ok() || kernel->size() != k || (!strides->empty() && strides->size() != k) ||
+      (!dilations->empty() && dilations->size() != k) ||
+      (!pads->empty() && pads->size() != 2 * k)) {
+    return std::nullopt;
+  }
+  const bool same = *auto_pad == "SAME_UPPER" || *auto_pad == "SAME_LOWER";
+  if (!same && *auto_pad != "NOTSET" && *auto_pad != "VALID" && !auto_pad->empty()) {
+    return std::nullopt;
+  }
+  std::vector<Dim> out = {(*x)[0], (*x)[1]};
+  for (size_t i = 0; i < k; ++i) {
+    const std::optional<int64_t> in = SymbolicContext::AsConst((*x)[i + 2]);
+    const int64_t kd = (*kernel)[i];
+    const int64_t st = strides->empty() ? 1 : (*strides)[i];
+    const int64_t dl = dilations->empty() ? 1 : (*dilations)[i];
+    if (!in || kd < 1 || st < 1 || dl < 1) return std::nullopt;
+    const int64_t span = (kd - 1) * dl + 1;
+    if (same) {
+      out.push_back(c.sym().Const((*in + st - 1) / st));
+      continue;
+    }
+    const bool use_pads = (*auto_pad == "NOTSET" || auto_pad->empty()) && !pads->empty();
+    const int64_t pb = use_pads ? (*pads)[i] : 0, pe = use_pads ? (*pads)[k + i] : 0;
+    if (pb < 0 || pe < 0) return std::nullopt;
+    const int64_t room = *in + pb + pe - span;
+    if (room < 0) return std::nullopt;
+    int64_t o = (*ceil_mode != 0 ? (room + st - 1) / st : room / st) + 1;
+    if (*ceil_mode != 0 && (o - 1) * st >= *in + pb) --o;
+    out.push_back(c.sym().Const(o));
+  }
+  return out;
+}
+
 }  // namespace dynvm::compiler

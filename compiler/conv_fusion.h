@@ -13,6 +13,9 @@
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
 
+#include <optional>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "compiler/ir.h"
 #include "compiler/op_registry.h"
@@ -37,6 +40,11 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module);
 // kernel larger than the padded input is an error naming the node whenever the dims it needs
 // are known.
 absl::Status InferConvShape(InferContext& c);
+
+// The output dims of MaxPool / AveragePool when the input's spatial dims are constants and the
+// attributes valid (as kernels/reference/pool.cc computes them); nullopt otherwise (the kernel
+// decides, and reports errors, at run time).
+std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c);
 
 }  // namespace dynvm::compiler
 

@@ -857,6 +857,11 @@ absl::Status Pool(InferContext& c) {
     c.SetOutput(0, c.input_dtype(0), std::move(dims));
     return absl::OkStatus();
   }
+  if (std::optional<std::vector<Dim>> dims = StaticPoolShape(c)) {  // compiler/conv_fusion.cc
+    c.SetOutput(0, c.input_dtype(0), *dims);
+    c.SetOutput(1, DType::kI64, *std::move(dims));
+    return absl::OkStatus();
+  }
   c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
   c.SetOutputDynamic(1, DType::kI64, static_cast<int>(x->size()));
   return absl::OkStatus();
