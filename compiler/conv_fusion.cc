@@ -378,6 +378,42 @@ class Fuser {
   ConvFusionCounts& counts_;
 };
 
+void SetInt(Node* n, const char* name, int64_t v) {
+  AttrValue a;
+  a.type = AttrValue::Type::kInt;
+  a.i = v;
+  n->attrs[name] = a;
+}
+
+bool IsFusedConv(const Node* n) { return n->op == "FusedConv" && n->domain == "dynvm"; }
+
+// Values passed only from one FusedConv to others (as X or the residual) are kept
+// channels-last (NHWC), the layout oneDNN's AVX-512 convolutions take: the producer writes it
+// and the readers read it, so no reorder runs between them. Returns the values changed.
+int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
+  int changed = 0;
+  for (auto& node : g.nodes) {
+    Node* p = node.get();
+    if (!IsFusedConv(p) || p->outputs.empty() || p->outputs[0] == nullptr) continue;
+    const Value* v = p->outputs[0];
+    if (!v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) continue;
+    std::vector<std::pair<Node*, size_t>> reads;
+    bool ok = true;
+    for (auto& other : g.nodes) {
+      for (size_t i = 0; i < other->inputs.size(); ++i) {
+        if (other->inputs[i] != v) continue;
+        if (!IsFusedConv(other.get()) || (i != 0 && i != 3)) ok = false;
+        reads.emplace_back(other.get(), i);
+      }
+    }
+    if (!ok || reads.empty() || static_cast<int>(reads.size()) != uses[v]) continue;
+    SetInt(p, "channels_last_out", 1);
+    for (auto& [n, i] : reads) SetInt(n, i == 0 ? "channels_last_in" : "channels_last_sum", 1);
+    ++changed;
+  }
+  return changed;
+}
+
 }  // namespace
 
 absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
@@ -395,6 +431,15 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     CountUses(*f.graph, uses);
     Fuser fuser(module, uses, counts);
     EachGraph(*f.graph, [&](Graph& g) { fuser.FuseGraph(g); });
+  }
+  if (counts.convs > 0) {
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
+    EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
+  }
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    EachGraph(*f.graph, [&](Graph& g) { counts.blocked += AssignBlockedLayouts(g, uses); });
   }
   return counts;
 }

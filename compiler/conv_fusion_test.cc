@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/passes.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
 #include "vm/executable.h"
@@ -210,6 +211,67 @@ TEST(ConvFusion, TwoConvBranchesMeetingInAnAdd) {
     ASSERT_EQ(a.size(), want.size());
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_NEAR(a[i], want[i], 1e-4 + 1e-4 * std::abs(want[i]));
+  }
+}
+
+// A chain of FusedConvs (a residual block and a conv after it, 1D/2D/3D, channel counts not
+// multiples of 16): the values between them stay channels-last; outputs equal the unfused
+// graph's on both backends (the reference FusedConv converts the layout itself).
+TEST(ConvFusion, ChannelsLastBetweenFusedConvs) {
+  for (int spatial : {1, 2, 3}) {
+    SCOPED_TRACE(spatial);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      std::vector<DimSpec> xs = {int64_t{2}, int64_t{5}};
+      std::vector<int64_t> w1 = {12, 5}, w2 = {12, 12}, w3 = {7, 12};
+      Attrs a = {{"pads", AttrInts(std::vector<int64_t>(2 * spatial, 1))}};
+      for (int i = 0; i < spatial; ++i) {
+        xs.push_back(int64_t{6 + i});
+        for (auto* w : {&w1, &w2, &w3}) w->push_back(3);
+      }
+      Value* x = b.Input("x", DType::kF32, xs);
+      Value* y1 = b.Op("Relu", {b.Op("Conv", {x, b.Constant(RandomF32(w1, 1), "", true)}, a)});
+      Value* y2 = b.Op("Conv", {y1, b.Constant(RandomF32(w2, 2), "", true)}, a);
+      Value* y3 = b.Op("Relu", {b.Op("Add", {y2, y1})});
+      b.Output("y", b.Op("Conv", {y3, b.Constant(RandomF32(w3, 3), "", true)}, a));
+    };
+    {
+      Module m;
+      build(m);
+      ASSERT_TRUE(InferShapes(m).ok());
+      absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+      ASSERT_TRUE(counts.ok()) << counts.status();
+      EXPECT_EQ(counts->convs, 3);
+      EXPECT_EQ(counts->blocked, 2);  // y1 (read as X and as the residual) and y3
+    }
+    for (const char* backend : {"dnnl", "reference"}) {
+      SCOPED_TRACE(backend);
+      std::vector<Tensor> outs;
+      for (bool optimize : {false, true}) {
+        Module m;
+        build(m);
+        CompileOptions options;
+        options.optimize = optimize;
+        absl::StatusOr<CompileResult> r = Compile(m, options);
+        ASSERT_TRUE(r.ok()) << r.status();
+        LoadOptions load;
+        load.backends = BackendPolicy{{backend, "reference"}};
+        std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+            {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+        std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+        std::vector<int64_t> xd = {2, 5};
+        for (int i = 0; i < spatial; ++i) xd.push_back(6 + i);
+        ASSERT_TRUE(vm->SetInput("x", RandomF32(xd, 9)).ok());
+        absl::Status st = vm->Run();
+        ASSERT_TRUE(st.ok()) << st;
+        outs.push_back((*vm->GetOutputs())[0]);
+      }
+      std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+      }
+    }
   }
 }
 

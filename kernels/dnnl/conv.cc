@@ -256,6 +256,13 @@ dnnl::memory::desc WeightsDesc(const Geometry& g, const Tensor& w, bool transpos
   return PlainDesc(dt::f32, absl::MakeConstSpan(dims, r), absl::MakeConstSpan(strides, r));
 }
 
+// The channels-last layout (NHWC, NDHWC, NWC) of a [N, C, spatial...] tensor.
+dnnl::memory::desc BlockedDesc(absl::Span<const int64_t> dims) {
+  using tag = dnnl::memory::format_tag;
+  const tag t = dims.size() == 3 ? tag::acb : dims.size() == 4 ? tag::acdb : tag::acdeb;
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, t);
+}
+
 dnnl::memory::desc AnyDesc(absl::Span<const int64_t> dims) {
   return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32,
                             dnnl::memory::format_tag::any);
@@ -297,6 +304,12 @@ absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec) {
   }
   return act;
 }
+
+// Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
+// between FusedConvs; the tensors keep their logical dims).
+struct BlockedPorts {
+  bool in = false, out = false, sum = false;
+};
 
 // ---- Packed constant weights, shared by every VM running the kernel ----
 
@@ -342,12 +355,13 @@ class PackedWeightsCache {
 class ConvKernel final : public DnnlKernel {
  public:
   ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
-             Activation act, bool constant_weights)
+             Activation act, bool constant_weights, BlockedPorts blocked)
       : DnnlKernel(std::move(name), std::move(reference)),
         attrs_(std::move(attrs)),
         transpose_(transpose),
         act_(act),
-        constant_weights_(constant_weights) {}
+        constant_weights_(constant_weights),
+        blocked_(blocked) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, transpose_ ? "ConvTranspose" : "Conv"));
@@ -394,14 +408,18 @@ class ConvKernel final : public DnnlKernel {
  private:
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
             bool bias, const Tensor* sum, const Dims& out_dims, Entry* e) const {
-    const dnnl::memory::desc src = TensorDesc(x);
+    const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
     const dnnl::memory::desc wts = WeightsDesc(g, w, transpose_);
-    const dnnl::memory::desc dst = DenseDesc(dt::f32, out_dims);
+    const dnnl::memory::desc dst =
+        blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
     const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {g.m});
     const dnnl::memory::dims strides(g.st, g.st + g.k), dil(g.dl, g.dl + g.k), pl(g.pl, g.pl + g.k),
         pr(g.pr, g.pr + g.k);
-    const dnnl::memory::desc src_any = AnyDesc(x.dims()), dst_any = AnyDesc(out_dims),
-                             wts_any = AnyDesc(wts.dims());
+    // Channels-last operands (between FusedConvs) are given as is: oneDNN picks an
+    // implementation that reads or writes them directly; the others are its choice.
+    const dnnl::memory::desc src_any = blocked_.in ? src : AnyDesc(x.dims());
+    const dnnl::memory::desc dst_any = blocked_.out ? dst : AnyDesc(out_dims);
+    const dnnl::memory::desc wts_any = AnyDesc(wts.dims());
     dnnl::primitive_attr attr = UserScratchpadAttr();
     dnnl::post_ops ops;
     if (sum != nullptr) ops.append_sum(1.0f);
@@ -444,7 +462,10 @@ class ConvKernel final : public DnnlKernel {
       BindReorder(&e->dst_reorder, engine, pdst, dst);
       e->dst_bytes = Align(pdst.get_size());
     }
-    if (sum != nullptr) BindReorder(&e->sum_reorder, engine, TensorDesc(*sum), pdst);
+    if (sum != nullptr) {
+      BindReorder(&e->sum_reorder, engine,
+                  blocked_.sum ? BlockedDesc(sum->dims()) : TensorDesc(*sum), pdst);
+    }
   }
 
   absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,
@@ -497,6 +518,7 @@ class ConvKernel final : public DnnlKernel {
   bool transpose_;
   Activation act_;
   bool constant_weights_;
+  BlockedPorts blocked_;
   PackedWeightsCache packed_;
 };
 
@@ -509,13 +531,18 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
   DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));
   Activation act;
   bool constant_weights = false;
+  BlockedPorts blocked;
   if (fused) {
     DYNVM_ASSIGN_OR_RETURN(act, ReadActivation(spec));
     DYNVM_ASSIGN_OR_RETURN(int64_t cw, spec.GetInt("constant_weights", 0));
     constant_weights = cw != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t bi, spec.GetInt("channels_last_in", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t bo, spec.GetInt("channels_last_out", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("channels_last_sum", 0));
+    blocked = {bi != 0, bo != 0, bs != 0};
   }
   return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(ref), std::move(a),
-                                      transpose, act, constant_weights);
+                                      transpose, act, constant_weights, blocked);
 }
 
 }  // namespace
