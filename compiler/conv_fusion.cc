@@ -387,6 +387,16 @@ void SetInt(Node* n, const char* name, int64_t v) {
 
 bool IsFusedConv(const Node* n) { return n->op == "FusedConv" && n->domain == "dynvm"; }
 
+// Pools that take and give channels-last tensors (flags "channels_last_in" / "_out"): one
+// output (no Indices), f32.
+bool IsLayoutPool(const Node* n) {
+  return n->domain.empty() &&
+         (n->op == "MaxPool" || n->op == "AveragePool" || n->op == "GlobalMaxPool" ||
+          n->op == "GlobalAveragePool") &&
+         !n->inputs.empty() && n->inputs[0] != nullptr && n->inputs[0]->dtype == DType::kF32 &&
+         (n->outputs.size() == 1 || n->outputs[1] == nullptr);
+}
+
 // Values passed only from one FusedConv to others (as X or the residual) are kept
 // channels-last (NHWC), the layout oneDNN's AVX-512 convolutions take: the producer writes it
 // and the readers read it, so no reorder runs between them. Returns the values changed.
@@ -394,7 +404,9 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   int changed = 0;
   for (auto& node : g.nodes) {
     Node* p = node.get();
-    if (!IsFusedConv(p) || p->outputs.empty() || p->outputs[0] == nullptr) continue;
+    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr) {
+      continue;
+    }
     const Value* v = p->outputs[0];
     if (!v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) continue;
     std::vector<std::pair<Node*, size_t>> reads;
@@ -402,7 +414,9 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
     for (auto& other : g.nodes) {
       for (size_t i = 0; i < other->inputs.size(); ++i) {
         if (other->inputs[i] != v) continue;
-        if (!IsFusedConv(other.get()) || (i != 0 && i != 3)) ok = false;
+        const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
+        const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
+        if (!conv_reads && !pool_reads) ok = false;
         reads.emplace_back(other.get(), i);
       }
     }

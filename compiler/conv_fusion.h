@@ -9,10 +9,11 @@
 //     Tanh, or SiLU written as x * Sigmoid(x).
 // Each absorbed node's output must have no other use. The FusedConv is marked
 // constant_weights = 1, so its kernel packs the weights once for every VM. Nodes left dead are
-// removed by dead-code elimination. Then a value passed only from one FusedConv to others (as
-// X or the residual) is kept channels-last ("channels_last_out" on the producer,
-// "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs between them; it
-// keeps its logical dims and byte size. Self-contained, to move onto compiler/rewrite/ as rules.
+// removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
+// other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
+// the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
+// between them; it keeps its logical dims and byte size. Self-contained, to move onto
+// compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
 

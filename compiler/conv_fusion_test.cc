@@ -275,6 +275,69 @@ TEST(ConvFusion, ChannelsLastBetweenFusedConvs) {
   }
 }
 
+// Pools between convs keep the layout too: conv -> MaxPool -> conv -> AveragePool ->
+// GlobalAveragePool, 1D/2D/3D.
+TEST(ConvFusion, ChannelsLastThroughPools) {
+  for (int spatial : {1, 2, 3}) {
+    SCOPED_TRACE(spatial);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      std::vector<DimSpec> xs = {int64_t{2}, int64_t{3}};
+      std::vector<int64_t> w1 = {10, 3}, w2 = {6, 10}, k2(spatial, 2), k3(spatial, 3);
+      for (int i = 0; i < spatial; ++i) {
+        xs.push_back(int64_t{9 + i});
+        w1.push_back(3);
+        w2.push_back(1);
+      }
+      Value* x = b.Input("x", DType::kF32, xs);
+      Value* y = b.Op("Conv", {x, b.Constant(RandomF32(w1, 1), "", true)});
+      y = b.Op("MaxPool", {y}, {{"kernel_shape", AttrInts(k2)}});
+      y = b.Op("Conv", {y, b.Constant(RandomF32(w2, 2), "", true)});
+      y = b.Op("AveragePool", {y},
+               {{"kernel_shape", AttrInts(k3)},
+                {"pads", AttrInts(std::vector<int64_t>(2 * spatial, 1))},
+                {"strides", AttrInts(k2)}});
+      b.Output("y", b.Op("GlobalAveragePool", {y}));
+    };
+    {
+      Module m;
+      build(m);
+      ASSERT_TRUE(InferShapes(m).ok());
+      absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+      ASSERT_TRUE(counts.ok()) << counts.status();
+      EXPECT_EQ(counts->blocked, 4);  // every value but the input and the output
+    }
+    for (const char* backend : {"dnnl", "reference"}) {
+      SCOPED_TRACE(backend);
+      std::vector<Tensor> outs;
+      for (bool optimize : {false, true}) {
+        Module m;
+        build(m);
+        CompileOptions options;
+        options.optimize = optimize;
+        absl::StatusOr<CompileResult> r = Compile(m, options);
+        ASSERT_TRUE(r.ok()) << r.status();
+        LoadOptions load;
+        load.backends = BackendPolicy{{backend, "reference"}};
+        std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+            {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+        std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+        std::vector<int64_t> xd = {2, 3};
+        for (int i = 0; i < spatial; ++i) xd.push_back(9 + i);
+        ASSERT_TRUE(vm->SetInput("x", RandomF32(xd, 9)).ok());
+        absl::Status st = vm->Run();
+        ASSERT_TRUE(st.ok()) << st;
+        outs.push_back((*vm->GetOutputs())[0]);
+      }
+      std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST(ConvFusion, AnOutputWithOtherUsesIsNotAbsorbed) {
   Module m;
   GraphBuilder b(m.AddFunction("main"));

@@ -31,7 +31,15 @@ struct PoolAttrs {
   std::string auto_pad = "NOTSET";
   bool ceil_mode = false;
   bool count_include_pad = false;
+  bool channels_last_in = false, channels_last_out = false;  // compiler/conv_fusion.h
 };
+
+// The channels-last (NHWC) descriptor of a [N, C, spatial...] tensor's logical dims.
+dnnl::memory::desc ChannelsLastDesc(absl::Span<const int64_t> dims) {
+  using tag = dnnl::memory::format_tag;
+  const tag t = dims.size() == 3 ? tag::acb : dims.size() == 4 ? tag::acdb : tag::acdeb;
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, t);
+}
 
 struct PoolGeometry {
   int k = 0;
@@ -97,6 +105,7 @@ class PoolKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     PoolGeometry g;
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !PoolPlan(attrs_, x, &g) ||
+        (attrs_.channels_last_in && !x.is_contiguous()) ||
         (g.extended && !attrs_.max && attrs_.count_include_pad) || (attrs_.max && HasNaN(x))) {
       return RunReference(ctx, in, out);
     }
@@ -111,8 +120,10 @@ class PoolKernel final : public DnnlKernel {
     Entry* e = st->Lookup(key, &fresh);
     if (fresh) {
       DYNVM_RETURN_IF_ERROR(BindEntry(e, "pooling", [&](const dnnl::engine& engine) {
-        const dnnl::memory::desc src = TensorDesc(x);
-        const dnnl::memory::desc dst = DenseDesc(dt::f32, out_dims);
+        const dnnl::memory::desc src =
+            attrs_.channels_last_in ? ChannelsLastDesc(x.dims()) : TensorDesc(x);
+        const dnnl::memory::desc dst =
+            attrs_.channels_last_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
         const dnnl::algorithm alg = attrs_.max ? dnnl::algorithm::pooling_max
                                     : attrs_.count_include_pad
                                         ? dnnl::algorithm::pooling_avg_include_padding
@@ -144,6 +155,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool 
   PoolAttrs a;
   a.max = max;
   a.global = global;
+  DYNVM_ASSIGN_OR_RETURN(int64_t cl_in, spec.GetInt("channels_last_in", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t cl_out, spec.GetInt("channels_last_out", 0));
+  a.channels_last_in = cl_in != 0;
+  a.channels_last_out = cl_out != 0;
   if (!global) {
     for (auto [name, field] : {std::pair<const char*, Dims*>{"kernel_shape", &a.kernel},
                                {"strides", &a.strides},
