@@ -397,32 +397,55 @@ bool IsLayoutPool(const Node* n) {
          (n->outputs.size() == 1 || n->outputs[1] == nullptr);
 }
 
-// Values passed only from one FusedConv to others (as X or the residual) are kept
+bool IsGlobalPool(const Node* n) {
+  return n->op == "GlobalMaxPool" || n->op == "GlobalAveragePool";
+}
+
+// Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
+// the residual, a pool as X), it is no graph output and not read in a nested region, and a
+// windowed pool reading it can give its own output channels-last too (a global pool's [N, C,
+// 1...] output has the same bytes in both layouts).
+bool Markable(const Graph& g, const Value* v, UseCounts& uses, int depth) {
+  if (depth > 8 || !v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) {
+    return false;
+  }
+  int reads = 0;
+  for (const auto& other : g.nodes) {
+    for (size_t i = 0; i < other->inputs.size(); ++i) {
+      if (other->inputs[i] != v) continue;
+      ++reads;
+      const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
+      const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
+      if (!conv_reads && !pool_reads) return false;
+      if (pool_reads && !IsGlobalPool(other.get()) &&
+          !Markable(g, other->outputs[0], uses, depth + 1)) {
+        return false;
+      }
+    }
+  }
+  return reads > 0 && reads == uses[v];
+}
+
+// Values passed only from one FusedConv or pool to FusedConvs and pools are kept
 // channels-last (NHWC), the layout oneDNN's AVX-512 convolutions take: the producer writes it
 // and the readers read it, so no reorder runs between them. Returns the values changed.
 int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   int changed = 0;
   for (auto& node : g.nodes) {
     Node* p = node.get();
-    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr) {
+    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr ||
+        !Markable(g, p->outputs[0], uses, 0)) {
       continue;
     }
     const Value* v = p->outputs[0];
-    if (!v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) continue;
-    std::vector<std::pair<Node*, size_t>> reads;
-    bool ok = true;
+    SetInt(p, "channels_last_out", 1);
     for (auto& other : g.nodes) {
       for (size_t i = 0; i < other->inputs.size(); ++i) {
-        if (other->inputs[i] != v) continue;
-        const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
-        const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
-        if (!conv_reads && !pool_reads) ok = false;
-        reads.emplace_back(other.get(), i);
+        if (other->inputs[i] == v) {
+          SetInt(other.get(), i == 0 ? "channels_last_in" : "channels_last_sum", 1);
+        }
       }
     }
-    if (!ok || reads.empty() || static_cast<int>(reads.size()) != uses[v]) continue;
-    SetInt(p, "channels_last_out", 1);
-    for (auto& [n, i] : reads) SetInt(n, i == 0 ? "channels_last_in" : "channels_last_sum", 1);
     ++changed;
   }
   return changed;

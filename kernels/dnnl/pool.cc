@@ -122,8 +122,14 @@ class PoolKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(BindEntry(e, "pooling", [&](const dnnl::engine& engine) {
         const dnnl::memory::desc src =
             attrs_.channels_last_in ? ChannelsLastDesc(x.dims()) : TensorDesc(x);
+        // A [N, C, 1...] output has the same bytes in both layouts: given channels-last
+        // beside a channels-last input, oneDNN runs its optimized pooling, not a reference one.
+        int64_t out_spatial = 1;
+        for (int i = 0; i < g.k; ++i) out_spatial *= g.od[i];
+        const bool cl_out =
+            attrs_.channels_last_out || (attrs_.channels_last_in && out_spatial == 1);
         const dnnl::memory::desc dst =
-            attrs_.channels_last_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+            cl_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
         const dnnl::algorithm alg = attrs_.max ? dnnl::algorithm::pooling_max
                                     : attrs_.count_include_pad
                                         ? dnnl::algorithm::pooling_avg_include_padding
