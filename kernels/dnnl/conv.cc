@@ -376,6 +376,12 @@ class ConvKernel final : public DnnlKernel {
          (b->dtype() != DType::kF32 || b->rank() != 1 || b->dim(0) != g.m || b->stride(0) != 1))) {
       return RunReference(ctx, in, out);  // reports the error, if any
     }
+    // Channels-last operands are read as dense NHWC buffers: only contiguous tensors qualify
+    // (the reference kernel rejects the others).
+    if ((blocked_.in && !x.is_contiguous()) ||
+        (blocked_.sum && sum != nullptr && !sum->is_contiguous())) {
+      return RunReference(ctx, in, out);
+    }
     const Dims out_dims = OutDims(g);
     if (sum != nullptr &&
         (sum->dtype() != DType::kF32 || sum->dims() != absl::MakeConstSpan(out_dims))) {
@@ -525,7 +531,10 @@ class ConvKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool transpose,
                                                    bool fused) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, fused ? 4 : 3, 1, 1));
-  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2, 3}));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  for (size_t i = 2; i < spec.inputs.size(); ++i) {  // B and the residual, when present
+    if (spec.inputs[i].dtype != kAnyDType) DYNVM_RETURN_IF_ERROR(RequireF32(spec, {i}));
+  }
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   ConvAttrs a;
   DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));

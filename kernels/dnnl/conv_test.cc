@@ -341,6 +341,34 @@ TEST(DnnlConv, BadShapesAreInvalidArgument) {
   EXPECT_EQ(neg.Run().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Channels-last operands must be dense buffers: a broadcast view marked channels-last (a
+// hostile program) is InvalidArgument on both backends, never an out-of-bounds read.
+TEST(DnnlFusedConv, ChannelsLastViewsMustBeContiguous) {
+  Tensor base = Random({1, 4, 1, 1}, 3);
+  Tensor x = *Tensor::View(base.storage(), 0, DType::kF32, {1, 4, 6, 6}, {4, 1, 0, 0});
+  Tensor w = Random({4, 4, 3, 3}, 4);
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    KernelCall in_call("FusedConv", "dynvm");
+    in_call.Backend(backend).In(x).In(w).Out(DType::kF32).Attr("channels_last_in", int64_t{1});
+    EXPECT_EQ(in_call.Run().status().code(), absl::StatusCode::kInvalidArgument);
+    Tensor y = Random({1, 4, 4, 4}, 5);
+    Tensor sum = *Tensor::View(base.storage(), 0, DType::kF32, {1, 4, 4, 4}, {4, 1, 0, 0});
+    KernelCall sum_call("FusedConv", "dynvm");
+    sum_call.Backend(backend).In(Random({1, 4, 6, 6}, 6)).In(w).Absent().In(sum);
+    sum_call.Out(DType::kF32).Attr("channels_last_sum", int64_t{1});
+    EXPECT_EQ(sum_call.Run().status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // The same call with a dense residual and no bias is served by oneDNN, as the reference.
+  Tensor xd = Random({1, 4, 6, 6}, 6), sd = Random({1, 4, 4, 4}, 7);
+  KernelTester t("FusedConv", "dynvm");
+  t.In(xd).In(w).Absent().In(sd).Out(DType::kF32).Tol(1e-4, 1e-4);
+  t.Attr("channels_last_sum", int64_t{1}).Attr("activation", std::string("Relu"));
+  absl::Status st = t.Compare("dnnl");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {

@@ -101,6 +101,9 @@ class FusedConvKernel final : public Kernel {
                                                        y.DebugString()));
       }
       const float* ps = sum->data<float>();
+      if (blocked_.sum && !sum->is_contiguous()) {
+        return absl::InvalidArgumentError("FusedConv: a channels-last residual must be contiguous");
+      }
       if (blocked_.sum) {
         for (int64_t i = 0; i < n; ++i) py[i] += ps[BlockedOffset(i, yc, ys)];
       } else {
