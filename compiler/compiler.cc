@@ -5,6 +5,7 @@
 #include "allocator/cuda_allocator.h"
 #include "common/status_macros.h"
 #include "compiler/codegen.h"
+#include "compiler/conv_fusion.h"
 #include "compiler/passes.h"
 #include "compiler/rewrite/rewrite.h"
 #include "kernels/registry.h"
@@ -55,6 +56,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     HoistLoopInvariants(module);
     if (absl::Status s = FoldConstants(module); !s.ok()) return s;
     if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(module));
+    if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
   }
   ExecutableBuilder builder;

@@ -2,10 +2,12 @@
 // kernels/reference/dynvm_ops.cc. They register exactly as a user's custom op would.
 //
 //   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
+//   FusedConv(X, W, B?, sum?) -> Y  Conv + residual + activation (compiler/conv_fusion.h)
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
 //                      outputs; never removed as dead code.
 //   Gelu(x), GeluTanh(x), Silu(x) -> same type as x: fused activations the pattern rewrites
 //                      make (compiler/rewrite/activations.cc).
+#include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -45,6 +47,8 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                           return absl::OkStatus();
                         }});
   }
+  // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
+  r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
 }
 
 }  // namespace dynvm::compiler

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -856,6 +857,11 @@ absl::Status Pool(InferContext& c) {
     c.SetOutput(0, c.input_dtype(0), std::move(dims));
     return absl::OkStatus();
   }
+  if (std::optional<std::vector<Dim>> dims = StaticPoolShape(c)) {  // compiler/conv_fusion.cc
+    c.SetOutput(0, c.input_dtype(0), *dims);
+    c.SetOutput(1, DType::kI64, *std::move(dims));
+    return absl::OkStatus();
+  }
   c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
   c.SetOutputDynamic(1, DType::kI64, static_cast<int>(x->size()));
   return absl::OkStatus();
@@ -1022,7 +1028,7 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   Reg(r, "Trilu", Trilu);
   Reg(r, "Constant", ConstantOp);
   Reg(r, "NegativeLogLikelihoodLoss", Loss);
-  Reg(r, "Conv", ConvOp);
+  Reg(r, "Conv", InferConvShape);  // compiler/conv_fusion.cc
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Reg(r, op, WindowOp);
   Reg(r, "Unique", [](InferContext& c) {
     const std::vector<Dim>* x = c.input_shape(0);

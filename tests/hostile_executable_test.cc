@@ -484,6 +484,49 @@ TEST(HostileExecutableTest, KernelsThatNoBackendServesAreRefusedAtLoad) {
   }
 }
 
+// Conv shapes that disagree (issue 17): W's input channels against X's, a negative pad, a kernel
+// larger than the padded input. Whatever backend serves Conv refuses them with InvalidArgument
+// naming the op, at load or at run time; never a crash or an out-of-bounds read.
+TEST(HostileExecutableTest, ConvShapesThatDisagreeAreInvalidArgument) {
+  struct Case {
+    const char* what;
+    const char* x;
+    int x_numel;
+    const char* w;
+    int w_numel;
+    const char* attrs;
+  };
+  const Case cases[] = {
+      {"channels", "[1,3,4,4]", 48, "[2,4,3,3]", 72, ""},
+      {"negative pad", "[1,1,4,4]", 16, "[1,1,3,3]", 9, " attrs(pads=ints:[-2,0,0,0])"},
+      {"kernel too large", "[1,1,3,3]", 9, "[1,1,5,5]", 25, " attrs(pads=ints:[0,0,1,1])"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto values = [](int n) {
+      std::string v;
+      for (int i = 0; i < n; ++i) absl::StrAppend(&v, i > 0 ? "," : "", i % 7);
+      return v;
+    };
+    const std::string bytes = AssembleOrDie(absl::StrCat(
+        ".const f32 ", c.x, " values:[", values(c.x_numel), "]\n.const f32 ", c.w, " values:[",
+        values(c.w_numel), "]\n.kernel \"Conv\" in(f32, f32) out(dyn:f32)", c.attrs,
+        "\n.function main\n  .params 0 0\n  .entry\n  .oregs tensor:f32 tensor:f32 tensor:f32\n"
+        "  load_const %o0, c0\n  load_const %o1, c1\n  invoke k0, #0, (%o0, %o1), (%o2)\n"
+        "  ret (), ()\n.end\n"));
+    ASSERT_FALSE(bytes.empty());
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Load(bytes);
+    absl::Status s = exe.status();
+    if (exe.ok()) {
+      std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(*exe);
+      s = vm->Run();
+      EXPECT_TRUE(vm->Run().code() == s.code());  // the VM stays usable
+    }
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("Conv")) << s;
+  }
+}
+
 // A file that needs an external or compressed weights file, which this version cannot read,
 // is refused at load (not read as if its constants were in the file).
 TEST(HostileExecutableTest, WeightsFeaturesWithoutTheirDataAreRefused) {

@@ -34,7 +34,8 @@ readonly build_pkgs=(
 )
 readonly test_pkgs=(libonnx-testdata python3-pytest)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
-readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread)
+readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread
+  python3-torchvision)
 
 usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 

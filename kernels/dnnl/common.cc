@@ -201,11 +201,11 @@ bool ShapeKey::operator==(const ShapeKey& other) const {
   return std::memcmp(v_, other.v_, sizeof(int64_t) * static_cast<size_t>(n_)) == 0;
 }
 
-void BoundPrimitive::Bind(const dnnl::primitive_desc& pd, std::initializer_list<Arg> args) {
+void BoundPrimitive::Bind(const dnnl::primitive_desc_base& pd, std::initializer_list<Arg> args) {
   const dnnl::engine& engine = pd.get_engine();
   memories_.clear();
   args_.clear();
-  primitive_ = dnnl::primitive(pd);
+  primitive_ = dnnl::primitive(pd.get());
   for (const Arg& a : args) {
     memories_.emplace_back(a.desc, engine, static_cast<void*>(nullptr));
     args_.push_back({a.id, nullptr});

@@ -134,7 +134,7 @@ class BoundPrimitive {
   };
 
   // Creates the primitive of `pd` (made with scratchpad_mode::user). REQUIRES: inside Guard.
-  void Bind(const dnnl::primitive_desc& pd, std::initializer_list<Arg> args);
+  void Bind(const dnnl::primitive_desc_base& pd, std::initializer_list<Arg> args);
   bool bound() const { return static_cast<bool>(primitive_); }
   size_t scratchpad_bytes() const { return scratchpad_bytes_; }
 

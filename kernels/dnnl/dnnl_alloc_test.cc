@@ -138,6 +138,45 @@ TEST(DnnlAllocations, LstmDecodeStepAllocatesNothing) {
   }
 }
 
+// A conv site after 64 widths (its primitive cache full and evicting) runs a repeated width
+// with no binding and no allocation of its own: what remains is oneDNN's argument map per
+// primitive execute (the conv and its layout reorders), the same count every run.
+TEST(DnnlAllocations, ConvAfterWidthChurnAllocatesOnlyOneDnnArgumentMaps) {
+  Tensor w = Filled({16, 8, 3, 3});
+  KernelCall call("Conv");
+  call.In(Filled({1, 8, 16, 16}))
+      .In(w)
+      .Out(DType::kF32)
+      .Attr("pads", std::vector<int64_t>{1, 1, 1, 1});
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(call.spec());
+  ASSERT_TRUE(k.ok()) << k.status();
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<Tensor> xs;
+  for (int64_t width = 100; width < 164; ++width) xs.push_back(Filled({1, 8, 16, width}));
+  auto run = [&](const Tensor& x, Tensor* y) {
+    const Tensor* in[] = {&x, &w};
+    Tensor* out[] = {y};
+    return (*k)->Run(ctx, in, out);
+  };
+  for (const Tensor& x : xs) {
+    Tensor y = *Tensor::Empty(DType::kF32, {1, 16, 16, x.dim(3)});
+    ASSERT_TRUE(run(x, &y).ok());
+  }
+  Tensor y = *Tensor::Empty(DType::kF32, {1, 16, 16, 163});
+  int64_t per_run[2];
+  for (int64_t& calls : per_run) {
+    g_calls = 0;
+    g_counting = true;
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(run(xs.back(), &y).ok());
+    g_counting = false;
+    calls = g_calls.load();
+  }
+  std::printf("Conv [1,8,16,163] after 64 widths: %.1f system allocator calls per run\n",
+              per_run[1] / 10.0);
+  EXPECT_EQ(per_run[0], per_run[1]);
+  EXPECT_LE(per_run[1], 10 * 3 * 16);  // at most 3 primitive executes, each an argument map
+}
+
 // Not a requirement: oneDNN 2.6's dnnl_primitive_execute builds a small argument map per
 // call. Printed for the record.
 TEST(DnnlAllocations, PrimitiveExecuteOverheadIsSmall) {

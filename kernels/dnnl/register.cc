@@ -9,6 +9,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterNormalizationKernels(registry);
   onednn::RegisterReduceKernels(registry);
   onednn::RegisterActivationKernels(registry);
+  onednn::RegisterConvKernels(registry);
+  onednn::RegisterPoolKernels(registry);
 }
 
 }  // namespace dynvm

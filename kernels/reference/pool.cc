@@ -39,7 +39,24 @@ struct PoolAttrs {
   bool ceil_mode = false;
   bool count_include_pad = false;
   bool column_major = false;  // storage_order of the Indices
+  // The input / output hold the channels-last layout under their logical dims (set by the
+  // compiler's layout pass between convolutions, compiler/conv_fusion.h).
+  bool channels_last_in = false, channels_last_out = false;
 };
+
+// Strides that read a contiguous channels-last [N, C, S...] buffer as [N, C, S...].
+std::vector<int64_t> ChannelsLastStrides(absl::Span<const int64_t> dims) {
+  const int k = static_cast<int>(dims.size()) - 2;
+  std::vector<int64_t> st(dims.size());
+  int64_t s = dims[1];
+  for (int i = k - 1; i >= 0; --i) {
+    st[i + 2] = s;
+    s *= dims[i + 2];
+  }
+  st[1] = 1;
+  st[0] = s;
+  return st;
+}
 
 struct Geometry {
   std::vector<int64_t> in, out, kernel, stride, dilation, pad_begin, pad_end;
@@ -130,12 +147,45 @@ double AsDouble(T v) {
   }
 }
 
+absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& x, Outputs out);
+
 absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const PoolAttrs*>(attrs);
   if (in.empty() || in[0] == nullptr || out.empty() || out[0] == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(a.op, ": missing input or output"));
   }
-  const Tensor& x = *in[0];
+  const Tensor* x = in[0];
+  Tensor view;
+  if (a.channels_last_in) {
+    if (x->rank() < 3 || !x->is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(a.op,
+                                                     ": a channels-last input must be "
+                                                     "[N, C, D1, ...] and contiguous"));
+    }
+    const std::vector<int64_t> st = ChannelsLastStrides(x->dims());
+    absl::StatusOr<Tensor> v =
+        Tensor::View(x->storage(), x->byte_offset(), x->dtype(), x->dims(), st);
+    if (!v.ok()) return v.status();
+    view = *std::move(v);
+    x = &view;
+  }
+  if (absl::Status s = RunPoolPlain(a, ctx, *x, out); !s.ok()) return s;
+  if (a.channels_last_out) {
+    Tensor& y = *out[0];
+    if (y.dtype() != DType::kF32)
+      return absl::UnimplementedError(absl::StrCat(a.op, ": channels-last output is f32 only"));
+    const std::vector<float> plain(y.data<float>(), y.data<float>() + y.numel());
+    const std::vector<int64_t> st = ChannelsLastStrides(y.dims());
+    const int64_t c = y.dim(1), sp = y.numel() / std::max<int64_t>(1, y.dim(0) * c);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const int64_t n = i / (c * sp), ch = (i / sp) % c, s = i % sp;
+      y.data<float>()[n * st[0] + ch + s * c] = plain[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& x, Outputs out) {
   if (x.rank() < 3) {
     return absl::InvalidArgumentError(
         absl::StrCat(a.op, ": input must be [N, C, D1, ...], got ", x.DebugString()));
@@ -264,6 +314,13 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
         a.op = op;
         a.kind = kind;
         a.global = global;
+        for (auto [name, field] :
+             {std::pair<const char*, bool*>{"channels_last_in", &a.channels_last_in},
+              {"channels_last_out", &a.channels_last_out}}) {
+          absl::StatusOr<int64_t> e = spec.GetInt(name, 0);
+          if (!e.ok()) return e.status();
+          *field = *e != 0;
+        }
         if (!global) {
           absl::StatusOr<std::vector<int64_t>> v = spec.GetInts("kernel_shape");
           if (!v.ok()) return v.status();

@@ -21,7 +21,9 @@ void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, B
                                                 // InstanceNormalization, LRN, Shrink, EyeLike
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
-void RegisterDynvmKernels(KernelRegistry& r);   // dynvm domain ops (sampling, ...)
+void RegisterDynvmKernels(KernelRegistry& r);
+void RegisterFusedConvKernels(
+    KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
 
 }  // namespace dynvm::reference
 

@@ -337,6 +337,19 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
   absl::StatusOr<std::shared_ptr<const Executable>> exe =
       Executable::LoadFromBytes(compiled->bytes, load);
   if (!exe.ok()) return refused(exe.status(), "load");
+  if (auto it = options.expect_kernels.find(absl::StrCat(suite, "/", r.name));
+      it != options.expect_kernels.end()) {
+    std::string names;
+    for (int i = 0; i < (*exe)->num_kernels(); ++i) {
+      absl::StrAppend(&names, i > 0 ? " " : "", (*exe)->kernel(i).name());
+    }
+    for (const std::string& want : it->second) {
+      if (!absl::StrContains(names, want)) {
+        return Finish(r, Outcome::kFailed,
+                      absl::StrCat("expected a ", want, " kernel, got: ", names), start);
+      }
+    }
+  }
   absl::StatusOr<std::vector<std::string>> sets = DataSets(case_dir);
   if (!sets.ok()) return refused(sets.status(), "data");
   if (sets->empty()) return Finish(r, Outcome::kUnsupported, "no test_data_set_* folders", start);

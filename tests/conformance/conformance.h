@@ -11,6 +11,7 @@
 #ifndef DYNVM_TESTS_CONFORMANCE_CONFORMANCE_H_
 #define DYNVM_TESTS_CONFORMANCE_CONFORMANCE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct RunnerOptions {
   double rtol = 1e-3;
   double atol = 1e-7;
   double case_timeout_seconds = 60;
+  // Per case ("suite/case"): substrings of kernel names the executable must have bound (e.g.
+  // "conv.f32.dnnl"); a case that passes without them fails, naming the kernels it got.
+  std::map<std::string, std::vector<std::string>> expect_kernels;
 };
 
 // Runs one case folder.

@@ -53,6 +53,7 @@ int Main(int argc, char** argv) {
   std::string filter;
   std::string expected_path;
   std::string write_passes;
+  std::string expect_kernels_path;
   bool list_failures = false, list_unsupported = false;
   cli::FlagParser flags(
       std::string(kProgram),
@@ -71,6 +72,9 @@ int Main(int argc, char** argv) {
   flags.AddSwitch("--list-unsupported", &list_unsupported, "print each unsupported case and why");
   flags.AddString("--expected", &expected_path,
                   "fail (exit 1) unless every case listed in FILE passes");
+  flags.AddString("--expect-kernels", &expect_kernels_path,
+                  "FILE: lines `suite/case KERNEL...`; each listed case must bind kernels whose "
+                  "names contain every KERNEL (e.g. conv.f32.dnnl), or it fails");
   flags.AddString("--write-passes", &write_passes,
                   "write the passing cases to FILE (suite/case per line)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -92,6 +96,19 @@ int Main(int argc, char** argv) {
   if (!backends.empty()) {
     for (absl::string_view b : absl::StrSplit(backends, ',', absl::SkipEmpty())) {
       options.backends.allowed.push_back(std::string(b));
+    }
+  }
+  if (!expect_kernels_path.empty()) {
+    // The same line format as --expected: `suite/case` then the kernel names it must bind.
+    absl::StatusOr<std::set<std::string>> lines = ReadExpected(expect_kernels_path);
+    if (!lines.ok()) return cli::ReportError(kProgram, lines.status());
+    for (const std::string& line : *lines) {
+      std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (words.size() < 2) {
+        return cli::ReportError(
+            kProgram, absl::StrCat(expect_kernels_path, ": '", line, "' names no kernel"));
+      }
+      options.expect_kernels[words[0]].assign(words.begin() + 1, words.end());
     }
   }
   std::set<std::string> expected;

@@ -1,0 +1,607 @@
+#include "compiler/conv_fusion.h"
+
+#include <cfloat>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "compiler/passes.h"
+
+namespace dynvm::compiler {
+namespace {
+
+using UseCounts = absl::flat_hash_map<const Value*, int>;
+
+void CountUses(Graph& g, UseCounts& uses) {
+  for (auto& n : g.nodes) {
+    for (Value* v : n->inputs) {
+      if (v != nullptr) ++uses[v];
+    }
+    for (auto& [name, sub] : n->subgraphs) CountUses(*sub, uses);
+  }
+  for (Value* v : g.outputs) {
+    if (v != nullptr) ++uses[v];
+  }
+}
+
+void EachGraph(Graph& g, const std::function<void(Graph&)>& fn) {
+  fn(g);
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) EachGraph(*sub, fn);
+  }
+}
+
+const AttrValue* Attr(const Node& n, const char* name, AttrValue::Type type) {
+  const AttrValue* a = n.attr(name);
+  return a != nullptr && a->type == type ? a : nullptr;
+}
+
+int64_t IntAttr(const Node& n, const char* name, int64_t def) {
+  const AttrValue* a = Attr(n, name, AttrValue::Type::kInt);
+  return a != nullptr ? a->i : def;
+}
+
+float FloatAttr(const Node& n, const char* name, float def) {
+  const AttrValue* a = Attr(n, name, AttrValue::Type::kFloat);
+  return a != nullptr ? a->f : def;
+}
+
+// A constant f32 tensor's elements, in row-major order; empty when `v` is not one.
+std::vector<float> ConstF32(const Value* v) {
+  if (v == nullptr || !v->constant || v->constant->dtype() != DType::kF32) return {};
+  const Tensor& t = *v->constant;
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = t.data<float>()[t.ElementOffset(i)];
+  return out;
+}
+
+// Constant integer elements (i64 or i32); nullopt when `v` is not one.
+std::optional<std::vector<int64_t>> ConstInts(const Value* v) {
+  if (v == nullptr || !v->constant) return std::nullopt;
+  const Tensor& t = *v->constant;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kI64) {
+      out.push_back(t.data<int64_t>()[t.ElementOffset(i)]);
+    } else if (t.dtype() == DType::kI32) {
+      out.push_back(t.data<int32_t>()[t.ElementOffset(i)]);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+bool SameShape(const Value* a, const Value* b) {
+  if (!a->shape || !b->shape || a->shape->size() != b->shape->size()) return false;
+  for (size_t i = 0; i < a->shape->size(); ++i) {
+    const Dim x = (*a->shape)[i], y = (*b->shape)[i];
+    if (x == y) continue;
+    const std::optional<int64_t> cx = SymbolicContext::AsConst(x), cy = SymbolicContext::AsConst(y);
+    if (!cx || !cy || *cx != *cy) return false;
+  }
+  return true;
+}
+
+// One Conv being fused.
+struct Chain {
+  Node* conv = nullptr;
+  Value* x = nullptr;
+  std::vector<float> w, b;  // b empty: no bias
+  std::vector<int64_t> w_dims;
+  Value* sum = nullptr;
+  std::string act;
+  float alpha = 0, beta = 0;
+  Node* last = nullptr;  // the node whose output the FusedConv takes over
+  std::vector<Node*> absorbed;
+};
+
+class Fuser {
+ public:
+  Fuser(Module& m, UseCounts& uses, ConvFusionCounts& counts)
+      : m_(m), uses_(uses), counts_(counts) {}
+
+  // Folds Pads into the Convs reading them and removes the Pads.
+  void FoldPads(Graph& g) {
+    std::vector<Node*> dead;
+    for (auto& node : g.nodes) {
+      Node* n = node.get();
+      Chain c;
+      if (n->op != "Conv" || !n->domain.empty() || n->inputs.size() < 2 || !Start(n, &c)) continue;
+      if (Node* p = FoldPad(&c); p != nullptr) dead.push_back(p);
+    }
+    for (Node* p : dead) {
+      for (size_t i = 0; i < g.nodes.size(); ++i) {
+        if (g.nodes[i].get() == p) {
+          g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
+  }
+
+  void FuseGraph(Graph& g) {
+    absl::flat_hash_map<const Value*, std::vector<Node*>> users;
+    for (auto& n : g.nodes) {
+      for (Value* v : n->inputs) {
+        if (v != nullptr) users[v].push_back(n.get());
+      }
+    }
+    // The one node of this graph reading `v`, when `v` has exactly `n` uses, all in this graph.
+    auto sole = [&](const Value* v) -> Node* {
+      auto it = users.find(v);
+      if (it == users.end() || it->second.size() != 1 || uses_[v] != 1 ||
+          consumed_.contains(it->second[0])) {
+        return nullptr;
+      }
+      return it->second[0];
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node* n = g.nodes[i].get();
+      if (n->op != "Conv" || !n->domain.empty() || n->outputs.size() != 1 ||
+          n->outputs[0] == nullptr || n->inputs.size() < 2) {
+        continue;
+      }
+      Chain c;
+      if (!Start(n, &c)) continue;
+      Value* cur = n->outputs[0];
+      c.last = n;
+      if (Node* bn = sole(cur); bn != nullptr && FoldBatchNorm(bn, cur, &c)) cur = bn->outputs[0];
+      if (Node* add = sole(cur); add != nullptr && add->op == "Add" && add->domain.empty() &&
+                                 add->inputs.size() == 2 && add->outputs[0] != nullptr) {
+        Value* other = add->inputs[0] == cur ? add->inputs[1] : add->inputs[0];
+        if (other != cur && other != nullptr && other->dtype == DType::kF32 &&
+            SameShape(other, cur) && SameShape(add->outputs[0], cur)) {
+          c.sum = other;
+          c.last = add;
+          c.absorbed.push_back(add);
+          cur = add->outputs[0];
+          ++counts_.sums;
+        }
+      }
+      if (Node* act = Activation(cur, users, sole, &c); act != nullptr) {
+        c.last = act;
+        c.absorbed.push_back(act);
+        ++counts_.activations;
+      }
+      // Nodes the FusedConv absorbed: another chain must not take them (they are dead now).
+      consumed_.insert(n);
+      for (Node* a : c.absorbed) consumed_.insert(a);
+      Rewrite(c);
+    }
+  }
+
+ private:
+  bool Start(Node* n, Chain* c) {
+    c->conv = n;
+    c->x = n->inputs[0];
+    const Value* w = n->inputs[1];
+    if (c->x == nullptr || c->x->dtype != DType::kF32 || w == nullptr || !w->constant ||
+        w->constant->dtype() != DType::kF32 || w->constant->rank() < 3) {
+      return false;
+    }
+    c->w = ConstF32(w);
+    c->w_dims.assign(w->constant->dims().begin(), w->constant->dims().end());
+    if (n->inputs.size() > 2 && n->inputs[2] != nullptr) {
+      c->b = ConstF32(n->inputs[2]);
+      if (c->b.size() != static_cast<size_t>(c->w_dims[0])) return false;
+    }
+    return true;
+  }
+
+  // A zero constant Pad on spatial dims only, read only by this Conv: the Conv reads the Pad's
+  // input with the pads added to its own. Returns the Pad, now unused.
+  Node* FoldPad(Chain* c) {
+    Node* p = c->x->producer;
+    Node& conv = *c->conv;
+    if (p == nullptr || p->op != "Pad" || !p->domain.empty() || p->graph != conv.graph ||
+        uses_[c->x] != 1) {
+      return nullptr;
+    }
+    const AttrValue* mode = p->attr("mode");
+    if (mode != nullptr && (mode->type != AttrValue::Type::kString || mode->s != "constant"))
+      return nullptr;
+    const AttrValue* ap = conv.attr("auto_pad");
+    if (ap != nullptr && ap->s != "NOTSET" && !ap->s.empty()) return nullptr;
+    std::vector<int64_t> pads;
+    float value = 0;
+    if (const AttrValue* a = Attr(*p, "pads", AttrValue::Type::kInts); a != nullptr) {
+      pads = a->ints;
+      value = FloatAttr(*p, "value", 0.0f);
+    } else {
+      if (p->inputs.size() > 3) return nullptr;  // axes
+      std::optional<std::vector<int64_t>> v =
+          ConstInts(p->inputs.size() > 1 ? p->inputs[1] : nullptr);
+      if (!v) return nullptr;
+      pads = *v;
+      if (p->inputs.size() > 2 && p->inputs[2] != nullptr) {
+        std::vector<float> cv = ConstF32(p->inputs[2]);
+        if (cv.size() != 1) return nullptr;
+        value = cv[0];
+      }
+    }
+    const size_t r = c->w_dims.size(), k = r - 2;
+    if (value != 0.0f || pads.size() != 2 * r || pads[0] != 0 || pads[1] != 0 || pads[r] != 0 ||
+        pads[r + 1] != 0) {
+      return nullptr;
+    }
+    std::vector<int64_t> own(2 * k, 0);
+    if (const AttrValue* a = Attr(conv, "pads", AttrValue::Type::kInts); a != nullptr) {
+      if (a->ints.size() != 2 * k) return nullptr;
+      own = a->ints;
+    }
+    for (size_t i = 0; i < k; ++i) {
+      if (pads[2 + i] < 0 || pads[r + 2 + i] < 0) return nullptr;
+      own[i] += pads[2 + i];
+      own[k + i] += pads[r + 2 + i];
+    }
+    AttrValue a;
+    a.type = AttrValue::Type::kInts;
+    a.ints = std::move(own);
+    conv.attrs["pads"] = std::move(a);
+    conv.inputs[0] = p->inputs[0];
+    ++counts_.pads;
+    return p;
+  }
+
+  bool FoldBatchNorm(Node* bn, Value* cur, Chain* c) {
+    if (bn->op != "BatchNormalization" || !bn->domain.empty() || bn->inputs.size() != 5 ||
+        bn->inputs[0] != cur || bn->outputs.empty() || bn->outputs[0] == nullptr ||
+        IntAttr(*bn, "training_mode", 0) != 0 || IntAttr(*bn, "is_test", 1) == 0 ||
+        IntAttr(*bn, "spatial", 1) != 1) {
+      return false;
+    }
+    for (size_t i = 1; i < bn->outputs.size(); ++i) {
+      if (bn->outputs[i] != nullptr) return false;
+    }
+    const size_t m = static_cast<size_t>(c->w_dims[0]);
+    std::vector<float> scale = ConstF32(bn->inputs[1]), shift = ConstF32(bn->inputs[2]),
+                       mean = ConstF32(bn->inputs[3]), var = ConstF32(bn->inputs[4]);
+    if (scale.size() != m || shift.size() != m || mean.size() != m || var.size() != m) return false;
+    const double eps = FloatAttr(*bn, "epsilon", 1e-5f);
+    const size_t per = c->w.size() / m;
+    if (c->b.empty()) c->b.assign(m, 0.0f);
+    for (size_t o = 0; o < m; ++o) {
+      const double s = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
+      for (size_t j = 0; j < per; ++j)
+        c->w[o * per + j] = static_cast<float>(c->w[o * per + j] * s);
+      c->b[o] = static_cast<float>((c->b[o] - static_cast<double>(mean[o])) * s + shift[o]);
+    }
+    c->last = bn;
+    c->absorbed.push_back(bn);
+    ++counts_.batch_norms;
+    return true;
+  }
+
+  template <typename Sole>
+  Node* Activation(Value* cur, const absl::flat_hash_map<const Value*, std::vector<Node*>>& users,
+                   Sole&& sole, Chain* c) {
+    // SiLU: Mul(x, Sigmoid(x)).
+    auto it = users.find(cur);
+    if (it != users.end() && it->second.size() == 2 && uses_[cur] == 2) {
+      Node* a = it->second[0];
+      Node* b = it->second[1];
+      if (a->op != "Sigmoid") std::swap(a, b);
+      if (a->op == "Sigmoid" && a->domain.empty() && b->op == "Mul" && b->domain.empty() &&
+          a->outputs[0] != nullptr && sole(a->outputs[0]) == b && b->inputs.size() == 2 &&
+          ((b->inputs[0] == cur && b->inputs[1] == a->outputs[0]) ||
+           (b->inputs[1] == cur && b->inputs[0] == a->outputs[0]))) {
+        c->act = "SiLU";
+        c->absorbed.push_back(a);
+        return b;
+      }
+      return nullptr;
+    }
+    Node* u = sole(cur);
+    if (u == nullptr || u->inputs.empty() || u->inputs[0] != cur || u->outputs.size() != 1 ||
+        u->outputs[0] == nullptr) {
+      return nullptr;
+    }
+    // The pattern rewrites (compiler/rewrite/activations.cc) run first and turn the SiLU
+    // decomposition into dynvm::Silu: the same activation.
+    if (u->domain == "dynvm" && u->op == "Silu" && u->inputs.size() == 1) {
+      c->act = "SiLU";
+      return u;
+    }
+    if (!u->domain.empty()) return nullptr;
+    if (u->op == "Relu" || u->op == "Sigmoid" || u->op == "HardSwish" || u->op == "Tanh") {
+      c->act = u->op;
+      return u;
+    }
+    if (u->op == "LeakyRelu") {
+      c->act = u->op;
+      c->alpha = FloatAttr(*u, "alpha", 0.01f);
+      return u;
+    }
+    if (u->op == "Clip") {
+      float lo = FloatAttr(*u, "min", -FLT_MAX), hi = FloatAttr(*u, "max", FLT_MAX);
+      for (size_t i = 1; i < u->inputs.size(); ++i) {
+        if (u->inputs[i] == nullptr) continue;
+        std::vector<float> v = ConstF32(u->inputs[i]);
+        if (v.size() != 1) return nullptr;
+        (i == 1 ? lo : hi) = v[0];
+      }
+      c->act = "Clip";
+      c->alpha = lo;
+      c->beta = hi;
+      return u;
+    }
+    return nullptr;
+  }
+
+  void Rewrite(const Chain& c) {
+    Node* n = c.conv;
+    Attrs attrs = n->attrs;
+    AttrValue cw;
+    cw.type = AttrValue::Type::kInt;
+    cw.i = 1;
+    attrs["constant_weights"] = cw;
+    if (!c.act.empty()) {
+      AttrValue a;
+      a.type = AttrValue::Type::kString;
+      a.s = c.act;
+      attrs["activation"] = a;
+      AttrValue f;
+      f.type = AttrValue::Type::kFloat;
+      f.f = c.alpha;
+      attrs["activation_alpha"] = f;
+      f.f = c.beta;
+      attrs["activation_beta"] = f;
+    }
+    Tensor w = *Tensor::Empty(DType::kF32, c.w_dims);
+    std::copy(c.w.begin(), c.w.end(), w.data<float>());
+    std::vector<Value*> inputs = {c.x, m_.NewConstant(std::move(w), "", /*is_weight=*/true)};
+    if (!c.b.empty() || c.sum != nullptr) {
+      if (c.b.empty()) {
+        inputs.push_back(nullptr);
+      } else {
+        Tensor b = *Tensor::Empty(DType::kF32, {static_cast<int64_t>(c.b.size())});
+        std::copy(c.b.begin(), c.b.end(), b.data<float>());
+        inputs.push_back(m_.NewConstant(std::move(b), "", /*is_weight=*/true));
+      }
+    }
+    if (c.sum != nullptr) inputs.push_back(c.sum);
+    Node* f = c.last;
+    Value* out = f->outputs[0];
+    f->op = "FusedConv";
+    f->domain = "dynvm";
+    f->name = n->name;
+    f->attrs = std::move(attrs);
+    f->inputs = std::move(inputs);
+    f->outputs = {out};
+    out->output_index = 0;
+    ++counts_.convs;
+  }
+
+  Module& m_;
+  absl::flat_hash_set<const Node*> consumed_;
+  UseCounts& uses_;
+  ConvFusionCounts& counts_;
+};
+
+void SetInt(Node* n, const char* name, int64_t v) {
+  AttrValue a;
+  a.type = AttrValue::Type::kInt;
+  a.i = v;
+  n->attrs[name] = a;
+}
+
+bool IsFusedConv(const Node* n) { return n->op == "FusedConv" && n->domain == "dynvm"; }
+
+// Pools that take and give channels-last tensors (flags "channels_last_in" / "_out"): one
+// output (no Indices), f32.
+bool IsLayoutPool(const Node* n) {
+  return n->domain.empty() &&
+         (n->op == "MaxPool" || n->op == "AveragePool" || n->op == "GlobalMaxPool" ||
+          n->op == "GlobalAveragePool") &&
+         !n->inputs.empty() && n->inputs[0] != nullptr && n->inputs[0]->dtype == DType::kF32 &&
+         (n->outputs.size() == 1 || n->outputs[1] == nullptr);
+}
+
+bool IsGlobalPool(const Node* n) {
+  return n->op == "GlobalMaxPool" || n->op == "GlobalAveragePool";
+}
+
+// Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
+// the residual, a pool as X), it is no graph output and not read in a nested region, and a
+// windowed pool reading it can give its own output channels-last too (a global pool's [N, C,
+// 1...] output has the same bytes in both layouts).
+bool Markable(const Graph& g, const Value* v, UseCounts& uses, int depth) {
+  if (depth > 8 || !v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) {
+    return false;
+  }
+  int reads = 0;
+  for (const auto& other : g.nodes) {
+    for (size_t i = 0; i < other->inputs.size(); ++i) {
+      if (other->inputs[i] != v) continue;
+      ++reads;
+      const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
+      const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
+      if (!conv_reads && !pool_reads) return false;
+      if (pool_reads && !IsGlobalPool(other.get()) &&
+          !Markable(g, other->outputs[0], uses, depth + 1)) {
+        return false;
+      }
+    }
+  }
+  return reads > 0 && reads == uses[v];
+}
+
+// Values passed only from one FusedConv or pool to FusedConvs and pools are kept
+// channels-last (NHWC), the layout oneDNN's AVX-512 convolutions take: the producer writes it
+// and the readers read it, so no reorder runs between them. Returns the values changed.
+int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
+  int changed = 0;
+  for (auto& node : g.nodes) {
+    Node* p = node.get();
+    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr ||
+        !Markable(g, p->outputs[0], uses, 0)) {
+      continue;
+    }
+    const Value* v = p->outputs[0];
+    SetInt(p, "channels_last_out", 1);
+    for (auto& other : g.nodes) {
+      for (size_t i = 0; i < other->inputs.size(); ++i) {
+        if (other->inputs[i] == v) {
+          SetInt(other.get(), i == 0 ? "channels_last_in" : "channels_last_sum", 1);
+        }
+      }
+    }
+    ++changed;
+  }
+  return changed;
+}
+
+}  // namespace
+
+absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
+  ConvFusionCounts counts;
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    Fuser fuser(module, uses, counts);
+    EachGraph(*f.graph, [&](Graph& g) { fuser.FoldPads(g); });
+  }
+  // The Convs' output shapes, now that they read the unpadded inputs.
+  if (counts.pads > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    Fuser fuser(module, uses, counts);
+    EachGraph(*f.graph, [&](Graph& g) { fuser.FuseGraph(g); });
+  }
+  if (counts.convs > 0) {
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
+    EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
+  }
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    EachGraph(*f.graph, [&](Graph& g) { counts.blocked += AssignBlockedLayouts(g, uses); });
+  }
+  return counts;
+}
+
+}  // namespace dynvm::compiler
+
+namespace dynvm::compiler {
+
+absl::Status InferConvShape(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  const std::vector<Dim>* w = c.input_shape(1);
+  const DType dtype = c.input_dtype(0);
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> pads, c.GetInts("pads", {}));
+  for (int64_t p : pads) {
+    if (p < 0) return c.Error(absl::StrCat("negative pad ", p));
+  }
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, dtype);
+    return absl::OkStatus();
+  }
+  const int rank = static_cast<int>(x->size());
+  if (rank < 3) return c.Error("X must be [N, C, D...]");
+  if (w == nullptr) {
+    c.SetOutputDynamic(0, dtype, rank);
+    return absl::OkStatus();
+  }
+  if (static_cast<int>(w->size()) != rank) {
+    return c.Error(absl::StrCat("W has rank ", w->size(), ", X has rank ", rank));
+  }
+  const int k = rank - 2;
+  DYNVM_ASSIGN_OR_RETURN(int64_t group, c.GetInt("group", 1));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, c.GetInts("kernel_shape", {}));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> strides, c.GetInts("strides", {}));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> dilations, c.GetInts("dilations", {}));
+  DYNVM_ASSIGN_OR_RETURN(std::string auto_pad, c.GetString("auto_pad", "NOTSET"));
+  const auto sk = static_cast<size_t>(k);
+  if (group < 1 || (!kernel.empty() && kernel.size() != sk) ||
+      (!strides.empty() && strides.size() != sk) ||
+      (!dilations.empty() && dilations.size() != sk) || (!pads.empty() && pads.size() != 2 * sk)) {
+    return c.Error("group, kernel_shape, strides, dilations or pads do not match the input's rank");
+  }
+  const std::optional<int64_t> xc = SymbolicContext::AsConst((*x)[1]);
+  const std::optional<int64_t> wc = SymbolicContext::AsConst((*w)[1]);
+  if (xc && wc && *xc != *wc * group) {
+    return c.Error(absl::StrCat("X has ", *xc, " channels, W expects ", *wc, " x group ", group));
+  }
+  std::vector<Dim> out = {(*x)[0], (*w)[0]};
+  for (size_t i = 0; i < sk; ++i) {
+    const std::optional<int64_t> in = SymbolicContext::AsConst((*x)[i + 2]);
+    const std::optional<int64_t> kd = SymbolicContext::AsConst((*w)[i + 2]);
+    const int64_t st = strides.empty() ? 1 : strides[i];
+    const int64_t dl = dilations.empty() ? 1 : dilations[i];
+    if (st < 1 || dl < 1) return c.Error("strides and dilations must be positive");
+    if (!in || !kd) break;
+    const int64_t span = (*kd - 1) * dl + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out.push_back(c.sym().Const((*in + st - 1) / st));
+      continue;
+    }
+    const int64_t pb = auto_pad == "NOTSET" && !pads.empty() ? pads[i] : 0;
+    const int64_t pe = auto_pad == "NOTSET" && !pads.empty() ? pads[sk + i] : 0;
+    const int64_t room = *in + pb + pe - span;
+    if (room < 0) {
+      return c.Error(absl::StrCat("the kernel (", span, ") is larger than the padded input (",
+                                  *in + pb + pe, ")"));
+    }
+    out.push_back(c.sym().Const(room / st + 1));
+  }
+  if (out.size() == static_cast<size_t>(rank)) {
+    c.SetOutput(0, dtype, std::move(out));
+  } else {
+    c.SetOutputDynamic(0, dtype, rank);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr || x->size() < 3) return std::nullopt;
+  const size_t k = x->size() - 2;
+  absl::StatusOr<std::vector<int64_t>> kernel = c.GetInts("kernel_shape", {});
+  absl::StatusOr<std::vector<int64_t>> strides = c.GetInts("strides", {});
+  absl::StatusOr<std::vector<int64_t>> dilations = c.GetInts("dilations", {});
+  absl::StatusOr<std::vector<int64_t>> pads = c.GetInts("pads", {});
+  absl::StatusOr<std::string> auto_pad = c.GetString("auto_pad", "NOTSET");
+  absl::StatusOr<int64_t> ceil_mode = c.GetInt("ceil_mode", 0);
+  if (!kernel.ok() || !strides.ok() || !dilations.ok() || !pads.ok() || !auto_pad.ok() ||
+      !ceil_mode.ok() || kernel->size() != k || (!strides->empty() && strides->size() != k) ||
+      (!dilations->empty() && dilations->size() != k) ||
+      (!pads->empty() && pads->size() != 2 * k)) {
+    return std::nullopt;
+  }
+  const bool same = *auto_pad == "SAME_UPPER" || *auto_pad == "SAME_LOWER";
+  if (!same && *auto_pad != "NOTSET" && *auto_pad != "VALID" && !auto_pad->empty()) {
+    return std::nullopt;
+  }
+  std::vector<Dim> out = {(*x)[0], (*x)[1]};
+  for (size_t i = 0; i < k; ++i) {
+    const std::optional<int64_t> in = SymbolicContext::AsConst((*x)[i + 2]);
+    const int64_t kd = (*kernel)[i];
+    const int64_t st = strides->empty() ? 1 : (*strides)[i];
+    const int64_t dl = dilations->empty() ? 1 : (*dilations)[i];
+    if (!in || kd < 1 || st < 1 || dl < 1) return std::nullopt;
+    const int64_t span = (kd - 1) * dl + 1;
+    if (same) {
+      out.push_back(c.sym().Const((*in + st - 1) / st));
+      continue;
+    }
+    const bool use_pads = (*auto_pad == "NOTSET" || auto_pad->empty()) && !pads->empty();
+    const int64_t pb = use_pads ? (*pads)[i] : 0, pe = use_pads ? (*pads)[k + i] : 0;
+    if (pb < 0 || pe < 0) return std::nullopt;
+    const int64_t room = *in + pb + pe - span;
+    if (room < 0) return std::nullopt;
+    int64_t o = (*ceil_mode != 0 ? (room + st - 1) / st : room / st) + 1;
+    if (*ceil_mode != 0 && (o - 1) * st >= *in + pb) --o;
+    out.push_back(c.sym().Const(o));
+  }
+  return out;
+}
+
+}  // namespace dynvm::compiler

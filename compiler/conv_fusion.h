@@ -1,0 +1,56 @@
+// Conv fusion (compile time): each ONNX Conv of f32 data whose weights (and bias) are constants
+// becomes one dynvm::FusedConv node (its kernel: kernels/dnnl/conv.cc, reference:
+// kernels/reference/fused_conv.cc) that absorbs, where the graph allows:
+//   - a zero constant Pad before it on spatial dims only (added to the Conv's pads);
+//   - a BatchNormalization after it in inference mode with constant parameters (folded into the
+//     weights and bias: w' = w * s, b' = (b - mean) * s + B, s = scale / sqrt(var + eps));
+//   - a residual Add after that, whose other operand has exactly the Conv output's shape;
+//   - an activation after that: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish,
+//     Tanh, or SiLU written as x * Sigmoid(x).
+// Each absorbed node's output must have no other use. The FusedConv is marked
+// constant_weights = 1, so its kernel packs the weights once for every VM. Nodes left dead are
+// removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
+// other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
+// the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
+// between them; it keeps its logical dims and byte size. Self-contained, to move onto
+// compiler/rewrite/ as rules.
+#ifndef DYNVM_COMPILER_CONV_FUSION_H_
+#define DYNVM_COMPILER_CONV_FUSION_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir.h"
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+
+struct ConvFusionCounts {
+  int convs = 0;        // Conv nodes rewritten into FusedConv
+  int pads = 0;         // Pads folded
+  int batch_norms = 0;  // BatchNormalizations folded
+  int sums = 0;         // residual Adds fused
+  int activations = 0;  // activations fused
+  int blocked = 0;      // values kept channels-last between FusedConvs
+};
+
+// Rewrites every function of `module` in place. Call after shape inference; run shape
+// inference and dead-code elimination again after it.
+absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module);
+
+// Shape inference of Conv and dynvm::FusedConv: [N, M, spatial...]. The spatial sizes are
+// computed when the input's spatial dims and W's kernel dims are constants (else left to the
+// kernel); a W whose input channels disagree with X's (times group), a negative pad, or a
+// kernel larger than the padded input is an error naming the node whenever the dims it needs
+// are known.
+absl::Status InferConvShape(InferContext& c);
+
+// The output dims of MaxPool / AveragePool when the input's spatial dims are constants and the
+// attributes valid (as kernels/reference/pool.cc computes them); nullopt otherwise (the kernel
+// decides, and reports errors, at run time).
+std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c);
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_CONV_FUSION_H_

@@ -1,0 +1,431 @@
+// Conv fusion: every fold and post-op, fused (optimize on) against unfused (optimize off, each
+// node its own kernel), on the oneDNN and the reference backends; the rewrite fires on the
+// shapes and opsets torch exports (Clip with attributes and with inputs, Pad with attributes
+// and with inputs, 1D/2D/3D), and compile-time shape errors name the node.
+#include "compiler/conv_fusion.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "compiler/builder.h"
+#include "compiler/compiler.h"
+#include "compiler/passes.h"
+#include "gtest/gtest.h"
+#include "kernels/testing.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm::compiler {
+namespace {
+
+Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+// What a graph body adds after the Conv: given the builder, x and the conv output.
+struct Pattern {
+  std::string what;
+  int spatial = 2;
+  bool pad = false;  // a Pad node before the Conv
+  int pad_opset = 11;
+  bool bn = false;
+  bool residual = false;
+  std::string act;  // "", Relu, LeakyRelu, Clip6, Clip11, Sigmoid, HardSwish, SiLU, Tanh
+};
+
+// Builds X -> [Pad] -> Conv -> [BN] -> [Add residual] -> [act] -> Y.
+void Build(Module& m, const Pattern& p) {
+  GraphBuilder b(m.AddFunction("main"));
+  const int64_t c = 6, oc = 8;
+  std::vector<DimSpec> xs = {int64_t{2}, c};
+  std::vector<int64_t> ws = {oc, c}, ys = {2, oc};
+  for (int i = 0; i < p.spatial; ++i) {
+    xs.push_back(int64_t{7 + i});
+    ws.push_back(3);
+    ys.push_back(7 + i);
+  }
+  Value* x = b.Input("x", DType::kF32, xs);
+  Value* in = x;
+  Attrs conv;
+  std::vector<int64_t> pads(2 * p.spatial, 1);
+  if (p.pad) {
+    std::vector<int64_t> pp(2 * (p.spatial + 2), 0);
+    for (int i = 0; i < p.spatial; ++i) pp[2 + i] = pp[p.spatial + 4 + i] = 1;
+    if (p.pad_opset < 11) {
+      in = b.Op("Pad", {x}, {{"pads", AttrInts(pp)}});
+    } else {
+      in = b.Op("Pad", {x, b.VectorI64(pp)});
+    }
+  } else {
+    conv["pads"] = AttrInts(pads);
+  }
+  Value* w = b.Constant(RandomF32(ws, 11), "w", true);
+  Value* bias = b.Constant(RandomF32({oc}, 12), "b", true);
+  Value* y = b.Op("Conv", {in, w, bias}, conv);
+  if (p.bn) {
+    y = b.Op("BatchNormalization",
+             {y, b.Constant(RandomF32({oc}, 13, 0.5f, 1.5f)), b.Constant(RandomF32({oc}, 14)),
+              b.Constant(RandomF32({oc}, 15)), b.Constant(RandomF32({oc}, 16, 0.2f, 2.0f))},
+             {{"epsilon", AttrFloat(1e-3f)}});
+  }
+  if (p.residual) {
+    std::vector<DimSpec> rs(ys.begin(), ys.end());
+    y = b.Op("Add", {b.Input("r", DType::kF32, rs), y});
+  }
+  if (p.act == "Relu" || p.act == "Sigmoid" || p.act == "HardSwish" || p.act == "Tanh") {
+    y = b.Op(p.act, {y});
+  } else if (p.act == "LeakyRelu") {
+    y = b.Op("LeakyRelu", {y}, {{"alpha", AttrFloat(0.2f)}});
+  } else if (p.act == "Clip6") {
+    y = b.Op("Clip", {y}, {{"min", AttrFloat(0.0f)}, {"max", AttrFloat(6.0f)}});
+  } else if (p.act == "Clip11") {
+    y = b.Op("Clip", {y, b.ScalarF32(-0.5f), b.ScalarF32(0.5f)});
+  } else if (p.act == "SiLU") {
+    y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+  }
+  b.Output("y", y);
+}
+
+struct Run {
+  std::vector<std::string> kernels;
+  Tensor y;
+};
+
+Run CompileAndRun(const Pattern& p, bool optimize, const std::string& backend) {
+  Module m;
+  Build(m, p);
+  CompileOptions options;
+  options.optimize = optimize;
+  absl::StatusOr<CompileResult> r = Compile(m, options);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  Run out;
+  for (const KernelReport& k : r->kernels) out.kernels.push_back(k.op);
+  LoadOptions load;
+  load.backends = BackendPolicy{{backend, "reference"}};
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return {};
+  std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(*exe);
+  std::vector<int64_t> xd = {2, 6}, yd = {2, 8};
+  for (int i = 0; i < p.spatial; ++i) {
+    xd.push_back(7 + i);
+    yd.push_back(7 + i);
+  }
+  EXPECT_TRUE(vm->SetInput("x", RandomF32(xd, 1, -2, 2)).ok());
+  if (p.residual) EXPECT_TRUE(vm->SetInput("r", RandomF32(yd, 2, -2, 2)).ok());
+  absl::Status s = vm->Run();
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return out;
+  out.y = (*vm->GetOutputs())[0];
+  return out;
+}
+
+void ExpectFusedMatchesUnfused(const Pattern& p) {
+  SCOPED_TRACE(p.what);
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    Run unfused = CompileAndRun(p, false, backend);
+    Run fused = CompileAndRun(p, true, backend);
+    ASSERT_TRUE(fused.y.defined() && unfused.y.defined());
+    // One kernel: the FusedConv took over every node of the pattern.
+    ASSERT_EQ(fused.kernels.size(), 1u) << absl::StrJoin(fused.kernels, ",");
+    EXPECT_EQ(fused.kernels[0], "dynvm::FusedConv");
+    EXPECT_GT(unfused.kernels.size(), p.bn || p.residual || !p.act.empty() || p.pad ? 1u : 0u);
+    ASSERT_EQ(fused.y.dims(), unfused.y.dims());
+    std::vector<double> a = testing::ToDoubles(fused.y), b = testing::ToDoubles(unfused.y);
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i])) << "element " << i;
+    }
+  }
+}
+
+TEST(ConvFusion, EveryFoldAndPostOpMatchesUnfused) {
+  std::vector<Pattern> patterns;
+  for (const char* act :
+       {"", "Relu", "LeakyRelu", "Clip6", "Clip11", "Sigmoid", "HardSwish", "SiLU", "Tanh"}) {
+    patterns.push_back({std::string("act ") + act, 2, false, 11, false, false, act});
+  }
+  patterns.push_back({"bn", 2, false, 11, true, false, ""});
+  patterns.push_back({"bn relu", 2, false, 11, true, false, "Relu"});
+  patterns.push_back({"bn residual relu", 2, false, 11, true, true, "Relu"});
+  patterns.push_back({"residual", 2, false, 11, false, true, ""});
+  patterns.push_back({"pad opset 11", 2, true, 11, false, false, ""});
+  patterns.push_back({"pad opset 2 bn clip", 2, true, 2, true, false, "Clip6"});
+  patterns.push_back({"1d bn silu", 1, false, 11, true, false, "SiLU"});
+  patterns.push_back({"3d pad bn residual hardswish", 3, true, 11, true, true, "HardSwish"});
+  for (const Pattern& p : patterns) ExpectFusedMatchesUnfused(p);
+}
+
+// A ResNet downsampling block: two Conv+BN branches meet in an Add, then Relu. One branch takes
+// the Add and the Relu as post-ops, the other folds its BatchNormalization; two FusedConvs.
+TEST(ConvFusion, TwoConvBranchesMeetingInAnAdd) {
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    std::vector<Tensor> outs;
+    std::vector<std::vector<std::string>> kernels;
+    for (bool optimize : {false, true}) {
+      Module m;
+      GraphBuilder b(m.AddFunction("main"));
+      Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{8}});
+      auto branch = [&](int64_t k, uint32_t seed) {
+        Attrs a = {{"strides", AttrInts({2, 2})}};
+        if (k == 3) a["pads"] = AttrInts({1, 1, 1, 1});
+        Value* y = b.Op("Conv", {x, b.Constant(RandomF32({6, 4, k, k}, seed), "", true)}, a);
+        return b.Op("BatchNormalization",
+                    {y, b.Constant(RandomF32({6}, seed + 1, 0.5f, 1.5f)),
+                     b.Constant(RandomF32({6}, seed + 2)), b.Constant(RandomF32({6}, seed + 3)),
+                     b.Constant(RandomF32({6}, seed + 4, 0.5f, 1.5f))});
+      };
+      Value* main = branch(3, 10);
+      Value* down = branch(1, 20);
+      b.Output("y", b.Op("Relu", {b.Op("Add", {main, down})}));
+      CompileOptions options;
+      options.optimize = optimize;
+      absl::StatusOr<CompileResult> r = Compile(m, options);
+      ASSERT_TRUE(r.ok()) << r.status();
+      kernels.emplace_back();
+      for (const KernelReport& k : r->kernels) kernels.back().push_back(k.op);
+      LoadOptions load;
+      load.backends = BackendPolicy{{backend, "reference"}};
+      std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+          {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+      std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+      ASSERT_TRUE(vm->SetInput("x", RandomF32({1, 4, 8, 8}, 5)).ok());
+      ASSERT_TRUE(vm->Run().ok());
+      outs.push_back((*vm->GetOutputs())[0]);
+    }
+    // Kernel-table entries (one per distinct attribute set): FusedConvs only.
+    EXPECT_EQ(kernels[1], std::vector<std::string>(kernels[1].size(), "dynvm::FusedConv"))
+        << absl::StrJoin(kernels[1], ",");
+    EXPECT_FALSE(kernels[1].empty());
+    std::vector<double> a = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+    ASSERT_EQ(a.size(), want.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], want[i], 1e-4 + 1e-4 * std::abs(want[i]));
+  }
+}
+
+// A chain of FusedConvs (a residual block and a conv after it, 1D/2D/3D, channel counts not
+// multiples of 16): the values between them stay channels-last; outputs equal the unfused
+// graph's on both backends (the reference FusedConv converts the layout itself).
+TEST(ConvFusion, ChannelsLastBetweenFusedConvs) {
+  for (int spatial : {1, 2, 3}) {
+    SCOPED_TRACE(spatial);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      std::vector<DimSpec> xs = {int64_t{2}, int64_t{5}};
+      std::vector<int64_t> w1 = {12, 5}, w2 = {12, 12}, w3 = {7, 12};
+      Attrs a = {{"pads", AttrInts(std::vector<int64_t>(2 * spatial, 1))}};
+      for (int i = 0; i < spatial; ++i) {
+        xs.push_back(int64_t{6 + i});
+        for (auto* w : {&w1, &w2, &w3}) w->push_back(3);
+      }
+      Value* x = b.Input("x", DType::kF32, xs);
+      Value* y1 = b.Op("Relu", {b.Op("Conv", {x, b.Constant(RandomF32(w1, 1), "", true)}, a)});
+      Value* y2 = b.Op("Conv", {y1, b.Constant(RandomF32(w2, 2), "", true)}, a);
+      Value* y3 = b.Op("Relu", {b.Op("Add", {y2, y1})});
+      b.Output("y", b.Op("Conv", {y3, b.Constant(RandomF32(w3, 3), "", true)}, a));
+    };
+    {
+      Module m;
+      build(m);
+      ASSERT_TRUE(InferShapes(m).ok());
+      absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+      ASSERT_TRUE(counts.ok()) << counts.status();
+      EXPECT_EQ(counts->convs, 3);
+      EXPECT_EQ(counts->blocked, 2);  // y1 (read as X and as the residual) and y3
+    }
+    for (const char* backend : {"dnnl", "reference"}) {
+      SCOPED_TRACE(backend);
+      std::vector<Tensor> outs;
+      for (bool optimize : {false, true}) {
+        Module m;
+        build(m);
+        CompileOptions options;
+        options.optimize = optimize;
+        absl::StatusOr<CompileResult> r = Compile(m, options);
+        ASSERT_TRUE(r.ok()) << r.status();
+        LoadOptions load;
+        load.backends = BackendPolicy{{backend, "reference"}};
+        std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+            {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+        std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+        std::vector<int64_t> xd = {2, 5};
+        for (int i = 0; i < spatial; ++i) xd.push_back(6 + i);
+        ASSERT_TRUE(vm->SetInput("x", RandomF32(xd, 9)).ok());
+        absl::Status st = vm->Run();
+        ASSERT_TRUE(st.ok()) << st;
+        outs.push_back((*vm->GetOutputs())[0]);
+      }
+      std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+      }
+    }
+  }
+}
+
+// Pools between convs keep the layout too: conv -> MaxPool -> conv -> AveragePool ->
+// GlobalAveragePool, 1D/2D/3D.
+TEST(ConvFusion, ChannelsLastThroughPools) {
+  for (int spatial : {1, 2, 3}) {
+    SCOPED_TRACE(spatial);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      std::vector<DimSpec> xs = {int64_t{2}, int64_t{3}};
+      std::vector<int64_t> w1 = {10, 3}, w2 = {6, 10}, k2(spatial, 2), k3(spatial, 3);
+      for (int i = 0; i < spatial; ++i) {
+        xs.push_back(int64_t{9 + i});
+        w1.push_back(3);
+        w2.push_back(1);
+      }
+      Value* x = b.Input("x", DType::kF32, xs);
+      Value* y = b.Op("Conv", {x, b.Constant(RandomF32(w1, 1), "", true)});
+      y = b.Op("MaxPool", {y}, {{"kernel_shape", AttrInts(k2)}});
+      y = b.Op("Conv", {y, b.Constant(RandomF32(w2, 2), "", true)});
+      y = b.Op("AveragePool", {y},
+               {{"kernel_shape", AttrInts(k3)},
+                {"pads", AttrInts(std::vector<int64_t>(2 * spatial, 1))},
+                {"strides", AttrInts(k2)}});
+      b.Output("y", b.Op("GlobalAveragePool", {y}));
+    };
+    {
+      Module m;
+      build(m);
+      ASSERT_TRUE(InferShapes(m).ok());
+      absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+      ASSERT_TRUE(counts.ok()) << counts.status();
+      EXPECT_EQ(counts->blocked, 4);  // every value but the input and the output
+    }
+    for (const char* backend : {"dnnl", "reference"}) {
+      SCOPED_TRACE(backend);
+      std::vector<Tensor> outs;
+      for (bool optimize : {false, true}) {
+        Module m;
+        build(m);
+        CompileOptions options;
+        options.optimize = optimize;
+        absl::StatusOr<CompileResult> r = Compile(m, options);
+        ASSERT_TRUE(r.ok()) << r.status();
+        LoadOptions load;
+        load.backends = BackendPolicy{{backend, "reference"}};
+        std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+            {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+        std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+        std::vector<int64_t> xd = {2, 3};
+        for (int i = 0; i < spatial; ++i) xd.push_back(9 + i);
+        ASSERT_TRUE(vm->SetInput("x", RandomF32(xd, 9)).ok());
+        absl::Status st = vm->Run();
+        ASSERT_TRUE(st.ok()) << st;
+        outs.push_back((*vm->GetOutputs())[0]);
+      }
+      std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(ConvFusion, AnOutputWithOtherUsesIsNotAbsorbed) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{5}});
+  Value* y = b.Op("Conv", {x, b.Constant(RandomF32({3, 2, 3, 3}, 1), "w", true)});
+  Value* r = b.Op("Relu", {y});
+  b.Output("conv", y);
+  b.Output("relu", r);
+  absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->convs, 1);
+  EXPECT_EQ(counts->activations, 0);
+}
+
+TEST(ConvFusion, ShapeErrorsAreCompileTimeErrorsNamingTheNode) {
+  struct Bad {
+    const char* what;
+    std::vector<DimSpec> x;
+    std::vector<int64_t> w;
+    std::vector<int64_t> pads;
+    const char* expect;
+  };
+  for (const Bad& bad : {Bad{"channels",
+                             {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{8}},
+                             {4, 4, 3, 3},
+                             {},
+                             "channels"},
+                         Bad{"negative pad",
+                             {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{8}},
+                             {4, 4, 3, 3},
+                             {-1, 0, 0, 0},
+                             "negative pad"},
+                         Bad{"negative pad, width unknown",
+                             {int64_t{1}, int64_t{4}, int64_t{8}, std::string("w")},
+                             {4, 4, 3, 3},
+                             {0, -2, 0, 0},
+                             "negative pad"},
+                         Bad{"kernel too large",
+                             {int64_t{1}, int64_t{4}, int64_t{2}, int64_t{8}},
+                             {4, 4, 5, 3},
+                             {1, 0, 1, 0},
+                             "larger than the padded input"}}) {
+    SCOPED_TRACE(bad.what);
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, bad.x);
+    Attrs attrs;
+    if (!bad.pads.empty()) attrs["pads"] = AttrInts(bad.pads);
+    b.set_node_name("bad_conv");
+    b.Output("y", b.Op("Conv", {x, b.Constant(RandomF32(bad.w, 1), "w", true)}, attrs));
+    absl::StatusOr<CompileResult> r = Compile(m);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "bad_conv")) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), bad.expect)) << r.status();
+  }
+}
+
+// Dims unknown at compile time: the same errors at run time, InvalidArgument naming the node,
+// and the VM runs the next good input.
+TEST(ConvFusion, ShapeErrorsAtRunTimeNameTheNode) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x =
+      b.Input("x", DType::kF32, {int64_t{1}, std::string("c"), std::string("h"), std::string("w")});
+  b.set_node_name("dyn_conv");
+  b.Output("y", b.Op("Conv", {x, b.Constant(RandomF32({4, 4, 3, 3}, 1), "w", true)},
+                     {{"pads", AttrInts({0, 1, 0, 1})}}));
+  absl::StatusOr<CompileResult> r = Compile(m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    LoadOptions load;
+    load.backends = BackendPolicy{{backend, "reference"}};
+    std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+        {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+    std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+    for (const std::vector<int64_t>& bad : {std::vector<int64_t>{1, 3, 8, 8}, {1, 4, 2, 8}}) {
+      ASSERT_TRUE(vm->SetInput("x", RandomF32(bad, 2)).ok());
+      absl::Status s = vm->Run();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "dyn_conv")) << s;
+    }
+    ASSERT_TRUE(vm->SetInput("x", RandomF32({1, 4, 5, 9}, 3)).ok());
+    ASSERT_TRUE(vm->Run().ok());
+    EXPECT_EQ((*vm->GetOutputs())[0].dims(), absl::MakeConstSpan(std::vector<int64_t>{1, 4, 3, 9}));
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::compiler

@@ -1,0 +1,571 @@
+// oneDNN Conv, ConvTranspose and dynvm::FusedConv (f32, forward inference), 1-3 spatial dims.
+//
+// Layouts: the primitive is created with format_tag::any for source, weights and destination,
+// so oneDNN picks its fastest (blocked, nChw16c-like) layouts; the site reorders the plain
+// NCHW input into that layout and the result back into the plain output, in the site's
+// workspace. Where oneDNN picks the plain layout, there is no reorder. Weights reordered for a
+// FusedConv whose weights are a constant of the executable ("constant_weights" = 1, set by the
+// compiler's conv fusion pass) are packed once per kernel and shared by every VM and site that
+// runs the kernel; other weights are reordered on every run.
+//
+// FusedConv (dynvm domain, made by compiler/conv_fusion.cc): Conv's inputs and attributes plus
+// an optional fourth input `sum` added to the result (oneDNN's sum post-op: a residual Add) and
+// an "activation" applied last (an eltwise post-op): Relu, LeakyRelu (alpha), Clip (alpha =
+// min, beta = max), Sigmoid, HardSwish, SiLU, Tanh. A NaN the convolution produces passes
+// through Relu and Clip as 0 / the bound on this backend (oneDNN's max and min drop NaN), as
+// in other runtimes' fused kernels; the reference kernel keeps it.
+//
+// Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
+// has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
+// reference kernel, which also reports every shape error (a channel mismatch, a negative pad,
+// a kernel larger than the padded input) as InvalidArgument.
+#include "kernels/dnnl/conv.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/conv_common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+
+int ConvCacheCapacity() {
+  static const int capacity = [] {
+    const char* env = std::getenv("DYNVM_DNNL_PRIMITIVE_CACHE");
+    if (env == nullptr) return 16;
+    const int v = std::atoi(env);
+    return v < 1 ? 1 : std::min(v, 1024);
+  }();
+  return capacity;
+}
+
+ConvCacheStats GetConvCacheStats(const KernelState* state) {
+  const auto* c = dynamic_cast<const SiteCache*>(state);
+  if (c == nullptr) return {};
+  return {static_cast<int>(c->entries.size()), c->binds, c->evictions};
+}
+
+Entry* SiteCache::Lookup(const ShapeKey& key, bool* fresh) {
+  ++tick;
+  for (auto& e : entries) {
+    if (e->key == key) {
+      e->last_use = tick;
+      *fresh = false;
+      return e.get();
+    }
+  }
+  *fresh = true;
+  ++binds;
+  Entry* e = nullptr;
+  if (static_cast<int>(entries.size()) < ConvCacheCapacity()) {
+    entries.push_back(std::make_unique<Entry>());
+    e = entries.back().get();
+  } else {
+    auto lru = std::min_element(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      return a->last_use < b->last_use;
+    });
+    ++evictions;
+    *lru = std::make_unique<Entry>();
+    e = lru->get();
+  }
+  e->key = key;
+  e->last_use = tick;
+  return e;
+}
+
+absl::Status BindEntry(Entry* e, absl::string_view what,
+                       const std::function<void(const dnnl::engine&)>& bind) {
+  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
+  if (!engine.ok()) return engine.status();
+  absl::Status s = Guard(what, [&] {
+    bind(**engine);
+    return absl::OkStatus();
+  });
+  if (!s.ok() && !absl::IsUnimplemented(s)) {
+    e->key = ShapeKey();  // never matches again
+    return s;
+  }
+  e->use_reference = !s.ok();
+  return absl::OkStatus();
+}
+
+void BindReorder(BoundPrimitive* r, const dnnl::engine& engine, const dnnl::memory::desc& from,
+                 const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc pd(engine, from, engine, to, UserScratchpadAttr());
+  r->Bind(pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+size_t Align(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using reference::Dims;
+
+// ---- Attributes and geometry ----
+
+struct ConvAttrs {
+  Dims kernel, strides, pads, dilations, output_padding, output_shape;
+  std::string auto_pad = "NOTSET";
+  int64_t group = 1;
+};
+
+absl::Status ReadConvAttrs(const KernelSpec& spec, bool transpose, ConvAttrs* a) {
+  for (auto [name, field] : {std::pair<const char*, Dims*>{"kernel_shape", &a->kernel},
+                             {"strides", &a->strides},
+                             {"pads", &a->pads},
+                             {"dilations", &a->dilations}}) {
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts(name));
+    field->assign(v.begin(), v.end());
+  }
+  if (transpose) {
+    for (auto [name, field] : {std::pair<const char*, Dims*>{"output_padding", &a->output_padding},
+                               {"output_shape", &a->output_shape}}) {
+      DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts(name));
+      field->assign(v.begin(), v.end());
+    }
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::string ap, spec.GetString("auto_pad", "NOTSET"));
+  a->auto_pad = ap.empty() ? "NOTSET" : ap;
+  DYNVM_ASSIGN_OR_RETURN(a->group, spec.GetInt("group", 1));
+  return absl::OkStatus();
+}
+
+// The oneDNN view of one convolution: dims, strides, 0-based dilations and pads, with the end
+// padding adjusted so that oneDNN's size formula gives the ONNX output size.
+struct Geometry {
+  int k = 0;  // spatial dims
+  int64_t n = 0, c = 0, m = 0, g = 1;
+  int64_t in[3], kd[3], st[3], dl[3], pl[3], pr[3], od[3];
+};
+
+int64_t At(const Dims& v, size_t i, int64_t def) { return v.empty() ? def : v[i]; }
+
+// False when the shapes or attributes are invalid (the reference kernel reports why) or outside
+// what this kernel takes (more than 3 spatial dims).
+bool ConvGeometry(const ConvAttrs& a, const Tensor& x, const Tensor& w, bool transpose,
+                  Geometry* g) {
+  const int k = x.rank() - 2;
+  if (k < 1 || k > 3 || w.rank() != x.rank() || a.group < 1) return false;
+  g->k = k;
+  g->n = x.dim(0);
+  g->c = x.dim(1);
+  g->g = a.group;
+  if (g->c % g->g != 0) return false;
+  if (transpose) {
+    if (w.dim(0) != g->c) return false;
+    g->m = w.dim(1) * g->g;
+  } else {
+    g->m = w.dim(0);
+    if (g->m % g->g != 0 || w.dim(1) != g->c / g->g) return false;
+  }
+  const auto sk = static_cast<size_t>(k);
+  if ((!a.kernel.empty() && a.kernel.size() != sk) ||
+      (!a.strides.empty() && a.strides.size() != sk) ||
+      (!a.dilations.empty() && a.dilations.size() != sk) ||
+      (!a.pads.empty() && a.pads.size() != 2 * sk) ||
+      (!a.output_padding.empty() && a.output_padding.size() != sk)) {
+    return false;
+  }
+  const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
+  for (int i = 0; i < k; ++i) {
+    const auto u = static_cast<size_t>(i);
+    g->in[i] = x.dim(i + 2);
+    g->kd[i] = w.dim(i + 2);
+    if (!a.kernel.empty() && a.kernel[u] != g->kd[i]) return false;
+    g->st[i] = At(a.strides, u, 1);
+    const int64_t dil = At(a.dilations, u, 1);
+    if (g->st[i] < 1 || dil < 1) return false;
+    g->dl[i] = dil - 1;
+    const int64_t span = (g->kd[i] - 1) * dil + 1;
+    int64_t pb = 0, pe = 0;
+    if (!transpose) {
+      if (same) {
+        g->od[i] = (g->in[i] + g->st[i] - 1) / g->st[i];
+        const int64_t total = std::max<int64_t>(0, (g->od[i] - 1) * g->st[i] + span - g->in[i]);
+        pb = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (a.auto_pad == "NOTSET" && !a.pads.empty()) {
+          pb = a.pads[u];
+          pe = a.pads[sk + u];
+          if (pb < 0 || pe < 0) return false;
+        }
+        const int64_t room = g->in[i] + pb + pe - span;
+        if (room < 0) return false;
+        g->od[i] = room / g->st[i] + 1;
+      }
+      g->pl[i] = pb;
+      g->pr[i] = (g->od[i] - 1) * g->st[i] + span - g->in[i] - pb;
+    } else {
+      const int64_t opad = At(a.output_padding, u, 0);
+      if (!a.output_shape.empty() || same) {
+        if (!a.output_shape.empty() && a.output_shape.size() != sk &&
+            a.output_shape.size() != sk + 2) {
+          return false;
+        }
+        g->od[i] = !a.output_shape.empty() ? a.output_shape[a.output_shape.size() - sk + u]
+                                           : g->in[i] * g->st[i];
+        const int64_t total = g->st[i] * (g->in[i] - 1) + opad + span - g->od[i];
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+        pb = a.auto_pad == "SAME_UPPER" ? half : total - half;
+      } else {
+        pb = a.auto_pad == "NOTSET" ? At(a.pads, u, 0) : 0;
+        pe = a.auto_pad == "NOTSET" ? At(a.pads, sk + u, 0) : 0;
+        g->od[i] = g->st[i] * (g->in[i] - 1) + opad + span - pb - pe;
+      }
+      if (g->od[i] < 1 || pb < 0) return false;
+      g->pl[i] = pb;
+      g->pr[i] = (g->in[i] - 1) * g->st[i] + span - pb - g->od[i];
+    }
+  }
+  return true;
+}
+
+Dims OutDims(const Geometry& g) {
+  Dims d = {g.n, g.m};
+  for (int i = 0; i < g.k; ++i) d.push_back(g.od[i]);
+  return d;
+}
+
+// Weights as oneDNN sees them: [g, oc/g, ic/g, K...] (or [oc, ic, K...] without groups) over
+// W's strides; a ConvTranspose's W is [C, M/group, K...], input channels first.
+dnnl::memory::desc WeightsDesc(const Geometry& g, const Tensor& w, bool transpose) {
+  int64_t dims[6], strides[6];
+  int r = 0;
+  const int64_t oc_g = g.m / g.g, ic_g = g.c / g.g;
+  // Strides of W's first two dims read as (output channel within group, input channel).
+  const int64_t s_oc = transpose ? w.stride(1) : w.stride(0);
+  const int64_t s_ic = transpose ? w.stride(0) : w.stride(1);
+  if (g.g > 1) {
+    dims[r] = g.g;
+    strides[r++] = transpose ? w.stride(0) * ic_g : w.stride(0) * oc_g;
+  }
+  dims[r] = oc_g;
+  strides[r++] = s_oc;
+  dims[r] = ic_g;
+  strides[r++] = s_ic;
+  for (int i = 0; i < g.k; ++i) {
+    dims[r] = g.kd[i];
+    strides[r++] = w.stride(i + 2);
+  }
+  return PlainDesc(dt::f32, absl::MakeConstSpan(dims, r), absl::MakeConstSpan(strides, r));
+}
+
+// The channels-last layout (NHWC, NDHWC, NWC) of a [N, C, spatial...] tensor.
+dnnl::memory::desc BlockedDesc(absl::Span<const int64_t> dims) {
+  using tag = dnnl::memory::format_tag;
+  const tag t = dims.size() == 3 ? tag::acb : dims.size() == 4 ? tag::acdb : tag::acdeb;
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, t);
+}
+
+dnnl::memory::desc AnyDesc(absl::Span<const int64_t> dims) {
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32,
+                            dnnl::memory::format_tag::any);
+}
+
+// ---- Fused activation ----
+
+struct Activation {
+  bool present = false;
+  dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
+  float alpha = 0, beta = 0;
+};
+
+absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec) {
+  Activation act;
+  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString("activation", ""));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
+  if (name.empty()) return act;
+  act.present = true;
+  using alg = dnnl::algorithm;
+  if (name == "Relu") {
+    act = {true, alg::eltwise_relu, 0.0f, 0.0f};
+  } else if (name == "LeakyRelu") {
+    act = {true, alg::eltwise_relu, alpha, 0.0f};
+  } else if (name == "Clip") {
+    act = {true, alg::eltwise_clip_v2, alpha, beta};
+  } else if (name == "Sigmoid") {
+    act = {true, alg::eltwise_logistic, 0.0f, 0.0f};
+  } else if (name == "HardSwish") {
+    act = {true, alg::eltwise_hardswish, 0.0f, 0.0f};
+  } else if (name == "SiLU") {
+    act = {true, alg::eltwise_swish, 1.0f, 0.0f};
+  } else if (name == "Tanh") {
+    act = {true, alg::eltwise_tanh, 0.0f, 0.0f};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.op, ": unknown fused activation '", name, "'"));
+  }
+  return act;
+}
+
+// Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
+// between FusedConvs; the tensors keep their logical dims).
+struct BlockedPorts {
+  bool in = false, out = false, sum = false;
+};
+
+// ---- Packed constant weights, shared by every VM running the kernel ----
+
+class PackedWeightsCache {
+ public:
+  // The packed copy of `w` in `desc`, packing it with `reorder` on first use; nullptr when the
+  // cache is full (the caller packs into its workspace).
+  absl::StatusOr<const void*> Get(const void* w, const dnnl::memory::desc& desc,
+                                  const BoundPrimitive& reorder) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Packed& p : packed_) {
+      if (p.source == w && p.desc == desc) return static_cast<const void*>(p.data.get());
+    }
+    if (packed_.size() >= kMaxEntries) return static_cast<const void*>(nullptr);
+    Packed p;
+    p.source = w;
+    p.desc = desc;
+    const size_t bytes = desc.get_size();
+    p.data.reset(static_cast<char*>(std::aligned_alloc(64, Align(bytes))));
+    if (p.data == nullptr) return absl::ResourceExhaustedError("packing conv weights");
+    std::vector<char> scratch(reorder.scratchpad_bytes());
+    DYNVM_RETURN_IF_ERROR(reorder.Execute({w, p.data.get()}, scratch.data()));
+    packed_.push_back(std::move(p));
+    return static_cast<const void*>(packed_.back().data.get());
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 64;
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Packed {
+    const void* source = nullptr;
+    dnnl::memory::desc desc;
+    std::unique_ptr<char, Free> data;
+  };
+  mutable std::mutex mu_;
+  mutable std::vector<Packed> packed_;
+};
+
+// ---- Conv, ConvTranspose, FusedConv ----
+
+class ConvKernel final : public DnnlKernel {
+ public:
+  ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
+             Activation act, bool constant_weights, BlockedPorts blocked)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        attrs_(std::move(attrs)),
+        transpose_(transpose),
+        act_(act),
+        constant_weights_(constant_weights),
+        blocked_(blocked) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, transpose_ ? "ConvTranspose" : "Conv"));
+    const Tensor& x = *in[0];
+    const Tensor& w = *in[1];
+    const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    const Tensor* sum = in.size() > 3 ? in[3] : nullptr;
+    Geometry g;
+    if (x.dtype() != DType::kF32 || w.dtype() != DType::kF32 || x.numel() == 0 || w.numel() == 0 ||
+        !ConvGeometry(attrs_, x, w, transpose_, &g) ||
+        (b != nullptr &&
+         (b->dtype() != DType::kF32 || b->rank() != 1 || b->dim(0) != g.m || b->stride(0) != 1))) {
+      return RunReference(ctx, in, out);  // reports the error, if any
+    }
+    // Channels-last operands are read as dense NHWC buffers: only contiguous tensors qualify
+    // (the reference kernel rejects the others).
+    if ((blocked_.in && !x.is_contiguous()) ||
+        (blocked_.sum && sum != nullptr && !sum->is_contiguous())) {
+      return RunReference(ctx, in, out);
+    }
+    const Dims out_dims = OutDims(g);
+    if (sum != nullptr &&
+        (sum->dtype() != DType::kF32 || sum->dims() != absl::MakeConstSpan(out_dims))) {
+      return RunReference(ctx, in, out);
+    }
+    int64_t macs = g.n * g.m * (g.c / g.g);
+    for (int i = 0; i < g.k; ++i) macs *= g.od[i] * g.kd[i];
+    SetThreads(ThreadsFor(ctx.num_threads(), macs));
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(&w);
+    key.Add(b != nullptr);
+    key.Add(sum);
+    key.Add(ctx.num_threads());
+    SiteCache* st = SiteState<SiteCache>(ctx);
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      DYNVM_RETURN_IF_ERROR(BindEntry(e, transpose_ ? "deconvolution" : "convolution",
+                                      [&](const dnnl::engine& engine) {
+                                        Bind(engine, g, x, w, b != nullptr, sum, out_dims, e);
+                                      }));
+    }
+    if (e->use_reference) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
+                                                   transpose_ ? "ConvTranspose" : "Conv"));
+    return Execute(ctx, *e, x, w, b, sum, out[0]);
+  }
+
+ private:
+  void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
+            bool bias, const Tensor* sum, const Dims& out_dims, Entry* e) const {
+    const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
+    const dnnl::memory::desc wts = WeightsDesc(g, w, transpose_);
+    const dnnl::memory::desc dst =
+        blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+    const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {g.m});
+    const dnnl::memory::dims strides(g.st, g.st + g.k), dil(g.dl, g.dl + g.k), pl(g.pl, g.pl + g.k),
+        pr(g.pr, g.pr + g.k);
+    // Channels-last operands (between FusedConvs) are given as is: oneDNN picks an
+    // implementation that reads or writes them directly; the others are its choice.
+    const dnnl::memory::desc src_any = blocked_.in ? src : AnyDesc(x.dims());
+    const dnnl::memory::desc dst_any = blocked_.out ? dst : AnyDesc(out_dims);
+    const dnnl::memory::desc wts_any = AnyDesc(wts.dims());
+    dnnl::primitive_attr attr = UserScratchpadAttr();
+    dnnl::post_ops ops;
+    if (sum != nullptr) ops.append_sum(1.0f);
+    if (act_.present) ops.append_eltwise(1.0f, act_.alg, act_.alpha, act_.beta);
+    attr.set_post_ops(ops);
+    const dnnl::memory::desc no_bias;
+    dnnl::primitive_desc pd;
+    if (transpose_) {
+      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::deconvolution_direct, src_any, wts_any,
+                                          bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
+      pd = dnnl::deconvolution_forward::primitive_desc(d, attr, engine);
+    } else {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, src_any, wts_any,
+                                        bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
+      pd = dnnl::convolution_forward::primitive_desc(d, attr, engine);
+    }
+    const dnnl::memory::desc psrc = pd.query_md(dnnl::query::src_md);
+    const dnnl::memory::desc pwts = pd.query_md(dnnl::query::weights_md);
+    const dnnl::memory::desc pdst = pd.query_md(dnnl::query::dst_md);
+    if (bias) {
+      e->main.Bind(pd, {{DNNL_ARG_SRC, psrc},
+                        {DNNL_ARG_WEIGHTS, pwts},
+                        {DNNL_ARG_BIAS, bias_md},
+                        {DNNL_ARG_DST, pdst}});
+    } else {
+      e->main.Bind(pd, {{DNNL_ARG_SRC, psrc}, {DNNL_ARG_WEIGHTS, pwts}, {DNNL_ARG_DST, pdst}});
+    }
+    if (psrc != src) {
+      BindReorder(&e->src_reorder, engine, src, psrc);
+      e->src_bytes = Align(psrc.get_size());
+    }
+    if (pwts != wts) {
+      BindReorder(&e->w_reorder, engine, wts, pwts);
+      e->w_packed = pwts;
+      e->w_bytes = Align(pwts.get_size());
+    }
+    if (pdst != dst) {
+      BindReorder(&e->dst_reorder, engine, pdst, dst);
+      e->dst_bytes = Align(pdst.get_size());
+    }
+    if (sum != nullptr) {
+      BindReorder(&e->sum_reorder, engine,
+                  blocked_.sum ? BlockedDesc(sum->dims()) : TensorDesc(*sum), pdst);
+    }
+  }
+
+  absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,
+                       const Tensor* b, const Tensor* sum, Tensor* y) const {
+    const void* packed = nullptr;
+    if (e.w_reorder.bound() && constant_weights_) {
+      DYNVM_ASSIGN_OR_RETURN(packed, packed_.Get(w.raw_data(), e.w_packed, e.w_reorder));
+    }
+    const size_t w_bytes = e.w_reorder.bound() && packed == nullptr ? e.w_bytes : 0;
+    size_t scratch = e.main.scratchpad_bytes();
+    for (const BoundPrimitive* r : {&e.src_reorder, &e.w_reorder, &e.dst_reorder, &e.sum_reorder}) {
+      scratch = std::max(scratch, r->scratchpad_bytes());
+    }
+    scratch = Align(scratch);
+    DYNVM_ASSIGN_OR_RETURN(void* ws,
+                           ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    char* pscratch = base;
+    char* psrc = pscratch + scratch;
+    char* pdst = psrc + e.src_bytes;
+    char* pw = pdst + e.dst_bytes;
+    const void* src = x.raw_data();
+    if (e.src_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+      src = psrc;
+    }
+    const void* wts = w.raw_data();
+    if (packed != nullptr) {
+      wts = packed;
+    } else if (e.w_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({wts, pw}, pscratch));
+      wts = pw;
+    }
+    void* dst = e.dst_reorder.bound() ? static_cast<void*>(pdst) : y->raw_data();
+    if (sum != nullptr && sum->raw_data() != dst) {
+      DYNVM_RETURN_IF_ERROR(e.sum_reorder.Execute({sum->raw_data(), dst}, pscratch));
+    }
+    if (b != nullptr) {
+      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, b->raw_data(), dst}, pscratch));
+    } else {
+      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, dst}, pscratch));
+    }
+    if (e.dst_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.dst_reorder.Execute({pdst, y->raw_data()}, pscratch));
+    }
+    return absl::OkStatus();
+  }
+
+  ConvAttrs attrs_;
+  bool transpose_;
+  Activation act_;
+  bool constant_weights_;
+  BlockedPorts blocked_;
+  PackedWeightsCache packed_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool transpose,
+                                                   bool fused) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, fused ? 4 : 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  for (size_t i = 2; i < spec.inputs.size(); ++i) {  // B and the residual, when present
+    if (spec.inputs[i].dtype != kAnyDType) DYNVM_RETURN_IF_ERROR(RequireF32(spec, {i}));
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  ConvAttrs a;
+  DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));
+  Activation act;
+  bool constant_weights = false;
+  BlockedPorts blocked;
+  if (fused) {
+    DYNVM_ASSIGN_OR_RETURN(act, ReadActivation(spec));
+    DYNVM_ASSIGN_OR_RETURN(int64_t cw, spec.GetInt("constant_weights", 0));
+    constant_weights = cw != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t bi, spec.GetInt("channels_last_in", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t bo, spec.GetInt("channels_last_out", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("channels_last_sum", 0));
+    blocked = {bi != 0, bo != 0, bs != 0};
+  }
+  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(ref), std::move(a),
+                                      transpose, act, constant_weights, blocked);
+}
+
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& r) {
+  r.Register(KernelRegistration{
+      "", "Conv", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& s) { return CreateConv(s, /*transpose=*/false, /*fused=*/false); }});
+  r.Register(KernelRegistration{
+      "", "ConvTranspose", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& s) { return CreateConv(s, /*transpose=*/true, /*fused=*/false); }});
+  r.Register(KernelRegistration{
+      "dynvm", "FusedConv", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& s) { return CreateConv(s, /*transpose=*/false, /*fused=*/true); }});
+}
+
+}  // namespace dynvm::onednn

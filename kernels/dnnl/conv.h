@@ -1,0 +1,31 @@
+// The oneDNN conv family (conv.cc, pool.cc): what tests and tools may ask of a site. Internal.
+//
+// Per-site primitive cache: every conv-family site keeps the primitives it bound for its last
+// few concrete shapes (a least-recently-used list, ConvCacheCapacity() entries), so a model
+// whose spatial size changes from run to run (an OCR line's width) rebinds only on a shape it
+// has not seen recently, and a repeated shape runs without binding or allocating.
+#ifndef DYNVM_KERNELS_DNNL_CONV_H_
+#define DYNVM_KERNELS_DNNL_CONV_H_
+
+#include <cstdint>
+
+#include "kernels/kernel.h"
+
+namespace dynvm::onednn {
+
+// Entries per site: DYNVM_DNNL_PRIMITIVE_CACHE (1..1024) when set, else 16. Read once.
+int ConvCacheCapacity();
+
+struct ConvCacheStats {
+  int entries = 0;        // shapes cached now
+  int64_t binds = 0;      // primitives bound (cache misses)
+  int64_t evictions = 0;  // entries dropped for a new shape
+};
+
+// The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is
+// not one.
+ConvCacheStats GetConvCacheStats(const KernelState* state);
+
+}  // namespace dynvm::onednn
+
+#endif  // DYNVM_KERNELS_DNNL_CONV_H_

@@ -1,0 +1,52 @@
+// The per-site primitive cache the conv family shares (conv.cc, pool.cc). Internal.
+#ifndef DYNVM_KERNELS_DNNL_CONV_COMMON_H_
+#define DYNVM_KERNELS_DNNL_CONV_COMMON_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/conv.h"
+
+namespace dynvm::onednn {
+
+// The primitives a site bound for one concrete shape. Reorders are bound only where the
+// primitive's chosen layout differs from the tensor's plain one.
+struct Entry {
+  ShapeKey key;
+  uint64_t last_use = 0;
+  bool use_reference = false;  // oneDNN has no primitive for this shape
+  BoundPrimitive main;
+  BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
+  dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)
+  size_t src_bytes = 0, w_bytes = 0, dst_bytes = 0;  // workspace for reordered operands
+};
+
+// A site's entries, least recently used evicted first (ConvCacheCapacity()).
+struct SiteCache : KernelState {
+  std::vector<std::unique_ptr<Entry>> entries;
+  uint64_t tick = 0;
+  int64_t binds = 0, evictions = 0;
+
+  // The entry for `key`; a new (or recycled) one, with *fresh set, when there is none.
+  Entry* Lookup(const ShapeKey& key, bool* fresh);
+};
+
+// Runs bind(engine) inside Guard for a fresh entry. Unimplemented (no primitive for the shape)
+// marks the entry use_reference; other errors are returned (the entry then never matches).
+absl::Status BindEntry(Entry* e, absl::string_view what,
+                       const std::function<void(const dnnl::engine&)>& bind);
+
+// Binds a reorder from -> to (user scratchpad). REQUIRES: inside Guard.
+void BindReorder(BoundPrimitive* r, const dnnl::engine& engine, const dnnl::memory::desc& from,
+                 const dnnl::memory::desc& to);
+
+// `bytes` rounded up to a cache line.
+size_t Align(size_t bytes);
+
+}  // namespace dynvm::onednn
+
+#endif  // DYNVM_KERNELS_DNNL_CONV_COMMON_H_

@@ -1,0 +1,407 @@
+// The oneDNN conv family against the reference kernels (the oracle): Conv in 1-3 spatial dims
+// with groups, depthwise, dilations, strides, pads and auto_pad; ConvTranspose; FusedConv with
+// every post-op; pooling; BatchNormalization; LRN. Each case is compared through KernelTester
+// (three runs at one site, the last into preallocated outputs) and must be served by oneDNN
+// itself (no reference fallback). Then the per-site primitive cache under width churn.
+#include "kernels/dnnl/conv.h"
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "allocator/heap_allocator.h"
+#include "gtest/gtest.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/kernel_tester.h"
+#include "kernels/registry.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using testing::KernelCall;
+using testing::KernelTester;
+
+Tensor Random(std::vector<int64_t> dims, uint32_t seed, float lo = -1, float hi = 1) {
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+using Attrs = std::function<void(KernelTester&, KernelCall&)>;
+
+struct Case {
+  std::string what;
+  std::string op;
+  std::string domain;
+  std::vector<Tensor> inputs;  // an empty tensor of rank 0 marks an absent input
+  Attrs attrs;
+};
+
+// Compares with the reference kernel, then checks oneDNN served every run.
+void Check(const Case& c, double tol = 1e-4) {
+  SCOPED_TRACE(c.what);
+  KernelTester t(c.op, c.domain);
+  KernelCall call(c.op, c.domain);
+  for (const Tensor& in : c.inputs) {
+    t.In(in);
+    call.In(in);
+  }
+  t.Out(DType::kF32).Tol(tol, tol);
+  call.Out(DType::kF32);
+  if (c.attrs) c.attrs(t, call);
+  absl::Status s = t.Compare("dnnl");
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const auto* dk = dynamic_cast<const DnnlKernel*>(k->get());
+  ASSERT_NE(dk, nullptr);
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<const Tensor*> in;
+  for (const Tensor& x : c.inputs) in.push_back(&x);
+  for (int run = 0; run < 2; ++run) {
+    Tensor y;
+    Tensor* outs[] = {&y};
+    ASSERT_TRUE((*k)->Run(ctx, in, outs).ok());
+  }
+  EXPECT_EQ(dk->reference_runs(), 0) << dk->name();
+}
+
+template <typename T>
+Attrs A(std::vector<std::pair<std::string, T>> attrs) {
+  return [attrs](KernelTester& t, KernelCall& c) {
+    for (const auto& [name, v] : attrs) {
+      t.Attr(name, v);
+      c.Attr(name, v);
+    }
+  };
+}
+
+using Ints = std::vector<int64_t>;
+
+Attrs Both(Attrs a, Attrs b) {
+  return [a, b](KernelTester& t, KernelCall& c) {
+    a(t, c);
+    b(t, c);
+  };
+}
+
+Attrs S(const std::string& name, const std::string& v) {
+  return [name, v](KernelTester& t, KernelCall& c) {
+    t.Attr(name, v);
+    c.Attr(name, v);
+  };
+}
+
+Attrs I(const std::string& name, int64_t v) {
+  return [name, v](KernelTester& t, KernelCall& c) {
+    t.Attr(name, v);
+    c.Attr(name, v);
+  };
+}
+
+Attrs F(const std::string& name, float v) {
+  return [name, v](KernelTester& t, KernelCall& c) {
+    t.Attr(name, v);
+    c.Attr(name, v);
+  };
+}
+
+TEST(DnnlConv, MatchesReference) {
+  uint32_t seed = 1;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  Check({"2d plain", "Conv", "", {r({2, 3, 9, 11}), r({8, 3, 3, 3})}, nullptr});
+  Check({"2d bias strides pads",
+         "Conv",
+         "",
+         {r({1, 16, 15, 13}), r({32, 16, 3, 3}), r({32})},
+         A<Ints>({{"strides", {2, 2}}, {"pads", {1, 0, 2, 1}}})});
+  Check({"2d dilations",
+         "Conv",
+         "",
+         {r({1, 4, 12, 12}), r({6, 4, 3, 3})},
+         A<Ints>({{"dilations", {2, 3}}, {"pads", {2, 2, 2, 2}}})});
+  Check({"2d groups",
+         "Conv",
+         "",
+         {r({2, 8, 10, 10}), r({12, 4, 3, 3}), r({12})},
+         Both(A<Ints>({{"pads", {1, 1, 1, 1}}}), I("group", 2))});
+  Check({"2d depthwise",
+         "Conv",
+         "",
+         {r({1, 32, 14, 14}), r({32, 1, 3, 3}), r({32})},
+         Both(A<Ints>({{"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}}), I("group", 32))});
+  Check({"2d 1x1", "Conv", "", {r({3, 24, 7, 7}), r({40, 24, 1, 1}), r({40})}, nullptr});
+  for (const char* ap : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
+    Check({std::string("auto_pad ") + ap,
+           "Conv",
+           "",
+           {r({1, 5, 10, 9}), r({7, 5, 4, 3})},
+           Both(A<Ints>({{"strides", {2, 3}}}), S("auto_pad", ap))});
+  }
+  Check({"1d",
+         "Conv",
+         "",
+         {r({2, 6, 40}), r({10, 6, 5}), r({10})},
+         A<Ints>({{"pads", {2, 1}}, {"strides", {2}}, {"dilations", {2}}})});
+  Check({"1d depthwise",
+         "Conv",
+         "",
+         {r({1, 8, 31}), r({8, 1, 3})},
+         Both(A<Ints>({{"pads", {1, 1}}}), I("group", 8))});
+  Check({"3d",
+         "Conv",
+         "",
+         {r({1, 4, 6, 7, 8}), r({8, 4, 3, 3, 3}), r({8})},
+         A<Ints>({{"pads", {1, 0, 1, 1, 0, 1}}, {"strides", {1, 2, 1}}})});
+  Check({"3d groups", "Conv", "", {r({1, 6, 5, 5, 5}), r({6, 2, 2, 2, 2})}, I("group", 3)});
+}
+
+TEST(DnnlConv, StridedInput) {
+  // A slice of a wider tensor (row padding): read in place or reordered, never wrong.
+  Tensor wide = Random({1, 4, 9, 16}, 7);
+  Tensor x = *Tensor::View(wide.storage(), 0, DType::kF32, {1, 4, 9, 12}, {576, 144, 16, 1});
+  Check({"strided x", "Conv", "", {x, Random({5, 4, 3, 3}, 8)}, nullptr});
+}
+
+TEST(DnnlConvTranspose, MatchesReference) {
+  uint32_t seed = 100;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  Check({"2d", "ConvTranspose", "", {r({1, 4, 5, 6}), r({4, 6, 3, 3}), r({6})}, nullptr});
+  Check({"2d strides pads output_padding",
+         "ConvTranspose",
+         "",
+         {r({2, 8, 7, 7}), r({8, 4, 3, 3}), r({4})},
+         A<Ints>({{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}, {"output_padding", {1, 1}}})});
+  Check({"2d groups dilations",
+         "ConvTranspose",
+         "",
+         {r({1, 6, 5, 5}), r({6, 2, 3, 3})},
+         Both(A<Ints>({{"dilations", {2, 2}}}), I("group", 3))});
+  Check({"2d output_shape",
+         "ConvTranspose",
+         "",
+         {r({1, 3, 4, 4}), r({3, 5, 3, 3})},
+         A<Ints>({{"strides", {3, 2}}, {"output_shape", {12, 9}}})});
+  Check({"1d",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 10}), r({4, 3, 4}), r({3})},
+         A<Ints>({{"strides", {2}}, {"pads", {1, 1}}})});
+  Check({"3d",
+         "ConvTranspose",
+         "",
+         {r({1, 2, 3, 4, 3}), r({2, 3, 2, 2, 2})},
+         A<Ints>({{"strides", {2, 1, 2}}})});
+}
+
+TEST(DnnlFusedConv, EveryPostOpMatchesReference) {
+  uint32_t seed = 200;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  struct Act {
+    const char* name;
+    float alpha, beta;
+  };
+  for (Act act : {Act{"", 0, 0}, Act{"Relu", 0, 0}, Act{"LeakyRelu", 0.1f, 0},
+                  Act{"Clip", 0.0f, 6.0f}, Act{"Clip", -0.5f, 0.25f}, Act{"Sigmoid", 0, 0},
+                  Act{"HardSwish", 0, 0}, Act{"SiLU", 0, 0}, Act{"Tanh", 0, 0}}) {
+    for (bool sum : {false, true}) {
+      Case c{absl::StrCat("FusedConv ", act.name, sum ? " + sum" : ""),
+             "FusedConv",
+             "dynvm",
+             {r({2, 8, 9, 9}), r({16, 8, 3, 3}), r({16})},
+             Both(Both(A<Ints>({{"pads", {1, 1, 1, 1}}}), S("activation", act.name)),
+                  Both(F("activation_alpha", act.alpha), F("activation_beta", act.beta)))};
+      if (sum) c.inputs.push_back(Random({2, 16, 9, 9}, seed++, -4, 4));
+      Check(c);
+    }
+  }
+  // Weights marked constant: packed once and shared.
+  Check({"constant weights",
+         "FusedConv",
+         "dynvm",
+         {r({1, 16, 8, 8}), r({16, 16, 3, 3}), r({16})},
+         Both(I("constant_weights", 1), S("activation", "Relu"))});
+}
+
+TEST(DnnlPool, MatchesReference) {
+  uint32_t seed = 300;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    const std::string o = op;
+    Check({o + " 2d", op, "", {r({2, 3, 12, 11})}, A<Ints>({{"kernel_shape", {3, 3}}})});
+    Check({o + " 2d strides pads",
+           op,
+           "",
+           {r({1, 8, 13, 13})},
+           A<Ints>({{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}})});
+    Check({o + " ceil",
+           op,
+           "",
+           {r({1, 2, 12, 12})},
+           Both(A<Ints>({{"kernel_shape", {3, 3}}, {"strides", {2, 2}}}), I("ceil_mode", 1))});
+    Check({o + " same_upper",
+           op,
+           "",
+           {r({1, 2, 9, 10})},
+           Both(A<Ints>({{"kernel_shape", {2, 3}}, {"strides", {2, 2}}}),
+                S("auto_pad", "SAME_UPPER"))});
+    Check({o + " 1d",
+           op,
+           "",
+           {r({2, 4, 21})},
+           A<Ints>({{"kernel_shape", {4}}, {"strides", {3}}, {"pads", {1, 2}}})});
+    Check({o + " 3d",
+           op,
+           "",
+           {r({1, 2, 6, 7, 8})},
+           A<Ints>({{"kernel_shape", {2, 2, 2}}, {"strides", {2, 2, 2}}})});
+  }
+  Check({"MaxPool dilations",
+         "MaxPool",
+         "",
+         {r({1, 3, 11, 11})},
+         A<Ints>({{"kernel_shape", {2, 2}}, {"dilations", {2, 2}}})});
+  Check({"AveragePool count_include_pad",
+         "AveragePool",
+         "",
+         {r({1, 3, 10, 10})},
+         Both(A<Ints>({{"kernel_shape", {3, 3}}, {"pads", {1, 1, 1, 1}}}),
+              I("count_include_pad", 1))});
+  Check({"AveragePool exclude pad",
+         "AveragePool",
+         "",
+         {r({1, 3, 10, 10})},
+         A<Ints>({{"kernel_shape", {3, 3}}, {"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}})});
+  Check({"GlobalAveragePool", "GlobalAveragePool", "", {r({2, 16, 7, 9})}, nullptr});
+  Check({"GlobalMaxPool", "GlobalMaxPool", "", {r({2, 16, 7, 9})}, nullptr});
+  Check({"GlobalAveragePool 1d", "GlobalAveragePool", "", {r({2, 5, 17})}, nullptr});
+}
+
+TEST(DnnlPool, FallbacksStillMatch) {
+  // Ceil mode with count_include_pad past the end padding, and a NaN under MaxPool: the
+  // reference kernel serves them, with the same results.
+  KernelTester avg("AveragePool");
+  avg.Random(DType::kF32, {1, 2, 12, 12})
+      .Out(DType::kF32)
+      .Attr("kernel_shape", Ints{3, 3})
+      .Attr("strides", Ints{2, 2})
+      .Attr("pads", Ints{1, 1, 1, 1})
+      .Attr("ceil_mode", int64_t{1})
+      .Attr("count_include_pad", int64_t{1});
+  EXPECT_TRUE(avg.Compare("dnnl").ok());
+  Tensor x = Random({1, 1, 4, 4}, 5);
+  x.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  KernelTester mx("MaxPool");
+  mx.In(x).Out(DType::kF32).Attr("kernel_shape", Ints{2, 2});
+  EXPECT_TRUE(mx.Compare("dnnl").ok());
+}
+
+TEST(DnnlBatchNormLrn, MatchesReference) {
+  uint32_t seed = 400;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  for (std::vector<int64_t> dims :
+       {std::vector<int64_t>{2, 6, 5, 7}, {3, 4, 10}, {1, 3, 4, 5, 6}, {4, 9}}) {
+    const int64_t c = dims[1];
+    Check({"BatchNormalization rank " + std::to_string(dims.size()),
+           "BatchNormalization",
+           "",
+           {r(dims), r({c}), r({c}), r({c}), Random({c}, seed++, 0.5f, 2.0f)},
+           F("epsilon", 1e-3f)});
+  }
+  Check({"LRN 3", "LRN", "", {r({2, 8, 5, 5})}, Both(I("size", 3), F("alpha", 0.01f))});
+  Check({"LRN 5",
+         "LRN",
+         "",
+         {r({1, 7, 4, 6})},
+         Both(Both(I("size", 5), F("beta", 0.5f)), F("bias", 2.0f))});
+}
+
+TEST(DnnlConv, BadShapesAreInvalidArgument) {
+  KernelCall call("Conv");
+  call.Backend("dnnl");
+  // Weights for 4 input channels, input with 3.
+  call.In(Random({1, 3, 8, 8}, 1)).In(Random({2, 4, 3, 3}, 2)).Out(DType::kF32);
+  EXPECT_EQ(call.Run().status().code(), absl::StatusCode::kInvalidArgument);
+  KernelCall big("Conv");
+  big.Backend("dnnl");
+  big.In(Random({1, 1, 4, 4}, 1)).In(Random({1, 1, 7, 7}, 2)).Out(DType::kF32);
+  EXPECT_EQ(big.Run().status().code(), absl::StatusCode::kInvalidArgument);
+  KernelCall neg("Conv");
+  neg.Backend("dnnl");
+  neg.In(Random({1, 1, 8, 8}, 1)).In(Random({1, 1, 3, 3}, 2)).Out(DType::kF32);
+  neg.Attr("pads", Ints{-1, 0, 0, 0});
+  EXPECT_EQ(neg.Run().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Channels-last operands must be dense buffers: a broadcast view marked channels-last (a
+// hostile program) is InvalidArgument on both backends, never an out-of-bounds read.
+TEST(DnnlFusedConv, ChannelsLastViewsMustBeContiguous) {
+  Tensor base = Random({1, 4, 1, 1}, 3);
+  Tensor x = *Tensor::View(base.storage(), 0, DType::kF32, {1, 4, 6, 6}, {4, 1, 0, 0});
+  Tensor w = Random({4, 4, 3, 3}, 4);
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    KernelCall in_call("FusedConv", "dynvm");
+    in_call.Backend(backend).In(x).In(w).Out(DType::kF32).Attr("channels_last_in", int64_t{1});
+    EXPECT_EQ(in_call.Run().status().code(), absl::StatusCode::kInvalidArgument);
+    Tensor y = Random({1, 4, 4, 4}, 5);
+    Tensor sum = *Tensor::View(base.storage(), 0, DType::kF32, {1, 4, 4, 4}, {4, 1, 0, 0});
+    KernelCall sum_call("FusedConv", "dynvm");
+    sum_call.Backend(backend).In(Random({1, 4, 6, 6}, 6)).In(w).Absent().In(sum);
+    sum_call.Out(DType::kF32).Attr("channels_last_sum", int64_t{1});
+    EXPECT_EQ(sum_call.Run().status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // The same call with a dense residual and no bias is served by oneDNN, as the reference.
+  Tensor xd = Random({1, 4, 6, 6}, 6), sd = Random({1, 4, 4, 4}, 7);
+  KernelTester t("FusedConv", "dynvm");
+  t.In(xd).In(w).Absent().In(sd).Out(DType::kF32).Tol(1e-4, 1e-4);
+  t.Attr("channels_last_sum", int64_t{1}).Attr("activation", std::string("Relu"));
+  absl::Status st = t.Compare("dnnl");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+}
+
+// 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
+// seen again after warm-up binds nothing.
+TEST(DnnlConv, WidthChurnIsBounded) {
+  KernelCall call("Conv");
+  Tensor w = Random({8, 4, 3, 3}, 3);
+  call.In(Random({1, 4, 8, 8}, 1)).In(w).Out(DType::kF32).Attr("pads", Ints{1, 1, 1, 1});
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  auto run = [&](int64_t width) {
+    Tensor x = Random({1, 4, 8, width}, static_cast<uint32_t>(width));
+    Tensor y;
+    const Tensor* in[] = {&x, &w};
+    Tensor* out[] = {&y};
+    absl::Status s = k->Run(ctx, in, out);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(y.dim(3), width);
+  };
+  const int cap = ConvCacheCapacity();
+  for (int64_t width = 100; width < 164; ++width) run(width);
+  ConvCacheStats st = GetConvCacheStats(ctx.state().get());
+  EXPECT_EQ(st.entries, cap);
+  EXPECT_EQ(st.binds, 64);
+  EXPECT_EQ(st.evictions, 64 - cap);
+  run(163);            // the most recent: cached
+  run(163 - cap + 1);  // the oldest kept: cached
+  st = GetConvCacheStats(ctx.state().get());
+  EXPECT_EQ(st.binds, 64);
+  run(100);  // evicted long ago: binds again
+  EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 65);
+  EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k.get())->reference_runs(), 0);
+}
+
+}  // namespace
+}  // namespace dynvm::onednn

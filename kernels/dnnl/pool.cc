@@ -1,0 +1,330 @@
+// oneDNN MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (pooling_v2), inference
+// BatchNormalization (global statistics) and LRN (across channels), f32, on the plain layout,
+// with the conv family's per-site primitive cache (conv.h).
+//
+// Run-time fallbacks to the reference kernel, which also reports every shape error: empty
+// tensors, more than 3 spatial dims, a max pool over an input holding NaN (the reference kernel
+// propagates it; oneDNN's max drops it), an average pool with count_include_pad whose ceil_mode
+// adds a window past the end padding (ONNX does not count that part), pads oneDNN rejects, and
+// BatchNormalization parameters that are not one contiguous value per channel. MaxPool's Indices
+// output and training-mode BatchNormalization are the reference kernel's (at create).
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/dnnl/conv_common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using reference::Dims;
+
+// ---- Pooling ----
+
+struct PoolAttrs {
+  bool max = true;
+  bool global = false;
+  Dims kernel, strides, pads, dilations;
+  std::string auto_pad = "NOTSET";
+  bool ceil_mode = false;
+  bool count_include_pad = false;
+  bool channels_last_in = false, channels_last_out = false;  // compiler/conv_fusion.h
+};
+
+// The channels-last (NHWC) descriptor of a [N, C, spatial...] tensor's logical dims.
+dnnl::memory::desc ChannelsLastDesc(absl::Span<const int64_t> dims) {
+  using tag = dnnl::memory::format_tag;
+  const tag t = dims.size() == 3 ? tag::acb : dims.size() == 4 ? tag::acdb : tag::acdeb;
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, t);
+}
+
+struct PoolGeometry {
+  int k = 0;
+  int64_t in[3], kd[3], st[3], dl[3], pl[3], pr[3], od[3];
+  bool extended = false;  // ceil_mode added a window past the end padding
+};
+
+// As the reference kernel's Plan (kernels/reference/pool.cc); false when invalid or outside
+// this kernel.
+bool PoolPlan(const PoolAttrs& a, const Tensor& x, PoolGeometry* g) {
+  const int k = x.rank() - 2;
+  if (k < 1 || k > 3) return false;
+  const auto sk = static_cast<size_t>(k);
+  g->k = k;
+  if (!a.global && (a.kernel.size() != sk || (!a.strides.empty() && a.strides.size() != sk) ||
+                    (!a.dilations.empty() && a.dilations.size() != sk) ||
+                    (!a.pads.empty() && a.auto_pad == "NOTSET" && a.pads.size() != 2 * sk))) {
+    return false;
+  }
+  const bool same = !a.global && (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER");
+  for (int i = 0; i < k; ++i) {
+    const auto u = static_cast<size_t>(i);
+    g->in[i] = x.dim(i + 2);
+    g->kd[i] = a.global ? g->in[i] : a.kernel[u];
+    g->st[i] = a.global || a.strides.empty() ? 1 : a.strides[u];
+    const int64_t dil = a.global || a.dilations.empty() ? 1 : a.dilations[u];
+    if (g->kd[i] < 1 || g->st[i] < 1 || dil < 1) return false;
+    g->dl[i] = dil - 1;
+    const int64_t span = (g->kd[i] - 1) * dil + 1;
+    int64_t pb = 0, pe = 0;
+    if (!a.global && a.auto_pad == "NOTSET" && !a.pads.empty()) {
+      pb = a.pads[u];
+      pe = a.pads[sk + u];
+      if (pb < 0 || pe < 0) return false;
+    }
+    int64_t o;
+    if (same) {
+      o = (g->in[i] + g->st[i] - 1) / g->st[i];
+      const int64_t total = std::max<int64_t>(0, (o - 1) * g->st[i] + span - g->in[i]);
+      pb = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else {
+      const int64_t room = g->in[i] + pb + pe - span;
+      if (room < 0) return false;
+      o = (a.ceil_mode ? (room + g->st[i] - 1) / g->st[i] : room / g->st[i]) + 1;
+      if (a.ceil_mode && (o - 1) * g->st[i] >= g->in[i] + pb) --o;
+    }
+    g->od[i] = o;
+    g->pl[i] = pb;
+    g->pr[i] = (o - 1) * g->st[i] + span - g->in[i] - pb;
+    if (g->pr[i] > pe) g->extended = true;
+  }
+  return true;
+}
+
+class PoolKernel final : public DnnlKernel {
+ public:
+  PoolKernel(std::string name, std::unique_ptr<Kernel> reference, PoolAttrs attrs)
+      : DnnlKernel(std::move(name), std::move(reference)), attrs_(std::move(attrs)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Pool"));
+    const Tensor& x = *in[0];
+    PoolGeometry g;
+    if (x.dtype() != DType::kF32 || x.numel() == 0 || !PoolPlan(attrs_, x, &g) ||
+        (attrs_.channels_last_in && !x.is_contiguous()) ||
+        (g.extended && !attrs_.max && attrs_.count_include_pad) || (attrs_.max && HasNaN(x))) {
+      return RunReference(ctx, in, out);
+    }
+    Dims out_dims = {x.dim(0), x.dim(1)};
+    for (int i = 0; i < g.k; ++i) out_dims.push_back(g.od[i]);
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(ctx.num_threads());
+    SiteCache* st = SiteState<SiteCache>(ctx);
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      DYNVM_RETURN_IF_ERROR(BindEntry(e, "pooling", [&](const dnnl::engine& engine) {
+        const dnnl::memory::desc src =
+            attrs_.channels_last_in ? ChannelsLastDesc(x.dims()) : TensorDesc(x);
+        // A [N, C, 1...] output has the same bytes in both layouts: given channels-last
+        // beside a channels-last input, oneDNN runs its optimized pooling, not a reference one.
+        int64_t out_spatial = 1;
+        for (int i = 0; i < g.k; ++i) out_spatial *= g.od[i];
+        const bool cl_out =
+            attrs_.channels_last_out || (attrs_.channels_last_in && out_spatial == 1);
+        const dnnl::memory::desc dst =
+            cl_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+        const dnnl::algorithm alg = attrs_.max ? dnnl::algorithm::pooling_max
+                                    : attrs_.count_include_pad
+                                        ? dnnl::algorithm::pooling_avg_include_padding
+                                        : dnnl::algorithm::pooling_avg_exclude_padding;
+        dnnl::pooling_v2_forward::desc d(
+            dnnl::prop_kind::forward_inference, alg, src, dst, dnnl::memory::dims(g.st, g.st + g.k),
+            dnnl::memory::dims(g.kd, g.kd + g.k), dnnl::memory::dims(g.dl, g.dl + g.k),
+            dnnl::memory::dims(g.pl, g.pl + g.k), dnnl::memory::dims(g.pr, g.pr + g.k));
+        dnnl::pooling_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+        e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      }));
+    }
+    if (e->use_reference) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Pool"));
+    return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  PoolAttrs attrs_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool max, bool global) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 2));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  if (spec.outputs.size() > 1) {
+    return absl::UnimplementedError("MaxPool: the Indices output is the reference kernel's");
+  }
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  PoolAttrs a;
+  a.max = max;
+  a.global = global;
+  DYNVM_ASSIGN_OR_RETURN(int64_t cl_in, spec.GetInt("channels_last_in", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t cl_out, spec.GetInt("channels_last_out", 0));
+  a.channels_last_in = cl_in != 0;
+  a.channels_last_out = cl_out != 0;
+  if (!global) {
+    for (auto [name, field] : {std::pair<const char*, Dims*>{"kernel_shape", &a.kernel},
+                               {"strides", &a.strides},
+                               {"pads", &a.pads},
+                               {"dilations", &a.dilations}}) {
+      DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts(name));
+      field->assign(v.begin(), v.end());
+    }
+    DYNVM_ASSIGN_OR_RETURN(std::string ap, spec.GetString("auto_pad", "NOTSET"));
+    a.auto_pad = ap.empty() ? "NOTSET" : ap;
+    DYNVM_ASSIGN_OR_RETURN(int64_t ceil, spec.GetInt("ceil_mode", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t cip, spec.GetInt("count_include_pad", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t order, spec.GetInt("storage_order", 0));
+    if (order != 0) return absl::UnimplementedError("MaxPool: storage_order 1");
+    a.ceil_mode = ceil != 0;
+    a.count_include_pad = cip != 0;
+  }
+  return std::make_unique<PoolKernel>(KernelName(spec), std::move(ref), std::move(a));
+}
+
+// ---- BatchNormalization (inference) ----
+
+class BatchNormKernel final : public DnnlKernel {
+ public:
+  BatchNormKernel(std::string name, std::unique_ptr<Kernel> reference, float epsilon)
+      : DnnlKernel(std::move(name), std::move(reference)), epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 5, out, "BatchNormalization"));
+    const Tensor& x = *in[0];
+    bool plain = x.dtype() == DType::kF32 && x.rank() >= 2 && x.rank() <= 5 && x.numel() > 0;
+    for (int i = 1; i < 5 && plain; ++i) {
+      plain = in[i]->dtype() == DType::kF32 && in[i]->rank() == 1 && in[i]->dim(0) == x.dim(1) &&
+              in[i]->is_contiguous();
+    }
+    if (!plain) return RunReference(ctx, in, out);
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(ctx.num_threads());
+    SiteCache* st = SiteState<SiteCache>(ctx);
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      DYNVM_RETURN_IF_ERROR(BindEntry(e, "batch normalization", [&](const dnnl::engine& engine) {
+        const dnnl::memory::desc src = TensorDesc(x);
+        const dnnl::memory::desc dst = DenseDesc(dt::f32, x.dims());
+        const dnnl::memory::desc vec = DenseDesc(dt::f32, {x.dim(1)});
+        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, src, epsilon_,
+                                                  dnnl::normalization_flags::use_global_stats |
+                                                      dnnl::normalization_flags::use_scale |
+                                                      dnnl::normalization_flags::use_shift);
+        dnnl::batch_normalization_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+        if (pd.dst_desc() != dst) throw dnnl::error(dnnl_unimplemented, "layout");
+        e->main.Bind(pd, {{DNNL_ARG_SRC, src},
+                          {DNNL_ARG_SCALE, vec},
+                          {DNNL_ARG_SHIFT, vec},
+                          {DNNL_ARG_MEAN, vec},
+                          {DNNL_ARG_VARIANCE, vec},
+                          {DNNL_ARG_DST, dst}});
+      }));
+    }
+    if (e->use_reference) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "BatchNormalization"));
+    return ExecuteBound(ctx, e->main,
+                        {x.raw_data(), in[1]->raw_data(), in[2]->raw_data(), in[3]->raw_data(),
+                         in[4]->raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  float epsilon_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNorm(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 5, 5, 1, 3));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_ASSIGN_OR_RETURN(int64_t training, spec.GetInt("training_mode", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t is_test, spec.GetInt("is_test", 1));
+  if (spec.outputs.size() > 1 || training != 0 || is_test == 0) {
+    return absl::UnimplementedError("BatchNormalization: training mode is the reference kernel's");
+  }
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2, 3, 4}));
+  DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
+  return std::make_unique<BatchNormKernel>(KernelName(spec), std::move(ref), epsilon);
+}
+
+// ---- LRN ----
+
+class LrnKernel final : public DnnlKernel {
+ public:
+  LrnKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t size, float alpha,
+            float beta, float bias)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        size_(size),
+        alpha_(alpha),
+        beta_(beta),
+        bias_(bias) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LRN"));
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || x.rank() < 3 || x.rank() > 5 || x.numel() == 0) {
+      return RunReference(ctx, in, out);
+    }
+    SetThreads(ThreadsFor(ctx.num_threads(), x.numel() * size_));
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(ctx.num_threads());
+    SiteCache* st = SiteState<SiteCache>(ctx);
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      DYNVM_RETURN_IF_ERROR(BindEntry(e, "lrn", [&](const dnnl::engine& engine) {
+        const dnnl::memory::desc src = TensorDesc(x);
+        const dnnl::memory::desc dst = DenseDesc(dt::f32, x.dims());
+        dnnl::lrn_forward::desc d(dnnl::prop_kind::forward_inference,
+                                  dnnl::algorithm::lrn_across_channels, src, size_, alpha_, beta_,
+                                  bias_);
+        dnnl::lrn_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+        if (pd.dst_desc() != dst) throw dnnl::error(dnnl_unimplemented, "layout");
+        e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      }));
+    }
+    if (e->use_reference) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LRN"));
+    return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+  }
+
+ private:
+  int64_t size_;
+  float alpha_, beta_, bias_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLrn(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(int64_t size, spec.GetInt("size", 0));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("alpha", 1e-4f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("beta", 0.75f));
+  DYNVM_ASSIGN_OR_RETURN(float bias, spec.GetFloat("bias", 1.0f));
+  // oneDNN centres an even window differently from ONNX (which puts the extra channel after).
+  if (size % 2 == 0) return absl::UnimplementedError("LRN: an even size is the reference kernel's");
+  return std::make_unique<LrnKernel>(KernelName(spec), std::move(ref), size, alpha, beta, bias);
+}
+
+void Add(KernelRegistry& r, const char* op, KernelFactory f) {
+  r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
+}
+
+}  // namespace
+
+void RegisterPoolKernels(KernelRegistry& r) {
+  Add(r, "MaxPool", [](const KernelSpec& s) { return CreatePool(s, true, false); });
+  Add(r, "AveragePool", [](const KernelSpec& s) { return CreatePool(s, false, false); });
+  Add(r, "GlobalMaxPool", [](const KernelSpec& s) { return CreatePool(s, true, true); });
+  Add(r, "GlobalAveragePool", [](const KernelSpec& s) { return CreatePool(s, false, true); });
+  Add(r, "BatchNormalization", &CreateBatchNorm);
+  Add(r, "LRN", &CreateLrn);
+}
+
+}  // namespace dynvm::onednn

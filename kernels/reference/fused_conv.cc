@@ -1,0 +1,184 @@
+// The reference kernel of dynvm::FusedConv (made by compiler/conv_fusion.cc): ONNX Conv (the
+// reference Conv kernel, in double), then an optional residual `sum` (fourth input, exactly the
+// output's shape) added, then an optional "activation" (Relu, LeakyRelu with
+// activation_alpha, Clip with activation_alpha = min and activation_beta = max, Sigmoid,
+// HardSwish, SiLU = x * sigmoid(x), Tanh), each step rounded to f32 as the unfused ops would.
+// NaN stays NaN through every activation. f32 only.
+//
+// Layout flags (set by the compiler's layout pass, compiler/conv_fusion.h): "channels_last_in",
+// "channels_last_sum" and "channels_last_out" say that X, the residual or Y hold the nCx16c layout
+// (channels in blocks of 16, C a multiple of 16) under their logical dims; this kernel converts
+// them.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/reference/common.h"
+#include "kernels/reference/reference.h"
+
+namespace dynvm::reference {
+namespace {
+
+enum class Act : uint8_t { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSwish, kSiLU, kTanh };
+
+float Apply(Act act, float x, float alpha, float beta) {
+  switch (act) {
+    case Act::kNone:
+      return x;
+    case Act::kRelu:
+      return x < 0 ? 0.0f : x;
+    case Act::kLeakyRelu:
+      return x < 0 ? alpha * x : x;
+    case Act::kClip:
+      return x < alpha ? alpha : (x > beta ? beta : x);
+    case Act::kSigmoid:
+      return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+    case Act::kHardSwish: {
+      const double v = static_cast<double>(x) / 6.0 + 0.5;
+      return static_cast<float>(x * (v < 0 ? 0.0 : (v > 1 ? 1.0 : v)));
+    }
+    case Act::kSiLU: {
+      const float s = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+      return x * s;
+    }
+    case Act::kTanh:
+      return static_cast<float>(std::tanh(static_cast<double>(x)));
+  }
+  return x;
+}
+
+// The element offset of plain (row-major) element `i` of a [N, C, S...] tensor in channels-last.
+int64_t BlockedOffset(int64_t i, int64_t c, int64_t s) {
+  const int64_t n = i / (c * s), ch = (i / s) % c, sp = i % s;
+  return (n * s + sp) * c + ch;
+}
+
+struct Blocked {
+  bool in = false, sum = false, out = false;
+};
+
+class FusedConvKernel final : public Kernel {
+ public:
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Act act, float alpha, float beta, Blocked blocked)
+      : conv_(std::move(conv)), act_(act), alpha_(alpha), beta_(beta), blocked_(blocked) {}
+  std::string name() const override { return "fusedconv.f32.ref"; }
+
+  absl::Status Run(KernelContext& ctx, absl::Span<const Tensor* const> in,
+                   absl::Span<Tensor* const> out) const override {
+    const Tensor* sum = in.size() > 3 ? in[3] : nullptr;
+    std::vector<const Tensor*> conv_in(in.begin(), in.begin() + std::min<size_t>(in.size(), 3));
+    Tensor plain_x;
+    if (blocked_.in && in[0] != nullptr) {
+      const Tensor& x = *in[0];
+      if (x.dtype() != DType::kF32 || x.rank() < 3 || !x.is_contiguous()) {
+        return absl::InvalidArgumentError("FusedConv: a channels-last X must be f32 [N, C, ...]");
+      }
+      DYNVM_ASSIGN_OR_RETURN(plain_x, Tensor::Empty(DType::kF32, x.dims()));
+      const int64_t c = x.dim(1), sp = x.numel() / std::max<int64_t>(1, x.dim(0) * c);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        plain_x.data<float>()[i] = x.data<float>()[BlockedOffset(i, c, sp)];
+      }
+      conv_in[0] = &plain_x;
+    }
+    DYNVM_RETURN_IF_ERROR(conv_->Run(ctx, conv_in, out));
+    Tensor& y = *out[0];
+    if (y.dtype() != DType::kF32) return absl::UnimplementedError("FusedConv: f32 only");
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+    const int64_t yc = y.rank() >= 2 ? y.dim(1) : 1;
+    const int64_t ys = yc == 0 || y.dim(0) == 0 ? 0 : n / (y.dim(0) * yc);
+    if ((blocked_.out || blocked_.sum) && y.rank() < 3) {
+      return absl::InvalidArgumentError("FusedConv: a channels-last Y must be [N, C, ...]");
+    }
+    if (sum != nullptr) {
+      if (sum->dtype() != DType::kF32 || sum->dims() != y.dims()) {
+        return absl::InvalidArgumentError(absl::StrCat("FusedConv: the residual ",
+                                                       sum->DebugString(), " must be the output's ",
+                                                       y.DebugString()));
+      }
+      const float* ps = sum->data<float>();
+      if (blocked_.sum && !sum->is_contiguous()) {
+        return absl::InvalidArgumentError("FusedConv: a channels-last residual must be contiguous");
+      }
+      if (blocked_.sum) {
+        for (int64_t i = 0; i < n; ++i) py[i] += ps[BlockedOffset(i, yc, ys)];
+      } else {
+        for (int64_t i = 0; i < n; ++i) py[i] += ps[sum->ElementOffset(i)];
+      }
+    }
+    if (act_ != Act::kNone) {
+      for (int64_t i = 0; i < n; ++i) py[i] = Apply(act_, py[i], alpha_, beta_);
+    }
+    if (blocked_.out) {
+      const std::vector<float> plain(py, py + n);
+      for (int64_t i = 0; i < n; ++i) py[BlockedOffset(i, yc, ys)] = plain[i];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Kernel> conv_;
+  Act act_;
+  float alpha_, beta_;
+  Blocked blocked_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) {
+  if (spec.inputs.size() < 2 || spec.inputs.size() > 4 || spec.outputs.size() != 1) {
+    return absl::InvalidArgumentError("FusedConv takes 2..4 inputs and has 1 output");
+  }
+  if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+    return absl::UnimplementedError("FusedConv: f32 only");
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString("activation", ""));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
+  Act act = Act::kNone;
+  if (name == "Relu") {
+    act = Act::kRelu;
+  } else if (name == "LeakyRelu") {
+    act = Act::kLeakyRelu;
+  } else if (name == "Clip") {
+    act = Act::kClip;
+  } else if (name == "Sigmoid") {
+    act = Act::kSigmoid;
+  } else if (name == "HardSwish") {
+    act = Act::kHardSwish;
+  } else if (name == "SiLU") {
+    act = Act::kSiLU;
+  } else if (name == "Tanh") {
+    act = Act::kTanh;
+  } else if (!name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("FusedConv: unknown activation '", name, "'"));
+  }
+  Blocked blocked;
+  DYNVM_ASSIGN_OR_RETURN(int64_t bi, spec.GetInt("channels_last_in", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("channels_last_sum", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t bo, spec.GetInt("channels_last_out", 0));
+  blocked = {bi != 0, bs != 0, bo != 0};
+  KernelSpec conv = spec;
+  conv.op = "Conv";
+  conv.domain = "";
+  conv.inputs.resize(std::min<size_t>(spec.inputs.size(), 3));
+  for (const char* a : {"activation", "activation_alpha", "activation_beta", "constant_weights",
+                        "channels_last_in", "channels_last_sum", "channels_last_out"}) {
+    conv.attrs.erase(a);
+  }
+  conv.backend = "reference";
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k,
+                         KernelRegistry::Global().Create(conv, BackendPolicy{{"reference"}}));
+  return std::make_unique<FusedConvKernel>(std::move(k), act, alpha, beta, blocked);
+}
+
+}  // namespace
+
+void RegisterFusedConvKernels(KernelRegistry& r) {
+  r.Register(
+      {"dynvm", "FusedConv", Device::kCPU, "reference", kReferencePriority, &CreateFusedConv});
+}
+
+}  // namespace dynvm::reference
