@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace dynvm {
 namespace {
@@ -30,17 +31,15 @@ absl::StatusOr<StorageRef> Storage::Allocate(Allocator& allocator, size_t bytes,
   const size_t block_bytes = kHeaderBytes + bytes;
   if (allocator.device() != Device::kCPU) {
     // Device memory cannot hold the header: it lives on the host.
-    absl::StatusOr<void*> data = allocator.Allocate(bytes);
-    if (!data.ok()) return data.status();
-    auto* s = new Storage(Kind::kPool, static_cast<uint8_t*>(*data), bytes, allocator.device());
+    DYNVM_ASSIGN_OR_RETURN(void* data, allocator.Allocate(bytes));
+    auto* s = new Storage(Kind::kPool, static_cast<uint8_t*>(data), bytes, allocator.device());
     s->allocator_ = &allocator;
     s->allocator_keep_alive_ = std::move(keep_alive);
     s->block_bytes_ = 0;  // marks a host-side header
     return StorageRef(s);
   }
-  absl::StatusOr<void*> block = allocator.Allocate(block_bytes);
-  if (!block.ok()) return block.status();
-  auto* base = static_cast<uint8_t*>(*block);
+  DYNVM_ASSIGN_OR_RETURN(void* block, allocator.Allocate(block_bytes));
+  auto* base = static_cast<uint8_t*>(block);
   auto* s = new (base) Storage(Kind::kPool, base + kHeaderBytes, bytes, Device::kCPU);
   s->allocator_ = &allocator;
   s->allocator_keep_alive_ = std::move(keep_alive);

@@ -220,25 +220,22 @@ absl::StatusOr<uint32_t> FunctionCodegen::ValueWord(Dim d) {
       c && *c >= 0 && *c < static_cast<int64_t>(isa::kRegisterFlag)) {
     return static_cast<uint32_t>(*c);
   }
-  absl::StatusOr<uint32_t> r = EvalDim(d);
-  if (!r.ok()) return r.status();
-  return isa::ValueRegister(*r);
+  DYNVM_ASSIGN_OR_RETURN(uint32_t r, EvalDim(d));
+  return isa::ValueRegister(r);
 }
 
 absl::StatusOr<std::vector<uint32_t>> FunctionCodegen::DimWords(const std::vector<Dim>& dims) {
   std::vector<uint32_t> words;
   for (Dim d : dims) {
-    absl::StatusOr<uint32_t> w = ValueWord(d);
-    if (!w.ok()) return w.status();
-    words.push_back(*w);
+    DYNVM_ASSIGN_OR_RETURN(uint32_t w, ValueWord(d));
+    words.push_back(w);
   }
   return words;
 }
 
 absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device device) {
   const ValuePlan& info = plan_.of(v);
-  absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*v->shape);
-  if (!dims.ok()) return dims.status();
+  DYNVM_ASSIGN_OR_RETURN(std::vector<uint32_t> dims, DimWords(*v->shape));
   if (info.store == Store::kPool || info.slots.empty()) {
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
@@ -247,11 +244,10 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
       const Dim capped = WithCapacities(bytes);
       if (capped != bytes) bytes = sym_.Max(bytes, capped);
     }
-    absl::StatusOr<uint32_t> size = ValueWord(bytes);
-    if (!size.ok()) return size.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t size, ValueWord(bytes));
     const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
-    bc_.Emit<op::AllocStorage>(st, *size, static_cast<uint32_t>(device));
-    bc_.Emit<op::AllocTensor>(reg, st, 0, static_cast<uint32_t>(v->dtype), *dims);
+    bc_.Emit<op::AllocStorage>(st, size, static_cast<uint32_t>(device));
+    bc_.Emit<op::AllocTensor>(reg, st, 0, static_cast<uint32_t>(v->dtype), dims);
     // A function output gets fresh storage each run (so it survives the next run); that is
     // not a planning failure, and the report counts it apart.
     if (plan_.IsFunctionOutput(v)) {
@@ -272,13 +268,12 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
     if (off < static_cast<int64_t>(isa::kRegisterFlag)) {
       offset_word = static_cast<uint32_t>(off);
     } else {
-      absl::StatusOr<uint32_t> r = EvalDim(sym_.Const(off));
-      if (!r.ok()) return r.status();
-      offset_word = isa::ValueRegister(*r);
+      DYNVM_ASSIGN_OR_RETURN(uint32_t r, EvalDim(sym_.Const(off)));
+      offset_word = isa::ValueRegister(r);
     }
   }
   bc_.Emit<op::AllocTensor>(reg, device == Device::kCPU ? arena_reg_ : device_arena_reg_,
-                            offset_word, static_cast<uint32_t>(v->dtype), *dims);
+                            offset_word, static_cast<uint32_t>(v->dtype), dims);
   return absl::OkStatus();
 }
 
@@ -334,18 +329,13 @@ absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg)
     bc_.Emit<op::Assert>(ok, b_.String(message));
     return absl::OkStatus();
   };
-  absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
-  if (!zero.ok()) return zero.status();
-  if (absl::Status s = check(*zero, r,
-                             absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
-                                          "') must not be negative"));
-      !s.ok()) {
-    return s;
-  }
+  DYNVM_ASSIGN_OR_RETURN(uint32_t zero, EvalDim(sym_.Const(0)));
+  DYNVM_RETURN_IF_ERROR(check(zero, r,
+                              absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
+                                           "') must not be negative")));
   if (std::optional<int64_t> bound = sym_.BoundOf(sym->name)) {
-    absl::StatusOr<uint32_t> b = EvalDim(sym_.Const(*bound));
-    if (!b.ok()) return b.status();
-    return check(r, *b,
+    DYNVM_ASSIGN_OR_RETURN(uint32_t b, EvalDim(sym_.Const(*bound)));
+    return check(r, b,
                  absl::StrCat("symbol '", sym->name, "' exceeds its declared bound ", *bound,
                               " (input '", in->name, "')"));
   }
@@ -354,12 +344,11 @@ absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg)
 
 absl::Status FunctionCodegen::EmitMaterializeLazy(const Value* v) {
   const uint32_t reg = NewTensorReg(v);
-  if (absl::Status s = EmitAllocFor(v, reg); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(EmitAllocFor(v, reg));
   const std::vector<Dim>& content = *v->content;
   for (size_t k = 0; k < content.size(); ++k) {
-    absl::StatusOr<uint32_t> x = EvalDim(content[k]);
-    if (!x.ok()) return x.status();
-    bc_.Emit<op::Write>(reg, static_cast<uint32_t>(k), *x);
+    DYNVM_ASSIGN_OR_RETURN(uint32_t x, EvalDim(content[k]));
+    bc_.Emit<op::Write>(reg, static_cast<uint32_t>(k), x);
   }
   reg_[v] = reg;
   return absl::OkStatus();
@@ -370,7 +359,7 @@ absl::StatusOr<uint32_t> FunctionCodegen::Tensor(const Value* v) {
   if (it != reg_.end()) return it->second;
   const ValuePlan& info = plan_.of(v);
   if (info.store == Store::kLazy) {
-    if (absl::Status s = EmitMaterializeLazy(v); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(EmitMaterializeLazy(v));
     return reg_[v];
   }
   return Internal(absl::StrCat("value %", v->id, " (", v->TypeString(), ") has no register here"));
@@ -457,7 +446,7 @@ absl::Status FunctionCodegen::EmitNode(Node& n) {
   if (IsLazyOp(n)) {
     for (const Value* v : n.outputs) {
       if (v && plan_.of(v).materialize) {
-        if (absl::Status s = EmitMaterializeLazy(v); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(EmitMaterializeLazy(v));
       }
     }
     return absl::OkStatus();
@@ -469,14 +458,13 @@ absl::Status FunctionCodegen::EmitNode(Node& n) {
 
 absl::Status FunctionCodegen::EmitView(Node& n) {
   const Value* out = n.outputs[0];
-  absl::StatusOr<uint32_t> in = Tensor(n.inputs[0]);
-  if (!in.ok()) return in.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t in, Tensor(n.inputs[0]));
   const uint32_t reg = NewTensorReg(out);
   if (n.op == "Identity" || n.op == "Dropout") {
-    bc_.Emit<op::Mov>(reg, *in);
+    bc_.Emit<op::Mov>(reg, in);
   } else {
     DYNVM_ASSIGN_OR_RETURN(const std::vector<uint32_t> dims, DimWords(*out->shape));
-    bc_.Emit<op::Reshape>(reg, *in, dims);
+    bc_.Emit<op::Reshape>(reg, in, dims);
   }
   reg_[out] = reg;
   return absl::OkStatus();
@@ -503,9 +491,8 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
       return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": an input is a ", v->TypeString(),
                                                      "; ", n.op, " takes tensors"));
     }
-    absl::StatusOr<uint32_t> r = Tensor(v);
-    if (!r.ok()) return r.status();
-    ins.push_back(*r);
+    DYNVM_ASSIGN_OR_RETURN(uint32_t r, Tensor(v));
+    ins.push_back(r);
   }
   std::vector<bool> dynamic(n.outputs.size(), false);
   for (size_t i = 0; i < n.outputs.size(); ++i) {
@@ -525,22 +512,21 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
     if (dynamic[i]) {
       CountAllocSite();
     } else {
-      if (absl::Status s = EmitAllocFor(v, reg, device); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(EmitAllocFor(v, reg, device));
     }
     if (device != Device::kCPU) on_device_.insert(v);
     outs.push_back(reg);
     reg_[v] = reg;
   }
-  absl::StatusOr<uint32_t> k = b_.KernelFor(n, dynamic, device);
-  if (!k.ok()) return k.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t k, b_.KernelFor(n, dynamic, device));
   if (opts_.check_kernels) {
-    if (absl::Status s = b_.CheckKernel(*k, n, dynamic, device); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(b_.CheckKernel(k, n, dynamic, device));
   }
-  bc_.Emit<op::Invoke>(*k, site_++, ins, outs);
+  bc_.Emit<op::Invoke>(k, site_++, ins, outs);
   ++invokes_;
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     if (n.outputs[i] && dynamic[i]) {
-      if (absl::Status s = DefineDynamicSymbols(n.outputs[i], outs[i]); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(DefineDynamicSymbols(n.outputs[i], outs[i]));
     }
   }
   return absl::OkStatus();
@@ -548,34 +534,30 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
 
 absl::Status FunctionCodegen::EmitAppend(Node& n) {
   // Concat(carried, x) lowered to an in-place append into the carried register.
-  absl::StatusOr<uint32_t> dst = Tensor(n.inputs[0]);
-  if (!dst.ok()) return dst.status();
-  absl::StatusOr<uint32_t> x = Tensor(n.inputs[1]);
-  if (!x.ok()) return x.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t dst, Tensor(n.inputs[0]));
+  DYNVM_ASSIGN_OR_RETURN(uint32_t x, Tensor(n.inputs[1]));
   int64_t axis = n.attr("axis")->i;
   if (axis < 0) axis += n.inputs[0]->rank();
-  bc_.Emit<op::Append>(*dst, *x, static_cast<uint32_t>(axis));
-  reg_[n.outputs[0]] = *dst;
+  bc_.Emit<op::Append>(dst, x, static_cast<uint32_t>(axis));
+  reg_[n.outputs[0]] = dst;
   return absl::OkStatus();
 }
 
 absl::Status FunctionCodegen::EmitStream(Node& n) {
-  absl::StatusOr<uint32_t> x = Tensor(n.inputs[0]);
-  if (!x.ok()) return x.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t x, Tensor(n.inputs[0]));
   const AttrValue* stream = n.attr("stream");
   if (stream != nullptr &&
       (stream->type != AttrValue::Type::kInt || stream->i < 0 || stream->i > 0xFFFF)) {
     return absl::InvalidArgumentError("Emit: 'stream' must be an int in [0, 65535]");
   }
-  bc_.Emit<op::Emit>(*x, stream ? static_cast<uint32_t>(stream->i) : 0);
+  bc_.Emit<op::Emit>(x, stream ? static_cast<uint32_t>(stream->i) : 0);
   return absl::OkStatus();
 }
 
 absl::Status FunctionCodegen::EmitIf(Node& n) {
-  absl::StatusOr<uint32_t> cond_t = Tensor(n.inputs[0]);
-  if (!cond_t.ok()) return cond_t.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t cond_t, Tensor(n.inputs[0]));
   const uint32_t c = NewScalar(fb::ScalarType::Bool);
-  bc_.Emit<op::ReadB>(c, *cond_t, 0u);
+  bc_.Emit<op::ReadB>(c, cond_t, 0u);
   std::vector<uint32_t> out_regs;
   for (const Value* v : n.outputs) out_regs.push_back(v ? NewTensorReg(v) : 0);
   isa::CodeBuilder::IfScope branch = bc_.If(c);
@@ -947,24 +929,22 @@ absl::Status FunctionCodegen::EmitLoopResults(LoopEmission& loop) {
 
 absl::StatusOr<uint32_t> FunctionCodegen::ScalarOf(const Value* v) {
   if (v->content && v->content->size() == 1) return EvalDim((*v->content)[0]);
-  absl::StatusOr<uint32_t> t = Tensor(v);
-  if (!t.ok()) return t.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t t, Tensor(v));
   const uint32_t r = NewScalar(fb::ScalarType::I64);
-  bc_.Emit<op::ReadI>(r, *t, 0);
+  bc_.Emit<op::ReadI>(r, t, 0);
   return r;
 }
 
 absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
-  absl::StatusOr<uint32_t> r = Tensor(v);
-  if (!r.ok()) return r.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t r, Tensor(v));
   const Value* root = plan_.Root(v);
   const Store store = plan_.of(root).store;
   // Fresh contiguous storage every time the producer runs, or a read-only constant, or a
   // tensor already taken out of a container (which holds only such tensors).
-  if (v->constant || root->constant || store == Store::kPool || store == Store::kDynamic) return *r;
+  if (v->constant || root->constant || store == Store::kPool || store == Store::kDynamic) return r;
   if (store == Store::kRegister && root->producer != nullptr && IsContainerOp(*root->producer) &&
       root->producer->op != "ConcatFromSequence") {
-    return *r;
+    return r;
   }
   const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
   if (!v->shape)
@@ -972,20 +952,20 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
   // Copy into new pool storage, with the dims read from the register.
   std::vector<uint32_t> dims;
   const uint32_t bytes = NewScalar(fb::ScalarType::I64);
-  bc_.Emit<op::Numel>(bytes, *r);
+  bc_.Emit<op::Numel>(bytes, r);
   const uint32_t esize = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::ConstI>(esize, DTypeSize(v->dtype));
   bc_.Emit<op::MulI>(bytes, bytes, esize);
   for (uint32_t k = 0; k < rank; ++k) {
     const uint32_t d = NewScalar(fb::ScalarType::I64);
-    bc_.Emit<op::Dim>(d, *r, k);
+    bc_.Emit<op::Dim>(d, r, k);
     dims.push_back(isa::ValueRegister(d));
   }
   const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
   bc_.Emit<op::AllocStorage>(st, isa::ValueRegister(bytes), 0);
   const uint32_t copy = NewObject(fb::ObjectKind::Tensor, v->dtype);
   bc_.Emit<op::AllocTensor>(copy, st, 0, static_cast<uint32_t>(v->dtype), dims);
-  bc_.Emit<op::Copy>(copy, *r);
+  bc_.Emit<op::Copy>(copy, r);
   return copy;
 }
 
@@ -1002,22 +982,20 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
   // the same region (a list appended to in a loop is updated in place), else a copy of the
   // handle (the VM copies the sequence on its first change: values, copy on write).
   auto target = [&](const Value* q) -> absl::StatusOr<uint32_t> {
-    absl::StatusOr<uint32_t> r = Tensor(q);
-    if (!r.ok()) return r.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t r, Tensor(q));
     const std::vector<Use>& uses = plan_.UsesOf(q);
     const bool only_use = uses.size() == 1 && uses[0].first == &n;
     if (only_use && q->graph == n.graph && !q->constant && plan_.of(q).store != Store::kParam)
-      return *r;
+      return r;
     const uint32_t copy = NewTensorReg(out);
-    bc_.Emit<op::Mov>(copy, *r);
+    bc_.Emit<op::Mov>(copy, r);
     return copy;
   };
   uint32_t result = 0;
   if (op == "Identity") {
-    absl::StatusOr<uint32_t> x = in(0);
-    if (!x.ok()) return x.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t x, in(0));
     result = NewTensorReg(out);
-    bc_.Emit<op::Mov>(result, *x);
+    bc_.Emit<op::Mov>(result, x);
   } else if (op == "SequenceEmpty") {
     result = NewTensorReg(out);
     bc_.Emit<op::SeqNew>(result);
@@ -1025,57 +1003,47 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     result = NewTensorReg(out);
     bc_.Emit<op::SeqNew>(result);
     for (const Value* v : n.inputs) {
-      absl::StatusOr<uint32_t> t = Shareable(v);
-      if (!t.ok()) return t.status();
-      bc_.Emit<op::SeqPush>(result, *t);
+      DYNVM_ASSIGN_OR_RETURN(uint32_t t, Shareable(v));
+      bc_.Emit<op::SeqPush>(result, t);
     }
   } else if (op == "SequenceInsert") {
-    absl::StatusOr<uint32_t> t = Shareable(n.inputs[1]);
-    if (!t.ok()) return t.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t t, Shareable(n.inputs[1]));
     std::optional<uint32_t> pos;
     if (n.inputs.size() > 2 && n.inputs[2] != nullptr) {
-      absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[2]);
-      if (!p.ok()) return p.status();
-      pos = *p;
+      DYNVM_ASSIGN_OR_RETURN(uint32_t p, ScalarOf(n.inputs[2]));
+      pos = p;
     }
-    absl::StatusOr<uint32_t> q = target(n.inputs[0]);
-    if (!q.ok()) return q.status();
-    result = *q;
+    DYNVM_ASSIGN_OR_RETURN(uint32_t q, target(n.inputs[0]));
+    result = q;
     if (pos) {
-      bc_.Emit<op::SeqInsert>(result, *t, *pos);
+      bc_.Emit<op::SeqInsert>(result, t, *pos);
     } else {
-      bc_.Emit<op::SeqPush>(result, *t);
+      bc_.Emit<op::SeqPush>(result, t);
     }
   } else if (op == "SequenceErase") {
     uint32_t pos;
     if (n.inputs.size() > 1 && n.inputs[1] != nullptr) {
-      absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[1]);
-      if (!p.ok()) return p.status();
-      pos = *p;
+      DYNVM_ASSIGN_OR_RETURN(uint32_t p, ScalarOf(n.inputs[1]));
+      pos = p;
     } else {
-      absl::StatusOr<uint32_t> p = EvalDim(sym_.Const(-1));
-      if (!p.ok()) return p.status();
-      pos = *p;
+      DYNVM_ASSIGN_OR_RETURN(uint32_t p, EvalDim(sym_.Const(-1)));
+      pos = p;
     }
-    absl::StatusOr<uint32_t> q = target(n.inputs[0]);
-    if (!q.ok()) return q.status();
-    result = *q;
+    DYNVM_ASSIGN_OR_RETURN(uint32_t q, target(n.inputs[0]));
+    result = q;
     bc_.Emit<op::SeqErase>(result, pos);
   } else if (op == "SequenceAt") {
-    absl::StatusOr<uint32_t> q = in(0);
-    if (!q.ok()) return q.status();
-    absl::StatusOr<uint32_t> p = ScalarOf(n.inputs[1]);
-    if (!p.ok()) return p.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t q, in(0));
+    DYNVM_ASSIGN_OR_RETURN(uint32_t p, ScalarOf(n.inputs[1]));
     result = NewTensorReg(out);
-    bc_.Emit<op::SeqAt>(result, *q, *p);
+    bc_.Emit<op::SeqAt>(result, q, p);
   } else if (op == "SequenceLength") {
-    absl::StatusOr<uint32_t> q = in(0);
-    if (!q.ok()) return q.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t q, in(0));
     const uint32_t len = NewScalar(fb::ScalarType::I64);
-    bc_.Emit<op::SeqLen>(len, *q);
+    bc_.Emit<op::SeqLen>(len, q);
     if (out->content && out->content->size() == 1) BindSymbol((*out->content)[0], len);
     result = NewTensorReg(out);
-    if (absl::Status s = EmitAllocFor(out, result); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(EmitAllocFor(out, result));
     bc_.Emit<op::Write>(result, 0, len);
   } else if (op == "ConcatFromSequence") {
     return EmitConcatFromSequence(n);
@@ -1086,9 +1054,8 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     if (n.inputs.empty() || n.inputs[0] == nullptr) {
       bc_.Emit<op::OptNone>(result);
     } else {
-      absl::StatusOr<uint32_t> x = IsContainer(n.inputs[0]) ? in(0) : Shareable(n.inputs[0]);
-      if (!x.ok()) return x.status();
-      bc_.Emit<op::OptSome>(result, *x);
+      DYNVM_ASSIGN_OR_RETURN(uint32_t x, IsContainer(n.inputs[0]) ? in(0) : Shareable(n.inputs[0]));
+      bc_.Emit<op::OptSome>(result, x);
     }
   } else if (op == "OptionalHasElement") {
     const uint32_t has = NewScalar(fb::ScalarType::Bool);
@@ -1097,22 +1064,20 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
       // Opset 18's forms: an absent input is empty, a tensor or sequence is present.
       bc_.Emit<op::ConstB>(has, x != nullptr ? 1 : 0);
     } else {
-      absl::StatusOr<uint32_t> o = in(0);
-      if (!o.ok()) return o.status();
-      bc_.Emit<op::OptHas>(has, *o);
+      DYNVM_ASSIGN_OR_RETURN(uint32_t o, in(0));
+      bc_.Emit<op::OptHas>(has, o);
     }
     result = NewTensorReg(out);
-    if (absl::Status s = EmitAllocFor(out, result); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(EmitAllocFor(out, result));
     bc_.Emit<op::Write>(result, 0, has);
   } else if (op == "OptionalGetElement") {
-    absl::StatusOr<uint32_t> o = in(0);
-    if (!o.ok()) return o.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t o, in(0));
     result = NewTensorReg(out);
     const bool is_opt = n.inputs[0]->kind == ObjectKind::kOptional;
     if (is_opt) {
-      bc_.Emit<op::OptGet>(result, *o);
+      bc_.Emit<op::OptGet>(result, o);
     } else {
-      bc_.Emit<op::Mov>(result, *o);
+      bc_.Emit<op::Mov>(result, o);
     }
   } else {
     return absl::UnimplementedError(absl::StrCat(n.Label(), ": ", op, " is not supported"));
@@ -1133,17 +1098,15 @@ absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
   int64_t axis = n.attr("axis") != nullptr ? n.attr("axis")->i : 0;
   if (axis < 0) axis += r + (new_axis ? 1 : 0);
   const uint32_t a = static_cast<uint32_t>(axis);
-  absl::StatusOr<uint32_t> qr = Tensor(q);
-  if (!qr.ok()) return qr.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t qr, Tensor(q));
   const uint32_t len = NewScalar(fb::ScalarType::I64);
-  bc_.Emit<op::SeqLen>(len, *qr);
-  absl::StatusOr<uint32_t> zero = EvalDim(sym_.Const(0));
-  if (!zero.ok()) return zero.status();
+  bc_.Emit<op::SeqLen>(len, qr);
+  DYNVM_ASSIGN_OR_RETURN(uint32_t zero, EvalDim(sym_.Const(0)));
   absl::StatusOr<uint32_t> one = EvalDim(sym_.Const(1));
   if (!one.ok()) return one.status();
   // The first element (an empty sequence is an error) gives the other dims.
   const uint32_t first = NewObject(fb::ObjectKind::Tensor, q->dtype);
-  bc_.Emit<op::SeqAt>(first, *qr, *zero);
+  bc_.Emit<op::SeqAt>(first, qr, zero);
   std::vector<uint32_t> dims;
   for (int k = 0; k < r; ++k) {
     const uint32_t d = NewScalar(fb::ScalarType::I64);
@@ -1171,7 +1134,7 @@ absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
   isa::CodeBuilder::LoopScope loop = bc_.Loop(iter, isa::ValueRegister(len));
   PushScope();
   const uint32_t item = NewObject(fb::ObjectKind::Tensor, q->dtype);
-  bc_.Emit<op::SeqAt>(item, *qr, iter);
+  bc_.Emit<op::SeqAt>(item, qr, iter);
   uint32_t piece = item;
   if (new_axis) {
     // Elements are contiguous (see Shareable), so the unsqueeze is a reshape.
@@ -1208,21 +1171,19 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
         absl::StrCat(n.Label(), ": 'split' must be a scalar or a 1-D tensor"));
   }
   // Chunks are views of a contiguous tensor copied into fresh storage each.
-  absl::StatusOr<uint32_t> xr = Shareable(x);
-  if (!xr.ok()) return xr.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t xr, Shareable(x));
   std::vector<uint32_t> d(r), stride(r);
   for (int k = 0; k < r; ++k) {
     d[k] = NewScalar(fb::ScalarType::I64);
-    bc_.Emit<op::Dim>(d[k], *xr, static_cast<uint32_t>(k));
+    bc_.Emit<op::Dim>(d[k], xr, static_cast<uint32_t>(k));
   }
-  absl::StatusOr<uint32_t> one = EvalDim(sym_.Const(1));
-  if (!one.ok()) return one.status();
+  DYNVM_ASSIGN_OR_RETURN(uint32_t one, EvalDim(sym_.Const(1)));
   absl::StatusOr<uint32_t> esize = EvalDim(sym_.Const(DTypeSize(x->dtype)));
   if (!esize.ok()) return esize.status();
   for (int k = r - 1; k >= 0; --k) {
     stride[k] = NewScalar(fb::ScalarType::I64);
     if (k == r - 1) {
-      bc_.Emit<op::MovS>(stride[k], *one);
+      bc_.Emit<op::MovS>(stride[k], one);
     } else
       bc_.Emit<op::MulI>(stride[k], stride[k + 1], d[k + 1]);
   }
@@ -1250,7 +1211,7 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
                          b_.String(absl::StrCat(n.Label(), ": 'split' must be positive")));
     // ceil(d / c) = (d + c - 1) div c
     bc_.Emit<op::AddI>(count, d[a], chunk);
-    bc_.Emit<op::SubI>(count, count, *one);
+    bc_.Emit<op::SubI>(count, count, one);
     bc_.Emit<op::DivI>(count, count, chunk);
   } else {
     absl::StatusOr<uint32_t> sr = Tensor(split);
@@ -1265,7 +1226,7 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   const uint32_t iter = NewScalar(fb::ScalarType::I64);
   isa::CodeBuilder::LoopScope loop = bc_.Loop(iter, isa::ValueRegister(count));
   PushScope();
-  uint32_t start = iter, len = *one;
+  uint32_t start = iter, len = one;
   if (split != nullptr && !list) {
     start = NewScalar(fb::ScalarType::I64);
     len = NewScalar(fb::ScalarType::I64);
@@ -1287,7 +1248,7 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     strides.push_back(isa::ValueRegister(stride[k]));
   }
   const uint32_t view = NewObject(fb::ObjectKind::Tensor, x->dtype);
-  bc_.Emit<op::View>(view, *xr, isa::ValueRegister(offset), dims, strides);
+  bc_.Emit<op::View>(view, xr, isa::ValueRegister(offset), dims, strides);
   const uint32_t bytes = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MulI>(bytes, row_bytes, len);
   const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
@@ -1343,29 +1304,27 @@ absl::Status FunctionCodegen::Finish() {
   // or an input is copied into its own pool storage, so outputs survive the next run.
   std::vector<uint32_t> rets;
   for (const Value* v : g_.outputs) {
-    absl::StatusOr<uint32_t> r = Tensor(v);
-    if (!r.ok()) return r.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t r, Tensor(v));
     if (IsContainer(v)) {  // its tensors are shareable (fresh pool storage or constants)
-      rets.push_back(*r);
+      rets.push_back(r);
       continue;
     }
     // Compiled for a device, every output is copied: the copy lands on the host.
     if (PoolOwned(v) && (opts_.device == Device::kCPU || !v->shape)) {
-      rets.push_back(*r);
+      rets.push_back(r);
       continue;
     }
     if (!v->shape) return Internal("an output of unknown shape is not pool-owned");
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
-    absl::StatusOr<uint32_t> size = ValueWord(bytes);
-    if (!size.ok()) return size.status();
+    DYNVM_ASSIGN_OR_RETURN(uint32_t size, ValueWord(bytes));
     absl::StatusOr<std::vector<uint32_t>> dims = DimWords(*v->shape);
     if (!dims.ok()) return dims.status();
     const uint32_t st = NewObject(fb::ObjectKind::Storage, DType::kF32);
     const uint32_t copy = NewTensorReg(v);
-    bc_.Emit<op::AllocStorage>(st, *size, 0);
+    bc_.Emit<op::AllocStorage>(st, size, 0);
     bc_.Emit<op::AllocTensor>(copy, st, 0, static_cast<uint32_t>(v->dtype), *dims);
-    bc_.Emit<op::Copy>(copy, *r);
+    bc_.Emit<op::Copy>(copy, r);
     rets.push_back(copy);
   }
   bc_.Emit<op::Ret>(rets, std::vector<uint32_t>{});
@@ -1471,23 +1430,20 @@ absl::Status FunctionCodegen::EmitSignature() {
 absl::Status FunctionCodegen::EmitEntry() {
   // The input symbols, the arena, the constants; the body follows.
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
-    if (absl::Status s = DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(DefineDynamicSymbols(g_.inputs[i], static_cast<uint32_t>(i)));
   }
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
-    if (absl::Status s = DefineContentSymbol(g_.inputs[i], static_cast<uint32_t>(i)); !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(DefineContentSymbol(g_.inputs[i], static_cast<uint32_t>(i)));
   }
   if (plan_.arena_bytes() > 0) {
     arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
-    absl::StatusOr<uint32_t> size = ValueWord(sym_.Const(plan_.arena_bytes()));
-    if (!size.ok()) return size.status();
-    bc_.Emit<op::AllocStorage>(arena_reg_, *size, 0);
+    DYNVM_ASSIGN_OR_RETURN(uint32_t size, ValueWord(sym_.Const(plan_.arena_bytes())));
+    bc_.Emit<op::AllocStorage>(arena_reg_, size, 0);
     if (opts_.device != Device::kCPU) {
       // The device arena mirrors the host arena's layout: a value placed on the device uses
       // its planned offset there.
       device_arena_reg_ = NewObject(fb::ObjectKind::Storage, DType::kF32);
-      bc_.Emit<op::AllocStorage>(device_arena_reg_, *size, static_cast<uint32_t>(opts_.device));
+      bc_.Emit<op::AllocStorage>(device_arena_reg_, size, static_cast<uint32_t>(opts_.device));
     }
   }
   // Constants used anywhere in the function are loaded once, at entry.

@@ -32,30 +32,30 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   // the module inferred again.
   absl::StatusOr<int> scans_left = LowerScans(module);
   if (!scans_left.ok()) return scans_left.status();
-  if (absl::Status s = InferShapes(module); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(InferShapes(module));
   if (*scans_left > 0) {
     scans_left = LowerScans(module);
     if (!scans_left.ok()) return scans_left.status();
     if (*scans_left > 0)
       return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
-    if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
   }
   CompileResult result;
   if (options.optimize) {
     // Shapes are inferred again after folding: a shape inferred from a value that was dynamic
     // before folding (a fresh symbol its kernel would have defined) must not outlive the
     // kernel, which folding removed.
-    if (absl::Status s = FoldConstants(module); !s.ok()) return s;
-    if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(FoldConstants(module));
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
     DYNVM_ASSIGN_OR_RETURN(result.rewrites,
                            rewrite::ApplyRewrites(module, {options.disabled_rewrites}));
     if (NarrowSelectedRows(module) > 0) {
-      if (absl::Status s = InferShapes(module); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(InferShapes(module));
     }
     EliminateCommonSubexpressions(module);
     HoistLoopInvariants(module);
-    if (absl::Status s = FoldConstants(module); !s.ok()) return s;
-    if (absl::Status s = InferShapes(module); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(FoldConstants(module));
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
     DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(module));
     if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
@@ -63,10 +63,10 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   ExecutableBuilder builder;
   builder.exe().producer = options.producer;
   for (size_t i = 0; i < module.functions().size(); ++i) {
-    absl::StatusOr<FunctionReport> r =
-        GenerateFunction(module, module.functions()[i], static_cast<uint32_t>(i), builder, options);
-    if (!r.ok()) return r.status();
-    result.functions.push_back(*std::move(r));
+    DYNVM_ASSIGN_OR_RETURN(FunctionReport r,
+                           GenerateFunction(module, module.functions()[i], static_cast<uint32_t>(i),
+                                            builder, options));
+    result.functions.push_back(std::move(r));
   }
   // Which kernel the runtime would bind to each kernel-table entry.
   for (size_t i = 0; i < builder.exe().kernels.size(); ++i) {
@@ -95,10 +95,9 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   write.compress = options.compress;
   write.compression_level = options.compression_level;
   write.weights_file_name = options.weights_file_name;
-  absl::StatusOr<schema::SerializedFiles> files = builder.Serialize(write);
-  if (!files.ok()) return files.status();
-  result.bytes = std::move(files->executable);
-  result.weights = std::move(files->weights);
+  DYNVM_ASSIGN_OR_RETURN(schema::SerializedFiles files, builder.Serialize(write));
+  result.bytes = std::move(files.executable);
+  result.weights = std::move(files.weights);
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -55,9 +56,8 @@ absl::Status GatherElements(InferContext& c) {
                                 "; they must be equal"));
   }
   if (data) {
-    absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-    if (!axis.ok()) return axis.status();
-    if (absl::StatusOr<int> a = NormalizedAxis(c, *axis, static_cast<int>(data->size())); !a.ok())
+    DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+    if (absl::StatusOr<int> a = NormalizedAxis(c, axis, static_cast<int>(data->size())); !a.ok())
       return a.status();
   }
   if (idx) {
@@ -73,27 +73,26 @@ absl::Status GatherElements(InferContext& c) {
 absl::Status GatherND(InferContext& c) {
   const Shape* data = c.input_shape(0);
   const Shape* idx = c.input_shape(1);
-  absl::StatusOr<int64_t> b = c.GetInt("batch_dims", 0);
-  if (!b.ok()) return b.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t b, c.GetInt("batch_dims", 0));
   if (!data || !idx || idx->empty()) {
     c.SetOutputUnknown(0, c.input_dtype(0));
     return absl::OkStatus();
   }
   const std::optional<int64_t> k = SymbolicContext::AsConst(idx->back());
   const int64_t r = static_cast<int64_t>(data->size()), q = static_cast<int64_t>(idx->size());
-  if (*b < 0 || *b >= std::min(r, q)) {
+  if (b < 0 || b >= std::min(r, q)) {
     return c.Error(
-        absl::StrCat("batch_dims ", *b, " must be in [0, min(rank(data), rank(indices)))"));
+        absl::StrCat("batch_dims ", b, " must be in [0, min(rank(data), rank(indices)))"));
   }
   if (!k) {
     c.SetOutputUnknown(0, c.input_dtype(0));
     return absl::OkStatus();
   }
-  if (*k < 1 || *k > r - *b) {
-    return c.Error(absl::StrCat("indices' last dim ", *k, " must be in [1, ", r - *b, "]"));
+  if (*k < 1 || *k > r - b) {
+    return c.Error(absl::StrCat("indices' last dim ", *k, " must be in [1, ", r - b, "]"));
   }
   Shape out(idx->begin(), idx->end() - 1);
-  out.insert(out.end(), data->begin() + *b + *k, data->end());
+  out.insert(out.end(), data->begin() + b + *k, data->end());
   c.SetOutput(0, c.input_dtype(0), std::move(out));
   return absl::OkStatus();
 }
@@ -107,11 +106,9 @@ absl::Status OneHot(InferContext& c) {
     c.SetOutputUnknown(0, dtype);
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", -1);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
   const int rank = static_cast<int>(idx->size()) + 1;
-  absl::StatusOr<int> a = NormalizedAxis(c, *axis, rank);
-  if (!a.ok()) return a.status();
+  DYNVM_ASSIGN_OR_RETURN(int a, NormalizedAxis(c, axis, rank));
   std::optional<std::vector<int64_t>> depth = ConstantInts(c, 1);
   if (!depth || depth->size() != 1) {
     c.SetOutputDynamic(0, dtype, rank);
@@ -119,7 +116,7 @@ absl::Status OneHot(InferContext& c) {
   }
   if ((*depth)[0] < 1) return c.Error(absl::StrCat("depth ", (*depth)[0], " must be positive"));
   Shape out = *idx;
-  out.insert(out.begin() + *a, c.sym().Const((*depth)[0]));
+  out.insert(out.begin() + a, c.sym().Const((*depth)[0]));
   c.SetOutput(0, dtype, std::move(out));
   return absl::OkStatus();
 }
@@ -127,16 +124,15 @@ absl::Status OneHot(InferContext& c) {
 // DepthToSpace / SpaceToDepth on NCHW with block size b.
 absl::Status BlockRearrange(InferContext& c, bool to_space) {
   const Shape* x = c.input_shape(0);
-  absl::StatusOr<int64_t> b = c.GetInt("blocksize", 0);
-  if (!b.ok()) return b.status();
-  if (*b < 1) return c.Error(absl::StrCat("blocksize ", *b, " must be positive"));
+  DYNVM_ASSIGN_OR_RETURN(int64_t b, c.GetInt("blocksize", 0));
+  if (b < 1) return c.Error(absl::StrCat("blocksize ", b, " must be positive"));
   if (!x) {
     c.SetOutputDynamic(0, c.input_dtype(0), 4);
     return absl::OkStatus();
   }
   if (x->size() != 4) return c.Error(absl::StrCat("input has rank ", x->size(), ", not 4"));
   SymbolicContext& s = c.sym();
-  const Dim bb = s.Const(*b * *b), bd = s.Const(*b);
+  const Dim bb = s.Const(b * b), bd = s.Const(b);
   const Shape& d = *x;
   if (to_space) {
     c.SetOutput(0, c.input_dtype(0),
@@ -154,9 +150,8 @@ absl::Status Compress(InferContext& c) {
   if (!c.HasAttr("axis")) {
     c.SetOutputDynamic(0, c.input_dtype(0), 1);
   } else if (x) {
-    absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-    if (!axis.ok()) return axis.status();
-    if (absl::StatusOr<int> a = NormalizedAxis(c, *axis, static_cast<int>(x->size())); !a.ok())
+    DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+    if (absl::StatusOr<int> a = NormalizedAxis(c, axis, static_cast<int>(x->size())); !a.ok())
       return a.status();
     c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
   } else {
@@ -176,9 +171,8 @@ absl::Status Pad(InferContext& c) {
   }
   std::optional<std::vector<int64_t>> pads;
   if (c.HasAttr("pads")) {
-    absl::StatusOr<std::vector<int64_t>> p = c.GetInts("pads");
-    if (!p.ok()) return p.status();
-    pads = *p;
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> p, c.GetInts("pads"));
+    pads = p;
   } else {
     pads = ConstantInts(c, 1);
   }

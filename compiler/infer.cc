@@ -1,6 +1,7 @@
 // Shape inference over graphs, including the If/Loop/Scan regions.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/op_registry.h"
 #include "compiler/passes.h"
 
@@ -35,8 +36,8 @@ absl::Status InferIf(Module& m, Node& n) {
     return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": If needs both branches"));
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
-  if (absl::Status s = InferGraph(m, *then_g); !s.ok()) return s;
-  if (absl::Status s = InferGraph(m, *else_g); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(InferGraph(m, *then_g));
+  DYNVM_RETURN_IF_ERROR(InferGraph(m, *else_g));
   if (then_g->outputs.size() != n.outputs.size() || else_g->outputs.size() != n.outputs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(n.Label(), ": branches must produce ", n.outputs.size(), " outputs"));
@@ -84,6 +85,20 @@ absl::Status InferIf(Module& m, Node& n) {
   return absl::OkStatus();
 }
 
+// A body must give a carried value back with the dtype it entered with; the error names the
+// value and the body node that changed it, so the user finds the op to fix.
+absl::Status CheckCarriedDtype(const Node& n, size_t i, const Value* in, const Value* out) {
+  if (out->dtype == in->dtype) return absl::OkStatus();
+  const Value* init = n.inputs[2 + i];
+  const std::string made_by =
+      out->producer != nullptr
+          ? absl::StrCat(" (body node '", out->producer->name, "', ", out->producer->op, ")")
+          : " (a body input)";
+  return absl::InvalidArgumentError(absl::StrCat(
+      n.Label(), ": loop-carried value ", i, " '", init->name.empty() ? in->name : init->name,
+      "' enters as ", in->TypeString(), " but the body makes ", out->TypeString(), made_by));
+}
+
 absl::Status InferLoop(Module& m, Node& n) {
   Graph* body = n.subgraph("body");
   if (!body) return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": Loop needs a body"));
@@ -119,22 +134,12 @@ absl::Status InferLoop(Module& m, Node& n) {
   // A dim once found to vary stays a fresh symbol, re-read every iteration.
   std::vector<std::vector<bool>> varying(num_carried);
   for (int round = 0;; ++round) {
-    if (absl::Status s = InferGraph(m, *body); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(InferGraph(m, *body));
     bool changed = false;
     for (size_t i = 0; i < num_carried; ++i) {
       Value* in = body->inputs[2 + i];
       const Value* out = body->outputs[1 + i];
-      if (out->dtype != in->dtype) {
-        // Name the value and the body node that makes it, so the user finds the op to fix.
-        const Value* init = n.inputs[2 + i];
-        const std::string made_by =
-            out->producer != nullptr
-                ? absl::StrCat(" (body node '", out->producer->name, "', ", out->producer->op, ")")
-                : " (a body input)";
-        return absl::InvalidArgumentError(absl::StrCat(
-            n.Label(), ": loop-carried value ", i, " '", init->name.empty() ? in->name : init->name,
-            "' enters as ", in->TypeString(), " but the body makes ", out->TypeString(), made_by));
-      }
+      DYNVM_RETURN_IF_ERROR(CheckCarriedDtype(n, i, in, out));
       if (in->empty_sequence && !out->empty_sequence) {
         // A sequence that enters empty: the body's elements decide its element shape.
         in->empty_sequence = false;
@@ -288,7 +293,7 @@ absl::Status InferScan(Module& m, Node& n) {
     s.erase(s.begin() + axis);
     bx->shape = std::move(s);
   }
-  if (absl::Status s = InferGraph(m, *body); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(InferGraph(m, *body));
   for (size_t i = 0; i < num_state; ++i) {
     Value* out = n.outputs[i];
     if (!out) continue;
@@ -356,7 +361,7 @@ absl::Status InferGraph(Module& m, Graph& g) {
 
 absl::Status InferShapes(Module& m) {
   for (Function& f : m.functions()) {
-    if (absl::Status s = InferGraph(m, *f.graph); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(InferGraph(m, *f.graph));
   }
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/passes.h"
 
 namespace dynvm::compiler {
@@ -322,7 +323,7 @@ absl::Status ScanLowering::LowerGraph(Graph& g) {
   // Regions, including those just made (a Scan-8's inner Scan is lowered here).
   for (auto& node : g.nodes) {
     for (auto& [name, sub] : node->subgraphs) {
-      if (absl::Status s = LowerGraph(*sub); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(LowerGraph(*sub));
     }
   }
   return absl::OkStatus();
@@ -333,7 +334,7 @@ absl::Status ScanLowering::LowerGraph(Graph& g) {
 absl::StatusOr<int> LowerScans(Module& module) {
   ScanLowering lowering(module);
   for (Function& f : module.functions()) {
-    if (absl::Status s = lowering.LowerGraph(*f.graph); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(lowering.LowerGraph(*f.graph));
   }
   return lowering.left();
 }

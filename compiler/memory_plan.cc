@@ -307,7 +307,7 @@ absl::Status Planner::Classify(Graph& g) {
         if (sub->inputs[0]->content) info_[sub->inputs[0]].store = Store::kLazy;
         if (uses_.contains(sub->inputs[1])) info_[sub->inputs[1]].store = Store::kArena;
       }
-      if (absl::Status s = Classify(*sub); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(Classify(*sub));
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       const Value* v = n.outputs[i];

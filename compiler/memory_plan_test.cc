@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
 #include "compiler/builder.h"
 #include "compiler/passes.h"
 #include "gtest/gtest.h"
@@ -12,7 +13,7 @@ namespace dynvm::compiler {
 namespace {
 
 absl::StatusOr<MemoryPlan> Plan(Module& m, const CompileOptions& options = {}) {
-  if (absl::Status s = InferShapes(m); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(InferShapes(m));
   return MemoryPlan::Make(*m.functions()[0].graph, m.sym(), options);
 }
 

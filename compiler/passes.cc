@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
+#include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/op_registry.h"
 #include "kernels/registry.h"
@@ -73,10 +74,9 @@ absl::StatusOr<std::vector<Tensor>> RunReference(const Node& n) {
   }
   BackendPolicy policy;
   policy.allowed = {"reference"};
-  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec, policy);
-  if (!k.ok()) return k.status();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec, policy));
   KernelContext ctx(&HeapAllocator::Get());
-  if (absl::Status s = (*k)->Run(ctx, in_ptrs, out_ptrs); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR((k)->Run(ctx, in_ptrs, out_ptrs));
   return outs;
 }
 
@@ -93,7 +93,7 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
   for (auto& node : g.nodes) {
     Node& n = *node;
     for (auto& [name, sub] : n.subgraphs) {
-      if (absl::Status s = FoldGraph(m, *sub, max_elements); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(FoldGraph(m, *sub, max_elements));
     }
     if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] &&
         n.outputs[0]->constant) {
@@ -244,7 +244,7 @@ void ReplaceUses(Graph& graph, Value* from, Value* to) {
 
 absl::Status FoldConstants(Module& m, int64_t max_elements) {
   for (Function& f : m.functions()) {
-    if (absl::Status s = FoldGraph(m, *f.graph, max_elements); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(FoldGraph(m, *f.graph, max_elements));
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 // generator lowers these operators to the seq_* and opt_* instructions (codegen.cc); they are
 // registered impure so that folding, CSE and hoisting leave them alone.
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
@@ -67,11 +68,10 @@ absl::Status NeedTensor(InferContext& c, size_t i) {
 }
 
 absl::Status SequenceEmpty(InferContext& c) {
-  absl::StatusOr<int64_t> t = c.GetInt("dtype", 1);
-  if (!t.ok()) return t.status();
-  std::optional<DType> d = DTypeFromOnnx(*t);
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("dtype", 1));
+  std::optional<DType> d = DTypeFromOnnx(t);
   if (!d || *d == DType::kString)
-    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
+    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", t));
   SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, *d, std::nullopt, /*empty=*/true);
   return absl::OkStatus();
 }
@@ -81,7 +81,7 @@ absl::Status SequenceConstruct(InferContext& c) {
   std::optional<std::vector<Dim>> shape;
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) return c.Error(absl::StrCat("input ", i, " is missing"));
-    if (absl::Status s = NeedTensor(c, i); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(NeedTensor(c, i));
     if (c.input_dtype(i) != c.input_dtype(0))
       return c.Error("the tensors must have one element type");
     shape = i == 0 ? c.input(0)->shape : Merge(c.sym(), shape, c.input(i)->shape);
@@ -92,10 +92,10 @@ absl::Status SequenceConstruct(InferContext& c) {
 }
 
 absl::Status SequenceInsert(InferContext& c) {
-  if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedSequence(c, 0));
   if (!c.has_input(1)) return c.Error("the tensor to insert is missing");
-  if (absl::Status s = NeedTensor(c, 1); !s.ok()) return s;
-  if (absl::Status s = NeedTensor(c, 2); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 1));
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 2));
   const Value* q = c.input(0);
   const Value* t = c.input(1);
   if (q->dtype != t->dtype) {
@@ -108,8 +108,8 @@ absl::Status SequenceInsert(InferContext& c) {
 }
 
 absl::Status SequenceErase(InferContext& c) {
-  if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
-  if (absl::Status s = NeedTensor(c, 1); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedSequence(c, 0));
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 1));
   const Value* q = c.input(0);
   SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, q->dtype, q->shape,
                q->empty_sequence);
@@ -117,15 +117,15 @@ absl::Status SequenceErase(InferContext& c) {
 }
 
 absl::Status SequenceAt(InferContext& c) {
-  if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedSequence(c, 0));
   if (!c.has_input(1)) return c.Error("the position is missing");
-  if (absl::Status s = NeedTensor(c, 1); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 1));
   SetElement(c, 0, c.input(0)->dtype, c.input(0)->shape);
   return absl::OkStatus();
 }
 
 absl::Status SequenceLength(InferContext& c) {
-  if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(NeedSequence(c, 0));
   c.SetOutput(0, DType::kI64, {});
   // The length is a scalar register (seq_len), usable as a Loop's trip count without a read.
   c.SetContent(0, {c.sym().Fresh("len")});
@@ -133,12 +133,10 @@ absl::Status SequenceLength(InferContext& c) {
 }
 
 absl::Status ConcatFromSequence(InferContext& c) {
-  if (absl::Status s = NeedSequence(c, 0); !s.ok()) return s;
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int64_t> new_axis = c.GetInt("new_axis", 0);
-  if (!new_axis.ok()) return new_axis.status();
-  if (*new_axis != 0 && *new_axis != 1) return c.Error("new_axis must be 0 or 1");
+  DYNVM_RETURN_IF_ERROR(NeedSequence(c, 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t new_axis, c.GetInt("new_axis", 0));
+  if (new_axis != 0 && new_axis != 1) return c.Error("new_axis must be 0 or 1");
   const Value* q = c.input(0);
   if (!q->shape) {
     // Without the element rank the axis cannot be placed (codegen refuses it).
@@ -146,16 +144,16 @@ absl::Status ConcatFromSequence(InferContext& c) {
     return absl::OkStatus();
   }
   const int64_t r = static_cast<int64_t>(q->shape->size());
-  const int64_t out_rank = r + *new_axis;
-  int64_t a = *axis < 0 ? *axis + out_rank : *axis;
-  if (a < 0 || a >= out_rank || (*new_axis == 0 && r == 0)) {
-    return c.Error(absl::StrCat("axis ", *axis, " out of range for elements of rank ", r));
+  const int64_t out_rank = r + new_axis;
+  int64_t a = axis < 0 ? axis + out_rank : axis;
+  if (a < 0 || a >= out_rank || (new_axis == 0 && r == 0)) {
+    return c.Error(absl::StrCat("axis ", axis, " out of range for elements of rank ", r));
   }
   std::vector<Dim> dims = *q->shape;
   for (Dim& d : dims) {
     if (!SymbolicContext::AsConst(d)) d = c.sym().Fresh("e");
   }
-  if (*new_axis) {
+  if (new_axis) {
     dims.insert(dims.begin() + a, c.sym().Fresh("n"));
   } else {
     dims[a] = c.sym().Fresh("n");
@@ -167,23 +165,21 @@ absl::Status ConcatFromSequence(InferContext& c) {
 
 absl::Status SplitToSequence(InferContext& c) {
   if (!c.has_input(0)) return c.Error("the input is missing");
-  if (absl::Status s = NeedTensor(c, 0); !s.ok()) return s;
-  if (absl::Status s = NeedTensor(c, 1); !s.ok()) return s;
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int64_t> keepdims = c.GetInt("keepdims", 1);
-  if (!keepdims.ok()) return keepdims.status();
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 0));
+  DYNVM_RETURN_IF_ERROR(NeedTensor(c, 1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t keepdims, c.GetInt("keepdims", 1));
   const Value* x = c.input(0);
   if (!x->shape) {
     SetContainer(c, 0, ObjectKind::kSequence, ObjectKind::kTensor, x->dtype, std::nullopt);
     return absl::OkStatus();
   }
   const int64_t r = static_cast<int64_t>(x->shape->size());
-  const int64_t a = *axis < 0 ? *axis + r : *axis;
-  if (a < 0 || a >= r) return c.Error(absl::StrCat("axis ", *axis, " out of range for rank ", r));
+  const int64_t a = axis < 0 ? axis + r : axis;
+  if (a < 0 || a >= r) return c.Error(absl::StrCat("axis ", axis, " out of range for rank ", r));
   std::vector<Dim> dims = *x->shape;
   if (!c.has_input(1)) {
-    if (*keepdims) {
+    if (keepdims) {
       dims[a] = c.sym().Const(1);
     } else {
       dims.erase(dims.begin() + a);
@@ -204,18 +200,16 @@ absl::Status Optional(InferContext& c) {
   }
   // No input: the type comes from the 'type' attribute, which the importer turns into
   // 'elem_kind' (0 tensor, 2 sequence) and 'dtype' (an ONNX element type).
-  absl::StatusOr<int64_t> kind = c.GetInt("elem_kind", -1);
-  if (!kind.ok()) return kind.status();
-  absl::StatusOr<int64_t> t = c.GetInt("dtype", -1);
-  if (!t.ok()) return t.status();
-  if (*kind != static_cast<int64_t>(ObjectKind::kTensor) &&
-      *kind != static_cast<int64_t>(ObjectKind::kSequence)) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t kind, c.GetInt("elem_kind", -1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("dtype", -1));
+  if (kind != static_cast<int64_t>(ObjectKind::kTensor) &&
+      kind != static_cast<int64_t>(ObjectKind::kSequence)) {
     return c.Error("an Optional without input needs a tensor or sequence 'type'");
   }
-  std::optional<DType> d = DTypeFromOnnx(*t);
+  std::optional<DType> d = DTypeFromOnnx(t);
   if (!d || *d == DType::kString)
-    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", *t));
-  SetContainer(c, 0, ObjectKind::kOptional, static_cast<ObjectKind>(*kind), *d, std::nullopt);
+    return absl::UnimplementedError(absl::StrCat(c.node().Label(), ": element type ", t));
+  SetContainer(c, 0, ObjectKind::kOptional, static_cast<ObjectKind>(kind), *d, std::nullopt);
   return absl::OkStatus();
 }
 

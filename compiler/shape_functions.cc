@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
 
@@ -108,10 +109,9 @@ absl::Status Broadcasting(InferContext& c, std::optional<DType> out_dtype, bool 
 absl::Status Unary(InferContext& c) { return SameAsInput(c); }
 
 absl::Status Cast(InferContext& c) {
-  absl::StatusOr<int64_t> to = c.GetInt("to", 1);
-  if (!to.ok()) return to.status();
-  std::optional<DType> d = DTypeFromOnnx(*to);
-  if (!d) return c.Error(absl::StrCat("unsupported target type ", *to));
+  DYNVM_ASSIGN_OR_RETURN(int64_t to, c.GetInt("to", 1));
+  std::optional<DType> d = DTypeFromOnnx(to);
+  if (!d) return c.Error(absl::StrCat("unsupported target type ", to));
   if (c.input_shape(0)) {
     c.SetOutput(0, *d, *c.input_shape(0));
   } else {
@@ -184,9 +184,8 @@ absl::StatusOr<std::vector<int>> ReduceAxes(InferContext& c, int rank, bool* noo
     axes = *in;
   }
   if (axes.empty()) {
-    absl::StatusOr<int64_t> noop_attr = c.GetInt("noop_with_empty_axes", 0);
-    if (!noop_attr.ok()) return noop_attr.status();
-    *noop = *noop_attr != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t noop_attr, c.GetInt("noop_with_empty_axes", 0));
+    *noop = noop_attr != 0;
     std::vector<int> all;
     if (!*noop)
       for (int i = 0; i < rank; ++i) all.push_back(i);
@@ -194,17 +193,15 @@ absl::StatusOr<std::vector<int>> ReduceAxes(InferContext& c, int rank, bool* noo
   }
   std::vector<int> out;
   for (int64_t a : axes) {
-    absl::StatusOr<int> ax = Axis(c, a, rank);
-    if (!ax.ok()) return ax.status();
-    out.push_back(*ax);
+    DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, a, rank));
+    out.push_back(ax);
   }
   return out;
 }
 
 absl::Status Reduce(InferContext& c) {
   const Shape* in = c.input_shape(0);
-  absl::StatusOr<int64_t> keep = c.GetInt("keepdims", 1);
-  if (!keep.ok()) return keep.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t keep, c.GetInt("keepdims", 1));
   if (in == nullptr) {
     c.SetOutputUnknown(0, c.input_dtype(0));
     return absl::OkStatus();
@@ -212,7 +209,7 @@ absl::Status Reduce(InferContext& c) {
   bool noop = false;
   absl::StatusOr<std::vector<int>> axes = ReduceAxes(c, static_cast<int>(in->size()), &noop);
   if (absl::IsUnavailable(axes.status())) {
-    if (*keep) {
+    if (keep) {
       c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(in->size()));
     } else {
       c.SetOutputUnknown(0, c.input_dtype(0));
@@ -225,7 +222,7 @@ absl::Status Reduce(InferContext& c) {
     const bool reduced = std::find(axes->begin(), axes->end(), i) != axes->end();
     if (!reduced)
       out.push_back((*in)[i]);
-    else if (*keep)
+    else if (keep)
       out.push_back(c.sym().Const(1));
   }
   c.SetOutput(0, c.input_dtype(0), out);
@@ -241,11 +238,10 @@ absl::Status ArgReduce(InferContext& c) {
   absl::StatusOr<int64_t> axis = c.GetInt("axis", 0), keep = c.GetInt("keepdims", 1);
   if (!axis.ok()) return axis.status();
   if (!keep.ok()) return keep.status();
-  absl::StatusOr<int> ax = Axis(c, *axis, static_cast<int>(in->size()));
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, *axis, static_cast<int>(in->size())));
   Shape out;
   for (int i = 0; i < static_cast<int>(in->size()); ++i) {
-    if (i != *ax)
+    if (i != ax)
       out.push_back((*in)[i]);
     else if (*keep)
       out.push_back(c.sym().Const(1));
@@ -261,10 +257,8 @@ absl::Status TopK(InferContext& c) {
     c.SetOutputUnknown(1, DType::kI64);
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", -1);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int> ax = Axis(c, *axis, static_cast<int>(in->size()));
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, static_cast<int>(in->size())));
   Dim k;
   if (c.has_input(1) && c.content(1) && c.content(1)->size() == 1) {
     k = (*c.content(1))[0];
@@ -278,7 +272,7 @@ absl::Status TopK(InferContext& c) {
     return absl::OkStatus();
   }
   Shape out = *in;
-  out[*ax] = k;
+  out[ax] = k;
   c.SetOutput(0, c.input_dtype(0), out);
   c.SetOutput(1, DType::kI64, out);
   return absl::OkStatus();
@@ -287,13 +281,11 @@ absl::Status TopK(InferContext& c) {
 absl::Status LayerNorm(InferContext& c) {
   const Shape* in = c.input_shape(0);
   if (in == nullptr) return c.Error("LayerNormalization needs a known rank");
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", -1);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int> ax = Axis(c, *axis, static_cast<int>(in->size()));
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, static_cast<int>(in->size())));
   c.SetOutput(0, c.input_dtype(0), *in);
   Shape stat = *in;
-  for (size_t i = *ax; i < stat.size(); ++i) stat[i] = c.sym().Const(1);
+  for (size_t i = ax; i < stat.size(); ++i) stat[i] = c.sym().Const(1);
   absl::StatusOr<int64_t> stash = c.GetInt("stash_type", 1);
   if (!stash.ok()) return stash.status();
   const DType sd = *stash == 1 ? DType::kF32 : c.input_dtype(0);
@@ -339,8 +331,7 @@ absl::Status Reshape(InferContext& c) {
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> allowzero = c.GetInt("allowzero", 0);
-  if (!allowzero.ok()) return allowzero.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t allowzero, c.GetInt("allowzero", 0));
   Shape out;
   int infer = -1;
   Dim known = c.sym().Const(1);
@@ -353,7 +344,7 @@ absl::Status Reshape(InferContext& c) {
       out.push_back(d);
       continue;
     }
-    if (v && *v == 0 && !*allowzero) {
+    if (v && *v == 0 && !allowzero) {
       if (in == nullptr || i >= in->size())
         return c.Error("0 in the target shape copies a dim the input lacks");
       d = (*in)[i];
@@ -389,11 +380,10 @@ absl::Status Flatten(InferContext& c) {
     c.SetOutputDynamic(0, c.input_dtype(0), 2);
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 1);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 1));
   const int rank = static_cast<int>(in->size());
-  int64_t ax = *axis < 0 ? *axis + rank : *axis;
-  if (ax < 0 || ax > rank) return c.Error(absl::StrCat("axis ", *axis, " out of range"));
+  int64_t ax = axis < 0 ? axis + rank : axis;
+  if (ax < 0 || ax > rank) return c.Error(absl::StrCat("axis ", axis, " out of range"));
   Shape lo(in->begin(), in->begin() + ax), hi(in->begin() + ax, in->end());
   c.SetOutput(0, c.input_dtype(0), {Numel(c.sym(), lo), Numel(c.sym(), hi)});
   return absl::OkStatus();
@@ -408,12 +398,11 @@ absl::Status Transpose(InferContext& c) {
   const int rank = static_cast<int>(in->size());
   std::vector<int64_t> def(rank);
   for (int i = 0; i < rank; ++i) def[i] = rank - 1 - i;
-  absl::StatusOr<std::vector<int64_t>> perm = c.GetInts("perm", def);
-  if (!perm.ok()) return perm.status();
-  if (static_cast<int>(perm->size()) != rank) return c.Error("perm length differs from the rank");
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> perm, c.GetInts("perm", def));
+  if (static_cast<int>(perm.size()) != rank) return c.Error("perm length differs from the rank");
   Shape out;
   std::vector<bool> seen(rank, false);
-  for (int64_t p : *perm) {
+  for (int64_t p : perm) {
     if (p < 0 || p >= rank || seen[p]) return c.Error("perm is not a permutation");
     seen[p] = true;
     out.push_back((*in)[p]);
@@ -423,8 +412,7 @@ absl::Status Transpose(InferContext& c) {
 }
 
 absl::Status Concat(InferContext& c) {
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
   const Shape* first = nullptr;
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     if (!c.input_shape(i)) {
@@ -441,16 +429,15 @@ absl::Status Concat(InferContext& c) {
   }
   if (!first) return c.Error("no inputs");
   const int rank = static_cast<int>(first->size());
-  absl::StatusOr<int> ax = Axis(c, *axis, rank);
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, rank));
   Shape out = *first;
-  out[*ax] = c.sym().Const(0);
+  out[ax] = c.sym().Const(0);
   std::vector<Dim> content;
   bool have_content = rank == 1;
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     const Shape& s = *c.input_shape(i);
     if (static_cast<int>(s.size()) != rank) return c.Error("inputs differ in rank");
-    out[*ax] = c.sym().Add(out[*ax], s[*ax]);
+    out[ax] = c.sym().Add(out[ax], s[ax]);
     if (have_content && c.content(i)) {
       content.insert(content.end(), c.content(i)->begin(), c.content(i)->end());
     } else {
@@ -469,10 +456,8 @@ absl::Status Split(InferContext& c) {
     for (int i = 0; i < n; ++i) c.SetOutputUnknown(i, c.input_dtype(0));
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int> ax = Axis(c, *axis, static_cast<int>(in->size()));
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, static_cast<int>(in->size())));
   std::optional<std::vector<int64_t>> sizes;
   if (c.has_input(1)) {
     sizes = ConstInts(c, 1);
@@ -491,14 +476,14 @@ absl::Status Split(InferContext& c) {
     if (sizes) {
       if (static_cast<int>(sizes->size()) != n)
         return c.Error("split sizes differ from the output count");
-      out[*ax] = c.sym().Const((*sizes)[i]);
+      out[ax] = c.sym().Const((*sizes)[i]);
     } else {
       // Equal parts; with num_outputs (opset 18) the last part may be smaller.
-      Dim total = (*in)[*ax];
+      Dim total = (*in)[ax];
       Dim part = c.sym().CeilDiv(total, c.sym().Const(n));
-      out[*ax] = i + 1 < n ? part : c.sym().Sub(total, c.sym().Mul(part, c.sym().Const(n - 1)));
+      out[ax] = i + 1 < n ? part : c.sym().Sub(total, c.sym().Mul(part, c.sym().Const(n - 1)));
       if (auto t = SymbolicContext::AsConst(total); t && *t % n == 0)
-        out[*ax] = c.sym().Const(*t / n);
+        out[ax] = c.sym().Const(*t / n);
     }
     c.SetOutput(i, c.input_dtype(0), out);
   }
@@ -545,23 +530,22 @@ absl::Status Slice(InferContext& c) {
   Shape out = *in;
   std::vector<Dim> content;
   for (size_t k = 0; k < axes->size(); ++k) {
-    absl::StatusOr<int> ax = Axis(c, (*axes)[k], rank);
-    if (!ax.ok()) return ax.status();
+    DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, (*axes)[k], rank));
     const int64_t step = (*steps)[k];
     if (step == 0) return c.Error("step 0");
-    auto dim = SymbolicContext::AsConst((*in)[*ax]);
+    auto dim = SymbolicContext::AsConst((*in)[ax]);
     if (!dim) {
       // Symbolic dim: exact only for the common forms start >= 0, end = INT_MAX, step 1
       // (slice to the end) or 0 <= start <= end small constants with step 1.
       const int64_t s = (*starts)[k], e = (*ends)[k];
       if (step == 1 && s >= 0 && e >= (int64_t{1} << 62)) {
-        out[*ax] = c.sym().Max(c.sym().Sub((*in)[*ax], c.sym().Const(s)), c.sym().Const(0));
+        out[ax] = c.sym().Max(c.sym().Sub((*in)[ax], c.sym().Const(s)), c.sym().Const(0));
         continue;
       }
       if (step == 1 && s >= 0 && e >= s && e < (int64_t{1} << 31)) {
-        out[*ax] =
+        out[ax] =
             c.sym().Min(c.sym().Const(e - s),
-                        c.sym().Max(c.sym().Sub((*in)[*ax], c.sym().Const(s)), c.sym().Const(0)));
+                        c.sym().Max(c.sym().Sub((*in)[ax], c.sym().Const(s)), c.sym().Const(0)));
         continue;
       }
       c.SetOutputDynamic(0, c.input_dtype(0), rank);
@@ -581,7 +565,7 @@ absl::Status Slice(InferContext& c) {
       e = std::clamp<int64_t>(e, -1, n - 1);
       count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
     }
-    out[*ax] = c.sym().Const(count);
+    out[ax] = c.sym().Const(count);
     if (rank == 1 && c.content(0)) {
       for (int64_t i = 0; i < count; ++i) content.push_back((*c.content(0))[s + i * step]);
     }
@@ -598,13 +582,11 @@ absl::Status Gather(InferContext& c) {
     c.SetOutputUnknown(0, c.input_dtype(0));
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> axis = c.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  absl::StatusOr<int> ax = Axis(c, *axis, static_cast<int>(data->size()));
-  if (!ax.ok()) return ax.status();
-  Shape out(data->begin(), data->begin() + *ax);
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
+  DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, static_cast<int>(data->size())));
+  Shape out(data->begin(), data->begin() + ax);
   out.insert(out.end(), idx->begin(), idx->end());
-  out.insert(out.end(), data->begin() + *ax + 1, data->end());
+  out.insert(out.end(), data->begin() + ax + 1, data->end());
   c.SetOutput(0, c.input_dtype(0), out);
   // Gathering from a shape: symbolic content.
   if (data->size() == 1 && c.content(0) && idx->size() <= 1) {
@@ -629,9 +611,8 @@ absl::Status Unsqueeze(InferContext& c) {
   if (c.has_input(1)) {
     axes = ConstInts(c, 1);
   } else {
-    absl::StatusOr<std::vector<int64_t>> a = c.GetInts("axes");
-    if (!a.ok()) return a.status();
-    axes = *a;
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a, c.GetInts("axes"));
+    axes = a;
   }
   if (!in || !axes) {
     c.SetOutputUnknown(0, c.input_dtype(0));
@@ -640,10 +621,9 @@ absl::Status Unsqueeze(InferContext& c) {
   const int out_rank = static_cast<int>(in->size() + axes->size());
   std::vector<bool> is_new(out_rank, false);
   for (int64_t a : *axes) {
-    absl::StatusOr<int> ax = Axis(c, a, out_rank);
-    if (!ax.ok()) return ax.status();
-    if (is_new[*ax]) return c.Error("duplicate axis");
-    is_new[*ax] = true;
+    DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, a, out_rank));
+    if (is_new[ax]) return c.Error("duplicate axis");
+    is_new[ax] = true;
   }
   Shape out;
   size_t k = 0;
@@ -663,9 +643,8 @@ absl::Status Squeeze(InferContext& c) {
       return absl::OkStatus();
     }
   } else if (c.HasAttr("axes")) {
-    absl::StatusOr<std::vector<int64_t>> a = c.GetInts("axes");
-    if (!a.ok()) return a.status();
-    axes = *a;
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a, c.GetInts("axes"));
+    axes = a;
   }
   if (!in) {
     c.SetOutputUnknown(0, c.input_dtype(0));
@@ -675,11 +654,10 @@ absl::Status Squeeze(InferContext& c) {
   std::vector<bool> drop(rank, false);
   if (axes) {
     for (int64_t a : *axes) {
-      absl::StatusOr<int> ax = Axis(c, a, rank);
-      if (!ax.ok()) return ax.status();
-      auto d = SymbolicContext::AsConst((*in)[*ax]);
-      if (d && *d != 1) return c.Error(absl::StrCat("cannot squeeze dim ", *ax, " of size ", *d));
-      drop[*ax] = true;
+      DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, a, rank));
+      auto d = SymbolicContext::AsConst((*in)[ax]);
+      if (d && *d != 1) return c.Error(absl::StrCat("cannot squeeze dim ", ax, " of size ", *d));
+      drop[ax] = true;
     }
   } else {
     for (int i = 0; i < rank; ++i) {
@@ -785,19 +763,17 @@ absl::Status Rnn(InferContext& c, int gates, bool has_c) {
   const Shape* x = c.input_shape(0);
   const Shape* w = c.input_shape(1);
   if (!x || !w || x->size() != 3 || w->size() != 3) return c.Error("X and W must be 3-D");
-  absl::StatusOr<int64_t> layout = c.GetInt("layout", 0);
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<std::string> direction = c.GetString("direction", "forward");
-  if (!direction.ok()) return direction.status();
-  Dim num_dir = c.sym().Const(*direction == "bidirectional" ? 2 : 1);
+  DYNVM_ASSIGN_OR_RETURN(int64_t layout, c.GetInt("layout", 0));
+  DYNVM_ASSIGN_OR_RETURN(std::string direction, c.GetString("direction", "forward"));
+  Dim num_dir = c.sym().Const(direction == "bidirectional" ? 2 : 1);
   absl::StatusOr<int64_t> hidden_attr = c.GetInt("hidden_size", -1);
   if (!hidden_attr.ok()) return hidden_attr.status();
   Dim hidden = *hidden_attr > 0 ? c.sym().Const(*hidden_attr)
                                 : c.sym().FloorDiv((*w)[1], c.sym().Const(gates));
-  Dim seq = *layout ? (*x)[1] : (*x)[0];
-  Dim batch = *layout ? (*x)[0] : (*x)[1];
+  Dim seq = layout ? (*x)[1] : (*x)[0];
+  Dim batch = layout ? (*x)[0] : (*x)[1];
   const DType t = c.input_dtype(0);
-  if (*layout) {
+  if (layout) {
     c.SetOutput(0, t, {batch, seq, num_dir, hidden});
     c.SetOutput(1, t, {batch, num_dir, hidden});
     if (has_c) c.SetOutput(2, t, {batch, num_dir, hidden});
@@ -823,10 +799,9 @@ absl::Status Trilu(InferContext& c) { return SameAsInput(c); }
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: the loss per target element
 // (reduction "none") or a scalar; SoftmaxCrossEntropyLoss's log_prob has the scores' shape.
 absl::Status Loss(InferContext& c) {
-  absl::StatusOr<std::string> reduction = c.GetString("reduction", "mean");
-  if (!reduction.ok()) return reduction.status();
+  DYNVM_ASSIGN_OR_RETURN(std::string reduction, c.GetString("reduction", "mean"));
   const DType dtype = c.input_dtype(0);
-  if (*reduction != "none") {
+  if (reduction != "none") {
     c.SetOutput(0, dtype, {});
   } else if (c.input_shape(1)) {
     c.SetOutput(0, dtype, *c.input_shape(1));
@@ -897,12 +872,11 @@ absl::Status BatchNorm(InferContext& c) {
 
 // EyeLike: the input's shape, the 'dtype' attribute's element type (else the input's).
 absl::Status EyeLike(InferContext& c) {
-  absl::StatusOr<int64_t> t = c.GetInt("dtype", -1);
-  if (!t.ok()) return t.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("dtype", -1));
   DType dtype = c.input_dtype(0);
-  if (*t >= 0) {
-    std::optional<DType> d = DTypeFromOnnx(*t);
-    if (!d) return c.Error(absl::StrCat("unsupported dtype ", *t));
+  if (t >= 0) {
+    std::optional<DType> d = DTypeFromOnnx(t);
+    if (!d) return c.Error(absl::StrCat("unsupported dtype ", t));
     dtype = *d;
   }
   if (c.input_shape(0)) {
@@ -915,10 +889,9 @@ absl::Status EyeLike(InferContext& c) {
 
 // HannWindow, HammingWindow, BlackmanWindow: 1-D of the size the input holds.
 absl::Status WindowOp(InferContext& c) {
-  absl::StatusOr<int64_t> t = c.GetInt("output_datatype", 1);
-  if (!t.ok()) return t.status();
-  std::optional<DType> d = DTypeFromOnnx(*t);
-  if (!d || *d == DType::kString) return c.Error(absl::StrCat("unsupported output_datatype ", *t));
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("output_datatype", 1));
+  std::optional<DType> d = DTypeFromOnnx(t);
+  if (!d || *d == DType::kString) return c.Error(absl::StrCat("unsupported output_datatype ", t));
   c.SetOutputDynamic(0, *d, 1);
   return absl::OkStatus();
 }

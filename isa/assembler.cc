@@ -151,11 +151,10 @@ absl::StatusOr<int64_t> ParseInt(absl::string_view s) {
 }
 
 absl::StatusOr<uint32_t> ParseU32(absl::string_view s) {
-  absl::StatusOr<int64_t> v = ParseInt(s);
-  if (!v.ok()) return v.status();
-  if (*v < 0 || *v > 0xFFFFFFFFll)
+  DYNVM_ASSIGN_OR_RETURN(int64_t v, ParseInt(s));
+  if (v < 0 || v > 0xFFFFFFFFll)
     return absl::InvalidArgumentError(absl::StrCat("value out of range: ", s));
-  return static_cast<uint32_t>(*v);
+  return static_cast<uint32_t>(v);
 }
 
 absl::StatusOr<double> ParseF64(absl::string_view s) {
@@ -205,34 +204,30 @@ absl::StatusOr<fb::ObjectKind> ParseKindWord(absl::string_view s) {
 
 absl::StatusOr<fb::ObjectType> ParseObjectType(absl::string_view s) {
   std::vector<absl::string_view> parts = absl::StrSplit(s, ':');
-  absl::StatusOr<fb::ObjectKind> kind = ParseKindWord(parts[0]);
-  if (!kind.ok()) return kind.status();
-  if (*kind == fb::ObjectKind::Storage) {
+  DYNVM_ASSIGN_OR_RETURN(fb::ObjectKind kind, ParseKindWord(parts[0]));
+  if (kind == fb::ObjectKind::Storage) {
     // A storage has no element type; `storage:DTYPE` keeps the byte a compiler wrote there
     // (vm-compile writes 0, vm-as 255: "any"), so that vm-dis | vm-as gives back the same file.
     if (parts.size() > 2) return absl::InvalidArgumentError("expected storage or storage:DTYPE");
     uint8_t dtype = kAnyDType;
     if (parts.size() == 2) {
-      absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[1], false);
-      if (!dt.ok()) return dt.status();
-      dtype = *dt;
+      DYNVM_ASSIGN_OR_RETURN(uint8_t dt, ParseDTypeWord(parts[1], false));
+      dtype = dt;
     }
     return fb::ObjectType(fb::ObjectKind::Storage, dtype, fb::ObjectKind::Tensor);
   }
-  if (*kind == fb::ObjectKind::Optional) {
+  if (kind == fb::ObjectKind::Optional) {
     if (parts.size() != 3)
       return absl::InvalidArgumentError(absl::StrCat("expected opt:KIND:DTYPE, got ", s));
-    absl::StatusOr<fb::ObjectKind> elem = ParseKindWord(parts[1]);
-    if (!elem.ok()) return elem.status();
+    DYNVM_ASSIGN_OR_RETURN(fb::ObjectKind elem, ParseKindWord(parts[1]));
     absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[2], false);
     if (!dt.ok()) return dt.status();
-    return fb::ObjectType(fb::ObjectKind::Optional, *dt, *elem);
+    return fb::ObjectType(fb::ObjectKind::Optional, *dt, elem);
   }
   if (parts.size() != 2)
     return absl::InvalidArgumentError(absl::StrCat("expected KIND:DTYPE, got ", s));
-  absl::StatusOr<uint8_t> dt = ParseDTypeWord(parts[1], false);
-  if (!dt.ok()) return dt.status();
-  return fb::ObjectType(*kind, *dt, fb::ObjectKind::Tensor);
+  DYNVM_ASSIGN_OR_RETURN(uint8_t dt, ParseDTypeWord(parts[1], false));
+  return fb::ObjectType(kind, dt, fb::ObjectKind::Tensor);
 }
 
 absl::StatusOr<fb::ScalarType> ParseScalarType(absl::string_view s) {
@@ -248,16 +243,14 @@ absl::StatusOr<std::unique_ptr<fb::PortT>> ParsePort(absl::string_view s) {
   if (absl::ConsumeSuffix(&s, "?")) p->optional = true;
   std::vector<absl::string_view> parts = absl::StrSplit(s, ':');
   if (parts.size() == 2) {
-    absl::StatusOr<fb::ObjectKind> k = ParseKindWord(parts[0]);
-    if (!k.ok()) return k.status();
-    p->kind = *k;
+    DYNVM_ASSIGN_OR_RETURN(fb::ObjectKind k, ParseKindWord(parts[0]));
+    p->kind = k;
     s = parts[1];
   } else if (parts.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("bad port '", s, "'"));
   }
-  absl::StatusOr<uint8_t> dt = ParseDTypeWord(s, true);
-  if (!dt.ok()) return dt.status();
-  p->dtype = *dt;
+  DYNVM_ASSIGN_OR_RETURN(uint8_t dt, ParseDTypeWord(s, true));
+  p->dtype = dt;
   return p;
 }
 
@@ -274,35 +267,28 @@ absl::StatusOr<std::unique_ptr<fb::AttributeT>> ParseAttr(absl::string_view s) {
   absl::string_view type = v.substr(0, colon), body = v.substr(colon + 1);
   if (type == "i") {
     a->type = fb::AttrType::Int;
-    absl::StatusOr<int64_t> x = ParseInt(body);
-    if (!x.ok()) return x.status();
-    a->i = *x;
+    DYNVM_ASSIGN_OR_RETURN(int64_t x, ParseInt(body));
+    a->i = x;
   } else if (type == "f") {
     a->type = fb::AttrType::Float;
-    absl::StatusOr<float> x = ParseF32(body);
-    if (!x.ok()) return x.status();
-    a->f = *x;
+    DYNVM_ASSIGN_OR_RETURN(float x, ParseF32(body));
+    a->f = x;
   } else if (type == "s") {
     a->type = fb::AttrType::String;
-    absl::StatusOr<std::string> x = Unquote(body);
-    if (!x.ok()) return x.status();
-    a->s = *x;
+    DYNVM_ASSIGN_OR_RETURN(std::string x, Unquote(body));
+    a->s = x;
   } else if (type == "ints" || type == "floats" || type == "strings") {
-    absl::StatusOr<std::vector<std::string>> items = Bracketed(body, '[', ']');
-    if (!items.ok()) return items.status();
-    for (const std::string& it : *items) {
+    DYNVM_ASSIGN_OR_RETURN(std::vector<std::string> items, Bracketed(body, '[', ']'));
+    for (const std::string& it : items) {
       if (type == "ints") {
-        absl::StatusOr<int64_t> x = ParseInt(it);
-        if (!x.ok()) return x.status();
-        a->ints.push_back(*x);
+        DYNVM_ASSIGN_OR_RETURN(int64_t x, ParseInt(it));
+        a->ints.push_back(x);
       } else if (type == "floats") {
-        absl::StatusOr<float> x = ParseF32(it);
-        if (!x.ok()) return x.status();
-        a->floats.push_back(*x);
+        DYNVM_ASSIGN_OR_RETURN(float x, ParseF32(it));
+        a->floats.push_back(x);
       } else {
-        absl::StatusOr<std::string> x = Unquote(it);
-        if (!x.ok()) return x.status();
-        a->strings.push_back(*x);
+        DYNVM_ASSIGN_OR_RETURN(std::string x, Unquote(it));
+        a->strings.push_back(x);
       }
     }
     a->type = type == "ints"     ? fb::AttrType::Ints
@@ -312,9 +298,8 @@ absl::StatusOr<std::unique_ptr<fb::AttributeT>> ParseAttr(absl::string_view s) {
     a->type = fb::AttrType::Tensor;
     if (!absl::ConsumePrefix(&body, "c"))
       return absl::InvalidArgumentError("tensor attribute must name a constant cN");
-    absl::StatusOr<uint32_t> x = ParseU32(body);
-    if (!x.ok()) return x.status();
-    a->tensor = *x;
+    DYNVM_ASSIGN_OR_RETURN(uint32_t x, ParseU32(body));
+    a->tensor = x;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown attribute type '", type, "'"));
   }
@@ -327,20 +312,19 @@ absl::StatusOr<std::string> EncodeValues(const std::vector<std::string>& items, 
   for (const std::string& it : items) {
     auto put = [&](const auto v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
     if (IsFloat(dtype)) {
-      absl::StatusOr<double> d = ParseF64(it);
-      if (!d.ok()) return d.status();
+      DYNVM_ASSIGN_OR_RETURN(double d, ParseF64(it));
       switch (dtype) {
         case DType::kF32:
-          put(static_cast<float>(*d));
+          put(static_cast<float>(d));
           break;
         case DType::kF64:
-          put(*d);
+          put(d);
           break;
         case DType::kF16:
-          put(Half(static_cast<float>(*d)).bits);
+          put(Half(static_cast<float>(d)).bits);
           break;
         default:
-          put(BFloat16(static_cast<float>(*d)).bits);
+          put(BFloat16(static_cast<float>(d)).bits);
           break;
       }
     } else if (dtype == DType::kBool) {
@@ -348,20 +332,19 @@ absl::StatusOr<std::string> EncodeValues(const std::vector<std::string>& items, 
         return absl::InvalidArgumentError(absl::StrCat("bad bool ", it));
       put(static_cast<uint8_t>(it == "true" || it == "1"));
     } else if (IsInteger(dtype)) {
-      absl::StatusOr<int64_t> v = ParseInt(it);
-      if (!v.ok()) return v.status();
+      DYNVM_ASSIGN_OR_RETURN(int64_t v, ParseInt(it));
       switch (DTypeSize(dtype)) {
         case 1:
-          put(static_cast<int8_t>(*v));
+          put(static_cast<int8_t>(v));
           break;
         case 2:
-          put(static_cast<int16_t>(*v));
+          put(static_cast<int16_t>(v));
           break;
         case 4:
-          put(static_cast<int32_t>(*v));
+          put(static_cast<int32_t>(v));
           break;
         default:
-          put(*v);
+          put(v);
           break;
       }
     } else {
@@ -444,9 +427,8 @@ absl::StatusOr<uint32_t> Assembler::Reg(absl::string_view s, char bank) const {
 
 absl::StatusOr<uint32_t> Assembler::ValueWord(absl::string_view s) const {
   if (absl::StartsWith(s, "%s")) {
-    absl::StatusOr<uint32_t> r = Reg(s, 's');
-    if (!r.ok()) return r.status();
-    return ValueRegister(*r);
+    DYNVM_ASSIGN_OR_RETURN(uint32_t r, Reg(s, 's'));
+    return ValueRegister(r);
   }
   absl::StatusOr<int64_t> v = ParseInt(s);
   if (!v.ok() || *v < 0 || *v >= kRegisterFlag) {
@@ -981,16 +963,16 @@ absl::StatusOr<Assembly> Assembler::Run(absl::string_view text) {
                                   w[0] != ".compressed";
       if (function_level) {
         if (fn_ == nullptr) return Err(absl::StrCat(w[0], " outside a function"));
-        if (absl::Status s = FunctionDirective(w); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(FunctionDirective(w));
       } else {
         if (fn_ != nullptr && w[0] != ".function")
           return Err(absl::StrCat(w[0], " inside a function"));
-        if (absl::Status s = Directive(w); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(Directive(w));
       }
       continue;
     }
     if (fn_ == nullptr) return Err("instruction outside a function");
-    if (absl::Status s = Instruction(line); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(Instruction(line));
   }
   if (fn_ != nullptr) return Err(absl::StrCat("function '", fn_->name, "' has no .end"));
   absl::flat_hash_map<std::string, uint32_t> function_index;

@@ -180,7 +180,7 @@ class FunctionVerifier {
   }
   absl::Status ScalarTyped(const Instr& in, uint32_t r, ScalarType want, const State& st,
                            bool read) const {
-    if (absl::Status s = ScalarReg(in, r, st, read); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ScalarReg(in, r, st, read));
     if (stypes_->Get(r) != want) {
       return ErrAt(in, absl::StrCat("%s", r, " is ", ScalarName(stypes_->Get(r)), ", expected ",
                                     ScalarName(want)));
@@ -196,7 +196,7 @@ class FunctionVerifier {
   }
   absl::Status ObjectKinded(const Instr& in, uint32_t r, ObjectKind want, const State& st,
                             bool read) const {
-    if (absl::Status s = ObjectReg(in, r, st, read); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ObjectReg(in, r, st, read));
     if (otypes_->Get(r)->kind() != want) {
       return ErrAt(in, absl::StrCat("%o", r, " is a ", TypeName(*otypes_->Get(r)), ", expected a ",
                                     KindName(want)));
@@ -231,10 +231,10 @@ class FunctionVerifier {
 
 absl::Status FunctionVerifier::Verify() {
   name_ = fn_.name()->str();
-  if (absl::Status s = CheckDeclarations(); !s.ok()) return s;
-  if (absl::Status s = CheckSignature(); !s.ok()) return s;
-  if (absl::Status s = Decode(); !s.ok()) return s;
-  if (absl::Status s = Structure(); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckDeclarations());
+  DYNVM_RETURN_IF_ERROR(CheckSignature());
+  DYNVM_RETURN_IF_ERROR(Decode());
+  DYNVM_RETURN_IF_ERROR(Structure());
   State st;
   st.bits.assign((num_s_ + num_o_ + 63) / 64 + 1, 0);
   for (uint32_t i = 0; i < fn_.num_scalar_params(); ++i) st.Set(i);
@@ -257,20 +257,16 @@ absl::Status FunctionVerifier::CheckDeclarations() {
       return Err(0, absl::StrCat("%s", i, " has an invalid scalar type"));
   }
   for (uint32_t i = 0; i < num_o_; ++i) {
-    if (absl::Status s =
-            CheckObjectType(*otypes_->Get(i), absl::StrCat("function '", name_, "' %o", i));
-        !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(
+        CheckObjectType(*otypes_->Get(i), absl::StrCat("function '", name_, "' %o", i)));
   }
   if (fn_.num_scalar_params() > num_s_ || fn_.num_object_params() > num_o_) {
     return Err(0, "more parameters than registers");
   }
   if (fn_.object_results()) {
     for (uint32_t i = 0; i < fn_.object_results()->size(); ++i) {
-      if (absl::Status s = CheckObjectType(*fn_.object_results()->Get(i),
-                                           absl::StrCat("function '", name_, "' result ", i));
-          !s.ok())
-        return s;
+      DYNVM_RETURN_IF_ERROR(CheckObjectType(*fn_.object_results()->Get(i),
+                                            absl::StrCat("function '", name_, "' result ", i)));
     }
   }
   if (fn_.scalar_results()) {
@@ -340,7 +336,7 @@ absl::Status FunctionVerifier::CheckSignature() {
     }
     return absl::OkStatus();
   };
-  if (absl::Status s = check_params(sig->inputs(), true); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(check_params(sig->inputs(), true));
   return check_params(sig->outputs(), false);
 }
 
@@ -478,17 +474,15 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
     const Instr& in = instrs_[i];
     switch (in.d.op) {
       case Opcode::kIf: {
-        if (absl::Status s =
-                ScalarTyped(in, Operand(in, op::If::kCond), ScalarType::Bool, st, true);
-            !s.ok())
-          return s;
+        DYNVM_RETURN_IF_ERROR(
+            ScalarTyped(in, Operand(in, op::If::kCond), ScalarType::Bool, st, true));
         const Instr& m = instrs_[in.match];
         const bool has_else = m.d.op == Opcode::kElse;
         State then_state = st;
-        if (absl::Status s = Flow(i + 1, in.match, then_state, loops); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(Flow(i + 1, in.match, then_state, loops));
         if (has_else) {
           State else_state = st;
-          if (absl::Status s = Flow(in.match + 1, in.endif, else_state, loops); !s.ok()) return s;
+          DYNVM_RETURN_IF_ERROR(Flow(in.match + 1, in.endif, else_state, loops));
           then_state.MeetWith(else_state);
           st = std::move(then_state);
         } else {
@@ -505,7 +499,7 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
         const State pre = st;
         loops.push_back({State::Unreachable(words), State::Unreachable(words)});
         State body = st;
-        if (absl::Status s = Flow(i + 1, in.match, body, loops); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(Flow(i + 1, in.match, body, loops));
         LoopContext ctx = std::move(loops.back());
         loops.pop_back();
         body.MeetWith(ctx.continues);
@@ -533,10 +527,8 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
       case Opcode::kBreakIf:
       case Opcode::kBreakUnless:
         static_assert(+op::BreakIf::kCond == +op::BreakUnless::kCond);
-        if (absl::Status s =
-                ScalarTyped(in, Operand(in, op::BreakIf::kCond), ScalarType::Bool, st, true);
-            !s.ok())
-          return s;
+        DYNVM_RETURN_IF_ERROR(
+            ScalarTyped(in, Operand(in, op::BreakIf::kCond), ScalarType::Bool, st, true));
         loops.back().breaks.MeetWith(st);
         break;
       case Opcode::kContinue:
@@ -545,11 +537,11 @@ absl::Status FunctionVerifier::Flow(size_t begin, size_t end, State& st,
         break;
       case Opcode::kRet:
       case Opcode::kFail:
-        if (absl::Status s = Step(in, st); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(Step(in, st));
         st = State::Unreachable(words);
         break;
       default:
-        if (absl::Status s = Step(in, st); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(Step(in, st));
         break;
     }
     ++i;
@@ -1019,8 +1011,8 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
   if (exe.functions() == nullptr || exe.functions()->size() == 0) {
     return absl::InvalidArgumentError("executable has no functions");
   }
-  if (absl::Status s = CheckConstants(exe, constant_segment_size, limits); !s.ok()) return s;
-  if (absl::Status s = CheckKernels(exe); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckConstants(exe, constant_segment_size, limits));
+  DYNVM_RETURN_IF_ERROR(CheckKernels(exe));
   absl::flat_hash_set<std::string> names;
   for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
     const fb::Function* f = exe.functions()->Get(i);
@@ -1031,32 +1023,31 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
   }
   for (uint32_t i = 0; i < exe.functions()->size(); ++i) {
     FunctionVerifier v(exe, *exe.functions()->Get(i), limits);
-    if (absl::Status s = v.Verify(); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(v.Verify());
   }
   return CheckDebug(exe);
 }
 
 absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes,
                                         const VerifyLimits& limits) {
-  absl::StatusOr<schema::FileHeader> h = schema::ParseHeader(bytes);
-  if (!h.ok()) return h.status();
-  const uint8_t* fb_data = bytes.data() + h->flatbuffer_offset;
+  DYNVM_ASSIGN_OR_RETURN(schema::FileHeader h, schema::ParseHeader(bytes));
+  const uint8_t* fb_data = bytes.data() + h.flatbuffer_offset;
   flatbuffers::Verifier::Options opts;
   opts.max_tables = 1000000;
   opts.max_depth = 64;
-  flatbuffers::Verifier verifier(fb_data, h->flatbuffer_size, opts);
+  flatbuffers::Verifier verifier(fb_data, h.flatbuffer_size, opts);
   if (!fb::VerifyExecutableBuffer(verifier)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "flatbuffer structure is invalid (", h->flatbuffer_size, " bytes at offset ",
-        h->flatbuffer_offset, "): a field points outside the buffer or has the wrong type"));
+        "flatbuffer structure is invalid (", h.flatbuffer_size, " bytes at offset ",
+        h.flatbuffer_offset, "): a field points outside the buffer or has the wrong type"));
   }
   const fb::Executable* exe = fb::GetExecutable(fb_data);
   // Constants stored in a weights file are checked against that file when it is attached.
-  const uint64_t segment = (h->required_features & schema::kFeatureExternalWeights)
+  const uint64_t segment = (h.required_features & schema::kFeatureExternalWeights)
                                ? (exe->weights() ? exe->weights()->size() : 0)
-                               : h->constants_raw_size;
-  if (absl::Status s = VerifyExecutable(*exe, segment, limits); !s.ok()) return s;
-  return VerifiedFile{*h, exe};
+                               : h.constants_raw_size;
+  DYNVM_RETURN_IF_ERROR(VerifyExecutable(*exe, segment, limits));
+  return VerifiedFile{h, exe};
 }
 
 }  // namespace dynvm::isa

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace dynvm {
 namespace {
@@ -83,9 +84,9 @@ absl::StatusOr<void*> KernelContext::Workspace(size_t bytes) {
     const size_t old = s->workspace ? s->workspace->size() : 0;
     bytes = std::max({bytes, kMinWorkspaceBytes, old > 0 ? 2 * old : size_t{0}});
     s->workspace.Reset();
-    absl::StatusOr<StorageRef> st = Storage::Allocate(*allocator_, bytes, allocator_keep_alive_);
-    if (!st.ok()) return st.status();
-    s->workspace = *std::move(st);
+    DYNVM_ASSIGN_OR_RETURN(StorageRef st,
+                           Storage::Allocate(*allocator_, bytes, allocator_keep_alive_));
+    s->workspace = std::move(st);
   }
   return s->workspace->data();
 }
@@ -97,10 +98,9 @@ absl::StatusOr<void*> KernelContext::DeviceWorkspace(size_t bytes) {
   Site* s = site();
   if (!s->device_workspace || s->device_workspace->size() < bytes) {
     s->device_workspace.Reset();
-    absl::StatusOr<StorageRef> st =
-        Storage::Allocate(device_context_->allocator(), bytes, device_context_->allocator_ref());
-    if (!st.ok()) return st.status();
-    s->device_workspace = *std::move(st);
+    DYNVM_ASSIGN_OR_RETURN(StorageRef st, Storage::Allocate(device_context_->allocator(), bytes,
+                                                            device_context_->allocator_ref()));
+    s->device_workspace = std::move(st);
   }
   return s->device_workspace->data();
 }

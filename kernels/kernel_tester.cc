@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "kernels/registry.h"
 
 namespace dynvm::testing {
@@ -174,9 +175,8 @@ absl::Status KernelTester::Compare(absl::string_view backend) {
   absl::StatusOr<std::unique_ptr<Kernel>> ref = registry.Create(ref_spec, {{"reference"}});
   KernelSpec spec = call_.spec();
   spec.backend = std::string(backend);
-  absl::StatusOr<std::unique_ptr<Kernel>> kernel = registry.Create(spec);
-  if (!kernel.ok()) return kernel.status();
-  kernel_name_ = (*kernel)->name();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, registry.Create(spec));
+  kernel_name_ = (kernel)->name();
   if (!ref.ok()) {
     return absl::InternalError(absl::StrCat(
         kernel_name_, ": created, but the reference kernel refuses: ", ref.status().ToString()));
@@ -201,7 +201,7 @@ absl::Status KernelTester::Compare(absl::string_view backend) {
     }
     std::vector<Tensor*> got_ptrs;
     for (Tensor& t : got) got_ptrs.push_back(&t);
-    const absl::Status s = (*kernel)->Run(ctx, in, got_ptrs);
+    const absl::Status s = (kernel)->Run(ctx, in, got_ptrs);
     const std::string where = absl::StrCat(kernel_name_, " run ", run, " on ", what);
     if (!want_status.ok()) {
       if (s.code() != want_status.code()) {

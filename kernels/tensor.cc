@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/heap_allocator.h"
+#include "common/status_macros.h"
 
 namespace dynvm {
 
@@ -40,18 +41,16 @@ absl::StatusOr<Tensor> Tensor::Allocate(Allocator& allocator, DType dtype,
   if (dims.size() > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", dims.size(), " exceeds ", kMaxRank));
   }
-  absl::StatusOr<int64_t> n = CheckedNumel(dims);
-  if (!n.ok()) return n.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(dims));
   int64_t bytes;
-  if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
+  if (__builtin_mul_overflow(n, DTypeSize(dtype), &bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("byte size of ", DimsString(dims), " overflows"));
   }
-  absl::StatusOr<StorageRef> s =
-      Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
-  if (!s.ok()) return s.status();
+  DYNVM_ASSIGN_OR_RETURN(StorageRef s, Storage::Allocate(allocator, static_cast<size_t>(bytes),
+                                                         std::move(keep_alive)));
   Tensor t;
-  t.storage_ = *std::move(s);
+  t.storage_ = std::move(s);
   t.data_ = t.storage_->data();
   t.dtype_ = dtype;
   t.SetContiguousDims(dims);
@@ -84,8 +83,7 @@ absl::StatusOr<Tensor> Tensor::View(StorageRef storage, int64_t byte_offset, DTy
   if (!strides.empty() && strides.size() != dims.size()) {
     return absl::InvalidArgumentError("view: dims and strides differ in length");
   }
-  absl::StatusOr<int64_t> n = CheckedNumel(dims);
-  if (!n.ok()) return n.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(dims));
   const int64_t esize = DTypeSize(dtype);
   const int64_t size = static_cast<int64_t>(storage->size());
   if (byte_offset < 0 || byte_offset > size) {
@@ -97,7 +95,7 @@ absl::StatusOr<Tensor> Tensor::View(StorageRef storage, int64_t byte_offset, DTy
     ContiguousStrides(dims, contiguous);
     strides = absl::Span<const int64_t>(contiguous, dims.size());
   }
-  if (*n > 0) {
+  if (n > 0) {
     // The lowest and highest element offsets the view can reach.
     int64_t lo = 0, hi = 0;
     for (size_t i = 0; i < dims.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include "allocator/heap_allocator.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::testing {
@@ -69,15 +70,14 @@ KernelCall& KernelCall::Backend(std::string backend) {
 }
 
 absl::StatusOr<std::vector<Tensor>> KernelCall::Run(int num_threads) {
-  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec_);
-  if (!k.ok()) return k.status();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec_));
   KernelContext ctx(&HeapAllocator::Get(), num_threads);
   std::vector<const Tensor*> in;
   for (size_t i = 0; i < inputs_.size(); ++i) in.push_back(present_[i] ? &inputs_[i] : nullptr);
   std::vector<Tensor> outs = outputs_;
   std::vector<Tensor*> out;
   for (Tensor& t : outs) out.push_back(&t);
-  absl::Status s = (*k)->Run(ctx, in, out);
+  absl::Status s = (k)->Run(ctx, in, out);
   if (!s.ok()) return s;
   return outs;
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "schema/format.h"
 
 namespace dynvm::schema {
@@ -198,7 +199,7 @@ absl::Status CheckCompressedSegment(absl::Span<const uint8_t> stored, uint64_t r
 }
 
 absl::Status DecompressSegment(absl::Span<const uint8_t> stored, uint8_t* out, uint64_t raw_size) {
-  if (absl::Status s = CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckCompressedSegment(stored, raw_size));
   const size_t n = ZSTD_decompress(out, raw_size, stored.data(), stored.size());
   if (ZSTD_isError(n)) {
     return absl::DataLossError(absl::StrCat("compressed constants: ", ZSTD_getErrorName(n)));

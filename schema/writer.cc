@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "schema/format.h"
 #include "schema/weights.h"
 
@@ -45,9 +46,8 @@ absl::StatusOr<std::string> SerializeExecutable(fb::ExecutableT& exe,
     return absl::InvalidArgumentError(
         "SerializeExecutable writes one file: use SerializeExecutableFiles for a weights file");
   }
-  absl::StatusOr<SerializedFiles> files = SerializeExecutableFiles(exe, constants, options);
-  if (!files.ok()) return files.status();
-  return std::move(files->executable);
+  DYNVM_ASSIGN_OR_RETURN(SerializedFiles files, SerializeExecutableFiles(exe, constants, options));
+  return std::move(files.executable);
 }
 
 absl::StatusOr<SerializedFiles> SerializeExecutableFiles(
@@ -77,9 +77,8 @@ absl::StatusOr<SerializedFiles> SerializeExecutableFiles(
   std::string stored;
   const bool compress = options.compress && segment_size > 0;
   if (compress) {
-    absl::StatusOr<std::string> c = CompressSegment(segment, options.compression_level);
-    if (!c.ok()) return c.status();
-    stored = *std::move(c);
+    DYNVM_ASSIGN_OR_RETURN(std::string c, CompressSegment(segment, options.compression_level));
+    stored = std::move(c);
   }
   const std::string& data = compress ? stored : segment;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/status_macros.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/op_registry.h"
@@ -41,9 +42,8 @@ class DoubleKernel final : public Kernel {
     const Tensor& x = *in[0];
     Tensor& y = *out[0];
     if (!y.defined()) {  // no shape function: a dynamic output
-      absl::StatusOr<Tensor> t = ctx.AllocateOutput(DType::kF32, x.dims());
-      if (!t.ok()) return t.status();
-      y = *std::move(t);
+      DYNVM_ASSIGN_OR_RETURN(Tensor t, ctx.AllocateOutput(DType::kF32, x.dims()));
+      y = std::move(t);
     }
     if (y.dims() != x.dims()) return absl::InvalidArgumentError("Double: shape mismatch");
     // Row-major walk over x's dims with its strides; y is contiguous.

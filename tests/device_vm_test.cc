@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "isa/assembler.h"
@@ -109,10 +110,10 @@ class TwiceKernel final : public Kernel {
     if (x.device() != Device::kCUDA) return absl::FailedPreconditionError("input on the host");
     Tensor& y = *out[0];
     if (!y.defined()) {
-      absl::StatusOr<Tensor> t = Tensor::Allocate(ctx.device_context()->allocator(), x.dtype(),
-                                                  x.dims(), ctx.device_context()->allocator_ref());
-      if (!t.ok()) return t.status();
-      y = *std::move(t);
+      DYNVM_ASSIGN_OR_RETURN(
+          Tensor t, Tensor::Allocate(ctx.device_context()->allocator(), x.dtype(), x.dims(),
+                                     ctx.device_context()->allocator_ref()));
+      y = std::move(t);
     }
     if (y.device() != Device::kCUDA) return absl::FailedPreconditionError("output on the host");
     for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] = 2 * x.data<float>()[i];

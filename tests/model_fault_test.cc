@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gmock/gmock.h"
@@ -78,10 +79,9 @@ absl::StatusOr<std::shared_ptr<const Executable>> LoadModel(const BackendPolicy&
 
 absl::StatusOr<std::unique_ptr<VirtualMachine>> BoundVm(
     const std::shared_ptr<const Executable>& exe, const Case& c, const VmOptions& options = {}) {
-  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe, options);
-  if (!vm.ok()) return vm.status();
-  if (absl::Status s = (*vm)->SetInput("prompt", c.prompt); !s.ok()) return s;
-  if (absl::Status s = (*vm)->SetInput("max_new_tokens", c.max_new_tokens); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<VirtualMachine> vm, VirtualMachine::Create(exe, options));
+  DYNVM_RETURN_IF_ERROR((vm)->SetInput("prompt", c.prompt));
+  DYNVM_RETURN_IF_ERROR((vm)->SetInput("max_new_tokens", c.max_new_tokens));
   return vm;
 }
 

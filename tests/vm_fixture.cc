@@ -1,5 +1,6 @@
 #include "tests/vm_fixture.h"
 
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "isa/assembler.h"
 #include "kernels/testing.h"
@@ -8,9 +9,8 @@ namespace dynvm::testing {
 
 absl::StatusOr<std::shared_ptr<const Executable>> AssembleAndLoad(absl::string_view text,
                                                                   const LoadOptions& options) {
-  absl::StatusOr<std::string> bytes = isa::AssembleToBytes(text);
-  if (!bytes.ok()) return bytes.status();
-  return Executable::LoadFromBytes(*bytes, options);
+  DYNVM_ASSIGN_OR_RETURN(std::string bytes, isa::AssembleToBytes(text));
+  return Executable::LoadFromBytes(bytes, options);
 }
 
 std::shared_ptr<const Executable> LoadAssembly(absl::string_view text, const LoadOptions& options) {
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<Tensor>> RunWith(
     VirtualMachine& vm, const std::vector<std::pair<std::string, Tensor>>& inputs,
     FunctionRef function) {
   for (const auto& [name, t] : inputs) {
-    if (absl::Status s = vm.SetInput(name, t, function); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(vm.SetInput(name, t, function));
   }
   RunOptions run;
   if (function.is_handle()) {
@@ -49,7 +49,7 @@ absl::StatusOr<std::vector<Tensor>> RunWith(
   } else {
     run.function = std::string(function.name());
   }
-  if (absl::Status s = vm.Run(run); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(vm.Run(run));
   return vm.GetOutputs(function);
 }
 

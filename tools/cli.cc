@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace dynvm::cli {
 
@@ -116,7 +117,7 @@ absl::Status FlagParser::Parse(int argc, const char* const* argv) {
       if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
       value = argv[++i];
     }
-    if (absl::Status s = Set(*flag, name, value); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(Set(*flag, name, value));
   }
   return absl::OkStatus();
 }

@@ -7,7 +7,8 @@
 #
 # Stages (budgets on 2 cores, from the hardening issue):
 #   install            <= 6 min   tools/install-deps.sh test (only what is missing)
-#   format             <= 1 min   clang-format --dry-run --Werror over every tracked C++/CUDA source
+#   format             <= 1 min   clang-format --dry-run --Werror over every tracked C++/CUDA source,
+#                                 and no function over 150 lines (tools/lint/function_lengths.py)
 #   build              <= 12 min  Release build, with CUDA (-DDYNVM_WITH_CUDA=ON) when
 #                                 /usr/local/cuda/bin/nvcc exists: one build, not two
 #   ctest              <= 8 min   every test, the ONNX conformance runner included
@@ -45,6 +46,8 @@ install() { bash tools/install-deps.sh test; }
 check_format() {
   git ls-files -z '*.cc' '*.h' '*.cu' '*.cuh' | xargs -0 clang-format --dry-run --Werror
   echo "format: $(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | wc -l) files formatted"
+  # No function over 150 lines outside the interpreter's dispatch function (docs/compiler.md).
+  python3 tools/lint/function_lengths.py compiler isa vm tools python
 }
 
 build_release() {

@@ -197,8 +197,7 @@ absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text,
 // A one-element tensor of `dtype` holding `text` parsed as a number.
 absl::StatusOr<Tensor> ScalarOf(DType dtype, absl::string_view text, int rank) {
   std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
-  absl::StatusOr<Tensor> t = Tensor::Empty(dtype, dims);
-  if (!t.ok()) return t.status();
+  DYNVM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, dims));
   double d;
   int64_t i;
   const bool is_int = cli::ParseInt64(text, false, &i).ok();
@@ -208,19 +207,19 @@ absl::StatusOr<Tensor> ScalarOf(DType dtype, absl::string_view text, int rank) {
   if (is_int) d = static_cast<double>(i);
   switch (dtype) {
     case DType::kF32:
-      *t->data<float>() = static_cast<float>(d);
+      *t.data<float>() = static_cast<float>(d);
       break;
     case DType::kF64:
-      *t->data<double>() = d;
+      *t.data<double>() = d;
       break;
     case DType::kI64:
-      *t->data<int64_t>() = is_int ? i : static_cast<int64_t>(d);
+      *t.data<int64_t>() = is_int ? i : static_cast<int64_t>(d);
       break;
     case DType::kI32:
-      *t->data<int32_t>() = static_cast<int32_t>(is_int ? i : static_cast<int64_t>(d));
+      *t.data<int32_t>() = static_cast<int32_t>(is_int ? i : static_cast<int64_t>(d));
       break;
     case DType::kBool:
-      *t->data<bool>() = d != 0;
+      *t.data<bool>() = d != 0;
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -310,9 +309,8 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info,
       return absl::Status(t.status().code(),
                           absl::StrCat("input '", name, "': ", t.status().message()));
     if (p.dtype == DType::kBF16 && t->dtype() == DType::kU16) {
-      absl::StatusOr<Tensor> as_bf16 = npy::ReinterpretAs(*t, DType::kBF16);
-      if (!as_bf16.ok()) return as_bf16.status();
-      t = *std::move(as_bf16);
+      DYNVM_ASSIGN_OR_RETURN(Tensor as_bf16, npy::ReinterpretAs(*t, DType::kBF16));
+      t = std::move(as_bf16);
     }
     if (t->dtype() != p.dtype) {
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "' must be ",
@@ -371,7 +369,7 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info,
       if (!t.ok())
         return absl::Status(t.status().code(),
                             absl::StrCat("input '", name, "': ", t.status().message()));
-      if (absl::Status s = vm.SetInput(name, *t, info.name); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(vm.SetInput(name, *t, info.name));
       note(p, *t);
       bound[index] = true;
     }
@@ -445,39 +443,36 @@ absl::StatusOr<HostOutputs> CollectOutputs(const VirtualMachine& vm, const Funct
   HostOutputs h;
   size_t current = 0;
   auto add = [&](const std::string& name, const Tensor& t) -> absl::Status {
-    absl::StatusOr<Tensor> host = vm.ToHost(t);
-    if (!host.ok()) return host.status();
+    DYNVM_ASSIGN_OR_RETURN(Tensor host, vm.ToHost(t));
     h.output_index.push_back(current);
     h.names.push_back(name);
-    h.tensors.push_back(*std::move(host));
+    h.tensors.push_back(std::move(host));
     return absl::OkStatus();
   };
   for (size_t i = 0; i < info.outputs.size(); ++i) {
     current = i;
     const std::string& name = info.outputs[i].name;
-    absl::StatusOr<ObjectValue> v = vm.GetOutputValue(static_cast<int>(i), info.name);
-    if (!v.ok()) return v.status();
-    if (v->kind == ObjectKind::kTensor) {
-      if (absl::Status s = add(name, v->tensor); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(ObjectValue v, vm.GetOutputValue(static_cast<int>(i), info.name));
+    if (v.kind == ObjectKind::kTensor) {
+      DYNVM_RETURN_IF_ERROR(add(name, v.tensor));
       h.lines.push_back(
-          absl::StrCat(name, " ", DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString()));
+          absl::StrCat(name, " ", DTypeName(v.tensor.dtype()), " ", v.tensor.ShapeString()));
       continue;
     }
-    if (v->kind == ObjectKind::kOptional && !v->has_value) {
+    if (v.kind == ObjectKind::kOptional && !v.has_value) {
       h.lines.push_back(absl::StrCat(name, " optional: empty"));
       continue;
     }
-    const bool seq = v->kind == ObjectKind::kSequence || v->elem_kind == ObjectKind::kSequence;
-    std::string line = absl::StrCat(name, v->kind == ObjectKind::kOptional ? " optional " : " ");
+    const bool seq = v.kind == ObjectKind::kSequence || v.elem_kind == ObjectKind::kSequence;
+    std::string line = absl::StrCat(name, v.kind == ObjectKind::kOptional ? " optional " : " ");
     if (!seq) {
-      if (absl::Status s = add(name, v->tensor); !s.ok()) return s;
-      absl::StrAppend(&line, DTypeName(v->tensor.dtype()), " ", v->tensor.ShapeString());
+      DYNVM_RETURN_IF_ERROR(add(name, v.tensor));
+      absl::StrAppend(&line, DTypeName(v.tensor.dtype()), " ", v.tensor.ShapeString());
     } else {
-      absl::StrAppend(&line, "sequence of ", v->sequence.size(), v->sequence.empty() ? "" : ":");
-      for (size_t k = 0; k < v->sequence.size(); ++k) {
-        if (absl::Status s = add(absl::StrCat(name, "_", k), v->sequence[k]); !s.ok()) return s;
-        absl::StrAppend(&line, " ", DTypeName(v->sequence[k].dtype()),
-                        v->sequence[k].ShapeString());
+      absl::StrAppend(&line, "sequence of ", v.sequence.size(), v.sequence.empty() ? "" : ":");
+      for (size_t k = 0; k < v.sequence.size(); ++k) {
+        DYNVM_RETURN_IF_ERROR(add(absl::StrCat(name, "_", k), v.sequence[k]));
+        absl::StrAppend(&line, " ", DTypeName(v.sequence[k].dtype()), v.sequence[k].ShapeString());
       }
     }
     h.lines.push_back(std::move(line));

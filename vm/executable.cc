@@ -11,6 +11,7 @@
 #include "allocator/cuda_allocator.h"
 #include "common/status_macros.h"
 #include "isa/instruction.h"
+#include "isa/operands.h"
 #include "isa/verifier.h"
 #include "schema/executable_generated.h"
 #include "schema/fb_util.h"
@@ -57,10 +58,9 @@ absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable::
     case fb::AttrType::Tensor: {
       v.type = AttrValue::Type::kTensor;
       const Executable::ConstantEntry& c = exe.constant(static_cast<int>(a.tensor()));
-      absl::StatusOr<Tensor> t =
-          Tensor::View(constants, static_cast<int64_t>(c.offset), c.dtype, c.shape);
-      if (!t.ok()) return t.status();
-      v.tensor = *std::move(t);
+      DYNVM_ASSIGN_OR_RETURN(
+          Tensor t, Tensor::View(constants, static_cast<int64_t>(c.offset), c.dtype, c.shape));
+      v.tensor = std::move(t);
       break;
     }
   }
@@ -145,9 +145,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> SharedSegment(const SegmentKey& k
   if (it != r.live.end()) {
     if (std::shared_ptr<const Segment> s = it->second.lock()) return s;
   }
-  absl::StatusOr<std::shared_ptr<const Segment>> s = load();
-  if (!s.ok()) return s.status();
-  r.live[key] = *s;
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const Segment> s, load());
+  r.live[key] = s;
   // Drop expired entries now and then, so the map does not grow with dead segments.
   for (auto i = r.live.begin(); i != r.live.end();) {
     i = i->second.expired() ? r.live.erase(i) : std::next(i);
@@ -159,7 +158,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> SharedSegment(const SegmentKey& k
 absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8_t> stored,
                                                           uint64_t raw_size) {
   // The frame must declare raw_size before that much is allocated.
-  if (absl::Status s = schema::CheckCompressedSegment(stored, raw_size); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(schema::CheckCompressedSegment(stored, raw_size));
   auto seg = std::make_shared<Segment>();
   if (raw_size > 0) {
     const uint64_t padded = (raw_size + 63) / 64 * 64;
@@ -168,7 +167,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> Decompress(absl::Span<const uint8
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", raw_size, " bytes for the decompressed constants"));
     }
-    if (absl::Status s = schema::DecompressSegment(stored, seg->owned, raw_size); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(schema::DecompressSegment(stored, seg->owned, raw_size));
   }
   seg->data = seg->owned;
   seg->size = raw_size;
@@ -210,7 +209,8 @@ void FindOutputAllocs(Executable::FunctionEntry& e,
           for (uint32_t k = 0; k < sl.count; ++k) write(ip[sl.pos + 1 + k]);
           break;
         case isa::Operand::kListOut: {
-          const uint32_t kernel = ip[d.slots[0].pos];
+          const uint32_t kernel =
+              isa::Operands<isa::op::Invoke>(ip).word<isa::op::Invoke::kKernel>();
           for (uint32_t k = 0; k < sl.count; ++k) {
             const bool dynamic = kernel < kernels.size() &&
                                  k < kernels[kernel].dynamic_outputs.size() &&
@@ -223,10 +223,15 @@ void FindOutputAllocs(Executable::FunctionEntry& e,
           break;
       }
     }
-    if (d.op == isa::Opcode::kAllocTensor && loop_depth == 0 && ip[1] < alloc_pc.size())
-      alloc_pc[ip[1]] = pc;
+    if (d.op == isa::Opcode::kAllocTensor && loop_depth == 0) {
+      const uint32_t dst =
+          isa::Operands<isa::op::AllocTensor>(ip).reg<isa::op::AllocTensor::kDst>();
+      if (dst < alloc_pc.size()) alloc_pc[dst] = pc;
+    }
     if (d.op == isa::Opcode::kRet) {
-      std::vector<uint32_t> regs(ip + 2, ip + 2 + ip[1]);
+      const absl::Span<const uint32_t> objs =
+          isa::Operands<isa::op::Ret>(ip).list<isa::op::Ret::kObjs>();
+      std::vector<uint32_t> regs(objs.begin(), objs.end());
       if (have_ret && regs != ret_regs) return;
       ret_regs = std::move(regs);
       have_ret = true;
@@ -485,9 +490,9 @@ int Executable::SharedSegmentCount() {
 
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::string& path,
                                                                    const LoadOptions& options) {
-  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(*std::move(file), path, options);
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
+                         schema::MappedFile::Open(path));
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(std::move(file), path, options);
   if (!exe.ok())
     return absl::Status(exe.status().code(), absl::StrCat(path, ": ", exe.status().message()));
   return exe;
@@ -578,10 +583,10 @@ absl::StatusOr<StorageRef> Executable::DeviceConstants(DeviceContext& device) co
   }
   std::lock_guard<std::mutex> lock(rep_->device_mu);
   if (!rep_->device_constants[d]) {
-    absl::StatusOr<StorageRef> st = device.UploadConstant(
-        rep_->constant_segment, static_cast<size_t>(rep_->constant_segment_size));
-    if (!st.ok()) return st.status();
-    rep_->device_constants[d] = *std::move(st);
+    DYNVM_ASSIGN_OR_RETURN(StorageRef st,
+                           device.UploadConstant(rep_->constant_segment,
+                                                 static_cast<size_t>(rep_->constant_segment_size)));
+    rep_->device_constants[d] = std::move(st);
   }
   return rep_->device_constants[d];
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 
 namespace dynvm::ops {
 namespace {
@@ -28,7 +29,7 @@ absl::Status CheckDevice(const Tensor& t, DeviceContext* device, absl::string_vi
 
 absl::Status CheckIndex(const Tensor& t, int64_t index, absl::string_view what,
                         DeviceContext* device) {
-  if (absl::Status s = CheckDevice(t, device, what); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckDevice(t, device, what));
   if (index < 0 || index >= t.numel()) {
     return absl::OutOfRangeError(
         absl::StrCat(what, ": index ", index, " out of range for ", t.DebugString()));
@@ -106,7 +107,7 @@ absl::StatusOr<double> AsDouble(DType dtype, const uint8_t* p) {
 absl::StatusOr<double> LoadAsDouble(const Tensor& t, int64_t index, DeviceContext* device) {
   if (t.dtype() == DType::kString) return AsDouble(t.dtype(), nullptr);
   uint8_t buf[8];
-  if (absl::Status s = LoadElement(t, index, buf, device); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(LoadElement(t, index, buf, device));
   return AsDouble(t.dtype(), buf);
 }
 
@@ -141,10 +142,10 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy: dtypes differ: ", src.DebugString(), " -> ", dst.DebugString()));
   }
-  if (absl::Status s = CheckWritable(dst, "copy"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckWritable(dst, "copy"));
   if (src.device() != Device::kCPU || dst.device() != Device::kCPU) {
-    if (absl::Status s = CheckDevice(src, device, "copy"); !s.ok()) return s;
-    if (absl::Status s = CheckDevice(dst, device, "copy"); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckDevice(src, device, "copy"));
+    DYNVM_RETURN_IF_ERROR(CheckDevice(dst, device, "copy"));
     return device->Copy(src, dst);
   }
   const int64_t esize = DTypeSize(src.dtype());
@@ -183,34 +184,32 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
 }
 
 absl::StatusOr<int64_t> ReadInt(const Tensor& t, int64_t index, DeviceContext* device) {
-  if (absl::Status s = CheckIndex(t, index, "read_i", device); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckIndex(t, index, "read_i", device));
   if (t.dtype() == DType::kI64 || t.dtype() == DType::kU64) {
     uint8_t buf[8];
-    if (absl::Status s = LoadElement(t, index, buf, device); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(LoadElement(t, index, buf, device));
     int64_t v;
     std::memcpy(&v, buf, 8);  // u64 wraps to i64
     return v;
   }
-  absl::StatusOr<double> d = LoadAsDouble(t, index, device);
-  if (!d.ok()) return d.status();
-  return SaturatingToInt(*d);
+  DYNVM_ASSIGN_OR_RETURN(double d, LoadAsDouble(t, index, device));
+  return SaturatingToInt(d);
 }
 
 absl::StatusOr<double> ReadFloat(const Tensor& t, int64_t index, DeviceContext* device) {
-  if (absl::Status s = CheckIndex(t, index, "read_f", device); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckIndex(t, index, "read_f", device));
   return LoadAsDouble(t, index, device);
 }
 
 absl::StatusOr<bool> ReadBool(const Tensor& t, int64_t index, DeviceContext* device) {
-  if (absl::Status s = CheckIndex(t, index, "read_b", device); !s.ok()) return s;
-  absl::StatusOr<double> d = LoadAsDouble(t, index, device);
-  if (!d.ok()) return d.status();
-  return *d != 0;
+  DYNVM_RETURN_IF_ERROR(CheckIndex(t, index, "read_b", device));
+  DYNVM_ASSIGN_OR_RETURN(double d, LoadAsDouble(t, index, device));
+  return d != 0;
 }
 
 absl::Status WriteInt(Tensor& t, int64_t index, int64_t v, DeviceContext* device) {
-  if (absl::Status s = CheckIndex(t, index, "write", device); !s.ok()) return s;
-  if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckIndex(t, index, "write", device));
+  DYNVM_RETURN_IF_ERROR(CheckWritable(t, "write"));
   uint8_t buf[8];
   switch (t.dtype()) {
     case DType::kI64:
@@ -247,8 +246,8 @@ absl::Status WriteInt(Tensor& t, int64_t index, int64_t v, DeviceContext* device
 }
 
 absl::Status WriteFloat(Tensor& t, int64_t index, double v, DeviceContext* device) {
-  if (absl::Status s = CheckIndex(t, index, "write", device); !s.ok()) return s;
-  if (absl::Status s = CheckWritable(t, "write"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckIndex(t, index, "write", device));
+  DYNVM_RETURN_IF_ERROR(CheckWritable(t, "write"));
   uint8_t buf[8];
   switch (t.dtype()) {
     case DType::kF32:
@@ -284,9 +283,8 @@ absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType d
 }
 
 absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims) {
-  absl::StatusOr<int64_t> n = CheckedNumel(dims);
-  if (!n.ok()) return n.status();
-  if (*n != src.numel()) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(dims));
+  if (n != src.numel()) {
     return absl::InvalidArgumentError(absl::StrCat("reshape of ", src.DebugString(), " to ",
                                                    DimsString(dims), ": element counts differ"));
   }
@@ -331,21 +329,19 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
   int64_t cap_dims[Tensor::kMaxRank];
   std::copy(dims.begin(), dims.end(), cap_dims);
   cap_dims[axis] = capacity;
-  absl::StatusOr<int64_t> n = CheckedNumel(absl::Span<const int64_t>(cap_dims, dims.size()));
-  if (!n.ok()) return n.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(absl::Span<const int64_t>(cap_dims, dims.size())));
   int64_t bytes;
-  if (__builtin_mul_overflow(*n, DTypeSize(dtype), &bytes)) {
+  if (__builtin_mul_overflow(n, DTypeSize(dtype), &bytes)) {
     return absl::InvalidArgumentError("growable tensor size overflows");
   }
-  absl::StatusOr<StorageRef> st =
-      Storage::Allocate(allocator, static_cast<size_t>(bytes), std::move(keep_alive));
-  if (!st.ok()) return st.status();
-  (*st)->grow_axis = axis;
-  (*st)->grow_capacity = capacity;
-  (*st)->frontier = dims[axis];
+  DYNVM_ASSIGN_OR_RETURN(StorageRef st, Storage::Allocate(allocator, static_cast<size_t>(bytes),
+                                                          std::move(keep_alive)));
+  (st)->grow_axis = axis;
+  (st)->grow_capacity = capacity;
+  (st)->frontier = dims[axis];
   int64_t strides[Tensor::kMaxRank];
   CapacityStrides(dims, axis, capacity, strides);
-  return Tensor::View(*std::move(st), 0, dtype, dims,
+  return Tensor::View(std::move(st), 0, dtype, dims,
                       absl::Span<const int64_t>(strides, dims.size()));
 }
 
@@ -382,23 +378,23 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
         new_len, 2 * std::max<int64_t>(old_len, st->grow_capacity > 0 && st->grow_axis == axis
                                                     ? st->grow_capacity
                                                     : old_len));
-    absl::StatusOr<Tensor> grown =
-        AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4), dst.dims(),
-                      std::move(keep_alive));
-    if (!grown.ok()) return grown.status();
-    if (absl::Status s = Copy(dst, *grown, device); !s.ok()) return s;
-    dst = *std::move(grown);
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor grown, AllocGrowable(allocator, dst.dtype(), axis, std::max<int64_t>(capacity, 4),
+                                    dst.dims(), std::move(keep_alive)));
+    DYNVM_RETURN_IF_ERROR(Copy(dst, grown, device));
+    dst = std::move(grown);
     st = dst.storage().get();
   }
   // Write src into the slice [old_len, new_len) along axis, then extend the view.
   int64_t dims[Tensor::kMaxRank];
   std::copy(dst.dims().begin(), dst.dims().end(), dims);
   dims[axis] = k;
-  absl::StatusOr<Tensor> slice = Tensor::View(
-      dst.storage(), dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
-      dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides());
-  if (!slice.ok()) return slice.status();
-  if (absl::Status s = Copy(src, *slice, device); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(
+      Tensor slice,
+      Tensor::View(dst.storage(),
+                   dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
+                   dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides()));
+  DYNVM_RETURN_IF_ERROR(Copy(src, slice, device));
   dims[axis] = new_len;
   int64_t strides[Tensor::kMaxRank];
   std::copy(dst.strides().begin(), dst.strides().end(), strides);

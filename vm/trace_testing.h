@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace dynvm::testing {
 
@@ -50,7 +51,7 @@ class JsonParser {
   static absl::StatusOr<Json> Parse(absl::string_view text) {
     JsonParser p(text);
     Json v;
-    if (absl::Status s = p.Value(v, 0); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(p.Value(v, 0));
     p.SkipSpace();
     if (p.pos_ != text.size()) return p.Error("trailing characters");
     return v;
@@ -198,7 +199,7 @@ class JsonParser {
     }
     while (true) {
       v.array.emplace_back();
-      if (absl::Status s = Value(v.array.back(), depth + 1); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(Value(v.array.back(), depth + 1));
       SkipSpace();
       if (pos_ >= text_.size()) return Error("unterminated array");
       if (text_[pos_] == ',') {
@@ -224,13 +225,13 @@ class JsonParser {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"') return Error("expected a member name");
       std::string key;
-      if (absl::Status s = String(key); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(String(key));
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Error("expected ':'");
       ++pos_;
       v.keys.push_back(std::move(key));
       v.values.emplace_back();
-      if (absl::Status s = Value(v.values.back(), depth + 1); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(Value(v.values.back(), depth + 1));
       SkipSpace();
       if (pos_ >= text_.size()) return Error("unterminated object");
       if (text_[pos_] == ',') {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
+#include "common/status_macros.h"
 #include "isa/opcodes.h"
 #include "vm/executable_impl.h"
 #include "vm/ops.h"
@@ -34,10 +35,9 @@ absl::Status VirtualMachine::Impl::Init() {
   constants.reserve(exe->num_constants());
   for (int i = 0; i < exe->num_constants(); ++i) {
     const Executable::ConstantEntry& c = exe->constant(i);
-    absl::StatusOr<Tensor> t =
-        Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape);
-    if (!t.ok()) return t.status();
-    constants.push_back(*std::move(t));
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor t, Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape));
+    constants.push_back(std::move(t));
   }
   const int nf = exe->num_functions();
   inputs.resize(nf);
@@ -65,9 +65,8 @@ absl::StatusOr<DeviceContext*> VirtualMachine::Impl::DeviceFor(Device device) {
   if (cuda == nullptr) {
     DeviceContextOptions o;
     o.memory_limit = options.device_memory_limit;
-    absl::StatusOr<std::unique_ptr<DeviceContext>> c = CreateDeviceContext(device, o);
-    if (!c.ok()) return c.status();
-    cuda = *std::move(c);
+    DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceContext> c, CreateDeviceContext(device, o));
+    cuda = std::move(c);
     ctx.set_device_context(cuda.get());
   }
   return cuda.get();
@@ -75,28 +74,24 @@ absl::StatusOr<DeviceContext*> VirtualMachine::Impl::DeviceFor(Device device) {
 
 absl::Status VirtualMachine::Impl::PrepareDeviceInvoke(const Executable::KernelEntry& k,
                                                        uint32_t n) {
-  absl::StatusOr<DeviceContext*> d = DeviceFor(k.spec.device);
-  if (!d.ok()) return d.status();
+  DYNVM_ASSIGN_OR_RETURN(DeviceContext * d, DeviceFor(k.spec.device));
   for (uint32_t j = 0; j < n; ++j) {
     const Tensor* t = in_buf[j];
     if (t == nullptr || !t->defined() || t->device() == k.spec.device) continue;
     if (t->device() == Device::kCPU && k.kernel->ReadsInputOnHost(static_cast<int>(j))) continue;
     if (t->storage().get() == const_storage.get()) {
       if (!device_constants) {
-        absl::StatusOr<StorageRef> st = executable->DeviceConstants(**d);
-        if (!st.ok()) return st.status();
-        device_constants = *std::move(st);
+        DYNVM_ASSIGN_OR_RETURN(StorageRef st, executable->DeviceConstants(*d));
+        device_constants = std::move(st);
       }
-      absl::StatusOr<Tensor> v =
-          Tensor::View(device_constants, t->byte_offset(), t->dtype(), t->dims(), t->strides());
-      if (!v.ok()) return v.status();
-      device_in_buf[j] = *std::move(v);
+      DYNVM_ASSIGN_OR_RETURN(Tensor v, Tensor::View(device_constants, t->byte_offset(), t->dtype(),
+                                                    t->dims(), t->strides()));
+      device_in_buf[j] = std::move(v);
     } else {
-      absl::StatusOr<Tensor> c =
-          Tensor::Allocate((*d)->allocator(), t->dtype(), t->dims(), (*d)->allocator_ref());
-      if (!c.ok()) return c.status();
-      if (absl::Status s = ops::Copy(*t, *c, *d); !s.ok()) return s;
-      device_in_buf[j] = *std::move(c);
+      DYNVM_ASSIGN_OR_RETURN(Tensor c, Tensor::Allocate((d)->allocator(), t->dtype(), t->dims(),
+                                                        (d)->allocator_ref()));
+      DYNVM_RETURN_IF_ERROR(ops::Copy(*t, c, d));
+      device_in_buf[j] = std::move(c);
     }
     in_buf[j] = &device_in_buf[j];
     moved_inputs = true;
@@ -116,10 +111,9 @@ absl::Status VirtualMachine::Impl::PrepareHostInvoke(uint32_t n, uint32_t n_out)
   for (uint32_t j = 0; j < n; ++j) {
     const Tensor* t = in_buf[j];
     if (t == nullptr || !t->defined() || t->device() == Device::kCPU) continue;
-    absl::StatusOr<Tensor> c = Tensor::Allocate(*pool, t->dtype(), t->dims(), pool);
-    if (!c.ok()) return c.status();
-    if (absl::Status s = ops::Copy(*t, *c, cuda.get()); !s.ok()) return s;
-    device_in_buf[j] = *std::move(c);
+    DYNVM_ASSIGN_OR_RETURN(Tensor c, Tensor::Allocate(*pool, t->dtype(), t->dims(), pool));
+    DYNVM_RETURN_IF_ERROR(ops::Copy(*t, c, cuda.get()));
+    device_in_buf[j] = std::move(c);
     in_buf[j] = &device_in_buf[j];
     moved_inputs = true;
   }
@@ -226,7 +220,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     }
     const Object& o = inputs[function][i];
     if (p.kind == ObjectKind::kTensor) {
-      if (absl::Status s = CheckShape(p, o.t, symbols, f.info.bounds); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(CheckShape(p, o.t, symbols, f.info.bounds));
       continue;
     }
     // Sequence and optional contents: rank and fixed dims only (elements may differ).
@@ -240,17 +234,16 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     if (p.kind == ObjectKind::kOptional && !o.has) continue;
     if (seq) {
       for (const Tensor& t : o.seq->items) {
-        if (absl::Status s = check(t); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(check(t));
       }
-    } else if (absl::Status s = check(o.t); !s.ok()) {
-      return s;
-    }
+    } else
+      DYNVM_RETURN_IF_ERROR(check(o.t));
   }
   cancel = run.cancel;
   deadline = run.deadline;
   on_emit = run.on_emit ? &run.on_emit : nullptr;
   iterations_left = options.max_loop_iterations;
-  if (absl::Status s = CheckInterrupts(); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckInterrupts());
   Frame& frame = FrameAt(0, f);
   for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i] = inputs[function][i];
   run_output_buffers = output_buffers[function].empty() ? nullptr : &output_buffers[function];
@@ -315,23 +308,21 @@ absl::StatusOr<std::unique_ptr<VirtualMachine>> VirtualMachine::Create(
   std::unique_ptr<VirtualMachine> vm(new VirtualMachine());
   vm->exe_ = executable;
   vm->impl_ = std::make_unique<Impl>(std::move(executable), options);
-  if (absl::Status s = vm->impl_->Init(); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(vm->impl_->Init());
   return vm;
 }
 
 absl::StatusOr<std::vector<std::string>> VirtualMachine::input_names(FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
   std::vector<std::string> names;
-  for (const ParamInfo& p : exe_->function(*f).inputs) names.push_back(p.name);
+  for (const ParamInfo& p : exe_->function(f).inputs) names.push_back(p.name);
   return names;
 }
 
 absl::StatusOr<std::vector<std::string>> VirtualMachine::output_names(FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
   std::vector<std::string> names;
-  for (const ParamInfo& p : exe_->function(*f).outputs) names.push_back(p.name);
+  for (const ParamInfo& p : exe_->function(f).outputs) names.push_back(p.name);
   return names;
 }
 
@@ -353,12 +344,10 @@ absl::StatusOr<int> FindParam(const std::vector<ParamInfo>& params, absl::string
 
 absl::Status VirtualMachine::SetInput(absl::string_view name, const Tensor& value,
                                       FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<int> index =
-      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
-  if (!index.ok()) return index.status();
-  return SetInput(*index, value, function);
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_ASSIGN_OR_RETURN(
+      int index, FindParam(exe_->function(f).inputs, name, "input", exe_->function(f).name));
+  return SetInput(index, value, function);
 }
 
 namespace {
@@ -391,28 +380,24 @@ absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& 
 }  // namespace
 
 absl::Status VirtualMachine::SetInput(int index, const Tensor& value, FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  if (absl::Status s = CheckInputValue(exe_->function(*f), index, value); !s.ok()) return s;
-  absl::StatusOr<Tensor> copy =
-      Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool);
-  if (!copy.ok()) return copy.status();
-  if (absl::Status s = ops::Copy(value, *copy); !s.ok()) return s;
-  Object& o = impl_->inputs[*f][index];
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_RETURN_IF_ERROR(CheckInputValue(exe_->function(f), index, value));
+  DYNVM_ASSIGN_OR_RETURN(Tensor copy,
+                         Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool));
+  DYNVM_RETURN_IF_ERROR(ops::Copy(value, copy));
+  Object& o = impl_->inputs[f][index];
   o.Clear();
-  o.t = *std::move(copy);
-  impl_->inputs_bound[*f][index] = true;
+  o.t = std::move(copy);
+  impl_->inputs_bound[f][index] = true;
   return absl::OkStatus();
 }
 
 absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tensor& value,
                                               FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<int> index =
-      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
-  if (!index.ok()) return index.status();
-  if (absl::Status s = CheckInputValue(exe_->function(*f), *index, value); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_ASSIGN_OR_RETURN(
+      int index, FindParam(exe_->function(f).inputs, name, "input", exe_->function(f).name));
+  DYNVM_RETURN_IF_ERROR(CheckInputValue(exe_->function(f), index, value));
   if (reinterpret_cast<uintptr_t>(value.raw_data()) %
           static_cast<uintptr_t>(DTypeSize(value.dtype())) !=
       0) {
@@ -420,24 +405,22 @@ absl::Status VirtualMachine::SetInputZeroCopy(absl::string_view name, const Tens
         absl::StrCat("input '", name, "': data is not aligned to its ", DTypeSize(value.dtype()),
                      "-byte elements; use SetInput to copy"));
   }
-  Object& o = impl_->inputs[*f][*index];
+  Object& o = impl_->inputs[f][index];
   o.Clear();
   o.t = value;
-  impl_->inputs_bound[*f][*index] = true;
+  impl_->inputs_bound[f][index] = true;
   return absl::OkStatus();
 }
 
 absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tensor& buffer,
                                              FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  const FunctionInfo& info = exe_->function(*f);
-  absl::StatusOr<int> index = FindParam(info.outputs, name, "output", info.name);
-  if (!index.ok()) return index.status();
-  const ParamInfo& p = info.outputs[*index];
-  std::vector<Tensor>& bufs = impl_->output_buffers[*f];
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  const FunctionInfo& info = exe_->function(f);
+  DYNVM_ASSIGN_OR_RETURN(int index, FindParam(info.outputs, name, "output", info.name));
+  const ParamInfo& p = info.outputs[index];
+  std::vector<Tensor>& bufs = impl_->output_buffers[f];
   if (!buffer.defined()) {
-    if (!bufs.empty()) bufs[*index] = Tensor();
+    if (!bufs.empty()) bufs[index] = Tensor();
     bool any = false;
     for (const Tensor& t : bufs) any |= t.defined();
     if (!any) bufs.clear();
@@ -482,7 +465,7 @@ absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tenso
   absl::StatusOr<Tensor> view = Tensor::View(st, 0, buffer.dtype(), buffer.dims());
   if (!view.ok()) return view.status();
   if (bufs.empty()) bufs.resize(info.outputs.size());
-  bufs[*index] = *std::move(view);
+  bufs[index] = *std::move(view);
   return absl::OkStatus();
 }
 
@@ -514,7 +497,7 @@ absl::Status VirtualMachine::Impl::FillOutputBuffers(const FunctionInfo& info,
                                                      bufs[k].DebugString()));
     }
     Tensor dst = bufs[k];
-    if (absl::Status s = ops::Copy(out, dst, cuda.get()); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ops::Copy(out, dst, cuda.get()));
     out = std::move(dst);
     ++last_output_copies;
   }
@@ -532,51 +515,47 @@ absl::StatusOr<int> VirtualMachine::Resolve(const FunctionRef& function) const {
 }
 
 absl::Status VirtualMachine::Run(const RunOptions& options) {
-  absl::StatusOr<int> f =
-      options.handle.valid() ? Resolve(options.handle) : exe_->FindFunction(options.function);
-  if (!f.ok()) return f.status();
-  return impl_->RunFunction(*f, options, &last_iterations_);
+  DYNVM_ASSIGN_OR_RETURN(int f, options.handle.valid() ? Resolve(options.handle)
+                                                       : exe_->FindFunction(options.function));
+  return impl_->RunFunction(f, options, &last_iterations_);
 }
 
 absl::StatusOr<std::vector<Tensor>> VirtualMachine::GetOutputs(FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  if (!impl_->outputs_valid[*f]) {
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  if (!impl_->outputs_valid[f]) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "function '", exe_->function(*f).name, "' has no outputs: it has not run successfully"));
+        "function '", exe_->function(f).name, "' has no outputs: it has not run successfully"));
   }
   std::vector<Tensor> tensors;
-  const FunctionInfo& info = exe_->function(*f);
-  for (size_t i = 0; i < impl_->outputs[*f].size(); ++i) {
+  const FunctionInfo& info = exe_->function(f);
+  for (size_t i = 0; i < impl_->outputs[f].size(); ++i) {
     if (i < info.outputs.size() && info.outputs[i].kind != ObjectKind::kTensor) {
       return absl::InvalidArgumentError(absl::StrCat("output '", info.outputs[i].name,
                                                      "' of function '", info.name,
                                                      "' is not a tensor; use GetOutputValue"));
     }
-    tensors.push_back(impl_->outputs[*f][i].t);
+    tensors.push_back(impl_->outputs[f][i].t);
   }
   return tensors;
 }
 
 absl::StatusOr<Tensor> VirtualMachine::GetOutput(int index, FunctionRef function) const {
-  absl::StatusOr<ObjectValue> v = GetOutputValue(index, function);
-  if (!v.ok()) return v.status();
-  if (v->kind != ObjectKind::kTensor) {
+  DYNVM_ASSIGN_OR_RETURN(ObjectValue v, GetOutputValue(index, function));
+  if (v.kind != ObjectKind::kTensor) {
     return absl::InvalidArgumentError(absl::StrCat("output ", index, " is not a tensor (",
-                                                   v->DebugString(), "); use GetOutputValue"));
+                                                   v.DebugString(), "); use GetOutputValue"));
   }
-  return v->tensor;
+  return v.tensor;
 }
 
 absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  const FunctionInfo& info = exe_->function(*f);
-  if (!impl_->outputs_valid[*f]) {
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  const FunctionInfo& info = exe_->function(f);
+  if (!impl_->outputs_valid[f]) {
     return absl::FailedPreconditionError(
         absl::StrCat("function '", info.name, "' has no outputs: it has not run successfully"));
   }
-  const std::vector<Object>& outs = impl_->outputs[*f];
+  const std::vector<Object>& outs = impl_->outputs[f];
   if (index < 0 || index >= static_cast<int>(outs.size()) ||
       index >= static_cast<int>(info.outputs.size())) {
     return absl::OutOfRangeError(
@@ -601,29 +580,24 @@ absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(int index, FunctionRe
 
 absl::StatusOr<ObjectValue> VirtualMachine::GetOutputValue(absl::string_view name,
                                                            FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<int> index =
-      FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
-  if (!index.ok()) return index.status();
-  return GetOutputValue(*index, function);
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_ASSIGN_OR_RETURN(
+      int index, FindParam(exe_->function(f).outputs, name, "output", exe_->function(f).name));
+  return GetOutputValue(index, function);
 }
 
 absl::Status VirtualMachine::SetInputValue(absl::string_view name, const ObjectValue& value,
                                            FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<int> index =
-      FindParam(exe_->function(*f).inputs, name, "input", exe_->function(*f).name);
-  if (!index.ok()) return index.status();
-  return SetInputValue(*index, value, function);
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_ASSIGN_OR_RETURN(
+      int index, FindParam(exe_->function(f).inputs, name, "input", exe_->function(f).name));
+  return SetInputValue(index, value, function);
 }
 
 absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
                                            FunctionRef function) {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  const FunctionInfo& info = exe_->function(*f);
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  const FunctionInfo& info = exe_->function(f);
   if (index < 0 || index >= static_cast<int>(info.inputs.size())) {
     return absl::OutOfRangeError(absl::StrCat("input index ", index, " out of range: function '",
                                               info.name, "' has ", info.inputs.size(), " inputs"));
@@ -653,9 +627,9 @@ absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
     if (t.device() != Device::kCPU) {
       return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
     }
-    absl::StatusOr<Tensor> c = Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool);
-    if (!c.ok()) return c.status();
-    if (absl::Status s = ops::Copy(t, *c); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(Tensor c,
+                           Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool));
+    DYNVM_RETURN_IF_ERROR(ops::Copy(t, c));
     return c;
   };
   Object o;
@@ -665,18 +639,16 @@ absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
     if (seq) {
       o.seq = std::make_shared<Sequence>();
       for (const Tensor& t : value.sequence) {
-        absl::StatusOr<Tensor> c = copy(t);
-        if (!c.ok()) return c.status();
-        o.seq->items.push_back(*std::move(c));
+        DYNVM_ASSIGN_OR_RETURN(Tensor c, copy(t));
+        o.seq->items.push_back(std::move(c));
       }
     } else {
-      absl::StatusOr<Tensor> c = copy(value.tensor);
-      if (!c.ok()) return c.status();
-      o.t = *std::move(c);
+      DYNVM_ASSIGN_OR_RETURN(Tensor c, copy(value.tensor));
+      o.t = std::move(c);
     }
   }
-  impl_->inputs[*f][index] = std::move(o);
-  impl_->inputs_bound[*f][index] = true;
+  impl_->inputs[f][index] = std::move(o);
+  impl_->inputs_bound[f][index] = true;
   return absl::OkStatus();
 }
 
@@ -734,12 +706,10 @@ std::string ObjectValue::DebugString() const {
 
 absl::StatusOr<Tensor> VirtualMachine::GetOutput(absl::string_view name,
                                                  FunctionRef function) const {
-  absl::StatusOr<int> f = Resolve(function);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<int> index =
-      FindParam(exe_->function(*f).outputs, name, "output", exe_->function(*f).name);
-  if (!index.ok()) return index.status();
-  return GetOutput(*index, function);
+  DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
+  DYNVM_ASSIGN_OR_RETURN(
+      int index, FindParam(exe_->function(f).outputs, name, "output", exe_->function(f).name));
+  return GetOutput(index, function);
 }
 
 AllocatorStats VirtualMachine::memory_stats() const { return impl_->pool->stats(); }
@@ -765,9 +735,9 @@ absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
     return absl::FailedPreconditionError(
         absl::StrCat("ToHost: a ", DeviceName(t.device()), " tensor this VM did not make"));
   }
-  absl::StatusOr<Tensor> host = Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool);
-  if (!host.ok()) return host.status();
-  if (absl::Status s = impl_->cuda->Copy(t, *host); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(Tensor host,
+                         Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool));
+  DYNVM_RETURN_IF_ERROR(impl_->cuda->Copy(t, host));
   return host;
 }
 void VirtualMachine::set_num_threads(int n) { impl_->ctx.set_num_threads(std::max(1, n)); }

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/onnx/op_support.h"
 
 namespace dynvm::compiler::onnx {
@@ -130,16 +131,16 @@ absl::Status Checker::CheckAttribute(const pb::AttributeProto& a, const std::str
                                        AttrTypeName(filled[0])));
   }
   if (a.has_t()) {
-    if (absl::Status s = CheckTensor(a.t(), where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckTensor(a.t(), where));
   }
   for (const pb::TensorProto& t : a.tensors()) {
-    if (absl::Status s = CheckTensor(t, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckTensor(t, where));
   }
   if (a.has_g()) {
-    if (absl::Status s = CheckGraph(a.g(), &scope, depth + 1, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckGraph(a.g(), &scope, depth + 1, where));
   }
   for (const pb::GraphProto& g : a.graphs()) {
-    if (absl::Status s = CheckGraph(g, &scope, depth + 1, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckGraph(g, &scope, depth + 1, where));
   }
   return absl::OkStatus();
 }
@@ -160,19 +161,18 @@ absl::Status Checker::CheckGraph(const pb::GraphProto& g, const Scope* outer, in
     if (t.name().empty()) return Invalid(label, "an initializer has no name");
     if (!inits.insert(t.name()).second)
       return Invalid(label, absl::StrCat("initializer '", t.name(), "' is defined twice"));
-    if (absl::Status s = CheckTensor(t, Join(label, absl::StrCat("initializer '", t.name(), "'")));
-        !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(
+        CheckTensor(t, Join(label, absl::StrCat("initializer '", t.name(), "'"))));
     scope.names.insert(t.name());
   }
   for (const pb::ValueInfoProto& v : g.input()) {
-    if (absl::Status s = CheckValueInfo(v, label, /*need_name=*/true); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckValueInfo(v, label, /*need_name=*/true));
     if (!inputs.insert(v.name()).second)
       return Invalid(label, absl::StrCat("input '", v.name(), "' is listed twice"));
     scope.names.insert(v.name());
   }
   for (const pb::ValueInfoProto& v : g.value_info()) {
-    if (absl::Status s = CheckValueInfo(v, label, /*need_name=*/false); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckValueInfo(v, label, /*need_name=*/false));
   }
   for (int i = 0; i < g.node_size(); ++i) {
     const pb::NodeProto& n = g.node(i);
@@ -192,7 +192,7 @@ absl::Status Checker::CheckGraph(const pb::GraphProto& g, const Scope* outer, in
     for (const pb::AttributeProto& a : n.attribute()) {
       if (!attr_names.insert(a.name()).second)
         return Invalid(nl, absl::StrCat("attribute '", a.name(), "' is given twice"));
-      if (absl::Status s = CheckAttribute(a, nl, scope, depth); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(CheckAttribute(a, nl, scope, depth));
     }
     for (const std::string& out : n.output()) {
       if (out.empty()) continue;  // an absent optional output
@@ -203,7 +203,7 @@ absl::Status Checker::CheckGraph(const pb::GraphProto& g, const Scope* outer, in
     }
   }
   for (const pb::ValueInfoProto& v : g.output()) {
-    if (absl::Status s = CheckValueInfo(v, label, /*need_name=*/true); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckValueInfo(v, label, /*need_name=*/true));
     if (!scope.Has(v.name()))
       return Invalid(label, absl::StrCat("output '", v.name(), "' is not defined"));
   }

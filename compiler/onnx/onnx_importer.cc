@@ -142,9 +142,8 @@ absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const s
       if (elem.value_case() != pb::TypeProto::kTensorType) {
         return absl::UnimplementedError(Join(label, "only sequences of tensors are supported"));
       }
-      absl::StatusOr<ValueType> e = ParseType(elem, label, name, depth + 1);
-      if (!e.ok()) return e.status();
-      e->kind = ObjectKind::kSequence;
+      DYNVM_ASSIGN_OR_RETURN(ValueType e, ParseType(elem, label, name, depth + 1));
+      e.kind = ObjectKind::kSequence;
       return e;
     }
     case pb::TypeProto::kOptionalType: {
@@ -153,11 +152,10 @@ absl::StatusOr<ValueType> Importer::ParseType(const pb::TypeProto& type, const s
             Join(label, "optionals inside other types are not supported"));
       if (!type.optional_type().has_elem_type())
         return absl::InvalidArgumentError(Join(label, "an optional type without an element type"));
-      absl::StatusOr<ValueType> e =
-          ParseType(type.optional_type().elem_type(), label, name, depth + 1);
-      if (!e.ok()) return e.status();
-      e->elem_kind = e->kind;
-      e->kind = ObjectKind::kOptional;
+      DYNVM_ASSIGN_OR_RETURN(ValueType e,
+                             ParseType(type.optional_type().elem_type(), label, name, depth + 1));
+      e.elem_kind = e.kind;
+      e.kind = ObjectKind::kOptional;
       return e;
     }
     default:
@@ -205,9 +203,8 @@ absl::StatusOr<Value*> Importer::ImportInput(const pb::ValueInfoProto& v, Graph*
   if (top && !v.has_type()) return absl::InvalidArgumentError(Join(label, "has no tensor type"));
   ValueType vt;
   if (v.has_type()) {
-    absl::StatusOr<ValueType> t = ParseType(v.type(), label, v.name(), 0);
-    if (!t.ok()) return t.status();
-    vt = *std::move(t);
+    DYNVM_ASSIGN_OR_RETURN(ValueType t, ParseType(v.type(), label, v.name(), 0));
+    vt = std::move(t);
     if (top && !vt.has_dtype) return absl::InvalidArgumentError(Join(label, "has no element type"));
   }
   Value* value = m_->NewValue(vt.dtype, std::move(vt.shape), graph, v.name());
@@ -329,7 +326,7 @@ absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph
     axes->set_name("axes");
     axes->set_type(pb::AttributeProto::INTS);
     for (int k = 0; k < pad; ++k) axes->add_ints(first_axis + k);
-    if (absl::Status s = ImportNode(unsqueeze, index, graph, scope, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ImportNode(unsqueeze, index, graph, scope, where));
     adapted.set_input(1, reshaped);
   }
   return ImportNode(adapted, index, graph, scope, where, /*adapted=*/true);
@@ -411,9 +408,8 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     return ImportSequenceMap(n, index, graph, scope, label);
   }
   if (domain.empty() && n.op_type() == "Constant") {
-    absl::StatusOr<Value*> c = ImportConstant(n, label);
-    if (!c.ok()) return c.status();
-    scope.names[n.output(0)] = *c;
+    DYNVM_ASSIGN_OR_RETURN(Value * c, ImportConstant(n, label));
+    scope.names[n.output(0)] = c;
     return absl::OkStatus();
   }
 
@@ -503,25 +499,24 @@ absl::Status Importer::ReadAttributes(const pb::NodeProto& n, const std::string&
         v.strings.assign(a.strings().begin(), a.strings().end());
         break;
       case pb::AttributeProto::TENSOR: {
-        absl::StatusOr<Tensor> t =
-            ReadTensor(a.t(), Join(label, absl::StrCat("attribute '", a.name(), "'")));
-        if (!t.ok()) return t.status();
+        DYNVM_ASSIGN_OR_RETURN(
+            Tensor t, ReadTensor(a.t(), Join(label, absl::StrCat("attribute '", a.name(), "'"))));
         v.type = AttrValue::Type::kTensor;
-        v.tensor = *std::move(t);
+        v.tensor = std::move(t);
         break;
       }
       case pb::AttributeProto::TYPE_PROTO: {
         // Optional's 'type' (the only TYPE_PROTO attribute the operator table admits): kept
         // as the content kind and element type.
-        absl::StatusOr<ValueType> t =
-            ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")), a.name(), 1);
-        if (!t.ok()) return t.status();
+        DYNVM_ASSIGN_OR_RETURN(
+            ValueType t, ParseType(a.tp(), Join(label, absl::StrCat("attribute '", a.name(), "'")),
+                                   a.name(), 1));
         AttrValue kind;
         kind.type = AttrValue::Type::kInt;
-        kind.i = static_cast<int64_t>(t->kind);
+        kind.i = static_cast<int64_t>(t.kind);
         np->attrs["elem_kind"] = kind;
         v.type = AttrValue::Type::kInt;
-        v.i = OnnxFromDType(t->dtype);
+        v.i = OnnxFromDType(t.dtype);
         np->attrs["dtype"] = v;
         continue;
       }
@@ -633,9 +628,7 @@ absl::Status Importer::ImportRegions(const pb::NodeProto& n, const std::string& 
     std::unique_ptr<Graph> sub = m_->NewGraph(graph, np);
     Scope inner;
     inner.parent = &scope;
-    if (absl::Status s = ImportGraph(*g, sub.get(), inner, /*top=*/false, Join(label, attr));
-        !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(ImportGraph(*g, sub.get(), inner, /*top=*/false, Join(label, attr)));
     np->subgraphs.emplace_back(attr, std::move(sub));
   }
   return absl::OkStatus();
@@ -744,13 +737,12 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
     inner.names[body_g->input(j).name()] = x;
   }
   for (const pb::TensorProto& t : body_g->initializer()) {
-    absl::StatusOr<Tensor> tensor =
-        ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
-    if (!tensor.ok()) return tensor.status();
-    inner.names[t.name()] = m_->NewConstant(*std::move(tensor), t.name(), /*is_weight=*/true);
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor tensor, ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'"))));
+    inner.names[t.name()] = m_->NewConstant(std::move(tensor), t.name(), /*is_weight=*/true);
   }
   for (int i = 0; i < body_g->node_size(); ++i) {
-    if (absl::Status s = ImportNode(body_g->node(i), i, sub.get(), inner, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ImportNode(body_g->node(i), i, sub.get(), inner, where));
   }
   sub->outputs = {cond};
   for (int k = 0; k < body_g->output_size(); ++k) {
@@ -787,22 +779,20 @@ absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope&
   }
   absl::flat_hash_map<std::string, bool> is_init;
   for (const pb::TensorProto& t : g.initializer()) {
-    absl::StatusOr<Tensor> tensor =
-        ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'")));
-    if (!tensor.ok()) return tensor.status();
-    scope.names[t.name()] = m_->NewConstant(*std::move(tensor), t.name(), /*is_weight=*/true);
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor tensor, ReadTensor(t, Join(where, absl::StrCat("initializer '", t.name(), "'"))));
+    scope.names[t.name()] = m_->NewConstant(std::move(tensor), t.name(), /*is_weight=*/true);
     is_init[t.name()] = true;
   }
   for (const pb::ValueInfoProto& v : g.input()) {
     // At the top level an input with an initializer is a weight with a default; dynvm
     // treats it as the weight. A region's inputs are its signature, all of them.
     if (top && is_init.contains(v.name())) continue;
-    absl::StatusOr<Value*> in = ImportInput(v, graph, top, where);
-    if (!in.ok()) return in.status();
-    scope.names[v.name()] = *in;
+    DYNVM_ASSIGN_OR_RETURN(Value * in, ImportInput(v, graph, top, where));
+    scope.names[v.name()] = in;
   }
   for (int i = 0; i < g.node_size(); ++i) {
-    if (absl::Status s = ImportNode(g.node(i), i, graph, scope, where); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ImportNode(g.node(i), i, graph, scope, where));
   }
   for (const pb::ValueInfoProto& o : g.output()) {
     Value* v = scope.Find(o.name());
@@ -816,7 +806,7 @@ absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope&
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& model) {
-  if (absl::Status s = CheckModelStructure(model, tensor_options_); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckModelStructure(model, tensor_options_));
   bool found = false;
   for (const pb::OperatorSetIdProto& o : model.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") {
@@ -832,13 +822,13 @@ absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& mode
         kMaxOpset, ", and older ones where the operators used have not changed)"));
   }
   if (options_.onnx_checker) {
-    if (absl::Status s = RunLibOnnxChecker(model); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(RunLibOnnxChecker(model));
   }
   auto module = std::make_unique<Module>();
   m_ = module.get();
   Graph* top = module->AddFunction(options_.function_name);
   Scope scope;
-  if (absl::Status s = ImportGraph(model.graph(), top, scope, /*top=*/true, ""); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(ImportGraph(model.graph(), top, scope, /*top=*/true, ""));
   return module;
 }
 
@@ -863,9 +853,9 @@ absl::StatusOr<std::unique_ptr<Module>> ImportOnnxBytes(absl::string_view bytes,
 
 absl::StatusOr<std::unique_ptr<Module>> ImportOnnxFile(const std::string& path,
                                                        const ImportOptions& options) {
-  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  const absl::Span<const uint8_t> bytes = (*file)->bytes();
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
+                         schema::MappedFile::Open(path));
+  const absl::Span<const uint8_t> bytes = (file)->bytes();
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   absl::StatusOr<std::unique_ptr<Module>> m = ImportOnnxBytes(

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gmock/gmock.h"
@@ -100,13 +101,11 @@ struct Compiled {
 };
 
 absl::StatusOr<Compiled> CompileModel(const Maker& m) {
-  absl::StatusOr<std::unique_ptr<Module>> module = ImportOnnxBytes(m.Bytes(), "");
-  if (!module.ok()) return module.status();
-  absl::StatusOr<CompileResult> r = Compile(**module);
-  if (!r.ok()) return r.status();
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Module> module, ImportOnnxBytes(m.Bytes(), ""));
+  DYNVM_ASSIGN_OR_RETURN(CompileResult r, Compile(*module));
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r.bytes);
   if (!exe.ok()) return exe.status();
-  return Compiled{*std::move(r), *std::move(exe)};
+  return Compiled{std::move(r), *std::move(exe)};
 }
 
 std::vector<std::vector<double>> Values(const std::vector<Tensor>& items) {

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "schema/mapped_file.h"
 
 namespace dynvm::compiler::onnx {
@@ -172,8 +173,7 @@ absl::Status CheckTensorProto(const pb::TensorProto& t, const TensorReadOptions&
   if (t.has_segment())
     return absl::UnimplementedError(absl::StrCat(TensorLabel(t), " is segmented"));
   int64_t numel = 0;
-  absl::StatusOr<int64_t> bytes = CheckedBytes(t, *dtype, &numel, options);
-  if (!bytes.ok()) return bytes.status();
+  DYNVM_ASSIGN_OR_RETURN(int64_t bytes, CheckedBytes(t, *dtype, &numel, options));
   const bool external = t.has_data_location() && t.data_location() == pb::TensorProto::EXTERNAL;
   if (t.has_data_location() && t.data_location() != pb::TensorProto::EXTERNAL &&
       t.data_location() != pb::TensorProto::DEFAULT) {
@@ -204,9 +204,9 @@ absl::Status CheckTensorProto(const pb::TensorProto& t, const TensorReadOptions&
     if (typed != 0)
       return absl::InvalidArgumentError(
           absl::StrCat(TensorLabel(t), " has raw_data and typed data"));
-    if (static_cast<int64_t>(t.raw_data().size()) != *bytes) {
+    if (static_cast<int64_t>(t.raw_data().size()) != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(TensorLabel(t), " of ", DTypeName(*dtype),
-                                                     DimsString(t.dims()), " needs ", *bytes,
+                                                     DimsString(t.dims()), " needs ", bytes,
                                                      " bytes, raw_data has ", t.raw_data().size()));
     }
     return absl::OkStatus();
@@ -245,15 +245,14 @@ absl::StatusOr<ExternalRef> ResolveExternalData(const pb::TensorProto& t,
     return absl::FailedPreconditionError(absl::StrCat(
         TensorLabel(t), " has external data, but the model was given without its folder"));
   }
-  absl::StatusOr<fs::path> rel = SafeRelativePath(t, location);
-  if (!rel.ok()) return rel.status();
+  DYNVM_ASSIGN_OR_RETURN(fs::path rel, SafeRelativePath(t, location));
   std::error_code ec;
   const fs::path dir = fs::canonical(fs::path(options.model_dir), ec);
   if (ec) {
     return absl::NotFoundError(
         absl::StrCat("model folder '", options.model_dir, "': ", ec.message()));
   }
-  const fs::path file = fs::canonical(dir / *rel, ec);
+  const fs::path file = fs::canonical(dir / rel, ec);
   if (ec) {
     return absl::NotFoundError(
         absl::StrCat(TensorLabel(t), ": external data file '", location, "': ", ec.message()));
@@ -288,23 +287,21 @@ absl::StatusOr<ExternalRef> ResolveExternalData(const pb::TensorProto& t,
 }
 
 absl::StatusOr<Tensor> TensorFromProto(const pb::TensorProto& t, const TensorReadOptions& options) {
-  if (absl::Status s = CheckTensorProto(t, options); !s.ok()) return s;
-  absl::StatusOr<DType> dtype = DTypeOfElemType(t.data_type());
-  if (!dtype.ok()) return dtype.status();
+  DYNVM_RETURN_IF_ERROR(CheckTensorProto(t, options));
+  DYNVM_ASSIGN_OR_RETURN(DType dtype, DTypeOfElemType(t.data_type()));
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  absl::StatusOr<Tensor> out = Tensor::Empty(*dtype, dims);
-  if (!out.ok()) return out.status();
-  const int64_t n = out->numel();
-  const int64_t bytes = n * DTypeSize(*dtype);
-  void* dst = out->raw_data();
+  DYNVM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, dims));
+  const int64_t n = out.numel();
+  const int64_t bytes = n * DTypeSize(dtype);
+  void* dst = out.raw_data();
   const bool external = t.has_data_location() && t.data_location() == pb::TensorProto::EXTERNAL;
   if (external) {
     absl::StatusOr<ExternalRef> ref = ResolveExternalData(t, options);
     if (!ref.ok()) return ref.status();
     if (ref->length != bytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat(TensorLabel(t), " of ", DTypeName(*dtype), DimsString(dims), " needs ",
-                       bytes, " bytes; its external data has ", ref->length));
+          absl::StrCat(TensorLabel(t), " of ", DTypeName(dtype), DimsString(dims), " needs ", bytes,
+                       " bytes; its external data has ", ref->length));
     }
     if (bytes > 0) {
       absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file =
@@ -363,7 +360,7 @@ absl::StatusOr<Tensor> TensorFromProto(const pb::TensorProto& t, const TensorRea
             TensorLabel(t), ": element type ", ElemTypeName(t.data_type()), " is not supported"));
     }
   }
-  if (*dtype == DType::kBool) {
+  if (dtype == DType::kBool) {
     // Any nonzero byte is true; kernels expect 0 or 1.
     uint8_t* b = static_cast<uint8_t*>(dst);
     for (int64_t i = 0; i < n; ++i) b[i] = b[i] != 0;

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_status.h"
+#include "common/status_macros.h"
 
 namespace dynvm::cuda {
 
@@ -47,9 +48,9 @@ absl::Status PrepareOutput(CudaContext& cc, Tensor* out, DType dtype,
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<Tensor> t = Tensor::Allocate(cc.allocator(), dtype, dims, cc.allocator_ref());
-  if (!t.ok()) return t.status();
-  *out = *std::move(t);
+  DYNVM_ASSIGN_OR_RETURN(Tensor t,
+                         Tensor::Allocate(cc.allocator(), dtype, dims, cc.allocator_ref()));
+  *out = std::move(t);
   return absl::OkStatus();
 }
 
@@ -75,20 +76,17 @@ absl::Status DeviceCopy(CudaContext& cc, const Tensor& src, Tensor& dst) {
 
 absl::StatusOr<const void*> ContiguousData(CudaContext& cc, const Tensor& t, StorageRef* keep) {
   if (t.is_contiguous()) return static_cast<const void*>(t.raw_data());
-  absl::StatusOr<StorageRef> st = cc.Temp(static_cast<size_t>(t.nbytes()));
-  if (!st.ok()) return st.status();
-  absl::StatusOr<Tensor> packed = Tensor::View(*st, 0, t.dtype(), t.dims());
-  if (!packed.ok()) return packed.status();
-  if (absl::Status s = DeviceCopy(cc, t, *packed); !s.ok()) return s;
-  *keep = *std::move(st);
+  DYNVM_ASSIGN_OR_RETURN(StorageRef st, cc.Temp(static_cast<size_t>(t.nbytes())));
+  DYNVM_ASSIGN_OR_RETURN(Tensor packed, Tensor::View(st, 0, t.dtype(), t.dims()));
+  DYNVM_RETURN_IF_ERROR(DeviceCopy(cc, t, packed));
+  *keep = std::move(st);
   return static_cast<const void*>(keep->get()->data());
 }
 
 absl::StatusOr<Tensor> ToHost(CudaContext& cc, const Tensor& t) {
   if (t.device() == Device::kCPU) return t;
-  absl::StatusOr<Tensor> host = Tensor::Empty(t.dtype(), t.dims());
-  if (!host.ok()) return host.status();
-  if (absl::Status s = cc.Copy(t, *host); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(t.dtype(), t.dims()));
+  DYNVM_RETURN_IF_ERROR(cc.Copy(t, host));
   return host;
 }
 

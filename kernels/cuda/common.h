@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/kernel.h"
@@ -93,7 +94,7 @@ class CudaKernel final : public Kernel {
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     absl::StatusOr<CudaContext*> cc = GetContext(ctx, op_);
     if (!cc.ok()) return cc.status();
-    if (absl::Status s = CheckOnDevice(in, out, op_, host_inputs_); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckOnDevice(in, out, op_, host_inputs_));
     return run_(attrs_, **cc, ctx, in, out);
   }
   std::string name() const override { return name_; }

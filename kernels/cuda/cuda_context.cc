@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_allocator.h"
 #include "allocator/cuda_status.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/cublas_status.h"
 
@@ -36,7 +37,7 @@ void HostStridedCopy(uint8_t* dst, absl::Span<const int64_t> dst_strides, const 
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
     const DeviceContextOptions& options) {
-  if (absl::Status s = DeviceAvailable(); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(DeviceAvailable());
   std::unique_ptr<CudaContext> c(new CudaContext());
   DYNVM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
   CudaAllocator::Options pool_options;
@@ -132,24 +133,21 @@ absl::Status CudaContext::Copy(const Tensor& src, Tensor& dst) {
       host = staged.data();
     }
     if (dst.is_contiguous()) return CopyFromHost(dst.raw_data(), host, bytes);
-    absl::StatusOr<StorageRef> tmp = Temp(bytes);
-    if (!tmp.ok()) return tmp.status();
-    if (absl::Status s = CopyFromHost((*tmp)->data(), host, bytes); !s.ok()) return s;
-    absl::StatusOr<Tensor> packed = Tensor::View(*tmp, 0, src.dtype(), src.dims());
-    if (!packed.ok()) return packed.status();
-    return DeviceCopy(*this, *packed, dst);
+    DYNVM_ASSIGN_OR_RETURN(StorageRef tmp, Temp(bytes));
+    DYNVM_RETURN_IF_ERROR(CopyFromHost((tmp)->data(), host, bytes));
+    DYNVM_ASSIGN_OR_RETURN(Tensor packed, Tensor::View(tmp, 0, src.dtype(), src.dims()));
+    return DeviceCopy(*this, packed, dst);
   }
   // device -> host
   const void* device = src.raw_data();
   StorageRef tmp;
   if (!src.is_contiguous()) {
-    absl::StatusOr<const void*> d = ContiguousData(*this, src, &tmp);
-    if (!d.ok()) return d.status();
-    device = *d;
+    DYNVM_ASSIGN_OR_RETURN(const void* d, ContiguousData(*this, src, &tmp));
+    device = d;
   }
   if (dst.is_contiguous()) return CopyToHost(dst.raw_data(), device, bytes);
   std::vector<uint8_t> staged(bytes);
-  if (absl::Status s = CopyToHost(staged.data(), device, bytes); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CopyToHost(staged.data(), device, bytes));
   int64_t packed[Tensor::kMaxRank];
   ContiguousStrides(dst.dims(), packed);
   HostStridedCopy(static_cast<uint8_t*>(dst.raw_data()), dst.strides(), staged.data(),

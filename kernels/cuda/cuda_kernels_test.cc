@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_allocator.h"
 #include "allocator/heap_allocator.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/device_context.h"
@@ -124,9 +125,8 @@ class CudaTester {
     KernelSpec spec = spec_;
     spec.device = Device::kCUDA;
     spec.backend = "cuda";
-    absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
-    if (!kernel.ok()) return kernel.status();
-    name_ = (*kernel)->name();
+    DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, KernelRegistry::Global().Create(spec));
+    name_ = (kernel)->name();
 
     std::vector<const Tensor*> host_in;
     for (const Tensor& t : inputs_) host_in.push_back(t.defined() ? &t : nullptr);
@@ -145,9 +145,8 @@ class CudaTester {
         dev_inputs.push_back(inputs_[i]);
         continue;
       }
-      absl::StatusOr<Tensor> d = Upload(inputs_[i]);
-      if (!d.ok()) return d.status();
-      dev_inputs.push_back(*std::move(d));
+      DYNVM_ASSIGN_OR_RETURN(Tensor d, Upload(inputs_[i]));
+      dev_inputs.push_back(std::move(d));
     }
     std::vector<const Tensor*> dev_in;
     for (const Tensor& t : dev_inputs) dev_in.push_back(t.defined() ? &t : nullptr);
@@ -159,15 +158,15 @@ class CudaTester {
       if (run == 1 && want_status.ok()) {
         for (size_t o = 0; o < n_out; ++o) {
           if (!want[o].defined()) continue;
-          absl::StatusOr<Tensor> t = Tensor::Allocate(device_->allocator(), want[o].dtype(),
-                                                      want[o].dims(), device_->allocator_ref());
-          if (!t.ok()) return t.status();
-          got[o] = *std::move(t);
+          DYNVM_ASSIGN_OR_RETURN(
+              Tensor t, Tensor::Allocate(device_->allocator(), want[o].dtype(), want[o].dims(),
+                                         device_->allocator_ref()));
+          got[o] = std::move(t);
         }
       }
       std::vector<Tensor*> got_ptrs;
       for (Tensor& t : got) got_ptrs.push_back(&t);
-      absl::Status s = (*kernel)->Run(ctx, dev_in, got_ptrs);
+      absl::Status s = (kernel)->Run(ctx, dev_in, got_ptrs);
       if (s.ok()) s = device_->Synchronize();
       const std::string where = absl::StrCat(name_, " run ", run);
       if (!want_status.ok()) {
@@ -188,10 +187,9 @@ class CudaTester {
         if (got[o].device() != Device::kCUDA) {
           return absl::InternalError(absl::StrCat(where, ": output ", o, " is not on the device"));
         }
-        absl::StatusOr<Tensor> host = Tensor::Empty(got[o].dtype(), got[o].dims());
-        if (!host.ok()) return host.status();
-        if (absl::Status c = device_->Copy(got[o], *host); !c.ok()) return c;
-        const std::vector<double> g = ToDoubles(*host), w = ToDoubles(want[o]);
+        DYNVM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(got[o].dtype(), got[o].dims()));
+        DYNVM_RETURN_IF_ERROR(device_->Copy(got[o], host));
+        const std::vector<double> g = ToDoubles(host), w = ToDoubles(want[o]);
         const bool exact = want[o].dtype() != DType::kF32;
         for (size_t i = 0; i < w.size(); ++i) {
           const bool close = std::isnan(w[i]) ? std::isnan(g[i])
@@ -238,13 +236,10 @@ class CudaTester {
   // A device tensor with the same view of a device copy of t's whole storage.
   absl::StatusOr<Tensor> Upload(const Tensor& t) {
     const StorageRef& hs = t.storage();
-    absl::StatusOr<StorageRef> ds =
-        Storage::Allocate(device_->allocator(), hs->size(), device_->allocator_ref());
-    if (!ds.ok()) return ds.status();
-    if (absl::Status s = device_->CopyFromHost((*ds)->data(), hs->data(), hs->size()); !s.ok()) {
-      return s;
-    }
-    return Tensor::View(*ds, t.byte_offset(), t.dtype(), t.dims(), t.strides());
+    DYNVM_ASSIGN_OR_RETURN(StorageRef ds, Storage::Allocate(device_->allocator(), hs->size(),
+                                                            device_->allocator_ref()));
+    DYNVM_RETURN_IF_ERROR(device_->CopyFromHost((ds)->data(), hs->data(), hs->size()));
+    return Tensor::View(ds, t.byte_offset(), t.dtype(), t.dims(), t.strides());
   }
 
   DeviceContext* device_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 
 namespace dynvm::cuda {
@@ -30,13 +31,11 @@ absl::StatusOr<std::vector<int64_t>> ReadInts(CudaContext& cc, const Tensor& t,
     return absl::InvalidArgumentError(
         absl::StrCat(what, " must be a 0-D or 1-D i32/i64 tensor, got ", t.DebugString()));
   }
-  absl::StatusOr<Tensor> h = ToHost(cc, t);
-  if (!h.ok()) return h.status();
-  std::vector<int64_t> v(static_cast<size_t>(h->numel()));
-  const int64_t stride = h->rank() == 1 ? h->stride(0) : 0;
-  for (int64_t i = 0; i < h->numel(); ++i) {
-    v[i] =
-        h->dtype() == DType::kI64 ? h->data<int64_t>()[i * stride] : h->data<int32_t>()[i * stride];
+  DYNVM_ASSIGN_OR_RETURN(Tensor h, ToHost(cc, t));
+  std::vector<int64_t> v(static_cast<size_t>(h.numel()));
+  const int64_t stride = h.rank() == 1 ? h.stride(0) : 0;
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    v[i] = h.dtype() == DType::kI64 ? h.data<int64_t>()[i * stride] : h.data<int32_t>()[i * stride];
   }
   return v;
 }
@@ -53,41 +52,33 @@ absl::Status RunGather(const int64_t& attr_axis, CudaContext& cc, KernelContext&
   if (ind.dtype() != DType::kI64 && ind.dtype() != DType::kI32) {
     return absl::InvalidArgumentError("Gather: indices must be i32 or i64");
   }
-  absl::StatusOr<int> axis = NormalizeAxis(attr_axis, x.rank(), "Gather");
-  if (!axis.ok()) return axis.status();
-  Dims dims(x.dims().begin(), x.dims().begin() + *axis);
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(attr_axis, x.rank(), "Gather"));
+  Dims dims(x.dims().begin(), x.dims().begin() + axis);
   dims.insert(dims.end(), ind.dims().begin(), ind.dims().end());
-  dims.insert(dims.end(), x.dims().begin() + *axis + 1, x.dims().end());
-  if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), dims, "Gather"); !s.ok()) return s;
+  dims.insert(dims.end(), x.dims().begin() + axis + 1, x.dims().end());
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), dims, "Gather"));
   if (ind.numel() == 0) return absl::OkStatus();
   StorageRef keep_x, keep_i;
-  absl::StatusOr<const void*> px = ContiguousData(cc, x, &keep_x);
-  if (!px.ok()) return px.status();
+  DYNVM_ASSIGN_OR_RETURN(const void* px, ContiguousData(cc, x, &keep_x));
   absl::StatusOr<const void*> pi = ContiguousData(cc, ind, &keep_i);
   if (!pi.ok()) return pi.status();
   absl::StatusOr<void*> flag = ctx.DeviceWorkspace(sizeof(int));
   if (!flag.ok()) return flag.status();
-  if (absl::Status s = LaunchStatus(cudaMemsetAsync(*flag, 0, sizeof(int), cc.stream()), "Gather",
-                                    "cudaMemsetAsync");
-      !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(LaunchStatus(cudaMemsetAsync(*flag, 0, sizeof(int), cc.stream()), "Gather",
+                                     "cudaMemsetAsync"));
   int64_t outer = 1, inner = 1;
-  for (int d = 0; d < *axis; ++d) outer *= x.dim(d);
-  for (int d = *axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
-  if (absl::Status s =
-          LaunchStatus(Gather(out[0]->raw_data(), *px, *pi, ind.dtype() == DType::kI32,
-                              static_cast<int>(DTypeSize(x.dtype())), outer, x.dim(*axis), inner,
-                              ind.numel(), static_cast<int*>(*flag), cc.stream()),
-                       "Gather", "Gather");
-      !s.ok()) {
-    return s;
-  }
+  for (int d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  DYNVM_RETURN_IF_ERROR(
+      LaunchStatus(Gather(out[0]->raw_data(), px, *pi, ind.dtype() == DType::kI32,
+                          static_cast<int>(DTypeSize(x.dtype())), outer, x.dim(axis), inner,
+                          ind.numel(), static_cast<int*>(*flag), cc.stream()),
+                   "Gather", "Gather"));
   int bad = 0;  // the bounds check's sync point
-  if (absl::Status s = cc.CopyToHost(&bad, *flag, sizeof(int)); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(cc.CopyToHost(&bad, *flag, sizeof(int)));
   if (bad != 0) {
     return absl::InvalidArgumentError(absl::StrCat("Gather: an index of ", ind.DebugString(),
-                                                   " is out of range for axis ", *axis, " of ",
+                                                   " is out of range for axis ", axis, " of ",
                                                    x.DebugString()));
   }
   return absl::OkStatus();
@@ -104,33 +95,30 @@ absl::Status RunConcat(const int64_t& attr_axis, CudaContext& cc, KernelContext&
     if (t == nullptr) return absl::InvalidArgumentError("Concat: an input is absent");
   }
   const Tensor& first = *in[0];
-  absl::StatusOr<int> axis = NormalizeAxis(attr_axis, first.rank(), "Concat");
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(attr_axis, first.rank(), "Concat"));
   Dims dims(first.dims().begin(), first.dims().end());
-  dims[*axis] = 0;
+  dims[axis] = 0;
   for (const Tensor* t : in) {
     bool ok = t->rank() == first.rank() && t->dtype() == first.dtype();
-    for (int d = 0; ok && d < t->rank(); ++d) ok = d == *axis || t->dim(d) == first.dim(d);
+    for (int d = 0; ok && d < t->rank(); ++d) ok = d == axis || t->dim(d) == first.dim(d);
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Concat: ", t->DebugString(), " and ", first.DebugString(), " differ off axis ", *axis));
+          "Concat: ", t->DebugString(), " and ", first.DebugString(), " differ off axis ", axis));
     }
-    dims[*axis] += t->dim(*axis);
+    dims[axis] += t->dim(axis);
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], first.dtype(), dims, "Concat"); !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], first.dtype(), dims, "Concat"));
   const Tensor& y = *out[0];
   int64_t at = 0;
   for (const Tensor* t : in) {
     Dims part = dims;
-    part[*axis] = t->dim(*axis);
-    absl::StatusOr<Tensor> slice =
-        Tensor::View(y.storage(), y.byte_offset() + at * y.stride(*axis) * DTypeSize(y.dtype()),
-                     y.dtype(), part, y.strides());
-    if (!slice.ok()) return slice.status();
-    if (absl::Status s = DeviceCopy(cc, *t, *slice); !s.ok()) return s;
-    at += t->dim(*axis);
+    part[axis] = t->dim(axis);
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor slice,
+        Tensor::View(y.storage(), y.byte_offset() + at * y.stride(axis) * DTypeSize(y.dtype()),
+                     y.dtype(), part, y.strides()));
+    DYNVM_RETURN_IF_ERROR(DeviceCopy(cc, *t, slice));
+    at += t->dim(axis);
   }
   return absl::OkStatus();
 }
@@ -163,7 +151,7 @@ absl::Status RunTranspose(const std::vector<int64_t>& perm_attr, CudaContext& cc
     dims.push_back(x.dim(static_cast<int>(p)));
     strides.push_back(x.stride(static_cast<int>(p)));
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), dims, "Transpose"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), dims, "Transpose"));
   Tensor view = x;
   view.SetView(dims, strides);
   return DeviceCopy(cc, view, *out[0]);
@@ -176,14 +164,13 @@ absl::Status RunExpand(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     return absl::InvalidArgumentError("Expand takes 2 inputs and has 1 output");
   }
   const Tensor& x = *in[0];
-  absl::StatusOr<std::vector<int64_t>> shape = ReadInts(cc, *in[1], "Expand: shape");
-  if (!shape.ok()) return shape.status();
-  const size_t rank = std::max(shape->size(), static_cast<size_t>(x.rank()));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(cc, *in[1], "Expand: shape"));
+  const size_t rank = std::max(shape.size(), static_cast<size_t>(x.rank()));
   if (rank > Tensor::kMaxRank) return absl::InvalidArgumentError("Expand: rank too large");
   Dims dims(rank, 1);
   for (size_t i = 0; i < rank; ++i) {
-    const size_t ls = rank - shape->size(), lx = rank - x.rank();
-    const int64_t ds = i < ls ? 1 : (*shape)[i - ls];
+    const size_t ls = rank - shape.size(), lx = rank - x.rank();
+    const int64_t ds = i < ls ? 1 : (shape)[i - ls];
     const int64_t dx = i < lx ? 1 : x.dim(static_cast<int>(i - lx));
     if (ds != dx && ds != 1 && dx != 1) {
       return absl::InvalidArgumentError(
@@ -192,7 +179,7 @@ absl::Status RunExpand(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     if (ds < 0) return absl::InvalidArgumentError("Expand: negative dim");
     dims[i] = dx == 1 ? ds : dx;
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), dims, "Expand"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), dims, "Expand"));
   Tensor view = x;
   view.SetView(dims, BroadcastStrides(x, dims));
   return DeviceCopy(cc, view, *out[0]);
@@ -210,17 +197,15 @@ absl::Status RunConstantOfShape(const ConstantAttrs& ca, CudaContext& cc, Kernel
   if (in.size() != 1 || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
     return absl::InvalidArgumentError("ConstantOfShape takes 1 input and has 1 output");
   }
-  absl::StatusOr<std::vector<int64_t>> shape = ReadInts(cc, *in[0], "ConstantOfShape: shape");
-  if (!shape.ok()) return shape.status();
-  if (shape->size() > Tensor::kMaxRank) {
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                         ReadInts(cc, *in[0], "ConstantOfShape: shape"));
+  if (shape.size() > Tensor::kMaxRank) {
     return absl::InvalidArgumentError("ConstantOfShape: rank too large");
   }
-  for (int64_t d : *shape) {
+  for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("ConstantOfShape: negative dim");
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], ca.dtype, *shape, "ConstantOfShape"); !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], ca.dtype, shape, "ConstantOfShape"));
   return LaunchStatus(Fill(out[0]->raw_data(), static_cast<int>(DTypeSize(ca.dtype)), ca.bits,
                            out[0]->numel(), cc.stream()),
                       "ConstantOfShape", "Fill");
@@ -233,16 +218,15 @@ absl::StatusOr<double> ScalarDouble(CudaContext& cc, const Tensor& t, absl::stri
     return absl::InvalidArgumentError(
         absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
   }
-  absl::StatusOr<Tensor> h = ToHost(cc, t);
-  if (!h.ok()) return h.status();
-  switch (h->dtype()) {
+  DYNVM_ASSIGN_OR_RETURN(Tensor h, ToHost(cc, t));
+  switch (h.dtype()) {
     case DType::kF32:
-      return *h->data<float>();
+      return *h.data<float>();
     case DType::kF64:
-      return *h->data<double>();
+      return *h.data<double>();
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("Sample: ", what, " has dtype ", DTypeName(h->dtype())));
+          absl::StrCat("Sample: ", what, " has dtype ", DTypeName(h.dtype())));
   }
 }
 
@@ -251,10 +235,9 @@ absl::StatusOr<int64_t> ScalarInt(CudaContext& cc, const Tensor& t, absl::string
     return absl::InvalidArgumentError(
         absl::StrCat("Sample: ", what, " must have one element, got ", t.DebugString()));
   }
-  absl::StatusOr<Tensor> h = ToHost(cc, t);
-  if (!h.ok()) return h.status();
-  if (h->dtype() == DType::kI64) return *h->data<int64_t>();
-  if (h->dtype() == DType::kI32) return *h->data<int32_t>();
+  DYNVM_ASSIGN_OR_RETURN(Tensor h, ToHost(cc, t));
+  if (h.dtype() == DType::kI64) return *h.data<int64_t>();
+  if (h.dtype() == DType::kI32) return *h.data<int32_t>();
   return absl::InvalidArgumentError(absl::StrCat("Sample: ", what, " must be i64 or i32"));
 }
 
@@ -268,14 +251,12 @@ absl::Status RunSample(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     return absl::InvalidArgumentError(absl::StrCat(
         "Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
   }
-  absl::StatusOr<double> temperature = ScalarDouble(cc, *in[1], "temperature");
-  if (!temperature.ok()) return temperature.status();
-  absl::StatusOr<int64_t> seed = ScalarInt(cc, *in[2], "seed");
-  if (!seed.ok()) return seed.status();
+  DYNVM_ASSIGN_OR_RETURN(double temperature, ScalarDouble(cc, *in[1], "temperature"));
+  DYNVM_ASSIGN_OR_RETURN(int64_t seed, ScalarInt(cc, *in[2], "seed"));
   absl::StatusOr<int64_t> step = ScalarInt(cc, *in[3], "step");
   if (!step.ok()) return step.status();
   const int64_t dims[1] = {logits.dim(0)};
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kI64, dims, "Sample"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kI64, dims, "Sample"));
   // Rows must be contiguous within themselves; a row stride (a slice of a wider tensor) is fine.
   Tensor rows = logits;
   StorageRef keep;
@@ -289,7 +270,7 @@ absl::Status RunSample(const int&, CudaContext& cc, KernelContext&, Inputs in, O
   const int64_t row_stride = rows.dim(0) > 1 ? rows.stride(0) : rows.dim(1);
   return LaunchStatus(
       Sample(out[0]->data<int64_t>(), rows.data<float>(), rows.dim(0), rows.dim(1), row_stride,
-             *temperature, static_cast<uint64_t>(*seed), static_cast<uint64_t>(*step), cc.stream()),
+             temperature, static_cast<uint64_t>(seed), static_cast<uint64_t>(*step), cc.stream()),
       "Sample", "Sample");
 }
 
@@ -303,13 +284,10 @@ void RegisterDataKernels(Registrations& r) {
     if (!Copyable(spec.inputs[0].dtype)) {
       return absl::UnimplementedError("Gather (cuda): dtype not supported");
     }
-    if (absl::Status s = RequireDType(spec, spec.inputs[1], {DType::kI64, DType::kI32}); !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-    if (!axis.ok()) return axis.status();
+    DYNVM_RETURN_IF_ERROR(RequireDType(spec, spec.inputs[1], {DType::kI64, DType::kI32}));
+    DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
     return MakeKernel<int64_t>(KernelName("Gather", static_cast<DType>(spec.inputs[0].dtype)),
-                               "Gather", &RunGather, *axis);
+                               "Gather", &RunGather, axis);
   });
   Add(r, "Concat", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.empty() || spec.outputs.size() != 1) {
@@ -320,20 +298,18 @@ void RegisterDataKernels(Registrations& r) {
         return absl::UnimplementedError("Concat (cuda): tensors of a fixed dtype only");
       }
     }
-    absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-    if (!axis.ok()) return axis.status();
+    DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
     return MakeKernel<int64_t>(KernelName("Concat", static_cast<DType>(spec.inputs[0].dtype)),
-                               "Concat", &RunConcat, *axis);
+                               "Concat", &RunConcat, axis);
   });
   Add(r, "Transpose", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 1 || spec.outputs.size() != 1 || !Copyable(spec.inputs[0].dtype)) {
       return absl::UnimplementedError("Transpose (cuda): one tensor of a fixed dtype");
     }
-    absl::StatusOr<std::vector<int64_t>> perm = spec.GetInts("perm");
-    if (!perm.ok()) return perm.status();
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> perm, spec.GetInts("perm"));
     return MakeKernel<std::vector<int64_t>>(
         KernelName("Transpose", static_cast<DType>(spec.inputs[0].dtype)), "Transpose",
-        &RunTranspose, *perm);
+        &RunTranspose, perm);
   });
   Add(r, "Expand", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (spec.inputs.size() != 2 || spec.outputs.size() != 1 || !Copyable(spec.inputs[0].dtype)) {
@@ -367,7 +343,7 @@ void RegisterSampleKernels(Registrations& r) {
         if (spec.inputs.size() != 4 || spec.outputs.size() != 1) {
           return absl::InvalidArgumentError("Sample takes 4 inputs and has 1 output");
         }
-        if (absl::Status s = RequireDType(spec, spec.inputs[0], {DType::kF32}); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(RequireDType(spec, spec.inputs[0], {DType::kF32}));
         return MakeKernel<int>(KernelName("Sample", DType::kF32), "Sample", &RunSample, 0,
                                /*host_inputs=*/0b1110);
       },

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 
 namespace dynvm::cuda {
@@ -55,16 +56,13 @@ struct BinaryAttrs {
 
 absl::Status RunBinary(const BinaryAttrs& ba, CudaContext& cc, KernelContext&, Inputs in,
                        Outputs out) {
-  if (absl::Status s = CheckArity(in, 2, out, ba.op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckArity(in, 2, out, ba.op));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   absl::StatusOr<Dims> dims = Broadcast({&a, &b}, ba.op);
   if (!dims.ok()) return dims.status();
-  if (absl::Status s =
-          PrepareOutput(cc, out[0], ba.bool_out ? DType::kBool : a.dtype(), *dims, ba.op);
-      !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(
+      PrepareOutput(cc, out[0], ba.bool_out ? DType::kBool : a.dtype(), *dims, ba.op));
   Tensor& y = *out[0];
   const Walk<3> walk =
       MakeWalk<3>(*dims, {y.strides(), BroadcastStrides(a, *dims), BroadcastStrides(b, *dims)});
@@ -113,9 +111,9 @@ struct UnaryAttrs {
 
 absl::Status RunUnary(const UnaryAttrs& ua, CudaContext& cc, KernelContext&, Inputs in,
                       Outputs out) {
-  if (absl::Status s = CheckArity(in, 1, out, ua.op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckArity(in, 1, out, ua.op));
   const Tensor& x = *in[0];
-  if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), x.dims(), ua.op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), x.dims(), ua.op));
   Tensor& y = *out[0];
   const Walk<2> walk = MakeWalk<2>(x.dims(), {y.strides(), x.strides()});
   return LaunchStatus(
@@ -143,7 +141,7 @@ void AddUnary(Registrations& r, const char* op, UnaryOp kind, std::initializer_l
 // ---- Where, Cast, Identity ----
 
 absl::Status RunWhere(const int&, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
-  if (absl::Status s = CheckArity(in, 3, out, "Where"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckArity(in, 3, out, "Where"));
   const Tensor& c = *in[0];
   const Tensor& a = *in[1];
   const Tensor& b = *in[2];
@@ -152,7 +150,7 @@ absl::Status RunWhere(const int&, CudaContext& cc, KernelContext&, Inputs in, Ou
   }
   absl::StatusOr<Dims> dims = Broadcast({&c, &a, &b}, "Where");
   if (!dims.ok()) return dims.status();
-  if (absl::Status s = PrepareOutput(cc, out[0], a.dtype(), *dims, "Where"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], a.dtype(), *dims, "Where"));
   Tensor& y = *out[0];
   const Walk<4> walk = MakeWalk<4>(*dims, {y.strides(), BroadcastStrides(c, *dims),
                                            BroadcastStrides(a, *dims), BroadcastStrides(b, *dims)});
@@ -170,7 +168,7 @@ absl::Status RunCast(const CastAttrs& ca, CudaContext& cc, KernelContext&, Input
     return absl::InvalidArgumentError("Cast takes 1 input and has 1 output");
   }
   const Tensor& x = *in[0];
-  if (absl::Status s = PrepareOutput(cc, out[0], ca.to, x.dims(), "Cast"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], ca.to, x.dims(), "Cast"));
   Tensor& y = *out[0];
   if (x.dtype() == ca.to) return DeviceCopy(cc, x, y);
   std::optional<ScalarType> from = ScalarTypeOf(x.dtype()), to = ScalarTypeOf(ca.to);
@@ -181,11 +179,9 @@ absl::Status RunCast(const CastAttrs& ca, CudaContext& cc, KernelContext&, Input
 }
 
 absl::Status RunIdentity(const int&, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
-  if (absl::Status s = CheckArity(in, 1, out, "Identity"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckArity(in, 1, out, "Identity"));
   const Tensor& x = *in[0];
-  if (absl::Status s = PrepareOutput(cc, out[0], x.dtype(), x.dims(), "Identity"); !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), x.dims(), "Identity"));
   return DeviceCopy(cc, x, *out[0]);
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_status.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/cublas_status.h"
 
@@ -50,8 +51,7 @@ absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, f
     return absl::InvalidArgumentError(absl::StrCat(op, ": a [", m, ",", k, "] x [", k, ",", n,
                                                    "] product is too large for cuBLAS"));
   }
-  absl::StatusOr<cublasHandle_t> handle = cc.cublas();
-  if (!handle.ok()) return handle.status();
+  DYNVM_ASSIGN_OR_RETURN(cublasHandle_t handle, cc.cublas());
   // Column-major: C^T (n x m) = op(B^T) (n x k) * op(A^T) (k x m).
   const cublasOperation_t op_b = lb->row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t op_a = la->row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
@@ -79,13 +79,13 @@ absl::Status Gemm(CudaContext& cc, const GemmOperand& a, const GemmOperand& b, f
     float* pc = c + off_c;
     if (count == 1) {
       DYNVM_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
-          *handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-          &alpha, pb, static_cast<int>(lb->ld), pa, static_cast<int>(la->ld), &beta, pc,
+          handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+          pb, static_cast<int>(lb->ld), pa, static_cast<int>(la->ld), &beta, pc,
           static_cast<int>(std::max<int64_t>(1, n))));
     } else {
       DYNVM_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
-          *handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-          &alpha, pb, static_cast<int>(lb->ld), sb, pa, static_cast<int>(la->ld), sa, &beta, pc,
+          handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+          pb, static_cast<int>(lb->ld), sb, pa, static_cast<int>(la->ld), sa, &beta, pc,
           static_cast<int>(std::max<int64_t>(1, n)), sc, static_cast<int>(count)));
     }
   }
@@ -99,12 +99,10 @@ absl::StatusOr<GemmOperand> PrepareOperand(CudaContext& cc, const Tensor& t, int
     return GemmOperand{t.data<float>(), row_stride, col_stride};
   }
   // Pack the whole tensor row-major; the caller re-derives batch strides from packed_view.
-  absl::StatusOr<const void*> data = ContiguousData(cc, t, keep);
-  if (!data.ok()) return data.status();
-  absl::StatusOr<Tensor> v = Tensor::View(*keep, 0, t.dtype(), t.dims());
-  if (!v.ok()) return v.status();
-  *packed_view = *std::move(v);
-  return GemmOperand{static_cast<const float*>(*data), cols, 1};
+  DYNVM_ASSIGN_OR_RETURN(const void* data, ContiguousData(cc, t, keep));
+  DYNVM_ASSIGN_OR_RETURN(Tensor v, Tensor::View(*keep, 0, t.dtype(), t.dims()));
+  *packed_view = std::move(v);
+  return GemmOperand{static_cast<const float*>(data), cols, 1};
 }
 
 namespace {
@@ -151,9 +149,7 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
   Dims out_dims = batch;
   if (!a_vec) out_dims.push_back(m);
   if (!b_vec) out_dims.push_back(n);
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kF32, out_dims, "MatMul"); !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kF32, out_dims, "MatMul"));
   Tensor& y = *out[0];
   if (y.numel() == 0) return absl::OkStatus();
   if (k == 0) {
@@ -163,12 +159,12 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
   }
   StorageRef keep_a, keep_b;
   Tensor packed_a, packed_b;
-  absl::StatusOr<GemmOperand> ga = PrepareOperand(cc, a, m, k, a.stride(a.rank() - 2),
-                                                  a.stride(a.rank() - 1), &keep_a, &packed_a);
-  if (!ga.ok()) return ga.status();
-  absl::StatusOr<GemmOperand> gb = PrepareOperand(cc, b, k, n, b.stride(b.rank() - 2),
-                                                  b.stride(b.rank() - 1), &keep_b, &packed_b);
-  if (!gb.ok()) return gb.status();
+  DYNVM_ASSIGN_OR_RETURN(GemmOperand ga,
+                         PrepareOperand(cc, a, m, k, a.stride(a.rank() - 2), a.stride(a.rank() - 1),
+                                        &keep_a, &packed_a));
+  DYNVM_ASSIGN_OR_RETURN(GemmOperand gb,
+                         PrepareOperand(cc, b, k, n, b.stride(b.rank() - 2), b.stride(b.rank() - 1),
+                                        &keep_b, &packed_b));
   const Tensor& va = packed_a.defined() ? packed_a : a;
   const Tensor& vb = packed_b.defined() ? packed_b : b;
   // Batch strides: C contiguous; A and B broadcast (stride 0 where their dim is 1 or absent).
@@ -183,7 +179,7 @@ absl::Status RunMatMul(const int&, CudaContext& cc, KernelContext&, Inputs in, O
     if (i >= nb - bb && vb.dim(i - (nb - bb)) != 1) sb[i] = vb.stride(i - (nb - bb));
   }
   const Walk<3> walk = MakeWalk<3>(batch, {sc, sa, sb});
-  return Gemm(cc, *ga, *gb, y.data<float>(), m, n, k, 1.0f, 0.0f, walk, "MatMul");
+  return Gemm(cc, ga, gb, y.data<float>(), m, n, k, 1.0f, 0.0f, walk, "MatMul");
 }
 
 // ---- Gemm ----
@@ -226,7 +222,7 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
           absl::StrCat("Gemm: C ", c->ShapeString(), " does not broadcast to [", m, ",", n, "]"));
     }
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kF32, mn, "Gemm"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kF32, mn, "Gemm"));
   Tensor& y = *out[0];
   if (y.numel() == 0) return absl::OkStatus();
   float beta = 0;
@@ -234,7 +230,7 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
     Tensor cb = *c;
     const auto strides = BroadcastStrides(*c, mn);
     cb.SetView(mn, strides);
-    if (absl::Status s = DeviceCopy(cc, cb, y); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(DeviceCopy(cc, cb, y));
     beta = ga.beta;
   }
   if (k == 0) {  // an empty product: y = beta * C (or 0)
@@ -245,10 +241,9 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
     }
     if (beta == 1) return absl::OkStatus();
     if (!FitsInt(y.numel())) return absl::InvalidArgumentError("Gemm: output too large");
-    absl::StatusOr<cublasHandle_t> handle = cc.cublas();
-    if (!handle.ok()) return handle.status();
+    DYNVM_ASSIGN_OR_RETURN(cublasHandle_t handle, cc.cublas());
     DYNVM_CUBLAS_RETURN_IF_ERROR(
-        cublasSscal(*handle, static_cast<int>(y.numel()), &beta, y.data<float>(), 1));
+        cublasSscal(handle, static_cast<int>(y.numel()), &beta, y.data<float>(), 1));
     return absl::OkStatus();
   }
   Tensor va = a, vb = b;
@@ -262,13 +257,11 @@ absl::Status RunGemm(const GemmAttrs& ga, CudaContext& cc, KernelContext&, Input
   }
   StorageRef keep_a, keep_b;
   Tensor packed_a, packed_b;
-  absl::StatusOr<GemmOperand> oa =
-      PrepareOperand(cc, va, m, k, va.stride(0), va.stride(1), &keep_a, &packed_a);
-  if (!oa.ok()) return oa.status();
-  absl::StatusOr<GemmOperand> ob =
-      PrepareOperand(cc, vb, k, n, vb.stride(0), vb.stride(1), &keep_b, &packed_b);
-  if (!ob.ok()) return ob.status();
-  return Gemm(cc, *oa, *ob, y.data<float>(), m, n, k, ga.alpha, beta, Walk<3>{}, "Gemm");
+  DYNVM_ASSIGN_OR_RETURN(
+      GemmOperand oa, PrepareOperand(cc, va, m, k, va.stride(0), va.stride(1), &keep_a, &packed_a));
+  DYNVM_ASSIGN_OR_RETURN(
+      GemmOperand ob, PrepareOperand(cc, vb, k, n, vb.stride(0), vb.stride(1), &keep_b, &packed_b));
+  return Gemm(cc, oa, ob, y.data<float>(), m, n, k, ga.alpha, beta, Walk<3>{}, "Gemm");
 }
 
 }  // namespace
@@ -279,7 +272,7 @@ void RegisterMatmulKernels(Registrations& r) {
       return absl::InvalidArgumentError("MatMul takes 2 inputs and has 1 output");
     }
     for (const PortSpec& p : spec.inputs) {
-      if (absl::Status s = RequireDType(spec, p, {DType::kF32}); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(RequireDType(spec, p, {DType::kF32}));
     }
     return MakeKernel<int>(KernelName("MatMul", DType::kF32, "cublas"), "MatMul", &RunMatMul, 0);
   });
@@ -288,7 +281,7 @@ void RegisterMatmulKernels(Registrations& r) {
       return absl::InvalidArgumentError("Gemm takes 2 or 3 inputs and has 1 output");
     }
     for (const PortSpec& p : spec.inputs) {
-      if (absl::Status s = RequireDType(spec, p, {DType::kF32}); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(RequireDType(spec, p, {DType::kF32}));
     }
     GemmAttrs a;
     absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);

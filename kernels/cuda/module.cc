@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/cuda_module.h"
 #include "allocator/cuda_status.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/registry.h"
@@ -51,9 +52,8 @@ namespace {
 void KernelRegistrations(std::vector<KernelRegistration>* out) { RegisterCudaKernels(*out); }
 
 absl::StatusOr<std::unique_ptr<DeviceContext>> CreateContext(const DeviceContextOptions& options) {
-  absl::StatusOr<std::unique_ptr<CudaContext>> c = CudaContext::Create(options);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<DeviceContext>(*std::move(c));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> c, CudaContext::Create(options));
+  return std::unique_ptr<DeviceContext>(std::move(c));
 }
 
 constexpr CudaModuleApi kApi = {

@@ -1,6 +1,7 @@
 // Softmax/LogSoftmax, LayerNormalization and ArgMax/ArgMin on the device (f32). Inputs with
 // other layouts are packed first; the kernels see [outer, n, inner] (reduce.cu).
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 
 namespace dynvm::cuda {
@@ -41,17 +42,15 @@ absl::Status RunSoftmax(const SoftmaxAttrs& sa, CudaContext& cc, KernelContext&,
     return absl::InvalidArgumentError(absl::StrCat(sa.op, " takes 1 input and has 1 output"));
   }
   const Tensor& x = *in[0];
-  absl::StatusOr<int> axis = NormalizeAxis(sa.axis, x.rank(), sa.op);
-  if (!axis.ok()) return axis.status();
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kF32, x.dims(), sa.op); !s.ok()) return s;
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(sa.axis, x.rank(), sa.op));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kF32, x.dims(), sa.op));
   StorageRef keep;
-  absl::StatusOr<const void*> data = ContiguousData(cc, x, &keep);
-  if (!data.ok()) return data.status();
+  DYNVM_ASSIGN_OR_RETURN(const void* data, ContiguousData(cc, x, &keep));
   const size_t rank = static_cast<size_t>(x.rank());
-  const int64_t outer = Product(x.dims(), 0, *axis);
-  const int64_t n = sa.legacy_2d ? Product(x.dims(), *axis, rank) : x.dim(*axis);
-  const int64_t inner = sa.legacy_2d ? 1 : Product(x.dims(), *axis + 1, rank);
-  return LaunchStatus(Softmax(out[0]->data<float>(), static_cast<const float*>(*data), outer, n,
+  const int64_t outer = Product(x.dims(), 0, axis);
+  const int64_t n = sa.legacy_2d ? Product(x.dims(), axis, rank) : x.dim(axis);
+  const int64_t inner = sa.legacy_2d ? 1 : Product(x.dims(), axis + 1, rank);
+  return LaunchStatus(Softmax(out[0]->data<float>(), static_cast<const float*>(data), outer, n,
                               inner, sa.log, cc.stream()),
                       sa.op, "Softmax");
 }
@@ -91,9 +90,8 @@ absl::StatusOr<const float*> NormParam(CudaContext& cc, const Tensor* t, const T
   Tensor v = *t;
   v.SetView(x.dims().subspan(axis), absl::MakeConstSpan(strides).subspan(axis));
   if (v.is_contiguous()) return v.data<float>();
-  absl::StatusOr<const void*> data = ContiguousData(cc, v, keep);
-  if (!data.ok()) return data.status();
-  return static_cast<const float*>(*data);
+  DYNVM_ASSIGN_OR_RETURN(const void* data, ContiguousData(cc, v, keep));
+  return static_cast<const float*>(data);
 }
 
 absl::Status RunLayerNorm(const LayerNormAttrs& la, CudaContext& cc, KernelContext&, Inputs in,
@@ -104,35 +102,27 @@ absl::Status RunLayerNorm(const LayerNormAttrs& la, CudaContext& cc, KernelConte
   const Tensor& x = *in[0];
   const Tensor* scale = in.size() > 1 ? in[1] : nullptr;
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
-  absl::StatusOr<int> axis = NormalizeAxis(la.axis, x.rank(), "LayerNormalization");
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(la.axis, x.rank(), "LayerNormalization"));
   StorageRef keep_x, keep_s, keep_b;
-  absl::StatusOr<const float*> ps = NormParam(cc, scale, x, *axis, &keep_s);
-  if (!ps.ok()) return ps.status();
-  absl::StatusOr<const float*> pb = NormParam(cc, bias, x, *axis, &keep_b);
+  DYNVM_ASSIGN_OR_RETURN(const float* ps, NormParam(cc, scale, x, axis, &keep_s));
+  absl::StatusOr<const float*> pb = NormParam(cc, bias, x, axis, &keep_b);
   if (!pb.ok()) return pb.status();
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kF32, x.dims(), "LayerNormalization");
-      !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kF32, x.dims(), "LayerNormalization"));
   Dims stat_dims(x.dims().begin(), x.dims().end());
-  for (int d = *axis; d < x.rank(); ++d) stat_dims[d] = 1;
+  for (int d = axis; d < x.rank(); ++d) stat_dims[d] = 1;
   float* stats[2] = {nullptr, nullptr};
   for (int i = 0; i < 2; ++i) {
     Tensor* t = out.size() > static_cast<size_t>(i + 1) ? out[i + 1] : nullptr;
     if (t == nullptr) continue;
-    if (absl::Status s = PrepareOutput(cc, t, DType::kF32, stat_dims, "LayerNormalization");
-        !s.ok()) {
-      return s;
-    }
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, t, DType::kF32, stat_dims, "LayerNormalization"));
     stats[i] = t->data<float>();
   }
   absl::StatusOr<const void*> data = ContiguousData(cc, x, &keep_x);
   if (!data.ok()) return data.status();
-  const int64_t rows = Product(x.dims(), 0, *axis);
-  const int64_t n = Product(x.dims(), *axis, x.rank());
+  const int64_t rows = Product(x.dims(), 0, axis);
+  const int64_t n = Product(x.dims(), axis, x.rank());
   return LaunchStatus(
-      LayerNorm(out[0]->data<float>(), stats[0], stats[1], static_cast<const float*>(*data), *ps,
+      LayerNorm(out[0]->data<float>(), stats[0], stats[1], static_cast<const float*>(*data), ps,
                 *pb, rows, n, la.epsilon, cc.stream()),
       "LayerNormalization", "LayerNorm");
 }
@@ -152,28 +142,26 @@ absl::Status RunArg(const ArgAttrs& aa, CudaContext& cc, KernelContext&, Inputs 
     return absl::InvalidArgumentError(absl::StrCat(aa.op, " takes 1 input and has 1 output"));
   }
   const Tensor& x = *in[0];
-  absl::StatusOr<int> axis = NormalizeAxis(aa.axis, x.rank(), aa.op);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(aa.axis, x.rank(), aa.op));
   Dims out_dims;
   for (int d = 0; d < x.rank(); ++d) {
-    if (d != *axis) {
+    if (d != axis) {
       out_dims.push_back(x.dim(d));
     } else if (aa.keepdims) {
       out_dims.push_back(1);
     }
   }
-  if (absl::Status s = PrepareOutput(cc, out[0], DType::kI64, out_dims, aa.op); !s.ok()) return s;
-  const int64_t n = x.dim(*axis);
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], DType::kI64, out_dims, aa.op));
+  const int64_t n = x.dim(axis);
   if (n == 0 && out[0]->numel() > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(aa.op, ": cannot reduce the empty axis ", aa.axis, " of ", x.DebugString()));
   }
   StorageRef keep;
-  absl::StatusOr<const void*> data = ContiguousData(cc, x, &keep);
-  if (!data.ok()) return data.status();
-  const int64_t outer = Product(x.dims(), 0, *axis);
-  const int64_t inner = Product(x.dims(), *axis + 1, x.rank());
-  return LaunchStatus(ArgReduce(out[0]->data<int64_t>(), static_cast<const float*>(*data), outer, n,
+  DYNVM_ASSIGN_OR_RETURN(const void* data, ContiguousData(cc, x, &keep));
+  const int64_t outer = Product(x.dims(), 0, axis);
+  const int64_t inner = Product(x.dims(), axis + 1, x.rank());
+  return LaunchStatus(ArgReduce(out[0]->data<int64_t>(), static_cast<const float*>(data), outer, n,
                                 inner, aa.max, aa.select_last, cc.stream()),
                       aa.op, "ArgReduce");
 }
@@ -189,13 +177,11 @@ void RegisterReduceKernels(Registrations& r) {
       if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat(name, " takes 1 input and has 1 output"));
       }
-      if (absl::Status s = RequireDType(spec, spec.inputs[0], {DType::kF32}); !s.ok()) return s;
-      absl::StatusOr<int64_t> legacy = GetAttr(spec, "legacy_2d", 0);
-      if (!legacy.ok()) return legacy.status();
-      absl::StatusOr<int64_t> axis = GetAttr(spec, "axis", *legacy != 0 ? 1 : -1);
-      if (!axis.ok()) return axis.status();
+      DYNVM_RETURN_IF_ERROR(RequireDType(spec, spec.inputs[0], {DType::kF32}));
+      DYNVM_ASSIGN_OR_RETURN(int64_t legacy, GetAttr(spec, "legacy_2d", 0));
+      DYNVM_ASSIGN_OR_RETURN(int64_t axis, GetAttr(spec, "axis", legacy != 0 ? 1 : -1));
       return MakeKernel<SoftmaxAttrs>(KernelName(name, DType::kF32), name, &RunSoftmax,
-                                      SoftmaxAttrs{name, log, *axis, *legacy != 0});
+                                      SoftmaxAttrs{name, log, axis, legacy != 0});
     });
   }
   Add(r, "LayerNormalization",
@@ -205,10 +191,10 @@ void RegisterReduceKernels(Registrations& r) {
           return absl::InvalidArgumentError("LayerNormalization: 1-3 inputs and 1-3 outputs");
         }
         for (const PortSpec& p : spec.inputs) {
-          if (absl::Status s = RequireDType(spec, p, {DType::kF32}); !s.ok()) return s;
+          DYNVM_RETURN_IF_ERROR(RequireDType(spec, p, {DType::kF32}));
         }
         for (const PortSpec& p : spec.outputs) {
-          if (absl::Status s = RequireDType(spec, p, {DType::kF32}); !s.ok()) return s;
+          DYNVM_RETURN_IF_ERROR(RequireDType(spec, p, {DType::kF32}));
         }
         LayerNormAttrs a;
         absl::StatusOr<int64_t> axis = spec.GetInt("axis", -1);
@@ -228,7 +214,7 @@ void RegisterReduceKernels(Registrations& r) {
       if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat(name, " takes 1 input and has 1 output"));
       }
-      if (absl::Status s = RequireDType(spec, spec.inputs[0], {DType::kF32}); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(RequireDType(spec, spec.inputs[0], {DType::kF32}));
       ArgAttrs a{name, max};
       absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
       absl::StatusOr<int64_t> keepdims = spec.GetInt("keepdims", 1);

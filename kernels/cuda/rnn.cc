@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/matmul.h"
 
@@ -47,20 +48,19 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   }
   const int64_t steps = x->dim(0), batch = x->dim(1), input = x->dim(2);
   const int64_t hidden = hidden_attr > 0 ? hidden_attr : r->dim(2);
-  if (absl::Status s = CheckDims(w, "W", {1, 4 * hidden, input}); !s.ok()) return s;
-  if (absl::Status s = CheckDims(r, "R", {1, 4 * hidden, hidden}); !s.ok()) return s;
-  if (absl::Status s = CheckDims(b, "B", {1, 8 * hidden}); !s.ok()) return s;
-  if (absl::Status s = CheckDims(h0, "initial_h", {1, batch, hidden}); !s.ok()) return s;
-  if (absl::Status s = CheckDims(c0, "initial_c", {1, batch, hidden}); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckDims(w, "W", {1, 4 * hidden, input}));
+  DYNVM_RETURN_IF_ERROR(CheckDims(r, "R", {1, 4 * hidden, hidden}));
+  DYNVM_RETURN_IF_ERROR(CheckDims(b, "B", {1, 8 * hidden}));
+  DYNVM_RETURN_IF_ERROR(CheckDims(h0, "initial_h", {1, batch, hidden}));
+  DYNVM_RETURN_IF_ERROR(CheckDims(c0, "initial_c", {1, batch, hidden}));
   if (seq_lens != nullptr) {
-    absl::StatusOr<Tensor> lens = ToHost(cc, *seq_lens);
-    if (!lens.ok()) return lens.status();
-    if (lens->rank() != 1 || lens->dim(0) != batch || lens->dtype() != DType::kI32) {
+    DYNVM_ASSIGN_OR_RETURN(Tensor lens, ToHost(cc, *seq_lens));
+    if (lens.rank() != 1 || lens.dim(0) != batch || lens.dtype() != DType::kI32) {
       return absl::InvalidArgumentError(
-          absl::StrCat("LSTM: sequence_lens must be i32[", batch, "], got ", lens->DebugString()));
+          absl::StrCat("LSTM: sequence_lens must be i32[", batch, "], got ", lens.DebugString()));
     }
     for (int64_t i = 0; i < batch; ++i) {
-      if (lens->data<int32_t>()[i * lens->stride(0)] != steps) {
+      if (lens.data<int32_t>()[i * lens.stride(0)] != steps) {
         return absl::UnimplementedError(
             "LSTM (cuda): sequence_lens shorter than the sequence are not supported");
       }
@@ -72,21 +72,20 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   const int64_t y_dims[4] = {steps, 1, batch, hidden};
   const int64_t s_dims[3] = {1, batch, hidden};
   if (y != nullptr) {
-    if (absl::Status s = PrepareOutput(cc, y, DType::kF32, y_dims, "LSTM"); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, y, DType::kF32, y_dims, "LSTM"));
   }
   for (Tensor* t : {y_h, y_c}) {
     if (t == nullptr) continue;
-    if (absl::Status s = PrepareOutput(cc, t, DType::kF32, s_dims, "LSTM"); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, t, DType::kF32, s_dims, "LSTM"));
   }
   const int64_t state = batch * hidden;
   const int64_t gate_floats = steps * batch * 4 * hidden;
   // Workspace: [gates for every step | h | c], each 256-byte aligned.
   auto align = [](int64_t floats) { return (floats * 4 + 255) / 256 * 256; };
   const int64_t ws_bytes = align(gate_floats) + 2 * align(state);
-  absl::StatusOr<void*> ws =
-      ctx.DeviceWorkspace(static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
-  if (!ws.ok()) return ws.status();
-  auto* base = static_cast<uint8_t*>(*ws);
+  DYNVM_ASSIGN_OR_RETURN(
+      void* ws, ctx.DeviceWorkspace(static_cast<size_t>(std::max<int64_t>(ws_bytes, 256))));
+  auto* base = static_cast<uint8_t*>(ws);
   float* gates = reinterpret_cast<float*>(base);
   float* h = reinterpret_cast<float*>(base + align(gate_floats));
   float* c = reinterpret_cast<float*>(base + align(gate_floats) + align(state));
@@ -96,23 +95,19 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
   for (auto [src, dst] : {std::pair<const Tensor*, float*>{h0, h}, {c0, c}}) {
     if (state == 0) break;
     if (src == nullptr) {
-      if (absl::Status s =
-              LaunchStatus(cudaMemsetAsync(dst, 0, state * 4, stream), "LSTM", "cudaMemsetAsync");
-          !s.ok()) {
-        return s;
-      }
+      DYNVM_RETURN_IF_ERROR(
+          LaunchStatus(cudaMemsetAsync(dst, 0, state * 4, stream), "LSTM", "cudaMemsetAsync"));
       continue;
     }
-    absl::StatusOr<Tensor> view = Tensor::View(
-        Storage::Wrap(Storage::Kind::kExternal, dst, state * 4, Device::kCUDA, nullptr), 0,
-        DType::kF32, s_dims);
-    if (!view.ok()) return view.status();
-    if (absl::Status s = DeviceCopy(cc, *src, *view); !s.ok()) return s;
+    DYNVM_ASSIGN_OR_RETURN(Tensor view,
+                           Tensor::View(Storage::Wrap(Storage::Kind::kExternal, dst, state * 4,
+                                                      Device::kCUDA, nullptr),
+                                        0, DType::kF32, s_dims));
+    DYNVM_RETURN_IF_ERROR(DeviceCopy(cc, *src, view));
   }
   if (state > 0 && steps > 0) {
     StorageRef keep_x, keep_w, keep_r, keep_b;
-    absl::StatusOr<const void*> px = ContiguousData(cc, *x, &keep_x);
-    if (!px.ok()) return px.status();
+    DYNVM_ASSIGN_OR_RETURN(const void* px, ContiguousData(cc, *x, &keep_x));
     absl::StatusOr<const void*> pw = ContiguousData(cc, *w, &keep_w);
     if (!pw.ok()) return pw.status();
     absl::StatusOr<const void*> pr = ContiguousData(cc, *r, &keep_r);
@@ -125,43 +120,28 @@ absl::Status RunLstm(const int64_t& hidden_attr, CudaContext& cc, KernelContext&
     }
     // gates[t*B + b, :] = X[t, b, :] * W^T for every step (W [4H, I] read as W^T [I, 4H]).
     if (input == 0) {
-      if (absl::Status s = LaunchStatus(cudaMemsetAsync(gates, 0, gate_floats * 4, stream), "LSTM",
-                                        "cudaMemsetAsync");
-          !s.ok()) {
-        return s;
-      }
-    } else if (absl::Status s =
-                   Gemm(cc, {static_cast<const float*>(*px), input, 1},
-                        {static_cast<const float*>(*pw), 1, input}, gates, steps * batch,
-                        4 * hidden, input, 1.0f, 0.0f, Walk<3>{}, "LSTM");
-               !s.ok()) {
-      return s;
-    }
+      DYNVM_RETURN_IF_ERROR(LaunchStatus(cudaMemsetAsync(gates, 0, gate_floats * 4, stream), "LSTM",
+                                         "cudaMemsetAsync"));
+    } else
+      DYNVM_RETURN_IF_ERROR(Gemm(cc, {static_cast<const float*>(px), input, 1},
+                                 {static_cast<const float*>(*pw), 1, input}, gates, steps * batch,
+                                 4 * hidden, input, 1.0f, 0.0f, Walk<3>{}, "LSTM"));
     for (int64_t t = 0; t < steps; ++t) {
       float* g = gates + t * batch * 4 * hidden;
       // g += H * R^T (R [4H, H] read as R^T [H, 4H]).
-      if (absl::Status s = Gemm(cc, {h, hidden, 1}, {static_cast<const float*>(*pr), 1, hidden}, g,
-                                batch, 4 * hidden, hidden, 1.0f, 1.0f, Walk<3>{}, "LSTM");
-          !s.ok()) {
-        return s;
-      }
+      DYNVM_RETURN_IF_ERROR(Gemm(cc, {h, hidden, 1}, {static_cast<const float*>(*pr), 1, hidden}, g,
+                                 batch, 4 * hidden, hidden, 1.0f, 1.0f, Walk<3>{}, "LSTM"));
       float* y_t = y != nullptr ? y->data<float>() + t * state : nullptr;
-      if (absl::Status s = LaunchStatus(LstmGates(g, bias, c, h, c, y_t, batch, hidden, stream),
-                                        "LSTM", "LstmGates");
-          !s.ok()) {
-        return s;
-      }
+      DYNVM_RETURN_IF_ERROR(LaunchStatus(LstmGates(g, bias, c, h, c, y_t, batch, hidden, stream),
+                                         "LSTM", "LstmGates"));
     }
   }
   if (state > 0) {
     for (auto [t, src] : {std::pair<Tensor*, float*>{y_h, h}, {y_c, c}}) {
       if (t == nullptr) continue;
-      if (absl::Status s = LaunchStatus(
-              cudaMemcpyAsync(t->raw_data(), src, state * 4, cudaMemcpyDeviceToDevice, stream),
-              "LSTM", "cudaMemcpyAsync");
-          !s.ok()) {
-        return s;
-      }
+      DYNVM_RETURN_IF_ERROR(LaunchStatus(
+          cudaMemcpyAsync(t->raw_data(), src, state * 4, cudaMemcpyDeviceToDevice, stream), "LSTM",
+          "cudaMemcpyAsync"));
     }
   }
   return absl::OkStatus();
@@ -176,24 +156,23 @@ void RegisterRnnKernels(Registrations& r) {
     }
     for (size_t i : {0, 1, 2, 3, 5, 6}) {
       if (i >= spec.inputs.size()) continue;
-      if (absl::Status s = RequireDType(spec, spec.inputs[i], {DType::kF32}); !s.ok()) return s;
+      DYNVM_RETURN_IF_ERROR(RequireDType(spec, spec.inputs[i], {DType::kF32}));
     }
     if (spec.inputs.size() > 7) {
       return absl::UnimplementedError("LSTM (cuda): peepholes are not supported");
     }
-    absl::StatusOr<reference::RnnAttrs> a =
-        reference::ParseRnnAttrs(spec, reference::RnnCell::kLstm);
-    if (!a.ok()) return a.status();
-    const reference::RnnGateConfig& cfg = a->config[0];
+    DYNVM_ASSIGN_OR_RETURN(reference::RnnAttrs a,
+                           reference::ParseRnnAttrs(spec, reference::RnnCell::kLstm));
+    const reference::RnnGateConfig& cfg = a.config[0];
     using Kind = reference::RnnActivation::Kind;
-    if (a->direction != reference::RnnDirection::kForward || a->layout != 0 ||
+    if (a.direction != reference::RnnDirection::kForward || a.layout != 0 ||
         cfg.f.kind != Kind::kSigmoid || cfg.g.kind != Kind::kTanh || cfg.h.kind != Kind::kTanh ||
         std::isfinite(cfg.clip) || cfg.input_forget) {
       return absl::UnimplementedError(
           "LSTM (cuda): only forward, layout 0, default activations, no clip, no input_forget");
     }
     return MakeKernel<int64_t>(KernelName("LSTM", DType::kF32, "cublas"), "LSTM", &RunLstm,
-                               a->hidden_size, /*host_inputs=*/0b10000);
+                               a.hidden_size, /*host_inputs=*/0b10000);
   });
 }
 

@@ -9,6 +9,7 @@
 // several times the work. Within 1e-6 relative of the reference; NaN gives NaN.
 #include <cmath>
 
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
@@ -54,10 +55,10 @@ class ActivationKernel final : public DnnlKernel {
       : DnnlKernel(std::move(name), std::move(reference)), act_(act) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "activation"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "activation"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
-    DNNL_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "activation"));
     const int64_t n = x.numel();
     const float* src = x.data<float>();
@@ -87,11 +88,10 @@ void Add(KernelRegistry& r, const char* op, Act act) {
   r.Register(KernelRegistration{
       "dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
       [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-        DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-        absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-        if (!ref.ok()) return ref.status();
-        return std::make_unique<ActivationKernel>(KernelName(spec), *std::move(ref), act);
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+        DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+        DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+        return std::make_unique<ActivationKernel>(KernelName(spec), std::move(ref), act);
       }});
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 
 // The OpenMP runtime libdnnl was built with (libgomp), declared here rather than through a
@@ -235,11 +236,10 @@ absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
     ++i;
   }
   if (i != args_.size()) return absl::InternalError("oneDNN: argument count mismatch");
-  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
-  if (!engine.ok()) return engine.status();
+  DYNVM_ASSIGN_OR_RETURN(const dnnl::engine* engine, CpuEngine());
   dnnl_stream_t stream = nullptr;
   absl::Status guarded = Guard("creating a stream", [&] {
-    stream = ThreadStream(**engine);
+    stream = ThreadStream(*engine);
     return absl::OkStatus();
   });
   if (!guarded.ok()) return guarded;
@@ -258,9 +258,8 @@ absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
                           std::initializer_list<const void*> data) {
   void* scratch = nullptr;
   if (prim.scratchpad_bytes() > 0) {
-    absl::StatusOr<void*> ws = ctx.Workspace(prim.scratchpad_bytes());
-    if (!ws.ok()) return ws.status();
-    scratch = *ws;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(prim.scratchpad_bytes()));
+    scratch = ws;
   }
   return prim.Execute(data, scratch);
 }

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "kernels/kernel.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -41,12 +42,6 @@ inline constexpr const char* kBackend = "dnnl";
 
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
-
-#define DNNL_RETURN_IF_ERROR(expr)     \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 // A oneDNN status as an absl::Status: out of memory is ResourceExhausted; a shape or
 // attribute oneDNN does not implement (unimplemented, invalid arguments) is Unimplemented, so

@@ -27,6 +27,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -79,10 +80,9 @@ Entry* SiteCache::Lookup(const ShapeKey& key, bool* fresh) {
 
 absl::Status BindEntry(Entry* e, absl::string_view what,
                        const std::function<void(const dnnl::engine&)>& bind) {
-  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
-  if (!engine.ok()) return engine.status();
+  DYNVM_ASSIGN_OR_RETURN(const dnnl::engine* engine, CpuEngine());
   absl::Status s = Guard(what, [&] {
-    bind(**engine);
+    bind(*engine);
     return absl::OkStatus();
   });
   if (!s.ok() && !absl::IsUnimplemented(s)) {

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
@@ -54,7 +55,7 @@ class UnaryKernel final : public DnnlKernel {
         drops_nan_(drops_nan) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !x.is_contiguous()) {
       return RunReference(ctx, in, out);
@@ -72,7 +73,7 @@ class UnaryKernel final : public DnnlKernel {
       if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
     }
     if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
@@ -80,7 +81,7 @@ class UnaryKernel final : public DnnlKernel {
     key.AddFloat(alpha);
     key.AddFloat(beta);
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc md = TensorDesc(x);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha,
                                     beta);
@@ -99,31 +100,28 @@ class UnaryKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   float alpha = def.alpha;
   if (def.alpha_attr != nullptr) {
-    absl::StatusOr<float> a = spec.GetFloat(def.alpha_attr, def.alpha);
-    if (!a.ok()) return a.status();
-    alpha = *a;
+    DYNVM_ASSIGN_OR_RETURN(float a, spec.GetFloat(def.alpha_attr, def.alpha));
+    alpha = a;
   }
-  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), def.algorithm, alpha,
+  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), def.algorithm, alpha,
                                        def.beta, /*clip=*/false, def.drops_nan);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   // Opset < 11 gives the bounds as attributes.
   absl::StatusOr<float> lo = spec.GetFloat("min", -std::numeric_limits<float>::infinity());
   absl::StatusOr<float> hi = spec.GetFloat("max", std::numeric_limits<float>::infinity());
   if (!lo.ok()) return lo.status();
   if (!hi.ok()) return hi.status();
-  return std::make_unique<UnaryKernel>(KernelName(spec), *std::move(ref), alg::eltwise_clip_v2, *lo,
+  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), alg::eltwise_clip_v2, *lo,
                                        *hi, /*clip=*/true, /*drops_nan=*/true);
 }
 
@@ -147,7 +145,7 @@ class BinaryKernel final : public DnnlKernel {
   }
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
     const Tensor* a = in[0];
     const Tensor* b = in[1];
     if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunReference(ctx, in, out);
@@ -164,18 +162,18 @@ class BinaryKernel final : public DnnlKernel {
       std::swap(a, b);
     }
     if (LoopServes(*a, *b, out_dims, numel)) {
-      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
       return RunLoop(*a, *b, numel, out[0]);
     }
     if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
     SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
     key.Add(a);
     key.Add(b);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, numel, "binary", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(st, key, numel, "binary", [&](const dnnl::engine& engine) {
       const int rank = std::max<int>(static_cast<int>(out_dims.size()), 1);
       const dnnl::memory::desc a_md = AlignedDesc(*a, rank);
       const dnnl::memory::desc b_md = AlignedDesc(*b, rank);
@@ -240,11 +238,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
     return absl::UnimplementedError(
         absl::StrCat(spec.op, ": the oneDNN kernel takes exactly two inputs"));
   }
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  return std::make_unique<BinaryKernel>(KernelName(spec), *std::move(ref), algorithm, commutative,
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  return std::make_unique<BinaryKernel>(KernelName(spec), std::move(ref), algorithm, commutative,
                                         scale);
 }
 
@@ -258,7 +255,7 @@ class WhereKernel final : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
     const Tensor& c = *in[0];
     const Tensor& x = *in[1];
     const Tensor& y = *in[2];
@@ -285,7 +282,7 @@ class WhereKernel final : public DnnlKernel {
     if (pc % block != 0 || (px > 1 && px % block != 0) || (py > 1 && py % block != 0)) {
       return RunReference(ctx, in, out);
     }
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
     const int64_t blocks = *total / block;
     float* o = out[0]->data<float>();
     // Operand of period p: block b starts at (b * block) % p.
@@ -324,11 +321,10 @@ class WhereKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  return std::make_unique<WhereKernel>(KernelName(spec), *std::move(ref));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  return std::make_unique<WhereKernel>(KernelName(spec), std::move(ref));
 }
 
 // ---- Erf ----
@@ -338,21 +334,20 @@ class ErfKernel final : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
     ErfArray(x.numel(), x.data<float>(), out[0]->data<float>());
     return absl::OkStatus();
   }
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  return std::make_unique<ErfKernel>(KernelName(spec), *std::move(ref));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  return std::make_unique<ErfKernel>(KernelName(spec), std::move(ref));
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
@@ -93,8 +94,7 @@ bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b, int* binds)
 // element strides (sam, sak) and (sbk, sbn). Unimplemented when oneDNN has no such primitive.
 absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int64_t k, int64_t sam,
                                  int64_t sak, int64_t sbk, int64_t sbn, bool bias, float alpha) {
-  absl::StatusOr<const dnnl::engine*> engine = CpuEngine();
-  if (!engine.ok()) return engine.status();
+  DYNVM_ASSIGN_OR_RETURN(const dnnl::engine* engine, CpuEngine());
   return Guard("matmul", [&]() -> absl::Status {
     using dt = dnnl::memory::data_type;
     const int64_t a_dims[2] = {m, k}, a_strides[2] = {sam, sak};
@@ -107,7 +107,7 @@ absl::Status BindMatmulPrimitive(BoundPrimitive* prim, int64_t m, int64_t n, int
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     const dnnl::matmul::desc d =
         bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
-    const dnnl::matmul::primitive_desc pd(d, attr, **engine);
+    const dnnl::matmul::primitive_desc pd(d, attr, *engine);
     // Strides only oneDNN's reference implementation takes: dnnl_sgemm (packing) is faster.
     if (absl::string_view(pd.impl_info_str()).substr(0, 3) == "ref") {
       return absl::UnimplementedError("matmul: no optimized implementation");
@@ -149,7 +149,7 @@ class MatMulKernel final : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
     const Tensor& a = *in[0];
     const Tensor& b = *in[1];
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
@@ -177,7 +177,7 @@ class MatMulKernel final : public DnnlKernel {
       st->key = key;
       st->valid = true;
     }
-    DNNL_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, st->out_dims, "MatMul"));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
@@ -192,9 +192,9 @@ class MatMulKernel final : public DnnlKernel {
     float* pack_a = nullptr;
     float* pack_b = nullptr;
     if (p.pack_a_floats + p.pack_b_floats > 0) {
-      absl::StatusOr<void*> ws = ctx.Workspace((p.pack_a_floats + p.pack_b_floats) * sizeof(float));
-      if (!ws.ok()) return ws.status();
-      pack_a = static_cast<float*>(*ws);
+      DYNVM_ASSIGN_OR_RETURN(void* ws,
+                             ctx.Workspace((p.pack_a_floats + p.pack_b_floats) * sizeof(float)));
+      pack_a = static_cast<float*>(ws);
       pack_b = pack_a + p.pack_a_floats;
     }
     const float* pa = a.data<float>();
@@ -240,12 +240,11 @@ class MatMulKernel final : public DnnlKernel {
     if (p.k != kb) return absl::InvalidArgumentError("MatMul: inner dimensions differ");
     const absl::Span<const int64_t> batch_a = a.dims().first(ra >= 2 ? ra - 2 : 0);
     const absl::Span<const int64_t> batch_b = b.dims().first(rb >= 2 ? rb - 2 : 0);
-    absl::StatusOr<Dims> batch = reference::BroadcastShapes(batch_a, batch_b);
-    if (!batch.ok()) return batch.status();
-    Dims out_dims = *batch;
+    DYNVM_ASSIGN_OR_RETURN(Dims batch, reference::BroadcastShapes(batch_a, batch_b));
+    Dims out_dims = batch;
     if (ra > 1) out_dims.push_back(p.m);
     if (rb > 1) out_dims.push_back(p.n);
-    const size_t nb = batch->size();
+    const size_t nb = batch.size();
     Dims bsa(nb, 0), bsb(nb, 0);
     for (size_t i = 0; i < batch_a.size(); ++i) {
       if (batch_a[i] != 1) bsa[nb - batch_a.size() + i] = a.stride(static_cast<int>(i));
@@ -260,25 +259,25 @@ class MatMulKernel final : public DnnlKernel {
       int64_t row_stride = p.m > 1 ? p.sam : -1;  // M == 1: set by the innermost batch dim
       int64_t expect = p.m > 1 ? p.sam * p.m : -1;
       for (size_t i = nb; i-- > 0 && fold;) {
-        if ((*batch)[i] == 1) continue;
+        if ((batch)[i] == 1) continue;
         if (expect < 0) {
           row_stride = bsa[i];
-          expect = bsa[i] * (*batch)[i];
+          expect = bsa[i] * (batch)[i];
         } else if (bsa[i] != expect) {
           fold = false;
         } else {
-          expect *= (*batch)[i];
+          expect *= (batch)[i];
         }
       }
       if (fold && row_stride >= 0) p.sam = row_stride;
     }
     if (fold) {
       int64_t rows = 1;
-      for (int64_t d : *batch) rows *= d;
+      for (int64_t d : batch) rows *= d;
       p.m *= rows;
       if (rows == 0) p.m = 0;
     } else {
-      p.batch = *batch;
+      p.batch = batch;
       p.batch_sa = std::move(bsa);
       p.batch_sb = std::move(bsb);
     }
@@ -320,7 +319,7 @@ class GemmKernel final : public DnnlKernel {
       : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
     const Tensor& a = *in[0];
     const Tensor& b = *in[1];
     const Tensor* c = in.size() > 2 ? in[2] : nullptr;
@@ -353,7 +352,7 @@ class GemmKernel final : public DnnlKernel {
       st->valid = true;
     }
     const int64_t mn[2] = {st->m, st->n};
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, mn, "Gemm"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, mn, "Gemm"));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
     if (st->use_primitive) {
@@ -385,9 +384,8 @@ class GemmKernel final : public DnnlKernel {
     if (st->a.pack || st->b.pack) {
       const size_t fa = st->a.pack ? static_cast<size_t>(st->m * st->k) : 0;
       const size_t fb = st->b.pack ? static_cast<size_t>(st->k * st->n) : 0;
-      absl::StatusOr<void*> ws = ctx.Workspace((fa + fb) * sizeof(float));
-      if (!ws.ok()) return ws.status();
-      float* buf = static_cast<float*>(*ws);
+      DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace((fa + fb) * sizeof(float)));
+      float* buf = static_cast<float*>(ws);
       if (st->a.pack) {
         PackMatrix(pa, st->m, st->k, st->sam, st->sak, buf);
         pa = buf;
@@ -430,22 +428,20 @@ class GemmKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), *std::move(ref));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
   if (spec.inputs.size() > 2 && spec.inputs[2].dtype != kAnyDType) {
-    DNNL_RETURN_IF_ERROR(RequireF32(spec, {2}));
+    DYNVM_RETURN_IF_ERROR(RequireF32(spec, {2}));
   }
   // The reference factory validates the attributes; its errors are the spec's errors.
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   GemmAttrs g;
   absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);
   absl::StatusOr<float> beta = spec.GetFloat("beta", 1.0f);
@@ -458,7 +454,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   g.beta = *beta;
   g.trans_a = *ta == 1;
   g.trans_b = *tb == 1;
-  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), *std::move(ref), g);
+  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref), g);
 }
 
 }  // namespace

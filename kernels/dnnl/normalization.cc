@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
@@ -40,7 +41,7 @@ class SoftmaxKernel final : public DnnlKernel {
         legacy_2d_(legacy_2d) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Softmax"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Softmax"));
     const Tensor& x = *in[0];
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || x.numel() == 0 || axis_ < -rank || axis_ >= rank ||
@@ -51,7 +52,8 @@ class SoftmaxKernel final : public DnnlKernel {
     // One thread (ThreadsFor): the loop; more (a large input with a budget), the primitive.
     if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
         ThreadsFor(ctx.num_threads(), x.numel()) == 1) {
-      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
       SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>());
       return absl::OkStatus();
@@ -59,13 +61,13 @@ class SoftmaxKernel final : public DnnlKernel {
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.
     if (HasNonFinite(x)) return RunReference(ctx, in, out);
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
       dnnl::memory::desc src, dst;
       int dnnl_axis = axis;
       if (legacy_2d_) {
@@ -96,16 +98,13 @@ class SoftmaxKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const KernelSpec& spec, bool log) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  absl::StatusOr<int64_t> legacy = spec.GetInt("legacy_2d", 0);
-  if (!legacy.ok()) return legacy.status();
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", *legacy != 0 ? 1 : -1);
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_ASSIGN_OR_RETURN(int64_t legacy, spec.GetInt("legacy_2d", 0));
+  absl::StatusOr<int64_t> axis = spec.GetInt("axis", legacy != 0 ? 1 : -1);
   if (!axis.ok()) return axis.status();
-  return std::make_unique<SoftmaxKernel>(KernelName(spec), *std::move(ref), log, *axis,
-                                         *legacy != 0);
+  return std::make_unique<SoftmaxKernel>(KernelName(spec), std::move(ref), log, *axis, legacy != 0);
 }
 
 // ---- LayerNormalization ----
@@ -130,7 +129,7 @@ class LayerNormKernel final : public DnnlKernel {
       : DnnlKernel(std::move(name), std::move(reference)), axis_(axis), epsilon_(epsilon) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
     const Tensor& x = *in[0];
     const Tensor* scale = in.size() > 1 ? in[1] : nullptr;
     const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
@@ -147,7 +146,7 @@ class LayerNormKernel final : public DnnlKernel {
         (bias != nullptr && !PerElement(*bias, x, axis, count))) {
       return RunReference(ctx, in, out);
     }
-    DNNL_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
     if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
       LayerNormRows(rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
@@ -163,7 +162,7 @@ class LayerNormKernel final : public DnnlKernel {
     key.Add(bias != nullptr);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
           const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
           const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
@@ -204,19 +203,17 @@ class LayerNormKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 3));
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 3));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   if (spec.outputs.size() > 1) {
     return absl::UnimplementedError(
         "LayerNormalization: Mean and InvStdDev outputs are the reference kernel's");
   }
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", -1);
-  if (!axis.ok()) return axis.status();
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
   absl::StatusOr<float> epsilon = spec.GetFloat("epsilon", 1e-5f);
   if (!epsilon.ok()) return epsilon.status();
-  return std::make_unique<LayerNormKernel>(KernelName(spec), *std::move(ref), *axis, *epsilon);
+  return std::make_unique<LayerNormKernel>(KernelName(spec), std::move(ref), axis, *epsilon);
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

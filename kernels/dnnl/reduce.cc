@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -152,7 +153,7 @@ class ReduceKernel final : public DnnlKernel {
       : DnnlKernel(std::move(name), std::move(reference)), def_(def), attrs_(std::move(attrs)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DNNL_RETURN_IF_ERROR(CheckPresent(in, 1, out, def_.op));
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, def_.op));
     const Tensor& x = *in[0];
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || rank == 0 || x.numel() == 0) {
@@ -202,7 +203,7 @@ class ReduceKernel final : public DnnlKernel {
         HasNaN(x)) {
       return RunReference(ctx, in, out);
     }
-    DNNL_RETURN_IF_ERROR(reference::PrepareOutput(
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(
         ctx, out[0], DType::kF32, absl::MakeConstSpan(out_dims, out_rank), def_.op));
     // One contiguous block of reduced axes of a contiguous input: the row loop (innermost
     // axes) or the column loop (axes with kept axes inside them).
@@ -237,7 +238,7 @@ class ReduceKernel final : public DnnlKernel {
     key.Add(bits);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DNNL_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc src = TensorDesc(x);
       const dnnl::memory::desc dst = DenseDesc(dt::f32, absl::MakeConstSpan(dst_dims, rank));
       dnnl::reduction::desc d(def_.algorithm, src, dst, def_.p, 0.0f);
@@ -254,11 +255,10 @@ class ReduceKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReduce(const KernelSpec& spec, const ReduceDef& def) {
-  DNNL_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1, 1));
   // The reference factory validates the attributes: its errors are the spec's.
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
-  DNNL_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   ReduceAttrs a;
   absl::StatusOr<int64_t> keepdims = spec.GetInt("keepdims", 1);
   absl::StatusOr<int64_t> noop = spec.GetInt("noop_with_empty_axes", 0);
@@ -269,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReduce(const KernelSpec& spec, con
   a.keepdims = *keepdims != 0;
   a.noop_with_empty_axes = *noop != 0;
   a.axes = *std::move(axes);
-  return std::make_unique<ReduceKernel>(KernelName(spec), *std::move(ref), def, std::move(a));
+  return std::make_unique<ReduceKernel>(KernelName(spec), std::move(ref), def, std::move(a));
 }
 
 }  // namespace

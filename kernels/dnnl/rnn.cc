@@ -24,6 +24,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
@@ -191,14 +192,14 @@ class RecurrentKernel final : public DnnlKernel {
     if (y != nullptr) {
       const int64_t y_dims[4] = {batch_major ? batch : seq, batch_major ? seq : nd,
                                  batch_major ? nd : batch, hidden};
-      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y, DType::kF32, y_dims, op));
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y, DType::kF32, y_dims, op));
     }
     const int64_t state_dims[3] = {s0, s1, hidden};
     if (y_h != nullptr) {
-      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_h, DType::kF32, state_dims, op));
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_h, DType::kF32, state_dims, op));
     }
     if (y_c != nullptr) {
-      DNNL_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_c, DType::kF32, state_dims, op));
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_c, DType::kF32, state_dims, op));
     }
 
     // Workspace (floats): bias [2 * gh], peephole [3H], xw [seq * batch * gh], h and c
@@ -212,9 +213,8 @@ class RecurrentKernel final : public DnnlKernel {
         total > (int64_t{1} << 60)) {
       return RunReference(ctx, in, out);  // reports the size
     }
-    absl::StatusOr<void*> ws = ctx.Workspace(static_cast<size_t>(total) * sizeof(float));
-    if (!ws.ok()) return ws.status();
-    float* bias = static_cast<float*>(*ws);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(total) * sizeof(float)));
+    float* bias = static_cast<float*>(ws);
     float* peep = bias + 2 * gh;
     float* xw = peep + 3 * hidden;
     float* h = xw + rows * gh;
@@ -247,12 +247,12 @@ class RecurrentKernel final : public DnnlKernel {
       // xw = X * W^T + bias, all steps.
       for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
-        DNNL_RETURN_IF_ERROR(
+        DYNVM_RETURN_IF_ERROR(
             Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DNNL_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt, lda_step,
-                                    wd, ldw, 1.0f, xw + t * batch * gh, gh));
+          DYNVM_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt,
+                                     lda_step, wd, ldw, 1.0f, xw + t * batch * gh, gh));
         }
       }
 
@@ -261,7 +261,7 @@ class RecurrentKernel final : public DnnlKernel {
         float* g = xw + t * batch * gh;
         switch (a_.cell) {
           case RnnCell::kLstm:
-            DNNL_RETURN_IF_ERROR(
+            DYNVM_RETURN_IF_ERROR(
                 Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
@@ -275,20 +275,20 @@ class RecurrentKernel final : public DnnlKernel {
             for (int64_t i = 0; i < batch; ++i) {
               std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
             }
-            DNNL_RETURN_IF_ERROR(
+            DYNVM_RETURN_IF_ERROR(
                 Gemm(threads, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
             reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
               const float* rdh = rd + 2 * hidden * r->stride(1);
-              DNNL_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh,
-                                        ldr, 1.0f, hr + 2 * hidden, gh));
+              DYNVM_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh,
+                                         ldr, 1.0f, hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
-            DNNL_RETURN_IF_ERROR(
+            DYNVM_RETURN_IF_ERROR(
                 Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
@@ -356,8 +356,7 @@ class RecurrentKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, RnnCell cell) {
   // The reference factory validates arity, dtypes and attributes: its errors are the spec's.
-  absl::StatusOr<std::unique_ptr<Kernel>> ref = CreateReference(spec);
-  if (!ref.ok()) return ref.status();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     if (i == 4) continue;  // sequence_lens: an integer tensor
     const uint8_t d = spec.inputs[i].dtype;
@@ -368,9 +367,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
   if (spec.inputs.empty() || spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
     return absl::UnimplementedError(absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only"));
   }
-  absl::StatusOr<RnnAttrs> attrs = reference::ParseRnnAttrs(spec, cell);
-  if (!attrs.ok()) return attrs.status();
-  return std::make_unique<RecurrentKernel>(KernelName(spec, "gemm"), *std::move(ref), *attrs);
+  DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, reference::ParseRnnAttrs(spec, cell));
+  return std::make_unique<RecurrentKernel>(KernelName(spec, "gemm"), std::move(ref), attrs);
 }
 
 }  // namespace

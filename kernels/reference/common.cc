@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace dynvm::reference {
 
@@ -20,9 +21,8 @@ absl::Status PrepareOutput(KernelContext& ctx, Tensor* out, DType dtype,
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<Tensor> t = ctx.AllocateOutput(dtype, dims);
-  if (!t.ok()) return t.status();
-  *out = *std::move(t);
+  DYNVM_ASSIGN_OR_RETURN(Tensor t, ctx.AllocateOutput(dtype, dims));
+  *out = std::move(t);
   return absl::OkStatus();
 }
 
@@ -47,9 +47,8 @@ absl::StatusOr<Dims> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<con
 absl::StatusOr<Dims> BroadcastShapes(absl::Span<const absl::Span<const int64_t>> shapes) {
   Dims out;
   for (absl::Span<const int64_t> s : shapes) {
-    absl::StatusOr<Dims> b = BroadcastShapes(out, s);
-    if (!b.ok()) return b.status();
-    out = *std::move(b);
+    DYNVM_ASSIGN_OR_RETURN(Dims b, BroadcastShapes(out, s));
+    out = std::move(b);
   }
   return out;
 }

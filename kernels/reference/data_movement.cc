@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/status_macros.h"
+
 namespace dynvm::reference {
 namespace {
 
@@ -216,9 +218,8 @@ absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Te
   }
   const size_t n = static_cast<size_t>(t.numel());
   if (n == 0) return absl::Span<int64_t>();
-  absl::StatusOr<void*> ws = ctx.Workspace(n * sizeof(int64_t));
-  if (!ws.ok()) return ws.status();
-  int64_t* v = static_cast<int64_t*>(*ws);
+  DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(n * sizeof(int64_t)));
+  int64_t* v = static_cast<int64_t*>(ws);
   int64_t* next = v;
   const std::array<absl::Span<const int64_t>, 1> strides = {t.strides()};
   if (t.dtype() == DType::kI64) {
@@ -235,12 +236,11 @@ absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
                                        absl::string_view op) {
   AxisList out;
   for (int64_t a : axes) {
-    absl::StatusOr<int> n = NormalizeAxis(a, rank, op);
-    if (!n.ok()) return n.status();
-    if (std::find(out.begin(), out.end(), *n) != out.end()) {
+    DYNVM_ASSIGN_OR_RETURN(int n, NormalizeAxis(a, rank, op));
+    if (std::find(out.begin(), out.end(), n) != out.end()) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": axis ", a, " is repeated"));
     }
-    out.push_back(*n);
+    out.push_back(n);
   }
   return out;
 }

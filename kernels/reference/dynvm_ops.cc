@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/philox.h"
 #include "kernels/reference/reference.h"
@@ -104,20 +105,18 @@ absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor*
     return absl::InvalidArgumentError(absl::StrCat(
         "Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
   }
-  absl::StatusOr<double> temperature = ReadScalarDouble(*in[1], "temperature");
-  if (!temperature.ok()) return temperature.status();
-  absl::StatusOr<int64_t> seed = ReadScalarInt(*in[2], "seed");
-  if (!seed.ok()) return seed.status();
+  DYNVM_ASSIGN_OR_RETURN(double temperature, ReadScalarDouble(*in[1], "temperature"));
+  DYNVM_ASSIGN_OR_RETURN(int64_t seed, ReadScalarInt(*in[2], "seed"));
   absl::StatusOr<int64_t> step = ReadScalarInt(*in[3], "step");
   if (!step.ok()) return step.status();
   const int64_t dims[1] = {logits.dim(0)};
-  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"));
   int64_t* o = out[0]->data<int64_t>();
   if (logits.dtype() == DType::kF32) {
-    SampleRows<float>(logits, *temperature, static_cast<uint64_t>(*seed),
+    SampleRows<float>(logits, temperature, static_cast<uint64_t>(seed),
                       static_cast<uint64_t>(*step), o);
   } else {
-    SampleRows<double>(logits, *temperature, static_cast<uint64_t>(*seed),
+    SampleRows<double>(logits, temperature, static_cast<uint64_t>(seed),
                        static_cast<uint64_t>(*step), o);
   }
   return absl::OkStatus();
@@ -134,7 +133,7 @@ absl::Status RunActivation(KernelContext& ctx, Inputs in, Outputs out, const cha
     return absl::InvalidArgumentError(absl::StrCat(op, " takes one input and one output"));
   }
   const Tensor& x = *in[0];
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), op));
   const T* src = x.data<T>();
   T* dst = out[0]->data<T>();
   if (x.is_contiguous()) {

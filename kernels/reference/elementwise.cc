@@ -15,17 +15,12 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
 namespace {
-
-#define ELEM_RETURN_IF_ERROR(expr)     \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
@@ -486,7 +481,7 @@ struct PReluOp : OpTraits {
 template <typename Op>
 absl::Status RunBinary(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const Op& op = *static_cast<const Op*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 2, out, Op::kName));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, Op::kName));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   if (a.dtype() != b.dtype()) {
@@ -510,7 +505,7 @@ absl::Status RunBinary(const void* attrs, KernelContext& ctx, Inputs in, Outputs
         return absl::InvalidArgumentError(absl::StrCat(Op::kName, ": integer division by zero"));
       }
     }
-    ELEM_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         PrepareOutput(ctx, out[0], Op::kBoolOut ? DType::kBool : a.dtype(), *dims, Op::kName));
     Map2<T, T, TO>(a, b, *out[0], [&op](T x, T y) {
       return static_cast<TO>(op(static_cast<C>(x), static_cast<C>(y)));
@@ -552,7 +547,7 @@ T PowValue(T x, E e) {
 struct NoAttrs {};
 
 absl::Status RunPow(const void*, KernelContext& ctx, Inputs in, Outputs out) {
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Pow"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Pow"));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   absl::StatusOr<Dims> dims = Broadcast({a.dims(), b.dims()}, "Pow");
@@ -561,7 +556,7 @@ absl::Status RunPow(const void*, KernelContext& ctx, Inputs in, Outputs out) {
     using T = std::remove_pointer_t<decltype(base_tag)>;
     return Dispatch<kNumeric>(b.dtype(), "Pow", [&](auto* exp_tag) -> absl::Status {
       using E = std::remove_pointer_t<decltype(exp_tag)>;
-      ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), *dims, "Pow"));
+      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), *dims, "Pow"));
       Map2<T, E, T>(a, b, *out[0], [](T x, E e) { return PowValue(x, e); });
       return absl::OkStatus();
     });
@@ -584,7 +579,7 @@ using VariadicAcc = std::conditional_t<kIsFloat<T>, Compute<T>,
 
 absl::Status RunVariadic(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& va = *static_cast<const VariadicAttrs*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, in.size(), out, va.name));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, in.size(), out, va.name));
   if (in.empty()) return absl::InvalidArgumentError(absl::StrCat(va.name, ": no inputs"));
   std::vector<absl::Span<const int64_t>> shapes;
   for (const Tensor* t : in) {
@@ -595,18 +590,16 @@ absl::Status RunVariadic(const void* attrs, KernelContext& ctx, Inputs in, Outpu
     }
     shapes.push_back(t->dims());
   }
-  absl::StatusOr<Dims> dims = Broadcast(shapes, va.name);
-  if (!dims.ok()) return dims.status();
+  DYNVM_ASSIGN_OR_RETURN(Dims dims, Broadcast(shapes, va.name));
   return Dispatch<kNumeric>(in[0]->dtype(), va.name, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = VariadicAcc<T>;
-    ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], in[0]->dtype(), *dims, va.name));
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], in[0]->dtype(), dims, va.name));
     Tensor& y = *out[0];
     const int64_t n = y.numel();
     if (n == 0) return absl::OkStatus();
-    absl::StatusOr<void*> ws = ctx.Workspace(static_cast<size_t>(n) * sizeof(A));
-    if (!ws.ok()) return ws.status();
-    A* acc = static_cast<A*>(*ws);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n) * sizeof(A)));
+    A* acc = static_cast<A*>(ws);
     for (size_t k = 0; k < in.size(); ++k) {
       const Tensor& x = *in[k];
       const T* px = x.data<T>();
@@ -809,12 +802,12 @@ struct ThresholdedReluOp : FloatUnary {
 template <typename Op>
 absl::Status RunUnary(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const Op& op = *static_cast<const Op*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 1, out, Op::kName));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, Op::kName));
   const Tensor& x = *in[0];
   return Dispatch<Op::kTypes>(x.dtype(), Op::kName, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     using TO = std::conditional_t<Op::kBoolOut, bool, T>;
-    ELEM_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         PrepareOutput(ctx, out[0], Op::kBoolOut ? DType::kBool : x.dtype(), x.dims(), Op::kName));
     Map1<T, TO>(x, *out[0], [&op](T v) { return static_cast<TO>(op(static_cast<Compute<T>>(v))); });
     return absl::OkStatus();
@@ -829,7 +822,7 @@ struct ClipAttrs {
 
 absl::Status RunClip(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& ca = *static_cast<const ClipAttrs*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Clip"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Clip"));
   const Tensor& x = *in[0];
   return Dispatch<kNumeric>(x.dtype(), "Clip", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -851,7 +844,7 @@ absl::Status RunClip(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
       if (!v.ok()) return v.status();
       (k == 1 ? lo : hi) = static_cast<C>(*v);
     }
-    ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Clip"));
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Clip"));
     // min > max gives max everywhere, as ONNX specifies; NaN stays NaN.
     Map1<T, T>(x, *out[0], [lo, hi](T v) {
       C c = static_cast<C>(v);
@@ -864,7 +857,7 @@ absl::Status RunClip(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
 }
 
 absl::Status RunWhere(const void*, KernelContext& ctx, Inputs in, Outputs out) {
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
   const Tensor& c = *in[0];
   const Tensor& a = *in[1];
   const Tensor& b = *in[2];
@@ -874,7 +867,7 @@ absl::Status RunWhere(const void*, KernelContext& ctx, Inputs in, Outputs out) {
   }
   absl::StatusOr<Dims> dims = Broadcast({c.dims(), a.dims(), b.dims()}, "Where");
   if (!dims.ok()) return dims.status();
-  ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), *dims, "Where"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), *dims, "Where"));
   Tensor& y = *out[0];
   const Dims sc = BroadcastStrides(c, y.dims());
   const Dims sa = BroadcastStrides(a, y.dims());
@@ -927,19 +920,19 @@ absl::Status CastTensor(const Tensor& x, Tensor& y, absl::string_view op) {
 
 absl::Status RunCast(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& ca = *static_cast<const CastAttrs*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, ca.like ? 2 : 1, out, ca.name));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, ca.like ? 2 : 1, out, ca.name));
   const DType to = ca.to ? *ca.to : in[1]->dtype();
   if ((ClassOf(to) & kAll) == 0) return Unsupported(ca.name, to);
-  ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], to, in[0]->dims(), ca.name));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], to, in[0]->dims(), ca.name));
   if (in[0]->dtype() == to) return CopyTensor(*in[0], *out[0], ca.name);
   return CastTensor(*in[0], *out[0], ca.name);
 }
 
 absl::Status RunIdentity(const void*, KernelContext& ctx, Inputs in, Outputs out) {
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Identity"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Identity"));
   const Tensor& x = *in[0];
   if ((ClassOf(x.dtype()) & kAll) == 0) return Unsupported("Identity", x.dtype());
-  ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Identity"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Identity"));
   return CopyTensor(x, *out[0], "Identity");
 }
 
@@ -950,34 +943,32 @@ struct DropoutAttrs {
 
 absl::Status RunDropout(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& da = *static_cast<const DropoutAttrs*>(attrs);
-  ELEM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Dropout"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Dropout"));
   const Tensor& x = *in[0];
   if (in.size() > 2 && in[2] != nullptr) {
     if (in[2]->dtype() != DType::kBool) {
       return absl::InvalidArgumentError("Dropout: training_mode must be bool");
     }
-    absl::StatusOr<bool> training = ReadScalar<bool>(*in[2], "Dropout", "training_mode");
-    if (!training.ok()) return training.status();
+    DYNVM_ASSIGN_OR_RETURN(bool training, ReadScalar<bool>(*in[2], "Dropout", "training_mode"));
     double ratio = da.ratio;
-    if (*training && in.size() > 1 && in[1] != nullptr) {
-      ELEM_RETURN_IF_ERROR(Dispatch<kFloats>(in[1]->dtype(), "Dropout", [&](auto* tag) {
+    if (training && in.size() > 1 && in[1] != nullptr) {
+      DYNVM_RETURN_IF_ERROR(Dispatch<kFloats>(in[1]->dtype(), "Dropout", [&](auto* tag) {
         using R = std::remove_pointer_t<decltype(tag)>;
-        absl::StatusOr<R> r = ReadScalar<R>(*in[1], "Dropout", "ratio");
-        if (!r.ok()) return r.status();
-        ratio = static_cast<double>(static_cast<Compute<R>>(*r));
+        DYNVM_ASSIGN_OR_RETURN(R r, ReadScalar<R>(*in[1], "Dropout", "ratio"));
+        ratio = static_cast<double>(static_cast<Compute<R>>(r));
         return absl::OkStatus();
       }));
     }
-    if (*training && ratio != 0) {
+    if (training && ratio != 0) {
       return absl::UnimplementedError(
           "Dropout: training mode with a nonzero ratio is not supported by the reference kernel");
     }
   }
   if ((ClassOf(x.dtype()) & kAll) == 0) return Unsupported("Dropout", x.dtype());
-  ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Dropout"));
-  ELEM_RETURN_IF_ERROR(CopyTensor(x, *out[0], "Dropout"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Dropout"));
+  DYNVM_RETURN_IF_ERROR(CopyTensor(x, *out[0], "Dropout"));
   if (out.size() < 2 || out[1] == nullptr) return absl::OkStatus();
-  ELEM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], da.mask_dtype, x.dims(), "Dropout"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], da.mask_dtype, x.dims(), "Dropout"));
   Tensor& mask = *out[1];
   return Dispatch<kAll>(mask.dtype(), "Dropout", [&](auto* tag) {
     using M = std::remove_pointer_t<decltype(tag)>;
@@ -1004,10 +995,10 @@ void Add(KernelRegistry& r, const char* op, KernelFactory factory) {
 template <typename Op, typename Configure>
 void AddUnary(KernelRegistry& r, Configure configure) {
   Add(r, Op::kName, [configure](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
     Op op;
-    ELEM_RETURN_IF_ERROR(configure(spec, op));
+    DYNVM_RETURN_IF_ERROR(configure(spec, op));
     return MakeKernel(spec, &RunUnary<Op>, std::move(op));
   });
 }
@@ -1018,20 +1009,19 @@ void AddUnary(KernelRegistry& r) {
 
 // Reads float attribute `name` into *field (keeping its default when absent).
 absl::Status ReadFloat(const KernelSpec& spec, absl::string_view name, float* field) {
-  absl::StatusOr<float> v = spec.GetFloat(name, *field);
-  if (!v.ok()) return v.status();
-  *field = *v;
+  DYNVM_ASSIGN_OR_RETURN(float v, spec.GetFloat(name, *field));
+  *field = v;
   return absl::OkStatus();
 }
 
 template <typename Op, typename Configure>
 void AddBinary(KernelRegistry& r, Configure configure) {
   Add(r, Op::kName, [configure](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
-    ELEM_RETURN_IF_ERROR(CheckSame(spec, 0, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
+    DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, 1));
     Op op;
-    ELEM_RETURN_IF_ERROR(configure(spec, op));
+    DYNVM_RETURN_IF_ERROR(configure(spec, op));
     return MakeKernel(spec, &RunBinary<Op>, std::move(op));
   });
 }
@@ -1042,10 +1032,10 @@ void AddBinary(KernelRegistry& r) {
 
 void AddVariadic(KernelRegistry& r, const char* name, Variadic kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 1, std::numeric_limits<size_t>::max(), 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, std::numeric_limits<size_t>::max(), 1));
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
-      ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[i], kNumeric));
-      ELEM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
+      DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[i], kNumeric));
+      DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
     }
     return MakeKernel(spec, &RunVariadic, VariadicAttrs{kind, name});
   });
@@ -1053,8 +1043,8 @@ void AddVariadic(KernelRegistry& r, const char* name, Variadic kind) {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const KernelSpec& spec, bool like) {
   const char* name = like ? "CastLike" : "Cast";
-  ELEM_RETURN_IF_ERROR(CheckArity(spec, like ? 2 : 1, like ? 2 : 1, 1));
-  ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, like ? 2 : 1, like ? 2 : 1, 1));
+  DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
   CastAttrs attrs{name, like, std::nullopt};
   if (spec.outputs[0].dtype != kAnyDType) {
     attrs.to = spec.output_dtype(0);  // authoritative
@@ -1071,7 +1061,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const KernelSpec& spec, bool li
       return absl::UnimplementedError(absl::StrCat("Cast: to=", *to, " not supported"));
   }
   if (attrs.to)
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, PortSpec{.dtype = static_cast<uint8_t>(*attrs.to)}, kAll));
+    DYNVM_RETURN_IF_ERROR(
+        CheckPort(spec, PortSpec{.dtype = static_cast<uint8_t>(*attrs.to)}, kAll));
   return MakeKernel(spec, &RunCast, attrs);
 }
 
@@ -1083,12 +1074,11 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddBinary<MulOp>(r);
   AddBinary<DivOp>(r);
   AddBinary<ModOp>(r, [](const KernelSpec& spec, ModOp& op) -> absl::Status {
-    absl::StatusOr<int64_t> fmod = spec.GetInt("fmod", 0);
-    if (!fmod.ok()) return fmod.status();
-    if (*fmod != 0 && *fmod != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("Mod: fmod must be 0 or 1, got ", *fmod));
+    DYNVM_ASSIGN_OR_RETURN(int64_t fmod, spec.GetInt("fmod", 0));
+    if (fmod != 0 && fmod != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("Mod: fmod must be 0 or 1, got ", fmod));
     }
-    op.fmod = *fmod == 1;
+    op.fmod = fmod == 1;
     return absl::OkStatus();
   });
   AddBinary<EqualOp>(r);
@@ -1100,20 +1090,19 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddBinary<OrOp>(r);
   AddBinary<XorOp>(r);
   AddBinary<BitShiftOp>(r, [](const KernelSpec& spec, BitShiftOp& op) -> absl::Status {
-    absl::StatusOr<std::string> dir = spec.GetString("direction", "");
-    if (!dir.ok()) return dir.status();
-    if (*dir != "LEFT" && *dir != "RIGHT") {
+    DYNVM_ASSIGN_OR_RETURN(std::string dir, spec.GetString("direction", ""));
+    if (dir != "LEFT" && dir != "RIGHT") {
       return absl::InvalidArgumentError(
-          absl::StrCat("BitShift: direction must be LEFT or RIGHT, got '", *dir, "'"));
+          absl::StrCat("BitShift: direction must be LEFT or RIGHT, got '", dir, "'"));
     }
-    op.left = *dir == "LEFT";
+    op.left = dir == "LEFT";
     return absl::OkStatus();
   });
   AddBinary<PReluOp>(r);
   Add(r, "Pow", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kNumeric));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kNumeric));
     return MakeKernel(spec, &RunPow, NoAttrs{});
   });
   AddVariadic(r, "Max", Variadic::kMax);
@@ -1152,12 +1141,10 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddUnary<NotOp>(r);
   AddUnary<IsNaNOp>(r);
   AddUnary<IsInfOp>(r, [](const KernelSpec& spec, IsInfOp& op) -> absl::Status {
-    absl::StatusOr<int64_t> neg = spec.GetInt("detect_negative", 1);
-    if (!neg.ok()) return neg.status();
-    absl::StatusOr<int64_t> pos = spec.GetInt("detect_positive", 1);
-    if (!pos.ok()) return pos.status();
-    op.negative = *neg != 0;
-    op.positive = *pos != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t neg, spec.GetInt("detect_negative", 1));
+    DYNVM_ASSIGN_OR_RETURN(int64_t pos, spec.GetInt("detect_positive", 1));
+    op.negative = neg != 0;
+    op.positive = pos != 0;
     return absl::OkStatus();
   });
   AddUnary<LeakyReluOp>(r, [](const KernelSpec& spec, LeakyReluOp& op) {
@@ -1166,16 +1153,16 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddUnary<EluOp>(
       r, [](const KernelSpec& spec, EluOp& op) { return ReadFloat(spec, "alpha", &op.alpha); });
   AddUnary<SeluOp>(r, [](const KernelSpec& spec, SeluOp& op) {
-    ELEM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
+    DYNVM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
     return ReadFloat(spec, "gamma", &op.gamma);
   });
   AddUnary<CeluOp>(r, [](const KernelSpec& spec, CeluOp& op) -> absl::Status {
-    ELEM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
+    DYNVM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
     if (op.alpha == 0) return absl::InvalidArgumentError("Celu: alpha must not be 0");
     return absl::OkStatus();
   });
   AddUnary<HardSigmoidOp>(r, [](const KernelSpec& spec, HardSigmoidOp& op) {
-    ELEM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
+    DYNVM_RETURN_IF_ERROR(ReadFloat(spec, "alpha", &op.alpha));
     return ReadFloat(spec, "beta", &op.beta);
   });
   AddUnary<ThresholdedReluOp>(r, [](const KernelSpec& spec, ThresholdedReluOp& op) {
@@ -1183,51 +1170,48 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   });
 
   Add(r, "Clip", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
     for (size_t i = 1; i < spec.inputs.size(); ++i) {
-      ELEM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
+      DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
     }
     ClipAttrs attrs;
     for (const char* name : {"min", "max"}) {
       if (spec.Find(name) == nullptr) continue;
-      absl::StatusOr<float> v = spec.GetFloat(name, 0);
-      if (!v.ok()) return v.status();
-      (name[1] == 'i' ? attrs.min : attrs.max) = *v;
+      DYNVM_ASSIGN_OR_RETURN(float v, spec.GetFloat(name, 0));
+      (name[1] == 'i' ? attrs.min : attrs.max) = v;
     }
     return MakeKernel(spec, &RunClip, attrs);
   });
   Add(r, "Where", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kBool));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kAll));
-    ELEM_RETURN_IF_ERROR(CheckSame(spec, 1, 2));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kBool));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kAll));
+    DYNVM_RETURN_IF_ERROR(CheckSame(spec, 1, 2));
     return MakeKernel(spec, &RunWhere, NoAttrs{});
   });
   Add(r, "Cast", [](const KernelSpec& spec) { return MakeCast(spec, /*like=*/false); });
   Add(r, "CastLike", [](const KernelSpec& spec) { return MakeCast(spec, /*like=*/true); });
   Add(r, "Identity", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
     return MakeKernel(spec, &RunIdentity, NoAttrs{});
   });
   Add(r, "Dropout", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    ELEM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 2));
-    ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 2));
+    DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
     DropoutAttrs attrs;
-    ELEM_RETURN_IF_ERROR(ReadFloat(spec, "ratio", &attrs.ratio));
+    DYNVM_RETURN_IF_ERROR(ReadFloat(spec, "ratio", &attrs.ratio));
     if (attrs.ratio < 0 || attrs.ratio >= 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("Dropout: ratio must be in [0, 1), got ", attrs.ratio));
     }
     if (spec.outputs.size() > 1 && spec.outputs[1].dtype != kAnyDType) {
       attrs.mask_dtype = spec.output_dtype(1);
-      ELEM_RETURN_IF_ERROR(CheckPort(spec, spec.outputs[1], kAll));
+      DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.outputs[1], kAll));
     }
     return MakeKernel(spec, &RunDropout, attrs);
   });
 }
-
-#undef ELEM_RETURN_IF_ERROR
 
 }  // namespace dynvm::reference

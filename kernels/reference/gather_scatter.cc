@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/status_macros.h"
 #include "kernels/reference/data_movement.h"
 
 namespace dynvm::reference {
@@ -21,12 +22,10 @@ uint8_t* ElementPtr(const Tensor& t, int64_t offset) {
 // Reads index tensor `t` and maps each value into [0, dim).
 absl::StatusOr<absl::Span<int64_t>> ReadCheckedIndices(KernelContext& ctx, const Tensor& t,
                                                        int64_t dim, absl::string_view op) {
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, t, op, "indices");
-  if (!idx.ok()) return idx.status();
-  for (int64_t& i : *idx) {
-    absl::StatusOr<int64_t> c = CheckIndex(i, dim, op);
-    if (!c.ok()) return c.status();
-    i = *c;
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx, ReadIndexTensor(ctx, t, op, "indices"));
+  for (int64_t& i : idx) {
+    DYNVM_ASSIGN_OR_RETURN(int64_t c, CheckIndex(i, dim, op));
+    i = c;
   }
   return idx;
 }
@@ -42,20 +41,19 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   const Tensor& ind = *in[1];
-  absl::StatusOr<int> ax =
-      NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, x.rank(), "Gather");
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int ax,
+                         NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, x.rank(), "Gather"));
   const int rank = x.rank();
   if (rank - 1 + ind.rank() > Tensor::kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat("Gather: output rank of ", x.DebugString(),
                                                    " and indices ", ind.DebugString(), " exceeds ",
                                                    Tensor::kMaxRank));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadCheckedIndices(ctx, ind, x.dim(*ax), "Gather");
-  if (!idx.ok()) return idx.status();
-  Dims dims(x.dims().begin(), x.dims().begin() + *ax);
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx,
+                         ReadCheckedIndices(ctx, ind, x.dim(ax), "Gather"));
+  Dims dims(x.dims().begin(), x.dims().begin() + ax);
   dims.insert(dims.end(), ind.dims().begin(), ind.dims().end());
-  dims.insert(dims.end(), x.dims().begin() + *ax + 1, x.dims().end());
+  dims.insert(dims.end(), x.dims().begin() + ax + 1, x.dims().end());
   s = PrepareDataOutput(ctx, out[0], x.dtype(), dims, "Gather");
   if (!s.ok()) return s;
   // out[o..., j, i...] = x[o..., idx[j], i...]: per index j, copy the block x minus the axis.
@@ -63,16 +61,16 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   ContiguousStrides(dims, out_strides);
   Dims block_dims, src_strides, dst_strides;
   for (int d = 0; d < rank; ++d) {
-    if (d == *ax) continue;
+    if (d == ax) continue;
     block_dims.push_back(x.dim(d));
     src_strides.push_back(x.stride(d));
-    dst_strides.push_back(out_strides[d < *ax ? d : d - 1 + ind.rank()]);
+    dst_strides.push_back(out_strides[d < ax ? d : d - 1 + ind.rank()]);
   }
   int64_t inner = 1;
-  for (int d = *ax + 1; d < rank; ++d) inner *= x.dim(d);
+  for (int d = ax + 1; d < rank; ++d) inner *= x.dim(d);
   const int64_t esize = DTypeSize(x.dtype());
-  for (size_t j = 0; j < idx->size(); ++j) {
-    CopyStrided(esize, block_dims, ElementPtr(x, (*idx)[j] * x.stride(*ax)), src_strides,
+  for (size_t j = 0; j < idx.size(); ++j) {
+    CopyStrided(esize, block_dims, ElementPtr(x, (idx)[j] * x.stride(ax)), src_strides,
                 ElementPtr(*out[0], static_cast<int64_t>(j) * inner), dst_strides);
   }
   return absl::OkStatus();
@@ -85,31 +83,29 @@ absl::Status RunGatherElements(const void* a, KernelContext& ctx, InSpan in, Out
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   const Tensor& ind = *in[1];
-  absl::StatusOr<int> ax =
-      NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, x.rank(), "GatherElements");
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(
+      int ax, NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, x.rank(), "GatherElements"));
   bool fits = ind.rank() == x.rank();
-  for (int d = 0; fits && d < x.rank(); ++d) fits = d == *ax || ind.dim(d) <= x.dim(d);
+  for (int d = 0; fits && d < x.rank(); ++d) fits = d == ax || ind.dim(d) <= x.dim(d);
   if (!fits) {
     return absl::InvalidArgumentError(absl::StrCat("GatherElements: indices ", ind.DebugString(),
                                                    " do not fit data ", x.DebugString(),
-                                                   " on axis ", *ax));
+                                                   " on axis ", ax));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx =
-      ReadCheckedIndices(ctx, ind, x.dim(*ax), "GatherElements");
-  if (!idx.ok()) return idx.status();
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx,
+                         ReadCheckedIndices(ctx, ind, x.dim(ax), "GatherElements"));
   s = PrepareDataOutput(ctx, out[0], x.dtype(), ind.dims(), "GatherElements");
   if (!s.ok()) return s;
   // The data offset of each output position with the axis coordinate left out.
   Dims base_strides(x.strides().begin(), x.strides().end());
-  base_strides[*ax] = 0;
+  base_strides[ax] = 0;
   const std::array<absl::Span<const int64_t>, 1> strides = {base_strides};
-  const int64_t axis_stride = x.stride(*ax);
+  const int64_t axis_stride = x.stride(ax);
   return DispatchBySize(x.dtype(), "GatherElements", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* src = x.data<T>();
     T* dst = out[0]->data<T>();
-    const int64_t* i = idx->data();
+    const int64_t* i = idx.data();
     ForEachOffset<1>(ind.dims(), strides,
                      [&](int64_t base) { *dst++ = src[base + *i++ * axis_stride]; });
     return absl::OkStatus();
@@ -141,8 +137,7 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
   if (q - 1 + r - b - m > Tensor::kMaxRank) {
     return absl::InvalidArgumentError("GatherND: output rank is too large");
   }
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, ind, "GatherND", "indices");
-  if (!idx.ok()) return idx.status();
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx, ReadIndexTensor(ctx, ind, "GatherND", "indices"));
   const int slab_start = static_cast<int>(b + m);
   Dims dims(ind.dims().begin(), ind.dims().end() - 1);
   dims.insert(dims.end(), x.dims().begin() + slab_start, x.dims().end());
@@ -154,7 +149,7 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
   for (int64_t d : slab_dims) slab_size *= d;
   int64_t per_batch = 1;  // index tuples per batch
   for (int d = static_cast<int>(b); d < q - 1; ++d) per_batch *= ind.dim(d);
-  const int64_t tuples = static_cast<int64_t>(idx->size()) / m;
+  const int64_t tuples = static_cast<int64_t>(idx.size()) / m;
   const int64_t esize = DTypeSize(x.dtype());
   for (int64_t t = 0; t < tuples; ++t) {
     int64_t offset = 0;
@@ -165,9 +160,8 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
     }
     for (int64_t k = 0; k < m; ++k) {
       const int d = static_cast<int>(b + k);
-      absl::StatusOr<int64_t> i = CheckIndex((*idx)[t * m + k], x.dim(d), "GatherND");
-      if (!i.ok()) return i.status();
-      offset += *i * x.stride(d);
+      DYNVM_ASSIGN_OR_RETURN(int64_t i, CheckIndex((idx)[t * m + k], x.dim(d), "GatherND"));
+      offset += i * x.stride(d);
     }
     CopyToContiguous(esize, slab_dims, ElementPtr(x, offset), slab_strides,
                      ElementPtr(*out[0], t * slab_size));
@@ -178,10 +172,9 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherND(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 2, 2);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> b = spec.GetInt("batch_dims", 0);
-  if (!b.ok()) return b.status();
-  if (*b < 0) return absl::InvalidArgumentError("GatherND: batch_dims is negative");
-  return MakeKernel(spec, RunGatherND, GatherNDAttrs{*b});
+  DYNVM_ASSIGN_OR_RETURN(int64_t b, spec.GetInt("batch_dims", 0));
+  if (b < 0) return absl::InvalidArgumentError("GatherND: batch_dims is negative");
+  return MakeKernel(spec, RunGatherND, GatherNDAttrs{b});
 }
 
 // ---- Scatter reductions ----
@@ -189,14 +182,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherND(const KernelSpec& spec) {
 enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
 
 absl::StatusOr<Reduction> ReadReduction(const KernelSpec& spec) {
-  absl::StatusOr<std::string> r = spec.GetString("reduction", "none");
-  if (!r.ok()) return r.status();
-  if (*r == "none") return Reduction::kNone;
-  if (*r == "add") return Reduction::kAdd;
-  if (*r == "mul") return Reduction::kMul;
-  if (*r == "max") return Reduction::kMax;
-  if (*r == "min") return Reduction::kMin;
-  return absl::InvalidArgumentError(absl::StrCat(spec.op, ": unknown reduction '", *r, "'"));
+  DYNVM_ASSIGN_OR_RETURN(std::string r, spec.GetString("reduction", "none"));
+  if (r == "none") return Reduction::kNone;
+  if (r == "add") return Reduction::kAdd;
+  if (r == "mul") return Reduction::kMul;
+  if (r == "max") return Reduction::kMax;
+  if (r == "min") return Reduction::kMin;
+  return absl::InvalidArgumentError(absl::StrCat(spec.op, ": unknown reduction '", r, "'"));
 }
 
 // a (the output) combined with b (an update). Integers wrap around; float max/min propagate NaN.
@@ -270,8 +262,8 @@ absl::Status RunScatterND(const void* a, KernelContext& ctx, InSpan in, OutSpan 
                                                    ", indices ", ind.DebugString(), " and updates ",
                                                    upd.DebugString(), " do not fit"));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx = ReadIndexTensor(ctx, ind, "ScatterND", "indices");
-  if (!idx.ok()) return idx.status();
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx,
+                         ReadIndexTensor(ctx, ind, "ScatterND", "indices"));
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterND");
   if (!s.ok()) return s;
   int64_t out_strides[Tensor::kMaxRank];
@@ -279,15 +271,14 @@ absl::Status RunScatterND(const void* a, KernelContext& ctx, InSpan in, OutSpan 
   const absl::Span<const int64_t> slab_dims = x.dims().subspan(m);
   const absl::Span<const int64_t> slab_out_strides(out_strides + m, slab_dims.size());
   const absl::Span<const int64_t> slab_upd_strides = upd.strides().subspan(q - 1);
-  const int64_t tuples = static_cast<int64_t>(idx->size()) / m;
+  const int64_t tuples = static_cast<int64_t>(idx.size()) / m;
   const int64_t esize = DTypeSize(x.dtype());
   for (int64_t t = 0; t < tuples; ++t) {
     int64_t dst = 0;
     for (int64_t k = 0; k < m; ++k) {
-      absl::StatusOr<int64_t> i =
-          CheckIndex((*idx)[t * m + k], x.dim(static_cast<int>(k)), "ScatterND");
-      if (!i.ok()) return i.status();
-      dst += *i * out_strides[k];
+      DYNVM_ASSIGN_OR_RETURN(int64_t i,
+                             CheckIndex((idx)[t * m + k], x.dim(static_cast<int>(k)), "ScatterND"));
+      dst += i * out_strides[k];
     }
     int64_t src = 0;  // the update slab of tuple t
     int64_t rest = t;
@@ -324,31 +315,29 @@ absl::Status RunScatterElements(const void* a, KernelContext& ctx, InSpan in, Ou
   const Tensor& x = *in[0];
   const Tensor& ind = *in[1];
   const Tensor& upd = *in[2];
-  absl::StatusOr<int> ax = NormalizeAxis(attrs.axis, x.rank(), "ScatterElements");
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int ax, NormalizeAxis(attrs.axis, x.rank(), "ScatterElements"));
   bool valid = ind.rank() == x.rank() && upd.dims() == ind.dims() && upd.dtype() == x.dtype();
-  for (int d = 0; valid && d < x.rank(); ++d) valid = d == *ax || ind.dim(d) <= x.dim(d);
+  for (int d = 0; valid && d < x.rank(); ++d) valid = d == ax || ind.dim(d) <= x.dim(d);
   if (!valid) {
     return absl::InvalidArgumentError(absl::StrCat("ScatterElements: data ", x.DebugString(),
                                                    ", indices ", ind.DebugString(), " and updates ",
-                                                   upd.DebugString(), " do not fit on axis ", *ax));
+                                                   upd.DebugString(), " do not fit on axis ", ax));
   }
-  absl::StatusOr<absl::Span<int64_t>> idx =
-      ReadCheckedIndices(ctx, ind, x.dim(*ax), "ScatterElements");
-  if (!idx.ok()) return idx.status();
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx,
+                         ReadCheckedIndices(ctx, ind, x.dim(ax), "ScatterElements"));
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterElements");
   if (!s.ok()) return s;
   int64_t out_strides[Tensor::kMaxRank];
   ContiguousStrides(x.dims(), out_strides);
-  const int64_t axis_stride = out_strides[*ax];
-  out_strides[*ax] = 0;
+  const int64_t axis_stride = out_strides[ax];
+  out_strides[ax] = 0;
   const std::array<absl::Span<const int64_t>, 2> strides = {
       upd.strides(), absl::MakeConstSpan(out_strides, static_cast<size_t>(x.rank()))};
   auto scatter = [&](auto* tag, auto combine) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* u = upd.data<T>();
     T* o = out[0]->data<T>();
-    const int64_t* i = idx->data();
+    const int64_t* i = idx.data();
     ForEachOffset<2>(ind.dims(), strides, [&](int64_t uo, int64_t base) {
       T& dst = o[base + *i++ * axis_stride];
       dst = combine(dst, u[uo]);
@@ -373,12 +362,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateScatter(const KernelSpec& spec,
   absl::Status s = CheckSpec(spec, 3, 3, {0, 2});
   if (!s.ok()) return s;
   ScatterAttrs attrs;
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  attrs.axis = *axis;
-  absl::StatusOr<Reduction> r = ReadReduction(spec);
-  if (!r.ok()) return r.status();
-  attrs.reduction = *r;
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+  attrs.axis = axis;
+  DYNVM_ASSIGN_OR_RETURN(Reduction r, ReadReduction(spec));
+  attrs.reduction = r;
   if (attrs.reduction != Reduction::kNone &&
       spec.inputs[0].dtype == static_cast<uint8_t>(DType::kBool)) {
     return absl::UnimplementedError(absl::StrCat(spec.op, ": no reduction on bool"));
@@ -393,10 +380,9 @@ absl::Status RunOneHot(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   if (!s.ok()) return s;
   const Tensor& ind = *in[0];
   const Tensor& values = *in[2];
-  absl::StatusOr<int64_t> depth = ReadIntScalar(*in[1], "OneHot", "depth");
-  if (!depth.ok()) return depth.status();
-  if (*depth < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("OneHot: depth ", *depth, " is negative"));
+  DYNVM_ASSIGN_OR_RETURN(int64_t depth, ReadIntScalar(*in[1], "OneHot", "depth"));
+  if (depth < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("OneHot: depth ", depth, " is negative"));
   }
   if (values.numel() != 2 || values.rank() > 1 || values.device() != Device::kCPU) {
     return absl::InvalidArgumentError(
@@ -407,11 +393,10 @@ absl::Status RunOneHot(const void* a, KernelContext& ctx, InSpan in, OutSpan out
     return absl::InvalidArgumentError(
         absl::StrCat("OneHot: output rank ", out_rank, " exceeds ", Tensor::kMaxRank));
   }
-  absl::StatusOr<int> ax =
-      NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, out_rank, "OneHot");
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(int ax,
+                         NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, out_rank, "OneHot"));
   Dims dims(ind.dims().begin(), ind.dims().end());
-  dims.insert(dims.begin() + *ax, *depth);
+  dims.insert(dims.begin() + ax, depth);
   s = PrepareDataOutput(ctx, out[0], values.dtype(), dims, "OneHot");
   if (!s.ok()) return s;
   // The class index of each input position, or -1 when it is outside [-depth, depth).
@@ -427,20 +412,20 @@ absl::Status RunOneHot(const void* a, KernelContext& ctx, InSpan in, OutSpan out
       if (v.kind == ScalarValue::Kind::kSigned) {
         c = v.i;
       } else if (v.kind == ScalarValue::Kind::kUnsigned) {
-        c = v.u < static_cast<uint64_t>(*depth) ? static_cast<int64_t>(v.u) : -1;
+        c = v.u < static_cast<uint64_t>(depth) ? static_cast<int64_t>(v.u) : -1;
       } else if (v.f > -9.2e18 && v.f < 9.2e18) {  // false for NaN
         c = static_cast<int64_t>(v.f);
       } else {
         c = std::numeric_limits<int64_t>::min();
       }
-      if (c < 0 && c >= -*depth) c += *depth;
-      cls.push_back(c >= 0 && c < *depth ? c : -1);
+      if (c < 0 && c >= -depth) c += depth;
+      cls.push_back(c >= 0 && c < depth ? c : -1);
     });
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
   int64_t inner = 1;  // input elements per step of the inserted axis
-  for (int d = *ax; d < ind.rank(); ++d) inner *= ind.dim(d);
+  for (int d = ax; d < ind.rank(); ++d) inner *= ind.dim(d);
   const int64_t value_stride = values.rank() == 1 ? values.stride(0) : 0;
   return DispatchBySize(values.dtype(), "OneHot", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -452,7 +437,7 @@ absl::Status RunOneHot(const void* a, KernelContext& ctx, InSpan in, OutSpan out
       if (cls[p] < 0) continue;
       const int64_t outer = static_cast<int64_t>(p) / inner;
       const int64_t in_pos = static_cast<int64_t>(p) % inner;
-      o[(outer * *depth + cls[p]) * inner + in_pos] = on;
+      o[(outer * depth + cls[p]) * inner + in_pos] = on;
     }
     return absl::OkStatus();
   });
@@ -465,9 +450,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateOneHot(const KernelSpec& spec) {
       spec.inputs[1].dtype == static_cast<uint8_t>(DType::kBool)) {
     return absl::UnimplementedError("OneHot: bool indices or depth are not supported");
   }
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", -1);
-  if (!axis.ok()) return axis.status();
-  return MakeKernel(spec, RunOneHot, AxisAttrs{*axis});
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
+  return MakeKernel(spec, RunOneHot, AxisAttrs{axis});
 }
 
 // ---- NonZero ----
@@ -520,9 +504,8 @@ template <FunctionKernel::RunFn kRun>
 absl::StatusOr<std::unique_ptr<Kernel>> CreateWithAxis(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 2, 2);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  return MakeKernel(spec, kRun, AxisAttrs{*axis});
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+  return MakeKernel(spec, kRun, AxisAttrs{axis});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -97,11 +98,11 @@ absl::Status RunLoss(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
   }
   std::vector<int64_t> loss_dims(target.dims().begin(), target.dims().end());
   if (a.reduction != Reduction::kNone) loss_dims.clear();
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), loss_dims, a.op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), loss_dims, a.op));
   Tensor* log_prob = out.size() > 1 ? out[1] : nullptr;
   if (log_prob != nullptr) {
     if (!a.softmax) return absl::InvalidArgumentError(absl::StrCat(a.op, ": one output"));
-    if (absl::Status s = PrepareOutput(ctx, log_prob, x.dtype(), x.dims(), a.op); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, log_prob, x.dtype(), x.dims(), a.op));
   }
   return DispatchNumeric(x.dtype(), a.op, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -180,22 +181,20 @@ void AddLoss(KernelRegistry& r, const char* op, bool softmax) {
         LossAttrs a;
         a.op = op;
         a.softmax = softmax;
-        absl::StatusOr<std::string> reduction = spec.GetString("reduction", "mean");
-        if (!reduction.ok()) return reduction.status();
-        if (*reduction == "none") {
+        DYNVM_ASSIGN_OR_RETURN(std::string reduction, spec.GetString("reduction", "mean"));
+        if (reduction == "none") {
           a.reduction = Reduction::kNone;
-        } else if (*reduction == "sum") {
+        } else if (reduction == "sum") {
           a.reduction = Reduction::kSum;
-        } else if (*reduction == "mean") {
+        } else if (reduction == "mean") {
           a.reduction = Reduction::kMean;
         } else {
           return absl::InvalidArgumentError(
-              absl::StrCat(op, ": unknown reduction '", *reduction, "'"));
+              absl::StrCat(op, ": unknown reduction '", reduction, "'"));
         }
         if (spec.Find("ignore_index") != nullptr) {
-          absl::StatusOr<int64_t> ii = spec.GetInt("ignore_index", 0);
-          if (!ii.ok()) return ii.status();
-          a.ignore_index = *ii;
+          DYNVM_ASSIGN_OR_RETURN(int64_t ii, spec.GetInt("ignore_index", 0));
+          a.ignore_index = ii;
         }
         return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunLoss,
                                                 std::make_shared<const LossAttrs>(std::move(a)));

@@ -12,17 +12,12 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
 namespace {
-
-#define MATMUL_RETURN_IF_ERROR(expr)   \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
@@ -92,10 +87,9 @@ template <typename T>
 absl::StatusOr<Scratch<T>> GetScratch(KernelContext& ctx, int64_t k, int64_t n, bool pack) {
   const size_t acc_bytes = (static_cast<size_t>(n) * sizeof(Acc<T>) + 63) / 64 * 64;
   const size_t pack_bytes = pack ? static_cast<size_t>(k) * static_cast<size_t>(n) * sizeof(T) : 0;
-  absl::StatusOr<void*> ws = ctx.Workspace(std::max<size_t>(acc_bytes + pack_bytes, 1));
-  if (!ws.ok()) return ws.status();
-  return Scratch<T>{static_cast<Acc<T>*>(*ws),
-                    reinterpret_cast<T*>(static_cast<uint8_t*>(*ws) + acc_bytes)};
+  DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(acc_bytes + pack_bytes, 1)));
+  return Scratch<T>{static_cast<Acc<T>*>(ws),
+                    reinterpret_cast<T*>(static_cast<uint8_t*>(ws) + acc_bytes)};
 }
 
 // B (K x N with element strides sbk, sbn) as rows that are contiguous: B itself, or B copied
@@ -129,7 +123,7 @@ absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op
 // ---- MatMul ----
 
 absl::Status RunMatMul(const void*, KernelContext& ctx, Inputs in, Outputs out) {
-  MATMUL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   if (a.dtype() != b.dtype()) {
@@ -163,7 +157,7 @@ absl::Status RunMatMul(const void*, KernelContext& ctx, Inputs in, Outputs out) 
   Dims out_dims = *batch;
   if (ra > 1) out_dims.push_back(m);
   if (rb > 1) out_dims.push_back(n);
-  MATMUL_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), out_dims, "MatMul"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), out_dims, "MatMul"));
   Tensor& y = *out[0];
   if (y.numel() == 0) return absl::OkStatus();
 
@@ -178,16 +172,15 @@ absl::Status RunMatMul(const void*, KernelContext& ctx, Inputs in, Outputs out) 
   }
   return DispatchMatmul(a.dtype(), "MatMul", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
-    absl::StatusOr<Scratch<T>> scratch = GetScratch<T>(ctx, k, n, NeedsPacking(sbn, n));
-    if (!scratch.ok()) return scratch.status();
+    DYNVM_ASSIGN_OR_RETURN(Scratch<T> scratch, GetScratch<T>(ctx, k, n, NeedsPacking(sbn, n)));
     T* py = y.data<T>();
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     ForEachOffset<2>(*batch, {absl::MakeConstSpan(bsa), absl::MakeConstSpan(bsb)},
                      [&](int64_t oa, int64_t ob) {
                        int64_t ldb;
-                       const T* rb = RowMajorB(pb + ob, sbk, sbn, k, n, scratch->packed, &ldb);
-                       MatMulRows<T>(pa + oa, sam, sak, rb, ldb, m, n, k, scratch->acc,
+                       const T* rb = RowMajorB(pb + ob, sbk, sbn, k, n, scratch.packed, &ldb);
+                       MatMulRows<T>(pa + oa, sam, sak, rb, ldb, m, n, k, scratch.acc,
                                      [&](int64_t i, const Acc<T>* row) {
                                        T* yrow = py + i * n;
                                        for (int64_t j = 0; j < n; ++j) {
@@ -214,7 +207,7 @@ struct GemmAttrs {
 
 absl::Status RunGemm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& g = *static_cast<const GemmAttrs*>(attrs);
-  MATMUL_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
@@ -246,7 +239,7 @@ absl::Status RunGemm(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
     }
     sc = BroadcastStrides(*c, mn);
   }
-  MATMUL_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), mn, "Gemm"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype(), mn, "Gemm"));
   Tensor& y = *out[0];
   if (y.numel() == 0) return absl::OkStatus();
   const bool use_c = c != nullptr && g.beta != 0;
@@ -265,13 +258,12 @@ absl::Status RunGemm(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
       alpha = static_cast<A>(g.alpha);
       beta = static_cast<A>(g.beta);
     }
-    absl::StatusOr<Scratch<T>> scratch = GetScratch<T>(ctx, k, n, NeedsPacking(sbn, n));
-    if (!scratch.ok()) return scratch.status();
+    DYNVM_ASSIGN_OR_RETURN(Scratch<T> scratch, GetScratch<T>(ctx, k, n, NeedsPacking(sbn, n)));
     T* py = y.data<T>();
     const T* pc = use_c ? c->data<T>() : nullptr;
     int64_t ldb;
-    const T* rb = RowMajorB(b.data<T>(), sbk, sbn, k, n, scratch->packed, &ldb);
-    MatMulRows<T>(a.data<T>(), sam, sak, rb, ldb, m, n, k, scratch->acc,
+    const T* rb = RowMajorB(b.data<T>(), sbk, sbn, k, n, scratch.packed, &ldb);
+    MatMulRows<T>(a.data<T>(), sam, sak, rb, ldb, m, n, k, scratch.acc,
                   [&](int64_t i, const A* row) {
                     T* yrow = py + i * n;
                     if (pc == nullptr) {
@@ -314,14 +306,13 @@ void Add(KernelRegistry& r, const char* op, KernelFactory factory) {
 
 void RegisterMatmulKernels(KernelRegistry& r) {
   Add(r, "MatMul", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    MATMUL_RETURN_IF_ERROR(CheckSpec(spec, 2, 2));
+    DYNVM_RETURN_IF_ERROR(CheckSpec(spec, 2, 2));
     return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunMatMul, nullptr);
   });
   Add(r, "Gemm", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    MATMUL_RETURN_IF_ERROR(CheckSpec(spec, 2, 3));
+    DYNVM_RETURN_IF_ERROR(CheckSpec(spec, 2, 3));
     GemmAttrs g;
-    absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);
-    if (!alpha.ok()) return alpha.status();
+    DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("alpha", 1.0f));
     absl::StatusOr<float> beta = spec.GetFloat("beta", 1.0f);
     if (!beta.ok()) return beta.status();
     absl::StatusOr<int64_t> ta = spec.GetInt("transA", 0);
@@ -332,7 +323,7 @@ void RegisterMatmulKernels(KernelRegistry& r) {
       return absl::InvalidArgumentError(
           absl::StrCat("Gemm: transA and transB must be 0 or 1, got ", *ta, " and ", *tb));
     }
-    g.alpha = *alpha;
+    g.alpha = alpha;
     g.beta = *beta;
     g.trans_a = *ta == 1;
     g.trans_b = *tb == 1;
@@ -340,7 +331,5 @@ void RegisterMatmulKernels(KernelRegistry& r) {
                                             std::make_shared<const GemmAttrs>(g));
   });
 }
-
-#undef MATMUL_RETURN_IF_ERROR
 
 }  // namespace dynvm::reference

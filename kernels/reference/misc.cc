@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -84,14 +85,13 @@ absl::Status RunWindow(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   if (in.empty() || in[0] == nullptr || out.empty() || out[0] == nullptr) {
     return absl::InvalidArgumentError("window: missing input or output");
   }
-  absl::StatusOr<Dims> size = ReadInts(*in[0], "window", "size");
-  if (!size.ok()) return size.status();
-  if (size->size() != 1 || (*size)[0] < 0 || (*size)[0] > (int64_t{1} << 32)) {
+  DYNVM_ASSIGN_OR_RETURN(Dims size, ReadInts(*in[0], "window", "size"));
+  if (size.size() != 1 || (size)[0] < 0 || (size)[0] > (int64_t{1} << 32)) {
     return absl::InvalidArgumentError("window: size must be one non-negative integer");
   }
-  const int64_t n = (*size)[0];
+  const int64_t n = (size)[0];
   const std::vector<int64_t> dims = {n};
-  if (absl::Status s = PrepareOutput(ctx, out[0], a.dtype, dims, "window"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], a.dtype, dims, "window"));
   const double period = a.periodic ? static_cast<double>(n) : static_cast<double>(n - 1);
   const double pi = 3.14159265358979323846;
   for (int64_t i = 0; i < n; ++i) {
@@ -126,7 +126,7 @@ absl::Status RunDet(const void*, KernelContext& ctx, Inputs in, Outputs out) {
   }
   const int64_t m = x.dim(x.rank() - 1);
   std::vector<int64_t> dims(x.dims().begin(), x.dims().end() - 2);
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), dims, "Det"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), dims, "Det"));
   const int64_t count = m == 0 ? out[0]->numel() : x.numel() / (m * m);
   std::vector<double> a(static_cast<size_t>(m * m));
   for (int64_t b = 0; b < count; ++b) {
@@ -192,9 +192,8 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
   }
   int64_t axis = 0, inner = 1, channels = 1;
   if (scale.rank() == 1 && scale.numel() != 1) {
-    absl::StatusOr<int> ax = NormalizeAxis(a.axis, x.rank(), op);
-    if (!ax.ok()) return ax.status();
-    axis = *ax;
+    DYNVM_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a.axis, x.rank(), op));
+    axis = ax;
     channels = x.dim(static_cast<int>(axis));
     if (scale.numel() != channels) {
       return absl::InvalidArgumentError(
@@ -204,7 +203,7 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
   }
   DType out_dtype = a.quantize ? (zp != nullptr ? zp->dtype() : DType::kU8) : scale.dtype();
   if (out[0]->defined()) out_dtype = out[0]->dtype();
-  if (absl::Status s = PrepareOutput(ctx, out[0], out_dtype, x.dims(), op); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], out_dtype, x.dims(), op));
   const auto [lo, hi] = Limits(out_dtype);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t ch = channels == 1 ? 0 : (i / inner) % channels;
@@ -232,15 +231,9 @@ absl::Status RunDynamicQuant(const void*, KernelContext& ctx, Inputs in, Outputs
   if (x.dtype() != DType::kF32)
     return absl::UnimplementedError("DynamicQuantizeLinear: f32 input only");
   const std::vector<int64_t> scalar;
-  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kU8, x.dims(), "DynamicQuantizeLinear");
-      !s.ok())
-    return s;
-  if (absl::Status s = PrepareOutput(ctx, out[1], DType::kF32, scalar, "DynamicQuantizeLinear");
-      !s.ok())
-    return s;
-  if (absl::Status s = PrepareOutput(ctx, out[2], DType::kU8, scalar, "DynamicQuantizeLinear");
-      !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kU8, x.dims(), "DynamicQuantizeLinear"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kF32, scalar, "DynamicQuantizeLinear"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[2], DType::kU8, scalar, "DynamicQuantizeLinear"));
   double mn = 0, mx = 0;
   for (int64_t i = 0; i < x.numel(); ++i) {
     mn = std::min(mn, Get(x, i));
@@ -334,8 +327,7 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
     }
   }
   const std::vector<int64_t> dims = {static_cast<int64_t>(selected.size() / 3), 3};
-  if (absl::Status s = PrepareOutput(ctx, out[0], DType::kI64, dims, "NonMaxSuppression"); !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, dims, "NonMaxSuppression"));
   std::copy(selected.begin(), selected.end(), out[0]->data<int64_t>());
   return absl::OkStatus();
 }
@@ -359,9 +351,8 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   // Slices along the axis (single elements without one), as doubles, row-major within a slice.
   int64_t axis = -1, count = x.numel(), inner = 1, outer = 1;
   if (a.axis) {
-    absl::StatusOr<int> ax = NormalizeAxis(*a.axis, x.rank(), "Unique");
-    if (!ax.ok()) return ax.status();
-    axis = *ax;
+    DYNVM_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*a.axis, x.rank(), "Unique"));
+    axis = ax;
     count = x.dim(static_cast<int>(axis));
     for (int d = 0; d < axis; ++d) outer *= x.dim(d);
     for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
@@ -401,7 +392,7 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     y_dims[axis] = nu;
   }
   if (out[0] != nullptr) {
-    if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), y_dims, "Unique"); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), y_dims, "Unique"));
     for (int64_t p = 0; p < nu; ++p) {
       const std::vector<double>& sl = slices[first[order[p]]];
       for (int64_t o = 0; o < (a.axis ? outer : 1); ++o) {
@@ -415,16 +406,14 @@ absl::Status RunUnique(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   const std::vector<int64_t> u_dims = {nu}, x_dims = {count};
   auto write = [&](size_t i, const std::vector<int64_t>& dims, auto value) -> absl::Status {
     if (out.size() <= i || out[i] == nullptr) return absl::OkStatus();
-    if (absl::Status s = PrepareOutput(ctx, out[i], DType::kI64, dims, "Unique"); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[i], DType::kI64, dims, "Unique"));
     for (int64_t k = 0; k < dims[0]; ++k) out[i]->data<int64_t>()[k] = value(k);
     return absl::OkStatus();
   };
   std::vector<int64_t> counts(static_cast<size_t>(nu), 0);
   for (int64_t k = 0; k < count; ++k) ++counts[position[unique_of[k]]];
-  if (absl::Status s = write(1, u_dims, [&](int64_t p) { return first[order[p]]; }); !s.ok())
-    return s;
-  if (absl::Status s = write(2, x_dims, [&](int64_t k) { return position[unique_of[k]]; }); !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(write(1, u_dims, [&](int64_t p) { return first[order[p]]; }));
+  DYNVM_RETURN_IF_ERROR(write(2, x_dims, [&](int64_t k) { return position[unique_of[k]]; }));
   return write(3, u_dims, [&](int64_t p) { return counts[p]; });
 }
 
@@ -535,7 +524,7 @@ absl::Status RunEinsum(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   std::vector<int64_t> out_dims;
   for (char ch : output) out_dims.push_back(size[ch]);
   const DType dtype = in[0]->dtype();
-  if (absl::Status s = PrepareOutput(ctx, out[0], dtype, out_dims, "Einsum"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], dtype, out_dims, "Einsum"));
   int64_t out_count = 1, sum_count = 1;
   for (char ch : output) out_count *= size[ch];
   for (size_t i = output.size(); i < letters.size(); ++i) sum_count *= size[letters[i]];
@@ -606,9 +595,8 @@ void AddWindow(KernelRegistry& r, const char* op, Window kind) {
     }
     WindowAttrs a;
     a.kind = kind;
-    absl::StatusOr<int64_t> periodic = spec.GetInt("periodic", 1);
-    if (!periodic.ok()) return periodic.status();
-    a.periodic = *periodic != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t periodic, spec.GetInt("periodic", 1));
+    a.periodic = periodic != 0;
     if (spec.outputs[0].dtype != kAnyDType) a.dtype = static_cast<DType>(spec.outputs[0].dtype);
     if (a.dtype == DType::kBool || a.dtype == DType::kString) {
       return absl::UnimplementedError(
@@ -640,9 +628,8 @@ void RegisterMiscKernels(KernelRegistry& r) {
       }
       QuantAttrs a;
       a.quantize = quantize;
-      absl::StatusOr<int64_t> axis = spec.GetInt("axis", 1);
-      if (!axis.ok()) return axis.status();
-      a.axis = *axis;
+      DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 1));
+      a.axis = axis;
       return Make(spec, &RunQuant, a);
     });
   }
@@ -651,12 +638,11 @@ void RegisterMiscKernels(KernelRegistry& r) {
         if (spec.inputs.size() < 2 || spec.inputs.size() > 5 || spec.outputs.size() != 1) {
           return absl::InvalidArgumentError("NonMaxSuppression: expected 2..5 inputs and 1 output");
         }
-        absl::StatusOr<int64_t> center = spec.GetInt("center_point_box", 0);
-        if (!center.ok()) return center.status();
-        if (*center != 0 && *center != 1)
+        DYNVM_ASSIGN_OR_RETURN(int64_t center, spec.GetInt("center_point_box", 0));
+        if (center != 0 && center != 1)
           return absl::InvalidArgumentError("NonMaxSuppression: center_point_box must be 0 or 1");
         NmsAttrs a;
-        a.center = *center == 1;
+        a.center = center == 1;
         return Make(spec, &RunNms, a);
       });
   Add(r, "Unique", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
@@ -665,13 +651,11 @@ void RegisterMiscKernels(KernelRegistry& r) {
     }
     UniqueAttrs a;
     if (spec.Find("axis") != nullptr) {
-      absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-      if (!axis.ok()) return axis.status();
-      a.axis = *axis;
+      DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+      a.axis = axis;
     }
-    absl::StatusOr<int64_t> sorted = spec.GetInt("sorted", 1);
-    if (!sorted.ok()) return sorted.status();
-    a.sorted = *sorted != 0;
+    DYNVM_ASSIGN_OR_RETURN(int64_t sorted, spec.GetInt("sorted", 1));
+    a.sorted = sorted != 0;
     return Make(spec, &RunUnique, a);
   });
   Add(r, "Einsum", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
@@ -684,10 +668,9 @@ void RegisterMiscKernels(KernelRegistry& r) {
       }
     }
     EinsumAttrs a;
-    absl::StatusOr<std::string> eq = spec.GetString("equation", "");
-    if (!eq.ok()) return eq.status();
-    if (eq->empty()) return absl::InvalidArgumentError("Einsum: equation is required");
-    a.equation = *eq;
+    DYNVM_ASSIGN_OR_RETURN(std::string eq, spec.GetString("equation", ""));
+    if (eq.empty()) return absl::InvalidArgumentError("Einsum: equation is required");
+    a.equation = eq;
     return Make(spec, &RunEinsum, a);
   });
   Add(r, "DynamicQuantizeLinear",

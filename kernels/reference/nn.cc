@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -172,7 +173,7 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
   }
   std::vector<int64_t> out_dims = {n, m};
   out_dims.insert(out_dims.end(), od.begin(), od.end());
-  if (absl::Status s = PrepareOutput(ctx, y, out_dtype, out_dims, "Conv"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, out_dtype, out_dims, "Conv"));
   if (w_zp != nullptr && w_zp->numel() != 1 && w_zp->numel() != m) {
     return absl::InvalidArgumentError(
         "ConvInteger: w_zero_point must be a scalar or one per output channel");
@@ -231,7 +232,7 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
 }
 
 absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
-  if (absl::Status s = Need(in, 2, out, "Conv"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 2, out, "Conv"));
   if (!IsFloat(in[0]->dtype()) || in[1]->dtype() != in[0]->dtype()) {
     return absl::UnimplementedError(
         absl::StrCat("Conv: dtype ", DTypeName(in[0]->dtype()), " not supported"));
@@ -243,7 +244,7 @@ absl::Status RunConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
 // ConvInteger: (x - x_zero_point) * (w - w_zero_point) summed exactly (in double: integer
 // products of 8-bit values stay exact), written as i32.
 absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
-  if (absl::Status s = Need(in, 2, out, "ConvInteger"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 2, out, "ConvInteger"));
   for (int i = 0; i < 2; ++i) {
     if (in[i]->dtype() != DType::kU8 && in[i]->dtype() != DType::kI8) {
       return absl::UnimplementedError("ConvInteger: inputs must be u8 or i8");
@@ -265,7 +266,7 @@ struct ConvTransposeAttrs : ConvAttrs {
 
 absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const ConvTransposeAttrs*>(attrs);
-  if (absl::Status s = Need(in, 2, out, "ConvTranspose"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 2, out, "ConvTranspose"));
   const Tensor& x = *in[0];
   const Tensor& w = *in[1];
   const Tensor* b = in.size() > 2 ? in[2] : nullptr;
@@ -320,8 +321,7 @@ absl::Status RunConvTranspose(const void* attrs, KernelContext& ctx, Inputs in, 
   }
   std::vector<int64_t> out_dims = {n, m};
   out_dims.insert(out_dims.end(), od.begin(), od.end());
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"); !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "ConvTranspose"));
   int64_t out_plane = 1, kernel_size = 1, in_plane = 1;
   for (int i = 0; i < k; ++i) {
     out_plane *= od[i];
@@ -380,7 +380,7 @@ struct NormAttrs {
 
 absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const NormAttrs*>(attrs);
-  if (absl::Status s = Need(in, 5, out, "BatchNormalization"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 5, out, "BatchNormalization"));
   const Tensor& x = *in[0];
   if (x.rank() < 2) return absl::InvalidArgumentError("BatchNormalization: X must be [N, C, ...]");
   const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
@@ -390,18 +390,14 @@ absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
                                                      c, "], got ", in[i]->DebugString()));
     }
   }
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "BatchNormalization");
-      !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "BatchNormalization"));
   for (size_t i = 1; i < out.size(); ++i) {
     if (out[i] == nullptr) continue;
     if (!a.training)
       return absl::InvalidArgumentError(
           "BatchNormalization: running statistics need training_mode");
     const std::vector<int64_t> cdims = {c};
-    if (absl::Status s = PrepareOutput(ctx, out[i], in[1]->dtype(), cdims, "BatchNormalization");
-        !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[i], in[1]->dtype(), cdims, "BatchNormalization"));
   }
   return FloatDispatch(x.dtype(), "BatchNormalization", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -446,7 +442,7 @@ absl::Status RunBatchNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
 
 absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const NormAttrs*>(attrs);
-  if (absl::Status s = Need(in, 3, out, "InstanceNormalization"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 3, out, "InstanceNormalization"));
   const Tensor& x = *in[0];
   if (x.rank() < 3)
     return absl::InvalidArgumentError("InstanceNormalization: X must be [N, C, D...]");
@@ -457,9 +453,7 @@ absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, O
           absl::StrCat("InstanceNormalization: input ", i, " must be [", c, "]"));
     }
   }
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "InstanceNormalization");
-      !s.ok())
-    return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "InstanceNormalization"));
   return FloatDispatch(x.dtype(), "InstanceNormalization", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     for (int64_t p = 0; p < n * c; ++p) {
@@ -491,11 +485,11 @@ struct LrnAttrs {
 
 absl::Status RunLrn(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const LrnAttrs*>(attrs);
-  if (absl::Status s = Need(in, 1, out, "LRN"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 1, out, "LRN"));
   const Tensor& x = *in[0];
   if (x.rank() < 2) return absl::InvalidArgumentError("LRN: X must be [N, C, ...]");
   const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "LRN"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "LRN"));
   const int64_t before = (a.size - 1) / 2, after = a.size - 1 - before;
   return FloatDispatch(x.dtype(), "LRN", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -527,9 +521,9 @@ struct ShrinkAttrs {
 
 absl::Status RunShrink(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const ShrinkAttrs*>(attrs);
-  if (absl::Status s = Need(in, 1, out, "Shrink"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 1, out, "Shrink"));
   const Tensor& x = *in[0];
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Shrink"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "Shrink"));
   return DispatchNumeric(x.dtype(), "Shrink", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     if constexpr (std::is_same_v<T, bool>) {
@@ -552,13 +546,13 @@ struct EyeAttrs {
 
 absl::Status RunEyeLike(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const EyeAttrs*>(attrs);
-  if (absl::Status s = Need(in, 1, out, "EyeLike"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(Need(in, 1, out, "EyeLike"));
   const Tensor& x = *in[0];
   if (x.rank() != 2)
     return absl::InvalidArgumentError(
         absl::StrCat("EyeLike: input must be 2-D, got ", x.DebugString()));
   const DType dtype = a.dtype.value_or(x.dtype());
-  if (absl::Status s = PrepareOutput(ctx, out[0], dtype, x.dims(), "EyeLike"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], dtype, x.dims(), "EyeLike"));
   return DispatchNumeric(dtype, "EyeLike", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     T* py = out[0]->data<T>();
@@ -591,21 +585,18 @@ void AddKernel(KernelRegistry& r, const char* op, size_t min_in, size_t max_in, 
           return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", min_in, "..", max_in,
                                                          " inputs and 1..", max_out, " outputs"));
         }
-        absl::StatusOr<A> a = attrs(spec);
-        if (!a.ok()) return a.status();
+        DYNVM_ASSIGN_OR_RETURN(A a, attrs(spec));
         return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), run,
-                                                std::make_shared<const A>(*std::move(a)));
+                                                std::make_shared<const A>(std::move(a)));
       }});
 }
 
 absl::StatusOr<NormAttrs> GetNormAttrs(const KernelSpec& spec) {
   NormAttrs a;
-  absl::StatusOr<float> eps = spec.GetFloat("epsilon", 1e-5f);
-  if (!eps.ok()) return eps.status();
-  a.epsilon = *eps;
-  absl::StatusOr<float> momentum = spec.GetFloat("momentum", 0.9f);
-  if (!momentum.ok()) return momentum.status();
-  a.momentum = *momentum;
+  DYNVM_ASSIGN_OR_RETURN(float eps, spec.GetFloat("epsilon", 1e-5f));
+  a.epsilon = eps;
+  DYNVM_ASSIGN_OR_RETURN(float momentum, spec.GetFloat("momentum", 0.9f));
+  a.momentum = momentum;
   absl::StatusOr<int64_t> spatial = spec.GetInt("spatial", 1);
   if (!spatial.ok()) return spatial.status();
   if (*spatial != 1)
@@ -629,20 +620,17 @@ absl::Status ReadConvAttrs(const KernelSpec& spec, const char* op, ConvAttrs& a)
         {"strides", &a.strides},
         {"pads", &a.pads},
         {"dilations", &a.dilations}}) {
-    absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
-    if (!v.ok()) return v.status();
-    *field = *v;
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts(name));
+    *field = v;
   }
-  absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
-  if (!ap.ok()) return ap.status();
-  a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+  DYNVM_ASSIGN_OR_RETURN(std::string ap, spec.GetString("auto_pad", "NOTSET"));
+  a.auto_pad = ap.empty() ? "NOTSET" : ap;
   if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" &&
       a.auto_pad != "SAME_LOWER") {
     return absl::InvalidArgumentError(absl::StrCat(op, ": unknown auto_pad '", a.auto_pad, "'"));
   }
-  absl::StatusOr<int64_t> group = spec.GetInt("group", 1);
-  if (!group.ok()) return group.status();
-  a.group = *group;
+  DYNVM_ASSIGN_OR_RETURN(int64_t group, spec.GetInt("group", 1));
+  a.group = group;
   const size_t k = a.kernel.size();
   if (k != 0 && ((!a.strides.empty() && a.strides.size() != k) ||
                  (!a.dilations.empty() && a.dilations.size() != k) ||
@@ -658,7 +646,7 @@ absl::Status ReadConvAttrs(const KernelSpec& spec, const char* op, ConvAttrs& a)
 void RegisterNnKernels(KernelRegistry& r) {
   auto conv_attrs = [](const KernelSpec& spec) -> absl::StatusOr<ConvAttrs> {
     ConvAttrs a;
-    if (absl::Status s = ReadConvAttrs(spec, "Conv", a); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, "Conv", a));
     return a;
   };
   AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
@@ -667,13 +655,12 @@ void RegisterNnKernels(KernelRegistry& r) {
       r, "ConvTranspose", 2, 3, 1, &RunConvTranspose,
       [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {
         ConvTransposeAttrs a;
-        if (absl::Status s = ReadConvAttrs(spec, "ConvTranspose", a); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, "ConvTranspose", a));
         for (auto [name, field] :
              {std::pair<const char*, std::vector<int64_t>*>{"output_padding", &a.output_padding},
               {"output_shape", &a.output_shape}}) {
-          absl::StatusOr<std::vector<int64_t>> v = spec.GetInts(name);
-          if (!v.ok()) return v.status();
-          *field = *v;
+          DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts(name));
+          *field = v;
         }
         const size_t k = a.kernel.size();
         if (k != 0 && !a.output_padding.empty() && a.output_padding.size() != k) {
@@ -694,33 +681,29 @@ void RegisterNnKernels(KernelRegistry& r) {
         for (auto [name, field] : {std::pair<const char*, float*>{"alpha", &a.alpha},
                                    {"beta", &a.beta},
                                    {"bias", &a.bias}}) {
-          absl::StatusOr<float> v = spec.GetFloat(name, *field);
-          if (!v.ok()) return v.status();
-          *field = *v;
+          DYNVM_ASSIGN_OR_RETURN(float v, spec.GetFloat(name, *field));
+          *field = v;
         }
-        absl::StatusOr<int64_t> size = spec.GetInt("size", 0);
-        if (!size.ok()) return size.status();
-        if (*size < 1) return absl::InvalidArgumentError("LRN: size must be positive");
-        a.size = *size;
+        DYNVM_ASSIGN_OR_RETURN(int64_t size, spec.GetInt("size", 0));
+        if (size < 1) return absl::InvalidArgumentError("LRN: size must be positive");
+        a.size = size;
         return a;
       });
   AddKernel<ShrinkAttrs>(r, "Shrink", 1, 1, 1, &RunShrink,
                          [](const KernelSpec& spec) -> absl::StatusOr<ShrinkAttrs> {
                            ShrinkAttrs a;
-                           absl::StatusOr<float> bias = spec.GetFloat("bias", 0);
-                           if (!bias.ok()) return bias.status();
+                           DYNVM_ASSIGN_OR_RETURN(float bias, spec.GetFloat("bias", 0));
                            absl::StatusOr<float> lambd = spec.GetFloat("lambd", 0.5f);
                            if (!lambd.ok()) return lambd.status();
-                           a.bias = *bias;
+                           a.bias = bias;
                            a.lambd = *lambd;
                            return a;
                          });
   AddKernel<EyeAttrs>(r, "EyeLike", 1, 1, 1, &RunEyeLike,
                       [](const KernelSpec& spec) -> absl::StatusOr<EyeAttrs> {
                         EyeAttrs a;
-                        absl::StatusOr<int64_t> k = spec.GetInt("k", 0);
-                        if (!k.ok()) return k.status();
-                        a.k = *k;
+                        DYNVM_ASSIGN_OR_RETURN(int64_t k, spec.GetInt("k", 0));
+                        a.k = k;
                         if (spec.outputs[0].dtype != kAnyDType)
                           a.dtype = static_cast<DType>(spec.outputs[0].dtype);
                         return a;

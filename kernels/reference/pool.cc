@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -163,13 +164,12 @@ absl::Status RunPool(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
                                                      "[N, C, D1, ...] and contiguous"));
     }
     const std::vector<int64_t> st = ChannelsLastStrides(x->dims());
-    absl::StatusOr<Tensor> v =
-        Tensor::View(x->storage(), x->byte_offset(), x->dtype(), x->dims(), st);
-    if (!v.ok()) return v.status();
-    view = *std::move(v);
+    DYNVM_ASSIGN_OR_RETURN(Tensor v,
+                           Tensor::View(x->storage(), x->byte_offset(), x->dtype(), x->dims(), st));
+    view = std::move(v);
     x = &view;
   }
-  if (absl::Status s = RunPoolPlain(a, ctx, *x, out); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(RunPoolPlain(a, ctx, *x, out));
   if (a.channels_last_out) {
     Tensor& y = *out[0];
     if (y.dtype() != DType::kF32)
@@ -190,27 +190,25 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
     return absl::InvalidArgumentError(
         absl::StrCat(a.op, ": input must be [N, C, D1, ...], got ", x.DebugString()));
   }
-  absl::StatusOr<Geometry> g = Plan(a, x);
-  if (!g.ok()) return g.status();
+  DYNVM_ASSIGN_OR_RETURN(Geometry g, Plan(a, x));
   const int k = x.rank() - 2;
   std::vector<int64_t> out_dims = {x.dim(0), x.dim(1)};
-  out_dims.insert(out_dims.end(), g->out.begin(), g->out.end());
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, a.op); !s.ok()) return s;
+  out_dims.insert(out_dims.end(), g.out.begin(), g.out.end());
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, a.op));
   Tensor* indices = out.size() > 1 ? out[1] : nullptr;
   if (indices != nullptr) {
-    if (absl::Status s = PrepareOutput(ctx, indices, DType::kI64, out_dims, a.op); !s.ok())
-      return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, indices, DType::kI64, out_dims, a.op));
   }
   const int64_t planes = x.dim(0) * x.dim(1);
   int64_t in_plane = 1, out_plane = 1;
   for (int i = 0; i < k; ++i) {
-    in_plane *= g->in[i];
-    out_plane *= g->out[i];
+    in_plane *= g.in[i];
+    out_plane *= g.out[i];
   }
   std::vector<int64_t> in_strides(k);  // element strides of x's spatial dims
   for (int i = 0; i < k; ++i) in_strides[i] = x.stride(i + 2);
   int64_t window = 1;
-  for (int i = 0; i < k; ++i) window *= g->kernel[i];
+  for (int i = 0; i < k; ++i) window *= g.kernel[i];
   return DispatchNumeric(x.dtype(), a.op, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     constexpr bool kFloat =
@@ -231,8 +229,8 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
         const int64_t base = n * x.stride(0) + c * x.stride(1);
         for (int64_t oi = 0; oi < out_plane; ++oi) {
           for (int64_t r = oi, i = k - 1; i >= 0; --i) {
-            o[i] = r % g->out[i];
-            r /= g->out[i];
+            o[i] = r % g.out[i];
+            r /= g.out[i];
           }
           bool found = false;
           T best{};
@@ -241,16 +239,15 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
           int64_t inside = 0, padded = 0;
           for (int64_t wi = 0; wi < window; ++wi) {
             for (int64_t r = wi, i = k - 1; i >= 0; --i) {
-              w[i] = r % g->kernel[i];
-              r /= g->kernel[i];
+              w[i] = r % g.kernel[i];
+              r /= g.kernel[i];
             }
             bool in_input = true, in_padded = true;
             int64_t offset = base;
             for (int i = 0; i < k; ++i) {
-              pos[i] = o[i] * g->stride[i] - g->pad_begin[i] + w[i] * g->dilation[i];
-              if (pos[i] < 0 || pos[i] >= g->in[i]) in_input = false;
-              if (pos[i] < -g->pad_begin[i] || pos[i] >= g->in[i] + g->pad_end[i])
-                in_padded = false;
+              pos[i] = o[i] * g.stride[i] - g.pad_begin[i] + w[i] * g.dilation[i];
+              if (pos[i] < 0 || pos[i] >= g.in[i]) in_input = false;
+              if (pos[i] < -g.pad_begin[i] || pos[i] >= g.in[i] + g.pad_end[i]) in_padded = false;
               offset += pos[i] * in_strides[i];
             }
             if (in_padded) ++padded;
@@ -267,9 +264,9 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
               best = v;
               int64_t flat = 0;
               if (a.column_major) {
-                for (int i = k - 1; i >= 0; --i) flat = flat * g->in[i] + pos[i];
+                for (int i = k - 1; i >= 0; --i) flat = flat * g.in[i] + pos[i];
               } else {
-                for (int i = 0; i < k; ++i) flat = flat * g->in[i] + pos[i];
+                for (int i = 0; i < k; ++i) flat = flat * g.in[i] + pos[i];
               }
               best_index = p * in_plane + flat;
             }
@@ -317,27 +314,23 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
         for (auto [name, field] :
              {std::pair<const char*, bool*>{"channels_last_in", &a.channels_last_in},
               {"channels_last_out", &a.channels_last_out}}) {
-          absl::StatusOr<int64_t> e = spec.GetInt(name, 0);
-          if (!e.ok()) return e.status();
-          *field = *e != 0;
+          DYNVM_ASSIGN_OR_RETURN(int64_t e, spec.GetInt(name, 0));
+          *field = e != 0;
         }
         if (!global) {
-          absl::StatusOr<std::vector<int64_t>> v = spec.GetInts("kernel_shape");
-          if (!v.ok()) return v.status();
-          if (v->empty())
+          DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> v, spec.GetInts("kernel_shape"));
+          if (v.empty())
             return absl::InvalidArgumentError(absl::StrCat(op, ": kernel_shape is required"));
-          a.kernel = *v;
+          a.kernel = v;
           for (auto [name, field] :
                {std::pair<const char*, std::vector<int64_t>*>{"strides", &a.strides},
                 {"pads", &a.pads},
                 {"dilations", &a.dilations}}) {
-            absl::StatusOr<std::vector<int64_t>> e = spec.GetInts(name);
-            if (!e.ok()) return e.status();
-            *field = *e;
+            DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> e, spec.GetInts(name));
+            *field = e;
           }
-          absl::StatusOr<std::string> ap = spec.GetString("auto_pad", "NOTSET");
-          if (!ap.ok()) return ap.status();
-          a.auto_pad = ap->empty() ? "NOTSET" : *ap;
+          DYNVM_ASSIGN_OR_RETURN(std::string ap, spec.GetString("auto_pad", "NOTSET"));
+          a.auto_pad = ap.empty() ? "NOTSET" : ap;
           if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" &&
               a.auto_pad != "SAME_LOWER") {
             return absl::InvalidArgumentError(

@@ -16,17 +16,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
 namespace {
-
-#define REDUCE_RETURN_IF_ERROR(expr)   \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
@@ -318,38 +313,35 @@ absl::StatusOr<AxisMask> AxesMask(absl::Span<const int64_t> axes, int rank, bool
                                   absl::string_view op) {
   AxisMask mask(rank, axes.empty() && !noop);
   for (int64_t a : axes) {
-    absl::StatusOr<int> axis = NormalizeAxis(a, rank, op);
-    if (!axis.ok()) return axis.status();
-    if (mask[*axis]) {
+    DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(a, rank, op));
+    if (mask[axis]) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": axis ", a, " is repeated"));
     }
-    mask[*axis] = true;
+    mask[axis] = true;
   }
   return mask;
 }
 
 absl::Status RunReduce(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& ra = *static_cast<const ReduceAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, ra.name));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, ra.name));
   const Tensor& x = *in[0];
   Dims axes(ra.axes.begin(), ra.axes.end());
   if (in.size() > 1 && in[1] != nullptr) {
-    absl::StatusOr<Dims> v = ReadInts(*in[1], ra.name, "axes");
-    if (!v.ok()) return v.status();
-    axes = *std::move(v);
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*in[1], ra.name, "axes"));
+    axes = std::move(v);
   }
-  absl::StatusOr<AxisMask> mask = AxesMask(axes, x.rank(), ra.noop_with_empty_axes, ra.name);
-  if (!mask.ok()) return mask.status();
+  DYNVM_ASSIGN_OR_RETURN(AxisMask mask, AxesMask(axes, x.rank(), ra.noop_with_empty_axes, ra.name));
   Dims out_dims;
   for (int d = 0; d < x.rank(); ++d) {
-    if (!(*mask)[d]) {
+    if (!(mask)[d]) {
       out_dims.push_back(x.dim(d));
     } else if (ra.keepdims) {
       out_dims.push_back(1);
     }
   }
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, ra.name));
-  const Split s = SplitBy(x, *mask);
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, ra.name));
+  const Split s = SplitBy(x, mask);
   return Dispatch<false>(x.dtype(), ra.name, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     ReduceDispatchKind<T>(ra.kind, x, s, out[0]->data<T>());
@@ -369,27 +361,26 @@ struct ArgAttrs {
 
 absl::Status RunArg(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& aa = *static_cast<const ArgAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, aa.name));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, aa.name));
   const Tensor& x = *in[0];
-  absl::StatusOr<int> axis = NormalizeAxis(aa.axis, x.rank(), aa.name);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(aa.axis, x.rank(), aa.name));
   AxisMask mask(x.rank(), false);
-  mask[*axis] = true;
+  mask[axis] = true;
   Dims out_dims;
   for (int d = 0; d < x.rank(); ++d) {
-    if (d != *axis)
+    if (d != axis)
       out_dims.push_back(x.dim(d));
     else if (aa.keepdims)
       out_dims.push_back(1);
   }
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, out_dims, aa.name));
-  const int64_t n = x.dim(*axis);
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, out_dims, aa.name));
+  const int64_t n = x.dim(axis);
   if (n == 0 && out[0]->numel() > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(aa.name, ": cannot reduce the empty axis ", aa.axis, " of ", x.DebugString()));
   }
   const Split s = SplitBy(x, mask);
-  const int64_t stride = x.stride(*axis);
+  const int64_t stride = x.stride(axis);
   int64_t* py = out[0]->data<int64_t>();
   return Dispatch<false>(x.dtype(), aa.name, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -426,43 +417,41 @@ struct TopKAttrs {
 
 absl::Status RunTopK(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& ta = *static_cast<const TopKAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, "TopK"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "TopK"));
   if (out.size() < 2 || out[1] == nullptr) {
     return absl::InvalidArgumentError("TopK: output 1 (Indices) is missing");
   }
   const Tensor& x = *in[0];
   int64_t k;
   if (in.size() > 1 && in[1] != nullptr) {
-    absl::StatusOr<Dims> kv = ReadInts(*in[1], "TopK", "K");
-    if (!kv.ok()) return kv.status();
-    if (kv->size() != 1) {
+    DYNVM_ASSIGN_OR_RETURN(Dims kv, ReadInts(*in[1], "TopK", "K"));
+    if (kv.size() != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("TopK: K must have one element, got ", in[1]->DebugString()));
     }
-    k = (*kv)[0];
+    k = (kv)[0];
   } else if (ta.k) {
     k = *ta.k;
   } else {
     return absl::InvalidArgumentError("TopK: K is missing");
   }
-  absl::StatusOr<int> axis = NormalizeAxis(ta.axis, x.rank(), "TopK");
-  if (!axis.ok()) return axis.status();
-  const int64_t n = x.dim(*axis);
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(ta.axis, x.rank(), "TopK"));
+  const int64_t n = x.dim(axis);
   if (k < 0 || k > n) {
     return absl::InvalidArgumentError(absl::StrCat("TopK: K = ", k, " is out of range for axis ",
                                                    ta.axis, " of ", x.DebugString()));
   }
   Dims out_dims(x.dims().begin(), x.dims().end());
-  out_dims[*axis] = k;
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "TopK"));
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kI64, out_dims, "TopK"));
+  out_dims[axis] = k;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "TopK"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kI64, out_dims, "TopK"));
   if (out[0]->numel() == 0) return absl::OkStatus();
   AxisMask mask(x.rank(), false);
-  mask[*axis] = true;
+  mask[axis] = true;
   Split s = SplitBy(x, mask);
   s.kept_y = Select(ContiguousOf(out_dims), mask, false);
-  const int64_t out_stride = ContiguousOf(out_dims)[*axis];
-  const int64_t stride = x.stride(*axis);
+  const int64_t out_stride = ContiguousOf(out_dims)[axis];
+  const int64_t stride = x.stride(axis);
   return Dispatch<false>(x.dtype(), "TopK", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     using C = Compute<T>;
@@ -470,9 +459,8 @@ absl::Status RunTopK(const void* attrs, KernelContext& ctx, Inputs in, Outputs o
       C v;
       int64_t i;
     };
-    absl::StatusOr<void*> ws = ctx.Workspace(static_cast<size_t>(n) * sizeof(Entry));
-    if (!ws.ok()) return ws.status();
-    Entry* buf = static_cast<Entry*>(*ws);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n) * sizeof(Entry)));
+    Entry* buf = static_cast<Entry*>(ws);
     // Strict total orders on (value, index): ties go to the lower index.
     auto before = [largest = ta.largest](const Entry& a, const Entry& b) {
       if (largest ? TotalLess(b.v, a.v) : TotalLess(a.v, b.v)) return true;
@@ -511,13 +499,12 @@ struct SoftmaxAttrs {
 
 absl::Status RunSoftmax(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& sa = *static_cast<const SoftmaxAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, sa.name));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, sa.name));
   const Tensor& x = *in[0];
-  absl::StatusOr<int> axis = NormalizeAxis(sa.axis, x.rank(), sa.name);
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(sa.axis, x.rank(), sa.name));
   AxisMask mask(x.rank(), false);
-  for (int d = *axis; d < (sa.legacy_2d ? x.rank() : *axis + 1); ++d) mask[d] = true;
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), sa.name));
+  for (int d = axis; d < (sa.legacy_2d ? x.rank() : axis + 1); ++d) mask[d] = true;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), sa.name));
   const Split s = SplitBy(x, mask);
   const std::array<absl::Span<const int64_t>, 2> red = {absl::MakeConstSpan(s.red_x),
                                                         absl::MakeConstSpan(s.red_y)};
@@ -583,12 +570,11 @@ void StoreStat(Tensor* t, int64_t i, double v) {
 
 absl::Status RunLayerNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& la = *static_cast<const LayerNormAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
   const Tensor& x = *in[0];
   const Tensor* scale = in.size() > 1 ? in[1] : nullptr;
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
-  absl::StatusOr<int> axis = NormalizeAxis(la.axis, x.rank(), "LayerNormalization");
-  if (!axis.ok()) return axis.status();
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(la.axis, x.rank(), "LayerNormalization"));
   // Scale and B broadcast to X (unidirectionally) and share its dtype.
   Dims s_strides(x.rank(), 0), b_strides(x.rank(), 0);
   for (const Tensor* t : {scale, bias}) {
@@ -601,17 +587,17 @@ absl::Status RunLayerNorm(const void* attrs, KernelContext& ctx, Inputs in, Outp
     }
     (t == scale ? s_strides : b_strides) = BroadcastStrides(*t, x.dims());
   }
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "LayerNormalization"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "LayerNormalization"));
   Dims stat_dims(x.dims().begin(), x.dims().end());
-  for (int d = *axis; d < x.rank(); ++d) stat_dims[d] = 1;
+  for (int d = axis; d < x.rank(); ++d) stat_dims[d] = 1;
   Tensor* stats[2] = {out.size() > 1 ? out[1] : nullptr, out.size() > 2 ? out[2] : nullptr};
   for (int i = 0; i < 2; ++i) {
     if (stats[i] == nullptr) continue;
-    REDUCE_RETURN_IF_ERROR(
+    DYNVM_RETURN_IF_ERROR(
         PrepareOutput(ctx, stats[i], la.stat_dtype[i], stat_dims, "LayerNormalization"));
   }
   AxisMask mask(x.rank(), false);
-  for (int d = *axis; d < x.rank(); ++d) mask[d] = true;
+  for (int d = axis; d < x.rank(); ++d) mask[d] = true;
   const Split s = SplitBy(x, mask);
   const Dims ks = Select(s_strides, mask, false), rs = Select(s_strides, mask, true);
   const Dims kb = Select(b_strides, mask, false), rb = Select(b_strides, mask, true);
@@ -671,22 +657,20 @@ struct CumSumAttrs {
 
 absl::Status RunCumSum(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& ca = *static_cast<const CumSumAttrs*>(attrs);
-  REDUCE_RETURN_IF_ERROR(CheckPresent(in, 2, out, "CumSum"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "CumSum"));
   const Tensor& x = *in[0];
-  absl::StatusOr<Dims> av = ReadInts(*in[1], "CumSum", "axis");
-  if (!av.ok()) return av.status();
-  if (av->size() != 1) {
+  DYNVM_ASSIGN_OR_RETURN(Dims av, ReadInts(*in[1], "CumSum", "axis"));
+  if (av.size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("CumSum: axis must have one element, got ", in[1]->DebugString()));
   }
-  absl::StatusOr<int> axis = NormalizeAxis((*av)[0], x.rank(), "CumSum");
-  if (!axis.ok()) return axis.status();
-  REDUCE_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "CumSum"));
+  DYNVM_ASSIGN_OR_RETURN(int axis, NormalizeAxis((av)[0], x.rank(), "CumSum"));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "CumSum"));
   AxisMask mask(x.rank(), false);
-  mask[*axis] = true;
+  mask[axis] = true;
   const Split s = SplitBy(x, mask);
-  const int64_t n = x.dim(*axis);
-  const int64_t sx = x.stride(*axis), sy = s.red_y[0];
+  const int64_t n = x.dim(axis);
+  const int64_t sx = x.stride(axis), sy = s.red_y[0];
   return Dispatch<false>(x.dtype(), "CumSum", [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     using R = Reducer<Reduce::kSum, T>;  // double for floats, wrapping 64-bit for integers
@@ -722,53 +706,45 @@ std::unique_ptr<Kernel> MakeKernel(const KernelSpec& spec, FunctionKernel::RunFn
 
 // Reads an int attribute that must be 0 or 1.
 absl::StatusOr<bool> GetFlag(const KernelSpec& spec, absl::string_view name, bool def) {
-  absl::StatusOr<int64_t> v = spec.GetInt(name, def ? 1 : 0);
-  if (!v.ok()) return v.status();
-  if (*v != 0 && *v != 1) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t v, spec.GetInt(name, def ? 1 : 0));
+  if (v != 0 && v != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(spec.op, ": attribute ", name, " must be 0 or 1, got ", *v));
+        absl::StrCat(spec.op, ": attribute ", name, " must be 0 or 1, got ", v));
   }
-  return *v == 1;
+  return v == 1;
 }
-
-#define REDUCE_ASSIGN_OR_RETURN(lhs, expr)    \
-  do {                                        \
-    auto value_ = (expr);                     \
-    if (!value_.ok()) return value_.status(); \
-    lhs = *std::move(value_);                 \
-  } while (0)
 
 void AddReduce(KernelRegistry& r, const char* name, Reduce kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    REDUCE_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1));
-    REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     ReduceAttrs a{name, kind};
-    REDUCE_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
-    REDUCE_ASSIGN_OR_RETURN(a.noop_with_empty_axes, GetFlag(spec, "noop_with_empty_axes", false));
-    REDUCE_ASSIGN_OR_RETURN(a.axes, spec.GetInts("axes"));
+    DYNVM_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
+    DYNVM_ASSIGN_OR_RETURN(a.noop_with_empty_axes, GetFlag(spec, "noop_with_empty_axes", false));
+    DYNVM_ASSIGN_OR_RETURN(a.axes, spec.GetInts("axes"));
     return MakeKernel(spec, &RunReduce, std::move(a));
   });
 }
 
 void AddArg(KernelRegistry& r, const char* name, bool max) {
   Add(r, name, [name, max](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    REDUCE_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
-    REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     ArgAttrs a{name, max};
-    REDUCE_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", 0));
-    REDUCE_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
-    REDUCE_ASSIGN_OR_RETURN(a.select_last, GetFlag(spec, "select_last_index", false));
+    DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", 0));
+    DYNVM_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
+    DYNVM_ASSIGN_OR_RETURN(a.select_last, GetFlag(spec, "select_last_index", false));
     return MakeKernel(spec, &RunArg, a);
   });
 }
 
 void AddSoftmax(KernelRegistry& r, const char* name, Softmax kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    REDUCE_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
-    REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
     SoftmaxAttrs a{name, kind};
-    REDUCE_ASSIGN_OR_RETURN(a.legacy_2d, GetFlag(spec, "legacy_2d", false));
-    REDUCE_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", a.legacy_2d ? 1 : -1));
+    DYNVM_ASSIGN_OR_RETURN(a.legacy_2d, GetFlag(spec, "legacy_2d", false));
+    DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", a.legacy_2d ? 1 : -1));
     return MakeKernel(spec, &RunSoftmax, a);
   });
 }
@@ -796,29 +772,29 @@ void RegisterReduceKernels(KernelRegistry& r) {
     if (spec.inputs.empty() || spec.inputs.size() > 2 || spec.outputs.size() != 2) {
       return absl::InvalidArgumentError("TopK: expected 1..2 inputs and 2 outputs");
     }
-    REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
+    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     TopKAttrs a;
-    REDUCE_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
-    REDUCE_ASSIGN_OR_RETURN(a.largest, GetFlag(spec, "largest", true));
+    DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
+    DYNVM_ASSIGN_OR_RETURN(a.largest, GetFlag(spec, "largest", true));
     bool sorted;  // unsorted output may be in any order: sorted output is one of them
-    REDUCE_ASSIGN_OR_RETURN(sorted, GetFlag(spec, "sorted", true));
+    DYNVM_ASSIGN_OR_RETURN(sorted, GetFlag(spec, "sorted", true));
     (void)sorted;
     if (spec.Find("k") != nullptr) {
       int64_t k;
-      REDUCE_ASSIGN_OR_RETURN(k, spec.GetInt("k", 0));
+      DYNVM_ASSIGN_OR_RETURN(k, spec.GetInt("k", 0));
       a.k = k;
     }
     return MakeKernel(spec, &RunTopK, a);
   });
   Add(r, "LayerNormalization",
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        REDUCE_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 3));
-        REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 3));
+        DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
         LayerNormAttrs a;
-        REDUCE_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
-        REDUCE_ASSIGN_OR_RETURN(a.epsilon, spec.GetFloat("epsilon", 1e-5f));
+        DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
+        DYNVM_ASSIGN_OR_RETURN(a.epsilon, spec.GetFloat("epsilon", 1e-5f));
         int64_t stash;
-        REDUCE_ASSIGN_OR_RETURN(stash, spec.GetInt("stash_type", 1));
+        DYNVM_ASSIGN_OR_RETURN(stash, spec.GetInt("stash_type", 1));
         DType stash_dtype;
         switch (stash) {
           case 1:
@@ -839,7 +815,7 @@ void RegisterReduceKernels(KernelRegistry& r) {
         }
         a.stat_dtype[0] = a.stat_dtype[1] = stash_dtype;
         for (size_t i = 1; i < spec.outputs.size(); ++i) {
-          REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.outputs[i], /*float_only=*/true));
+          DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.outputs[i], /*float_only=*/true));
           a.stat_dtype[i - 1] = spec.outputs[i].dtype_or(stash_dtype);
         }
         if (spec.outputs.size() == 2) a.stat_dtype[1] = a.stat_dtype[0];
@@ -850,16 +826,13 @@ void RegisterReduceKernels(KernelRegistry& r) {
         return MakeKernel(spec, &RunLayerNorm, a);
       });
   Add(r, "CumSum", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    REDUCE_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
-    REDUCE_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     CumSumAttrs a;
-    REDUCE_ASSIGN_OR_RETURN(a.exclusive, GetFlag(spec, "exclusive", false));
-    REDUCE_ASSIGN_OR_RETURN(a.reverse, GetFlag(spec, "reverse", false));
+    DYNVM_ASSIGN_OR_RETURN(a.exclusive, GetFlag(spec, "exclusive", false));
+    DYNVM_ASSIGN_OR_RETURN(a.reverse, GetFlag(spec, "reverse", false));
     return MakeKernel(spec, &RunCumSum, a);
   });
 }
-
-#undef REDUCE_ASSIGN_OR_RETURN
-#undef REDUCE_RETURN_IF_ERROR
 
 }  // namespace dynvm::reference

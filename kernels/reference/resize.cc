@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -155,25 +156,23 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   std::vector<int64_t> out_dims(r);
   std::vector<double> scales(r);
   if (sizes_t != nullptr) {
-    absl::StatusOr<Dims> sizes = ReadInts(*sizes_t, "Resize", "sizes");
-    if (!sizes.ok()) return sizes.status();
-    if (static_cast<int>(sizes->size()) != r)
+    DYNVM_ASSIGN_OR_RETURN(Dims sizes, ReadInts(*sizes_t, "Resize", "sizes"));
+    if (static_cast<int>(sizes.size()) != r)
       return absl::InvalidArgumentError("Resize: sizes must have one value per dim");
     for (int i = 0; i < r; ++i) {
-      if ((*sizes)[i] < 0) return absl::InvalidArgumentError("Resize: negative size");
-      out_dims[i] = (*sizes)[i];
+      if ((sizes)[i] < 0) return absl::InvalidArgumentError("Resize: negative size");
+      out_dims[i] = (sizes)[i];
       scales[i] =
           x.dim(i) == 0 ? 1.0 : static_cast<double>(out_dims[i]) / static_cast<double>(x.dim(i));
     }
   } else {
-    absl::StatusOr<std::vector<double>> s = ReadFloats(*scales_t, "scales");
-    if (!s.ok()) return s.status();
-    if (static_cast<int>(s->size()) != r)
+    DYNVM_ASSIGN_OR_RETURN(std::vector<double> s, ReadFloats(*scales_t, "scales"));
+    if (static_cast<int>(s.size()) != r)
       return absl::InvalidArgumentError("Resize: scales must have one value per dim");
     for (int i = 0; i < r; ++i) {
-      if (!((*s)[i] > 0) || (*s)[i] > 1e6)
+      if (!((s)[i] > 0) || (s)[i] > 1e6)
         return absl::InvalidArgumentError("Resize: scales must be positive");
-      scales[i] = static_cast<float>((*s)[i]);
+      scales[i] = static_cast<float>((s)[i]);
       out_dims[i] = static_cast<int64_t>(static_cast<double>(x.dim(i)) * scales[i]);
     }
   }
@@ -183,11 +182,10 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
     if (roi_t == nullptr || roi_t->numel() != 2 * r)
       return absl::InvalidArgumentError(
           "Resize: tf_crop_and_resize needs a roi of 2 * rank values");
-    absl::StatusOr<std::vector<double>> v = ReadFloats(*roi_t, "roi");
-    if (!v.ok()) return v.status();
-    roi = *v;
+    DYNVM_ASSIGN_OR_RETURN(std::vector<double> v, ReadFloats(*roi_t, "roi"));
+    roi = v;
   }
-  if (absl::Status s = PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"));
   std::vector<Taps> taps;
   for (int i = 0; i < r; ++i)
     taps.push_back(Plan(a, x.dim(i), out_dims[i], scales[i], roi[i], roi[r + i]));
@@ -263,16 +261,15 @@ void RegisterResizeKernels(KernelRegistry& r) {
               "Resize of opset 10 is not supported (opset 11 and later)");
         }
         ResizeAttrs a;
-        absl::StatusOr<std::string> mode = spec.GetString("mode", "nearest");
-        if (!mode.ok()) return mode.status();
-        if (*mode == "nearest") {
+        DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "nearest"));
+        if (mode == "nearest") {
           a.mode = Mode::kNearest;
-        } else if (*mode == "linear") {
+        } else if (mode == "linear") {
           a.mode = Mode::kLinear;
-        } else if (*mode == "cubic") {
+        } else if (mode == "cubic") {
           a.mode = Mode::kCubic;
         } else {
-          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", *mode, "'"));
+          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", mode, "'"));
         }
         absl::StatusOr<std::string> transform =
             spec.GetString("coordinate_transformation_mode", "half_pixel");
@@ -297,9 +294,8 @@ void RegisterResizeKernels(KernelRegistry& r) {
         absl::StatusOr<float> cubic_a = spec.GetFloat("cubic_coeff_a", -0.75f);
         if (!cubic_a.ok()) return cubic_a.status();
         a.cubic_a = *cubic_a;
-        absl::StatusOr<int64_t> exclude = spec.GetInt("exclude_outside", 0);
-        if (!exclude.ok()) return exclude.status();
-        a.exclude_outside = *exclude != 0;
+        DYNVM_ASSIGN_OR_RETURN(int64_t exclude, spec.GetInt("exclude_outside", 0));
+        a.exclude_outside = exclude != 0;
         absl::StatusOr<float> extrapolation = spec.GetFloat("extrapolation_value", 0);
         if (!extrapolation.ok()) return extrapolation.status();
         a.extrapolation = *extrapolation;

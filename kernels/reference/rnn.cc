@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -276,28 +277,27 @@ absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Te
   if (MulOverflows(gates, hidden, &gh) || MulOverflows(gh, 2, &gh2)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": hidden_size ", hidden, " is too large"));
   }
-  if (absl::Status s = CheckShape(op, "W", *w, {nd, gh, input_size}); !s.ok()) return s;
-  if (absl::Status s = CheckShape(op, "R", *r, {nd, gh, hidden}); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(CheckShape(op, "W", *w, {nd, gh, input_size}));
+  DYNVM_RETURN_IF_ERROR(CheckShape(op, "R", *r, {nd, gh, hidden}));
   if (b != nullptr) {
-    if (absl::Status s = CheckShape(op, "B", *b, {nd, gh2}); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "B", *b, {nd, gh2}));
   }
   const Dims state_dims = batch_major ? Dims{batch, nd, hidden} : Dims{nd, batch, hidden};
   if (h0 != nullptr) {
-    if (absl::Status s = CheckShape(op, "initial_h", *h0, state_dims); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_h", *h0, state_dims));
   }
   if (c0 != nullptr) {
-    if (absl::Status s = CheckShape(op, "initial_c", *c0, state_dims); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_c", *c0, state_dims));
   }
   if (p != nullptr) {
-    if (absl::Status s = CheckShape(op, "P", *p, {nd, 3 * hidden}); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "P", *p, {nd, 3 * hidden}));
   }
   // Decode-size batches need no heap allocation.
   absl::InlinedVector<int64_t, 16> lens;
   if (seq_lens != nullptr) {
-    if (absl::Status s = CheckShape(op, "sequence_lens", *seq_lens, {batch}); !s.ok()) return s;
-    absl::StatusOr<Dims> v = ReadInts(*seq_lens, op, "sequence_lens");
-    if (!v.ok()) return v.status();
-    lens.assign(v->begin(), v->end());
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "sequence_lens", *seq_lens, {batch}));
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*seq_lens, op, "sequence_lens"));
+    lens.assign(v.begin(), v.end());
     for (int64_t len : lens) {
       if (len < 0 || len > seq) {
         return absl::InvalidArgumentError(absl::StrCat(op, ": sequence_lens value ", len,
@@ -316,13 +316,13 @@ absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Te
   Tensor* y_c = lstm ? output(2) : nullptr;
   if (y != nullptr) {
     const Dims y_dims = batch_major ? Dims{batch, seq, nd, hidden} : Dims{seq, nd, batch, hidden};
-    if (absl::Status s = PrepareOutput(ctx, y, dtype, y_dims, op); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, dtype, y_dims, op));
   }
   if (y_h != nullptr) {
-    if (absl::Status s = PrepareOutput(ctx, y_h, dtype, state_dims, op); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y_h, dtype, state_dims, op));
   }
   if (y_c != nullptr) {
-    if (absl::Status s = PrepareOutput(ctx, y_c, dtype, state_dims, op); !s.ok()) return s;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y_c, dtype, state_dims, op));
   }
 
   // ---- workspace ----
@@ -354,9 +354,8 @@ absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Te
   if (plan.overflow() || MulOverflows(std::max<int64_t>(plan.total(), 1), sizeof(C), &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": workspace size overflows"));
   }
-  absl::StatusOr<void*> ws = ctx.Workspace(static_cast<size_t>(bytes));
-  if (!ws.ok()) return ws.status();
-  C* const base = static_cast<C*>(*ws);
+  DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(bytes)));
+  C* const base = static_cast<C*>(ws);
   C* const bias = base + bias_at;
   C* const peep = p != nullptr ? base + p_at : nullptr;
   C* const x_step = base + x_at;
@@ -548,10 +547,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
           op, ": output ", i, " is ", DTypeName(spec.output_dtype(i)), " but X is ", DTypeName(t)));
     }
   }
-  absl::StatusOr<RnnAttrs> attrs = ParseRnnAttrs(spec, cell);
-  if (!attrs.ok()) return attrs.status();
+  DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, ParseRnnAttrs(spec, cell));
   return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunRecurrent,
-                                          std::make_shared<const RnnAttrs>(*std::move(attrs)));
+                                          std::make_shared<const RnnAttrs>(std::move(attrs)));
 }
 
 }  // namespace
@@ -563,27 +561,25 @@ absl::StatusOr<RnnAttrs> ParseRnnAttrs(const KernelSpec& spec, RnnCell cell) {
   RnnAttrs a;
   a.cell = cell;
 
-  const absl::StatusOr<int64_t> hidden = spec.GetInt("hidden_size", 0);
-  if (!hidden.ok()) return hidden.status();
+  DYNVM_ASSIGN_OR_RETURN(const int64_t hidden, spec.GetInt("hidden_size", 0));
   // Bounded so that 8 * hidden_size (LSTM's B) and friends never overflow.
   constexpr int64_t kMaxHidden = std::numeric_limits<int64_t>::max() / 16;
-  if (spec.Find("hidden_size") != nullptr && (*hidden <= 0 || *hidden > kMaxHidden)) {
+  if (spec.Find("hidden_size") != nullptr && (hidden <= 0 || hidden > kMaxHidden)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": hidden_size must be positive, got ", *hidden));
+        absl::StrCat(op, ": hidden_size must be positive, got ", hidden));
   }
-  a.hidden_size = *hidden;
+  a.hidden_size = hidden;
 
-  const absl::StatusOr<std::string> direction = spec.GetString("direction", "forward");
-  if (!direction.ok()) return direction.status();
-  if (*direction == "forward") {
+  DYNVM_ASSIGN_OR_RETURN(const std::string direction, spec.GetString("direction", "forward"));
+  if (direction == "forward") {
     a.direction = RnnDirection::kForward;
-  } else if (*direction == "reverse") {
+  } else if (direction == "reverse") {
     a.direction = RnnDirection::kReverse;
-  } else if (*direction == "bidirectional") {
+  } else if (direction == "bidirectional") {
     a.direction = RnnDirection::kBidirectional;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": direction must be forward, reverse or bidirectional, got '", *direction, "'"));
+        op, ": direction must be forward, reverse or bidirectional, got '", direction, "'"));
   }
   a.num_directions = a.direction == RnnDirection::kBidirectional ? 2 : 1;
 
@@ -635,7 +631,7 @@ absl::StatusOr<RnnAttrs> ParseRnnAttrs(const KernelSpec& spec, RnnCell cell) {
   const size_t count = names->size();
   if (count != static_cast<size_t>(per_dir * nd) && count != static_cast<size_t>(per_dir)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": expects ", per_dir * nd, " activations for direction '", *direction,
+        absl::StrCat(op, ": expects ", per_dir * nd, " activations for direction '", direction,
                      "', got ", count, " (", absl::StrJoin(*names, ", "), ")"));
   }
   const absl::StatusOr<std::vector<float>> alphas = spec.GetFloats("activation_alpha");

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "allocator/heap_allocator.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
@@ -176,8 +177,7 @@ absl::StatusOr<std::vector<Tensor>> RunCase(const RnnCase& c, const RunOptions& 
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     spec.outputs[i].optional = !c.outputs[i].present;
   }
-  absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
-  if (!kernel.ok()) return kernel.status();
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, KernelRegistry::Global().Create(spec));
   KernelContext ctx(&HeapAllocator::Get());
   std::vector<const Tensor*> in_ptrs;
   for (size_t i = 0; i < ins.size(); ++i) {
@@ -187,7 +187,7 @@ absl::StatusOr<std::vector<Tensor>> RunCase(const RnnCase& c, const RunOptions& 
   for (size_t i = 0; i < outs.size(); ++i) {
     out_ptrs.push_back(c.outputs[i].present ? &outs[i] : nullptr);
   }
-  absl::Status s = (*kernel)->Run(ctx, in_ptrs, out_ptrs);
+  absl::Status s = (kernel)->Run(ctx, in_ptrs, out_ptrs);
   if (!s.ok()) return s;
   return outs;
 }

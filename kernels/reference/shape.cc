@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/status_macros.h"
 #include "kernels/reference/data_movement.h"
 
 namespace dynvm::reference {
@@ -95,17 +96,15 @@ absl::Status RunReshape(const void* a, KernelContext& ctx, InSpan in, OutSpan ou
   const Tensor& x = *in[0];
   Dims shape(attrs.shape.begin(), attrs.shape.end());
   if (!attrs.has_shape_attr) {
-    absl::StatusOr<Dims> v = ReadInts(*in[1], "Reshape", "shape");
-    if (!v.ok()) return v.status();
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*in[1], "Reshape", "shape"));
     if (in[1]->rank() != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("Reshape: shape must be 1-D, got ", in[1]->DebugString()));
     }
-    shape = *std::move(v);
+    shape = std::move(v);
   }
-  absl::StatusOr<Dims> dims = ReshapeDims(x.dims(), shape, attrs.allowzero, x.numel());
-  if (!dims.ok()) return dims.status();
-  return EmitReshaped(ctx, x, *dims, out[0], "Reshape");
+  DYNVM_ASSIGN_OR_RETURN(Dims dims, ReshapeDims(x.dims(), shape, attrs.allowzero, x.numel()));
+  return EmitReshaped(ctx, x, dims, out[0], "Reshape");
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReshape(const KernelSpec& spec) {
@@ -113,12 +112,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReshape(const KernelSpec& spec) {
   attrs.has_shape_attr = spec.Find("shape") != nullptr && spec.inputs.size() == 1;
   absl::Status s = CheckSpec(spec, attrs.has_shape_attr ? 1 : 2, 2);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> allowzero = spec.GetInt("allowzero", 0);
-  if (!allowzero.ok()) return allowzero.status();
-  if (*allowzero != 0 && *allowzero != 1) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t allowzero, spec.GetInt("allowzero", 0));
+  if (allowzero != 0 && allowzero != 1) {
     return absl::InvalidArgumentError("Reshape: allowzero must be 0 or 1");
   }
-  attrs.allowzero = *allowzero == 1;
+  attrs.allowzero = allowzero == 1;
   if (attrs.has_shape_attr) {
     absl::StatusOr<std::vector<int64_t>> shape = spec.GetInts("shape");
     if (!shape.ok()) return shape.status();
@@ -155,9 +153,8 @@ absl::Status RunFlatten(const void* a, KernelContext& ctx, InSpan in, OutSpan ou
 absl::StatusOr<std::unique_ptr<Kernel>> CreateFlatten(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 1);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 1);
-  if (!axis.ok()) return axis.status();
-  return MakeKernel(spec, RunFlatten, AxisAttrs{*axis});
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 1));
+  return MakeKernel(spec, RunFlatten, AxisAttrs{axis});
 }
 
 // ---- Squeeze / Unsqueeze ----
@@ -189,14 +186,12 @@ absl::Status RunSqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan ou
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   bool present;
-  absl::StatusOr<Dims> axes =
-      AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Squeeze", &present);
-  if (!axes.ok()) return axes.status();
+  DYNVM_ASSIGN_OR_RETURN(Dims axes,
+                         AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Squeeze", &present));
   bool drop[Tensor::kMaxRank] = {};
-  if (present && !axes->empty()) {  // empty axes squeeze every 1, like absent ones
-    absl::StatusOr<AxisList> norm = NormalizeAxes(*axes, x.rank(), "Squeeze");
-    if (!norm.ok()) return norm.status();
-    for (int ax : *norm) {
+  if (present && !axes.empty()) {  // empty axes squeeze every 1, like absent ones
+    DYNVM_ASSIGN_OR_RETURN(AxisList norm, NormalizeAxes(axes, x.rank(), "Squeeze"));
+    for (int ax : norm) {
       if (x.dim(ax) != 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("Squeeze: dim ", ax, " of ", x.DebugString(), " is not 1"));
@@ -219,19 +214,18 @@ absl::Status RunUnsqueeze(const void* a, KernelContext& ctx, InSpan in, OutSpan 
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
   bool present;
-  absl::StatusOr<Dims> axes =
-      AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Unsqueeze", &present);
-  if (!axes.ok()) return axes.status();
+  DYNVM_ASSIGN_OR_RETURN(Dims axes,
+                         AxesFrom(*static_cast<const AxesAttrs*>(a), in, 1, "Unsqueeze", &present));
   if (!present) return absl::InvalidArgumentError("Unsqueeze: axes are required");
-  const size_t out_rank = x.rank() + axes->size();
+  const size_t out_rank = x.rank() + axes.size();
   if (out_rank > Tensor::kMaxRank) {
     return absl::InvalidArgumentError(
         absl::StrCat("Unsqueeze: output rank ", out_rank, " exceeds ", Tensor::kMaxRank));
   }
-  absl::StatusOr<AxisList> norm = NormalizeAxes(*axes, static_cast<int>(out_rank), "Unsqueeze");
-  if (!norm.ok()) return norm.status();
+  DYNVM_ASSIGN_OR_RETURN(AxisList norm,
+                         NormalizeAxes(axes, static_cast<int>(out_rank), "Unsqueeze"));
   bool inserted[Tensor::kMaxRank] = {};
-  for (int ax : *norm) inserted[ax] = true;
+  for (int ax : norm) inserted[ax] = true;
   Dims dims;
   int next = 0;
   for (size_t i = 0; i < out_rank; ++i) dims.push_back(inserted[i] ? 1 : x.dim(next++));
@@ -244,9 +238,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSqueezeLike(const KernelSpec& spec
   if (!s.ok()) return s;
   AxesAttrs attrs;
   attrs.has_axes = spec.Find("axes") != nullptr;
-  absl::StatusOr<std::vector<int64_t>> axes = spec.GetInts("axes");
-  if (!axes.ok()) return axes.status();
-  attrs.axes = *std::move(axes);
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> axes, spec.GetInts("axes"));
+  attrs.axes = std::move(axes);
   return MakeKernel(spec, kRun, std::move(attrs));
 }
 
@@ -281,9 +274,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTranspose(const KernelSpec& spec) 
   if (!s.ok()) return s;
   TransposeAttrs attrs;
   attrs.has_perm = spec.Find("perm") != nullptr;
-  absl::StatusOr<std::vector<int64_t>> perm = spec.GetInts("perm");
-  if (!perm.ok()) return perm.status();
-  attrs.perm = *std::move(perm);
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> perm, spec.GetInts("perm"));
+  attrs.perm = std::move(perm);
   std::vector<bool> seen(attrs.perm.size());
   for (int64_t p : attrs.perm) {
     if (p < 0 || p >= static_cast<int64_t>(attrs.perm.size()) || seen[p]) {
@@ -301,15 +293,14 @@ absl::Status RunExpand(const void*, KernelContext& ctx, InSpan in, OutSpan out) 
   absl::Status s = CheckPorts(in, 2, out, 1, "Expand");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  absl::StatusOr<Dims> shape = ReadInts(*in[1], "Expand", "shape");
-  if (!shape.ok()) return shape.status();
-  for (int64_t d : *shape) {
+  DYNVM_ASSIGN_OR_RETURN(Dims shape, ReadInts(*in[1], "Expand", "shape"));
+  for (int64_t d : shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Expand: shape ", DimsString(*shape), " has a negative dim"));
+          absl::StrCat("Expand: shape ", DimsString(shape), " has a negative dim"));
     }
   }
-  absl::StatusOr<Dims> dims = BroadcastShapes(x.dims(), *shape);
+  absl::StatusOr<Dims> dims = BroadcastShapes(x.dims(), shape);
   if (!dims.ok())
     return absl::InvalidArgumentError(absl::StrCat("Expand: ", dims.status().message()));
   if (dims->size() > Tensor::kMaxRank) {
@@ -326,20 +317,19 @@ absl::Status RunTile(const void*, KernelContext& ctx, InSpan in, OutSpan out) {
   absl::Status s = CheckPorts(in, 2, out, 1, "Tile");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  absl::StatusOr<Dims> repeats = ReadInts(*in[1], "Tile", "repeats");
-  if (!repeats.ok()) return repeats.status();
-  if (repeats->size() != static_cast<size_t>(x.rank())) {
+  DYNVM_ASSIGN_OR_RETURN(Dims repeats, ReadInts(*in[1], "Tile", "repeats"));
+  if (repeats.size() != static_cast<size_t>(x.rank())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Tile: repeats ", DimsString(*repeats), " do not match ", x.DebugString()));
+        absl::StrCat("Tile: repeats ", DimsString(repeats), " do not match ", x.DebugString()));
   }
   // The output, viewed as [r0, d0, r1, d1, ...], reads x with stride 0 along each r.
   Dims out_dims(x.rank());
   ViewDims view_dims, view_strides;
   for (int i = 0; i < x.rank(); ++i) {
-    const int64_t r = (*repeats)[i];
+    const int64_t r = (repeats)[i];
     if (r < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Tile: repeats ", DimsString(*repeats), " has a negative value"));
+          absl::StrCat("Tile: repeats ", DimsString(repeats), " has a negative value"));
     }
     if (__builtin_mul_overflow(x.dim(i), r, &out_dims[i])) {
       return absl::InvalidArgumentError("Tile: output size overflows");
@@ -366,19 +356,17 @@ absl::StatusOr<BlockAttrs> ReadBlockAttrs(const KernelSpec& spec, bool with_mode
   if (spec.Find("blocksize") == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(spec.op, ": blocksize is required"));
   }
-  absl::StatusOr<int64_t> bs = spec.GetInt("blocksize", 0);
-  if (!bs.ok()) return bs.status();
-  if (*bs <= 0 || *bs > (int64_t{1} << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(spec.op, ": blocksize ", *bs, " is invalid"));
+  DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("blocksize", 0));
+  if (bs <= 0 || bs > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.op, ": blocksize ", bs, " is invalid"));
   }
-  attrs.blocksize = *bs;
+  attrs.blocksize = bs;
   if (with_mode) {
-    absl::StatusOr<std::string> mode = spec.GetString("mode", "DCR");
-    if (!mode.ok()) return mode.status();
-    if (*mode != "DCR" && *mode != "CRD") {
-      return absl::InvalidArgumentError(absl::StrCat(spec.op, ": unknown mode '", *mode, "'"));
+    DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "DCR"));
+    if (mode != "DCR" && mode != "CRD") {
+      return absl::InvalidArgumentError(absl::StrCat(spec.op, ": unknown mode '", mode, "'"));
     }
-    attrs.crd = *mode == "CRD";
+    attrs.crd = mode == "CRD";
   }
   return attrs;
 }
@@ -463,9 +451,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateShape(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 1, {});
   if (!s.ok()) return s;
   ShapeAttrs attrs;
-  absl::StatusOr<int64_t> start = spec.GetInt("start", 0);
-  if (!start.ok()) return start.status();
-  attrs.start = *start;
+  DYNVM_ASSIGN_OR_RETURN(int64_t start, spec.GetInt("start", 0));
+  attrs.start = start;
   attrs.has_end = spec.Find("end") != nullptr;
   absl::StatusOr<int64_t> end = spec.GetInt("end", 0);
   if (!end.ok()) return end.status();
@@ -493,18 +480,17 @@ absl::Status RunConstantOfShape(const void* a, KernelContext& ctx, InSpan in, Ou
   absl::Status s = CheckPorts(in, 1, out, 1, "ConstantOfShape");
   if (!s.ok()) return s;
   const auto& attrs = *static_cast<const ConstantAttrs*>(a);
-  absl::StatusOr<Dims> shape = ReadInts(*in[0], "ConstantOfShape", "shape");
-  if (!shape.ok()) return shape.status();
-  if (shape->size() > Tensor::kMaxRank) {
+  DYNVM_ASSIGN_OR_RETURN(Dims shape, ReadInts(*in[0], "ConstantOfShape", "shape"));
+  if (shape.size() > Tensor::kMaxRank) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ConstantOfShape: rank ", shape->size(), " exceeds ", Tensor::kMaxRank));
+        absl::StrCat("ConstantOfShape: rank ", shape.size(), " exceeds ", Tensor::kMaxRank));
   }
-  absl::StatusOr<int64_t> numel = CheckedNumel(*shape);
+  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
   if (!numel.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("ConstantOfShape: shape ", DimsString(*shape),
-                                                   ": ", numel.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConstantOfShape: shape ", DimsString(shape), ": ", numel.status().message()));
   }
-  s = PrepareDataOutput(ctx, out[0], attrs.dtype, *shape, "ConstantOfShape");
+  s = PrepareDataOutput(ctx, out[0], attrs.dtype, shape, "ConstantOfShape");
   if (!s.ok()) return s;
   return DispatchBySize(attrs.dtype, "ConstantOfShape", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -645,18 +631,16 @@ void RegisterShapeKernels(KernelRegistry& r) {
   AddReferenceKernel(r, "", "Transpose", CreateTranspose);
   AddReferenceKernel(r, "", "Expand", CreatePlain<RunExpand, 2, 2>);
   AddReferenceKernel(r, "", "Tile", CreatePlain<RunTile, 2, 2>);
-  AddReferenceKernel(r, "", "DepthToSpace",
-                     [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-                       absl::StatusOr<BlockAttrs> attrs = ReadBlockAttrs(spec, /*with_mode=*/true);
-                       if (!attrs.ok()) return attrs.status();
-                       return MakeKernel(spec, RunDepthToSpace, *attrs);
-                     });
-  AddReferenceKernel(r, "", "SpaceToDepth",
-                     [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-                       absl::StatusOr<BlockAttrs> attrs = ReadBlockAttrs(spec, /*with_mode=*/false);
-                       if (!attrs.ok()) return attrs.status();
-                       return MakeKernel(spec, RunSpaceToDepth, *attrs);
-                     });
+  AddReferenceKernel(
+      r, "", "DepthToSpace", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_ASSIGN_OR_RETURN(BlockAttrs attrs, ReadBlockAttrs(spec, /*with_mode=*/true));
+        return MakeKernel(spec, RunDepthToSpace, attrs);
+      });
+  AddReferenceKernel(
+      r, "", "SpaceToDepth", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_ASSIGN_OR_RETURN(BlockAttrs attrs, ReadBlockAttrs(spec, /*with_mode=*/false));
+        return MakeKernel(spec, RunSpaceToDepth, attrs);
+      });
   AddReferenceKernel(r, "", "Shape", CreateShape);
   AddReferenceKernel(r, "", "Size",
                      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {

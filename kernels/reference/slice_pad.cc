@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/status_macros.h"
 #include "kernels/reference/data_movement.h"
 
 namespace dynvm::reference {
@@ -88,14 +89,13 @@ absl::Status RunSlice(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
         absl::StrCat("Slice: starts, ends, axes and steps differ in length: ", n, ", ", ends.size(),
                      ", ", axes.size(), ", ", steps.size()));
   }
-  absl::StatusOr<AxisList> norm = NormalizeAxes(axes, x.rank(), "Slice");
-  if (!norm.ok()) return norm.status();
+  DYNVM_ASSIGN_OR_RETURN(AxisList norm, NormalizeAxes(axes, x.rank(), "Slice"));
   Dims dims(x.dims().begin(), x.dims().end());
   Dims strides(x.strides().begin(), x.strides().end());
   int64_t offset = 0;
   bool empty = false;
   for (size_t i = 0; i < n; ++i) {
-    const int ax = (*norm)[i];
+    const int ax = (norm)[i];
     if (steps[i] == 0) return absl::InvalidArgumentError("Slice: step is 0");
     int64_t start = starts[i];
     const int64_t len = SliceLength(x.dim(ax), start, ends[i], steps[i]);
@@ -143,22 +143,21 @@ absl::Status RunConcat(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   if (!s.ok()) return s;
   if (in.empty()) return absl::InvalidArgumentError("Concat: no inputs");
   const Tensor& first = *in[0];
-  absl::StatusOr<int> ax =
-      NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, first.rank(), "Concat");
-  if (!ax.ok()) return ax.status();
+  DYNVM_ASSIGN_OR_RETURN(
+      int ax, NormalizeAxis(static_cast<const AxisAttrs*>(a)->axis, first.rank(), "Concat"));
   Dims dims(first.dims().begin(), first.dims().end());
-  dims[*ax] = 0;
+  dims[ax] = 0;
   for (const Tensor* t : in) {
     bool match = t->rank() == first.rank() && t->dtype() == first.dtype();
     for (int d = 0; match && d < first.rank(); ++d) {
-      match = d == *ax || t->dim(d) == first.dim(d);
+      match = d == ax || t->dim(d) == first.dim(d);
     }
     if (!match) {
       return absl::InvalidArgumentError(absl::StrCat("Concat: inputs ", first.DebugString(),
                                                      " and ", t->DebugString(),
-                                                     " differ outside axis ", *ax));
+                                                     " differ outside axis ", ax));
     }
-    if (__builtin_add_overflow(dims[*ax], t->dim(*ax), &dims[*ax])) {
+    if (__builtin_add_overflow(dims[ax], t->dim(ax), &dims[ax])) {
       return absl::InvalidArgumentError("Concat: output size overflows");
     }
   }
@@ -172,9 +171,9 @@ absl::Status RunConcat(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   for (const Tensor* t : in) {
     if (t->numel() > 0) {
       CopyStrided(esize, t->dims(), t->raw_data(), t->strides(),
-                  ElementPtr(*out[0], position * out_strides[*ax]), dst_strides);
+                  ElementPtr(*out[0], position * out_strides[ax]), dst_strides);
     }
-    position += t->dim(*ax);
+    position += t->dim(ax);
   }
   return absl::OkStatus();
 }
@@ -183,9 +182,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConcat(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 1 << 20);
   if (!s.ok()) return s;
   if (spec.Find("axis") == nullptr) return absl::InvalidArgumentError("Concat: axis is required");
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  return MakeKernel(spec, RunConcat, AxisAttrs{*axis});
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+  return MakeKernel(spec, RunConcat, AxisAttrs{axis});
 }
 
 // ---- Split ----
@@ -202,16 +200,14 @@ absl::Status RunSplit(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   absl::Status s = CheckPorts(in, 1, out, 0, "Split");
   if (!s.ok()) return s;
   const Tensor& x = *in[0];
-  absl::StatusOr<int> ax = NormalizeAxis(attrs.axis, x.rank(), "Split");
-  if (!ax.ok()) return ax.status();
-  const int64_t dim = x.dim(*ax);
+  DYNVM_ASSIGN_OR_RETURN(int ax, NormalizeAxis(attrs.axis, x.rank(), "Split"));
+  const int64_t dim = x.dim(ax);
   const int64_t n_out = static_cast<int64_t>(out.size());
   std::vector<int64_t> sizes;
   // An empty split input counts as absent, as some exporters write one.
   if (const Tensor* t = OptionalInput(in, 1); t != nullptr && t->numel() > 0) {
-    absl::StatusOr<Dims> v = ReadInts(*t, "Split", "split");
-    if (!v.ok()) return v.status();
-    sizes.assign(v->begin(), v->end());
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*t, "Split", "split"));
+    sizes.assign(v.begin(), v.end());
   } else if (attrs.has_split) {
     sizes = attrs.split;
   } else if (n_out > 0) {
@@ -243,9 +239,9 @@ absl::Status RunSplit(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   Dims dims(x.dims().begin(), x.dims().end());
   int64_t position = 0;
   for (int64_t i = 0; i < n_out; ++i) {
-    dims[*ax] = sizes[i];
+    dims[ax] = sizes[i];
     if (out[i] != nullptr) {
-      s = EmitView(ctx, x, sizes[i] > 0 ? position * x.stride(*ax) : 0, dims, x.strides(), dims,
+      s = EmitView(ctx, x, sizes[i] > 0 ? position * x.stride(ax) : 0, dims, x.strides(), dims,
                    out[i], "Split");
       if (!s.ok()) return s;
     }
@@ -258,9 +254,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSplit(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 2);
   if (!s.ok()) return s;
   SplitAttrs attrs;
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  attrs.axis = *axis;
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+  attrs.axis = axis;
   attrs.has_split = spec.Find("split") != nullptr;
   absl::StatusOr<std::vector<int64_t>> split = spec.GetInts("split");
   if (!split.ok()) return split.status();
@@ -323,19 +318,16 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
   const int rank = x.rank();
   absl::InlinedVector<int64_t, 2 * Tensor::kMaxRank> pads(attrs.pads.begin(), attrs.pads.end());
   if (const Tensor* t = OptionalInput(in, 1); t != nullptr) {
-    absl::StatusOr<Dims> v = ReadInts(*t, "Pad", "pads");
-    if (!v.ok()) return v.status();
-    pads.assign(v->begin(), v->end());
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*t, "Pad", "pads"));
+    pads.assign(v.begin(), v.end());
   } else if (!attrs.has_pads) {
     return absl::InvalidArgumentError("Pad: pads are required");
   }
   AxisList axes;
   if (const Tensor* t = OptionalInput(in, 3); t != nullptr) {
-    absl::StatusOr<Dims> v = ReadInts(*t, "Pad", "axes");
-    if (!v.ok()) return v.status();
-    absl::StatusOr<AxisList> norm = NormalizeAxes(*v, rank, "Pad");
-    if (!norm.ok()) return norm.status();
-    axes = *std::move(norm);
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*t, "Pad", "axes"));
+    DYNVM_ASSIGN_OR_RETURN(AxisList norm, NormalizeAxes(v, rank, "Pad"));
+    axes = std::move(norm);
   } else {
     for (int i = 0; i < rank; ++i) axes.push_back(i);
   }
@@ -440,18 +432,17 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePad(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 4);
   if (!s.ok()) return s;
   PadAttrs attrs;
-  absl::StatusOr<std::string> mode = spec.GetString("mode", "constant");
-  if (!mode.ok()) return mode.status();
-  if (*mode == "constant") {
+  DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "constant"));
+  if (mode == "constant") {
     attrs.mode = PadMode::kConstant;
-  } else if (*mode == "reflect") {
+  } else if (mode == "reflect") {
     attrs.mode = PadMode::kReflect;
-  } else if (*mode == "edge") {
+  } else if (mode == "edge") {
     attrs.mode = PadMode::kEdge;
-  } else if (*mode == "wrap") {
+  } else if (mode == "wrap") {
     attrs.mode = PadMode::kWrap;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("Pad: unknown mode '", *mode, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("Pad: unknown mode '", mode, "'"));
   }
   // Opset 2..10 call the attribute "pads", opset 1 "paddings".
   const char* pads_name = spec.Find("pads") != nullptr ? "pads" : "paddings";
@@ -481,13 +472,12 @@ absl::Status RunTrilu(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
   }
   int64_t k = 0;
   if (const Tensor* kt = OptionalInput(in, 1); kt != nullptr) {
-    absl::StatusOr<Dims> v = ReadInts(*kt, "Trilu", "k");
-    if (!v.ok()) return v.status();
-    if (v->size() != 1) {
+    DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*kt, "Trilu", "k"));
+    if (v.size() != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("Trilu: k must have one element, got ", kt->DebugString()));
     }
-    k = (*v)[0];
+    k = (v)[0];
   }
   s = EmitReshaped(ctx, x, x.dims(), out[0], "Trilu");
   if (!s.ok()) return s;
@@ -514,9 +504,8 @@ absl::Status RunTrilu(const void* a, KernelContext& ctx, InSpan in, OutSpan out)
 absl::StatusOr<std::unique_ptr<Kernel>> CreateTrilu(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 2);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> upper = spec.GetInt("upper", 1);
-  if (!upper.ok()) return upper.status();
-  return MakeKernel(spec, RunTrilu, TriluAttrs{*upper != 0});
+  DYNVM_ASSIGN_OR_RETURN(int64_t upper, spec.GetInt("upper", 1));
+  return MakeKernel(spec, RunTrilu, TriluAttrs{upper != 0});
 }
 
 // ---- ReverseSequence ----
@@ -537,14 +526,13 @@ absl::Status RunReverseSequence(const void* a, KernelContext& ctx, InSpan in, Ou
   }
   const int64_t batch = x.dim(attrs.batch_axis);
   const int64_t time = x.dim(attrs.time_axis);
-  absl::StatusOr<Dims> lens = ReadInts(*in[1], "ReverseSequence", "sequence_lens");
-  if (!lens.ok()) return lens.status();
-  if (in[1]->rank() != 1 || static_cast<int64_t>(lens->size()) != batch) {
+  DYNVM_ASSIGN_OR_RETURN(Dims lens, ReadInts(*in[1], "ReverseSequence", "sequence_lens"));
+  if (in[1]->rank() != 1 || static_cast<int64_t>(lens.size()) != batch) {
     return absl::InvalidArgumentError(absl::StrCat("ReverseSequence: sequence_lens ",
                                                    in[1]->DebugString(), " does not match ",
                                                    x.DebugString()));
   }
-  for (int64_t len : *lens) {
+  for (int64_t len : lens) {
     if (len < 0 || len > time) {
       return absl::InvalidArgumentError(
           absl::StrCat("ReverseSequence: sequence length ", len, " is outside [0, ", time, "]"));
@@ -559,7 +547,7 @@ absl::Status RunReverseSequence(const void* a, KernelContext& ctx, InSpan in, Ou
   const absl::Span<const int64_t> slab_dst(out_strides + 2, slab_dims.size());
   const int64_t esize = DTypeSize(x.dtype());
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t len = (*lens)[b];
+    const int64_t len = (lens)[b];
     for (int64_t t = 0; t < time; ++t) {
       const int64_t src_t = t < len ? len - 1 - t : t;
       const int64_t src = b * x.stride(attrs.batch_axis) + src_t * x.stride(attrs.time_axis);
@@ -574,18 +562,16 @@ absl::Status RunReverseSequence(const void* a, KernelContext& ctx, InSpan in, Ou
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReverseSequence(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 2, 2);
   if (!s.ok()) return s;
-  absl::StatusOr<int64_t> batch_axis = spec.GetInt("batch_axis", 1);
-  if (!batch_axis.ok()) return batch_axis.status();
-  absl::StatusOr<int64_t> time_axis = spec.GetInt("time_axis", 0);
-  if (!time_axis.ok()) return time_axis.status();
-  if ((*batch_axis != 0 && *batch_axis != 1) || (*time_axis != 0 && *time_axis != 1) ||
-      *batch_axis == *time_axis) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t batch_axis, spec.GetInt("batch_axis", 1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t time_axis, spec.GetInt("time_axis", 0));
+  if ((batch_axis != 0 && batch_axis != 1) || (time_axis != 0 && time_axis != 1) ||
+      batch_axis == time_axis) {
     return absl::InvalidArgumentError(
         "ReverseSequence: batch_axis and time_axis must be 0 and 1 in some order");
   }
   return MakeKernel(
       spec, RunReverseSequence,
-      ReverseSequenceAttrs{static_cast<int>(*batch_axis), static_cast<int>(*time_axis)});
+      ReverseSequenceAttrs{static_cast<int>(batch_axis), static_cast<int>(time_axis)});
 }
 
 // ---- Compress ----
@@ -608,9 +594,8 @@ absl::Status RunCompress(const void* a, KernelContext& ctx, InSpan in, OutSpan o
   int ax = 0;
   int64_t dim = x.numel();
   if (attrs.has_axis) {
-    absl::StatusOr<int> n = NormalizeAxis(attrs.axis, x.rank(), "Compress");
-    if (!n.ok()) return n.status();
-    ax = *n;
+    DYNVM_ASSIGN_OR_RETURN(int n, NormalizeAxis(attrs.axis, x.rank(), "Compress"));
+    ax = n;
     dim = x.dim(ax);
   }
   // Like numpy.compress: a shorter condition drops the rest; a longer one may only add falses.
@@ -664,9 +649,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCompress(const KernelSpec& spec) {
   if (!s.ok()) return s;
   CompressAttrs attrs;
   attrs.has_axis = spec.Find("axis") != nullptr;
-  absl::StatusOr<int64_t> axis = spec.GetInt("axis", 0);
-  if (!axis.ok()) return axis.status();
-  attrs.axis = *axis;
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 0));
+  attrs.axis = axis;
   return MakeKernel(spec, RunCompress, attrs);
 }
 

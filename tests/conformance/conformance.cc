@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "compiler/onnx/tensor_proto.h"
@@ -169,10 +170,9 @@ const char* OutcomeName(Outcome o) {
 }
 
 absl::StatusOr<Tensor> ReadTensorFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = schema::ReadFileToString(path);
-  if (!bytes.ok()) return bytes.status();
+  DYNVM_ASSIGN_OR_RETURN(std::string bytes, schema::ReadFileToString(path));
   ::onnx::TensorProto t;
-  if (!t.ParseFromString(*bytes))
+  if (!t.ParseFromString(bytes))
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a TensorProto"));
   compiler::onnx::TensorReadOptions options;
   options.model_dir = fs::path(path).parent_path().string();
@@ -201,9 +201,8 @@ absl::StatusOr<ObjectValue> SequenceOf(const ::onnx::SequenceProto& q, const std
   }
   std::vector<Tensor> items;
   for (const ::onnx::TensorProto& t : q.tensor_values()) {
-    absl::StatusOr<Tensor> x = TensorOf(t, path);
-    if (!x.ok()) return x.status();
-    items.push_back(*std::move(x));
+    DYNVM_ASSIGN_OR_RETURN(Tensor x, TensorOf(t, path));
+    items.push_back(std::move(x));
   }
   return ObjectValue::OfSequence(std::move(items));
 }
@@ -213,33 +212,29 @@ absl::StatusOr<ObjectValue> SequenceOf(const ::onnx::SequenceProto& q, const std
 absl::StatusOr<ObjectValue> ReadValueFile(const std::string& path, ObjectKind kind,
                                           ObjectKind elem_kind) {
   if (kind == ObjectKind::kTensor) {
-    absl::StatusOr<Tensor> t = ReadTensorFile(path);
-    if (!t.ok()) return t.status();
-    return ObjectValue::OfTensor(*std::move(t));
+    DYNVM_ASSIGN_OR_RETURN(Tensor t, ReadTensorFile(path));
+    return ObjectValue::OfTensor(std::move(t));
   }
-  absl::StatusOr<std::string> bytes = schema::ReadFileToString(path);
-  if (!bytes.ok()) return bytes.status();
+  DYNVM_ASSIGN_OR_RETURN(std::string bytes, schema::ReadFileToString(path));
   if (kind == ObjectKind::kSequence) {
     ::onnx::SequenceProto q;
-    if (!q.ParseFromString(*bytes))
+    if (!q.ParseFromString(bytes))
       return absl::InvalidArgumentError(absl::StrCat(path, ": not a SequenceProto"));
     return SequenceOf(q, path);
   }
   if (kind != ObjectKind::kOptional)
     return absl::InvalidArgumentError(absl::StrCat(path, ": unexpected kind"));
   ::onnx::OptionalProto o;
-  if (!o.ParseFromString(*bytes))
+  if (!o.ParseFromString(bytes))
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an OptionalProto"));
   if (elem_kind == ObjectKind::kSequence) {
     if (!o.has_sequence_value()) return ObjectValue::EmptyOptional(ObjectKind::kSequence);
-    absl::StatusOr<ObjectValue> q = SequenceOf(o.sequence_value(), path);
-    if (!q.ok()) return q.status();
-    return ObjectValue::Some(*std::move(q));
+    DYNVM_ASSIGN_OR_RETURN(ObjectValue q, SequenceOf(o.sequence_value(), path));
+    return ObjectValue::Some(std::move(q));
   }
   if (!o.has_tensor_value()) return ObjectValue::EmptyOptional(ObjectKind::kTensor);
-  absl::StatusOr<Tensor> t = TensorOf(o.tensor_value(), path);
-  if (!t.ok()) return t.status();
-  return ObjectValue::Some(ObjectValue::OfTensor(*std::move(t)));
+  DYNVM_ASSIGN_OR_RETURN(Tensor t, TensorOf(o.tensor_value(), path));
+  return ObjectValue::Some(ObjectValue::OfTensor(std::move(t)));
 }
 
 absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, double rtol,

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "schema/mapped_file.h"
 #include "tests/conformance/conformance.h"
 #include "tools/cli.h"
@@ -35,10 +36,9 @@ struct Counts {
 };
 
 absl::StatusOr<std::set<std::string>> ReadExpected(const std::string& path) {
-  absl::StatusOr<std::string> text = schema::ReadFileToString(path);
-  if (!text.ok()) return text.status();
+  DYNVM_ASSIGN_OR_RETURN(std::string text, schema::ReadFileToString(path));
   std::set<std::string> out;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     out.insert(std::string(line));

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dynvm::bench {
 namespace {
@@ -41,10 +42,9 @@ absl::StatusOr<Tensor> ZeroState(const ParamInfo& p) {
     }
     dims.push_back(d.value);
   }
-  absl::StatusOr<Tensor> t = Tensor::Empty(DType::kF32, dims);
-  if (!t.ok()) return t.status();
-  float* data = t->data<float>();
-  for (int64_t i = 0; i < t->numel(); ++i) data[i] = 0.0f;
+  DYNVM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, dims));
+  float* data = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) data[i] = 0.0f;
   return t;
 }
 
@@ -67,11 +67,8 @@ absl::Status BindLoopInputs(VirtualMachine& vm, const DecodeRequest& request) {
   absl::StatusOr<Tensor> prompt = Tensor::FromVector<int64_t>(
       DType::kI64, {1, static_cast<int64_t>(request.prompt.size())}, request.prompt);
   if (!prompt.ok()) return prompt.status();
-  if (absl::Status s = vm.SetInput("prompt", *prompt); !s.ok()) return s;
-  if (absl::Status s = vm.SetInput("max_new_tokens", Tensor::ScalarI64(request.max_new_tokens));
-      !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(vm.SetInput("prompt", *prompt));
+  DYNVM_RETURN_IF_ERROR(vm.SetInput("max_new_tokens", Tensor::ScalarI64(request.max_new_tokens)));
   if (HasInput(*info, "stop_token")) {
     return vm.SetInput("stop_token", Tensor::ScalarI64(request.stop_token));
   }
@@ -82,14 +79,13 @@ absl::Status BindLoopInputs(VirtualMachine& vm, const DecodeRequest& request) {
 }
 
 absl::StatusOr<std::vector<int64_t>> RunLoop(VirtualMachine& vm) {
-  if (absl::Status s = vm.Run(); !s.ok()) return s;
-  absl::StatusOr<Tensor> tokens = vm.GetOutput("tokens");
-  if (!tokens.ok()) return tokens.status();
-  return TokensOf(*tokens);
+  DYNVM_RETURN_IF_ERROR(vm.Run());
+  DYNVM_ASSIGN_OR_RETURN(Tensor tokens, vm.GetOutput("tokens"));
+  return TokensOf(tokens);
 }
 
 absl::StatusOr<std::vector<int64_t>> DecodeInVm(VirtualMachine& vm, const DecodeRequest& request) {
-  if (absl::Status s = BindLoopInputs(vm, request); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(BindLoopInputs(vm, request));
   return RunLoop(vm);
 }
 
@@ -106,11 +102,9 @@ absl::StatusOr<HostLoopDecoder> HostLoopDecoder::Create(VirtualMachine* vm) {
       return absl::InvalidArgumentError(absl::StrCat("the step model has no output '", name, "'"));
     }
   }
-  absl::StatusOr<Tensor> h = ZeroState(*FindParam(info->inputs, "h"));
-  if (!h.ok()) return h.status();
-  absl::StatusOr<Tensor> c = ZeroState(*FindParam(info->inputs, "c"));
-  if (!c.ok()) return c.status();
-  HostLoopDecoder decoder(vm, *std::move(h), *std::move(c));
+  DYNVM_ASSIGN_OR_RETURN(Tensor h, ZeroState(*FindParam(info->inputs, "h")));
+  DYNVM_ASSIGN_OR_RETURN(Tensor c, ZeroState(*FindParam(info->inputs, "c")));
+  HostLoopDecoder decoder(vm, std::move(h), std::move(c));
   absl::StatusOr<Tensor> token = Tensor::Empty(DType::kI64, {1, 1});
   if (!token.ok()) return token.status();
   decoder.token_ = *std::move(token);
@@ -119,7 +113,7 @@ absl::StatusOr<HostLoopDecoder> HostLoopDecoder::Create(VirtualMachine* vm) {
 
 absl::StatusOr<int64_t> HostLoopDecoder::Step(int64_t token) {
   token_.data<int64_t>()[0] = token;
-  if (absl::Status s = vm_->Run(); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(vm_->Run());
   absl::StatusOr<Tensor> next = vm_->GetOutput("next");
   absl::StatusOr<Tensor> h = vm_->GetOutput("h_out");
   absl::StatusOr<Tensor> c = vm_->GetOutput("c_out");
@@ -131,30 +125,28 @@ absl::StatusOr<int64_t> HostLoopDecoder::Step(int64_t token) {
         absl::StrCat("next must be one i64, got ", next->DebugString()));
   }
   // The state outputs become the next step's inputs without a copy.
-  if (absl::Status s = vm_->SetInputZeroCopy("h", *h); !s.ok()) return s;
-  if (absl::Status s = vm_->SetInputZeroCopy("c", *c); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(vm_->SetInputZeroCopy("h", *h));
+  DYNVM_RETURN_IF_ERROR(vm_->SetInputZeroCopy("c", *c));
   return next->data<int64_t>()[0];
 }
 
 absl::StatusOr<std::vector<int64_t>> HostLoopDecoder::Decode(const DecodeRequest& request) {
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  if (absl::Status s = vm_->SetInputZeroCopy("token", token_); !s.ok()) return s;
-  if (absl::Status s = vm_->SetInputZeroCopy("h", zero_h_); !s.ok()) return s;
-  if (absl::Status s = vm_->SetInputZeroCopy("c", zero_c_); !s.ok()) return s;
+  DYNVM_RETURN_IF_ERROR(vm_->SetInputZeroCopy("token", token_));
+  DYNVM_RETURN_IF_ERROR(vm_->SetInputZeroCopy("h", zero_h_));
+  DYNVM_RETURN_IF_ERROR(vm_->SetInputZeroCopy("c", zero_c_));
   int64_t next = 0;
   for (int64_t t : request.prompt) {
-    absl::StatusOr<int64_t> n = Step(t);
-    if (!n.ok()) return n.status();
-    next = *n;
+    DYNVM_ASSIGN_OR_RETURN(int64_t n, Step(t));
+    next = n;
   }
   std::vector<int64_t> tokens;
   tokens.reserve(request.max_new_tokens > 0 ? request.max_new_tokens : 0);
   for (int64_t i = 0; i < request.max_new_tokens; ++i) {
     tokens.push_back(next);
     if (next == request.stop_token || i + 1 == request.max_new_tokens) break;
-    absl::StatusOr<int64_t> n = Step(next);
-    if (!n.ok()) return n.status();
-    next = *n;
+    DYNVM_ASSIGN_OR_RETURN(int64_t n, Step(next));
+    next = n;
   }
   return tokens;
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "tools/bench/decode.h"
 #include "tools/cli.h"
 #include "vm/executable.h"
@@ -59,11 +60,10 @@ absl::StatusOr<Result> Time(int64_t repeat, F decode) {
 }
 
 absl::StatusOr<std::unique_ptr<VirtualMachine>> Open(const std::string& path, int64_t threads) {
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Load(path);
-  if (!exe.ok()) return exe.status();
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, Executable::Load(path));
   VmOptions options;
   options.num_threads = static_cast<int>(threads);
-  return VirtualMachine::Create(*exe, options);
+  return VirtualMachine::Create(exe, options);
 }
 
 void Print(const char* mode, const Result& r, bool json) {

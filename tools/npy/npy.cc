@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "allocator/storage.h"
+#include "common/status_macros.h"
 #include "schema/mapped_file.h"
 
 namespace dynvm::npy {
@@ -127,17 +128,15 @@ class HeaderParser {
           return absl::UnimplementedError(
               "npy: structured dtypes (a list as descr) are not supported");
         }
-        absl::StatusOr<absl::string_view> descr = ParseString("a quoted descr");
-        if (!descr.ok()) return descr.status();
-        if (absl::Status s = ParseDescr(*descr, h); !s.ok()) return s;
+        DYNVM_ASSIGN_OR_RETURN(absl::string_view descr, ParseString("a quoted descr"));
+        DYNVM_RETURN_IF_ERROR(ParseDescr(descr, h));
       } else if (*key == "fortran_order") {
         if (std::exchange(seen_fortran, true)) return Error("duplicate key 'fortran_order'");
-        absl::StatusOr<bool> b = ParseBool();
-        if (!b.ok()) return b.status();
-        h->fortran_order = *b;
+        DYNVM_ASSIGN_OR_RETURN(bool b, ParseBool());
+        h->fortran_order = b;
       } else if (*key == "shape") {
         if (std::exchange(seen_shape, true)) return Error("duplicate key 'shape'");
-        if (absl::Status s = ParseShape(&h->dims); !s.ok()) return s;
+        DYNVM_RETURN_IF_ERROR(ParseShape(&h->dims));
       } else {
         return Error(absl::StrCat("unknown key ", Quote(*key)));
       }
@@ -215,9 +214,8 @@ class HeaderParser {
         return absl::InvalidArgumentError(
             absl::StrCat("npy: shape has more than ", Tensor::kMaxRank, " dimensions"));
       }
-      absl::StatusOr<int64_t> d = ParseDim();
-      if (!d.ok()) return d.status();
-      dims->push_back(*d);
+      DYNVM_ASSIGN_OR_RETURN(int64_t d, ParseDim());
+      dims->push_back(d);
       SkipSpace();
       if (Consume(',')) {
         SkipSpace();
@@ -330,11 +328,10 @@ absl::Status CheckDataPresent(const NpyHeader& h, size_t file_bytes) {
 
 // Copies the elements at `data` (laid out as `h` says) into a fresh heap tensor.
 absl::StatusOr<Tensor> DecodeToHeap(const NpyHeader& h, const uint8_t* data) {
-  absl::StatusOr<Tensor> t = Tensor::Empty(h.dtype, h.dims);
-  if (!t.ok()) return t.status();
-  if (t->numel() == 0) return t;
+  DYNVM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(h.dtype, h.dims));
+  if (t.numel() == 0) return t;
   const int64_t esize = DTypeSize(h.dtype);
-  auto* dst = static_cast<uint8_t*>(t->raw_data());
+  auto* dst = static_cast<uint8_t*>(t.raw_data());
   if (!h.big_endian && (!h.fortran_order || OrderIsIrrelevant(h.dims))) {
     std::memcpy(dst, data, static_cast<size_t>(h.data_bytes));
   } else {
@@ -402,9 +399,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> bytes) {
   const absl::string_view text(reinterpret_cast<const char*>(bytes.data()) + header_start,
                                header_len);
   // Versions 1.0 and 2.0 are latin-1 and 3.0 is utf-8; everything we accept is ASCII.
-  if (absl::Status s = HeaderParser(text, /*allow_long_suffix=*/major < 3).Parse(&h); !s.ok()) {
-    return s;
-  }
+  DYNVM_RETURN_IF_ERROR(HeaderParser(text, /*allow_long_suffix=*/major < 3).Parse(&h));
   h.data_offset = static_cast<int64_t>(header_start + header_len);
   int64_t n = 1;
   for (int64_t d : h.dims) {
@@ -431,17 +426,16 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> bytes) {
 }
 
 absl::StatusOr<Tensor> ParseNpy(absl::Span<const uint8_t> bytes) {
-  absl::StatusOr<NpyHeader> h = ParseNpyHeader(bytes);
-  if (!h.ok()) return h.status();
-  if (absl::Status s = CheckDataPresent(*h, bytes.size()); !s.ok()) return s;
-  return DecodeToHeap(*h, bytes.data() + h->data_offset);
+  DYNVM_ASSIGN_OR_RETURN(NpyHeader h, ParseNpyHeader(bytes));
+  DYNVM_RETURN_IF_ERROR(CheckDataPresent(h, bytes.size()));
+  return DecodeToHeap(h, bytes.data() + h.data_offset);
 }
 
 absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy) {
   if (zero_copy != nullptr) *zero_copy = false;
-  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  const absl::Span<const uint8_t> bytes = (*file)->bytes();
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
+                         schema::MappedFile::Open(path));
+  const absl::Span<const uint8_t> bytes = (file)->bytes();
   absl::StatusOr<NpyHeader> h = ParseNpyHeader(bytes);
   if (!h.ok()) return WithPath(path, h.status());
   if (absl::Status s = CheckDataPresent(*h, bytes.size()); !s.ok()) return WithPath(path, s);
@@ -460,7 +454,7 @@ absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy) {
   // The storage owns a reference to the mapping; dropping its last view unmaps the file.
   StorageRef storage = Storage::Wrap(Storage::Kind::kExternal, const_cast<uint8_t*>(data),
                                      static_cast<size_t>(h->data_bytes), Device::kCPU,
-                                     [keep = *std::move(file)]() mutable { keep.reset(); });
+                                     [keep = std::move(file)]() mutable { keep.reset(); });
   absl::StatusOr<Tensor> t = Tensor::View(std::move(storage), 0, h->dtype, h->dims);
   if (!t.ok()) return WithPath(path, t.status());
   if (zero_copy != nullptr) *zero_copy = true;
@@ -509,10 +503,9 @@ absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
     return absl::FailedPreconditionError(absl::StrCat(
         "npy: cannot encode a tensor on ", DeviceName(t.device()), "; copy it to the CPU first"));
   }
-  absl::StatusOr<std::string> header = EncodeNpyHeader(t.dtype(), t.dims());
-  if (!header.ok()) return header.status();
+  DYNVM_ASSIGN_OR_RETURN(std::string header, EncodeNpyHeader(t.dtype(), t.dims()));
   const int64_t esize = DTypeSize(t.dtype());
-  const size_t header_len = header->size();
+  const size_t header_len = header.size();
   int64_t data_bytes;
   if (__builtin_mul_overflow(t.numel(), esize, &data_bytes) ||
       static_cast<uint64_t>(data_bytes) > std::string().max_size() - header_len) {
@@ -521,7 +514,7 @@ absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
   }
   std::string out;
   out.reserve(header_len + static_cast<size_t>(data_bytes));
-  out.append(*header);
+  out.append(header);
   const size_t data_start = out.size();
   out.resize(data_start + static_cast<size_t>(data_bytes));
   if (data_bytes == 0) return out;
