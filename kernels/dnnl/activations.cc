@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
@@ -18,8 +19,6 @@
 
 namespace dynvm::onednn {
 namespace {
-
-#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 DYNVM_CLONES void GeluFinish(int64_t n, const float* x, float* y) {
   // y holds erf(x / sqrt 2).

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -35,7 +36,6 @@ struct ReduceDef {
   float p = 0;
 };
 
-#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 constexpr int kLanes = 16;
 
 enum class RowOp { kSum, kSumSquare, kMax, kMin };

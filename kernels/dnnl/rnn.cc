@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
@@ -48,21 +49,9 @@ bool IsDefaultLstm(const RnnGateConfig& c) {
 // c = f * c + i * tanh(c~), h = o * tanh(c) with sigmoid gates, for `batch` rows of gates
 // [batch, 4H] (i, o, f, c blocks). One vectorized pass (the cell state is one in/out pointer,
 // so the compiler's overlap checks pass); cloned for AVX-512 and AVX2, picked by the CPU.
-// Under ThreadSanitizer the clones' ifunc resolver would be instrumented and run during
-// relocation, before the sanitizer's runtime starts (a crash at load): one version there.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DYNVM_RNN_NO_CLONES 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(DYNVM_RNN_NO_CLONES)
-#define DYNVM_RNN_CLONES
-#else
-#define DYNVM_RNN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 
-DYNVM_RNN_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gates, float* c,
-                                     float* h) {
+DYNVM_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gates, float* c,
+                                 float* h) {
   const int64_t H = hidden;
   for (int64_t b = 0; b < batch; ++b) {
     const float* gi = gates + b * 4 * H;

@@ -8,23 +8,11 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/fast_math.h"
 
 namespace dynvm::onednn {
 namespace {
-
-// Under ThreadSanitizer the clones' ifunc resolvers would be instrumented and run during
-// relocation, before the sanitizer's runtime starts (a crash at load): one version there.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DYNVM_NO_CLONES 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(DYNVM_NO_CLONES)
-#define DYNVM_CLONES
-#else
-#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 // Outputs here are either separate arrays or exactly their inputs (an in-place op: the same
 // index read then written). The compiler's run-time overlap check would send the in-place case
 // to the scalar loop; ivdep states that no iteration depends on another.

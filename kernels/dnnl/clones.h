@@ -1,0 +1,19 @@
+// DYNVM_CLONES: compile a vector loop for AVX-512, AVX2 and a baseline, picked by the CPU at
+// load (GCC/Clang target_clones). Under ThreadSanitizer the clones' ifunc resolvers would be
+// instrumented and run during relocation, before the sanitizer's runtime starts (a crash at
+// load), so a TSan build compiles one version. Every file with cloned loops uses this header.
+#ifndef DYNVM_KERNELS_DNNL_CLONES_H_
+#define DYNVM_KERNELS_DNNL_CLONES_H_
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DYNVM_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(DYNVM_NO_CLONES)
+#define DYNVM_CLONES
+#else
+#define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
+#endif  // DYNVM_KERNELS_DNNL_CLONES_H_
