@@ -13,8 +13,9 @@ void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and 
 void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
 void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
-void RegisterConvKernels(KernelRegistry& r);  // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
-void RegisterPoolKernels(KernelRegistry& r);  // pool.cc: pooling, BatchNormalization, LRN
+void RegisterConvKernels(KernelRegistry& r);    // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
+void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: pooling, BatchNormalization, LRN
+void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize (resampling)
 
 }  // namespace dynvm::onednn
 
