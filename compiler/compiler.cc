@@ -12,6 +12,25 @@
 
 namespace dynvm::compiler {
 
+namespace {
+
+// The layouts the conv fusion gave a conv-family kernel's operands (its channels_last_*
+// flags), with where a reorder runs: a plain operand of a conv is reordered into oneDNN's
+// chosen layout when that differs; a channels-last one is passed as is. Empty for other ops.
+std::string ConvLayout(const KernelSpec& spec) {
+  const AttrValue* in = spec.Find("channels_last_in");
+  const AttrValue* out = spec.Find("channels_last_out");
+  const AttrValue* sum = spec.Find("channels_last_sum");
+  if (in == nullptr && out == nullptr && sum == nullptr) return "";
+  auto flag = [](const AttrValue* a) { return a != nullptr && a->i != 0; };
+  std::string s = absl::StrCat("layout X ", flag(in) ? "channels-last" : "plain", ", Y ",
+                               flag(out) ? "channels-last" : "plain");
+  if (sum != nullptr) absl::StrAppend(&s, ", residual ", flag(sum) ? "channels-last" : "plain");
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& options) {
   if (options.device == Device::kCUDA && !CudaBuildEnabled()) {
     return absl::UnimplementedError(
@@ -57,6 +76,14 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     DYNVM_RETURN_IF_ERROR(FoldConstants(module));
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(module));
+    if (fused.convs > 0) {
+      result.conv_fusion = {{"convs", fused.convs},
+                            {"pads", fused.pads},
+                            {"batch_norms", fused.batch_norms},
+                            {"sums", fused.sums},
+                            {"activations", fused.activations},
+                            {"channels_last_values", fused.blocked}};
+    }
     if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
   }
@@ -88,6 +115,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
       kr.chosen = kernel.ok() ? (*kernel)->name()
                               : absl::StrCat("unavailable: ", kernel.status().message());
     }
+    kr.layout = ConvLayout(spec);
     result.kernels.push_back(std::move(kr));
   }
   schema::WriteOptions write;
@@ -114,9 +142,13 @@ std::string CompileResult::ReportText() const {
   for (const auto& [rule, count] : rewrites) {
     absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
+  for (const auto& [what, count] : conv_fusion) {
+    absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
+  }
   for (size_t i = 0; i < kernels.size(); ++i) {
-    absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s\n", i, kernels[i].op, kernels[i].dtype,
-                          kernels[i].chosen);
+    absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s%s%s\n", i, kernels[i].op, kernels[i].dtype,
+                          kernels[i].chosen, kernels[i].layout.empty() ? "" : "; ",
+                          kernels[i].layout);
   }
   return out;
 }

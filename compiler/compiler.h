@@ -64,6 +64,9 @@ struct KernelReport {
   std::string op;
   std::string dtype;
   std::string chosen;  // the kernel the runtime would bind (name includes the backend)
+  // Conv-family entries (compiler/conv_fusion.h): the layout of X, Y and the residual as the
+  // compiler placed them ("X plain, Y channels-last"); empty for other kernels.
+  std::string layout;
 };
 
 struct CompileResult {
@@ -74,6 +77,11 @@ struct CompileResult {
   // How often each pattern-rewrite rule fired (every rule, zeros included; empty when not
   // optimizing).
   std::map<std::string, int> rewrites;
+  // What the conv-family fusion did (all zero when nothing fused or not optimizing): Conv nodes
+  // fused, Pads / BatchNormalizations / residual Adds / activations folded into them, values
+  // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run
+  // time) where a channels-last value meets plain layout.
+  std::map<std::string, int> conv_fusion;
   std::string ReportText() const;
 };
 

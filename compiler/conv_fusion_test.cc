@@ -13,6 +13,7 @@
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/passes.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
 #include "vm/executable.h"
@@ -254,6 +255,19 @@ TEST(ConvFusion, ChannelsLastBetweenFusedConvs) {
         options.optimize = optimize;
         absl::StatusOr<CompileResult> r = Compile(m, options);
         ASSERT_TRUE(r.ok()) << r.status();
+        if (optimize) {
+          // The report shows what was folded and each conv's layouts (where reorders run).
+          const std::string report = r->ReportText();
+          EXPECT_THAT(report, ::testing::HasSubstr("conv_fusion convs: 3\n"));
+          EXPECT_THAT(report, ::testing::HasSubstr("conv_fusion channels_last_values: 2\n"));
+          EXPECT_THAT(report, ::testing::HasSubstr("; layout X plain, Y channels-last\n"));
+          EXPECT_THAT(report, ::testing::HasSubstr("; layout X channels-last, Y plain\n"));
+          EXPECT_THAT(report,
+                      ::testing::HasSubstr(
+                          "; layout X channels-last, Y channels-last, residual channels-last"));
+        } else {
+          EXPECT_THAT(r->ReportText(), ::testing::Not(::testing::HasSubstr("layout")));
+        }
         LoadOptions load;
         load.backends = BackendPolicy{{backend, "reference"}};
         std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
