@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "compiler/builder.h"
@@ -597,6 +598,64 @@ TEST(CompilerTest, OnlyTheSelectedRowIsComputed) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) ExpectNear(got[i], want[i], 1e-5);
     }
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::compiler
+
+namespace dynvm::compiler {
+namespace {
+
+// torch.jit.script exports `t.expand(b, k, n)` with dynamic sizes as Expand(t, Where(Equal(s,
+// ConstantOfShape(Shape(s), 1) * -1), ConstantOfShape(...), s)) (its guard for -1 sizes). The
+// guard folds symbolically (a size is never -1), so the output shape is known at compile time:
+// with n bounded everything is planned (the Expand is not allocated by its kernel), and inside a
+// loop nothing is allocated per step.
+TEST(CompilerTest, TorchExpandGuardFoldsToASymbolicShape) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {"n", 3});
+  Value* row = b.Input("row", DType::kF32, {1, 3});
+  Value* n =
+      b.Op("Unsqueeze", {b.Op("Gather", {b.Op("Shape", {x}), b.ScalarI64(0)}), b.VectorI64({0})});
+  Value* target = b.Op("Concat", {n, b.VectorI64({3})}, {{"axis", AttrInt(0)}});
+  Value* ones = b.Op("ConstantOfShape", {b.Op("Shape", {target})},
+                     {{"value", AttrTensor(*Tensor::FromVector<int64_t>(DType::kI64, {1}, {1}))}});
+  Value* minus = b.Op("Mul", {ones, b.ScalarI64(-1)});
+  Value* guarded = b.Op("Where", {b.Op("Equal", {target, minus}), ones, target});
+  b.Output("y", b.Op("Add", {b.Op("Expand", {row, guarded}), x}));
+  CompileOptions bounded;
+  bounded.bounds = {{"n", 4}};
+  Compiled c = CompileOrDie(m, bounded);
+  ASSERT_TRUE(c.exe);
+  EXPECT_EQ(c.result.functions[0].dynamic_alloc_sites, 0) << c.result.ReportText();
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor rv = *Tensor::FromVector<float>(DType::kF32, {1, 3}, {10, 20, 30});
+  std::vector<Tensor> out = RunOrDie(c.exe, {{"x", xv}, {"row", rv}});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {2, 3}, {11, 22, 33, 14, 25, 36}));
+}
+
+// An Equal the dims cannot decide (two unrelated sizes) keeps no content: the Where it feeds
+// stays a run-time value, and the result is still right when the sizes are equal or not.
+TEST(CompilerTest, UndecidedSymbolicEqualStaysARunTimeValue) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {"a"});
+  Value* y = b.Input("y", DType::kF32, {"b"});
+  Value* sx = b.Op("Shape", {x});
+  Value* sy = b.Op("Shape", {y});
+  Value* pick = b.Op("Where", {b.Op("Equal", {sx, sy}), b.VectorI64({7}), sx});
+  b.Output("z", b.Op("Cast", {pick}, {{"to", AttrInt(1)}}));
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  for (const auto& [a, bsize, want] :
+       std::vector<std::tuple<int64_t, int64_t, float>>{{2, 2, 7.f}, {2, 3, 2.f}}) {
+    std::vector<Tensor> out = RunOrDie(c.exe, {{"x", *Tensor::Empty(DType::kF32, {a})},
+                                               {"y", *Tensor::Empty(DType::kF32, {bsize})}});
+    ASSERT_EQ(out.size(), 1u);
+    ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {1}, {want}));
   }
 }
 

@@ -29,6 +29,20 @@ void CopyType(Value* to, const Value* from) {
   to->shape = from->shape;
 }
 
+// " (body node 'name', Op)" for the node that made `v` in a body or branch.
+std::string MadeBy(const Value* v, absl::string_view where) {
+  return v->producer != nullptr
+             ? absl::StrCat(" (", where, " node '", v->producer->name, "', ", v->producer->op, ")")
+             : absl::StrCat(" (", where, " input '", v->name, "')");
+}
+
+// Infers a body or branch of `n`; its errors say which (a body node's own error names the node).
+absl::Status InferRegion(Module& m, const Node& n, Graph& g, absl::string_view which) {
+  absl::Status s = InferGraph(m, g);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(n.Label(), ": ", which, ": ", s.message()));
+}
+
 absl::Status InferIf(Module& m, Node& n) {
   Graph* then_g = n.subgraph("then_branch");
   Graph* else_g = n.subgraph("else_branch");
@@ -36,8 +50,8 @@ absl::Status InferIf(Module& m, Node& n) {
     return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": If needs both branches"));
   SymbolicContext& sym = m.sym();
   const int since = sym.next_id();
-  DYNVM_RETURN_IF_ERROR(InferGraph(m, *then_g));
-  DYNVM_RETURN_IF_ERROR(InferGraph(m, *else_g));
+  DYNVM_RETURN_IF_ERROR(InferRegion(m, n, *then_g, "then_branch"));
+  DYNVM_RETURN_IF_ERROR(InferRegion(m, n, *else_g, "else_branch"));
   if (then_g->outputs.size() != n.outputs.size() || else_g->outputs.size() != n.outputs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(n.Label(), ": branches must produce ", n.outputs.size(), " outputs"));
@@ -47,15 +61,12 @@ absl::Status InferIf(Module& m, Node& n) {
     if (out == nullptr) continue;
     const Value* a = then_g->outputs[i];
     const Value* b = else_g->outputs[i];
-    if (a->dtype != b->dtype || a->kind != b->kind) {
-      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ",
-                                                     a->TypeString(), " in one branch and ",
-                                                     b->TypeString(), " in the other"));
-    }
-    if (a->kind == ObjectKind::kOptional && a->elem_kind != b->elem_kind) {
-      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": output ", i, " has type ",
-                                                     a->TypeString(), " in one branch and ",
-                                                     b->TypeString(), " in the other"));
+    if (a->dtype != b->dtype || a->kind != b->kind ||
+        (a->kind == ObjectKind::kOptional && a->elem_kind != b->elem_kind)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(n.Label(), ": output ", i, " '", out->name, "' has type ", a->TypeString(),
+                       " in then_branch", MadeBy(a, "then_branch"), " and ", b->TypeString(),
+                       " in else_branch", MadeBy(b, "else_branch")));
     }
     out->dtype = a->dtype;
     out->kind = a->kind;
@@ -85,18 +96,18 @@ absl::Status InferIf(Module& m, Node& n) {
   return absl::OkStatus();
 }
 
-// A body must give a carried value back with the dtype it entered with; the error names the
-// value and the body node that changed it, so the user finds the op to fix.
-absl::Status CheckCarriedDtype(const Node& n, size_t i, const Value* in, const Value* out) {
-  if (out->dtype == in->dtype) return absl::OkStatus();
+// A body must give a carried tensor back with the dtype and rank it entered with (its sizes may
+// change); the error names the value and the body node that changed it, so the user finds the op
+// to fix.
+absl::Status CheckCarriedType(const Node& n, size_t i, const Value* in, const Value* out) {
+  const bool rank_changes = in->kind == ObjectKind::kTensor && out->kind == ObjectKind::kTensor &&
+                            in->shape && out->shape && in->shape->size() != out->shape->size();
+  if (out->dtype == in->dtype && !rank_changes) return absl::OkStatus();
   const Value* init = n.inputs[2 + i];
-  const std::string made_by =
-      out->producer != nullptr
-          ? absl::StrCat(" (body node '", out->producer->name, "', ", out->producer->op, ")")
-          : " (a body input)";
   return absl::InvalidArgumentError(absl::StrCat(
       n.Label(), ": loop-carried value ", i, " '", init->name.empty() ? in->name : init->name,
-      "' enters as ", in->TypeString(), " but the body makes ", out->TypeString(), made_by));
+      "' enters as ", in->TypeString(), " but the body makes ", out->TypeString(),
+      MadeBy(out, "body"), out->dtype == in->dtype ? ": a carried value must keep its rank" : ""));
 }
 
 absl::Status InferLoop(Module& m, Node& n) {
@@ -134,12 +145,12 @@ absl::Status InferLoop(Module& m, Node& n) {
   // A dim once found to vary stays a fresh symbol, re-read every iteration.
   std::vector<std::vector<bool>> varying(num_carried);
   for (int round = 0;; ++round) {
-    DYNVM_RETURN_IF_ERROR(InferGraph(m, *body));
+    DYNVM_RETURN_IF_ERROR(InferRegion(m, n, *body, "body"));
     bool changed = false;
     for (size_t i = 0; i < num_carried; ++i) {
       Value* in = body->inputs[2 + i];
       const Value* out = body->outputs[1 + i];
-      DYNVM_RETURN_IF_ERROR(CheckCarriedDtype(n, i, in, out));
+      DYNVM_RETURN_IF_ERROR(CheckCarriedType(n, i, in, out));
       if (in->empty_sequence && !out->empty_sequence) {
         // A sequence that enters empty: the body's elements decide its element shape.
         in->empty_sequence = false;

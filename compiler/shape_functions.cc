@@ -730,6 +730,53 @@ absl::Status ConstantOfShape(InferContext& c) {
     return absl::OkStatus();
   }
   c.SetOutput(0, dtype, *target);
+  // A short integer vector of one value (torch's `ones_like(shape)` in the -1 guard of every
+  // scripted expand/reshape) keeps its elements as content, so the guard folds symbolically.
+  constexpr int64_t kMaxContent = 16;
+  const std::optional<int64_t> n =
+      target->size() == 1 ? SymbolicContext::AsConst((*target)[0]) : std::nullopt;
+  if (n && *n >= 0 && *n <= kMaxContent && (dtype == DType::kI64 || dtype == DType::kI32)) {
+    int64_t value = 0;
+    if (const AttrValue* v = c.node().attr("value")) {
+      if (v->tensor.numel() != 1) return c.Error("value must have one element");
+      value = v->tensor.dtype() == DType::kI32 ? v->tensor.data<int32_t>()[0]
+                                               : v->tensor.data<int64_t>()[0];
+    }
+    c.SetContent(0, std::vector<Dim>(*n, c.sym().Const(value)));
+  }
+  return absl::OkStatus();
+}
+
+// Equal over symbolic contents: decided where the dims allow (equal constants or the same
+// expression; bounds that cannot meet, e.g. a size against -1); content 0/1.
+absl::Status EqualOp(InferContext& c) {
+  DYNVM_RETURN_IF_ERROR(Broadcasting(c, DType::kBool, false));
+  const std::vector<Dim>* a = c.content(0);
+  const std::vector<Dim>* b = c.content(1);
+  if (!a || !b || !c.has_output(0) || c.node().outputs[0]->rank() < 0 ||
+      c.node().outputs[0]->rank() > 1) {
+    return absl::OkStatus();
+  }
+  const size_t n = std::max(a->size(), b->size());
+  if ((a->size() != n && a->size() != 1) || (b->size() != n && b->size() != 1)) {
+    return absl::OkStatus();
+  }
+  std::vector<Dim> out;
+  for (size_t k = 0; k < n; ++k) {
+    const Dim x = (*a)[a->size() == 1 ? 0 : k], y = (*b)[b->size() == 1 ? 0 : k];
+    if (x == y) {
+      out.push_back(c.sym().Const(1));
+      continue;
+    }
+    const std::optional<int64_t> lx = c.sym().LowerBound(x), ux = c.sym().UpperBound(x);
+    const std::optional<int64_t> ly = c.sym().LowerBound(y), uy = c.sym().UpperBound(y);
+    if ((lx && uy && *lx > *uy) || (ly && ux && *ly > *ux)) {
+      out.push_back(c.sym().Const(0));
+      continue;
+    }
+    return absl::OkStatus();  // undecided: no content
+  }
+  c.SetContent(0, std::move(out));
   return absl::OkStatus();
 }
 
@@ -756,6 +803,27 @@ absl::Status Where(InferContext& c) {
   if (!s.ok()) return s;
   // The output dtype is X's (input 1), not the condition's.
   if (c.has_output(0)) c.node().outputs[0]->dtype = c.input_dtype(1);
+  // A condition known element by element selects between symbolic contents.
+  const std::vector<Dim>* cond = c.content(0);
+  const std::vector<Dim>* x = c.content(1);
+  const std::vector<Dim>* y = c.content(2);
+  if (!cond || !x || !y || !c.has_output(0) || !IsInteger(c.input_dtype(1)) ||
+      c.node().outputs[0]->rank() < 0 || c.node().outputs[0]->rank() > 1) {
+    return absl::OkStatus();
+  }
+  const size_t n = std::max({cond->size(), x->size(), y->size()});
+  std::vector<Dim> out;
+  for (size_t k = 0; k < n; ++k) {
+    for (const std::vector<Dim>* v : {cond, x, y}) {
+      if (v->size() != n && v->size() != 1) return absl::OkStatus();
+    }
+    const std::optional<int64_t> pick =
+        SymbolicContext::AsConst((*cond)[cond->size() == 1 ? 0 : k]);
+    if (!pick) return absl::OkStatus();
+    const std::vector<Dim>& from = *pick != 0 ? *x : *y;
+    out.push_back(from[from.size() == 1 ? 0 : k]);
+  }
+  c.SetContent(0, std::move(out));
   return absl::OkStatus();
 }
 
@@ -940,7 +1008,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
        {"Pow", "Max", "Min", "Sum", "Mean", "Mod", "BitShift", "PRelu", "And", "Or", "Xor"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, std::nullopt, false); });
   }
-  for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) {
+  Reg(r, "Equal", EqualOp);
+  for (const char* op : {"Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, DType::kBool, false); });
   }
   for (const char* op :

@@ -218,6 +218,35 @@ TEST(OnnxImporterTest, LoopBodyReadsOuterValues) {
   EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{4, 8, 12}));
 }
 
+// An operator the importer does not support inside a Loop body is refused naming the Loop, the
+// body, the node and the op.
+TEST(OnnxImporterTest, UnsupportedOpInALoopBodyNamesTheLoopAndTheNode) {
+  ModelMaker mm;
+  mm.Input("n", pb::TensorProto::INT64, {}).Input("x", pb::TensorProto::FLOAT, {"3"}).Output("y");
+  pb::NodeProto* loop = mm.Node("Loop", {"n", "", "x"}, {"y"});
+  loop->set_name("the_loop");
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(pb::AttributeProto::GRAPH);
+  pb::GraphProto* body = a->mutable_g();
+  body->set_name("body");
+  ModelMaker::SetType(body->add_input(), pb::TensorProto::INT64, {});
+  body->mutable_input(0)->set_name("i");
+  ModelMaker::SetType(body->add_input(), pb::TensorProto::BOOL, {});
+  body->mutable_input(1)->set_name("c");
+  ModelMaker::SetType(body->add_input(), pb::TensorProto::FLOAT, {"3"});
+  body->mutable_input(2)->set_name("acc");
+  mm.Node("Identity", {"c"}, {"c_out"}, body);
+  mm.Node("Foo", {"acc"}, {"acc_out"}, body)->set_name("the_foo");
+  body->add_output()->set_name("c_out");
+  body->add_output()->set_name("acc_out");
+  absl::StatusOr<std::unique_ptr<Module>> m = Import(mm);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(),
+              HasSubstr("node 'the_loop' (Loop): body: node 'the_foo' (Foo): operator Foo is not "
+                        "supported"));
+}
+
 TEST(OnnxImporterTest, UpsampleBecomesResize) {
   // Opset 7 gives the scales as an attribute; nearest rounds down (asymmetric coordinates):
   // output x reads input floor(x / 3).

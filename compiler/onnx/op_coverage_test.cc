@@ -1,6 +1,7 @@
 // Every operator the ONNX importer accepts has compile-time shape and dtype inference, so its
 // outputs are typed inside Loop and If bodies too (issue: a GatherElements in a loop body made
 // the loop-carried value "f32[?]" and the Loop was refused).
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "compiler/compiler.h"
 #include "compiler/onnx/op_support.h"
 #include "compiler/op_registry.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
@@ -118,6 +120,111 @@ TEST(OpCoverageTest, CarriedDtypeChangeNamesTheValueAndTheBodyNode) {
   const std::string msg(r.status().message());
   EXPECT_NE(msg.find("loop-carried value 0 'tokens' enters as i64"), std::string::npos) << msg;
   EXPECT_NE(msg.find("body node 'to_float', Cast"), std::string::npos) << msg;
+}
+
+using ::testing::HasSubstr;
+
+// The message of compiling `m`, which must fail with InvalidArgument or Unimplemented.
+std::string CompileError(Module& m) {
+  absl::StatusOr<CompileResult> r = Compile(m);
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_TRUE(r.status().code() == absl::StatusCode::kInvalidArgument ||
+              r.status().code() == absl::StatusCode::kUnimplemented)
+      << r.status();
+  return std::string(r.status().message());
+}
+
+// A Loop over `x` (f32[2]) whose body computes `make(body, carried)` as the carried value.
+std::string LoopBodyError(const std::function<Value*(GraphBuilder&, Value*)>& make) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  b.set_node_name("the_loop");
+  std::vector<Value*> outs =
+      b.Loop(b.Input("n", DType::kI64, {}), nullptr, {b.Input("x", DType::kF32, {2})}, 0,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>& carried) {
+               return std::vector<Value*>{cond, make(l, carried[0])};
+             });
+  b.Output("y", outs[0]);
+  return CompileError(m);
+}
+
+// A carried value whose rank the body changes is refused at compile time (not "an output of
+// unknown shape is not pool-owned" from the planner), naming the Loop, the value and the node.
+TEST(BodyErrorTest, CarriedRankChangeNamesTheLoopTheValueAndTheBodyNode) {
+  const std::string msg = LoopBodyError([](GraphBuilder& l, Value* x) {
+    l.set_node_name("the_unsqueeze");
+    return l.Op("Unsqueeze", {x, l.VectorI64({0})});
+  });
+  EXPECT_THAT(msg, HasSubstr("Loop 'the_loop': loop-carried value 0 'x' enters as f32[2] but the "
+                             "body makes f32[1,2] (body node 'the_unsqueeze', Unsqueeze): a "
+                             "carried value must keep its rank"));
+}
+
+// A shape error inside a body names the Loop, that it is in the body, and the node and op.
+TEST(BodyErrorTest, ShapeMismatchInABodyNamesTheLoopAndTheBodyNode) {
+  const std::string msg = LoopBodyError([](GraphBuilder& l, Value* x) {
+    Value* three = l.Constant(*Tensor::FromVector<float>(DType::kF32, {3}, {1, 2, 3}));
+    l.set_node_name("the_add");
+    return l.Op("Add", {x, three});
+  });
+  EXPECT_THAT(msg, HasSubstr("Loop 'the_loop': body: Add 'the_add': shapes [2] and [3] do not "
+                             "broadcast"));
+}
+
+// An op no kernel accepts inside a body names the Loop and the body node.
+TEST(BodyErrorTest, NoKernelInABodyNamesTheLoopAndTheBodyNode) {
+  const std::string msg = LoopBodyError([](GraphBuilder& l, Value* x) {
+    Value* i = l.Op("Cast", {x}, {{"to", AttrInt(7)}});
+    l.set_node_name("the_erf");
+    return l.Op("Cast", {l.Op("Erf", {i})}, {{"to", AttrInt(1)}});
+  });
+  EXPECT_THAT(msg, HasSubstr("Loop 'the_loop'"));
+  EXPECT_THAT(msg, HasSubstr("Erf 'the_erf': no kernel for Erf(i64)"));
+}
+
+// If branches: a dtype disagreement names the If, the output's index and name and the node of
+// each branch that made it; a shape error in a branch names the If and the branch.
+TEST(BodyErrorTest, IfBranchErrorsNameTheIfTheBranchAndTheNodes) {
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {2});
+    Value* c = b.Input("c", DType::kBool, {});
+    b.set_node_name("the_if");
+    std::vector<Value*> outs = b.If(
+        c, 1,
+        [&](GraphBuilder& t) {
+          t.set_node_name("to_int");
+          return std::vector<Value*>{t.Op("Cast", {x}, {{"to", AttrInt(7)}})};
+        },
+        [&](GraphBuilder& e) {
+          e.set_node_name("the_relu");
+          return std::vector<Value*>{e.Op("Relu", {x})};
+        });
+    b.Output("y", outs[0]);
+    const std::string msg = CompileError(m);
+    EXPECT_THAT(msg, HasSubstr("If 'the_if': output 0 '"));
+    EXPECT_THAT(msg, HasSubstr("has type i64[2] in then_branch (then_branch node 'to_int', Cast) "
+                               "and f32[2] in else_branch (else_branch node 'the_relu', Relu)"));
+  }
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {2});
+    Value* c = b.Input("c", DType::kBool, {});
+    b.set_node_name("the_if");
+    std::vector<Value*> outs = b.If(
+        c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Relu", {x})}; },
+        [&](GraphBuilder& e) {
+          Value* three = e.Constant(*Tensor::FromVector<float>(DType::kF32, {3}, {1, 2, 3}));
+          e.set_node_name("the_add");
+          return std::vector<Value*>{e.Op("Add", {x, three})};
+        });
+    b.Output("y", outs[0]);
+    EXPECT_THAT(CompileError(m), HasSubstr("If 'the_if': else_branch: Add 'the_add': shapes [2] "
+                                           "and [3] do not broadcast"));
+  }
 }
 
 }  // namespace

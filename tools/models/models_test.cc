@@ -139,3 +139,134 @@ TEST(ExportedGruTest, StateCarriedThroughAnIfMatchesPyTorchOnEveryCompile) {
 
 }  // namespace
 }  // namespace dynvm
+
+namespace dynvm {
+namespace {
+
+// Decoding strategies over a tiny LSTM LM (tools/models/export_search.py), scripted and exported
+// at opsets 14 and 17: beam search (4 beams, length penalty, per-beam end token; batch 1 and 2),
+// top-k sampling and top-p sampling with a repetition penalty (randomness from a uniforms input).
+// Every integer output (tokens) equals PyTorch's exactly, every float output (scores, logits) to
+// 1e-4, in one Run() each.
+std::unique_ptr<VirtualMachine> CompileSearch(const std::string& name,
+                                              const compiler::CompileOptions& options,
+                                              compiler::CompileResult* result = nullptr) {
+  absl::StatusOr<std::unique_ptr<compiler::Module>> module =
+      compiler::onnx::ImportOnnxFile((kModels / name / "model.onnx").string());
+  EXPECT_TRUE(module.ok()) << module.status();
+  if (!module.ok()) return nullptr;
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  if (!compiled.ok()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const Executable>> exe =
+      Executable::LoadFromBytes(compiled->bytes);
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  EXPECT_TRUE(vm.ok()) << vm.status();
+  if (!vm.ok()) return nullptr;
+  if (result != nullptr) *result = *std::move(compiled);
+  return *std::move(vm);
+}
+
+// Binds every input_<name>.npy of `c`.
+void BindCase(VirtualMachine& vm, const fs::path& c) {
+  for (const fs::directory_entry& e : fs::directory_iterator(c)) {
+    const std::string file = e.path().filename().string();
+    if (!absl::StartsWith(file, "input_")) continue;
+    absl::StatusOr<Tensor> t = npy::LoadNpy(e.path().string());
+    ASSERT_TRUE(t.ok()) << t.status();
+    const std::string name = file.substr(6, file.size() - 6 - 4);
+    ASSERT_TRUE(vm.SetInput(name, *t).ok()) << name;
+  }
+}
+
+void RunSearch(const std::string& name, const compiler::CompileOptions& options) {
+  std::unique_ptr<VirtualMachine> vm = CompileSearch(name, options);
+  ASSERT_NE(vm, nullptr);
+  const std::vector<fs::path> cases = Cases(kModels / name);
+  ASSERT_GE(cases.size(), 3u);
+  for (const fs::path& c : cases) {
+    SCOPED_TRACE(c.string());
+    BindCase(*vm, c);
+    const absl::Status s = vm->Run();
+    ASSERT_TRUE(s.ok()) << s;
+    int checked = 0;
+    for (const fs::directory_entry& e : fs::directory_iterator(c)) {
+      const std::string file = e.path().filename().string();
+      if (!absl::StartsWith(file, "output_")) continue;
+      const std::string out = file.substr(7, file.size() - 7 - 4);
+      absl::StatusOr<Tensor> want = npy::LoadNpy(e.path().string());
+      absl::StatusOr<Tensor> got = vm->GetOutput(out);
+      ASSERT_TRUE(want.ok() && got.ok()) << out;
+      ASSERT_EQ(got->dims(), want->dims()) << out << ": " << got->DebugString();
+      ASSERT_EQ(got->dtype(), want->dtype()) << out;
+      if (want->dtype() == DType::kF32) {
+        const std::vector<double> a = testing::ToDoubles(*got), b = testing::ToDoubles(*want);
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << out << " " << i;
+      } else {
+        EXPECT_EQ(testing::ToInts(*got), testing::ToInts(*want)) << out;
+      }
+      ++checked;
+    }
+    EXPECT_GE(checked, 2);
+  }
+}
+
+class SearchModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SearchModelTest, MatchesPyTorch) { RunSearch(GetParam(), {}); }
+
+TEST_P(SearchModelTest, MatchesPyTorchWithBoundsAndNoOptimization) {
+  compiler::CompileOptions bounded;
+  bounded.bounds = {{"batch", 2}, {"prompt_len", 8}, {"max_new_tokens", 16}, {"steps", 16}};
+  RunSearch(GetParam(), bounded);
+  compiler::CompileOptions plain;
+  plain.optimize = false;
+  RunSearch(GetParam(), plain);
+}
+
+// Compiled with bounds, the search plans every value in the loop (no allocation site inside
+// it), and once warm a run of 10 or 40 steps makes no system allocation after its first
+// iteration (the VM's --stats counter after_first_iteration): none per step.
+TEST_P(SearchModelTest, BoundedSearchAllocatesNothingPerStep) {
+  compiler::CompileOptions bounded;
+  bounded.bounds = {{"batch", 2}, {"prompt_len", 8}, {"max_new_tokens", 40}, {"steps", 40}};
+  compiler::CompileResult result;
+  std::unique_ptr<VirtualMachine> vm = CompileSearch(GetParam(), bounded, &result);
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(result.functions[0].loop_alloc_sites, 0) << result.ReportText();
+  const fs::path c = kModels / GetParam() / "case1";  // batch 2
+  BindCase(*vm, c);
+  const bool beam = absl::StartsWith(GetParam(), "beam");
+  auto after_first = [&](int64_t steps) -> int64_t {
+    if (beam) {
+      EXPECT_TRUE(vm->SetInput("max_new_tokens", Tensor::ScalarI64(steps)).ok());
+    } else {
+      Tensor u = *Tensor::Empty(DType::kF32, {2, steps});
+      for (int64_t i = 0; i < u.numel(); ++i) u.data<float>()[i] = 0.37f;
+      EXPECT_TRUE(vm->SetInput("uniforms", u).ok());
+    }
+    const absl::Status s = vm->Run();
+    EXPECT_TRUE(s.ok()) << s;
+    const RunMemoryStats mem = vm->last_run_memory();
+    EXPECT_TRUE(mem.first_iteration_ended);
+    return mem.system_allocs_after_first_iteration;
+  };
+  // Warm-up runs of both lengths fill the pool (the outputs' sizes differ with the length).
+  for (int64_t steps : {40, 10}) after_first(steps);
+  const int64_t short_run = after_first(10);
+  const int64_t long_run = after_first(40);
+  std::printf("%s: system allocations after the first iteration: %lld (10 steps), %lld (40)\n",
+              GetParam().c_str(), static_cast<long long>(short_run),
+              static_cast<long long>(long_run));
+  EXPECT_EQ(long_run, 0);
+  EXPECT_EQ(short_run, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Searches, SearchModelTest,
+                         ::testing::Values("beam14", "beam17", "topk14", "topk17", "topp14",
+                                           "topp17"));
+
+}  // namespace
+}  // namespace dynvm
