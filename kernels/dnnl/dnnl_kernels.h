@@ -15,6 +15,8 @@ void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);  // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);  // pool.cc: pooling, BatchNormalization, LRN
+void RegisterQuantKernels(
+    KernelRegistry& r);  // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 
 }  // namespace dynvm::onednn
 

@@ -11,6 +11,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterActivationKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);
+  onednn::RegisterQuantKernels(registry);
 }
 
 }  // namespace dynvm
