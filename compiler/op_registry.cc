@@ -83,6 +83,7 @@ OpRegistry& OpRegistry::Global() {
     RegisterSequenceShapeFunctions(*reg);
     RegisterIndexingShapeFunctions(*reg);
     RegisterDynvmShapeFunctions(*reg);
+    RegisterQuantShapeFunctions(*reg);
     return reg;
   }();
   return *r;

@@ -107,6 +107,9 @@ void RegisterSequenceShapeFunctions(OpRegistry& registry);
 void RegisterIndexingShapeFunctions(OpRegistry& registry);
 // dynvm's own ops (compiler/dynvm_ops.cc).
 void RegisterDynvmShapeFunctions(OpRegistry& registry);
+// QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, with
+// their compile-time scale and zero-point checks (compiler/quant_shape_functions.cc).
+void RegisterQuantShapeFunctions(OpRegistry& registry);
 
 // Numpy-style broadcast of symbolic shapes. Where two dims differ symbolically the result is
 // their max (they must be equal or one of them 1 at run time; the kernel checks).

@@ -964,8 +964,8 @@ absl::Status WindowOp(InferContext& c) {
   return absl::OkStatus();
 }
 
-// QuantizeLinear (the zero point's type, u8 without one), DequantizeLinear (the scale's type),
-// DynamicQuantizeLinear (u8, and scalar scale and zero point), Det (the batch dims).
+// DynamicQuantizeLinear (u8, and scalar scale and zero point), Det (the batch dims). The other
+// quantization operators: quant_shape_functions.cc.
 absl::Status QuantOp(InferContext& c) {
   const std::string& op = c.node().op;
   const std::vector<Dim>* x = c.input_shape(0);
@@ -979,9 +979,7 @@ absl::Status QuantOp(InferContext& c) {
     }
     return absl::OkStatus();
   }
-  DType dtype = DType::kU8;
-  if (op == "QuantizeLinear" && c.has_input(2)) dtype = c.input_dtype(2);
-  if (op == "DequantizeLinear") dtype = c.input_dtype(1);
+  const DType dtype = DType::kU8;
   if (x) {
     c.SetOutput(0, dtype, *x);
   } else {
@@ -1091,15 +1089,9 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
     c.node().outputs[0]->dynamic = true;
     return absl::OkStatus();
   });
-  for (const char* op : {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Det"})
-    Reg(r, op, QuantOp);
+  for (const char* op : {"DynamicQuantizeLinear", "Det"}) Reg(r, op, QuantOp);
   Reg(r, "Resize", ConvOp);
   Reg(r, "ConvTranspose", ConvOp);
-  Reg(r, "ConvInteger", [](InferContext& c) {
-    absl::Status s = ConvOp(c);
-    if (c.has_output(0)) c.node().outputs[0]->dtype = DType::kI32;
-    return s;
-  });  // the input's rank; sizes from the kernel
   Reg(r, "BatchNormalization", BatchNorm);
   Reg(r, "EyeLike", EyeLike);
   for (const char* op : {"InstanceNormalization", "LRN", "Shrink"}) Reg(r, op, SameAsInput);

@@ -113,6 +113,7 @@ constexpr OpEntry kOps[] = {
     {"LogSoftmax", 1, "1:1:1 11:1:1 13:1:1", "axis:i"},
     {"Loop", 1, "1:0:0 11:0:0 13:0:0 16:0:0", "body:g"},
     {"MatMul", 1, "1:2:3 9:2:3 13:2:3", ""},
+    {"MatMulInteger", 7, "10:4:3", ""},
     {"Max", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"MaxPool", 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1",
      "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I"},
@@ -133,6 +134,9 @@ constexpr OpEntry kOps[] = {
     {"PRelu", 7, "1:2:3 6:2:3 7:2:3 9:2:3 16:2:3", ""},
     {"Pad", 2, "1:1:1 2:1:1 11:3:3 13:3:3", "mode:s pads:I value:f"},
     {"Pow", 7, "1:2:3 7:2:3 12:2:3 13:2:3 15:2:3", ""},
+    {"QLinearConv", 7, "10:9:255",
+     "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I"},
+    {"QLinearMatMul", 7, "10:8:255", ""},
     {"QuantizeLinear", 7, "10:3:3 13:3:3", "axis:i"},
     {"RNN", 7, "1:6:7 7:6:7 14:6:7",
      "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "

@@ -112,10 +112,19 @@ absl::StatusOr<fs::path> SafeRelativePath(const pb::TensorProto& t, const std::s
   return norm;
 }
 
+// Copies n typed-field values into a narrower element type; InvalidArgument naming the tensor
+// when one does not fit (a UINT8 zero point stored as 300 must not become 44).
 template <typename To, typename From>
-void Narrow(const From* src, int64_t n, void* dst) {
+absl::Status Narrow(const pb::TensorProto& t, const From* src, int64_t n, void* dst) {
   To* out = static_cast<To*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<To>(src[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    if (src[i] < std::numeric_limits<To>::min() || src[i] > std::numeric_limits<To>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(TensorLabel(t), " element ", i, " is ", src[i],
+                                                     ", outside the range of its type"));
+    }
+    out[i] = static_cast<To>(src[i]);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -328,21 +337,21 @@ absl::StatusOr<Tensor> TensorFromProto(const pb::TensorProto& t, const TensorRea
         if (n > 0) std::memcpy(dst, t.int64_data().data(), static_cast<size_t>(bytes));
         break;
       case pb::TensorProto::INT32:
-        Narrow<int32_t>(t.int32_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<int32_t>(t, t.int32_data().data(), n, dst));
         break;
       case pb::TensorProto::INT16:
-        Narrow<int16_t>(t.int32_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<int16_t>(t, t.int32_data().data(), n, dst));
         break;
       case pb::TensorProto::INT8:
-        Narrow<int8_t>(t.int32_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<int8_t>(t, t.int32_data().data(), n, dst));
         break;
       case pb::TensorProto::UINT16:
       case pb::TensorProto::FLOAT16:
       case pb::TensorProto::BFLOAT16:
-        Narrow<uint16_t>(t.int32_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<uint16_t>(t, t.int32_data().data(), n, dst));
         break;
       case pb::TensorProto::UINT8:
-        Narrow<uint8_t>(t.int32_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<uint8_t>(t, t.int32_data().data(), n, dst));
         break;
       case pb::TensorProto::BOOL: {
         uint8_t* b = static_cast<uint8_t*>(dst);
@@ -350,7 +359,7 @@ absl::StatusOr<Tensor> TensorFromProto(const pb::TensorProto& t, const TensorRea
         break;
       }
       case pb::TensorProto::UINT32:
-        Narrow<uint32_t>(t.uint64_data().data(), n, dst);
+        DYNVM_RETURN_IF_ERROR(Narrow<uint32_t>(t, t.uint64_data().data(), n, dst));
         break;
       case pb::TensorProto::UINT64:
         if (n > 0) std::memcpy(dst, t.uint64_data().data(), static_cast<size_t>(bytes));

@@ -16,6 +16,8 @@ void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm:
 void RegisterConvKernels(KernelRegistry& r);    // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: pooling, BatchNormalization, LRN
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize (resampling)
+// quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
+void RegisterQuantKernels(KernelRegistry& r);
 
 }  // namespace dynvm::onednn
 

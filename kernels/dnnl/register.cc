@@ -12,6 +12,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);
   onednn::RegisterResizeKernels(registry);
+  onednn::RegisterQuantKernels(registry);
 }
 
 }  // namespace dynvm

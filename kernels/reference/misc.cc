@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -195,11 +196,16 @@ absl::Status RunQuant(const void* attrs, KernelContext& ctx, Inputs in, Outputs 
     DYNVM_ASSIGN_OR_RETURN(int ax, NormalizeAxis(a.axis, x.rank(), op));
     axis = ax;
     channels = x.dim(static_cast<int>(axis));
-    if (scale.numel() != channels) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": scale has ", scale.numel(), " values for axis of size ", channels));
-    }
+    DYNVM_RETURN_IF_ERROR(CheckQuantLength(scale.numel(), channels, absl::StrCat(op, ": scale")));
     for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  }
+  DYNVM_RETURN_IF_ERROR(CheckQuantScale(scale, absl::StrCat(op, ": scale")));
+  if (a.quantize && zp != nullptr && zp->dtype() != DType::kU8 && zp->dtype() != DType::kI8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": zero point must be u8 or i8, not ", DTypeName(zp->dtype())));
+  }
+  if (!a.quantize && zp != nullptr) {
+    DYNVM_RETURN_IF_ERROR(CheckZeroPoint(*zp, x.dtype(), absl::StrCat(op, ": zero point")));
   }
   DType out_dtype = a.quantize ? (zp != nullptr ? zp->dtype() : DType::kU8) : scale.dtype();
   if (out[0]->defined()) out_dtype = out[0]->dtype();

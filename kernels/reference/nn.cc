@@ -1,4 +1,5 @@
-// Reference kernels for convolution and normalization layers: Conv, ConvInteger, ConvTranspose,
+// Reference kernels for convolution and normalization layers: Conv, ConvInteger, QLinearConv,
+// ConvTranspose,
 // BatchNormalization
 // (inference and training mode), InstanceNormalization, LRN; and Shrink and EyeLike.
 //
@@ -23,11 +24,13 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -122,9 +125,11 @@ void StoreAny(Tensor& t, int64_t linear, double v) {
 
 // Conv and ConvInteger: x and w read as double less their zero points (w's per output channel
 // or one for all), the output written as `out_dtype`.
+// `post`, when set, maps (output channel, sum) to the value stored (QLinearConv's
+// requantization).
 absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, const Tensor& w,
-                      const Tensor* b, Tensor* y, DType out_dtype, double x_zp,
-                      const Tensor* w_zp) {
+                      const Tensor* b, Tensor* y, DType out_dtype, double x_zp, const Tensor* w_zp,
+                      const std::function<double(int64_t, double)>& post = nullptr) {
   const int k = x.rank() - 2;
   if (k < 1 || w.rank() != x.rank()) {
     return absl::InvalidArgumentError(absl::StrCat("Conv: X ", x.DebugString(), " and W ",
@@ -223,7 +228,7 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
               if (inside) acc += xp[off] * wp[ki];
             }
           }
-          StoreAny(*y, (bn * m + oc) * out_plane + oi, acc);
+          StoreAny(*y, (bn * m + oc) * out_plane + oi, post ? post(oc, acc) : acc);
         }
       }
     }
@@ -254,8 +259,61 @@ absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Ou
   const Tensor* w_zp = in.size() > 3 ? in[3] : nullptr;
   if (x_zp != nullptr && x_zp->numel() != 1)
     return absl::InvalidArgumentError("ConvInteger: x_zero_point must be a scalar");
+  if (x_zp != nullptr)
+    DYNVM_RETURN_IF_ERROR(CheckZeroPoint(*x_zp, in[0]->dtype(), "ConvInteger: x_zero_point"));
+  if (w_zp != nullptr)
+    DYNVM_RETURN_IF_ERROR(CheckZeroPoint(*w_zp, in[1]->dtype(), "ConvInteger: w_zero_point"));
   return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, *in[0], *in[1], nullptr, out[0],
                   DType::kI32, x_zp != nullptr ? LoadAny(*x_zp, 0) : 0.0, w_zp);
+}
+
+// QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point[, B]:
+// y = saturate(round_half_even((ConvInteger + B) * x_scale * w_scale / y_scale) + y_zero_point),
+// w_scale and w_zero_point per tensor or per output channel, B i32 (requantized in double).
+absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  DYNVM_RETURN_IF_ERROR(Need(in, 8, out, "QLinearConv"));
+  const Tensor &x = *in[0], &w = *in[3], &y_zp = *in[7];
+  for (const Tensor* t : {&x, &w, &y_zp}) {
+    if (t->dtype() != DType::kU8 && t->dtype() != DType::kI8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "QLinearConv: x, w and y_zero_point must be u8 or i8, got ", t->DebugString()));
+    }
+  }
+  const int64_t m = w.rank() >= 1 ? w.dim(0) : 0;
+  for (auto [idx, name, channels] : {std::tuple<int, const char*, int64_t>{1, "x_scale", 1},
+                                     {2, "x_zero_point", 1},
+                                     {4, "w_scale", m},
+                                     {5, "w_zero_point", m},
+                                     {6, "y_scale", 1},
+                                     {7, "y_zero_point", 1}}) {
+    const std::string what = absl::StrCat("QLinearConv: ", name);
+    const Tensor& t = *in[idx];
+    if (t.rank() > 1) return absl::InvalidArgumentError(absl::StrCat(what, " must be 0-D or 1-D"));
+    DYNVM_RETURN_IF_ERROR(CheckQuantLength(t.numel(), channels, what));
+    if (idx == 1 || idx == 4 || idx == 6) {
+      DYNVM_RETURN_IF_ERROR(CheckQuantScale(t, what));
+    } else {
+      DYNVM_RETURN_IF_ERROR(CheckZeroPoint(t,
+                                           idx == 2   ? x.dtype()
+                                           : idx == 5 ? w.dtype()
+                                                      : y_zp.dtype(),
+                                           what));
+    }
+  }
+  const Tensor* bias = in.size() > 8 ? in[8] : nullptr;
+  if (bias != nullptr && bias->dtype() != DType::kI32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QLinearConv: B must be i32, got ", bias->DebugString()));
+  }
+  const Tensor& ws = *in[4];
+  const double xs = LoadAny(*in[1], 0), ys = LoadAny(*in[6], 0), yz = LoadAny(y_zp, 0);
+  const auto [lo, hi] = QuantRange(y_zp.dtype());
+  auto post = [&](int64_t oc, double acc) {
+    const double s = xs * LoadAny(ws, ws.numel() == 1 ? 0 : oc) / ys;
+    return std::clamp(std::nearbyint(acc * s) + yz, lo, hi);
+  };
+  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, x, w, bias, out[0], y_zp.dtype(),
+                  LoadAny(*in[2], 0), in[5], post);
 }
 
 // ---- ConvTranspose ----
@@ -651,6 +709,7 @@ void RegisterNnKernels(KernelRegistry& r) {
   };
   AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
   AddKernel<ConvAttrs>(r, "ConvInteger", 2, 4, 1, &RunConvInteger, conv_attrs);
+  AddKernel<ConvAttrs>(r, "QLinearConv", 8, 9, 1, &RunQLinearConv, conv_attrs);
   AddKernel<ConvTransposeAttrs>(
       r, "ConvTranspose", 2, 3, 1, &RunConvTranspose,
       [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {

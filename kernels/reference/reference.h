@@ -21,6 +21,7 @@ void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, B
                                                 // InstanceNormalization, LRN, Shrink, EyeLike
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
+void RegisterQuantKernels(KernelRegistry& r);   // quant.cc: MatMulInteger, QLinearMatMul
 void RegisterDynvmKernels(KernelRegistry& r);
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)

@@ -1,0 +1,295 @@
+// Fast paths of ONNX's quantization operators on the oneDNN CPU backend (docs/kernels.md,
+// "Quantized operators"); the reference kernels (kernels/reference/misc.cc, quant.cc) are their
+// oracle and serve every run these do not take.
+//
+// QuantizeLinear (f32 -> u8/i8) and DequantizeLinear (u8/i8 -> f32): vector loops cloned for
+// AVX-512, AVX2 and a baseline (DYNVM_CLONES), per tensor or per axis, over contiguous tensors.
+// They compute exactly what the reference does: x / scale divided in f32, rounded half to even,
+// plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
+//
+// MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
+// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets), for a [..., M, K]
+// contiguous a (its batch folded into M) times a contiguous 2-D [K, N] b with per-tensor zero
+// points. QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or
+// per-column b_scale) in double, as the reference does, so results are identical. Only on CPUs
+// with VNNI (avx512_core_vnni, avx2_vnni): without it oneDNN's u8 x s8 kernels may saturate in
+// 16-bit intermediates. K is capped so that no s32 sum can overflow (the reference wraps).
+// Anything else (u8 b, per-row or per-column zero points, broadcast batches) runs the reference.
+//
+// Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
+// one goes to the reference kernel, whose error names it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/quant_params.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+// ---- vector loops ----
+
+DYNVM_CLONES void QuantizeU8(int64_t n, const float* x, float s, float z, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] / s) + z;
+    y[i] = static_cast<uint8_t>(std::max(0.0f, std::min(255.0f, r)));
+  }
+}
+
+DYNVM_CLONES void QuantizeI8(int64_t n, const float* x, float s, float z, int8_t* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] / s) + z;
+    y[i] = static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, r)));
+  }
+}
+
+DYNVM_CLONES void DequantizeU8(int64_t n, const uint8_t* x, float s, float z, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
+}
+
+DYNVM_CLONES void DequantizeI8(int64_t n, const int8_t* x, float s, float z, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
+}
+
+// One output row of QLinearMatMul: saturate(round_half_even(acc * scale[j]) + z).
+DYNVM_CLONES void RequantizeU8(int64_t n, const int32_t* acc, const double* scale, double z,
+                               uint8_t* y) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
+    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
+  }
+}
+
+DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scale, double z,
+                               int8_t* y) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
+    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
+  }
+}
+
+bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
+
+// The per-tensor or per-axis value `i` of a parameter as float (0 when absent).
+float ParamAt(const Tensor* t, int64_t i) {
+  if (t == nullptr) return 0;
+  const int64_t k = t->numel() == 1 ? 0 : i;
+  switch (t->dtype()) {
+    case DType::kF32:
+      return t->data<float>()[k];
+    case DType::kU8:
+      return t->data<uint8_t>()[k];
+    case DType::kI8:
+      return t->data<int8_t>()[k];
+    default:
+      return 0;
+  }
+}
+
+// ---- QuantizeLinear / DequantizeLinear ----
+
+class QuantKernel final : public DnnlKernel {
+ public:
+  QuantKernel(std::string name, std::unique_ptr<Kernel> reference, bool quantize, int64_t axis)
+      : DnnlKernel(std::move(name), std::move(reference)), quantize_(quantize), axis_(axis) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(
+        CheckPresent(in, 2, out, quantize_ ? "QuantizeLinear" : "DequantizeLinear"));
+    const Tensor& x = *in[0];
+    const Tensor& scale = *in[1];
+    const Tensor* zp = in.size() > 2 ? in[2] : nullptr;
+    // The shapes and dtypes the loops take; anything else (and every bad parameter, whose
+    // error the reference kernel reports) runs the reference.
+    const DType q = quantize_ ? (zp != nullptr ? zp->dtype() : DType::kU8) : x.dtype();
+    const bool types_ok = quantize_ ? x.dtype() == DType::kF32 && Is8Bit(q)
+                                    : Is8Bit(x.dtype()) && (zp == nullptr || zp->dtype() == q);
+    if (!types_ok || scale.dtype() != DType::kF32 || scale.rank() > 1 || !x.is_contiguous() ||
+        !scale.is_contiguous() ||
+        (zp != nullptr && (!zp->is_contiguous() || zp->numel() != scale.numel())) ||
+        (out[0]->defined() && out[0]->dtype() != (quantize_ ? q : DType::kF32)) ||
+        !CheckQuantScale(scale, "scale").ok()) {
+      return RunReference(ctx, in, out);
+    }
+    int64_t outer = 1, channels = 1, inner = x.numel();
+    if (scale.numel() != 1) {
+      const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
+      if (axis < 0 || axis >= x.rank() || x.dim(static_cast<int>(axis)) != scale.numel()) {
+        return RunReference(ctx, in, out);
+      }
+      channels = scale.numel();
+      inner = 1;
+      for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+      outer = channels * inner == 0 ? 0 : x.numel() / (channels * inner);
+    }
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], quantize_ ? q : DType::kF32,
+                                                   x.dims(), "QuantizeLinear"));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t off = (o * channels + c) * inner;
+        const float s = ParamAt(&scale, c), z = ParamAt(zp, c);
+        if (!quantize_) {
+          float* y = out[0]->data<float>() + off;
+          if (q == DType::kU8) {
+            DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
+          } else {
+            DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
+          }
+        } else if (q == DType::kU8) {
+          QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
+        } else {
+          QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool quantize_;
+  int64_t axis_;
+};
+
+// ---- MatMulInteger / QLinearMatMul ----
+
+// oneDNN's int8 GEMM is exact only with VNNI (above).
+bool HasVnni() {
+  static const bool vnni = [] {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+           (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+  }();
+  return vnni;
+}
+
+// |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
+inline constexpr int64_t kMaxExactK = (int64_t{1} << 31) / (255 * 255);
+
+class IntMatMulKernel final : public DnnlKernel {
+ public:
+  IntMatMulKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear)
+      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    const char* op = qlinear_ ? "QLinearMatMul" : "MatMulInteger";
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, qlinear_ ? 8 : 2, out, op));
+    auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[qlinear_ ? 3 : 1];
+    const Tensor* za = at(2);
+    const Tensor* zb = at(qlinear_ ? 5 : 3);
+    if (!Usable(a, b, za, zb) || (qlinear_ && !UsableScales(in, b.dim(1)))) {
+      return RunReference(ctx, in, out);
+    }
+    const int64_t k = a.dim(a.rank() - 1), n = b.dim(1), m = a.numel() / k;
+    reference::Dims dims(a.dims().begin(), a.dims().end());
+    dims.back() = n;
+    const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
+    int32_t* acc = out[0]->data<int32_t>();
+    double* scale = nullptr;  // QLinearMatMul: n requantization factors, then the s32 product
+    if (qlinear_) {
+      DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n) * sizeof(double) +
+                                                     static_cast<size_t>(m * n) * sizeof(int32_t)));
+      scale = static_cast<double*>(ws);
+      acc = reinterpret_cast<int32_t*>(scale + n);
+    }
+    SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+    const int32_t co = 0;
+    const dnnl_status_t st =
+        a.dtype() == DType::kU8
+            ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
+                                static_cast<uint8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
+                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co)
+            : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
+                                static_cast<int8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
+                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co);
+    DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+    if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
+    return absl::OkStatus();
+  }
+
+ private:
+  // a [..., M, K] u8/s8 and b [K, N] s8, contiguous, with per-tensor zero points of their types.
+  static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
+    if (!HasVnni() || !Is8Bit(a.dtype()) || b.dtype() != DType::kI8 || a.rank() < 2 ||
+        b.rank() != 2 || !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 ||
+        b.numel() == 0) {
+      return false;
+    }
+    const int64_t k = a.dim(a.rank() - 1);
+    if (k != b.dim(0) || k >= kMaxExactK) return false;
+    for (auto [z, t] : {std::pair{za, a.dtype()}, std::pair{zb, b.dtype()}}) {
+      if (z != nullptr && (z->numel() != 1 || z->rank() > 1 || z->dtype() != t)) return false;
+    }
+    return true;
+  }
+
+  // f32 scales: a_scale and y_scale per tensor, b_scale per tensor or per column; all valid.
+  static bool UsableScales(Inputs in, int64_t n) {
+    const Tensor &as = *in[1], &bs = *in[4], &ys = *in[6], &yz = *in[7];
+    for (const Tensor* s : {&as, &bs, &ys}) {
+      if (s->dtype() != DType::kF32 || s->rank() > 1 || !s->is_contiguous() ||
+          !CheckQuantScale(*s, "scale").ok()) {
+        return false;
+      }
+    }
+    return as.numel() == 1 && ys.numel() == 1 && (bs.numel() == 1 || bs.numel() == n) &&
+           yz.numel() == 1 && yz.rank() <= 1 && Is8Bit(yz.dtype());
+  }
+
+  // y = saturate(round_half_even(acc * a_scale * b_scale / y_scale) + y_zp), row by row;
+  // `scale` has room for n factors.
+  static void Requantize(Inputs in, int64_t m, int64_t n, const int32_t* acc, double* scale,
+                         Tensor& y) {
+    const double as = ParamAt(in[1], 0), ys = ParamAt(in[6], 0), yz = ParamAt(in[7], 0);
+    for (int64_t j = 0; j < n; ++j) scale[j] = as * ParamAt(in[4], j) / ys;
+    for (int64_t i = 0; i < m; ++i) {
+      if (y.dtype() == DType::kU8) {
+        RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
+      } else {
+        RequantizeI8(n, acc + i * n, scale, yz, y.data<int8_t>() + i * n);
+      }
+    }
+  }
+
+  bool qlinear_;
+};
+
+void Add(KernelRegistry& r, const char* op, KernelFactory f) {
+  r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
+}
+
+}  // namespace
+
+void RegisterQuantKernels(KernelRegistry& r) {
+  for (bool quantize : {true, false}) {
+    Add(r, quantize ? "QuantizeLinear" : "DequantizeLinear",
+        [quantize](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+          DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
+          DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 1));
+          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+          return std::make_unique<QuantKernel>(KernelName(spec), std::move(ref), quantize, axis);
+        });
+  }
+  for (bool qlinear : {false, true}) {
+    Add(r, qlinear ? "QLinearMatMul" : "MatMulInteger",
+        [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+          DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 8 : 4, 1, 1));
+          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+          return std::make_unique<IntMatMulKernel>(KernelName(spec), std::move(ref), qlinear);
+        });
+  }
+}
+
+}  // namespace dynvm::onednn

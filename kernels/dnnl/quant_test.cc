@@ -1,0 +1,181 @@
+// The oneDNN backend's quantization kernels against the reference kernels (the oracle), exactly:
+// QuantizeLinear / DequantizeLinear per tensor and per axis (values on rounding ties included),
+// MatMulInteger and QLinearMatMul over varied M, K, N, batches, u8/s8 activations, zero points
+// and per-column scales. Each case also asserts who served it: the fast path on a CPU with VNNI
+// (or for the vector loops, always), the reference fallback for the cases it does not take.
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "allocator/heap_allocator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/registry.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using testing::KernelCall;
+
+bool CpuHasVnni() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+         (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+}
+
+Tensor RandomInts(DType dtype, std::vector<int64_t> dims, std::mt19937& rng) {
+  Tensor t = *Tensor::Empty(dtype, dims);
+  std::uniform_int_distribution<int> d(dtype == DType::kU8 ? 0 : -128,
+                                       dtype == DType::kU8 ? 255 : 127);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::kU8) {
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
+    } else {
+      t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
+    }
+  }
+  return t;
+}
+
+Tensor Scalar(DType dtype, int v) {
+  Tensor t = *Tensor::Empty(dtype, {});
+  if (dtype == DType::kU8) {
+    t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  } else {
+    t.data<int8_t>()[0] = static_cast<int8_t>(v);
+  }
+  return t;
+}
+
+// Runs `call` on the dnnl backend's kernel and on the reference kernel; expects identical
+// outputs and `want_fast` runs served without the reference fallback.
+void ExpectSameAsReference(KernelCall call, const std::vector<Tensor>& inputs, bool want_fast) {
+  absl::StatusOr<std::vector<Tensor>> want = KernelCall(call).Backend("reference").Run();
+  ASSERT_TRUE(want.ok()) << want.status();
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
+  ASSERT_NE(dnnl, nullptr);
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(&t);
+  Tensor out;
+  std::vector<Tensor*> outs = {&out};
+  absl::Status s = (*k)->Run(ctx, in, outs);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out.dtype(), (*want)[0].dtype());
+  EXPECT_EQ(out.dims(), (*want)[0].dims());
+  EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0])) << dnnl->name();
+  EXPECT_EQ(dnnl->reference_runs(), want_fast ? 0 : 1) << dnnl->name();
+}
+
+TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-40, 40);
+  for (DType q : {DType::kU8, DType::kI8}) {
+    for (int64_t axis : {-1, 0, 1, 2}) {
+      for (bool per_axis : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(q), " axis ", axis, " per_axis ", per_axis));
+        const std::vector<int64_t> dims = {3, 5, 7};
+        const int64_t ch = per_axis ? dims[axis < 0 ? axis + 3 : axis] : 1;
+        std::vector<float> scales(ch);
+        for (float& s : scales) s = 0.05f + 0.1f * static_cast<float>(rng() % 10);
+        Tensor scale = per_axis ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]});
+        Tensor zp = *Tensor::Empty(q, per_axis ? std::vector<int64_t>{ch} : std::vector<int64_t>{});
+        for (int64_t c = 0; c < ch; ++c) {
+          if (q == DType::kU8) {
+            zp.data<uint8_t>()[c] = static_cast<uint8_t>(100 + c);
+          } else {
+            zp.data<int8_t>()[c] = static_cast<int8_t>(-3 + c);
+          }
+        }
+        // Every fourth value lies on a rounding tie (k + 0.5) * scale.
+        Tensor x = *Tensor::Empty(DType::kF32, dims);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          x.data<float>()[i] = i % 4 == 0 ? (static_cast<float>(i % 9) - 4.5f) * scales[0] : u(rng);
+        }
+        KernelCall quant("QuantizeLinear");
+        quant.In(x).In(scale).In(zp).Out(q).Attr("axis", axis);
+        ExpectSameAsReference(quant, {x, scale, zp}, true);
+        Tensor xq = RandomInts(q, dims, rng);
+        KernelCall dequant("DequantizeLinear");
+        dequant.In(xq).In(scale).In(zp).Out(DType::kF32).Attr("axis", axis);
+        ExpectSameAsReference(dequant, {xq, scale, zp}, true);
+      }
+    }
+  }
+  // No zero point: u8.
+  Tensor x = testing::F32({4}, {-1.0f, 0.5f, 1.5f, 300.0f}), s = testing::F32({}, {1.0f});
+  KernelCall q("QuantizeLinear");
+  q.In(x).In(s).Out(DType::kU8);
+  ExpectSameAsReference(q, {x, s}, true);
+}
+
+TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
+  std::mt19937 rng(11);
+  const bool vnni = CpuHasVnni();
+  struct Shape {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Shape> shapes = {{{1, 1}, {1, 1}},
+                                     {{1, 64}, {64, 33}},
+                                     {{3, 17}, {17, 5}},
+                                     {{64, 300}, {300, 48}},
+                                     {{2, 3, 40}, {40, 9}}};
+  for (DType at : {DType::kU8, DType::kI8}) {
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(at), " a ", sh.a.size(), "-D K ", sh.b[0]));
+      Tensor a = RandomInts(at, sh.a, rng), b = RandomInts(DType::kI8, sh.b, rng);
+      Tensor za = Scalar(at, at == DType::kU8 ? 128 : -5), zb = Scalar(DType::kI8, 3);
+      KernelCall mm("MatMulInteger");
+      mm.In(a).In(b).In(za).In(zb).Out(DType::kI32);
+      ExpectSameAsReference(mm, {a, b, za, zb}, vnni);
+
+      const int64_t n = sh.b[1];
+      std::vector<float> bs(n);
+      for (float& v : bs) v = 0.001f * static_cast<float>(1 + rng() % 50);
+      for (DType yt : {DType::kU8, DType::kI8}) {
+        for (bool per_column : {false, true}) {
+          Tensor as = testing::F32({}, {0.02f}), ys = testing::F32({}, {0.7f});
+          Tensor bsc = per_column ? testing::F32({n}, bs) : testing::F32({}, {bs[0]});
+          Tensor yz = Scalar(yt, yt == DType::kU8 ? 120 : 4);
+          KernelCall ql("QLinearMatMul");
+          ql.In(a).In(as).In(za).In(b).In(bsc).In(zb).In(ys).In(yz).Out(yt);
+          ExpectSameAsReference(ql, {a, as, za, b, bsc, zb, ys, yz}, vnni);
+        }
+      }
+    }
+  }
+  // u8 weights and per-row zero points are not the fast path's: the reference serves them.
+  Tensor a = RandomInts(DType::kU8, {4, 8}, rng), b = RandomInts(DType::kU8, {8, 3}, rng);
+  KernelCall mm("MatMulInteger");
+  mm.In(a).In(b).Out(DType::kI32);
+  ExpectSameAsReference(mm, {a, b}, false);
+  Tensor b8 = RandomInts(DType::kI8, {8, 3}, rng), za = RandomInts(DType::kU8, {4}, rng);
+  KernelCall rows("MatMulInteger");
+  rows.In(a).In(b8).In(za).Out(DType::kI32);
+  ExpectSameAsReference(rows, {a, b8, za}, false);
+}
+
+TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
+  Tensor x = testing::F32({4}, {1, 2, 3, 4});
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    Tensor s = testing::F32({}, {bad});
+    KernelCall q("QuantizeLinear");
+    q.In(x).In(s).Out(DType::kU8).Backend("dnnl");
+    absl::StatusOr<std::vector<Tensor>> r = q.Run();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("scale must be finite and positive"));
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::onednn
