@@ -83,6 +83,7 @@ OpRegistry& OpRegistry::Global() {
     RegisterSequenceShapeFunctions(*reg);
     RegisterIndexingShapeFunctions(*reg);
     RegisterDynvmShapeFunctions(*reg);
+    RegisterSignalShapeFunctions(*reg);
     return reg;
   }();
   return *r;

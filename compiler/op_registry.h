@@ -107,6 +107,9 @@ void RegisterSequenceShapeFunctions(OpRegistry& registry);
 void RegisterIndexingShapeFunctions(OpRegistry& registry);
 // dynvm's own ops (compiler/dynvm_ops.cc).
 void RegisterDynvmShapeFunctions(OpRegistry& registry);
+// Signal, vision and random operators: DFT, STFT, MelWeightMatrix, GridSample, RoiAlign,
+// MaxUnpool, MeanVarianceNormalization, Bernoulli, Random* (compiler/signal_shape_functions.cc).
+void RegisterSignalShapeFunctions(OpRegistry& registry);
 
 // Numpy-style broadcast of symbolic shapes. Where two dims differ symbolically the result is
 // their max (they must be equal or one of them 1 at run time; the kernel checks).

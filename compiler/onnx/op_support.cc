@@ -91,6 +91,7 @@ constexpr OpEntry kOps[] = {
     {"GlobalMaxPool", 1, "1:1:1", ""},
     {"Greater", 7, "1:2:3 7:2:3 9:2:3 13:2:3", ""},
     {"GreaterOrEqual", 7, "12:2:3 16:2:3", ""},
+    {"GridSample", 7, "16:2:3", "align_corners:i mode:s padding_mode:s"},
     {"HammingWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"HannWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"HardSigmoid", 6, "1:1:1 6:1:1", "alpha:f beta:f"},
@@ -116,7 +117,9 @@ constexpr OpEntry kOps[] = {
     {"Max", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"MaxPool", 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1",
      "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I"},
+    {"MaxUnpool", 7, "9:2:3 11:3:3", "kernel_shape:I pads:I strides:I"},
     {"Mean", 6, "1:0:1 6:0:1 8:0:1 13:0:1", ""},
+    {"MeanVarianceNormalization", 7, "9:1:1 13:1:1", "axes:I"},
     {"Min", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"Mod", 7, "10:2:3 13:2:3", "fmod:i"},
     {"Mul", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
@@ -155,6 +158,9 @@ constexpr OpEntry kOps[] = {
      "coordinate_transformation_mode:s cubic_coeff_a:f exclude_outside:i extrapolation_value:f "
      "mode:s nearest_mode:s"},
     {"ReverseSequence", 7, "10:2:3", "batch_axis:i time_axis:i"},
+    {"RoiAlign", 7, "16:3:7",
+     "coordinate_transformation_mode:s mode:s output_height:i output_width:i sampling_ratio:i "
+     "spatial_scale:f"},
     {"Round", 7, "11:1:1", ""},
     {"Scan", 7, "8:0:2 9:0:1 11:0:1 16:0:1",
      "body:g directions:I num_scan_inputs:i scan_input_axes:I scan_input_directions:I "

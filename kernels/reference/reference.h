@@ -22,6 +22,9 @@ void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, B
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterDynvmKernels(KernelRegistry& r);
+void RegisterVisionKernels(KernelRegistry& r);  // vision.cc: GridSample, RoiAlign, MaxUnpool, MVN
+void RegisterSignalKernels(KernelRegistry& r);  // signal.cc: DFT, STFT, MelWeightMatrix
+void RegisterRandomKernels(KernelRegistry& r);  // random.cc: Bernoulli, Random*
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
 

@@ -15,6 +15,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterMiscKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterFusedConvKernels(registry);
+  reference::RegisterVisionKernels(registry);
 }
 
 }  // namespace dynvm
