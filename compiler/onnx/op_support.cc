@@ -43,6 +43,7 @@ constexpr OpEntry kOps[] = {
      "auto_pad:s ceil_mode:i count_include_pad:i kernel_shape:I pads:I strides:I"},
     {"BatchNormalization", 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31",
      "epsilon:f is_test:i momentum:f spatial:i training_mode:i"},
+    {"Bernoulli", 7, "15:1:1", "dtype:i seed:f"},
     {"BitShift", 7, "11:2:3", "direction:s"},
     {"BlackmanWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"Cast", 6, "1:1:1 6:1:1 9:1:1 13:1:1", "to:i"},
@@ -140,6 +141,10 @@ constexpr OpEntry kOps[] = {
     {"RNN", 7, "1:6:7 7:6:7 14:6:7",
      "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "
      "layout:i"},
+    {"RandomNormal", 1, "1:0:0", "dtype:i mean:f scale:f seed:f shape:I"},
+    {"RandomNormalLike", 1, "1:1:1", "dtype:i mean:f scale:f seed:f"},
+    {"RandomUniform", 1, "1:0:0", "dtype:i high:f low:f seed:f shape:I"},
+    {"RandomUniformLike", 1, "1:1:1", "dtype:i high:f low:f seed:f"},
     {"Range", 7, "11:3:7", ""},
     {"Reciprocal", 6, "1:1:1 6:1:1 13:1:1", ""},
     {"ReduceL1", 1, "1:1:1 11:1:1 13:1:1", "axes:I keepdims:i"},

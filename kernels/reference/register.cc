@@ -16,6 +16,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterDynvmKernels(registry);
   reference::RegisterFusedConvKernels(registry);
   reference::RegisterVisionKernels(registry);
+  reference::RegisterRandomKernels(registry);
 }
 
 }  // namespace dynvm
