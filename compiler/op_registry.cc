@@ -84,6 +84,7 @@ OpRegistry& OpRegistry::Global() {
     RegisterIndexingShapeFunctions(*reg);
     RegisterDynvmShapeFunctions(*reg);
     RegisterQuantShapeFunctions(*reg);
+    RegisterSignalShapeFunctions(*reg);
     return reg;
   }();
   return *r;

@@ -110,6 +110,9 @@ void RegisterDynvmShapeFunctions(OpRegistry& registry);
 // QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, with
 // their compile-time scale and zero-point checks (compiler/quant_shape_functions.cc).
 void RegisterQuantShapeFunctions(OpRegistry& registry);
+// Signal, vision and random operators: DFT, STFT, MelWeightMatrix, GridSample, RoiAlign,
+// MaxUnpool, MeanVarianceNormalization, Bernoulli, Random* (compiler/signal_shape_functions.cc).
+void RegisterSignalShapeFunctions(OpRegistry& registry);
 
 // Numpy-style broadcast of symbolic shapes. Where two dims differ symbolically the result is
 // their max (they must be equal or one of them 1 at run time; the kernel checks).

@@ -43,6 +43,7 @@ constexpr OpEntry kOps[] = {
      "auto_pad:s ceil_mode:i count_include_pad:i kernel_shape:I pads:I strides:I"},
     {"BatchNormalization", 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31",
      "epsilon:f is_test:i momentum:f spatial:i training_mode:i"},
+    {"Bernoulli", 7, "15:1:1", "dtype:i seed:f"},
     {"BitShift", 7, "11:2:3", "direction:s"},
     {"BlackmanWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"Cast", 6, "1:1:1 6:1:1 9:1:1 13:1:1", "to:i"},
@@ -91,6 +92,7 @@ constexpr OpEntry kOps[] = {
     {"GlobalMaxPool", 1, "1:1:1", ""},
     {"Greater", 7, "1:2:3 7:2:3 9:2:3 13:2:3", ""},
     {"GreaterOrEqual", 7, "12:2:3 16:2:3", ""},
+    {"GridSample", 7, "16:2:3", "align_corners:i mode:s padding_mode:s"},
     {"HammingWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"HannWindow", 7, "17:1:1", "output_datatype:i periodic:i"},
     {"HardSigmoid", 6, "1:1:1 6:1:1", "alpha:f beta:f"},
@@ -117,7 +119,9 @@ constexpr OpEntry kOps[] = {
     {"Max", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"MaxPool", 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1",
      "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I"},
+    {"MaxUnpool", 7, "9:2:3 11:3:3", "kernel_shape:I pads:I strides:I"},
     {"Mean", 6, "1:0:1 6:0:1 8:0:1 13:0:1", ""},
+    {"MeanVarianceNormalization", 7, "9:1:1 13:1:1", "axes:I"},
     {"Min", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"Mod", 7, "10:2:3 13:2:3", "fmod:i"},
     {"Mul", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
@@ -141,6 +145,10 @@ constexpr OpEntry kOps[] = {
     {"RNN", 7, "1:6:7 7:6:7 14:6:7",
      "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "
      "layout:i"},
+    {"RandomNormal", 1, "1:0:0", "dtype:i mean:f scale:f seed:f shape:I"},
+    {"RandomNormalLike", 1, "1:1:1", "dtype:i mean:f scale:f seed:f"},
+    {"RandomUniform", 1, "1:0:0", "dtype:i high:f low:f seed:f shape:I"},
+    {"RandomUniformLike", 1, "1:1:1", "dtype:i high:f low:f seed:f"},
     {"Range", 7, "11:3:7", ""},
     {"Reciprocal", 6, "1:1:1 6:1:1 13:1:1", ""},
     {"ReduceL1", 1, "1:1:1 11:1:1 13:1:1", "axes:I keepdims:i"},
@@ -159,6 +167,9 @@ constexpr OpEntry kOps[] = {
      "coordinate_transformation_mode:s cubic_coeff_a:f exclude_outside:i extrapolation_value:f "
      "mode:s nearest_mode:s"},
     {"ReverseSequence", 7, "10:2:3", "batch_axis:i time_axis:i"},
+    {"RoiAlign", 7, "16:3:7",
+     "coordinate_transformation_mode:s mode:s output_height:i output_width:i sampling_ratio:i "
+     "spatial_scale:f"},
     {"Round", 7, "11:1:1", ""},
     {"Scan", 7, "8:0:2 9:0:1 11:0:1 16:0:1",
      "body:g directions:I num_scan_inputs:i scan_input_axes:I scan_input_directions:I "

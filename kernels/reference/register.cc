@@ -16,6 +16,8 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterQuantKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterFusedConvKernels(registry);
+  reference::RegisterVisionKernels(registry);
+  reference::RegisterRandomKernels(registry);
 }
 
 }  // namespace dynvm

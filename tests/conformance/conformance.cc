@@ -17,6 +17,7 @@
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "compiler/onnx/tensor_proto.h"
+#include "kernels/reference/signal_common.h"
 #include "onnx/onnx-data.pb.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
@@ -147,6 +148,21 @@ Tensor SameBitsAs(const Tensor& t, DType dtype) {
   return v.ok() ? *v : t;
 }
 
+// True when a graph (or a region nested in it) holds a random operator.
+bool HasRandomOp(const compiler::Graph& g) {
+  static constexpr absl::string_view kRandom[] = {"Bernoulli", "RandomUniform", "RandomNormal",
+                                                  "RandomUniformLike", "RandomNormalLike"};
+  for (const auto& node : g.nodes) {
+    for (absl::string_view op : kRandom) {
+      if (node->op == op) return true;
+    }
+    for (const auto& [name, region] : node->subgraphs) {
+      if (region != nullptr && HasRandomOp(*region)) return true;
+    }
+  }
+  return false;
+}
+
 CaseResult Finish(CaseResult r, Outcome o, std::string message,
                   std::chrono::steady_clock::time_point start) {
   r.outcome = o;
@@ -263,6 +279,47 @@ absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, doub
   return absl::OkStatus();
 }
 
+absl::Status CompareRandom(const Tensor& got, const Tensor& want) {
+  if (!got.defined()) return absl::InvalidArgumentError("no output");
+  if (got.dtype() != want.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype())));
+  }
+  if (got.dims() != want.dims()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape ", got.ShapeString(), ", expected ", want.ShapeString()));
+  }
+  const std::vector<double> g = reference::ReadDoubles(got);
+  const std::vector<double> w = reference::ReadDoubles(want);
+  if (g.empty()) return absl::OkStatus();
+  bool binary = true;
+  for (double v : w) binary = binary && (v == 0 || v == 1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("random output element ", i, " is ", g[i]));
+    }
+    if (binary && g[i] != 0 && g[i] != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("random output element ", i, " is ", g[i], "; a Bernoulli draw is 0 or 1"));
+    }
+  }
+  auto moments = [](const std::vector<double>& v) {
+    double mean = 0, var = 0;
+    for (double x : v) mean += x;
+    mean /= static_cast<double>(v.size());
+    for (double x : v) var += (x - mean) * (x - mean);
+    return std::pair<double, double>(mean, var / static_cast<double>(v.size()));
+  };
+  const auto [mg, vg] = moments(g);
+  const auto [mw, vw] = moments(w);
+  const double bound = 5 * std::sqrt((vg + vw) / static_cast<double>(g.size()));
+  if (std::abs(mg - mw) > bound) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("random output mean ", mg, ", expected ", mw, " within ", bound));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
   if (!got.defined()) return absl::InvalidArgumentError("no output");
   if (got.dtype() != want.dtype()) {
@@ -325,6 +382,9 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
       compiler::onnx::ImportOnnxFile((fs::path(case_dir) / "model.onnx").string());
   if (!module.ok()) return refused(module.status(), "import");
+  for (const compiler::Function& f : (*module)->functions()) {
+    if (f.graph != nullptr && HasRandomOp(*f.graph)) r.random = true;
+  }
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module);
   if (!compiled.ok()) return refused(compiled.status(), "compile");
   LoadOptions load;
@@ -415,7 +475,9 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
       Tensor out = *got;
       if (out.dtype() == DType::kBF16 && want->dtype() == DType::kU16)
         out = SameBitsAs(out, DType::kU16);
-      if (absl::Status s = Compare(out, *want, options.rtol, options.atol); !s.ok()) {
+      const absl::Status s =
+          r.random ? CompareRandom(out, *want) : Compare(out, *want, options.rtol, options.atol);
+      if (!s.ok()) {
         return Finish(r, Outcome::kFailed, absl::StrCat(set_name, " output ", i, ": ", s.message()),
                       start);
       }

@@ -3,6 +3,11 @@
 // with the stored outputs using the suite's tolerances (|got - want| <= atol + rtol * |want|,
 // rtol 1e-3, atol 1e-7; NaN matches NaN; integers and bools exactly).
 //
+// A case whose model holds a random operator (Bernoulli, RandomUniform, RandomNormal,
+// RandomUniformLike, RandomNormalLike) cannot match stored values: its outputs pass when their
+// dtype and shape match and CompareRandom's statistical check holds; such cases are marked
+// `random` and listed apart.
+//
 // Outcomes: passed; unsupported (the importer or compiler refused the model as Unimplemented:
 // an operator, attribute or type dynvm does not support); failed (anything else: a wrong
 // result, a run-time error, a malformed model).
@@ -33,6 +38,7 @@ struct CaseResult {
   std::string name;
   Outcome outcome = Outcome::kFailed;
   std::string message;  // why it failed or is unsupported
+  bool random = false;  // judged by CompareRandom (the model draws random numbers)
   double seconds = 0;
 };
 
@@ -70,6 +76,14 @@ absl::Status CompareValues(const ObjectValue& got, const ObjectValue& want, doub
 // OK when `got` matches `want` (dtype, dims and values within the tolerances); otherwise an
 // error naming the first mismatch.
 absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double atol);
+
+// The statistical check for outputs of random models: dtype and shape as `want`; every value
+// finite; when `want` holds only 0 and 1 (a Bernoulli draw), so must `got`; and the means agree
+// within five standard errors: |mean(got) - mean(want)| <= 5 sqrt((var(got) + var(want)) / n)
+// (var: the population variance; n elements each), which two draws of one distribution fail
+// with probability below 1e-6. The per-distribution tests with large samples and fixed seeds
+// are the random kernels' unit tests (kernels/reference/random_test.cc).
+absl::Status CompareRandom(const Tensor& got, const Tensor& want);
 
 const char* OutcomeName(Outcome o);
 

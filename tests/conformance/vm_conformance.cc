@@ -4,6 +4,9 @@
 //   vm-conformance [--data DIR] [--suite NAME ...] [--backends reference,...] [--filter TEXT]
 //                  [--list-failures] [--list-unsupported] [--expected FILE] [--write-passes FILE]
 //
+// Cases whose model draws random numbers pass on dtype, shape and a statistical check
+// (conformance.h) and are listed apart after the counts.
+//
 // With --expected FILE (one `suite/case` per line, '#' comments), every listed case must pass:
 // a listed case that does not is a regression, and the exit status is 1. Cases that pass but
 // are not listed are printed as new passes (add them, so the list only grows).
@@ -154,6 +157,22 @@ int Main(int argc, char** argv) {
     const Counts& c = counts[suite];
     std::printf("%-18s %4d passed / %4d failed / %4d unsupported  (%.1f s)\n", suite.c_str(),
                 c.passed, c.failed, c.unsupported, c.seconds);
+  }
+  // Random models pass on dtype, shape and a statistical check, not values: listed apart.
+  int random_passed = 0;
+  for (const CaseResult& r : results) {
+    if (r.random && r.outcome == Outcome::kPassed) ++random_passed;
+  }
+  if (random_passed > 0) {
+    std::printf(
+        "of those passed, %d random case(s) judged by dtype, shape and a statistical "
+        "check (not values):\n",
+        random_passed);
+    for (const CaseResult& r : results) {
+      if (r.random && r.outcome == Outcome::kPassed) {
+        std::printf("  RANDOM %s/%s\n", r.suite.c_str(), r.name.c_str());
+      }
+    }
   }
   std::fflush(stdout);
   if (!write_passes.empty()) {

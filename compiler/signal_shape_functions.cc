@@ -1,0 +1,174 @@
+// Shape and dtype functions of the signal (DFT, STFT, MelWeightMatrix), vision (GridSample,
+// RoiAlign, MaxUnpool, MeanVarianceNormalization) and random (Bernoulli, RandomUniform,
+// RandomNormal, RandomUniformLike, RandomNormalLike) operators. Sizes that depend on input
+// values (a DFT length, a frame count) are fresh symbols the kernel decides at run time. The
+// random operators are impure: never constant-folded, deduplicated or hoisted.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+namespace {
+
+using Shape = std::vector<Dim>;
+
+void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
+  r.Register(OpSchema{"", op, std::move(fn), pure});
+}
+
+// The dtype named by attribute `name` (an ONNX TensorProto type), else `def`.
+// Bernoulli's output may be any numeric type or bool; the other random ops' floating point.
+absl::StatusOr<DType> AttrDType(InferContext& c, const char* name, DType def) {
+  if (!c.HasAttr(name)) return def;
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt(name, 1));
+  std::optional<DType> d = DTypeFromOnnx(t);
+  const bool any = c.node().op == "Bernoulli";
+  if (!d || *d == DType::kString || (!any && !IsFloat(*d))) {
+    return c.Error(absl::StrCat(name, " ", t, " is not a supported output type"));
+  }
+  return *d;
+}
+
+// The first input's shape with the attribute-named dtype (the *Like ops, Bernoulli).
+absl::Status LikeInput(InferContext& c) {
+  if (!c.has_input(0)) return c.Error("missing input 0");
+  DYNVM_ASSIGN_OR_RETURN(DType d, AttrDType(c, "dtype", c.input_dtype(0)));
+  if (!IsFloat(d) && c.node().op != "Bernoulli") {
+    return c.Error("the output must be floating point: set dtype");
+  }
+  if (c.input_shape(0)) {
+    c.SetOutput(0, d, *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, d);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RandomFromShape(InferContext& c) {
+  if (!c.HasAttr("shape")) return c.Error("the shape attribute is required");
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.GetInts("shape"));
+  Shape dims;
+  for (int64_t d : shape) {
+    if (d < 0) return c.Error(absl::StrCat("negative size ", d, " in shape"));
+    dims.push_back(c.sym().Const(d));
+  }
+  DYNVM_ASSIGN_OR_RETURN(DType d, AttrDType(c, "dtype", DType::kF32));
+  c.SetOutput(0, d, std::move(dims));
+  return absl::OkStatus();
+}
+
+absl::Status GridSample(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  const Shape* g = c.input_shape(1);
+  if (x == nullptr || g == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (x->size() != 4 || g->size() != 4) {
+    return c.Error("GridSample supports 4-D X [N, C, H, W] and grid [N, H_out, W_out, 2]");
+  }
+  c.SetOutput(0, c.input_dtype(0), {(*x)[0], (*x)[1], (*g)[1], (*g)[2]});
+  return absl::OkStatus();
+}
+
+absl::Status RoiAlign(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  const Shape* rois = c.input_shape(1);
+  DYNVM_ASSIGN_OR_RETURN(int64_t oh, c.GetInt("output_height", 1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t ow, c.GetInt("output_width", 1));
+  if (oh < 1 || ow < 1) return c.Error("output_height and output_width must be >= 1");
+  if (x == nullptr || rois == nullptr) {
+    c.SetOutputDynamic(0, c.input_dtype(0), 4);
+    return absl::OkStatus();
+  }
+  if (x->size() != 4 || rois->size() != 2) return c.Error("needs X [N, C, H, W] and rois [R, 4]");
+  c.SetOutput(0, c.input_dtype(0), {(*rois)[0], (*x)[1], c.sym().Const(oh), c.sym().Const(ow)});
+  return absl::OkStatus();
+}
+
+absl::Status MaxUnpool(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mvn(InferContext& c) {
+  if (!c.has_input(0)) return c.Error("missing input 0");
+  if (c.input_shape(0)) {
+    c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
+  } else {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  }
+  return absl::OkStatus();
+}
+
+// DFT (opset 17): the input's shape with the last dim 2 (complex) and the transformed axis
+// resized (dft_length, or half plus one when onesided).
+absl::Status Dft(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  const int rank = static_cast<int>(x->size());
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t onesided, c.GetInt("onesided", 0));
+  if (rank < 2) return c.Error("DFT needs an input of rank >= 2 ([..., 1 or 2])");
+  if (axis < -rank || axis >= rank - 1) {
+    return c.Error(absl::StrCat("axis ", axis, " out of range for rank ", rank));
+  }
+  const int ax = static_cast<int>(axis < 0 ? axis + rank : axis);
+  Shape out = *x;
+  out[rank - 1] = c.sym().Const(2);
+  Dim n = (*x)[ax];
+  if (c.has_input(1)) {
+    const std::vector<Dim>* len = c.content(1);
+    n = (len != nullptr && len->size() == 1) ? (*len)[0] : c.sym().Fresh("dft_length");
+  }
+  out[ax] =
+      onesided != 0 ? c.sym().Add(c.sym().FloorDiv(n, c.sym().Const(2)), c.sym().Const(1)) : n;
+  c.SetOutput(0, c.input_dtype(0), std::move(out));
+  return absl::OkStatus();
+}
+
+absl::Status Stft(InferContext& c) {
+  c.SetOutputDynamic(0, c.input_dtype(0), 4);
+  return absl::OkStatus();
+}
+
+absl::Status MelWeightMatrix(InferContext& c) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("output_datatype", 1));
+  std::optional<DType> d = DTypeFromOnnx(t);
+  if (!d || *d == DType::kString || *d == DType::kBool) {
+    return c.Error(absl::StrCat("unsupported output_datatype ", t));
+  }
+  c.SetOutputDynamic(0, *d, 2);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterSignalShapeFunctions(OpRegistry& r) {
+  Reg(r, "GridSample", GridSample);
+  Reg(r, "RoiAlign", RoiAlign);
+  Reg(r, "MaxUnpool", MaxUnpool);
+  Reg(r, "MeanVarianceNormalization", Mvn);
+  Reg(r, "DFT", Dft);
+  Reg(r, "STFT", Stft);
+  Reg(r, "MelWeightMatrix", MelWeightMatrix);
+  Reg(r, "Bernoulli", LikeInput, /*pure=*/false);
+  Reg(r, "RandomUniformLike", LikeInput, /*pure=*/false);
+  Reg(r, "RandomNormalLike", LikeInput, /*pure=*/false);
+  Reg(r, "RandomUniform", RandomFromShape, /*pure=*/false);
+  Reg(r, "RandomNormal", RandomFromShape, /*pure=*/false);
+}
+
+}  // namespace dynvm::compiler
