@@ -26,6 +26,7 @@ void RegisterDynvmKernels(KernelRegistry& r);
 void RegisterVisionKernels(KernelRegistry& r);  // vision.cc: GridSample, RoiAlign, MaxUnpool, MVN
 void RegisterSignalKernels(KernelRegistry& r);  // signal.cc: DFT, STFT, MelWeightMatrix
 void RegisterRandomKernels(KernelRegistry& r);  // random.cc: Bernoulli, Random*
+void RegisterAttentionKernel(KernelRegistry& r);  // attention.cc: dynvm::Attention
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
 

@@ -15,6 +15,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterMiscKernels(registry);
   reference::RegisterQuantKernels(registry);
   reference::RegisterDynvmKernels(registry);
+  reference::RegisterAttentionKernel(registry);
   reference::RegisterFusedConvKernels(registry);
   reference::RegisterVisionKernels(registry);
   reference::RegisterRandomKernels(registry);
