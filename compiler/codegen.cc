@@ -1281,6 +1281,16 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
   const Value* root = plan_.Root(v);
   const Store store = plan_.of(root).store;
   if (store == Store::kPool || store == Store::kDynamic) return true;
+  if (store == Store::kRegister && root->producer != nullptr && IsOnnx(*root->producer, "If")) {
+    // An If result is pool-owned when what each branch gives is.
+    const Node& n = *root->producer;
+    size_t idx = 0;
+    while (idx < n.outputs.size() && n.outputs[idx] != root) ++idx;
+    const Graph* then_g = n.subgraph("then_branch");
+    const Graph* else_g = n.subgraph("else_branch");
+    return idx < n.outputs.size() && then_g != nullptr && else_g != nullptr &&
+           PoolOwned(then_g->outputs[idx]) && PoolOwned(else_g->outputs[idx]);
+  }
   if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop"))
     return false;
   // Loop results: growables and scan outputs are pool-owned; a carried value is when the

@@ -3,6 +3,7 @@
 //
 //   vm-conformance [--data DIR] [--suite NAME ...] [--backends reference,...] [--filter TEXT]
 //                  [--list-failures] [--list-unsupported] [--expected FILE] [--write-passes FILE]
+//                  [--wrap loop|if]
 //
 // With --expected FILE (one `suite/case` per line, '#' comments), every listed case must pass:
 // a listed case that does not is a regression, and the exit status is 1. Cases that pass but
@@ -75,6 +76,10 @@ int Main(int argc, char** argv) {
   flags.AddString("--expect-kernels", &expect_kernels_path,
                   "FILE: lines `suite/case KERNEL...`; each listed case must bind kernels whose "
                   "names contain every KERNEL (e.g. conv.f32.dnnl), or it fails");
+  std::string wrap;
+  flags.AddString("--wrap", &wrap,
+                  "loop or if: run each case's graph inside a Loop (trip count 2, symbolic input "
+                  "dims) or both branches of an If (tests/conformance/wrap.h)");
   flags.AddString("--write-passes", &write_passes,
                   "write the passing cases to FILE (suite/case per line)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -93,6 +98,14 @@ int Main(int argc, char** argv) {
   }
   if (suites.empty()) suites.assign(std::begin(kSuites), std::end(kSuites));
   RunnerOptions options;
+  if (wrap == "loop") {
+    options.wrap = Wrap::kLoop;
+  } else if (wrap == "if") {
+    options.wrap = Wrap::kIf;
+  } else if (!wrap.empty()) {
+    return cli::ReportError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                          "--wrap must be loop or if, not '", wrap, "'")));
+  }
   if (!backends.empty()) {
     for (absl::string_view b : absl::StrSplit(backends, ',', absl::SkipEmpty())) {
       options.backends.allowed.push_back(std::string(b));
