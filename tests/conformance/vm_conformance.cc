@@ -3,7 +3,7 @@
 //
 //   vm-conformance [--data DIR] [--suite NAME ...] [--backends reference,...] [--filter TEXT]
 //                  [--list-failures] [--list-unsupported] [--expected FILE] [--write-passes FILE]
-//                  [--wrap loop|if]
+//                  [--wrap loop|if|if-else]
 //
 // With --expected FILE (one `suite/case` per line, '#' comments), every listed case must pass:
 // a listed case that does not is a regression, and the exit status is 1. Cases that pass but
@@ -78,8 +78,9 @@ int Main(int argc, char** argv) {
                   "names contain every KERNEL (e.g. conv.f32.dnnl), or it fails");
   std::string wrap;
   flags.AddString("--wrap", &wrap,
-                  "loop or if: run each case's graph inside a Loop (trip count 2, symbolic input "
-                  "dims) or both branches of an If (tests/conformance/wrap.h)");
+                  "loop, if or if-else: run each case's graph inside a Loop (trip count 2, "
+                  "symbolic input dims) or both branches of an If whose then (if) or else "
+                  "(if-else) branch runs (tests/conformance/wrap.h)");
   flags.AddString("--write-passes", &write_passes,
                   "write the passing cases to FILE (suite/case per line)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -102,9 +103,11 @@ int Main(int argc, char** argv) {
     options.wrap = Wrap::kLoop;
   } else if (wrap == "if") {
     options.wrap = Wrap::kIf;
+  } else if (wrap == "if-else") {
+    options.wrap = Wrap::kIfElse;
   } else if (!wrap.empty()) {
     return cli::ReportError(kProgram, absl::InvalidArgumentError(absl::StrCat(
-                                          "--wrap must be loop or if, not '", wrap, "'")));
+                                          "--wrap must be loop, if or if-else, not '", wrap, "'")));
   }
   if (!backends.empty()) {
     for (absl::string_view b : absl::StrSplit(backends, ',', absl::SkipEmpty())) {

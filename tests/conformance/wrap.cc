@@ -225,11 +225,11 @@ void WrapInLoop(const pb::GraphProto& g, int64_t opset, pb::GraphProto* out) {
   }
 }
 
-void WrapInIf(const pb::GraphProto& g, pb::GraphProto* out) {
+void WrapInIf(const pb::GraphProto& g, bool cond, pb::GraphProto* out) {
   for (const pb::ValueInfoProto& in : g.input()) *out->add_input() = in;
-  // The condition is a Constant true: dynvm does not fold an If on a constant condition, so
-  // both branches are imported, inferred and compiled (the then branch runs).
-  AddScalarConstant(out, "wrap_cond", pb::TensorProto::BOOL, 1);
+  // The condition is a Constant: dynvm does not fold an If on a constant condition, so both
+  // branches are imported, inferred and compiled (one runs).
+  AddScalarConstant(out, "wrap_cond", pb::TensorProto::BOOL, cond ? 1 : 0);
   pb::NodeProto node;
   node.set_op_type("If");
   node.set_name("wrap_if");
@@ -275,7 +275,7 @@ absl::StatusOr<std::string> WrapModel(absl::string_view model, Wrap wrap) {
     }
     WrapInLoop(g, opset, &wrapped);
   } else {
-    WrapInIf(g, &wrapped);
+    WrapInIf(g, wrap == Wrap::kIf, &wrapped);
   }
   *m.mutable_graph() = std::move(wrapped);
   std::string bytes;

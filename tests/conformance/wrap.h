@@ -10,6 +10,7 @@
 //   if:   the graph's nodes are copied into both branches of an If whose condition is a Constant
 //         true (not folded: both branches are compiled, the then branch runs); the branches read
 //         the graph's inputs and initializers from the outer scope.
+//   if-else: the same with the condition false (the else branch runs).
 //
 // Inputs and outputs keep their order (the runner binds them by position), so the case's
 // test_data_set_* folders apply unchanged.
@@ -23,7 +24,7 @@
 
 namespace dynvm::conformance {
 
-enum class Wrap { kNone, kLoop, kIf };
+enum class Wrap { kNone, kLoop, kIf, kIfElse };
 
 // The serialized ModelProto `model` with its graph wrapped as `wrap` says (kNone: unchanged).
 // InvalidArgument when `model` does not parse; Unimplemented for graphs that cannot be wrapped
