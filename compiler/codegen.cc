@@ -406,6 +406,25 @@ std::vector<std::vector<const Value*>> FunctionCodegen::KillsAfter(Graph& g) {
   return kills;
 }
 
+namespace {
+
+// The node's label for the debug section (run-time errors, profiles): inside a body or branch,
+// prefixed with the regions around it, e.g. "Loop 'decode': body: Add 'add_1'".
+std::string LocationLabel(const Graph& g, const Node& n) {
+  std::string label = n.Label();
+  for (const Graph* r = &g; r->owner != nullptr; r = r->parent) {
+    std::string region = "body";
+    for (const auto& [name, sub] : r->owner->subgraphs) {
+      if (sub.get() == r) region = name;
+    }
+    label = absl::StrCat(r->owner->Label(), ": ", region, ": ", label);
+    if (r->parent == nullptr) break;
+  }
+  return label;
+}
+
+}  // namespace
+
 absl::Status FunctionCodegen::EmitGraph(Graph& g) {
   // Pool values of a loop body are released at their last use, so that later values (and the
   // next iteration) reuse their blocks: the pool then serves a body whose sizes grow every
@@ -413,7 +432,7 @@ absl::Status FunctionCodegen::EmitGraph(Graph& g) {
   const std::vector<std::vector<const Value*>> kills = KillsAfter(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node* n = g.nodes[i].get();
-    b_.Location(index_, bc_.pc(), n->Label());
+    b_.Location(index_, bc_.pc(), LocationLabel(g, *n));
     if (absl::Status s = EmitNode(*n); !s.ok()) {
       if (s.code() == absl::StatusCode::kInternal || absl::StrContains(s.message(), n->Label()))
         return s;
@@ -1281,6 +1300,16 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
   const Value* root = plan_.Root(v);
   const Store store = plan_.of(root).store;
   if (store == Store::kPool || store == Store::kDynamic) return true;
+  if (store == Store::kRegister && root->producer != nullptr && IsOnnx(*root->producer, "If")) {
+    // An If result is pool-owned when what each branch gives is.
+    const Node& n = *root->producer;
+    size_t idx = 0;
+    while (idx < n.outputs.size() && n.outputs[idx] != root) ++idx;
+    const Graph* then_g = n.subgraph("then_branch");
+    const Graph* else_g = n.subgraph("else_branch");
+    return idx < n.outputs.size() && then_g != nullptr && else_g != nullptr &&
+           PoolOwned(then_g->outputs[idx]) && PoolOwned(else_g->outputs[idx]);
+  }
   if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop"))
     return false;
   // Loop results: growables and scan outputs are pool-owned; a carried value is when the

@@ -659,5 +659,65 @@ TEST(CompilerTest, UndecidedSymbolicEqualStaysARunTimeValue) {
   }
 }
 
+// A scan output whose elements hold no values (here a slice past the end: f32[0], and a
+// shape of a scalar, i64[0]) appends nothing each iteration; the result is [trips, 0] (the append
+// used to address a view past the growable's storage, which has no bytes).
+TEST(CompilerTest, ScanOutputOfEmptyElementsHasNoValues) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {"n"});
+  Value* s = b.Input("s", DType::kF32, {});
+  std::vector<Value*> outs =
+      b.Loop(b.Input("trips", DType::kI64, {}), nullptr, {}, 2,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>&) {
+               Value* past = l.Op("Slice", {x, l.VectorI64({5}), l.VectorI64({10})});
+               return std::vector<Value*>{cond, past, l.Op("Shape", {s})};
+             });
+  b.Output("slices", outs[0]);
+  b.Output("shapes", outs[1]);
+  Compiled c = CompileOrDie(m);
+  ASSERT_TRUE(c.exe);
+  std::vector<Tensor> out =
+      RunOrDie(c.exe, {{"x", *Tensor::FromVector<float>(DType::kF32, {3}, {1, 2, 3})},
+                       {"s", *Tensor::FromVector<float>(DType::kF32, {}, {1})},
+                       {"trips", Tensor::ScalarI64(3)}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{3, 0}));
+  EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{3, 0}));
+}
+
+// An If result of unknown rank (an Unsqueeze whose axes are an input) returned from the
+// function: each branch makes it in its own pool storage, so it is returned as it is (it was
+// refused: "an output of unknown shape is not pool-owned").
+TEST(CompilerTest, IfResultOfUnknownRankIsAFunctionOutput) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {2});
+  Value* axes = b.Input("axes", DType::kI64, {"k"});
+  Value* c = b.Input("c", DType::kBool, {});
+  std::vector<Value*> outs = b.If(
+      c, 1,
+      [&](GraphBuilder& t) {
+        return std::vector<Value*>{t.Op("Unsqueeze", {x, axes})};
+      },
+      [&](GraphBuilder& e) {
+        return std::vector<Value*>{e.Op("Unsqueeze", {e.Op("Neg", {x}), axes})};
+      });
+  b.Output("y", outs[0]);
+  Compiled compiled = CompileOrDie(m);
+  ASSERT_TRUE(compiled.exe);
+  for (const bool cond : {true, false}) {
+    Tensor cv = *Tensor::Empty(DType::kBool, {});
+    cv.data<bool>()[0] = cond;
+    std::vector<Tensor> out =
+        RunOrDie(compiled.exe, {{"x", *Tensor::FromVector<float>(DType::kF32, {2}, {1, -2})},
+                                {"axes", *Tensor::FromVector<int64_t>(DType::kI64, {2}, {0, 2})},
+                                {"c", cv}});
+    ASSERT_EQ(out.size(), 1u);
+    const float sign = cond ? 1 : -1;
+    ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {1, 2, 1}, {sign, -2 * sign}));
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::compiler

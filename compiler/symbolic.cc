@@ -129,9 +129,10 @@ Dim SymbolicContext::Max(Dim a, Dim b) {
   if (a == b) return a;
   auto ca = AsConst(a), cb = AsConst(b);
   if (ca && cb) return Const(std::max(*ca, *cb));
-  // Sizes are never negative: max(x, 0) = x; max(x, 1) stays (x may be 0).
-  if (ca && *ca == 0) return b;
-  if (cb && *cb == 0) return a;
+  // max(x, 0) = x where x cannot be negative (a size; not a difference such as n - 5, which a
+  // slice past the end makes); max(x, 1) stays (x may be 0).
+  if (ca && *ca == 0 && LowerBound(b).value_or(-1) >= 0) return b;
+  if (cb && *cb == 0 && LowerBound(a).value_or(-1) >= 0) return a;
   return Intern(Kind::kMax, 0, "", a, b);
 }
 

@@ -385,16 +385,20 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
     dst = std::move(grown);
     st = dst.storage().get();
   }
-  // Write src into the slice [old_len, new_len) along axis, then extend the view.
+  // Write src into the slice [old_len, new_len) along axis, then extend the view. An element
+  // with no values (a 0 among its dims) writes nothing: its offset may lie past the storage,
+  // which holds no bytes then.
   int64_t dims[Tensor::kMaxRank];
   std::copy(dst.dims().begin(), dst.dims().end(), dims);
   dims[axis] = k;
-  DYNVM_ASSIGN_OR_RETURN(
-      Tensor slice,
-      Tensor::View(dst.storage(),
-                   dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
-                   dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides()));
-  DYNVM_RETURN_IF_ERROR(Copy(src, slice, device));
+  if (src.numel() > 0) {
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor slice,
+        Tensor::View(dst.storage(),
+                     dst.byte_offset() + old_len * dst.stride(axis) * DTypeSize(dst.dtype()),
+                     dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides()));
+    DYNVM_RETURN_IF_ERROR(Copy(src, slice, device));
+  }
   dims[axis] = new_len;
   int64_t strides[Tensor::kMaxRank];
   std::copy(dst.strides().begin(), dst.strides().end(), strides);

@@ -227,5 +227,37 @@ TEST(BodyErrorTest, IfBranchErrorsNameTheIfTheBranchAndTheNodes) {
   }
 }
 
+// A shape error found only at run time inside a body names the Loop and the body node: the body
+// doubles x each iteration, so the Add with a [2] constant fails in the second one.
+TEST(BodyErrorTest, RunTimeErrorInABodyNamesTheLoopAndTheBodyNode) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  b.set_node_name("the_loop");
+  std::vector<Value*> outs =
+      b.Loop(b.Input("n", DType::kI64, {}), nullptr, {b.Input("x", DType::kF32, {2})}, 0,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>& carried) {
+               Value* two = l.Constant(*Tensor::FromVector<float>(DType::kF32, {2}, {1, 2}));
+               l.set_node_name("the_add");
+               Value* sum = l.Op("Add", {carried[0], two});
+               return std::vector<Value*>{cond, l.Op("Concat", {sum, sum}, {{"axis", AttrInt(0)}})};
+             });
+  b.Output("y", outs[0]);
+  absl::StatusOr<CompileResult> r = Compile(m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(2)).ok());
+  ASSERT_TRUE((*vm)->SetInput("x", *Tensor::FromVector<float>(DType::kF32, {2}, {0, 0})).ok());
+  const absl::Status s = (*vm)->Run();
+  EXPECT_THAT(s.message(), HasSubstr("node 'Loop 'the_loop': body: Add 'the_add''")) << s;
+  EXPECT_THAT(s.message(), HasSubstr("do not broadcast")) << s;
+  // The VM stays usable: one iteration is fine.
+  ASSERT_TRUE((*vm)->SetInput("n", Tensor::ScalarI64(1)).ok());
+  EXPECT_TRUE((*vm)->Run().ok());
+}
+
 }  // namespace
 }  // namespace dynvm::compiler

@@ -369,6 +369,15 @@ absl::StatusOr<std::vector<std::string>> ListCases(const std::string& data_dir,
   return cases;
 }
 
+// The case's model.onnx wrapped in a Loop or an If (wrap.h), imported.
+absl::StatusOr<std::unique_ptr<compiler::Module>> ImportWrapped(const std::string& case_dir,
+                                                                Wrap wrap) {
+  DYNVM_ASSIGN_OR_RETURN(std::string bytes,
+                         schema::ReadFileToString((fs::path(case_dir) / "model.onnx").string()));
+  DYNVM_ASSIGN_OR_RETURN(std::string wrapped, WrapModel(bytes, wrap));
+  return compiler::onnx::ImportOnnxBytes(wrapped, case_dir);
+}
+
 CaseResult RunCase(const std::string& suite, const std::string& case_dir,
                    const RunnerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -380,7 +389,9 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
     return Finish(r, o, absl::StrCat(stage, ": ", s.message()), start);
   };
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
-      compiler::onnx::ImportOnnxFile((fs::path(case_dir) / "model.onnx").string());
+      options.wrap == Wrap::kNone
+          ? compiler::onnx::ImportOnnxFile((fs::path(case_dir) / "model.onnx").string())
+          : ImportWrapped(case_dir, options.wrap);
   if (!module.ok()) return refused(module.status(), "import");
   for (const compiler::Function& f : (*module)->functions()) {
     if (f.graph != nullptr && HasRandomOp(*f.graph)) r.random = true;

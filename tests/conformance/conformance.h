@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
+#include "tests/conformance/wrap.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm::conformance {
@@ -50,6 +51,8 @@ struct RunnerOptions {
   // Per case ("suite/case"): substrings of kernel names the executable must have bound (e.g.
   // "conv.f32.dnnl"); a case that passes without them fails, naming the kernels it got.
   std::map<std::string, std::vector<std::string>> expect_kernels;
+  // Run each case's graph wrapped in a Loop or an If (tests/conformance/wrap.h).
+  Wrap wrap = Wrap::kNone;
 };
 
 // Runs one case folder.

@@ -3,6 +3,7 @@
 //
 //   vm-conformance [--data DIR] [--suite NAME ...] [--backends reference,...] [--filter TEXT]
 //                  [--list-failures] [--list-unsupported] [--expected FILE] [--write-passes FILE]
+//                  [--wrap loop|if|if-else]
 //
 // Cases whose model draws random numbers pass on dtype, shape and a statistical check
 // (conformance.h) and are listed apart after the counts.
@@ -78,6 +79,11 @@ int Main(int argc, char** argv) {
   flags.AddString("--expect-kernels", &expect_kernels_path,
                   "FILE: lines `suite/case KERNEL...`; each listed case must bind kernels whose "
                   "names contain every KERNEL (e.g. conv.f32.dnnl), or it fails");
+  std::string wrap;
+  flags.AddString("--wrap", &wrap,
+                  "loop, if or if-else: run each case's graph inside a Loop (trip count 2, "
+                  "symbolic input dims) or both branches of an If whose then (if) or else "
+                  "(if-else) branch runs (tests/conformance/wrap.h)");
   flags.AddString("--write-passes", &write_passes,
                   "write the passing cases to FILE (suite/case per line)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
@@ -96,6 +102,16 @@ int Main(int argc, char** argv) {
   }
   if (suites.empty()) suites.assign(std::begin(kSuites), std::end(kSuites));
   RunnerOptions options;
+  if (wrap == "loop") {
+    options.wrap = Wrap::kLoop;
+  } else if (wrap == "if") {
+    options.wrap = Wrap::kIf;
+  } else if (wrap == "if-else") {
+    options.wrap = Wrap::kIfElse;
+  } else if (!wrap.empty()) {
+    return cli::ReportError(kProgram, absl::InvalidArgumentError(absl::StrCat(
+                                          "--wrap must be loop, if or if-else, not '", wrap, "'")));
+  }
   if (!backends.empty()) {
     for (absl::string_view b : absl::StrSplit(backends, ',', absl::SkipEmpty())) {
       options.backends.allowed.push_back(std::string(b));

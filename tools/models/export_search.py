@@ -11,6 +11,10 @@ reference outputs computed by PyTorch for the tests (tools/models/models_test.cc
                first), best [batch, n].
   topk<opset>  top-k sampling (k = 5, temperature 4.0); the randomness comes from an input of
                pre-drawn uniforms [batch, n], so the tokens are exact.
+  topk_sample<opset>  top-k sampling whose draw is dynvm::Sample (docs/sampling.md) over the k
+               largest logits, seeded (input seed): a scripted call of the PyTorch operator
+               dynvm::sample registered here, run by PyTorch with tools/lm/export_charlm.py's
+               Python Philox and exported as the node Sample of domain "dynvm".
   topp<opset>  top-p (nucleus) sampling, p = 0.9, temperature 4.0, with a repetition penalty of 1.3 on every
                token already generated (a [batch, vocab] mask updated by ScatterElements); the
                same uniforms input.
@@ -37,7 +41,31 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lm"))
 from export_decoders import LstmLM, VOCAB, encode, train  # noqa: E402
+from export_charlm import philox_uniform, sample_rows  # noqa: E402
+
+# dynvm::Sample (docs/sampling.md) as a PyTorch operator, so that a scripted module can call it:
+# PyTorch runs it with export_charlm.py's independent implementation (Philox in Python), and
+# the ONNX export writes it as the node Sample of domain "dynvm".
+_LIB = torch.library.Library("dynvm", "DEF")
+_LIB.define("sample(Tensor logits, Tensor temperature, Tensor seed, Tensor step) -> Tensor")
+_LIB.impl("sample", lambda logits, temperature, seed, step: torch.from_numpy(sample_rows(
+    logits.detach().numpy(), float(temperature.reshape(-1)[0]), int(seed.reshape(-1)[0]),
+    int(step.reshape(-1)[0]))), "CPU")
+
+
+def _sample_symbolic(g, logits, t, seed, step):
+    # The output's type ([batch] int64) tells the exporter the ranks that follow: without it,
+    # the LSTM's batched/unbatched choice would be exported as a run-time If.
+    out = g.op("dynvm::Sample", logits, t, seed, step)
+    sizes = logits.type().varyingSizes()
+    out.setType(logits.type().with_dtype(torch.int64).with_sizes(sizes[:1] if sizes else [None]))
+    return out
+
+
+for _opset in (14, 17):
+    torch.onnx.register_custom_op_symbolic("dynvm::sample", _sample_symbolic, _opset)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIN_MARGIN = 1e-3
@@ -168,6 +196,56 @@ class TopP(nn.Module):
         return tokens, logits
 
 
+class TopKSample(nn.Module):
+    """Top-k sampling whose draw is dynvm::Sample over the k largest logits (seeded Philox: the
+    token depends only on the seed, the step and the row)."""
+
+    def __init__(self, lm: LstmLM):
+        super().__init__()
+        self.embed = lm.embed
+        self.lstm = lm.lstm
+        self.out = lm.out
+        self.top = 5
+        self.temperature = 4.0
+
+    def forward(self, prompt: torch.Tensor, max_new_tokens: torch.Tensor, seed: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        y, (h, c) = self.lstm(self.embed(prompt))
+        logits = self.out(y[:, -1])
+        tokens = prompt[:, :0]
+        t = torch.tensor([self.temperature])
+        for i in range(int(max_new_tokens)):
+            vals, idx = logits.topk(self.top, dim=-1)
+            choice = torch.ops.dynvm.sample(vals, t, seed, torch.tensor([i]))
+            tok = idx.gather(1, choice.unsqueeze(1))
+            tokens = torch.cat([tokens, tok], 1)
+            y, (h, c) = self.lstm(self.embed(tok), (h, c))
+            logits = self.out(y[:, -1])
+        return tokens, logits
+
+
+def sample_op_margin(module, prompt, n, seed):
+    """The smallest relative distance between u * sum(p) and a CDF entry dynvm::Sample compares
+    it with, and how many draws picked other than the most likely token."""
+    worst, others = 1.0, 0
+    with torch.no_grad():
+        y, (h, c) = module.lstm(module.embed(prompt))
+        logits = module.out(y[:, -1])
+        for i in range(n):
+            vals, idx = logits.topk(module.top, dim=-1)
+            rows = vals.numpy().astype(np.float64)
+            for r, row in enumerate(rows):
+                p = np.exp((row - row.max()) / module.temperature)
+                u = philox_uniform(int(seed[0]), i, r) * p.sum()
+                worst = min(worst, float(np.abs(np.cumsum(p) - u).min() / p.sum()))
+            choice = torch.from_numpy(sample_rows(rows, module.temperature, int(seed[0]), i))
+            others += int((choice > 0).sum())
+            tok = idx.gather(1, choice.unsqueeze(1))
+            y, (h, c) = module.lstm(module.embed(tok), (h, c))
+            logits = module.out(y[:, -1])
+    return worst, others
+
+
 def beam_margins(lm, prompt, n):
     """Replays the beam search eagerly and checks that no ranking PyTorch made is a near tie."""
     bs = BeamSearch(lm)
@@ -251,7 +329,8 @@ def export(name, module, opset, input_names, output_names, dynamic_axes, cases):
     scripted = torch.jit.script(module)
     path = os.path.join(folder, "model.onnx")
     torch.onnx.export(scripted, cases[0], path, opset_version=opset, input_names=input_names,
-                      output_names=output_names, dynamic_axes=dynamic_axes)
+                      output_names=output_names, dynamic_axes=dynamic_axes,
+                      custom_opsets={"dynvm": 1})
     onnx.checker.check_model(onnx.load(path))
     for k, inputs in enumerate(cases):
         case = os.path.join(folder, f"case{k}")
@@ -315,12 +394,26 @@ def main():
             if u.size(1) and others < 2:
                 raise SystemExit(f"{cls.__name__}: only {others} non-greedy picks")
 
+    seeded_cases = [(prompts[0], torch.tensor(16), torch.tensor([11])),
+                    (prompts[1], torch.tensor(12), torch.tensor([12345678901])),
+                    (prompts[1], torch.tensor(0), torch.tensor([5]))]
+    for p, n, seed in seeded_cases:
+        gap, others = sample_op_margin(TopKSample(lm), p, int(n), seed)
+        if gap < MIN_SAMPLE_MARGIN:
+            raise SystemExit(f"TopKSample: a draw is {gap} from a CDF edge")
+        if int(n) and others < 2:
+            raise SystemExit(f"TopKSample: only {others} non-greedy picks")
+
     only = set(sys.argv[1:])
     for opset in (14, 17):
         if not only or f"beam{opset}" in only:
             export(f"beam{opset}", BeamSearch(lm), opset, ["prompt", "max_new_tokens"],
                    ["tokens", "scores", "best"],
                    {"prompt": {0: "batch", 1: "prompt_len"}}, beam_cases)
+        if not only or f"topk_sample{opset}" in only:
+            export(f"topk_sample{opset}", TopKSample(lm), opset,
+                   ["prompt", "max_new_tokens", "seed"], ["tokens", "logits"],
+                   {"prompt": {0: "batch", 1: "prompt_len"}}, seeded_cases)
         for name, cls in (("topk", TopK), ("topp", TopP)):
             if not only or f"{name}{opset}" in only:
                 export(f"{name}{opset}", cls(lm), opset, ["prompt", "uniforms"],

@@ -145,7 +145,8 @@ namespace {
 
 // Decoding strategies over a tiny LSTM LM (tools/models/export_search.py), scripted and exported
 // at opsets 14 and 17: beam search (4 beams, length penalty, per-beam end token; batch 1 and 2),
-// top-k sampling and top-p sampling with a repetition penalty (randomness from a uniforms input).
+// top-k sampling and top-p sampling with a repetition penalty (randomness from a uniforms input),
+// and top-k sampling drawn by dynvm::Sample (seeded Philox; PyTorch ran a Python Philox).
 // Every integer output (tokens) equals PyTorch's exactly, every float output (scores, logits) to
 // 1e-4, in one Run() each.
 std::unique_ptr<VirtualMachine> CompileSearch(const std::string& name,
@@ -238,9 +239,10 @@ TEST_P(SearchModelTest, BoundedSearchAllocatesNothingPerStep) {
   EXPECT_EQ(result.functions[0].loop_alloc_sites, 0) << result.ReportText();
   const fs::path c = kModels / GetParam() / "case1";  // batch 2
   BindCase(*vm, c);
-  const bool beam = absl::StartsWith(GetParam(), "beam");
+  // The step count is an input (beam search, seeded sampling) or the uniforms' length.
+  const bool counted = fs::exists(c / "input_max_new_tokens.npy");
   auto after_first = [&](int64_t steps) -> int64_t {
-    if (beam) {
+    if (counted) {
       EXPECT_TRUE(vm->SetInput("max_new_tokens", Tensor::ScalarI64(steps)).ok());
     } else {
       Tensor u = *Tensor::Empty(DType::kF32, {2, steps});
@@ -266,7 +268,7 @@ TEST_P(SearchModelTest, BoundedSearchAllocatesNothingPerStep) {
 
 INSTANTIATE_TEST_SUITE_P(Searches, SearchModelTest,
                          ::testing::Values("beam14", "beam17", "topk14", "topk17", "topp14",
-                                           "topp17"));
+                                           "topp17", "topk_sample14", "topk_sample17"));
 
 }  // namespace
 }  // namespace dynvm
