@@ -10,11 +10,12 @@
 // MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
 // s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets), for a [..., M, K]
 // contiguous a (its batch folded into M) times a contiguous 2-D [K, N] b with per-tensor zero
-// points. QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or
-// per-column b_scale) in double, as the reference does, so results are identical. Only on CPUs
-// with VNNI (avx512_core_vnni, avx2_vnni): without it oneDNN's u8 x s8 kernels may saturate in
-// 16-bit intermediates. K is capped so that no s32 sum can overflow (the reference wraps).
-// Anything else (u8 b, per-row or per-column zero points, broadcast batches) runs the reference.
+// points (or per-channel ones that hold one repeated value, as symmetric weights' zeros do).
+// QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or per-column b_scale)
+// in double, as the reference does, so results are identical. Only on CPUs with VNNI
+// (avx512_core_vnni, avx2_vnni): without it oneDNN's u8 x s8 kernels may saturate in 16-bit
+// intermediates. K is capped so that no s32 sum can overflow (the reference wraps). Anything else
+// (u8 b, per-row or per-column zero points, broadcast batches) runs the reference.
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
@@ -230,7 +231,17 @@ class IntMatMulKernel final : public DnnlKernel {
     const int64_t k = a.dim(a.rank() - 1);
     if (k != b.dim(0) || k >= kMaxExactK) return false;
     for (auto [z, t] : {std::pair{za, a.dtype()}, std::pair{zb, b.dtype()}}) {
-      if (z != nullptr && (z->numel() != 1 || z->rank() > 1 || z->dtype() != t)) return false;
+      if (z != nullptr && !Uniform(*z, t)) return false;
+    }
+    return true;
+  }
+
+  // A zero point of type `t` holding one value (a scalar, or a per-channel vector of one
+  // repeated value: the zeros of a symmetric per-channel weight).
+  static bool Uniform(const Tensor& z, DType t) {
+    if (z.dtype() != t || z.rank() > 1 || z.numel() < 1 || !z.is_contiguous()) return false;
+    for (int64_t i = 1; i < z.numel(); ++i) {
+      if (ParamAt(&z, i) != ParamAt(&z, 0)) return false;
     }
     return true;
   }

@@ -154,6 +154,19 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
       }
     }
   }
+  // Per-column zero points of one repeated value (symmetric per-channel weights) take the fast
+  // path; differing ones do not.
+  for (int varied : {0, 1}) {
+    Tensor a = RandomInts(DType::kU8, {5, 24}, rng), b = RandomInts(DType::kI8, {24, 6}, rng);
+    Tensor za = Scalar(DType::kU8, 128), zb = *Tensor::Empty(DType::kI8, {6});
+    for (int64_t j = 0; j < 6; ++j) zb.data<int8_t>()[j] = static_cast<int8_t>(varied * j);
+    Tensor as = testing::F32({}, {0.02f}), ys = testing::F32({}, {0.7f});
+    Tensor bs = testing::F32({6}, {0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f});
+    Tensor yz = Scalar(DType::kU8, 128);
+    KernelCall ql("QLinearMatMul");
+    ql.In(a).In(as).In(za).In(b).In(bs).In(zb).In(ys).In(yz).Out(DType::kU8);
+    ExpectSameAsReference(ql, {a, as, za, b, bs, zb, ys, yz}, vnni && varied == 0);
+  }
   // u8 weights and per-row zero points are not the fast path's: the reference serves them.
   Tensor a = RandomInts(DType::kU8, {4, 8}, rng), b = RandomInts(DType::kU8, {8, 3}, rng);
   KernelCall mm("MatMulInteger");
