@@ -8,7 +8,8 @@
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
 // MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
-// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets), for a [..., M, K]
+// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets; a u8 b is shifted to
+// s8 in the workspace, its zero point with it), for a [..., M, K]
 // contiguous a (its batch folded into M) times a contiguous 2-D [K, N] b with per-tensor zero
 // points (or per-channel ones that hold one repeated value, as symmetric weights' zeros do).
 // QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or per-column b_scale)
@@ -76,6 +77,10 @@ DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scal
     const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
     y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
   }
+}
+
+DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
 
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
@@ -197,35 +202,44 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    int32_t* acc = out[0]->data<int32_t>();
-    double* scale = nullptr;  // QLinearMatMul: n requantization factors, then the s32 product
-    if (qlinear_) {
-      DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n) * sizeof(double) +
-                                                     static_cast<size_t>(m * n) * sizeof(int32_t)));
-      scale = static_cast<double*>(ws);
-      acc = reinterpret_cast<int32_t*>(scale + n);
+    // Workspace: QLinearMatMul's n requantization factors and s32 product; a u8 b shifted to s8.
+    const bool shift_b = b.dtype() == DType::kU8;
+    const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
+    const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
+    const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws,
+                           ctx.Workspace(std::max<size_t>(scale_bytes + acc_bytes + b_bytes, 1)));
+    double* scale = static_cast<double*>(ws);
+    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(static_cast<uint8_t*>(ws) + scale_bytes)
+                            : out[0]->data<int32_t>();
+    const int8_t* bs8 = b.data<int8_t>();
+    int bo = static_cast<int>(ParamAt(zb, 0));
+    if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
+      int8_t* shifted =
+          reinterpret_cast<int8_t*>(static_cast<uint8_t*>(ws) + scale_bytes + acc_bytes);
+      ShiftToS8(k * n, b.data<uint8_t>(), shifted);
+      bs8 = shifted;
+      bo -= 128;
     }
     SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
     const int32_t co = 0;
     const dnnl_status_t st =
-        a.dtype() == DType::kU8
-            ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
-                                static_cast<uint8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
-                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co)
-            : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
-                                static_cast<int8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
-                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co);
+        a.dtype() == DType::kU8 ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(),
+                                                    k, static_cast<uint8_t>(ParamAt(za, 0)), bs8, n,
+                                                    static_cast<int8_t>(bo), 0.0f, acc, n, &co)
+                                : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(),
+                                                    k, static_cast<int8_t>(ParamAt(za, 0)), bs8, n,
+                                                    static_cast<int8_t>(bo), 0.0f, acc, n, &co);
     DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
     if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
     return absl::OkStatus();
   }
 
  private:
-  // a [..., M, K] u8/s8 and b [K, N] s8, contiguous, with per-tensor zero points of their types.
+  // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
-    if (!HasVnni() || !Is8Bit(a.dtype()) || b.dtype() != DType::kI8 || a.rank() < 2 ||
-        b.rank() != 2 || !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 ||
-        b.numel() == 0) {
+    if (!HasVnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||
+        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
       return false;
     }
     const int64_t k = a.dim(a.rank() - 1);
