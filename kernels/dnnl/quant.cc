@@ -10,7 +10,8 @@
 // MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
 // s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets; a u8 b is shifted to
 // s8 in the workspace, its zero point with it), for a [..., M, K]
-// contiguous a (its batch folded into M) times a contiguous 2-D [K, N] b with per-tensor zero
+// contiguous a (its batch folded into M; M = 1 runs a vector loop instead, as oneDNN's GEMM
+// packs b on every call) times a contiguous 2-D [K, N] b with per-tensor zero
 // points (or per-channel ones that hold one repeated value, as symmetric weights' zeros do).
 // QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or per-column b_scale)
 // in double, as the reference does, so results are identical. Only on CPUs with VNNI
@@ -76,6 +77,17 @@ DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scal
   for (int64_t j = 0; j < n; ++j) {
     const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
     y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
+  }
+}
+
+// acc[j] = sum_k a[k] * b[k][j] (a already less its zero point), b s8 [K, N] row-major: the
+// M = 1 product, streaming b once (oneDNN's integer GEMM packs b on every call).
+DYNVM_CLONES void GemvS8(int64_t k, int64_t n, const int32_t* a, const int8_t* b, int32_t* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const int32_t ap = a[p];
+    const int8_t* row = b + p * n;
+    for (int64_t j = 0; j < n; ++j) acc[j] += ap * static_cast<int32_t>(row[j]);
   }
 }
 
@@ -202,40 +214,65 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    // Workspace: QLinearMatMul's n requantization factors and s32 product; a u8 b shifted to s8.
+    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point as
+    // s32; QLinearMatMul's s32 product; a u8 b shifted to s8.
     const bool shift_b = b.dtype() == DType::kU8;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
+    const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
-    DYNVM_ASSIGN_OR_RETURN(void* ws,
-                           ctx.Workspace(std::max<size_t>(scale_bytes + acc_bytes + b_bytes, 1)));
-    double* scale = static_cast<double*>(ws);
-    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(static_cast<uint8_t*>(ws) + scale_bytes)
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(
+                                         scale_bytes + a32_bytes + acc_bytes + b_bytes, 1)));
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    double* scale = reinterpret_cast<double*>(base);
+    int32_t* a32 = reinterpret_cast<int32_t*>(base + scale_bytes);
+    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes + a32_bytes)
                             : out[0]->data<int32_t>();
     const int8_t* bs8 = b.data<int8_t>();
     int bo = static_cast<int>(ParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
-      int8_t* shifted =
-          reinterpret_cast<int8_t*>(static_cast<uint8_t*>(ws) + scale_bytes + acc_bytes);
+      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
       ShiftToS8(k * n, b.data<uint8_t>(), shifted);
       bs8 = shifted;
       bo -= 128;
     }
-    SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
-    const int32_t co = 0;
-    const dnnl_status_t st =
-        a.dtype() == DType::kU8 ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(),
-                                                    k, static_cast<uint8_t>(ParamAt(za, 0)), bs8, n,
-                                                    static_cast<int8_t>(bo), 0.0f, acc, n, &co)
-                                : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(),
-                                                    k, static_cast<int8_t>(ParamAt(za, 0)), bs8, n,
-                                                    static_cast<int8_t>(bo), 0.0f, acc, n, &co);
-    DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+    if (m == 1) {
+      Gemv(a, za, bs8, bo, k, n, a32, acc);
+    } else {
+      SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+      const int32_t co = 0;
+      const dnnl_status_t st =
+          a.dtype() == DType::kU8
+              ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
+                                  static_cast<uint8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co)
+              : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
+                                  static_cast<int8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co);
+      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+    }
     if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
     return absl::OkStatus();
   }
 
  private:
+  // The M = 1 product (a - za) x (b - bo) with a vector loop: sum (a - za) * b, less
+  // bo * sum (a - za); a32 has room for k values. No intermediate overflows for K < kMaxExactK.
+  static void Gemv(const Tensor& a, const Tensor* za, const int8_t* b, int bo, int64_t k, int64_t n,
+                   int32_t* a32, int32_t* acc) {
+    const int32_t z = static_cast<int32_t>(ParamAt(za, 0));
+    int32_t sum = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      a32[p] = (a.dtype() == DType::kU8 ? static_cast<int32_t>(a.data<uint8_t>()[p])
+                                        : static_cast<int32_t>(a.data<int8_t>()[p])) -
+               z;
+      sum += a32[p];
+    }
+    GemvS8(k, n, a32, b, acc);
+    const int32_t correction = bo * sum;
+    for (int64_t j = 0; j < n; ++j) acc[j] -= correction;
+  }
+
   // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
     if (!HasVnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||

@@ -169,11 +169,14 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
   }
   // u8 weights (shifted to s8) take the fast path; per-row zero points do not.
   Tensor a = RandomInts(DType::kU8, {4, 8}, rng), b = RandomInts(DType::kU8, {8, 3}, rng);
-  for (int zb : {0, 200}) {
-    Tensor za = Scalar(DType::kU8, 7), zbt = Scalar(DType::kU8, zb);
-    KernelCall mm("MatMulInteger");
-    mm.In(a).In(b).In(za).In(zbt).Out(DType::kI32);
-    ExpectSameAsReference(mm, {a, b, za, zbt}, vnni);
+  for (int64_t m : {1, 4}) {  // M = 1 runs the vector loop, M = 4 the GEMM
+    Tensor am = RandomInts(DType::kU8, {m, 8}, rng);
+    for (int zb : {0, 200}) {
+      Tensor za = Scalar(DType::kU8, 7), zbt = Scalar(DType::kU8, zb);
+      KernelCall mm("MatMulInteger");
+      mm.In(am).In(b).In(za).In(zbt).Out(DType::kI32);
+      ExpectSameAsReference(mm, {am, b, za, zbt}, vnni);
+    }
   }
   Tensor b8 = RandomInts(DType::kI8, {8, 3}, rng), za = RandomInts(DType::kU8, {4}, rng);
   KernelCall rows("MatMulInteger");
