@@ -1,6 +1,7 @@
 // The quantization kernels of the oneDNN backend against the reference kernels and against the
 // f32 path they replace: QLinearMatMul (int8 GEMM) vs the f32 MatMul at the same sizes, and
-// QuantizeLinear / DequantizeLinear vector loops vs the reference loops. One thread.
+// QuantizeLinear / DequantizeLinear vector loops vs the reference loops, QLinearConv vs the f32
+// Conv and the reference. One thread.
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +114,29 @@ BENCHMARK(QuantizeDequantize)
     ->Args({1, 0})
     ->Args({0, 1})
     ->Args({0, 0});
+
+// Arg 0: 1 dnnl, 0 reference; arg 1: 1 the f32 Conv (dnnl) instead. [1, 64, 28, 28] by
+// [64, 64, 3, 3], pads 1.
+void QLinearConv(benchmark::State& state) {
+  const bool f32 = state.range(1) != 0;
+  const std::vector<int64_t> pads = {1, 1, 1, 1};
+  if (f32) {
+    Tensor x = Floats({1, 64, 28, 28}), w = Floats({64, 64, 3, 3});
+    KernelCall call("Conv");
+    call.In(x).In(w).Out(DType::kF32).Attr("pads", pads);
+    Run(state, call, "dnnl", {x, w});
+  } else {
+    Tensor x = Ints(DType::kU8, {1, 64, 28, 28}), w = Ints(DType::kI8, {64, 64, 3, 3});
+    Tensor xs = Scalar(DType::kF32, 0.02f), ws = Floats({64}), ys = Scalar(DType::kF32, 30.0f);
+    Tensor xz = Scalar(DType::kU8, 128), wz = Scalar(DType::kI8, 0), yz = Scalar(DType::kU8, 128);
+    KernelCall call("QLinearConv");
+    call.In(x).In(xs).In(xz).In(w).In(ws).In(wz).In(ys).In(yz).Out(DType::kU8).Attr("pads", pads);
+    Run(state, call, state.range(0) ? "dnnl" : "reference", {x, xs, xz, w, ws, wz, ys, yz});
+  }
+  state.counters["GOP/s"] = benchmark::Counter(
+      2.0 * 64 * 28 * 28 * 64 * 9 * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(QLinearConv)->ArgNames({"dnnl", "f32"})->Args({1, 0})->Args({0, 0})->Args({1, 1});
 
 }  // namespace
 }  // namespace dynvm::onednn
