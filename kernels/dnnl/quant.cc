@@ -8,16 +8,24 @@
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
 // MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
-// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets; a u8 b is shifted to
-// s8 in the workspace, its zero point with it), for a [..., M, K]
-// contiguous a (its batch folded into M; M = 1 runs a vector loop instead, as oneDNN's GEMM
-// packs b on every call) times a contiguous 2-D [K, N] b with per-tensor zero
-// points (or per-channel ones that hold one repeated value, as symmetric weights' zeros do).
-// QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or per-column b_scale)
-// in double, as the reference does, so results are identical. Only on CPUs with VNNI
-// (avx512_core_vnni, avx2_vnni): without it oneDNN's u8 x s8 kernels may saturate in 16-bit
-// intermediates. K is capped so that no s32 sum can overflow (the reference wraps). Anything else
-// (u8 b, per-row or per-column zero points, broadcast batches) runs the reference.
+// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets) for a contiguous
+// [..., M, K] a (its batch folded into M) times a contiguous 2-D [K, N] b, with per-tensor zero
+// points (or per-channel ones holding one repeated value, as symmetric weights' zeros do). A u8
+// b is shifted to s8 in the workspace, its zero point with it. M = 1 runs a vector GEMV instead
+// (oneDNN's integer GEMM packs b on every call, slower than f32 sgemm there). QLinearMatMul
+// then requantizes each s32 row with a vector loop (b_scale per tensor or per column) in
+// double, as the reference does, so results are identical.
+//
+// ConvInteger and QLinearConv: im2col into s8 columns (a u8 x shifted by 128, padding holding
+// the zero point), then the same integer GEMM; 2-D, group 1, s8 w. Exact like the rest, but
+// slower than oneDNN's f32 convolution (columns built and packed on every call): it replaces
+// the reference convolution, not f32.
+//
+// The integer GEMM runs only on CPUs with VNNI (avx512_core_vnni, avx2_vnni): without it
+// oneDNN's u8 x s8 kernels may saturate in 16-bit intermediates. K is capped so that no s32
+// sum can overflow (the reference wraps). Anything else (per-row or differing per-column zero
+// points, broadcast batches, grouped or non-2-D convolutions, u8 conv weights) runs the
+// reference.
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
