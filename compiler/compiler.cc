@@ -63,8 +63,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   if (options.optimize) {
     // Shapes are inferred again after folding: a shape inferred from a value that was dynamic
     // before folding (a fresh symbol its kernel would have defined) must not outlive the
-    // kernel, which folding removed.
-    DYNVM_RETURN_IF_ERROR(FoldConstants(module));
+    // kernel, which folding removed. Quantized MatMul weights stay for qdq_matmul.
+    DYNVM_RETURN_IF_ERROR(FoldConstants(module, 1 << 20, /*keep_quantized_weights=*/true));
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     DYNVM_ASSIGN_OR_RETURN(result.rewrites,
                            rewrite::ApplyRewrites(module, {options.disabled_rewrites}));

@@ -88,12 +88,19 @@ void RemoveNodes(Graph& g, const absl::flat_hash_set<const Node*>& dead) {
       g.nodes.end());
 }
 
-absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
+absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements, bool keep_quantized_weights) {
   absl::flat_hash_set<const Node*> folded;
+  absl::flat_hash_set<const Value*> matmul_inputs;
+  if (keep_quantized_weights) {
+    for (const auto& n : g.nodes) {
+      if (n->domain.empty() && n->op == "MatMul")
+        matmul_inputs.insert(n->inputs.begin(), n->inputs.end());
+    }
+  }
   for (auto& node : g.nodes) {
     Node& n = *node;
     for (auto& [name, sub] : n.subgraphs) {
-      DYNVM_RETURN_IF_ERROR(FoldGraph(m, *sub, max_elements));
+      DYNVM_RETURN_IF_ERROR(FoldGraph(m, *sub, max_elements, keep_quantized_weights));
     }
     if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] &&
         n.outputs[0]->constant) {
@@ -102,6 +109,10 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements) {
       continue;
     }
     if (!IsPure(n)) continue;
+    if (keep_quantized_weights && n.domain.empty() && n.op == "DequantizeLinear" &&
+        !n.outputs.empty() && matmul_inputs.contains(n.outputs[0])) {
+      continue;
+    }
     bool all_const = !n.inputs.empty();
     for (const Value* v : n.inputs) {
       if (v != nullptr && !v->constant) all_const = false;
@@ -242,9 +253,9 @@ void ReplaceUses(Graph& graph, Value* from, Value* to) {
   });
 }
 
-absl::Status FoldConstants(Module& m, int64_t max_elements) {
+absl::Status FoldConstants(Module& m, int64_t max_elements, bool keep_quantized_weights) {
   for (Function& f : m.functions()) {
-    DYNVM_RETURN_IF_ERROR(FoldGraph(m, *f.graph, max_elements));
+    DYNVM_RETURN_IF_ERROR(FoldGraph(m, *f.graph, max_elements, keep_quantized_weights));
   }
   return absl::OkStatus();
 }

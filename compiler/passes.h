@@ -27,8 +27,11 @@ absl::Status InferShapes(Module& module);
 absl::Status InferGraph(Module& module, Graph& graph);
 
 // Runs the reference kernel of every pure node whose inputs are all constants (outputs up to
-// `max_elements` each) and replaces its outputs by constants.
-absl::Status FoldConstants(Module& module, int64_t max_elements = 1 << 20);
+// `max_elements` each) and replaces its outputs by constants. With `keep_quantized_weights`, a
+// DequantizeLinear read by a MatMul stays (the qdq_matmul rewrite needs the int8 weights; the
+// fold after the rewrites folds what it left).
+absl::Status FoldConstants(Module& module, int64_t max_elements = 1 << 20,
+                           bool keep_quantized_weights = false);
 
 // Removes nodes whose outputs nothing uses (regions included).
 void EliminateDeadCode(Module& module);

@@ -14,6 +14,7 @@ std::vector<Rule> LayerNormRules();   // layer_norm.cc
 std::vector<Rule> ActivationRules();  // activations.cc
 std::vector<Rule> ChainRules();       // chains.cc
 std::vector<Rule> AttentionRules();   // attention.cc
+std::vector<Rule> QdqRules();         // qdq.cc
 
 }  // namespace dynvm::compiler::rewrite
 

@@ -8,13 +8,24 @@
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
 // MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
-// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets), for a [..., M, K]
-// contiguous a (its batch folded into M) times a contiguous 2-D [K, N] b with per-tensor zero
-// points. QLinearMatMul then requantizes each s32 row with a vector loop (per-tensor or
-// per-column b_scale) in double, as the reference does, so results are identical. Only on CPUs
-// with VNNI (avx512_core_vnni, avx2_vnni): without it oneDNN's u8 x s8 kernels may saturate in
-// 16-bit intermediates. K is capped so that no s32 sum can overflow (the reference wraps).
-// Anything else (u8 b, per-row or per-column zero points, broadcast batches) runs the reference.
+// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets) for a contiguous
+// [..., M, K] a (its batch folded into M) times a contiguous 2-D [K, N] b, with per-tensor zero
+// points (or per-channel ones holding one repeated value, as symmetric weights' zeros do). A u8
+// b is shifted to s8 in the workspace, its zero point with it. M = 1 runs a vector GEMV instead
+// (oneDNN's integer GEMM packs b on every call, slower than f32 sgemm there). QLinearMatMul
+// then requantizes each s32 row with a vector loop (b_scale per tensor or per column) in
+// double, as the reference does, so results are identical.
+//
+// ConvInteger and QLinearConv: im2col into s8 columns (a u8 x shifted by 128, padding holding
+// the zero point), then the same integer GEMM; 2-D, group 1, s8 w. Exact like the rest, but
+// slower than oneDNN's f32 convolution (columns built and packed on every call): it replaces
+// the reference convolution, not f32.
+//
+// The integer GEMM runs only on CPUs with VNNI (avx512_core_vnni, avx2_vnni): without it
+// oneDNN's u8 x s8 kernels may saturate in 16-bit intermediates. K is capped so that no s32
+// sum can overflow (the reference wraps). Anything else (per-row or differing per-column zero
+// points, broadcast batches, grouped or non-2-D convolutions, u8 conv weights) runs the
+// reference.
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
@@ -77,6 +88,21 @@ DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scal
   }
 }
 
+// acc[j] = sum_k a[k] * b[k][j] (a already less its zero point), b s8 [K, N] row-major: the
+// M = 1 product, streaming b once (oneDNN's integer GEMM packs b on every call).
+DYNVM_CLONES void GemvS8(int64_t k, int64_t n, const int32_t* a, const int8_t* b, int32_t* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const int32_t ap = a[p];
+    const int8_t* row = b + p * n;
+    for (int64_t j = 0; j < n; ++j) acc[j] += ap * static_cast<int32_t>(row[j]);
+  }
+}
+
+DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
+}
+
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
 
 // The per-tensor or per-axis value `i` of a parameter as float (0 when absent).
@@ -94,6 +120,46 @@ float ParamAt(const Tensor* t, int64_t i) {
       return 0;
   }
 }
+
+// A zero point of type `t` holding one value (a scalar, or a per-channel vector of one
+// repeated value: the zeros of a symmetric per-channel weight).
+bool UniformZeroPoint(const Tensor& z, DType t) {
+  if (z.dtype() != t || z.rank() > 1 || z.numel() < 1 || !z.is_contiguous()) return false;
+  for (int64_t i = 1; i < z.numel(); ++i) {
+    if (ParamAt(&z, i) != ParamAt(&z, 0)) return false;
+  }
+  return true;
+}
+
+// One output channel of QLinearConv: saturate(round_half_even((acc + add) * s) + z).
+DYNVM_CLONES void RequantizeU8Uniform(int64_t n, const int32_t* acc, double add, double s, double z,
+                                      uint8_t* y) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
+    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
+  }
+}
+
+DYNVM_CLONES void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, double z,
+                                      int8_t* y) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
+    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
+  }
+}
+
+// oneDNN's int8 GEMM is exact only with VNNI (above).
+bool HasVnni() {
+  static const bool vnni = [] {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+           (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+  }();
+  return vnni;
+}
+
+// |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
+inline constexpr int64_t kMaxExactK = (int64_t{1} << 31) / (255 * 255);
 
 // ---- QuantizeLinear / DequantizeLinear ----
 
@@ -161,19 +227,6 @@ class QuantKernel final : public DnnlKernel {
 
 // ---- MatMulInteger / QLinearMatMul ----
 
-// oneDNN's int8 GEMM is exact only with VNNI (above).
-bool HasVnni() {
-  static const bool vnni = [] {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
-           (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
-  }();
-  return vnni;
-}
-
-// |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
-inline constexpr int64_t kMaxExactK = (int64_t{1} << 31) / (255 * 255);
-
 class IntMatMulKernel final : public DnnlKernel {
  public:
   IntMatMulKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear)
@@ -196,41 +249,75 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    int32_t* acc = out[0]->data<int32_t>();
-    double* scale = nullptr;  // QLinearMatMul: n requantization factors, then the s32 product
-    if (qlinear_) {
-      DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n) * sizeof(double) +
-                                                     static_cast<size_t>(m * n) * sizeof(int32_t)));
-      scale = static_cast<double*>(ws);
-      acc = reinterpret_cast<int32_t*>(scale + n);
+    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point as
+    // s32; QLinearMatMul's s32 product; a u8 b shifted to s8.
+    const bool shift_b = b.dtype() == DType::kU8;
+    const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
+    const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
+    const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
+    const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(
+                                         scale_bytes + a32_bytes + acc_bytes + b_bytes, 1)));
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    double* scale = reinterpret_cast<double*>(base);
+    int32_t* a32 = reinterpret_cast<int32_t*>(base + scale_bytes);
+    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes + a32_bytes)
+                            : out[0]->data<int32_t>();
+    const int8_t* bs8 = b.data<int8_t>();
+    int bo = static_cast<int>(ParamAt(zb, 0));
+    if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
+      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
+      ShiftToS8(k * n, b.data<uint8_t>(), shifted);
+      bs8 = shifted;
+      bo -= 128;
     }
-    SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
-    const int32_t co = 0;
-    const dnnl_status_t st =
-        a.dtype() == DType::kU8
-            ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
-                                static_cast<uint8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
-                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co)
-            : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
-                                static_cast<int8_t>(ParamAt(za, 0)), b.data<int8_t>(), n,
-                                static_cast<int8_t>(ParamAt(zb, 0)), 0.0f, acc, n, &co);
-    DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+    if (m == 1) {
+      Gemv(a, za, bs8, bo, k, n, a32, acc);
+    } else {
+      SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+      const int32_t co = 0;
+      const dnnl_status_t st =
+          a.dtype() == DType::kU8
+              ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
+                                  static_cast<uint8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co)
+              : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
+                                  static_cast<int8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co);
+      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+    }
     if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
     return absl::OkStatus();
   }
 
  private:
-  // a [..., M, K] u8/s8 and b [K, N] s8, contiguous, with per-tensor zero points of their types.
+  // The M = 1 product (a - za) x (b - bo) with a vector loop: sum (a - za) * b, less
+  // bo * sum (a - za); a32 has room for k values. No intermediate overflows for K < kMaxExactK.
+  static void Gemv(const Tensor& a, const Tensor* za, const int8_t* b, int bo, int64_t k, int64_t n,
+                   int32_t* a32, int32_t* acc) {
+    const int32_t z = static_cast<int32_t>(ParamAt(za, 0));
+    int32_t sum = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      a32[p] = (a.dtype() == DType::kU8 ? static_cast<int32_t>(a.data<uint8_t>()[p])
+                                        : static_cast<int32_t>(a.data<int8_t>()[p])) -
+               z;
+      sum += a32[p];
+    }
+    GemvS8(k, n, a32, b, acc);
+    const int32_t correction = bo * sum;
+    for (int64_t j = 0; j < n; ++j) acc[j] -= correction;
+  }
+
+  // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
-    if (!HasVnni() || !Is8Bit(a.dtype()) || b.dtype() != DType::kI8 || a.rank() < 2 ||
-        b.rank() != 2 || !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 ||
-        b.numel() == 0) {
+    if (!HasVnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||
+        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
       return false;
     }
     const int64_t k = a.dim(a.rank() - 1);
     if (k != b.dim(0) || k >= kMaxExactK) return false;
     for (auto [z, t] : {std::pair{za, a.dtype()}, std::pair{zb, b.dtype()}}) {
-      if (z != nullptr && (z->numel() != 1 || z->rank() > 1 || z->dtype() != t)) return false;
+      if (z != nullptr && !UniformZeroPoint(*z, t)) return false;
     }
     return true;
   }
@@ -266,6 +353,181 @@ class IntMatMulKernel final : public DnnlKernel {
   bool qlinear_;
 };
 
+// ---- ConvInteger / QLinearConv ----
+
+// 2-D, group 1, explicit pads (or VALID), s8 w with a per-tensor zero point (or one repeated
+// value), u8/s8 x: im2col into s8 columns (a u8 x shifted by 128, padding holding the zero
+// point so it contributes nothing), then W [M, C*KH*KW] x columns on oneDNN's integer GEMM,
+// and QLinearConv's requantization per output channel (bias added first), in double as the
+// reference does.
+struct ConvAttrs {
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  std::string auto_pad;
+  int64_t group = 1;
+};
+
+class IntConvKernel final : public DnnlKernel {
+ public:
+  IntConvKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear, ConvAttrs a)
+      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear), a_(std::move(a)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, qlinear_ ? 8 : 2, out, op));
+    auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    const Tensor& x = *in[0];
+    const Tensor& w = *in[qlinear_ ? 3 : 1];
+    const Tensor* xz = at(2);
+    const Tensor* wz = at(qlinear_ ? 5 : 3);
+    const Tensor* bias = qlinear_ ? at(8) : nullptr;
+    Geometry g;
+    if (!Usable(x, w, xz, wz, bias, &g) || (qlinear_ && !UsableScales(in, g.m))) {
+      return RunReference(ctx, in, out);
+    }
+    const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    const std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
+    const int64_t k = g.c * g.kh * g.kw, p = g.oh * g.ow;
+    const size_t scale_bytes = qlinear_ ? static_cast<size_t>(g.m) * sizeof(double) : 0;
+    const size_t acc_bytes = qlinear_ ? static_cast<size_t>(g.m * p) * sizeof(int32_t) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws,
+                           ctx.Workspace(scale_bytes + acc_bytes + static_cast<size_t>(k * p)));
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    double* scale = reinterpret_cast<double*>(base);
+    int32_t* acc = reinterpret_cast<int32_t*>(base + scale_bytes);
+    int8_t* col = reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes);
+    const bool u8 = x.dtype() == DType::kU8;
+    const int zx = static_cast<int>(ParamAt(xz, 0));
+    const int bo = u8 ? zx - 128 : zx;
+    if (qlinear_) {
+      const double xs = ParamAt(in[1], 0), ys = ParamAt(in[6], 0);
+      for (int64_t oc = 0; oc < g.m; ++oc) scale[oc] = xs * ParamAt(in[4], oc) / ys;
+    }
+    SetThreads(ThreadsFor(ctx.num_threads(), g.m * p * k));
+    const int32_t co = 0;
+    for (int64_t b = 0; b < g.n; ++b) {
+      Im2Col(x, b, g, u8, static_cast<int8_t>(bo), col);
+      int32_t* c = qlinear_ ? acc : out[0]->data<int32_t>() + b * g.m * p;
+      const dnnl_status_t st = dnnl_gemm_s8s8s32('N', 'N', 'F', g.m, p, k, 1.0f, w.data<int8_t>(),
+                                                 k, static_cast<int8_t>(ParamAt(wz, 0)), col, p,
+                                                 static_cast<int8_t>(bo), 0.0f, c, p, &co);
+      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
+      if (qlinear_) {
+        const double yz = ParamAt(in[7], 0);
+        for (int64_t oc = 0; oc < g.m; ++oc) {
+          const double bv = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
+          const int32_t* row = acc + oc * p;
+          const double s1 = scale[oc];
+          if (out_dtype == DType::kU8) {
+            RequantizeU8Uniform(p, row, bv, s1, yz, out[0]->data<uint8_t>() + (b * g.m + oc) * p);
+          } else {
+            RequantizeI8Uniform(p, row, bv, s1, yz, out[0]->data<int8_t>() + (b * g.m + oc) * p);
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Geometry {
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl;
+  };
+
+  bool Usable(const Tensor& x, const Tensor& w, const Tensor* xz, const Tensor* wz,
+              const Tensor* bias, Geometry* g) const {
+    if (!HasVnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || x.rank() != 4 ||
+        w.rank() != 4 || !x.is_contiguous() || !w.is_contiguous() || a_.group != 1 ||
+        (a_.auto_pad != "NOTSET" && a_.auto_pad != "VALID" && !a_.auto_pad.empty())) {
+      return false;
+    }
+    if ((xz != nullptr && !UniformZeroPoint(*xz, x.dtype())) ||
+        (wz != nullptr && !UniformZeroPoint(*wz, w.dtype()))) {
+      return false;
+    }
+    if (bias != nullptr && (bias->dtype() != DType::kI32 || bias->rank() != 1 ||
+                            bias->dim(0) != w.dim(0) || !bias->is_contiguous())) {
+      return false;
+    }
+    *g = Geometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3), 0,
+                  0,        1,        1,        1,        1,        0,        0};
+    if (w.dim(1) != g->c || g->c * g->kh * g->kw >= kMaxExactK) return false;
+    if (!a_.kernel.empty() &&
+        (a_.kernel.size() != 2 || a_.kernel[0] != g->kh || a_.kernel[1] != g->kw)) {
+      return false;
+    }
+    auto pick = [](const std::vector<int64_t>& v, size_t i, int64_t def) {
+      return v.empty() ? def : v[i];
+    };
+    if ((!a_.strides.empty() && a_.strides.size() != 2) ||
+        (!a_.dilations.empty() && a_.dilations.size() != 2) ||
+        (!a_.pads.empty() && a_.pads.size() != 4)) {
+      return false;
+    }
+    const bool valid = a_.auto_pad == "VALID";
+    g->sh = pick(a_.strides, 0, 1);
+    g->sw = pick(a_.strides, 1, 1);
+    g->dh = pick(a_.dilations, 0, 1);
+    g->dw = pick(a_.dilations, 1, 1);
+    g->pt = valid ? 0 : pick(a_.pads, 0, 0);
+    g->pl = valid ? 0 : pick(a_.pads, 1, 0);
+    const int64_t pb = valid ? 0 : pick(a_.pads, 2, 0), pr = valid ? 0 : pick(a_.pads, 3, 0);
+    if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 || g->pl < 0 || pb < 0 ||
+        pr < 0) {
+      return false;
+    }
+    const int64_t rh = g->h + g->pt + pb - ((g->kh - 1) * g->dh + 1);
+    const int64_t rw = g->w + g->pl + pr - ((g->kw - 1) * g->dw + 1);
+    if (rh < 0 || rw < 0 || g->n == 0 || g->m == 0 || g->c == 0) return false;
+    g->oh = rh / g->sh + 1;
+    g->ow = rw / g->sw + 1;
+    return true;
+  }
+
+  static bool UsableScales(Inputs in, int64_t m) {
+    const Tensor &xs = *in[1], &ws = *in[4], &ys = *in[6], &yz = *in[7];
+    for (const Tensor* s : {&xs, &ws, &ys}) {
+      if (s->dtype() != DType::kF32 || s->rank() > 1 || !s->is_contiguous() ||
+          !CheckQuantScale(*s, "scale").ok()) {
+        return false;
+      }
+    }
+    return xs.numel() == 1 && ys.numel() == 1 && (ws.numel() == 1 || ws.numel() == m) &&
+           yz.numel() == 1 && yz.rank() <= 1 && Is8Bit(yz.dtype());
+  }
+
+  // Columns [C*KH*KW, OH*OW] of batch b as s8 (u8 x shifted by 128); padding holds `pad`.
+  static void Im2Col(const Tensor& x, int64_t b, const Geometry& g, bool u8, int8_t pad,
+                     int8_t* col) {
+    const int64_t p = g.oh * g.ow;
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      const int64_t plane = (b * g.c + ci) * g.h * g.w;
+      for (int64_t ki = 0; ki < g.kh; ++ki) {
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          int8_t* dst = col + ((ci * g.kh + ki) * g.kw + kj) * p;
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const int64_t iy = oy * g.sh - g.pt + ki * g.dh;
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const int64_t ix = ox * g.sw - g.pl + kj * g.dw;
+              int8_t v = pad;
+              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
+                const int64_t off = plane + iy * g.w + ix;
+                v = u8 ? static_cast<int8_t>(static_cast<int>(x.data<uint8_t>()[off]) - 128)
+                       : x.data<int8_t>()[off];
+              }
+              dst[oy * g.ow + ox] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  bool qlinear_;
+  ConvAttrs a_;
+};
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
 }
@@ -283,6 +545,20 @@ void RegisterQuantKernels(KernelRegistry& r) {
         });
   }
   for (bool qlinear : {false, true}) {
+    Add(r, qlinear ? "QLinearConv" : "ConvInteger",
+        [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+          DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 9 : 4, 1, 1));
+          ConvAttrs a;
+          DYNVM_ASSIGN_OR_RETURN(a.kernel, spec.GetInts("kernel_shape"));
+          DYNVM_ASSIGN_OR_RETURN(a.strides, spec.GetInts("strides"));
+          DYNVM_ASSIGN_OR_RETURN(a.pads, spec.GetInts("pads"));
+          DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
+          DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
+          DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+          return std::make_unique<IntConvKernel>(KernelName(spec), std::move(ref), qlinear,
+                                                 std::move(a));
+        });
     Add(r, qlinear ? "QLinearMatMul" : "MatMulInteger",
         [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 8 : 4, 1, 1));

@@ -154,15 +154,88 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
       }
     }
   }
-  // u8 weights and per-row zero points are not the fast path's: the reference serves them.
+  // Per-column zero points of one repeated value (symmetric per-channel weights) take the fast
+  // path; differing ones do not.
+  for (int varied : {0, 1}) {
+    Tensor a = RandomInts(DType::kU8, {5, 24}, rng), b = RandomInts(DType::kI8, {24, 6}, rng);
+    Tensor za = Scalar(DType::kU8, 128), zb = *Tensor::Empty(DType::kI8, {6});
+    for (int64_t j = 0; j < 6; ++j) zb.data<int8_t>()[j] = static_cast<int8_t>(varied * j);
+    Tensor as = testing::F32({}, {0.02f}), ys = testing::F32({}, {0.7f});
+    Tensor bs = testing::F32({6}, {0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f});
+    Tensor yz = Scalar(DType::kU8, 128);
+    KernelCall ql("QLinearMatMul");
+    ql.In(a).In(as).In(za).In(b).In(bs).In(zb).In(ys).In(yz).Out(DType::kU8);
+    ExpectSameAsReference(ql, {a, as, za, b, bs, zb, ys, yz}, vnni && varied == 0);
+  }
+  // u8 weights (shifted to s8) take the fast path; per-row zero points do not.
   Tensor a = RandomInts(DType::kU8, {4, 8}, rng), b = RandomInts(DType::kU8, {8, 3}, rng);
-  KernelCall mm("MatMulInteger");
-  mm.In(a).In(b).Out(DType::kI32);
-  ExpectSameAsReference(mm, {a, b}, false);
+  for (int64_t m : {1, 4}) {  // M = 1 runs the vector loop, M = 4 the GEMM
+    Tensor am = RandomInts(DType::kU8, {m, 8}, rng);
+    for (int zb : {0, 200}) {
+      Tensor za = Scalar(DType::kU8, 7), zbt = Scalar(DType::kU8, zb);
+      KernelCall mm("MatMulInteger");
+      mm.In(am).In(b).In(za).In(zbt).Out(DType::kI32);
+      ExpectSameAsReference(mm, {am, b, za, zbt}, vnni);
+    }
+  }
   Tensor b8 = RandomInts(DType::kI8, {8, 3}, rng), za = RandomInts(DType::kU8, {4}, rng);
   KernelCall rows("MatMulInteger");
   rows.In(a).In(b8).In(za).Out(DType::kI32);
   ExpectSameAsReference(rows, {a, b8, za}, false);
+}
+
+TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
+  std::mt19937 rng(13);
+  const bool vnni = CpuHasVnni();
+  struct Conv {
+    int64_t c, hw, m, k, stride, pad, dilation;
+  };
+  const std::vector<Conv> convs = {{1, 5, 1, 1, 1, 0, 1},
+                                   {3, 7, 4, 3, 1, 1, 1},
+                                   {8, 9, 5, 3, 2, 1, 1},
+                                   {2, 8, 3, 2, 1, 0, 2},
+                                   {4, 6, 6, 3, 2, 2, 1}};
+  for (DType xt : {DType::kU8, DType::kI8}) {
+    for (const Conv& cv : convs) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(xt), " c ", cv.c, " hw ", cv.hw, " m ", cv.m, " k ", cv.k,
+                                " s ", cv.stride, " p ", cv.pad, " d ", cv.dilation));
+      Tensor x = RandomInts(xt, {2, cv.c, cv.hw, cv.hw}, rng);
+      Tensor w = RandomInts(DType::kI8, {cv.m, cv.c, cv.k, cv.k}, rng);
+      Tensor xz = Scalar(xt, xt == DType::kU8 ? 131 : -7), wz = Scalar(DType::kI8, 0);
+      auto attrs = [&](KernelCall& call) {
+        call.Attr("strides", std::vector<int64_t>{cv.stride, cv.stride})
+            .Attr("pads", std::vector<int64_t>{cv.pad, cv.pad, cv.pad, cv.pad})
+            .Attr("dilations", std::vector<int64_t>{cv.dilation, cv.dilation});
+      };
+      KernelCall ci("ConvInteger");
+      ci.In(x).In(w).In(xz).In(wz).Out(DType::kI32);
+      attrs(ci);
+      ExpectSameAsReference(ci, {x, w, xz, wz}, vnni);
+      std::vector<float> ws(cv.m);
+      for (float& v : ws) v = 0.001f * static_cast<float>(1 + rng() % 30);
+      Tensor bias = *Tensor::Empty(DType::kI32, {cv.m});
+      for (int64_t i = 0; i < cv.m; ++i)
+        bias.data<int32_t>()[i] = static_cast<int32_t>(i * 97) - 150;
+      for (DType yt : {DType::kU8, DType::kI8}) {
+        Tensor xs = testing::F32({}, {0.03f}), wsc = testing::F32({cv.m}, ws);
+        Tensor ys = testing::F32({}, {0.4f}), yz = Scalar(yt, yt == DType::kU8 ? 100 : 3);
+        KernelCall ql("QLinearConv");
+        ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(bias).Out(yt);
+        attrs(ql);
+        ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni);
+      }
+    }
+  }
+  // Groups and u8 weights are the reference's.
+  Tensor x = RandomInts(DType::kU8, {1, 4, 5, 5}, rng);
+  Tensor wg = RandomInts(DType::kI8, {2, 2, 3, 3}, rng),
+         wu = RandomInts(DType::kU8, {2, 4, 3, 3}, rng);
+  KernelCall grouped("ConvInteger");
+  grouped.In(x).In(wg).Out(DType::kI32).Attr("group", int64_t{2});
+  ExpectSameAsReference(grouped, {x, wg}, false);
+  KernelCall unsigned_w("ConvInteger");
+  unsigned_w.In(x).In(wu).Out(DType::kI32);
+  ExpectSameAsReference(unsigned_w, {x, wu}, false);
 }
 
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {

@@ -1,0 +1,167 @@
+// qdq_matmul (qdq.cc): QuantizeLinear(MatMul(DequantizeLinear(x), DequantizeLinear(w))) fused
+// into QLinearMatMul, against the unfused program over varied sizes, activation types,
+// per-tensor and per-channel weights and absent zero points; and the near misses left alone.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/rewrite/rewrite_testing.h"
+#include "gtest/gtest.h"
+#include "kernels/testing.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm::compiler::rewrite {
+namespace {
+
+struct Case {
+  int64_t m = 3, k = 16, n = 8;
+  DType x = DType::kU8;
+  bool per_channel = true;
+  bool zero_points = true;
+  int64_t w_axis = 1;          // the weight DequantizeLinear's axis
+  bool x_per_axis = false;     // x dequantized per channel of K (not fusable)
+  bool share_weights = false;  // the dequantized weights also a graph output
+};
+
+Tensor Ints(DType dtype, std::vector<int64_t> dims, std::mt19937& rng, int lo, int hi) {
+  Tensor t = *Tensor::Empty(dtype, dims);
+  std::uniform_int_distribution<int> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::kU8) {
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
+    } else {
+      t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
+    }
+  }
+  return t;
+}
+
+void Build(GraphBuilder& b, const Case& c) {
+  std::mt19937 rng(static_cast<uint32_t>(c.m * 1000 + c.k * 10 + c.n));
+  const bool u8 = c.x == DType::kU8;
+  Value* xq = b.Input("x", c.x, {"batch", c.m, c.k});
+  std::vector<Value*> xdq = {
+      xq, b.Constant(c.x_per_axis ? testing::F32({c.k}, std::vector<float>(c.k, 0.03f))
+                                  : testing::F32({}, {0.03f}))};
+  if (c.zero_points) {
+    xdq.push_back(b.Constant(c.x_per_axis ? Ints(c.x, {c.k}, rng, 1, 9)
+                                          : Ints(c.x, {}, rng, u8 ? 120 : -4, u8 ? 136 : 4)));
+  }
+  const int64_t ch = c.per_channel ? (c.w_axis == 1 ? c.n : c.k) : 1;
+  std::vector<float> scales(ch);
+  for (float& s : scales) s = 0.002f * static_cast<float>(1 + rng() % 20);
+  std::vector<Value*> wdq = {
+      b.Constant(Ints(DType::kI8, {c.k, c.n}, rng, -127, 127), "w", true),
+      b.Constant(c.per_channel ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]}))};
+  if (c.zero_points) {
+    wdq.push_back(b.Constant(c.per_channel ? Ints(DType::kI8, {ch}, rng, 0, 0)
+                                           : Ints(DType::kI8, {}, rng, 0, 0)));
+  }
+  Value* xf = b.Op("DequantizeLinear", xdq, {{"axis", AttrInt(-1)}});
+  Value* wf = b.Op("DequantizeLinear", wdq, {{"axis", AttrInt(c.w_axis)}});
+  Value* y = b.Op("MatMul", {xf, wf});
+  std::vector<Value*> q = {y, b.Constant(testing::F32({}, {0.05f}))};
+  if (c.zero_points) q.push_back(b.Constant(Ints(DType::kU8, {}, rng, 128, 128)));
+  b.Output("y", b.Op("QuantizeLinear", q));
+  if (c.share_weights) b.Output("wf", wf);
+}
+
+// Compiles `c` (optimized or not) and runs it on a batch of 2; outputs and the compile result.
+std::vector<Tensor> Run(const Case& c, bool optimize, CompileResult* result) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Build(b, c);
+  CompileOptions options;
+  options.optimize = optimize;
+  absl::StatusOr<CompileResult> r = Compile(m, options);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  EXPECT_TRUE(exe.ok()) << exe.status();
+  if (!exe.ok()) return {};
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  EXPECT_TRUE(vm.ok()) << vm.status();
+  if (!vm.ok()) return {};
+  std::mt19937 rng(5);
+  const bool u8 = c.x == DType::kU8;
+  EXPECT_TRUE(
+      (*vm)->SetInput("x", Ints(c.x, {2, c.m, c.k}, rng, u8 ? 0 : -128, u8 ? 255 : 127)).ok());
+  absl::Status s = (*vm)->Run();
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return {};
+  *result = *std::move(r);
+  return *(*vm)->GetOutputs();
+}
+
+bool HasKernel(const CompileResult& r, const std::string& op) {
+  for (const KernelReport& k : r.kernels) {
+    if (k.op == op) return true;
+  }
+  return false;
+}
+
+// Runs the case fused and unfused; returns whether the rule fired. Fired: every element within
+// one quantization step of the unfused program and at least 99% equal; not fired: all equal.
+bool FusedMatchesUnfused(const Case& c) {
+  CompileResult fused, plain;
+  std::vector<Tensor> got = Run(c, true, &fused), want = Run(c, false, &plain);
+  EXPECT_EQ(got.size(), want.size());
+  if (got.empty() || got.size() != want.size()) return false;
+  const bool fired = fused.rewrites.count("qdq_matmul") && fused.rewrites.at("qdq_matmul") > 0;
+  EXPECT_EQ(fired, HasKernel(fused, "QLinearMatMul"));
+  EXPECT_EQ(fired, !HasKernel(fused, "MatMul"));
+  for (size_t o = 0; o < got.size(); ++o) {
+    EXPECT_EQ(got[o].dtype(), want[o].dtype());
+    EXPECT_EQ(got[o].dims(), want[o].dims());
+    const std::vector<double> a = testing::ToDoubles(got[o]), b = testing::ToDoubles(want[o]);
+    if (a.size() != b.size()) return fired;
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_LE(std::fabs(a[i] - b[i]), fired ? 1.0 : 0.0) << "output " << o << " element " << i;
+      differ += a[i] != b[i];
+    }
+    EXPECT_LE(differ * 100, static_cast<int64_t>(a.size())) << differ << " of " << a.size();
+  }
+  return fired;
+}
+
+TEST(QdqTest, MatMulFusesAtEverySize) {
+  for (int64_t m : {1, 5}) {
+    for (int64_t k : {1, 16, 37}) {
+      for (int64_t n : {1, 8, 19}) {
+        for (DType x : {DType::kU8, DType::kI8}) {
+          for (bool per_channel : {false, true}) {
+            for (bool zero_points : {true, false}) {
+              SCOPED_TRACE(absl::StrCat("m ", m, " k ", k, " n ", n, " ", DTypeName(x),
+                                        per_channel ? " per-channel" : " per-tensor",
+                                        zero_points ? "" : " no zero points"));
+              Case c{m, k, n, x, per_channel, zero_points};
+              EXPECT_TRUE(FusedMatchesUnfused(c));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QdqTest, NearMissesAreLeftAlone) {
+  Case per_input_channel;
+  per_input_channel.w_axis = 0;  // w scaled per row of K: not a per-output-channel scale
+  EXPECT_FALSE(FusedMatchesUnfused(per_input_channel));
+  Case x_per_axis;
+  x_per_axis.x_per_axis = true;
+  EXPECT_FALSE(FusedMatchesUnfused(x_per_axis));
+  Case shared;
+  shared.share_weights = true;  // the dequantized weights are read elsewhere
+  EXPECT_FALSE(FusedMatchesUnfused(shared));
+}
+
+}  // namespace
+}  // namespace dynvm::compiler::rewrite
