@@ -9,7 +9,7 @@ For each case folder (model.onnx, test_data_set_N/{input,output}_K.pb) it runs
 and compares OUT/NAME.npy with the stored outputs the way the project's runner does
 (tests/conformance/conformance.h): dtype and shape equal, |got - want| <= 1e-7 + 1e-3 |want|
 for floating point (NaN matches NaN), integers, bools and strings exactly; a sequence output is
-OUT/NAME_K.npy per element. A case whose model holds a random operator (Bernoulli, Random*)
+OUT/NAME_K.npy per element, an optional's content as its kind (empty: no file). A case whose model holds a random operator (Bernoulli, Random*)
 passes on dtype, shape and the runner's statistical check (values in {0, 1} when the stored
 draw is, means within five standard errors) and is listed apart. A case with a sequence or
 optional input is counted as skipped (vm-run binds tensors only) and does not pass.
@@ -51,6 +51,14 @@ def has_random_op(graph):
 
 def read_pb(path, kind):
     data = open(path, "rb").read()
+    if kind == "optional":  # (content kind, value): None when empty
+        opt = onnx.OptionalProto()
+        opt.ParseFromString(data)
+        if opt.HasField("tensor_value"):
+            return "tensor", to_numpy(opt.tensor_value)
+        if opt.HasField("sequence_value"):
+            return "sequence", [to_numpy(t) for t in opt.sequence_value.tensor_values]
+        return "empty", None
     if kind == "sequence":
         seq = onnx.SequenceProto()
         seq.ParseFromString(data)
@@ -76,6 +84,8 @@ def value_kind(value_info):
         return "tensor"
     if which == "sequence_type":
         return "sequence"
+    if which == "optional_type":
+        return "optional"
     return which or "tensor"
 
 
@@ -92,7 +102,8 @@ def compare(got, want, random):
         w = want.astype(np.float64)
         both_nan = np.isnan(g) & np.isnan(w)
         same_inf = np.isinf(w) & (g == w)
-        ok = both_nan | same_inf | (np.abs(g - w) <= 1e-7 + 1e-3 * np.abs(w))
+        with np.errstate(invalid="ignore"):
+            ok = both_nan | same_inf | (np.abs(g - w) <= 1e-7 + 1e-3 * np.abs(w))
         if not ok.all():
             i = int(np.argmin(ok.reshape(-1)))
             return f"element {i}: got {g.reshape(-1)[i]}, expected {w.reshape(-1)[i]}"
@@ -152,6 +163,12 @@ def run_case(case_dir, bindir, work):
         for k, v in enumerate(outputs):
             kind = value_kind(v)
             want = read_pb(os.path.join(s, f"output_{k}.pb"), kind)
+            if kind == "optional":
+                kind, want = want
+                if kind == "empty":
+                    if glob.glob(os.path.join(out_dir, f"{v.name}*.npy")):
+                        return "failed", f"output {v.name}: expected an empty optional", random
+                    continue
             if kind == "sequence":
                 got = []
                 while os.path.exists(os.path.join(out_dir, f"{v.name}_{len(got)}.npy")):
