@@ -39,7 +39,9 @@ using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
 using Cpx = std::complex<double>;
 
-constexpr int64_t kMaxLength = int64_t{1} << 28;
+// Transform lengths above this are refused: the plan and scratch live on the heap (about 48
+// bytes per point), outside the pool's memory limit.
+constexpr int64_t kMaxLength = int64_t{1} << 24;
 
 // A 1-D transform of length n, planned once and applied to many signals.
 class Transform {
