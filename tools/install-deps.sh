@@ -29,6 +29,7 @@ readonly build_pkgs=(
   libbenchmark-dev
   libprotobuf-dev protobuf-compiler libonnx-dev
   zlib1g-dev libzstd-dev
+  libkissfft-dev       # FFT for DFT/STFT (BSD-3-Clause; kissfft-float, found by pkg-config)
   # the Python package (python/, docs/python.md): built when pybind11 and the headers are found
   pybind11-dev python3-dev python3-numpy
 )

@@ -66,6 +66,7 @@ constexpr OpEntry kOps[] = {
     {"Cos", 7, "7:1:1", ""},
     {"Cosh", 7, "9:1:1", ""},
     {"CumSum", 7, "11:2:3 14:2:3", "exclusive:i reverse:i"},
+    {"DFT", 7, "17:2:1", "axis:i inverse:i onesided:i"},
     {"DepthToSpace", 1, "1:1:1 11:1:1 13:1:1", "blocksize:i mode:s"},
     {"DequantizeLinear", 7, "10:3:3 13:3:3", "axis:i"},
     {"Det", 7, "11:1:1", ""},
@@ -122,6 +123,7 @@ constexpr OpEntry kOps[] = {
     {"MaxUnpool", 7, "9:2:3 11:3:3", "kernel_shape:I pads:I strides:I"},
     {"Mean", 6, "1:0:1 6:0:1 8:0:1 13:0:1", ""},
     {"MeanVarianceNormalization", 7, "9:1:1 13:1:1", "axes:I"},
+    {"MelWeightMatrix", 7, "17:5:31", "output_datatype:i"},
     {"Min", 6, "1:0:1 6:0:1 8:0:1 12:0:1 13:0:1", ""},
     {"Mod", 7, "10:2:3 13:2:3", "fmod:i"},
     {"Mul", 7, "1:2:3 6:2:3 7:2:3 13:2:3 14:2:3", ""},
@@ -171,6 +173,7 @@ constexpr OpEntry kOps[] = {
      "coordinate_transformation_mode:s mode:s output_height:i output_width:i sampling_ratio:i "
      "spatial_scale:f"},
     {"Round", 7, "11:1:1", ""},
+    {"STFT", 7, "17:4:3", "onesided:i"},
     {"Scan", 7, "8:0:2 9:0:1 11:0:1 16:0:1",
      "body:g directions:I num_scan_inputs:i scan_input_axes:I scan_input_directions:I "
      "scan_output_axes:I scan_output_directions:I"},

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
+#include "kernels/reference/signal_common.h"
 
 namespace dynvm::reference {
 namespace {
@@ -939,6 +940,7 @@ absl::Status RunIdentity(const void*, KernelContext& ctx, Inputs in, Outputs out
 struct DropoutAttrs {
   float ratio = 0.5f;               // opset < 12 attribute
   DType mask_dtype = DType::kBool;  // bool from opset 10, T before
+  std::optional<int64_t> seed;      // training mode: random.cc's TrainingDropout
 };
 
 absl::Status RunDropout(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
@@ -960,8 +962,8 @@ absl::Status RunDropout(const void* attrs, KernelContext& ctx, Inputs in, Output
       }));
     }
     if (training && ratio != 0) {
-      return absl::UnimplementedError(
-          "Dropout: training mode with a nonzero ratio is not supported by the reference kernel");
+      return TrainingDropout(ctx, x, ratio, da.seed, out[0], out.size() > 1 ? out[1] : nullptr,
+                             da.mask_dtype);
     }
   }
   if ((ClassOf(x.dtype()) & kAll) == 0) return Unsupported("Dropout", x.dtype());
@@ -1205,6 +1207,9 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
     if (attrs.ratio < 0 || attrs.ratio >= 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("Dropout: ratio must be in [0, 1), got ", attrs.ratio));
+    }
+    if (spec.Find("seed") != nullptr) {
+      DYNVM_ASSIGN_OR_RETURN(attrs.seed, spec.GetInt("seed", 0));
     }
     if (spec.outputs.size() > 1 && spec.outputs[1].dtype != kAnyDType) {
       attrs.mask_dtype = spec.output_dtype(1);

@@ -12,7 +12,7 @@
 // Uniform: low + (high - low) * u, kept below high after rounding to the output type.
 // Normal: mean + scale * z with z = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1) (Box-Muller).
 // Bernoulli: 1 where u < p, else 0; p must lie in [0, 1] (NaN and values outside are an
-// InvalidArgument).
+// InvalidArgument). Training-mode Dropout (elementwise.cc) draws its mask here too.
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -182,6 +182,35 @@ void Add(KernelRegistry& r, const char* op, Dist dist, bool like) {
 }
 
 }  // namespace
+
+absl::Status TrainingDropout(KernelContext& ctx, const Tensor& x, double ratio,
+                             std::optional<int64_t> seed, Tensor* y, Tensor* mask,
+                             DType mask_dtype) {
+  if (!IsFloat(x.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dropout: training mode needs floating-point data, got ", x.DebugString()));
+  }
+  if (!(ratio > 0 && ratio < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dropout: ratio must be in [0, 1), got ", ratio));
+  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, x.dtype(), x.dims(), "Dropout"));
+  if (mask != nullptr) {
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, mask, mask_dtype, x.dims(), "Dropout"));
+  }
+  const uint64_t key = seed ? static_cast<uint64_t>(*seed) : ProcessKey();
+  const uint64_t step = seed ? 0 : RunCounter().fetch_add(1, std::memory_order_relaxed);
+  std::vector<double> v = ReadDoubles(x);
+  std::vector<double> m(v.size());
+  const double scale = 1.0 / (1.0 - ratio);
+  for (size_t i = 0; i < v.size(); ++i) {
+    m[i] = PhiloxUniform(key, step, static_cast<uint64_t>(i)) >= ratio ? 1.0 : 0.0;
+    v[i] = m[i] != 0 ? v[i] * scale : 0.0;
+  }
+  WriteDoubles(*y, v);
+  if (mask != nullptr) WriteDoubles(*mask, m);
+  return absl::OkStatus();
+}
 
 void RegisterRandomKernels(KernelRegistry& r) {
   Add(r, "RandomUniform", Dist::kUniform, false);

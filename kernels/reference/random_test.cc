@@ -152,5 +152,30 @@ TEST(RandomKernelTest, BernoulliRefusesNanAndOutOfRangeProbabilities) {
   }
 }
 
+TEST(RandomKernelTest, TrainingDropoutKeepsOneMinusRatioAndScales) {
+  auto run = [](float ratio) {
+    KernelCall d("Dropout");
+    d.In(F32({kN}, std::vector<float>(kN, 2.0f))).In(F32({}, {ratio}));
+    d.In(testing::Bool({}, {true})).Attr("seed", int64_t{9}).Out(DType::kF32).Out(DType::kBool);
+    return d.Run();
+  };
+  absl::StatusOr<std::vector<Tensor>> r = run(0.25f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<double> y = ToDoubles((*r)[0]), mask = ToDoubles((*r)[1]);
+  double kept = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_TRUE(y[i] == 0 || std::abs(y[i] - 2.0 / 0.75) < 1e-6) << y[i];
+    ASSERT_EQ(mask[i] != 0, y[i] != 0);
+    kept += mask[i];
+  }
+  EXPECT_NEAR(kept, 0.75 * kN, 2.576 * std::sqrt(kN * 0.75 * 0.25));  // 99% interval
+  absl::StatusOr<std::vector<Tensor>> again = run(0.25f);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(ToDoubles((*again)[0]), y);  // seeded: the same mask
+  absl::StatusOr<std::vector<Tensor>> one = run(1.0f);
+  ASSERT_FALSE(one.ok());
+  EXPECT_THAT(one.status().message(), HasSubstr("ratio"));
+}
+
 }  // namespace
 }  // namespace dynvm

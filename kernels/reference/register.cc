@@ -19,6 +19,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterFusedConvKernels(registry);
   reference::RegisterVisionKernels(registry);
   reference::RegisterRandomKernels(registry);
+  reference::RegisterSignalKernels(registry);
 }
 
 }  // namespace dynvm

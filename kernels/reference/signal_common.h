@@ -4,6 +4,7 @@
 #define DYNVM_KERNELS_REFERENCE_SIGNAL_COMMON_H_
 
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -77,6 +78,13 @@ inline absl::StatusOr<std::vector<int64_t>> ReadIndexValues(const Tensor& t, abs
   }
   return v;
 }
+
+// Training-mode Dropout (random.cc): mask m = (u >= ratio) with u drawn from Philox as the
+// random operators draw it (seeded when `seed` is set), y = x * m / (1 - ratio); `mask` (may be
+// null) receives m in `mask_dtype`. REQUIRES: 0 < ratio < 1.
+absl::Status TrainingDropout(KernelContext& ctx, const Tensor& x, double ratio,
+                             std::optional<int64_t> seed, Tensor* y, Tensor* mask,
+                             DType mask_dtype);
 
 }  // namespace dynvm::reference
 
