@@ -7,10 +7,62 @@
 //                      outputs; never removed as dead code.
 //   Gelu(x), GeluTanh(x), Silu(x) -> same type as x: fused activations the pattern rewrites
 //                      make (compiler/rewrite/activations.cc).
+//   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
+//                      kernels/reference/attention.cc has the exact definition). Attributes
+//                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
+//                      (0 none, 1 additive, 2/3 Where(mask, fill, s) / Where(mask, s, fill)),
+//                      fill. With Q' = Transpose(Q, q_perm) [..., Lq, D], K' [..., D, Lk],
+//                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv].
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
 
 namespace dynvm::compiler {
+namespace {
+
+// The dims of Transpose(x, perm) (identity when the attribute is absent).
+absl::StatusOr<std::vector<Dim>> PermutedDims(InferContext& c, const std::vector<Dim>& x,
+                                              const char* attr) {
+  std::vector<int64_t> identity(x.size());
+  for (size_t i = 0; i < x.size(); ++i) identity[i] = static_cast<int64_t>(i);
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> perm, c.GetInts(attr, identity));
+  std::vector<bool> seen(x.size(), false);
+  if (perm.size() != x.size()) return c.Error(absl::StrCat(attr, " has the wrong length"));
+  std::vector<Dim> out(x.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(x.size()) || seen[perm[i]]) {
+      return c.Error(absl::StrCat(attr, " is not a permutation"));
+    }
+    seen[perm[i]] = true;
+    out[i] = x[perm[i]];
+  }
+  return out;
+}
+
+absl::Status InferAttention(InferContext& c) {
+  if (c.num_inputs() < 3 || c.num_inputs() > 4 || c.num_outputs() != 1 || !c.has_input(0) ||
+      !c.has_input(1) || !c.has_input(2)) {
+    return c.Error("Attention takes (Q, K, V[, mask]) and has one output");
+  }
+  const std::vector<Dim>* q = c.input_shape(0);
+  const std::vector<Dim>* v = c.input_shape(2);
+  if (q == nullptr || v == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (q->size() < 2 || v->size() != q->size()) {
+    return c.Error("Q and V must have one rank, at least 2");
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> qd, PermutedDims(c, *q, "q_perm"));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> vd, PermutedDims(c, *v, "v_perm"));
+  qd.back() = vd.back();  // R = [..., Lq, Dv]
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> out, PermutedDims(c, qd, "out_perm"));
+  c.SetOutput(0, c.input_dtype(0), std::move(out));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 void RegisterDynvmShapeFunctions(OpRegistry& r) {
   r.Register(OpSchema{"dynvm", "Sample",
@@ -47,6 +99,7 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                           return absl::OkStatus();
                         }});
   }
+  r.Register(OpSchema{"dynvm", "Attention", InferAttention});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
 }

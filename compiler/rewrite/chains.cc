@@ -19,22 +19,9 @@ namespace {
 
 using P = Pattern;
 
-// A Transpose node's permutation (the default reverses), or nullopt when its rank is unknown.
-std::optional<std::vector<int64_t>> Perm(const Node& n) {
-  const int rank = n.inputs[0]->rank();
-  if (rank < 0) return std::nullopt;
-  if (const AttrValue* a = n.attr("perm"); a != nullptr) {
-    if (static_cast<int>(a->ints.size()) != rank) return std::nullopt;
-    return a->ints;
-  }
-  std::vector<int64_t> p(rank);
-  for (int i = 0; i < rank; ++i) p[i] = rank - 1 - i;
-  return p;
-}
-
 Value* CollapseTransposes(Emitter& e, const Match& m) {
-  std::optional<std::vector<int64_t>> p = Perm(*m.node("inner"));
-  std::optional<std::vector<int64_t>> q = Perm(e.root());
+  std::optional<std::vector<int64_t>> p = TransposePerm(*m.node("inner"));
+  std::optional<std::vector<int64_t>> q = TransposePerm(e.root());
   if (!p || !q || p->size() != q->size()) return nullptr;
   std::vector<int64_t> r(q->size());
   bool identity = true;

@@ -79,6 +79,45 @@ class GptBlock(nn.Module):
         return x + self.out(self.act(self.fc(self.ln2(x))))
 
 
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention over one sequence (batch_first), optionally with a key-padding
+    mask and returning the averaged attention weights (a second consumer of the softmax)."""
+
+    def __init__(self, d, heads, weights=False):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.weights = weights
+
+    def forward(self, x, pad=None):
+        y, w = self.mha(x, x, x, key_padding_mask=pad, need_weights=self.weights)
+        return (y, w) if self.weights else y
+
+
+class PaddedEncoderLayer(nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, pad):
+        return self.layer(x, src_key_padding_mask=pad)
+
+
+def _padding(b, s):
+    pad = torch.zeros(b, s, dtype=torch.bool)
+    for i in range(b):  # never the first key: no row is masked throughout
+        pad[i, s - (i % max(1, s - 1)):] = True if s > 1 else False
+    return pad
+
+
+def _attention_other_axis(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.5, dim=-2) @ v
+
+
+def _attention_mask_bigger(q, k, v, m):
+    # The mask has a leading axis the scores lack: the sum broadcasts the scores.
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, dim=-1) @ v
+
+
 def make_case(case, rng):
     """Returns (module, inputs) for a case name, sizes drawn from rng."""
     b, s, d = rng.randint(1, 3), rng.randint(1, 9), rng.choice([8, 16, 24, 40])
@@ -124,6 +163,23 @@ def make_case(case, rng):
         layer = nn.TransformerEncoderLayer(dm, heads, dim_feedforward=2 * dm, dropout=0.0,
                                            activation="gelu", batch_first=True)
         return layer, [torch.randn(b, s, dm)]
+    if case in ("mha", "mha_padded", "mha_weights"):
+        heads = rng.choice([1, 2, 4])
+        dm = heads * rng.choice([4, 8])
+        x = torch.randn(b, s, dm)
+        m = SelfAttention(dm, heads, weights=case == "mha_weights")
+        return m, [x, _padding(b, s)] if case == "mha_padded" else [x]
+    if case == "encoder_layer_padded":
+        heads = rng.choice([1, 2, 4])
+        dm = heads * rng.choice([4, 8, 12])
+        layer = nn.TransformerEncoderLayer(dm, heads, dim_feedforward=2 * dm, dropout=0.0,
+                                           activation="gelu", batch_first=True)
+        return PaddedEncoderLayer(layer), [torch.randn(b, s, dm), _padding(b, s)]
+    if case == "attention_other_axis":
+        return Lambda(_attention_other_axis), [torch.randn(b, s, d) for _ in range(3)]
+    if case == "attention_mask_bigger":
+        return Lambda(_attention_mask_bigger), [torch.randn(b, s, d) for _ in range(3)] + [
+            torch.randn(2, b, s, s)]
     if case == "gpt_block":
         heads = rng.choice([1, 2, 4])
         return GptBlock(d, heads if d % heads == 0 else 1), [x]
@@ -142,7 +198,8 @@ def export(case, opset, seed, out_dir):
     torch.onnx.export(module, tuple(inputs), f"{out_dir}/model.onnx", opset_version=opset,
                       input_names=names, output_names=[f"y{i}" for i in range(n_out)])
     for name, t in zip(names, inputs):
-        np.save(f"{out_dir}/input_{name}.npy", t.numpy().astype(np.float32))
+        a = t.numpy()
+        np.save(f"{out_dir}/input_{name}.npy", a if a.dtype == np.bool_ else a.astype(np.float32))
     return names, n_out
 
 

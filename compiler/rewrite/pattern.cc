@@ -56,6 +56,11 @@ Pattern Pattern::Const(std::string name, ValuePred pred) {
 Pattern Pattern::Op(std::string op, std::vector<Pattern> inputs) {
   Pattern p;
   p.kind_ = Kind::kOp;
+  const size_t sep = op.find("::");
+  if (sep != std::string::npos) {  // "domain::Op": a node of another domain (dynvm::Attention)
+    p.domain_ = op.substr(0, sep);
+    op = op.substr(sep + 2);
+  }
   p.op_ = std::move(op);
   p.inputs_ = std::move(inputs);
   return p;
@@ -136,7 +141,7 @@ bool Pattern::MatchHere(Value* v, const UseCounts& uses, rewrite::Match& m) cons
       break;
   }
   compiler::Node* n = v->producer;
-  if (n == nullptr || !n->domain.empty() || n->op != op_ || v->output_index != 0 ||
+  if (n == nullptr || n->domain != domain_ || n->op != op_ || v->output_index != 0 ||
       !n->subgraphs.empty()) {
     return false;
   }
@@ -234,6 +239,18 @@ bool ReducesTrailingAxes(const compiler::Node& n, int count) {
     }
   }
   return true;
+}
+
+std::optional<std::vector<int64_t>> TransposePerm(const compiler::Node& n) {
+  const int rank = n.inputs.empty() || n.inputs[0] == nullptr ? -1 : n.inputs[0]->rank();
+  if (rank < 0) return std::nullopt;
+  if (const AttrValue* a = n.attr("perm"); a != nullptr) {
+    if (static_cast<int>(a->ints.size()) != rank) return std::nullopt;
+    return a->ints;
+  }
+  std::vector<int64_t> p(rank);
+  for (int i = 0; i < rank; ++i) p[i] = rank - 1 - i;
+  return p;
 }
 
 }  // namespace dynvm::compiler::rewrite

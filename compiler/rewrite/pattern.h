@@ -6,6 +6,7 @@
 //   Any("x")                  any value, captured as "x"
 //   Const("c", pred)          a compile-time constant (Value::constant) satisfying pred
 //   Op("Mul", {a, b})         output 0 of a default-domain node of that op whose inputs match
+//                             ("dynvm::Attention": a node of domain "dynvm"; never a root)
 //   OneOf({p, q})             the first alternative that matches
 //
 // and refined with:
@@ -95,6 +96,7 @@ class Pattern {
 
   Kind kind_ = Kind::kAny;
   std::string op_;
+  std::string domain_;  // "" = the ONNX default domain
   std::string name_;
   std::vector<Pattern> inputs_;  // operands, or the alternatives of OneOf
   bool commutative_ = false;
@@ -120,6 +122,10 @@ std::optional<std::vector<int64_t>> ReduceAxes(const compiler::Node& n);
 // The node reduces exactly the trailing `count` axes of its input with keepdims=1 (the
 // default). count 0: any non-empty set of trailing axes.
 bool ReducesTrailingAxes(const compiler::Node& n, int count = 0);
+
+// A Transpose node's permutation (the default reverses), or nullopt when its input's rank is
+// unknown or the perm attribute has another length.
+std::optional<std::vector<int64_t>> TransposePerm(const compiler::Node& n);
 
 }  // namespace dynvm::compiler::rewrite
 

@@ -57,10 +57,16 @@ CASES = {
     "silu": (ALL, {"silu": True}, ["Sigmoid"]),
     "silu_other_input": ([14], {"silu": False}, []),
     "hard_swish": ([11, 13], {"hard_swish": True}, ["HardSigmoid"]),
+    "mha": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
+    "mha_padded": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
+    "mha_weights": ([14], {"attention": False}, []),
+    "attention_other_axis": ([14], {"attention": False}, []),
+    "attention_mask_bigger": ([14], {"attention": False}, []),
 }
 RANDOMIZED = {
-    "encoder_layer": {"layer_norm": True, "gelu": True},
-    "gpt_block": {"layer_norm": True, "gelu_tanh": True},
+    "encoder_layer": {"layer_norm": True, "gelu": True, "attention": True},
+    "encoder_layer_padded": {"layer_norm": True, "gelu": True, "attention": True},
+    "gpt_block": {"layer_norm": True, "gelu_tanh": True, "attention": True},
 }
 
 

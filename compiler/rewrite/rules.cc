@@ -5,7 +5,8 @@ namespace dynvm::compiler::rewrite {
 const std::vector<Rule>& AllRules() {
   static const std::vector<Rule>* rules = [] {
     auto* all = new std::vector<Rule>;
-    for (auto* make : {&PowConstRules, &LayerNormRules, &ActivationRules, &ChainRules}) {
+    for (auto* make :
+         {&PowConstRules, &LayerNormRules, &ActivationRules, &ChainRules, &AttentionRules}) {
       for (Rule& r : make()) all->push_back(std::move(r));
     }
     return all;

@@ -13,6 +13,7 @@ std::vector<Rule> PowConstRules();    // pow_const.cc
 std::vector<Rule> LayerNormRules();   // layer_norm.cc
 std::vector<Rule> ActivationRules();  // activations.cc
 std::vector<Rule> ChainRules();       // chains.cc
+std::vector<Rule> AttentionRules();   // attention.cc
 
 }  // namespace dynvm::compiler::rewrite
 

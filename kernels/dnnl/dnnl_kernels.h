@@ -12,6 +12,7 @@ void RegisterRnnKernels(KernelRegistry& r);            // rnn.cc: LSTM, GRU, RNN
 void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and binary ops
 void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
 void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
+void RegisterAttentionKernels(KernelRegistry& r);      // attention.cc: dynvm::Attention
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);  // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);  // pool.cc: pooling, BatchNormalization, LRN

@@ -9,6 +9,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterNormalizationKernels(registry);
   onednn::RegisterReduceKernels(registry);
   onednn::RegisterActivationKernels(registry);
+  onednn::RegisterAttentionKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);
 }

@@ -22,6 +22,7 @@ void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, B
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterDynvmKernels(KernelRegistry& r);
+void RegisterAttentionKernel(KernelRegistry& r);  // attention.cc: dynvm::Attention
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
 

@@ -14,6 +14,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterResizeKernels(registry);
   reference::RegisterMiscKernels(registry);
   reference::RegisterDynvmKernels(registry);
+  reference::RegisterAttentionKernel(registry);
   reference::RegisterFusedConvKernels(registry);
 }
 

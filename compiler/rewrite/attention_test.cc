@@ -1,0 +1,185 @@
+// attention, attention_transpose (attention.cc): the forms torch writes, against the
+// unoptimized program, the near misses left alone, and the run-time mask check.
+#include <limits>
+
+#include "compiler/rewrite/rewrite_testing.h"
+#include "gtest/gtest.h"
+#include "vm/executable.h"
+#include "vm/virtual_machine.h"
+
+namespace dynvm::compiler::rewrite {
+namespace {
+
+AttrValue Perm(std::vector<int64_t> p) { return AttrInts(std::move(p)); }
+
+// nn.MultiheadAttention's form (torch 1.13): Q/K/V [L, G, hd] (G = batch x heads), Q
+// transposed and divided by sqrt(hd), K transposed by [1, 2, 0], softmax, V transposed, the
+// result transposed back.
+struct MhaForm {
+  int mask = 0;  // 0 none, 1 additive [G, 1, L] (key padding), 2 Where(bool [L, L], -inf, s)
+  bool where_keep = false;  // Where(cond, s, -inf) instead
+  int64_t softmax_axis = -1;
+  bool share_probs = false;  // the probabilities are a second output
+  bool mask_bigger = false;  // an additive mask [2, G, L, L] that broadcasts the scores
+  bool mul_scale = false;    // Mul(MatMul, c) after the product instead of Div(Q, c)
+};
+
+Outcome RunMha(const MhaForm& f) {
+  const int64_t L = 5, G = 6, hd = 4;
+  std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32({L, G, hd}, 1)},
+                                                    {"k", RandomF32({L, G, hd}, 2)},
+                                                    {"v", RandomF32({L, G, hd}, 3)}};
+  if (f.mask == 1) {
+    Tensor m = RandomF32({G, 1, L}, 4, -3, 0);
+    in.push_back({"m", std::move(m)});
+  }
+  if (f.mask_bigger) in.push_back({"m", RandomF32({2, G, L, L}, 4, -3, 0)});
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* q = b.Input("q", DType::kF32, {L, G, hd});
+        Value* k = b.Input("k", DType::kF32, {L, G, hd});
+        Value* v = b.Input("v", DType::kF32, {L, G, hd});
+        Value* qt = b.Op("Transpose", {q}, {{"perm", Perm({1, 0, 2})}});
+        Value* kt = b.Op("Transpose", {k}, {{"perm", Perm({1, 2, 0})}});
+        Value* vt = b.Op("Transpose", {v}, {{"perm", Perm({1, 0, 2})}});
+        Value* s = f.mul_scale ? b.Op("Mul", {b.Op("MatMul", {qt, kt}), b.ScalarF32(0.5f)})
+                               : b.Op("MatMul", {b.Op("Div", {qt, b.ScalarF32(2.0f)}), kt});
+        if (f.mask == 1) s = b.Op("Add", {s, b.Input("m", DType::kF32, {G, 1, L})});
+        if (f.mask_bigger) s = b.Op("Add", {s, b.Input("m", DType::kF32, {2, G, L, L})});
+        if (f.mask == 2) {
+          std::vector<uint8_t> tri(L * L);
+          for (int64_t i = 0; i < L; ++i) {
+            for (int64_t j = 0; j < L; ++j) tri[i * L + j] = (j > i) != f.where_keep;
+          }
+          Value* cond = b.Constant(*Tensor::FromVector<uint8_t>(DType::kBool, {L, L}, tri));
+          Value* inf = b.ScalarF32(-std::numeric_limits<float>::infinity());
+          s = f.where_keep ? b.Op("Where", {cond, s, inf}) : b.Op("Where", {cond, inf, s});
+        }
+        Value* p = b.Op("Softmax", {s}, {{"axis", AttrInt(f.softmax_axis)}});
+        Value* o = b.Op("MatMul", {p, vt});
+        b.Output("y", f.mask_bigger ? o : b.Op("Transpose", {o}, {{"perm", Perm({1, 0, 2})}}));
+        if (f.share_probs) b.Output("p", p);
+      },
+      in, {}, 1e-5);
+}
+
+TEST(AttentionTest, FusesMultiheadForms) {
+  for (int form = 0; form < 5; ++form) {
+    SCOPED_TRACE(form);
+    MhaForm f;
+    f.mask = form == 1 ? 1 : form >= 2 && form <= 3 ? 2 : 0;
+    f.where_keep = form == 3;
+    f.mul_scale = form == 4;
+    Outcome o = RunMha(f);
+    EXPECT_EQ(o.fired["attention"], 1);
+    EXPECT_EQ(o.fired["attention_transpose"], 1);
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+    EXPECT_FALSE(o.HasKernel("Softmax"));
+    EXPECT_FALSE(o.HasKernel("MatMul"));
+    EXPECT_FALSE(o.HasKernel("Transpose"));
+  }
+}
+
+TEST(AttentionTest, LeavesNearMissesAlone) {
+  MhaForm other_axis;
+  other_axis.softmax_axis = 1;
+  EXPECT_EQ(RunMha(other_axis).fired["attention"], 0);
+  MhaForm shared;
+  shared.share_probs = true;
+  Outcome o = RunMha(shared);
+  EXPECT_EQ(o.fired["attention"], 0);
+  EXPECT_TRUE(o.HasKernel("Softmax"));
+  MhaForm bigger;
+  bigger.mask_bigger = true;
+  EXPECT_EQ(RunMha(bigger).fired["attention"], 0);
+}
+
+// A GPT block's form: [B, H, T, hd] from Transpose(Reshape) of [B, T, d], K transposed by
+// [0, 2, 3, 1], the scale after the product, the output transposed by [0, 2, 1, 3]; one query
+// (a decode step) takes the GEMV path, 150 queries run in two blocks of the fixed scratch.
+TEST(AttentionTest, FusesGptFormAndDecodeStep) {
+  for (int64_t t : {7, 1, 150}) {
+    SCOPED_TRACE(t);
+    const int64_t B = 2, T = t, H = 3, hd = 4;
+    std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32({B, T, H, hd}, 5)},
+                                                      {"k", RandomF32({B, T, H, hd}, 6)},
+                                                      {"v", RandomF32({B, T, H, hd}, 7)},
+                                                      {"m", RandomF32({T, T}, 8, -2, 0)}};
+    Outcome o = CompareWithUnoptimized(
+        [&](GraphBuilder& b) {
+          Value* q = b.Op("Transpose", {b.Input("q", DType::kF32, {B, T, H, hd})},
+                          {{"perm", Perm({0, 2, 1, 3})}});
+          Value* k = b.Op("Transpose", {b.Input("k", DType::kF32, {B, T, H, hd})},
+                          {{"perm", Perm({0, 2, 3, 1})}});
+          Value* v = b.Op("Transpose", {b.Input("v", DType::kF32, {B, T, H, hd})},
+                          {{"perm", Perm({0, 2, 1, 3})}});
+          Value* s = b.Op("Mul", {b.ScalarF32(0.5f), b.Op("MatMul", {q, k})});
+          s = b.Op("Add", {b.Input("m", DType::kF32, {T, T}), s});
+          Value* o = b.Op("MatMul", {b.Op("Softmax", {s}, {{"axis", AttrInt(3)}}), v});
+          b.Output("y", b.Op("Transpose", {o}, {{"perm", Perm({0, 2, 1, 3})}}));
+        },
+        in, {}, 1e-5);
+    EXPECT_EQ(o.fired["attention"], 1);
+    EXPECT_EQ(o.fired["attention_transpose"], 1);
+    EXPECT_FALSE(o.HasKernel("Transpose"));
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+  }
+}
+
+// Q' with its D axis strided (Q given as [G, D, L]) and K' read as given: the oneDNN kernel
+// runs the reference loops, against the unfused program.
+TEST(AttentionTest, StridedOperandsTakeTheReferenceLoops) {
+  const int64_t G = 3, L = 5, D = 4;
+  Outcome o = CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* q =
+            b.Op("Transpose", {b.Input("q", DType::kF32, {G, D, L})}, {{"perm", Perm({0, 2, 1})}});
+        Value* s = b.Op("MatMul", {q, b.Input("k", DType::kF32, {G, D, L})});
+        Value* p = b.Op("Softmax", {b.Op("Div", {s, b.ScalarF32(3.0f)})}, {{"axis", AttrInt(-1)}});
+        b.Output("y", b.Op("MatMul", {p, b.Input("v", DType::kF32, {G, L, D})}));
+      },
+      {{"q", RandomF32({G, D, L}, 11)},
+       {"k", RandomF32({G, D, L}, 12)},
+       {"v", RandomF32({G, L, D}, 13)}},
+      {}, 1e-5);
+  EXPECT_EQ(o.fired["attention"], 1);
+  EXPECT_FALSE(o.HasKernel("Softmax"));
+}
+
+// A mask whose size the compiler cannot compare with the scores' (two symbols) fuses; at run
+// time a mask that would broadcast the scores (m = 3 rows against t = 1 query) is an error
+// naming the node, and the VM stays usable.
+TEST(AttentionTest, MaskOfAnotherShapeFailsAtRunTimeNamingTheNode) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* q = b.Input("q", DType::kF32, {2, "t", 4});
+  Value* k = b.Input("k", DType::kF32, {2, 4, 5});
+  Value* v = b.Input("v", DType::kF32, {2, 5, 4});
+  Value* mask = b.Input("m", DType::kF32, {2, "m", 5});
+  Value* s = b.Op("Add", {b.Op("MatMul", {q, k}), mask});
+  b.Output("y", b.Op("MatMul", {b.Op("Softmax", {s}, {{"axis", AttrInt(-1)}}), v}));
+  absl::StatusOr<CompileResult> r = Compile(m, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rewrites["attention"], 1);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+      {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  auto run = [&](int64_t t, int64_t rows) {
+    EXPECT_TRUE((*vm)->SetInput("q", RandomF32({2, t, 4}, 1)).ok());
+    EXPECT_TRUE((*vm)->SetInput("k", RandomF32({2, 4, 5}, 2)).ok());
+    EXPECT_TRUE((*vm)->SetInput("v", RandomF32({2, 5, 4}, 3)).ok());
+    EXPECT_TRUE((*vm)->SetInput("m", RandomF32({2, rows, 5}, 4)).ok());
+    return (*vm)->Run();
+  };
+  absl::Status bad = run(1, 3);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("node '"), std::string::npos) << bad;
+  EXPECT_NE(bad.message().find("Attention: the mask f32[2,3,5]"), std::string::npos) << bad;
+  EXPECT_TRUE(run(3, 1).ok());  // a broadcast row: fine
+  EXPECT_TRUE(run(3, 3).ok());
+}
+
+}  // namespace
+}  // namespace dynvm::compiler::rewrite
