@@ -2,9 +2,10 @@
 // per (batch, head) unit, S = scale * Q K^T by dnnl_sgemm (or the GEMV loop for one query: a
 // decode step), the mask and the softmax by vector loops in place, and S V by dnnl_sgemm (GEMV)
 // written straight into the output at its strides. Q, K and V are read where they are (their
-// head-split transposes are strides); only S [Lq, Lk] is scratch. Needs unit stride along D
-// and Dv (the layouts torch's exports give); anything else runs the reference kernel.
-// Units are independent: a thread pool can split [0, units).
+// head-split transposes are strides). Queries run in blocks whose scores fit a fixed 64 KiB
+// scratch (the site's workspace: nothing is allocated per decode step). Needs unit stride
+// along D and Dv (the layouts torch's exports give); anything else runs the reference loops.
+// Units are independent: a thread pool can split [0, units) (with a scratch per thread).
 #include "kernels/reference/attention.h"
 
 #include <algorithm>
@@ -20,6 +21,9 @@ namespace {
 
 using reference::AttentionAttrs;
 using reference::AttentionGeometry;
+
+// The scratch for scores: 64 KiB, [128, 128] at once.
+constexpr int64_t kScratchFloats = 16384;
 
 DYNVM_CLONES void AddRow(int64_t n, const float* m, float* s) {
   for (int64_t j = 0; j < n; ++j) s[j] += m[j];
@@ -65,33 +69,45 @@ bool FastLayout(const AttentionGeometry& g, Layout& l) {
   return l.ldq >= g.d && l.ldk >= g.d && l.ldv >= g.dv && l.ldo >= g.dv;
 }
 
+// Queries [i0, i0 + rows) of one unit: scores into s[rows, lk], masked, softmax, times V'.
+absl::Status RunRows(const AttentionAttrs& a, const AttentionGeometry& g, const Layout& l,
+                     const float* q, const float* k, const float* v, const void* m, float* y,
+                     int64_t i0, int64_t rows, float* s) {
+  q += i0 * l.ldq;
+  y += i0 * l.ldo;
+  if (rows == 1) {  // one query (a decode step): GEMV loops
+    Gemv('T', g.lk, g.d, a.scale, q, k, l.ldk, 0.0f, s);
+  } else {
+    DYNVM_RETURN_IF_ERROR(
+        FromDnnl(dnnl_sgemm('N', 'T', rows, g.lk, g.d, a.scale, q, l.ldq, k, l.ldk, 0.0f, s, g.lk),
+                 "dnnl_sgemm"));
+  }
+  if (m != nullptr) {
+    for (int64_t i = 0; i < rows; ++i) MaskRow(a, g, m, i0 + i, s + i * g.lk);
+  }
+  SoftmaxRows(rows, g.lk, s, s);
+  if (rows == 1) {
+    Gemv('N', g.dv, g.lk, 1.0f, s, v, l.ldv, 0.0f, y);
+    return absl::OkStatus();
+  }
+  return FromDnnl(dnnl_sgemm('N', 'N', rows, g.dv, g.lk, 1.0f, s, g.lk, v, l.ldv, 0.0f, y, l.ldo),
+                  "dnnl_sgemm");
+}
+
+// Units [u0, u1), queries in blocks of `block` rows (s holds block x lk floats).
 absl::Status RunUnits(const AttentionAttrs& a, const AttentionGeometry& g, const Layout& l,
-                      int64_t u0, int64_t u1, float* s) {
+                      int64_t u0, int64_t u1, int64_t block, float* s) {
   const size_t mask_elem = a.mask_mode == 1 ? sizeof(float) : sizeof(bool);
   for (int64_t u = u0; u < u1; ++u) {
     const float* q = g.q + reference::UnitOffset(g, g.qs, u);
     const float* k = g.k + reference::UnitOffset(g, g.ks, u);
     const float* v = g.v + reference::UnitOffset(g, g.vs, u);
     float* y = g.out + reference::UnitOffset(g, g.rs, u);
-    if (g.lq == 1) {  // one query (a decode step): GEMV loops
-      Gemv('T', g.lk, g.d, a.scale, q, k, l.ldk, 0.0f, s);
-    } else {
-      const dnnl_status_t st =
-          dnnl_sgemm('N', 'T', g.lq, g.lk, g.d, a.scale, q, l.ldq, k, l.ldk, 0.0f, s, g.lk);
-      DYNVM_RETURN_IF_ERROR(FromDnnl(st, "dnnl_sgemm"));
-    }
-    if (g.mask != nullptr) {
-      const void* m =
-          static_cast<const char*>(g.mask) + reference::UnitOffset(g, g.ms, u) * mask_elem;
-      for (int64_t i = 0; i < g.lq; ++i) MaskRow(a, g, m, i, s + i * g.lk);
-    }
-    SoftmaxRows(g.lq, g.lk, s, s);
-    if (g.lq == 1) {
-      Gemv('N', g.dv, g.lk, 1.0f, s, v, l.ldv, 0.0f, y);
-    } else {
-      const dnnl_status_t st =
-          dnnl_sgemm('N', 'N', g.lq, g.dv, g.lk, 1.0f, s, g.lk, v, l.ldv, 0.0f, y, l.ldo);
-      DYNVM_RETURN_IF_ERROR(FromDnnl(st, "dnnl_sgemm"));
+    const void* m = g.mask == nullptr ? nullptr
+                                      : static_cast<const char*>(g.mask) +
+                                            reference::UnitOffset(g, g.ms, u) * mask_elem;
+    for (int64_t i0 = 0; i0 < g.lq; i0 += block) {
+      DYNVM_RETURN_IF_ERROR(RunRows(a, g, l, q, k, v, m, y, i0, std::min(block, g.lq - i0), s));
     }
   }
   return absl::OkStatus();
@@ -106,15 +122,15 @@ class AttentionKernel final : public DnnlKernel {
     DYNVM_ASSIGN_OR_RETURN(AttentionGeometry g, reference::PrepareAttention(a_, ctx, in, out));
     Layout l;
     const bool fast = FastLayout(g, l);
-    // The scores, from the site's workspace (no allocation per decode step).
-    const int64_t rows = fast ? g.lq : 1;
-    DYNVM_ASSIGN_OR_RETURN(void* s,
-                           ctx.Workspace(static_cast<size_t>(rows * g.lk) * sizeof(float)));
+    // The scores of a block of queries, from the site's workspace: a fixed size (one row when
+    // a row is longer), so a decode whose prefix grows allocates nothing after its first step.
+    const int64_t floats = std::max(kScratchFloats, g.lk);
+    DYNVM_ASSIGN_OR_RETURN(void* s, ctx.Workspace(static_cast<size_t>(floats) * sizeof(float)));
     if (!fast) {
       reference::AttentionUnitsReference(a_, g, 0, g.units, static_cast<float*>(s));
       return absl::OkStatus();
     }
-    return RunUnits(a_, g, l, 0, g.units, static_cast<float*>(s));
+    return RunUnits(a_, g, l, 0, g.units, floats / g.lk, static_cast<float*>(s));
   }
 
  private:

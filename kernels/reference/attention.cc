@@ -1,6 +1,7 @@
 // The reference kernel of dynvm::Attention (kernels/reference/attention.h has its definition).
 #include "kernels/reference/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -15,19 +16,31 @@ namespace {
 
 constexpr const char* kOp = "Attention";
 
+// `perm` is empty (identity) or a permutation of [0, rank): a hostile executable's repeated
+// axis would make the strides reach outside the tensor.
+absl::Status CheckPermutation(const std::vector<int64_t>& perm, int rank, const char* what) {
+  if (perm.empty()) return absl::OkStatus();
+  uint64_t seen = 0;  // no allocation: this runs every decode step (rank <= kMaxRank < 64)
+  bool ok = static_cast<int>(perm.size()) == rank && rank < 64;
+  for (size_t i = 0; ok && i < perm.size(); ++i) {
+    ok = perm[i] >= 0 && perm[i] < rank && (seen >> perm[i] & 1) == 0;
+    if (ok) seen |= uint64_t{1} << perm[i];
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(kOp, ": the permutation of ", what, " [",
+                                                 absl::StrJoin(perm, ","),
+                                                 "] is not a permutation of the ", rank, " axes"));
+}
+
 // Logical dims and strides of Transpose(t, perm) (identity when perm is empty).
 absl::Status Permute(const Tensor& t, const std::vector<int64_t>& perm, const char* what,
                      Dims& dims, Dims& strides) {
   const int r = t.rank();
   dims.assign(r, 0);
   strides.assign(r, 0);
-  if (!perm.empty() && static_cast<int>(perm.size()) != r) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", what, " ", t.DebugString(),
-                                                   " does not have the rank of its permutation"));
-  }
+  DYNVM_RETURN_IF_ERROR(CheckPermutation(perm, r, what));
   for (int i = 0; i < r; ++i) {
     const int64_t p = perm.empty() ? i : perm[i];
-    if (p < 0 || p >= r) return absl::InvalidArgumentError(absl::StrCat(kOp, ": bad permutation"));
     dims[i] = t.dim(static_cast<int>(p));
     strides[i] = t.stride(static_cast<int>(p));
   }
@@ -40,8 +53,10 @@ absl::Status RunAttention(const void* attrs, KernelContext& ctx, absl::Span<cons
                           absl::Span<Tensor* const> out) {
   const auto& a = *static_cast<const AttentionAttrs*>(attrs);
   DYNVM_ASSIGN_OR_RETURN(AttentionGeometry g, PrepareAttention(a, ctx, in, out));
-  // The row of scores, from the site's workspace (no allocation per decode step).
-  DYNVM_ASSIGN_OR_RETURN(void* row, ctx.Workspace(static_cast<size_t>(g.lk) * sizeof(float)));
+  // The row of scores, from the site's workspace: at least a fixed 4 KiB, so a decode whose
+  // prefix grows allocates nothing after its first step (below 1024 keys).
+  const size_t floats = std::max<size_t>(1024, static_cast<size_t>(g.lk));
+  DYNVM_ASSIGN_OR_RETURN(void* row, ctx.Workspace(floats * sizeof(float)));
   AttentionUnitsReference(a, g, 0, g.units, static_cast<float*>(row));
   return absl::OkStatus();
 }
@@ -115,14 +130,9 @@ absl::StatusOr<AttentionGeometry> PrepareAttention(const AttentionAttrs& a, Kern
   // R [..., Lq, Dv] is written as Y = Transpose(R, out_perm), contiguous.
   Dims rd(qd.begin(), qd.end() - 1);
   rd.push_back(g.dv);
+  DYNVM_RETURN_IF_ERROR(CheckPermutation(a.out_perm, r, "the output"));
   Dims yd(r);
-  for (int i = 0; i < r; ++i) {
-    const int64_t p = a.out_perm.empty() ? i : a.out_perm[i];
-    if ((!a.out_perm.empty() && static_cast<int>(a.out_perm.size()) != r) || p < 0 || p >= r) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": bad out_perm"));
-    }
-    yd[i] = rd[p];
-  }
+  for (int i = 0; i < r; ++i) yd[i] = rd[a.out_perm.empty() ? i : a.out_perm[i]];
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, yd, kOp));
   g.rs.assign(r, 0);
   for (int i = 0; i < r; ++i) g.rs[a.out_perm.empty() ? i : a.out_perm[i]] = out[0]->stride(i);

@@ -97,3 +97,60 @@ TEST(SampleTest, BadInputsAreErrors) {
 
 }  // namespace
 }  // namespace dynvm
+
+namespace dynvm {
+namespace {
+
+// dynvm::Attention (kernels/reference/attention.h) against a hand-computed answer, on every
+// backend; attributes a hostile executable could carry are errors, never reads outside.
+TEST(AttentionKernelTest, KnownAnswerAndBadAttributes) {
+  // One unit: Q [1, 2] = [[1, 0]], K' [2, 2] (K given as [Lk, D] with k_perm [1, 0]),
+  // V [2, 1]. Scores scale 1: [1 * 1, 1 * 0] = [1, 0]; softmax [e/(e+1), 1/(e+1)].
+  const Tensor q = testing::F32({1, 2}, {1, 0});
+  const Tensor k = testing::F32({2, 2}, {1, 0, 0, 1});  // rows: key 0 = (1, 0), key 1 = (0, 1)
+  const Tensor v = testing::F32({2, 1}, {2, 4});
+  const double e = std::exp(1.0);
+  const double want = (2 * e + 4) / (e + 1);
+  std::vector<const char*> backends = {"reference"};
+#if defined(DYNVM_WITH_DNNL)
+  backends.push_back("dnnl");
+#endif
+  for (const char* backend : backends) {
+    SCOPED_TRACE(backend);
+    absl::StatusOr<std::vector<Tensor>> r = testing::KernelCall("Attention", "dynvm")
+                                                .In(q)
+                                                .In(k)
+                                                .In(v)
+                                                .Out(DType::kF32)
+                                                .Attr("k_perm", std::vector<int64_t>{1, 0})
+                                                .Attr("scale", 1.0f)
+                                                .Backend(backend)
+                                                .Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR((*r)[0].data<float>()[0], want, 1e-5);
+  }
+  // A square Q whose repeated axis would pass every dim check.
+  const Tensor q2 = testing::F32({2, 2}, {1, 0, 0, 1});
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{1, 1}, {0, 0}, {1}, {0, 2}}) {
+    absl::StatusOr<std::vector<Tensor>> r = testing::KernelCall("Attention", "dynvm")
+                                                .In(q2)
+                                                .In(k)
+                                                .In(v)
+                                                .Out(DType::kF32)
+                                                .Attr("q_perm", bad)
+                                                .Run();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("is not a permutation"), std::string::npos) << r.status();
+  }
+  absl::StatusOr<std::vector<Tensor>> r = testing::KernelCall("Attention", "dynvm")
+                                              .In(q)
+                                              .In(k)
+                                              .In(v)
+                                              .Out(DType::kF32)
+                                              .Attr("mask_mode", int64_t{1})
+                                              .Run();
+  EXPECT_FALSE(r.ok());  // mode 1 needs a mask input
+}
+
+}  // namespace
+}  // namespace dynvm
