@@ -9,6 +9,7 @@
 //                      make (compiler/rewrite/activations.cc).
 #include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
+#include "compiler/quantize_weights.h"
 
 namespace dynvm::compiler {
 
@@ -49,6 +50,8 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
   }
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
+  // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).
+  RegisterQuantizedWeightShapeFunctions(r);
 }
 
 }  // namespace dynvm::compiler

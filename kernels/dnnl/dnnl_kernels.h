@@ -15,6 +15,7 @@ void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);  // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);  // pool.cc: pooling, BatchNormalization, LRN
+void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul
 
 }  // namespace dynvm::onednn
 

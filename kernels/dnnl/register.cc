@@ -11,6 +11,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterActivationKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);
+  onednn::RegisterQuantizedWeightKernels(registry);
 }
 
 }  // namespace dynvm

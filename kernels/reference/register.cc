@@ -1,3 +1,4 @@
+#include "kernels/reference/qweights.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm {
@@ -15,6 +16,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterMiscKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterFusedConvKernels(registry);
+  reference::RegisterQuantizedWeightKernels(registry);
 }
 
 }  // namespace dynvm
