@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/dnnl/clones.h"
+
 // GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -242,8 +244,9 @@ void QGemvBf16(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint1
                      r0, r1, beta, y, ldy);
 }
 
-void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
-                      int64_t r1, float* dst) {
+// Widening loops the compiler vectorizes (cloned for AVX-512 and AVX2, picked by the CPU).
+DYNVM_CLONES void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
+                                   int64_t r0, int64_t r1, float* dst) {
   for (int64_t j = r0; j < r1; ++j) {
     const int8_t* row = q + j * ldw;
     float* d = dst + (j - r0) * k;
@@ -252,8 +255,8 @@ void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scal
   }
 }
 
-void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
-                        float* dst) {
+DYNVM_CLONES void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0,
+                                     int64_t r1, float* dst) {
   for (int64_t j = r0; j < r1; ++j) {
     const uint16_t* row = w + j * ldw;
     float* d = dst + (j - r0) * k;
