@@ -7,6 +7,7 @@
 #include "compiler/codegen.h"
 #include "compiler/conv_fusion.h"
 #include "compiler/passes.h"
+#include "compiler/quantize_weights.h"
 #include "compiler/rewrite/rewrite.h"
 #include "kernels/registry.h"
 
@@ -87,6 +88,13 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
   }
+  if (options.quantize_weights != DType::kF32) {
+    DYNVM_ASSIGN_OR_RETURN(
+        std::vector<QuantizedWeightReport> quantized,
+        QuantizeWeights(module, {options.quantize_weights, options.quantize_min_bytes}));
+    for (const QuantizedWeightReport& q : quantized) result.quantized_weights.push_back(q.Text());
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
+  }
   ExecutableBuilder builder;
   builder.exe().producer = options.producer;
   for (size_t i = 0; i < module.functions().size(); ++i) {
@@ -145,6 +153,7 @@ std::string CompileResult::ReportText() const {
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
   }
+  for (const std::string& q : quantized_weights) absl::StrAppend(&out, q, "\n");
   for (size_t i = 0; i < kernels.size(); ++i) {
     absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s%s%s\n", i, kernels[i].op, kernels[i].dtype,
                           kernels[i].chosen, kernels[i].layout.empty() ? "" : "; ",

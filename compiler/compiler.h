@@ -44,6 +44,11 @@ struct CompileOptions {
   // Store the constant segment zstd-compressed (vm-compile --compress), in the .dvm or the .dvw.
   bool compress = false;
   int compression_level = 3;
+  // Weight-only quantization (vm-compile --quantize-weights, compiler/quantize_weights.h):
+  // kI8 or kBF16 quantizes the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
+  // quantize_min_bytes (as f32); kF32 leaves them.
+  DType quantize_weights = DType::kF32;
+  int64_t quantize_min_bytes = 16384;  // kDefaultQuantizeMinBytes
 };
 
 struct FunctionReport {
@@ -82,6 +87,8 @@ struct CompileResult {
   // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run
   // time) where a channels-last value meets plain layout.
   std::map<std::string, int> conv_fusion;
+  // One line per weight considered for quantization ("quantize NAME (NODE): ...").
+  std::vector<std::string> quantized_weights;
   std::string ReportText() const;
 };
 

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "compiler/conv_fusion.h"
 #include "compiler/op_registry.h"
+#include "compiler/quantize_weights.h"
 
 namespace dynvm::compiler {
 namespace {
@@ -102,6 +103,8 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
   r.Register(OpSchema{"dynvm", "Attention", InferAttention});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
+  // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).
+  RegisterQuantizedWeightShapeFunctions(r);
 }
 
 }  // namespace dynvm::compiler

@@ -419,6 +419,25 @@ TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
   EXPECT_THAT(r.err, HasSubstr("different or stale weights file"));
 }
 
+// Bad --quantize-weights / --quantize-min-bytes values are one clean error line each.
+TEST_F(CliTest, QuantizeWeightsFlagErrors) {
+  const std::string model = "tools/models/gpt/model.onnx";
+  Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "int4"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("must be int8 or bf16, got 'int4'"));
+  r = Run(DYNVM_VM_COMPILE,
+          {model, "-o", Path("q.dvm"), "--quantize-weights", "int8", "--quantize-min-bytes", "-3"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("--quantize-min-bytes must be a non-negative integer"));
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-min-bytes", "0"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("needs --quantize-weights"));
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "bf16",
+                             "--quantize-min-bytes", "0", "--report"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("MatMul '/gpt/blocks.0/q/MatMul'): bf16 4096 -> 2048 bytes"));
+}
+
 // vm-dis | vm-as gives back the bytes vm-compile wrote, for every model in tools/models and
 // tools/lm, in every form: plain, without debug info, compressed, weights apart (the .dvm; the
 // .dvw beside it), weights apart and compressed.
@@ -437,7 +456,9 @@ TEST_F(CliTest, EveryCompiledModelRoundTripsByteForByteInEveryForm) {
       {"stripped", {"--strip-debug"}},
       {"compressed", {"--compress"}},
       {"apart", {"--weights-out", Path("apart.dvw")}},
-      {"apart_compressed", {"--weights-out", Path("apart_compressed.dvw"), "--compress"}}};
+      {"apart_compressed", {"--weights-out", Path("apart_compressed.dvw"), "--compress"}},
+      {"int8", {"--quantize-weights", "int8", "--quantize-min-bytes", "0"}},
+      {"bf16", {"--quantize-weights", "bf16"}}};
   int checked = 0;
   for (const std::string& model : models) {
     for (const auto& [form, flags] : forms) {

@@ -3,7 +3,13 @@
 //   vm-compile MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize]
 //              [--disable-rewrite NAME ...] [--strip-debug] [--onnx-check] [--device cpu|cuda]
 //              [--weights-out W.dvw]
-//              [--compress]
+//              [--compress] [--quantize-weights int8|bf16] [--quantize-min-bytes N]
+//
+// --quantize-weights stores the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
+// --quantize-min-bytes bytes (as f32; default 16384) as per-output-channel symmetric int8 with
+// f32 scales, or as bf16 (docs/kernels.md, "Weight-only quantization"); --report then lists each
+// weight with its bytes before and after and its largest per-channel scale, and each weight
+// left in f32 with the reason (int8 scales spanning more than 2^16, NaN or infinity).
 //
 // --weights-out writes the constants to a separate weights file W.dvw, which OUT.dvm refers to
 // by file name, content hash and size; the loader looks for it beside OUT.dvm (or where
@@ -29,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
@@ -52,6 +59,29 @@ absl::StatusOr<std::pair<std::string, int64_t>> ParseBound(const std::string& sp
   if (n < 0)
     return absl::InvalidArgumentError(absl::StrCat("--bound ", spec, ": a bound must be >= 0"));
   return std::make_pair(spec.substr(0, eq), n);
+}
+
+// --quantize-weights and --quantize-min-bytes into the options.
+absl::Status ParseQuantize(const std::string& dtype, const std::string& min_bytes,
+                           compiler::CompileOptions* options) {
+  if (dtype == "int8") {
+    options->quantize_weights = DType::kI8;
+  } else if (dtype == "bf16") {
+    options->quantize_weights = DType::kBF16;
+  } else if (!dtype.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantize-weights must be int8 or bf16, got '", dtype, "'"));
+  }
+  if (min_bytes.empty()) return absl::OkStatus();
+  if (!absl::SimpleAtoi(min_bytes, &options->quantize_min_bytes) ||
+      options->quantize_min_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantize-min-bytes must be a non-negative integer, got '", min_bytes, "'"));
+  }
+  if (dtype.empty()) {
+    return absl::InvalidArgumentError("--quantize-min-bytes needs --quantize-weights");
+  }
+  return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
@@ -80,6 +110,11 @@ int Main(int argc, char** argv) {
                   "W.dvw: write the constants to this weights file (found beside OUT.dvm)");
   bool compress = false;
   flags.AddSwitch("--compress", &compress, "store the constants zstd-compressed");
+  std::string quantize, quantize_min_bytes;
+  flags.AddString("--quantize-weights", &quantize,
+                  "int8|bf16: store MatMul/Gemm/LSTM/GRU/RNN weights quantized");
+  flags.AddString("--quantize-min-bytes", &quantize_min_bytes,
+                  "N: quantize weights of at least N bytes (as f32; default 16384)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -103,6 +138,9 @@ int Main(int argc, char** argv) {
   options.strip_debug = strip_debug;
   options.producer = "vm-compile";
   options.compress = compress;
+  if (absl::Status s = ParseQuantize(quantize, quantize_min_bytes, &options); !s.ok()) {
+    return cli::ReportError(kProgram, s);
+  }
   if (!weights_out.empty()) {
     options.weights_file_name = std::filesystem::path(weights_out).filename().string();
     if (options.weights_file_name.empty() || options.weights_file_name == "." ||

@@ -19,6 +19,7 @@ void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: pooling, BatchNormal
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize (resampling)
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);
+void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul
 
 }  // namespace dynvm::onednn
 

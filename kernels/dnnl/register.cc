@@ -14,6 +14,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterPoolKernels(registry);
   onednn::RegisterResizeKernels(registry);
   onednn::RegisterQuantKernels(registry);
+  onednn::RegisterQuantizedWeightKernels(registry);
 }
 
 }  // namespace dynvm

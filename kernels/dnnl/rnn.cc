@@ -29,8 +29,10 @@
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
+#include "kernels/dnnl/qgemv.h"
 #include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
+#include "kernels/reference/qweights.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -81,6 +83,52 @@ absl::Status Gemm(int threads, char tb, int64_t m, int64_t n, int64_t k, const f
   return FromDnnl(dnnl_sgemm('N', tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc), "dnnl_sgemm");
 }
 
+// One direction's weight matrix [rows, cols] read as B = W^T: f32 (read in place as a GEMM
+// operand) or weight-only quantized (dynvm::QLSTM/QGRU/QRNN: contiguous int8 rows with one
+// scale each, or bf16 rows), read by the qgemv.h kernels; for more than kQuantSmallRows rows
+// the caller dequantizes it once into `dequantized` and the f32 GEMM runs.
+struct WeightRef {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;  // the direction's first row
+  const float* scale = nullptr;
+  char trans = 'T';
+  int64_t ld = 0;
+  const float* dequantized = nullptr;
+
+  // The matrix from row `first` on.
+  WeightRef From(int64_t first) const {
+    WeightRef w = *this;
+    const int64_t step = trans == 'T' ? ld : 1;
+    w.data = static_cast<const char*>(data) + first * step * DTypeSize(dtype);
+    if (scale != nullptr) w.scale = scale + first;
+    if (dequantized != nullptr) w.dequantized = dequantized + first * ld;
+    return w;
+  }
+};
+
+// c = a * W^T + beta * c with a [m, k] (row stride lda), W [n, k].
+absl::Status WeightGemm(int threads, const WeightRef& w, int64_t m, int64_t n, int64_t k,
+                        const float* a, int64_t lda, float beta, float* c, int64_t ldc) {
+  if (w.dtype == DType::kF32) {
+    return Gemm(threads, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
+                ldc);
+  }
+  if (m > kQuantSmallRows && w.dequantized != nullptr) {
+    return Gemm(threads, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
+  }
+  for (int64_t r = 0; r < m; r += kQuantSmallRows) {  // rows beyond: weights re-read from cache
+    const int64_t rows = std::min(kQuantSmallRows, m - r);
+    if (w.dtype == DType::kI8) {
+      QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n,
+              beta, c + r * ldc, ldc);
+    } else {
+      QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, 0, n, beta,
+                c + r * ldc, ldc);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A weight matrix t[d] ([rows, cols]) read as op(B) = t[d]^T for a GEMM: 'T' over row-major
 // rows, or 'N' over a column-major matrix. False when neither addresses it.
 bool WeightOperand(const Tensor& t, char* trans, int64_t* ld) {
@@ -108,8 +156,9 @@ void LoadRow(const Tensor& t, int64_t index, float* dst) {
 
 class RecurrentKernel final : public DnnlKernel {
  public:
-  RecurrentKernel(std::string name, std::unique_ptr<Kernel> reference, RnnAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), a_(attrs) {}
+  RecurrentKernel(std::string name, std::unique_ptr<Kernel> reference, RnnAttrs attrs,
+                  bool quantized)
+      : DnnlKernel(std::move(name), std::move(reference)), a_(attrs), quantized_(quantized) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
@@ -127,8 +176,16 @@ class RecurrentKernel final : public DnnlKernel {
         r->rank() != 3) {
       return RunReference(ctx, in, out);
     }
-    for (const Tensor* t : {x, w, r, b, h0, c0, p}) {
+    for (const Tensor* t : {x, b, h0, c0, p}) {
       if (t != nullptr && t->dtype() != DType::kF32) return RunReference(ctx, in, out);
+    }
+    const Tensor* w_scale = quantized_ ? input(8) : nullptr;
+    const Tensor* r_scale = quantized_ ? input(9) : nullptr;
+    if (quantized_ ? !reference::CheckQuantizedWeight(*w, w_scale, 3, "W").ok() ||
+                         !reference::CheckQuantizedWeight(*r, r_scale, 3, "R").ok() ||
+                         w->dtype() != r->dtype()
+                   : w->dtype() != DType::kF32 || r->dtype() != DType::kF32) {
+      return RunReference(ctx, in, out);  // reports the error
     }
     const bool batch_major = a_.layout == 1;
     const int64_t seq = x->dim(batch_major ? 1 : 0);
@@ -154,9 +211,10 @@ class RecurrentKernel final : public DnnlKernel {
       return RunReference(ctx, in, out);  // reports the mismatch
     }
     if (lens != nullptr && !FullLengths(*lens, batch, seq)) return RunReference(ctx, in, out);
-    char w_trans, r_trans;
-    int64_t ldw, ldr;
-    if (!WeightOperand(*w, &w_trans, &ldw) || !WeightOperand(*r, &r_trans, &ldr) ||
+    char w_trans = 'T', r_trans = 'T';
+    int64_t ldw = input_size, ldr = hidden;  // quantized weights are contiguous
+    if ((!quantized_ &&
+         (!WeightOperand(*w, &w_trans, &ldw) || !WeightOperand(*r, &r_trans, &ldr))) ||
         (x->stride(2) != 1 && input_size > 1)) {
       return RunReference(ctx, in, out);
     }
@@ -192,7 +250,8 @@ class RecurrentKernel final : public DnnlKernel {
     }
 
     // Workspace (floats): bias [2 * gh], peephole [3H], xw [seq * batch * gh], h and c
-    // [batch * H], hr [batch * gh] and rh [batch * H] (GRU).
+    // [batch * H], hr [batch * gh] and rh [batch * H] (GRU); quantized weights used for more
+    // than kQuantSmallRows rows: W and/or R dequantized ([gh, I], [gh, H]).
     const int64_t bh = batch * hidden;
     const bool gru = a_.cell == RnnCell::kGru;
     int64_t rows = 0, xw_floats = 0, total = 0;
@@ -202,6 +261,12 @@ class RecurrentKernel final : public DnnlKernel {
         total > (int64_t{1} << 60)) {
       return RunReference(ctx, in, out);  // reports the size
     }
+    const int64_t wq_floats = quantized_ && rows > kQuantSmallRows ? gh * input_size : 0;
+    const int64_t rq_floats = quantized_ && batch > kQuantSmallRows ? gh * hidden : 0;
+    if (__builtin_add_overflow(total, wq_floats + rq_floats, &total) ||
+        total > (int64_t{1} << 60)) {
+      return RunReference(ctx, in, out);
+    }
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(total) * sizeof(float)));
     float* bias = static_cast<float*>(ws);
     float* peep = bias + 2 * gh;
@@ -210,14 +275,35 @@ class RecurrentKernel final : public DnnlKernel {
     float* c = h + bh;
     float* hr = c + bh;
     float* rh = hr + batch * gh;
+    float* wq = c + bh + (gru ? batch * gh + bh : 0);
+    float* rq = wq + wq_floats;
 
     const int threads = ctx.num_threads();
     const float* px = x->data<float>();
     for (int64_t d = 0; d < nd; ++d) {
       const RnnGateConfig& cfg = a_.config[d];
       const bool reverse = a_.direction == RnnDirection::kReverse || d == 1;
-      const float* wd = w->data<float>() + d * w->stride(0);
-      const float* rd = r->data<float>() + d * r->stride(0);
+      WeightRef wd, rd;
+      wd.dtype = w->dtype();
+      wd.data = static_cast<const char*>(w->raw_data()) + d * w->stride(0) * DTypeSize(w->dtype());
+      wd.trans = w_trans;
+      wd.ld = ldw;
+      rd.dtype = r->dtype();
+      rd.data = static_cast<const char*>(r->raw_data()) + d * r->stride(0) * DTypeSize(r->dtype());
+      rd.trans = r_trans;
+      rd.ld = ldr;
+      if (w_scale != nullptr) {
+        wd.scale = w_scale->data<float>() + d * gh;
+        rd.scale = r_scale->data<float>() + d * gh;
+      }
+      if (wq_floats > 0) {
+        DequantizeRows(wd, input_size, gh, wq);
+        wd.dequantized = wq;
+      }
+      if (rq_floats > 0) {
+        DequantizeRows(rd, hidden, gh, rq);
+        rd.dequantized = rq;
+      }
       if (b != nullptr) {
         LoadRow(*b, d, bias);
       } else {
@@ -237,11 +323,11 @@ class RecurrentKernel final : public DnnlKernel {
       for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
         DYNVM_RETURN_IF_ERROR(
-            Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
+            WeightGemm(threads, wd, rows, gh, input_size, px, x_row, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DYNVM_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt,
-                                     lda_step, wd, ldw, 1.0f, xw + t * batch * gh, gh));
+          DYNVM_RETURN_IF_ERROR(WeightGemm(threads, wd, batch, gh, input_size, px + t * sxt,
+                                           lda_step, 1.0f, xw + t * batch * gh, gh));
         }
       }
 
@@ -251,7 +337,7 @@ class RecurrentKernel final : public DnnlKernel {
         switch (a_.cell) {
           case RnnCell::kLstm:
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+                WeightGemm(threads, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
             } else {
@@ -265,20 +351,20 @@ class RecurrentKernel final : public DnnlKernel {
               std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
             }
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
+                WeightGemm(threads, rd, batch, r_rows, hidden, h, hidden, 1.0f, hr, gh));
             reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
-              const float* rdh = rd + 2 * hidden * r->stride(1);
-              DYNVM_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh,
-                                         ldr, 1.0f, hr + 2 * hidden, gh));
+              const WeightRef rdh = rd.From(2 * hidden);
+              DYNVM_RETURN_IF_ERROR(WeightGemm(threads, rdh, batch, hidden, hidden, rh, hidden,
+                                               1.0f, hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+                WeightGemm(threads, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
         }
@@ -340,14 +426,26 @@ class RecurrentKernel final : public DnnlKernel {
     }
   }
 
+  // W's rows [0, n) of `cols` each, dequantized into dst.
+  static void DequantizeRows(const WeightRef& w, int64_t cols, int64_t n, float* dst) {
+    if (w.dtype == DType::kI8) {
+      DequantizeRowsI8(cols, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n, dst);
+    } else {
+      DequantizeRowsBf16(cols, static_cast<const uint16_t*>(w.data), w.ld, 0, n, dst);
+    }
+  }
+
   RnnAttrs a_;
+  bool quantized_;  // dynvm::QLSTM/QGRU/QRNN
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, RnnCell cell) {
   // The reference factory validates arity, dtypes and attributes: its errors are the spec's.
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  const bool quantized = spec.domain == "dynvm";
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    if (i == 4) continue;  // sequence_lens: an integer tensor
+    if (i == 4) continue;                           // sequence_lens: an integer tensor
+    if (quantized && (i == 1 || i == 2)) continue;  // i8 or bf16
     const uint8_t d = spec.inputs[i].dtype;
     if (d != kAnyDType && d != static_cast<uint8_t>(DType::kF32)) {
       return absl::UnimplementedError(absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only"));
@@ -357,7 +455,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
     return absl::UnimplementedError(absl::StrCat(spec.op, ": the oneDNN kernel takes f32 only"));
   }
   DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, reference::ParseRnnAttrs(spec, cell));
-  return std::make_unique<RecurrentKernel>(KernelName(spec, "gemm"), std::move(ref), attrs);
+  return std::make_unique<RecurrentKernel>(
+      KernelName(spec, quantized ? absl::StrCat("gemm.", QGemvPath()) : "gemm"), std::move(ref),
+      attrs, quantized);
 }
 
 }  // namespace
@@ -369,6 +469,10 @@ void RegisterRnnKernels(KernelRegistry& r) {
     const RnnCell c = cell;
     r.Register(
         KernelRegistration{"", name, Device::kCPU, kBackend, kDnnlPriority,
+                           [c](const KernelSpec& spec) { return CreateRecurrent(spec, c); }});
+    // The weight-only quantized form (vm-compile --quantize-weights).
+    r.Register(
+        KernelRegistration{"dynvm", absl::StrCat("Q", name), Device::kCPU, kBackend, kDnnlPriority,
                            [c](const KernelSpec& spec) { return CreateRecurrent(spec, c); }});
   }
 }

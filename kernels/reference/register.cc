@@ -1,3 +1,4 @@
+#include "kernels/reference/qweights.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm {
@@ -20,6 +21,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterVisionKernels(registry);
   reference::RegisterRandomKernels(registry);
   reference::RegisterSignalKernels(registry);
+  reference::RegisterQuantizedWeightKernels(registry);
 }
 
 }  // namespace dynvm

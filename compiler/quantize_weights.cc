@@ -1,0 +1,332 @@
+#include "compiler/quantize_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/half.h"
+#include "common/status_macros.h"
+
+namespace dynvm::compiler {
+namespace {
+
+constexpr double kMaxScaleSpan = 65536.0;  // 2^16
+
+// One quantized matrix: rows x cols (row = output channel).
+struct Quantized {
+  Tensor weights;  // i8 or bf16
+  Tensor scales;   // f32 (int8 only)
+  float max_scale = 0;
+  std::string kept_reason;  // non-empty: not quantized
+};
+
+// Quantizes `rows` x `cols` floats read as src[r * sr + c * sc] into a tensor of `dims`
+// (rows * cols elements in row order) with scales of `scale_dims`.
+absl::StatusOr<Quantized> Quantize(const float* src, int64_t rows, int64_t cols, int64_t sr,
+                                   int64_t sc, DType dtype, absl::Span<const int64_t> dims,
+                                   absl::Span<const int64_t> scale_dims) {
+  Quantized q;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!std::isfinite(src[r * sr + c * sc])) {
+        q.kept_reason = "holds NaN or infinity";
+        return q;
+      }
+    }
+  }
+  DYNVM_ASSIGN_OR_RETURN(q.weights, Tensor::Empty(dtype, dims));
+  if (dtype == DType::kBF16) {
+    BFloat16* out = q.weights.data<BFloat16>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = BFloat16(src[r * sr + c * sc]);
+    }
+    return q;
+  }
+  DYNVM_ASSIGN_OR_RETURN(q.scales, Tensor::Empty(DType::kF32, scale_dims));
+  float* scale = q.scales.data<float>();
+  float min_scale = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = 0;
+    for (int64_t c = 0; c < cols; ++c) m = std::max(m, std::fabs(src[r * sr + c * sc]));
+    scale[r] = m / 127.0f;
+    if (scale[r] > 0) {
+      min_scale = min_scale == 0 ? scale[r] : std::min(min_scale, scale[r]);
+      q.max_scale = std::max(q.max_scale, scale[r]);
+    }
+  }
+  if (min_scale > 0 && static_cast<double>(q.max_scale) / min_scale > kMaxScaleSpan) {
+    q.kept_reason = absl::StrFormat("per-channel scales span %.4g (%g to %g), more than 2^16",
+                                    q.max_scale / min_scale, min_scale, q.max_scale);
+    return q;
+  }
+  int8_t* out = q.weights.data<int8_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = scale[r] > 0 ? 1.0f / scale[r] : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = std::nearbyint(src[r * sr + c * sc] * inv);
+      out[r * cols + c] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+  return q;
+}
+
+bool IsF32Constant(const Value* v, int rank) {
+  return v != nullptr && v->constant.has_value() && v->constant->dtype() == DType::kF32 &&
+         v->constant->rank() == rank;
+}
+
+std::string WeightName(const Node& n, const Value* v, int input) {
+  return v->name.empty() ? absl::StrCat(n.Label(), " input ", input) : v->name;
+}
+
+float FloatAttr(const Node& n, const char* name, float def) {
+  const AttrValue* a = n.attr(name);
+  return a != nullptr && a->type == AttrValue::Type::kFloat ? a->f : def;
+}
+
+int64_t IntAttr(const Node& n, const char* name, int64_t def) {
+  const AttrValue* a = n.attr(name);
+  return a != nullptr && a->type == AttrValue::Type::kInt ? a->i : def;
+}
+
+class Quantizer {
+ public:
+  Quantizer(Module& m, const QuantizeWeightsOptions& o) : m_(m), o_(o) {}
+
+  absl::Status Run() {
+    for (Function& f : m_.functions()) DYNVM_RETURN_IF_ERROR(RunGraph(*f.graph));
+    return absl::OkStatus();
+  }
+
+  std::vector<QuantizedWeightReport> TakeReports() { return std::move(reports_); }
+
+ private:
+  struct Entry {
+    Value* weights = nullptr;
+    Value* scales = nullptr;
+    bool kept = false;
+  };
+
+  absl::Status RunGraph(Graph& g) {
+    std::vector<std::unique_ptr<Node>> out;
+    for (std::unique_ptr<Node>& n : g.nodes) {
+      for (auto& [attr, sub] : n->subgraphs) DYNVM_RETURN_IF_ERROR(RunGraph(*sub));
+      Node* node = n.get();
+      out.push_back(std::move(n));
+      if (!node->domain.empty()) continue;
+      if (node->op == "MatMul") {
+        DYNVM_RETURN_IF_ERROR(MatMul(*node));
+      } else if (node->op == "Gemm") {
+        DYNVM_RETURN_IF_ERROR(Gemm(g, *node, out));
+      } else if (node->op == "LSTM" || node->op == "GRU" || node->op == "RNN") {
+        DYNVM_RETURN_IF_ERROR(Recurrent(*node));
+      }
+    }
+    g.nodes = std::move(out);
+    return absl::OkStatus();
+  }
+
+  // The [N, K] form of a rank-2 weight (transposed when it is [K, N]), cached per constant.
+  absl::StatusOr<Entry> Matrix(const Node& n, Value* v, int input, bool transpose) {
+    const auto key = std::make_pair(v, transpose);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    const Tensor& t = *v->constant;
+    const int64_t rows = transpose ? t.dim(1) : t.dim(0), cols = transpose ? t.dim(0) : t.dim(1);
+    const int64_t sr = transpose ? t.stride(1) : t.stride(0);
+    const int64_t sc = transpose ? t.stride(0) : t.stride(1);
+    const int64_t dims[2] = {rows, cols};
+    const int64_t sdims[1] = {rows};
+    DYNVM_ASSIGN_OR_RETURN(Quantized q,
+                           Quantize(t.data<float>(), rows, cols, sr, sc, o_.dtype, dims, sdims));
+    Entry e = Store(n, v, input, std::move(q), t.numel() * 4);
+    cache_[key] = e;
+    return e;
+  }
+
+  Entry Store(const Node& n, Value* v, int input, Quantized q, int64_t bytes_before) {
+    QuantizedWeightReport r;
+    r.weight = WeightName(n, v, input);
+    r.node = n.Label();
+    r.bytes_before = bytes_before;
+    Entry e;
+    if (!q.kept_reason.empty()) {
+      r.dtype = "f32";
+      r.bytes_after = bytes_before;
+      r.max_scale = q.max_scale;
+      r.kept_reason = q.kept_reason;
+      e.kept = true;
+    } else {
+      r.dtype = std::string(DTypeName(o_.dtype));
+      r.bytes_after = q.weights.nbytes() + (q.scales.defined() ? q.scales.nbytes() : 0);
+      r.max_scale = q.max_scale;
+      const std::string base = v->name.empty() ? "weight" : v->name;
+      e.weights = m_.NewConstant(std::move(q.weights), absl::StrCat(base, ".", r.dtype), true);
+      if (q.scales.defined()) {
+        e.scales = m_.NewConstant(std::move(q.scales), absl::StrCat(base, ".scale"), true);
+      }
+    }
+    reports_.push_back(std::move(r));
+    return e;
+  }
+
+  bool Large(const Value* v) const { return v->constant->numel() * 4 >= o_.min_bytes; }
+
+  absl::Status MatMul(Node& n) {
+    Value* b = n.inputs.size() == 2 ? n.inputs[1] : nullptr;
+    if (!IsF32Constant(b, 2) || !Large(b) || n.inputs[0] == nullptr) return absl::OkStatus();
+    if (n.inputs[0]->has_shape() && n.inputs[0]->rank() < 1) return absl::OkStatus();
+    DYNVM_ASSIGN_OR_RETURN(Entry e, Matrix(n, b, 1, /*transpose=*/true));
+    if (e.kept) return absl::OkStatus();
+    MakeQMatMul(n, n.inputs[0], e);
+    return absl::OkStatus();
+  }
+
+  void MakeQMatMul(Node& n, Value* a, const Entry& e) {
+    n.op = "QMatMul";
+    n.domain = "dynvm";
+    n.attrs.clear();
+    n.inputs = {a, e.weights};
+    if (e.scales != nullptr) n.inputs.push_back(e.scales);
+  }
+
+  // Gemm(A, B, C) with transA = 0 and alpha = 1 (C, when present, with beta = 1) becomes
+  // QMatMul(A, B') followed by Add(., C).
+  absl::Status Gemm(Graph& g, Node& n, std::vector<std::unique_ptr<Node>>& out) {
+    if (n.inputs.size() < 2 || n.inputs[0] == nullptr || n.outputs.size() != 1) {
+      return absl::OkStatus();
+    }
+    Value* b = n.inputs[1];
+    Value* c = n.inputs.size() > 2 ? n.inputs[2] : nullptr;
+    if (!IsF32Constant(b, 2) || !Large(b) || IntAttr(n, "transA", 0) != 0 ||
+        FloatAttr(n, "alpha", 1.0f) != 1.0f ||
+        (c != nullptr && FloatAttr(n, "beta", 1.0f) != 1.0f)) {
+      return absl::OkStatus();
+    }
+    DYNVM_ASSIGN_OR_RETURN(Entry e, Matrix(n, b, 1, /*transpose=*/IntAttr(n, "transB", 0) == 0));
+    if (e.kept) return absl::OkStatus();
+    Value* y = n.outputs[0];
+    MakeQMatMul(n, n.inputs[0], e);
+    if (c == nullptr) return absl::OkStatus();
+    Value* product = m_.NewValue(DType::kF32, y->shape, &g);
+    product->producer = &n;
+    product->output_index = 0;
+    n.outputs[0] = product;
+    AppendNode(m_, g, out, "Add", {product, c}, {}, absl::StrCat(n.name, ".bias"), DType::kF32, y);
+    return absl::OkStatus();
+  }
+
+  absl::Status Recurrent(Node& n) {
+    if (n.inputs.size() < 3) return absl::OkStatus();
+    Value* w = n.inputs[1];
+    Value* r = n.inputs[2];
+    if (!IsF32Constant(w, 3) || !IsF32Constant(r, 3) || (!Large(w) && !Large(r))) {
+      return absl::OkStatus();
+    }
+    DYNVM_ASSIGN_OR_RETURN(Entry ew, Rnn(n, w, 1));
+    DYNVM_ASSIGN_OR_RETURN(Entry er, Rnn(n, r, 2));
+    if (ew.kept || er.kept) return absl::OkStatus();  // both or neither (reported)
+    const std::string op = n.op;
+    n.op = absl::StrCat("Q", op);
+    n.domain = "dynvm";
+    n.inputs[1] = ew.weights;
+    n.inputs[2] = er.weights;
+    if (ew.scales != nullptr) {
+      n.inputs.resize(10, nullptr);
+      n.inputs[8] = ew.scales;
+      n.inputs[9] = er.scales;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Entry> Rnn(const Node& n, Value* v, int input) {
+    const auto key = std::make_pair(v, false);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    const Tensor& t = *v->constant;
+    // Rows of all directions in order; the constant is contiguous or strided per dim.
+    Tensor dense = t;
+    if (!t.is_contiguous()) {
+      DYNVM_ASSIGN_OR_RETURN(dense, Tensor::Empty(DType::kF32, t.dims()));
+      const int64_t d0 = t.dim(0), d1 = t.dim(1), d2 = t.dim(2);
+      float* p = dense.data<float>();
+      for (int64_t a = 0; a < d0; ++a)
+        for (int64_t b = 0; b < d1; ++b)
+          for (int64_t c = 0; c < d2; ++c)
+            p[(a * d1 + b) * d2 + c] =
+                t.data<float>()[a * t.stride(0) + b * t.stride(1) + c * t.stride(2)];
+    }
+    const int64_t rows = t.dim(0) * t.dim(1), cols = t.dim(2);
+    const int64_t sdims[2] = {t.dim(0), t.dim(1)};
+    DYNVM_ASSIGN_OR_RETURN(
+        Quantized q, Quantize(dense.data<float>(), rows, cols, cols, 1, o_.dtype, t.dims(), sdims));
+    Entry e = Store(n, v, input, std::move(q), t.numel() * 4);
+    cache_[key] = e;
+    return e;
+  }
+
+  Module& m_;
+  const QuantizeWeightsOptions& o_;
+  std::map<std::pair<Value*, bool>, Entry> cache_;
+  std::vector<QuantizedWeightReport> reports_;
+};
+
+absl::Status QMatMulShape(InferContext& c) {
+  if (c.num_inputs() < 2 || c.num_inputs() > 3 || c.num_outputs() != 1 || !c.has_input(0) ||
+      !c.has_input(1)) {
+    return c.Error("QMatMul takes (A, W, scale?) and has one output");
+  }
+  const std::vector<Dim>* a = c.input_shape(0);
+  const std::vector<Dim>* w = c.input_shape(1);
+  if (w == nullptr || w->size() != 2) return c.Error("W must be [N, K]");
+  if (a == nullptr) {
+    c.SetOutputUnknown(0, DType::kF32);
+    return absl::OkStatus();
+  }
+  if (a->empty()) return c.Error("A must have rank 1 or more");
+  std::vector<Dim> y = *a;
+  y.back() = (*w)[0];
+  c.SetOutput(0, DType::kF32, std::move(y));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string QuantizedWeightReport::Text() const {
+  if (!kept_reason.empty()) {
+    return absl::StrFormat("quantize %s (%s): kept f32, %s", weight, node, kept_reason);
+  }
+  std::string line = absl::StrFormat("quantize %s (%s): %s %d -> %d bytes", weight, node, dtype,
+                                     bytes_before, bytes_after);
+  if (dtype == "i8") absl::StrAppendFormat(&line, ", max scale %g", max_scale);
+  return line;
+}
+
+absl::StatusOr<std::vector<QuantizedWeightReport>> QuantizeWeights(
+    Module& module, const QuantizeWeightsOptions& options) {
+  if (options.dtype != DType::kI8 && options.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError("weights quantize to int8 or bf16 only");
+  }
+  if (options.min_bytes < 0) {
+    return absl::InvalidArgumentError("the quantization threshold must not be negative");
+  }
+  Quantizer q(module, options);
+  DYNVM_RETURN_IF_ERROR(q.Run());
+  return q.TakeReports();
+}
+
+void RegisterQuantizedWeightShapeFunctions(OpRegistry& r) {
+  r.Register(OpSchema{"dynvm", "QMatMul", QMatMulShape});
+  for (const char* op : {"LSTM", "GRU", "RNN"}) {
+    const std::string name = op;
+    r.Register(OpSchema{"dynvm", absl::StrCat("Q", op), [name](InferContext& c) -> absl::Status {
+                          const OpSchema* f32 = OpRegistry::Global().Find("", name);
+                          if (f32 == nullptr) return c.Error("no shape function for the f32 op");
+                          return f32->infer(c);
+                        }});
+  }
+}
+
+}  // namespace dynvm::compiler

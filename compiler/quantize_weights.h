@@ -1,0 +1,56 @@
+// Weight-only quantization (vm-compile --quantize-weights int8|bf16; docs/kernels.md,
+// "Weight-only quantization"). Rewrites MatMul, Gemm, LSTM, GRU and RNN nodes whose weight is an
+// f32 constant of at least min_bytes into dynvm's QMatMul / QLSTM / QGRU / QRNN over int8
+// weights with one f32 scale per output channel (symmetric, scale = max|w| / 127 per row), or
+// over bf16 weights (round to nearest even). The quantized weights are ordinary constants: they
+// live in the shared, mapped constant segment like f32 weights. Activations stay f32.
+//
+// Layouts: a MatMul/Gemm weight becomes [N, K] (one row per output); an RNN's W and R keep their
+// [dirs, gates*H, cols] layout with scales [dirs, gates*H].
+//
+// A weight stays f32 (and the report says why) when it holds NaN or infinity, or, for int8,
+// when its nonzero per-channel scales span more than 2^16 (largest / smallest): one scale for
+// channels that different would lose the small channels.
+#ifndef DYNVM_COMPILER_QUANTIZE_WEIGHTS_H_
+#define DYNVM_COMPILER_QUANTIZE_WEIGHTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/ir.h"
+#include "compiler/op_registry.h"
+
+namespace dynvm::compiler {
+
+// Smallest weight (bytes of f32) quantized by default: below it the weight sits in L1/L2 and
+// reading it costs little next to the rest of the step.
+inline constexpr int64_t kDefaultQuantizeMinBytes = 16384;
+
+struct QuantizeWeightsOptions {
+  DType dtype = DType::kI8;  // kI8 or kBF16
+  int64_t min_bytes = kDefaultQuantizeMinBytes;
+};
+
+struct QuantizedWeightReport {
+  std::string weight;  // the constant's name, or "<node label> input i"
+  std::string node;    // the node's label
+  std::string dtype;   // "i8", "bf16", or "f32" when kept
+  int64_t bytes_before = 0;
+  int64_t bytes_after = 0;  // weights plus scales
+  float max_scale = 0;      // int8: the largest per-channel scale
+  std::string kept_reason;  // why it stayed f32 (empty when quantized)
+  std::string Text() const;
+};
+
+// Rewrites the module's nodes (every region). Shapes must be inferred again afterwards.
+absl::StatusOr<std::vector<QuantizedWeightReport>> QuantizeWeights(
+    Module& module, const QuantizeWeightsOptions& options);
+
+// Shape functions of dynvm::QMatMul, QLSTM, QGRU, QRNN.
+void RegisterQuantizedWeightShapeFunctions(OpRegistry& registry);
+
+}  // namespace dynvm::compiler
+
+#endif  // DYNVM_COMPILER_QUANTIZE_WEIGHTS_H_

@@ -1,0 +1,206 @@
+// The weight-only quantized kernels (qgemv.h, qmatmul.cc, rnn.cc's QLSTM/QGRU/QRNN) against
+// oracles: a double-precision product over the dequantized weights, and the reference kernels
+// (kernels/reference/qweights.cc, themselves the f32 reference recurrence over dequantized
+// weights). Sizes are random with odd row and column counts, vector tails and row ranges that
+// start and end anywhere; every vector path the CPU has runs.
+#include "kernels/dnnl/qgemv.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/half.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_tester.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using ::dynvm::testing::KernelCall;
+
+struct Case {
+  int64_t rows, k, n, r0, r1;
+  float beta;
+};
+
+std::vector<QGemvIsa> Isas() {
+  std::vector<QGemvIsa> out = {QGemvIsa::kBest, QGemvIsa::kScalar};
+  for (QGemvIsa i : {QGemvIsa::kAvx2, QGemvIsa::kAvx512}) {
+    if (QGemvIsaSupported(i)) out.push_back(i);
+  }
+  return out;
+}
+
+TEST(QGemvTest, MatchesDoubleOracleOnRandomSizes) {
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> q8(-127, 127);
+  for (int trial = 0; trial < 60; ++trial) {
+    Case c;
+    c.rows = 1 + static_cast<int64_t>(rng() % 9);
+    c.k = 1 + static_cast<int64_t>(rng() % 300);
+    c.n = 1 + static_cast<int64_t>(rng() % 70);
+    c.r0 = static_cast<int64_t>(rng() % c.n);
+    c.r1 = c.r0 + 1 + static_cast<int64_t>(rng() % (c.n - c.r0));
+    c.beta = trial % 3 == 0 ? 1.0f : 0.0f;
+    const int64_t ldx = c.k + static_cast<int64_t>(rng() % 3), ldw = c.k + trial % 2;
+    const int64_t ldy = c.n + 1;
+    std::vector<float> x(c.rows * ldx), scale(c.n), y0(c.rows * ldy);
+    std::vector<int8_t> q(c.n * ldw);
+    std::vector<BFloat16> b(c.n * ldw);
+    for (float& v : x) v = u(rng);
+    for (float& v : scale) v = 0.01f * (1.0f + u(rng));
+    for (int8_t& v : q) v = static_cast<int8_t>(q8(rng));
+    for (BFloat16& v : b) v = BFloat16(u(rng));
+    for (float& v : y0) v = u(rng);
+    for (QGemvIsa isa : Isas()) {
+      std::vector<float> yi = y0, yb = y0;
+      QGemvI8(c.rows, c.k, x.data(), ldx, q.data(), ldw, scale.data(), c.r0, c.r1, c.beta,
+              yi.data(), ldy, isa);
+      QGemvBf16(c.rows, c.k, x.data(), ldx, reinterpret_cast<const uint16_t*>(b.data()), ldw, c.r0,
+                c.r1, c.beta, yb.data(), ldy, isa);
+      for (int64_t m = 0; m < c.rows; ++m) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          const int64_t o = m * ldy + j;
+          if (j < c.r0 || j >= c.r1) {  // outside the range: untouched
+            ASSERT_EQ(yi[o], y0[o]);
+            ASSERT_EQ(yb[o], y0[o]);
+            continue;
+          }
+          double si = 0, sb = 0, mag_i = 0, mag_b = 0;
+          for (int64_t i = 0; i < c.k; ++i) {
+            const double xv = x[m * ldx + i];
+            si += xv * scale[j] * q[j * ldw + i];
+            sb += xv * static_cast<float>(b[j * ldw + i]);
+            mag_i += std::fabs(xv * scale[j] * q[j * ldw + i]);
+            mag_b += std::fabs(xv * static_cast<float>(b[j * ldw + i]));
+          }
+          si += c.beta * y0[o];
+          sb += c.beta * y0[o];
+          ASSERT_NEAR(yi[o], si, 1e-5 * (mag_i + std::fabs(y0[o])) + 1e-30)
+              << "int8 isa " << static_cast<int>(isa) << " rows " << c.rows << " k " << c.k;
+          ASSERT_NEAR(yb[o], sb, 1e-5 * (mag_b + std::fabs(y0[o])) + 1e-30)
+              << "bf16 isa " << static_cast<int>(isa) << " rows " << c.rows << " k " << c.k;
+        }
+      }
+    }
+  }
+}
+
+TEST(QGemvTest, DequantizeRows) {
+  const int8_t q[6] = {1, -2, 3, 127, -127, 0};
+  const float scale[2] = {0.5f, 0.25f};
+  float out[3];
+  DequantizeRowsI8(3, q, 3, scale, 1, 2, out);
+  EXPECT_EQ(out[0], 31.75f);
+  EXPECT_EQ(out[1], -31.75f);
+  EXPECT_EQ(out[2], 0.0f);
+  const uint16_t b[2] = {BFloat16(1.5f).bits, BFloat16(-2.0f).bits};
+  DequantizeRowsBf16(2, b, 2, 0, 1, out);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], -2.0f);
+}
+
+Tensor RandomF32(std::mt19937& rng, std::vector<int64_t> dims) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return testing::F32(dims, v);
+}
+
+// An i8 weight of `dims` with scales of its leading dims, or a bf16 weight.
+std::pair<Tensor, Tensor> RandomWeight(std::mt19937& rng, std::vector<int64_t> dims, bool i8) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<int64_t> sdims(dims.begin(), dims.end() - 1);
+  int64_t ns = 1;
+  for (int64_t d : sdims) ns *= d;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  if (i8) {
+    std::vector<int8_t> q(n);
+    for (int8_t& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    std::vector<float> s(ns);
+    for (float& v : s) v = (1.0f + 0.5f * u(rng)) / 127.0f;  // weights within +-1.5
+    return {testing::Make<int8_t>(DType::kI8, dims, q), testing::F32(sdims, s)};
+  }
+  std::vector<BFloat16> b(n);
+  for (BFloat16& v : b) v = BFloat16(u(rng));
+  return {testing::Make<BFloat16>(DType::kBF16, dims, b), Tensor()};
+}
+
+TEST(QMatMulTest, OneDnnKernelMatchesReference) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 24; ++trial) {
+    const bool i8 = trial % 2 == 0;
+    // Rows 1..20: the direct kernels up to kQuantSmallRows, dequantize + sgemm beyond.
+    const int64_t m = 1 + static_cast<int64_t>(rng() % 20),
+                  k = 1 + static_cast<int64_t>(rng() % 90);
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 40);
+    auto [w, s] = RandomWeight(rng, {n, k}, i8);
+    std::vector<int64_t> adims =
+        trial % 3 == 0 ? std::vector<int64_t>{2, m, k} : std::vector<int64_t>{m, k};
+    testing::KernelTester t("QMatMul", "dynvm");
+    t.In(RandomF32(rng, adims)).In(w);
+    if (i8) t.In(s);
+    t.Out(DType::kF32).Tol(1e-5, 1e-5);
+    ASSERT_TRUE(t.Compare("dnnl").ok()) << t.Compare("dnnl") << " m " << m << " k " << k;
+  }
+}
+
+TEST(QMatMulTest, BadInputIsAnError) {
+  std::mt19937 rng(1);
+  auto [w, s] = RandomWeight(rng, {3, 4}, true);
+  absl::StatusOr<std::vector<Tensor>> r = KernelCall("QMatMul", "dynvm")
+                                              .In(testing::F32({1, 5}, std::vector<float>(5)))
+                                              .In(w)
+                                              .In(s)
+                                              .Out(DType::kF32)
+                                              .Run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("QMatMul"), std::string::npos) << r.status();
+  r = KernelCall("QMatMul", "dynvm")
+          .In(testing::F32({1, 4}, std::vector<float>(4)))
+          .In(w)
+          .Out(DType::kF32)
+          .Run();  // int8 without its scale
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("scale"), std::string::npos) << r.status();
+}
+
+TEST(QRecurrentTest, OneDnnKernelMatchesReference) {
+  std::mt19937 rng(11);
+  const char* ops[] = {"QLSTM", "QGRU", "QRNN"};
+  for (int trial = 0; trial < 18; ++trial) {
+    const char* op = ops[trial % 3];
+    const bool i8 = (trial / 3) % 2 == 0;
+    const int64_t gates = trial % 3 == 0 ? 4 : trial % 3 == 1 ? 3 : 1;
+    const int64_t seq = 1 + static_cast<int64_t>(rng() % 12),
+                  batch = 1 + static_cast<int64_t>(rng() % 10);
+    const int64_t in = 1 + static_cast<int64_t>(rng() % 40),
+                  h = 1 + static_cast<int64_t>(rng() % 24);
+    const int64_t nd = trial % 4 == 3 ? 2 : 1;
+    auto [w, ws] = RandomWeight(rng, {nd, gates * h, in}, i8);
+    auto [r, rs] = RandomWeight(rng, {nd, gates * h, h}, i8);
+    testing::KernelTester t(op, "dynvm");
+    t.In(RandomF32(rng, {seq, batch, in})).In(w).In(r).In(RandomF32(rng, {nd, 2 * gates * h}));
+    if (i8) {
+      t.Absent().Absent().Absent().Absent();  // sequence_lens, initial_h, initial_c, P
+      t.In(ws).In(rs);
+    }
+    t.Attr("hidden_size", h);
+    if (gates == 3 && trial % 2 == 1) t.Attr("linear_before_reset", int64_t{1});
+    if (nd == 2) t.Attr("direction", std::string("bidirectional"));
+    t.Out(DType::kF32).Out(DType::kF32);
+    if (gates == 4) t.Out(DType::kF32);
+    t.Tol(1e-5, 1e-4);  // as the f32 recurrences in backend_test.cc
+    const absl::Status s = t.Compare("dnnl");
+    ASSERT_TRUE(s.ok()) << s << " " << op << " seq " << seq << " batch " << batch;
+    EXPECT_EQ(t.kernel_name().find(".ref"), std::string::npos) << t.kernel_name();
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::onednn
