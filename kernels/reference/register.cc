@@ -13,6 +13,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterNnKernels(registry);
   reference::RegisterResizeKernels(registry);
   reference::RegisterMiscKernels(registry);
+  reference::RegisterStringKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterFusedConvKernels(registry);
 }
