@@ -38,7 +38,7 @@ struct DeviceContextOptions;  // kernels/device_context.h
 // Bump whenever CudaModuleApi or a type that crosses it (Tensor, Storage, Allocator, KernelSpec,
 // Kernel, KernelContext, DeviceContext, KernelRegistration) changes: a module from another build
 // is then refused instead of misread.
-inline constexpr uint32_t kCudaModuleAbiVersion = 1;
+inline constexpr uint32_t kCudaModuleAbiVersion = 2;
 inline constexpr char kCudaModuleFileName[] = "libdynvm_cuda.so";
 inline constexpr char kCudaModuleEnvVar[] = "DYNVM_CUDA_MODULE";
 // The module's two entry points (extern "C"). The first is called before anything else:

@@ -960,7 +960,12 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
   const Store store = plan_.of(root).store;
   // Fresh contiguous storage every time the producer runs, or a read-only constant, or a
   // tensor already taken out of a container (which holds only such tensors).
-  if (v->constant || root->constant || store == Store::kPool || store == Store::kDynamic) return r;
+  // String tensors are never in the arena and own (or share, refcounted) their bytes: they are
+  // shared as they are (docs/strings.md).
+  if (v->constant || root->constant || store == Store::kPool || store == Store::kDynamic ||
+      v->dtype == DType::kString) {
+    return r;
+  }
   if (store == Store::kRegister && root->producer != nullptr && IsContainerOp(*root->producer) &&
       root->producer->op != "ConcatFromSequence") {
     return r;
@@ -1338,8 +1343,11 @@ absl::Status FunctionCodegen::Finish() {
       rets.push_back(r);
       continue;
     }
-    // Compiled for a device, every output is copied: the copy lands on the host.
-    if (PoolOwned(v) && (opts_.device == Device::kCPU || !v->shape)) {
+    // Compiled for a device, every output is copied: the copy lands on the host. A string
+    // output is returned as it is: strings are never in the arena and their storage is
+    // refcounted (an output of an input or a constant shares it; docs/strings.md).
+    if ((PoolOwned(v) && (opts_.device == Device::kCPU || !v->shape)) ||
+        v->dtype == DType::kString) {
       rets.push_back(r);
       continue;
     }

@@ -5,12 +5,28 @@
 #include "absl/strings/str_join.h"
 #include "compiler/codegen.h"
 #include "kernels/registry.h"
+#include "kernels/strings.h"
 #include "schema/writer.h"
 
 namespace dynvm::compiler {
 namespace {
 
+// A string constant's data (docs/strings.md): numel (u64 offset, u64 length) pairs from the
+// start of the data, then the bytes.
+std::string StringConstantBytes(const Tensor& t) {
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  std::string table(n * 16, '\0'), bytes;
+  for (uint64_t i = 0; i < n; ++i) {
+    const absl::string_view s = StringAt(t, static_cast<int64_t>(i));
+    const uint64_t entry[2] = {n * 16 + bytes.size(), s.size()};
+    std::memcpy(table.data() + 16 * i, entry, 16);  // little-endian hosts only (docs/trust.md)
+    bytes.append(s.data(), s.size());
+  }
+  return table + bytes;
+}
+
 std::string TensorBytes(const Tensor& t) {
+  if (t.dtype() == DType::kString) return StringConstantBytes(t);
   std::string bytes(static_cast<size_t>(t.nbytes()), '\0');
   if (t.numel() == 0) return bytes;
   if (t.is_contiguous()) {

@@ -338,7 +338,8 @@ absl::Status Planner::Classify(Graph& g) {
         info.alias_of = n.inputs[0];
         continue;
       }
-      if (v->dynamic || !v->shape) {
+      // A string kernel allocates its output: the bytes live with it (docs/strings.md).
+      if (v->dynamic || !v->shape || v->dtype == DType::kString) {
         info.store = Store::kDynamic;
         continue;
       }

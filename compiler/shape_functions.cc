@@ -121,6 +121,40 @@ absl::Status Cast(InferContext& c) {
   return absl::OkStatus();
 }
 
+// StringNormalizer: [C] or [1, C] strings in, the same rank out, C' decided at run time.
+absl::Status StringNormalizer(InferContext& c) {
+  if (c.input_dtype(0) != DType::kString) return c.Error("X must be a string tensor");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, DType::kString);
+  } else if (x->size() == 1) {
+    c.SetOutput(0, DType::kString, {c.sym().Fresh("strnorm")});
+  } else if (x->size() == 2) {
+    c.SetOutput(0, DType::kString, {(*x)[0], c.sym().Fresh("strnorm")});
+  } else {
+    return c.Error("X must be [C] or [1, C]");
+  }
+  return absl::OkStatus();
+}
+
+// TfIdfVectorizer: [C] -> [K] or [N, C] -> [N, K] floats, K = max(ngram_indexes) + 1.
+absl::Status TfIdfVectorizer(InferContext& c) {
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> indexes, c.GetInts("ngram_indexes"));
+  int64_t k = 0;
+  for (int64_t v : indexes) k = std::max(k, v + 1);
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, DType::kF32);
+  } else if (x->size() == 1) {
+    c.SetOutput(0, DType::kF32, {c.sym().Const(k)});
+  } else if (x->size() == 2) {
+    c.SetOutput(0, DType::kF32, {(*x)[0], c.sym().Const(k)});
+  } else {
+    return c.Error("X must be [C] or [N, C]");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CastLike(InferContext& c) {
   if (!c.has_input(1)) return c.Error("CastLike needs two inputs");
   if (c.input_shape(0)) {
@@ -1038,6 +1072,8 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   });
   Reg(r, "Cast", Cast);
   Reg(r, "CastLike", CastLike);
+  Reg(r, "StringNormalizer", StringNormalizer);
+  Reg(r, "TfIdfVectorizer", TfIdfVectorizer);
   Reg(r, "MatMul", MatMul);
   Reg(r, "Gemm", Gemm);
   for (const char* op :

@@ -1,6 +1,7 @@
 #include "isa/verifier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/types.h"
+#include "common/utf8.h"
 #include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/operands.h"
@@ -82,11 +84,6 @@ absl::Status CheckObjectType(const fb::ObjectType& t, absl::string_view where) {
     case ObjectKind::Sequence:
       if (!IsValidDType(t.dtype())) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": invalid dtype ", t.dtype()));
-      }
-      // String tensors hold pointers; until the VM initializes their storage they are refused.
-      if (t.dtype() == static_cast<uint8_t>(DType::kString)) {
-        return absl::UnimplementedError(
-            absl::StrCat(where, ": string tensors are not supported yet"));
       }
       return absl::OkStatus();
   }
@@ -209,6 +206,16 @@ class FunctionVerifier {
   }
   const fb::ObjectType& OType(uint32_t r) const { return *otypes_->Get(r); }
   uint8_t ODType(uint32_t r) const { return otypes_->Get(r)->dtype(); }
+  // String tensors hold pointers (docs/strings.md): only kernels, constants and inputs make
+  // them, so instructions that fill, copy or reinterpret tensor memory refuse them.
+  absl::Status NotString(const Instr& in, uint32_t r) const {
+    if (ODType(r) == static_cast<uint8_t>(DType::kString)) {
+      return ErrAt(in, absl::StrCat("%o", r,
+                                    " is a string tensor, which this instruction does "
+                                    "not take"));
+    }
+    return absl::OkStatus();
+  }
   absl::Status SameDType(const Instr& in, uint32_t a, uint32_t b) const {
     if (ODType(a) != ODType(b)) {
       return ErrAt(in, absl::StrCat("%o", a, " (", TypeName(OType(a)), ") and %o", b, " (",
@@ -702,10 +709,12 @@ absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writ
     case Opcode::kPMoveS:
       return CheckParallelMove(in, st, w);
     case Opcode::kAllocTensor:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::AllocTensor::kDst)));
       if (ODType(Operand(in, op::AllocTensor::kDst)) != Operand(in, op::AllocTensor::kDType))
         return ErrAt(in, "dtype operand differs from the register's dtype");
       return CheckValues(in, op::AllocTensor::kDims, st);
     case Opcode::kAllocGrowable:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::AllocGrowable::kDst)));
       if (ODType(Operand(in, op::AllocGrowable::kDst)) != Operand(in, op::AllocGrowable::kDType))
         return ErrAt(in, "dtype operand differs from the register's dtype");
       DYNVM_RETURN_IF_ERROR(CheckValues(in, op::AllocGrowable::kDims, st));
@@ -713,6 +722,7 @@ absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writ
         return ErrAt(in, "growth axis out of range");
       break;
     case Opcode::kAppend:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::Append::kTensor)));
       DYNVM_RETURN_IF_ERROR(
           SameDType(in, Operand(in, op::Append::kTensor), Operand(in, op::Append::kPart)));
       if (Operand(in, op::Append::kAxis) >= static_cast<uint32_t>(limits_.max_rank))
@@ -729,6 +739,7 @@ absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writ
           SameDType(in, Operand(in, op::Reshape::kDst), Operand(in, op::Reshape::kSrc)));
       return CheckValues(in, op::Reshape::kDims, st);
     case Opcode::kView:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::View::kSrc)));
       DYNVM_RETURN_IF_ERROR(
           SameDType(in, Operand(in, op::View::kDst), Operand(in, op::View::kSrc)));
       DYNVM_RETURN_IF_ERROR(CheckValues(in, op::View::kDims, st));
@@ -737,7 +748,16 @@ absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writ
         return ErrAt(in, "dims and strides differ in length");
       break;
     case Opcode::kCopy:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::Copy::kSrc)));
       return SameDType(in, Operand(in, op::Copy::kDst), Operand(in, op::Copy::kSrc));
+    case Opcode::kReadI:
+    case Opcode::kReadF:
+    case Opcode::kReadB:
+      static_assert(+op::ReadI::kTensor == +op::ReadF::kTensor &&
+                    +op::ReadI::kTensor == +op::ReadB::kTensor);
+      return NotString(in, Operand(in, op::ReadI::kTensor));
+    case Opcode::kWrite:
+      return NotString(in, Operand(in, op::Write::kTensor));
     case Opcode::kSeqPush:
       return SameDType(in, Operand(in, op::SeqPush::kSeq), Operand(in, op::SeqPush::kTensor));
     case Opcode::kSeqInsert:
@@ -810,6 +830,17 @@ absl::Status FunctionVerifier::CheckInvoke(const Instr& in, const State& st, Wri
     }
     const bool read = is_input || !p->dynamic();
     DYNVM_RETURN_IF_ERROR(ObjectKinded(in, r, p->kind(), st, read));
+    // A kernel sees string tensors only on ports that say so (the registry then binds only a
+    // kernel that takes strings), and makes string outputs itself: their bytes live with them.
+    if (p->kind() != ObjectKind::Storage && ODType(r) == static_cast<uint8_t>(DType::kString)) {
+      if (p->dtype() != ODType(r)) {
+        return ErrAt(in, absl::StrCat(what, " ", k_index, ": %o", r,
+                                      " is a string tensor, on a port not typed string"));
+      }
+      if (!is_input && !p->dynamic()) {
+        return ErrAt(in, absl::StrCat("output ", k_index, ": a string output must be dynamic"));
+      }
+    }
     if (p->dtype() != kAnyDType && p->kind() != ObjectKind::Storage && p->dtype() != ODType(r)) {
       return ErrAt(
           in,
@@ -913,8 +944,7 @@ absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size,
     };
     if (!IsValidDType(c->dtype())) return err(absl::StrCat("invalid dtype ", c->dtype()));
     if (!ElementsAligned(c->shape())) return err("shape vector is not 8-byte aligned");
-    if (c->dtype() == static_cast<uint8_t>(DType::kString))
-      return err("string constants are not supported");
+    const bool is_string = c->dtype() == static_cast<uint8_t>(DType::kString);
     int64_t n = 1;
     if (c->shape()) {
       if (c->shape()->size() > static_cast<uint32_t>(limits.max_rank)) return err("rank too large");
@@ -923,8 +953,11 @@ absl::Status CheckConstants(const fb::Executable& exe, uint64_t segment_size,
       }
     }
     int64_t bytes;
+    // A string constant is its (offset, length) table followed by the bytes: at least the table.
+    // Its entries are checked by CheckStringConstant once the segment is mapped.
     if (__builtin_mul_overflow(n, DTypeSize(static_cast<DType>(c->dtype())), &bytes) ||
-        static_cast<uint64_t>(bytes) != c->size()) {
+        (is_string ? static_cast<uint64_t>(bytes) > c->size()
+                   : static_cast<uint64_t>(bytes) != c->size())) {
       return err(absl::StrCat("size ", c->size(), " does not match its shape"));
     }
     if (c->offset() % schema::kConstantAlignment != 0) return err("offset is not 64-byte aligned");
@@ -1026,6 +1059,31 @@ absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segme
     DYNVM_RETURN_IF_ERROR(v.Verify());
   }
   return CheckDebug(exe);
+}
+
+absl::Status CheckStringConstant(absl::Span<const uint8_t> data, int64_t numel) {
+  const uint64_t table = static_cast<uint64_t>(numel) * 16;
+  if (numel < 0 || static_cast<uint64_t>(numel) > data.size() / 16) {
+    return absl::InvalidArgumentError(absl::StrCat("a string constant of ", numel,
+                                                   " elements needs a ", numel,
+                                                   "-entry table; it has ", data.size(), " bytes"));
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    uint64_t off, len;
+    std::memcpy(&off, data.data() + 16 * i, 8);
+    std::memcpy(&len, data.data() + 16 * i + 8, 8);
+    if (off < table || off > data.size() || len > data.size() - off) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "string element ", i, ": bytes [", off, ", +", len, ") lie outside the constant's ",
+          data.size() - table, "-byte string area at [", table, ", ", data.size(), ")"));
+    }
+    const absl::string_view bytes(reinterpret_cast<const char*>(data.data() + off), len);
+    if (int64_t bad = InvalidUtf8Offset(bytes); bad >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("string element ", i, ": invalid UTF-8 at byte ", bad));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<VerifiedFile> VerifyFile(absl::Span<const uint8_t> bytes,

@@ -21,6 +21,12 @@ namespace dynvm::isa {
 absl::Status VerifyExecutable(const fb::Executable& exe, uint64_t constant_segment_size,
                               const VerifyLimits& limits = {});
 
+// Checks the data of a string constant of `numel` elements (docs/strings.md): a table of
+// `numel` (u64 offset, u64 length) pairs, then the bytes. Every range lies in the bytes after
+// the table, and every element is valid UTF-8. The loader runs it once the constants are mapped
+// (they may be in a weights file, or compressed).
+absl::Status CheckStringConstant(absl::Span<const uint8_t> data, int64_t numel);
+
 struct VerifiedFile {
   schema::FileHeader header;
   const fb::Executable* executable;  // points into the file's bytes

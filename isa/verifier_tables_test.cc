@@ -198,9 +198,13 @@ TEST(VerifierTest, InvalidConstants) {
   ExpectRefused(VerifyText(with_const(".const f32 [2] values:[1, 2]"),
                            [](Assembly& a) { a.exe->constants[0]->dtype = 99; }),
                 {"constant 0: invalid dtype 99"});
+  // A string constant needs at least its (offset, length) table (docs/strings.md).
   ExpectRefused(VerifyText(with_const(".const f32 [0] hex:"),
-                           [](Assembly& a) { a.exe->constants[0]->dtype = 13; }),
-                {"constant 0: string constants are not supported"});
+                           [](Assembly& a) {
+                             a.exe->constants[0]->dtype = 13;
+                             a.exe->constants[0]->shape = {2};
+                           }),
+                {"constant 0: size 0 does not match its shape"});
   ExpectRefused(VerifyText(with_const(".const f32 [-1] hex:")), {"constant 0: invalid shape"});
   ExpectRefused(VerifyText(with_const(".const f32 [4611686018427387904, 4] hex:")),
                 {"constant 0: invalid shape"});
@@ -260,24 +264,23 @@ TEST(VerifierTest, InvalidDebugLocations) {
                 {"debug locations are not sorted"});
 }
 
-// String tensors are refused until the VM supports them: a register, a result or a constant.
-TEST(VerifierTest, StringTensorsAreUnimplemented) {
+// String tensors (docs/strings.md): a string register verifies; an instruction that would
+// fill one from raw memory is refused.
+TEST(VerifierTest, StringRegistersVerifyButAllocTensorOfStringsIsRefused) {
   const std::string text = Program("", "tensor:f32", "ret (), ()");
   const uint8_t kString = static_cast<uint8_t>(DType::kString);
   absl::Status s = VerifyText(text, [&](Assembly& a) {
     Fn(a, "main")->object_types[0] =
         fb::ObjectType(fb::ObjectKind::Tensor, kString, fb::ObjectKind::Tensor);
   });
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_TRUE(s.ok()) << s;
+  s = VerifyText(Program("", "tensor:string storage",
+                         "alloc_storage %o1, 64, cpu\nalloc_tensor %o0, %o1, 0, string, [2]\n"
+                         "ret (), ()"),
+                 [](Assembly&) {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("function 'main' %o0: string tensors are not supported yet"));
-  s = VerifyText(text, [&](Assembly& a) {
-    Fn(a, "callee")->object_results[0] =
-        fb::ObjectType(fb::ObjectKind::Sequence, kString, fb::ObjectKind::Tensor);
-  });
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("function 'callee' result 0: string tensors are not supported yet"));
+              HasSubstr("alloc_tensor: %o0 is a string tensor, which this instruction does not"));
 }
 
 // A call checked before its callee (the callee comes later in the table) must not index the

@@ -114,6 +114,8 @@ class KernelContext {
   absl::StatusOr<Tensor> AllocateOutput(DType dtype, absl::Span<const int64_t> dims) const {
     return Tensor::Allocate(*allocator_, dtype, dims, allocator_keep_alive_);
   }
+  // The pool's owner, for outputs made outside AllocateOutput (string tensors, kernels/strings.h).
+  const std::shared_ptr<Allocator>& allocator_keep_alive() const { return allocator_keep_alive_; }
   // Scratch memory for this invoke site, valid until the next Workspace call at this site;
   // reused across runs (it grows, never shrinks, until the VM is trimmed). Blocks are at least
   // a page (4 KiB) and at least double when they grow, so a site whose shapes grow every

@@ -71,13 +71,23 @@ absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec&
   }
   absl::Status last = absl::UnimplementedError(absl::StrCat(
       "no allowed backend for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
+  bool has_strings = false;
+  for (const auto* ports : {&spec.inputs, &spec.outputs}) {
+    for (const PortSpec& p : *ports) has_strings |= p.dtype == static_cast<uint8_t>(DType::kString);
+  }
+  if (has_strings) {
+    last = absl::UnimplementedError(
+        absl::StrCat("op ", spec.DebugName(), " does not take string tensors"));
+  }
   for (const KernelRegistration& r : candidates) {
     if (!spec.backend.empty() && r.backend != spec.backend) continue;
+    if (has_strings && !r.takes_strings) continue;
     if (!policy.Allows(r.backend)) continue;
     absl::StatusOr<std::unique_ptr<Kernel>> k = r.factory(spec);
     if (k.ok()) return k;
     if (!absl::IsUnimplemented(k.status())) return k.status();
-    last = k.status();
+    // A string kernel refusing a spec without strings keeps the numeric kernel's reason.
+    if (has_strings || !r.takes_strings) last = k.status();
   }
   return last;
 }

@@ -32,6 +32,9 @@ struct KernelRegistration {
   std::string backend;  // "reference", "dnnl", "cuda", or a user's name
   int priority = 0;     // higher is tried first
   KernelFactory factory;
+  // The factory handles string ports (docs/strings.md). A spec with a string port is given only
+  // to such factories, so a kernel written for numbers never sees StringRef elements.
+  bool takes_strings = false;
 };
 
 // Which backends a load may use. Empty = all.

@@ -54,6 +54,10 @@ absl::StatusOr<Tensor> Tensor::Allocate(Allocator& allocator, DType dtype,
   t.data_ = t.storage_->data();
   t.dtype_ = dtype;
   t.SetContiguousDims(dims);
+  // String elements are pointers: a fresh string tensor holds empty strings, never garbage.
+  if (dtype == DType::kString && t.device() == Device::kCPU && bytes > 0) {
+    std::memset(t.data_, 0, static_cast<size_t>(bytes));
+  }
   return t;
 }
 

@@ -79,6 +79,7 @@ std::string FeatureNames(uint64_t bits) {
   if (bits & kFeatureExternalWeights) names.push_back("external-weights");
   if (bits & kFeatureCompressedConstants) names.push_back("compressed-constants");
   if (bits & kFeatureCudaDevice) names.push_back("cuda-device");
+  if (bits & kFeatureStrings) names.push_back("strings");
   for (int i = 0; i < 64; ++i) {
     if (((bits >> i) & 1) && !((kKnownFeatures >> i) & 1)) names.push_back(absl::StrCat("bit", i));
   }

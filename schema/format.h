@@ -28,9 +28,11 @@ enum Feature : uint64_t {
   kFeatureExternalWeights = 1ull << 1,      // constants live in a .dvw weights file
   kFeatureCompressedConstants = 1ull << 2,  // the constant segment is zstd-compressed
   kFeatureCudaDevice = 1ull << 3,           // storages or kernels on the CUDA device
+  kFeatureStrings = 1ull << 4,              // string registers, ports or constants
 };
-inline constexpr uint64_t kKnownFeatures =
-    kFeatureSequences | kFeatureExternalWeights | kFeatureCompressedConstants | kFeatureCudaDevice;
+inline constexpr uint64_t kKnownFeatures = kFeatureSequences | kFeatureExternalWeights |
+                                           kFeatureCompressedConstants | kFeatureCudaDevice |
+                                           kFeatureStrings;
 
 struct FileHeader {
   uint16_t major = kFormatMajor;

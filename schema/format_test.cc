@@ -182,7 +182,7 @@ TEST(FormatTest, RefusesUnknownRequiredFeature) {
 TEST(FormatTest, FeatureNames) {
   EXPECT_EQ(FeatureNames(0), "");
   EXPECT_EQ(FeatureNames(kKnownFeatures),
-            "sequences,external-weights,compressed-constants,cuda-device");
+            "sequences,external-weights,compressed-constants,cuda-device,strings");
   EXPECT_EQ(FeatureNames(kFeatureCudaDevice | (uint64_t{1} << 40)), "cuda-device,bit40");
 }
 

@@ -18,9 +18,11 @@ uint64_t RequiredFeatures(const fb::ExecutableT& exe) {
   auto seq_kind = [](fb::ObjectKind k) {
     return k == fb::ObjectKind::Sequence || k == fb::ObjectKind::Optional;
   };
+  constexpr uint8_t kString = 13;  // DType::kString (isa/dtype.h; schema does not depend on isa)
   for (const auto& f : exe.functions) {
     for (const auto& t : f->object_types) {
       if (seq_kind(t.kind())) bits |= kFeatureSequences;
+      if (t.kind() != fb::ObjectKind::Storage && t.dtype() == kString) bits |= kFeatureStrings;
     }
     for (const auto& t : f->object_results) {
       if (seq_kind(t.kind())) bits |= kFeatureSequences;
@@ -30,10 +32,15 @@ uint64_t RequiredFeatures(const fb::ExecutableT& exe) {
     if (k->device != 0) bits |= kFeatureCudaDevice;
     for (const auto& p : k->inputs) {
       if (seq_kind(p->kind)) bits |= kFeatureSequences;
+      if (p->dtype == kString) bits |= kFeatureStrings;
     }
     for (const auto& p : k->outputs) {
       if (seq_kind(p->kind)) bits |= kFeatureSequences;
+      if (p->dtype == kString) bits |= kFeatureStrings;
     }
+  }
+  for (const auto& c : exe.constants) {
+    if (c->dtype == kString) bits |= kFeatureStrings;
   }
   if (exe.weights != nullptr) bits |= kFeatureExternalWeights;
   return bits;

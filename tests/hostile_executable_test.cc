@@ -456,6 +456,125 @@ TEST(HostileExecutableTest, ConstantPastTheEndIsRefused) {
               HasSubstr("constant 1: range [64, +16) runs past the end of the 70-byte"));
 }
 
+// String constants (docs/strings.md): a table of (offset, length) pairs, then the bytes. A
+// range outside the bytes, a table larger than the constant, or invalid UTF-8 is refused at load
+// naming the constant and the element; a valid one loads and runs to its strings.
+constexpr absl::string_view kStringProgram = R"(.const u8 [1] values:[0]
+.function main
+  .params 0 0
+  .oregs tensor:string
+  .oresults tensor:string
+  .output y [2]
+  load_const %o0, c0
+  ret (%o0), ()
+.end
+)";
+
+std::string StringConstant(std::vector<std::pair<uint64_t, uint64_t>> entries,
+                           const std::string& bytes) {
+  std::string out(entries.size() * 16, '\0');
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::memcpy(out.data() + 16 * i, &entries[i].first, 8);
+    std::memcpy(out.data() + 16 * i + 8, &entries[i].second, 8);
+  }
+  return out + bytes;
+}
+
+TEST(HostileExecutableTest, StringConstantsWithBadRangesOrBadUtf8AreRefused) {
+  absl::StatusOr<isa::Assembly> a = isa::Assemble(kStringProgram);
+  ASSERT_TRUE(a.ok()) << a.status();
+  fb::ConstantT& c = *a->exe->constants[0];
+  c.dtype = static_cast<uint8_t>(DType::kString);
+  c.shape = {2};
+  c.offset = 0;
+  auto load = [&](const std::string& data) {
+    c.size = data.size();
+    return Load(WriteWithRawConstants(*a->exe, data));
+  };
+  {  // valid: "ab" and "é€" (multi-byte), and it runs to them
+    const std::string good = StringConstant({{32, 2}, {34, 5}}, "ab\xc3\xa9\xe2\x82\xac");
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = load(good);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+    ASSERT_TRUE(vm.ok()) << vm.status();
+    ASSERT_TRUE((*vm)->Run().ok());
+    absl::StatusOr<Tensor> y = (*vm)->GetOutput(0);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->dtype(), DType::kString);
+    const StringRef* e = y->data<StringRef>();
+    EXPECT_EQ(std::string(e[0].data, e[0].size), "ab");
+    EXPECT_EQ(std::string(e[1].data, e[1].size), "\xc3\xa9\xe2\x82\xac");
+  }
+  struct Case {
+    std::string data;
+    const char* expect;
+  };
+  const uint64_t kHuge = ~uint64_t{0} - 3;
+  const Case cases[] = {
+      {StringConstant({{32, 2}, {0, 4}}, "abcd"), "string element 1: bytes [0, +4) lie outside"},
+      {StringConstant({{32, 2}, {34, 3}}, "abcd"), "string element 1: bytes [34, +3) lie outside"},
+      {StringConstant({{32, kHuge}, {32, 0}}, "ab"), "string element 0: bytes [32, +"},
+      {StringConstant({{kHuge, 8}, {32, 0}}, "ab"), "lie outside"},
+      {StringConstant({{32, 2}, {34, 2}}, "a\xff\xc3\xa9"),
+       "string element 0: invalid UTF-8 at byte 1"},
+      {StringConstant({{32, 0}, {32, 3}}, "\xed\xa0\x80"), "string element 1: invalid UTF-8"},
+      {std::string(24, '\0'), "constant 0: size 24 does not match its shape"},
+  };
+  for (const Case& k : cases) {
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = load(k.data);
+    ASSERT_FALSE(exe.ok()) << k.expect;
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr(k.expect));
+  }
+}
+
+// String registers hold pointers: the instructions that fill, copy or reinterpret tensor
+// memory refuse them, and kernels see them only on string-typed ports as dynamic outputs.
+TEST(HostileExecutableTest, InstructionsThatWouldForgeStringsAreRefused) {
+  struct Case {
+    const char* body;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"alloc_storage %o1, 64, cpu\n  alloc_tensor %o0, %o1, 0, string, [2]",
+       "%o0 is a string tensor"},
+      {"alloc_growable %o0, string, cpu, 0, 4, [2]", "%o0 is a string tensor"},
+      {"load_const %o0, c0\n  view %o2, %o0, 0, [2], [1]", "%o0 is a string tensor"},
+      {"load_const %o0, c0\n  load_const %o2, c0\n  copy %o2, %o0", "%o0 is a string tensor"},
+      {"load_const %o0, c0\n  read_i %s0, %o0, 0", "%o0 is a string tensor"},
+      {"load_const %o0, c0\n  invoke k0, #0, (%o0), (%o2)", "on a port not typed string"},
+      {"load_const %o0, c0\n  load_const %o2, c0\n  invoke k1, #0, (%o0), (%o2)",
+       "a string output must be dynamic"},
+  };
+  for (const Case& k : cases) {
+    const std::string text = absl::StrCat(R"(.const u8 [1] values:[0]
+.kernel "Identity" in(any) out(dyn:any)
+.kernel "Identity" in(string) out(string)
+.function main
+  .params 0 0
+  .sregs i64
+  .oregs tensor:string storage tensor:string
+  )",
+                                          k.body, "\n  ret (), ()\n.end\n");
+    absl::StatusOr<isa::Assembly> a = isa::Assemble(text);
+    if (!a.ok()) {  // the assembler verifies too
+      EXPECT_THAT(std::string(a.status().message()), HasSubstr(k.expect)) << k.body;
+      continue;
+    }
+    fb::ConstantT& c = *a->exe->constants[0];
+    c.dtype = static_cast<uint8_t>(DType::kString);
+    c.shape = {2};
+    c.offset = 0;
+    const std::string data = StringConstant({{32, 0}, {32, 0}}, "");
+    c.size = data.size();
+    absl::StatusOr<std::shared_ptr<const Executable>> exe =
+        Load(WriteWithRawConstants(*a->exe, data));
+    ASSERT_FALSE(exe.ok()) << k.body;
+    EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument) << exe.status();
+    EXPECT_THAT(std::string(exe.status().message()), HasSubstr(k.expect)) << k.body;
+  }
+}
+
 // Kernel binding at load: a kernel-table entry that no registered backend serves, or whose
 // attributes have the wrong type, is refused naming the entry, before any VM exists.
 TEST(HostileExecutableTest, KernelsThatNoBackendServesAreRefusedAtLoad) {
@@ -579,6 +698,26 @@ TEST(HostileExecutableTest, RegenerateFuzzCorpus) {
     WriteFile(std::filesystem::path("vm/fuzz_corpus/run") / (name + ".dvm"), bytes);
     WriteFile(std::filesystem::path("isa/fuzz_corpus/assembler") / (name + ".s"), text);
   }
+  // A string constant (docs/strings.md), and one whose second range runs past its bytes.
+  for (const bool bad : {false, true}) {
+    absl::StatusOr<isa::Assembly> a = isa::Assemble(kStringProgram);
+    ASSERT_TRUE(a.ok()) << a.status();
+    fb::ConstantT& c = *a->exe->constants[0];
+    c.dtype = static_cast<uint8_t>(DType::kString);
+    c.shape = {2};
+    c.offset = 0;
+    const std::string data =
+        StringConstant({{32, 2}, {34, bad ? 9u : 5u}}, "ab\xc3\xa9\xe2\x82\xac");
+    c.size = data.size();
+    const std::string bytes = WriteWithRawConstants(*a->exe, data);
+    ASSERT_EQ(Load(bytes).ok(), !bad);
+    if (bad) {
+      WriteFile("isa/fuzz_corpus/verifier/crash-string-constant-past-its-bytes.dvm", bytes);
+    } else {
+      WriteFile("isa/fuzz_corpus/verifier/string_constant.dvm", bytes);
+      WriteFile("vm/fuzz_corpus/run/string_constant.dvm", bytes);
+    }
+  }
 }
 
 // Every checked-in seed and crash input is handled without a crash (the fuzz targets' own
@@ -603,6 +742,9 @@ TEST(HostileExecutableTest, FuzzCorporaLoadOrAreRefused) {
       // A Concat writing over its own input (docs/trust.md): runs, to unspecified values.
       {"vm/fuzz_corpus/run/crash-concat-output-overlaps-input.dvm", true, 0, absl::StatusCode::kOk,
        ""},
+      // A string constant whose second element runs past its bytes (docs/strings.md).
+      {"isa/fuzz_corpus/verifier/crash-string-constant-past-its-bytes.dvm", false, 0,
+       absl::StatusCode::kInvalidArgument, "string element 1: bytes [34, +9) lie outside"},
       // alloc_tensor at a misaligned offset: refused at run time.
       {"vm/fuzz_corpus/run/crash-misaligned-alloc-tensor.dvm", true, 1,
        absl::StatusCode::kInvalidArgument, "is not a multiple of the"},
@@ -610,7 +752,7 @@ TEST(HostileExecutableTest, FuzzCorporaLoadOrAreRefused) {
   const struct {
     const char* dir;
     int files;
-  } kCorpora[] = {{"isa/fuzz_corpus/verifier", 18}, {"vm/fuzz_corpus/run", 19}};
+  } kCorpora[] = {{"isa/fuzz_corpus/verifier", 20}, {"vm/fuzz_corpus/run", 20}};
   int crashes_seen = 0;
   for (const auto& corpus : kCorpora) {
     ASSERT_TRUE(std::filesystem::is_directory(corpus.dir)) << corpus.dir;

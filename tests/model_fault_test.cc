@@ -22,10 +22,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/strings.h"
 #include "kernels/testing.h"
 #include "tools/npy/npy.h"
 #include "vm/executable.h"
@@ -178,6 +180,61 @@ TEST_P(ModelFaultTest, FailureAtEveryAllocationSiteThenTheSameVmRuns) {
   EXPECT_EQ((*clean)->Run().code(), absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE((*clean)->Run().ok());
   EXPECT_EQ(Tokens(**clean), case_.want_tokens);
+}
+
+// A string model (docs/strings.md): StringNormalizer, Gather, Concat and Cast each allocate a
+// string tensor (table and bytes in one pool block). Failing each allocation in turn gives
+// ResourceExhausted, and the same VM then runs to the right strings holding exactly the pool
+// bytes of a VM that never failed: no string bytes are left behind.
+std::vector<std::string> StringsOf(const Tensor& t) {
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < t.numel(); ++i) v.emplace_back(StringAt(t, i));
+  return v;
+}
+
+TEST(StringModelFaultTest, FailureAtEveryAllocationThenTheSameVmRuns) {
+  compiler::Module m;
+  compiler::GraphBuilder b(m.AddFunction("main"));
+  compiler::Value* x = b.Input("x", DType::kString, {"n"});
+  compiler::Value* f = b.Input("f", DType::kF32, {"k"});
+  compiler::Value* up =
+      b.Op("StringNormalizer", {x}, {{"case_change_action", compiler::AttrString("UPPER")}});
+  compiler::Value* g = b.Op("Gather", {up, b.VectorI64({0, -1})}, {{"axis", compiler::AttrInt(0)}});
+  compiler::Value* c = b.Op("Cast", {f}, {{"to", compiler::AttrInt(8)}});
+  b.Output("y", b.Op("Concat", {up, g, c}, {{"axis", compiler::AttrInt(0)}}));
+  absl::StatusOr<compiler::CompileResult> r = compiler::Compile(m);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const std::vector<std::string> want = {"A", "CAF\xc3\xa9", "A", "CAF\xc3\xa9", "0.25", "-8"};
+  auto bound = [&]() -> absl::StatusOr<std::unique_ptr<VirtualMachine>> {
+    DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<VirtualMachine> vm, VirtualMachine::Create(*exe));
+    DYNVM_ASSIGN_OR_RETURN(Tensor xs, StringTensor({2}, {"a", "caf\xc3\xa9"}));
+    DYNVM_RETURN_IF_ERROR(vm->SetInput("x", xs));
+    DYNVM_RETURN_IF_ERROR(vm->SetInput("f", testing::F32({2}, {0.25f, -8.0f})));
+    return vm;
+  };
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> clean = bound();
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  const int64_t before = (*clean)->memory_stats().allocs;
+  ASSERT_TRUE((*clean)->Run().ok());
+  const int64_t first_run = (*clean)->memory_stats().allocs - before;
+  ASSERT_TRUE((*clean)->Run().ok());
+  ASSERT_EQ(StringsOf(*(*clean)->GetOutput(0)), want);
+  const int64_t in_use = (*clean)->memory_stats().bytes_in_use;
+  ASSERT_GE(first_run, 4);  // at least the four string outputs
+  for (int64_t n = 1; n <= first_run; ++n) {
+    SCOPED_TRACE(absl::StrCat("failing allocation ", n, " of ", first_run));
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = bound();
+    ASSERT_TRUE(vm.ok()) << vm.status();
+    testing::FailNthAllocation(**vm, n);
+    const absl::Status s = (*vm)->Run();
+    ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    const absl::Status again = (*vm)->Run();
+    ASSERT_TRUE(again.ok()) << again;
+    EXPECT_EQ(StringsOf(*(*vm)->GetOutput(0)), want);
+    EXPECT_EQ((*vm)->memory_stats().bytes_in_use, in_use);
+  }
 }
 
 TEST_P(ModelFaultTest, MemoryLimitBelowWhatTheModelNeeds) {

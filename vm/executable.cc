@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -24,6 +26,41 @@ namespace dynvm {
 namespace {
 
 using schema::Sv;
+
+// Checks string constant `index` (docs/strings.md) and points its elements into the segment.
+absl::Status LoadStringConstant(const Executable::Rep& rep, Executable::ConstantEntry& e,
+                                size_t index) {
+  int64_t numel = 1;
+  for (int64_t d : e.shape) numel *= d;  // verified: no overflow, size >= 16 * numel
+  const uint8_t* base = rep.constant_segment + e.offset;  // verified in range
+  absl::Status s = isa::CheckStringConstant({base, e.size}, numel);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("constant ", index, ": ", s.message()));
+  }
+  e.strings.resize(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) {
+    uint64_t off, len;
+    std::memcpy(&off, base + 16 * i, 8);
+    std::memcpy(&len, base + 16 * i + 8, 8);
+    e.strings[i] = {reinterpret_cast<const char*>(base + off), static_cast<int64_t>(len)};
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ConstantTensor(const Executable::ConstantEntry& c, const StorageRef& segment,
+                                      std::function<void()> release) {
+  if (c.dtype != DType::kString) {
+    return Tensor::View(segment, static_cast<int64_t>(c.offset), c.dtype, c.shape);
+  }
+  StorageRef refs =
+      Storage::Wrap(Storage::Kind::kConstant, const_cast<StringRef*>(c.strings.data()),
+                    c.strings.size() * sizeof(StringRef), Device::kCPU, std::move(release));
+  return Tensor::View(std::move(refs), 0, DType::kString, c.shape);
+}
+
+namespace {
 
 absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable::Rep& exe,
                                       const StorageRef& constants) {
@@ -58,8 +95,7 @@ absl::StatusOr<AttrValue> ConvertAttr(const fb::Attribute& a, const Executable::
     case fb::AttrType::Tensor: {
       v.type = AttrValue::Type::kTensor;
       const Executable::ConstantEntry& c = exe.constant(static_cast<int>(a.tensor()));
-      DYNVM_ASSIGN_OR_RETURN(
-          Tensor t, Tensor::View(constants, static_cast<int64_t>(c.offset), c.dtype, c.shape));
+      DYNVM_ASSIGN_OR_RETURN(Tensor t, ConstantTensor(c, constants, nullptr));
       v.tensor = std::move(t);
       break;
     }
@@ -360,21 +396,26 @@ absl::Status MapConstants(Executable::Rep& rep, const schema::FileHeader& header
   return absl::OkStatus();
 }
 
-// The constant table (and the weights' count and bytes).
-void LoadConstants(Executable::Rep& rep) {
-  if (rep.fb->constants() == nullptr) return;
+// The constant table (and the weights' count and bytes). String constants are checked and
+// their elements made here, once the segment is mapped.
+absl::Status LoadConstants(Executable::Rep& rep) {
+  if (rep.fb->constants() == nullptr) return absl::OkStatus();
   for (const fb::Constant* c : *rep.fb->constants()) {
     Executable::ConstantEntry e;
     e.dtype = static_cast<DType>(c->dtype());
     if (c->shape()) e.shape.assign(c->shape()->begin(), c->shape()->end());
     e.offset = c->offset();
     e.size = c->size();
+    if (e.dtype == DType::kString) {
+      DYNVM_RETURN_IF_ERROR(LoadStringConstant(rep, e, rep.constants.size()));
+    }
     if (c->is_weight()) {
       ++rep.num_weights;
       rep.weight_bytes += static_cast<int64_t>(c->size());
     }
     rep.constants.push_back(std::move(e));
   }
+  return absl::OkStatus();
 }
 
 // A kernel from the registry for every kernel-table entry.
@@ -521,7 +562,7 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Init(
   rep.fb = verified.executable;
   rep.features = verified.header.required_features;
   DYNVM_RETURN_IF_ERROR(MapConstants(rep, verified.header, path, options));
-  LoadConstants(rep);
+  DYNVM_RETURN_IF_ERROR(LoadConstants(rep));
   DYNVM_RETURN_IF_ERROR(BindKernels(rep, options));
   LoadFunctions(rep);
   return std::shared_ptr<const Executable>(std::move(exe));

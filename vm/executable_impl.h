@@ -4,6 +4,7 @@
 #define DYNVM_VM_EXECUTABLE_IMPL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -32,7 +33,15 @@ struct Executable::ConstantEntry {
   std::vector<int64_t> shape;
   uint64_t offset;
   uint64_t size;
+  // A string constant's elements, pointing into the constant segment (checked at load by
+  // isa::CheckStringConstant); its tensors view these, not the segment (docs/strings.md).
+  std::vector<StringRef> strings;
 };
+
+// A tensor of constant `c`: a view of `segment` (a storage over the constant segment), or for a
+// string constant a view of its elements in a storage that runs `release` when dropped.
+absl::StatusOr<Tensor> ConstantTensor(const Executable::ConstantEntry& c, const StorageRef& segment,
+                                      std::function<void()> release);
 
 struct Executable::FunctionEntry {
   FunctionInfo info;

@@ -8,6 +8,7 @@
 #include "allocator/cuda_allocator.h"
 #include "common/status_macros.h"
 #include "isa/opcodes.h"
+#include "kernels/strings.h"
 #include "vm/executable_impl.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
@@ -35,8 +36,8 @@ absl::Status VirtualMachine::Impl::Init() {
   constants.reserve(exe->num_constants());
   for (int i = 0; i < exe->num_constants(); ++i) {
     const Executable::ConstantEntry& c = exe->constant(i);
-    DYNVM_ASSIGN_OR_RETURN(
-        Tensor t, Tensor::View(const_storage, static_cast<int64_t>(c.offset), c.dtype, c.shape));
+    DYNVM_ASSIGN_OR_RETURN(Tensor t,
+                           ConstantTensor(c, const_storage, [keep]() mutable { keep.reset(); }));
     constants.push_back(std::move(t));
   }
   const int nf = exe->num_functions();
@@ -56,6 +57,14 @@ absl::Status VirtualMachine::Impl::Init() {
   out_buf.resize(exe->max_invoke_arity());
   device_in_buf.resize(exe->max_invoke_arity());
   return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> VirtualMachine::Impl::CopyInput(const Tensor& t) {
+  // A string tensor's copy has its own bytes (docs/strings.md), in the pool.
+  if (t.dtype() == DType::kString) return CopyStrings(*pool, pool, t);
+  DYNVM_ASSIGN_OR_RETURN(Tensor c, Tensor::Allocate(*pool, t.dtype(), t.dims(), pool));
+  DYNVM_RETURN_IF_ERROR(ops::Copy(t, c));
+  return c;
 }
 
 absl::StatusOr<DeviceContext*> VirtualMachine::Impl::DeviceFor(Device device) {
@@ -374,6 +383,9 @@ absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& 
   if (value.device() != Device::kCPU) {
     return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
   }
+  if (value.dtype() == DType::kString) {
+    return ValidateStrings(value, absl::StrCat("input '", p.name, "'"));
+  }
   return absl::OkStatus();
 }
 
@@ -382,9 +394,7 @@ absl::Status CheckInputValue(const FunctionInfo& info, int index, const Tensor& 
 absl::Status VirtualMachine::SetInput(int index, const Tensor& value, FunctionRef function) {
   DYNVM_ASSIGN_OR_RETURN(int f, Resolve(function));
   DYNVM_RETURN_IF_ERROR(CheckInputValue(exe_->function(f), index, value));
-  DYNVM_ASSIGN_OR_RETURN(Tensor copy,
-                         Tensor::Allocate(*impl_->pool, value.dtype(), value.dims(), impl_->pool));
-  DYNVM_RETURN_IF_ERROR(ops::Copy(value, copy));
+  DYNVM_ASSIGN_OR_RETURN(Tensor copy, impl_->CopyInput(value));
   Object& o = impl_->inputs[f][index];
   o.Clear();
   o.t = std::move(copy);
@@ -429,6 +439,9 @@ absl::Status VirtualMachine::SetOutputBuffer(absl::string_view name, const Tenso
   const std::string what = absl::StrCat("output buffer for '", p.name, "'");
   if (p.kind != ObjectKind::kTensor) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the output is not a tensor"));
+  }
+  if (p.dtype == DType::kString) {  // its bytes live with it (docs/strings.md)
+    return absl::InvalidArgumentError(absl::StrCat(what, ": a string output cannot be bound"));
   }
   if (buffer.dtype() != p.dtype) {
     return absl::InvalidArgumentError(
@@ -627,10 +640,10 @@ absl::Status VirtualMachine::SetInputValue(int index, const ObjectValue& value,
     if (t.device() != Device::kCPU) {
       return absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be on the CPU"));
     }
-    DYNVM_ASSIGN_OR_RETURN(Tensor c,
-                           Tensor::Allocate(*impl_->pool, t.dtype(), t.dims(), impl_->pool));
-    DYNVM_RETURN_IF_ERROR(ops::Copy(t, c));
-    return c;
+    if (t.dtype() == DType::kString) {
+      DYNVM_RETURN_IF_ERROR(ValidateStrings(t, absl::StrCat("input '", p.name, "'")));
+    }
+    return impl_->CopyInput(t);
   };
   Object o;
   const bool seq = p.kind == ObjectKind::kSequence || p.elem_kind == ObjectKind::kSequence;

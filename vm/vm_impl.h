@@ -138,6 +138,8 @@ class VirtualMachine::Impl {
   // For a host kernel also checks that no preallocated output in out_buf[0..n_out) is on a
   // device (a host kernel cannot write there).
   absl::Status PrepareHostInvoke(uint32_t n, uint32_t n_out);
+  // A pool copy of a caller's input (a string tensor's with its own bytes).
+  absl::StatusOr<Tensor> CopyInput(const Tensor& t);
   bool moved_inputs = false;
   // The buffer bound to the output that the alloc_tensor at `pc` of the entry function makes,
   // or null. REQUIRES: run_output_buffers != nullptr.

@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
+#include "kernels/strings.h"
 #include "schema/mapped_file.h"
 
 namespace dynvm::compiler::onnx {
@@ -158,7 +160,7 @@ absl::StatusOr<DType> DTypeOfElemType(int32_t elem_type) {
     case pb::TensorProto::BFLOAT16:
       return DType::kBF16;
     case pb::TensorProto::STRING:
-      return absl::UnimplementedError("element type STRING is not supported");
+      return DType::kString;
     default:
       return absl::UnimplementedError(
           absl::StrCat("element type ", ElemTypeName(elem_type), " is not supported"));
@@ -295,10 +297,29 @@ absl::StatusOr<ExternalRef> ResolveExternalData(const pb::TensorProto& t,
   return ExternalRef{file.string(), offset, length};
 }
 
+// A STRING tensor: its string_data, each element valid UTF-8 (docs/strings.md).
+absl::StatusOr<Tensor> StringTensorFromProto(const pb::TensorProto& t,
+                                             const std::vector<int64_t>& dims) {
+  const bool external = t.has_data_location() && t.data_location() == pb::TensorProto::EXTERNAL;
+  if (external || t.has_raw_data()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TensorLabel(t), ": a STRING tensor keeps its elements in string_data"));
+  }
+  std::vector<std::string> values(t.string_data().begin(), t.string_data().end());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (int64_t bad = InvalidUtf8Offset(values[i]); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(TensorLabel(t), ": string element ", i,
+                                                     " is not valid UTF-8 (byte ", bad, ")"));
+    }
+  }
+  return StringTensor(dims, values);
+}
+
 absl::StatusOr<Tensor> TensorFromProto(const pb::TensorProto& t, const TensorReadOptions& options) {
   DYNVM_RETURN_IF_ERROR(CheckTensorProto(t, options));
   DYNVM_ASSIGN_OR_RETURN(DType dtype, DTypeOfElemType(t.data_type()));
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (dtype == DType::kString) return StringTensorFromProto(t, dims);
   DYNVM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, dims));
   const int64_t n = out.numel();
   const int64_t bytes = n * DTypeSize(dtype);

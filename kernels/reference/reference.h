@@ -20,6 +20,7 @@ void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: MaxPool, AveragePool
 void RegisterNnKernels(KernelRegistry& r);      // nn.cc: Conv, ConvTranspose, BatchNormalization,
                                                 // InstanceNormalization, LRN, Shrink, EyeLike
 void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
+void RegisterStringKernels(KernelRegistry& r);  // strings.cc: string tensors, TfIdfVectorizer
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterQuantKernels(KernelRegistry& r);   // quant.cc: MatMulInteger, QLinearMatMul
 void RegisterDynvmKernels(KernelRegistry& r);

@@ -7,6 +7,7 @@
 #include <map>
 #include <system_error>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "compiler/onnx/onnx_importer.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "kernels/reference/signal_common.h"
+#include "kernels/strings.h"
 #include "onnx/onnx-data.pb.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
@@ -332,7 +334,17 @@ absl::Status Compare(const Tensor& got, const Tensor& want, double rtol, double 
     return absl::InvalidArgumentError(
         absl::StrCat("shape ", got.ShapeString(), ", expected ", want.ShapeString()));
   }
-  if (got.dtype() == DType::kString) return absl::UnimplementedError("string outputs");
+  if (got.dtype() == DType::kString) {
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      if (StringAt(got, i) != StringAt(want, i)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("element ", i, " of ", want.DebugString(), ": got \"",
+                         absl::CHexEscape(StringAt(got, i)), "\", expected \"",
+                         absl::CHexEscape(StringAt(want, i)), "\""));
+      }
+    }
+    return absl::OkStatus();
+  }
   const bool is_float = IsFloat(got.dtype());
   for (int64_t i = 0; i < got.numel(); ++i) {
     const Element a = Read(got, i), b = Read(want, i);

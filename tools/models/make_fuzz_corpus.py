@@ -102,6 +102,13 @@ def main():
         e.key, e.value = k, v
     save("external", helper.make_graph(
         [helper.make_node("Add", ["x", "w"], ["y"])], "g", [vi("x", F, [3])], [vi("y", F, [3])], [ext]))
+    S = TensorProto.STRING  # docs/strings.md: a string input, a string initializer, string ops
+    save("strings", helper.make_graph(
+        [helper.make_node("StringNormalizer", ["x"], ["n"], case_change_action="LOWER", stopwords=["the"]),
+         helper.make_node("Equal", ["n", "w"], ["e"]),
+         helper.make_node("Cast", ["e"], ["y"], to=S)],
+        "g", [vi("x", S, ["n"])], [vi("y", S, None)],
+        [helper.make_tensor("w", S, [1], [b"caf\xc3\xa9"])]))
     for name in sorted(os.listdir(OUT)):
         print(name, os.path.getsize(os.path.join(OUT, name)))
 

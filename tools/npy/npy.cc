@@ -11,12 +11,15 @@
 #include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "allocator/storage.h"
 #include "common/status_macros.h"
+#include "kernels/strings.h"
 #include "schema/mapped_file.h"
 
 namespace dynvm::npy {
@@ -75,7 +78,19 @@ absl::Status ParseDescr(absl::string_view descr, NpyHeader* h) {
   const absl::string_view code = descr.substr(1);
   if (!code.empty() && code[0] == 'O') {
     return absl::InvalidArgumentError(
-        "npy: object arrays ('|O') are not supported: they hold pickled Python objects");
+        "npy: object arrays ('|O') are not supported: they hold pickled Python objects; save "
+        "an array of str as a.astype(str) (descr '<U')");
+  }
+  if (!code.empty() && code[0] == 'U' && order != '|') {
+    int64_t width = 0;
+    if (code.size() < 2 || code.size() > 10 || !absl::SimpleAtoi(code.substr(1), &width) ||
+        width < 0 || code[1] == '+' || code[1] == '-') {
+      return absl::InvalidArgumentError(absl::StrCat("npy: bad string width in ", Quote(descr)));
+    }
+    h->dtype = DType::kString;
+    h->str_width = width;
+    h->big_endian = order == '>';
+    return absl::OkStatus();
   }
   if (!code.empty() && (code[0] == 'U' || code[0] == 'S' || code[0] == 'a')) {
     return absl::UnimplementedError(
@@ -326,8 +341,78 @@ absl::Status CheckDataPresent(const NpyHeader& h, size_t file_bytes) {
   return absl::OkStatus();
 }
 
+// Appends code point `c` to `out` in UTF-8; false for a surrogate or a value above U+10FFFF.
+bool AppendUtf8(uint32_t c, std::string& out) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    if (c >= 0xD800 && c <= 0xDFFF) return false;
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c <= 0x10FFFF) {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// A '<Un' / '>Un' array as a string tensor (UTF-8, trailing NULs dropped).
+absl::StatusOr<Tensor> DecodeStrings(const NpyHeader& h, const uint8_t* data) {
+  int64_t n = 1;
+  for (int64_t d : h.dims) n *= d;
+  std::vector<std::string> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    // Element i in file order; Fortran order is mapped back to row-major below.
+    const uint8_t* e = data + i * 4 * h.str_width;
+    int64_t len = h.str_width;
+    auto at = [&](int64_t k) {
+      const uint8_t* b = e + 4 * k;
+      return h.big_endian
+                 ? (uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3])
+                 : (uint32_t{b[3]} << 24 | uint32_t{b[2]} << 16 | uint32_t{b[1]} << 8 | b[0]);
+    };
+    while (len > 0 && at(len - 1) == 0) --len;
+    std::string& out = values[static_cast<size_t>(i)];
+    for (int64_t k = 0; k < len; ++k) {
+      if (!AppendUtf8(at(k), out)) {
+        return absl::InvalidArgumentError(absl::StrCat("npy: string element ", i, " holds 0x",
+                                                       absl::Hex(at(k)),
+                                                       ", which is not a Unicode scalar value"));
+      }
+    }
+  }
+  if (h.fortran_order && !OrderIsIrrelevant(h.dims)) {
+    std::vector<std::string> row_major(values.size());
+    const int rank = static_cast<int>(h.dims.size());
+    for (int64_t i = 0; i < n; ++i) {  // i: row-major index; f: its column-major position
+      int64_t rest = i, f = 0, stride = 1;
+      int64_t idx[Tensor::kMaxRank];
+      for (int d = rank - 1; d >= 0; --d) {
+        idx[d] = rest % h.dims[d];
+        rest /= h.dims[d];
+      }
+      for (int d = 0; d < rank; ++d) {
+        f += idx[d] * stride;
+        stride *= h.dims[d];
+      }
+      row_major[static_cast<size_t>(i)] = std::move(values[static_cast<size_t>(f)]);
+    }
+    values = std::move(row_major);
+  }
+  return StringTensor(h.dims, values);
+}
+
 // Copies the elements at `data` (laid out as `h` says) into a fresh heap tensor.
 absl::StatusOr<Tensor> DecodeToHeap(const NpyHeader& h, const uint8_t* data) {
+  if (h.dtype == DType::kString) return DecodeStrings(h, data);
   DYNVM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(h.dtype, h.dims));
   if (t.numel() == 0) return t;
   const int64_t esize = DTypeSize(h.dtype);
@@ -408,14 +493,14 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> bytes) {
           absl::StrCat("npy: shape ", ShapeRepr(h.dims), " has more than 2^63 elements"));
     }
   }
-  if (__builtin_mul_overflow(n, DTypeSize(h.dtype), &h.data_bytes)) {
+  if (__builtin_mul_overflow(n, h.element_bytes(), &h.data_bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("npy: shape ", ShapeRepr(h.dims), " of ",
                                                    DTypeName(h.dtype),
                                                    " needs more than 2^63 bytes"));
   }
   // An empty array may have huge other dims, e.g. (0, 2^40, 2^40). Its row-major strides
   // (products of the dims, counting 0 as 1) must still fit in 64 bits, in bytes too.
-  int64_t extent = DTypeSize(h.dtype);
+  int64_t extent = std::max<int64_t>(h.element_bytes(), 1);
   for (int64_t d : h.dims) {
     if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent)) {
       return absl::InvalidArgumentError(absl::StrCat("npy: the strides of the empty shape ",
@@ -441,7 +526,8 @@ absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy) {
   if (absl::Status s = CheckDataPresent(*h, bytes.size()); !s.ok()) return WithPath(path, s);
 
   const uint8_t* data = bytes.data() + h->data_offset;
-  bool direct = !h->big_endian && (!h->fortran_order || OrderIsIrrelevant(h->dims)) &&
+  bool direct = h->dtype != DType::kString && !h->big_endian &&
+                (!h->fortran_order || OrderIsIrrelevant(h->dims)) &&
                 reinterpret_cast<uintptr_t>(data) % kDataAlignment == 0;
   if (direct && h->dtype == DType::kBool) {
     for (int64_t i = 0; i < h->data_bytes && direct; ++i) direct = data[i] <= 1;
@@ -461,6 +547,10 @@ absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy) {
   return t;
 }
 
+namespace {
+std::string HeaderWithDescr(absl::string_view descr, absl::Span<const int64_t> dims);
+}  // namespace
+
 absl::StatusOr<std::string> EncodeNpyHeader(DType dtype, absl::Span<const int64_t> dims) {
   absl::string_view code;
   if (dtype == DType::kBF16) {
@@ -475,16 +565,21 @@ absl::StatusOr<std::string> EncodeNpyHeader(DType dtype, absl::Span<const int64_
     }
   }
   const int64_t esize = DTypeSize(dtype);
-  const std::string dict =
-      absl::StrCat("{'descr': '", esize == 1 ? "|" : "<", code,
-                   "', 'fortran_order': False, 'shape': ", ShapeRepr(dims), ", }");
+  return HeaderWithDescr(absl::StrCat(esize == 1 ? "|" : "<", code), dims);
+}
+
+namespace {
+
+std::string HeaderWithDescr(absl::string_view descr, absl::Span<const int64_t> dims) {
+  const std::string dict = absl::StrCat(
+      "{'descr': '", descr, "', 'fortran_order': False, 'shape': ", ShapeRepr(dims), ", }");
   // As numpy.lib.format._wrap_header: pad with spaces and end with '\n' so the data starts at
   // a multiple of 64 (a full 64 bytes of padding when already aligned, as NumPy does).
   constexpr size_t kPrefixBytes = kMagicBytes + 2 + 2;
   const size_t hlen = dict.size() + 1;
   const size_t pad = kDataAlignment - (kPrefixBytes + hlen) % kDataAlignment;
   const size_t header_len = hlen + pad;
-  if (header_len > 0xFFFF) return absl::InternalError("npy: header too long for version 1.0");
+  // header_len fits: a dict of at most kMaxRank dims is far below 64 KiB.
   std::string out;
   out.append(kMagic, kMagicBytes);
   out.push_back('\x01');
@@ -497,12 +592,49 @@ absl::StatusOr<std::string> EncodeNpyHeader(DType dtype, absl::Span<const int64_
   return out;
 }
 
+// A string tensor as '<Un': each element's code points, NUL-padded to the longest.
+absl::StatusOr<std::string> EncodeStrings(const Tensor& t) {
+  DYNVM_RETURN_IF_ERROR(ValidateStrings(t, "npy: string tensor"));
+  std::vector<std::vector<uint32_t>> cps(static_cast<size_t>(t.numel()));
+  size_t width = 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const absl::string_view s = StringAt(t, i);
+    std::vector<uint32_t>& out = cps[static_cast<size_t>(i)];
+    for (size_t k = 0; k < s.size();) {  // valid UTF-8 (checked above)
+      const auto c = static_cast<unsigned char>(s[k]);
+      const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+      for (int j = 1; j < len; ++j) v = (v << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
+      out.push_back(v);
+      k += len;
+    }
+    width = std::max(width, out.size());
+  }
+  std::string out = HeaderWithDescr(absl::StrCat("<U", width), t.dims());
+  const size_t start = out.size();
+  out.resize(start + cps.size() * width * 4, '\0');
+  for (size_t i = 0; i < cps.size(); ++i) {
+    for (size_t k = 0; k < cps[i].size(); ++k) {
+      const uint32_t v = cps[i][k];
+      char* d = out.data() + start + (i * width + k) * 4;
+      d[0] = static_cast<char>(v & 0xFF);
+      d[1] = static_cast<char>((v >> 8) & 0xFF);
+      d[2] = static_cast<char>((v >> 16) & 0xFF);
+      d[3] = static_cast<char>(v >> 24);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> EncodeNpy(const Tensor& t) {
   if (!t.defined()) return absl::InvalidArgumentError("npy: cannot encode an undefined tensor");
   if (t.device() != Device::kCPU) {
     return absl::FailedPreconditionError(absl::StrCat(
         "npy: cannot encode a tensor on ", DeviceName(t.device()), "; copy it to the CPU first"));
   }
+  if (t.dtype() == DType::kString) return EncodeStrings(t);
   DYNVM_ASSIGN_OR_RETURN(std::string header, EncodeNpyHeader(t.dtype(), t.dims()));
   const int64_t esize = DTypeSize(t.dtype());
   const size_t header_len = header.size();

@@ -6,9 +6,15 @@
 // read). NumPy has no bfloat16: dynvm's bf16 travels as '<u2'. EncodeNpy writes bf16 tensors as
 // '<u2', and a reader turns the loaded u16 tensor back into bf16 with ReinterpretAs.
 //
-// Not supported: string arrays ('<U', '|S') return Unimplemented for now; structured dtypes
-// (a list as descr) return Unimplemented; object arrays ('|O', pickled Python objects) and every
-// other descr return InvalidArgument. Arrays of rank above Tensor::kMaxRank are refused.
+// Strings (docs/strings.md): a '<Un' or '>Un' array (n UTF-32 code points per element,
+// NUL-padded: NumPy's str arrays) reads as a string tensor in UTF-8, trailing NULs dropped as
+// NumPy drops them; a code point that is a surrogate or above U+10FFFF is InvalidArgument.
+// EncodeNpy writes string tensors as '<Un', n the longest element in code points (at least 1).
+// Object arrays ('|O') hold pickled Python objects and are refused (InvalidArgument, saying to
+// save `a.astype(str)`); byte strings ('|S') return Unimplemented.
+//
+// Not supported: structured dtypes (a list as descr) return Unimplemented; every other descr
+// returns InvalidArgument. Arrays of rank above Tensor::kMaxRank are refused.
 //
 // Trust: the bytes of a file are untrusted. Every malformed input (truncated file, wrong magic,
 // unsupported version, oversized header, a header that is not the exact dict literal NumPy
@@ -42,11 +48,15 @@ namespace dynvm::npy {
 struct NpyHeader {
   int major_version = 1;       // 1, 2 or 3 (the minor version is always 0)
   DType dtype = DType::kF32;   // bf16 never appears: NumPy has none
+  int64_t str_width = 0;       // kString: code points per element (4 bytes each)
   bool big_endian = false;     // multi-byte elements stored most significant byte first
   bool fortran_order = false;  // elements stored column-major
   std::vector<int64_t> dims;   // at most Tensor::kMaxRank entries, each >= 0
   int64_t data_offset = 0;     // bytes from the start of the file to the first element
   int64_t data_bytes = 0;      // numel * element size; checked not to overflow
+  int64_t element_bytes() const {
+    return dtype == DType::kString ? 4 * str_width : DTypeSize(dtype);
+  }
 };
 
 // Parses the magic, version and header dict at the start of `bytes`. Does not check that the
@@ -70,7 +80,7 @@ absl::StatusOr<Tensor> LoadNpy(const std::string& path, bool* zero_copy = nullpt
 // the same little-endian C-order array: the header is padded with spaces so the data starts at
 // a multiple of 64. `t` may be strided (any strides, including negative and zero); its elements
 // are written in row-major order. bf16 is written as '<u2'.
-// Errors: `t` undefined, not on the CPU, or of dtype string (Unimplemented).
+// Errors: `t` undefined or not on the CPU; a string element that is not valid UTF-8.
 absl::StatusOr<std::string> EncodeNpy(const Tensor& t);
 
 // EncodeNpy, then writes the bytes to `path` (replacing it).

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "allocator/storage.h"
 #include "gtest/gtest.h"
+#include "kernels/strings.h"
 #include "schema/mapped_file.h"
 
 namespace dynvm::npy {
@@ -459,11 +460,52 @@ TEST(NpyWriteTest, SaveThenLoad) {
   std::remove(path.c_str());
 }
 
+// String arrays (docs/strings.md): NumPy's '<U' / '>U' read as UTF-8 string tensors, written
+// back as '<U' byte for byte as numpy.save writes them.
+std::vector<std::string> StringValues(const Tensor& t) {
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < t.numel(); ++i) v.emplace_back(StringAt(t, i));
+  return v;
+}
+
+TEST(NpyStringTest, ReadsNumpyStrArrays) {
+  absl::StatusOr<Tensor> t = LoadNpy(TestdataPath("str_u.npy"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->dtype(), DType::kString);
+  EXPECT_EQ(Dims(*t), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(StringValues(*t),
+            (std::vector<std::string>{"a", "caf\xc3\xa9", "", "\xe2\x82\xac\xf0\x9f\x98\x80"}));
+  // Big-endian, Fortran order: the same row-major values NumPy shows.
+  absl::StatusOr<Tensor> be = LoadNpy(TestdataPath("be_fortran_str.npy"));
+  ASSERT_TRUE(be.ok()) << be.status();
+  EXPECT_EQ(Dims(*be), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(StringValues(*be), (std::vector<std::string>{"x", "yz", "", "\xc3\xa9", "w", "v"}));
+}
+
+TEST(NpyStringTest, WritesWhatNumpySaveWrites) {
+  absl::StatusOr<Tensor> t = LoadNpy(TestdataPath("str_u.npy"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> bytes = EncodeNpy(*t);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<std::string> file = schema::ReadFileToString(TestdataPath("str_u.npy"));
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(*bytes, *file);
+  // An empty tensor and all-empty strings: width 1, as NumPy's '<U1' for [''].
+  absl::StatusOr<Tensor> e = StringTensor({0, 2}, {});
+  ASSERT_TRUE(e.ok());
+  absl::StatusOr<Tensor> back = ParseNpy(AsBytes(*EncodeNpy(*e)));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(Dims(*back), (std::vector<int64_t>{0, 2}));
+  absl::StatusOr<Tensor> blank = StringTensor({1}, {""});
+  ASSERT_TRUE(blank.ok());
+  EXPECT_NE(EncodeNpy(*blank)->find("'<U1'"), std::string::npos);
+}
+
 TEST(NpyWriteTest, Errors) {
   EXPECT_EQ(EncodeNpy(Tensor()).status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<Tensor> s = Tensor::Empty(DType::kString, {2});
+  absl::StatusOr<Tensor> s = StringTensor({2}, {"ok", "a\xff"});
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(EncodeNpy(*s).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(EncodeNpy(*s).status().code(), absl::StatusCode::kInvalidArgument);  // not UTF-8
   absl::Status saved = SaveNpy(TempPath("no_such_dir/x.npy"), Tensor::Scalar(1));
   EXPECT_FALSE(saved.ok());
 }
@@ -644,9 +686,20 @@ std::vector<BadCase> BadCases() {
       {"object dtype",
        MakeNpy(1, "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", data24), kInvalid,
        "object arrays"},
-      {"unicode strings",
-       MakeNpy(1, "{'descr': '<U5', 'fortran_order': False, 'shape': (1,), }", data24),
-       StatusCode::kUnimplemented, "string arrays"},
+      {"unicode strings, a code point above U+10FFFF",
+       MakeNpy(1, "{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }",
+               std::string("\x00\x00\x11\x00", 4)),
+       kInvalid, "string element 0 holds 0x110000, which is not a Unicode scalar value"},
+      {"unicode strings, a surrogate",
+       MakeNpy(1, "{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }",
+               std::string("a\x00\x00\x00\x00\xd8\x00\x00", 8)),
+       kInvalid, "holds 0xd800"},
+      {"unicode strings, data too short",
+       MakeNpy(1, "{'descr': '<U5', 'fortran_order': False, 'shape': (2,), }", data24), kInvalid,
+       "needs 40 bytes but only 24"},
+      {"unicode strings, bad width",
+       MakeNpy(1, "{'descr': '<Ux', 'fortran_order': False, 'shape': (1,), }", data24), kInvalid,
+       "bad string width"},
       {"byte strings",
        MakeNpy(1, "{'descr': '|S3', 'fortran_order': False, 'shape': (1,), }", data24),
        StatusCode::kUnimplemented, "string arrays"},
@@ -737,12 +790,14 @@ TEST(NpyParseTest, FuzzCorpusRoundTrips) {
     EXPECT_EQ(back->dtype(), t->dtype());
     EXPECT_EQ(back->dims(), t->dims());
     ASSERT_EQ(back->nbytes(), t->nbytes());
-    if (t->nbytes() > 0) {
+    if (t->dtype() == DType::kString) {
+      EXPECT_EQ(StringValues(*back), StringValues(*t));
+    } else if (t->nbytes() > 0) {
       EXPECT_EQ(std::memcmp(back->raw_data(), t->raw_data(), t->nbytes()), 0);
     }
     ++n;
   }
-  EXPECT_GE(n, 8);
+  EXPECT_GE(n, 9);
 }
 
 }  // namespace

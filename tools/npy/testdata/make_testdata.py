@@ -48,6 +48,10 @@ def main():
     save("be_u2.npy", np.array([0x0102, 0xFFFE], dtype=">u2"))
     save("be_fortran_f8.npy",
          np.asfortranarray((np.arange(6).reshape(2, 3) / 4).astype(">f8")))
+    # Strings (docs/strings.md): NumPy's str arrays are fixed-width UTF-32.
+    save("str_u.npy", np.array([["a", "caf\u00e9"], ["", "\u20ac\U0001F600"]]))
+    save("be_fortran_str.npy",
+         np.asfortranarray(np.array([["x", "yz", ""], ["\u00e9", "w", "v"]], dtype=">U2")))
     # Other format versions.
     save("v2_f4.npy", np.array([[1.0, 2.0], [3.0, 4.0]], dtype="<f4"), version=(2, 0))
     save("v3_i2.npy", np.array([-3, 4, 5], dtype="<i2"), version=(3, 0))
