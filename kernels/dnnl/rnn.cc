@@ -69,12 +69,14 @@ DYNVM_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gat
 }
 
 // Each GEMM picks its own thread count (ThreadsFor): a sequence's input projection may use the
-// budget while the per-step GEMVs run on one thread.
-absl::Status Gemm(int threads, char tb, int64_t m, int64_t n, int64_t k, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // A batch-1 step on one thread: the GEMV loop (vector_loops.h).
-  if (m == 1 && n * k < kMinParallelWork) {
-    Gemv(tb, n, k, 1.0f, a, b, ldb, beta, c);
+// budget through oneDNN's OpenMP while the per-step gate GEMVs (batch 1) run the GEMV loop split
+// by gate rows across the VM's pool (ParallelGemv: each worker keeps its rows of R every step).
+absl::Status Gemm(const KernelContext& ctx, char tb, int64_t m, int64_t n, int64_t k,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
+  const int threads = ctx.num_threads();
+  if (m == 1 && (n * k < kMinParallelWork || threads > 1)) {
+    ParallelGemv(ctx, tb, n, k, 1.0f, a, b, ldb, beta, c);
     return absl::OkStatus();
   }
   SetThreads(ThreadsFor(threads, m * n * k));
@@ -211,7 +213,6 @@ class RecurrentKernel final : public DnnlKernel {
     float* hr = c + bh;
     float* rh = hr + batch * gh;
 
-    const int threads = ctx.num_threads();
     const float* px = x->data<float>();
     for (int64_t d = 0; d < nd; ++d) {
       const RnnGateConfig& cfg = a_.config[d];
@@ -237,11 +238,11 @@ class RecurrentKernel final : public DnnlKernel {
       for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
         DYNVM_RETURN_IF_ERROR(
-            Gemm(threads, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
+            Gemm(ctx, w_trans, rows, gh, input_size, px, x_row, wd, ldw, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DYNVM_RETURN_IF_ERROR(Gemm(threads, w_trans, batch, gh, input_size, px + t * sxt,
-                                     lda_step, wd, ldw, 1.0f, xw + t * batch * gh, gh));
+          DYNVM_RETURN_IF_ERROR(Gemm(ctx, w_trans, batch, gh, input_size, px + t * sxt, lda_step,
+                                     wd, ldw, 1.0f, xw + t * batch * gh, gh));
         }
       }
 
@@ -251,7 +252,7 @@ class RecurrentKernel final : public DnnlKernel {
         switch (a_.cell) {
           case RnnCell::kLstm:
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+                Gemm(ctx, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
             } else {
@@ -265,20 +266,20 @@ class RecurrentKernel final : public DnnlKernel {
               std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
             }
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
+                Gemm(ctx, r_trans, batch, r_rows, hidden, h, hidden, rd, ldr, 1.0f, hr, gh));
             reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
               const float* rdh = rd + 2 * hidden * r->stride(1);
-              DYNVM_RETURN_IF_ERROR(Gemm(threads, r_trans, batch, hidden, hidden, rh, hidden, rdh,
-                                         ldr, 1.0f, hr + 2 * hidden, gh));
+              DYNVM_RETURN_IF_ERROR(Gemm(ctx, r_trans, batch, hidden, hidden, rh, hidden, rdh, ldr,
+                                         1.0f, hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
             DYNVM_RETURN_IF_ERROR(
-                Gemm(threads, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
+                Gemm(ctx, r_trans, batch, gh, hidden, h, hidden, rd, ldr, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
         }
