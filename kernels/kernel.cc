@@ -105,4 +105,33 @@ absl::StatusOr<void*> KernelContext::DeviceWorkspace(size_t bytes) {
   return s->device_workspace->data();
 }
 
+namespace {
+
+// The shared pool of `n` threads, or null when n is not a valid thread count.
+ThreadPool* SharedPool(int n) {
+  absl::StatusOr<std::shared_ptr<ThreadPool>> p = ThreadPool::Shared(n);
+  return p.ok() ? p->get() : nullptr;  // the shared pools live as long as the process
+}
+
+}  // namespace
+
+void KernelContext::ParallelFor(int64_t n, int64_t grain,
+                                absl::FunctionRef<void(int64_t, int64_t)> fn) const {
+  if (n <= 0) return;
+  if (num_threads_ > 1 && n > grain) {
+    if (thread_pool_ == nullptr) thread_pool_ = SharedPool(num_threads_);
+    if (thread_pool_ != nullptr) {
+      thread_pool_->ParallelFor(n, grain, fn);
+      return;
+    }
+  }
+  fn(0, n);
+}
+
+int KernelContext::ParallelTasks(int64_t n, int64_t grain) const {
+  if (num_threads_ <= 1 || n <= grain) return 1;
+  if (thread_pool_ == nullptr) thread_pool_ = SharedPool(num_threads_);
+  return thread_pool_ == nullptr ? 1 : thread_pool_->Tasks(n, grain);
+}
+
 }  // namespace dynvm

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -25,6 +26,7 @@
 #include "isa/dtype.h"
 #include "kernels/attr_value.h"
 #include "kernels/tensor.h"
+#include "kernels/thread_pool.h"
 
 namespace dynvm {
 
@@ -107,6 +109,21 @@ class KernelContext {
   KernelContext& operator=(const KernelContext&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // Runs fn(begin, end) over disjoint ranges covering [0, n), each (but the last) a multiple of
+  // `grain` long, on up to num_threads() threads (this one included), and returns when all are
+  // done (kernels/thread_pool.h, docs/threads.md). The same n and grain give the same ranges to
+  // the same threads every call. fn must not call ParallelFor. Below `grain`, with one thread,
+  // or while a VM sharing the pool runs a job, fn(0, n) runs here.
+  void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) const;
+  // The number of ranges ParallelFor(n, grain, ...) uses (1: it runs fn(0, n) here).
+  int ParallelTasks(int64_t n, int64_t grain) const;
+  // Before work that runs on other threads (oneDNN's OpenMP team): parks spinning workers.
+  void ParkWorkers() const {
+    if (thread_pool_ != nullptr) thread_pool_->Park();
+  }
+  // The pool ParallelFor uses; when null and num_threads() > 1, the process-wide shared pool
+  // of num_threads() threads. Not owned.
+  void set_thread_pool(ThreadPool* pool) { thread_pool_ = pool; }
   // The pool of the VM running the kernel (workspace, dynamic outputs).
   Allocator& allocator() const { return *allocator_; }
 
@@ -144,7 +161,10 @@ class KernelContext {
     StorageRef device_workspace;
   };
   void set_site(Site* site) { site_ = site; }
-  void set_num_threads(int n) { num_threads_ = n; }
+  void set_num_threads(int n) {
+    num_threads_ = n;
+    if (thread_pool_ != nullptr && thread_pool_->num_threads() != n) thread_pool_ = nullptr;
+  }
   // `keep_alive` owns `a`: each dynamic output holds it, so an output that escapes the VM (a
   // function output) keeps the pool alive until it is dropped.
   void set_allocator(Allocator* a, std::shared_ptr<Allocator> keep_alive = nullptr) {
@@ -159,6 +179,7 @@ class KernelContext {
   std::shared_ptr<Allocator> allocator_keep_alive_;
   DeviceContext* device_context_ = nullptr;
   int num_threads_;
+  mutable ThreadPool* thread_pool_ = nullptr;
   Site* site_ = nullptr;
   Site own_site_;
 };

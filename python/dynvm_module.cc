@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
+#include "kernels/thread_pool.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
@@ -459,9 +460,7 @@ class PyVirtualMachine {
  public:
   PyVirtualMachine(std::shared_ptr<PyExecutable> exe, int threads, const py::object& memory_limit)
       : exe_(std::move(exe)) {
-    if (threads < 1) {
-      Throw(absl::InvalidArgumentError(absl::StrCat("threads must be >= 1, got ", threads)));
-    }
+    if (absl::Status s = ValidateThreadCount(threads, "threads"); !s.ok()) Throw(s);
     VmOptions options;
     options.num_threads = threads;
     if (!memory_limit.is_none()) {

@@ -65,6 +65,7 @@
 #include "common/status_macros.h"
 #include "isa/dtype.h"
 #include "kernels/tensor.h"
+#include "kernels/thread_pool.h"
 #include "schema/format.h"
 #include "tools/cli.h"
 #include "tools/npy/npy.h"
@@ -526,7 +527,8 @@ absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& he
   flags.AddString("--output-dir,-o", &f.output_dir, "write each output to DIR/NAME.npy");
   flags.AddInt("--repeat", &f.repeat,
                "after one warm-up run, time N runs; print median_ms and min_ms");
-  flags.AddInt("--threads", &f.threads, "intra-op threads each kernel may use (default 1)");
+  flags.AddInt("--threads", &f.threads,
+               "intra-op threads each kernel may use: 1 (the default) to the CPUs available");
   flags.AddSwitch("--stats", &f.stats, "print the VM's memory statistics after the run");
   flags.AddInt("--max-iterations", &f.max_iterations,
                "loop iteration budget per run (default 10000000)");
@@ -564,8 +566,7 @@ absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& he
   }
   if (flags.seen("--repeat") && f.repeat < 1)
     return absl::InvalidArgumentError("--repeat must be at least 1");
-  if (f.threads < 1 || f.threads > 4096)
-    return absl::InvalidArgumentError("--threads must be in [1, 4096]");
+  DYNVM_RETURN_IF_ERROR(ValidateThreadCount(f.threads, "--threads"));
   if (f.max_iterations < 0)
     return absl::InvalidArgumentError("--max-iterations must not be negative");
   if (f.memory_limit < 0) return absl::InvalidArgumentError("--memory-limit must not be negative");

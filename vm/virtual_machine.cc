@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "isa/opcodes.h"
 #include "kernels/strings.h"
+#include "kernels/thread_pool.h"
 #include "vm/executable_impl.h"
 #include "vm/ops.h"
 #include "vm/vm_impl.h"
@@ -19,13 +20,28 @@ namespace dynvm {
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> e, const VmOptions& o)
     : executable(std::move(e)), exe(&executable->rep()), options(o) {}
 
+absl::Status VirtualMachine::Impl::SetThreads(int n) {
+  DYNVM_RETURN_IF_ERROR(ValidateThreadCount(n, "VmOptions::num_threads"));
+  std::shared_ptr<ThreadPool> p;
+  if (n > 1 && options.shared_thread_pool) {
+    DYNVM_ASSIGN_OR_RETURN(p, ThreadPool::Shared(n));
+  } else if (n > 1) {
+    DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> own, ThreadPool::Create(n));
+    p = std::move(own);
+  }
+  thread_pool = std::move(p);
+  ctx.set_num_threads(n);
+  ctx.set_thread_pool(thread_pool.get());
+  return absl::OkStatus();
+}
+
 absl::Status VirtualMachine::Impl::Init() {
+  DYNVM_RETURN_IF_ERROR(SetThreads(options.num_threads));
   PoolAllocator::Options popts;
   popts.memory_limit = options.memory_limit;
   popts.reservation = options.reservation;
   pool = std::make_shared<PoolAllocator>(popts);
   ctx.set_allocator(pool.get(), pool);
-  ctx.set_num_threads(std::max(1, options.num_threads));
   // One read-only storage over the constant segment per VM: its reference count is this VM's
   // alone (no contention between threads), and a tensor that escapes keeps the executable alive.
   std::shared_ptr<const Executable> keep = executable;
@@ -753,7 +769,11 @@ absl::StatusOr<Tensor> VirtualMachine::ToHost(const Tensor& t) const {
   DYNVM_RETURN_IF_ERROR(impl_->cuda->Copy(t, host));
   return host;
 }
-void VirtualMachine::set_num_threads(int n) { impl_->ctx.set_num_threads(std::max(1, n)); }
+absl::Status VirtualMachine::set_num_threads(int n) {
+  DYNVM_RETURN_IF_ERROR(impl_->SetThreads(n));
+  impl_->options.num_threads = n;
+  return absl::OkStatus();
+}
 
 namespace testing {
 void FailNthAllocation(VirtualMachine& vm, int64_t n) {

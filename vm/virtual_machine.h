@@ -69,7 +69,13 @@ class CancellationToken {
 
 // Options structs (VmOptions, RunOptions) are plain values: thread-compatible.
 struct VmOptions {
-  int num_threads = 1;                             // intra-op threads each kernel may use
+  // Intra-op threads each kernel may use: 1 to MaxThreads() (kernels/thread_pool.h, the
+  // process-wide cap); anything else is InvalidArgument at Create. 1 starts no worker thread.
+  int num_threads = 1;
+  // With num_threads > 1: true, the process-wide pool of num_threads threads, shared with every
+  // VM that asks for the same count (a kernel that finds it busy runs on its VM's thread, so
+  // VMs never oversubscribe the cores); false, a pool of this VM's own.
+  bool shared_thread_pool = true;
   int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
   int max_call_depth = 200;
   int64_t memory_limit = 0;         // bytes of pool memory; 0 = unlimited
@@ -212,7 +218,8 @@ class VirtualMachine {
   RunMemoryStats last_run_memory() const;
   // Returns cached pool memory to the system; bound inputs and outputs stay.
   void Trim();
-  void set_num_threads(int n);
+  // Changes the intra-op thread count (between runs); InvalidArgument as at Create.
+  absl::Status set_num_threads(int n);
 
  private:
   friend class VmAccess;

@@ -90,6 +90,8 @@ class VirtualMachine::Impl {
   std::vector<std::unique_ptr<Frame>> frames;           // by call depth; reused across calls
   std::vector<std::vector<KernelContext::Site>> sites;  // per function, per invoke site
   KernelContext ctx{nullptr, 1};
+  std::shared_ptr<ThreadPool> thread_pool;  // null with one thread
+  absl::Status SetThreads(int n);
   std::vector<const Tensor*> in_buf;
   std::vector<Tensor*> out_buf;
   std::vector<Object> tmp_objects;  // pmove scratch

@@ -18,6 +18,7 @@
 #include "allocator/heap_allocator.h"
 #include "benchmark/benchmark.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -108,6 +109,74 @@ void BM_Linear(benchmark::State& state) {
   SetFlops(state, 2.0 * m * kK * kN);
 }
 MATMUL_BENCHMARK(BM_Linear);
+
+// The sweeps behind the split thresholds (vector_loops.h, docs/threads.md), forced to split
+// whatever the size, wall time:
+//   BM_GemvSplit/N/threads -- a linear layer's batch-1 GEMV, [1, N] x [N, N]^T, its weight rows
+//                             split across the pool (the threshold kMinParallelGemv);
+//   BM_SoftmaxSplit, BM_LayerNormSplit/rows/threads -- rows of 128 split likewise
+//                             (kMinParallelRows).
+KernelContext* SweepContext(int threads) {
+  if (threads > MaxThreads() && !SetMaxThreads(threads).ok()) return nullptr;
+  static KernelContext* ctx[3] = {nullptr, new KernelContext(&HeapAllocator::Get(), 1),
+                                  new KernelContext(&HeapAllocator::Get(), 2)};
+  return threads <= 2 ? ctx[threads] : nullptr;
+}
+
+void BM_GemvSplit(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  KernelContext* ctx = SweepContext(static_cast<int>(state.range(1)));
+  Tensor x = Filled({n}), w = Filled({n, n}), y = Filled({n});
+  for (auto _ : state) {
+    ctx->ParallelFor(n, 16, [&](int64_t j0, int64_t j1) {
+      Gemv('T', j1 - j0, n, 1.0f, x.data<float>(), w.data<float>() + j0 * n, n, 0.0f,
+           y.data<float>() + j0);
+    });
+    benchmark::DoNotOptimize(y.data<float>()[0]);
+  }
+  state.counters["MACs"] = static_cast<double>(n * n);
+}
+BENCHMARK(BM_GemvSplit)
+    ->ArgNames({"N", "threads"})
+    ->ArgsProduct({{64, 96, 128, 181, 256, 362, 512, 1024}, {1, 2}})
+    ->UseRealTime();
+
+void BM_SoftmaxSplit(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  KernelContext* ctx = SweepContext(threads);
+  Tensor x = Filled({rows, 128}), y = Filled({rows, 128});
+  for (auto _ : state) {
+    ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
+      SoftmaxRows(r1 - r0, 128, x.data<float>() + r0 * 128, y.data<float>() + r0 * 128);
+    });
+    benchmark::DoNotOptimize(y.data<float>()[0]);
+  }
+  state.counters["elements"] = static_cast<double>(rows * 128);
+}
+BENCHMARK(BM_SoftmaxSplit)
+    ->ArgNames({"rows", "threads"})
+    ->ArgsProduct({{8, 32, 64, 128, 256, 512}, {1, 2}})
+    ->UseRealTime();
+
+void BM_LayerNormSplit(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  KernelContext* ctx = SweepContext(threads);
+  Tensor x = Filled({rows, 128}), y = Filled({rows, 128}), s = Filled({128}), b = Filled({128});
+  for (auto _ : state) {
+    ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
+      LayerNormRows(r1 - r0, 128, x.data<float>() + r0 * 128, s.data<float>(), b.data<float>(),
+                    1e-5f, y.data<float>() + r0 * 128);
+    });
+    benchmark::DoNotOptimize(y.data<float>()[0]);
+  }
+  state.counters["elements"] = static_cast<double>(rows * 128);
+}
+BENCHMARK(BM_LayerNormSplit)
+    ->ArgNames({"rows", "threads"})
+    ->ArgsProduct({{8, 32, 64, 128, 256, 512}, {1, 2}})
+    ->UseRealTime();
 
 // ---- the oneDNN forms, directly ----
 

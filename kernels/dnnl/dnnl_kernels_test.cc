@@ -308,5 +308,102 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
   }
 }
 
+// The kernels split across the pool (batch-1 GEMV in MatMul, Gemm and the LSTM/GRU gates;
+// Softmax and LayerNormalization rows) at 2 threads, with odd sizes above their thresholds (so
+// the split happens and its ranges end off the grain), against the reference kernels.
+TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](std::vector<int64_t> dims) {
+    Tensor t = *Tensor::Empty(DType::kF32, dims);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    return t;
+  };
+  struct Case {
+    std::string what;
+    KernelCall call;
+    int64_t work;  // the split work (multiply-adds or elements), checked against the threshold
+    int64_t threshold;
+  };
+  std::vector<Case> cases;
+  for (int64_t n : {257, 1001}) {
+    const int64_t k = 131;
+    Tensor a = random({1, k}), b = random({k, n}), w = random({n, k}), c = random({n});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul N=" + std::to_string(n), mm, n * k, kMinParallelGemv});
+    KernelCall gemm("Gemm");
+    gemm.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", int64_t{1});
+    cases.push_back({"Gemm transB N=" + std::to_string(n), gemm, n * k, kMinParallelGemv});
+  }
+  {
+    const int64_t h = 97, in = 45;
+    Tensor x = random({5, 1, in}), w = random({1, 4 * h, in}), r = random({1, 4 * h, h});
+    Tensor b = random({1, 8 * h});
+    KernelCall lstm("LSTM");
+    lstm.In(x)
+        .In(w)
+        .In(r)
+        .In(b)
+        .Out(DType::kF32)
+        .Out(DType::kF32)
+        .Out(DType::kF32)
+        .Attr("hidden_size", h);
+    cases.push_back({"LSTM batch 1", lstm, 4 * h * h, kMinParallelGemv});
+  }
+  for (int64_t lbr : {0, 1}) {
+    const int64_t h = 131, in = 31;
+    Tensor x = random({4, 1, in}), w = random({1, 3 * h, in}), r = random({1, 3 * h, h});
+    Tensor b = random({1, 6 * h});
+    KernelCall gru("GRU");
+    gru.In(x)
+        .In(w)
+        .In(r)
+        .In(b)
+        .Out(DType::kF32)
+        .Out(DType::kF32)
+        .Attr("hidden_size", h)
+        .Attr("linear_before_reset", lbr);
+    cases.push_back(
+        {"GRU batch 1 lbr=" + std::to_string(lbr), gru, (lbr ? 3 : 2) * h * h, kMinParallelGemv});
+  }
+  {
+    Tensor x = random({3, 43, 131});
+    KernelCall sm("Softmax");
+    sm.In(x).Out(DType::kF32);
+    cases.push_back({"Softmax", sm, x.numel(), kMinParallelRows});
+    Tensor scale = random({131}), bias = random({131});
+    KernelCall ln("LayerNormalization");
+    ln.In(x).In(scale).In(bias).Out(DType::kF32).Attr("axis", int64_t{-1});
+    cases.push_back({"LayerNormalization", ln, x.numel(), kMinParallelRows});
+  }
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_GE(c.work, c.threshold);  // the case runs split
+    KernelCall ref = c.call;
+    ref.Backend("reference");
+    absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
+    ASSERT_TRUE(want.ok()) << want.status();
+    KernelCall fast = c.call;
+    fast.Backend("dnnl");
+    for (int rep = 0; rep < 3; ++rep) {  // the same ranges every call, the same results
+      absl::StatusOr<std::vector<Tensor>> got = fast.Run(2);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->size(), want->size());
+      for (size_t o = 0; o < want->size(); ++o) {
+        const std::vector<double> g = testing::ToDoubles((*got)[o]);
+        const std::vector<double> e = testing::ToDoubles((*want)[o]);
+        ASSERT_EQ(g.size(), e.size());
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_NEAR(g[i], e[i], 2e-4 * (1.0 + std::abs(e[i]))) << "output " << o << " at " << i;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
 }  // namespace
 }  // namespace dynvm::onednn

@@ -63,11 +63,13 @@ void PackMatrix(const float* src, int64_t rows, int64_t cols, int64_t sr, int64_
   }
 }
 
-absl::Status Sgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int64_t k, float alpha,
-                   const float* pa, const float* pb, float beta, float* c, int64_t ldc) {
-  // One row on one thread (a decode step): the GEMV loop (vector_loops.h).
-  if (m == 1 && a.trans == 'N' && n * k < kMinParallelWork) {
-    Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
+absl::Status Sgemm(const KernelContext& ctx, const Operand& a, const Operand& b, int64_t m,
+                   int64_t n, int64_t k, float alpha, const float* pa, const float* pb, float beta,
+                   float* c, int64_t ldc) {
+  // One row (a decode step): the GEMV loop (vector_loops.h), its outputs split across the VM's
+  // threads when it has several; on one thread, products above kMinParallelWork go to sgemm.
+  if (m == 1 && a.trans == 'N' && (n * k < kMinParallelWork || ctx.num_threads() > 1)) {
+    ParallelGemv(ctx, b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
     return absl::OkStatus();
   }
   const dnnl_status_t s =
@@ -213,7 +215,7 @@ class MatMulKernel final : public DnnlKernel {
         PackMatrix(mb, p.k, p.n, p.sbk, p.sbn, pack_b);
         mb = pack_b;
       }
-      status = Sgemm(p.a, p.b, p.m, p.n, p.k, 1.0f, ma, mb, 0.0f, py, p.n);
+      status = Sgemm(ctx, p.a, p.b, p.m, p.n, p.k, 1.0f, ma, mb, 0.0f, py, p.n);
       py += p.m * p.n;
     };
     if (p.batch.empty()) {
@@ -395,7 +397,7 @@ class GemmKernel final : public DnnlKernel {
         pb = buf + fa;
       }
     }
-    return Sgemm(st->a, st->b, st->m, st->n, st->k, attrs_.alpha, pa, pb,
+    return Sgemm(ctx, st->a, st->b, st->m, st->n, st->k, attrs_.alpha, pa, pb,
                  use_c ? attrs_.beta : 0.0f, py, st->n);
   }
 

@@ -5,10 +5,12 @@
 // vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
 // (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's
 // attention grows every step, and binding a primitive per shape costs more than the softmax itself.
+// The loop's rows are split across the VM's pool above kMinParallelRows elements (vector_loops.h).
 // It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
 // reference kernel does (NaN throughout).
 //
-// LayerNormalization of at most kChurnMaxElements elements is a plain loop too.
+// LayerNormalization of at most kChurnMaxElements elements is a plain loop too (rows split
+// likewise).
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
@@ -55,7 +57,7 @@ class SoftmaxKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
-      SoftmaxRows(x.numel() / n, n, x.data<float>(), out[0]->data<float>());
+      ParallelSoftmaxRows(ctx, x.numel() / n, n, x.data<float>(), out[0]->data<float>());
       return absl::OkStatus();
     }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
@@ -149,9 +151,9 @@ class LayerNormKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
     if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
-      LayerNormRows(rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
-                    bias != nullptr ? bias->data<float>() : nullptr, epsilon_,
-                    out[0]->data<float>());
+      ParallelLayerNormRows(
+          ctx, rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
+          bias != nullptr ? bias->data<float>() : nullptr, epsilon_, out[0]->data<float>());
       return absl::OkStatus();
     }
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));

@@ -71,12 +71,14 @@ DYNVM_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gat
 }
 
 // Each GEMM picks its own thread count (ThreadsFor): a sequence's input projection may use the
-// budget while the per-step GEMVs run on one thread.
-absl::Status Gemm(int threads, char tb, int64_t m, int64_t n, int64_t k, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // A batch-1 step on one thread: the GEMV loop (vector_loops.h).
-  if (m == 1 && n * k < kMinParallelWork) {
-    Gemv(tb, n, k, 1.0f, a, b, ldb, beta, c);
+// budget through oneDNN's OpenMP while the per-step gate GEMVs (batch 1) run the GEMV loop split
+// by gate rows across the VM's pool (ParallelGemv: each worker keeps its rows of R every step).
+absl::Status Gemm(const KernelContext& ctx, char tb, int64_t m, int64_t n, int64_t k,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
+  const int threads = ctx.num_threads();
+  if (m == 1 && (n * k < kMinParallelWork || threads > 1)) {
+    ParallelGemv(ctx, tb, n, k, 1.0f, a, b, ldb, beta, c);
     return absl::OkStatus();
   }
   SetThreads(ThreadsFor(threads, m * n * k));
@@ -107,23 +109,32 @@ struct WeightRef {
 };
 
 // c = a * W^T + beta * c with a [m, k] (row stride lda), W [n, k].
-absl::Status WeightGemm(int threads, const WeightRef& w, int64_t m, int64_t n, int64_t k,
-                        const float* a, int64_t lda, float beta, float* c, int64_t ldc) {
+absl::Status WeightGemm(const KernelContext& ctx, const WeightRef& w, int64_t m, int64_t n,
+                        int64_t k, const float* a, int64_t lda, float beta, float* c, int64_t ldc) {
   if (w.dtype == DType::kF32) {
-    return Gemm(threads, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
+    return Gemm(ctx, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
                 ldc);
   }
   if (m > kQuantSmallRows && w.dequantized != nullptr) {
-    return Gemm(threads, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
+    return Gemm(ctx, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
   }
   for (int64_t r = 0; r < m; r += kQuantSmallRows) {  // rows beyond: weights re-read from cache
     const int64_t rows = std::min(kQuantSmallRows, m - r);
-    if (w.dtype == DType::kI8) {
-      QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n,
-              beta, c + r * ldc, ldc);
+    // Weight rows [j0, j1): split across the VM's pool as ParallelGemv splits f32 weights (each
+    // worker keeps its rows step to step), 16 rows at a time.
+    auto gemv = [&](int64_t j0, int64_t j1) {
+      if (w.dtype == DType::kI8) {
+        QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale, j0,
+                j1, beta, c + r * ldc, ldc);
+      } else {
+        QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, j0, j1,
+                  beta, c + r * ldc, ldc);
+      }
+    };
+    if (ctx.num_threads() > 1 && rows * n * k >= kMinParallelGemv) {
+      ctx.ParallelFor(n, 16, gemv);
     } else {
-      QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, 0, n, beta,
-                c + r * ldc, ldc);
+      gemv(0, n);
     }
   }
   return absl::OkStatus();
@@ -278,7 +289,6 @@ class RecurrentKernel final : public DnnlKernel {
     float* wq = c + bh + (gru ? batch * gh + bh : 0);
     float* rq = wq + wq_floats;
 
-    const int threads = ctx.num_threads();
     const float* px = x->data<float>();
     for (int64_t d = 0; d < nd; ++d) {
       const RnnGateConfig& cfg = a_.config[d];
@@ -322,12 +332,11 @@ class RecurrentKernel final : public DnnlKernel {
       // xw = X * W^T + bias, all steps.
       for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
       if (x_row >= 0) {
-        DYNVM_RETURN_IF_ERROR(
-            WeightGemm(threads, wd, rows, gh, input_size, px, x_row, 1.0f, xw, gh));
+        DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, wd, rows, gh, input_size, px, x_row, 1.0f, xw, gh));
       } else {
         for (int64_t t = 0; t < seq; ++t) {
-          DYNVM_RETURN_IF_ERROR(WeightGemm(threads, wd, batch, gh, input_size, px + t * sxt,
-                                           lda_step, 1.0f, xw + t * batch * gh, gh));
+          DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, wd, batch, gh, input_size, px + t * sxt, lda_step,
+                                           1.0f, xw + t * batch * gh, gh));
         }
       }
 
@@ -336,8 +345,7 @@ class RecurrentKernel final : public DnnlKernel {
         float* g = xw + t * batch * gh;
         switch (a_.cell) {
           case RnnCell::kLstm:
-            DYNVM_RETURN_IF_ERROR(
-                WeightGemm(threads, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
+            DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
               FusedLstmGates(batch, hidden, g, c, h);
             } else {
@@ -351,20 +359,19 @@ class RecurrentKernel final : public DnnlKernel {
               std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
             }
             DYNVM_RETURN_IF_ERROR(
-                WeightGemm(threads, rd, batch, r_rows, hidden, h, hidden, 1.0f, hr, gh));
+                WeightGemm(ctx, rd, batch, r_rows, hidden, h, hidden, 1.0f, hr, gh));
             reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
             if (!cfg.linear_before_reset) {
               // Rows 2H.. of R: the hidden gate's recurrent weights.
               const WeightRef rdh = rd.From(2 * hidden);
-              DYNVM_RETURN_IF_ERROR(WeightGemm(threads, rdh, batch, hidden, hidden, rh, hidden,
-                                               1.0f, hr + 2 * hidden, gh));
+              DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rdh, batch, hidden, hidden, rh, hidden, 1.0f,
+                                               hr + 2 * hidden, gh));
             }
             reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
             break;
           }
           case RnnCell::kRnn:
-            DYNVM_RETURN_IF_ERROR(
-                WeightGemm(threads, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
+            DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
             reference::RnnGate<float>(cfg, batch, hidden, g, h);
             break;
         }

@@ -438,4 +438,43 @@ void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const f
   }
 }
 
+void ParallelGemv(const KernelContext& ctx, char trans, int64_t n, int64_t k, float alpha,
+                  const float* x, const float* b, int64_t ldb, float beta, float* y) {
+  if (ctx.num_threads() == 1 || n * k < kMinParallelGemv) {
+    Gemv(trans, n, k, alpha, x, b, ldb, beta, y);
+    return;
+  }
+  // 'T': whole rows of the weight, 16 at a time (64 bytes of y); 'N': 64 columns (the loop's
+  // vector block).
+  const int64_t grain = trans == 'T' ? 16 : 64;
+  ctx.ParallelFor(n, grain, [&](int64_t j0, int64_t j1) {
+    const float* bj = trans == 'T' ? b + j0 * ldb : b + j0;
+    Gemv(trans, j1 - j0, k, alpha, x, bj, ldb, beta, y + j0);
+  });
+}
+
+namespace {
+
+// Rows per range: at least kMinParallelRows / threads elements' worth, so that a range's work
+// outweighs a fork/join.
+int64_t RowGrain(const KernelContext& ctx, int64_t rows, int64_t n) {
+  if (ctx.num_threads() == 1 || rows < 2 || rows * n < kMinParallelRows) return rows;
+  return std::max<int64_t>(1, kMinParallelRows / (2 * std::max<int64_t>(n, 1)));
+}
+
+}  // namespace
+
+void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                         float* y) {
+  ctx.ParallelFor(rows, RowGrain(ctx, rows, n),
+                  [&](int64_t r0, int64_t r1) { SoftmaxRows(r1 - r0, n, x + r0 * n, y + r0 * n); });
+}
+
+void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                           const float* scale, const float* bias, float epsilon, float* y) {
+  ctx.ParallelFor(rows, RowGrain(ctx, rows, n), [&](int64_t r0, int64_t r1) {
+    LayerNormRows(r1 - r0, n, x + r0 * n, scale, bias, epsilon, y + r0 * n);
+  });
+}
+
 }  // namespace dynvm::onednn

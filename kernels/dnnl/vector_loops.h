@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernel.h"
+
 namespace dynvm::onednn {
 
 // Softmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array),
@@ -46,6 +48,25 @@ void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_st
 // at them beats dnnl_sgemm's dispatch.
 void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b,
           int64_t ldb, float beta, float* y);
+
+// GEMVs of at least this many multiply-adds are split across the context's threads
+// (docs/threads.md: measured with dnnl_benchmark's BM_Gemv sweep).
+inline constexpr int64_t kMinParallelGemv = int64_t{1} << 15;
+
+// Gemv on the context's threads (ctx.ParallelFor): the outputs y[j0, j1) of each range, with
+// the weight rows ('T') or columns ('N') they read; the same thread gets the same rows every
+// call, so its slice of the weights stays in its core's cache. One thread below
+// kMinParallelGemv.
+void ParallelGemv(const KernelContext& ctx, char trans, int64_t n, int64_t k, float alpha,
+                  const float* x, const float* b, int64_t ldb, float beta, float* y);
+
+// Rows of SoftmaxRows / LayerNormRows split across the context's threads when rows * n is at
+// least kMinParallelRows elements (the BM_Softmax/BM_LayerNorm sweep in dnnl_benchmark.cc).
+inline constexpr int64_t kMinParallelRows = int64_t{1} << 14;
+void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                         float* y);
+void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                           const float* scale, const float* bias, float epsilon, float* y);
 
 }  // namespace dynvm::onednn
 

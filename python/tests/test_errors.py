@@ -1,6 +1,8 @@
 """Every error class, its built-in base and its message; bad input raises and leaves the VM
 usable."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,9 @@ def test_real_errors_carry_the_vm_message(add_exe, charlm_exe, tmp_path):
     np.testing.assert_array_equal(vm.run(inputs)["tokens"], want)
     with pytest.raises(dynvm.InvalidArgumentError, match="threads"):
         dynvm.VirtualMachine(add_exe, threads=0)
+    for bad in (-1, os.cpu_count() + 1, 1 << 20):
+        with pytest.raises(dynvm.InvalidArgumentError, match=r"threads must be in \[1, "):
+            dynvm.VirtualMachine(add_exe, threads=bad)
     with pytest.raises(dynvm.InvalidArgumentError, match="device"):
         dynvm.compile(str(ROOT / "tools/lm/charlm.onnx"), device="tpu")
     charlm = str(ROOT / "tools/lm/charlm.onnx")

@@ -36,7 +36,7 @@ CASES = [
     ("gpt-loop", "gpt", "loop"),
     ("gru-loop", "gru", "loop"),
 ]
-RUNTIMES = ["dynvm", "ort", "torch", "torch-noblas"]
+RUNTIMES = ["dynvm", "ort", "torch", "torch-noblas", "dynvm-base"]  # dynvm-base: --baseline-build
 BAR = {1: {"ort": 1.3, "torch": 1.5}, 2: {"ort": 1.0, "torch": 1.0}}
 
 
@@ -70,8 +70,9 @@ def command(runtime, case, args, threads, mode, folder):
               "--stop-token", str(case["stop_token"]), "--threads", str(threads),
               "--repeat", str(args.repeat)]
     env = dict(os.environ)
-    if runtime == "dynvm":
-        exe = os.path.join(args.build, "tools", "bench", "vm-decode-bench")
+    if runtime in ("dynvm", "dynvm-base"):
+        build = args.build if runtime == "dynvm" else args.baseline_build
+        exe = os.path.join(build, "tools", "bench", "vm-decode-bench")
         return [exe, f"--{mode}", os.path.join(folder, f"{mode}.dvm"), "--json"] + common, env
     extra = ["--state-dims", case["state_dims"]] if mode == "step" else []
     if runtime == "ort":
@@ -119,13 +120,20 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--cases", default=",".join(c[0] for c in CASES))
-    p.add_argument("--runtimes", default=",".join(RUNTIMES))
+    p.add_argument("--runtimes", default=",".join(RUNTIMES[:4]))
+    p.add_argument("--baseline-build", default="",
+                   help="another build (the main branch's) whose vm-decode-bench runs as the "
+                        "runtime dynvm-base, interleaved (A/B of dynvm itself)")
     args = p.parse_args(argv)
     wanted_cases = args.cases.split(",")
     runtimes = args.runtimes.split(",")
     for r in runtimes:
         if r not in RUNTIMES:
             raise SystemExit(f"unknown runtime {r}; known: {', '.join(RUNTIMES)}")
+    if args.baseline_build and "dynvm-base" not in runtimes:
+        runtimes.append("dynvm-base")
+    if "dynvm-base" in runtimes and not args.baseline_build:
+        raise SystemExit("the runtime dynvm-base needs --baseline-build")
     print(f"machine: {machine()}")
     print(f"rounds {args.rounds} x {args.repeat} timed decodes per runtime; median of round medians")
     token_errors = []
@@ -165,6 +173,8 @@ def main(argv=None):
                 if not ok:
                     misses.append(f"{name} threads={threads}: dynvm/ort {vs_ort:.2f}, "
                                   f"dynvm/torch {vs_torch:.2f}")
+            if "dynvm-base" in tps and "dynvm" in tps:
+                row += f"  dynvm/base {tps['dynvm'] / tps['dynvm-base']:.3f}"
             print(row, flush=True)
     print(f"\nafter: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if token_errors:

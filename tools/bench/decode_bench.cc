@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "kernels/thread_pool.h"
 #include "tools/bench/decode.h"
 #include "tools/cli.h"
 #include "vm/executable.h"
@@ -104,8 +105,8 @@ int Main(int argc, char** argv) {
     return cli::ReportError(kProgram, "give --loop and/or --step");
   if (max_new_tokens < 1) return cli::ReportError(kProgram, "--max-new-tokens must be at least 1");
   if (repeat < 1) return cli::ReportError(kProgram, "--repeat must be at least 1");
-  if (threads < 1 || threads > 4096)
-    return cli::ReportError(kProgram, "--threads must be in [1, 4096]");
+  if (absl::Status s = ValidateThreadCount(threads, "--threads"); !s.ok())
+    return cli::ReportError(kProgram, s);
   DecodeRequest request;
   request.max_new_tokens = max_new_tokens;
   request.stop_token = stop_token;

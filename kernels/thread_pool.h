@@ -1,0 +1,117 @@
+// Intra-op threads (docs/threads.md): a persistent pool that splits one kernel's loop across
+// the calling thread and its workers, and the process-wide cap on a VM's thread count.
+//
+// A kernel reaches the pool through its context: ctx.ParallelFor(n, grain, fn) runs
+// fn(begin, end) over disjoint ranges covering [0, n) and returns when every range is done.
+// With one thread (the default), or when the pool is busy with another VM's kernel, fn(0, n)
+// runs on the calling thread. The split is static: the same n, grain and thread count give the
+// same ranges every call, so a worker reads the same rows of a weight from step to step (they
+// stay in its core's L2).
+//
+// A range whose worker has not started by the time the caller finishes its own range runs on
+// the caller (work is never left waiting for a thread the OS has not scheduled: a busy machine).
+// Workers spin briefly after each job (the next kernel of a decode step usually follows within
+// microseconds), then park on a condition variable; a fork/join of 2 threads costs well under a
+// microsecond while they spin (kernels/thread_pool_benchmark.cc).
+#ifndef DYNVM_KERNELS_THREAD_POOL_H_
+#define DYNVM_KERNELS_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dynvm {
+
+// The most threads one VM (one ThreadPool) may use. Defaults to the CPUs this process may run
+// on (sched_getaffinity), or the DYNVM_MAX_THREADS environment variable when it holds a
+// positive integer (read once, at the first call).
+int MaxThreads();
+// Sets the cap; InvalidArgument unless 1 <= n <= 4096. Pools already made keep their threads.
+absl::Status SetMaxThreads(int n);
+// OK when 1 <= n <= MaxThreads(); else InvalidArgument naming `what` (e.g. "num_threads").
+absl::Status ValidateThreadCount(int64_t n, absl::string_view what);
+
+// Worker threads alive in this process (every pool's), for tests and tools.
+int LiveWorkerThreads();
+
+class ThreadPool {
+ public:
+  struct Options {
+    // How long an idle worker polls for the next job before it parks (microseconds).
+    int spin_us = 50;
+  };
+
+  // A pool running jobs on `num_threads` threads: the caller and num_threads - 1 workers.
+  // InvalidArgument when num_threads is outside [1, MaxThreads()].
+  static absl::StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads, Options options);
+  static absl::StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads) {
+    return Create(num_threads, Options());
+  }
+  // The process-wide pool of `num_threads` threads, shared by every VM that asks for it (made on
+  // first use, never destroyed). Its jobs run one at a time: a VM whose kernel finds it busy runs
+  // the kernel on its own thread, so VMs sharing it never oversubscribe the cores.
+  static absl::StatusOr<std::shared_ptr<ThreadPool>> Shared(int num_threads);
+
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls fn(begin, end) over disjoint ranges covering [0, n), each (but the last) a multiple
+  // of `grain` long, and returns when all are done. Range i of T goes to thread i (0: the
+  // caller). Runs fn(0, n) on the caller when n <= grain, with one thread, or when another job
+  // holds the pool. fn must not call ParallelFor on the same pool. Thread-safe.
+  void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
+
+  // The ranges ParallelFor(n, grain, ...) hands out (the thread count it uses), and range i.
+  int Tasks(int64_t n, int64_t grain) const;
+  static void Range(int64_t n, int64_t grain, int tasks, int i, int64_t* begin, int64_t* end);
+
+  // Stops the workers' spinning now (they park until the next job): called before work runs
+  // on other threads (oneDNN's OpenMP team) that would compete with spinning workers.
+  void Park();
+
+ private:
+  ThreadPool(int num_threads, Options options);
+  void WorkerLoop(int index);
+  void RunTask(int index);
+
+  const int num_threads_;
+  const Options options_;
+  std::vector<std::thread> workers_;
+
+  std::mutex job_mu_;  // held by the caller for the duration of a job (try_lock)
+
+  // The job, written by the caller before it stores a new epoch_ and read by the job's workers
+  // after they see it (acquire). epoch_ holds a sequence number above the job's task count (the
+  // low 16 bits): a worker outside the job reads nothing else.
+  int64_t job_n_ = 0;
+  int64_t job_grain_ = 1;
+  int job_tasks_ = 0;
+  const absl::FunctionRef<void(int64_t, int64_t)>* job_fn_ = nullptr;
+
+  std::atomic<uint64_t> epoch_{0};
+  // Range i > 0 of the current job is taken by whoever sets claims_[i] first: its worker, or
+  // the caller once its own range is done (so a join never waits for a descheduled worker).
+  std::unique_ptr<std::atomic<uint32_t>[]> claims_;
+  std::atomic<int> pending_{0};  // ranges 1.. not yet finished
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> park_{false};
+  std::atomic<int> sleepers_{0};  // workers parked or about to park
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+};
+
+}  // namespace dynvm
+
+#endif  // DYNVM_KERNELS_THREAD_POOL_H_
