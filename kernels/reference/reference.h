@@ -24,9 +24,9 @@ void RegisterStringKernels(KernelRegistry& r);  // strings.cc: string tensors, T
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterQuantKernels(KernelRegistry& r);   // quant.cc: MatMulInteger, QLinearMatMul
 void RegisterDynvmKernels(KernelRegistry& r);
-void RegisterVisionKernels(KernelRegistry& r);  // vision.cc: GridSample, RoiAlign, MaxUnpool, MVN
-void RegisterSignalKernels(KernelRegistry& r);  // signal.cc: DFT, STFT, MelWeightMatrix
-void RegisterRandomKernels(KernelRegistry& r);  // random.cc: Bernoulli, Random*
+void RegisterVisionKernels(KernelRegistry& r);    // vision.cc: GridSample, RoiAlign, MaxUnpool, MVN
+void RegisterSignalKernels(KernelRegistry& r);    // signal.cc: DFT, STFT, MelWeightMatrix
+void RegisterRandomKernels(KernelRegistry& r);    // random.cc: Bernoulli, Random*
 void RegisterAttentionKernel(KernelRegistry& r);  // attention.cc: dynvm::Attention
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
