@@ -307,7 +307,8 @@ absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Ou
   }
   const Tensor& ws = *in[4];
   const double xs = LoadAny(*in[1], 0), ys = LoadAny(*in[6], 0), yz = LoadAny(y_zp, 0);
-  const auto [lo, hi] = QuantRange(y_zp.dtype());
+  const auto range = QuantRange(y_zp.dtype());
+  const double lo = range.first, hi = range.second;
   auto post = [&](int64_t oc, double acc) {
     const double s = xs * LoadAny(ws, ws.numel() == 1 ? 0 : oc) / ys;
     return std::clamp(std::nearbyint(acc * s) + yz, lo, hi);

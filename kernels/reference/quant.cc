@@ -194,7 +194,8 @@ absl::Status RunQLinearMatMul(const void*, KernelContext& ctx, Inputs in, Output
   }
   DYNVM_RETURN_IF_ERROR(CheckQuantScale(y_scale, "QLinearMatMul: y_scale"));
   const double ys = Get(y_scale, 0), yz = Get(y_zp, 0);
-  const auto [lo, hi] = QuantRange(y_zp.dtype());
+  const auto range = QuantRange(y_zp.dtype());
+  const double lo = range.first, hi = range.second;
   Tensor* y = out[0];
   const bool u8 = y_zp.dtype() == DType::kU8;
   return IntegerProduct("QLinearMatMul", ctx, a, b, y, y_zp.dtype(),
