@@ -366,8 +366,18 @@ bool AppendUtf8(uint32_t c, std::string& out) {
 
 // A '<Un' / '>Un' array as a string tensor (UTF-8, trailing NULs dropped).
 absl::StatusOr<Tensor> DecodeStrings(const NpyHeader& h, const uint8_t* data) {
+  // A '<U0' array stores no bytes, so the file size does not bound its element count; each
+  // element still costs a table entry in memory. Checked multiply, and a cap far above any
+  // real input (2^30 strings is a 16 GiB table).
+  constexpr int64_t kMaxStrings = int64_t{1} << 30;
   int64_t n = 1;
-  for (int64_t d : h.dims) n *= d;
+  for (int64_t d : h.dims) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxStrings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("npy: a string array of shape ", DimsString(h.dims),
+                       " has more than 2^30 elements, more than dynvm takes"));
+    }
+  }
   std::vector<std::string> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     // Element i in file order; Fortran order is mapped back to row-major below.

@@ -623,6 +623,11 @@ std::vector<BadCase> BadCases() {
       {"text after dict", MakeNpy(1, F4Header("(6,)") + " x", data24), kInvalid, "after the dict"},
       {"two dicts", MakeNpy(1, F4Header("(6,)") + F4Header("(6,)"), data24), kInvalid,
        "after the dict"},
+      // Found by npy_fuzzer: a '<U0' array stores no bytes, so its element count is not bounded
+      // by the file's size (it asked for a vector of 7e17 strings).
+      {"huge zero-width strings",
+       MakeNpy(1, "{'descr': '>U0', 'fortran_order': False, 'shape': (3, 244444444444444442), }"),
+       kInvalid, "more than 2^30 elements"},
       {"leading comma", MakeNpy(1, "{, 'descr': '<f4'}"), kInvalid, "quoted key"},
       {"double comma", MakeNpy(1, "{'descr': '<f4',, 'shape': (6,)}"), kInvalid, "quoted key"},
       {"missing colon", MakeNpy(1, "{'descr' '<f4'}"), kInvalid, "expected ':'"},
