@@ -7,44 +7,21 @@
 //   node ort_bench.js --node-modules DIR --model FILE.onnx --mode loop|step --threads N
 //        --repeat N --prompt 3,14,15,9 --max-new-tokens N [--stop-token T] [--state-dims 2,1,256]
 'use strict';
-const path = require('path');
-
-function parseArgs(argv) {
-  const a = {threads: 1, repeat: 10, stopToken: -1};
-  for (let i = 2; i < argv.length; i += 2) {
-    const k = argv[i], v = argv[i + 1];
-    if (v === undefined) throw new Error(`${k} needs a value`);
-    switch (k) {
-      case '--node-modules': a.nodeModules = v; break;
-      case '--model': a.model = v; break;
-      case '--mode': a.mode = v; break;
-      case '--threads': a.threads = parseInt(v, 10); break;
-      case '--repeat': a.repeat = parseInt(v, 10); break;
-      case '--prompt': a.prompt = v.split(',').map((s) => parseInt(s, 10)); break;
-      case '--max-new-tokens': a.maxNewTokens = parseInt(v, 10); break;
-      case '--stop-token': a.stopToken = parseInt(v, 10); break;
-      case '--state-dims': a.stateDims = v.split(',').map((s) => parseInt(s, 10)); break;
-      default: throw new Error(`unknown flag ${k}`);
-    }
-  }
-  if (!a.nodeModules || !a.model || !['loop', 'step'].includes(a.mode) || !a.prompt ||
-      !(a.maxNewTokens > 0) || (a.mode === 'step' && !a.stateDims)) {
-    throw new Error('usage: see the header of ort_bench.js');
-  }
-  return a;
-}
+const c = require('./ort_common');
 
 async function main() {
-  const a = parseArgs(process.argv);
-  const ort = require(path.join(path.resolve(a.nodeModules), 'onnxruntime-node'));
-  const session = await ort.InferenceSession.create(a.model, {
-    executionProviders: ['cpu'],
-    intraOpNumThreads: a.threads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
-    logSeverityLevel: 3,
-  });
+  const a = c.parseArgs(process.argv, {
+    '--mode': ['mode', String],
+    '--prompt': ['prompt', c.intList],
+    '--max-new-tokens': ['maxNewTokens', (v) => parseInt(v, 10)],
+    '--stop-token': ['stopToken', (v) => parseInt(v, 10)],
+    '--state-dims': ['stateDims', c.intList],
+  }, {stopToken: -1});
+  if (!['loop', 'step'].includes(a.mode) || !a.prompt || !(a.maxNewTokens > 0) ||
+      (a.mode === 'step' && !a.stateDims)) {
+    throw new Error('usage: see the header of ort_bench.js');
+  }
+  const {ort, session} = await c.openSession(a);
   const i64 = (values, dims) => new ort.Tensor('int64', BigInt64Array.from(values.map(BigInt)), dims);
 
   let decode;
@@ -94,7 +71,4 @@ async function main() {
   console.log(JSON.stringify({mode: a.mode, tokens, ms}));
 }
 
-main().catch((e) => {
-  console.error(`ort_bench: ${e.message}`);
-  process.exit(1);
-});
+c.runMain('ort_bench', main);

@@ -98,7 +98,7 @@ def main():
                 json.dump({"signal": {"type": "float32", "dims": list(x.shape),
                                       "data": x.reshape(-1).tolist()}}, f)
             ort_out = os.path.join(work, "ort_out.json")
-            r = subprocess.run(["node", os.path.join(root, "tools", "bench", "ort_stft_mel.js"),
+            r = subprocess.run(["node", os.path.join(root, "tools", "bench", "ort_forward.js"),
                                 "--node-modules", a.node_modules, "--model", model, "--inputs",
                                 inputs, "--repeat", str(a.repeat), "--output", ort_out],
                                check=True, capture_output=True, text=True)
