@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
+#include "kernels/strings.h"
 #include "kernels/thread_pool.h"
 #include "schema/mapped_file.h"
 #include "vm/executable.h"
@@ -124,7 +125,8 @@ std::string TypeName(const py::handle& value) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// dtypes. bf16 is exchanged as uint16 (the same bits); strings only come out (as str objects).
+// dtypes. bf16 is exchanged as uint16 (the same bits); strings come out as str objects and go in
+// from str, bytes or object arrays (copied: a string tensor holds UTF-8, NumPy UTF-32).
 
 // NumPy's type numbers (numpy/ndarraytypes.h), for the dtypes exchanged.
 int NumpyTypeNum(DType t) {
@@ -620,6 +622,53 @@ class PyVirtualMachine {
   }
 
  private:
+  // InvalidArgument unless ndarray `a` has the rank of input `p` and its constant dims.
+  static void CheckShape(const ParamInfo& p, const py::array& a) {
+    if (!p.has_shape) return;
+    bool ok = a.ndim() == static_cast<py::ssize_t>(p.shape.size());
+    for (size_t d = 0; ok && d < p.shape.size(); ++d) {
+      ok = p.shape[d].value < 0 || p.shape[d].value == a.shape(static_cast<py::ssize_t>(d));
+    }
+    if (!ok) {
+      std::vector<std::string> want, got;
+      for (const DimInfo& d : p.shape) {
+        want.push_back(d.value >= 0 ? absl::StrCat(d.value) : d.symbol);
+      }
+      for (py::ssize_t d = 0; d < a.ndim(); ++d) got.push_back(absl::StrCat(a.shape(d)));
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "input '", p.name, "' must have shape [", absl::StrJoin(want, ", "), "] (rank ",
+          p.shape.size(), "), got [", absl::StrJoin(got, ", "), "] (rank ", a.ndim(), ")")));
+    }
+  }
+
+  // A string input: the elements of an ndarray of str ('U'), bytes ('S') or objects that are
+  // str or bytes, copied as UTF-8 (the VM checks the bytes are UTF-8 when it binds them).
+  static Tensor StringsFromArray(const ParamInfo& p, const py::array& a) {
+    std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+    const py::list items = a.attr("ravel")().attr("tolist")();
+    std::vector<std::string> values;
+    values.reserve(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      PyObject* item = items[i].ptr();
+      if (PyUnicode_Check(item)) {
+        Py_ssize_t size = 0;
+        const char* utf8 = PyUnicode_AsUTF8AndSize(item, &size);
+        if (utf8 == nullptr) {  // a lone surrogate has no UTF-8 form
+          PyErr_Clear();
+          Throw(absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' element ", i,
+                                                        " is a str that UTF-8 cannot encode")));
+        }
+        values.emplace_back(utf8, static_cast<size_t>(size));
+      } else if (PyBytes_Check(item)) {
+        values.emplace_back(PyBytes_AS_STRING(item), static_cast<size_t>(PyBytes_GET_SIZE(item)));
+      } else {
+        Throw(absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' element ", i, " is ",
+                                                      TypeName(item), ", not str or bytes")));
+      }
+    }
+    return ValueOrThrow(StringTensor(dims, values));
+  }
+
   // A tensor for one ndarray input: bound in place, or copied once by NumPy and then bound.
   Tensor TensorFor(const ParamInfo& p, const py::handle& key, const py::handle& value,
                    RunStats& stats) {
@@ -628,32 +677,26 @@ class PyVirtualMachine {
           "input '", p.name, "' must be a numpy.ndarray of ", DTypeDescription(p.dtype), ", got ",
           TypeName(value), " (use numpy.asarray(value, dtype=...))")));
     }
-    if (p.dtype == DType::kString) {
-      Throw(absl::InvalidArgumentError(absl::StrCat(
-          "input '", p.name, "' is a string tensor: string inputs cannot be passed from Python")));
-    }
     py::array a = py::reinterpret_borrow<py::array>(value);
     const py::dtype dt = a.dtype();
-    if (!DTypeMatches(dt, p.dtype)) {
+    if (p.dtype == DType::kString) {
+      const char kind = dt.kind();
+      if (kind != 'U' && kind != 'S' && kind != 'O') {
+        Throw(absl::InvalidArgumentError(
+            absl::StrCat("input '", p.name,
+                         "' is a string tensor: pass a numpy.ndarray of str, bytes or object "
+                         "(str/bytes elements), got ",
+                         py::str(py::handle(dt)).cast<std::string>())));
+      }
+    } else if (!DTypeMatches(dt, p.dtype)) {
       Throw(absl::InvalidArgumentError(absl::StrCat("input '", p.name, "' must be ",
                                                     DTypeDescription(p.dtype), ", got ",
                                                     py::str(py::handle(dt)).cast<std::string>())));
     }
-    if (p.has_shape) {
-      bool ok = a.ndim() == static_cast<py::ssize_t>(p.shape.size());
-      for (size_t d = 0; ok && d < p.shape.size(); ++d) {
-        ok = p.shape[d].value < 0 || p.shape[d].value == a.shape(static_cast<py::ssize_t>(d));
-      }
-      if (!ok) {
-        std::vector<std::string> want, got;
-        for (const DimInfo& d : p.shape) {
-          want.push_back(d.value >= 0 ? absl::StrCat(d.value) : d.symbol);
-        }
-        for (py::ssize_t d = 0; d < a.ndim(); ++d) got.push_back(absl::StrCat(a.shape(d)));
-        Throw(absl::InvalidArgumentError(absl::StrCat(
-            "input '", p.name, "' must have shape [", absl::StrJoin(want, ", "), "] (rank ",
-            p.shape.size(), "), got [", absl::StrJoin(got, ", "), "] (rank ", a.ndim(), ")")));
-      }
+    CheckShape(p, a);
+    if (p.dtype == DType::kString) {
+      ++stats.inputs_copied;
+      return StringsFromArray(p, a);
     }
     const int flags = a.flags();
     const bool native = dt.byteorder() != '>';
@@ -684,8 +727,10 @@ class PyVirtualMachine {
     std::vector<Tensor> items;
     for (const py::handle& item : value) {
       items.push_back(TensorFor(elem, py::handle(), item, stats));
-      --stats.inputs_zero_copy;  // SetInputValue copies every element
-      ++stats.inputs_copied;
+      if (p.dtype != DType::kString) {  // SetInputValue copies every element
+        --stats.inputs_zero_copy;
+        ++stats.inputs_copied;
+      }
     }
     PyDict_SetItem(bound_.ptr(), key.ptr(), value.ptr());
     return ObjectValue::OfSequence(std::move(items));
@@ -726,8 +771,10 @@ class PyVirtualMachine {
           elem.kind = ObjectKind::kTensor;
           inner = ObjectValue::OfTensor(TensorFor(elem, key, value, stats));
           PyDict_SetItem(bound_.ptr(), key.ptr(), value.ptr());
-          --stats.inputs_zero_copy;
-          ++stats.inputs_copied;
+          if (p.dtype != DType::kString) {
+            --stats.inputs_zero_copy;
+            ++stats.inputs_copied;
+          }
         }
         ThrowIfError(vm_->SetInputValue(name, ObjectValue::Some(std::move(inner)), function));
       }

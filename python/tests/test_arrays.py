@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dynvm
-from conftest import onnx_node_model
+from conftest import ONNX_NODE, onnx_node_model
 
 
 def test_signature_names_dtypes_and_symbolic_dims(add_exe, charlm_exe):
@@ -119,3 +119,46 @@ def test_bf16_is_exchanged_as_uint16():
     np.testing.assert_array_equal(back, values)
     with pytest.raises(dynvm.InvalidArgumentError, match=r"bf16 \(as numpy.uint16\)"):
         dynvm.VirtualMachine(to_float).run(input=values)
+
+
+def _onnx_case(name):
+    """The inputs and expected outputs of one ONNX node test (its test_data_set_0)."""
+    from onnx import numpy_helper, TensorProto
+
+    def load(path):
+        t = TensorProto()
+        t.ParseFromString(path.read_bytes())
+        return numpy_helper.to_array(t)
+
+    d = ONNX_NODE / name / "test_data_set_0"
+    return ([load(p) for p in sorted(d.glob("input_*.pb"))],
+            [load(p) for p in sorted(d.glob("output_*.pb"))])
+
+
+def test_strings_go_in_as_str_bytes_or_object_arrays():
+    name = "test_strnormalizer_export_monday_insensintive_upper_twodim"
+    exe = dynvm.compile(onnx_node_model(name))
+    assert exe.inputs[0].dtype_name == "string"
+    (x,), (want,) = _onnx_case(name)  # object arrays of str, as ONNX stores them
+    vm = dynvm.VirtualMachine(exe)
+    for given in (x, x.astype(str), np.char.encode(x.astype(str), "utf-8"), x.astype(object)):
+        out = vm.run({exe.inputs[0].name: given})[exe.outputs[0].name]
+        assert out.dtype == object and out.shape == want.shape
+        assert out.tolist() == want.tolist()
+        assert vm.last_run_stats.inputs_copied == 1
+
+    to_float = dynvm.compile(onnx_node_model("test_cast_STRING_to_FLOAT"))
+    (s,), (f,) = _onnx_case("test_cast_STRING_to_FLOAT")
+    got = dynvm.VirtualMachine(to_float).run({to_float.inputs[0].name: s})
+    np.testing.assert_array_equal(got[to_float.outputs[0].name], f)
+
+    bad = x.astype(object)
+    bad.flat[1] = 7
+    with pytest.raises(dynvm.InvalidArgumentError, match=r"element 1 is int, not str or bytes"):
+        vm.run({exe.inputs[0].name: bad})
+    with pytest.raises(dynvm.InvalidArgumentError, match=r"is a string tensor: pass a numpy"):
+        vm.run({exe.inputs[0].name: np.zeros(x.shape, np.float32)})
+    with pytest.raises(dynvm.InvalidArgumentError, match=r"UTF-8"):
+        vm.run({exe.inputs[0].name: np.array([[b"\xff\xfe"] * x.shape[1]] * x.shape[0])})
+    # The VM is still usable after each error.
+    assert vm.run({exe.inputs[0].name: x})[exe.outputs[0].name].tolist() == want.tolist()
