@@ -195,6 +195,64 @@ TEST(CompilerTest, IfSelectsABranch) {
              *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}));
 }
 
+// An If whose condition shape arithmetic decides (a scripted export's rank check) is replaced
+// by its taken branch at compile time: the other branch, which could not compile for these
+// shapes (a MatMul whose inner dims differ), is dropped, with and without optimization. The
+// comparisons, Not and a bool constant all decide; a run-time condition does not.
+TEST(CompilerTest, StaticIfCompilesOnlyTheTakenBranch) {
+  for (const bool optimize : {true, false}) {
+    for (const std::string& form : {"Equal", "Not", "Greater", "LessOrEqual", "Constant"}) {
+      SCOPED_TRACE(absl::StrCat(form, optimize ? "" : " --no-optimize"));
+      Module m;
+      GraphBuilder b(m.AddFunction("main"));
+      Value* x = b.Input("x", DType::kF32, {DimSpec("batch"), 3, 4});
+      Value* rank = b.Op("Size", {b.Op("Shape", {x})});
+      Value* cond = nullptr;  // true: x has rank 3
+      if (form == "Equal") cond = b.Op("Equal", {rank, b.ScalarI64(3)});
+      if (form == "Not") cond = b.Op("Not", {b.Op("Equal", {rank, b.ScalarI64(2)})});
+      if (form == "Greater") cond = b.Op("Greater", {rank, b.ScalarI64(2)});
+      if (form == "LessOrEqual") cond = b.Op("LessOrEqual", {b.ScalarI64(3), rank});
+      if (form == "Constant") cond = b.Constant(testing::Bool({}, {true}));
+      Value* w = b.Constant(RandomF32({5, 7}, 3), "w", /*is_weight=*/true);
+      std::vector<Value*> r = b.If(
+          cond, 2,
+          [&](GraphBuilder& t) {
+            return std::vector<Value*>{t.Op("Relu", {x}), x};
+          },
+          [&](GraphBuilder& e) {
+            return std::vector<Value*>{e.Op("MatMul", {x, w}), e.Op("Neg", {x})};
+          });
+      b.Output("y", r[0]);
+      b.Output("z", r[1]);
+      CompileOptions options;
+      options.optimize = optimize;
+      Compiled comp = CompileOrDie(m, options);
+      ASSERT_TRUE(comp.exe);
+      EXPECT_FALSE(absl::StrContains(Disassembly(comp.result), "\n  if "));
+      Tensor xv = RandomF32({2, 3, 4}, 7);
+      std::vector<Tensor> out = RunOrDie(comp.exe, {{"x", xv}});
+      ASSERT_EQ(out.size(), 2u);
+      ExpectNear(out[0], Ref("Relu", {xv}, DType::kF32));
+      ExpectNear(out[1], xv);
+    }
+  }
+  // A condition known only at run time keeps both branches, so the bad one is an error.
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {2, 3, 4});
+  Value* c = b.Input("c", DType::kBool, {});
+  Value* w = b.Constant(RandomF32({5, 7}, 3), "w", /*is_weight=*/true);
+  std::vector<Value*> r = b.If(
+      c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Relu", {x})}; },
+      [&](GraphBuilder& e) {
+        return std::vector<Value*>{e.Op("MatMul", {x, w})};
+      });
+  b.Output("y", r[0]);
+  absl::StatusOr<CompileResult> bad = Compile(m);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("else_branch"));
+}
+
 // h_{t+1} = tanh(h_t W + x_t U): an RNN cell driven by a Loop, with the per-step output
 // collected as a scan output.
 TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {

@@ -1,4 +1,5 @@
 // Shape inference over graphs, including the If/Loop/Scan regions.
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -41,6 +42,70 @@ absl::Status InferRegion(Module& m, const Node& n, Graph& g, absl::string_view w
   absl::Status s = InferGraph(m, g);
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(n.Label(), ": ", which, ": ", s.message()));
+}
+
+// The value of an If condition when the compiler knows it: a one-element bool constant, or
+// one-element symbolic content that is a constant (Equal, Not, Greater... over shapes).
+std::optional<bool> StaticCondition(const Value* c) {
+  if (c == nullptr || c->kind != ObjectKind::kTensor) return std::nullopt;
+  if (c->constant && c->constant->numel() == 1 && c->constant->dtype() == DType::kBool) {
+    return c->constant->data<bool>()[0];
+  }
+  if (c->content && c->content->size() == 1) {
+    if (std::optional<int64_t> v = SymbolicContext::AsConst((*c->content)[0])) return *v != 0;
+  }
+  return std::nullopt;
+}
+
+// Replaces the If at g.nodes[index], whose condition the compiler knows, by the nodes of its
+// taken branch; the other branch is dropped without being inferred or compiled (a scripted
+// export's rank check keeps code for ranks the model never sees). The If's output values take
+// over from the branch's (their names, as graph outputs, and their uses stay); a branch output
+// no node of the branch makes (an outer value, a constant, one listed twice) is passed on by an
+// Identity. Returns false, changing nothing, when the condition is not known.
+absl::StatusOr<bool> InlineStaticIf(Module& m, Graph& g, size_t index) {
+  Node& n = *g.nodes[index];
+  const std::optional<bool> cond = StaticCondition(n.inputs.empty() ? nullptr : n.inputs[0]);
+  if (!cond) return false;
+  Graph* branch = n.subgraph(*cond ? "then_branch" : "else_branch");
+  if (branch == nullptr || branch->outputs.size() != n.outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        n.Label(), ": the ", *cond ? "then_branch" : "else_branch", " (taken: the condition is ",
+        *cond ? "true" : "false", " at compile time) must produce ", n.outputs.size(), " outputs"));
+  }
+  const std::vector<Value*> branch_outputs = branch->outputs;
+  absl::flat_hash_map<Value*, Value*> took;       // a branch output -> the If output now holding it
+  std::vector<std::pair<Value*, Value*>> passed;  // (source, If output) through an Identity
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    Value* out = n.outputs[k];
+    Value* bo = branch_outputs[k];
+    if (out == nullptr) continue;
+    if (bo->producer == nullptr || bo->producer->graph != branch || took.contains(bo)) {
+      passed.emplace_back(took.contains(bo) ? took[bo] : bo, out);
+      continue;
+    }
+    ReplaceUses(*branch, bo, out);
+    Node* p = bo->producer;
+    p->outputs[static_cast<size_t>(bo->output_index)] = out;
+    out->producer = p;
+    out->output_index = bo->output_index;
+    took[bo] = out;
+  }
+  std::vector<std::unique_ptr<Node>> nodes = std::move(branch->nodes);
+  for (auto& node : nodes) {
+    node->graph = &g;
+    for (Value* v : node->outputs) {
+      if (v != nullptr) v->graph = &g;
+    }
+    for (auto& [name, sub] : node->subgraphs) sub->parent = &g;
+  }
+  for (const auto& [source, out] : passed) {
+    AppendNode(m, g, nodes, "Identity", {source}, {}, n.name, out->dtype, out);
+  }
+  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(index));
+  g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(index),
+                 std::make_move_iterator(nodes.begin()), std::make_move_iterator(nodes.end()));
+  return true;
 }
 
 absl::Status InferIf(Module& m, Node& n) {
@@ -332,8 +397,15 @@ absl::Status InferScan(Module& m, Node& n) {
 }  // namespace
 
 absl::Status InferGraph(Module& m, Graph& g) {
-  for (auto& node : g.nodes) {
-    Node& n = *node;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i]->domain.empty() && g.nodes[i]->op == "If") {
+      DYNVM_ASSIGN_OR_RETURN(const bool inlined, InlineStaticIf(m, g, i));
+      if (inlined) {  // the taken branch's nodes now stand from i on
+        --i;          // (wraps for i = 0; the loop's ++i brings it back)
+        continue;
+      }
+    }
+    Node& n = *g.nodes[i];
     absl::Status s;
     if (n.domain.empty() && n.op == "If") {
       s = InferIf(m, n);

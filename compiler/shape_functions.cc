@@ -783,6 +783,48 @@ absl::Status ConstantOfShape(InferContext& c) {
 
 // Equal over symbolic contents: decided where the dims allow (equal constants or the same
 // expression; bounds that cannot meet, e.g. a size against -1); content 0/1.
+// Greater, Less, GreaterOrEqual, LessOrEqual: when both inputs have one-element symbolic
+// content that the dims' bounds decide, the result is content 0 or 1 (so an If on a rank or
+// size comparison is decided at compile time: compiler/infer.cc).
+absl::Status CompareOp(InferContext& c) {
+  DYNVM_RETURN_IF_ERROR(Broadcasting(c, DType::kBool, false));
+  const std::vector<Dim>* a = c.content(0);
+  const std::vector<Dim>* b = c.content(1);
+  if (!a || !b || a->size() != 1 || b->size() != 1 || !c.has_output(0) ||
+      c.node().outputs[0]->rank() != 0) {
+    return absl::OkStatus();
+  }
+  const std::string& op = c.node().op;
+  // x op y with x, y swapped for Less/LessOrEqual: decide x > y or x >= y.
+  const bool swap = op == "Less" || op == "LessOrEqual";
+  const bool strict = op == "Greater" || op == "Less";
+  const Dim x = swap ? (*b)[0] : (*a)[0], y = swap ? (*a)[0] : (*b)[0];
+  const std::optional<int64_t> lx = c.sym().LowerBound(x), ux = c.sym().UpperBound(x);
+  const std::optional<int64_t> ly = c.sym().LowerBound(y), uy = c.sym().UpperBound(y);
+  std::optional<bool> r;
+  if (lx && uy && (strict ? *lx > *uy : *lx >= *uy)) r = true;
+  if (ux && ly && (strict ? *ux <= *ly : *ux < *ly)) r = false;
+  if (!strict && x == y) r = true;
+  if (strict && x == y) r = false;
+  if (r) c.SetContent(0, {c.sym().Const(*r ? 1 : 0)});
+  return absl::OkStatus();
+}
+
+// Not: content 1 - x for bool content (0/1) of up to one dimension.
+absl::Status NotOp(InferContext& c) {
+  DYNVM_RETURN_IF_ERROR(Unary(c));
+  const std::vector<Dim>* a = c.content(0);
+  if (!a || !c.has_output(0) || c.node().outputs[0]->rank() > 1) return absl::OkStatus();
+  std::vector<Dim> out;
+  for (Dim d : *a) {
+    const std::optional<int64_t> v = SymbolicContext::AsConst(d);
+    if (!v || (*v != 0 && *v != 1)) return absl::OkStatus();
+    out.push_back(c.sym().Const(1 - *v));
+  }
+  c.SetContent(0, std::move(out));
+  return absl::OkStatus();
+}
+
 absl::Status EqualOp(InferContext& c) {
   DYNVM_RETURN_IF_ERROR(Broadcasting(c, DType::kBool, false));
   const std::vector<Dim>* a = c.content(0);
@@ -1042,17 +1084,51 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
   }
   Reg(r, "Equal", EqualOp);
   for (const char* op : {"Greater", "Less", "GreaterOrEqual", "LessOrEqual"}) {
-    Reg(r, op, [](InferContext& c) { return Broadcasting(c, DType::kBool, false); });
+    Reg(r, op, CompareOp);
   }
-  for (const char* op :
-       {"Sqrt", "Exp",        "Log",     "Neg",         "Abs",       "Erf",
-        "Tanh", "Sigmoid",    "Relu",    "Floor",       "Ceil",      "Round",
-        "Sign", "Reciprocal", "Not",     "Softplus",    "Softsign",  "LeakyRelu",
-        "Elu",  "Selu",       "Celu",    "HardSigmoid", "HardSwish", "ThresholdedRelu",
-        "Clip", "Identity",   "Softmax", "LogSoftmax",  "Hardmax",   "CumSum",
-        "Sin",  "Cos",        "Tan",     "Asin",        "Acos",      "Atan",
-        "Sinh", "Cosh",       "Asinh",   "Acosh",       "Atanh",     "Mish",
-        "Gelu"}) {
+  Reg(r, "Not", NotOp);
+  for (const char* op : {"Sqrt",
+                         "Exp",
+                         "Log",
+                         "Neg",
+                         "Abs",
+                         "Erf",
+                         "Tanh",
+                         "Sigmoid",
+                         "Relu",
+                         "Floor",
+                         "Ceil",
+                         "Round",
+                         "Sign",
+                         "Reciprocal",
+                         "Softplus",
+                         "Softsign",
+                         "LeakyRelu",
+                         "Elu",
+                         "Selu",
+                         "Celu",
+                         "HardSigmoid",
+                         "HardSwish",
+                         "ThresholdedRelu",
+                         "Clip",
+                         "Identity",
+                         "Softmax",
+                         "LogSoftmax",
+                         "Hardmax",
+                         "CumSum",
+                         "Sin",
+                         "Cos",
+                         "Tan",
+                         "Asin",
+                         "Acos",
+                         "Atan",
+                         "Sinh",
+                         "Cosh",
+                         "Asinh",
+                         "Acosh",
+                         "Atanh",
+                         "Mish",
+                         "Gelu"}) {
     Reg(r, op, Unary);
   }
   Reg(r, "IsNaN", [](InferContext& c) {

@@ -447,11 +447,22 @@ CaseResult RunCase(const std::string& suite, const std::string& case_dir,
     const std::string set_name = fs::path(set).filename().string();
     const std::vector<std::string> inputs = Numbered(set, "input_");
     const std::vector<std::string> outputs = Numbered(set, "output_");
-    if (inputs.size() != input_names->size()) {
+    // The If wrappers' condition is the model's last input, given here.
+    const bool wrapped_if = options.wrap == Wrap::kIf || options.wrap == Wrap::kIfElse;
+    if (inputs.size() + (wrapped_if ? 1 : 0) != input_names->size()) {
       return Finish(r, Outcome::kFailed,
                     absl::StrCat(set_name, ": ", inputs.size(), " input files for ",
                                  input_names->size(), " model inputs"),
                     start);
+    }
+    if (wrapped_if) {
+      const uint8_t taken = options.wrap == Wrap::kIf ? 1 : 0;
+      absl::StatusOr<Tensor> cond =
+          Tensor::FromVector<uint8_t>(DType::kBool, {}, absl::MakeConstSpan(&taken, 1));
+      if (!cond.ok()) return refused(cond.status(), set_name);
+      if (absl::Status s = (*vm)->SetInput(kWrapCondInput, *cond); !s.ok()) {
+        return refused(s, absl::StrCat(set_name, " input ", kWrapCondInput));
+      }
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (info.inputs[i].kind != ObjectKind::kTensor) {

@@ -225,11 +225,14 @@ void WrapInLoop(const pb::GraphProto& g, int64_t opset, pb::GraphProto* out) {
   }
 }
 
-void WrapInIf(const pb::GraphProto& g, bool cond, pb::GraphProto* out) {
+void WrapInIf(const pb::GraphProto& g, pb::GraphProto* out) {
   for (const pb::ValueInfoProto& in : g.input()) *out->add_input() = in;
-  // The condition is a Constant: dynvm does not fold an If on a constant condition, so both
-  // branches are imported, inferred and compiled (one runs).
-  AddScalarConstant(out, "wrap_cond", pb::TensorProto::BOOL, cond ? 1 : 0);
+  // The condition is the graph's last input, bound by the runner: a constant condition would be
+  // decided at compile time and the If replaced by its taken branch.
+  pb::ValueInfoProto* c = out->add_input();
+  c->set_name(kWrapCondInput);
+  c->mutable_type()->mutable_tensor_type()->set_elem_type(pb::TensorProto::BOOL);
+  c->mutable_type()->mutable_tensor_type()->mutable_shape();
   pb::NodeProto node;
   node.set_op_type("If");
   node.set_name("wrap_if");
@@ -275,7 +278,7 @@ absl::StatusOr<std::string> WrapModel(absl::string_view model, Wrap wrap) {
     }
     WrapInLoop(g, opset, &wrapped);
   } else {
-    WrapInIf(g, wrap == Wrap::kIf, &wrapped);
+    WrapInIf(g, &wrapped);
   }
   *m.mutable_graph() = std::move(wrapped);
   std::string bytes;
