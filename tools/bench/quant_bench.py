@@ -2,7 +2,9 @@
 """Weight-only quantization decode benchmark (docs/kernels.md, "Weight-only quantization").
 
 The comparison benchmark's LSTM LM and GPT decode models (export_bench_models.py: in-graph
-greedy loops, 128 new tokens) compiled three ways with vm-compile (f32; --quantize-weights int8;
+greedy loops, 128 new tokens; its gpt recomputes the whole prefix every step) and the GPTs with a
+KV cache (export_gpt_kv.py: gpt_kv, the same tiny shape, and gpt_kv_256, d 256 / 4 layers, whose
+weights do not fit in L2; one token per step) compiled three ways with vm-compile (f32; --quantize-weights int8;
 --quantize-weights bf16, default --quantize-min-bytes) and timed by vm-decode-bench at 1 thread.
 Interleaved: each of --rounds rounds times every model in every dtype once (--repeat decodes,
 median), so that load from other processes hits all dtypes alike. Prints each round's tokens/s,
@@ -12,8 +14,8 @@ The load average is printed at the start and the end.
   python3 tools/bench/quant_bench.py [--build build/dev] [--models build/bench/models]
                                      [--rounds 7] [--repeat 5]
 
-Needs the exported models (/usr/bin/python3 tools/bench/export_bench_models.py --out MODELS)
-and vm-compile, vm-decode-bench built in --build.
+Needs the exported models (/usr/bin/python3 tools/bench/export_bench_models.py --out MODELS and
+/usr/bin/python3 tools/bench/export_gpt_kv.py --out MODELS) and vm-compile, vm-decode-bench built in --build.
 """
 import argparse
 import json
@@ -24,7 +26,7 @@ import sys
 
 DTYPES = [("f32", []), ("int8", ["--quantize-weights", "int8"]),
           ("bf16", ["--quantize-weights", "bf16"])]
-MODELS = ["lstm", "gpt"]
+MODELS = ["lstm", "gpt", "gpt_kv", "gpt_kv_256"]
 PROMPT = "3,14,15,9"
 NEW_TOKENS = 128
 
@@ -32,6 +34,18 @@ NEW_TOKENS = 128
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+def load_tokens(path):
+    """PyTorch's greedy tokens (an int64 .npy, read without NumPy)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    header_len = int.from_bytes(data[8:10], "little")
+    header = data[10:10 + header_len].decode("latin1")
+    if "'<i8'" not in header or "True" in header:
+        raise SystemExit(f"{path}: expected a C-ordered int64 array")
+    body = data[10 + header_len:]
+    return [int.from_bytes(body[i:i + 8], "little", signed=True) for i in range(0, len(body), 8)]
 
 
 def main():
@@ -71,6 +85,9 @@ def main():
                 ms = statistics.median(rec["ms"])
                 tps[(model, name)] = len(rec["tokens"]) / (ms / 1000.0)
                 tokens[(model, name)] = rec["tokens"]
+                if name == "f32" and rec["tokens"] != load_tokens(
+                        os.path.join(args.models, model, "output_tokens.npy")):
+                    raise SystemExit(f"{model} f32: tokens differ from PyTorch's")
         print(f"round {r}: " + "  ".join(f"{m}/{d} {tps[(m, d)]:.0f} tok/s" for m in MODELS
                                         for d, _ in DTYPES))
         for model in MODELS:
