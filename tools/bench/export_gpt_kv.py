@@ -10,7 +10,7 @@ are reused, not rewritten), exported with torch.jit.script to one ONNX Loop.
 
   gpt_kv      the bench's tiny GPT shape (vocab 256, d 64, 4 heads, 2 layers): weights of
               16-64 KB per product, cache-resident, so per-step fixed costs dominate
-  gpt_kv_256  vocab 1024, d 256, 4 heads, 4 layers (12.9 MB of f32 weights, more than L2):
+  gpt_kv_256  vocab 1024, d 256, 4 heads, 4 layers (13.6 MB of f32 product weights, more than L2):
               the weight-streaming GEMVs that weight-only quantization is for
 
   /usr/bin/python3 tools/bench/export_gpt_kv.py [--out build/bench/models]
