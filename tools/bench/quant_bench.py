@@ -2,17 +2,19 @@
 """Weight-only quantization decode benchmark (docs/kernels.md, "Weight-only quantization").
 
 The comparison benchmark's LSTM LM and GPT decode models (export_bench_models.py: in-graph
-greedy loops, 128 new tokens; its gpt recomputes the whole prefix every step) and the GPTs with a
-KV cache (export_gpt_kv.py: gpt_kv, the same tiny shape, and gpt_kv_256, d 256 / 4 layers, whose
-weights do not fit in L2; one token per step) compiled three ways with vm-compile (f32; --quantize-weights int8;
---quantize-weights bf16, default --quantize-min-bytes) and timed by vm-decode-bench at 1 thread.
+greedy loops, 128 new tokens; its gpt recomputes the whole prefix every step) and the GPTs with
+a KV cache (export_gpt_kv.py: gpt_kv, the same tiny shape, and gpt_kv_256, d 256 / 4 layers,
+whose weights do not fit in L2; one token per step) compiled three ways with vm-compile (f32;
+--quantize-weights int8; --quantize-weights bf16, default --quantize-min-bytes) and timed by
+vm-decode-bench at 1 thread (--threads N: N intra-op threads; where the cores are busy the
+extra threads wait for one, so under load only the 1-thread ratios mean anything).
 Interleaved: each of --rounds rounds times every model in every dtype once (--repeat decodes,
 median), so that load from other processes hits all dtypes alike. Prints each round's tokens/s,
 then per model and dtype the median over rounds of (tokens/s) / (f32 tokens/s of the same round).
 The load average is printed at the start and the end.
 
   python3 tools/bench/quant_bench.py [--build build/dev] [--models build/bench/models]
-                                     [--rounds 7] [--repeat 5]
+                                     [--rounds 7] [--repeat 5] [--threads 1]
 
 Needs the exported models (/usr/bin/python3 tools/bench/export_bench_models.py --out MODELS and
 /usr/bin/python3 tools/bench/export_gpt_kv.py --out MODELS) and vm-compile, vm-decode-bench built in --build.
@@ -54,6 +56,7 @@ def main():
     p.add_argument("--models", default="build/bench/models")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     compile_bin = os.path.join(args.build, "tools", "vm-compile")
     bench_bin = os.path.join(args.build, "tools", "bench", "vm-decode-bench")
@@ -79,7 +82,7 @@ def main():
             for name, _ in DTYPES:
                 out = subprocess.run(
                     [bench_bin, "--loop", dvms[(model, name)], "--prompt", PROMPT,
-                     "--max-new-tokens", str(NEW_TOKENS), "--threads", "1", "--repeat",
+                     "--max-new-tokens", str(NEW_TOKENS), "--threads", str(args.threads), "--repeat",
                      str(args.repeat), "--json"], check=True, capture_output=True, text=True).stdout
                 rec = json.loads(out.splitlines()[0])
                 ms = statistics.median(rec["ms"])
