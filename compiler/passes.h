@@ -28,8 +28,8 @@ absl::Status InferGraph(Module& module, Graph& graph);
 
 // Runs the reference kernel of every pure node whose inputs are all constants (outputs up to
 // `max_elements` each) and replaces its outputs by constants. With `keep_quantized_weights`, a
-// DequantizeLinear read by a MatMul stays (the qdq_matmul rewrite needs the int8 weights; the
-// fold after the rewrites folds what it left).
+// DequantizeLinear read by a MatMul or Gemm stays (the qdq_matmul / qdq_gemm rewrites need the
+// int8 weights; the fold after the rewrites folds what they left).
 absl::Status FoldConstants(Module& module, int64_t max_elements = 1 << 20,
                            bool keep_quantized_weights = false);
 

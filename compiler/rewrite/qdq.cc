@@ -9,12 +9,23 @@
 // (axis 1, N elements). Refused: a per-axis x or y, w per input channel (axis 0) or of another
 // rank, unknown shapes, and (by the driver) a dequantized value read elsewhere.
 //
-// The fused result can differ from the three-op program by one quantization step where the
+// qdq_gemm: the same around a Gemm (a Linear layer),
+//   QuantizeLinear(Gemm(DequantizeLinear(xq, ..), DequantizeLinear(wq, ..)[, c]), ys[, yz])
+// with transA 0, alpha 1 and beta 1, transB 0 (w [K, N], per-channel axis 1) or 1 (w [N, K],
+// per-channel axis 0: wq is transposed, which the fold after the rewrites folds for a constant
+// wq). Without c: QLinearMatMul as above. With c (f32, any Gemm broadcast):
+//   QuantizeLinear(Cast<f32>(MatMulInteger(xq, wq, xz, wz)) * (xs * ws) + c, ys[, yz])
+// (the integer product on the oneDNN int8 GEMM; the scaling, bias and requantization are
+// vector loops).
+//
+// The fused result can differ from the unfused program by one quantization step where the
 // f32 product lands within rounding of a tie: the fused product is exact and requantized in
-// double, the unfused one rounded in f32 (ONNX Runtime's fusion behaves alike).
+// double (or scaled in f32 with c), the unfused one summed in f32 (ONNX Runtime's fusion
+// behaves alike).
 #include <optional>
 #include <vector>
 
+#include "compiler/builder.h"
 #include "compiler/rewrite/rules.h"
 
 namespace dynvm::compiler::rewrite {
@@ -57,37 +68,85 @@ int64_t AxisOf(const Node* n) {
   return a == nullptr ? 1 : a->i;
 }
 
-Value* Replace(Emitter& e, const Match& m) {
+int64_t IntAttr(const Node* n, const char* name, int64_t dflt) {
+  const AttrValue* a = n == nullptr ? nullptr : n->attr(name);
+  return a == nullptr ? dflt : a->i;
+}
+
+float FloatAttr(const Node* n, const char* name, float dflt) {
+  const AttrValue* a = n == nullptr ? nullptr : n->attr(name);
+  return a == nullptr ? dflt : a->f;
+}
+
+// The checks both rules share; `trans_b`: w is [N, K] (its output channels on axis 0).
+bool Fusable(const Match& m, bool trans_b) {
   Value *xq = m["xq"], *xs = m["xs"], *xz = m["xz"], *wq = m["wq"], *ws = m["ws"], *wz = m["wz"],
         *ys = m["ys"], *yz = m["yz"];
   if (!Is8Bit(xq->dtype) || !Is8Bit(wq->dtype) || (yz != nullptr && !Is8Bit(yz->dtype))) {
-    return nullptr;
+    return false;
   }
   for (const Value* s : {xs, ws, ys}) {
-    if (s->dtype != DType::kF32) return nullptr;
+    if (s->dtype != DType::kF32) return false;
   }
   if ((xz != nullptr && xz->dtype != xq->dtype) || (wz != nullptr && wz->dtype != wq->dtype)) {
-    return nullptr;
+    return false;
   }
   // x and y per tensor.
   for (const Value* v : {xs, xz, ys, yz}) {
-    if (v != nullptr && Numel(v) != 1) return nullptr;
+    if (v != nullptr && Numel(v) != 1) return false;
   }
-  // w [K, N], per tensor or per output channel (axis 1).
-  if (!wq->has_shape() || wq->rank() != 2) return nullptr;
-  const std::optional<int64_t> n = SymbolicContext::AsConst((*wq->shape)[1]);
+  // w [K, N] ([N, K] with trans_b), per tensor or per output channel.
+  if (!wq->has_shape() || wq->rank() != 2) return false;
+  const int out_axis = trans_b ? 0 : 1;
+  const std::optional<int64_t> n = SymbolicContext::AsConst((*wq->shape)[out_axis]);
   const std::optional<int64_t> wn = Numel(ws);
-  if (!n || !wn) return nullptr;
+  if (!n || !wn) return false;
   if (*wn != 1) {
     const int64_t axis = AxisOf(m.node("wdq"));
-    if ((axis != 1 && axis != -1) || *wn != *n || ws->rank() != 1) return nullptr;
+    if ((axis != out_axis && axis != out_axis - 2) || *wn != *n || ws->rank() != 1) return false;
   }
-  if (wz != nullptr && Numel(wz) != wn) return nullptr;
+  return wz == nullptr || Numel(wz) == wn;
+}
+
+Value* Replace(Emitter& e, const Match& m) {
+  if (!Fusable(m, false)) return nullptr;
+  Value *xq = m["xq"], *xz = m["xz"], *wq = m["wq"], *wz = m["wz"], *yz = m["yz"];
+  Value *xs = m["xs"], *ws = m["ws"], *ys = m["ys"];
   Value* xzp = ZeroPoint(e, xz, xq->dtype);
   Value* wzp = ZeroPoint(e, wz, wq->dtype);
   Value* yzp = ZeroPoint(e, yz, DType::kU8);
   if (xzp == nullptr || wzp == nullptr || yzp == nullptr) return nullptr;
   return e.Op("QLinearMatMul", {xq, xs, xzp, wq, ws, wzp, ys, yzp});
+}
+
+Value* ReplaceGemm(Emitter& e, const Match& m) {
+  const Node* gemm = m.node("gemm");
+  const int64_t trans_b = IntAttr(gemm, "transB", 0);
+  Value* c = m["c"];
+  if (IntAttr(gemm, "transA", 0) != 0 || (trans_b != 0 && trans_b != 1) ||
+      FloatAttr(gemm, "alpha", 1.0f) != 1.0f ||
+      (c != nullptr && (FloatAttr(gemm, "beta", 1.0f) != 1.0f || c->dtype != DType::kF32)) ||
+      !Fusable(m, trans_b == 1)) {
+    return nullptr;
+  }
+  Value *xq = m["xq"], *xz = m["xz"], *wq = m["wq"], *wz = m["wz"], *yz = m["yz"];
+  Value *xs = m["xs"], *ws = m["ws"], *ys = m["ys"];
+  if (!xq->has_shape() || xq->rank() != 2) return nullptr;
+  Value* xzp = ZeroPoint(e, xz, xq->dtype);
+  Value* wzp = ZeroPoint(e, wz, wq->dtype);  // before wq becomes a node's (not yet typed) output
+  if (trans_b == 1) wq = e.Op("Transpose", {wq}, {{"perm", AttrInts({1, 0})}});
+  if (xzp == nullptr || wzp == nullptr) return nullptr;
+  if (c == nullptr) {
+    Value* yzp = ZeroPoint(e, yz, DType::kU8);
+    if (yzp == nullptr) return nullptr;
+    return e.Op("QLinearMatMul", {xq, xs, xzp, wq, ws, wzp, ys, yzp});
+  }
+  Value* acc = e.Op("MatMulInteger", {xq, wq, xzp, wzp});
+  Value* f = e.Op("Cast", {acc}, {{"to", AttrInt(1)}});  // FLOAT
+  Value* y = e.Op("Add", {e.Op("Mul", {f, e.Op("Mul", {xs, ws})}), c});
+  std::vector<Value*> q = {y, ys};
+  if (yz != nullptr) q.push_back(yz);
+  return e.Op("QuantizeLinear", q);
 }
 
 }  // namespace
@@ -97,7 +156,12 @@ std::vector<Rule> QdqRules() {
   P ys = P::Any("ys"), yz = P::Any("yz");
   P root =
       P::OneOf({P::Op("QuantizeLinear", {matmul, ys, yz}), P::Op("QuantizeLinear", {matmul, ys})});
-  return {Rule{"qdq_matmul", std::move(root), &Replace}};
+  P gemm = P::OneOf({P::Op("Gemm", {Dequantize("x"), Dequantize("w"), P::Any("c")}).As("gemm"),
+                     P::Op("Gemm", {Dequantize("x"), Dequantize("w")}).As("gemm")});
+  P groot =
+      P::OneOf({P::Op("QuantizeLinear", {gemm, ys, yz}), P::Op("QuantizeLinear", {gemm, ys})});
+  return {Rule{"qdq_matmul", std::move(root), &Replace},
+          Rule{"qdq_gemm", std::move(groot), &ReplaceGemm}};
 }
 
 }  // namespace dynvm::compiler::rewrite

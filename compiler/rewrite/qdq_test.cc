@@ -1,6 +1,7 @@
 // qdq_matmul (qdq.cc): QuantizeLinear(MatMul(DequantizeLinear(x), DequantizeLinear(w))) fused
 // into QLinearMatMul, against the unfused program over varied sizes, activation types,
 // per-tensor and per-channel weights and absent zero points; and the near misses left alone.
+// qdq_gemm: the same around a Gemm (transB 0 and 1, with and without a bias).
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,10 @@ struct Case {
   int64_t w_axis = 1;          // the weight DequantizeLinear's axis
   bool x_per_axis = false;     // x dequantized per channel of K (not fusable)
   bool share_weights = false;  // the dequantized weights also a graph output
+  bool gemm = false;           // a 2-D Gemm instead of a MatMul
+  int64_t trans_b = 0;         // Gemm: w is [N, K]
+  bool bias = false;           // Gemm: with C [N]
+  float alpha = 1.0f;          // Gemm
 };
 
 Tensor Ints(DType dtype, std::vector<int64_t> dims, std::mt19937& rng, int lo, int hi) {
@@ -44,7 +49,7 @@ Tensor Ints(DType dtype, std::vector<int64_t> dims, std::mt19937& rng, int lo, i
 void Build(GraphBuilder& b, const Case& c) {
   std::mt19937 rng(static_cast<uint32_t>(c.m * 1000 + c.k * 10 + c.n));
   const bool u8 = c.x == DType::kU8;
-  Value* xq = b.Input("x", c.x, {"batch", c.m, c.k});
+  Value* xq = c.gemm ? b.Input("x", c.x, {"rows", c.k}) : b.Input("x", c.x, {"batch", c.m, c.k});
   std::vector<Value*> xdq = {
       xq, b.Constant(c.x_per_axis ? testing::F32({c.k}, std::vector<float>(c.k, 0.03f))
                                   : testing::F32({}, {0.03f}))};
@@ -52,19 +57,37 @@ void Build(GraphBuilder& b, const Case& c) {
     xdq.push_back(b.Constant(c.x_per_axis ? Ints(c.x, {c.k}, rng, 1, 9)
                                           : Ints(c.x, {}, rng, u8 ? 120 : -4, u8 ? 136 : 4)));
   }
+  // A Gemm with transB has w [N, K]: its output channels on axis 0 (w_axis names the axis of
+  // N, or of K for the near miss, in either layout).
+  const bool kn = !(c.gemm && c.trans_b == 1);
   const int64_t ch = c.per_channel ? (c.w_axis == 1 ? c.n : c.k) : 1;
+  const int64_t axis = kn ? c.w_axis : 1 - c.w_axis;
   std::vector<float> scales(ch);
   for (float& s : scales) s = 0.002f * static_cast<float>(1 + rng() % 20);
   std::vector<Value*> wdq = {
-      b.Constant(Ints(DType::kI8, {c.k, c.n}, rng, -127, 127), "w", true),
+      b.Constant(
+          Ints(DType::kI8, kn ? std::vector<int64_t>{c.k, c.n} : std::vector<int64_t>{c.n, c.k},
+               rng, -127, 127),
+          "w", true),
       b.Constant(c.per_channel ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]}))};
   if (c.zero_points) {
     wdq.push_back(b.Constant(c.per_channel ? Ints(DType::kI8, {ch}, rng, 0, 0)
                                            : Ints(DType::kI8, {}, rng, 0, 0)));
   }
   Value* xf = b.Op("DequantizeLinear", xdq, {{"axis", AttrInt(-1)}});
-  Value* wf = b.Op("DequantizeLinear", wdq, {{"axis", AttrInt(c.w_axis)}});
-  Value* y = b.Op("MatMul", {xf, wf});
+  Value* wf = b.Op("DequantizeLinear", wdq, {{"axis", AttrInt(axis)}});
+  Value* y = nullptr;
+  if (c.gemm) {
+    std::vector<Value*> in = {xf, wf};
+    if (c.bias) {
+      std::vector<float> bias(c.n);
+      for (float& v : bias) v = 0.1f * static_cast<float>(static_cast<int>(rng() % 41) - 20);
+      in.push_back(b.Constant(testing::F32({c.n}, bias)));
+    }
+    y = b.Op("Gemm", in, {{"transB", AttrInt(c.trans_b)}, {"alpha", AttrFloat(c.alpha)}});
+  } else {
+    y = b.Op("MatMul", {xf, wf});
+  }
   std::vector<Value*> q = {y, b.Constant(testing::F32({}, {0.05f}))};
   if (c.zero_points) q.push_back(b.Constant(Ints(DType::kU8, {}, rng, 128, 128)));
   b.Output("y", b.Op("QuantizeLinear", q));
@@ -90,8 +113,12 @@ std::vector<Tensor> Run(const Case& c, bool optimize, CompileResult* result) {
   if (!vm.ok()) return {};
   std::mt19937 rng(5);
   const bool u8 = c.x == DType::kU8;
-  EXPECT_TRUE(
-      (*vm)->SetInput("x", Ints(c.x, {2, c.m, c.k}, rng, u8 ? 0 : -128, u8 ? 255 : 127)).ok());
+  EXPECT_TRUE((*vm)
+                  ->SetInput("x", Ints(c.x,
+                                       c.gemm ? std::vector<int64_t>{c.m, c.k}
+                                              : std::vector<int64_t>{2, c.m, c.k},
+                                       rng, u8 ? 0 : -128, u8 ? 255 : 127))
+                  .ok());
   absl::Status s = (*vm)->Run();
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return {};
@@ -113,9 +140,18 @@ bool FusedMatchesUnfused(const Case& c) {
   std::vector<Tensor> got = Run(c, true, &fused), want = Run(c, false, &plain);
   EXPECT_EQ(got.size(), want.size());
   if (got.empty() || got.size() != want.size()) return false;
-  const bool fired = fused.rewrites.count("qdq_matmul") && fused.rewrites.at("qdq_matmul") > 0;
-  EXPECT_EQ(fired, HasKernel(fused, "QLinearMatMul"));
-  EXPECT_EQ(fired, !HasKernel(fused, "MatMul"));
+  const std::string rule = c.gemm ? "qdq_gemm" : "qdq_matmul";
+  const bool fired = fused.rewrites.count(rule) && fused.rewrites.at(rule) > 0;
+  // A Gemm with a bias runs MatMulInteger and f32 scaling; otherwise QLinearMatMul.
+  EXPECT_EQ(fired, HasKernel(fused, c.gemm && c.bias ? "MatMulInteger" : "QLinearMatMul"));
+  EXPECT_EQ(fired, !HasKernel(fused, c.gemm ? "Gemm" : "MatMul"));
+  // transB's Transpose of the constant int8 weights is folded after the rewrites.
+  EXPECT_FALSE(HasKernel(fused, "Transpose"));
+  if (fired && c.gemm && c.bias) {
+    for (const KernelReport& k : fused.kernels) {
+      if (k.op == "MatMulInteger") EXPECT_NE(k.chosen.find("dnnl"), std::string::npos) << k.chosen;
+    }
+  }
   for (size_t o = 0; o < got.size(); ++o) {
     EXPECT_EQ(got[o].dtype(), want[o].dtype());
     EXPECT_EQ(got[o].dims(), want[o].dims());
@@ -148,6 +184,54 @@ TEST(QdqTest, MatMulFusesAtEverySize) {
         }
       }
     }
+  }
+}
+
+TEST(QdqTest, GemmFusesAtEverySize) {
+  for (int64_t m : {1, 5}) {
+    for (int64_t k : {1, 16, 37}) {
+      for (int64_t n : {1, 8, 19}) {
+        for (int64_t trans_b : {0, 1}) {
+          for (bool bias : {true, false}) {
+            for (bool per_channel : {false, true}) {
+              for (DType x : {DType::kU8, DType::kI8}) {
+                const bool zero_points = (m + k + n) % 2 == 0;
+                SCOPED_TRACE(absl::StrCat("m ", m, " k ", k, " n ", n, " transB ", trans_b,
+                                          bias ? " bias " : " no bias ", DTypeName(x),
+                                          per_channel ? " per-channel" : " per-tensor",
+                                          zero_points ? "" : " no zero points"));
+                Case c{m, k, n, x, per_channel, zero_points};
+                c.gemm = true;
+                c.trans_b = trans_b;
+                c.bias = bias;
+                EXPECT_TRUE(FusedMatchesUnfused(c));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QdqTest, GemmNearMissesAreLeftAlone) {
+  for (int64_t trans_b : {0, 1}) {
+    Case per_input_channel;
+    per_input_channel.gemm = true;
+    per_input_channel.trans_b = trans_b;
+    per_input_channel.w_axis = 0;  // w scaled per input channel
+    EXPECT_FALSE(FusedMatchesUnfused(per_input_channel));
+    Case alpha;
+    alpha.gemm = true;
+    alpha.trans_b = trans_b;
+    alpha.bias = true;
+    alpha.alpha = 0.5f;  // a scaled product: not taken
+    EXPECT_FALSE(FusedMatchesUnfused(alpha));
+    Case shared;
+    shared.gemm = true;
+    shared.trans_b = trans_b;
+    shared.share_weights = true;
+    EXPECT_FALSE(FusedMatchesUnfused(shared));
   }
 }
 

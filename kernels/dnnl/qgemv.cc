@@ -1,7 +1,9 @@
 // Weight-only quantized GEMV / small-M products (qgemv.h). Each weight element is widened to
 // f32 in registers (int8: sign-extend and convert; bf16: shift into the upper half) and
 // multiplied into f32 accumulators; int8 rows are scaled once after the sum. Four output rows
-// run side by side (four independent FMA chains); the activation rows stay in L1.
+// run side by side (four independent FMA chains); the activation rows stay in L1. With one
+// activation row (the decode GEMV) AVX-512 runs sixteen output rows side by side and sums them
+// with one transpose-and-add tree (short K is then neither latency- nor reduction-bound).
 //
 // Paths: AVX-512 (16 lanes, masked tails), AVX2+FMA (8 lanes, scalar tails) and scalar, chosen
 // once by __builtin_cpu_supports (explicit intrinsics: the widening does not auto-vectorize).
@@ -13,6 +15,7 @@
 
 // GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <cstring>
 
@@ -123,11 +126,60 @@ DYNVM_AVX512 void RowsAvx512(int64_t rows, int64_t k, const float* x, int64_t ld
   }
 }
 
+// Sums each of the 16 vectors a[0..15] into lane r of the result (a transpose-and-add tree:
+// 15 adds for 16 rows instead of 16 full horizontal reductions).
+DYNVM_AVX512 inline __m512 Sum16x16(const __m512* a) {
+  __m512 x[8], v[4], z[2];
+  for (int p = 0; p < 8; ++p) {  // per 128-bit lane: [a0 0+2, a1 0+2, a0 1+3, a1 1+3]
+    x[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]),
+                         _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
+  }
+  for (int p = 0; p < 4; ++p) {  // per 128-bit lane: a[4p..4p+3]'s quarter sums
+    v[p] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int p = 0; p < 2; ++p) {  // 128-bit lanes: v[2p] halves, v[2p+1] halves
+    z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// One activation row (the decode GEMV), 16 output rows from j: 16 independent FMA chains (short
+// K is not latency-bound) and one reduction tree for all 16 sums.
+template <typename W>
+DYNVM_AVX512 void Block16Avx512(int64_t k, const float* x, const W* w, int64_t ldw,
+                                const float* scale, int64_t j, float beta, float* y) {
+  const int64_t k16 = k & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - k16)) - 1u);
+  __m512 acc[16];
+  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+  const W* wj = w + j * ldw;
+  for (int64_t i = 0; i < k16; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(xv, Load16(wj + r * ldw + i), acc[r]);
+  }
+  if (tail != 0) {
+    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + k16);
+    for (int r = 0; r < 16; ++r) {
+      acc[r] = _mm512_fmadd_ps(xv, MaskLoad16(tail, wj + r * ldw + k16), acc[r]);
+    }
+  }
+  __m512 s = Sum16x16(acc);
+  if (scale != nullptr) s = _mm512_mul_ps(s, _mm512_loadu_ps(scale + j));
+  if (beta != 0.0f) s = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(y + j), s);
+  _mm512_storeu_ps(y + j, s);
+}
+
 template <typename W>
 DYNVM_AVX512 void QGemvAvx512(int64_t rows, int64_t k, const float* x, int64_t ldx, const W* w,
                               int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
                               float* y, int64_t ldy) {
   int64_t j = r0;
+  if (rows == 1) {
+    for (; j + 16 <= r1; j += 16) Block16Avx512(k, x, w, ldw, scale, j, beta, y);
+  }
   for (; j + 4 <= r1; j += 4) RowsAvx512<4>(rows, k, x, ldx, w, ldw, scale, j, beta, y, ldy);
   for (; j < r1; ++j) RowsAvx512<1>(rows, k, x, ldx, w, ldw, scale, j, beta, y, ldy);
 }

@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_tester.h"
@@ -88,6 +90,53 @@ TEST(QGemvTest, MatchesDoubleOracleOnRandomSizes) {
   }
 }
 
+// One activation row (the decode GEMV: AVX-512 runs 16 output rows per block): every row
+// count around the block sizes, ragged K, row ranges that start off a block, beta 0 and 1.
+TEST(QGemvTest, OneRowMatchesDoubleOracleAcrossBlockSizes) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> q8(-127, 127);
+  for (int64_t n : {1, 4, 15, 16, 17, 31, 32, 33, 47, 64, 100}) {
+    for (int64_t k : {1, 7, 15, 16, 17, 64, 129, 300}) {
+      const int64_t r0 = n > 3 ? static_cast<int64_t>(rng() % 3) : 0, r1 = n;
+      const float beta = (n + k) % 2 == 0 ? 1.0f : 0.0f;
+      const int64_t ldw = k + n % 2;
+      std::vector<float> x(k), scale(n), y0(n);
+      std::vector<int8_t> q(n * ldw);
+      std::vector<BFloat16> b(n * ldw);
+      for (float& v : x) v = u(rng);
+      for (float& v : scale) v = 0.01f * (1.0f + u(rng));
+      for (int8_t& v : q) v = static_cast<int8_t>(q8(rng));
+      for (BFloat16& v : b) v = BFloat16(u(rng));
+      for (float& v : y0) v = u(rng);
+      for (QGemvIsa isa : Isas()) {
+        std::vector<float> yi = y0, yb = y0;
+        QGemvI8(1, k, x.data(), k, q.data(), ldw, scale.data(), r0, r1, beta, yi.data(), n, isa);
+        QGemvBf16(1, k, x.data(), k, reinterpret_cast<const uint16_t*>(b.data()), ldw, r0, r1, beta,
+                  yb.data(), n, isa);
+        for (int64_t j = 0; j < n; ++j) {
+          if (j < r0) {
+            ASSERT_EQ(yi[j], y0[j]);
+            ASSERT_EQ(yb[j], y0[j]);
+            continue;
+          }
+          double si = beta * y0[j], sb = beta * y0[j], mag_i = 0, mag_b = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            si += static_cast<double>(x[i]) * scale[j] * q[j * ldw + i];
+            sb += static_cast<double>(x[i]) * static_cast<float>(b[j * ldw + i]);
+            mag_i += std::fabs(static_cast<double>(x[i]) * scale[j] * q[j * ldw + i]);
+            mag_b += std::fabs(static_cast<double>(x[i]) * static_cast<float>(b[j * ldw + i]));
+          }
+          const std::string where =
+              absl::StrCat("isa ", static_cast<int>(isa), " n ", n, " k ", k, " r0 ", r0, " j ", j);
+          ASSERT_NEAR(yi[j], si, 1e-5 * (mag_i + std::fabs(y0[j])) + 1e-30) << "int8 " << where;
+          ASSERT_NEAR(yb[j], sb, 1e-5 * (mag_b + std::fabs(y0[j])) + 1e-30) << "bf16 " << where;
+        }
+      }
+    }
+  }
+}
+
 TEST(QGemvTest, DequantizeRows) {
   const int8_t q[6] = {1, -2, 3, 127, -127, 0};
   const float scale[2] = {0.5f, 0.25f};
@@ -147,6 +196,25 @@ TEST(QMatMulTest, OneDnnKernelMatchesReference) {
     if (i8) t.In(s);
     t.Out(DType::kF32).Tol(1e-5, 1e-5);
     ASSERT_TRUE(t.Compare("dnnl").ok()) << t.Compare("dnnl") << " m " << m << " k " << k;
+  }
+}
+
+// The decode and prefill row counts (M 1, 2, 9, 33, 130: direct kernels and dequantize +
+// sgemm) on random ragged K and N, int8 and bf16, against the reference kernel.
+TEST(QMatMulTest, OneDnnKernelMatchesReferenceAtDecodeAndPrefillRows) {
+  std::mt19937 rng(31);
+  for (int64_t m : {1, 2, 9, 33, 130}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const bool i8 = trial % 2 == 0;
+      const int64_t k = 1 + static_cast<int64_t>(rng() % 150),
+                    n = 1 + static_cast<int64_t>(rng() % 70);
+      auto [w, s] = RandomWeight(rng, {n, k}, i8);
+      testing::KernelTester t("QMatMul", "dynvm");
+      t.In(RandomF32(rng, {1, m, k})).In(w);
+      if (i8) t.In(s);
+      t.Out(DType::kF32).Tol(1e-5, 1e-5);
+      ASSERT_TRUE(t.Compare("dnnl").ok()) << t.Compare("dnnl") << " m " << m << " k " << k;
+    }
   }
 }
 

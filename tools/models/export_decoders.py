@@ -12,6 +12,9 @@ writes reference outputs computed by PyTorch for the tests (tools/models/models_
                 ConcatFromSequence
   gpt           a tiny GPT decoder (causal self-attention, LayerNorm, GELU MLP), greedy, its
                 ids growing every iteration and the whole prefix recomputed each step
+  gpt_kv        the same trained GPT with a KV cache (tools/bench/export_gpt_kv.py's
+                KvGptDecode): the prompt once, then one token per step, each layer's past keys
+                and values carried through the loop as one tensor growing along its axis 4
 
 Each model folder holds model.onnx and case<k>/ with input_<name>.npy and output_<name>.npy.
 The models are trained for a few hundred steps on a short text (so the decode is not one
@@ -192,6 +195,23 @@ class GptDecode(nn.Module):
         return ids, logits
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
+from export_gpt_kv import KvGptDecode  # noqa: E402
+
+
+class GptKvDecode(KvGptDecode):
+    """GptDecode's outputs (ids, last logits) from the KV-cache decode."""
+
+    def forward(self, prompt: torch.Tensor, max_new_tokens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        logits, cache = self.run(prompt, 0, torch.zeros(len(self.blocks), 1), True)
+        ids = prompt
+        for i in range(int(max_new_tokens)):
+            nxt = logits.argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], 1)
+            logits, cache = self.run(nxt, cache.size(4), cache, False)
+        return ids, logits
+
+
 def train(model, steps, seq_len, lr, seed):
     torch.manual_seed(seed)
     data = torch.tensor(encode(TEXT * 4))
@@ -284,14 +304,23 @@ def main():
                              ("lstm_list", LstmListDecode)):
             if wanted(name):
                 export(name, decode(lm), cases)
-    if not wanted("gpt"):
+    if not wanted("gpt") and not wanted("gpt_kv"):
         return
 
     gpt = TinyGpt(len(VOCAB))
     print("gpt loss", train(gpt, steps=600, seq_len=32, lr=3e-3, seed=2))
     for p, n in zip(prompts, lengths):
         eager_margins_gpt(gpt, p, int(n))
-    export("gpt", GptDecode(gpt), cases)
+    if wanted("gpt"):
+        export("gpt", GptDecode(gpt), cases)
+    if wanted("gpt_kv"):
+        kv = GptKvDecode(gpt).eval()
+        with torch.no_grad():
+            for p, n in cases:  # the KV-cache decode computes what the prefix recompute does
+                a, b = GptDecode(gpt)(p, n), kv(p, n)
+                if not torch.equal(a[0], b[0]) or not torch.allclose(a[1], b[1], atol=1e-5):
+                    raise SystemExit("gpt_kv: the KV-cache decode differs from the recompute")
+        export("gpt_kv", kv, cases)
 
 
 if __name__ == "__main__":

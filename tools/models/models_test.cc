@@ -92,7 +92,8 @@ TEST_P(ExportedModelTest, MatchesPyTorchWithABoundedTripCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, ExportedModelTest,
-                         ::testing::Values("lstm_scatter", "lstm_cat", "lstm_list", "gpt"));
+                         ::testing::Values("lstm_scatter", "lstm_cat", "lstm_list", "gpt",
+                                           "gpt_kv"));
 
 }  // namespace
 }  // namespace dynvm

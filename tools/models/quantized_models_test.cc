@@ -99,7 +99,8 @@ TEST_P(QuantizedModelTest, OneStepLogitsStayClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, QuantizedModelTest,
-                         ::testing::Values("lstm_scatter", "lstm_cat", "lstm_list", "gpt"));
+                         ::testing::Values("lstm_scatter", "lstm_cat", "lstm_list", "gpt",
+                                           "gpt_kv"));
 
 }  // namespace
 }  // namespace dynvm
