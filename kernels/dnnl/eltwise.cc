@@ -161,9 +161,9 @@ class BinaryKernel final : public DnnlKernel {
       if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
       std::swap(a, b);
     }
-    if (LoopServes(*a, *b, out_dims, numel)) {
+    if (LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
-      return RunLoop(*a, *b, numel, out[0]);
+      return RunLoop(ctx, *a, *b, numel, out[0]);
     }
     if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
@@ -193,13 +193,16 @@ class BinaryKernel final : public DnnlKernel {
   }
 
  private:
-  // Add, Sub, Mul and Div of at most kChurnMaxElements elements run a plain loop (vector_loops.h)
-  // when `a` has every output element, contiguous, and `b` is too, or is one row or a scalar
-  // (contiguous): no primitive to bind per shape, and IEEE results equal to the reference's.
-  bool LoopServes(const Tensor& a, const Tensor& b, absl::Span<const int64_t> dims,
-                  int64_t numel) const {
-    if (!loop_op_.has_value() || numel > kChurnMaxElements || numel == 0 || scale_ != 1.0f ||
-        a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
+  // Add, Sub, Mul and Div of at most kChurnMaxElements elements (any size with more than one
+  // thread: the loop splits across the VM's pool, where the primitive would use OpenMP) run a
+  // plain loop (vector_loops.h) when `a` has every output element, contiguous, and `b` is too,
+  // or is one row or a scalar (contiguous): no primitive to bind per shape, and IEEE results
+  // equal to the reference's.
+  bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
+                  absl::Span<const int64_t> dims, int64_t numel) const {
+    if (!loop_op_.has_value() || (numel > kChurnMaxElements && ctx.num_threads() == 1) ||
+        numel == 0 || scale_ != 1.0f || a.numel() != numel || !a.is_contiguous() ||
+        !b.is_contiguous()) {
       return false;
     }
     if (b.numel() == numel || b.numel() == 1) return true;
@@ -211,15 +214,16 @@ class BinaryKernel final : public DnnlKernel {
     return true;
   }
 
-  absl::Status RunLoop(const Tensor& a, const Tensor& b, int64_t numel, Tensor* y) const {
+  absl::Status RunLoop(const KernelContext& ctx, const Tensor& a, const Tensor& b, int64_t numel,
+                       Tensor* y) const {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     if (b.numel() == numel) {
-      BinaryRows(*loop_op_, 1, numel, pa, pb, numel, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, numel, y->data<float>());
     } else if (b.numel() == 1) {
-      BinaryRows(*loop_op_, 1, numel, pa, pb, -1, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, -1, y->data<float>());
     } else {
-      BinaryRows(*loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
     }
     return absl::OkStatus();
   }
@@ -338,7 +342,10 @@ class ErfKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
-    ErfArray(x.numel(), x.data<float>(), out[0]->data<float>());
+    const float* src = x.data<float>();
+    float* dst = out[0]->data<float>();
+    ParallelElements(ctx, x.numel(),
+                     [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); });
     return absl::OkStatus();
   }
 };

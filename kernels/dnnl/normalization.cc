@@ -2,15 +2,15 @@
 // per site and shape.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
-// vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
-// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's
-// attention grows every step, and binding a primitive per shape costs more than the softmax itself.
-// The loop's rows are split across the VM's pool above kMinParallelRows elements (vector_loops.h).
+// vectorized loop (vector_loops.h) instead of the primitive: a decoder's attention grows every
+// step, and binding a primitive per shape costs more than the softmax itself. With more than one
+// thread the loop's rows are split across the VM's pool above kMinParallelRows elements
+// (vector_loops.h), so that oneDNN's OpenMP threads never run beside the pool's.
 // It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
 // reference kernel does (NaN throughout).
 //
-// LayerNormalization of at most kChurnMaxElements elements is a plain loop too (rows split
-// likewise).
+// LayerNormalization of at most kChurnMaxElements elements, or of any size with more than one
+// thread, is a plain loop too (rows split likewise).
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
@@ -51,9 +51,8 @@ class SoftmaxKernel final : public DnnlKernel {
       return RunReference(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
-    // One thread (ThreadsFor): the loop; more (a large input with a budget), the primitive.
-    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
-        ThreadsFor(ctx.num_threads(), x.numel()) == 1) {
+    // The loop, its rows split across the VM's pool with more than one thread.
+    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous()) {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
@@ -150,7 +149,9 @@ class LayerNormKernel final : public DnnlKernel {
     }
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
-    if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
+    // A plain loop (no primitive to bind per shape), its rows on the VM's pool with more than
+    // one thread (oneDNN's primitive would use OpenMP); larger inputs on one thread: the primitive.
+    if (x.numel() <= kChurnMaxElements || ctx.num_threads() > 1) {
       ParallelLayerNormRows(
           ctx, rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
           bias != nullptr ? bias->data<float>() : nullptr, epsilon_, out[0]->data<float>());
