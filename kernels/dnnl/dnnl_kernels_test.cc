@@ -386,6 +386,13 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     KernelCall ln("LayerNormalization");
     ln.In(x).In(scale).Out(DType::kF32).Attr("axis", int64_t{-1});
     cases.push_back({"LayerNormalization large", ln, x.numel(), kMinParallelRows});
+    KernelCall rms("RMSNorm", "dynvm");
+    rms.In(x).In(scale).Out(DType::kF32).Attr("epsilon", 1e-3f);
+    cases.push_back({"RMSNorm", rms, x.numel(), kMinParallelRows});
+    Tensor scale2 = random({43, 257});
+    KernelCall rms2("RMSNorm", "dynvm");  // two normalized axes
+    rms2.In(x).In(scale2).Out(DType::kF32).Attr("axis", int64_t{1});
+    cases.push_back({"RMSNorm axis 1", rms2, x.numel(), kMinParallelRows});
   }
   {
     // Elementwise loops: 33153 elements (a ragged tail of 16-element blocks).
