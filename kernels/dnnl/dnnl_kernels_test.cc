@@ -309,9 +309,9 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
 }
 
 // The kernels split across the pool (batch-1 GEMV in MatMul, Gemm and the LSTM/GRU gates;
-// Softmax and LayerNormalization rows; the binary and activation loops; attention units) at 2
-// threads, with odd sizes above their thresholds (so
-// the split happens and its ranges end off the grain), against the reference kernels.
+// Softmax, LayerNormalization and RMSNorm rows; the binary, activation and reduction loops;
+// attention units) at 2 threads, with odd sizes above their thresholds (so the split happens
+// and its ranges end off the grain), against the reference kernels.
 TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
   const int cap = MaxThreads();
   ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
@@ -409,6 +409,16 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
       cases.push_back({std::string(op) + " scalar", by_scalar, x.numel(), kMinParallelElements});
       cases.push_back({std::string(op) + " large", large, big.numel(), kMinParallelElements});
     }
+    Tensor positive = random({3, 43, 257});
+    for (int64_t i = 0; i < positive.numel(); ++i) {
+      positive.data<float>()[i] = std::abs(positive.data<float>()[i]) + 0.01f;
+    }
+    for (const char* op : {"Relu", "LeakyRelu", "Abs", "Neg", "Sqrt"}) {
+      KernelCall unary(op);
+      unary.In(std::string(op) == "Sqrt" ? positive : x).Out(DType::kF32);
+      if (std::string(op) == "LeakyRelu") unary.Attr("alpha", 0.1f);
+      cases.push_back({op, unary, x.numel(), kMinParallelElements});
+    }
     KernelCall erf("Erf");
     erf.In(x).Out(DType::kF32);
     cases.push_back({"Erf", erf, x.numel(), kMinParallelElements});
@@ -416,6 +426,14 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
       KernelCall act(op, "dynvm");
       act.In(x).Out(DType::kF32);
       cases.push_back({op, act, x.numel(), kMinParallelElements});
+    }
+    // Reductions: rows (innermost axis) and a middle axis (blocks of the outer axis).
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2"}) {
+      KernelCall rows(op), middle(op);
+      rows.In(x).Out(DType::kF32).Attr("axes", std::vector<int64_t>{-1});
+      middle.In(big).Out(DType::kF32).Attr("axes", std::vector<int64_t>{1});
+      cases.push_back({std::string(op) + " rows", rows, x.numel(), kMinParallelElements});
+      cases.push_back({std::string(op) + " middle", middle, big.numel(), kMinParallelElements});
     }
     KernelCall big_sm("Softmax");
     big_sm.In(big).Out(DType::kF32);

@@ -7,6 +7,11 @@
 //
 // Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
 //
+// With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Erf, and
+// Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run loops split across
+// the VM's pool, so that oneDNN's OpenMP threads never run beside the pool's; the other unary
+// ops and broadcasts keep the primitive (OpenMP above kMinParallelWork).
+//
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
 //
@@ -21,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
@@ -43,6 +49,40 @@ struct UnaryDef {
   bool drops_nan = false;            // oneDNN maps NaN to a number: NaN inputs go to the reference
 };
 
+// Unary ops whose result IEEE arithmetic gives exactly (NaN propagated): with more than one
+// thread they run this loop across the VM's pool instead of the primitive (which would use
+// oneDNN's OpenMP above kMinParallelWork, or one thread below it).
+enum class LoopUnary { kRelu, kLeakyRelu, kAbs, kNeg, kSqrt };
+
+DYNVM_CLONES void UnaryLoop(LoopUnary op, float alpha, int64_t n, const float* x, float* y) {
+  switch (op) {
+    case LoopUnary::kRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+      break;
+    case LoopUnary::kLeakyRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? alpha * x[i] : x[i];
+      break;
+    case LoopUnary::kAbs:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
+      break;
+    case LoopUnary::kNeg:
+      for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
+      break;
+    case LoopUnary::kSqrt:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+      break;
+  }
+}
+
+std::optional<LoopUnary> LoopFor(alg algorithm, float alpha, float beta) {
+  if (algorithm == alg::eltwise_relu)
+    return alpha == 0.0f ? LoopUnary::kRelu : LoopUnary::kLeakyRelu;
+  if (algorithm == alg::eltwise_abs) return LoopUnary::kAbs;
+  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return LoopUnary::kNeg;
+  if (algorithm == alg::eltwise_sqrt) return LoopUnary::kSqrt;
+  return std::nullopt;
+}
+
 class UnaryKernel final : public DnnlKernel {
  public:
   UnaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, float alpha,
@@ -52,7 +92,8 @@ class UnaryKernel final : public DnnlKernel {
         alpha_(alpha),
         beta_(beta),
         clip_(clip),
-        drops_nan_(drops_nan) {}
+        drops_nan_(drops_nan),
+        loop_(clip ? std::nullopt : LoopFor(algorithm, alpha, beta)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
@@ -71,6 +112,17 @@ class UnaryKernel final : public DnnlKernel {
         (i == 1 ? alpha : beta) = *in[i]->data<float>();
       }
       if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
+    }
+    if (loop_.has_value() && ctx.num_threads() > 1 && x.numel() >= kMinParallelElements) {
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
+      const float* src = x.data<float>();
+      float* dst = out[0]->data<float>();
+      const LoopUnary op = *loop_;
+      ParallelElements(ctx, x.numel(), [&](int64_t e0, int64_t e1) {
+        UnaryLoop(op, alpha, e1 - e0, src + e0, dst + e0);
+      });
+      return absl::OkStatus();
     }
     if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
@@ -97,6 +149,7 @@ class UnaryKernel final : public DnnlKernel {
   float alpha_, beta_;
   bool clip_;
   bool drops_nan_;
+  std::optional<LoopUnary> loop_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
