@@ -419,6 +419,12 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
       if (std::string(op) == "LeakyRelu") unary.Attr("alpha", 0.1f);
       cases.push_back({op, unary, x.numel(), kMinParallelElements});
     }
+    // Where: a [43, 257] condition over [3, 43, 257] (the block repeats), a scalar y.
+    Tensor cond = *Tensor::Empty(DType::kBool, {43, 257});
+    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = dist(rng) > 0;
+    KernelCall where("Where");
+    where.In(cond).In(x).In(one).Out(DType::kF32);
+    cases.push_back({"Where", where, x.numel(), kMinParallelElements});
     KernelCall erf("Erf");
     erf.In(x).Out(DType::kF32);
     cases.push_back({"Erf", erf, x.numel(), kMinParallelElements});

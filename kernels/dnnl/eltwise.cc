@@ -7,8 +7,9 @@
 //
 // Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
 //
-// With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Erf, and
-// Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run loops split across
+// With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
+// loop, Erf, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run
+// loops split across
 // the VM's pool, so that oneDNN's OpenMP threads never run beside the pool's; the other unary
 // ops and broadcasts keep the primitive (OpenMP above kMinParallelWork).
 //
@@ -344,17 +345,28 @@ class WhereKernel final : public DnnlKernel {
     float* o = out[0]->data<float>();
     // Operand of period p: block b starts at (b * block) % p.
     const uint8_t* pcond = c.data<uint8_t>();
-    for (int64_t b = 0; b < blocks;) {
-      // Runs of blocks over which every non-scalar operand advances linearly (until one wraps).
-      const int64_t start = b * block;
-      int64_t run = blocks - b;
-      for (int64_t p : {pc, px, py}) {
-        if (p > 1) run = std::min(run, (p - start % p) / block);
+    const float* pxv = x.data<float>();
+    const float* pyv = y.data<float>();
+    // Blocks [b0, b1): split across the VM's pool with more than one thread.
+    auto blocks_in = [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1;) {
+        // Runs of blocks over which every non-scalar operand advances linearly (until one
+        // wraps).
+        const int64_t start = b * block;
+        int64_t run = b1 - b;
+        for (int64_t p : {pc, px, py}) {
+          if (p > 1) run = std::min(run, (p - start % p) / block);
+        }
+        WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
+                    px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
+                    o + start);
+        b += run;
       }
-      WhereBlocks(run, block, pcond + start % pc, block,
-                  x.data<float>() + (px > 1 ? start % px : 0), px > 1 ? block : -1,
-                  y.data<float>() + (py > 1 ? start % py : 0), py > 1 ? block : -1, o + start);
-      b += run;
+    };
+    if (ctx.num_threads() == 1 || *total < kMinParallelElements) {
+      blocks_in(0, blocks);
+    } else {
+      ctx.ParallelFor(blocks, std::max<int64_t>(1, kMinParallelElements / (2 * block)), blocks_in);
     }
     return absl::OkStatus();
   }
