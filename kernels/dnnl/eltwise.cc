@@ -9,9 +9,9 @@
 //
 // With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
 // loop, Erf, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run
-// loops split across
-// the VM's pool, so that oneDNN's OpenMP threads never run beside the pool's; the other unary
-// ops and broadcasts keep the primitive (OpenMP above kMinParallelWork).
+// loops split across the VM's pool, so that oneDNN's OpenMP threads never run beside the
+// pool's; the other unary ops and broadcasts keep the primitive (OpenMP above
+// kMinParallelWork).
 //
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
