@@ -7,6 +7,9 @@
 //                      outputs; never removed as dead code.
 //   Gelu(x), GeluTanh(x), Silu(x) -> same type as x: fused activations the pattern rewrites
 //                      make (compiler/rewrite/activations.cc).
+//   RMSNorm(x, scale) -> same type as x: x / sqrt(mean(x^2) + epsilon) * scale over the axes
+//                      [axis, rank) (attributes axis, default -1, and epsilon, default 1e-5;
+//                      scale has one value per normalized element); compiler/rewrite/rms_norm.cc.
 //   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
 //                      kernels/reference/attention.cc has the exact definition). Attributes
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
@@ -100,6 +103,18 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                           return absl::OkStatus();
                         }});
   }
+  r.Register(OpSchema{"dynvm", "RMSNorm", [](InferContext& c) -> absl::Status {
+                        if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) ||
+                            !c.has_input(1))
+                          return c.Error("RMSNorm takes (x, scale) and has one output");
+                        const std::vector<Dim>* x = c.input_shape(0);
+                        if (x == nullptr) {
+                          c.SetOutputUnknown(0, c.input_dtype(0));
+                        } else {
+                          c.SetOutput(0, c.input_dtype(0), *x);
+                        }
+                        return absl::OkStatus();
+                      }});
   r.Register(OpSchema{"dynvm", "Attention", InferAttention});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});

@@ -52,6 +52,49 @@ def _ln_by_hand(x, w):
     return d / torch.sqrt(d.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
+def _rms_t5(x, w):
+    # T5's T5LayerNorm: pow(2), rsqrt, weight * h.
+    v = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(v + 1e-6))
+
+
+def _rms_llama(x, w):
+    # LLaMA's RMSNorm: computed in float, cast back to the input's dtype.
+    h = x.to(torch.float32)
+    v = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(v + 1e-5)
+    return w * h.to(x.dtype)
+
+
+def _rms_mul_div(x, w):
+    # x * x and 1 / sqrt, weight on the right.
+    return x * (1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + 1e-5)) * w
+
+
+def _rms_no_weight(x):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _rms_other_axis(x):
+    # The mean square over axis 1: not an RMSNorm over the trailing axes.
+    return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
+
+
+def _rms_no_keepdims(x):
+    return x * torch.rsqrt(x.pow(2).mean(-1) + 1e-6).unsqueeze(-1)
+
+
+def _rms_shared(x):
+    # The mean square is a second output: the decomposition must stay.
+    v = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(v + 1e-6), v
+
+
+def _rms_eps_input(x, eps):
+    # eps a model input, not a constant.
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
 class GptBlock(nn.Module):
     """A GPT-2 style block: pre-LayerNorm, causal attention, tanh-GELU MLP."""
 
@@ -137,6 +180,17 @@ def make_case(case, rng):
         return Lambda(_ln_shared), [x]
     if case == "pow_tensor":
         return Lambda(lambda t, e: t.pow(e)), [pos, torch.rand(b, s, d) * 3]
+    if case in ("rms_norm_t5", "rms_norm_llama", "rms_norm_mul_div"):
+        fn = {"rms_norm_t5": _rms_t5, "rms_norm_llama": _rms_llama,
+              "rms_norm_mul_div": _rms_mul_div}[case]
+        return Lambda(fn, torch.randn(d)), [x]
+    if case in ("rms_norm_no_weight", "rms_norm_other_axis", "rms_norm_no_keepdims",
+                "rms_norm_shared"):
+        return Lambda({"rms_norm_no_weight": _rms_no_weight, "rms_norm_other_axis": _rms_other_axis,
+                       "rms_norm_no_keepdims": _rms_no_keepdims,
+                       "rms_norm_shared": _rms_shared}[case]), [x]
+    if case == "rms_norm_eps_input":
+        return Lambda(_rms_eps_input), [x, torch.rand(1) * 1e-2 + 1e-3]
     if case.startswith("pow_"):
         e = {"pow_2": 2.0, "pow_3": 3.0, "pow_half": 0.5, "pow_1": 1.0, "pow_m1": -1.0,
              "pow_2_5": 2.5}[case]

@@ -62,6 +62,16 @@ CASES = {
     "mha_weights": ([14], {"attention": False}, []),
     "attention_other_axis": ([14], {"attention": False}, []),
     "attention_mask_bigger": ([14], {"attention": False}, []),
+    "rms_norm_t5": (ALL, {"rms_norm": True, "rms_norm_scale": True}, ["ReduceMean", "Sqrt", "Mul"]),
+    "rms_norm_llama": (ALL, {"rms_norm": True, "rms_norm_scale": True},
+                       ["ReduceMean", "Sqrt", "Mul", "Cast"]),
+    "rms_norm_mul_div": (ALL, {"rms_norm": True, "rms_norm_scale": True},
+                         ["ReduceMean", "Sqrt", "Mul"]),
+    "rms_norm_no_weight": ([14], {"rms_norm": True}, ["ReduceMean", "Sqrt"]),
+    "rms_norm_other_axis": ([14], {"rms_norm": False}, []),
+    "rms_norm_no_keepdims": ([14], {"rms_norm": False}, []),
+    "rms_norm_shared": ([14], {"rms_norm": False}, []),
+    "rms_norm_eps_input": ([14], {"rms_norm": False}, []),
 }
 RANDOMIZED = {
     "encoder_layer": {"layer_norm": True, "gelu": True, "attention": True},

@@ -6,7 +6,8 @@
 //   Silu(x)     = x sigmoid(x)                     tanh and sigmoid by fast_math.h
 // A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
 // binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
-// several times the work. Within 1e-6 relative of the reference; NaN gives NaN.
+// several times the work. Within 1e-6 relative of the reference; NaN gives NaN. Elements are
+// split across the VM's pool from kMinParallelElements (vector_loops.h).
 #include <cmath>
 
 #include "common/status_macros.h"
@@ -62,9 +63,19 @@ class ActivationKernel final : public DnnlKernel {
     const int64_t n = x.numel();
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
-    switch (act_) {
+    if (act_ == Act::kGelu && src == dst) {
+      return RunReference(ctx, in, out);  // the finish reads x after erf
+    }
+    const Act act = act_;
+    ParallelElements(ctx, n,
+                     [&](int64_t e0, int64_t e1) { Apply(act, e1 - e0, src + e0, dst + e0); });
+    return absl::OkStatus();
+  }
+
+ private:
+  static void Apply(Act act, int64_t n, const float* src, float* dst) {
+    switch (act) {
       case Act::kGelu:
-        if (src == dst) return RunReference(ctx, in, out);  // the finish reads x after erf
         ScaleArray(n, src, 0.70710678118654752f, dst);
         ErfArray(n, dst, dst);
         GeluFinish(n, src, dst);
@@ -76,10 +87,8 @@ class ActivationKernel final : public DnnlKernel {
         SiluArray(n, src, dst);
         break;
     }
-    return absl::OkStatus();
   }
 
- private:
   Act act_;
 };
 

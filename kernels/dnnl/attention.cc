@@ -5,10 +5,14 @@
 // head-split transposes are strides). Queries run in blocks whose scores fit a fixed 64 KiB
 // scratch (the site's workspace: nothing is allocated per decode step). Needs unit stride
 // along D and Dv (the layouts torch's exports give); anything else runs the reference loops.
-// Units are independent: a thread pool can split [0, units) (with a scratch per thread).
+// Units are independent: with more than one thread they are split across the VM's pool (a
+// scratch block per range, dnnl_sgemm single-threaded inside), above kMinParallelGemv
+// multiply-adds.
 #include "kernels/reference/attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "common/status_macros.h"
 #include "kernels/dnnl/clones.h"
@@ -113,6 +117,15 @@ absl::Status RunUnits(const AttentionAttrs& a, const AttentionGeometry& g, const
   return absl::OkStatus();
 }
 
+// Units per range on the VM's pool: all of them (one thread) below kMinParallelGemv
+// multiply-adds in all (a short decode step), else one unit (a (batch, head) pair) at a time.
+int64_t UnitGrain(const KernelContext& ctx, const AttentionGeometry& g) {
+  if (ctx.num_threads() == 1 || g.units < 2) return std::max<int64_t>(g.units, 1);
+  const double macs = static_cast<double>(g.units) * static_cast<double>(g.lq) *
+                      static_cast<double>(g.lk) * static_cast<double>(g.d + g.dv);
+  return macs < static_cast<double>(kMinParallelGemv) ? g.units : 1;
+}
+
 class AttentionKernel final : public DnnlKernel {
  public:
   AttentionKernel(std::string name, std::unique_ptr<Kernel> reference, AttentionAttrs a)
@@ -124,13 +137,42 @@ class AttentionKernel final : public DnnlKernel {
     const bool fast = FastLayout(g, l);
     // The scores of a block of queries, from the site's workspace: a fixed size (one row when
     // a row is longer), so a decode whose prefix grows allocates nothing after its first step.
+    // One scratch block per range of units on the VM's pool.
     const int64_t floats = std::max(kScratchFloats, g.lk);
-    DYNVM_ASSIGN_OR_RETURN(void* s, ctx.Workspace(static_cast<size_t>(floats) * sizeof(float)));
-    if (!fast) {
-      reference::AttentionUnitsReference(a_, g, 0, g.units, static_cast<float*>(s));
-      return absl::OkStatus();
+    const int64_t grain = UnitGrain(ctx, g);
+    const int tasks = ctx.ParallelTasks(g.units, grain);
+    // Sized by the thread count (not this call's ranges): one size at every decode step.
+    DYNVM_ASSIGN_OR_RETURN(void* s, ctx.Workspace(static_cast<size_t>(floats) *
+                                                  std::max(ctx.num_threads(), 1) * sizeof(float)));
+    if (tasks == 1) {
+      // A small call at more than one thread: dnnl_sgemm on this thread alone, too.
+      if (ctx.num_threads() > 1) SetThreads(1);
+      if (!fast) {
+        reference::AttentionUnitsReference(a_, g, 0, g.units, static_cast<float*>(s));
+        return absl::OkStatus();
+      }
+      return RunUnits(a_, g, l, 0, g.units, floats / g.lk, static_cast<float*>(s));
     }
-    return RunUnits(a_, g, l, 0, g.units, floats / g.lk, static_cast<float*>(s));
+    // Ranges take their scratch blocks in the order they start; errors are collected and the
+    // first returned after the join.
+    std::atomic<int> next_block{0};
+    std::mutex mu;
+    absl::Status status;
+    float* scratch = static_cast<float*>(s);
+    ctx.ParallelFor(g.units, grain, [&](int64_t u0, int64_t u1) {
+      float* block = scratch + floats * next_block.fetch_add(1, std::memory_order_relaxed);
+      SetThreads(1);  // dnnl_sgemm on this thread: no OpenMP team beside the pool
+      if (!fast) {
+        reference::AttentionUnitsReference(a_, g, u0, u1, block);
+        return;
+      }
+      absl::Status st = RunUnits(a_, g, l, u0, u1, floats / g.lk, block);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (status.ok()) status = std::move(st);
+      }
+    });
+    return status;
   }
 
  private:

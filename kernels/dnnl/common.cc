@@ -256,6 +256,9 @@ absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
 
 absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
                           std::initializer_list<const void*> data) {
+  // A primitive about to run on an OpenMP team: the VM pool's workers, spinning after the
+  // previous split kernel, park now instead of competing with the team for the cores.
+  if (ctx.num_threads() > 1 && omp_get_max_threads() > 1) ctx.ParkWorkers();
   void* scratch = nullptr;
   if (prim.scratchpad_bytes() > 0) {
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(prim.scratchpad_bytes()));

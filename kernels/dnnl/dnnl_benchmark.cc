@@ -115,7 +115,9 @@ MATMUL_BENCHMARK(BM_Linear);
 //   BM_GemvSplit/N/threads -- a linear layer's batch-1 GEMV, [1, N] x [N, N]^T, its weight rows
 //                             split across the pool (the threshold kMinParallelGemv);
 //   BM_SoftmaxSplit, BM_LayerNormSplit/rows/threads -- rows of 128 split likewise
-//                             (kMinParallelRows).
+//                             (kMinParallelRows);
+//   BM_BinarySplit, BM_ErfSplit/elements/threads -- the elementwise loops
+//                             (kMinParallelElements).
 KernelContext* SweepContext(int threads) {
   if (threads > MaxThreads() && !SetMaxThreads(threads).ok()) return nullptr;
   static KernelContext* ctx[3] = {nullptr, new KernelContext(&HeapAllocator::Get(), 1),
@@ -176,6 +178,47 @@ void BM_LayerNormSplit(benchmark::State& state) {
 BENCHMARK(BM_LayerNormSplit)
     ->ArgNames({"rows", "threads"})
     ->ArgsProduct({{8, 32, 64, 128, 256, 512}, {1, 2}})
+    ->UseRealTime();
+
+// The elementwise loops (kMinParallelElements): BinaryRows (Add of a broadcast row, the
+// cheapest per element) and ErfArray (the core of Gelu, the dearest) over `elements` floats,
+// split in halves at 2 threads.
+void BM_BinarySplit(benchmark::State& state) {
+  const int64_t elements = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  KernelContext* ctx = SweepContext(threads);
+  const int64_t rows = elements / 128;
+  Tensor x = Filled({rows, 128}), b = Filled({128}), y = Filled({rows, 128});
+  for (auto _ : state) {
+    ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
+      BinaryRows(BinaryOp::kAdd, r1 - r0, 128, x.data<float>() + r0 * 128, b.data<float>(), 0,
+                 y.data<float>() + r0 * 128);
+    });
+    benchmark::DoNotOptimize(y.data<float>()[0]);
+  }
+  state.counters["elements"] = static_cast<double>(rows * 128);
+}
+BENCHMARK(BM_BinarySplit)
+    ->ArgNames({"elements", "threads"})
+    ->ArgsProduct({{4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576}, {1, 2}})
+    ->UseRealTime();
+
+void BM_ErfSplit(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  KernelContext* ctx = SweepContext(threads);
+  Tensor x = Filled({n}), y = Filled({n});
+  for (auto _ : state) {
+    ctx->ParallelFor(n, (n + threads - 1) / threads, [&](int64_t e0, int64_t e1) {
+      ErfArray(e1 - e0, x.data<float>() + e0, y.data<float>() + e0);
+    });
+    benchmark::DoNotOptimize(y.data<float>()[0]);
+  }
+  state.counters["elements"] = static_cast<double>(n);
+}
+BENCHMARK(BM_ErfSplit)
+    ->ArgNames({"elements", "threads"})
+    ->ArgsProduct({{1024, 2048, 4096, 8192, 16384, 32768, 65536, 262144}, {1, 2}})
     ->UseRealTime();
 
 // ---- the oneDNN forms, directly ----

@@ -309,8 +309,9 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
 }
 
 // The kernels split across the pool (batch-1 GEMV in MatMul, Gemm and the LSTM/GRU gates;
-// Softmax and LayerNormalization rows) at 2 threads, with odd sizes above their thresholds (so
-// the split happens and its ranges end off the grain), against the reference kernels.
+// Softmax, LayerNormalization and RMSNorm rows; the binary, activation and reduction loops;
+// attention units) at 2 threads, with odd sizes above their thresholds (so the split happens
+// and its ranges end off the grain), against the reference kernels.
 TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
   const int cap = MaxThreads();
   ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
@@ -378,6 +379,98 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     KernelCall ln("LayerNormalization");
     ln.In(x).In(scale).In(bias).Out(DType::kF32).Attr("axis", int64_t{-1});
     cases.push_back({"LayerNormalization", ln, x.numel(), kMinParallelRows});
+  }
+  {
+    // LayerNormalization above kChurnMaxElements (the primitive on one thread, the loop at 2).
+    Tensor x = random({7, 43, 257}), scale = random({257});
+    KernelCall ln("LayerNormalization");
+    ln.In(x).In(scale).Out(DType::kF32).Attr("axis", int64_t{-1});
+    cases.push_back({"LayerNormalization large", ln, x.numel(), kMinParallelRows});
+    KernelCall rms("RMSNorm", "dynvm");
+    rms.In(x).In(scale).Out(DType::kF32).Attr("epsilon", 1e-3f);
+    cases.push_back({"RMSNorm", rms, x.numel(), kMinParallelRows});
+    Tensor scale2 = random({43, 257});
+    KernelCall rms2("RMSNorm", "dynvm");  // two normalized axes
+    rms2.In(x).In(scale2).Out(DType::kF32).Attr("axis", int64_t{1});
+    cases.push_back({"RMSNorm axis 1", rms2, x.numel(), kMinParallelRows});
+  }
+  {
+    // Elementwise loops: 33153 elements (a ragged tail of 16-element blocks).
+    Tensor x = random({3, 43, 257}), y = random({3, 43, 257}), row = random({257});
+    Tensor one = random({1}), big = random({7, 43, 257}), big_row = random({1, 1, 257});
+    for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+      KernelCall full(op), by_row(op), by_scalar(op), large(op);
+      full.In(x).In(y).Out(DType::kF32);
+      by_row.In(x).In(row).Out(DType::kF32);
+      by_scalar.In(x).In(one).Out(DType::kF32);
+      large.In(big).In(big_row).Out(DType::kF32);  // above kChurnMaxElements
+      cases.push_back({std::string(op) + " same shape", full, x.numel(), kMinParallelElements});
+      cases.push_back({std::string(op) + " row", by_row, x.numel(), kMinParallelElements});
+      cases.push_back({std::string(op) + " scalar", by_scalar, x.numel(), kMinParallelElements});
+      cases.push_back({std::string(op) + " large", large, big.numel(), kMinParallelElements});
+    }
+    Tensor positive = random({3, 43, 257});
+    for (int64_t i = 0; i < positive.numel(); ++i) {
+      positive.data<float>()[i] = std::abs(positive.data<float>()[i]) + 0.01f;
+    }
+    for (const char* op : {"Relu", "LeakyRelu", "Abs", "Neg", "Sqrt"}) {
+      KernelCall unary(op);
+      unary.In(std::string(op) == "Sqrt" ? positive : x).Out(DType::kF32);
+      if (std::string(op) == "LeakyRelu") unary.Attr("alpha", 0.1f);
+      cases.push_back({op, unary, x.numel(), kMinParallelElements});
+    }
+    // Where: a [43, 257] condition over [3, 43, 257] (the block repeats), a scalar y.
+    Tensor cond = *Tensor::Empty(DType::kBool, {43, 257});
+    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = dist(rng) > 0;
+    KernelCall where("Where");
+    where.In(cond).In(x).In(one).Out(DType::kF32);
+    cases.push_back({"Where", where, x.numel(), kMinParallelElements});
+    KernelCall erf("Erf");
+    erf.In(x).Out(DType::kF32);
+    cases.push_back({"Erf", erf, x.numel(), kMinParallelElements});
+    for (const char* op : {"Gelu", "GeluTanh", "Silu"}) {
+      KernelCall act(op, "dynvm");
+      act.In(x).Out(DType::kF32);
+      cases.push_back({op, act, x.numel(), kMinParallelElements});
+    }
+    // Reductions: rows (innermost axis) and a middle axis (blocks of the outer axis).
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2"}) {
+      KernelCall rows(op), middle(op);
+      rows.In(x).Out(DType::kF32).Attr("axes", std::vector<int64_t>{-1});
+      middle.In(big).Out(DType::kF32).Attr("axes", std::vector<int64_t>{1});
+      cases.push_back({std::string(op) + " rows", rows, x.numel(), kMinParallelElements});
+      cases.push_back({std::string(op) + " middle", middle, big.numel(), kMinParallelElements});
+    }
+    KernelCall big_sm("Softmax");
+    big_sm.In(big).Out(DType::kF32);
+    cases.push_back({"Softmax large", big_sm, big.numel(), kMinParallelRows});
+  }
+  {
+    // Attention: 3 x 5 = 15 (batch, head) units, an odd count; Q [B, L, H, D] through q_perm,
+    // an additive key-padding mask [B, 1, 1, Lk].
+    const int64_t b = 3, h = 5, lq = 37, lk = 41, d = 24;
+    Tensor q = random({b, lq, h, d}), k = random({b, h, lk, d}), v = random({b, h, lk, d});
+    Tensor mask = random({b, 1, 1, lk});
+    KernelCall att("Attention", "dynvm");
+    att.In(q)
+        .In(k)
+        .In(v)
+        .In(mask)
+        .Out(DType::kF32)
+        .Attr("q_perm", std::vector<int64_t>{0, 2, 1, 3})
+        .Attr("k_perm", std::vector<int64_t>{0, 1, 3, 2})
+        .Attr("scale", 0.2f)
+        .Attr("mask_mode", int64_t{1});
+    cases.push_back({"Attention", att, b * h * lq * lk * 2 * d, kMinParallelGemv});
+    KernelCall decode("Attention", "dynvm");  // one query per unit: the GEMV loops
+    Tensor q1 = random({b, h, 1, d}), k1 = random({b, h, 700, d}), v1 = random({b, h, 700, d});
+    decode.In(q1)
+        .In(k1)
+        .In(v1)
+        .Out(DType::kF32)
+        .Attr("k_perm", std::vector<int64_t>{0, 1, 3, 2})
+        .Attr("scale", 0.2f);
+    cases.push_back({"Attention one query", decode, b * h * 700 * 2 * d, kMinParallelGemv});
   }
   for (Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -7,6 +7,12 @@
 //
 // Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
 //
+// With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
+// loop, Erf, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run
+// loops split across the VM's pool, so that oneDNN's OpenMP threads never run beside the
+// pool's; the other unary ops and broadcasts keep the primitive (OpenMP above
+// kMinParallelWork).
+//
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
 //
@@ -21,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
@@ -43,6 +50,40 @@ struct UnaryDef {
   bool drops_nan = false;            // oneDNN maps NaN to a number: NaN inputs go to the reference
 };
 
+// Unary ops whose result IEEE arithmetic gives exactly (NaN propagated): with more than one
+// thread they run this loop across the VM's pool instead of the primitive (which would use
+// oneDNN's OpenMP above kMinParallelWork, or one thread below it).
+enum class LoopUnary { kRelu, kLeakyRelu, kAbs, kNeg, kSqrt };
+
+DYNVM_CLONES void UnaryLoop(LoopUnary op, float alpha, int64_t n, const float* x, float* y) {
+  switch (op) {
+    case LoopUnary::kRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+      break;
+    case LoopUnary::kLeakyRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? alpha * x[i] : x[i];
+      break;
+    case LoopUnary::kAbs:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
+      break;
+    case LoopUnary::kNeg:
+      for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
+      break;
+    case LoopUnary::kSqrt:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+      break;
+  }
+}
+
+std::optional<LoopUnary> LoopFor(alg algorithm, float alpha, float beta) {
+  if (algorithm == alg::eltwise_relu)
+    return alpha == 0.0f ? LoopUnary::kRelu : LoopUnary::kLeakyRelu;
+  if (algorithm == alg::eltwise_abs) return LoopUnary::kAbs;
+  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return LoopUnary::kNeg;
+  if (algorithm == alg::eltwise_sqrt) return LoopUnary::kSqrt;
+  return std::nullopt;
+}
+
 class UnaryKernel final : public DnnlKernel {
  public:
   UnaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, float alpha,
@@ -52,7 +93,8 @@ class UnaryKernel final : public DnnlKernel {
         alpha_(alpha),
         beta_(beta),
         clip_(clip),
-        drops_nan_(drops_nan) {}
+        drops_nan_(drops_nan),
+        loop_(clip ? std::nullopt : LoopFor(algorithm, alpha, beta)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
@@ -71,6 +113,17 @@ class UnaryKernel final : public DnnlKernel {
         (i == 1 ? alpha : beta) = *in[i]->data<float>();
       }
       if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
+    }
+    if (loop_.has_value() && ctx.num_threads() > 1 && x.numel() >= kMinParallelElements) {
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
+      const float* src = x.data<float>();
+      float* dst = out[0]->data<float>();
+      const LoopUnary op = *loop_;
+      ParallelElements(ctx, x.numel(), [&](int64_t e0, int64_t e1) {
+        UnaryLoop(op, alpha, e1 - e0, src + e0, dst + e0);
+      });
+      return absl::OkStatus();
     }
     if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
@@ -97,6 +150,7 @@ class UnaryKernel final : public DnnlKernel {
   float alpha_, beta_;
   bool clip_;
   bool drops_nan_;
+  std::optional<LoopUnary> loop_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
@@ -161,9 +215,9 @@ class BinaryKernel final : public DnnlKernel {
       if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
       std::swap(a, b);
     }
-    if (LoopServes(*a, *b, out_dims, numel)) {
+    if (LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
-      return RunLoop(*a, *b, numel, out[0]);
+      return RunLoop(ctx, *a, *b, numel, out[0]);
     }
     if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
@@ -193,13 +247,16 @@ class BinaryKernel final : public DnnlKernel {
   }
 
  private:
-  // Add, Sub, Mul and Div of at most kChurnMaxElements elements run a plain loop (vector_loops.h)
-  // when `a` has every output element, contiguous, and `b` is too, or is one row or a scalar
-  // (contiguous): no primitive to bind per shape, and IEEE results equal to the reference's.
-  bool LoopServes(const Tensor& a, const Tensor& b, absl::Span<const int64_t> dims,
-                  int64_t numel) const {
-    if (!loop_op_.has_value() || numel > kChurnMaxElements || numel == 0 || scale_ != 1.0f ||
-        a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
+  // Add, Sub, Mul and Div of at most kChurnMaxElements elements (any size with more than one
+  // thread: the loop splits across the VM's pool, where the primitive would use OpenMP) run a
+  // plain loop (vector_loops.h) when `a` has every output element, contiguous, and `b` is too,
+  // or is one row or a scalar (contiguous): no primitive to bind per shape, and IEEE results
+  // equal to the reference's.
+  bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
+                  absl::Span<const int64_t> dims, int64_t numel) const {
+    if (!loop_op_.has_value() || (numel > kChurnMaxElements && ctx.num_threads() == 1) ||
+        numel == 0 || scale_ != 1.0f || a.numel() != numel || !a.is_contiguous() ||
+        !b.is_contiguous()) {
       return false;
     }
     if (b.numel() == numel || b.numel() == 1) return true;
@@ -211,15 +268,16 @@ class BinaryKernel final : public DnnlKernel {
     return true;
   }
 
-  absl::Status RunLoop(const Tensor& a, const Tensor& b, int64_t numel, Tensor* y) const {
+  absl::Status RunLoop(const KernelContext& ctx, const Tensor& a, const Tensor& b, int64_t numel,
+                       Tensor* y) const {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     if (b.numel() == numel) {
-      BinaryRows(*loop_op_, 1, numel, pa, pb, numel, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, numel, y->data<float>());
     } else if (b.numel() == 1) {
-      BinaryRows(*loop_op_, 1, numel, pa, pb, -1, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, -1, y->data<float>());
     } else {
-      BinaryRows(*loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
+      ParallelBinaryRows(ctx, *loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
     }
     return absl::OkStatus();
   }
@@ -287,17 +345,28 @@ class WhereKernel final : public DnnlKernel {
     float* o = out[0]->data<float>();
     // Operand of period p: block b starts at (b * block) % p.
     const uint8_t* pcond = c.data<uint8_t>();
-    for (int64_t b = 0; b < blocks;) {
-      // Runs of blocks over which every non-scalar operand advances linearly (until one wraps).
-      const int64_t start = b * block;
-      int64_t run = blocks - b;
-      for (int64_t p : {pc, px, py}) {
-        if (p > 1) run = std::min(run, (p - start % p) / block);
+    const float* pxv = x.data<float>();
+    const float* pyv = y.data<float>();
+    // Blocks [b0, b1): split across the VM's pool with more than one thread.
+    auto blocks_in = [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1;) {
+        // Runs of blocks over which every non-scalar operand advances linearly (until one
+        // wraps).
+        const int64_t start = b * block;
+        int64_t run = b1 - b;
+        for (int64_t p : {pc, px, py}) {
+          if (p > 1) run = std::min(run, (p - start % p) / block);
+        }
+        WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
+                    px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
+                    o + start);
+        b += run;
       }
-      WhereBlocks(run, block, pcond + start % pc, block,
-                  x.data<float>() + (px > 1 ? start % px : 0), px > 1 ? block : -1,
-                  y.data<float>() + (py > 1 ? start % py : 0), py > 1 ? block : -1, o + start);
-      b += run;
+    };
+    if (ctx.num_threads() == 1 || *total < kMinParallelElements) {
+      blocks_in(0, blocks);
+    } else {
+      ctx.ParallelFor(blocks, std::max<int64_t>(1, kMinParallelElements / (2 * block)), blocks_in);
     }
     return absl::OkStatus();
   }
@@ -338,7 +407,10 @@ class ErfKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
-    ErfArray(x.numel(), x.data<float>(), out[0]->data<float>());
+    const float* src = x.data<float>();
+    float* dst = out[0]->data<float>();
+    ParallelElements(ctx, x.numel(),
+                     [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); });
     return absl::OkStatus();
   }
 };

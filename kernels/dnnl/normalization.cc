@@ -2,15 +2,16 @@
 // per site and shape.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
-// vectorized loop (vector_loops.h) instead of the primitive when it runs on one thread
-// (ThreadsFor: one thread asked for, or an input under kMinParallelWork elements): a decoder's
-// attention grows every step, and binding a primitive per shape costs more than the softmax itself.
-// The loop's rows are split across the VM's pool above kMinParallelRows elements (vector_loops.h).
+// vectorized loop (vector_loops.h) instead of the primitive: a decoder's attention grows every
+// step, and binding a primitive per shape costs more than the softmax itself. With more than one
+// thread the loop's rows are split across the VM's pool above kMinParallelRows elements
+// (vector_loops.h), so that oneDNN's OpenMP threads never run beside the pool's.
 // It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
 // reference kernel does (NaN throughout).
 //
-// LayerNormalization of at most kChurnMaxElements elements is a plain loop too (rows split
-// likewise).
+// LayerNormalization of at most kChurnMaxElements elements, or of any size with more than one
+// thread, is a plain loop too (rows split likewise), and so is dynvm::RMSNorm (the fused op of
+// compiler/rewrite/rms_norm.cc) at every size.
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
@@ -51,9 +52,8 @@ class SoftmaxKernel final : public DnnlKernel {
       return RunReference(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
-    // One thread (ThreadsFor): the loop; more (a large input with a budget), the primitive.
-    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous() &&
-        ThreadsFor(ctx.num_threads(), x.numel()) == 1) {
+    // The loop, its rows split across the VM's pool with more than one thread.
+    if (!log_ && !legacy_2d_ && axis == rank - 1 && x.is_contiguous()) {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
       const int64_t n = x.dim(rank - 1);
@@ -150,7 +150,9 @@ class LayerNormKernel final : public DnnlKernel {
     }
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
-    if (x.numel() <= kChurnMaxElements) {  // a plain loop: no primitive to bind per shape
+    // A plain loop (no primitive to bind per shape), its rows on the VM's pool with more than
+    // one thread (oneDNN's primitive would use OpenMP); larger inputs on one thread: the primitive.
+    if (x.numel() <= kChurnMaxElements || ctx.num_threads() > 1) {
       ParallelLayerNormRows(
           ctx, rows, count, x.data<float>(), scale != nullptr ? scale->data<float>() : nullptr,
           bias != nullptr ? bias->data<float>() : nullptr, epsilon_, out[0]->data<float>());
@@ -218,6 +220,48 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) 
   return std::make_unique<LayerNormKernel>(KernelName(spec), std::move(ref), axis, *epsilon);
 }
 
+// ---- dynvm::RMSNorm ----
+
+// The vector loop (vector_loops.h), rows split across the VM's pool; a strided x or scale, or
+// shapes the loop does not take, go to the reference kernel (which reports bad ones).
+class RmsNormKernel final : public DnnlKernel {
+ public:
+  RmsNormKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t axis, float epsilon)
+      : DnnlKernel(std::move(name), std::move(reference)), axis_(axis), epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "RMSNorm"));
+    const Tensor& x = *in[0];
+    const Tensor& scale = *in[1];
+    const int rank = x.rank();
+    if (x.dtype() != DType::kF32 || scale.dtype() != DType::kF32 || !x.is_contiguous() ||
+        !scale.is_contiguous() || axis_ < -rank || axis_ >= rank || x.numel() == 0) {
+      return RunReference(ctx, in, out);
+    }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    int64_t rows = 1, count = 1;
+    for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
+    if (scale.numel() != count) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RMSNorm"));
+    ParallelRmsNormRows(ctx, rows, count, x.data<float>(), scale.data<float>(), epsilon_,
+                        out[0]->data<float>());
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNorm(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
+  DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
+  return std::make_unique<RmsNormKernel>(KernelName(spec), std::move(ref), axis, epsilon);
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
 }
@@ -228,6 +272,8 @@ void RegisterNormalizationKernels(KernelRegistry& r) {
   Add(r, "Softmax", [](const KernelSpec& spec) { return CreateSoftmax(spec, /*log=*/false); });
   Add(r, "LogSoftmax", [](const KernelSpec& spec) { return CreateSoftmax(spec, /*log=*/true); });
   Add(r, "LayerNormalization", &CreateLayerNorm);
+  r.Register(KernelRegistration{"dynvm", "RMSNorm", Device::kCPU, kBackend, kDnnlPriority,
+                                &CreateRmsNorm});
 }
 
 }  // namespace dynvm::onednn

@@ -15,7 +15,10 @@
 // of f32 partial sums, over middle axes (a mean pool over the sequence) a loop along the kept
 // inner axis. Binding and executing the primitive there cost several times the work (a 350 us
 // ReduceSum over the last axis in the issue-16 profile, 1.1 ms for a [8, 64, 128] pool over
-// axis 1).
+// axis 1). With more than one thread, the loops' outer indices (rows, or the blocks of a
+// middle-axis reduction) are split across the VM's pool from kMinParallelElements input
+// elements (vector_loops.h).
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +26,7 @@
 #include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -218,15 +222,26 @@ class ReduceKernel final : public DnnlKernel {
       int64_t outer = 1, n = 1, inner = 1;
       for (int d = 0; d < rank; ++d) (d < first ? outer : d <= last ? n : inner) *= x.dim(d);
       float* y = out[0]->data<float>();
-      if (inner == 1) {
-        ReduceRowsLoop(op, outer, n, x.data<float>(), y);
-      } else {
-        ReduceColumnsLoop(op, outer, n, inner, x.data<float>(), y);
-      }
-      if (mean || root) {
-        for (int64_t r = 0; r < outer * inner; ++r) {
-          y[r] = mean ? y[r] / static_cast<float>(n) : std::sqrt(y[r]);
+      const float* px = x.data<float>();
+      // Outer indices [o0, o1): independent, split across the VM's pool (one thread below
+      // kMinParallelElements elements read).
+      auto loop = [&](int64_t o0, int64_t o1) {
+        if (inner == 1) {
+          ReduceRowsLoop(op, o1 - o0, n, px + o0 * n, y + o0);
+        } else {
+          ReduceColumnsLoop(op, o1 - o0, n, inner, px + o0 * n * inner, y + o0 * inner);
         }
+        if (mean || root) {
+          for (int64_t r = o0 * inner; r < o1 * inner; ++r) {
+            y[r] = mean ? y[r] / static_cast<float>(n) : std::sqrt(y[r]);
+          }
+        }
+      };
+      if (ctx.num_threads() == 1 || x.numel() < kMinParallelElements) {
+        loop(0, outer);
+      } else {
+        const int64_t per_outer = std::max<int64_t>(n * inner, 1);
+        ctx.ParallelFor(outer, std::max<int64_t>(1, kMinParallelElements / (2 * per_outer)), loop);
       }
       return absl::OkStatus();
     }

@@ -374,6 +374,16 @@ void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, 
   }
 }
 
+void RmsNormRows(int64_t rows, int64_t n, const float* x, const float* scale, float epsilon,
+                 float* y) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    const float ms = RowSquaredDeviation(n, xr, 0.0f) * inv_n;
+    NormalizeRow(n, xr, 0.0f, 1.0f / std::sqrt(ms + epsilon), scale, nullptr, y + r * n);
+  }
+}
+
 void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                 int64_t b_row_stride, float* y) {
   switch (op) {
@@ -474,6 +484,49 @@ void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, co
                            const float* scale, const float* bias, float epsilon, float* y) {
   ctx.ParallelFor(rows, RowGrain(ctx, rows, n), [&](int64_t r0, int64_t r1) {
     LayerNormRows(r1 - r0, n, x + r0 * n, scale, bias, epsilon, y + r0 * n);
+  });
+}
+
+void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                         const float* scale, float epsilon, float* y) {
+  ctx.ParallelFor(rows, RowGrain(ctx, rows, n), [&](int64_t r0, int64_t r1) {
+    RmsNormRows(r1 - r0, n, x + r0 * n, scale, epsilon, y + r0 * n);
+  });
+}
+
+void ParallelElements(const KernelContext& ctx, int64_t n,
+                      absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (ctx.num_threads() == 1 || n < kMinParallelElements) {
+    fn(0, n);
+    return;
+  }
+  // Whole 16-float blocks (a cache line), at least kMinParallelElements / 2 per range.
+  const int64_t grain = std::max<int64_t>(16, (kMinParallelElements / 2 + 15) / 16 * 16);
+  ctx.ParallelFor(n, grain, fn);
+}
+
+void ParallelBinaryRows(const KernelContext& ctx, BinaryOp op, int64_t rows, int64_t n,
+                        const float* a, const float* b, int64_t b_row_stride, float* y) {
+  if (ctx.num_threads() == 1 || rows * n < kMinParallelElements ||
+      (b_row_stride > 0 && b_row_stride != n)) {
+    BinaryRows(op, rows, n, a, b, b_row_stride, y);
+    return;
+  }
+  if (b_row_stride == 0 && rows > 1) {  // b is one row: whole rows per range
+    const int64_t grain =
+        std::max<int64_t>(1, kMinParallelElements / (2 * std::max<int64_t>(n, 1)));
+    ctx.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+      BinaryRows(op, r1 - r0, n, a + r0 * n, b, 0, y + r0 * n);
+    });
+    return;
+  }
+  // b has every element (b_row_stride n: rows of one array) or is one scalar.
+  ParallelElements(ctx, rows * n, [&](int64_t e0, int64_t e1) {
+    if (b_row_stride < 0) {
+      BinaryRows(op, 1, e1 - e0, a + e0, b, -1, y + e0);
+    } else {
+      BinaryRows(op, 1, e1 - e0, a + e0, b + e0, e1 - e0, y + e0);
+    }
   });
 }
 

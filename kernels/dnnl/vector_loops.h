@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "kernels/kernel.h"
 
 namespace dynvm::onednn {
@@ -67,6 +68,27 @@ void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, cons
                          float* y);
 void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                            const float* scale, const float* bias, float epsilon, float* y);
+
+// RMS normalization of `rows` contiguous rows of `n` floats: x / sqrt(mean(x^2) + eps), times
+// scale[n] when given (may be null). x and y may be the same array.
+void RmsNormRows(int64_t rows, int64_t n, const float* x, const float* scale, float epsilon,
+                 float* y);
+void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                         const float* scale, float epsilon, float* y);
+
+// Elementwise loops (BinaryRows, the fused activations, Erf) are split across the context's
+// threads from this many elements (the BM_BinarySplit / BM_GeluSplit sweep in dnnl_benchmark.cc).
+inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+// fn(e0, e1) over [0, n) elements: ranges of whole 16-element blocks (a cache line of floats)
+// on the context's threads, one thread below kMinParallelElements.
+void ParallelElements(const KernelContext& ctx, int64_t n,
+                      absl::FunctionRef<void(int64_t, int64_t)> fn);
+
+// BinaryRows split across the context's threads (by rows when b is one broadcast row, by
+// elements otherwise).
+void ParallelBinaryRows(const KernelContext& ctx, BinaryOp op, int64_t rows, int64_t n,
+                        const float* a, const float* b, int64_t b_row_stride, float* y);
 
 }  // namespace dynvm::onednn
 

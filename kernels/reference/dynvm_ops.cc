@@ -7,6 +7,8 @@
 //   Gelu(x) = x/2 (1 + erf(x/sqrt 2)); GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
 //   Silu(x) = x sigmoid(x). f32 or f64, any layout; the fused activations of
 //   compiler/rewrite/activations.cc.
+//   RMSNorm(x, scale) = x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale, f32
+//   (compiler/rewrite/rms_norm.cc).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -190,9 +192,76 @@ void AddActivation(KernelRegistry& r, const char* op, FunctionKernel::RunFn f32,
        }});
 }
 
+// ---- RMSNorm ----
+
+// y = x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * scale, f32, any layout; scale has
+// one value per normalized element (any shape of that many elements, read in row-major order).
+// Sums in double.
+class RmsNormKernel final : public Kernel {
+ public:
+  RmsNormKernel(int64_t axis, float epsilon) : axis_(axis), epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 ||
+        out[0] == nullptr) {
+      return absl::InvalidArgumentError("RMSNorm takes (x, scale) and has one output");
+    }
+    const Tensor& x = *in[0];
+    const Tensor& scale = *in[1];
+    const int rank = x.rank();
+    if (axis_ < -rank || axis_ >= rank || rank == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RMSNorm: axis ", axis_, " is out of range for ", x.DebugString()));
+    }
+    const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
+    int64_t rows = 1, count = 1;
+    for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
+    if (x.dtype() != DType::kF32 || scale.dtype() != DType::kF32 || scale.numel() != count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RMSNorm: x must be f32 and scale f32 with one value per normalized "
+                       "element (",
+                       count, "), got ", x.DebugString(), " and ", scale.DebugString()));
+    }
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RMSNorm"));
+    const float* xs = x.data<float>();
+    const float* ss = scale.data<float>();
+    float* y = out[0]->data<float>();  // contiguous: PrepareOutput allocates row-major
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < count; ++j) {
+        const double v = xs[x.ElementOffset(r * count + j)];
+        sum += v * v;
+      }
+      const double inv = 1.0 / std::sqrt(sum / static_cast<double>(count) + epsilon_);
+      for (int64_t j = 0; j < count; ++j) {
+        y[r * count + j] = static_cast<float>(xs[x.ElementOffset(r * count + j)] * inv *
+                                              ss[scale.ElementOffset(j)]);
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "rmsnorm.f32.ref"; }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "RMSNorm", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("RMSNorm takes 2 inputs and has 1 output");
+                }
+                if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+                  return absl::UnimplementedError("RMSNorm: x must be f32");
+                }
+                DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
+                DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
+                return std::make_unique<RmsNormKernel>(axis, epsilon);
+              }});
   AddActivation(r, "Gelu", &RunGelu<float>, &RunGelu<double>);
   AddActivation(r, "GeluTanh", &RunGeluTanh<float>, &RunGeluTanh<double>);
   AddActivation(r, "Silu", &RunSilu<float>, &RunSilu<double>);

@@ -154,3 +154,47 @@ TEST(AttentionKernelTest, KnownAnswerAndBadAttributes) {
 
 }  // namespace
 }  // namespace dynvm
+
+namespace dynvm {
+namespace {
+
+// dynvm::RMSNorm against the formula computed here, on every backend; bad operands are errors.
+TEST(RmsNormKernelTest, MatchesTheFormula) {
+  const Tensor x = testing::F32({2, 3}, {1, -2, 3, 0.5f, 0, -0.25f});
+  const Tensor scale = testing::F32({3}, {1, 2, -1});
+  const float eps = 1e-2f;
+  std::vector<const char*> backends = {"reference"};
+#if defined(DYNVM_WITH_DNNL)
+  backends.push_back("dnnl");
+#endif
+  for (const char* backend : backends) {
+    SCOPED_TRACE(backend);
+    absl::StatusOr<std::vector<Tensor>> r = testing::KernelCall("RMSNorm", "dynvm")
+                                                .In(x)
+                                                .In(scale)
+                                                .Out(DType::kF32)
+                                                .Attr("epsilon", eps)
+                                                .Backend(backend)
+                                                .Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int row = 0; row < 2; ++row) {
+      double ms = 0;
+      for (int j = 0; j < 3; ++j) ms += std::pow(x.data<float>()[row * 3 + j], 2) / 3;
+      for (int j = 0; j < 3; ++j) {
+        const double want =
+            x.data<float>()[row * 3 + j] / std::sqrt(ms + eps) * scale.data<float>()[j];
+        EXPECT_NEAR((*r)[0].data<float>()[row * 3 + j], want, 1e-5) << row << " " << j;
+      }
+    }
+  }
+  // A scale that is not one value per normalized element.
+  absl::StatusOr<std::vector<Tensor>> bad = testing::KernelCall("RMSNorm", "dynvm")
+                                                .In(x)
+                                                .In(testing::F32({2}, {1, 1}))
+                                                .Out(DType::kF32)
+                                                .Run();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+}
+
+}  // namespace
+}  // namespace dynvm
