@@ -379,6 +379,40 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     ln.In(x).In(scale).In(bias).Out(DType::kF32).Attr("axis", int64_t{-1});
     cases.push_back({"LayerNormalization", ln, x.numel(), kMinParallelRows});
   }
+  // Products with M >= 2 on the pool (kMinParallelGemm): rows split (a folded batch), columns
+  // split (short M), batch items split, Gemm with transposed operands, alpha, beta and a full C.
+  {
+    Tensor a = random({3, 45, 131}), b = random({131, 67});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul rows", mm, 135 * 131 * 67, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({5, 131}), b = random({131, 1001});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul columns", mm, 5 * 131 * 1001, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({2, 3, 37, 53}), b = random({2, 1, 53, 41});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul batch", mm, 6 * 37 * 53 * 41, kMinParallelGemm});
+  }
+  for (int64_t rows : {7, 40}) {
+    Tensor a = random({131, rows}), w = random({257, 131}), c = random({rows, 257});
+    KernelCall gemm("Gemm");
+    gemm.In(a).In(w).In(c).Out(DType::kF32).Attr("transA", int64_t{1}).Attr("transB", int64_t{1});
+    gemm.Attr("alpha", 0.5f).Attr("beta", 2.0f);
+    cases.push_back(
+        {"Gemm transA transB M=" + std::to_string(rows), gemm, rows * 257 * 131, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({64, 131}), w = random({131, 129}), c = random({129});
+    KernelCall gemm("Gemm");
+    gemm.In(a).In(w).In(c).Out(DType::kF32);
+    cases.push_back({"Gemm bias row", gemm, 64 * 131 * 129, kMinParallelGemm});
+  }
   for (Case& c : cases) {
     SCOPED_TRACE(c.what);
     ASSERT_GE(c.work, c.threshold);  // the case runs split
