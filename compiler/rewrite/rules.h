@@ -15,6 +15,7 @@ std::vector<Rule> ActivationRules();  // activations.cc
 std::vector<Rule> ChainRules();       // chains.cc
 std::vector<Rule> AttentionRules();   // attention.cc
 std::vector<Rule> QdqRules();         // qdq.cc
+std::vector<Rule> MatMulBiasRules();  // matmul_bias.cc
 
 }  // namespace dynvm::compiler::rewrite
 
