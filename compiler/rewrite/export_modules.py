@@ -147,7 +147,8 @@ def _linear_case(case, rng, x):
         lin = nn.Linear(d, n)
         return (lin if act is None else nn.Sequential(lin, act())), [x]
     w, b = torch.randn(d, n), torch.randn(n)
-    if case == "linear_bias_other_shape":  # varies along the sequence axis too
+    if case == "linear_bias_other_shape":  # varies along the sequence axis (at least 2 long) too
+        x = torch.randn(x.shape[0], max(x.shape[1], 2), d)
         return Lambda(lambda t, w, b: t @ w + b, w, torch.randn(x.shape[1], n)), [x]
     if case == "linear_product_shared":
         return Lambda(_linear_product_shared, w, b), [x]
