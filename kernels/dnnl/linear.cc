@@ -16,6 +16,8 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "kernels/dnnl/clones.h"
