@@ -1,5 +1,7 @@
 #include "compiler/compiler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocator/cuda_allocator.h"
@@ -67,8 +69,17 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     // kernel, which folding removed. Quantized MatMul weights stay for qdq_matmul.
     DYNVM_RETURN_IF_ERROR(FoldConstants(module, 1 << 20, /*keep_quantized_weights=*/true));
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    DYNVM_ASSIGN_OR_RETURN(result.rewrites,
-                           rewrite::ApplyRewrites(module, {options.disabled_rewrites}));
+    rewrite::RewriteOptions rewrites{options.disabled_rewrites};
+    if (options.quantize_weights != DType::kF32) {
+      // The quantize-weights pass (below) takes MatMul weights: products stay MatMul for it.
+      for (const char* r : {"matmul_bias", "gemm_activation", "linear_activation"}) {
+        if (std::find(rewrites.disabled.begin(), rewrites.disabled.end(), r) ==
+            rewrites.disabled.end()) {
+          rewrites.disabled.push_back(r);
+        }
+      }
+    }
+    DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(module, rewrites));
     if (NarrowSelectedRows(module) > 0) {
       DYNVM_RETURN_IF_ERROR(InferShapes(module));
     }

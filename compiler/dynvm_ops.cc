@@ -16,6 +16,10 @@
 //                      (0 none, 1 additive, 2/3 Where(mask, fill, s) / Where(mask, s, fill)),
 //                      fill. With Q' = Transpose(Q, q_perm) [..., Lq, D], K' [..., D, Lk],
 //                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv].
+//   Linear(X [..., K], W, B?) -> Y [..., N]  Y = act(X W + B) (compiler/rewrite/matmul_bias.cc;
+//                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
+//                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
+//                      dims 1); activation "" (none), Relu, Tanh, Sigmoid, Gelu, GeluTanh, Silu.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "compiler/conv_fusion.h"
@@ -62,6 +66,25 @@ absl::Status InferAttention(InferContext& c) {
   DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> vd, PermutedDims(c, *v, "v_perm"));
   qd.back() = vd.back();  // R = [..., Lq, Dv]
   DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> out, PermutedDims(c, qd, "out_perm"));
+  c.SetOutput(0, c.input_dtype(0), std::move(out));
+  return absl::OkStatus();
+}
+
+absl::Status InferLinear(InferContext& c) {
+  if (c.num_inputs() < 2 || c.num_inputs() > 3 || c.num_outputs() != 1 || !c.has_input(0) ||
+      !c.has_input(1)) {
+    return c.Error("Linear takes (X, W[, B]) and has one output");
+  }
+  DYNVM_ASSIGN_OR_RETURN(const int64_t trans_b, c.GetInt("trans_b", 0));
+  const std::vector<Dim>* x = c.input_shape(0);
+  const std::vector<Dim>* w = c.input_shape(1);
+  if (x == nullptr || w == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (x->empty() || w->size() != 2) return c.Error("Linear: X must have rank >= 1 and W rank 2");
+  std::vector<Dim> out = *x;
+  out.back() = (*w)[trans_b != 0 ? 0 : 1];
   c.SetOutput(0, c.input_dtype(0), std::move(out));
   return absl::OkStatus();
 }
@@ -116,6 +139,7 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                         return absl::OkStatus();
                       }});
   r.Register(OpSchema{"dynvm", "Attention", InferAttention});
+  r.Register(OpSchema{"dynvm", "Linear", InferLinear});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
   // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).

@@ -18,7 +18,8 @@
 //
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
 // every input that has the axis at full size), MatMul (a row of the output's second-to-last
-// axis needs that row of A), Softmax/LogSoftmax/LayerNormalization along another axis,
+// axis needs that row of A; dynvm::Linear: a row of any axis but the last needs that row of X),
+// Softmax/LogSoftmax/LayerNormalization along another axis,
 // Transpose (the axis moves), and Reshape when it keeps every dim up to and including the axis.
 #include <algorithm>
 #include <limits>
@@ -87,7 +88,10 @@ struct InputNeed {
 };
 
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
-  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] == nullptr) return std::nullopt;
+  const bool linear = n.domain == "dynvm" && n.op == "Linear";  // rows of X, like MatMul
+  if ((!n.domain.empty() && !linear) || n.outputs.empty() || n.outputs[0] == nullptr) {
+    return std::nullopt;
+  }
   const Value* out = n.outputs[0];
   if (!out->shape || out->dynamic) return std::nullopt;
   const int r = out->rank();
@@ -107,6 +111,13 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     return true;
   };
   const std::string& op = n.op;
+  if (linear) {  // dynvm::Linear(X [..., K], W, B): a row of any axis but the last is X's row
+    if (axis >= r - 1 || n.inputs.empty() || n.inputs[0] == nullptr || n.inputs[0]->rank() != r ||
+        !same_axis_input(0, axis)) {
+      return std::nullopt;
+    }
+    return needs;
+  }
   if (ElementwiseOps().contains(op)) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value* in = n.inputs[i];

@@ -161,6 +161,45 @@ def _attention_mask_bigger(q, k, v, m):
     return torch.softmax(q @ k.transpose(-2, -1) * 0.5 + m, dim=-1) @ v
 
 
+def _linear_product_shared(t, w, b):
+    # The product is read besides the Add.
+    p = t @ w
+    return (p + b) * p
+
+
+def _linear_act_shared(t, w, b):
+    # The biased product is read besides its activation.
+    y = t @ w + b
+    return torch.relu(y) + y
+
+
+_LINEAR_ACTS = {"linear": None, "linear_relu": nn.ReLU, "linear_gelu": nn.GELU,
+                "linear_gelu_tanh": lambda: nn.GELU(approximate="tanh"), "linear_tanh": nn.Tanh,
+                "linear_sigmoid": nn.Sigmoid, "linear_silu": nn.SiLU}
+
+
+def _linear_case(case, rng, x):
+    """nn.Linear (3-D input: MatMul + Add; 2-D: Gemm), optionally with an activation, and the
+    near misses of matmul_bias / linear_activation."""
+    d, n = x.shape[-1], rng.choice([8, 24, 40, 72])
+    if case.endswith("_2d"):  # Gemm transB=1
+        act = _LINEAR_ACTS[case[:-3]]
+        return nn.Sequential(nn.Linear(d, n), act()), [x.reshape(-1, d)]
+    if case in _LINEAR_ACTS:
+        act = _LINEAR_ACTS[case]
+        lin = nn.Linear(d, n)
+        return (lin if act is None else nn.Sequential(lin, act())), [x]
+    w, b = torch.randn(d, n), torch.randn(n)
+    if case == "linear_bias_other_shape":  # varies along the sequence axis (at least 2 long) too
+        x = torch.randn(x.shape[0], max(x.shape[1], 2), d)
+        return Lambda(lambda t, w, b: t @ w + b, w, torch.randn(x.shape[1], n)), [x]
+    if case == "linear_product_shared":
+        return Lambda(_linear_product_shared, w, b), [x]
+    if case == "linear_act_shared":
+        return Lambda(_linear_act_shared, w, b), [x]
+    raise ValueError(f"unknown case {case}")
+
+
 def make_case(case, rng):
     """Returns (module, inputs) for a case name, sizes drawn from rng."""
     b, s, d = rng.randint(1, 3), rng.randint(1, 9), rng.choice([8, 16, 24, 40])
@@ -237,6 +276,8 @@ def make_case(case, rng):
     if case == "gpt_block":
         heads = rng.choice([1, 2, 4])
         return GptBlock(d, heads if d % heads == 0 else 1), [x]
+    if case.startswith("linear"):
+        return _linear_case(case, rng, x)
     raise ValueError(f"unknown case {case}")
 
 

@@ -95,7 +95,7 @@ Pattern& Pattern::OneUse() {
 }
 
 std::vector<std::string> Pattern::RootOps() const {
-  if (kind_ == Kind::kOp) return {op_};
+  if (kind_ == Kind::kOp) return {domain_.empty() ? op_ : domain_ + "::" + op_};
   std::vector<std::string> out;
   if (kind_ == Kind::kOneOf) {
     for (const Pattern& alt : inputs_) {

@@ -6,7 +6,7 @@
 //   Any("x")                  any value, captured as "x"
 //   Const("c", pred)          a compile-time constant (Value::constant) satisfying pred
 //   Op("Mul", {a, b})         output 0 of a default-domain node of that op whose inputs match
-//                             ("dynvm::Attention": a node of domain "dynvm"; never a root)
+//                             ("dynvm::Attention": a node of domain "dynvm")
 //   OneOf({p, q})             the first alternative that matches
 //
 // and refined with:

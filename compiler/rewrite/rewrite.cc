@@ -54,8 +54,8 @@ bool Closed(const Match& m, const UseCounts& uses, const Graph& g) {
 
 // Tries the rules at `node`; on success returns the nodes replacing it.
 std::vector<std::unique_ptr<Node>> TryRules(Sweep& s, Graph& g, Node& node) {
-  if (!node.domain.empty() || node.outputs.size() != 1 || node.outputs[0] == nullptr) return {};
-  auto it = s.by_op.find(node.op);
+  if (node.outputs.size() != 1 || node.outputs[0] == nullptr) return {};
+  auto it = s.by_op.find(node.domain.empty() ? node.op : node.domain + "::" + node.op);
   if (it == s.by_op.end()) return {};
   Value* root = node.outputs[0];
   for (const Rule* rule : it->second) {

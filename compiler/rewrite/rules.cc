@@ -6,7 +6,7 @@ const std::vector<Rule>& AllRules() {
   static const std::vector<Rule>* rules = [] {
     auto* all = new std::vector<Rule>;
     for (auto* make : {&PowConstRules, &LayerNormRules, &ActivationRules, &ChainRules,
-                       &AttentionRules, &QdqRules, &RmsNormRules}) {
+                       &AttentionRules, &QdqRules, &RmsNormRules, &MatMulBiasRules}) {
       for (Rule& r : make()) all->push_back(std::move(r));
     }
     return all;

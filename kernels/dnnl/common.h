@@ -82,6 +82,14 @@ inline constexpr int64_t kMinParallelWork = int64_t{1} << 22;
 // The thread count for `work`: 1 below kMinParallelWork, else the context's budget.
 inline int ThreadsFor(int budget, int64_t work) { return work < kMinParallelWork ? 1 : budget; }
 
+// MatMul / Gemm products (M >= 2, or batched) of at least this many multiply-adds, at more than
+// one thread, run on the VM's pool (ctx.ParallelFor), not oneDNN's OpenMP: M's rows (or N's
+// columns when M is short, or the batch's items) split into one range per thread, each range
+// one dnnl_sgemm on its own thread with OpenMP count 1, so only one thread system is ever
+// active. Provisional (docs/threads.md): a product this size takes several us on one core
+// against the pool's 0.2 us fork/join.
+inline constexpr int64_t kMinParallelGemm = int64_t{1} << 17;
+
 // The oneDNN data type of a dtype, or nullopt.
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype);
 

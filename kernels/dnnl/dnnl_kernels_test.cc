@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
@@ -472,6 +473,59 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
         .Attr("scale", 0.2f);
     cases.push_back({"Attention one query", decode, b * h * 700 * 2 * d, kMinParallelGemv});
   }
+  // Products with M >= 2 on the pool (kMinParallelGemm): rows split (a folded batch), columns
+  // split (short M), batch items split, Gemm with transposed operands, alpha, beta and a full C.
+  {
+    Tensor a = random({3, 45, 131}), b = random({131, 67});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul rows", mm, 135 * 131 * 67, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({5, 131}), b = random({131, 1001});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul columns", mm, 5 * 131 * 1001, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({2, 3, 37, 53}), b = random({2, 1, 53, 41});
+    KernelCall mm("MatMul");
+    mm.In(a).In(b).Out(DType::kF32);
+    cases.push_back({"MatMul batch", mm, 6 * 37 * 53 * 41, kMinParallelGemm});
+  }
+  for (int64_t rows : {7, 40}) {
+    Tensor a = random({131, rows}), w = random({257, 131}), c = random({rows, 257});
+    KernelCall gemm("Gemm");
+    gemm.In(a).In(w).In(c).Out(DType::kF32).Attr("transA", int64_t{1}).Attr("transB", int64_t{1});
+    gemm.Attr("alpha", 0.5f).Attr("beta", 2.0f);
+    cases.push_back(
+        {"Gemm transA transB M=" + std::to_string(rows), gemm, rows * 257 * 131, kMinParallelGemm});
+  }
+  {
+    Tensor a = random({64, 131}), w = random({131, 129}), c = random({129});
+    KernelCall gemm("Gemm");
+    gemm.In(a).In(w).In(c).Out(DType::kF32);
+    cases.push_back({"Gemm bias row", gemm, 64 * 131 * 129, kMinParallelGemm});
+  }
+  // dynvm::Linear on the pool: rows, columns and the batch-1 GEMV, both weight layouts, with
+  // the bias and each activation in the epilogue.
+  {
+    const char* acts[] = {"", "Relu", "Tanh", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
+    int i = 0;
+    for (int64_t rows : {1, 5, 135}) {
+      for (int64_t tb : {0, 1}) {
+        const int64_t k = 131, n = 257;
+        Tensor x = random({rows, k}), w = tb ? random({n, k}) : random({k, n});
+        Tensor b = random({1, n});
+        const char* act = acts[i++ % 7];
+        KernelCall lin("Linear", "dynvm");
+        lin.In(x).In(w).In(b).Out(DType::kF32).Attr("trans_b", tb);
+        lin.Attr("activation", std::string(act));
+        cases.push_back({absl::StrCat("Linear rows=", rows, " trans_b=", tb, " act=", act), lin,
+                         rows * k * n, rows == 1 ? kMinParallelGemv : kMinParallelGemm});
+      }
+    }
+  }
   for (Case& c : cases) {
     SCOPED_TRACE(c.what);
     ASSERT_GE(c.work, c.threshold);  // the case runs split
@@ -496,6 +550,60 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     }
   }
   ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// dynvm::Linear on one thread against the reference kernel: each activation, both weight
+// layouts, 3-D X, a [N] and a [1, 1, N] bias, no bias, K = 0.
+TEST(DnnlKernels, LinearMatchesTheReference) {
+  const char* acts[] = {"", "Relu", "Tanh", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
+  int i = 0;
+  for (int64_t k : {0, 37}) {
+    for (int64_t rows : {1, 4}) {
+      for (int64_t tb : {0, 1}) {
+        for (int bias_rank : {0, 1, 3}) {
+          const int64_t n = 45;
+          Tensor x = Filled({2, rows, k}, 0.03f), w = tb ? Filled({n, k}) : Filled({k, n});
+          std::vector<int64_t> bdims(bias_rank, 1);
+          if (bias_rank > 0) bdims.back() = n;
+          const std::string act = acts[i++ % 7];
+          KernelCall call("Linear", "dynvm");
+          call.In(x).In(w);
+          if (bias_rank > 0) call.In(Filled(bdims, 0.1f));
+          call.Out(DType::kF32).Attr("trans_b", tb).Attr("activation", act);
+          SCOPED_TRACE(absl::StrCat("k=", k, " rows=", rows, " tb=", tb, " bias_rank=", bias_rank,
+                                    " act=", act));
+          KernelCall ref = call;
+          ref.Backend("reference");
+          absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
+          ASSERT_TRUE(want.ok()) << want.status();
+          Site s = Make(call);
+          std::vector<const Tensor*> in;
+          std::vector<Tensor> keep = {x, w};
+          if (bias_rank > 0) keep.push_back(Filled(bdims, 0.1f));
+          for (const Tensor& t : keep) in.push_back(&t);
+          Tensor y;
+          Tensor* outs[1] = {&y};
+          ASSERT_TRUE(s.kernel->Run(*s.ctx, in, outs).ok());
+          EXPECT_EQ(s.dnnl->reference_runs(), 0);
+          const std::vector<double> g = testing::ToDoubles(y);
+          const std::vector<double> e = testing::ToDoubles((*want)[0]);
+          ASSERT_EQ(g.size(), e.size());
+          for (size_t j = 0; j < g.size(); ++j) {
+            ASSERT_NEAR(g[j], e[j], 2e-5 * (1.0 + std::abs(e[j]))) << j;
+          }
+        }
+      }
+    }
+  }
+  // Shapes that disagree are errors naming what is wrong.
+  KernelCall bad("Linear", "dynvm");
+  bad.In(Filled({3, 5})).In(Filled({6, 7})).Out(DType::kF32);
+  Site s = Make(bad);
+  Tensor x = Filled({3, 5}), w = Filled({6, 7}), y;
+  Tensor* outs[1] = {&y};
+  absl::Status st = s.kernel->Run(*s.ctx, {&x, &w}, outs);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(st.message().find("W's K"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -19,11 +19,18 @@
 // operand oneDNN cannot address (a broadcast view, a non-unit inner stride) is packed into the
 // site's workspace, never a weight in the ordinary case.
 //
+// At more than one thread, products of M >= 2 (or batched) above kMinParallelGemm run on the
+// VM's pool (SplitSgemm): one dnnl_sgemm per range of rows, columns or batch items, each on its
+// own thread at OpenMP count 1, so oneDNN's OpenMP team never runs beside the pool.
+//
 // Batched MatMul loops over the broadcast batch; when B is shared by the whole batch and A's
 // batch dims collapse onto its rows (the [B, S, K] x [K, N] of a linear layer), the batch is
 // folded into one GEMM with M = B*S.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -75,6 +82,61 @@ absl::Status Sgemm(const KernelContext& ctx, const Operand& a, const Operand& b,
   const dnnl_status_t s =
       dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
   return FromDnnl(s, "dnnl_sgemm");
+}
+
+// Products (M >= 2) of at least kMinParallelGemm multiply-adds, at more than one thread, run on
+// the VM's pool (common.h).
+
+// Rows (or columns) per range of a split product: a multiple of sgemm's register blocks.
+constexpr int64_t kSplitRowGrain = 8;
+constexpr int64_t kSplitColGrain = 16;
+
+int64_t BatchCount(absl::Span<const int64_t> batch) {
+  int64_t count = 1;
+  for (int64_t d : batch) count *= d;
+  return count;
+}
+
+bool SplitOnPool(const KernelContext& ctx, int64_t m, int64_t n, int64_t k, int64_t count) {
+  if (ctx.num_threads() < 2 || n <= 0 || k <= 0) return false;
+  if (count == 1 && m < 2) return false;  // the batch-1 GEMV splits itself (ParallelGemv)
+  return count * m * n * k >= kMinParallelGemm;
+}
+
+// One product on the calling thread only (a pool worker or the caller during a split).
+dnnl_status_t SerialSgemm(const Operand& a, const Operand& b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const float* pa, const float* pb, float beta, float* c,
+                          int64_t ldc) {
+  SetThreads(1);
+  if (m == 1 && a.trans == 'N') {
+    Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
+    return dnnl_success;
+  }
+  return dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
+}
+
+// C = alpha op(A) op(B) + beta C with M's rows split across the pool, or N's columns when M has
+// fewer than two grains per thread.
+absl::Status SplitSgemm(const KernelContext& ctx, const Operand& a, const Operand& b, int64_t m,
+                        int64_t n, int64_t k, float alpha, const float* pa, const float* pb,
+                        float beta, float* c, int64_t ldc) {
+  SetThreads(1);
+  std::atomic<int> failed{dnnl_success};
+  const auto note = [&failed](dnnl_status_t s) {
+    if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+  };
+  if (m >= 2 * kSplitRowGrain * ctx.num_threads() || n < 2 * kSplitColGrain) {
+    ctx.ParallelFor(m, kSplitRowGrain, [&](int64_t i0, int64_t i1) {
+      const float* ai = a.trans == 'N' ? pa + i0 * a.ld : pa + i0;
+      note(SerialSgemm(a, b, i1 - i0, n, k, alpha, ai, pb, beta, c + i0 * ldc, ldc));
+    });
+  } else {
+    ctx.ParallelFor(n, kSplitColGrain, [&](int64_t j0, int64_t j1) {
+      const float* bj = b.trans == 'N' ? pb + j0 : pb + j0 * b.ld;
+      note(SerialSgemm(a, b, m, j1 - j0, k, alpha, pa, bj, beta, c + j0, ldc));
+    });
+  }
+  return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
 }
 
 // Products of at least this many rows (after folding) whose B is read transposed (a [N, K]
@@ -142,6 +204,9 @@ struct MatMulState : KernelState {
   MatMulPlan plan;
   Dims out_dims;
   bool use_primitive = false;
+  bool split = false;  // on the pool (SplitOnPool)
+  // A split batched product: each item's (A, B) offsets, item i writing C's i-th block.
+  std::vector<std::pair<int64_t, int64_t>> offsets;
   int binds = 0;  // shapes a primitive was bound for
   BoundPrimitive prim;
 };
@@ -170,7 +235,14 @@ class MatMulKernel final : public DnnlKernel {
       if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
       const MatMulPlan& p = st->plan;
       st->use_primitive = false;
-      if (p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b, &st->binds)) {
+      st->offsets.clear();
+      st->split = !p.a.pack && !p.b.pack && SplitOnPool(ctx, p.m, p.n, p.k, BatchCount(p.batch));
+      if (st->split && !p.batch.empty()) {
+        reference::ForEachOffset<2>(
+            p.batch, {absl::MakeConstSpan(p.batch_sa), absl::MakeConstSpan(p.batch_sb)},
+            [st](int64_t oa, int64_t ob) { st->offsets.emplace_back(oa, ob); });
+      }
+      if (!st->split && p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b, &st->binds)) {
         s = BindMatmulPrimitive(&st->prim, p.m, p.n, p.k, p.sam, p.sak, p.sbk, p.sbn,
                                 /*bias=*/false, 1.0f);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;
@@ -191,6 +263,7 @@ class MatMulKernel final : public DnnlKernel {
     if (st->use_primitive) {
       return ExecuteBound(ctx, st->prim, {a.raw_data(), b.raw_data(), y.raw_data()});
     }
+    if (st->split) return RunSplit(ctx, *st, a.data<float>(), b.data<float>(), y.data<float>());
     float* pack_a = nullptr;
     float* pack_b = nullptr;
     if (p.pack_a_floats + p.pack_b_floats > 0) {
@@ -228,6 +301,27 @@ class MatMulKernel final : public DnnlKernel {
   }
 
  private:
+  // A product on the pool: one GEMM split by rows or columns, or a batch split by items.
+  static absl::Status RunSplit(const KernelContext& ctx, const MatMulState& st, const float* pa,
+                               const float* pb, float* py) {
+    const MatMulPlan& p = st.plan;
+    if (st.offsets.empty()) {
+      return SplitSgemm(ctx, p.a, p.b, p.m, p.n, p.k, 1.0f, pa, pb, 0.0f, py, p.n);
+    }
+    SetThreads(1);
+    std::atomic<int> failed{dnnl_success};
+    const int64_t items = static_cast<int64_t>(st.offsets.size());
+    ctx.ParallelFor(items, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const auto& off = st.offsets[static_cast<size_t>(i)];
+        const dnnl_status_t s = SerialSgemm(p.a, p.b, p.m, p.n, p.k, 1.0f, pa + off.first,
+                                            pb + off.second, 0.0f, py + i * p.m * p.n, p.n);
+        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+      }
+    });
+    return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
+  }
+
   static absl::Status Plan(const Tensor& a, const Tensor& b, MatMulState* st) {
     MatMulPlan p;
     const int ra = a.rank(), rb = b.rank();
@@ -311,6 +405,7 @@ struct GemmState : KernelState {
   int64_t sc0 = 0, sc1 = 0;  // C's strides broadcast to [M, N]
   bool use_primitive = false;
   bool primitive_bias = false;  // C is the primitive's bias row
+  bool split = false;           // on the pool (SplitOnPool)
   int binds = 0;                // shapes a primitive was bound for
   BoundPrimitive prim;
 };
@@ -343,7 +438,8 @@ class GemmKernel final : public DnnlKernel {
       // The primitive takes C as its bias when C is one row added as is (beta = 1).
       const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
-      if ((!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, &st->binds)) {
+      st->split = !st->a.pack && !st->b.pack && SplitOnPool(ctx, st->m, st->n, st->k, 1);
+      if (!st->split && (!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, &st->binds)) {
         absl::Status s = BindMatmulPrimitive(&st->prim, st->m, st->n, st->k, st->sam, st->sak,
                                              st->sbk, st->sbn, use_c, attrs_.alpha);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;
@@ -396,6 +492,10 @@ class GemmKernel final : public DnnlKernel {
         PackMatrix(pb, st->k, st->n, st->sbk, st->sbn, buf + fa);
         pb = buf + fa;
       }
+    }
+    if (st->split) {
+      return SplitSgemm(ctx, st->a, st->b, st->m, st->n, st->k, attrs_.alpha, pa, pb,
+                        use_c ? attrs_.beta : 0.0f, py, st->n);
     }
     return Sgemm(ctx, st->a, st->b, st->m, st->n, st->k, attrs_.alpha, pa, pb,
                  use_c ? attrs_.beta : 0.0f, py, st->n);

@@ -28,6 +28,7 @@ void RegisterVisionKernels(KernelRegistry& r);    // vision.cc: GridSample, RoiA
 void RegisterSignalKernels(KernelRegistry& r);    // signal.cc: DFT, STFT, MelWeightMatrix
 void RegisterRandomKernels(KernelRegistry& r);    // random.cc: Bernoulli, Random*
 void RegisterAttentionKernel(KernelRegistry& r);  // attention.cc: dynvm::Attention
+void RegisterLinearKernel(KernelRegistry& r);     // linear.cc: dynvm::Linear
 void RegisterFusedConvKernels(
     KernelRegistry& r);  // fused_conv.cc: dynvm::FusedConv   // dynvm domain ops (sampling, ...)
 

@@ -33,10 +33,12 @@ int main() {
   auto exe = dynvm::Executable::LoadFromBytes(compiled->bytes);
   if (!exe.ok()) return Fail("load", exe.status());
 
-  // The MatMul runs on the package's preferred backend: oneDNN when it was built with it.
+  // The MatMul (with its bias: dynvm::Linear) runs on the package's preferred backend: oneDNN
+  // when it was built with it.
   bool matmul_bound = false;
   for (int k = 0; k < (*exe)->num_kernels(); ++k) {
-    if ((*exe)->kernel_spec(k).op != "MatMul") continue;
+    const std::string& op = (*exe)->kernel_spec(k).op;
+    if (op != "MatMul" && op != "Linear") continue;
     const std::string name = (*exe)->kernel(k).name();
     std::printf("consumer: MatMul -> %s\n", name.c_str());
     const bool dnnl = name.find(".dnnl") != std::string::npos;
