@@ -47,7 +47,9 @@ int ConvCacheCapacity() {
 ConvCacheStats GetConvCacheStats(const KernelState* state) {
   const auto* c = dynamic_cast<const SiteCache*>(state);
   if (c == nullptr) return {};
-  return {static_cast<int>(c->entries.size()), c->binds, c->evictions};
+  int winograd = 0;
+  for (const auto& e : c->entries) winograd += e->winograd ? 1 : 0;
+  return {static_cast<int>(c->entries.size()), c->binds, c->evictions, winograd};
 }
 
 Entry* SiteCache::Lookup(const ShapeKey& key, bool* fresh) {
@@ -352,6 +354,11 @@ class PackedWeightsCache {
 
 // ---- Conv, ConvTranspose, FusedConv ----
 
+// Winograd thresholds (UseWinograd), from per-primitive timings (ONEDNN_VERBOSE) of
+// tools/bench conv_bench.py's resnet18 and crnn_bench.py's CRNN at every size they run.
+constexpr int64_t kWinogradMinChannels = 32;
+constexpr int64_t kWinogradMinPixels = 196;  // output pixels per image (14 x 14)
+
 class ConvKernel final : public DnnlKernel {
  public:
   ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
@@ -433,12 +440,27 @@ class ConvKernel final : public DnnlKernel {
     attr.set_post_ops(ops);
     const dnnl::memory::desc no_bias;
     dnnl::primitive_desc pd;
+    if (!transpose_ && constant_weights_ && UseWinograd(g)) {
+      // oneDNN's Winograd takes its own blocked layouts: source and destination are its choice
+      // (reordered from and to the tensors' layouts, as for any other choice). Only for
+      // constant weights: their transform into its layout is costly and then done once.
+      try {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::convolution_winograd, AnyDesc(x.dims()),
+                                          wts_any, bias ? bias_md : no_bias, AnyDesc(out_dims),
+                                          strides, dil, pl, pr);
+        pd = dnnl::convolution_forward::primitive_desc(d, attr, engine);
+        e->winograd = true;
+      } catch (const dnnl::error&) {
+        pd = dnnl::primitive_desc();  // no Winograd for this case: the direct algorithm
+      }
+    }
     if (transpose_) {
       dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                           dnnl::algorithm::deconvolution_direct, src_any, wts_any,
                                           bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
       pd = dnnl::deconvolution_forward::primitive_desc(d, attr, engine);
-    } else {
+    } else if (!pd) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                         dnnl::algorithm::convolution_direct, src_any, wts_any,
                                         bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
@@ -472,6 +494,23 @@ class ConvKernel final : public DnnlKernel {
       BindReorder(&e->sum_reorder, engine,
                   blocked_.sum ? BlockedDesc(sum->dims()) : TensorDesc(*sum), pdst);
     }
+  }
+
+  // oneDNN's Winograd (F(4x4, 3x3) or F(2x2, 3x3); AVX-512 only, elsewhere oneDNN has none and
+  // the direct algorithm runs) for a 2D 3x3 stride-1 undilated ungrouped convolution with at
+  // least kWinogradMinChannels input and output channels and kWinogradMinPixels output pixels
+  // per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
+  // tile and reorders into and out of its blocked layout. It gains where the direct convolution
+  // is bound by its multiply-adds over enough tiles; below that (small images, few channels),
+  // by reading its weights or by the reorders, it loses.
+  static bool UseWinograd(const Geometry& g) {
+    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinChannels) {
+      return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (g.kd[i] != 3 || g.st[i] != 1 || g.dl[i] != 0) return false;
+    }
+    return g.od[0] * g.od[1] >= kWinogradMinPixels;
   }
 
   absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,

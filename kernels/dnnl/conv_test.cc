@@ -369,6 +369,61 @@ TEST(DnnlFusedConv, ChannelsLastViewsMustBeContiguous) {
   EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
 }
 
+// 3x3 stride-1 FusedConvs with constant weights, enough channels and pixels per image run
+// oneDNN's Winograd (on AVX-512; the direct algorithm elsewhere): same results as the reference
+// kernel with every post-op and channels-last port, at several widths and batches; smaller
+// images and strided convolutions keep the direct algorithm.
+TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
+  uint32_t seed = 500;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  struct Shape {
+    int64_t n, c, m, h, w, stride;
+    bool winograd;
+  };
+  for (Shape sh : {Shape{1, 32, 48, 14, 14, 1, true}, Shape{2, 64, 32, 16, 23, 1, true},
+                   Shape{1, 32, 64, 4, 50, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
+                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool sum = variant >= 1, channels_last = variant == 2;
+      const int64_t oh = (sh.h - 1) / sh.stride + 1, ow = (sh.w - 1) / sh.stride + 1;
+      std::vector<Tensor> inputs = {r({sh.n, sh.c, sh.h, sh.w}), r({sh.m, sh.c, 3, 3}), r({sh.m})};
+      if (sum) inputs.push_back(Random({sh.n, sh.m, oh, ow}, seed++, -4, 4));
+      Attrs attrs =
+          Both(Both(A<Ints>({{"pads", {1, 1, 1, 1}}, {"strides", {sh.stride, sh.stride}}}),
+                    I("constant_weights", 1)),
+               S("activation", variant == 3 ? "Clip" : "Relu"));
+      if (variant == 3)
+        attrs = Both(attrs, Both(F("activation_alpha", -1), F("activation_beta", 2)));
+      if (channels_last) {
+        attrs = Both(attrs, Both(Both(I("channels_last_in", 1), I("channels_last_out", 1)),
+                                 I("channels_last_sum", 1)));
+      }
+      const std::string what = absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " -> ", sh.m,
+                                            " stride ", sh.stride, " variant ", variant);
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      // Which algorithm the site bound.
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) call.In(in);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), 1);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+      if (variant == 3) continue;
+      EXPECT_EQ(GetConvCacheStats(ctx.state().get()).winograd, sh.winograd && avx512 ? 1 : 0)
+          << what;
+    }
+  }
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {
