@@ -357,7 +357,7 @@ class PackedWeightsCache {
 // Winograd thresholds (UseWinograd), from per-primitive timings (ONEDNN_VERBOSE) of
 // tools/bench conv_bench.py's resnet18 and crnn_bench.py's CRNN at every size they run.
 constexpr int64_t kWinogradMinChannels = 32;
-constexpr int64_t kWinogradMinPixels = 196;  // output pixels per image (14 x 14)
+constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x 24, 10 x 10)
 
 class ConvKernel final : public DnnlKernel {
  public:

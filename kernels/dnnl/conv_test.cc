@@ -382,7 +382,7 @@ TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
     bool winograd;
   };
   for (Shape sh : {Shape{1, 32, 48, 14, 14, 1, true}, Shape{2, 64, 32, 16, 23, 1, true},
-                   Shape{1, 32, 64, 4, 50, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
+                   Shape{1, 32, 64, 4, 25, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
                    Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false}}) {
     for (int variant = 0; variant < 3; ++variant) {
       const bool sum = variant >= 1, channels_last = variant == 2;
