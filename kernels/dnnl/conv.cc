@@ -366,6 +366,8 @@ constexpr int64_t kWinogradMinChannels = 32;
 // batch 1 run 1.4x slower that way, at batch 8 twice as fast).
 constexpr int64_t kGemmMaxPixels = 16;
 constexpr int64_t kGemmMinRows = 32;
+// The im2col matrix lives in the site's workspace: bigger ones (huge batches) stay on oneDNN.
+constexpr int64_t kGemmMaxColumnFloats = int64_t{1} << 23;  // 32 MiB
 constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x 24, 10 x 10)
 
 class ConvKernel final : public DnnlKernel {
@@ -544,8 +546,9 @@ class ConvKernel final : public DnnlKernel {
         act_.alg != dnnl::algorithm::eltwise_clip_v2) {
       return false;
     }
-    return g.od[0] * g.od[1] <= kGemmMaxPixels && g.n * g.od[0] * g.od[1] >= kGemmMinRows &&
-           g.kd[0] * g.kd[1] > 1;
+    const int64_t rows = g.n * g.od[0] * g.od[1], inner = g.kd[0] * g.kd[1] * g.c;
+    return g.od[0] * g.od[1] <= kGemmMaxPixels && rows >= kGemmMinRows && inner > g.c &&
+           rows * inner <= kGemmMaxColumnFloats;
   }
 
   // Binds the weights' reorder into [KH, KW, C, M] (row-major [KH * KW * C, M]).
