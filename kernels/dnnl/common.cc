@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/reference/common.h"
 
 // The OpenMP runtime libdnnl was built with (libgomp), declared here rather than through a
@@ -155,9 +156,18 @@ bool AnyBits(const Tensor& t, Bad bad) {
   return any;
 }
 
+// AnyBits' NaN test over a dense buffer, cloned for AVX-512 and AVX2 (a max pool scans its
+// whole input: SSE2 made that a few percent of a CNN's time).
+DYNVM_CLONES bool AnyNaNDense(const uint32_t* p, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) any |= (p[i] & 0x7fffffffu) > 0x7f800000u ? 1u : 0u;
+  return any != 0;
+}
+
 }  // namespace
 
 bool HasNaN(const Tensor& t) {
+  if (t.is_contiguous()) return AnyNaNDense(t.data<uint32_t>(), t.numel());
   return AnyBits(t, [](uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; });
 }
 

@@ -47,7 +47,12 @@ int ConvCacheCapacity() {
 ConvCacheStats GetConvCacheStats(const KernelState* state) {
   const auto* c = dynamic_cast<const SiteCache*>(state);
   if (c == nullptr) return {};
-  return {static_cast<int>(c->entries.size()), c->binds, c->evictions};
+  int winograd = 0, gemm = 0;
+  for (const auto& e : c->entries) {
+    winograd += e->winograd ? 1 : 0;
+    gemm += e->gemm ? 1 : 0;
+  }
+  return {static_cast<int>(c->entries.size()), c->binds, c->evictions, winograd, gemm};
 }
 
 Entry* SiteCache::Lookup(const ShapeKey& key, bool* fresh) {
@@ -352,6 +357,19 @@ class PackedWeightsCache {
 
 // ---- Conv, ConvTranspose, FusedConv ----
 
+// Winograd thresholds (UseWinograd), from per-primitive timings (ONEDNN_VERBOSE) of
+// tools/bench conv_bench.py's resnet18 and crnn_bench.py's CRNN at every size they run.
+constexpr int64_t kWinogradMinChannels = 32;
+// Output pixels per image up to which a channels-last FusedConv runs as one GEMM (UseGemm),
+// when the GEMM has at least kGemmMinRows rows (output pixels over the batch): sgemm packs its
+// weight operand per call, which fewer rows do not repay (resnet18's 4x4 and 2x2 stages at
+// batch 1 run 1.4x slower that way, at batch 8 twice as fast).
+constexpr int64_t kGemmMaxPixels = 16;
+constexpr int64_t kGemmMinRows = 32;
+// The im2col matrix lives in the site's workspace: bigger ones (huge batches) stay on oneDNN.
+constexpr int64_t kGemmMaxColumnFloats = int64_t{1} << 23;  // 32 MiB
+constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x 24, 10 x 10)
+
 class ConvKernel final : public DnnlKernel {
  public:
   ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
@@ -400,14 +418,20 @@ class ConvKernel final : public DnnlKernel {
     bool fresh = false;
     Entry* e = st->Lookup(key, &fresh);
     if (fresh) {
+      const bool gemm = UseGemm(g, sum);
       DYNVM_RETURN_IF_ERROR(BindEntry(e, transpose_ ? "deconvolution" : "convolution",
                                       [&](const dnnl::engine& engine) {
-                                        Bind(engine, g, x, w, b != nullptr, sum, out_dims, e);
+                                        if (gemm) {
+                                          BindGemm(engine, g, w, e);
+                                        } else {
+                                          Bind(engine, g, x, w, b != nullptr, sum, out_dims, e);
+                                        }
                                       }));
     }
     if (e->use_reference) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
+    if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
     return Execute(ctx, *e, x, w, b, sum, out[0]);
   }
 
@@ -433,12 +457,27 @@ class ConvKernel final : public DnnlKernel {
     attr.set_post_ops(ops);
     const dnnl::memory::desc no_bias;
     dnnl::primitive_desc pd;
+    if (!transpose_ && constant_weights_ && UseWinograd(g)) {
+      // oneDNN's Winograd takes its own blocked layouts: source and destination are its choice
+      // (reordered from and to the tensors' layouts, as for any other choice). Only for
+      // constant weights: their transform into its layout is costly and then done once.
+      try {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::convolution_winograd, AnyDesc(x.dims()),
+                                          wts_any, bias ? bias_md : no_bias, AnyDesc(out_dims),
+                                          strides, dil, pl, pr);
+        pd = dnnl::convolution_forward::primitive_desc(d, attr, engine);
+        e->winograd = true;
+      } catch (const dnnl::error&) {
+        pd = dnnl::primitive_desc();  // no Winograd for this case: the direct algorithm
+      }
+    }
     if (transpose_) {
       dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                           dnnl::algorithm::deconvolution_direct, src_any, wts_any,
                                           bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
       pd = dnnl::deconvolution_forward::primitive_desc(d, attr, engine);
-    } else {
+    } else if (!pd) {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                         dnnl::algorithm::convolution_direct, src_any, wts_any,
                                         bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
@@ -472,6 +511,115 @@ class ConvKernel final : public DnnlKernel {
       BindReorder(&e->sum_reorder, engine,
                   blocked_.sum ? BlockedDesc(sum->dims()) : TensorDesc(*sum), pdst);
     }
+  }
+
+  // oneDNN's Winograd (F(4x4, 3x3) or F(2x2, 3x3); AVX-512 only, elsewhere oneDNN has none and
+  // the direct algorithm runs) for a 2D 3x3 stride-1 undilated ungrouped convolution with at
+  // least kWinogradMinChannels input and output channels and kWinogradMinPixels output pixels
+  // per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
+  // tile and reorders into and out of its blocked layout. It gains where the direct convolution
+  // is bound by its multiply-adds over enough tiles; below that (small images, few channels),
+  // by reading its weights or by the reorders, it loses.
+  static bool UseWinograd(const Geometry& g) {
+    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinChannels) {
+      return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (g.kd[i] != 3 || g.st[i] != 1 || g.dl[i] != 0) return false;
+    }
+    return g.od[0] * g.od[1] >= kWinogradMinPixels;
+  }
+
+  // A 2D FusedConv over a channels-last chain whose output has at most kGemmMaxPixels pixels
+  // per image (the last stages of a CNN: 2x2 to 4x4) and at least kGemmMinRows over the batch,
+  // with constant weights, runs as one GEMM over the batch: rows = output pixels of every image
+  // (im2col of the NHWC input, zeros in the padding), columns = output channels, inner = KH * KW *
+  // C, into the NHWC output, then bias and activation in one pass (the residual is C's initial
+  // value, beta = 1). oneDNN's direct convolution runs such shapes far below its peak (an M of 4 to
+  // 16 pixels per image); one sgemm with M = N * OH * OW reads the weights once at GEMM speed.
+  bool UseGemm(const Geometry& g, const Tensor* sum) const {
+    if (transpose_ || !constant_weights_ || g.k != 2 || g.g != 1 || !blocked_.in || !blocked_.out ||
+        (sum != nullptr && !blocked_.sum)) {
+      return false;
+    }
+    if (act_.present && act_.alg != dnnl::algorithm::eltwise_relu &&
+        act_.alg != dnnl::algorithm::eltwise_clip_v2) {
+      return false;
+    }
+    const int64_t rows = g.n * g.od[0] * g.od[1], inner = g.kd[0] * g.kd[1] * g.c;
+    return g.od[0] * g.od[1] <= kGemmMaxPixels && rows >= kGemmMinRows && inner > g.c &&
+           rows * inner <= kGemmMaxColumnFloats;
+  }
+
+  // Binds the weights' reorder into [KH, KW, C, M] (row-major [KH * KW * C, M]).
+  void BindGemm(const dnnl::engine& engine, const Geometry& g, const Tensor& w, Entry* e) const {
+    const dnnl::memory::desc wts = WeightsDesc(g, w, false);
+    const dnnl::memory::desc packed(wts.dims(), dt::f32, dnnl::memory::format_tag::cdba);
+    BindReorder(&e->w_reorder, engine, wts, packed);
+    e->w_packed = packed;
+    e->gemm = true;
+  }
+
+  absl::Status ExecuteGemm(KernelContext& ctx, const Entry& e, const Geometry& g, const Tensor& x,
+                           const Tensor& w, const Tensor* b, const Tensor* sum, Tensor* y) const {
+    DYNVM_ASSIGN_OR_RETURN(const void* packed, packed_.Get(w.raw_data(), e.w_packed, e.w_reorder));
+    const int64_t c = g.c, m = g.m, ih = g.in[0], iw = g.in[1], oh = g.od[0], ow = g.od[1];
+    const int64_t kh = g.kd[0], kw = g.kd[1], inner = kh * kw * c, rows = g.n * oh * ow;
+    const size_t w_bytes = packed == nullptr ? Align(e.w_packed.get_size()) : 0;
+    const size_t col_bytes = Align(static_cast<size_t>(rows * inner) * sizeof(float));
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(col_bytes + w_bytes + e.w_reorder.scratchpad_bytes() + 128));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    float* col = reinterpret_cast<float*>(base);
+    if (packed == nullptr) {  // the kernel's packed-weights cache is full: pack per run
+      char* pw = base + col_bytes;
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({w.raw_data(), pw}, pw + w_bytes));
+      packed = pw;
+    }
+    const float* px = x.data<float>();
+    float* row = col;
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          for (int64_t ky = 0; ky < kh; ++ky) {
+            const int64_t iy = oy * g.st[0] - g.pl[0] + ky * (g.dl[0] + 1);
+            for (int64_t kx = 0; kx < kw; ++kx, row += c) {
+              const int64_t ix = ox * g.st[1] - g.pl[1] + kx * (g.dl[1] + 1);
+              if (iy < 0 || iy >= ih || ix < 0 || ix >= iw) {
+                std::memset(row, 0, static_cast<size_t>(c) * sizeof(float));
+              } else {
+                std::memcpy(row, px + ((n * ih + iy) * iw + ix) * c,
+                            static_cast<size_t>(c) * sizeof(float));
+              }
+            }
+          }
+        }
+      }
+    }
+    float* py = y->data<float>();
+    if (sum != nullptr && sum->raw_data() != py) {
+      std::memmove(py, sum->raw_data(), static_cast<size_t>(rows * m) * sizeof(float));
+    }
+    DYNVM_RETURN_IF_ERROR(FromDnnl(
+        dnnl_sgemm('N', 'N', rows, m, inner, 1.0f, col, inner, static_cast<const float*>(packed), m,
+                   sum != nullptr ? 1.0f : 0.0f, py, m),
+        "dnnl_sgemm"));
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    if (pb == nullptr && !act_.present) return absl::OkStatus();
+    const bool relu = act_.present && act_.alg == dnnl::algorithm::eltwise_relu;
+    const bool clip = act_.present && act_.alg == dnnl::algorithm::eltwise_clip_v2;
+    const float slope = act_.alpha, lo = act_.alpha, hi = act_.beta;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* yr = py + r * m;
+      for (int64_t j = 0; j < m; ++j) {
+        float v = yr[j] + (pb != nullptr ? pb[j] : 0.0f);
+        // As oneDNN's eltwise post-ops: a NaN leaves Relu and Clip as 0 or the bound.
+        if (relu) v = v > 0.0f ? v : (slope == 0.0f ? 0.0f : (v < 0.0f ? v * slope : 0.0f));
+        if (clip) v = v > lo ? (v < hi ? v : hi) : lo;
+        yr[j] = v;
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,

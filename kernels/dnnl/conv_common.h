@@ -19,6 +19,8 @@ struct Entry {
   ShapeKey key;
   uint64_t last_use = 0;
   bool use_reference = false;  // oneDNN has no primitive for this shape
+  bool winograd = false;       // the convolution runs oneDNN's Winograd algorithm
+  bool gemm = false;           // the convolution runs as im2col + one sgemm (w_reorder packs W)
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)

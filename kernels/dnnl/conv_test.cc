@@ -369,6 +369,122 @@ TEST(DnnlFusedConv, ChannelsLastViewsMustBeContiguous) {
   EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
 }
 
+// 3x3 stride-1 FusedConvs with constant weights, enough channels and pixels per image run
+// oneDNN's Winograd (on AVX-512; the direct algorithm elsewhere): same results as the reference
+// kernel with every post-op and channels-last port, at several widths and batches; smaller
+// images and strided convolutions keep the direct algorithm.
+TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
+  uint32_t seed = 500;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  struct Shape {
+    int64_t n, c, m, h, w, stride;
+    bool winograd;
+  };
+  for (Shape sh : {Shape{1, 32, 48, 14, 14, 1, true}, Shape{2, 64, 32, 16, 23, 1, true},
+                   Shape{1, 32, 64, 4, 25, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
+                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool sum = variant >= 1, channels_last = variant == 2;
+      const int64_t oh = (sh.h - 1) / sh.stride + 1, ow = (sh.w - 1) / sh.stride + 1;
+      std::vector<Tensor> inputs = {r({sh.n, sh.c, sh.h, sh.w}), r({sh.m, sh.c, 3, 3}), r({sh.m})};
+      if (sum) inputs.push_back(Random({sh.n, sh.m, oh, ow}, seed++, -4, 4));
+      Attrs attrs =
+          Both(Both(A<Ints>({{"pads", {1, 1, 1, 1}}, {"strides", {sh.stride, sh.stride}}}),
+                    I("constant_weights", 1)),
+               S("activation", variant == 3 ? "Clip" : "Relu"));
+      if (variant == 3)
+        attrs = Both(attrs, Both(F("activation_alpha", -1), F("activation_beta", 2)));
+      if (channels_last) {
+        attrs = Both(attrs, Both(Both(I("channels_last_in", 1), I("channels_last_out", 1)),
+                                 I("channels_last_sum", 1)));
+      }
+      const std::string what = absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " -> ", sh.m,
+                                            " stride ", sh.stride, " variant ", variant);
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      // Which algorithm the site bound.
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) call.In(in);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), 1);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+      if (variant == 3) continue;
+      EXPECT_EQ(GetConvCacheStats(ctx.state().get()).winograd, sh.winograd && avx512 ? 1 : 0)
+          << what;
+    }
+  }
+}
+
+// Channels-last FusedConvs with constant weights, at most 16 output pixels per image and at
+// least 32 over the batch, run as im2col + one GEMM: same results as the reference kernel with
+// bias, residual, Relu / LeakyRelu / Clip, strides, dilations, asymmetric pads and kernels;
+// the other shapes and activations keep oneDNN's convolution.
+TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
+  uint32_t seed = 600;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  struct Shape {
+    int64_t n, c, m, h, w, kh, kw;
+    Ints pads, strides, dilations;
+    const char* act;
+    bool sum, bias, gemm;
+  };
+  const Shape shapes[] = {
+      {8, 32, 48, 4, 4, 3, 3, {1, 1, 1, 1}, {1, 1}, {1, 1}, "Relu", true, true, true},
+      {8, 16, 24, 4, 4, 3, 3, {1, 1, 1, 1}, {2, 2}, {1, 1}, "LeakyRelu", false, false, true},
+      {4, 8, 16, 4, 4, 3, 3, {2, 2, 2, 2}, {1, 1}, {2, 2}, "Clip", true, true, true},
+      {16, 8, 8, 3, 4, 2, 3, {0, 1, 1, 0}, {1, 1}, {1, 1}, "", false, true, true},
+      {4, 16, 16, 3, 3, 3, 3, {0, 0, 0, 0}, {1, 1}, {1, 1}, "Relu", false, true, false},
+      {8, 16, 16, 4, 4, 3, 3, {1, 1, 1, 1}, {1, 1}, {1, 1}, "Sigmoid", false, true, false},
+      {1, 16, 16, 5, 5, 3, 3, {1, 1, 1, 1}, {1, 1}, {1, 1}, "Relu", false, true, false}};
+  for (const Shape& sh : shapes) {
+    std::vector<Tensor> inputs = {r({sh.n, sh.c, sh.h, sh.w}), r({sh.m, sh.c, sh.kh, sh.kw})};
+    if (sh.bias) inputs.push_back(r({sh.m}));  // every case with a residual has a bias
+    const int64_t oh =
+        (sh.h + sh.pads[0] + sh.pads[2] - (sh.kh - 1) * sh.dilations[0] - 1) / sh.strides[0] + 1;
+    const int64_t ow =
+        (sh.w + sh.pads[1] + sh.pads[3] - (sh.kw - 1) * sh.dilations[1] - 1) / sh.strides[1] + 1;
+    if (sh.sum) inputs.push_back(Random({sh.n, sh.m, oh, ow}, seed++, -4, 4));
+    Attrs attrs = Both(
+        Both(A<Ints>({{"pads", sh.pads},
+                      {"strides", sh.strides},
+                      {"dilations", sh.dilations},
+                      {"kernel_shape", {sh.kh, sh.kw}}}),
+             I("constant_weights", 1)),
+        Both(Both(I("channels_last_in", 1), I("channels_last_out", 1)), I("channels_last_sum", 1)));
+    attrs =
+        Both(attrs, Both(S("activation", sh.act),
+                         Both(F("activation_alpha", std::string(sh.act) == "Clip" ? -0.5f : 0.1f),
+                              F("activation_beta", 0.75f))));
+    const std::string what = absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " k", sh.kh, "x",
+                                          sh.kw, " -> ", sh.m, " ", sh.act);
+    Check({what, "FusedConv", "dynvm", inputs, attrs});
+    KernelTester t("FusedConv", "dynvm");
+    KernelCall call("FusedConv", "dynvm");
+    for (const Tensor& in : inputs) call.In(in);
+    call.Out(DType::kF32);
+    attrs(t, call);
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+    KernelContext ctx(&HeapAllocator::Get(), 1);
+    std::vector<const Tensor*> in;
+    for (const Tensor& x : inputs) in.push_back(&x);
+    Tensor y;
+    Tensor* out[] = {&y};
+    ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).gemm, sh.gemm ? 1 : 0) << what;
+  }
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {
