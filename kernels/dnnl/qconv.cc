@@ -7,10 +7,12 @@
 // as ONNX wants). QLinearConv then adds its bias and requantizes each output channel in double,
 // exactly as the reference kernel does, so the results are identical to the reference's.
 //
-// Exactness: oneDNN's int8 kernels convert the s32 sum to f32 before storing it, which is exact
-// only below 2^24. Each run bounds |sum| by max over output channels of sum |w| times
-// max |x - x_zero_point| (two cheap passes); a run whose bound reaches 2^24 (large layers fed
-// full-range activations) goes to the im2col kernel (quant.cc), exact at every magnitude.
+// Exactness: oneDNN's int8 kernels convert the s32 sum (its zero-point and s8 compensations
+// applied in integers) to f32 before storing it, which is exact only below 2^24. The rounding
+// is monotonic and 2^24 is a float, so a stored magnitude below 2^24 is the exact sum, and one
+// at or above it may not be: each run checks the stored sums (one pass) and redoes a run that
+// has such a sum with the im2col kernel (quant.cc), exact at every magnitude. Real layers'
+// sums stay far below 2^24 after the zero point is taken out.
 //
 // Layouts: the primitive picks its own (format_tag::any); x is reordered from NCHW into it and
 // the s32 result back to NCHW in the site's workspace; w is reordered on every run (its packed
@@ -74,32 +76,11 @@ bool HasVnni() {
   return vnni;
 }
 
-// The largest and smallest value of an 8-bit tensor, as int.
-DYNVM_CLONES void RangeU8(int64_t n, const uint8_t* x, int* lo, int* hi) {
-  uint8_t a = 255, b = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    a = std::min(a, x[i]);
-    b = std::max(b, x[i]);
-  }
-  *lo = a;
-  *hi = b;
-}
-
-DYNVM_CLONES void RangeI8(int64_t n, const int8_t* x, int* lo, int* hi) {
-  int8_t a = 127, b = -128;
-  for (int64_t i = 0; i < n; ++i) {
-    a = std::min(a, x[i]);
-    b = std::max(b, x[i]);
-  }
-  *lo = a;
-  *hi = b;
-}
-
-// sum |w| over k values.
-DYNVM_CLONES int64_t AbsSum(int64_t k, const int8_t* w) {
-  int64_t s = 0;
-  for (int64_t i = 0; i < k; ++i) s += std::abs(static_cast<int>(w[i]));
-  return s;
+// Whether any of n values reaches `limit` in magnitude.
+DYNVM_CLONES bool AnyAtLeast(int64_t n, const int32_t* v, int32_t limit) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, v[i] < 0 ? -v[i] : v[i]);
+  return m >= limit;
 }
 
 // One output channel: saturate(round_half_even((acc + add) * s) + z).
@@ -226,9 +207,7 @@ class QConvKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
     const int32_t zx = static_cast<int32_t>(Param(xz, 0));
-    if ((zx != 0 && g.k == 3 && g.padded()) || !SumsExactInF32(x, w, zx, g)) {
-      return RunReference(ctx, in, out);
-    }
+    if (zx != 0 && g.k == 3 && g.padded()) return RunReference(ctx, in, out);
 
     std::vector<int64_t> out_dims = {g.n, g.m};
     for (int i = 0; i < g.k; ++i) out_dims.push_back(g.od[i]);
@@ -281,23 +260,6 @@ class QConvKernel final : public DnnlKernel {
     }
     return xs.numel() == 1 && ys.numel() == 1 && (ws.numel() == 1 || ws.numel() == m) &&
            yz.numel() == 1 && yz.rank() <= 1 && Is8Bit(yz.dtype());
-  }
-
-  // Whether every s32 sum is below 2^24 in magnitude (oneDNN's f32 store is then exact).
-  static bool SumsExactInF32(const Tensor& x, const Tensor& w, int32_t zx, const Geometry& g) {
-    int lo = 0, hi = 0;
-    if (x.dtype() == DType::kU8) {
-      RangeU8(x.numel(), x.data<uint8_t>(), &lo, &hi);
-    } else {
-      RangeI8(x.numel(), x.data<int8_t>(), &lo, &hi);
-    }
-    const int64_t dev = std::max<int64_t>({std::abs(hi - zx), std::abs(lo - zx), 1});
-    const int64_t k = g.kernel_size();
-    const int64_t limit = (kExactF32 - 1) / dev;
-    for (int64_t oc = 0; oc < g.m; ++oc) {
-      if (AbsSum(k, w.data<int8_t>() + oc * k) > limit) return false;
-    }
-    return true;
   }
 
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
@@ -387,6 +349,12 @@ class QConvKernel final : public DnnlKernel {
       sums = plain;
     } else if (!qlinear_) {
       std::copy(sums, sums + g.n * g.m * p, y->data<int32_t>());
+    }
+    // A sum of 2^24 or more may have been rounded by oneDNN's f32 store (header): the run is
+    // redone by the fallback, exact at every magnitude. (v[i] == INT32_MIN cannot occur: the
+    // f32 store saturates to INT32_MAX / INT32_MIN only far beyond any reachable sum.)
+    if (AnyAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
+      return RunReference(ctx, in, Outputs(&y, 1));
     }
     if (!qlinear_) return absl::OkStatus();
     const double xs = Param(in[1], 0), ys = Param(in[6], 0), yz = Param(in[7], 0);

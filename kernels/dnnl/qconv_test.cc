@@ -210,8 +210,8 @@ TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {
   cu.In(x).In(wu).Out(DType::kI32);
   Attrs(c, cu);
   ExpectSameAsReference(cu, {x, wu}, false);
-  // Sums that may reach 2^24 (|w| 127 over 2048 taps, x spanning 0..255 around a zero point of
-  // 0): oneDNN's f32 store would round them.
+  // Sums that reach 2^24 (|w| 127 over 2048 taps, x spanning 0..255 around a zero point of 0):
+  // oneDNN's f32 store rounds them, so the run is redone by the fallback.
   const Case big{{1, 512, 3, 3}, {2, 512, 2, 2}, {1, 1}, {0, 0, 0, 0}, {1, 1}};
   Tensor xb = Full(DType::kU8, big.x_dims, rng);
   Tensor wb = Ints(DType::kI8, big.w_dims, rng, 127, 127);
@@ -226,6 +226,29 @@ TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {
   cs.In(xsmall).In(wb).Out(DType::kI32);
   Attrs(big, cs);
   ExpectSameAsReference(cs, {xsmall, wb}, CpuHasVnni());
+  // Large raw sums that the zero point brings back below 2^24 (x mostly equal to its zero point
+  // at the top of its range, w all large and positive): oneDNN takes the zero point out in
+  // integers, so these stay on the primitive, exact.
+  for (DType xt : {DType::kU8, DType::kI8}) {
+    const int z = xt == DType::kU8 ? 255 : 127;
+    const Case zc{{1, 512, 5, 5}, {4, 512, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}};
+    Tensor xr = Ints(xt, zc.x_dims, rng, z, z);
+    Tensor noise = Full(xt, {50}, rng);
+    for (int64_t i = 0; i < 50; ++i) {
+      const int64_t at = static_cast<int64_t>(rng() % static_cast<uint32_t>(xr.numel()));
+      if (xt == DType::kU8) {
+        xr.data<uint8_t>()[at] = noise.data<uint8_t>()[i];
+      } else {
+        xr.data<int8_t>()[at] = noise.data<int8_t>()[i];
+      }
+    }
+    Tensor wr = Ints(DType::kI8, zc.w_dims, rng, 100, 127);
+    Tensor zr = Scalar(xt, z);
+    KernelCall cr("ConvInteger");
+    cr.In(xr).In(wr).In(zr).Out(DType::kI32);
+    Attrs(zc, cr);
+    ExpectSameAsReference(cr, {xr, wr, zr}, CpuHasVnni());
+  }
   // 3-D, padded, with a non-zero x zero point: oneDNN 2.6.3 gets the padded border wrong
   // (found by RandomConvsMatchTheReferenceExactly); the im2col kernel serves it.
   const Case pad3{{1, 3, 5, 6, 4}, {2, 3, 3, 3, 2}, {1, 2, 1}, {0, 1, 1, 1, 0, 1}, {1, 1, 1}};
