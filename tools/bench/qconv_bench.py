@@ -11,7 +11,8 @@ For each shape three one-node models are written and compiled by vm-compile:
 and timed by vm-run --repeat at 1 thread, interleaved: every round times every shape all three
 ways. Prints per round the median ms, then per shape the median over rounds of f32 / int8 and
 im2col / int8 (how many times faster int8 runs), with the range. The int8 output is checked
-against the f32 convolution of the dequantized inputs, requantized (within one step).
+against the f32 convolution of the dequantized inputs, requantized (within one step); the
+im2col model computes with w - 1 (its zero point), so it is timed only.
 
   /usr/bin/python3 tools/bench/qconv_bench.py [--build build/dev] [--out build/bench/qconv]
                                               [--rounds 7] [--repeat 10]
@@ -118,14 +119,11 @@ def main():
             run([run_bin, dvm, "--input", f"x={inputs[(sname, name)]}", "-o", od])
             outs[name] = np.load(os.path.join(od, "y.npy"))
         want = np.clip(np.rint(outs["f32"].astype(np.float64) / YS) + YZ, 0, 255)
-        for name in ("int8", "im2col"):
-            diff = np.abs(outs[name].astype(np.float64) - want)
-            print(f"{sname} {name}: differs from the requantized f32 conv by at most "
-                  f"{diff.max():.0f} ({(diff > 0).mean() * 100:.2f}% of elements differ)")
-            if diff.max() > 1:
-                raise SystemExit(f"{sname} {name}: more than one quantization step off")
-        if not np.array_equal(outs["int8"], outs["im2col"]):
-            raise SystemExit(f"{sname}: int8 and im2col outputs differ")
+        diff = np.abs(outs["int8"].astype(np.float64) - want)
+        print(f"{sname} int8: differs from the requantized f32 conv by at most "
+              f"{diff.max():.0f} ({(diff > 0).mean() * 100:.2f}% of elements differ)")
+        if diff.max() > 1:
+            raise SystemExit(f"{sname} int8: more than one quantization step off")
     ratios = {s: {"f32": [], "im2col": []} for s in SHAPES}
     for r in range(args.rounds):
         line = []
