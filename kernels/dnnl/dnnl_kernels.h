@@ -3,6 +3,10 @@
 #ifndef DYNVM_KERNELS_DNNL_DNNL_KERNELS_H_
 #define DYNVM_KERNELS_DNNL_DNNL_KERNELS_H_
 
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel.h"
 #include "kernels/registry.h"
 
 namespace dynvm::onednn {
@@ -21,6 +25,11 @@ void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize (resampling
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul
+// qconv.cc: ConvInteger, QLinearConv on oneDNN's int8 convolution.
+void RegisterQConvKernels(KernelRegistry& r);
+// quant.cc: the im2col ConvInteger / QLinearConv kernel (qconv.cc's fallback; it falls back to
+// the reference in turn).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec, bool qlinear);
 
 }  // namespace dynvm::onednn
 

@@ -16,10 +16,11 @@
 // then requantizes each s32 row with a vector loop (b_scale per tensor or per column) in
 // double, as the reference does, so results are identical.
 //
-// ConvInteger and QLinearConv: im2col into s8 columns (a u8 x shifted by 128, padding holding
-// the zero point), then the same integer GEMM; 2-D, group 1, s8 w. Exact like the rest, but
-// slower than oneDNN's f32 convolution (columns built and packed on every call): it replaces
-// the reference convolution, not f32.
+// ConvInteger and QLinearConv (CreateIm2ColConv, the fallback of qconv.cc's int8 convolution
+// primitive): im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
+// then the same integer GEMM; 2-D, group 1, s8 w. Exact at every magnitude and takes non-zero
+// weight zero points, but slower than oneDNN's f32 convolution (columns built and packed on
+// every call).
 //
 // The integer GEMM runs only on CPUs with VNNI (avx512_core_vnni, avx2_vnni): without it
 // oneDNN's u8 x s8 kernels may saturate in 16-bit intermediates. K is capped so that no s32
@@ -534,6 +535,20 @@ void Add(KernelRegistry& r, const char* op, KernelFactory f) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec, bool qlinear) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 9 : 4, 1, 1));
+  ConvAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(a.kernel, spec.GetInts("kernel_shape"));
+  DYNVM_ASSIGN_OR_RETURN(a.strides, spec.GetInts("strides"));
+  DYNVM_ASSIGN_OR_RETURN(a.pads, spec.GetInts("pads"));
+  DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
+  DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
+  DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), std::move(ref), qlinear,
+                                         std::move(a));
+}
+
 void RegisterQuantKernels(KernelRegistry& r) {
   for (bool quantize : {true, false}) {
     Add(r, quantize ? "QuantizeLinear" : "DequantizeLinear",
@@ -545,20 +560,6 @@ void RegisterQuantKernels(KernelRegistry& r) {
         });
   }
   for (bool qlinear : {false, true}) {
-    Add(r, qlinear ? "QLinearConv" : "ConvInteger",
-        [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-          DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 9 : 4, 1, 1));
-          ConvAttrs a;
-          DYNVM_ASSIGN_OR_RETURN(a.kernel, spec.GetInts("kernel_shape"));
-          DYNVM_ASSIGN_OR_RETURN(a.strides, spec.GetInts("strides"));
-          DYNVM_ASSIGN_OR_RETURN(a.pads, spec.GetInts("pads"));
-          DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
-          DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
-          DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-          return std::make_unique<IntConvKernel>(KernelName(spec), std::move(ref), qlinear,
-                                                 std::move(a));
-        });
     Add(r, qlinear ? "QLinearMatMul" : "MatMulInteger",
         [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 8 : 4, 1, 1));

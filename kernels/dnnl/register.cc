@@ -16,6 +16,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterResizeKernels(registry);
   onednn::RegisterQuantKernels(registry);
   onednn::RegisterQuantizedWeightKernels(registry);
+  onednn::RegisterQConvKernels(registry);
 }
 
 }  // namespace dynvm
