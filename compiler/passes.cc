@@ -93,7 +93,7 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements, bool keep_quan
   absl::flat_hash_set<const Value*> matmul_inputs;
   if (keep_quantized_weights) {
     for (const auto& n : g.nodes) {
-      if (n->domain.empty() && (n->op == "MatMul" || n->op == "Gemm"))
+      if (n->domain.empty() && (n->op == "MatMul" || n->op == "Gemm" || n->op == "Conv"))
         matmul_inputs.insert(n->inputs.begin(), n->inputs.end());
     }
   }

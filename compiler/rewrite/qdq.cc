@@ -18,6 +18,16 @@
 // (the integer product on the oneDNN int8 GEMM; the scaling, bias and requantization are
 // vector loops).
 //
+// qdq_conv: the same around a Conv,
+//   QuantizeLinear(Conv(DequantizeLinear(xq, ..), DequantizeLinear(wq, ..)[, b]), ys[, yz])
+// with w [M, C/group, k...] per tensor or per output channel (axis 0, M elements), x and y per
+// tensor, every Conv attribute kept. Without b: QLinearConv(xq, xs, xz, wq, ws, wz, ys, yz).
+// With b (f32 [M], e.g. the DequantizeLinear of an int32 bias, folded after the rewrites):
+//   QuantizeLinear(Cast<f32>(ConvInteger(xq, wq, xz, wz)) * r(xs * ws) + r(b), ys[, yz])
+// (r: reshaped to [M, 1, ...] to broadcast over the spatial dims), so a bias that is not a
+// multiple of xs * ws loses nothing to rounding. ConvInteger and QLinearConv run on oneDNN's
+// int8 convolution (docs/kernels.md, "Quantized operators").
+//
 // The fused result can differ from the unfused program by one quantization step where the
 // f32 product lands within rounding of a tie: the fused product is exact and requantized in
 // double (or scaled in f32 with c), the unfused one summed in f32 (ONNX Runtime's fusion
@@ -149,6 +159,63 @@ Value* ReplaceGemm(Emitter& e, const Match& m) {
   return e.Op("QuantizeLinear", q);
 }
 
+Value* ReplaceConv(Emitter& e, const Match& m) {
+  const Node* conv = m.node("conv");
+  Value *xq = m["xq"], *xs = m["xs"], *xz = m["xz"], *wq = m["wq"], *ws = m["ws"], *wz = m["wz"];
+  Value *ys = m["ys"], *yz = m["yz"], *b = m["b"];
+  if (!Is8Bit(xq->dtype) || !Is8Bit(wq->dtype) || (yz != nullptr && !Is8Bit(yz->dtype))) {
+    return nullptr;
+  }
+  for (const Value* v : {xs, ws, ys}) {
+    if (v->dtype != DType::kF32) return nullptr;
+  }
+  if ((xz != nullptr && xz->dtype != xq->dtype) || (wz != nullptr && wz->dtype != wq->dtype)) {
+    return nullptr;
+  }
+  for (const Value* v : {xs, xz, ys, yz}) {
+    if (v != nullptr && Numel(v) != 1) return nullptr;
+  }
+  // w [M, C/group, k...] with a known M; its scale per tensor or per output channel (axis 0).
+  if (!wq->has_shape() || wq->rank() < 3 || !xq->has_shape() || xq->rank() != wq->rank()) {
+    return nullptr;
+  }
+  const std::optional<int64_t> channels = SymbolicContext::AsConst((*wq->shape)[0]);
+  const std::optional<int64_t> wn = Numel(ws);
+  if (!channels || !wn) return nullptr;
+  if (*wn != 1) {
+    const int64_t axis = AxisOf(m.node("wdq"));
+    if ((axis != 0 && axis != -wq->rank()) || *wn != *channels || ws->rank() != 1) return nullptr;
+  }
+  if (wz != nullptr && Numel(wz) != wn) return nullptr;
+  if (b != nullptr && (b->dtype != DType::kF32 || b->rank() != 1 || Numel(b) != channels)) {
+    return nullptr;
+  }
+  Value* xzp = ZeroPoint(e, xz, xq->dtype);
+  Value* wzp = ZeroPoint(e, wz, wq->dtype);
+  if (xzp == nullptr || wzp == nullptr) return nullptr;
+  Attrs attrs = conv->attrs;
+  if (b == nullptr) {
+    Value* yzp = ZeroPoint(e, yz, DType::kU8);
+    if (yzp == nullptr) return nullptr;
+    return e.Op("QLinearConv", {xq, xs, xzp, wq, ws, wzp, ys, yzp}, attrs);
+  }
+  // [M, 1, ..., 1]: per-channel values broadcast over the output's spatial dims.
+  std::vector<int64_t> per_channel(static_cast<size_t>(wq->rank() - 1), 1);
+  per_channel[0] = *channels;
+  absl::StatusOr<Tensor> shape_t = Tensor::FromVector<int64_t>(
+      DType::kI64, {static_cast<int64_t>(per_channel.size())}, per_channel);
+  if (!shape_t.ok()) return nullptr;
+  Value* shape = e.Constant(*std::move(shape_t));
+  Value* acc = e.Op("ConvInteger", {xq, wq, xzp, wzp}, attrs);
+  Value* f = e.Op("Cast", {acc}, {{"to", AttrInt(1)}});  // FLOAT
+  Value* scale =
+      e.Op("Reshape", {e.Op("Expand", {e.Op("Mul", {xs, ws}), e.Op("Shape", {b})}), shape});
+  Value* y = e.Op("Add", {e.Op("Mul", {f, scale}), e.Op("Reshape", {b, shape})});
+  std::vector<Value*> q = {y, ys};
+  if (yz != nullptr) q.push_back(yz);
+  return e.Op("QuantizeLinear", q);
+}
+
 }  // namespace
 
 std::vector<Rule> QdqRules() {
@@ -160,8 +227,13 @@ std::vector<Rule> QdqRules() {
                      P::Op("Gemm", {Dequantize("x"), Dequantize("w")}).As("gemm")});
   P groot =
       P::OneOf({P::Op("QuantizeLinear", {gemm, ys, yz}), P::Op("QuantizeLinear", {gemm, ys})});
+  P conv = P::OneOf({P::Op("Conv", {Dequantize("x"), Dequantize("w"), P::Any("b")}).As("conv"),
+                     P::Op("Conv", {Dequantize("x"), Dequantize("w")}).As("conv")});
+  P croot =
+      P::OneOf({P::Op("QuantizeLinear", {conv, ys, yz}), P::Op("QuantizeLinear", {conv, ys})});
   return {Rule{"qdq_matmul", std::move(root), &Replace},
-          Rule{"qdq_gemm", std::move(groot), &ReplaceGemm}};
+          Rule{"qdq_gemm", std::move(groot), &ReplaceGemm},
+          Rule{"qdq_conv", std::move(croot), &ReplaceConv}};
 }
 
 }  // namespace dynvm::compiler::rewrite

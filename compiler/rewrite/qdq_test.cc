@@ -1,12 +1,14 @@
 // qdq_matmul (qdq.cc): QuantizeLinear(MatMul(DequantizeLinear(x), DequantizeLinear(w))) fused
 // into QLinearMatMul, against the unfused program over varied sizes, activation types,
 // per-tensor and per-channel weights and absent zero points; and the near misses left alone.
-// qdq_gemm: the same around a Gemm (transB 0 and 1, with and without a bias).
+// qdq_gemm: the same around a Gemm (transB 0 and 1, with and without a bias). qdq_conv: the same
+// around a Conv (groups, strides, pads, per-channel weights, with and without a bias).
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -245,6 +247,159 @@ TEST(QdqTest, NearMissesAreLeftAlone) {
   Case shared;
   shared.share_weights = true;  // the dequantized weights are read elsewhere
   EXPECT_FALSE(FusedMatchesUnfused(shared));
+}
+
+struct ConvCase {
+  int64_t c = 4, m = 6, hw = 7, k = 3, group = 1, stride = 1, pad = 1;
+  DType x = DType::kU8;
+  bool per_channel = true;
+  bool zero_points = true;
+  bool bias = false;
+  bool int32_bias = false;     // the bias as DequantizeLinear(int32, xs * ws), as quantizers write
+  int64_t w_axis = 0;          // the weight DequantizeLinear's axis (1: not fusable)
+  bool share_weights = false;  // the dequantized weights also a graph output
+};
+
+// QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(w)[, b])) fused and unfused, on a
+// batch of 2; returns whether qdq_conv fired, after checking the outputs as FusedMatchesUnfused
+// does.
+bool ConvFusedMatchesUnfused(const ConvCase& c) {
+  std::vector<Tensor> outs[2];
+  CompileResult results[2];
+  for (int optimize = 0; optimize < 2; ++optimize) {
+    std::mt19937 rng(static_cast<uint32_t>(c.c * 100 + c.m * 10 + c.k + c.group));
+    const bool u8 = c.x == DType::kU8;
+    Module mod;
+    GraphBuilder b(mod.AddFunction("main"));
+    Value* xq = b.Input("x", c.x, {"batch", c.c, c.hw, c.hw});
+    const float xs = 0.03f;
+    std::vector<Value*> xdq = {xq, b.Constant(testing::F32({}, {xs}))};
+    if (c.zero_points) xdq.push_back(b.Constant(Ints(c.x, {}, rng, u8 ? 120 : -4, u8 ? 136 : 4)));
+    const int64_t ch = c.per_channel ? (c.w_axis == 0 ? c.m : c.c / c.group) : 1;
+    std::vector<float> scales(ch);
+    for (float& s : scales) s = 0.002f * static_cast<float>(1 + rng() % 20);
+    std::vector<Value*> wdq = {
+        b.Constant(Ints(DType::kI8, {c.m, c.c / c.group, c.k, c.k}, rng, -127, 127), "w", true),
+        b.Constant(c.per_channel ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]}))};
+    if (c.zero_points) {
+      wdq.push_back(b.Constant(c.per_channel ? Ints(DType::kI8, {ch}, rng, 0, 0)
+                                             : Ints(DType::kI8, {}, rng, 0, 0)));
+    }
+    Value* xf = b.Op("DequantizeLinear", xdq);
+    Value* wf = b.Op("DequantizeLinear", wdq, {{"axis", AttrInt(c.w_axis)}});
+    std::vector<Value*> in = {xf, wf};
+    if (c.bias) {
+      std::vector<float> bias(c.m);
+      for (float& v : bias) v = 0.1f * static_cast<float>(static_cast<int>(rng() % 41) - 20);
+      if (c.int32_bias) {
+        std::vector<int32_t> bq(c.m);
+        std::vector<float> bs(c.m);
+        for (int64_t i = 0; i < c.m; ++i) {
+          bs[i] = xs * scales[c.per_channel ? i : 0];
+          bq[i] = static_cast<int32_t>(std::lround(bias[i] / bs[i]));
+        }
+        in.push_back(b.Op("DequantizeLinear",
+                          {b.Constant(*Tensor::FromVector<int32_t>(DType::kI32, {c.m}, bq)),
+                           b.Constant(testing::F32({c.m}, bs))},
+                          {{"axis", AttrInt(0)}}));
+      } else {
+        in.push_back(b.Constant(testing::F32({c.m}, bias)));
+      }
+    }
+    Value* y = b.Op("Conv", in,
+                    {{"group", AttrInt(c.group)},
+                     {"strides", AttrInts({c.stride, c.stride})},
+                     {"pads", AttrInts({c.pad, c.pad, c.pad, c.pad})},
+                     {"kernel_shape", AttrInts({c.k, c.k})}});
+    std::vector<Value*> q = {y, b.Constant(testing::F32({}, {0.05f}))};
+    if (c.zero_points) q.push_back(b.Constant(Ints(DType::kU8, {}, rng, 128, 128)));
+    b.Output("y", b.Op("QuantizeLinear", q));
+    if (c.share_weights) b.Output("wf", wf);
+    CompileOptions options;
+    options.optimize = optimize == 1;
+    absl::StatusOr<CompileResult> r = Compile(mod, options);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return false;
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+        {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+    EXPECT_TRUE(exe.ok()) << exe.status();
+    if (!exe.ok()) return false;
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+    EXPECT_TRUE(vm.ok()) << vm.status();
+    if (!vm.ok()) return false;
+    std::mt19937 in_rng(5);
+    EXPECT_TRUE(
+        (*vm)
+            ->SetInput("x", Ints(c.x, {2, c.c, c.hw, c.hw}, in_rng, u8 ? 0 : -128, u8 ? 255 : 127))
+            .ok());
+    absl::Status s = (*vm)->Run();
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return false;
+    outs[optimize] = *(*vm)->GetOutputs();
+    results[optimize] = *std::move(r);
+  }
+  const CompileResult& fused = results[1];
+  const bool fired = fused.rewrites.count("qdq_conv") && fused.rewrites.at("qdq_conv") > 0;
+  EXPECT_EQ(fired, HasKernel(fused, c.bias ? "ConvInteger" : "QLinearConv"));
+  EXPECT_EQ(fired, !HasKernel(fused, "Conv") && !HasKernel(fused, "dynvm::FusedConv"));
+  const std::vector<Tensor>& got = outs[1];
+  const std::vector<Tensor>& want = outs[0];
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t o = 0; o < got.size() && o < want.size(); ++o) {
+    EXPECT_EQ(got[o].dims(), want[o].dims());
+    const std::vector<double> a = testing::ToDoubles(got[o]), e = testing::ToDoubles(want[o]);
+    if (a.size() != e.size()) return fired;
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_LE(std::fabs(a[i] - e[i]), fired ? 1.0 : 0.0) << "output " << o << " element " << i;
+      differ += a[i] != e[i];
+    }
+    EXPECT_LE(differ * 100, static_cast<int64_t>(a.size())) << differ << " of " << a.size();
+  }
+  return fired;
+}
+
+TEST(QdqTest, ConvFusesAcrossShapes) {
+  int i = 0;
+  for (auto [cin, m, group] :
+       {std::tuple<int64_t, int64_t, int64_t>{4, 6, 1}, {3, 8, 1}, {8, 8, 2}, {6, 6, 6}}) {
+    for (auto [k, stride, pad] :
+         {std::tuple<int64_t, int64_t, int64_t>{3, 1, 1}, {1, 1, 0}, {3, 2, 0}}) {
+      for (bool bias : {false, true}) {
+        ConvCase c;
+        c.c = cin;
+        c.m = m;
+        c.group = group;
+        c.k = k;
+        c.stride = stride;
+        c.pad = pad;
+        c.bias = bias;
+        c.int32_bias = bias && i % 2 == 0;
+        c.x = i % 3 == 0 ? DType::kI8 : DType::kU8;
+        c.per_channel = i % 4 != 1;
+        c.zero_points = i % 5 != 2;
+        c.hw = 5 + i % 4;
+        ++i;
+        SCOPED_TRACE(absl::StrCat("c ", c.c, " m ", c.m, " group ", c.group, " k ", c.k, " stride ",
+                                  c.stride, " pad ", c.pad, bias ? " bias" : "",
+                                  c.int32_bias ? " (int32)" : "", " ", DTypeName(c.x),
+                                  c.per_channel ? " per-channel" : " per-tensor",
+                                  c.zero_points ? "" : " no zero points"));
+        EXPECT_TRUE(ConvFusedMatchesUnfused(c));
+      }
+    }
+  }
+}
+
+TEST(QdqTest, ConvNearMissesAreLeftAlone) {
+  ConvCase other_axis;
+  other_axis.c = 6;
+  other_axis.m = 6;
+  other_axis.w_axis = 1;  // per input channel
+  EXPECT_FALSE(ConvFusedMatchesUnfused(other_axis));
+  ConvCase shared;
+  shared.share_weights = true;  // the dequantized weights read elsewhere
+  EXPECT_FALSE(ConvFusedMatchesUnfused(shared));
 }
 
 }  // namespace
