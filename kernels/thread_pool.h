@@ -47,7 +47,7 @@ class ThreadPool {
  public:
   struct Options {
     // How long an idle worker polls for the next job before it parks (microseconds).
-    int spin_us = 50;
+    int spin_us = 200;
   };
 
   // A pool running jobs on `num_threads` threads: the caller and num_threads - 1 workers.

@@ -156,8 +156,28 @@ absl::Status EmitView(KernelContext& ctx, const Tensor& x, int64_t offset,
   absl::Status s = PrepareDataOutput(ctx, out, x.dtype(), out_dims, op);
   if (!s.ok()) return s;
   const int64_t esize = DTypeSize(x.dtype());
-  CopyToContiguous(esize, view_dims, static_cast<const uint8_t*>(x.raw_data()) + offset * esize,
-                   view_strides, out->raw_data());
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw_data()) + offset * esize;
+  // With more than one thread, a large copy splits its outermost dim over the VM's pool: each
+  // thread copies the rows it (or the kernel before, split the same way) made, from its own
+  // cache. One thread: one call.
+  const int64_t bytes = out->numel() * esize;
+  if (ctx.num_threads() > 1 && bytes >= kMinParallelCopyBytes && !view_dims.empty() &&
+      view_dims[0] >= 2 && x.dtype() != DType::kString) {
+    const int64_t rows = view_dims[0];
+    const int64_t row_bytes = bytes / rows;
+    int64_t dims[kMaxViewRank];
+    std::copy(view_dims.begin(), view_dims.end(), dims);
+    ctx.ParallelFor(rows, 1, [&](int64_t r0, int64_t r1) {
+      int64_t part[kMaxViewRank];
+      std::copy(dims, dims + view_dims.size(), part);
+      part[0] = r1 - r0;
+      CopyToContiguous(esize, absl::MakeConstSpan(part, view_dims.size()),
+                       src + r0 * view_strides[0] * esize, view_strides,
+                       static_cast<uint8_t*>(out->raw_data()) + r0 * row_bytes);
+    });
+    return absl::OkStatus();
+  }
+  CopyToContiguous(esize, view_dims, src, view_strides, out->raw_data());
   return absl::OkStatus();
 }
 

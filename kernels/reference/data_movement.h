@@ -47,6 +47,10 @@ void CopyToContiguous(const Tensor& src, void* dst);
 absl::Status PrepareDataOutput(KernelContext& ctx, Tensor* out, DType dtype,
                                absl::Span<const int64_t> dims, absl::string_view op);
 
+// Copies of at least this many bytes split over the VM's pool when it has more than one thread
+// (EmitView: Slice, Transpose, Expand, Tile...).
+inline constexpr int64_t kMinParallelCopyBytes = int64_t{1} << 16;
+
 // Prepares out (x's dtype, `out_dims`) and fills it with the view (view_dims, view_strides) of
 // x's elements starting `offset` elements from x's data pointer.
 absl::Status EmitView(KernelContext& ctx, const Tensor& x, int64_t offset,

@@ -1,6 +1,7 @@
 // Tests of the reference data-movement kernels (shape.cc, slice_pad.cc, gather_scatter.cc).
 // Expected values come from ONNX's node test data (/usr/share/libonnx-testdata/data/node, named
 // per test), from numpy (the snippet is in a comment), or are worked out by hand.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
+#include "kernels/thread_pool.h"
 
 namespace dynvm {
 namespace {
@@ -280,6 +282,43 @@ TEST(TransposeTest, DefaultReversesAndPerm) {
   const Tensor rev = RunOne(KernelCall("Transpose").In(Iota({2, 3})).Out(DType::kF32));
   EXPECT_EQ(DimsOf(rev), (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(ToDoubles(rev), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+}
+
+// At two threads a copy of at least kMinParallelCopyBytes splits its outermost dim over the
+// VM's pool (data_movement.cc, EmitView): the same elements as one thread, for an odd row count
+// (ragged ranges), a transpose, a slice and 1-byte elements.
+TEST(TransposeTest, LargeCopiesSplitAcrossThreadsGiveTheSameElements) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  const Tensor x = Iota({37, 29, 41});  // 44K floats: above the threshold
+  std::vector<KernelCall> calls = {
+      KernelCall("Transpose").In(x).Attr("perm", std::vector<int64_t>{2, 0, 1}).Out(DType::kF32),
+      KernelCall("Transpose").In(x).Attr("perm", std::vector<int64_t>{1, 0, 2}).Out(DType::kF32),
+      KernelCall("Slice")
+          .In(x)
+          .In(I64({2}, {1, 3}))
+          .In(I64({2}, {36, 40}))
+          .In(I64({2}, {0, 2}))
+          .Out(DType::kF32)};
+  Tensor bytes = *Tensor::Empty(DType::kBool, {131, 7, 97});
+  for (int64_t i = 0; i < bytes.numel(); ++i) bytes.data<bool>()[i] = (i * 7919) % 3 == 0;
+  calls.push_back(KernelCall("Transpose")
+                      .In(bytes)
+                      .Attr("perm", std::vector<int64_t>{2, 1, 0})
+                      .Out(DType::kBool));
+  for (KernelCall& call : calls) {
+    absl::StatusOr<std::vector<Tensor>> one = call.Run(1);
+    absl::StatusOr<std::vector<Tensor>> two = call.Run(2);
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_TRUE(two.ok()) << two.status();
+    EXPECT_EQ(DimsOf((*two)[0]), DimsOf((*one)[0]));
+    EXPECT_EQ(ToDoubles((*two)[0]), ToDoubles((*one)[0]));
+  }
+  // The one-thread result is right: element [i, j, k] of x is i * 29 * 41 + j * 41 + k.
+  const Tensor t = RunOne(
+      KernelCall("Transpose").In(x).Attr("perm", std::vector<int64_t>{2, 0, 1}).Out(DType::kF32));
+  EXPECT_EQ(ToDoubles(t)[1 * 37 * 29 + 5 * 29 + 3], 5 * 29 * 41 + 3 * 41 + 1);
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
 TEST(TransposeTest, StridedI64AndBool) {
