@@ -1072,9 +1072,8 @@ void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
   r.Register(OpSchema{"", op, std::move(fn), pure});
 }
 
-}  // namespace
-
-void RegisterOnnxShapeFunctions(OpRegistry& r) {
+// Elementwise ops: broadcasting arithmetic, comparisons, unary ops.
+void RegisterElementwise(OpRegistry& r) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     Reg(r, op, [](InferContext& c) { return Broadcasting(c, std::nullopt, true); });
   }
@@ -1146,6 +1145,12 @@ void RegisterOnnxShapeFunctions(OpRegistry& r) {
     if (c.has_output(1)) c.node().outputs[1]->dtype = DType::kBool;
     return s;
   });
+}
+
+}  // namespace
+
+void RegisterOnnxShapeFunctions(OpRegistry& r) {
+  RegisterElementwise(r);
   Reg(r, "Cast", Cast);
   Reg(r, "CastLike", CastLike);
   Reg(r, "StringNormalizer", StringNormalizer);
