@@ -69,7 +69,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     // kernel, which folding removed. Quantized MatMul weights stay for qdq_matmul.
     DYNVM_RETURN_IF_ERROR(FoldConstants(module, 1 << 20, /*keep_quantized_weights=*/true));
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    rewrite::RewriteOptions rewrites{options.disabled_rewrites};
+    rewrite::RewriteOptions rewrites{options.disabled_rewrites, options.device};
     if (options.quantize_weights != DType::kF32) {
       // The quantize-weights pass (below) takes MatMul weights: products stay MatMul for it.
       for (const char* r : {"matmul_bias", "gemm_activation", "linear_activation"}) {

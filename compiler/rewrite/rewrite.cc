@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "compiler/passes.h"
+#include "kernels/registry.h"
 
 namespace dynvm::compiler::rewrite {
 
@@ -29,8 +30,23 @@ struct Sweep {
   UseCounts uses;
   absl::flat_hash_set<const Node*> consumed;  // matched by a rewrite this sweep
   RewriteCounts& counts;
+  Device device = Device::kCPU;
   int fired = 0;
 };
+
+// Off the CPU: false when every matched node has a kernel on the device and some node of the
+// replacement has none (the rewrite would move that work to the CPU).
+bool KeepsDevice(const Sweep& s, const Match& m, const std::vector<std::unique_ptr<Node>>& added) {
+  if (s.device == Device::kCPU) return true;
+  const KernelRegistry& registry = KernelRegistry::Global();
+  for (const Node* n : m.nodes) {
+    if (!registry.HasOp(n->domain, n->op, s.device)) return true;
+  }
+  for (const auto& n : added) {
+    if (!registry.HasOp(n->domain, n->op, s.device)) return false;
+  }
+  return true;
+}
 
 // Every matched node but the root is in the root's region, and each of its outputs is read
 // only by matched nodes.
@@ -68,6 +84,7 @@ std::vector<std::unique_ptr<Node>> TryRules(Sweep& s, Graph& g, Node& node) {
     Value* result = rule->rewrite(e, m);
     if (result == nullptr) continue;
     std::vector<std::unique_ptr<Node>>& added = e.nodes();
+    if (!KeepsDevice(s, m, added)) continue;
     // The replacement's last node must produce `result` and nothing else may read it; else an
     // Identity carries it.
     bool last_produces = !added.empty() && added.back()->outputs[0] == result;
@@ -110,7 +127,8 @@ void SweepGraph(Sweep& s, Graph& g) {
 
 }  // namespace
 
-absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const Rule*>& rules) {
+absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const Rule*>& rules,
+                                         Device device) {
   RewriteCounts counts;
   absl::flat_hash_map<std::string, std::vector<const Rule*>> by_op;
   for (const Rule* r : rules) {
@@ -118,7 +136,7 @@ absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const
     for (const std::string& op : r->pattern.RootOps()) by_op[op].push_back(r);
   }
   for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
-    Sweep s{module, by_op, {}, {}, counts};
+    Sweep s{module, by_op, {}, {}, counts, device};
     for (Function& f : module.functions()) s.uses.Count(*f.graph);
     for (Function& f : module.functions()) SweepGraph(s, *f.graph);
     if (s.fired == 0) break;
@@ -140,7 +158,7 @@ absl::StatusOr<RewriteCounts> ApplyRewrites(Module& module, const RewriteOptions
     return absl::InvalidArgumentError(
         absl::StrCat("unknown rewrite rule '", *disabled.begin(), "' (the rules: ", names, ")"));
   }
-  return ApplyRules(module, rules);
+  return ApplyRules(module, rules, options.device);
 }
 
 }  // namespace dynvm::compiler::rewrite

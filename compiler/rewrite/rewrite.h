@@ -61,6 +61,10 @@ const std::vector<Rule>& AllRules();
 
 struct RewriteOptions {
   std::vector<std::string> disabled;  // rule names not to apply
+  // The device compiled for. Off the CPU, a rewrite whose matched nodes all have a kernel on
+  // the device is applied only when every node it makes has one too: a fusion must not move
+  // work from the device to the CPU (a fused op with no device kernel, dynvm::Linear on CUDA).
+  Device device = Device::kCPU;
 };
 
 // How often each rule fired, by name (every rule listed, zeros included).
@@ -72,7 +76,8 @@ constexpr int kMaxSweeps = 16;
 // them inferred. Errors: an unknown name in options.disabled, or a shape inference failure
 // after a rewrite (naming the node).
 absl::StatusOr<RewriteCounts> ApplyRewrites(Module& module, const RewriteOptions& options = {});
-absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const Rule*>& rules);
+absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const Rule*>& rules,
+                                         Device device = Device::kCPU);
 
 }  // namespace dynvm::compiler::rewrite
 
