@@ -38,6 +38,7 @@
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 
@@ -49,55 +50,11 @@ using dt = dnnl::memory::data_type;
 // f32 holds every integer below this exactly.
 inline constexpr int64_t kExactF32 = int64_t{1} << 24;
 
-bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
-
-// Element i of a per-tensor or per-axis parameter as double (0 when absent).
-double Param(const Tensor* t, int64_t i) {
-  if (t == nullptr) return 0;
-  const int64_t k = t->numel() == 1 ? 0 : i;
-  switch (t->dtype()) {
-    case DType::kF32:
-      return t->data<float>()[k];
-    case DType::kU8:
-      return t->data<uint8_t>()[k];
-    case DType::kI8:
-      return t->data<int8_t>()[k];
-    default:
-      return 0;
-  }
-}
-
-bool HasVnni() {
-  static const bool vnni = [] {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
-           (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
-  }();
-  return vnni;
-}
-
 // Whether any of n values reaches `limit` in magnitude.
 DYNVM_CLONES bool AnyAtLeast(int64_t n, const int32_t* v, int32_t limit) {
   int32_t m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, v[i] < 0 ? -v[i] : v[i]);
   return m >= limit;
-}
-
-// One output channel: saturate(round_half_even((acc + add) * s) + z).
-DYNVM_CLONES void RequantU8(int64_t n, const int32_t* acc, double add, double s, double z,
-                            uint8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
-    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
-  }
-}
-
-DYNVM_CLONES void RequantI8(int64_t n, const int32_t* acc, double add, double s, double z,
-                            int8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
-    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
-  }
 }
 
 struct Attrs {
@@ -199,14 +156,14 @@ class QConvKernel final : public DnnlKernel {
     const Tensor* wz = at(qlinear_ ? 5 : 3);
     const Tensor* bias = qlinear_ ? at(8) : nullptr;
     Geometry g;
-    if (!HasVnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || !x.is_contiguous() ||
+    if (!HasInt8Vnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || !x.is_contiguous() ||
         !w.is_contiguous() || !MakeGeometry(a_, x, w, &g) || !ZeroPointsUsable(x, xz, wz) ||
         (qlinear_ && !ParamsUsable(in, bias, g.m))) {
       return RunReference(ctx, in, out);
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
-    const int32_t zx = static_cast<int32_t>(Param(xz, 0));
+    const int32_t zx = static_cast<int32_t>(QuantParamAt(xz, 0));
     if (zx != 0 && g.k == 3 && g.padded()) return RunReference(ctx, in, out);
 
     std::vector<int64_t> out_dims = {g.n, g.m};
@@ -357,16 +314,17 @@ class QConvKernel final : public DnnlKernel {
       return RunReference(ctx, in, Outputs(&y, 1));
     }
     if (!qlinear_) return absl::OkStatus();
-    const double xs = Param(in[1], 0), ys = Param(in[6], 0), yz = Param(in[7], 0);
+    const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0),
+                 yz = QuantParamAt(in[7], 0);
     for (int64_t b = 0; b < g.n; ++b) {
       for (int64_t oc = 0; oc < g.m; ++oc) {
         const double add = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
-        const double s = xs * Param(in[4], oc) / ys;
+        const double s = xs * QuantParamAt(in[4], oc) / ys;
         const int64_t row = (b * g.m + oc) * p;
         if (y->dtype() == DType::kU8) {
-          RequantU8(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
+          RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
         } else {
-          RequantI8(p, sums + row, add, s, yz, y->data<int8_t>() + row);
+          RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
         }
       }
     }

@@ -78,7 +78,9 @@ void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& in
     EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0])) << dnnl->name();
   }
   EXPECT_EQ(dnnl->reference_runs(), want_fast ? 0 : 2) << dnnl->name();
-  if (want_fast) EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
+  if (want_fast) {
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
+  }
 }
 
 struct Case {

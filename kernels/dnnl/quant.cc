@@ -42,6 +42,7 @@
 #include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 
@@ -104,59 +105,14 @@ DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
 
-bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
-
-// The per-tensor or per-axis value `i` of a parameter as float (0 when absent).
-float ParamAt(const Tensor* t, int64_t i) {
-  if (t == nullptr) return 0;
-  const int64_t k = t->numel() == 1 ? 0 : i;
-  switch (t->dtype()) {
-    case DType::kF32:
-      return t->data<float>()[k];
-    case DType::kU8:
-      return t->data<uint8_t>()[k];
-    case DType::kI8:
-      return t->data<int8_t>()[k];
-    default:
-      return 0;
-  }
-}
-
 // A zero point of type `t` holding one value (a scalar, or a per-channel vector of one
 // repeated value: the zeros of a symmetric per-channel weight).
 bool UniformZeroPoint(const Tensor& z, DType t) {
   if (z.dtype() != t || z.rank() > 1 || z.numel() < 1 || !z.is_contiguous()) return false;
   for (int64_t i = 1; i < z.numel(); ++i) {
-    if (ParamAt(&z, i) != ParamAt(&z, 0)) return false;
+    if (QuantParamAt(&z, i) != QuantParamAt(&z, 0)) return false;
   }
   return true;
-}
-
-// One output channel of QLinearConv: saturate(round_half_even((acc + add) * s) + z).
-DYNVM_CLONES void RequantizeU8Uniform(int64_t n, const int32_t* acc, double add, double s, double z,
-                                      uint8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
-    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
-  }
-}
-
-DYNVM_CLONES void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, double z,
-                                      int8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint((static_cast<double>(acc[j]) + add) * s) + z;
-    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
-  }
-}
-
-// oneDNN's int8 GEMM is exact only with VNNI (above).
-bool HasVnni() {
-  static const bool vnni = [] {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
-           (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
-  }();
-  return vnni;
 }
 
 // |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
@@ -203,7 +159,7 @@ class QuantKernel final : public DnnlKernel {
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t c = 0; c < channels; ++c) {
         const int64_t off = (o * channels + c) * inner;
-        const float s = ParamAt(&scale, c), z = ParamAt(zp, c);
+        const float s = QuantParamAt(&scale, c), z = QuantParamAt(zp, c);
         if (!quantize_) {
           float* y = out[0]->data<float>() + off;
           if (q == DType::kU8) {
@@ -265,7 +221,7 @@ class IntMatMulKernel final : public DnnlKernel {
     int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes + a32_bytes)
                             : out[0]->data<int32_t>();
     const int8_t* bs8 = b.data<int8_t>();
-    int bo = static_cast<int>(ParamAt(zb, 0));
+    int bo = static_cast<int>(QuantParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
       int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
       ShiftToS8(k * n, b.data<uint8_t>(), shifted);
@@ -280,10 +236,10 @@ class IntMatMulKernel final : public DnnlKernel {
       const dnnl_status_t st =
           a.dtype() == DType::kU8
               ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
-                                  static_cast<uint8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<uint8_t>(QuantParamAt(za, 0)), bs8, n,
                                   static_cast<int8_t>(bo), 0.0f, acc, n, &co)
               : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
-                                  static_cast<int8_t>(ParamAt(za, 0)), bs8, n,
+                                  static_cast<int8_t>(QuantParamAt(za, 0)), bs8, n,
                                   static_cast<int8_t>(bo), 0.0f, acc, n, &co);
       DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
     }
@@ -296,7 +252,7 @@ class IntMatMulKernel final : public DnnlKernel {
   // bo * sum (a - za); a32 has room for k values. No intermediate overflows for K < kMaxExactK.
   static void Gemv(const Tensor& a, const Tensor* za, const int8_t* b, int bo, int64_t k, int64_t n,
                    int32_t* a32, int32_t* acc) {
-    const int32_t z = static_cast<int32_t>(ParamAt(za, 0));
+    const int32_t z = static_cast<int32_t>(QuantParamAt(za, 0));
     int32_t sum = 0;
     for (int64_t p = 0; p < k; ++p) {
       a32[p] = (a.dtype() == DType::kU8 ? static_cast<int32_t>(a.data<uint8_t>()[p])
@@ -311,8 +267,9 @@ class IntMatMulKernel final : public DnnlKernel {
 
   // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
-    if (!HasVnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||
-        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
+    if (!HasInt8Vnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 ||
+        b.rank() != 2 || !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 ||
+        b.numel() == 0) {
       return false;
     }
     const int64_t k = a.dim(a.rank() - 1);
@@ -340,8 +297,9 @@ class IntMatMulKernel final : public DnnlKernel {
   // `scale` has room for n factors.
   static void Requantize(Inputs in, int64_t m, int64_t n, const int32_t* acc, double* scale,
                          Tensor& y) {
-    const double as = ParamAt(in[1], 0), ys = ParamAt(in[6], 0), yz = ParamAt(in[7], 0);
-    for (int64_t j = 0; j < n; ++j) scale[j] = as * ParamAt(in[4], j) / ys;
+    const double as = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0),
+                 yz = QuantParamAt(in[7], 0);
+    for (int64_t j = 0; j < n; ++j) scale[j] = as * QuantParamAt(in[4], j) / ys;
     for (int64_t i = 0; i < m; ++i) {
       if (y.dtype() == DType::kU8) {
         RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
@@ -399,11 +357,11 @@ class IntConvKernel final : public DnnlKernel {
     int32_t* acc = reinterpret_cast<int32_t*>(base + scale_bytes);
     int8_t* col = reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes);
     const bool u8 = x.dtype() == DType::kU8;
-    const int zx = static_cast<int>(ParamAt(xz, 0));
+    const int zx = static_cast<int>(QuantParamAt(xz, 0));
     const int bo = u8 ? zx - 128 : zx;
     if (qlinear_) {
-      const double xs = ParamAt(in[1], 0), ys = ParamAt(in[6], 0);
-      for (int64_t oc = 0; oc < g.m; ++oc) scale[oc] = xs * ParamAt(in[4], oc) / ys;
+      const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0);
+      for (int64_t oc = 0; oc < g.m; ++oc) scale[oc] = xs * QuantParamAt(in[4], oc) / ys;
     }
     SetThreads(ThreadsFor(ctx.num_threads(), g.m * p * k));
     const int32_t co = 0;
@@ -411,11 +369,11 @@ class IntConvKernel final : public DnnlKernel {
       Im2Col(x, b, g, u8, static_cast<int8_t>(bo), col);
       int32_t* c = qlinear_ ? acc : out[0]->data<int32_t>() + b * g.m * p;
       const dnnl_status_t st = dnnl_gemm_s8s8s32('N', 'N', 'F', g.m, p, k, 1.0f, w.data<int8_t>(),
-                                                 k, static_cast<int8_t>(ParamAt(wz, 0)), col, p,
-                                                 static_cast<int8_t>(bo), 0.0f, c, p, &co);
+                                                 k, static_cast<int8_t>(QuantParamAt(wz, 0)), col,
+                                                 p, static_cast<int8_t>(bo), 0.0f, c, p, &co);
       DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
       if (qlinear_) {
-        const double yz = ParamAt(in[7], 0);
+        const double yz = QuantParamAt(in[7], 0);
         for (int64_t oc = 0; oc < g.m; ++oc) {
           const double bv = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
           const int32_t* row = acc + oc * p;
@@ -438,7 +396,7 @@ class IntConvKernel final : public DnnlKernel {
 
   bool Usable(const Tensor& x, const Tensor& w, const Tensor* xz, const Tensor* wz,
               const Tensor* bias, Geometry* g) const {
-    if (!HasVnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || x.rank() != 4 ||
+    if (!HasInt8Vnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || x.rank() != 4 ||
         w.rank() != 4 || !x.is_contiguous() || !w.is_contiguous() || a_.group != 1 ||
         (a_.auto_pad != "NOTSET" && a_.auto_pad != "VALID" && !a_.auto_pad.empty())) {
       return false;
