@@ -25,23 +25,6 @@ namespace {
 
 using P = Pattern;
 
-// Scale and B are made at compile time: a hostile model's huge normalized shape is refused.
-constexpr int64_t kMaxNormalized = int64_t{1} << 24;
-
-// The constant sizes of x's trailing `k` axes (at most kMaxNormalized elements), or nullopt.
-std::optional<std::vector<int64_t>> NormalizedDims(const Value& x, int k) {
-  if (!x.shape || k <= 0 || k > x.rank()) return std::nullopt;
-  std::vector<int64_t> dims;
-  int64_t count = 1;
-  for (int i = x.rank() - k; i < x.rank(); ++i) {
-    std::optional<int64_t> d = SymbolicContext::AsConst((*x.shape)[i]);
-    if (!d || *d < 0 || (*d > 0 && count > kMaxNormalized / *d)) return std::nullopt;
-    count *= *d;
-    dims.push_back(*d);
-  }
-  return dims;
-}
-
 // Constant `t` (f32) broadcast to `dims` (the normalized shape, right-aligned within a tensor of
 // rank `rank`), when every size of t outside those axes is 1.
 std::optional<std::vector<float>> Expand(const Tensor& t, const std::vector<int64_t>& dims,
@@ -78,7 +61,7 @@ Value* FuseDecomposition(Emitter& e, const Match& m) {
   Value* x = m["x"];
   const Node* mean = m.node("mean");
   const int k = static_cast<int>(ReduceAxes(*mean)->size());
-  std::optional<std::vector<int64_t>> dims = NormalizedDims(*x, k);
+  std::optional<std::vector<int64_t>> dims = TrailingConstDims(*x, k);
   std::optional<double> eps = ConstScalar(*m["eps"]);
   if (!dims || !eps || x->dtype != DType::kF32) return nullptr;
   int64_t count = 1;
@@ -100,7 +83,7 @@ Value* FoldAffine(Emitter& e, const Match& m, bool scale) {
   const int rank = x->rank();
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
   if (axis < 0 || axis >= rank) return nullptr;
-  std::optional<std::vector<int64_t>> dims = NormalizedDims(*x, rank - axis);
+  std::optional<std::vector<int64_t>> dims = TrailingConstDims(*x, rank - axis);
   if (!dims) return nullptr;
   std::optional<std::vector<float>> s = Expand(*ln.inputs[1]->constant, *dims, rank);
   std::optional<std::vector<float>> c = Expand(*m["c"]->constant, *dims, rank);

@@ -253,4 +253,17 @@ std::optional<std::vector<int64_t>> TransposePerm(const compiler::Node& n) {
   return p;
 }
 
+std::optional<std::vector<int64_t>> TrailingConstDims(const Value& x, int k, int64_t max_count) {
+  if (!x.shape || k <= 0 || k > x.rank()) return std::nullopt;
+  std::vector<int64_t> dims;
+  int64_t count = 1;
+  for (int i = x.rank() - k; i < x.rank(); ++i) {
+    std::optional<int64_t> d = SymbolicContext::AsConst((*x.shape)[i]);
+    if (!d || *d < 0 || (*d > 0 && count > max_count / *d)) return std::nullopt;
+    count *= *d;
+    dims.push_back(*d);
+  }
+  return dims;
+}
+
 }  // namespace dynvm::compiler::rewrite

@@ -127,6 +127,12 @@ bool ReducesTrailingAxes(const compiler::Node& n, int count = 0);
 // unknown or the perm attribute has another length.
 std::optional<std::vector<int64_t>> TransposePerm(const compiler::Node& n);
 
+// The constant sizes of `x`'s trailing `k` axes, or nullopt when one is not a constant or they
+// hold more than `max_count` elements in all (a normalization whose scale a rule makes at compile
+// time: a hostile model's huge normalized shape is refused).
+std::optional<std::vector<int64_t>> TrailingConstDims(const Value& x, int k,
+                                                      int64_t max_count = int64_t{1} << 24);
+
 }  // namespace dynvm::compiler::rewrite
 
 #endif  // DYNVM_COMPILER_REWRITE_PATTERN_H_

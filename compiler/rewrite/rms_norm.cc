@@ -27,23 +27,6 @@ namespace {
 
 using P = Pattern;
 
-// The scale is made at compile time: a hostile model's huge normalized shape is refused.
-constexpr int64_t kMaxNormalized = int64_t{1} << 24;
-
-// The constant sizes of x's trailing `k` axes (at most kMaxNormalized elements), or nullopt.
-std::optional<std::vector<int64_t>> NormalizedDims(const Value& x, int k) {
-  if (!x.shape || k <= 0 || k > x.rank()) return std::nullopt;
-  std::vector<int64_t> dims;
-  int64_t count = 1;
-  for (int i = x.rank() - k; i < x.rank(); ++i) {
-    std::optional<int64_t> d = SymbolicContext::AsConst((*x.shape)[i]);
-    if (!d || *d < 0 || (*d > 0 && count > kMaxNormalized / *d)) return std::nullopt;
-    count *= *d;
-    dims.push_back(*d);
-  }
-  return dims;
-}
-
 int64_t Count(const std::vector<int64_t>& dims) {
   int64_t count = 1;
   for (int64_t d : dims) count *= d;
@@ -77,7 +60,7 @@ Value* Fuse(Emitter& e, const Match& m) {
     x = x->producer->inputs[0];
   }
   const int k = static_cast<int>(ReduceAxes(*m.node("ms"))->size());
-  std::optional<std::vector<int64_t>> dims = NormalizedDims(*x, k);
+  std::optional<std::vector<int64_t>> dims = TrailingConstDims(*x, k);
   std::optional<double> eps = ConstScalar(*m["eps"]);
   if (!dims || !eps || x->dtype != DType::kF32) return nullptr;
   std::vector<float> ones(Count(*dims), 1.0f);
@@ -118,7 +101,7 @@ Value* FoldScale(Emitter& e, const Match& m) {
   const int rank = x->rank();
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
   if (axis < 0 || axis >= rank) return nullptr;
-  std::optional<std::vector<int64_t>> dims = NormalizedDims(*x, rank - axis);
+  std::optional<std::vector<int64_t>> dims = TrailingConstDims(*x, rank - axis);
   if (!dims) return nullptr;
   std::optional<std::vector<float>> s = PerElement(*norm.inputs[1]->constant, *dims);
   std::optional<std::vector<float>> g = PerElement(*m["g"]->constant, *dims);
