@@ -3,6 +3,8 @@
 //   when r keeps every axis). torch writes these around attention (k.transpose(1, 2) then
 //   k.transpose(-2, -1)). Refused: x of unknown rank (an absent perm reverses the axes), the
 //   inner Transpose read elsewhere.
+// transpose_identity: Transpose(x, p) with p keeping every axis -> Identity(x) (a view, no
+//   copy). Refused: an absent perm (it reverses the axes), x of unknown rank.
 // reshape_chain: Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 is a constant with no 0
 //   entry (a 0 copies a dim of the inner result, which x need not have) or the outer Reshape has
 //   allowzero=1, and x and the inner result have constant shapes (so the inner Reshape was
@@ -37,6 +39,16 @@ Value* CollapseTransposes(Emitter& e, const Match& m) {
   return e.Op("Transpose", {m["x"]}, std::move(attrs));
 }
 
+Value* DropIdentityTranspose(Emitter& e, const Match& m) {
+  const AttrValue* perm = e.root().attr("perm");
+  std::optional<std::vector<int64_t>> p = TransposePerm(e.root());
+  if (perm == nullptr || !p) return nullptr;
+  for (size_t i = 0; i < p->size(); ++i) {
+    if ((*p)[i] != static_cast<int64_t>(i)) return nullptr;
+  }
+  return e.Op("Identity", {m["x"]});
+}
+
 bool ConstantShape(const Value* v) {
   if (v == nullptr || !v->shape) return false;
   for (Dim d : *v->shape) {
@@ -66,6 +78,8 @@ std::vector<Rule> ChainRules() {
   rules.push_back(Rule{"transpose_chain",
                        P::Op("Transpose", {P::Op("Transpose", {P::Any("x")}).As("inner")}),
                        &CollapseTransposes});
+  rules.push_back(
+      Rule{"transpose_identity", P::Op("Transpose", {P::Any("x")}), &DropIdentityTranspose});
   rules.push_back(Rule{
       "reshape_chain",
       P::Op("Reshape", {P::Op("Reshape", {P::Any("x"), P::Any()}).As("inner"), P::Const("s2")}),

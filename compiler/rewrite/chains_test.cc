@@ -36,6 +36,27 @@ TEST(ChainsTest, TransposesCollapse) {
   EXPECT_EQ(Transposes({0, 2, 1, 3}, {0, 1, 3, 2}, /*share=*/true).fired["transpose_chain"], 0);
 }
 
+TEST(ChainsTest, IdentityTransposeIsAView) {
+  Outcome o = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {"b", 3, 4, 5});
+        Value* y = b.Op("Transpose", {x}, {{"perm", AttrInts({0, 1, 2, 3})}});
+        b.Output("y", b.Op("Relu", {y}));
+      },
+      kIn);
+  EXPECT_EQ(o.fired["transpose_identity"], 1);
+  EXPECT_FALSE(o.HasKernel("Transpose"));
+  // An absent perm reverses the axes: left alone.
+  Outcome rev = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {2, 3, 4, 5});
+        b.Output("y", b.Op("Relu", {b.Op("Transpose", {x})}));
+      },
+      kIn);
+  EXPECT_EQ(rev.fired["transpose_identity"], 0);
+  EXPECT_TRUE(rev.HasKernel("Transpose"));
+}
+
 Outcome Reshapes(std::vector<int64_t> s1, std::vector<int64_t> s2, bool share = false) {
   return CompareWithUnoptimized(
       [&](GraphBuilder& b) {
