@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/rewrite/rewrite_testing.h"
 #include "gtest/gtest.h"
 
@@ -27,7 +28,7 @@ std::vector<DimSpec> Specs(const std::vector<int64_t>& d, int symbolic = -1) {
   std::vector<DimSpec> s;
   for (size_t i = 0; i < d.size(); ++i) {
     if (static_cast<int>(i) == symbolic) {
-      s.emplace_back("s" + std::to_string(i));
+      s.emplace_back(absl::StrCat("s", i));
     } else {
       s.emplace_back(d[i]);
     }
