@@ -59,7 +59,8 @@ CASES = {
     "hard_swish": ([11, 13], {"hard_swish": True}, ["HardSigmoid"]),
     "mha": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
     "mha_padded": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
-    "mha_weights": ([14], {"attention": False}, []),
+    # need_weights=True: attention refused, Q's and K's head Transposes become strides.
+    "mha_weights": ([14], {"attention": False, "matmul_transpose": True}, []),
     # attention refused: the product's K Transpose becomes strides all the same.
     "attention_other_axis": ([14], {"attention": False, "matmul_transpose": True}, []),
     "attention_mask_bigger": ([14], {"attention": False}, []),
