@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/passes.h"
+#include "compiler/rewrite/rewrite.h"
 #include "compiler/rewrite/rewrite_testing.h"
 #include "gtest/gtest.h"
 
@@ -175,6 +177,38 @@ TEST(MatMulTransposeTest, LinearTakesTheTransposeAsTransB) {
   EXPECT_EQ(o.fired["linear_transpose"], 1);
   EXPECT_TRUE(o.HasKernel("dynvm::Linear"));
   EXPECT_FALSE(o.HasKernel("Transpose"));
+}
+
+// Only the last row is kept: NarrowSelectedRows narrows dynvm::MatMul's A along the axis a_perm
+// puts in the rows (here x's last axis), and the program still equals the unoptimized one.
+void BuildLastRow(GraphBuilder& g) {
+  Value* x = g.Input("x", DType::kF32, {2, 6, "s"});
+  Value* w = g.Input("w", DType::kF32, {6, 5});
+  Value* a = g.Op("Transpose", {x}, {{"perm", AttrInts({0, 2, 1})}});
+  Value* y = g.Op("MatMul", {a, w});
+  g.Output("last", g.Op("Gather", {y, g.ScalarI64(-1)}, {{"axis", AttrInt(1)}}));
+}
+
+TEST(MatMulTransposeTest, SelectedRowNarrowsThroughThePermutation) {
+  Module m;
+  GraphBuilder g(m.AddFunction("main"));
+  BuildLastRow(g);
+  ASSERT_TRUE(InferShapes(m).ok());
+  absl::StatusOr<RewriteCounts> fired = ApplyRewrites(m);
+  ASSERT_TRUE(fired.ok()) << fired.status();
+  EXPECT_EQ((*fired)["matmul_transpose"], 1);
+  EXPECT_GE(NarrowSelectedRows(m), 1) << m.Dump();
+  ASSERT_TRUE(InferShapes(m).ok()) << m.Dump();
+  bool narrowed = false;
+  for (const auto& n : m.functions()[0].graph->nodes) {
+    if (n->domain == "dynvm" && n->op == "MatMul") {
+      narrowed = SymbolicContext::AsConst((*n->inputs[0]->shape)[2]) == 1;
+    }
+  }
+  EXPECT_TRUE(narrowed) << m.Dump();
+  Outcome o = CompareWithUnoptimized(
+      &BuildLastRow, {{"x", RandomF32({2, 6, 7}, 1)}, {"w", RandomF32({6, 5}, 2)}}, {}, 1e-5);
+  EXPECT_EQ(o.fired["matmul_transpose"], 1);
 }
 
 }  // namespace
