@@ -99,6 +99,7 @@ CASES = {
     "matmul_heads": (ALL, {"matmul_transpose": True}, ["Transpose", "MatMul"]),
     "linear_x_wt_bias": (ALL, {"matmul_bias": True, "linear_transpose": True},
                          ["Transpose", "MatMul", "Add"]),
+    "batch_first_swap": (ALL, {"transpose_unit_axes": True}, ["Transpose"]),
     "matmul_transpose_shared": ([14], {"matmul_transpose": False}, []),
     "matmul_last_axis_to_batch": ([14], {"matmul_transpose": False}, []),
 }
