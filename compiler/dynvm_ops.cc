@@ -20,6 +20,10 @@
 //                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
 //                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
 //                      dims 1); activation "" (none), Relu, Tanh, Sigmoid, Gelu, GeluTanh, Silu.
+//   MatMul(A, B) -> Y  Y = MatMul(Transpose(A, a_perm), Transpose(B, b_perm)) with numpy
+//                      semantics (identity when a perm is absent); the kernels read A and B
+//                      through the permuted strides, no copy (compiler/rewrite/
+//                      matmul_transpose.cc; kernels/reference/matmul.cc has the definition).
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "compiler/conv_fusion.h"
@@ -89,6 +93,35 @@ absl::Status InferLinear(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::Status InferPermutedMatMul(InferContext& c) {
+  if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1)) {
+    return c.Error("MatMul takes (A, B) and has one output");
+  }
+  const std::vector<Dim>* a = c.input_shape(0);
+  const std::vector<Dim>* b = c.input_shape(1);
+  if (a == nullptr || b == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (a->empty() || b->empty()) return c.Error("MatMul inputs must have rank >= 1");
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> sa, PermutedDims(c, *a, "a_perm"));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> sb, PermutedDims(c, *b, "b_perm"));
+  const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
+  if (a1) sa.insert(sa.begin(), c.sym().Const(1));
+  if (b1) sb.push_back(c.sym().Const(1));
+  const std::vector<Dim> batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+  absl::StatusOr<std::vector<Dim>> batch = BroadcastShapes(c.sym(), batch_a, batch_b);
+  if (!batch.ok()) return c.Error(batch.status().message());
+  const std::optional<int64_t> ka = SymbolicContext::AsConst(sa.back()),
+                               kb = SymbolicContext::AsConst(sb[sb.size() - 2]);
+  if (ka && kb && *ka != *kb) return c.Error("MatMul: inner dims differ after the permutations");
+  std::vector<Dim> out = std::move(*batch);
+  if (!a1) out.push_back(sa[sa.size() - 2]);
+  if (!b1) out.push_back(sb.back());
+  c.SetOutput(0, c.input_dtype(0), std::move(out));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterDynvmShapeFunctions(OpRegistry& r) {
@@ -140,6 +173,7 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
                       }});
   r.Register(OpSchema{"dynvm", "Attention", InferAttention});
   r.Register(OpSchema{"dynvm", "Linear", InferLinear});
+  r.Register(OpSchema{"dynvm", "MatMul", InferPermutedMatMul});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
   r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
   // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).

@@ -18,8 +18,8 @@
 //
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
 // every input that has the axis at full size), MatMul (a row of the output's second-to-last
-// axis needs that row of A; dynvm::Linear: a row of any axis but the last needs that row of X),
-// Softmax/LogSoftmax/LayerNormalization along another axis,
+// axis needs that row of A, through a_perm for dynvm::MatMul; dynvm::Linear: a row of any axis but
+// the last needs that row of X), Softmax/LogSoftmax/LayerNormalization along another axis,
 // Transpose (the axis moves), and Reshape when it keeps every dim up to and including the axis.
 #include <algorithm>
 #include <limits>
@@ -88,8 +88,9 @@ struct InputNeed {
 };
 
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
-  const bool linear = n.domain == "dynvm" && n.op == "Linear";  // rows of X, like MatMul
-  if ((!n.domain.empty() && !linear) || n.outputs.empty() || n.outputs[0] == nullptr) {
+  const bool linear = n.domain == "dynvm" && n.op == "Linear";    // rows of X, like MatMul
+  const bool permuted = n.domain == "dynvm" && n.op == "MatMul";  // A's rows through a_perm
+  if ((!n.domain.empty() && !linear && !permuted) || n.outputs.empty() || n.outputs[0] == nullptr) {
     return std::nullopt;
   }
   const Value* out = n.outputs[0];
@@ -134,7 +135,14 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     if (r < 2 || axis != r - 2 || n.inputs.size() != 2 || n.inputs[0] == nullptr)
       return std::nullopt;
     const int ra = n.inputs[0]->rank();
-    if (ra < 2 || !same_axis_input(0, ra - 2)) return std::nullopt;
+    if (ra < 2) return std::nullopt;
+    int row_axis = ra - 2;
+    if (const AttrValue* p = permuted ? n.attr("a_perm") : nullptr; p != nullptr) {
+      if (p->type != AttrValue::Type::kInts || static_cast<int>(p->ints.size()) != ra)
+        return std::nullopt;
+      row_axis = static_cast<int>(p->ints[ra - 2]);
+    }
+    if (!same_axis_input(0, row_axis)) return std::nullopt;
     return needs;
   }
   if (op == "Softmax" || op == "LogSoftmax") {

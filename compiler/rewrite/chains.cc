@@ -3,6 +3,13 @@
 //   when r keeps every axis). torch writes these around attention (k.transpose(1, 2) then
 //   k.transpose(-2, -1)). Refused: x of unknown rank (an absent perm reverses the axes), the
 //   inner Transpose read elsewhere.
+// transpose_identity: Transpose(x, p) with p keeping every axis -> Identity(x) (a view, no
+//   copy). Refused: an absent perm (it reverses the axes), x of unknown rank.
+// transpose_unit_axes (late phase): Transpose(x, p) that moves only axes of constant size 1
+//   (the other axes keep their order: torch's batch-first swap [1, 0, 2] at batch 1) ->
+//   Reshape(x, the permuted dims) (a view, no copy), a dim that is not a constant written as
+//   -1. Refused: x of unknown rank or shape, more than one dim that is not a constant, an
+//   identity perm (transpose_identity's). Late, so that attention folds its Transposes first.
 // reshape_chain: Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 is a constant with no 0
 //   entry (a 0 copies a dim of the inner result, which x need not have) or the outer Reshape has
 //   allowzero=1, and x and the inner result have constant shapes (so the inner Reshape was
@@ -37,6 +44,39 @@ Value* CollapseTransposes(Emitter& e, const Match& m) {
   return e.Op("Transpose", {m["x"]}, std::move(attrs));
 }
 
+Value* DropIdentityTranspose(Emitter& e, const Match& m) {
+  const AttrValue* perm = e.root().attr("perm");
+  std::optional<std::vector<int64_t>> p = TransposePerm(e.root());
+  if (perm == nullptr || !p) return nullptr;
+  for (size_t i = 0; i < p->size(); ++i) {
+    if ((*p)[i] != static_cast<int64_t>(i)) return nullptr;
+  }
+  return e.Op("Identity", {m["x"]});
+}
+
+Value* TransposeAsReshape(Emitter& e, const Match& m) {
+  const Value& x = *m["x"];
+  std::optional<std::vector<int64_t>> p = TransposePerm(e.root());
+  if (!p || !x.shape || x.kind != ObjectKind::kTensor) return nullptr;
+  std::vector<int64_t> target(p->size());
+  int64_t last_moved = -1, symbols = 0;
+  bool identity = true;
+  for (size_t i = 0; i < p->size(); ++i) {
+    const int64_t a = (*p)[i];
+    identity &= a == static_cast<int64_t>(i);
+    const std::optional<int64_t> d = SymbolicContext::AsConst((*x.shape)[a]);
+    target[i] = d ? *d : -1;
+    if (!d) ++symbols;
+    if (d && *d == 1) continue;
+    if (a < last_moved) return nullptr;  // two axes that are not 1 swap
+    last_moved = a;
+  }
+  if (identity || symbols > 1) return nullptr;
+  Tensor shape = *Tensor::Empty(DType::kI64, {static_cast<int64_t>(target.size())});
+  for (size_t i = 0; i < target.size(); ++i) shape.data<int64_t>()[i] = target[i];
+  return e.Op("Reshape", {m["x"], e.Constant(std::move(shape))});
+}
+
 bool ConstantShape(const Value* v) {
   if (v == nullptr || !v->shape) return false;
   for (Dim d : *v->shape) {
@@ -66,6 +106,10 @@ std::vector<Rule> ChainRules() {
   rules.push_back(Rule{"transpose_chain",
                        P::Op("Transpose", {P::Op("Transpose", {P::Any("x")}).As("inner")}),
                        &CollapseTransposes});
+  rules.push_back(
+      Rule{"transpose_identity", P::Op("Transpose", {P::Any("x")}), &DropIdentityTranspose});
+  rules.push_back(Rule{"transpose_unit_axes", P::Op("Transpose", {P::Any("x")}),
+                       &TransposeAsReshape, kLatePhase});
   rules.push_back(Rule{
       "reshape_chain",
       P::Op("Reshape", {P::Op("Reshape", {P::Any("x"), P::Any()}).As("inner"), P::Const("s2")}),

@@ -36,6 +36,56 @@ TEST(ChainsTest, TransposesCollapse) {
   EXPECT_EQ(Transposes({0, 2, 1, 3}, {0, 1, 3, 2}, /*share=*/true).fired["transpose_chain"], 0);
 }
 
+TEST(ChainsTest, IdentityTransposeIsAView) {
+  Outcome o = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {"b", 3, 4, 5});
+        Value* y = b.Op("Transpose", {x}, {{"perm", AttrInts({0, 1, 2, 3})}});
+        b.Output("y", b.Op("Relu", {y}));
+      },
+      kIn);
+  EXPECT_EQ(o.fired["transpose_identity"], 1);
+  EXPECT_FALSE(o.HasKernel("Transpose"));
+  // An absent perm reverses the axes: left alone.
+  Outcome rev = CompareWithUnoptimized(
+      [](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {2, 3, 4, 5});
+        b.Output("y", b.Op("Relu", {b.Op("Transpose", {x})}));
+      },
+      kIn);
+  EXPECT_EQ(rev.fired["transpose_identity"], 0);
+  EXPECT_TRUE(rev.HasKernel("Transpose"));
+}
+
+Outcome UnitAxes(std::vector<int64_t> perm, std::vector<DimSpec> dims,
+                 std::vector<int64_t> actual) {
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, dims);
+        b.Output("y", b.Op("Relu", {b.Op("Transpose", {x}, {{"perm", AttrInts(perm)}})}));
+      },
+      {{"x", RandomF32(actual, 3)}});
+}
+
+TEST(ChainsTest, TransposeOfUnitAxesIsAReshape) {
+  // torch's batch-first swap at batch 1, with a symbolic sequence length.
+  Outcome swap = UnitAxes({1, 0, 2}, {1, "s", 8}, {1, 5, 8});
+  EXPECT_EQ(swap.fired["transpose_unit_axes"], 1);
+  EXPECT_FALSE(swap.HasKernel("Transpose"));
+  Outcome heads = UnitAxes({0, 2, 1, 3}, {4, 1, 1, 6}, {4, 1, 1, 6});
+  EXPECT_EQ(heads.fired["transpose_unit_axes"], 1);
+  // Two axes larger than 1 swap: a real Transpose.
+  Outcome real = UnitAxes({1, 0, 2}, {2, 3, 8}, {2, 3, 8});
+  EXPECT_EQ(real.fired["transpose_unit_axes"], 0);
+  EXPECT_TRUE(real.HasKernel("Transpose"));
+  // A dim that may be larger than 1 (a symbol) moves past another: left alone.
+  Outcome symbolic = UnitAxes({1, 0, 2}, {"b", 5, 8}, {1, 5, 8});
+  EXPECT_EQ(symbolic.fired["transpose_unit_axes"], 0);
+  // Two symbols: no constant target shape.
+  Outcome two = UnitAxes({1, 0, 2, 3}, {1, 1, "s", "t"}, {1, 1, 3, 4});
+  EXPECT_EQ(two.fired["transpose_unit_axes"], 0);
+}
+
 Outcome Reshapes(std::vector<int64_t> s1, std::vector<int64_t> s2, bool share = false) {
   return CompareWithUnoptimized(
       [&](GraphBuilder& b) {

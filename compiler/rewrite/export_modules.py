@@ -173,6 +173,40 @@ def _linear_act_shared(t, w, b):
     return torch.relu(y) + y
 
 
+_FOLDS_A_TRANSPOSE = ("linear_x_wt_bias", "mha_weights", "attention_other_axis")
+
+
+def _matmul_transpose_case(case, rng, b, s, d):
+    """Transposes torch leaves before a MatMul outside attention (matmul_transpose,
+    linear_transpose) and the near misses."""
+    n, heads = rng.randint(2, 9), rng.choice([1, 2, 3])
+    if case == "matmul_qkt":  # scores without a softmax, 3-D or per head
+        dims = [b, s, d] if rng.random() < 0.5 else [b, heads, s, d]
+        return Lambda(lambda q, k: q @ k.transpose(-1, -2)), [torch.randn(*dims),
+                                                              torch.randn(*dims)]
+    if case == "matmul_at_b":  # torch.bmm(a.transpose(1, 2), b)
+        return Lambda(lambda a, c: torch.bmm(a.transpose(1, 2), c)), [torch.randn(b, d, s),
+                                                                     torch.randn(b, d, n)]
+    if case == "matmul_x_wt":  # F.linear with a weight that is an input, 2-D or 3-D x
+        x = torch.randn(b, s, d) if rng.random() < 0.5 else torch.randn(s, d)
+        return Lambda(lambda t, w: nn.functional.linear(t, w)), [x, torch.randn(n, d)]
+    if case == "matmul_heads":  # [S, B, H, hd] heads read per head: permute(1, 2, 0, 3)
+        q, k = torch.randn(s, b, heads, d), torch.randn(s, b, heads, d)
+        return Lambda(lambda q, k: q.permute(1, 2, 0, 3) @ k.permute(1, 2, 3, 0)), [q, k]
+    if case == "linear_x_wt_bias":  # x @ w.t() + b, w an input: matmul_bias, then trans_b
+        return Lambda(lambda t, w, c: t @ w.t() + c, torch.randn(n)), [torch.randn(b, s, d),
+                                                                       torch.randn(n, d)]
+    if case == "matmul_transpose_shared":  # the transposed value is read besides the product
+        return Lambda(lambda a, c: (a.transpose(1, 2) @ c, a.transpose(1, 2) * 2)), [
+            torch.randn(b, d, s), torch.randn(b, d, n)]
+    if case == "batch_first_swap":  # x.transpose(0, 1) at batch 1 moves only a unit axis
+        return Lambda(lambda t: t.transpose(0, 1) + 1.0), [torch.randn(1, s, d)]
+    if case == "matmul_last_axis_to_batch":  # a.permute(2, 0, 1): no unit stride in the matrix
+        return Lambda(lambda a, c: a.permute(2, 0, 1) @ c), [torch.randn(s, d, b),
+                                                             torch.randn(b, d, n)]
+    raise ValueError(f"unknown case {case}")
+
+
 _LINEAR_ACTS = {"linear": None, "linear_relu": nn.ReLU, "linear_gelu": nn.GELU,
                 "linear_gelu_tanh": lambda: nn.GELU(approximate="tanh"), "linear_tanh": nn.Tanh,
                 "linear_sigmoid": nn.Sigmoid, "linear_silu": nn.SiLU}
@@ -203,6 +237,10 @@ def _linear_case(case, rng, x):
 def make_case(case, rng):
     """Returns (module, inputs) for a case name, sizes drawn from rng."""
     b, s, d = rng.randint(1, 3), rng.randint(1, 9), rng.choice([8, 16, 24, 40])
+    if case.startswith("matmul_") or case in _FOLDS_A_TRANSPOSE:
+        # A sequence of 1 would make the Transpose move only axes of size 1: a view
+        # (transpose_unit_axes), with nothing left for matmul_transpose to fold.
+        s = max(s, 2)
     x = torch.randn(b, s, d)
     pos = torch.rand(b, s, d) + 0.1
     if case == "layer_norm":
@@ -276,6 +314,8 @@ def make_case(case, rng):
     if case == "gpt_block":
         heads = rng.choice([1, 2, 4])
         return GptBlock(d, heads if d % heads == 0 else 1), [x]
+    if case.startswith("matmul_") or case in ("linear_x_wt_bias", "batch_first_swap"):
+        return _matmul_transpose_case(case, rng, b, s, d)
     if case.startswith("linear"):
         return _linear_case(case, rng, x)
     raise ValueError(f"unknown case {case}")

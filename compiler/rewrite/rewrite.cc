@@ -130,18 +130,21 @@ void SweepGraph(Sweep& s, Graph& g) {
 absl::StatusOr<RewriteCounts> ApplyRules(Module& module, const std::vector<const Rule*>& rules,
                                          Device device) {
   RewriteCounts counts;
-  absl::flat_hash_map<std::string, std::vector<const Rule*>> by_op;
+  // by_op per phase, the phases in increasing order.
+  std::map<int, absl::flat_hash_map<std::string, std::vector<const Rule*>>> phases;
   for (const Rule* r : rules) {
     counts[r->name] = 0;
-    for (const std::string& op : r->pattern.RootOps()) by_op[op].push_back(r);
+    for (const std::string& op : r->pattern.RootOps()) phases[r->phase][op].push_back(r);
   }
-  for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
-    Sweep s{module, by_op, {}, {}, counts, device};
-    for (Function& f : module.functions()) s.uses.Count(*f.graph);
-    for (Function& f : module.functions()) SweepGraph(s, *f.graph);
-    if (s.fired == 0) break;
-    EliminateDeadCode(module);
-    DYNVM_RETURN_IF_ERROR(InferShapes(module));
+  for (const auto& [phase, by_op] : phases) {
+    for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
+      Sweep s{module, by_op, {}, {}, counts, device};
+      for (Function& f : module.functions()) s.uses.Count(*f.graph);
+      for (Function& f : module.functions()) SweepGraph(s, *f.graph);
+      if (s.fired == 0) break;
+      EliminateDeadCode(module);
+      DYNVM_RETURN_IF_ERROR(InferShapes(module));
+    }
   }
   return counts;
 }

@@ -11,7 +11,9 @@
 //
 // Each sweep visits every node once in program order and rewrites at most once per node; shapes
 // are inferred again after a sweep that changed anything, and sweeps repeat until one changes
-// nothing (at most kMaxSweeps).
+// nothing (at most kMaxSweeps). Rules run in phases: the rules of phase 1 start once every rule
+// of phase 0 has reached its fixpoint (a late rule such as matmul_transpose must not take a
+// MatMul that a larger pattern, attention, would have rooted above it later in program order).
 #ifndef DYNVM_COMPILER_REWRITE_REWRITE_H_
 #define DYNVM_COMPILER_REWRITE_REWRITE_H_
 
@@ -54,7 +56,10 @@ struct Rule {
   Pattern pattern;
   // Builds the replacement of the match's root value, or returns nullptr to refuse.
   std::function<Value*(Emitter&, const Match&)> rewrite;
+  int phase = 0;  // 0, or kLatePhase: applied after every phase-0 rule reached its fixpoint
 };
+
+constexpr int kLatePhase = 1;
 
 // Every rule, in the order they are tried at a node (compiler/rewrite/rules.cc).
 const std::vector<Rule>& AllRules();

@@ -59,8 +59,10 @@ CASES = {
     "hard_swish": ([11, 13], {"hard_swish": True}, ["HardSigmoid"]),
     "mha": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
     "mha_padded": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
-    "mha_weights": ([14], {"attention": False}, []),
-    "attention_other_axis": ([14], {"attention": False}, []),
+    # need_weights=True: attention refused, Q's and K's head Transposes become strides.
+    "mha_weights": ([14], {"attention": False, "matmul_transpose": True}, []),
+    # attention refused: the product's K Transpose becomes strides all the same.
+    "attention_other_axis": ([14], {"attention": False, "matmul_transpose": True}, []),
     "attention_mask_bigger": ([14], {"attention": False}, []),
     "rms_norm_t5": (ALL, {"rms_norm": True, "rms_norm_scale": True}, ["ReduceMean", "Sqrt", "Mul"]),
     "rms_norm_llama": (ALL, {"rms_norm": True, "rms_norm_scale": True},
@@ -90,6 +92,16 @@ CASES = {
     "linear_bias_other_shape": ([14], {"matmul_bias": False}, []),
     "linear_product_shared": ([14], {"matmul_bias": False}, []),
     "linear_act_shared": ([14], {"matmul_bias": True, "linear_activation": False}, []),
+    # Transposes before a MatMul outside attention become operand strides (dynvm::MatMul).
+    "matmul_qkt": (ALL, {"matmul_transpose": True}, ["Transpose", "MatMul"]),
+    "matmul_at_b": (ALL, {"matmul_transpose": True}, ["Transpose", "MatMul"]),
+    "matmul_x_wt": (ALL, {"matmul_transpose": True}, ["Transpose", "MatMul"]),
+    "matmul_heads": (ALL, {"matmul_transpose": True}, ["Transpose", "MatMul"]),
+    "linear_x_wt_bias": (ALL, {"matmul_bias": True, "linear_transpose": True},
+                         ["Transpose", "MatMul", "Add"]),
+    "batch_first_swap": (ALL, {"transpose_unit_axes": True}, ["Transpose"]),
+    "matmul_transpose_shared": ([14], {"matmul_transpose": False}, []),
+    "matmul_last_axis_to_batch": ([14], {"matmul_transpose": False}, []),
 }
 RANDOMIZED = {
     "encoder_layer": {"layer_norm": True, "gelu": True, "attention": True},

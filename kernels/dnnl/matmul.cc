@@ -23,6 +23,9 @@
 // VM's pool (SplitSgemm): one dnnl_sgemm per range of rows, columns or batch items, each on its
 // own thread at OpenMP count 1, so oneDNN's OpenMP team never runs beside the pool.
 //
+// dynvm::MatMul (compiler/rewrite/matmul_transpose.cc) runs this kernel on views of its operands
+// through a_perm and b_perm: a folded Transpose is only strides here.
+//
 // Batched MatMul loops over the broadcast batch; when B is shared by the whole batch and A's
 // batch dims collapse onto its rows (the [B, S, K] x [K, N] of a linear layer), the batch is
 // folded into one GEMM with M = B*S.
@@ -38,6 +41,7 @@
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
+#include "kernels/reference/permute.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -211,14 +215,31 @@ struct MatMulState : KernelState {
   BoundPrimitive prim;
 };
 
+// MatMul, and dynvm::MatMul (a_perm, b_perm): the product of views of A and B through the
+// permuted strides, planned like any strided operand (read in place by dnnl_sgemm as a plain or
+// transposed matrix with its leading dimension; packed only when neither matrix axis has a unit
+// stride, which compiler/rewrite/matmul_transpose.cc never makes).
 class MatMulKernel final : public DnnlKernel {
  public:
-  using DnnlKernel::DnnlKernel;
+  MatMulKernel(std::string name, std::unique_ptr<Kernel> reference,
+               std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
+      : DnnlKernel(std::move(name), std::move(reference)),
+        a_perm_(std::move(a_perm)),
+        b_perm_(std::move(b_perm)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
-    const Tensor& a = *in[0];
-    const Tensor& b = *in[1];
+    if (a_perm_.empty() && b_perm_.empty()) return RunOn(ctx, *in[0], *in[1], in, out);
+    absl::StatusOr<Tensor> a = reference::PermutedView(*in[0], a_perm_, "MatMul", "a_perm");
+    absl::StatusOr<Tensor> b = reference::PermutedView(*in[1], b_perm_, "MatMul", "b_perm");
+    if (!a.ok() || !b.ok()) return RunReference(ctx, in, out);  // reports the bad permutation
+    return RunOn(ctx, *a, *b, in, out);
+  }
+
+ private:
+  // The product of a and b (`in`'s operands, or views of them), `in` for the reference kernel.
+  absl::Status RunOn(KernelContext& ctx, const Tensor& a, const Tensor& b, Inputs in,
+                     Outputs out) const {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
       return RunReference(ctx, in, out);  // the reference kernel reports the error
     }
@@ -300,7 +321,6 @@ class MatMulKernel final : public DnnlKernel {
     return status;
   }
 
- private:
   // A product on the pool: one GEMM split by rows or columns, or a batch split by items.
   static absl::Status RunSplit(const KernelContext& ctx, const MatMulState& st, const float* pa,
                                const float* pb, float* py) {
@@ -385,6 +405,8 @@ class MatMulKernel final : public DnnlKernel {
     st->out_dims = std::move(out_dims);
     return absl::OkStatus();
   }
+
+  std::vector<int64_t> a_perm_, b_perm_;  // empty: identity
 };
 
 // ---- Gemm ----
@@ -536,6 +558,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
   return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref));
 }
 
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePermutedMatMul(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a_perm, spec.GetInts("a_perm"));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> b_perm, spec.GetInts("b_perm"));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref),
+                                        std::move(a_perm), std::move(b_perm));
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
@@ -565,6 +597,8 @@ void RegisterMatmulKernels(KernelRegistry& r) {
   r.Register(
       KernelRegistration{"", "MatMul", Device::kCPU, kBackend, kDnnlPriority, &CreateMatMul});
   r.Register(KernelRegistration{"", "Gemm", Device::kCPU, kBackend, kDnnlPriority, &CreateGemm});
+  r.Register(KernelRegistration{"dynvm", "MatMul", Device::kCPU, kBackend, kDnnlPriority,
+                                &CreatePermutedMatMul});
 }
 
 }  // namespace dynvm::onednn

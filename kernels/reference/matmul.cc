@@ -4,16 +4,19 @@
 // arithmetic for integers, over k in increasing order. The loop order is i-k-j: the inner loop
 // streams a row of B into a row of accumulators. A is read through its strides; a B whose rows
 // are not contiguous (a transposed B, as in Gemm with transB) is first packed into the
-// workspace.
+// workspace. dynvm::MatMul (compiler/rewrite/matmul_transpose.cc) is MatMul on views of its
+// operands through the permutations a_perm and b_perm: the same loops, reading the strides.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/reference/common.h"
+#include "kernels/reference/permute.h"
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
@@ -193,6 +196,22 @@ absl::Status RunMatMul(const void*, KernelContext& ctx, Inputs in, Outputs out) 
   });
 }
 
+// ---- dynvm::MatMul: MatMul(Transpose(A, a_perm), Transpose(B, b_perm)) ----
+
+struct PermutedMatMulAttrs {
+  std::vector<int64_t> a_perm, b_perm;  // empty: identity
+};
+
+// Runs the MatMul above on views of A and B through the permuted strides (no copy).
+absl::Status RunPermutedMatMul(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& p = *static_cast<const PermutedMatMulAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
+  DYNVM_ASSIGN_OR_RETURN(Tensor a, PermutedView(*in[0], p.a_perm, "MatMul", "a_perm"));
+  DYNVM_ASSIGN_OR_RETURN(Tensor b, PermutedView(*in[1], p.b_perm, "MatMul", "b_perm"));
+  const Tensor* views[2] = {&a, &b};
+  return RunMatMul(nullptr, ctx, views, out);
+}
+
 // ---- Gemm ----
 
 // True when v is an integer that int64 holds.
@@ -305,6 +324,16 @@ void Add(KernelRegistry& r, const char* op, KernelFactory factory) {
 }  // namespace
 
 void RegisterMatmulKernels(KernelRegistry& r) {
+  r.Register(KernelRegistration{
+      "dynvm", "MatMul", Device::kCPU, "reference", kReferencePriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_RETURN_IF_ERROR(CheckSpec(spec, 2, 2));
+        PermutedMatMulAttrs p;
+        DYNVM_ASSIGN_OR_RETURN(p.a_perm, spec.GetInts("a_perm"));
+        DYNVM_ASSIGN_OR_RETURN(p.b_perm, spec.GetInts("b_perm"));
+        return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunPermutedMatMul,
+                                                std::make_shared<const PermutedMatMulAttrs>(p));
+      }});
   Add(r, "MatMul", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     DYNVM_RETURN_IF_ERROR(CheckSpec(spec, 2, 2));
     return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunMatMul, nullptr);
