@@ -485,6 +485,55 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
   }
 }
 
+// Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
+// plain input with a channels-last output, a channels-last input with a plain output), the site
+// binds another layout pair with reorders rather than oneDNN's reference convolution ("ref:any",
+// 10-100x slower): same results as the reference kernel, at several widths, channel counts,
+// strides and activations, and no reference implementation bound on a CPU with AVX2.
+TEST(DnnlFusedConv, ChannelsLastPortsAvoidOneDnnReferenceImpls) {
+  uint32_t seed = 700;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  struct Shape {
+    int64_t n, c, m, h, w, stride;
+    bool in, out;
+  };
+  for (Shape sh :
+       {Shape{1, 1, 32, 32, 100, 1, false, true}, Shape{2, 1, 16, 12, 37, 2, false, true},
+        Shape{1, 128, 128, 4, 25, 1, true, false}, Shape{1, 64, 48, 8, 61, 2, true, false},
+        Shape{1, 32, 64, 16, 50, 1, true, true}, Shape{1, 3, 24, 9, 33, 1, false, true}}) {
+    for (const char* act : {"Relu", "Sigmoid"}) {
+      std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.h, sh.w}, seed++),
+                                    Random({sh.m, sh.c, 3, 3}, seed++), Random({sh.m}, seed++)};
+      Attrs attrs = Both(
+          Both(A<Ints>({{"pads", {1, 1, 1, 1}}, {"strides", {sh.stride, sh.stride}}}),
+               I("constant_weights", 1)),
+          Both(S("activation", act),
+               Both(I("channels_last_in", sh.in ? 1 : 0), I("channels_last_out", sh.out ? 1 : 0))));
+      const std::string what =
+          absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " -> ", sh.m, " stride ", sh.stride,
+                       " in ", sh.in, " out ", sh.out, " ", act);
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) call.In(in);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), 1);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+      if (avx2) {
+        EXPECT_EQ(GetConvCacheStats(ctx.state().get()).reference_impls, 0) << what;
+      }
+    }
+  }
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {
