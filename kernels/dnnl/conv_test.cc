@@ -280,6 +280,30 @@ TEST(DnnlPool, MatchesReference) {
          "",
          {r({1, 3, 10, 10})},
          A<Ints>({{"kernel_shape", {3, 3}}, {"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}})});
+  // Channels-last input, with a channels-last output or a plain one (the end of a conv chain:
+  // pooled channels-last into the workspace, then reordered).
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    for (int64_t cl_out : {0, 1}) {
+      const std::string o = absl::StrCat(op, " channels-last in, out ", cl_out);
+      const Attrs layout = Both(I("channels_last_in", 1), I("channels_last_out", cl_out));
+      Check({o + " 2d",
+             op,
+             "",
+             {r({2, 24, 9, 13})},
+             Both(A<Ints>({{"kernel_shape", {3, 2}}, {"strides", {2, 1}}, {"pads", {1, 0, 1, 1}}}),
+                  layout)});
+      Check({o + " 1d",
+             op,
+             "",
+             {r({1, 16, 21})},
+             Both(A<Ints>({{"kernel_shape", {4}}, {"strides", {4}}}), layout)});
+      Check({o + " 3d",
+             op,
+             "",
+             {r({1, 8, 4, 6, 5})},
+             Both(A<Ints>({{"kernel_shape", {2, 2, 2}}, {"strides", {2, 2, 2}}}), layout)});
+    }
+  }
   Check({"GlobalAveragePool", "GlobalAveragePool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalMaxPool", "GlobalMaxPool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalAveragePool 1d", "GlobalAveragePool", "", {r({2, 5, 17})}, nullptr});

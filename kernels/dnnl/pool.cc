@@ -128,8 +128,12 @@ class PoolKernel final : public DnnlKernel {
         for (int i = 0; i < g.k; ++i) out_spatial *= g.od[i];
         const bool cl_out =
             attrs_.channels_last_out || (attrs_.channels_last_in && out_spatial == 1);
-        const dnnl::memory::desc dst =
-            cl_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+        // A channels-last input with a plain output (the end of a conv chain): oneDNN pools
+        // mixed layouts with a slow generic kernel, so it pools into channels-last in the
+        // workspace and a reorder writes the (smaller) output plain.
+        const bool reorder_out = attrs_.channels_last_in && !cl_out;
+        const dnnl::memory::desc plain = DenseDesc(dt::f32, out_dims);
+        const dnnl::memory::desc dst = cl_out || reorder_out ? ChannelsLastDesc(out_dims) : plain;
         const dnnl::algorithm alg = attrs_.max ? dnnl::algorithm::pooling_max
                                     : attrs_.count_include_pad
                                         ? dnnl::algorithm::pooling_avg_include_padding
@@ -140,11 +144,24 @@ class PoolKernel final : public DnnlKernel {
             dnnl::memory::dims(g.pl, g.pl + g.k), dnnl::memory::dims(g.pr, g.pr + g.k));
         dnnl::pooling_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+        if (reorder_out) {
+          BindReorder(&e->dst_reorder, engine, dst, plain);
+          e->dst_bytes = Align(dst.get_size());
+        }
       }));
     }
     if (e->use_reference) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Pool"));
-    return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+    if (!e->dst_reorder.bound()) {
+      return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+    }
+    const size_t scratch =
+        Align(std::max(e->main.scratchpad_bytes(), e->dst_reorder.scratchpad_bytes()));
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch + e->dst_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    char* pdst = base + scratch;
+    DYNVM_RETURN_IF_ERROR(e->main.Execute({x.raw_data(), pdst}, base));
+    return e->dst_reorder.Execute({pdst, out[0]->raw_data()}, base);
   }
 
  private:
