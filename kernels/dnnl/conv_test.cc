@@ -6,6 +6,7 @@
 #include "kernels/dnnl/conv.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -307,6 +308,54 @@ TEST(DnnlPool, MatchesReference) {
   Check({"GlobalAveragePool", "GlobalAveragePool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalMaxPool", "GlobalMaxPool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalAveragePool 1d", "GlobalAveragePool", "", {r({2, 5, 17})}, nullptr});
+}
+
+// A max pool over a channels-last input whose windows lie inside it runs dynvm's own loop
+// (ChannelsLastMaxPool): kernels, strides and dilations in 1D/2D/3D, batches, channel counts
+// off the vector width, a channels-last or a single-pixel output; NaN is larger than every
+// number, as in the reference kernel, without falling back to it.
+TEST(DnnlPool, ChannelsLastMaxPoolMatchesReference) {
+  uint32_t seed = 800;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  const Attrs cl = Both(I("channels_last_in", 1), I("channels_last_out", 1));
+  Check({"2x2 stride 2",
+         "MaxPool",
+         "",
+         {r({2, 32, 8, 13})},
+         Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
+  Check({"4x1 stride 4x1 to one row",
+         "MaxPool",
+         "",
+         {r({1, 20, 4, 9})},
+         Both(A<Ints>({{"kernel_shape", {4, 1}}, {"strides", {4, 1}}}), cl)});
+  Check({"3x3 stride 1 dilated",
+         "MaxPool",
+         "",
+         {r({1, 7, 9, 10})},
+         Both(A<Ints>({{"kernel_shape", {3, 3}}, {"dilations", {2, 1}}}), cl)});
+  Check({"1d",
+         "MaxPool",
+         "",
+         {r({3, 5, 17})},
+         Both(A<Ints>({{"kernel_shape", {3}}, {"strides", {2}}}), cl)});
+  Check({"3d",
+         "MaxPool",
+         "",
+         {r({1, 9, 5, 6, 7})},
+         Both(A<Ints>({{"kernel_shape", {2, 3, 2}}, {"strides", {1, 2, 2}}}), cl)});
+  Check({"whole image",
+         "MaxPool",
+         "",
+         {r({2, 11, 3, 4})},
+         Both(A<Ints>({{"kernel_shape", {3, 4}}}), I("channels_last_in", 1))});
+  Tensor nan = Random({1, 16, 4, 6}, seed++);
+  nan.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  nan.data<float>()[16 * 7 + 3] = std::numeric_limits<float>::quiet_NaN();
+  Check({"NaN",
+         "MaxPool",
+         "",
+         {nan},
+         Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
 }
 
 TEST(DnnlPool, FallbacksStillMatch) {
