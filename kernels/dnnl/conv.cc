@@ -445,7 +445,13 @@ class ConvKernel final : public DnnlKernel {
  private:
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
             bool bias, const Tensor* sum, const Dims& out_dims, Entry* e) const {
-    const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
+    // A dense one-channel input has the same bytes plain and channels-last: described
+    // channels-last, it pairs with a channels-last destination in oneDNN's optimized kernels
+    // (on AVX2 a plain source with a channels-last destination is its reference convolution;
+    // the plain description would need a blocked destination and a reorder of the output).
+    const bool one_channel = !transpose_ && g.c == 1 && x.is_contiguous();
+    const dnnl::memory::desc src =
+        blocked_.in || one_channel ? BlockedDesc(x.dims()) : TensorDesc(x);
     const dnnl::memory::desc wts = WeightsDesc(g, w, transpose_);
     const dnnl::memory::desc dst =
         blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
@@ -454,7 +460,7 @@ class ConvKernel final : public DnnlKernel {
         pr(g.pr, g.pr + g.k);
     // Channels-last operands (between FusedConvs) are given as is: oneDNN picks an
     // implementation that reads or writes them directly; the others are its choice.
-    const dnnl::memory::desc src_any = blocked_.in ? src : AnyDesc(x.dims());
+    const dnnl::memory::desc src_any = blocked_.in || one_channel ? src : AnyDesc(x.dims());
     const dnnl::memory::desc dst_any = blocked_.out ? dst : AnyDesc(out_dims);
     const dnnl::memory::desc wts_any = AnyDesc(wts.dims());
     dnnl::primitive_attr attr = UserScratchpadAttr();

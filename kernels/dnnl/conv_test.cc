@@ -561,8 +561,9 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
 // Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
 // plain input with a channels-last output, a channels-last input with a plain output), the site
 // binds another layout pair with reorders rather than oneDNN's reference convolution ("ref:any",
-// 10-100x slower): same results as the reference kernel, at several widths, channel counts,
-// strides and activations, and no reference implementation bound on a CPU with AVX2.
+// 10-100x slower), and a dense one-channel input is read as channels-last (the same bytes):
+// same results as the reference kernel, at several widths, channel counts, strides and
+// activations, and no reference implementation bound on a CPU with AVX2.
 TEST(DnnlFusedConv, ChannelsLastPortsAvoidOneDnnReferenceImpls) {
   uint32_t seed = 700;
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -573,7 +574,8 @@ TEST(DnnlFusedConv, ChannelsLastPortsAvoidOneDnnReferenceImpls) {
   for (Shape sh :
        {Shape{1, 1, 32, 32, 100, 1, false, true}, Shape{2, 1, 16, 12, 37, 2, false, true},
         Shape{1, 128, 128, 4, 25, 1, true, false}, Shape{1, 64, 48, 8, 61, 2, true, false},
-        Shape{1, 32, 64, 16, 50, 1, true, true}, Shape{1, 3, 24, 9, 33, 1, false, true}}) {
+        Shape{1, 32, 64, 16, 50, 1, true, true}, Shape{1, 3, 24, 9, 33, 1, false, true},
+        Shape{1, 1, 8, 10, 21, 1, false, false}}) {
     for (const char* act : {"Relu", "Sigmoid"}) {
       std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.h, sh.w}, seed++),
                                     Random({sh.m, sh.c, 3, 3}, seed++), Random({sh.m}, seed++)};
