@@ -83,6 +83,9 @@ def main():
     p.add_argument('--sizes', default='64,224')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--rounds', type=int, default=3)
+    # min: each round keeps its fastest run instead of its median (both sides), for a loaded
+    # machine.
+    p.add_argument('--stat', choices=['median', 'min'], default='median')
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print('case threads dynvm_ms ort_ms dynvm/ORT')
