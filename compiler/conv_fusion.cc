@@ -404,16 +404,12 @@ bool IsLayoutPool(const Node* n) {
          (n->outputs.size() == 1 || n->outputs[1] == nullptr);
 }
 
-bool IsGlobalPool(const Node* n) {
-  return n->op == "GlobalMaxPool" || n->op == "GlobalAveragePool";
-}
-
 // Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
-// the residual, a pool as X), it is no graph output and not read in a nested region, and a
-// windowed pool reading it can give its own output channels-last too (a global pool's [N, C,
-// 1...] output has the same bytes in both layouts).
-bool Markable(const Graph& g, const Value* v, UseCounts& uses, int depth) {
-  if (depth > 8 || !v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) {
+// the residual, a pool as X), and it is no graph output and not read in a nested region. A
+// pool reading it gives its own output channels-last when that output is markable too, and
+// plain otherwise (the pool converts: its output is the smaller one).
+bool Markable(const Graph& g, const Value* v, UseCounts& uses) {
+  if (!v->shape || v->rank() < 3 || v->rank() > 5 || v->dtype != DType::kF32) {
     return false;
   }
   int reads = 0;
@@ -424,10 +420,6 @@ bool Markable(const Graph& g, const Value* v, UseCounts& uses, int depth) {
       const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
       const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
       if (!conv_reads && !pool_reads) return false;
-      if (pool_reads && !IsGlobalPool(other.get()) &&
-          !Markable(g, other->outputs[0], uses, depth + 1)) {
-        return false;
-      }
     }
   }
   return reads > 0 && reads == uses[v];
@@ -441,7 +433,7 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   for (auto& node : g.nodes) {
     Node* p = node.get();
     if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr ||
-        !Markable(g, p->outputs[0], uses, 0)) {
+        !Markable(g, p->outputs[0], uses)) {
       continue;
     }
     const Value* v = p->outputs[0];

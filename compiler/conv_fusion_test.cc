@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
@@ -347,6 +348,73 @@ TEST(ConvFusion, ChannelsLastThroughPools) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+      }
+    }
+  }
+}
+
+// The end of a chain: a conv's output read only by a windowed pool whose own output goes
+// elsewhere (here Transpose, as a CRNN's conv stack feeds its LSTM) stays channels-last; the
+// pool takes it channels-last and writes its output plain. 1D/2D/3D, MaxPool and AveragePool,
+// widths that are not multiples of the vector length; equal to the unfused graph on both
+// backends.
+TEST(ConvFusion, ChannelsLastIntoAPoolWithAPlainOutput) {
+  for (int spatial : {1, 2, 3}) {
+    for (const char* pool : {"MaxPool", "AveragePool"}) {
+      SCOPED_TRACE(absl::StrCat(spatial, " ", pool));
+      auto build = [&](Module& m) {
+        GraphBuilder b(m.AddFunction("main"));
+        std::vector<DimSpec> xs = {int64_t{2}, int64_t{3}};
+        std::vector<int64_t> w1 = {12, 3}, k2(spatial, 2), perm = {0};
+        for (int i = 0; i < spatial; ++i) {
+          xs.push_back(int64_t{7 + 2 * i});
+          w1.push_back(3);
+          perm.push_back(i + 2);
+        }
+        perm.push_back(1);
+        Value* x = b.Input("x", DType::kF32, xs);
+        Value* y = b.Op("Conv", {x, b.Constant(RandomF32(w1, 1), "", true)},
+                        {{"pads", AttrInts(std::vector<int64_t>(2 * spatial, 1))}});
+        y = b.Op("Relu", {y});
+        y = b.Op(pool, {y}, {{"kernel_shape", AttrInts(k2)}, {"strides", AttrInts(k2)}});
+        b.Output("y", b.Op("Transpose", {y}, {{"perm", AttrInts(perm)}}));
+      };
+      {
+        Module m;
+        build(m);
+        ASSERT_TRUE(InferShapes(m).ok());
+        absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+        ASSERT_TRUE(counts.ok()) << counts.status();
+        EXPECT_EQ(counts->blocked, 1);  // the conv's output
+      }
+      for (const char* backend : {"dnnl", "reference"}) {
+        SCOPED_TRACE(backend);
+        std::vector<Tensor> outs;
+        for (bool optimize : {false, true}) {
+          Module m;
+          build(m);
+          CompileOptions options;
+          options.optimize = optimize;
+          absl::StatusOr<CompileResult> r = Compile(m, options);
+          ASSERT_TRUE(r.ok()) << r.status();
+          LoadOptions load;
+          load.backends = BackendPolicy{{backend, "reference"}};
+          std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+              {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+          std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+          std::vector<int64_t> xd = {2, 3};
+          for (int i = 0; i < spatial; ++i) xd.push_back(7 + 2 * i);
+          ASSERT_TRUE(vm->SetInput("x", RandomF32(xd, 9)).ok());
+          absl::Status st = vm->Run();
+          ASSERT_TRUE(st.ok()) << st;
+          outs.push_back((*vm->GetOutputs())[0]);
+        }
+        ASSERT_EQ(outs[1].dims(), outs[0].dims());
+        std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+        }
       }
     }
   }

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/dnnl/conv_common.h"
@@ -47,12 +48,14 @@ int ConvCacheCapacity() {
 ConvCacheStats GetConvCacheStats(const KernelState* state) {
   const auto* c = dynamic_cast<const SiteCache*>(state);
   if (c == nullptr) return {};
-  int winograd = 0, gemm = 0;
+  int winograd = 0, gemm = 0, reference_impls = 0;
   for (const auto& e : c->entries) {
     winograd += e->winograd ? 1 : 0;
     gemm += e->gemm ? 1 : 0;
+    reference_impls += e->reference_impl ? 1 : 0;
   }
-  return {static_cast<int>(c->entries.size()), c->binds, c->evictions, winograd, gemm};
+  return {
+      static_cast<int>(c->entries.size()), c->binds, c->evictions, winograd, gemm, reference_impls};
 }
 
 Entry* SiteCache::Lookup(const ShapeKey& key, bool* fresh) {
@@ -105,6 +108,10 @@ void BindReorder(BoundPrimitive* r, const dnnl::engine& engine, const dnnl::memo
 }
 
 size_t Align(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+bool IsReferenceImpl(const dnnl::primitive_desc& pd) {
+  return absl::StartsWith(pd.impl_info_str(), "ref");
+}
 
 namespace {
 
@@ -438,7 +445,13 @@ class ConvKernel final : public DnnlKernel {
  private:
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
             bool bias, const Tensor* sum, const Dims& out_dims, Entry* e) const {
-    const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
+    // A dense one-channel input has the same bytes plain and channels-last: described
+    // channels-last, it pairs with a channels-last destination in oneDNN's optimized kernels
+    // (on AVX2 a plain source with a channels-last destination is its reference convolution;
+    // the plain description would need a blocked destination and a reorder of the output).
+    const bool one_channel = !transpose_ && g.c == 1 && x.is_contiguous();
+    const dnnl::memory::desc src =
+        blocked_.in || one_channel ? BlockedDesc(x.dims()) : TensorDesc(x);
     const dnnl::memory::desc wts = WeightsDesc(g, w, transpose_);
     const dnnl::memory::desc dst =
         blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
@@ -447,7 +460,7 @@ class ConvKernel final : public DnnlKernel {
         pr(g.pr, g.pr + g.k);
     // Channels-last operands (between FusedConvs) are given as is: oneDNN picks an
     // implementation that reads or writes them directly; the others are its choice.
-    const dnnl::memory::desc src_any = blocked_.in ? src : AnyDesc(x.dims());
+    const dnnl::memory::desc src_any = blocked_.in || one_channel ? src : AnyDesc(x.dims());
     const dnnl::memory::desc dst_any = blocked_.out ? dst : AnyDesc(out_dims);
     const dnnl::memory::desc wts_any = AnyDesc(wts.dims());
     dnnl::primitive_attr attr = UserScratchpadAttr();
@@ -472,16 +485,43 @@ class ConvKernel final : public DnnlKernel {
         pd = dnnl::primitive_desc();  // no Winograd for this case: the direct algorithm
       }
     }
-    if (transpose_) {
-      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                          dnnl::algorithm::deconvolution_direct, src_any, wts_any,
-                                          bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
-      pd = dnnl::deconvolution_forward::primitive_desc(d, attr, engine);
-    } else if (!pd) {
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                        dnnl::algorithm::convolution_direct, src_any, wts_any,
-                                        bias ? bias_md : no_bias, dst_any, strides, dil, pl, pr);
-      pd = dnnl::convolution_forward::primitive_desc(d, attr, engine);
+    // The direct algorithm, on the first source/destination layout pair for which oneDNN has an
+    // optimized implementation: the tensors' own layouts first (no reorder), then the
+    // destination in the source's layout (a channels-last source with a plain output: AVX2's
+    // kernels take channels-last only on both sides), then oneDNN's choice for both (a
+    // one-channel input on AVX2: plain source, blocked destination). oneDNN's reference
+    // implementation ("ref:any", 10-100x slower) is kept only when every pair gets it.
+    auto direct = [&](const dnnl::memory::desc& s, const dnnl::memory::desc& d) {
+      if (transpose_) {
+        dnnl::deconvolution_forward::desc dd(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::deconvolution_direct, s, wts_any,
+                                             bias ? bias_md : no_bias, d, strides, dil, pl, pr);
+        return dnnl::primitive_desc(dnnl::deconvolution_forward::primitive_desc(dd, attr, engine));
+      }
+      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference,
+                                         dnnl::algorithm::convolution_direct, s, wts_any,
+                                         bias ? bias_md : no_bias, d, strides, dil, pl, pr);
+      return dnnl::primitive_desc(dnnl::convolution_forward::primitive_desc(cd, attr, engine));
+    };
+    if (!pd) {
+      const std::pair<dnnl::memory::desc, dnnl::memory::desc> layouts[] = {
+          {src_any, dst_any},
+          {src_any, blocked_.in ? BlockedDesc(out_dims) : dst_any},
+          {AnyDesc(x.dims()), AnyDesc(out_dims)}};
+      for (const auto& [s, d] : layouts) {
+        try {
+          dnnl::primitive_desc candidate = direct(s, d);
+          const bool ref = IsReferenceImpl(candidate);
+          if (!pd || (!ref && e->reference_impl)) {
+            pd = candidate;
+            e->reference_impl = ref;
+          }
+        } catch (const dnnl::error&) {
+          // No implementation for this pair: the next one.
+        }
+        if (pd && !e->reference_impl) break;
+      }
+      if (!pd) throw dnnl::error(dnnl_unimplemented, "convolution");
     }
     const dnnl::memory::desc psrc = pd.query_md(dnnl::query::src_md);
     const dnnl::memory::desc pwts = pd.query_md(dnnl::query::weights_md);

@@ -17,11 +17,12 @@ namespace dynvm::onednn {
 int ConvCacheCapacity();
 
 struct ConvCacheStats {
-  int entries = 0;        // shapes cached now
-  int64_t binds = 0;      // primitives bound (cache misses)
-  int64_t evictions = 0;  // entries dropped for a new shape
-  int winograd = 0;       // cached convolutions on oneDNN's Winograd algorithm
-  int gemm = 0;           // cached convolutions run as im2col + one GEMM
+  int entries = 0;          // shapes cached now
+  int64_t binds = 0;        // primitives bound (cache misses)
+  int64_t evictions = 0;    // entries dropped for a new shape
+  int winograd = 0;         // cached convolutions on oneDNN's Winograd algorithm
+  int gemm = 0;             // cached convolutions run as im2col + one GEMM
+  int reference_impls = 0;  // cached primitives on oneDNN's reference implementation
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is

@@ -18,9 +18,10 @@ namespace dynvm::onednn {
 struct Entry {
   ShapeKey key;
   uint64_t last_use = 0;
-  bool use_reference = false;  // oneDNN has no primitive for this shape
-  bool winograd = false;       // the convolution runs oneDNN's Winograd algorithm
-  bool gemm = false;           // the convolution runs as im2col + one sgemm (w_reorder packs W)
+  bool use_reference = false;   // oneDNN has no primitive for this shape
+  bool winograd = false;        // the convolution runs oneDNN's Winograd algorithm
+  bool gemm = false;            // the convolution runs as im2col + one sgemm (w_reorder packs W)
+  bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)
@@ -41,6 +42,9 @@ struct SiteCache : KernelState {
 // marks the entry use_reference; other errors are returned (the entry then never matches).
 absl::Status BindEntry(Entry* e, absl::string_view what,
                        const std::function<void(const dnnl::engine&)>& bind);
+
+// Whether oneDNN picked its reference (unoptimized) implementation for `pd`.
+bool IsReferenceImpl(const dnnl::primitive_desc& pd);
 
 // Binds a reorder from -> to (user scratchpad). REQUIRES: inside Guard.
 void BindReorder(BoundPrimitive* r, const dnnl::engine& engine, const dnnl::memory::desc& from,

@@ -6,6 +6,7 @@
 #include "kernels/dnnl/conv.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -280,9 +281,81 @@ TEST(DnnlPool, MatchesReference) {
          "",
          {r({1, 3, 10, 10})},
          A<Ints>({{"kernel_shape", {3, 3}}, {"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}})});
+  // Channels-last input, with a channels-last output or a plain one (the end of a conv chain:
+  // pooled channels-last into the workspace, then reordered).
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    for (int64_t cl_out : {0, 1}) {
+      const std::string o = absl::StrCat(op, " channels-last in, out ", cl_out);
+      const Attrs layout = Both(I("channels_last_in", 1), I("channels_last_out", cl_out));
+      Check({o + " 2d",
+             op,
+             "",
+             {r({2, 24, 9, 13})},
+             Both(A<Ints>({{"kernel_shape", {3, 2}}, {"strides", {2, 1}}, {"pads", {1, 0, 1, 1}}}),
+                  layout)});
+      Check({o + " 1d",
+             op,
+             "",
+             {r({1, 16, 21})},
+             Both(A<Ints>({{"kernel_shape", {4}}, {"strides", {4}}}), layout)});
+      Check({o + " 3d",
+             op,
+             "",
+             {r({1, 8, 4, 6, 5})},
+             Both(A<Ints>({{"kernel_shape", {2, 2, 2}}, {"strides", {2, 2, 2}}}), layout)});
+    }
+  }
   Check({"GlobalAveragePool", "GlobalAveragePool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalMaxPool", "GlobalMaxPool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalAveragePool 1d", "GlobalAveragePool", "", {r({2, 5, 17})}, nullptr});
+}
+
+// A max pool over a channels-last input whose windows lie inside it runs dynvm's own loop
+// (ChannelsLastMaxPool): kernels, strides and dilations in 1D/2D/3D, batches, channel counts
+// off the vector width, a channels-last or a single-pixel output; NaN is larger than every
+// number, as in the reference kernel, without falling back to it.
+TEST(DnnlPool, ChannelsLastMaxPoolMatchesReference) {
+  uint32_t seed = 800;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  const Attrs cl = Both(I("channels_last_in", 1), I("channels_last_out", 1));
+  Check({"2x2 stride 2",
+         "MaxPool",
+         "",
+         {r({2, 32, 8, 13})},
+         Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
+  Check({"4x1 stride 4x1 to one row",
+         "MaxPool",
+         "",
+         {r({1, 20, 4, 9})},
+         Both(A<Ints>({{"kernel_shape", {4, 1}}, {"strides", {4, 1}}}), cl)});
+  Check({"3x3 stride 1 dilated",
+         "MaxPool",
+         "",
+         {r({1, 7, 9, 10})},
+         Both(A<Ints>({{"kernel_shape", {3, 3}}, {"dilations", {2, 1}}}), cl)});
+  Check({"1d",
+         "MaxPool",
+         "",
+         {r({3, 5, 17})},
+         Both(A<Ints>({{"kernel_shape", {3}}, {"strides", {2}}}), cl)});
+  Check({"3d",
+         "MaxPool",
+         "",
+         {r({1, 9, 5, 6, 7})},
+         Both(A<Ints>({{"kernel_shape", {2, 3, 2}}, {"strides", {1, 2, 2}}}), cl)});
+  Check({"whole image",
+         "MaxPool",
+         "",
+         {r({2, 11, 3, 4})},
+         Both(A<Ints>({{"kernel_shape", {3, 4}}}), I("channels_last_in", 1))});
+  Tensor nan = Random({1, 16, 4, 6}, seed++);
+  nan.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  nan.data<float>()[16 * 7 + 3] = std::numeric_limits<float>::quiet_NaN();
+  Check({"NaN",
+         "MaxPool",
+         "",
+         {nan},
+         Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
 }
 
 TEST(DnnlPool, FallbacksStillMatch) {
@@ -482,6 +555,57 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
     Tensor* out[] = {&y};
     ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).gemm, sh.gemm ? 1 : 0) << what;
+  }
+}
+
+// Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
+// plain input with a channels-last output, a channels-last input with a plain output), the site
+// binds another layout pair with reorders rather than oneDNN's reference convolution ("ref:any",
+// 10-100x slower), and a dense one-channel input is read as channels-last (the same bytes):
+// same results as the reference kernel, at several widths, channel counts, strides and
+// activations, and no reference implementation bound on a CPU with AVX2.
+TEST(DnnlFusedConv, ChannelsLastPortsAvoidOneDnnReferenceImpls) {
+  uint32_t seed = 700;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  struct Shape {
+    int64_t n, c, m, h, w, stride;
+    bool in, out;
+  };
+  for (Shape sh :
+       {Shape{1, 1, 32, 32, 100, 1, false, true}, Shape{2, 1, 16, 12, 37, 2, false, true},
+        Shape{1, 128, 128, 4, 25, 1, true, false}, Shape{1, 64, 48, 8, 61, 2, true, false},
+        Shape{1, 32, 64, 16, 50, 1, true, true}, Shape{1, 3, 24, 9, 33, 1, false, true},
+        Shape{1, 1, 8, 10, 21, 1, false, false}}) {
+    for (const char* act : {"Relu", "Sigmoid"}) {
+      std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.h, sh.w}, seed++),
+                                    Random({sh.m, sh.c, 3, 3}, seed++), Random({sh.m}, seed++)};
+      Attrs attrs = Both(
+          Both(A<Ints>({{"pads", {1, 1, 1, 1}}, {"strides", {sh.stride, sh.stride}}}),
+               I("constant_weights", 1)),
+          Both(S("activation", act),
+               Both(I("channels_last_in", sh.in ? 1 : 0), I("channels_last_out", sh.out ? 1 : 0))));
+      const std::string what =
+          absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " -> ", sh.m, " stride ", sh.stride,
+                       " in ", sh.in, " out ", sh.out, " ", act);
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) call.In(in);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), 1);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+      if (avx2) {
+        EXPECT_EQ(GetConvCacheStats(ctx.state().get()).reference_impls, 0) << what;
+      }
+    }
   }
 }
 

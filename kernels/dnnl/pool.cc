@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -95,6 +97,72 @@ bool PoolPlan(const PoolAttrs& a, const Tensor& x, PoolGeometry* g) {
   return true;
 }
 
+// Window elements up to which a channels-last max pool runs ChannelsLastMaxPool.
+constexpr int64_t kMaxTaps = 64;
+
+// One output pixel of a channels-last max pool: the maximum over `taps` input pixels (offsets
+// in floats) of `c` channels each, NaN larger than every number (as the reference kernel).
+// Vectorized across channels; cloned for AVX-512 and AVX2.
+DYNVM_CLONES void MaxOverTaps(int64_t c, const float* x, const int64_t* taps, int64_t n_taps,
+                              float* y) {
+  const float* first = x + taps[0];
+  for (int64_t j = 0; j < c; ++j) y[j] = first[j];
+  for (int64_t t = 1; t < n_taps; ++t) {
+    const float* p = x + taps[t];
+#pragma GCC ivdep
+    for (int64_t j = 0; j < c; ++j) {
+      const float v = p[j], m = y[j];
+      y[j] = (v > m || v != v) ? v : m;
+    }
+  }
+}
+
+// A max pool whose windows lie inside a channels-last input (no padding, any kernel, stride
+// and dilation), written channels-last: one pass over the output pixels, each the maximum of
+// its window's channel vectors. Memory-bound: about twice oneDNN's AVX2 pooling on a CRNN's
+// stages, and it propagates NaN, so it needs no scan of the input for one.
+void ChannelsLastMaxPool(const KernelContext& ctx, const PoolGeometry& g, const Tensor& x,
+                         float* y) {
+  int64_t in[3] = {1, 1, 1}, kd[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1},
+          od[3] = {1, 1, 1};
+  for (int i = 0; i < g.k; ++i) {
+    const int j = 3 - g.k + i;
+    in[j] = g.in[i];
+    kd[j] = g.kd[i];
+    st[j] = g.st[i];
+    dl[j] = g.dl[i] + 1;
+    od[j] = g.od[i];
+  }
+  const int64_t c = x.dim(1), n = x.dim(0);
+  absl::InlinedVector<int64_t, kMaxTaps> taps;
+  for (int64_t a = 0; a < kd[0]; ++a) {
+    for (int64_t b = 0; b < kd[1]; ++b) {
+      for (int64_t e = 0; e < kd[2]; ++e) {
+        taps.push_back(((a * dl[0] * in[1] + b * dl[1]) * in[2] + e * dl[2]) * c);
+      }
+    }
+  }
+  const float* px = x.data<float>();
+  const int64_t rows = n * od[0] * od[1];  // output rows of od[2] pixels
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t oh = r % od[1], odd = (r / od[1]) % od[0], b = r / (od[1] * od[0]);
+      const float* base = px + ((b * in[0] + odd * st[0]) * in[1] + oh * st[1]) * in[2] * c;
+      float* yr = y + r * od[2] * c;
+      for (int64_t ow = 0; ow < od[2]; ++ow) {
+        MaxOverTaps(c, base + ow * st[2] * c, taps.data(), static_cast<int64_t>(taps.size()),
+                    yr + ow * c);
+      }
+    }
+  };
+  const int64_t per_row = od[2] * c * static_cast<int64_t>(taps.size());
+  if (ctx.num_threads() > 1 && rows * per_row >= kMinParallelWork / 16) {
+    ctx.ParallelFor(rows, std::max<int64_t>(1, (kMinParallelWork / 64) / per_row), run);
+  } else {
+    run(0, rows);
+  }
+}
+
 class PoolKernel final : public DnnlKernel {
  public:
   PoolKernel(std::string name, std::unique_ptr<Kernel> reference, PoolAttrs attrs)
@@ -104,6 +172,23 @@ class PoolKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Pool"));
     const Tensor& x = *in[0];
     PoolGeometry g;
+    if (x.dtype() == DType::kF32 && x.numel() > 0 && PoolPlan(attrs_, x, &g) && attrs_.max &&
+        attrs_.channels_last_in && x.is_contiguous() && InsideWindows(g)) {
+      Dims out_dims = {x.dim(0), x.dim(1)};
+      int64_t out_spatial = 1;
+      for (int i = 0; i < g.k; ++i) {
+        out_dims.push_back(g.od[i]);
+        out_spatial *= g.od[i];
+      }
+      if (attrs_.channels_last_out || out_spatial == 1) {
+        DYNVM_RETURN_IF_ERROR(
+            reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "MaxPool"));
+        if (out[0]->is_contiguous()) {
+          ChannelsLastMaxPool(ctx, g, x, out[0]->data<float>());
+          return absl::OkStatus();
+        }
+      }
+    }
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !PoolPlan(attrs_, x, &g) ||
         (attrs_.channels_last_in && !x.is_contiguous()) ||
         (g.extended && !attrs_.max && attrs_.count_include_pad) || (attrs_.max && HasNaN(x))) {
@@ -128,8 +213,12 @@ class PoolKernel final : public DnnlKernel {
         for (int i = 0; i < g.k; ++i) out_spatial *= g.od[i];
         const bool cl_out =
             attrs_.channels_last_out || (attrs_.channels_last_in && out_spatial == 1);
-        const dnnl::memory::desc dst =
-            cl_out ? ChannelsLastDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+        // A channels-last input with a plain output (the end of a conv chain): oneDNN pools
+        // mixed layouts with a slow generic kernel, so it pools into channels-last in the
+        // workspace and a reorder writes the (smaller) output plain.
+        const bool reorder_out = attrs_.channels_last_in && !cl_out;
+        const dnnl::memory::desc plain = DenseDesc(dt::f32, out_dims);
+        const dnnl::memory::desc dst = cl_out || reorder_out ? ChannelsLastDesc(out_dims) : plain;
         const dnnl::algorithm alg = attrs_.max ? dnnl::algorithm::pooling_max
                                     : attrs_.count_include_pad
                                         ? dnnl::algorithm::pooling_avg_include_padding
@@ -140,14 +229,39 @@ class PoolKernel final : public DnnlKernel {
             dnnl::memory::dims(g.pl, g.pl + g.k), dnnl::memory::dims(g.pr, g.pr + g.k));
         dnnl::pooling_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+        if (reorder_out) {
+          BindReorder(&e->dst_reorder, engine, dst, plain);
+          e->dst_bytes = Align(dst.get_size());
+        }
       }));
     }
     if (e->use_reference) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Pool"));
-    return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+    if (!e->dst_reorder.bound()) {
+      return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
+    }
+    const size_t scratch =
+        Align(std::max(e->main.scratchpad_bytes(), e->dst_reorder.scratchpad_bytes()));
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch + e->dst_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    char* pdst = base + scratch;
+    DYNVM_RETURN_IF_ERROR(e->main.Execute({x.raw_data(), pdst}, base));
+    return e->dst_reorder.Execute({pdst, out[0]->raw_data()}, base);
   }
 
  private:
+  // Every window inside the input: no padding at either end (ceil_mode's extra window
+  // included).
+  // At most kMaxTaps elements per window (kept on the stack).
+  static bool InsideWindows(const PoolGeometry& g) {
+    int64_t taps = 1;
+    for (int i = 0; i < g.k; ++i) {
+      if (g.pl[i] != 0 || g.pr[i] > 0) return false;
+      taps *= g.kd[i];
+    }
+    return taps <= kMaxTaps;
+  }
+
   PoolAttrs attrs_;
 };
 

@@ -202,8 +202,72 @@ __attribute__((target("avx512f"))) void GemvRowsAvx512(int64_t n, int64_t k, flo
 
 #pragma GCC diagnostic pop
 
+// The sum of 8 lanes.
+__attribute__((target("avx2,fma"))) inline float SumAvx2(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// The dot form on AVX2 + FMA: four rows at a time, two 8-lane accumulators per row (eight FMA
+// chains in flight). GCC lowers GemvRows' 16-lane vectors on AVX2 through the stack (about 2
+// GFLOP/s on an LSTM's 512x128 recurrent weights); this runs from registers.
+__attribute__((target("avx2,fma"))) void GemvRowsAvx2(int64_t n, int64_t k, float alpha,
+                                                      const float* x, const float* w, int64_t ldw,
+                                                      float beta, float* y) {
+  const int64_t kv = k - k % kLanes;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* r0 = w + j * ldw;
+    const float* r1 = r0 + ldw;
+    const float* r2 = r1 + ldw;
+    const float* r3 = r2 + ldw;
+    __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+    for (int64_t i = 0; i < kv; i += kLanes) {
+      const __m256 xl = _mm256_loadu_ps(x + i), xh = _mm256_loadu_ps(x + i + 8);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + i), xl, a0);
+      b0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + i + 8), xh, b0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + i), xl, a1);
+      b1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + i + 8), xh, b1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + i), xl, a2);
+      b2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + i + 8), xh, b2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + i), xl, a3);
+      b3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + i + 8), xh, b3);
+    }
+    float s0 = SumAvx2(_mm256_add_ps(a0, b0)), s1 = SumAvx2(_mm256_add_ps(a1, b1));
+    float s2 = SumAvx2(_mm256_add_ps(a2, b2)), s3 = SumAvx2(_mm256_add_ps(a3, b3));
+    for (int64_t i = kv; i < k; ++i) {
+      s0 += r0[i] * x[i];
+      s1 += r1[i] * x[i];
+      s2 += r2[i] * x[i];
+      s3 += r3[i] * x[i];
+    }
+    y[j] = Scaled(s0, alpha, beta, y + j);
+    y[j + 1] = Scaled(s1, alpha, beta, y + j + 1);
+    y[j + 2] = Scaled(s2, alpha, beta, y + j + 2);
+    y[j + 3] = Scaled(s3, alpha, beta, y + j + 3);
+  }
+  for (; j < n; ++j) {
+    const float* r = w + j * ldw;
+    __m256 a = _mm256_setzero_ps(), b = a;
+    for (int64_t i = 0; i < kv; i += kLanes) {
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(r + i), _mm256_loadu_ps(x + i), a);
+      b = _mm256_fmadd_ps(_mm256_loadu_ps(r + i + 8), _mm256_loadu_ps(x + i + 8), b);
+    }
+    float s = SumAvx2(_mm256_add_ps(a, b));
+    for (int64_t i = kv; i < k; ++i) s += r[i] * x[i];
+    y[j] = Scaled(s, alpha, beta, y + j);
+  }
+}
+
 bool HasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+bool HasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 
@@ -440,6 +504,8 @@ void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const f
   if (trans == 'T') {
     if (HasAvx512()) {
       GemvRowsAvx512(n, k, alpha, x, b, ldb, beta, y);
+    } else if (HasAvx2Fma()) {
+      GemvRowsAvx2(n, k, alpha, x, b, ldb, beta, y);
     } else {
       GemvRows(n, k, alpha, x, b, ldb, beta, y);
     }
