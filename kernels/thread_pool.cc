@@ -161,18 +161,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(in
   if (!job.owns_lock()) {  // another VM's kernel holds the shared pool: no oversubscription
     if (log == nullptr) {
       fn(0, n);
-      return;
+    } else {
+      RunBusyLogged(n, fn, log);
     }
-    ParallelLog::Call call;
-    call.n = n;
-    call.tasks = 1;
-    call.first_range = static_cast<int32_t>(log->ranges.size());
-    call.pool_busy = true;
-    call.start_ns = NowNs();
-    fn(0, n);
-    call.end_ns = NowNs();
-    log->ranges.push_back({0, 0, 0, n, call.start_ns, call.end_ns});
-    log->calls.push_back(call);
     return;
   }
   job_n_ = n;
@@ -181,17 +172,51 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(in
   job_fn_ = &fn;
   job_timed_ = log != nullptr;
   if (log == nullptr) {
-    RunJob<false>(tasks, nullptr);
+    RunJob<false>(tasks);
   } else {
-    RunJob<true>(tasks, log);
+    RunLoggedJob(tasks, log);
   }
   job_fn_ = nullptr;
 }
 
+void ThreadPool::RunBusyLogged(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn,
+                               ParallelLog* log) {
+  ParallelLog::Call call;
+  call.n = n;
+  call.tasks = 1;
+  call.first_range = static_cast<int32_t>(log->ranges.size());
+  call.pool_busy = true;
+  call.start_ns = NowNs();
+  fn(0, n);
+  call.end_ns = NowNs();
+  log->ranges.push_back({0, 0, 0, n, call.start_ns, call.end_ns});
+  log->calls.push_back(call);
+}
+
+void ThreadPool::RunLoggedJob(int tasks, ParallelLog* log) {
+  ParallelLog::Call call;
+  call.n = job_n_;
+  call.tasks = tasks;
+  call.first_range = static_cast<int32_t>(log->ranges.size());
+  call.start_ns = NowNs();
+  const int64_t wait_ns = RunJob<true>(tasks);
+  call.end_ns = NowNs();
+  call.join_wait_ns = call.end_ns - wait_ns;
+  // Every slot is visible: its thread wrote it before the pending_ decrement RunJob acquired.
+  for (int i = 0; i < tasks; ++i) {
+    ParallelLog::Range r;
+    r.thread = slots_[i].thread;
+    r.index = i;
+    Range(job_n_, job_grain_, tasks, i, &r.begin, &r.end);
+    r.start_ns = slots_[i].start_ns;
+    r.end_ns = slots_[i].end_ns;
+    log->ranges.push_back(r);
+  }
+  log->calls.push_back(call);
+}
+
 template <bool kTimed>
-void ThreadPool::RunJob(int tasks, ParallelLog* log) {
-  [[maybe_unused]] int64_t fork_ns = 0;
-  if constexpr (kTimed) fork_ns = NowNs();
+int64_t ThreadPool::RunJob(int tasks) {
   pending_.store(tasks - 1, std::memory_order_relaxed);
   park_.store(false, std::memory_order_relaxed);
   // Opens ranges 1.. for claiming; release: a worker that claims one sees the job above.
@@ -214,7 +239,7 @@ void ThreadPool::RunJob(int tasks, ParallelLog* log) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
-  [[maybe_unused]] int64_t wait_ns = 0;
+  int64_t wait_ns = 0;  // kTimed: when the caller's own ranges were done
   if constexpr (kTimed) wait_ns = NowNs();
   // Join: the ranges workers claimed.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
@@ -224,26 +249,7 @@ void ThreadPool::RunJob(int tasks, ParallelLog* log) {
       std::this_thread::yield();
     }
   }
-  if constexpr (kTimed) {
-    // Every slot is visible: its thread wrote it before the pending_ decrement acquired above.
-    ParallelLog::Call call;
-    call.n = job_n_;
-    call.tasks = tasks;
-    call.first_range = static_cast<int32_t>(log->ranges.size());
-    call.start_ns = fork_ns;
-    call.end_ns = NowNs();
-    call.join_wait_ns = call.end_ns - wait_ns;
-    for (int i = 0; i < tasks; ++i) {
-      ParallelLog::Range r;
-      r.thread = slots_[i].thread;
-      r.index = i;
-      Range(job_n_, job_grain_, tasks, i, &r.begin, &r.end);
-      r.start_ns = slots_[i].start_ns;
-      r.end_ns = slots_[i].end_ns;
-      log->ranges.push_back(r);
-    }
-    log->calls.push_back(call);
-  }
+  return wait_ns;
 }
 
 void ThreadPool::Park() { park_.store(true, std::memory_order_relaxed); }

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -119,9 +120,16 @@ class ThreadPool {
   // Runs range `index` of the job on thread `thread` (0: the caller); kTimed: into slots_.
   template <bool kTimed>
   void RunTask(int index, int thread);
-  // The job's fork and join, after the caller took job_mu_ (kTimed: logged into `log`).
+  // The job's fork and join, after the caller took job_mu_; kTimed: each range fills its slot,
+  // and it returns when the caller's own ranges were done (the start of its join wait).
   template <bool kTimed>
-  void RunJob(int tasks, ParallelLog* log);
+  int64_t RunJob(int tasks);
+  // The logged paths, out of line (ParallelFor without a log stays as small as before): a job
+  // on the pool, and a loop run whole on the caller because the pool was busy.
+  ABSL_ATTRIBUTE_NOINLINE void RunLoggedJob(int tasks, ParallelLog* log);
+  ABSL_ATTRIBUTE_NOINLINE void RunBusyLogged(int64_t n,
+                                             absl::FunctionRef<void(int64_t, int64_t)> fn,
+                                             ParallelLog* log);
 
   const int num_threads_;
   const Options options_;
