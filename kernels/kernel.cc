@@ -121,7 +121,7 @@ void KernelContext::ParallelFor(int64_t n, int64_t grain,
   if (num_threads_ > 1 && n > grain) {
     if (thread_pool_ == nullptr) thread_pool_ = SharedPool(num_threads_);
     if (thread_pool_ != nullptr) {
-      thread_pool_->ParallelFor(n, grain, fn);
+      thread_pool_->ParallelFor(n, grain, fn, parallel_log_);
       return;
     }
   }

@@ -124,6 +124,9 @@ class KernelContext {
   // The pool ParallelFor uses; when null and num_threads() > 1, the process-wide shared pool
   // of num_threads() threads. Not owned.
   void set_thread_pool(ThreadPool* pool) { thread_pool_ = pool; }
+  // Where ParallelFor logs its ranges' threads and times (a profiled run: vm/profiler.h), or
+  // nullptr (the default: nothing is logged, no clock is read). Not owned.
+  void set_parallel_log(ParallelLog* log) { parallel_log_ = log; }
   // The pool of the VM running the kernel (workspace, dynamic outputs).
   Allocator& allocator() const { return *allocator_; }
 
@@ -180,6 +183,7 @@ class KernelContext {
   DeviceContext* device_context_ = nullptr;
   int num_threads_;
   mutable ThreadPool* thread_pool_ = nullptr;
+  ParallelLog* parallel_log_ = nullptr;
   Site* site_ = nullptr;
   Site own_site_;
 };

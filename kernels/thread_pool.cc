@@ -44,6 +44,12 @@ std::atomic<int>& Cap() {
 
 std::atomic<int> live_workers{0};
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 int MaxThreads() { return Cap().load(std::memory_order_relaxed); }
@@ -91,6 +97,7 @@ absl::StatusOr<std::shared_ptr<ThreadPool>> ThreadPool::Shared(int num_threads) 
 ThreadPool::ThreadPool(int num_threads, Options options)
     : num_threads_(num_threads),
       options_(options),
+      slots_(new Slot[static_cast<size_t>(num_threads)]()),
       claims_(new std::atomic<uint32_t>[static_cast<size_t>(num_threads)]) {
   for (int i = 0; i < num_threads; ++i) claims_[i].store(1, std::memory_order_relaxed);
   workers_.reserve(num_threads - 1);
@@ -127,14 +134,23 @@ void ThreadPool::Range(int64_t n, int64_t grain, int tasks, int i, int64_t* begi
   *end = std::min(n, c1 * grain);
 }
 
-void ThreadPool::RunTask(int index) {
+template <bool kTimed>
+void ThreadPool::RunTask(int index, int thread) {
   int64_t begin, end;
   Range(job_n_, job_grain_, job_tasks_, index, &begin, &end);
-  if (begin < end) (*job_fn_)(begin, end);
+  if constexpr (kTimed) {
+    Slot& slot = slots_[index];
+    slot.thread = thread;
+    slot.start_ns = NowNs();
+    if (begin < end) (*job_fn_)(begin, end);
+    slot.end_ns = NowNs();
+  } else {
+    if (begin < end) (*job_fn_)(begin, end);
+  }
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             absl::FunctionRef<void(int64_t, int64_t)> fn) {
+void ThreadPool::ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn,
+                             ParallelLog* log) {
   if (n <= 0) return;
   const int tasks = Tasks(n, grain);
   if (tasks == 1) {
@@ -143,13 +159,64 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
   if (!job.owns_lock()) {  // another VM's kernel holds the shared pool: no oversubscription
-    fn(0, n);
+    if (log == nullptr) {
+      fn(0, n);
+    } else {
+      RunBusyLogged(n, fn, log);
+    }
     return;
   }
   job_n_ = n;
   job_grain_ = grain < 1 ? 1 : grain;
   job_tasks_ = tasks;
   job_fn_ = &fn;
+  job_timed_ = log != nullptr;
+  if (log == nullptr) {
+    RunJob<false>(tasks);
+  } else {
+    RunLoggedJob(tasks, log);
+  }
+  job_fn_ = nullptr;
+}
+
+void ThreadPool::RunBusyLogged(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn,
+                               ParallelLog* log) {
+  ParallelLog::Call call;
+  call.n = n;
+  call.tasks = 1;
+  call.first_range = static_cast<int32_t>(log->ranges.size());
+  call.pool_busy = true;
+  call.start_ns = NowNs();
+  fn(0, n);
+  call.end_ns = NowNs();
+  log->ranges.push_back({0, 0, 0, n, call.start_ns, call.end_ns});
+  log->calls.push_back(call);
+}
+
+void ThreadPool::RunLoggedJob(int tasks, ParallelLog* log) {
+  ParallelLog::Call call;
+  call.n = job_n_;
+  call.tasks = tasks;
+  call.first_range = static_cast<int32_t>(log->ranges.size());
+  call.start_ns = NowNs();
+  const int64_t wait_ns = RunJob<true>(tasks);
+  call.end_ns = NowNs();
+  call.join_wait_ns = call.end_ns - wait_ns;
+  // Every slot is visible: its thread wrote it before the pending_ decrement RunJob acquired.
+  for (int i = 0; i < tasks; ++i) {
+    ParallelLog::Range r;
+    r.thread = slots_[i].thread;
+    r.index = i;
+    Range(job_n_, job_grain_, tasks, i, &r.begin, &r.end);
+    r.start_ns = slots_[i].start_ns;
+    r.end_ns = slots_[i].end_ns;
+    log->ranges.push_back(r);
+  }
+  log->calls.push_back(call);
+}
+
+template <bool kTimed>
+int64_t ThreadPool::RunJob(int tasks) {
   pending_.store(tasks - 1, std::memory_order_relaxed);
   park_.store(false, std::memory_order_relaxed);
   // Opens ranges 1.. for claiming; release: a worker that claims one sees the job above.
@@ -163,15 +230,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     { std::lock_guard<std::mutex> lock(park_mu_); }
     park_cv_.notify_all();
   }
-  RunTask(0);
+  RunTask<kTimed>(0, 0);
   // Ranges whose worker has not started (descheduled on a busy machine, or still waking up)
   // run here: the join never waits for a thread that has no core.
   for (int i = 1; i < tasks; ++i) {
     if (claims_[i].exchange(1, std::memory_order_acq_rel) == 0) {
-      RunTask(i);
+      RunTask<kTimed>(i, 0);
       pending_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
+  int64_t wait_ns = 0;  // kTimed: when the caller's own ranges were done
+  if constexpr (kTimed) wait_ns = NowNs();
   // Join: the ranges workers claimed.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < 4096) {
@@ -180,7 +249,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
       std::this_thread::yield();
     }
   }
-  job_fn_ = nullptr;
+  return wait_ns;
 }
 
 void ThreadPool::Park() { park_.store(true, std::memory_order_relaxed); }
@@ -212,7 +281,11 @@ void ThreadPool::WorkerLoop(int index) {
     // acquire makes visible): it runs that, correctly, and skips the next epoch's claim.
     if (index < static_cast<int>(e & ((uint64_t{1} << kTaskBits) - 1)) &&
         claims_[index].exchange(1, std::memory_order_acq_rel) == 0) {
-      RunTask(index);
+      if (job_timed_) {
+        RunTask<true>(index, index);
+      } else {
+        RunTask<false>(index, index);
+      }
       pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }

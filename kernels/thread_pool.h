@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,6 +43,32 @@ absl::Status ValidateThreadCount(int64_t n, absl::string_view what);
 
 // Worker threads alive in this process (every pool's), for tests and tools.
 int LiveWorkerThreads();
+
+// Per-range timing of ParallelFor jobs, filled only when the caller passes one (the profiler,
+// vm/profiler.h, docs/profiling.md). Times are steady_clock::now().time_since_epoch() in ns.
+struct ParallelLog {
+  struct Call {
+    int64_t n = 0;             // the loop's extent: ranges cover [0, n)
+    int32_t tasks = 0;         // ranges in the job
+    int32_t first_range = 0;   // its ranges: ranges[first_range, first_range + tasks)
+    bool pool_busy = false;    // another job held the pool: one range, [0, n), on the caller
+    int64_t start_ns = 0;      // the fork (the job's publication)
+    int64_t end_ns = 0;        // the join returned
+    int64_t join_wait_ns = 0;  // the caller's wait at the join, after the ranges it ran
+  };
+  struct Range {
+    int32_t thread = 0;  // who ran it: 0 the calling thread, i > 0 the pool's worker i
+    int32_t index = 0;   // the range's index in its job (worker i's own range is range i)
+    int64_t begin = 0, end = 0;
+    int64_t start_ns = 0, end_ns = 0;
+  };
+  std::vector<Call> calls;
+  std::vector<Range> ranges;
+  void Clear() {
+    calls.clear();
+    ranges.clear();
+  }
+};
 
 class ThreadPool {
  public:
@@ -71,7 +98,13 @@ class ThreadPool {
   // of `grain` long, and returns when all are done. Range i of T goes to thread i (0: the
   // caller). Runs fn(0, n) on the caller when n <= grain, with one thread, or when another job
   // holds the pool. fn must not call ParallelFor on the same pool. Thread-safe.
-  void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
+  //
+  // With a `log`, each range's thread and start and end times are appended to it (a job that
+  // split, or one that found the pool busy; a loop of one range is not logged). Each range's
+  // thread writes its own slot of the job and the caller copies the slots after the join: no
+  // lock, no extra atomic. Without one (nullptr), no clock is read.
+  void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn,
+                   ParallelLog* log = nullptr);
 
   // The ranges ParallelFor(n, grain, ...) hands out (the thread count it uses), and range i.
   int Tasks(int64_t n, int64_t grain) const;
@@ -84,7 +117,19 @@ class ThreadPool {
  private:
   ThreadPool(int num_threads, Options options);
   void WorkerLoop(int index);
-  void RunTask(int index);
+  // Runs range `index` of the job on thread `thread` (0: the caller); kTimed: into slots_.
+  template <bool kTimed>
+  void RunTask(int index, int thread);
+  // The job's fork and join, after the caller took job_mu_; kTimed: each range fills its slot,
+  // and it returns when the caller's own ranges were done (the start of its join wait).
+  template <bool kTimed>
+  int64_t RunJob(int tasks);
+  // The logged paths, out of line (ParallelFor without a log stays as small as before): a job
+  // on the pool, and a loop run whole on the caller because the pool was busy.
+  ABSL_ATTRIBUTE_NOINLINE void RunLoggedJob(int tasks, ParallelLog* log);
+  ABSL_ATTRIBUTE_NOINLINE void RunBusyLogged(int64_t n,
+                                             absl::FunctionRef<void(int64_t, int64_t)> fn,
+                                             ParallelLog* log);
 
   const int num_threads_;
   const Options options_;
@@ -99,6 +144,15 @@ class ThreadPool {
   int64_t job_grain_ = 1;
   int job_tasks_ = 0;
   const absl::FunctionRef<void(int64_t, int64_t)>* job_fn_ = nullptr;
+  bool job_timed_ = false;  // a logged job: each range's thread fills slots_[range]
+
+  // Per range of a logged job: written by the thread that ran it (before its pending_
+  // decrement, or by the caller), read by the caller after the join. A cache line each.
+  struct alignas(64) Slot {
+    int32_t thread;
+    int64_t start_ns, end_ns;
+  };
+  std::unique_ptr<Slot[]> slots_;
 
   std::atomic<uint64_t> epoch_{0};
   // Range i > 0 of the current job is taken by whoever sets claims_[i] first: its worker, or

@@ -4,6 +4,8 @@
 //                               with workers spinning (back-to-back jobs, as in a decode step);
 //   BM_ForkJoinParked/threads -- the same after the workers parked (the first kernel of a step
 //                               after a pause);
+//   BM_ForkJoinLogged/threads -- BM_ForkJoin with a ParallelLog, as in a profiled run (each
+//                               range reads the clock twice; docs/profiling.md);
 //   BM_Sum/n/threads         -- a float sum over n elements, each range summed by its thread:
 //                               the size where 2 threads beat 1 (an elementwise or reduction
 //                               loop's threshold).
@@ -32,6 +34,17 @@ void BM_ForkJoin(benchmark::State& state) {
   benchmark::DoNotOptimize(sink.load());
 }
 BENCHMARK(BM_ForkJoin)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+void BM_ForkJoinLogged(benchmark::State& state) {
+  std::unique_ptr<ThreadPool> pool = MakePool(static_cast<int>(state.range(0)));
+  ParallelLog log;
+  for (auto _ : state) {
+    pool->ParallelFor(
+        2, 1, [&](int64_t b, int64_t) { benchmark::DoNotOptimize(b); }, &log);
+    if (log.calls.size() >= 4096) log.Clear();  // a profiler takes them after each kernel
+  }
+}
+BENCHMARK(BM_ForkJoinLogged)->ArgName("threads")->Arg(2)->UseRealTime();
 
 void BM_ForkJoinParked(benchmark::State& state) {
   std::unique_ptr<ThreadPool> pool = MakePool(static_cast<int>(state.range(0)));

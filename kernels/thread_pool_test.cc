@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -197,6 +199,101 @@ TEST(ThreadPoolTest, SharedPoolFromManyThreads) {
   }
   for (std::thread& c : callers) c.join();
   for (int64_t s : sums) EXPECT_EQ(s, 300 * (256 * 257 / 2));
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// A logged job: one call, its ranges in order covering [0, n), each attributed to the thread
+// that really ran it (worker i for range i, or the caller when the worker was late), within
+// the fork and join. Spin 0 makes late workers common.
+TEST(ThreadPoolTest, LogRecordsWhoRanEachRange) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 3)).ok());
+  for (const int spin_us : {0, 200}) {
+    ThreadPool::Options o;
+    o.spin_us = spin_us;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ThreadPool> pool, ThreadPool::Create(3, o));
+    const std::thread::id me = std::this_thread::get_id();
+    ParallelLog log;
+    constexpr int kCalls = 200;
+    std::vector<std::array<char, 3>> on_caller(kCalls);  // bytes: written by their own threads
+    for (int c = 0; c < kCalls; ++c) {
+      pool->ParallelFor(
+          1000, 7,
+          [&](int64_t b, int64_t) {
+            int64_t r0, r1;
+            for (int i = 0; i < 3; ++i) {
+              ThreadPool::Range(1000, 7, 3, i, &r0, &r1);
+              if (r0 == b) on_caller[c][i] = std::this_thread::get_id() == me;
+            }
+          },
+          &log);
+    }
+    pool->ParallelFor(
+        5, 7, [](int64_t, int64_t) {}, &log);  // one range: not a job, not logged
+    ASSERT_EQ(log.calls.size(), kCalls);
+    ASSERT_EQ(log.ranges.size(), 3 * kCalls);
+    int stolen = 0;
+    for (int c = 0; c < kCalls; ++c) {
+      const ParallelLog::Call& call = log.calls[c];
+      EXPECT_EQ(call.n, 1000);
+      EXPECT_EQ(call.tasks, 3);
+      EXPECT_EQ(call.first_range, 3 * c);
+      EXPECT_FALSE(call.pool_busy);
+      EXPECT_LE(call.start_ns, call.end_ns);
+      EXPECT_GE(call.join_wait_ns, 0);
+      EXPECT_LE(call.join_wait_ns, call.end_ns - call.start_ns);
+      int64_t covered = 0;
+      for (int i = 0; i < 3; ++i) {
+        const ParallelLog::Range& r = log.ranges[call.first_range + i];
+        EXPECT_EQ(r.index, i);
+        EXPECT_EQ(r.begin, covered);
+        covered = r.end;
+        EXPECT_EQ(r.thread, on_caller[c][i] ? 0 : i) << "call " << c << " range " << i;
+        stolen += i > 0 && r.thread == 0;
+        EXPECT_LE(call.start_ns, r.start_ns);
+        EXPECT_LE(r.start_ns, r.end_ns);
+        EXPECT_LE(r.end_ns, call.end_ns);
+      }
+      EXPECT_EQ(covered, 1000);
+    }
+    RecordProperty(absl::StrCat("ranges_stolen_spin_", spin_us), stolen);
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// A job that finds the pool held by another caller runs whole on its caller: logged as one
+// range [0, n) on thread 0, marked pool_busy.
+TEST(ThreadPoolTest, LogMarksAJobThatFoundThePoolBusy) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ThreadPool> pool, ThreadPool::Create(2));
+  std::atomic<bool> holding{false}, release{false};
+  std::thread other([&] {
+    pool->ParallelFor(2, 1, [&](int64_t b, int64_t) {
+      if (b != 0) return;  // range 0 runs on this caller, which holds the pool until released
+      holding.store(true);
+      while (!release.load()) std::this_thread::yield();
+    });
+  });
+  while (!holding.load()) std::this_thread::yield();
+  ParallelLog log;
+  std::vector<int> seen(50, 0);
+  pool->ParallelFor(
+      50, 1,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) ++seen[i];
+      },
+      &log);
+  release.store(true);
+  other.join();
+  for (int s : seen) EXPECT_EQ(s, 1);
+  ASSERT_EQ(log.calls.size(), 1);
+  EXPECT_TRUE(log.calls[0].pool_busy);
+  EXPECT_EQ(log.calls[0].tasks, 1);
+  ASSERT_EQ(log.ranges.size(), 1);
+  EXPECT_EQ(log.ranges[0].thread, 0);
+  EXPECT_EQ(log.ranges[0].begin, 0);
+  EXPECT_EQ(log.ranges[0].end, 50);
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 

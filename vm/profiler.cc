@@ -122,6 +122,9 @@ Profiler::Profiler() {
 void Profiler::Clear() {
   spans_.clear();
   counters_.clear();
+  parallel_jobs_.clear();
+  ranges_.clear();
+  parallel_log_.Clear();
   shape_data_.clear();
   kernels_.clear();
   kernel_ids_.clear();
@@ -185,6 +188,7 @@ void Profiler::BeginRun(const Executable& exe, int function) {
     loop_names_.clear();
   }
   last_bytes_ = last_device_bytes_ = -1;  // the first sample of each run is recorded
+  parallel_log_.Clear();  // a kernel that failed in an earlier run left its jobs here
   open_.push_back({Intern(absl::StrCat("run ", exe.function(function).name)), Now(), kernel_ns_});
 }
 
@@ -275,8 +279,25 @@ void Profiler::Kernel(int kernel, int function, uint32_t site, uint32_t pc, int6
   };
   for (uint32_t j = 0; j < n_in; ++j) add(inputs[j]);
   for (uint32_t j = 0; j < n_out; ++j) add(outputs[j]);
+  if (!parallel_log_.calls.empty()) TakeParallelJobs(static_cast<int32_t>(spans_.size()), start);
   spans_.push_back(
       {SpanKind::kKernel, run_kernels_[kernel], start, end - start, offset, end - start});
+}
+
+void Profiler::TakeParallelJobs(int32_t span, int64_t start) {
+  const int64_t base = epoch_ns();
+  for (const ParallelLog::Call& c : parallel_log_.calls) {
+    // A job of a kernel that failed (its invoke logged no span) started before this one.
+    if (c.start_ns - base < start) continue;
+    parallel_jobs_.push_back({span, c.tasks, static_cast<int32_t>(ranges_.size()), c.pool_busy, c.n,
+                              c.start_ns - base, c.end_ns - c.start_ns, c.join_wait_ns});
+    for (int32_t i = 0; i < c.tasks; ++i) {
+      const ParallelLog::Range& r = parallel_log_.ranges[c.first_range + i];
+      ranges_.push_back(
+          {r.thread, r.index, r.begin, r.end, r.start_ns - base, r.end_ns - r.start_ns});
+    }
+  }
+  parallel_log_.Clear();
 }
 
 absl::string_view Profiler::SiteOf(const Span& span) const {
@@ -319,6 +340,50 @@ Profiler::Totals Profiler::ComputeTotals() const {
     t.kernel_ns += s.dur_ns;
     ++t.kernel_calls;
   }
+  // Parallel jobs: per kernel, and per thread.
+  std::vector<ThreadTotal> threads;
+  std::vector<std::pair<int32_t, int64_t>> busy;  // one job's threads and their busy time
+  for (const ParallelJob& j : parallel_jobs_) {
+    KernelTotal& k = per[spans_[j.span].name];
+    if (j.pool_busy) {
+      ++k.busy_pool_jobs;
+      continue;
+    }
+    ++k.jobs;
+    k.max_tasks = std::max(k.max_tasks, j.tasks);
+    k.job_ns += j.dur_ns;
+    k.join_wait_ns += j.join_wait_ns;
+    busy.clear();
+    int64_t job_range_ns = 0;
+    for (int32_t i = 0; i < j.tasks; ++i) {
+      const Range& r = ranges_[j.first_range + i];
+      const bool stolen = r.thread == 0 && r.index != 0;
+      k.stolen += stolen;
+      job_range_ns += r.dur_ns;
+      auto it = std::find_if(busy.begin(), busy.end(),
+                             [&](const auto& b) { return b.first == r.thread; });
+      if (it == busy.end()) {
+        busy.push_back({r.thread, r.dur_ns});
+      } else {
+        it->second += r.dur_ns;
+      }
+      if (static_cast<size_t>(r.thread) >= threads.size()) {
+        for (auto n = static_cast<int32_t>(threads.size()); n <= r.thread; ++n)
+          threads.push_back({n});
+      }
+      ThreadTotal& th = threads[r.thread];
+      ++th.ranges;
+      th.stolen += stolen;
+      th.busy_ns += r.dur_ns;
+    }
+    k.ranges += j.tasks;
+    k.range_ns += job_range_ns;
+    k.mean_thread_ns += static_cast<double>(job_range_ns) / j.tasks;
+    int64_t most = 0;
+    for (const auto& b : busy) most = std::max(most, b.second);
+    k.max_thread_ns += most;
+  }
+  t.threads = std::move(threads);
   for (KernelTotal& k : per) {
     if (k.calls > 0) t.kernels.push_back(k);
   }
@@ -379,6 +444,7 @@ std::string Profiler::SummaryTable() const {
                             Pct(l.total_ns - l.kernel_ns, l.total_ns), Us(l.median_outside_ns));
     }
   }
+  AppendParallelSummary(t, out);
   absl::StrAppendFormat(
       &out,
       "profiler: %d spans, %d clock reads at about %.1f ns each (%.3f ms, counted in the "
@@ -386,6 +452,38 @@ std::string Profiler::SummaryTable() const {
       static_cast<int64_t>(spans_.size()), clock_reads_, clock_read_ns_,
       static_cast<double>(clock_reads_) * clock_read_ns_ / 1e6);
   return out;
+}
+
+void Profiler::AppendParallelSummary(const Totals& t, std::string& out) const {
+  if (parallel_jobs_.empty()) return;
+  absl::StrAppendFormat(&out, "%-44s %7s %9s %7s %10s %12s %9s %12s %7s\n", "parallel kernel",
+                        "jobs", "busy_pool", "threads", "job_us", "busy_us/thr", "imbalance",
+                        "join_wait_us", "stolen");
+  for (const KernelTotal& k : t.kernels) {
+    if (k.jobs == 0 && k.busy_pool_jobs == 0) continue;
+    if (k.jobs == 0) {
+      absl::StrAppendFormat(&out, "%-44s %7d %9d %7s %10s %12s %9s %12s %7s\n", k.kernel->name, 0,
+                            k.busy_pool_jobs, "-", "-", "-", "-", "-", "-");
+      continue;
+    }
+    const auto jobs = static_cast<double>(k.jobs);
+    absl::StrAppendFormat(&out, "%-44s %7d %9d %7d %10.3f %12.3f %9.2f %12.3f %7d\n",
+                          k.kernel->name, k.jobs, k.busy_pool_jobs, k.max_tasks,
+                          Us(k.job_ns) / jobs, k.mean_thread_ns / 1e3 / jobs, k.imbalance(),
+                          Us(k.join_wait_ns) / jobs, k.stolen);
+  }
+  absl::StrAppendFormat(&out, "%-24s %9s %9s %11s\n", "parallel thread", "ranges", "stolen",
+                        "busy_ms");
+  for (const ThreadTotal& th : t.threads) {
+    if (th.ranges == 0) continue;
+    if (th.thread == 0) {
+      absl::StrAppendFormat(&out, "%-24s %9d %9d %11.3f\n", "caller (the VM's thread)", th.ranges,
+                            th.stolen, Ms(th.busy_ns));
+    } else {
+      absl::StrAppendFormat(&out, "%-24s %9d %9s %11.3f\n", absl::StrCat("worker ", th.thread),
+                            th.ranges, "-", Ms(th.busy_ns));
+    }
+  }
 }
 
 std::string Profiler::ChromeTraceJson() const {
@@ -400,6 +498,14 @@ std::string Profiler::ChromeTraceJson() const {
       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"dynvm\"}},"
       "\n";
   out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"vm\"}}";
+  int32_t workers = 0;  // worker i's ranges go on track (tid) 1 + i
+  for (const Range& r : ranges_) workers = std::max(workers, r.thread);
+  for (int32_t i = 1; i <= workers; ++i) {
+    absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":", 1 + i,
+                    ",\"args\":{\"name\":\"worker ", i, "\"}},\n{\"name\":\"thread_sort_index\",",
+                    "\"ph\":\"M\",\"pid\":1,\"tid\":", 1 + i, ",\"args\":{\"sort_index\":", 1 + i,
+                    "}}");
+  }
   for (const Span* s : order) {
     out += ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":";
     out += Micros(s->start_ns);
@@ -412,6 +518,7 @@ std::string Profiler::ChromeTraceJson() const {
                         ",\"args\":{\"kernel\":", Quote(k.name), ",\"backend\":", Quote(k.backend),
                         ",\"variant\":", Quote(k.variant), ",\"shapes\":", Quote(ShapesOf(*s)),
                         ",\"site\":", Quote(SiteOf(*s)), "}}");
+        AppendParallelEvents(*s, static_cast<int32_t>(s - spans_.data()), out);
         break;
       }
       case SpanKind::kIteration:
@@ -441,6 +548,33 @@ std::string Profiler::ChromeTraceJson() const {
   }
   out += "\n]}\n";
   return out;
+}
+
+void Profiler::AppendParallelEvents(const Span& s, int32_t span, std::string& out) const {
+  auto job = std::lower_bound(parallel_jobs_.begin(), parallel_jobs_.end(), span,
+                              [](const ParallelJob& j, int32_t v) { return j.span < v; });
+  const KernelInfo& k = kernels_[s.name];
+  for (; job != parallel_jobs_.end() && job->span == span; ++job) {
+    // The job on the VM's track, inside the kernel's span: fork to join.
+    absl::StrAppend(&out, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":", Micros(job->start_ns),
+                    ",\"dur\":", Micros(job->dur_ns),
+                    ",\"cat\":\"parallel\",\"name\":", Quote(absl::StrCat(k.op, " parallel")),
+                    ",\"args\":{\"kernel\":", Quote(k.name), ",\"n\":", job->n,
+                    ",\"ranges\":", job->tasks, ",\"join_wait_us\":", Micros(job->join_wait_ns),
+                    ",\"pool_busy\":", job->pool_busy ? "true" : "false", "}}");
+    // Each range on the track of the thread that ran it.
+    for (int32_t i = 0; i < job->tasks; ++i) {
+      const Range& r = ranges_[job->first_range + i];
+      const std::string thread = r.thread == 0 ? "caller" : absl::StrCat("worker ", r.thread);
+      absl::StrAppend(&out, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":", 1 + r.thread,
+                      ",\"ts\":", Micros(r.start_ns), ",\"dur\":", Micros(r.dur_ns),
+                      ",\"cat\":\"range\",\"name\":", Quote(absl::StrCat(k.op, " range ", r.index)),
+                      ",\"args\":{\"kernel\":", Quote(k.name), ",\"range\":", r.index,
+                      ",\"of\":", job->tasks, ",\"begin\":", r.begin, ",\"end\":", r.end,
+                      ",\"thread\":\"", thread,
+                      "\",\"stolen\":", r.thread == 0 && r.index != 0 ? "true" : "false", "}}");
+    }
+  }
 }
 
 absl::Status Profiler::WriteChromeTrace(const std::string& path) const {

@@ -256,6 +256,7 @@ struct TraceSpan {
   std::string cat;
   double ts = 0;  // microseconds
   double dur = 0;
+  double tid = 0;
   const Json* args = nullptr;
   int parent = -1;  // index of the innermost span containing it (same thread), or -1
 };
@@ -326,6 +327,7 @@ inline absl::StatusOr<TraceSummary> CheckTrace(const Json& root) {
     if (const Json* cat = e.Get("cat"); cat != nullptr && cat->IsString()) s.cat = cat->str;
     s.ts = ts->number;
     s.dur = dur->number;
+    s.tid = tid->number;
     s.args = e.Get("args");
     by_tid[tid->number].push_back(std::move(s));
   }

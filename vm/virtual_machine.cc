@@ -287,7 +287,9 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     profiler = run.profiler;
     profiler->BeginRun(*executable, function);
     SampleMemory();
+    ctx.set_parallel_log(profiler->parallel_log());  // ranges' threads and times
     s = ExecuteProfiled(function, 0, target);
+    ctx.set_parallel_log(nullptr);
   }
   // Device work still queued finishes within the run, and its errors are this run's.
   if (s.ok() && cuda != nullptr) s = cuda->Synchronize();
