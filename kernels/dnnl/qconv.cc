@@ -19,11 +19,12 @@
 // form carries oneDNN's compensation for the zero point and for s8 x). Primitives are bound per
 // site and concrete shape in the conv family's LRU (conv_common.h), the thread count in the key.
 //
-// What this does not take goes to the im2col kernel (which in turn hands what it cannot do to
-// the reference): 3-D convolutions with padding and a non-zero x zero point (oneDNN 2.6.3
-// computes the padded border wrong there: qconv_test), a CPU without VNNI, u8 or non-zero weight
-// zero points (oneDNN 2.6 has no weight zero points), per-channel x zero points, strided tensors,
-// non-f32 or per-axis x/y scales, a bias that is not a contiguous i32 [M].
+// What this does not take goes to the im2col kernel (which in turn hands what it cannot do, such
+// as 3-D, to the reference): 3-D convolutions with padding and a non-zero x zero point (oneDNN
+// 2.6.3 computes the padded border wrong there: qconv_test), a CPU without VNNI (the im2col
+// kernel's GEMM is then igemm.h's, exact without VNNI), u8 or non-zero weight zero points
+// (oneDNN 2.6 has no weight zero points), per-channel x zero points, strided tensors, non-f32 or
+// per-axis x/y scales, a bias that is not a contiguous i32 [M].
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -3,7 +3,9 @@
 // (explicit and SAME), dilations, u8 and i8 x and y, non-zero x and y zero points, per-tensor
 // and per-channel weight scales, with and without bias. Each case also asserts who served it:
 // the primitive on a CPU with VNNI, the fallback (im2col or reference) for non-zero weight zero
-// points, u8 weights, and sums too large for oneDNN's f32 store to keep exact.
+// points, u8 weights, and sums too large for oneDNN's f32 store to keep exact. The 1-D and 2-D
+// cases also run the im2col kernel (quant.cc) on its own, which must serve them without the
+// reference: on a CPU without VNNI the primitive hands it every run (its GEMM is then igemm.h's).
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -16,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv.h"
+#include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -81,6 +84,29 @@ void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& in
   if (want_fast) {
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
   }
+}
+
+// Runs `call` on the im2col kernel alone and on the reference kernel; expects identical outputs,
+// served without the reference.
+void ExpectIm2ColSameAsReference(const KernelCall& call, const std::vector<Tensor>& inputs) {
+  absl::StatusOr<std::vector<Tensor>> want = KernelCall(call).Backend("reference").Run();
+  ASSERT_TRUE(want.ok()) << want.status();
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k = CreateIm2ColConv(spec, spec.op == "QLinearConv");
+  ASSERT_TRUE(k.ok()) << k.status();
+  const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
+  ASSERT_NE(dnnl, nullptr);
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(&t);
+  Tensor out;
+  std::vector<Tensor*> outs = {&out};
+  absl::Status s = (*k)->Run(ctx, in, outs);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.dims(), (*want)[0].dims());
+  EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0])) << dnnl->name();
+  EXPECT_EQ(dnnl->reference_runs(), 0) << dnnl->name();
 }
 
 struct Case {
@@ -171,6 +197,7 @@ TEST(DnnlQConv, RandomConvsMatchTheReferenceExactly) {
     ci.In(x).In(w).In(xz).In(wz).Out(DType::kI32);
     Attrs(c, ci);
     ExpectSameAsReference(ci, {x, w, xz, wz}, fast);
+    if (k <= 2) ExpectIm2ColSameAsReference(ci, {x, w, xz, wz});
     const bool per_channel = trial % 2 == 1;
     std::vector<float> ws(per_channel ? m : 1);
     for (float& v : ws) v = 0.0005f * static_cast<float>(1 + rng() % 40);
@@ -189,8 +216,10 @@ TEST(DnnlQConv, RandomConvsMatchTheReferenceExactly) {
     Attrs(c, ql);
     if (trial % 5 != 0) {
       ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32}, fast);
+      if (k <= 2) ExpectIm2ColSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32});
     } else {
       ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz}, fast);
+      if (k <= 2) ExpectIm2ColSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz});
     }
   }
 }
@@ -206,6 +235,7 @@ TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {
   ci.In(x).In(w).In(xz).In(wz).Out(DType::kI32);
   Attrs(c, ci);
   ExpectSameAsReference(ci, {x, w, xz, wz}, false);
+  ExpectIm2ColSameAsReference(ci, {x, w, xz, wz});
   // u8 weights.
   Tensor wu = Full(DType::kU8, c.w_dims, rng);
   KernelCall cu("ConvInteger");

@@ -7,26 +7,29 @@
 // They compute exactly what the reference does: x / scale divided in f32, rounded half to even,
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
-// MatMulInteger and QLinearMatMul: oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32: u8 or
-// s8 a, s8 b, s32 accumulation, the zero points as its A and B offsets) for a contiguous
-// [..., M, K] a (its batch folded into M) times a contiguous 2-D [K, N] b, with per-tensor zero
-// points (or per-channel ones holding one repeated value, as symmetric weights' zeros do). A u8
-// b is shifted to s8 in the workspace, its zero point with it. M = 1 runs a vector GEMV instead
-// (oneDNN's integer GEMM packs b on every call, slower than f32 sgemm there). QLinearMatMul
-// then requantizes each s32 row with a vector loop (b_scale per tensor or per column) in
-// double, as the reference does, so results are identical.
+// MatMulInteger and QLinearMatMul: an integer GEMM (u8 or s8 a, s8 b, s32 accumulation, the
+// zero points taken out exactly) for a contiguous [..., M, K] a (its batch folded into M) times a
+// contiguous 2-D [K, N] b, with per-tensor zero points (or per-channel ones holding one repeated
+// value, as symmetric weights' zeros do). A u8 b is shifted to s8 in the workspace, its zero
+// point with it. M = 1 runs a vector GEMV (oneDNN's integer GEMM packs b on every call, slower
+// than f32 sgemm there; it needs no VNNI). M >= 2 runs oneDNN's integer GEMM
+// (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on CPUs with VNNI
+// (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16 vpmaddwd on
+// operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's u8 x s8
+// kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
+// with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
+// results are identical.
 //
 // ConvInteger and QLinearConv (CreateIm2ColConv, the fallback of qconv.cc's int8 convolution
-// primitive): im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
-// then the same integer GEMM; 2-D, group 1, s8 w. Exact at every magnitude and takes non-zero
-// weight zero points, but slower than oneDNN's f32 convolution (columns built and packed on
-// every call).
+// primitive, and all it serves on a CPU without VNNI): 1-D or 2-D, any group, explicit, VALID
+// or SAME pads, s8 w; per batch item and group, im2col into s8 columns (a u8 x shifted by 128,
+// padding holding the zero point), then the same integer GEMM (oneDNN's with VNNI, igemm.h's
+// without, w packed once per run). Exact at every magnitude and takes non-zero weight zero
+// points, but slower than oneDNN's f32 convolution (columns built and packed on every call).
 //
-// The integer GEMM runs only on CPUs with VNNI (avx512_core_vnni, avx2_vnni): without it
-// oneDNN's u8 x s8 kernels may saturate in 16-bit intermediates. K is capped so that no s32
-// sum can overflow (the reference wraps). Anything else (per-row or differing per-column zero
-// points, broadcast batches, grouped or non-2-D convolutions, u8 conv weights) runs the
-// reference.
+// K is capped so that no s32 sum can overflow (the reference wraps). Anything else (per-row or
+// differing per-column zero points, broadcast batches, 3-D convolutions, u8 conv weights) runs
+// the reference.
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
@@ -42,6 +45,7 @@
 #include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/igemm.h"
 #include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
@@ -116,7 +120,40 @@ bool UniformZeroPoint(const Tensor& z, DType t) {
 }
 
 // |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
-inline constexpr int64_t kMaxExactK = (int64_t{1} << 31) / (255 * 255);
+inline constexpr int64_t kMaxExactK = kIGemmMaxK;
+
+// c [m, n] (row stride ldc) = (a - za) x (b - zb) on the VNNI-free GEMM (igemm.h): a u8 or s8
+// [m, k] (row stride lda), b s8 [k, n] (row stride n). pa holds IGemmPackedABytes(m, k) bytes
+// (a packed there first when pack_a, else already packed: a and za are then unused), pb
+// IGemmPackedBBytes(k, n). On the pool when the product is big enough: b's panels split among
+// the threads, or a's rows when there are few panels.
+void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const void* a, bool a_u8,
+             int64_t lda, int32_t za, bool pack_a, int16_t* pa, const int8_t* b, int32_t zb,
+             int16_t* pb, int32_t* c, int64_t ldc) {
+  const int64_t panels = IGemmPanels(n);
+  const int threads = ThreadsFor(ctx.num_threads(), m * n * k);
+  if (threads == 1) {
+    if (pack_a) IGemmPackA(k, a, a_u8, lda, za, 0, m, pa);
+    IGemmPackB(k, n, b, n, zb, 0, panels, pb);
+    IGemmCompute(k, n, pa, pb, 0, m, 0, panels, c, ldc);
+    return;
+  }
+  if (pack_a) {
+    ctx.ParallelFor(m, 4,
+                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, a, a_u8, lda, za, i0, i1, pa); });
+  }
+  ctx.ParallelFor(panels, 1,
+                  [&](int64_t p0, int64_t p1) { IGemmPackB(k, n, b, n, zb, p0, p1, pb); });
+  if (panels >= 2 * threads || m < 8 * threads) {
+    ctx.ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+      IGemmCompute(k, n, pa, pb, 0, m, p0, p1, c, ldc);
+    });
+  } else {
+    ctx.ParallelFor(m, 4, [&](int64_t i0, int64_t i1) {
+      IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
+    });
+  }
+}
 
 // ---- QuantizeLinear / DequantizeLinear ----
 
@@ -213,8 +250,11 @@ class IntMatMulKernel final : public DnnlKernel {
     const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(
-                                         scale_bytes + a32_bytes + acc_bytes + b_bytes, 1)));
+    // Without VNNI (M >= 2): the packed operands of IntGemm, 2-byte aligned.
+    const bool igemm = m > 1 && !HasInt8Vnni();
+    const size_t head = (scale_bytes + a32_bytes + acc_bytes + b_bytes + 1) & ~size_t{1};
+    const size_t pack_bytes = igemm ? IGemmPackedABytes(m, k) + IGemmPackedBBytes(k, n) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(head + pack_bytes, 1)));
     uint8_t* base = static_cast<uint8_t*>(ws);
     double* scale = reinterpret_cast<double*>(base);
     int32_t* a32 = reinterpret_cast<int32_t*>(base + scale_bytes);
@@ -230,6 +270,11 @@ class IntMatMulKernel final : public DnnlKernel {
     }
     if (m == 1) {
       Gemv(a, za, bs8, bo, k, n, a32, acc);
+    } else if (igemm) {
+      int16_t* pa = reinterpret_cast<int16_t*>(base + head);
+      int16_t* pb = reinterpret_cast<int16_t*>(base + head + IGemmPackedABytes(m, k));
+      IntGemm(ctx, m, k, n, a.raw_data(), a.dtype() == DType::kU8, k,
+              static_cast<int32_t>(QuantParamAt(za, 0)), true, pa, bs8, bo, pb, acc, n);
     } else {
       SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
       const int32_t co = 0;
@@ -267,9 +312,8 @@ class IntMatMulKernel final : public DnnlKernel {
 
   // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
-    if (!HasInt8Vnni() || !Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 ||
-        b.rank() != 2 || !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 ||
-        b.numel() == 0) {
+    if (!Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||
+        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
       return false;
     }
     const int64_t k = a.dim(a.rank() - 1);
@@ -314,10 +358,11 @@ class IntMatMulKernel final : public DnnlKernel {
 
 // ---- ConvInteger / QLinearConv ----
 
-// 2-D, group 1, explicit pads (or VALID), s8 w with a per-tensor zero point (or one repeated
-// value), u8/s8 x: im2col into s8 columns (a u8 x shifted by 128, padding holding the zero
-// point so it contributes nothing), then W [M, C*KH*KW] x columns on oneDNN's integer GEMM,
-// and QLinearConv's requantization per output channel (bias added first), in double as the
+// 1-D or 2-D, any group, explicit, VALID or SAME pads, s8 w with a per-tensor zero point (or one
+// repeated value), u8/s8 x: per batch item and group, im2col into s8 columns (a u8 x shifted by
+// 128, padding holding the zero point so it contributes nothing), then the group's W rows
+// [M/G, C/G*KH*KW] x columns on the integer GEMM (oneDNN's with VNNI, IntGemm's without), and
+// QLinearConv's requantization per output channel (bias added first), in double as the
 // reference does.
 struct ConvAttrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
@@ -345,60 +390,111 @@ class IntConvKernel final : public DnnlKernel {
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
-    const std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
+    std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
+    if (x.rank() == 3) dims.erase(dims.begin() + 2);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    const int64_t k = g.c * g.kh * g.kw, p = g.oh * g.ow;
+    const int64_t k = g.k(), p = g.oh * g.ow;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(g.m) * sizeof(double) : 0;
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(g.m * p) * sizeof(int32_t) : 0;
-    DYNVM_ASSIGN_OR_RETURN(void* ws,
-                           ctx.Workspace(scale_bytes + acc_bytes + static_cast<size_t>(k * p)));
+    // Without VNNI: IntGemm's packed operands after the columns (2-byte aligned): all of w,
+    // packed once per run, then one group's columns.
+    const bool igemm = !HasInt8Vnni();
+    const size_t head = (scale_bytes + acc_bytes + static_cast<size_t>(k * p) + 1) & ~size_t{1};
+    const size_t pa_bytes = igemm ? IGemmPackedABytes(g.m, k) : 0;
+    const size_t pb_bytes = igemm ? IGemmPackedBBytes(k, p) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(head + pa_bytes + pb_bytes));
     uint8_t* base = static_cast<uint8_t*>(ws);
-    double* scale = reinterpret_cast<double*>(base);
-    int32_t* acc = reinterpret_cast<int32_t*>(base + scale_bytes);
-    int8_t* col = reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes);
-    const bool u8 = x.dtype() == DType::kU8;
-    const int zx = static_cast<int>(QuantParamAt(xz, 0));
-    const int bo = u8 ? zx - 128 : zx;
+    Buffers buf{reinterpret_cast<double*>(base), reinterpret_cast<int32_t*>(base + scale_bytes),
+                reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes), nullptr, nullptr};
+    if (igemm) {
+      buf.pa = reinterpret_cast<int16_t*>(base + head);
+      buf.pb = reinterpret_cast<int16_t*>(base + head + pa_bytes);
+      const int32_t zw = static_cast<int32_t>(QuantParamAt(wz, 0));
+      PackWeights(ctx, g.m, k, w.data<int8_t>(), zw, buf.pa);
+    }
     if (qlinear_) {
       const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0);
-      for (int64_t oc = 0; oc < g.m; ++oc) scale[oc] = xs * QuantParamAt(in[4], oc) / ys;
+      for (int64_t oc = 0; oc < g.m; ++oc) buf.scale[oc] = xs * QuantParamAt(in[4], oc) / ys;
     }
     SetThreads(ThreadsFor(ctx.num_threads(), g.m * p * k));
-    const int32_t co = 0;
     for (int64_t b = 0; b < g.n; ++b) {
-      Im2Col(x, b, g, u8, static_cast<int8_t>(bo), col);
-      int32_t* c = qlinear_ ? acc : out[0]->data<int32_t>() + b * g.m * p;
-      const dnnl_status_t st = dnnl_gemm_s8s8s32('N', 'N', 'F', g.m, p, k, 1.0f, w.data<int8_t>(),
-                                                 k, static_cast<int8_t>(QuantParamAt(wz, 0)), col,
-                                                 p, static_cast<int8_t>(bo), 0.0f, c, p, &co);
-      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
-      if (qlinear_) {
-        const double yz = QuantParamAt(in[7], 0);
-        for (int64_t oc = 0; oc < g.m; ++oc) {
-          const double bv = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
-          const int32_t* row = acc + oc * p;
-          const double s1 = scale[oc];
-          if (out_dtype == DType::kU8) {
-            RequantizeU8Uniform(p, row, bv, s1, yz, out[0]->data<uint8_t>() + (b * g.m + oc) * p);
-          } else {
-            RequantizeI8Uniform(p, row, bv, s1, yz, out[0]->data<int8_t>() + (b * g.m + oc) * p);
-          }
-        }
-      }
+      DYNVM_RETURN_IF_ERROR(RunItem(ctx, in, b, g, igemm, buf, *out[0]));
     }
     return absl::OkStatus();
   }
 
  private:
   struct Geometry {
-    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl;
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, grp;
+    int64_t cg() const { return c / grp; }
+    int64_t mg() const { return m / grp; }
+    int64_t k() const { return cg() * kh * kw; }  // one group's GEMM depth
   };
+
+  // The run's workspace: QLinearConv's per-channel factors and s32 sums, the columns, and
+  // without VNNI the packed w and the packed columns.
+  struct Buffers {
+    double* scale;
+    int32_t* acc;
+    int8_t* col;
+    int16_t* pa;
+    int16_t* pb;
+  };
+
+  // Packs w [m, k] less its zero point (IntGemm's a operand), on the pool when big.
+  static void PackWeights(const KernelContext& ctx, int64_t m, int64_t k, const int8_t* w,
+                          int32_t zw, int16_t* pa) {
+    ctx.ParallelFor(m, std::max<int64_t>(4, (1 << 16) / std::max<int64_t>(k, 1)),
+                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, w, false, k, zw, i0, i1, pa); });
+  }
+
+  // Batch item b: every group's product, then QLinearConv's requantization.
+  absl::Status RunItem(const KernelContext& ctx, Inputs in, int64_t b, const Geometry& g,
+                       bool igemm, const Buffers& buf, Tensor& y) const {
+    const Tensor& x = *in[0];
+    const Tensor& w = *in[qlinear_ ? 3 : 1];
+    const Tensor* wz = in.size() > (qlinear_ ? 5u : 3u) ? in[qlinear_ ? 5 : 3] : nullptr;
+    const bool u8 = x.dtype() == DType::kU8;
+    const int zx = static_cast<int>(QuantParamAt(in.size() > 2 ? in[2] : nullptr, 0));
+    const int bo = u8 ? zx - 128 : zx;
+    const int64_t k = g.k(), p = g.oh * g.ow, mg = g.mg();
+    int32_t* c = qlinear_ ? buf.acc : y.data<int32_t>() + b * g.m * p;
+    for (int64_t gi = 0; gi < g.grp; ++gi) {
+      Im2Col(x, b, gi * g.cg(), g, u8, static_cast<int8_t>(bo), buf.col);
+      int32_t* cgi = c + gi * mg * p;
+      if (igemm) {
+        IntGemm(ctx, mg, k, p, nullptr, false, k, 0, false, buf.pa + gi * mg * ((k + 1) & ~1),
+                buf.col, bo, buf.pb, cgi, p);
+        continue;
+      }
+      const int32_t co = 0;
+      const dnnl_status_t st =
+          dnnl_gemm_s8s8s32('N', 'N', 'F', mg, p, k, 1.0f, w.data<int8_t>() + gi * mg * k, k,
+                            static_cast<int8_t>(QuantParamAt(wz, 0)), buf.col, p,
+                            static_cast<int8_t>(bo), 0.0f, cgi, p, &co);
+      DYNVM_RETURN_IF_ERROR(FromDnnl(st, qlinear_ ? "QLinearConv" : "ConvInteger"));
+    }
+    if (!qlinear_) return absl::OkStatus();
+    const Tensor* bias = in.size() > 8 ? in[8] : nullptr;
+    const double yz = QuantParamAt(in[7], 0);
+    for (int64_t oc = 0; oc < g.m; ++oc) {
+      const double bv = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
+      const int32_t* row = buf.acc + oc * p;
+      const int64_t off = (b * g.m + oc) * p;
+      if (y.dtype() == DType::kU8) {
+        RequantizeU8Uniform(p, row, bv, buf.scale[oc], yz, y.data<uint8_t>() + off);
+      } else {
+        RequantizeI8Uniform(p, row, bv, buf.scale[oc], yz, y.data<int8_t>() + off);
+      }
+    }
+    return absl::OkStatus();
+  }
 
   bool Usable(const Tensor& x, const Tensor& w, const Tensor* xz, const Tensor* wz,
               const Tensor* bias, Geometry* g) const {
-    if (!HasInt8Vnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || x.rank() != 4 ||
-        w.rank() != 4 || !x.is_contiguous() || !w.is_contiguous() || a_.group != 1 ||
-        (a_.auto_pad != "NOTSET" && a_.auto_pad != "VALID" && !a_.auto_pad.empty())) {
+    const int r = x.rank();
+    if (!Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || (r != 3 && r != 4) || w.rank() != r ||
+        !x.is_contiguous() || !w.is_contiguous() || a_.group < 1) {
       return false;
     }
     if ((xz != nullptr && !UniformZeroPoint(*xz, x.dtype())) ||
@@ -409,38 +505,71 @@ class IntConvKernel final : public DnnlKernel {
                             bias->dim(0) != w.dim(0) || !bias->is_contiguous())) {
       return false;
     }
-    *g = Geometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3), 0,
-                  0,        1,        1,        1,        1,        0,        0};
-    if (w.dim(1) != g->c || g->c * g->kh * g->kw >= kMaxExactK) return false;
-    if (!a_.kernel.empty() &&
-        (a_.kernel.size() != 2 || a_.kernel[0] != g->kh || a_.kernel[1] != g->kw)) {
+    // A 1-D convolution is a 2-D one of height 1.
+    const bool one_d = r == 3;
+    *g = Geometry{};
+    g->n = x.dim(0);
+    g->c = x.dim(1);
+    g->h = one_d ? 1 : x.dim(2);
+    g->w = x.dim(r - 1);
+    g->m = w.dim(0);
+    g->kh = one_d ? 1 : w.dim(2);
+    g->kw = w.dim(r - 1);
+    g->grp = a_.group;
+    if (g->n == 0 || g->m == 0 || g->c == 0 || g->c % g->grp != 0 || g->m % g->grp != 0 ||
+        w.dim(1) != g->cg() || g->k() >= kMaxExactK) {
       return false;
     }
-    auto pick = [](const std::vector<int64_t>& v, size_t i, int64_t def) {
-      return v.empty() ? def : v[i];
+    return SpatialUsable(one_d, g);
+  }
+
+  // Strides, dilations and pads (explicit, VALID or SAME) of a 2-D (or, one_d, 1-D) geometry.
+  bool SpatialUsable(bool one_d, Geometry* g) const {
+    const size_t k = one_d ? 1 : 2;
+    auto sized = [k](const std::vector<int64_t>& v, size_t want) {
+      return v.empty() || v.size() == want;
     };
-    if ((!a_.strides.empty() && a_.strides.size() != 2) ||
-        (!a_.dilations.empty() && a_.dilations.size() != 2) ||
-        (!a_.pads.empty() && a_.pads.size() != 4)) {
+    if (!sized(a_.kernel, k) || !sized(a_.strides, k) || !sized(a_.dilations, k) ||
+        !sized(a_.pads, 2 * k)) {
       return false;
     }
-    const bool valid = a_.auto_pad == "VALID";
-    g->sh = pick(a_.strides, 0, 1);
-    g->sw = pick(a_.strides, 1, 1);
-    g->dh = pick(a_.dilations, 0, 1);
-    g->dw = pick(a_.dilations, 1, 1);
-    g->pt = valid ? 0 : pick(a_.pads, 0, 0);
-    g->pl = valid ? 0 : pick(a_.pads, 1, 0);
-    const int64_t pb = valid ? 0 : pick(a_.pads, 2, 0), pr = valid ? 0 : pick(a_.pads, 3, 0);
-    if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 || g->pl < 0 || pb < 0 ||
-        pr < 0) {
+    if (!a_.kernel.empty() && (a_.kernel.back() != g->kw || (!one_d && a_.kernel[0] != g->kh))) {
       return false;
     }
-    const int64_t rh = g->h + g->pt + pb - ((g->kh - 1) * g->dh + 1);
-    const int64_t rw = g->w + g->pl + pr - ((g->kw - 1) * g->dw + 1);
-    if (rh < 0 || rw < 0 || g->n == 0 || g->m == 0 || g->c == 0) return false;
-    g->oh = rh / g->sh + 1;
-    g->ow = rw / g->sw + 1;
+    const bool same = a_.auto_pad == "SAME_UPPER" || a_.auto_pad == "SAME_LOWER";
+    if (!same && a_.auto_pad != "VALID" && a_.auto_pad != "NOTSET" && !a_.auto_pad.empty()) {
+      return false;
+    }
+    // Axis i of the attributes (0: height, absent in 1-D; 1: width).
+    int64_t in[2] = {g->h, g->w}, kd[2] = {g->kh, g->kw}, st[2] = {1, 1}, dl[2] = {1, 1},
+            lo[2] = {0, 0}, out[2] = {1, 1};
+    for (int i = one_d ? 1 : 0; i < 2; ++i) {
+      const size_t u = one_d ? 0 : static_cast<size_t>(i);
+      st[i] = a_.strides.empty() ? 1 : a_.strides[u];
+      dl[i] = a_.dilations.empty() ? 1 : a_.dilations[u];
+      if (st[i] < 1 || dl[i] < 1 || in[i] < 1 || kd[i] < 1) return false;
+      const int64_t ext = (kd[i] - 1) * dl[i] + 1;
+      int64_t hi = 0;
+      if (same) {
+        const int64_t o = (in[i] + st[i] - 1) / st[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * st[i] + ext - in[i]);
+        lo[i] = a_.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        hi = total - lo[i];
+      } else if (a_.auto_pad != "VALID" && !a_.pads.empty()) {
+        lo[i] = a_.pads[u];
+        hi = a_.pads[u + k];
+      }
+      if (lo[i] < 0 || hi < 0 || in[i] + lo[i] + hi - ext < 0) return false;
+      out[i] = (in[i] + lo[i] + hi - ext) / st[i] + 1;
+    }
+    g->sh = st[0];
+    g->sw = st[1];
+    g->dh = dl[0];
+    g->dw = dl[1];
+    g->pt = lo[0];
+    g->pl = lo[1];
+    g->oh = out[0];
+    g->ow = out[1];
     return true;
   }
 
@@ -456,12 +585,13 @@ class IntConvKernel final : public DnnlKernel {
            yz.numel() == 1 && yz.rank() <= 1 && Is8Bit(yz.dtype());
   }
 
-  // Columns [C*KH*KW, OH*OW] of batch b as s8 (u8 x shifted by 128); padding holds `pad`.
-  static void Im2Col(const Tensor& x, int64_t b, const Geometry& g, bool u8, int8_t pad,
+  // Columns [C/G*KH*KW, OH*OW] of batch b's channels [c0, c0 + C/G) as s8 (u8 x shifted by
+  // 128); padding holds `pad`.
+  static void Im2Col(const Tensor& x, int64_t b, int64_t c0, const Geometry& g, bool u8, int8_t pad,
                      int8_t* col) {
     const int64_t p = g.oh * g.ow;
-    for (int64_t ci = 0; ci < g.c; ++ci) {
-      const int64_t plane = (b * g.c + ci) * g.h * g.w;
+    for (int64_t ci = 0; ci < g.cg(); ++ci) {
+      const int64_t plane = (b * g.c + c0 + ci) * g.h * g.w;
       for (int64_t ki = 0; ki < g.kh; ++ki) {
         for (int64_t kj = 0; kj < g.kw; ++kj) {
           int8_t* dst = col + ((ci * g.kh + ki) * g.kw + kj) * p;

@@ -1,8 +1,10 @@
 // The oneDNN backend's quantization kernels against the reference kernels (the oracle), exactly:
 // QuantizeLinear / DequantizeLinear per tensor and per axis (values on rounding ties included),
 // MatMulInteger and QLinearMatMul over varied M, K, N, batches, u8/s8 activations, zero points
-// and per-column scales. Each case also asserts who served it: the fast path on a CPU with VNNI
-// (or for the vector loops, always), the reference fallback for the cases it does not take.
+// and per-column scales. Each case also asserts who served it: the fast path (oneDNN's integer
+// GEMM on a CPU with VNNI, the VNNI-free GEMM of igemm.h without it; the vector loops always),
+// the reference fallback for the cases it does not take. The integer convolutions also run the
+// im2col kernel on its own (qconv.cc hands it every run on a CPU without VNNI).
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -53,18 +56,22 @@ Tensor Scalar(DType dtype, int v) {
   return t;
 }
 
-// Runs `call` on the dnnl backend's kernel and on the reference kernel; expects identical
-// outputs and `want_fast` runs served without the reference fallback.
-void ExpectSameAsReference(KernelCall call, const std::vector<Tensor>& inputs, bool want_fast) {
+// Runs `call` on the dnnl backend's kernel (the im2col convolution kernel when `im2col`) and on
+// the reference kernel; expects identical outputs and `want_fast` runs served without the
+// reference fallback, on `threads` threads (products of 4M multiply-adds and more split).
+void ExpectSameAsReference(KernelCall call, const std::vector<Tensor>& inputs, bool want_fast,
+                           bool im2col = false, int threads = 1) {
   absl::StatusOr<std::vector<Tensor>> want = KernelCall(call).Backend("reference").Run();
   ASSERT_TRUE(want.ok()) << want.status();
   KernelSpec spec = call.spec();
   spec.backend = "dnnl";
-  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  absl::StatusOr<std::unique_ptr<Kernel>> k = im2col
+                                                  ? CreateIm2ColConv(spec, spec.op == "QLinearConv")
+                                                  : KernelRegistry::Global().Create(spec);
   ASSERT_TRUE(k.ok()) << k.status();
   const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
   ASSERT_NE(dnnl, nullptr);
-  KernelContext ctx(&HeapAllocator::Get(), 1);
+  KernelContext ctx(&HeapAllocator::Get(), threads);
   std::vector<const Tensor*> in;
   for (const Tensor& t : inputs) in.push_back(&t);
   Tensor out;
@@ -121,15 +128,14 @@ TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
 
 TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
   std::mt19937 rng(11);
-  const bool vnni = CpuHasVnni();
+  // oneDNN's GEMM with VNNI, igemm.h's without: the fast path either way.
+  const bool vnni = true;
   struct Shape {
     std::vector<int64_t> a, b;
   };
-  const std::vector<Shape> shapes = {{{1, 1}, {1, 1}},
-                                     {{1, 64}, {64, 33}},
-                                     {{3, 17}, {17, 5}},
-                                     {{64, 300}, {300, 48}},
-                                     {{2, 3, 40}, {40, 9}}};
+  const std::vector<Shape> shapes = {
+      {{1, 1}, {1, 1}},    {{1, 64}, {64, 33}},     {{3, 17}, {17, 5}},   {{64, 300}, {300, 48}},
+      {{7, 33}, {33, 49}}, {{130, 512}, {512, 70}}, {{2, 3, 40}, {40, 9}}};
   for (DType at : {DType::kU8, DType::kI8}) {
     for (const Shape& sh : shapes) {
       SCOPED_TRACE(absl::StrCat(DTypeName(at), " a ", sh.a.size(), "-D K ", sh.b[0]));
@@ -138,6 +144,7 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
       KernelCall mm("MatMulInteger");
       mm.In(a).In(b).In(za).In(zb).Out(DType::kI32);
       ExpectSameAsReference(mm, {a, b, za, zb}, vnni);
+      ExpectSameAsReference(mm, {a, b, za, zb}, vnni, false, /*threads=*/2);
 
       const int64_t n = sh.b[1];
       std::vector<float> bs(n);
@@ -211,6 +218,7 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
       ci.In(x).In(w).In(xz).In(wz).Out(DType::kI32);
       attrs(ci);
       ExpectSameAsReference(ci, {x, w, xz, wz}, vnni);
+      ExpectSameAsReference(ci, {x, w, xz, wz}, true, /*im2col=*/true);
       std::vector<float> ws(cv.m);
       for (float& v : ws) v = 0.001f * static_cast<float>(1 + rng() % 30);
       Tensor bias = *Tensor::Empty(DType::kI32, {cv.m});
@@ -223,6 +231,7 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
         ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(bias).Out(yt);
         attrs(ql);
         ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni);
+        ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, true, /*im2col=*/true);
       }
     }
   }
@@ -236,6 +245,14 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
   KernelCall unsigned_w("ConvInteger");
   unsigned_w.In(x).In(wu).Out(DType::kI32);
   ExpectSameAsReference(unsigned_w, {x, wu}, false);
+  // A non-zero weight zero point and batches of 2, big enough to split on 2 threads: the im2col
+  // kernel (w packed once per run).
+  Tensor x3 = RandomInts(DType::kI8, {2, 32, 20, 20}, rng);
+  Tensor w3 = RandomInts(DType::kI8, {40, 32, 3, 3}, rng);
+  Tensor xz = Scalar(DType::kI8, 100), wz = Scalar(DType::kI8, -77);
+  KernelCall nz("ConvInteger");
+  nz.In(x3).In(w3).In(xz).In(wz).Out(DType::kI32).Attr("pads", std::vector<int64_t>{1, 1, 1, 1});
+  for (int threads : {1, 2}) ExpectSameAsReference(nz, {x3, w3, xz, wz}, true, true, threads);
 }
 
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {

@@ -1,0 +1,209 @@
+// The VNNI-free exact integer GEMM (igemm.h). Paths: AVX2 (explicit intrinsics: vpmaddwd on
+// the packed s16 operands) and scalar, chosen once by __builtin_cpu_supports.
+#include "kernels/dnnl/igemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace dynvm::onednn {
+namespace {
+
+inline int64_t EvenK(int64_t k) { return (k + 1) & ~int64_t{1}; }
+
+// ---- scalar ----
+
+void ComputeScalar(int64_t k, int64_t n, const int16_t* pa, const int16_t* pb, int64_t i0,
+                   int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc) {
+  const int64_t kp = EvenK(k), pairs = kp / 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int16_t* panel = pb + p * kp * kIGemmPanel;
+    const int64_t j0 = p * kIGemmPanel, cols = std::min(kIGemmPanel, n - j0);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int16_t* row = pa + i * kp;
+      for (int64_t jj = 0; jj < cols; ++jj) {
+        int32_t s = 0;
+        for (int64_t q = 0; q < pairs; ++q) {
+          const int16_t* bq = panel + q * 2 * kIGemmPanel + 2 * jj;
+          s += int32_t{row[2 * q]} * bq[0] + int32_t{row[2 * q + 1]} * bq[1];
+        }
+        c[i * ldc + j0 + jj] = s;
+      }
+    }
+  }
+}
+
+// ---- AVX2 ----
+
+#define DYNVM_AVX2 __attribute__((target("avx2,fma")))
+
+// kR rows from i x one panel: kR x 16 s32 sums in 2 * kR registers; each K pair costs two
+// panel loads, kR broadcasts and 2 * kR vpmaddwd + vpaddd.
+template <int kR>
+DYNVM_AVX2 void BlockAvx2(int64_t pairs, const int16_t* pa, int64_t kp, const int16_t* panel,
+                          int64_t cols, int32_t* c, int64_t ldc) {
+  __m256i acc[kR][2];
+  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m256i b0 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 2 * kIGemmPanel));
+    const __m256i b1 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 2 * kIGemmPanel + 16));
+    for (int r = 0; r < kR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, pa + r * kp + 2 * q, sizeof(pair));
+      const __m256i av = _mm256_set1_epi32(pair);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    int32_t* dst = c + r * ldc;
+    if (cols == kIGemmPanel) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), acc[r][0]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), acc[r][1]);
+    } else {
+      alignas(32) int32_t tmp[kIGemmPanel];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[r][0]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), acc[r][1]);
+      std::memcpy(dst, tmp, static_cast<size_t>(cols) * sizeof(int32_t));
+    }
+  }
+}
+
+DYNVM_AVX2 void ComputeAvx2(int64_t k, int64_t n, const int16_t* pa, const int16_t* pb, int64_t i0,
+                            int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc) {
+  const int64_t kp = EvenK(k), pairs = kp / 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int16_t* panel = pb + p * kp * kIGemmPanel;
+    const int64_t j0 = p * kIGemmPanel, cols = std::min(kIGemmPanel, n - j0);
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4)
+      BlockAvx2<4>(pairs, pa + i * kp, kp, panel, cols, c + i * ldc + j0, ldc);
+    switch (i1 - i) {
+      case 3:
+        BlockAvx2<3>(pairs, pa + i * kp, kp, panel, cols, c + i * ldc + j0, ldc);
+        break;
+      case 2:
+        BlockAvx2<2>(pairs, pa + i * kp, kp, panel, cols, c + i * ldc + j0, ldc);
+        break;
+      case 1:
+        BlockAvx2<1>(pairs, pa + i * kp, kp, panel, cols, c + i * ldc + j0, ldc);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+DYNVM_AVX2 inline __m256i WidenRowAvx2(int64_t k, const int8_t* b, int64_t ldb, int64_t j0,
+                                       int64_t r, __m256i zp) {
+  if (r >= k) return _mm256_setzero_si256();
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + r * ldb + j0));
+  return _mm256_sub_epi16(_mm256_cvtepi8_epi16(v), zp);
+}
+
+// Full panel p of b (rows past k read as 0): two rows' 16 s8 values widened to s16, less the
+// zero point, and interleaved into the pairs layout.
+DYNVM_AVX2 void PackPanelAvx2(int64_t k, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t j0,
+                              int16_t* panel) {
+  const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(b_zp));
+  for (int64_t q = 0; q < (k + 1) / 2; ++q) {
+    const __m256i x0 = WidenRowAvx2(k, b, ldb, j0, 2 * q, zp);
+    const __m256i x1 = WidenRowAvx2(k, b, ldb, j0, 2 * q + 1, zp);
+    const __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
+    __m256i* dst = reinterpret_cast<__m256i*>(panel + q * 2 * kIGemmPanel);
+    _mm256_storeu_si256(dst, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+}
+
+IGemmIsa Detect() {
+  return IGemmIsaSupported(IGemmIsa::kAvx2) ? IGemmIsa::kAvx2 : IGemmIsa::kScalar;
+}
+
+IGemmIsa CurrentPath() {
+  static const IGemmIsa path = Detect();
+  return path;
+}
+
+template <typename T>
+void PackRows(int64_t k, const T* a, int64_t lda, int32_t zp, int64_t i0, int64_t i1,
+              int16_t* packed) {
+  const int64_t kp = EvenK(k);
+  for (int64_t i = i0; i < i1; ++i) {
+    const T* src = a + i * lda;
+    int16_t* dst = packed + i * kp;
+    for (int64_t p = 0; p < k; ++p) dst[p] = static_cast<int16_t>(int32_t{src[p]} - zp);
+    if (kp != k) dst[k] = 0;
+  }
+}
+
+}  // namespace
+
+bool IGemmIsaSupported(IGemmIsa isa) {
+  __builtin_cpu_init();
+  if (isa == IGemmIsa::kAvx2) return __builtin_cpu_supports("avx2");
+  return true;
+}
+
+const char* IGemmPath() { return CurrentPath() == IGemmIsa::kAvx2 ? "avx2" : "scalar"; }
+
+size_t IGemmPackedABytes(int64_t m, int64_t k) {
+  return static_cast<size_t>(m * EvenK(k)) * sizeof(int16_t);
+}
+
+size_t IGemmPackedBBytes(int64_t k, int64_t n) {
+  return static_cast<size_t>(IGemmPanels(n) * kIGemmPanel * EvenK(k)) * sizeof(int16_t);
+}
+
+void IGemmPackA(int64_t k, const void* a, bool a_u8, int64_t lda, int32_t a_zp, int64_t i0,
+                int64_t i1, int16_t* packed) {
+  if (a_u8) {
+    PackRows(k, static_cast<const uint8_t*>(a), lda, a_zp, i0, i1, packed);
+  } else {
+    PackRows(k, static_cast<const int8_t*>(a), lda, a_zp, i0, i1, packed);
+  }
+}
+
+void IGemmPackB(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
+                int64_t p1, int16_t* packed, IGemmIsa isa) {
+  const int64_t kp = EvenK(k);
+  if (isa == IGemmIsa::kBest) isa = CurrentPath();
+  for (int64_t p = p0; p < p1; ++p) {
+    int16_t* panel = packed + p * kp * kIGemmPanel;
+    const int64_t j0 = p * kIGemmPanel, cols = std::min(kIGemmPanel, n - j0);
+    if (isa == IGemmIsa::kAvx2 && cols == kIGemmPanel) {
+      PackPanelAvx2(k, b, ldb, b_zp, j0, panel);
+      continue;
+    }
+    for (int64_t r = 0; r < kp; ++r) {
+      // Row r lands at the even (r even) or odd slot of each column's pair.
+      int16_t* dst = panel + (r / 2) * 2 * kIGemmPanel + (r & 1);
+      if (r >= k) {
+        for (int64_t jj = 0; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
+        continue;
+      }
+      const int8_t* src = b + r * ldb + j0;
+      for (int64_t jj = 0; jj < cols; ++jj) {
+        dst[2 * jj] = static_cast<int16_t>(int32_t{src[jj]} - b_zp);
+      }
+      for (int64_t jj = cols; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
+    }
+  }
+}
+
+void IGemmCompute(int64_t k, int64_t n, const int16_t* packed_a, const int16_t* packed_b,
+                  int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc,
+                  IGemmIsa isa) {
+  if (i1 <= i0 || p1 <= p0) return;
+  if (isa == IGemmIsa::kBest) isa = CurrentPath();
+  if (isa == IGemmIsa::kAvx2) {
+    ComputeAvx2(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
+  } else {
+    ComputeScalar(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
+  }
+}
+
+}  // namespace dynvm::onednn
