@@ -105,6 +105,23 @@ DYNVM_CLONES void GemvS8(int64_t k, int64_t n, const int32_t* a, const int8_t* b
   }
 }
 
+// n values from x at stride `stride` into y, a u8 x shifted by 128 to s8 (x ^ 0x80).
+DYNVM_CLONES void CopyRowU8(int64_t n, const uint8_t* x, int64_t stride, int8_t* y) {
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(x[i] ^ 0x80);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(x[i * stride] ^ 0x80);
+  }
+}
+
+inline void CopyRowS8(int64_t n, const int8_t* x, int64_t stride, int8_t* y) {
+  if (stride == 1) {
+    std::copy(x, x + n, y);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i * stride];
+  }
+}
+
 DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
@@ -586,7 +603,7 @@ class IntConvKernel final : public DnnlKernel {
   }
 
   // Columns [C/G*KH*KW, OH*OW] of batch b's channels [c0, c0 + C/G) as s8 (u8 x shifted by
-  // 128); padding holds `pad`.
+  // 128); padding holds `pad`. Each output row's in-bounds span is found once, then copied.
   static void Im2Col(const Tensor& x, int64_t b, int64_t c0, const Geometry& g, bool u8, int8_t pad,
                      int8_t* col) {
     const int64_t p = g.oh * g.ow;
@@ -595,17 +612,25 @@ class IntConvKernel final : public DnnlKernel {
       for (int64_t ki = 0; ki < g.kh; ++ki) {
         for (int64_t kj = 0; kj < g.kw; ++kj) {
           int8_t* dst = col + ((ci * g.kh + ki) * g.kw + kj) * p;
+          // ox in [lo, hi) reads ix = ox * sw - pl + kj * dw inside [0, w).
+          const int64_t shift = kj * g.dw - g.pl;
+          const int64_t lo = std::min(g.ow, shift >= 0 ? 0 : (-shift + g.sw - 1) / g.sw);
+          const int64_t hi =
+              std::max(lo, std::min(g.ow, g.w - shift <= 0 ? 0 : (g.w - shift - 1) / g.sw + 1));
           for (int64_t oy = 0; oy < g.oh; ++oy) {
             const int64_t iy = oy * g.sh - g.pt + ki * g.dh;
-            for (int64_t ox = 0; ox < g.ow; ++ox) {
-              const int64_t ix = ox * g.sw - g.pl + kj * g.dw;
-              int8_t v = pad;
-              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-                const int64_t off = plane + iy * g.w + ix;
-                v = u8 ? static_cast<int8_t>(static_cast<int>(x.data<uint8_t>()[off]) - 128)
-                       : x.data<int8_t>()[off];
-              }
-              dst[oy * g.ow + ox] = v;
+            int8_t* row = dst + oy * g.ow;
+            if (iy < 0 || iy >= g.h) {
+              std::fill(row, row + g.ow, pad);
+              continue;
+            }
+            std::fill(row, row + lo, pad);
+            std::fill(row + hi, row + g.ow, pad);
+            const int64_t src = plane + iy * g.w + shift;
+            if (u8) {
+              CopyRowU8(hi - lo, x.data<uint8_t>() + src + lo * g.sw, g.sw, row + lo);
+            } else {
+              CopyRowS8(hi - lo, x.data<int8_t>() + src + lo * g.sw, g.sw, row + lo);
             }
           }
         }
