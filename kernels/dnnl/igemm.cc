@@ -119,6 +119,51 @@ DYNVM_AVX2 void PackPanelAvx2(int64_t k, const int8_t* b, int64_t ldb, int32_t b
   }
 }
 
+// kB blocks of 16 columns from j of the one-row product: rows 2q and 2q + 1 of b widened to
+// s16 (less zb) and interleaved in registers (unpacklo/hi: columns {0-3, 8-11} and {4-7, 12-15}
+// of each block), summed against the pair (pa[2q], pa[2q + 1]); put back in order at the end.
+template <int kB>
+DYNVM_AVX2 void GemvBlockAvx2(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb,
+                              int32_t zb, int64_t j, int32_t* c) {
+  const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(zb));
+  __m256i lo[kB], hi[kB];
+  for (int u = 0; u < kB; ++u) lo[u] = hi[u] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < (k + 1) / 2; ++q) {
+    int32_t pair;
+    std::memcpy(&pair, pa + 2 * q, sizeof(pair));
+    const __m256i av = _mm256_set1_epi32(pair);
+    for (int u = 0; u < kB; ++u) {
+      const __m256i x0 = WidenRowAvx2(k, b, ldb, j + 16 * u, 2 * q, zp);
+      const __m256i x1 = WidenRowAvx2(k, b, ldb, j + 16 * u, 2 * q + 1, zp);
+      lo[u] = _mm256_add_epi32(lo[u], _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), av));
+      hi[u] = _mm256_add_epi32(hi[u], _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), av));
+    }
+  }
+  for (int u = 0; u < kB; ++u) {
+    __m256i* dst = reinterpret_cast<__m256i*>(c + j + 16 * u);
+    _mm256_storeu_si256(dst, _mm256_permute2x128_si256(lo[u], hi[u], 0x20));
+    _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(lo[u], hi[u], 0x31));
+  }
+}
+
+void GemvScalar(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb, int32_t zb, int64_t j0,
+                int64_t j1, int32_t* c) {
+  for (int64_t j = j0; j < j1; ++j) c[j] = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const int32_t ap = pa[p];
+    const int8_t* row = b + p * ldb;
+    for (int64_t j = j0; j < j1; ++j) c[j] += ap * (int32_t{row[j]} - zb);
+  }
+}
+
+DYNVM_AVX2 void GemvAvx2(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb, int32_t zb,
+                         int64_t j0, int64_t j1, int32_t* c) {
+  int64_t j = j0;
+  for (; j + 64 <= j1; j += 64) GemvBlockAvx2<4>(k, pa, b, ldb, zb, j, c);
+  for (; j + 16 <= j1; j += 16) GemvBlockAvx2<1>(k, pa, b, ldb, zb, j, c);
+  GemvScalar(k, pa, b, ldb, zb, j, j1, c);
+}
+
 IGemmIsa Detect() {
   return IGemmIsaSupported(IGemmIsa::kAvx2) ? IGemmIsa::kAvx2 : IGemmIsa::kScalar;
 }
@@ -203,6 +248,17 @@ void IGemmCompute(int64_t k, int64_t n, const int16_t* packed_a, const int16_t* 
     ComputeAvx2(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
   } else {
     ComputeScalar(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
+  }
+}
+
+void IGemv(int64_t k, const int16_t* packed_a, const int8_t* b, int64_t ldb, int32_t b_zp,
+           int64_t j0, int64_t j1, int32_t* c, IGemmIsa isa) {
+  if (j1 <= j0) return;
+  if (isa == IGemmIsa::kBest) isa = CurrentPath();
+  if (isa == IGemmIsa::kAvx2) {
+    GemvAvx2(k, packed_a, b, ldb, b_zp, j0, j1, c);
+  } else {
+    GemvScalar(k, packed_a, b, ldb, b_zp, j0, j1, c);
   }
 }
 

@@ -54,6 +54,12 @@ void IGemmCompute(int64_t k, int64_t n, const int16_t* packed_a, const int16_t* 
                   int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc,
                   IGemmIsa isa = IGemmIsa::kBest);
 
+// The one-row product (M = 1) straight from b, no packing: c[j] = sum_p packed_a[p] *
+// (b[p * ldb + j] - b_zp) for j in [j0, j1), packed_a one row packed by IGemmPackA. The AVX2
+// path widens two rows of b at a time and interleaves them in registers for vpmaddwd.
+void IGemv(int64_t k, const int16_t* packed_a, const int8_t* b, int64_t ldb, int32_t b_zp,
+           int64_t j0, int64_t j1, int32_t* c, IGemmIsa isa = IGemmIsa::kBest);
+
 }  // namespace dynvm::onednn
 
 #endif  // DYNVM_KERNELS_DNNL_IGEMM_H_

@@ -5,6 +5,7 @@
 // one always), packing included.
 #include "kernels/dnnl/igemm.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <random>
@@ -96,6 +97,31 @@ TEST(IGemmTest, SubRangesComputeOnlyTheirEntries) {
       SCOPED_TRACE(absl::StrCat("rows ", i0, "-", i1, " panels ", p0, "-", p1, " isa ",
                                 static_cast<int>(isa)));
       Check(p, isa, i0, i1, p0, p1);
+    }
+  }
+}
+
+TEST(IGemmTest, GemvMatchesTheOracle) {
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int64_t> dk(1, 90), dn(1, 200);
+  for (int trial = 0; trial < 80; ++trial) {
+    Problem p = Random(rng, 1, dk(rng), dn(rng), trial % 2 == 0);
+    if (trial == 0) {  // K at the cap, every term +-255 * 255
+      p = Problem{1, kIGemmMaxK - 1, 70, true, 0, 127, {}, {}};
+      p.a.assign(p.k, 255);
+      p.b.assign(p.k * p.n, -128);
+    }
+    std::vector<int16_t> pa(IGemmPackedABytes(1, p.k) / sizeof(int16_t));
+    IGemmPackA(p.k, p.a.data(), p.a_u8, p.k, p.za, 0, 1, pa.data());
+    const int64_t j0 = trial % 3 == 0 ? 0 : std::min<int64_t>(p.n, trial % 7);
+    for (IGemmIsa isa : Isas()) {
+      SCOPED_TRACE(absl::StrCat("trial ", trial, " k ", p.k, " n ", p.n, " j0 ", j0, " isa ",
+                                static_cast<int>(isa)));
+      std::vector<int32_t> c(p.n, -1);
+      IGemv(p.k, pa.data(), p.b.data(), p.n, p.zb, j0, p.n, c.data(), isa);
+      for (int64_t j = 0; j < p.n; ++j) {
+        ASSERT_EQ(c[j], j < j0 ? -1 : Oracle(p, 0, j)) << "column " << j;
+      }
     }
   }
 }

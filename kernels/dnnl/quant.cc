@@ -11,9 +11,9 @@
 // zero points taken out exactly) for a contiguous [..., M, K] a (its batch folded into M) times a
 // contiguous 2-D [K, N] b, with per-tensor zero points (or per-channel ones holding one repeated
 // value, as symmetric weights' zeros do). A u8 b is shifted to s8 in the workspace, its zero
-// point with it. M = 1 runs a vector GEMV (oneDNN's integer GEMM packs b on every call, slower
-// than f32 sgemm there; it needs no VNNI). M >= 2 runs oneDNN's integer GEMM
-// (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on CPUs with VNNI
+// point with it. M = 1 runs igemm.h's GEMV (b streamed once, no packing; oneDNN's integer GEMM
+// packs b on every call, slower than f32 sgemm there), on any CPU. M >= 2 runs oneDNN's integer
+// GEMM (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on CPUs with VNNI
 // (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16 vpmaddwd on
 // operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's u8 x s8
 // kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
@@ -91,17 +91,6 @@ DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scal
   for (int64_t j = 0; j < n; ++j) {
     const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
     y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
-  }
-}
-
-// acc[j] = sum_k a[k] * b[k][j] (a already less its zero point), b s8 [K, N] row-major: the
-// M = 1 product, streaming b once (oneDNN's integer GEMM packs b on every call).
-DYNVM_CLONES void GemvS8(int64_t k, int64_t n, const int32_t* a, const int8_t* b, int32_t* acc) {
-  for (int64_t j = 0; j < n; ++j) acc[j] = 0;
-  for (int64_t p = 0; p < k; ++p) {
-    const int32_t ap = a[p];
-    const int8_t* row = b + p * n;
-    for (int64_t j = 0; j < n; ++j) acc[j] += ap * static_cast<int32_t>(row[j]);
   }
 }
 
@@ -260,8 +249,8 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point as
-    // s32; QLinearMatMul's s32 product; a u8 b shifted to s8.
+    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point
+    // (s16, in room for k s32); QLinearMatMul's s32 product; a u8 b shifted to s8.
     const bool shift_b = b.dtype() == DType::kU8;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
     const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
@@ -285,8 +274,13 @@ class IntMatMulKernel final : public DnnlKernel {
       bs8 = shifted;
       bo -= 128;
     }
-    if (m == 1) {
-      Gemv(a, za, bs8, bo, k, n, a32, acc);
+    if (m == 1) {  // a less its zero point as s16 (a32 has room), then b streamed once
+      int16_t* pa = reinterpret_cast<int16_t*>(a32);
+      IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
+                 static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
+      const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
+      ctx.ParallelFor(n, grain,
+                      [&](int64_t j0, int64_t j1) { IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
     } else if (igemm) {
       int16_t* pa = reinterpret_cast<int16_t*>(base + head);
       int16_t* pb = reinterpret_cast<int16_t*>(base + head + IGemmPackedABytes(m, k));
@@ -310,23 +304,6 @@ class IntMatMulKernel final : public DnnlKernel {
   }
 
  private:
-  // The M = 1 product (a - za) x (b - bo) with a vector loop: sum (a - za) * b, less
-  // bo * sum (a - za); a32 has room for k values. No intermediate overflows for K < kMaxExactK.
-  static void Gemv(const Tensor& a, const Tensor* za, const int8_t* b, int bo, int64_t k, int64_t n,
-                   int32_t* a32, int32_t* acc) {
-    const int32_t z = static_cast<int32_t>(QuantParamAt(za, 0));
-    int32_t sum = 0;
-    for (int64_t p = 0; p < k; ++p) {
-      a32[p] = (a.dtype() == DType::kU8 ? static_cast<int32_t>(a.data<uint8_t>()[p])
-                                        : static_cast<int32_t>(a.data<int8_t>()[p])) -
-               z;
-      sum += a32[p];
-    }
-    GemvS8(k, n, a32, b, acc);
-    const int32_t correction = bo * sum;
-    for (int64_t j = 0; j < n; ++j) acc[j] -= correction;
-  }
-
   // a [..., M, K] and b [K, N] u8/s8, contiguous, with per-tensor zero points of their types.
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor* za, const Tensor* zb) {
     if (!Is8Bit(a.dtype()) || !Is8Bit(b.dtype()) || a.rank() < 2 || b.rank() != 2 ||
