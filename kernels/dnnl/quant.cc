@@ -95,7 +95,7 @@ DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scal
 }
 
 // n values from x at stride `stride` into y, a u8 x shifted by 128 to s8 (x ^ 0x80).
-DYNVM_CLONES void CopyRowU8(int64_t n, const uint8_t* x, int64_t stride, int8_t* y) {
+inline void CopyRowU8(int64_t n, const uint8_t* x, int64_t stride, int8_t* y) {
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(x[i] ^ 0x80);
   } else {
