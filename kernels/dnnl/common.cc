@@ -62,6 +62,12 @@ void SetThreads(int n) {
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
+bool SplitByColumns(int64_t m, int64_t n, int threads, int64_t row_grain, int64_t col_grain) {
+  if (n < 2 * col_grain) return false;
+  if (m < 2 * row_grain * threads) return true;
+  return n > m;
+}
+
 std::optional<dnnl::memory::data_type> DnnlType(DType dtype) {
   using dt = dnnl::memory::data_type;
   switch (dtype) {

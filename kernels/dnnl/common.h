@@ -70,6 +70,13 @@ absl::StatusOr<const dnnl::engine*> CpuEngine();
 // Sets the calling thread's OpenMP thread count; cheap when unchanged.
 void SetThreads(int n);
 
+// How a product C[M, N] = A[M, K] B[K, N] split across `threads` ranges of one single-threaded
+// sgemm each is cut: true for ranges of N's columns, false for ranges of M's rows. Each range's
+// sgemm packs the operand it reads whole (B for a row range, A for a column range), so the cut
+// goes along the larger of M and N (the smaller operand is the one packed twice); M with fewer
+// than two row grains per thread is cut by columns, N with fewer than two column grains by rows.
+bool SplitByColumns(int64_t m, int64_t n, int threads, int64_t row_grain, int64_t col_grain);
+
 // Work below this (multiply-adds of a GEMM, elements of an elementwise op) runs on one thread
 // whatever the thread budget: an OpenMP fork and join costs microseconds on an idle machine,
 // and on a busy one waits for the other thread to be scheduled (a time slice, milliseconds),

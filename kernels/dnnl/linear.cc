@@ -207,7 +207,7 @@ class LinearKernel final : public DnnlKernel {
     if (threads > 1 && (p.m == 1 ? p.n * p.k >= kMinParallelGemv : work >= kMinParallelGemm)) {
       SetThreads(1);
       std::atomic<int> failed{dnnl_success};
-      if (p.m >= 2 * kRowGrain * threads || (p.m > 1 && p.n < 2 * kColGrain)) {
+      if (p.m > 1 && !SplitByColumns(p.m, p.n, threads, kRowGrain, kColGrain)) {
         ctx.ParallelFor(p.m, kRowGrain, [&](int64_t i0, int64_t i1) {
           SetThreads(1);
           const dnnl_status_t s = p.Run(i0, i1, 0, p.n);

@@ -119,8 +119,8 @@ dnnl_status_t SerialSgemm(const Operand& a, const Operand& b, int64_t m, int64_t
   return dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
 }
 
-// C = alpha op(A) op(B) + beta C with M's rows split across the pool, or N's columns when M has
-// fewer than two grains per thread.
+// C = alpha op(A) op(B) + beta C with M's rows or N's columns split across the pool
+// (SplitByColumns).
 absl::Status SplitSgemm(const KernelContext& ctx, const Operand& a, const Operand& b, int64_t m,
                         int64_t n, int64_t k, float alpha, const float* pa, const float* pb,
                         float beta, float* c, int64_t ldc) {
@@ -129,7 +129,7 @@ absl::Status SplitSgemm(const KernelContext& ctx, const Operand& a, const Operan
   const auto note = [&failed](dnnl_status_t s) {
     if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
   };
-  if (m >= 2 * kSplitRowGrain * ctx.num_threads() || n < 2 * kSplitColGrain) {
+  if (!SplitByColumns(m, n, ctx.num_threads(), kSplitRowGrain, kSplitColGrain)) {
     ctx.ParallelFor(m, kSplitRowGrain, [&](int64_t i0, int64_t i1) {
       const float* ai = a.trans == 'N' ? pa + i0 * a.ld : pa + i0;
       note(SerialSgemm(a, b, i1 - i0, n, k, alpha, ai, pb, beta, c + i0 * ldc, ldc));
