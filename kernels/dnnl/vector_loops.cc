@@ -355,6 +355,54 @@ __attribute__((target("avx2,fma"))) void GemvColsAvx2(int64_t n, int64_t k, floa
   }
 }
 
+// RowMax and RowSum on AVX2 + FMA, with the generic clones' results: GCC lowers RowMax's
+// 16-lane select on AVX2 to scalar compares through the stack (its AVX2 clone ran ~800 cycles
+// for a 128-float row: 5.5% of a transformer encoder's time), and RowSum's lane sum likewise.
+// Two 8-lane registers hold the generic version's 16 lanes, so the sums are formed in the same
+// order (lane k sums x[k], x[k + 16], ...; then lanes 0..15 in order, then the tail).
+__attribute__((target("avx2,fma"))) float RowMaxAvx2(int64_t n, const float* x) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // max_ps(v, m) is v > m ? v : m: a NaN v keeps m, as the generic loop skips NaN.
+  __m256 lo = _mm256_set1_ps(kNegInf), hi = lo;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(x + j), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), hi);
+  }
+  __m128 h = _mm_max_ps(_mm_max_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
+                        _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  float r = _mm_cvtss_f32(h);
+  for (; j < n; ++j) r = x[j] > r ? x[j] : r;
+  return r;
+}
+
+__attribute__((target("avx2,fma"))) float RowSumAvx2(int64_t n, const float* x) {
+  __m256 lo = _mm256_setzero_ps(), hi = lo;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(x + j));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(x + j + 8));
+  }
+  alignas(32) float lanes[kLanes];
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  float s = 0.0f;
+  for (int k = 0; k < kLanes; ++k) s += lanes[k];
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
+// The row max and sum the row kernels use: the explicit AVX2 loops where AVX2 is the widest.
+float MaxOfRow(int64_t n, const float* x) {
+  return HasAvx2Fma() && !HasAvx512() ? RowMaxAvx2(n, x) : RowMax(n, x);
+}
+
+float SumOfRow(int64_t n, const float* x) {
+  return HasAvx2Fma() && !HasAvx512() ? RowSumAvx2(n, x) : RowSum(n, x);
+}
+
 }  // namespace
 
 void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
@@ -362,9 +410,9 @@ void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    const float m = RowMax(n, xr);
+    const float m = MaxOfRow(n, xr);
     ExpRow(n, xr, m, yr);
-    const float sum = RowSum(n, yr);
+    const float sum = SumOfRow(n, yr);
     if (m == kInf || m == -kInf || sum != sum) {
       // +inf (inf - inf), a row of -inf only, or a NaN: the reference kernel's row is NaN.
       std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
@@ -478,7 +526,7 @@ void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, 
   const float inv_n = 1.0f / static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
-    const float mean = RowSum(n, xr) * inv_n;
+    const float mean = SumOfRow(n, xr) * inv_n;
     const float var = RowSquaredDeviation(n, xr, mean) * inv_n;
     NormalizeRow(n, xr, mean, 1.0f / std::sqrt(var + epsilon), scale, bias, y + r * n);
   }
