@@ -2,6 +2,11 @@
 // load (GCC/Clang target_clones). Under ThreadSanitizer the clones' ifunc resolvers would be
 // instrumented and run during relocation, before the sanitizer's runtime starts (a crash at
 // load), so a TSan build compiles one version. Every file with cloned loops uses this header.
+//
+// Only on functions with internal linkage (an anonymous namespace): clang 14 compiles a cloned
+// function with external linkage as one version, its first clone (AVX-512), under the plain
+// name, which is an illegal instruction on a CPU without AVX-512 (the sanitizer builds on an
+// AVX2 machine found it). Export a plain function that calls the cloned one.
 #ifndef DYNVM_KERNELS_DNNL_CLONES_H_
 #define DYNVM_KERNELS_DNNL_CLONES_H_
 

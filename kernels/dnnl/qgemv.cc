@@ -296,9 +296,12 @@ void QGemvBf16(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint1
                      r0, r1, beta, y, ldy);
 }
 
-// Widening loops the compiler vectorizes (cloned for AVX-512 and AVX2, picked by the CPU).
-DYNVM_CLONES void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
-                                   int64_t r0, int64_t r1, float* dst) {
+namespace {
+
+// Widening loops the compiler vectorizes (cloned for AVX-512 and AVX2, picked by the CPU;
+// internal: see clones.h).
+DYNVM_CLONES void DequantizeRowsI8Loop(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
+                                       int64_t r0, int64_t r1, float* dst) {
   for (int64_t j = r0; j < r1; ++j) {
     const int8_t* row = q + j * ldw;
     float* d = dst + (j - r0) * k;
@@ -307,13 +310,25 @@ DYNVM_CLONES void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, cons
   }
 }
 
-DYNVM_CLONES void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0,
-                                     int64_t r1, float* dst) {
+DYNVM_CLONES void DequantizeRowsBf16Loop(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0,
+                                         int64_t r1, float* dst) {
   for (int64_t j = r0; j < r1; ++j) {
     const uint16_t* row = w + j * ldw;
     float* d = dst + (j - r0) * k;
     for (int64_t i = 0; i < k; ++i) d[i] = Bf16ToF32(row[i]);
   }
+}
+
+}  // namespace
+
+void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
+                      int64_t r1, float* dst) {
+  DequantizeRowsI8Loop(k, q, ldw, scale, r0, r1, dst);
+}
+
+void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                        float* dst) {
+  DequantizeRowsBf16Loop(k, w, ldw, r0, r1, dst);
 }
 
 const char* QGemvPath() {

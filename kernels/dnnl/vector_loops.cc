@@ -559,7 +559,10 @@ void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const floa
 // |x| < 0.5: the Taylor series of erf to x^15 (error below 1e-9 relative). Otherwise
 // 1 - erfc(|x|) with the Chebyshev-fitted erfc of Numerical Recipes (erfcc: relative error
 // below 1.2e-7), its exp by FastExp. Both are computed and one is selected: branch-free.
-DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
+namespace {
+
+// The clones are internal (clones.h); ErfArray below calls them.
+DYNVM_CLONES void ErfLoop(int64_t n, const float* x, float* y) {
   DYNVM_IVDEP
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -592,6 +595,10 @@ DYNVM_CLONES void ErfArray(int64_t n, const float* x, float* y) {
     y[i] = v != v ? v : r;
   }
 }
+
+}  // namespace
+
+void ErfArray(int64_t n, const float* x, float* y) { ErfLoop(n, x, y); }
 
 void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b,
           int64_t ldb, float beta, float* y) {
