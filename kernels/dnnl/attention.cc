@@ -3,7 +3,11 @@
 // decode step), the mask and the softmax by vector loops in place, and S V by dnnl_sgemm (GEMV)
 // written straight into the output at its strides. Q, K and V are read where they are (their
 // head-split transposes are strides). Queries run in blocks whose scores fit a fixed 64 KiB
-// scratch (the site's workspace: nothing is allocated per decode step). Needs unit stride
+// scratch (the site's workspace: nothing is allocated per decode step). Under a Where-mask with
+// fill -inf (torch's masked_fill(mask, -inf): causal and key-padding masks) a block of queries
+// reads only the keys from the first to the last any of its rows keeps: the others weigh
+// exactly 0 after the softmax, so a causal mask's upper triangle is neither multiplied nor
+// read (about half the work of a prefix). Needs unit stride
 // along D and Dv (the layouts torch's exports give); anything else runs the reference loops.
 // Units are independent: with more than one thread they are split across the VM's pool (a
 // scratch block per range, dnnl_sgemm single-threaded inside), above kMinParallelGemv
@@ -12,7 +16,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <mutex>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "kernels/dnnl/clones.h"
@@ -29,6 +35,10 @@ using reference::AttentionGeometry;
 // The scratch for scores: 64 KiB, [128, 128] at once.
 constexpr int64_t kScratchFloats = 16384;
 
+// Queries per block under a mask that drops keys: each block reads only the keys its rows keep,
+// so smaller blocks skip more of a causal mask's triangle, and larger ones call dnnl_sgemm less.
+constexpr int64_t kSkipBlock = 32;
+
 DYNVM_CLONES void AddRow(int64_t n, const float* m, float* s) {
   for (int64_t j = 0; j < n; ++j) s[j] += m[j];
 }
@@ -37,21 +47,49 @@ DYNVM_CLONES void FillRow(int64_t n, const bool* m, bool when, float fill, float
   for (int64_t j = 0; j < n; ++j) s[j] = m[j] == when ? fill : s[j];
 }
 
-// Masks row i of unit mask block `m` into s[lk].
+// Masks row i of unit mask block `m`, keys [j0, j0 + w), into s[w].
 void MaskRow(const AttentionAttrs& a, const AttentionGeometry& g, const void* m, int64_t i,
-             float* s) {
+             int64_t j0, int64_t w, float* s) {
   const int r = g.rank;
   const int64_t js = g.ms[r - 1];
   if (js == 1) {
-    const int64_t off = i * g.ms[r - 2];
+    const int64_t off = i * g.ms[r - 2] + j0;
     if (a.mask_mode == 1) {
-      AddRow(g.lk, static_cast<const float*>(m) + off, s);
+      AddRow(w, static_cast<const float*>(m) + off, s);
     } else {
-      FillRow(g.lk, static_cast<const bool*>(m) + off, a.mask_mode == 2, a.fill, s);
+      FillRow(w, static_cast<const bool*>(m) + off, a.mask_mode == 2, a.fill, s);
     }
     return;
   }
-  for (int64_t j = 0; j < g.lk; ++j) s[j] = reference::MaskScore(a, g, m, i, j, s[j]);
+  for (int64_t j = 0; j < w; ++j) s[j] = reference::MaskScore(a, g, m, i, j0 + j, s[j]);
+}
+
+// Keys a Where-mask replaces by -inf weigh exactly 0 after the softmax, whatever their scores
+// (NaN included), as long as the row keeps one key: such keys need not be read at all.
+bool MaskSkipsKeys(const AttentionAttrs& a) {
+  return (a.mask_mode == 2 || a.mask_mode == 3) && std::isinf(a.fill) && a.fill < 0;
+}
+
+// The keys [lo, hi) that queries [i0, i0 + rows) of a unit keep under a skipping mask: from
+// the first key any of them keeps to the last. All keys when a row keeps none (its softmax is
+// NaN, as in the unfused graph).
+std::pair<int64_t, int64_t> KeptKeys(const AttentionAttrs& a, const AttentionGeometry& g,
+                                     const bool* m, int64_t i0, int64_t rows) {
+  const int r = g.rank;
+  const int64_t is = g.ms[r - 2], js = g.ms[r - 1];
+  const bool masked = a.mask_mode == 2;  // the value that drops a key
+  int64_t lo = g.lk, hi = 0;
+  for (int64_t i = i0; i < i0 + rows; ++i) {
+    const bool* row = m + i * is;
+    int64_t first = 0;
+    while (first < g.lk && row[first * js] == masked) ++first;
+    if (first == g.lk) return {0, g.lk};
+    int64_t last = g.lk - 1;
+    while (row[last * js] == masked) --last;
+    lo = std::min(lo, first);
+    hi = std::max(hi, last + 1);
+  }
+  return {lo, hi};
 }
 
 // The unit-stride layout the fast path takes, with its leading dimensions.
@@ -73,28 +111,30 @@ bool FastLayout(const AttentionGeometry& g, Layout& l) {
   return l.ldq >= g.d && l.ldk >= g.d && l.ldv >= g.dv && l.ldo >= g.dv;
 }
 
-// Queries [i0, i0 + rows) of one unit: scores into s[rows, lk], masked, softmax, times V'.
+// Queries [i0, i0 + rows) of one unit over keys [j0, j0 + w): scores into s[rows, w], masked,
+// softmax, times V'.
 absl::Status RunRows(const AttentionAttrs& a, const AttentionGeometry& g, const Layout& l,
                      const float* q, const float* k, const float* v, const void* m, float* y,
-                     int64_t i0, int64_t rows, float* s) {
+                     int64_t i0, int64_t rows, int64_t j0, int64_t w, float* s) {
   q += i0 * l.ldq;
   y += i0 * l.ldo;
+  k += j0 * l.ldk;
+  v += j0 * l.ldv;
   if (rows == 1) {  // one query (a decode step): GEMV loops
-    Gemv('T', g.lk, g.d, a.scale, q, k, l.ldk, 0.0f, s);
+    Gemv('T', w, g.d, a.scale, q, k, l.ldk, 0.0f, s);
   } else {
-    DYNVM_RETURN_IF_ERROR(
-        FromDnnl(dnnl_sgemm('N', 'T', rows, g.lk, g.d, a.scale, q, l.ldq, k, l.ldk, 0.0f, s, g.lk),
-                 "dnnl_sgemm"));
+    DYNVM_RETURN_IF_ERROR(FromDnnl(
+        dnnl_sgemm('N', 'T', rows, w, g.d, a.scale, q, l.ldq, k, l.ldk, 0.0f, s, w), "dnnl_sgemm"));
   }
   if (m != nullptr) {
-    for (int64_t i = 0; i < rows; ++i) MaskRow(a, g, m, i0 + i, s + i * g.lk);
+    for (int64_t i = 0; i < rows; ++i) MaskRow(a, g, m, i0 + i, j0, w, s + i * w);
   }
-  SoftmaxRows(rows, g.lk, s, s);
+  SoftmaxRows(rows, w, s, s);
   if (rows == 1) {
-    Gemv('N', g.dv, g.lk, 1.0f, s, v, l.ldv, 0.0f, y);
+    Gemv('N', g.dv, w, 1.0f, s, v, l.ldv, 0.0f, y);
     return absl::OkStatus();
   }
-  return FromDnnl(dnnl_sgemm('N', 'N', rows, g.dv, g.lk, 1.0f, s, g.lk, v, l.ldv, 0.0f, y, l.ldo),
+  return FromDnnl(dnnl_sgemm('N', 'N', rows, g.dv, w, 1.0f, s, w, v, l.ldv, 0.0f, y, l.ldo),
                   "dnnl_sgemm");
 }
 
@@ -110,8 +150,19 @@ absl::Status RunUnits(const AttentionAttrs& a, const AttentionGeometry& g, const
     const void* m = g.mask == nullptr ? nullptr
                                       : static_cast<const char*>(g.mask) +
                                             reference::UnitOffset(g, g.ms, u) * mask_elem;
-    for (int64_t i0 = 0; i0 < g.lq; i0 += block) {
-      DYNVM_RETURN_IF_ERROR(RunRows(a, g, l, q, k, v, m, y, i0, std::min(block, g.lq - i0), s));
+    if (m == nullptr || !MaskSkipsKeys(a)) {
+      for (int64_t i0 = 0; i0 < g.lq; i0 += block) {
+        DYNVM_RETURN_IF_ERROR(
+            RunRows(a, g, l, q, k, v, m, y, i0, std::min(block, g.lq - i0), 0, g.lk, s));
+      }
+      continue;
+    }
+    // Blocks of kSkipBlock queries, each over the keys it keeps (a causal mask: about half).
+    const int64_t b = std::min(block, kSkipBlock);
+    for (int64_t i0 = 0; i0 < g.lq; i0 += b) {
+      const int64_t rows = std::min(b, g.lq - i0);
+      const auto [lo, hi] = KeptKeys(a, g, static_cast<const bool*>(m), i0, rows);
+      DYNVM_RETURN_IF_ERROR(RunRows(a, g, l, q, k, v, m, y, i0, rows, lo, hi - lo, s));
     }
   }
   return absl::OkStatus();
