@@ -26,6 +26,23 @@ function(dynvm_setup_toolchain)
     endif()
     add_compile_options("$<${host}:-fsanitize=fuzzer-no-link>")
   endif()
+  if(NOT DYNVM_SANITIZE STREQUAL "" AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # Sanitizer reports need file:line, not variables: line tables alone compile about 10%
+    # faster than -g and link in a third of the time (this overrides RelWithDebInfo's -g).
+    add_compile_options("$<${host}:-gline-tables-only>")
+  endif()
+  # LLVM's linker (Debian's lld) where present: a sanitizer build links its ~110 test, tool and
+  # fuzzer executables about 4x faster than with ld.bfd (2.3 s -> 0.6 s each on 2 cores).
+  # DYNVM_LINKER=default keeps the compiler's own.
+  set(DYNVM_LINKER "auto" CACHE STRING "Linker: 'auto' (lld when found) or 'default'")
+  if(DYNVM_LINKER STREQUAL "auto")
+    find_program(DYNVM_LLD NAMES ld.lld)
+    if(DYNVM_LLD)
+      add_link_options("$<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>")
+    endif()
+  elseif(NOT DYNVM_LINKER STREQUAL "default")
+    message(FATAL_ERROR "DYNVM_LINKER must be 'auto' or 'default'")
+  endif()
 endfunction()
 
 # The include contract (README.md, "Using dynvm from C++"): a user of the installed package writes

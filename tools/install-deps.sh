@@ -16,6 +16,7 @@ set -euo pipefail
 readonly build_pkgs=(
   # toolchain
   g++ make cmake clang
+  lld                  # LLVM's linker: links the ~110 executables of a build about 4x faster (cmake/DynvmHelpers.cmake)
   clang-format         # the format check (tools/test.sh's first stage after install)
   libclang-rt-14-dev   # sanitizer runtimes and libFuzzer for clang-14
   llvm-14              # llvm-symbolizer-14 (and /usr/lib/llvm-14/bin/llvm-symbolizer)
