@@ -1,4 +1,4 @@
-// DYNVM_CLONES: compile a vector loop for AVX-512, AVX2 and a baseline, picked by the CPU at
+// DYNVM_CLONES: compile a vector loop for AVX-512, AVX2 (+FMA) and a baseline, picked by the CPU at
 // load (GCC/Clang target_clones). Under ThreadSanitizer the clones' ifunc resolvers would be
 // instrumented and run during relocation, before the sanitizer's runtime starts (a crash at
 // load), so a TSan build compiles one version. Every file with cloned loops uses this header.
@@ -17,8 +17,14 @@
 #endif
 #if defined(__SANITIZE_THREAD__) || defined(DYNVM_NO_CLONES)
 #define DYNVM_CLONES
-#else
+#elif defined(__clang__)
 #define DYNVM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+// GCC: the AVX2 clone as x86-64-v3 (AVX2 with FMA): a plain "avx2" clone has no FMA, so every
+// a * b + c of a polynomial (exp, erf, tanh) was a multiply and an add. GCC 12's resolver ranks
+// x86-64-v3 above avx2 and below avx512f. (clang 14's resolver never picks an x86-64-v3 clone,
+// so clang keeps "avx2".)
+#define DYNVM_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #endif
 
 #endif  // DYNVM_KERNELS_DNNL_CLONES_H_
