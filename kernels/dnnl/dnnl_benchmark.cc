@@ -9,7 +9,9 @@
 //                                    GEMMs + fused gates, oneDNN's LSTM primitive (weights
 //                                    prepacked, not timed), the reference kernel;
 //   BM_Add, BM_Tanh, BM_Softmax, BM_LayerNorm -- primitive-backed ops against the reference
-//                                    kernel, by size (sets kMinBinaryElements).
+//                                    kernel, by size (sets kMinBinaryElements);
+//   BM_ReduceLastAxis/max/dnnl     -- ReduceSum/ReduceMax over rows of 128: the row loops
+//                                    against the reference kernel.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 #include <memory>
@@ -160,6 +162,20 @@ BENCHMARK(BM_SoftmaxSplit)
     ->ArgNames({"rows", "threads"})
     ->ArgsProduct({{8, 32, 64, 128, 256, 512}, {1, 2}})
     ->UseRealTime();
+
+// ReduceMax / ReduceSum over the last axis of [rows, 128] (the row loops, reduce.cc) against
+// the reference kernel: arg 0 the op (0 ReduceSum, 1 ReduceMax), arg 1 dnnl (1) or reference.
+void BM_ReduceLastAxis(benchmark::State& state) {
+  const char* op = state.range(0) == 0 ? "ReduceSum" : "ReduceMax";
+  const int64_t rows = 512;
+  KernelCall call(op);
+  Tensor x = Filled({rows, 128});
+  call.In(x).Attr("axes", std::vector<int64_t>{-1}).Attr("keepdims", int64_t{0}).Out(DType::kF32);
+  RunKernel(state, call, state.range(1) == 1 ? "dnnl" : "reference", {x}, {{rows}}, 1);
+  state.counters["elements/s"] = benchmark::Counter(
+      static_cast<double>(rows * 128) * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ReduceLastAxis)->ArgNames({"max", "dnnl"})->ArgsProduct({{0, 1}, {0, 1}});
 
 void BM_LayerNormSplit(benchmark::State& state) {
   const int64_t rows = state.range(0);

@@ -18,6 +18,8 @@
 // axis 1). With more than one thread, the loops' outer indices (rows, or the blocks of a
 // middle-axis reduction) are split across the VM's pool from kMinParallelElements input
 // elements (vector_loops.h).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -92,6 +94,73 @@ DYNVM_CLONES void ReduceRowsLoop(RowOp op, int64_t rows, int64_t n, const float*
       }
     }
     y[r] = total;
+  }
+}
+
+// ReduceRowsLoop on AVX2 + FMA with the generic loop's lanes and order (two 8-lane registers
+// hold its 16 lanes; max_ps(acc, v) is acc > v ? acc : v, min_ps likewise; the sum of squares
+// fused as the FMA clones contract it): GCC's AVX2 clone of the generic loop is scalar code.
+template <RowOp op>
+__attribute__((target("avx2,fma"))) inline __m256 Step(__m256 acc, __m256 v) {
+  if constexpr (op == RowOp::kSum) return _mm256_add_ps(acc, v);
+  if constexpr (op == RowOp::kSumSquare) return _mm256_fmadd_ps(v, v, acc);
+  if constexpr (op == RowOp::kMax) return _mm256_max_ps(acc, v);
+  return _mm256_min_ps(acc, v);
+}
+
+template <RowOp op>
+__attribute__((target("avx2,fma"))) void ReduceRowsAvx2(int64_t rows, int64_t n, const float* x,
+                                                        float* y) {
+  const float init = op == RowOp::kMax ? -INFINITY : op == RowOp::kMin ? INFINITY : 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * n;
+    __m256 lo = _mm256_set1_ps(init), hi = lo;
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      lo = Step<op>(lo, _mm256_loadu_ps(row + j));
+      hi = Step<op>(hi, _mm256_loadu_ps(row + j + 8));
+    }
+    alignas(32) float acc[kLanes];
+    _mm256_store_ps(acc, lo);
+    _mm256_store_ps(acc + 8, hi);
+    float total = init;
+    for (int l = 0; l < kLanes; ++l) {
+      if constexpr (op == RowOp::kMax) {
+        total = total > acc[l] ? total : acc[l];
+      } else if constexpr (op == RowOp::kMin) {
+        total = total < acc[l] ? total : acc[l];
+      } else {
+        total += acc[l];
+      }
+    }
+    for (; j < n; ++j) {
+      const float v = row[j];
+      if constexpr (op == RowOp::kMax) {
+        total = total > v ? total : v;
+      } else if constexpr (op == RowOp::kMin) {
+        total = total < v ? total : v;
+      } else {
+        total += op == RowOp::kSumSquare ? v * v : v;
+      }
+    }
+    y[r] = total;
+  }
+}
+
+// The row loop for this CPU: the explicit AVX2 loops where AVX2 is the widest.
+void ReduceRows(RowOp op, int64_t rows, int64_t n, const float* x, float* y) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           !__builtin_cpu_supports("avx512f");
+  if (!avx2) return ReduceRowsLoop(op, rows, n, x, y);
+  switch (op) {
+    case RowOp::kSum:
+      return ReduceRowsAvx2<RowOp::kSum>(rows, n, x, y);
+    case RowOp::kSumSquare:
+      return ReduceRowsAvx2<RowOp::kSumSquare>(rows, n, x, y);
+    case RowOp::kMax:
+      return ReduceRowsAvx2<RowOp::kMax>(rows, n, x, y);
+    case RowOp::kMin:
+      return ReduceRowsAvx2<RowOp::kMin>(rows, n, x, y);
   }
 }
 
@@ -227,7 +296,7 @@ class ReduceKernel final : public DnnlKernel {
       // kMinParallelElements elements read).
       auto loop = [&](int64_t o0, int64_t o1) {
         if (inner == 1) {
-          ReduceRowsLoop(op, o1 - o0, n, px + o0 * n, y + o0);
+          ReduceRows(op, o1 - o0, n, px + o0 * n, y + o0);
         } else {
           ReduceColumnsLoop(op, o1 - o0, n, inner, px + o0 * n * inner, y + o0 * inner);
         }
