@@ -11,7 +11,8 @@
 //   BM_Add, BM_Tanh, BM_Softmax, BM_LayerNorm -- primitive-backed ops against the reference
 //                                    kernel, by size (sets kMinBinaryElements);
 //   BM_ReduceLastAxis/max/dnnl     -- ReduceSum/ReduceMax over rows of 128: the row loops
-//                                    against the reference kernel.
+//                                    against the reference kernel; BM_ReduceMiddleAxis/dnnl
+//                                    likewise for a mean over axis 1 of [8, 64, 128].
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 #include <memory>
@@ -176,6 +177,17 @@ void BM_ReduceLastAxis(benchmark::State& state) {
       static_cast<double>(rows * 128) * state.iterations(), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ReduceLastAxis)->ArgNames({"max", "dnnl"})->ArgsProduct({{0, 1}, {0, 1}});
+
+// ReduceMean over axis 1 of [8, 64, 128] (a mean pool over the sequence: the column loops).
+void BM_ReduceMiddleAxis(benchmark::State& state) {
+  KernelCall call("ReduceMean");
+  Tensor x = Filled({8, 64, 128});
+  call.In(x).Attr("axes", std::vector<int64_t>{1}).Attr("keepdims", int64_t{0}).Out(DType::kF32);
+  RunKernel(state, call, state.range(0) == 1 ? "dnnl" : "reference", {x}, {{8, 128}}, 1);
+  state.counters["elements/s"] = benchmark::Counter(
+      static_cast<double>(x.numel()) * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ReduceMiddleAxis)->ArgNames({"dnnl"})->Arg(0)->Arg(1);
 
 void BM_LayerNormSplit(benchmark::State& state) {
   const int64_t rows = state.range(0);
