@@ -15,6 +15,7 @@
 //                                    likewise for a mean over axis 1 of [8, 64, 128].
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -207,6 +208,30 @@ BENCHMARK(BM_LayerNormSplit)
     ->ArgNames({"rows", "threads"})
     ->ArgsProduct({{8, 32, 64, 128, 256, 512}, {1, 2}})
     ->UseRealTime();
+
+// GELU (erf form) over 256 floats in place, one thread: form 0 as three passes (x / sqrt 2,
+// ErfArray, x/2 (1 + e): the Linear epilogue before GeluErfArray), form 1 GeluErfArray.
+void BM_GeluForms(benchmark::State& state) {
+  constexpr int64_t n = 256;
+  Tensor x = Filled({n}), y = Filled({n}), e = Filled({n});
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = 0.03f * static_cast<float>(i - n / 2);
+  float* py = y.data<float>();
+  float* pe = e.data<float>();
+  for (auto _ : state) {
+    std::copy(x.data<float>(), x.data<float>() + n, py);
+    if (state.range(0) == 0) {
+      for (int64_t j = 0; j < n; ++j) pe[j] = py[j] * 0.7071067811865476f;
+      ErfArray(n, pe, pe);
+      for (int64_t j = 0; j < n; ++j) py[j] = 0.5f * py[j] * (1.0f + pe[j]);
+    } else {
+      GeluErfArray(n, py, py);
+    }
+    benchmark::DoNotOptimize(py[0]);
+  }
+  state.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_GeluForms)->ArgNames({"form"})->Arg(0)->Arg(1);
 
 // The elementwise loops (kMinParallelElements): BinaryRows (Add of a broadcast row, the
 // cheapest per element) and ErfArray (the core of Gelu, the dearest) over `elements` floats,

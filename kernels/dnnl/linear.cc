@@ -73,25 +73,7 @@ DYNVM_CLONES void GeluTanhRow(int64_t n, float* y) {
   }
 }
 
-DYNVM_CLONES void ScaleRow(int64_t n, const float* x, float s, float* y) {
-  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * s;
-}
-
-DYNVM_CLONES void GeluFinishRow(int64_t n, const float* e, float* y) {
-  // e holds erf(y / sqrt 2).
-  for (int64_t j = 0; j < n; ++j) y[j] = 0.5f * y[j] * (1.0f + e[j]);
-}
-
-void GeluRow(int64_t n, float* y) {
-  constexpr int64_t kChunk = 256;
-  float e[kChunk];
-  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
-    const int64_t len = std::min(kChunk, n - j0);
-    ScaleRow(len, y + j0, 0.7071067811865476f, e);
-    ErfArray(len, e, e);
-    GeluFinishRow(len, e, y + j0);
-  }
-}
+void GeluRow(int64_t n, float* y) { GeluErfArray(n, y, y); }
 
 // Y[r, j] = act(Y[r, j] + bias[j]) over `rows` rows of n at row stride ldy (bias may be null).
 void BiasActivation(LinearAct act, int64_t rows, int64_t n, const float* bias, float* y,

@@ -20,6 +20,8 @@ void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
 // y = erf(x) for n floats, within 2e-7 absolute and 1e-6 relative (x and y may be the same
 // array). NaN gives NaN; +-inf give +-1.
 void ErfArray(int64_t n, const float* x, float* y);
+// y = x/2 (1 + erf(x / sqrt 2)) (GELU, erf form) in one pass; y may be x.
+void GeluErfArray(int64_t n, const float* x, float* y);
 
 // Layer normalization of `rows` contiguous rows of `n` floats: (x - mean) / sqrt(var + eps),
 // times scale[n] and plus bias[n] when given (either may be null).
