@@ -1,0 +1,253 @@
+// dynvm's Winograd F(2x2, 3x3) (winograd.h) through the dnnl FusedConv kernel, against the
+// reference FusedConv kernel (the oracle): random channel counts, odd sizes (partial edge
+// tiles), pads 0, 1 and asymmetric, batches, every post-op and the residual, at 1 and 2
+// threads; and which shapes bind it.
+//
+// Tolerance: F(2x2, 3x3) sums products of transformed values: |V| <= 4 max|x| (B^T and B each
+// add or subtract two values), |U| <= 2.25 max|w| (G's rows sum to at most 1.5 in magnitude),
+// and A^T adds three products per row and column. Its rounding error is therefore a few times
+// that of a direct convolution: per output at most about 36 * sqrt(16 * C) * eps times the
+// largest term in practice (random signs), against sqrt(9 * C) * eps for the direct sum. With
+// |x|, |w| <= 1 that is below 2e-5 * sqrt(C) absolute; the test asserts
+// |y - ref| <= 2e-5 * sqrt(C) * (1 + |ref| / sqrt(9 * C)) and reports the largest error seen.
+#include "kernels/dnnl/winograd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "allocator/heap_allocator.h"
+#include "gtest/gtest.h"
+#include "kernels/dnnl/conv.h"
+#include "kernels/registry.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using testing::KernelCall;
+using Ints = std::vector<int64_t>;
+
+Tensor Random(std::vector<int64_t> dims, std::mt19937& rng, float lo = -1, float hi = 1) {
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+struct Conv {
+  int64_t n, c, m, h, w;
+  Ints pads;  // top, left, bottom, right
+  std::string act;
+  bool bias = true, sum = false;
+  Ints strides = {1, 1}, dilations = {1, 1};
+  int64_t group = 1, kernel = 3;
+  bool channels_last = true;
+};
+
+std::string Describe(const Conv& cv) {
+  return absl::StrCat(cv.n, "x", cv.c, "x", cv.h, "x", cv.w, " -> ", cv.m, " k", cv.kernel,
+                      " pads ", cv.pads[0], ",", cv.pads[1], ",", cv.pads[2], ",", cv.pads[3],
+                      " stride ", cv.strides[0], " dil ", cv.dilations[0], " group ", cv.group, " ",
+                      cv.act.empty() ? "none" : cv.act, cv.bias ? " bias" : "",
+                      cv.sum ? " sum" : "", cv.channels_last ? "" : " plain");
+}
+
+struct Outcome {
+  std::vector<float> got, want;
+  ConvCacheStats stats;
+};
+
+// Runs the conv on the dnnl backend (twice: bind, then the cached entry) and the reference.
+Outcome RunBoth(const Conv& cv, int threads, std::mt19937& rng) {
+  const int64_t oh =
+      (cv.h + cv.pads[0] + cv.pads[2] - (cv.kernel - 1) * cv.dilations[0] - 1) / cv.strides[0] + 1;
+  const int64_t ow =
+      (cv.w + cv.pads[1] + cv.pads[3] - (cv.kernel - 1) * cv.dilations[1] - 1) / cv.strides[1] + 1;
+  std::vector<Tensor> inputs = {Random({cv.n, cv.c, cv.h, cv.w}, rng),
+                                Random({cv.m, cv.c / cv.group, cv.kernel, cv.kernel}, rng)};
+  if (cv.bias || cv.sum) inputs.push_back(Random({cv.m}, rng));
+  if (cv.sum) inputs.push_back(Random({cv.n, cv.m, oh, ow}, rng, -4, 4));
+  KernelCall call("FusedConv", "dynvm");
+  for (const Tensor& t : inputs) call.In(t);
+  call.Out(DType::kF32);
+  call.Attr("pads", cv.pads)
+      .Attr("strides", cv.strides)
+      .Attr("dilations", cv.dilations)
+      .Attr("group", cv.group)
+      .Attr("constant_weights", int64_t{1})
+      .Attr("activation", cv.act)
+      .Attr("activation_alpha", cv.act == "Clip" ? -0.5f : 0.1f)
+      .Attr("activation_beta", 0.75f);
+  if (cv.channels_last) {
+    call.Attr("channels_last_in", int64_t{1})
+        .Attr("channels_last_out", int64_t{1})
+        .Attr("channels_last_sum", int64_t{1});
+  }
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(&t);
+  Outcome o;
+  for (const char* backend : {"reference", "dnnl"}) {
+    KernelSpec spec = call.spec();
+    spec.backend = backend;
+    absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+    EXPECT_TRUE(k.ok()) << k.status();
+    if (!k.ok()) return o;
+    KernelContext ctx(&HeapAllocator::Get(), threads);
+    Tensor y;
+    Tensor* out[] = {&y};
+    for (int run = 0; run < 2; ++run) {
+      absl::Status s = (*k)->Run(ctx, in, out);
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return o;
+    }
+    std::vector<float>& dst = std::string(backend) == "dnnl" ? o.got : o.want;
+    dst.assign(y.data<float>(), y.data<float>() + y.numel());
+    if (std::string(backend) == "dnnl") o.stats = GetConvCacheStats(ctx.state().get());
+  }
+  return o;
+}
+
+// Largest |got - want| relative to the stated bound (<= 1 passes), and the largest error.
+void ExpectClose(const Conv& cv, const Outcome& o, double* worst_error) {
+  ASSERT_EQ(o.got.size(), o.want.size());
+  const double scale = 2e-5 * std::sqrt(static_cast<double>(cv.c));
+  const double norm = std::sqrt(9.0 * static_cast<double>(cv.c));
+  for (size_t i = 0; i < o.got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(o.got[i]) - o.want[i]);
+    *worst_error = std::max(*worst_error, err);
+    ASSERT_LE(err, scale * (1 + std::fabs(o.want[i]) / norm))
+        << Describe(cv) << " at " << i << ": " << o.got[i] << " vs " << o.want[i];
+  }
+}
+
+TEST(Winograd, MatchesReferenceOnRandomShapes) {
+  if (!winograd::Supported()) GTEST_SKIP() << "no AVX2 + FMA";
+  std::mt19937 rng(1700);
+  const char* acts[] = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSwish", "SiLU", "Tanh"};
+  const Ints pad_sets[] = {{1, 1, 1, 1}, {0, 0, 0, 0}, {0, 1, 1, 0}, {2, 0, 1, 2}, {1, 2, 0, 1}};
+  double worst = 0;
+  int cases = 0, bound = 0;
+  for (int i = 0; i < 24; ++i) {
+    Conv cv;
+    cv.n = 1 + i % 3;
+    cv.c = 32 + static_cast<int64_t>(rng() % 72);
+    cv.m = 32 + static_cast<int64_t>(rng() % 72);
+    cv.h = 3 + static_cast<int64_t>(rng() % 20);
+    cv.w = 3 + static_cast<int64_t>(rng() % 40);
+    cv.pads = pad_sets[i % 5];
+    cv.act = acts[i % 8];
+    cv.sum = i % 3 == 1;
+    cv.bias = i % 4 != 3;
+    // Enough tiles for the Winograd path: grow the image until there are.
+    while (cv.n * ((cv.h + cv.pads[0] + cv.pads[2] - 1) / 2) *
+               ((cv.w + cv.pads[1] + cv.pads[3] - 1) / 2) <
+           64) {
+      cv.w += 8;
+    }
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(Describe(cv), " threads ", threads));
+      const Outcome o = RunBoth(cv, threads, rng);
+      ExpectClose(cv, o, &worst);
+      // On AVX-512 oneDNN's own Winograd may take the shape instead.
+      if (!__builtin_cpu_supports("avx512f")) {
+        EXPECT_EQ(o.stats.own_winograd, 1) << Describe(cv);
+      }
+      bound += o.stats.own_winograd;
+      ++cases;
+    }
+  }
+  std::printf("largest |winograd - reference| over %d cases (%d on dynvm's Winograd): %.3g\n",
+              cases, bound, worst);
+}
+
+// The CRNN's and resnet18's shapes (text lines 4-16 rows high, square images), every one with
+// the residual sum in place (sum == output buffer is the compiler's choice; here separate).
+TEST(Winograd, ModelShapesMatchReference) {
+  if (!winograd::Supported()) GTEST_SKIP() << "no AVX2 + FMA";
+  std::mt19937 rng(1701);
+  double worst = 0;
+  const Conv shapes[] = {
+      {1, 32, 64, 16, 150, {1, 1, 1, 1}, "Relu"},
+      {1, 64, 128, 8, 75, {1, 1, 1, 1}, "Relu"},
+      {1, 128, 128, 4, 75, {1, 1, 1, 1}, "Relu"},
+      {2, 128, 128, 4, 25, {1, 1, 1, 1}, "Relu"},
+      {1, 64, 64, 56, 56, {1, 1, 1, 1}, "Relu", true, true},
+      {2, 256, 256, 14, 14, {1, 1, 1, 1}, "Relu", true, true},
+  };
+  for (const Conv& cv : shapes) {
+    SCOPED_TRACE(Describe(cv));
+    const Outcome o = RunBoth(cv, 1, rng);
+    ExpectClose(cv, o, &worst);
+  }
+  std::printf("largest |winograd - reference|: %.3g\n", worst);
+}
+
+// Which convolutions bind dynvm's Winograd: 3x3 stride-1 undilated ungrouped channels-last
+// convs with enough channels and tiles do (on a CPU without AVX-512, where oneDNN has none);
+// stride 2, dilation 2, groups, 1x1 and 5x5 kernels, few channels, few tiles and plain layouts
+// do not (and still match the reference).
+TEST(Winograd, OnlyEligibleShapesBindIt) {
+  if (!winograd::Supported()) GTEST_SKIP() << "no AVX2 + FMA";
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  std::mt19937 rng(1702);
+  struct Want {
+    Conv cv;
+    bool own;
+  };
+  auto with = [](Conv cv, auto edit) {
+    edit(cv);
+    return cv;
+  };
+  const Conv base = {1, 64, 64, 16, 40, {1, 1, 1, 1}, "Relu"};
+  const Want wants[] = {
+      {base, true},
+      {with(base,
+            [](Conv& c) {
+              c.strides = {2, 2};
+            }),
+       false},
+      {with(base,
+            [](Conv& c) {
+              c.dilations = {2, 2};
+            }),
+       false},
+      {with(base, [](Conv& c) { c.group = 2; }), false},
+      {with(base,
+            [](Conv& c) {
+              c.kernel = 1;
+              c.pads = {0, 0, 0, 0};
+            }),
+       false},
+      {with(base,
+            [](Conv& c) {
+              c.kernel = 5;
+              c.pads = {2, 2, 2, 2};
+            }),
+       false},
+      {with(base, [](Conv& c) { c.c = 16; }), false},
+      {with(base, [](Conv& c) { c.m = 16; }), false},
+      {with(base,
+            [](Conv& c) {
+              c.h = 6;
+              c.w = 6;
+            }),
+       false},
+      {with(base, [](Conv& c) { c.channels_last = false; }), false},
+  };
+  double worst = 0;
+  for (const Want& want : wants) {
+    SCOPED_TRACE(Describe(want.cv));
+    const Outcome o = RunBoth(want.cv, 1, rng);
+    ExpectClose(want.cv, o, &worst);
+    EXPECT_EQ(o.stats.own_winograd, want.own && !avx512 ? 1 : 0);
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::onednn
