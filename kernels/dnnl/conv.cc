@@ -391,7 +391,7 @@ constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x
 // dynvm's own Winograd F(2x2, 3x3) (UseOwnWinograd): from this many input and output channels
 // and output tiles (2x2 pixels) over the batch.
 constexpr int64_t kOwnWinogradMinChannels = 32;
-constexpr int64_t kOwnWinogradMinTiles = 64;
+constexpr int64_t kOwnWinogradMinTiles = 4;
 
 // DYNVM_DNNL_OWN_WINOGRAD=0 turns dynvm's own Winograd off (for A/B measurements). Read once.
 bool OwnWinogradEnabled() {

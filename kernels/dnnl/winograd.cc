@@ -102,24 +102,47 @@ DYNVM_AVX2 void TransformInput(const Shape& s, const float* x, const float* zero
 
 // ---- Products ----
 
-// c[kR x 16] = a[kR x k] (row stride lda) * b[k x 16].
+// c[kR x 16] = a[kR x k] (row stride lda) * b[k x 16]. The accumulators are named variables
+// (an array of them is kept on the stack by GCC, a store per FMA).
 template <int kR>
 DYNVM_AVX2 void Micro(int64_t k, const float* a, int64_t lda, const float* b, float* c) {
-  __m256 acc[kR][2];
-  for (int r = 0; r < kR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float* a0 = a;
+  const float* a1 = a + lda;
+  const float* a2 = a + 2 * lda;
+  const float* a3 = a + 3 * lda;
+  const float* a4 = a + 4 * lda;
+  const float* a5 = a + 5 * lda;
   for (int64_t p = 0; p < k; ++p) {
     const __m256 b0 = _mm256_loadu_ps(b + p * kPanel);
     const __m256 b1 = _mm256_loadu_ps(b + p * kPanel + 8);
-    for (int r = 0; r < kR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
-      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-    }
+#define DYNVM_ROW(r)                                 \
+  if constexpr (kR > r) {                            \
+    const __m256 av = _mm256_broadcast_ss(a##r + p); \
+    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);      \
+    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);      \
   }
-  for (int r = 0; r < kR; ++r) {
-    _mm256_storeu_ps(c + r * kPanel, acc[r][0]);
-    _mm256_storeu_ps(c + r * kPanel + 8, acc[r][1]);
+    DYNVM_ROW(0)
+    DYNVM_ROW(1)
+    DYNVM_ROW(2)
+    DYNVM_ROW(3)
+    DYNVM_ROW(4)
+    DYNVM_ROW(5)
+#undef DYNVM_ROW
   }
+#define DYNVM_STORE(r)                             \
+  if constexpr (kR > r) {                          \
+    _mm256_storeu_ps(c + r * kPanel, c##r##0);     \
+    _mm256_storeu_ps(c + r * kPanel + 8, c##r##1); \
+  }
+  DYNVM_STORE(0)
+  DYNVM_STORE(1)
+  DYNVM_STORE(2)
+  DYNVM_STORE(3)
+  DYNVM_STORE(4)
+  DYNVM_STORE(5)
+#undef DYNVM_STORE
 }
 
 // prod[k][t][16] = V_k[t][:] * U_k of panel `upanel`, for the block's `count` tiles.

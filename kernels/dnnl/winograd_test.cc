@@ -13,6 +13,7 @@
 #include "kernels/dnnl/winograd.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -249,5 +250,56 @@ TEST(Winograd, OnlyEligibleShapesBindIt) {
   }
 }
 
+}  // namespace
+}  // namespace dynvm::onednn
+
+namespace dynvm::onednn {
+namespace {
+// Timing aid (not run by default): prints the time per run of model shapes. Compare with
+// DYNVM_DNNL_OWN_WINOGRAD=0 (oneDNN's direct convolution).
+TEST(Winograd, DISABLED_Timing) {
+  std::mt19937 rng(1);
+  const Conv shapes[] = {
+      {1, 32, 64, 16, 150, {1, 1, 1, 1}, "Relu"},  {1, 64, 128, 8, 75, {1, 1, 1, 1}, "Relu"},
+      {1, 128, 128, 4, 75, {1, 1, 1, 1}, "Relu"},  {1, 64, 64, 56, 56, {1, 1, 1, 1}, "Relu"},
+      {1, 128, 128, 28, 28, {1, 1, 1, 1}, "Relu"}, {1, 256, 256, 14, 14, {1, 1, 1, 1}, "Relu"},
+      {1, 512, 512, 7, 7, {1, 1, 1, 1}, "Relu"},   {1, 64, 64, 16, 16, {1, 1, 1, 1}, "Relu"},
+      {1, 128, 128, 8, 8, {1, 1, 1, 1}, "Relu"},   {8, 128, 128, 8, 8, {1, 1, 1, 1}, "Relu"},
+      {8, 512, 512, 7, 7, {1, 1, 1, 1}, "Relu"},
+  };
+  for (const Conv& cv : shapes) {
+    std::vector<Tensor> inputs = {Random({cv.n, cv.c, cv.h, cv.w}, rng),
+                                  Random({cv.m, cv.c, 3, 3}, rng), Random({cv.m}, rng)};
+    KernelCall call("FusedConv", "dynvm");
+    for (const Tensor& t : inputs) call.In(t);
+    call.Out(DType::kF32);
+    call.Attr("pads", cv.pads)
+        .Attr("constant_weights", int64_t{1})
+        .Attr("activation", cv.act)
+        .Attr("channels_last_in", int64_t{1})
+        .Attr("channels_last_out", int64_t{1});
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+    KernelContext ctx(&HeapAllocator::Get(), 1);
+    std::vector<const Tensor*> in;
+    for (const Tensor& t : inputs) in.push_back(&t);
+    Tensor y;
+    Tensor* out[] = {&y};
+    ASSERT_TRUE(k->Run(ctx, in, out).ok());
+    double best = 1e9;
+    for (int round = 0; round < 5; ++round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; ++i) ASSERT_TRUE(k->Run(ctx, in, out).ok());
+      best = std::min(
+          best,
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+              10);
+    }
+    const double gflop = 2.0 * cv.n * cv.h * cv.w * cv.c * cv.m * 9 / 1e3;
+    std::printf("%-40s own %d  %8.1f us  %6.1f direct-GFLOP/s\n", Describe(cv).c_str(),
+                GetConvCacheStats(ctx.state().get()).own_winograd, best, gflop / best);
+  }
+}
 }  // namespace
 }  // namespace dynvm::onednn
