@@ -391,7 +391,7 @@ constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x
 // dynvm's own Winograd F(2x2, 3x3) (UseOwnWinograd): from this many input and output channels
 // and output tiles (2x2 pixels) over the batch.
 constexpr int64_t kOwnWinogradMinChannels = 32;
-constexpr int64_t kOwnWinogradMinTiles = 4;
+constexpr int64_t kOwnWinogradMinTiles = 16;
 
 // DYNVM_DNNL_OWN_WINOGRAD=0 turns dynvm's own Winograd off (for A/B measurements). Read once.
 bool OwnWinogradEnabled() {
@@ -680,7 +680,10 @@ class ConvKernel final : public DnnlKernel {
   absl::Status ExecuteOwnWinograd(KernelContext& ctx, const Geometry& g, const Tensor& x,
                                   const Tensor& w, const Tensor* b, const Tensor* sum,
                                   Tensor* y) const {
-    const winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
+    winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
+    s.threads = ThreadsFor(ctx.num_threads(), 16 * winograd::Tiles(s) * g.c * g.m);
+    const int64_t blocks = winograd::Blocks(s);
+    const int tasks = s.threads > 1 ? ctx.ParallelTasks(blocks, 1) : 1;
     const int64_t strides[4] = {w.stride(0), w.stride(1), w.stride(2), w.stride(3)};
     const float* pw = w.data<float>();
     auto pack = [&](void* to) {
@@ -692,10 +695,6 @@ class ConvKernel final : public DnnlKernel {
     const dnnl::memory::desc tag({16, g.c, g.m}, dt::f32, dnnl::memory::format_tag::abc);
     DYNVM_ASSIGN_OR_RETURN(const void* packed,
                            packed_.Get(w.raw_data(), tag, w_floats * sizeof(float), pack));
-    const int64_t blocks = winograd::Blocks(s);
-    const int tasks = ThreadsFor(ctx.num_threads(), 16 * winograd::Tiles(s) * g.c * g.m) > 1
-                          ? ctx.ParallelTasks(blocks, 1)
-                          : 1;
     const size_t per_task =
         Align(static_cast<size_t>(winograd::WorkspaceFloats(s)) * sizeof(float));
     const size_t w_bytes = packed == nullptr ? Align(w_floats * sizeof(float)) : 0;

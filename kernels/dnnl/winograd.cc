@@ -21,9 +21,11 @@ namespace {
 
 constexpr int64_t kPanel = 16;  // output channels per micro-kernel column block
 constexpr int kRows = 6;        // tiles per micro-kernel row block
-// V of a block in about 256 KiB (half of a Zen 2 / Zen 3 L2): tiles per block = kVFloats / c,
-// rounded down to kRows, within [kMinBlock, kMaxBlock]; fewer tiles would reread U too often.
-constexpr int64_t kVFloats = 16 * 4096;
+// Tiles per block: kVFloats / (16 c) (V of the block in 1 MiB: in L2 up to 64 channels, else
+// read from L3 once per panel), rounded down to kRows, within [kMinBlock, kMaxBlock]. Each
+// block reads all of U (16 c m floats), so fewer tiles would reread big weights too often
+// (512 channels: 16 MiB per block); measured with winograd_test's DISABLED_Timing.
+constexpr int64_t kVFloats = 16 * 16384;
 constexpr int64_t kMinBlock = 24;
 constexpr int64_t kMaxBlock = 120;
 
@@ -297,6 +299,9 @@ int64_t Tiles(const Shape& s) { return s.n * ((s.oh + 1) / 2) * ((s.ow + 1) / 2)
 int64_t TilesPerBlock(const Shape& s) {
   int64_t bt = kVFloats / (16 * std::max<int64_t>(s.c, 1));
   bt = std::clamp(bt - bt % kRows, kMinBlock, kMaxBlock);
+  // At least one block per thread where there are tiles enough (whole micro-kernel rows).
+  const int64_t per_thread = (Tiles(s) + s.threads - 1) / std::max<int64_t>(s.threads, 1);
+  bt = std::min(bt, std::max<int64_t>(kRows, (per_thread + kRows - 1) / kRows * kRows));
   return std::min(bt, std::max<int64_t>(Tiles(s), 1));
 }
 

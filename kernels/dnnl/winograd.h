@@ -30,6 +30,7 @@ struct Shape {
   int64_t n = 0, c = 0, m = 0, h = 0, w = 0;
   int64_t pad_top = 0, pad_left = 0;
   int64_t oh = 0, ow = 0;
+  int64_t threads = 1;  // blocks are cut small enough for this many threads to share them
 };
 
 enum class Act { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSwish, kSiLU, kTanh };
