@@ -15,6 +15,10 @@
 // through Relu and Clip as 0 / the bound on this backend (oneDNN's max and min drop NaN), as
 // in other runtimes' fused kernels; the reference kernel keeps it.
 //
+// Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
+// GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
+// no Winograd (UseOwnWinograd, winograd.h).
+//
 // Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
 // has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
 // reference kernel, which also reports every shape error (a channel mismatch, a negative pad,

@@ -443,7 +443,8 @@ TEST(DnnlFusedConv, ChannelsLastViewsMustBeContiguous) {
 }
 
 // 3x3 stride-1 FusedConvs with constant weights, enough channels and pixels per image run
-// oneDNN's Winograd (on AVX-512; the direct algorithm elsewhere): same results as the reference
+// oneDNN's Winograd (on AVX-512; elsewhere dynvm's own for channels-last operands, tested in
+// winograd_test.cc, or the direct algorithm): same results as the reference
 // kernel with every post-op and channels-last port, at several widths and batches; smaller
 // images and strided convolutions keep the direct algorithm.
 TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
