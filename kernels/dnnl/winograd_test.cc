@@ -250,6 +250,54 @@ TEST(Winograd, OnlyEligibleShapesBindIt) {
   }
 }
 
+// One kernel run with more distinct weights than its packed-weights cache holds (64): the
+// weights past that are transformed into the site's workspace on every run, with the same
+// results.
+TEST(Winograd, PacksPerRunWhenTheWeightsCacheIsFull) {
+  if (!winograd::Supported()) GTEST_SKIP() << "no AVX2 + FMA";
+  std::mt19937 rng(1703);
+  const Conv cv = {1, 32, 40, 8, 9, {1, 1, 1, 1}, "Relu"};
+  const Tensor x = Random({cv.n, cv.c, cv.h, cv.w}, rng);
+  const Tensor b = Random({cv.m}, rng);
+  std::vector<Tensor> weights;
+  for (int i = 0; i < 70; ++i) weights.push_back(Random({cv.m, cv.c, 3, 3}, rng));
+  KernelCall call("FusedConv", "dynvm");
+  call.In(x).In(weights[0]).In(b).Out(DType::kF32);
+  call.Attr("pads", cv.pads)
+      .Attr("constant_weights", int64_t{1})
+      .Attr("activation", cv.act)
+      .Attr("channels_last_in", int64_t{1})
+      .Attr("channels_last_out", int64_t{1});
+  KernelSpec spec = call.spec();
+  std::unique_ptr<Kernel> kernels[2];
+  for (int i = 0; i < 2; ++i) {
+    spec.backend = i == 0 ? "reference" : "dnnl";
+    absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+    ASSERT_TRUE(k.ok()) << k.status();
+    kernels[i] = *std::move(k);
+  }
+  KernelContext ref_ctx(&HeapAllocator::Get(), 1), ctx(&HeapAllocator::Get(), 1);
+  double worst = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const Tensor* in[] = {&x, &weights[i], &b};
+      Tensor want, got;
+      Tensor* want_out[] = {&want};
+      Tensor* got_out[] = {&got};
+      ASSERT_TRUE(kernels[0]->Run(ref_ctx, in, want_out).ok());
+      ASSERT_TRUE(kernels[1]->Run(ctx, in, got_out).ok());
+      Outcome o;
+      o.want.assign(want.data<float>(), want.data<float>() + want.numel());
+      o.got.assign(got.data<float>(), got.data<float>() + got.numel());
+      SCOPED_TRACE(absl::StrCat("weights ", i, " round ", round));
+      ExpectClose(cv, o, &worst);
+    }
+  }
+  if (!__builtin_cpu_supports("avx512f")) {
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).own_winograd, 1);
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::onednn
 
