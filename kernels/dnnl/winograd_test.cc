@@ -208,6 +208,15 @@ TEST(Winograd, OnlyEligibleShapesBindIt) {
   const Conv base = {1, 64, 64, 16, 40, {1, 1, 1, 1}, "Relu"};
   const Want wants[] = {
       {base, true},
+      // 4x4 images over a batch: the small-image GEMM's shapes too; the Winograd comes first.
+      {with(base,
+            [](Conv& c) {
+              c.n = 8;
+              c.h = 4;
+              c.w = 4;
+              c.sum = true;
+            }),
+       true},
       {with(base,
             [](Conv& c) {
               c.strides = {2, 2};
@@ -316,7 +325,8 @@ TEST(Winograd, DISABLED_Timing) {
       {1, 256, 256, 4, 4, {1, 1, 1, 1}, "Relu"},   {1, 512, 512, 2, 2, {1, 1, 1, 1}, "Relu"},
       {1, 32, 32, 6, 6, {1, 1, 1, 1}, "Relu"},     {1, 32, 32, 8, 8, {1, 1, 1, 1}, "Relu"},
       {1, 512, 512, 4, 4, {1, 1, 1, 1}, "Relu"},   {8, 128, 128, 8, 8, {1, 1, 1, 1}, "Relu"},
-      {8, 512, 512, 7, 7, {1, 1, 1, 1}, "Relu"},
+      {8, 512, 512, 7, 7, {1, 1, 1, 1}, "Relu"},   {8, 256, 256, 4, 4, {1, 1, 1, 1}, "Relu"},
+      {16, 256, 256, 4, 4, {1, 1, 1, 1}, "Relu"},
   };
   for (const Conv& cv : shapes) {
     std::vector<Tensor> inputs = {Random({cv.n, cv.c, cv.h, cv.w}, rng),
