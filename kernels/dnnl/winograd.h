@@ -3,12 +3,12 @@
 // AVX-512). Internal; conv.cc decides when (docs/kernels.md, conv section, "Winograd").
 //
 // The output is cut into 2x2 tiles (partial tiles at the bottom and right edges), each read from
-// a 4x4 input window with zeros outside the image (any pads). For a block of tiles sized to stay
-// in L2: the input transform V = B^T d B (vectorized over channels, which NHWC keeps
-// contiguous) into 16 matrices [tiles, C]; 16 products V_k U_k with the transformed weights
-// U_k [C, M] (U = G g G^T, packed once into 16-column panels) by an AVX2 6x16 micro-kernel; the
-// output transform Y = A^T m A vectorized over output channels with bias, residual and the
-// activation applied before the NHWC store.
+// a 4x4 input window with zeros outside the image (any pads). For a block of 24 to 120 tiles
+// (its transformed input at most 1 MiB, winograd.cc): the input transform V = B^T d B (vectorized
+// over channels, which NHWC keeps contiguous) into 16 matrices [tiles, C]; 16 products V_k U_k with
+// the transformed weights U_k [C, M] (U = G g G^T, packed once into 16-column panels) by an AVX2
+// 6x16 micro-kernel; the output transform Y = A^T m A vectorized over output channels with bias,
+// residual and the activation applied before the NHWC store.
 //
 // Rounding: the transforms scale values (|V| up to 4x the input, |U| up to 2.25x the weights,
 // A^T sums three products), so results differ from a direct convolution by a few times its own
