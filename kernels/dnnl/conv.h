@@ -22,6 +22,7 @@ struct ConvCacheStats {
   int64_t evictions = 0;    // entries dropped for a new shape
   int winograd = 0;         // cached convolutions on oneDNN's Winograd algorithm
   int gemm = 0;             // cached convolutions run as im2col + one GEMM
+  int own_winograd = 0;     // cached convolutions on dynvm's Winograd F(2x2, 3x3)
   int reference_impls = 0;  // cached primitives on oneDNN's reference implementation
 };
 

@@ -21,6 +21,7 @@ struct Entry {
   bool use_reference = false;   // oneDNN has no primitive for this shape
   bool winograd = false;        // the convolution runs oneDNN's Winograd algorithm
   bool gemm = false;            // the convolution runs as im2col + one sgemm (w_reorder packs W)
+  bool own_winograd = false;    // the convolution runs dynvm's Winograd F(2x2, 3x3) (winograd.h)
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
