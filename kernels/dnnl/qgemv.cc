@@ -1,12 +1,22 @@
-// Weight-only quantized GEMV / small-M products (qgemv.h). Each weight element is widened to
-// f32 in registers (int8: sign-extend and convert; bf16: shift into the upper half) and
-// multiplied into f32 accumulators; int8 rows are scaled once after the sum. Four output rows
-// run side by side (four independent FMA chains); the activation rows stay in L1. With one
-// activation row (the decode GEMV) AVX-512 runs sixteen output rows side by side and sums them
-// with one transpose-and-add tree (short K is then neither latency- nor reduction-bound).
+// Weight-only quantized GEMV / small-M products (qgemv.h).
 //
-// Paths: AVX-512 (16 lanes, masked tails), AVX2+FMA (8 lanes, scalar tails) and scalar, chosen
-// once by __builtin_cpu_supports (explicit intrinsics: the widening does not auto-vectorize).
+// AVX-512 and scalar: each weight element is widened to f32 in registers (int8: sign-extend
+// and convert; bf16: shift into the upper half) and multiplied into f32 accumulators; int8 rows
+// are scaled once after the sum. Four output rows run side by side (four independent FMA
+// chains); the activation rows stay in L1. With one activation row (the decode GEMV) AVX-512
+// runs sixteen output rows side by side and sums them with one transpose-and-add tree.
+//
+// AVX2+FMA (no VNNI, no AVX512_BF16): widening costs two or three instructions per 8 weights,
+// more than the weights' bytes save once they are in cache, so neither type widens to f32:
+// int8 multiplies int16 activations (rounded once per call) in int32 pair sums, bf16 splits
+// each 32-bit pair of weights into its two f32 halves with an AND and a shift (the activations
+// split once per call into even and odd columns). Eight output rows share each activation
+// load (four with two activation rows, two with three or four), summed by one transpose-and-add
+// tree, and each block prefetches the weight rows two blocks ahead (a decode step's rows come
+// from L3 and are too short for the hardware prefetcher's streams).
+//
+// Paths chosen once by __builtin_cpu_supports (explicit intrinsics: the widening does not
+// auto-vectorize).
 #include "kernels/dnnl/qgemv.h"
 
 #include <immintrin.h>

@@ -1,7 +1,9 @@
 // Products with weight-only quantized weights (vm-compile --quantize-weights; docs/kernels.md,
 // "Weight-only quantization"): W is [N, K] row-major, one row per output channel, stored as
 // symmetric int8 with one f32 scale per row (w[j, i] = scale[j] * q[j, i]) or as bf16.
-// Activations and accumulation stay f32. Internal to the oneDNN backend.
+// Activations stay f32 in and out; the AVX2 int8 path rounds them to 16 bits inside the call
+// (QGemvI8RoundsActivations below), every other path accumulates in f32. Internal to the
+// oneDNN backend.
 //
 // Each function computes the output rows [r0, r1) only (a thread pool may split N), reads
 // every weight row of that range once from memory, and keeps the M activation rows in cache.
