@@ -395,5 +395,34 @@ TEST(QRecurrentTest, OneDnnKernelMatchesReference) {
   }
 }
 
+// The pool's split at 2 threads (the QLSTM gates' and QMatMul's GEMVs above kMinParallelGemv:
+// each worker runs QGemv on its output rows and rounds the activations itself), odd sizes so
+// that the ranges end off the 16-row grain, against the reference; one step from a zero state,
+// bounded as in OneDnnKernelMatchesReference.
+TEST(QRecurrentTest, TwoThreadsMatchTheReference) {
+  std::mt19937 rng(13);
+  for (bool i8 : {true, false}) {
+    const int64_t in = 97, h = 131, gh = 4 * h;
+    auto [w, ws] = RandomWeight(rng, {1, gh, in}, i8);
+    auto [r, rs] = RandomWeight(rng, {1, gh, h}, i8);
+    testing::KernelTester t("QLSTM", "dynvm");
+    t.In(RandomF32(rng, {1, 1, in})).In(w).In(r).In(RandomF32(rng, {1, 2 * gh}));
+    if (i8) t.Absent().Absent().Absent().Absent().In(ws).In(rs);
+    t.Attr("hidden_size", h).Out(DType::kF32).Out(DType::kF32).Out(DType::kF32).Threads(2);
+    t.Tol(1e-5 + 1.5 * I8RoundingBound(i8, in), 1e-4);
+    const absl::Status s = t.Compare("dnnl");
+    ASSERT_TRUE(s.ok()) << s << (i8 ? " int8" : " bf16");
+
+    const int64_t k = 301, n = 259;
+    auto [mw, ms] = RandomWeight(rng, {n, k}, i8);
+    testing::KernelTester mm("QMatMul", "dynvm");
+    mm.In(RandomF32(rng, {1, 1, k})).In(mw);
+    if (i8) mm.In(ms);
+    mm.Out(DType::kF32).Tol(1e-5 + I8RoundingBound(i8, k), 1e-5).Threads(2);
+    const absl::Status sm = mm.Compare("dnnl");
+    ASSERT_TRUE(sm.ok()) << sm << (i8 ? " int8" : " bf16");
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::onednn
