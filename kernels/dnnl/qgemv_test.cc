@@ -2,7 +2,8 @@
 // oracles: a double-precision product over the dequantized weights, and the reference kernels
 // (kernels/reference/qweights.cc, themselves the f32 reference recurrence over dequantized
 // weights). Sizes are random with odd row and column counts, vector tails and row ranges that
-// start and end anywhere; every vector path the CPU has runs.
+// start and end anywhere; every vector path the CPU has runs. Where the int8 path rounds its
+// activations to 16 bits (AVX2), the tolerance adds the rounding bound qgemv.h derives.
 #include "kernels/dnnl/qgemv.h"
 
 #include <algorithm>
