@@ -40,9 +40,10 @@ void QGemvBf16(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint1
 // The row x[m, :] becomes q * s with s = max_i |x[m, i]| / kQGemvI16Max and integer |q| <=
 // 32767, so each output then differs from the f32 product by at most
 //   kQGemvI16Error * s * scale[j] * sum_i |q[j, i]|
-// beyond f32 rounding (round to nearest: half a step, plus the rounding of x / s in f32). A
-// row holding NaN or infinity, or whose largest magnitude is below 2^-100, is not rounded (it
-// runs the widening kernel: NaN and infinity propagate as in f32).
+// beyond f32 rounding (round to nearest: half a step, plus the rounding of x / s in f32). The
+// rows go in groups of four; a group with a row holding NaN or infinity, or whose largest
+// magnitude is below 2^-100, is not rounded (it runs the widening kernel: NaN and infinity
+// propagate as in f32).
 bool QGemvI8RoundsActivations(QGemvIsa isa = QGemvIsa::kBest);
 inline constexpr float kQGemvI16Max = 32767.0f;
 inline constexpr double kQGemvI16Error = 0.5 + 1.0 / 128;

@@ -204,9 +204,10 @@ TEST(QGemvTest, LongRowsAtTheExtremesDoNotOverflow) {
   }
 }
 
-// Activation rows the int16 path does not round (NaN, infinity, magnitudes below 2^-100, all
-// zeros) give what the scalar path gives; the other rows of the same call are rounded as usual
-// (row 5 on the step of its one large element).
+// Activation rows the int16 path does not round (NaN, infinity, magnitudes below 2^-100; all
+// zeros, which round exactly) give what the scalar path gives; rows 0-3 are one group of four,
+// so rows 4 and 5 of the same call are rounded as usual (row 5 on the step of its one large
+// element).
 TEST(QGemvTest, ActivationRowsOutsideTheInt16RangeMatchTheScalarPath) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
