@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/builder.h"
 #include "compiler/passes.h"
 #include "gmock/gmock.h"
@@ -655,6 +656,53 @@ TEST(CompilerTest, OnlyTheSelectedRowIsComputed) {
       std::vector<Tensor> want = RunOrDie(plain.exe, {{"x", xv}});
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) ExpectNear(got[i], want[i], 1e-5);
+    }
+  }
+}
+
+// dynvm's activations are row-wise: a decode step that keeps the last position computes the
+// products and the activation before it for that position only, on every activation, whether
+// or not the compile quantizes the weights (which leaves the activation unfused).
+TEST(CompilerTest, DynvmActivationsAreNarrowedToTheSelectedRow) {
+  for (const char* act : {"Gelu", "GeluTanh", "Silu"}) {
+    for (bool quantize : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(act, quantize ? " int8" : " f32"));
+      auto build = [&](Module& m) {
+        GraphBuilder b(m.AddFunction("main"));
+        Value* x = b.Input("x", DType::kF32, {"batch", "seq", 64});
+        Value* h = b.Op("MatMul", {x, b.Constant(RandomF32({64, 64}, 60), "w1", true)});
+        Value* a = b.Op(act, {h}, {}, "dynvm");
+        Value* y = b.Op("MatMul", {a, b.Constant(RandomF32({64, 64}, 61), "w2", true)});
+        b.Output("last", b.Op("Gather", {y, b.ScalarI64(-1)}, {{"axis", AttrInt(1)}}));
+        return h;
+      };
+      Module narrowed;
+      Value* h = build(narrowed);
+      ASSERT_TRUE(InferShapes(narrowed).ok());
+      EXPECT_GE(NarrowSelectedRows(narrowed), 3) << narrowed.Dump();  // both products, act
+      ASSERT_TRUE(InferShapes(narrowed).ok()) << narrowed.Dump();
+      EXPECT_EQ(SymbolicContext::AsConst((*h->shape)[1]), 1) << narrowed.Dump();
+
+      Module opt_module, plain_module;
+      build(opt_module);
+      build(plain_module);
+      CompileOptions options, plain_options;
+      if (quantize) {
+        options.quantize_weights = DType::kI8;
+        options.quantize_min_bytes = 0;
+        plain_options = options;
+      }
+      plain_options.optimize = false;
+      Compiled opt = CompileOrDie(opt_module, options);
+      Compiled plain = CompileOrDie(plain_module, plain_options);
+      ASSERT_TRUE(opt.exe && plain.exe);
+      for (int64_t seq : {1, 5}) {
+        Tensor xv = RandomF32({2, seq, 64}, 70 + static_cast<uint32_t>(seq));
+        std::vector<Tensor> got = RunOrDie(opt.exe, {{"x", xv}});
+        std::vector<Tensor> want = RunOrDie(plain.exe, {{"x", xv}});
+        ASSERT_EQ(got.size(), 1u);
+        ExpectNear(got[0], want[0], quantize ? 1e-3 : 1e-5);
+      }
     }
   }
 }

@@ -17,10 +17,11 @@
 // the original read (the analysis only follows equal symbolic dims).
 //
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
-// every input that has the axis at full size), MatMul (a row of the output's second-to-last
-// axis needs that row of A, through a_perm for dynvm::MatMul; dynvm::Linear: a row of any axis but
-// the last needs that row of X), Softmax/LogSoftmax/LayerNormalization along another axis,
-// Transpose (the axis moves), and Reshape when it keeps every dim up to and including the axis.
+// every input that has the axis at full size; dynvm's Gelu, GeluTanh and Silu too), MatMul (a row
+// of the output's second-to-last axis needs that row of A, through a_perm for dynvm::MatMul;
+// dynvm::Linear: a row of any axis but the last needs that row of X),
+// Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and Reshape
+// when it keeps every dim up to and including the axis.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -69,6 +70,14 @@ const absl::flat_hash_set<std::string>& ElementwiseOps() {
   return *ops;
 }
 
+// dynvm's unary activations (compiler/rewrite/activations.cc): elementwise, like Relu. (Unfused
+// ones stay where no Linear takes them: after a product without a bias, or every product of a
+// compile that quantizes weights.)
+const absl::flat_hash_set<std::string>& DynvmActivations() {
+  static const auto* ops = new absl::flat_hash_set<std::string>{"Gelu", "GeluTanh", "Silu"};
+  return *ops;
+}
+
 int NormalizeAxis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
@@ -90,7 +99,9 @@ struct InputNeed {
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
   const bool linear = n.domain == "dynvm" && n.op == "Linear";    // rows of X, like MatMul
   const bool permuted = n.domain == "dynvm" && n.op == "MatMul";  // A's rows through a_perm
-  if ((!n.domain.empty() && !linear && !permuted) || n.outputs.empty() || n.outputs[0] == nullptr) {
+  const bool activation = n.domain == "dynvm" && DynvmActivations().contains(n.op);
+  if ((!n.domain.empty() && !linear && !permuted && !activation) || n.outputs.empty() ||
+      n.outputs[0] == nullptr) {
     return std::nullopt;
   }
   const Value* out = n.outputs[0];
@@ -119,7 +130,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     }
     return needs;
   }
-  if (ElementwiseOps().contains(op)) {
+  if (ElementwiseOps().contains(op) || activation) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value* in = n.inputs[i];
       if (in == nullptr) continue;

@@ -8,6 +8,7 @@
 // binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
 // several times the work. Within 1e-6 relative of the reference; NaN gives NaN. Elements are
 // split across the VM's pool from kMinParallelElements (vector_loops.h).
+#include <algorithm>
 #include <cmath>
 
 #include "common/status_macros.h"
@@ -21,9 +22,9 @@
 namespace dynvm::onednn {
 namespace {
 
-DYNVM_CLONES void GeluFinish(int64_t n, const float* x, float* y) {
-  // y holds erf(x / sqrt 2).
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + y[i]);
+DYNVM_CLONES void GeluFinish(int64_t n, const float* x, const float* e, float* y) {
+  // e holds erf(x / sqrt 2); y may be x.
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + e[i]);
 }
 
 DYNVM_CLONES void ScaleArray(int64_t n, const float* x, float s, float* y) {
@@ -47,6 +48,19 @@ DYNVM_CLONES void SiluArray(int64_t n, const float* x, float* y) {
   }
 }
 
+// Gelu in chunks: erf(x / sqrt 2) into a stack buffer, then the finish reads x, so that y may
+// be x (the memory plan runs an activation in place when its input dies there).
+void GeluChunks(int64_t n, const float* x, float* y) {
+  constexpr int64_t kChunk = 256;
+  float e[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t len = std::min(kChunk, n - i0);
+    ScaleArray(len, x + i0, 0.70710678118654752f, e);
+    ErfArray(len, e, e);
+    GeluFinish(len, x + i0, e, y + i0);
+  }
+}
+
 enum class Act { kGelu, kGeluTanh, kSilu };
 
 class ActivationKernel final : public DnnlKernel {
@@ -63,9 +77,6 @@ class ActivationKernel final : public DnnlKernel {
     const int64_t n = x.numel();
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
-    if (act_ == Act::kGelu && src == dst) {
-      return RunReference(ctx, in, out);  // the finish reads x after erf
-    }
     const Act act = act_;
     ParallelElements(ctx, n,
                      [&](int64_t e0, int64_t e1) { Apply(act, e1 - e0, src + e0, dst + e0); });
@@ -76,9 +87,7 @@ class ActivationKernel final : public DnnlKernel {
   static void Apply(Act act, int64_t n, const float* src, float* dst) {
     switch (act) {
       case Act::kGelu:
-        ScaleArray(n, src, 0.70710678118654752f, dst);
-        ErfArray(n, dst, dst);
-        GeluFinish(n, src, dst);
+        GeluChunks(n, src, dst);
         break;
       case Act::kGeluTanh:
         GeluTanhArray(n, src, dst);

@@ -274,6 +274,34 @@ TEST(DnnlKernels, ErfMatchesLibm) {
   }
 }
 
+// The activations in place (the memory plan gives an activation its dying input's buffer):
+// served by the vector loops, not the reference, and equal to the out-of-place result, over a
+// length that is not a multiple of any chunk or vector width.
+TEST(DnnlKernels, ActivationsInPlaceMatchOutOfPlace) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> values(3 * 1001);
+  for (float& v : values) v = dist(rng);
+  for (const char* op : {"Gelu", "GeluTanh", "Silu"}) {
+    const Tensor x = *Tensor::FromVector<float>(DType::kF32, {3, 1001}, values);
+    KernelCall call(op, "dynvm");
+    call.In(x).Out(DType::kF32);
+    Site s = Make(call);
+    std::vector<Tensor> outs(1);
+    std::vector<Tensor*> ptrs = {&outs[0]};
+    ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
+    Tensor inplace = *Tensor::FromVector<float>(DType::kF32, {3, 1001}, values);
+    Tensor alias = inplace;  // the same storage as the input
+    std::vector<Tensor*> same = {&alias};
+    ASSERT_TRUE(s.kernel->Run(*s.ctx, {&inplace}, same).ok()) << op;
+    EXPECT_EQ(s.dnnl->reference_runs(), 0) << op;
+    ASSERT_EQ(alias.data<float>(), inplace.data<float>());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      ASSERT_EQ(alias.data<float>()[i], outs[0].data<float>()[i]) << op << " " << i;
+    }
+  }
+}
+
 // The batch-1 GEMV against a double-precision loop, both weight layouts, with row lengths
 // around the vector width (the tails), strided rows, and alpha/beta (beta 0 must not read y,
 // which starts as NaN).

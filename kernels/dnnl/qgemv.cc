@@ -1,12 +1,22 @@
-// Weight-only quantized GEMV / small-M products (qgemv.h). Each weight element is widened to
-// f32 in registers (int8: sign-extend and convert; bf16: shift into the upper half) and
-// multiplied into f32 accumulators; int8 rows are scaled once after the sum. Four output rows
-// run side by side (four independent FMA chains); the activation rows stay in L1. With one
-// activation row (the decode GEMV) AVX-512 runs sixteen output rows side by side and sums them
-// with one transpose-and-add tree (short K is then neither latency- nor reduction-bound).
+// Weight-only quantized GEMV / small-M products (qgemv.h).
 //
-// Paths: AVX-512 (16 lanes, masked tails), AVX2+FMA (8 lanes, scalar tails) and scalar, chosen
-// once by __builtin_cpu_supports (explicit intrinsics: the widening does not auto-vectorize).
+// AVX-512 and scalar: each weight element is widened to f32 in registers (int8: sign-extend
+// and convert; bf16: shift into the upper half) and multiplied into f32 accumulators; int8 rows
+// are scaled once after the sum. Four output rows run side by side (four independent FMA
+// chains); the activation rows stay in L1. With one activation row (the decode GEMV) AVX-512
+// runs sixteen output rows side by side and sums them with one transpose-and-add tree.
+//
+// AVX2+FMA (no VNNI, no AVX512_BF16): widening costs two or three instructions per 8 weights,
+// more than the weights' bytes save once they are in cache, so neither type widens to f32:
+// int8 multiplies int16 activations (rounded once per call) in int32 pair sums, bf16 splits
+// each 32-bit pair of weights into its two f32 halves with an AND and a shift (the activations
+// split once per call into even and odd columns). Eight output rows share each activation
+// load (four with two activation rows, two with three or four), summed by one transpose-and-add
+// tree, and each block prefetches the weight rows two blocks ahead (a decode step's rows come
+// from L3 and are too short for the hardware prefetcher's streams).
+//
+// Paths chosen once by __builtin_cpu_supports (explicit intrinsics: the widening does not
+// auto-vectorize).
 #include "kernels/dnnl/qgemv.h"
 
 #include <immintrin.h>
@@ -17,6 +27,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dynvm::onednn {
@@ -230,13 +241,337 @@ DYNVM_AVX2 void BlockAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, 
   }
 }
 
+// kR output rows from j widened to f32, every activation row: the int8 path for activation
+// rows that cannot be rounded to int16 (NaN, infinity, or a largest magnitude below 2^-100).
 template <typename W>
-DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const W* w,
-                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
-                          float* y, int64_t ldy) {
+DYNVM_AVX2 void QGemvAvx2Widen(int64_t rows, int64_t k, const float* x, int64_t ldx, const W* w,
+                               int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
+                               float* y, int64_t ldy) {
   int64_t j = r0;
   for (; j + 4 <= r1; j += 4) BlockAvx2<4>(rows, k, x, ldx, w, ldw, scale, j, beta, y, ldy);
   for (; j < r1; ++j) BlockAvx2<1>(rows, k, x, ldx, w, ldw, scale, j, beta, y, ldy);
+}
+
+// Lane r of the result: the sum of a[r]'s lanes (a transpose-and-add tree).
+DYNVM_AVX2 inline __m256 Sum8x8(const __m256* a) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Row blocks ahead whose weights a block prefetches (the rows of a decode step's weights run
+// through L3, and each row is too short for the hardware prefetcher's streams to start).
+#ifndef DYNVM_QGEMV_AHEAD
+#define DYNVM_QGEMV_AHEAD 2
+#endif
+inline constexpr int64_t kAheadBlocks = DYNVM_QGEMV_AHEAD;
+
+// Output rows per block for kM activation rows (kR * kM <= 8 accumulators, one Sum8x8).
+constexpr int RowsPerBlock(int m) { return m == 1 ? 8 : m == 2 ? 4 : 2; }
+
+// The kR x kM sums in `sums` (row-major [kM][kR]) times `mul[m] * scale[j + r]` (scale may be
+// null) into y: y = b * y + s, y not read when b is 0.
+template <int kR, int kM>
+DYNVM_AVX2 void StoreBlock(const float* sums, const float* mul, const float* scale, int64_t j,
+                           float b, float* y, int64_t ldy) {
+  if constexpr (kR == 8 && kM == 1) {
+    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(sums), _mm256_set1_ps(mul[0]));
+    if (scale != nullptr) s = _mm256_mul_ps(s, _mm256_loadu_ps(scale + j));
+    if (b != 0.0f) s = _mm256_fmadd_ps(_mm256_set1_ps(b), _mm256_loadu_ps(y + j), s);
+    _mm256_storeu_ps(y + j, s);
+  } else {
+    for (int m = 0; m < kM; ++m) {
+      for (int r = 0; r < kR; ++r) {
+        float s = sums[m * kR + r] * mul[m];
+        if (scale != nullptr) s *= scale[j + r];
+        float& out = y[m * ldy + j + r];
+        out = b == 0.0f ? s : b * out + s;
+      }
+    }
+  }
+}
+
+// ---- AVX2, int8: int8 weights times int16 activations ----
+//
+// Each activation row is rounded once per call to int16 at scale max|x| / 32767 (round to
+// nearest: |x - scale * q| <= scale / 2); 16 weights at a time are sign-extended to int16 and
+// multiplied into int32 pair sums (vpmaddwd), the activation vector shared by kR output rows.
+// A pair sum is at most 2 * 128 * 32767 < 2^23, and a lane adds one per 16 columns, so a lane
+// over kI16Chunk = 2048 columns (128 pair sums, < 2^30) cannot overflow int32: the lanes are
+// converted to f32 before they are summed, and longer rows are summed 2048 columns at a time.
+inline constexpr int64_t kI16Chunk = 2048;
+inline constexpr float kI16Max = kQGemvI16Max;
+
+// The largest |x[i]| of x[0, n), or NaN when x holds NaN or infinity.
+DYNVM_AVX2 float MaxAbs(const float* x, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 vmax = _mm256_setzero_ps(), finite = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, abs_mask));
+    finite = _mm256_add_ps(finite, _mm256_mul_ps(v, _mm256_setzero_ps()));  // NaN if not finite
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float m = 0.0f, f = 0.0f;
+  for (float v : lanes) m = v > m ? v : m;
+  _mm256_store_ps(lanes, finite);
+  for (float v : lanes) f += v;
+  for (; i < n; ++i) {
+    const float a = x[i] < 0.0f ? -x[i] : x[i];
+    m = a > m ? a : m;
+    f += x[i] * 0.0f;
+  }
+  return f == 0.0f ? m : f;
+}
+
+// round(x[i] * inv) into q[0, n), zeros up to the next multiple of 16.
+DYNVM_AVX2 void RoundI16(const float* x, int64_t n, float inv, int16_t* q) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+    const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vinv));
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), p);
+  }
+  for (; i < n; ++i) q[i] = static_cast<int16_t>(_mm_cvtss_si32(_mm_set_ss(x[i] * inv)));
+  for (; (i & 15) != 0; ++i) q[i] = 0;
+}
+
+// 16 int8 weights from p sign-extended to int16; `valid` < 16 reads only that many (the rest 0).
+DYNVM_AVX2 inline __m256i LoadI8x16(const int8_t* p, int64_t valid) {
+  if (valid >= 16)
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  alignas(16) int8_t t[16] = {};
+  std::memcpy(t, p, static_cast<size_t>(valid));
+  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+// kR output rows from j times kM int16 activation rows (xq, row stride kp, kc columns valid and
+// zero padding to kp, a multiple of 16): int32 sums, then times xs[m] * scale[j + r].
+template <int kR, int kM>
+DYNVM_AVX2 void BlockI8(int64_t kc, const int16_t* xq, int64_t kp, const float* xs, const int8_t* w,
+                        int64_t ldw, const float* scale, int64_t j, float b, float* y,
+                        int64_t ldy) {
+  __m256i acc[8];
+  for (__m256i& a : acc) a = _mm256_setzero_si256();
+  const int8_t* wj = w + j * ldw;
+  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX2 {
+    for (int r = 0; r < kR; ++r) {
+      const __m256i wv = LoadI8x16(wj + r * ldw + i, valid);
+      for (int m = 0; m < kM; ++m) {
+        const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + m * kp + i));
+        acc[m * kR + r] = _mm256_add_epi32(acc[m * kR + r], _mm256_madd_epi16(wv, xv));
+      }
+    }
+  };
+  const int64_t k16 = kc & ~int64_t{15};
+  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
+  int64_t i = 0;
+  for (; i + 64 <= k16; i += 64) {  // one cache line per row: prefetch the rows ahead's line
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 16);
+    step(i + 16, 16);
+    step(i + 32, 16);
+    step(i + 48, 16);
+  }
+  if (i < k16) {
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+  }
+  for (; i < k16; i += 16) step(i, 16);
+  if (k16 < kc) step(k16, kc - k16);
+  __m256 accf[8];  // each lane's sum fits int32, the sum of 8 lanes may not: add in f32
+  for (int a = 0; a < 8; ++a) accf[a] = _mm256_cvtepi32_ps(acc[a]);
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, Sum8x8(accf));
+  StoreBlock<kR, kM>(sums, xs, scale, j, b, y, ldy);
+}
+
+template <int kM>
+DYNVM_AVX2 void RowsI8(int64_t kc, const int16_t* xq, int64_t kp, const float* xs, const int8_t* w,
+                       int64_t ldw, const float* scale, int64_t r0, int64_t r1, float b, float* y,
+                       int64_t ldy) {
+  constexpr int kR = RowsPerBlock(kM);
+  int64_t j = r0;
+  for (; j + kR <= r1; j += kR) BlockI8<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+  for (; j < r1; ++j) BlockI8<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+}
+
+DYNVM_AVX2 void QGemvI8Avx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                            int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
+                            float* y, int64_t ldy) {
+  if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+  alignas(32) int16_t xq[4 * kI16Chunk];
+  for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+    const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
+    const float* xm = x + m0 * ldx;
+    float* ym = y + m0 * ldy;
+    float inv[4], xs[4];
+    bool ok = true;
+    for (int m = 0; m < mg; ++m) {
+      const float a = MaxAbs(xm + m * ldx, k);
+      ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
+      inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
+      xs[m] = a / kI16Max;
+    }
+    if (!ok) {
+      QGemvAvx2Widen(mg, k, xm, ldx, w, ldw, scale, r0, r1, beta, ym, ldy);
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < k; c0 += kI16Chunk) {
+      const int64_t kc = std::min(kI16Chunk, k - c0), kp = (kc + 15) & ~int64_t{15};
+      for (int m = 0; m < mg; ++m) RoundI16(xm + m * ldx + c0, kc, inv[m], xq + m * kp);
+      const float b = c0 == 0 ? beta : 1.0f;  // later chunks add to the first's sums
+      const int8_t* wc = w + c0;
+      switch (mg) {
+        case 1:
+          RowsI8<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        case 2:
+          RowsI8<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        case 3:
+          RowsI8<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        default:
+          RowsI8<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// ---- AVX2, bf16 ----
+//
+// 16 bf16 weights are one 256-bit load of 8 pairs: a pair's upper half is the odd element as
+// an f32 once the lower half is masked off, its lower half the even element once shifted up.
+// The activation rows are split once per call into even and odd columns (per 16 columns: the 8
+// even, then the 8 odd), so no weight is shuffled.
+inline constexpr int64_t kBf16Chunk = 1024;
+
+// x[0, n) as even/odd halves of each 16 columns into e, zeros up to the next multiple of 16.
+DYNVM_AVX2 void SplitEvenOdd(const float* x, int64_t n, float* e) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i), c = _mm256_loadu_ps(x + i + 8);
+    const __m256 even = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 odd = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm256_storeu_ps(e + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), 0xD8)));
+    _mm256_storeu_ps(e + i + 8,
+                     _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), 0xD8)));
+  }
+  if (i < n) {
+    float t[16] = {};
+    for (int64_t c = i; c < n; ++c) t[c - i] = x[c];
+    for (int c = 0; c < 8; ++c) {
+      e[i + c] = t[2 * c];
+      e[i + 8 + c] = t[2 * c + 1];
+    }
+  }
+}
+
+// 16 bf16 weights from p as 8 pairs; `valid` < 16 reads only that many (the rest 0).
+DYNVM_AVX2 inline __m256i LoadBf16x16(const uint16_t* p, int64_t valid) {
+  if (valid >= 16) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  alignas(32) uint16_t t[16] = {};
+  std::memcpy(t, p, static_cast<size_t>(valid) * sizeof(uint16_t));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+
+template <int kR, int kM>
+DYNVM_AVX2 void BlockBf16(int64_t kc, const float* xe, int64_t kp, const uint16_t* w, int64_t ldw,
+                          int64_t j, float b, float* y, int64_t ldy) {
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  const uint16_t* wj = w + j * ldw;
+  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX2 {
+    for (int r = 0; r < kR; ++r) {
+      const __m256i v = LoadBf16x16(wj + r * ldw + i, valid);
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+      for (int m = 0; m < kM; ++m) {
+        __m256& a = acc[m * kR + r];
+        a = _mm256_fmadd_ps(even, _mm256_load_ps(xe + m * kp + i), a);
+        a = _mm256_fmadd_ps(odd, _mm256_load_ps(xe + m * kp + i + 8), a);
+      }
+    }
+  };
+  const int64_t k16 = kc & ~int64_t{15};
+  const uint16_t* ahead = wj + kAheadBlocks * kR * ldw;
+  int64_t i = 0;
+  for (; i + 32 <= k16; i += 32) {  // one cache line per row: prefetch the rows ahead's line
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 16);
+    step(i + 16, 16);
+  }
+  if (i < k16) {
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 16);
+  }
+  if (k16 < kc) step(k16, kc - k16);
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, Sum8x8(acc));
+  const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  StoreBlock<kR, kM>(sums, one, nullptr, j, b, y, ldy);
+}
+
+template <int kM>
+DYNVM_AVX2 void RowsBf16(int64_t kc, const float* xe, int64_t kp, const uint16_t* w, int64_t ldw,
+                         int64_t r0, int64_t r1, float b, float* y, int64_t ldy) {
+  constexpr int kR = RowsPerBlock(kM);
+  int64_t j = r0;
+  for (; j + kR <= r1; j += kR) BlockBf16<kR, kM>(kc, xe, kp, w, ldw, j, b, y, ldy);
+  for (; j < r1; ++j) BlockBf16<1, kM>(kc, xe, kp, w, ldw, j, b, y, ldy);
+}
+
+DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                              const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1, float beta,
+                              float* y, int64_t ldy) {
+  if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
+  alignas(32) float xe[4 * kBf16Chunk];
+  for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+    const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
+    const float* xm = x + m0 * ldx;
+    float* ym = y + m0 * ldy;
+    for (int64_t c0 = 0; c0 < k; c0 += kBf16Chunk) {
+      const int64_t kc = std::min(kBf16Chunk, k - c0), kp = (kc + 15) & ~int64_t{15};
+      for (int m = 0; m < mg; ++m) SplitEvenOdd(xm + m * ldx + c0, kc, xe + m * kp);
+      const float b = c0 == 0 ? beta : 1.0f;
+      const uint16_t* wc = w + c0;
+      switch (mg) {
+        case 1:
+          RowsBf16<1>(kc, xe, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        case 2:
+          RowsBf16<2>(kc, xe, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        case 3:
+          RowsBf16<3>(kc, xe, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        default:
+          RowsBf16<4>(kc, xe, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+      }
+    }
+  }
+}
+
+DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
+                          float* y, int64_t ldy) {
+  QGemvI8Avx2(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+}
+DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                          int64_t ldw, const float*, int64_t r0, int64_t r1, float beta, float* y,
+                          int64_t ldy) {
+  QGemvBf16Avx2(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
 }
 
 using Path = QGemvIsa;
@@ -281,6 +616,10 @@ bool QGemvIsaSupported(QGemvIsa isa) {
     default:
       return true;
   }
+}
+
+bool QGemvI8RoundsActivations(QGemvIsa isa) {
+  return (isa == QGemvIsa::kBest ? CurrentPath() : isa) == Path::kAvx2;
 }
 
 void QGemvI8(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* q, int64_t ldw,

@@ -1,8 +1,9 @@
 // dynvm::QMatMul (weight-only quantized MatMul/Gemm, kernels/reference/qweights.cc) on the
 // oneDNN backend: up to kQuantSmallRows activation rows run the direct int8/bf16 kernels
-// (qgemv.h: the weights are read once, widened in registers); more rows dequantize W once per
-// call into the site's workspace and run dnnl_sgemm (the weights are then reused M times, so
-// widening them once costs less than widening them per row).
+// (qgemv.h: the weights are read once; from kMinParallelGemv multiply-adds the output rows are
+// split across the VM's pool); more rows dequantize W once per call into the site's workspace
+// and run dnnl_sgemm (the weights are then reused M times, so widening them once costs less
+// than widening them per row).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/qgemv.h"
+#include "kernels/dnnl/vector_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/qweights.h"
 
@@ -44,10 +46,19 @@ class QMatMulKernel final : public DnnlKernel {
     const float* pa = a.data<float>();
     const bool i8 = w.dtype() == DType::kI8;
     if (m <= kQuantSmallRows) {
-      if (i8) {
-        QGemvI8(m, k, pa, k, w.data<int8_t>(), k, scale->data<float>(), 0, n, 0.0f, py, n);
+      // Output rows [j0, j1): split across the VM's pool as rnn.cc splits its gates' GEMVs.
+      auto gemv = [&](int64_t j0, int64_t j1) {
+        if (i8) {
+          QGemvI8(m, k, pa, k, w.data<int8_t>(), k, scale->data<float>(), j0, j1, 0.0f, py, n);
+        } else {
+          QGemvBf16(m, k, pa, k, static_cast<const uint16_t*>(w.raw_data()), k, j0, j1, 0.0f, py,
+                    n);
+        }
+      };
+      if (ctx.num_threads() > 1 && m * n * k >= kMinParallelGemv) {
+        ctx.ParallelFor(n, 16, gemv);
       } else {
-        QGemvBf16(m, k, pa, k, static_cast<const uint16_t*>(w.raw_data()), k, 0, n, 0.0f, py, n);
+        gemv(0, n);
       }
       return absl::OkStatus();
     }

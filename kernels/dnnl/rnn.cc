@@ -162,7 +162,16 @@ bool WeightOperand(const Tensor& t, char* trans, int64_t* ld) {
 void LoadRow(const Tensor& t, int64_t index, float* dst) {
   const float* src = t.data<float>() + index * t.stride(0);
   const int64_t n = t.dim(1), s = t.stride(1);
+  if (s == 1) {  // a decode step reloads its bias every call: copy, not a strided loop
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) dst[j] = src[j * s];
+}
+
+// dst[j] += src[j] (disjoint ranges: vectorized).
+void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
 }
 
 class RecurrentKernel final : public DnnlKernel {
@@ -323,7 +332,7 @@ class RecurrentKernel final : public DnnlKernel {
       // inside the reset gate), where only Wb; GRU keeps Rb for the recurrent part.
       float* xbias = bias;
       if (!gru) {
-        for (int64_t j = 0; j < gh; ++j) xbias[j] += bias[gh + j];
+        AddInto(xbias, bias + gh, gh);
       }
       if (p != nullptr) LoadRow(*p, d, peep);
       LoadState(h0, d, batch, hidden, batch_major, h);
