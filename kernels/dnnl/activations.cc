@@ -1,7 +1,7 @@
 // dynvm's fused activations (domain "dynvm", made by the compiler's pattern rewrites:
 // compiler/rewrite/activations.cc) as plain vectorized loops (f32, contiguous; anything else
 // goes to the reference kernel, kernels/reference/dynvm_ops.cc):
-//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        erf by ErfArray (vector_loops.h)
+//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        GeluErfArray (vector_loops.h), in place too
 //   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //   Silu(x)     = x sigmoid(x)                     tanh and sigmoid by fast_math.h
 // A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
@@ -22,15 +22,6 @@
 namespace dynvm::onednn {
 namespace {
 
-DYNVM_CLONES void GeluFinish(int64_t n, const float* x, const float* e, float* y) {
-  // e holds erf(x / sqrt 2); y may be x.
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + e[i]);
-}
-
-DYNVM_CLONES void ScaleArray(int64_t n, const float* x, float s, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
-}
-
 DYNVM_CLONES void GeluTanhArray(int64_t n, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -45,19 +36,6 @@ DYNVM_CLONES void SiluArray(int64_t n, const float* x, float* y) {
     const float v = x[i];
     const float r = v * FastSigmoid(v);
     y[i] = v != v ? v : r;
-  }
-}
-
-// Gelu in chunks: erf(x / sqrt 2) into a stack buffer, then the finish reads x, so that y may
-// be x (the memory plan runs an activation in place when its input dies there).
-void GeluChunks(int64_t n, const float* x, float* y) {
-  constexpr int64_t kChunk = 256;
-  float e[kChunk];
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t len = std::min(kChunk, n - i0);
-    ScaleArray(len, x + i0, 0.70710678118654752f, e);
-    ErfArray(len, e, e);
-    GeluFinish(len, x + i0, e, y + i0);
   }
 }
 
@@ -87,7 +65,7 @@ class ActivationKernel final : public DnnlKernel {
   static void Apply(Act act, int64_t n, const float* src, float* dst) {
     switch (act) {
       case Act::kGelu:
-        GeluChunks(n, src, dst);
+        GeluErfArray(n, src, dst);  // y may be x (the plan runs it in place)
         break;
       case Act::kGeluTanh:
         GeluTanhArray(n, src, dst);
