@@ -63,6 +63,8 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.gemm += e->gemm ? 1 : 0;
     stats.own_winograd += e->own_winograd ? 1 : 0;
     stats.reference_impls += e->reference_impl ? 1 : 0;
+    stats.src_reorders += e->src_reorder.bound() ? 1 : 0;
+    stats.dst_reorders += e->dst_reorder.bound() ? 1 : 0;
   }
   return stats;
 }
@@ -245,6 +247,13 @@ bool ConvGeometry(const ConvAttrs& a, const Tensor& x, const Tensor& w, bool tra
     }
   }
   return true;
+}
+
+// Output pixels per image.
+int64_t OutPixels(const Geometry& g) {
+  int64_t p = 1;
+  for (int i = 0; i < g.k; ++i) p *= g.od[i];
+  return p;
 }
 
 Dims OutDims(const Geometry& g) {
@@ -544,9 +553,16 @@ class ConvKernel final : public DnnlKernel {
       return dnnl::primitive_desc(dnnl::convolution_forward::primitive_desc(cd, attr, engine));
     };
     if (!pd) {
+      // A plain source with a channels-last destination (a CNN's first conv: 3 channels in, 32
+      // out): the source reordered into channels-last where it is no bigger than the output, so
+      // that the smaller tensor is the one reordered (AVX2's kernels take channels-last only on
+      // both sides; oneDNN's own choice is a blocked destination reordered after).
+      const bool reorder_src = !transpose_ && blocked_.out && !blocked_.in && !one_channel &&
+                               x.numel() <= g.n * g.m * OutPixels(g);
       const std::pair<dnnl::memory::desc, dnnl::memory::desc> layouts[] = {
           {src_any, dst_any},
           {src_any, blocked_.in ? BlockedDesc(out_dims) : dst_any},
+          {reorder_src ? BlockedDesc(x.dims()) : src_any, dst_any},
           {AnyDesc(x.dims()), AnyDesc(out_dims)}};
       for (const auto& [s, d] : layouts) {
         try {

@@ -24,6 +24,8 @@ struct ConvCacheStats {
   int gemm = 0;             // cached convolutions run as im2col + one GEMM
   int own_winograd = 0;     // cached convolutions on dynvm's Winograd F(2x2, 3x3)
   int reference_impls = 0;  // cached primitives on oneDNN's reference implementation
+  int src_reorders = 0;     // cached convolutions that reorder their input
+  int dst_reorders = 0;     // cached convolutions that reorder their output
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is
