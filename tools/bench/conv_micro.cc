@@ -10,6 +10,9 @@
 //  2. A first conv (3 plain NCHW input channels, 3x3 or 7x7 stride 2) into a channels-last
 //     output: oneDNN's choice (plain source, blocked destination, reordered into NHWC after)
 //     against the source reordered into NHWC and an NHWC -> NHWC convolution.
+//  3. A 1x1 expansion (Clip(0, 6)) followed by a 3x3 depthwise conv (stride 1 or 2, Clip(0, 6)),
+//     NHWC: two oneDNN convolutions against one 1x1 convolution with oneDNN's fused depthwise
+//     post-op (append_dw_k3s1p1 / _k3s2p1), which never writes the expanded tensor out.
 //
 //   build/release/tools/bench/conv-micro [repeats]
 //
@@ -157,6 +160,67 @@ void RunFirstConv(const dnnl::engine& eng, dnnl::stream& st, int n, int hw, int 
   std::printf("\n");
 }
 
+void Zero(memory& m) { std::memset(m.get_data_handle(), 0, m.get_desc().get_size()); }
+
+// One expansion + depthwise pair: separate convolutions against the fused post-op; prints a line.
+void RunExpandDepthwise(const dnnl::engine& eng, dnnl::stream& st, int n, int hw, int c, int m,
+                        int stride, int repeats) {
+  const int ohw = stride == 1 ? hw : (hw - 1) / 2 + 1;
+  const memory::desc src({n, c, hw, hw}, dt::f32, tag::nhwc),
+      mid({n, m, hw, hw}, dt::f32, tag::nhwc);
+  const memory::desc dst({n, m, ohw, ohw}, dt::f32, tag::nhwc), bmd({m}, dt::f32, tag::a);
+  const memory::desc w1any({m, c, 1, 1}, dt::f32, tag::any),
+      dwany({m, 1, 1, 3, 3}, dt::f32, tag::any);
+  const dnnl::primitive_attr relu6 = PostOps(false, true);
+  dnnl::convolution_forward::desc d1(dnnl::prop_kind::forward_inference,
+                                     dnnl::algorithm::convolution_direct, src, w1any, bmd, mid,
+                                     {1, 1}, {0, 0}, {0, 0});
+  dnnl::convolution_forward::desc d2(dnnl::prop_kind::forward_inference,
+                                     dnnl::algorithm::convolution_direct, mid, dwany, bmd, dst,
+                                     {stride, stride}, {1, 1}, {1, 1});
+  dnnl::convolution_forward::primitive_desc p1(d1, relu6, eng), p2(d2, relu6, eng);
+  memory x(src, eng), y1(mid, eng), y2(dst, eng), w1(p1.weights_desc(), eng);
+  memory w2(p2.weights_desc(), eng), b(bmd, eng);
+  for (memory* z : {&x, &w1, &w2, &b}) Zero(*z);
+  dnnl::convolution_forward c1(p1), c2(p2);
+  const double separate = Fastest(repeats, [&] {
+    c1.execute(st,
+               {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y1}});
+    c2.execute(
+        st, {{DNNL_ARG_SRC, y1}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y2}});
+  });
+  dnnl::primitive_attr fused_attr;
+  dnnl::post_ops ops;
+  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f);
+  if (stride == 1) {
+    ops.append_dw_k3s1p1(dt::f32, dt::f32, dt::f32, 0, {});
+  } else {
+    ops.append_dw_k3s2p1(dt::f32, dt::f32, dt::f32, 0, {});
+  }
+  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, 0.0f, 6.0f);
+  fused_attr.set_post_ops(ops);
+  dnnl::convolution_forward::primitive_desc pf(d1, fused_attr, eng);
+  const int dw = DNNL_ARG_ATTR_POST_OP_DW;
+  memory wf(pf.weights_desc(), eng), yf(pf.dst_desc(), eng);
+  memory dww(pf.query_md(dnnl::query::exec_arg_md, dw | DNNL_ARG_WEIGHTS), eng);
+  memory dwb(pf.query_md(dnnl::query::exec_arg_md, dw | DNNL_ARG_BIAS), eng);
+  for (memory* z : {&wf, &dww, &dwb}) Zero(*z);
+  dnnl::convolution_forward cf(pf);
+  const double fused = Fastest(repeats, [&] {
+    cf.execute(st, {{DNNL_ARG_SRC, x},
+                    {DNNL_ARG_WEIGHTS, wf},
+                    {DNNL_ARG_BIAS, b},
+                    {DNNL_ARG_DST, yf},
+                    {dw | DNNL_ARG_WEIGHTS, dww},
+                    {dw | DNNL_ARG_BIAS, dwb}});
+  });
+  std::printf(
+      "expand mb%d %dx%d ic%d oc%d + dw3x3 stride %d: separate (%s + %s) %.3f ms | fused "
+      "dw post-op (%s) %.3f ms | separate/fused %.2fx\n",
+      n, hw, hw, c, m, stride, p1.impl_info_str(), p2.impl_info_str(), separate, pf.impl_info_str(),
+      fused, separate / fused);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -183,5 +247,10 @@ int main(int argc, char** argv) {
   RunFirstConv(eng, st, 8, 224, 64, 7, repeats);
   RunFirstConv(eng, st, 1, 224, 64, 7, repeats);
   RunFirstConv(eng, st, 8, 64, 64, 7, repeats);
+  // mobilenet_v2's expansion + depthwise pairs at 224x224 (its 112x112 to 28x28 stages).
+  const int pairs[][5] = {{8, 112, 16, 96, 2}, {8, 56, 24, 144, 1}, {8, 56, 24, 144, 2},
+                          {8, 28, 32, 192, 1}, {8, 28, 32, 192, 2}, {1, 112, 16, 96, 2},
+                          {1, 56, 24, 144, 1}, {1, 28, 32, 192, 1}};
+  for (const auto& p : pairs) RunExpandDepthwise(eng, st, p[0], p[1], p[2], p[3], p[4], repeats);
   return 0;
 }
