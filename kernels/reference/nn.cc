@@ -199,7 +199,14 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
       const double zp = w_zp == nullptr ? 0.0 : LoadAny(*w_zp, w_zp->numel() == 1 ? 0 : i / per_oc);
       wv[i] = LoadAny(w, i) - zp;
     }
-    std::vector<int64_t> o(k), kk(k);
+    // Each kernel position's coordinates, decomposed once (not per multiply-add).
+    std::vector<int64_t> o(k), ktab(static_cast<size_t>(kernel_size * k));
+    for (int64_t ki = 0; ki < kernel_size; ++ki) {
+      for (int64_t r = ki, i = k - 1; i >= 0; --i) {
+        ktab[ki * k + i] = r % kd[i];
+        r /= kd[i];
+      }
+    }
     for (int64_t bn = 0; bn < n; ++bn) {
       for (int64_t oc = 0; oc < m; ++oc) {
         const int64_t grp = oc / mg;
@@ -214,10 +221,7 @@ absl::Status ConvCore(const ConvAttrs& a, KernelContext& ctx, const Tensor& x, c
             const double* xp = &xv[(bn * c + grp * cg + ic) * in_plane];
             const double* wp = &wv[(oc * cg + ic) * kernel_size];
             for (int64_t ki = 0; ki < kernel_size; ++ki) {
-              for (int64_t r = ki, i = k - 1; i >= 0; --i) {
-                kk[i] = r % kd[i];
-                r /= kd[i];
-              }
+              const int64_t* kk = &ktab[ki * k];
               int64_t off = 0;
               bool inside = true;
               for (int i = 0; i < k && inside; ++i) {
