@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "absl/functional/function_ref.h"
@@ -360,14 +361,17 @@ dnnl::primitive_attr EltwiseAttr(const Activation& act) {
 // layouts: its input and output are reordered from and to channels-last).
 constexpr int64_t kFusedDwMinPixels = 28 * 28;
 
-// DYNVM_DNNL_FUSED_DW=0 runs 1x1 + depthwise pairs as two primitives (A/B measurements). Read
-// once.
-bool FusedDepthwiseEnabled() {
-  static const bool on = [] {
+// The expanded pixels per image from which a pair takes the post-op: kFusedDwMinPixels, or
+// DYNVM_DNNL_FUSED_DW when set (A/B measurements): 0 never (two primitives), N > 0 from N
+// pixels (1: every size). Read once.
+int64_t FusedDwMinPixels() {
+  static const int64_t min_pixels = [] {
     const char* env = std::getenv("DYNVM_DNNL_FUSED_DW");
-    return env == nullptr || std::strcmp(env, "0") != 0;
+    if (env == nullptr) return kFusedDwMinPixels;
+    const int64_t v = std::atoll(env);
+    return v <= 0 ? std::numeric_limits<int64_t>::max() : v;
   }();
-  return on;
+  return min_pixels;
 }
 
 // Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
@@ -623,8 +627,7 @@ class ConvKernel final : public DnnlKernel {
         AnyDesc(wts.dims()), bias_md, AnyDesc(mid_dims), {1, 1}, {0, 0}, {0, 0}, {0, 0});
     const int dw = DNNL_ARG_ATTR_POST_OP_DW;
     dnnl::memory::desc pwts, pwts2;
-    if (blocked_.in && blocked_.out && g.od[0] * g.od[1] >= kFusedDwMinPixels &&
-        FusedDepthwiseEnabled()) {
+    if (blocked_.in && blocked_.out && g.od[0] * g.od[1] >= FusedDwMinPixels()) {
       try {
         dnnl::primitive_attr attr = UserScratchpadAttr();
         dnnl::post_ops ops;
