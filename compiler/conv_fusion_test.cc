@@ -514,7 +514,8 @@ void ExpectBlockMatchesUnfused(const Block& k, const std::string& backend) {
 // The expansion + depthwise pair of every inverted residual block folds into one FusedConv, at
 // random batch, channels and sizes (static and symbolic), stride 1 and 2, each activation pair
 // (Clip with attributes and with inputs), and the compiled block equals the unoptimized one on
-// the oneDNN backend (fused primitive from 28x28 up, two primitives below) and the reference.
+// the oneDNN backend (two primitives at these sizes; kernels/dnnl/conv_test.cc checks the fused
+// one) and the reference.
 TEST(ConvFusion, ExpansionAndDepthwiseFoldIntoOneFusedConv) {
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) {

@@ -355,23 +355,24 @@ dnnl::primitive_attr EltwiseAttr(const Activation& act) {
 }
 
 // A 1x1 + depthwise pair runs as one primitive with oneDNN's depthwise post-op from this many
-// pixels per image of the expanded tensor (the 1x1 conv's output). Measured per pair in
-// mobilenet_v2 at batch 8, 224x224, 1 thread (docs/results/dwfuse-*): 112x112 and 56x56 1.3-2x
-// faster, 28x28 1.0-1.3x, 14x14 and 7x7 0.76-0.94x (the fused primitive takes oneDNN's blocked
-// layouts: its input and output are reordered from and to channels-last).
-constexpr int64_t kFusedDwMinPixels = 28 * 28;
+// elements of the expanded tensor (the 1x1 conv's output, over the batch; 4 MiB of f32): below
+// that it stays in cache between the two primitives, and the fused primitive's reorders (it
+// takes oneDNN's blocked layouts) cost more than they save. Measured per pair in mobilenet_v2
+// at 224x224, 1 thread (docs/results/dwfuse-pairs-*): from 4.8 MB (batch 8 112x112 to 28x28,
+// batch 1 112x112) 1.06x-1.84x faster; at 3.6 MB and below (batch 8 14x14 and 7x7, batch 1
+// 56x56) 0.77x-0.94x.
+constexpr int64_t kFusedDwMinElements = int64_t{1} << 20;
 
-// The expanded pixels per image from which a pair takes the post-op: kFusedDwMinPixels, or
-// DYNVM_DNNL_FUSED_DW when set (A/B measurements): 0 never (two primitives), N > 0 from N
-// pixels (1: every size). Read once.
-int64_t FusedDwMinPixels() {
-  static const int64_t min_pixels = [] {
+// kFusedDwMinElements, or DYNVM_DNNL_FUSED_DW when set (A/B measurements): 0 never (two
+// primitives), N > 0 from N elements (1: every size). Read once.
+int64_t FusedDwMinElements() {
+  static const int64_t min_elements = [] {
     const char* env = std::getenv("DYNVM_DNNL_FUSED_DW");
-    if (env == nullptr) return kFusedDwMinPixels;
+    if (env == nullptr) return kFusedDwMinElements;
     const int64_t v = std::atoll(env);
     return v <= 0 ? std::numeric_limits<int64_t>::max() : v;
   }();
-  return min_pixels;
+  return min_elements;
 }
 
 // Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
@@ -600,8 +601,8 @@ class ConvKernel final : public DnnlKernel {
   }
 
   // oneDNN's depthwise post-op (append_dw_k3s1p1 / k3s2p1) on its 1x1 convolution where both
-  // ends are channels-last, the expanded tensor has at least kFusedDwMinPixels pixels per image
-  // and oneDNN gives an optimized implementation for the pair (for small images it gives
+  // ends are channels-last, the expanded tensor has at least kFusedDwMinElements elements and
+  // oneDNN gives an optimized implementation for the pair (for small images it gives
   // "ref_fused_convolution", two primitives of its own: those run as our two primitives); else
   // two primitives, the 1x1 conv writing the expanded tensor (NHWC) into the workspace and the
   // depthwise conv reading it. The fused primitive takes oneDNN's own (blocked) layouts, with
@@ -627,7 +628,7 @@ class ConvKernel final : public DnnlKernel {
         AnyDesc(wts.dims()), bias_md, AnyDesc(mid_dims), {1, 1}, {0, 0}, {0, 0}, {0, 0});
     const int dw = DNNL_ARG_ATTR_POST_OP_DW;
     dnnl::memory::desc pwts, pwts2;
-    if (blocked_.in && blocked_.out && g.od[0] * g.od[1] >= FusedDwMinPixels()) {
+    if (blocked_.in && blocked_.out && g.n * g.m * g.od[0] * g.od[1] >= FusedDwMinElements()) {
       try {
         dnnl::primitive_attr attr = UserScratchpadAttr();
         dnnl::post_ops ops;

@@ -638,12 +638,12 @@ TEST(DnnlFusedConv, PointwiseThenDepthwiseMatchesReference) {
   for (const char* act1 : acts) {
     for (const char* act2 : {"", "Relu", "Clip"}) {
       for (int variant = 0; variant < 5; ++variant) {
-        // Variant 4: a size the kernel fuses (at least 28x28 per image) and oneDNN has an
-        // optimized post-op for (mobilenet_v2's 56x56 pairs), with and without the 1x1's bias.
+        // Variant 4: a size the kernel fuses (an expanded tensor of at least 2^20 elements) and
+        // oneDNN has an optimized post-op for, with and without the 1x1's bias.
         const bool big = variant == 4;
-        const int64_t n = pick(1, big ? 2 : 3), c = big ? pick(2, 4) * 8 : pick(1, 24),
-                      m = big ? pick(4, 6) * 24 : pick(1, 6) * 8,
-                      h = big ? pick(48, 60) : pick(1, 17), w = big ? pick(48, 60) : pick(1, 17),
+        const int64_t n = pick(big ? 2 : 1, 3), c = big ? pick(2, 4) * 8 : pick(1, 24),
+                      m = big ? pick(6, 8) * 24 : pick(1, 6) * 8,
+                      h = big ? pick(64, 72) : pick(1, 17), w = big ? pick(64, 72) : pick(1, 17),
                       stride = pick(1, 2);
         const bool in_cl = variant != 2, out_cl = variant != 3,
                    bias = big ? ++big_cases % 2 == 0 : pick(0, 3) != 0;
