@@ -375,6 +375,22 @@ int64_t FusedDwMinElements() {
   return min_elements;
 }
 
+// A buffer of at least `floats` floats, 64-byte aligned, shared by every 1x1 + depthwise pair
+// run on this thread (their expanded tensors, one at a time); it grows, never shrinks. nullptr
+// when the allocation fails.
+void* SharedMid(size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t floats = 0;
+  };
+  thread_local Buffer buf;
+  if (buf.floats < floats) {
+    buf.data.reset(static_cast<float*>(std::aligned_alloc(64, Align(floats * sizeof(float)))));
+    buf.floats = buf.data != nullptr ? floats : 0;
+  }
+  return buf.data.get();
+}
+
 // Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
 // between FusedConvs; the tensors keep their logical dims).
 struct BlockedPorts {
@@ -604,11 +620,14 @@ class ConvKernel final : public DnnlKernel {
   // ends are channels-last, the expanded tensor has at least kFusedDwMinElements elements and
   // oneDNN gives an optimized implementation for the pair (for small images it gives
   // "ref_fused_convolution", two primitives of its own: those run as our two primitives); else
-  // two primitives, the 1x1 conv writing the expanded tensor (NHWC) into the workspace and the
-  // depthwise conv reading it. The fused primitive takes oneDNN's own (blocked) layouts, with
-  // the input and output reordered: on channels-last (nhwc) source and destination oneDNN 2.6's
-  // fused AVX2 kernel computes wrong values (all but the first few channels), and without a bias
-  // on the 1x1 conv it crashes (a zero bias is given). REQUIRES: inside Guard.
+  // two primitives, the 1x1 conv writing the expanded tensor (NHWC) into a buffer that every
+  // pair on the thread shares (SharedMid: kept in cache from pair to pair, like the memory
+  // plan's buffers; a buffer per site or a block of the VM's pool per size ran the batch-1
+  // 112x112 pair 1.6x slower than two FusedConv nodes) and the depthwise conv reading it. The fused
+  // primitive takes oneDNN's own (blocked) layouts, with the input and output reordered: on
+  // channels-last (nhwc) source and destination oneDNN 2.6's fused AVX2 kernel computes wrong
+  // values (all but the first few channels), and without a bias on the 1x1 conv it crashes (a zero
+  // bias is given). REQUIRES: inside Guard.
   void BindPair(const dnnl::engine& engine, const Geometry& g, const Geometry& g2, const Tensor& x,
                 const Tensor& w, const Tensor& w2, bool bias, Entry* e) const {
     const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
@@ -693,7 +712,6 @@ class ConvKernel final : public DnnlKernel {
                           {DNNL_ARG_WEIGHTS, pwts2},
                           {DNNL_ARG_BIAS, bias_md},
                           {DNNL_ARG_DST, dst}});
-      e->mid_bytes = Align(mid.get_size());
     }
     BindReorder(&e->w_reorder, engine, wts, pwts);
     e->w_packed = pwts;
@@ -721,12 +739,11 @@ class ConvKernel final : public DnnlKernel {
     for (const BoundPrimitive* r : {&e.src_reorder, &e.dst_reorder}) {
       scratch = std::max(scratch, Align(r->scratchpad_bytes()));
     }
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch + e.mid_bytes + e.src_bytes +
-                                                   e.dst_bytes + w_bytes + w2_bytes + 64));
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes + w2_bytes + 64));
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     char* pscratch = base;
-    char* pmid = base + scratch;
-    char* psrc = pmid + e.mid_bytes;
+    char* psrc = base + scratch;
     char* pdst = psrc + e.src_bytes;
     char* pws = pdst + e.dst_bytes;
     if (pw == nullptr) {  // the kernel's packed-weights cache is full: pack per run
@@ -751,6 +768,11 @@ class ConvKernel final : public DnnlKernel {
       if (e.dst_reorder.bound()) return e.dst_reorder.Execute({pdst, dst}, pscratch);
       return absl::OkStatus();
     }
+    // The expanded tensor in one buffer per thread that every pair site shares, so the next pair
+    // writes memory that is still in cache, as the memory plan gives separate convs.
+    const Tensor& x = *in[0];
+    void* pmid = SharedMid(static_cast<size_t>(x.dim(0) * w.dim(0) * x.dim(2) * x.dim(3)));
+    if (pmid == nullptr) return absl::ResourceExhaustedError("FusedConv: expanded tensor");
     if (b != nullptr) {
       DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, b->raw_data(), pmid}, pscratch));
     } else {
