@@ -15,6 +15,10 @@
 // through Relu and Clip as 0 / the bound on this backend (oneDNN's max and min drop NaN), as
 // in other runtimes' fused kernels; the reference kernel keeps it.
 //
+// A FusedConv with a depthwise stage (inputs 4 and 5: a 1x1 conv, then a 3x3 depthwise conv;
+// compiler/conv_fusion.h) runs as one convolution with oneDNN's depthwise post-op or as two
+// primitives (BindPair).
+//
 // Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
 // GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
 // no Winograd (UseOwnWinograd, winograd.h).
