@@ -362,9 +362,9 @@ dnnl::primitive_attr EltwiseAttr(const Activation& act) {
 // elements of the expanded tensor (the 1x1 conv's output, over the batch; 4 MiB of f32): below
 // that it stays in cache between the two primitives, and the fused primitive's reorders (it
 // takes oneDNN's blocked layouts) cost more than they save. Measured per pair in mobilenet_v2
-// at 224x224, 1 thread (docs/results/dwfuse-pairs-*): from 4.8 MB (batch 8 112x112 to 28x28,
-// batch 1 112x112) 1.06x-1.84x faster; at 3.6 MB and below (batch 8 14x14 and 7x7, batch 1
-// 56x56) 0.77x-0.94x.
+// at 224x224, 1 thread (docs/results/dwfuse-pairs-final-2026-11-28.txt): from 4.8 MB (batch 8
+// 112x112 to 28x28, batch 1 112x112) 1.04x-1.83x faster; at 3.6 MB and below (batch 8 14x14
+// and 7x7, batch 1 56x56) 0.57x-0.96x.
 constexpr int64_t kFusedDwMinElements = int64_t{1} << 20;
 
 // kFusedDwMinElements, or DYNVM_DNNL_FUSED_DW when set (A/B measurements): 0 never (two
