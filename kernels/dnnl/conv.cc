@@ -641,9 +641,6 @@ class ConvKernel final : public DnnlKernel {
         blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
     const dnnl::memory::desc wts = WeightsDesc(g, w, false), wts2 = WeightsDesc(g2, w2, false);
     const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {g.m}), no_bias;
-    const dnnl::convolution_forward::desc d1(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-        AnyDesc(wts.dims()), bias ? bias_md : no_bias, mid, {1, 1}, {0, 0}, {0, 0}, {0, 0});
     // With the post-op the 1x1 conv always has a bias (zeros when it has none): oneDNN 2.6's
     // fused kernel crashes without one.
     const dnnl::convolution_forward::desc d1_any(
@@ -693,29 +690,44 @@ class ConvKernel final : public DnnlKernel {
       }
     }
     if (!e->dw_fused) {
-      const dnnl::convolution_forward::primitive_desc p1(d1, EltwiseAttr(act_), engine);
+      // Both primitives on channels-last tensors (AVX2's kernels take channels-last on both sides
+      // only: a plain end is reordered, as the plain FusedConv does).
+      const dnnl::memory::desc src_cl = BlockedDesc(x.dims()), dst_cl = BlockedDesc(out_dims);
+      const dnnl::convolution_forward::desc d1_cl(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_cl,
+          AnyDesc(wts.dims()), bias ? bias_md : no_bias, mid, {1, 1}, {0, 0}, {0, 0}, {0, 0});
+      const dnnl::convolution_forward::primitive_desc p1(d1_cl, EltwiseAttr(act_), engine);
       const dnnl::convolution_forward::desc d2(
           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, mid,
-          AnyDesc(wts2.dims()), bias_md, dst, {g2.st[0], g2.st[1]}, {0, 0}, {1, 1},
+          AnyDesc(wts2.dims()), bias_md, dst_cl, {g2.st[0], g2.st[1]}, {0, 0}, {1, 1},
           {g2.pr[0], g2.pr[1]});
       const dnnl::convolution_forward::primitive_desc p2(d2, EltwiseAttr(dw_.act), engine);
-      if (p1.src_desc() != src || p1.dst_desc() != mid || p2.dst_desc() != dst) {
+      if (p1.src_desc() != src_cl || p1.dst_desc() != mid || p2.dst_desc() != dst_cl) {
         throw dnnl::error(dnnl_unimplemented, "1x1 + depthwise convolution");
       }
+      e->reference_impl = IsReferenceImpl(p1) || IsReferenceImpl(p2);
       pwts = p1.weights_desc();
       pwts2 = p2.weights_desc();
       if (bias) {
-        e->main.Bind(p1, {{DNNL_ARG_SRC, src},
+        e->main.Bind(p1, {{DNNL_ARG_SRC, src_cl},
                           {DNNL_ARG_WEIGHTS, pwts},
                           {DNNL_ARG_BIAS, bias_md},
                           {DNNL_ARG_DST, mid}});
       } else {
-        e->main.Bind(p1, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pwts}, {DNNL_ARG_DST, mid}});
+        e->main.Bind(p1, {{DNNL_ARG_SRC, src_cl}, {DNNL_ARG_WEIGHTS, pwts}, {DNNL_ARG_DST, mid}});
       }
       e->second.Bind(p2, {{DNNL_ARG_SRC, mid},
                           {DNNL_ARG_WEIGHTS, pwts2},
                           {DNNL_ARG_BIAS, bias_md},
-                          {DNNL_ARG_DST, dst}});
+                          {DNNL_ARG_DST, dst_cl}});
+      if (src != src_cl) {
+        BindReorder(&e->src_reorder, engine, src, src_cl);
+        e->src_bytes = Align(src_cl.get_size());
+      }
+      if (dst != dst_cl) {
+        BindReorder(&e->dst_reorder, engine, dst_cl, dst);
+        e->dst_bytes = Align(dst_cl.get_size());
+      }
     }
     BindReorder(&e->w_reorder, engine, wts, pwts);
     e->w_packed = pwts;
@@ -777,12 +789,19 @@ class ConvKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     void* pmid = SharedMid(static_cast<size_t>(x.dim(0) * w.dim(0) * x.dim(2) * x.dim(3)));
     if (pmid == nullptr) return absl::ResourceExhaustedError("FusedConv: expanded tensor");
+    if (e.src_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+      src = psrc;
+    }
     if (b != nullptr) {
       DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, b->raw_data(), pmid}, pscratch));
     } else {
       DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, pmid}, pscratch));
     }
-    return e.second.Execute({pmid, pw2, b2, dst}, pscratch);
+    DYNVM_RETURN_IF_ERROR(
+        e.second.Execute({pmid, pw2, b2, e.dst_reorder.bound() ? pdst : dst}, pscratch));
+    if (e.dst_reorder.bound()) return e.dst_reorder.Execute({pdst, dst}, pscratch);
+    return absl::OkStatus();
   }
 
   // The sum and eltwise post-ops, user scratchpad.
