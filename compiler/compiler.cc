@@ -94,6 +94,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
                             {"batch_norms", fused.batch_norms},
                             {"sums", fused.sums},
                             {"activations", fused.activations},
+                            {"depthwise_pairs", fused.depthwise},
                             {"channels_last_values", fused.blocked}};
     }
     if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));

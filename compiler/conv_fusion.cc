@@ -1,5 +1,6 @@
 #include "compiler/conv_fusion.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -450,6 +451,115 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   return changed;
 }
 
+std::vector<int64_t> IntsAttr(const Node& n, const char* name) {
+  const AttrValue* a = Attr(n, name, AttrValue::Type::kInts);
+  return a != nullptr ? a->ints : std::vector<int64_t>{};
+}
+
+bool AllEqual(const std::vector<int64_t>& v, size_t size, int64_t value) {
+  if (v.empty()) return true;  // the attribute's default
+  if (v.size() != size) return false;
+  for (int64_t x : v) {
+    if (x != value) return false;
+  }
+  return true;
+}
+
+// The constant dims of a FusedConv's 4D f32 weights; empty when they are not that.
+std::vector<int64_t> Weights4D(const Node& n) {
+  const Value* w = n.inputs.size() > 1 ? n.inputs[1] : nullptr;
+  if (w == nullptr || !w->constant || w->constant->dtype() != DType::kF32 ||
+      w->constant->rank() != 4) {
+    return {};
+  }
+  return {w->constant->dims().begin(), w->constant->dims().end()};
+}
+
+// A FusedConv with no residual and no depthwise stage yet, no auto_pad, undilated.
+bool PlainFusedConv(const Node& n) {
+  const AttrValue* ap = n.attr("auto_pad");
+  return IsFusedConv(&n) && n.inputs.size() >= 2 && n.inputs.size() <= 4 &&
+         (n.inputs.size() < 4 || n.inputs[3] == nullptr) && n.outputs.size() == 1 &&
+         n.outputs[0] != nullptr && n.inputs[0] != nullptr &&
+         (ap == nullptr || ap->s.empty() || ap->s == "NOTSET") &&
+         AllEqual(IntsAttr(n, "dilations"), 2, 1);
+}
+
+// 1x1, stride 1, unpadded, ungrouped.
+bool IsPointwise(const Node& n) {
+  const std::vector<int64_t> w = Weights4D(n);
+  return PlainFusedConv(n) && w.size() == 4 && w[2] == 1 && w[3] == 1 &&
+         IntAttr(n, "group", 1) == 1 && AllEqual(IntsAttr(n, "strides"), 2, 1) &&
+         AllEqual(IntsAttr(n, "pads"), 4, 0);
+}
+
+// 3x3 depthwise over `m` channels, stride 1 or 2 on both axes, pad 1 all round; its stride, or
+// 0 when it is not one.
+int64_t DepthwiseStride(const Node& n, int64_t m) {
+  const std::vector<int64_t> w = Weights4D(n);
+  const std::vector<int64_t> strides = IntsAttr(n, "strides"), pads = IntsAttr(n, "pads");
+  if (!PlainFusedConv(n) || w.size() != 4 || w[0] != m || w[1] != 1 || w[2] != 3 || w[3] != 3 ||
+      IntAttr(n, "group", 1) != m || pads.size() != 4 || !AllEqual(pads, 4, 1)) {
+    return 0;
+  }
+  const int64_t s = strides.empty() ? 1 : strides[0];
+  if ((s != 1 && s != 2) || !AllEqual(strides, 2, s)) return 0;
+  if (n.inputs.size() > 2 && n.inputs[2] != nullptr &&
+      (!n.inputs[2]->constant || n.inputs[2]->constant->numel() != m)) {
+    return 0;
+  }
+  return s;
+}
+
+// Folds each 3x3 depthwise FusedConv into the 1x1 FusedConv before it (conv_fusion.h).
+// Returns the pairs fused; the 1x1 nodes are left dead.
+int FuseDepthwisePairs(Module& m, Graph& g, UseCounts& uses) {
+  absl::flat_hash_map<const Value*, std::vector<std::pair<Node*, size_t>>> readers;
+  for (auto& n : g.nodes) {
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (n->inputs[i] != nullptr) readers[n->inputs[i]].push_back({n.get(), i});
+    }
+  }
+  int fused = 0;
+  for (auto& node : g.nodes) {
+    Node* a = node.get();
+    if (!IsPointwise(*a)) continue;
+    const Value* mid = a->outputs[0];
+    auto it = readers.find(mid);
+    if (it == readers.end() || it->second.size() != 1 || uses[mid] != 1 ||
+        it->second[0].second != 0) {
+      continue;
+    }
+    Node* b = it->second[0].first;
+    const int64_t channels = Weights4D(*a)[0];
+    const int64_t stride = DepthwiseStride(*b, channels);
+    if (stride == 0) continue;
+    Value* dw_b = b->inputs.size() > 2 ? b->inputs[2] : nullptr;
+    if (dw_b == nullptr) {
+      Tensor zeros = *Tensor::Empty(DType::kF32, {channels});
+      std::fill(zeros.data<float>(), zeros.data<float>() + channels, 0.0f);
+      dw_b = m.NewConstant(std::move(zeros), "", /*is_weight=*/true);
+    }
+    Attrs attrs = a->attrs;
+    AttrValue st;
+    st.type = AttrValue::Type::kInt;
+    st.i = stride;
+    attrs["dw_stride"] = st;
+    for (const auto& [from, to] :
+         {std::pair<const char*, const char*>{"activation", "dw_activation"},
+          {"activation_alpha", "dw_activation_alpha"},
+          {"activation_beta", "dw_activation_beta"}}) {
+      if (const AttrValue* v = b->attr(from); v != nullptr) attrs[to] = *v;
+    }
+    b->inputs = {a->inputs[0], a->inputs[1], a->inputs.size() > 2 ? a->inputs[2] : nullptr,
+                 nullptr,      b->inputs[1], dw_b};
+    b->attrs = std::move(attrs);
+    readers.erase(mid);
+    ++fused;
+  }
+  return fused;
+}
+
 }  // namespace
 
 absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
@@ -471,6 +581,15 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
   if (counts.convs > 0) {
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
+  }
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    EachGraph(*f.graph, [&](Graph& g) { counts.depthwise += FuseDepthwisePairs(module, g, uses); });
+  }
+  if (counts.depthwise > 0) {
+    DYNVM_RETURN_IF_ERROR(InferShapes(module));
+    EliminateDeadCode(module);
   }
   for (Function& f : module.functions()) {
     UseCounts uses;
@@ -549,6 +668,37 @@ absl::Status InferConvShape(InferContext& c) {
   } else {
     c.SetOutputDynamic(0, dtype, rank);
   }
+  return absl::OkStatus();
+}
+
+absl::Status InferFusedConvShape(InferContext& c) {
+  DYNVM_RETURN_IF_ERROR(InferConvShape(c));
+  if (!c.has_input(4)) return absl::OkStatus();
+  const std::vector<Dim>* x = c.input_shape(0);
+  const std::vector<Dim>* w = c.input_shape(1);
+  const std::vector<Dim>* dw = c.input_shape(4);
+  DYNVM_ASSIGN_OR_RETURN(int64_t stride, c.GetInt("dw_stride", 1));
+  if (stride != 1 && stride != 2) return c.Error("dw_stride must be 1 or 2");
+  if (dw != nullptr) {
+    const std::optional<int64_t> m =
+        w != nullptr && w->size() == 4 ? SymbolicContext::AsConst((*w)[0]) : std::nullopt;
+    const std::optional<int64_t> d0 =
+        dw->size() == 4 ? SymbolicContext::AsConst((*dw)[0]) : std::nullopt;
+    if (dw->size() != 4 || SymbolicContext::AsConst((*dw)[1]) != 1 ||
+        SymbolicContext::AsConst((*dw)[2]) != 3 || SymbolicContext::AsConst((*dw)[3]) != 3 ||
+        (m && d0 && *m != *d0)) {
+      return c.Error("the depthwise weights must be [M, 1, 3, 3], M the first conv's outputs");
+    }
+  }
+  const DType dtype = c.input_dtype(0);
+  if (x == nullptr || w == nullptr || x->size() != 4) {
+    c.SetOutputDynamic(0, dtype, 4);
+    return absl::OkStatus();
+  }
+  // The first conv is 1x1, stride 1, unpadded: its output keeps X's spatial dims.
+  const Dim s = c.sym().Const(stride);
+  c.SetOutput(0, dtype,
+              {(*x)[0], (*w)[0], c.sym().CeilDiv((*x)[2], s), c.sym().CeilDiv((*x)[3], s)});
   return absl::OkStatus();
 }
 

@@ -12,7 +12,18 @@
 // removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
 // other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
 // the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
-// between them; it keeps its logical dims and byte size. Self-contained, to move onto
+// between them; it keeps its logical dims and byte size.
+//
+// Before the layouts, a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with
+// no residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group ==
+// its input channels == its output channels, stride 1 or 2 on both axes, pad 1 all round,
+// undilated, no residual) takes that second conv over (an expansion + depthwise pair of an
+// inverted residual block): the one FusedConv carries the depthwise weights and bias as inputs 4
+// and 5 (the bias materialized, zeros when absent; input 3, the residual, absent), its stride as
+// "dw_stride" and its activation as "dw_activation" / "dw_activation_alpha" / "_beta" (same
+// names and values as "activation"). Its output is the depthwise conv's. The dnnl kernel runs
+// the pair as one oneDNN convolution with a depthwise post-op where oneDNN has an optimized one,
+// so the expanded tensor never goes to memory. Self-contained, to move onto
 // compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
@@ -32,6 +43,7 @@ struct ConvFusionCounts {
   int batch_norms = 0;  // BatchNormalizations folded
   int sums = 0;         // residual Adds fused
   int activations = 0;  // activations fused
+  int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
   int blocked = 0;      // values kept channels-last between FusedConvs
 };
 
@@ -39,12 +51,14 @@ struct ConvFusionCounts {
 // inference and dead-code elimination again after it.
 absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module);
 
-// Shape inference of Conv and dynvm::FusedConv: [N, M, spatial...]. The spatial sizes are
+// Shape inference of Conv and dynvm::FusedConv: [N, M, spatial...] (a FusedConv with a
+// depthwise stage: [N, M, ceil(H / dw_stride), ceil(W / dw_stride)]). The spatial sizes are
 // computed when the input's spatial dims and W's kernel dims are constants (else left to the
 // kernel); a W whose input channels disagree with X's (times group), a negative pad, or a
 // kernel larger than the padded input is an error naming the node whenever the dims it needs
 // are known.
 absl::Status InferConvShape(InferContext& c);
+absl::Status InferFusedConvShape(InferContext& c);
 
 // The output dims of MaxPool / AveragePool when the input's spatial dims are constants and the
 // attributes valid (as kernels/reference/pool.cc computes them); nullopt otherwise (the kernel

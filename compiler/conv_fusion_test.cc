@@ -420,6 +420,166 @@ TEST(ConvFusion, ChannelsLastIntoAPoolWithAPlainOutput) {
   }
 }
 
+// An inverted residual block as torch exports mobilenet_v2's: conv 3x3 -> [1x1 expansion + BN +
+// act1] -> [3x3 depthwise, stride s, pad 1 + BN + act2] -> 1x1 projection + BN, plus the block's
+// input when s == 1. Near misses change one thing.
+struct Block {
+  int64_t n = 2, c = 8, m = 24, h = 9, w = 11, stride = 1;
+  std::string act1 = "Clip6", act2 = "Clip6";  // "", Relu, Clip6 (attributes), Clip11 (inputs)
+  bool symbolic = false;                       // H and W of the input symbolic
+  bool dw_residual = false;     // the depthwise conv's output also gets a residual Add
+  bool read_twice = false;      // the expansion's output is a graph output too
+  bool grouped = false;         // the 3x3 conv has group m / 2 (not depthwise)
+  bool expand_stride2 = false;  // the 1x1 conv has stride 2
+  bool dw_pad0 = false;         // the 3x3 conv is unpadded
+};
+
+Value* Act(GraphBuilder& b, Value* y, const std::string& act) {
+  if (act == "Relu") return b.Op("Relu", {y});
+  if (act == "Clip6")
+    return b.Op("Clip", {y}, {{"min", AttrFloat(0.0f)}, {"max", AttrFloat(6.0f)}});
+  if (act == "Clip11") return b.Op("Clip", {y, b.ScalarF32(0.0f), b.ScalarF32(6.0f)});
+  return y;
+}
+
+Value* ConvBn(GraphBuilder& b, Value* x, std::vector<int64_t> w, Attrs a, uint32_t seed) {
+  const int64_t oc = w[0];
+  Value* y = b.Op("Conv", {x, b.Constant(RandomF32(w, seed, -0.5f, 0.5f), "", true)}, a);
+  return b.Op(
+      "BatchNormalization",
+      {y, b.Constant(RandomF32({oc}, seed + 1, 0.5f, 1.5f)), b.Constant(RandomF32({oc}, seed + 2)),
+       b.Constant(RandomF32({oc}, seed + 3)), b.Constant(RandomF32({oc}, seed + 4, 0.2f, 2.0f))});
+}
+
+void BuildBlock(Module& mod, const Block& k) {
+  GraphBuilder b(mod.AddFunction("main"));
+  std::vector<DimSpec> xs = {k.n, k.c};
+  if (k.symbolic) {
+    xs.push_back(std::string("h"));
+    xs.push_back(std::string("w"));
+  } else {
+    xs.push_back(k.h);
+    xs.push_back(k.w);
+  }
+  Value* x = b.Input("x", DType::kF32, xs);
+  const Attrs pad1 = {{"pads", AttrInts({1, 1, 1, 1})}};
+  Value* in = Act(b, ConvBn(b, x, {k.c, k.c, 3, 3}, pad1, 10), "Relu");
+  Attrs e;
+  if (k.expand_stride2) e["strides"] = AttrInts({2, 2});
+  Value* mid = Act(b, ConvBn(b, in, {k.m, k.c, 1, 1}, e, 20), k.act1);
+  if (k.read_twice) b.Output("mid", mid);
+  const int64_t group = k.grouped ? k.m / 2 : k.m;
+  Attrs d = {{"group", AttrInt(group)}, {"strides", AttrInts({k.stride, k.stride})}};
+  if (!k.dw_pad0) d["pads"] = AttrInts({1, 1, 1, 1});
+  Value* dw = ConvBn(b, mid, {k.m, k.m / group, 3, 3}, d, 30);
+  if (k.dw_residual) {
+    const int64_t oh = (k.h - 1) / k.stride + 1, ow = (k.w - 1) / k.stride + 1;
+    dw = b.Op("Add", {dw, b.Input("r", DType::kF32, {k.n, k.m, oh, ow})});
+  }
+  dw = Act(b, dw, k.act2);
+  Value* y = ConvBn(b, dw, {k.c, k.m, 1, 1}, {}, 40);
+  if (k.stride == 1 && !k.expand_stride2 && !k.dw_pad0) y = b.Op("Add", {y, in});
+  b.Output("y", y);
+}
+
+// Runs the block compiled with and without optimization on `backend`; the outputs must match.
+void ExpectBlockMatchesUnfused(const Block& k, const std::string& backend) {
+  std::vector<Tensor> outs;
+  for (bool optimize : {false, true}) {
+    Module mod;
+    BuildBlock(mod, k);
+    CompileOptions options;
+    options.optimize = optimize;
+    absl::StatusOr<CompileResult> r = Compile(mod, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->ReportText().find("conv_fusion depthwise_pairs: 1\n") != std::string::npos,
+              optimize);
+    LoadOptions load;
+    load.backends = BackendPolicy{{backend, "reference"}};
+    std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+        {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+    std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+    ASSERT_TRUE(vm->SetInput("x", RandomF32({k.n, k.c, k.h, k.w}, 7, -2, 2)).ok());
+    absl::Status st = vm->Run();
+    ASSERT_TRUE(st.ok()) << st;
+    outs.push_back((*vm->GetOutputs())[0]);
+  }
+  ASSERT_EQ(outs[0].dims(), outs[1].dims());
+  std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "element " << i;
+  }
+}
+
+// The expansion + depthwise pair of every inverted residual block folds into one FusedConv, at
+// random batch, channels and sizes (static and symbolic), stride 1 and 2, each activation pair
+// (Clip with attributes and with inputs), and the compiled block equals the unoptimized one on
+// the oneDNN backend (two primitives at these sizes; kernels/dnnl/conv_test.cc checks the fused
+// one) and the reference.
+TEST(ConvFusion, ExpansionAndDepthwiseFoldIntoOneFusedConv) {
+  std::mt19937 rng(5);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int i = 0;
+  for (const char* act1 : {"", "Relu", "Clip6", "Clip11"}) {
+    for (const char* act2 : {"", "Relu", "Clip6"}) {
+      Block k;
+      k.act1 = act1;
+      k.act2 = act2;
+      k.n = pick(1, 2);
+      k.c = pick(1, 4) * 4;
+      k.m = k.c * pick(2, 6);
+      const bool big = i % 3 == 0;
+      k.h = big ? pick(28, 36) : pick(1, 20);
+      k.w = big ? pick(28, 36) : pick(1, 20);
+      k.stride = i % 2 + 1;
+      k.symbolic = i % 4 == 1;
+      ++i;
+      SCOPED_TRACE(absl::StrCat(k.n, "x", k.c, "x", k.h, "x", k.w, " m ", k.m, " stride ", k.stride,
+                                " acts '", act1, "' '", act2, "' symbolic ", k.symbolic));
+      {
+        Module mod;
+        BuildBlock(mod, k);
+        ASSERT_TRUE(InferShapes(mod).ok());
+        absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(mod);
+        ASSERT_TRUE(counts.ok()) << counts.status();
+        EXPECT_EQ(counts->depthwise, 1);
+        EXPECT_EQ(counts->convs, 4);
+      }
+      for (const char* backend : {"dnnl", "reference"}) {
+        SCOPED_TRACE(backend);
+        ExpectBlockMatchesUnfused(k, backend);
+      }
+    }
+  }
+}
+
+// Near misses keep two FusedConvs: a residual on the depthwise conv, the expansion's output read
+// twice, a grouped (not depthwise) 3x3 conv, a stride-2 1x1 conv, an unpadded 3x3 conv.
+TEST(ConvFusion, NearMissesOfTheDepthwisePairAreNotFolded) {
+  for (int miss = 0; miss < 5; ++miss) {
+    SCOPED_TRACE(miss);
+    Block k;
+    k.dw_residual = miss == 0;
+    k.read_twice = miss == 1;
+    k.grouped = miss == 2;
+    k.expand_stride2 = miss == 3;
+    k.dw_pad0 = miss == 4;
+    Module mod;
+    BuildBlock(mod, k);
+    ASSERT_TRUE(InferShapes(mod).ok());
+    absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(mod);
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    EXPECT_EQ(counts->depthwise, 0);
+    EXPECT_EQ(counts->convs, 4);
+  }
+  Module mod;
+  BuildBlock(mod, Block());
+  ASSERT_TRUE(InferShapes(mod).ok());
+  EXPECT_EQ(FuseConvolutions(mod)->depthwise, 1);
+}
+
 TEST(ConvFusion, AnOutputWithOtherUsesIsNotAbsorbed) {
   Module m;
   GraphBuilder b(m.AddFunction("main"));

@@ -2,7 +2,8 @@
 // kernels/reference/dynvm_ops.cc. They register exactly as a user's custom op would.
 //
 //   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
-//   FusedConv(X, W, B?, sum?) -> Y  Conv + residual + activation (compiler/conv_fusion.h)
+//   FusedConv(X, W, B?, sum?, dw_W?, dw_B?) -> Y  Conv + residual + activation, optionally then
+//                      a 3x3 depthwise conv + activation (compiler/conv_fusion.h)
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
 //                      outputs; never removed as dead code.
 //   Gelu(x), GeluTanh(x), Silu(x) -> same type as x: fused activations the pattern rewrites
@@ -175,7 +176,7 @@ void RegisterDynvmShapeFunctions(OpRegistry& r) {
   r.Register(OpSchema{"dynvm", "Linear", InferLinear});
   r.Register(OpSchema{"dynvm", "MatMul", InferPermutedMatMul});
   // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
-  r.Register(OpSchema{"dynvm", "FusedConv", InferConvShape});
+  r.Register(OpSchema{"dynvm", "FusedConv", InferFusedConvShape});
   // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).
   RegisterQuantizedWeightShapeFunctions(r);
 }

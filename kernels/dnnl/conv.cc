@@ -15,6 +15,10 @@
 // through Relu and Clip as 0 / the bound on this backend (oneDNN's max and min drop NaN), as
 // in other runtimes' fused kernels; the reference kernel keeps it.
 //
+// A FusedConv with a depthwise stage (inputs 4 and 5: a 1x1 conv, then a 3x3 depthwise conv;
+// compiler/conv_fusion.h) runs as one convolution with oneDNN's depthwise post-op or as two
+// primitives (BindPair).
+//
 // Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
 // GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
 // no Winograd (UseOwnWinograd, winograd.h).
@@ -28,6 +32,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "absl/functional/function_ref.h"
@@ -65,6 +70,8 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.reference_impls += e->reference_impl ? 1 : 0;
     stats.src_reorders += e->src_reorder.bound() ? 1 : 0;
     stats.dst_reorders += e->dst_reorder.bound() ? 1 : 0;
+    stats.dw_fused += e->dw_fused ? 1 : 0;
+    stats.dw_separate += e->second.bound() ? 1 : 0;
   }
   return stats;
 }
@@ -306,11 +313,12 @@ struct Activation {
   float alpha = 0, beta = 0;
 };
 
-absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec) {
+// `prefix` "" reads "activation", "dw_" the depthwise stage's "dw_activation".
+absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec, const std::string& prefix = "") {
   Activation act;
-  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString("activation", ""));
-  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString(prefix + "activation", ""));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat(prefix + "activation_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat(prefix + "activation_beta", 0.0f));
   if (name.empty()) return act;
   act.present = true;
   using alg = dnnl::algorithm;
@@ -333,6 +341,58 @@ absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec) {
         absl::StrCat(spec.op, ": unknown fused activation '", name, "'"));
   }
   return act;
+}
+
+// A FusedConv's depthwise stage (inputs 4 and 5; compiler/conv_fusion.h).
+struct DepthwiseStage {
+  bool present = false;
+  Activation act;
+  int64_t stride = 1;
+};
+
+dnnl::primitive_attr EltwiseAttr(const Activation& act) {
+  dnnl::primitive_attr attr = UserScratchpadAttr();
+  dnnl::post_ops ops;
+  if (act.present) ops.append_eltwise(1.0f, act.alg, act.alpha, act.beta);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+// A 1x1 + depthwise pair runs as one primitive with oneDNN's depthwise post-op from this many
+// elements of the expanded tensor (the 1x1 conv's output, over the batch; 4 MiB of f32): below
+// that it stays in cache between the two primitives, and the fused primitive's reorders (it
+// takes oneDNN's blocked layouts) cost more than they save. Measured per pair in mobilenet_v2
+// at 224x224, 1 thread (docs/results/dwfuse-pairs-final-2026-11-28.txt): from 4.8 MB (batch 8
+// 112x112 to 28x28, batch 1 112x112) 1.04x-1.83x faster; at 3.6 MB and below (batch 8 14x14
+// and 7x7, batch 1 56x56) 0.57x-0.96x.
+constexpr int64_t kFusedDwMinElements = int64_t{1} << 20;
+
+// kFusedDwMinElements, or DYNVM_DNNL_FUSED_DW when set (A/B measurements): 0 never (two
+// primitives), N > 0 from N elements (1: every size). Read once.
+int64_t FusedDwMinElements() {
+  static const int64_t min_elements = [] {
+    const char* env = std::getenv("DYNVM_DNNL_FUSED_DW");
+    if (env == nullptr) return kFusedDwMinElements;
+    const int64_t v = std::atoll(env);
+    return v <= 0 ? std::numeric_limits<int64_t>::max() : v;
+  }();
+  return min_elements;
+}
+
+// A buffer of at least `floats` floats, 64-byte aligned, shared by every 1x1 + depthwise pair
+// run on this thread (their expanded tensors, one at a time); it grows, never shrinks. nullptr
+// when the allocation fails.
+void* SharedMid(size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t floats = 0;
+  };
+  thread_local Buffer buf;
+  if (buf.floats < floats) {
+    buf.data.reset(static_cast<float*>(std::aligned_alloc(64, Align(floats * sizeof(float)))));
+    buf.floats = buf.data != nullptr ? floats : 0;
+  }
+  return buf.data.get();
 }
 
 // Which FusedConv operands hold the channels-last layout (set by the compiler's layout pass
@@ -418,16 +478,18 @@ bool OwnWinogradEnabled() {
 class ConvKernel final : public DnnlKernel {
  public:
   ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
-             Activation act, bool constant_weights, BlockedPorts blocked)
+             Activation act, bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
       : DnnlKernel(std::move(name), std::move(reference)),
         attrs_(std::move(attrs)),
         transpose_(transpose),
         act_(act),
         constant_weights_(constant_weights),
-        blocked_(blocked) {}
+        blocked_(blocked),
+        dw_(dw) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, transpose_ ? "ConvTranspose" : "Conv"));
+    if (dw_.present) return RunPair(ctx, in, out);
     const Tensor& x = *in[0];
     const Tensor& w = *in[1];
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
@@ -486,6 +548,262 @@ class ConvKernel final : public DnnlKernel {
   }
 
  private:
+  // ---- A 1x1 conv + 3x3 depthwise pair (a FusedConv with a depthwise stage) ----
+
+  // Whether x, w, b and the depthwise weights are a pair this kernel runs on oneDNN: a 2D 1x1
+  // stride-1 unpadded ungrouped conv with constant weights and no residual, dense f32 biases.
+  // Fills the geometry of both convs.
+  bool PairGeometry(Inputs in, Geometry* g, Geometry* g2) const {
+    const Tensor& x = *in[0];
+    const Tensor& w = *in[1];
+    const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    const Tensor* sum = in.size() > 3 ? in[3] : nullptr;
+    const Tensor* w2 = in.size() > 4 ? in[4] : nullptr;
+    const Tensor* b2 = in.size() > 5 ? in[5] : nullptr;
+    if (sum != nullptr || w2 == nullptr || b2 == nullptr || !constant_weights_ ||
+        x.dtype() != DType::kF32 || w.dtype() != DType::kF32 || x.numel() == 0 || w.numel() == 0 ||
+        (blocked_.in && !x.is_contiguous()) || !ConvGeometry(attrs_, x, w, false, g) || g->k != 2 ||
+        g->g != 1) {
+      return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (g->kd[i] != 1 || g->st[i] != 1 || g->dl[i] != 0 || g->pl[i] != 0 || g->pr[i] != 0) {
+        return false;
+      }
+    }
+    auto dense_bias = [&](const Tensor* t) {
+      return t->dtype() == DType::kF32 && t->rank() == 1 && t->dim(0) == g->m && t->stride(0) == 1;
+    };
+    if ((b != nullptr && !dense_bias(b)) || !dense_bias(b2) || w2->dtype() != DType::kF32 ||
+        w2->rank() != 4 || w2->dim(0) != g->m || w2->dim(1) != 1 || w2->dim(2) != 3 ||
+        w2->dim(3) != 3 || (dw_.stride != 1 && dw_.stride != 2)) {
+      return false;
+    }
+    *g2 = Geometry();
+    g2->k = 2;
+    g2->n = g->n;
+    g2->c = g2->m = g2->g = g->m;
+    for (int i = 0; i < 2; ++i) {
+      g2->in[i] = g->od[i];
+      g2->kd[i] = 3;
+      g2->st[i] = dw_.stride;
+      g2->dl[i] = 0;
+      g2->pl[i] = 1;
+      g2->od[i] = (g2->in[i] - 1) / dw_.stride + 1;
+      g2->pr[i] = (g2->od[i] - 1) * dw_.stride + 3 - g2->in[i] - 1;
+    }
+    return true;
+  }
+
+  absl::Status RunPair(KernelContext& ctx, Inputs in, Outputs out) const {
+    Geometry g, g2;
+    if (!PairGeometry(in, &g, &g2)) return RunReference(ctx, in, out);
+    const Tensor& x = *in[0];
+    const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    SetThreads(ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.od[0] * g.od[1]));
+    ShapeKey key;
+    key.Add(&x);
+    key.Add(in[1]);
+    key.Add(b != nullptr);
+    key.Add(ctx.num_threads());
+    SiteCache* st = SiteState<SiteCache>(ctx);
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      DYNVM_RETURN_IF_ERROR(BindEntry(e, "convolution", [&](const dnnl::engine& engine) {
+        BindPair(engine, g, g2, x, *in[1], *in[4], b != nullptr, e);
+      }));
+    }
+    if (e->use_reference) return RunReference(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, OutDims(g2), "FusedConv"));
+    return ExecutePair(ctx, *e, in, out[0]);
+  }
+
+  // oneDNN's depthwise post-op (append_dw_k3s1p1 / k3s2p1) on its 1x1 convolution where both
+  // ends are channels-last, the expanded tensor has at least kFusedDwMinElements elements and
+  // oneDNN gives an optimized implementation for the pair (for small images it gives
+  // "ref_fused_convolution", two primitives of its own: those run as our two primitives); else
+  // two primitives, the 1x1 conv writing the expanded tensor (NHWC) into a buffer that every
+  // pair on the thread shares (SharedMid: kept in cache from pair to pair, like the memory
+  // plan's buffers; a buffer per site or a block of the VM's pool per size ran the batch-1
+  // 112x112 pair 1.6x slower than two FusedConv nodes) and the depthwise conv reading it. The fused
+  // primitive takes oneDNN's own (blocked) layouts, with the input and output reordered: on
+  // channels-last (nhwc) source and destination oneDNN 2.6's fused AVX2 kernel computes wrong
+  // values (all but the first few channels), and without a bias on the 1x1 conv it crashes (a zero
+  // bias is given). REQUIRES: inside Guard.
+  void BindPair(const dnnl::engine& engine, const Geometry& g, const Geometry& g2, const Tensor& x,
+                const Tensor& w, const Tensor& w2, bool bias, Entry* e) const {
+    const dnnl::memory::desc src = blocked_.in ? BlockedDesc(x.dims()) : TensorDesc(x);
+    const Dims mid_dims = OutDims(g), out_dims = OutDims(g2);
+    const dnnl::memory::desc mid = BlockedDesc(mid_dims);
+    const dnnl::memory::desc dst =
+        blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+    const dnnl::memory::desc wts = WeightsDesc(g, w, false), wts2 = WeightsDesc(g2, w2, false);
+    const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {g.m}), no_bias;
+    // With the post-op the 1x1 conv always has a bias (zeros when it has none): oneDNN 2.6's
+    // fused kernel crashes without one.
+    const dnnl::convolution_forward::desc d1_any(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, AnyDesc(x.dims()),
+        AnyDesc(wts.dims()), bias_md, AnyDesc(mid_dims), {1, 1}, {0, 0}, {0, 0}, {0, 0});
+    const int dw = DNNL_ARG_ATTR_POST_OP_DW;
+    dnnl::memory::desc pwts, pwts2;
+    if (blocked_.in && blocked_.out && g.n * g.m * g.od[0] * g.od[1] >= FusedDwMinElements()) {
+      try {
+        dnnl::primitive_attr attr = UserScratchpadAttr();
+        dnnl::post_ops ops;
+        if (act_.present) ops.append_eltwise(1.0f, act_.alg, act_.alpha, act_.beta);
+        if (dw_.stride == 1) {
+          ops.append_dw_k3s1p1(dt::f32, dt::f32, dt::f32, 0, {});
+        } else {
+          ops.append_dw_k3s2p1(dt::f32, dt::f32, dt::f32, 0, {});
+        }
+        if (dw_.act.present) {
+          ops.append_eltwise(1.0f, dw_.act.alg, dw_.act.alpha, dw_.act.beta);
+        }
+        attr.set_post_ops(ops);
+        const dnnl::convolution_forward::primitive_desc pd(d1_any, attr, engine);
+        const dnnl::memory::desc dwb = pd.query_md(dnnl::query::exec_arg_md, dw | DNNL_ARG_BIAS);
+        const dnnl::memory::desc psrc = pd.src_desc(), pdst = pd.dst_desc();
+        if (!IsReferenceImpl(pd) && dwb == bias_md) {
+          pwts = pd.weights_desc();
+          pwts2 = pd.query_md(dnnl::query::exec_arg_md, dw | DNNL_ARG_WEIGHTS);
+          e->main.Bind(pd, {{DNNL_ARG_SRC, psrc},
+                            {DNNL_ARG_WEIGHTS, pwts},
+                            {DNNL_ARG_BIAS, bias_md},
+                            {DNNL_ARG_DST, pdst},
+                            {dw | DNNL_ARG_WEIGHTS, pwts2},
+                            {dw | DNNL_ARG_BIAS, bias_md}});
+          if (!bias) e->zero_bias.assign(static_cast<size_t>(g.m), 0.0f);
+          if (psrc != src) {
+            BindReorder(&e->src_reorder, engine, src, psrc);
+            e->src_bytes = Align(psrc.get_size());
+          }
+          if (pdst != dst) {
+            BindReorder(&e->dst_reorder, engine, pdst, dst);
+            e->dst_bytes = Align(pdst.get_size());
+          }
+          e->dw_fused = true;
+        }
+      } catch (const dnnl::error&) {
+        // No fused implementation: two primitives.
+      }
+    }
+    if (!e->dw_fused) {
+      // Both primitives on channels-last tensors (AVX2's kernels take channels-last on both sides
+      // only: a plain end is reordered, as the plain FusedConv does).
+      const dnnl::memory::desc src_cl = BlockedDesc(x.dims()), dst_cl = BlockedDesc(out_dims);
+      const dnnl::convolution_forward::desc d1_cl(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_cl,
+          AnyDesc(wts.dims()), bias ? bias_md : no_bias, mid, {1, 1}, {0, 0}, {0, 0}, {0, 0});
+      const dnnl::convolution_forward::primitive_desc p1(d1_cl, EltwiseAttr(act_), engine);
+      const dnnl::convolution_forward::desc d2(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, mid,
+          AnyDesc(wts2.dims()), bias_md, dst_cl, {g2.st[0], g2.st[1]}, {0, 0}, {1, 1},
+          {g2.pr[0], g2.pr[1]});
+      const dnnl::convolution_forward::primitive_desc p2(d2, EltwiseAttr(dw_.act), engine);
+      if (p1.src_desc() != src_cl || p1.dst_desc() != mid || p2.dst_desc() != dst_cl) {
+        throw dnnl::error(dnnl_unimplemented, "1x1 + depthwise convolution");
+      }
+      e->reference_impl = IsReferenceImpl(p1) || IsReferenceImpl(p2);
+      pwts = p1.weights_desc();
+      pwts2 = p2.weights_desc();
+      if (bias) {
+        e->main.Bind(p1, {{DNNL_ARG_SRC, src_cl},
+                          {DNNL_ARG_WEIGHTS, pwts},
+                          {DNNL_ARG_BIAS, bias_md},
+                          {DNNL_ARG_DST, mid}});
+      } else {
+        e->main.Bind(p1, {{DNNL_ARG_SRC, src_cl}, {DNNL_ARG_WEIGHTS, pwts}, {DNNL_ARG_DST, mid}});
+      }
+      e->second.Bind(p2, {{DNNL_ARG_SRC, mid},
+                          {DNNL_ARG_WEIGHTS, pwts2},
+                          {DNNL_ARG_BIAS, bias_md},
+                          {DNNL_ARG_DST, dst_cl}});
+      if (src != src_cl) {
+        BindReorder(&e->src_reorder, engine, src, src_cl);
+        e->src_bytes = Align(src_cl.get_size());
+      }
+      if (dst != dst_cl) {
+        BindReorder(&e->dst_reorder, engine, dst_cl, dst);
+        e->dst_bytes = Align(dst_cl.get_size());
+      }
+    }
+    BindReorder(&e->w_reorder, engine, wts, pwts);
+    e->w_packed = pwts;
+    e->w_bytes = Align(pwts.get_size());
+    BindReorder(&e->dw_reorder, engine, wts2, pwts2);
+    e->dw_packed = pwts2;
+    e->dw_bytes = Align(pwts2.get_size());
+  }
+
+  // Both weights packed once (shared like other packed weights; per run into the workspace
+  // when the kernel's cache is full), then one primitive or two.
+  absl::Status ExecutePair(KernelContext& ctx, const Entry& e, Inputs in, Tensor* y) const {
+    const Tensor& w = *in[1];
+    const Tensor& w2 = *in[4];
+    const Tensor* b = in.size() > 2 ? in[2] : nullptr;
+    DYNVM_ASSIGN_OR_RETURN(const void* pw, packed_.Get(w.raw_data(), e.w_packed, e.w_reorder));
+    DYNVM_ASSIGN_OR_RETURN(const void* pw2, packed_.Get(w2.raw_data(), e.dw_packed, e.dw_reorder));
+    size_t scratch = 0;
+    for (const BoundPrimitive* r : {&e.main, &e.second, &e.w_reorder, &e.dw_reorder}) {
+      scratch = std::max(scratch, r->scratchpad_bytes());
+    }
+    scratch = Align(scratch);
+    const size_t w_bytes = pw == nullptr ? e.w_bytes : 0,
+                 w2_bytes = pw2 == nullptr ? e.dw_bytes : 0;
+    for (const BoundPrimitive* r : {&e.src_reorder, &e.dst_reorder}) {
+      scratch = std::max(scratch, Align(r->scratchpad_bytes()));
+    }
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes + w2_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    char* pscratch = base;
+    char* psrc = base + scratch;
+    char* pdst = psrc + e.src_bytes;
+    char* pws = pdst + e.dst_bytes;
+    if (pw == nullptr) {  // the kernel's packed-weights cache is full: pack per run
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({w.raw_data(), pws}, pscratch));
+      pw = pws;
+    }
+    if (pw2 == nullptr) {
+      DYNVM_RETURN_IF_ERROR(e.dw_reorder.Execute({w2.raw_data(), pws + w_bytes}, pscratch));
+      pw2 = pws + w_bytes;
+    }
+    const void* src = in[0]->raw_data();
+    const void* b2 = in[5]->raw_data();
+    void* dst = y->raw_data();
+    if (e.dw_fused) {
+      if (e.src_reorder.bound()) {
+        DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+        src = psrc;
+      }
+      void* fused_dst = e.dst_reorder.bound() ? pdst : dst;
+      const void* pb = b != nullptr ? b->raw_data() : e.zero_bias.data();
+      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, pb, fused_dst, pw2, b2}, pscratch));
+      if (e.dst_reorder.bound()) return e.dst_reorder.Execute({pdst, dst}, pscratch);
+      return absl::OkStatus();
+    }
+    // The expanded tensor in one buffer per thread that every pair site shares, so the next pair
+    // writes memory that is still in cache, as the memory plan gives separate convs.
+    const Tensor& x = *in[0];
+    void* pmid = SharedMid(static_cast<size_t>(x.dim(0) * w.dim(0) * x.dim(2) * x.dim(3)));
+    if (pmid == nullptr) return absl::ResourceExhaustedError("FusedConv: expanded tensor");
+    if (e.src_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+      src = psrc;
+    }
+    if (b != nullptr) {
+      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, b->raw_data(), pmid}, pscratch));
+    } else {
+      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, pw, pmid}, pscratch));
+    }
+    DYNVM_RETURN_IF_ERROR(
+        e.second.Execute({pmid, pw2, b2, e.dst_reorder.bound() ? pdst : dst}, pscratch));
+    if (e.dst_reorder.bound()) return e.dst_reorder.Execute({pdst, dst}, pscratch);
+    return absl::OkStatus();
+  }
+
   // The sum and eltwise post-ops, user scratchpad.
   dnnl::primitive_attr PostOpsAttr(bool sum) const {
     dnnl::primitive_attr attr = UserScratchpadAttr();
@@ -882,12 +1200,13 @@ class ConvKernel final : public DnnlKernel {
   Activation act_;
   bool constant_weights_;
   BlockedPorts blocked_;
+  DepthwiseStage dw_;
   PackedWeightsCache packed_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool transpose,
                                                    bool fused) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, fused ? 4 : 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, fused ? 6 : 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
   for (size_t i = 2; i < spec.inputs.size(); ++i) {  // B and the residual, when present
     if (spec.inputs[i].dtype != kAnyDType) DYNVM_RETURN_IF_ERROR(RequireF32(spec, {i}));
@@ -907,8 +1226,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
     DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("channels_last_sum", 0));
     blocked = {bi != 0, bo != 0, bs != 0};
   }
+  DepthwiseStage dw;
+  if (fused && spec.inputs.size() == 6) {
+    dw.present = true;
+    DYNVM_ASSIGN_OR_RETURN(dw.act, ReadActivation(spec, "dw_"));
+    DYNVM_ASSIGN_OR_RETURN(dw.stride, spec.GetInt("dw_stride", 1));
+  }
   return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(ref), std::move(a),
-                                      transpose, act, constant_weights, blocked);
+                                      transpose, act, constant_weights, blocked, dw);
 }
 
 }  // namespace

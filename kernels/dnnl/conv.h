@@ -26,6 +26,8 @@ struct ConvCacheStats {
   int reference_impls = 0;  // cached primitives on oneDNN's reference implementation
   int src_reorders = 0;     // cached convolutions that reorder their input
   int dst_reorders = 0;     // cached convolutions that reorder their output
+  int dw_fused = 0;         // 1x1 + depthwise pairs on one primitive with a depthwise post-op
+  int dw_separate = 0;      // 1x1 + depthwise pairs on two primitives
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is

@@ -27,6 +27,13 @@ struct Entry {
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)
   size_t src_bytes = 0, w_bytes = 0, dst_bytes = 0;  // workspace for reordered operands
+  // A FusedConv with a depthwise stage: `main` is the 1x1 conv, with oneDNN's depthwise post-op
+  // (dw_fused) or followed by `second`, the depthwise conv, through a buffer per thread.
+  bool dw_fused = false;
+  BoundPrimitive second, dw_reorder;
+  dnnl::memory::desc dw_packed;  // the depthwise weights' layout (dw_reorder bound)
+  size_t dw_bytes = 0;
+  std::vector<float> zero_bias;  // the fused 1x1 conv's bias when it has none
 };
 
 // A site's entries, least recently used evicted first (ConvCacheCapacity()).

@@ -620,6 +620,91 @@ TEST(DnnlFusedConv, ChannelsLastPortsAvoidOneDnnReferenceImpls) {
   }
 }
 
+// A FusedConv with a depthwise stage (a 1x1 conv, then a 3x3 depthwise conv, pad 1, stride 1 or
+// 2; compiler/conv_fusion.h) against the reference kernel: random batch, channels and sizes,
+// each pair of activations, with and without the 1x1's bias, channels-last at both ends (oneDNN's
+// depthwise post-op where it has an optimized one, else two primitives) or a plain end (two
+// primitives), 1 and 2 threads. Served by oneDNN every run; on AVX2 the post-op binds for at
+// least one of the channels-last cases, and never with oneDNN's reference implementation.
+TEST(DnnlFusedConv, PointwiseThenDepthwiseMatchesReference) {
+  std::mt19937 rng(900);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const char* acts[] = {"", "Relu", "Clip", "HardSwish"};
+  int fused = 0, cases = 0, big_cases = 0;
+  uint32_t seed = 901;
+  for (const char* act1 : acts) {
+    for (const char* act2 : {"", "Relu", "Clip"}) {
+      for (int variant = 0; variant < 5; ++variant) {
+        // Variant 4: a size the kernel fuses (an expanded tensor of at least 2^20 elements) and
+        // oneDNN has an optimized post-op for, with and without the 1x1's bias.
+        const bool big = variant == 4;
+        const int64_t n = pick(big ? 2 : 1, 3), c = big ? pick(2, 4) * 8 : pick(1, 24),
+                      m = big ? pick(6, 8) * 24 : pick(1, 6) * 8,
+                      h = big ? pick(64, 72) : pick(1, 17), w = big ? pick(64, 72) : pick(1, 17),
+                      stride = pick(1, 2);
+        const bool in_cl = variant != 2, out_cl = variant != 3,
+                   bias = big ? ++big_cases % 2 == 0 : pick(0, 3) != 0;
+        const int threads = static_cast<int>(pick(1, 2));
+        std::vector<Tensor> inputs = {Random({n, c, h, w}, seed++), Random({m, c, 1, 1}, seed++),
+                                      Random({m}, seed++),          Tensor(),
+                                      Random({m, 1, 3, 3}, seed++), Random({m}, seed++)};
+        const std::string what = absl::StrCat(n, "x", c, "x", h, "x", w, " -> ", m, " stride ",
+                                              stride, " acts '", act1, "' '", act2, "' bias ", bias,
+                                              " in ", in_cl, " out ", out_cl, " threads ", threads);
+        SCOPED_TRACE(what);
+        KernelTester t("FusedConv", "dynvm");
+        KernelCall call("FusedConv", "dynvm");
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (i == 3 || (i == 2 && !bias)) {
+            t.Absent();
+            call.Absent();
+          } else {
+            t.In(inputs[i]);
+            call.In(inputs[i]);
+          }
+        }
+        t.Out(DType::kF32).Tol(1e-4, 1e-4).Threads(threads);
+        call.Out(DType::kF32);
+        Attrs attrs = Both(
+            Both(I("constant_weights", 1), I("dw_stride", stride)),
+            Both(I("channels_last_in", in_cl ? 1 : 0), I("channels_last_out", out_cl ? 1 : 0)));
+        attrs =
+            Both(attrs,
+                 Both(Both(S("activation", act1), S("dw_activation", act2)),
+                      Both(Both(F("activation_alpha", 0.0f), F("activation_beta", 6.0f)),
+                           Both(F("dw_activation_alpha", -0.25f), F("dw_activation_beta", 0.5f)))));
+        attrs(t, call);
+        absl::Status s = t.Compare("dnnl");
+        ASSERT_TRUE(s.ok()) << s;
+        KernelSpec spec = call.spec();
+        spec.backend = "dnnl";
+        std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+        const auto* dk = dynamic_cast<const DnnlKernel*>(k.get());
+        ASSERT_NE(dk, nullptr);
+        KernelContext ctx(&HeapAllocator::Get(), threads);
+        std::vector<const Tensor*> in;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          in.push_back(i == 3 || (i == 2 && !bias) ? nullptr : &inputs[i]);
+        }
+        Tensor y;
+        Tensor* out[] = {&y};
+        ASSERT_TRUE(k->Run(ctx, in, out).ok());
+        EXPECT_EQ(dk->reference_runs(), 0);
+        const ConvCacheStats st = GetConvCacheStats(ctx.state().get());
+        EXPECT_EQ(st.dw_fused + st.dw_separate, 1);
+        if (!in_cl || !out_cl) EXPECT_EQ(st.dw_fused, 0);
+        if (avx2) EXPECT_EQ(st.reference_impls, 0);
+        fused += st.dw_fused;
+        ++cases;
+      }
+    }
+  }
+  if (avx2) EXPECT_GT(fused, 0) << cases;
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {

@@ -5,6 +5,11 @@
 // HardSwish, SiLU = x * sigmoid(x), Tanh), each step rounded to f32 as the unfused ops would.
 // NaN stays NaN through every activation. f32 only.
 //
+// A depthwise stage (inputs 4 and 5, dw_W [M, 1, 3, 3] and dw_B [M]; compiler/conv_fusion.h):
+// the result above (no residual) is then the input of a 3x3 depthwise conv, pad 1 all round,
+// stride "dw_stride", plus dw_B, then "dw_activation" (same names as "activation"), computed
+// here directly in double and rounded to f32 before its activation.
+//
 // Layout flags (set by the compiler's layout pass, compiler/conv_fusion.h): "channels_last_in",
 // "channels_last_sum" and "channels_last_out" say that X, the residual or Y hold the nCx16c layout
 // (channels in blocks of 16, C a multiple of 16) under their logical dims; this kernel converts
@@ -61,10 +66,53 @@ struct Blocked {
   bool in = false, sum = false, out = false;
 };
 
+struct Depthwise {
+  bool present = false;
+  Act act = Act::kNone;
+  float alpha = 0, beta = 0;
+  int64_t stride = 1;
+};
+
+// y = act(depthwise 3x3 conv of x (plain [N, M, H, W]), pad 1, `stride`, + bias), plain.
+absl::Status RunDepthwise(KernelContext& ctx, const Depthwise& dw, const Tensor& x, const Tensor* w,
+                          const Tensor* b, Tensor* y) {
+  const int64_t n = x.dim(0), m = x.dim(1), h = x.dim(2), wd = x.dim(3), s = dw.stride;
+  if (w == nullptr || b == nullptr || w->dtype() != DType::kF32 || b->dtype() != DType::kF32 ||
+      w->rank() != 4 || w->dim(0) != m || w->dim(1) != 1 || w->dim(2) != 3 || w->dim(3) != 3 ||
+      b->rank() != 1 || b->dim(0) != m) {
+    return absl::InvalidArgumentError(
+        "FusedConv: the depthwise weights must be [M, 1, 3, 3] and its bias [M]");
+  }
+  const int64_t oh = (h - 1) / s + 1, ow = (wd - 1) / s + 1;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, DType::kF32, {n, m, oh, ow}, "FusedConv"));
+  const float* px = x.data<float>();
+  float* py = y->data<float>();
+  for (int64_t i = 0; i < n * m; ++i) {
+    const int64_t ch = i % m;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        double acc = b->data<float>()[b->ElementOffset(ch)];
+        for (int64_t ky = 0; ky < 3; ++ky) {
+          const int64_t iy = oy * s - 1 + ky;
+          for (int64_t kx = 0; kx < 3; ++kx) {
+            const int64_t ix = ox * s - 1 + kx;
+            if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+            acc += static_cast<double>(px[(i * h + iy) * wd + ix]) *
+                   w->data<float>()[w->ElementOffset((ch * 3 + ky) * 3 + kx)];
+          }
+        }
+        py[(i * oh + oy) * ow + ox] = Apply(dw.act, static_cast<float>(acc), dw.alpha, dw.beta);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, Act act, float alpha, float beta, Blocked blocked)
-      : conv_(std::move(conv)), act_(act), alpha_(alpha), beta_(beta), blocked_(blocked) {}
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Act act, float alpha, float beta, Blocked blocked,
+                  Depthwise dw)
+      : conv_(std::move(conv)), act_(act), alpha_(alpha), beta_(beta), blocked_(blocked), dw_(dw) {}
   std::string name() const override { return "fusedconv.f32.ref"; }
 
   absl::Status Run(KernelContext& ctx, absl::Span<const Tensor* const> in,
@@ -84,7 +132,19 @@ class FusedConvKernel final : public Kernel {
       }
       conv_in[0] = &plain_x;
     }
-    DYNVM_RETURN_IF_ERROR(conv_->Run(ctx, conv_in, out));
+    Tensor mid;
+    Tensor* const mid_out[] = {&mid};
+    DYNVM_RETURN_IF_ERROR(conv_->Run(ctx, conv_in, dw_.present ? mid_out : out));
+    if (dw_.present) {
+      if (sum != nullptr || mid.rank() != 4) {
+        return absl::InvalidArgumentError(
+            "FusedConv: a depthwise stage takes a 2D conv and no residual");
+      }
+      float* pm = mid.data<float>();
+      for (int64_t i = 0; i < mid.numel(); ++i) pm[i] = Apply(act_, pm[i], alpha_, beta_);
+      DYNVM_RETURN_IF_ERROR(RunDepthwise(ctx, dw_, mid, in[4], in[5], out[0]));
+      return ToChannelsLast(out[0]);
+    }
     Tensor& y = *out[0];
     if (y.dtype() != DType::kF32) return absl::UnimplementedError("FusedConv: f32 only");
     float* py = y.data<float>();
@@ -113,30 +173,32 @@ class FusedConvKernel final : public Kernel {
     if (act_ != Act::kNone) {
       for (int64_t i = 0; i < n; ++i) py[i] = Apply(act_, py[i], alpha_, beta_);
     }
-    if (blocked_.out) {
-      const std::vector<float> plain(py, py + n);
-      for (int64_t i = 0; i < n; ++i) py[BlockedOffset(i, yc, ys)] = plain[i];
-    }
-    return absl::OkStatus();
+    return ToChannelsLast(&y);
   }
 
  private:
+  // Rewrites the plain f32 `y` channels-last in place when "channels_last_out" says so.
+  absl::Status ToChannelsLast(Tensor* y) const {
+    if (!blocked_.out) return absl::OkStatus();
+    if (y->rank() < 3) {
+      return absl::InvalidArgumentError("FusedConv: a channels-last Y must be [N, C, ...]");
+    }
+    float* py = y->data<float>();
+    const int64_t n = y->numel(), yc = y->dim(1);
+    const int64_t ys = yc == 0 || y->dim(0) == 0 ? 0 : n / (y->dim(0) * yc);
+    const std::vector<float> plain(py, py + n);
+    for (int64_t i = 0; i < n; ++i) py[BlockedOffset(i, yc, ys)] = plain[i];
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<Kernel> conv_;
   Act act_;
   float alpha_, beta_;
   Blocked blocked_;
+  Depthwise dw_;
 };
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) {
-  if (spec.inputs.size() < 2 || spec.inputs.size() > 4 || spec.outputs.size() != 1) {
-    return absl::InvalidArgumentError("FusedConv takes 2..4 inputs and has 1 output");
-  }
-  if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
-    return absl::UnimplementedError("FusedConv: f32 only");
-  }
-  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString("activation", ""));
-  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
+absl::StatusOr<Act> ParseAct(const std::string& name) {
   Act act = Act::kNone;
   if (name == "Relu") {
     act = Act::kRelu;
@@ -155,6 +217,33 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) 
   } else if (!name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("FusedConv: unknown activation '", name, "'"));
   }
+  return act;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) {
+  if (spec.inputs.size() < 2 || spec.inputs.size() > 6 || spec.inputs.size() == 5 ||
+      spec.outputs.size() != 1) {
+    return absl::InvalidArgumentError("FusedConv takes 2..4 or 6 inputs and has 1 output");
+  }
+  if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+    return absl::UnimplementedError("FusedConv: f32 only");
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString("activation", ""));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(Act act, ParseAct(name));
+  Depthwise dw;
+  if (spec.inputs.size() == 6) {
+    dw.present = true;
+    DYNVM_ASSIGN_OR_RETURN(std::string dw_name, spec.GetString("dw_activation", ""));
+    DYNVM_ASSIGN_OR_RETURN(dw.act, ParseAct(dw_name));
+    DYNVM_ASSIGN_OR_RETURN(dw.alpha, spec.GetFloat("dw_activation_alpha", 0.0f));
+    DYNVM_ASSIGN_OR_RETURN(dw.beta, spec.GetFloat("dw_activation_beta", 0.0f));
+    DYNVM_ASSIGN_OR_RETURN(dw.stride, spec.GetInt("dw_stride", 1));
+    if (dw.stride != 1 && dw.stride != 2) {
+      return absl::InvalidArgumentError("FusedConv: dw_stride must be 1 or 2");
+    }
+  }
   Blocked blocked;
   DYNVM_ASSIGN_OR_RETURN(int64_t bi, spec.GetInt("channels_last_in", 0));
   DYNVM_ASSIGN_OR_RETURN(int64_t bs, spec.GetInt("channels_last_sum", 0));
@@ -165,13 +254,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) 
   conv.domain = "";
   conv.inputs.resize(std::min<size_t>(spec.inputs.size(), 3));
   for (const char* a : {"activation", "activation_alpha", "activation_beta", "constant_weights",
-                        "channels_last_in", "channels_last_sum", "channels_last_out"}) {
+                        "channels_last_in", "channels_last_sum", "channels_last_out", "dw_stride",
+                        "dw_activation", "dw_activation_alpha", "dw_activation_beta"}) {
     conv.attrs.erase(a);
   }
   conv.backend = "reference";
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k,
                          KernelRegistry::Global().Create(conv, BackendPolicy{{"reference"}}));
-  return std::make_unique<FusedConvKernel>(std::move(k), act, alpha, beta, blocked);
+  return std::make_unique<FusedConvKernel>(std::move(k), act, alpha, beta, blocked, dw);
 }
 
 }  // namespace
