@@ -379,9 +379,10 @@ int64_t FusedDwMinElements() {
   return min_elements;
 }
 
-// A buffer of at least `floats` floats, 64-byte aligned, shared by every 1x1 + depthwise pair
-// run on this thread (their expanded tensors, one at a time); it grows, never shrinks. nullptr
-// when the allocation fails.
+// A buffer of at least `floats` floats (at most kFusedDwMinElements: 4 MiB), 64-byte aligned,
+// shared by every 1x1 + depthwise pair run as two primitives on this thread (their expanded
+// tensors, one at a time); it grows to that bound, never shrinks, and is outside the VMs'
+// memory accounting (docs/kernels.md). nullptr when the allocation fails.
 void* SharedMid(size_t floats) {
   struct Buffer {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
@@ -755,8 +756,16 @@ class ConvKernel final : public DnnlKernel {
     for (const BoundPrimitive* r : {&e.src_reorder, &e.dst_reorder}) {
       scratch = std::max(scratch, Align(r->scratchpad_bytes()));
     }
-    DYNVM_ASSIGN_OR_RETURN(
-        void* ws, ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes + w2_bytes + 64));
+    // The expanded tensor of two primitives: up to kFusedDwMinElements in one buffer per thread
+    // that every pair site shares (kept in cache from pair to pair, as the memory plan keeps
+    // separate convs' values); a bigger one (a pair oneDNN would not fuse) in the site's
+    // workspace, within the VM's memory accounting.
+    const Tensor& x = *in[0];
+    const size_t mid_floats = static_cast<size_t>(x.dim(0) * w.dim(0) * x.dim(2) * x.dim(3));
+    const bool mid_shared = mid_floats <= static_cast<size_t>(kFusedDwMinElements);
+    const size_t mid_bytes = e.dw_fused || mid_shared ? 0 : Align(mid_floats * sizeof(float));
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes +
+                                                   w2_bytes + mid_bytes + 64));
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     char* pscratch = base;
     char* psrc = base + scratch;
@@ -784,10 +793,7 @@ class ConvKernel final : public DnnlKernel {
       if (e.dst_reorder.bound()) return e.dst_reorder.Execute({pdst, dst}, pscratch);
       return absl::OkStatus();
     }
-    // The expanded tensor in one buffer per thread that every pair site shares, so the next pair
-    // writes memory that is still in cache, as the memory plan gives separate convs.
-    const Tensor& x = *in[0];
-    void* pmid = SharedMid(static_cast<size_t>(x.dim(0) * w.dim(0) * x.dim(2) * x.dim(3)));
+    void* pmid = mid_shared ? SharedMid(mid_floats) : pws + w_bytes + w2_bytes;
     if (pmid == nullptr) return absl::ResourceExhaustedError("FusedConv: expanded tensor");
     if (e.src_reorder.bound()) {
       DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
