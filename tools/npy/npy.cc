@@ -367,15 +367,19 @@ bool AppendUtf8(uint32_t c, std::string& out) {
 // A '<Un' / '>Un' array as a string tensor (UTF-8, trailing NULs dropped).
 absl::StatusOr<Tensor> DecodeStrings(const NpyHeader& h, const uint8_t* data) {
   // A '<U0' array stores no bytes, so the file size does not bound its element count; each
-  // element still costs a table entry in memory. Checked multiply, and a cap far above any
-  // real input (2^30 strings is a 16 GiB table).
+  // element still costs a table entry (32 bytes) in memory. Checked multiply, and a cap far
+  // above any real input: 2^30 strings, and 2^20 for a '<U0' array (all empty strings: a
+  // 32 MiB table from a header alone; npy_fuzzer's 2 GiB limit found 2 x 211111111 of them).
   constexpr int64_t kMaxStrings = int64_t{1} << 30;
+  constexpr int64_t kMaxEmptyStrings = int64_t{1} << 20;
+  const int64_t cap = h.str_width == 0 ? kMaxEmptyStrings : kMaxStrings;
   int64_t n = 1;
   for (int64_t d : h.dims) {
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxStrings) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > cap) {
       return absl::InvalidArgumentError(
-          absl::StrCat("npy: a string array of shape ", DimsString(h.dims),
-                       " has more than 2^30 elements, more than dynvm takes"));
+          absl::StrCat("npy: a string array of shape ", DimsString(h.dims), " has more than ",
+                       h.str_width == 0 ? "2^20 elements of width 0" : "2^30 elements",
+                       ", more than dynvm takes"));
     }
   }
   std::vector<std::string> values(static_cast<size_t>(n));
@@ -509,8 +513,12 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> bytes) {
                                                    " needs more than 2^63 bytes"));
   }
   // An empty array may have huge other dims, e.g. (0, 2^40, 2^40). Its row-major strides
-  // (products of the dims, counting 0 as 1) must still fit in 64 bits, in bytes too.
-  int64_t extent = std::max<int64_t>(h.element_bytes(), 1);
+  // (products of the dims, counting 0 as 1) must still fit in 64 bits, in bytes too. A string
+  // array counts at least 8 bytes an element: it is written back at least as '<U1' (4 bytes)
+  // and held as a table of 8-byte entries (npy_fuzzer found a '<U0' shape whose strides fit
+  // only at width 0).
+  const int64_t min_element = h.dtype == DType::kString ? 8 : 1;
+  int64_t extent = std::max<int64_t>(h.element_bytes(), min_element);
   for (int64_t d : h.dims) {
     if (__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent)) {
       return absl::InvalidArgumentError(absl::StrCat("npy: the strides of the empty shape ",

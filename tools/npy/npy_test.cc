@@ -627,7 +627,18 @@ std::vector<BadCase> BadCases() {
       // by the file's size (it asked for a vector of 7e17 strings).
       {"huge zero-width strings",
        MakeNpy(1, "{'descr': '>U0', 'fortran_order': False, 'shape': (3, 244444444444444442), }"),
-       kInvalid, "more than 2^30 elements"},
+       kInvalid, "more than 2^20 elements of width 0"},
+      // Found by npy_fuzzer later: 2 x 211111111 empty strings passed the 2^30 cap and asked for
+      // a 13 GiB table. A zero-width array is capped at 2^20 elements.
+      {"many zero-width strings",
+       MakeNpy(1, "{'descr': '<U0', 'fortran_order': False, 'shape': (2, 211111111), }"), kInvalid,
+       "more than 2^20 elements of width 0"},
+      // And an empty '<U0' array whose strides fit only at width 0 (written back as '<U1').
+      {"empty zero-width strings with huge strides",
+       MakeNpy(1,
+               "{'descr': '<U0', 'fortran_order': False, 'shape': (0, 211111111110, "
+               "21111111, 1), }"),
+       kInvalid, "overflow 64 bits"},
       {"leading comma", MakeNpy(1, "{, 'descr': '<f4'}"), kInvalid, "quoted key"},
       {"double comma", MakeNpy(1, "{'descr': '<f4',, 'shape': (6,)}"), kInvalid, "quoted key"},
       {"missing colon", MakeNpy(1, "{'descr' '<f4'}"), kInvalid, "expected ':'"},
