@@ -592,6 +592,30 @@ struct BadCase {
   const char* message;  // a substring of the error message
 };
 
+// '<U0' string arrays (found by npy_fuzzer): no bytes per element, so the file's size bounds
+// neither their element count nor their strides.
+std::vector<BadCase> ZeroWidthStringCases() {
+  constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+  return {
+      // Found by npy_fuzzer: a '<U0' array stores no bytes, so its element count is not bounded
+      // by the file's size (it asked for a vector of 7e17 strings).
+      {"huge zero-width strings",
+       MakeNpy(1, "{'descr': '>U0', 'fortran_order': False, 'shape': (3, 244444444444444442), }"),
+       kInvalid, "more than 2^20 elements of width 0"},
+      // Found by npy_fuzzer later: 2 x 211111111 empty strings passed the 2^30 cap and asked for
+      // a 13 GiB table. A zero-width array is capped at 2^20 elements.
+      {"many zero-width strings",
+       MakeNpy(1, "{'descr': '<U0', 'fortran_order': False, 'shape': (2, 211111111), }"), kInvalid,
+       "more than 2^20 elements of width 0"},
+      // And an empty '<U0' array whose strides fit only at width 0 (written back as '<U1').
+      {"empty zero-width strings with huge strides",
+       MakeNpy(1,
+               "{'descr': '<U0', 'fortran_order': False, 'shape': (0, 211111111110, "
+               "21111111, 1), }"),
+       kInvalid, "overflow 64 bits"},
+  };
+}
+
 std::vector<BadCase> BadCases() {
   using absl::StatusCode;
   constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
@@ -623,22 +647,6 @@ std::vector<BadCase> BadCases() {
       {"text after dict", MakeNpy(1, F4Header("(6,)") + " x", data24), kInvalid, "after the dict"},
       {"two dicts", MakeNpy(1, F4Header("(6,)") + F4Header("(6,)"), data24), kInvalid,
        "after the dict"},
-      // Found by npy_fuzzer: a '<U0' array stores no bytes, so its element count is not bounded
-      // by the file's size (it asked for a vector of 7e17 strings).
-      {"huge zero-width strings",
-       MakeNpy(1, "{'descr': '>U0', 'fortran_order': False, 'shape': (3, 244444444444444442), }"),
-       kInvalid, "more than 2^20 elements of width 0"},
-      // Found by npy_fuzzer later: 2 x 211111111 empty strings passed the 2^30 cap and asked for
-      // a 13 GiB table. A zero-width array is capped at 2^20 elements.
-      {"many zero-width strings",
-       MakeNpy(1, "{'descr': '<U0', 'fortran_order': False, 'shape': (2, 211111111), }"), kInvalid,
-       "more than 2^20 elements of width 0"},
-      // And an empty '<U0' array whose strides fit only at width 0 (written back as '<U1').
-      {"empty zero-width strings with huge strides",
-       MakeNpy(1,
-               "{'descr': '<U0', 'fortran_order': False, 'shape': (0, 211111111110, "
-               "21111111, 1), }"),
-       kInvalid, "overflow 64 bits"},
       {"leading comma", MakeNpy(1, "{, 'descr': '<f4'}"), kInvalid, "quoted key"},
       {"double comma", MakeNpy(1, "{'descr': '<f4',, 'shape': (6,)}"), kInvalid, "quoted key"},
       {"missing colon", MakeNpy(1, "{'descr' '<f4'}"), kInvalid, "expected ':'"},
@@ -746,6 +754,7 @@ std::vector<BadCase> BadCases() {
        MakeNpy(3, "{'descr': '<f\xc3\xa9', 'fortran_order': False, 'shape': (1,), }", data24),
        kInvalid, "unsupported descr"},
   };
+  for (BadCase& c : ZeroWidthStringCases()) cases.push_back(std::move(c));
   return cases;
 }
 
