@@ -13,6 +13,21 @@
 
 namespace dynvm::testing {
 
+// True in sanitizer builds (tools/test.sh's address and thread stages), where reference kernels
+// run about 10x slower: tests with long sweeps run a reduced one there (the Release ctest runs
+// all of it).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // A fluent description of one kernel call:
 //   KernelCall("Add").In(a).In(b).Out(DType::kF32).Run()
 // Output ports are dynamic unless Out() is given preallocated tensors via OutTensor().

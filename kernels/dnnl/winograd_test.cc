@@ -32,20 +32,7 @@
 namespace dynvm::onednn {
 namespace {
 
-// Sanitizer builds (tools/test.sh's sanitize stage) run the reference convolution about 10x
-// slower: there the random sweep covers each activation once and the model shapes stop at the
-// CRNN's; the Release ctest runs everything.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing::kSanitized;
 
 using testing::KernelCall;
 using Ints = std::vector<int64_t>;
