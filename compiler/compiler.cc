@@ -80,7 +80,8 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
       }
     }
     DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(module, rewrites));
-    if (NarrowSelectedRows(module) > 0) {
+    result.narrowed_nodes = NarrowSelectedRows(module);
+    if (result.narrowed_nodes > 0) {
       DYNVM_RETURN_IF_ERROR(InferShapes(module));
     }
     EliminateCommonSubexpressions(module);
@@ -162,6 +163,7 @@ std::string CompileResult::ReportText() const {
   for (const auto& [rule, count] : rewrites) {
     absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
+  if (!rewrites.empty()) absl::StrAppendFormat(&out, "narrow_rows: %d\n", narrowed_nodes);
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
   }

@@ -82,6 +82,9 @@ struct CompileResult {
   // How often each pattern-rewrite rule fired (every rule, zeros included; empty when not
   // optimizing).
   std::map<std::string, int> rewrites;
+  // Nodes NarrowSelectedRows made compute one row (compiler/narrow_rows.cc; 0 when not
+  // optimizing). Reported as "narrow_rows: N" with the rewrites.
+  int narrowed_nodes = 0;
   // What the conv-family fusion did (all zero when nothing fused or not optimizing): Conv nodes
   // fused, Pads / BatchNormalizations / residual Adds / activations folded into them, values
   // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run

@@ -96,12 +96,79 @@ struct InputNeed {
   int axis = 0;
 };
 
+// A permutation attribute of `rank` entries, the identity when absent; nullopt when malformed.
+std::optional<std::vector<int64_t>> PermAttr(const Node& n, const char* name, int rank) {
+  std::vector<int64_t> perm(rank);
+  for (int i = 0; i < rank; ++i) perm[i] = i;
+  const AttrValue* a = n.attr(name);
+  if (a == nullptr) return perm;
+  if (a->type != AttrValue::Type::kInts || static_cast<int>(a->ints.size()) != rank)
+    return std::nullopt;
+  for (int64_t p : a->ints) {
+    if (p < 0 || p >= rank) return std::nullopt;
+  }
+  return a->ints;
+}
+
+// The input axis of a Reshape whose rows are the output's rows along `axis`: the input axis
+// `b` of the same size with as many elements in the dims before it (then every index of the
+// dims before picks the same block of elements in both, and row i of `axis` is row i of `b`).
+// The dims before must be equal (symbolic dims allowed) or all constant. nullopt: none.
+std::optional<int> ReshapeRowAxis(const std::vector<Dim>& in, const std::vector<Dim>& out,
+                                  int axis) {
+  const Dim size = out[axis];
+  if (static_cast<int>(in.size()) > axis) {
+    bool same = true;
+    for (int j = 0; j <= axis && same; ++j) same = in[j] == out[j];
+    if (same) return axis;
+  }
+  int64_t before = 1;  // elements in out's dims before the axis
+  for (int j = 0; j < axis; ++j) {
+    std::optional<int64_t> c = SymbolicContext::AsConst(out[j]);
+    if (!c) return std::nullopt;
+    before *= *c;
+  }
+  int64_t in_before = 1;
+  for (int b = 0; b < static_cast<int>(in.size()) && in_before <= before; ++b) {
+    if (in_before == before && in[b] == size) return b;
+    std::optional<int64_t> c = SymbolicContext::AsConst(in[b]);
+    if (!c || *c <= 0) return std::nullopt;
+    in_before *= *c;
+  }
+  return std::nullopt;
+}
+
+// dynvm::Attention (kernels/reference/attention.h) wanted at a row of output axis `axis`: when
+// that axis is R's query axis (through out_perm), the row of Q's query axis (through q_perm)
+// and of the mask's if it has the axis at full size; K and V whole. Other axes: nullopt.
+template <typename SameAxis>
+std::optional<std::vector<InputNeed>> AttentionRows(const Node& n, int r, int axis,
+                                                    SameAxis& same_axis_input,
+                                                    std::vector<InputNeed>& needs) {
+  if (r < 2 || n.inputs.size() < 3 || n.inputs[0] == nullptr || n.inputs[0]->rank() != r)
+    return std::nullopt;
+  const std::optional<std::vector<int64_t>> out_perm = PermAttr(n, "out_perm", r);
+  const std::optional<std::vector<int64_t>> q_perm = PermAttr(n, "q_perm", r);
+  if (!out_perm || !q_perm || (*out_perm)[axis] != r - 2) return std::nullopt;
+  if (!same_axis_input(0, static_cast<int>((*q_perm)[r - 2]))) return std::nullopt;
+  if (n.inputs.size() > 3 && n.inputs[3] != nullptr) {
+    const Value* mask = n.inputs[3];
+    const int m_axis = (r - 2) - (r - mask->rank());
+    if (m_axis >= 0 && SymbolicContext::AsConst((*mask->shape)[m_axis]) != 1 &&
+        !same_axis_input(3, m_axis)) {
+      return std::nullopt;
+    }
+  }
+  return needs;
+}
+
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
-  const bool linear = n.domain == "dynvm" && n.op == "Linear";    // rows of X, like MatMul
-  const bool permuted = n.domain == "dynvm" && n.op == "MatMul";  // A's rows through a_perm
+  const bool linear = n.domain == "dynvm" && n.op == "Linear";        // rows of X, like MatMul
+  const bool permuted = n.domain == "dynvm" && n.op == "MatMul";      // A's rows through a_perm
+  const bool attention = n.domain == "dynvm" && n.op == "Attention";  // the queries' rows
   const bool activation = n.domain == "dynvm" && DynvmActivations().contains(n.op);
-  if ((!n.domain.empty() && !linear && !permuted && !activation) || n.outputs.empty() ||
-      n.outputs[0] == nullptr) {
+  if ((!n.domain.empty() && !linear && !permuted && !attention && !activation) ||
+      n.outputs.empty() || n.outputs[0] == nullptr) {
     return std::nullopt;
   }
   const Value* out = n.outputs[0];
@@ -123,6 +190,19 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     return true;
   };
   const std::string& op = n.op;
+  if (attention) {  // Y = Transpose(softmax(Q' K' + mask) V', out_perm): a row of Y's query axis
+    return AttentionRows(n, r, axis, same_axis_input, needs);
+  }
+  if (op ==
+      "Gemm") {  // Y [M, N] = A' B' + C: a row of Y is a row of A' (and of C if not broadcast)
+    if (r != 2 || axis != 0 || n.inputs.size() < 2) return std::nullopt;
+    if (!same_axis_input(0, IntAttr(n, "transA", 0) != 0 ? 1 : 0)) return std::nullopt;
+    if (n.inputs.size() > 2 && n.inputs[2] != nullptr && n.inputs[2]->rank() == 2 &&
+        SymbolicContext::AsConst((*n.inputs[2]->shape)[0]) != 1 && !same_axis_input(2, 0)) {
+      return std::nullopt;
+    }
+    return needs;
+  }
   if (linear) {  // dynvm::Linear(X [..., K], W, B): a row of any axis but the last is X's row
     if (axis >= r - 1 || n.inputs.empty() || n.inputs[0] == nullptr || n.inputs[0]->rank() != r ||
         !same_axis_input(0, axis)) {
@@ -187,18 +267,22 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
       return std::nullopt;
     const Value* in = n.inputs[0];
     const Value* target = n.inputs[1];
-    if (in->rank() <= axis || IntAttr(n, "allowzero", 0) != 0) return std::nullopt;
-    for (int j = 0; j <= axis; ++j) {
-      if ((*in->shape)[j] != (*out->shape)[j]) return std::nullopt;
-    }
+    if (IntAttr(n, "allowzero", 0) != 0) return std::nullopt;
+    const std::optional<int> in_axis = ReshapeRowAxis(*in->shape, *out->shape, axis);
+    if (!in_axis) return std::nullopt;
     // The target's entries up to the axis must be sizes, not -1 (inferred from the element
-    // count, which narrowing changes): known from its contents.
+    // count, which narrowing changes): known from its contents. An entry 0 copies the input's
+    // dim at its index: at the narrowed input axis (when it is not the output's) it must not.
     if (!target->content || static_cast<int>(target->content->size()) != r) return std::nullopt;
     for (int j = 0; j <= axis; ++j) {
       std::optional<int64_t> c = SymbolicContext::AsConst((*target->content)[j]);
       if (c && *c < 0) return std::nullopt;
     }
-    if (!same_axis_input(0, axis)) return std::nullopt;
+    if (*in_axis != axis && *in_axis < r) {
+      std::optional<int64_t> c = SymbolicContext::AsConst((*target->content)[*in_axis]);
+      if (!c || *c <= 0) return std::nullopt;
+    }
+    if (!same_axis_input(0, *in_axis)) return std::nullopt;
     return needs;  // the target is rewritten, read whole
   }
   return std::nullopt;
