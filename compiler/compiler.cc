@@ -32,6 +32,26 @@ std::string ConvLayout(const KernelSpec& spec) {
   return s;
 }
 
+// Marks each dynvm::Linear whose weight is a constant of the executable (constant segment:
+// immutable, outliving the kernels) with constant_weights = 1, so that its kernel may keep a
+// packed copy (kernels/dnnl/linear.cc). Returns how many.
+int MarkConstantLinearWeights(Graph& g) {
+  int count = 0;
+  for (auto& n : g.nodes) {
+    for (auto& [name, sub] : n->subgraphs) count += MarkConstantLinearWeights(*sub);
+    if (n->domain != "dynvm" || n->op != "Linear" || n->inputs.size() < 2 ||
+        n->inputs[1] == nullptr || !n->inputs[1]->constant) {
+      continue;
+    }
+    AttrValue one;
+    one.type = AttrValue::Type::kInt;
+    one.i = 1;
+    n->attrs["constant_weights"] = one;
+    ++count;
+  }
+  return count;
+}
+
 }  // namespace
 
 absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& options) {
@@ -100,6 +120,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     }
     if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);
+    for (Function& f : module.functions()) MarkConstantLinearWeights(*f.graph);
   }
   if (options.quantize_weights != DType::kF32) {
     DYNVM_ASSIGN_OR_RETURN(

@@ -10,20 +10,36 @@
 // GEMV's columns) over the VM's pool, each range one single-threaded sgemm plus its epilogue.
 // A strided X is packed into the site's workspace; a W or B oneDNN cannot address (not
 // unit-stride along its rows) runs the reference kernel.
+//
+// A Linear with an activation, a constant W (attribute constant_weights = 1, set by the
+// compiler for a weight of the executable's constant segment) and at least kMinPackedRows rows
+// of X runs dynvm's packed GEMM instead on CPUs with AVX2 and FMA but not AVX-512
+// (packed_gemm.h): W is packed once, on first use, into a copy shared by every VM that runs the
+// kernel, and the bias and activation run on each block of Y while it is in cache. Without an
+// activation dnnl_sgemm stays: its product was 10-20% faster in the BERT-like encoder's
+// graph on the AVX2 EPYC, and a bias alone is a cheap pass (docs/kernels.md).
+// DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
 #include "kernels/reference/linear.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "common/status_macros.h"
 #include "kernels/dnnl/clones.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/fast_math.h"
+#include "kernels/dnnl/packed_gemm.h"
 #include "kernels/dnnl/vector_loops.h"
 
 namespace dynvm::onednn {
@@ -136,10 +152,78 @@ struct Product {
 constexpr int64_t kRowGrain = 8;
 constexpr int64_t kColGrain = 16;
 
+// The packed GEMM from this many rows of X (below, dnnl_sgemm and the GEMV loop: a decode step
+// reads each weight once, and packing would only copy it).
+constexpr int64_t kMinPackedRows = 8;
+
+// DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (for A/B measurements). Read once.
+bool PackedGemmEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("DYNVM_DNNL_PACKED_GEMM");
+    return packed_gemm::Supported() && (env == nullptr || std::strcmp(env, "0") != 0);
+  }();
+  return on;
+}
+
+// Packed copies of constant weights, keyed by the weight's address and geometry (the constant
+// segment outlives the kernel and never changes). Shared by every VM running the kernel.
+class PackedWeights {
+ public:
+  // The packed W, packing it on first use; nullptr when the cache holds kMaxBytes already (the
+  // caller runs dnnl_sgemm) or the allocation fails.
+  const float* Get(char trans, int64_t k, int64_t n, const float* w, int64_t ldw) const {
+    const Key key{w, trans, k, n, ldw};
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = packed_.find(key); it != packed_.end()) return it->second.get();
+    const size_t bytes = static_cast<size_t>(packed_gemm::PackedFloats(k, n)) * sizeof(float);
+    if (bytes_ + bytes > kMaxBytes) return nullptr;
+    std::unique_ptr<float, Free> p(
+        static_cast<float*>(std::aligned_alloc(64, (bytes + 63) & ~size_t{63})));
+    if (p == nullptr) return nullptr;
+    packed_gemm::Pack(trans, k, n, w, ldw, p.get());
+    bytes_ += bytes;
+    return packed_.emplace(key, std::move(p)).first->second.get();
+  }
+
+ private:
+  static constexpr size_t kMaxBytes = size_t{4} << 30;
+  struct Key {
+    const float* w;
+    char trans;
+    int64_t k, n, ldw;
+    bool operator==(const Key& o) const {
+      return w == o.w && trans == o.trans && k == o.k && n == o.n && ldw == o.ldw;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& key) {
+      return H::combine(std::move(h), key.w, key.trans, key.k, key.n, key.ldw);
+    }
+  };
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  mutable std::mutex mu_;
+  mutable absl::flat_hash_map<Key, std::unique_ptr<float, Free>> packed_ ABSL_GUARDED_BY(mu_);
+  mutable size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Rows [i0, i1) of the product on packed W, the epilogue on each block.
+void RunPacked(const Product& p, const float* packed, int64_t i0, int64_t i1) {
+  packed_gemm::Multiply(i0, i1, p.n, p.k, p.x, p.k, packed, p.y, p.n,
+                        [&](int64_t r0, int64_t rows, int64_t j0, int64_t cols) {
+                          BiasActivation(p.act, rows, cols,
+                                         p.bias == nullptr ? nullptr : p.bias + j0,
+                                         p.y + r0 * p.n + j0, p.n);
+                        });
+}
+
 class LinearKernel final : public DnnlKernel {
  public:
-  LinearKernel(std::string name, std::unique_ptr<Kernel> reference, LinearAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+  LinearKernel(std::string name, std::unique_ptr<Kernel> reference, LinearAttrs attrs,
+               bool constant_weights)
+      : DnnlKernel(std::move(name), std::move(reference)),
+        attrs_(attrs),
+        constant_weights_(constant_weights) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Linear"));
@@ -179,10 +263,29 @@ class LinearKernel final : public DnnlKernel {
       for (int64_t i = 0; i < x.numel(); ++i) packed[i] = src[x.ElementOffset(i)];
       p.x = packed;
     }
+    if (constant_weights_ && p.act != LinearAct::kNone && p.m >= kMinPackedRows &&
+        PackedGemmEnabled()) {
+      if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
+        ComputePacked(ctx, p, packed);
+        return absl::OkStatus();
+      }
+    }
     return Compute(ctx, p);
   }
 
  private:
+  // Rows split over the pool in multiples of the micro-kernel's 6 (each range reads all of
+  // packed W: the row blocks of one range reuse it from L2).
+  static void ComputePacked(const KernelContext& ctx, const Product& p, const float* packed) {
+    const int threads = ctx.num_threads();
+    if (threads == 1 || p.m * p.n * p.k < kMinParallelGemm || p.m < 12) {
+      RunPacked(p, packed, 0, p.m);
+      return;
+    }
+    const int64_t grain = std::max<int64_t>(6, (p.m / threads + 5) / 6 * 6);
+    ctx.ParallelFor(p.m, grain, [&](int64_t i0, int64_t i1) { RunPacked(p, packed, i0, i1); });
+  }
+
   static absl::Status Compute(const KernelContext& ctx, const Product& p) {
     const int threads = ctx.num_threads();
     const int64_t work = p.m * p.n * p.k;
@@ -218,12 +321,16 @@ class LinearKernel final : public DnnlKernel {
   }
 
   LinearAttrs attrs_;
+  bool constant_weights_;
+  PackedWeights packed_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLinear(const KernelSpec& spec) {
   DYNVM_ASSIGN_OR_RETURN(LinearAttrs attrs, reference::GetLinearAttrs(spec));
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<LinearKernel>(KernelName(spec, "sgemm"), std::move(ref), attrs);
+  DYNVM_ASSIGN_OR_RETURN(const int64_t constant_weights, spec.GetInt("constant_weights", 0));
+  return std::make_unique<LinearKernel>(KernelName(spec, "sgemm"), std::move(ref), attrs,
+                                        constant_weights == 1);
 }
 
 }  // namespace
