@@ -26,6 +26,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -343,6 +344,7 @@ class RowNarrower {
       const Node& n = **it;
       for (const auto& [name, sub] : n.subgraphs) MarkNestedUses(*sub);
       if (std::optional<Demand> sel = Selection(n)) {
+        selections_.emplace(&n, *sel);
         Use(n.inputs[0], *sel);
         Use(n.inputs[1], Demand::Full());
         continue;
@@ -394,7 +396,7 @@ class RowNarrower {
 
   Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index,
                const Node& user) {
-    const auto key = std::make_pair(v, axis);
+    const auto key = std::make_tuple(v, axis, index);
     if (auto it = gathered_.find(key); it != gathered_.end()) return it->second;
     AttrValue ax;
     ax.type = AttrValue::Type::kInt;
@@ -412,7 +414,10 @@ class RowNarrower {
     std::vector<std::unique_ptr<Node>> out;
     for (auto& node : g_.nodes) {
       Node& n = *node;
-      if (auto sel = Selection(n); sel && NarrowedInPlace(n.inputs[0], sel->axis)) {
+      // (Found by the analysis: Selection(n) needs its data's shape, which rewriting the data's
+      // producer above has reset.)
+      if (auto sel = selections_.find(&n);
+          sel != selections_.end() && NarrowedInPlace(n.inputs[0], sel->second.axis)) {
         // Its data now has the selected row only.
         const Tensor& old = *n.inputs[1]->constant;
         absl::StatusOr<Tensor> zero = old.rank() == 0
@@ -464,7 +469,9 @@ class RowNarrower {
     int out_rank;
   };
   absl::flat_hash_map<const Node*, Narrowing> narrowed_;
-  absl::flat_hash_map<std::pair<Value*, int>, Value*> gathered_;
+  absl::flat_hash_map<const Node*, Demand> selections_;  // the selecting Gathers
+  // The rows inserted: (value, axis, index) -> its Gather.
+  absl::flat_hash_map<std::tuple<Value*, int, int64_t>, Value*> gathered_;
 };
 
 void NarrowGraph(Module& m, Graph& g, int& count) {
