@@ -19,9 +19,13 @@
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
 // every input that has the axis at full size; dynvm's Gelu, GeluTanh and Silu too), MatMul (a row
 // of the output's second-to-last axis needs that row of A, through a_perm for dynvm::MatMul;
-// dynvm::Linear: a row of any axis but the last needs that row of X),
-// Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and Reshape
-// when it keeps every dim up to and including the axis.
+// dynvm::Linear: a row of any axis but the last needs that row of X), Gemm (a row of Y needs
+// A's row, A's axis 1 with transA, and C's row when C is [M, N]), dynvm::Attention (a row of
+// the output's query axis, through out_perm, needs the row of Q's query axis, through q_perm,
+// and of the mask's when it has that axis at full size; K and V whole),
+// Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and
+// Reshape when the output axis is an input axis of the same size with as many elements before
+// it (ReshapeRowAxis).
 #include <algorithm>
 #include <limits>
 #include <optional>
