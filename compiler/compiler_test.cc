@@ -903,16 +903,19 @@ TEST(CompilerTest, AttentionGemmAndUnitReshapesAreNarrowedToTheKeptPosition) {
 
 // Near misses: an Attention whose output is kept along an axis other than its queries' (a
 // head, or a column of the values) computes everything; an Attention read as the keys and
-// values of another computes every row, the other one row.
+// values of another computes every row, the other one row. Self-attention on one value reads
+// the queries' row of it and the keys and values whole.
 TEST(CompilerTest, AttentionIsNarrowedOnlyAlongItsQueries) {
   struct Case {
     const char* name;
     int64_t axis;
-    bool chained;
+    bool chained;  // y is the keys and values of another Attention, whose output is kept
+    bool self;     // y = Attention(kv, kv, kv)
     int expected;
   };
-  for (const Case& k : {Case{"head", 0, false, 0}, Case{"column", 2, false, 0},
-                        Case{"keys of another", 1, true, 1}}) {
+  for (const Case& k :
+       {Case{"head", 0, false, false, 0}, Case{"column", 2, false, false, 0},
+        Case{"keys of another", 1, true, false, 1}, Case{"self", 1, false, true, 1}}) {
     SCOPED_TRACE(k.name);
     auto build = [&](Module& m) {
       GraphBuilder b(m.AddFunction("main"));
@@ -921,7 +924,7 @@ TEST(CompilerTest, AttentionIsNarrowedOnlyAlongItsQueries) {
       Attrs attrs = {{"q_perm", AttrInts({0, 1, 2})}, {"k_perm", AttrInts({0, 2, 1})},
                      {"v_perm", AttrInts({0, 1, 2})}, {"out_perm", AttrInts({0, 1, 2})},
                      {"scale", AttrFloat(0.5f)},      {"mask_mode", AttrInt(0)}};
-      Value* y = b.Op("Attention", {q, kv, kv}, attrs, "dynvm");
+      Value* y = b.Op("Attention", {k.self ? kv : q, kv, kv}, attrs, "dynvm");
       Value* z = k.chained ? b.Op("Attention", {q, y, y}, attrs, "dynvm") : y;
       b.Output("kept", b.Op("Gather", {z, b.ScalarI64(1)}, {{"axis", AttrInt(k.axis)}}));
       return y;
@@ -930,7 +933,16 @@ TEST(CompilerTest, AttentionIsNarrowedOnlyAlongItsQueries) {
     Value* y = build(narrowed);
     EXPECT_EQ(NarrowAndInfer(narrowed), k.expected) << narrowed.Dump();
     ASSERT_TRUE(y->shape);
-    EXPECT_EQ((*y->shape)[1], narrowed.sym().Symbol("seq")) << narrowed.Dump();
+    const Node* att = y->producer;
+    if (k.self) {  // the queries' row of kv; the keys and values all of it
+      EXPECT_EQ(SymbolicContext::AsConst((*y->shape)[1]), 1) << narrowed.Dump();
+      ASSERT_NE(att->inputs[0]->producer, nullptr);
+      EXPECT_EQ(att->inputs[0]->producer->op, "Gather");
+      EXPECT_EQ(att->inputs[1], att->inputs[2]);
+      EXPECT_EQ(att->inputs[1]->producer, nullptr);
+    } else {
+      EXPECT_EQ((*y->shape)[1], narrowed.sym().Symbol("seq")) << narrowed.Dump();
+    }
     auto [opt, plain] = CompileBoth(build);
     for (int64_t seq : {2, 6}) {
       const uint32_t seed = 110 + static_cast<uint32_t>(seq);
