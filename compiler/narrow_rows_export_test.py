@@ -93,8 +93,9 @@ def compile_and_run(args, d, model, extra):
     report = run([args.vm_compile, model, "-o", dvm, "--report"] + extra)
     out_dir = dvm[:-4] + "_out"
     os.makedirs(out_dir, exist_ok=True)
-    run([args.vm_run, dvm, "--output-dir", out_dir, "--input",
-         f"x={os.path.join(d, 'input_x.npy')}", "--input", f"pad={os.path.join(d, 'input_pad.npy')}"])
+    run([args.vm_run, dvm, "--output-dir", out_dir,
+         "--input", f"x={os.path.join(d, 'input_x.npy')}",
+         "--input", f"pad={os.path.join(d, 'input_pad.npy')}"])
     m = re.search(r"^narrow_rows: (\d+)$", report, re.M)
     return np.load(os.path.join(out_dir, "y.npy")), (int(m.group(1)) if m else None), dvm
 
