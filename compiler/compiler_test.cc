@@ -4,11 +4,13 @@
 #include "compiler/compiler.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/builder.h"
 #include "compiler/passes.h"
 #include "gmock/gmock.h"
@@ -705,6 +707,347 @@ TEST(CompilerTest, DynvmActivationsAreNarrowedToTheSelectedRow) {
       }
     }
   }
+}
+
+// --- Narrowing through dynvm::Attention, Gemm and unit-dim Reshapes (a BERT-like pooler that
+// keeps one position). Each case: the pass's count and narrowed shapes on the IR, and the
+// optimized compile against the unoptimized one on random inputs of several lengths.
+
+Tensor RandomBool(std::vector<int64_t> dims, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor t = *Tensor::Empty(DType::kBool, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = (rng() & 1) != 0;
+  return t;
+}
+
+// Runs both programs on the same inputs and compares every output.
+void ExpectSameOutputs(const Compiled& opt, const Compiled& plain,
+                       const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  ASSERT_TRUE(opt.exe && plain.exe);
+  std::vector<Tensor> got = RunOrDie(opt.exe, inputs);
+  std::vector<Tensor> want = RunOrDie(plain.exe, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t i = 0; i < got.size(); ++i) ExpectNear(got[i], want[i], 1e-5);
+}
+
+// Compiles what `build` makes twice: optimized, and with optimize=false.
+template <typename Build>
+std::pair<Compiled, Compiled> CompileBoth(Build build) {
+  Module opt_module, plain_module;
+  build(opt_module);
+  build(plain_module);
+  CompileOptions plain_options;
+  plain_options.optimize = false;
+  Compiled opt = CompileOrDie(opt_module);
+  Compiled plain = CompileOrDie(plain_module, plain_options);
+  return {std::move(opt), std::move(plain)};
+}
+
+// Runs InferShapes, NarrowSelectedRows and InferShapes again; the pass's count.
+int NarrowAndInfer(Module& m) {
+  EXPECT_TRUE(InferShapes(m).ok()) << m.Dump();
+  const int count = NarrowSelectedRows(m);
+  absl::Status s = InferShapes(m);
+  EXPECT_TRUE(s.ok()) << s << "\n" << m.Dump();
+  return count;
+}
+
+enum class MaskKind { kNone, kKeyPadding, kCausal, kAdditive };
+
+struct AttentionCase {
+  MaskKind mask = MaskKind::kNone;
+  bool torch_layout = true;  // Q, K, V [L, B*H, hd] (perms [1, 0, 2]); else [B*H, L, hd]
+  bool trans_a = false;      // the out-projection Gemm reads A transposed
+  bool full_c = false;       // its C is [L, E], not a broadcast bias
+  int64_t index = 0;         // the position kept
+};
+
+constexpr int64_t kHeads = 2, kHeadDim = 4, kEmbed = kHeads * kHeadDim;
+
+struct AttentionModel {
+  Value* attention = nullptr;
+  Value* projection = nullptr;
+};
+
+// dynvm::Attention as compiler/rewrite/attention.cc emits it (batch 1, kHeads heads), the heads
+// merged, a Gemm out-projection, then [L, E] -> [L, 1, E] -> [1, L, E] (what
+// transpose_unit_axes makes of torch's batch-first Transpose) and one position kept.
+AttentionModel BuildAttentionModel(Module& m, const AttentionCase& c) {
+  GraphBuilder b(m.AddFunction("main"));
+  const std::vector<DimSpec> dims = c.torch_layout ? std::vector<DimSpec>{"seq", kHeads, kHeadDim}
+                                                   : std::vector<DimSpec>{kHeads, "seq", kHeadDim};
+  Value* q = b.Input("q", DType::kF32, dims);
+  std::vector<Value*> inputs = {q, b.Input("k", DType::kF32, dims),
+                                b.Input("v", DType::kF32, dims)};
+  const std::vector<int64_t> perm =
+      c.torch_layout ? std::vector<int64_t>{1, 0, 2} : std::vector<int64_t>{0, 1, 2};
+  Attrs attrs = {{"q_perm", AttrInts(perm)},
+                 {"k_perm", AttrInts(c.torch_layout ? std::vector<int64_t>{1, 2, 0}
+                                                    : std::vector<int64_t>{0, 2, 1})},
+                 {"v_perm", AttrInts(perm)},
+                 {"out_perm", AttrInts(perm)},
+                 {"scale", AttrFloat(0.5f)},
+                 {"fill", AttrFloat(-std::numeric_limits<float>::infinity())}};
+  int64_t mode = 0;
+  if (c.mask == MaskKind::kKeyPadding) {  // broadcast along the queries
+    inputs.push_back(b.Input("mask", DType::kBool, {kHeads, 1, "seq"}));
+    mode = 2;
+  } else if (c.mask == MaskKind::kCausal) {
+    inputs.push_back(b.Input("mask", DType::kBool, {"seq", "seq"}));
+    mode = 2;
+  } else if (c.mask == MaskKind::kAdditive) {
+    inputs.push_back(b.Input("mask", DType::kF32, {kHeads, "seq", "seq"}));
+    mode = 1;
+  }
+  attrs["mask_mode"] = AttrInt(mode);
+  Value* y = b.Op("Attention", inputs, attrs, "dynvm");
+  Value* rows = c.torch_layout ? y : b.Op("Transpose", {y}, {{"perm", AttrInts({1, 0, 2})}});
+  Value* flat = b.Op("Reshape", {rows, b.VectorI64({0, kEmbed})});  // [L, E]
+  Value* a = c.trans_a ? b.Op("Transpose", {flat}, {{"perm", AttrInts({1, 0})}}) : flat;
+  Value* bias = c.full_c ? b.Input("c", DType::kF32, {"seq", kEmbed})
+                         : b.Constant(RandomF32({kEmbed}, 81), "bo", true);
+  Value* proj = b.Op("Gemm", {a, b.Constant(RandomF32({kEmbed, kEmbed}, 80), "wo", true), bias},
+                     {{"transA", AttrInt(c.trans_a ? 1 : 0)},
+                      {"transB", AttrInt(1)},
+                      {"alpha", AttrFloat(0.7f)},
+                      {"beta", AttrFloat(1.3f)}});
+  Value* unit = b.Op("Reshape", {proj, b.VectorI64({0, 1, kEmbed})});
+  const int64_t seq_axis = c.torch_layout ? 0 : 1;
+  Value* seq =
+      b.Op("Slice", {b.Op("Shape", {q}), b.VectorI64({seq_axis}), b.VectorI64({seq_axis + 1})});
+  Value* target =
+      b.Op("Concat", {b.VectorI64({1}), seq, b.VectorI64({kEmbed})}, {{"axis", AttrInt(0)}});
+  Value* h = b.Op("Add", {b.Op("Reshape", {unit, target}), b.Constant(RandomF32({kEmbed}, 82))});
+  b.Output("pooled", b.Op("Gather", {h, b.ScalarI64(c.index)}, {{"axis", AttrInt(1)}}));
+  return {y, proj};
+}
+
+std::vector<std::pair<std::string, Tensor>> AttentionInputs(const AttentionCase& c, int64_t seq,
+                                                            uint32_t seed) {
+  const std::vector<int64_t> dims = c.torch_layout ? std::vector<int64_t>{seq, kHeads, kHeadDim}
+                                                   : std::vector<int64_t>{kHeads, seq, kHeadDim};
+  std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32(dims, seed)},
+                                                    {"k", RandomF32(dims, seed + 1)},
+                                                    {"v", RandomF32(dims, seed + 2)}};
+  if (c.mask == MaskKind::kKeyPadding) {  // key 0 always kept (a row of all -inf is NaN)
+    Tensor mask = RandomBool({kHeads, 1, seq}, seed + 3);
+    for (int64_t h = 0; h < kHeads; ++h) mask.data<bool>()[h * seq] = false;
+    in.emplace_back("mask", mask);
+  } else if (c.mask == MaskKind::kCausal) {  // true above the diagonal: masked
+    Tensor mask = *Tensor::Empty(DType::kBool, {seq, seq});
+    for (int64_t i = 0; i < seq * seq; ++i) mask.data<bool>()[i] = i % seq > i / seq;
+    in.emplace_back("mask", mask);
+  } else if (c.mask == MaskKind::kAdditive) {
+    in.emplace_back("mask", RandomF32({kHeads, seq, seq}, seed + 3));
+  }
+  if (c.full_c) in.emplace_back("c", RandomF32({seq, kEmbed}, seed + 4));
+  return in;
+}
+
+void CheckAttentionCase(const AttentionCase& c) {
+  Module narrowed;
+  AttentionModel model = BuildAttentionModel(narrowed, c);
+  // Attention, Reshape, Gemm, 2 Reshapes, Add; the Transposes of the variants.
+  const int expected = 6 + (c.torch_layout ? 0 : 1) + (c.trans_a ? 1 : 0);
+  EXPECT_EQ(NarrowAndInfer(narrowed), expected) << narrowed.Dump();
+  ASSERT_TRUE(model.attention->shape && model.projection->shape);
+  const int query_axis = c.torch_layout ? 0 : 1;
+  EXPECT_EQ(SymbolicContext::AsConst((*model.attention->shape)[query_axis]), 1) << narrowed.Dump();
+  EXPECT_EQ(SymbolicContext::AsConst((*model.projection->shape)[0]), 1) << narrowed.Dump();
+  const Node* att = model.attention->producer;
+  ASSERT_NE(att->inputs[0]->producer, nullptr);
+  EXPECT_EQ(att->inputs[0]->producer->op, "Gather");  // Q's row
+  EXPECT_EQ(att->inputs[1]->producer, nullptr);       // K, V whole
+  EXPECT_EQ(att->inputs[2]->producer, nullptr);
+  if (c.mask != MaskKind::kNone) {
+    // A mask with the query axis at full size is read at the row; key padding whole.
+    const Node* mask_producer = att->inputs[3]->producer;
+    if (c.mask == MaskKind::kKeyPadding) {
+      EXPECT_EQ(mask_producer, nullptr);
+    } else {
+      ASSERT_NE(mask_producer, nullptr);
+      EXPECT_EQ(mask_producer->op, "Gather");
+    }
+  }
+  const Node* gemm = model.projection->producer;
+  EXPECT_EQ(gemm->inputs[2]->producer != nullptr, c.full_c);  // C [L, E] read at the row
+
+  auto [opt, plain] = CompileBoth([&](Module& m) { BuildAttentionModel(m, c); });
+  for (int64_t seq : {2, 5, 9}) {
+    SCOPED_TRACE(absl::StrCat("seq ", seq));
+    ExpectSameOutputs(opt, plain, AttentionInputs(c, seq, 90 + static_cast<uint32_t>(seq)));
+  }
+}
+
+// A pooler that keeps one position computes the last attention's queries, out-projection and
+// layout Reshapes for that position only, with every mask kind and both layouts.
+TEST(CompilerTest, AttentionGemmAndUnitReshapesAreNarrowedToTheKeptPosition) {
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kKeyPadding, MaskKind::kCausal, MaskKind::kAdditive}) {
+    for (bool torch_layout : {true, false}) {
+      for (int64_t index : {0, -1, 1}) {
+        AttentionCase c;
+        c.mask = mask;
+        c.torch_layout = torch_layout;
+        c.index = index;
+        c.trans_a = index == -1;
+        c.full_c = index == 1;
+        SCOPED_TRACE(absl::StrCat("mask ", static_cast<int>(mask), torch_layout ? " torch" : "",
+                                  " index ", index));
+        CheckAttentionCase(c);
+      }
+    }
+  }
+}
+
+// Near misses: an Attention whose output is kept along an axis other than its queries' (a
+// head, or a column of the values) computes everything; an Attention read as the keys and
+// values of another computes every row, the other one row. Self-attention on one value reads
+// the queries' row of it and the keys and values whole.
+TEST(CompilerTest, AttentionIsNarrowedOnlyAlongItsQueries) {
+  struct Case {
+    const char* name;
+    int64_t axis;
+    bool chained;  // y is the keys and values of another Attention, whose output is kept
+    bool self;     // y = Attention(kv, kv, kv)
+    int expected;
+  };
+  for (const Case& k :
+       {Case{"head", 0, false, false, 0}, Case{"column", 2, false, false, 0},
+        Case{"keys of another", 1, true, false, 1}, Case{"self", 1, false, true, 1}}) {
+    SCOPED_TRACE(k.name);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      const std::vector<DimSpec> dims = {kHeads, "seq", kHeadDim};
+      Value *q = b.Input("q", DType::kF32, dims), *kv = b.Input("kv", DType::kF32, dims);
+      Attrs attrs = {{"q_perm", AttrInts({0, 1, 2})}, {"k_perm", AttrInts({0, 2, 1})},
+                     {"v_perm", AttrInts({0, 1, 2})}, {"out_perm", AttrInts({0, 1, 2})},
+                     {"scale", AttrFloat(0.5f)},      {"mask_mode", AttrInt(0)}};
+      Value* y = b.Op("Attention", {k.self ? kv : q, kv, kv}, attrs, "dynvm");
+      Value* z = k.chained ? b.Op("Attention", {q, y, y}, attrs, "dynvm") : y;
+      b.Output("kept", b.Op("Gather", {z, b.ScalarI64(1)}, {{"axis", AttrInt(k.axis)}}));
+      return y;
+    };
+    Module narrowed;
+    Value* y = build(narrowed);
+    EXPECT_EQ(NarrowAndInfer(narrowed), k.expected) << narrowed.Dump();
+    ASSERT_TRUE(y->shape);
+    const Node* att = y->producer;
+    if (k.self) {  // the queries' row of kv; the keys and values all of it
+      EXPECT_EQ(SymbolicContext::AsConst((*y->shape)[1]), 1) << narrowed.Dump();
+      ASSERT_NE(att->inputs[0]->producer, nullptr);
+      EXPECT_EQ(att->inputs[0]->producer->op, "Gather");
+      EXPECT_EQ(att->inputs[1], att->inputs[2]);
+      EXPECT_EQ(att->inputs[1]->producer, nullptr);
+    } else {
+      EXPECT_EQ((*y->shape)[1], narrowed.sym().Symbol("seq")) << narrowed.Dump();
+    }
+    auto [opt, plain] = CompileBoth(build);
+    for (int64_t seq : {2, 6}) {
+      const uint32_t seed = 110 + static_cast<uint32_t>(seq);
+      ExpectSameOutputs(opt, plain,
+                        {{"q", RandomF32({kHeads, seq, kHeadDim}, seed)},
+                         {"kv", RandomF32({kHeads, seq, kHeadDim}, seed + 1)}});
+    }
+  }
+}
+
+// Gemm: a row of Y is a row of A (A's axis 1 with transA) and of C when C is [M, N]; C
+// broadcast along M is read whole. A column of Y needs every row: the Gemm is not narrowed.
+TEST(CompilerTest, GemmIsNarrowedAlongItsRows) {
+  enum class C { kNone, kVector, kRow, kFull };
+  for (bool trans_a : {false, true}) {
+    for (C c : {C::kNone, C::kVector, C::kRow, C::kFull}) {
+      for (int64_t axis : {0, 1}) {
+        SCOPED_TRACE(
+            absl::StrCat(trans_a ? "transA " : "", "C ", static_cast<int>(c), " axis ", axis));
+        auto build = [&](Module& m) {
+          GraphBuilder b(m.AddFunction("main"));
+          Value* a = b.Input("a", DType::kF32,
+                             trans_a ? std::vector<DimSpec>{6, "m"} : std::vector<DimSpec>{"m", 6});
+          std::vector<Value*> in = {a, b.Constant(RandomF32({6, 5}, 120), "w", true)};
+          if (c == C::kVector) in.push_back(b.Constant(RandomF32({5}, 121)));
+          if (c == C::kRow) in.push_back(b.Constant(RandomF32({1, 5}, 122)));
+          if (c == C::kFull) in.push_back(b.Input("c", DType::kF32, {"m", 5}));
+          Value* y =
+              b.Op("Gemm", in, {{"transA", AttrInt(trans_a ? 1 : 0)}, {"beta", AttrFloat(0.5f)}});
+          b.Output("kept",
+                   b.Op("Gather", {b.Op("Relu", {y}), b.ScalarI64(2)}, {{"axis", AttrInt(axis)}}));
+          return y;
+        };
+        Module narrowed;
+        Value* y = build(narrowed);
+        EXPECT_EQ(NarrowAndInfer(narrowed), axis == 0 ? 2 : 1) << narrowed.Dump();  // + Relu
+        ASSERT_TRUE(y->shape);
+        EXPECT_EQ(SymbolicContext::AsConst((*y->shape)[0]) == 1, axis == 0) << narrowed.Dump();
+        if (c == C::kFull && axis == 0) {
+          ASSERT_NE(y->producer->inputs[2]->producer, nullptr);
+          EXPECT_EQ(y->producer->inputs[2]->producer->op, "Gather");
+        }
+        auto [opt, plain] = CompileBoth(build);
+        for (int64_t m : {3, 7}) {
+          const uint32_t seed = 130 + static_cast<uint32_t>(m);
+          std::vector<std::pair<std::string, Tensor>> in = {
+              {"a",
+               RandomF32(trans_a ? std::vector<int64_t>{6, m} : std::vector<int64_t>{m, 6}, seed)}};
+          if (c == C::kFull) in.emplace_back("c", RandomF32({m, 5}, seed + 1));
+          ExpectSameOutputs(opt, plain, in);
+        }
+      }
+    }
+  }
+}
+
+// Reshape: narrowed when the kept output axis is an input axis of the same size with as many
+// elements before it (unit dims moved, leading dims split or merged before it, -1 after it);
+// not when the axis is split from or merged into another, when its size is inferred (-1), or
+// when the target copies (0) the input's narrowed axis into another place.
+TEST(CompilerTest, ReshapeIsNarrowedWhenItKeepsTheRows) {
+  struct Case {
+    std::vector<int64_t> in, target;
+    int64_t axis;
+    int expected;  // Relu and Reshape, or neither
+  };
+  const std::vector<Case> cases = {
+      {{6, 8, 4}, {6, 32}, 0, 2},      {{6, 8, 4}, {6, -1}, 0, 2},   {{8, 1, 5}, {1, 8, 5}, 1, 2},
+      {{2, 3, 3, 5}, {6, 3, 5}, 1, 2}, {{1, 8, 8}, {8, 8}, 0, 2},    {{24, 5}, {6, 4, 5}, 0, 0},
+      {{6, 4, 5}, {24, 5}, 0, 0},      {{6, 4, 5}, {6, 4, 5}, 1, 2}, {{8, 1, 5}, {1, -1, 5}, 1, 0},
+      {{1, 8, 8}, {8, 0}, 0, 0},       {{4, 6}, {4, 2, 3}, 2, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("[", absl::StrJoin(c.in, ","), "] -> [", absl::StrJoin(c.target, ","),
+                              "] axis ", c.axis));
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      std::vector<DimSpec> dims(c.in.begin(), c.in.end());
+      Value* r =
+          b.Op("Reshape", {b.Op("Relu", {b.Input("x", DType::kF32, dims)}), b.VectorI64(c.target)});
+      b.Output("kept", b.Op("Gather", {r, b.ScalarI64(1)}, {{"axis", AttrInt(c.axis)}}));
+    };
+    Module narrowed;
+    build(narrowed);
+    EXPECT_EQ(NarrowAndInfer(narrowed), c.expected) << narrowed.Dump();
+    auto [opt, plain] = CompileBoth(build);
+    ExpectSameOutputs(opt, plain, {{"x", RandomF32(c.in, 140)}});
+  }
+}
+
+// Rows other than the first and the last (whose index reads a narrowed value right without
+// being rewritten to 0), and two row-wise nodes that keep different rows of one value: each
+// reads its own row of it.
+TEST(CompilerTest, DifferentRowsOfOneValueAreGatheredSeparately) {
+  auto build = [](Module& m) {
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {"n", 8});
+    b.Output("relu", b.Op("Gather", {b.Op("Relu", {x}), b.ScalarI64(1)}, {{"axis", AttrInt(0)}}));
+    b.Output("neg", b.Op("Gather", {b.Op("Neg", {x}), b.ScalarI64(2)}, {{"axis", AttrInt(0)}}));
+  };
+  Module narrowed;
+  build(narrowed);
+  EXPECT_EQ(NarrowAndInfer(narrowed), 2) << narrowed.Dump();
+  auto [opt, plain] = CompileBoth(build);
+  for (int64_t n : {3, 5}) ExpectSameOutputs(opt, plain, {{"x", RandomF32({n, 8}, 150)}});
 }
 
 }  // namespace

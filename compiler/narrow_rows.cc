@@ -19,13 +19,18 @@
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
 // every input that has the axis at full size; dynvm's Gelu, GeluTanh and Silu too), MatMul (a row
 // of the output's second-to-last axis needs that row of A, through a_perm for dynvm::MatMul;
-// dynvm::Linear: a row of any axis but the last needs that row of X),
-// Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and Reshape
-// when it keeps every dim up to and including the axis.
+// dynvm::Linear: a row of any axis but the last needs that row of X), Gemm (a row of Y needs
+// A's row, A's axis 1 with transA, and C's row when C is [M, N]), dynvm::Attention (a row of
+// the output's query axis, through out_perm, needs the row of Q's query axis, through q_perm,
+// and of the mask's when it has that axis at full size; K and V whole),
+// Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and
+// Reshape when the output axis is an input axis of the same size with as many elements before
+// it (ReshapeRowAxis).
 #include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -343,6 +348,7 @@ class RowNarrower {
       const Node& n = **it;
       for (const auto& [name, sub] : n.subgraphs) MarkNestedUses(*sub);
       if (std::optional<Demand> sel = Selection(n)) {
+        selections_.emplace(&n, *sel);
         Use(n.inputs[0], *sel);
         Use(n.inputs[1], Demand::Full());
         continue;
@@ -394,7 +400,7 @@ class RowNarrower {
 
   Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index,
                const Node& user) {
-    const auto key = std::make_pair(v, axis);
+    const auto key = std::make_tuple(v, axis, index);
     if (auto it = gathered_.find(key); it != gathered_.end()) return it->second;
     AttrValue ax;
     ax.type = AttrValue::Type::kInt;
@@ -412,7 +418,10 @@ class RowNarrower {
     std::vector<std::unique_ptr<Node>> out;
     for (auto& node : g_.nodes) {
       Node& n = *node;
-      if (auto sel = Selection(n); sel && NarrowedInPlace(n.inputs[0], sel->axis)) {
+      // (Found by the analysis: Selection(n) needs its data's shape, which rewriting the data's
+      // producer above has reset.)
+      if (auto sel = selections_.find(&n);
+          sel != selections_.end() && NarrowedInPlace(n.inputs[0], sel->second.axis)) {
         // Its data now has the selected row only.
         const Tensor& old = *n.inputs[1]->constant;
         absl::StatusOr<Tensor> zero = old.rank() == 0
@@ -464,7 +473,9 @@ class RowNarrower {
     int out_rank;
   };
   absl::flat_hash_map<const Node*, Narrowing> narrowed_;
-  absl::flat_hash_map<std::pair<Value*, int>, Value*> gathered_;
+  absl::flat_hash_map<const Node*, Demand> selections_;  // the selecting Gathers
+  // The rows inserted: (value, axis, index) -> its Gather.
+  absl::flat_hash_map<std::tuple<Value*, int, int64_t>, Value*> gathered_;
 };
 
 void NarrowGraph(Module& m, Graph& g, int& count) {
