@@ -156,15 +156,6 @@ constexpr int64_t kColGrain = 16;
 // reads each weight once, and packing would only copy it).
 constexpr int64_t kMinPackedRows = 8;
 
-// DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (for A/B measurements). Read once.
-bool PackedGemmEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("DYNVM_DNNL_PACKED_GEMM");
-    return packed_gemm::Supported() && (env == nullptr || std::strcmp(env, "0") != 0);
-  }();
-  return on;
-}
-
 // Packed copies of constant weights, keyed by the weight's address and geometry (the constant
 // segment outlives the kernel and never changes). Shared by every VM running the kernel.
 class PackedWeights {
@@ -264,7 +255,7 @@ class LinearKernel final : public DnnlKernel {
       p.x = packed;
     }
     if (constant_weights_ && p.act != LinearAct::kNone && p.m >= kMinPackedRows &&
-        PackedGemmEnabled()) {
+        packed_gemm::Enabled()) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
         return absl::OkStatus();

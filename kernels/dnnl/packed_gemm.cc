@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -32,8 +33,8 @@ DYNVM_AVX2 void Micro(int64_t depth, const float* a, const float* b, float* c, i
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int64_t p = 0; p < depth; ++p) {
-    const __m256 b0 = _mm256_load_ps(b + p * kPanel);
-    const __m256 b1 = _mm256_load_ps(b + p * kPanel + 8);
+    const __m256 b0 = _mm256_loadu_ps(b + p * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(b + p * kPanel + 8);
     const float* ap = a + p * kRows;
 #define DYNVM_ROW(r)                               \
   if constexpr (R > r) {                           \
@@ -127,6 +128,14 @@ bool Supported() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          !__builtin_cpu_supports("avx512f");
   return ok;
+}
+
+bool Enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("DYNVM_DNNL_PACKED_GEMM");
+    return Supported() && (env == nullptr || std::strcmp(env, "0") != 0);
+  }();
+  return on;
 }
 
 int64_t PackedFloats(int64_t k, int64_t n) { return (n + kPanel - 1) / kPanel * kPanel * k; }

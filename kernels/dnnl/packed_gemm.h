@@ -7,10 +7,11 @@
 // is faster than this kernel, so Supported() is false there.
 //
 // Layout of packed B: panel p (columns [16p, 16p + 16)) holds, for each k in [0, K), 16 floats
-// (zeros past N); panels are contiguous, so panel p starts at 16 K p floats.
-// Blocking: rows in equal blocks of at most kRowBlock, columns in blocks of kColBlock, K in blocks of kDepth
-// (A's block of rows x kDepth in L2, one panel's kDepth x 16 in L1). Sums over K blocks go
-// through C; the epilogue runs on each rows x columns block after its last K block.
+// (zeros past N); panels are contiguous, so panel p starts at 16 K p floats. Any alignment
+// (64 bytes keeps each step's 16 floats in one cache line).
+// Blocking: rows in equal blocks of at most kRowBlock, columns in blocks of kColBlock, K in blocks
+// of kDepth (A's block of rows x kDepth in L2, one panel's kDepth x 16 in L1). Sums over K blocks
+// go through C; the epilogue runs on each rows x columns block after its last K block.
 #ifndef DYNVM_KERNELS_DNNL_PACKED_GEMM_H_
 #define DYNVM_KERNELS_DNNL_PACKED_GEMM_H_
 
@@ -27,6 +28,9 @@ inline constexpr int64_t kDepth = 256;
 
 // Whether the CPU takes this kernel: AVX2 and FMA, no AVX-512F.
 bool Supported();
+
+// Supported() unless DYNVM_DNNL_PACKED_GEMM=0 (read once): whether kernels use it (A/B runs).
+bool Enabled();
 
 // Floats of packed B for K x N.
 int64_t PackedFloats(int64_t k, int64_t n);

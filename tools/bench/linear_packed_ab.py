@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""A/B of dynvm::Linear's packed GEMM (kernels/dnnl/packed_gemm.h) against dnnl_sgemm, in the
-graphs of compiled encoder models: DYNVM_DNNL_PACKED_GEMM=0 (off) and unset (on) alternate for
+"""A/B of dynvm's packed GEMM (kernels/dnnl/packed_gemm.h: dynvm::Linear with an activation)
+against dnnl_sgemm, in the graphs of compiled encoder models: DYNVM_DNNL_PACKED_GEMM=0 (off) and unset (on) alternate for
 ROUNDS rounds of `vm-run --repeat R --profile`; prints per model the median run time of each
-side's fastest round, and per Linear (its operand shapes) the median kernel time of each
+side's fastest round, and per Linear and Attention (by operand shapes; Attention for context) the median kernel time of each
 side's fastest round with off/on (above 1: the packed GEMM is faster).
 
   /usr/bin/python3 tools/bench/linear_packed_ab.py --build build/release \
@@ -37,8 +37,8 @@ def run(args, name, packed, trace):
     events = events["traceEvents"] if isinstance(events, dict) else events
     linears = collections.defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and e.get("name") == "Linear":
-            linears[e["args"]["shapes"].split(" -> ")[0]].append(e["dur"])
+        if e.get("ph") == "X" and e.get("name") in ("Linear", "Attention"):
+            linears[e["name"] + " " + e["args"]["shapes"].split(" -> ")[0]].append(e["dur"])
     return (float(out.split("median_ms=")[1].split()[0]),
             {k: statistics.median(v) for k, v in linears.items()})
 
@@ -67,7 +67,7 @@ def main():
             print(f"{name}: run off {off[0]:.3f} ms  on {on[0]:.3f} ms  off/on {off[0] / on[0]:.2f}")
             for shape in off[1]:
                 a, b = off[1][shape], on[1].get(shape, float("nan"))
-                print(f"  Linear {shape}: off {a:.0f} us  on {b:.0f} us  off/on {a / b:.2f}")
+                print(f"  {shape}: off {a:.0f} us  on {b:.0f} us  off/on {a / b:.2f}")
 
 
 if __name__ == "__main__":
