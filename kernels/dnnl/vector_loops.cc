@@ -615,11 +615,82 @@ DYNVM_CLONES void GeluErfLoop(int64_t n, const float* x, float* y) {
   }
 }
 
+#define DYNVM_AVX2_FMA __attribute__((target("avx2,fma")))
+
+// FastExp (fast_math.h) on 8 lanes, the same steps.
+DYNVM_AVX2_FMA inline __m256 ExpAvx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter);
+  const __m256 nf = _mm256_sub_ps(t, shifter);
+  const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(shifter));
+  __m256 r = _mm256_fnmadd_ps(nf, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fmadd_ps(nf, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+}
+
+// GeluErfLoop's formula on 8 lanes (Erfc's polynomial and FastExp, the same steps).
+DYNVM_AVX2_FMA inline __m256 GeluErfAvx2(__m256 v) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v),
+                                 _mm256_set1_ps(0.7071067811865476f));
+  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), z, one));
+  __m256 p = _mm256_set1_ps(0.17087277f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+  const __m256 z2 = _mm256_min_ps(_mm256_mul_ps(z, z), _mm256_set1_ps(100.0f));
+  const __m256 erfc = _mm256_mul_ps(t, ExpAvx2(_mm256_sub_ps(p, z2)));
+  const __m256 nonneg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ);
+  const __m256 f = _mm256_blendv_ps(erfc, _mm256_sub_ps(_mm256_set1_ps(2.0f), erfc), nonneg);
+  // NaN: v * f is NaN (as the scalar loop's).
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), f);
+}
+
+// Four vectors per step: the polynomial chains are long, and independent ones in flight hide
+// their latency (the compiler's clone ran one chain at a time): BM_GeluForms 490-550 -> 637 M
+// elements/s on the AVX2 EPYC.
+DYNVM_AVX2_FMA void GeluErfArrayAvx2(int64_t n, const float* x, float* y) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 a = GeluErfAvx2(_mm256_loadu_ps(x + i));
+    const __m256 b = GeluErfAvx2(_mm256_loadu_ps(x + i + 8));
+    const __m256 c = GeluErfAvx2(_mm256_loadu_ps(x + i + 16));
+    const __m256 d = GeluErfAvx2(_mm256_loadu_ps(x + i + 24));
+    _mm256_storeu_ps(y + i, a);
+    _mm256_storeu_ps(y + i + 8, b);
+    _mm256_storeu_ps(y + i + 16, c);
+    _mm256_storeu_ps(y + i + 24, d);
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, GeluErfAvx2(_mm256_loadu_ps(x + i)));
+  if (i < n) GeluErfLoop(n - i, x + i, y + i);
+}
+
 }  // namespace
 
 void ErfArray(int64_t n, const float* x, float* y) { ErfLoop(n, x, y); }
 
-void GeluErfArray(int64_t n, const float* x, float* y) { GeluErfLoop(n, x, y); }
+void GeluErfArray(int64_t n, const float* x, float* y) {
+  if (HasAvx2Fma() && !HasAvx512()) {
+    GeluErfArrayAvx2(n, x, y);
+  } else {
+    GeluErfLoop(n, x, y);
+  }
+}
 
 void Gemv(char trans, int64_t n, int64_t k, float alpha, const float* x, const float* b,
           int64_t ldb, float beta, float* y) {
