@@ -16,8 +16,8 @@
 // of X runs dynvm's packed GEMM instead on CPUs with AVX2 and FMA but not AVX-512
 // (packed_gemm.h): W is packed once, on first use, into a copy shared by every VM that runs the
 // kernel, and the bias and activation run on each block of Y while it is in cache. Without an
-// activation dnnl_sgemm stays: its product was 10-20% faster in the BERT-like encoder's
-// graph on the AVX2 EPYC, and a bias alone is a cheap pass (docs/kernels.md).
+// activation dnnl_sgemm stays: the packed product showed no consistent gain there in the
+// encoders' graphs on the AVX2 EPYC, and a bias alone is a cheap pass (docs/kernels.md).
 // DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
 #include "kernels/reference/linear.h"
 
