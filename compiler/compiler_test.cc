@@ -1000,9 +1000,11 @@ TEST(CompilerTest, GemmIsNarrowedAlongItsRows) {
 }
 
 // Reshape: narrowed when the kept output axis is an input axis of the same size with as many
-// elements before it (unit dims moved, leading dims split or merged before it, -1 after it);
-// not when the axis is split from or merged into another, when its size is inferred (-1), or
-// when the target copies (0) the input's narrowed axis into another place.
+// elements before it (unit dims moved, leading dims split or merged before it, -1 after it), or
+// one m times longer (the output split it: a block of m input rows, [24, 5] -> [6, 4, 5]); not
+// when the output merged the axis with the dims after it and one row is part of an input row
+// ([6, 4, 5] -> [24, 5]), when its size is inferred (-1), or when the target copies (0) the
+// input's narrowed axis into another place.
 TEST(CompilerTest, ReshapeIsNarrowedWhenItKeepsTheRows) {
   struct Case {
     std::vector<int64_t> in, target;
@@ -1011,7 +1013,7 @@ TEST(CompilerTest, ReshapeIsNarrowedWhenItKeepsTheRows) {
   };
   const std::vector<Case> cases = {
       {{6, 8, 4}, {6, 32}, 0, 2},      {{6, 8, 4}, {6, -1}, 0, 2},   {{8, 1, 5}, {1, 8, 5}, 1, 2},
-      {{2, 3, 3, 5}, {6, 3, 5}, 1, 2}, {{1, 8, 8}, {8, 8}, 0, 2},    {{24, 5}, {6, 4, 5}, 0, 0},
+      {{2, 3, 3, 5}, {6, 3, 5}, 1, 2}, {{1, 8, 8}, {8, 8}, 0, 2},    {{24, 5}, {6, 4, 5}, 0, 2},
       {{6, 4, 5}, {24, 5}, 0, 0},      {{6, 4, 5}, {6, 4, 5}, 1, 2}, {{8, 1, 5}, {1, -1, 5}, 1, 0},
       {{1, 8, 8}, {8, 0}, 0, 0},       {{4, 6}, {4, 2, 3}, 2, 0},
   };
@@ -1030,6 +1032,31 @@ TEST(CompilerTest, ReshapeIsNarrowedWhenItKeepsTheRows) {
     EXPECT_EQ(NarrowAndInfer(narrowed), c.expected) << narrowed.Dump();
     auto [opt, plain] = CompileBoth(build);
     ExpectSameOutputs(opt, plain, {{"x", RandomF32(c.in, 140)}});
+  }
+}
+
+// A block of rows: a [6 * 4, 5] product between Reshapes that merge and split the kept axis
+// (torch's batch-first [L, B, E] around a [L * B, E] Gemm): keeping position i of [6, 4, 3]
+// computes rows [4 i, 4 i + 4) of the product, read through a Slice, and the row of x.
+TEST(CompilerTest, BlocksOfRowsThroughMergedAndSplitAxes) {
+  for (int64_t index : {2, -1, 0}) {
+    SCOPED_TRACE(index);
+    auto build = [&](Module& m) {
+      GraphBuilder b(m.AddFunction("main"));
+      Value* x = b.Input("x", DType::kF32, {6, 4, 5});
+      Value* flat = b.Op("Reshape", {b.Op("Relu", {x}), b.VectorI64({24, 5})});
+      Value* y = b.Op("MatMul", {flat, b.Constant(RandomF32({5, 3}, 150), "w", true)});
+      Value* back = b.Op("Reshape", {b.Op("Tanh", {y}), b.VectorI64({6, 4, 3})});
+      b.Output("kept", b.Op("Gather", {back, b.ScalarI64(index)}, {{"axis", AttrInt(0)}}));
+      return y;
+    };
+    Module narrowed;
+    Value* y = build(narrowed);
+    EXPECT_EQ(NarrowAndInfer(narrowed), 5) << narrowed.Dump();  // Relu, 2 Reshapes, MatMul, Tanh
+    ASSERT_TRUE(y->shape);
+    EXPECT_EQ(SymbolicContext::AsConst((*y->shape)[0]), 4) << narrowed.Dump();
+    auto [opt, plain] = CompileBoth(build);
+    ExpectSameOutputs(opt, plain, {{"x", RandomF32({6, 4, 5}, 151)}});
   }
 }
 

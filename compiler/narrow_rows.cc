@@ -42,21 +42,31 @@
 namespace dynvm::compiler {
 namespace {
 
+// kRow: the block `index` of `count` rows of `axis` (rows [index * count, index * count +
+// count); a negative index counts blocks from the end), what a Gather of one index wants
+// (count 1) seen through Reshapes that split or merge the axis with others (a batch-first
+// [L, B, E] from a [L * B, E] product: one position is a block of B rows there).
 struct Demand {
   enum class Kind : uint8_t { kNone, kRow, kFull };
   Kind kind = Kind::kNone;
   int axis = 0;
   int64_t index = 0;
+  int64_t count = 1;
 
-  static Demand Full() { return {Kind::kFull, 0, 0}; }
-  static Demand Row(int axis, int64_t index) { return {Kind::kRow, axis, index}; }
+  static Demand Full() { return {Kind::kFull, 0, 0, 1}; }
+  static Demand Row(int axis, int64_t index, int64_t count = 1) {
+    return {Kind::kRow, axis, index, count};
+  }
   bool is_row() const { return kind == Kind::kRow; }
+  bool SameRows(const Demand& o) const {
+    return axis == o.axis && index == o.index && count == o.count;
+  }
 };
 
 Demand Merge(Demand a, Demand b) {
   if (a.kind == Demand::Kind::kNone) return b;
   if (b.kind == Demand::Kind::kNone) return a;
-  if (a.is_row() && b.is_row() && a.axis == b.axis && a.index == b.index) return a;
+  if (a.is_row() && b.is_row() && a.SameRows(b)) return a;
   return Demand::Full();
 }
 
@@ -99,6 +109,7 @@ int64_t IntAttr(const Node& n, const char* name, int64_t def) {
 struct InputNeed {
   bool narrow = false;  // read at a row (axis below) rather than whole
   int axis = 0;
+  int64_t count = 0;  // rows per block on that axis; 0: the output's
 };
 
 // A permutation attribute of `rank` entries, the identity when absent; nullopt when malformed.
@@ -143,6 +154,38 @@ std::optional<int> ReshapeRowAxis(const std::vector<Dim>& in, const std::vector<
   return std::nullopt;
 }
 
+// A Reshape's input rows for output rows in blocks of `count` along `axis`: the input axis `b`
+// with as many elements in the dims before it (all constant, unit dims skipped), and the block
+// size there. Equal sizes: the same blocks (ReshapeRowAxis). An input axis m times longer (the
+// output split it): blocks of count * m rows. m times shorter (the output merged it with the
+// dims after it): blocks of count / m, when m divides count. nullopt: none of these.
+std::optional<std::pair<int, int64_t>> ReshapeRows(const std::vector<Dim>& in,
+                                                   const std::vector<Dim>& out, int axis,
+                                                   int64_t count) {
+  if (std::optional<int> b = ReshapeRowAxis(in, out, axis)) return std::make_pair(*b, count);
+  std::optional<int64_t> size = SymbolicContext::AsConst(out[axis]);
+  if (!size || *size <= 1) return std::nullopt;
+  int64_t before = 1;
+  for (int j = 0; j < axis; ++j) {
+    std::optional<int64_t> c = SymbolicContext::AsConst(out[j]);
+    if (!c) return std::nullopt;
+    before *= *c;
+  }
+  int64_t in_before = 1;
+  for (int b = 0; b < static_cast<int>(in.size()) && in_before <= before; ++b) {
+    std::optional<int64_t> c = SymbolicContext::AsConst(in[b]);
+    if (!c || *c <= 0) return std::nullopt;
+    if (in_before == before && *c != 1) {
+      if (*c % *size == 0) return std::make_pair(b, count * (*c / *size));
+      const int64_t m = *size / *c;
+      if (*size % *c == 0 && count % m == 0) return std::make_pair(b, count / m);
+      return std::nullopt;
+    }
+    in_before *= *c;
+  }
+  return std::nullopt;
+}
+
 // dynvm::Attention (kernels/reference/attention.h) wanted at a row of output axis `axis`: when
 // that axis is R's query axis (through out_perm), the row of Q's query axis (through q_perm)
 // and of the mask's if it has the axis at full size; K and V whole. Other axes: nullopt.
@@ -167,7 +210,7 @@ std::optional<std::vector<InputNeed>> AttentionRows(const Node& n, int r, int ax
   return needs;
 }
 
-std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
+std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int64_t count) {
   const bool linear = n.domain == "dynvm" && n.op == "Linear";        // rows of X, like MatMul
   const bool permuted = n.domain == "dynvm" && n.op == "MatMul";      // A's rows through a_perm
   const bool attention = n.domain == "dynvm" && n.op == "Attention";  // the queries' rows
@@ -181,7 +224,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
   const int r = out->rank();
   if (axis < 0 || axis >= r) return std::nullopt;
   const Dim size = (*out->shape)[axis];
-  if (SymbolicContext::AsConst(size) == 1) return std::nullopt;  // nothing to save
+  if (SymbolicContext::AsConst(size) == count) return std::nullopt;  // nothing to save
   // Only output 0 may be used (LayerNormalization's mean and inverse deviation are not).
   std::vector<InputNeed> needs(n.inputs.size());
   for (const Value* in : n.inputs) {
@@ -273,8 +316,10 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
     const Value* in = n.inputs[0];
     const Value* target = n.inputs[1];
     if (IntAttr(n, "allowzero", 0) != 0) return std::nullopt;
-    const std::optional<int> in_axis = ReshapeRowAxis(*in->shape, *out->shape, axis);
-    if (!in_axis) return std::nullopt;
+    const std::optional<std::pair<int, int64_t>> rows =
+        ReshapeRows(*in->shape, *out->shape, axis, count);
+    if (!rows) return std::nullopt;
+    const std::optional<int> in_axis = rows->first;
     // The target's entries up to the axis must be sizes, not -1 (inferred from the element
     // count, which narrowing changes): known from its contents. An entry 0 copies the input's
     // dim at its index: at the narrowed input axis (when it is not the output's) it must not.
@@ -287,7 +332,9 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis) {
       std::optional<int64_t> c = SymbolicContext::AsConst((*target->content)[*in_axis]);
       if (!c || *c <= 0) return std::nullopt;
     }
-    if (!same_axis_input(0, *in_axis)) return std::nullopt;
+    const Value* x = n.inputs[0];
+    if (*in_axis >= x->rank()) return std::nullopt;
+    needs[0] = {true, *in_axis, rows->second};
     return needs;  // the target is rewritten, read whole
   }
   return std::nullopt;
@@ -360,8 +407,7 @@ class RowNarrower {
         if (v == nullptr) continue;
         auto d = demand_.find(v);
         if (d == demand_.end() || d->second.kind == Demand::Kind::kNone) continue;
-        if (!d->second.is_row() ||
-            (row && (row->axis != d->second.axis || row->index != d->second.index))) {
+        if (!d->second.is_row() || (row && !row->SameRows(d->second))) {
           all_rows = false;
           break;
         }
@@ -370,7 +416,7 @@ class RowNarrower {
       std::optional<std::vector<InputNeed>> needs;
       if (all_rows && row && n.outputs.size() >= 1 && n.outputs[0] != nullptr &&
           demand_[n.outputs[0]].is_row()) {
-        needs = RowWiseInputs(n, row->axis);
+        needs = RowWiseInputs(n, row->axis, row->count);
       }
       if (!needs) {
         for (const Value* v : n.inputs) Use(v, Demand::Full());
@@ -379,18 +425,20 @@ class RowNarrower {
       narrowed_.emplace(&n, Narrowing{*row, *needs, n.outputs[0]->rank()});
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const InputNeed& need = (*needs)[i];
-        Use(n.inputs[i], need.narrow ? Demand::Row(need.axis, row->index) : Demand::Full());
+        Use(n.inputs[i], need.narrow ? Demand::Row(need.axis, row->index,
+                                                   need.count > 0 ? need.count : row->count)
+                                     : Demand::Full());
       }
     }
   }
 
-  // Whether `v` is narrowed in place (its producer is) at exactly `axis`.
-  bool NarrowedInPlace(const Value* v, int axis) const {
+  // Whether `v` is narrowed in place (its producer is) to exactly `rows`.
+  bool NarrowedInPlace(const Value* v, const Demand& rows) const {
     if (v == nullptr || v->producer == nullptr || v->graph != &g_) return false;
     auto it = narrowed_.find(v->producer);
     if (it == narrowed_.end()) return false;
     auto d = demand_.find(v);
-    return d != demand_.end() && d->second.is_row() && d->second.axis == axis;
+    return d != demand_.end() && d->second.is_row() && d->second.SameRows(rows);
   }
 
   Value* NewNode(std::vector<std::unique_ptr<Node>>& out, const std::string& op,
@@ -398,17 +446,32 @@ class RowNarrower {
     return AppendNode(m_, g_, out, op, std::move(inputs), std::move(attrs), name, dtype);
   }
 
-  Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, int axis, int64_t index,
+  // The rows of `v` a narrowed user reads: a Gather of the index keeping the axis (one row),
+  // or a Slice of the block (rows [index * count, index * count + count); the last block's
+  // end as INT64_MAX).
+  Value* RowOf(std::vector<std::unique_ptr<Node>>& out, Value* v, const Demand& rows,
                const Node& user) {
-    const auto key = std::make_tuple(v, axis, index);
+    const auto key = std::make_tuple(v, rows.axis, rows.index, rows.count);
     if (auto it = gathered_.find(key); it != gathered_.end()) return it->second;
-    AttrValue ax;
-    ax.type = AttrValue::Type::kInt;
-    ax.i = axis;
-    absl::StatusOr<Tensor> idx = Tensor::FromVector<int64_t>(DType::kI64, {1}, {index});
-    Value* row =
-        NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
-                user.name.empty() ? std::string("row") : absl::StrCat(user.name, "/row"));
+    const std::string name =
+        user.name.empty() ? std::string("row") : absl::StrCat(user.name, "/row");
+    Value* row = nullptr;
+    if (rows.count == 1) {
+      AttrValue ax;
+      ax.type = AttrValue::Type::kInt;
+      ax.i = rows.axis;
+      absl::StatusOr<Tensor> idx = Tensor::FromVector<int64_t>(DType::kI64, {1}, {rows.index});
+      row = NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
+                    name);
+    } else {
+      const int64_t start = rows.index * rows.count;
+      const int64_t end =
+          rows.index == -1 ? std::numeric_limits<int64_t>::max() : start + rows.count;
+      auto vec = [&](int64_t x) {
+        return m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {1}, {x}));
+      };
+      row = NewNode(out, "Slice", {v, vec(start), vec(end), vec(rows.axis)}, {}, v->dtype, name);
+    }
     gathered_.emplace(key, row);
     return row;
   }
@@ -421,7 +484,7 @@ class RowNarrower {
       // (Found by the analysis: Selection(n) needs its data's shape, which rewriting the data's
       // producer above has reset.)
       if (auto sel = selections_.find(&n);
-          sel != selections_.end() && NarrowedInPlace(n.inputs[0], sel->second.axis)) {
+          sel != selections_.end() && NarrowedInPlace(n.inputs[0], sel->second)) {
         // Its data now has the selected row only.
         const Tensor& old = *n.inputs[1]->constant;
         absl::StatusOr<Tensor> zero = old.rank() == 0
@@ -436,15 +499,18 @@ class RowNarrower {
         const std::vector<InputNeed>& needs = it->second.needs;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
           const InputNeed& need = needs[i];
-          if (!need.narrow || NarrowedInPlace(n.inputs[i], need.axis)) continue;
-          n.inputs[i] = RowOf(out, n.inputs[i], need.axis, row.index, n);
+          if (!need.narrow) continue;
+          const Demand in_rows =
+              Demand::Row(need.axis, row.index, need.count > 0 ? need.count : row.count);
+          if (NarrowedInPlace(n.inputs[i], in_rows)) continue;
+          n.inputs[i] = RowOf(out, n.inputs[i], in_rows, n);
         }
         if (n.op == "Reshape") {
-          // The target's entry at the axis becomes 1: target * keep + one.
+          // The target's entry at the axis becomes the block's rows: target * keep + one.
           const int r = it->second.out_rank;
           std::vector<int64_t> keep(r, 1), one(r, 0);
           keep[row.axis] = 0;
-          one[row.axis] = 1;
+          one[row.axis] = row.count;
           Value* scaled = NewNode(
               out, "Mul",
               {n.inputs[1], m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, keep))},
@@ -474,8 +540,8 @@ class RowNarrower {
   };
   absl::flat_hash_map<const Node*, Narrowing> narrowed_;
   absl::flat_hash_map<const Node*, Demand> selections_;  // the selecting Gathers
-  // The rows inserted: (value, axis, index) -> its Gather.
-  absl::flat_hash_map<std::tuple<Value*, int, int64_t>, Value*> gathered_;
+  // The rows inserted: (value, axis, index, count) -> its Gather or Slice.
+  absl::flat_hash_map<std::tuple<Value*, int, int64_t, int64_t>, Value*> gathered_;
 };
 
 void NarrowGraph(Module& m, Graph& g, int& count) {

@@ -5,14 +5,14 @@ layers (batch_first, key-padding mask, GELU) and a pooler that reads the first p
 h[:, 0]. Exported at opsets 14 and 17, at batch 1 and 2, with d_model, heads and sequence length
 drawn from a seed printed at the start (DYNVM_NARROW_SEED sets it). For each export:
 
-- vm-compile --report's narrow_rows counts at least the nodes after the last attention that
-  compute rows (the residual Adds, LayerNorms and feed-forward Linears; at batch 1 also the
-  attention, its out-projection Gemm and the Reshapes between, where torch's layout keeps the
-  position an axis of its own), and the same model pooling the mean of all positions narrows
-  nothing;
-- at batch 1 the last dynvm::Attention and out-projection Gemm compute one position: their
-  outputs (from vm-dis) have 1/seq of the elements of the mean-pooling model's;
-- at batch 1, the same model keeping position 1 or -1 narrows as many nodes;
+- vm-compile --report's narrow_rows counts at least the nodes from the last attention on that
+  compute rows (the attention, its out-projection Gemm and the Reshapes or Transposes between,
+  the residual Adds, LayerNorms and feed-forward Linears: at batch B > 1 the Gemm's [L*B, E]
+  rows hold position i as a block of B rows), and the same model pooling the mean of all
+  positions narrows nothing;
+- the last dynvm::Attention and out-projection Gemm compute one position: their outputs (from
+  vm-dis) have 1/seq of the elements of the mean-pooling model's;
+- the same model keeping position 1 or -1 narrows as many nodes;
 - the outputs equal those of the --no-optimize program within 1e-4 (and PyTorch's).
 
 Exits 77 (a ctest skip) when PyTorch is missing.
@@ -40,11 +40,12 @@ except ImportError as e:  # pragma: no cover
 
 warnings.filterwarnings("ignore")
 
-# Row-wise nodes after the last attention at any batch: 2 residual Adds, 2 LayerNorms, 2
-# feed-forward Linears (GELU fused). At batch 1 also the attention, the Reshape merging its
-# heads, the out-projection Gemm and the 2 Reshapes moving the unit batch dim back.
+# Row-wise nodes after the last attention: 2 residual Adds, 2 LayerNorms, 2 feed-forward
+# Linears (GELU fused); and the attention, the Reshape merging its heads, the out-projection
+# Gemm and the Reshape splitting its rows and the batch-first swap back (a Reshape at batch 1,
+# a Transpose above).
 AFTER_ATTENTION = 6
-AT_BATCH_1 = AFTER_ATTENTION + 5
+FROM_ATTENTION = AFTER_ATTENTION + 5
 
 
 class Encoder(nn.Module):
@@ -122,10 +123,10 @@ def check(args, opset, batch, rng):
     d = heads * rng.choice([4, 8])
     seq = rng.randrange(3, 12)
     label = f"opset {opset} batch {batch} d_model {d} heads {heads} seq {seq}"
-    position = rng.choice([1, -1])  # of the "row" pooler (at batch 1)
+    position = rng.choice([1, -1])  # of the "row" pooler
     failures, counts, elements = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for pool in ("first", "mean") + (("row",) if batch == 1 else ()):
+        for pool in ("first", "mean", "row"):
             model, want = export(d, heads, batch, seq, opset, pool, tmp, rng.randrange(1 << 30),
                                  position if pool == "row" else 0)
             opt, counts[pool], dvm = compile_and_run(args, tmp, model, [])
@@ -136,20 +137,19 @@ def check(args, opset, batch, rng):
                 if opt.shape != ref.shape or not np.allclose(opt, ref, rtol=1e-4, atol=1e-4):
                     err = np.max(np.abs(opt - ref)) if opt.shape == ref.shape else ref.shape
                     failures.append(f"{pool}: output differs from {name}'s: {err}")
-    least = AT_BATCH_1 if batch == 1 else AFTER_ATTENTION
+    least = FROM_ATTENTION
     if counts["first"] is None or counts["first"] < least:
         failures.append(f"narrow_rows {counts['first']} with h[:, 0], want at least {least}")
-    if batch == 1 and counts["row"] != counts["first"]:
+    if counts["row"] != counts["first"]:
         failures.append(f"narrow_rows {counts['row']} with h[:, {position}], {counts['first']} "
                         "with h[:, 0]")
     if counts["mean"] != 0:
         failures.append(f"narrow_rows {counts['mean']} with the mean, want 0")
-    if batch == 1:
-        for i, op in enumerate(("dynvm::Attention", "Gemm")):
-            first, mean = elements["first"][i], elements["mean"][i]
-            if first is None or mean is None or first * seq != mean:
-                failures.append(f"last {op}: {first} elements with h[:, 0], {mean} with the "
-                                f"mean: not one position of {seq}")
+    for i, op in enumerate(("dynvm::Attention", "Gemm")):
+        first, mean = elements["first"][i], elements["mean"][i]
+        if first is None or mean is None or first * seq != mean:
+            failures.append(f"last {op}: {first} elements with h[:, 0], {mean} with the "
+                            f"mean: not one position of {seq}")
     print(f"{label}: narrow_rows {counts}")
     return [f"{label}: {f}" for f in failures]
 
