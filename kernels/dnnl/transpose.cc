@@ -7,10 +7,11 @@
 // docs/kernels.md, "oneDNN backend"):
 // - the innermost output dim also innermost in the input (stride 1): the reference kernel's
 //   strided copy moves whole rows with memcpy and is as fast as the reorder or faster, so the
-//   reference kernel serves it; likewise a plain copy (one dim left) and anything below
-//   kMinReorderElements elements (a primitive execute costs ~0.5 us);
-// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder, 2-4x
-//   faster than the reference kernel's element-wise copy.
+//   reference kernel serves it; likewise a plain copy (one dim left), anything below
+//   kMinReorderElements elements (a primitive execute costs ~0.3 us), and, at a site whose
+//   shapes keep changing, small shapes after its first few (kMaxPrimitiveBinds, common.h);
+// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder, 1.3-4x
+//   faster than the reference kernel's element-wise copy (from 16x16 up).
 // With more than one thread and at least kMinParallelCopyBytes of output, the outermost
 // simplified dim is cut into one range per thread, each a reorder of its own (its own memory
 // objects) on its thread with OpenMP count 1: oneDNN's OpenMP reorder at 2 threads measured
@@ -36,7 +37,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 inline constexpr int kMaxReorderRank = 6;
-inline constexpr int64_t kMinReorderElements = 1024;
+inline constexpr int64_t kMinReorderElements = 256;
 
 struct TransposeAttrs {
   bool has_perm = false;
@@ -83,6 +84,7 @@ struct TransposeState : KernelState {
   ShapeKey key;
   bool valid = false;
   bool use_reference = false;
+  int binds = 0;  // shapes this site has seen
   std::vector<BoundPrimitive> parts;
   std::vector<int64_t> starts;  // parts.size() + 1 row offsets
 };
@@ -132,9 +134,15 @@ class TransposeKernel final : public DnnlKernel {
     TransposeState* st = SiteState<TransposeState>(ctx);
     if (!st->valid || st->key != key) {
       st->valid = false;
-      absl::Status s = BindParts(st, v, ranges);
-      if (!s.ok() && !absl::IsUnimplemented(s)) return s;
-      st->use_reference = !s.ok();
+      // A site whose shapes keep changing binds for its first kMaxPrimitiveBinds shapes, then
+      // only for large ones (common.h): binding costs more than a small copy.
+      if (++st->binds > kMaxPrimitiveBinds && v.elements <= kChurnMaxElements) {
+        st->use_reference = true;
+      } else {
+        absl::Status s = BindParts(st, v, ranges);
+        if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+        st->use_reference = !s.ok();
+      }
       st->key = key;
       st->valid = true;
     }

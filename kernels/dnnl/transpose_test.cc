@@ -146,6 +146,7 @@ TEST(DnnlTranspose, EncoderShapesAndEdges) {
       {{4, 0, 8}, {2, 0, 1}, false},                          // a zero-size dim
       {{2, 3, 4, 5, 6, 7, 2}, {6, 5, 4, 3, 2, 1, 0}, false},  // 7 dims: more than oneDNN's 6
       {{64, 32, 2}, {2, 1, 0}, true},
+      {{16, 16}, {1, 0}, true},  // kMinReorderElements
   };
   for (const Case& c : cases) {
     const std::string what =
@@ -154,7 +155,7 @@ TEST(DnnlTranspose, EncoderShapesAndEdges) {
   }
 }
 
-TEST(DnnlTranspose, ShapeChangesRebind) {
+TEST(DnnlTranspose, ShapeChangesRebindThenSmallShapesFallBack) {
   std::vector<int64_t> perm = {1, 0};
   KernelCall call = TransposeCall(Filled({64, 48}), &perm);
   KernelSpec spec = call.spec();
@@ -162,16 +163,26 @@ TEST(DnnlTranspose, ShapeChangesRebind) {
   absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ((*k)->name(), "transpose.f32.dnnl");
+  const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
+  ASSERT_NE(dnnl, nullptr);
   KernelContext ctx(&HeapAllocator::Get(), 1);
-  for (const std::vector<int64_t>& dims :
-       std::vector<std::vector<int64_t>>{{64, 48}, {40, 100}, {64, 48}}) {
-    Tensor x = Filled(dims), out;
+  // Four shapes bind (the repeat of the first rebinds); the fifth and sixth, small, fall back;
+  // the last, large, binds again.
+  struct Step {
+    std::vector<int64_t> dims;
+    int64_t reference_runs;  // after this run
+  };
+  const Step steps[] = {{{64, 48}, 0}, {{40, 100}, 0}, {{64, 48}, 0},  {{30, 30}, 0},
+                        {{31, 30}, 1}, {{32, 30}, 2},  {{300, 301}, 2}};
+  for (const Step& step : steps) {
+    Tensor x = Filled(step.dims), out;
     std::vector<const Tensor*> in = {&x};
     std::vector<Tensor*> outs = {&out};
     ASSERT_TRUE((*k)->Run(ctx, in, outs).ok());
     absl::StatusOr<Tensor> want = RunTranspose(x, &perm, "reference", 1);
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(ToDoubles(out), ToDoubles(*want));
+    EXPECT_EQ(dnnl->reference_runs(), step.reference_runs) << absl::StrJoin(step.dims, ",");
   }
 }
 
