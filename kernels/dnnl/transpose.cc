@@ -6,12 +6,14 @@
 // decides the kernel (dnnl_benchmark.cc, BM_TransposeReference / BM_TransposeReorder; figures in
 // docs/kernels.md, "oneDNN backend"):
 // - the innermost output dim also innermost in the input (stride 1): the reference kernel's
-//   strided copy moves whole rows with memcpy and is as fast as the reorder or faster, so the
+//   strided copy runs along contiguous rows and is as fast as the reorder (within noise), so the
 //   reference kernel serves it; likewise a plain copy (one dim left), anything below
-//   kMinReorderElements elements (a primitive execute costs ~0.3 us), and, at a site whose
-//   shapes keep changing, small shapes after its first few (kMaxPrimitiveBinds, common.h);
-// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder, 1.3-4x
-//   faster than the reference kernel's element-wise copy (from 16x16 up).
+//   kMinReorderElements elements (the two are even at 32x32, the reference faster at 16x16),
+//   and, at a site whose shapes keep changing, small shapes after its first few
+//   (kMaxPrimitiveBinds, common.h);
+// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder, 1.5-4x
+//   faster than the reference kernel's element-wise copy (64x64: 1.5x, [8, 64, 64] -> [0, 2, 1]:
+//   2x, 512x512: 3.7x).
 // With more than one thread and at least kMinParallelCopyBytes of output, the outermost
 // simplified dim is cut into one range per thread, each a reorder of its own (its own memory
 // objects) on its thread with OpenMP count 1: oneDNN's OpenMP reorder at 2 threads measured
@@ -37,7 +39,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 inline constexpr int kMaxReorderRank = 6;
-inline constexpr int64_t kMinReorderElements = 256;
+inline constexpr int64_t kMinReorderElements = 2048;
 
 struct TransposeAttrs {
   bool has_perm = false;

@@ -146,7 +146,9 @@ TEST(DnnlTranspose, EncoderShapesAndEdges) {
       {{4, 0, 8}, {2, 0, 1}, false},                          // a zero-size dim
       {{2, 3, 4, 5, 6, 7, 2}, {6, 5, 4, 3, 2, 1, 0}, false},  // 7 dims: more than oneDNN's 6
       {{64, 32, 2}, {2, 1, 0}, true},
-      {{16, 16}, {1, 0}, true},  // kMinReorderElements
+      {{32, 32}, {1, 0}, false},  // below kMinReorderElements
+      {{64, 64}, {1, 0}, true},
+      {{5, 77, 65}, {2, 1, 0}, true},  // 65 rows: 33 + 32 at 2 threads
   };
   for (const Case& c : cases) {
     const std::string what =
@@ -172,8 +174,8 @@ TEST(DnnlTranspose, ShapeChangesRebindThenSmallShapesFallBack) {
     std::vector<int64_t> dims;
     int64_t reference_runs;  // after this run
   };
-  const Step steps[] = {{{64, 48}, 0}, {{40, 100}, 0}, {{64, 48}, 0},  {{30, 30}, 0},
-                        {{31, 30}, 1}, {{32, 30}, 2},  {{300, 301}, 2}};
+  const Step steps[] = {{{64, 48}, 0}, {{40, 100}, 0}, {{64, 48}, 0},  {{50, 50}, 0},
+                        {{51, 50}, 1}, {{52, 50}, 2},  {{300, 301}, 2}};
   for (const Step& step : steps) {
     Tensor x = Filled(step.dims), out;
     std::vector<const Tensor*> in = {&x};
