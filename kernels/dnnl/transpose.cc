@@ -11,13 +11,14 @@
 //   kMinReorderElements elements (the two are even at 32x32, the reference faster at 16x16),
 //   and, at a site whose shapes keep changing, small shapes after its first few
 //   (kMaxPrimitiveBinds, common.h);
-// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder, 1.5-4x
-//   faster than the reference kernel's element-wise copy (64x64: 1.5x, [8, 64, 64] -> [0, 2, 1]:
-//   2x, 512x512: 3.7x).
+// - otherwise (the innermost axis moves: a 2-D transpose, K^T in attention) the reorder,
+//   1.4-3.5x faster than the reference kernel's element-wise copy (64x64: 1.4-1.7x,
+//   [8, 64, 64] -> [0, 2, 1]: 2x, 512x512: 3.5x).
 // With more than one thread and at least kMinParallelCopyBytes of output, the outermost
 // simplified dim is cut into one range per thread, each a reorder of its own (its own memory
-// objects) on its thread with OpenMP count 1: oneDNN's OpenMP reorder at 2 threads measured
-// slower than one thread on the shared 2-core machine. Other dtypes, zero-size dims, more than
+// objects, so no primitive runs on two threads at once) on its thread with OpenMP count 1:
+// oneDNN's OpenMP reorder at 2 threads measured slower than one thread on the shared 2-core
+// machine. Other dtypes, zero-size dims, more than
 // kMaxReorderRank simplified dims, and zero or negative input strides go to the reference kernel,
 // which also reports every error (a perm that is not a permutation, at create).
 #include <algorithm>
