@@ -485,6 +485,9 @@ const TransposeShape kTransposeShapes[] = {
     {{16, 16}, {1, 0}},
     {{32, 32}, {1, 0}},
     {{8, 64, 64}, {0, 2, 1}},
+    // The CRNN's features into its LSTM (tools/bench/crnn_bench.py, widths 100 and 400).
+    {{1, 128, 25}, {2, 0, 1}},
+    {{1, 128, 100}, {2, 0, 1}},
 };
 
 void TransposeArgs(benchmark::internal::Benchmark* b) {
