@@ -12,7 +12,10 @@
 //                                    kernel, by size (sets kMinBinaryElements);
 //   BM_ReduceLastAxis/max/dnnl     -- ReduceSum/ReduceMax over rows of 128: the row loops
 //                                    against the reference kernel; BM_ReduceMiddleAxis/dnnl
-//                                    likewise for a mean over axis 1 of [8, 64, 128].
+//                                    likewise for a mean over axis 1 of [8, 64, 128];
+//   BM_TransposeReference, BM_TransposeReorder, BM_TransposeKernel/shape/threads -- Transpose:
+//                                    the reference copy, one bare reorder primitive, and the
+//                                    dnnl kernel (transpose.cc) that picks between them.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 #include <algorithm>
