@@ -165,7 +165,8 @@ class TransposeKernel final : public DnnlKernel {
   static absl::Status Execute(KernelContext& ctx, const TransposeState& st, const View& v,
                               const float* src, float* dst) {
     const int64_t row_elements = v.elements / v.dims[0];
-    const size_t scratch = st.parts[0].scratchpad_bytes();
+    size_t scratch = 0;
+    for (const BoundPrimitive& p : st.parts) scratch = std::max(scratch, p.scratchpad_bytes());
     const size_t stride = (scratch + 63) / 64 * 64;
     void* scratch_base = nullptr;
     if (stride > 0) {
