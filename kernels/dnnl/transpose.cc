@@ -15,12 +15,14 @@
 //   1.4-3.5x faster than the reference kernel's element-wise copy (64x64: 1.4-1.7x,
 //   [8, 64, 64] -> [0, 2, 1]: 2x, 512x512: 3.5x).
 // With more than one thread and at least kMinParallelCopyBytes of output, the outermost
-// simplified dim is cut into one range per thread, each a reorder of its own (its own memory
-// objects, so no primitive runs on two threads at once) on its thread with OpenMP count 1:
-// oneDNN's OpenMP reorder at 2 threads measured slower than one thread on the shared 2-core
-// machine. Other dtypes, zero-size dims, more than
-// kMaxReorderRank simplified dims, and zero or negative input strides go to the reference kernel,
-// which also reports every error (a perm that is not a permutation, at create).
+// simplified dim is cut into one range per thread, each a reorder of its own on its thread with
+// OpenMP count 1: oneDNN's OpenMP reorder at 2 threads measured slower than one thread on the
+// shared 2-core machine. Each range has its own memory objects (their data handles are set per
+// run); two ranges of equal size may share one oneDNN primitive (its primitive cache), which is
+// safe to run on two threads at once because its scratchpad is the caller's (scratchpad_mode::
+// user), one slice of the site's workspace per range. Other dtypes, zero-size dims, more than
+// kMaxReorderRank simplified dims, and zero or negative input strides go to the reference
+// kernel, which also reports every error (a perm that is not a permutation, at create).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
