@@ -12,10 +12,14 @@
 //                                    kernel, by size (sets kMinBinaryElements);
 //   BM_ReduceLastAxis/max/dnnl     -- ReduceSum/ReduceMax over rows of 128: the row loops
 //                                    against the reference kernel; BM_ReduceMiddleAxis/dnnl
-//                                    likewise for a mean over axis 1 of [8, 64, 128].
+//                                    likewise for a mean over axis 1 of [8, 64, 128];
+//   BM_TransposeReference, BM_TransposeReorder, BM_TransposeKernel/shape/threads -- Transpose:
+//                                    the reference copy, one bare reorder primitive, and the
+//                                    dnnl kernel (transpose.cc) that picks between them.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -464,6 +468,113 @@ BENCHMARK(BM_LayerNorm)
     ->Args({1, 0})
     ->Args({64, 1})
     ->Args({64, 0});
+
+// ---- Transpose: the reference kernel's strided copy against a oneDNN reorder ----
+// BM_TransposeReference/shape/threads runs the reference kernel (at 2 threads it splits the
+// output's outer dim over the VM's pool); BM_TransposeReorder/shape/threads one reorder
+// primitive from the permuted-strides view of the input to the dense output, bound once, with
+// OpenMP at `threads`. Shapes: the encoders' transposes (docs/kernels.md, "oneDNN backend").
+struct TransposeShape {
+  std::vector<int64_t> dims, perm;
+};
+const TransposeShape kTransposeShapes[] = {
+    {{8, 64, 256}, {1, 0, 2}},
+    {{64, 8, 256}, {1, 0, 2}},
+    {{8, 4, 64, 64}, {0, 2, 1, 3}},
+    {{1, 128, 4, 64}, {0, 2, 1, 3}},
+    {{2, 3, 5, 7}, {3, 1, 0, 2}},
+    {{64, 64}, {1, 0}},
+    {{512, 512}, {1, 0}},
+    {{16, 16}, {1, 0}},
+    {{32, 32}, {1, 0}},
+    {{8, 64, 64}, {0, 2, 1}},
+    // The CRNN's features into its LSTM (tools/bench/crnn_bench.py, widths 100 and 400).
+    {{1, 128, 25}, {2, 0, 1}},
+    {{1, 128, 100}, {2, 0, 1}},
+};
+
+void TransposeArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape", "threads"});
+  for (int64_t s = 0; s < static_cast<int64_t>(std::size(kTransposeShapes)); ++s) {
+    b->Args({s, 1});
+    b->Args({s, 2});
+  }
+  b->UseRealTime();
+}
+
+void TransposeOutDims(const TransposeShape& sh, std::vector<int64_t>* dims,
+                      std::vector<int64_t>* strides) {
+  std::vector<int64_t> in_strides(sh.dims.size(), 1);
+  for (int i = static_cast<int>(sh.dims.size()) - 2; i >= 0; --i)
+    in_strides[i] = in_strides[i + 1] * sh.dims[i + 1];
+  for (int64_t p : sh.perm) {
+    dims->push_back(sh.dims[p]);
+    strides->push_back(in_strides[p]);
+  }
+}
+
+void BM_TransposeReference(benchmark::State& state) {
+  const TransposeShape& sh = kTransposeShapes[state.range(0)];
+  Tensor x = Filled(sh.dims);
+  std::vector<int64_t> dims, strides;
+  TransposeOutDims(sh, &dims, &strides);
+  KernelCall call("Transpose");
+  call.In(x).Out(DType::kF32).Attr("perm", sh.perm);
+  if (state.range(1) > MaxThreads() && !SetMaxThreads(static_cast<int>(state.range(1))).ok()) {
+    state.SkipWithError("no thread pool");
+    return;
+  }
+  RunKernel(state, call, "reference", {x}, {dims}, static_cast<int>(state.range(1)));
+}
+BENCHMARK(BM_TransposeReference)->Apply(TransposeArgs);
+
+// The dnnl kernel (transpose.cc), which picks between the two per shape.
+void BM_TransposeKernel(benchmark::State& state) {
+  const TransposeShape& sh = kTransposeShapes[state.range(0)];
+  Tensor x = Filled(sh.dims);
+  std::vector<int64_t> dims, strides;
+  TransposeOutDims(sh, &dims, &strides);
+  KernelCall call("Transpose");
+  call.In(x).Out(DType::kF32).Attr("perm", sh.perm);
+  if (state.range(1) > MaxThreads() && !SetMaxThreads(static_cast<int>(state.range(1))).ok()) {
+    state.SkipWithError("no thread pool");
+    return;
+  }
+  RunKernel(state, call, "dnnl", {x}, {dims}, static_cast<int>(state.range(1)));
+}
+BENCHMARK(BM_TransposeKernel)->Apply(TransposeArgs);
+
+void BM_TransposeReorder(benchmark::State& state) {
+  const TransposeShape& sh = kTransposeShapes[state.range(0)];
+  Tensor x = Filled(sh.dims);
+  std::vector<int64_t> dims, strides;
+  TransposeOutDims(sh, &dims, &strides);
+  Tensor y = *Tensor::Empty(DType::kF32, dims);
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  BoundPrimitive prim;
+  absl::Status s = Guard("reorder", [&] {
+    const dnnl::engine& engine = **CpuEngine();
+    const dnnl::memory::desc src = PlainDesc(dnnl::memory::data_type::f32, dims, strides);
+    const dnnl::memory::desc dst = DenseDesc(dnnl::memory::data_type::f32, dims);
+    SetThreads(static_cast<int>(state.range(1)));
+    dnnl::reorder::primitive_desc pd(engine, src, engine, dst, UserScratchpadAttr());
+    prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    s = ExecuteBound(ctx, prim, {x.raw_data(), y.raw_data()});
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+  }
+  SetThreads(1);
+}
+BENCHMARK(BM_TransposeReorder)->Apply(TransposeArgs);
 
 }  // namespace
 }  // namespace dynvm::onednn

@@ -19,9 +19,10 @@ void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterAttentionKernels(KernelRegistry& r);      // attention.cc: dynvm::Attention
 void RegisterLinearKernels(KernelRegistry& r);         // linear.cc: dynvm::Linear
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
-void RegisterConvKernels(KernelRegistry& r);    // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
-void RegisterPoolKernels(KernelRegistry& r);    // pool.cc: pooling, BatchNormalization, LRN
-void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize (resampling)
+void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
+void RegisterPoolKernels(KernelRegistry& r);       // pool.cc: pooling, BatchNormalization, LRN
+void RegisterResizeKernels(KernelRegistry& r);     // resize.cc: Resize (resampling)
+void RegisterTransposeKernels(KernelRegistry& r);  // transpose.cc: Transpose (reorder)
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul

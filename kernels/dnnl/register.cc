@@ -14,6 +14,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);
   onednn::RegisterResizeKernels(registry);
+  onednn::RegisterTransposeKernels(registry);
   onednn::RegisterQuantKernels(registry);
   onednn::RegisterQuantizedWeightKernels(registry);
   onednn::RegisterQConvKernels(registry);
