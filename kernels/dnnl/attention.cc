@@ -79,6 +79,7 @@ std::pair<int64_t, int64_t> KeptKeys(const AttentionAttrs& a, const AttentionGeo
   const int64_t is = g.ms[r - 2], js = g.ms[r - 1];
   const bool masked = a.mask_mode == 2;  // the value that drops a key
   int64_t lo = g.lk, hi = 0;
+  if (is == 0) rows = 1;  // a mask broadcast along the queries: every row is the first
   for (int64_t i = i0; i < i0 + rows; ++i) {
     const bool* row = m + i * is;
     int64_t first = 0;
