@@ -46,9 +46,9 @@ constexpr absl::string_view kProgram = R"(
 .end
 )";
 
-// The same-shape f32 Add of the oneDNN backend splits from 32K elements into ranges of
-// 16K-element multiples (kMinParallelElements, docs/threads.md).
-constexpr int64_t kMinSplit = int64_t{1} << 15;
+// The same-shape f32 Add of the oneDNN backend splits from 128K elements into ranges of
+// 64K-element multiples (kMinParallelElements, docs/threads.md).
+constexpr int64_t kMinSplit = int64_t{1} << 17;
 constexpr int64_t kGrain = kMinSplit / 2;
 
 class ProfilerThreadsTest : public ::testing::Test {
@@ -138,7 +138,7 @@ void ExpectJob(const Profiler& prof, const Profiler::ParallelJob& job, int64_t n
 }
 
 TEST_F(ProfilerThreadsTest, RangesCoverTheWorkInsideTheKernelSpan) {
-  for (const int64_t n : {kMinSplit + 16, int64_t{65536}, (int64_t{1} << 18) + 5}) {
+  for (const int64_t n : {kMinSplit + 16, int64_t{1} << 18, (int64_t{1} << 19) + 5}) {
     std::shared_ptr<const Executable> exe = Load(n);
     ASSERT_NE(exe, nullptr);
     for (const int threads : {1, 2, 3}) {
@@ -172,7 +172,7 @@ TEST_F(ProfilerThreadsTest, RangesCoverTheWorkInsideTheKernelSpan) {
 // The trace: the job on the VM's track inside the kernel's span, each range on the track of
 // its thread (the VM's, or "worker i" named by metadata), within the job in time.
 TEST_F(ProfilerThreadsTest, TraceHasPerWorkerTracksInsideTheKernelSpan) {
-  constexpr int64_t kN = 65536;
+  constexpr int64_t kN = 2 * kMinSplit;
   std::shared_ptr<const Executable> exe = Load(kN);
   ASSERT_NE(exe, nullptr);
   std::unique_ptr<VirtualMachine> vm = Vm(exe, 2, false, kN);
@@ -323,7 +323,7 @@ TEST_F(ProfilerThreadsTest, SummaryColumnsAreConsistent) {
 // logs only its VM's jobs, each job either split on the pool or ran whole on its caller while
 // the other VM held the pool, and every range covers its share (race-free under TSan).
 TEST_F(ProfilerThreadsTest, VmsSharingThePoolLogTheirOwnJobs) {
-  constexpr int64_t kN = 65536;
+  constexpr int64_t kN = 2 * kMinSplit;
   std::shared_ptr<const Executable> exe = Load(kN);
   ASSERT_NE(exe, nullptr);
   constexpr int kRuns = 40;

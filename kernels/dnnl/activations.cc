@@ -7,7 +7,7 @@
 // A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
 // binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
 // several times the work. Within 1e-6 relative of the reference; NaN gives NaN. Elements are
-// split across the VM's pool from kMinParallelElements (vector_loops.h).
+// split across the VM's pool from kMinParallelMathElements (vector_loops.h).
 #include <algorithm>
 #include <cmath>
 
@@ -56,8 +56,9 @@ class ActivationKernel final : public DnnlKernel {
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
     const Act act = act_;
-    ParallelElements(ctx, n,
-                     [&](int64_t e0, int64_t e1) { Apply(act, e1 - e0, src + e0, dst + e0); });
+    ParallelElements(
+        ctx, n, [&](int64_t e0, int64_t e1) { Apply(act, e1 - e0, src + e0, dst + e0); },
+        kMinParallelMathElements);
     return absl::OkStatus();
   }
 

@@ -462,9 +462,9 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     cases.push_back({"RMSNorm axis 1", rms2, x.numel(), kMinParallelRows});
   }
   {
-    // Elementwise loops: 33153 elements (a ragged tail of 16-element blocks).
-    Tensor x = random({3, 43, 257}), y = random({3, 43, 257}), row = random({257});
-    Tensor one = random({1}), big = random({7, 43, 257}), big_row = random({1, 1, 257});
+    // Elementwise loops: 132612 elements (a ragged tail of 16-element blocks).
+    Tensor x = random({12, 43, 257}), y = random({12, 43, 257}), row = random({257});
+    Tensor one = random({1}), big = random({13, 43, 257}), big_row = random({1, 1, 257});
     for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
       KernelCall full(op), by_row(op), by_scalar(op), large(op);
       full.In(x).In(y).Out(DType::kF32);
@@ -494,11 +494,11 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     cases.push_back({"Where", where, x.numel(), kMinParallelElements});
     KernelCall erf("Erf");
     erf.In(x).Out(DType::kF32);
-    cases.push_back({"Erf", erf, x.numel(), kMinParallelElements});
+    cases.push_back({"Erf", erf, x.numel(), kMinParallelMathElements});
     for (const char* op : {"Gelu", "GeluTanh", "Silu"}) {
       KernelCall act(op, "dynvm");
       act.In(x).Out(DType::kF32);
-      cases.push_back({op, act, x.numel(), kMinParallelElements});
+      cases.push_back({op, act, x.numel(), kMinParallelMathElements});
     }
     // Reductions: rows (innermost axis) and a middle axis (blocks of the outer axis).
     for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceL2"}) {

@@ -8,7 +8,8 @@
 // Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
 //
 // With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
-// loop, Erf, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements run
+// loop, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements (Erf from
+// kMinParallelMathElements) run
 // loops split across the VM's pool, so that oneDNN's OpenMP threads never run beside the
 // pool's; the other unary ops and broadcasts keep the primitive (OpenMP above
 // kMinParallelWork).
@@ -409,8 +410,9 @@ class ErfKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
-    ParallelElements(ctx, x.numel(),
-                     [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); });
+    ParallelElements(
+        ctx, x.numel(), [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); },
+        kMinParallelMathElements);
     return absl::OkStatus();
   }
 };

@@ -756,13 +756,13 @@ void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, cons
 }
 
 void ParallelElements(const KernelContext& ctx, int64_t n,
-                      absl::FunctionRef<void(int64_t, int64_t)> fn) {
-  if (ctx.num_threads() == 1 || n < kMinParallelElements) {
+                      absl::FunctionRef<void(int64_t, int64_t)> fn, int64_t min_elements) {
+  if (ctx.num_threads() == 1 || n < min_elements) {
     fn(0, n);
     return;
   }
-  // Whole 16-float blocks (a cache line), at least kMinParallelElements / 2 per range.
-  const int64_t grain = std::max<int64_t>(16, (kMinParallelElements / 2 + 15) / 16 * 16);
+  // Whole 16-float blocks (a cache line), at least min_elements / 2 per range.
+  const int64_t grain = std::max<int64_t>(16, (min_elements / 2 + 15) / 16 * 16);
   ctx.ParallelFor(n, grain, fn);
 }
 

@@ -64,8 +64,9 @@ void ParallelGemv(const KernelContext& ctx, char trans, int64_t n, int64_t k, fl
                   const float* x, const float* b, int64_t ldb, float beta, float* y);
 
 // Rows of SoftmaxRows / LayerNormRows split across the context's threads when rows * n is at
-// least kMinParallelRows elements (the BM_Softmax/BM_LayerNorm sweep in dnnl_benchmark.cc).
-inline constexpr int64_t kMinParallelRows = int64_t{1} << 14;
+// least kMinParallelRows elements (BM_SoftmaxSplit / BM_LayerNormSplit in dnnl_benchmark.cc: on
+// the idle AVX2 EPYC 2 threads win from 1K elements of Softmax and 4K of LayerNorm).
+inline constexpr int64_t kMinParallelRows = int64_t{1} << 12;
 void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                          float* y);
 void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
@@ -78,14 +79,19 @@ void RmsNormRows(int64_t rows, int64_t n, const float* x, const float* scale, fl
 void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                          const float* scale, float epsilon, float* y);
 
-// Elementwise loops (BinaryRows, the fused activations, Erf) are split across the context's
-// threads from this many elements (the BM_BinarySplit / BM_GeluSplit sweep in dnnl_benchmark.cc).
-inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+// Elementwise loops are split across the context's threads from this many elements: the cheap
+// ones (BinaryRows, Relu, Abs, Neg, Sqrt, Where, the reductions) from kMinParallelElements, those
+// of a polynomial per element (Erf, Gelu, GeluTanh, Silu) from kMinParallelMathElements. On the
+// idle AVX2 EPYC (BM_BinarySplit, BM_ErfSplit in dnnl_benchmark.cc) 2 threads lose to 1 on a
+// broadcast Add up to 64K elements and win from 128K; on Erf they win from 1K.
+inline constexpr int64_t kMinParallelElements = int64_t{1} << 17;
+inline constexpr int64_t kMinParallelMathElements = int64_t{1} << 12;
 
 // fn(e0, e1) over [0, n) elements: ranges of whole 16-element blocks (a cache line of floats)
-// on the context's threads, one thread below kMinParallelElements.
+// on the context's threads, one thread below `min_elements`.
 void ParallelElements(const KernelContext& ctx, int64_t n,
-                      absl::FunctionRef<void(int64_t, int64_t)> fn);
+                      absl::FunctionRef<void(int64_t, int64_t)> fn,
+                      int64_t min_elements = kMinParallelElements);
 
 // BinaryRows split across the context's threads (by rows when b is one broadcast row, by
 // elements otherwise).
