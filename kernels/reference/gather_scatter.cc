@@ -69,9 +69,21 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   int64_t inner = 1;
   for (int d = ax + 1; d < rank; ++d) inner *= x.dim(d);
   const int64_t esize = DTypeSize(x.dtype());
-  for (size_t j = 0; j < idx.size(); ++j) {
-    CopyStrided(esize, block_dims, ElementPtr(x, (idx)[j] * x.stride(ax)), src_strides,
-                ElementPtr(*out[0], static_cast<int64_t>(j) * inner), dst_strides);
+  auto copy = [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      CopyStrided(esize, block_dims, ElementPtr(x, idx[j] * x.stride(ax)), src_strides,
+                  ElementPtr(*out[0], j * inner), dst_strides);
+    }
+  };
+  // With more than one thread, a large gather (an embedding lookup) splits its indices over the
+  // VM's pool like a large copy (kMinParallelCopyBytes): the rows it reads are scattered, and two
+  // cores keep more of them in flight. Each index writes its own part of the output.
+  const int64_t n = static_cast<int64_t>(idx.size());
+  if (ctx.num_threads() > 1 && n >= 2 && x.dtype() != DType::kString &&
+      out[0]->numel() * esize >= kMinParallelCopyBytes) {
+    ctx.ParallelFor(n, 1, copy);
+  } else {
+    copy(0, n);
   }
   return absl::OkStatus();
 }

@@ -285,8 +285,9 @@ TEST(TransposeTest, DefaultReversesAndPerm) {
 }
 
 // At two threads a copy of at least kMinParallelCopyBytes splits its outermost dim over the
-// VM's pool (data_movement.cc, EmitView): the same elements as one thread, for an odd row count
-// (ragged ranges), a transpose, a slice and 1-byte elements.
+// VM's pool (data_movement.cc, EmitView), and a Gather its indices: the same elements as one
+// thread, for an odd row count (ragged ranges), a transpose, a slice, 1-byte elements and
+// gathers along the first and a middle axis.
 TEST(TransposeTest, LargeCopiesSplitAcrossThreadsGiveTheSameElements) {
   const int cap = MaxThreads();
   ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
@@ -306,6 +307,17 @@ TEST(TransposeTest, LargeCopiesSplitAcrossThreadsGiveTheSameElements) {
                       .In(bytes)
                       .Attr("perm", std::vector<int64_t>{2, 1, 0})
                       .Out(DType::kBool));
+  // Gather splits its indices the same way: rows of an embedding table (axis 0, repeated and
+  // negative indices) and columns of a middle axis (each index a strided block).
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < 301; ++i) rows.push_back((i * 13) % 37 - (i % 5 == 0 ? 37 : 0));
+  calls.push_back(KernelCall("Gather").In(x).In(I64({301}, rows)).Out(DType::kF32));
+  calls.push_back(
+      KernelCall("Gather")
+          .In(x)
+          .In(I64({3, 7}, {0, 28, 5, 5, -1, 3, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}))
+          .Attr("axis", int64_t{1})
+          .Out(DType::kF32));
   for (KernelCall& call : calls) {
     absl::StatusOr<std::vector<Tensor>> one = call.Run(1);
     absl::StatusOr<std::vector<Tensor>> two = call.Run(2);
