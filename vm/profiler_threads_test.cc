@@ -46,9 +46,9 @@ constexpr absl::string_view kProgram = R"(
 .end
 )";
 
-// The same-shape f32 Add of the oneDNN backend splits from 128K elements into ranges of
-// 64K-element multiples (kMinParallelElements, docs/threads.md).
-constexpr int64_t kMinSplit = int64_t{1} << 17;
+// The same-shape f32 Add of the oneDNN backend splits from 32K elements into ranges of
+// 16K-element multiples (kMinParallelElements, docs/threads.md).
+constexpr int64_t kMinSplit = int64_t{1} << 15;
 constexpr int64_t kGrain = kMinSplit / 2;
 
 class ProfilerThreadsTest : public ::testing::Test {

@@ -82,9 +82,12 @@ void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, cons
 // Elementwise loops are split across the context's threads from this many elements: the cheap
 // ones (BinaryRows, Relu, Abs, Neg, Sqrt, Where, the reductions) from kMinParallelElements, those
 // of a polynomial per element (Erf, Gelu, GeluTanh, Silu) from kMinParallelMathElements. On the
-// idle AVX2 EPYC (BM_BinarySplit, BM_ErfSplit in dnnl_benchmark.cc) 2 threads lose to 1 on a
-// broadcast Add up to 64K elements and win from 128K; on Erf they win from 1K.
-inline constexpr int64_t kMinParallelElements = int64_t{1} << 17;
+// idle AVX2 EPYC (BM_BinarySplit, BM_ErfSplit in dnnl_benchmark.cc), with the operands in one
+// core's cache, 2 threads lose to 1 on a broadcast Add up to 64K elements and win from 128K;
+// on Erf they win from 1K. In a model's graph an Add's operands come from kernels split the
+// same way, half in each core's cache: there 32K measured as fast as 128K or slightly faster
+// (docs/threads.md), so the cheap loops keep 32K.
+inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 inline constexpr int64_t kMinParallelMathElements = int64_t{1} << 12;
 
 // fn(e0, e1) over [0, n) elements: ranges of whole 16-element blocks (a cache line of floats)
