@@ -24,8 +24,9 @@
 // the output's query axis, through out_perm, needs the row of Q's query axis, through q_perm,
 // and of the mask's when it has that axis at full size; K and V whole),
 // Softmax/LogSoftmax/LayerNormalization along another axis, Transpose (the axis moves), and
-// Reshape when the output axis is an input axis of the same size with as many elements before
-// it (ReshapeRowAxis).
+// Reshape when the output axis is an input axis with as many elements before it, of the same
+// size, or a multiple or a divisor of it (ReshapeRows: the wanted rows then are a block of
+// rows there).
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -126,17 +127,21 @@ std::optional<std::vector<int64_t>> PermAttr(const Node& n, const char* name, in
   return a->ints;
 }
 
-// The input axis of a Reshape whose rows are the output's rows along `axis`: the input axis
-// `b` of the same size with as many elements in the dims before it (then every index of the
-// dims before picks the same block of elements in both, and row i of `axis` is row i of `b`).
-// The dims before must be equal (symbolic dims allowed) or all constant. nullopt: none.
-std::optional<int> ReshapeRowAxis(const std::vector<Dim>& in, const std::vector<Dim>& out,
-                                  int axis) {
+// A Reshape's input rows for output rows in blocks of `count` along `axis`: the input axis `b`
+// with as many elements in the dims before it (every index of the dims before then picks the
+// same block of elements in both), and the block size there. The dims before must be equal
+// (symbolic dims allowed) or all constant (unit dims skipped). Equal sizes: the same blocks. An
+// input axis m times longer (the output split it): blocks of count * m rows. m times shorter
+// (the output merged it with the dims after it): blocks of count / m, when m divides count.
+// nullopt: none of these.
+std::optional<std::pair<int, int64_t>> ReshapeRows(const std::vector<Dim>& in,
+                                                   const std::vector<Dim>& out, int axis,
+                                                   int64_t count) {
   const Dim size = out[axis];
   if (static_cast<int>(in.size()) > axis) {
     bool same = true;
     for (int j = 0; j <= axis && same; ++j) same = in[j] == out[j];
-    if (same) return axis;
+    if (same) return std::make_pair(axis, count);
   }
   int64_t before = 1;  // elements in out's dims before the axis
   for (int j = 0; j < axis; ++j) {
@@ -144,41 +149,17 @@ std::optional<int> ReshapeRowAxis(const std::vector<Dim>& in, const std::vector<
     if (!c) return std::nullopt;
     before *= *c;
   }
+  const std::optional<int64_t> n = SymbolicContext::AsConst(size);
   int64_t in_before = 1;
   for (int b = 0; b < static_cast<int>(in.size()) && in_before <= before; ++b) {
-    if (in_before == before && in[b] == size) return b;
-    std::optional<int64_t> c = SymbolicContext::AsConst(in[b]);
-    if (!c || *c <= 0) return std::nullopt;
-    in_before *= *c;
-  }
-  return std::nullopt;
-}
-
-// A Reshape's input rows for output rows in blocks of `count` along `axis`: the input axis `b`
-// with as many elements in the dims before it (all constant, unit dims skipped), and the block
-// size there. Equal sizes: the same blocks (ReshapeRowAxis). An input axis m times longer (the
-// output split it): blocks of count * m rows. m times shorter (the output merged it with the
-// dims after it): blocks of count / m, when m divides count. nullopt: none of these.
-std::optional<std::pair<int, int64_t>> ReshapeRows(const std::vector<Dim>& in,
-                                                   const std::vector<Dim>& out, int axis,
-                                                   int64_t count) {
-  if (std::optional<int> b = ReshapeRowAxis(in, out, axis)) return std::make_pair(*b, count);
-  std::optional<int64_t> size = SymbolicContext::AsConst(out[axis]);
-  if (!size || *size <= 1) return std::nullopt;
-  int64_t before = 1;
-  for (int j = 0; j < axis; ++j) {
-    std::optional<int64_t> c = SymbolicContext::AsConst(out[j]);
-    if (!c) return std::nullopt;
-    before *= *c;
-  }
-  int64_t in_before = 1;
-  for (int b = 0; b < static_cast<int>(in.size()) && in_before <= before; ++b) {
+    if (in_before == before && in[b] == size) return std::make_pair(b, count);
     std::optional<int64_t> c = SymbolicContext::AsConst(in[b]);
     if (!c || *c <= 0) return std::nullopt;
     if (in_before == before && *c != 1) {
-      if (*c % *size == 0) return std::make_pair(b, count * (*c / *size));
-      const int64_t m = *size / *c;
-      if (*size % *c == 0 && count % m == 0) return std::make_pair(b, count / m);
+      if (!n || *n <= 1) return std::nullopt;
+      if (*c % *n == 0) return std::make_pair(b, count * (*c / *n));
+      const int64_t m = *n / *c;
+      if (*n % *c == 0 && count % m == 0) return std::make_pair(b, count / m);
       return std::nullopt;
     }
     in_before *= *c;
