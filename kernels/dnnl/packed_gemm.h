@@ -9,6 +9,8 @@
 // Layout of packed B: panel p (columns [16p, 16p + 16)) holds, for each k in [0, K), 16 floats
 // (zeros past N); panels are contiguous, so panel p starts at 16 K p floats. Any alignment
 // (64 bytes keeps each step's 16 floats in one cache line).
+// A is packed per block of rows (tiles of 6 rows interleaved, [K][6]) into a per-thread buffer
+// of up to kRowBlock x K floats that grows to the largest K seen and stays.
 // Blocking: rows in equal blocks of at most kRowBlock, columns in blocks of kColBlock, K in blocks
 // of kDepth (A's block of rows x kDepth in L2, one panel's kDepth x 16 in L1). Sums over K blocks
 // go through C; the epilogue runs on each rows x columns block after its last K block.
