@@ -513,7 +513,8 @@ void TransposeOutDims(const TransposeShape& sh, std::vector<int64_t>* dims,
   }
 }
 
-void BM_TransposeReference(benchmark::State& state) {
+// The Transpose kernel of one backend on shape range(0) at range(1) threads.
+void RunTranspose(benchmark::State& state, const char* backend) {
   const TransposeShape& sh = kTransposeShapes[state.range(0)];
   Tensor x = Filled(sh.dims);
   std::vector<int64_t> dims, strides;
@@ -524,24 +525,14 @@ void BM_TransposeReference(benchmark::State& state) {
     state.SkipWithError("no thread pool");
     return;
   }
-  RunKernel(state, call, "reference", {x}, {dims}, static_cast<int>(state.range(1)));
+  RunKernel(state, call, backend, {x}, {dims}, static_cast<int>(state.range(1)));
 }
+
+void BM_TransposeReference(benchmark::State& state) { RunTranspose(state, "reference"); }
 BENCHMARK(BM_TransposeReference)->Apply(TransposeArgs);
 
 // The dnnl kernel (transpose.cc), which picks between the two per shape.
-void BM_TransposeKernel(benchmark::State& state) {
-  const TransposeShape& sh = kTransposeShapes[state.range(0)];
-  Tensor x = Filled(sh.dims);
-  std::vector<int64_t> dims, strides;
-  TransposeOutDims(sh, &dims, &strides);
-  KernelCall call("Transpose");
-  call.In(x).Out(DType::kF32).Attr("perm", sh.perm);
-  if (state.range(1) > MaxThreads() && !SetMaxThreads(static_cast<int>(state.range(1))).ok()) {
-    state.SkipWithError("no thread pool");
-    return;
-  }
-  RunKernel(state, call, "dnnl", {x}, {dims}, static_cast<int>(state.range(1)));
-}
+void BM_TransposeKernel(benchmark::State& state) { RunTranspose(state, "dnnl"); }
 BENCHMARK(BM_TransposeKernel)->Apply(TransposeArgs);
 
 void BM_TransposeReorder(benchmark::State& state) {
