@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/dtype.h"
 #include "common/types.h"
 #include "compiler/symbolic.h"
-#include "isa/dtype.h"
 #include "kernels/attr_value.h"
 #include "kernels/tensor.h"
 

@@ -7,10 +7,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "common/types.h"
 #include "common/utf8.h"
-#include "isa/dtype.h"
 #include "isa/instruction.h"
 #include "isa/operands.h"
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "isa/dtype.h"
 #include "isa/verifier.h"
 #include "isa/verifier_testing.h"
 #include "schema/executable_generated.h"

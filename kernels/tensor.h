@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "allocator/storage.h"
-#include "isa/dtype.h"
+#include "common/dtype.h"
 
 namespace dynvm {
 

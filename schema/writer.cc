@@ -18,7 +18,7 @@ uint64_t RequiredFeatures(const fb::ExecutableT& exe) {
   auto seq_kind = [](fb::ObjectKind k) {
     return k == fb::ObjectKind::Sequence || k == fb::ObjectKind::Optional;
   };
-  constexpr uint8_t kString = 13;  // DType::kString (isa/dtype.h; schema does not depend on isa)
+  constexpr uint8_t kString = 13;  // DType::kString (common/dtype.h; schema does not depend on isa)
   for (const auto& f : exe.functions) {
     for (const auto& t : f->object_types) {
       if (seq_kind(t.kind())) bits |= kFeatureSequences;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/dtype.h"
 #include "common/types.h"
-#include "isa/dtype.h"
 #include "kernels/kernel.h"
 #include "vm/executable.h"
 

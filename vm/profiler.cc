@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "isa/dtype.h"
+#include "common/dtype.h"
 #include "kernels/tensor.h"
 #include "vm/executable.h"
 #include "vm/executable_impl.h"

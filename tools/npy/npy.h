@@ -39,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "isa/dtype.h"
+#include "common/dtype.h"
 #include "kernels/tensor.h"
 
 namespace dynvm::npy {

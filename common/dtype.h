@@ -2,8 +2,8 @@
 //
 // The numeric values are part of the executable format (docs/executable-format.md):
 // never renumber, only append.
-#ifndef DYNVM_ISA_DTYPE_H_
-#define DYNVM_ISA_DTYPE_H_
+#ifndef DYNVM_COMMON_DTYPE_H_
+#define DYNVM_COMMON_DTYPE_H_
 
 #include <cstdint>
 #include <optional>
@@ -75,8 +75,14 @@ constexpr bool IsUnsignedInt(DType t) {
 }
 constexpr bool IsInteger(DType t) { return IsSignedInt(t) || IsUnsignedInt(t); }
 
-std::optional<DType> ParseDType(absl::string_view name);
+inline std::optional<DType> ParseDType(absl::string_view name) {
+#define DYNVM_DTYPE_PARSE(e, v, n, s) \
+  if (name == n) return DType::e;
+  DYNVM_DTYPES(DYNVM_DTYPE_PARSE)
+#undef DYNVM_DTYPE_PARSE
+  return std::nullopt;
+}
 
 }  // namespace dynvm
 
-#endif  // DYNVM_ISA_DTYPE_H_
+#endif  // DYNVM_COMMON_DTYPE_H_
