@@ -1,6 +1,7 @@
 #include "compiler/builder.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/names.h"
 
 namespace dynvm::compiler {
 
@@ -108,7 +109,7 @@ void GraphBuilder::Output(const std::string& name, Value* v) {
   if (v->name.empty()) v->name = name;
   if (v->name != name) {
     // The same value under a second name: an Identity keeps both names.
-    v = Op("Identity", {v});
+    v = Op(ops::kIdentity, {v});
     v->name = name;
   }
   g_->outputs.push_back(v);
@@ -117,7 +118,7 @@ void GraphBuilder::Output(const std::string& name, Value* v) {
 std::vector<Value*> GraphBuilder::If(
     Value* cond, int num_outputs, const std::function<std::vector<Value*>(GraphBuilder&)>& then_fn,
     const std::function<std::vector<Value*>(GraphBuilder&)>& else_fn) {
-  Node* n = AddNode("If", {cond}, num_outputs, "");
+  Node* n = AddNode(ops::kIf, {cond}, num_outputs, "");
   for (const char* name : {"then_branch", "else_branch"}) {
     std::unique_ptr<Graph> sub = m_.NewGraph(g_, n);
     GraphBuilder b(sub.get());
@@ -133,7 +134,7 @@ std::vector<Value*> GraphBuilder::Loop(
                                             const std::vector<Value*>&)>& body_fn) {
   std::vector<Value*> inputs = {max_trip, cond};
   inputs.insert(inputs.end(), carried.begin(), carried.end());
-  Node* n = AddNode("Loop", inputs, static_cast<int>(carried.size()) + num_scan_outputs, "");
+  Node* n = AddNode(ops::kLoop, inputs, static_cast<int>(carried.size()) + num_scan_outputs, "");
   std::unique_ptr<Graph> body = m_.NewGraph(g_, n);
   Value* iter = m_.NewValue(DType::kI64, std::vector<Dim>{}, body.get(), "iter");
   Value* c = m_.NewValue(DType::kBool, std::vector<Dim>{}, body.get(), "cond");

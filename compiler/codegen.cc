@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "compiler/memory_plan.h"
+#include "compiler/ops/names.h"
 #include "isa/code_builder.h"
 #include "isa/instruction.h"
 #include "isa/opcodes.h"
@@ -370,7 +371,7 @@ absl::StatusOr<uint32_t> FunctionCodegen::Tensor(const Value* v) {
 
 std::vector<std::vector<const Value*>> FunctionCodegen::KillsAfter(Graph& g) {
   std::vector<std::vector<const Value*>> kills(g.nodes.size());
-  if (g.owner == nullptr || !IsOnnx(*g.owner, "Loop")) return kills;
+  if (g.owner == nullptr || !IsOnnx(*g.owner, ops::kLoop)) return kills;
   absl::flat_hash_map<const Node*, size_t> index;
   for (size_t i = 0; i < g.nodes.size(); ++i) index[g.nodes[i].get()] = i;
   for (auto& n : g.nodes) {
@@ -448,15 +449,15 @@ absl::Status FunctionCodegen::EmitGraph(Graph& g) {
 }
 
 absl::Status FunctionCodegen::EmitNode(Node& n) {
-  if (IsOnnx(n, "If")) return EmitIf(n);
-  if (IsOnnx(n, "Loop")) return EmitLoop(n);
+  if (IsOnnx(n, ops::kIf)) return EmitIf(n);
+  if (IsOnnx(n, ops::kLoop)) return EmitLoop(n);
   if (!n.subgraphs.empty()) {
     return absl::UnimplementedError(
         absl::StrCat(n.Label(), ": control-flow op ", n.op, " is not supported yet"));
   }
   if (IsContainerOp(n)) return EmitContainerOp(n);
   if (plan_.IsAppend(&n)) return EmitAppend(n);
-  if (n.domain == "dynvm" && n.op == "Emit") return EmitStream(n);
+  if (n.domain == ops::kDynvmDomain && n.op == ops::kEmit) return EmitStream(n);
   bool all_constant = !n.outputs.empty();
   for (const Value* v : n.outputs) {
     if (v && !v->constant) all_constant = false;
@@ -479,7 +480,7 @@ absl::Status FunctionCodegen::EmitView(Node& n) {
   const Value* out = n.outputs[0];
   DYNVM_ASSIGN_OR_RETURN(uint32_t in, Tensor(n.inputs[0]));
   const uint32_t reg = NewTensorReg(out);
-  if (n.op == "Identity" || n.op == "Dropout") {
+  if (n.op == ops::kIdentity || n.op == ops::kDropout) {
     bc_.Emit<op::Mov>(reg, in);
   } else {
     DYNVM_ASSIGN_OR_RETURN(const std::vector<uint32_t> dims, DimWords(*out->shape));
@@ -967,7 +968,7 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
     return r;
   }
   if (store == Store::kRegister && root->producer != nullptr && IsContainerOp(*root->producer) &&
-      root->producer->op != "ConcatFromSequence") {
+      root->producer->op != ops::kConcatFromSequence) {
     return r;
   }
   const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
@@ -1016,21 +1017,21 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     return copy;
   };
   uint32_t result = 0;
-  if (op == "Identity") {
+  if (op == ops::kIdentity) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t x, in(0));
     result = NewTensorReg(out);
     bc_.Emit<op::Mov>(result, x);
-  } else if (op == "SequenceEmpty") {
+  } else if (op == ops::kSequenceEmpty) {
     result = NewTensorReg(out);
     bc_.Emit<op::SeqNew>(result);
-  } else if (op == "SequenceConstruct") {
+  } else if (op == ops::kSequenceConstruct) {
     result = NewTensorReg(out);
     bc_.Emit<op::SeqNew>(result);
     for (const Value* v : n.inputs) {
       DYNVM_ASSIGN_OR_RETURN(uint32_t t, Shareable(v));
       bc_.Emit<op::SeqPush>(result, t);
     }
-  } else if (op == "SequenceInsert") {
+  } else if (op == ops::kSequenceInsert) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t t, Shareable(n.inputs[1]));
     std::optional<uint32_t> pos;
     if (n.inputs.size() > 2 && n.inputs[2] != nullptr) {
@@ -1044,7 +1045,7 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     } else {
       bc_.Emit<op::SeqPush>(result, t);
     }
-  } else if (op == "SequenceErase") {
+  } else if (op == ops::kSequenceErase) {
     uint32_t pos;
     if (n.inputs.size() > 1 && n.inputs[1] != nullptr) {
       DYNVM_ASSIGN_OR_RETURN(uint32_t p, ScalarOf(n.inputs[1]));
@@ -1056,12 +1057,12 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t q, target(n.inputs[0]));
     result = q;
     bc_.Emit<op::SeqErase>(result, pos);
-  } else if (op == "SequenceAt") {
+  } else if (op == ops::kSequenceAt) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t q, in(0));
     DYNVM_ASSIGN_OR_RETURN(uint32_t p, ScalarOf(n.inputs[1]));
     result = NewTensorReg(out);
     bc_.Emit<op::SeqAt>(result, q, p);
-  } else if (op == "SequenceLength") {
+  } else if (op == ops::kSequenceLength) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t q, in(0));
     const uint32_t len = NewScalar(fb::ScalarType::I64);
     bc_.Emit<op::SeqLen>(len, q);
@@ -1069,11 +1070,11 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     result = NewTensorReg(out);
     DYNVM_RETURN_IF_ERROR(EmitAllocFor(out, result));
     bc_.Emit<op::Write>(result, 0, len);
-  } else if (op == "ConcatFromSequence") {
+  } else if (op == ops::kConcatFromSequence) {
     return EmitConcatFromSequence(n);
-  } else if (op == "SplitToSequence") {
+  } else if (op == ops::kSplitToSequence) {
     return EmitSplitToSequence(n);
-  } else if (op == "Optional") {
+  } else if (op == ops::kOptional) {
     result = NewTensorReg(out);
     if (n.inputs.empty() || n.inputs[0] == nullptr) {
       bc_.Emit<op::OptNone>(result);
@@ -1081,7 +1082,7 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
       DYNVM_ASSIGN_OR_RETURN(uint32_t x, IsContainer(n.inputs[0]) ? in(0) : Shareable(n.inputs[0]));
       bc_.Emit<op::OptSome>(result, x);
     }
-  } else if (op == "OptionalHasElement") {
+  } else if (op == ops::kOptionalHasElement) {
     const uint32_t has = NewScalar(fb::ScalarType::Bool);
     const Value* x = n.inputs.empty() ? nullptr : n.inputs[0];
     if (x == nullptr || x->kind != ObjectKind::kOptional) {
@@ -1094,7 +1095,7 @@ absl::Status FunctionCodegen::EmitContainerOp(Node& n) {
     result = NewTensorReg(out);
     DYNVM_RETURN_IF_ERROR(EmitAllocFor(out, result));
     bc_.Emit<op::Write>(result, 0, has);
-  } else if (op == "OptionalGetElement") {
+  } else if (op == ops::kOptionalGetElement) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t o, in(0));
     result = NewTensorReg(out);
     const bool is_opt = n.inputs[0]->kind == ObjectKind::kOptional;
@@ -1305,7 +1306,7 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
   const Value* root = plan_.Root(v);
   const Store store = plan_.of(root).store;
   if (store == Store::kPool || store == Store::kDynamic) return true;
-  if (store == Store::kRegister && root->producer != nullptr && IsOnnx(*root->producer, "If")) {
+  if (store == Store::kRegister && root->producer != nullptr && IsOnnx(*root->producer, ops::kIf)) {
     // An If result is pool-owned when what each branch gives is.
     const Node& n = *root->producer;
     size_t idx = 0;
@@ -1315,7 +1316,8 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
     return idx < n.outputs.size() && then_g != nullptr && else_g != nullptr &&
            PoolOwned(then_g->outputs[idx]) && PoolOwned(else_g->outputs[idx]);
   }
-  if (store != Store::kRegister || root->producer == nullptr || !IsOnnx(*root->producer, "Loop"))
+  if (store != Store::kRegister || root->producer == nullptr ||
+      !IsOnnx(*root->producer, ops::kLoop))
     return false;
   // Loop results: growables and scan outputs are pool-owned; a carried value is when the
   // body makes it in its own pool storage.

@@ -1,6 +1,8 @@
 #include "compiler/compiler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -8,7 +10,9 @@
 #include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/conv_fusion.h"
+#include "compiler/ops/names.h"
 #include "compiler/passes.h"
+#include "compiler/pipeline.h"
 #include "compiler/quantize_weights.h"
 #include "compiler/rewrite/rewrite.h"
 #include "kernels/registry.h"
@@ -39,7 +43,7 @@ int MarkConstantLinearWeights(Graph& g) {
   int count = 0;
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) count += MarkConstantLinearWeights(*sub);
-    if (n->domain != "dynvm" || n->op != "Linear" || n->inputs.size() < 2 ||
+    if (n->domain != ops::kDynvmDomain || n->op != ops::kLinear || n->inputs.size() < 2 ||
         n->inputs[1] == nullptr || !n->inputs[1]->constant) {
       continue;
     }
@@ -50,6 +54,97 @@ int MarkConstantLinearWeights(Graph& g) {
     ++count;
   }
   return count;
+}
+
+// The passes of Compile, in order (docs/compiler.md, "The pass pipeline"). Each pass's counts go
+// to `result`.
+Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
+  Pipeline p;
+  p.Add({"bind_scalar_inputs", /*needs_shapes=*/false, /*invalidates_shapes=*/false,
+         [](Module& m) -> absl::StatusOr<bool> { return BindScalarInputs(m) > 0; }});
+  // Scan runs as a Loop. A Scan whose output axes need ranks is lowered after inference.
+  auto scans_left = std::make_shared<int>(0);
+  // Nothing is inferred yet when it runs: it reports a change so that inference follows.
+  p.Add({"lower_scans", false, true, [scans_left](Module& m) -> absl::StatusOr<bool> {
+           DYNVM_ASSIGN_OR_RETURN(*scans_left, LowerScans(m));
+           return true;
+         }});
+  p.Add({"lower_scans_late", true, true, [scans_left](Module& m) -> absl::StatusOr<bool> {
+           if (*scans_left == 0) return false;
+           DYNVM_ASSIGN_OR_RETURN(const int left, LowerScans(m));
+           if (left > 0) {
+             return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
+           }
+           return true;
+         }});
+  const bool quantize = options.quantize_weights != DType::kF32;
+  if (options.optimize) {
+    // Folding removes kernels whose outputs were dynamic (fresh symbols they defined): shapes
+    // are inferred again after it. Quantized MatMul weights stay for qdq_matmul.
+    p.Add({"fold_constants_keep_quantized", true, true, [](Module& m) -> absl::StatusOr<bool> {
+             DYNVM_RETURN_IF_ERROR(FoldConstants(m, 1 << 20, /*keep_quantized_weights=*/true));
+             return true;
+           }});
+    // The rewrites infer shapes after each sweep that changed something.
+    rewrite::RewriteOptions rewrites{options.disabled_rewrites, options.device};
+    rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
+    p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
+             DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));
+             for (const auto& [rule, count] : result.rewrites) {
+               if (count > 0) return true;
+             }
+             return false;
+           }});
+    p.Add({"narrow_rows", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
+             result.narrowed_nodes = NarrowSelectedRows(m);
+             return result.narrowed_nodes > 0;
+           }});
+    p.Add({"cse", true, false, [](Module& m) -> absl::StatusOr<bool> {
+             EliminateCommonSubexpressions(m);
+             return true;
+           }});
+    p.Add({"hoist_loop_invariants", true, false, [](Module& m) -> absl::StatusOr<bool> {
+             HoistLoopInvariants(m);
+             return true;
+           }});
+    p.Add({"fold_constants", true, true, [](Module& m) -> absl::StatusOr<bool> {
+             DYNVM_RETURN_IF_ERROR(FoldConstants(m));
+             return true;
+           }});
+    p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
+             DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
+             if (fused.convs == 0) return false;
+             result.conv_fusion = {{"convs", fused.convs},
+                                   {"pads", fused.pads},
+                                   {"batch_norms", fused.batch_norms},
+                                   {"sums", fused.sums},
+                                   {"activations", fused.activations},
+                                   {"depthwise_pairs", fused.depthwise},
+                                   {"channels_last_values", fused.blocked}};
+             return true;
+           }});
+    p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {
+             EliminateDeadCode(m);
+             return true;
+           }});
+    p.Add({"mark_constant_weights", false, false, [](Module& m) -> absl::StatusOr<bool> {
+             int marked = 0;
+             for (Function& f : m.functions()) marked += MarkConstantLinearWeights(*f.graph);
+             return marked > 0;
+           }});
+  }
+  if (quantize) {
+    QuantizeWeightsOptions q{options.quantize_weights, options.quantize_min_bytes};
+    p.Add({"quantize_weights", true, true, [q, &result](Module& m) -> absl::StatusOr<bool> {
+             DYNVM_ASSIGN_OR_RETURN(std::vector<QuantizedWeightReport> quantized,
+                                    QuantizeWeights(m, q));
+             for (const QuantizedWeightReport& r : quantized) {
+               result.quantized_weights.push_back(r.Text());
+             }
+             return true;
+           }});
+  }
+  return p;
 }
 
 }  // namespace
@@ -69,74 +164,25 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     module.sym().SetBound(name, bound);
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
-  BindScalarInputs(module);
-  // Scan runs as a Loop. A Scan whose output axes need ranks is lowered after inference, and
-  // the module inferred again.
-  absl::StatusOr<int> scans_left = LowerScans(module);
-  if (!scans_left.ok()) return scans_left.status();
-  DYNVM_RETURN_IF_ERROR(InferShapes(module));
-  if (*scans_left > 0) {
-    scans_left = LowerScans(module);
-    if (!scans_left.ok()) return scans_left.status();
-    if (*scans_left > 0)
-      return absl::UnimplementedError("a Scan output of unknown rank moves its scan axis");
-    DYNVM_RETURN_IF_ERROR(InferShapes(module));
-  }
   CompileResult result;
-  if (options.optimize) {
-    // Shapes are inferred again after folding: a shape inferred from a value that was dynamic
-    // before folding (a fresh symbol its kernel would have defined) must not outlive the
-    // kernel, which folding removed. Quantized MatMul weights stay for qdq_matmul.
-    DYNVM_RETURN_IF_ERROR(FoldConstants(module, 1 << 20, /*keep_quantized_weights=*/true));
-    DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    rewrite::RewriteOptions rewrites{options.disabled_rewrites, options.device};
-    if (options.quantize_weights != DType::kF32) {
-      // The quantize-weights pass (below) takes MatMul weights: products stay MatMul for it.
-      for (const char* r : {"matmul_bias", "gemm_activation", "linear_activation"}) {
-        if (std::find(rewrites.disabled.begin(), rewrites.disabled.end(), r) ==
-            rewrites.disabled.end()) {
-          rewrites.disabled.push_back(r);
-        }
-      }
-    }
-    DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(module, rewrites));
-    result.narrowed_nodes = NarrowSelectedRows(module);
-    if (result.narrowed_nodes > 0) {
-      DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    }
-    EliminateCommonSubexpressions(module);
-    HoistLoopInvariants(module);
-    DYNVM_RETURN_IF_ERROR(FoldConstants(module));
-    DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(module));
-    if (fused.convs > 0) {
-      result.conv_fusion = {{"convs", fused.convs},
-                            {"pads", fused.pads},
-                            {"batch_norms", fused.batch_norms},
-                            {"sums", fused.sums},
-                            {"activations", fused.activations},
-                            {"depthwise_pairs", fused.depthwise},
-                            {"channels_last_values", fused.blocked}};
-    }
-    if (fused.convs > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
-    EliminateDeadCode(module);
-    for (Function& f : module.functions()) MarkConstantLinearWeights(*f.graph);
-  }
-  if (options.quantize_weights != DType::kF32) {
-    DYNVM_ASSIGN_OR_RETURN(
-        std::vector<QuantizedWeightReport> quantized,
-        QuantizeWeights(module, {options.quantize_weights, options.quantize_min_bytes}));
-    for (const QuantizedWeightReport& q : quantized) result.quantized_weights.push_back(q.Text());
-    DYNVM_RETURN_IF_ERROR(InferShapes(module));
-  }
+  Pipeline pipeline = BuildPipeline(options, result);
+  DYNVM_RETURN_IF_ERROR(pipeline.Run(module));
+  result.passes = pipeline.records();
   ExecutableBuilder builder;
   builder.exe().producer = options.producer;
+  // Planning and emission per function, reported after the passes.
+  const auto codegen_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < module.functions().size(); ++i) {
     DYNVM_ASSIGN_OR_RETURN(FunctionReport r,
                            GenerateFunction(module, module.functions()[i], static_cast<uint32_t>(i),
                                             builder, options));
     result.functions.push_back(std::move(r));
   }
+  result.passes.push_back(
+      {"codegen",
+       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - codegen_start)
+           .count(),
+       true});
   // Which kernel the runtime would bind to each kernel-table entry.
   for (size_t i = 0; i < builder.exe().kernels.size(); ++i) {
     const fb::KernelT& k = *builder.exe().kernels[i];
@@ -189,6 +235,10 @@ std::string CompileResult::ReportText() const {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
   }
   for (const std::string& q : quantized_weights) absl::StrAppend(&out, q, "\n");
+  for (const PassRecord& p : passes) {
+    absl::StrAppendFormat(&out, "pass %s: %.3f ms%s\n", p.name, p.ms,
+                          p.changed ? "" : " (no change)");
+  }
   for (size_t i = 0; i < kernels.size(); ++i) {
     absl::StrAppendFormat(&out, "kernel %d: %s %s -> %s%s%s\n", i, kernels[i].op, kernels[i].dtype,
                           kernels[i].chosen, kernels[i].layout.empty() ? "" : "; ",

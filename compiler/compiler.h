@@ -74,6 +74,14 @@ struct KernelReport {
   std::string layout;
 };
 
+// What one pass of the pipeline (compiler/pipeline.h), or one shape inference it needed (named
+// "infer_shapes"), did.
+struct PassRecord {
+  std::string name;
+  double ms = 0;
+  bool changed = false;
+};
+
 struct CompileResult {
   std::string bytes;    // the .dvm file
   std::string weights;  // the .dvw file (CompileOptions::weights_file_name), else empty
@@ -92,6 +100,9 @@ struct CompileResult {
   std::map<std::string, int> conv_fusion;
   // One line per weight considered for quantization ("quantize NAME (NODE): ...").
   std::vector<std::string> quantized_weights;
+  // The pass pipeline as it ran: each pass (and each shape inference it needed) with its time
+  // and whether it changed the module (compiler/pipeline.h). Reported as "pass NAME: T ms".
+  std::vector<PassRecord> passes;
   std::string ReportText() const;
 };
 

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "compiler/ops/names.h"
 #include "compiler/passes.h"
 
 namespace dynvm::compiler {
@@ -114,7 +115,8 @@ class Fuser {
     for (auto& node : g.nodes) {
       Node* n = node.get();
       Chain c;
-      if (n->op != "Conv" || !n->domain.empty() || n->inputs.size() < 2 || !Start(n, &c)) continue;
+      if (n->op != ops::kConv || !n->domain.empty() || n->inputs.size() < 2 || !Start(n, &c))
+        continue;
       if (Node* p = FoldPad(&c); p != nullptr) dead.push_back(p);
     }
     for (Node* p : dead) {
@@ -145,7 +147,7 @@ class Fuser {
     };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       Node* n = g.nodes[i].get();
-      if (n->op != "Conv" || !n->domain.empty() || n->outputs.size() != 1 ||
+      if (n->op != ops::kConv || !n->domain.empty() || n->outputs.size() != 1 ||
           n->outputs[0] == nullptr || n->inputs.size() < 2) {
         continue;
       }
@@ -154,7 +156,7 @@ class Fuser {
       Value* cur = n->outputs[0];
       c.last = n;
       if (Node* bn = sole(cur); bn != nullptr && FoldBatchNorm(bn, cur, &c)) cur = bn->outputs[0];
-      if (Node* add = sole(cur); add != nullptr && add->op == "Add" && add->domain.empty() &&
+      if (Node* add = sole(cur); add != nullptr && add->op == ops::kAdd && add->domain.empty() &&
                                  add->inputs.size() == 2 && add->outputs[0] != nullptr) {
         Value* other = add->inputs[0] == cur ? add->inputs[1] : add->inputs[0];
         if (other != cur && other != nullptr && other->dtype == DType::kF32 &&
@@ -201,7 +203,7 @@ class Fuser {
   Node* FoldPad(Chain* c) {
     Node* p = c->x->producer;
     Node& conv = *c->conv;
-    if (p == nullptr || p->op != "Pad" || !p->domain.empty() || p->graph != conv.graph ||
+    if (p == nullptr || p->op != ops::kPad || !p->domain.empty() || p->graph != conv.graph ||
         uses_[c->x] != 1) {
       return nullptr;
     }
@@ -252,7 +254,7 @@ class Fuser {
   }
 
   bool FoldBatchNorm(Node* bn, Value* cur, Chain* c) {
-    if (bn->op != "BatchNormalization" || !bn->domain.empty() || bn->inputs.size() != 5 ||
+    if (bn->op != ops::kBatchNormalization || !bn->domain.empty() || bn->inputs.size() != 5 ||
         bn->inputs[0] != cur || bn->outputs.empty() || bn->outputs[0] == nullptr ||
         IntAttr(*bn, "training_mode", 0) != 0 || IntAttr(*bn, "is_test", 1) == 0 ||
         IntAttr(*bn, "spatial", 1) != 1) {
@@ -288,8 +290,8 @@ class Fuser {
     if (it != users.end() && it->second.size() == 2 && uses_[cur] == 2) {
       Node* a = it->second[0];
       Node* b = it->second[1];
-      if (a->op != "Sigmoid") std::swap(a, b);
-      if (a->op == "Sigmoid" && a->domain.empty() && b->op == "Mul" && b->domain.empty() &&
+      if (a->op != ops::kSigmoid) std::swap(a, b);
+      if (a->op == ops::kSigmoid && a->domain.empty() && b->op == ops::kMul && b->domain.empty() &&
           a->outputs[0] != nullptr && sole(a->outputs[0]) == b && b->inputs.size() == 2 &&
           ((b->inputs[0] == cur && b->inputs[1] == a->outputs[0]) ||
            (b->inputs[1] == cur && b->inputs[0] == a->outputs[0]))) {
@@ -306,21 +308,22 @@ class Fuser {
     }
     // The pattern rewrites (compiler/rewrite/activations.cc) run first and turn the SiLU
     // decomposition into dynvm::Silu: the same activation.
-    if (u->domain == "dynvm" && u->op == "Silu" && u->inputs.size() == 1) {
+    if (u->domain == ops::kDynvmDomain && u->op == ops::kSilu && u->inputs.size() == 1) {
       c->act = "SiLU";
       return u;
     }
     if (!u->domain.empty()) return nullptr;
-    if (u->op == "Relu" || u->op == "Sigmoid" || u->op == "HardSwish" || u->op == "Tanh") {
+    if (u->op == ops::kRelu || u->op == ops::kSigmoid || u->op == ops::kHardSwish ||
+        u->op == ops::kTanh) {
       c->act = u->op;
       return u;
     }
-    if (u->op == "LeakyRelu") {
+    if (u->op == ops::kLeakyRelu) {
       c->act = u->op;
       c->alpha = FloatAttr(*u, "alpha", 0.01f);
       return u;
     }
-    if (u->op == "Clip") {
+    if (u->op == ops::kClip) {
       float lo = FloatAttr(*u, "min", -FLT_MAX), hi = FloatAttr(*u, "max", FLT_MAX);
       for (size_t i = 1; i < u->inputs.size(); ++i) {
         if (u->inputs[i] == nullptr) continue;
@@ -370,7 +373,7 @@ class Fuser {
     if (c.sum != nullptr) inputs.push_back(c.sum);
     Node* f = c.last;
     Value* out = f->outputs[0];
-    f->op = "FusedConv";
+    f->op = ops::kFusedConv;
     f->domain = "dynvm";
     f->name = n->name;
     f->attrs = std::move(attrs);
@@ -393,14 +396,16 @@ void SetInt(Node* n, const char* name, int64_t v) {
   n->attrs[name] = a;
 }
 
-bool IsFusedConv(const Node* n) { return n->op == "FusedConv" && n->domain == "dynvm"; }
+bool IsFusedConv(const Node* n) {
+  return n->op == ops::kFusedConv && n->domain == ops::kDynvmDomain;
+}
 
 // Pools that take and give channels-last tensors (flags "channels_last_in" / "_out"): one
 // output (no Indices), f32.
 bool IsLayoutPool(const Node* n) {
   return n->domain.empty() &&
-         (n->op == "MaxPool" || n->op == "AveragePool" || n->op == "GlobalMaxPool" ||
-          n->op == "GlobalAveragePool") &&
+         (n->op == ops::kMaxPool || n->op == ops::kAveragePool || n->op == ops::kGlobalMaxPool ||
+          n->op == ops::kGlobalAveragePool) &&
          !n->inputs.empty() && n->inputs[0] != nullptr && n->inputs[0]->dtype == DType::kF32 &&
          (n->outputs.size() == 1 || n->outputs[1] == nullptr);
 }
@@ -597,153 +602,6 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     EachGraph(*f.graph, [&](Graph& g) { counts.blocked += AssignBlockedLayouts(g, uses); });
   }
   return counts;
-}
-
-}  // namespace dynvm::compiler
-
-namespace dynvm::compiler {
-
-absl::Status InferConvShape(InferContext& c) {
-  const std::vector<Dim>* x = c.input_shape(0);
-  const std::vector<Dim>* w = c.input_shape(1);
-  const DType dtype = c.input_dtype(0);
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> pads, c.GetInts("pads", {}));
-  for (int64_t p : pads) {
-    if (p < 0) return c.Error(absl::StrCat("negative pad ", p));
-  }
-  if (x == nullptr) {
-    c.SetOutputUnknown(0, dtype);
-    return absl::OkStatus();
-  }
-  const int rank = static_cast<int>(x->size());
-  if (rank < 3) return c.Error("X must be [N, C, D...]");
-  if (w == nullptr) {
-    c.SetOutputDynamic(0, dtype, rank);
-    return absl::OkStatus();
-  }
-  if (static_cast<int>(w->size()) != rank) {
-    return c.Error(absl::StrCat("W has rank ", w->size(), ", X has rank ", rank));
-  }
-  const int k = rank - 2;
-  DYNVM_ASSIGN_OR_RETURN(int64_t group, c.GetInt("group", 1));
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, c.GetInts("kernel_shape", {}));
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> strides, c.GetInts("strides", {}));
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> dilations, c.GetInts("dilations", {}));
-  DYNVM_ASSIGN_OR_RETURN(std::string auto_pad, c.GetString("auto_pad", "NOTSET"));
-  const auto sk = static_cast<size_t>(k);
-  if (group < 1 || (!kernel.empty() && kernel.size() != sk) ||
-      (!strides.empty() && strides.size() != sk) ||
-      (!dilations.empty() && dilations.size() != sk) || (!pads.empty() && pads.size() != 2 * sk)) {
-    return c.Error("group, kernel_shape, strides, dilations or pads do not match the input's rank");
-  }
-  const std::optional<int64_t> xc = SymbolicContext::AsConst((*x)[1]);
-  const std::optional<int64_t> wc = SymbolicContext::AsConst((*w)[1]);
-  if (xc && wc && *xc != *wc * group) {
-    return c.Error(absl::StrCat("X has ", *xc, " channels, W expects ", *wc, " x group ", group));
-  }
-  std::vector<Dim> out = {(*x)[0], (*w)[0]};
-  for (size_t i = 0; i < sk; ++i) {
-    const std::optional<int64_t> in = SymbolicContext::AsConst((*x)[i + 2]);
-    const std::optional<int64_t> kd = SymbolicContext::AsConst((*w)[i + 2]);
-    const int64_t st = strides.empty() ? 1 : strides[i];
-    const int64_t dl = dilations.empty() ? 1 : dilations[i];
-    if (st < 1 || dl < 1) return c.Error("strides and dilations must be positive");
-    if (!in || !kd) break;
-    const int64_t span = (*kd - 1) * dl + 1;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out.push_back(c.sym().Const((*in + st - 1) / st));
-      continue;
-    }
-    const int64_t pb = auto_pad == "NOTSET" && !pads.empty() ? pads[i] : 0;
-    const int64_t pe = auto_pad == "NOTSET" && !pads.empty() ? pads[sk + i] : 0;
-    const int64_t room = *in + pb + pe - span;
-    if (room < 0) {
-      return c.Error(absl::StrCat("the kernel (", span, ") is larger than the padded input (",
-                                  *in + pb + pe, ")"));
-    }
-    out.push_back(c.sym().Const(room / st + 1));
-  }
-  if (out.size() == static_cast<size_t>(rank)) {
-    c.SetOutput(0, dtype, std::move(out));
-  } else {
-    c.SetOutputDynamic(0, dtype, rank);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status InferFusedConvShape(InferContext& c) {
-  DYNVM_RETURN_IF_ERROR(InferConvShape(c));
-  if (!c.has_input(4)) return absl::OkStatus();
-  const std::vector<Dim>* x = c.input_shape(0);
-  const std::vector<Dim>* w = c.input_shape(1);
-  const std::vector<Dim>* dw = c.input_shape(4);
-  DYNVM_ASSIGN_OR_RETURN(int64_t stride, c.GetInt("dw_stride", 1));
-  if (stride != 1 && stride != 2) return c.Error("dw_stride must be 1 or 2");
-  if (dw != nullptr) {
-    const std::optional<int64_t> m =
-        w != nullptr && w->size() == 4 ? SymbolicContext::AsConst((*w)[0]) : std::nullopt;
-    const std::optional<int64_t> d0 =
-        dw->size() == 4 ? SymbolicContext::AsConst((*dw)[0]) : std::nullopt;
-    if (dw->size() != 4 || SymbolicContext::AsConst((*dw)[1]) != 1 ||
-        SymbolicContext::AsConst((*dw)[2]) != 3 || SymbolicContext::AsConst((*dw)[3]) != 3 ||
-        (m && d0 && *m != *d0)) {
-      return c.Error("the depthwise weights must be [M, 1, 3, 3], M the first conv's outputs");
-    }
-  }
-  const DType dtype = c.input_dtype(0);
-  if (x == nullptr || w == nullptr || x->size() != 4) {
-    c.SetOutputDynamic(0, dtype, 4);
-    return absl::OkStatus();
-  }
-  // The first conv is 1x1, stride 1, unpadded: its output keeps X's spatial dims.
-  const Dim s = c.sym().Const(stride);
-  c.SetOutput(0, dtype,
-              {(*x)[0], (*w)[0], c.sym().CeilDiv((*x)[2], s), c.sym().CeilDiv((*x)[3], s)});
-  return absl::OkStatus();
-}
-
-std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c) {
-  const std::vector<Dim>* x = c.input_shape(0);
-  if (x == nullptr || x->size() < 3) return std::nullopt;
-  const size_t k = x->size() - 2;
-  absl::StatusOr<std::vector<int64_t>> kernel = c.GetInts("kernel_shape", {});
-  absl::StatusOr<std::vector<int64_t>> strides = c.GetInts("strides", {});
-  absl::StatusOr<std::vector<int64_t>> dilations = c.GetInts("dilations", {});
-  absl::StatusOr<std::vector<int64_t>> pads = c.GetInts("pads", {});
-  absl::StatusOr<std::string> auto_pad = c.GetString("auto_pad", "NOTSET");
-  absl::StatusOr<int64_t> ceil_mode = c.GetInt("ceil_mode", 0);
-  if (!kernel.ok() || !strides.ok() || !dilations.ok() || !pads.ok() || !auto_pad.ok() ||
-      !ceil_mode.ok() || kernel->size() != k || (!strides->empty() && strides->size() != k) ||
-      (!dilations->empty() && dilations->size() != k) ||
-      (!pads->empty() && pads->size() != 2 * k)) {
-    return std::nullopt;
-  }
-  const bool same = *auto_pad == "SAME_UPPER" || *auto_pad == "SAME_LOWER";
-  if (!same && *auto_pad != "NOTSET" && *auto_pad != "VALID" && !auto_pad->empty()) {
-    return std::nullopt;
-  }
-  std::vector<Dim> out = {(*x)[0], (*x)[1]};
-  for (size_t i = 0; i < k; ++i) {
-    const std::optional<int64_t> in = SymbolicContext::AsConst((*x)[i + 2]);
-    const int64_t kd = (*kernel)[i];
-    const int64_t st = strides->empty() ? 1 : (*strides)[i];
-    const int64_t dl = dilations->empty() ? 1 : (*dilations)[i];
-    if (!in || kd < 1 || st < 1 || dl < 1) return std::nullopt;
-    const int64_t span = (kd - 1) * dl + 1;
-    if (same) {
-      out.push_back(c.sym().Const((*in + st - 1) / st));
-      continue;
-    }
-    const bool use_pads = (*auto_pad == "NOTSET" || auto_pad->empty()) && !pads->empty();
-    const int64_t pb = use_pads ? (*pads)[i] : 0, pe = use_pads ? (*pads)[k + i] : 0;
-    if (pb < 0 || pe < 0) return std::nullopt;
-    const int64_t room = *in + pb + pe - span;
-    if (room < 0) return std::nullopt;
-    int64_t o = (*ceil_mode != 0 ? (room + st - 1) / st : room / st) + 1;
-    if (*ceil_mode != 0 && (o - 1) * st >= *in + pb) --o;
-    out.push_back(c.sym().Const(o));
-  }
-  return out;
 }
 
 }  // namespace dynvm::compiler

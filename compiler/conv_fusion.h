@@ -51,20 +51,6 @@ struct ConvFusionCounts {
 // inference and dead-code elimination again after it.
 absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module);
 
-// Shape inference of Conv and dynvm::FusedConv: [N, M, spatial...] (a FusedConv with a
-// depthwise stage: [N, M, ceil(H / dw_stride), ceil(W / dw_stride)]). The spatial sizes are
-// computed when the input's spatial dims and W's kernel dims are constants (else left to the
-// kernel); a W whose input channels disagree with X's (times group), a negative pad, or a
-// kernel larger than the padded input is an error naming the node whenever the dims it needs
-// are known.
-absl::Status InferConvShape(InferContext& c);
-absl::Status InferFusedConvShape(InferContext& c);
-
-// The output dims of MaxPool / AveragePool when the input's spatial dims are constants and the
-// attributes valid (as kernels/reference/pool.cc computes them); nullopt otherwise (the kernel
-// decides, and reports errors, at run time).
-std::optional<std::vector<Dim>> StaticPoolShape(InferContext& c);
-
 }  // namespace dynvm::compiler
 
 #endif  // DYNVM_COMPILER_CONV_FUSION_H_

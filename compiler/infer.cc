@@ -4,6 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
 #include "compiler/passes.h"
 
 namespace dynvm::compiler {
@@ -398,7 +400,7 @@ absl::Status InferScan(Module& m, Node& n) {
 
 absl::Status InferGraph(Module& m, Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i]->domain.empty() && g.nodes[i]->op == "If") {
+    if (g.nodes[i]->domain.empty() && g.nodes[i]->op == ops::kIf) {
       DYNVM_ASSIGN_OR_RETURN(const bool inlined, InlineStaticIf(m, g, i));
       if (inlined) {  // the taken branch's nodes now stand from i on
         --i;          // (wraps for i = 0; the loop's ++i brings it back)
@@ -407,17 +409,16 @@ absl::Status InferGraph(Module& m, Graph& g) {
     }
     Node& n = *g.nodes[i];
     absl::Status s;
-    if (n.domain.empty() && n.op == "If") {
+    if (n.domain.empty() && n.op == ops::kIf) {
       s = InferIf(m, n);
-    } else if (n.domain.empty() && n.op == "Loop") {
+    } else if (n.domain.empty() && n.op == ops::kLoop) {
       s = InferLoop(m, n);
-    } else if (n.domain.empty() && n.op == "Scan") {
+    } else if (n.domain.empty() && n.op == ops::kScan) {
       s = InferScan(m, n);
-    } else if (const OpSchema* schema = OpRegistry::Global().Find(n.domain, n.op);
-               schema && schema->infer) {
+    } else if (const OpDef* def = FindOpDef(n.domain, n.op); def && def->infer) {
       InferContext ctx(n, m);
-      s = schema->infer(ctx);
-      if (s.ok() && n.domain.empty() && n.op == "Constant") {
+      s = def->infer(ctx);
+      if (s.ok() && n.domain.empty() && n.op == ops::kConstant) {
         const AttrValue* v = n.attr("value");
         Value* out = n.outputs[0];
         Value* c = m.NewConstant(v->tensor, out->name);

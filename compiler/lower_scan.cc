@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "compiler/ops/names.h"
 #include "compiler/passes.h"
 
 namespace dynvm::compiler {
@@ -130,13 +131,14 @@ absl::Status ScanLowering::Lower9(std::unique_ptr<Node> scan, Graph& g,
   // The trip count: the length of the first scan input along its axis. The axis may be
   // negative; Shape(x)[axis] with a negative index counts from the end, as the axis does.
   Value* x0 = n.inputs[num_state];
-  Value* shape = Add(out, g, "Shape", {x0});
-  Value* trip = Add(out, g, "Gather", {shape, m_.NewConstant(Tensor::ScalarI64((*in_axes)[0]))});
+  Value* shape = Add(out, g, ops::kShape, {x0});
+  Value* trip =
+      Add(out, g, ops::kGather, {shape, m_.NewConstant(Tensor::ScalarI64((*in_axes)[0]))});
   Value* last = nullptr;
   // The Loop replaces the Scan node: same body graph, new signature.
   auto loop = std::make_unique<Node>();
   Node* lp = loop.get();
-  lp->op = "Loop";
+  lp->op = ops::kLoop;
   lp->name = n.name;
   lp->graph = &g;
   lp->inputs = {trip, nullptr};
@@ -151,13 +153,14 @@ absl::Status ScanLowering::Lower9(std::unique_ptr<Node> scan, Graph& g,
   for (int64_t j = 0; j < nsi; ++j) {
     Value* index = iter;
     if ((*in_dirs)[j] == 1) {
-      if (last == nullptr) last = Add(out, g, "Sub", {trip, m_.NewConstant(Tensor::ScalarI64(1))});
-      index = Add(front, *body, "Sub", {last, iter});
+      if (last == nullptr)
+        last = Add(out, g, ops::kSub, {trip, m_.NewConstant(Tensor::ScalarI64(1))});
+      index = Add(front, *body, ops::kSub, {last, iter});
     } else if ((*in_dirs)[j] != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(n.Label(), ": scan input direction must be 0 or 1"));
     }
-    Add(front, *body, "Gather", {n.inputs[num_state + j], index},
+    Add(front, *body, ops::kGather, {n.inputs[num_state + j], index},
         {{"axis", IntAttr((*in_axes)[j])}}, slices[j], absl::StrCat(base, "/slice", j));
   }
   for (auto& node : body->nodes) front.push_back(std::move(node));
@@ -197,7 +200,7 @@ absl::Status ScanLowering::Lower9(std::unique_ptr<Node> scan, Graph& g,
         return m_.NewConstant(
             *Tensor::FromVector<int64_t>(DType::kI64, {1}, std::vector<int64_t>{x}));
       };
-      v = Add(out, g, "Slice",
+      v = Add(out, g, ops::kSlice,
               {v, vec(-1), vec(std::numeric_limits<int64_t>::min()), vec(0), vec(-1)}, {},
               axis == 0 ? result : nullptr);
     }
@@ -214,7 +217,7 @@ absl::Status ScanLowering::Lower9(std::unique_ptr<Node> scan, Graph& g,
       for (int64_t d = 1; d <= a; ++d) perm.push_back(d);
       perm.push_back(0);
       for (int64_t d = a + 1; d < rank; ++d) perm.push_back(d);
-      Add(out, g, "Transpose", {v}, {{"perm", IntsAttr(std::move(perm))}}, result);
+      Add(out, g, ops::kTranspose, {v}, {{"perm", IntsAttr(std::move(perm))}}, result);
     }
   }
   return absl::OkStatus();
@@ -250,11 +253,11 @@ absl::Status ScanLowering::Lower8(std::unique_ptr<Node> scan, Graph& g,
                                                    body->outputs.size()));
   }
   // Outer loop over the batch.
-  Value* shape = Add(out, g, "Shape", {n.inputs[1]});
-  Value* batch = Add(out, g, "Gather", {shape, m_.NewConstant(Tensor::ScalarI64(0))});
+  Value* shape = Add(out, g, ops::kShape, {n.inputs[1]});
+  Value* batch = Add(out, g, ops::kGather, {shape, m_.NewConstant(Tensor::ScalarI64(0))});
   auto loop = std::make_unique<Node>();
   Node* lp = loop.get();
-  lp->op = "Loop";
+  lp->op = ops::kLoop;
   lp->name = n.name;
   lp->graph = &g;
   lp->inputs = {batch, nullptr};
@@ -265,7 +268,7 @@ absl::Status ScanLowering::Lower8(std::unique_ptr<Node> scan, Graph& g,
   // The inner Scan-9 over one batch element.
   auto inner = std::make_unique<Node>();
   Node* ip = inner.get();
-  ip->op = "Scan";
+  ip->op = ops::kScan;
   ip->name = absl::StrCat(n.name.empty() ? "scan" : n.name, "/batch");
   ip->graph = outer.get();
   ip->attrs["num_scan_inputs"] = IntAttr(nsi);
@@ -273,7 +276,7 @@ absl::Status ScanLowering::Lower8(std::unique_ptr<Node> scan, Graph& g,
   std::vector<std::unique_ptr<Node>> outer_nodes;
   for (size_t i = 1; i < n.inputs.size(); ++i) {
     ip->inputs.push_back(
-        Add(outer_nodes, *outer, "Gather", {n.inputs[i], b}, {{"axis", IntAttr(0)}}));
+        Add(outer_nodes, *outer, ops::kGather, {n.inputs[i], b}, {{"axis", IntAttr(0)}}));
   }
   std::vector<Value*> outer_outs = {cond};
   for (size_t i = 0; i < body->outputs.size(); ++i) {
@@ -308,10 +311,10 @@ absl::Status ScanLowering::Lower8(std::unique_ptr<Node> scan, Graph& g,
 absl::Status ScanLowering::LowerGraph(Graph& g) {
   std::vector<std::unique_ptr<Node>> out;
   for (auto& node : g.nodes) {
-    if (node->domain.empty() && node->op == "Scan" && !ReadyToLower(*node)) {
+    if (node->domain.empty() && node->op == ops::kScan && !ReadyToLower(*node)) {
       ++left_;
       out.push_back(std::move(node));
-    } else if (node->domain.empty() && node->op == "Scan") {
+    } else if (node->domain.empty() && node->op == ops::kScan) {
       const bool v8 = node->attr("opset8") != nullptr;
       absl::Status s = v8 ? Lower8(std::move(node), g, out) : Lower9(std::move(node), g, out);
       if (!s.ok()) return s;

@@ -5,16 +5,15 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "common/status_macros.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
 
 namespace dynvm::compiler {
 
 bool IsOnnx(const Node& n, absl::string_view op) { return n.domain.empty() && n.op == op; }
 
 bool IsLazyOp(const Node& n) {
-  static const absl::flat_hash_set<std::string> kOps = {
-      "Shape",   "Size", "Gather", "Concat", "Unsqueeze", "Squeeze",  "Slice",  "Cast",
-      "Reshape", "Add",  "Sub",    "Mul",    "Div",       "Identity", "Flatten"};
-  if (!n.domain.empty() || !kOps.contains(n.op)) return false;
+  if (!n.domain.empty() || !HasTrait(n, kShapeArith)) return false;
   bool any = false;
   for (const Value* v : n.outputs) {
     if (v == nullptr) continue;
@@ -28,29 +27,17 @@ bool IsLazyOp(const Node& n) {
 bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind::kTensor; }
 
 bool IsContainerOp(const Node& n) {
-  static const absl::flat_hash_set<std::string> kOps = {
-      "SequenceEmpty", "SequenceConstruct",  "SequenceInsert",     "SequenceErase",
-      "SequenceAt",    "SequenceLength",     "ConcatFromSequence", "SplitToSequence",
-      "Optional",      "OptionalHasElement", "OptionalGetElement"};
   if (!n.domain.empty()) return false;
-  if (n.op == "Identity") return !n.inputs.empty() && IsContainer(n.inputs[0]);
-  return kOps.contains(n.op);
+  // Identity passes whatever it is given: a container op when that is a container.
+  if (n.op == ops::kIdentity) return !n.inputs.empty() && IsContainer(n.inputs[0]);
+  return HasTrait(n, kContainer);
 }
 
 bool HasTensorResult(const Node& n) {
-  return n.op == "SequenceLength" || n.op == "OptionalHasElement";
+  return n.op == ops::kSequenceLength || n.op == ops::kOptionalHasElement;
 }
 
-bool IsViewOp(const Node& n) {
-  if (!n.domain.empty()) return false;
-  if (n.op == "Identity") return true;
-  if (n.op == "Dropout") {
-    const AttrValue* m = n.attr("training_mode");
-    return n.inputs.size() <= 2 && (m == nullptr || m->i == 0) &&
-           (n.outputs.size() < 2 || n.outputs[1] == nullptr);
-  }
-  return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze";
-}
+bool IsViewOp(const Node& n) { return n.domain.empty() && HasTrait(n, kView); }
 
 const ValuePlan& MemoryPlan::of(const Value* v) const {
   static const ValuePlan kNone;
@@ -89,7 +76,7 @@ bool MemoryPlan::NeedsTensor(const Value* v) const {
   for (const auto& [node, graph] : it->second) {
     if (node == nullptr) return true;  // a graph output
     if (IsLazyOp(*node)) continue;
-    if (IsOnnx(*node, "Loop") && (node->inputs.size() > 0 && node->inputs[0] == v) &&
+    if (IsOnnx(*node, ops::kLoop) && (node->inputs.size() > 0 && node->inputs[0] == v) &&
         !(node->inputs.size() > 1 && node->inputs[1] == v)) {
       continue;  // the trip count is read from the content
     }
@@ -171,8 +158,9 @@ void Planner::PoolContainerElements(Graph& g) {
     for (auto& [name, sub] : n->subgraphs) PoolContainerElements(*sub);
     if (!n->domain.empty()) continue;
     for (size_t i = 0; i < n->inputs.size(); ++i) {
-      const bool held = n->op == "SequenceConstruct" || (n->op == "SequenceInsert" && i == 1) ||
-                        (n->op == "Optional" && i == 0);
+      const bool held = n->op == ops::kSequenceConstruct ||
+                        (n->op == ops::kSequenceInsert && i == 1) ||
+                        (n->op == ops::kOptional && i == 0);
       if (!held || n->inputs[i] == nullptr || IsContainer(n->inputs[i])) continue;
       ValuePlan& info = info_[Root(n->inputs[i])];
       if (info.store == Store::kArena) info.store = Store::kPool;
@@ -190,7 +178,7 @@ void Planner::PoolCarried(const Value* v, Graph* body) {
   const Value* root = Root(v);
   if (root->graph == nullptr || !body->Contains(root->graph)) return;
   const Node* p = root->producer;
-  if (p != nullptr && IsOnnx(*p, "If")) {
+  if (p != nullptr && IsOnnx(*p, ops::kIf)) {
     size_t k = 0;
     while (k < p->outputs.size() && p->outputs[k] != root) ++k;
     if (k == p->outputs.size()) return;
@@ -208,13 +196,13 @@ void Planner::PoolCarried(const Value* v, Graph* body) {
 void Planner::PoolCarriedIfResults(Graph& g) {
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) PoolCarriedIfResults(*sub);
-    if (!IsOnnx(*n, "Loop")) continue;
+    if (!IsOnnx(*n, ops::kLoop)) continue;
     Graph* body = n->subgraph("body");
     const size_t nc = n->inputs.size() - 2;
     for (size_t i = 0; i < nc; ++i) {
       if (plan_.growable_carried_[n.get()][i]) continue;
       const Value* root = Root(body->outputs[1 + i]);
-      if (root->producer != nullptr && IsOnnx(*root->producer, "If")) PoolCarried(root, body);
+      if (root->producer != nullptr && IsOnnx(*root->producer, ops::kIf)) PoolCarried(root, body);
     }
   }
 }
@@ -223,7 +211,7 @@ void Planner::PoolCarriedIfResults(Graph& g) {
 void Planner::DoubleBufferCarried(Graph& g) {
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) DoubleBufferCarried(*sub);
-    if (!IsOnnx(*n, "Loop")) continue;
+    if (!IsOnnx(*n, ops::kLoop)) continue;
     Graph* body = n->subgraph("body");
     const size_t nc = n->inputs.size() - 2;
     for (size_t i = 0; i < nc; ++i) {
@@ -298,10 +286,10 @@ int Planner::NewAlloc(const Value* v) {
 absl::Status Planner::Classify(Graph& g) {
   for (auto& node : g.nodes) {
     Node& n = *node;
-    if (IsOnnx(n, "Loop")) PlanLoop(n);
+    if (IsOnnx(n, ops::kLoop)) PlanLoop(n);
     for (auto& [name, sub] : n.subgraphs) {
       for (const Value* in : sub->inputs) info_[in].store = Store::kRegister;
-      if (IsOnnx(n, "Loop")) {
+      if (IsOnnx(n, ops::kLoop)) {
         // The iteration number is a scalar made a tensor only on demand; the condition is
         // written into a small arena slot when the body reads it.
         if (sub->inputs[0]->content) info_[sub->inputs[0]].store = Store::kLazy;
@@ -365,8 +353,8 @@ void Planner::PlanLoop(Node& loop) {
     if (out == nullptr || out->producer == nullptr || out->graph != body) continue;
     const Node& p = *out->producer;
     const AttrValue* axis = p.attr("axis");
-    if (!IsOnnx(p, "Concat") || p.inputs.size() != 2 || p.inputs[0] != in || p.inputs[1] == in ||
-        axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr ||
+    if (!IsOnnx(p, ops::kConcat) || p.inputs.size() != 2 || p.inputs[0] != in ||
+        p.inputs[1] == in || axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr ||
         p.inputs[1]->rank() != in->rank()) {
       continue;
     }
@@ -394,7 +382,7 @@ void Planner::Liveness() {
       int64_t t =
           node ? pos_[node].first : (graph->owner ? pos_[graph->owner].second : function_end);
       for (Graph* r = graph; r != nullptr && r != v->graph; r = r->parent) {
-        if (r->owner && (IsOnnx(*r->owner, "Loop") || IsOnnx(*r->owner, "Scan"))) {
+        if (r->owner && (IsOnnx(*r->owner, ops::kLoop) || IsOnnx(*r->owner, ops::kScan))) {
           t = std::max(t, pos_[r->owner].second);
         }
       }
@@ -440,7 +428,7 @@ void Planner::Definitions(Graph& g, int64_t entry) {
 void Planner::CoverRegionResults(Graph& g) {
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) CoverRegionResults(*sub);
-    if (IsOnnx(*n, "If")) {
+    if (IsOnnx(*n, ops::kIf)) {
       for (size_t i = 0; i < n->outputs.size(); ++i) {
         if (!n->outputs[i]) continue;
         const int64_t end = std::max(info_[n->outputs[i]].last_use, pos_[n.get()].second);
@@ -450,7 +438,7 @@ void Planner::CoverRegionResults(Graph& g) {
         }
       }
     }
-    if (IsOnnx(*n, "Loop")) {
+    if (IsOnnx(*n, ops::kLoop)) {
       Graph* body = n->subgraph("body");
       const size_t nc = n->inputs.size() - 2;
       const auto [start, end] = pos_[n.get()];

@@ -38,6 +38,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
 #include "compiler/passes.h"
 
 namespace dynvm::compiler {
@@ -69,29 +71,6 @@ Demand Merge(Demand a, Demand b) {
   if (b.kind == Demand::Kind::kNone) return a;
   if (a.is_row() && b.is_row() && a.SameRows(b)) return a;
   return Demand::Full();
-}
-
-const absl::flat_hash_set<std::string>& ElementwiseOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      // Unary.
-      "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos",
-      "Cosh", "Elu", "Erf", "Exp", "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf",
-      "IsNaN", "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu",
-      "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
-      "ThresholdedRelu",
-      // With broadcasting.
-      "Add", "And", "BitShift", "Clip", "Div", "Equal", "Greater", "GreaterOrEqual", "Less",
-      "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum",
-      "Where", "Xor"};
-  return *ops;
-}
-
-// dynvm's unary activations (compiler/rewrite/activations.cc): elementwise, like Relu. (Unfused
-// ones stay where no Linear takes them: after a product without a bias, or every product of a
-// compile that quantizes weights.)
-const absl::flat_hash_set<std::string>& DynvmActivations() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{"Gelu", "GeluTanh", "Silu"};
-  return *ops;
 }
 
 int NormalizeAxis(int64_t axis, int rank) {
@@ -192,11 +171,13 @@ std::optional<std::vector<InputNeed>> AttentionRows(const Node& n, int r, int ax
 }
 
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int64_t count) {
-  const bool linear = n.domain == "dynvm" && n.op == "Linear";        // rows of X, like MatMul
-  const bool permuted = n.domain == "dynvm" && n.op == "MatMul";      // A's rows through a_perm
-  const bool attention = n.domain == "dynvm" && n.op == "Attention";  // the queries' rows
-  const bool activation = n.domain == "dynvm" && DynvmActivations().contains(n.op);
-  if ((!n.domain.empty() && !linear && !permuted && !attention && !activation) ||
+  const bool dynvm = n.domain == ops::kDynvmDomain;
+  const bool linear = dynvm && n.op == ops::kLinear;        // rows of X, like MatMul
+  const bool permuted = dynvm && n.op == ops::kMatMul;      // A's rows through a_perm
+  const bool attention = dynvm && n.op == ops::kAttention;  // the queries' rows
+  // Elementwise ops of either domain (dynvm's Gelu, GeluTanh and Silu among them).
+  const bool elementwise = HasTrait(n, kElementwise);
+  if ((!n.domain.empty() && !linear && !permuted && !attention && !elementwise) ||
       n.outputs.empty() || n.outputs[0] == nullptr) {
     return std::nullopt;
   }
@@ -222,8 +203,8 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
   if (attention) {  // Y = Transpose(softmax(Q' K' + mask) V', out_perm): a row of Y's query axis
     return AttentionRows(n, r, axis, same_axis_input, needs);
   }
-  if (op ==
-      "Gemm") {  // Y [M, N] = A' B' + C: a row of Y is a row of A' (and of C if not broadcast)
+  if (op == ops::kGemm) {  // Y [M, N] = A' B' + C: a row of Y is a row of A' (and of C if not
+                           // broadcast)
     if (r != 2 || axis != 0 || n.inputs.size() < 2) return std::nullopt;
     if (!same_axis_input(0, IntAttr(n, "transA", 0) != 0 ? 1 : 0)) return std::nullopt;
     if (n.inputs.size() > 2 && n.inputs[2] != nullptr && n.inputs[2]->rank() == 2 &&
@@ -239,7 +220,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     }
     return needs;
   }
-  if (ElementwiseOps().contains(op) || activation) {
+  if (elementwise) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const Value* in = n.inputs[i];
       if (in == nullptr) continue;
@@ -251,7 +232,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     }
     return needs;
   }
-  if (op == "MatMul") {
+  if (op == ops::kMatMul) {
     if (r < 2 || axis != r - 2 || n.inputs.size() != 2 || n.inputs[0] == nullptr)
       return std::nullopt;
     const int ra = n.inputs[0]->rank();
@@ -265,14 +246,14 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     if (!same_axis_input(0, row_axis)) return std::nullopt;
     return needs;
   }
-  if (op == "Softmax" || op == "LogSoftmax") {
+  if (op == ops::kSoftmax || op == ops::kLogSoftmax) {
     const bool legacy = n.attr("legacy_2d") != nullptr;
     const int k = NormalizeAxis(IntAttr(n, "axis", legacy ? 1 : -1), r);
     if (legacy ? axis >= k : axis == k) return std::nullopt;
     if (!same_axis_input(0, axis)) return std::nullopt;
     return needs;
   }
-  if (op == "LayerNormalization") {
+  if (op == ops::kLayerNormalization) {
     for (size_t i = 1; i < n.outputs.size(); ++i) {
       if (n.outputs[i] != nullptr) return std::nullopt;
     }
@@ -280,7 +261,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     if (axis >= k || !same_axis_input(0, axis)) return std::nullopt;
     return needs;
   }
-  if (op == "Transpose") {
+  if (op == ops::kTranspose) {
     const AttrValue* perm = n.attr("perm");
     int in_axis = r - 1 - axis;
     if (perm != nullptr) {
@@ -291,7 +272,7 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     if (!same_axis_input(0, in_axis)) return std::nullopt;
     return needs;
   }
-  if (op == "Reshape") {
+  if (op == ops::kReshape) {
     if (n.inputs.size() != 2 || n.inputs[0] == nullptr || n.inputs[1] == nullptr)
       return std::nullopt;
     const Value* in = n.inputs[0];
@@ -349,7 +330,7 @@ class RowNarrower {
 
   // A Gather of one constant index: the row it selects.
   static std::optional<Demand> Selection(const Node& n) {
-    if (!n.domain.empty() || n.op != "Gather" || n.inputs.size() != 2) return std::nullopt;
+    if (!n.domain.empty() || n.op != ops::kGather || n.inputs.size() != 2) return std::nullopt;
     const Value* data = n.inputs[0];
     const Value* idx = n.inputs[1];
     // Tensors of rows (rank 2 and more): not the selection of one element of a shape.
@@ -442,8 +423,8 @@ class RowNarrower {
       ax.type = AttrValue::Type::kInt;
       ax.i = rows.axis;
       absl::StatusOr<Tensor> idx = Tensor::FromVector<int64_t>(DType::kI64, {1}, {rows.index});
-      row = NewNode(out, "Gather", {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}}, v->dtype,
-                    name);
+      row = NewNode(out, ops::kGather, {v, m_.NewConstant(*std::move(idx))}, {{"axis", ax}},
+                    v->dtype, name);
     } else {
       const int64_t start = rows.index * rows.count;
       const int64_t end =
@@ -451,7 +432,8 @@ class RowNarrower {
       auto vec = [&](int64_t x) {
         return m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {1}, {x}));
       };
-      row = NewNode(out, "Slice", {v, vec(start), vec(end), vec(rows.axis)}, {}, v->dtype, name);
+      row =
+          NewNode(out, ops::kSlice, {v, vec(start), vec(end), vec(rows.axis)}, {}, v->dtype, name);
     }
     gathered_.emplace(key, row);
     return row;
@@ -486,18 +468,18 @@ class RowNarrower {
           if (NarrowedInPlace(n.inputs[i], in_rows)) continue;
           n.inputs[i] = RowOf(out, n.inputs[i], in_rows, n);
         }
-        if (n.op == "Reshape") {
+        if (n.op == ops::kReshape) {
           // The target's entry at the axis becomes the block's rows: target * keep + one.
           const int r = it->second.out_rank;
           std::vector<int64_t> keep(r, 1), one(r, 0);
           keep[row.axis] = 0;
           one[row.axis] = row.count;
           Value* scaled = NewNode(
-              out, "Mul",
+              out, ops::kMul,
               {n.inputs[1], m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, keep))},
               {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
           n.inputs[1] =
-              NewNode(out, "Add",
+              NewNode(out, ops::kAdd,
                       {scaled, m_.NewConstant(*Tensor::FromVector<int64_t>(DType::kI64, {r}, one))},
                       {}, DType::kI64, absl::StrCat(n.name, "/row_shape"));
         }

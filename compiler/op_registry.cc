@@ -1,6 +1,7 @@
 #include "compiler/op_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/op_def.h"
 
 namespace dynvm::compiler {
 namespace {
@@ -77,28 +78,33 @@ absl::Status InferContext::Error(absl::string_view message) const {
 }
 
 OpRegistry& OpRegistry::Global() {
-  static OpRegistry* r = [] {
-    auto* reg = new OpRegistry();
-    RegisterOnnxShapeFunctions(*reg);
-    RegisterSequenceShapeFunctions(*reg);
-    RegisterIndexingShapeFunctions(*reg);
-    RegisterDynvmShapeFunctions(*reg);
-    RegisterQuantShapeFunctions(*reg);
-    RegisterSignalShapeFunctions(*reg);
-    return reg;
-  }();
+  static OpRegistry* r = new OpRegistry();
   return *r;
 }
 
+namespace {
+std::string CustomKey(absl::string_view domain, absl::string_view op) {
+  return absl::StrCat(domain == "ai.onnx" ? "" : domain, "::", op);
+}
+}  // namespace
+
 void OpRegistry::Register(OpSchema schema) {
+  auto def = std::make_unique<OpDef>();
+  def->domain = std::move(schema.domain);
+  def->name = std::move(schema.op);
+  def->infer = std::move(schema.infer);
+  def->traits = schema.pure ? kPure : 0;
   std::lock_guard<std::mutex> lock(mu_);
-  std::string key = absl::StrCat(schema.domain, "::", schema.op);
-  ops_[key] = std::make_unique<OpSchema>(std::move(schema));
+  ops_[CustomKey(def->domain, def->name)] = std::move(def);
 }
 
-const OpSchema* OpRegistry::Find(absl::string_view domain, absl::string_view op) const {
+bool OpRegistry::Has(absl::string_view domain, absl::string_view op) const {
+  return FindDef(domain, op) != nullptr;
+}
+
+const OpDef* OpRegistry::FindDef(absl::string_view domain, absl::string_view op) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = ops_.find(absl::StrCat(domain == "ai.onnx" ? "" : domain, "::", op));
+  auto it = ops_.find(CustomKey(domain, op));
   return it == ops_.end() ? nullptr : it->second.get();
 }
 

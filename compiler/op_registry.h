@@ -1,7 +1,7 @@
-// Public API. The compiler side of operators: symbolic shape inference per (domain, op).
-// dynvm's own ops and a user's custom ops register here next to their kernel
-// (kernels/registry.h). An op without a shape function still compiles: its outputs get an
-// unknown shape and its kernel allocates them at run time.
+// Public API. The compiler side of a user's custom operators: symbolic shape inference per
+// (domain, op), registered next to the op's kernel (kernels/registry.h). An op without a shape
+// function still compiles: its outputs get an unknown shape and its kernel allocates them at run
+// time. dynvm's built-in operators (ONNX's and its own) are defined in compiler/ops/.
 //
 // Thread safety: registration is thread-safe; inference runs on one thread per module.
 #ifndef DYNVM_COMPILER_OP_REGISTRY_H_
@@ -86,33 +86,24 @@ struct OpSchema {
   // Handled by the code generator.
 };
 
+struct OpDef;  // compiler/ops/op_def.h
+
 class OpRegistry {
  public:
   static OpRegistry& Global();
+  // Registers (or replaces) a custom op's schema. A built-in operator of the same domain and
+  // name keeps its own definition.
   void Register(OpSchema schema);
-  // nullptr when the op has no schema.
-  const OpSchema* Find(absl::string_view domain, absl::string_view op) const;
+  bool Has(absl::string_view domain, absl::string_view op) const;
+
+  // Internal (compiler/ops/op_def.h, FindOpDef): the definition made from a registered schema;
+  // nullptr when none. Valid until the same op is registered again.
+  const OpDef* FindDef(absl::string_view domain, absl::string_view op) const;
 
  private:
   mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<OpSchema>> ops_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_ ABSL_GUARDED_BY(mu_);
 };
-
-// Registers the shape functions of the ONNX operators dynvm supports (shape_functions.cc).
-void RegisterOnnxShapeFunctions(OpRegistry& registry);
-// ONNX's sequence and optional operators, and Identity of any kind (compiler/sequence_ops.cc).
-void RegisterSequenceShapeFunctions(OpRegistry& registry);
-// GatherElements, GatherND, Scatter, OneHot, DepthToSpace, SpaceToDepth, ReverseSequence,
-// Compress, Pad (compiler/indexing_shape_functions.cc).
-void RegisterIndexingShapeFunctions(OpRegistry& registry);
-// dynvm's own ops (compiler/dynvm_ops.cc).
-void RegisterDynvmShapeFunctions(OpRegistry& registry);
-// QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, with
-// their compile-time scale and zero-point checks (compiler/quant_shape_functions.cc).
-void RegisterQuantShapeFunctions(OpRegistry& registry);
-// Signal, vision and random operators: DFT, STFT, MelWeightMatrix, GridSample, RoiAlign,
-// MaxUnpool, MeanVarianceNormalization, Bernoulli, Random* (compiler/signal_shape_functions.cc).
-void RegisterSignalShapeFunctions(OpRegistry& registry);
 
 // Numpy-style broadcast of symbolic shapes. Where two dims differ symbolically the result is
 // their max (they must be equal or one of them 1 at run time; the kernel checks).

@@ -9,6 +9,8 @@
 #include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
 #include "kernels/registry.h"
 
 namespace dynvm::compiler {
@@ -18,8 +20,7 @@ bool IsControlFlow(const Node& n) { return !n.subgraphs.empty(); }
 
 bool IsPure(const Node& n) {
   if (IsControlFlow(n)) return false;
-  const OpSchema* s = OpRegistry::Global().Find(n.domain, n.op);
-  return s != nullptr && s->pure;
+  return HasTrait(n, kPure);
 }
 
 // A node may be removed when nothing uses its outputs: pure ops, and control flow whose
@@ -93,7 +94,8 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements, bool keep_quan
   absl::flat_hash_set<const Value*> matmul_inputs;
   if (keep_quantized_weights) {
     for (const auto& n : g.nodes) {
-      if (n->domain.empty() && (n->op == "MatMul" || n->op == "Gemm" || n->op == "Conv"))
+      if (n->domain.empty() &&
+          (n->op == ops::kMatMul || n->op == ops::kGemm || n->op == ops::kConv))
         matmul_inputs.insert(n->inputs.begin(), n->inputs.end());
     }
   }
@@ -102,14 +104,14 @@ absl::Status FoldGraph(Module& m, Graph& g, int64_t max_elements, bool keep_quan
     for (auto& [name, sub] : n.subgraphs) {
       DYNVM_RETURN_IF_ERROR(FoldGraph(m, *sub, max_elements, keep_quantized_weights));
     }
-    if (n.domain.empty() && n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] &&
+    if (n.domain.empty() && n.op == ops::kConstant && n.outputs.size() == 1 && n.outputs[0] &&
         n.outputs[0]->constant) {
       SetConstant(m, n.outputs[0], *n.outputs[0]->constant);
       folded.insert(&n);
       continue;
     }
     if (!IsPure(n)) continue;
-    if (keep_quantized_weights && n.domain.empty() && n.op == "DequantizeLinear" &&
+    if (keep_quantized_weights && n.domain.empty() && n.op == ops::kDequantizeLinear &&
         !n.outputs.empty() && matmul_inputs.contains(n.outputs[0])) {
       continue;
     }
@@ -204,7 +206,7 @@ void HoistGraph(Graph& g) {
   std::vector<std::unique_ptr<Node>> out;
   for (auto& node : g.nodes) {
     for (auto& [name, sub] : node->subgraphs) HoistGraph(*sub);
-    const bool is_loop = node->domain.empty() && (node->op == "Loop" || node->op == "Scan");
+    const bool is_loop = node->domain.empty() && (node->op == ops::kLoop || node->op == ops::kScan);
     if (is_loop) {
       Graph* body = node->subgraph("body");
       std::vector<std::unique_ptr<Node>> keep;
@@ -298,9 +300,9 @@ namespace {
 const Value* ScalarInputBehind(const Value* m) {
   while (m != nullptr && m->producer != nullptr) {
     const Node& p = *m->producer;
-    const bool passes =
-        p.domain.empty() && (p.op == "Cast" || p.op == "Identity" || p.op == "Squeeze" ||
-                             p.op == "Unsqueeze" || p.op == "Reshape");
+    const bool passes = p.domain.empty() &&
+                        (p.op == ops::kCast || p.op == ops::kIdentity || p.op == ops::kSqueeze ||
+                         p.op == ops::kUnsqueeze || p.op == ops::kReshape);
     if (!passes || p.inputs.empty()) return nullptr;
     m = p.inputs[0];
   }
@@ -323,7 +325,7 @@ int BindScalarInputs(Module& m) {
     absl::flat_hash_set<const Value*> trip_inputs;
     ForEachGraph(g, [&](Graph& sub) {
       for (auto& n : sub.nodes) {
-        if (!n->domain.empty() || n->op != "Loop" || n->inputs.empty()) continue;
+        if (!n->domain.empty() || n->op != ops::kLoop || n->inputs.empty()) continue;
         const Value* src = ScalarInputBehind(n->inputs[0]);
         if (src != nullptr && src->producer == nullptr && src->graph == &g) trip_inputs.insert(src);
       }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "compiler/ops/names.h"
 
 namespace dynvm::compiler {
 namespace {
@@ -118,11 +119,11 @@ class Quantizer {
       Node* node = n.get();
       out.push_back(std::move(n));
       if (!node->domain.empty()) continue;
-      if (node->op == "MatMul") {
+      if (node->op == ops::kMatMul) {
         DYNVM_RETURN_IF_ERROR(MatMul(*node));
-      } else if (node->op == "Gemm") {
+      } else if (node->op == ops::kGemm) {
         DYNVM_RETURN_IF_ERROR(Gemm(g, *node, out));
-      } else if (node->op == "LSTM" || node->op == "GRU" || node->op == "RNN") {
+      } else if (node->op == ops::kLSTM || node->op == ops::kGRU || node->op == ops::kRNN) {
         DYNVM_RETURN_IF_ERROR(Recurrent(*node));
       }
     }
@@ -186,7 +187,7 @@ class Quantizer {
   }
 
   void MakeQMatMul(Node& n, Value* a, const Entry& e) {
-    n.op = "QMatMul";
+    n.op = ops::kQMatMul;
     n.domain = "dynvm";
     n.attrs.clear();
     n.inputs = {a, e.weights};
@@ -215,7 +216,8 @@ class Quantizer {
     product->producer = &n;
     product->output_index = 0;
     n.outputs[0] = product;
-    AppendNode(m_, g, out, "Add", {product, c}, {}, absl::StrCat(n.name, ".bias"), DType::kF32, y);
+    AppendNode(m_, g, out, ops::kAdd, {product, c}, {}, absl::StrCat(n.name, ".bias"), DType::kF32,
+               y);
     return absl::OkStatus();
   }
 
@@ -273,25 +275,6 @@ class Quantizer {
   std::vector<QuantizedWeightReport> reports_;
 };
 
-absl::Status QMatMulShape(InferContext& c) {
-  if (c.num_inputs() < 2 || c.num_inputs() > 3 || c.num_outputs() != 1 || !c.has_input(0) ||
-      !c.has_input(1)) {
-    return c.Error("QMatMul takes (A, W, scale?) and has one output");
-  }
-  const std::vector<Dim>* a = c.input_shape(0);
-  const std::vector<Dim>* w = c.input_shape(1);
-  if (w == nullptr || w->size() != 2) return c.Error("W must be [N, K]");
-  if (a == nullptr) {
-    c.SetOutputUnknown(0, DType::kF32);
-    return absl::OkStatus();
-  }
-  if (a->empty()) return c.Error("A must have rank 1 or more");
-  std::vector<Dim> y = *a;
-  y.back() = (*w)[0];
-  c.SetOutput(0, DType::kF32, std::move(y));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::string QuantizedWeightReport::Text() const {
@@ -315,18 +298,6 @@ absl::StatusOr<std::vector<QuantizedWeightReport>> QuantizeWeights(
   Quantizer q(module, options);
   DYNVM_RETURN_IF_ERROR(q.Run());
   return q.TakeReports();
-}
-
-void RegisterQuantizedWeightShapeFunctions(OpRegistry& r) {
-  r.Register(OpSchema{"dynvm", "QMatMul", QMatMulShape});
-  for (const char* op : {"LSTM", "GRU", "RNN"}) {
-    const std::string name = op;
-    r.Register(OpSchema{"dynvm", absl::StrCat("Q", op), [name](InferContext& c) -> absl::Status {
-                          const OpSchema* f32 = OpRegistry::Global().Find("", name);
-                          if (f32 == nullptr) return c.Error("no shape function for the f32 op");
-                          return f32->infer(c);
-                        }});
-  }
 }
 
 }  // namespace dynvm::compiler

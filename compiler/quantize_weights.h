@@ -48,9 +48,6 @@ struct QuantizedWeightReport {
 absl::StatusOr<std::vector<QuantizedWeightReport>> QuantizeWeights(
     Module& module, const QuantizeWeightsOptions& options);
 
-// Shape functions of dynvm::QMatMul, QLSTM, QGRU, QRNN.
-void RegisterQuantizedWeightShapeFunctions(OpRegistry& registry);
-
 }  // namespace dynvm::compiler
 
 #endif  // DYNVM_COMPILER_QUANTIZE_WEIGHTS_H_

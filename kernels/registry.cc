@@ -53,6 +53,22 @@ bool KernelRegistry::HasOp(absl::string_view domain, absl::string_view op, Devic
   return by_key_.contains(Key(domain, op, device));
 }
 
+std::vector<std::pair<std::string, std::string>> KernelRegistry::Ops(
+    Device device, absl::string_view backend) const {
+  LoadDeviceKernels(device).IgnoreError();
+  std::vector<std::pair<std::string, std::string>> ops;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, list] : by_key_) {
+    for (const KernelRegistration& r : list) {
+      if (r.device != device || (!backend.empty() && r.backend != backend)) continue;
+      ops.emplace_back(r.domain, r.op);
+      break;
+    }
+  }
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec& spec,
                                                                const BackendPolicy& policy) const {
   const absl::Status loaded = LoadDeviceKernels(spec.device);

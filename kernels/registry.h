@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -56,6 +57,10 @@ class KernelRegistry {
   absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelSpec& spec,
                                                  const BackendPolicy& policy = {}) const;
   bool HasOp(absl::string_view domain, absl::string_view op, Device device) const;
+  // The (domain, op) pairs with a kernel of `backend` (of any backend when empty) for `device`,
+  // sorted.
+  std::vector<std::pair<std::string, std::string>> Ops(Device device,
+                                                       absl::string_view backend = "") const;
 
   // The global registry holds the CUDA kernels only once the CUDA module is loaded
   // (allocator/cuda_module.h): Create and HasOp for a kCUDA spec load it on first use, and so

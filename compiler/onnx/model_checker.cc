@@ -7,7 +7,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/onnx/op_support.h"
 
 namespace dynvm::compiler::onnx {
 namespace {
@@ -238,6 +237,13 @@ absl::Status CheckModelStructure(const pb::ModelProto& model, const TensorReadOp
   }
   Checker checker(options);
   return checker.CheckGraph(model.graph(), nullptr, 0, "");
+}
+
+std::string AttrTypeName(pb::AttributeProto::AttributeType type) {
+  if (pb::AttributeProto::AttributeType_IsValid(type)) {
+    return pb::AttributeProto::AttributeType_Name(type);
+  }
+  return "UNKNOWN";
 }
 
 }  // namespace dynvm::compiler::onnx

@@ -26,6 +26,9 @@ absl::Status CheckModelStructure(const pb::ModelProto& model, const TensorReadOp
 // "node 'name' (Op)" or "node #3 (Op)" when the node has no name.
 std::string NodeLabel(const pb::NodeProto& node, int index);
 
+// "INT", "FLOATS", ... (ONNX's names) for messages; "UNKNOWN" for a value outside the enum.
+std::string AttrTypeName(pb::AttributeProto::AttributeType type);
+
 }  // namespace dynvm::compiler::onnx
 
 #endif  // DYNVM_COMPILER_ONNX_MODEL_CHECKER_H_

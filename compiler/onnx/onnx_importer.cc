@@ -14,9 +14,10 @@
 #include "common/status_macros.h"
 #include "compiler/onnx/libonnx_bridge.h"
 #include "compiler/onnx/model_checker.h"
-#include "compiler/onnx/op_support.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
 #include "kernels/registry.h"
 #include "schema/mapped_file.h"
 
@@ -56,7 +57,24 @@ AttrType TypeOf(const pb::AttributeProto& a) {
   return pb::AttributeProto::UNDEFINED;
 }
 
-bool IsControlFlow(absl::string_view op) { return op == "If" || op == "Loop" || op == "Scan"; }
+// Opsets 7 to 17 of the default domain are supported; a model of an older opset is accepted when
+// every operator it uses is unchanged since that opset (OpDef::since).
+constexpr int kMinOpset = 1;
+constexpr int kMinFullOpset = 7;
+constexpr int kMaxOpset = 17;
+
+// The definition of a default-domain op the importer accepts: nullptr when there is none or it
+// has no ONNX signature.
+const OpDef* OnnxDef(absl::string_view op) {
+  const OpDef* d = BuiltinOps().Find("", op);
+  return d != nullptr && !d->versions.empty() ? d : nullptr;
+}
+
+// If, Loop and Scan: their regions are imported with them (SequenceMap is imported as a Loop).
+bool IsControlFlow(absl::string_view op) {
+  const OpDef* d = OnnxDef(op);
+  return d != nullptr && d->has(kControlFlow) && op != ops::kSequenceMap;
+}
 
 // The type of a value: a tensor, or a sequence of tensors, or an optional of either.
 struct ValueType {
@@ -88,7 +106,6 @@ class Importer {
   };
   absl::Status ReadAttributes(const pb::NodeProto& n, const std::string& label, bool control_flow,
                               Node* np, Regions* regions);
-  absl::Status NormalizeOpsetForms(const pb::NodeProto& n, const std::string& label, Node* np);
   absl::Status ImportRegions(const pb::NodeProto& n, const std::string& label, Graph* graph,
                              Scope& scope, Node* np, const Regions& r, size_t* region_outputs);
   // SequenceMap as a Loop over the first sequence's length: SequenceAt of each sequence input,
@@ -98,6 +115,9 @@ class Importer {
   absl::Status ImportLegacyNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
                                 const std::string& where);
   absl::Status CheckOnnxNode(const pb::NodeProto& n, const std::string& label, bool adapted) const;
+  // Arity and attributes against the signature of `def` at `opset` of its domain.
+  absl::Status CheckSignature(const pb::NodeProto& n, const OpDef& def, int64_t opset,
+                              const std::string& label) const;
   // The rank of `name` where the model declares it (an input, a value_info, a constant).
   std::optional<int> DeclaredRank(const std::string& name, const Scope& scope) const;
   absl::StatusOr<ValueType> ParseType(const pb::TypeProto& type, const std::string& label,
@@ -119,8 +139,8 @@ class Importer {
 // Operators whose opset-6-and-older versions broadcast with `broadcast`/`axis` attributes
 // (the right operand aligned at `axis` of the left one) instead of NumPy's rules.
 bool IsLegacyBroadcastOp(absl::string_view op) {
-  return op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "And" ||
-         op == "Or" || op == "Xor" || op == "Equal" || op == "Greater" || op == "Less";
+  const OpDef* d = OnnxDef(op);
+  return d != nullptr && d->has(kLegacyBroadcast);
 }
 
 absl::StatusOr<Tensor> Importer::ReadTensor(const pb::TensorProto& t, const std::string& label) {
@@ -262,11 +282,12 @@ absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph
   int64_t broadcast = 0, axis = 0;
   bool has_axis = false;
   for (const pb::AttributeProto& a : n.attribute()) {
-    const bool gemm_attr = op == "Gemm" && (a.name() == "alpha" || a.name() == "beta" ||
-                                            a.name() == "transA" || a.name() == "transB");
+    const bool gemm_attr = op == ops::kGemm && (a.name() == "alpha" || a.name() == "beta" ||
+                                                a.name() == "transA" || a.name() == "transB");
     if (gemm_attr) {
       *adapted.add_attribute() = a;
-    } else if (a.name() == "broadcast" && a.type() == pb::AttributeProto::INT && op != "PRelu") {
+    } else if (a.name() == "broadcast" && a.type() == pb::AttributeProto::INT &&
+               op != ops::kPRelu) {
       broadcast = a.i();
     } else if (a.name() == "axis" && a.type() == pb::AttributeProto::INT &&
                IsLegacyBroadcastOp(op)) {
@@ -298,7 +319,7 @@ absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph
       return absl::InvalidArgumentError(Join(
           label, absl::StrCat("broadcast axis ", axis, " does not fit ranks ", *ra, " and ", *rb)));
     }
-  } else if (op == "PRelu") {
+  } else if (op == ops::kPRelu) {
     const std::optional<int> rx = DeclaredRank(n.input(0), scope),
                              rs = DeclaredRank(n.input(1), scope);
     const Value* slope = scope.Find(n.input(1));
@@ -318,7 +339,7 @@ absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph
     while (scope.Find(reshaped) != nullptr)
       reshaped = absl::StrCat(n.input(1), "/legacy_broadcast", ++synthetic_);
     pb::NodeProto unsqueeze;
-    unsqueeze.set_op_type("Unsqueeze");
+    unsqueeze.set_op_type(ops::kUnsqueeze);
     unsqueeze.set_name(absl::StrCat(n.name().empty() ? op : n.name(), "/legacy_broadcast"));
     unsqueeze.add_input(n.input(1));
     unsqueeze.add_output(reshaped);
@@ -337,47 +358,51 @@ absl::Status Importer::ImportLegacyNode(const pb::NodeProto& n, int index, Graph
 // ImportLegacyNode rewrites.
 absl::Status Importer::CheckOnnxNode(const pb::NodeProto& n, const std::string& label,
                                      bool adapted) const {
-  const OpSupport* support = FindOpSupport(n.op_type());
-  if (support == nullptr) {
+  const OpDef* def = OnnxDef(n.op_type());
+  if (def == nullptr) {
     return absl::UnimplementedError(Join(
         label, absl::StrCat("operator ", n.op_type(), " is not supported (opset ", opset_, ")")));
   }
-  if (!adapted && opset_ < kMinFullOpset && opset_ < support->since &&
-      (IsLegacyBroadcastOp(n.op_type()) || n.op_type() == "Gemm" || n.op_type() == "PRelu")) {
+  if (!adapted && opset_ < kMinFullOpset && opset_ < def->since &&
+      (def->has(kLegacyBroadcast) || n.op_type() == ops::kGemm || n.op_type() == ops::kPRelu)) {
     return absl::AbortedError("legacy");
   }
-  if (!adapted && opset_ < kMinFullOpset && opset_ < support->since) {
-    return absl::UnimplementedError(
-        Join(label,
-             absl::StrCat("operator ", n.op_type(), " of opset ", opset_,
-                          " is not supported (only its version ", support->since, " and later)")));
+  if (!adapted && opset_ < kMinFullOpset && opset_ < def->since) {
+    return absl::UnimplementedError(Join(
+        label, absl::StrCat("operator ", n.op_type(), " of opset ", opset_,
+                            " is not supported (only its version ", def->since, " and later)")));
   }
-  const OpSupport::Arity* arity = support->ArityAt(opset_);
-  if (arity == nullptr) {
-    return absl::InvalidArgumentError(
-        Join(label, absl::StrCat("operator ", n.op_type(), " does not exist in opset ", opset_)));
+  return CheckSignature(n, *def, opset_, label);
+}
+
+absl::Status Importer::CheckSignature(const pb::NodeProto& n, const OpDef& def, int64_t opset,
+                                      const std::string& label) const {
+  const OpVersion* version = def.VersionAt(opset);
+  if (version == nullptr) {
+    return absl::InvalidArgumentError(Join(
+        label, absl::StrCat("operator ", def.QualifiedName(), " does not exist in opset ", opset)));
   }
-  if (arity->max_inputs > 0 && n.input_size() > arity->max_inputs) {
+  if (version->max_inputs > 0 && n.input_size() > version->max_inputs) {
     return absl::InvalidArgumentError(
-        Join(label, absl::StrCat(n.op_type(), " takes at most ", arity->max_inputs, " inputs, got ",
-                                 n.input_size())));
+        Join(label, absl::StrCat(n.op_type(), " takes at most ", version->max_inputs,
+                                 " inputs, got ", n.input_size())));
   }
   for (int i = 0; i < 32; ++i) {
-    if ((arity->required_mask >> i & 1) && (i >= n.input_size() || n.input(i).empty())) {
+    if ((version->required_mask >> i & 1) && (i >= n.input_size() || n.input(i).empty())) {
       return absl::InvalidArgumentError(
           Join(label, absl::StrCat("required input ", i, " of ", n.op_type(), " is missing")));
     }
   }
   for (const pb::AttributeProto& a : n.attribute()) {
-    auto it = support->attrs.find(a.name());
-    if (it == support->attrs.end()) {
+    const AttrDef* attr = def.AttrAt(a.name(), opset);
+    if (attr == nullptr) {
       return absl::UnimplementedError(Join(
           label, absl::StrCat("attribute '", a.name(), "' of ", n.op_type(), " is not supported")));
     }
     const AttrType type = TypeOf(a);
-    if (type != it->second) {
+    if (static_cast<int>(type) != static_cast<int>(attr->kind)) {
       return absl::InvalidArgumentError(
-          Join(label, absl::StrCat("attribute '", a.name(), "' must be ", AttrTypeName(it->second),
+          Join(label, absl::StrCat("attribute '", a.name(), "' must be ", AttrKindName(attr->kind),
                                    ", not ", AttrTypeName(type))));
     }
   }
@@ -392,8 +417,8 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     // Another domain: dynvm's own ops and a user's custom ops, registered with the compiler
     // (a shape function) or the runtime (a kernel). Their shape functions and kernel factories
     // check inputs and attributes.
-    if (OpRegistry::Global().Find(domain, n.op_type()) == nullptr &&
-        !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
+    const OpDef* def = FindOpDef(domain, n.op_type());
+    if (def == nullptr && !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
       return absl::UnimplementedError(
           Join(label, absl::StrCat("operator ", domain, "::", n.op_type(),
                                    " is not supported (nothing is registered for domain '", domain,
@@ -404,10 +429,10 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
       return ImportLegacyNode(n, index, graph, scope, where);
     return s;
   }
-  if (domain.empty() && n.op_type() == "SequenceMap") {
+  if (domain.empty() && n.op_type() == ops::kSequenceMap) {
     return ImportSequenceMap(n, index, graph, scope, label);
   }
-  if (domain.empty() && n.op_type() == "Constant") {
+  if (domain.empty() && n.op_type() == ops::kConstant) {
     DYNVM_ASSIGN_OR_RETURN(Value * c, ImportConstant(n, label));
     scope.names[n.output(0)] = c;
     return absl::OkStatus();
@@ -436,7 +461,10 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
   // Attributes, and the regions of control flow.
   Regions regions;
   DYNVM_RETURN_IF_ERROR(ReadAttributes(n, label, control_flow, np, &regions));
-  DYNVM_RETURN_IF_ERROR(NormalizeOpsetForms(n, label, np));
+  if (const OpDef* def = FindOpDef(np->domain, np->op); def != nullptr && def->lower != nullptr) {
+    LowerContext lower{*np, opset_, *m_, label};
+    DYNVM_RETURN_IF_ERROR(def->lower(lower));
+  }
   size_t region_outputs = 0;
   DYNVM_RETURN_IF_ERROR(ImportRegions(n, label, graph, scope, np, regions, &region_outputs));
   // Outputs.
@@ -452,10 +480,10 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
   }
   if (control_flow) {
     if (np->outputs.size() > region_outputs) {
-      return absl::InvalidArgumentError(
-          Join(label,
-               absl::StrCat("has ", np->outputs.size(), " outputs; its ",
-                            n.op_type() == "If" ? "branches" : "body", " make ", region_outputs)));
+      return absl::InvalidArgumentError(Join(
+          label,
+          absl::StrCat("has ", np->outputs.size(), " outputs; its ",
+                       n.op_type() == ops::kIf ? "branches" : "body", " make ", region_outputs)));
     }
     while (np->outputs.size() < region_outputs) np->outputs.push_back(nullptr);
   } else {
@@ -539,68 +567,13 @@ absl::Status Importer::ReadAttributes(const pb::NodeProto& n, const std::string&
   return absl::OkStatus();
 }
 
-// Rewrites the forms of older opsets that kernels and shape functions expect normalized.
-absl::Status Importer::NormalizeOpsetForms(const pb::NodeProto& n, const std::string& label,
-                                           Node* np) {
-  const bool onnx = np->domain.empty();
-  if (onnx &&
-      (n.op_type() == "Softmax" || n.op_type() == "LogSoftmax" || n.op_type() == "Hardmax") &&
-      opset_ < 13) {
-    AttrValue legacy;
-    legacy.type = AttrValue::Type::kInt;
-    legacy.i = 1;
-    np->attrs["legacy_2d"] = legacy;
-  }
-  if (onnx && n.op_type() == "Upsample") {
-    // Upsample (opsets 7 to 9) is Resize with asymmetric coordinates, nearest rounding down,
-    // and no roi; opsets 7 and 8 give the scales as an attribute.
-    const AttrValue* scales = np->attr("scales");
-    Value* scales_value = np->inputs.size() > 1 ? np->inputs[1] : nullptr;
-    if (scales != nullptr) {
-      if (scales->type != AttrValue::Type::kFloats) {
-        return absl::InvalidArgumentError(Join(label, "Upsample: 'scales' must be floats"));
-      }
-      absl::StatusOr<Tensor> t = Tensor::FromVector<float>(
-          DType::kF32, {static_cast<int64_t>(scales->floats.size())}, scales->floats);
-      if (!t.ok()) return t.status();
-      scales_value = m_->NewConstant(*std::move(t), absl::StrCat(np->name, "/scales"));
-      np->attrs.erase("scales");
-    }
-    if (np->inputs.empty() || scales_value == nullptr) {
-      return absl::InvalidArgumentError(Join(label, "Upsample needs X and scales"));
-    }
-    np->op = "Resize";
-    np->inputs = {np->inputs[0], nullptr, scales_value};
-    for (const auto& [name, value] :
-         {std::pair<const char*, const char*>{"coordinate_transformation_mode", "asymmetric"},
-          {"nearest_mode", "floor"}}) {
-      AttrValue v;
-      v.type = AttrValue::Type::kString;
-      v.s = value;
-      np->attrs[name] = v;
-    }
-  } else if (onnx && n.op_type() == "Resize" && opset_ < 11) {
-    AttrValue v10;  // opset 10's Resize differs (the kernel refuses it)
-    v10.type = AttrValue::Type::kInt;
-    v10.i = 1;
-    np->attrs["opset10"] = v10;
-  }
-  if (onnx && n.op_type() == "Scan" && opset_ < 9) {
-    AttrValue v8;
-    v8.type = AttrValue::Type::kInt;
-    v8.i = 1;
-    np->attrs["opset8"] = v8;
-  }
-  return absl::OkStatus();
-}
-
 // Checks the regions of If, Loop and Scan and imports them (a subgraph sees the names defined
 // before this node); `region_outputs` is how many outputs they make.
 absl::Status Importer::ImportRegions(const pb::NodeProto& n, const std::string& label, Graph* graph,
                                      Scope& scope, Node* np, const Regions& r,
                                      size_t* region_outputs) {
   const bool control_flow = np->domain.empty() && IsControlFlow(n.op_type());
-  if (control_flow && n.op_type() == "If") {
+  if (control_flow && n.op_type() == ops::kIf) {
     if (r.then_g == nullptr || r.else_g == nullptr) {
       return absl::InvalidArgumentError(Join(label, "If needs then_branch and else_branch"));
     }
@@ -610,12 +583,12 @@ absl::Status Importer::ImportRegions(const pb::NodeProto& n, const std::string& 
                                    " outputs, else_branch ", r.else_g->output_size())));
     }
     *region_outputs = r.then_g->output_size();
-  } else if (control_flow && (n.op_type() == "Loop" || n.op_type() == "Scan")) {
+  } else if (control_flow && (n.op_type() == ops::kLoop || n.op_type() == ops::kScan)) {
     if (r.body_g == nullptr)
       return absl::InvalidArgumentError(Join(label, absl::StrCat(n.op_type(), " needs a body")));
-    *region_outputs =
-        n.op_type() == "Loop" ? std::max(r.body_g->output_size() - 1, 0) : r.body_g->output_size();
-    if (n.op_type() == "Loop" && n.input_size() < 2) {
+    *region_outputs = n.op_type() == ops::kLoop ? std::max(r.body_g->output_size() - 1, 0)
+                                                : r.body_g->output_size();
+    if (n.op_type() == ops::kLoop && n.input_size() < 2) {
       return absl::InvalidArgumentError(
           Join(label, "Loop needs inputs M and cond (either may be empty)"));
     }
@@ -687,11 +660,11 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
     return p;
   };
   Value* len = m_->NewValue(DType::kI64, std::nullopt, graph, absl::StrCat(name, "/length"));
-  add(graph, "SequenceLength", absl::StrCat(name, "/length"), {ins[0]}, {len});
+  add(graph, ops::kSequenceLength, absl::StrCat(name, "/length"), {ins[0]}, {len});
   std::vector<Value*> loop_ins = {len, nullptr};
   for (size_t k = 0; k < out_dtypes.size(); ++k) {
     Value* e = m_->NewValue(out_dtypes[k], std::nullopt, graph, absl::StrCat(name, "/empty", k));
-    Node* en = add(graph, "SequenceEmpty", absl::StrCat(name, "/empty", k), {}, {e});
+    Node* en = add(graph, ops::kSequenceEmpty, absl::StrCat(name, "/empty", k), {}, {e});
     AttrValue dt;
     dt.type = AttrValue::Type::kInt;
     dt.i = OnnxFromDType(out_dtypes[k]);
@@ -704,7 +677,7 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
   }
   auto loop_node = std::make_unique<Node>();
   Node* loop = loop_node.get();
-  loop->op = "Loop";
+  loop->op = ops::kLoop;
   loop->name = name;
   loop->graph = graph;
   loop->inputs = loop_ins;
@@ -733,7 +706,7 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
       continue;
     }
     Value* x = m_->NewValue(DType::kF32, std::nullopt, sub.get(), body_g->input(j).name());
-    add(sub.get(), "SequenceAt", absl::StrCat(name, "/at", j), {ins[j], iter}, {x});
+    add(sub.get(), ops::kSequenceAt, absl::StrCat(name, "/at", j), {ins[j], iter}, {x});
     inner.names[body_g->input(j).name()] = x;
   }
   for (const pb::TensorProto& t : body_g->initializer()) {
@@ -753,7 +726,7 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
     }
     Value* acc =
         m_->NewValue(out_dtypes[k], std::nullopt, sub.get(), absl::StrCat("acc", k, "_next"));
-    add(sub.get(), "SequenceInsert", absl::StrCat(name, "/insert", k), {accs[k], v}, {acc});
+    add(sub.get(), ops::kSequenceInsert, absl::StrCat(name, "/insert", k), {accs[k], v}, {acc});
     sub->outputs.push_back(acc);
   }
   loop->subgraphs.emplace_back("body", std::move(sub));

@@ -8,8 +8,7 @@
 
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
-#include "compiler/onnx/op_support.h"
-#include "compiler/op_registry.h"
+#include "compiler/ops/op_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vm/executable.h"
@@ -30,20 +29,24 @@ const std::set<std::string>& Exempt() {
 
 TEST(OpCoverageTest, EveryImportableOperatorHasShapeAndDtypeInference) {
   std::vector<std::string> missing;
-  const std::vector<std::string> ops = onnx::SupportedOps();
-  ASSERT_GT(ops.size(), 100u);
-  for (const std::string& op : ops) {
-    if (Exempt().contains(op)) continue;
-    const OpSchema* schema = OpRegistry::Global().Find("", op);
-    if (schema == nullptr || !schema->infer) missing.push_back(op);
+  int importable = 0;
+  for (const OpDef* def : BuiltinOps().all()) {
+    if (!def->domain.empty() || def->versions.empty()) continue;  // not an importable ONNX op
+    ++importable;
+    if (Exempt().contains(def->name)) continue;
+    if (!def->infer) missing.push_back(def->name);
   }
+  ASSERT_GT(importable, 100);
   EXPECT_TRUE(missing.empty()) << "no shape/dtype function for: "
                                << ::testing::PrintToString(missing);
-  // The exemptions hold: Resize (Upsample's target) has one, and the regions' ops are
-  // importable (their inference lives in InferGraph).
-  EXPECT_NE(OpRegistry::Global().Find("", "Resize"), nullptr);
-  for (const char* op : {"If", "Loop", "Scan", "SequenceMap", "Upsample"}) {
-    EXPECT_NE(onnx::FindOpSupport(op), nullptr) << op;
+  // The exemptions hold: Resize (Upsample's target) has one, Upsample lowers to it, and the
+  // regions' ops are control flow (their inference lives in InferGraph).
+  ASSERT_NE(FindOpDef("", "Resize"), nullptr);
+  EXPECT_TRUE(FindOpDef("", "Resize")->infer);
+  EXPECT_NE(FindOpDef("", "Upsample")->lower, nullptr);
+  for (const char* op : {"If", "Loop", "Scan", "SequenceMap"}) {
+    ASSERT_NE(FindOpDef("", op), nullptr) << op;
+    EXPECT_TRUE(FindOpDef("", op)->has(kControlFlow)) << op;
   }
 }
 

@@ -1,6 +1,6 @@
 // Scaled dot-product attention rules: the forms torch.onnx.export writes (torch 1.13, opsets
 // 11-17) for nn.MultiheadAttention / nn.TransformerEncoderLayer and hand-written blocks become
-// one dynvm::Attention (compiler/dynvm_ops.cc has its definition), with the head split and
+// one dynvm::Attention (compiler/ops/dynvm.cc has its definition), with the head split and
 // merge Transposes around it folded into its operand and result strides.
 //
 // attention:  MatMul(Softmax(M, axis = last), V')

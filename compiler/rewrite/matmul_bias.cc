@@ -146,6 +146,7 @@ std::vector<Rule> MatMulBiasRules() {
               .OneUse()
               .As("lin");
   rules.push_back(Rule{"linear_activation", Activation(lin), &FuseLinearActivation});
+  for (Rule& r : rules) r.fuses_weight_products = true;  // dynvm::Linear is not quantized
   return rules;
 }
 

@@ -153,7 +153,8 @@ absl::StatusOr<RewriteCounts> ApplyRewrites(Module& module, const RewriteOptions
   std::vector<const Rule*> rules;
   absl::flat_hash_set<std::string> disabled(options.disabled.begin(), options.disabled.end());
   for (const Rule& r : AllRules()) {
-    if (!disabled.erase(r.name)) rules.push_back(&r);
+    const bool off = disabled.erase(r.name) > 0;
+    if (!off && !(options.keep_weight_products && r.fuses_weight_products)) rules.push_back(&r);
   }
   if (!disabled.empty()) {
     std::string names;

@@ -57,6 +57,9 @@ struct Rule {
   // Builds the replacement of the match's root value, or returns nullptr to refuse.
   std::function<Value*(Emitter&, const Match&)> rewrite;
   int phase = 0;  // 0, or kLatePhase: applied after every phase-0 rule reached its fixpoint
+  // Takes a MatMul or Gemm with a constant weight into a fused op (dynvm::Linear) that weight
+  // quantization does not rewrite: off when weights are quantized (RewriteOptions).
+  bool fuses_weight_products = false;
 };
 
 constexpr int kLatePhase = 1;
@@ -70,6 +73,9 @@ struct RewriteOptions {
   // the device is applied only when every node it makes has one too: a fusion must not move
   // work from the device to the CPU (a fused op with no device kernel, dynvm::Linear on CUDA).
   Device device = Device::kCPU;
+  // The products keep their ONNX form for a later pass (quantize_weights): rules that fuse
+  // them (Rule::fuses_weight_products) do not run.
+  bool keep_weight_products = false;
 };
 
 // How often each rule fired, by name (every rule listed, zeros included).

@@ -1,14 +1,31 @@
-// Shape functions of ONNX's sequence and optional operators. A sequence value's dtype and
+// ONNX's sequence and optional operators, and Identity of any kind. A sequence value's dtype and
 // shape describe its elements; only constant dims are facts (elements may differ in the
 // others). An optional's elem_kind says whether it holds a tensor or a sequence. The code
 // generator lowers these operators to the seq_* and opt_* instructions (codegen.cc); they are
-// registered impure so that folding, CSE and hoisting leave them alone.
+// impure so that folding, CSE and hoisting leave them alone.
+//
+// Control flow (If, Loop, Scan, SequenceMap) is defined here too: its shapes are inferred with
+// its regions (compiler/infer.cc), Scan is lowered to a Loop (compiler/lower_scan.cc) and
+// SequenceMap imported as one.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
+#include "compiler/ops/shape_util.h"
 
 namespace dynvm::compiler {
 namespace {
+
+using shapes::Axis;
+using shapes::ConstInts;
+using shapes::Numel;
+using shapes::SameAsInput;
+using Shape = std::vector<Dim>;
 
 bool IsContainer(const Value* v) { return v != nullptr && v->kind != ObjectKind::kTensor; }
 
@@ -253,24 +270,45 @@ absl::Status Identity(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Scan before opset 9 has a batch axis and sequence_lens: the kernel-free lowering to a Loop
+// (compiler/lower_scan.cc) takes that form with opset8 = 1.
+absl::Status LowerScan(LowerContext& c) {
+  if (c.opset < 9) {
+    AttrValue v8;
+    v8.type = AttrValue::Type::kInt;
+    v8.i = 1;
+    c.node.attrs["opset8"] = v8;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-void RegisterSequenceShapeFunctions(OpRegistry& r) {
-  const std::pair<const char*, ShapeFn> kOps[] = {
-      {"SequenceEmpty", SequenceEmpty},
-      {"SequenceConstruct", SequenceConstruct},
-      {"SequenceInsert", SequenceInsert},
-      {"SequenceErase", SequenceErase},
-      {"SequenceAt", SequenceAt},
-      {"SequenceLength", SequenceLength},
-      {"ConcatFromSequence", ConcatFromSequence},
-      {"SplitToSequence", SplitToSequence},
-      {"Optional", Optional},
-      {"OptionalHasElement", OptionalHasElement},
-      {"OptionalGetElement", OptionalGetElement},
+void DefineSequenceOps(OpTable& t) {
+  static constexpr OpRow kRows[] = {
+      {ops::kSequenceEmpty, 7, "11:0:0", "dtype:i", kContainer, SequenceEmpty},
+      {ops::kSequenceConstruct, 7, "11:0:1", "", kContainer, SequenceConstruct},
+      {ops::kSequenceInsert, 7, "11:3:3", "", kContainer, SequenceInsert},
+      {ops::kSequenceErase, 7, "11:2:1", "", kContainer, SequenceErase},
+      {ops::kSequenceAt, 7, "11:2:3", "", kContainer, SequenceAt},
+      {ops::kSequenceLength, 7, "11:1:1", "", kContainer, SequenceLength},
+      {ops::kConcatFromSequence, 7, "11:1:1", "axis:i new_axis:i", kContainer, ConcatFromSequence},
+      {ops::kSplitToSequence, 7, "11:2:1", "axis:i keepdims:i", kContainer, SplitToSequence},
+      {ops::kOptional, 7, "15:1:0", "type:T", kContainer, Optional},
+      {ops::kOptionalHasElement, 7, "15:1:1", "", kContainer, OptionalHasElement},
+      {ops::kOptionalGetElement, 7, "15:1:1", "", kContainer, OptionalGetElement},
+      {ops::kIdentity, 1, "1:1:1 13:1:1 14:1:1 16:1:1", "",
+       kPure | kElementwise | kView | kShapeArith, Identity},
+      {ops::kIf, 1, "1:1:1 11:1:1 13:1:1 16:1:1", "else_branch:g then_branch:g",
+       kControlFlow | kNoKernel, nullptr},
+      {ops::kLoop, 1, "1:0:0 11:0:0 13:0:0 16:0:0", "body:g", kControlFlow | kNoKernel, nullptr},
+      {ops::kScan, 7, "8:0:2 9:0:1 11:0:1 16:0:1",
+       "body:g directions:I num_scan_inputs:i scan_input_axes:I scan_input_directions:I "
+       "scan_output_axes:I scan_output_directions:I",
+       kControlFlow | kNoKernel, nullptr, LowerScan},
+      {ops::kSequenceMap, 7, "17:0:1", "body:g", kControlFlow | kNoKernel, nullptr},
   };
-  for (const auto& [op, fn] : kOps) r.Register(OpSchema{"", op, fn, /*pure=*/false});
-  r.Register(OpSchema{"", "Identity", Identity, /*pure=*/true});
+  t.Add("", kRows);
 }
 
 }  // namespace dynvm::compiler

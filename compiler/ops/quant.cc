@@ -1,8 +1,9 @@
-// Shape and dtype functions of ONNX's linear quantization operators, with their compile-time
-// checks: QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and
-// QLinearConv (DynamicQuantizeLinear has no parameters; shape_functions.cc types it).
+// ONNX's linear quantization operators, with their compile-time checks: QuantizeLinear,
+// DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and
+// QLinearConv.
 //
-// Output types: QuantizeLinear the zero point's type (u8 without one); DequantizeLinear the
+// Output types: DynamicQuantizeLinear u8 with an f32 scale and u8 zero point (scalars);
+// QuantizeLinear the zero point's type (u8 without one); DequantizeLinear the
 // scale's; MatMulInteger and ConvInteger i32; QLinearMatMul and QLinearConv y_zero_point's.
 // Shapes: MatMul's (of inputs a and b), Conv's rank.
 //
@@ -12,18 +13,25 @@
 // point outside its quantized type's range, or of a type the operator does not take. The
 // kernels repeat the value checks at run time (kernels/quant_params.h), where the VM's error
 // names the node too.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
+#include "compiler/ops/shape_util.h"
 #include "kernels/quant_params.h"
 
 namespace dynvm::compiler {
 namespace {
 
+using shapes::Axis;
+using shapes::ConstInts;
+using shapes::Numel;
+using shapes::SameAsInput;
 using Shape = std::vector<Dim>;
 
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
@@ -234,19 +242,34 @@ absl::Status QLinearConv(InferContext& c) {
   return absl::OkStatus();
 }
 
-void Reg(OpRegistry& r, const char* op, ShapeFn fn) {
-  r.Register(OpSchema{"", op, std::move(fn), /*pure=*/true});
+// DynamicQuantizeLinear: y like x in u8, with a scalar scale (f32) and zero point (u8).
+absl::Status DynamicQuantizeLinear(InferContext& c) {
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x) {
+    c.SetOutput(0, DType::kU8, *x);
+  } else {
+    c.SetOutputUnknown(0, DType::kU8);
+  }
+  c.SetOutput(1, DType::kF32, {});
+  c.SetOutput(2, DType::kU8, {});
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-void RegisterQuantShapeFunctions(OpRegistry& r) {
-  Reg(r, "QuantizeLinear", QuantizeLinear);
-  Reg(r, "DequantizeLinear", DequantizeLinear);
-  Reg(r, "MatMulInteger", MatMulInteger);
-  Reg(r, "QLinearMatMul", QLinearMatMul);
-  Reg(r, "ConvInteger", ConvInteger);
-  Reg(r, "QLinearConv", QLinearConv);
+void DefineQuantOps(OpTable& t) {
+  static constexpr OpRow kRows[] = {
+      {"QuantizeLinear", 7, "10:3:3 13:3:3", "axis:i", kPure, QuantizeLinear},
+      {ops::kDequantizeLinear, 7, "10:3:3 13:3:3", "axis:i", kPure, DequantizeLinear},
+      {"DynamicQuantizeLinear", 7, "11:1:1", "", kPure, DynamicQuantizeLinear},
+      {"MatMulInteger", 7, "10:4:3", "", kPure, MatMulInteger},
+      {"QLinearMatMul", 7, "10:8:255", "", kPure, QLinearMatMul},
+      {"ConvInteger", 7, "10:4:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I",
+       kPure, ConvInteger},
+      {"QLinearConv", 7, "10:9:255",
+       "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I", kPure, QLinearConv},
+  };
+  t.Add("", kRows);
 }
 
 }  // namespace dynvm::compiler

@@ -1,40 +1,27 @@
-// Shape and dtype functions of the indexing and rearranging operators that had none:
-// GatherElements, GatherND, Scatter, OneHot, DepthToSpace, SpaceToDepth, ReverseSequence,
-// Compress and Pad. Without one, an op's outputs kept the importer's placeholder type (f32 of
-// unknown shape) until the kernel ran, and a Loop that carries such a value was refused
-// ("loop-carried value 0 enters as i64[..] but the body makes f32[?]"). Each function sets the
-// output dtype always; the shape where the inputs determine it, else the rank (a dynamic
-// output the kernel allocates), else nothing.
+// The indexing and rearranging operators: GatherElements, GatherND, Scatter, ScatterND,
+// ScatterElements, OneHot, DepthToSpace, SpaceToDepth, ReverseSequence, Compress and Pad. Each
+// shape function sets the output dtype always; the shape where the inputs determine it, else the
+// rank (a dynamic output the kernel allocates), else nothing (an op whose outputs kept the
+// importer's placeholder type until its kernel ran made a Loop carrying them refuse to compile).
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
+#include "compiler/ops/shape_util.h"
 
 namespace dynvm::compiler {
 namespace {
 
+using shapes::Axis;
+using shapes::ConstInts;
+using shapes::Numel;
+using shapes::SameAsInput;
 using Shape = std::vector<Dim>;
-
-std::optional<std::vector<int64_t>> ConstantInts(InferContext& c, size_t i) {
-  const std::vector<Dim>* content = c.content(i);
-  if (content == nullptr) return std::nullopt;
-  std::vector<int64_t> out;
-  for (Dim d : *content) {
-    std::optional<int64_t> v = SymbolicContext::AsConst(d);
-    if (!v) return std::nullopt;
-    out.push_back(*v);
-  }
-  return out;
-}
-
-absl::StatusOr<int> NormalizedAxis(InferContext& c, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank) {
-    return c.Error(absl::StrCat("axis ", axis, " out of range for rank ", rank));
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
 
 // The output has input `i`'s dtype and shape (no symbolic content: the values change).
 absl::Status ShapeOfInput(InferContext& c, size_t i) {
@@ -57,7 +44,7 @@ absl::Status GatherElements(InferContext& c) {
   }
   if (data) {
     DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
-    if (absl::StatusOr<int> a = NormalizedAxis(c, axis, static_cast<int>(data->size())); !a.ok())
+    if (absl::StatusOr<int> a = Axis(c, axis, static_cast<int>(data->size())); !a.ok())
       return a.status();
   }
   if (idx) {
@@ -108,8 +95,8 @@ absl::Status OneHot(InferContext& c) {
   }
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
   const int rank = static_cast<int>(idx->size()) + 1;
-  DYNVM_ASSIGN_OR_RETURN(int a, NormalizedAxis(c, axis, rank));
-  std::optional<std::vector<int64_t>> depth = ConstantInts(c, 1);
+  DYNVM_ASSIGN_OR_RETURN(int a, Axis(c, axis, rank));
+  std::optional<std::vector<int64_t>> depth = ConstInts(c, 1);
   if (!depth || depth->size() != 1) {
     c.SetOutputDynamic(0, dtype, rank);
     return absl::OkStatus();
@@ -151,7 +138,7 @@ absl::Status Compress(InferContext& c) {
     c.SetOutputDynamic(0, c.input_dtype(0), 1);
   } else if (x) {
     DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", 0));
-    if (absl::StatusOr<int> a = NormalizedAxis(c, axis, static_cast<int>(x->size())); !a.ok())
+    if (absl::StatusOr<int> a = Axis(c, axis, static_cast<int>(x->size())); !a.ok())
       return a.status();
     c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(x->size()));
   } else {
@@ -174,7 +161,7 @@ absl::Status Pad(InferContext& c) {
     DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> p, c.GetInts("pads"));
     pads = p;
   } else {
-    pads = ConstantInts(c, 1);
+    pads = ConstInts(c, 1);
   }
   const size_t rank = x->size();
   if (!pads) {
@@ -198,22 +185,27 @@ absl::Status Pad(InferContext& c) {
   return absl::OkStatus();
 }
 
-void Add(OpRegistry& r, const char* op, std::function<absl::Status(InferContext&)> fn) {
-  r.Register(OpSchema{"", op, std::move(fn), /*pure=*/true});
-}
+absl::Status ShapeOfInput0(InferContext& c) { return ShapeOfInput(c, 0); }
+absl::Status DepthToSpace(InferContext& c) { return BlockRearrange(c, /*to_space=*/true); }
+absl::Status SpaceToDepth(InferContext& c) { return BlockRearrange(c, /*to_space=*/false); }
 
 }  // namespace
 
-void RegisterIndexingShapeFunctions(OpRegistry& r) {
-  Add(r, "GatherElements", GatherElements);
-  Add(r, "GatherND", GatherND);
-  Add(r, "Scatter", [](InferContext& c) { return ShapeOfInput(c, 0); });
-  Add(r, "ReverseSequence", [](InferContext& c) { return ShapeOfInput(c, 0); });
-  Add(r, "OneHot", OneHot);
-  Add(r, "DepthToSpace", [](InferContext& c) { return BlockRearrange(c, /*to_space=*/true); });
-  Add(r, "SpaceToDepth", [](InferContext& c) { return BlockRearrange(c, /*to_space=*/false); });
-  Add(r, "Compress", Compress);
-  Add(r, "Pad", Pad);
+void DefineIndexingOps(OpTable& t) {
+  static constexpr OpRow kRows[] = {
+      {"GatherElements", 7, "11:2:3 13:2:3", "axis:i", kPure, GatherElements},
+      {"GatherND", 7, "11:2:3 12:2:3 13:2:3", "batch_dims:i", kPure, GatherND},
+      {"Scatter", 7, "9:3:7 11:3:7", "axis:i", kPure, ShapeOfInput0},
+      {"ScatterND", 7, "11:3:7 13:3:7 16:3:7", "reduction:s", kPure, SameAsInput},
+      {"ScatterElements", 7, "11:3:7 13:3:7 16:3:7", "axis:i reduction:s", kPure, SameAsInput},
+      {"ReverseSequence", 7, "10:2:3", "batch_axis:i time_axis:i", kPure, ShapeOfInput0},
+      {"OneHot", 7, "9:3:7 11:3:7", "axis:i", kPure, OneHot},
+      {"DepthToSpace", 1, "1:1:1 11:1:1 13:1:1", "blocksize:i mode:s", kPure, DepthToSpace},
+      {"SpaceToDepth", 1, "1:1:1 13:1:1", "blocksize:i", kPure, SpaceToDepth},
+      {"Compress", 7, "9:2:3 11:2:3", "axis:i", kPure, Compress},
+      {ops::kPad, 2, "1:1:1 2:1:1 11:3:3 13:3:3", "mode:s pads:I value:f", kPure, Pad},
+  };
+  t.Add("", kRows);
 }
 
 }  // namespace dynvm::compiler

@@ -1,5 +1,4 @@
-// Shape functions of dynvm's own ops (domain "dynvm"); their kernels are in
-// kernels/reference/dynvm_ops.cc. They register exactly as a user's custom op would.
+// dynvm's own ops (domain "dynvm"); their reference kernels are in kernels/reference/.
 //
 //   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
 //   FusedConv(X, W, B?, sum?, dw_W?, dw_B?) -> Y  Conv + residual + activation, optionally then
@@ -21,18 +20,30 @@
 //                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
 //                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
 //                      dims 1); activation "" (none), Relu, Tanh, Sigmoid, Gelu, GeluTanh, Silu.
+//   Copy(x) -> y       x's dtype and shape, contiguous: a strided view materialized.
 //   MatMul(A, B) -> Y  Y = MatMul(Transpose(A, a_perm), Transpose(B, b_perm)) with numpy
 //                      semantics (identity when a perm is absent); the kernels read A and B
 //                      through the permuted strides, no copy (compiler/rewrite/
 //                      matmul_transpose.cc; kernels/reference/matmul.cc has the definition).
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/conv_fusion.h"
-#include "compiler/op_registry.h"
-#include "compiler/quantize_weights.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
+#include "compiler/ops/shape_util.h"
 
 namespace dynvm::compiler {
 namespace {
+
+using shapes::Axis;
+using shapes::ConstInts;
+using shapes::Numel;
+using shapes::SameAsInput;
+using Shape = std::vector<Dim>;
 
 // The dims of Transpose(x, perm) (identity when the attribute is absent).
 absl::StatusOr<std::vector<Dim>> PermutedDims(InferContext& c, const std::vector<Dim>& x,
@@ -123,62 +134,94 @@ absl::Status InferPermutedMatMul(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::Status QMatMulShape(InferContext& c) {
+  if (c.num_inputs() < 2 || c.num_inputs() > 3 || c.num_outputs() != 1 || !c.has_input(0) ||
+      !c.has_input(1)) {
+    return c.Error("QMatMul takes (A, W, scale?) and has one output");
+  }
+  const std::vector<Dim>* a = c.input_shape(0);
+  const std::vector<Dim>* w = c.input_shape(1);
+  if (w == nullptr || w->size() != 2) return c.Error("W must be [N, K]");
+  if (a == nullptr) {
+    c.SetOutputUnknown(0, DType::kF32);
+    return absl::OkStatus();
+  }
+  if (a->empty()) return c.Error("A must have rank 1 or more");
+  std::vector<Dim> y = *a;
+  y.back() = (*w)[0];
+  c.SetOutput(0, DType::kF32, std::move(y));
+  return absl::OkStatus();
+}
+
+absl::Status SampleShape(InferContext& c) {
+  const std::vector<Dim>* logits = c.input_shape(0);
+  if (c.num_inputs() != 4) return c.Error("Sample takes (logits, temperature, seed, step)");
+  if (logits == nullptr) {
+    c.SetOutputDynamic(0, DType::kI64, 1);
+    return absl::OkStatus();
+  }
+  if (logits->size() != 2) return c.Error("logits must be [batch, vocab]");
+  c.SetOutput(0, DType::kI64, {(*logits)[0]});
+  return absl::OkStatus();
+}
+
+absl::Status EmitShape(InferContext& c) {
+  if (c.num_inputs() != 1 || c.num_outputs() != 0)
+    return c.Error("Emit takes one input and has no outputs");
+  return absl::OkStatus();
+}
+
+// Gelu, GeluTanh, Silu.
+absl::Status ActivationShape(InferContext& c) {
+  if (c.num_inputs() != 1 || c.num_outputs() != 1 || !c.has_input(0))
+    return c.Error("takes one input and has one output");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutput(0, c.input_dtype(0), *x);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormShape(InferContext& c) {
+  if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1))
+    return c.Error("RMSNorm takes (x, scale) and has one output");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutput(0, c.input_dtype(0), *x);
+  }
+  return absl::OkStatus();
+}
+
+// QLSTM, QGRU, QRNN: the f32 layer's shapes (the weights' dtype does not change them).
+absl::Status QLstmShape(InferContext& c) { return FindOpDef("", ops::kLSTM)->infer(c); }
+absl::Status QGruShape(InferContext& c) { return FindOpDef("", ops::kGRU)->infer(c); }
+absl::Status QRnnShape(InferContext& c) { return FindOpDef("", ops::kRNN)->infer(c); }
+
 }  // namespace
 
-void RegisterDynvmShapeFunctions(OpRegistry& r) {
-  r.Register(OpSchema{"dynvm", "Sample",
-                      [](InferContext& c) -> absl::Status {
-                        const std::vector<Dim>* logits = c.input_shape(0);
-                        if (c.num_inputs() != 4)
-                          return c.Error("Sample takes (logits, temperature, seed, step)");
-                        if (logits == nullptr) {
-                          c.SetOutputDynamic(0, DType::kI64, 1);
-                          return absl::OkStatus();
-                        }
-                        if (logits->size() != 2) return c.Error("logits must be [batch, vocab]");
-                        c.SetOutput(0, DType::kI64, {(*logits)[0]});
-                        return absl::OkStatus();
-                      },
-                      /*pure=*/false});
-  r.Register(OpSchema{"dynvm", "Emit",
-                      [](InferContext& c) -> absl::Status {
-                        if (c.num_inputs() != 1 || c.num_outputs() != 0)
-                          return c.Error("Emit takes one input and has no outputs");
-                        return absl::OkStatus();
-                      },
-                      /*pure=*/false});
-  for (const char* op : {"Gelu", "GeluTanh", "Silu"}) {
-    r.Register(OpSchema{"dynvm", op, [](InferContext& c) -> absl::Status {
-                          if (c.num_inputs() != 1 || c.num_outputs() != 1 || !c.has_input(0))
-                            return c.Error("takes one input and has one output");
-                          const std::vector<Dim>* x = c.input_shape(0);
-                          if (x == nullptr) {
-                            c.SetOutputUnknown(0, c.input_dtype(0));
-                          } else {
-                            c.SetOutput(0, c.input_dtype(0), *x);
-                          }
-                          return absl::OkStatus();
-                        }});
-  }
-  r.Register(OpSchema{"dynvm", "RMSNorm", [](InferContext& c) -> absl::Status {
-                        if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) ||
-                            !c.has_input(1))
-                          return c.Error("RMSNorm takes (x, scale) and has one output");
-                        const std::vector<Dim>* x = c.input_shape(0);
-                        if (x == nullptr) {
-                          c.SetOutputUnknown(0, c.input_dtype(0));
-                        } else {
-                          c.SetOutput(0, c.input_dtype(0), *x);
-                        }
-                        return absl::OkStatus();
-                      }});
-  r.Register(OpSchema{"dynvm", "Attention", InferAttention});
-  r.Register(OpSchema{"dynvm", "Linear", InferLinear});
-  r.Register(OpSchema{"dynvm", "MatMul", InferPermutedMatMul});
-  // Conv with fused BatchNormalization, residual Add and activation (compiler/conv_fusion.h).
-  r.Register(OpSchema{"dynvm", "FusedConv", InferFusedConvShape});
-  // QMatMul, QLSTM, QGRU, QRNN: weight-only quantized forms (compiler/quantize_weights.h).
-  RegisterQuantizedWeightShapeFunctions(r);
+void DefineDynvmOps(OpTable& t) {
+  static constexpr OpRow kRows[] = {
+      {ops::kSample, 7, "", "", 0, SampleShape},
+      {ops::kEmit, 7, "", "", kNoKernel, EmitShape},
+      {ops::kGelu, 7, "", "", kPure | kElementwise, ActivationShape},
+      {ops::kGeluTanh, 7, "", "", kPure | kElementwise, ActivationShape},
+      {ops::kSilu, 7, "", "", kPure | kElementwise, ActivationShape},
+      {ops::kRMSNorm, 7, "", "", kPure, RmsNormShape},
+      {ops::kAttention, 7, "", "", kPure, InferAttention},
+      {ops::kLinear, 7, "", "", kPure, InferLinear},
+      {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},
+      {ops::kFusedConv, 7, "", "", kPure, InferFusedConvShape},
+      {ops::kQMatMul, 7, "", "", kPure, QMatMulShape},
+      {"QLSTM", 7, "", "", kPure, QLstmShape},
+      {"QGRU", 7, "", "", kPure, QGruShape},
+      {"QRNN", 7, "", "", kPure, QRnnShape},
+      {"Copy", 7, "", "", kPure, SameAsInput},
+  };
+  t.Add(ops::kDynvmDomain, kRows);
 }
 
 }  // namespace dynvm::compiler

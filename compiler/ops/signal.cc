@@ -1,24 +1,28 @@
-// Shape and dtype functions of the signal (DFT, STFT, MelWeightMatrix), vision (GridSample,
-// RoiAlign, MaxUnpool, MeanVarianceNormalization) and random (Bernoulli, RandomUniform,
-// RandomNormal, RandomUniformLike, RandomNormalLike) operators. Sizes that depend on input
-// values (a DFT length, a frame count) are fresh symbols the kernel decides at run time. The
-// random operators are impure: never constant-folded, deduplicated or hoisted.
+// The signal (DFT, STFT, MelWeightMatrix, the windows), vision (GridSample, RoiAlign, MaxUnpool,
+// MeanVarianceNormalization, NonMaxSuppression) and random (Bernoulli, RandomUniform,
+// RandomNormal, RandomUniformLike, RandomNormalLike) operators. Sizes that depend on input values
+// (a DFT length, a frame count, a window's size, the boxes kept) are fresh symbols the kernel
+// decides at run time. The random operators are impure: never constant-folded, deduplicated or
+// hoisted.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "compiler/op_registry.h"
+#include "compiler/ops/names.h"
+#include "compiler/ops/op_def.h"
+#include "compiler/ops/shape_util.h"
 
 namespace dynvm::compiler {
 namespace {
 
+using shapes::Axis;
+using shapes::ConstInts;
+using shapes::Numel;
+using shapes::SameAsInput;
 using Shape = std::vector<Dim>;
-
-void Reg(OpRegistry& r, const char* op, ShapeFn fn, bool pure = true) {
-  r.Register(OpSchema{"", op, std::move(fn), pure});
-}
 
 // The dtype named by attribute `name` (an ONNX TensorProto type), else `def`.
 // Bernoulli's output may be any numeric type or bool; the other random ops' floating point.
@@ -26,7 +30,7 @@ absl::StatusOr<DType> AttrDType(InferContext& c, const char* name, DType def) {
   if (!c.HasAttr(name)) return def;
   DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt(name, 1));
   std::optional<DType> d = DTypeFromOnnx(t);
-  const bool any = c.node().op == "Bernoulli";
+  const bool any = c.node().op == ops::kBernoulli;
   if (!d || *d == DType::kString || (!any && !IsFloat(*d))) {
     return c.Error(absl::StrCat(name, " ", t, " is not a supported output type"));
   }
@@ -37,7 +41,7 @@ absl::StatusOr<DType> AttrDType(InferContext& c, const char* name, DType def) {
 absl::Status LikeInput(InferContext& c) {
   if (!c.has_input(0)) return c.Error("missing input 0");
   DYNVM_ASSIGN_OR_RETURN(DType d, AttrDType(c, "dtype", c.input_dtype(0)));
-  if (!IsFloat(d) && c.node().op != "Bernoulli") {
+  if (!IsFloat(d) && c.node().op != ops::kBernoulli) {
     return c.Error("the output must be floating point: set dtype");
   }
   if (c.input_shape(0)) {
@@ -154,21 +158,48 @@ absl::Status MelWeightMatrix(InferContext& c) {
   return absl::OkStatus();
 }
 
+// HannWindow, HammingWindow, BlackmanWindow: 1-D of the size the input holds.
+absl::Status WindowOp(InferContext& c) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t t, c.GetInt("output_datatype", 1));
+  std::optional<DType> d = DTypeFromOnnx(t);
+  if (!d || *d == DType::kString) return c.Error(absl::StrCat("unsupported output_datatype ", t));
+  c.SetOutputDynamic(0, *d, 1);
+  return absl::OkStatus();
+}
+
+// NonMaxSuppression: [selected, 3] indices, `selected` decided by the kernel.
+absl::Status NonMaxSuppressionShape(InferContext& c) {
+  c.SetOutput(0, DType::kI64, {c.sym().Fresh("selected"), c.sym().Const(3)});
+  c.node().outputs[0]->dynamic = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-void RegisterSignalShapeFunctions(OpRegistry& r) {
-  Reg(r, "GridSample", GridSample);
-  Reg(r, "RoiAlign", RoiAlign);
-  Reg(r, "MaxUnpool", MaxUnpool);
-  Reg(r, "MeanVarianceNormalization", Mvn);
-  Reg(r, "DFT", Dft);
-  Reg(r, "STFT", Stft);
-  Reg(r, "MelWeightMatrix", MelWeightMatrix);
-  Reg(r, "Bernoulli", LikeInput, /*pure=*/false);
-  Reg(r, "RandomUniformLike", LikeInput, /*pure=*/false);
-  Reg(r, "RandomNormalLike", LikeInput, /*pure=*/false);
-  Reg(r, "RandomUniform", RandomFromShape, /*pure=*/false);
-  Reg(r, "RandomNormal", RandomFromShape, /*pure=*/false);
+void DefineSignalOps(OpTable& t) {
+  static constexpr OpRow kRows[] = {
+      {"GridSample", 7, "16:2:3", "align_corners:i mode:s padding_mode:s", kPure, GridSample},
+      {"RoiAlign", 7, "16:3:7",
+       "coordinate_transformation_mode:s mode:s output_height:i output_width:i sampling_ratio:i "
+       "spatial_scale:f",
+       kPure, RoiAlign},
+      {"MaxUnpool", 7, "9:2:3 11:3:3", "kernel_shape:I pads:I strides:I", kPure, MaxUnpool},
+      {"MeanVarianceNormalization", 7, "9:1:1 13:1:1", "axes:I", kPure, Mvn},
+      {"NonMaxSuppression", 7, "10:5:3 11:5:3", "center_point_box:i", kPure,
+       NonMaxSuppressionShape},
+      {"DFT", 7, "17:2:1", "axis:i inverse:i onesided:i", kPure, Dft},
+      {"STFT", 7, "17:4:3", "onesided:i", kPure, Stft},
+      {"MelWeightMatrix", 7, "17:5:31", "output_datatype:i", kPure, MelWeightMatrix},
+      {"HannWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
+      {"HammingWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
+      {"BlackmanWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
+      {ops::kBernoulli, 7, "15:1:1", "dtype:i seed:f", 0, LikeInput},
+      {"RandomUniformLike", 1, "1:1:1", "dtype:i high:f low:f seed:f", 0, LikeInput},
+      {"RandomNormalLike", 1, "1:1:1", "dtype:i mean:f scale:f seed:f", 0, LikeInput},
+      {"RandomUniform", 1, "1:0:0", "dtype:i high:f low:f seed:f shape:I", 0, RandomFromShape},
+      {"RandomNormal", 1, "1:0:0", "dtype:i mean:f scale:f seed:f shape:I", 0, RandomFromShape},
+  };
+  t.Add("", kRows);
 }
 
 }  // namespace dynvm::compiler

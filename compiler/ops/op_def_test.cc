@@ -1,0 +1,148 @@
+// The operator definitions (compiler/ops/): every family's table is well formed, the
+// signatures and attributes the importer reads come out of them, and the definitions and the
+// kernels match: every OpDef that reaches a kernel has a reference kernel, and every reference
+// kernel has an OpDef.
+#include "compiler/ops/op_def.h"
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/ops/names.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/registry.h"
+
+namespace dynvm::compiler {
+namespace {
+
+using ::testing::IsEmpty;
+
+TEST(OpDefTest, TablesAreWellFormed) {
+  EXPECT_THAT(BuiltinOps().errors(), IsEmpty());
+  std::set<std::string> names;
+  for (const OpDef* def : BuiltinOps().all()) {
+    EXPECT_TRUE(names.insert(def->QualifiedName()).second) << def->QualifiedName();
+    // A view's output is input 0 reshaped: it has one data input first.
+    if (def->has(kView)) EXPECT_FALSE(def->has(kContainer)) << def->name;
+    // Control flow is never folded or hoisted as a whole node.
+    if (def->has(kControlFlow)) EXPECT_FALSE(def->has(kPure)) << def->name;
+  }
+  EXPECT_GT(names.size(), 180u);
+}
+
+TEST(OpDefTest, MalformedRowsAreRecordedNotFatal) {
+  static constexpr OpRow kRows[] = {
+      {"Good", 7, "7:1:1 13:2:1", "axis:i", kPure, nullptr},
+      {"BadSignature", 7, "7:1", "", kPure, nullptr},
+      {"OutOfOrder", 7, "13:1:1 7:1:1", "", kPure, nullptr},
+      {"BadAttr", 7, "7:1:1", "axis:q", kPure, nullptr},
+      {"BadRange", 7, "7:1:1", "axis:i#3", kPure, nullptr},
+      {"Good", 7, "", "", 0, nullptr},  // defined twice
+  };
+  OpTable t;
+  t.Add("test", kRows);
+  EXPECT_EQ(t.errors().size(), 5u) << ::testing::PrintToString(t.errors());
+  const OpDef* good = t.Find("test", "Good");
+  ASSERT_NE(good, nullptr);
+  EXPECT_EQ(good->versions.size(), 2u);  // the first definition stays
+  EXPECT_NE(t.Find("test", "BadAttr"), nullptr);
+  EXPECT_EQ(t.Find("test", "BadAttr")->AttrAt("axis", 7), nullptr);
+}
+
+TEST(OpDefTest, VersionsAndAttributeRangesFollowTheOpset) {
+  static constexpr OpRow kRows[] = {
+      {"Reduce", 1, "1:1:1 13:2:1 18:2:1", "axes:I@1-18 keepdims:i noop:i@18", kPure, nullptr},
+  };
+  OpTable t;
+  t.Add("", kRows);
+  ASSERT_THAT(t.errors(), IsEmpty());
+  const OpDef* d = t.Find("ai.onnx", "Reduce");  // "ai.onnx" is the default domain
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->VersionAt(0), nullptr);
+  EXPECT_EQ(d->VersionAt(12)->since, 1);
+  EXPECT_EQ(d->VersionAt(13)->max_inputs, 2);
+  EXPECT_EQ(d->VersionAt(23)->since, 18);
+  EXPECT_NE(d->AttrAt("axes", 17), nullptr);
+  EXPECT_EQ(d->AttrAt("axes", 18), nullptr);  // an input from 18 on
+  EXPECT_EQ(d->AttrAt("noop", 17), nullptr);
+  EXPECT_NE(d->AttrAt("noop", 18), nullptr);
+  EXPECT_EQ(d->AttrAt("keepdims", 1)->kind, AttrKind::kInt);
+  EXPECT_EQ(d->AttrAt("missing", 13), nullptr);
+}
+
+TEST(OpDefTest, TheImporterTableComesFromTheDefinitions) {
+  const OpDef* softmax = FindOpDef("", ops::kSoftmax);
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(softmax->since, 1);
+  EXPECT_EQ(softmax->VersionAt(13)->since, 13);
+  EXPECT_NE(softmax->lower, nullptr);  // legacy_2d before opset 13
+  EXPECT_EQ(softmax->AttrAt("axis", 13)->kind, AttrKind::kInt);
+  const OpDef* gather = FindOpDef("", ops::kGather);
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->VersionAt(13)->required_mask, 3u);
+  EXPECT_TRUE(gather->has(kShapeArith));
+  EXPECT_TRUE(FindOpDef("", ops::kWhere)->has(kElementwise));
+  EXPECT_TRUE(FindOpDef("", ops::kReshape)->has(kView));
+  EXPECT_TRUE(FindOpDef(ops::kDynvmDomain, ops::kSilu)->has(kElementwise));
+  EXPECT_FALSE(FindOpDef(ops::kDynvmDomain, ops::kSample)->has(kPure));
+  EXPECT_EQ(FindOpDef("", "NoSuchOp"), nullptr);
+  EXPECT_EQ(FindOpDef("com.example", ops::kSoftmax), nullptr);
+}
+
+TEST(OpDefTest, DropoutIsAViewOnlyInInferenceMode) {
+  Module m;
+  Graph* g = m.AddFunction("main");
+  Node n;
+  n.op = ops::kDropout;
+  n.graph = g;
+  Value* x = m.NewValue(DType::kF32, std::nullopt, g, "x");
+  n.inputs = {x};
+  n.outputs = {m.NewValue(DType::kF32, std::nullopt, g, "y")};
+  EXPECT_TRUE(HasTrait(n, kView));
+  n.outputs.push_back(m.NewValue(DType::kBool, std::nullopt, g, "mask"));
+  EXPECT_FALSE(HasTrait(n, kView));
+  n.outputs.pop_back();
+  AttrValue training;
+  training.type = AttrValue::Type::kInt;
+  training.i = 1;
+  n.attrs["training_mode"] = training;
+  EXPECT_FALSE(HasTrait(n, kView));
+}
+
+TEST(OpDefTest, CustomOpsRegisterAsDefinitions) {
+  OpRegistry::Global().Register(OpSchema{
+      "op.def.test", "Twice", [](InferContext&) { return absl::OkStatus(); }, /*pure=*/false});
+  const OpDef* d = FindOpDef("op.def.test", "Twice");
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->has(kPure));
+  EXPECT_TRUE(d->infer);
+  EXPECT_TRUE(OpRegistry::Global().Has("op.def.test", "Twice"));
+}
+
+// Every definition that reaches a kernel has a reference kernel (the oracle every other backend
+// is tested against), and every reference kernel has a definition.
+TEST(OpDefTest, DefinitionsAndReferenceKernelsMatch) {
+  std::set<std::pair<std::string, std::string>> kernels;
+  for (auto& k : KernelRegistry::Global().Ops(Device::kCPU, "reference")) kernels.insert(k);
+  ASSERT_GT(kernels.size(), 150u);
+  std::vector<std::string> without_kernel, without_def;
+  std::set<std::pair<std::string, std::string>> defined;
+  for (const OpDef* def : BuiltinOps().all()) {
+    defined.insert({def->domain, def->name});
+    if (def->has(kNoKernel) || def->has(kContainer)) continue;   // lowered, never invoked
+    if (def->domain.empty() && def->versions.empty()) continue;  // not importable yet
+    if (!kernels.contains({def->domain, def->name})) without_kernel.push_back(def->QualifiedName());
+  }
+  for (const auto& [domain, op] : kernels) {
+    if (!defined.contains({domain, op})) {
+      without_def.push_back(domain.empty() ? op : domain + "::" + op);
+    }
+  }
+  EXPECT_THAT(without_kernel, IsEmpty()) << "OpDefs without a reference kernel";
+  EXPECT_THAT(without_def, IsEmpty()) << "reference kernels without an OpDef";
+}
+
+}  // namespace
+}  // namespace dynvm::compiler
