@@ -1282,7 +1282,17 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   bc_.Emit<op::AllocTensor>(item, st, 0, static_cast<uint32_t>(x->dtype), dims);
   bc_.Emit<op::Copy>(item, view);
   uint32_t pushed = item;
-  if (split == nullptr && !keepdims) {
+  // keepdims = 0 drops the axis without `split` and with a scalar one (ONNX Runtime's reading,
+  // see the shape function in compiler/ops/sequence.cc); a scalar split's chunks must be 1 long.
+  if ((split == nullptr || !list) && !keepdims) {
+    if (split != nullptr) {
+      const uint32_t unit = NewScalar(fb::ScalarType::Bool);
+      bc_.Emit<op::EqI>(unit, len, one);
+      bc_.Emit<op::Assert>(unit,
+                           b_.String(absl::StrCat(n.Label(),
+                                                  ": keepdims = 0 with a scalar 'split' needs "
+                                                  "chunks of 1 along the axis")));
+    }
     std::vector<uint32_t> squeezed = dims;
     squeezed.erase(squeezed.begin() + a);
     pushed = NewObject(fb::ObjectKind::Tensor, x->dtype);

@@ -87,7 +87,7 @@ absl::Status ParseQuantize(const std::string& dtype, const std::string& min_byte
 int Main(int argc, char** argv) {
   std::string output;
   std::vector<std::string> bounds;
-  bool report = false, no_optimize = false, strip_debug = false, onnx_check = false;
+  bool report = false, no_optimize = false, strip_debug = false, onnx_check = false, dump_ir = false;
   cli::FlagParser flags(
       std::string(kProgram),
       "MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize] [--strip-debug]\n"
@@ -103,6 +103,8 @@ int Main(int argc, char** argv) {
                     "NAME: do not apply the pattern-rewrite rule NAME (repeatable)");
   flags.AddSwitch("--strip-debug", &strip_debug, "leave out source locations (node names)");
   flags.AddSwitch("--onnx-check", &onnx_check, "also run libonnx's model checker");
+  flags.AddSwitch("--dump-ir", &dump_ir,
+                  "print the IR (types and shapes) to stderr after compiling, or where it failed");
   std::string device = "cpu";
   flags.AddString("--device", &device, "cpu (default) or cuda: the device to compile for");
   std::string weights_out;
@@ -179,6 +181,7 @@ int Main(int argc, char** argv) {
     }
   }
   absl::StatusOr<compiler::CompileResult> result = compiler::Compile(**module, options);
+  if (dump_ir) std::fputs((*module)->Dump().c_str(), stderr);
   if (!result.ok()) {
     return cli::ReportError(
         kProgram, absl::Status(result.status().code(), absl::StrCat(flags.positional()[0], ": ",

@@ -140,7 +140,13 @@ TEST(OnnxSequenceTest, SequenceOperatorsComputeTheirValues) {
   Maker::Int(cols, "axis", 1);
   Maker::Int(cols, "keepdims", 0);
   m.Node("SplitToSequence", {"y", "one"}, {"ones"});  // chunks of 1 along axis 0
-  for (const char* o : {"len", "at", "cat", "stack", "parts", "cols", "ones", "s3"}) m.Output(o);
+  // torch's unbind(1): a scalar split of 1 with keepdims 0 drops the axis (ONNX Runtime's
+  // reading, docs/onnx.md): 3 x [2].
+  auto* unbind = m.Node("SplitToSequence", {"x", "one"}, {"unbound"});
+  Maker::Int(unbind, "axis", 1);
+  Maker::Int(unbind, "keepdims", 0);
+  for (const char* o : {"len", "at", "cat", "stack", "parts", "cols", "ones", "s3", "unbound"})
+    m.Output(o);
   absl::StatusOr<Compiled> c = CompileModel(m);
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c->exe);
@@ -175,6 +181,10 @@ TEST(OnnxSequenceTest, SequenceOperatorsComputeTheirValues) {
   absl::StatusOr<ObjectValue> ones = (*vm)->GetOutputValue("ones");
   ASSERT_TRUE(ones.ok());
   EXPECT_EQ(Shapes(ones->sequence), (std::vector<std::vector<int64_t>>{{1, 3}}));
+  absl::StatusOr<ObjectValue> unbound = (*vm)->GetOutputValue("unbound");
+  ASSERT_TRUE(unbound.ok()) << unbound.status();
+  EXPECT_EQ(Shapes(unbound->sequence), (std::vector<std::vector<int64_t>>{{2}, {2}, {2}}));
+  EXPECT_EQ(Values(unbound->sequence), (std::vector<std::vector<double>>{{0, 3}, {1, 4}, {2, 5}}));
   absl::StatusOr<ObjectValue> s3 = (*vm)->GetOutputValue("s3");
   ASSERT_TRUE(s3.ok());
   EXPECT_EQ(Values(s3->sequence), (std::vector<std::vector<double>>{x, x}));
@@ -435,6 +445,24 @@ TEST(OnnxSequenceTest, MalformedUsesAreRefused) {
     absl::Status s = (*vm)->Run();
     EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
     EXPECT_THAT(s.message(), HasSubstr("SequenceAt"));
+  }
+  {  // keepdims 0 with a scalar split of 2: chunks of 2 cannot drop the axis (a run-time error
+     // naming the node, as ONNX Runtime fails too).
+    Maker m;
+    m.TensorInput("x", pb::TensorProto::FLOAT, {4});
+    m.ConstI64("two", {}, {2});
+    pb::NodeProto* split = m.Node("SplitToSequence", {"x", "two"}, {"s"});
+    Maker::Int(split, "keepdims", 0);
+    split->set_name("unbind");
+    m.Output("s");
+    absl::StatusOr<Compiled> c = CompileModel(m);
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c->exe);
+    ASSERT_TRUE((*vm)->SetInput("x", F32({4}, {1, 2, 3, 4})).ok());
+    absl::Status s = (*vm)->Run();
+    EXPECT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr("unbind"));
+    EXPECT_THAT(s.message(), HasSubstr("chunks of 1"));
   }
 }
 

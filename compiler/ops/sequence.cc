@@ -195,7 +195,13 @@ absl::Status SplitToSequence(InferContext& c) {
   const int64_t a = axis < 0 ? axis + r : axis;
   if (a < 0 || a >= r) return c.Error(absl::StrCat("axis ", axis, " out of range for rank ", r));
   std::vector<Dim> dims = *x->shape;
-  if (!c.has_input(1)) {
+  // keepdims = 0 drops the axis when `split` is absent or a scalar (chunks of that many, which
+  // must then be 1 at run time): ONNX Runtime's reading, which PyTorch's export of unbind
+  // (SplitToSequence with split 1, keepdims 0) relies on; the spec's text ignores keepdims
+  // whenever `split` is given (docs/onnx.md, "Known differences").
+  const std::vector<Dim>* split_shape = c.input_shape(1);
+  const bool scalar_split = c.has_input(1) && split_shape != nullptr && split_shape->empty();
+  if (!c.has_input(1) || (scalar_split && !keepdims)) {
     if (keepdims) {
       dims[a] = c.sym().Const(1);
     } else {

@@ -279,8 +279,18 @@ absl::Status RunNms(const void* attrs, KernelContext& ctx, Inputs in, Outputs ou
   }
   int64_t max_out = 0;
   double iou_threshold = 0, score_threshold = -std::numeric_limits<double>::infinity();
-  if (in.size() > 2 && in[2] != nullptr && in[2]->numel() > 0)
-    max_out = static_cast<int64_t>(Get(*in[2], 0));
+  if (in.size() > 2 && in[2] != nullptr && in[2]->numel() > 0) {
+    // Read as the integer it is: through a double, INT64_MAX (PyTorch's export of
+    // torchvision.ops.nms passes it as "no limit") rounds to 2^63, whose conversion back is
+    // undefined (INT64_MIN on x86), and no box was kept.
+    const Tensor& m = *in[2];
+    if (m.dtype() != DType::kI64 && m.dtype() != DType::kI32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NonMaxSuppression: max_output_boxes_per_class must be i64, not ", DTypeName(m.dtype())));
+    }
+    max_out = m.dtype() == DType::kI64 ? m.data<int64_t>()[m.ElementOffset(0)]
+                                       : m.data<int32_t>()[m.ElementOffset(0)];
+  }
   if (in.size() > 3 && in[3] != nullptr && in[3]->numel() > 0) iou_threshold = Get(*in[3], 0);
   if (in.size() > 4 && in[4] != nullptr && in[4]->numel() > 0) score_threshold = Get(*in[4], 0);
   const int64_t nb = boxes.dim(0), n = boxes.dim(1), nc = scores.dim(1);

@@ -1,6 +1,7 @@
 // Tests of the reference window, Det and quantization kernels against hand-computed values.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,26 @@ TEST(MiscKernelTest, NonMaxSuppression) {
       .Out(DType::kI64);
   // An IoU threshold above 0.82 keeps box 0; the score threshold drops box 2.
   EXPECT_EQ(ToInts(RunCall(thresholded)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 0}));
+}
+
+// max_output_boxes_per_class = INT64_MAX, PyTorch's "no limit" in its export of
+// torchvision.ops.nms: every box NMS keeps is selected. Read through a double it rounded to 2^63,
+// converted back to INT64_MIN, and no box was kept (a detector returned nothing, silently).
+TEST(MiscKernelTest, NonMaxSuppressionWithoutALimitKeepsEveryBox) {
+  const Tensor boxes = F32({1, 3, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 5, 1, 6});
+  const Tensor scores = F32({1, 1, 3}, {0.9f, 0.95f, 0.5f});
+  for (int64_t limit : {std::numeric_limits<int64_t>::max(), int64_t{1} << 53,
+                        (int64_t{1} << 53) + 1, int64_t{2}}) {
+    KernelCall nms("NonMaxSuppression");
+    nms.In(boxes).In(scores).In(I64({}, {limit})).In(F32({}, {0.5f})).Out(DType::kI64);
+    EXPECT_EQ(ToInts(RunCall(nms)[0]), (std::vector<int64_t>{0, 0, 1, 0, 0, 2})) << limit;
+  }
+  // 0 and negative limits select nothing, as in ONNX Runtime.
+  for (int64_t limit : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+    KernelCall nms("NonMaxSuppression");
+    nms.In(boxes).In(scores).In(I64({}, {limit})).In(F32({}, {0.5f})).Out(DType::kI64);
+    EXPECT_TRUE(ToInts(RunCall(nms)[0]).empty()) << limit;
+  }
 }
 
 TEST(MiscKernelTest, Unique) {
