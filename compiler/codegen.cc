@@ -97,7 +97,9 @@ class FunctionCodegen {
   Device PlaceKernel(const Node& n, const std::vector<bool>& dynamic);
   bool OnDevice(const Value* v) const { return on_device_.contains(plan_.Root(v)); }
   absl::Status EmitMaterializeLazy(const Value* v);
-  absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg);
+  // Binds the fresh symbols of v's shape to the dims of register `reg`; with `check_known`, the
+  // dims the compiler claimed are checked too (a kernel's dynamic output).
+  absl::Status DefineDynamicSymbols(const Value* v, uint32_t reg, bool check_known = false);
   // Reads the symbolic contents of a function input (BindScalarInputs) into a scalar register.
   absl::Status DefineContentSymbol(const Value* in, uint32_t reg);
   // `d` with each induction dim of the loops being emitted replaced by its capacity.
@@ -278,15 +280,37 @@ absl::Status FunctionCodegen::EmitAllocFor(const Value* v, uint32_t reg, Device 
   return absl::OkStatus();
 }
 
-absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg) {
+absl::Status FunctionCodegen::DefineDynamicSymbols(const Value* v, uint32_t reg, bool check_known) {
   if (!v->shape || IsContainer(v)) return absl::OkStatus();
+  // The kernel decided the dims: fresh symbols are bound to them. A dim the shape function
+  // claimed (a constant, or an expression of symbols already defined: NonZero's rank, a Conv's
+  // channels with symbolic spatial dims) is checked, so a kernel and a shape function that
+  // disagree give an error naming the node, never a program that trusts the wrong size.
   for (size_t i = 0; i < v->shape->size(); ++i) {
     Dim d = (*v->shape)[i];
-    if (!SymbolicContext::IsSymbol(d)) continue;
-    if (Defined(d)) continue;
-    const uint32_t r = NewScalar(fb::ScalarType::I64);
-    bc_.Emit<op::Dim>(r, reg, static_cast<uint32_t>(i));
-    BindSymbol(d, r);
+    if (SymbolicContext::IsSymbol(d) && !Defined(d)) {
+      const uint32_t r = NewScalar(fb::ScalarType::I64);
+      bc_.Emit<op::Dim>(r, reg, static_cast<uint32_t>(i));
+      BindSymbol(d, r);
+      continue;
+    }
+    if (!check_known) continue;
+    std::vector<Dim> syms;
+    sym_.CollectSymbols(d, &syms);
+    bool known = true;
+    for (Dim s : syms) known &= Defined(s);
+    if (!known) continue;
+    DYNVM_ASSIGN_OR_RETURN(const uint32_t want, EvalDim(d));
+    const uint32_t got = NewScalar(fb::ScalarType::I64);
+    bc_.Emit<op::Dim>(got, reg, static_cast<uint32_t>(i));
+    const uint32_t same = NewScalar(fb::ScalarType::Bool);
+    bc_.Emit<op::EqI>(same, got, want);
+    const std::string producer =
+        v->producer != nullptr ? v->producer->Label() : absl::StrCat("value '", v->name, "'");
+    bc_.Emit<op::Assert>(
+        same, b_.String(absl::StrCat(producer, ": output ", v->output_index, " has dim ", i,
+                                     " other than the compiler inferred (",
+                                     SymbolicContext::ToString(d), ")")));
   }
   return absl::OkStatus();
 }
@@ -546,7 +570,7 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
   ++invokes_;
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     if (n.outputs[i] && dynamic[i]) {
-      DYNVM_RETURN_IF_ERROR(DefineDynamicSymbols(n.outputs[i], outs[i]));
+      DYNVM_RETURN_IF_ERROR(DefineDynamicSymbols(n.outputs[i], outs[i], /*check_known=*/true));
     }
   }
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "compiler/builder.h"
 #include "compiler/passes.h"
 #include "gmock/gmock.h"
@@ -102,6 +103,20 @@ Tensor Ref(const std::string& op, const std::vector<Tensor>& ins, DType out,
   absl::StatusOr<std::vector<Tensor>> r = call.Run();
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? (*r)[0] : Tensor();
+}
+
+// The reference kernel's output, or its error (an input it does not take).
+absl::StatusOr<Tensor> RefOr(const std::string& op, const std::vector<Tensor>& ins,
+                             const Attrs& attrs = {}) {
+  testing::KernelCall call(op);
+  for (const Tensor& t : ins) call.In(t);
+  call.Out(DType::kF32);
+  for (const auto& [k, v] : attrs) {
+    if (v.type == AttrValue::Type::kInt) call.Attr(k, v.i);
+    if (v.type == AttrValue::Type::kInts) call.Attr(k, v.ints);
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Tensor> r, call.Run());
+  return r[0];
 }
 
 TEST(CompilerTest, StraightLineMatchesReferenceKernels) {
@@ -254,6 +269,116 @@ TEST(CompilerTest, StaticIfCompilesOnlyTheTakenBranch) {
   absl::StatusOr<CompileResult> bad = Compile(m);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("else_branch"));
+}
+
+// Values whose rank data decides: Ifs nested 1 to 3 deep, each of whose branches makes its own
+// rank (x with a leading unit axis squeezed, one rank lower, one rank higher), under run-time
+// conditions
+// (Silero VAD squeezes a dim only when it is 1, inside two Ifs). The compiler types the result
+// as far as it can, compiles every consumer of it (an LSTM, LayerNormalization, Gemm, MatMul,
+// Softmax, a reduction), and the kernels check the ranks at run time: the path whose rank the
+// consumer takes matches the reference kernel; a path that gives it a rank it cannot take is an
+// error naming the consumer, and the VM runs again after it.
+TEST(CompilerTest, RanksDecidedByNestedIfsReachTheirConsumers) {
+  struct Consumer {
+    const char* op;
+    std::vector<int64_t> x_dims;  // the rank of the path where every condition holds
+    Attrs attrs;
+    std::vector<Tensor> weights;
+  };
+  const std::vector<Consumer> consumers = {
+      {"LSTM",
+       {2, 3, 5},
+       {{"hidden_size", AttrInt(4)}},
+       {RandomF32({1, 16, 5}, 11), RandomF32({1, 16, 4}, 12)}},
+      {"LayerNormalization", {2, 3, 5}, {}, {RandomF32({5}, 13)}},
+      {"Gemm", {3, 5}, {}, {RandomF32({5, 3}, 14)}},
+      {"MatMul", {2, 3, 5}, {}, {RandomF32({5, 3}, 14)}},
+      {"Softmax", {2, 3, 5}, {}, {}},
+  };
+  for (const Consumer& consumer : consumers) {
+    for (int depth = 1; depth <= 3; ++depth) {
+      for (const std::string other : {"lower", "higher"}) {
+        SCOPED_TRACE(absl::StrCat(consumer.op, ", depth ", depth, ", the other branch ", other));
+        // x: the consumer's rank with a leading 1 that the taken path squeezes; the other
+        // branches hand the consumer one rank less (a sum over the leading axis) or one more.
+        std::vector<int64_t> dims = consumer.x_dims;
+        dims.insert(dims.begin(), 1);
+        Module m;
+        GraphBuilder b(m.AddFunction("main"));
+        std::vector<DimSpec> spec(dims.begin(), dims.end());
+        spec.back() = DimSpec("t");  // symbolic, as an audio chunk's length
+        Value* x = b.Input("x", DType::kF32, spec);
+        std::vector<Value*> conds;
+        for (int i = 0; i < depth; ++i) {
+          conds.push_back(b.Input(absl::StrCat("c", i), DType::kBool, {}));
+        }
+        // Level i: If(c_i) then (level i + 1, innermost: x squeezed) else (another rank).
+        std::function<Value*(GraphBuilder&, int)> level = [&](GraphBuilder& lb, int i) -> Value* {
+          return lb.If(
+              conds[i], 1,
+              [&](GraphBuilder& t) {
+                return std::vector<Value*>{i + 1 < depth ? level(t, i + 1)
+                                                         : t.Op("Squeeze", {x, t.VectorI64({0})})};
+              },
+              [&](GraphBuilder& e) {
+                Value* lower = e.Op("ReduceSum", {e.Op("Squeeze", {x, e.VectorI64({0})})},
+                                    {{"axes", AttrInts({0})}, {"keepdims", AttrInt(0)}});
+                return std::vector<Value*>{
+                    other == "lower" ? lower : e.Op("Unsqueeze", {x, e.VectorI64({0})})};
+              })[0];
+        };
+        std::vector<Value*> ins = {level(b, 0)};
+        for (const Tensor& t : consumer.weights) ins.push_back(b.Constant(t));
+        b.Output("y", b.Op(consumer.op, ins, consumer.attrs));
+        Compiled comp = CompileOrDie(m);
+        ASSERT_TRUE(comp.exe);
+        // What each path hands the consumer, and the reference kernel's answer to it.
+        const Tensor xv = RandomF32(dims, 21 + depth);
+        const Tensor squeezed = *Tensor::FromVector<float>(
+            DType::kF32, consumer.x_dims, absl::MakeConstSpan(xv.data<float>(), xv.numel()));
+        std::vector<int64_t> higher_dims = dims;
+        higher_dims.insert(higher_dims.begin(), 1);
+        const Tensor other_value =
+            other == "lower"
+                ? *RefOr("ReduceSum", {squeezed},
+                         {{"axes", AttrInts({0})}, {"keepdims", AttrInt(0)}})
+                : *Tensor::FromVector<float>(DType::kF32, higher_dims,
+                                             absl::MakeConstSpan(xv.data<float>(), xv.numel()));
+        auto reference = [&](const Tensor& v) {
+          std::vector<Tensor> args = {v};
+          args.insert(args.end(), consumer.weights.begin(), consumer.weights.end());
+          return RefOr(consumer.op, args, consumer.attrs);
+        };
+        absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(comp.exe);
+        ASSERT_TRUE(vm.ok()) << vm.status();
+        auto run = [&](int false_at) -> absl::StatusOr<Tensor> {
+          DYNVM_RETURN_IF_ERROR((*vm)->SetInput("x", xv));
+          for (int i = 0; i < depth; ++i) {
+            DYNVM_RETURN_IF_ERROR(
+                (*vm)->SetInput(absl::StrCat("c", i), testing::Bool({}, {i != false_at})));
+          }
+          DYNVM_RETURN_IF_ERROR((*vm)->Run());
+          return (*vm)->GetOutput("y");
+        };
+        // Every condition true, then each one false in turn, then all true again: the VM is
+        // usable after an error.
+        for (int false_at = -1; false_at <= depth; ++false_at) {
+          const int at = false_at == depth ? -1 : false_at;
+          absl::StatusOr<Tensor> want = reference(at < 0 ? squeezed : other_value);
+          absl::StatusOr<Tensor> got = run(at);
+          SCOPED_TRACE(absl::StrCat("false at level ", at));
+          if (want.ok()) {
+            ASSERT_TRUE(got.ok()) << got.status();
+            ExpectNear(*got, *want, 1e-5);
+          } else {
+            ASSERT_FALSE(got.ok()) << "the reference refuses: " << want.status();
+            EXPECT_THAT(got.status().message(), HasSubstr(consumer.op));
+          }
+        }
+      }
+    }
+  }
 }
 
 // h_{t+1} = tanh(h_t W + x_t U): an RNN cell driven by a Loop, with the per-step output

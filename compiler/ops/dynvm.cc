@@ -141,8 +141,8 @@ absl::Status QMatMulShape(InferContext& c) {
   }
   const std::vector<Dim>* a = c.input_shape(0);
   const std::vector<Dim>* w = c.input_shape(1);
-  if (w == nullptr || w->size() != 2) return c.Error("W must be [N, K]");
-  if (a == nullptr) {
+  if (w != nullptr && w->size() != 2) return c.Error("W must be [N, K]");
+  if (a == nullptr || w == nullptr) {
     c.SetOutputUnknown(0, DType::kF32);
     return absl::OkStatus();
   }

@@ -51,10 +51,14 @@ absl::Status MatMul(InferContext& c) {
 absl::Status Gemm(InferContext& c) {
   const Shape* a = c.input_shape(0);
   const Shape* b = c.input_shape(1);
-  if (!a || !b || a->size() != 2 || b->size() != 2) return c.Error("Gemm inputs must be 2-D");
+  if ((a && a->size() != 2) || (b && b->size() != 2)) return c.Error("Gemm inputs must be 2-D");
   absl::StatusOr<int64_t> ta = c.GetInt("transA", 0), tb = c.GetInt("transB", 0);
   if (!ta.ok()) return ta.status();
   if (!tb.ok()) return tb.status();
+  if (!a || !b) {  // an operand of unknown rank (data-dependent control flow): 2-D all the same
+    c.SetOutputDynamic(0, c.input_dtype(0), 2);
+    return absl::OkStatus();
+  }
   Dim m = *ta ? (*a)[1] : (*a)[0];
   Dim n = *tb ? (*b)[0] : (*b)[1];
   c.SetOutput(0, c.input_dtype(0), {m, n});
@@ -63,7 +67,13 @@ absl::Status Gemm(InferContext& c) {
 
 absl::Status LayerNorm(InferContext& c) {
   const Shape* in = c.input_shape(0);
-  if (in == nullptr) return c.Error("LayerNormalization needs a known rank");
+  if (in == nullptr) {  // unknown rank: the kernel checks the axis
+    absl::StatusOr<int64_t> stash = c.GetInt("stash_type", 1);
+    if (!stash.ok()) return stash.status();
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    for (size_t i = 1; i < 3; ++i) c.SetOutputUnknown(i, *stash == 1 ? DType::kF32 : c.input_dtype(0));
+    return absl::OkStatus();
+  }
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
   DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axis, static_cast<int>(in->size())));
   c.SetOutput(0, c.input_dtype(0), *in);
@@ -80,12 +90,21 @@ absl::Status LayerNorm(InferContext& c) {
 absl::Status Rnn(InferContext& c, int gates, bool has_c) {
   const Shape* x = c.input_shape(0);
   const Shape* w = c.input_shape(1);
-  if (!x || !w || x->size() != 3 || w->size() != 3) return c.Error("X and W must be 3-D");
+  // X or W of unknown rank (data-dependent control flow before the layer): typed all the same;
+  // the sizes nothing else tells come from the kernel, which checks the ranks.
+  if ((x && x->size() != 3) || (w && w->size() != 3)) return c.Error("X and W must be 3-D");
   DYNVM_ASSIGN_OR_RETURN(int64_t layout, c.GetInt("layout", 0));
   DYNVM_ASSIGN_OR_RETURN(std::string direction, c.GetString("direction", "forward"));
   Dim num_dir = c.sym().Const(direction == "bidirectional" ? 2 : 1);
   absl::StatusOr<int64_t> hidden_attr = c.GetInt("hidden_size", -1);
   if (!hidden_attr.ok()) return hidden_attr.status();
+  if (!x || (!w && *hidden_attr <= 0)) {
+    const DType t = c.input_dtype(0);
+    c.SetOutputDynamic(0, t, 4);
+    c.SetOutputDynamic(1, t, 3);
+    if (has_c) c.SetOutputDynamic(2, t, 3);
+    return absl::OkStatus();
+  }
   Dim hidden = *hidden_attr > 0 ? c.sym().Const(*hidden_attr)
                                 : c.sym().FloorDiv((*w)[1], c.sym().Const(gates));
   Dim seq = layout ? (*x)[1] : (*x)[0];
@@ -308,9 +327,14 @@ absl::Status InferConvShape(InferContext& c) {
   }
   if (out.size() == static_cast<size_t>(rank)) {
     c.SetOutput(0, dtype, std::move(out));
-  } else {
-    c.SetOutputDynamic(0, dtype, rank);
+    return absl::OkStatus();
   }
+  // Symbolic spatial dims (an audio or image length): the kernel decides them; the batch and the
+  // output channels are known all the same (checked at run time, codegen.cc).
+  out.resize(2);
+  for (int i = 2; i < rank; ++i) out.push_back(c.sym().Fresh("d"));
+  c.SetOutput(0, dtype, std::move(out));
+  if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
   return absl::OkStatus();
 }
 

@@ -4,11 +4,13 @@
 // kernel has an OpDef.
 #include "compiler/ops/op_def.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ops/names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -142,6 +144,96 @@ TEST(OpDefTest, DefinitionsAndReferenceKernelsMatch) {
   }
   EXPECT_THAT(without_kernel, IsEmpty()) << "OpDefs without a reference kernel";
   EXPECT_THAT(without_def, IsEmpty()) << "reference kernels without an OpDef";
+}
+
+}  // namespace
+}  // namespace dynvm::compiler
+
+namespace dynvm::compiler {
+namespace {
+
+// Shapes through data-dependent control flow: an If whose branches make different ranks gives a
+// value of unknown rank (Silero VAD squeezes a dim only when it is 1). Every shape function must
+// accept inputs of unknown rank: it types its outputs as far as it can (unknown rank at worst)
+// and leaves the checks that need the rank to the kernel, at run time. Each op gets the inputs
+// and attributes it requires (below, where the default does not do), every input of unknown
+// rank.
+TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
+  struct Form {
+    std::vector<DType> inputs;  // empty: every input the latest signature allows, in f32
+    int outputs = 3;
+    Attrs attrs;
+  };
+  AttrValue two;
+  two.type = AttrValue::Type::kInt;
+  two.i = 2;
+  AttrValue shape;
+  shape.type = AttrValue::Type::kInts;
+  shape.ints = {2, 3};
+  const DType f = DType::kF32, u8 = DType::kU8, i32 = DType::kI32;
+  const std::map<std::string, Form> forms = {
+      {"DepthToSpace", {{}, 1, {{"blocksize", two}}}},
+      {"SpaceToDepth", {{}, 1, {{"blocksize", two}}}},
+      {"RandomUniform", {{}, 1, {{"shape", shape}}}},
+      {"RandomNormal", {{}, 1, {{"shape", shape}}}},
+      {"QuantizeLinear", {{f, f, u8}, 1, {}}},
+      {"DequantizeLinear", {{u8, f, u8}, 1, {}}},
+      {"QLinearMatMul", {{u8, f, u8, u8, f, u8, f, u8}, 1, {}}},
+      {"QLinearConv", {{u8, f, u8, u8, f, u8, f, u8, i32}, 1, {}}},
+      {"MatMulInteger", {{u8, u8, u8, u8}, 1, {}}},
+      {"ConvInteger", {{u8, u8, u8, u8}, 1, {}}},
+      {"StringNormalizer", {{DType::kString}, 1, {}}},
+      {"dynvm::Sample", {{f, f, DType::kI64, DType::kI64}, 1, {}}},
+      {"dynvm::Emit", {{f}, 0, {}}},
+      {"dynvm::Gelu", {{f}, 1, {}}},
+      {"dynvm::GeluTanh", {{f}, 1, {}}},
+      {"dynvm::Silu", {{f}, 1, {}}},
+      {"dynvm::RMSNorm", {{f, f}, 1, {}}},
+      {"dynvm::Attention", {{f, f, f}, 1, {}}},
+      {"dynvm::Linear", {{f, f}, 1, {}}},
+      {"dynvm::MatMul", {{f, f}, 1, {}}},
+      {"dynvm::QMatMul", {{f, DType::kI8}, 1, {}}},
+      {"dynvm::QLSTM", {{f, DType::kI8, DType::kI8}, 3, {}}},
+      {"dynvm::QGRU", {{f, DType::kI8, DType::kI8}, 2, {}}},
+      {"dynvm::QRNN", {{f, DType::kI8, DType::kI8}, 2, {}}},
+  };
+  std::vector<std::string> failures;
+  int checked = 0;
+  for (const OpDef* def : BuiltinOps().all()) {
+    // Constant has no inputs; control flow and containers are typed with their regions and
+    // elements (compiler/infer.cc, ops/sequence.cc).
+    if (!def->infer || def->has(kControlFlow) || def->has(kContainer) ||
+        def->name == ops::kConstant) {
+      continue;
+    }
+    Form form;
+    if (auto it = forms.find(def->QualifiedName()); it != forms.end()) {
+      form = it->second;
+    } else {
+      const int n = def->versions.empty()                 ? 1
+                    : def->versions.back().max_inputs > 0 ? def->versions.back().max_inputs
+                                                          : 2;
+      form.inputs.assign(n, DType::kF32);
+    }
+    Module m;
+    Graph* g = m.AddFunction("main");
+    Node n;
+    n.op = def->name;
+    n.domain = def->domain;
+    n.graph = g;
+    n.attrs = form.attrs;
+    for (DType d : form.inputs) n.inputs.push_back(m.NewValue(d, std::nullopt, g));
+    for (int i = 0; i < form.outputs; ++i) {
+      n.outputs.push_back(m.NewValue(DType::kF32, std::nullopt, g));
+    }
+    InferContext ctx(n, m);
+    ++checked;
+    if (absl::Status s = def->infer(ctx); !s.ok()) {
+      failures.push_back(absl::StrCat(def->QualifiedName(), ": ", s.message()));
+    }
+  }
+  EXPECT_GT(checked, 170);
+  EXPECT_THAT(failures, IsEmpty());
 }
 
 }  // namespace

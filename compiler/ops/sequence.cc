@@ -176,7 +176,7 @@ absl::Status ConcatFromSequence(InferContext& c) {
     dims[a] = c.sym().Fresh("n");
   }
   c.SetOutput(0, q->dtype, std::move(dims));
-  c.node().outputs[0]->dynamic = true;
+  if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
   return absl::OkStatus();
 }
 

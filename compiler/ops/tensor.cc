@@ -528,7 +528,7 @@ absl::Status NonZeroShape(InferContext& c) {
     c.SetOutput(
         0, DType::kI64,
         {c.sym().Const(static_cast<int64_t>(c.input_shape(0)->size())), c.sym().Fresh("nnz")});
-    c.node().outputs[0]->dynamic = true;
+    if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
   } else {
     c.SetOutputDynamic(0, DType::kI64, 2);
   }
