@@ -381,6 +381,56 @@ TEST(CompilerTest, RanksDecidedByNestedIfsReachTheirConsumers) {
   }
 }
 
+// Reshape with 0 (copy the input's dim) and -1 (infer it) in its target, of a value whose rank
+// only the run decides, inside a Loop body inside a Loop body (a Llama export's
+// repeat_interleave): typed with the target's rank, the dims from the kernel. A 0 past the end of
+// an input of known rank is still refused at compile time.
+TEST(CompilerTest, ReshapeCopiesDimsOfAnInputOfUnknownRankAtRunTime) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {2, 3, DimSpec("t")});
+  Value* c = b.Input("c", DType::kBool, {});
+  Value* one = b.ScalarI64(1);
+  std::vector<Value*> outer = b.Loop(
+      one, nullptr, {x}, 0,
+      [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>& v) {
+        std::vector<Value*> inner = l.Loop(
+            one, nullptr, {v[0]}, 0,
+            [&](GraphBuilder& l2, Value*, Value* cond2, const std::vector<Value*>& w) {
+              Value* r = l2.If(
+                  c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {x})}; },
+                  [&](GraphBuilder& e) {
+                    return std::vector<Value*>{e.Op("Unsqueeze", {x, e.VectorI64({0})})};
+                  })[0];
+              Value* y = l2.Op("Reshape", {r, l2.VectorI64({0, -1, 0})});
+              return std::vector<Value*>{cond2, l2.Op("Add", {y, l2.ScalarF32(1)})};
+            });
+        return std::vector<Value*>{cond, inner[0]};
+      });
+  b.Output("y", outer[0]);
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  const Tensor xv = RandomF32({2, 3, 4}, 5);
+  auto expect = [&](bool taken, std::vector<int64_t> dims) {
+    std::vector<Tensor> out = RunOrDie(comp.exe, {{"x", xv}, {"c", testing::Bool({}, {taken})}});
+    ASSERT_EQ(out.size(), 1u);
+    Tensor want = *Tensor::FromVector<float>(DType::kF32, dims,
+                                             absl::MakeConstSpan(xv.data<float>(), xv.numel()));
+    for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += 1;
+    ExpectNear(out[0], want);
+  };
+  expect(true, {2, 3, 4});   // [2, 3, 4] -> [0, -1, 0] = [2, 3, 4]
+  expect(false, {1, 8, 3});  // [1, 2, 3, 4] -> [0, -1, 0] = [1, 8, 3]
+  // Known rank, and a 0 where the input has no dim: refused naming the node.
+  Module bad;
+  GraphBuilder bb(bad.AddFunction("main"));
+  Value* z = bb.Input("z", DType::kF32, {6});
+  bb.Output("y", bb.Op("Reshape", {z, bb.VectorI64({3, 0})}));
+  absl::StatusOr<CompileResult> r = Compile(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("copies a dim the input lacks"));
+}
+
 // h_{t+1} = tanh(h_t W + x_t U): an RNN cell driven by a Loop, with the per-step output
 // collected as a scan output.
 TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {

@@ -74,22 +74,25 @@ absl::Status Reshape(InferContext& c) {
       continue;
     }
     if (v && *v == 0 && !allowzero) {
-      if (in == nullptr || i >= in->size())
+      if (in != nullptr && i >= in->size())
         return c.Error("0 in the target shape copies a dim the input lacks");
-      d = (*in)[i];
+      // An input of unknown rank (a value built in a loop body, a branch's): the kernel copies
+      // the dim at run time.
+      d = in != nullptr ? (*in)[i] : c.sym().Fresh("d");
     } else if (v && *v < -1) {
       return c.Error(absl::StrCat("invalid target dim ", *v));
     }
     out.push_back(d);
     known = c.sym().Mul(known, d);
   }
-  if (infer >= 0) {
-    if (in == nullptr) {
-      c.SetOutputDynamic(0, c.input_dtype(0), static_cast<int>(out.size()));
-      return absl::OkStatus();
-    }
-    out[infer] = c.sym().FloorDiv(Numel(c.sym(), *in), known);
+  if (in == nullptr) {
+    // The rank is the target's; the dims the input decides (0 and -1) come from the kernel.
+    if (infer >= 0) out[infer] = c.sym().Fresh("d");
+    c.SetOutput(0, c.input_dtype(0), std::move(out));
+    if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
+    return absl::OkStatus();
   }
+  if (infer >= 0) out[infer] = c.sym().FloorDiv(Numel(c.sym(), *in), known);
   if (in != nullptr) {
     auto a = SymbolicContext::AsConst(Numel(c.sym(), *in)),
          b = SymbolicContext::AsConst(Numel(c.sym(), out));
