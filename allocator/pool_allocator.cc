@@ -74,6 +74,7 @@ struct PoolAllocator::Impl {
   std::array<FreeBlock*, kNumClasses> free_system ABSL_GUARDED_BY(mu) = {};
   std::array<FreeBlock*, kNumClasses> free_reserved ABSL_GUARDED_BY(mu) = {};
   int64_t cached_system_bytes ABSL_GUARDED_BY(mu) = 0;
+  int64_t window_peak ABSL_GUARDED_BY(mu) = 0;  // TakeWindowPeak's
   uint8_t* reservation ABSL_GUARDED_BY(mu) = nullptr;
   size_t reservation_bytes ABSL_GUARDED_BY(mu) = 0;
   size_t reservation_used ABSL_GUARDED_BY(mu) = 0;  // the bump pointer's offset
@@ -200,6 +201,7 @@ struct PoolAllocator::Impl {
     }
     stats.bytes_in_use += static_cast<int64_t>(size);
     stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+    window_peak = std::max(window_peak, stats.bytes_in_use);
     return p;
   }
 
@@ -302,6 +304,19 @@ void PoolAllocator::SetMemoryLimit(int64_t bytes) {
 void PoolAllocator::Trim() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->ReleaseCached(std::numeric_limits<int64_t>::max());
+}
+
+int64_t PoolAllocator::TrimTo(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t excess = impl_->stats.bytes_reserved - std::max<int64_t>(bytes, 0);
+  return excess > 0 ? impl_->ReleaseCached(excess) : 0;
+}
+
+int64_t PoolAllocator::TakeWindowPeak() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t peak = std::max(impl_->window_peak, impl_->stats.bytes_in_use);
+  impl_->window_peak = impl_->stats.bytes_in_use;
+  return peak;
 }
 
 }  // namespace dynvm

@@ -87,6 +87,12 @@ class PoolAllocator final : public Allocator {
   // Returns every cached free block to the system (the reservation and blocks carved from it
   // stay).
   void Trim() override;
+  // Returns cached system blocks, largest classes first, until bytes_reserved is at most
+  // `bytes` or nothing cached is left. Returns the bytes released.
+  int64_t TrimTo(int64_t bytes);
+  // The most bytes in use since the last call (or since creation), then starts a new window
+  // at the bytes in use now: the peak of one run, for a trim policy (VirtualMachine).
+  int64_t TakeWindowPeak();
 
   // The class size a request of `bytes` is served with (exposed for tests): the block size
   // that bytes_in_use counts. Returns 0 for bytes > kMaxRequestBytes.

@@ -56,6 +56,29 @@ int MarkConstantLinearWeights(Graph& g) {
   return count;
 }
 
+// Bounds that name neither a symbolic dim of the first function's inputs nor a one-element
+// integer input (a trip count such as max_new_tokens): they would have no effect.
+std::vector<std::string> UnknownBounds(const Module& module, const CompileOptions& options) {
+  std::vector<std::string> warnings;
+  for (const auto& [name, bound] : options.bounds) {
+    bool found = false;
+    for (const Value* in : module.functions()[0].graph->inputs) {
+      if (!in->shape) continue;
+      bool one = IsInteger(in->dtype);
+      for (Dim d : *in->shape) {
+        found |= SymbolicContext::IsSymbol(d) && d->name == name;
+        one &= SymbolicContext::AsConst(d) == 1;
+      }
+      found |= one && in->name == name;
+    }
+    if (!found) {
+      warnings.push_back(
+          absl::StrCat("bound ", name, ": no input dim or scalar input is named '", name, "'"));
+    }
+  }
+  return warnings;
+}
+
 // The passes of Compile, in order (docs/compiler.md, "The pass pipeline"). Each pass's counts go
 // to `result`.
 Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
@@ -165,6 +188,7 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
   CompileResult result;
+  result.warnings = UnknownBounds(module, options);
   Pipeline pipeline = BuildPipeline(options, result);
   DYNVM_RETURN_IF_ERROR(pipeline.Run(module));
   result.passes = pipeline.records();

@@ -98,6 +98,9 @@ struct CompileResult {
   // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run
   // time) where a channels-last value meets plain layout.
   std::map<std::string, int> conv_fusion;
+  // What the caller should hear about but that does not stop the compile: a bound naming no
+  // input dim or scalar input of the default function (a typo has no effect).
+  std::vector<std::string> warnings;
   // One line per weight considered for quantization ("quantize NAME (NODE): ...").
   std::vector<std::string> quantized_weights;
   // The pass pipeline as it ran: each pass (and each shape inference it needed) with its time

@@ -55,6 +55,13 @@ struct StatusError {
 };
 
 [[noreturn]] void Throw(absl::Status status) { throw StatusError{std::move(status)}; }
+
+// The id of Python's main thread (where signal handlers run), read once from `threading`.
+unsigned long MainThreadId() {     // NOLINT(runtime/int): PyThread_get_thread_ident's type
+  static const unsigned long id =  // NOLINT(runtime/int)
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  return id;
+}
 void ThrowIfError(absl::Status status) {
   if (!status.ok()) Throw(std::move(status));
 }
@@ -366,11 +373,39 @@ class PyExecutable {
   std::string weights_;  // the .dvw file when compiled with weights apart
   std::string weights_name_;
   std::string source_path_;  // the .dvm file it was loaded from
+  std::string report_;       // vm-compile --report's text, when compiled here
+  std::vector<std::string> warnings_;
+  std::string ir_;  // the IR after compiling, with dump_ir
+
+ public:
+  void set_report(std::string report, std::vector<std::string> warnings, std::string ir) {
+    report_ = std::move(report);
+    warnings_ = std::move(warnings);
+    ir_ = std::move(ir);
+  }
+  const std::string& report() const { return report_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  const std::string& ir() const { return ir_; }
 };
 
-std::shared_ptr<PyExecutable> Compile(const std::string& path, const py::object& bounds,
+// "int8"/"bf16" -> the dtype; None -> f32 (no quantization).
+DType QuantizeDType(const py::object& q) {
+  if (q.is_none()) return DType::kF32;
+  const std::string s = py::str(q).cast<std::string>();
+  if (s == "int8") return DType::kI8;
+  if (s == "bf16") return DType::kBF16;
+  Throw(absl::InvalidArgumentError(
+      absl::StrCat("quantize_weights must be 'int8', 'bf16' or None, got '", s, "'")));
+}
+
+// compile(model, ...): `model` is a path (str) or the model's bytes (the Python layer turns an
+// os.PathLike into a str and an onnx.ModelProto into bytes).
+std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object& bounds,
                                       bool optimize, bool strip_debug, const std::string& device,
-                                      const py::object& weights, bool compress, bool onnx_check) {
+                                      const py::object& weights, bool compress, bool onnx_check,
+                                      const py::object& quantize_weights,
+                                      const py::object& quantize_min_bytes,
+                                      const py::object& disable_rewrites, bool dump_ir) {
   compiler::CompileOptions options;
   if (!bounds.is_none()) {
     if (!PyDict_Check(bounds.ptr())) {
@@ -394,6 +429,25 @@ std::shared_ptr<PyExecutable> Compile(const std::string& path, const py::object&
   options.strip_debug = strip_debug;
   options.compress = compress;
   options.producer = "dynvm (python)";
+  options.quantize_weights = QuantizeDType(quantize_weights);
+  if (!quantize_min_bytes.is_none()) {
+    if (options.quantize_weights == DType::kF32) {
+      Throw(absl::InvalidArgumentError("quantize_min_bytes needs quantize_weights"));
+    }
+    options.quantize_min_bytes = Number<int64_t>(quantize_min_bytes, "quantize_min_bytes");
+    if (options.quantize_min_bytes < 0) {
+      Throw(absl::InvalidArgumentError("quantize_min_bytes must not be negative"));
+    }
+  }
+  if (!disable_rewrites.is_none()) {
+    if (PyUnicode_Check(disable_rewrites.ptr())) {
+      Throw(absl::InvalidArgumentError(
+          "disable_rewrites must be a list of rule names, not a str (use [\"name\"])"));
+    }
+    for (const py::handle& r : disable_rewrites) {
+      options.disabled_rewrites.push_back(py::str(r).cast<std::string>());
+    }
+  }
   if (device == "cuda") {
     options.device = Device::kCUDA;
   } else if (device != "cpu") {
@@ -409,32 +463,36 @@ std::shared_ptr<PyExecutable> Compile(const std::string& path, const py::object&
   }
   compiler::onnx::ImportOptions import;
   import.onnx_checker = onnx_check;
+  const bool from_bytes = PyBytes_Check(model.ptr());
+  if (!from_bytes && !PyUnicode_Check(model.ptr())) {
+    Throw(absl::InvalidArgumentError(
+        absl::StrCat("model must be a path (str or os.PathLike), bytes or an onnx.ModelProto, got ",
+                     TypeName(model))));
+  }
+  const std::string source = model.cast<std::string>();
+  const std::string where = from_bytes ? std::string("the model") : source;
   py::gil_scoped_release unlocked;
   std::unique_ptr<compiler::Module> module =
-      ValueOrThrow(compiler::onnx::ImportOnnxFile(path, import));
+      ValueOrThrow(from_bytes ? compiler::onnx::ImportOnnxBytes(source, "", import)
+                              : compiler::onnx::ImportOnnxFile(source, import));
   absl::StatusOr<compiler::CompileResult> result = compiler::Compile(*module, options);
+  std::string ir = dump_ir ? module->Dump() : "";
   if (!result.ok()) {
     Throw(
-        absl::Status(result.status().code(), absl::StrCat(path, ": ", result.status().message())));
+        absl::Status(result.status().code(), absl::StrCat(where, ": ", result.status().message(),
+                                                          dump_ir ? absl::StrCat("\n", ir) : "")));
   }
+  // Weights compiled apart are loaded from memory, copied once (no temporary file).
   LoadOptions load;
-  std::filesystem::path tmp;
-  if (!options.weights_file_name.empty()) {
-    // The loader maps weights from a file: write them to a private temporary one, mapped
-    // (and so kept) after it is unlinked.
-    tmp = std::filesystem::temp_directory_path() /
-          absl::StrCat("dynvm-", ::getpid(), "-", reinterpret_cast<uintptr_t>(&*result), ".dvw");
-    ThrowIfError(schema::WriteStringToFile(tmp.string(), result->weights));
-    load.weights_path = tmp.string();
-  }
+  load.weights_data = {reinterpret_cast<const uint8_t*>(result->weights.data()),
+                       result->weights.size()};
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
       {reinterpret_cast<const uint8_t*>(result->bytes.data()), result->bytes.size()}, load);
-  if (!tmp.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-  }
-  return std::make_shared<PyExecutable>(ValueOrThrow(std::move(exe)), std::move(result->bytes),
-                                        std::move(result->weights), options.weights_file_name, "");
+  auto out =
+      std::make_shared<PyExecutable>(ValueOrThrow(std::move(exe)), std::move(result->bytes),
+                                     std::move(result->weights), options.weights_file_name, "");
+  out->set_report(result->ReportText(), result->warnings, std::move(ir));
+  return out;
 }
 
 std::shared_ptr<PyExecutable> Load(const std::string& path, const py::object& weights,
@@ -460,18 +518,26 @@ struct RunStats {
 
 class PyVirtualMachine {
  public:
-  PyVirtualMachine(std::shared_ptr<PyExecutable> exe, int threads, const py::object& memory_limit)
+  // memory_limit and max_iterations: a number, or None / 0 for no limit (as vm-run's 0).
+  PyVirtualMachine(std::shared_ptr<PyExecutable> exe, int threads, const py::object& memory_limit,
+                   const py::object& max_iterations)
       : exe_(std::move(exe)) {
     if (absl::Status s = ValidateThreadCount(threads, "threads"); !s.ok()) Throw(s);
     VmOptions options;
     options.num_threads = threads;
-    if (!memory_limit.is_none()) {
-      options.memory_limit = Number<int64_t>(memory_limit, "memory_limit");
-      if (options.memory_limit <= 0) {
-        Throw(absl::InvalidArgumentError("memory_limit must be a positive number of bytes"));
-      }
-    }
+    options.memory_limit = Limit(memory_limit, "memory_limit", "bytes");
+    options.max_loop_iterations = Limit(max_iterations, "max_iterations", "loop iterations");
     vm_ = ValueOrThrow(VirtualMachine::Create(exe_->exe(), options));
+  }
+
+  static int64_t Limit(const py::object& v, const char* name, const char* unit) {
+    if (v.is_none()) return 0;
+    const int64_t n = Number<int64_t>(v, name);
+    if (n < 0) {
+      Throw(absl::InvalidArgumentError(
+          absl::StrCat(name, " must be a number of ", unit, " (0 or None: no limit), got ", n)));
+    }
+    return n;
   }
 
   py::dict Run(const py::dict& inputs, const std::string& function, const py::object& timeout,
@@ -520,6 +586,23 @@ class PyVirtualMachine {
         return absl::OkStatus();
       };
     }
+    // On the main thread, Python's signal handlers (Ctrl-C's KeyboardInterrupt) run during the
+    // run: the VM polls where it checks for cancellation (every 256 loop iterations, at calls),
+    // taking the GIL at most every 10 ms. A handler that raises cancels the run; its exception
+    // is raised here.
+    std::unique_ptr<py::error_already_set> signal_error;
+    absl::Time next_poll = absl::InfinitePast();
+    if (PyThread_get_thread_ident() == MainThreadId()) {
+      options.poll = [&signal_error, &next_poll]() -> absl::Status {
+        const absl::Time now = absl::Now();
+        if (now < next_poll) return absl::OkStatus();
+        next_poll = now + absl::Milliseconds(10);
+        py::gil_scoped_acquire locked;
+        if (PyErr_CheckSignals() == 0) return absl::OkStatus();
+        signal_error = std::make_unique<py::error_already_set>();
+        return absl::CancelledError("interrupted: a Python signal handler raised");
+      };
+    }
     cancel_.Reset();
     absl::Status status;
     {
@@ -527,6 +610,7 @@ class PyVirtualMachine {
       status = vm_->Run(options);
     }
     if (callback_error != nullptr) throw std::move(*callback_error);
+    if (signal_error != nullptr) throw std::move(*signal_error);
     stats.loop_iterations = vm_->last_run_iterations();
     const RunMemoryStats memory = vm_->last_run_memory();
     stats.system_allocs = memory.system_allocs;
@@ -573,6 +657,14 @@ class PyVirtualMachine {
   }
 
   void Cancel() { cancel_.Cancel(); }
+  void Trim() {
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true)) {
+      Throw(absl::FailedPreconditionError("cannot trim while a run is in progress"));
+    }
+    vm_->Trim();
+    busy_.store(false);
+  }
   bool running() const { return busy_.load(); }
   const RunStats& last_run_stats() const { return last_stats_; }
   py::dict MemoryStats() const {
@@ -908,15 +1000,28 @@ PYBIND11_MODULE(_dynvm, m) {
       .def_property_readonly("weight_bytes",
                              [](const PyExecutable& e) { return e.exe()->weight_bytes(); })
       .def("save", &PyExecutable::Save, py::arg("path"),
-           "Writes the .dvm file (and the .dvw beside it when compiled with weights=...)");
+           "Writes the .dvm file (and the .dvw beside it when compiled with weights=...)")
+      .def_property_readonly("report", &PyExecutable::report,
+                             "vm-compile --report's text (memory plan, rewrites, passes, kernels); "
+                             "empty for a loaded executable")
+      .def_property_readonly("warnings", &PyExecutable::warnings,
+                             "What the compile warned about (a bound naming nothing)")
+      .def_property_readonly("ir", &PyExecutable::ir,
+                             "The compiled IR with types and shapes (compile(..., dump_ir=True))");
 
+  m.attr("DEFAULT_MEMORY_LIMIT") = dynvm::kDefaultMemoryLimit;
+  m.attr("DEFAULT_MAX_ITERATIONS") = dynvm::kDefaultMaxLoopIterations;
   py::class_<PyVirtualMachine>(m, "_VirtualMachine")
-      .def(py::init<std::shared_ptr<PyExecutable>, int, py::object>(), py::arg("executable"),
-           py::arg("threads") = 1, py::arg("memory_limit") = py::none())
+      .def(py::init<std::shared_ptr<PyExecutable>, int, py::object, py::object>(),
+           py::arg("executable"), py::arg("threads") = 1,
+           py::arg("memory_limit") = dynvm::kDefaultMemoryLimit,
+           py::arg("max_iterations") = dynvm::kDefaultMaxLoopIterations)
       .def("run", &PyVirtualMachine::Call, py::arg("inputs") = py::none(), py::pos_only(),
            py::kw_only(), py::arg("function") = "", py::arg("timeout") = py::none(),
            py::arg("on_emit") = py::none(), kRunDoc)
       .def("_run", &PyVirtualMachine::Run)
+      .def("trim", &PyVirtualMachine::Trim,
+           "Returns the VM's cached pool memory to the system (outputs and bound inputs stay).")
       .def("cancel", &PyVirtualMachine::Cancel,
            "Stops the run in progress (from any thread): it raises dynvm.CancelledError.")
       .def_property_readonly("running", &PyVirtualMachine::running, "Whether a run is in progress")
@@ -929,10 +1034,11 @@ PYBIND11_MODULE(_dynvm, m) {
       .def_property_readonly("executable", &PyVirtualMachine::executable)
       .def("_time_cpp_runs", &PyVirtualMachine::TimeCppRuns);
 
-  m.def("compile", &Compile, py::arg("path"), py::kw_only(), py::arg("bounds") = py::none(),
+  m.def("compile", &Compile, py::arg("model"), py::kw_only(), py::arg("bounds") = py::none(),
         py::arg("optimize") = true, py::arg("strip_debug") = false, py::arg("device") = "cpu",
-        py::arg("weights") = py::none(), py::arg("compress") = false,
-        py::arg("onnx_check") = false);
+        py::arg("weights") = py::none(), py::arg("compress") = false, py::arg("onnx_check") = false,
+        py::arg("quantize_weights") = py::none(), py::arg("quantize_min_bytes") = py::none(),
+        py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false);
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("weights") = py::none(),
         py::arg("verify_weights_hash") = false);
   m.def("_raise_status", &RaiseStatus);

@@ -606,8 +606,31 @@ TEST(RunMemoryTest, SteadyStateCountsEachLoopAfterItsFirstIteration) {
   }
 }
 
-TEST_F(LoopTest, TenMillionIterationsInFlatMemory) {
+// The C++ API is safe by default, as vm-run and Python: 10,000,000 loop iterations and 4 GiB
+// of pool memory per run; 0 removes a limit.
+TEST_F(LoopTest, DefaultLimitsStopARunawayLoopAndZeroRemovesThem) {
+  const VmOptions defaults;
+  EXPECT_EQ(defaults.max_loop_iterations, kDefaultMaxLoopIterations);
+  EXPECT_EQ(defaults.memory_limit, kDefaultMemoryLimit);
   std::unique_ptr<VirtualMachine> vm = MakeVm(exe_);
+  Bind(*vm, kDefaultMaxLoopIterations + 1);
+  absl::Status s = vm->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("loop iteration limit of 10000000"));
+  Bind(*vm, 10);  // usable after it
+  ASSERT_TRUE(vm->Run().ok());
+  VmOptions unlimited;
+  unlimited.max_loop_iterations = 0;
+  std::unique_ptr<VirtualMachine> free_vm = MakeVm(exe_, unlimited);
+  Bind(*free_vm, 10);  // (TenMillionIterationsInFlatMemory runs past the default with 2e7)
+  ASSERT_TRUE(free_vm->Run().ok());
+  EXPECT_EQ(free_vm->last_run_iterations(), 14);
+}
+
+TEST_F(LoopTest, TenMillionIterationsInFlatMemory) {
+  VmOptions options;
+  options.max_loop_iterations = 20'000'000;  // above the safe default of 10,000,000
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe_, options);
   for (int i = 0; i < 3; ++i) {
     Bind(*vm, 10);
     ASSERT_TRUE(vm->Run().ok());

@@ -609,7 +609,20 @@ TEST_F(CliTest, CompileBoundReportAndDevice) {
                    "vm-compile");
   r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("typo.dvm"), "--bound", "max_new_tokns=4"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("warning: --bound max_new_tokns: no input dim or scalar input"));
+  EXPECT_THAT(r.err, HasSubstr("warning: bound max_new_tokns: no input dim or scalar input"));
+  // -o (or --weights-out) naming the model itself is refused; the model is left as it was.
+  const std::string model_bytes = *schema::ReadFileToString(model);
+  ASSERT_TRUE(schema::WriteStringToFile(Path("self.onnx"), model_bytes).ok());
+  for (const std::vector<std::string>& tail :
+       {std::vector<std::string>{"-o", Path("self.onnx")},
+        std::vector<std::string>{"-o", Path("w.dvm"), "--weights-out", Path("self.onnx")}}) {
+    std::vector<std::string> a = {Path("self.onnx")};
+    a.insert(a.end(), tail.begin(), tail.end());
+    r = Run(DYNVM_VM_COMPILE, a);
+    ExpectCleanError(r, "vm-compile");
+    EXPECT_THAT(r.err, HasSubstr("is the model"));
+    EXPECT_EQ(*schema::ReadFileToString(Path("self.onnx")), model_bytes);
+  }
   // --device.
   r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("cpu.dvm"), "--device", "cpu"});
   ASSERT_EQ(r.code, 0) << r.err;

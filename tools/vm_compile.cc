@@ -87,7 +87,8 @@ absl::Status ParseQuantize(const std::string& dtype, const std::string& min_byte
 int Main(int argc, char** argv) {
   std::string output;
   std::vector<std::string> bounds;
-  bool report = false, no_optimize = false, strip_debug = false, onnx_check = false, dump_ir = false;
+  bool report = false, no_optimize = false, strip_debug = false, onnx_check = false,
+       dump_ir = false;
   cli::FlagParser flags(
       std::string(kProgram),
       "MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize] [--strip-debug]\n"
@@ -129,6 +130,15 @@ int Main(int argc, char** argv) {
                                          " positional arguments (try vm-compile --help)"));
   }
   if (output.empty()) return cli::ReportError(kProgram, "missing -o OUT.dvm");
+  // The output must not be the model (or the weights file) it is compiled from.
+  for (const std::string& target : {output, weights_out}) {
+    std::error_code ec;
+    if (!target.empty() && std::filesystem::equivalent(target, flags.positional()[0], ec)) {
+      return cli::ReportError(kProgram,
+                              absl::StrCat("'", target, "' is the model ", flags.positional()[0],
+                                           " itself; write the executable elsewhere"));
+    }
+  }
   compiler::CompileOptions options;
   for (const std::string& b : bounds) {
     absl::StatusOr<std::pair<std::string, int64_t>> parsed = ParseBound(b);
@@ -162,24 +172,6 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
       compiler::onnx::ImportOnnxFile(flags.positional()[0], import);
   if (!module.ok()) return cli::ReportError(kProgram, module.status());
-  // A bound should name a symbol of the model's inputs; a typo would have no effect, so say so.
-  for (const auto& [name, bound] : options.bounds) {
-    bool found = false;
-    for (const compiler::Value* in : (*module)->functions()[0].graph->inputs) {
-      if (!in->shape) continue;
-      // A one-element integer input (a trip count such as max_new_tokens) is a symbol too.
-      bool one = IsInteger(in->dtype);
-      for (compiler::Dim d : *in->shape) {
-        found |= compiler::SymbolicContext::IsSymbol(d) && d->name == name;
-        one &= compiler::SymbolicContext::AsConst(d) == 1;
-      }
-      found |= one && in->name == name;
-    }
-    if (!found) {
-      std::fprintf(stderr, "%s: warning: --bound %s: no input dim or scalar input is named '%s'\n",
-                   std::string(kProgram).c_str(), name.c_str(), name.c_str());
-    }
-  }
   absl::StatusOr<compiler::CompileResult> result = compiler::Compile(**module, options);
   if (dump_ir) std::fputs((*module)->Dump().c_str(), stderr);
   if (!result.ok()) {
@@ -194,6 +186,9 @@ int Main(int argc, char** argv) {
     if (absl::Status s = schema::WriteStringToFile(weights_out, result->weights); !s.ok()) {
       return cli::ReportError(kProgram, s);
     }
+  }
+  for (const std::string& w : result->warnings) {
+    std::fprintf(stderr, "%s: warning: %s\n", std::string(kProgram).c_str(), w.c_str());
   }
   if (report) std::fputs(result->ReportText().c_str(), stdout);
   std::printf("wrote %s (%zu bytes)\n", output.c_str(), result->bytes.size());

@@ -85,7 +85,7 @@ struct Flags {
   int64_t repeat = 0;
   int64_t threads = 1;
   bool stats = false;
-  int64_t max_iterations = 0;  // set by ParseFlags: kDefaultMaxIterations unless given
+  int64_t max_iterations = 0;  // set by ParseFlags: kDefaultMaxIterations unless given; 0: none
   int64_t memory_limit = 0;    // set by ParseFlags: kDefaultMemoryLimit unless given; 0: none
   std::vector<std::string> sets;
   std::vector<std::string> texts;
@@ -506,11 +506,10 @@ absl::Status WriteOutputs(const std::string& dir, const HostOutputs& outputs,
   return absl::OkStatus();
 }
 
-// Limits vm-run applies unless told otherwise: a file from anywhere cannot make it loop for
-// hours or take the machine's memory (docs/trust.md). --max-iterations and --memory-limit
-// raise them (--memory-limit 0: no limit).
-constexpr int64_t kDefaultMaxIterations = 10'000'000;
-constexpr int64_t kDefaultMemoryLimit = int64_t{4} << 30;
+// Limits vm-run applies unless told otherwise, the VM's defaults (vm/virtual_machine.h): a file
+// from anywhere cannot make it loop for hours or take the machine's memory (docs/trust.md).
+// --max-iterations and --memory-limit raise them (0: no limit).
+constexpr int64_t kDefaultMaxIterations = kDefaultMaxLoopIterations;
 
 // Declares every flag, parses argv into `f` and checks the values. `help` is set when --help
 // was asked for (usage printed). Returns the positional executable path.
@@ -531,7 +530,7 @@ absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& he
                "intra-op threads each kernel may use: 1 (the default) to the CPUs available");
   flags.AddSwitch("--stats", &f.stats, "print the VM's memory statistics after the run");
   flags.AddInt("--max-iterations", &f.max_iterations,
-               "loop iteration budget per run (default 10000000)");
+               "loop iteration budget per run (default 10000000; 0: no limit)");
   flags.AddInt("--memory-limit", &f.memory_limit,
                "pool memory limit in bytes, k, m, g suffixes (default 4g; 0: no limit)", true);
   flags.AddRepeated("--set", &f.sets, "NAME=NUMBER: binds a scalar input");

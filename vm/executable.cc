@@ -292,7 +292,9 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
                                                                const LoadOptions& options) {
   const std::string name(Sv(ref.file_name()));
   std::string path = options.weights_path;
-  if (path.empty()) {
+  if (!options.weights_data.empty()) {
+    path = "weights in memory";
+  } else if (path.empty()) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("weights file name '", name, "' is not a plain file name"));
@@ -307,7 +309,9 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
     }
     path = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
   }
-  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file = schema::MappedFile::Open(path);
+  absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file =
+      options.weights_data.empty() ? schema::MappedFile::Open(path)
+                                   : schema::MappedFile::FromBytes(options.weights_data);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         absl::StrCat("weights file of the executable: ", file.status().message()));

@@ -77,6 +77,10 @@ struct LoadOptions {
   // The weights file itself (overrides weights_dir and the file name the executable records;
   // its hash and size must still match).
   std::string weights_path;
+  // The weights file's bytes (a .dvw made in this process, as CompileResult::weights): used
+  // instead of a file, copied once into the executable's aligned storage (need only live during
+  // the load). Overrides weights_dir and weights_path; the hash and size must still match.
+  absl::Span<const uint8_t> weights_data;
   // Also hash every byte of an uncompressed weights file at load (O(weights): the pages are
   // read) and compare with the executable's reference. Compressed weights are always hashed
   // after decompression.

@@ -1,6 +1,7 @@
 #include "vm/virtual_machine.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -177,6 +178,7 @@ absl::Status VirtualMachine::Impl::CheckInterrupts() const {
   if (deadline != absl::InfiniteFuture() && absl::Now() > deadline) {
     return absl::DeadlineExceededError("run passed its deadline");
   }
+  if (poll != nullptr) return (*poll)();
   return absl::OkStatus();
 }
 
@@ -265,9 +267,10 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
       DYNVM_RETURN_IF_ERROR(check(o.t));
   }
   cancel = run.cancel;
+  poll = run.poll ? &run.poll : nullptr;
   deadline = run.deadline;
   on_emit = run.on_emit ? &run.on_emit : nullptr;
-  iterations_left = options.max_loop_iterations;
+  iterations_left = IterationBudget();
   DYNVM_RETURN_IF_ERROR(CheckInterrupts());
   Frame& frame = FrameAt(0, f);
   for (uint32_t i = 0; i < f.num_object_params; ++i) frame.o[i] = inputs[function][i];
@@ -306,7 +309,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   }
   last_run_memory.first_iteration_ended = any_first_iteration;
   last_run_memory.system_allocs_after_first_iteration = steady_state_allocs;
-  *iterations = options.max_loop_iterations - iterations_left;
+  *iterations = IterationBudget() - iterations_left;
   cancel = nullptr;
   on_emit = nullptr;
   run_output_buffers = nullptr;
@@ -318,10 +321,22 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
       }
     }
     outputs[function].clear();
+    TrimToRecentPeaks();
     return s;
   }
   outputs_valid[function] = true;
+  TrimToRecentPeaks();
   return absl::OkStatus();
+}
+
+void VirtualMachine::Impl::TrimToRecentPeaks() {
+  if (options.trim_window <= 0) return;
+  if (recent_peaks.size() != static_cast<size_t>(options.trim_window)) {
+    recent_peaks.assign(options.trim_window, 0);
+  }
+  recent_peaks[runs_seen++ % recent_peaks.size()] = pool->TakeWindowPeak();
+  const int64_t peak = *std::max_element(recent_peaks.begin(), recent_peaks.end());
+  pool->TrimTo(2 * peak);
 }
 
 // ---- public API ----

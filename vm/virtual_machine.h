@@ -68,6 +68,10 @@ class CancellationToken {
 };
 
 // Options structs (VmOptions, RunOptions) are plain values: thread-compatible.
+// The default limits of every interface (VmOptions, vm-run, Python).
+inline constexpr int64_t kDefaultMaxLoopIterations = 10'000'000;
+inline constexpr int64_t kDefaultMemoryLimit = int64_t{4} << 30;  // 4 GiB
+
 struct VmOptions {
   // Intra-op threads each kernel may use: 1 to MaxThreads() (kernels/thread_pool.h, the
   // process-wide cap); anything else is InvalidArgument at Create. 1 starts no worker thread.
@@ -76,10 +80,18 @@ struct VmOptions {
   // VM that asks for the same count (a kernel that finds it busy runs on its VM's thread, so
   // VMs never oversubscribe the cores); false, a pool of this VM's own.
   bool shared_thread_pool = true;
-  int64_t max_loop_iterations = int64_t{1} << 40;  // per Run, over all loops
+  // Safe by default, as vm-run (docs/trust.md): a run may execute at most this many loop
+  // iterations (over all its loops) and hold at most this many bytes of pool memory; past
+  // either it stops with ResourceExhausted. 0 removes a limit.
+  int64_t max_loop_iterations = kDefaultMaxLoopIterations;
   int max_call_depth = 200;
-  int64_t memory_limit = 0;         // bytes of pool memory; 0 = unlimited
-  int64_t reservation = 0;          // pool bytes reserved up front (see PoolAllocator)
+  int64_t memory_limit = kDefaultMemoryLimit;  // bytes of pool memory; 0 = unlimited
+  int64_t reservation = 0;                     // pool bytes reserved up front (see PoolAllocator)
+  // After each run the pool returns to the system the cached memory beyond twice the largest
+  // peak of the last `trim_window` runs (a VM that once ran a large batch does not keep its
+  // memory for good; a steady workload is left alone). 0: never automatically (Trim() still
+  // returns everything cached).
+  int trim_window = 16;
   int64_t device_memory_limit = 0;  // bytes of the CUDA device pool; 0 = unlimited
 };
 
@@ -109,6 +121,11 @@ struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
   const CancellationToken* cancel = nullptr;
   EmitCallback on_emit;
+  // Called where the run checks for cancellation and its deadline (every 256 loop iterations,
+  // at each call, and at the start): a non-OK status stops the run with that status. For a host
+  // whose own interrupts (Python's signal handlers) must run while a run is in progress. Runs
+  // on the calling thread; must be cheap when nothing happened.
+  std::function<absl::Status()> poll;
   // When set, the run records spans, kernel times and memory into it (vm/profiler.h,
   // docs/profiling.md) and executes the profiling variant of the interpreter; when null (the
   // default) the interpreter contains no profiling code. Not owned; must outlive the run.

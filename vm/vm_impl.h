@@ -3,6 +3,7 @@
 #define DYNVM_VM_VM_IMPL_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -101,6 +102,7 @@ class VirtualMachine::Impl {
   int64_t iterations_done = 0;
   absl::Time deadline = absl::InfiniteFuture();
   const CancellationToken* cancel = nullptr;
+  const std::function<absl::Status()>* poll = nullptr;
   const EmitCallback* on_emit = nullptr;
   int max_depth_used = 0;
   Profiler* profiler = nullptr;  // RunOptions::profiler of the run in progress
@@ -116,7 +118,13 @@ class VirtualMachine::Impl {
   int loop_nesting = 0;  // loops of the entry frame being run
   int64_t run_start_allocs = 0;
   int64_t first_iteration_allocs = -1;  // at the outermost loop's first back edge; -1 before
-  int64_t steady_state_allocs = 0;      // summed over the outermost loops that have exited
+  // The pool's peak bytes in use in each of the last VmOptions::trim_window runs.
+  std::vector<int64_t> recent_peaks;
+  int64_t runs_seen = 0;
+  // After a run: cached pool memory beyond twice the largest recent peak goes back to the
+  // system (VmOptions::trim_window).
+  void TrimToRecentPeaks();
+  int64_t steady_state_allocs = 0;  // summed over the outermost loops that have exited
   bool any_first_iteration = false;
   // At the exit of a loop of the entry frame (its last back edge fell through, or a break).
   void ExitLoop() {
@@ -151,6 +159,11 @@ class VirtualMachine::Impl {
   absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outputs);
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
   absl::Status CheckInterrupts() const;
+  // Loop iterations a run may execute (VmOptions::max_loop_iterations; 0: no limit).
+  int64_t IterationBudget() const {
+    return options.max_loop_iterations > 0 ? options.max_loop_iterations
+                                           : std::numeric_limits<int64_t>::max();
+  }
 };
 
 // The VM's internal state, for the interpreter's helpers and the test hooks (vm/vm_testing.h).

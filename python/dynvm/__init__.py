@@ -16,11 +16,15 @@ DeadlineExceededError a TimeoutError). The GIL is released while compiling, load
 See docs/python.md.
 """
 
+import os as _os
 import queue as _queue
 import threading as _threading
+import warnings as _warnings
 
 from . import _errors
-from ._dynvm import Executable, RunStats, TensorInfo, _VirtualMachine, __version__  # noqa: F401
+from ._dynvm import (  # noqa: F401
+    DEFAULT_MAX_ITERATIONS, DEFAULT_MEMORY_LIMIT, Executable, RunStats, TensorInfo,
+    _VirtualMachine, __version__)
 from ._errors import (  # noqa: F401
     CancelledError, DataLossError, DeadlineExceededError, Error, FailedPreconditionError,
     InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError, ResourceExhaustedError,
@@ -29,22 +33,41 @@ from ._dynvm import compile as _compile
 from ._dynvm import load as _load
 
 __all__ = ["compile", "load", "Executable", "VirtualMachine", "Stream", "RunStats",
-           "TensorInfo"] + _errors.__all__
+           "TensorInfo", "DEFAULT_MEMORY_LIMIT", "DEFAULT_MAX_ITERATIONS"] + _errors.__all__
 
 
-def compile(path, *, bounds=None, optimize=True, strip_debug=False, device="cpu", weights=None,
-            compress=False, onnx_check=False):
-    """Compiles the ONNX model at `path` into an Executable (in memory; save() writes it).
+def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu", weights=None,
+            compress=False, onnx_check=False, quantize_weights=None, quantize_min_bytes=None,
+            disable_rewrites=None, dump_ir=False):
+    """Compiles an ONNX model into an Executable (in memory; save() writes it).
 
-    The options are vm-compile's: `bounds` maps a symbolic dim (or a one-element integer input
-    read as a trip count) to its upper bound, e.g. {"batch": 8, "max_new_tokens": 64};
-    `optimize=False` is --no-optimize; `strip_debug` leaves out node names; `device` is "cpu" or
-    "cuda"; `weights="model.dvw"` keeps the constants apart (save() writes that file beside the
-    .dvm); `compress` stores constants zstd-compressed; `onnx_check` runs ONNX's checker first.
-    Raises a dynvm.Error naming the node for a model it cannot compile.
+    `model` is a path (str or os.PathLike), the model's bytes, or an onnx.ModelProto. The options
+    are vm-compile's: `bounds` maps a symbolic dim (or a one-element integer input read as a trip
+    count) to its upper bound, e.g. {"batch": 8, "max_new_tokens": 64} (a bound naming nothing
+    in the model is a warning, as vm-compile's); `optimize=False` is --no-optimize;
+    `strip_debug` leaves out node names; `device` is "cpu" or "cuda"; `weights="model.dvw"` keeps
+    the constants apart (save() writes that file beside the .dvm); `compress` stores constants
+    zstd-compressed; `onnx_check` runs ONNX's checker first; `quantize_weights` is "int8",
+    "bf16" or None, with `quantize_min_bytes` the smallest weight quantized; `disable_rewrites`
+    lists pattern-rewrite rules not to apply; `dump_ir` keeps the compiled IR in `exe.ir`.
+    The result's `report` is vm-compile --report's text. Raises a dynvm.Error naming the node for
+    a model it cannot compile.
     """
-    return _compile(path, bounds=bounds, optimize=optimize, strip_debug=strip_debug,
-                    device=device, weights=weights, compress=compress, onnx_check=onnx_check)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        model = bytes(model)
+    elif hasattr(model, "SerializeToString") and not isinstance(model, str):
+        model = model.SerializeToString()
+    elif isinstance(model, _os.PathLike):
+        model = _os.fspath(model)
+        if isinstance(model, bytes):
+            model = _os.fsdecode(model)
+    exe = _compile(model, bounds=bounds, optimize=optimize, strip_debug=strip_debug,
+                   device=device, weights=weights, compress=compress, onnx_check=onnx_check,
+                   quantize_weights=quantize_weights, quantize_min_bytes=quantize_min_bytes,
+                   disable_rewrites=disable_rewrites, dump_ir=dump_ir)
+    for warning in exe.warnings:
+        _warnings.warn(warning, stacklevel=2)
+    return exe
 
 
 def load(path, *, weights=None, verify_weights_hash=False):
@@ -76,12 +99,18 @@ def _feeds(inputs, kwargs):
 
 
 class VirtualMachine(_VirtualMachine):
-    """Runs the functions of an Executable: VirtualMachine(exe, threads=1, memory_limit=None).
+    """Runs the functions of an Executable:
+    VirtualMachine(exe, threads=1, memory_limit=DEFAULT_MEMORY_LIMIT,
+                   max_iterations=DEFAULT_MAX_ITERATIONS).
 
-    `threads` is the number of intra-op threads each kernel may use; `memory_limit` caps the
-    VM's memory pool in bytes (a run past it raises ResourceExhaustedError). Creating a VM is
-    cheap (no weights are copied): make one per thread. A VM runs one call at a time; a second
-    thread calling run() while a run is in progress gets FailedPreconditionError.
+    `threads` is the number of intra-op threads each kernel may use. Safe by default, as
+    vm-run: `memory_limit` caps the VM's memory pool (4 GiB) and `max_iterations` the loop
+    iterations of one run (10,000,000); past either a run raises ResourceExhaustedError. Give a
+    larger number to raise a limit, 0 or None to remove it. Ctrl-C (any Python signal handler
+    that raises) stops a run on the main thread within about 10 ms of loop work, and the VM stays
+    usable. Creating a VM is cheap (no weights are copied): make one per thread. A VM runs one
+    call at a time; a second thread calling run() while a run is in progress gets
+    FailedPreconditionError.
 
     run(inputs=None, /, *, function="", timeout=None, on_emit=None, **inputs_by_name) runs a
     function and returns its outputs (see help(VirtualMachine.run)); stream(...) yields the
@@ -144,7 +173,12 @@ class Stream:
         if self._thread is None:
             self._thread = _threading.Thread(target=self._work, name="dynvm-stream")
             self._thread.start()
-        item = self._queue.get()
+        try:
+            item = self._queue.get()
+        except BaseException:
+            # Ctrl-C (or any exception) while waiting: the run stops with the consumer.
+            self.close()
+            raise
         if item is _DONE:
             self._finished = True
             self._thread.join()

@@ -1,4 +1,5 @@
 # Type stubs for the dynvm package (docs/python.md).
+import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -57,9 +58,18 @@ class Executable:
     def signature(self, function: str = "") -> Tuple[List[TensorInfo], List[TensorInfo]]: ...
     def bounds(self, function: str = "") -> Dict[str, int]: ...
     def save(self, path: str) -> None: ...
+    @property
+    def report(self) -> str: ...
+    @property
+    def warnings(self) -> List[str]: ...
+    @property
+    def ir(self) -> str: ...
+
+DEFAULT_MEMORY_LIMIT: int
+DEFAULT_MAX_ITERATIONS: int
 
 def compile(
-    path: str,
+    model: Union[str, "os.PathLike[str]", bytes, Any],
     *,
     bounds: Optional[Mapping[str, int]] = None,
     optimize: bool = True,
@@ -68,6 +78,10 @@ def compile(
     weights: Optional[str] = None,
     compress: bool = False,
     onnx_check: bool = False,
+    quantize_weights: Optional[str] = None,
+    quantize_min_bytes: Optional[int] = None,
+    disable_rewrites: Optional[List[str]] = None,
+    dump_ir: bool = False,
 ) -> Executable: ...
 def load(path: str, *, weights: Optional[str] = None, verify_weights_hash: bool = False) -> Executable: ...
 
@@ -80,7 +94,13 @@ class Stream(Iterator[Tuple[int, np.ndarray]]):
     def __exit__(self, *exc: Any) -> bool: ...
 
 class VirtualMachine:
-    def __init__(self, executable: Executable, threads: int = 1, memory_limit: Optional[int] = None) -> None: ...
+    def __init__(
+        self,
+        executable: Executable,
+        threads: int = 1,
+        memory_limit: Optional[int] = ...,
+        max_iterations: Optional[int] = ...,
+    ) -> None: ...
     def run(
         self,
         inputs: Optional[Mapping[str, Value]] = None,
@@ -101,6 +121,7 @@ class VirtualMachine:
         **kwargs: Value,
     ) -> Stream: ...
     def cancel(self) -> None: ...
+    def trim(self) -> None: ...
     @property
     def running(self) -> bool: ...
     @property
