@@ -343,10 +343,13 @@ absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg)
   }
   const Dim sym = (*in->content)[0];
   if (Defined(sym)) return absl::OkStatus();
-  // The symbol is the input's value: read once, and checked as every size is (not negative,
-  // within its declared bound), since the plan relies on both.
+  // The symbol is the input's value read once: a Loop's trip count (BindScalarInputs). A
+  // negative count runs no iteration (ONNX Runtime's and PyTorch's reading), so the symbol is
+  // max(value, 0); it is checked against its declared bound, since the plan relies on that.
   const uint32_t r = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::ReadI>(r, reg, 0);
+  DYNVM_ASSIGN_OR_RETURN(uint32_t zero, EvalDim(sym_.Const(0)));
+  bc_.Emit<op::MaxI>(r, r, zero);
   BindSymbol(sym, r);
   auto check = [&](uint32_t lo, uint32_t hi, const std::string& message) -> absl::Status {
     const uint32_t ok = NewScalar(fb::ScalarType::Bool);
@@ -354,10 +357,6 @@ absl::Status FunctionCodegen::DefineContentSymbol(const Value* in, uint32_t reg)
     bc_.Emit<op::Assert>(ok, b_.String(message));
     return absl::OkStatus();
   };
-  DYNVM_ASSIGN_OR_RETURN(uint32_t zero, EvalDim(sym_.Const(0)));
-  DYNVM_RETURN_IF_ERROR(check(zero, r,
-                              absl::StrCat("input '", in->name, "' (the size symbol '", sym->name,
-                                           "') must not be negative")));
   if (std::optional<int64_t> bound = sym_.BoundOf(sym->name)) {
     DYNVM_ASSIGN_OR_RETURN(uint32_t b, EvalDim(sym_.Const(*bound)));
     return check(r, b,

@@ -396,6 +396,36 @@ absl::Status InferScan(Module& m, Node& n) {
   return absl::OkStatus();
 }
 
+// An output whose dims are all known must have an element count and a byte size that fit in
+// int64 (a Reshape to [2^40, 2^40, 4] is refused here, at compile time, not at run time).
+absl::Status CheckStaticSizes(const Node& n) {
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const Value* v = n.outputs[i];
+    if (v == nullptr || !v->shape || v->kind != ObjectKind::kTensor) continue;
+    int64_t elements = 1;
+    bool known = true, overflow = false;
+    for (Dim d : *v->shape) {
+      const std::optional<int64_t> c = SymbolicContext::AsConst(d);
+      if (!c) {
+        known = false;
+        break;
+      }
+      if (*c < 0) {  // a shape function's placeholder in a branch that may never run
+        known = false;
+        break;
+      }
+      overflow |= __builtin_mul_overflow(elements, *c, &elements);
+    }
+    int64_t bytes = 0;
+    if (known && (overflow || __builtin_mul_overflow(elements, DTypeSize(v->dtype), &bytes))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", i, " of shape ", ShapeToString(*v->shape),
+                       " has more elements or bytes than fit in 64 bits"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status InferGraph(Module& m, Graph& g) {
@@ -435,6 +465,7 @@ absl::Status InferGraph(Module& m, Graph& g) {
         }
       }
     }
+    if (s.ok()) s = CheckStaticSizes(n);
     if (!s.ok()) {
       if (absl::StrContains(s.message(), n.op)) return s;
       return absl::Status(s.code(), absl::StrCat(n.Label(), ": ", s.message()));
