@@ -196,7 +196,21 @@ TEST_F(CliTest, EveryIsaFileRoundTripsByteForByte) {
       r = Run("cmp", {a, b});
       EXPECT_EQ(r.code, 0) << "vm-dis | vm-as is not byte-identical: " << r.out;
     }
+    // The pipe itself: vm-as - reads standard input.
+    const std::string piped = Path(stem + ".piped.dvm");
+    r = Run("bash", {"-c", absl::StrCat(Quote(DYNVM_VM_DIS), " ", Quote(a), " | ",
+                                        Quote(DYNVM_VM_AS), " - -o ", Quote(piped))});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(Run("cmp", {a, piped}).code, 0) << "vm-dis | vm-as - is not byte-identical";
   }
+  // - without -o, and text on stdin that does not assemble: clean errors naming stdin.
+  Result r = Run("bash", {"-c", absl::StrCat(Quote(DYNVM_VM_AS), " - < /dev/null")});
+  ExpectCleanError(r, "vm-as");
+  EXPECT_THAT(r.err, HasSubstr("needs -o"));
+  r = Run("bash", {"-c", absl::StrCat("echo nonsense | ", Quote(DYNVM_VM_AS), " - -o ",
+                                      Quote(Path("x.dvm")))});
+  ExpectCleanError(r, "vm-as");
+  EXPECT_THAT(r.err, HasSubstr("<stdin>: line 1"));
 }
 
 TEST_F(CliTest, AssemblerErrorsNameTheLine) {

@@ -1,6 +1,7 @@
 // vm-as: assembles dynvm text assembly (docs/isa.md, "Text assembly") into a .dvm executable.
 //
 //   vm-as FILE.s -o FILE.dvm
+//   vm-dis FILE.dvm | vm-as - -o FILE.dvm      (- reads standard input)
 //
 // The result is verified by loading it (Executable::LoadFromBytes: header, flatbuffer,
 // verifier, kernel binding) before anything is written, so a file vm-as writes always loads.
@@ -121,10 +122,20 @@ std::string WithSourceLine(absl::string_view text, absl::string_view message) {
   return absl::StrCat("line ", line, ": ", message);
 }
 
+// All of standard input.
+absl::StatusOr<std::string> ReadStdin() {
+  std::string text;
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), stdin)) > 0) text.append(buffer, n);
+  if (std::ferror(stdin)) return absl::DataLossError("cannot read standard input");
+  return text;
+}
+
 int Main(int argc, char** argv) {
   constexpr absl::string_view kProgram = "vm-as";
   std::string output;
-  cli::FlagParser flags(std::string(kProgram), "FILE.s -o FILE.dvm");
+  cli::FlagParser flags(std::string(kProgram), "FILE.s|- -o FILE.dvm");
   flags.AddString("--output,-o", &output, "where to write the executable (default: FILE.dvm)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
@@ -137,13 +148,17 @@ int Main(int argc, char** argv) {
                             absl::StrCat("expected one input file, got ", flags.positional().size(),
                                          " (usage: vm-as FILE.s -o FILE.dvm)"));
   }
-  const std::string& input = flags.positional()[0];
+  // "-": the text comes from standard input (vm-dis prog.dvm | vm-as - -o prog.dvm).
+  const bool from_stdin = flags.positional()[0] == "-";
+  const std::string input = from_stdin ? std::string("<stdin>") : flags.positional()[0];
   if (output.empty()) {
+    if (from_stdin)
+      return cli::ReportError(kProgram, "reading standard input (-) needs -o FILE.dvm");
     absl::string_view stem = input;
     absl::ConsumeSuffix(&stem, ".s");
     output = absl::StrCat(stem, ".dvm");
   }
-  absl::StatusOr<std::string> text = schema::ReadFileToString(input);
+  absl::StatusOr<std::string> text = from_stdin ? ReadStdin() : schema::ReadFileToString(input);
   if (!text.ok()) return cli::ReportError(kProgram, text.status());
   absl::StatusOr<std::string> bytes = isa::AssembleToBytes(*text);
   if (!bytes.ok())

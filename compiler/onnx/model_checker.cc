@@ -148,8 +148,13 @@ absl::Status Checker::CheckGraph(const pb::GraphProto& g, const Scope* outer, in
                                  const std::string& where) {
   const std::string label =
       g.name().empty() ? where : Join(where, absl::StrCat("graph '", g.name(), "'"));
-  if (depth > kMaxGraphDepth)
-    return Invalid(label, absl::StrCat("subgraphs nest more than ", kMaxGraphDepth, " deep"));
+  if (depth > kMaxGraphDepth) {
+    // Named by the innermost graph only: the path through every level would be longer than
+    // the message is worth.
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph '", g.name(), "': If, Loop and Scan bodies nest more than ",
+                     kMaxGraphDepth, " deep (the limit of nesting dynvm compiles)"));
+  }
   if (g.sparse_initializer_size() > 0) {
     return absl::UnimplementedError(Join(label, "sparse initializers are not supported"));
   }

@@ -18,6 +18,7 @@
 #include "compiler/op_registry.h"
 #include "compiler/ops/names.h"
 #include "compiler/ops/op_def.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "kernels/registry.h"
 #include "schema/mapped_file.h"
 
@@ -62,6 +63,9 @@ AttrType TypeOf(const pb::AttributeProto& a) {
 constexpr int kMinOpset = 1;
 constexpr int kMinFullOpset = 7;
 constexpr int kMaxOpset = 17;
+// Nested protobuf messages the parser follows: three per level of subgraph nesting
+// (GraphProto > NodeProto > AttributeProto), far above kMaxGraphDepth.
+constexpr int kProtoRecursionLimit = 1000;
 
 // The definition of a default-domain op the importer accepts: nullptr when there is none or it
 // has no ONNX signature.
@@ -815,8 +819,16 @@ absl::StatusOr<std::unique_ptr<Module>> ImportOnnxBytes(absl::string_view bytes,
         "the model is larger than 2 GiB; use external data for its weights");
   }
   pb::ModelProto model;
-  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::InvalidArgumentError("not a valid ONNX model (protobuf parsing failed)");
+  // Protobuf's default recursion limit (100 messages) stops at about 32 nested If/Loop bodies,
+  // with only "parsing failed" to say why: parse deeper, and let the structural check refuse
+  // bodies nested more than kMaxGraphDepth with a message that says so.
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  in.SetRecursionLimit(kProtoRecursionLimit);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a valid ONNX model (protobuf parsing failed; subgraphs nested more than ",
+                     kProtoRecursionLimit / 3, " deep are refused there)"));
   }
   TensorReadOptions t;
   t.model_dir = model_dir;

@@ -690,19 +690,32 @@ TEST(OnnxImporterTest, Opset6BroadcastWithAnAxis) {
 }
 
 TEST(OnnxImporterHostileTest, DeeplyNestedSubgraphs) {
-  ModelMaker mm;
-  mm.Input("c", pb::TensorProto::BOOL, {}).Output("y");
-  pb::GraphProto* g = mm.graph();
-  // 30 levels: deeper than the checker allows, within protobuf's own recursion limit.
-  for (int depth = 0; depth < 30; ++depth) {
-    pb::NodeProto* n = mm.Node("If", {"c"}, {"y"}, g);
-    auto* a = n->add_attribute();
-    a->set_name("then_branch");
-    a->set_type(pb::AttributeProto::GRAPH);
-    g = a->mutable_g();
-    g->add_output()->set_name("y");
+  // Deeper than the checker allows: a short message naming the limit, whether or not the depth
+  // is within protobuf's default recursion limit (about 32 levels); far deeper (beyond the
+  // parser's own limit), a parse error that says nesting is refused there.
+  for (int levels : {25, 32, 100, 300, 400}) {
+    SCOPED_TRACE(levels);
+    ModelMaker mm;
+    mm.Input("c", pb::TensorProto::BOOL, {}).Output("y");
+    pb::GraphProto* g = mm.graph();
+    for (int depth = 0; depth < levels; ++depth) {
+      pb::NodeProto* n = mm.Node("If", {"c"}, {"y"}, g);
+      auto* a = n->add_attribute();
+      a->set_name("then_branch");
+      a->set_type(pb::AttributeProto::GRAPH);
+      g = a->mutable_g();
+      g->set_name(absl::StrCat("level", depth + 1));
+      g->add_output()->set_name("y");
+    }
+    const absl::Status s = Import(mm).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(s.message().size(), 200u) << s.message();
+    if (levels <= 300) {
+      EXPECT_THAT(s.message(), HasSubstr("nest more than 24 deep"));
+    } else {
+      EXPECT_THAT(s.message(), HasSubstr("protobuf parsing failed"));
+    }
   }
-  EXPECT_THAT(Import(mm).status().message(), HasSubstr("subgraphs nest more than"));
 }
 
 TEST(OnnxImporterHostileTest, LoopWithoutItsInputs) {
