@@ -1,8 +1,10 @@
 #include "kernels/dnnl/common.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/dnnl/clones.h"
@@ -32,10 +34,33 @@ absl::Status FromDnnl(dnnl_status_t status, absl::string_view what) {
   }
 }
 
+int PrimitiveCacheCapacity() {
+  // oneDNN keeps every primitive it creates, JIT code included (hundreds of KB each for an
+  // encoder's products), in one process-wide cache of 1024 entries by default: a host that
+  // makes a VM per call over varied shapes grew by hundreds of MB (docs/trust.md, "Memory").
+  // dynvm bounds it at kDefaultPrimitiveCacheCapacity entries unless
+  // DYNVM_DNNL_PRIMITIVE_CACHE_CAPACITY (0..65536) says otherwise; oneDNN's own
+  // ONEDNN_PRIMITIVE_CACHE_CAPACITY, when set, is left in force.
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") != nullptr) return -1;
+  int capacity = kDefaultPrimitiveCacheCapacity;
+  if (const char* env = std::getenv("DYNVM_DNNL_PRIMITIVE_CACHE_CAPACITY")) {
+    int v = 0;
+    if (absl::SimpleAtoi(env, &v) && v >= 0 && v <= 65536) capacity = v;
+  }
+  return capacity;
+}
+
 absl::StatusOr<const dnnl::engine*> CpuEngine() {
   static const absl::StatusOr<const dnnl::engine*> engine =
       []() -> absl::StatusOr<const dnnl::engine*> {
     const dnnl::engine* e = nullptr;
+    if (const int capacity = PrimitiveCacheCapacity(); capacity >= 0) {
+      absl::Status s = Guard("bounding oneDNN's primitive cache", [&] {
+        dnnl::set_primitive_cache_capacity(capacity);
+        return absl::OkStatus();
+      });
+      if (!s.ok()) return s;
+    }
     absl::Status s = Guard("creating the CPU engine", [&] {
       e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
       return absl::OkStatus();

@@ -215,6 +215,15 @@ absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
 absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
                           std::initializer_list<const void*> data);
 
+// The entries of oneDNN's process-wide primitive cache unless the environment says otherwise
+// (common.cc, PrimitiveCacheCapacity): 128 bounded an encoder's host making a VM per call over
+// 2,000 shapes at 170 MB of RSS for 10,000 calls (1024, oneDNN's default, reached 600 MB by
+// 2,000 and kept growing); 0 disables the cache (every VM re-creates what it binds).
+inline constexpr int kDefaultPrimitiveCacheCapacity = 128;
+// The capacity CpuEngine() sets: DYNVM_DNNL_PRIMITIVE_CACHE_CAPACITY, else the default; -1
+// when ONEDNN_PRIMITIVE_CACHE_CAPACITY is set (oneDNN applies it itself).
+int PrimitiveCacheCapacity();
+
 // Below this many elements a binary op (Add, Mul, ...) runs the reference loop: a primitive
 // execute (~0.6 us) costs more than the loop there (dnnl_benchmark.cc, BM_Add). Unary ops with
 // transcendental functions, Softmax and LayerNormalization win at every size (BM_Tanh,

@@ -3,6 +3,7 @@
 // kernel names tell the variant; a site rebinds when the thread count changes.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <random>
@@ -762,6 +763,18 @@ TEST(DnnlKernels, PermutedMatMulMatchesTransposeThenMatMul) {
     EXPECT_NE(r.status().message().find("a_perm"), std::string::npos) << r.status();
   }
   ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// oneDNN's process-wide primitive cache is bounded at dynvm's default (a VM per call over many
+// shapes must not grow without bound), or at what the environment asks for.
+TEST(DnnlKernels, PrimitiveCacheIsBounded) {
+  ASSERT_TRUE(CpuEngine().ok());
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") != nullptr) GTEST_SKIP();
+  const int want = std::getenv("DYNVM_DNNL_PRIMITIVE_CACHE_CAPACITY") != nullptr
+                       ? PrimitiveCacheCapacity()
+                       : kDefaultPrimitiveCacheCapacity;
+  EXPECT_EQ(dnnl::get_primitive_cache_capacity(), want);
+  EXPECT_LT(want, 1024);
 }
 
 }  // namespace
