@@ -1,43 +1,25 @@
 // dynvm's fused activations (domain "dynvm", made by the compiler's pattern rewrites:
 // compiler/rewrite/activations.cc) as plain vectorized loops (f32, contiguous; anything else
 // goes to the reference kernel, kernels/reference/dynvm_ops.cc):
-//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        GeluErfArray (vector_loops.h), in place too
-//   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-//   Silu(x)     = x sigmoid(x)                     tanh and sigmoid by fast_math.h
+//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        cpu::GeluErf, in place too
+//   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   cpu::GeluTanh
+//   Silu(x)     = x sigmoid(x)                     cpu::Silu (kernels/cpu/activation.h)
 // A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
 // binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
 // several times the work. Within 1e-6 relative of the reference; NaN gives NaN. Elements are
-// split across the VM's pool from kMinParallelMathElements (vector_loops.h).
+// split across the VM's pool from kMinParallelMathElements (parallel_loops.h).
 #include <algorithm>
 #include <cmath>
 
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/fast_math.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
 namespace {
-
-DYNVM_CLONES void GeluTanhArray(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float t = FastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
-    const float r = 0.5f * v * (1.0f + t);
-    y[i] = v != v ? v : r;
-  }
-}
-
-DYNVM_CLONES void SiluArray(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float r = v * FastSigmoid(v);
-    y[i] = v != v ? v : r;
-  }
-}
 
 enum class Act { kGelu, kGeluTanh, kSilu };
 
@@ -66,13 +48,13 @@ class ActivationKernel final : public DnnlKernel {
   static void Apply(Act act, int64_t n, const float* src, float* dst) {
     switch (act) {
       case Act::kGelu:
-        GeluErfArray(n, src, dst);  // y may be x (the plan runs it in place)
+        cpu::GeluErf(n, src, dst);  // y may be x (the plan runs it in place)
         break;
       case Act::kGeluTanh:
-        GeluTanhArray(n, src, dst);
+        cpu::GeluTanh(n, src, dst);
         break;
       case Act::kSilu:
-        SiluArray(n, src, dst);
+        cpu::Silu(n, src, dst);
         break;
     }
   }

@@ -239,6 +239,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec);
 // "op.dtype.dnnl[.variant]", e.g. "matmul.f32.dnnl.sgemm+brgemm".
 std::string KernelName(const KernelSpec& spec, absl::string_view variant = "");
 
+// The implementation of the quantized-weight microkernel a kernel of `spec` runs (its weight,
+// input 1, is i8 or bf16): cpu::QGemvI8Path() or QGemvBf16Path(), for the kernel's name.
+const char* QuantizedWeightPath(const KernelSpec& spec);
+
 // Base of the oneDNN kernels: the name, and the reference kernel that serves a run oneDNN
 // cannot do (a layout or broadcast it lacks, an empty dim). Such runs are counted, so tests
 // and tools see how often the reference kernel stood in.

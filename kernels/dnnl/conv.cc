@@ -21,7 +21,7 @@
 //
 // Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
 // GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
-// no Winograd (UseOwnWinograd, winograd.h).
+// no Winograd (UseOwnWinograd, kernels/cpu/winograd.h, choice.h).
 //
 // Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
 // has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
@@ -39,9 +39,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/winograd.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/winograd.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -466,15 +467,6 @@ constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x
 // and output tiles (2x2 pixels) over the batch.
 constexpr int64_t kOwnWinogradMinChannels = 32;
 constexpr int64_t kOwnWinogradMinTiles = 16;
-
-// DYNVM_DNNL_OWN_WINOGRAD=0 turns dynvm's own Winograd off (for A/B measurements). Read once.
-bool OwnWinogradEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("DYNVM_DNNL_OWN_WINOGRAD");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return on;
-}
 
 class ConvKernel final : public DnnlKernel {
  public:
@@ -950,15 +942,15 @@ class ConvKernel final : public DnnlKernel {
     return g.od[0] * g.od[1] >= kWinogradMinPixels;
   }
 
-  // dynvm's own Winograd F(2x2, 3x3) (winograd.h) for a FusedConv with constant weights between
-  // channels-last values (input, output and residual), 2D, 3x3, stride 1, undilated, ungrouped,
-  // with at least kOwnWinogradMinChannels input and output channels and kOwnWinogradMinTiles
-  // output tiles over the batch, on a CPU with AVX2 and FMA, where oneDNN has no Winograd for it
-  // (OneDnnHasWinograd, decided at bind time: every CPU without AVX-512). Any pads, sizes,
-  // batch and post-op.
+  // dynvm's own Winograd F(2x2, 3x3) (kernels/cpu/winograd.h) for a FusedConv with constant weights
+  // between channels-last values (input, output and residual), 2D, 3x3, stride 1, undilated,
+  // ungrouped, with at least kOwnWinogradMinChannels input and output channels and
+  // kOwnWinogradMinTiles output tiles over the batch, where choice::UseOwnWinograd takes the active
+  // level and oneDNN has no Winograd for it (OneDnnHasWinograd, decided at bind time: every CPU
+  // without AVX-512, and post-ops oneDNN's Winograd lacks). Any pads, sizes, batch and post-op.
   bool UseOwnWinograd(const Geometry& g, const Tensor* sum) const {
     if (transpose_ || !constant_weights_ || g.k != 2 || g.g != 1 || !blocked_.in || !blocked_.out ||
-        (sum != nullptr && !blocked_.sum) || !OwnWinogradEnabled() || !winograd::Supported()) {
+        (sum != nullptr && !blocked_.sum) || !choice::UseOwnWinograd()) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {
@@ -989,15 +981,15 @@ class ConvKernel final : public DnnlKernel {
     }
   }
 
-  winograd::PostOps OwnWinogradPostOps(const Tensor* b, const Tensor* sum) const {
-    winograd::PostOps post;
+  cpu::winograd::PostOps OwnWinogradPostOps(const Tensor* b, const Tensor* sum) const {
+    cpu::winograd::PostOps post;
     post.bias = b != nullptr ? b->data<float>() : nullptr;
     post.sum = sum != nullptr ? sum->data<float>() : nullptr;
     if (!act_.present) return post;
     post.alpha = act_.alpha;
     post.beta = act_.beta;
     using alg = dnnl::algorithm;
-    using A = winograd::Act;
+    using A = cpu::winograd::Act;
     switch (act_.alg) {
       case alg::eltwise_relu:
         post.act = act_.alpha == 0.0f ? A::kRelu : A::kLeakyRelu;
@@ -1026,23 +1018,23 @@ class ConvKernel final : public DnnlKernel {
   absl::Status ExecuteOwnWinograd(KernelContext& ctx, const Geometry& g, const Tensor& x,
                                   const Tensor& w, const Tensor* b, const Tensor* sum,
                                   Tensor* y) const {
-    winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
-    s.threads = ThreadsFor(ctx.num_threads(), 16 * winograd::Tiles(s) * g.c * g.m);
-    const int64_t blocks = winograd::Blocks(s);
+    cpu::winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
+    s.threads = ThreadsFor(ctx.num_threads(), 16 * cpu::winograd::Tiles(s) * g.c * g.m);
+    const int64_t blocks = cpu::winograd::Blocks(s);
     const int tasks = s.threads > 1 ? ctx.ParallelTasks(blocks, 1) : 1;
     const int64_t strides[4] = {w.stride(0), w.stride(1), w.stride(2), w.stride(3)};
     const float* pw = w.data<float>();
     auto pack = [&](void* to) {
-      winograd::PackWeights(pw, strides, g.c, g.m, static_cast<float*>(to));
+      cpu::winograd::PackWeights(pw, strides, g.c, g.m, static_cast<float*>(to));
       return absl::OkStatus();
     };
-    const size_t w_floats = static_cast<size_t>(winograd::PackedWeightsFloats(g.c, g.m));
+    const size_t w_floats = static_cast<size_t>(cpu::winograd::PackedWeightsFloats(g.c, g.m));
     // Tells this packing apart from the other layouts of the same weights in the cache.
     const dnnl::memory::desc tag({16, g.c, g.m}, dt::f32, dnnl::memory::format_tag::abc);
     DYNVM_ASSIGN_OR_RETURN(const void* packed,
                            packed_.Get(w.raw_data(), tag, w_floats * sizeof(float), pack));
     const size_t per_task =
-        Align(static_cast<size_t>(winograd::WorkspaceFloats(s)) * sizeof(float));
+        Align(static_cast<size_t>(cpu::winograd::WorkspaceFloats(s)) * sizeof(float));
     const size_t w_bytes = packed == nullptr ? Align(w_floats * sizeof(float)) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(per_task * tasks + w_bytes + 64));
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
@@ -1050,14 +1042,14 @@ class ConvKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(pack(base + per_task * tasks));
       packed = base + per_task * tasks;
     }
-    const winograd::PostOps post = OwnWinogradPostOps(b, sum);
+    const cpu::winograd::PostOps post = OwnWinogradPostOps(b, sum);
     const float* px = x.data<float>();
     const float* pu = static_cast<const float*>(packed);
     float* py = y->data<float>();
     ctx.ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        winograd::RunBlocks(s, px, pu, post, py, blocks * t / tasks, blocks * (t + 1) / tasks,
-                            reinterpret_cast<float*>(base + per_task * t));
+        cpu::winograd::RunBlocks(s, px, pu, post, py, blocks * t / tasks, blocks * (t + 1) / tasks,
+                                 reinterpret_cast<float*>(base + per_task * t));
       }
     });
     return absl::OkStatus();

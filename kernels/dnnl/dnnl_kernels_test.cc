@@ -14,7 +14,7 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -299,79 +299,6 @@ TEST(DnnlKernels, ActivationsInPlaceMatchOutOfPlace) {
     ASSERT_EQ(alias.data<float>(), inplace.data<float>());
     for (int64_t i = 0; i < x.numel(); ++i) {
       ASSERT_EQ(alias.data<float>()[i], outs[0].data<float>()[i]) << op << " " << i;
-    }
-  }
-}
-
-// GeluErfArray (the AVX2 four-vector path here, the cloned loop elsewhere and for the tails)
-// against GELU in double over [-14, 14]: within (1e-6 + 2e-7 x^2) relative (1e-37 absolute
-// where it underflows). In the negative tail x/2 erfc(|x|/sqrt 2) keeps a relative accuracy,
-// limited by exp's argument -x^2/2, whose float rounding (a few ulp of x^2/2) is an error
-// of about 1.2e-7 x^2 relative in the result: 2e-5 at x = -13, where GELU is 1e-37. And the
-// special values: NaN stays NaN, +inf gives +inf and -inf NaN (-inf x 0, as the exported
-// x/2 (1 + erf(x/sqrt 2)) and the reference kernel give), and
-// a length that leaves every kind of tail (32-wide steps, 8-wide steps, scalars).
-TEST(DnnlKernels, GeluErfArrayMatchesGeluInDouble) {
-  std::vector<float> x;
-  for (int i = -140000; i <= 140000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);
-  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e30f, -1e30f, -20.0f, -87.0f};
-  for (float v : specials) x.push_back(v);
-  x.push_back(std::numeric_limits<float>::infinity());
-  x.push_back(-std::numeric_limits<float>::infinity());
-  x.push_back(std::numeric_limits<float>::quiet_NaN());
-  while (x.size() % 32 != 13) x.push_back(0.25f);
-  std::vector<float> y(x.size(), -1.0f);
-  GeluErfArray(static_cast<int64_t>(x.size()), x.data(), y.data());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double v = x[i];
-    if (std::isnan(v)) {
-      EXPECT_TRUE(std::isnan(y[i])) << i;
-      continue;
-    }
-    if (std::isinf(v)) {
-      if (v > 0) {
-        EXPECT_EQ(y[i], v) << i;
-      } else {
-        EXPECT_TRUE(std::isnan(y[i])) << i;
-      }
-      continue;
-    }
-    const double want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
-    ASSERT_LE(std::abs(y[i] - want), (1e-6 + 2e-7 * v * v) * std::abs(want) + 1e-37) << "x = " << v;
-  }
-}
-
-// The batch-1 GEMV against a double-precision loop, both weight layouts, with row lengths
-// around the vector width (the tails), strided rows, and alpha/beta (beta 0 must not read y,
-// which starts as NaN).
-TEST(DnnlKernels, GemvMatchesADoubleLoop) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (char trans : {'T', 'N'}) {
-    for (int64_t n : {1, 3, 4, 5, 16, 63, 64, 65, 130}) {
-      for (int64_t k : {1, 7, 16, 17, 48, 129}) {
-        for (auto [alpha, beta] :
-             {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{2.0f, -0.25f}}) {
-          const int64_t rows = trans == 'T' ? n : k, cols = trans == 'T' ? k : n;
-          const int64_t ld = cols + 3;  // padded rows
-          std::vector<float> b(rows * ld), x(k), y0(n);
-          for (float& v : b) v = dist(rng);
-          for (float& v : x) v = dist(rng);
-          for (float& v : y0) v = dist(rng);
-          std::vector<float> y = y0;
-          if (beta == 0.0f) std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
-          onednn::Gemv(trans, n, k, alpha, x.data(), b.data(), ld, beta, y.data());
-          for (int64_t j = 0; j < n; ++j) {
-            double want = 0.0;
-            for (int64_t i = 0; i < k; ++i)
-              want += double{x[i]} * (trans == 'T' ? b[j * ld + i] : b[i * ld + j]);
-            want = alpha * want + (beta == 0.0f ? 0.0 : double{beta} * y0[j]);
-            ASSERT_NEAR(y[j], want, 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
-                << trans << " n=" << n << " k=" << k << " j=" << j << " alpha=" << alpha
-                << " beta=" << beta;
-          }
-        }
-      }
     }
   }
 }

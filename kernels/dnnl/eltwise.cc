@@ -5,7 +5,7 @@
 // kernels) propagate it; those kernels scan their inputs (common.h, HasNaN) and hand a run with
 // a NaN to the reference kernel.
 //
-// Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
+// Erf (GELU's) is a microkernel (cpu::Erf, kernels/cpu/activation.h): oneDNN has no erf primitive.
 //
 // With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
 // loop, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements (Erf from
@@ -28,10 +28,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -52,36 +53,14 @@ struct UnaryDef {
 };
 
 // Unary ops whose result IEEE arithmetic gives exactly (NaN propagated): with more than one
-// thread they run this loop across the VM's pool instead of the primitive (which would use
+// thread they run cpu::Unary across the VM's pool instead of the primitive (which would use
 // oneDNN's OpenMP above kMinParallelWork, or one thread below it).
-enum class LoopUnary { kRelu, kLeakyRelu, kAbs, kNeg, kSqrt };
-
-DYNVM_CLONES void UnaryLoop(LoopUnary op, float alpha, int64_t n, const float* x, float* y) {
-  switch (op) {
-    case LoopUnary::kRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-      break;
-    case LoopUnary::kLeakyRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? alpha * x[i] : x[i];
-      break;
-    case LoopUnary::kAbs:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
-      break;
-    case LoopUnary::kNeg:
-      for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
-      break;
-    case LoopUnary::kSqrt:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
-      break;
-  }
-}
-
-std::optional<LoopUnary> LoopFor(alg algorithm, float alpha, float beta) {
+std::optional<cpu::UnaryOp> LoopFor(alg algorithm, float alpha, float beta) {
   if (algorithm == alg::eltwise_relu)
-    return alpha == 0.0f ? LoopUnary::kRelu : LoopUnary::kLeakyRelu;
-  if (algorithm == alg::eltwise_abs) return LoopUnary::kAbs;
-  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return LoopUnary::kNeg;
-  if (algorithm == alg::eltwise_sqrt) return LoopUnary::kSqrt;
+    return alpha == 0.0f ? cpu::UnaryOp::kRelu : cpu::UnaryOp::kLeakyRelu;
+  if (algorithm == alg::eltwise_abs) return cpu::UnaryOp::kAbs;
+  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return cpu::UnaryOp::kNeg;
+  if (algorithm == alg::eltwise_sqrt) return cpu::UnaryOp::kSqrt;
   return std::nullopt;
 }
 
@@ -120,9 +99,9 @@ class UnaryKernel final : public DnnlKernel {
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
       const float* src = x.data<float>();
       float* dst = out[0]->data<float>();
-      const LoopUnary op = *loop_;
+      const cpu::UnaryOp op = *loop_;
       ParallelElements(ctx, x.numel(), [&](int64_t e0, int64_t e1) {
-        UnaryLoop(op, alpha, e1 - e0, src + e0, dst + e0);
+        cpu::Unary(op, alpha, e1 - e0, src + e0, dst + e0);
       });
       return absl::OkStatus();
     }
@@ -151,7 +130,7 @@ class UnaryKernel final : public DnnlKernel {
   float alpha_, beta_;
   bool clip_;
   bool drops_nan_;
-  std::optional<LoopUnary> loop_;
+  std::optional<cpu::UnaryOp> loop_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
@@ -192,10 +171,10 @@ class BinaryKernel final : public DnnlKernel {
         scale_(scale),
         drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {
     if (scale == 1.0f) {
-      if (algorithm == alg::binary_add) loop_op_ = BinaryOp::kAdd;
-      if (algorithm == alg::binary_sub) loop_op_ = BinaryOp::kSub;
-      if (algorithm == alg::binary_mul) loop_op_ = BinaryOp::kMul;
-      if (algorithm == alg::binary_div) loop_op_ = BinaryOp::kDiv;
+      if (algorithm == alg::binary_add) loop_op_ = cpu::BinaryOp::kAdd;
+      if (algorithm == alg::binary_sub) loop_op_ = cpu::BinaryOp::kSub;
+      if (algorithm == alg::binary_mul) loop_op_ = cpu::BinaryOp::kMul;
+      if (algorithm == alg::binary_div) loop_op_ = cpu::BinaryOp::kDiv;
     }
   }
 
@@ -250,7 +229,7 @@ class BinaryKernel final : public DnnlKernel {
  private:
   // Add, Sub, Mul and Div of at most kChurnMaxElements elements (any size with more than one
   // thread: the loop splits across the VM's pool, where the primitive would use OpenMP) run a
-  // plain loop (vector_loops.h) when `a` has every output element, contiguous, and `b` is too,
+  // plain loop (cpu::BinaryRows) when `a` has every output element, contiguous, and `b` is too,
   // or is one row or a scalar (contiguous): no primitive to bind per shape, and IEEE results
   // equal to the reference's.
   bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
@@ -285,9 +264,9 @@ class BinaryKernel final : public DnnlKernel {
 
   alg algorithm_;
   bool commutative_;
-  float scale_;                      // applied to the result (Mean of two)
-  bool drops_nan_;                   // max/min return the other operand for a NaN
-  std::optional<BinaryOp> loop_op_;  // ops the plain loop serves
+  float scale_;                           // applied to the result (Mean of two)
+  bool drops_nan_;                        // max/min return the other operand for a NaN
+  std::optional<cpu::BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,
@@ -306,7 +285,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
 
 // ---- Where ----
 
-// Where(cond, X, Y) with f32 X and Y by a plain loop (vector_loops.h) when every operand is
+// Where(cond, X, Y) with f32 X and Y by a plain loop (cpu::WhereBlocks) when every operand is
 // contiguous and is the output itself, one value, or a block of the output's trailing dims
 // repeated (a [T, T] causal mask over [B, H, T, T] scores); anything else is the reference's.
 class WhereKernel final : public DnnlKernel {
@@ -358,9 +337,9 @@ class WhereKernel final : public DnnlKernel {
         for (int64_t p : {pc, px, py}) {
           if (p > 1) run = std::min(run, (p - start % p) / block);
         }
-        WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
-                    px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
-                    o + start);
+        cpu::WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
+                         px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
+                         o + start);
         b += run;
       }
     };
@@ -411,7 +390,7 @@ class ErfKernel final : public DnnlKernel {
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
     ParallelElements(
-        ctx, x.numel(), [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); },
+        ctx, x.numel(), [&](int64_t e0, int64_t e1) { cpu::Erf(e1 - e0, src + e0, dst + e0); },
         kMinParallelMathElements);
     return absl::OkStatus();
   }

@@ -3,21 +3,19 @@
 //
 // The product is dnnl_sgemm with W read in place (row-major [K, N], or [N, K] transposed by
 // the call: the layout the exporter wrote, so no weight moves); bias and activation are then
-// applied to each range of rows in one pass while it is still in cache (BiasActivation), instead
-// of an Add and an activation kernel each reading and writing Y. M = 1 (a decode step) runs the
-// GEMV loop (vector_loops.h) like MatMul. At more than one thread, products of at least
+// applied to each range of rows in one pass while it is still in cache (cpu::BiasActivationRows),
+// instead of an Add and an activation kernel each reading and writing Y. M = 1 (a decode step)
+// runs the GEMV microkernel (cpu::Gemv) like MatMul. At more than one thread, products of at least
 // kMinParallelGemm multiply-adds split M's rows (N's columns when M is short, and the batch-1
 // GEMV's columns) over the VM's pool, each range one single-threaded sgemm plus its epilogue.
 // A strided X is packed into the site's workspace; a W or B oneDNN cannot address (not
 // unit-stride along its rows) runs the reference kernel.
 //
 // A Linear with an activation, a constant W (attribute constant_weights = 1, set by the
-// compiler for a weight of the executable's constant segment) and at least kMinPackedRows rows
-// of X runs dynvm's packed GEMM instead on CPUs with AVX2 and FMA but not AVX-512
-// (packed_gemm.h): W is packed once, on first use, into a copy shared by every VM that runs the
-// kernel, and the bias and activation run on each block of Y while it is in cache. Without an
-// activation dnnl_sgemm stays: the packed product showed no consistent gain there in the
-// encoders' graphs on the AVX2 EPYC, and a bias alone is a cheap pass (docs/kernels.md).
+// compiler for a weight of the executable's constant segment) runs dynvm's packed GEMM
+// (kernels/cpu/packed_gemm.h) where choice.h's measured rule takes the shape: W is packed once,
+// on first use, into a copy shared by every VM that runs the kernel, and the bias and activation
+// run on each block of Y while it is in cache. Without an activation dnnl_sgemm stays.
 // DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
 #include "kernels/reference/linear.h"
 
@@ -35,12 +33,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/fast_math.h"
-#include "kernels/dnnl/packed_gemm.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -48,78 +47,31 @@ namespace {
 using reference::LinearAct;
 using reference::LinearAttrs;
 
-DYNVM_CLONES void AddBias(int64_t n, const float* b, float* y) {
-  for (int64_t j = 0; j < n; ++j) y[j] += b[j];
-}
-
-DYNVM_CLONES void ReluRow(int64_t n, float* y) {
-  for (int64_t j = 0; j < n; ++j) y[j] = y[j] > 0.0f ? y[j] : (y[j] != y[j] ? y[j] : 0.0f);
-}
-
-DYNVM_CLONES void TanhRow(int64_t n, float* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = y[j];
-    const float r = FastTanh(v);
-    y[j] = v != v ? v : r;
+// The epilogue's activation as the microkernel's.
+cpu::Activation CpuActivation(LinearAct act) {
+  switch (act) {
+    case LinearAct::kNone:
+      return cpu::Activation::kNone;
+    case LinearAct::kRelu:
+      return cpu::Activation::kRelu;
+    case LinearAct::kTanh:
+      return cpu::Activation::kTanh;
+    case LinearAct::kSigmoid:
+      return cpu::Activation::kSigmoid;
+    case LinearAct::kGelu:
+      return cpu::Activation::kGelu;
+    case LinearAct::kGeluTanh:
+      return cpu::Activation::kGeluTanh;
+    case LinearAct::kSilu:
+      return cpu::Activation::kSilu;
   }
+  return cpu::Activation::kNone;
 }
-
-DYNVM_CLONES void SigmoidRow(int64_t n, float* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = y[j];
-    const float r = FastSigmoid(v);
-    y[j] = v != v ? v : r;
-  }
-}
-
-DYNVM_CLONES void SiluRow(int64_t n, float* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = y[j];
-    const float r = v * FastSigmoid(v);
-    y[j] = v != v ? v : r;
-  }
-}
-
-DYNVM_CLONES void GeluTanhRow(int64_t n, float* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = y[j];
-    const float t = FastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
-    const float r = 0.5f * v * (1.0f + t);
-    y[j] = v != v ? v : r;
-  }
-}
-
-void GeluRow(int64_t n, float* y) { GeluErfArray(n, y, y); }
 
 // Y[r, j] = act(Y[r, j] + bias[j]) over `rows` rows of n at row stride ldy (bias may be null).
 void BiasActivation(LinearAct act, int64_t rows, int64_t n, const float* bias, float* y,
                     int64_t ldy) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * ldy;
-    if (bias != nullptr) AddBias(n, bias, row);
-    switch (act) {
-      case LinearAct::kNone:
-        break;
-      case LinearAct::kRelu:
-        ReluRow(n, row);
-        break;
-      case LinearAct::kTanh:
-        TanhRow(n, row);
-        break;
-      case LinearAct::kSigmoid:
-        SigmoidRow(n, row);
-        break;
-      case LinearAct::kGelu:
-        GeluRow(n, row);
-        break;
-      case LinearAct::kGeluTanh:
-        GeluTanhRow(n, row);
-        break;
-      case LinearAct::kSilu:
-        SiluRow(n, row);
-        break;
-    }
-  }
+  cpu::BiasActivationRows(CpuActivation(act), rows, n, bias, y, ldy);
 }
 
 // The product of rows [i0, i1) and columns [j0, j1) on this thread only, then its epilogue.
@@ -138,7 +90,7 @@ struct Product {
     const float* wj = trans_w == 'N' ? w + j0 : w + j0 * ldw;
     float* yij = y + i0 * n + j0;
     if (rows == 1) {
-      Gemv(trans_w, cols, k, 1.0f, x + i0 * k, wj, ldw, 0.0f, yij);
+      cpu::Gemv(trans_w, cols, k, 1.0f, x + i0 * k, wj, ldw, 0.0f, yij);
     } else {
       const dnnl_status_t s =
           dnnl_sgemm('N', trans_w, rows, cols, k, 1.0f, x + i0 * k, k, wj, ldw, 0.0f, yij, n);
@@ -152,10 +104,6 @@ struct Product {
 constexpr int64_t kRowGrain = 8;
 constexpr int64_t kColGrain = 16;
 
-// The packed GEMM from this many rows of X (below, dnnl_sgemm and the GEMV loop: a decode step
-// reads each weight once, and packing would only copy it).
-constexpr int64_t kMinPackedRows = 8;
-
 // Packed copies of constant weights, keyed by the weight's address and geometry (the constant
 // segment outlives the kernel and never changes). Shared by every VM running the kernel.
 class PackedWeights {
@@ -166,12 +114,12 @@ class PackedWeights {
     const Key key{w, trans, k, n, ldw};
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = packed_.find(key); it != packed_.end()) return it->second.get();
-    const size_t bytes = static_cast<size_t>(packed_gemm::PackedFloats(k, n)) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(cpu::packed_gemm::PackedFloats(k, n)) * sizeof(float);
     if (bytes_ + bytes > kMaxBytes) return nullptr;
     std::unique_ptr<float, Free> p(
         static_cast<float*>(std::aligned_alloc(64, (bytes + 63) & ~size_t{63})));
     if (p == nullptr) return nullptr;
-    packed_gemm::Pack(trans, k, n, w, ldw, p.get());
+    cpu::packed_gemm::Pack(trans, k, n, w, ldw, p.get());
     bytes_ += bytes;
     return packed_.emplace(key, std::move(p)).first->second.get();
   }
@@ -200,12 +148,12 @@ class PackedWeights {
 
 // Rows [i0, i1) of the product on packed W, the epilogue on each block.
 void RunPacked(const Product& p, const float* packed, int64_t i0, int64_t i1) {
-  packed_gemm::Multiply(i0, i1, p.n, p.k, p.x, p.k, packed, p.y, p.n,
-                        [&](int64_t r0, int64_t rows, int64_t j0, int64_t cols) {
-                          BiasActivation(p.act, rows, cols,
-                                         p.bias == nullptr ? nullptr : p.bias + j0,
-                                         p.y + r0 * p.n + j0, p.n);
-                        });
+  cpu::packed_gemm::Multiply(i0, i1, p.n, p.k, p.x, p.k, packed, p.y, p.n,
+                             [&](int64_t r0, int64_t rows, int64_t j0, int64_t cols) {
+                               BiasActivation(p.act, rows, cols,
+                                              p.bias == nullptr ? nullptr : p.bias + j0,
+                                              p.y + r0 * p.n + j0, p.n);
+                             });
 }
 
 class LinearKernel final : public DnnlKernel {
@@ -254,8 +202,8 @@ class LinearKernel final : public DnnlKernel {
       for (int64_t i = 0; i < x.numel(); ++i) packed[i] = src[x.ElementOffset(i)];
       p.x = packed;
     }
-    if (constant_weights_ && p.act != LinearAct::kNone && p.m >= kMinPackedRows &&
-        packed_gemm::Enabled()) {
+    if (constant_weights_ && p.act != LinearAct::kNone &&
+        choice::UsePackedGemm(p.m, p.n, p.k, ctx.num_threads())) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
         return absl::OkStatus();

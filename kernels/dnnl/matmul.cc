@@ -37,9 +37,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/permute.h"
 
@@ -77,7 +78,7 @@ void PackMatrix(const float* src, int64_t rows, int64_t cols, int64_t sr, int64_
 absl::Status Sgemm(const KernelContext& ctx, const Operand& a, const Operand& b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float* pa, const float* pb, float beta,
                    float* c, int64_t ldc) {
-  // One row (a decode step): the GEMV loop (vector_loops.h), its outputs split across the VM's
+  // One row (a decode step): the GEMV microkernel (cpu::Gemv), its outputs split across the VM's
   // threads when it has several; on one thread, products above kMinParallelWork go to sgemm.
   if (m == 1 && a.trans == 'N' && (n * k < kMinParallelWork || ctx.num_threads() > 1)) {
     ParallelGemv(ctx, b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
@@ -113,7 +114,7 @@ dnnl_status_t SerialSgemm(const Operand& a, const Operand& b, int64_t m, int64_t
                           int64_t ldc) {
   SetThreads(1);
   if (m == 1 && a.trans == 'N') {
-    Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
+    cpu::Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
     return dnnl_success;
   }
   return dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);

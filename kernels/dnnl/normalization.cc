@@ -2,12 +2,12 @@
 // per site and shape.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
-// vectorized loop (vector_loops.h) instead of the primitive: a decoder's attention grows every
-// step, and binding a primitive per shape costs more than the softmax itself. With more than one
-// thread the loop's rows are split across the VM's pool above kMinParallelRows elements
-// (vector_loops.h), so that oneDNN's OpenMP threads never run beside the pool's.
-// It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
-// reference kernel does (NaN throughout).
+// vectorized loop (cpu::SoftmaxRows, kernels/cpu/rows.h) instead of the primitive: a decoder's
+// attention grows every step, and binding a primitive per shape costs more than the softmax itself.
+// With more than one thread the loop's rows are split across the VM's pool above kMinParallelRows
+// elements (parallel_loops.h), so that oneDNN's OpenMP threads never run beside the pool's. It also
+// serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the reference kernel
+// does (NaN throughout).
 //
 // LayerNormalization of at most kChurnMaxElements elements, or of any size with more than one
 // thread, is a plain loop too (rows split likewise), and so is dynvm::RMSNorm (the fused op of
@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -222,7 +222,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) 
 
 // ---- dynvm::RMSNorm ----
 
-// The vector loop (vector_loops.h), rows split across the VM's pool; a strided x or scale, or
+// The microkernel (cpu::RmsNormRows), rows split across the VM's pool; a strided x or scale, or
 // shapes the loop does not take, go to the reference kernel (which reports bad ones).
 class RmsNormKernel final : public DnnlKernel {
  public:

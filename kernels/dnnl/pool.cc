@@ -13,7 +13,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -100,23 +100,6 @@ bool PoolPlan(const PoolAttrs& a, const Tensor& x, PoolGeometry* g) {
 // Window elements up to which a channels-last max pool runs ChannelsLastMaxPool.
 constexpr int64_t kMaxTaps = 64;
 
-// One output pixel of a channels-last max pool: the maximum over `taps` input pixels (offsets
-// in floats) of `c` channels each, NaN larger than every number (as the reference kernel).
-// Vectorized across channels; cloned for AVX-512 and AVX2.
-DYNVM_CLONES void MaxOverTaps(int64_t c, const float* x, const int64_t* taps, int64_t n_taps,
-                              float* y) {
-  const float* first = x + taps[0];
-  for (int64_t j = 0; j < c; ++j) y[j] = first[j];
-  for (int64_t t = 1; t < n_taps; ++t) {
-    const float* p = x + taps[t];
-#pragma GCC ivdep
-    for (int64_t j = 0; j < c; ++j) {
-      const float v = p[j], m = y[j];
-      y[j] = (v > m || v != v) ? v : m;
-    }
-  }
-}
-
 // A max pool whose windows lie inside a channels-last input (no padding, any kernel, stride
 // and dilation), written channels-last: one pass over the output pixels, each the maximum of
 // its window's channel vectors. Memory-bound: about twice oneDNN's AVX2 pooling on a CRNN's
@@ -150,8 +133,8 @@ void ChannelsLastMaxPool(const KernelContext& ctx, const PoolGeometry& g, const 
       const float* base = px + ((b * in[0] + odd * st[0]) * in[1] + oh * st[1]) * in[2] * c;
       float* yr = y + r * od[2] * c;
       for (int64_t ow = 0; ow < od[2]; ++ow) {
-        MaxOverTaps(c, base + ow * st[2] * c, taps.data(), static_cast<int64_t>(taps.size()),
-                    yr + ow * c);
+        cpu::MaxOverTaps(c, base + ow * st[2] * c, taps.data(), static_cast<int64_t>(taps.size()),
+                         yr + ow * c);
       }
     }
   };

@@ -35,7 +35,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -50,13 +51,6 @@ using dt = dnnl::memory::data_type;
 
 // f32 holds every integer below this exactly.
 inline constexpr int64_t kExactF32 = int64_t{1} << 24;
-
-// Whether any of n values reaches `limit` in magnitude.
-DYNVM_CLONES bool AnyAtLeast(int64_t n, const int32_t* v, int32_t limit) {
-  int32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, v[i] < 0 ? -v[i] : v[i]);
-  return m >= limit;
-}
 
 struct Attrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
@@ -311,7 +305,7 @@ class QConvKernel final : public DnnlKernel {
     // A sum of 2^24 or more may have been rounded by oneDNN's f32 store (header): the run is
     // redone by the fallback, exact at every magnitude. (v[i] == INT32_MIN cannot occur: the
     // f32 store saturates to INT32_MAX / INT32_MIN only far beyond any reachable sum.)
-    if (AnyAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
+    if (cpu::AnyAbsAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
       return RunReference(ctx, in, Outputs(&y, 1));
     }
     if (!qlinear_) return absl::OkStatus();
@@ -323,9 +317,9 @@ class QConvKernel final : public DnnlKernel {
         const double s = xs * QuantParamAt(in[4], oc) / ys;
         const int64_t row = (b * g.m + oc) * p;
         if (y->dtype() == DType::kU8) {
-          RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
+          cpu::RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
         } else {
-          RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
+          cpu::RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
         }
       }
     }

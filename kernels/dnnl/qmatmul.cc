@@ -1,17 +1,19 @@
 // dynvm::QMatMul (weight-only quantized MatMul/Gemm, kernels/reference/qweights.cc) on the
-// oneDNN backend: up to kQuantSmallRows activation rows run the direct int8/bf16 kernels
-// (qgemv.h: the weights are read once; from kMinParallelGemv multiply-adds the output rows are
-// split across the VM's pool); more rows dequantize W once per call into the site's workspace
-// and run dnnl_sgemm (the weights are then reused M times, so widening them once costs less
-// than widening them per row).
+// oneDNN backend: activation rows that choice::UseQGemv takes (a decode step, a few beams) run the
+// direct int8/bf16 microkernels (kernels/cpu/qgemv.h: the weights are read once; from
+// kMinParallelGemv multiply-adds the output rows are split across the VM's pool); more rows
+// dequantize W once per call into the site's workspace and run dnnl_sgemm (the weights are then
+// reused M times, so widening them once costs less than widening them per row).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/qgemv.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/qgemv.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/qweights.h"
 
@@ -45,14 +47,14 @@ class QMatMulKernel final : public DnnlKernel {
     }
     const float* pa = a.data<float>();
     const bool i8 = w.dtype() == DType::kI8;
-    if (m <= kQuantSmallRows) {
+    if (choice::UseQGemv(m, n, k)) {
       // Output rows [j0, j1): split across the VM's pool as rnn.cc splits its gates' GEMVs.
       auto gemv = [&](int64_t j0, int64_t j1) {
         if (i8) {
-          QGemvI8(m, k, pa, k, w.data<int8_t>(), k, scale->data<float>(), j0, j1, 0.0f, py, n);
+          cpu::QGemvI8(m, k, pa, k, w.data<int8_t>(), k, scale->data<float>(), j0, j1, 0.0f, py, n);
         } else {
-          QGemvBf16(m, k, pa, k, static_cast<const uint16_t*>(w.raw_data()), k, j0, j1, 0.0f, py,
-                    n);
+          cpu::QGemvBf16(m, k, pa, k, static_cast<const uint16_t*>(w.raw_data()), k, j0, j1, 0.0f,
+                         py, n);
         }
       };
       if (ctx.num_threads() > 1 && m * n * k >= kMinParallelGemv) {
@@ -65,9 +67,9 @@ class QMatMulKernel final : public DnnlKernel {
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(n * k) * sizeof(float)));
     float* wf = static_cast<float*>(ws);
     if (i8) {
-      DequantizeRowsI8(k, w.data<int8_t>(), k, scale->data<float>(), 0, n, wf);
+      cpu::DequantizeRowsI8(k, w.data<int8_t>(), k, scale->data<float>(), 0, n, wf);
     } else {
-      DequantizeRowsBf16(k, static_cast<const uint16_t*>(w.raw_data()), k, 0, n, wf);
+      cpu::DequantizeRowsBf16(k, static_cast<const uint16_t*>(w.raw_data()), k, 0, n, wf);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
     return FromDnnl(dnnl_sgemm('N', 'T', m, n, k, 1.0f, pa, k, wf, k, 0.0f, py, n), "dnnl_sgemm");
@@ -79,7 +81,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateQMatMul(const KernelSpec& spec) {
   if (spec.inputs.empty() || spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
     return absl::UnimplementedError("QMatMul: the oneDNN kernel takes f32 activations only");
   }
-  return std::make_unique<QMatMulKernel>(KernelName(spec, QGemvPath()), std::move(ref));
+  return std::make_unique<QMatMulKernel>(KernelName(spec, QuantizedWeightPath(spec)),
+                                         std::move(ref));
 }
 
 }  // namespace

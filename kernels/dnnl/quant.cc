@@ -2,8 +2,8 @@
 // "Quantized operators"); the reference kernels (kernels/reference/misc.cc, quant.cc) are their
 // oracle and serve every run these do not take.
 //
-// QuantizeLinear (f32 -> u8/i8) and DequantizeLinear (u8/i8 -> f32): vector loops cloned for
-// AVX-512, AVX2 and a baseline (DYNVM_CLONES), per tensor or per axis, over contiguous tensors.
+// QuantizeLinear (f32 -> u8/i8) and DequantizeLinear (u8/i8 -> f32): microkernels
+// (kernels/cpu/quantize.h), per tensor or per axis, over contiguous tensors.
 // They compute exactly what the reference does: x / scale divided in f32, rounded half to even,
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
@@ -11,12 +11,12 @@
 // zero points taken out exactly) for a contiguous [..., M, K] a (its batch folded into M) times a
 // contiguous 2-D [K, N] b, with per-tensor zero points (or per-channel ones holding one repeated
 // value, as symmetric weights' zeros do). A u8 b is shifted to s8 in the workspace, its zero
-// point with it. M = 1 runs igemm.h's GEMV (b streamed once, no packing; oneDNN's integer GEMM
-// packs b on every call, slower than f32 sgemm there), on any CPU. M >= 2 runs oneDNN's integer
-// GEMM (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on CPUs with VNNI
-// (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16 vpmaddwd on
-// operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's u8 x s8
-// kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
+// point with it. M = 1 runs kernels/cpu/igemm.h's GEMV (b streamed once, no packing; oneDNN's
+// integer GEMM packs b on every call, slower than f32 sgemm there), on any CPU. M >= 2 runs
+// oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on
+// CPUs with VNNI (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16
+// vpmaddwd on operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's
+// u8 x s8 kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
 // with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
 // results are identical.
 //
@@ -42,57 +42,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/igemm.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/igemm.h"
 #include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
 namespace {
-
-// ---- vector loops ----
-
-DYNVM_CLONES void QuantizeU8(int64_t n, const float* x, float s, float z, uint8_t* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] / s) + z;
-    y[i] = static_cast<uint8_t>(std::max(0.0f, std::min(255.0f, r)));
-  }
-}
-
-DYNVM_CLONES void QuantizeI8(int64_t n, const float* x, float s, float z, int8_t* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] / s) + z;
-    y[i] = static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, r)));
-  }
-}
-
-DYNVM_CLONES void DequantizeU8(int64_t n, const uint8_t* x, float s, float z, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
-}
-
-DYNVM_CLONES void DequantizeI8(int64_t n, const int8_t* x, float s, float z, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
-}
-
-// One output row of QLinearMatMul: saturate(round_half_even(acc * scale[j]) + z).
-DYNVM_CLONES void RequantizeU8(int64_t n, const int32_t* acc, const double* scale, double z,
-                               uint8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
-    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
-  }
-}
-
-DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scale, double z,
-                               int8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
-    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
-  }
-}
 
 // n values from x at stride `stride` into y, a u8 x shifted by 128 to s8 (x ^ 0x80).
 inline void CopyRowU8(int64_t n, const uint8_t* x, int64_t stride, int8_t* y) {
@@ -111,10 +71,6 @@ inline void CopyRowS8(int64_t n, const int8_t* x, int64_t stride, int8_t* y) {
   }
 }
 
-DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
-}
-
 // A zero point of type `t` holding one value (a scalar, or a per-channel vector of one
 // repeated value: the zeros of a symmetric per-channel weight).
 bool UniformZeroPoint(const Tensor& z, DType t) {
@@ -126,7 +82,7 @@ bool UniformZeroPoint(const Tensor& z, DType t) {
 }
 
 // |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
-inline constexpr int64_t kMaxExactK = kIGemmMaxK;
+inline constexpr int64_t kMaxExactK = cpu::kIGemmMaxK;
 
 // c [m, n] (row stride ldc) = (a - za) x (b - zb) on the VNNI-free GEMM (igemm.h): a u8 or s8
 // [m, k] (row stride lda), b s8 [k, n] (row stride n). pa holds IGemmPackedABytes(m, k) bytes
@@ -136,27 +92,27 @@ inline constexpr int64_t kMaxExactK = kIGemmMaxK;
 void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const void* a, bool a_u8,
              int64_t lda, int32_t za, bool pack_a, int16_t* pa, const int8_t* b, int32_t zb,
              int16_t* pb, int32_t* c, int64_t ldc) {
-  const int64_t panels = IGemmPanels(n);
+  const int64_t panels = cpu::IGemmPanels(n);
   const int threads = ThreadsFor(ctx.num_threads(), m * n * k);
   if (threads == 1) {
-    if (pack_a) IGemmPackA(k, a, a_u8, lda, za, 0, m, pa);
-    IGemmPackB(k, n, b, n, zb, 0, panels, pb);
-    IGemmCompute(k, n, pa, pb, 0, m, 0, panels, c, ldc);
+    if (pack_a) cpu::IGemmPackA(k, a, a_u8, lda, za, 0, m, pa);
+    cpu::IGemmPackB(k, n, b, n, zb, 0, panels, pb);
+    cpu::IGemmCompute(k, n, pa, pb, 0, m, 0, panels, c, ldc);
     return;
   }
   if (pack_a) {
-    ctx.ParallelFor(m, 4,
-                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, a, a_u8, lda, za, i0, i1, pa); });
+    ctx.ParallelFor(
+        m, 4, [&](int64_t i0, int64_t i1) { cpu::IGemmPackA(k, a, a_u8, lda, za, i0, i1, pa); });
   }
   ctx.ParallelFor(panels, 1,
-                  [&](int64_t p0, int64_t p1) { IGemmPackB(k, n, b, n, zb, p0, p1, pb); });
+                  [&](int64_t p0, int64_t p1) { cpu::IGemmPackB(k, n, b, n, zb, p0, p1, pb); });
   if (panels >= 2 * threads || m < 8 * threads) {
     ctx.ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
-      IGemmCompute(k, n, pa, pb, 0, m, p0, p1, c, ldc);
+      cpu::IGemmCompute(k, n, pa, pb, 0, m, p0, p1, c, ldc);
     });
   } else {
     ctx.ParallelFor(m, 4, [&](int64_t i0, int64_t i1) {
-      IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
+      cpu::IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
     });
   }
 }
@@ -206,14 +162,14 @@ class QuantKernel final : public DnnlKernel {
         if (!quantize_) {
           float* y = out[0]->data<float>() + off;
           if (q == DType::kU8) {
-            DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
+            cpu::DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
           } else {
-            DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
+            cpu::DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
           }
         } else if (q == DType::kU8) {
-          QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
+          cpu::QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
         } else {
-          QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
+          cpu::QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
         }
       }
     }
@@ -257,9 +213,10 @@ class IntMatMulKernel final : public DnnlKernel {
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
     // Without VNNI (M >= 2): the packed operands of IntGemm, 2-byte aligned.
-    const bool igemm = m > 1 && !HasInt8Vnni();
+    const bool igemm = m > 1 && choice::UseIGemm(m, n, k);
     const size_t head = (scale_bytes + a32_bytes + acc_bytes + b_bytes + 1) & ~size_t{1};
-    const size_t pack_bytes = igemm ? IGemmPackedABytes(m, k) + IGemmPackedBBytes(k, n) : 0;
+    const size_t pack_bytes =
+        igemm ? cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(head + pack_bytes, 1)));
     uint8_t* base = static_cast<uint8_t*>(ws);
     double* scale = reinterpret_cast<double*>(base);
@@ -270,20 +227,20 @@ class IntMatMulKernel final : public DnnlKernel {
     int bo = static_cast<int>(QuantParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
       int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
-      ShiftToS8(k * n, b.data<uint8_t>(), shifted);
+      cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
       bs8 = shifted;
       bo -= 128;
     }
     if (m == 1) {  // a less its zero point as s16 (a32 has room), then b streamed once
       int16_t* pa = reinterpret_cast<int16_t*>(a32);
-      IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
-                 static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
+      cpu::IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
+                      static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
       const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
       ctx.ParallelFor(n, grain,
-                      [&](int64_t j0, int64_t j1) { IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
+                      [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
     } else if (igemm) {
       int16_t* pa = reinterpret_cast<int16_t*>(base + head);
-      int16_t* pb = reinterpret_cast<int16_t*>(base + head + IGemmPackedABytes(m, k));
+      int16_t* pb = reinterpret_cast<int16_t*>(base + head + cpu::IGemmPackedABytes(m, k));
       IntGemm(ctx, m, k, n, a.raw_data(), a.dtype() == DType::kU8, k,
               static_cast<int32_t>(QuantParamAt(za, 0)), true, pa, bs8, bo, pb, acc, n);
     } else {
@@ -340,9 +297,9 @@ class IntMatMulKernel final : public DnnlKernel {
     for (int64_t j = 0; j < n; ++j) scale[j] = as * QuantParamAt(in[4], j) / ys;
     for (int64_t i = 0; i < m; ++i) {
       if (y.dtype() == DType::kU8) {
-        RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
+        cpu::RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
       } else {
-        RequantizeI8(n, acc + i * n, scale, yz, y.data<int8_t>() + i * n);
+        cpu::RequantizeI8(n, acc + i * n, scale, yz, y.data<int8_t>() + i * n);
       }
     }
   }
@@ -392,10 +349,10 @@ class IntConvKernel final : public DnnlKernel {
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(g.m * p) * sizeof(int32_t) : 0;
     // Without VNNI: IntGemm's packed operands after the columns (2-byte aligned): all of w,
     // packed once per run, then one group's columns.
-    const bool igemm = !HasInt8Vnni();
+    const bool igemm = choice::UseIGemm(g.m, p, k);
     const size_t head = (scale_bytes + acc_bytes + static_cast<size_t>(k * p) + 1) & ~size_t{1};
-    const size_t pa_bytes = igemm ? IGemmPackedABytes(g.m, k) : 0;
-    const size_t pb_bytes = igemm ? IGemmPackedBBytes(k, p) : 0;
+    const size_t pa_bytes = igemm ? cpu::IGemmPackedABytes(g.m, k) : 0;
+    const size_t pb_bytes = igemm ? cpu::IGemmPackedBBytes(k, p) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(head + pa_bytes + pb_bytes));
     uint8_t* base = static_cast<uint8_t*>(ws);
     Buffers buf{reinterpret_cast<double*>(base), reinterpret_cast<int32_t*>(base + scale_bytes),
@@ -438,8 +395,9 @@ class IntConvKernel final : public DnnlKernel {
   // Packs w [m, k] less its zero point (IntGemm's a operand), on the pool when big.
   static void PackWeights(const KernelContext& ctx, int64_t m, int64_t k, const int8_t* w,
                           int32_t zw, int16_t* pa) {
-    ctx.ParallelFor(m, std::max<int64_t>(4, (1 << 16) / std::max<int64_t>(k, 1)),
-                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, w, false, k, zw, i0, i1, pa); });
+    ctx.ParallelFor(
+        m, std::max<int64_t>(4, (1 << 16) / std::max<int64_t>(k, 1)),
+        [&](int64_t i0, int64_t i1) { cpu::IGemmPackA(k, w, false, k, zw, i0, i1, pa); });
   }
 
   // Batch item b: every group's product, then QLinearConv's requantization.
@@ -476,9 +434,9 @@ class IntConvKernel final : public DnnlKernel {
       const int32_t* row = buf.acc + oc * p;
       const int64_t off = (b * g.m + oc) * p;
       if (y.dtype() == DType::kU8) {
-        RequantizeU8Uniform(p, row, bv, buf.scale[oc], yz, y.data<uint8_t>() + off);
+        cpu::RequantizeU8Uniform(p, row, bv, buf.scale[oc], yz, y.data<uint8_t>() + off);
       } else {
-        RequantizeI8Uniform(p, row, bv, buf.scale[oc], yz, y.data<int8_t>() + off);
+        cpu::RequantizeI8Uniform(p, row, bv, buf.scale[oc], yz, y.data<int8_t>() + off);
       }
     }
     return absl::OkStatus();

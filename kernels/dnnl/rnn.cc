@@ -25,12 +25,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/qgemv.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/fast_math.h"
-#include "kernels/dnnl/qgemv.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/qweights.h"
 
@@ -46,28 +47,6 @@ bool IsDefaultLstm(const RnnGateConfig& c) {
   using Kind = reference::RnnActivation::Kind;
   return c.f.kind == Kind::kSigmoid && c.g.kind == Kind::kTanh && c.h.kind == Kind::kTanh &&
          std::isinf(c.clip) && !c.input_forget;
-}
-
-// c = f * c + i * tanh(c~), h = o * tanh(c) with sigmoid gates, for `batch` rows of gates
-// [batch, 4H] (i, o, f, c blocks). One vectorized pass (the cell state is one in/out pointer,
-// so the compiler's overlap checks pass); cloned for AVX-512 and AVX2, picked by the CPU.
-
-DYNVM_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gates, float* c,
-                                 float* h) {
-  const int64_t H = hidden;
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* gi = gates + b * 4 * H;
-    const float* go = gi + H;
-    const float* gf = gi + 2 * H;
-    const float* gc = gi + 3 * H;
-    float* cb = c + b * H;
-    float* hb = h + b * H;
-    for (int64_t j = 0; j < H; ++j) {
-      const float cj = FastSigmoid(gf[j]) * cb[j] + FastSigmoid(gi[j]) * FastTanh(gc[j]);
-      cb[j] = cj;
-      hb[j] = FastSigmoid(go[j]) * FastTanh(cj);
-    }
-  }
 }
 
 // Each GEMM picks its own thread count (ThreadsFor): a sequence's input projection may use the
@@ -87,8 +66,8 @@ absl::Status Gemm(const KernelContext& ctx, char tb, int64_t m, int64_t n, int64
 
 // One direction's weight matrix [rows, cols] read as B = W^T: f32 (read in place as a GEMM
 // operand) or weight-only quantized (dynvm::QLSTM/QGRU/QRNN: contiguous int8 rows with one
-// scale each, or bf16 rows), read by the qgemv.h kernels; for more than kQuantSmallRows rows
-// the caller dequantizes it once into `dequantized` and the f32 GEMM runs.
+// scale each, or bf16 rows), read by the cpu::QGemv microkernels; for more rows than
+// choice::UseQGemv takes, the caller dequantizes it once into `dequantized` and the f32 GEMM runs.
 struct WeightRef {
   DType dtype = DType::kF32;
   const void* data = nullptr;  // the direction's first row
@@ -115,20 +94,20 @@ absl::Status WeightGemm(const KernelContext& ctx, const WeightRef& w, int64_t m,
     return Gemm(ctx, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
                 ldc);
   }
-  if (m > kQuantSmallRows && w.dequantized != nullptr) {
+  if (!choice::UseQGemv(m, n, k) && w.dequantized != nullptr) {
     return Gemm(ctx, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
   }
-  for (int64_t r = 0; r < m; r += kQuantSmallRows) {  // rows beyond: weights re-read from cache
-    const int64_t rows = std::min(kQuantSmallRows, m - r);
+  for (int64_t r = 0; r < m; r += cpu::kQuantSmallRows) {  // rows beyond: weights re-read
+    const int64_t rows = std::min(cpu::kQuantSmallRows, m - r);
     // Weight rows [j0, j1): split across the VM's pool as ParallelGemv splits f32 weights (each
     // worker keeps its rows step to step), 16 rows at a time.
     auto gemv = [&](int64_t j0, int64_t j1) {
       if (w.dtype == DType::kI8) {
-        QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale, j0,
-                j1, beta, c + r * ldc, ldc);
+        cpu::QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale,
+                     j0, j1, beta, c + r * ldc, ldc);
       } else {
-        QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, j0, j1,
-                  beta, c + r * ldc, ldc);
+        cpu::QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, j0,
+                       j1, beta, c + r * ldc, ldc);
       }
     };
     if (ctx.num_threads() > 1 && rows * n * k >= kMinParallelGemv) {
@@ -271,7 +250,7 @@ class RecurrentKernel final : public DnnlKernel {
 
     // Workspace (floats): bias [2 * gh], peephole [3H], xw [seq * batch * gh], h and c
     // [batch * H], hr [batch * gh] and rh [batch * H] (GRU); quantized weights used for more
-    // than kQuantSmallRows rows: W and/or R dequantized ([gh, I], [gh, H]).
+    // rows than choice::UseQGemv takes: W and/or R dequantized ([gh, I], [gh, H]).
     const int64_t bh = batch * hidden;
     const bool gru = a_.cell == RnnCell::kGru;
     int64_t rows = 0, xw_floats = 0, total = 0;
@@ -281,8 +260,9 @@ class RecurrentKernel final : public DnnlKernel {
         total > (int64_t{1} << 60)) {
       return RunReference(ctx, in, out);  // reports the size
     }
-    const int64_t wq_floats = quantized_ && rows > kQuantSmallRows ? gh * input_size : 0;
-    const int64_t rq_floats = quantized_ && batch > kQuantSmallRows ? gh * hidden : 0;
+    const int64_t wq_floats =
+        quantized_ && !choice::UseQGemv(rows, gh, input_size) ? gh * input_size : 0;
+    const int64_t rq_floats = quantized_ && !choice::UseQGemv(batch, gh, hidden) ? gh * hidden : 0;
     if (__builtin_add_overflow(total, wq_floats + rq_floats, &total) ||
         total > (int64_t{1} << 60)) {
       return RunReference(ctx, in, out);
@@ -356,7 +336,7 @@ class RecurrentKernel final : public DnnlKernel {
           case RnnCell::kLstm:
             DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
             if (p == nullptr && IsDefaultLstm(cfg)) {
-              FusedLstmGates(batch, hidden, g, c, h);
+              cpu::LstmGates(batch, hidden, g, c, h);
             } else {
               reference::LstmGates<float>(cfg, batch, hidden, g, p != nullptr ? peep : nullptr, c,
                                           h, c);
@@ -445,9 +425,9 @@ class RecurrentKernel final : public DnnlKernel {
   // W's rows [0, n) of `cols` each, dequantized into dst.
   static void DequantizeRows(const WeightRef& w, int64_t cols, int64_t n, float* dst) {
     if (w.dtype == DType::kI8) {
-      DequantizeRowsI8(cols, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n, dst);
+      cpu::DequantizeRowsI8(cols, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n, dst);
     } else {
-      DequantizeRowsBf16(cols, static_cast<const uint16_t*>(w.data), w.ld, 0, n, dst);
+      cpu::DequantizeRowsBf16(cols, static_cast<const uint16_t*>(w.data), w.ld, 0, n, dst);
     }
   }
 
@@ -472,8 +452,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
   }
   DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, reference::ParseRnnAttrs(spec, cell));
   return std::make_unique<RecurrentKernel>(
-      KernelName(spec, quantized ? absl::StrCat("gemm.", QGemvPath()) : "gemm"), std::move(ref),
-      attrs, quantized);
+      KernelName(spec, quantized ? absl::StrCat("gemm.", QuantizedWeightPath(spec)) : "gemm"),
+      std::move(ref), attrs, quantized);
 }
 
 }  // namespace

@@ -1,36 +1,52 @@
-// Weight-only quantized GEMV / small-M products (qgemv.h).
+// Weight-only quantized GEMV / small-M products (qgemv.h). Tuning notes:
 //
-// AVX-512 and scalar: each weight element is widened to f32 in registers (int8: sign-extend
+// AVX-512 and portable: each weight element is widened to f32 in registers (int8: sign-extend
 // and convert; bf16: shift into the upper half) and multiplied into f32 accumulators; int8 rows
 // are scaled once after the sum. Four output rows run side by side (four independent FMA
 // chains); the activation rows stay in L1. With one activation row (the decode GEMV) AVX-512
-// runs sixteen output rows side by side and sums them with one transpose-and-add tree.
+// runs sixteen output rows side by side and sums them with one transpose-and-add tree. Where
+// the weights sit in L1/L2 (a tiny GPT's 16-64 KB products) the widening (a sign-extension on
+// the shuffle port and a conversion per 16 weights) costs more than loading f32 from cache, so
+// quantized weights pay only where a step reads weights larger than L2.
 //
-// AVX2+FMA (no VNNI, no AVX512_BF16): widening costs two or three instructions per 8 weights,
-// more than the weights' bytes save once they are in cache, so neither type widens to f32:
-// int8 multiplies int16 activations (rounded once per call) in int32 pair sums, bf16 splits
-// each 32-bit pair of weights into its two f32 halves with an AND and a shift (the activations
-// split once per call into even and odd columns). Eight output rows share each activation
-// load (four with two activation rows, two with three or four), summed by one transpose-and-add
-// tree, and each block prefetches the weight rows two blocks ahead (a decode step's rows come
-// from L3 and are too short for the hardware prefetcher's streams).
+// AVX2+FMA: widening costs two or three instructions per 8 weights, more than the weights'
+// bytes save once they are in cache, so neither type widens to f32. int8: each activation row
+// is rounded once per call to int16 (qgemv.h's bound) and 16 weights at a time are
+// sign-extended to int16 and multiplied into int32 pair sums (VPMADDWD: 16 multiply-adds in
+// about three instructions; one per cycle is its ceiling, the same 16 multiply-adds per cycle
+// as two FMAs). bf16: 16 weights are one 256-bit load of 8 32-bit pairs; the odd element of a
+// pair is an f32 once the lower half is masked off, the even one once shifted up, and each
+// activation row is split once per call into even and odd columns, so no weight is shuffled or
+// widened. Eight output rows share each activation load (four with two activation rows, two
+// with three or four), summed by one transpose-and-add tree, and each block prefetches the
+// weight rows two blocks ahead (a decode step's rows come from L3 and are too short for the
+// hardware prefetcher's streams to start). On the AVX2 EPYC the LSTM step's five weights took
+// 105 us in f32, 46 us in int8 and 59 us in bf16 from L3
+// (docs/results/qgemv-gemv-benchmark-2026-11-28.txt; dnnl_qgemv_benchmark).
 //
-// Paths chosen once by __builtin_cpu_supports (explicit intrinsics: the widening does not
+// AVX-512 VNNI, int8: the AVX2 scheme at twice the width with the add fused: activations
+// rounded to int16 as on AVX2, 32 weights per VPMOVSXBW, one VPDPWSSD per weight vector and
+// activation row. AVX-512 BF16: each activation is split once per call into two bf16 halves
+// (hi + lo, qgemv.h's bound) and 32 weights are one load, two VDPBF16PS (hi and lo) per
+// activation row, no widening.
+//
+// Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
-#include "kernels/dnnl/qgemv.h"
-
-#include <immintrin.h>
-
-#include "kernels/dnnl/clones.h"
-
-// GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/cpu/qgemv.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace dynvm::onednn {
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/target.h"
+
+// GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace dynvm::cpu {
 namespace {
 
 inline float Bf16ToF32(uint16_t b) {
@@ -59,9 +75,20 @@ void QGemvScalar(int64_t rows, int64_t k, const float* x, int64_t ldx, const W* 
   }
 }
 
-// ---- AVX-512 ----
+void QGemvI8Portable(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                     int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta, float* y,
+                     int64_t ldy) {
+  QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+}
 
-#define DYNVM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+void QGemvBf16Portable(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                       int64_t ldw, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  QGemvScalar(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
+}
+
+#if DYNVM_CPU_X86
+
+// ---- AVX-512 ----
 
 DYNVM_AVX512 inline __m512 Load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(
@@ -197,13 +224,11 @@ DYNVM_AVX512 void QGemvAvx512(int64_t rows, int64_t k, const float* x, int64_t l
 
 // ---- AVX2 ----
 
-#define DYNVM_AVX2 __attribute__((target("avx2,fma")))
-
 DYNVM_AVX2 inline __m256 Load8(const int8_t* p) {
   return _mm256_cvtepi32_ps(
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-DYNVM_AVX2 inline __m256 Load8(const uint16_t* p) {
+[[maybe_unused]] DYNVM_AVX2 inline __m256 Load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
@@ -300,7 +325,7 @@ DYNVM_AVX2 void StoreBlock(const float* sums, const float* mul, const float* sca
 // over kI16Chunk = 2048 columns (128 pair sums, < 2^30) cannot overflow int32: the lanes are
 // converted to f32 before they are summed, and longer rows are summed 2048 columns at a time.
 inline constexpr int64_t kI16Chunk = 2048;
-inline constexpr float kI16Max = kQGemvI16Max;
+constexpr float kI16Max = kQGemvI16Max;
 
 // The largest |x[i]| of x[0, n), or NaN when x holds NaN or infinity.
 DYNVM_AVX2 float MaxAbs(const float* x, int64_t n) {
@@ -563,122 +588,102 @@ DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t l
   }
 }
 
-DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
-                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
-                          float* y, int64_t ldy) {
+// ---- The levels' entry points ----
+
+// Empty products: nothing to compute (and k <= 0 writes beta * y through the scalar path).
+#define DYNVM_QGEMV_EMPTY(rows, r0, r1) \
+  if ((rows) <= 0 || (r1) <= (r0)) return
+
+DYNVM_AVX2 void QGemvI8Avx2Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                 const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                 int64_t r1, float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
   QGemvI8Avx2(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
-DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
-                          int64_t ldw, const float*, int64_t r0, int64_t r1, float beta, float* y,
-                          int64_t ldy) {
+
+DYNVM_AVX2 void QGemvBf16Avx2Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                   const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                   float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
   QGemvBf16Avx2(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
 }
 
-using Path = QGemvIsa;
-
-Path Detect() {
-  __builtin_cpu_init();
-  if (QGemvIsaSupported(Path::kAvx512)) return Path::kAvx512;
-  return QGemvIsaSupported(Path::kAvx2) ? Path::kAvx2 : Path::kScalar;
+DYNVM_AVX512 void QGemvI8Avx512Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                     const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                     int64_t r1, float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvAvx512(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
 
-Path CurrentPath() {
-  static const Path path = Detect();
-  return path;
+DYNVM_AVX512 void QGemvBf16Avx512Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                       const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                       float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvAvx512<uint16_t>(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
 }
 
-template <typename W>
-void Dispatch(Path path, int64_t rows, int64_t k, const float* x, int64_t ldx, const W* w,
-              int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta, float* y,
-              int64_t ldy) {
-  if (rows <= 0 || r1 <= r0) return;
-  switch (path) {
-    case Path::kAvx512:
-      return QGemvAvx512(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-    case Path::kAvx2:
-      return QGemvAvx2(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-    case Path::kScalar:
-    case Path::kBest:
-      return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-  }
+#endif  // DYNVM_CPU_X86
+
+void QGemvI8PortableEntry(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
+                          float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvI8Portable(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
+
+void QGemvBf16PortableEntry(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                            int64_t ldw, int64_t r0, int64_t r1, float beta, float* y,
+                            int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvBf16Portable(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
+}
+
+#undef DYNVM_QGEMV_EMPTY
 
 }  // namespace
 
-bool QGemvIsaSupported(QGemvIsa isa) {
-  __builtin_cpu_init();
-  switch (isa) {
-    case Path::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    case Path::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    default:
-      return true;
+namespace internal {
+
+void FillQGemv(Isa isa, Dispatch* d) {
+  d->qgemv_i8 = &QGemvI8PortableEntry;
+  d->qgemv_bf16 = &QGemvBf16PortableEntry;
+  d->qgemv_i8_path = "portable";
+  d->qgemv_bf16_path = "portable";
+  d->qgemv_i8_rounds = false;
+  d->qgemv_bf16_splits = false;
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) {
+    d->qgemv_i8 = &QGemvI8Avx2Entry;
+    d->qgemv_bf16 = &QGemvBf16Avx2Entry;
+    d->qgemv_i8_path = "avx2";
+    d->qgemv_bf16_path = "avx2";
+    d->qgemv_i8_rounds = true;
   }
+  if (isa >= Isa::kAvx512) {
+    d->qgemv_i8 = &QGemvI8Avx512Entry;
+    d->qgemv_bf16 = &QGemvBf16Avx512Entry;
+    d->qgemv_i8_path = "avx512";
+    d->qgemv_bf16_path = "avx512";
+    d->qgemv_i8_rounds = false;
+  }
+#endif
 }
 
-bool QGemvI8RoundsActivations(QGemvIsa isa) {
-  return (isa == QGemvIsa::kBest ? CurrentPath() : isa) == Path::kAvx2;
-}
+}  // namespace internal
 
 void QGemvI8(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* q, int64_t ldw,
-             const float* scale, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy,
-             QGemvIsa isa) {
-  Dispatch(isa == QGemvIsa::kBest ? CurrentPath() : isa, rows, k, x, ldx, q, ldw, scale, r0, r1,
-           beta, y, ldy);
+             const float* scale, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  internal::Table().qgemv_i8(rows, k, x, ldx, q, ldw, scale, r0, r1, beta, y, ldy);
 }
 
 void QGemvBf16(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-               int64_t r0, int64_t r1, float beta, float* y, int64_t ldy, QGemvIsa isa) {
-  Dispatch<uint16_t>(isa == QGemvIsa::kBest ? CurrentPath() : isa, rows, k, x, ldx, w, ldw, nullptr,
-                     r0, r1, beta, y, ldy);
+               int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  internal::Table().qgemv_bf16(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
 }
 
-namespace {
+bool QGemvI8RoundsActivations() { return internal::Table().qgemv_i8_rounds; }
+bool QGemvBf16SplitsActivations() { return internal::Table().qgemv_bf16_splits; }
+const char* QGemvI8Path() { return internal::Table().qgemv_i8_path; }
+const char* QGemvBf16Path() { return internal::Table().qgemv_bf16_path; }
 
-// Widening loops the compiler vectorizes (cloned for AVX-512 and AVX2, picked by the CPU;
-// internal: see clones.h).
-DYNVM_CLONES void DequantizeRowsI8Loop(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
-                                       int64_t r0, int64_t r1, float* dst) {
-  for (int64_t j = r0; j < r1; ++j) {
-    const int8_t* row = q + j * ldw;
-    float* d = dst + (j - r0) * k;
-    const float s = scale[j];
-    for (int64_t i = 0; i < k; ++i) d[i] = s * static_cast<float>(row[i]);
-  }
-}
-
-DYNVM_CLONES void DequantizeRowsBf16Loop(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0,
-                                         int64_t r1, float* dst) {
-  for (int64_t j = r0; j < r1; ++j) {
-    const uint16_t* row = w + j * ldw;
-    float* d = dst + (j - r0) * k;
-    for (int64_t i = 0; i < k; ++i) d[i] = Bf16ToF32(row[i]);
-  }
-}
-
-}  // namespace
-
-void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
-                      int64_t r1, float* dst) {
-  DequantizeRowsI8Loop(k, q, ldw, scale, r0, r1, dst);
-}
-
-void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
-                        float* dst) {
-  DequantizeRowsBf16Loop(k, w, ldw, r0, r1, dst);
-}
-
-const char* QGemvPath() {
-  switch (CurrentPath()) {
-    case Path::kAvx512:
-      return "avx512";
-    case Path::kAvx2:
-      return "avx2";
-    default:
-      return "scalar";
-  }
-}
-
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu
