@@ -25,13 +25,12 @@ enum class Act { kGelu, kGeluTanh, kSilu };
 
 class ActivationKernel final : public DnnlKernel {
  public:
-  ActivationKernel(std::string name, std::unique_ptr<Kernel> reference, Act act)
-      : DnnlKernel(std::move(name), std::move(reference)), act_(act) {}
+  ActivationKernel(std::string name, Act act) : DnnlKernel(std::move(name)), act_(act) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "activation"));
     const Tensor& x = *in[0];
-    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "activation"));
     const int64_t n = x.numel();
@@ -63,14 +62,13 @@ class ActivationKernel final : public DnnlKernel {
 };
 
 void Add(KernelRegistry& r, const char* op, Act act) {
-  r.Register(KernelRegistration{
-      "dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
-      [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-        DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-        DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-        return std::make_unique<ActivationKernel>(KernelName(spec), std::move(ref), act);
-      }});
+  r.Register(
+      KernelRegistration{"dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
+                         [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                           DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+                           DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+                           return std::make_unique<ActivationKernel>(KernelName(spec), act);
+                         }});
 }
 
 }  // namespace

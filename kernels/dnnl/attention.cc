@@ -174,8 +174,8 @@ int64_t UnitGrain(const KernelContext& ctx, const AttentionGeometry& g) {
 
 class AttentionKernel final : public DnnlKernel {
  public:
-  AttentionKernel(std::string name, std::unique_ptr<Kernel> reference, AttentionAttrs a)
-      : DnnlKernel(std::move(name), std::move(reference)), a_(std::move(a)) {}
+  AttentionKernel(std::string name, AttentionAttrs a)
+      : DnnlKernel(std::move(name)), a_(std::move(a)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_ASSIGN_OR_RETURN(AttentionGeometry g, reference::PrepareAttention(a_, ctx, in, out));
@@ -233,8 +233,7 @@ void RegisterAttentionKernels(KernelRegistry& r) {
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         DYNVM_ASSIGN_OR_RETURN(AttentionAttrs a, reference::GetAttentionAttrs(spec));
         DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2}));
-        DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-        return std::make_unique<AttentionKernel>(KernelName(spec), std::move(ref), std::move(a));
+        return std::make_unique<AttentionKernel>(KernelName(spec), std::move(a));
       }});
 }
 

@@ -309,12 +309,6 @@ dnnl::primitive_attr UserScratchpadAttr() {
   return attr;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec) {
-  KernelSpec ref = spec;
-  ref.backend = "reference";
-  return KernelRegistry::Global().Create(ref, BackendPolicy{{"reference"}});
-}
-
 std::string KernelName(const KernelSpec& spec, absl::string_view variant) {
   std::string dtype = "any";
   if (!spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType) {
@@ -333,17 +327,6 @@ const char* QuantizedWeightPath(const KernelSpec& spec) {
   return bf16 ? cpu::QGemvBf16Path() : cpu::QGemvI8Path();
 }
 
-absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
-                        size_t max_out) {
-  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.size() < min_out ||
-      spec.outputs.size() > max_out) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.op, ": expected ", min_in, "..", max_in, " inputs and ", min_out, "..",
-                     max_out, " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> input_ports) {
   for (size_t i : input_ports) {
     if (i >= spec.inputs.size()) continue;
@@ -359,18 +342,6 @@ absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> in
       return absl::UnimplementedError(
           absl::StrCat(spec.op, ": the oneDNN kernel produces f32 only"));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
-    }
-  }
-  if (out.empty() || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
   }
   return absl::OkStatus();
 }

@@ -116,7 +116,7 @@ absl::Status BindEntry(Entry* e, absl::string_view what,
     e->key = ShapeKey();  // never matches again
     return s;
   }
-  e->use_reference = !s.ok();
+  e->use_fallback = !s.ok();
   return absl::OkStatus();
 }
 
@@ -470,9 +470,9 @@ constexpr int64_t kOwnWinogradMinTiles = 16;
 
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
-             Activation act, bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  ConvKernel(std::string name, ConvAttrs attrs, bool transpose, Activation act,
+             bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
+      : DnnlKernel(std::move(name)),
         attrs_(std::move(attrs)),
         transpose_(transpose),
         act_(act),
@@ -492,18 +492,18 @@ class ConvKernel final : public DnnlKernel {
         !ConvGeometry(attrs_, x, w, transpose_, &g) ||
         (b != nullptr &&
          (b->dtype() != DType::kF32 || b->rank() != 1 || b->dim(0) != g.m || b->stride(0) != 1))) {
-      return RunReference(ctx, in, out);  // reports the error, if any
+      return RunFallback(ctx, in, out);  // reports the error, if any
     }
     // Channels-last operands are read as dense NHWC buffers: only contiguous tensors qualify
     // (the reference kernel rejects the others).
     if ((blocked_.in && !x.is_contiguous()) ||
         (blocked_.sum && sum != nullptr && !sum->is_contiguous())) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const Dims out_dims = OutDims(g);
     if (sum != nullptr &&
         (sum->dtype() != DType::kF32 || sum->dims() != absl::MakeConstSpan(out_dims))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t macs = g.n * g.m * (g.c / g.g);
     for (int i = 0; i < g.k; ++i) macs *= g.od[i] * g.kd[i];
@@ -532,7 +532,7 @@ class ConvKernel final : public DnnlKernel {
             }
           }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
     if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
@@ -590,7 +590,7 @@ class ConvKernel final : public DnnlKernel {
 
   absl::Status RunPair(KernelContext& ctx, Inputs in, Outputs out) const {
     Geometry g, g2;
-    if (!PairGeometry(in, &g, &g2)) return RunReference(ctx, in, out);
+    if (!PairGeometry(in, &g, &g2)) return RunFallback(ctx, in, out);
     const Tensor& x = *in[0];
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     SetThreads(ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.od[0] * g.od[1]));
@@ -607,7 +607,7 @@ class ConvKernel final : public DnnlKernel {
         BindPair(engine, g, g2, x, *in[1], *in[4], b != nullptr, e);
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, OutDims(g2), "FusedConv"));
     return ExecutePair(ctx, *e, in, out[0]);
@@ -1209,7 +1209,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
   for (size_t i = 2; i < spec.inputs.size(); ++i) {  // B and the residual, when present
     if (spec.inputs[i].dtype != kAnyDType) DYNVM_RETURN_IF_ERROR(RequireF32(spec, {i}));
   }
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   ConvAttrs a;
   DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));
   Activation act;
@@ -1230,8 +1229,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
     DYNVM_ASSIGN_OR_RETURN(dw.act, ReadActivation(spec, "dw_"));
     DYNVM_ASSIGN_OR_RETURN(dw.stride, spec.GetInt("dw_stride", 1));
   }
-  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(ref), std::move(a),
-                                      transpose, act, constant_weights, blocked, dw);
+  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(a), transpose, act,
+                                      constant_weights, blocked, dw);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "kernels/kernel_tester.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
+#include "oneapi/dnnl/dnnl.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -78,7 +79,7 @@ void Check(const Case& c, double tol = 1e-4) {
     Tensor* outs[] = {&y};
     ASSERT_TRUE((*k)->Run(ctx, in, outs).ok());
   }
-  EXPECT_EQ(dk->reference_runs(), 0) << dk->name();
+  EXPECT_EQ(dk->fallback_runs(), 0) << dk->name();
 }
 
 template <typename T>
@@ -701,7 +702,7 @@ TEST(DnnlFusedConv, PointwiseThenDepthwiseMatchesReference) {
         Tensor y;
         Tensor* out[] = {&y};
         ASSERT_TRUE(k->Run(ctx, in, out).ok());
-        EXPECT_EQ(dk->reference_runs(), 0);
+        EXPECT_EQ(dk->fallback_runs(), 0);
         const ConvCacheStats st = GetConvCacheStats(ctx.state().get());
         EXPECT_EQ(st.dw_fused + st.dw_separate, 1);
         if (!in_cl || !out_cl) EXPECT_EQ(st.dw_fused, 0);
@@ -745,7 +746,7 @@ TEST(DnnlConv, WidthChurnIsBounded) {
   EXPECT_EQ(st.binds, 64);
   run(100);  // evicted long ago: binds again
   EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 65);
-  EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k.get())->reference_runs(), 0);
+  EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k.get())->fallback_runs(), 0);
 }
 
 }  // namespace

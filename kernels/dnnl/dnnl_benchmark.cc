@@ -52,8 +52,8 @@ void RunKernel(benchmark::State& state, KernelCall& call, const std::string& bac
                const std::vector<Tensor>& inputs, const std::vector<std::vector<int64_t>>& out_dims,
                int threads) {
   KernelSpec spec = call.spec();
-  absl::StatusOr<std::unique_ptr<Kernel>> k =
-      KernelRegistry::Global().Create(spec, BackendPolicy{{backend}});
+  spec.backend = backend;  // the kernel of `backend`, with the registry's fallback after it
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   if (!k.ok()) {
     state.SkipWithError(std::string(k.status().message()).c_str());
     return;

@@ -112,7 +112,7 @@ TEST(DnnlKernels, PlainShapesAreServedByOneDnn) {
       absl::Status st = RunAt(s, in, c.outputs);
       ASSERT_TRUE(st.ok()) << c.what << ": " << st;
     }
-    EXPECT_EQ(s.dnnl->reference_runs(), 0) << c.what << " (" << s.dnnl->name() << ")";
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0) << c.what << " (" << s.dnnl->name() << ")";
   }
 }
 
@@ -124,14 +124,14 @@ TEST(DnnlKernels, FallbacksAreCounted) {
   relu.In(view).Out(DType::kF32);
   Site s = Make(relu);
   ASSERT_TRUE(RunAt(s, {&view}, 1).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 1);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 1);
   // Sub's first operand broadcast: oneDNN broadcasts only its second.
   Tensor a = Filled({129}), b = Filled({64, 129});
   KernelCall sub("Sub");
   sub.In(a).In(b).Out(DType::kF32);
   Site t = Make(sub);
   ASSERT_TRUE(RunAt(t, {&a, &b}, 1).ok());
-  EXPECT_EQ(t.dnnl->reference_runs(), 1);
+  EXPECT_EQ(t.dnnl->fallback_runs(), 1);
 }
 
 TEST(DnnlKernels, NamesTellTheVariant) {
@@ -169,7 +169,7 @@ TEST(DnnlKernels, ThreadCountChangeRebinds) {
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
   s.ctx->set_num_threads(2);
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
 }
 
 TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
@@ -208,7 +208,7 @@ TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
     std::vector<Tensor> outs(1);
     std::vector<Tensor*> ptrs = {&outs[0]};
     ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
-    EXPECT_EQ(s.dnnl->reference_runs(), 0);
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0);
     const float* py = outs[0].data<float>();
     for (int64_t row = 0; row < heads * t; ++row) {
       const int64_t i = row % t;
@@ -237,7 +237,7 @@ TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
   std::vector<Tensor> outs(1);
   std::vector<Tensor*> ptrs = {&outs[0]};
   ASSERT_TRUE(s.kernel->Run(*s.ctx, {&all_masked}, ptrs).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
   for (int i = 0; i < 8; ++i) {
     if (i < 4) {
       EXPECT_FLOAT_EQ(outs[0].data<float>()[i], 0.25f) << i;
@@ -262,7 +262,7 @@ TEST(DnnlKernels, ErfMatchesLibm) {
   std::vector<Tensor> outs(1);
   std::vector<Tensor*> ptrs = {&outs[0]};
   ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
   const float* y = outs[0].data<float>();
   for (size_t i = 0; i < values.size(); ++i) {
     const double want = std::erf(double{values[i]});
@@ -295,7 +295,7 @@ TEST(DnnlKernels, ActivationsInPlaceMatchOutOfPlace) {
     Tensor alias = inplace;  // the same storage as the input
     std::vector<Tensor*> same = {&alias};
     ASSERT_TRUE(s.kernel->Run(*s.ctx, {&inplace}, same).ok()) << op;
-    EXPECT_EQ(s.dnnl->reference_runs(), 0) << op;
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0) << op;
     ASSERT_EQ(alias.data<float>(), inplace.data<float>());
     for (int64_t i = 0; i < x.numel(); ++i) {
       ASSERT_EQ(alias.data<float>()[i], outs[0].data<float>()[i]) << op << " " << i;
@@ -578,7 +578,7 @@ TEST(DnnlKernels, LinearMatchesTheReference) {
           Tensor y;
           Tensor* outs[1] = {&y};
           ASSERT_TRUE(s.kernel->Run(*s.ctx, in, outs).ok());
-          EXPECT_EQ(s.dnnl->reference_runs(), 0);
+          EXPECT_EQ(s.dnnl->fallback_runs(), 0);
           const std::vector<double> g = testing::ToDoubles(y);
           const std::vector<double> e = testing::ToDoubles((*want)[0]);
           ASSERT_EQ(g.size(), e.size());
@@ -674,7 +674,7 @@ TEST(DnnlKernels, PermutedMatMulMatchesTransposeThenMatMul) {
           std::vector<Tensor> outs(1);
           Tensor* ptrs[1] = {&outs[0]};
           ASSERT_TRUE(s.kernel->Run(*s.ctx, {&a, &b}, ptrs).ok());
-          EXPECT_EQ(s.dnnl->reference_runs(), 0);
+          EXPECT_EQ(s.dnnl->fallback_runs(), 0);
         }
       }
     }

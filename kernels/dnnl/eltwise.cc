@@ -66,9 +66,8 @@ std::optional<cpu::UnaryOp> LoopFor(alg algorithm, float alpha, float beta) {
 
 class UnaryKernel final : public DnnlKernel {
  public:
-  UnaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, float alpha,
-              float beta, bool clip, bool drops_nan)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  UnaryKernel(std::string name, alg algorithm, float alpha, float beta, bool clip, bool drops_nan)
+      : DnnlKernel(std::move(name)),
         algorithm_(algorithm),
         alpha_(alpha),
         beta_(beta),
@@ -80,7 +79,7 @@ class UnaryKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !x.is_contiguous()) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     float alpha = alpha_, beta = beta_;
     if (clip_) {
@@ -88,11 +87,11 @@ class UnaryKernel final : public DnnlKernel {
       for (size_t i = 1; i < 3 && i < in.size(); ++i) {
         if (in[i] == nullptr) continue;
         if (in[i]->dtype() != DType::kF32 || in[i]->numel() != 1) {
-          return RunReference(ctx, in, out);
+          return RunFallback(ctx, in, out);
         }
         (i == 1 ? alpha : beta) = *in[i]->data<float>();
       }
-      if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
+      if (std::isnan(alpha) || std::isnan(beta)) return RunFallback(ctx, in, out);
     }
     if (loop_.has_value() && ctx.num_threads() > 1 && x.numel() >= kMinParallelElements) {
       DYNVM_RETURN_IF_ERROR(
@@ -105,7 +104,7 @@ class UnaryKernel final : public DnnlKernel {
       });
       return absl::OkStatus();
     }
-    if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
+    if (drops_nan_ && HasNaN(x)) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
@@ -121,7 +120,7 @@ class UnaryKernel final : public DnnlKernel {
       dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }
 
@@ -136,36 +135,33 @@ class UnaryKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   float alpha = def.alpha;
   if (def.alpha_attr != nullptr) {
     DYNVM_ASSIGN_OR_RETURN(float a, spec.GetFloat(def.alpha_attr, def.alpha));
     alpha = a;
   }
-  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), def.algorithm, alpha,
-                                       def.beta, /*clip=*/false, def.drops_nan);
+  return std::make_unique<UnaryKernel>(KernelName(spec), def.algorithm, alpha, def.beta,
+                                       /*clip=*/false, def.drops_nan);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   // Opset < 11 gives the bounds as attributes.
   absl::StatusOr<float> lo = spec.GetFloat("min", -std::numeric_limits<float>::infinity());
   absl::StatusOr<float> hi = spec.GetFloat("max", std::numeric_limits<float>::infinity());
   if (!lo.ok()) return lo.status();
   if (!hi.ok()) return hi.status();
-  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), alg::eltwise_clip_v2, *lo,
-                                       *hi, /*clip=*/true, /*drops_nan=*/true);
+  return std::make_unique<UnaryKernel>(KernelName(spec), alg::eltwise_clip_v2, *lo, *hi,
+                                       /*clip=*/true, /*drops_nan=*/true);
 }
 
 // ---- binary ----
 
 class BinaryKernel final : public DnnlKernel {
  public:
-  BinaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, bool commutative,
-               float scale)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  BinaryKernel(std::string name, alg algorithm, bool commutative, float scale)
+      : DnnlKernel(std::move(name)),
         algorithm_(algorithm),
         commutative_(commutative),
         scale_(scale),
@@ -182,24 +178,24 @@ class BinaryKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
     const Tensor* a = in[0];
     const Tensor* b = in[1];
-    if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunReference(ctx, in, out);
+    if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunFallback(ctx, in, out);
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(a->dims(), b->dims());
-    if (!dims.ok()) return RunReference(ctx, in, out);  // reports the shapes
+    if (!dims.ok()) return RunFallback(ctx, in, out);  // reports the shapes
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok()) return RunReference(ctx, in, out);
+    if (!total.ok()) return RunFallback(ctx, in, out);
     const int64_t numel = *total;
-    if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunReference(ctx, in, out);
+    if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunFallback(ctx, in, out);
     const absl::Span<const int64_t> out_dims = *dims;
     // oneDNN broadcasts its second operand only: the first must have every output element.
     if (a->numel() != numel) {
-      if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
+      if (!commutative_ || b->numel() != numel) return RunFallback(ctx, in, out);
       std::swap(a, b);
     }
     if (LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
       return RunLoop(ctx, *a, *b, numel, out[0]);
     }
-    if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
+    if (numel < kMinBinaryElements) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
     SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
@@ -222,7 +218,7 @@ class BinaryKernel final : public DnnlKernel {
       dnnl::binary::primitive_desc pd(d, attr, engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, b_md}, {DNNL_ARG_DST, y_md}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {a->raw_data(), b->raw_data(), out[0]->raw_data()});
   }
 
@@ -278,9 +274,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
   }
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<BinaryKernel>(KernelName(spec), std::move(ref), algorithm, commutative,
-                                        scale);
+  return std::make_unique<BinaryKernel>(KernelName(spec), algorithm, commutative, scale);
 }
 
 // ---- Where ----
@@ -298,27 +292,27 @@ class WhereKernel final : public DnnlKernel {
     const Tensor& x = *in[1];
     const Tensor& y = *in[2];
     if (c.dtype() != DType::kBool || x.dtype() != DType::kF32 || y.dtype() != DType::kF32) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     absl::StatusOr<Dims> cx = reference::BroadcastShapes(c.dims(), x.dims());
-    if (!cx.ok()) return RunReference(ctx, in, out);
+    if (!cx.ok()) return RunFallback(ctx, in, out);
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(*cx, y.dims());
-    if (!dims.ok()) return RunReference(ctx, in, out);
+    if (!dims.ok()) return RunFallback(ctx, in, out);
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok() || *total == 0) return RunReference(ctx, in, out);
+    if (!total.ok() || *total == 0) return RunFallback(ctx, in, out);
     // The block: the largest trailing-dims period among the operands that are not scalars.
     int64_t pc, px, py;
     if (!Period(c, *dims, &pc) || !Period(x, *dims, &px) || !Period(y, *dims, &py)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     // Periods are products of trailing dims: the smallest non-scalar one divides the others.
     int64_t block = *total;
     for (int64_t p : {pc, px, py}) {
       if (p > 1) block = std::min(block, p);
     }
-    if (pc == 1 && c.numel() == 1) return RunReference(ctx, in, out);  // a scalar condition
+    if (pc == 1 && c.numel() == 1) return RunFallback(ctx, in, out);  // a scalar condition
     if (pc % block != 0 || (px > 1 && px % block != 0) || (py > 1 && py % block != 0)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
     const int64_t blocks = *total / block;
@@ -372,8 +366,7 @@ class WhereKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<WhereKernel>(KernelName(spec), std::move(ref));
+  return std::make_unique<WhereKernel>(KernelName(spec));
 }
 
 // ---- Erf ----
@@ -385,7 +378,7 @@ class ErfKernel final : public DnnlKernel {
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
     const Tensor& x = *in[0];
-    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
@@ -399,8 +392,7 @@ class ErfKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<ErfKernel>(KernelName(spec), std::move(ref));
+  return std::make_unique<ErfKernel>(KernelName(spec));
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

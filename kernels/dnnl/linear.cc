@@ -158,11 +158,8 @@ void RunPacked(const Product& p, const float* packed, int64_t i0, int64_t i1) {
 
 class LinearKernel final : public DnnlKernel {
  public:
-  LinearKernel(std::string name, std::unique_ptr<Kernel> reference, LinearAttrs attrs,
-               bool constant_weights)
-      : DnnlKernel(std::move(name), std::move(reference)),
-        attrs_(attrs),
-        constant_weights_(constant_weights) {}
+  LinearKernel(std::string name, LinearAttrs attrs, bool constant_weights)
+      : DnnlKernel(std::move(name)), attrs_(attrs), constant_weights_(constant_weights) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Linear"));
@@ -171,14 +168,14 @@ class LinearKernel final : public DnnlKernel {
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     if (w.rank() != 2 || (w.stride(1) != 1 && w.dim(1) != 1) ||
         (b != nullptr && !b->is_contiguous())) {
-      return RunReference(ctx, in, out);  // checks the shapes too
+      return RunFallback(ctx, in, out);  // checks the shapes too
     }
     DYNVM_ASSIGN_OR_RETURN(reference::LinearGeometry g,
                            reference::PrepareLinear(attrs_, ctx, in, out));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
     const int64_t ldw = w.dim(0) == 1 ? std::max<int64_t>(w.dim(1), 1) : w.stride(0);
-    if (ldw < std::max<int64_t>(w.dim(1), 1)) return RunReference(ctx, in, out);
+    if (ldw < std::max<int64_t>(w.dim(1), 1)) return RunFallback(ctx, in, out);
     Product p{attrs_.act,
               g.m,
               g.n,
@@ -266,10 +263,8 @@ class LinearKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLinear(const KernelSpec& spec) {
   DYNVM_ASSIGN_OR_RETURN(LinearAttrs attrs, reference::GetLinearAttrs(spec));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(const int64_t constant_weights, spec.GetInt("constant_weights", 0));
-  return std::make_unique<LinearKernel>(KernelName(spec, "sgemm"), std::move(ref), attrs,
-                                        constant_weights == 1);
+  return std::make_unique<LinearKernel>(KernelName(spec, "sgemm"), attrs, constant_weights == 1);
 }
 
 }  // namespace

@@ -222,18 +222,15 @@ struct MatMulState : KernelState {
 // stride, which compiler/rewrite/matmul_transpose.cc never makes).
 class MatMulKernel final : public DnnlKernel {
  public:
-  MatMulKernel(std::string name, std::unique_ptr<Kernel> reference,
-               std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
-      : DnnlKernel(std::move(name), std::move(reference)),
-        a_perm_(std::move(a_perm)),
-        b_perm_(std::move(b_perm)) {}
+  MatMulKernel(std::string name, std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
+      : DnnlKernel(std::move(name)), a_perm_(std::move(a_perm)), b_perm_(std::move(b_perm)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
     if (a_perm_.empty() && b_perm_.empty()) return RunOn(ctx, *in[0], *in[1], in, out);
     absl::StatusOr<Tensor> a = reference::PermutedView(*in[0], a_perm_, "MatMul", "a_perm");
     absl::StatusOr<Tensor> b = reference::PermutedView(*in[1], b_perm_, "MatMul", "b_perm");
-    if (!a.ok() || !b.ok()) return RunReference(ctx, in, out);  // reports the bad permutation
+    if (!a.ok() || !b.ok()) return RunFallback(ctx, in, out);  // reports the bad permutation
     return RunOn(ctx, *a, *b, in, out);
   }
 
@@ -242,7 +239,7 @@ class MatMulKernel final : public DnnlKernel {
   absl::Status RunOn(KernelContext& ctx, const Tensor& a, const Tensor& b, Inputs in,
                      Outputs out) const {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
-      return RunReference(ctx, in, out);  // the reference kernel reports the error
+      return RunFallback(ctx, in, out);  // the reference kernel reports the error
     }
     SetThreads(
         ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
@@ -254,7 +251,7 @@ class MatMulKernel final : public DnnlKernel {
     if (!st->valid || st->key != key) {
       st->valid = false;
       absl::Status s = Plan(a, b, st);
-      if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
+      if (!s.ok()) return RunFallback(ctx, in, out);  // reports the shape error
       const MatMulPlan& p = st->plan;
       st->use_primitive = false;
       st->offsets.clear();
@@ -435,8 +432,7 @@ struct GemmState : KernelState {
 
 class GemmKernel final : public DnnlKernel {
  public:
-  GemmKernel(std::string name, std::unique_ptr<Kernel> reference, GemmAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+  GemmKernel(std::string name, GemmAttrs attrs) : DnnlKernel(std::move(name)), attrs_(attrs) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
@@ -445,7 +441,7 @@ class GemmKernel final : public DnnlKernel {
     const Tensor* c = in.size() > 2 ? in[2] : nullptr;
     if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::kF32 || b.dtype() != DType::kF32 ||
         (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (attrs_.trans_b ? b.dim(0) : b.dim(1))));
     ShapeKey key;
@@ -457,7 +453,7 @@ class GemmKernel final : public DnnlKernel {
     const bool use_c = c != nullptr && attrs_.beta != 0;
     if (!st->valid || st->key != key) {
       st->valid = false;
-      if (!Plan(a, b, c, st)) return RunReference(ctx, in, out);
+      if (!Plan(a, b, c, st)) return RunFallback(ctx, in, out);
       // The primitive takes C as its bias when C is one row added as is (beta = 1).
       const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
@@ -555,18 +551,16 @@ class GemmKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePermutedMatMul(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a_perm, spec.GetInts("a_perm"));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> b_perm, spec.GetInts("b_perm"));
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref),
-                                        std::move(a_perm), std::move(b_perm));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(a_perm),
+                                        std::move(b_perm));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
@@ -575,8 +569,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   if (spec.inputs.size() > 2 && spec.inputs[2].dtype != kAnyDType) {
     DYNVM_RETURN_IF_ERROR(RequireF32(spec, {2}));
   }
-  // The reference factory validates the attributes; its errors are the spec's errors.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) validates the
+  // attributes; its errors are the spec's errors.
   GemmAttrs g;
   absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);
   absl::StatusOr<float> beta = spec.GetFloat("beta", 1.0f);
@@ -589,7 +583,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   g.beta = *beta;
   g.trans_a = *ta == 1;
   g.trans_b = *tb == 1;
-  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref), g);
+  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), g);
 }
 
 }  // namespace

@@ -148,8 +148,8 @@ void ChannelsLastMaxPool(const KernelContext& ctx, const PoolGeometry& g, const 
 
 class PoolKernel final : public DnnlKernel {
  public:
-  PoolKernel(std::string name, std::unique_ptr<Kernel> reference, PoolAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(std::move(attrs)) {}
+  PoolKernel(std::string name, PoolAttrs attrs)
+      : DnnlKernel(std::move(name)), attrs_(std::move(attrs)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Pool"));
@@ -175,7 +175,7 @@ class PoolKernel final : public DnnlKernel {
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !PoolPlan(attrs_, x, &g) ||
         (attrs_.channels_last_in && !x.is_contiguous()) ||
         (g.extended && !attrs_.max && attrs_.count_include_pad) || (attrs_.max && HasNaN(x))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     Dims out_dims = {x.dim(0), x.dim(1)};
     for (int i = 0; i < g.k; ++i) out_dims.push_back(g.od[i]);
@@ -218,7 +218,7 @@ class PoolKernel final : public DnnlKernel {
         }
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Pool"));
     if (!e->dst_reorder.bound()) {
       return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
@@ -250,7 +250,6 @@ class PoolKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool max, bool global) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 2));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   if (spec.outputs.size() > 1) {
     return absl::UnimplementedError("MaxPool: the Indices output is the reference kernel's");
   }
@@ -279,15 +278,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool 
     a.ceil_mode = ceil != 0;
     a.count_include_pad = cip != 0;
   }
-  return std::make_unique<PoolKernel>(KernelName(spec), std::move(ref), std::move(a));
+  return std::make_unique<PoolKernel>(KernelName(spec), std::move(a));
 }
 
 // ---- BatchNormalization (inference) ----
 
 class BatchNormKernel final : public DnnlKernel {
  public:
-  BatchNormKernel(std::string name, std::unique_ptr<Kernel> reference, float epsilon)
-      : DnnlKernel(std::move(name), std::move(reference)), epsilon_(epsilon) {}
+  BatchNormKernel(std::string name, float epsilon)
+      : DnnlKernel(std::move(name)), epsilon_(epsilon) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 5, out, "BatchNormalization"));
@@ -297,7 +296,7 @@ class BatchNormKernel final : public DnnlKernel {
       plain = in[i]->dtype() == DType::kF32 && in[i]->rank() == 1 && in[i]->dim(0) == x.dim(1) &&
               in[i]->is_contiguous();
     }
-    if (!plain) return RunReference(ctx, in, out);
+    if (!plain) return RunFallback(ctx, in, out);
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
@@ -324,7 +323,7 @@ class BatchNormKernel final : public DnnlKernel {
                           {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "BatchNormalization"));
     return ExecuteBound(ctx, e->main,
@@ -338,7 +337,6 @@ class BatchNormKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNorm(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 5, 5, 1, 3));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(int64_t training, spec.GetInt("training_mode", 0));
   DYNVM_ASSIGN_OR_RETURN(int64_t is_test, spec.GetInt("is_test", 1));
   if (spec.outputs.size() > 1 || training != 0 || is_test == 0) {
@@ -346,26 +344,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNorm(const KernelSpec& spec) 
   }
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2, 3, 4}));
   DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
-  return std::make_unique<BatchNormKernel>(KernelName(spec), std::move(ref), epsilon);
+  return std::make_unique<BatchNormKernel>(KernelName(spec), epsilon);
 }
 
 // ---- LRN ----
 
 class LrnKernel final : public DnnlKernel {
  public:
-  LrnKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t size, float alpha,
-            float beta, float bias)
-      : DnnlKernel(std::move(name), std::move(reference)),
-        size_(size),
-        alpha_(alpha),
-        beta_(beta),
-        bias_(bias) {}
+  LrnKernel(std::string name, int64_t size, float alpha, float beta, float bias)
+      : DnnlKernel(std::move(name)), size_(size), alpha_(alpha), beta_(beta), bias_(bias) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LRN"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || x.rank() < 3 || x.rank() > 5 || x.numel() == 0) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel() * size_));
     ShapeKey key;
@@ -386,7 +379,7 @@ class LrnKernel final : public DnnlKernel {
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LRN"));
     return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
   }
@@ -398,7 +391,6 @@ class LrnKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLrn(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   DYNVM_ASSIGN_OR_RETURN(int64_t size, spec.GetInt("size", 0));
   DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("alpha", 1e-4f));
@@ -406,7 +398,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLrn(const KernelSpec& spec) {
   DYNVM_ASSIGN_OR_RETURN(float bias, spec.GetFloat("bias", 1.0f));
   // oneDNN centres an even window differently from ONNX (which puts the extra channel after).
   if (size % 2 == 0) return absl::UnimplementedError("LRN: an even size is the reference kernel's");
-  return std::make_unique<LrnKernel>(KernelName(spec), std::move(ref), size, alpha, beta, bias);
+  return std::make_unique<LrnKernel>(KernelName(spec), size, alpha, beta, bias);
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

@@ -31,7 +31,7 @@ class QMatMulKernel final : public DnnlKernel {
     const Tensor* scale = in.size() > 2 ? in[2] : nullptr;
     if (!reference::CheckQuantizedWeight(w, scale, 2, "QMatMul").ok() || a.dtype() != DType::kF32 ||
         a.rank() < 1 || a.dim(a.rank() - 1) != w.dim(1) || !a.is_contiguous()) {
-      return RunReference(ctx, in, out);  // reports the error, or serves strided A
+      return RunFallback(ctx, in, out);  // reports the error, or serves strided A
     }
     const int64_t n = w.dim(0), k = w.dim(1);
     reference::Dims dims(a.dims().begin(), a.dims().end());
@@ -77,12 +77,10 @@ class QMatMulKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateQMatMul(const KernelSpec& spec) {
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   if (spec.inputs.empty() || spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
     return absl::UnimplementedError("QMatMul: the oneDNN kernel takes f32 activations only");
   }
-  return std::make_unique<QMatMulKernel>(KernelName(spec, QuantizedWeightPath(spec)),
-                                         std::move(ref));
+  return std::make_unique<QMatMulKernel>(KernelName(spec, QuantizedWeightPath(spec)));
 }
 
 }  // namespace

@@ -121,8 +121,8 @@ void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const vo
 
 class QuantKernel final : public DnnlKernel {
  public:
-  QuantKernel(std::string name, std::unique_ptr<Kernel> reference, bool quantize, int64_t axis)
-      : DnnlKernel(std::move(name), std::move(reference)), quantize_(quantize), axis_(axis) {}
+  QuantKernel(std::string name, bool quantize, int64_t axis)
+      : DnnlKernel(std::move(name)), quantize_(quantize), axis_(axis) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(
@@ -140,13 +140,13 @@ class QuantKernel final : public DnnlKernel {
         (zp != nullptr && (!zp->is_contiguous() || zp->numel() != scale.numel())) ||
         (out[0]->defined() && out[0]->dtype() != (quantize_ ? q : DType::kF32)) ||
         !CheckQuantScale(scale, "scale").ok()) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t outer = 1, channels = 1, inner = x.numel();
     if (scale.numel() != 1) {
       const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
       if (axis < 0 || axis >= x.rank() || x.dim(static_cast<int>(axis)) != scale.numel()) {
-        return RunReference(ctx, in, out);
+        return RunFallback(ctx, in, out);
       }
       channels = scale.numel();
       inner = 1;
@@ -185,8 +185,8 @@ class QuantKernel final : public DnnlKernel {
 
 class IntMatMulKernel final : public DnnlKernel {
  public:
-  IntMatMulKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear)
-      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear) {}
+  IntMatMulKernel(std::string name, bool qlinear)
+      : DnnlKernel(std::move(name)), qlinear_(qlinear) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     const char* op = qlinear_ ? "QLinearMatMul" : "MatMulInteger";
@@ -197,13 +197,13 @@ class IntMatMulKernel final : public DnnlKernel {
     const Tensor* za = at(2);
     const Tensor* zb = at(qlinear_ ? 5 : 3);
     if (!Usable(a, b, za, zb) || (qlinear_ && !UsableScales(in, b.dim(1)))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int64_t k = a.dim(a.rank() - 1), n = b.dim(1), m = a.numel() / k;
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
-    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
     // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point
     // (s16, in room for k s32); QLinearMatMul's s32 product; a u8 b shifted to s8.
@@ -323,8 +323,8 @@ struct ConvAttrs {
 
 class IntConvKernel final : public DnnlKernel {
  public:
-  IntConvKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear, ConvAttrs a)
-      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear), a_(std::move(a)) {}
+  IntConvKernel(std::string name, bool qlinear, ConvAttrs a)
+      : DnnlKernel(std::move(name)), qlinear_(qlinear), a_(std::move(a)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
@@ -337,10 +337,10 @@ class IntConvKernel final : public DnnlKernel {
     const Tensor* bias = qlinear_ ? at(8) : nullptr;
     Geometry g;
     if (!Usable(x, w, xz, wz, bias, &g) || (qlinear_ && !UsableScales(in, g.m))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
-    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
     if (x.rank() == 3) dims.erase(dims.begin() + 2);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
@@ -592,27 +592,29 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec,
   DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
   DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
   DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), std::move(ref), qlinear,
-                                         std::move(a));
+  return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), qlinear, std::move(a));
 }
 
 void RegisterQuantKernels(KernelRegistry& r) {
+  // The im2col convolution: after qconv.cc's int8 convolution primitive in the chain.
+  for (bool qlinear : {false, true}) {
+    r.Register(KernelRegistration{
+        "", qlinear ? "QLinearConv" : "ConvInteger", Device::kCPU, kBackend, kDnnlSecondPriority,
+        [qlinear](const KernelSpec& spec) { return CreateIm2ColConv(spec, qlinear); }});
+  }
   for (bool quantize : {true, false}) {
     Add(r, quantize ? "QuantizeLinear" : "DequantizeLinear",
         [quantize](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
           DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-          return std::make_unique<QuantKernel>(KernelName(spec), std::move(ref), quantize, axis);
+          return std::make_unique<QuantKernel>(KernelName(spec), quantize, axis);
         });
   }
   for (bool qlinear : {false, true}) {
     Add(r, qlinear ? "QLinearMatMul" : "MatMulInteger",
         [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 8 : 4, 1, 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-          return std::make_unique<IntMatMulKernel>(KernelName(spec), std::move(ref), qlinear);
+          return std::make_unique<IntMatMulKernel>(KernelName(spec), qlinear);
         });
   }
 }

@@ -67,16 +67,15 @@ struct ReduceAttrs {
 
 class ReduceKernel final : public DnnlKernel {
  public:
-  ReduceKernel(std::string name, std::unique_ptr<Kernel> reference, const ReduceDef& def,
-               ReduceAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), def_(def), attrs_(std::move(attrs)) {}
+  ReduceKernel(std::string name, const ReduceDef& def, ReduceAttrs attrs)
+      : DnnlKernel(std::move(name)), def_(def), attrs_(std::move(attrs)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, def_.op));
     const Tensor& x = *in[0];
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || rank == 0 || x.numel() == 0) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     // The reduced axes, from the input (newer opsets) or the attribute.
     bool mask[Tensor::kMaxRank] = {};
@@ -87,7 +86,7 @@ class ReduceKernel final : public DnnlKernel {
     const int64_t n = axes_in != nullptr ? n_in : n_attr;
     if (axes_in != nullptr && (axes_in->rank() > 1 || (axes_in->dtype() != DType::kI64 &&
                                                        axes_in->dtype() != DType::kI32))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     for (int64_t i = 0; i < n; ++i) {
       int64_t a;
@@ -98,12 +97,12 @@ class ReduceKernel final : public DnnlKernel {
         a = axes_in->dtype() == DType::kI64 ? axes_in->data<int64_t>()[off]
                                             : axes_in->data<int32_t>()[off];
       }
-      if (a < -rank || a >= rank || mask[a < 0 ? a + rank : a]) return RunReference(ctx, in, out);
+      if (a < -rank || a >= rank || mask[a < 0 ? a + rank : a]) return RunFallback(ctx, in, out);
       mask[a < 0 ? a + rank : a] = true;
       ++num_axes;
     }
     if (num_axes == 0) {
-      if (attrs_.noop_with_empty_axes) return RunReference(ctx, in, out);
+      if (attrs_.noop_with_empty_axes) return RunFallback(ctx, in, out);
       for (int d = 0; d < rank; ++d) mask[d] = true;
     }
     int64_t dst_dims[Tensor::kMaxRank], out_dims[Tensor::kMaxRank];
@@ -120,7 +119,7 @@ class ReduceKernel final : public DnnlKernel {
     if ((def_.algorithm == dnnl::algorithm::reduction_max ||
          def_.algorithm == dnnl::algorithm::reduction_min) &&
         HasNaN(x)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(
         ctx, out[0], DType::kF32, absl::MakeConstSpan(out_dims, out_rank), def_.op));
@@ -175,7 +174,7 @@ class ReduceKernel final : public DnnlKernel {
       dnnl::reduction::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }
 
@@ -186,8 +185,8 @@ class ReduceKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReduce(const KernelSpec& spec, const ReduceDef& def) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1, 1));
-  // The reference factory validates the attributes: its errors are the spec's.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) validates the
+  // attributes: its errors are the spec's.
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   ReduceAttrs a;
   absl::StatusOr<int64_t> keepdims = spec.GetInt("keepdims", 1);
@@ -199,7 +198,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReduce(const KernelSpec& spec, con
   a.keepdims = *keepdims != 0;
   a.noop_with_empty_axes = *noop != 0;
   a.axes = *std::move(axes);
-  return std::make_unique<ReduceKernel>(KernelName(spec), std::move(ref), def, std::move(a));
+  return std::make_unique<ReduceKernel>(KernelName(spec), def, std::move(a));
 }
 
 }  // namespace

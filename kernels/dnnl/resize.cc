@@ -84,8 +84,7 @@ bool ResizePlan(const ResizeAttrs& a, const Tensor& x, const Tensor* scales_t,
 
 class ResizeKernel final : public DnnlKernel {
  public:
-  ResizeKernel(std::string name, std::unique_ptr<Kernel> reference, ResizeAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+  ResizeKernel(std::string name, ResizeAttrs attrs) : DnnlKernel(std::move(name)), attrs_(attrs) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Resize"));
@@ -94,7 +93,7 @@ class ResizeKernel final : public DnnlKernel {
     const Tensor* sizes = in.size() > 3 ? in[3] : nullptr;
     Dims out_dims;
     if (!ResizePlan(attrs_, x, scales, sizes, &out_dims) || (attrs_.linear && HasNonFinite(x))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t out_elements = 1;
     for (int64_t d : out_dims) out_elements *= d;
@@ -118,7 +117,7 @@ class ResizeKernel final : public DnnlKernel {
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Resize"));
     return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
   }
@@ -129,7 +128,6 @@ class ResizeKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateResize(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 4, 1, 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   if (spec.Find("opset10") != nullptr || spec.Find("axes") != nullptr) {
     return absl::UnimplementedError("Resize: opset 10 and `axes` are the reference kernel's");
@@ -159,7 +157,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateResize(const KernelSpec& spec) {
     return absl::UnimplementedError(absl::StrCat("Resize: mode ", mode, " with ", transform, " (",
                                                  nearest, ") is the reference kernel's"));
   }
-  return std::make_unique<ResizeKernel>(KernelName(spec), std::move(ref), a);
+  return std::make_unique<ResizeKernel>(KernelName(spec), a);
 }
 
 }  // namespace

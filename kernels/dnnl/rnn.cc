@@ -155,9 +155,8 @@ void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
 
 class RecurrentKernel final : public DnnlKernel {
  public:
-  RecurrentKernel(std::string name, std::unique_ptr<Kernel> reference, RnnAttrs attrs,
-                  bool quantized)
-      : DnnlKernel(std::move(name), std::move(reference)), a_(attrs), quantized_(quantized) {}
+  RecurrentKernel(std::string name, RnnAttrs attrs, bool quantized)
+      : DnnlKernel(std::move(name)), a_(attrs), quantized_(quantized) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
@@ -173,10 +172,10 @@ class RecurrentKernel final : public DnnlKernel {
     const Tensor* p = lstm ? input(7) : nullptr;
     if (x == nullptr || w == nullptr || r == nullptr || x->rank() != 3 || w->rank() != 3 ||
         r->rank() != 3) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     for (const Tensor* t : {x, b, h0, c0, p}) {
-      if (t != nullptr && t->dtype() != DType::kF32) return RunReference(ctx, in, out);
+      if (t != nullptr && t->dtype() != DType::kF32) return RunFallback(ctx, in, out);
     }
     const Tensor* w_scale = quantized_ ? input(8) : nullptr;
     const Tensor* r_scale = quantized_ ? input(9) : nullptr;
@@ -184,7 +183,7 @@ class RecurrentKernel final : public DnnlKernel {
                          !reference::CheckQuantizedWeight(*r, r_scale, 3, "R").ok() ||
                          w->dtype() != r->dtype()
                    : w->dtype() != DType::kF32 || r->dtype() != DType::kF32) {
-      return RunReference(ctx, in, out);  // reports the error
+      return RunFallback(ctx, in, out);  // reports the error
     }
     const bool batch_major = a_.layout == 1;
     const int64_t seq = x->dim(batch_major ? 1 : 0);
@@ -197,7 +196,7 @@ class RecurrentKernel final : public DnnlKernel {
     constexpr int64_t kLimit = int64_t{1} << 31;
     if (seq <= 0 || batch <= 0 || input_size <= 0 || hidden <= 0 || seq > kLimit ||
         batch > kLimit || input_size > kLimit || hidden > kLimit / 8) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int64_t gh = gates * hidden;
     auto dims_are = [](const Tensor* t, std::initializer_list<int64_t> want) {
@@ -207,20 +206,20 @@ class RecurrentKernel final : public DnnlKernel {
     if (!dims_are(w, {nd, gh, input_size}) || !dims_are(r, {nd, gh, hidden}) ||
         !dims_are(b, {nd, 2 * gh}) || !dims_are(h0, {s0, s1, hidden}) ||
         !dims_are(c0, {s0, s1, hidden}) || !dims_are(p, {nd, 3 * hidden})) {
-      return RunReference(ctx, in, out);  // reports the mismatch
+      return RunFallback(ctx, in, out);  // reports the mismatch
     }
-    if (lens != nullptr && !FullLengths(*lens, batch, seq)) return RunReference(ctx, in, out);
+    if (lens != nullptr && !FullLengths(*lens, batch, seq)) return RunFallback(ctx, in, out);
     char w_trans = 'T', r_trans = 'T';
     int64_t ldw = input_size, ldr = hidden;  // quantized weights are contiguous
     if ((!quantized_ &&
          (!WeightOperand(*w, &w_trans, &ldw) || !WeightOperand(*r, &r_trans, &ldr))) ||
         (x->stride(2) != 1 && input_size > 1)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     // X's rows in (time, batch) order: one matrix with row stride x_row when uniformly
     // spaced (-1 otherwise: one GEMM per step, rows sxb apart).
     const int64_t sxt = x->stride(batch_major ? 1 : 0), sxb = x->stride(batch_major ? 0 : 1);
-    if (batch > 1 && sxb < input_size) return RunReference(ctx, in, out);
+    if (batch > 1 && sxb < input_size) return RunFallback(ctx, in, out);
     const int64_t lda_step = batch == 1 ? input_size : sxb;
     int64_t x_row = -1;
     if (seq * batch == 1) {
@@ -258,14 +257,14 @@ class RecurrentKernel final : public DnnlKernel {
         __builtin_add_overflow(
             xw_floats, 2 * gh + 3 * hidden + 2 * bh + (gru ? batch * gh + bh : 0), &total) ||
         total > (int64_t{1} << 60)) {
-      return RunReference(ctx, in, out);  // reports the size
+      return RunFallback(ctx, in, out);  // reports the size
     }
     const int64_t wq_floats =
         quantized_ && !choice::UseQGemv(rows, gh, input_size) ? gh * input_size : 0;
     const int64_t rq_floats = quantized_ && !choice::UseQGemv(batch, gh, hidden) ? gh * hidden : 0;
     if (__builtin_add_overflow(total, wq_floats + rq_floats, &total) ||
         total > (int64_t{1} << 60)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(total) * sizeof(float)));
     float* bias = static_cast<float*>(ws);
@@ -436,8 +435,8 @@ class RecurrentKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, RnnCell cell) {
-  // The reference factory validates arity, dtypes and attributes: its errors are the spec's.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) validates arity,
+  // dtypes and attributes: its errors are the spec's.
   const bool quantized = spec.domain == "dynvm";
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     if (i == 4) continue;                           // sequence_lens: an integer tensor
@@ -453,7 +452,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
   DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, reference::ParseRnnAttrs(spec, cell));
   return std::make_unique<RecurrentKernel>(
       KernelName(spec, quantized ? absl::StrCat("gemm.", QuantizedWeightPath(spec)) : "gemm"),
-      std::move(ref), attrs, quantized);
+      attrs, quantized);
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ bool Simplify(const TransposeAttrs& a, const Tensor& x, View* v) {
 struct TransposeState : KernelState {
   ShapeKey key;
   bool valid = false;
-  bool use_reference = false;
+  bool use_fallback = false;
   int binds = 0;  // shapes this site has seen
   std::vector<BoundPrimitive> parts;
   std::vector<int64_t> starts;  // parts.size() + 1 row offsets
@@ -121,14 +121,14 @@ absl::Status BindParts(TransposeState* st, const View& v, int ranges) {
 
 class TransposeKernel final : public DnnlKernel {
  public:
-  TransposeKernel(std::string name, std::unique_ptr<Kernel> reference, TransposeAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(std::move(attrs)) {}
+  TransposeKernel(std::string name, TransposeAttrs attrs)
+      : DnnlKernel(std::move(name)), attrs_(std::move(attrs)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Transpose"));
     const Tensor& x = *in[0];
     View v;
-    if (!Simplify(attrs_, x, &v)) return RunReference(ctx, in, out);
+    if (!Simplify(attrs_, x, &v)) return RunFallback(ctx, in, out);
     const int64_t bytes = v.elements * static_cast<int64_t>(sizeof(float));
     const int ranges = ctx.num_threads() > 1 && bytes >= reference::kMinParallelCopyBytes
                            ? static_cast<int>(std::min<int64_t>(ctx.num_threads(), v.dims[0]))
@@ -142,16 +142,16 @@ class TransposeKernel final : public DnnlKernel {
       // A site whose shapes keep changing binds for its first kMaxPrimitiveBinds shapes, then
       // only for large ones (common.h): binding costs more than a small copy.
       if (++st->binds > kMaxPrimitiveBinds && v.elements <= kChurnMaxElements) {
-        st->use_reference = true;
+        st->use_fallback = true;
       } else {
         absl::Status s = BindParts(st, v, ranges);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;
-        st->use_reference = !s.ok();
+        st->use_fallback = !s.ok();
       }
       st->key = key;
       st->valid = true;
     }
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     const int rank = x.rank();
     reference::Dims out_dims(rank);
     for (int i = 0; i < rank; ++i) {
@@ -198,13 +198,13 @@ class TransposeKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateTranspose(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  // The reference kernel's factory checks that perm is a permutation.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) checks that
+  // perm is a permutation.
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   TransposeAttrs a;
   a.has_perm = spec.Find("perm") != nullptr;
   DYNVM_ASSIGN_OR_RETURN(a.perm, spec.GetInts("perm"));
-  return std::make_unique<TransposeKernel>(KernelName(spec), std::move(ref), std::move(a));
+  return std::make_unique<TransposeKernel>(KernelName(spec), std::move(a));
 }
 
 }  // namespace

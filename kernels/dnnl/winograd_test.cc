@@ -28,6 +28,7 @@
 #include "kernels/dnnl/conv.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
+#include "oneapi/dnnl/dnnl.h"
 
 namespace dynvm::onednn {
 namespace {
