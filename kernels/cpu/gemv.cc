@@ -1,12 +1,13 @@
 // The GEMV microkernel (gemv.h). Two forms:
 // - Dot ('T', a [N, K] weight: a Linear layer's, an RNN's): y[j] = x . w[j, :], four rows at a
-//   time (four streams). AVX-512 adds software prefetch: while four rows are read, the four rows
-//   eight ahead are prefetched, one cache line per row per step; on the LSTM LM's weights (4.7
-//   MB per token, in L3) this read ~118 GB/s against ~92 for the generic loop, whose
-//   hardware-prefetched streams start cold at every row group. AVX2 runs two 8-lane accumulators
-//   per row (eight FMA chains from registers): GCC's AVX2 code of the generic 16-lane loop kept
-//   its accumulators on the stack (about 2 GFLOP/s on an LSTM's 512x128 recurrent weights, 39% of
-//   the CRNN's time on the AVX2 EPYC).
+//   time (four streams). AVX-512 adds software prefetch on Intel: while four rows are read, the
+//   four rows eight ahead are prefetched, one cache line per row per step; on the LSTM LM's
+//   weights (4.7 MB per token, in L3) an AVX-512 Xeon read ~118 GB/s against ~92 for the generic
+//   loop, whose hardware-prefetched streams start cold at every row group. AMD Zen 4's hardware
+//   prefetcher keeps up, and the prefetch instructions cost it 20% (FillGemv). AVX2 runs two 8-lane
+//   accumulators per row (eight FMA chains from registers): GCC's AVX2 code of the generic 16-lane
+//   loop kept its accumulators on the stack (about 2 GFLOP/s on an LSTM's 512x128 recurrent
+//   weights, 39% of the CRNN's time on the AVX2 EPYC).
 // - Axpy ('N', a row-major [K, N] weight: torch's MatMul export of a Linear layer): 64 columns
 //   of y accumulate x[i] * b[i, :] down the rows. AVX2 holds the 64 columns in eight registers
 //   (GCC spilled the generic loop's 16-lane accumulators: 81 stack accesses); GPT decode went
@@ -260,6 +261,7 @@ DYNVM_AVX512 DYNVM_ALWAYS_INLINE float SumAvx512(__m512 v) {
   return _mm_cvtss_f32(s4);
 }
 
+template <bool kPrefetch>
 DYNVM_AVX512 void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float* x, const float* w,
                                  int64_t ldw, float beta, float* y) {
   constexpr int64_t kAhead = 8;
@@ -274,10 +276,12 @@ DYNVM_AVX512 void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float*
     const float* p = j + kAhead + 4 <= n ? r0 + kAhead * ldw : r0;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < kv; i += kLanes) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + ldw + i), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 2 * ldw + i), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 3 * ldw + i), _MM_HINT_T0);
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + ldw + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 2 * ldw + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 3 * ldw + i), _MM_HINT_T0);
+      }
       const __m512 xv = _mm512_loadu_ps(x + i);
       a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + i), xv, a0);
       a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + i), xv, a1);
@@ -310,10 +314,11 @@ DYNVM_AVX512 void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float*
 
 #pragma GCC diagnostic pop
 
+template <bool kPrefetch>
 DYNVM_AVX512 void GemvAvx512(char trans, int64_t n, int64_t k, float alpha, const float* x,
                              const float* b, int64_t ldb, float beta, float* y) {
   if (trans == 'T') {
-    GemvRowsAvx512(n, k, alpha, x, b, ldb, beta, y);
+    GemvRowsAvx512<kPrefetch>(n, k, alpha, x, b, ldb, beta, y);
   } else {
     GemvColsBody(n, k, alpha, x, b, ldb, beta, y);
   }
@@ -329,7 +334,10 @@ void FillGemv(Isa isa, Dispatch* d) {
   d->gemv = &GemvPortable;
 #if DYNVM_CPU_X86
   if (isa >= Isa::kAvx2) d->gemv = &GemvAvx2;
-  if (isa >= Isa::kAvx512) d->gemv = &GemvAvx512;
+  // The software prefetch pays on Intel (measured on a Xeon, above) and costs on AMD Zen 4 (its
+  // hardware prefetcher keeps up; with the prefetch the [1024, 1024] GEMV ran 28 against 37
+  // GFLOP/s: dnnl_choice_benchmark's BM_Gemv, docs/results/zen4-choice-*). The same arithmetic.
+  if (isa >= Isa::kAvx512) d->gemv = IsAmd() ? &GemvAvx512<false> : &GemvAvx512<true>;
 #endif
 }
 

@@ -11,6 +11,7 @@ namespace {
 struct Features {
   Isa level = Isa::kPortable;
   bool bf16 = false;
+  bool amd = false;
 };
 
 Features Detect() {
@@ -20,6 +21,7 @@ Features Detect() {
   // AVX-512 register state (XGETBV). Plain function calls: no ifunc resolver (those run before
   // a sanitizer's runtime starts; see kernels/cpu/README.md).
   __builtin_cpu_init();
+  f.amd = __builtin_cpu_is("amd");
   if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return f;
   f.level = Isa::kAvx2;
   if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -86,6 +88,8 @@ std::optional<Isa> ParseIsa(std::string_view name) {
 Isa DetectedIsa() { return CpuFeatures().level; }
 
 bool HasAvx512Bf16() { return CpuFeatures().bf16; }
+
+bool IsAmd() { return CpuFeatures().amd; }
 
 Isa ActiveIsa() { return Active(); }
 

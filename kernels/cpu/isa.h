@@ -38,6 +38,8 @@ std::optional<Isa> ParseIsa(std::string_view name);
 Isa DetectedIsa();
 // Whether the CPU has AVX512_BF16 (VDPBF16PS) besides DetectedIsa() >= kAvx512Vnni.
 bool HasAvx512Bf16();
+// Whether the CPU is AMD's: an implementation may tune for it (the same arithmetic either way).
+bool IsAmd();
 
 // The level the microkernels run at: DetectedIsa(), lowered by DYNVM_CPU_ISA. Read once (or set
 // by SetIsaForTesting).

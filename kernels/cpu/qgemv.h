@@ -43,10 +43,11 @@ inline constexpr float kQGemvI16Max = 32767.0f;
 inline constexpr double kQGemvI16Error = 0.5 + 1.0 / 128;
 
 // Whether QGemvBf16 at the active level splits each activation into two bf16 halves (the
-// AVX-512 BF16 path): x = hi + lo with hi = bf16(x), lo = bf16(x - hi), |x - hi - lo| <=
-// 2^-16 |x|, products summed with denormal inputs and results flushed to zero (VDPBF16PS). Each
-// output then differs from the f32 product by at most kQGemvBf16SplitError * sum_i |x[i] w[j, i]|
-// beyond f32 rounding, plus 2^-126 per term for the flushed denormals.
+// AVX-512 BF16 path, from two activation rows; one row runs the widening kernel): x = hi + lo with
+// hi = bf16(x), lo = bf16(x - hi), |x - hi - lo| <= 2^-16 |x|, products summed with denormal inputs
+// and results flushed to zero (VDPBF16PS). Each output then differs from the f32 product by at most
+// kQGemvBf16SplitError * sum_i |x[i] w[j, i]| beyond f32 rounding, plus 2^-126 per term for the
+// flushed denormals.
 bool QGemvBf16SplitsActivations();
 inline constexpr double kQGemvBf16SplitError = 1.0 / 65536;
 

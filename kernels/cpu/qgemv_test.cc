@@ -247,6 +247,52 @@ TEST(QGemvTest, ActivationRowsOutsideTheInt16RangeMatchThePortablePath) {
   }
 }
 
+// The same for bf16 weights: rows holding NaN or infinity are not split (they run the widening
+// kernel: NaN and infinity propagate as in f32); tiny and denormal activations are within the
+// split's bound (VDPBF16PS flushes denormals).
+TEST(QGemvTest, Bf16ActivationRowsWithSpecialValuesMatchThePortablePath) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t k = 45, n = 19, rows = 6;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(rows * k);
+  std::vector<BFloat16> w(n * k);
+  for (float& v : x) v = u(rng);
+  for (BFloat16& v : w) v = BFloat16(u(rng));
+  x[0 * k + 40] = nan;
+  x[1 * k + 2] = -inf;
+  for (int64_t i = 0; i < k; ++i) x[2 * k + i] *= 1e-33f;
+  for (int64_t i = 0; i < k; ++i) x[3 * k + i] = i % 2 ? 1e-39f : 0.0f;  // denormals and zeros
+  x[5 * k + 3] = 1e37f;
+  const auto* wb = reinterpret_cast<const uint16_t*>(w.data());
+  std::vector<float> want(rows * n, 2.0f);
+  {
+    ScopedIsaForTesting portable(Isa::kPortable);
+    QGemvBf16(rows, k, x.data(), k, wb, k, 0, n, 1.0f, want.data(), n);
+  }
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    std::vector<float> y(rows * n, 2.0f);
+    QGemvBf16(rows, k, x.data(), k, wb, k, 0, n, 1.0f, y.data(), n);
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float got = y[m * n + j], ww = want[m * n + j];
+        const std::string where = absl::StrCat(IsaName(isa), " row ", m, " j ", j);
+        if (std::isnan(ww) || std::isinf(ww)) {
+          EXPECT_TRUE(std::isnan(ww) ? std::isnan(got) : got == ww) << where << ": " << got;
+          continue;
+        }
+        double mag = 2.0;
+        for (int64_t i = 0; i < k; ++i) {
+          mag += std::fabs(double{x[m * k + i]} * static_cast<float>(w[j * k + i]));
+        }
+        ASSERT_NEAR(got, ww, Bf16Bound(k, mag)) << where;
+      }
+    }
+  }
+}
+
 TEST(QGemvTest, DequantizeRows) {
   const int8_t q[6] = {1, -2, 3, 127, -127, 0};
   const float scale[2] = {0.5f, 0.25f};

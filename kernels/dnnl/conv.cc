@@ -21,7 +21,7 @@
 //
 // Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
 // GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
-// no Winograd (UseOwnWinograd, kernels/cpu/winograd.h, choice.h).
+// no Winograd (OwnWinogradTakes and choice::UseOwnWinograd, kernels/cpu/winograd.h).
 //
 // Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
 // has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
@@ -39,6 +39,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/winograd.h"
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/conv_common.h"
@@ -463,7 +464,7 @@ constexpr int64_t kGemmMinRows = 32;
 // The im2col matrix lives in the site's workspace: bigger ones (huge batches) stay on oneDNN.
 constexpr int64_t kGemmMaxColumnFloats = int64_t{1} << 23;  // 32 MiB
 constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x 24, 10 x 10)
-// dynvm's own Winograd F(2x2, 3x3) (UseOwnWinograd): from this many input and output channels
+// dynvm's own Winograd F(2x2, 3x3) (OwnWinogradTakes): from this many input and output channels
 // and output tiles (2x2 pixels) over the batch.
 constexpr int64_t kOwnWinogradMinChannels = 32;
 constexpr int64_t kOwnWinogradMinTiles = 16;
@@ -520,10 +521,11 @@ class ConvKernel final : public DnnlKernel {
     if (fresh) {
       // dynvm's Winograd before the GEMM where both take a shape (a 4x4 image over a batch):
       // 2.25x fewer multiply-adds than the direct convolution against 1x, measured 2.8-4x faster.
-      const bool own_winograd = UseOwnWinograd(g, sum), gemm = UseGemm(g, sum);
+      const bool own_winograd = OwnWinogradTakes(g, sum), gemm = UseGemm(g, sum);
       DYNVM_RETURN_IF_ERROR(BindEntry(
           e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
-            if (own_winograd && !OneDnnHasWinograd(engine, g, x, b != nullptr, sum)) {
+            if (own_winograd &&
+                choice::UseOwnWinograd(OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
               e->own_winograd = true;
             } else if (gemm) {
               BindGemm(engine, g, w, e);
@@ -942,15 +944,15 @@ class ConvKernel final : public DnnlKernel {
     return g.od[0] * g.od[1] >= kWinogradMinPixels;
   }
 
-  // dynvm's own Winograd F(2x2, 3x3) (kernels/cpu/winograd.h) for a FusedConv with constant weights
-  // between channels-last values (input, output and residual), 2D, 3x3, stride 1, undilated,
-  // ungrouped, with at least kOwnWinogradMinChannels input and output channels and
-  // kOwnWinogradMinTiles output tiles over the batch, where choice::UseOwnWinograd takes the active
-  // level and oneDNN has no Winograd for it (OneDnnHasWinograd, decided at bind time: every CPU
-  // without AVX-512, and post-ops oneDNN's Winograd lacks). Any pads, sizes, batch and post-op.
-  bool UseOwnWinograd(const Geometry& g, const Tensor* sum) const {
+  // The FusedConvs dynvm's own Winograd F(2x2, 3x3) (kernels/cpu/winograd.h) can serve: constant
+  // weights between channels-last values (input, output and residual), 2D, 3x3, stride 1,
+  // undilated, ungrouped, with at least kOwnWinogradMinChannels input and output channels and
+  // kOwnWinogradMinTiles output tiles over the batch, at a microkernel level with AVX2. Any pads,
+  // sizes, batch and post-op. It runs where choice::UseOwnWinograd says, given whether oneDNN has
+  // a Winograd for it (OneDnnHasWinograd, decided at bind time).
+  bool OwnWinogradTakes(const Geometry& g, const Tensor* sum) const {
     if (transpose_ || !constant_weights_ || g.k != 2 || g.g != 1 || !blocked_.in || !blocked_.out ||
-        (sum != nullptr && !blocked_.sum) || !choice::UseOwnWinograd()) {
+        (sum != nullptr && !blocked_.sum) || cpu::ActiveIsa() < cpu::Isa::kAvx2) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {

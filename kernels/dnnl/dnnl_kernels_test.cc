@@ -307,23 +307,31 @@ TEST(DnnlKernels, ActivationsInPlaceMatchOutOfPlace) {
 // Softmax, LayerNormalization and RMSNorm rows; the binary, activation and reduction loops;
 // attention units) at 2 threads, with odd sizes above their thresholds (so the split happens
 // and its ranges end off the grain), against the reference kernels.
-TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
-  const int cap = MaxThreads();
-  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random = [&](std::vector<int64_t> dims) {
+struct SplitCase {
+  std::string what;
+  KernelCall call;
+  int64_t work;  // the split work (multiply-adds or elements), checked against the threshold
+  int64_t threshold;
+};
+
+// Tensors of uniform values in [-1, 1) from one generator; rng() draws from it too.
+class Random {
+ public:
+  explicit Random(uint32_t seed) : rng_(seed) {}
+  Tensor operator()(std::vector<int64_t> dims) {
     Tensor t = *Tensor::Empty(DType::kF32, dims);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist_(rng_);
     return t;
-  };
-  struct Case {
-    std::string what;
-    KernelCall call;
-    int64_t work;  // the split work (multiply-adds or elements), checked against the threshold
-    int64_t threshold;
-  };
-  std::vector<Case> cases;
+  }
+  float Uniform() { return dist_(rng_); }
+
+ private:
+  std::mt19937 rng_;
+  std::uniform_real_distribution<float> dist_{-1.0f, 1.0f};
+};
+
+// MatMul and Gemm at batch 1: the GEMV split by weight rows or columns.
+void AddGemvCases(Random& random, std::vector<SplitCase>& cases) {
   for (int64_t n : {257, 1001}) {
     const int64_t k = 131;
     Tensor a = random({1, k}), b = random({k, n}), w = random({n, k}), c = random({n});
@@ -334,6 +342,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     gemm.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", int64_t{1});
     cases.push_back({"Gemm transB N=" + std::to_string(n), gemm, n * k, kMinParallelGemv});
   }
+}
+
+// The LSTM and GRU gates' GEMVs at batch 1.
+void AddRecurrentCases(Random& random, std::vector<SplitCase>& cases) {
   {
     const int64_t h = 97, in = 45;
     Tensor x = random({5, 1, in}), w = random({1, 4 * h, in}), r = random({1, 4 * h, h});
@@ -365,6 +377,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     cases.push_back(
         {"GRU batch 1 lbr=" + std::to_string(lbr), gru, (lbr ? 3 : 2) * h * h, kMinParallelGemv});
   }
+}
+
+// Softmax, LayerNormalization and RMSNorm rows.
+void AddRowCases(Random& random, std::vector<SplitCase>& cases) {
   {
     Tensor x = random({3, 43, 131});
     KernelCall sm("Softmax");
@@ -389,6 +405,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     rms2.In(x).In(scale2).Out(DType::kF32).Attr("axis", int64_t{1});
     cases.push_back({"RMSNorm axis 1", rms2, x.numel(), kMinParallelRows});
   }
+}
+
+// The binary, unary, Where, activation and reduction loops.
+void AddElementwiseCases(Random& random, std::vector<SplitCase>& cases) {
   {
     // Elementwise loops: 132612 elements (a ragged tail of 16-element blocks).
     Tensor x = random({12, 43, 257}), y = random({12, 43, 257}), row = random({257});
@@ -416,7 +436,7 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     }
     // Where: a [43, 257] condition over [3, 43, 257] (the block repeats), a scalar y.
     Tensor cond = *Tensor::Empty(DType::kBool, {43, 257});
-    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = dist(rng) > 0;
+    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = random.Uniform() > 0;
     KernelCall where("Where");
     where.In(cond).In(x).In(one).Out(DType::kF32);
     cases.push_back({"Where", where, x.numel(), kMinParallelElements});
@@ -440,6 +460,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     big_sm.In(big).Out(DType::kF32);
     cases.push_back({"Softmax large", big_sm, big.numel(), kMinParallelRows});
   }
+}
+
+// Attention's (batch, head) units.
+void AddAttentionCases(Random& random, std::vector<SplitCase>& cases) {
   {
     // Attention: 3 x 5 = 15 (batch, head) units, an odd count; Q [B, L, H, D] through q_perm,
     // an additive key-padding mask [B, 1, 1, Lk].
@@ -467,8 +491,12 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
         .Attr("scale", 0.2f);
     cases.push_back({"Attention one query", decode, b * h * 700 * 2 * d, kMinParallelGemv});
   }
-  // Products with M >= 2 on the pool (kMinParallelGemm): rows split (a folded batch), columns
-  // split (short M), batch items split, Gemm with transposed operands, alpha, beta and a full C.
+}
+
+// Products with M >= 2 on the pool (kMinParallelGemm).
+void AddProductCases(Random& random, std::vector<SplitCase>& cases) {
+  // Rows split (a folded batch), columns split (short M), batch items split, Gemm with
+  // transposed operands, alpha, beta and a full C.
   {
     Tensor a = random({3, 45, 131}), b = random({131, 67});
     KernelCall mm("MatMul");
@@ -501,8 +529,11 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     gemm.In(a).In(w).In(c).Out(DType::kF32);
     cases.push_back({"Gemm bias row", gemm, 64 * 131 * 129, kMinParallelGemm});
   }
-  // dynvm::Linear on the pool: rows, columns and the batch-1 GEMV, both weight layouts, with
-  // the bias and each activation in the epilogue.
+}
+
+// dynvm::Linear on the pool: rows, columns and the batch-1 GEMV, both weight layouts, with the
+// bias and each activation in the epilogue.
+void AddLinearCases(Random& random, std::vector<SplitCase>& cases) {
   {
     const char* acts[] = {"", "Relu", "Tanh", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
     int i = 0;
@@ -520,7 +551,18 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
       }
     }
   }
-  for (Case& c : cases) {
+}
+
+TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  Random random(11);
+  std::vector<SplitCase> cases;
+  for (auto add : {&AddGemvCases, &AddRecurrentCases, &AddRowCases, &AddElementwiseCases,
+                   &AddAttentionCases, &AddProductCases, &AddLinearCases}) {
+    add(random, cases);
+  }
+  for (SplitCase& c : cases) {
     SCOPED_TRACE(c.what);
     ASSERT_GE(c.work, c.threshold);  // the case runs split
     KernelCall ref = c.call;

@@ -199,8 +199,7 @@ class LinearKernel final : public DnnlKernel {
       for (int64_t i = 0; i < x.numel(); ++i) packed[i] = src[x.ElementOffset(i)];
       p.x = packed;
     }
-    if (constant_weights_ && p.act != LinearAct::kNone &&
-        choice::UsePackedGemm(p.m, p.n, p.k, ctx.num_threads())) {
+    if (constant_weights_ && p.act != LinearAct::kNone && choice::UsePackedGemm(p.m, p.n, p.k)) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
         return absl::OkStatus();
@@ -245,7 +244,7 @@ class LinearKernel final : public DnnlKernel {
       return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
     }
     SetThreads(ThreadsFor(threads, work));
-    if (p.m == 1 && p.n * p.k >= kMinParallelWork) {
+    if (p.m == 1 && !choice::UseGemv(p.n, p.k, 1)) {
       // A large decode-step product: oneDNN's GEMV, as MatMul runs it.
       DYNVM_RETURN_IF_ERROR(FromDnnl(
           dnnl_sgemm('N', p.trans_w, 1, p.n, p.k, 1.0f, p.x, p.k, p.w, p.ldw, 0.0f, p.y, p.n),

@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/parallel_loops.h"
@@ -79,8 +80,8 @@ absl::Status Sgemm(const KernelContext& ctx, const Operand& a, const Operand& b,
                    int64_t n, int64_t k, float alpha, const float* pa, const float* pb, float beta,
                    float* c, int64_t ldc) {
   // One row (a decode step): the GEMV microkernel (cpu::Gemv), its outputs split across the VM's
-  // threads when it has several; on one thread, products above kMinParallelWork go to sgemm.
-  if (m == 1 && a.trans == 'N' && (n * k < kMinParallelWork || ctx.num_threads() > 1)) {
+  // threads when it has several; on one thread, choice::UseGemv sends large products to sgemm.
+  if (m == 1 && a.trans == 'N' && choice::UseGemv(n, k, ctx.num_threads())) {
     ParallelGemv(ctx, b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
     return absl::OkStatus();
   }
