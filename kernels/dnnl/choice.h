@@ -23,14 +23,16 @@ bool UseGemv(int64_t n, int64_t k, int threads);
 bool UsePackedGemm(int64_t m, int64_t n, int64_t k);
 
 // A FusedConv dynvm's Winograd (cpu::winograd) could serve: whether it runs, given whether
-// oneDNN has a Winograd primitive for it (with its post-ops). Off with DYNVM_DNNL_OWN_WINOGRAD=0
+// oneDNN's Winograd would serve it (oneDNN has a Winograd primitive for it, with its post-ops,
+// and the conv kernel takes oneDNN's Winograd at its size). Off with DYNVM_DNNL_OWN_WINOGRAD=0
 // (read once).
-bool UseOwnWinograd(bool onednn_has_winograd);
+bool UseOwnWinograd(bool onednn_winograd_serves);
 
-// A product of m activation rows with weight-only quantized weights [n, k] (QMatMul, the
-// QLSTM/QGRU/QRNN GEMMs): the direct microkernel (cpu::QGemvI8 / QGemvBf16, each weight read
-// once per call) rather than dequantizing the weights into scratch for dnnl_sgemm.
-bool UseQGemv(int64_t m, int64_t n, int64_t k);
+// A product of m activation rows with weight-only quantized weights [n, k], int8 (`int8`) or
+// bf16 (QMatMul, the QLSTM/QGRU/QRNN GEMMs): the direct microkernel (cpu::QGemvI8 / QGemvBf16,
+// each weight read once per call) rather than dequantizing the weights into scratch for
+// dnnl_sgemm.
+bool UseQGemv(int64_t m, int64_t n, int64_t k, bool int8);
 
 // An integer product [m, k] x [k, n] (m >= 2) of MatMulInteger / QLinearMatMul or of the im2col
 // ConvInteger / QLinearConv: dynvm's exact integer GEMM (cpu::IGemmCompute) rather than

@@ -119,7 +119,7 @@ void BM_Gemv(benchmark::State& state) {
 }
 BENCHMARK(BM_Gemv)
     ->ArgNames({"n", "sgemm", "isa"})
-    ->ArgsProduct({{256, 512, 1024, 2048, 4096}, {0, 1}, {1, 2, 3}});
+    ->ArgsProduct({{256, 512, 1024, 2048, 2896, 4096}, {0, 1}, {1, 2, 3}});
 
 // ---- UsePackedGemm ----
 
@@ -193,7 +193,7 @@ void BM_QuantizedProduct(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantizedProduct)
     ->ArgNames({"m", "n", "dtype", "direct", "isa"})
-    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 32}, {256, 1024}, {1, 2}, {0, 1}, {1, 2, 3}});
+    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 32, 64, 128}, {256, 1024}, {1, 2}, {0, 1}, {1, 2, 3}});
 
 // ---- UseIGemm ----
 

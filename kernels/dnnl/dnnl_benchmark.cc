@@ -18,6 +18,26 @@
 //                                    dnnl kernel (transpose.cc) that picks between them.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Figures (dnnl_benchmark, single-thread GFLOP/s over thread CPU time, median of 3; K = N = 1024;
+// [results/claims-kernels-2026-11-24.txt](results/claims-kernels-2026-11-24.txt), on the 2-core
+// development VM while other builds and benchmarks kept it busy: the M = 1 rows, bound by memory
+// bandwidth, suffer most from the other processes):
+//
+// - BM_MatMul (this kernel): M = 1 13.1; M = 64 111.7; M = 512 140.4
+// - BM_Linear (Gemm transB + bias): M = 1 13.7; M = 64 114.2; M = 512 140.1
+// - BM_Sgemm (plain B): M = 1 13.3; M = 64 108.0; M = 512 143.4
+// - BM_MatmulRuntimeM: M = 1 13.3; M = 64 107.4; M = 512 141.2
+// - BM_MatmulFixed: M = 1 6.2; M = 64 105.0; M = 512 136.3
+// - BM_MatmulFixedTransB: M = 1 7.4; M = 64 119.7; M = 512 142.9
+// - BM_SgemmTransB: M = 1 13.6; M = 64 104.7; M = 512 137.3
+//
+// LSTM step, batch 1, hidden 256, input 256 (same record, CPU time): GEMMs + fused gates 37.3 us,
+// oneDNN's LSTM primitive (weights prepacked, reorder not timed) 44.3 us, reference kernel 243 us.
+// Two-thread scaling is not measured: the machine had no idle core.
 #include <algorithm>
 #include <iterator>
 #include <memory>

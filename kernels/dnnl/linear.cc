@@ -17,6 +17,44 @@
 // on first use, into a copy shared by every VM that runs the kernel, and the bias and activation
 // run on each block of Y while it is in cache. Without an activation dnnl_sgemm stays.
 // DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// - The packed GEMM (kernels/cpu/packed_gemm.{h,cc}): a dynvm::Linear with an activation, a
+//   constant W (the compiler sets constant_weights = 1 on every Linear whose weight is a constant
+//   of the executable, after the last folding) and at least 8 rows of X runs dynvm's own GEMM on
+//   CPUs with AVX2 and FMA but not AVX-512 (oneDNN's AVX-512 GEMM is faster there). W is packed
+//   once, at its first run, into panels of 16 columns ([N/16][K][16], zeros past N), a copy shared
+//   by every VM and thread that runs the kernel (a cache keyed by the weight's address and
+//   geometry, at most 4 GiB; past that the Linear runs dnnl_sgemm). The copies are host memory of
+//   the kernel, outside the VMs' pools (as the conv weights' packed copies are), as large as the
+//   weights they copy; the original weights stay in the constant segment. X is packed per block of
+//   rows (tiles of 6 rows interleaved, [K][6]; a per-thread buffer of up to 192 x K floats that
+//   grows to the largest K seen and stays); a 6x16 AVX2 micro-kernel (12 accumulators, two panel
+//   loads and six broadcasts per step) runs over blocks of at most 192 rows (equal blocks: each
+//   reads all of packed W once), 128 columns and 256 of K, and the bias and activation run on each
+//   rows x 128-column block of Y right after its last K block, while it is in L1/L2. With
+//   dnnl_sgemm the epilogue read Y back after the whole product: a [128, 1024] GELU layer's Y is
+//   512 KiB, past L2, so that pass went to L3 and took about 40% of the layer. At more than one
+//   thread the rows split over the pool in multiples of 6. Linears without an activation keep
+//   dnnl_sgemm: with the packed GEMM too, the no-activation layers of the encoders' graphs (QKV,
+//   the second FFN product) took 0.84-1.42x dnnl_sgemm's time, no consistent gain (three
+//   interleaved runs, 1 thread), and a bias alone is a cheap pass. DYNVM_DNNL_PACKED_GEMM=0 turns
+//   it off (packed_gemm::Enabled(), for A/B). Measured with tools/bench/linear_packed_ab.py (1
+//   thread, interleaved off/on, fastest of 5 rounds;
+//   [results/avx2-linear-packed-ab-2026-11-28.txt](results/avx2-linear-packed-ab-2026-11-28.txt)):
+//   the BERT-like model's [128, 256] x [256, 1024] GELU layer 1861 -> 1031 us (1.81x), the model at
+//   1x128 1.24x, the classifier at 1x128 1.16x; at batch 8 x 64 (M = 512) 1.01-1.05x. Tried for
+//   dynvm::Attention's per-unit products too (K and V packed once per unit): 0.75-0.94x dnnl_sgemm
+//   there (blocks of 32 queries against 64-128 keys: packing the block's rows costs more than the
+//   call overhead it saves), so attention keeps dnnl_sgemm. kernels_dnnl_packed_gemm_test checks
+//   the product against a double-precision sum within the FMA rounding bound (row tails, ragged
+//   panels, K across blocks, row sub-ranges, both weight layouts, the epilogue seeing each element
+//   once after its last K block) and the Linear against the reference kernel at 1 and 2 threads,
+//   one kernel object running two weights in turn. Weights are read in place in their plain layout,
+//   row-major or transposed through strides; an operand no form addresses (a broadcast view) is
+//   packed into the site's workspace.
 #include "kernels/reference/linear.h"
 
 #include <algorithm>

@@ -29,6 +29,63 @@
 // Batched MatMul loops over the broadcast batch; when B is shared by the whole batch and A's
 // batch dims collapse onto its rows (the [B, S, K] x [K, N] of a linear layer), the batch is
 // folded into one GEMM with M = B*S.
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// MatMul and Gemm. Per shape class, when a site binds (figures below):
+// - M = 1 (a decode step) on one thread (work under kMinParallelWork): the GEMV loop (Gemv,
+//   kernels/cpu/gemv.cc, per level), which streams the weight once, four rows at
+//   a time for a [N, K] weight (dot form) or 64 columns at a time down a row-major [K, N] one. At
+//   these sizes the product is bound by reading the weights (4.7 MB per step for the LSTM LM of
+//   tools/bench), and the loop goes straight at them. The dot form has explicit AVX-512 (with
+//   software prefetch) and AVX2+FMA versions: GCC's AVX2 clone of the generic 16-lane loop kept its
+//   accumulators on the stack (about 2 GFLOP/s on an LSTM's 512x128 recurrent weights, 39% of the
+//   CRNN's time on an AVX2 machine); the AVX2 version runs eight FMA chains from registers. The
+//   axpy form (a [K, N] weight: torch's MatMul export of a Linear layer) has an AVX2+FMA version
+//   too (GemvColsAvx2: 64 columns in eight registers), for the same reason (81 stack accesses in
+//   GCC's AVX2 clone): GPT decode went from 1.29-1.30x to 1.37-1.60x ONNX Runtime on the AVX2
+//   machine (docs/results/avx2-gemvcols-gpt-op1{4,7}-2026-11-28.txt).
+//   kernels_cpu_test's Gemv.MatchesADoubleLoop checks both forms at every level.
+// - M = 1 with more work, and any product whose B is row-major: dnnl_sgemm. At M = 1 it runs
+//   oneDNN's GEMV kernel: 13.3 GFLOP/s against 6.2 for a fixed-shape matmul primitive and 13.3 for
+//   the runtime-M primitive in the record below, with no primitive, no argument map and no
+//   allocation at all.
+// - M >= 2 with a transposed B (a [N, K] weight: Gemm transB, the usual Linear layer): the
+//   fixed-shape matmul primitive (brgemm), whose transposed-B path beats sgemm's (119.7 against
+//   104.7 GFLOP/s at M = 64 in the record below). Gemm's C rides along as the primitive's bias when
+//   it is one row added as is.
+// - Batched MatMul loops over the broadcast batch; when B is shared and A's batch dims continue its
+//   rows ([B, S, K] x [K, N]), the batch folds into one GEMM with M = B*S.
+// - At more than one thread, a product with M >= 2 (or a batch) of at least kMinParallelGemm (128K)
+//   multiply-adds runs on the VM's pool instead of oneDNN's OpenMP: M's rows (N's columns when M is
+//   short, a batch's items) split into one range per thread, each one single-threaded dnnl_sgemm
+//   (docs/threads.md). One thread is unchanged.
+// - dynvm::MatMul(A, B) (a_perm, b_perm; made by the matmul_transpose rewrite, docs/compiler.md) is
+//   MatMul(Transpose(A, a_perm), Transpose(B, b_perm)): the same kernel run on views of A and B
+//   through the permuted strides, so a folded Transpose costs nothing. Each matrix is read in place
+//   by dnnl_sgemm as a plain ('N') or transposed ('T') operand with its leading dimension, one GEMM
+//   per batch item (split over the pool by items, rows or columns like MatMul); the rule folds only
+//   permutations that leave a unit stride along the matrix's rows or columns, so nothing is packed.
+//   The reference kernel runs its strided loops on the same views;
+//   DnnlKernels.PermutedMatMulMatchesTransposeThenMatMul checks both against a materialized
+//   Transpose then MatMul.
+// - dynvm::Linear (a linear layer with its bias and activation, made by the matmul_bias,
+//   gemm_activation and linear_activation rewrites, docs/compiler.md): dnnl_sgemm with W read in
+//   place ([K, N] row-major, or [N, K] transposed: the exporter's layout; sgemm rather than the
+//   brgemm primitive, so MatMul's plain-B speed is kept), the GEMV loop at M = 1, then bias and
+//   activation over each range of rows in one vectorized pass while it is in cache (Relu, Tanh,
+//   Sigmoid, GELU by cpu::GeluErf (one pass: x/2 (2 - erfc(z)) or x/2 erfc(z), z = |x|/sqrt 2, with
+//   no Taylor branch; 1.25x the three-pass form in BM_GeluForms, and free of the cancellation of 1
+//   + erf(x) in the negative tail; on AVX2 without AVX-512 an explicit loop runs four vectors at
+//   once, 490-550 -> 590-637 M elements/s, since the compiler's clone ran one long polynomial chain
+//   at a time; kernels_cpu_test's Activation.ErfAndTheGelusMatchDouble bounds it against GELU in
+//   double, (1e-6
+//   + 2e-7 x^2) relative: exp's argument -x^2/2 is rounded in float), tanh-GELU, SiLU; tanh and
+//   sigmoid by kernels/cpu/fast_math.h, within 2e-5 relative of the reference in
+//   DnnlKernels.LinearMatchesTheReference). Split over the pool like MatMul at more than one
+//   thread. A strided X is packed into the site's workspace; a W or B not unit-stride along its
+//   rows runs the reference kernel.
 #include <algorithm>
 #include <atomic>
 #include <cstring>

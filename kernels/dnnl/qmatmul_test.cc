@@ -13,6 +13,7 @@
 #include "common/half.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/qgemv.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/kernel_tester.h"
 #include "kernels/testing.h"
 
@@ -134,18 +135,21 @@ TEST(QRecurrentTest, OneDnnKernelMatchesReference) {
     const int64_t gates = trial % 3 == 0 ? 4 : trial % 3 == 1 ? 3 : 1;
     int64_t seq = 1 + static_cast<int64_t>(rng() % 12);
     const int64_t batch = 1 + static_cast<int64_t>(rng() % 10);
-    // Where the products narrow their activations (up to kQuantSmallRows rows: QGemvI8 rounding
-    // them to int16, QGemvBf16 splitting them into bf16 halves), one
+    // Where the products narrow their activations (the rows choice::UseQGemv sends to the direct
+    // kernel: QGemvI8 rounding them to int16, QGemvBf16 splitting them into bf16 halves), one
     // step from a zero state: its gate inputs are then off by at most the product's bound e
     // (x in [-1, 1], and R times the zero state is exact), and sigmoid (slope <= 1/4) and tanh
     // (<= 1) carry that to at most 1.5 e in h and c (LSTM: c = i g, h = o tanh c; GRU with
     // either reset form, its bias in [-1, 1]; RNN: e). More steps feed h's error through R,
     // which no useful bound follows; charlm_quality_test and quantized_models_test bound whole
     // decodes.
-    const bool rounds = Narrows(i8) && batch <= cpu::kQuantSmallRows;
-    if (rounds) seq = 1;
     const int64_t in = 1 + static_cast<int64_t>(rng() % 40),
                   h = 1 + static_cast<int64_t>(rng() % 24);
+    // The products the direct kernel serves (choice::UseQGemv): the input projection's seq x
+    // batch rows, the recurrent product's batch rows.
+    const bool rounds = Narrows(i8) && (choice::UseQGemv(seq * batch, gates * h, in, i8) ||
+                                        choice::UseQGemv(batch, gates * h, h, i8));
+    if (rounds) seq = 1;
     const int64_t nd = trial % 4 == 3 ? 2 : 1;
     auto [w, ws] = RandomWeight(rng, {nd, gates * h, in}, i8);
     auto [r, rs] = RandomWeight(rng, {nd, gates * h, h}, i8);

@@ -33,6 +33,128 @@
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Fast paths (kernels/dnnl/quant.cc, registered on the dnnl backend; the reference kernels serve
+// every run they do not take, counted as fallbacks):
+//
+// - QuantizeLinear: fast path vector loop (DYNVM_CLONES: AVX-512, AVX2, baseline); takes f32 x, f32
+//   scale, u8/i8 output, per tensor or per axis, contiguous
+// - DequantizeLinear: fast path vector loop; takes u8/i8 x, f32 scale, zp of x's type, per tensor
+//   or per axis, contiguous
+// - MatMulInteger: fast path M >= 2: oneDNN dnnl_gemm_u8s8s32 / dnnl_gemm_s8s8s32 with VNNI,
+//   kernels/cpu/igemm.cc without (below); M = 1: igemm.cc's GEMV (any CPU); takes u8 or s8 a [...,
+//   M, K] (batch folded into M), s8 b [K, N] (a u8 b is shifted to s8 in the workspace, its zero
+//   point with it), per-tensor zero points (or per-column ones holding one repeated value), K <
+//   33025
+// - QLinearMatMul: fast path the same GEMM, then a vector loop requantizing each s32 row in double;
+//   takes as MatMulInteger, f32 scales, b_scale per tensor or per column
+// - ConvInteger, QLinearConv: fast path kernels/dnnl/qconv.cc: oneDNN's int8 convolution primitive
+//   (u8/s8 src, s8 weights, s32 result; the x zero point as its run-time source zero point; layouts
+//   of oneDNN's choosing, reorders in the workspace, bound per site and shape), then QLinearConv's
+//   bias and requantization per output channel in double; takes 1-3 spatial dims, any group,
+//   strides, dilations, explicit, VALID or SAME pads; s8 w with zero point 0 (absent, or all zeros
+//   per channel); per-tensor x zero point; f32 scales, w_scale per tensor or per output channel;
+//   every sum below 2^24 in magnitude (below)
+// - (their fallback; everything on a CPU without VNNI): fast path kernels/dnnl/quant.cc: per batch
+//   item and group, im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
+//   then dnnl_gemm_s8s8s32 with VNNI or igemm.cc's GEMM without (w packed once per run),
+//   requantized the same way; takes 1-D or 2-D, any group, strides, dilations, explicit, VALID or
+//   SAME pads, s8 w with a per-tensor (or repeated per-channel) zero point
+//
+// They compute exactly what the reference kernels do (the quantize loop divides in f32 and rounds
+// half to even; the requantization multiplies in double), so kernels_dnnl_quant_test compares them
+// bit for bit on varied shapes, rounding ties, u8/s8 activations, per-axis and per-column
+// parameters, and asserts who served each case. oneDNN's integer GEMM and int8 convolution run only
+// where oneDNN reports VNNI (avx512_core_vnni, avx2_vnni): without it their u8 x s8 kernels use
+// vpmaddubsw, which saturates 16-bit intermediates. Elsewhere (AMD Zen 2/3, older Intel servers)
+// the products run on kernels/cpu/igemm.cc, exact without VNNI: both operands are packed less
+// their zero points as s16 (|value| <= 255), b in panels of 16 columns with K pairs interleaved,
+// and an AVX2 micro-kernel (explicit intrinsics, chosen once by the microkernel level; a scalar
+// path otherwise) keeps 4 rows x 16 columns of s32 sums in registers, each vpmaddwd adding two
+// exact products per lane. It runs on the VM's pool (ctx.ParallelFor) at more than one thread for
+// products of 4M multiply-adds and more (b's panels split, or a's rows when there are few panels).
+// The M >= 2 MatMulInteger/QLinearMatMul products and all the 1-D/2-D integer convolutions
+// (qconv.cc hands them to the im2col kernel) take it; 3-D integer convolutions still run the
+// reference there. kernels_dnnl_igemm_test checks it (every path the CPU has) against a 64-bit
+// scalar oracle over random M, K, N with ragged tails, u8 and s8 a, non-zero zero points,
+// sub-ranges, and K at the cap with every term at +-255 * 255; kernels_dnnl_quant_test and
+// kernels_dnnl_qconv_test require it to serve on a CPU without VNNI (the im2col kernel is also run
+// on its own on any CPU). onnx_conformance_dnnl requires the dnnl kernels to bind for the
+// quantize/dequantize, test_matmulinteger and test_qlinearmatmul_* cases. Not on the fast path yet:
+// per-row zero points and per-column ones that differ, broadcast batches of b; convolutions with u8
+// weights; a non-zero weight zero point on the primitive (oneDNN 2.6 has no weight zero points:
+// those run the im2col fallback when 1-D or 2-D, else the reference).
+//
+// The int8 convolution primitive is exact: oneDNN's int8 kernels take the zero point out in
+// integers but convert the s32 sum to f32 before storing it, exact below 2^24; the rounding is
+// monotonic, so a stored magnitude below 2^24 is the exact sum. Every run checks the stored sums
+// (one pass) and redoes a run holding one of 2^24 or more with the im2col fallback, which is exact
+// at every magnitude (real layers' sums stay far below; the test builds one that does not). 3-D
+// convolutions with padding and a non-zero x zero point also take the fallback: oneDNN 2.6.3 gets
+// their padded border wrong (found by kernels_dnnl_qconv_test). kernels_dnnl_qconv_test compares
+// the primitive with the reference kernel bit for bit over 60 random convolutions (1-3 spatial
+// dims, groups, strides, pads, SAME, dilations, u8/i8 x and y, non-zero zero points, per-tensor and
+// per-channel w scales, with and without bias) and asserts who served each.
+//
+// At M = 1 the int8 product is igemm.cc's GEMV over b, on any CPU (oneDNN's integer GEMM packs b on
+// every call, which made it slower than the f32 sgemm there; the GEMV streams b once, two rows at a
+// time widened to s16 and interleaved in registers for vpmaddwd). On a CPU with VNNI, measured by
+// dnnl_quant_benchmark (docs/results/qops-int8-kernels-2026-11-25.txt; 1 thread, CPU time, K = N =
+// 1024, load average ~15 from other builds): QLinearMatMul runs 2.1x (M = 1), 1.5x (M = 16) and
+// 2.5x (M = 64) the speed of the f32 MatMul it replaces, and 70x (M = 1) to 330x (M = 16) the
+// reference kernel's; QuantizeLinear 42x and DequantizeLinear 52x the reference loops (1M
+// elements). QLinearConv on the int8 convolution primitive (/usr/bin/python3
+// tools/bench/qconv_bench.py --rounds 7 --repeat 10, docs/results/qconv-int8-conv-2026-11-25.txt: 1
+// thread, batch 1, medians of 7 interleaved rounds, load average 0.1) runs 3.72x the speed of
+// oneDNN's f32 Conv at [1, 64, 56, 56] by 64 3x3, 3.40x at 128 x 28x28, 1.47x at 256 x 14x14, 2.96x
+// at 128 x 56x56 stride 2 and 1.37x for a 1x1 1024 -> 256 at 14x14, but only 0.47x at 512 x 7x7
+// 3x3: the weights are reordered (packed, with oneDNN's compensation) on every run, 2.4 MB there
+// against 25k output pixels; packing constant weights once, as the f32 FusedConv does, is the next
+// step. Against the im2col path QLinearConv took before: 11.8x, 6.3x, 1.6x, 0.33x, 4.6x, 1.2x. No
+// comparison with ONNX Runtime's int8 kernels is recorded yet.
+//
+// On the development machine (AMD EPYC, AVX2 and FMA, no AVX-512, no VNNI), before igemm.cc every
+// integer MatMul and convolution there ran the reference kernel. dnnl_quant_benchmark, the lead
+// branch's build against this one's interleaved
+// (docs/results/int8avx2-quant-benchmark-2026-11-28.txt: 1 thread, CPU time, K = N = 1024, two
+// rounds, load average ~2): QLinearMatMul took 17-18 ms (M = 1), 233-287 ms (M = 16) and 1.15 s (M
+// = 64) before and 68-80 us, 0.45-0.66 ms and 1.33-2.35 ms after (230x to 860x); that is 12x (M =
+// 1), 1.6-2.2x (M = 16) and 1.6-2.9x (M = 64) the speed of the f32 MatMul in the same runs.
+// QLinearConv [1, 64, 28, 28] by 64 3x3: 340 ms before, 1.13-1.43 ms after, 0.7-0.8x oneDNN's f32
+// Conv (vpmaddwd does 16 products per instruction, as many as an f32 FMA, so without VNNI the int8
+// convolution gains only memory, and pays for im2col and packing on every call).
+// tools/bench/qdq_gemm_bench.py --rounds 5 --repeat 20
+// (docs/results/int8avx2-qdq-gemm-bench-2026-11-28.txt): the fused QDQ Linear runs 1.38x (M = 1),
+// 1.64x (M = 16) and 1.47x (M = 64) the speed of the unfused f32 program.
+// tools/bench/qconv_bench.py --rounds 3 --repeat 10
+// (docs/results/int8avx2-qconv-bench-2026-11-28.txt: both int8 forms on the im2col kernel here):
+// QLinearConv runs 0.83x to 1.14x the f32 Conv's speed over its six ResNet-like shapes.
+//
+// QDQ fusion. The qdq_matmul rewrite (docs/compiler.md, "Pattern rewrites") turns
+// DequantizeLinear(x), DequantizeLinear(w) -> MatMul -> QuantizeLinear, with per-channel weight
+// scales, into one QLinearMatMul, which runs on the int8 GEMM above. qdq_gemm does the same for a
+// Gemm (transA 0, alpha 1, beta 1, either transB; a transposed constant weight is folded once at
+// compile time): without a bias it becomes QLinearMatMul; with an f32 bias, MatMulInteger on the
+// int8 GEMM, then Cast, the product of the scales, the bias and QuantizeLinear as vector loops
+// (rewrite_qdq_test: M 1/5, K 1/16/37, N 1/8/19, both transB, with and without bias, u8/i8 x,
+// per-tensor and per-channel w, against the unfused program). A Linear layer in QDQ form (x u8 [M,
+// 1024], w i8 [1024, 1024] per channel, transB 1, bias) runs 1.68x (M = 1), 1.62x (M = 16) and
+// 2.35x (M = 64) the speed of the unfused DequantizeLinear + f32 Gemm + QuantizeLinear, with equal
+// outputs (/usr/bin/python3 tools/bench/qdq_gemm_bench.py --rounds 11 --repeat 20,
+// docs/results/int8gpt-qdq-gemm-2026-11-25.txt: 1 thread, medians of 11 interleaved rounds, load
+// average 6.7 from other builds). qdq_conv does the same for a Conv (w per tensor or per output
+// channel, axis 0; groups, strides, pads and dilations kept): without a bias it becomes
+// QLinearConv, with an f32 bias (or the DequantizeLinear of an int32 one, which quantizers write)
+// ConvInteger, then Cast, the per-channel product of the scales, the bias and QuantizeLinear, both
+// on the int8 convolution above (rewrite_qdq_test ConvFusesAcrossShapes: 24 cases of groups
+// 1/2/depthwise, 1x1 and 3x3 kernels, stride 2, pads, u8/i8 x, per-tensor and per-channel w, biases
+// of both forms, within one quantization step of the unfused program; near misses: w per input
+// channel, dequantized weights read elsewhere). No timing of the fused form against the unfused one
+// is recorded; the int8 convolution's own speed is the table above. Not fused yet: QDQ chains whose
+// output stays f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

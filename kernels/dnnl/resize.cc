@@ -17,6 +17,22 @@
 //   down), and so does oneDNN, whose coordinate is never a tie there.
 // Cubic, align_corners, tf_crop_and_resize, antialias and `axes` are the reference kernel's (at
 // create).
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Resize (kernels/dnnl/resize.cc, test kernels_dnnl_resize_test): oneDNN's resampling maps output
+// coordinate o to (o + 0.5) / F - 0.5 with F = out / in, which is ONNX's arithmetic only in some
+// cases, so the kernel takes exactly those and leaves the rest to the reference kernel: linear with
+// half_pixel (or pytorch_half_pixel with no spatial output of size 1) when each spatial ratio
+// out/in equals the ONNX scale exactly (given sizes, or scales whose product with the input size is
+// whole) and the input is finite; nearest upsampling by whole factors with
+// half_pixel/pytorch_half_pixel + round_prefer_*, asymmetric + floor or tf_half_pixel_for_nn +
+// floor (for a whole factor k all of these pick input o / k). N and C must keep their size; 1-3
+// spatial dims; f32. Cubic, align_corners, tf_crop_and_resize, antialias, axes and opset 10 are
+// refused at create (reference kernel); the other cases fall back per run (counted in
+// fallback_runs()). The common CNN upsamplers (nearest x2, bilinear with align_corners=False, as
+// torch exports them) are all taken.
 #include <cmath>
 #include <cstdint>
 #include <string>

@@ -15,6 +15,17 @@
 //
 // The reference kernel serves what this kernel does not: non-f32 dtypes (at create),
 // sequence_lens shorter than the sequence, empty dims and odd weight strides (at run time).
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// LSTM/GRU/RNN. One GEMM computes X·Wᵀ + bias for every time step (M = seq·batch); each step adds
+// H·Rᵀ (a GEMV at batch 1: the GEMV loop above) and runs the gate function: for the default LSTM
+// one vectorized pass (cpu::LstmGates, per level, branch-free exp), otherwise the
+// reference gate functions (kernels/reference/rnn.h), so every activation, clip, input_forget,
+// peephole, direction and layout is served. oneDNN's LSTM primitive was measured against it and not
+// kept: it is no faster on a decode step and needs W and R repacked into its gate order (i, f, c,
+// o) and layout per VM instance (or a packed constant from the compiler).
 #include "kernels/reference/rnn.h"
 
 #include <algorithm>
@@ -94,7 +105,7 @@ absl::Status WeightGemm(const KernelContext& ctx, const WeightRef& w, int64_t m,
     return Gemm(ctx, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
                 ldc);
   }
-  if (!choice::UseQGemv(m, n, k) && w.dequantized != nullptr) {
+  if (!choice::UseQGemv(m, n, k, w.dtype == DType::kI8) && w.dequantized != nullptr) {
     return Gemm(ctx, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
   }
   for (int64_t r = 0; r < m; r += cpu::kQuantSmallRows) {  // rows beyond: weights re-read
@@ -312,8 +323,9 @@ class RecurrentKernel final : public DnnlKernel {
         total > (int64_t{1} << 60)) {
       return false;
     }
-    buf->dequantize_w = quantized_ && !choice::UseQGemv(buf->rows, s.gh, s.input_size);
-    buf->dequantize_r = quantized_ && !choice::UseQGemv(s.batch, s.gh, s.hidden);
+    const bool int8 = s.w->dtype() == DType::kI8;
+    buf->dequantize_w = quantized_ && !choice::UseQGemv(buf->rows, s.gh, s.input_size, int8);
+    buf->dequantize_r = quantized_ && !choice::UseQGemv(s.batch, s.gh, s.hidden, int8);
     const int64_t wq = buf->dequantize_w ? s.gh * s.input_size : 0;
     const int64_t rq = buf->dequantize_r ? s.gh * s.hidden : 0;
     return !__builtin_add_overflow(total, wq + rq, &total) && total <= (int64_t{1} << 60);
