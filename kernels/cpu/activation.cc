@@ -231,6 +231,9 @@ DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256 GeluErfAvx2(__m256 v) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), f);
 }
 
+// The generic loop at this level, for the tails.
+DYNVM_AVX2_LOOPS void GeluErfLoopAvx2(int64_t n, const float* x, float* y) { GeluErfBody(n, x, y); }
+
 // Four vectors per step: the polynomial chains are long, and independent ones in flight hide
 // their latency.
 DYNVM_AVX2 void GeluErfAvx2(int64_t n, const float* x, float* y) {
@@ -246,19 +249,19 @@ DYNVM_AVX2 void GeluErfAvx2(int64_t n, const float* x, float* y) {
     _mm256_storeu_ps(y + i + 24, d);
   }
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, GeluErfAvx2(_mm256_loadu_ps(x + i)));
-  if (i < n) GeluErfBody(n - i, x + i, y + i);
+  if (i < n) GeluErfLoopAvx2(n - i, x + i, y + i);
 }
 
 struct Avx2Gelu {
   static void Run(int64_t n, const float* x, float* y) { GeluErfAvx2(n, x, y); }
 };
 
-DYNVM_ACTIVATION_LEVEL(DYNVM_AVX2, Avx2, Avx2Gelu)
+DYNVM_ACTIVATION_LEVEL(DYNVM_AVX2_LOOPS, Avx2, Avx2Gelu)
 
 // ---- AVX-512: the generic bodies ----
 
-DYNVM_AVX512 void GeluErfAvx512(int64_t n, const float* x, float* y) { GeluErfBody(n, x, y); }
-DYNVM_ACTIVATION_LEVEL(DYNVM_AVX512, Avx512, GenericGelu)
+DYNVM_AVX512_LOOPS void GeluErfAvx512(int64_t n, const float* x, float* y) { GeluErfBody(n, x, y); }
+DYNVM_ACTIVATION_LEVEL(DYNVM_AVX512_LOOPS, Avx512, GenericGelu)
 
 #endif  // DYNVM_CPU_X86
 

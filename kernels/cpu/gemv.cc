@@ -251,7 +251,7 @@ DYNVM_AVX2 void GemvAvx2(char trans, int64_t n, int64_t k, float alpha, const fl
 #endif
 
 // The sum of 16 lanes.
-DYNVM_AVX512 DYNVM_ALWAYS_INLINE float SumAvx512(__m512 v) {
+DYNVM_AVX512_LOOPS DYNVM_ALWAYS_INLINE float SumAvx512(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
   const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
   const __m256 s8 = _mm256_add_ps(lo, hi);
@@ -262,8 +262,8 @@ DYNVM_AVX512 DYNVM_ALWAYS_INLINE float SumAvx512(__m512 v) {
 }
 
 template <bool kPrefetch>
-DYNVM_AVX512 void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float* x, const float* w,
-                                 int64_t ldw, float beta, float* y) {
+DYNVM_AVX512_LOOPS void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float* x,
+                                       const float* w, int64_t ldw, float beta, float* y) {
   constexpr int64_t kAhead = 8;
   const int64_t kv = k - k % kLanes;
   const __mmask16 tail = static_cast<__mmask16>((1u << (k - kv)) - 1);
@@ -315,8 +315,8 @@ DYNVM_AVX512 void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const float*
 #pragma GCC diagnostic pop
 
 template <bool kPrefetch>
-DYNVM_AVX512 void GemvAvx512(char trans, int64_t n, int64_t k, float alpha, const float* x,
-                             const float* b, int64_t ldb, float beta, float* y) {
+DYNVM_AVX512_LOOPS void GemvAvx512(char trans, int64_t n, int64_t k, float alpha, const float* x,
+                                   const float* b, int64_t ldb, float beta, float* y) {
   if (trans == 'T') {
     GemvRowsAvx512<kPrefetch>(n, k, alpha, x, b, ldb, beta, y);
   } else {

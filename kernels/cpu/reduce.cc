@@ -221,11 +221,12 @@ DYNVM_AVX2 void ReduceColumnsAvx2(ReduceOp op, int64_t outer, int64_t reduce, in
 
 // ---- AVX-512: the generic bodies ----
 
-DYNVM_AVX512 void ReduceRowsAvx512(ReduceOp op, int64_t rows, int64_t n, const float* x, float* y) {
+DYNVM_AVX512_LOOPS void ReduceRowsAvx512(ReduceOp op, int64_t rows, int64_t n, const float* x,
+                                         float* y) {
   ReduceRowsBody(op, rows, n, x, y);
 }
-DYNVM_AVX512 void ReduceColumnsAvx512(ReduceOp op, int64_t outer, int64_t reduce, int64_t inner,
-                                      const float* x, float* y) {
+DYNVM_AVX512_LOOPS void ReduceColumnsAvx512(ReduceOp op, int64_t outer, int64_t reduce,
+                                            int64_t inner, const float* x, float* y) {
   ReduceColumnsBody(op, outer, reduce, inner, x, y);
 }
 

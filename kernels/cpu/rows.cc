@@ -109,66 +109,68 @@ DYNVM_ALWAYS_INLINE void NormalizeRow(int64_t n, const float* x, float mean, flo
   }
 }
 
-// The row max and sum of the generic levels.
-struct GenericReductions {
-  static DYNVM_ALWAYS_INLINE float Max(int64_t n, const float* x) { return RowMax(n, x); }
-  static DYNVM_ALWAYS_INLINE float Sum(int64_t n, const float* x) { return RowSum(n, x); }
-};
-
-template <typename R>
-DYNVM_ALWAYS_INLINE void SoftmaxRowsBody(int64_t rows, int64_t n, const float* x, float* y) {
+// The per-row steps of one level (Max, Sum, Exp, Scale, SquaredDeviation, Normalize: static
+// functions compiled for it). The row drivers below are compiled for the build's baseline and
+// call them, as before kernels/cpu/: the driver's scalar arithmetic (the mean, 1 / sqrt(var +
+// eps)) must not be contracted into FMAs, or the results would change.
+template <typename L>
+void SoftmaxRowsDriver(int64_t rows, int64_t n, const float* x, float* y) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    const float m = R::Max(n, xr);
-    ExpRow(n, xr, m, yr);
-    const float sum = R::Sum(n, yr);
+    const float m = L::Max(n, xr);
+    L::Exp(n, xr, m, yr);
+    const float sum = L::Sum(n, yr);
     if (m == kInf || m == -kInf || sum != sum) {
       // +inf (inf - inf), a row of -inf only, or a NaN: the reference kernel's row is NaN.
       std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
       continue;
     }
-    ScaleRow(n, 1.0f / sum, yr);
+    L::Scale(n, 1.0f / sum, yr);
   }
 }
 
-template <typename R>
-DYNVM_ALWAYS_INLINE void LayerNormRowsBody(int64_t rows, int64_t n, const float* x,
-                                           const float* scale, const float* bias, float epsilon,
-                                           float* y) {
+template <typename L>
+void LayerNormRowsDriver(int64_t rows, int64_t n, const float* x, const float* scale,
+                         const float* bias, float epsilon, float* y) {
   const float inv_n = 1.0f / static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
-    const float mean = R::Sum(n, xr) * inv_n;
-    const float var = RowSquaredDeviation(n, xr, mean) * inv_n;
-    NormalizeRow(n, xr, mean, 1.0f / std::sqrt(var + epsilon), scale, bias, y + r * n);
+    const float mean = L::Sum(n, xr) * inv_n;
+    const float var = L::SquaredDeviation(n, xr, mean) * inv_n;
+    L::Normalize(n, xr, mean, 1.0f / std::sqrt(var + epsilon), scale, bias, y + r * n);
   }
 }
 
-DYNVM_ALWAYS_INLINE void RmsNormRowsBody(int64_t rows, int64_t n, const float* x,
-                                         const float* scale, float epsilon, float* y) {
+template <typename L>
+void RmsNormRowsDriver(int64_t rows, int64_t n, const float* x, const float* scale, float epsilon,
+                       float* y) {
   const float inv_n = 1.0f / static_cast<float>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
-    const float ms = RowSquaredDeviation(n, xr, 0.0f) * inv_n;
-    NormalizeRow(n, xr, 0.0f, 1.0f / std::sqrt(ms + epsilon), scale, nullptr, y + r * n);
+    const float ms = L::SquaredDeviation(n, xr, 0.0f) * inv_n;
+    L::Normalize(n, xr, 0.0f, 1.0f / std::sqrt(ms + epsilon), scale, nullptr, y + r * n);
   }
 }
 
-// ---- portable ----
+// The steps of a level whose bodies are the generic loops (ATTR: its target, or nothing).
+#define DYNVM_ROW_STEPS(ATTR, NAME)                                                            \
+  struct NAME {                                                                                \
+    static ATTR float Max(int64_t n, const float* x) { return RowMax(n, x); }                  \
+    static ATTR float Sum(int64_t n, const float* x) { return RowSum(n, x); }                  \
+    static ATTR void Exp(int64_t n, const float* x, float m, float* y) { ExpRow(n, x, m, y); } \
+    static ATTR void Scale(int64_t n, float s, float* y) { ScaleRow(n, s, y); }                \
+    static ATTR float SquaredDeviation(int64_t n, const float* x, float mean) {                \
+      return RowSquaredDeviation(n, x, mean);                                                  \
+    }                                                                                          \
+    static ATTR void Normalize(int64_t n, const float* x, float mean, float rstd,              \
+                               const float* scale, const float* bias, float* y) {              \
+      NormalizeRow(n, x, mean, rstd, scale, bias, y);                                          \
+    }                                                                                          \
+  };
 
-void SoftmaxRowsPortable(int64_t rows, int64_t n, const float* x, float* y) {
-  SoftmaxRowsBody<GenericReductions>(rows, n, x, y);
-}
-void LayerNormRowsPortable(int64_t rows, int64_t n, const float* x, const float* scale,
-                           const float* bias, float epsilon, float* y) {
-  LayerNormRowsBody<GenericReductions>(rows, n, x, scale, bias, epsilon, y);
-}
-void RmsNormRowsPortable(int64_t rows, int64_t n, const float* x, const float* scale, float epsilon,
-                         float* y) {
-  RmsNormRowsBody(rows, n, x, scale, epsilon, y);
-}
+DYNVM_ROW_STEPS(, PortableSteps)
 
 #if DYNVM_CPU_X86
 
@@ -176,8 +178,7 @@ void RmsNormRowsPortable(int64_t rows, int64_t n, const float* x, const float* s
 
 // RowMax and RowSum with the generic versions' results: two 8-lane registers hold their 16
 // lanes, so the sums are formed in the same order (lane k sums x[k], x[k + 16], ...; then lanes
-// 0..15 in order, then the tail). Not inline into the body: a target function is inlined only
-// into one of the same target, which the body (no target) is not until it is inlined itself.
+// 0..15 in order, then the tail).
 DYNVM_AVX2 float RowMaxAvx2(int64_t n, const float* x) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // max_ps(v, m) is v > m ? v : m: a NaN v keeps m, as the generic loop skips NaN.
@@ -212,58 +213,39 @@ DYNVM_AVX2 float RowSumAvx2(int64_t n, const float* x) {
   return s;
 }
 
-struct Avx2Reductions {
+DYNVM_ROW_STEPS(DYNVM_AVX2_LOOPS, Avx2LoopSteps)
+
+// The generic steps, with the explicit row max and sum.
+struct Avx2Steps : Avx2LoopSteps {
   static float Max(int64_t n, const float* x) { return RowMaxAvx2(n, x); }
   static float Sum(int64_t n, const float* x) { return RowSumAvx2(n, x); }
 };
 
-DYNVM_AVX2 void SoftmaxRowsAvx2(int64_t rows, int64_t n, const float* x, float* y) {
-  SoftmaxRowsBody<Avx2Reductions>(rows, n, x, y);
-}
-DYNVM_AVX2 void LayerNormRowsAvx2(int64_t rows, int64_t n, const float* x, const float* scale,
-                                  const float* bias, float epsilon, float* y) {
-  LayerNormRowsBody<Avx2Reductions>(rows, n, x, scale, bias, epsilon, y);
-}
-DYNVM_AVX2 void RmsNormRowsAvx2(int64_t rows, int64_t n, const float* x, const float* scale,
-                                float epsilon, float* y) {
-  RmsNormRowsBody(rows, n, x, scale, epsilon, y);
-}
+// ---- AVX-512: the generic loops ----
 
-// ---- AVX-512: the generic bodies ----
-
-DYNVM_AVX512 void SoftmaxRowsAvx512(int64_t rows, int64_t n, const float* x, float* y) {
-  SoftmaxRowsBody<GenericReductions>(rows, n, x, y);
-}
-DYNVM_AVX512 void LayerNormRowsAvx512(int64_t rows, int64_t n, const float* x, const float* scale,
-                                      const float* bias, float epsilon, float* y) {
-  LayerNormRowsBody<GenericReductions>(rows, n, x, scale, bias, epsilon, y);
-}
-DYNVM_AVX512 void RmsNormRowsAvx512(int64_t rows, int64_t n, const float* x, const float* scale,
-                                    float epsilon, float* y) {
-  RmsNormRowsBody(rows, n, x, scale, epsilon, y);
-}
+DYNVM_ROW_STEPS(DYNVM_AVX512_LOOPS, Avx512Steps)
 
 #endif  // DYNVM_CPU_X86
+
+#undef DYNVM_ROW_STEPS
+
+// The table's entries of a level.
+template <typename L>
+void FillLevel(internal::Dispatch* d) {
+  d->softmax_rows = &SoftmaxRowsDriver<L>;
+  d->layer_norm_rows = &LayerNormRowsDriver<L>;
+  d->rms_norm_rows = &RmsNormRowsDriver<L>;
+}
 
 }  // namespace
 
 namespace internal {
 
 void FillRows(Isa isa, Dispatch* d) {
-  d->softmax_rows = &SoftmaxRowsPortable;
-  d->layer_norm_rows = &LayerNormRowsPortable;
-  d->rms_norm_rows = &RmsNormRowsPortable;
+  FillLevel<PortableSteps>(d);
 #if DYNVM_CPU_X86
-  if (isa >= Isa::kAvx2) {
-    d->softmax_rows = &SoftmaxRowsAvx2;
-    d->layer_norm_rows = &LayerNormRowsAvx2;
-    d->rms_norm_rows = &RmsNormRowsAvx2;
-  }
-  if (isa >= Isa::kAvx512) {
-    d->softmax_rows = &SoftmaxRowsAvx512;
-    d->layer_norm_rows = &LayerNormRowsAvx512;
-    d->rms_norm_rows = &RmsNormRowsAvx512;
-  }
+  if (isa >= Isa::kAvx2) FillLevel<Avx2Steps>(d);
+  if (isa >= Isa::kAvx512) FillLevel<Avx512Steps>(d);
 #endif
 }
 

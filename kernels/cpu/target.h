@@ -26,6 +26,16 @@
   __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define DYNVM_AVX512_BF16 \
   __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")))
+// The generic loops' levels: exactly the targets the loops had as target_clones before
+// kernels/cpu/ (GCC: x86-64-v3, AVX2 with FMA; AVX-512F), so that each level compiles them to the
+// same code, and results, as before: the vectorizer's epilogues (the tails) depend on the ISA
+// flags, and AVX-512 VL/BW change them. (clang's AVX2 clone had no FMA; it gets AVX2 + FMA.)
+#if defined(__clang__)
+#define DYNVM_AVX2_LOOPS __attribute__((target("avx2,fma")))
+#else
+#define DYNVM_AVX2_LOOPS __attribute__((target("arch=x86-64-v3")))
+#endif
+#define DYNVM_AVX512_LOOPS __attribute__((target("avx512f")))
 #else
 #define DYNVM_CPU_X86 0
 #endif
