@@ -519,8 +519,8 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
     bool sum, bias, gemm;
   };
   const Shape shapes[] = {
-      // 24 output channels: with 32 or more dynvm's Winograd takes this 3x3 stride-1 shape
-      // (winograd_test.cc) on CPUs without AVX-512.
+      // 24 output channels: with 32 or more dynvm's Winograd could take this 3x3 stride-1 shape
+      // (winograd_test.cc; choice::UseOwnWinograd).
       {8, 32, 24, 4, 4, 3, 3, {1, 1, 1, 1}, {1, 1}, {1, 1}, "Relu", true, true, true},
       {8, 16, 24, 4, 4, 3, 3, {1, 1, 1, 1}, {2, 2}, {1, 1}, "LeakyRelu", false, false, true},
       {4, 8, 16, 4, 4, 3, 3, {2, 2, 2, 2}, {1, 1}, {2, 2}, "Clip", true, true, true},

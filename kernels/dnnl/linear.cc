@@ -23,8 +23,11 @@
 //
 // - The packed GEMM (kernels/cpu/packed_gemm.{h,cc}): a dynvm::Linear with an activation, a
 //   constant W (the compiler sets constant_weights = 1 on every Linear whose weight is a constant
-//   of the executable, after the last folding) and at least 8 rows of X runs dynvm's own GEMM on
-//   CPUs with AVX2 and FMA but not AVX-512 (oneDNN's AVX-512 GEMM is faster there). W is packed
+//   of the executable, after the last folding) and the rows choice::UsePackedGemm takes runs
+//   dynvm's own GEMM: at least 8 rows of X at the avx2 level (the notes below, measured on an
+//   AVX2-only EPYC), 16 to 128 rows at avx512 (a micro-kernel of up to 24x16 there; oneDNN's
+//   AVX-512 GEMM is faster at 8 rows and as fast past 128: docs/kernels.md, "Microkernel or
+//   oneDNN", measured on a Zen 4 EPYC). W is packed
 //   once, at its first run, into panels of 16 columns ([N/16][K][16], zeros past N), a copy shared
 //   by every VM and thread that runs the kernel (a cache keyed by the weight's address and
 //   geometry, at most 4 GiB; past that the Linear runs dnnl_sgemm). The copies are host memory of
