@@ -27,11 +27,12 @@
 // AVX-512 VNNI, int8: the AVX2 scheme at twice the width with the add fused: activations
 // rounded to int16 as on AVX2, 32 weights per VPMOVSXBW, one VPDPWSSD per weight vector and
 // activation row. On the Zen 4 EPYC (cpu_qgemv_benchmark, medians of 7, G multiply-adds/s) the
-// LSTM step's weights from L3 ran 31 / 54 / 58 (1 / 2 / 4 rows) against 21 / 28 / 31 widened at
-// the AVX-512 level and 36 / 44 / 43 on the AVX2 kernel (which beats widening on that CPU).
+// LSTM step's weights from L3 ran 45 / 62 / 63 (1 / 2 / 4 rows) against 24 / 28 / 37 widened at
+// the AVX-512 level and 42 / 44 / 40 on the AVX2 kernel (which beats widening on that CPU).
 // AVX-512 BF16: each activation is split once per call into two bf16 halves (hi + lo, qgemv.h's
 // bound) and 32 weights are one load, two VDPBF16PS (hi and lo) per activation row, no
-// widening: 34 / 47 at 2 / 4 rows against 28 / 31 widened; one row stays widened (16 against 18).
+// widening: 37 / 51 at 2 / 4 rows against 25 / 37 widened; one row stays widened (the split
+// measured slower there: 16 against 18 in an earlier run). All levels' figures, from L3 and L2:
 // docs/results/zen4-qgemv-levels-2026-11-29.txt.
 //
 // Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
