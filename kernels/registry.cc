@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "allocator/cuda_module.h"
+#include "common/status_macros.h"
+#include "kernels/fallback_kernel.h"
 
 namespace dynvm {
 namespace {
@@ -13,7 +15,49 @@ std::string Key(absl::string_view domain, absl::string_view op, Device device) {
   return absl::StrCat(domain, "\x1f", op, "\x1f", static_cast<int>(device));
 }
 
+bool HasStrings(const KernelSpec& spec) {
+  for (const auto* ports : {&spec.inputs, &spec.outputs}) {
+    for (const PortSpec& p : *ports) {
+      if (p.dtype == static_cast<uint8_t>(DType::kString)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+absl::Status KernelRegistry::AttachFallback(Kernel& kernel,
+                                            absl::Span<const KernelRegistration> rest,
+                                            const KernelSpec& spec, const BackendPolicy& policy) {
+  auto* fallback_kernel = dynamic_cast<FallbackKernel*>(&kernel);
+  if (fallback_kernel == nullptr) return absl::OkStatus();
+  const bool has_strings = HasStrings(spec);
+  absl::Status refused;  // the last Unimplemented of an allowed backend
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const KernelRegistration& r = rest[i];
+    // Any allowed backend after this one, whatever backend the spec names: a spec naming one
+    // picks the kernel that serves it, not the one that serves what that kernel cannot.
+    if ((has_strings && !r.takes_strings) || !policy.Allows(r.backend)) continue;
+    absl::StatusOr<std::unique_ptr<Kernel>> k = r.factory(spec);
+    if (!k.ok()) {
+      if (!absl::IsUnimplemented(k.status())) return k.status();  // the spec is invalid
+      refused = k.status();
+      continue;
+    }
+    absl::Status attached = AttachFallback(**k, rest.subspan(i + 1), spec, policy);
+    if (absl::IsUnimplemented(attached)) {
+      refused = attached;
+      continue;
+    }
+    DYNVM_RETURN_IF_ERROR(attached);
+    fallback_kernel->fallback_ = *std::move(k);
+    return absl::OkStatus();
+  }
+  // Every allowed backend after this one refused the spec: this kernel takes only what they
+  // take (its factory may leave attributes it never reads to them), so it refuses too. None
+  // allowed: no fallback, and a run that needs one fails (RunFallback).
+  return refused;
+}
 
 bool BackendPolicy::Allows(absl::string_view backend) const {
   return allowed.empty() || std::find(allowed.begin(), allowed.end(), backend) != allowed.end();
@@ -87,20 +131,24 @@ absl::StatusOr<std::unique_ptr<Kernel>> KernelRegistry::Create(const KernelSpec&
   }
   absl::Status last = absl::UnimplementedError(absl::StrCat(
       "no allowed backend for op ", spec.DebugName(), " on ", DeviceName(spec.device)));
-  bool has_strings = false;
-  for (const auto* ports : {&spec.inputs, &spec.outputs}) {
-    for (const PortSpec& p : *ports) has_strings |= p.dtype == static_cast<uint8_t>(DType::kString);
-  }
+  const bool has_strings = HasStrings(spec);
   if (has_strings) {
     last = absl::UnimplementedError(
         absl::StrCat("op ", spec.DebugName(), " does not take string tensors"));
   }
-  for (const KernelRegistration& r : candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const KernelRegistration& r = candidates[i];
     if (!spec.backend.empty() && r.backend != spec.backend) continue;
     if (has_strings && !r.takes_strings) continue;
     if (!policy.Allows(r.backend)) continue;
     absl::StatusOr<std::unique_ptr<Kernel>> k = r.factory(spec);
-    if (k.ok()) return k;
+    if (k.ok()) {
+      absl::Status attached =
+          AttachFallback(**k, absl::MakeConstSpan(candidates).subspan(i + 1), spec, policy);
+      if (attached.ok()) return k;
+      if (!absl::IsUnimplemented(attached)) return attached;
+      k = attached;  // the backends after it refuse the spec: so does it
+    }
     if (!absl::IsUnimplemented(k.status())) return k.status();
     // A string kernel refusing a spec without strings keeps the numeric kernel's reason.
     if (has_strings || !r.takes_strings) last = k.status();

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/kernel.h"
 
 namespace dynvm {
@@ -53,7 +54,13 @@ class KernelRegistry {
 
   // The highest-priority allowed backend whose factory accepts `spec` (a spec naming a backend
   // is given only that one). NotFound when no backend has the op; the last Unimplemented
-  // error, naming the op, when none accepts it.
+  // error, naming the op, when none accepts it. A kernel that falls back for runs it cannot
+  // serve (kernels/fallback_kernel.h) gets, as its fallback, the kernel of the next backend in
+  // priority order that the policy allows and whose factory accepts `spec` (whatever backend
+  // the spec names), made the same way; none when the policy allows no backend after it. When
+  // every allowed backend after it refuses the spec, it counts as refusing too (it takes only
+  // what its fallback takes). A fallback factory's errors other than Unimplemented are
+  // Create's.
   absl::StatusOr<std::unique_ptr<Kernel>> Create(const KernelSpec& spec,
                                                  const BackendPolicy& policy = {}) const;
   bool HasOp(absl::string_view domain, absl::string_view op, Device device) const;
@@ -71,6 +78,10 @@ class KernelRegistry {
   absl::Status LoadDeviceKernels(Device device) const;
 
  private:
+  // Sets a FallbackKernel's fallback from `rest` (the registrations after its own).
+  static absl::Status AttachFallback(Kernel& kernel, absl::Span<const KernelRegistration> rest,
+                                     const KernelSpec& spec, const BackendPolicy& policy);
+
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::vector<KernelRegistration>> by_key_ ABSL_GUARDED_BY(mu_);
   bool loads_device_modules_ = false;  // Global() only

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/check.h"
 #include "kernels/cuda/common.h"
 
 namespace dynvm::cuda {
@@ -34,17 +35,6 @@ absl::StatusOr<Dims> Broadcast(std::initializer_list<const Tensor*> ts, absl::st
   return out;
 }
 
-absl::Status CheckArity(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  if (in.size() != n || out.size() != 1 || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " takes ", n, " inputs and has 1 output"));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (in[i] == nullptr)
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is absent"));
-  }
-  return absl::OkStatus();
-}
-
 // ---- binary ----
 
 struct BinaryAttrs {
@@ -56,7 +46,7 @@ struct BinaryAttrs {
 
 absl::Status RunBinary(const BinaryAttrs& ba, CudaContext& cc, KernelContext&, Inputs in,
                        Outputs out) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(in, 2, out, ba.op));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, ba.op));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   absl::StatusOr<Dims> dims = Broadcast({&a, &b}, ba.op);
@@ -111,7 +101,7 @@ struct UnaryAttrs {
 
 absl::Status RunUnary(const UnaryAttrs& ua, CudaContext& cc, KernelContext&, Inputs in,
                       Outputs out) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(in, 1, out, ua.op));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, ua.op));
   const Tensor& x = *in[0];
   DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), x.dims(), ua.op));
   Tensor& y = *out[0];
@@ -141,7 +131,7 @@ void AddUnary(Registrations& r, const char* op, UnaryOp kind, std::initializer_l
 // ---- Where, Cast, Identity ----
 
 absl::Status RunWhere(const int&, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(in, 3, out, "Where"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, "Where"));
   const Tensor& c = *in[0];
   const Tensor& a = *in[1];
   const Tensor& b = *in[2];
@@ -179,7 +169,7 @@ absl::Status RunCast(const CastAttrs& ca, CudaContext& cc, KernelContext&, Input
 }
 
 absl::Status RunIdentity(const int&, CudaContext& cc, KernelContext&, Inputs in, Outputs out) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(in, 1, out, "Identity"));
+  DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Identity"));
   const Tensor& x = *in[0];
   DYNVM_RETURN_IF_ERROR(PrepareOutput(cc, out[0], x.dtype(), x.dims(), "Identity"));
   return DeviceCopy(cc, x, *out[0]);

@@ -1,55 +1,36 @@
 // dynvm's fused activations (domain "dynvm", made by the compiler's pattern rewrites:
 // compiler/rewrite/activations.cc) as plain vectorized loops (f32, contiguous; anything else
 // goes to the reference kernel, kernels/reference/dynvm_ops.cc):
-//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        GeluErfArray (vector_loops.h), in place too
-//   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-//   Silu(x)     = x sigmoid(x)                     tanh and sigmoid by fast_math.h
+//   Gelu(x)     = x/2 (1 + erf(x / sqrt 2))        cpu::GeluErf, in place too
+//   GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   cpu::GeluTanh
+//   Silu(x)     = x sigmoid(x)                     cpu::Silu (kernels/cpu/activation.h)
 // A loop, not oneDNN's eltwise primitive: a decoder's activations change shape every step, and
 // binding a primitive per shape (or the reference loop after kMaxPrimitiveBinds shapes) costs
 // several times the work. Within 1e-6 relative of the reference; NaN gives NaN. Elements are
-// split across the VM's pool from kMinParallelMathElements (vector_loops.h).
+// split across the VM's pool from kMinParallelMathElements (parallel_loops.h).
 #include <algorithm>
 #include <cmath>
 
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/fast_math.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
 namespace {
 
-DYNVM_CLONES void GeluTanhArray(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float t = FastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v));
-    const float r = 0.5f * v * (1.0f + t);
-    y[i] = v != v ? v : r;
-  }
-}
-
-DYNVM_CLONES void SiluArray(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float r = v * FastSigmoid(v);
-    y[i] = v != v ? v : r;
-  }
-}
-
 enum class Act { kGelu, kGeluTanh, kSilu };
 
 class ActivationKernel final : public DnnlKernel {
  public:
-  ActivationKernel(std::string name, std::unique_ptr<Kernel> reference, Act act)
-      : DnnlKernel(std::move(name), std::move(reference)), act_(act) {}
+  ActivationKernel(std::string name, Act act) : DnnlKernel(std::move(name)), act_(act) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "activation"));
     const Tensor& x = *in[0];
-    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "activation"));
     const int64_t n = x.numel();
@@ -66,13 +47,13 @@ class ActivationKernel final : public DnnlKernel {
   static void Apply(Act act, int64_t n, const float* src, float* dst) {
     switch (act) {
       case Act::kGelu:
-        GeluErfArray(n, src, dst);  // y may be x (the plan runs it in place)
+        cpu::GeluErf(n, src, dst);  // y may be x (the plan runs it in place)
         break;
       case Act::kGeluTanh:
-        GeluTanhArray(n, src, dst);
+        cpu::GeluTanh(n, src, dst);
         break;
       case Act::kSilu:
-        SiluArray(n, src, dst);
+        cpu::Silu(n, src, dst);
         break;
     }
   }
@@ -81,14 +62,13 @@ class ActivationKernel final : public DnnlKernel {
 };
 
 void Add(KernelRegistry& r, const char* op, Act act) {
-  r.Register(KernelRegistration{
-      "dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
-      [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-        DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-        DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-        return std::make_unique<ActivationKernel>(KernelName(spec), std::move(ref), act);
-      }});
+  r.Register(
+      KernelRegistration{"dynvm", op, Device::kCPU, kBackend, kDnnlPriority,
+                         [act](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                           DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+                           DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+                           return std::make_unique<ActivationKernel>(KernelName(spec), act);
+                         }});
 }
 
 }  // namespace

@@ -21,10 +21,12 @@
 #include <utility>
 
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -39,14 +41,6 @@ constexpr int64_t kScratchFloats = 16384;
 // so smaller blocks skip more of a causal mask's triangle, and larger ones call dnnl_sgemm less.
 constexpr int64_t kSkipBlock = 32;
 
-DYNVM_CLONES void AddRow(int64_t n, const float* m, float* s) {
-  for (int64_t j = 0; j < n; ++j) s[j] += m[j];
-}
-
-DYNVM_CLONES void FillRow(int64_t n, const bool* m, bool when, float fill, float* s) {
-  for (int64_t j = 0; j < n; ++j) s[j] = m[j] == when ? fill : s[j];
-}
-
 // Masks row i of unit mask block `m`, keys [j0, j0 + w), into s[w].
 void MaskRow(const AttentionAttrs& a, const AttentionGeometry& g, const void* m, int64_t i,
              int64_t j0, int64_t w, float* s) {
@@ -55,9 +49,9 @@ void MaskRow(const AttentionAttrs& a, const AttentionGeometry& g, const void* m,
   if (js == 1) {
     const int64_t off = i * g.ms[r - 2] + j0;
     if (a.mask_mode == 1) {
-      AddRow(w, static_cast<const float*>(m) + off, s);
+      cpu::AddTo(w, static_cast<const float*>(m) + off, s);
     } else {
-      FillRow(w, static_cast<const bool*>(m) + off, a.mask_mode == 2, a.fill, s);
+      cpu::FillWhere(w, static_cast<const bool*>(m) + off, a.mask_mode == 2, a.fill, s);
     }
     return;
   }
@@ -122,7 +116,7 @@ absl::Status RunRows(const AttentionAttrs& a, const AttentionGeometry& g, const 
   k += j0 * l.ldk;
   v += j0 * l.ldv;
   if (rows == 1) {  // one query (a decode step): GEMV loops
-    Gemv('T', w, g.d, a.scale, q, k, l.ldk, 0.0f, s);
+    cpu::Gemv('T', w, g.d, a.scale, q, k, l.ldk, 0.0f, s);
   } else {
     DYNVM_RETURN_IF_ERROR(FromDnnl(
         dnnl_sgemm('N', 'T', rows, w, g.d, a.scale, q, l.ldq, k, l.ldk, 0.0f, s, w), "dnnl_sgemm"));
@@ -130,9 +124,9 @@ absl::Status RunRows(const AttentionAttrs& a, const AttentionGeometry& g, const 
   if (m != nullptr) {
     for (int64_t i = 0; i < rows; ++i) MaskRow(a, g, m, i0 + i, j0, w, s + i * w);
   }
-  SoftmaxRows(rows, w, s, s);
+  cpu::SoftmaxRows(rows, w, s, s);
   if (rows == 1) {
-    Gemv('N', g.dv, w, 1.0f, s, v, l.ldv, 0.0f, y);
+    cpu::Gemv('N', g.dv, w, 1.0f, s, v, l.ldv, 0.0f, y);
     return absl::OkStatus();
   }
   return FromDnnl(dnnl_sgemm('N', 'N', rows, g.dv, w, 1.0f, s, w, v, l.ldv, 0.0f, y, l.ldo),
@@ -180,8 +174,8 @@ int64_t UnitGrain(const KernelContext& ctx, const AttentionGeometry& g) {
 
 class AttentionKernel final : public DnnlKernel {
  public:
-  AttentionKernel(std::string name, std::unique_ptr<Kernel> reference, AttentionAttrs a)
-      : DnnlKernel(std::move(name), std::move(reference)), a_(std::move(a)) {}
+  AttentionKernel(std::string name, AttentionAttrs a)
+      : DnnlKernel(std::move(name)), a_(std::move(a)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_ASSIGN_OR_RETURN(AttentionGeometry g, reference::PrepareAttention(a_, ctx, in, out));
@@ -239,8 +233,7 @@ void RegisterAttentionKernels(KernelRegistry& r) {
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         DYNVM_ASSIGN_OR_RETURN(AttentionAttrs a, reference::GetAttentionAttrs(spec));
         DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2}));
-        DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-        return std::make_unique<AttentionKernel>(KernelName(spec), std::move(ref), std::move(a));
+        return std::make_unique<AttentionKernel>(KernelName(spec), std::move(a));
       }});
 }
 

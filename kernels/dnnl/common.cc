@@ -7,7 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/qgemv.h"
 #include "kernels/reference/common.h"
 
 // The OpenMP runtime libdnnl was built with (libgomp), declared here rather than through a
@@ -187,18 +188,12 @@ bool AnyBits(const Tensor& t, Bad bad) {
   return any;
 }
 
-// AnyBits' NaN test over a dense buffer, cloned for AVX-512 and AVX2 (a max pool scans its
-// whole input: SSE2 made that a few percent of a CNN's time).
-DYNVM_CLONES bool AnyNaNDense(const uint32_t* p, int64_t n) {
-  uint32_t any = 0;
-  for (int64_t i = 0; i < n; ++i) any |= (p[i] & 0x7fffffffu) > 0x7f800000u ? 1u : 0u;
-  return any != 0;
-}
-
 }  // namespace
 
 bool HasNaN(const Tensor& t) {
-  if (t.is_contiguous()) return AnyNaNDense(t.data<uint32_t>(), t.numel());
+  // Vectorized (cpu::AnyNaN): a max pool scans its whole input, and an SSE2 loop was a few
+  // percent of a CNN's time.
+  if (t.is_contiguous()) return cpu::AnyNaN(t.numel(), t.data<uint32_t>());
   return AnyBits(t, [](uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; });
 }
 
@@ -314,12 +309,6 @@ dnnl::primitive_attr UserScratchpadAttr() {
   return attr;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec) {
-  KernelSpec ref = spec;
-  ref.backend = "reference";
-  return KernelRegistry::Global().Create(ref, BackendPolicy{{"reference"}});
-}
-
 std::string KernelName(const KernelSpec& spec, absl::string_view variant) {
   std::string dtype = "any";
   if (!spec.outputs.empty() && spec.outputs[0].dtype != kAnyDType) {
@@ -332,15 +321,10 @@ std::string KernelName(const KernelSpec& spec, absl::string_view variant) {
   return name;
 }
 
-absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
-                        size_t max_out) {
-  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.size() < min_out ||
-      spec.outputs.size() > max_out) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.op, ": expected ", min_in, "..", max_in, " inputs and ", min_out, "..",
-                     max_out, " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
-  }
-  return absl::OkStatus();
+const char* QuantizedWeightPath(const KernelSpec& spec) {
+  const bool bf16 =
+      spec.inputs.size() > 1 && spec.inputs[1].dtype == static_cast<uint8_t>(DType::kBF16);
+  return bf16 ? cpu::QGemvBf16Path() : cpu::QGemvI8Path();
 }
 
 absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> input_ports) {
@@ -358,18 +342,6 @@ absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> in
       return absl::UnimplementedError(
           absl::StrCat(spec.op, ": the oneDNN kernel produces f32 only"));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
-    }
-  }
-  if (out.empty() || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,8 @@
 // Shared machinery of the oneDNN CPU backend (docs/kernels.md, "oneDNN backend"): the one
 // place where oneDNN errors become absl::Status, the CPU engine, memory descriptors of strided
-// tensors, per-invoke-site primitive binding with a user scratchpad, and the reference kernel
-// each oneDNN kernel keeps for what oneDNN cannot do at run time. Internal.
+// tensors, per-invoke-site primitive binding with a user scratchpad, and the base of the oneDNN
+// kernels, which hand what oneDNN cannot do at run time to the registry's next backend (the
+// reference kernel). Internal.
 //
 // Error translation: the oneDNN C++ API throws dnnl::error. Every call into it is made inside
 // Guard(), which catches and converts; no exception leaves this backend. Execution uses the C
@@ -30,6 +31,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "kernels/check.h"
+#include "kernels/fallback_kernel.h"
 #include "kernels/kernel.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -38,6 +41,9 @@
 namespace dynvm::onednn {
 
 inline constexpr int kDnnlPriority = 10;
+// A second oneDNN-backend kernel for an op (the im2col integer convolution), after the first in
+// the registry's chain: the first one's fallback, with the reference kernel after it.
+inline constexpr int kDnnlSecondPriority = 5;
 inline constexpr const char* kBackend = "dnnl";
 
 using Inputs = absl::Span<const Tensor* const>;
@@ -45,7 +51,7 @@ using Outputs = absl::Span<Tensor* const>;
 
 // A oneDNN status as an absl::Status: out of memory is ResourceExhausted; a shape or
 // attribute oneDNN does not implement (unimplemented, invalid arguments) is Unimplemented, so
-// callers fall back to the reference kernel; anything else is Internal.
+// callers fall back to the next backend; anything else is Internal.
 absl::Status FromDnnl(dnnl_status_t status, absl::string_view what);
 
 // Runs `fn` (returning absl::Status) and turns any exception it throws into a Status.
@@ -171,8 +177,8 @@ bool HasNonFinite(const Tensor& t);
 struct PrimitiveState : KernelState {
   ShapeKey key;
   bool valid = false;
-  bool use_reference = false;  // oneDNN has no primitive for this site's shapes
-  int binds = 0;               // shapes this site has seen
+  bool use_fallback = false;  // oneDNN has no primitive for this site's shapes
+  int binds = 0;              // shapes this site has seen
   BoundPrimitive prim;
 };
 
@@ -185,7 +191,7 @@ inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
 
 // Calls bind(engine) (which binds st->prim) unless the site's key matches, inside Guard. A
 // descriptor oneDNN does not implement, or a small shape at a site that has seen too many
-// (above), sends the site to the reference kernel (st->use_reference) until its shapes change.
+// (above), sends the site to the reference kernel (st->use_fallback) until its shapes change.
 // `elements`: the size of the work (the output's elements).
 template <typename Bind>
 absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
@@ -193,7 +199,7 @@ absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
   if (st->valid && st->key == key) return absl::OkStatus();
   st->valid = false;
   if (++st->binds > kMaxPrimitiveBinds && elements <= kChurnMaxElements) {
-    st->use_reference = true;
+    st->use_fallback = true;
     st->key = key;
     st->valid = true;
     return absl::OkStatus();
@@ -205,7 +211,7 @@ absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
     return absl::OkStatus();
   });
   if (!s.ok() && !absl::IsUnimplemented(s)) return s;
-  st->use_reference = !s.ok();
+  st->use_fallback = !s.ok();
   st->key = key;
   st->valid = true;
   return absl::OkStatus();
@@ -233,33 +239,20 @@ inline constexpr int64_t kMinBinaryElements = 4096;
 // Primitive attributes every oneDNN kernel uses: the scratchpad comes from the VM's pool.
 dnnl::primitive_attr UserScratchpadAttr();
 
-// The reference kernel for `spec` (the fallback of a oneDNN kernel).
-absl::StatusOr<std::unique_ptr<Kernel>> CreateReference(const KernelSpec& spec);
-
 // "op.dtype.dnnl[.variant]", e.g. "matmul.f32.dnnl.sgemm+brgemm".
 std::string KernelName(const KernelSpec& spec, absl::string_view variant = "");
 
-// Base of the oneDNN kernels: the name, and the reference kernel that serves a run oneDNN
-// cannot do (a layout or broadcast it lacks, an empty dim). Such runs are counted, so tests
-// and tools see how often the reference kernel stood in.
-class DnnlKernel : public Kernel {
+// The implementation of the quantized-weight microkernel a kernel of `spec` runs (its weight,
+// input 1, is i8 or bf16): cpu::QGemvI8Path() or QGemvBf16Path(), for the kernel's name.
+const char* QuantizedWeightPath(const KernelSpec& spec);
+
+// Base of the oneDNN kernels: the name, and the fallback (the registry's next backend for the
+// spec: the reference kernel) that serves a run oneDNN cannot do (a layout or broadcast it lacks,
+// an empty dim). Such runs are counted (fallback_runs()), so tests and tools see how often the
+// fallback stood in.
+class DnnlKernel : public FallbackKernel {
  public:
-  DnnlKernel(std::string name, std::unique_ptr<Kernel> reference)
-      : name_(std::move(name)), reference_(std::move(reference)) {}
-  std::string name() const override { return name_; }
-  // Runs (over every VM sharing this kernel) served by the reference kernel.
-  int64_t reference_runs() const { return reference_runs_.load(std::memory_order_relaxed); }
-
- protected:
-  absl::Status RunReference(KernelContext& ctx, Inputs in, Outputs out) const {
-    reference_runs_.fetch_add(1, std::memory_order_relaxed);
-    return reference_->Run(ctx, in, out);
-  }
-
- private:
-  std::string name_;
-  std::unique_ptr<Kernel> reference_;
-  mutable std::atomic<int64_t> reference_runs_{0};
+  using FallbackKernel::FallbackKernel;
 };
 
 // The site's state of type T, created on first use.
@@ -270,12 +263,9 @@ T* SiteState(KernelContext& ctx) {
   return static_cast<T*>(s.get());
 }
 
-// Create-time checks shared by the factories.
-absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t min_out,
-                        size_t max_out);
+// Create-time checks shared by the factories (and kernels/check.h's).
 // Unimplemented unless every concrete data port of `spec` listed in `ports` is f32.
 absl::Status RequireF32(const KernelSpec& spec, std::initializer_list<size_t> input_ports);
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op);
 
 }  // namespace dynvm::onednn
 

@@ -21,12 +21,262 @@
 //
 // Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
 // GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
-// no Winograd (UseOwnWinograd, winograd.h).
+// no Winograd (OwnWinogradTakes and choice::UseOwnWinograd, kernels/cpu/winograd.h).
 //
 // Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
 // has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
 // reference kernel, which also reports every shape error (a channel mismatch, a negative pad,
 // a kernel larger than the padded input) as InvalidArgument.
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Conv family (kernels/dnnl/conv.cc, pool.cc; forward inference, f32, 1 to 3 spatial dims):
+// - *Kernels.* Conv with groups (depthwise included), dilations, strides, asymmetric pads and
+//   auto_pad; ConvTranspose with output_padding, output_shape, groups and dilations (the
+//   deconvolution primitive; ONNX's [C, M/group, K...] weights are read through strides); MaxPool
+//   and AveragePool (count_include_pad, ceil_mode, dilations, auto_pad), GlobalMaxPool,
+//   GlobalAveragePool; BatchNormalization with global statistics (inference mode); LRN (odd sizes:
+//   oneDNN centres an even window differently from ONNX). Shape errors (W's channels against X's, a
+//   negative pad, a kernel larger than the padded input) are the reference kernel's
+//   InvalidArgument, and the compiler reports them at compile time when the dims are known
+//   (InferConvShape, compiler/conv_fusion.h), naming the node.
+// - *Fallbacks* to the reference kernel (counted): empty tensors, more than 3 spatial dims, strided
+//   bias, a max pool over an input holding NaN, an average pool with count_include_pad whose
+//   ceil_mode window runs past the end padding (ONNX does not count that part; oneDNN would),
+//   MaxPool's Indices output and training-mode BatchNormalization (at create), a channels-last
+//   operand that is not a dense buffer (the reference kernel rejects it: InvalidArgument), and
+//   shapes oneDNN has no primitive for. constant_weights is the compiler's promise that W is an
+//   executable constant (packed once per address and layout).
+// - *Layouts.* A conv primitive's plain operands are given to oneDNN as format_tag::any, so it
+//   picks its fastest layout (channels-last on AVX-512), and the site reorders the plain input into
+//   it and the result back, in its workspace. Between FusedConvs there are no reorders: the conv
+//   fusion pass marks a value passed only from one FusedConv to others (as X or the residual)
+//   channels-last (channels_last_out on the producer, channels_last_in / channels_last_sum on the
+//   readers), the value keeps its logical dims and byte size, and the kernels create their
+//   primitives on NHWC there (the reference FusedConv converts). So a chain of convs reorders only
+//   where it meets another op (the classifier, a graph output). Pools (MaxPool, AveragePool, the
+//   global pools, without Indices) pass the layout through (channels_last_in / channels_last_out:
+//   the oneDNN pooling primitive runs on NHWC; the reference pool reads a channels-last input as a
+//   strided view and converts its output). A pool whose output goes to another op (a CRNN's
+//   Squeeze/Transpose into its LSTM) still takes its input channels-last and gives its output
+//   plain: it pools into channels-last in its workspace and reorders the (smaller) result, as
+//   oneDNN pools plain or mixed layouts with a slow generic kernel (simple_nchw), and the conv
+//   before it writes channels-last (ConvFusion.ChannelsLastIntoAPoolWithAPlainOutput). A max pool
+//   over a channels-last input whose windows lie inside it (no padding; at most 64 elements per
+//   window; any stride or dilation), written channels-last or to one pixel, runs dynvm's own loop
+//   (ChannelsLastMaxPool: one vectorized pass over the output pixels' channel vectors), which
+//   propagates NaN like the reference kernel and so skips the NaN scan oneDNN's max pooling needs;
+//   on the CRNN's pools (AVX2) it takes about a third of the time of oneDNN's pooling plus the scan
+//   (DnnlPool.ChannelsLastMaxPoolMatchesReference). Weights of a FusedConv marked constant_weights
+//   (every Conv with constant weights after the fusion) are reordered once per kernel, into a
+//   buffer the kernel owns and every VM and site running it shares (at the first run, not at
+//   compile time); other weights are reordered per run. vm-compile --report shows what the fusion
+//   did (conv_fusion convs, pads, batch_norms, sums, activations, channels_last_values) and each
+//   conv-family kernel's layouts (kernel 2: dynvm::FusedConv f32 -> fusedconv.f32.dnnl.any; layout
+//   X channels-last, Y plain): a plain X or Y of a conv is where a reorder may run (when oneDNN's
+//   chosen layout differs from plain, known only at bind time); channels-last operands are passed
+//   as they are.
+// - *No reference implementations.* oneDNN serves some layout pairs only with its reference
+//   convolution (ref:any, 10-100x slower): on AVX2 (no AVX-512), a one-channel plain input with a
+//   channels-last output (a CRNN's first conv) and a channels-last input with a plain output. A
+//   site therefore tries the tensors' own layouts, then the destination in the source's layout,
+//   then (a plain input of more than one channel with a channels-last output at least as big: a
+//   CNN's first conv on an RGB image) the input reordered into channels-last, then oneDNN's choice
+//   for both, and binds the first pair with an optimized implementation, reordering as for any
+//   choice; the reference implementation is kept only when every pair gets it (counted in
+//   ConvCacheStats::reference_impls; DnnlFusedConv.ChannelsLastPortsAvoidOneDnnReferenceImpls,
+//   which also asserts that such a first conv reorders its input and not its output,
+//   ConvCacheStats::src_reorders / dst_reorders). On AVX2 oneDNN's choice for that first conv is a
+//   plain source with a blocked (nChw8c) destination reordered into NHWC after, so the bigger
+//   tensor (32 or 64 channels at half the size against 3) was the one reordered; reordering the
+//   input and running its NHWC -> NHWC kernel is 1.05x-1.46x faster for mobilenet_v2's and
+//   resnet18's first convs at batch 1 and 8, 64x64 and 224x224 (tools/bench/conv-micro,
+//   pw-conv-micro-2026-11-28.txt; e.g. batch 8, 224x224, 3x3 to 32 channels: 3.99 ms -> 2.74 ms,
+//   7x7 to 64: 23.6 ms -> 20.5 ms), about 1% of those models end to end (within the shared
+//   machine's noise: pw-cnn-ab-2026-11-28.txt). On the AVX2 machine this took the CRNN from 233-586
+//   ms to 1.7-12 ms per line (crnn-before-2026-11-28.txt, crnn-after-2026-11-28.txt).
+// - *Winograd.* A FusedConv with constant weights that is 2D, 3x3, stride 1, undilated and
+//   ungrouped, with at least 32 input and 32 output channels and at least 96 output pixels per
+//   image (10x10, or 4x24 in a text line), asks oneDNN for its Winograd algorithm (jit_wino_4x3 /
+//   jit_fp32_wino_2x3 on AVX-512: 2.25-4x fewer multiply-adds) with source and destination in its
+//   own blocked layout, reordered from and to the tensors' layouts like any other layout choice,
+//   and its transformed weights packed once like other constant weights. Where oneDNN has none (no
+//   AVX-512, or post-ops its Winograd does not take, such as Clip), dynvm's own Winograd runs for
+//   the shapes of the next bullet, and the direct algorithm for the others.
+// - *dynvm's own Winograd F(2x2, 3x3)* (kernels/cpu/winograd.{h,cc}, AVX2 + FMA). A FusedConv with
+//   constant weights between channels-last values (input and output, and the residual when it has
+//   one), 2D, 3x3, stride 1, undilated, ungrouped, with at least 32 input and 32 output channels
+//   and at least 16 output tiles (2x2 pixels) over the batch (before the small-image GEMM, where
+//   both take a shape), on a CPU with AVX2 and FMA, for which oneDNN creates no Winograd primitive
+//   (decided when the site binds the shape: every CPU without AVX-512) runs dynvm's Winograd: any
+//   pads (the zeros are made in the input transform), any height and width (partial tiles at the
+//   bottom and right), any batch, every post-op (bias, the residual sum, each activation) applied
+//   in the output transform before the NHWC store. The weights are transformed once (U = G g G^T,
+//   16 matrices [C, M] packed in 16-column panels, 16/9 of the weights' size) and kept like the
+//   other packed weights (one copy per kernel, shared by every VM and site). Per block of output
+//   tiles (1 MiB of transformed input at most, 24 to 120 tiles): the input transform B^T d B
+//   vectorized over channels (NHWC keeps them contiguous), 16 products (tiles x C) by (C x M) in an
+//   AVX2 6x16 micro-kernel with its weights panel in L1, and the output transform A^T m A
+//   vectorized over output channels. With more than one thread the blocks are split over the VM's
+//   pool (one block per thread at least, each task its own part of the site's workspace); below
+//   kMinParallelWork it runs on one thread. 2.25x fewer multiply-adds than the direct convolution:
+//   by the timing aid in winograd_test.cc (DISABLED_Timing, 1 thread, weights hot) the CRNN's convs
+//   2-4 run 1.35-1.75x faster than oneDNN's jit:avx2 direct kernels (which run at 80-95% of the FMA
+//   peak here), resnet18's 56x56-8x8 stages 1.5-3x; with 512 channels it is bound by reading its 16
+//   MiB of transformed weights (7x7 at batch 1 even, at batch 8 1.5-2x faster), and with fewer than
+//   16 tiles (a 4x4 image at batch 1) it gains nothing end to end (resnet18 batch 1 at 64x64 with
+//   the threshold at 4 tiles: the same time). Rounding: the transforms scale values (|V| up to 4x
+//   the input, |U| up to 2.25x the weights), so results differ from the reference kernel by a few
+//   times a direct convolution's rounding error; winograd_test.cc asserts |y - ref| <= 2e-5 sqrt(C)
+//   (1 + |ref| / sqrt(9C)) for inputs and weights in [-1, 1] (largest error seen 4e-5 at 256
+//   channels), over random channel counts, odd sizes, pads 0, 1 and asymmetric, batches, every
+//   activation and the residual, at 1 and 2 threads, and that stride 2, dilation, groups, 1x1 and
+//   5x5 kernels, 16 channels, few tiles and plain layouts do not bind it, and that weights past the
+//   kernel's 64 packed copies are transformed per run, correctly. DYNVM_DNNL_OWN_WINOGRAD=0 turns
+//   it off (for A/B measurements). End to end, 1 thread, side by side with ONNX Runtime on the
+//   shared AVX2 machine (wino-crnn-t1-2026-11-28.txt, wino-cnn-t1-2026-11-28.txt): CRNN 1.31x-1.54x
+//   ORT (widths 100-400; 0.93x-1.19x before), resnet18 1.14x / 1.33x (batch 1 / 8, 64x64) and 1.26x
+//   / 1.10x (224x224; 0.91x / 0.67x before); mobilenet_v2 has no such convolution (its 3x3 ones are
+//   depthwise or strided) and binds the same primitives as before. Below the thresholds (small
+//   images, few channels) it loses: by per-primitive timings (ONEDNN_VERBOSE=1, on the shared
+//   machine), resnet18's 8x8 and smaller stages gain nothing once the reorders are paid (its 16x16
+//   stage at 64x64 input breaks even), while its 56x56-14x14 stages at 224x224 and the CRNN's 32-
+//   to 128-channel convs (down to 4x25 pixels at width 100) run 1.3x to 2.5x faster, reorders
+//   included. DnnlFusedConv.WinogradWhereItPays MatchesReference checks results against the
+//   reference kernel (every post-op variant, channels-last ports, widths and batches) and which
+//   algorithm each shape bound.
+// - *Small images as one GEMM.* A FusedConv with constant weights between channels-last values
+//   (channels_last_in and _out, and _sum when it has a residual), 2D, ungrouped, with an activation
+//   that is none, Relu, LeakyRelu or Clip, whose output has at most 16 pixels per image (a CNN's
+//   last stages: 4x4, 2x2) and at least 32 over the batch (and an im2col matrix of at most 32 MiB),
+//   runs as im2col of the NHWC input (zeros in the padding, any stride, dilation or kernel) and one
+//   dnnl_sgemm over the whole batch (rows: output pixels, columns: output channels, inner: KH*KW*C)
+//   straight into the NHWC output, with the residual as C's initial value and bias and activation
+//   in one pass after it; the weights are packed once into [KH, KW, C, M] (a oneDNN reorder, kept
+//   like other packed weights). oneDNN's direct convolution runs such shapes far below peak (4 to
+//   16 pixels per image); with fewer than 32 rows sgemm's per-call packing of the weights costs
+//   more than it saves (resnet18 batch 1 at 64x64: 1.4x slower that way), so those stay on oneDNN.
+//   Where dynvm's own Winograd (above) takes a shape too (3x3, stride 1, at least 32 channels and
+//   16 tiles: resnet18's 4x4 stage at batch 8) it runs instead: 2.8-4x faster than the GEMM by the
+//   timing aid, about 5% of resnet18 b8 64's CPU time end to end. resnet18 at batch 8, 64x64: about
+//   1.4x faster in all (A/B against the previous build, interleaved, on the shared machine).
+//   DnnlFusedConv.SmallImagesAsOneGemmMatchReference checks results against the reference kernel
+//   (bias, residual, each activation, strides, dilations, asymmetric pads and kernels) and which
+//   shapes take the GEMM.
+// - *1x1 convolutions stay on oneDNN* (measured on the AVX2 EPYC, tools/bench/conv-micro,
+//   pw-conv-micro-2026-11-28.txt). A 1x1 stride-1 unpadded FusedConv between channels-last values
+//   is the GEMM Y[P, M] = X[P, C] W^T over the pixels, read in place; run as dnnl_sgemm over blocks
+//   of 64, 256 or 1024 pixels (or all at once) with bias, activation and residual applied per
+//   block, it is 1.09x-8.7x slower than oneDNN's jit_1x1 on every 1x1 shape of mobilenet_v2 at
+//   batch 1 and 8 (224x224): jit_1x1 runs the compute-bound shapes at 83-96 GFLOP/s (the 7x7 320 ->
+//   1280 conv at 90), sgemm at 9-83. In scratch builds (prototypes not kept, timings not recorded),
+//   dynvm's own AVX2 micro-kernels (Winograd's 6x16 one over packed 16-channel panels, and one
+//   keeping every output channel of up to 32 in registers for the projection convs) matched or lost
+//   to it too, as did a channels-last depthwise kernel against jit_dw (0.5x-1x its speed). What
+//   stays slow is memory traffic: at batch 8, 224x224, the 112x112 and 56x56 stages' activations
+//   (6-39 MB each) do not fit the caches, and the same 1x1 shapes run at 39-64 GFLOP/s there
+//   against 85-86 at batch 1 (16 -> 96 at 112x112, 144 -> 24 with its residual at 56x56);
+//   mobilenet_v2 runs 8.7 ms per image at batch 1 and 10.7 ms per image at batch 8
+//   (pw-cnn-t1-2026-11-28.txt). Fusing a 1x1 expansion with the depthwise conv after it keeps those
+//   activations in cache: see the next item.
+// - *1x1 expansion + 3x3 depthwise pairs* (an inverted residual block's first two convs). The conv
+//   fusion pass folds a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with no
+//   residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group == its
+//   channels, stride 1 or 2, pad 1 all round, undilated, no residual) into one FusedConv with the
+//   depthwise weights and bias as inputs 4 and 5 (dw_stride, dw_activation;
+//   compiler/conv_fusion.h), any activations on either. The reference kernel runs the 1x1 conv,
+//   then the depthwise conv directly in double (the tests' oracle). The dnnl kernel binds, per
+//   shape, one oneDNN convolution with the depthwise post-op (append_dw_k3s1p1 / append_dw_k3s2p1,
+//   both weights packed once, the depthwise weights in the layout query_md(exec_arg_md,
+//   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS) gives) where input and output are channels-last,
+//   the expanded tensor (over the batch) has at least 2^20 elements, 4 MiB (kFusedDwMinElements:
+//   smaller ones stay in cache between two primitives), and oneDNN has an optimized implementation
+//   (jit_1x1:avx2; for small images it offers ref_fused_convolution, which is not taken); otherwise
+//   two primitives, the 1x1 conv writing the expanded tensor channels-last into a buffer every pair
+//   on the thread shares (it stays in cache from pair to pair as the memory plan's buffers do
+//   between two FusedConv nodes; a buffer per site ran batch 1's 112x112 pair 1.6x slower; it grows
+//   to at most 4 MiB per thread, is not trimmed, and is outside the VM's memory accounting; a
+//   bigger expanded tensor, of a pair oneDNN would not fuse, goes in the site's workspace, which is
+//   accounted) and jit_dw reading it, both on channels-last tensors (a plain input or output is
+//   reordered, so that AVX2 gets optimized kernels) (ConvCacheStats::dw_fused / dw_separate; for
+//   A/B runs DYNVM_DNNL_FUSED_DW=0 forces two primitives and DYNVM_DNNL_FUSED_DW=N sets the
+//   threshold to N elements). Two oneDNN 2.6 defects shape this: with channels-last (nhwc) source
+//   and destination its fused AVX2 kernel computes wrong values (all but the first few channels of
+//   each pixel; the conv-micro fused timings of pw-conv-micro-2026-11-28.txt were taken on that
+//   layout and are not valid), and without a bias on the 1x1 conv it crashes. So the fused
+//   primitive takes its own blocked layouts, its input and output reordered from and to
+//   channels-last in the workspace, and always gets a bias (zeros when the conv has none). The
+//   threshold is measured per pair (mobilenet_v2 at 224x224, 1 thread, per-node traces of the same
+//   model with every pair fused, DYNVM_DNNL_FUSED_DW=1, against two primitives,
+//   DYNVM_DNNL_FUSED_DW=0; tools/bench/trace_ab.py, dwfuse-pairs-final-2026-11-28.txt; earlier runs
+//   before the shared buffer above: dwfuse-pairs-all-, dwfuse-pairs-b1-,
+//   dwfuse-pairs-2026-11-28.txt): expanded tensors of 4.8 MB and more gain (batch 8 112x112 16 ->
+//   96 stride 2 1.83x, 56x56 24 -> 144 1.10x and 1.73x, 28x28 32 -> 192 1.04x-1.24x; batch 1
+//   112x112 1.20x), those of 3.6 MB and less lose (batch 8 14x14 and 7x7 pairs 0.69x-0.96x, batch 1
+//   56x56 0.57x and 0.84x): the reorders weigh more than the traffic saved there. Timed alone, each
+//   pair repeated on warm caches (conv-micro, dwfuse-conv-micro-2026-11-28.txt), the fused pair
+//   with its reorders is 1.24x-1.81x faster at batch 8 56x56 and 112x112, 0.94x-0.99x at batch 8
+//   28x28 and batch 1 112x112, 0.8x below; in the model, where the caches hold other layers' data,
+//   the 4.8 MB pairs gain. DnnlFusedConv.PointwiseThenDepthwiseMatchesReference checks the kernel
+//   against the reference (random batch, channels and sizes, stride 1 and 2, activation pairs, with
+//   and without the 1x1's bias, channels-last or plain ends, 1 and 2 threads) and that the post-op
+//   binds on AVX2 without oneDNN's reference implementation; ConvFusion.ExpansionAndDepthwise
+//   FoldIntoOneFusedConv and ConvFusion.NearMissesOfTheDepthwisePairAreNotFolded check the fold
+//   (fires on the block at random sizes and strides, static and symbolic, matches --no-optimize on
+//   both backends; a residual on the depthwise conv, a 1x1 output read twice, a grouped 3x3, a
+//   stride-2 1x1 and an unpadded 3x3 do not fold).
+// - *Dynamic spatial shapes.* Each site keeps a bounded LRU of primitives per concrete shape
+//   (DYNVM_DNNL_PRIMITIVE_CACHE entries, default 16; kernels/dnnl/conv.h): a model whose width
+//   changes from run to run rebinds only on a width it has not seen recently, and a repeated width
+//   binds nothing and allocates nothing of dynvm's own; oneDNN's dnnl_primitive_execute still
+//   builds its argument map per execute
+//   (DnnlAllocations.ConvAfterWidthChurnAllocatesOnlyOneDnnArgumentMaps). The site's workspace
+//   (scratchpad and reordered operands) grows to the largest shape and is reused.
+// - *Fusion* (compiler/conv_fusion.cc, run with the other optimizations): every ONNX Conv of f32
+//   data with constant weights becomes dynvm::FusedConv, absorbing a zero constant Pad before it
+//   (spatial pads added to the Conv's), an inference BatchNormalization after it with constant
+//   parameters (folded into the weights and bias at compile time), a residual Add of the same shape
+//   (oneDNN sum post-op) and one activation (eltwise post-op): Relu, LeakyRelu, Clip (Relu6),
+//   Sigmoid, HardSwish, Tanh, SiLU (x * Sigmoid(x)); then a 1x1 FusedConv takes the 3x3 depthwise
+//   FusedConv after it (above; conv_fusion depthwise_pairs in vm-compile --report). A NaN the
+//   convolution produces leaves a fused Relu or Clip as 0 or the bound on this backend (oneDNN's
+//   max/min); the reference FusedConv kernel (kernels/reference/fused_conv.cc) keeps it.
+// - *Against ONNX Runtime* (tools/bench/conv_bench.py, crnn_bench.py; raw output of every run in
+//   docs/results/conv-cnn-2026-11-24.txt, conv-crnn-2026-11-24.txt; the machine was shared with
+//   other builds, load average 6 to 14, and run-to-run noise is large): outputs match PyTorch to
+//   about 1e-6 relative; every conv of resnet18 and mobilenet_v2 is one FusedConv. In the final run
+//   at 1 thread dynvm/ORT is 1.09x to 1.21x on mobilenet_v2 (batch 1 and 8, 64x64 and 224x224),
+//   0.49x to 0.96x on resnet18 (0.85x to 1.13x in the two runs before it), and 0.97x to 1.08x on
+//   the CRNN (widths 100 to 400). Two-thread runs are erratic under the load (OpenMP joins wait for
+//   a descheduled thread). Before channels-last propagation, reorders were 39% (resnet18) and 53%
+//   (mobilenet_v2) of primitive time and dynvm/ORT was 0.61x to 0.94x (resnet18) and 0.29x to 0.45x
+//   (mobilenet_v2). Weights are packed at the first run, not at compile time. On an idle machine
+//   before Winograd (conv-cnn-idle-2026-11-25.txt, conv-crnn-idle-2026-11-25.txt): resnet18 0.98x
+//   to 1.02x, mobilenet_v2 1.09x to 1.28x, CRNN 0.99x to 1.11x. With Winograd and the small-image
+//   GEMM, on the shared machine (load average 3.6 to 4.4; conv-cnn-helper-gemm-2026-11-25.txt,
+//   conv-crnn-helper-gemm-2026-11-25.txt, 5 interleaved rounds): resnet18 b8/64 1.30x, b1/224
+//   1.36x, b8/224 1.16x, b1/64 0.66x in that run and 0.97x in a 7-round rerun
+//   (conv-cnn-helper-gemm-r18b1-2026-11-25.txt; its kernels are those of before but for Winograd on
+//   its 16x16 stage, which breaks even: it is bound by reading its 45 MB of packed weights, the
+//   512-channel 2x2 stage alone about half of its time); mobilenet_v2 (no dense 3x3 stride-1 convs,
+//   no small-image convs) 1.08x to 1.18x, unchanged; CRNN 1.16x to 1.23x (its convs run 1.3x to
+//   1.6x faster; its LSTM's per-step GEMV is bound by reading R from L2). Earlier records of this
+//   session under heavier load: conv-cnn-helper-winograd*, conv-crnn-helper-winograd*,
+//   conv-*-helper-final*. At the branch's last commit, on the machine nearly idle (load average 0.6
+//   to 0.8; conv-cnn-helper-last-2026-11-25.txt, conv-crnn-helper-last-2026-11-25.txt): resnet18
+//   b1/64 1.10x, b8/64 1.46x, b1/224 1.12x, b8/224 1.23x; mobilenet_v2 1.01x to 1.28x (b8/224
+//   1.01x); CRNN 1.21x to 1.26x. On the AVX2 machine that replaced it (AMD EPYC, no AVX-512;
+//   docs/benchmarks.md, "AVX2 machine"): CRNN 1.02x to 1.12x (fastest runs; 0.01x to 0.02x before
+//   the fixes above), resnet18 and mobilenet_v2 at 64x64 about 1x to 1.3x (0.09x to 0.27x before);
+//   with dynvm's own Winograd (above) CRNN 1.31x to 1.54x, resnet18 1.10x to 1.33x.
+// - *Tests.* kernels_dnnl_winograd_test: dynvm's Winograd (above); kernels_dnnl_conv_test: every
+//   kernel and post-op against the reference kernel and served by oneDNN (no fallback), and the
+//   width churn (64 widths, the cache bounded, a cached width rebinds nothing);
+//   compiler_conv_fusion_test: fused against unfused output for every fold and post-op, on both
+//   backends, 1D/2D/3D, both Pad and Clip opset forms, and compile-time shape errors;
+//   onnx_conformance_dnnl --expect-kernels tests/conformance/expected_dnnl_kernels.txt: the ONNX
+//   Conv/ConvTranspose/pool/BatchNorm/LRN cases must bind the oneDNN kernel.
 #include "kernels/dnnl/conv.h"
 
 #include <algorithm>
@@ -39,9 +289,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/winograd.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/winograd.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -115,7 +367,7 @@ absl::Status BindEntry(Entry* e, absl::string_view what,
     e->key = ShapeKey();  // never matches again
     return s;
   }
-  e->use_reference = !s.ok();
+  e->use_fallback = !s.ok();
   return absl::OkStatus();
 }
 
@@ -462,25 +714,16 @@ constexpr int64_t kGemmMinRows = 32;
 // The im2col matrix lives in the site's workspace: bigger ones (huge batches) stay on oneDNN.
 constexpr int64_t kGemmMaxColumnFloats = int64_t{1} << 23;  // 32 MiB
 constexpr int64_t kWinogradMinPixels = 96;  // output pixels per image (e.g. 4 x 24, 10 x 10)
-// dynvm's own Winograd F(2x2, 3x3) (UseOwnWinograd): from this many input and output channels
+// dynvm's own Winograd F(2x2, 3x3) (OwnWinogradTakes): from this many input and output channels
 // and output tiles (2x2 pixels) over the batch.
 constexpr int64_t kOwnWinogradMinChannels = 32;
 constexpr int64_t kOwnWinogradMinTiles = 16;
 
-// DYNVM_DNNL_OWN_WINOGRAD=0 turns dynvm's own Winograd off (for A/B measurements). Read once.
-bool OwnWinogradEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("DYNVM_DNNL_OWN_WINOGRAD");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return on;
-}
-
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(std::string name, std::unique_ptr<Kernel> reference, ConvAttrs attrs, bool transpose,
-             Activation act, bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  ConvKernel(std::string name, ConvAttrs attrs, bool transpose, Activation act,
+             bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
+      : DnnlKernel(std::move(name)),
         attrs_(std::move(attrs)),
         transpose_(transpose),
         act_(act),
@@ -500,18 +743,18 @@ class ConvKernel final : public DnnlKernel {
         !ConvGeometry(attrs_, x, w, transpose_, &g) ||
         (b != nullptr &&
          (b->dtype() != DType::kF32 || b->rank() != 1 || b->dim(0) != g.m || b->stride(0) != 1))) {
-      return RunReference(ctx, in, out);  // reports the error, if any
+      return RunFallback(ctx, in, out);  // reports the error, if any
     }
     // Channels-last operands are read as dense NHWC buffers: only contiguous tensors qualify
     // (the reference kernel rejects the others).
     if ((blocked_.in && !x.is_contiguous()) ||
         (blocked_.sum && sum != nullptr && !sum->is_contiguous())) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const Dims out_dims = OutDims(g);
     if (sum != nullptr &&
         (sum->dtype() != DType::kF32 || sum->dims() != absl::MakeConstSpan(out_dims))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t macs = g.n * g.m * (g.c / g.g);
     for (int i = 0; i < g.k; ++i) macs *= g.od[i] * g.kd[i];
@@ -528,10 +771,12 @@ class ConvKernel final : public DnnlKernel {
     if (fresh) {
       // dynvm's Winograd before the GEMM where both take a shape (a 4x4 image over a batch):
       // 2.25x fewer multiply-adds than the direct convolution against 1x, measured 2.8-4x faster.
-      const bool own_winograd = UseOwnWinograd(g, sum), gemm = UseGemm(g, sum);
+      const bool own_winograd = OwnWinogradTakes(g, sum), gemm = UseGemm(g, sum);
       DYNVM_RETURN_IF_ERROR(BindEntry(
           e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
-            if (own_winograd && !OneDnnHasWinograd(engine, g, x, b != nullptr, sum)) {
+            if (own_winograd &&
+                choice::UseOwnWinograd(UseWinograd(g) &&
+                                       OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
               e->own_winograd = true;
             } else if (gemm) {
               BindGemm(engine, g, w, e);
@@ -540,7 +785,7 @@ class ConvKernel final : public DnnlKernel {
             }
           }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
     if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
@@ -598,7 +843,7 @@ class ConvKernel final : public DnnlKernel {
 
   absl::Status RunPair(KernelContext& ctx, Inputs in, Outputs out) const {
     Geometry g, g2;
-    if (!PairGeometry(in, &g, &g2)) return RunReference(ctx, in, out);
+    if (!PairGeometry(in, &g, &g2)) return RunFallback(ctx, in, out);
     const Tensor& x = *in[0];
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
     SetThreads(ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.od[0] * g.od[1]));
@@ -615,7 +860,7 @@ class ConvKernel final : public DnnlKernel {
         BindPair(engine, g, g2, x, *in[1], *in[4], b != nullptr, e);
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, OutDims(g2), "FusedConv"));
     return ExecutePair(ctx, *e, in, out[0]);
@@ -950,15 +1195,15 @@ class ConvKernel final : public DnnlKernel {
     return g.od[0] * g.od[1] >= kWinogradMinPixels;
   }
 
-  // dynvm's own Winograd F(2x2, 3x3) (winograd.h) for a FusedConv with constant weights between
-  // channels-last values (input, output and residual), 2D, 3x3, stride 1, undilated, ungrouped,
-  // with at least kOwnWinogradMinChannels input and output channels and kOwnWinogradMinTiles
-  // output tiles over the batch, on a CPU with AVX2 and FMA, where oneDNN has no Winograd for it
-  // (OneDnnHasWinograd, decided at bind time: every CPU without AVX-512). Any pads, sizes,
-  // batch and post-op.
-  bool UseOwnWinograd(const Geometry& g, const Tensor* sum) const {
+  // The FusedConvs dynvm's own Winograd F(2x2, 3x3) (kernels/cpu/winograd.h) can serve: constant
+  // weights between channels-last values (input, output and residual), 2D, 3x3, stride 1,
+  // undilated, ungrouped, with at least kOwnWinogradMinChannels input and output channels and
+  // kOwnWinogradMinTiles output tiles over the batch, at a microkernel level with AVX2. Any pads,
+  // sizes, batch and post-op. It runs where choice::UseOwnWinograd says, given whether oneDNN has
+  // a Winograd for it (OneDnnHasWinograd, decided at bind time).
+  bool OwnWinogradTakes(const Geometry& g, const Tensor* sum) const {
     if (transpose_ || !constant_weights_ || g.k != 2 || g.g != 1 || !blocked_.in || !blocked_.out ||
-        (sum != nullptr && !blocked_.sum) || !OwnWinogradEnabled() || !winograd::Supported()) {
+        (sum != nullptr && !blocked_.sum) || cpu::ActiveIsa() < cpu::Isa::kAvx2) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {
@@ -989,15 +1234,15 @@ class ConvKernel final : public DnnlKernel {
     }
   }
 
-  winograd::PostOps OwnWinogradPostOps(const Tensor* b, const Tensor* sum) const {
-    winograd::PostOps post;
+  cpu::winograd::PostOps OwnWinogradPostOps(const Tensor* b, const Tensor* sum) const {
+    cpu::winograd::PostOps post;
     post.bias = b != nullptr ? b->data<float>() : nullptr;
     post.sum = sum != nullptr ? sum->data<float>() : nullptr;
     if (!act_.present) return post;
     post.alpha = act_.alpha;
     post.beta = act_.beta;
     using alg = dnnl::algorithm;
-    using A = winograd::Act;
+    using A = cpu::winograd::Act;
     switch (act_.alg) {
       case alg::eltwise_relu:
         post.act = act_.alpha == 0.0f ? A::kRelu : A::kLeakyRelu;
@@ -1026,23 +1271,23 @@ class ConvKernel final : public DnnlKernel {
   absl::Status ExecuteOwnWinograd(KernelContext& ctx, const Geometry& g, const Tensor& x,
                                   const Tensor& w, const Tensor* b, const Tensor* sum,
                                   Tensor* y) const {
-    winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
-    s.threads = ThreadsFor(ctx.num_threads(), 16 * winograd::Tiles(s) * g.c * g.m);
-    const int64_t blocks = winograd::Blocks(s);
+    cpu::winograd::Shape s{g.n, g.c, g.m, g.in[0], g.in[1], g.pl[0], g.pl[1], g.od[0], g.od[1]};
+    s.threads = ThreadsFor(ctx.num_threads(), 16 * cpu::winograd::Tiles(s) * g.c * g.m);
+    const int64_t blocks = cpu::winograd::Blocks(s);
     const int tasks = s.threads > 1 ? ctx.ParallelTasks(blocks, 1) : 1;
     const int64_t strides[4] = {w.stride(0), w.stride(1), w.stride(2), w.stride(3)};
     const float* pw = w.data<float>();
     auto pack = [&](void* to) {
-      winograd::PackWeights(pw, strides, g.c, g.m, static_cast<float*>(to));
+      cpu::winograd::PackWeights(pw, strides, g.c, g.m, static_cast<float*>(to));
       return absl::OkStatus();
     };
-    const size_t w_floats = static_cast<size_t>(winograd::PackedWeightsFloats(g.c, g.m));
+    const size_t w_floats = static_cast<size_t>(cpu::winograd::PackedWeightsFloats(g.c, g.m));
     // Tells this packing apart from the other layouts of the same weights in the cache.
     const dnnl::memory::desc tag({16, g.c, g.m}, dt::f32, dnnl::memory::format_tag::abc);
     DYNVM_ASSIGN_OR_RETURN(const void* packed,
                            packed_.Get(w.raw_data(), tag, w_floats * sizeof(float), pack));
     const size_t per_task =
-        Align(static_cast<size_t>(winograd::WorkspaceFloats(s)) * sizeof(float));
+        Align(static_cast<size_t>(cpu::winograd::WorkspaceFloats(s)) * sizeof(float));
     const size_t w_bytes = packed == nullptr ? Align(w_floats * sizeof(float)) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(per_task * tasks + w_bytes + 64));
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
@@ -1050,14 +1295,14 @@ class ConvKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(pack(base + per_task * tasks));
       packed = base + per_task * tasks;
     }
-    const winograd::PostOps post = OwnWinogradPostOps(b, sum);
+    const cpu::winograd::PostOps post = OwnWinogradPostOps(b, sum);
     const float* px = x.data<float>();
     const float* pu = static_cast<const float*>(packed);
     float* py = y->data<float>();
     ctx.ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        winograd::RunBlocks(s, px, pu, post, py, blocks * t / tasks, blocks * (t + 1) / tasks,
-                            reinterpret_cast<float*>(base + per_task * t));
+        cpu::winograd::RunBlocks(s, px, pu, post, py, blocks * t / tasks, blocks * (t + 1) / tasks,
+                                 reinterpret_cast<float*>(base + per_task * t));
       }
     });
     return absl::OkStatus();
@@ -1217,7 +1462,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
   for (size_t i = 2; i < spec.inputs.size(); ++i) {  // B and the residual, when present
     if (spec.inputs[i].dtype != kAnyDType) DYNVM_RETURN_IF_ERROR(RequireF32(spec, {i}));
   }
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   ConvAttrs a;
   DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));
   Activation act;
@@ -1238,8 +1482,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
     DYNVM_ASSIGN_OR_RETURN(dw.act, ReadActivation(spec, "dw_"));
     DYNVM_ASSIGN_OR_RETURN(dw.stride, spec.GetInt("dw_stride", 1));
   }
-  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(ref), std::move(a),
-                                      transpose, act, constant_weights, blocked, dw);
+  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(a), transpose, act,
+                                      constant_weights, blocked, dw);
 }
 
 }  // namespace

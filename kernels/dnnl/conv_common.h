@@ -18,7 +18,7 @@ namespace dynvm::onednn {
 struct Entry {
   ShapeKey key;
   uint64_t last_use = 0;
-  bool use_reference = false;   // oneDNN has no primitive for this shape
+  bool use_fallback = false;    // oneDNN has no primitive for this shape
   bool winograd = false;        // the convolution runs oneDNN's Winograd algorithm
   bool gemm = false;            // the convolution runs as im2col + one sgemm (w_reorder packs W)
   bool own_winograd = false;    // the convolution runs dynvm's Winograd F(2x2, 3x3) (winograd.h)
@@ -47,7 +47,7 @@ struct SiteCache : KernelState {
 };
 
 // Runs bind(engine) inside Guard for a fresh entry. Unimplemented (no primitive for the shape)
-// marks the entry use_reference; other errors are returned (the entry then never matches).
+// marks the entry use_fallback; other errors are returned (the entry then never matches).
 absl::Status BindEntry(Entry* e, absl::string_view what,
                        const std::function<void(const dnnl::engine&)>& bind);
 

@@ -18,6 +18,26 @@
 //                                    dnnl kernel (transpose.cc) that picks between them.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Figures (dnnl_benchmark, single-thread GFLOP/s over thread CPU time, median of 3; K = N = 1024;
+// [results/claims-kernels-2026-11-24.txt](results/claims-kernels-2026-11-24.txt), on the 2-core
+// development VM while other builds and benchmarks kept it busy: the M = 1 rows, bound by memory
+// bandwidth, suffer most from the other processes):
+//
+// - BM_MatMul (this kernel): M = 1 13.1; M = 64 111.7; M = 512 140.4
+// - BM_Linear (Gemm transB + bias): M = 1 13.7; M = 64 114.2; M = 512 140.1
+// - BM_Sgemm (plain B): M = 1 13.3; M = 64 108.0; M = 512 143.4
+// - BM_MatmulRuntimeM: M = 1 13.3; M = 64 107.4; M = 512 141.2
+// - BM_MatmulFixed: M = 1 6.2; M = 64 105.0; M = 512 136.3
+// - BM_MatmulFixedTransB: M = 1 7.4; M = 64 119.7; M = 512 142.9
+// - BM_SgemmTransB: M = 1 13.6; M = 64 104.7; M = 512 137.3
+//
+// LSTM step, batch 1, hidden 256, input 256 (same record, CPU time): GEMMs + fused gates 37.3 us,
+// oneDNN's LSTM primitive (weights prepacked, reorder not timed) 44.3 us, reference kernel 243 us.
+// Two-thread scaling is not measured: the machine had no idle core.
 #include <algorithm>
 #include <iterator>
 #include <memory>
@@ -25,8 +45,12 @@
 
 #include "allocator/heap_allocator.h"
 #include "benchmark/benchmark.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/dnnl/common.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -48,8 +72,8 @@ void RunKernel(benchmark::State& state, KernelCall& call, const std::string& bac
                const std::vector<Tensor>& inputs, const std::vector<std::vector<int64_t>>& out_dims,
                int threads) {
   KernelSpec spec = call.spec();
-  absl::StatusOr<std::unique_ptr<Kernel>> k =
-      KernelRegistry::Global().Create(spec, BackendPolicy{{backend}});
+  spec.backend = backend;  // the kernel of `backend`, with the registry's fallback after it
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   if (!k.ok()) {
     state.SkipWithError(std::string(k.status().message()).c_str());
     return;
@@ -118,7 +142,7 @@ void BM_Linear(benchmark::State& state) {
 }
 MATMUL_BENCHMARK(BM_Linear);
 
-// The sweeps behind the split thresholds (vector_loops.h, docs/threads.md), forced to split
+// The sweeps behind the split thresholds (parallel_loops.h, docs/threads.md), forced to split
 // whatever the size, wall time:
 //   BM_GemvSplit/N/threads -- a linear layer's batch-1 GEMV, [1, N] x [N, N]^T, its weight rows
 //                             split across the pool (the threshold kMinParallelGemv);
@@ -139,8 +163,8 @@ void BM_GemvSplit(benchmark::State& state) {
   Tensor x = Filled({n}), w = Filled({n, n}), y = Filled({n});
   for (auto _ : state) {
     ctx->ParallelFor(n, 16, [&](int64_t j0, int64_t j1) {
-      Gemv('T', j1 - j0, n, 1.0f, x.data<float>(), w.data<float>() + j0 * n, n, 0.0f,
-           y.data<float>() + j0);
+      cpu::Gemv('T', j1 - j0, n, 1.0f, x.data<float>(), w.data<float>() + j0 * n, n, 0.0f,
+                y.data<float>() + j0);
     });
     benchmark::DoNotOptimize(y.data<float>()[0]);
   }
@@ -158,7 +182,7 @@ void BM_SoftmaxSplit(benchmark::State& state) {
   Tensor x = Filled({rows, 128}), y = Filled({rows, 128});
   for (auto _ : state) {
     ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
-      SoftmaxRows(r1 - r0, 128, x.data<float>() + r0 * 128, y.data<float>() + r0 * 128);
+      cpu::SoftmaxRows(r1 - r0, 128, x.data<float>() + r0 * 128, y.data<float>() + r0 * 128);
     });
     benchmark::DoNotOptimize(y.data<float>()[0]);
   }
@@ -201,8 +225,8 @@ void BM_LayerNormSplit(benchmark::State& state) {
   Tensor x = Filled({rows, 128}), y = Filled({rows, 128}), s = Filled({128}), b = Filled({128});
   for (auto _ : state) {
     ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
-      LayerNormRows(r1 - r0, 128, x.data<float>() + r0 * 128, s.data<float>(), b.data<float>(),
-                    1e-5f, y.data<float>() + r0 * 128);
+      cpu::LayerNormRows(r1 - r0, 128, x.data<float>() + r0 * 128, s.data<float>(), b.data<float>(),
+                         1e-5f, y.data<float>() + r0 * 128);
     });
     benchmark::DoNotOptimize(y.data<float>()[0]);
   }
@@ -214,7 +238,7 @@ BENCHMARK(BM_LayerNormSplit)
     ->UseRealTime();
 
 // GELU (erf form) over 256 floats in place, one thread: form 0 as three passes (x / sqrt 2,
-// ErfArray, x/2 (1 + e): the Linear epilogue before GeluErfArray), form 1 GeluErfArray.
+// cpu::Erf, x/2 (1 + e): the Linear epilogue before cpu::GeluErf), form 1 cpu::GeluErf.
 void BM_GeluForms(benchmark::State& state) {
   constexpr int64_t n = 256;
   Tensor x = Filled({n}), y = Filled({n}), e = Filled({n});
@@ -225,10 +249,10 @@ void BM_GeluForms(benchmark::State& state) {
     std::copy(x.data<float>(), x.data<float>() + n, py);
     if (state.range(0) == 0) {
       for (int64_t j = 0; j < n; ++j) pe[j] = py[j] * 0.7071067811865476f;
-      ErfArray(n, pe, pe);
+      cpu::Erf(n, pe, pe);
       for (int64_t j = 0; j < n; ++j) py[j] = 0.5f * py[j] * (1.0f + pe[j]);
     } else {
-      GeluErfArray(n, py, py);
+      cpu::GeluErf(n, py, py);
     }
     benchmark::DoNotOptimize(py[0]);
   }
@@ -237,8 +261,8 @@ void BM_GeluForms(benchmark::State& state) {
 }
 BENCHMARK(BM_GeluForms)->ArgNames({"form"})->Arg(0)->Arg(1);
 
-// The elementwise loops (kMinParallelElements): BinaryRows (Add of a broadcast row, the
-// cheapest per element) and ErfArray (the core of Gelu, the dearest) over `elements` floats,
+// The elementwise loops (kMinParallelElements): cpu::BinaryRows (Add of a broadcast row, the
+// cheapest per element) and cpu::Erf (the core of Gelu, the dearest) over `elements` floats,
 // split in halves at 2 threads.
 void BM_BinarySplit(benchmark::State& state) {
   const int64_t elements = state.range(0);
@@ -248,8 +272,8 @@ void BM_BinarySplit(benchmark::State& state) {
   Tensor x = Filled({rows, 128}), b = Filled({128}), y = Filled({rows, 128});
   for (auto _ : state) {
     ctx->ParallelFor(rows, (rows + threads - 1) / threads, [&](int64_t r0, int64_t r1) {
-      BinaryRows(BinaryOp::kAdd, r1 - r0, 128, x.data<float>() + r0 * 128, b.data<float>(), 0,
-                 y.data<float>() + r0 * 128);
+      cpu::BinaryRows(cpu::BinaryOp::kAdd, r1 - r0, 128, x.data<float>() + r0 * 128,
+                      b.data<float>(), 0, y.data<float>() + r0 * 128);
     });
     benchmark::DoNotOptimize(y.data<float>()[0]);
   }
@@ -267,7 +291,7 @@ void BM_ErfSplit(benchmark::State& state) {
   Tensor x = Filled({n}), y = Filled({n});
   for (auto _ : state) {
     ctx->ParallelFor(n, (n + threads - 1) / threads, [&](int64_t e0, int64_t e1) {
-      ErfArray(e1 - e0, x.data<float>() + e0, y.data<float>() + e0);
+      cpu::Erf(e1 - e0, x.data<float>() + e0, y.data<float>() + e0);
     });
     benchmark::DoNotOptimize(y.data<float>()[0]);
   }

@@ -28,8 +28,8 @@ void RegisterQuantKernels(KernelRegistry& r);
 void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul
 // qconv.cc: ConvInteger, QLinearConv on oneDNN's int8 convolution.
 void RegisterQConvKernels(KernelRegistry& r);
-// quant.cc: the im2col ConvInteger / QLinearConv kernel (qconv.cc's fallback; it falls back to
-// the reference in turn).
+// quant.cc: the im2col ConvInteger / QLinearConv kernel (registered by RegisterQuantKernels at
+// kDnnlSecondPriority: qconv.cc's fallback; it falls back to the reference in turn).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec, bool qlinear);
 
 }  // namespace dynvm::onednn

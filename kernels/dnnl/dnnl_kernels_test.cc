@@ -14,7 +14,7 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -112,7 +112,7 @@ TEST(DnnlKernels, PlainShapesAreServedByOneDnn) {
       absl::Status st = RunAt(s, in, c.outputs);
       ASSERT_TRUE(st.ok()) << c.what << ": " << st;
     }
-    EXPECT_EQ(s.dnnl->reference_runs(), 0) << c.what << " (" << s.dnnl->name() << ")";
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0) << c.what << " (" << s.dnnl->name() << ")";
   }
 }
 
@@ -124,14 +124,14 @@ TEST(DnnlKernels, FallbacksAreCounted) {
   relu.In(view).Out(DType::kF32);
   Site s = Make(relu);
   ASSERT_TRUE(RunAt(s, {&view}, 1).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 1);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 1);
   // Sub's first operand broadcast: oneDNN broadcasts only its second.
   Tensor a = Filled({129}), b = Filled({64, 129});
   KernelCall sub("Sub");
   sub.In(a).In(b).Out(DType::kF32);
   Site t = Make(sub);
   ASSERT_TRUE(RunAt(t, {&a, &b}, 1).ok());
-  EXPECT_EQ(t.dnnl->reference_runs(), 1);
+  EXPECT_EQ(t.dnnl->fallback_runs(), 1);
 }
 
 TEST(DnnlKernels, NamesTellTheVariant) {
@@ -169,7 +169,7 @@ TEST(DnnlKernels, ThreadCountChangeRebinds) {
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
   s.ctx->set_num_threads(2);
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
 }
 
 TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
@@ -208,7 +208,7 @@ TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
     std::vector<Tensor> outs(1);
     std::vector<Tensor*> ptrs = {&outs[0]};
     ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
-    EXPECT_EQ(s.dnnl->reference_runs(), 0);
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0);
     const float* py = outs[0].data<float>();
     for (int64_t row = 0; row < heads * t; ++row) {
       const int64_t i = row % t;
@@ -237,7 +237,7 @@ TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
   std::vector<Tensor> outs(1);
   std::vector<Tensor*> ptrs = {&outs[0]};
   ASSERT_TRUE(s.kernel->Run(*s.ctx, {&all_masked}, ptrs).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
   for (int i = 0; i < 8; ++i) {
     if (i < 4) {
       EXPECT_FLOAT_EQ(outs[0].data<float>()[i], 0.25f) << i;
@@ -262,7 +262,7 @@ TEST(DnnlKernels, ErfMatchesLibm) {
   std::vector<Tensor> outs(1);
   std::vector<Tensor*> ptrs = {&outs[0]};
   ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
-  EXPECT_EQ(s.dnnl->reference_runs(), 0);
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);
   const float* y = outs[0].data<float>();
   for (size_t i = 0; i < values.size(); ++i) {
     const double want = std::erf(double{values[i]});
@@ -295,83 +295,10 @@ TEST(DnnlKernels, ActivationsInPlaceMatchOutOfPlace) {
     Tensor alias = inplace;  // the same storage as the input
     std::vector<Tensor*> same = {&alias};
     ASSERT_TRUE(s.kernel->Run(*s.ctx, {&inplace}, same).ok()) << op;
-    EXPECT_EQ(s.dnnl->reference_runs(), 0) << op;
+    EXPECT_EQ(s.dnnl->fallback_runs(), 0) << op;
     ASSERT_EQ(alias.data<float>(), inplace.data<float>());
     for (int64_t i = 0; i < x.numel(); ++i) {
       ASSERT_EQ(alias.data<float>()[i], outs[0].data<float>()[i]) << op << " " << i;
-    }
-  }
-}
-
-// GeluErfArray (the AVX2 four-vector path here, the cloned loop elsewhere and for the tails)
-// against GELU in double over [-14, 14]: within (1e-6 + 2e-7 x^2) relative (1e-37 absolute
-// where it underflows). In the negative tail x/2 erfc(|x|/sqrt 2) keeps a relative accuracy,
-// limited by exp's argument -x^2/2, whose float rounding (a few ulp of x^2/2) is an error
-// of about 1.2e-7 x^2 relative in the result: 2e-5 at x = -13, where GELU is 1e-37. And the
-// special values: NaN stays NaN, +inf gives +inf and -inf NaN (-inf x 0, as the exported
-// x/2 (1 + erf(x/sqrt 2)) and the reference kernel give), and
-// a length that leaves every kind of tail (32-wide steps, 8-wide steps, scalars).
-TEST(DnnlKernels, GeluErfArrayMatchesGeluInDouble) {
-  std::vector<float> x;
-  for (int i = -140000; i <= 140000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);
-  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e30f, -1e30f, -20.0f, -87.0f};
-  for (float v : specials) x.push_back(v);
-  x.push_back(std::numeric_limits<float>::infinity());
-  x.push_back(-std::numeric_limits<float>::infinity());
-  x.push_back(std::numeric_limits<float>::quiet_NaN());
-  while (x.size() % 32 != 13) x.push_back(0.25f);
-  std::vector<float> y(x.size(), -1.0f);
-  GeluErfArray(static_cast<int64_t>(x.size()), x.data(), y.data());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double v = x[i];
-    if (std::isnan(v)) {
-      EXPECT_TRUE(std::isnan(y[i])) << i;
-      continue;
-    }
-    if (std::isinf(v)) {
-      if (v > 0) {
-        EXPECT_EQ(y[i], v) << i;
-      } else {
-        EXPECT_TRUE(std::isnan(y[i])) << i;
-      }
-      continue;
-    }
-    const double want = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
-    ASSERT_LE(std::abs(y[i] - want), (1e-6 + 2e-7 * v * v) * std::abs(want) + 1e-37) << "x = " << v;
-  }
-}
-
-// The batch-1 GEMV against a double-precision loop, both weight layouts, with row lengths
-// around the vector width (the tails), strided rows, and alpha/beta (beta 0 must not read y,
-// which starts as NaN).
-TEST(DnnlKernels, GemvMatchesADoubleLoop) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (char trans : {'T', 'N'}) {
-    for (int64_t n : {1, 3, 4, 5, 16, 63, 64, 65, 130}) {
-      for (int64_t k : {1, 7, 16, 17, 48, 129}) {
-        for (auto [alpha, beta] :
-             {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{2.0f, -0.25f}}) {
-          const int64_t rows = trans == 'T' ? n : k, cols = trans == 'T' ? k : n;
-          const int64_t ld = cols + 3;  // padded rows
-          std::vector<float> b(rows * ld), x(k), y0(n);
-          for (float& v : b) v = dist(rng);
-          for (float& v : x) v = dist(rng);
-          for (float& v : y0) v = dist(rng);
-          std::vector<float> y = y0;
-          if (beta == 0.0f) std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
-          onednn::Gemv(trans, n, k, alpha, x.data(), b.data(), ld, beta, y.data());
-          for (int64_t j = 0; j < n; ++j) {
-            double want = 0.0;
-            for (int64_t i = 0; i < k; ++i)
-              want += double{x[i]} * (trans == 'T' ? b[j * ld + i] : b[i * ld + j]);
-            want = alpha * want + (beta == 0.0f ? 0.0 : double{beta} * y0[j]);
-            ASSERT_NEAR(y[j], want, 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
-                << trans << " n=" << n << " k=" << k << " j=" << j << " alpha=" << alpha
-                << " beta=" << beta;
-          }
-        }
-      }
     }
   }
 }
@@ -380,23 +307,31 @@ TEST(DnnlKernels, GemvMatchesADoubleLoop) {
 // Softmax, LayerNormalization and RMSNorm rows; the binary, activation and reduction loops;
 // attention units) at 2 threads, with odd sizes above their thresholds (so the split happens
 // and its ranges end off the grain), against the reference kernels.
-TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
-  const int cap = MaxThreads();
-  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random = [&](std::vector<int64_t> dims) {
+struct SplitCase {
+  std::string what;
+  KernelCall call;
+  int64_t work;  // the split work (multiply-adds or elements), checked against the threshold
+  int64_t threshold;
+};
+
+// Tensors of uniform values in [-1, 1) from one generator; rng() draws from it too.
+class Random {
+ public:
+  explicit Random(uint32_t seed) : rng_(seed) {}
+  Tensor operator()(std::vector<int64_t> dims) {
     Tensor t = *Tensor::Empty(DType::kF32, dims);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist_(rng_);
     return t;
-  };
-  struct Case {
-    std::string what;
-    KernelCall call;
-    int64_t work;  // the split work (multiply-adds or elements), checked against the threshold
-    int64_t threshold;
-  };
-  std::vector<Case> cases;
+  }
+  float Uniform() { return dist_(rng_); }
+
+ private:
+  std::mt19937 rng_;
+  std::uniform_real_distribution<float> dist_{-1.0f, 1.0f};
+};
+
+// MatMul and Gemm at batch 1: the GEMV split by weight rows or columns.
+void AddGemvCases(Random& random, std::vector<SplitCase>& cases) {
   for (int64_t n : {257, 1001}) {
     const int64_t k = 131;
     Tensor a = random({1, k}), b = random({k, n}), w = random({n, k}), c = random({n});
@@ -407,6 +342,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     gemm.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", int64_t{1});
     cases.push_back({"Gemm transB N=" + std::to_string(n), gemm, n * k, kMinParallelGemv});
   }
+}
+
+// The LSTM and GRU gates' GEMVs at batch 1.
+void AddRecurrentCases(Random& random, std::vector<SplitCase>& cases) {
   {
     const int64_t h = 97, in = 45;
     Tensor x = random({5, 1, in}), w = random({1, 4 * h, in}), r = random({1, 4 * h, h});
@@ -438,6 +377,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     cases.push_back(
         {"GRU batch 1 lbr=" + std::to_string(lbr), gru, (lbr ? 3 : 2) * h * h, kMinParallelGemv});
   }
+}
+
+// Softmax, LayerNormalization and RMSNorm rows.
+void AddRowCases(Random& random, std::vector<SplitCase>& cases) {
   {
     Tensor x = random({3, 43, 131});
     KernelCall sm("Softmax");
@@ -462,6 +405,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     rms2.In(x).In(scale2).Out(DType::kF32).Attr("axis", int64_t{1});
     cases.push_back({"RMSNorm axis 1", rms2, x.numel(), kMinParallelRows});
   }
+}
+
+// The binary, unary, Where, activation and reduction loops.
+void AddElementwiseCases(Random& random, std::vector<SplitCase>& cases) {
   {
     // Elementwise loops: 132612 elements (a ragged tail of 16-element blocks).
     Tensor x = random({12, 43, 257}), y = random({12, 43, 257}), row = random({257});
@@ -489,7 +436,7 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     }
     // Where: a [43, 257] condition over [3, 43, 257] (the block repeats), a scalar y.
     Tensor cond = *Tensor::Empty(DType::kBool, {43, 257});
-    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = dist(rng) > 0;
+    for (int64_t i = 0; i < cond.numel(); ++i) cond.data<bool>()[i] = random.Uniform() > 0;
     KernelCall where("Where");
     where.In(cond).In(x).In(one).Out(DType::kF32);
     cases.push_back({"Where", where, x.numel(), kMinParallelElements});
@@ -513,6 +460,10 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     big_sm.In(big).Out(DType::kF32);
     cases.push_back({"Softmax large", big_sm, big.numel(), kMinParallelRows});
   }
+}
+
+// Attention's (batch, head) units.
+void AddAttentionCases(Random& random, std::vector<SplitCase>& cases) {
   {
     // Attention: 3 x 5 = 15 (batch, head) units, an odd count; Q [B, L, H, D] through q_perm,
     // an additive key-padding mask [B, 1, 1, Lk].
@@ -540,8 +491,12 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
         .Attr("scale", 0.2f);
     cases.push_back({"Attention one query", decode, b * h * 700 * 2 * d, kMinParallelGemv});
   }
-  // Products with M >= 2 on the pool (kMinParallelGemm): rows split (a folded batch), columns
-  // split (short M), batch items split, Gemm with transposed operands, alpha, beta and a full C.
+}
+
+// Products with M >= 2 on the pool (kMinParallelGemm).
+void AddProductCases(Random& random, std::vector<SplitCase>& cases) {
+  // Rows split (a folded batch), columns split (short M), batch items split, Gemm with
+  // transposed operands, alpha, beta and a full C.
   {
     Tensor a = random({3, 45, 131}), b = random({131, 67});
     KernelCall mm("MatMul");
@@ -574,8 +529,11 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
     gemm.In(a).In(w).In(c).Out(DType::kF32);
     cases.push_back({"Gemm bias row", gemm, 64 * 131 * 129, kMinParallelGemm});
   }
-  // dynvm::Linear on the pool: rows, columns and the batch-1 GEMV, both weight layouts, with
-  // the bias and each activation in the epilogue.
+}
+
+// dynvm::Linear on the pool: rows, columns and the batch-1 GEMV, both weight layouts, with the
+// bias and each activation in the epilogue.
+void AddLinearCases(Random& random, std::vector<SplitCase>& cases) {
   {
     const char* acts[] = {"", "Relu", "Tanh", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
     int i = 0;
@@ -593,7 +551,18 @@ TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
       }
     }
   }
-  for (Case& c : cases) {
+}
+
+TEST(DnnlKernels, ParallelKernelsMatchTheReferenceAtTwoThreads) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  Random random(11);
+  std::vector<SplitCase> cases;
+  for (auto add : {&AddGemvCases, &AddRecurrentCases, &AddRowCases, &AddElementwiseCases,
+                   &AddAttentionCases, &AddProductCases, &AddLinearCases}) {
+    add(random, cases);
+  }
+  for (SplitCase& c : cases) {
     SCOPED_TRACE(c.what);
     ASSERT_GE(c.work, c.threshold);  // the case runs split
     KernelCall ref = c.call;
@@ -651,7 +620,7 @@ TEST(DnnlKernels, LinearMatchesTheReference) {
           Tensor y;
           Tensor* outs[1] = {&y};
           ASSERT_TRUE(s.kernel->Run(*s.ctx, in, outs).ok());
-          EXPECT_EQ(s.dnnl->reference_runs(), 0);
+          EXPECT_EQ(s.dnnl->fallback_runs(), 0);
           const std::vector<double> g = testing::ToDoubles(y);
           const std::vector<double> e = testing::ToDoubles((*want)[0]);
           ASSERT_EQ(g.size(), e.size());
@@ -747,7 +716,7 @@ TEST(DnnlKernels, PermutedMatMulMatchesTransposeThenMatMul) {
           std::vector<Tensor> outs(1);
           Tensor* ptrs[1] = {&outs[0]};
           ASSERT_TRUE(s.kernel->Run(*s.ctx, {&a, &b}, ptrs).ok());
-          EXPECT_EQ(s.dnnl->reference_runs(), 0);
+          EXPECT_EQ(s.dnnl->fallback_runs(), 0);
         }
       }
     }

@@ -5,7 +5,7 @@
 // kernels) propagate it; those kernels scan their inputs (common.h, HasNaN) and hand a run with
 // a NaN to the reference kernel.
 //
-// Erf (GELU's) is a plain vectorized loop (vector_loops.h): oneDNN has no erf primitive.
+// Erf (GELU's) is a microkernel (cpu::Erf, kernels/cpu/activation.h): oneDNN has no erf primitive.
 //
 // With more than one thread (docs/threads.md), Add/Sub/Mul/Div of the loop's forms, Where's
 // loop, and Relu, LeakyRelu, Abs, Neg and Sqrt from kMinParallelElements elements (Erf from
@@ -28,10 +28,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -52,44 +53,21 @@ struct UnaryDef {
 };
 
 // Unary ops whose result IEEE arithmetic gives exactly (NaN propagated): with more than one
-// thread they run this loop across the VM's pool instead of the primitive (which would use
+// thread they run cpu::Unary across the VM's pool instead of the primitive (which would use
 // oneDNN's OpenMP above kMinParallelWork, or one thread below it).
-enum class LoopUnary { kRelu, kLeakyRelu, kAbs, kNeg, kSqrt };
-
-DYNVM_CLONES void UnaryLoop(LoopUnary op, float alpha, int64_t n, const float* x, float* y) {
-  switch (op) {
-    case LoopUnary::kRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-      break;
-    case LoopUnary::kLeakyRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? alpha * x[i] : x[i];
-      break;
-    case LoopUnary::kAbs:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
-      break;
-    case LoopUnary::kNeg:
-      for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
-      break;
-    case LoopUnary::kSqrt:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
-      break;
-  }
-}
-
-std::optional<LoopUnary> LoopFor(alg algorithm, float alpha, float beta) {
+std::optional<cpu::UnaryOp> LoopFor(alg algorithm, float alpha, float beta) {
   if (algorithm == alg::eltwise_relu)
-    return alpha == 0.0f ? LoopUnary::kRelu : LoopUnary::kLeakyRelu;
-  if (algorithm == alg::eltwise_abs) return LoopUnary::kAbs;
-  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return LoopUnary::kNeg;
-  if (algorithm == alg::eltwise_sqrt) return LoopUnary::kSqrt;
+    return alpha == 0.0f ? cpu::UnaryOp::kRelu : cpu::UnaryOp::kLeakyRelu;
+  if (algorithm == alg::eltwise_abs) return cpu::UnaryOp::kAbs;
+  if (algorithm == alg::eltwise_linear && alpha == -1.0f && beta == 0.0f) return cpu::UnaryOp::kNeg;
+  if (algorithm == alg::eltwise_sqrt) return cpu::UnaryOp::kSqrt;
   return std::nullopt;
 }
 
 class UnaryKernel final : public DnnlKernel {
  public:
-  UnaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, float alpha,
-              float beta, bool clip, bool drops_nan)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  UnaryKernel(std::string name, alg algorithm, float alpha, float beta, bool clip, bool drops_nan)
+      : DnnlKernel(std::move(name)),
         algorithm_(algorithm),
         alpha_(alpha),
         beta_(beta),
@@ -101,7 +79,7 @@ class UnaryKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "eltwise"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !x.is_contiguous()) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     float alpha = alpha_, beta = beta_;
     if (clip_) {
@@ -109,24 +87,24 @@ class UnaryKernel final : public DnnlKernel {
       for (size_t i = 1; i < 3 && i < in.size(); ++i) {
         if (in[i] == nullptr) continue;
         if (in[i]->dtype() != DType::kF32 || in[i]->numel() != 1) {
-          return RunReference(ctx, in, out);
+          return RunFallback(ctx, in, out);
         }
         (i == 1 ? alpha : beta) = *in[i]->data<float>();
       }
-      if (std::isnan(alpha) || std::isnan(beta)) return RunReference(ctx, in, out);
+      if (std::isnan(alpha) || std::isnan(beta)) return RunFallback(ctx, in, out);
     }
     if (loop_.has_value() && ctx.num_threads() > 1 && x.numel() >= kMinParallelElements) {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
       const float* src = x.data<float>();
       float* dst = out[0]->data<float>();
-      const LoopUnary op = *loop_;
+      const cpu::UnaryOp op = *loop_;
       ParallelElements(ctx, x.numel(), [&](int64_t e0, int64_t e1) {
-        UnaryLoop(op, alpha, e1 - e0, src + e0, dst + e0);
+        cpu::Unary(op, alpha, e1 - e0, src + e0, dst + e0);
       });
       return absl::OkStatus();
     }
-    if (drops_nan_ && HasNaN(x)) return RunReference(ctx, in, out);
+    if (drops_nan_ && HasNaN(x)) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
@@ -142,7 +120,7 @@ class UnaryKernel final : public DnnlKernel {
       dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }
 
@@ -151,51 +129,48 @@ class UnaryKernel final : public DnnlKernel {
   float alpha_, beta_;
   bool clip_;
   bool drops_nan_;
-  std::optional<LoopUnary> loop_;
+  std::optional<cpu::UnaryOp> loop_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnary(const KernelSpec& spec, const UnaryDef& def) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   float alpha = def.alpha;
   if (def.alpha_attr != nullptr) {
     DYNVM_ASSIGN_OR_RETURN(float a, spec.GetFloat(def.alpha_attr, def.alpha));
     alpha = a;
   }
-  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), def.algorithm, alpha,
-                                       def.beta, /*clip=*/false, def.drops_nan);
+  return std::make_unique<UnaryKernel>(KernelName(spec), def.algorithm, alpha, def.beta,
+                                       /*clip=*/false, def.drops_nan);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   // Opset < 11 gives the bounds as attributes.
   absl::StatusOr<float> lo = spec.GetFloat("min", -std::numeric_limits<float>::infinity());
   absl::StatusOr<float> hi = spec.GetFloat("max", std::numeric_limits<float>::infinity());
   if (!lo.ok()) return lo.status();
   if (!hi.ok()) return hi.status();
-  return std::make_unique<UnaryKernel>(KernelName(spec), std::move(ref), alg::eltwise_clip_v2, *lo,
-                                       *hi, /*clip=*/true, /*drops_nan=*/true);
+  return std::make_unique<UnaryKernel>(KernelName(spec), alg::eltwise_clip_v2, *lo, *hi,
+                                       /*clip=*/true, /*drops_nan=*/true);
 }
 
 // ---- binary ----
 
 class BinaryKernel final : public DnnlKernel {
  public:
-  BinaryKernel(std::string name, std::unique_ptr<Kernel> reference, alg algorithm, bool commutative,
-               float scale)
-      : DnnlKernel(std::move(name), std::move(reference)),
+  BinaryKernel(std::string name, alg algorithm, bool commutative, float scale)
+      : DnnlKernel(std::move(name)),
         algorithm_(algorithm),
         commutative_(commutative),
         scale_(scale),
         drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {
     if (scale == 1.0f) {
-      if (algorithm == alg::binary_add) loop_op_ = BinaryOp::kAdd;
-      if (algorithm == alg::binary_sub) loop_op_ = BinaryOp::kSub;
-      if (algorithm == alg::binary_mul) loop_op_ = BinaryOp::kMul;
-      if (algorithm == alg::binary_div) loop_op_ = BinaryOp::kDiv;
+      if (algorithm == alg::binary_add) loop_op_ = cpu::BinaryOp::kAdd;
+      if (algorithm == alg::binary_sub) loop_op_ = cpu::BinaryOp::kSub;
+      if (algorithm == alg::binary_mul) loop_op_ = cpu::BinaryOp::kMul;
+      if (algorithm == alg::binary_div) loop_op_ = cpu::BinaryOp::kDiv;
     }
   }
 
@@ -203,24 +178,24 @@ class BinaryKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "binary"));
     const Tensor* a = in[0];
     const Tensor* b = in[1];
-    if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunReference(ctx, in, out);
+    if (a->dtype() != DType::kF32 || b->dtype() != DType::kF32) return RunFallback(ctx, in, out);
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(a->dims(), b->dims());
-    if (!dims.ok()) return RunReference(ctx, in, out);  // reports the shapes
+    if (!dims.ok()) return RunFallback(ctx, in, out);  // reports the shapes
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok()) return RunReference(ctx, in, out);
+    if (!total.ok()) return RunFallback(ctx, in, out);
     const int64_t numel = *total;
-    if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunReference(ctx, in, out);
+    if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunFallback(ctx, in, out);
     const absl::Span<const int64_t> out_dims = *dims;
     // oneDNN broadcasts its second operand only: the first must have every output element.
     if (a->numel() != numel) {
-      if (!commutative_ || b->numel() != numel) return RunReference(ctx, in, out);
+      if (!commutative_ || b->numel() != numel) return RunFallback(ctx, in, out);
       std::swap(a, b);
     }
     if (LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
       return RunLoop(ctx, *a, *b, numel, out[0]);
     }
-    if (numel < kMinBinaryElements) return RunReference(ctx, in, out);
+    if (numel < kMinBinaryElements) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
     SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
@@ -243,14 +218,14 @@ class BinaryKernel final : public DnnlKernel {
       dnnl::binary::primitive_desc pd(d, attr, engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, b_md}, {DNNL_ARG_DST, y_md}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {a->raw_data(), b->raw_data(), out[0]->raw_data()});
   }
 
  private:
   // Add, Sub, Mul and Div of at most kChurnMaxElements elements (any size with more than one
   // thread: the loop splits across the VM's pool, where the primitive would use OpenMP) run a
-  // plain loop (vector_loops.h) when `a` has every output element, contiguous, and `b` is too,
+  // plain loop (cpu::BinaryRows) when `a` has every output element, contiguous, and `b` is too,
   // or is one row or a scalar (contiguous): no primitive to bind per shape, and IEEE results
   // equal to the reference's.
   bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
@@ -285,9 +260,9 @@ class BinaryKernel final : public DnnlKernel {
 
   alg algorithm_;
   bool commutative_;
-  float scale_;                      // applied to the result (Mean of two)
-  bool drops_nan_;                   // max/min return the other operand for a NaN
-  std::optional<BinaryOp> loop_op_;  // ops the plain loop serves
+  float scale_;                           // applied to the result (Mean of two)
+  bool drops_nan_;                        // max/min return the other operand for a NaN
+  std::optional<cpu::BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,
@@ -299,14 +274,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg
   }
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<BinaryKernel>(KernelName(spec), std::move(ref), algorithm, commutative,
-                                        scale);
+  return std::make_unique<BinaryKernel>(KernelName(spec), algorithm, commutative, scale);
 }
 
 // ---- Where ----
 
-// Where(cond, X, Y) with f32 X and Y by a plain loop (vector_loops.h) when every operand is
+// Where(cond, X, Y) with f32 X and Y by a plain loop (cpu::WhereBlocks) when every operand is
 // contiguous and is the output itself, one value, or a block of the output's trailing dims
 // repeated (a [T, T] causal mask over [B, H, T, T] scores); anything else is the reference's.
 class WhereKernel final : public DnnlKernel {
@@ -319,27 +292,27 @@ class WhereKernel final : public DnnlKernel {
     const Tensor& x = *in[1];
     const Tensor& y = *in[2];
     if (c.dtype() != DType::kBool || x.dtype() != DType::kF32 || y.dtype() != DType::kF32) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     absl::StatusOr<Dims> cx = reference::BroadcastShapes(c.dims(), x.dims());
-    if (!cx.ok()) return RunReference(ctx, in, out);
+    if (!cx.ok()) return RunFallback(ctx, in, out);
     absl::StatusOr<Dims> dims = reference::BroadcastShapes(*cx, y.dims());
-    if (!dims.ok()) return RunReference(ctx, in, out);
+    if (!dims.ok()) return RunFallback(ctx, in, out);
     absl::StatusOr<int64_t> total = CheckedNumel(*dims);
-    if (!total.ok() || *total == 0) return RunReference(ctx, in, out);
+    if (!total.ok() || *total == 0) return RunFallback(ctx, in, out);
     // The block: the largest trailing-dims period among the operands that are not scalars.
     int64_t pc, px, py;
     if (!Period(c, *dims, &pc) || !Period(x, *dims, &px) || !Period(y, *dims, &py)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     // Periods are products of trailing dims: the smallest non-scalar one divides the others.
     int64_t block = *total;
     for (int64_t p : {pc, px, py}) {
       if (p > 1) block = std::min(block, p);
     }
-    if (pc == 1 && c.numel() == 1) return RunReference(ctx, in, out);  // a scalar condition
+    if (pc == 1 && c.numel() == 1) return RunFallback(ctx, in, out);  // a scalar condition
     if (pc % block != 0 || (px > 1 && px % block != 0) || (py > 1 && py % block != 0)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *dims, "Where"));
     const int64_t blocks = *total / block;
@@ -358,9 +331,9 @@ class WhereKernel final : public DnnlKernel {
         for (int64_t p : {pc, px, py}) {
           if (p > 1) run = std::min(run, (p - start % p) / block);
         }
-        WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
-                    px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
-                    o + start);
+        cpu::WhereBlocks(run, block, pcond + start % pc, block, pxv + (px > 1 ? start % px : 0),
+                         px > 1 ? block : -1, pyv + (py > 1 ? start % py : 0), py > 1 ? block : -1,
+                         o + start);
         b += run;
       }
     };
@@ -393,8 +366,7 @@ class WhereKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {1, 2}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<WhereKernel>(KernelName(spec), std::move(ref));
+  return std::make_unique<WhereKernel>(KernelName(spec));
 }
 
 // ---- Erf ----
@@ -406,12 +378,12 @@ class ErfKernel final : public DnnlKernel {
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Erf"));
     const Tensor& x = *in[0];
-    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunReference(ctx, in, out);
+    if (x.dtype() != DType::kF32 || !x.is_contiguous()) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Erf"));
     const float* src = x.data<float>();
     float* dst = out[0]->data<float>();
     ParallelElements(
-        ctx, x.numel(), [&](int64_t e0, int64_t e1) { ErfArray(e1 - e0, src + e0, dst + e0); },
+        ctx, x.numel(), [&](int64_t e0, int64_t e1) { cpu::Erf(e1 - e0, src + e0, dst + e0); },
         kMinParallelMathElements);
     return absl::OkStatus();
   }
@@ -420,8 +392,7 @@ class ErfKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<ErfKernel>(KernelName(spec), std::move(ref));
+  return std::make_unique<ErfKernel>(KernelName(spec));
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

@@ -29,6 +29,63 @@
 // Batched MatMul loops over the broadcast batch; when B is shared by the whole batch and A's
 // batch dims collapse onto its rows (the [B, S, K] x [K, N] of a linear layer), the batch is
 // folded into one GEMM with M = B*S.
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// MatMul and Gemm. Per shape class, when a site binds (figures below):
+// - M = 1 (a decode step) on one thread (work under kMinParallelWork): the GEMV loop (Gemv,
+//   kernels/cpu/gemv.cc, per level), which streams the weight once, four rows at
+//   a time for a [N, K] weight (dot form) or 64 columns at a time down a row-major [K, N] one. At
+//   these sizes the product is bound by reading the weights (4.7 MB per step for the LSTM LM of
+//   tools/bench), and the loop goes straight at them. The dot form has explicit AVX-512 (with
+//   software prefetch) and AVX2+FMA versions: GCC's AVX2 clone of the generic 16-lane loop kept its
+//   accumulators on the stack (about 2 GFLOP/s on an LSTM's 512x128 recurrent weights, 39% of the
+//   CRNN's time on an AVX2 machine); the AVX2 version runs eight FMA chains from registers. The
+//   axpy form (a [K, N] weight: torch's MatMul export of a Linear layer) has an AVX2+FMA version
+//   too (GemvColsAvx2: 64 columns in eight registers), for the same reason (81 stack accesses in
+//   GCC's AVX2 clone): GPT decode went from 1.29-1.30x to 1.37-1.60x ONNX Runtime on the AVX2
+//   machine (docs/results/avx2-gemvcols-gpt-op1{4,7}-2026-11-28.txt).
+//   kernels_cpu_test's Gemv.MatchesADoubleLoop checks both forms at every level.
+// - M = 1 with more work, and any product whose B is row-major: dnnl_sgemm. At M = 1 it runs
+//   oneDNN's GEMV kernel: 13.3 GFLOP/s against 6.2 for a fixed-shape matmul primitive and 13.3 for
+//   the runtime-M primitive in the record below, with no primitive, no argument map and no
+//   allocation at all.
+// - M >= 2 with a transposed B (a [N, K] weight: Gemm transB, the usual Linear layer): the
+//   fixed-shape matmul primitive (brgemm), whose transposed-B path beats sgemm's (119.7 against
+//   104.7 GFLOP/s at M = 64 in the record below). Gemm's C rides along as the primitive's bias when
+//   it is one row added as is.
+// - Batched MatMul loops over the broadcast batch; when B is shared and A's batch dims continue its
+//   rows ([B, S, K] x [K, N]), the batch folds into one GEMM with M = B*S.
+// - At more than one thread, a product with M >= 2 (or a batch) of at least kMinParallelGemm (128K)
+//   multiply-adds runs on the VM's pool instead of oneDNN's OpenMP: M's rows (N's columns when M is
+//   short, a batch's items) split into one range per thread, each one single-threaded dnnl_sgemm
+//   (docs/threads.md). One thread is unchanged.
+// - dynvm::MatMul(A, B) (a_perm, b_perm; made by the matmul_transpose rewrite, docs/compiler.md) is
+//   MatMul(Transpose(A, a_perm), Transpose(B, b_perm)): the same kernel run on views of A and B
+//   through the permuted strides, so a folded Transpose costs nothing. Each matrix is read in place
+//   by dnnl_sgemm as a plain ('N') or transposed ('T') operand with its leading dimension, one GEMM
+//   per batch item (split over the pool by items, rows or columns like MatMul); the rule folds only
+//   permutations that leave a unit stride along the matrix's rows or columns, so nothing is packed.
+//   The reference kernel runs its strided loops on the same views;
+//   DnnlKernels.PermutedMatMulMatchesTransposeThenMatMul checks both against a materialized
+//   Transpose then MatMul.
+// - dynvm::Linear (a linear layer with its bias and activation, made by the matmul_bias,
+//   gemm_activation and linear_activation rewrites, docs/compiler.md): dnnl_sgemm with W read in
+//   place ([K, N] row-major, or [N, K] transposed: the exporter's layout; sgemm rather than the
+//   brgemm primitive, so MatMul's plain-B speed is kept), the GEMV loop at M = 1, then bias and
+//   activation over each range of rows in one vectorized pass while it is in cache (Relu, Tanh,
+//   Sigmoid, GELU by cpu::GeluErf (one pass: x/2 (2 - erfc(z)) or x/2 erfc(z), z = |x|/sqrt 2, with
+//   no Taylor branch; 1.25x the three-pass form in BM_GeluForms, and free of the cancellation of 1
+//   + erf(x) in the negative tail; on AVX2 without AVX-512 an explicit loop runs four vectors at
+//   once, 490-550 -> 590-637 M elements/s, since the compiler's clone ran one long polynomial chain
+//   at a time; kernels_cpu_test's Activation.ErfAndTheGelusMatchDouble bounds it against GELU in
+//   double, (1e-6
+//   + 2e-7 x^2) relative: exp's argument -x^2/2 is rounded in float), tanh-GELU, SiLU; tanh and
+//   sigmoid by kernels/cpu/fast_math.h, within 2e-5 relative of the reference in
+//   DnnlKernels.LinearMatchesTheReference). Split over the pool like MatMul at more than one
+//   thread. A strided X is packed into the site's workspace; a W or B not unit-stride along its
+//   rows runs the reference kernel.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -37,9 +94,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/permute.h"
 
@@ -77,9 +136,9 @@ void PackMatrix(const float* src, int64_t rows, int64_t cols, int64_t sr, int64_
 absl::Status Sgemm(const KernelContext& ctx, const Operand& a, const Operand& b, int64_t m,
                    int64_t n, int64_t k, float alpha, const float* pa, const float* pb, float beta,
                    float* c, int64_t ldc) {
-  // One row (a decode step): the GEMV loop (vector_loops.h), its outputs split across the VM's
-  // threads when it has several; on one thread, products above kMinParallelWork go to sgemm.
-  if (m == 1 && a.trans == 'N' && (n * k < kMinParallelWork || ctx.num_threads() > 1)) {
+  // One row (a decode step): the GEMV microkernel (cpu::Gemv), its outputs split across the VM's
+  // threads when it has several; on one thread, choice::UseGemv sends large products to sgemm.
+  if (m == 1 && a.trans == 'N' && choice::UseGemv(n, k, ctx.num_threads())) {
     ParallelGemv(ctx, b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
     return absl::OkStatus();
   }
@@ -113,7 +172,7 @@ dnnl_status_t SerialSgemm(const Operand& a, const Operand& b, int64_t m, int64_t
                           int64_t ldc) {
   SetThreads(1);
   if (m == 1 && a.trans == 'N') {
-    Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
+    cpu::Gemv(b.trans, n, k, alpha, pa, pb, b.ld, beta, c);
     return dnnl_success;
   }
   return dnnl_sgemm(a.trans, b.trans, m, n, k, alpha, pa, a.ld, pb, b.ld, beta, c, ldc);
@@ -221,18 +280,15 @@ struct MatMulState : KernelState {
 // stride, which compiler/rewrite/matmul_transpose.cc never makes).
 class MatMulKernel final : public DnnlKernel {
  public:
-  MatMulKernel(std::string name, std::unique_ptr<Kernel> reference,
-               std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
-      : DnnlKernel(std::move(name), std::move(reference)),
-        a_perm_(std::move(a_perm)),
-        b_perm_(std::move(b_perm)) {}
+  MatMulKernel(std::string name, std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
+      : DnnlKernel(std::move(name)), a_perm_(std::move(a_perm)), b_perm_(std::move(b_perm)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
     if (a_perm_.empty() && b_perm_.empty()) return RunOn(ctx, *in[0], *in[1], in, out);
     absl::StatusOr<Tensor> a = reference::PermutedView(*in[0], a_perm_, "MatMul", "a_perm");
     absl::StatusOr<Tensor> b = reference::PermutedView(*in[1], b_perm_, "MatMul", "b_perm");
-    if (!a.ok() || !b.ok()) return RunReference(ctx, in, out);  // reports the bad permutation
+    if (!a.ok() || !b.ok()) return RunFallback(ctx, in, out);  // reports the bad permutation
     return RunOn(ctx, *a, *b, in, out);
   }
 
@@ -241,7 +297,7 @@ class MatMulKernel final : public DnnlKernel {
   absl::Status RunOn(KernelContext& ctx, const Tensor& a, const Tensor& b, Inputs in,
                      Outputs out) const {
     if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() == 0) {
-      return RunReference(ctx, in, out);  // the reference kernel reports the error
+      return RunFallback(ctx, in, out);  // the reference kernel reports the error
     }
     SetThreads(
         ThreadsFor(ctx.num_threads(), a.numel() * (b.rank() == 1 ? 1 : b.dim(b.rank() - 1))));
@@ -253,7 +309,7 @@ class MatMulKernel final : public DnnlKernel {
     if (!st->valid || st->key != key) {
       st->valid = false;
       absl::Status s = Plan(a, b, st);
-      if (!s.ok()) return RunReference(ctx, in, out);  // reports the shape error
+      if (!s.ok()) return RunFallback(ctx, in, out);  // reports the shape error
       const MatMulPlan& p = st->plan;
       st->use_primitive = false;
       st->offsets.clear();
@@ -434,8 +490,7 @@ struct GemmState : KernelState {
 
 class GemmKernel final : public DnnlKernel {
  public:
-  GemmKernel(std::string name, std::unique_ptr<Kernel> reference, GemmAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+  GemmKernel(std::string name, GemmAttrs attrs) : DnnlKernel(std::move(name)), attrs_(attrs) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "Gemm"));
@@ -444,7 +499,7 @@ class GemmKernel final : public DnnlKernel {
     const Tensor* c = in.size() > 2 ? in[2] : nullptr;
     if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::kF32 || b.dtype() != DType::kF32 ||
         (c != nullptr && (c->dtype() != DType::kF32 || c->rank() > 2))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), a.numel() * (attrs_.trans_b ? b.dim(0) : b.dim(1))));
     ShapeKey key;
@@ -456,7 +511,7 @@ class GemmKernel final : public DnnlKernel {
     const bool use_c = c != nullptr && attrs_.beta != 0;
     if (!st->valid || st->key != key) {
       st->valid = false;
-      if (!Plan(a, b, c, st)) return RunReference(ctx, in, out);
+      if (!Plan(a, b, c, st)) return RunFallback(ctx, in, out);
       // The primitive takes C as its bias when C is one row added as is (beta = 1).
       const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
@@ -554,18 +609,16 @@ class GemmKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMul(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePermutedMatMul(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a_perm, spec.GetInts("a_perm"));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> b_perm, spec.GetInts("b_perm"));
-  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref),
-                                        std::move(a_perm), std::move(b_perm));
+  return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(a_perm),
+                                        std::move(b_perm));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
@@ -574,8 +627,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   if (spec.inputs.size() > 2 && spec.inputs[2].dtype != kAnyDType) {
     DYNVM_RETURN_IF_ERROR(RequireF32(spec, {2}));
   }
-  // The reference factory validates the attributes; its errors are the spec's errors.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) validates the
+  // attributes; its errors are the spec's errors.
   GemmAttrs g;
   absl::StatusOr<float> alpha = spec.GetFloat("alpha", 1.0f);
   absl::StatusOr<float> beta = spec.GetFloat("beta", 1.0f);
@@ -588,7 +641,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemm(const KernelSpec& spec) {
   g.beta = *beta;
   g.trans_a = *ta == 1;
   g.trans_b = *tb == 1;
-  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), std::move(ref), g);
+  return std::make_unique<GemmKernel>(KernelName(spec, "sgemm+brgemm"), g);
 }
 
 }  // namespace

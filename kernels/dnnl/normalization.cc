@@ -2,12 +2,12 @@
 // per site and shape.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
-// vectorized loop (vector_loops.h) instead of the primitive: a decoder's attention grows every
-// step, and binding a primitive per shape costs more than the softmax itself. With more than one
-// thread the loop's rows are split across the VM's pool above kMinParallelRows elements
-// (vector_loops.h), so that oneDNN's OpenMP threads never run beside the pool's.
-// It also serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the
-// reference kernel does (NaN throughout).
+// vectorized loop (cpu::SoftmaxRows, kernels/cpu/rows.h) instead of the primitive: a decoder's
+// attention grows every step, and binding a primitive per shape costs more than the softmax itself.
+// With more than one thread the loop's rows are split across the VM's pool above kMinParallelRows
+// elements (parallel_loops.h), so that oneDNN's OpenMP threads never run beside the pool's. It also
+// serves -inf entries (a causal mask: exactly 0), and rows with NaN or +inf as the reference kernel
+// does (NaN throughout).
 //
 // LayerNormalization of at most kChurnMaxElements elements, or of any size with more than one
 // thread, is a plain loop too (rows split likewise), and so is dynvm::RMSNorm (the fused op of
@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
@@ -36,12 +36,8 @@ using dt = dnnl::memory::data_type;
 
 class SoftmaxKernel final : public DnnlKernel {
  public:
-  SoftmaxKernel(std::string name, std::unique_ptr<Kernel> reference, bool log, int64_t axis,
-                bool legacy_2d)
-      : DnnlKernel(std::move(name), std::move(reference)),
-        log_(log),
-        axis_(axis),
-        legacy_2d_(legacy_2d) {}
+  SoftmaxKernel(std::string name, bool log, int64_t axis, bool legacy_2d)
+      : DnnlKernel(std::move(name)), log_(log), axis_(axis), legacy_2d_(legacy_2d) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Softmax"));
@@ -49,7 +45,7 @@ class SoftmaxKernel final : public DnnlKernel {
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || x.numel() == 0 || axis_ < -rank || axis_ >= rank ||
         (legacy_2d_ && !x.is_contiguous())) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     // The loop, its rows split across the VM's pool with more than one thread.
@@ -62,7 +58,7 @@ class SoftmaxKernel final : public DnnlKernel {
     }
     // A row holding NaN or +inf is NaN throughout for the reference kernel (exp(inf - inf));
     // oneDNN's max skips NaN and gives the other elements numbers.
-    if (HasNonFinite(x)) return RunReference(ctx, in, out);
+    if (HasNonFinite(x)) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "Softmax"));
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
@@ -89,7 +85,7 @@ class SoftmaxKernel final : public DnnlKernel {
       dnnl::softmax_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
     }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }
 
@@ -102,11 +98,10 @@ class SoftmaxKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const KernelSpec& spec, bool log) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(int64_t legacy, spec.GetInt("legacy_2d", 0));
   absl::StatusOr<int64_t> axis = spec.GetInt("axis", legacy != 0 ? 1 : -1);
   if (!axis.ok()) return axis.status();
-  return std::make_unique<SoftmaxKernel>(KernelName(spec), std::move(ref), log, *axis, legacy != 0);
+  return std::make_unique<SoftmaxKernel>(KernelName(spec), log, *axis, legacy != 0);
 }
 
 // ---- LayerNormalization ----
@@ -127,8 +122,8 @@ bool PerElement(const Tensor& t, const Tensor& x, int axis, int64_t count) {
 
 class LayerNormKernel final : public DnnlKernel {
  public:
-  LayerNormKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t axis, float epsilon)
-      : DnnlKernel(std::move(name), std::move(reference)), axis_(axis), epsilon_(epsilon) {}
+  LayerNormKernel(std::string name, int64_t axis, float epsilon)
+      : DnnlKernel(std::move(name)), axis_(axis), epsilon_(epsilon) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LayerNormalization"));
@@ -139,14 +134,14 @@ class LayerNormKernel final : public DnnlKernel {
     if (x.dtype() != DType::kF32 || !x.is_contiguous() || axis_ < -rank || axis_ >= rank ||
         x.numel() == 0 || (out.size() > 1 && out[1] != nullptr) ||
         (out.size() > 2 && out[2] != nullptr)) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     int64_t rows = 1, count = 1;
     for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
     if ((scale != nullptr && !PerElement(*scale, x, axis, count)) ||
         (bias != nullptr && !PerElement(*bias, x, axis, count))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LayerNormalization"));
@@ -189,7 +184,7 @@ class LayerNormKernel final : public DnnlKernel {
             st->prim.Bind(pd, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, data}});
           }
         }));
-    if (st->use_reference) return RunReference(ctx, in, out);
+    if (st->use_fallback) return RunFallback(ctx, in, out);
     void* y = out[0]->raw_data();
     if (scale != nullptr && bias != nullptr) {
       return ExecuteBound(ctx, st->prim, {x.raw_data(), y, scale->raw_data(), bias->raw_data()});
@@ -208,7 +203,6 @@ class LayerNormKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 3));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   if (spec.outputs.size() > 1) {
     return absl::UnimplementedError(
         "LayerNormalization: Mean and InvStdDev outputs are the reference kernel's");
@@ -217,17 +211,17 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) 
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
   absl::StatusOr<float> epsilon = spec.GetFloat("epsilon", 1e-5f);
   if (!epsilon.ok()) return epsilon.status();
-  return std::make_unique<LayerNormKernel>(KernelName(spec), std::move(ref), axis, *epsilon);
+  return std::make_unique<LayerNormKernel>(KernelName(spec), axis, *epsilon);
 }
 
 // ---- dynvm::RMSNorm ----
 
-// The vector loop (vector_loops.h), rows split across the VM's pool; a strided x or scale, or
+// The microkernel (cpu::RmsNormRows), rows split across the VM's pool; a strided x or scale, or
 // shapes the loop does not take, go to the reference kernel (which reports bad ones).
 class RmsNormKernel final : public DnnlKernel {
  public:
-  RmsNormKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t axis, float epsilon)
-      : DnnlKernel(std::move(name), std::move(reference)), axis_(axis), epsilon_(epsilon) {}
+  RmsNormKernel(std::string name, int64_t axis, float epsilon)
+      : DnnlKernel(std::move(name)), axis_(axis), epsilon_(epsilon) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "RMSNorm"));
@@ -236,12 +230,12 @@ class RmsNormKernel final : public DnnlKernel {
     const int rank = x.rank();
     if (x.dtype() != DType::kF32 || scale.dtype() != DType::kF32 || !x.is_contiguous() ||
         !scale.is_contiguous() || axis_ < -rank || axis_ >= rank || x.numel() == 0) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     int64_t rows = 1, count = 1;
     for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
-    if (scale.numel() != count) return RunReference(ctx, in, out);
+    if (scale.numel() != count) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RMSNorm"));
     ParallelRmsNormRows(ctx, rows, count, x.data<float>(), scale.data<float>(), epsilon_,
                         out[0]->data<float>());
@@ -256,10 +250,9 @@ class RmsNormKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNorm(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
   DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
-  return std::make_unique<RmsNormKernel>(KernelName(spec), std::move(ref), axis, epsilon);
+  return std::make_unique<RmsNormKernel>(KernelName(spec), axis, epsilon);
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

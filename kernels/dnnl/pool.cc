@@ -13,7 +13,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -100,23 +100,6 @@ bool PoolPlan(const PoolAttrs& a, const Tensor& x, PoolGeometry* g) {
 // Window elements up to which a channels-last max pool runs ChannelsLastMaxPool.
 constexpr int64_t kMaxTaps = 64;
 
-// One output pixel of a channels-last max pool: the maximum over `taps` input pixels (offsets
-// in floats) of `c` channels each, NaN larger than every number (as the reference kernel).
-// Vectorized across channels; cloned for AVX-512 and AVX2.
-DYNVM_CLONES void MaxOverTaps(int64_t c, const float* x, const int64_t* taps, int64_t n_taps,
-                              float* y) {
-  const float* first = x + taps[0];
-  for (int64_t j = 0; j < c; ++j) y[j] = first[j];
-  for (int64_t t = 1; t < n_taps; ++t) {
-    const float* p = x + taps[t];
-#pragma GCC ivdep
-    for (int64_t j = 0; j < c; ++j) {
-      const float v = p[j], m = y[j];
-      y[j] = (v > m || v != v) ? v : m;
-    }
-  }
-}
-
 // A max pool whose windows lie inside a channels-last input (no padding, any kernel, stride
 // and dilation), written channels-last: one pass over the output pixels, each the maximum of
 // its window's channel vectors. Memory-bound: about twice oneDNN's AVX2 pooling on a CRNN's
@@ -150,8 +133,8 @@ void ChannelsLastMaxPool(const KernelContext& ctx, const PoolGeometry& g, const 
       const float* base = px + ((b * in[0] + odd * st[0]) * in[1] + oh * st[1]) * in[2] * c;
       float* yr = y + r * od[2] * c;
       for (int64_t ow = 0; ow < od[2]; ++ow) {
-        MaxOverTaps(c, base + ow * st[2] * c, taps.data(), static_cast<int64_t>(taps.size()),
-                    yr + ow * c);
+        cpu::MaxOverTaps(c, base + ow * st[2] * c, taps.data(), static_cast<int64_t>(taps.size()),
+                         yr + ow * c);
       }
     }
   };
@@ -165,8 +148,8 @@ void ChannelsLastMaxPool(const KernelContext& ctx, const PoolGeometry& g, const 
 
 class PoolKernel final : public DnnlKernel {
  public:
-  PoolKernel(std::string name, std::unique_ptr<Kernel> reference, PoolAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(std::move(attrs)) {}
+  PoolKernel(std::string name, PoolAttrs attrs)
+      : DnnlKernel(std::move(name)), attrs_(std::move(attrs)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Pool"));
@@ -192,7 +175,7 @@ class PoolKernel final : public DnnlKernel {
     if (x.dtype() != DType::kF32 || x.numel() == 0 || !PoolPlan(attrs_, x, &g) ||
         (attrs_.channels_last_in && !x.is_contiguous()) ||
         (g.extended && !attrs_.max && attrs_.count_include_pad) || (attrs_.max && HasNaN(x))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     Dims out_dims = {x.dim(0), x.dim(1)};
     for (int i = 0; i < g.k; ++i) out_dims.push_back(g.od[i]);
@@ -235,7 +218,7 @@ class PoolKernel final : public DnnlKernel {
         }
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Pool"));
     if (!e->dst_reorder.bound()) {
       return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
@@ -267,7 +250,6 @@ class PoolKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool max, bool global) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 2));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   if (spec.outputs.size() > 1) {
     return absl::UnimplementedError("MaxPool: the Indices output is the reference kernel's");
   }
@@ -296,15 +278,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePool(const KernelSpec& spec, bool 
     a.ceil_mode = ceil != 0;
     a.count_include_pad = cip != 0;
   }
-  return std::make_unique<PoolKernel>(KernelName(spec), std::move(ref), std::move(a));
+  return std::make_unique<PoolKernel>(KernelName(spec), std::move(a));
 }
 
 // ---- BatchNormalization (inference) ----
 
 class BatchNormKernel final : public DnnlKernel {
  public:
-  BatchNormKernel(std::string name, std::unique_ptr<Kernel> reference, float epsilon)
-      : DnnlKernel(std::move(name), std::move(reference)), epsilon_(epsilon) {}
+  BatchNormKernel(std::string name, float epsilon)
+      : DnnlKernel(std::move(name)), epsilon_(epsilon) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 5, out, "BatchNormalization"));
@@ -314,7 +296,7 @@ class BatchNormKernel final : public DnnlKernel {
       plain = in[i]->dtype() == DType::kF32 && in[i]->rank() == 1 && in[i]->dim(0) == x.dim(1) &&
               in[i]->is_contiguous();
     }
-    if (!plain) return RunReference(ctx, in, out);
+    if (!plain) return RunFallback(ctx, in, out);
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel()));
     ShapeKey key;
     key.Add(&x);
@@ -341,7 +323,7 @@ class BatchNormKernel final : public DnnlKernel {
                           {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(
         reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "BatchNormalization"));
     return ExecuteBound(ctx, e->main,
@@ -355,7 +337,6 @@ class BatchNormKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNorm(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 5, 5, 1, 3));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_ASSIGN_OR_RETURN(int64_t training, spec.GetInt("training_mode", 0));
   DYNVM_ASSIGN_OR_RETURN(int64_t is_test, spec.GetInt("is_test", 1));
   if (spec.outputs.size() > 1 || training != 0 || is_test == 0) {
@@ -363,26 +344,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNorm(const KernelSpec& spec) 
   }
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2, 3, 4}));
   DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
-  return std::make_unique<BatchNormKernel>(KernelName(spec), std::move(ref), epsilon);
+  return std::make_unique<BatchNormKernel>(KernelName(spec), epsilon);
 }
 
 // ---- LRN ----
 
 class LrnKernel final : public DnnlKernel {
  public:
-  LrnKernel(std::string name, std::unique_ptr<Kernel> reference, int64_t size, float alpha,
-            float beta, float bias)
-      : DnnlKernel(std::move(name), std::move(reference)),
-        size_(size),
-        alpha_(alpha),
-        beta_(beta),
-        bias_(bias) {}
+  LrnKernel(std::string name, int64_t size, float alpha, float beta, float bias)
+      : DnnlKernel(std::move(name)), size_(size), alpha_(alpha), beta_(beta), bias_(bias) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LRN"));
     const Tensor& x = *in[0];
     if (x.dtype() != DType::kF32 || x.rank() < 3 || x.rank() > 5 || x.numel() == 0) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     SetThreads(ThreadsFor(ctx.num_threads(), x.numel() * size_));
     ShapeKey key;
@@ -403,7 +379,7 @@ class LrnKernel final : public DnnlKernel {
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LRN"));
     return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
   }
@@ -415,7 +391,6 @@ class LrnKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLrn(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   DYNVM_ASSIGN_OR_RETURN(int64_t size, spec.GetInt("size", 0));
   DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("alpha", 1e-4f));
@@ -423,7 +398,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLrn(const KernelSpec& spec) {
   DYNVM_ASSIGN_OR_RETURN(float bias, spec.GetFloat("bias", 1.0f));
   // oneDNN centres an even window differently from ONNX (which puts the extra channel after).
   if (size % 2 == 0) return absl::UnimplementedError("LRN: an even size is the reference kernel's");
-  return std::make_unique<LrnKernel>(KernelName(spec), std::move(ref), size, alpha, beta, bias);
+  return std::make_unique<LrnKernel>(KernelName(spec), size, alpha, beta, bias);
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {

@@ -35,7 +35,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv_common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -50,13 +51,6 @@ using dt = dnnl::memory::data_type;
 
 // f32 holds every integer below this exactly.
 inline constexpr int64_t kExactF32 = int64_t{1} << 24;
-
-// Whether any of n values reaches `limit` in magnitude.
-DYNVM_CLONES bool AnyAtLeast(int64_t n, const int32_t* v, int32_t limit) {
-  int32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, v[i] < 0 ? -v[i] : v[i]);
-  return m >= limit;
-}
 
 struct Attrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
@@ -144,8 +138,8 @@ bool MakeGeometry(const Attrs& a, const Tensor& x, const Tensor& w, Geometry* g)
 
 class QConvKernel final : public DnnlKernel {
  public:
-  QConvKernel(std::string name, std::unique_ptr<Kernel> fallback, bool qlinear, Attrs a)
-      : DnnlKernel(std::move(name), std::move(fallback)), qlinear_(qlinear), a_(std::move(a)) {}
+  QConvKernel(std::string name, bool qlinear, Attrs a)
+      : DnnlKernel(std::move(name)), qlinear_(qlinear), a_(std::move(a)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
@@ -160,12 +154,12 @@ class QConvKernel final : public DnnlKernel {
     if (!HasInt8Vnni() || !Is8Bit(x.dtype()) || w.dtype() != DType::kI8 || !x.is_contiguous() ||
         !w.is_contiguous() || !MakeGeometry(a_, x, w, &g) || !ZeroPointsUsable(x, xz, wz) ||
         (qlinear_ && !ParamsUsable(in, bias, g.m))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
-    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     const int32_t zx = static_cast<int32_t>(QuantParamAt(xz, 0));
-    if (zx != 0 && g.k == 3 && g.padded()) return RunReference(ctx, in, out);
+    if (zx != 0 && g.k == 3 && g.padded()) return RunFallback(ctx, in, out);
 
     std::vector<int64_t> out_dims = {g.n, g.m};
     for (int i = 0; i < g.k; ++i) out_dims.push_back(g.od[i]);
@@ -183,7 +177,7 @@ class QConvKernel final : public DnnlKernel {
         Bind(engine, g, x, w, out_dims, e);
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, out_dims, op));
     return Execute(ctx, *e, g, x, w, zx, in, bias, out[0]);
   }
@@ -309,10 +303,10 @@ class QConvKernel final : public DnnlKernel {
       std::copy(sums, sums + g.n * g.m * p, y->data<int32_t>());
     }
     // A sum of 2^24 or more may have been rounded by oneDNN's f32 store (header): the run is
-    // redone by the fallback, exact at every magnitude. (v[i] == INT32_MIN cannot occur: the
-    // f32 store saturates to INT32_MAX / INT32_MIN only far beyond any reachable sum.)
-    if (AnyAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
-      return RunReference(ctx, in, Outputs(&y, 1));
+    // redone by the fallback (the im2col kernel), exact at every magnitude. (INT32_MIN, which
+    // the f32 store gives only far beyond any reachable sum, counts as 2^31.)
+    if (cpu::AnyAbsAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
+      return RunFallback(ctx, in, Outputs(&y, 1));
     }
     if (!qlinear_) return absl::OkStatus();
     const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0),
@@ -323,9 +317,9 @@ class QConvKernel final : public DnnlKernel {
         const double s = xs * QuantParamAt(in[4], oc) / ys;
         const int64_t row = (b * g.m + oc) * p;
         if (y->dtype() == DType::kU8) {
-          RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
+          cpu::RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
         } else {
-          RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
+          cpu::RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
         }
       }
     }
@@ -351,9 +345,9 @@ void RegisterQConvKernels(KernelRegistry& r) {
           DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
           DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
           DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> fallback, CreateIm2ColConv(spec, qlinear));
-          return std::make_unique<QConvKernel>(KernelName(spec), std::move(fallback), qlinear,
-                                               std::move(a));
+          // Its fallback is the registry's next kernel for the spec: the im2col kernel
+          // (quant.cc, kDnnlSecondPriority), whose own fallback is the reference kernel.
+          return std::make_unique<QConvKernel>(KernelName(spec), qlinear, std::move(a));
         }});
   }
 }

@@ -80,7 +80,7 @@ void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& in
     ASSERT_EQ(out.dims(), (*want)[0].dims());
     EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0])) << dnnl->name();
   }
-  EXPECT_EQ(dnnl->reference_runs(), want_fast ? 0 : 2) << dnnl->name();
+  EXPECT_EQ(dnnl->fallback_runs(), want_fast ? 0 : 2) << dnnl->name();
   if (want_fast) {
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
   }
@@ -106,7 +106,7 @@ void ExpectIm2ColSameAsReference(const KernelCall& call, const std::vector<Tenso
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(out.dims(), (*want)[0].dims());
   EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0])) << dnnl->name();
-  EXPECT_EQ(dnnl->reference_runs(), 0) << dnnl->name();
+  EXPECT_EQ(dnnl->fallback_runs(), 0) << dnnl->name();
 }
 
 struct Case {

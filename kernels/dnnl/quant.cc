@@ -2,8 +2,8 @@
 // "Quantized operators"); the reference kernels (kernels/reference/misc.cc, quant.cc) are their
 // oracle and serve every run these do not take.
 //
-// QuantizeLinear (f32 -> u8/i8) and DequantizeLinear (u8/i8 -> f32): vector loops cloned for
-// AVX-512, AVX2 and a baseline (DYNVM_CLONES), per tensor or per axis, over contiguous tensors.
+// QuantizeLinear (f32 -> u8/i8) and DequantizeLinear (u8/i8 -> f32): microkernels
+// (kernels/cpu/quantize.h), per tensor or per axis, over contiguous tensors.
 // They compute exactly what the reference does: x / scale divided in f32, rounded half to even,
 // plus the zero point, saturated; (x - zp) * scale is exact before its one rounding to f32.
 //
@@ -11,12 +11,12 @@
 // zero points taken out exactly) for a contiguous [..., M, K] a (its batch folded into M) times a
 // contiguous 2-D [K, N] b, with per-tensor zero points (or per-channel ones holding one repeated
 // value, as symmetric weights' zeros do). A u8 b is shifted to s8 in the workspace, its zero
-// point with it. M = 1 runs igemm.h's GEMV (b streamed once, no packing; oneDNN's integer GEMM
-// packs b on every call, slower than f32 sgemm there), on any CPU. M >= 2 runs oneDNN's integer
-// GEMM (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on CPUs with VNNI
-// (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16 vpmaddwd on
-// operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's u8 x s8
-// kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
+// point with it. M = 1 runs kernels/cpu/igemm.h's GEMV (b streamed once, no packing; oneDNN's
+// integer GEMM packs b on every call, slower than f32 sgemm there), on any CPU. M >= 2 runs
+// oneDNN's integer GEMM (dnnl_gemm_u8s8s32 / _s8s8s32, the zero points as its A and B offsets) on
+// CPUs with VNNI (avx512_core_vnni, avx2_vnni), and the VNNI-free GEMM of igemm.h (s16 x s16
+// vpmaddwd on operands packed less their zero points, on the pool) elsewhere: without VNNI oneDNN's
+// u8 x s8 kernels may saturate in 16-bit intermediates. QLinearMatMul then requantizes each s32 row
 // with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
 // results are identical.
 //
@@ -33,6 +33,128 @@
 //
 // Every run checks the scales and zero points (kernels/quant_params.h) before using them; a bad
 // one goes to the reference kernel, whose error names it.
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Fast paths (kernels/dnnl/quant.cc, registered on the dnnl backend; the reference kernels serve
+// every run they do not take, counted as fallbacks):
+//
+// - QuantizeLinear: fast path vector loop (DYNVM_CLONES: AVX-512, AVX2, baseline); takes f32 x, f32
+//   scale, u8/i8 output, per tensor or per axis, contiguous
+// - DequantizeLinear: fast path vector loop; takes u8/i8 x, f32 scale, zp of x's type, per tensor
+//   or per axis, contiguous
+// - MatMulInteger: fast path M >= 2: oneDNN dnnl_gemm_u8s8s32 / dnnl_gemm_s8s8s32 with VNNI,
+//   kernels/cpu/igemm.cc without (below); M = 1: igemm.cc's GEMV (any CPU); takes u8 or s8 a [...,
+//   M, K] (batch folded into M), s8 b [K, N] (a u8 b is shifted to s8 in the workspace, its zero
+//   point with it), per-tensor zero points (or per-column ones holding one repeated value), K <
+//   33025
+// - QLinearMatMul: fast path the same GEMM, then a vector loop requantizing each s32 row in double;
+//   takes as MatMulInteger, f32 scales, b_scale per tensor or per column
+// - ConvInteger, QLinearConv: fast path kernels/dnnl/qconv.cc: oneDNN's int8 convolution primitive
+//   (u8/s8 src, s8 weights, s32 result; the x zero point as its run-time source zero point; layouts
+//   of oneDNN's choosing, reorders in the workspace, bound per site and shape), then QLinearConv's
+//   bias and requantization per output channel in double; takes 1-3 spatial dims, any group,
+//   strides, dilations, explicit, VALID or SAME pads; s8 w with zero point 0 (absent, or all zeros
+//   per channel); per-tensor x zero point; f32 scales, w_scale per tensor or per output channel;
+//   every sum below 2^24 in magnitude (below)
+// - (their fallback; everything on a CPU without VNNI): fast path kernels/dnnl/quant.cc: per batch
+//   item and group, im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
+//   then dnnl_gemm_s8s8s32 with VNNI or igemm.cc's GEMM without (w packed once per run),
+//   requantized the same way; takes 1-D or 2-D, any group, strides, dilations, explicit, VALID or
+//   SAME pads, s8 w with a per-tensor (or repeated per-channel) zero point
+//
+// They compute exactly what the reference kernels do (the quantize loop divides in f32 and rounds
+// half to even; the requantization multiplies in double), so kernels_dnnl_quant_test compares them
+// bit for bit on varied shapes, rounding ties, u8/s8 activations, per-axis and per-column
+// parameters, and asserts who served each case. oneDNN's integer GEMM and int8 convolution run only
+// where oneDNN reports VNNI (avx512_core_vnni, avx2_vnni): without it their u8 x s8 kernels use
+// vpmaddubsw, which saturates 16-bit intermediates. Elsewhere (AMD Zen 2/3, older Intel servers)
+// the products run on kernels/cpu/igemm.cc, exact without VNNI: both operands are packed less
+// their zero points as s16 (|value| <= 255), b in panels of 16 columns with K pairs interleaved,
+// and an AVX2 micro-kernel (explicit intrinsics, chosen once by the microkernel level; a scalar
+// path otherwise) keeps 4 rows x 16 columns of s32 sums in registers, each vpmaddwd adding two
+// exact products per lane. It runs on the VM's pool (ctx.ParallelFor) at more than one thread for
+// products of 4M multiply-adds and more (b's panels split, or a's rows when there are few panels).
+// The M >= 2 MatMulInteger/QLinearMatMul products and all the 1-D/2-D integer convolutions
+// (qconv.cc hands them to the im2col kernel) take it; 3-D integer convolutions still run the
+// reference there. kernels_dnnl_igemm_test checks it (every path the CPU has) against a 64-bit
+// scalar oracle over random M, K, N with ragged tails, u8 and s8 a, non-zero zero points,
+// sub-ranges, and K at the cap with every term at +-255 * 255; kernels_dnnl_quant_test and
+// kernels_dnnl_qconv_test require it to serve on a CPU without VNNI (the im2col kernel is also run
+// on its own on any CPU). onnx_conformance_dnnl requires the dnnl kernels to bind for the
+// quantize/dequantize, test_matmulinteger and test_qlinearmatmul_* cases. Not on the fast path yet:
+// per-row zero points and per-column ones that differ, broadcast batches of b; convolutions with u8
+// weights; a non-zero weight zero point on the primitive (oneDNN 2.6 has no weight zero points:
+// those run the im2col fallback when 1-D or 2-D, else the reference).
+//
+// The int8 convolution primitive is exact: oneDNN's int8 kernels take the zero point out in
+// integers but convert the s32 sum to f32 before storing it, exact below 2^24; the rounding is
+// monotonic, so a stored magnitude below 2^24 is the exact sum. Every run checks the stored sums
+// (one pass) and redoes a run holding one of 2^24 or more with the im2col fallback, which is exact
+// at every magnitude (real layers' sums stay far below; the test builds one that does not). 3-D
+// convolutions with padding and a non-zero x zero point also take the fallback: oneDNN 2.6.3 gets
+// their padded border wrong (found by kernels_dnnl_qconv_test). kernels_dnnl_qconv_test compares
+// the primitive with the reference kernel bit for bit over 60 random convolutions (1-3 spatial
+// dims, groups, strides, pads, SAME, dilations, u8/i8 x and y, non-zero zero points, per-tensor and
+// per-channel w scales, with and without bias) and asserts who served each.
+//
+// At M = 1 the int8 product is igemm.cc's GEMV over b, on any CPU (oneDNN's integer GEMM packs b on
+// every call, which made it slower than the f32 sgemm there; the GEMV streams b once, two rows at a
+// time widened to s16 and interleaved in registers for vpmaddwd). On a CPU with VNNI, measured by
+// dnnl_quant_benchmark (docs/results/qops-int8-kernels-2026-11-25.txt; 1 thread, CPU time, K = N =
+// 1024, load average ~15 from other builds): QLinearMatMul runs 2.1x (M = 1), 1.5x (M = 16) and
+// 2.5x (M = 64) the speed of the f32 MatMul it replaces, and 70x (M = 1) to 330x (M = 16) the
+// reference kernel's; QuantizeLinear 42x and DequantizeLinear 52x the reference loops (1M
+// elements). QLinearConv on the int8 convolution primitive (/usr/bin/python3
+// tools/bench/qconv_bench.py --rounds 7 --repeat 10, docs/results/qconv-int8-conv-2026-11-25.txt: 1
+// thread, batch 1, medians of 7 interleaved rounds, load average 0.1) runs 3.72x the speed of
+// oneDNN's f32 Conv at [1, 64, 56, 56] by 64 3x3, 3.40x at 128 x 28x28, 1.47x at 256 x 14x14, 2.96x
+// at 128 x 56x56 stride 2 and 1.37x for a 1x1 1024 -> 256 at 14x14, but only 0.47x at 512 x 7x7
+// 3x3: the weights are reordered (packed, with oneDNN's compensation) on every run, 2.4 MB there
+// against 25k output pixels; packing constant weights once, as the f32 FusedConv does, is the next
+// step. Against the im2col path QLinearConv took before: 11.8x, 6.3x, 1.6x, 0.33x, 4.6x, 1.2x. No
+// comparison with ONNX Runtime's int8 kernels is recorded yet.
+//
+// On the development machine (AMD EPYC, AVX2 and FMA, no AVX-512, no VNNI), before igemm.cc every
+// integer MatMul and convolution there ran the reference kernel. dnnl_quant_benchmark, the lead
+// branch's build against this one's interleaved
+// (docs/results/int8avx2-quant-benchmark-2026-11-28.txt: 1 thread, CPU time, K = N = 1024, two
+// rounds, load average ~2): QLinearMatMul took 17-18 ms (M = 1), 233-287 ms (M = 16) and 1.15 s (M
+// = 64) before and 68-80 us, 0.45-0.66 ms and 1.33-2.35 ms after (230x to 860x); that is 12x (M =
+// 1), 1.6-2.2x (M = 16) and 1.6-2.9x (M = 64) the speed of the f32 MatMul in the same runs.
+// QLinearConv [1, 64, 28, 28] by 64 3x3: 340 ms before, 1.13-1.43 ms after, 0.7-0.8x oneDNN's f32
+// Conv (vpmaddwd does 16 products per instruction, as many as an f32 FMA, so without VNNI the int8
+// convolution gains only memory, and pays for im2col and packing on every call).
+// tools/bench/qdq_gemm_bench.py --rounds 5 --repeat 20
+// (docs/results/int8avx2-qdq-gemm-bench-2026-11-28.txt): the fused QDQ Linear runs 1.38x (M = 1),
+// 1.64x (M = 16) and 1.47x (M = 64) the speed of the unfused f32 program.
+// tools/bench/qconv_bench.py --rounds 3 --repeat 10
+// (docs/results/int8avx2-qconv-bench-2026-11-28.txt: both int8 forms on the im2col kernel here):
+// QLinearConv runs 0.83x to 1.14x the f32 Conv's speed over its six ResNet-like shapes.
+//
+// QDQ fusion. The qdq_matmul rewrite (docs/compiler.md, "Pattern rewrites") turns
+// DequantizeLinear(x), DequantizeLinear(w) -> MatMul -> QuantizeLinear, with per-channel weight
+// scales, into one QLinearMatMul, which runs on the int8 GEMM above. qdq_gemm does the same for a
+// Gemm (transA 0, alpha 1, beta 1, either transB; a transposed constant weight is folded once at
+// compile time): without a bias it becomes QLinearMatMul; with an f32 bias, MatMulInteger on the
+// int8 GEMM, then Cast, the product of the scales, the bias and QuantizeLinear as vector loops
+// (rewrite_qdq_test: M 1/5, K 1/16/37, N 1/8/19, both transB, with and without bias, u8/i8 x,
+// per-tensor and per-channel w, against the unfused program). A Linear layer in QDQ form (x u8 [M,
+// 1024], w i8 [1024, 1024] per channel, transB 1, bias) runs 1.68x (M = 1), 1.62x (M = 16) and
+// 2.35x (M = 64) the speed of the unfused DequantizeLinear + f32 Gemm + QuantizeLinear, with equal
+// outputs (/usr/bin/python3 tools/bench/qdq_gemm_bench.py --rounds 11 --repeat 20,
+// docs/results/int8gpt-qdq-gemm-2026-11-25.txt: 1 thread, medians of 11 interleaved rounds, load
+// average 6.7 from other builds). qdq_conv does the same for a Conv (w per tensor or per output
+// channel, axis 0; groups, strides, pads and dilations kept): without a bias it becomes
+// QLinearConv, with an f32 bias (or the DequantizeLinear of an int32 one, which quantizers write)
+// ConvInteger, then Cast, the per-channel product of the scales, the bias and QuantizeLinear, both
+// on the int8 convolution above (rewrite_qdq_test ConvFusesAcrossShapes: 24 cases of groups
+// 1/2/depthwise, 1x1 and 3x3 kernels, stride 2, pads, u8/i8 x, per-tensor and per-channel w, biases
+// of both forms, within one quantization step of the unfused program; near misses: w per input
+// channel, dequantized weights read elsewhere). No timing of the fused form against the unfused one
+// is recorded; the int8 convolution's own speed is the table above. Not fused yet: QDQ chains whose
+// output stays f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,57 +164,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/igemm.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/igemm.h"
 #include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 
 namespace dynvm::onednn {
 namespace {
-
-// ---- vector loops ----
-
-DYNVM_CLONES void QuantizeU8(int64_t n, const float* x, float s, float z, uint8_t* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] / s) + z;
-    y[i] = static_cast<uint8_t>(std::max(0.0f, std::min(255.0f, r)));
-  }
-}
-
-DYNVM_CLONES void QuantizeI8(int64_t n, const float* x, float s, float z, int8_t* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(x[i] / s) + z;
-    y[i] = static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, r)));
-  }
-}
-
-DYNVM_CLONES void DequantizeU8(int64_t n, const uint8_t* x, float s, float z, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
-}
-
-DYNVM_CLONES void DequantizeI8(int64_t n, const int8_t* x, float s, float z, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * s;
-}
-
-// One output row of QLinearMatMul: saturate(round_half_even(acc * scale[j]) + z).
-DYNVM_CLONES void RequantizeU8(int64_t n, const int32_t* acc, const double* scale, double z,
-                               uint8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
-    y[j] = static_cast<uint8_t>(std::max(0.0, std::min(255.0, r)));
-  }
-}
-
-DYNVM_CLONES void RequantizeI8(int64_t n, const int32_t* acc, const double* scale, double z,
-                               int8_t* y) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double r = std::nearbyint(static_cast<double>(acc[j]) * scale[j]) + z;
-    y[j] = static_cast<int8_t>(std::max(-128.0, std::min(127.0, r)));
-  }
-}
 
 // n values from x at stride `stride` into y, a u8 x shifted by 128 to s8 (x ^ 0x80).
 inline void CopyRowU8(int64_t n, const uint8_t* x, int64_t stride, int8_t* y) {
@@ -111,10 +193,6 @@ inline void CopyRowS8(int64_t n, const int8_t* x, int64_t stride, int8_t* y) {
   }
 }
 
-DYNVM_CLONES void ShiftToS8(int64_t n, const uint8_t* x, int8_t* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
-}
-
 // A zero point of type `t` holding one value (a scalar, or a per-channel vector of one
 // repeated value: the zeros of a symmetric per-channel weight).
 bool UniformZeroPoint(const Tensor& z, DType t) {
@@ -126,7 +204,7 @@ bool UniformZeroPoint(const Tensor& z, DType t) {
 }
 
 // |(a - za)(b - zb)| <= 255 * 255 per term: K below this keeps every s32 sum exact.
-inline constexpr int64_t kMaxExactK = kIGemmMaxK;
+inline constexpr int64_t kMaxExactK = cpu::kIGemmMaxK;
 
 // c [m, n] (row stride ldc) = (a - za) x (b - zb) on the VNNI-free GEMM (igemm.h): a u8 or s8
 // [m, k] (row stride lda), b s8 [k, n] (row stride n). pa holds IGemmPackedABytes(m, k) bytes
@@ -136,27 +214,27 @@ inline constexpr int64_t kMaxExactK = kIGemmMaxK;
 void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const void* a, bool a_u8,
              int64_t lda, int32_t za, bool pack_a, int16_t* pa, const int8_t* b, int32_t zb,
              int16_t* pb, int32_t* c, int64_t ldc) {
-  const int64_t panels = IGemmPanels(n);
+  const int64_t panels = cpu::IGemmPanels(n);
   const int threads = ThreadsFor(ctx.num_threads(), m * n * k);
   if (threads == 1) {
-    if (pack_a) IGemmPackA(k, a, a_u8, lda, za, 0, m, pa);
-    IGemmPackB(k, n, b, n, zb, 0, panels, pb);
-    IGemmCompute(k, n, pa, pb, 0, m, 0, panels, c, ldc);
+    if (pack_a) cpu::IGemmPackA(k, a, a_u8, lda, za, 0, m, pa);
+    cpu::IGemmPackB(k, n, b, n, zb, 0, panels, pb);
+    cpu::IGemmCompute(k, n, pa, pb, 0, m, 0, panels, c, ldc);
     return;
   }
   if (pack_a) {
-    ctx.ParallelFor(m, 4,
-                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, a, a_u8, lda, za, i0, i1, pa); });
+    ctx.ParallelFor(
+        m, 4, [&](int64_t i0, int64_t i1) { cpu::IGemmPackA(k, a, a_u8, lda, za, i0, i1, pa); });
   }
   ctx.ParallelFor(panels, 1,
-                  [&](int64_t p0, int64_t p1) { IGemmPackB(k, n, b, n, zb, p0, p1, pb); });
+                  [&](int64_t p0, int64_t p1) { cpu::IGemmPackB(k, n, b, n, zb, p0, p1, pb); });
   if (panels >= 2 * threads || m < 8 * threads) {
     ctx.ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
-      IGemmCompute(k, n, pa, pb, 0, m, p0, p1, c, ldc);
+      cpu::IGemmCompute(k, n, pa, pb, 0, m, p0, p1, c, ldc);
     });
   } else {
     ctx.ParallelFor(m, 4, [&](int64_t i0, int64_t i1) {
-      IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
+      cpu::IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
     });
   }
 }
@@ -165,8 +243,8 @@ void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const vo
 
 class QuantKernel final : public DnnlKernel {
  public:
-  QuantKernel(std::string name, std::unique_ptr<Kernel> reference, bool quantize, int64_t axis)
-      : DnnlKernel(std::move(name), std::move(reference)), quantize_(quantize), axis_(axis) {}
+  QuantKernel(std::string name, bool quantize, int64_t axis)
+      : DnnlKernel(std::move(name)), quantize_(quantize), axis_(axis) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(
@@ -184,13 +262,13 @@ class QuantKernel final : public DnnlKernel {
         (zp != nullptr && (!zp->is_contiguous() || zp->numel() != scale.numel())) ||
         (out[0]->defined() && out[0]->dtype() != (quantize_ ? q : DType::kF32)) ||
         !CheckQuantScale(scale, "scale").ok()) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t outer = 1, channels = 1, inner = x.numel();
     if (scale.numel() != 1) {
       const int64_t axis = axis_ < 0 ? axis_ + x.rank() : axis_;
       if (axis < 0 || axis >= x.rank() || x.dim(static_cast<int>(axis)) != scale.numel()) {
-        return RunReference(ctx, in, out);
+        return RunFallback(ctx, in, out);
       }
       channels = scale.numel();
       inner = 1;
@@ -206,14 +284,14 @@ class QuantKernel final : public DnnlKernel {
         if (!quantize_) {
           float* y = out[0]->data<float>() + off;
           if (q == DType::kU8) {
-            DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
+            cpu::DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
           } else {
-            DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
+            cpu::DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
           }
         } else if (q == DType::kU8) {
-          QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
+          cpu::QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
         } else {
-          QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
+          cpu::QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
         }
       }
     }
@@ -229,8 +307,8 @@ class QuantKernel final : public DnnlKernel {
 
 class IntMatMulKernel final : public DnnlKernel {
  public:
-  IntMatMulKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear)
-      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear) {}
+  IntMatMulKernel(std::string name, bool qlinear)
+      : DnnlKernel(std::move(name)), qlinear_(qlinear) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     const char* op = qlinear_ ? "QLinearMatMul" : "MatMulInteger";
@@ -241,13 +319,13 @@ class IntMatMulKernel final : public DnnlKernel {
     const Tensor* za = at(2);
     const Tensor* zb = at(qlinear_ ? 5 : 3);
     if (!Usable(a, b, za, zb) || (qlinear_ && !UsableScales(in, b.dim(1)))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const int64_t k = a.dim(a.rank() - 1), n = b.dim(1), m = a.numel() / k;
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
-    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
     // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point
     // (s16, in room for k s32); QLinearMatMul's s32 product; a u8 b shifted to s8.
@@ -257,9 +335,10 @@ class IntMatMulKernel final : public DnnlKernel {
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
     // Without VNNI (M >= 2): the packed operands of IntGemm, 2-byte aligned.
-    const bool igemm = m > 1 && !HasInt8Vnni();
+    const bool igemm = m > 1 && choice::UseIGemm(m, n, k);
     const size_t head = (scale_bytes + a32_bytes + acc_bytes + b_bytes + 1) & ~size_t{1};
-    const size_t pack_bytes = igemm ? IGemmPackedABytes(m, k) + IGemmPackedBBytes(k, n) : 0;
+    const size_t pack_bytes =
+        igemm ? cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(head + pack_bytes, 1)));
     uint8_t* base = static_cast<uint8_t*>(ws);
     double* scale = reinterpret_cast<double*>(base);
@@ -270,20 +349,20 @@ class IntMatMulKernel final : public DnnlKernel {
     int bo = static_cast<int>(QuantParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
       int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
-      ShiftToS8(k * n, b.data<uint8_t>(), shifted);
+      cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
       bs8 = shifted;
       bo -= 128;
     }
     if (m == 1) {  // a less its zero point as s16 (a32 has room), then b streamed once
       int16_t* pa = reinterpret_cast<int16_t*>(a32);
-      IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
-                 static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
+      cpu::IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
+                      static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
       const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
       ctx.ParallelFor(n, grain,
-                      [&](int64_t j0, int64_t j1) { IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
+                      [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
     } else if (igemm) {
       int16_t* pa = reinterpret_cast<int16_t*>(base + head);
-      int16_t* pb = reinterpret_cast<int16_t*>(base + head + IGemmPackedABytes(m, k));
+      int16_t* pb = reinterpret_cast<int16_t*>(base + head + cpu::IGemmPackedABytes(m, k));
       IntGemm(ctx, m, k, n, a.raw_data(), a.dtype() == DType::kU8, k,
               static_cast<int32_t>(QuantParamAt(za, 0)), true, pa, bs8, bo, pb, acc, n);
     } else {
@@ -340,9 +419,9 @@ class IntMatMulKernel final : public DnnlKernel {
     for (int64_t j = 0; j < n; ++j) scale[j] = as * QuantParamAt(in[4], j) / ys;
     for (int64_t i = 0; i < m; ++i) {
       if (y.dtype() == DType::kU8) {
-        RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
+        cpu::RequantizeU8(n, acc + i * n, scale, yz, y.data<uint8_t>() + i * n);
       } else {
-        RequantizeI8(n, acc + i * n, scale, yz, y.data<int8_t>() + i * n);
+        cpu::RequantizeI8(n, acc + i * n, scale, yz, y.data<int8_t>() + i * n);
       }
     }
   }
@@ -366,8 +445,8 @@ struct ConvAttrs {
 
 class IntConvKernel final : public DnnlKernel {
  public:
-  IntConvKernel(std::string name, std::unique_ptr<Kernel> reference, bool qlinear, ConvAttrs a)
-      : DnnlKernel(std::move(name), std::move(reference)), qlinear_(qlinear), a_(std::move(a)) {}
+  IntConvKernel(std::string name, bool qlinear, ConvAttrs a)
+      : DnnlKernel(std::move(name)), qlinear_(qlinear), a_(std::move(a)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
@@ -380,10 +459,10 @@ class IntConvKernel final : public DnnlKernel {
     const Tensor* bias = qlinear_ ? at(8) : nullptr;
     Geometry g;
     if (!Usable(x, w, xz, wz, bias, &g) || (qlinear_ && !UsableScales(in, g.m))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
-    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunReference(ctx, in, out);
+    if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
     if (x.rank() == 3) dims.erase(dims.begin() + 2);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
@@ -392,10 +471,10 @@ class IntConvKernel final : public DnnlKernel {
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(g.m * p) * sizeof(int32_t) : 0;
     // Without VNNI: IntGemm's packed operands after the columns (2-byte aligned): all of w,
     // packed once per run, then one group's columns.
-    const bool igemm = !HasInt8Vnni();
+    const bool igemm = choice::UseIGemm(g.m, p, k);
     const size_t head = (scale_bytes + acc_bytes + static_cast<size_t>(k * p) + 1) & ~size_t{1};
-    const size_t pa_bytes = igemm ? IGemmPackedABytes(g.m, k) : 0;
-    const size_t pb_bytes = igemm ? IGemmPackedBBytes(k, p) : 0;
+    const size_t pa_bytes = igemm ? cpu::IGemmPackedABytes(g.m, k) : 0;
+    const size_t pb_bytes = igemm ? cpu::IGemmPackedBBytes(k, p) : 0;
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(head + pa_bytes + pb_bytes));
     uint8_t* base = static_cast<uint8_t*>(ws);
     Buffers buf{reinterpret_cast<double*>(base), reinterpret_cast<int32_t*>(base + scale_bytes),
@@ -438,8 +517,9 @@ class IntConvKernel final : public DnnlKernel {
   // Packs w [m, k] less its zero point (IntGemm's a operand), on the pool when big.
   static void PackWeights(const KernelContext& ctx, int64_t m, int64_t k, const int8_t* w,
                           int32_t zw, int16_t* pa) {
-    ctx.ParallelFor(m, std::max<int64_t>(4, (1 << 16) / std::max<int64_t>(k, 1)),
-                    [&](int64_t i0, int64_t i1) { IGemmPackA(k, w, false, k, zw, i0, i1, pa); });
+    ctx.ParallelFor(
+        m, std::max<int64_t>(4, (1 << 16) / std::max<int64_t>(k, 1)),
+        [&](int64_t i0, int64_t i1) { cpu::IGemmPackA(k, w, false, k, zw, i0, i1, pa); });
   }
 
   // Batch item b: every group's product, then QLinearConv's requantization.
@@ -476,9 +556,9 @@ class IntConvKernel final : public DnnlKernel {
       const int32_t* row = buf.acc + oc * p;
       const int64_t off = (b * g.m + oc) * p;
       if (y.dtype() == DType::kU8) {
-        RequantizeU8Uniform(p, row, bv, buf.scale[oc], yz, y.data<uint8_t>() + off);
+        cpu::RequantizeU8Uniform(p, row, bv, buf.scale[oc], yz, y.data<uint8_t>() + off);
       } else {
-        RequantizeI8Uniform(p, row, bv, buf.scale[oc], yz, y.data<int8_t>() + off);
+        cpu::RequantizeI8Uniform(p, row, bv, buf.scale[oc], yz, y.data<int8_t>() + off);
       }
     }
     return absl::OkStatus();
@@ -634,27 +714,29 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec,
   DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
   DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
   DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-  return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), std::move(ref), qlinear,
-                                         std::move(a));
+  return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), qlinear, std::move(a));
 }
 
 void RegisterQuantKernels(KernelRegistry& r) {
+  // The im2col convolution: after qconv.cc's int8 convolution primitive in the chain.
+  for (bool qlinear : {false, true}) {
+    r.Register(KernelRegistration{
+        "", qlinear ? "QLinearConv" : "ConvInteger", Device::kCPU, kBackend, kDnnlSecondPriority,
+        [qlinear](const KernelSpec& spec) { return CreateIm2ColConv(spec, qlinear); }});
+  }
   for (bool quantize : {true, false}) {
     Add(r, quantize ? "QuantizeLinear" : "DequantizeLinear",
         [quantize](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 3, 1, 1));
           DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-          return std::make_unique<QuantKernel>(KernelName(spec), std::move(ref), quantize, axis);
+          return std::make_unique<QuantKernel>(KernelName(spec), quantize, axis);
         });
   }
   for (bool qlinear : {false, true}) {
     Add(r, qlinear ? "QLinearMatMul" : "MatMulInteger",
         [qlinear](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
           DYNVM_RETURN_IF_ERROR(CheckArity(spec, qlinear ? 8 : 2, qlinear ? 8 : 4, 1, 1));
-          DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
-          return std::make_unique<IntMatMulKernel>(KernelName(spec), std::move(ref), qlinear);
+          return std::make_unique<IntMatMulKernel>(KernelName(spec), qlinear);
         });
   }
 }

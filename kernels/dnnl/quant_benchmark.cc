@@ -43,8 +43,9 @@ Tensor Scalar(DType dtype, float v) {
 
 void Run(benchmark::State& state, const KernelCall& call, const std::string& backend,
          const std::vector<Tensor>& inputs) {
-  absl::StatusOr<std::unique_ptr<Kernel>> k =
-      KernelRegistry::Global().Create(call.spec(), BackendPolicy{{backend}});
+  KernelSpec spec = call.spec();
+  spec.backend = backend;  // the kernel of `backend`, with the registry's fallback after it
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
   if (!k.ok()) {
     state.SkipWithError(std::string(k.status().message()).c_str());
     return;

@@ -22,11 +22,6 @@ double QuantParamAt(const Tensor* t, int64_t i);
 // intermediates).
 bool HasInt8Vnni();
 
-// One output channel's requantization, as the reference kernels do it:
-// y[j] = saturate(round_half_even((acc[j] + add) * s) + z), in double.
-void RequantizeU8Uniform(int64_t n, const int32_t* acc, double add, double s, double z, uint8_t* y);
-void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, double z, int8_t* y);
-
 }  // namespace dynvm::onednn
 
 #endif  // DYNVM_KERNELS_DNNL_QUANT_COMMON_H_

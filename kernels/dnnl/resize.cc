@@ -17,6 +17,22 @@
 //   down), and so does oneDNN, whose coordinate is never a tie there.
 // Cubic, align_corners, tf_crop_and_resize, antialias and `axes` are the reference kernel's (at
 // create).
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// Resize (kernels/dnnl/resize.cc, test kernels_dnnl_resize_test): oneDNN's resampling maps output
+// coordinate o to (o + 0.5) / F - 0.5 with F = out / in, which is ONNX's arithmetic only in some
+// cases, so the kernel takes exactly those and leaves the rest to the reference kernel: linear with
+// half_pixel (or pytorch_half_pixel with no spatial output of size 1) when each spatial ratio
+// out/in equals the ONNX scale exactly (given sizes, or scales whose product with the input size is
+// whole) and the input is finite; nearest upsampling by whole factors with
+// half_pixel/pytorch_half_pixel + round_prefer_*, asymmetric + floor or tf_half_pixel_for_nn +
+// floor (for a whole factor k all of these pick input o / k). N and C must keep their size; 1-3
+// spatial dims; f32. Cubic, align_corners, tf_crop_and_resize, antialias, axes and opset 10 are
+// refused at create (reference kernel); the other cases fall back per run (counted in
+// fallback_runs()). The common CNN upsamplers (nearest x2, bilinear with align_corners=False, as
+// torch exports them) are all taken.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -84,8 +100,7 @@ bool ResizePlan(const ResizeAttrs& a, const Tensor& x, const Tensor* scales_t,
 
 class ResizeKernel final : public DnnlKernel {
  public:
-  ResizeKernel(std::string name, std::unique_ptr<Kernel> reference, ResizeAttrs attrs)
-      : DnnlKernel(std::move(name), std::move(reference)), attrs_(attrs) {}
+  ResizeKernel(std::string name, ResizeAttrs attrs) : DnnlKernel(std::move(name)), attrs_(attrs) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "Resize"));
@@ -94,7 +109,7 @@ class ResizeKernel final : public DnnlKernel {
     const Tensor* sizes = in.size() > 3 ? in[3] : nullptr;
     Dims out_dims;
     if (!ResizePlan(attrs_, x, scales, sizes, &out_dims) || (attrs_.linear && HasNonFinite(x))) {
-      return RunReference(ctx, in, out);
+      return RunFallback(ctx, in, out);
     }
     int64_t out_elements = 1;
     for (int64_t d : out_dims) out_elements *= d;
@@ -118,7 +133,7 @@ class ResizeKernel final : public DnnlKernel {
         e->main.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
       }));
     }
-    if (e->use_reference) return RunReference(ctx, in, out);
+    if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Resize"));
     return ExecuteBound(ctx, e->main, {x.raw_data(), out[0]->raw_data()});
   }
@@ -129,7 +144,6 @@ class ResizeKernel final : public DnnlKernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateResize(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 4, 1, 1));
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
   if (spec.Find("opset10") != nullptr || spec.Find("axes") != nullptr) {
     return absl::UnimplementedError("Resize: opset 10 and `axes` are the reference kernel's");
@@ -159,7 +173,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateResize(const KernelSpec& spec) {
     return absl::UnimplementedError(absl::StrCat("Resize: mode ", mode, " with ", transform, " (",
                                                  nearest, ") is the reference kernel's"));
   }
-  return std::make_unique<ResizeKernel>(KernelName(spec), std::move(ref), a);
+  return std::make_unique<ResizeKernel>(KernelName(spec), a);
 }
 
 }  // namespace

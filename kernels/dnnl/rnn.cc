@@ -15,6 +15,17 @@
 //
 // The reference kernel serves what this kernel does not: non-f32 dtypes (at create),
 // sequence_lens shorter than the sequence, empty dims and odd weight strides (at run time).
+//
+// Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
+// figures are those of the records named):
+//
+// LSTM/GRU/RNN. One GEMM computes X·Wᵀ + bias for every time step (M = seq·batch); each step adds
+// H·Rᵀ (a GEMV at batch 1: the GEMV loop above) and runs the gate function: for the default LSTM
+// one vectorized pass (cpu::LstmGates, per level, branch-free exp), otherwise the
+// reference gate functions (kernels/reference/rnn.h), so every activation, clip, input_forget,
+// peephole, direction and layout is served. oneDNN's LSTM primitive was measured against it and not
+// kept: it is no faster on a decode step and needs W and R repacked into its gate order (i, f, c,
+// o) and layout per VM instance (or a packed constant from the compiler).
 #include "kernels/reference/rnn.h"
 
 #include <algorithm>
@@ -25,12 +36,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/dnnl/clones.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/qgemv.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
-#include "kernels/dnnl/fast_math.h"
-#include "kernels/dnnl/qgemv.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/qweights.h"
 
@@ -48,28 +60,6 @@ bool IsDefaultLstm(const RnnGateConfig& c) {
          std::isinf(c.clip) && !c.input_forget;
 }
 
-// c = f * c + i * tanh(c~), h = o * tanh(c) with sigmoid gates, for `batch` rows of gates
-// [batch, 4H] (i, o, f, c blocks). One vectorized pass (the cell state is one in/out pointer,
-// so the compiler's overlap checks pass); cloned for AVX-512 and AVX2, picked by the CPU.
-
-DYNVM_CLONES void FusedLstmGates(int64_t batch, int64_t hidden, const float* gates, float* c,
-                                 float* h) {
-  const int64_t H = hidden;
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* gi = gates + b * 4 * H;
-    const float* go = gi + H;
-    const float* gf = gi + 2 * H;
-    const float* gc = gi + 3 * H;
-    float* cb = c + b * H;
-    float* hb = h + b * H;
-    for (int64_t j = 0; j < H; ++j) {
-      const float cj = FastSigmoid(gf[j]) * cb[j] + FastSigmoid(gi[j]) * FastTanh(gc[j]);
-      cb[j] = cj;
-      hb[j] = FastSigmoid(go[j]) * FastTanh(cj);
-    }
-  }
-}
-
 // Each GEMM picks its own thread count (ThreadsFor): a sequence's input projection may use the
 // budget through oneDNN's OpenMP while the per-step gate GEMVs (batch 1) run the GEMV loop split
 // by gate rows across the VM's pool (ParallelGemv: each worker keeps its rows of R every step).
@@ -77,7 +67,7 @@ absl::Status Gemm(const KernelContext& ctx, char tb, int64_t m, int64_t n, int64
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                   int64_t ldc) {
   const int threads = ctx.num_threads();
-  if (m == 1 && (n * k < kMinParallelWork || threads > 1)) {
+  if (m == 1 && choice::UseGemv(n, k, threads)) {
     ParallelGemv(ctx, tb, n, k, 1.0f, a, b, ldb, beta, c);
     return absl::OkStatus();
   }
@@ -87,8 +77,8 @@ absl::Status Gemm(const KernelContext& ctx, char tb, int64_t m, int64_t n, int64
 
 // One direction's weight matrix [rows, cols] read as B = W^T: f32 (read in place as a GEMM
 // operand) or weight-only quantized (dynvm::QLSTM/QGRU/QRNN: contiguous int8 rows with one
-// scale each, or bf16 rows), read by the qgemv.h kernels; for more than kQuantSmallRows rows
-// the caller dequantizes it once into `dequantized` and the f32 GEMM runs.
+// scale each, or bf16 rows), read by the cpu::QGemv microkernels; for more rows than
+// choice::UseQGemv takes, the caller dequantizes it once into `dequantized` and the f32 GEMM runs.
 struct WeightRef {
   DType dtype = DType::kF32;
   const void* data = nullptr;  // the direction's first row
@@ -115,20 +105,20 @@ absl::Status WeightGemm(const KernelContext& ctx, const WeightRef& w, int64_t m,
     return Gemm(ctx, w.trans, m, n, k, a, lda, static_cast<const float*>(w.data), w.ld, beta, c,
                 ldc);
   }
-  if (m > kQuantSmallRows && w.dequantized != nullptr) {
+  if (!choice::UseQGemv(m, n, k, w.dtype == DType::kI8) && w.dequantized != nullptr) {
     return Gemm(ctx, 'T', m, n, k, a, lda, w.dequantized, w.ld, beta, c, ldc);
   }
-  for (int64_t r = 0; r < m; r += kQuantSmallRows) {  // rows beyond: weights re-read from cache
-    const int64_t rows = std::min(kQuantSmallRows, m - r);
+  for (int64_t r = 0; r < m; r += cpu::kQuantSmallRows) {  // rows beyond: weights re-read
+    const int64_t rows = std::min(cpu::kQuantSmallRows, m - r);
     // Weight rows [j0, j1): split across the VM's pool as ParallelGemv splits f32 weights (each
     // worker keeps its rows step to step), 16 rows at a time.
     auto gemv = [&](int64_t j0, int64_t j1) {
       if (w.dtype == DType::kI8) {
-        QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale, j0,
-                j1, beta, c + r * ldc, ldc);
+        cpu::QGemvI8(rows, k, a + r * lda, lda, static_cast<const int8_t*>(w.data), w.ld, w.scale,
+                     j0, j1, beta, c + r * ldc, ldc);
       } else {
-        QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, j0, j1,
-                  beta, c + r * ldc, ldc);
+        cpu::QGemvBf16(rows, k, a + r * lda, lda, static_cast<const uint16_t*>(w.data), w.ld, j0,
+                       j1, beta, c + r * ldc, ldc);
       }
     };
     if (ctx.num_threads() > 1 && rows * n * k >= kMinParallelGemv) {
@@ -174,231 +164,307 @@ void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
 }
 
+// The operands, geometry and layouts of one run of the kernel below.
+struct RecurrentRun {
+  const Tensor *x, *w, *r, *b, *lens, *h0, *c0, *p, *w_scale, *r_scale;
+  bool lstm, gru, batch_major;
+  int64_t seq, batch, input_size, nd, hidden, gh;
+  char w_trans = 'T', r_trans = 'T';
+  int64_t ldw, ldr;  // quantized weights are contiguous
+  int64_t sxt, sxb, lda_step;
+  // X's rows in (time, batch) order: one matrix with row stride x_row when uniformly spaced (-1
+  // otherwise: one GEMM per step, rows sxb apart).
+  int64_t x_row = -1;
+};
+
+// The run's scratch (floats, from the site's workspace): bias [2 * gh], peephole [3H], xw
+// [seq * batch * gh], h and c [batch * H], hr [batch * gh] and rh [batch * H] (GRU); quantized
+// weights used for more rows than choice::UseQGemv takes: W and/or R dequantized ([gh, I],
+// [gh, H]).
+struct RecurrentBuffers {
+  float *bias, *peep, *xw, *h, *c, *hr, *rh, *wq, *rq;
+  int64_t rows;  // seq * batch
+  bool dequantize_w, dequantize_r;
+};
+
+// The outputs (each may be absent).
+struct RecurrentOutputs {
+  Tensor *y, *y_h, *y_c;
+};
+
 class RecurrentKernel final : public DnnlKernel {
  public:
-  RecurrentKernel(std::string name, std::unique_ptr<Kernel> reference, RnnAttrs attrs,
-                  bool quantized)
-      : DnnlKernel(std::move(name), std::move(reference)), a_(attrs), quantized_(quantized) {}
+  RecurrentKernel(std::string name, RnnAttrs attrs, bool quantized)
+      : DnnlKernel(std::move(name)), a_(attrs), quantized_(quantized) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    RecurrentRun run;
+    if (!Plan(in, &run)) return RunFallback(ctx, in, out);  // reports errors, serves the rest
     auto output = [&](size_t i) -> Tensor* { return i < out.size() ? out[i] : nullptr; };
-    const bool lstm = a_.cell == RnnCell::kLstm;
-    const Tensor* x = input(0);
-    const Tensor* w = input(1);
-    const Tensor* r = input(2);
-    const Tensor* b = input(3);
-    const Tensor* lens = input(4);
-    const Tensor* h0 = input(5);
-    const Tensor* c0 = lstm ? input(6) : nullptr;
-    const Tensor* p = lstm ? input(7) : nullptr;
-    if (x == nullptr || w == nullptr || r == nullptr || x->rank() != 3 || w->rank() != 3 ||
-        r->rank() != 3) {
-      return RunReference(ctx, in, out);
-    }
-    for (const Tensor* t : {x, b, h0, c0, p}) {
-      if (t != nullptr && t->dtype() != DType::kF32) return RunReference(ctx, in, out);
-    }
-    const Tensor* w_scale = quantized_ ? input(8) : nullptr;
-    const Tensor* r_scale = quantized_ ? input(9) : nullptr;
-    if (quantized_ ? !reference::CheckQuantizedWeight(*w, w_scale, 3, "W").ok() ||
-                         !reference::CheckQuantizedWeight(*r, r_scale, 3, "R").ok() ||
-                         w->dtype() != r->dtype()
-                   : w->dtype() != DType::kF32 || r->dtype() != DType::kF32) {
-      return RunReference(ctx, in, out);  // reports the error
-    }
-    const bool batch_major = a_.layout == 1;
-    const int64_t seq = x->dim(batch_major ? 1 : 0);
-    const int64_t batch = x->dim(batch_major ? 0 : 1);
-    const int64_t input_size = x->dim(2);
-    const int64_t nd = a_.num_directions;
-    const int64_t hidden = a_.hidden_size > 0 ? a_.hidden_size : r->dim(2);
-    const int64_t gates = lstm ? 4 : a_.cell == RnnCell::kGru ? 3 : 1;
-    // Sizes the reference kernel checks with overflow guards; it also serves empty dims.
-    constexpr int64_t kLimit = int64_t{1} << 31;
-    if (seq <= 0 || batch <= 0 || input_size <= 0 || hidden <= 0 || seq > kLimit ||
-        batch > kLimit || input_size > kLimit || hidden > kLimit / 8) {
-      return RunReference(ctx, in, out);
-    }
-    const int64_t gh = gates * hidden;
-    auto dims_are = [](const Tensor* t, std::initializer_list<int64_t> want) {
-      return t == nullptr || t->dims() == absl::MakeConstSpan(want.begin(), want.size());
-    };
-    const int64_t s0 = batch_major ? batch : nd, s1 = batch_major ? nd : batch;
-    if (!dims_are(w, {nd, gh, input_size}) || !dims_are(r, {nd, gh, hidden}) ||
-        !dims_are(b, {nd, 2 * gh}) || !dims_are(h0, {s0, s1, hidden}) ||
-        !dims_are(c0, {s0, s1, hidden}) || !dims_are(p, {nd, 3 * hidden})) {
-      return RunReference(ctx, in, out);  // reports the mismatch
-    }
-    if (lens != nullptr && !FullLengths(*lens, batch, seq)) return RunReference(ctx, in, out);
-    char w_trans = 'T', r_trans = 'T';
-    int64_t ldw = input_size, ldr = hidden;  // quantized weights are contiguous
-    if ((!quantized_ &&
-         (!WeightOperand(*w, &w_trans, &ldw) || !WeightOperand(*r, &r_trans, &ldr))) ||
-        (x->stride(2) != 1 && input_size > 1)) {
-      return RunReference(ctx, in, out);
-    }
-    // X's rows in (time, batch) order: one matrix with row stride x_row when uniformly
-    // spaced (-1 otherwise: one GEMM per step, rows sxb apart).
-    const int64_t sxt = x->stride(batch_major ? 1 : 0), sxb = x->stride(batch_major ? 0 : 1);
-    if (batch > 1 && sxb < input_size) return RunReference(ctx, in, out);
-    const int64_t lda_step = batch == 1 ? input_size : sxb;
-    int64_t x_row = -1;
-    if (seq * batch == 1) {
-      x_row = input_size;
-    } else if (batch == 1) {
-      x_row = sxt >= input_size ? sxt : -1;
-    } else if (seq == 1 || sxt == batch * sxb) {
-      x_row = sxb;
-    }
-
-    Tensor* y = output(0);
-    Tensor* y_h = output(1);
-    Tensor* y_c = lstm ? output(2) : nullptr;
-    const char* op = lstm ? "LSTM" : a_.cell == RnnCell::kGru ? "GRU" : "RNN";
-    if (y != nullptr) {
-      const int64_t y_dims[4] = {batch_major ? batch : seq, batch_major ? seq : nd,
-                                 batch_major ? nd : batch, hidden};
-      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y, DType::kF32, y_dims, op));
-    }
-    const int64_t state_dims[3] = {s0, s1, hidden};
-    if (y_h != nullptr) {
-      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_h, DType::kF32, state_dims, op));
-    }
-    if (y_c != nullptr) {
-      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, y_c, DType::kF32, state_dims, op));
-    }
-
-    // Workspace (floats): bias [2 * gh], peephole [3H], xw [seq * batch * gh], h and c
-    // [batch * H], hr [batch * gh] and rh [batch * H] (GRU); quantized weights used for more
-    // than kQuantSmallRows rows: W and/or R dequantized ([gh, I], [gh, H]).
-    const int64_t bh = batch * hidden;
-    const bool gru = a_.cell == RnnCell::kGru;
-    int64_t rows = 0, xw_floats = 0, total = 0;
-    if (__builtin_mul_overflow(seq, batch, &rows) || __builtin_mul_overflow(rows, gh, &xw_floats) ||
-        __builtin_add_overflow(
-            xw_floats, 2 * gh + 3 * hidden + 2 * bh + (gru ? batch * gh + bh : 0), &total) ||
-        total > (int64_t{1} << 60)) {
-      return RunReference(ctx, in, out);  // reports the size
-    }
-    const int64_t wq_floats = quantized_ && rows > kQuantSmallRows ? gh * input_size : 0;
-    const int64_t rq_floats = quantized_ && batch > kQuantSmallRows ? gh * hidden : 0;
-    if (__builtin_add_overflow(total, wq_floats + rq_floats, &total) ||
-        total > (int64_t{1} << 60)) {
-      return RunReference(ctx, in, out);
-    }
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(total) * sizeof(float)));
-    float* bias = static_cast<float*>(ws);
-    float* peep = bias + 2 * gh;
-    float* xw = peep + 3 * hidden;
-    float* h = xw + rows * gh;
-    float* c = h + bh;
-    float* hr = c + bh;
-    float* rh = hr + batch * gh;
-    float* wq = c + bh + (gru ? batch * gh + bh : 0);
-    float* rq = wq + wq_floats;
-
-    const float* px = x->data<float>();
-    for (int64_t d = 0; d < nd; ++d) {
-      const RnnGateConfig& cfg = a_.config[d];
-      const bool reverse = a_.direction == RnnDirection::kReverse || d == 1;
-      WeightRef wd, rd;
-      wd.dtype = w->dtype();
-      wd.data = static_cast<const char*>(w->raw_data()) + d * w->stride(0) * DTypeSize(w->dtype());
-      wd.trans = w_trans;
-      wd.ld = ldw;
-      rd.dtype = r->dtype();
-      rd.data = static_cast<const char*>(r->raw_data()) + d * r->stride(0) * DTypeSize(r->dtype());
-      rd.trans = r_trans;
-      rd.ld = ldr;
-      if (w_scale != nullptr) {
-        wd.scale = w_scale->data<float>() + d * gh;
-        rd.scale = r_scale->data<float>() + d * gh;
-      }
-      if (wq_floats > 0) {
-        DequantizeRows(wd, input_size, gh, wq);
-        wd.dequantized = wq;
-      }
-      if (rq_floats > 0) {
-        DequantizeRows(rd, hidden, gh, rq);
-        rd.dequantized = rq;
-      }
-      if (b != nullptr) {
-        LoadRow(*b, d, bias);
-      } else {
-        std::fill(bias, bias + 2 * gh, 0.0f);
-      }
-      // The input projection's bias: Wb + Rb, except for GRU's h block (Rbh is applied
-      // inside the reset gate), where only Wb; GRU keeps Rb for the recurrent part.
-      float* xbias = bias;
-      if (!gru) {
-        AddInto(xbias, bias + gh, gh);
-      }
-      if (p != nullptr) LoadRow(*p, d, peep);
-      LoadState(h0, d, batch, hidden, batch_major, h);
-      if (lstm) LoadState(c0, d, batch, hidden, batch_major, c);
-
-      // xw = X * W^T + bias, all steps.
-      for (int64_t i = 0; i < rows; ++i) std::memmove(xw + i * gh, xbias, gh * sizeof(float));
-      if (x_row >= 0) {
-        DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, wd, rows, gh, input_size, px, x_row, 1.0f, xw, gh));
-      } else {
-        for (int64_t t = 0; t < seq; ++t) {
-          DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, wd, batch, gh, input_size, px + t * sxt, lda_step,
-                                           1.0f, xw + t * batch * gh, gh));
-        }
-      }
-
-      for (int64_t step = 0; step < seq; ++step) {
-        const int64_t t = reverse ? seq - 1 - step : step;
-        float* g = xw + t * batch * gh;
-        switch (a_.cell) {
-          case RnnCell::kLstm:
-            DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
-            if (p == nullptr && IsDefaultLstm(cfg)) {
-              FusedLstmGates(batch, hidden, g, c, h);
-            } else {
-              reference::LstmGates<float>(cfg, batch, hidden, g, p != nullptr ? peep : nullptr, c,
-                                          h, c);
-            }
-            break;
-          case RnnCell::kGru: {
-            const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hidden;
-            for (int64_t i = 0; i < batch; ++i) {
-              std::memmove(hr + i * gh, bias + gh, gh * sizeof(float));
-            }
-            DYNVM_RETURN_IF_ERROR(
-                WeightGemm(ctx, rd, batch, r_rows, hidden, h, hidden, 1.0f, hr, gh));
-            reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, hr, h, rh);
-            if (!cfg.linear_before_reset) {
-              // Rows 2H.. of R: the hidden gate's recurrent weights.
-              const WeightRef rdh = rd.From(2 * hidden);
-              DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rdh, batch, hidden, hidden, rh, hidden, 1.0f,
-                                               hr + 2 * hidden, gh));
-            }
-            reference::GruHiddenGate<float>(cfg, batch, hidden, g, hr, h, h);
-            break;
-          }
-          case RnnCell::kRnn:
-            DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, h, hidden, 1.0f, g, gh));
-            reference::RnnGate<float>(cfg, batch, hidden, g, h);
-            break;
-        }
-        if (y != nullptr) {
-          float* py = y->data<float>();
-          for (int64_t bi = 0; bi < batch; ++bi) {
-            const int64_t row = batch_major ? (bi * seq + t) * nd + d : (t * nd + d) * batch + bi;
-            std::memmove(py + row * hidden, h + bi * hidden, hidden * sizeof(float));
-          }
-        }
-      }
-      StoreState(h, d, batch, hidden, nd, batch_major, y_h);
-      if (lstm) StoreState(c, d, batch, hidden, nd, batch_major, y_c);
+    RecurrentOutputs o{output(0), output(1), run.lstm ? output(2) : nullptr};
+    DYNVM_RETURN_IF_ERROR(PrepareOutputs(ctx, run, o));
+    RecurrentBuffers buf;
+    if (!Sizes(run, &buf)) return RunFallback(ctx, in, out);  // reports the size
+    DYNVM_RETURN_IF_ERROR(Carve(ctx, run, &buf));
+    for (int64_t d = 0; d < run.nd; ++d) {
+      DYNVM_RETURN_IF_ERROR(RunDirection(ctx, run, buf, o, d));
     }
     return absl::OkStatus();
   }
 
  private:
+  // Fills *run; false when the reference kernel serves the run (an error it reports, a shape or
+  // layout this kernel does not take).
+  bool Plan(Inputs in, RecurrentRun* run) const {
+    auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    RecurrentRun& s = *run;
+    s.lstm = a_.cell == RnnCell::kLstm;
+    s.gru = a_.cell == RnnCell::kGru;
+    s.x = input(0);
+    s.w = input(1);
+    s.r = input(2);
+    s.b = input(3);
+    s.lens = input(4);
+    s.h0 = input(5);
+    s.c0 = s.lstm ? input(6) : nullptr;
+    s.p = s.lstm ? input(7) : nullptr;
+    s.w_scale = quantized_ ? input(8) : nullptr;
+    s.r_scale = quantized_ ? input(9) : nullptr;
+    if (s.x == nullptr || s.w == nullptr || s.r == nullptr || s.x->rank() != 3 ||
+        s.w->rank() != 3 || s.r->rank() != 3) {
+      return false;
+    }
+    for (const Tensor* t : {s.x, s.b, s.h0, s.c0, s.p}) {
+      if (t != nullptr && t->dtype() != DType::kF32) return false;
+    }
+    if (quantized_ ? !reference::CheckQuantizedWeight(*s.w, s.w_scale, 3, "W").ok() ||
+                         !reference::CheckQuantizedWeight(*s.r, s.r_scale, 3, "R").ok() ||
+                         s.w->dtype() != s.r->dtype()
+                   : s.w->dtype() != DType::kF32 || s.r->dtype() != DType::kF32) {
+      return false;
+    }
+    return PlanGeometry(run);
+  }
+
+  bool PlanGeometry(RecurrentRun* run) const {
+    RecurrentRun& s = *run;
+    s.batch_major = a_.layout == 1;
+    s.seq = s.x->dim(s.batch_major ? 1 : 0);
+    s.batch = s.x->dim(s.batch_major ? 0 : 1);
+    s.input_size = s.x->dim(2);
+    s.nd = a_.num_directions;
+    s.hidden = a_.hidden_size > 0 ? a_.hidden_size : s.r->dim(2);
+    const int64_t gates = s.lstm ? 4 : s.gru ? 3 : 1;
+    // Sizes the reference kernel checks with overflow guards; it also serves empty dims.
+    constexpr int64_t kLimit = int64_t{1} << 31;
+    if (s.seq <= 0 || s.batch <= 0 || s.input_size <= 0 || s.hidden <= 0 || s.seq > kLimit ||
+        s.batch > kLimit || s.input_size > kLimit || s.hidden > kLimit / 8) {
+      return false;
+    }
+    s.gh = gates * s.hidden;
+    auto dims_are = [](const Tensor* t, std::initializer_list<int64_t> want) {
+      return t == nullptr || t->dims() == absl::MakeConstSpan(want.begin(), want.size());
+    };
+    const int64_t s0 = s.batch_major ? s.batch : s.nd, s1 = s.batch_major ? s.nd : s.batch;
+    if (!dims_are(s.w, {s.nd, s.gh, s.input_size}) || !dims_are(s.r, {s.nd, s.gh, s.hidden}) ||
+        !dims_are(s.b, {s.nd, 2 * s.gh}) || !dims_are(s.h0, {s0, s1, s.hidden}) ||
+        !dims_are(s.c0, {s0, s1, s.hidden}) || !dims_are(s.p, {s.nd, 3 * s.hidden})) {
+      return false;  // the reference kernel reports the mismatch
+    }
+    if (s.lens != nullptr && !FullLengths(*s.lens, s.batch, s.seq)) return false;
+    s.ldw = s.input_size;
+    s.ldr = s.hidden;
+    if ((!quantized_ &&
+         (!WeightOperand(*s.w, &s.w_trans, &s.ldw) || !WeightOperand(*s.r, &s.r_trans, &s.ldr))) ||
+        (s.x->stride(2) != 1 && s.input_size > 1)) {
+      return false;
+    }
+    s.sxt = s.x->stride(s.batch_major ? 1 : 0);
+    s.sxb = s.x->stride(s.batch_major ? 0 : 1);
+    if (s.batch > 1 && s.sxb < s.input_size) return false;
+    s.lda_step = s.batch == 1 ? s.input_size : s.sxb;
+    if (s.seq * s.batch == 1) {
+      s.x_row = s.input_size;
+    } else if (s.batch == 1) {
+      s.x_row = s.sxt >= s.input_size ? s.sxt : -1;
+    } else if (s.seq == 1 || s.sxt == s.batch * s.sxb) {
+      s.x_row = s.sxb;
+    }
+    return true;
+  }
+
+  absl::Status PrepareOutputs(KernelContext& ctx, const RecurrentRun& s,
+                              const RecurrentOutputs& o) const {
+    const char* op = s.lstm ? "LSTM" : s.gru ? "GRU" : "RNN";
+    if (o.y != nullptr) {
+      const int64_t y_dims[4] = {s.batch_major ? s.batch : s.seq, s.batch_major ? s.seq : s.nd,
+                                 s.batch_major ? s.nd : s.batch, s.hidden};
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, o.y, DType::kF32, y_dims, op));
+    }
+    const int64_t state_dims[3] = {s.batch_major ? s.batch : s.nd, s.batch_major ? s.nd : s.batch,
+                                   s.hidden};
+    for (Tensor* t : {o.y_h, o.y_c}) {
+      if (t != nullptr) {
+        DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, t, DType::kF32, state_dims, op));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The scratch's size in floats (buf->rows, ->dequantize_*); false when it overflows.
+  bool Sizes(const RecurrentRun& s, RecurrentBuffers* buf) const {
+    const int64_t bh = s.batch * s.hidden;
+    int64_t xw_floats = 0, total = 0;
+    if (__builtin_mul_overflow(s.seq, s.batch, &buf->rows) ||
+        __builtin_mul_overflow(buf->rows, s.gh, &xw_floats) ||
+        __builtin_add_overflow(xw_floats,
+                               2 * s.gh + 3 * s.hidden + 2 * bh + (s.gru ? s.batch * s.gh + bh : 0),
+                               &total) ||
+        total > (int64_t{1} << 60)) {
+      return false;
+    }
+    const bool int8 = s.w->dtype() == DType::kI8;
+    buf->dequantize_w = quantized_ && !choice::UseQGemv(buf->rows, s.gh, s.input_size, int8);
+    buf->dequantize_r = quantized_ && !choice::UseQGemv(s.batch, s.gh, s.hidden, int8);
+    const int64_t wq = buf->dequantize_w ? s.gh * s.input_size : 0;
+    const int64_t rq = buf->dequantize_r ? s.gh * s.hidden : 0;
+    return !__builtin_add_overflow(total, wq + rq, &total) && total <= (int64_t{1} << 60);
+  }
+
+  absl::Status Carve(KernelContext& ctx, const RecurrentRun& s, RecurrentBuffers* buf) const {
+    const int64_t bh = s.batch * s.hidden;
+    const int64_t wq = buf->dequantize_w ? s.gh * s.input_size : 0;
+    const int64_t rq = buf->dequantize_r ? s.gh * s.hidden : 0;
+    const int64_t total = 2 * s.gh + 3 * s.hidden + buf->rows * s.gh + 2 * bh +
+                          (s.gru ? s.batch * s.gh + bh : 0) + wq + rq;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(total) * sizeof(float)));
+    buf->bias = static_cast<float*>(ws);
+    buf->peep = buf->bias + 2 * s.gh;
+    buf->xw = buf->peep + 3 * s.hidden;
+    buf->h = buf->xw + buf->rows * s.gh;
+    buf->c = buf->h + bh;
+    buf->hr = buf->c + bh;
+    buf->rh = buf->hr + s.batch * s.gh;
+    buf->wq = buf->c + bh + (s.gru ? s.batch * s.gh + bh : 0);
+    buf->rq = buf->wq + wq;
+    return absl::OkStatus();
+  }
+
+  // Direction d's weights as GEMM operands (quantized ones dequantized where the GEMM takes
+  // f32).
+  void DirectionWeights(const RecurrentRun& s, const RecurrentBuffers& buf, int64_t d,
+                        WeightRef* wd, WeightRef* rd) const {
+    const Tensor* t[2] = {s.w, s.r};
+    WeightRef* ref[2] = {wd, rd};
+    for (int i = 0; i < 2; ++i) {
+      ref[i]->dtype = t[i]->dtype();
+      ref[i]->data = static_cast<const char*>(t[i]->raw_data()) +
+                     d * t[i]->stride(0) * DTypeSize(t[i]->dtype());
+      ref[i]->trans = i == 0 ? s.w_trans : s.r_trans;
+      ref[i]->ld = i == 0 ? s.ldw : s.ldr;
+    }
+    if (s.w_scale != nullptr) {
+      wd->scale = s.w_scale->data<float>() + d * s.gh;
+      rd->scale = s.r_scale->data<float>() + d * s.gh;
+    }
+    if (buf.dequantize_w) {
+      DequantizeRows(*wd, s.input_size, s.gh, buf.wq);
+      wd->dequantized = buf.wq;
+    }
+    if (buf.dequantize_r) {
+      DequantizeRows(*rd, s.hidden, s.gh, buf.rq);
+      rd->dequantized = buf.rq;
+    }
+  }
+
+  absl::Status RunDirection(const KernelContext& ctx, const RecurrentRun& s,
+                            const RecurrentBuffers& buf, const RecurrentOutputs& o,
+                            int64_t d) const {
+    const RnnGateConfig& cfg = a_.config[d];
+    const bool reverse = a_.direction == RnnDirection::kReverse || d == 1;
+    WeightRef wd, rd;
+    DirectionWeights(s, buf, d, &wd, &rd);
+    if (s.b != nullptr) {
+      LoadRow(*s.b, d, buf.bias);
+    } else {
+      std::fill(buf.bias, buf.bias + 2 * s.gh, 0.0f);
+    }
+    // The input projection's bias: Wb + Rb, except for GRU's h block (Rbh is applied inside the
+    // reset gate), where only Wb; GRU keeps Rb for the recurrent part.
+    if (!s.gru) AddInto(buf.bias, buf.bias + s.gh, s.gh);
+    if (s.p != nullptr) LoadRow(*s.p, d, buf.peep);
+    LoadState(s.h0, d, s.batch, s.hidden, s.batch_major, buf.h);
+    if (s.lstm) LoadState(s.c0, d, s.batch, s.hidden, s.batch_major, buf.c);
+    // xw = X * W^T + bias, all steps.
+    for (int64_t i = 0; i < buf.rows; ++i) {
+      std::memmove(buf.xw + i * s.gh, buf.bias, s.gh * sizeof(float));
+    }
+    const float* px = s.x->data<float>();
+    if (s.x_row >= 0) {
+      DYNVM_RETURN_IF_ERROR(
+          WeightGemm(ctx, wd, buf.rows, s.gh, s.input_size, px, s.x_row, 1.0f, buf.xw, s.gh));
+    } else {
+      for (int64_t t = 0; t < s.seq; ++t) {
+        DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, wd, s.batch, s.gh, s.input_size, px + t * s.sxt,
+                                         s.lda_step, 1.0f, buf.xw + t * s.batch * s.gh, s.gh));
+      }
+    }
+    for (int64_t step = 0; step < s.seq; ++step) {
+      const int64_t t = reverse ? s.seq - 1 - step : step;
+      DYNVM_RETURN_IF_ERROR(Step(ctx, cfg, s, rd, buf, buf.xw + t * s.batch * s.gh));
+      if (o.y != nullptr) {
+        float* py = o.y->data<float>();
+        for (int64_t bi = 0; bi < s.batch; ++bi) {
+          const int64_t row =
+              s.batch_major ? (bi * s.seq + t) * s.nd + d : (t * s.nd + d) * s.batch + bi;
+          std::memmove(py + row * s.hidden, buf.h + bi * s.hidden, s.hidden * sizeof(float));
+        }
+      }
+    }
+    StoreState(buf.h, d, s.batch, s.hidden, s.nd, s.batch_major, o.y_h);
+    if (s.lstm) StoreState(buf.c, d, s.batch, s.hidden, s.nd, s.batch_major, o.y_c);
+    return absl::OkStatus();
+  }
+
+  // One step: the gates g (holding X * W^T + bias for this step) get H * R^T, then the cell.
+  absl::Status Step(const KernelContext& ctx, const RnnGateConfig& cfg, const RecurrentRun& s,
+                    const WeightRef& rd, const RecurrentBuffers& buf, float* g) const {
+    const int64_t batch = s.batch, hidden = s.hidden, gh = s.gh;
+    switch (a_.cell) {
+      case RnnCell::kLstm:
+        DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, buf.h, hidden, 1.0f, g, gh));
+        if (s.p == nullptr && IsDefaultLstm(cfg)) {
+          cpu::LstmGates(batch, hidden, g, buf.c, buf.h);
+        } else {
+          reference::LstmGates<float>(cfg, batch, hidden, g, s.p != nullptr ? buf.peep : nullptr,
+                                      buf.c, buf.h, buf.c);
+        }
+        return absl::OkStatus();
+      case RnnCell::kGru: {
+        const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hidden;
+        for (int64_t i = 0; i < batch; ++i) {
+          std::memmove(buf.hr + i * gh, buf.bias + gh, gh * sizeof(float));
+        }
+        DYNVM_RETURN_IF_ERROR(
+            WeightGemm(ctx, rd, batch, r_rows, hidden, buf.h, hidden, 1.0f, buf.hr, gh));
+        reference::GruResetUpdateGates<float>(cfg, batch, hidden, g, buf.hr, buf.h, buf.rh);
+        if (!cfg.linear_before_reset) {
+          // Rows 2H.. of R: the hidden gate's recurrent weights.
+          const WeightRef rdh = rd.From(2 * hidden);
+          DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rdh, batch, hidden, hidden, buf.rh, hidden, 1.0f,
+                                           buf.hr + 2 * hidden, gh));
+        }
+        reference::GruHiddenGate<float>(cfg, batch, hidden, g, buf.hr, buf.h, buf.h);
+        return absl::OkStatus();
+      }
+      case RnnCell::kRnn:
+        DYNVM_RETURN_IF_ERROR(WeightGemm(ctx, rd, batch, gh, hidden, buf.h, hidden, 1.0f, g, gh));
+        reference::RnnGate<float>(cfg, batch, hidden, g, buf.h);
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
   // True when sequence_lens is a [batch] integer tensor whose values all equal seq.
   static bool FullLengths(const Tensor& lens, int64_t batch, int64_t seq) {
     if (lens.rank() != 1 || lens.dim(0) != batch) return false;
@@ -445,9 +511,9 @@ class RecurrentKernel final : public DnnlKernel {
   // W's rows [0, n) of `cols` each, dequantized into dst.
   static void DequantizeRows(const WeightRef& w, int64_t cols, int64_t n, float* dst) {
     if (w.dtype == DType::kI8) {
-      DequantizeRowsI8(cols, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n, dst);
+      cpu::DequantizeRowsI8(cols, static_cast<const int8_t*>(w.data), w.ld, w.scale, 0, n, dst);
     } else {
-      DequantizeRowsBf16(cols, static_cast<const uint16_t*>(w.data), w.ld, 0, n, dst);
+      cpu::DequantizeRowsBf16(cols, static_cast<const uint16_t*>(w.data), w.ld, 0, n, dst);
     }
   }
 
@@ -456,8 +522,8 @@ class RecurrentKernel final : public DnnlKernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, RnnCell cell) {
-  // The reference factory validates arity, dtypes and attributes: its errors are the spec's.
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, CreateReference(spec));
+  // The fallback's factory (the reference kernel, which the registry makes next) validates arity,
+  // dtypes and attributes: its errors are the spec's.
   const bool quantized = spec.domain == "dynvm";
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     if (i == 4) continue;                           // sequence_lens: an integer tensor
@@ -472,7 +538,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateRecurrent(const KernelSpec& spec, 
   }
   DYNVM_ASSIGN_OR_RETURN(RnnAttrs attrs, reference::ParseRnnAttrs(spec, cell));
   return std::make_unique<RecurrentKernel>(
-      KernelName(spec, quantized ? absl::StrCat("gemm.", QGemvPath()) : "gemm"), std::move(ref),
+      KernelName(spec, quantized ? absl::StrCat("gemm.", QuantizedWeightPath(spec)) : "gemm"),
       attrs, quantized);
 }
 

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/check.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 #include "kernels/reference/signal_common.h"
@@ -211,18 +212,6 @@ absl::Status CopyTensor(const Tensor& x, Tensor& y, absl::string_view op) {
 
 // ---- validation ----
 
-absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t max_out) {
-  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in) {
-    return absl::InvalidArgumentError(absl::StrCat(spec.op, ": expected ", min_in, "..", max_in,
-                                                   " inputs, got ", spec.inputs.size()));
-  }
-  if (spec.outputs.empty() || spec.outputs.size() > max_out) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.op, ": expected 1..", max_out, " outputs, got ", spec.outputs.size()));
-  }
-  return absl::OkStatus();
-}
-
 // A concrete port dtype must be in `set`; kAnyDType is checked at run time.
 absl::Status CheckPort(const KernelSpec& spec, const PortSpec& port, unsigned set) {
   if (port.dtype == kAnyDType) return absl::OkStatus();
@@ -241,19 +230,6 @@ absl::Status CheckSame(const KernelSpec& spec, size_t i, size_t j) {
     return absl::InvalidArgumentError(absl::StrCat(
         spec.op, ": inputs ", i, " and ", j, " differ in dtype (", DTypeName(static_cast<DType>(a)),
         " vs ", DTypeName(static_cast<DType>(b)), ")"));
-  }
-  return absl::OkStatus();
-}
-
-// The first n inputs and the first output must be present.
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
-    }
-  }
-  if (out.empty() || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
   }
   return absl::OkStatus();
 }
@@ -997,7 +973,7 @@ void Add(KernelRegistry& r, const char* op, KernelFactory factory) {
 template <typename Op, typename Configure>
 void AddUnary(KernelRegistry& r, Configure configure) {
   Add(r, Op::kName, [configure](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
     Op op;
     DYNVM_RETURN_IF_ERROR(configure(spec, op));
@@ -1019,7 +995,7 @@ absl::Status ReadFloat(const KernelSpec& spec, absl::string_view name, float* fi
 template <typename Op, typename Configure>
 void AddBinary(KernelRegistry& r, Configure configure) {
   Add(r, Op::kName, [configure](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], Op::kTypes));
     DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, 1));
     Op op;
@@ -1034,7 +1010,7 @@ void AddBinary(KernelRegistry& r) {
 
 void AddVariadic(KernelRegistry& r, const char* name, Variadic kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, std::numeric_limits<size_t>::max(), 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, std::numeric_limits<size_t>::max(), 1, 1));
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[i], kNumeric));
       DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
@@ -1045,7 +1021,7 @@ void AddVariadic(KernelRegistry& r, const char* name, Variadic kind) {
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const KernelSpec& spec, bool like) {
   const char* name = like ? "CastLike" : "Cast";
-  DYNVM_RETURN_IF_ERROR(CheckArity(spec, like ? 2 : 1, like ? 2 : 1, 1));
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, like ? 2 : 1, like ? 2 : 1, 1, 1));
   DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
   CastAttrs attrs{name, like, std::nullopt};
   if (spec.outputs[0].dtype != kAnyDType) {
@@ -1102,7 +1078,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   });
   AddBinary<PReluOp>(r);
   Add(r, "Pow", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kNumeric));
     return MakeKernel(spec, &RunPow, NoAttrs{});
@@ -1172,7 +1148,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   });
 
   Add(r, "Clip", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kNumeric));
     for (size_t i = 1; i < spec.inputs.size(); ++i) {
       DYNVM_RETURN_IF_ERROR(CheckSame(spec, 0, i));
@@ -1186,7 +1162,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
     return MakeKernel(spec, &RunClip, attrs);
   });
   Add(r, "Where", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kBool));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[1], kAll));
     DYNVM_RETURN_IF_ERROR(CheckSame(spec, 1, 2));
@@ -1195,12 +1171,12 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   Add(r, "Cast", [](const KernelSpec& spec) { return MakeCast(spec, /*like=*/false); });
   Add(r, "CastLike", [](const KernelSpec& spec) { return MakeCast(spec, /*like=*/true); });
   Add(r, "Identity", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
     return MakeKernel(spec, &RunIdentity, NoAttrs{});
   });
   Add(r, "Dropout", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 2));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 2));
     DYNVM_RETURN_IF_ERROR(CheckPort(spec, spec.inputs[0], kAll));
     DropoutAttrs attrs;
     DYNVM_RETURN_IF_ERROR(ReadFloat(spec, "ratio", &attrs.ratio));

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/check.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/permute.h"
 #include "kernels/reference/reference.h"
@@ -109,18 +110,6 @@ const T* RowMajorB(const T* b, int64_t sbk, int64_t sbn, int64_t k, int64_t n, T
   }
   *ldb = n;
   return packed;
-}
-
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
-    }
-  }
-  if (out.empty() || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
-  }
-  return absl::OkStatus();
 }
 
 // ---- MatMul ----

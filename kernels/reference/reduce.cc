@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/check.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
 
@@ -56,28 +57,6 @@ absl::Status CheckDType(const KernelSpec& spec, const PortSpec& port, bool float
       (float_only && !IsFloat(d))) {
     return absl::UnimplementedError(absl::StrCat(
         spec.op, ": dtype ", IsValidDType(port.dtype) ? DTypeName(d) : "?", " not supported"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckArity(const KernelSpec& spec, size_t min_in, size_t max_in, size_t max_out) {
-  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in || spec.outputs.empty() ||
-      spec.outputs.size() > max_out) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.op, ": expected ", min_in, "..", max_in, " inputs and 1..", max_out,
-                     " outputs, got ", spec.inputs.size(), " and ", spec.outputs.size()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPresent(Inputs in, size_t n, Outputs out, absl::string_view op) {
-  for (size_t i = 0; i < n; ++i) {
-    if (i >= in.size() || in[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
-    }
-  }
-  if (out.empty() || out[0] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": output 0 is missing"));
   }
   return absl::OkStatus();
 }
@@ -716,7 +695,7 @@ absl::StatusOr<bool> GetFlag(const KernelSpec& spec, absl::string_view name, boo
 
 void AddReduce(KernelRegistry& r, const char* name, Reduce kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     ReduceAttrs a{name, kind};
     DYNVM_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
@@ -728,7 +707,7 @@ void AddReduce(KernelRegistry& r, const char* name, Reduce kind) {
 
 void AddArg(KernelRegistry& r, const char* name, bool max) {
   Add(r, name, [name, max](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     ArgAttrs a{name, max};
     DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", 0));
@@ -740,7 +719,7 @@ void AddArg(KernelRegistry& r, const char* name, bool max) {
 
 void AddSoftmax(KernelRegistry& r, const char* name, Softmax kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
     SoftmaxAttrs a{name, kind};
     DYNVM_ASSIGN_OR_RETURN(a.legacy_2d, GetFlag(spec, "legacy_2d", false));
@@ -788,7 +767,7 @@ void RegisterReduceKernels(KernelRegistry& r) {
   });
   Add(r, "LayerNormalization",
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 3));
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 3, 1, 3));
         DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/true));
         LayerNormAttrs a;
         DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
@@ -826,7 +805,7 @@ void RegisterReduceKernels(KernelRegistry& r) {
         return MakeKernel(spec, &RunLayerNorm, a);
       });
   Add(r, "CumSum", [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1));
+    DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
     DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     CumSumAttrs a;
     DYNVM_ASSIGN_OR_RETURN(a.exclusive, GetFlag(spec, "exclusive", false));

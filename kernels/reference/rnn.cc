@@ -234,256 +234,298 @@ void ForEachActiveRun(absl::Span<const int64_t> lens, int64_t step, Fn&& fn) {
   }
 }
 
-template <typename T, typename C>
-absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Tensor* const> in,
-                      absl::Span<Tensor* const> out) {
+// The operands and geometry of one recurrent run, checked.
+struct RnnRun {
+  const char* op;
+  const Tensor *x, *w, *r, *b, *h0, *c0, *p;
+  bool lstm, batch_major;
+  int64_t seq, batch, input_size, nd, hidden, gh, gh2;
+  Dims state_dims;
+  // Decode-size batches need no heap allocation.
+  absl::InlinedVector<int64_t, 16> lens;
+  int64_t max_len;
+};
+
+// Checks the operands' shapes and sequence_lens, and fills *run.
+absl::Status CheckRun(const RnnAttrs& a, absl::Span<const Tensor* const> in, RnnRun* run) {
   const RnnCell cell = a.cell;
   const char* op = CellName(cell);
   const bool lstm = cell == RnnCell::kLstm;
   auto input = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
-  auto output = [&](size_t i) -> Tensor* { return i < out.size() ? out[i] : nullptr; };
-  const Tensor* x = input(0);
-  const Tensor* w = input(1);
-  const Tensor* r = input(2);
-  if (x == nullptr || w == nullptr || r == nullptr) {
+  RnnRun& s = *run;
+  s.op = op;
+  s.lstm = lstm;
+  s.x = input(0);
+  s.w = input(1);
+  s.r = input(2);
+  if (s.x == nullptr || s.w == nullptr || s.r == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": X, W and R are required"));
   }
-  const Tensor* b = input(3);
+  s.b = input(3);
   const Tensor* seq_lens = input(4);
-  const Tensor* h0 = input(5);
-  const Tensor* c0 = lstm ? input(6) : nullptr;
-  const Tensor* p = lstm ? input(7) : nullptr;
-
-  // ---- shapes ----
-  if (x->rank() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": X must be 3-D, got ", x->DebugString()));
+  s.h0 = input(5);
+  s.c0 = lstm ? input(6) : nullptr;
+  s.p = lstm ? input(7) : nullptr;
+  if (s.x->rank() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": X must be 3-D, got ", s.x->DebugString()));
   }
-  const bool batch_major = a.layout == 1;
-  const int64_t seq = x->dim(batch_major ? 1 : 0);
-  const int64_t batch = x->dim(batch_major ? 0 : 1);
-  const int64_t input_size = x->dim(2);
-  const int64_t nd = a.num_directions;
-  int64_t hidden = a.hidden_size;
-  if (hidden == 0) {
-    if (r->rank() != 3 || r->dim(2) <= 0) {
+  s.batch_major = a.layout == 1;
+  s.seq = s.x->dim(s.batch_major ? 1 : 0);
+  s.batch = s.x->dim(s.batch_major ? 0 : 1);
+  s.input_size = s.x->dim(2);
+  s.nd = a.num_directions;
+  s.hidden = a.hidden_size;
+  if (s.hidden == 0) {
+    if (s.r->rank() != 3 || s.r->dim(2) <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": hidden_size is not given and R ",
-                                                     r->DebugString(), " does not tell it"));
+                                                     s.r->DebugString(), " does not tell it"));
     }
-    hidden = r->dim(2);
+    s.hidden = s.r->dim(2);
   }
-  const int64_t gates = GatesPerDirection(cell);
-  int64_t gh = 0;  // gate rows of W and R
-  int64_t gh2 = 0;
-  if (MulOverflows(gates, hidden, &gh) || MulOverflows(gh, 2, &gh2)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": hidden_size ", hidden, " is too large"));
+  if (MulOverflows(GatesPerDirection(cell), s.hidden, &s.gh) || MulOverflows(s.gh, 2, &s.gh2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": hidden_size ", s.hidden, " is too large"));
   }
-  DYNVM_RETURN_IF_ERROR(CheckShape(op, "W", *w, {nd, gh, input_size}));
-  DYNVM_RETURN_IF_ERROR(CheckShape(op, "R", *r, {nd, gh, hidden}));
-  if (b != nullptr) {
-    DYNVM_RETURN_IF_ERROR(CheckShape(op, "B", *b, {nd, gh2}));
-  }
-  const Dims state_dims = batch_major ? Dims{batch, nd, hidden} : Dims{nd, batch, hidden};
-  if (h0 != nullptr) {
-    DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_h", *h0, state_dims));
-  }
-  if (c0 != nullptr) {
-    DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_c", *c0, state_dims));
-  }
-  if (p != nullptr) {
-    DYNVM_RETURN_IF_ERROR(CheckShape(op, "P", *p, {nd, 3 * hidden}));
-  }
-  // Decode-size batches need no heap allocation.
-  absl::InlinedVector<int64_t, 16> lens;
+  DYNVM_RETURN_IF_ERROR(CheckShape(op, "W", *s.w, {s.nd, s.gh, s.input_size}));
+  DYNVM_RETURN_IF_ERROR(CheckShape(op, "R", *s.r, {s.nd, s.gh, s.hidden}));
+  if (s.b != nullptr) DYNVM_RETURN_IF_ERROR(CheckShape(op, "B", *s.b, {s.nd, s.gh2}));
+  s.state_dims = s.batch_major ? Dims{s.batch, s.nd, s.hidden} : Dims{s.nd, s.batch, s.hidden};
+  if (s.h0 != nullptr) DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_h", *s.h0, s.state_dims));
+  if (s.c0 != nullptr) DYNVM_RETURN_IF_ERROR(CheckShape(op, "initial_c", *s.c0, s.state_dims));
+  if (s.p != nullptr) DYNVM_RETURN_IF_ERROR(CheckShape(op, "P", *s.p, {s.nd, 3 * s.hidden}));
   if (seq_lens != nullptr) {
-    DYNVM_RETURN_IF_ERROR(CheckShape(op, "sequence_lens", *seq_lens, {batch}));
+    DYNVM_RETURN_IF_ERROR(CheckShape(op, "sequence_lens", *seq_lens, {s.batch}));
     DYNVM_ASSIGN_OR_RETURN(Dims v, ReadInts(*seq_lens, op, "sequence_lens"));
-    lens.assign(v.begin(), v.end());
-    for (int64_t len : lens) {
-      if (len < 0 || len > seq) {
-        return absl::InvalidArgumentError(absl::StrCat(op, ": sequence_lens value ", len,
-                                                       " is outside [0, ", seq, "] (seq_length)"));
+    s.lens.assign(v.begin(), v.end());
+    for (int64_t len : s.lens) {
+      if (len < 0 || len > s.seq) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": sequence_lens value ", len, " is outside [0, ", s.seq, "] (seq_length)"));
       }
     }
   } else {
-    lens.assign(static_cast<size_t>(batch), seq);
+    s.lens.assign(static_cast<size_t>(s.batch), s.seq);
   }
-  const int64_t max_len = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
+  s.max_len = s.lens.empty() ? 0 : *std::max_element(s.lens.begin(), s.lens.end());
+  return absl::OkStatus();
+}
 
-  // ---- outputs ----
-  const DType dtype = x->dtype();
-  Tensor* y = output(0);
-  Tensor* y_h = output(1);
-  Tensor* y_c = lstm ? output(2) : nullptr;
-  if (y != nullptr) {
-    const Dims y_dims = batch_major ? Dims{batch, seq, nd, hidden} : Dims{seq, nd, batch, hidden};
-    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, dtype, y_dims, op));
-  }
-  if (y_h != nullptr) {
-    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y_h, dtype, state_dims, op));
-  }
-  if (y_c != nullptr) {
-    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y_c, dtype, state_dims, op));
-  }
+// The run's outputs (each may be absent), prepared with their shapes.
+struct RnnOutputs {
+  Tensor *y, *y_h, *y_c;
+};
 
-  // ---- workspace ----
+absl::StatusOr<RnnOutputs> PrepareOutputs(const RnnRun& s, KernelContext& ctx,
+                                          absl::Span<Tensor* const> out) {
+  auto output = [&](size_t i) -> Tensor* { return i < out.size() ? out[i] : nullptr; };
+  RnnOutputs o{output(0), output(1), s.lstm ? output(2) : nullptr};
+  const DType dtype = s.x->dtype();
+  if (o.y != nullptr) {
+    const Dims y_dims =
+        s.batch_major ? Dims{s.batch, s.seq, s.nd, s.hidden} : Dims{s.seq, s.nd, s.batch, s.hidden};
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, o.y, dtype, y_dims, s.op));
+  }
+  for (Tensor* t : {o.y_h, o.y_c}) {
+    if (t != nullptr) DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, t, dtype, s.state_dims, s.op));
+  }
+  return o;
+}
+
+// The run's scratch, in compute type C, carved from the site's workspace.
+template <typename C>
+struct RnnBuffers {
+  C* w;  // packed W and R of one direction (when not read in place)
+  C* r;
+  C *bias, *peep, *x_step, *h, *c, *gates, *hr, *rh;
+  bool pack_w, pack_r;
+};
+
+template <typename T, typename C>
+absl::StatusOr<RnnBuffers<C>> CarveBuffers(const RnnRun& s, RnnCell cell, KernelContext& ctx) {
   constexpr bool kSameType = std::is_same_v<T, C>;
-  const bool pack_w = !kSameType || !InnerRowMajor(*w);
-  const bool pack_r = !kSameType || !InnerRowMajor(*r);
-  int64_t batch_gh = 0;
-  int64_t batch_in = 0;
-  int64_t batch_h = 0;
-  int64_t w_size = 0;
-  int64_t r_size = 0;
-  if (MulOverflows(batch, gh, &batch_gh) || MulOverflows(batch, input_size, &batch_in) ||
-      MulOverflows(batch, hidden, &batch_h) || MulOverflows(gh, input_size, &w_size) ||
-      MulOverflows(gh, hidden, &r_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": sizes overflow"));
+  RnnBuffers<C> buf;
+  buf.pack_w = !kSameType || !InnerRowMajor(*s.w);
+  buf.pack_r = !kSameType || !InnerRowMajor(*s.r);
+  int64_t batch_gh = 0, batch_in = 0, batch_h = 0, w_size = 0, r_size = 0;
+  if (MulOverflows(s.batch, s.gh, &batch_gh) || MulOverflows(s.batch, s.input_size, &batch_in) ||
+      MulOverflows(s.batch, s.hidden, &batch_h) || MulOverflows(s.gh, s.input_size, &w_size) ||
+      MulOverflows(s.gh, s.hidden, &r_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(s.op, ": sizes overflow"));
   }
+  const bool gru = cell == RnnCell::kGru;
   WorkspacePlan plan;
-  const int64_t w_at = plan.Add(pack_w ? w_size : 0);
-  const int64_t r_at = plan.Add(pack_r ? r_size : 0);
-  const int64_t bias_at = plan.Add(gh2);
-  const int64_t p_at = plan.Add(p != nullptr ? 3 * hidden : 0);
+  const int64_t w_at = plan.Add(buf.pack_w ? w_size : 0);
+  const int64_t r_at = plan.Add(buf.pack_r ? r_size : 0);
+  const int64_t bias_at = plan.Add(s.gh2);
+  const int64_t p_at = plan.Add(s.p != nullptr ? 3 * s.hidden : 0);
   const int64_t x_at = plan.Add(batch_in);
   const int64_t h_at = plan.Add(batch_h);
-  const int64_t c_at = plan.Add(lstm ? batch_h : 0);
+  const int64_t c_at = plan.Add(s.lstm ? batch_h : 0);
   const int64_t gates_at = plan.Add(batch_gh);
-  const int64_t hr_at = plan.Add(cell == RnnCell::kGru ? batch_gh : 0);
-  const int64_t rh_at = plan.Add(cell == RnnCell::kGru ? batch_h : 0);
+  const int64_t hr_at = plan.Add(gru ? batch_gh : 0);
+  const int64_t rh_at = plan.Add(gru ? batch_h : 0);
   int64_t bytes = 0;
   if (plan.overflow() || MulOverflows(std::max<int64_t>(plan.total(), 1), sizeof(C), &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": workspace size overflows"));
+    return absl::InvalidArgumentError(absl::StrCat(s.op, ": workspace size overflows"));
   }
   DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(bytes)));
   C* const base = static_cast<C*>(ws);
-  C* const bias = base + bias_at;
-  C* const peep = p != nullptr ? base + p_at : nullptr;
-  C* const x_step = base + x_at;
-  C* const h = base + h_at;
-  C* const c = base + c_at;
-  C* const gate_buf = base + gates_at;
-  C* const hr = base + hr_at;
-  C* const rh = base + rh_at;
+  buf.w = base + w_at;
+  buf.r = base + r_at;
+  buf.bias = base + bias_at;
+  buf.peep = s.p != nullptr ? base + p_at : nullptr;
+  buf.x_step = base + x_at;
+  buf.h = base + h_at;
+  buf.c = base + c_at;
+  buf.gates = base + gates_at;
+  buf.hr = base + hr_at;
+  buf.rh = base + rh_at;
+  return buf;
+}
 
-  const T* const x_data = x->data<T>();
-  const int64_t x_seq_stride = x->stride(batch_major ? 1 : 0);
-  const int64_t x_batch_stride = x->stride(batch_major ? 0 : 1);
-  const int64_t x_inner_stride = x->stride(2);
-  T* const y_data = y != nullptr ? y->data<T>() : nullptr;
-  // Element offset of row (t, d, b) of Y, and of row (d, b) of the state tensors.
-  auto y_offset = [&](int64_t t, int64_t d, int64_t bi) {
-    return (batch_major ? ((bi * seq + t) * nd + d) : ((t * nd + d) * batch + bi)) * hidden;
-  };
-  auto state_offset = [&](int64_t d, int64_t bi) {
-    return (batch_major ? bi * nd + d : d * batch + bi) * hidden;
-  };
-  // Loads row (d, b) of initial_h / initial_c (or zeros) into dst.
-  auto load_state = [&](const Tensor* t, int64_t d, C* dst) {
-    for (int64_t bi = 0; bi < batch; ++bi) {
-      C* row = dst + bi * hidden;
-      if (t == nullptr) {
-        std::fill(row, row + hidden, C(0));
-        continue;
-      }
-      const T* src = t->data<T>() + (batch_major ? bi * t->stride(0) + d * t->stride(1)
-                                                 : d * t->stride(0) + bi * t->stride(1));
-      for (int64_t j = 0; j < hidden; ++j) row[j] = ToCompute<C>(src[j * t->stride(2)]);
+// Element offset of row (t, d, b) of Y, and of row (d, b) of the state tensors.
+int64_t YOffset(const RnnRun& s, int64_t t, int64_t d, int64_t bi) {
+  return (s.batch_major ? ((bi * s.seq + t) * s.nd + d) : ((t * s.nd + d) * s.batch + bi)) *
+         s.hidden;
+}
+int64_t StateOffset(const RnnRun& s, int64_t d, int64_t bi) {
+  return (s.batch_major ? bi * s.nd + d : d * s.batch + bi) * s.hidden;
+}
+
+// Loads row (d, b) of initial_h / initial_c (or zeros) into dst.
+template <typename T, typename C>
+void LoadState(const RnnRun& s, const Tensor* t, int64_t d, C* dst) {
+  for (int64_t bi = 0; bi < s.batch; ++bi) {
+    C* row = dst + bi * s.hidden;
+    if (t == nullptr) {
+      std::fill(row, row + s.hidden, C(0));
+      continue;
     }
-  };
-  // Matrix d of W or R: in place when possible, else packed into buf.
-  auto weight_matrix = [&](const Tensor& t, bool pack, int64_t d, C* buf) -> const C* {
+    const T* src = t->data<T>() + (s.batch_major ? bi * t->stride(0) + d * t->stride(1)
+                                                 : d * t->stride(0) + bi * t->stride(1));
+    for (int64_t j = 0; j < s.hidden; ++j) row[j] = ToCompute<C>(src[j * t->stride(2)]);
+  }
+}
+
+// One step of rows [b0, b0 + n) of one direction: the gates from x_step and h, then h (and c).
+template <typename C>
+void CellStep(RnnCell cell, const RnnGateConfig& cfg, const RnnRun& s, const C* wd, const C* rd,
+              const RnnBuffers<C>& buf, int64_t b0, int64_t n) {
+  const int64_t in = s.input_size, hid = s.hidden, gh = s.gh;
+  const C* xs = buf.x_step + b0 * in;
+  C* hs = buf.h + b0 * hid;
+  C* gs = buf.gates + b0 * gh;
+  switch (cell) {
+    case RnnCell::kLstm:
+      LstmStep<C>(cfg, n, in, hid, xs, hs, buf.c + b0 * hid, wd, rd, buf.bias, buf.peep, hs,
+                  buf.c + b0 * hid, gs);
+      break;
+    case RnnCell::kGru: {
+      C* hrs = buf.hr + b0 * gh;
+      C* rhs = buf.rh + b0 * hid;
+      RnnGemm<C>(n, gh, in, xs, in, wd, in, buf.bias, false, gs, gh);
+      const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hid;
+      RnnGemm<C>(n, r_rows, hid, hs, hid, rd, hid, buf.bias + gh, false, hrs, gh);
+      GruResetUpdateGates<C>(cfg, n, hid, gs, hrs, hs, rhs);
+      if (!cfg.linear_before_reset) {
+        RnnGemm<C>(n, hid, hid, rhs, hid, rd + 2 * hid * hid, hid, buf.bias + gh + 2 * hid, false,
+                   hrs + 2 * hid, gh);
+      }
+      GruHiddenGate<C>(cfg, n, hid, gs, hrs, hs, hs);
+      break;
+    }
+    case RnnCell::kRnn:
+      RnnGemm<C>(n, gh, in, xs, in, wd, in, buf.bias, false, gs, gh);
+      RnnGemm<C>(n, gh, hid, hs, hid, rd, hid, buf.bias + gh, true, gs, gh);
+      RnnGate<C>(cfg, n, hid, gs, hs);
+      break;
+  }
+}
+
+// Direction d: every step, then the rows past each sequence's end and the final states.
+template <typename T, typename C>
+void RunDirection(const RnnAttrs& a, const RnnRun& s, const RnnOutputs& o, const RnnBuffers<C>& buf,
+                  int64_t d) {
+  constexpr bool kSameType = std::is_same_v<T, C>;
+  const RnnGateConfig& cfg = a.config[d];
+  const bool reverse = a.direction == RnnDirection::kReverse || d == 1;
+  // Matrix d of W or R: in place when possible, else packed into the buffer.
+  auto weight_matrix = [&](const Tensor& t, bool pack, C* packed) -> const C* {
     if constexpr (kSameType) {
       if (!pack) return t.data<C>() + d * t.stride(0);
     }
-    PackSlice<T>(t, d, buf);
-    return buf;
+    PackSlice<T>(t, d, packed);
+    return packed;
   };
-  auto store_row = [&](T* dst, const C* src) {
-    for (int64_t j = 0; j < hidden; ++j) dst[j] = FromCompute<T>(src[j]);
-  };
-
-  for (int64_t d = 0; d < nd; ++d) {
-    const RnnGateConfig& cfg = a.config[d];
-    const bool reverse = a.direction == RnnDirection::kReverse || d == 1;
-    const C* wd = weight_matrix(*w, pack_w, d, base + w_at);
-    const C* rd = weight_matrix(*r, pack_r, d, base + r_at);
-    if (b != nullptr) {
-      PackSlice<T>(*b, d, bias);
-    } else {
-      std::fill(bias, bias + gh2, C(0));
-    }
-    if (p != nullptr) PackSlice<T>(*p, d, peep);
-    load_state(h0, d, h);
-    if (lstm) load_state(c0, d, c);
-
-    for (int64_t step = 0; step < max_len; ++step) {
-      // Row b reads X at time index t_b: step forward, or counted back from its own end.
-      auto time_of = [&](int64_t bi) { return reverse ? lens[bi] - 1 - step : step; };
-      ForEachActiveRun(lens, step, [&](int64_t b0, int64_t n) {
-        for (int64_t bi = b0; bi < b0 + n; ++bi) {
-          const T* src = x_data + time_of(bi) * x_seq_stride + bi * x_batch_stride;
-          C* dst = x_step + bi * input_size;
-          for (int64_t k = 0; k < input_size; ++k) dst[k] = ToCompute<C>(src[k * x_inner_stride]);
-        }
-        const C* xs = x_step + b0 * input_size;
-        C* hs = h + b0 * hidden;
-        C* gs = gate_buf + b0 * gh;
-        switch (cell) {
-          case RnnCell::kLstm:
-            LstmStep<C>(cfg, n, input_size, hidden, xs, hs, c + b0 * hidden, wd, rd, bias, peep, hs,
-                        c + b0 * hidden, gs);
-            break;
-          case RnnCell::kGru: {
-            C* hrs = hr + b0 * gh;
-            RnnGemm<C>(n, gh, input_size, xs, input_size, wd, input_size, bias, false, gs, gh);
-            const int64_t r_rows = cfg.linear_before_reset ? gh : 2 * hidden;
-            RnnGemm<C>(n, r_rows, hidden, hs, hidden, rd, hidden, bias + gh, false, hrs, gh);
-            GruResetUpdateGates<C>(cfg, n, hidden, gs, hrs, hs, rh + b0 * hidden);
-            if (!cfg.linear_before_reset) {
-              RnnGemm<C>(n, hidden, hidden, rh + b0 * hidden, hidden, rd + 2 * hidden * hidden,
-                         hidden, bias + gh + 2 * hidden, false, hrs + 2 * hidden, gh);
-            }
-            GruHiddenGate<C>(cfg, n, hidden, gs, hrs, hs, hs);
-            break;
-          }
-          case RnnCell::kRnn:
-            RnnGemm<C>(n, gh, input_size, xs, input_size, wd, input_size, bias, false, gs, gh);
-            RnnGemm<C>(n, gh, hidden, hs, hidden, rd, hidden, bias + gh, true, gs, gh);
-            RnnGate<C>(cfg, n, hidden, gs, hs);
-            break;
-        }
-        if (y_data != nullptr) {
-          for (int64_t bi = b0; bi < b0 + n; ++bi) {
-            store_row(y_data + y_offset(time_of(bi), d, bi), h + bi * hidden);
-          }
-        }
-      });
-    }
-
-    // Rows past each sequence's end are zero; the final states are those of the last valid
-    // step, zero for an empty sequence.
-    if (y_data != nullptr) {
-      for (int64_t bi = 0; bi < batch; ++bi) {
-        for (int64_t t = lens[bi]; t < seq; ++t) {
-          T* row = y_data + y_offset(t, d, bi);
-          std::fill(row, row + hidden, FromCompute<T>(C(0)));
-        }
-      }
-    }
-    auto store_final = [&](const C* state, Tensor* tensor) {
-      if (tensor == nullptr) return;
-      for (int64_t bi = 0; bi < batch; ++bi) {
-        T* row = tensor->data<T>() + state_offset(d, bi);
-        if (lens[bi] == 0) {
-          std::fill(row, row + hidden, FromCompute<T>(C(0)));
-        } else {
-          store_row(row, state + bi * hidden);
-        }
-      }
-    };
-    store_final(h, y_h);
-    store_final(c, y_c);
+  const C* wd = weight_matrix(*s.w, buf.pack_w, buf.w);
+  const C* rd = weight_matrix(*s.r, buf.pack_r, buf.r);
+  if (s.b != nullptr) {
+    PackSlice<T>(*s.b, d, buf.bias);
+  } else {
+    std::fill(buf.bias, buf.bias + s.gh2, C(0));
   }
+  if (s.p != nullptr) PackSlice<T>(*s.p, d, buf.peep);
+  LoadState<T>(s, s.h0, d, buf.h);
+  if (s.lstm) LoadState<T>(s, s.c0, d, buf.c);
+  auto store_row = [&](T* dst, const C* src) {
+    for (int64_t j = 0; j < s.hidden; ++j) dst[j] = FromCompute<T>(src[j]);
+  };
+  const T* const x_data = s.x->data<T>();
+  const int64_t x_seq_stride = s.x->stride(s.batch_major ? 1 : 0);
+  const int64_t x_batch_stride = s.x->stride(s.batch_major ? 0 : 1);
+  const int64_t x_inner_stride = s.x->stride(2);
+  T* const y_data = o.y != nullptr ? o.y->data<T>() : nullptr;
+  for (int64_t step = 0; step < s.max_len; ++step) {
+    // Row b reads X at time index t_b: step forward, or counted back from its own end.
+    auto time_of = [&](int64_t bi) { return reverse ? s.lens[bi] - 1 - step : step; };
+    ForEachActiveRun(s.lens, step, [&](int64_t b0, int64_t n) {
+      for (int64_t bi = b0; bi < b0 + n; ++bi) {
+        const T* src = x_data + time_of(bi) * x_seq_stride + bi * x_batch_stride;
+        C* dst = buf.x_step + bi * s.input_size;
+        for (int64_t k = 0; k < s.input_size; ++k) dst[k] = ToCompute<C>(src[k * x_inner_stride]);
+      }
+      CellStep<C>(a.cell, cfg, s, wd, rd, buf, b0, n);
+      if (y_data != nullptr) {
+        for (int64_t bi = b0; bi < b0 + n; ++bi) {
+          store_row(y_data + YOffset(s, time_of(bi), d, bi), buf.h + bi * s.hidden);
+        }
+      }
+    });
+  }
+  // Rows past each sequence's end are zero; the final states are those of the last valid step,
+  // zero for an empty sequence.
+  if (y_data != nullptr) {
+    for (int64_t bi = 0; bi < s.batch; ++bi) {
+      for (int64_t t = s.lens[bi]; t < s.seq; ++t) {
+        T* row = y_data + YOffset(s, t, d, bi);
+        std::fill(row, row + s.hidden, FromCompute<T>(C(0)));
+      }
+    }
+  }
+  auto store_final = [&](const C* state, Tensor* tensor) {
+    if (tensor == nullptr) return;
+    for (int64_t bi = 0; bi < s.batch; ++bi) {
+      T* row = tensor->data<T>() + StateOffset(s, d, bi);
+      if (s.lens[bi] == 0) {
+        std::fill(row, row + s.hidden, FromCompute<T>(C(0)));
+      } else {
+        store_row(row, state + bi * s.hidden);
+      }
+    }
+  };
+  store_final(buf.h, o.y_h);
+  store_final(buf.c, o.y_c);
+}
+
+template <typename T, typename C>
+absl::Status RunTyped(const RnnAttrs& a, KernelContext& ctx, absl::Span<const Tensor* const> in,
+                      absl::Span<Tensor* const> out) {
+  RnnRun s;
+  DYNVM_RETURN_IF_ERROR(CheckRun(a, in, &s));
+  DYNVM_ASSIGN_OR_RETURN(RnnOutputs o, PrepareOutputs(s, ctx, out));
+  DYNVM_ASSIGN_OR_RETURN(RnnBuffers<C> buf, (CarveBuffers<T, C>(s, a.cell, ctx)));
+  for (int64_t d = 0; d < s.nd; ++d) RunDirection<T, C>(a, s, o, buf, d);
   return absl::OkStatus();
 }
 

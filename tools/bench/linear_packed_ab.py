@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A/B of dynvm's packed GEMM (kernels/dnnl/packed_gemm.h: dynvm::Linear with an activation)
+"""A/B of dynvm's packed GEMM (kernels/cpu/packed_gemm.h: dynvm::Linear with an activation)
 against dnnl_sgemm, in the graphs of compiled encoder models: DYNVM_DNNL_PACKED_GEMM=0 (off) and unset (on) alternate for
 ROUNDS rounds of `vm-run --repeat R --profile`; prints per model the median run time of each
 side's fastest round, and per Linear and Attention (by operand shapes; Attention for context) the median kernel time of each

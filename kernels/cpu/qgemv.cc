@@ -1,36 +1,57 @@
-// Weight-only quantized GEMV / small-M products (qgemv.h).
+// Weight-only quantized GEMV / small-M products (qgemv.h). Tuning notes:
 //
-// AVX-512 and scalar: each weight element is widened to f32 in registers (int8: sign-extend
+// AVX-512 and portable: each weight element is widened to f32 in registers (int8: sign-extend
 // and convert; bf16: shift into the upper half) and multiplied into f32 accumulators; int8 rows
 // are scaled once after the sum. Four output rows run side by side (four independent FMA
 // chains); the activation rows stay in L1. With one activation row (the decode GEMV) AVX-512
-// runs sixteen output rows side by side and sums them with one transpose-and-add tree.
+// runs sixteen output rows side by side and sums them with one transpose-and-add tree. Where
+// the weights sit in L1/L2 (a tiny GPT's 16-64 KB products) the widening (a sign-extension on
+// the shuffle port and a conversion per 16 weights) costs more than loading f32 from cache, so
+// quantized weights pay only where a step reads weights larger than L2.
 //
-// AVX2+FMA (no VNNI, no AVX512_BF16): widening costs two or three instructions per 8 weights,
-// more than the weights' bytes save once they are in cache, so neither type widens to f32:
-// int8 multiplies int16 activations (rounded once per call) in int32 pair sums, bf16 splits
-// each 32-bit pair of weights into its two f32 halves with an AND and a shift (the activations
-// split once per call into even and odd columns). Eight output rows share each activation
-// load (four with two activation rows, two with three or four), summed by one transpose-and-add
-// tree, and each block prefetches the weight rows two blocks ahead (a decode step's rows come
-// from L3 and are too short for the hardware prefetcher's streams).
+// AVX2+FMA: widening costs two or three instructions per 8 weights, more than the weights'
+// bytes save once they are in cache, so neither type widens to f32. int8: each activation row
+// is rounded once per call to int16 (qgemv.h's bound) and 16 weights at a time are
+// sign-extended to int16 and multiplied into int32 pair sums (VPMADDWD: 16 multiply-adds in
+// about three instructions; one per cycle is its ceiling, the same 16 multiply-adds per cycle
+// as two FMAs). bf16: 16 weights are one 256-bit load of 8 32-bit pairs; the odd element of a
+// pair is an f32 once the lower half is masked off, the even one once shifted up, and each
+// activation row is split once per call into even and odd columns, so no weight is shuffled or
+// widened. Eight output rows share each activation load (four with two activation rows, two
+// with three or four), summed by one transpose-and-add tree, and each block prefetches the
+// weight rows two blocks ahead (a decode step's rows come from L3 and are too short for the
+// hardware prefetcher's streams to start). On the AVX2 EPYC the LSTM step's five weights took
+// 105 us in f32, 46 us in int8 and 59 us in bf16 from L3
+// (docs/results/qgemv-gemv-benchmark-2026-11-28.txt; now cpu_qgemv_benchmark).
 //
-// Paths chosen once by __builtin_cpu_supports (explicit intrinsics: the widening does not
+// AVX-512 VNNI, int8: the AVX2 scheme at twice the width with the add fused: activations
+// rounded to int16 as on AVX2, 32 weights per VPMOVSXBW, one VPDPWSSD per weight vector and
+// activation row. On the Zen 4 EPYC (cpu_qgemv_benchmark, medians of 7, G multiply-adds/s) the
+// LSTM step's weights from L3 ran 45 / 62 / 63 (1 / 2 / 4 rows) against 24 / 28 / 37 widened at
+// the AVX-512 level and 42 / 44 / 40 on the AVX2 kernel (which beats widening on that CPU).
+// AVX-512 BF16: each activation is split once per call into two bf16 halves (hi + lo, qgemv.h's
+// bound) and 32 weights are one load, two VDPBF16PS (hi and lo) per activation row, no
+// widening: 37 / 51 at 2 / 4 rows against 25 / 37 widened; one row stays widened (the split
+// measured slower there: 16 against 18 in an earlier run). All levels' figures, from L3 and L2:
+// docs/results/zen4-qgemv-levels-2026-11-29.txt.
+//
+// Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
-#include "kernels/dnnl/qgemv.h"
-
-#include <immintrin.h>
-
-#include "kernels/dnnl/clones.h"
-
-// GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/cpu/qgemv.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace dynvm::onednn {
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/target.h"
+
+// GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace dynvm::cpu {
 namespace {
 
 inline float Bf16ToF32(uint16_t b) {
@@ -59,9 +80,20 @@ void QGemvScalar(int64_t rows, int64_t k, const float* x, int64_t ldx, const W* 
   }
 }
 
-// ---- AVX-512 ----
+void QGemvI8Portable(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                     int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta, float* y,
+                     int64_t ldy) {
+  QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+}
 
-#define DYNVM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+void QGemvBf16Portable(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                       int64_t ldw, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  QGemvScalar(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
+}
+
+#if DYNVM_CPU_X86
+
+// ---- AVX-512 ----
 
 DYNVM_AVX512 inline __m512 Load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(
@@ -197,13 +229,11 @@ DYNVM_AVX512 void QGemvAvx512(int64_t rows, int64_t k, const float* x, int64_t l
 
 // ---- AVX2 ----
 
-#define DYNVM_AVX2 __attribute__((target("avx2,fma")))
-
 DYNVM_AVX2 inline __m256 Load8(const int8_t* p) {
   return _mm256_cvtepi32_ps(
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-DYNVM_AVX2 inline __m256 Load8(const uint16_t* p) {
+[[maybe_unused]] DYNVM_AVX2 inline __m256 Load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
@@ -300,7 +330,7 @@ DYNVM_AVX2 void StoreBlock(const float* sums, const float* mul, const float* sca
 // over kI16Chunk = 2048 columns (128 pair sums, < 2^30) cannot overflow int32: the lanes are
 // converted to f32 before they are summed, and longer rows are summed 2048 columns at a time.
 inline constexpr int64_t kI16Chunk = 2048;
-inline constexpr float kI16Max = kQGemvI16Max;
+constexpr float kI16Max = kQGemvI16Max;
 
 // The largest |x[i]| of x[0, n), or NaN when x holds NaN or infinity.
 DYNVM_AVX2 float MaxAbs(const float* x, int64_t n) {
@@ -563,122 +593,382 @@ DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t l
   }
 }
 
-DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
-                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
-                          float* y, int64_t ldy) {
+// ---- AVX-512 VNNI, int8: int16 activations times int8 weights (VPDPWSSD) ----
+//
+// The AVX2 int8 scheme at 32 columns per step with the multiply-add fused: each activation row
+// rounded once per call to int16 (RoundI16, the AVX2 rounding: the same bound), 32 weights per
+// step sign-extended to int16 (one VPMOVSXBW), one VPDPWSSD per weight vector and activation row
+// into int32 lanes. A lane adds one pair sum (< 2^23) per 32 columns, so kI16Chunk (2048)
+// columns keep it below 2^29; lanes are converted to f32 before they are summed.
+
+// 32 int8 weights from p sign-extended to int16; `valid` < 32 reads only that many (the rest 0).
+DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t valid) {
+  if (valid >= 32) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << valid) - 1);
+  return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, p));
+}
+
+// Output rows per block for kM activation rows (kR * kM <= 16 accumulators, one Sum16x16).
+constexpr int VnniRowsPerBlock(int m) { return m == 1 ? 16 : m == 2 ? 8 : 4; }
+
+// kR output rows from j times kM int16 activation rows (xq, row stride kp, kc columns valid and
+// zero padding to kp, a multiple of 32): int32 sums, then times xs[m] * scale[j + r].
+template <int kR, int kM>
+DYNVM_AVX512_VNNI void BlockVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
+                                 const int8_t* w, int64_t ldw, const float* scale, int64_t j,
+                                 float b, float* y, int64_t ldy) {
+  static_assert(kR * kM <= 16);
+  __m512i acc[16];
+  for (__m512i& a : acc) a = _mm512_setzero_si512();
+  const int8_t* wj = w + j * ldw;
+  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
+    for (int r = 0; r < kR; ++r) {
+      const __m512i wv = LoadI8x32(wj + r * ldw + i, valid);
+      for (int m = 0; m < kM; ++m) {
+        const __m512i xv = _mm512_loadu_si512(xq + m * kp + i);
+        acc[m * kR + r] = _mm512_dpwssd_epi32(acc[m * kR + r], wv, xv);
+      }
+    }
+  };
+  const int64_t k32 = kc & ~int64_t{31};
+  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
+  int64_t i = 0;
+  for (; i + 64 <= k32; i += 64) {  // one cache line per row: prefetch the rows ahead's line
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 32);
+    step(i + 32, 32);
+  }
+  if (i < k32) {
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 32);
+  }
+  if (k32 < kc) step(k32, kc - k32);
+  __m512 f[16];
+  for (int a = 0; a < 16; ++a) f[a] = _mm512_cvtepi32_ps(acc[a]);  // the unused ones are 0
+  alignas(64) float sums[16];
+  _mm512_store_ps(sums, Sum16x16(f));
+  if constexpr (kR == 16 && kM == 1) {
+    __m512 s = _mm512_mul_ps(_mm512_load_ps(sums), _mm512_set1_ps(xs[0]));
+    if (scale != nullptr) s = _mm512_mul_ps(s, _mm512_loadu_ps(scale + j));
+    if (b != 0.0f) s = _mm512_fmadd_ps(_mm512_set1_ps(b), _mm512_loadu_ps(y + j), s);
+    _mm512_storeu_ps(y + j, s);
+  } else {
+    for (int m = 0; m < kM; ++m) {
+      for (int r = 0; r < kR; ++r) {
+        float s = sums[m * kR + r] * xs[m];
+        if (scale != nullptr) s *= scale[j + r];
+        float& out = y[m * ldy + j + r];
+        out = b == 0.0f ? s : b * out + s;
+      }
+    }
+  }
+}
+
+template <int kM>
+DYNVM_AVX512_VNNI void RowsVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
+                                const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                int64_t r1, float b, float* y, int64_t ldy) {
+  constexpr int kR = VnniRowsPerBlock(kM);
+  int64_t j = r0;
+  for (; j + kR <= r1; j += kR) BlockVnni<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+  for (; j < r1; ++j) BlockVnni<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+}
+
+DYNVM_AVX512_VNNI void QGemvI8Vnni(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                   const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                   int64_t r1, float beta, float* y, int64_t ldy) {
+  if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+  alignas(64) int16_t xq[4 * kI16Chunk];
+  for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+    const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
+    const float* xm = x + m0 * ldx;
+    float* ym = y + m0 * ldy;
+    float inv[4], xs[4];
+    bool ok = true;
+    for (int m = 0; m < mg; ++m) {
+      const float a = MaxAbs(xm + m * ldx, k);
+      ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
+      inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
+      xs[m] = a / kI16Max;
+    }
+    if (!ok) {  // rows the int16 grid cannot hold: the AVX-512 widening kernel
+      QGemvAvx512(mg, k, xm, ldx, w, ldw, scale, r0, r1, beta, ym, ldy);
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < k; c0 += kI16Chunk) {
+      const int64_t kc = std::min(kI16Chunk, k - c0), kp = (kc + 31) & ~int64_t{31};
+      for (int m = 0; m < mg; ++m) {
+        int16_t* q = xq + m * kp;
+        RoundI16(xm + m * ldx + c0, kc, inv[m], q);  // zeros to the next multiple of 16
+        for (int64_t p = (kc + 15) & ~int64_t{15}; p < kp; ++p) q[p] = 0;
+      }
+      const float b = c0 == 0 ? beta : 1.0f;  // later chunks add to the first's sums
+      const int8_t* wc = w + c0;
+      switch (mg) {
+        case 1:
+          RowsVnni<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        case 2:
+          RowsVnni<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        case 3:
+          RowsVnni<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+        default:
+          RowsVnni<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// ---- AVX-512 BF16: bf16 activations (split in two) times bf16 weights (VDPBF16PS) ----
+//
+// Each activation is split once per call into hi = bf16(x) and lo = bf16(x - hi) (both round
+// to nearest even; x - hi is exact), so x - hi - lo is within 2^-16 |x|. 32 weights are one
+// load, and two VDPBF16PS (hi, then lo) per weight vector and activation row add their products
+// into f32 lanes (each bf16 x bf16 product is exact in f32; VDPBF16PS flushes denormal inputs and
+// results to zero).
+
+// The bf16 (round to nearest even) of a finite f32 whose magnitude is below 3.3e38.
+inline uint16_t RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// x[0, n) as hi and lo halves, zeros up to the next multiple of 32.
+void SplitBf16(const float* x, int64_t n, int64_t padded, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = RoundToBf16(x[i]);
+    hi[i] = h;
+    lo[i] = RoundToBf16(x[i] - Bf16ToF32(h));
+  }
+  for (int64_t i = n; i < padded; ++i) hi[i] = lo[i] = 0;
+}
+
+template <int kR, int kM>
+DYNVM_AVX512_BF16 void BlockBf16Dot(int64_t kc, const uint16_t* xh, const uint16_t* xl, int64_t kp,
+                                    const uint16_t* w, int64_t ldw, int64_t j, float b, float* y,
+                                    int64_t ldy) {
+  static_assert(kR * kM <= 16);
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const uint16_t* wj = w + j * ldw;
+  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_BF16 {
+    const __mmask32 mask =
+        valid >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << valid) - 1);
+    for (int r = 0; r < kR; ++r) {
+      const __m512bh wv = valid >= 32 ? (__m512bh)_mm512_loadu_si512(wj + r * ldw + i)
+                                      : (__m512bh)_mm512_maskz_loadu_epi16(mask, wj + r * ldw + i);
+      for (int m = 0; m < kM; ++m) {
+        __m512& a = acc[m * kR + r];
+        a = _mm512_dpbf16_ps(a, wv, (__m512bh)_mm512_loadu_si512(xh + m * kp + i));
+        a = _mm512_dpbf16_ps(a, wv, (__m512bh)_mm512_loadu_si512(xl + m * kp + i));
+      }
+    }
+  };
+  const int64_t k32 = kc & ~int64_t{31};
+  const uint16_t* ahead = wj + kAheadBlocks * kR * ldw;
+  for (int64_t i = 0; i < k32; i += 32) {  // one cache line (32 bf16) per row and step
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 32);
+  }
+  if (k32 < kc) step(k32, kc - k32);
+  alignas(64) float sums[16];
+  _mm512_store_ps(sums, Sum16x16(acc));
+  for (int m = 0; m < kM; ++m) {
+    for (int r = 0; r < kR; ++r) {
+      const float s = sums[m * kR + r];
+      float& out = y[m * ldy + j + r];
+      out = b == 0.0f ? s : b * out + s;
+    }
+  }
+}
+
+template <int kM>
+DYNVM_AVX512_BF16 void RowsBf16Dot(int64_t kc, const uint16_t* xh, const uint16_t* xl, int64_t kp,
+                                   const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1, float b,
+                                   float* y, int64_t ldy) {
+  constexpr int kR = VnniRowsPerBlock(kM);
+  int64_t j = r0;
+  for (; j + kR <= r1; j += kR) BlockBf16Dot<kR, kM>(kc, xh, xl, kp, w, ldw, j, b, y, ldy);
+  for (; j < r1; ++j) BlockBf16Dot<1, kM>(kc, xh, xl, kp, w, ldw, j, b, y, ldy);
+}
+
+DYNVM_AVX512_BF16 void QGemvBf16Dot(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                    const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                    float beta, float* y, int64_t ldy) {
+  if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
+  alignas(64) uint16_t xh[4 * kBf16Chunk], xl[4 * kBf16Chunk];
+  for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+    const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
+    const float* xm = x + m0 * ldx;
+    float* ym = y + m0 * ldy;
+    bool ok = true;
+    for (int m = 0; m < mg; ++m) {
+      const float a = MaxAbs(xm + m * ldx, k);
+      ok = ok && a <= 3.0e38f;  // not NaN, finite, and its bf16 halves too
+    }
+    if (!ok) {  // NaN or infinity propagate as in f32: the AVX-512 widening kernel
+      QGemvAvx512<uint16_t>(mg, k, xm, ldx, w, ldw, nullptr, r0, r1, beta, ym, ldy);
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < k; c0 += kBf16Chunk) {
+      const int64_t kc = std::min(kBf16Chunk, k - c0), kp = (kc + 31) & ~int64_t{31};
+      for (int m = 0; m < mg; ++m) SplitBf16(xm + m * ldx + c0, kc, kp, xh + m * kp, xl + m * kp);
+      const float b = c0 == 0 ? beta : 1.0f;
+      const uint16_t* wc = w + c0;
+      switch (mg) {
+        case 1:
+          RowsBf16Dot<1>(kc, xh, xl, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        case 2:
+          RowsBf16Dot<2>(kc, xh, xl, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        case 3:
+          RowsBf16Dot<3>(kc, xh, xl, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+        default:
+          RowsBf16Dot<4>(kc, xh, xl, kp, wc, ldw, r0, r1, b, ym, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// ---- The levels' entry points ----
+
+// Empty products: nothing to compute (and k <= 0 writes beta * y through the scalar path).
+#define DYNVM_QGEMV_EMPTY(rows, r0, r1) \
+  if ((rows) <= 0 || (r1) <= (r0)) return
+
+DYNVM_AVX2 void QGemvI8Avx2Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                 const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                 int64_t r1, float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
   QGemvI8Avx2(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
-DYNVM_AVX2 void QGemvAvx2(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
-                          int64_t ldw, const float*, int64_t r0, int64_t r1, float beta, float* y,
-                          int64_t ldy) {
+
+DYNVM_AVX2 void QGemvBf16Avx2Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                   const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                   float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
   QGemvBf16Avx2(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
 }
 
-using Path = QGemvIsa;
-
-Path Detect() {
-  __builtin_cpu_init();
-  if (QGemvIsaSupported(Path::kAvx512)) return Path::kAvx512;
-  return QGemvIsaSupported(Path::kAvx2) ? Path::kAvx2 : Path::kScalar;
+DYNVM_AVX512 void QGemvI8Avx512Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                     const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
+                                     int64_t r1, float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvAvx512(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
 
-Path CurrentPath() {
-  static const Path path = Detect();
-  return path;
+DYNVM_AVX512 void QGemvBf16Avx512Entry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                       const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                       float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvAvx512<uint16_t>(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
 }
 
-template <typename W>
-void Dispatch(Path path, int64_t rows, int64_t k, const float* x, int64_t ldx, const W* w,
-              int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta, float* y,
-              int64_t ldy) {
-  if (rows <= 0 || r1 <= r0) return;
-  switch (path) {
-    case Path::kAvx512:
-      return QGemvAvx512(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-    case Path::kAvx2:
-      return QGemvAvx2(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-    case Path::kScalar:
-    case Path::kBest:
-      return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-  }
+DYNVM_AVX512_VNNI void QGemvI8VnniEntry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                        const int8_t* w, int64_t ldw, const float* scale,
+                                        int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvI8Vnni(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
 }
+
+// One activation row runs the widening kernel: there the two VDPBF16PS per weight vector
+// (with no second row to share its load) are slower than widening it (cpu_qgemv_benchmark on
+// the Zen 4 EPYC: 16-19 against 18-25 G multiply-adds/s; 2 rows 34-41 against 28-33, 4 rows
+// 47-53 against 31-41).
+DYNVM_AVX512_BF16 void QGemvBf16DotEntry(int64_t rows, int64_t k, const float* x, int64_t ldx,
+                                         const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
+                                         float beta, float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  if (rows == 1)
+    return QGemvAvx512<uint16_t>(rows, k, x, ldx, w, ldw, nullptr, r0, r1, beta, y, ldy);
+  QGemvBf16Dot(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
+}
+
+#endif  // DYNVM_CPU_X86
+
+void QGemvI8PortableEntry(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* w,
+                          int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta,
+                          float* y, int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvI8Portable(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
+}
+
+void QGemvBf16PortableEntry(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w,
+                            int64_t ldw, int64_t r0, int64_t r1, float beta, float* y,
+                            int64_t ldy) {
+  DYNVM_QGEMV_EMPTY(rows, r0, r1);
+  QGemvBf16Portable(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
+}
+
+#undef DYNVM_QGEMV_EMPTY
 
 }  // namespace
 
-bool QGemvIsaSupported(QGemvIsa isa) {
-  __builtin_cpu_init();
-  switch (isa) {
-    case Path::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    case Path::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    default:
-      return true;
+namespace internal {
+
+void FillQGemv(Isa isa, Dispatch* d) {
+  d->qgemv_i8 = &QGemvI8PortableEntry;
+  d->qgemv_bf16 = &QGemvBf16PortableEntry;
+  d->qgemv_i8_path = "portable";
+  d->qgemv_bf16_path = "portable";
+  d->qgemv_i8_rounds = false;
+  d->qgemv_bf16_splits = false;
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) {
+    d->qgemv_i8 = &QGemvI8Avx2Entry;
+    d->qgemv_bf16 = &QGemvBf16Avx2Entry;
+    d->qgemv_i8_path = "avx2";
+    d->qgemv_bf16_path = "avx2";
+    d->qgemv_i8_rounds = true;
   }
+  if (isa >= Isa::kAvx512) {
+    d->qgemv_i8 = &QGemvI8Avx512Entry;
+    d->qgemv_bf16 = &QGemvBf16Avx512Entry;
+    d->qgemv_i8_path = "avx512";
+    d->qgemv_bf16_path = "avx512";
+    d->qgemv_i8_rounds = false;
+  }
+  if (isa >= Isa::kAvx512Vnni) {
+    d->qgemv_i8 = &QGemvI8VnniEntry;
+    d->qgemv_i8_path = "avx512_vnni";
+    d->qgemv_i8_rounds = true;
+    if (HasAvx512Bf16()) {
+      d->qgemv_bf16 = &QGemvBf16DotEntry;
+      d->qgemv_bf16_path = "avx512_bf16";
+      d->qgemv_bf16_splits = true;
+    }
+  }
+#endif
 }
 
-bool QGemvI8RoundsActivations(QGemvIsa isa) {
-  return (isa == QGemvIsa::kBest ? CurrentPath() : isa) == Path::kAvx2;
-}
+}  // namespace internal
 
 void QGemvI8(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* q, int64_t ldw,
-             const float* scale, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy,
-             QGemvIsa isa) {
-  Dispatch(isa == QGemvIsa::kBest ? CurrentPath() : isa, rows, k, x, ldx, q, ldw, scale, r0, r1,
-           beta, y, ldy);
+             const float* scale, int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  internal::Table().qgemv_i8(rows, k, x, ldx, q, ldw, scale, r0, r1, beta, y, ldy);
 }
 
 void QGemvBf16(int64_t rows, int64_t k, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-               int64_t r0, int64_t r1, float beta, float* y, int64_t ldy, QGemvIsa isa) {
-  Dispatch<uint16_t>(isa == QGemvIsa::kBest ? CurrentPath() : isa, rows, k, x, ldx, w, ldw, nullptr,
-                     r0, r1, beta, y, ldy);
+               int64_t r0, int64_t r1, float beta, float* y, int64_t ldy) {
+  internal::Table().qgemv_bf16(rows, k, x, ldx, w, ldw, r0, r1, beta, y, ldy);
 }
 
-namespace {
+bool QGemvI8RoundsActivations() { return internal::Table().qgemv_i8_rounds; }
+bool QGemvBf16SplitsActivations() { return internal::Table().qgemv_bf16_splits; }
+const char* QGemvI8Path() { return internal::Table().qgemv_i8_path; }
+const char* QGemvBf16Path() { return internal::Table().qgemv_bf16_path; }
 
-// Widening loops the compiler vectorizes (cloned for AVX-512 and AVX2, picked by the CPU;
-// internal: see clones.h).
-DYNVM_CLONES void DequantizeRowsI8Loop(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
-                                       int64_t r0, int64_t r1, float* dst) {
-  for (int64_t j = r0; j < r1; ++j) {
-    const int8_t* row = q + j * ldw;
-    float* d = dst + (j - r0) * k;
-    const float s = scale[j];
-    for (int64_t i = 0; i < k; ++i) d[i] = s * static_cast<float>(row[i]);
-  }
-}
-
-DYNVM_CLONES void DequantizeRowsBf16Loop(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0,
-                                         int64_t r1, float* dst) {
-  for (int64_t j = r0; j < r1; ++j) {
-    const uint16_t* row = w + j * ldw;
-    float* d = dst + (j - r0) * k;
-    for (int64_t i = 0; i < k; ++i) d[i] = Bf16ToF32(row[i]);
-  }
-}
-
-}  // namespace
-
-void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
-                      int64_t r1, float* dst) {
-  DequantizeRowsI8Loop(k, q, ldw, scale, r0, r1, dst);
-}
-
-void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
-                        float* dst) {
-  DequantizeRowsBf16Loop(k, w, ldw, r0, r1, dst);
-}
-
-const char* QGemvPath() {
-  switch (CurrentPath()) {
-    case Path::kAvx512:
-      return "avx512";
-    case Path::kAvx2:
-      return "avx2";
-    default:
-      return "scalar";
-  }
-}
-
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu

@@ -1,19 +1,20 @@
 // Branch-free float exp, sigmoid and tanh that compilers vectorize in plain loops (the fused
-// gate loops of the recurrent kernels). Accuracy: exp within 2 ulp over its range; sigmoid and
-// tanh within 2e-7 absolute. Internal.
-#ifndef DYNVM_KERNELS_DNNL_FAST_MATH_H_
-#define DYNVM_KERNELS_DNNL_FAST_MATH_H_
+// gate loops of the recurrent kernels, the activations). Accuracy: exp within 2 ulp over its
+// range; sigmoid and tanh within 2e-7 absolute. Inline, so that each microkernel level
+// (target.h) compiles them for its own target. Internal to kernels/cpu/*.cc.
+#ifndef DYNVM_KERNELS_CPU_FAST_MATH_H_
+#define DYNVM_KERNELS_CPU_FAST_MATH_H_
 
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 
-namespace dynvm::onednn {
+namespace dynvm::cpu {
 
 // exp(x); saturates to about 2^127 above 88.3 and to about 2^-126 below -87.3 (never inf or a
 // denormal). NaN in gives a number out: callers feed finite GEMM results. Vectorizes only
 // where floating-point comparisons may be if-converted: compile users with
-// -fno-trapping-math.
+// -fno-trapping-math (kernels/CMakeLists.txt does for kernels/cpu/).
 inline float FastExp(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
   // x = n * ln2 + r with |r| <= ln2 / 2. Adding 1.5 * 2^23 rounds x * log2(e) to the integer n
@@ -41,6 +42,6 @@ inline float FastSigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 // tanh(x) = 1 - 2 / (exp(2x) + 1), odd-symmetric by construction.
 inline float FastTanh(float x) { return 1.0f - 2.0f / (FastExp(2.0f * x) + 1.0f); }
 
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu
 
-#endif  // DYNVM_KERNELS_DNNL_FAST_MATH_H_
+#endif  // DYNVM_KERNELS_CPU_FAST_MATH_H_

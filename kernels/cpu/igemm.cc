@@ -1,13 +1,21 @@
-// The VNNI-free exact integer GEMM (igemm.h). Paths: AVX2 (explicit intrinsics: vpmaddwd on
-// the packed s16 operands) and scalar, chosen once by __builtin_cpu_supports.
-#include "kernels/dnnl/igemm.h"
-
-#include <immintrin.h>
+// The exact integer GEMM (igemm.h). Implementations (explicit intrinsics: VPMADDWD, or VNNI's
+// VPDPWSSD, on the packed s16 operands): portable, AVX2, AVX-512, AVX-512 VNNI; every one gives
+// the exact sums. Tuning notes: at M = 1 oneDNN's integer GEMM packs b on every call, which made
+// it slower than f32 sgemm there, so the GEMV streams b once, two rows at a time widened to s16
+// and interleaved in registers. On the AVX2 EPYC (no VNNI) QLinearMatMul on this kernel ran
+// 12x (M = 1), 1.6-2.2x (M = 16) and 1.6-2.9x (M = 64) the speed of the f32 MatMul
+// (docs/results/int8avx2-quant-benchmark-2026-11-28.txt): VPMADDWD does 16 products per
+// instruction, as many as an f32 FMA, so without VNNI an int8 product gains memory, not
+// arithmetic.
+#include "kernels/cpu/igemm.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace dynvm::onednn {
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/target.h"
+
+namespace dynvm::cpu {
 namespace {
 
 inline int64_t EvenK(int64_t k) { return (k + 1) & ~int64_t{1}; }
@@ -34,9 +42,59 @@ void ComputeScalar(int64_t k, int64_t n, const int16_t* pa, const int16_t* pb, i
   }
 }
 
-// ---- AVX2 ----
+void GemvScalar(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb, int32_t zb, int64_t j0,
+                int64_t j1, int32_t* c) {
+  for (int64_t j = j0; j < j1; ++j) c[j] = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const int32_t ap = pa[p];
+    const int8_t* row = b + p * ldb;
+    for (int64_t j = j0; j < j1; ++j) c[j] += ap * (int32_t{row[j]} - zb);
+  }
+}
 
-#define DYNVM_AVX2 __attribute__((target("avx2,fma")))
+template <typename T>
+void PackRows(int64_t k, const T* a, int64_t lda, int32_t zp, int64_t i0, int64_t i1,
+              int16_t* packed) {
+  const int64_t kp = EvenK(k);
+  for (int64_t i = i0; i < i1; ++i) {
+    const T* src = a + i * lda;
+    int16_t* dst = packed + i * kp;
+    for (int64_t p = 0; p < k; ++p) dst[p] = static_cast<int16_t>(int32_t{src[p]} - zp);
+    if (kp != k) dst[k] = 0;
+  }
+}
+
+// Panel p of b in the pairs layout (rows past k and columns past n hold 0), one value at a time.
+void PackPanelScalar(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p,
+                     int16_t* panel) {
+  const int64_t kp = EvenK(k);
+  const int64_t j0 = p * kIGemmPanel, cols = std::min(kIGemmPanel, n - j0);
+  for (int64_t r = 0; r < kp; ++r) {
+    // Row r lands at the even (r even) or odd slot of each column's pair.
+    int16_t* dst = panel + (r / 2) * 2 * kIGemmPanel + (r & 1);
+    if (r >= k) {
+      for (int64_t jj = 0; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
+      continue;
+    }
+    const int8_t* src = b + r * ldb + j0;
+    for (int64_t jj = 0; jj < cols; ++jj) {
+      dst[2 * jj] = static_cast<int16_t>(int32_t{src[jj]} - b_zp);
+    }
+    for (int64_t jj = cols; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
+  }
+}
+
+void PackBPortable(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
+                   int64_t p1, int16_t* packed) {
+  const int64_t kp = EvenK(k);
+  for (int64_t p = p0; p < p1; ++p) {
+    PackPanelScalar(k, n, b, ldb, b_zp, p, packed + p * kp * kIGemmPanel);
+  }
+}
+
+#if DYNVM_CPU_X86
+
+// ---- AVX2 ----
 
 // kR rows from i x one panel: kR x 16 s32 sums in 2 * kR registers; each K pair costs two
 // panel loads, kR broadcasts and 2 * kR vpmaddwd + vpaddd.
@@ -146,16 +204,6 @@ DYNVM_AVX2 void GemvBlockAvx2(int64_t k, const int16_t* pa, const int8_t* b, int
   }
 }
 
-void GemvScalar(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb, int32_t zb, int64_t j0,
-                int64_t j1, int32_t* c) {
-  for (int64_t j = j0; j < j1; ++j) c[j] = 0;
-  for (int64_t p = 0; p < k; ++p) {
-    const int32_t ap = pa[p];
-    const int8_t* row = b + p * ldb;
-    for (int64_t j = j0; j < j1; ++j) c[j] += ap * (int32_t{row[j]} - zb);
-  }
-}
-
 DYNVM_AVX2 void GemvAvx2(int64_t k, const int16_t* pa, const int8_t* b, int64_t ldb, int32_t zb,
                          int64_t j0, int64_t j1, int32_t* c) {
   int64_t j = j0;
@@ -164,36 +212,71 @@ DYNVM_AVX2 void GemvAvx2(int64_t k, const int16_t* pa, const int8_t* b, int64_t 
   GemvScalar(k, pa, b, ldb, zb, j, j1, c);
 }
 
-IGemmIsa Detect() {
-  return IGemmIsaSupported(IGemmIsa::kAvx2) ? IGemmIsa::kAvx2 : IGemmIsa::kScalar;
-}
-
-IGemmIsa CurrentPath() {
-  static const IGemmIsa path = Detect();
-  return path;
-}
-
-template <typename T>
-void PackRows(int64_t k, const T* a, int64_t lda, int32_t zp, int64_t i0, int64_t i1,
-              int16_t* packed) {
+DYNVM_AVX2 void PackBAvx2(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp,
+                          int64_t p0, int64_t p1, int16_t* packed) {
   const int64_t kp = EvenK(k);
-  for (int64_t i = i0; i < i1; ++i) {
-    const T* src = a + i * lda;
-    int16_t* dst = packed + i * kp;
-    for (int64_t p = 0; p < k; ++p) dst[p] = static_cast<int16_t>(int32_t{src[p]} - zp);
-    if (kp != k) dst[k] = 0;
+  for (int64_t p = p0; p < p1; ++p) {
+    int16_t* panel = packed + p * kp * kIGemmPanel;
+    if (n - p * kIGemmPanel >= kIGemmPanel) {
+      PackPanelAvx2(k, b, ldb, b_zp, p * kIGemmPanel, panel);
+    } else {
+      PackPanelScalar(k, n, b, ldb, b_zp, p, panel);
+    }
   }
 }
 
+// ---- AVX-512 and AVX-512 VNNI ----
+
+#define DYNVM_IGEMM_ATTR DYNVM_AVX512
+#define DYNVM_IGEMM_NAME(x) x##Avx512
+#define DYNVM_IGEMM_MADD(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+#include "kernels/cpu/igemm_avx512.inc"  // NOLINT(build/include)
+#undef DYNVM_IGEMM_ATTR
+#undef DYNVM_IGEMM_NAME
+#undef DYNVM_IGEMM_MADD
+
+#define DYNVM_IGEMM_ATTR DYNVM_AVX512_VNNI
+#define DYNVM_IGEMM_NAME(x) x##Vnni
+#define DYNVM_IGEMM_MADD(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
+#include "kernels/cpu/igemm_avx512.inc"  // NOLINT(build/include)
+#undef DYNVM_IGEMM_ATTR
+#undef DYNVM_IGEMM_NAME
+#undef DYNVM_IGEMM_MADD
+
+#endif  // DYNVM_CPU_X86
+
 }  // namespace
 
-bool IGemmIsaSupported(IGemmIsa isa) {
-  __builtin_cpu_init();
-  if (isa == IGemmIsa::kAvx2) return __builtin_cpu_supports("avx2");
-  return true;
+namespace internal {
+
+void FillIGemm(Isa isa, Dispatch* d) {
+  d->igemm_pack_b = &PackBPortable;
+  d->igemm_compute = &ComputeScalar;
+  d->igemv = &GemvScalar;
+  d->igemm_path = "portable";
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) {
+    d->igemm_pack_b = &PackBAvx2;
+    d->igemm_compute = &ComputeAvx2;
+    d->igemv = &GemvAvx2;
+    d->igemm_path = "avx2";
+  }
+  if (isa >= Isa::kAvx512) {
+    d->igemm_compute = &ComputeAvx512;
+    d->igemv = &GemvAvx512;
+    d->igemm_path = "avx512";
+  }
+  if (isa >= Isa::kAvx512Vnni) {
+    d->igemm_compute = &ComputeVnni;
+    d->igemv = &GemvVnni;
+    d->igemm_path = "avx512_vnni";
+  }
+#endif
 }
 
-const char* IGemmPath() { return CurrentPath() == IGemmIsa::kAvx2 ? "avx2" : "scalar"; }
+}  // namespace internal
+
+const char* IGemmPath() { return internal::Table().igemm_path; }
 
 size_t IGemmPackedABytes(int64_t m, int64_t k) {
   return static_cast<size_t>(m * EvenK(k)) * sizeof(int16_t);
@@ -213,53 +296,20 @@ void IGemmPackA(int64_t k, const void* a, bool a_u8, int64_t lda, int32_t a_zp, 
 }
 
 void IGemmPackB(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
-                int64_t p1, int16_t* packed, IGemmIsa isa) {
-  const int64_t kp = EvenK(k);
-  if (isa == IGemmIsa::kBest) isa = CurrentPath();
-  for (int64_t p = p0; p < p1; ++p) {
-    int16_t* panel = packed + p * kp * kIGemmPanel;
-    const int64_t j0 = p * kIGemmPanel, cols = std::min(kIGemmPanel, n - j0);
-    if (isa == IGemmIsa::kAvx2 && cols == kIGemmPanel) {
-      PackPanelAvx2(k, b, ldb, b_zp, j0, panel);
-      continue;
-    }
-    for (int64_t r = 0; r < kp; ++r) {
-      // Row r lands at the even (r even) or odd slot of each column's pair.
-      int16_t* dst = panel + (r / 2) * 2 * kIGemmPanel + (r & 1);
-      if (r >= k) {
-        for (int64_t jj = 0; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
-        continue;
-      }
-      const int8_t* src = b + r * ldb + j0;
-      for (int64_t jj = 0; jj < cols; ++jj) {
-        dst[2 * jj] = static_cast<int16_t>(int32_t{src[jj]} - b_zp);
-      }
-      for (int64_t jj = cols; jj < kIGemmPanel; ++jj) dst[2 * jj] = 0;
-    }
-  }
+                int64_t p1, int16_t* packed) {
+  internal::Table().igemm_pack_b(k, n, b, ldb, b_zp, p0, p1, packed);
 }
 
 void IGemmCompute(int64_t k, int64_t n, const int16_t* packed_a, const int16_t* packed_b,
-                  int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc,
-                  IGemmIsa isa) {
+                  int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc) {
   if (i1 <= i0 || p1 <= p0) return;
-  if (isa == IGemmIsa::kBest) isa = CurrentPath();
-  if (isa == IGemmIsa::kAvx2) {
-    ComputeAvx2(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
-  } else {
-    ComputeScalar(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
-  }
+  internal::Table().igemm_compute(k, n, packed_a, packed_b, i0, i1, p0, p1, c, ldc);
 }
 
 void IGemv(int64_t k, const int16_t* packed_a, const int8_t* b, int64_t ldb, int32_t b_zp,
-           int64_t j0, int64_t j1, int32_t* c, IGemmIsa isa) {
+           int64_t j0, int64_t j1, int32_t* c) {
   if (j1 <= j0) return;
-  if (isa == IGemmIsa::kBest) isa = CurrentPath();
-  if (isa == IGemmIsa::kAvx2) {
-    GemvAvx2(k, packed_a, b, ldb, b_zp, j0, j1, c);
-  } else {
-    GemvScalar(k, packed_a, b, ldb, b_zp, j0, j1, c);
-  }
+  internal::Table().igemv(k, packed_a, b, ldb, b_zp, j0, j1, c);
 }
 
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu

@@ -1,10 +1,9 @@
-// dynvm's f32 GEMM on prepacked weights, for CPUs with AVX2 and FMA but not AVX-512: C = A B
-// with B packed once (a constant weight) into panels of 16 columns, an AVX2 6x16 micro-kernel,
-// and a caller's epilogue (bias, activation) run on each block of C while it is in cache.
-//
-// Why: dnnl_sgemm packs B again on every call, and a Linear's epilogue after it reads C back
-// from L3 when C outgrows L2 (a [128, 1024] GELU layer: half its time). oneDNN's AVX-512 GEMM
-// is faster than this kernel, so Supported() is false there.
+// dynvm's f32 GEMM on prepacked weights: C = A B with B packed once (a constant weight) into
+// panels of 16 columns, a register-blocked micro-kernel, and a caller's epilogue (bias,
+// activation) run on each block of C while it is in cache. Implementations (isa.h): portable,
+// AVX2+FMA (6 rows x 16 columns), AVX-512 (up to 24 rows x 16 columns); AVX2 and AVX-512 give
+// the same bits (each element one FMA chain in K order). Where it runs instead of dnnl_sgemm
+// is kernels/dnnl/choice.h's measured rule; packed_gemm.cc has the tuning notes.
 //
 // Layout of packed B: panel p (columns [16p, 16p + 16)) holds, for each k in [0, K), 16 floats
 // (zeros past N); panels are contiguous, so panel p starts at 16 K p floats. Any alignment
@@ -14,25 +13,19 @@
 // Blocking: rows in equal blocks of at most kRowBlock, columns in blocks of kColBlock, K in blocks
 // of kDepth (A's block of rows x kDepth in L2, one panel's kDepth x 16 in L1). Sums over K blocks
 // go through C; the epilogue runs on each rows x columns block after its last K block.
-#ifndef DYNVM_KERNELS_DNNL_PACKED_GEMM_H_
-#define DYNVM_KERNELS_DNNL_PACKED_GEMM_H_
+#ifndef DYNVM_KERNELS_CPU_PACKED_GEMM_H_
+#define DYNVM_KERNELS_CPU_PACKED_GEMM_H_
 
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
 
-namespace dynvm::onednn::packed_gemm {
+namespace dynvm::cpu::packed_gemm {
 
 inline constexpr int64_t kPanel = 16;
 inline constexpr int64_t kRowBlock = 192;  // 32 micro-kernel row tiles
 inline constexpr int64_t kColBlock = 128;  // 8 panels
 inline constexpr int64_t kDepth = 256;
-
-// Whether the CPU takes this kernel: AVX2 and FMA, no AVX-512F.
-bool Supported();
-
-// Supported() unless DYNVM_DNNL_PACKED_GEMM=0 (read once): whether kernels use it (A/B runs).
-bool Enabled();
 
 // Floats of packed B for K x N.
 int64_t PackedFloats(int64_t k, int64_t n);
@@ -41,12 +34,12 @@ int64_t PackedFloats(int64_t k, int64_t n);
 void Pack(char trans, int64_t k, int64_t n, const float* w, int64_t ldw, float* packed);
 
 // Rows [i0, i1) of C [., N] (row stride ldc) = A (row stride lda, K columns) x packed B, each
-// block then passed to epilogue(row0, rows, col0, cols). Supported() only. Touches only those
-// rows: disjoint row ranges may run on different threads at once.
+// block then passed to epilogue(row0, rows, col0, cols). Touches only those rows: disjoint row
+// ranges may run on different threads at once.
 void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
               const float* packed, float* c, int64_t ldc,
               absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue);
 
-}  // namespace dynvm::onednn::packed_gemm
+}  // namespace dynvm::cpu::packed_gemm
 
-#endif  // DYNVM_KERNELS_DNNL_PACKED_GEMM_H_
+#endif  // DYNVM_KERNELS_CPU_PACKED_GEMM_H_

@@ -1,20 +1,22 @@
-// The weight-only GEMVs (qgemv.h) against the f32 GEMV they stand in for (vector_loops.h's
-// Gemv: the decode GEMV of MatMul, Linear and the LSTM gates), one thread.
+// The weight-only GEMVs (qgemv.h) against the f32 GEMV they stand in for (cpu::Gemv: the decode
+// GEMV of MatMul, Linear and the LSTM gates), one thread, at each level the CPU runs (isa.h).
 //   BM_DecodeStepGemv: the LSTM LM's step (tools/bench/export_bench_models.py: W 1024x128 and R
 //     1024x256 of layer 1, W and R 1024x256 of layer 2, the 1000x256 head; 5.2 MB in f32, 1.3
 //     MB in int8), every weight its own memory, so a step reads them from L3 as a decode does.
 //   BM_OneWeightGemv: one 1024x256 weight, read from L2 (1 MB f32, 256 KB int8).
-// Arg 0: 0 f32, 1 int8, 2 bf16; arg 1: activation rows (f32: 1 only). Items are multiply-adds.
+// Arg 0: 0 f32, 1 int8, 2 bf16; arg 1: activation rows (f32: 1 only); arg 2: the level (isa.h,
+// 0 portable .. 3 avx512_vnni; a level the CPU lacks is skipped). Items are multiply-adds.
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "kernels/dnnl/qgemv.h"
-#include "kernels/dnnl/vector_loops.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/qgemv.h"
 
-namespace dynvm::onednn {
+namespace dynvm::cpu {
 namespace {
 
 struct Weight {
@@ -45,6 +47,12 @@ std::vector<Weight> MakeWeights(const std::vector<std::pair<int64_t, int64_t>>& 
 void Run(benchmark::State& state, const std::vector<Weight>& weights) {
   const int dtype = static_cast<int>(state.range(0));
   const int64_t rows = state.range(1);
+  const Isa isa = static_cast<Isa>(state.range(2));
+  if (!IsaSupported(isa)) {
+    state.SkipWithError("level not supported by this CPU");
+    return;
+  }
+  ScopedIsaForTesting level(isa);
   int64_t kmax = 0, nmax = 0, macs = 0;
   for (const Weight& w : weights) {
     kmax = std::max(kmax, w.k);
@@ -69,7 +77,7 @@ void Run(benchmark::State& state, const std::vector<Weight>& weights) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetItemsProcessed(state.iterations() * macs);
-  state.SetLabel(QGemvPath());
+  state.SetLabel(dtype == 0 ? IsaName(isa) : dtype == 1 ? QGemvI8Path() : QGemvBf16Path());
 }
 
 void BM_DecodeStepGemv(benchmark::State& state) {
@@ -84,9 +92,12 @@ void BM_OneWeightGemv(benchmark::State& state) {
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  b->Args({0, 1});
-  for (int dtype : {1, 2}) {
-    for (int rows : {1, 2, 4}) b->Args({dtype, rows});
+  b->ArgNames({"dtype", "rows", "isa"});
+  for (int isa = 0; isa < 4; ++isa) {
+    b->Args({0, 1, isa});
+    for (int dtype : {1, 2}) {
+      for (int rows : {1, 2, 4}) b->Args({dtype, rows, isa});
+    }
   }
 }
 
@@ -94,6 +105,6 @@ BENCHMARK(BM_DecodeStepGemv)->Apply(Args);
 BENCHMARK(BM_OneWeightGemv)->Apply(Args);
 
 }  // namespace
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu
 
 BENCHMARK_MAIN();

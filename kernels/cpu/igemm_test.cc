@@ -1,9 +1,9 @@
-// The VNNI-free integer GEMM (igemm.h) against a scalar oracle summing (a - a_zp)(b - b_zp) in
-// 64 bits: random M, K, N with ragged row blocks, odd K and partial panels, u8 and s8 a,
-// non-zero zero points at both ends of their ranges, K at the cap with every term at its
-// largest magnitude, and sub-ranges of rows and panels. Every path the CPU has runs (the scalar
-// one always), packing included.
-#include "kernels/dnnl/igemm.h"
+// The exact integer GEMM (igemm.h) against a scalar oracle summing (a - a_zp)(b - b_zp) in 64
+// bits: random M, K, N with ragged row blocks, odd K and partial panels, u8 and s8 a, non-zero
+// zero points at both ends of their ranges, K at the cap with every term at its largest
+// magnitude, and sub-ranges of rows and panels. Every implementation the CPU runs (isa.h; the
+// portable one always), packing included.
+#include "kernels/cpu/igemm.h"
 
 #include <algorithm>
 #include <array>
@@ -13,15 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 
-namespace dynvm::onednn {
+namespace dynvm::cpu {
 namespace {
-
-std::vector<IGemmIsa> Isas() {
-  std::vector<IGemmIsa> out = {IGemmIsa::kBest, IGemmIsa::kScalar};
-  if (IGemmIsaSupported(IGemmIsa::kAvx2)) out.push_back(IGemmIsa::kAvx2);
-  return out;
-}
 
 struct Problem {
   int64_t m, k, n;
@@ -41,17 +36,18 @@ int64_t Oracle(const Problem& p, int64_t i, int64_t j) {
   return s;
 }
 
-// Runs rows [i0, i1) x panels [p0, p1) on `isa` and checks exactly those entries (and that the
-// rest of c is untouched).
-void Check(const Problem& p, IGemmIsa isa, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
+// Runs rows [i0, i1) x panels [p0, p1) at level `isa` and checks exactly those entries (and that
+// the rest of c is untouched).
+void Check(const Problem& p, Isa isa, int64_t i0, int64_t i1, int64_t p0, int64_t p1) {
+  ScopedIsaForTesting level(isa);
   std::vector<int16_t> pa(IGemmPackedABytes(p.m, p.k) / sizeof(int16_t));
   std::vector<int16_t> pb(IGemmPackedBBytes(p.k, p.n) / sizeof(int16_t));
   IGemmPackA(p.k, p.a.data(), p.a_u8, p.k, p.za, 0, p.m, pa.data());
-  IGemmPackB(p.k, p.n, p.b.data(), p.n, p.zb, 0, IGemmPanels(p.n), pb.data(), isa);
+  IGemmPackB(p.k, p.n, p.b.data(), p.n, p.zb, 0, IGemmPanels(p.n), pb.data());
   const int64_t ldc = p.n + 3;
   constexpr int32_t kUntouched = -123456789;
   std::vector<int32_t> c(p.m * ldc, kUntouched);
-  IGemmCompute(p.k, p.n, pa.data(), pb.data(), i0, i1, p0, p1, c.data(), ldc, isa);
+  IGemmCompute(p.k, p.n, pa.data(), pb.data(), i0, i1, p0, p1, c.data(), ldc);
   int64_t bad = 0;
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < ldc; ++j) {
@@ -80,9 +76,9 @@ TEST(IGemmTest, MatchesTheOracleOnRandomSizes) {
   std::uniform_int_distribution<int64_t> dm(1, 13), dk(1, 80), dn(1, 53);
   for (int trial = 0; trial < 120; ++trial) {
     const Problem p = Random(rng, dm(rng), dk(rng), dn(rng), trial % 2 == 0);
-    for (IGemmIsa isa : Isas()) {
+    for (Isa isa : SupportedIsas()) {
       SCOPED_TRACE(absl::StrCat("trial ", trial, " m ", p.m, " k ", p.k, " n ", p.n, " u8 ", p.a_u8,
-                                " za ", p.za, " zb ", p.zb, " isa ", static_cast<int>(isa)));
+                                " za ", p.za, " zb ", p.zb, " ", IsaName(isa)));
       Check(p, isa, 0, p.m, 0, IGemmPanels(p.n));
     }
   }
@@ -91,11 +87,10 @@ TEST(IGemmTest, MatchesTheOracleOnRandomSizes) {
 TEST(IGemmTest, SubRangesComputeOnlyTheirEntries) {
   std::mt19937 rng(31);
   const Problem p = Random(rng, 11, 37, 50, true);
-  for (IGemmIsa isa : Isas()) {
+  for (Isa isa : SupportedIsas()) {
     for (auto [i0, i1, p0, p1] :
          {std::array<int64_t, 4>{0, 5, 0, 4}, {3, 11, 1, 3}, {6, 7, 3, 4}, {2, 2, 0, 4}}) {
-      SCOPED_TRACE(absl::StrCat("rows ", i0, "-", i1, " panels ", p0, "-", p1, " isa ",
-                                static_cast<int>(isa)));
+      SCOPED_TRACE(absl::StrCat("rows ", i0, "-", i1, " panels ", p0, "-", p1, " ", IsaName(isa)));
       Check(p, isa, i0, i1, p0, p1);
     }
   }
@@ -114,11 +109,12 @@ TEST(IGemmTest, GemvMatchesTheOracle) {
     std::vector<int16_t> pa(IGemmPackedABytes(1, p.k) / sizeof(int16_t));
     IGemmPackA(p.k, p.a.data(), p.a_u8, p.k, p.za, 0, 1, pa.data());
     const int64_t j0 = trial % 3 == 0 ? 0 : std::min<int64_t>(p.n, trial % 7);
-    for (IGemmIsa isa : Isas()) {
-      SCOPED_TRACE(absl::StrCat("trial ", trial, " k ", p.k, " n ", p.n, " j0 ", j0, " isa ",
-                                static_cast<int>(isa)));
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(
+          absl::StrCat("trial ", trial, " k ", p.k, " n ", p.n, " j0 ", j0, " ", IsaName(isa)));
+      ScopedIsaForTesting level(isa);
       std::vector<int32_t> c(p.n, -1);
-      IGemv(p.k, pa.data(), p.b.data(), p.n, p.zb, j0, p.n, c.data(), isa);
+      IGemv(p.k, pa.data(), p.b.data(), p.n, p.zb, j0, p.n, c.data());
       for (int64_t j = 0; j < p.n; ++j) {
         ASSERT_EQ(c[j], j < j0 ? -1 : Oracle(p, 0, j)) << "column " << j;
       }
@@ -137,8 +133,8 @@ TEST(IGemmTest, ExtremeValuesAtTheKCapAreExact) {
       for (uint8_t& v : p.a) v = a_u8 ? 255 : static_cast<uint8_t>(int8_t{127});
       p.zb = sign > 0 ? -128 : 127;
       for (int8_t& v : p.b) v = sign > 0 ? 127 : -128;
-      for (IGemmIsa isa : Isas()) {
-        SCOPED_TRACE(absl::StrCat("u8 ", a_u8, " sign ", sign, " isa ", static_cast<int>(isa)));
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(absl::StrCat("u8 ", a_u8, " sign ", sign, " ", IsaName(isa)));
         Check(p, isa, 0, p.m, 0, IGemmPanels(p.n));
       }
     }
@@ -146,4 +142,4 @@ TEST(IGemmTest, ExtremeValuesAtTheKCapAreExact) {
 }
 
 }  // namespace
-}  // namespace dynvm::onednn
+}  // namespace dynvm::cpu

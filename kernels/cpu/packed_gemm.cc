@@ -1,0 +1,302 @@
+// dynvm's f32 GEMM on prepacked weights (packed_gemm.h). Tuning notes:
+// - Why: dnnl_sgemm packs B again on every call, and a Linear's epilogue after it reads C back
+//   from L3 when C outgrows L2 (a [128, 1024] GELU layer's Y is 512 KiB: that pass took about
+//   40% of the layer). Here B is packed once and the epilogue runs on each rows x 128-column
+//   block right after its last K block, while it is in L1/L2.
+// - AVX2: a 6x16 micro-kernel (12 accumulators, two panel loads and six broadcasts per step)
+//   over blocks of at most 192 rows (equal blocks: each reads all of packed B once), 128 columns
+//   and 256 of K. On the AVX2 EPYC (tools/bench/linear_packed_ab.py, 1 thread,
+//   docs/results/avx2-linear-packed-ab-2026-11-28.txt) the BERT-like model's [128, 256] x
+//   [256, 1024] GELU layer went 1861 -> 1031 us (1.81x), the model at 1x128 1.24x, the
+//   classifier at 1x128 1.16x; at batch 8 x 64 (M = 512) 1.01-1.05x. Linears without an
+//   activation measured 0.84-1.42x dnnl_sgemm's time there (no consistent gain): a bias alone is
+//   a cheap pass. Tried for dynvm::Attention's per-unit products too (K and V packed once per
+//   unit): 0.75-0.94x dnnl_sgemm (packing a block's rows costs more than the call overhead it
+//   saves).
+// - AVX-512: one panel (16 columns, one register per row) by up to four row tiles (24 rows, 24
+//   accumulators of the 32 registers), the A values broadcast from memory into each FMA; the
+//   same packed layouts as AVX2, and each element the same FMA chain in K order, so the same
+//   bits. Where it beats dnnl_sgemm: kernels/dnnl/choice.h.
+// - Portable: plain loops, for tests (the rule sends a CPU without AVX2 to dnnl_sgemm).
+#include "kernels/cpu/packed_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/target.h"
+
+namespace dynvm::cpu::packed_gemm {
+namespace {
+
+constexpr int kRows = 6;  // rows per packed A tile
+
+// Packs rows [0, rows) x columns [q0, q0 + depth) of A (row stride lda) as tiles of 6 rows,
+// each [depth][6] (rows past `rows` zero), tile t at t * 6 * depth.
+void PackA(int64_t rows, int64_t depth, const float* a, int64_t lda, float* out) {
+  for (int64_t t = 0; t * kRows < rows; ++t) {
+    float* tile = out + t * kRows * depth;
+    const int64_t r_end = std::min<int64_t>(kRows, rows - t * kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r >= r_end) {
+        for (int64_t p = 0; p < depth; ++p) tile[p * kRows + r] = 0.0f;
+        continue;
+      }
+      const float* src = a + (t * kRows + r) * lda;
+      for (int64_t p = 0; p < depth; ++p) tile[p * kRows + r] = src[p];
+    }
+  }
+}
+
+// ---- portable ----
+
+// C[rows, cols] (= or +=) A[rows, depth] (packed tiles) x panel [depth][16], all rows.
+void PanelRowsPortable(int64_t rows, int64_t depth, const float* a, const float* b, float* c,
+                       int64_t ldc, int64_t cols, bool accumulate) {
+  for (int64_t t = 0; t * kRows < rows; ++t) {
+    const float* tile = a + t * kRows * depth;
+    const int64_t r_end = std::min<int64_t>(kRows, rows - t * kRows);
+    for (int64_t r = 0; r < r_end; ++r) {
+      float acc[kPanel] = {};
+      for (int64_t p = 0; p < depth; ++p) {
+        const float av = tile[p * kRows + r];
+        for (int64_t j = 0; j < kPanel; ++j) acc[j] += av * b[p * kPanel + j];
+      }
+      float* cr = c + (t * kRows + r) * ldc;
+      for (int64_t j = 0; j < cols; ++j) cr[j] = accumulate ? cr[j] + acc[j] : acc[j];
+    }
+  }
+}
+
+#if DYNVM_CPU_X86
+
+// ---- AVX2 ----
+
+// Lanes [0, n) of a mask vector set (n in 0..8, clamped).
+DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i LaneMask(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), idx);
+}
+
+// C[R rows, cols] (= or +=) A[R rows, depth] x panel [depth][16], A packed as [depth][6] (the
+// tile's rows interleaved: one stream of broadcasts, whatever A's row stride). cols 16: plain
+// stores; fewer (the last panel of a ragged N): masked loads and stores of C only. The
+// accumulators are named variables (GCC kept an array of them on the stack, a store per FMA).
+template <int R>
+DYNVM_AVX2 void MicroAvx2(int64_t depth, const float* a, const float* b, float* c, int64_t ldc,
+                          int64_t cols, bool accumulate) {
+  static_assert(R >= 1 && R <= kRows);
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t p = 0; p < depth; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(b + p * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(b + p * kPanel + 8);
+    const float* ap = a + p * kRows;
+#define DYNVM_ROW(r)                               \
+  if constexpr (R > r) {                           \
+    const __m256 av = _mm256_broadcast_ss(ap + r); \
+    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);    \
+    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);    \
+  }
+    DYNVM_ROW(0)
+    DYNVM_ROW(1)
+    DYNVM_ROW(2)
+    DYNVM_ROW(3)
+    DYNVM_ROW(4)
+    DYNVM_ROW(5)
+#undef DYNVM_ROW
+  }
+  const bool full = cols == kPanel;
+  const __m256i m0 = LaneMask(cols), m1 = LaneMask(cols - 8);
+#define DYNVM_STORE(r)                                                    \
+  if constexpr (R > r) {                                                  \
+    float* cr = c + r * ldc;                                              \
+    if (full) {                                                           \
+      if (accumulate) {                                                   \
+        c##r##0 = _mm256_add_ps(c##r##0, _mm256_loadu_ps(cr));            \
+        c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(cr + 8));        \
+      }                                                                   \
+      _mm256_storeu_ps(cr, c##r##0);                                      \
+      _mm256_storeu_ps(cr + 8, c##r##1);                                  \
+    } else {                                                              \
+      if (accumulate) {                                                   \
+        c##r##0 = _mm256_add_ps(c##r##0, _mm256_maskload_ps(cr, m0));     \
+        c##r##1 = _mm256_add_ps(c##r##1, _mm256_maskload_ps(cr + 8, m1)); \
+      }                                                                   \
+      _mm256_maskstore_ps(cr, m0, c##r##0);                               \
+      _mm256_maskstore_ps(cr + 8, m1, c##r##1);                           \
+    }                                                                     \
+  }
+  DYNVM_STORE(0)
+  DYNVM_STORE(1)
+  DYNVM_STORE(2)
+  DYNVM_STORE(3)
+  DYNVM_STORE(4)
+  DYNVM_STORE(5)
+#undef DYNVM_STORE
+}
+
+// Rows [0, rows) of packed A (PackA) x one panel over one depth block.
+DYNVM_AVX2 void PanelRowsAvx2(int64_t rows, int64_t depth, const float* a, const float* b, float* c,
+                              int64_t ldc, int64_t cols, bool accumulate) {
+  int64_t i = 0;
+  for (; i + kRows <= rows; i += kRows) {
+    MicroAvx2<6>(depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+  }
+  const float* at = a + i * depth;
+  float* ct = c + i * ldc;
+  switch (rows - i) {
+    case 5:
+      return MicroAvx2<5>(depth, at, b, ct, ldc, cols, accumulate);
+    case 4:
+      return MicroAvx2<4>(depth, at, b, ct, ldc, cols, accumulate);
+    case 3:
+      return MicroAvx2<3>(depth, at, b, ct, ldc, cols, accumulate);
+    case 2:
+      return MicroAvx2<2>(depth, at, b, ct, ldc, cols, accumulate);
+    case 1:
+      return MicroAvx2<1>(depth, at, b, ct, ldc, cols, accumulate);
+    default:
+      return;
+  }
+}
+
+// ---- AVX-512 ----
+
+// kT row tiles (6 kT rows; the tiles' padding rows are zeros and computed, not stored) x one
+// panel: C[rows, cols] (= or +=) over one depth block. rows <= 6 kT.
+template <int kT>
+DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, const float* b, float* c, int64_t ldc,
+                              int64_t rows, int64_t cols, bool accumulate) {
+  constexpr int kAcc = kRows * kT;
+  __m512 acc[kAcc];
+#pragma GCC unroll 24
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < depth; ++p) {
+    const __m512 bv = _mm512_loadu_ps(b + p * kPanel);
+#pragma GCC unroll 4
+    for (int t = 0; t < kT; ++t) {
+      const float* ap = a + t * kRows * depth + p * kRows;
+#pragma GCC unroll 6
+      for (int r = 0; r < kRows; ++r) {
+        acc[t * kRows + r] = _mm512_fmadd_ps(_mm512_set1_ps(ap[r]), bv, acc[t * kRows + r]);
+      }
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+#pragma GCC unroll 24
+  for (int i = 0; i < kAcc; ++i) {
+    if (i >= rows) break;
+    float* cr = c + i * ldc;
+    __m512 v = acc[i];
+    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cr));
+    _mm512_mask_storeu_ps(cr, mask, v);
+  }
+}
+
+DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
+                                  float* c, int64_t ldc, int64_t cols, bool accumulate) {
+  int64_t i = 0;
+  for (; i + 4 * kRows <= rows; i += 4 * kRows) {
+    MicroAvx512<4>(depth, a + i * depth, b, c + i * ldc, ldc, 4 * kRows, cols, accumulate);
+  }
+  const int64_t left = rows - i;
+  const float* at = a + i * depth;
+  float* ct = c + i * ldc;
+  if (left > 3 * kRows) {
+    MicroAvx512<4>(depth, at, b, ct, ldc, left, cols, accumulate);
+  } else if (left > 2 * kRows) {
+    MicroAvx512<3>(depth, at, b, ct, ldc, left, cols, accumulate);
+  } else if (left > kRows) {
+    MicroAvx512<2>(depth, at, b, ct, ldc, left, cols, accumulate);
+  } else if (left > 0) {
+    MicroAvx512<1>(depth, at, b, ct, ldc, left, cols, accumulate);
+  }
+}
+
+#endif  // DYNVM_CPU_X86
+
+// The panels of one column block (cols <= kColBlock, panel p of it at b + p * panel_stride)
+// for rows [0, rows) over one depth block.
+template <void (*kPanelRows)(int64_t, int64_t, const float*, const float*, float*, int64_t, int64_t,
+                             bool)>
+void ColumnBlock(int64_t rows, int64_t depth, const float* a, const float* b, int64_t panel_stride,
+                 float* c, int64_t ldc, int64_t cols, bool accumulate) {
+  for (int64_t j = 0; j < cols; j += kPanel) {
+    kPanelRows(rows, depth, a, b + (j / kPanel) * panel_stride, c + j, ldc,
+               std::min(kPanel, cols - j), accumulate);
+  }
+}
+
+}  // namespace
+
+int64_t PackedFloats(int64_t k, int64_t n) { return (n + kPanel - 1) / kPanel * kPanel * k; }
+
+void Pack(char trans, int64_t k, int64_t n, const float* w, int64_t ldw, float* packed) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    float* out = packed + p * kPanel * k;
+    const int64_t j0 = p * kPanel, cols = std::min(kPanel, n - j0);
+    if (trans == 'N') {
+      for (int64_t q = 0; q < k; ++q) {
+        float* row = out + q * kPanel;
+        std::memcpy(row, w + q * ldw + j0, static_cast<size_t>(cols) * sizeof(float));
+        std::fill(row + cols, row + kPanel, 0.0f);
+      }
+    } else {
+      for (int64_t q = 0; q < k; ++q) {
+        float* row = out + q * kPanel;
+        for (int64_t j = 0; j < cols; ++j) row[j] = w[(j0 + j) * ldw + q];
+        std::fill(row + cols, row + kPanel, 0.0f);
+      }
+    }
+  }
+}
+
+void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* packed, float* c, int64_t ldc,
+              absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue) {
+  const auto column_block = internal::Table().packed_gemm_column_block;
+  // Row blocks of equal size (multiples of the tile's 6 rows, at most kRowBlock): each block
+  // reads all of packed B once, so no short last block. A row block is packed once, over all
+  // of K, at its first column block ([depth block][tiles][depth][6]).
+  const int64_t blocks = (i1 - i0 + kRowBlock - 1) / kRowBlock;
+  const int64_t block_rows = ((i1 - i0 + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
+  thread_local std::vector<float> a_packed;
+  a_packed.resize(static_cast<size_t>(block_rows * k));
+  for (int64_t r0 = i0; r0 < i1; r0 += block_rows) {
+    const int64_t r1 = std::min(i1, r0 + block_rows), rows = r1 - r0;
+    const int64_t tiles_rows = (rows + kRows - 1) / kRows * kRows;
+    for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
+      PackA(rows, std::min(kDepth, k - q0), a + r0 * lda + q0, lda,
+            a_packed.data() + tiles_rows * q0);
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += kColBlock) {
+      const int64_t j1 = std::min(n, j0 + kColBlock);
+      for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
+        const int64_t depth = std::min(kDepth, k - q0);
+        column_block(rows, depth, a_packed.data() + tiles_rows * q0, packed + j0 * k + q0 * kPanel,
+                     k * kPanel, c + r0 * ldc + j0, ldc, j1 - j0, q0 > 0);
+      }
+      epilogue(r0, rows, j0, j1 - j0);
+    }
+  }
+}
+
+}  // namespace dynvm::cpu::packed_gemm
+
+namespace dynvm::cpu::internal {
+
+void FillPackedGemm(Isa isa, Dispatch* d) {
+  using packed_gemm::ColumnBlock;
+  d->packed_gemm_column_block = &ColumnBlock<&packed_gemm::PanelRowsPortable>;
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) d->packed_gemm_column_block = &ColumnBlock<&packed_gemm::PanelRowsAvx2>;
+  if (isa >= Isa::kAvx512) {
+    d->packed_gemm_column_block = &ColumnBlock<&packed_gemm::PanelRowsAvx512>;
+  }
+#endif
+}
+
+}  // namespace dynvm::cpu::internal
