@@ -26,6 +26,8 @@ function(dynvm_setup_toolchain)
     endif()
     add_compile_options("$<${host}:-fsanitize=fuzzer-no-link>")
   endif()
+  # dynvm_fuzzer lists each fuzzer's corpus here, afresh at every configure.
+  file(REMOVE_RECURSE ${PROJECT_BINARY_DIR}/fuzz_corpus_dirs)
   if(NOT DYNVM_SANITIZE STREQUAL "" AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     # Sanitizer reports need file:line, not variables: line tables alone compile about 10%
     # faster than -g and link in a third of the time (this overrides RelWithDebInfo's -g).
@@ -130,20 +132,24 @@ function(dynvm_benchmark name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
 endfunction()
 
-# dynvm_fuzzer(NAME SRCS... [DEPS targets...] [CORPUS dir]): a libFuzzer binary
-# (DYNVM_BUILD_FUZZERS only). tools/test.sh runs each fuzzer from a copy of its checked-in
-# CORPUS (a path relative to the calling CMakeLists.txt).
+# dynvm_fuzzer(NAME SRCS... [DEPS targets...] [CORPUS dirs...]): a libFuzzer binary
+# (DYNVM_BUILD_FUZZERS only). tools/test.sh runs each fuzzer from a copy of its checked-in seed
+# CORPUS: one or more folders, relative to the calling CMakeLists.txt, listed one per line in
+# <build>/fuzz_corpus_dirs/NAME.
 function(dynvm_fuzzer name)
   if(NOT DYNVM_BUILD_FUZZERS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "CORPUS" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;CORPUS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-  if(ARG_CORPUS)
-    file(WRITE ${PROJECT_BINARY_DIR}/fuzz_corpus_dirs/${name} ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_CORPUS})
-  endif()
+  set(dirs "")
+  foreach(dir ${ARG_CORPUS})
+    get_filename_component(dir ${dir} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    string(APPEND dirs "${dir}\n")
+  endforeach()
+  file(WRITE ${PROJECT_BINARY_DIR}/fuzz_corpus_dirs/${name} "${dirs}")
 endfunction()
 
 function(dynvm_install_package)

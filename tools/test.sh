@@ -99,16 +99,18 @@ sanitize_and_fuzz() {
   for name in $names; do
     local fuzzer
     fuzzer=$(find build/asan -maxdepth 3 -type f -name "$name" -perm -u+x | head -1)
-    local corpus
-    corpus=$(cat "build/asan/fuzz_corpus_dirs/$name")
-    if [ -z "$fuzzer" ] || [ ! -d "$corpus" ]; then
-      echo "!!! $name: no fuzzer binary under build/asan, or no corpus at '$corpus'"
+    # Its corpus: one or more folders, one per line, copied into one.
+    local dirs=() dir missing=0
+    mapfile -t dirs < "build/asan/fuzz_corpus_dirs/$name"
+    for dir in "${dirs[@]}"; do [ -d "$dir" ] || missing=1; done
+    if [ -z "$fuzzer" ] || [ ${#dirs[@]} -eq 0 ] || [ $missing = 1 ]; then
+      echo "!!! $name: no fuzzer binary under build/asan, or no corpus at '${dirs[*]}'"
       failed=1
       continue
     fi
     local work="build/asan/fuzz_work/$name"
     rm -rf "$work" && mkdir -p "$work/corpus"
-    cp -r "$corpus"/. "$work/corpus"/
+    for dir in "${dirs[@]}"; do cp -r "$dir"/. "$work/corpus"/; done
     echo "--- $name for ${seconds}s, seed $seed"
     if "$fuzzer" -max_total_time="$seconds" -runs="$runs" -seed="$seed" -print_final_stats=1 \
          -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1; then
