@@ -56,10 +56,22 @@ endfunction()
 set(DYNVM_INSTALL_INCLUDES "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>"
     "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/dynvm>")
 
+# dynvm_public_headers(TARGET headers...): the public headers of a library (paths relative to
+# the calling CMakeLists.txt). They are installed, under include/dynvm/<their folder>, when the
+# library is (dynvm_install_package); internal headers, *_impl.h and test hooks are not listed.
+function(dynvm_public_headers target)
+  set(abs "")
+  foreach(h ${ARGN})
+    get_filename_component(h ${h} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    list(APPEND abs ${h})
+  endforeach()
+  set_property(TARGET ${target} APPEND PROPERTY DYNVM_PUBLIC_HEADERS ${abs})
+endfunction()
+
 # dynvm_library(NAME SRCS... [DEPS targets...] [PRIVATE_DEPS targets...] [HEADERS...] [COMPILE_OPTIONS...])
-# A static library dynvm_NAME (alias dynvm::NAME) rooted at the repository for includes,
-# installed and exported with its public HEADERS (installed under include/dynvm/<its folder>;
-# internal headers, *_impl.h and test hooks, are not listed).
+# A static library dynvm_NAME (alias dynvm::NAME) rooted at the repository for includes, with
+# its public HEADERS (dynvm_public_headers). Whether it is installed is decided in one place,
+# dynvm_install_package: only what a user of the package links.
 function(dynvm_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS;HEADERS;COMPILE_OPTIONS" ${ARGN})
   add_library(dynvm_${name} STATIC ${ARG_SRCS})
@@ -72,12 +84,7 @@ function(dynvm_library name)
     target_compile_options(dynvm_${name} PRIVATE ${ARG_COMPILE_OPTIONS})
   endif()
   set_target_properties(dynvm_${name} PROPERTIES EXPORT_NAME ${name})
-  install(TARGETS dynvm_${name} EXPORT dynvmTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  foreach(h ${ARG_HEADERS})
-    file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/${h})
-    get_filename_component(dir ${rel} DIRECTORY)
-    install(FILES ${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dynvm/${dir})
-  endforeach()
+  dynvm_public_headers(dynvm_${name} ${ARG_HEADERS})
 endfunction()
 
 # dynvm_test(NAME SRCS... [DEPS targets...] [LABELS labels...] [ARGS args...] [OWN_MAIN] [TIMEOUT s])
@@ -152,7 +159,58 @@ function(dynvm_fuzzer name)
   file(WRITE ${PROJECT_BINARY_DIR}/fuzz_corpus_dirs/${name} "${dirs}")
 endfunction()
 
+# The installed package (README.md, "Using dynvm from C++"): the libraries a user links,
+# dynvm::vm, dynvm::compiler and dynvm::onnx_importer (when built), their public headers, and
+# the static libraries they are made of, which must be exported too (a static library's link
+# dependencies must be). Those are exported as dynvm::internal_NAME: not part of the API, never
+# linked by name. No cli, bench, testing or tools library is installed. (The command-line tools,
+# the CUDA module and the Python package install themselves.)
 function(dynvm_install_package)
+  set(api dynvm_vm dynvm_compiler)
+  if(TARGET dynvm_onnx_importer)
+    list(APPEND api dynvm_onnx_importer)
+  endif()
+  # Every dynvm library the API libraries link, directly or not.
+  set(closure "")
+  set(queue ${api})
+  while(queue)
+    list(POP_FRONT queue t)
+    if(t IN_LIST closure)
+      continue()
+    endif()
+    list(APPEND closure ${t})
+    get_target_property(type ${t} TYPE)
+    if(type STREQUAL "INTERFACE_LIBRARY")
+      get_target_property(deps ${t} INTERFACE_LINK_LIBRARIES)
+    else()
+      get_target_property(deps ${t} LINK_LIBRARIES)
+    endif()
+    foreach(d ${deps})
+      if(NOT TARGET "${d}")
+        continue()
+      endif()
+      get_target_property(aliased ${d} ALIASED_TARGET)
+      if(aliased)
+        set(d ${aliased})
+      endif()
+      if(d MATCHES "^dynvm_")
+        list(APPEND queue ${d})
+      endif()
+    endforeach()
+  endwhile()
+  foreach(t ${closure})
+    if(NOT t IN_LIST api)
+      get_target_property(name ${t} EXPORT_NAME)
+      set_target_properties(${t} PROPERTIES EXPORT_NAME internal_${name})
+    endif()
+    install(TARGETS ${t} EXPORT dynvmTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    get_property(headers TARGET ${t} PROPERTY DYNVM_PUBLIC_HEADERS)
+    foreach(h ${headers})
+      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${h})
+      get_filename_component(dir ${rel} DIRECTORY)
+      install(FILES ${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dynvm/${dir})
+    endforeach()
+  endforeach()
   install(EXPORT dynvmTargets NAMESPACE dynvm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dynvm)
   configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dynvmConfig.cmake.in
     ${PROJECT_BINARY_DIR}/dynvmConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dynvm)
