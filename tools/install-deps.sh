@@ -3,7 +3,7 @@
 #
 #   tools/install-deps.sh [PROFILE]
 #
-#   build (default)  compilers, build tools and the libraries CMakeLists.txt finds
+#   build (default)  compilers, build tools (ninja, ccache) and the libraries CMakeLists.txt finds
 #   test             build + what the tests import or run: ONNX's conformance test data
 #                    (/usr/share/libonnx-testdata/data), pytest and python3-onnx (the Python
 #                    package's tests); tools/ci/check_test_imports.py checks the Python side
@@ -17,6 +17,8 @@ set -euo pipefail
 readonly build_pkgs=(
   # toolchain
   g++ make cmake clang
+  ninja-build          # tools/test.sh's generator: schedules both cores across targets
+  ccache               # tools/test.sh's compiler launcher, cache outside the clone (~/.cache/ccache)
   lld                  # LLVM's linker: links the ~110 executables of a build about 4x faster (cmake/DynvmHelpers.cmake)
   clang-format         # the format check (tools/test.sh's first stage after install)
   libclang-rt-14-dev   # sanitizer runtimes and libFuzzer for clang-14
