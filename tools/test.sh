@@ -63,6 +63,7 @@ fmt_time() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 # Prints the stage times so far; on a failure, names the stage that failed.
 summary() {
   local rc=$?
+  rm -f "$TIMES_FILE"
   [[ ${#SUMMARY[@]} -gt 0 || -n "$RUNNING" ]] || return 0
   echo "=== stage times (budgets for a cold run on 2 cores)"
   [[ ${#SUMMARY[@]} -eq 0 ]] || printf '%s\n' "${SUMMARY[@]}"
@@ -72,16 +73,36 @@ summary() {
 }
 trap summary EXIT
 
+# The CPU seconds (user + system) of every process this shell has waited for so far, in
+# CHILD_CPU: with the wall time, it shows how much of a stage's time was the machine's work (on a
+# shared machine, the wall time alone also counts other users' load). `times` runs in this shell:
+# a command substitution's subshell would have no children.
+TIMES_FILE=$(mktemp)
+children_cpu() {
+  local shell_times user sys
+  times > "$TIMES_FILE"
+  { read -r shell_times; read -r user sys; } < "$TIMES_FILE"
+  CHILD_CPU=0
+  for t in "$user" "$sys"; do
+    local sec=${t#*m}
+    CHILD_CPU=$((CHILD_CPU + ${t%%m*} * 60 + ${sec%%.*}))
+  done
+}
+
 stage() {
   local name=$1; shift
   RUNNING=$name
   STAGE_START=$SECONDS
+  children_cpu
+  local cpu0=$CHILD_CPU
   echo "=== stage: $name (budget $(fmt_time "${BUDGET[$name]}"))"
   "$@"
-  local took=$((SECONDS - STAGE_START)) budget=${BUDGET[$name]} note=""
+  local took=$((SECONDS - STAGE_START)) budget=${BUDGET[$name]} note="" cpu
+  children_cpu
+  cpu=$((CHILD_CPU - cpu0))
   if [[ $took -gt $budget ]]; then note="  OVER BUDGET"; fi
-  SUMMARY+=("$(printf '%-14s %8s  budget %8s%s' "$name" "$(fmt_time $took)" "$(fmt_time "$budget")" "$note")")
-  echo "=== stage $name took ${took}s (budget ${budget}s)${note:+: over budget}"
+  SUMMARY+=("$(printf '%-14s %8s  budget %8s  (cpu %5ds)%s' "$name" "$(fmt_time $took)" "$(fmt_time "$budget")" "$cpu" "$note")")
+  echo "=== stage $name took ${took}s (budget ${budget}s, ${cpu} cpu-seconds)${note:+: over budget}"
   RUNNING=""
 }
 
