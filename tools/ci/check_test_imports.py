@@ -93,10 +93,42 @@ def imports_of(path, module_level_only):
     return found, scripts
 
 
+def path_value(node, path):
+    """The value of a path expression built from __file__, string constants and os.path's join,
+    dirname and abspath (what `sys.path.insert(0, ...)` takes), or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and node.id == "__file__":
+        return path
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        args = [path_value(a, path) for a in node.args]
+        if None in args:
+            return None
+        f = {"join": os.path.join, "dirname": os.path.dirname, "abspath": os.path.abspath,
+             "realpath": os.path.realpath}.get(node.func.attr)
+        return f(*args) if f else None
+    return None
+
+
+def extra_paths(path):
+    """The folders `path` adds to sys.path (sys.path.insert(i, p) or sys.path.append(p))."""
+    folders = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("insert", "append")
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "path"
+                and node.args):
+            value = path_value(node.args[-1], path)
+            if value:
+                folders.append(os.path.normpath(value))
+    return folders
+
+
 def local_module(name, path):
     """The repository file of module `name` imported from `path`, or None if not local."""
     top = name.split(".")[0]
-    for folder in (os.path.dirname(path), os.path.join(ROOT, "python")):
+    folders = [os.path.dirname(path), os.path.join(ROOT, "python")] + extra_paths(path)
+    for folder in folders:
         for candidate in (os.path.join(folder, top + ".py"), os.path.join(folder, top, "__init__.py")):
             if os.path.isfile(candidate):
                 return candidate
