@@ -71,7 +71,8 @@ absl::Status LayerNorm(InferContext& c) {
     absl::StatusOr<int64_t> stash = c.GetInt("stash_type", 1);
     if (!stash.ok()) return stash.status();
     c.SetOutputUnknown(0, c.input_dtype(0));
-    for (size_t i = 1; i < 3; ++i) c.SetOutputUnknown(i, *stash == 1 ? DType::kF32 : c.input_dtype(0));
+    for (size_t i = 1; i < 3; ++i)
+      c.SetOutputUnknown(i, *stash == 1 ? DType::kF32 : c.input_dtype(0));
     return absl::OkStatus();
   }
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, c.GetInt("axis", -1));
