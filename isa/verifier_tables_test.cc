@@ -379,12 +379,11 @@ TEST(VerifierTest, HeaderAndFlatbufferErrorsPassThrough) {
   ExpectRefused(VerifyBytes(broken), {"flatbuffer structure is invalid"});
 }
 
-// Found by isa_verifier_fuzzer: a constant's shape vector moved to 4 mod 8. flatbuffers 2.0's
+// Found by vm_verifier_fuzzer: a constant's shape vector moved to 4 mod 8. flatbuffers 2.0's
 // verifier checks only the 4-byte alignment of the length word, so reading the int64 dims was
 // a misaligned load (UBSan: "load of misaligned address ... for type 'const long'").
 TEST(VerifierTest, RegressionMisalignedConstantShapeVector) {
-  std::ifstream in("isa/fuzz_corpus/verifier/crash-misaligned-constant-shape.dvm",
-                   std::ios::binary);
+  std::ifstream in("vm/fuzz_corpus/verifier/crash-misaligned-constant-shape.dvm", std::ios::binary);
   ASSERT_TRUE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();

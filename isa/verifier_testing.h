@@ -18,6 +18,7 @@
 #include "isa/opcodes.h"
 #include "isa/verifier.h"
 #include "schema/format.h"
+#include "schema/format_testing.h"
 #include "schema/writer.h"
 
 namespace dynvm::isa {
@@ -116,16 +117,9 @@ inline void ExpectRefused(const absl::Status& s, std::initializer_list<std::stri
 }
 
 // Recomputes the checksum of `file` and stores it in the header, so that the checks behind
-// it see the change.
+// it see the change (schema::Reseal, by value).
 inline std::string Reseal(std::string file) {
-  if (file.size() < schema::kHeaderSize) return file;
-  auto* b = reinterpret_cast<uint8_t*>(file.data());
-  uint64_t fb_size = 0;
-  for (int i = 0; i < 8; ++i) fb_size |= static_cast<uint64_t>(b[32 + i]) << (8 * i);
-  if (fb_size > file.size() - schema::kHeaderSize) return file;
-  const uint32_t crc =
-      schema::ComputeChecksum({b, schema::kHeaderSize}, {b + schema::kHeaderSize, fb_size});
-  for (int i = 0; i < 4; ++i) b[64 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  schema::Reseal(file);
   return file;
 }
 

@@ -3,9 +3,10 @@
 #
 #   tools/install-deps.sh [PROFILE]
 #
-#   build (default)  compilers, build tools and the libraries CMakeLists.txt finds
-#   test             build + ONNX's conformance test data (/usr/share/libonnx-testdata/data)
-#                    and pytest (the Python package's tests)
+#   build (default)  compilers, build tools (ninja, ccache) and the libraries CMakeLists.txt finds
+#   test             build + what the tests import or run: ONNX's conformance test data
+#                    (/usr/share/libonnx-testdata/data), pytest and python3-onnx (the Python
+#                    package's tests); tools/ci/check_test_imports.py checks the Python side
 #   train            build + python3/torch/onnx/numpy and the text corpora tools/ trains on
 #   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch/onnx
 #
@@ -16,6 +17,8 @@ set -euo pipefail
 readonly build_pkgs=(
   # toolchain
   g++ make cmake clang
+  ninja-build          # tools/test.sh's generator: schedules both cores across targets
+  ccache               # tools/test.sh's compiler launcher, cache outside the clone (~/.cache/ccache)
   lld                  # LLVM's linker: links the ~110 executables of a build about 4x faster (cmake/DynvmHelpers.cmake)
   clang-format         # the format check (tools/test.sh's first stage after install)
   libclang-rt-14-dev   # sanitizer runtimes and libFuzzer for clang-14
@@ -34,7 +37,10 @@ readonly build_pkgs=(
   # the Python package (python/, docs/python.md): built when pybind11 and the headers are found
   pybind11-dev python3-dev python3-numpy
 )
-readonly test_pkgs=(libonnx-testdata python3-pytest)
+# Every package a test imports or runs (ctest's tests, python/tests, the *.py tests ctest runs with
+# /usr/bin/python3), beyond the build's: python3-onnx for python/tests/test_arrays.py (onnx's
+# numpy_helper). PyTorch is optional: the export tests skip (exit 77) without it (bench profile).
+readonly test_pkgs=(libonnx-testdata python3-pytest python3-onnx)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
 readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread
   python3-torchvision)

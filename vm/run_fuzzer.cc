@@ -1,14 +1,15 @@
 // Feeds arbitrary bytes to the loader and, when they load, runs every entry function under
-// tight limits, its inputs bound to small pseudo-random tensors (vm/fuzz_inputs.h; seeded by
+// tight limits, its inputs bound to small pseudo-random tensors (vm/fuzzing.h; seeded by
 // the bytes, so an input always replays the same way). Loading and running may fail; neither may
 // crash: the verifier's promise is that whatever it accepts, the interpreter runs without bounds
 // checks of its own, so a crash here is a verifier gap or an interpreter bug.
 //
-// As in isa/verifier_fuzzer.cc, bit 0 of the stored checksum (byte 64) picks whether the
+// As in vm/verifier_fuzzer.cc, bit 0 of the stored checksum (byte 64) picks whether the
 // checksum is recomputed over the mutated bytes before loading (1) or not (0), so that
-// mutations behind the checksum reach the verifier and the interpreter.
+// mutations behind the checksum reach the verifier and the interpreter (vm/fuzzing.h).
 //
-// Seed corpus: vm/fuzz_corpus/run/ (see tests/hostile_executable_test.cc to regenerate).
+// Seed corpus: vm/fuzz_corpus/seeds/ (shared with vm_verifier_fuzzer) and vm/fuzz_corpus/run/
+// (see tests/hostile_executable_test.cc to regenerate).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,29 +17,12 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "schema/format.h"
 #include "vm/executable.h"
-#include "vm/fuzz_inputs.h"
+#include "vm/fuzzing.h"
 #include "vm/virtual_machine.h"
 
-namespace {
-
-void Reseal(std::string& file) {
-  if (file.size() < dynvm::schema::kHeaderSize) return;
-  auto* b = reinterpret_cast<uint8_t*>(file.data());
-  uint64_t fb_size = 0;
-  for (int i = 0; i < 8; ++i) fb_size |= static_cast<uint64_t>(b[32 + i]) << (8 * i);
-  if (fb_size > file.size() - dynvm::schema::kHeaderSize) return;
-  const uint32_t crc = dynvm::schema::ComputeChecksum({b, dynvm::schema::kHeaderSize},
-                                                      {b + dynvm::schema::kHeaderSize, fb_size});
-  for (int i = 0; i < 4; ++i) b[64 + i] = static_cast<uint8_t>(crc >> (8 * i));
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string file(reinterpret_cast<const char*>(data), size);
-  if (size >= dynvm::schema::kHeaderSize && (data[64] & 1) != 0) Reseal(file);
+  const std::string file = dynvm::fuzzing::FileFromFuzzInput(data, size);
   absl::StatusOr<std::shared_ptr<const dynvm::Executable>> exe =
       dynvm::Executable::LoadFromBytes(file);
   if (!exe.ok()) return 0;

@@ -1,15 +1,27 @@
-// Test-only helper (not installed, not public API) for vm_run_fuzzer and
-// tests/hostile_executable_test.cc: binds small pseudo-random tensors to the inputs of an entry
-// function, so that a fuzzed program with inputs reaches its kernels with data.
+// Test-only helpers (not installed, not public API) shared by the loader fuzzers
+// (vm/verifier_fuzzer.cc, vm/assembler_fuzzer.cc, vm/run_fuzzer.cc) and
+// tests/hostile_executable_test.cc.
 //
-// Each symbol gets one size in 0..3 (inputs that share a symbol agree, so the run gets past
-// the binding checks); fixed dims keep their declared value; an input declared without a
-// shape gets rank 0..2. Values are small integers in [-2, 5] (in range and out of range as
-// indices), and for float dtypes also halves, zeros, NaN and infinities. Inputs too large to
-// be worth binding (over `max_elements`), and non-tensor inputs, are left unbound: the run
-// then fails with FailedPrecondition, which is fine for a fuzzer.
-#ifndef DYNVM_VM_FUZZ_INPUTS_H_
-#define DYNVM_VM_FUZZ_INPUTS_H_
+// FileFromFuzzInput: the checksum. A mutated file almost never keeps a correct CRC-32, so
+// without help nearly every input would stop at the checksum and the verifier behind it would go
+// unexplored. So when the input holds at least a header, bit 0 of the stored checksum (byte 64)
+// picks one of two modes, about half of the inputs each:
+//   1: the checksum is recomputed over the (mutated) header and flatbuffer first
+//      (schema::Reseal), and the input reaches the flatbuffer and ISA verifiers;
+//   0: the bytes are loaded as they are, which exercises the checksum check itself.
+// The bit is free to use: in mode 1 the stored checksum is overwritten anyway, and a valid file
+// loads the same in both modes.
+//
+// BindSmallInputs: binds small pseudo-random tensors to the inputs of an entry function, so that
+// a fuzzed program with inputs reaches its kernels with data. Each symbol gets one size in 0..3
+// (inputs that share a symbol agree, so the run gets past the binding checks); fixed dims keep
+// their declared value; an input declared without a shape gets rank 0..2. Values are small
+// integers in [-2, 5] (in range and out of range as indices), and for float dtypes also halves,
+// zeros, NaN and infinities. Inputs too large to be worth binding (over `max_elements`), and
+// non-tensor inputs, are left unbound: the run then fails with FailedPrecondition, which is fine
+// for a fuzzer.
+#ifndef DYNVM_VM_FUZZING_H_
+#define DYNVM_VM_FUZZING_H_
 
 #include <cmath>
 #include <cstdint>
@@ -22,10 +34,22 @@
 #include "allocator/heap_allocator.h"
 #include "common/half.h"
 #include "kernels/tensor.h"
+#include "schema/format.h"
+#include "schema/format_testing.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm::fuzzing {
+
+// The file a fuzz input stands for: the input itself, resealed when bit 0 of its byte 64 is set
+// (see the top of this file).
+inline std::string FileFromFuzzInput(const uint8_t* data, size_t size) {
+  std::string file(reinterpret_cast<const char*>(data), size);
+  if (size >= schema::kHeaderSize && (data[schema::kChecksumOffset] & 1) != 0) {
+    schema::Reseal(file);
+  }
+  return file;
+}
 
 class SplitMix64 {
  public:
@@ -154,4 +178,4 @@ inline int BindSmallInputs(VirtualMachine& vm, const FunctionInfo& info, uint64_
 
 }  // namespace dynvm::fuzzing
 
-#endif  // DYNVM_VM_FUZZ_INPUTS_H_
+#endif  // DYNVM_VM_FUZZING_H_

@@ -2,7 +2,8 @@
 // assembler does not verify, so this also feeds the verifier structurally valid flatbuffers
 // with arbitrary code), and whatever loads is disassembled. None of it may crash.
 //
-// Seed corpus: isa/fuzz_corpus/assembler/ (tests/isa/*.s; see tests/hostile_executable_test.cc).
+// Seed corpus: tests/isa/*.s (the ISA conformance tests, read in place) and
+// vm/fuzz_corpus/assembler/ (see tests/hostile_executable_test.cc).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
