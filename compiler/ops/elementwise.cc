@@ -216,7 +216,7 @@ absl::Status BoolLikeInput(InferContext& c) {
 
 // Dropout: output 0 like the input, the optional mask bool.
 absl::Status DropoutShape(InferContext& c) {
-  absl::Status s = SameAsInput(c);
+  absl::Status s = shapes::SameAsInputKeepingContent(c);
   if (c.has_output(1)) c.node().outputs[1]->dtype = DType::kBool;
   return s;
 }
