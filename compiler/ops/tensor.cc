@@ -525,12 +525,12 @@ absl::Status EyeLike(InferContext& c) {
   return absl::OkStatus();
 }
 
-// NonZero: [rank, nnz], nnz decided by the kernel.
+// NonZero: [max(rank, 1), nnz], nnz decided by the kernel.
 absl::Status NonZeroShape(InferContext& c) {
   if (c.input_shape(0)) {
-    c.SetOutput(
-        0, DType::kI64,
-        {c.sym().Const(static_cast<int64_t>(c.input_shape(0)->size())), c.sym().Fresh("nnz")});
+    // A scalar reads as a one-element vector (numpy, ONNX Runtime and the kernel): one row.
+    const int64_t rows = std::max<int64_t>(static_cast<int64_t>(c.input_shape(0)->size()), 1);
+    c.SetOutput(0, DType::kI64, {c.sym().Const(rows), c.sym().Fresh("nnz")});
     if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
   } else {
     c.SetOutputDynamic(0, DType::kI64, 2);
