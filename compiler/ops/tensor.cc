@@ -292,8 +292,12 @@ absl::Status Slice(InferContext& c) {
       s = std::clamp<int64_t>(s, 0, n);
       e = std::clamp<int64_t>(e, 0, n);
       count = e > s ? (e - s + step - 1) / step : 0;
+    } else if (n == 0) {
+      count = 0;
     } else {
-      s = std::clamp<int64_t>(s, -1, n - 1);
+      // Stepping backwards the start is clamped to [0, n - 1] and the end to [-1, n - 1]
+      // (the spec's text; numpy would clamp a start before the first element to -1).
+      s = std::clamp<int64_t>(s, 0, n - 1);
       e = std::clamp<int64_t>(e, -1, n - 1);
       count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
     }
