@@ -87,6 +87,7 @@ class Ctx:
         self.root = None
         self.max_cf_depth = max_cf_depth
         self.control_flow = False
+        self.values = {}  # every value made, by name (the reducer's tolerances)
 
     def name(self, base="v"):
         self.counter += 1
@@ -298,6 +299,7 @@ class Builder:
         for v in vals:
             if v is not None:
                 self.pool.append(v)
+                self.ctx.values[v.name] = v
         return vals
 
     def node1(self, *args, **kwargs):
@@ -320,26 +322,28 @@ class Builder:
                           forms=forms)
 
     def scalar_of(self, v, exact_only=False):
-        """A float32 scalar computed from all of v, to fold v into a value of another shape
-        (every result of a body must reach an output to be compared).
+        """A float32 scalar computed from v, to fold v into a value of another shape (every
+        result of a body must reach an output to be compared).
 
-        A finite value is reduced (max, min or sum); any other value, or one that must give
-        an exact scalar when it is not itself exact, counts its nonzero elements (NaN counts:
-        Cast to bool is defined for it), which stays exact."""
+        A finite value is reduced (max or min, exact; or a sum); a value that may hold NaN or
+        infinities, or an inexact one where the scalar must be exact, gives its element count
+        instead: whether an inexact value is 0, or which NaN a max picks, is not the same in
+        every engine (LogSoftmax over one element is 0 in one and -1e-8 in another)."""
         nonempty = known(v.shape) and 0 not in v.shape
         if v.dtype == BOOL:
             v = self.cast(v, F32)
-        if v.safe and (v.exact or not exact_only) and is_float(v.dtype) or \
-                v.dtype in (I32, I64) and v.safe:
-            v = self.cast(v, F32) if v.dtype != F32 and v.dtype != F64 else v
-            if v.rank > 0:
-                op = self.choice(["ReduceMax", "ReduceMin"]) if nonempty else "ReduceSum"
-                if not exact_only and nonempty and self.chance(0.3):
-                    op = "ReduceSum"
-                v = self._reduce_all(v, op)
-            return self.cast(v, F32)
-        c = self.cast(self.cast(v, BOOL), F32)
-        return self._reduce_all(c, "ReduceSum") if c.rank > 0 else c
+        usable = v.safe and (v.exact or not exact_only) and (is_float(v.dtype) or
+                                                              v.dtype in (I32, I64))
+        if not usable:
+            size = self.node1("Size", [v], outs=[(I64, ())])
+            return self.cast(size, F32)
+        v = self.cast(v, F32) if v.dtype not in (F32, F64) else v
+        if v.rank > 0:
+            op = self.choice(["ReduceMax", "ReduceMin"]) if nonempty else "ReduceSum"
+            if not exact_only and nonempty and self.chance(0.3):
+                op = "ReduceSum"
+            v = self._reduce_all(v, op)
+        return self.cast(v, F32)
 
     def fold(self, target, extra):
         """target combined with every value of `extra` (reduced to scalars): same dtype and

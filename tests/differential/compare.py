@@ -34,15 +34,18 @@ class OutInfo:
     computed at (unit; 0: its own dtype's), its integer tolerance (quant), whether it is
     random."""
 
-    def __init__(self, depth=0, quant=0, random=False, unit=0.0):
+    def __init__(self, depth=0, quant=0, random=False, unit=0.0, shape=None):
         self.depth = depth
         self.quant = quant
         self.random = random
         self.unit = unit
+        self.shape = shape  # the shape the generator's own model of the spec gives, if known
 
     @staticmethod
     def of(v):
-        return OutInfo(v.depth, v.quant, v.random, v.unit)
+        known = v.shape is not None and all(isinstance(d, int) for d in v.shape) and \
+            not v.is_seq
+        return OutInfo(v.depth, v.quant, v.random, v.unit, tuple(v.shape) if known else None)
 
     def to_json(self):
         return {"depth": self.depth, "quant": self.quant, "random": self.random,

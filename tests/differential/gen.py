@@ -24,8 +24,9 @@ P_CONTROL_FLOW_LEAD = 0.2
 class Generated:
     """One generated graph: the Graph, its input data, its opsets and what it holds."""
 
-    def __init__(self, graph, inputs, opsets, control_flow, seed, index):
+    def __init__(self, graph, inputs, opsets, control_flow, seed, index, values):
         self.graph = graph
+        self.values = values  # every value, by name
         self.inputs = inputs
         self.opsets = opsets
         self.control_flow = control_flow
@@ -110,7 +111,7 @@ def generate(seed, index, opdefs, max_ops=8):
             grow(b, 1, cf)
     grow(b, int(rng.integers(1, max_ops + 1)), gens)
     _choose_outputs(b)
-    return Generated(g, b.input_data, opsets, ctx.control_flow, seed, index)
+    return Generated(g, b.input_data, opsets, ctx.control_flow, seed, index, ctx.values)
 
 
 def _choose_outputs(b):

@@ -1,9 +1,15 @@
-"""Known, justified differences between dynvm and ONNX Runtime (docs/differential.md lists
-each one with its reason). `explain` returns the reason a verdict is not a mismatch, or None.
+"""Known, justified differences between dynvm and ONNX Runtime, and dynvm's open bugs: each
+entry here is listed in docs/differential.md (by its name) with its reproducer and reason.
+The fuzzer calls a verdict that one of these explains "explained", not a mismatch; the
+regression cases in tests/differential/regressions/ pin each one.
+
+An entry is as narrow as its predicate can make it: an error message and the operators of
+the model, never a whole class of failures.
 """
 import copy
 import re
 
+import numpy as np
 from onnx import shape_inference
 
 # ONNX Runtime has no kernel for this type (or this op at this opset): no oracle for the
@@ -15,9 +21,129 @@ def ort_has_no_kernel(message):
     return bool(ORT_NO_KERNEL.search(message))
 
 
-# (name, predicate over (ort error message, the model)) for errors ORT raises where dynvm
-# computes a result the spec defines. Each is in docs/differential.md.
-ORT_ERRORS = []
+def _ops(model):
+    found = set()
+
+    def walk(g):
+        for n in g.node:
+            found.add(n.op_type)
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g)
+
+    walk(model.graph)
+    return found
+
+
+def _nodes(model, op):
+    out = []
+
+    def walk(g):
+        for n in g.node:
+            if n.op_type == op:
+                out.append(n)
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g)
+
+    walk(model.graph)
+    return out
+
+
+def _has_unranked_input(model):
+    return any(not v.type.tensor_type.HasField("shape") for v in model.graph.input
+               if v.type.HasField("tensor_type"))
+
+
+# -- dynvm refuses or fails, ONNX Runtime runs -------------------------------------------------
+# (name, predicate over (dynvm's error message, the model)).
+DYNVM_ERRORS = [
+    # docs/onnx.md: a sequence element, a scan output, ConcatFromSequence need their rank at
+    # compile time; a model input without a declared shape has none.
+    ("dynvm-needs-a-rank", lambda msg, m: "UnimplementedError" in msg and bool(
+        re.search(r"unknown rank|rank is unknown|needs the elements' rank|the rank of", msg))),
+    # Open bug: a Loop whose trip count is also one of its carried initial values.
+    ("dynvm-bug-loop-trip-count-carried", lambda msg, m: "has no register here" in msg and any(
+        n.input[0] and n.input[0] in list(n.input[2:]) for n in _nodes(m, "Loop"))),
+    # Open bug: an If or Loop result of unknown rank that is (a view of) a function input
+    # returned as a function output.
+    ("dynvm-bug-unknown-rank-output-alias",
+     lambda msg, m: "an output of unknown shape is not pool-owned" in msg),
+    # Open bug: Reshape of a Loop-carried value grown by Concat (a growable storage) after the
+    # loop.
+    ("dynvm-bug-reshape-of-grown-carried", lambda msg, m: "reshape of a non-contiguous" in msg
+     and "Loop" in _ops(m)),
+    # The spec is ambiguous: dynvm reads MaxUnpool's indices in the inferred shape (ONNX's
+    # own test data), ONNX Runtime and PyTorch in output_shape.
+    ("maxunpool-indices-in-the-inferred-shape",
+     lambda msg, m: "MaxUnpool: index" in msg and any(
+         len(n.input) > 2 and n.input[2] for n in _nodes(m, "MaxUnpool"))),
+    # Open bug: a Loop nested in a Loop or Scan body whose carried value grows by Concat
+    # appends a piece with other dims (the growable storage keeps the first iteration's).
+    ("dynvm-bug-nested-growable-append", lambda msg, m: bool(
+        re.search(r"append of \S+ to \S+ along axis \d+: other dims differ", msg))),
+    # Open bug: a Scan that moves a scan output's axis (scan_output_axes) is inferred with the
+    # axis in front until it is lowered; a consumer that broadcasts it fails to compile.
+    ("dynvm-bug-scan-output-axes-inferred-late", lambda msg, m: "do not broadcast" in msg and
+     any(any(a.name == "scan_output_axes" and any(a.ints) for a in n.attribute)
+         for n in _nodes(m, "Scan"))),
+]
+
+
+def explain_dynvm_error(message, model):
+    for name, pred in DYNVM_ERRORS:
+        if pred(message, model):
+            return name
+    return None
+
+
+def if_result_carried(model):
+    """Open bug: an If result made in a branch (an arena value) that is a Loop's carried
+    initial value or a Scan's initial state shares its storage with values the body writes:
+    the carried value reads garbage (the bits of another value), optimized or not. True when
+    the model (or a body) has that shape."""
+    def walk(g):
+        from_if = {o for n in g.node if n.op_type == "If" for o in n.output}
+        for n in g.node:
+            carried = []
+            if n.op_type == "Loop":
+                carried = list(n.input[2:])
+            elif n.op_type == "Scan":
+                k = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+                carried = list(n.input[:len(n.input) - k])
+            if any(c in from_if for c in carried):
+                return True
+            for a in n.attribute:
+                if a.HasField("g") and walk(a.g):
+                    return True
+        return False
+    return walk(model.graph)
+
+
+def renamed_outputs(renamed, right):
+    """Open bug: with optimization, two graph outputs that compute the same value (merged by
+    CSE) come out under another value's name (the first output's with "_1", or the merged
+    intermediate's): the output's own name is gone. True when the {name: array} dicts
+    `renamed` (optimized) and `right` (unoptimized) differ only that way: as many names, and
+    every missing name's array equal to an extra name's."""
+    extra = set(renamed) - set(right)
+    missing = set(right) - set(renamed)
+    if not extra or len(extra) != len(missing):
+        return False
+    for m in missing:
+        if not any(renamed[e].shape == right[m].shape and renamed[e].dtype == right[m].dtype
+                   and np.array_equal(renamed[e], right[m], equal_nan=right[m].dtype.kind == "f")
+                   for e in extra):
+            return False
+    return True
+
+
+# -- ONNX Runtime refuses a valid model that dynvm runs ------------------------------------------
+ORT_ERRORS = [
+    # ONNX Runtime's MatMul refuses an empty batch dim against a 1-D operand.
+    ("ort-matmul-empty-batch", lambda msg, m: "matmul_helper" in msg and
+     "cannot broadcast" in msg),
+]
 
 
 def explain_ort_error(message, model):
@@ -27,18 +153,7 @@ def explain_ort_error(message, model):
     return None
 
 
-# (name, predicate over (model, inputs, output name, dynvm value, ORT value)) for values
-# where ORT departs from the ONNX specification and dynvm follows it.
-VALUE_DIFFERENCES = []
-
-
-def explain_value(model, inputs, name, got, want):
-    for reason, pred in VALUE_DIFFERENCES:
-        if pred(model, inputs, name, got, want):
-            return reason
-    return None
-
-
+# -- different values ----------------------------------------------------------------------------
 def spec_shape(model, inputs, name):
     """The static shape ONNX's own shape inference gives output `name` once the inputs'
     shapes are declared as they are, or None."""
@@ -67,15 +182,32 @@ def spec_shape(model, inputs, name):
     return None
 
 
-def ort_shape_departs_from_spec(model, inputs, name, got, want):
-    """ORT's output has another shape than the one ONNX's shape inference gives, and dynvm's
-    has that one (ORT's reductions over empty tensors, Slice ends of INT64_MAX stepping
-    backwards: docs/differential.md)."""
+def ort_shape_departs_from_spec(model, inputs, name, got, want, expected=None):
+    """ORT's output has another shape than the spec's, and dynvm's has the spec's: the one
+    ONNX's own shape inference gives, or where that cannot tell (a data-dependent input), the
+    generator's (ORT's ArgMax/ArgMin and reductions over empty tensors, Slice ends of
+    INT64_MAX stepping backwards: docs/differential.md)."""
     if got.shape == want.shape:
         return False
     s = spec_shape(model, inputs, name)
-    return s is not None and s == got.shape
+    if s is None:
+        s = expected
+    return s is not None and tuple(s) == got.shape and tuple(s) != want.shape
 
 
-VALUE_DIFFERENCES.append(("onnxruntime's output shape departs from ONNX's shape inference",
-                          ort_shape_departs_from_spec))
+# (name, predicate over (model, inputs, output name, dynvm value, ORT value, the shape the
+# generator expects)).
+VALUE_DIFFERENCES = [
+    ("ort-shape-departs-from-the-spec", ort_shape_departs_from_spec),
+    # The spec is ambiguous: dynvm reads MaxUnpool's indices in the inferred shape (ONNX's
+    # own test data), ONNX Runtime and PyTorch in output_shape.
+    ("maxunpool-indices-in-the-inferred-shape", lambda m, ins, name, got, want, e: any(
+        len(n.input) > 2 and n.input[2] for n in _nodes(m, "MaxUnpool"))),
+]
+
+
+def explain_value(model, inputs, name, got, want, expected=None):
+    for reason, pred in VALUE_DIFFERENCES:
+        if pred(model, inputs, name, got, want, expected):
+            return reason
+    return None

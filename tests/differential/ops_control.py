@@ -119,6 +119,7 @@ def inherit(vals, body_outs, times=1):
         v.exact = v.exact and all(o.exact for o in body_outs)
         v.random = v.random or any(o.random for o in body_outs)
         v.unit = max([v.unit] + [o.unit for o in body_outs])
+        v.mag = max([o.mag for o in body_outs] + [0.0])
         v.quant = max([v.quant] + [o.quant for o in body_outs])
 
 

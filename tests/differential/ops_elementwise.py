@@ -121,21 +121,21 @@ def div(b):
     x = pick_x(b, FL + (I32, I64))
     if is_int(x.dtype):  # an integer divisor must not be 0
         y = operand_like(b, x, kind="nonzero")
-    else:
-        y = operand_like(b, x)
+    else:  # an exact divisor: dividing by a value near 0 is ill-conditioned
+        y = operand_like(b, x, exact=True)
     shape = broadcast(x.shape, y.shape)
     return b.node1("Div", [x, y], outs=[(x.dtype, shape)], exact=True)
 
 
 @op("Pow")
 def pow_(b):
-    x = pick_x(b, (F32, F32, F64))
+    x = pick_x(b, (F32, F32, F64), exact=True)
     if b.ctx.lo >= 12 and b.chance(0.3):
         y = b.fresh(b.choice([I32, I64]), (), kind="index", lo=-3, hi=4)
     elif b.chance(0.5):
         y = b.constant(np.array(b.choice([2.0, 0.5, 3.0, -1.0, 1.0, -0.5, 1.5]), x.dtype))
     else:
-        y = operand_like(b, x)
+        y = operand_like(b, x, exact=True)
     shape = broadcast(x.shape, y.shape)
     if shape is None:
         raise Skip()
@@ -275,32 +275,35 @@ def not_(b):
 
 
 # -- unary math ----------------------------------------------------------------------------
-# name: (first opset, dtypes, exact, needs exact input (discontinuous), attrs)
+# name: (first opset, dtypes, exact, needs exact input). An op needs an exact input when its
+# output jumps where the input moves by an ulp (Floor, Sign ...) or when it is ill-conditioned
+# (Log near 0, Asin and Acos near +-1, Tan near pi/2, 1/x near 0 ...): a last-bit difference
+# upstream would become a large one.
 UNARY = {
     "Abs": (7, FL + (I32, I64, I8), True, False),
     "Neg": (7, FL + (I32, I64, I8), True, False),
-    "Sqrt": (7, FL, True, False),
-    "Reciprocal": (7, FL, True, False),
+    "Sqrt": (7, FL, True, True),
+    "Reciprocal": (7, FL, True, True),
     "Floor": (7, FL, True, True),
     "Ceil": (7, FL, True, True),
     "Round": (11, FL, True, True),
     "Sign": (9, FL + (I32, I64), True, True),
     "Exp": (7, FL, False, False),
-    "Log": (7, FL, False, False),
+    "Log": (7, FL, False, True),
     "Erf": (9, (F32, F32, F64), False, False),
     "Tanh": (7, FL, False, False),
     "Sigmoid": (7, FL, False, False),
     "Sin": (7, FL, False, False),
     "Cos": (7, FL, False, False),
-    "Tan": (7, (F32,), False, False),
-    "Asin": (7, (F32,), False, False),
-    "Acos": (7, (F32,), False, False),
+    "Tan": (7, (F32,), False, True),
+    "Asin": (7, (F32,), False, True),
+    "Acos": (7, (F32,), False, True),
     "Atan": (7, (F32,), False, False),
     "Sinh": (9, (F32,), False, False),
     "Cosh": (9, (F32,), False, False),
     "Asinh": (9, (F32,), False, False),
-    "Acosh": (9, (F32,), False, False),
-    "Atanh": (9, (F32,), False, False),
+    "Acosh": (9, (F32,), False, True),
+    "Atanh": (9, (F32,), False, True),
     "Softplus": (7, (F32,), False, False),
     "Softsign": (7, (F32,), False, False),
     "Relu": (7, FL, True, False),
@@ -354,8 +357,14 @@ _act("HardSigmoid", lambda b: {**_maybe(b, "alpha", 0.05, 0.5), **_maybe(b, "bet
 _act("HardSwish", lambda b: {}, lo=14, dtypes=(F32,))
 _act("LeakyRelu", lambda b: _maybe(b, "alpha", 0.0, 0.5), exact=True)
 _act("ThresholdedRelu", lambda b: _maybe(b, "alpha", -1.0, 2.0), exact=True, lo=10)
-_act("Shrink", lambda b: {**_maybe(b, "bias", 0.0, 1.0), **_maybe(b, "lambd", 0.0, 1.5)},
-     exact=True, lo=9, dtypes=(F32, F64))
+@op("Shrink", lo=9)
+def shrink(b):
+    x = pick_x(b, (F32, F32, F64), exact=True)
+    attrs = {**_maybe(b, "bias", 0.0, 1.0), **_maybe(b, "lambd", 0.0, 1.5)}
+    # ONNX Runtime computes Shrink of float64 in float32 (docs/differential.md): compared at
+    # float32's precision.
+    return b.node1("Shrink", [x], attrs, outs=[(x.dtype, x.shape)], exact=x.dtype == F32,
+                   unit=2.0 ** -16 if x.dtype == F64 else None)
 
 
 @op("Clip")
@@ -369,6 +378,8 @@ def clip(b):
     hi_v = lo_v + b.rng.uniform(0, 3)
     if b.chance(0.25):
         hi_v = lo_v - 0.5  # min > max: every element becomes max (ONNX: min(max(x, lo), hi))
+    if b.ctx.lo < 11:
+        hi_v = max(hi_v, lo_v)  # ONNX Runtime's Clip-6 refuses min > max
     if is_int(x.dtype):
         lo_v, hi_v = np.floor(lo_v * 10), np.floor(hi_v * 10)
     if b.chance(0.8):
@@ -409,7 +420,9 @@ def cast_like(b):
 def _softmax_like(b, name, exact):
     x = pick_x(b, (F32, F32, F64), min_rank=1, exact=exact)
     attrs = {}
-    if b.chance(0.7) or b.ctx.lo < 13 <= b.ctx.hi:
+    # Without the attribute the axis is 1 before opset 13 (-1 from 13): give it explicitly
+    # where the opsets disagree or where 1 is out of range.
+    if b.chance(0.7) or b.ctx.lo < 13 <= b.ctx.hi or b.ctx.lo < 13 and x.rank < 2:
         attrs["axis"] = b.randint(-x.rank, x.rank - 1)
     return b.node1(name, [x], attrs, outs=[(x.dtype, x.shape)], exact=exact)
 

@@ -65,8 +65,12 @@ def dequantize(b):
 @op("DynamicQuantizeLinear", lo=11)
 def dynamic_quantize(b):
     x = pick_x(b, (F32,), exact=True)
-    if not x.safe:
-        x = b.fresh(F32, b.rand_shape(), kind="unit")
+    if not x.safe or not known(x.shape) or 0 in x.shape:
+        # Nothing, or only zeros: scale 0 by the spec's formula, 1 in ONNX Runtime (a spec
+        # test, docs/differential.md).
+        x = b.fresh(F32, b.rand_shape(allow_zero=False), kind="unit")
+    if getattr(x, "const", None) is not None and not np.any(x.const):
+        raise Skip()
     return b.node("DynamicQuantizeLinear", [x], outs=[(U8, x.shape), (F32, ()), (U8, ())],
                   exact=True, quant=1)
 

@@ -33,9 +33,13 @@ MAX_SECONDS = 180.0
 
 
 def signature(verdict):
-    """What must stay the same for a candidate to count as the same mismatch."""
+    """What must stay the same for a candidate to count as the same mismatch: the kind, the
+    error's text once names and numbers are blotted out, and for values whether a shape, a
+    dtype or elements differ."""
     text = verdict.detail if verdict.kind in ("dynvm-error", "ort-error", "crash", "hang",
                                               "config") else ""
+    if verdict.kind == "value":
+        text = re.sub(r"^output '[^']*': ", "", verdict.detail).split(" ")[0]
     text = re.sub(r"/tmp/\S+", "", text)
     text = re.sub(r"'[^']*'", "''", text)
     text = re.sub(r"[%\w]*\d+", "N", text)
@@ -289,7 +293,9 @@ def simplify_bodies(r, model, inputs):
 def reduce_and_save(engines, gg, opset, verdict, out_dir, use_ort, log):
     """Reduces graph `gg` at `opset` and saves the case under out_dir; returns its path."""
     model = graphmod.to_model(gg.graph, opset)
-    infos = {v.name: compare.OutInfo.of(v) for v, _ in gg.graph.outputs}
+    infos = {name: compare.OutInfo.of(v) for name, v in gg.values.items()}
+    for info in infos.values():
+        info.shape = None  # shapes change as the reducer cuts inputs
     r = Reducer(engines, model, gg.inputs, infos, verdict, use_ort, log)
     keep = r.ddmin()
     small, inputs = r.shrink(keep)

@@ -173,7 +173,7 @@ def ort_cache_dir():
     return os.path.join(base, "dynvm", "ort")
 
 
-def install_ort(version="1.30.0", timeout=300):
+def install_ort(version="1.30.0", timeout=120):
     """npm install --ignore-scripts onnxruntime-node into the cache; its node_modules or None."""
     d = ort_cache_dir()
     try:
