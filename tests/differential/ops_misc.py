@@ -187,8 +187,9 @@ def _window(name):
         n = b.randint(1, 8)  # ONNX's shape inference refuses size 0
         size = b.constant(np.array(n, b.choice([np.int64, np.int32])))
         attrs = {}
-        if b.chance(0.5):
-            attrs["periodic"] = b.choice([0, 1])
+        if b.chance(0.5) or n == 1:
+            # A symmetric window of one element divides by N - 1 = 0: undefined.
+            attrs["periodic"] = b.choice([0, 1]) if n > 1 else 1
         dt = F32
         if b.chance(0.3):
             dt = F64

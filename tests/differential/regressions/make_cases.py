@@ -228,7 +228,7 @@ def open_bugs():
                 [vi("y", T.INT64, None)], 13),
           {}, {"y": np.array(3, np.int64)}, "open",
           "InternalError 'value %0 (i64[]) has no register here': a Loop whose trip count is "
-          "also a carried initial value", "numpy", bug="dynvm-bug-loop-trip-count-carried")
+          "also a carried initial value", "numpy", bug="dynvm-bug-carried-aliasing")
     then_b = h.make_graph([const("z", np.array(0.0, np.float32)),
                            h.make_node("Greater", ["v", "z"], ["t"])], "then", [],
                           [vi("t", T.BOOL, None)])
@@ -295,7 +295,32 @@ def if_result_carried():
           "open", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
           "body's Gather writes over its storage and the loop returns the bits of 1.0f "
           "(4575657222473777152), optimized and not", "numpy",
-          bug="dynvm-bug-if-result-carried-aliasing")
+          bug="dynvm-bug-carried-aliasing")
+
+
+def loop_result_carried():
+    c = np.arange(25, dtype=np.int64).reshape(5, 5) - 12
+
+    def body(name, op):
+        nodes = [h.make_node("Identity", ["cin"], ["cout"]), h.make_node(op, ["s"], ["so"])]
+        outs = [vi("cout", T.BOOL, None), vi("so", T.INT64, None)]
+        if op == "Identity":
+            nodes.append(h.make_node("Gather", ["big", "it"], ["g"], axis=2))
+            outs.append(vi("g", T.FLOAT, None))
+        return h.make_graph(nodes, name, [vi("it", T.INT64, []), vi("cin", T.BOOL, []),
+                                          vi("s", T.INT64, None)], outs)
+    big = np.ones((1, 5, 3), np.float32)
+    write("loop-result-carried-through-a-loop",
+          model([const("m", np.array(3, np.int64)),
+                 h.make_node("Loop", ["m", "", "c"], ["l1"], body=body("b1", "Abs")),
+                 h.make_node("Loop", ["m", "", "l1"], ["sf", "gs"], body=body("b2", "Identity"))],
+                [vi("c", T.INT64, [5, 5]), vi("big", T.FLOAT, [1, 5, 3])],
+                [vi("sf", T.INT64, None), vi("gs", T.FLOAT, None)], 11),
+          {"c": c, "big": big},
+          {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
+          "open", "a Loop's result is the next Loop's carried initial value, passed through "
+          "unchanged while the body writes a Gather: the bits of 1.0f come out, optimized and "
+          "not", "numpy", bug="dynvm-bug-carried-aliasing")
 
 
 def limitations():
@@ -313,5 +338,6 @@ if __name__ == "__main__":
     spec_differences()
     open_bugs()
     if_result_carried()
+    loop_result_carried()
     limitations()
     print("cases written to", HERE, file=sys.stderr)
