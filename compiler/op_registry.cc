@@ -128,7 +128,9 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(SymbolicContext& sym, const std
     } else if (cb) {
       out[i] = db;
     } else {
-      out[i] = sym.Max(da, db);
+      // Two symbols: equal, or one of them 1 and the result the other, which is 0 when one is
+      // 1 and the other 0. max(a, b) where neither is 0, else 0: max(a, b) * min(a, b, 1).
+      out[i] = sym.Mul(sym.Max(da, db), sym.Min(sym.Min(da, db), sym.Const(1)));
     }
   }
   return out;

@@ -219,7 +219,7 @@ void DefineDynvmOps(OpTable& t) {
       {"QLSTM", 7, "", "", kPure, QLstmShape},
       {"QGRU", 7, "", "", kPure, QGruShape},
       {"QRNN", 7, "", "", kPure, QRnnShape},
-      {"Copy", 7, "", "", kPure, SameAsInput},
+      {"Copy", 7, "", "", kPure, shapes::SameAsInputKeepingContent},
   };
   t.Add(ops::kDynvmDomain, kRows);
 }

@@ -4,6 +4,7 @@
 // Mul, Div of Shape results) keeps its symbolic content, so the shapes computed from it stay
 // exact.
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,20 @@ using shapes::ConstInts;
 using shapes::Numel;
 using shapes::SameAsInput;
 using Shape = std::vector<Dim>;
+
+// x / y as ONNX's integer Div computes it (truncating towards zero, as C and ONNX Runtime
+// do): constants are divided, and a nonnegative x by a positive y is a floor division. Other
+// signs are left to the kernel (nullopt).
+std::optional<Dim> TruncatingDiv(SymbolicContext& sym, Dim x, Dim y) {
+  const std::optional<int64_t> a = SymbolicContext::AsConst(x), b = SymbolicContext::AsConst(y);
+  if (a && b) {
+    if (*b == 0 || (*a == std::numeric_limits<int64_t>::min() && *b == -1)) return std::nullopt;
+    return sym.Const(*a / *b);
+  }
+  const std::optional<int64_t> lx = sym.LowerBound(x), ly = sym.LowerBound(y);
+  if (lx && *lx >= 0 && ly && *ly >= 1) return sym.FloorDiv(x, y);
+  return std::nullopt;
+}
 
 // Elementwise ops over broadcast inputs. `out_dtype` overrides the dtype (comparisons: bool).
 absl::Status Broadcasting(InferContext& c, std::optional<DType> out_dtype, bool content_arith) {
@@ -64,8 +79,9 @@ absl::Status Broadcasting(InferContext& c, std::optional<DType> out_dtype, bool 
         else if (op == ops::kMul)
           out.push_back(c.sym().Mul(x, y));
         else if (op == ops::kDiv) {
-          // ONNX integer Div truncates; for nonnegative sizes that is floor division.
-          out.push_back(c.sym().FloorDiv(x, y));
+          std::optional<Dim> q = TruncatingDiv(c.sym(), x, y);
+          if (!q) return absl::OkStatus();  // a quotient of unknown sign: no content
+          out.push_back(*q);
         } else
           return absl::OkStatus();
       }
@@ -216,7 +232,7 @@ absl::Status BoolLikeInput(InferContext& c) {
 
 // Dropout: output 0 like the input, the optional mask bool.
 absl::Status DropoutShape(InferContext& c) {
-  absl::Status s = SameAsInput(c);
+  absl::Status s = shapes::SameAsInputKeepingContent(c);
   if (c.has_output(1)) c.node().outputs[1]->dtype = DType::kBool;
   return s;
 }

@@ -1,6 +1,7 @@
 #include "compiler/ops/shape_util.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dynvm::compiler::shapes {
 
@@ -39,6 +40,11 @@ absl::Status SameAsInput(InferContext& c) {
       c.SetOutputUnknown(i, c.input_dtype(0));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status SameAsInputKeepingContent(InferContext& c) {
+  DYNVM_RETURN_IF_ERROR(SameAsInput(c));
   if (c.content(0)) c.SetContent(0, *c.content(0));
   return absl::OkStatus();
 }

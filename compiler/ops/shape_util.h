@@ -18,8 +18,13 @@ absl::StatusOr<int> Axis(InferContext& c, int64_t axis, int rank);
 std::optional<std::vector<int64_t>> ConstInts(InferContext& c, size_t i);
 // The product of the dims.
 Dim Numel(SymbolicContext& sym, const std::vector<Dim>& s);
-// Every output gets input 0's dtype and shape, output 0 its symbolic content.
+// Every output gets input 0's dtype and shape. The symbolic content (the dims a shape tensor
+// holds) is not passed on: an op of this shape function may change the values (Sign, Neg,
+// Clip, CumSum, a scatter).
 absl::Status SameAsInput(InferContext& c);
+// SameAsInput, and output 0 keeps input 0's symbolic content: for ops that keep the values
+// (Dropout in inference, dynvm::Copy).
+absl::Status SameAsInputKeepingContent(InferContext& c);
 
 }  // namespace shapes
 

@@ -292,8 +292,12 @@ absl::Status Slice(InferContext& c) {
       s = std::clamp<int64_t>(s, 0, n);
       e = std::clamp<int64_t>(e, 0, n);
       count = e > s ? (e - s + step - 1) / step : 0;
+    } else if (n == 0) {
+      count = 0;
     } else {
-      s = std::clamp<int64_t>(s, -1, n - 1);
+      // Stepping backwards the start is clamped to [0, n - 1] and the end to [-1, n - 1]
+      // (the spec's text; numpy would clamp a start before the first element to -1).
+      s = std::clamp<int64_t>(s, 0, n - 1);
       e = std::clamp<int64_t>(e, -1, n - 1);
       count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
     }
@@ -525,12 +529,12 @@ absl::Status EyeLike(InferContext& c) {
   return absl::OkStatus();
 }
 
-// NonZero: [rank, nnz], nnz decided by the kernel.
+// NonZero: [max(rank, 1), nnz], nnz decided by the kernel.
 absl::Status NonZeroShape(InferContext& c) {
   if (c.input_shape(0)) {
-    c.SetOutput(
-        0, DType::kI64,
-        {c.sym().Const(static_cast<int64_t>(c.input_shape(0)->size())), c.sym().Fresh("nnz")});
+    // A scalar reads as a one-element vector (numpy, ONNX Runtime and the kernel): one row.
+    const int64_t rows = std::max<int64_t>(static_cast<int64_t>(c.input_shape(0)->size()), 1);
+    c.SetOutput(0, DType::kI64, {c.sym().Const(rows), c.sym().Fresh("nnz")});
     if (c.has_output(0)) c.node().outputs[0]->dynamic = true;
   } else {
     c.SetOutputDynamic(0, DType::kI64, 2);

@@ -16,7 +16,8 @@
 // GridSample (4-D input): grid[n, h, w] = (x, y) in [-1, 1] is mapped to pixel coordinates
 // (align_corners: -1 and 1 are the corner pixels' centres; else their outer edges); modes
 // bilinear, nearest (round half to even) and bicubic (A = -0.75); padding zeros (outside
-// pixels read 0), border (clamped) and reflection (mirrored at the borders).
+// pixels read 0), border (clamped) and reflection (mirrored at the borders), applied to the
+// coordinate for bilinear and nearest and to each of the 16 taps for bicubic (as PyTorch).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -350,7 +351,21 @@ double GridValue(const GridAttrs& a, const GridPlane& g, double x, double y) {
     x = std::nearbyint(x);
     y = std::nearbyint(y);
   }
-  if (a.pad == GsPad::kBorder) {
+  const double limit = 4.0 + static_cast<double>(std::max(g.w, g.h));
+  if (a.mode == GsMode::kBicubic) {
+    // Bicubic pads each of its 4 x 4 taps (GridPlane::At), not the coordinate (PyTorch's
+    // grid_sample, which GridSample follows). The coordinate is brought in range for the
+    // casts below without changing a tap: by clamping far outside (border: every tap is the
+    // edge pixel either way) or by whole periods of the reflection (2 (hi - lo), an integer).
+    if (a.pad == GsPad::kBorder) {
+      x = std::clamp(x, -limit, limit);
+      y = std::clamp(y, -limit, limit);
+    } else if (a.pad == GsPad::kReflection) {
+      const double px = 2 * (hi_x - lo_x), py = 2 * (hi_y - lo_y);
+      if (px > 0) x = lo_x + std::fmod(x - lo_x, px) + (x < lo_x ? px : 0);
+      if (py > 0) y = lo_y + std::fmod(y - lo_y, py) + (y < lo_y ? py : 0);
+    }
+  } else if (a.pad == GsPad::kBorder) {
     x = std::clamp(x, 0.0, static_cast<double>(g.w - 1));
     y = std::clamp(y, 0.0, static_cast<double>(g.h - 1));
   } else if (a.pad == GsPad::kReflection) {
@@ -358,8 +373,7 @@ double GridValue(const GridAttrs& a, const GridPlane& g, double x, double y) {
     y = Reflect(y, lo_y, hi_y);
   }
   // Far outside (zeros padding): every tap reads 0; also keeps the casts below in range.
-  const double limit = 4.0 + static_cast<double>(std::max(g.w, g.h));
-  if (std::abs(x) > limit || std::abs(y) > limit) return 0.0;
+  if (a.pad == GsPad::kZeros && (std::abs(x) > limit || std::abs(y) > limit)) return 0.0;
   switch (a.mode) {
     case GsMode::kNearest:
       return g.At(static_cast<int64_t>(y), static_cast<int64_t>(x));

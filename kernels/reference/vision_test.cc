@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
@@ -177,6 +178,68 @@ TEST(VisionKernelTest, GridSampleModesAndPadding) {
   EXPECT_NEAR(edge[2], 1.5, 1e-6);
   EXPECT_THAT(Sample("bilinear", "border", 0),
               Pointwise(DoubleNear(1e-6), std::vector<double>{0, 3, 1.5, 3}));
+}
+
+// Bicubic samples outside the image: the border and reflection padding apply to each of the
+// 4 x 4 taps, not to the sampled coordinate (PyTorch's grid_sample, which GridSample-16
+// follows, and ONNX Runtime). Expected values from torch 1.13, float64:
+//   x = [[1, 2, 4], [-1, 3, 0.5]], grid (x, y) = (-1.7, 0.3), (1.4, -1.2), (0.2, 2.5),
+//   (-3.1, -2.2); F.grid_sample(x, grid, mode="bicubic", padding_mode=..., align_corners=...)
+// (found by tests/differential: dynvm clamped the coordinate, giving the border pixel).
+TEST(VisionKernelTest, GridSampleBicubicPadsEachTap) {
+  struct Case {
+    const char* pad;
+    int64_t align;
+    std::vector<double> torch;
+  };
+  const std::vector<Case> cases = {
+      {"border", 0, {-0.6479999999999992, 4.165375000000001, 2.7434999999999996, 1.0}},
+      {"border", 1, {-0.4759311093749975, 4.458149500000004, 2.9614375000000006, 1.144}},
+      {"reflection",
+       0,
+       {1.4574591249999984, 4.332693125000002, 2.668249999999996, 1.2641571874999968}},
+      {"reflection",
+       1,
+       {1.824854593750002, 3.4553280000000033, 2.5566250000000004, 1.771336999999999}},
+      {"zeros", 0, {0.06014249999999973, -0.07784353124999958, 0.0, 0.0}},
+      {"zeros", 1, {-0.27309128906249736, 2.605203, 0.6842031250000001, 0.0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.pad, " align_corners ", c.align));
+    KernelCall gs("GridSample");
+    gs.In(F32({1, 1, 2, 3}, {1, 2, 4, -1, 3, 0.5}))
+        .In(F32({1, 1, 4, 2}, {-1.7f, 0.3f, 1.4f, -1.2f, 0.2f, 2.5f, -3.1f, -2.2f}));
+    gs.Attr("mode", "bicubic").Attr("padding_mode", c.pad).Attr("align_corners", c.align);
+    gs.Out(DType::kF32);
+    // The grid is float32 (torch read the same values as doubles): 1e-5.
+    EXPECT_THAT(ToDoubles(RunCall(gs)[0]), Pointwise(DoubleNear(1e-5), c.torch));
+  }
+}
+
+// Far outside a wider image (5 columns: the reflection's period exceeds the far-outside limit
+// of the zero padding): x = [[1, 2, 4, 7, -2], [-1, 3, 0.5, 2, 1]], grid (-9.3, 0.3),
+// (31.4, -1.2), (0.2, -27.5); torch 1.13 as above.
+TEST(VisionKernelTest, GridSampleBicubicFarOutside) {
+  struct Case {
+    const char* pad;
+    int64_t align;
+    std::vector<double> torch;
+  };
+  const std::vector<Case> cases = {
+      {"border", 0, {-0.6479999999999996, -2.1417499999999987, 6.53125}},
+      {"border", 1, {-0.3341250000000001, -2.182250000000002, 6.027999999999999}},
+      {"reflection", 0, {0.19867187500000041, 1.324804687500001, 1.109375}},
+      {"reflection", 1, {1.4001345000000063, 1.6312959999999963, 1.6877499999999994}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.pad, " align_corners ", c.align));
+    KernelCall gs("GridSample");
+    gs.In(F32({1, 1, 2, 5}, {1, 2, 4, 7, -2, -1, 3, 0.5, 2, 1}))
+        .In(F32({1, 1, 3, 2}, {-9.3f, 0.3f, 31.4f, -1.2f, 0.2f, -27.5f}));
+    gs.Attr("mode", "bicubic").Attr("padding_mode", c.pad).Attr("align_corners", c.align);
+    gs.Out(DType::kF32);
+    EXPECT_THAT(ToDoubles(RunCall(gs)[0]), Pointwise(DoubleNear(1e-4), c.torch));
+  }
 }
 
 TEST(VisionKernelTest, GridSampleNanEmptyAndBadShapes) {
