@@ -8,8 +8,9 @@
 #                                       needed once; later stages use earlier stages' builds)
 #
 # Stages and their budgets, for a cold run (nothing built, nothing cached) on 2 cores. A stage
-# over its budget is reported; the whole run over DYNVM_CI_BUDGET_S (3600 s, the hour CI has)
-# fails, at the end, after every stage has run:
+# over its budget is reported, and so is a whole run over DYNVM_CI_TARGET_S (2700 s: CI's
+# target is 45 minutes cold on 2 cores); a run over DYNVM_CI_BUDGET_S (5400 s, CI's hard limit,
+# past which nothing lands) fails, at the end, after every stage has run:
 #   install        6 min  tools/install-deps.sh test (only what is missing)
 #   format         1 min  clang-format --dry-run --Werror over every tracked C++/CUDA source,
 #                         and no function over 150 lines (tools/lint/function_lengths.py)
@@ -30,7 +31,8 @@
 #                      own cache (ccache's default, outside the clone); set them, even empty, to
 #                      choose another or none
 #   DYNVM_FUZZ_SECONDS, DYNVM_FUZZ_SEED, DYNVM_FUZZ_RUNS   the fuzzers (30, 1, -1: docs/trust.md)
-#   DYNVM_CI_BUDGET_S  the whole run's budget in seconds (3600)
+#   DYNVM_CI_TARGET_S  the whole run's target in seconds (2700): reported when passed
+#   DYNVM_CI_BUDGET_S  the whole run's hard limit in seconds (5400): fails when passed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,7 +54,8 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 JOBS=${DYNVM_JOBS:-2}
-TOTAL_BUDGET=${DYNVM_CI_BUDGET_S:-3600}
+TOTAL_BUDGET=${DYNVM_CI_BUDGET_S:-5400}
+TOTAL_TARGET=${DYNVM_CI_TARGET_S:-2700}
 declare -A BUDGET=([install]=360 [format]=60 [build]=840 [ctest]=240 [sanitize+fuzz]=1020
                    [tsan]=360)
 declare -a SUMMARY=()
@@ -293,12 +296,14 @@ if [[ -n "$CCACHE_BEFORE" ]]; then
   read -r h1 m1 <<< "$(ccache_counts)"
   SUMMARY+=("$(printf '%-14s %d hits, %d misses this run' ccache $((h1 - h0)) $((m1 - m0)))")
 fi
-SUMMARY+=("$(printf '%-14s %8s  budget %8s' total "$(fmt_time $SECONDS)" "$(fmt_time "$TOTAL_BUDGET")")")
+TOTAL_NOTE=""
+if [[ $SECONDS -gt $TOTAL_TARGET ]]; then TOTAL_NOTE="  OVER THE $(fmt_time "$TOTAL_TARGET") TARGET"; fi
+SUMMARY+=("$(printf '%-14s %8s  target %8s, limit %8s%s' total "$(fmt_time $SECONDS)" "$(fmt_time "$TOTAL_TARGET")" "$(fmt_time "$TOTAL_BUDGET")" "$TOTAL_NOTE")")
 if [[ $SECONDS -gt $TOTAL_BUDGET ]]; then
   summary
   trap - EXIT
   echo "!!! FAILED: the run took $(fmt_time $SECONDS), over its budget of $(fmt_time "$TOTAL_BUDGET")" \
-    "(DYNVM_CI_BUDGET_S): every stage passed, but CI must finish within the hour" >&2
+    "(DYNVM_CI_BUDGET_S): every stage passed, but past CI's hard limit nothing lands" >&2
   exit 1
 fi
 echo "all stages passed ($STAGES) in $(fmt_time $SECONDS)"
