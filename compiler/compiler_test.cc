@@ -213,6 +213,42 @@ TEST(CompilerTest, IfSelectsABranch) {
              *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}));
 }
 
+// An If's result is its taken branch's value: that value's arena slot stays live as long
+// as anything views the result (an Identity, a Dropout: kept with --no-optimize), and as
+// long as a later If passes it on. Before, its slot ended with the If's own last use, so a
+// later value (here `later`) was placed over it and the sum read the later value's bits
+// (fuzzer seed 20261129 graphs 7568 and 13229).
+TEST(CompilerTest, ViewsOfAnIfResultKeepItsBranchValueAlive) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {5});
+  Value* c = b.Input("c", DType::kBool, {});
+  std::vector<Value*> r = b.If(
+      c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Neg", {x})}; },
+      [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Relu", {x})}; });
+  Value* view = b.Op("Identity", {r[0]});
+  std::vector<Value*> passed = b.If(
+      c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {view})}; },
+      [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Identity", {view})}; });
+  Value* later = b.Op("Exp", {x});
+  b.Output("y", b.Op("Add", {b.Op("Identity", {passed[0]}), later}));
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {5}, {-1, 2, -3, 0.5f, 4});
+  for (bool optimize : {false, true}) {
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe);
+    for (bool cond : {true, false}) {
+      Tensor branch = Ref(cond ? "Neg" : "Relu", {xv}, DType::kF32);
+      Tensor want = Ref("Add", {branch, Ref("Exp", {xv}, DType::kF32)}, DType::kF32);
+      std::vector<Tensor> got = RunOrDie(comp.exe, {{"x", xv}, {"c", testing::Bool({}, {cond})}});
+      ASSERT_EQ(got.size(), 1u);
+      SCOPED_TRACE(absl::StrCat("optimize ", optimize, ", cond ", cond));
+      ExpectNear(got[0], want);
+    }
+  }
+}
+
 // An If whose condition shape arithmetic decides (a scripted export's rank check) is replaced
 // by its taken branch at compile time: the other branch, which could not compile for these
 // shapes (a MatMul whose inner dims differ), is dropped, with and without optimization. The
