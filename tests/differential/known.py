@@ -208,6 +208,30 @@ def ort_shape_departs_from_spec(model, inputs, name, got, want, expected=None):
     return s is not None and tuple(s) == got.shape and tuple(s) != want.shape
 
 
+def _nan_only_in_want(got, want):
+    """ORT's output has NaN where dynvm's is finite, and the two agree everywhere else."""
+    if got.shape != want.shape or got.dtype.kind != "f":
+        return False
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(w)
+    if not (nan & np.isfinite(g)).any() or np.isnan(g[~nan]).any():
+        return False
+    rest_g, rest_w = g[~nan], w[~nan]
+    scale = max(1.0, float(np.abs(rest_w[np.isfinite(rest_w)]).max(initial=0.0)))
+    return bool(np.allclose(rest_g, rest_w, rtol=1e-3, atol=1e-3 * scale, equal_nan=True))
+
+
+def _log_of_a_normalized_sum(model):
+    mvn = {n.output[0] for n in _nodes(model, "MeanVarianceNormalization")}
+    return any(n.input[0] in mvn for n in _nodes(model, "ReduceLogSum"))
+
+
+def _all_log_of_noise(x):
+    """Every element NaN, -inf, or the log of a value below 0.007 (a cancelled sum)."""
+    x = np.asarray(x, np.float64)
+    return x.dtype.kind == "f" and bool(np.all(np.isnan(x) | (x < -5)))
+
+
 # (name, predicate over (model, inputs, output name, dynvm value, ORT value, the shape the
 # generator expects)).
 VALUE_DIFFERENCES = [
@@ -222,6 +246,15 @@ VALUE_DIFFERENCES = [
         any(a.name == "alpha" and a.f != 1.0 for a in n.attribute) and
         not any(a.name == "beta" and a.f != 1.0 for a in n.attribute)
         for n in _nodes(m, "Gemm"))),
+    # The spec's function body divides by sqrt(var) + 1e-9: a slice of one value (or of
+    # equal values) normalizes to 0; ONNX Runtime leaves the epsilon out and gives 0/0 = NaN.
+    ("ort-mvn-leaves-out-the-epsilon", lambda m, ins, name, got, want, e:
+     bool(_nodes(m, "MeanVarianceNormalization")) and _nan_only_in_want(got, want)),
+    # The log of a sum that cancels: ReduceLogSum of a MeanVarianceNormalization output (which
+    # sums to 0 over the normalized axes) is the log of rounding noise, NaN or about -15 by
+    # summation order; neither engine is wrong.
+    ("reducelogsum-of-a-normalized-sum", lambda m, ins, name, got, want, e:
+     _log_of_a_normalized_sum(m) and _all_log_of_noise(got) and _all_log_of_noise(want)),
     # The spec's formula gives scale 0 for an input of zeros; ONNX Runtime gives 1.
     ("dynamicquantizelinear-of-zeros", lambda m, ins, name, got, want, e:
      got.shape == () and got.dtype == np.float32 and got == 0 and want == 1 and
