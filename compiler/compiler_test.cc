@@ -249,6 +249,68 @@ TEST(CompilerTest, ViewsOfAnIfResultKeepItsBranchValueAlive) {
   }
 }
 
+// BatchNormalization's scale, B, mean and var hold one value per channel. One of another
+// length is refused, naming the node: at compile time when both sizes are known, at run time
+// when the length is a symbol. Before, a known mismatch compiled (fuzzer seed 20261129 graph
+// 10460: ONNX Runtime refuses it).
+TEST(CompilerTest, BatchNormParametersOfAnotherLengthThanTheChannelsAreRefused) {
+  auto build = [](Module& m, std::vector<DimSpec> param, int wrong) {
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {1, 3, 4});
+    std::vector<Value*> ins = {x};
+    const char* names[] = {"scale", "bias", "mean", "var"};
+    for (int i = 0; i < 4; ++i) {
+      ins.push_back(i == wrong ? b.Input(names[i], DType::kF32, param)
+                               : b.Input(names[i], DType::kF32, {3}));
+    }
+    b.set_node_name("bn");
+    b.Output("y", b.Op("BatchNormalization", ins));
+  };
+  const char* params[] = {"scale", "B", "input_mean", "input_var"};
+  for (int wrong = 0; wrong < 4; ++wrong) {
+    SCOPED_TRACE(params[wrong]);
+    Module known;
+    build(known, {2}, wrong);
+    absl::StatusOr<CompileResult> r = Compile(known, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("'bn'"));
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(absl::StrCat(params[wrong], " holds 2 values, but X has 3 channels")));
+    Module matrix;
+    build(matrix, {3, 1}, wrong);
+    r = Compile(matrix, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(r.status().message(), HasSubstr("(rank 1), got rank 2"));
+  }
+  // A symbolic length: compiled, refused at run time for 2 values, run for 3.
+  Module sym;
+  build(sym, {"n"}, 0);
+  Compiled comp = CompileOrDie(sym);
+  ASSERT_TRUE(comp.exe);
+  Tensor x = RandomF32({1, 3, 4}, 7), three = RandomF32({3}, 8);
+  Tensor var = *Tensor::FromVector<float>(DType::kF32, {3}, {0.5f, 1.0f, 2.0f});
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(comp.exe);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  for (const auto& [name, t] :
+       std::vector<std::pair<std::string, Tensor>>{{"x", x},
+                                                   {"scale", RandomF32({2}, 9)},
+                                                   {"bias", three},
+                                                   {"mean", three},
+                                                   {"var", var}}) {
+    ASSERT_TRUE((*vm)->SetInput(name, t).ok()) << name;
+  }
+  absl::Status s = (*vm)->Run();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("'bn'"));
+  EXPECT_THAT(s.message(), HasSubstr("input 1 must be [3]"));
+  Tensor scale = RandomF32({3}, 10);
+  std::vector<Tensor> got = RunOrDie(
+      comp.exe, {{"x", x}, {"scale", scale}, {"bias", three}, {"mean", three}, {"var", var}});
+  ASSERT_EQ(got.size(), 1u);
+  ExpectNear(got[0], Ref("BatchNormalization", {x, scale, three, three, var}, DType::kF32));
+}
+
 // An If whose condition shape arithmetic decides (a scripted export's rank check) is replaced
 // by its taken branch at compile time: the other branch, which could not compile for these
 // shapes (a MatMul whose inner dims differ), is dropped, with and without optimization. The

@@ -331,6 +331,18 @@ def limitations():
           {"x": np.ones((2, 3), np.float32)}, {}, "error",
           "ConcatFromSequence needs the elements' rank at compile time (docs/onnx.md); an "
           "input without a declared shape has none", "", error="UnimplementedError")
+    names = ["x", "s", "b", "m", "v"]
+    write("batchnorm-scale-of-another-length",
+          model([h.make_node("BatchNormalization", names, ["y"])],
+                [vi("x", T.FLOAT, [1, 3, 2])] + [vi(n, T.FLOAT, [2 if n == "s" else 3])
+                                                 for n in names[1:]],
+                [vi("y", T.FLOAT, None)], 15),
+          dict({"x": np.ones((1, 3, 2), np.float32), "s": np.ones(2, np.float32)},
+               **{n: np.ones(3, np.float32) for n in names[2:]}), {}, "error",
+          "a BatchNormalization scale of 2 values for 3 channels is refused at compile time, "
+          "naming the node (ONNX Runtime: 'Invalid input scale'; compiler_test "
+          "BatchNormParametersOfAnotherLengthThanTheChannelsAreRefused)", None,
+          error="scale holds 2 values, but X has 3 channels")
 
 
 if __name__ == "__main__":
