@@ -270,12 +270,6 @@ VALUE_DIFFERENCES = [
     # own test data), ONNX Runtime and PyTorch in output_shape.
     ("maxunpool-indices-in-the-inferred-shape", lambda m, ins, name, got, want, e: any(
         len(n.input) > 2 and n.input[2] for n in _nodes(m, "MaxUnpool"))),
-    # Open bug (kernels/dnnl): the oneDNN Gemm scales C by alpha when C is one row.
-    ("dynvm-bug-dnnl-gemm-alpha-scales-c", lambda m, ins, name, got, want, e: any(
-        len(n.input) > 2 and n.input[2] and
-        any(a.name == "alpha" and a.f != 1.0 for a in n.attribute) and
-        not any(a.name == "beta" and a.f != 1.0 for a in n.attribute)
-        for n in _nodes(m, "Gemm"))),
     # A Slice end of INT64_MAX stepping backwards clamps to n - 1 (the spec; numpy): nothing
     # from a start at n - 1 or past it; ONNX Runtime takes elements. Where the Slice's
     # shape is an output, ort-shape-departs-from-the-spec sees it; here a Size, a Shape or

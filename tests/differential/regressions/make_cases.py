@@ -107,6 +107,22 @@ def fixed_bugs():
           "two symbols 1 and 0 broadcast to 0, not max = 1 (compiler_op_registry_test)", "numpy")
 
 
+def fixed_gemm():
+    ga = np.array([[0.5, -1.0, 2.0, 0.25, 1.5], [-0.75, 3.0, 1.0, -2.0, 0.5]], np.float32)
+    gb = np.array([[1.0, 0.5, -1.5, 2.0, 0.0], [0.25, -0.5, 1.0, 1.5, -1.0],
+                   [2.0, 1.0, 0.5, -0.25, 3.0]], np.float32)
+    gc = np.array([1.0, -2.0, 3.5], np.float32)
+    write("gemm-alpha-with-a-bias-row",
+          model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, transB=1)],
+                [vi("a", T.FLOAT, [2, 5]), vi("b", T.FLOAT, [3, 5]), vi("c", T.FLOAT, [3])],
+                [vi("y", T.FLOAT, None)], 13),
+          {"a": ga, "b": gb, "c": gc},
+          {"y": (0.5 * ga.astype(np.float64) @ gb.T.astype(np.float64) + gc).astype(np.float32)},
+          "fixed", "the oneDNN Gemm (kernels/dnnl/matmul.cc) scaled C by alpha when C is one "
+          "row it passed as the primitive's bias: alpha (A B + C) (kernels_dnnl_test "
+          "GemmScalesOnlyTheProductByAlpha)", "numpy", {"y": {"depth": 2}})
+
+
 def spec_differences():
     xe = np.zeros((1, 2, 1, 0), np.int64)
     write("argmin-of-an-empty-tensor",
@@ -248,19 +264,6 @@ def open_bugs():
           {"x": xn}, {"a": -xn, "b": -xn}, "open",
           "optimized, CSE merges the two Negs and output 'b' comes out as 'a_1'", "numpy",
           bug="dynvm-bug-duplicate-outputs-renamed")
-    ga = np.array([[0.5, -1.0, 2.0, 0.25, 1.5], [-0.75, 3.0, 1.0, -2.0, 0.5]], np.float32)
-    gb = np.array([[1.0, 0.5, -1.5, 2.0, 0.0], [0.25, -0.5, 1.0, 1.5, -1.0],
-                   [2.0, 1.0, 0.5, -0.25, 3.0]], np.float32)
-    gc = np.array([1.0, -2.0, 3.5], np.float32)
-    write("gemm-alpha-with-a-bias-row",
-          model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, transB=1)],
-                [vi("a", T.FLOAT, [2, 5]), vi("b", T.FLOAT, [3, 5]), vi("c", T.FLOAT, [3])],
-                [vi("y", T.FLOAT, None)], 13),
-          {"a": ga, "b": gb, "c": gc},
-          {"y": (0.5 * ga.astype(np.float64) @ gb.T.astype(np.float64) + gc).astype(np.float32)},
-          "open", "the oneDNN Gemm (kernels/dnnl/matmul.cc) scales C by alpha when C is one row "
-          "it passes as the primitive's bias: alpha (A B + C)", "numpy", {"y": {"depth": 2}},
-          bug="dynvm-bug-dnnl-gemm-alpha-scales-c")
     write("split-to-sequence-of-an-empty-tensor",
           model([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=1),
                  h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
@@ -347,6 +350,7 @@ def limitations():
 
 if __name__ == "__main__":
     fixed_bugs()
+    fixed_gemm()
     spec_differences()
     open_bugs()
     if_result_carried()
