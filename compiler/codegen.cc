@@ -1458,12 +1458,17 @@ absl::Status FunctionCodegen::EmitSignature() {
     sig->inputs.push_back(std::move(p));
   }
   fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
-  for (const Value* out : g_.outputs) {
+  for (size_t i = 0; i < g_.outputs.size(); ++i) {
+    const Value* out = g_.outputs[i];
     if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
     fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype),
                                      FbKind(out->elem_kind));
     auto p = std::make_unique<fb::ParamT>();
-    p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
+    // The name the output had before the passes (two outputs CSE merged into one value keep
+    // theirs), else the value's.
+    p->name =
+        i < f_.output_names.size() && !f_.output_names[i].empty() ? f_.output_names[i] : out->name;
+    if (p->name.empty()) p->name = absl::StrCat("output_", sig->outputs.size());
     p->dtype = static_cast<uint8_t>(out->dtype);
     p->kind = FbKind(out->kind);
     if (!out->shape) {

@@ -249,6 +249,40 @@ TEST(CompilerTest, ViewsOfAnIfResultKeepItsBranchValueAlive) {
   }
 }
 
+// Outputs keep the names the graph gave them. Optimized, CSE merges two outputs computing
+// the same value into one value, and Identity removal replaces an output by its input; the
+// signature took the value's name, so 'b' came out as 'a_1' and 'c' under another name
+// (known.py's dynvm-bug-duplicate-outputs-renamed).
+TEST(CompilerTest, OutputsMergedByTheOptimizerKeepTheirNames) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {3});
+  Value* a = b.Op("Neg", {x});
+  b.Output("a", a);
+  b.Output("b", b.Op("Neg", {x}));
+  b.Output("c", b.Op("Identity", {b.Op("Exp", {x})}));
+  b.Output("d", b.Op("Exp", {x}));
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3}, {-1, 2, 0.5f});
+  Tensor neg = Ref("Neg", {xv}, DType::kF32), exp = Ref("Exp", {xv}, DType::kF32);
+  for (bool optimize : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("optimize ", optimize));
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe);
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(comp.exe);
+    ASSERT_TRUE(vm.ok()) << vm.status();
+    ASSERT_TRUE((*vm)->SetInput("x", xv).ok());
+    ASSERT_TRUE((*vm)->Run().ok());
+    for (const auto& [name, want] : std::vector<std::pair<std::string, Tensor>>{
+             {"a", neg}, {"b", neg}, {"c", exp}, {"d", exp}}) {
+      absl::StatusOr<Tensor> got = (*vm)->GetOutput(name);
+      ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+      ExpectNear(*got, want);
+    }
+  }
+}
+
 // BatchNormalization's scale, B, mean and var hold one value per channel. One of another
 // length is refused, naming the node: at compile time when both sizes are known, at run time
 // when the length is a symbol. Before, a known mismatch compiled (fuzzer seed 20261129 graph

@@ -128,24 +128,6 @@ def carried_aliasing(model):
     return walk(model.graph)
 
 
-def renamed_outputs(renamed, right):
-    """Open bug: with optimization, two graph outputs that compute the same value (merged by
-    CSE) come out under another value's name (the first output's with "_1", or the merged
-    intermediate's): the output's own name is gone. True when the {name: array} dicts
-    `renamed` (optimized) and `right` (unoptimized) differ only that way: as many names, and
-    every missing name's array equal to an extra name's."""
-    extra = set(renamed) - set(right)
-    missing = set(right) - set(renamed)
-    if not extra or len(extra) != len(missing):
-        return False
-    for m in missing:
-        if not any(renamed[e].shape == right[m].shape and renamed[e].dtype == right[m].dtype
-                   and np.array_equal(renamed[e], right[m], equal_nan=right[m].dtype.kind == "f")
-                   for e in extra):
-            return False
-    return True
-
-
 # -- ONNX Runtime refuses a valid model that dynvm runs ------------------------------------------
 ORT_ERRORS = [
     # ONNX Runtime's MatMul refuses an empty batch dim against a 1-D operand.

@@ -107,7 +107,15 @@ def fixed_bugs():
           "two symbols 1 and 0 broadcast to 0, not max = 1 (compiler_op_registry_test)", "numpy")
 
 
-def fixed_gemm():
+def fixed_open_bugs():
+    """Bugs first saved as open cases, fixed since."""
+    xn = np.array([1.0, -2.0], np.float32)
+    write("two-outputs-computing-the-same-value",
+          model([h.make_node("Neg", ["x"], ["a"]), h.make_node("Neg", ["x"], ["b"])],
+                [vi("x", T.FLOAT, [2])], [vi("a", T.FLOAT, None), vi("b", T.FLOAT, None)], 13),
+          {"x": xn}, {"a": -xn, "b": -xn}, "fixed",
+          "optimized, CSE merged the two Negs and output 'b' came out as 'a_1' (compiler_test "
+          "OutputsMergedByTheOptimizerKeepTheirNames)", "numpy")
     ga = np.array([[0.5, -1.0, 2.0, 0.25, 1.5], [-0.75, 3.0, 1.0, -2.0, 0.5]], np.float32)
     gb = np.array([[1.0, 0.5, -1.5, 2.0, 0.0], [0.25, -0.5, 1.0, 1.5, -1.0],
                    [2.0, 1.0, 0.5, -0.25, 3.0]], np.float32)
@@ -257,13 +265,6 @@ def open_bugs():
           "open", "InternalError 'an output of unknown shape is not pool-owned': an If whose "
           "branches differ in rank returns a branch value that is a function input",
           "numpy", bug="dynvm-bug-unknown-rank-output-alias")
-    xn = np.array([1.0, -2.0], np.float32)
-    write("two-outputs-computing-the-same-value",
-          model([h.make_node("Neg", ["x"], ["a"]), h.make_node("Neg", ["x"], ["b"])],
-                [vi("x", T.FLOAT, [2])], [vi("a", T.FLOAT, None), vi("b", T.FLOAT, None)], 13),
-          {"x": xn}, {"a": -xn, "b": -xn}, "open",
-          "optimized, CSE merges the two Negs and output 'b' comes out as 'a_1'", "numpy",
-          bug="dynvm-bug-duplicate-outputs-renamed")
     write("split-to-sequence-of-an-empty-tensor",
           model([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=1),
                  h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
@@ -350,7 +351,7 @@ def limitations():
 
 if __name__ == "__main__":
     fixed_bugs()
-    fixed_gemm()
+    fixed_open_bugs()
     spec_differences()
     open_bugs()
     if_result_carried()
