@@ -871,6 +871,40 @@ TEST(CompilerTest, ScanWithDirectionsAndOutputAxisRunsAsALoop) {
   ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {2, 3}, {9, 8, 5, 112, 110, 106}));
 }
 
+// A Scan that moves its scan output's axis is inferred before it is lowered when its body's
+// shapes are known only then: the iteration axis must stand where scan_output_axes puts it.
+// Before, it was inferred in front, and a consumer reading the dims (an Add against a
+// [2, 3] tensor) failed to compile: "do not broadcast" (known.py's
+// dynvm-bug-scan-output-axes-inferred-late).
+TEST(CompilerTest, ScanOutputAxesAreInferredWhereTheAxisGoes) {
+  for (int64_t axis : {1, -1, 0}) {
+    SCOPED_TRACE(absl::StrCat("scan_output_axes ", axis));
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* init = b.Input("init", DType::kF32, {2});
+    Value* xs = b.Input("xs", DType::kF32, {3, 2});
+    Node* scan = AddCumulativeScan(
+        b, {init, xs}, {{"num_scan_inputs", AttrInt(1)}, {"scan_output_axes", AttrInts({axis})}},
+        DType::kF32);
+    const bool moved = axis != 0;
+    Value* other = b.Input("other", DType::kF32, {moved ? 2 : 3, moved ? 3 : 2});
+    b.Output("y", b.Op("Add", {scan->outputs[1], other}));
+    Compiled c = CompileOrDie(m);
+    ASSERT_TRUE(c.exe);
+    Tensor iv = *Tensor::FromVector<float>(DType::kF32, {2}, {0, 100});
+    Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+    Tensor ov = RandomF32({moved ? 2 : 3, moved ? 3 : 2}, 12);
+    // Partial sums [1, 102], [4, 106], [9, 112]: stacked along axis 0, or along axis 1
+    // ([[1, 4, 9], [102, 106, 112]]).
+    Tensor partial =
+        moved ? *Tensor::FromVector<float>(DType::kF32, {2, 3}, {1, 4, 9, 102, 106, 112})
+              : *Tensor::FromVector<float>(DType::kF32, {3, 2}, {1, 102, 4, 106, 9, 112});
+    std::vector<Tensor> out = RunOrDie(c.exe, {{"init", iv}, {"xs", xv}, {"other", ov}});
+    ASSERT_EQ(out.size(), 1u);
+    ExpectNear(out[0], Ref("Add", {partial, ov}, DType::kF32));
+  }
+}
+
 // Scan of opset 8: a batch axis on states and scan inputs, scan axis 1.
 TEST(CompilerTest, Opset8ScanLoopsOverTheBatch) {
   Module m;

@@ -82,13 +82,6 @@ DYNVM_ERRORS = [
     # appends a piece with other dims (the growable storage keeps the first iteration's).
     ("dynvm-bug-nested-growable-append", lambda msg, m: bool(
         re.search(r"append of \S+ to \S+ along axis \d+: other dims differ", msg))),
-    # Open bug: a Scan that moves a scan output's axis (scan_output_axes) is inferred with the
-    # axis in front until it is lowered; a consumer that reads its dims fails to compile
-    # (a broadcast, a Squeeze of the moved axis).
-    ("dynvm-bug-scan-output-axes-inferred-late",
-     lambda msg, m: re.search(r"do not broadcast|cannot squeeze", msg) and " pc " not in msg
-     and any(any(a.name == "scan_output_axes" and any(a.ints) for a in n.attribute)
-             for n in _nodes(m, "Scan"))),
 ]
 
 
