@@ -283,6 +283,56 @@ TEST(CompilerTest, OutputsMergedByTheOptimizerKeepTheirNames) {
   }
 }
 
+// An If result (or a Loop result) that is a Loop's carried initial value, passed through the
+// body unchanged, is held by the Loop's result until that is last read: its branch's slot
+// must not be reused by the body's values (here a Gather of `big`). Before, the loop
+// returned the Gather's bits (the fuzzer's dynvm-bug-carried-aliasing: regressions
+// if-result-carried-by-a-loop, loop-result-carried-through-a-loop).
+TEST(CompilerTest, RegionResultsCarriedThroughALoopKeepTheirValues) {
+  std::vector<int64_t> cv(25);
+  for (int64_t i = 0; i < 25; ++i) cv[i] = i - 12;
+  Tensor c = *Tensor::FromVector<int64_t>(DType::kI64, {5, 5}, cv);
+  Tensor big = RandomF32({1, 5, 3}, 13);
+  for (bool from_loop : {false, true}) {
+    for (bool optimize : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(from_loop ? "a Loop" : "an If", " result, optimize ", optimize));
+      Module m;
+      GraphBuilder b(m.AddFunction("main"));
+      Value* cond = b.Input("cond", DType::kBool, {});
+      Value* cin = b.Input("c", DType::kI64, {5, 5});
+      Value* bigv = b.Input("big", DType::kF32, {1, 5, 3});
+      Value* trip = b.ScalarI64(3);
+      Value* init;
+      if (from_loop) {
+        init = b.Loop(trip, nullptr, {cin}, 0,
+                      [&](GraphBuilder& body, Value*, Value* cnd, const std::vector<Value*>& s) {
+                        return std::vector<Value*>{cnd, body.Op("Abs", {s[0]})};
+                      })[0];
+      } else {
+        init = b.If(
+            cond, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {cin})}; },
+            [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Abs", {cin})}; })[0];
+      }
+      std::vector<Value*> r =
+          b.Loop(trip, nullptr, {init}, 1,
+                 [&](GraphBuilder& body, Value* it, Value* cnd, const std::vector<Value*>& s) {
+                   Value* g = body.Op("Gather", {bigv, it}, {{"axis", AttrInt(2)}});
+                   return std::vector<Value*>{cnd, body.Op("Identity", {s[0]}), g};
+                 });
+      b.Output("sf", r[0]);
+      b.Output("gs", r[1]);
+      CompileOptions options;
+      options.optimize = optimize;
+      Compiled comp = CompileOrDie(m, options);
+      ASSERT_TRUE(comp.exe);
+      std::vector<Tensor> got =
+          RunOrDie(comp.exe, {{"cond", testing::Bool({}, {false})}, {"c", c}, {"big", big}});
+      ASSERT_EQ(got.size(), 2u);
+      ExpectNear(got[0], Ref("Abs", {c}, DType::kI64), 0);
+    }
+  }
+}
+
 // BatchNormalization's scale, B, mean and var hold one value per channel. One of another
 // length is refused, naming the node: at compile time when both sizes are known, at run time
 // when the length is a symbol. Before, a known mismatch compiled (fuzzer seed 20261129 graph

@@ -296,10 +296,10 @@ def if_result_carried():
                 [vi("sf", T.INT64, None), vi("gs", T.FLOAT, None)], 11),
           {"cond": np.array(False), "c": c, "big": big},
           {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
-          "open", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
-          "body's Gather writes over its storage and the loop returns the bits of 1.0f "
-          "(4575657222473777152), optimized and not", "numpy",
-          bug="dynvm-bug-carried-aliasing")
+          "fixed", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
+          "body's Gather wrote over its storage and the loop returned the bits of 1.0f "
+          "(4575657222473777152), optimized and not (compiler_test "
+          "RegionResultsCarriedThroughALoopKeepTheirValues)", "numpy")
 
 
 def loop_result_carried():
@@ -322,9 +322,9 @@ def loop_result_carried():
                 [vi("sf", T.INT64, None), vi("gs", T.FLOAT, None)], 11),
           {"c": c, "big": big},
           {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
-          "open", "a Loop's result is the next Loop's carried initial value, passed through "
-          "unchanged while the body writes a Gather: the bits of 1.0f come out, optimized and "
-          "not", "numpy", bug="dynvm-bug-carried-aliasing")
+          "fixed", "a Loop's result is the next Loop's carried initial value, passed through "
+          "unchanged while the body writes a Gather: the bits of 1.0f came out, optimized and "
+          "not (compiler_test RegionResultsCarriedThroughALoopKeepTheirValues)", "numpy")
 
 
 def limitations():
