@@ -1225,6 +1225,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     d[k] = NewScalar(fb::ScalarType::I64);
     bc_.Emit<op::Dim>(d[k], xr, static_cast<uint32_t>(k));
   }
+  const uint32_t numel = NewScalar(fb::ScalarType::I64);
+  bc_.Emit<op::Numel>(numel, xr);
   DYNVM_ASSIGN_OR_RETURN(uint32_t one, EvalDim(sym_.Const(1)));
   absl::StatusOr<uint32_t> esize = EvalDim(sym_.Const(DTypeSize(x->dtype)));
   if (!esize.ok()) return esize.status();
@@ -1290,6 +1292,9 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   }
   const uint32_t offset = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MulI>(offset, start, stride[a]);
+  // An empty input (a dim other than the axis 0) has no bytes to offset into: every chunk
+  // of it starts at 0 (at most the element count, where the chunks of any input end).
+  bc_.Emit<op::MinI>(offset, offset, numel);
   std::vector<uint32_t> dims, strides;
   for (int k = 0; k < r; ++k) {
     dims.push_back(isa::ValueRegister(k == static_cast<int>(a) ? len : d[k]));
@@ -1458,12 +1463,17 @@ absl::Status FunctionCodegen::EmitSignature() {
     sig->inputs.push_back(std::move(p));
   }
   fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
-  for (const Value* out : g_.outputs) {
+  for (size_t i = 0; i < g_.outputs.size(); ++i) {
+    const Value* out = g_.outputs[i];
     if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
     fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype),
                                      FbKind(out->elem_kind));
     auto p = std::make_unique<fb::ParamT>();
-    p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
+    // The name the output had before the passes (two outputs CSE merged into one value keep
+    // theirs), else the value's.
+    p->name =
+        i < f_.output_names.size() && !f_.output_names[i].empty() ? f_.output_names[i] : out->name;
+    if (p->name.empty()) p->name = absl::StrCat("output_", sig->outputs.size());
     p->dtype = static_cast<uint8_t>(out->dtype);
     p->kind = FbKind(out->kind);
     if (!out->shape) {

@@ -116,6 +116,50 @@ TEST(DnnlKernels, PlainShapesAreServedByOneDnn) {
   }
 }
 
+// Gemm = alpha A B + beta C. A C of one row rides along as the matmul primitive's bias, and
+// the primitive's output scale multiplies the bias too: alpha (A B + C). The oneDNN kernel
+// must give the reference kernel's alpha A B + C for every alpha, C layout ([N], [1, N],
+// [M, N]), transB and row count (the primitive from 2 rows; the fuzzer's
+// dynvm-bug-dnnl-gemm-alpha-scales-c).
+TEST(DnnlKernels, GemmScalesOnlyTheProductByAlpha) {
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{5, 3}, {24, 40}}) {
+    for (float alpha : {0.5f, 1.0f, -2.0f}) {
+      for (float beta : {1.0f, 0.25f}) {
+        for (int64_t m : {1, 2, 16}) {
+          for (int64_t tb : {0, 1}) {
+            for (std::vector<int64_t> cdims : {std::vector<int64_t>{n}, {1, n}, {m, n}}) {
+              SCOPED_TRACE(absl::StrCat("K ", k, " N ", n, " alpha ", alpha, " beta ", beta, " M ",
+                                        m, " transB ", tb, " C rank ", cdims.size(), " C rows ",
+                                        cdims[0]));
+              Tensor a = Filled({m, k}), w = tb ? Filled({n, k}, 0.02f) : Filled({k, n}, 0.02f);
+              Tensor c = Filled(cdims, 0.5f);
+              KernelCall call("Gemm");
+              call.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", tb);
+              call.Attr("alpha", alpha).Attr("beta", beta);
+              Site s = Make(call);
+              KernelCall ref = call;
+              absl::StatusOr<std::vector<Tensor>> want = ref.Backend("reference").Run();
+              ASSERT_TRUE(want.ok()) << want.status();
+              ASSERT_NE(s.dnnl, nullptr);
+              std::vector<Tensor> got(1);
+              std::vector<Tensor*> outs = {&got[0]};
+              for (int run = 0; run < 2; ++run) {  // the bound primitive's second run too
+                absl::Status st = s.kernel->Run(*s.ctx, {&a, &w, &c}, outs);
+                ASSERT_TRUE(st.ok()) << st;
+                ASSERT_EQ(got[0].dims(), (*want)[0].dims());
+                for (int64_t i = 0; i < got[0].numel(); ++i) {
+                  ASSERT_NEAR(got[0].data<float>()[i], (*want)[0].data<float>()[i], 1e-4f)
+                      << "element " << i << ", run " << run;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DnnlKernels, FallbacksAreCounted) {
   // A transposed view: the eltwise primitive would write the output in the input's layout.
   Tensor base = Filled({40, 70});

@@ -512,8 +512,11 @@ class GemmKernel final : public DnnlKernel {
     if (!st->valid || st->key != key) {
       st->valid = false;
       if (!Plan(a, b, c, st)) return RunFallback(ctx, in, out);
-      // The primitive takes C as its bias when C is one row added as is (beta = 1).
-      const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
+      // The primitive takes C as its bias when C is one row added as is (beta = 1). Its
+      // output scale multiplies the bias too (alpha (A B + C)): with alpha other than 1, C
+      // is added by sgemm's beta instead.
+      const bool c_row =
+          use_c && attrs_.beta == 1.0f && attrs_.alpha == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
       st->split = !st->a.pack && !st->b.pack && SplitOnPool(ctx, st->m, st->n, st->k, 1);
       if (!st->split && (!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, &st->binds)) {
