@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -214,6 +215,56 @@ TEST(DnnlKernels, ThreadCountChangeRebinds) {
   s.ctx->set_num_threads(2);
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
   EXPECT_EQ(s.dnnl->fallback_runs(), 0);
+}
+
+// The output's bytes of one call at the site.
+std::string OutBits(Site& s, const std::vector<const Tensor*>& in) {
+  std::vector<Tensor> outs(1);
+  absl::Status st = s.kernel->Run(*s.ctx, in, {&outs[0]});
+  EXPECT_TRUE(st.ok()) << st;
+  return std::string(static_cast<const char*>(outs[0].raw_data()), outs[0].nbytes());
+}
+
+// A site stops binding primitives after kMaxPrimitiveBinds shapes, but counts them per run
+// (ShapeCount, KernelContext::BeginRun): after a run that went through more shapes, a new run
+// of the first shape binds the primitive again and gives the first run's bits. Counted over the
+// site's lifetime, the fifth shape a VM ever saw sent the site to the loop (LogSoftmax) or to
+// sgemm (Gemm) for good, and the first input then gave other bits (docs/determinism.md; the
+// beam search's scores of tools/models/beam14 moved by 1e-5).
+TEST(DnnlKernels, ShapeChurnCountsPerRunSoAnInputGivesTheSameBitsAfterAnyHistory) {
+  Tensor x = Filled({4, 40}, 0.37f);
+  KernelCall sm("LogSoftmax");  // the primitive (Softmax over the last axis is a loop)
+  sm.In(x).Out(DType::kF32).Attr("axis", int64_t{-1});
+  Site s = Make(sm);
+  Tensor w = Filled({24, 40}, 0.011f);
+  KernelCall gemm("Gemm");
+  gemm.In(x).In(w).Out(DType::kF32).Attr("transB", int64_t{1});
+  Site g = Make(gemm);
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  const std::string log_softmax_bits = OutBits(s, {&x}), gemm_bits = OutBits(g, {&x, &w});
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);  // the primitive
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  for (int64_t rows = 5; rows < 5 + 2 * kMaxPrimitiveBinds; ++rows) {
+    Tensor y = Filled({rows, 40}, 0.29f);
+    OutBits(s, {&y});
+    OutBits(g, {&y, &w});
+  }
+  const int64_t churned = s.dnnl->fallback_runs();
+  EXPECT_EQ(churned, kMaxPrimitiveBinds);  // the shapes after the first kMaxPrimitiveBinds
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  EXPECT_TRUE(OutBits(s, {&x}) == log_softmax_bits);
+  EXPECT_EQ(s.dnnl->fallback_runs(), churned);  // the primitive again
+  EXPECT_TRUE(OutBits(g, {&x, &w}) == gemm_bits);
+  // Within one run the count goes on: the first shape again after the churn runs the loop.
+  for (int64_t rows = 5; rows < 5 + kMaxPrimitiveBinds; ++rows) {
+    Tensor y = Filled({rows, 40}, 0.29f);
+    OutBits(s, {&y});
+  }
+  OutBits(s, {&x});
+  EXPECT_EQ(s.dnnl->fallback_runs(), churned + 2);  // rows = 8 and the first shape
 }
 
 TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
