@@ -539,6 +539,58 @@ absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, O
   });
 }
 
+// ---- GroupNormalization ----
+
+// GroupNormalization (opsets 18, 21): the mean and variance of each (n, group) of C / num_groups
+// channels, then scale and bias per channel (opset 21: [C]) or, with group_scale = 1 (opset 18,
+// set at import), per group ([num_groups]). Sums in double (stash_type is always met).
+struct GroupNormAttrs {
+  float epsilon = 1e-5f;
+  int64_t groups = 1;
+  bool group_scale = false;
+};
+
+absl::Status RunGroupNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const GroupNormAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(Need(in, 3, out, "GroupNormalization"));
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return absl::InvalidArgumentError("GroupNormalization: X must be [N, C, ...]");
+  const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  if (c % a.groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNormalization: ", c, " channels do not split into ", a.groups, " groups"));
+  }
+  const int64_t per = c / a.groups, params = a.group_scale ? a.groups : c;
+  for (int i = 1; i < 3; ++i) {
+    if (in[i]->rank() != 1 || in[i]->dim(0) != params || in[i]->dtype() != x.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupNormalization: input ", i, " must be ",
+                                                     DTypeName(x.dtype()), "[", params, "]"));
+    }
+  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "GroupNormalization"));
+  return FloatDispatch(x.dtype(), "GroupNormalization", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const int64_t size = per * plane;
+    for (int64_t g = 0; g < n * a.groups; ++g) {
+      const int64_t base = g * size;
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < size; ++i) sum += Load<T>(x, base + i);
+      const double mean = size > 0 ? sum / static_cast<double>(size) : 0;
+      for (int64_t i = 0; i < size; ++i) {
+        const double dv = Load<T>(x, base + i) - mean;
+        sq += dv * dv;
+      }
+      const double inv = 1 / std::sqrt((size > 0 ? sq / static_cast<double>(size) : 0) + a.epsilon);
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t p = a.group_scale ? g % a.groups : (g % a.groups) * per + i / plane;
+        Store<T>(*out[0], base + i,
+                 (Load<T>(x, base + i) - mean) * inv * Load<T>(*in[1], p) + Load<T>(*in[2], p));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
 // ---- LRN ----
 
 struct LrnAttrs {
@@ -739,6 +791,19 @@ void RegisterNnKernels(KernelRegistry& r) {
       });
   AddKernel<NormAttrs>(r, "BatchNormalization", 5, 5, 3, &RunBatchNorm, GetNormAttrs);
   AddKernel<NormAttrs>(r, "InstanceNormalization", 3, 3, 1, &RunInstanceNorm, GetNormAttrs);
+  AddKernel<GroupNormAttrs>(
+      r, "GroupNormalization", 3, 3, 1, &RunGroupNorm,
+      [](const KernelSpec& spec) -> absl::StatusOr<GroupNormAttrs> {
+        GroupNormAttrs a;
+        DYNVM_ASSIGN_OR_RETURN(a.epsilon, spec.GetFloat("epsilon", 1e-5f));
+        DYNVM_ASSIGN_OR_RETURN(a.groups, spec.GetInt("num_groups", 0));
+        if (a.groups < 1) {
+          return absl::InvalidArgumentError("GroupNormalization: num_groups must be positive");
+        }
+        DYNVM_ASSIGN_OR_RETURN(int64_t group_scale, spec.GetInt("group_scale", 0));
+        a.group_scale = group_scale != 0;
+        return a;
+      });
   AddKernel<LrnAttrs>(
       r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {
         LrnAttrs a;
