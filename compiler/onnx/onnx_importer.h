@@ -1,4 +1,4 @@
-// Public API. Imports an ONNX model (opsets 7 to 17) into the compiler's IR, ready for
+// Public API. Imports an ONNX model (opsets 7 to 23) into the compiler's IR, ready for
 // compiler::Compile:
 //
 //   absl::StatusOr<std::unique_ptr<compiler::Module>> m =
