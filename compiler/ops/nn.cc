@@ -264,6 +264,37 @@ absl::Status LowerResize(LowerContext& c) {
   return absl::OkStatus();
 }
 
+// AffineGrid (opset 20): theta [N, k, k+1], size (N, C, spatial...) -> [N, spatial..., k].
+absl::Status AffineGridShape(InferContext& c) {
+  const DType dt = c.input_dtype(0);
+  const std::vector<Dim>* size = c.content(1);
+  if (size != nullptr && (size->size() == 4 || size->size() == 5)) {
+    Shape out = {(*size)[0]};
+    for (size_t i = 2; i < size->size(); ++i) out.push_back((*size)[i]);
+    out.push_back(c.sym().Const(static_cast<int64_t>(size->size()) - 2));
+    c.SetOutput(0, dt, out);
+    return absl::OkStatus();
+  }
+  if (std::optional<std::vector<int64_t>> v = ConstInts(c, 1);
+      v && (v->size() == 4 || v->size() == 5)) {
+    Shape out = {c.sym().Const((*v)[0])};
+    for (size_t i = 2; i < v->size(); ++i) out.push_back(c.sym().Const((*v)[i]));
+    out.push_back(c.sym().Const(static_cast<int64_t>(v->size()) - 2));
+    c.SetOutput(0, dt, out);
+    return absl::OkStatus();
+  }
+  const Shape* theta = c.input_shape(0);
+  if (theta != nullptr && theta->size() == 3) {
+    if (std::optional<int64_t> k = SymbolicContext::AsConst((*theta)[1]);
+        k && (*k == 2 || *k == 3)) {
+      c.SetOutputDynamic(0, dt, static_cast<int>(*k) + 2);
+      return absl::OkStatus();
+    }
+  }
+  c.SetOutputUnknown(0, dt);
+  return absl::OkStatus();
+}
+
 // GroupNormalization before opset 21 scales per group ([num_groups]); from 21 per channel.
 absl::Status LowerGroupNorm(LowerContext& c) {
   if (c.opset < 21) {
@@ -273,6 +304,12 @@ absl::Status LowerGroupNorm(LowerContext& c) {
     c.node.attrs["group_scale"] = per_group;
   }
   c.node.attrs.erase("stash_type");  // the kernel sums in double
+  return absl::OkStatus();
+}
+
+// stash_type: the reference kernels accumulate in double whatever it asks.
+absl::Status LowerStashType(LowerContext& c) {
+  c.node.attrs.erase("stash_type");
   return absl::OkStatus();
 }
 
@@ -461,6 +498,11 @@ void DefineNnOps(OpTable& t) {
       {"InstanceNormalization", 6, "6:3:7 22:3:7", "epsilon:f", kPure, SameAsInput},
       {"GroupNormalization", 7, "18:3:7 21:3:7", "epsilon:f num_groups:i stash_type:i@21", kPure,
        SameAsInput, LowerGroupNorm},
+      {"RMSNormalization", 7, "23:2:3", "axis:i epsilon:f stash_type:i", kPure, SameAsInput,
+       LowerStashType},
+      {"RotaryEmbedding", 7, "23:4:7", "interleaved:i num_heads:i rotary_embedding_dim:i", kPure,
+       SameAsInput},
+      {"AffineGrid", 7, "20:2:3", "align_corners:i", kPure, AffineGridShape},
       {"LRN", 1, "1:1:1 13:1:1", "alpha:f beta:f bias:f size:i", kPure, SameAsInput},
       {ops::kLayerNormalization, 7, "17:3:3", "axis:i epsilon:f stash_type:i", kPure, LayerNorm},
       {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3 22:3:3", "ignore_index:i reduction:s", kPure,

@@ -1081,6 +1081,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const KernelSpec& spec, bool li
   return MakeKernel(spec, &RunCast, attrs);
 }
 
+// Opset 18's bitwise operators.
+void AddBitwise(KernelRegistry& r) {
+  AddBinary<BitwiseAndOp>(r);
+  AddBinary<BitwiseOrOp>(r);
+  AddBinary<BitwiseXorOp>(r);
+  AddUnary<BitwiseNotOp>(r);
+}
+
 }  // namespace
 
 void RegisterElementwiseKernels(KernelRegistry& r) {
@@ -1102,9 +1110,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddBinary<GreaterOrEqualOp>(r);
   AddBinary<LessOrEqualOp>(r);
   AddBinary<AndOp>(r);
-  AddBinary<BitwiseAndOp>(r);
-  AddBinary<BitwiseOrOp>(r);
-  AddBinary<BitwiseXorOp>(r);
+  AddBitwise(r);
   AddBinary<OrOp>(r);
   AddBinary<XorOp>(r);
   AddBinary<BitShiftOp>(r, [](const KernelSpec& spec, BitShiftOp& op) -> absl::Status {
@@ -1158,7 +1164,6 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddUnary<SignOp>(r);
   AddUnary<ReluOp>(r);
   AddUnary<NotOp>(r);
-  AddUnary<BitwiseNotOp>(r);
   AddUnary<IsNaNOp>(r);
   AddUnary<IsInfOp>(r, [](const KernelSpec& spec, IsInfOp& op) -> absl::Status {
     DYNVM_ASSIGN_OR_RETURN(int64_t neg, spec.GetInt("detect_negative", 1));

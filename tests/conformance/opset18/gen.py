@@ -405,6 +405,43 @@ def group_norm_cases():
                  {"scale": f32(6, r=r), "bias": f32(6, r=r)}, tol=1e-4)
 
 
+def opset20_23_cases():
+    r = rng()
+    x = f32(2, 3, 8, r=r)
+    yield single("RMSNormalization_23_last", "RMSNormalization", 23, {"x": x}, {},
+                 {"scale": f32(8, r=r)}, tol=1e-4)
+    yield single("RMSNormalization_23_axis1_eps", "RMSNormalization", 23, {"x": x},
+                 {"axis": 1, "epsilon": 1e-2}, {"scale": f32(3, 8, r=r)}, tol=1e-4)
+    yield single("RMSNormalization_23_scale_bcast", "RMSNormalization", 23, {"x": x},
+                 {"axis": -2}, {"scale": f32(1, 8, r=r)}, tol=1e-4)
+    b, h, s, d = 2, 3, 4, 8
+    pos = np.array([[0, 1, 2, 3], [5, 2, 7, 1]], np.int64)
+    cos = np.cos(f32(10, d // 2, lo=0, hi=6, r=r)).astype(np.float32)
+    sin = np.sin(f32(10, d // 2, lo=0, hi=6, r=r)).astype(np.float32)
+    x4 = f32(b, h, s, d, r=r)
+    for inter in (0, 1):
+        yield single(f"RotaryEmbedding_23_4d_interleaved{inter}", "RotaryEmbedding", 23,
+                     {"x": x4}, {"interleaved": inter}, {"cos": cos, "sin": sin, "pos": pos},
+                     tol=1e-5)
+    yield single("RotaryEmbedding_23_3d_heads_partial", "RotaryEmbedding", 23,
+                 {"x": f32(b, s, h * d, r=r), "pos": pos},
+                 {"num_heads": h, "rotary_embedding_dim": 4},
+                 {"cos": cos[:, :2].copy(), "sin": sin[:, :2].copy()},
+                 order=["x", "cos", "sin", "pos"], tol=1e-5)
+    yield single("RotaryEmbedding_23_no_position_ids", "RotaryEmbedding", 23,
+                 {"x": x4, "cos": cos[pos][:, :, :], "sin": sin[pos][:, :, :]}, {},
+                 tol=1e-5)
+    theta2 = f32(2, 2, 3, lo=-1, hi=1, r=r)
+    for ac in (0, 1):
+        yield single(f"AffineGrid_20_2d_align{ac}", "AffineGrid", 20, {"theta": theta2},
+                     {"align_corners": ac}, {"size": i64(2, 3, 4, 5)})
+        yield single(f"AffineGrid_20_3d_align{ac}", "AffineGrid", 20,
+                     {"theta": f32(1, 3, 4, lo=-1, hi=1, r=r)}, {"align_corners": ac},
+                     {"size": i64(1, 2, 3, 4, 2)})
+    yield single("AffineGrid_20_size_input", "AffineGrid", 20,
+                 {"theta": theta2, "size": i64(2, 1, 1, 3)})
+
+
 def refusal_cases():
     x = f32(2, 3)
     yield single("opset_24", "Relu", 24, {"x": x}, refused="opset 24 is not supported")
@@ -415,7 +452,8 @@ def refusal_cases():
 
 
 GROUPS = [reduce_cases, split_cases, pad_cases, resize_cases, scatter_cases, bitwise_cases,
-          activation_cases, pool_cases, cast_cases, misc_cases, group_norm_cases, refusal_cases]
+          activation_cases, pool_cases, cast_cases, misc_cases, group_norm_cases, opset20_23_cases,
+          refusal_cases]
 
 
 def cases():
