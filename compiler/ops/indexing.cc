@@ -201,6 +201,39 @@ absl::Status Pad(InferContext& c) {
   return absl::OkStatus();
 }
 
+// CenterCropPad (opset 18): the input's dims, those of `axes` (default all) set to `shape`'s.
+absl::Status CenterCropPadShape(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  const DType dtype = c.input_dtype(0);
+  if (!x) {
+    c.SetOutputUnknown(0, dtype);
+    return absl::OkStatus();
+  }
+  const int rank = static_cast<int>(x->size());
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> axes, c.GetInts("axes", {}));
+  if (axes.empty())
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  std::vector<Dim> sizes;
+  if (const std::vector<Dim>* content = c.content(1); content != nullptr) {
+    sizes = *content;
+  } else if (std::optional<std::vector<int64_t>> v = ConstInts(c, 1)) {
+    for (int64_t n : *v) sizes.push_back(c.sym().Const(n));
+  } else {
+    c.SetOutputDynamic(0, dtype, rank);
+    return absl::OkStatus();
+  }
+  if (sizes.size() != axes.size()) {
+    return c.Error(absl::StrCat("shape has ", sizes.size(), " values for ", axes.size(), " axes"));
+  }
+  Shape out = *x;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axes[k], rank));
+    out[ax] = sizes[k];
+  }
+  c.SetOutput(0, dtype, std::move(out));
+  return absl::OkStatus();
+}
+
 absl::Status ShapeOfInput0(InferContext& c) { return ShapeOfInput(c, 0); }
 absl::Status DepthToSpace(InferContext& c) { return BlockRearrange(c, /*to_space=*/true); }
 absl::Status SpaceToDepth(InferContext& c) { return BlockRearrange(c, /*to_space=*/false); }
@@ -220,6 +253,7 @@ void DefineIndexingOps(OpTable& t) {
       {"DepthToSpace", 1, "1:1:1 11:1:1 13:1:1", "blocksize:i mode:s", kPure, DepthToSpace},
       {"SpaceToDepth", 1, "1:1:1 13:1:1", "blocksize:i", kPure, SpaceToDepth},
       {"Compress", 7, "9:2:3 11:2:3", "axis:i", kPure, Compress},
+      {"CenterCropPad", 7, "18:2:3", "axes:I", kPure, CenterCropPadShape},
       {ops::kPad, 2, "1:1:1 2:1:1 11:3:3 13:3:3 18:4:3 19:4:3 21:4:3 23:4:3",
        "mode:s pads:I value:f", kPure, Pad},
   };

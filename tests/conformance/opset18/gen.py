@@ -438,6 +438,15 @@ def opset20_23_cases():
         yield single(f"AffineGrid_20_3d_align{ac}", "AffineGrid", 20,
                      {"theta": f32(1, 3, 4, lo=-1, hi=1, r=r)}, {"align_corners": ac},
                      {"size": i64(1, 2, 3, 4, 2)})
+    img = f32(2, 5, 6, r=r)
+    yield single("CenterCropPad_18_crop_and_pad", "CenterCropPad", 18, {"x": img}, {},
+                 {"shape": i64(2, 3, 9)})
+    yield single("CenterCropPad_18_axes_odd", "CenterCropPad", 18, {"x": img},
+                 {"axes": [1, 2]}, {"shape": i64(2, 3)})
+    yield single("CenterCropPad_18_negative_axis_pad", "CenterCropPad", 18,
+                 {"x": ints(np.int64, 3, 4, r=r)}, {"axes": [-1]}, {"shape": i64(7)})
+    yield single("CenterCropPad_18_shape_input", "CenterCropPad", 18,
+                 {"x": img, "shape": i64(4, 1)}, {"axes": [2, 1]})
     yield single("AffineGrid_20_size_input", "AffineGrid", 20,
                  {"theta": theta2, "size": i64(2, 1, 1, 3)})
 
