@@ -580,11 +580,12 @@ TEST(OnnxImporterHostileTest, UnsupportedOperatorAttributeAndType) {
   {
     ModelMaker mm;
     mm.Input("x", pb::TensorProto::FLOAT, {"1", "1", "4", "4"}).Output("y");
-    mm.Node("LpPool", {"x"}, {"y"});
+    mm.Node("MaxRoiPool", {"x"}, {"y"});
     absl::StatusOr<std::unique_ptr<Module>> m = Import(mm);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(m.status().message(),
-                HasSubstr("node 'LpPool_1' (LpPool): operator LpPool is not supported"));
+    EXPECT_THAT(
+        m.status().message(),
+        HasSubstr("node 'MaxRoiPool_1' (MaxRoiPool): operator MaxRoiPool is not supported"));
   }
   {
     ModelMaker mm;

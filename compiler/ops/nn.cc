@@ -157,7 +157,8 @@ absl::Status Pool(InferContext& c) {
     return absl::OkStatus();
   }
   if (x->size() < 3) return c.Error("pooling needs an input of rank 3 or more");
-  if (c.node().op == ops::kGlobalMaxPool || c.node().op == ops::kGlobalAveragePool) {
+  if (c.node().op == ops::kGlobalMaxPool || c.node().op == ops::kGlobalAveragePool ||
+      c.node().op == "GlobalLpPool") {
     std::vector<Dim> dims(x->begin(), x->begin() + 2);
     dims.resize(x->size(), c.sym().Const(1));
     c.SetOutput(0, c.input_dtype(0), std::move(dims));
@@ -493,6 +494,9 @@ void DefineNnOps(OpTable& t) {
        kPure, Pool},
       {ops::kGlobalMaxPool, 1, "1:1:1 22:1:1", "", kPure, Pool},
       {ops::kGlobalAveragePool, 1, "1:1:1 22:1:1", "", kPure, Pool},
+      {"LpPool", 2, "2:1:1 11:1:1 18:1:1 22:1:1",
+       "auto_pad:s ceil_mode:i@18 dilations:I@18 kernel_shape:I p:i pads:I strides:I", kPure, Pool},
+      {"GlobalLpPool", 2, "2:1:1 22:1:1", "p:i", kPure, Pool},
       {ops::kBatchNormalization, 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31",
        "epsilon:f is_test:i momentum:f spatial:i training_mode:i", kPure, BatchNorm},
       {"InstanceNormalization", 6, "6:3:7 22:3:7", "epsilon:f", kPure, SameAsInput},

@@ -285,6 +285,18 @@ def pool_cases():
     yield single("MaxPool_22_dilations", "MaxPool", 22, {"x": x},
                  {"kernel_shape": [2, 2], "dilations": [2, 1]})
     yield single("GlobalAveragePool_22", "GlobalAveragePool", 22, {"x": x})
+    yield single("LpPool_18_p2", "LpPool", 18, {"x": x}, {"kernel_shape": [2, 3]}, tol=1e-5)
+    yield single("LpPool_18_p1_ceil_strides_pads", "LpPool", 18, {"x": x},
+                 {"kernel_shape": [3, 2], "p": 1, "strides": [2, 2], "pads": [1, 0, 1, 1],
+                  "ceil_mode": 1}, tol=1e-5)
+    yield single("LpPool_18_p3_dilations", "LpPool", 18, {"x": x},
+                 {"kernel_shape": [2, 2], "p": 3, "dilations": [2, 2]}, tol=1e-5)
+    yield single("LpPool_22_1d_same_upper", "LpPool", 22, {"x": f32(2, 3, 9, r=r)},
+                 {"kernel_shape": [3], "auto_pad": "SAME_UPPER"}, tol=1e-5)
+    yield single("LpPool_11", "LpPool", 11, {"x": x}, {"kernel_shape": [2, 2], "strides": [2, 2]},
+                 tol=1e-5)
+    yield single("GlobalLpPool_21_p3", "GlobalLpPool", 21, {"x": x}, {"p": 3}, tol=1e-5)
+    yield single("GlobalLpPool_2", "GlobalLpPool", 17, {"x": x}, tol=1e-5)
     yield single("GlobalMaxPool_22", "GlobalMaxPool", 22, {"x": x})
     w = f32(3, 2, 3, 3, r=r)
     yield single("Conv_22", "Conv", 22, {"x": x}, {"pads": [1, 1, 1, 1]}, {"w": w},
