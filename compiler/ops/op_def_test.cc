@@ -222,9 +222,9 @@ TEST(OpDefTest, EveryOperatorVersionOfOpsets18To23IsAccountedFor) {
         "Unsqueeze"}},
   };
   // Not defined by dynvm at any opset: refused by name (docs/onnx.md says why).
-  const std::set<std::string> kUndefined = {
-      "Col2Im",      "DeformConv",  "ImageDecoder", "RegexFullMatch",  "StringConcat",
-      "StringSplit", "Multinomial", "MaxRoiPool",   "LpNormalization", "Attention"};
+  const std::set<std::string> kUndefined = {"Col2Im",          "DeformConv",  "ImageDecoder",
+                                            "RegexFullMatch",  "Multinomial", "MaxRoiPool",
+                                            "LpNormalization", "Attention"};
   std::vector<std::string> missing, unexpected_undefined;
   for (const auto& [opset, names] : kOnnx) {
     for (const std::string& op : names) {
@@ -351,6 +351,8 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
       {"MatMulInteger", {{u8, u8, u8, u8}, 1, {}}},
       {"ConvInteger", {{u8, u8, u8, u8}, 1, {}}},
       {"StringNormalizer", {{DType::kString}, 1, {}}},
+      {"StringConcat", {{DType::kString, DType::kString}, 1, {}}},
+      {"StringSplit", {{DType::kString}, 2, {}}},
       {"dynvm::Sample", {{f, f, DType::kI64, DType::kI64}, 1, {}}},
       {"dynvm::Emit", {{f}, 0, {}}},
       {"dynvm::Gelu", {{f}, 1, {}}},

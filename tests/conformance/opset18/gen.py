@@ -29,13 +29,17 @@ NP_TO_ONNX = {
     np.dtype(np.int16): TensorProto.INT16, np.dtype(np.uint16): TensorProto.UINT16,
     np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint64): TensorProto.UINT64,
     np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(object): TensorProto.STRING,
 }
 
 
 class Case:
-    def __init__(self, name, opset, model, inputs, tol=1e-5, refused=None):
+    """`expected` ({output name: ndarray}) replaces ONNX Runtime as the oracle where its node
+    binding cannot carry the values (string tensors): Python's own string operations."""
+
+    def __init__(self, name, opset, model, inputs, tol=1e-5, refused=None, expected=None):
         self.name, self.opset, self.model, self.inputs = name, opset, model, inputs
-        self.tol, self.refused = tol, refused
+        self.tol, self.refused, self.expected = tol, refused, expected
 
 
 def model_of(nodes, inputs, outputs, opset, initializers=(), out_types=None):
@@ -463,6 +467,42 @@ def opset20_23_cases():
                  {"theta": theta2, "size": i64(2, 1, 1, 3)})
 
 
+def strs(rows):
+    return np.array(rows, dtype=object)
+
+
+def python_split(values, delimiter, maxsplit):
+    """StringSplit's outputs as Python's str.split computes them."""
+    parts = [v.split(delimiter or None, maxsplit) for v in values.flat]
+    most = max((len(p) for p in parts), default=0)
+    y = np.array([p + [""] * (most - len(p)) for p in parts], dtype=object)
+    y = y.reshape(values.shape + (most,))
+    z = np.array([len(p) for p in parts], np.int64).reshape(values.shape)
+    return {"y0": y, "y1": z}
+
+
+def string_cases():
+    x = strs([["a", "bc"], ["", "d\u00e9f"]])
+    y = strs(["_1", "2"])
+    c = single("StringConcat_20_bcast", "StringConcat", 20, {"x": x, "y": y})
+    c.expected = {"y0": strs([[a + b for a, b in zip(row, y)] for row in x])}
+    yield c
+    c = single("StringConcat_20_scalar", "StringConcat", 20, {"x": x, "y": strs("!")})
+    c.expected = {"y0": strs([[a + "!" for a in row] for row in x])}
+    yield c
+    forms = [
+        ("delimiter", strs(["a,b,,c", "", "x,"]), {"delimiter": ","}, ",", -1),
+        ("delimiter_long", strs([["ab--cd--", "--"]]), {"delimiter": "--"}, "--", -1),
+        ("whitespace", strs(["  hello  world ", "one", "   ", "a\tb\nc"]), {}, "", -1),
+        ("maxsplit", strs(["a-b-c", "d", "-e-"]), {"delimiter": "-", "maxsplit": 1}, "-", 1),
+        ("whitespace_maxsplit", strs([" a b  c ", "x  y"]), {"maxsplit": 1}, "", 1),
+    ]
+    for tag, values, attrs, delimiter, maxsplit in forms:
+        c = single(f"StringSplit_20_{tag}", "StringSplit", 20, {"x": values}, attrs, n_out=2)
+        c.expected = python_split(values, delimiter, maxsplit)
+        yield c
+
+
 def refusal_cases():
     x = f32(2, 3)
     yield single("opset_24", "Relu", 24, {"x": x}, refused="opset 24 is not supported")
@@ -474,7 +514,7 @@ def refusal_cases():
 
 GROUPS = [reduce_cases, split_cases, pad_cases, resize_cases, scatter_cases, bitwise_cases,
           activation_cases, pool_cases, cast_cases, misc_cases, group_norm_cases, opset20_23_cases,
-          refusal_cases]
+          string_cases, refusal_cases]
 
 
 def cases():
