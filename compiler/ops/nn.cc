@@ -507,6 +507,14 @@ void DefineNnOps(OpTable& t) {
       {"RotaryEmbedding", 7, "23:4:7", "interleaved:i num_heads:i rotary_embedding_dim:i", kPure,
        SameAsInput},
       {"AffineGrid", 7, "20:2:3", "align_corners:i", kPure, AffineGridShape},
+      // Operators of opsets 18-23 dynvm refuses, with the reason (docs/onnx.md).
+      {"Col2Im", 7, "18:x", "", kNoKernel, nullptr, nullptr, nullptr, "not implemented"},
+      {"DeformConv", 7, "19:x 22:x", "", kNoKernel, nullptr, nullptr, nullptr, "not implemented"},
+      {"ImageDecoder", 7, "20:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "decoding image files is not an inference kernel dynvm has"},
+      {"Attention", 7, "23:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "not implemented; the MatMul/Softmax form exporters write is fused into dynvm::Attention "
+       "(docs/compiler.md)"},
       {"LRN", 1, "1:1:1 13:1:1", "alpha:f beta:f bias:f size:i", kPure, SameAsInput},
       {ops::kLayerNormalization, 7, "17:3:3", "axis:i epsilon:f stash_type:i", kPure, LayerNorm},
       {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3 22:3:3", "ignore_index:i reduction:s", kPure,

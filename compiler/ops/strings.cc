@@ -98,6 +98,9 @@ void DefineStringOps(OpTable& t) {
        kPure, TfIdfVectorizer},
       {"StringConcat", 7, "20:2:3", "", kPure, StringConcat},
       {"StringSplit", 7, "20:1:1", "delimiter:s maxsplit:i", kPure, StringSplit},
+      {"RegexFullMatch", 7, "20:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "it needs a regular-expression engine safe on untrusted patterns and input (RE2's "
+       "syntax); dynvm has none"},
   };
   t.Add("", kRows);
 }

@@ -381,8 +381,18 @@ def misc_cases():
                      {"mode": mode, "padding_mode": "border"}, tol=1e-4)
     yield single("GridSample_22_linear_align", "GridSample", 22, {"x": img, "g": g},
                  {"mode": "linear", "align_corners": 1}, tol=1e-4)
-    sig = f32(1, 8, 1, r=r)
-    yield single("DFT_20", "DFT", 20, {"x": sig}, {}, refused="DFT version 20")
+    sig = f32(2, 8, 1, r=r)
+    yield single("DFT_20_default_axis", "DFT", 20, {"x": sig}, {}, tol=1e-4)
+    yield single("DFT_20_axis_input_inverse", "DFT", 20, {"x": f32(2, 6, 3, 2, r=r)},
+                 {"inverse": 1}, {"n": None, "axis": np.array(1, np.int64)}, tol=1e-4)
+    yield single("DFT_20_onesided_length", "DFT", 20, {"x": f32(3, 10, 1, r=r)},
+                 {"onesided": 1}, {"n": np.array(8, np.int64), "axis": np.array(-2, np.int64)},
+                 tol=1e-4)
+    yield single("DFT_20_length_input", "DFT", 20, {"x": sig, "n": np.array(5, np.int64)},
+                 tol=1e-4)
+    yield single("DFT_20_axis_computed", "DFT", 20,
+                 {"x": sig, "axis": np.array(1, np.int64)}, {}, {"n": None},
+                 order=["x", "n", "axis"], refused="axis must be a constant")
 
 
 def control_flow_case(opset, x):
@@ -509,7 +519,10 @@ def refusal_cases():
     yield single("unknown_op_18", "NoSuchOp", 18, {"x": x}, refused="operator NoSuchOp")
     yield single("Col2Im_18", "Col2Im", 18, {"x": f32(1, 4, 4)}, {},
                  {"image_shape": i64(3, 3), "block_shape": i64(2, 2)},
-                 refused="operator Col2Im is not supported")
+                 refused="operator Col2Im version 18 is not supported")
+    yield single("Attention_23", "Attention", 23, {"q": f32(1, 2, 3, 4), "k": f32(1, 2, 3, 4),
+                                                   "v": f32(1, 2, 3, 4)},
+                 refused="operator Attention version 23 is not supported")
 
 
 GROUPS = [reduce_cases, split_cases, pad_cases, resize_cases, scatter_cases, bitwise_cases,
