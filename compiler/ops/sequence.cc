@@ -301,7 +301,7 @@ void DefineSequenceOps(OpTable& t) {
       {ops::kConcatFromSequence, 7, "11:1:1", "axis:i new_axis:i", kContainer, ConcatFromSequence},
       {ops::kSplitToSequence, 7, "11:2:1", "axis:i keepdims:i", kContainer, SplitToSequence},
       {ops::kOptional, 7, "15:1:0", "type:T", kContainer, Optional},
-      {ops::kOptionalHasElement, 7, "15:1:1 18:1:1", "", kContainer, OptionalHasElement},
+      {ops::kOptionalHasElement, 7, "15:1:1 18:1:0", "", kContainer, OptionalHasElement},
       {ops::kOptionalGetElement, 7, "15:1:1 18:1:1", "", kContainer, OptionalGetElement},
       {ops::kIdentity, 1, "1:1:1 13:1:1 14:1:1 16:1:1 19:1:1 21:1:1 23:1:1", "",
        kPure | kElementwise | kView | kShapeArith, Identity},

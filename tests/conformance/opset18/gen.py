@@ -513,6 +513,19 @@ def string_cases():
         yield c
 
 
+def optional_cases():
+    x = f32(2, 3)
+    yield single("OptionalGetElement_18_tensor", "OptionalGetElement", 18, {"x": x})
+    has = helper.make_node("OptionalHasElement", ["x"], ["h"])
+    cast = helper.make_node("Cast", ["h"], ["y0"], to=TensorProto.INT64)
+    yield Case("OptionalHasElement_18_tensor", 18, model_of([has, cast], {"x": x}, ["y0"], 18),
+               {"x": x})
+    none = helper.make_node("OptionalHasElement", [""], ["h"])
+    add = helper.make_node("Add", ["x", "x"], ["y1"])
+    yield Case("OptionalHasElement_18_absent", 18,
+               model_of([none, cast, add], {"x": x}, ["y0", "y1"], 18), {"x": x})
+
+
 def refusal_cases():
     x = f32(2, 3)
     yield single("opset_24", "Relu", 24, {"x": x}, refused="opset 24 is not supported")
@@ -527,7 +540,7 @@ def refusal_cases():
 
 GROUPS = [reduce_cases, split_cases, pad_cases, resize_cases, scatter_cases, bitwise_cases,
           activation_cases, pool_cases, cast_cases, misc_cases, group_norm_cases, opset20_23_cases,
-          string_cases, refusal_cases]
+          string_cases, optional_cases, refusal_cases]
 
 
 def cases():
