@@ -497,6 +497,10 @@ def string_cases():
     c = single("StringConcat_20_bcast", "StringConcat", 20, {"x": x, "y": y})
     c.expected = {"y0": strs([[a + b for a, b in zip(row, y)] for row in x])}
     yield c
+    a, b = strs([["x", "y"], ["", "z"]]), strs(["x", ""])
+    c = single("Equal_19_strings_bcast", "Equal", 19, {"a": a, "b": b})
+    c.expected = {"y0": np.array([[p == q for p, q in zip(row, b)] for row in a])}
+    yield c
     c = single("StringConcat_20_scalar", "StringConcat", 20, {"x": x, "y": strs("!")})
     c.expected = {"y0": strs([[a + "!" for a in row] for row in x])}
     yield c
