@@ -1,5 +1,8 @@
 #include "compiler/op_registry.h"
 
+#include <iterator>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_def.h"
 
@@ -169,6 +172,16 @@ std::optional<DType> DTypeFromOnnx(int64_t t) {
     default:
       return std::nullopt;
   }
+}
+
+std::string OnnxTypeName(int64_t t) {
+  static constexpr const char* kNames[] = {
+      "UNDEFINED",      "FLOAT",      "UINT8",          "INT8",       "UINT16",   "INT16",
+      "INT32",          "INT64",      "STRING",         "BOOL",       "FLOAT16",  "DOUBLE",
+      "UINT32",         "UINT64",     "COMPLEX64",      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN",
+      "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",      "INT4",     "FLOAT4E2M1"};
+  if (t >= 0 && t < static_cast<int64_t>(std::size(kNames))) return kNames[t];
+  return absl::StrCat("#", t);
 }
 
 int64_t OnnxFromDType(DType d) {

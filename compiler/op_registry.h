@@ -113,6 +113,9 @@ absl::StatusOr<std::vector<Dim>> BroadcastShapes(SymbolicContext& sym, const std
 // ONNX's TensorProto data type numbers to dynvm dtypes.
 std::optional<DType> DTypeFromOnnx(int64_t onnx_type);
 int64_t OnnxFromDType(DType d);
+// ONNX's name of a TensorProto data type number, up to opset 23's ("FLOAT8E4M3FN", "INT4",
+// "FLOAT4E2M1"); "#N" for a number ONNX does not define.
+std::string OnnxTypeName(int64_t onnx_type);
 
 }  // namespace dynvm::compiler
 

@@ -121,7 +121,7 @@ int Main(int argc, char** argv) {
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
-    std::fputs("\nCompiles an ONNX model (opsets 7 to 17) into a dynvm executable.\n", stdout);
+    std::fputs("\nCompiles an ONNX model (opsets 7 to 23) into a dynvm executable.\n", stdout);
     return 0;
   }
   if (flags.positional().size() != 1) {

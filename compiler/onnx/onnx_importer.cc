@@ -58,11 +58,15 @@ AttrType TypeOf(const pb::AttributeProto& a) {
   return pb::AttributeProto::UNDEFINED;
 }
 
-// Opsets 7 to 17 of the default domain are supported; a model of an older opset is accepted when
-// every operator it uses is unchanged since that opset (OpDef::since).
+// Opsets 7 to 23 of the default domain are supported; a model of an older opset is accepted when
+// every operator it uses is unchanged since that opset (OpDef::since). Each operator's versions up
+// to 23 are in its definition (compiler/ops/), those dynvm refuses marked there.
 constexpr int kMinOpset = 1;
 constexpr int kMinFullOpset = 7;
-constexpr int kMaxOpset = 17;
+constexpr int kMaxOpset = 23;
+// The newest opset Debian's libonnx (1.12) has schemas for: its checker (--onnx-check) refuses
+// newer models it cannot read, so it runs only up to here.
+constexpr int kLibOnnxMaxOpset = 17;
 // Nested protobuf messages the parser follows: three per level of subgraph nesting
 // (GraphProto > NodeProto > AttributeProto), far above kMaxGraphDepth.
 constexpr int kProtoRecursionLimit = 1000;
@@ -385,6 +389,11 @@ absl::Status Importer::CheckSignature(const pb::NodeProto& n, const OpDef& def, 
   if (version == nullptr) {
     return absl::InvalidArgumentError(Join(
         label, absl::StrCat("operator ", def.QualifiedName(), " does not exist in opset ", opset)));
+  }
+  if (version->refused) {
+    return absl::UnimplementedError(
+        Join(label, absl::StrCat("operator ", def.QualifiedName(), " version ", version->since,
+                                 " is not supported (opset ", opset, "): ", def.refusal)));
   }
   if (version->max_inputs > 0 && n.input_size() > version->max_inputs) {
     return absl::InvalidArgumentError(
@@ -798,7 +807,7 @@ absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& mode
         "opset ", opset_, " is not supported (dynvm imports opsets ", kMinFullOpset, " to ",
         kMaxOpset, ", and older ones where the operators used have not changed)"));
   }
-  if (options_.onnx_checker) {
+  if (options_.onnx_checker && opset_ <= kLibOnnxMaxOpset) {
     DYNVM_RETURN_IF_ERROR(RunLibOnnxChecker(model));
   }
   auto module = std::make_unique<Module>();

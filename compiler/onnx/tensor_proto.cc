@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
+#include "compiler/op_registry.h"
 #include "kernels/strings.h"
 #include "schema/mapped_file.h"
 
@@ -171,7 +172,7 @@ std::string ElemTypeName(int32_t elem_type) {
   if (pb::TensorProto::DataType_IsValid(elem_type)) {
     return pb::TensorProto::DataType_Name(static_cast<pb::TensorProto::DataType>(elem_type));
   }
-  return absl::StrCat("#", elem_type);
+  return OnnxTypeName(elem_type);  // the types newer than libonnx 1.12's proto (float8, int4)
 }
 
 absl::Status CheckTensorProto(const pb::TensorProto& t, const TensorReadOptions& options) {

@@ -96,7 +96,7 @@ absl::Status Unary(InferContext& c) { return SameAsInput(c); }
 absl::Status Cast(InferContext& c) {
   DYNVM_ASSIGN_OR_RETURN(int64_t to, c.GetInt("to", 1));
   std::optional<DType> d = DTypeFromOnnx(to);
-  if (!d) return c.Error(absl::StrCat("unsupported target type ", to));
+  if (!d) return c.Error(absl::StrCat("unsupported target type ", OnnxTypeName(to)));
   if (c.input_shape(0)) {
     c.SetOutput(0, *d, *c.input_shape(0));
   } else {
@@ -256,6 +256,21 @@ absl::Status LowerLegacy2d(LowerContext& c) {
   return absl::OkStatus();
 }
 
+// Gelu (opset 20) is dynvm's own Gelu, or GeluTanh with approximate = "tanh": the fused
+// activations the rewrites make (compiler/ops/dynvm.cc), so Linear fuses them too.
+absl::Status LowerGelu(LowerContext& c) {
+  std::string approximate = "none";
+  if (const AttrValue* a = c.node.attr("approximate"); a != nullptr) approximate = a->s;
+  if (approximate != "none" && approximate != "tanh") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.label, ": Gelu: approximate must be none or tanh, not '", approximate, "'"));
+  }
+  c.node.domain = ops::kDynvmDomain;
+  c.node.op = approximate == "tanh" ? ops::kGeluTanh : ops::kGelu;
+  c.node.attrs.erase("approximate");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineElementwiseOps(OpTable& t) {
@@ -280,8 +295,8 @@ void DefineElementwiseOps(OpTable& t) {
       {ops::kAnd, 7, "1:2:3 7:2:3", "", kPure | kElementwise | kLegacyBroadcast, BroadcastPlain},
       {ops::kOr, 7, "1:2:3 7:2:3", "", kPure | kElementwise | kLegacyBroadcast, BroadcastPlain},
       {ops::kXor, 7, "1:2:3 7:2:3", "", kPure | kElementwise | kLegacyBroadcast, BroadcastPlain},
-      {ops::kEqual, 7, "1:2:3 7:2:3 11:2:3 13:2:3", "", kPure | kElementwise | kLegacyBroadcast,
-       EqualOp},
+      {ops::kEqual, 7, "1:2:3 7:2:3 11:2:3 13:2:3 19:2:3", "",
+       kPure | kElementwise | kLegacyBroadcast, EqualOp},
       {ops::kGreater, 7, "1:2:3 7:2:3 9:2:3 13:2:3", "", kPure | kElementwise | kLegacyBroadcast,
        CompareOp},
       {ops::kLess, 7, "1:2:3 7:2:3 9:2:3 13:2:3", "", kPure | kElementwise | kLegacyBroadcast,
@@ -289,9 +304,14 @@ void DefineElementwiseOps(OpTable& t) {
       {"GreaterOrEqual", 7, "12:2:3 16:2:3", "", kPure | kElementwise, CompareOp},
       {"LessOrEqual", 7, "12:2:3 16:2:3", "", kPure | kElementwise, CompareOp},
       {"Not", 1, "1:1:1", "", kPure | kElementwise, NotOp},
+      {"BitwiseAnd", 7, "18:2:3", "", kPure | kElementwise, BroadcastPlain},
+      {"BitwiseOr", 7, "18:2:3", "", kPure | kElementwise, BroadcastPlain},
+      {"BitwiseXor", 7, "18:2:3", "", kPure | kElementwise, BroadcastPlain},
+      {"BitwiseNot", 7, "18:1:1", "", kPure | kElementwise, Unary},
       {ops::kWhere, 7, "9:3:7 16:3:7", "", kPure | kElementwise, Where},
-      {ops::kCast, 6, "1:1:1 6:1:1 9:1:1 13:1:1", "to:i", kPure | kElementwise | kShapeArith, Cast},
-      {"CastLike", 7, "15:2:3", "", kPure, CastLike},
+      {ops::kCast, 6, "1:1:1 6:1:1 9:1:1 13:1:1 19:1:1 21:1:1 23:1:1", "saturate:i@19 to:i",
+       kPure | kElementwise | kShapeArith, Cast},
+      {"CastLike", 7, "15:2:3 19:2:3 21:2:3 23:2:3", "saturate:i@19", kPure, CastLike},
       {"Shrink", 7, "9:1:1", "bias:f lambd:f", kPure | kElementwise, SameAsInput},
       {"Sqrt", 6, "1:1:1 6:1:1 13:1:1", "", kPure | kElementwise, Unary},
       {"Exp", 6, "1:1:1 6:1:1 13:1:1", "", kPure | kElementwise, Unary},
@@ -304,42 +324,43 @@ void DefineElementwiseOps(OpTable& t) {
       {ops::kRelu, 6, "1:1:1 6:1:1 13:1:1 14:1:1", "", kPure | kElementwise, Unary},
       {"Floor", 6, "1:1:1 6:1:1 13:1:1", "", kPure | kElementwise, Unary},
       {"Ceil", 6, "1:1:1 6:1:1 13:1:1", "", kPure | kElementwise, Unary},
-      {"Round", 7, "11:1:1", "", kPure | kElementwise, Unary},
+      {"Round", 7, "11:1:1 22:1:1", "", kPure | kElementwise, Unary},
       {"Sign", 7, "9:1:1 13:1:1", "", kPure | kElementwise, Unary},
       {"Reciprocal", 6, "1:1:1 6:1:1 13:1:1", "", kPure | kElementwise, Unary},
-      {"Softplus", 1, "1:1:1", "", kPure | kElementwise, Unary},
-      {"Softsign", 1, "1:1:1", "", kPure | kElementwise, Unary},
+      {"Softplus", 1, "1:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Softsign", 1, "1:1:1 22:1:1", "", kPure | kElementwise, Unary},
       {ops::kLeakyRelu, 6, "1:1:1 6:1:1 16:1:1", "alpha:f", kPure | kElementwise, Unary},
-      {"Elu", 6, "1:1:1 6:1:1", "alpha:f", kPure | kElementwise, Unary},
-      {"Selu", 6, "1:1:1 6:1:1", "alpha:f gamma:f", kPure | kElementwise, Unary},
+      {"Elu", 6, "1:1:1 6:1:1 22:1:1", "alpha:f", kPure | kElementwise, Unary},
+      {"Selu", 6, "1:1:1 6:1:1 22:1:1", "alpha:f gamma:f", kPure | kElementwise, Unary},
       {"Celu", 7, "12:1:1", "alpha:f", kPure | kElementwise, Unary},
-      {"HardSigmoid", 6, "1:1:1 6:1:1", "alpha:f beta:f", kPure | kElementwise, Unary},
-      {ops::kHardSwish, 7, "14:1:1", "", kPure | kElementwise, Unary},
-      {"ThresholdedRelu", 7, "10:1:1", "alpha:f", kPure | kElementwise, Unary},
+      {"HardSigmoid", 6, "1:1:1 6:1:1 22:1:1", "alpha:f beta:f", kPure | kElementwise, Unary},
+      {ops::kHardSwish, 7, "14:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"ThresholdedRelu", 7, "10:1:1 22:1:1", "alpha:f", kPure | kElementwise, Unary},
       {ops::kClip, 6, "1:1:1 6:1:1 11:3:1 12:3:1 13:3:1", "max:f min:f", kPure | kElementwise,
        Unary},
-      {"Sin", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Cos", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Tan", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Asin", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Acos", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Atan", 7, "7:1:1", "", kPure | kElementwise, Unary},
-      {"Sinh", 7, "9:1:1", "", kPure | kElementwise, Unary},
-      {"Cosh", 7, "9:1:1", "", kPure | kElementwise, Unary},
-      {"Asinh", 7, "9:1:1", "", kPure | kElementwise, Unary},
-      {"Acosh", 7, "9:1:1", "", kPure | kElementwise, Unary},
-      {"Atanh", 7, "9:1:1", "", kPure | kElementwise, Unary},
-      {"Mish", 7, "", "", kPure | kElementwise, Unary},
-      {ops::kGelu, 7, "", "", kPure | kElementwise, Unary},
-      {"IsNaN", 7, "9:1:1 13:1:1", "", kPure | kElementwise, BoolLikeInput},
-      {"IsInf", 7, "10:1:1", "detect_negative:i detect_positive:i", kPure | kElementwise,
+      {"Sin", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Cos", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Tan", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Asin", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Acos", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Atan", 7, "7:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Sinh", 7, "9:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Cosh", 7, "9:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Asinh", 7, "9:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Acosh", 7, "9:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Atanh", 7, "9:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {"Mish", 7, "18:1:1 22:1:1", "", kPure | kElementwise, Unary},
+      {ops::kGelu, 7, "20:1:1", "approximate:s", kPure | kElementwise | kNoKernel, Unary,
+       LowerGelu},
+      {"IsNaN", 7, "9:1:1 13:1:1 20:1:1", "", kPure | kElementwise, BoolLikeInput},
+      {"IsInf", 7, "10:1:1 20:1:1", "detect_negative:i detect_positive:i", kPure | kElementwise,
        BoolLikeInput},
       {ops::kSoftmax, 1, "1:1:1 11:1:1 13:1:1", "axis:i", kPure, Unary, LowerLegacy2d},
       {ops::kLogSoftmax, 1, "1:1:1 11:1:1 13:1:1", "axis:i", kPure, Unary, LowerLegacy2d},
       {ops::kHardmax, 1, "1:1:1 11:1:1 13:1:1", "axis:i", kPure, Unary, LowerLegacy2d},
       {"CumSum", 7, "11:2:3 14:2:3", "exclusive:i reverse:i", kPure, Unary},
-      {ops::kDropout, 7, "1:1:1 6:1:1 7:1:1 10:1:1 12:3:1 13:3:1", "ratio:f seed:i", kPure | kView,
-       DropoutShape, nullptr, DropoutIsView},
+      {ops::kDropout, 7, "1:1:1 6:1:1 7:1:1 10:1:1 12:3:1 13:3:1 22:3:1", "ratio:f seed:i",
+       kPure | kView, DropoutShape, nullptr, DropoutIsView},
   };
   t.Add("", kRows);
 }

@@ -164,22 +164,71 @@ absl::Status Pad(InferContext& c) {
     pads = ConstInts(c, 1);
   }
   const size_t rank = x->size();
-  if (!pads) {
+  // Opset 18: `axes` (input 3) names the axes the pads are for.
+  std::optional<std::vector<int64_t>> axes;
+  if (c.has_input(3)) axes = ConstInts(c, 3);
+  if (!pads || (c.has_input(3) && !axes)) {
     c.SetOutputDynamic(0, dtype, static_cast<int>(rank));
     return absl::OkStatus();
   }
-  if (pads->size() != 2 * rank) {
+  std::vector<int64_t> full(2 * rank, 0);
+  if (axes) {
+    if (pads->size() != 2 * axes->size()) {
+      return c.Error(absl::StrCat("pads has ", pads->size(), " values for ", axes->size(),
+                                  " axes; it needs ", 2 * axes->size()));
+    }
+    for (size_t k = 0; k < axes->size(); ++k) {
+      DYNVM_ASSIGN_OR_RETURN(int ax, shapes::Axis(c, (*axes)[k], static_cast<int>(rank)));
+      full[ax] = (*pads)[k];
+      full[ax + rank] = (*pads)[k + axes->size()];
+    }
+  } else if (pads->size() != 2 * rank) {
     return c.Error(absl::StrCat("pads has ", pads->size(), " values; a rank-", rank,
                                 " input needs ", 2 * rank));
+  } else {
+    full = *pads;
   }
   SymbolicContext& s = c.sym();
   Shape out;
   for (size_t i = 0; i < rank; ++i) {
-    Dim d = s.Add((*x)[i], s.Const((*pads)[i] + (*pads)[i + rank]));
+    Dim d = s.Add((*x)[i], s.Const(full[i] + full[i + rank]));
     if (std::optional<int64_t> v = SymbolicContext::AsConst(d); v && *v < 0) {
       return c.Error(absl::StrCat("pads make dim ", i, " negative (", *v, ")"));
     }
     out.push_back(d);
+  }
+  c.SetOutput(0, dtype, std::move(out));
+  return absl::OkStatus();
+}
+
+// CenterCropPad (opset 18): the input's dims, those of `axes` (default all) set to `shape`'s.
+absl::Status CenterCropPadShape(InferContext& c) {
+  const Shape* x = c.input_shape(0);
+  const DType dtype = c.input_dtype(0);
+  if (!x) {
+    c.SetOutputUnknown(0, dtype);
+    return absl::OkStatus();
+  }
+  const int rank = static_cast<int>(x->size());
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> axes, c.GetInts("axes", {}));
+  if (axes.empty())
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  std::vector<Dim> sizes;
+  if (const std::vector<Dim>* content = c.content(1); content != nullptr) {
+    sizes = *content;
+  } else if (std::optional<std::vector<int64_t>> v = ConstInts(c, 1)) {
+    for (int64_t n : *v) sizes.push_back(c.sym().Const(n));
+  } else {
+    c.SetOutputDynamic(0, dtype, rank);
+    return absl::OkStatus();
+  }
+  if (sizes.size() != axes.size()) {
+    return c.Error(absl::StrCat("shape has ", sizes.size(), " values for ", axes.size(), " axes"));
+  }
+  Shape out = *x;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    DYNVM_ASSIGN_OR_RETURN(int ax, Axis(c, axes[k], rank));
+    out[ax] = sizes[k];
   }
   c.SetOutput(0, dtype, std::move(out));
   return absl::OkStatus();
@@ -196,14 +245,17 @@ void DefineIndexingOps(OpTable& t) {
       {"GatherElements", 7, "11:2:3 13:2:3", "axis:i", kPure, GatherElements},
       {"GatherND", 7, "11:2:3 12:2:3 13:2:3", "batch_dims:i", kPure, GatherND},
       {"Scatter", 7, "9:3:7 11:3:7", "axis:i", kPure, ShapeOfInput0},
-      {"ScatterND", 7, "11:3:7 13:3:7 16:3:7", "reduction:s", kPure, SameAsInput},
-      {"ScatterElements", 7, "11:3:7 13:3:7 16:3:7", "axis:i reduction:s", kPure, SameAsInput},
+      {"ScatterND", 7, "11:3:7 13:3:7 16:3:7 18:3:7", "reduction:s", kPure, SameAsInput},
+      {"ScatterElements", 7, "11:3:7 13:3:7 16:3:7 18:3:7", "axis:i reduction:s", kPure,
+       SameAsInput},
       {"ReverseSequence", 7, "10:2:3", "batch_axis:i time_axis:i", kPure, ShapeOfInput0},
       {"OneHot", 7, "9:3:7 11:3:7", "axis:i", kPure, OneHot},
       {"DepthToSpace", 1, "1:1:1 11:1:1 13:1:1", "blocksize:i mode:s", kPure, DepthToSpace},
       {"SpaceToDepth", 1, "1:1:1 13:1:1", "blocksize:i", kPure, SpaceToDepth},
       {"Compress", 7, "9:2:3 11:2:3", "axis:i", kPure, Compress},
-      {ops::kPad, 2, "1:1:1 2:1:1 11:3:3 13:3:3", "mode:s pads:I value:f", kPure, Pad},
+      {"CenterCropPad", 7, "18:2:3", "axes:I", kPure, CenterCropPadShape},
+      {ops::kPad, 2, "1:1:1 2:1:1 11:3:3 13:3:3 18:4:3 19:4:3 21:4:3 23:4:3",
+       "mode:s pads:I value:f", kPure, Pad},
   };
   t.Add("", kRows);
 }

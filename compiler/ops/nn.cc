@@ -157,7 +157,8 @@ absl::Status Pool(InferContext& c) {
     return absl::OkStatus();
   }
   if (x->size() < 3) return c.Error("pooling needs an input of rank 3 or more");
-  if (c.node().op == ops::kGlobalMaxPool || c.node().op == ops::kGlobalAveragePool) {
+  if (c.node().op == ops::kGlobalMaxPool || c.node().op == ops::kGlobalAveragePool ||
+      c.node().op == "GlobalLpPool") {
     std::vector<Dim> dims(x->begin(), x->begin() + 2);
     dims.resize(x->size(), c.sym().Const(1));
     c.SetOutput(0, c.input_dtype(0), std::move(dims));
@@ -281,6 +282,55 @@ absl::Status LowerResize(LowerContext& c) {
     v10.i = 1;
     c.node.attrs["opset10"] = v10;
   }
+  return absl::OkStatus();
+}
+
+// AffineGrid (opset 20): theta [N, k, k+1], size (N, C, spatial...) -> [N, spatial..., k].
+absl::Status AffineGridShape(InferContext& c) {
+  const DType dt = c.input_dtype(0);
+  const std::vector<Dim>* size = c.content(1);
+  if (size != nullptr && (size->size() == 4 || size->size() == 5)) {
+    Shape out = {(*size)[0]};
+    for (size_t i = 2; i < size->size(); ++i) out.push_back((*size)[i]);
+    out.push_back(c.sym().Const(static_cast<int64_t>(size->size()) - 2));
+    c.SetOutput(0, dt, out);
+    return absl::OkStatus();
+  }
+  if (std::optional<std::vector<int64_t>> v = ConstInts(c, 1);
+      v && (v->size() == 4 || v->size() == 5)) {
+    Shape out = {c.sym().Const((*v)[0])};
+    for (size_t i = 2; i < v->size(); ++i) out.push_back(c.sym().Const((*v)[i]));
+    out.push_back(c.sym().Const(static_cast<int64_t>(v->size()) - 2));
+    c.SetOutput(0, dt, out);
+    return absl::OkStatus();
+  }
+  const Shape* theta = c.input_shape(0);
+  if (theta != nullptr && theta->size() == 3) {
+    if (std::optional<int64_t> k = SymbolicContext::AsConst((*theta)[1]);
+        k && (*k == 2 || *k == 3)) {
+      c.SetOutputDynamic(0, dt, static_cast<int>(*k) + 2);
+      return absl::OkStatus();
+    }
+  }
+  c.SetOutputUnknown(0, dt);
+  return absl::OkStatus();
+}
+
+// GroupNormalization before opset 21 scales per group ([num_groups]); from 21 per channel.
+absl::Status LowerGroupNorm(LowerContext& c) {
+  if (c.opset < 21) {
+    AttrValue per_group;
+    per_group.type = AttrValue::Type::kInt;
+    per_group.i = 1;
+    c.node.attrs["group_scale"] = per_group;
+  }
+  c.node.attrs.erase("stash_type");  // the kernel sums in double
+  return absl::OkStatus();
+}
+
+// stash_type: the reference kernels accumulate in double whatever it asks.
+absl::Status LowerStashType(LowerContext& c) {
+  c.node.attrs.erase("stash_type");
   return absl::OkStatus();
 }
 
@@ -442,42 +492,63 @@ void DefineNnOps(OpTable& t) {
       {ops::kGemm, 7, "1:3:7 6:3:7 7:3:7 9:3:7 11:3:3 13:3:3", "alpha:f beta:f transA:i transB:i",
        kPure, Gemm},
       {"Einsum", 7, "12:0:1", "equation:s", kPure, EinsumShape},
-      {"Det", 7, "11:1:1", "", kPure, DetShape},
-      {ops::kConv, 1, "1:3:3 11:3:3",
+      {"Det", 7, "11:1:1 22:1:1", "", kPure, DetShape},
+      {ops::kConv, 1, "1:3:3 11:3:3 22:3:3",
        "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I", kPure, InferConvShape},
-      {"ConvTranspose", 1, "1:3:3 11:3:3",
+      {"ConvTranspose", 1, "1:3:3 11:3:3 22:3:3",
        "auto_pad:s dilations:I group:i kernel_shape:I output_padding:I output_shape:I pads:I "
        "strides:I",
        kPure, ConvOp},
-      {ops::kResize, 7, "10:2:3 11:4:1 13:4:1",
-       "coordinate_transformation_mode:s cubic_coeff_a:f exclude_outside:i extrapolation_value:f "
-       "mode:s nearest_mode:s",
+      {ops::kResize, 7, "10:2:3 11:4:1 13:4:1 18:4:1 19:4:1",
+       "antialias:i@18 axes:I@18 coordinate_transformation_mode:s cubic_coeff_a:f "
+       "exclude_outside:i extrapolation_value:f keep_aspect_ratio_policy:s@18 mode:s "
+       "nearest_mode:s",
        kPure, ConvOp, LowerResize},
       {ops::kUpsample, 7, "7:1:1 9:2:3", "mode:s scales:F", kPure | kNoKernel, nullptr,
        LowerUpsample},
-      {ops::kMaxPool, 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1",
+      {ops::kMaxPool, 1, "1:1:1 8:1:1 10:1:1 11:1:1 12:1:1 22:1:1",
        "auto_pad:s ceil_mode:i dilations:I kernel_shape:I pads:I storage_order:i strides:I", kPure,
        Pool},
-      {ops::kAveragePool, 1, "1:1:1 7:1:1 10:1:1 11:1:1",
-       "auto_pad:s ceil_mode:i count_include_pad:i kernel_shape:I pads:I strides:I", kPure, Pool},
-      {ops::kGlobalMaxPool, 1, "1:1:1", "", kPure, Pool},
-      {ops::kGlobalAveragePool, 1, "1:1:1", "", kPure, Pool},
+      {ops::kAveragePool, 1, "1:1:1 7:1:1 10:1:1 11:1:1 19:1:1 22:1:1",
+       "auto_pad:s ceil_mode:i count_include_pad:i dilations:I@19 kernel_shape:I pads:I strides:I",
+       kPure, Pool},
+      {ops::kGlobalMaxPool, 1, "1:1:1 22:1:1", "", kPure, Pool},
+      {ops::kGlobalAveragePool, 1, "1:1:1 22:1:1", "", kPure, Pool},
+      {"LpPool", 2, "2:1:1 11:1:1 18:1:1 22:1:1",
+       "auto_pad:s ceil_mode:i@18 dilations:I@18 kernel_shape:I p:i pads:I strides:I", kPure, Pool},
+      {"GlobalLpPool", 2, "2:1:1 22:1:1", "p:i", kPure, Pool},
       {ops::kBatchNormalization, 6, "6:5:31 7:5:31 9:5:31 14:5:31 15:5:31",
        "epsilon:f is_test:i momentum:f spatial:i training_mode:i", kPure, BatchNorm},
-      {"InstanceNormalization", 6, "6:3:7", "epsilon:f", kPure, SameAsInput},
+      {"InstanceNormalization", 6, "6:3:7 22:3:7", "epsilon:f", kPure, SameAsInput},
+      {"GroupNormalization", 7, "18:3:7 21:3:7", "epsilon:f num_groups:i stash_type:i@21", kPure,
+       SameAsInput, LowerGroupNorm},
+      {"RMSNormalization", 7, "23:2:3", "axis:i epsilon:f stash_type:i", kPure, SameAsInput,
+       LowerStashType},
+      {"RotaryEmbedding", 7, "23:4:7", "interleaved:i num_heads:i rotary_embedding_dim:i", kPure,
+       SameAsInput},
+      {"AffineGrid", 7, "20:2:3", "align_corners:i", kPure, AffineGridShape},
+      // Operators of opsets 18-23 dynvm refuses, with the reason (docs/onnx.md).
+      {"Col2Im", 7, "18:x", "", kNoKernel, nullptr, nullptr, nullptr, "not implemented"},
+      {"DeformConv", 7, "19:x 22:x", "", kNoKernel, nullptr, nullptr, nullptr, "not implemented"},
+      {"ImageDecoder", 7, "20:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "decoding image files is not an inference kernel dynvm has"},
+      {"Attention", 7, "23:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "not implemented; the MatMul/Softmax form exporters write is fused into dynvm::Attention "
+       "(docs/compiler.md)"},
       {"LRN", 1, "1:1:1 13:1:1", "alpha:f beta:f bias:f size:i", kPure, SameAsInput},
       {ops::kLayerNormalization, 7, "17:3:3", "axis:i epsilon:f stash_type:i", kPure, LayerNorm},
-      {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3", "ignore_index:i reduction:s", kPure, Loss},
+      {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3 22:3:3", "ignore_index:i reduction:s", kPure,
+       Loss},
       {"SoftmaxCrossEntropyLoss", 7, "12:3:3 13:3:3", "ignore_index:i reduction:s", kPure, Loss},
-      {ops::kLSTM, 7, "1:8:7 7:8:7 14:8:7",
+      {ops::kLSTM, 7, "1:8:7 7:8:7 14:8:7 22:8:7",
        "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "
        "input_forget:i layout:i",
        kPure, LstmShape},
-      {ops::kGRU, 7, "1:6:7 3:6:7 7:6:7 14:6:7",
+      {ops::kGRU, 7, "1:6:7 3:6:7 7:6:7 14:6:7 22:6:7",
        "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "
        "layout:i linear_before_reset:i",
        kPure, GruShape},
-      {ops::kRNN, 7, "1:6:7 7:6:7 14:6:7",
+      {ops::kRNN, 7, "1:6:7 7:6:7 14:6:7 22:6:7",
        "activation_alpha:F activation_beta:F activations:S clip:f direction:s hidden_size:i "
        "layout:i",
        kPure, RnnShape},

@@ -63,12 +63,20 @@ std::unique_ptr<OpDef> FromRow(absl::string_view domain, const OpRow& row,
   if (row.infer != nullptr) def->infer = row.infer;
   def->lower = row.lower;
   def->view_if = row.view_if;
+  if (row.refused != nullptr) def->refusal = row.refused;
   auto error = [&](absl::string_view what, absl::string_view item) {
     errors.push_back(absl::StrCat(def->QualifiedName(), ": malformed ", what, " '", item, "'"));
   };
   for (absl::string_view item : absl::StrSplit(row.signature, ' ', absl::SkipEmpty())) {
     std::vector<absl::string_view> f = absl::StrSplit(item, ':');
     OpVersion v;
+    if (f.size() == 2 && f[1] == "x" && absl::SimpleAtoi(f[0], &v.since) &&
+        (def->versions.empty() || def->versions.back().since < v.since)) {
+      v.refused = true;
+      if (def->refusal.empty()) error("refused version without a reason", item);
+      def->versions.push_back(v);
+      continue;
+    }
     if (f.size() != 3 || !absl::SimpleAtoi(f[0], &v.since) ||
         !absl::SimpleAtoi(f[1], &v.max_inputs) || !absl::SimpleAtoi(f[2], &v.required_mask) ||
         (!def->versions.empty() && def->versions.back().since >= v.since)) {

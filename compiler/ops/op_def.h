@@ -71,11 +71,13 @@ absl::string_view AttrKindName(AttrKind kind);  // "INT", "FLOATS", ... (ONNX's 
 
 // The signature of one schema version: from opset `since` of the op's domain on (until the next
 // version), at most `max_inputs` inputs (0: any number), and the inputs whose bit is set in
-// `required_mask` present.
+// `required_mask` present. A version ONNX defines that dynvm does not take (`refused`, written
+// "since:x" in a row) is refused at import, with the row's reason (OpRow::refused).
 struct OpVersion {
   int since = 1;
   int max_inputs = 0;
   uint32_t required_mask = 0;
+  bool refused = false;
 };
 
 // An attribute of some version: its type, and the opsets it exists in ([since, until); an
@@ -112,6 +114,8 @@ struct OpDef {
   LowerFn lower = nullptr;
   // kView ops whose nodes are views only under a condition (Dropout: in inference mode).
   bool (*view_if)(const Node&) = nullptr;
+  // Why the refused versions are refused (OpVersion::refused).
+  std::string refusal;
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
   // The signature in force at `opset`; nullptr when the op does not exist there yet.
@@ -123,7 +127,7 @@ struct OpDef {
 
 // One row of a family's table (compiler/ops/<family>.cc):
 //   signature  "since:max_inputs:required_mask ..." per schema version ("" for ops without an
-//              ONNX schema);
+//              ONNX schema); "since:x" for a version dynvm refuses (`refused` says why);
 //   attrs      "name:T[@since[-until]] ..." with T one of i (INT), f (FLOAT), s (STRING),
 //              I (INTS), F (FLOATS), S (STRINGS), t (TENSOR), g (GRAPH), T (TYPE_PROTO),
 //              x (SPARSE_TENSOR); `@13` limits the attribute to opsets from 13, `@1-13` to
@@ -137,6 +141,7 @@ struct OpRow {
   ShapeFnPtr infer;
   LowerFn lower = nullptr;
   bool (*view_if)(const Node&) = nullptr;
+  const char* refused = nullptr;  // why the "since:x" versions are refused
 };
 
 // Collects the definitions of every family (op_def.cc calls each family's Define*Ops).

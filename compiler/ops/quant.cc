@@ -97,6 +97,14 @@ std::optional<int64_t> AxisChannels(InferContext& c) {
   return KnownDim(c, 0, static_cast<int>(*axis));
 }
 
+// output_dtype (QuantizeLinear 21, DequantizeLinear 23): 0 or the type the op makes anyway.
+absl::Status CheckOutputDtype(InferContext& c, DType out) {
+  DYNVM_ASSIGN_OR_RETURN(int64_t want, c.GetInt("output_dtype", 0));
+  if (want == 0 || DTypeFromOnnx(want) == out) return absl::OkStatus();
+  return c.Error(absl::StrCat("output_dtype ", OnnxTypeName(want), " is not supported here (",
+                              DTypeName(out), " is what the inputs make)"));
+}
+
 absl::Status QuantizeLinear(InferContext& c) {
   DType out = DType::kU8;
   if (c.has_input(2)) {
@@ -107,6 +115,7 @@ absl::Status QuantizeLinear(InferContext& c) {
   }
   DYNVM_RETURN_IF_ERROR(CheckParam(c, 1, "y_scale", Param::kScale, out, AxisChannels(c)));
   DYNVM_RETURN_IF_ERROR(CheckParam(c, 2, "y_zero_point", Param::kZeroPoint, out, AxisChannels(c)));
+  DYNVM_RETURN_IF_ERROR(CheckOutputDtype(c, out));
   if (c.input_shape(0)) {
     c.SetOutput(0, out, *c.input_shape(0));
   } else {
@@ -127,6 +136,7 @@ absl::Status DequantizeLinear(InferContext& c) {
   DYNVM_RETURN_IF_ERROR(CheckParam(c, 1, "x_scale", Param::kScale, x, AxisChannels(c)));
   DYNVM_RETURN_IF_ERROR(CheckParam(c, 2, "x_zero_point", Param::kZeroPoint, x, AxisChannels(c)));
   const DType out = c.input_dtype(1);
+  DYNVM_RETURN_IF_ERROR(CheckOutputDtype(c, out));
   if (c.input_shape(0)) {
     c.SetOutput(0, out, *c.input_shape(0));
   } else {
@@ -255,15 +265,34 @@ absl::Status DynamicQuantizeLinear(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Opsets 19 to 23 add float8 and 4-bit types (refused where they appear, naming the type),
+// `saturate` (for float8 only), blocked quantization and an explicit output type. dynvm takes
+// per-tensor and per-axis quantization: a nonzero block_size is refused, and output_dtype only
+// where it names the type the kernel makes anyway (the zero point's, or u8 without one, for
+// QuantizeLinear; the scale's for DequantizeLinear, checked by the shape function).
+absl::Status LowerQuantization(LowerContext& c) {
+  if (const AttrValue* b = c.node.attr("block_size"); b != nullptr && b->i != 0) {
+    return absl::UnimplementedError(absl::StrCat(c.label, ": ", c.node.op,
+                                                 ": blocked quantization (block_size ", b->i,
+                                                 ", opset 21) is not supported"));
+  }
+  c.node.attrs.erase("block_size");
+  c.node.attrs.erase("saturate");  // only float8 outputs saturate; dynvm has none
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineQuantOps(OpTable& t) {
   static constexpr OpRow kRows[] = {
-      {"QuantizeLinear", 7, "10:3:3 13:3:3", "axis:i", kPure, QuantizeLinear},
-      {ops::kDequantizeLinear, 7, "10:3:3 13:3:3", "axis:i", kPure, DequantizeLinear},
+      {"QuantizeLinear", 7, "10:3:3 13:3:3 19:3:3 21:3:3 23:3:3",
+       "axis:i block_size:i@21 output_dtype:i@21 saturate:i@19", kPure, QuantizeLinear,
+       LowerQuantization},
+      {ops::kDequantizeLinear, 7, "10:3:3 13:3:3 19:3:3 21:3:3 23:3:3",
+       "axis:i block_size:i@21 output_dtype:i@23", kPure, DequantizeLinear, LowerQuantization},
       {"DynamicQuantizeLinear", 7, "11:1:1", "", kPure, DynamicQuantizeLinear},
       {"MatMulInteger", 7, "10:4:3", "", kPure, MatMulInteger},
-      {"QLinearMatMul", 7, "10:8:255", "", kPure, QLinearMatMul},
+      {"QLinearMatMul", 7, "10:8:255 21:8:255", "", kPure, QLinearMatMul},
       {"ConvInteger", 7, "10:4:3", "auto_pad:s dilations:I group:i kernel_shape:I pads:I strides:I",
        kPure, ConvInteger},
       {"QLinearConv", 7, "10:9:255",

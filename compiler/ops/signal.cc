@@ -135,7 +135,13 @@ absl::Status Dft(InferContext& c) {
   Dim n = (*x)[ax];
   if (c.has_input(1)) {
     const std::vector<Dim>* len = c.content(1);
-    n = (len != nullptr && len->size() == 1) ? (*len)[0] : c.sym().Fresh("dft_length");
+    if (len == nullptr || len->size() != 1) {
+      // A dft_length known only at run time: the kernel sizes the output (a fresh symbol here
+      // would be read before anything defines it).
+      c.SetOutputDynamic(0, c.input_dtype(0), rank);
+      return absl::OkStatus();
+    }
+    n = (*len)[0];
   }
   out[ax] =
       onesided != 0 ? c.sym().Add(c.sym().FloorDiv(n, c.sym().Const(2)), c.sym().Const(1)) : n;
@@ -174,30 +180,67 @@ absl::Status NonMaxSuppressionShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// DFT from opset 20 takes its axis as an input (a scalar; default -2, the last signal axis)
+// instead of an attribute (default 1): a constant axis becomes the attribute the kernel reads.
+absl::Status LowerDft(LowerContext& c) {
+  if (c.opset < 20) return absl::OkStatus();
+  int64_t axis = -2;
+  if (c.node.inputs.size() > 2 && c.node.inputs[2] != nullptr) {
+    const Value* v = c.node.inputs[2];
+    if (!v->constant || v->constant->numel() != 1 ||
+        (v->constant->dtype() != DType::kI64 && v->constant->dtype() != DType::kI32)) {
+      return absl::UnimplementedError(absl::StrCat(
+          c.label, ": DFT (opset 20): the axis must be a constant one-element integer tensor"));
+    }
+    const Tensor& t = *v->constant;
+    axis = t.dtype() == DType::kI64 ? t.data<int64_t>()[0] : t.data<int32_t>()[0];
+    c.node.inputs.resize(2);
+    while (!c.node.inputs.empty() && c.node.inputs.back() == nullptr) c.node.inputs.pop_back();
+  }
+  AttrValue a;
+  a.type = AttrValue::Type::kInt;
+  a.i = axis;
+  c.node.attrs["axis"] = a;
+  return absl::OkStatus();
+}
+
+// GridSample from opset 20 names its modes "linear" and "cubic" (opset 16: "bilinear",
+// "bicubic"; the kernel's names) and takes N-D input (the kernel takes 4-D).
+absl::Status LowerGridSample(LowerContext& c) {
+  auto it = c.node.attrs.find("mode");
+  if (c.opset < 20 || it == c.node.attrs.end()) return absl::OkStatus();
+  if (it->second.s == "linear") it->second.s = "bilinear";
+  if (it->second.s == "cubic") it->second.s = "bicubic";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineSignalOps(OpTable& t) {
   static constexpr OpRow kRows[] = {
-      {"GridSample", 7, "16:2:3", "align_corners:i mode:s padding_mode:s", kPure, GridSample},
-      {"RoiAlign", 7, "16:3:7",
+      {"GridSample", 7, "16:2:3 20:2:3 22:2:3", "align_corners:i mode:s padding_mode:s", kPure,
+       GridSample, LowerGridSample},
+      {"RoiAlign", 7, "16:3:7 22:3:7",
        "coordinate_transformation_mode:s mode:s output_height:i output_width:i sampling_ratio:i "
        "spatial_scale:f",
        kPure, RoiAlign},
-      {"MaxUnpool", 7, "9:2:3 11:3:3", "kernel_shape:I pads:I strides:I", kPure, MaxUnpool},
+      {"MaxUnpool", 7, "9:2:3 11:3:3 22:3:3", "kernel_shape:I pads:I strides:I", kPure, MaxUnpool},
       {"MeanVarianceNormalization", 7, "9:1:1 13:1:1", "axes:I", kPure, Mvn},
       {"NonMaxSuppression", 7, "10:5:3 11:5:3", "center_point_box:i", kPure,
        NonMaxSuppressionShape},
-      {"DFT", 7, "17:2:1", "axis:i inverse:i onesided:i", kPure, Dft},
+      {"DFT", 7, "17:2:1 20:3:1", "axis:i@17-20 inverse:i onesided:i", kPure, Dft, LowerDft},
       {"STFT", 7, "17:4:3", "onesided:i", kPure, Stft},
       {"MelWeightMatrix", 7, "17:5:31", "output_datatype:i", kPure, MelWeightMatrix},
       {"HannWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
       {"HammingWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
       {"BlackmanWindow", 7, "17:1:1", "output_datatype:i periodic:i", kPure, WindowOp},
-      {ops::kBernoulli, 7, "15:1:1", "dtype:i seed:f", 0, LikeInput},
-      {"RandomUniformLike", 1, "1:1:1", "dtype:i high:f low:f seed:f", 0, LikeInput},
-      {"RandomNormalLike", 1, "1:1:1", "dtype:i mean:f scale:f seed:f", 0, LikeInput},
-      {"RandomUniform", 1, "1:0:0", "dtype:i high:f low:f seed:f shape:I", 0, RandomFromShape},
-      {"RandomNormal", 1, "1:0:0", "dtype:i mean:f scale:f seed:f shape:I", 0, RandomFromShape},
+      {ops::kBernoulli, 7, "15:1:1 22:1:1", "dtype:i seed:f", 0, LikeInput},
+      {"RandomUniformLike", 1, "1:1:1 22:1:1", "dtype:i high:f low:f seed:f", 0, LikeInput},
+      {"RandomNormalLike", 1, "1:1:1 22:1:1", "dtype:i mean:f scale:f seed:f", 0, LikeInput},
+      {"RandomUniform", 1, "1:0:0 22:0:0", "dtype:i high:f low:f seed:f shape:I", 0,
+       RandomFromShape},
+      {"RandomNormal", 1, "1:0:0 22:0:0", "dtype:i mean:f scale:f seed:f shape:I", 0,
+       RandomFromShape},
   };
   t.Add("", kRows);
 }

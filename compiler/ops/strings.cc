@@ -1,4 +1,5 @@
-// The string operators: StringNormalizer and TfIdfVectorizer (docs/strings.md).
+// The string operators: StringNormalizer, TfIdfVectorizer, StringConcat and StringSplit
+// (docs/strings.md).
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -53,6 +54,38 @@ absl::Status TfIdfVectorizer(InferContext& c) {
   return absl::OkStatus();
 }
 
+// StringConcat (opset 20): the broadcast shape of X and Y, strings.
+absl::Status StringConcat(InferContext& c) {
+  if (c.input_dtype(0) != DType::kString || c.input_dtype(1) != DType::kString)
+    return c.Error("X and Y must be string tensors");
+  const std::vector<Dim>* x = c.input_shape(0);
+  const std::vector<Dim>* y = c.input_shape(1);
+  if (x == nullptr || y == nullptr) {
+    c.SetOutputUnknown(0, DType::kString);
+    return absl::OkStatus();
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> out, BroadcastShapes(c.sym(), *x, *y));
+  c.SetOutput(0, DType::kString, std::move(out));
+  return absl::OkStatus();
+}
+
+// StringSplit (opset 20): Y = X's dims + [the most substrings of an element] (decided at run
+// time), Z the count of each element's substrings.
+absl::Status StringSplit(InferContext& c) {
+  if (c.input_dtype(0) != DType::kString) return c.Error("X must be a string tensor");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, DType::kString);
+    c.SetOutputUnknown(1, DType::kI64);
+    return absl::OkStatus();
+  }
+  std::vector<Dim> y = *x;
+  y.push_back(c.sym().Fresh("substrings"));
+  c.SetOutput(0, DType::kString, std::move(y));
+  c.SetOutput(1, DType::kI64, *x);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineStringOps(OpTable& t) {
@@ -63,6 +96,11 @@ void DefineStringOps(OpTable& t) {
        "max_gram_length:i max_skip_count:i min_gram_length:i mode:s ngram_counts:I ngram_indexes:I "
        "pool_int64s:I pool_strings:S weights:F",
        kPure, TfIdfVectorizer},
+      {"StringConcat", 7, "20:2:3", "", kPure, StringConcat},
+      {"StringSplit", 7, "20:1:1", "delimiter:s maxsplit:i", kPure, StringSplit},
+      {"RegexFullMatch", 7, "20:x", "", kNoKernel, nullptr, nullptr, nullptr,
+       "it needs a regular-expression engine safe on untrusted patterns and input (RE2's "
+       "syntax); dynvm has none"},
   };
   t.Add("", kRows);
 }

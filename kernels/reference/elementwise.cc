@@ -446,6 +446,32 @@ struct BitShiftOp : OpTraits {
     return static_cast<C>(left ? (w << b) : (w >> b));
   }
 };
+// Opset 18's bitwise operators on integers (a sign-extended compute type truncates back to the
+// same bits).
+struct BitwiseAndOp : OpTraits {
+  static constexpr const char* kName = "BitwiseAnd";
+  static constexpr unsigned kTypes = kInts;
+  template <typename C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a & b);
+  }
+};
+struct BitwiseOrOp : OpTraits {
+  static constexpr const char* kName = "BitwiseOr";
+  static constexpr unsigned kTypes = kInts;
+  template <typename C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a | b);
+  }
+};
+struct BitwiseXorOp : OpTraits {
+  static constexpr const char* kName = "BitwiseXor";
+  static constexpr unsigned kTypes = kInts;
+  template <typename C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a ^ b);
+  }
+};
 struct PReluOp : OpTraits {
   static constexpr const char* kName = "PRelu";
   static constexpr unsigned kTypes = kNumeric;
@@ -650,6 +676,9 @@ ELEM_FLOAT_UNARY(HardSwish, (x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5)
 ELEM_FLOAT_UNARY(Sigmoid,
                  x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
 ELEM_FLOAT_UNARY(Softplus, x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+// Opset 18: x tanh(softplus(x)).
+ELEM_FLOAT_UNARY(Mish,
+                 x* std::tanh(x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
 #undef ELEM_FLOAT_UNARY
 
 struct RoundOp : FloatUnary {  // half to even, independent of the FP rounding mode
@@ -707,6 +736,14 @@ struct NotOp : OpTraits {
   static constexpr const char* kName = "Not";
   static constexpr unsigned kTypes = kBool;
   bool operator()(bool x) const { return !x; }
+};
+struct BitwiseNotOp : OpTraits {
+  static constexpr const char* kName = "BitwiseNot";
+  static constexpr unsigned kTypes = kInts;
+  template <typename C>
+  C operator()(C x) const {
+    return static_cast<C>(~x);
+  }
 };
 struct IsNaNOp : FloatUnary {
   static constexpr const char* kName = "IsNaN";
@@ -1044,6 +1081,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const KernelSpec& spec, bool li
   return MakeKernel(spec, &RunCast, attrs);
 }
 
+// Opset 18's bitwise operators.
+void AddBitwise(KernelRegistry& r) {
+  AddBinary<BitwiseAndOp>(r);
+  AddBinary<BitwiseOrOp>(r);
+  AddBinary<BitwiseXorOp>(r);
+  AddUnary<BitwiseNotOp>(r);
+}
+
 }  // namespace
 
 void RegisterElementwiseKernels(KernelRegistry& r) {
@@ -1065,6 +1110,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddBinary<GreaterOrEqualOp>(r);
   AddBinary<LessOrEqualOp>(r);
   AddBinary<AndOp>(r);
+  AddBitwise(r);
   AddBinary<OrOp>(r);
   AddBinary<XorOp>(r);
   AddBinary<BitShiftOp>(r, [](const KernelSpec& spec, BitShiftOp& op) -> absl::Status {
@@ -1107,6 +1153,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   AddUnary<SigmoidOp>(r);
   AddUnary<SoftplusOp>(r);
   AddUnary<SoftsignOp>(r);
+  AddUnary<MishOp>(r);
   AddUnary<FloorOp>(r);
   AddUnary<CeilOp>(r);
   AddUnary<RoundOp>(r);

@@ -539,6 +539,312 @@ absl::Status RunInstanceNorm(const void* attrs, KernelContext& ctx, Inputs in, O
   });
 }
 
+// ---- GroupNormalization ----
+
+// GroupNormalization (opsets 18, 21): the mean and variance of each (n, group) of C / num_groups
+// channels, then scale and bias per channel (opset 21: [C]) or, with group_scale = 1 (opset 18,
+// set at import), per group ([num_groups]). Sums in double (stash_type is always met).
+struct GroupNormAttrs {
+  float epsilon = 1e-5f;
+  int64_t groups = 1;
+  bool group_scale = false;
+};
+
+absl::Status RunGroupNorm(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const GroupNormAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(Need(in, 3, out, "GroupNormalization"));
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return absl::InvalidArgumentError("GroupNormalization: X must be [N, C, ...]");
+  const int64_t n = x.dim(0), c = x.dim(1), plane = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  if (c % a.groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNormalization: ", c, " channels do not split into ", a.groups, " groups"));
+  }
+  const int64_t per = c / a.groups, params = a.group_scale ? a.groups : c;
+  for (int i = 1; i < 3; ++i) {
+    if (in[i]->rank() != 1 || in[i]->dim(0) != params || in[i]->dtype() != x.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupNormalization: input ", i, " must be ",
+                                                     DTypeName(x.dtype()), "[", params, "]"));
+    }
+  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "GroupNormalization"));
+  return FloatDispatch(x.dtype(), "GroupNormalization", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const int64_t size = per * plane;
+    for (int64_t g = 0; g < n * a.groups; ++g) {
+      const int64_t base = g * size;
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < size; ++i) sum += Load<T>(x, base + i);
+      const double mean = size > 0 ? sum / static_cast<double>(size) : 0;
+      for (int64_t i = 0; i < size; ++i) {
+        const double dv = Load<T>(x, base + i) - mean;
+        sq += dv * dv;
+      }
+      const double inv = 1 / std::sqrt((size > 0 ? sq / static_cast<double>(size) : 0) + a.epsilon);
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t p = a.group_scale ? g % a.groups : (g % a.groups) * per + i / plane;
+        Store<T>(*out[0], base + i,
+                 (Load<T>(x, base + i) - mean) * inv * Load<T>(*in[1], p) + Load<T>(*in[2], p));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- RMSNormalization (opset 23) ----
+
+// Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * scale, scale broadcasting (right-aligned)
+// to the normalized dims. Sums in double (stash_type is always met).
+struct RmsNormAttrs {
+  int64_t axis = -1;
+  float epsilon = 1e-5f;
+};
+
+// The element of `scale` each of the `inner` normalized elements reads.
+absl::StatusOr<std::vector<int64_t>> BroadcastOffsets(const Tensor& scale, const Tensor& x,
+                                                      int axis) {
+  const int r = x.rank(), k = r - axis;
+  if (scale.rank() > k) {
+    return absl::InvalidArgumentError(absl::StrCat("RMSNormalization: scale ", scale.DebugString(),
+                                                   " has more dims than the ", k,
+                                                   " normalized ones"));
+  }
+  std::vector<int64_t> stride(k, 0);  // of scale, per normalized dim (0: broadcast)
+  int64_t s = 1, inner = 1;
+  for (int d = k - 1; d >= 0; --d) {
+    const int sd = scale.rank() - (k - d);
+    const int64_t n = x.dim(axis + d);
+    inner *= n;
+    if (sd < 0) continue;
+    if (scale.dim(sd) != n && scale.dim(sd) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("RMSNormalization: scale ",
+                                                     scale.DebugString(),
+                                                     " does not broadcast to the normalized dims"));
+    }
+    stride[d] = scale.dim(sd) == 1 ? 0 : s;
+    s *= scale.dim(sd);
+  }
+  std::vector<int64_t> off(inner);
+  for (int64_t j = 0; j < inner; ++j) {
+    int64_t rest = j, o = 0;
+    for (int d = k - 1; d >= 0; --d) {
+      const int64_t n = x.dim(axis + d);
+      o += (rest % n) * stride[d];
+      rest /= n;
+    }
+    off[j] = o;
+  }
+  return off;
+}
+
+absl::Status RunRmsNormalization(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const RmsNormAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(Need(in, 2, out, "RMSNormalization"));
+  const Tensor& x = *in[0];
+  const Tensor& scale = *in[1];
+  const int r = x.rank();
+  const int64_t axis = a.axis < 0 ? a.axis + r : a.axis;
+  if (axis < 0 || axis >= r) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RMSNormalization: axis ", a.axis, " is out of range for rank ", r));
+  }
+  if (scale.dtype() != x.dtype()) {
+    return absl::UnimplementedError("RMSNormalization: scale must have X's dtype");
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> off,
+                         BroadcastOffsets(scale, x, static_cast<int>(axis)));
+  const int64_t inner = static_cast<int64_t>(off.size());
+  const int64_t outer = inner == 0 ? 0 : x.numel() / inner;
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "RMSNormalization"));
+  return FloatDispatch(x.dtype(), "RMSNormalization", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t o = 0; o < outer; ++o) {
+      double sq = 0;
+      for (int64_t j = 0; j < inner; ++j) {
+        const double v = Load<T>(x, o * inner + j);
+        sq += v * v;
+      }
+      const double inv = 1 / std::sqrt(sq / static_cast<double>(inner) + a.epsilon);
+      for (int64_t j = 0; j < inner; ++j) {
+        Store<T>(*out[0], o * inner + j, Load<T>(x, o * inner + j) * inv * Load<T>(scale, off[j]));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- RotaryEmbedding (opset 23) ----
+
+// X [B, H, S, D] or [B, S, H*D] (num_heads given); cos and sin [P, R/2] read at position_ids
+// [B, S], or [B, S, R/2] without them. The first R = rotary_embedding_dim (0: D) features of each
+// head rotate: pairs (i, i + R/2), or (2i, 2i + 1) with interleaved; the rest pass through.
+struct RotaryAttrs {
+  bool interleaved = false;
+  int64_t num_heads = 0;
+  int64_t rotary_dim = 0;
+};
+
+struct RotaryGeometry {
+  int64_t b = 0, h = 0, s = 0, d = 0, r = 0;
+  bool heads_first = true;  // 4-D [B, H, S, D]; else 3-D [B, S, H*D]
+  // The element offset of (batch, head, position, feature) in X and Y.
+  int64_t At(int64_t bi, int64_t hi, int64_t si, int64_t f) const {
+    return heads_first ? ((bi * h + hi) * s + si) * d + f : ((bi * s + si) * h + hi) * d + f;
+  }
+};
+
+absl::StatusOr<RotaryGeometry> RotaryShape(const RotaryAttrs& a, const Tensor& x) {
+  RotaryGeometry g;
+  if (x.rank() == 4) {
+    g = {x.dim(0), x.dim(1), x.dim(2), x.dim(3), 0, true};
+  } else if (x.rank() == 3 && a.num_heads > 0 && x.dim(2) % a.num_heads == 0) {
+    g = {x.dim(0), a.num_heads, x.dim(1), x.dim(2) / a.num_heads, 0, false};
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RotaryEmbedding: X must be [B, H, S, D], or [B, S, H*D] with num_heads dividing H*D; got ",
+        x.DebugString(), " with num_heads ", a.num_heads));
+  }
+  g.r = a.rotary_dim == 0 ? g.d : a.rotary_dim;
+  if (g.r % 2 != 0 || g.r > g.d) {
+    return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding: rotary_embedding_dim ", g.r,
+                                                   " must be even and at most ", g.d));
+  }
+  return g;
+}
+
+// The cache row of (batch, position): its element offset in cos and sin.
+absl::StatusOr<std::vector<int64_t>> RotaryRows(const RotaryGeometry& g, const Tensor& cos,
+                                                const Tensor* pos) {
+  const int64_t half = g.r / 2;
+  std::vector<int64_t> rows(g.b * g.s);
+  if (pos == nullptr) {
+    if (cos.rank() != 3 || cos.dim(0) != g.b || cos.dim(1) != g.s || cos.dim(2) < half) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RotaryEmbedding: without position_ids the caches must be [", g.b, ", ", g.s,
+                       ", >=", half, "], got ", cos.DebugString()));
+    }
+    for (int64_t i = 0; i < g.b * g.s; ++i) rows[i] = i * cos.dim(2);
+    return rows;
+  }
+  if (cos.rank() != 2 || cos.dim(1) < half || pos->rank() != 2 || pos->dim(0) != g.b ||
+      pos->dim(1) != g.s) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RotaryEmbedding: the caches must be [P, >=", half, "] and position_ids [",
+                     g.b, ", ", g.s, "]; got ", cos.DebugString(), " and ", pos->DebugString()));
+  }
+  for (int64_t i = 0; i < g.b * g.s; ++i) {
+    const auto p = static_cast<int64_t>(LoadAny(*pos, i));
+    if (p < 0 || p >= cos.dim(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RotaryEmbedding: position ", p, " is outside the caches' ", cos.dim(0)));
+    }
+    rows[i] = p * cos.dim(1);
+  }
+  return rows;
+}
+
+absl::Status RunRotaryEmbedding(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const RotaryAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(Need(in, 3, out, "RotaryEmbedding"));
+  const Tensor& x = *in[0];
+  const Tensor& cos = *in[1];
+  const Tensor& sin = *in[2];
+  const Tensor* pos = in.size() > 3 ? in[3] : nullptr;
+  DYNVM_ASSIGN_OR_RETURN(RotaryGeometry g, RotaryShape(a, x));
+  if (cos.dtype() != x.dtype() || sin.dtype() != x.dtype() || cos.dims() != sin.dims()) {
+    return absl::InvalidArgumentError("RotaryEmbedding: cos and sin must match, in X's dtype");
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> rows, RotaryRows(g, cos, pos));
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "RotaryEmbedding"));
+  const int64_t half = g.r / 2;
+  return FloatDispatch(x.dtype(), "RotaryEmbedding", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t bi = 0; bi < g.b; ++bi) {
+      for (int64_t hi = 0; hi < g.h; ++hi) {
+        for (int64_t si = 0; si < g.s; ++si) {
+          const int64_t row = rows[bi * g.s + si];
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t f1 = a.interleaved ? 2 * i : i, f2 = a.interleaved ? 2 * i + 1 : i + half;
+            const double c = Load<T>(cos, row + i), sn = Load<T>(sin, row + i);
+            const double x1 = Load<T>(x, g.At(bi, hi, si, f1)),
+                         x2 = Load<T>(x, g.At(bi, hi, si, f2));
+            Store<T>(*out[0], g.At(bi, hi, si, f1), c * x1 - sn * x2);
+            Store<T>(*out[0], g.At(bi, hi, si, f2), sn * x1 + c * x2);
+          }
+          for (int64_t f = g.r; f < g.d; ++f) {
+            Store<T>(*out[0], g.At(bi, hi, si, f), Load<T>(x, g.At(bi, hi, si, f)));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- AffineGrid (opset 20) ----
+
+// theta [N, 2, 3] and size (N, C, H, W) -> grid [N, H, W, 2]; theta [N, 3, 4] and size
+// (N, C, D, H, W) -> [N, D, H, W, 3]: theta times the normalized coordinates (x, y[, z], 1) of
+// each output position, x along the last dim; -1 and 1 the centers of the corner pixels with
+// align_corners, their outer edges without.
+struct AffineGridAttrs {
+  bool align_corners = false;
+};
+
+double AffineBase(int64_t i, int64_t n, bool align_corners) {
+  if (align_corners) return n <= 1 ? 0.0 : -1.0 + 2.0 * static_cast<double>(i) / (n - 1);
+  return (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(n) - 1.0;
+}
+
+absl::Status RunAffineGrid(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const AffineGridAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(Need(in, 2, out, "AffineGrid"));
+  const Tensor& theta = *in[0];
+  const Tensor& size_t_ = *in[1];
+  const int64_t k = size_t_.numel() - 2;  // spatial dims: 2 or 3
+  if ((k != 2 && k != 3) || theta.rank() != 3 || theta.dim(1) != k || theta.dim(2) != k + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AffineGrid: theta must be [N, 2, 3] with a size of 4 values or [N, 3, 4] with 5; got ",
+        theta.DebugString(), " and ", size_t_.DebugString()));
+  }
+  std::vector<int64_t> size(size_t_.numel());
+  for (int64_t i = 0; i < size_t_.numel(); ++i) size[i] = static_cast<int64_t>(LoadAny(size_t_, i));
+  if (size[0] != theta.dim(0)) {
+    return absl::InvalidArgumentError("AffineGrid: size[0] must be theta's batch");
+  }
+  Dims dims = {size[0]};
+  int64_t points = 1;
+  for (int64_t d = 0; d < k; ++d) {
+    if (size[2 + d] < 0) return absl::InvalidArgumentError("AffineGrid: negative size");
+    dims.push_back(size[2 + d]);
+    points *= size[2 + d];
+  }
+  dims.push_back(k);
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], theta.dtype(), dims, "AffineGrid"));
+  return FloatDispatch(theta.dtype(), "AffineGrid", [&](auto* tag) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (int64_t n = 0; n < size[0]; ++n) {
+      for (int64_t p = 0; p < points; ++p) {
+        // The normalized coordinates, the last spatial dim first (x, y[, z]).
+        double coord[4] = {0, 0, 0, 1};
+        int64_t rest = p;
+        for (int64_t d = k - 1; d >= 0; --d) {
+          const int64_t extent = size[2 + d];
+          coord[k - 1 - d] = AffineBase(rest % extent, extent, a.align_corners);
+          rest /= extent;
+        }
+        for (int64_t row = 0; row < k; ++row) {
+          double v = Load<T>(theta, (n * k + row) * (k + 1) + k);
+          for (int64_t col = 0; col < k; ++col)
+            v += Load<T>(theta, (n * k + row) * (k + 1) + col) * coord[col];
+          Store<T>(*out[0], (n * points + p) * k + row, v);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
 // ---- LRN ----
 
 struct LrnAttrs {
@@ -739,6 +1045,48 @@ void RegisterNnKernels(KernelRegistry& r) {
       });
   AddKernel<NormAttrs>(r, "BatchNormalization", 5, 5, 3, &RunBatchNorm, GetNormAttrs);
   AddKernel<NormAttrs>(r, "InstanceNormalization", 3, 3, 1, &RunInstanceNorm, GetNormAttrs);
+  AddKernel<GroupNormAttrs>(
+      r, "GroupNormalization", 3, 3, 1, &RunGroupNorm,
+      [](const KernelSpec& spec) -> absl::StatusOr<GroupNormAttrs> {
+        GroupNormAttrs a;
+        DYNVM_ASSIGN_OR_RETURN(a.epsilon, spec.GetFloat("epsilon", 1e-5f));
+        DYNVM_ASSIGN_OR_RETURN(a.groups, spec.GetInt("num_groups", 0));
+        if (a.groups < 1) {
+          return absl::InvalidArgumentError("GroupNormalization: num_groups must be positive");
+        }
+        DYNVM_ASSIGN_OR_RETURN(int64_t group_scale, spec.GetInt("group_scale", 0));
+        a.group_scale = group_scale != 0;
+        return a;
+      });
+  AddKernel<RmsNormAttrs>(r, "RMSNormalization", 2, 2, 1, &RunRmsNormalization,
+                          [](const KernelSpec& spec) -> absl::StatusOr<RmsNormAttrs> {
+                            RmsNormAttrs a;
+                            DYNVM_ASSIGN_OR_RETURN(a.axis, spec.GetInt("axis", -1));
+                            DYNVM_ASSIGN_OR_RETURN(a.epsilon, spec.GetFloat("epsilon", 1e-5f));
+                            return a;
+                          });
+  AddKernel<RotaryAttrs>(r, "RotaryEmbedding", 3, 4, 1, &RunRotaryEmbedding,
+                         [](const KernelSpec& spec) -> absl::StatusOr<RotaryAttrs> {
+                           RotaryAttrs a;
+                           DYNVM_ASSIGN_OR_RETURN(int64_t inter, spec.GetInt("interleaved", 0));
+                           a.interleaved = inter != 0;
+                           DYNVM_ASSIGN_OR_RETURN(a.num_heads, spec.GetInt("num_heads", 0));
+                           DYNVM_ASSIGN_OR_RETURN(a.rotary_dim,
+                                                  spec.GetInt("rotary_embedding_dim", 0));
+                           if (a.num_heads < 0 || a.rotary_dim < 0) {
+                             return absl::InvalidArgumentError(
+                                 "RotaryEmbedding: num_heads and rotary_embedding_dim must not "
+                                 "be negative");
+                           }
+                           return a;
+                         });
+  AddKernel<AffineGridAttrs>(r, "AffineGrid", 2, 2, 1, &RunAffineGrid,
+                             [](const KernelSpec& spec) -> absl::StatusOr<AffineGridAttrs> {
+                               AffineGridAttrs a;
+                               DYNVM_ASSIGN_OR_RETURN(int64_t ac, spec.GetInt("align_corners", 0));
+                               a.align_corners = ac != 0;
+                               return a;
+                             });
   AddKernel<LrnAttrs>(
       r, "LRN", 1, 1, 1, &RunLrn, [](const KernelSpec& spec) -> absl::StatusOr<LrnAttrs> {
         LrnAttrs a;

@@ -1,5 +1,5 @@
 // Reference kernels for pooling: MaxPool (with its optional Indices output), AveragePool,
-// GlobalMaxPool and GlobalAveragePool, over any number of spatial dims.
+// GlobalMaxPool and GlobalAveragePool, LpPool and GlobalLpPool, over any number of spatial dims.
 //
 // Input [N, C, D1..Dk]. Per spatial dim: kernel k, stride s, dilation d, pads (begin, end)
 // or auto_pad. Output size: NOTSET: (D + pb + pe - ((k-1)*d + 1)) / s + 1, rounded down, or up
@@ -9,7 +9,8 @@
 // the input (NaN is larger than every number); its Indices are flat row-major indices into the
 // input (storage_order 1: the spatial dims column-major). AveragePool divides the sum by the
 // number of elements inside the input, or with count_include_pad by the number inside the
-// padded input. Sums accumulate in double.
+// padded input. LpPool: (sum of |x|^p over the window's elements inside the input)^(1/p). Sums
+// accumulate in double.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,7 +30,7 @@ namespace {
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
 
-enum class PoolKind : uint8_t { kMax, kAverage };
+enum class PoolKind : uint8_t { kMax, kAverage, kLp };
 
 struct PoolAttrs {
   std::string op;
@@ -40,6 +41,7 @@ struct PoolAttrs {
   bool ceil_mode = false;
   bool count_include_pad = false;
   bool column_major = false;  // storage_order of the Indices
+  double p = 2;               // LpPool's norm
   // The input / output hold the channels-last layout under their logical dims (set by the
   // compiler's layout pass between convolutions, compiler/conv_fusion.h).
   bool channels_last_in = false, channels_last_out = false;
@@ -216,7 +218,7 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
     if constexpr (std::is_same_v<T, bool>) {
       return absl::UnimplementedError(absl::StrCat(a.op, ": dtype bool not supported"));
     } else {
-      if (a.kind == PoolKind::kAverage && !kFloat) {
+      if (a.kind != PoolKind::kMax && !kFloat) {
         return absl::UnimplementedError(
             absl::StrCat(a.op, ": dtype ", DTypeName(x.dtype()), " not supported"));
       }
@@ -254,8 +256,8 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
             if (!in_input) continue;
             ++inside;
             const T v = px[offset];
-            if (a.kind == PoolKind::kAverage) {
-              sum += AsDouble(v);
+            if (a.kind != PoolKind::kMax) {
+              sum += a.kind == PoolKind::kLp ? std::pow(std::abs(AsDouble(v)), a.p) : AsDouble(v);
               continue;
             }
             const double dv = AsDouble(v), db = AsDouble(best);
@@ -271,10 +273,11 @@ absl::Status RunPoolPlain(const PoolAttrs& a, KernelContext& ctx, const Tensor& 
               best_index = p * in_plane + flat;
             }
           }
-          if (a.kind == PoolKind::kAverage) {
+          if (a.kind != PoolKind::kMax) {
             const int64_t count = a.count_include_pad ? padded : inside;
-            const double v = count > 0 ? sum / static_cast<double>(count)
-                                       : std::numeric_limits<double>::quiet_NaN();
+            const double v = a.kind == PoolKind::kLp ? std::pow(sum, 1 / a.p)
+                             : count > 0             ? sum / static_cast<double>(count)
+                                                     : std::numeric_limits<double>::quiet_NaN();
             if constexpr (std::is_same_v<T, double>) {
               py[p * out_plane + oi] = v;
             } else if constexpr (kFloat) {
@@ -303,13 +306,18 @@ void AddPool(KernelRegistry& r, const char* op, PoolKind kind, bool global) {
         const uint8_t dt = spec.inputs[0].dtype;
         if (dt != kAnyDType &&
             (static_cast<DType>(dt) == DType::kBool || static_cast<DType>(dt) == DType::kString ||
-             (kind == PoolKind::kAverage && !IsFloat(static_cast<DType>(dt))))) {
+             (kind != PoolKind::kMax && !IsFloat(static_cast<DType>(dt))))) {
           return absl::UnimplementedError(
               absl::StrCat(op, ": dtype ", DTypeName(static_cast<DType>(dt)), " not supported"));
         }
         PoolAttrs a;
         a.op = op;
         a.kind = kind;
+        if (kind == PoolKind::kLp) {
+          DYNVM_ASSIGN_OR_RETURN(int64_t p, spec.GetInt("p", 2));
+          if (p < 1) return absl::InvalidArgumentError(absl::StrCat(op, ": p must be positive"));
+          a.p = static_cast<double>(p);
+        }
         a.global = global;
         for (auto [name, field] :
              {std::pair<const char*, bool*>{"channels_last_in", &a.channels_last_in},
@@ -358,6 +366,8 @@ void RegisterPoolKernels(KernelRegistry& r) {
   AddPool(r, "AveragePool", PoolKind::kAverage, /*global=*/false);
   AddPool(r, "GlobalMaxPool", PoolKind::kMax, /*global=*/true);
   AddPool(r, "GlobalAveragePool", PoolKind::kAverage, /*global=*/true);
+  AddPool(r, "LpPool", PoolKind::kLp, /*global=*/false);
+  AddPool(r, "GlobalLpPool", PoolKind::kLp, /*global=*/true);
 }
 
 }  // namespace dynvm::reference

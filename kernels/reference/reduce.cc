@@ -321,6 +321,14 @@ absl::Status RunReduce(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   }
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, ra.name));
   const Split s = SplitBy(x, mask);
+  if (x.dtype() == DType::kBool && (ra.kind == Reduce::kMax || ra.kind == Reduce::kMin)) {
+    // ReduceMax and ReduceMin of bool (opset 20; the kernel takes no other): any and all, over
+    // the 0/1 bytes (an empty min's 255 becomes true).
+    ReduceDispatchKind<uint8_t>(ra.kind, x, s, out[0]->data<uint8_t>());
+    uint8_t* y = out[0]->data<uint8_t>();
+    for (int64_t i = 0; i < out[0]->numel(); ++i) y[i] = y[i] != 0;
+    return absl::OkStatus();
+  }
   return Dispatch<false>(x.dtype(), ra.name, [&](auto* tag) -> absl::Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     ReduceDispatchKind<T>(ra.kind, x, s, out[0]->data<T>());
@@ -696,7 +704,10 @@ absl::StatusOr<bool> GetFlag(const KernelSpec& spec, absl::string_view name, boo
 void AddReduce(KernelRegistry& r, const char* name, Reduce kind) {
   Add(r, name, [name, kind](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 2, 1, 1));
-    DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
+    const bool bool_min_max = (kind == Reduce::kMax || kind == Reduce::kMin) &&
+                              spec.inputs[0].dtype == static_cast<uint8_t>(DType::kBool);
+    if (!bool_min_max)
+      DYNVM_RETURN_IF_ERROR(CheckDType(spec, spec.inputs[0], /*float_only=*/false));
     ReduceAttrs a{name, kind};
     DYNVM_ASSIGN_OR_RETURN(a.keepdims, GetFlag(spec, "keepdims", true));
     DYNVM_ASSIGN_OR_RETURN(a.noop_with_empty_axes, GetFlag(spec, "noop_with_empty_axes", false));

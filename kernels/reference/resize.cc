@@ -40,6 +40,10 @@ struct ResizeAttrs {
   double cubic_a = -0.75;
   bool exclude_outside = false;
   double extrapolation = 0;
+  // Opset 18: the dims `scales`/`sizes`/`roi` are for (empty: every dim), and how `sizes` keeps
+  // the aspect ratio: 0 stretch, 1 not_larger, 2 not_smaller.
+  std::vector<int64_t> axes;
+  int keep_aspect = 0;
 };
 
 absl::StatusOr<std::vector<double>> ReadFloats(const Tensor& t, absl::string_view what) {
@@ -84,6 +88,10 @@ Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double ro
       outside = c < 0 || c > static_cast<double>(in - 1);
     } else if (a.transform == "tf_half_pixel_for_nn") {
       c = (xd + 0.5) / scale;
+    } else if (a.transform == "half_pixel_symmetric") {
+      // Opset 19: half_pixel, shifted so the output stays centered when out / scale is not in.
+      const double adjustment = static_cast<double>(out) / out_width;
+      c = static_cast<double>(in) / 2 * (1 - adjustment) + (xd + 0.5) / scale - 0.5;
     } else if (a.transform == "pytorch_half_pixel") {
       c = out_width == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
     } else {  // half_pixel
@@ -138,6 +146,80 @@ Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double ro
   return t;
 }
 
+// The output dims, the scale of every dim and the roi (2 * rank values) from the inputs, through
+// `axes` (a dim not named keeps its size, scale 1 and the whole roi) and keep_aspect_ratio_policy.
+absl::Status OutputSizes(const ResizeAttrs& a, const Tensor& x, const Tensor* roi_t,
+                         const Tensor* scales_t, const Tensor* sizes_t,
+                         std::vector<int64_t>* out_dims, std::vector<double>* scales,
+                         std::vector<double>* roi) {
+  const int r = x.rank();
+  std::vector<int> axes;
+  for (int64_t v : a.axes) {
+    const int64_t ax = v < 0 ? v + r : v;
+    if (ax < 0 || ax >= r || std::find(axes.begin(), axes.end(), ax) != axes.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Resize: axis ", v, " is out of range or repeated for rank ", r));
+    }
+    axes.push_back(static_cast<int>(ax));
+  }
+  if (a.axes.empty())
+    for (int i = 0; i < r; ++i) axes.push_back(i);
+  const size_t n = axes.size();
+  out_dims->assign(x.dims().begin(), x.dims().end());
+  scales->assign(r, 1.0);
+  if (sizes_t != nullptr) {
+    DYNVM_ASSIGN_OR_RETURN(Dims sizes, ReadInts(*sizes_t, "Resize", "sizes"));
+    if (sizes.size() != n)
+      return absl::InvalidArgumentError("Resize: sizes must have one value per resized dim");
+    for (size_t k = 0; k < n; ++k) {
+      if (sizes[k] < 0) return absl::InvalidArgumentError("Resize: negative size");
+    }
+    // not_larger / not_smaller: one scale for every resized dim, the smallest or largest ratio.
+    double keep = a.keep_aspect == 1 ? std::numeric_limits<double>::infinity() : 0;
+    for (size_t k = 0; k < n && a.keep_aspect != 0; ++k) {
+      const double ratio =
+          static_cast<double>(sizes[k]) / static_cast<double>(std::max<int64_t>(1, x.dim(axes[k])));
+      keep = a.keep_aspect == 1 ? std::min(keep, ratio) : std::max(keep, ratio);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const int i = axes[k];
+      if (a.keep_aspect != 0) {
+        (*scales)[i] = keep;
+        (*out_dims)[i] =
+            static_cast<int64_t>(std::floor(keep * static_cast<double>(x.dim(i)) + 0.5));
+        continue;
+      }
+      (*out_dims)[i] = sizes[k];
+      (*scales)[i] =
+          x.dim(i) == 0 ? 1.0 : static_cast<double>(sizes[k]) / static_cast<double>(x.dim(i));
+    }
+  } else {
+    DYNVM_ASSIGN_OR_RETURN(std::vector<double> s, ReadFloats(*scales_t, "scales"));
+    if (s.size() != n)
+      return absl::InvalidArgumentError("Resize: scales must have one value per resized dim");
+    for (size_t k = 0; k < n; ++k) {
+      if (!(s[k] > 0) || s[k] > 1e6)
+        return absl::InvalidArgumentError("Resize: scales must be positive");
+      const int i = axes[k];
+      (*scales)[i] = static_cast<float>(s[k]);
+      (*out_dims)[i] = static_cast<int64_t>(static_cast<double>(x.dim(i)) * (*scales)[i]);
+    }
+  }
+  roi->assign(2 * r, 0.0);
+  for (int i = 0; i < r; ++i) (*roi)[r + i] = 1.0;
+  if (a.transform == "tf_crop_and_resize") {
+    if (roi_t == nullptr || roi_t->numel() != static_cast<int64_t>(2 * n))
+      return absl::InvalidArgumentError(
+          "Resize: tf_crop_and_resize needs a roi of 2 values per resized dim");
+    DYNVM_ASSIGN_OR_RETURN(std::vector<double> v, ReadFloats(*roi_t, "roi"));
+    for (size_t k = 0; k < n; ++k) {
+      (*roi)[axes[k]] = v[k];
+      (*roi)[r + axes[k]] = v[n + k];
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& a = *static_cast<const ResizeAttrs*>(attrs);
   if (in.empty() || in[0] == nullptr || out.empty() || out[0] == nullptr) {
@@ -153,38 +235,9 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   if ((scales_t == nullptr) == (sizes_t == nullptr)) {
     return absl::InvalidArgumentError("Resize: exactly one of scales and sizes must be given");
   }
-  std::vector<int64_t> out_dims(r);
-  std::vector<double> scales(r);
-  if (sizes_t != nullptr) {
-    DYNVM_ASSIGN_OR_RETURN(Dims sizes, ReadInts(*sizes_t, "Resize", "sizes"));
-    if (static_cast<int>(sizes.size()) != r)
-      return absl::InvalidArgumentError("Resize: sizes must have one value per dim");
-    for (int i = 0; i < r; ++i) {
-      if ((sizes)[i] < 0) return absl::InvalidArgumentError("Resize: negative size");
-      out_dims[i] = (sizes)[i];
-      scales[i] =
-          x.dim(i) == 0 ? 1.0 : static_cast<double>(out_dims[i]) / static_cast<double>(x.dim(i));
-    }
-  } else {
-    DYNVM_ASSIGN_OR_RETURN(std::vector<double> s, ReadFloats(*scales_t, "scales"));
-    if (static_cast<int>(s.size()) != r)
-      return absl::InvalidArgumentError("Resize: scales must have one value per dim");
-    for (int i = 0; i < r; ++i) {
-      if (!((s)[i] > 0) || (s)[i] > 1e6)
-        return absl::InvalidArgumentError("Resize: scales must be positive");
-      scales[i] = static_cast<float>((s)[i]);
-      out_dims[i] = static_cast<int64_t>(static_cast<double>(x.dim(i)) * scales[i]);
-    }
-  }
-  std::vector<double> roi(2 * r, 0.0);
-  for (int i = 0; i < r; ++i) roi[r + i] = 1.0;
-  if (a.transform == "tf_crop_and_resize") {
-    if (roi_t == nullptr || roi_t->numel() != 2 * r)
-      return absl::InvalidArgumentError(
-          "Resize: tf_crop_and_resize needs a roi of 2 * rank values");
-    DYNVM_ASSIGN_OR_RETURN(std::vector<double> v, ReadFloats(*roi_t, "roi"));
-    roi = v;
-  }
+  std::vector<int64_t> out_dims;
+  std::vector<double> scales, roi;
+  DYNVM_RETURN_IF_ERROR(OutputSizes(a, x, roi_t, scales_t, sizes_t, &out_dims, &scales, &roi));
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"));
   std::vector<Taps> taps;
   for (int i = 0; i < r; ++i)
@@ -274,9 +327,9 @@ void RegisterResizeKernels(KernelRegistry& r) {
         absl::StatusOr<std::string> transform =
             spec.GetString("coordinate_transformation_mode", "half_pixel");
         if (!transform.ok()) return transform.status();
-        static const char* kTransforms[] = {"half_pixel",           "pytorch_half_pixel",
-                                            "align_corners",        "asymmetric",
-                                            "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+        static const char* kTransforms[] = {
+            "half_pixel",           "pytorch_half_pixel", "align_corners",       "asymmetric",
+            "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
         if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) ==
             std::end(kTransforms)) {
           return absl::InvalidArgumentError(
@@ -299,6 +352,21 @@ void RegisterResizeKernels(KernelRegistry& r) {
         absl::StatusOr<float> extrapolation = spec.GetFloat("extrapolation_value", 0);
         if (!extrapolation.ok()) return extrapolation.status();
         a.extrapolation = *extrapolation;
+        DYNVM_ASSIGN_OR_RETURN(int64_t antialias, spec.GetInt("antialias", 0));
+        if (antialias != 0) {
+          return absl::UnimplementedError("Resize: antialias (opset 18) is not supported");
+        }
+        DYNVM_ASSIGN_OR_RETURN(a.axes, spec.GetInts("axes"));
+        DYNVM_ASSIGN_OR_RETURN(std::string keep,
+                               spec.GetString("keep_aspect_ratio_policy", "stretch"));
+        if (keep == "not_larger") {
+          a.keep_aspect = 1;
+        } else if (keep == "not_smaller") {
+          a.keep_aspect = 2;
+        } else if (keep != "stretch") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Resize: unknown keep_aspect_ratio_policy '", keep, "'"));
+        }
         return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunResize,
                                                 std::make_shared<const ResizeAttrs>(std::move(a)));
       }});

@@ -456,6 +456,54 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePad(const KernelSpec& spec) {
   return MakeKernel(spec, RunPad, std::move(attrs));
 }
 
+// ---- CenterCropPad (opset 18) ----
+
+// Each of `axes` (default: all) cropped or zero-padded to its `shape` entry around the center: a
+// crop starts at (dim - size) / 2, a pad puts (size - dim) / 2 before. Pad with the pads that make
+// it (negative ones crop).
+struct CenterCropPadAttrs {
+  std::vector<int64_t> axes;
+};
+
+absl::Status RunCenterCropPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
+  const auto& attrs = *static_cast<const CenterCropPadAttrs*>(a);
+  DYNVM_RETURN_IF_ERROR(CheckPorts(in, 2, out, 1, "CenterCropPad"));
+  const Tensor& x = *in[0];
+  const int rank = x.rank();
+  DYNVM_ASSIGN_OR_RETURN(Dims shape, ReadInts(*in[1], "CenterCropPad", "shape"));
+  AxisList axes;
+  if (attrs.axes.empty()) {
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  } else {
+    DYNVM_ASSIGN_OR_RETURN(axes, NormalizeAxes(attrs.axes, rank, "CenterCropPad"));
+  }
+  if (shape.size() != axes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CenterCropPad: shape ", DimsString(shape),
+                                                   " needs one value per axis (", axes.size(),
+                                                   ") of ", x.DebugString()));
+  }
+  PadAttrs pad;
+  pad.has_pads = true;
+  pad.pads.assign(2 * rank, 0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (shape[k] < 0) return absl::InvalidArgumentError("CenterCropPad: negative shape");
+    const int ax = axes[k];
+    const int64_t diff = shape[k] - x.dim(ax);
+    const int64_t before = diff >= 0 ? diff / 2 : -((-diff) / 2);
+    pad.pads[ax] = before;
+    pad.pads[ax + rank] = diff - before;
+  }
+  const Tensor* just_x[] = {in[0]};
+  return RunPad(&pad, ctx, absl::MakeConstSpan(just_x), out);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCenterCropPad(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckSpec(spec, 2, 2));
+  CenterCropPadAttrs attrs;
+  DYNVM_ASSIGN_OR_RETURN(attrs.axes, spec.GetInts("axes"));
+  return MakeKernel(spec, RunCenterCropPad, std::move(attrs));
+}
+
 // ---- Trilu ----
 
 struct TriluAttrs {
@@ -661,6 +709,7 @@ void RegisterSlicePadKernels(KernelRegistry& r) {
   AddReferenceKernel(r, "", "Concat", CreateConcat);
   AddReferenceKernel(r, "", "Split", CreateSplit);
   AddReferenceKernel(r, "", "Pad", CreatePad);
+  AddReferenceKernel(r, "", "CenterCropPad", CreateCenterCropPad);
   AddReferenceKernel(r, "", "Trilu", CreateTrilu);
   AddReferenceKernel(r, "", "ReverseSequence", CreateReverseSequence);
   AddReferenceKernel(r, "", "Compress", CreateCompress);

@@ -176,6 +176,87 @@ absl::Status RunEqual(const void*, KernelContext& ctx, Inputs in, Outputs out) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// StringConcat, StringSplit (opset 20)
+
+absl::Status RunStringConcat(const void*, KernelContext& ctx, Inputs in, Outputs out) {
+  DYNVM_RETURN_IF_ERROR(CheckString(in[0], "StringConcat", "X"));
+  DYNVM_RETURN_IF_ERROR(CheckString(in[1], "StringConcat", "Y"));
+  const Tensor &a = *in[0], &b = *in[1];
+  DYNVM_ASSIGN_OR_RETURN(Dims dims, BroadcastShapes(a.dims(), b.dims()));
+  const Dims sa = BroadcastStrides(a, dims), sb = BroadcastStrides(b, dims);
+  const StringRef *pa = a.data<StringRef>(), *pb = b.data<StringRef>();
+  std::vector<std::string> joined;
+  ForEachOffset<2>(dims, {absl::MakeConstSpan(sa), absl::MakeConstSpan(sb)},
+                   [&](int64_t ia, int64_t ib) {
+                     joined.push_back(absl::StrCat(ToView(pa[ia]), ToView(pb[ib])));
+                   });
+  return Emit(ctx, out[0], dims, [&](int64_t i) { return absl::string_view(joined[i]); });
+}
+
+struct SplitAttrs {
+  std::string delimiter;  // empty: runs of whitespace, none at the ends (Python's str.split())
+  int64_t maxsplit = -1;  // negative: no limit
+};
+
+// The substrings of `s`, as Python's s.split(delimiter, maxsplit) (split() without one).
+std::vector<absl::string_view> SplitOne(absl::string_view s, const SplitAttrs& a) {
+  std::vector<absl::string_view> parts;
+  int64_t splits = 0;
+  const bool limited = a.maxsplit >= 0;
+  if (!a.delimiter.empty()) {
+    size_t start = 0;
+    while (!limited || splits < a.maxsplit) {
+      const size_t at = s.find(a.delimiter, start);
+      if (at == absl::string_view::npos) break;
+      parts.push_back(s.substr(start, at - start));
+      start = at + a.delimiter.size();
+      ++splits;
+    }
+    parts.push_back(s.substr(start));
+    return parts;
+  }
+  auto space = [](char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); };
+  size_t i = 0;
+  while (true) {
+    while (i < s.size() && space(s[i])) ++i;
+    if (i == s.size()) break;
+    if (limited && splits == a.maxsplit) {  // the rest as it is (Python keeps its whitespace)
+      parts.push_back(s.substr(i));
+      break;
+    }
+    const size_t begin = i;
+    while (i < s.size() && !space(s[i])) ++i;
+    parts.push_back(s.substr(begin, i - begin));
+    ++splits;
+  }
+  return parts;
+}
+
+absl::Status RunStringSplit(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
+  const auto& a = *static_cast<const SplitAttrs*>(attrs);
+  DYNVM_RETURN_IF_ERROR(CheckString(in[0], "StringSplit", "X"));
+  const Tensor& x = *in[0];
+  std::vector<std::vector<absl::string_view>> parts(x.numel());
+  int64_t most = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    parts[i] = SplitOne(StringAt(x, i), a);
+    most = std::max<int64_t>(most, static_cast<int64_t>(parts[i].size()));
+  }
+  Dims dims(x.dims().begin(), x.dims().end());
+  if (out.size() > 1 && out[1] != nullptr) {
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kI64, dims, "StringSplit"));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      out[1]->data<int64_t>()[i] = static_cast<int64_t>(parts[i].size());
+  }
+  dims.push_back(most);
+  return Emit(ctx, out[0], dims, [&](int64_t i) {
+    const std::vector<absl::string_view>& p = parts[i / most];
+    const size_t k = static_cast<size_t>(i % most);
+    return k < p.size() ? p[k] : absl::string_view();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Data movement: each makes a contiguous copy with its own bytes.
 
 struct AxisAttrs {
@@ -569,6 +650,21 @@ void RegisterStringKernels(KernelRegistry& r) {
     return Make(spec, &RunEqual, AxisAttrs{});
   });
   AddString(r, "Concat", MoveFactory("Concat", &RunConcat));
+  AddString(r, "StringConcat",
+            [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+              if (spec.inputs.size() != 2 || spec.outputs.size() != 1)
+                return absl::InvalidArgumentError("StringConcat: expects 2 inputs, 1 output");
+              return Make(spec, &RunStringConcat, AxisAttrs{});
+            });
+  AddString(r, "StringSplit",
+            [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+              if (spec.inputs.size() != 1 || spec.outputs.empty() || spec.outputs.size() > 2)
+                return absl::InvalidArgumentError("StringSplit: expects 1 input, 1 or 2 outputs");
+              SplitAttrs a;
+              DYNVM_ASSIGN_OR_RETURN(a.delimiter, spec.GetString("delimiter", ""));
+              DYNVM_ASSIGN_OR_RETURN(a.maxsplit, spec.GetInt("maxsplit", -1));
+              return Make(spec, &RunStringSplit, std::move(a));
+            });
   AddString(r, "Gather", MoveFactory("Gather", &RunGather));
   AddString(r, "Identity", MoveFactory("Identity", &RunReshapeOp<0>));
   AddString(r, "Reshape", MoveFactory("Reshape", &RunReshapeOp<1>));

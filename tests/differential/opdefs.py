@@ -15,12 +15,14 @@ ATTR_KINDS = {"i": "INT", "f": "FLOAT", "s": "STRING", "I": "INTS", "F": "FLOATS
 
 
 class OpVersion:
-    """One schema version: from opset `since`, at most `max_inputs` (0: any), `required`."""
+    """One schema version: from opset `since`, at most `max_inputs` (0: any), `required`;
+    `refused`: a version dynvm refuses ("since:x" in a row)."""
 
-    def __init__(self, since, max_inputs, required_mask):
+    def __init__(self, since, max_inputs, required_mask, refused=False):
         self.since = since
         self.max_inputs = max_inputs
         self.required_mask = required_mask
+        self.refused = refused
 
     def __repr__(self):
         return f"{self.since}:{self.max_inputs}:{self.required_mask}"
@@ -46,7 +48,7 @@ class OpDef:
         for v in self.versions:
             if v.since <= opset:
                 found = v
-        return found
+        return None if found is not None and found.refused else found
 
     def valid_opsets(self, lo=7, hi=17):
         """The opsets in [lo, hi] at which a model may use the op."""
@@ -151,6 +153,9 @@ def load(repo):
                 name = _string(name)
             versions = []
             for v in _string(f[2]).split():
+                if v.endswith(":x"):  # a version dynvm refuses
+                    versions.append(OpVersion(int(v[:-2]), 0, 0, refused=True))
+                    continue
                 s, mi, rm = v.split(":")
                 versions.append(OpVersion(int(s), int(mi), int(rm)))
             traits = set(re.findall(r"k[A-Z]\w+", f[4]))
