@@ -492,6 +492,84 @@ TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {
   ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {5, 2, 8}, all), 1e-5);
 }
 
+// A Loop's carried value that starts as another region's result (an If's, a Loop's), as a
+// value of an enclosing loop body, or as another input of the same Loop (its trip count) and
+// is passed through unchanged keeps its data while the body writes other values: the storage
+// it starts in stays live through the loop, and a carried value that is a nested loop's
+// result gets storage of its own. Checked optimized and not, against the reference kernels.
+TEST(CompilerTest, CarriedValuesKeepTheDataOfWhatTheyStartAs) {
+  auto pass_through_gathering = [](GraphBuilder& b, Value* init, Value* big, Value* trip) {
+    return b.Loop(trip, nullptr, {init}, 1,
+                  [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& s) {
+                    Value* g = l.Op("Gather", {big, i}, {{"axis", AttrInt(2)}});
+                    return std::vector<Value*>{cond, l.Op("Identity", {s[0]}), g};
+                  });
+  };
+  for (bool optimize : {true, false}) {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* cond = b.Input("cond", DType::kBool, {});
+    Value* c = b.Input("c", DType::kI64, {5, 5});
+    Value* big = b.Input("big", DType::kF32, {1, 5, 3});
+    Value* x = b.Input("x", DType::kF32, {4, 4});
+    Value* m3 = b.ScalarI64(4);
+    Tensor w = RandomF32({4, 4}, 31);
+    Value* wv = b.Constant(w, "W", true);
+    Value* three = b.ScalarI64(3);
+    // (a) an If result, and a Loop result, passed through a Loop whose body writes a Gather.
+    Value* from_if = b.If(
+        cond, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {c})}; },
+        [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Abs", {c})}; })[0];
+    b.Output("if_through", pass_through_gathering(b, from_if, big, three)[0]);
+    Value* from_loop =
+        b.Loop(three, nullptr, {c}, 0,
+               [&](GraphBuilder& l, Value*, Value* lc, const std::vector<Value*>& s) {
+                 return std::vector<Value*>{lc, l.Op("Abs", {s[0]})};
+               })[0];
+    b.Output("loop_through", pass_through_gathering(b, from_loop, big, three)[0]);
+    // (b) an outer carried value starts a nested loop that computes into its double buffer;
+    // the outer body reads it again after the nested loop: s <- s W W + s.
+    Value* nested =
+        b.Loop(three, nullptr, {x}, 0,
+               [&](GraphBuilder& l, Value*, Value* oc, const std::vector<Value*>& s) {
+                 Value* two = l.ScalarI64(2);
+                 Value* inner =
+                     l.Loop(two, nullptr, {s[0]}, 0,
+                            [&](GraphBuilder& l2, Value*, Value* ic, const std::vector<Value*>& t) {
+                              return std::vector<Value*>{ic, l2.Op("MatMul", {t[0], wv})};
+                            })[0];
+                 return std::vector<Value*>{oc, l.Op("Add", {inner, s[0]})};
+               })[0];
+    b.Output("nested", nested);
+    // (c) the trip count (a constant) is also the carried initial value.
+    b.Output("trip", b.Loop(m3, nullptr, {m3}, 0,
+                            [&](GraphBuilder&, Value*, Value* lc, const std::vector<Value*>& s) {
+                              return std::vector<Value*>{lc, s[0]};
+                            })[0]);
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe) << m.Dump();
+    std::vector<int64_t> cs(25);
+    for (int k = 0; k < 25; ++k) cs[k] = k - 12;
+    const Tensor cv = *Tensor::FromVector<int64_t>(DType::kI64, {5, 5}, cs);
+    Tensor bigv = RandomF32({1, 5, 3}, 32), xv = RandomF32({4, 4}, 33);
+    std::vector<Tensor> out = RunOrDie(
+        comp.exe, {{"cond", testing::Bool({}, {false})}, {"c", cv}, {"big", bigv}, {"x", xv}});
+    ASSERT_EQ(out.size(), 4u);
+    const Tensor abs_c = Ref("Abs", {cv}, DType::kI64);
+    EXPECT_EQ(testing::ToInts(out[0]), testing::ToInts(abs_c)) << "optimize " << optimize;
+    EXPECT_EQ(testing::ToInts(out[1]), testing::ToInts(abs_c)) << "optimize " << optimize;
+    Tensor s = xv;
+    for (int k = 0; k < 3; ++k) {
+      Tensor t = Ref("MatMul", {Ref("MatMul", {s, w}, DType::kF32), w}, DType::kF32);
+      s = Ref("Add", {t, s}, DType::kF32);
+    }
+    ExpectNear(out[2], s, 1e-4);
+    EXPECT_EQ(testing::ToInts(out[3]), std::vector<int64_t>{4}) << "optimize " << optimize;
+  }
+}
+
 // tokens = concat(tokens, [i]) every iteration: a value that grows in place.
 Compiled GrowingLoop(Module& m, std::optional<int64_t> bound) {
   GraphBuilder b(m.AddFunction("main"));

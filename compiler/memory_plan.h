@@ -8,8 +8,9 @@
 // offset swaps at the back edge); a Concat onto a loop-carried value becomes an in-place
 // append into a growable storage; values of unbounded size get a pool storage sized by scalar
 // code; data-dependent values are allocated by their kernel. Function outputs, tensors kept in
-// sequences or optionals, and loop-carried values that come out of an If never live in the
-// arena.
+// sequences or optionals, and loop-carried values that come out of an If or a nested Loop never
+// live in the arena. A value that is a register set elsewhere (an If or Loop result, a body's
+// carried input) keeps every slot that may hold its data live until its last use.
 #ifndef DYNVM_COMPILER_MEMORY_PLAN_H_
 #define DYNVM_COMPILER_MEMORY_PLAN_H_
 

@@ -62,9 +62,6 @@ DYNVM_ERRORS = [
     # compile time; a model input without a declared shape has none.
     ("dynvm-needs-a-rank", lambda msg, m: "UnimplementedError" in msg and bool(
         re.search(r"unknown rank|rank is unknown|needs the elements' rank|the rank of", msg))),
-    # Open bug: a Loop whose trip count is also one of its carried initial values.
-    ("dynvm-bug-carried-aliasing", lambda msg, m: "has no register here" in msg and
-     carried_aliasing(m)),
     # Open bug: an If or Loop result of unknown rank that is (a view of) a function input
     # returned as a function output.
     ("dynvm-bug-unknown-rank-output-alias",
@@ -97,35 +94,6 @@ def explain_dynvm_error(message, model):
         if pred(message, model):
             return name
     return None
-
-
-def carried_aliasing(model):
-    """Open bug: a Loop's carried value (a Scan's state) that starts as (a) the result of
-    another If, Loop or Scan, (b) a value of an enclosing loop body (a scan slice, a carried
-    value), or (c) the same value as another input of that Loop or Scan (its trip count, its
-    condition, a scan input, another carried value) shares storage with values the body
-    writes or frees: passed through unchanged, it comes out as the bits of another value or
-    0, optimized or not (or, for a trip count, fails to compile with "has no register here").
-    True when the model (or a body) has that shape."""
-    def walk(g, nested=False):
-        from_cf = {o for n in g.node if n.op_type in ("If", "Loop", "Scan") for o in n.output}
-        if nested:
-            from_cf |= {v.name for v in g.input}
-        for n in g.node:
-            carried = []
-            if n.op_type == "Loop":
-                carried = list(n.input[2:])
-            elif n.op_type == "Scan":
-                k = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
-                carried = list(n.input[:len(n.input) - k])
-            names = [x for x in n.input if x]
-            if any(c in from_cf or names.count(c) > 1 for c in carried if c):
-                return True
-            for a in n.attribute:
-                if a.HasField("g") and walk(a.g, nested=n.op_type in ("Loop", "Scan")):
-                    return True
-        return False
-    return walk(model.graph)
 
 
 def renamed_outputs(renamed, right):

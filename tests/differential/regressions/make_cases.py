@@ -226,9 +226,11 @@ def open_bugs():
           model([const("m", np.array(3, np.int64)),
                  h.make_node("Loop", ["m", "", "m"], ["y"], body=body)], [],
                 [vi("y", T.INT64, None)], 13),
-          {}, {"y": np.array(3, np.int64)}, "open",
-          "InternalError 'value %0 (i64[]) has no register here': a Loop whose trip count is "
-          "also a carried initial value", "numpy", bug="dynvm-bug-carried-aliasing")
+          {}, {"y": np.array(3, np.int64)}, "fixed",
+          "a Loop whose trip count (a constant) is also a carried initial value failed to "
+          "compile ('value %0 (i64[]) has no register here': the constant was not loaded, read "
+          "only for its content) (compiler_test CarriedValuesKeepTheDataOfWhatTheyStartAs)",
+          "numpy")
     then_b = h.make_graph([const("z", np.array(0.0, np.float32)),
                            h.make_node("Greater", ["v", "z"], ["t"])], "then", [],
                           [vi("t", T.BOOL, None)])
@@ -292,10 +294,10 @@ def if_result_carried():
                 [vi("sf", T.INT64, None), vi("gs", T.FLOAT, None)], 11),
           {"cond": np.array(False), "c": c, "big": big},
           {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
-          "open", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
-          "body's Gather writes over its storage and the loop returns the bits of 1.0f "
-          "(4575657222473777152), optimized and not", "numpy",
-          bug="dynvm-bug-carried-aliasing")
+          "fixed", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
+          "body's Gather wrote over its storage and the loop returned the bits of 1.0f "
+          "(4575657222473777152), optimized and not (compiler_test "
+          "CarriedValuesKeepTheDataOfWhatTheyStartAs)", "numpy")
 
 
 def loop_result_carried():
@@ -318,9 +320,9 @@ def loop_result_carried():
                 [vi("sf", T.INT64, None), vi("gs", T.FLOAT, None)], 11),
           {"c": c, "big": big},
           {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
-          "open", "a Loop's result is the next Loop's carried initial value, passed through "
-          "unchanged while the body writes a Gather: the bits of 1.0f come out, optimized and "
-          "not", "numpy", bug="dynvm-bug-carried-aliasing")
+          "fixed", "a Loop's result is the next Loop's carried initial value, passed through "
+          "unchanged while the body writes a Gather: the bits of 1.0f came out, optimized and "
+          "not (compiler_test CarriedValuesKeepTheDataOfWhatTheyStartAs)", "numpy")
 
 
 def limitations():
