@@ -1235,6 +1235,10 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     } else
       bc_.Emit<op::MulI>(stride[k], stride[k + 1], d[k + 1]);
   }
+  // Every chunk of an empty input is empty, and views it at offset 0: start x stride would
+  // point past the input's storage (of 0 bytes) when the axis itself is not empty.
+  const uint32_t numel = NewScalar(fb::ScalarType::I64);
+  bc_.Emit<op::Numel>(numel, xr);
   const uint32_t row_bytes = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MovS>(row_bytes, *esize);
   for (int k = 0; k < r; ++k) {
@@ -1290,6 +1294,7 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   }
   const uint32_t offset = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MulI>(offset, start, stride[a]);
+  bc_.Emit<op::MinI>(offset, offset, numel);
   std::vector<uint32_t> dims, strides;
   for (int k = 0; k < r; ++k) {
     dims.push_back(isa::ValueRegister(k == static_cast<int>(a) ? len : d[k]));

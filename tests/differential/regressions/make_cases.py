@@ -267,10 +267,10 @@ def open_bugs():
           model([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=1),
                  h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
                 [vi("x", T.BOOL, [0, 3])], [vi("y", T.BOOL, None)], 13),
-          {"x": np.zeros((0, 3), bool)}, {"y": np.zeros((0, 1), bool)}, "open",
+          {"x": np.zeros((0, 3), bool)}, {"y": np.zeros((0, 1), bool)}, "fixed",
           "OutOfRangeError 'view offset 1 outside a storage of 0 bytes': SplitToSequence of an "
-          "empty tensor along a nonempty axis", "numpy (three [0, 1] pieces)",
-          bug="dynvm-bug-split-to-sequence-of-empty")
+          "empty tensor along a nonempty axis (onnx_sequence_test "
+          "SplittingAnEmptyTensorGivesEmptyChunks)", "numpy (three [0, 1] pieces)")
 
 
 def if_result_carried():
