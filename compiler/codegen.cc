@@ -109,6 +109,7 @@ class FunctionCodegen {
   absl::StatusOr<uint32_t> ValueWord(Dim d);
   absl::StatusOr<std::vector<uint32_t>> DimWords(const std::vector<Dim>& dims);
   absl::Status Finish();
+  absl::StatusOr<uint32_t> CopyOfUnknownRank(const Value* v, uint32_t reg);
   bool PoolOwned(const Value* v);
 
   uint32_t NewScalar(fb::ScalarType t) {
@@ -1373,6 +1374,24 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
          PoolOwned(loop.inputs[2 + idx]);
 }
 
+// A copy of v (held in `reg`), whose rank only the run knows, into fresh pool storage: an
+// Identity kernel with a dynamic output allocates it with v's dims, whatever their number.
+absl::StatusOr<uint32_t> FunctionCodegen::CopyOfUnknownRank(const Value* v, uint32_t reg) {
+  Node copy;
+  copy.op = ops::kIdentity;
+  copy.name = absl::StrCat("output '", v->name, "'");
+  copy.inputs = {const_cast<Value*>(v)};
+  copy.outputs = {const_cast<Value*>(v)};
+  const std::vector<bool> dynamic = {true};
+  DYNVM_ASSIGN_OR_RETURN(const uint32_t k, b_.KernelFor(copy, dynamic, Device::kCPU));
+  if (opts_.check_kernels) DYNVM_RETURN_IF_ERROR(b_.CheckKernel(k, copy, dynamic, Device::kCPU));
+  const uint32_t out = NewTensorReg(v);
+  bc_.Emit<op::Invoke>(k, site_++, std::vector<uint32_t>{reg}, std::vector<uint32_t>{out});
+  ++invokes_;
+  ++output_allocs_;
+  return out;
+}
+
 absl::Status FunctionCodegen::Finish() {
   // Outputs: pool-owned values are returned as they are; anything in the arena, a constant
   // or an input is copied into its own pool storage, so outputs survive the next run.
@@ -1391,7 +1410,11 @@ absl::Status FunctionCodegen::Finish() {
       rets.push_back(r);
       continue;
     }
-    if (!v->shape) return Internal("an output of unknown shape is not pool-owned");
+    if (!v->shape) {
+      DYNVM_ASSIGN_OR_RETURN(const uint32_t copy, CopyOfUnknownRank(v, r));
+      rets.push_back(copy);
+      continue;
+    }
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
     DYNVM_ASSIGN_OR_RETURN(uint32_t size, ValueWord(bytes));

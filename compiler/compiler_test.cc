@@ -570,6 +570,46 @@ TEST(CompilerTest, CarriedValuesKeepTheDataOfWhatTheyStartAs) {
   }
 }
 
+// An If whose branches differ in rank has a result of unknown rank; when the branch taken
+// gives a function input (or a view of one), the output is copied into storage of its own at
+// run time, with the dims the run gives (it failed to compile: "an output of unknown shape is
+// not pool-owned").
+TEST(CompilerTest, OutputOfUnknownRankThatIsAnInputIsCopied) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* c = b.Input("c", DType::kBool, {});
+  Value* v = b.Input("v", DType::kF32, {1});
+  Value* x = b.Input("x", DType::kF32, {2, 3});
+  std::vector<Value*> r = b.If(
+      c, 2,
+      [&](GraphBuilder& t) {
+        return std::vector<Value*>{t.Op("Greater", {v, t.ScalarF32(0)}),
+                                   t.Op("Unsqueeze", {x, t.VectorI64({0})})};
+      },
+      [&](GraphBuilder& e) {
+        return std::vector<Value*>{e.Op("Identity", {c}), e.Op("Identity", {x})};
+      });
+  b.Output("y", r[0]);
+  b.Output("z", r[1]);
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  const Tensor xv = RandomF32({2, 3}, 41);
+  for (bool taken : {false, true}) {
+    std::vector<Tensor> out =
+        RunOrDie(comp.exe, {{"c", testing::Bool({}, {taken})},
+                            {"v", *Tensor::FromVector<float>(DType::kF32, {1}, {1.5f})},
+                            {"x", xv}});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].dims().size(), taken ? 1u : 0u);
+    EXPECT_EQ(testing::ToInts(out[0]), std::vector<int64_t>{taken ? 1 : 0});
+    const std::vector<int64_t> dims =
+        taken ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{2, 3};
+    ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, dims,
+                                                  absl::MakeConstSpan(xv.data<float>(), 6)));
+    EXPECT_NE(out[1].data<float>(), xv.data<float>());
+  }
+}
+
 // tokens = concat(tokens, [i]) every iteration: a value that grows in place.
 Compiled GrowingLoop(Module& m, std::optional<int64_t> bound) {
   GraphBuilder b(m.AddFunction("main"));

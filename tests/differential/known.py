@@ -62,10 +62,6 @@ DYNVM_ERRORS = [
     # compile time; a model input without a declared shape has none.
     ("dynvm-needs-a-rank", lambda msg, m: "UnimplementedError" in msg and bool(
         re.search(r"unknown rank|rank is unknown|needs the elements' rank|the rank of", msg))),
-    # Open bug: an If or Loop result of unknown rank that is (a view of) a function input
-    # returned as a function output.
-    ("dynvm-bug-unknown-rank-output-alias",
-     lambda msg, m: "an output of unknown shape is not pool-owned" in msg),
     # Open bug: Reshape of a Loop-carried value grown by Concat (a growable storage) after the
     # loop.
     ("dynvm-bug-reshape-of-grown-carried", lambda msg, m: "reshape of a non-contiguous" in msg

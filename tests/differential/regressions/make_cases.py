@@ -240,9 +240,10 @@ def open_bugs():
           model([h.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
                 [vi("c", T.BOOL, []), vi("v", T.FLOAT, [1])], [vi("y", T.BOOL, None)], 14),
           {"c": np.array(False), "v": np.array([1.5], np.float32)}, {"y": np.array(False)},
-          "open", "InternalError 'an output of unknown shape is not pool-owned': an If whose "
-          "branches differ in rank returns a branch value that is a function input",
-          "numpy", bug="dynvm-bug-unknown-rank-output-alias")
+          "fixed", "InternalError 'an output of unknown shape is not pool-owned': an If whose "
+          "branches differ in rank returns a branch value that is a function input (now copied "
+          "by an Identity kernel with a dynamic output; compiler_test "
+          "OutputOfUnknownRankThatIsAnInputIsCopied)", "numpy")
     xn = np.array([1.0, -2.0], np.float32)
     write("two-outputs-computing-the-same-value",
           model([h.make_node("Neg", ["x"], ["a"]), h.make_node("Neg", ["x"], ["b"])],
