@@ -650,6 +650,40 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
   EXPECT_LT(after.allocs - before.allocs, 20) << "allocations: " << (after.allocs - before.allocs);
 }
 
+// A carried value grown by Concat along its second axis lives in a growable storage with spare
+// capacity: a strided tensor. A Reshape of it (after the loop, or of the grown value in the
+// body) copies through its kernel instead of viewing it ("reshape of a non-contiguous").
+TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2, 1});
+  std::vector<Value*> outs =
+      b.Loop(b.ScalarI64(5), nullptr, {init}, 1,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
+               Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
+               Value* grown = l.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}});
+               Value* flat = l.Op("Reshape", {grown, l.VectorI64({-1})});
+               return std::vector<Value*>{cond, grown,
+                                          l.Op("ReduceSum", {flat}, {{"keepdims", AttrInt(0)}})};
+             });
+  b.Output("grown", outs[0]);
+  b.Output("sums", outs[1]);
+  b.Output("flat", b.Op("Reshape", {outs[0], b.VectorI64({3, 4})}));
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  EXPECT_THAT(Disassembly(comp.result), HasSubstr("append"));
+  std::vector<Tensor> out =
+      RunOrDie(comp.exe, {{"init", *Tensor::FromVector<float>(DType::kF32, {2, 1}, {7, 8})}});
+  ASSERT_EQ(out.size(), 3u);
+  const std::vector<double> rows = {7, 0, 1, 2, 3, 4, 8, 0, 1, 2, 3, 4};
+  EXPECT_EQ(testing::ToDoubles(out[0]), rows);
+  EXPECT_EQ(testing::ToDoubles(out[1]), (std::vector<double>{15, 17, 21, 27, 35}));
+  EXPECT_EQ(std::vector<int64_t>(out[2].dims().begin(), out[2].dims().end()),
+            (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(testing::ToDoubles(out[2]), rows);
+}
+
 // x = concat(relu(x), [[1]]) every iteration: the carried value and what the body computes
 // from it gain a column per iteration. The trip count comes from the scalar input n.
 Compiled ReluAppendLoop(Module& m, std::optional<int64_t> bound) {

@@ -82,7 +82,7 @@ bool MemoryPlan::NeedsTensor(const Value* v) const {
     }
     if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v &&
         node->inputs[0] != v && node->outputs[0] && node->outputs[0]->shape &&
-        !node->outputs[0]->dynamic) {
+        !node->outputs[0]->dynamic && of(node->outputs[0]).store == Store::kAlias) {
       continue;  // a reshape target: the dims come from the content
     }
     return true;
@@ -137,6 +137,9 @@ class Planner {
   // and the body's value of a Loop result or carried input); empty for any other value.
   std::vector<const Value*> RegisterSources(const Value* root) const;
   void PoolCarried(const Value* v, Graph* body, absl::flat_hash_set<const Value*>& seen);
+  // v may be a growable storage grown along another axis than the first: not contiguous.
+  bool MayBeStrided(const Value* v) const;
+  bool MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const;
   void PoolCarriedIfResults(Graph& g);
   void DoubleBufferCarried(Graph& g);
   // Live ranges of the arena slots.
@@ -235,6 +238,37 @@ std::vector<int> Planner::StorageSlots(const Value* v) const {
   std::sort(slots.begin(), slots.end());
   slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
   return slots;
+}
+
+bool Planner::MayBeStrided(const Value* v) const {
+  absl::flat_hash_set<const Value*> seen;
+  return MayBeStrided(v, seen);
+}
+
+bool Planner::MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const {
+  const Value* root = Root(v);
+  if (!seen.insert(root).second) return false;
+  const Node* p = root->producer;
+  // The Concat appending onto a carried value (its output is the carried register), and the
+  // Loop result of such a carried value.
+  const Node* concat = nullptr;
+  if (p != nullptr && plan_.append_nodes_.contains(p)) {
+    concat = p;
+  } else if (p != nullptr && IsOnnx(*p, ops::kLoop)) {
+    const size_t k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
+    auto grow = plan_.growable_carried_.find(p);
+    if (grow != plan_.growable_carried_.end() && k < grow->second.size() && grow->second[k]) {
+      concat = p->subgraph("body")->outputs[1 + k]->producer;
+    }
+  }
+  if (concat != nullptr) {
+    const int64_t axis = concat->attr("axis")->i;
+    return axis != 0 && axis != -concat->inputs[0]->rank();
+  }
+  for (const Value* source : RegisterSources(root)) {
+    if (MayBeStrided(source, seen)) return true;
+  }
+  return false;
 }
 
 // A loop-carried value that is a register set elsewhere in the body (an If result, the result
@@ -384,7 +418,11 @@ absl::Status Planner::Classify(Graph& g) {
         info.store = Store::kLazy;
         continue;
       }
-      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr) {
+      // A reshape needs a contiguous input: one that may be a growable storage grown along
+      // another axis than the first (strided within its capacity) is reshaped by its kernel
+      // (a copy); Identity passes any layout on.
+      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr &&
+          (n.op == ops::kIdentity || n.op == ops::kDropout || !MayBeStrided(n.inputs[0]))) {
         info.store = Store::kAlias;
         info.alias_of = n.inputs[0];
         continue;

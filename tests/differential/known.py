@@ -21,20 +21,6 @@ def ort_has_no_kernel(message):
     return bool(ORT_NO_KERNEL.search(message))
 
 
-def _ops(model):
-    found = set()
-
-    def walk(g):
-        for n in g.node:
-            found.add(n.op_type)
-            for a in n.attribute:
-                if a.HasField("g"):
-                    walk(a.g)
-
-    walk(model.graph)
-    return found
-
-
 def _nodes(model, op):
     out = []
 
@@ -62,10 +48,6 @@ DYNVM_ERRORS = [
     # compile time; a model input without a declared shape has none.
     ("dynvm-needs-a-rank", lambda msg, m: "UnimplementedError" in msg and bool(
         re.search(r"unknown rank|rank is unknown|needs the elements' rank|the rank of", msg))),
-    # Open bug: Reshape of a Loop-carried value grown by Concat (a growable storage) after the
-    # loop.
-    ("dynvm-bug-reshape-of-grown-carried", lambda msg, m: "reshape of a non-contiguous" in msg
-     and "Loop" in _ops(m)),
     # The spec is ambiguous: dynvm reads MaxUnpool's indices in the inferred shape (ONNX's
     # own test data), ONNX Runtime and PyTorch in output_shape.
     ("maxunpool-indices-in-the-inferred-shape",
