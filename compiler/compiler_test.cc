@@ -652,7 +652,8 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
 
 // A carried value grown by Concat along its second axis lives in a growable storage with spare
 // capacity: a strided tensor. A Reshape of it (after the loop, or of the grown value in the
-// body) copies through its kernel instead of viewing it ("reshape of a non-contiguous").
+// body) copies through its kernel instead of viewing it ("reshape of a non-contiguous"), and a
+// scan output that is such a value is copied contiguous before it is appended.
 TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
   Module m;
   GraphBuilder b(m.AddFunction("main"));
@@ -670,13 +671,32 @@ TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
   b.Output("grown", outs[0]);
   b.Output("sums", outs[1]);
   b.Output("flat", b.Op("Reshape", {outs[0], b.VectorI64({3, 4})}));
+  // The same growing loop nested in a loop whose scan output is its result: each element is
+  // copied contiguous before it is appended.
+  std::vector<Value*> outer =
+      b.Loop(b.ScalarI64(2), nullptr, {}, 1,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>&) {
+               Value* grown = l.Loop(
+                   l.ScalarI64(5), nullptr, {init}, 0,
+                   [&](GraphBuilder& l2, Value* i, Value* c2, const std::vector<Value*>& carried) {
+                     Value* f = l2.Op("Cast", {i}, {{"to", AttrInt(1)}});
+                     Value* piece = l2.Op("Expand", {f, l2.VectorI64({2, 1})});
+                     return std::vector<Value*>{
+                         c2, l2.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}})};
+                   })[0];
+               return std::vector<Value*>{cond, grown};
+             });
+  b.Output("stacked", outer[0]);
   Compiled comp = CompileOrDie(m);
   ASSERT_TRUE(comp.exe);
   EXPECT_THAT(Disassembly(comp.result), HasSubstr("append"));
   std::vector<Tensor> out =
       RunOrDie(comp.exe, {{"init", *Tensor::FromVector<float>(DType::kF32, {2, 1}, {7, 8})}});
-  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out.size(), 4u);
   const std::vector<double> rows = {7, 0, 1, 2, 3, 4, 8, 0, 1, 2, 3, 4};
+  std::vector<double> twice = rows;
+  twice.insert(twice.end(), rows.begin(), rows.end());
+  EXPECT_EQ(testing::ToDoubles(out[3]), twice);
   EXPECT_EQ(testing::ToDoubles(out[0]), rows);
   EXPECT_EQ(testing::ToDoubles(out[1]), (std::vector<double>{15, 17, 21, 27, 35}));
   EXPECT_EQ(std::vector<int64_t>(out[2].dims().begin(), out[2].dims().end()),

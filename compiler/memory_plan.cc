@@ -133,13 +133,11 @@ class Planner {
   void StorageSlots(const Value* v, absl::flat_hash_set<const Value*>& seen,
                     std::vector<int>& slots) const;
   std::vector<int> StorageSlots(const Value* v) const;
-  // The values a register value may be (the branch values of an If result; the initial value
-  // and the body's value of a Loop result or carried input); empty for any other value.
-  std::vector<const Value*> RegisterSources(const Value* root) const;
+  std::vector<const Value*> RegisterSources(const Value* root) const {
+    return plan_.RegisterSources(root);
+  }
   void PoolCarried(const Value* v, Graph* body, absl::flat_hash_set<const Value*>& seen);
-  // v may be a growable storage grown along another axis than the first: not contiguous.
-  bool MayBeStrided(const Value* v) const;
-  bool MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const;
+  bool MayBeStrided(const Value* v) const { return plan_.MayBeStrided(v); }
   void PoolCarriedIfResults(Graph& g);
   void DoubleBufferCarried(Graph& g);
   // Live ranges of the arena slots.
@@ -181,10 +179,10 @@ void Planner::PoolContainerElements(Graph& g) {
   }
 }
 
-std::vector<const Value*> Planner::RegisterSources(const Value* root) const {
+std::vector<const Value*> MemoryPlan::RegisterSources(const Value* root) const {
   std::vector<const Value*> out;
-  auto it = info_.find(root);
-  if (it == info_.end() || it->second.store != Store::kRegister) return out;
+  auto it = values_.find(root);
+  if (it == values_.end() || it->second.store != Store::kRegister) return out;
   const Node* p = root->producer;
   if (p != nullptr && IsOnnx(*p, ops::kIf)) {
     const size_t k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
@@ -213,8 +211,8 @@ std::vector<const Value*> Planner::RegisterSources(const Value* root) const {
     return out;
   }
   const size_t nc = loop->inputs.size() - 2;
-  auto grow = plan_.growable_carried_.find(loop);
-  if (k >= nc || (grow != plan_.growable_carried_.end() && grow->second[k])) return out;
+  auto grow = growable_carried_.find(loop);
+  if (k >= nc || (grow != growable_carried_.end() && grow->second[k])) return out;
   if (loop->inputs[2 + k] != nullptr) out.push_back(loop->inputs[2 + k]);
   const Value* body_out = loop->subgraph("body")->outputs[1 + k];
   if (body_out != nullptr) out.push_back(body_out);
@@ -240,24 +238,24 @@ std::vector<int> Planner::StorageSlots(const Value* v) const {
   return slots;
 }
 
-bool Planner::MayBeStrided(const Value* v) const {
+bool MemoryPlan::MayBeStrided(const Value* v) const {
   absl::flat_hash_set<const Value*> seen;
   return MayBeStrided(v, seen);
 }
 
-bool Planner::MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const {
+bool MemoryPlan::MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const {
   const Value* root = Root(v);
   if (!seen.insert(root).second) return false;
   const Node* p = root->producer;
   // The Concat appending onto a carried value (its output is the carried register), and the
   // Loop result of such a carried value.
   const Node* concat = nullptr;
-  if (p != nullptr && plan_.append_nodes_.contains(p)) {
+  if (p != nullptr && append_nodes_.contains(p)) {
     concat = p;
   } else if (p != nullptr && IsOnnx(*p, ops::kLoop)) {
     const size_t k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
-    auto grow = plan_.growable_carried_.find(p);
-    if (grow != plan_.growable_carried_.end() && k < grow->second.size() && grow->second[k]) {
+    auto grow = growable_carried_.find(p);
+    if (grow != growable_carried_.end() && k < grow->second.size() && grow->second[k]) {
       concat = p->subgraph("body")->outputs[1 + k]->producer;
     }
   }

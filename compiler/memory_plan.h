@@ -111,12 +111,19 @@ class MemoryPlan {
   const Value* DoubleRootOf(const Value* body_output) const;
   // v is the root of a function output (in its own pool storage).
   bool IsFunctionOutput(const Value* v) const { return function_outputs_.contains(v); }
+  // The values a register value may be (the branch values of an If result; the initial value
+  // and the body's value of a Loop result or carried input); empty for any other value.
+  std::vector<const Value*> RegisterSources(const Value* root) const;
+  // v may be a growable storage grown along another axis than the first (strided within its
+  // capacity): not contiguous.
+  bool MayBeStrided(const Value* v) const;
   // How many values the plan covers (the compile report's num_values).
   int num_values() const { return static_cast<int>(values_.size()); }
 
  private:
   friend class Planner;
   MemoryPlan() = default;
+  bool MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const;
 
   absl::flat_hash_map<const Value*, std::vector<Use>> uses_;
   absl::flat_hash_map<const Value*, ValuePlan> values_;
