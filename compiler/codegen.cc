@@ -1246,6 +1246,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     d[k] = NewScalar(fb::ScalarType::I64);
     bc_.Emit<op::Dim>(d[k], xr, static_cast<uint32_t>(k));
   }
+  const uint32_t numel = NewScalar(fb::ScalarType::I64);
+  bc_.Emit<op::Numel>(numel, xr);
   DYNVM_ASSIGN_OR_RETURN(uint32_t one, EvalDim(sym_.Const(1)));
   absl::StatusOr<uint32_t> esize = EvalDim(sym_.Const(DTypeSize(x->dtype)));
   if (!esize.ok()) return esize.status();
@@ -1256,10 +1258,6 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
     } else
       bc_.Emit<op::MulI>(stride[k], stride[k + 1], d[k + 1]);
   }
-  // Every chunk of an empty input is empty, and views it at offset 0: start x stride would
-  // point past the input's storage (of 0 bytes) when the axis itself is not empty.
-  const uint32_t numel = NewScalar(fb::ScalarType::I64);
-  bc_.Emit<op::Numel>(numel, xr);
   const uint32_t row_bytes = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MovS>(row_bytes, *esize);
   for (int k = 0; k < r; ++k) {
@@ -1315,6 +1313,8 @@ absl::Status FunctionCodegen::EmitSplitToSequence(Node& n) {
   }
   const uint32_t offset = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::MulI>(offset, start, stride[a]);
+  // An empty input (a dim other than the axis 0) has no bytes to offset into: every chunk
+  // of it starts at 0 (at most the element count, where the chunks of any input end).
   bc_.Emit<op::MinI>(offset, offset, numel);
   std::vector<uint32_t> dims, strides;
   for (int k = 0; k < r; ++k) {
@@ -1506,12 +1506,17 @@ absl::Status FunctionCodegen::EmitSignature() {
     sig->inputs.push_back(std::move(p));
   }
   fn_->num_object_params = static_cast<uint32_t>(g_.inputs.size());
-  for (const Value* out : g_.outputs) {
+  for (size_t i = 0; i < g_.outputs.size(); ++i) {
+    const Value* out = g_.outputs[i];
     if (out == nullptr) return absl::InvalidArgumentError("a function output is missing");
     fn_->object_results.emplace_back(FbKind(out->kind), static_cast<uint8_t>(out->dtype),
                                      FbKind(out->elem_kind));
     auto p = std::make_unique<fb::ParamT>();
-    p->name = out->name.empty() ? absl::StrCat("output_", sig->outputs.size()) : out->name;
+    // The name the output had before the passes (two outputs CSE merged into one value keep
+    // theirs), else the value's.
+    p->name =
+        i < f_.output_names.size() && !f_.output_names[i].empty() ? f_.output_names[i] : out->name;
+    if (p->name.empty()) p->name = absl::StrCat("output_", sig->outputs.size());
     p->dtype = static_cast<uint8_t>(out->dtype);
     p->kind = FbKind(out->kind);
     if (!out->shape) {

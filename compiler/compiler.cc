@@ -187,6 +187,11 @@ absl::StatusOr<CompileResult> Compile(Module& module, const CompileOptions& opti
     module.sym().SetBound(name, bound);
   }
   if (module.functions().empty()) return absl::InvalidArgumentError("module has no functions");
+  for (Function& f : module.functions()) {
+    if (f.output_names.size() == f.graph->outputs.size()) continue;
+    f.output_names.clear();
+    for (const Value* out : f.graph->outputs) f.output_names.push_back(out ? out->name : "");
+  }
   CompileResult result;
   result.warnings = UnknownBounds(module, options);
   Pipeline pipeline = BuildPipeline(options, result);

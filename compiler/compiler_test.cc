@@ -213,6 +213,188 @@ TEST(CompilerTest, IfSelectsABranch) {
              *Tensor::FromVector<float>(DType::kF32, {3}, {1, -2, 3}));
 }
 
+// An If's result is its taken branch's value: that value's arena slot stays live as long
+// as anything views the result (an Identity, a Dropout: kept with --no-optimize), and as
+// long as a later If passes it on. Before, its slot ended with the If's own last use, so a
+// later value (here `later`) was placed over it and the sum read the later value's bits
+// (fuzzer seed 20261129 graphs 7568 and 13229).
+TEST(CompilerTest, ViewsOfAnIfResultKeepItsBranchValueAlive) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {5});
+  Value* c = b.Input("c", DType::kBool, {});
+  std::vector<Value*> r = b.If(
+      c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Neg", {x})}; },
+      [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Relu", {x})}; });
+  Value* view = b.Op("Identity", {r[0]});
+  std::vector<Value*> passed = b.If(
+      c, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {view})}; },
+      [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Identity", {view})}; });
+  Value* later = b.Op("Exp", {x});
+  b.Output("y", b.Op("Add", {b.Op("Identity", {passed[0]}), later}));
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {5}, {-1, 2, -3, 0.5f, 4});
+  for (bool optimize : {false, true}) {
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe);
+    for (bool cond : {true, false}) {
+      Tensor branch = Ref(cond ? "Neg" : "Relu", {xv}, DType::kF32);
+      Tensor want = Ref("Add", {branch, Ref("Exp", {xv}, DType::kF32)}, DType::kF32);
+      std::vector<Tensor> got = RunOrDie(comp.exe, {{"x", xv}, {"c", testing::Bool({}, {cond})}});
+      ASSERT_EQ(got.size(), 1u);
+      SCOPED_TRACE(absl::StrCat("optimize ", optimize, ", cond ", cond));
+      ExpectNear(got[0], want);
+    }
+  }
+}
+
+// Outputs keep the names the graph gave them. Optimized, CSE merges two outputs computing
+// the same value into one value, and Identity removal replaces an output by its input; the
+// signature took the value's name, so 'b' came out as 'a_1' and 'c' under another name
+// (known.py's dynvm-bug-duplicate-outputs-renamed).
+TEST(CompilerTest, OutputsMergedByTheOptimizerKeepTheirNames) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {3});
+  Value* a = b.Op("Neg", {x});
+  b.Output("a", a);
+  b.Output("b", b.Op("Neg", {x}));
+  b.Output("c", b.Op("Identity", {b.Op("Exp", {x})}));
+  b.Output("d", b.Op("Exp", {x}));
+  Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3}, {-1, 2, 0.5f});
+  Tensor neg = Ref("Neg", {xv}, DType::kF32), exp = Ref("Exp", {xv}, DType::kF32);
+  for (bool optimize : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("optimize ", optimize));
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe);
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(comp.exe);
+    ASSERT_TRUE(vm.ok()) << vm.status();
+    ASSERT_TRUE((*vm)->SetInput("x", xv).ok());
+    ASSERT_TRUE((*vm)->Run().ok());
+    for (const auto& [name, want] : std::vector<std::pair<std::string, Tensor>>{
+             {"a", neg}, {"b", neg}, {"c", exp}, {"d", exp}}) {
+      absl::StatusOr<Tensor> got = (*vm)->GetOutput(name);
+      ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+      ExpectNear(*got, want);
+    }
+  }
+}
+
+// An If result (or a Loop result) that is a Loop's carried initial value, passed through the
+// body unchanged, is held by the Loop's result until that is last read: its branch's slot
+// must not be reused by the body's values (here a Gather of `big`). Before, the loop
+// returned the Gather's bits (the fuzzer's dynvm-bug-carried-aliasing: regressions
+// if-result-carried-by-a-loop, loop-result-carried-through-a-loop).
+TEST(CompilerTest, RegionResultsCarriedThroughALoopKeepTheirValues) {
+  std::vector<int64_t> cv(25);
+  for (int64_t i = 0; i < 25; ++i) cv[i] = i - 12;
+  Tensor c = *Tensor::FromVector<int64_t>(DType::kI64, {5, 5}, cv);
+  Tensor big = RandomF32({1, 5, 3}, 13);
+  for (bool from_loop : {false, true}) {
+    for (bool optimize : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(from_loop ? "a Loop" : "an If", " result, optimize ", optimize));
+      Module m;
+      GraphBuilder b(m.AddFunction("main"));
+      Value* cond = b.Input("cond", DType::kBool, {});
+      Value* cin = b.Input("c", DType::kI64, {5, 5});
+      Value* bigv = b.Input("big", DType::kF32, {1, 5, 3});
+      Value* trip = b.ScalarI64(3);
+      Value* init;
+      if (from_loop) {
+        init = b.Loop(trip, nullptr, {cin}, 0,
+                      [&](GraphBuilder& body, Value*, Value* cnd, const std::vector<Value*>& s) {
+                        return std::vector<Value*>{cnd, body.Op("Abs", {s[0]})};
+                      })[0];
+      } else {
+        init = b.If(
+            cond, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {cin})}; },
+            [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Abs", {cin})}; })[0];
+      }
+      std::vector<Value*> r =
+          b.Loop(trip, nullptr, {init}, 1,
+                 [&](GraphBuilder& body, Value* it, Value* cnd, const std::vector<Value*>& s) {
+                   Value* g = body.Op("Gather", {bigv, it}, {{"axis", AttrInt(2)}});
+                   return std::vector<Value*>{cnd, body.Op("Identity", {s[0]}), g};
+                 });
+      b.Output("sf", r[0]);
+      b.Output("gs", r[1]);
+      CompileOptions options;
+      options.optimize = optimize;
+      Compiled comp = CompileOrDie(m, options);
+      ASSERT_TRUE(comp.exe);
+      std::vector<Tensor> got =
+          RunOrDie(comp.exe, {{"cond", testing::Bool({}, {false})}, {"c", c}, {"big", big}});
+      ASSERT_EQ(got.size(), 2u);
+      ExpectNear(got[0], Ref("Abs", {c}, DType::kI64), 0);
+    }
+  }
+}
+
+// BatchNormalization's scale, B, mean and var hold one value per channel. One of another
+// length is refused, naming the node: at compile time when both sizes are known, at run time
+// when the length is a symbol. Before, a known mismatch compiled (fuzzer seed 20261129 graph
+// 10460: ONNX Runtime refuses it).
+TEST(CompilerTest, BatchNormParametersOfAnotherLengthThanTheChannelsAreRefused) {
+  auto build = [](Module& m, std::vector<DimSpec> param, int wrong) {
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {1, 3, 4});
+    std::vector<Value*> ins = {x};
+    const char* names[] = {"scale", "bias", "mean", "var"};
+    for (int i = 0; i < 4; ++i) {
+      ins.push_back(i == wrong ? b.Input(names[i], DType::kF32, param)
+                               : b.Input(names[i], DType::kF32, {3}));
+    }
+    b.set_node_name("bn");
+    b.Output("y", b.Op("BatchNormalization", ins));
+  };
+  const char* params[] = {"scale", "B", "input_mean", "input_var"};
+  for (int wrong = 0; wrong < 4; ++wrong) {
+    SCOPED_TRACE(params[wrong]);
+    Module known;
+    build(known, {2}, wrong);
+    absl::StatusOr<CompileResult> r = Compile(known, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("'bn'"));
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(absl::StrCat(params[wrong], " holds 2 values, but X has 3 channels")));
+    Module matrix;
+    build(matrix, {3, 1}, wrong);
+    r = Compile(matrix, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(r.status().message(), HasSubstr("(rank 1), got rank 2"));
+  }
+  // A symbolic length: compiled, refused at run time for 2 values, run for 3.
+  Module sym;
+  build(sym, {"n"}, 0);
+  Compiled comp = CompileOrDie(sym);
+  ASSERT_TRUE(comp.exe);
+  Tensor x = RandomF32({1, 3, 4}, 7), three = RandomF32({3}, 8);
+  Tensor var = *Tensor::FromVector<float>(DType::kF32, {3}, {0.5f, 1.0f, 2.0f});
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(comp.exe);
+  ASSERT_TRUE(vm.ok()) << vm.status();
+  for (const auto& [name, t] :
+       std::vector<std::pair<std::string, Tensor>>{{"x", x},
+                                                   {"scale", RandomF32({2}, 9)},
+                                                   {"bias", three},
+                                                   {"mean", three},
+                                                   {"var", var}}) {
+    ASSERT_TRUE((*vm)->SetInput(name, t).ok()) << name;
+  }
+  absl::Status s = (*vm)->Run();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("'bn'"));
+  EXPECT_THAT(s.message(), HasSubstr("input 1 must be [3]"));
+  Tensor scale = RandomF32({3}, 10);
+  std::vector<Tensor> got = RunOrDie(
+      comp.exe, {{"x", x}, {"scale", scale}, {"bias", three}, {"mean", three}, {"var", var}});
+  ASSERT_EQ(got.size(), 1u);
+  ExpectNear(got[0], Ref("BatchNormalization", {x, scale, three, three, var}, DType::kF32));
+}
+
 // An If whose condition shape arithmetic decides (a scripted export's rank check) is replaced
 // by its taken branch at compile time: the other branch, which could not compile for these
 // shapes (a MatMul whose inner dims differ), is dropped, with and without optimization. The
@@ -909,6 +1091,40 @@ TEST(CompilerTest, ScanWithDirectionsAndOutputAxisRunsAsALoop) {
   // last axis: [[9, 8, 5], [112, 110, 106]].
   ExpectNear(out[0], *Tensor::FromVector<float>(DType::kF32, {2}, {9, 112}));
   ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {2, 3}, {9, 8, 5, 112, 110, 106}));
+}
+
+// A Scan that moves its scan output's axis is inferred before it is lowered when its body's
+// shapes are known only then: the iteration axis must stand where scan_output_axes puts it.
+// Before, it was inferred in front, and a consumer reading the dims (an Add against a
+// [2, 3] tensor) failed to compile: "do not broadcast" (known.py's
+// dynvm-bug-scan-output-axes-inferred-late).
+TEST(CompilerTest, ScanOutputAxesAreInferredWhereTheAxisGoes) {
+  for (int64_t axis : {1, -1, 0}) {
+    SCOPED_TRACE(absl::StrCat("scan_output_axes ", axis));
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* init = b.Input("init", DType::kF32, {2});
+    Value* xs = b.Input("xs", DType::kF32, {3, 2});
+    Node* scan = AddCumulativeScan(
+        b, {init, xs}, {{"num_scan_inputs", AttrInt(1)}, {"scan_output_axes", AttrInts({axis})}},
+        DType::kF32);
+    const bool moved = axis != 0;
+    Value* other = b.Input("other", DType::kF32, {moved ? 2 : 3, moved ? 3 : 2});
+    b.Output("y", b.Op("Add", {scan->outputs[1], other}));
+    Compiled c = CompileOrDie(m);
+    ASSERT_TRUE(c.exe);
+    Tensor iv = *Tensor::FromVector<float>(DType::kF32, {2}, {0, 100});
+    Tensor xv = *Tensor::FromVector<float>(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+    Tensor ov = RandomF32({moved ? 2 : 3, moved ? 3 : 2}, 12);
+    // Partial sums [1, 102], [4, 106], [9, 112]: stacked along axis 0, or along axis 1
+    // ([[1, 4, 9], [102, 106, 112]]).
+    Tensor partial =
+        moved ? *Tensor::FromVector<float>(DType::kF32, {2, 3}, {1, 4, 9, 102, 106, 112})
+              : *Tensor::FromVector<float>(DType::kF32, {3, 2}, {1, 102, 4, 106, 9, 112});
+    std::vector<Tensor> out = RunOrDie(c.exe, {{"init", iv}, {"xs", xv}, {"other", ov}});
+    ASSERT_EQ(out.size(), 1u);
+    ExpectNear(out[0], Ref("Add", {partial, ov}, DType::kF32));
+  }
 }
 
 // Scan of opset 8: a batch axis on states and scan inputs, scan axis 1.

@@ -390,7 +390,22 @@ absl::Status InferScan(Module& m, Node& n) {
     }
     std::vector<Dim> shape = *elem->shape;
     Freshen(sym, shape, since);
-    shape.insert(shape.begin(), sym.Fresh("n"));
+    // The iteration axis stands where scan_output_axes puts it (0 by default; negative
+    // counts from the end of the output's rank), as the lowering's Transpose moves it.
+    const AttrValue* out_axes = n.attr("scan_output_axes");
+    const size_t j = k - num_state;
+    int64_t axis = !opset8 && out_axes != nullptr && out_axes->type == AttrValue::Type::kInts &&
+                           j < out_axes->ints.size()
+                       ? out_axes->ints[j]
+                       : 0;
+    const int64_t out_rank = static_cast<int64_t>(shape.size()) + 1;
+    if (axis < 0) axis += out_rank;
+    if (axis < 0 || axis >= out_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": scan output axis ",
+                                                     out_axes->ints[j],
+                                                     " is out of range for rank ", out_rank));
+    }
+    shape.insert(shape.begin() + axis, sym.Fresh("n"));
     out->shape = std::move(shape);
   }
   return absl::OkStatus();

@@ -97,6 +97,10 @@ class Graph {
 struct Function {
   std::string name;
   std::unique_ptr<Graph> graph;
+  // The host's names of graph->outputs, taken before any pass runs (Compile): passes may
+  // merge two outputs into one value (CSE) or replace an output by another value (Identity
+  // removal), whose name is not the output's.
+  std::vector<std::string> output_names;
 };
 
 class Module {

@@ -538,35 +538,78 @@ void Planner::Definitions(Graph& g, int64_t entry) {
   }
 }
 
-// Results of regions keep the data of their branch / body values alive.
+// Results of regions keep the data of their branch / body values alive, for as long as
+// anything holds that data: the result itself, every view of it (an Identity, a Reshape),
+// and the result of an enclosing or later If or Loop that passes it on. An If's result is a
+// register (no slot of its own) whose data is one of its branches' values; so is a Loop's.
+// The ends are propagated to a fixed point (a chain of Ifs passing one value along), then
+// every slot is covered to the end of the last holder of its data.
 void Planner::CoverRegionResults(Graph& g) {
-  for (auto& n : g.nodes) {
-    for (auto& [name, sub] : n->subgraphs) CoverRegionResults(*sub);
-    if (IsOnnx(*n, ops::kIf)) {
-      for (size_t i = 0; i < n->outputs.size(); ++i) {
-        if (!n->outputs[i]) continue;
-        const int64_t end = std::max(info_[n->outputs[i]].last_use, pos_[n.get()].second);
-        for (const char* br : {"then_branch", "else_branch"}) {
-          const Value* bv = n->subgraph(br)->outputs[i];
-          for (int a : StorageSlots(bv)) allocs_[a].Cover(allocs_[a].start, end);
-        }
-      }
+  absl::flat_hash_map<const Value*, int64_t> held;  // root -> end of its last holder
+  for (const auto& [v, info] : info_) {
+    int64_t& e = held[Root(v)];
+    e = std::max(e, std::max(info.last_use, info.def));
+  }
+  auto end_of = [&](const Value* v) {
+    auto it = held.find(Root(v));
+    return it == held.end() ? int64_t{-1} : it->second;
+  };
+  auto extend = [&](const Value* v, int64_t end) {
+    if (v == nullptr) return false;
+    int64_t& e = held[Root(v)];
+    if (e >= end) return false;
+    e = end;
+    return true;
+  };
+  std::vector<const Node*> regions;
+  std::vector<Graph*> todo = {&g};
+  while (!todo.empty()) {
+    Graph* cur = todo.back();
+    todo.pop_back();
+    for (auto& n : cur->nodes) {
+      for (auto& [name, sub] : n->subgraphs) todo.push_back(sub.get());
+      if (IsOnnx(*n, ops::kIf) || IsOnnx(*n, ops::kLoop)) regions.push_back(n.get());
     }
-    if (IsOnnx(*n, ops::kLoop)) {
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Node* n : regions) {
+      const int64_t node_end = pos_[n].second;
+      if (IsOnnx(*n, ops::kIf)) {
+        for (size_t i = 0; i < n->outputs.size(); ++i) {
+          if (!n->outputs[i]) continue;
+          const int64_t end = std::max(end_of(n->outputs[i]), node_end);
+          for (const char* br : {"then_branch", "else_branch"}) {
+            Graph* branch = n->subgraph(br);
+            if (i < branch->outputs.size()) changed |= extend(branch->outputs[i], end);
+          }
+        }
+        continue;
+      }
+      // A Loop: the initial value is read by the first iteration and is the result of none.
       Graph* body = n->subgraph("body");
       const size_t nc = n->inputs.size() - 2;
-      const auto [start, end] = pos_[n.get()];
       for (size_t i = 0; i < nc; ++i) {
-        const int64_t out_end = n->outputs[i] ? std::max(info_[n->outputs[i]].last_use, end) : end;
-        // The initial value is read by the first iteration and is the result of none (or,
-        // passed through, of every one): every slot that may hold it stays live.
-        if (n->inputs[2 + i] != nullptr) {
-          for (int a : StorageSlots(n->inputs[2 + i])) allocs_[a].Cover(start, out_end);
-        }
-        const Value* out = body->outputs[1 + i];
-        for (int a : StorageSlots(out)) allocs_[a].Cover(start, out_end);
+        const Value* result = i < n->outputs.size() ? n->outputs[i] : nullptr;
+        const int64_t end = result ? std::max(end_of(result), node_end) : node_end;
+        changed |= extend(n->inputs[2 + i], end);
+        changed |= extend(body->outputs[1 + i], end);
       }
     }
+  }
+  for (const Node* n : regions) {
+    if (!IsOnnx(*n, ops::kLoop)) continue;
+    const int64_t start = pos_[n].first;
+    const size_t nc = n->inputs.size() - 2;
+    for (size_t i = 0; i < nc; ++i) {
+      for (const Value* v : {n->inputs[2 + i], n->subgraph("body")->outputs[1 + i]}) {
+        if (v == nullptr) continue;
+        for (int a : info_[Root(v)].slots) allocs_[a].Cover(start, end_of(v));
+      }
+    }
+  }
+  for (const auto& [root, end] : held) {
+    for (int a : info_[root].slots) allocs_[a].Cover(allocs_[a].start, end);
   }
 }
 

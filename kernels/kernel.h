@@ -164,6 +164,12 @@ class KernelContext {
     StorageRef device_workspace;
   };
   void set_site(Site* site) { site_ = site; }
+  // The VM's run this context serves (a count the VM advances at each Run; 0 outside a VM). A
+  // site's choices that adapt to the shapes it has seen (dnnl's primitive-or-loop after
+  // kMaxPrimitiveBinds shapes) count from the start of each run, so that a run's results depend
+  // on its inputs only, never on earlier runs (docs/determinism.md).
+  int64_t run_id() const { return run_id_; }
+  void BeginRun() { ++run_id_; }
   void set_num_threads(int n) {
     num_threads_ = n;
     if (thread_pool_ != nullptr && thread_pool_->num_threads() != n) thread_pool_ = nullptr;
@@ -186,6 +192,7 @@ class KernelContext {
   ParallelLog* parallel_log_ = nullptr;
   Site* site_ = nullptr;
   Site own_site_;
+  int64_t run_id_ = 0;
 };
 
 class Kernel {

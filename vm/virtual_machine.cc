@@ -279,6 +279,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
   ReturnTarget target;
   target.outputs = &outputs[function];
   run_start_allocs = SystemAllocs();
+  ctx.BeginRun();  // sites' shape counts restart: results depend on this run's inputs only
   first_iteration_allocs = -1;
   loop_nesting = 0;
   steady_state_allocs = 0;

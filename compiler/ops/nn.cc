@@ -185,7 +185,27 @@ absl::Status ConvOp(InferContext& c) {
 }
 
 // BatchNormalization: Y like X; running mean and variance (training mode) like the scale.
+// The scale, B, mean and var hold one value per channel (X's dim 1): one of another rank or
+// length is refused here when both sizes are known, by the kernel at run time otherwise.
 absl::Status BatchNorm(InferContext& c) {
+  static constexpr const char* kParams[] = {"X", "scale", "B", "input_mean", "input_var"};
+  DYNVM_ASSIGN_OR_RETURN(int64_t spatial, c.GetInt("spatial", 1));
+  const std::vector<Dim>* x = c.input_shape(0);
+  const std::optional<int64_t> channels =
+      x != nullptr && x->size() >= 2 ? SymbolicContext::AsConst((*x)[1]) : std::nullopt;
+  for (size_t i = 1; i < 5 && spatial == 1; ++i) {
+    const std::vector<Dim>* p = c.input_shape(i);
+    if (p == nullptr) continue;
+    if (p->size() != 1) {
+      return c.Error(absl::StrCat(
+          kParams[i], " must hold one value per channel (rank 1), got rank ", p->size()));
+    }
+    const std::optional<int64_t> len = SymbolicContext::AsConst((*p)[0]);
+    if (channels && len && *len != *channels) {
+      return c.Error(
+          absl::StrCat(kParams[i], " holds ", *len, " values, but X has ", *channels, " channels"));
+    }
+  }
   if (c.input_shape(0)) {
     c.SetOutput(0, c.input_dtype(0), *c.input_shape(0));
   } else {

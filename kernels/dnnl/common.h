@@ -173,32 +173,63 @@ class BoundPrimitive {
 bool HasNaN(const Tensor& t);
 bool HasNonFinite(const Tensor& t);
 
+// A site whose shapes keep changing (a decoder's sequence growing every step) binds primitives
+// for its first kMaxPrimitiveBinds shapes of each run; after that, shapes of at most
+// kChurnMaxElements elements run the reference kernel (MatMul: dnnl_sgemm) until the run ends:
+// binding a primitive (tens of microseconds) costs more than the loop at those sizes. Larger
+// shapes still bind.
+inline constexpr int kMaxPrimitiveBinds = 4;
+inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
+
+// The shapes a site has seen in the current run (KernelContext::run_id). The first call of a
+// run counts as a new shape whatever the site ran before, so the count, and the choice between
+// a primitive and the loop made from it (whose results differ in the last bits), is a function
+// of the run's inputs alone: the same input gives the same bits after any history
+// (docs/determinism.md). Counting over the site's lifetime made the fifth shape a VM ever saw
+// switch it to the loop for good, and an earlier input then gave other bits.
+class ShapeCount {
+ public:
+  // Counts this call (a new shape unless `same_key`: the site's previous call in this run had
+  // the same key); true while the run has seen at most kMaxPrimitiveBinds shapes.
+  bool Allows(const KernelContext& ctx, bool same_key) {
+    if (run_ != ctx.run_id()) {
+      run_ = ctx.run_id();
+      count_ = 0;
+      same_key = false;
+    }
+    if (!same_key) ++count_;
+    return count_ <= kMaxPrimitiveBinds;
+  }
+  int count() const { return count_; }
+
+ private:
+  int64_t run_ = -1;
+  int count_ = 0;
+};
+
 // The state of a site served by one primitive.
 struct PrimitiveState : KernelState {
   ShapeKey key;
   bool valid = false;
-  bool use_fallback = false;  // oneDNN has no primitive for this site's shapes
-  int binds = 0;              // shapes this site has seen
+  bool use_fallback = false;  // oneDNN has no primitive for this site's shapes, or churn (below)
+  bool churned = false;       // use_fallback because of kMaxPrimitiveBinds
+  ShapeCount shapes;          // shapes this site has seen in the current run
   BoundPrimitive prim;
 };
 
-// A site whose shapes keep changing (a decoder's sequence growing every step) binds primitives
-// for its first kMaxPrimitiveBinds shapes; after that, shapes of at most kChurnMaxElements
-// elements run the reference kernel: binding a primitive (tens of microseconds) costs more than
-// the reference loop at those sizes. Larger shapes still bind.
-inline constexpr int kMaxPrimitiveBinds = 4;
-inline constexpr int64_t kChurnMaxElements = int64_t{1} << 16;
-
-// Calls bind(engine) (which binds st->prim) unless the site's key matches, inside Guard. A
-// descriptor oneDNN does not implement, or a small shape at a site that has seen too many
-// (above), sends the site to the reference kernel (st->use_fallback) until its shapes change.
+// Calls bind(engine) (which binds st->prim) unless the site's key and choice match, inside
+// Guard. A descriptor oneDNN does not implement, or a small shape at a site that has seen too
+// many in this run (ShapeCount), sends the site to the reference kernel (st->use_fallback).
 // `elements`: the size of the work (the output's elements).
 template <typename Bind>
-absl::Status Rebind(PrimitiveState* st, const ShapeKey& key, int64_t elements,
-                    absl::string_view what, Bind&& bind) {
-  if (st->valid && st->key == key) return absl::OkStatus();
+absl::Status Rebind(const KernelContext& ctx, PrimitiveState* st, const ShapeKey& key,
+                    int64_t elements, absl::string_view what, Bind&& bind) {
+  const bool same_key = st->valid && st->key == key;
+  const bool churn = !st->shapes.Allows(ctx, same_key) && elements <= kChurnMaxElements;
+  if (same_key && churn == st->churned) return absl::OkStatus();
   st->valid = false;
-  if (++st->binds > kMaxPrimitiveBinds && elements <= kChurnMaxElements) {
+  st->churned = churn;
+  if (churn) {
     st->use_fallback = true;
     st->key = key;
     st->valid = true;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -116,6 +117,50 @@ TEST(DnnlKernels, PlainShapesAreServedByOneDnn) {
   }
 }
 
+// Gemm = alpha A B + beta C. A C of one row rides along as the matmul primitive's bias, and
+// the primitive's output scale multiplies the bias too: alpha (A B + C). The oneDNN kernel
+// must give the reference kernel's alpha A B + C for every alpha, C layout ([N], [1, N],
+// [M, N]), transB and row count (the primitive from 2 rows; the fuzzer's
+// dynvm-bug-dnnl-gemm-alpha-scales-c).
+TEST(DnnlKernels, GemmScalesOnlyTheProductByAlpha) {
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{5, 3}, {24, 40}}) {
+    for (float alpha : {0.5f, 1.0f, -2.0f}) {
+      for (float beta : {1.0f, 0.25f}) {
+        for (int64_t m : {1, 2, 16}) {
+          for (int64_t tb : {0, 1}) {
+            for (std::vector<int64_t> cdims : {std::vector<int64_t>{n}, {1, n}, {m, n}}) {
+              SCOPED_TRACE(absl::StrCat("K ", k, " N ", n, " alpha ", alpha, " beta ", beta, " M ",
+                                        m, " transB ", tb, " C rank ", cdims.size(), " C rows ",
+                                        cdims[0]));
+              Tensor a = Filled({m, k}), w = tb ? Filled({n, k}, 0.02f) : Filled({k, n}, 0.02f);
+              Tensor c = Filled(cdims, 0.5f);
+              KernelCall call("Gemm");
+              call.In(a).In(w).In(c).Out(DType::kF32).Attr("transB", tb);
+              call.Attr("alpha", alpha).Attr("beta", beta);
+              Site s = Make(call);
+              KernelCall ref = call;
+              absl::StatusOr<std::vector<Tensor>> want = ref.Backend("reference").Run();
+              ASSERT_TRUE(want.ok()) << want.status();
+              ASSERT_NE(s.dnnl, nullptr);
+              std::vector<Tensor> got(1);
+              std::vector<Tensor*> outs = {&got[0]};
+              for (int run = 0; run < 2; ++run) {  // the bound primitive's second run too
+                absl::Status st = s.kernel->Run(*s.ctx, {&a, &w, &c}, outs);
+                ASSERT_TRUE(st.ok()) << st;
+                ASSERT_EQ(got[0].dims(), (*want)[0].dims());
+                for (int64_t i = 0; i < got[0].numel(); ++i) {
+                  ASSERT_NEAR(got[0].data<float>()[i], (*want)[0].data<float>()[i], 1e-4f)
+                      << "element " << i << ", run " << run;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DnnlKernels, FallbacksAreCounted) {
   // A transposed view: the eltwise primitive would write the output in the input's layout.
   Tensor base = Filled({40, 70});
@@ -170,6 +215,56 @@ TEST(DnnlKernels, ThreadCountChangeRebinds) {
   s.ctx->set_num_threads(2);
   ASSERT_TRUE(RunAt(s, {&a}, 1).ok());
   EXPECT_EQ(s.dnnl->fallback_runs(), 0);
+}
+
+// The output's bytes of one call at the site.
+std::string OutBits(Site& s, const std::vector<const Tensor*>& in) {
+  std::vector<Tensor> outs(1);
+  absl::Status st = s.kernel->Run(*s.ctx, in, {&outs[0]});
+  EXPECT_TRUE(st.ok()) << st;
+  return std::string(static_cast<const char*>(outs[0].raw_data()), outs[0].nbytes());
+}
+
+// A site stops binding primitives after kMaxPrimitiveBinds shapes, but counts them per run
+// (ShapeCount, KernelContext::BeginRun): after a run that went through more shapes, a new run
+// of the first shape binds the primitive again and gives the first run's bits. Counted over the
+// site's lifetime, the fifth shape a VM ever saw sent the site to the loop (LogSoftmax) or to
+// sgemm (Gemm) for good, and the first input then gave other bits (docs/determinism.md; the
+// beam search's scores of tools/models/beam14 moved by 1e-5).
+TEST(DnnlKernels, ShapeChurnCountsPerRunSoAnInputGivesTheSameBitsAfterAnyHistory) {
+  Tensor x = Filled({4, 40}, 0.37f);
+  KernelCall sm("LogSoftmax");  // the primitive (Softmax over the last axis is a loop)
+  sm.In(x).Out(DType::kF32).Attr("axis", int64_t{-1});
+  Site s = Make(sm);
+  Tensor w = Filled({24, 40}, 0.011f);
+  KernelCall gemm("Gemm");
+  gemm.In(x).In(w).Out(DType::kF32).Attr("transB", int64_t{1});
+  Site g = Make(gemm);
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  const std::string log_softmax_bits = OutBits(s, {&x}), gemm_bits = OutBits(g, {&x, &w});
+  EXPECT_EQ(s.dnnl->fallback_runs(), 0);  // the primitive
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  for (int64_t rows = 5; rows < 5 + 2 * kMaxPrimitiveBinds; ++rows) {
+    Tensor y = Filled({rows, 40}, 0.29f);
+    OutBits(s, {&y});
+    OutBits(g, {&y, &w});
+  }
+  const int64_t churned = s.dnnl->fallback_runs();
+  EXPECT_EQ(churned, kMaxPrimitiveBinds);  // the shapes after the first kMaxPrimitiveBinds
+  s.ctx->BeginRun();
+  g.ctx->BeginRun();
+  EXPECT_TRUE(OutBits(s, {&x}) == log_softmax_bits);
+  EXPECT_EQ(s.dnnl->fallback_runs(), churned);  // the primitive again
+  EXPECT_TRUE(OutBits(g, {&x, &w}) == gemm_bits);
+  // Within one run the count goes on: the first shape again after the churn runs the loop.
+  for (int64_t rows = 5; rows < 5 + kMaxPrimitiveBinds; ++rows) {
+    Tensor y = Filled({rows, 40}, 0.29f);
+    OutBits(s, {&y});
+  }
+  OutBits(s, {&x});
+  EXPECT_EQ(s.dnnl->fallback_runs(), churned + 2);  // rows = 8 and the first shape
 }
 
 TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {

@@ -113,7 +113,7 @@ class UnaryKernel final : public DnnlKernel {
     key.AddFloat(alpha);
     key.AddFloat(beta);
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc md = TensorDesc(x);
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha,
                                     beta);
@@ -203,7 +203,7 @@ class BinaryKernel final : public DnnlKernel {
     key.Add(b);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(st, key, numel, "binary", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, numel, "binary", [&](const dnnl::engine& engine) {
       const int rank = std::max<int>(static_cast<int>(out_dims.size()), 1);
       const dnnl::memory::desc a_md = AlignedDesc(*a, rank);
       const dnnl::memory::desc b_md = AlignedDesc(*b, rank);

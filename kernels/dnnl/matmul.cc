@@ -12,8 +12,9 @@
 //             transposed path is slower. Gemm's C rides along as the primitive's bias when it
 //             is one row added as is.
 // A site whose shape keeps changing (a decoder's sequence growing every step) stops binding
-// primitives after kMaxPrimitiveBinds shapes and runs sgemm from then on: binding a primitive
-// per shape costs more than the GEMM at those sizes.
+// primitives after kMaxPrimitiveBinds shapes in a run and runs sgemm until the run ends: binding
+// a primitive per shape costs more than the GEMM at those sizes. The count restarts with each
+// run (ShapeCount, common.h), so the choice, and the result's bits, never depend on earlier runs.
 //
 // Weights are used in place in their plain layout (row-major or transposed by strides); an
 // operand oneDNN cannot address (a broadcast view, a non-unit inner stride) is packed into the
@@ -209,12 +210,11 @@ absl::Status SplitSgemm(const KernelContext& ctx, const Operand& a, const Operan
 // GEMM is as fast as the primitive at any M. Measured per shape class: dnnl_benchmark.cc.
 constexpr int64_t kPrimitiveMinRows = 2;
 
-// Shapes a site binds a primitive for before it runs sgemm only.
-constexpr int kMaxPrimitiveBinds = 4;
-
-bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b, int* binds) {
+// `allowed`: the site has seen at most kMaxPrimitiveBinds shapes in this run (ShapeCount,
+// common.h); after that it runs sgemm until the run ends.
+bool UsePrimitive(int64_t m, int64_t n, int64_t k, const Operand& b, bool allowed) {
   if (m < kPrimitiveMinRows || n <= 0 || k <= 0 || b.trans != 'T' || b.pack) return false;
-  return ++*binds <= kMaxPrimitiveBinds;
+  return allowed;
 }
 
 // Binds a fixed-shape matmul primitive C[M,N] = alpha * A[M,K] * B[K,N] (+ bias[N]) over
@@ -270,7 +270,8 @@ struct MatMulState : KernelState {
   bool split = false;  // on the pool (SplitOnPool)
   // A split batched product: each item's (A, B) offsets, item i writing C's i-th block.
   std::vector<std::pair<int64_t, int64_t>> offsets;
-  int binds = 0;  // shapes a primitive was bound for
+  ShapeCount shapes;               // shapes seen in this run
+  bool primitive_allowed = false;  // the plan's ShapeCount verdict
   BoundPrimitive prim;
 };
 
@@ -306,7 +307,10 @@ class MatMulKernel final : public DnnlKernel {
     key.Add(&b);
     key.Add(ctx.num_threads());
     MatMulState* st = SiteState<MatMulState>(ctx);
-    if (!st->valid || st->key != key) {
+    const bool same_key = st->valid && st->key == key;
+    const bool allowed = st->shapes.Allows(ctx, same_key);
+    if (!same_key || allowed != st->primitive_allowed) {
+      st->primitive_allowed = allowed;
       st->valid = false;
       absl::Status s = Plan(a, b, st);
       if (!s.ok()) return RunFallback(ctx, in, out);  // reports the shape error
@@ -319,7 +323,7 @@ class MatMulKernel final : public DnnlKernel {
             p.batch, {absl::MakeConstSpan(p.batch_sa), absl::MakeConstSpan(p.batch_sb)},
             [st](int64_t oa, int64_t ob) { st->offsets.emplace_back(oa, ob); });
       }
-      if (!st->split && p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b, &st->binds)) {
+      if (!st->split && p.batch.empty() && UsePrimitive(p.m, p.n, p.k, p.b, allowed)) {
         s = BindMatmulPrimitive(&st->prim, p.m, p.n, p.k, p.sam, p.sak, p.sbk, p.sbn,
                                 /*bias=*/false, 1.0f);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;
@@ -482,9 +486,10 @@ struct GemmState : KernelState {
   int64_t sam = 0, sak = 0, sbk = 0, sbn = 0;
   int64_t sc0 = 0, sc1 = 0;  // C's strides broadcast to [M, N]
   bool use_primitive = false;
-  bool primitive_bias = false;  // C is the primitive's bias row
-  bool split = false;           // on the pool (SplitOnPool)
-  int binds = 0;                // shapes a primitive was bound for
+  bool primitive_bias = false;     // C is the primitive's bias row
+  bool split = false;              // on the pool (SplitOnPool)
+  ShapeCount shapes;               // shapes seen in this run
+  bool primitive_allowed = false;  // the plan's ShapeCount verdict
   BoundPrimitive prim;
 };
 
@@ -509,14 +514,20 @@ class GemmKernel final : public DnnlKernel {
     key.Add(ctx.num_threads());
     GemmState* st = SiteState<GemmState>(ctx);
     const bool use_c = c != nullptr && attrs_.beta != 0;
-    if (!st->valid || st->key != key) {
+    const bool same_key = st->valid && st->key == key;
+    const bool allowed = st->shapes.Allows(ctx, same_key);
+    if (!same_key || allowed != st->primitive_allowed) {
+      st->primitive_allowed = allowed;
       st->valid = false;
       if (!Plan(a, b, c, st)) return RunFallback(ctx, in, out);
-      // The primitive takes C as its bias when C is one row added as is (beta = 1).
-      const bool c_row = use_c && attrs_.beta == 1.0f && st->sc0 == 0 && st->sc1 == 1;
+      // The primitive takes C as its bias when C is one row added as is (beta = 1). Its
+      // output scale multiplies the bias too (alpha (A B + C)): with alpha other than 1, C
+      // is added by sgemm's beta instead.
+      const bool c_row =
+          use_c && attrs_.beta == 1.0f && attrs_.alpha == 1.0f && st->sc0 == 0 && st->sc1 == 1;
       st->use_primitive = false;
       st->split = !st->a.pack && !st->b.pack && SplitOnPool(ctx, st->m, st->n, st->k, 1);
-      if (!st->split && (!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, &st->binds)) {
+      if (!st->split && (!use_c || c_row) && UsePrimitive(st->m, st->n, st->k, st->b, allowed)) {
         absl::Status s = BindMatmulPrimitive(&st->prim, st->m, st->n, st->k, st->sam, st->sak,
                                              st->sbk, st->sbn, use_c, attrs_.alpha);
         if (!s.ok() && !absl::IsUnimplemented(s)) return s;

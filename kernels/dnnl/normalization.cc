@@ -65,7 +65,7 @@ class SoftmaxKernel final : public DnnlKernel {
     key.Add(&x);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
       dnnl::memory::desc src, dst;
       int dnnl_axis = axis;
       if (legacy_2d_) {
@@ -162,7 +162,7 @@ class LayerNormKernel final : public DnnlKernel {
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
     DYNVM_RETURN_IF_ERROR(
-        Rebind(st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
+        Rebind(ctx, st, key, x.numel(), "layer normalization", [&](const dnnl::engine& engine) {
           const dnnl::memory::desc data = DenseDesc(dt::f32, {rows, count});
           const dnnl::memory::desc vec = DenseDesc(dt::f32, {count});
           dnnl::normalization_flags flags = dnnl::normalization_flags::none;

@@ -167,7 +167,7 @@ class ReduceKernel final : public DnnlKernel {
     key.Add(bits);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
+    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
       const dnnl::memory::desc src = TensorDesc(x);
       const dnnl::memory::desc dst = DenseDesc(dt::f32, absl::MakeConstSpan(dst_dims, rank));
       dnnl::reduction::desc d(def_.algorithm, src, dst, def_.p, 0.0f);

@@ -119,22 +119,13 @@ def judge(model, inputs, dyn, dyn_failure, ort_on, ort_out, ort_err, infos):
             return Verdict("explained", reason)
         return Verdict("config", f"{CONFIG_NAMES[c]} failed: {e}; "
                        f"{CONFIG_NAMES[oks[0][0]]} ran")
-    renamed = None
-    if oks and any(set(out) != set(oks[-1][1]) for _, out in oks) and \
-            known.renamed_outputs(oks[0][1], oks[-1][1]):
-        # dynvm's open output-renaming bug: compare the unoptimized program only.
-        renamed = "dynvm-bug-duplicate-outputs-renamed"
-        oks = [(c, out) for c, out in oks if c[0] == 0]
     if oks:
         base_c, base = oks[0]
         for c, out in oks[1:]:
             d = compare.diff_outputs(out, base, infos)
             if d:
                 return Verdict("config", f"{CONFIG_NAMES[c]} vs {CONFIG_NAMES[base_c]}: {d}")
-    v = _against_ort(model, inputs, oks, errs, ort_on, ort_out, ort_err, infos)
-    if renamed and v.kind == "ok":
-        return Verdict("explained", renamed, v.ort_outputs)
-    return v
+    return _against_ort(model, inputs, oks, errs, ort_on, ort_out, ort_err, infos)
 
 
 def _against_ort(model, inputs, oks, errs, ort_on, ort_out, ort_err, infos):

@@ -63,10 +63,20 @@ def if_(b):
         cond = b.fresh(BOOL, b.choice([(), (1,)]), const=False)
     elif r < 0.8:
         x = pick_x(b, (F32, I64, I32), exact=True)
-        # Max over a tensor that may be empty is undefined: sum those.
-        op_ = "ReduceMax" if 0 not in x.shape and known(x.shape) else "ReduceSum"
-        red = b.node1(op_, [x], {"keepdims": 0}, outs=[(x.dtype, ())], exact=op_ == "ReduceMax")
-        cond = b.node1("Greater", [red, b.constant(np.array(0, x.dtype))], outs=[(BOOL, ())])
+        if not x.safe:
+            # ONNX leaves a max over NaN open (ONNX Runtime skips NaN, numpy and PyTorch
+            # propagate it), and a sum of infinities and huge values depends on its order:
+            # a value that may hold them decides by its element count (as scalar_of does).
+            red = b.node1("Size", [x], outs=[(I64, ())])
+            cond = b.node1("Greater", [red, b.constant(np.array(0, np.int64))],
+                           outs=[(BOOL, ())])
+        else:
+            # Max over a tensor that may be empty is undefined: sum those.
+            op_ = "ReduceMax" if 0 not in x.shape and known(x.shape) else "ReduceSum"
+            red = b.node1(op_, [x], {"keepdims": 0}, outs=[(x.dtype, ())],
+                          exact=op_ == "ReduceMax")
+            cond = b.node1("Greater", [red, b.constant(np.array(0, x.dtype))],
+                           outs=[(BOOL, ())])
     else:  # decided by shapes: the compiler may take one branch statically
         x = pick_x(b, (F32, I64, BOOL, I32))
         s = b.node1("Size", [x], outs=[(I64, ())])

@@ -428,8 +428,8 @@ def gemm_activation(rng, match):
     attrs = {"transB": 1}
     note = f"{act}(Gemm {m}x{k}x{n})"
     if not match:
-        # (alpha != 1 with C is dynvm-bug-dnnl-gemm-alpha-scales-c, pinned by
-        # regressions/gemm-alpha-with-a-bias-row: beta stands for it here)
+        # (alpha != 1 with C is a near miss too, pinned by regressions/gemm-alpha-with-a-
+        # bias-row: beta stands for it here)
         if rng.random() < 0.5:
             attrs["beta"] = 0.5
             note += ", beta 0.5"

@@ -37,6 +37,24 @@ GOAL_MB = 40.0
 TOOLS = ("vm-run", "vm-compile", "vm-as", "vm-dis")
 
 
+def cpu_description():
+    """The CPU's model name, its logical CPUs and its widest x86 vector extensions (lscpu's
+    words, from /proc/cpuinfo)."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]
+    return f"{name}, {os.cpu_count()} logical CPUs, {' '.join(isa) or 'no AVX2'}"
+
+
 def write_mlp(path):
     rng = np.random.default_rng(0)
     nodes, inits = [], []
@@ -118,9 +136,8 @@ def main():
                             text=True).stdout.strip()
     lines = [
         f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}"
-        " (a 2-core AMD EPYC Zen 4 VM shared with other engineers' builds)",
-        f"commit: {commit} (working tree of the branch)",
+        f"machine: {cpu_description()}",
+        f"commit: {commit}",
         "command: /usr/bin/python3 tools/bench/coldstart.py " + " ".join(sys.argv[1:]),
         f"model: {LAYERS}-layer MLP, {WIDTH} wide, batch 1 (Gemm + Relu), compiled by each build's "
         "vm-compile; one vm-run process per run, builds interleaved",

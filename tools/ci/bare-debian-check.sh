@@ -92,7 +92,9 @@ fi
 echo "=== in the chroot: ${inside%%$'\n'*}..."
 # A bare environment: no variables from this shell (no ccache, no launcher, no PATH extras).
 set +e
+# OPENBLAS_CORETYPE is the machine's, not this shell's: passed on as it is.
 chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true \
+  ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE} \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c "cd /ci/dynvm && $inside" 2>&1 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}

@@ -107,6 +107,30 @@ def fixed_bugs():
           "two symbols 1 and 0 broadcast to 0, not max = 1 (compiler_op_registry_test)", "numpy")
 
 
+def fixed_open_bugs():
+    """Bugs first saved as open cases, fixed since."""
+    xn = np.array([1.0, -2.0], np.float32)
+    write("two-outputs-computing-the-same-value",
+          model([h.make_node("Neg", ["x"], ["a"]), h.make_node("Neg", ["x"], ["b"])],
+                [vi("x", T.FLOAT, [2])], [vi("a", T.FLOAT, None), vi("b", T.FLOAT, None)], 13),
+          {"x": xn}, {"a": -xn, "b": -xn}, "fixed",
+          "optimized, CSE merged the two Negs and output 'b' came out as 'a_1' (compiler_test "
+          "OutputsMergedByTheOptimizerKeepTheirNames)", "numpy")
+    ga = np.array([[0.5, -1.0, 2.0, 0.25, 1.5], [-0.75, 3.0, 1.0, -2.0, 0.5]], np.float32)
+    gb = np.array([[1.0, 0.5, -1.5, 2.0, 0.0], [0.25, -0.5, 1.0, 1.5, -1.0],
+                   [2.0, 1.0, 0.5, -0.25, 3.0]], np.float32)
+    gc = np.array([1.0, -2.0, 3.5], np.float32)
+    write("gemm-alpha-with-a-bias-row",
+          model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, transB=1)],
+                [vi("a", T.FLOAT, [2, 5]), vi("b", T.FLOAT, [3, 5]), vi("c", T.FLOAT, [3])],
+                [vi("y", T.FLOAT, None)], 13),
+          {"a": ga, "b": gb, "c": gc},
+          {"y": (0.5 * ga.astype(np.float64) @ gb.T.astype(np.float64) + gc).astype(np.float32)},
+          "fixed", "the oneDNN Gemm (kernels/dnnl/matmul.cc) scaled C by alpha when C is one "
+          "row it passed as the primitive's bias: alpha (A B + C) (kernels_dnnl_test "
+          "GemmScalesOnlyTheProductByAlpha)", "numpy", {"y": {"depth": 2}})
+
+
 def spec_differences():
     xe = np.zeros((1, 2, 1, 0), np.int64)
     write("argmin-of-an-empty-tensor",
@@ -244,26 +268,6 @@ def open_bugs():
           "branches differ in rank returns a branch value that is a function input (now copied "
           "by an Identity kernel with a dynamic output; compiler_test "
           "OutputOfUnknownRankThatIsAnInputIsCopied)", "numpy")
-    xn = np.array([1.0, -2.0], np.float32)
-    write("two-outputs-computing-the-same-value",
-          model([h.make_node("Neg", ["x"], ["a"]), h.make_node("Neg", ["x"], ["b"])],
-                [vi("x", T.FLOAT, [2])], [vi("a", T.FLOAT, None), vi("b", T.FLOAT, None)], 13),
-          {"x": xn}, {"a": -xn, "b": -xn}, "open",
-          "optimized, CSE merges the two Negs and output 'b' comes out as 'a_1'", "numpy",
-          bug="dynvm-bug-duplicate-outputs-renamed")
-    ga = np.array([[0.5, -1.0, 2.0, 0.25, 1.5], [-0.75, 3.0, 1.0, -2.0, 0.5]], np.float32)
-    gb = np.array([[1.0, 0.5, -1.5, 2.0, 0.0], [0.25, -0.5, 1.0, 1.5, -1.0],
-                   [2.0, 1.0, 0.5, -0.25, 3.0]], np.float32)
-    gc = np.array([1.0, -2.0, 3.5], np.float32)
-    write("gemm-alpha-with-a-bias-row",
-          model([h.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, transB=1)],
-                [vi("a", T.FLOAT, [2, 5]), vi("b", T.FLOAT, [3, 5]), vi("c", T.FLOAT, [3])],
-                [vi("y", T.FLOAT, None)], 13),
-          {"a": ga, "b": gb, "c": gc},
-          {"y": (0.5 * ga.astype(np.float64) @ gb.T.astype(np.float64) + gc).astype(np.float32)},
-          "open", "the oneDNN Gemm (kernels/dnnl/matmul.cc) scales C by alpha when C is one row "
-          "it passes as the primitive's bias: alpha (A B + C)", "numpy", {"y": {"depth": 2}},
-          bug="dynvm-bug-dnnl-gemm-alpha-scales-c")
     write("split-to-sequence-of-an-empty-tensor",
           model([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=1),
                  h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
@@ -271,7 +275,7 @@ def open_bugs():
           {"x": np.zeros((0, 3), bool)}, {"y": np.zeros((0, 1), bool)}, "fixed",
           "OutOfRangeError 'view offset 1 outside a storage of 0 bytes': SplitToSequence of an "
           "empty tensor along a nonempty axis (onnx_sequence_test "
-          "SplittingAnEmptyTensorGivesEmptyChunks)", "numpy (three [0, 1] pieces)")
+          "SplitToSequenceOfAnEmptyTensorGivesEmptyPieces)", "numpy (three [0, 1] pieces)")
 
 
 def if_result_carried():
@@ -298,7 +302,7 @@ def if_result_carried():
           "fixed", "an If result made in a branch (Abs) is a Loop's carried initial value; the "
           "body's Gather wrote over its storage and the loop returned the bits of 1.0f "
           "(4575657222473777152), optimized and not (compiler_test "
-          "CarriedValuesKeepTheDataOfWhatTheyStartAs)", "numpy")
+          "RegionResultsCarriedThroughALoopKeepTheirValues)", "numpy")
 
 
 def loop_result_carried():
@@ -323,7 +327,7 @@ def loop_result_carried():
           {"sf": np.abs(c), "gs": np.moveaxis(big, 2, 0)[:, :, :, None].reshape(3, 1, 5)},
           "fixed", "a Loop's result is the next Loop's carried initial value, passed through "
           "unchanged while the body writes a Gather: the bits of 1.0f came out, optimized and "
-          "not (compiler_test CarriedValuesKeepTheDataOfWhatTheyStartAs)", "numpy")
+          "not (compiler_test RegionResultsCarriedThroughALoopKeepTheirValues)", "numpy")
 
 
 def limitations():
@@ -334,10 +338,23 @@ def limitations():
           {"x": np.ones((2, 3), np.float32)}, {}, "error",
           "ConcatFromSequence needs the elements' rank at compile time (docs/onnx.md); an "
           "input without a declared shape has none", "", error="UnimplementedError")
+    names = ["x", "s", "b", "m", "v"]
+    write("batchnorm-scale-of-another-length",
+          model([h.make_node("BatchNormalization", names, ["y"])],
+                [vi("x", T.FLOAT, [1, 3, 2])] + [vi(n, T.FLOAT, [2 if n == "s" else 3])
+                                                 for n in names[1:]],
+                [vi("y", T.FLOAT, None)], 15),
+          dict({"x": np.ones((1, 3, 2), np.float32), "s": np.ones(2, np.float32)},
+               **{n: np.ones(3, np.float32) for n in names[2:]}), {}, "error",
+          "a BatchNormalization scale of 2 values for 3 channels is refused at compile time, "
+          "naming the node (ONNX Runtime: 'Invalid input scale'; compiler_test "
+          "BatchNormParametersOfAnotherLengthThanTheChannelsAreRefused)", None,
+          error="scale holds 2 values, but X has 3 channels")
 
 
 if __name__ == "__main__":
     fixed_bugs()
+    fixed_open_bugs()
     spec_differences()
     open_bugs()
     if_result_carried()
