@@ -109,6 +109,8 @@ class FunctionCodegen {
   absl::StatusOr<uint32_t> ValueWord(Dim d);
   absl::StatusOr<std::vector<uint32_t>> DimWords(const std::vector<Dim>& dims);
   absl::Status Finish();
+  absl::StatusOr<uint32_t> CopyOfUnknownRank(const Value* v, uint32_t reg);
+  uint32_t CopyToPool(const Value* v, uint32_t r);
   bool PoolOwned(const Value* v);
 
   uint32_t NewScalar(fb::ScalarType t) {
@@ -882,7 +884,10 @@ absl::Status FunctionCodegen::EmitBody(LoopEmission& loop) {
 absl::Status FunctionCodegen::EmitScanAppends(LoopEmission& loop) {
   for (size_t k = 0; k < loop.ns; ++k) {
     const Value* elem = loop.body->outputs[1 + loop.nc + k];
-    DYNVM_ASSIGN_OR_RETURN(const uint32_t e, Tensor(elem));
+    DYNVM_ASSIGN_OR_RETURN(uint32_t e, Tensor(elem));
+    // The reshape below needs a contiguous element: one that may be grown along another axis
+    // than the first (strided in its growable storage) is copied first.
+    if (plan_.MayBeStrided(elem)) e = CopyToPool(elem, e);
     std::vector<Dim> dims{sym_.Const(1)};
     dims.insert(dims.end(), elem->shape->begin(), elem->shape->end());
     DYNVM_ASSIGN_OR_RETURN(const std::vector<uint32_t> words, DimWords(dims));
@@ -994,10 +999,15 @@ absl::StatusOr<uint32_t> FunctionCodegen::Shareable(const Value* v) {
       root->producer->op != ops::kConcatFromSequence) {
     return r;
   }
-  const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
   if (!v->shape)
     return absl::UnimplementedError("a tensor of unknown rank kept in a sequence or optional");
-  // Copy into new pool storage, with the dims read from the register.
+  return CopyToPool(v, r);
+}
+
+// A contiguous copy of v (held in `r`, of known rank) in new pool storage, with the dims read
+// from the register.
+uint32_t FunctionCodegen::CopyToPool(const Value* v, uint32_t r) {
+  const uint32_t rank = static_cast<uint32_t>(std::max(v->rank(), 0));
   std::vector<uint32_t> dims;
   const uint32_t bytes = NewScalar(fb::ScalarType::I64);
   bc_.Emit<op::Numel>(bytes, r);
@@ -1161,11 +1171,22 @@ absl::Status FunctionCodegen::EmitConcatFromSequence(Node& n) {
     bc_.Emit<op::Dim>(d, first, static_cast<uint32_t>(k));
     dims.push_back(d);
   }
+  // The capacity is the result's extent along the axis, so that the result fills its storage
+  // and is contiguous (spare capacity along another axis than the first would leave it
+  // strided, and a reshape of it would fail): the elements' extents added up.
   const uint32_t cap = NewScalar(fb::ScalarType::I64);
   if (new_axis) {
     bc_.Emit<op::MovS>(cap, len);
-  } else
-    bc_.Emit<op::MulI>(cap, len, dims[a]);
+  } else {
+    bc_.Emit<op::ConstI>(cap, int64_t{0});
+    const uint32_t at = NewScalar(fb::ScalarType::I64), extent = NewScalar(fb::ScalarType::I64);
+    isa::CodeBuilder::LoopScope sum = bc_.Loop(at, isa::ValueRegister(len));
+    const uint32_t element = NewObject(fb::ObjectKind::Tensor, q->dtype);
+    bc_.Emit<op::SeqAt>(element, qr, at);
+    bc_.Emit<op::Dim>(extent, element, a);
+    bc_.Emit<op::AddI>(cap, cap, extent);
+    sum.Close();
+  }
   bc_.Emit<op::MaxI>(cap, cap, *one);
   std::vector<uint32_t> out_dims;
   for (uint32_t d : dims) out_dims.push_back(isa::ValueRegister(d));
@@ -1373,6 +1394,24 @@ bool FunctionCodegen::PoolOwned(const Value* v) {
          PoolOwned(loop.inputs[2 + idx]);
 }
 
+// A copy of v (held in `reg`), whose rank only the run knows, into fresh pool storage: an
+// Identity kernel with a dynamic output allocates it with v's dims, whatever their number.
+absl::StatusOr<uint32_t> FunctionCodegen::CopyOfUnknownRank(const Value* v, uint32_t reg) {
+  Node copy;
+  copy.op = ops::kIdentity;
+  copy.name = absl::StrCat("output '", v->name, "'");
+  copy.inputs = {const_cast<Value*>(v)};
+  copy.outputs = {const_cast<Value*>(v)};
+  const std::vector<bool> dynamic = {true};
+  DYNVM_ASSIGN_OR_RETURN(const uint32_t k, b_.KernelFor(copy, dynamic, Device::kCPU));
+  if (opts_.check_kernels) DYNVM_RETURN_IF_ERROR(b_.CheckKernel(k, copy, dynamic, Device::kCPU));
+  const uint32_t out = NewTensorReg(v);
+  bc_.Emit<op::Invoke>(k, site_++, std::vector<uint32_t>{reg}, std::vector<uint32_t>{out});
+  ++invokes_;
+  ++output_allocs_;
+  return out;
+}
+
 absl::Status FunctionCodegen::Finish() {
   // Outputs: pool-owned values are returned as they are; anything in the arena, a constant
   // or an input is copied into its own pool storage, so outputs survive the next run.
@@ -1391,7 +1430,11 @@ absl::Status FunctionCodegen::Finish() {
       rets.push_back(r);
       continue;
     }
-    if (!v->shape) return Internal("an output of unknown shape is not pool-owned");
+    if (!v->shape) {
+      DYNVM_ASSIGN_OR_RETURN(const uint32_t copy, CopyOfUnknownRank(v, r));
+      rets.push_back(copy);
+      continue;
+    }
     Dim bytes = sym_.Const(DTypeSize(v->dtype));
     for (Dim d : *v->shape) bytes = sym_.Mul(bytes, d);
     DYNVM_ASSIGN_OR_RETURN(uint32_t size, ValueWord(bytes));

@@ -674,6 +674,124 @@ TEST(CompilerTest, RnnCellLoopMatchesAStepByStepReference) {
   ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, {5, 2, 8}, all), 1e-5);
 }
 
+// A Loop's carried value that starts as another region's result (an If's, a Loop's), as a
+// value of an enclosing loop body, or as another input of the same Loop (its trip count) and
+// is passed through unchanged keeps its data while the body writes other values: the storage
+// it starts in stays live through the loop, and a carried value that is a nested loop's
+// result gets storage of its own. Checked optimized and not, against the reference kernels.
+TEST(CompilerTest, CarriedValuesKeepTheDataOfWhatTheyStartAs) {
+  auto pass_through_gathering = [](GraphBuilder& b, Value* init, Value* big, Value* trip) {
+    return b.Loop(trip, nullptr, {init}, 1,
+                  [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& s) {
+                    Value* g = l.Op("Gather", {big, i}, {{"axis", AttrInt(2)}});
+                    return std::vector<Value*>{cond, l.Op("Identity", {s[0]}), g};
+                  });
+  };
+  for (bool optimize : {true, false}) {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* cond = b.Input("cond", DType::kBool, {});
+    Value* c = b.Input("c", DType::kI64, {5, 5});
+    Value* big = b.Input("big", DType::kF32, {1, 5, 3});
+    Value* x = b.Input("x", DType::kF32, {4, 4});
+    Value* m3 = b.ScalarI64(4);
+    Tensor w = RandomF32({4, 4}, 31);
+    Value* wv = b.Constant(w, "W", true);
+    Value* three = b.ScalarI64(3);
+    // (a) an If result, and a Loop result, passed through a Loop whose body writes a Gather.
+    Value* from_if = b.If(
+        cond, 1, [&](GraphBuilder& t) { return std::vector<Value*>{t.Op("Identity", {c})}; },
+        [&](GraphBuilder& e) { return std::vector<Value*>{e.Op("Abs", {c})}; })[0];
+    b.Output("if_through", pass_through_gathering(b, from_if, big, three)[0]);
+    Value* from_loop =
+        b.Loop(three, nullptr, {c}, 0,
+               [&](GraphBuilder& l, Value*, Value* lc, const std::vector<Value*>& s) {
+                 return std::vector<Value*>{lc, l.Op("Abs", {s[0]})};
+               })[0];
+    b.Output("loop_through", pass_through_gathering(b, from_loop, big, three)[0]);
+    // (b) an outer carried value starts a nested loop that computes into its double buffer;
+    // the outer body reads it again after the nested loop: s <- s W W + s.
+    Value* nested =
+        b.Loop(three, nullptr, {x}, 0,
+               [&](GraphBuilder& l, Value*, Value* oc, const std::vector<Value*>& s) {
+                 Value* two = l.ScalarI64(2);
+                 Value* inner =
+                     l.Loop(two, nullptr, {s[0]}, 0,
+                            [&](GraphBuilder& l2, Value*, Value* ic, const std::vector<Value*>& t) {
+                              return std::vector<Value*>{ic, l2.Op("MatMul", {t[0], wv})};
+                            })[0];
+                 return std::vector<Value*>{oc, l.Op("Add", {inner, s[0]})};
+               })[0];
+    b.Output("nested", nested);
+    // (c) the trip count (a constant) is also the carried initial value.
+    b.Output("trip", b.Loop(m3, nullptr, {m3}, 0,
+                            [&](GraphBuilder&, Value*, Value* lc, const std::vector<Value*>& s) {
+                              return std::vector<Value*>{lc, s[0]};
+                            })[0]);
+    CompileOptions options;
+    options.optimize = optimize;
+    Compiled comp = CompileOrDie(m, options);
+    ASSERT_TRUE(comp.exe) << m.Dump();
+    std::vector<int64_t> cs(25);
+    for (int k = 0; k < 25; ++k) cs[k] = k - 12;
+    const Tensor cv = *Tensor::FromVector<int64_t>(DType::kI64, {5, 5}, cs);
+    Tensor bigv = RandomF32({1, 5, 3}, 32), xv = RandomF32({4, 4}, 33);
+    std::vector<Tensor> out = RunOrDie(
+        comp.exe, {{"cond", testing::Bool({}, {false})}, {"c", cv}, {"big", bigv}, {"x", xv}});
+    ASSERT_EQ(out.size(), 4u);
+    const Tensor abs_c = Ref("Abs", {cv}, DType::kI64);
+    EXPECT_EQ(testing::ToInts(out[0]), testing::ToInts(abs_c)) << "optimize " << optimize;
+    EXPECT_EQ(testing::ToInts(out[1]), testing::ToInts(abs_c)) << "optimize " << optimize;
+    Tensor s = xv;
+    for (int k = 0; k < 3; ++k) {
+      Tensor t = Ref("MatMul", {Ref("MatMul", {s, w}, DType::kF32), w}, DType::kF32);
+      s = Ref("Add", {t, s}, DType::kF32);
+    }
+    ExpectNear(out[2], s, 1e-4);
+    EXPECT_EQ(testing::ToInts(out[3]), std::vector<int64_t>{4}) << "optimize " << optimize;
+  }
+}
+
+// An If whose branches differ in rank has a result of unknown rank; when the branch taken
+// gives a function input (or a view of one), the output is copied into storage of its own at
+// run time, with the dims the run gives (it failed to compile: "an output of unknown shape is
+// not pool-owned").
+TEST(CompilerTest, OutputOfUnknownRankThatIsAnInputIsCopied) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* c = b.Input("c", DType::kBool, {});
+  Value* v = b.Input("v", DType::kF32, {1});
+  Value* x = b.Input("x", DType::kF32, {2, 3});
+  std::vector<Value*> r = b.If(
+      c, 2,
+      [&](GraphBuilder& t) {
+        return std::vector<Value*>{t.Op("Greater", {v, t.ScalarF32(0)}),
+                                   t.Op("Unsqueeze", {x, t.VectorI64({0})})};
+      },
+      [&](GraphBuilder& e) {
+        return std::vector<Value*>{e.Op("Identity", {c}), e.Op("Identity", {x})};
+      });
+  b.Output("y", r[0]);
+  b.Output("z", r[1]);
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  const Tensor xv = RandomF32({2, 3}, 41);
+  for (bool taken : {false, true}) {
+    std::vector<Tensor> out =
+        RunOrDie(comp.exe, {{"c", testing::Bool({}, {taken})},
+                            {"v", *Tensor::FromVector<float>(DType::kF32, {1}, {1.5f})},
+                            {"x", xv}});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].dims().size(), taken ? 1u : 0u);
+    EXPECT_EQ(testing::ToInts(out[0]), std::vector<int64_t>{taken ? 1 : 0});
+    const std::vector<int64_t> dims =
+        taken ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{2, 3};
+    ExpectNear(out[1], *Tensor::FromVector<float>(DType::kF32, dims,
+                                                  absl::MakeConstSpan(xv.data<float>(), 6)));
+    EXPECT_NE(out[1].data<float>(), xv.data<float>());
+  }
+}
+
 // tokens = concat(tokens, [i]) every iteration: a value that grows in place.
 Compiled GrowingLoop(Module& m, std::optional<int64_t> bound) {
   GraphBuilder b(m.AddFunction("main"));
@@ -712,6 +830,60 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
   EXPECT_EQ(v[1000], 999);
   // Geometric growth: O(log n) allocations for 1000 appends, not 1000.
   EXPECT_LT(after.allocs - before.allocs, 20) << "allocations: " << (after.allocs - before.allocs);
+}
+
+// A carried value grown by Concat along its second axis lives in a growable storage with spare
+// capacity: a strided tensor. A Reshape of it (after the loop, or of the grown value in the
+// body) copies through its kernel instead of viewing it ("reshape of a non-contiguous"), and a
+// scan output that is such a value is copied contiguous before it is appended.
+TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2, 1});
+  std::vector<Value*> outs =
+      b.Loop(b.ScalarI64(5), nullptr, {init}, 1,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
+               Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
+               Value* grown = l.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}});
+               Value* flat = l.Op("Reshape", {grown, l.VectorI64({-1})});
+               return std::vector<Value*>{cond, grown,
+                                          l.Op("ReduceSum", {flat}, {{"keepdims", AttrInt(0)}})};
+             });
+  b.Output("grown", outs[0]);
+  b.Output("sums", outs[1]);
+  b.Output("flat", b.Op("Reshape", {outs[0], b.VectorI64({3, 4})}));
+  // The same growing loop nested in a loop whose scan output is its result: each element is
+  // copied contiguous before it is appended.
+  std::vector<Value*> outer =
+      b.Loop(b.ScalarI64(2), nullptr, {}, 1,
+             [&](GraphBuilder& l, Value*, Value* cond, const std::vector<Value*>&) {
+               Value* grown = l.Loop(
+                   l.ScalarI64(5), nullptr, {init}, 0,
+                   [&](GraphBuilder& l2, Value* i, Value* c2, const std::vector<Value*>& carried) {
+                     Value* f = l2.Op("Cast", {i}, {{"to", AttrInt(1)}});
+                     Value* piece = l2.Op("Expand", {f, l2.VectorI64({2, 1})});
+                     return std::vector<Value*>{
+                         c2, l2.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}})};
+                   })[0];
+               return std::vector<Value*>{cond, grown};
+             });
+  b.Output("stacked", outer[0]);
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  EXPECT_THAT(Disassembly(comp.result), HasSubstr("append"));
+  std::vector<Tensor> out =
+      RunOrDie(comp.exe, {{"init", *Tensor::FromVector<float>(DType::kF32, {2, 1}, {7, 8})}});
+  ASSERT_EQ(out.size(), 4u);
+  const std::vector<double> rows = {7, 0, 1, 2, 3, 4, 8, 0, 1, 2, 3, 4};
+  std::vector<double> twice = rows;
+  twice.insert(twice.end(), rows.begin(), rows.end());
+  EXPECT_EQ(testing::ToDoubles(out[3]), twice);
+  EXPECT_EQ(testing::ToDoubles(out[0]), rows);
+  EXPECT_EQ(testing::ToDoubles(out[1]), (std::vector<double>{15, 17, 21, 27, 35}));
+  EXPECT_EQ(std::vector<int64_t>(out[2].dims().begin(), out[2].dims().end()),
+            (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(testing::ToDoubles(out[2]), rows);
 }
 
 // x = concat(relu(x), [[1]]) every iteration: the carried value and what the body computes

@@ -76,13 +76,13 @@ bool MemoryPlan::NeedsTensor(const Value* v) const {
   for (const auto& [node, graph] : it->second) {
     if (node == nullptr) return true;  // a graph output
     if (IsLazyOp(*node)) continue;
-    if (IsOnnx(*node, ops::kLoop) && (node->inputs.size() > 0 && node->inputs[0] == v) &&
-        !(node->inputs.size() > 1 && node->inputs[1] == v)) {
-      continue;  // the trip count is read from the content
+    if (IsOnnx(*node, ops::kLoop) && !node->inputs.empty() && node->inputs[0] == v &&
+        std::count(node->inputs.begin(), node->inputs.end(), v) == 1) {
+      continue;  // the trip count is read from the content (and is no other input)
     }
     if (IsViewOp(*node) && node->inputs.size() > 1 && node->inputs[1] == v &&
         node->inputs[0] != v && node->outputs[0] && node->outputs[0]->shape &&
-        !node->outputs[0]->dynamic) {
+        !node->outputs[0]->dynamic && of(node->outputs[0]).store == Store::kAlias) {
       continue;  // a reshape target: the dims come from the content
     }
     return true;
@@ -128,13 +128,24 @@ class Planner {
   void PoolFunctionOutputs();
   void PoolContainerElements(Graph& g);
   void MarkMaterialized();
-  void PoolCarried(const Value* v, Graph* body);
+  // The slots that may hold v's data: its root's, or for a register set elsewhere (an If
+  // result, a Loop result, a body's carried input) those of every value it may be.
+  void StorageSlots(const Value* v, absl::flat_hash_set<const Value*>& seen,
+                    std::vector<int>& slots) const;
+  std::vector<int> StorageSlots(const Value* v) const;
+  std::vector<const Value*> RegisterSources(const Value* root) const {
+    return plan_.RegisterSources(root);
+  }
+  void PoolCarried(const Value* v, Graph* body, absl::flat_hash_set<const Value*>& seen);
+  bool MayBeStrided(const Value* v) const { return plan_.MayBeStrided(v); }
   void PoolCarriedIfResults(Graph& g);
   void DoubleBufferCarried(Graph& g);
   // Live ranges of the arena slots.
   void Liveness();
   void Definitions(Graph& g, int64_t entry);
   void CoverRegionResults(Graph& g);
+  // Values whose storage is a register set elsewhere keep every slot that may hold their data.
+  void CoverRegisterValues(const std::vector<const Value*>& in_order);
   // Offsets: greedy, largest first.
   void Place();
   int NewAlloc(const Value* v);
@@ -168,31 +179,113 @@ void Planner::PoolContainerElements(Graph& g) {
   }
 }
 
-// A loop-carried value that comes out of an If (a branch's value, or a value of the body
-// that a branch passes on) is live across the back edge, into the next iteration, until the
-// carried input's last use; which branch made it is known only at run time, so alternating
-// arena slots per iteration would not be safe (a branch that passes the carried value
-// through skips a write). Such values get pool storage of their own instead: a fresh block
-// per iteration from the pool's free lists, freed when the carried register moves on.
-void Planner::PoolCarried(const Value* v, Graph* body) {
-  const Value* root = Root(v);
-  if (root->graph == nullptr || !body->Contains(root->graph)) return;
+std::vector<const Value*> MemoryPlan::RegisterSources(const Value* root) const {
+  std::vector<const Value*> out;
+  auto it = values_.find(root);
+  if (it == values_.end() || it->second.store != Store::kRegister) return out;
   const Node* p = root->producer;
   if (p != nullptr && IsOnnx(*p, ops::kIf)) {
-    size_t k = 0;
-    while (k < p->outputs.size() && p->outputs[k] != root) ++k;
-    if (k == p->outputs.size()) return;
+    const size_t k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
     for (const char* br : {"then_branch", "else_branch"}) {
-      Graph* branch = p->subgraph(br);
-      if (branch != nullptr && k < branch->outputs.size()) PoolCarried(branch->outputs[k], body);
+      const Graph* branch = p->subgraph(br);
+      if (branch != nullptr && k < branch->outputs.size() && branch->outputs[k] != nullptr) {
+        out.push_back(branch->outputs[k]);
+      }
     }
-    return;
+    return out;
   }
-  ValuePlan& ri = info_[root];
-  if (ri.store == Store::kArena) ri.store = Store::kPool;
+  // A Loop result and the body's carried input are the initial value or the body's value.
+  const Node* loop = p;
+  size_t k = 0;
+  if (p != nullptr && IsOnnx(*p, ops::kLoop)) {
+    k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
+  } else if (p == nullptr && root->graph != nullptr && root->graph->owner != nullptr &&
+             IsOnnx(*root->graph->owner, ops::kLoop) &&
+             root->graph == root->graph->owner->subgraph("body")) {
+    loop = root->graph->owner;
+    const std::vector<Value*>& ins = root->graph->inputs;
+    const size_t j = std::find(ins.begin(), ins.end(), root) - ins.begin();
+    if (j < 2 || j >= ins.size()) return out;
+    k = j - 2;
+  } else {
+    return out;
+  }
+  const size_t nc = loop->inputs.size() - 2;
+  auto grow = growable_carried_.find(loop);
+  if (k >= nc || (grow != growable_carried_.end() && grow->second[k])) return out;
+  if (loop->inputs[2 + k] != nullptr) out.push_back(loop->inputs[2 + k]);
+  const Value* body_out = loop->subgraph("body")->outputs[1 + k];
+  if (body_out != nullptr) out.push_back(body_out);
+  return out;
 }
 
-// Applies PoolCarried to every loop-carried value made by an If.
+void Planner::StorageSlots(const Value* v, absl::flat_hash_set<const Value*>& seen,
+                           std::vector<int>& slots) const {
+  const Value* root = Root(v);
+  if (!seen.insert(root).second) return;
+  auto it = info_.find(root);
+  if (it == info_.end()) return;
+  slots.insert(slots.end(), it->second.slots.begin(), it->second.slots.end());
+  for (const Value* source : RegisterSources(root)) StorageSlots(source, seen, slots);
+}
+
+std::vector<int> Planner::StorageSlots(const Value* v) const {
+  absl::flat_hash_set<const Value*> seen;
+  std::vector<int> slots;
+  StorageSlots(v, seen, slots);
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  return slots;
+}
+
+bool MemoryPlan::MayBeStrided(const Value* v) const {
+  absl::flat_hash_set<const Value*> seen;
+  return MayBeStrided(v, seen);
+}
+
+bool MemoryPlan::MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const {
+  const Value* root = Root(v);
+  if (!seen.insert(root).second) return false;
+  const Node* p = root->producer;
+  // The Concat appending onto a carried value (its output is the carried register), and the
+  // Loop result of such a carried value.
+  const Node* concat = nullptr;
+  if (p != nullptr && append_nodes_.contains(p)) {
+    concat = p;
+  } else if (p != nullptr && IsOnnx(*p, ops::kLoop)) {
+    const size_t k = std::find(p->outputs.begin(), p->outputs.end(), root) - p->outputs.begin();
+    auto grow = growable_carried_.find(p);
+    if (grow != growable_carried_.end() && k < grow->second.size() && grow->second[k]) {
+      concat = p->subgraph("body")->outputs[1 + k]->producer;
+    }
+  }
+  if (concat != nullptr) {
+    const int64_t axis = concat->attr("axis")->i;
+    return axis != 0 && axis != -concat->inputs[0]->rank();
+  }
+  for (const Value* source : RegisterSources(root)) {
+    if (MayBeStrided(source, seen)) return true;
+  }
+  return false;
+}
+
+// A loop-carried value that is a register set elsewhere in the body (an If result, the result
+// of a nested Loop, a nested loop's carried input) is live across the back edge, into the
+// next iteration, until the carried input's last use; which value it is is known only at run
+// time (which branch ran, whether the nested loop ran), so alternating arena slots per
+// iteration would not be safe (a branch that passes the carried value through skips a write;
+// a nested loop's own double buffer starts over at its first slot every time it runs). The
+// body's values it may be get pool storage of their own instead: a fresh block per iteration
+// from the pool's free lists, freed when the carried register moves on.
+void Planner::PoolCarried(const Value* v, Graph* body, absl::flat_hash_set<const Value*>& seen) {
+  const Value* root = Root(v);
+  if (root->graph == nullptr || !body->Contains(root->graph) || !seen.insert(root).second) return;
+  ValuePlan& ri = info_[root];
+  if (ri.store == Store::kArena) ri.store = Store::kPool;
+  for (const Value* source : RegisterSources(root)) PoolCarried(source, body, seen);
+}
+
+// Applies PoolCarried to every loop-carried value that is a register set in the body.
 void Planner::PoolCarriedIfResults(Graph& g) {
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) PoolCarriedIfResults(*sub);
@@ -202,7 +295,9 @@ void Planner::PoolCarriedIfResults(Graph& g) {
     for (size_t i = 0; i < nc; ++i) {
       if (plan_.growable_carried_[n.get()][i]) continue;
       const Value* root = Root(body->outputs[1 + i]);
-      if (root->producer != nullptr && IsOnnx(*root->producer, ops::kIf)) PoolCarried(root, body);
+      if (root == body->inputs[2 + i] || info_[root].store != Store::kRegister) continue;
+      absl::flat_hash_set<const Value*> seen;
+      PoolCarried(root, body, seen);
     }
   }
 }
@@ -321,7 +416,11 @@ absl::Status Planner::Classify(Graph& g) {
         info.store = Store::kLazy;
         continue;
       }
-      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr) {
+      // A reshape needs a contiguous input: one that may be a growable storage grown along
+      // another axis than the first (strided within its capacity) is reshaped by its kernel
+      // (a copy); Identity passes any layout on.
+      if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr &&
+          (n.op == ops::kIdentity || n.op == ops::kDropout || !MayBeStrided(n.inputs[0]))) {
         info.store = Store::kAlias;
         info.alias_of = n.inputs[0];
         continue;
@@ -408,6 +507,21 @@ void Planner::Liveness() {
     for (int a : info_[root].slots) allocs_[a].Cover(info.def, std::max(info.last_use, info.def));
   }
   CoverRegionResults(g_);
+  CoverRegisterValues(in_order);
+}
+
+// A value whose root is a register set elsewhere (an If or Loop result, a body's carried input,
+// or a view of one) holds the data of the values it may be until its own last use: their slots
+// stay live that long.
+void Planner::CoverRegisterValues(const std::vector<const Value*>& in_order) {
+  for (const Value* v : in_order) {
+    const ValuePlan& info = info_[v];
+    const Value* root = Root(v);
+    if (info_[root].store != Store::kRegister || info.last_use < 0) continue;
+    for (int a : StorageSlots(root)) {
+      if (allocs_[a].end >= allocs_[a].start) allocs_[a].Cover(allocs_[a].start, info.last_use);
+    }
+  }
 }
 
 // Definition points: a region's inputs at its owner's start, node outputs at their node's.

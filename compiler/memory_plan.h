@@ -8,8 +8,9 @@
 // offset swaps at the back edge); a Concat onto a loop-carried value becomes an in-place
 // append into a growable storage; values of unbounded size get a pool storage sized by scalar
 // code; data-dependent values are allocated by their kernel. Function outputs, tensors kept in
-// sequences or optionals, and loop-carried values that come out of an If never live in the
-// arena.
+// sequences or optionals, and loop-carried values that come out of an If or a nested Loop never
+// live in the arena. A value that is a register set elsewhere (an If or Loop result, a body's
+// carried input) keeps every slot that may hold its data live until its last use.
 #ifndef DYNVM_COMPILER_MEMORY_PLAN_H_
 #define DYNVM_COMPILER_MEMORY_PLAN_H_
 
@@ -110,12 +111,19 @@ class MemoryPlan {
   const Value* DoubleRootOf(const Value* body_output) const;
   // v is the root of a function output (in its own pool storage).
   bool IsFunctionOutput(const Value* v) const { return function_outputs_.contains(v); }
+  // The values a register value may be (the branch values of an If result; the initial value
+  // and the body's value of a Loop result or carried input); empty for any other value.
+  std::vector<const Value*> RegisterSources(const Value* root) const;
+  // v may be a growable storage grown along another axis than the first (strided within its
+  // capacity): not contiguous.
+  bool MayBeStrided(const Value* v) const;
   // How many values the plan covers (the compile report's num_values).
   int num_values() const { return static_cast<int>(values_.size()); }
 
  private:
   friend class Planner;
   MemoryPlan() = default;
+  bool MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>& seen) const;
 
   absl::flat_hash_map<const Value*, std::vector<Use>> uses_;
   absl::flat_hash_map<const Value*, ValuePlan> values_;

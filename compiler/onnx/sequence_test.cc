@@ -226,6 +226,29 @@ TEST(OnnxSequenceTest, SplitToSequenceOfAnEmptyTensorGivesEmptyPieces) {
   }
 }
 
+// ConcatFromSequence along a second axis of elements that differ in their extent along it: the
+// result fills its storage exactly (contiguous), so a Reshape of it is a view that works.
+TEST(OnnxSequenceTest, ConcatenationOfUnequalElementsIsContiguous) {
+  Maker m;
+  m.TensorInput("x", pb::TensorProto::FLOAT, {2, 1})
+      .TensorInput("y", pb::TensorProto::FLOAT, {2, 3});
+  m.ConstI64("shape", {1}, {-1});
+  m.Node("SequenceConstruct", {"x", "y", "x"}, {"s"});
+  Maker::Int(m.Node("ConcatFromSequence", {"s"}, {"cat"}), "axis", 1);  // [2, 5]
+  m.Node("Reshape", {"cat", "shape"}, {"flat"});
+  m.Output("flat");
+  absl::StatusOr<Compiled> c = CompileModel(m);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c->exe);
+  ASSERT_TRUE(vm.ok());
+  ASSERT_TRUE((*vm)->SetInput("x", F32({2, 1}, {1, 2})).ok());
+  ASSERT_TRUE((*vm)->SetInput("y", F32({2, 3}, {3, 4, 5, 6, 7, 8})).ok());
+  absl::Status s = (*vm)->Run();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ToDoubles(*(*vm)->GetOutput("flat")),
+            (std::vector<double>{1, 3, 4, 5, 1, 2, 6, 7, 8, 2}));
+}
+
 TEST(OnnxSequenceTest, OptionalsHoldTensorsAndSequencesOrNothing) {
   Maker m;
   m.TensorInput("x", pb::TensorProto::INT64, {2});

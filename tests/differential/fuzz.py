@@ -124,8 +124,6 @@ def judge(model, inputs, dyn, dyn_failure, ort_on, ort_out, ort_err, infos):
         for c, out in oks[1:]:
             d = compare.diff_outputs(out, base, infos)
             if d:
-                if known.carried_aliasing(model):
-                    return Verdict("explained", "dynvm-bug-carried-aliasing")
                 return Verdict("config", f"{CONFIG_NAMES[c]} vs {CONFIG_NAMES[base_c]}: {d}")
     return _against_ort(model, inputs, oks, errs, ort_on, ort_out, ort_err, infos)
 
@@ -157,8 +155,6 @@ def _against_ort(model, inputs, oks, errs, ort_on, ort_out, ort_err, infos):
                                             shape_only=info.random):
                 reason = known.explain_value(model, inputs, name, got[name], ort_out[name],
                                              info.shape)
-                if not reason and known.carried_aliasing(model):
-                    reason = "dynvm-bug-carried-aliasing"
                 if not reason:
                     return Verdict("value", d, ort_out)
                 reasons.add(reason)

@@ -62,25 +62,17 @@ DYNVM_ERRORS = [
     # compile time; a model input without a declared shape has none.
     ("dynvm-needs-a-rank", lambda msg, m: "UnimplementedError" in msg and bool(
         re.search(r"unknown rank|rank is unknown|needs the elements' rank|the rank of", msg))),
-    # Open bug: a Loop whose trip count is also one of its carried initial values.
-    ("dynvm-bug-carried-aliasing", lambda msg, m: "has no register here" in msg and
-     carried_aliasing(m)),
-    # Open bug: an If or Loop result of unknown rank that is (a view of) a function input
-    # returned as a function output.
-    ("dynvm-bug-unknown-rank-output-alias",
-     lambda msg, m: "an output of unknown shape is not pool-owned" in msg),
-    # Open bug: Reshape of a Loop-carried value grown by Concat (a growable storage) after the
-    # loop.
-    ("dynvm-bug-reshape-of-grown-carried", lambda msg, m: "reshape of a non-contiguous" in msg
-     and "Loop" in _ops(m)),
     # The spec is ambiguous: dynvm reads MaxUnpool's indices in the inferred shape (ONNX's
     # own test data), ONNX Runtime and PyTorch in output_shape.
     ("maxunpool-indices-in-the-inferred-shape",
      lambda msg, m: "MaxUnpool: index" in msg and any(
          len(n.input) > 2 and n.input[2] for n in _nodes(m, "MaxUnpool"))),
-    # Open bug: a Loop nested in a Loop or Scan body whose carried value grows by Concat
-    # appends a piece with other dims (the growable storage keeps the first iteration's).
-    ("dynvm-bug-nested-growable-append", lambda msg, m: bool(
+    # Not a dynvm bug: a Loop scan output whose value changes shape between iterations (a
+    # carried value grown by Concat) cannot be stacked, and dynvm refuses it where the Loop
+    # runs, as ONNX Runtime does ("Inconsistent shape in loop output"). Where ONNX Runtime
+    # runs the model, such a Loop's outputs are dead: ONNX Runtime and dynvm's optimized
+    # program never run it, --no-optimize does (docs/differential.md).
+    ("loop-scan-output-of-varying-shape", lambda msg, m: bool(
         re.search(r"append of \S+ to \S+ along axis \d+: other dims differ", msg))),
 ]
 
@@ -92,33 +84,6 @@ def explain_dynvm_error(message, model):
     return None
 
 
-def carried_aliasing(model):
-    """Open bug: a Loop's carried value (a Scan's state) that starts as (a) the result of
-    another If, Loop or Scan, (b) a value of an enclosing loop body (a scan slice, a carried
-    value), or (c) the same value as another input of that Loop or Scan (its trip count, its
-    condition, a scan input, another carried value) shares storage with values the body
-    writes or frees: passed through unchanged, it comes out as the bits of another value or
-    0, optimized or not (or, for a trip count, fails to compile with "has no register here").
-    True when the model (or a body) has that shape."""
-    def walk(g, nested=False):
-        from_cf = {o for n in g.node if n.op_type in ("If", "Loop", "Scan") for o in n.output}
-        if nested:
-            from_cf |= {v.name for v in g.input}
-        for n in g.node:
-            carried = []
-            if n.op_type == "Loop":
-                carried = list(n.input[2:])
-            elif n.op_type == "Scan":
-                k = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
-                carried = list(n.input[:len(n.input) - k])
-            names = [x for x in n.input if x]
-            if any(c in from_cf or names.count(c) > 1 for c in carried if c):
-                return True
-            for a in n.attribute:
-                if a.HasField("g") and walk(a.g, nested=n.op_type in ("Loop", "Scan")):
-                    return True
-        return False
-    return walk(model.graph)
 
 
 # -- ONNX Runtime refuses a valid model that dynvm runs ------------------------------------------

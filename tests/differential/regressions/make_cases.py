@@ -250,9 +250,11 @@ def open_bugs():
           model([const("m", np.array(3, np.int64)),
                  h.make_node("Loop", ["m", "", "m"], ["y"], body=body)], [],
                 [vi("y", T.INT64, None)], 13),
-          {}, {"y": np.array(3, np.int64)}, "open",
-          "InternalError 'value %0 (i64[]) has no register here': a Loop whose trip count is "
-          "also a carried initial value", "numpy", bug="dynvm-bug-carried-aliasing")
+          {}, {"y": np.array(3, np.int64)}, "fixed",
+          "a Loop whose trip count (a constant) is also a carried initial value failed to "
+          "compile ('value %0 (i64[]) has no register here': the constant was not loaded, read "
+          "only for its content) (compiler_test CarriedValuesKeepTheDataOfWhatTheyStartAs)",
+          "numpy")
     then_b = h.make_graph([const("z", np.array(0.0, np.float32)),
                            h.make_node("Greater", ["v", "z"], ["t"])], "then", [],
                           [vi("t", T.BOOL, None)])
@@ -262,9 +264,10 @@ def open_bugs():
           model([h.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
                 [vi("c", T.BOOL, []), vi("v", T.FLOAT, [1])], [vi("y", T.BOOL, None)], 14),
           {"c": np.array(False), "v": np.array([1.5], np.float32)}, {"y": np.array(False)},
-          "open", "InternalError 'an output of unknown shape is not pool-owned': an If whose "
-          "branches differ in rank returns a branch value that is a function input",
-          "numpy", bug="dynvm-bug-unknown-rank-output-alias")
+          "fixed", "InternalError 'an output of unknown shape is not pool-owned': an If whose "
+          "branches differ in rank returns a branch value that is a function input (now copied "
+          "by an Identity kernel with a dynamic output; compiler_test "
+          "OutputOfUnknownRankThatIsAnInputIsCopied)", "numpy")
     write("split-to-sequence-of-an-empty-tensor",
           model([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=1),
                  h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
