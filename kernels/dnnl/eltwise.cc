@@ -113,13 +113,14 @@ class UnaryKernel final : public DnnlKernel {
     key.AddFloat(alpha);
     key.AddFloat(beta);
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
-      const dnnl::memory::desc md = TensorDesc(x);
-      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha,
-                                    beta);
-      dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
-      st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
-    }));
+    DYNVM_RETURN_IF_ERROR(
+        Rebind(ctx, st, key, x.numel(), "eltwise", [&](const dnnl::engine& engine) {
+          const dnnl::memory::desc md = TensorDesc(x);
+          dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, algorithm_, md, alpha,
+                                        beta);
+          dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+          st->prim.Bind(pd, {{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}});
+        }));
     if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }

@@ -65,26 +65,27 @@ class SoftmaxKernel final : public DnnlKernel {
     key.Add(&x);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
-      dnnl::memory::desc src, dst;
-      int dnnl_axis = axis;
-      if (legacy_2d_) {
-        // Opset < 13: normalize over [axis, rank) of the input viewed as 2-D.
-        int64_t outer = 1, inner = 1;
-        for (int d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.dim(d);
-        src = dst = DenseDesc(dt::f32, {outer, inner});
-        dnnl_axis = 1;
-      } else {
-        src = TensorDesc(x);
-        dst = DenseDesc(dt::f32, x.dims());
-      }
-      dnnl::softmax_v2_forward::desc d(
-          dnnl::prop_kind::forward_inference,
-          log_ ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src, dst,
-          dnnl_axis);
-      dnnl::softmax_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
-      st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    }));
+    DYNVM_RETURN_IF_ERROR(
+        Rebind(ctx, st, key, x.numel(), "softmax", [&](const dnnl::engine& engine) {
+          dnnl::memory::desc src, dst;
+          int dnnl_axis = axis;
+          if (legacy_2d_) {
+            // Opset < 13: normalize over [axis, rank) of the input viewed as 2-D.
+            int64_t outer = 1, inner = 1;
+            for (int d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.dim(d);
+            src = dst = DenseDesc(dt::f32, {outer, inner});
+            dnnl_axis = 1;
+          } else {
+            src = TensorDesc(x);
+            dst = DenseDesc(dt::f32, x.dims());
+          }
+          dnnl::softmax_v2_forward::desc d(
+              dnnl::prop_kind::forward_inference,
+              log_ ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src, dst,
+              dnnl_axis);
+          dnnl::softmax_v2_forward::primitive_desc pd(d, UserScratchpadAttr(), engine);
+          st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+        }));
     if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }

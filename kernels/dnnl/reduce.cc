@@ -167,13 +167,14 @@ class ReduceKernel final : public DnnlKernel {
     key.Add(bits);
     key.Add(ctx.num_threads());
     PrimitiveState* st = SiteState<PrimitiveState>(ctx);
-    DYNVM_RETURN_IF_ERROR(Rebind(ctx, st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
-      const dnnl::memory::desc src = TensorDesc(x);
-      const dnnl::memory::desc dst = DenseDesc(dt::f32, absl::MakeConstSpan(dst_dims, rank));
-      dnnl::reduction::desc d(def_.algorithm, src, dst, def_.p, 0.0f);
-      dnnl::reduction::primitive_desc pd(d, UserScratchpadAttr(), engine);
-      st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    }));
+    DYNVM_RETURN_IF_ERROR(
+        Rebind(ctx, st, key, x.numel(), "reduction", [&](const dnnl::engine& engine) {
+          const dnnl::memory::desc src = TensorDesc(x);
+          const dnnl::memory::desc dst = DenseDesc(dt::f32, absl::MakeConstSpan(dst_dims, rank));
+          dnnl::reduction::desc d(def_.algorithm, src, dst, def_.p, 0.0f);
+          dnnl::reduction::primitive_desc pd(d, UserScratchpadAttr(), engine);
+          st->prim.Bind(pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+        }));
     if (st->use_fallback) return RunFallback(ctx, in, out);
     return ExecuteBound(ctx, st->prim, {x.raw_data(), out[0]->raw_data()});
   }
