@@ -18,6 +18,8 @@
 //                            axes); transBatchA/transBatchB other than 0 are refused
 //   MatMulNBits(A, B, scales, zero_points?, g_idx?, bias?)  A [..., K] f32 times the block-
 //                            quantized weight [N, K] transposed, plus bias [N]; bits 4 or 8
+//   RotaryEmbedding(X, position_ids, cos_cache, sin_cache)  RoPE of X [B, S, hidden] or
+//                            [B, N, S, head_size]; interleaved, num_heads, rotary_embedding_dim
 #include <string>
 #include <vector>
 
@@ -148,6 +150,21 @@ absl::Status MatMulNBitsShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// RotaryEmbedding: X's shape; the attributes ORT's CPU kernel does not implement are refused.
+absl::Status RotaryEmbeddingShape(InferContext& c) {
+  if (c.num_inputs() != 4 || c.num_outputs() != 1) {
+    return c.Error("RotaryEmbedding takes (input, position_ids, cos_cache, sin_cache)");
+  }
+  DYNVM_ASSIGN_OR_RETURN(int64_t packed, c.GetInt("is_packed_batching", 0));
+  DYNVM_ASSIGN_OR_RETURN(float scale, c.GetFloat("scale", 1.0f));
+  if (packed != 0 || scale != 1.0f) {
+    return absl::UnimplementedError(
+        "RotaryEmbedding (com.microsoft): is_packed_batching and scale other than 1 are not "
+        "supported");
+  }
+  return ActivationShape(c);
+}
+
 // com.microsoft::Gelu is dynvm::Gelu.
 absl::Status LowerGelu(LowerContext& l) {
   l.node.domain = ops::kDynvmDomain;
@@ -167,6 +184,9 @@ void DefineMsftOps(OpTable& t) {
       {"SkipSimplifiedLayerNormalization", 1, "1:4:7", "epsilon:f", kPure, SkipLayerNormShape},
       {"FusedMatMul", 1, "1:2:3", "alpha:f transA:i transB:i transBatchA:i transBatchB:i", kPure,
        FusedMatMulShape},
+      {"RotaryEmbedding", 1, "1:4:15",
+       "interleaved:i is_packed_batching:i num_heads:i rotary_embedding_dim:i scale:f", kPure,
+       RotaryEmbeddingShape},
       {"MatMulNBits", 1, "1:6:7", "K:i N:i bits:i block_size:i accuracy_level:i", kPure,
        MatMulNBitsShape},
   };

@@ -14,6 +14,8 @@
 //   scales[n, k / bs], q the bits-wide values of B [N, k_blocks, blob_size] packed low bits
 //   first; zp packed the same way per row (ceil(k_blocks * bits / 8) bytes) or f32, 2^(bits-1)
 //   when absent; Y = A W^T + bias.
+//   RotaryEmbedding(X, position_ids, cos_cache, sin_cache): RoPE of each head (below).
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -430,6 +432,90 @@ class MatMulNBitsKernel final : public Kernel {
   int64_t block_;
 };
 
+// ---- RotaryEmbedding ----
+
+// X [B, S, hidden] (heads of head_size = hidden / num_heads, or 2 cos.dim(1) without num_heads)
+// or [B, N, S, head_size]; position_ids [B, S], or [1]: the offset of position 0. The first
+// rotary_dim elements of each head rotate in halves (x[i], x[i + rotary_dim / 2]) or in pairs
+// (x[2i], x[2i + 1]) by the angle of the position's cos and sin; the rest is copied.
+class RotaryEmbeddingKernel final : public Kernel {
+ public:
+  RotaryEmbeddingKernel(bool interleaved, int64_t num_heads, int64_t rotary_dim)
+      : interleaved_(interleaved), num_heads_(num_heads), rotary_dim_(rotary_dim) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    constexpr char kOp[] = "RotaryEmbedding";
+    if (in.size() != 4 || !Present(in, 0) || !Present(in, 1) || !Present(in, 2) ||
+        !Present(in, 3) || out.size() != 1 || out[0] == nullptr) {
+      return absl::InvalidArgumentError(
+          "RotaryEmbedding takes (input, position_ids, cos_cache, sin_cache), one output");
+    }
+    const Tensor& x = *in[0];
+    const Tensor& pos = *in[1];
+    DYNVM_RETURN_IF_ERROR(NeedF32(x, kOp, "input"));
+    DYNVM_RETURN_IF_ERROR(NeedF32(*in[2], kOp, "cos_cache"));
+    DYNVM_RETURN_IF_ERROR(NeedF32(*in[3], kOp, "sin_cache"));
+    const Tensor& cos = *in[2];
+    if (cos.rank() != 2 || in[3]->dims() != cos.dims() || pos.dtype() != DType::kI64 ||
+        (x.rank() != 3 && x.rank() != 4)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RotaryEmbedding: input must be 3-D or 4-D, position_ids i64, and cos_cache and "
+          "sin_cache 2-D of one shape; got ",
+          x.DebugString(), ", ", pos.DebugString(), ", ", cos.DebugString()));
+    }
+    const int64_t batch = x.dim(0), seq = x.rank() == 3 ? x.dim(1) : x.dim(2);
+    int64_t head = x.dim(x.rank() - 1), heads = x.rank() == 4 ? x.dim(1) : 1;
+    if (x.rank() == 3) {
+      head = num_heads_ > 0 ? x.dim(2) / num_heads_ : cos.dim(1) * 2;
+      heads = head > 0 ? x.dim(2) / head : 0;
+    }
+    const int64_t rot = rotary_dim_ > 0 ? rotary_dim_ : cos.dim(1) * 2, half = rot / 2;
+    const int64_t width = x.rank() == 3 ? x.dim(2) : heads * head;
+    if (head <= 0 || heads * head != width || rot > head || half != cos.dim(1) || rot % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RotaryEmbedding: the head size (", head, ") and rotary dim (", rot,
+          ") do not fit input ", x.DebugString(), " and cos_cache ", cos.DebugString()));
+    }
+    if (!(pos.numel() == 1 || (pos.rank() == 2 && pos.dim(0) == batch && pos.dim(1) == seq))) {
+      return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding: position_ids ",
+                                                     pos.DebugString(), " must be [1] or [B, S]"));
+    }
+    const std::vector<float> xs = Floats(x), cs = Floats(cos), ss = Floats(*in[3]);
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), kOp));
+    float* y = out[0]->data<float>();
+    std::copy(xs.begin(), xs.end(), y);
+    const int64_t* ps = pos.data<int64_t>();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t s = 0; s < seq; ++s) {
+        const int64_t p =
+            pos.numel() == 1 ? ps[pos.ElementOffset(0)] + s : ps[pos.ElementOffset(b * seq + s)];
+        if (p < 0 || p >= cos.dim(0)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "RotaryEmbedding: position ", p, " is outside cos_cache ", cos.DebugString()));
+        }
+        for (int64_t n = 0; n < heads; ++n) {
+          // [B, S, N, H] or [B, N, S, H].
+          const int64_t base = x.rank() == 3 ? ((b * seq + s) * heads + n) * head
+                                             : ((b * heads + n) * seq + s) * head;
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t i1 = interleaved_ ? 2 * i : i, i2 = interleaved_ ? 2 * i + 1 : i + half;
+            const double c = cs[p * half + i], sn = ss[p * half + i];
+            const double x1 = xs[base + i1], x2 = xs[base + i2];
+            y[base + i1] = static_cast<float>(x1 * c - x2 * sn);
+            y[base + i2] = static_cast<float>(x2 * c + x1 * sn);
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "rotary_embedding.f32.ref"; }
+
+ private:
+  bool interleaved_;
+  int64_t num_heads_, rotary_dim_;
+};
+
 bool InputIsF32(const KernelSpec& spec, size_t i) {
   return i < spec.inputs.size() && spec.inputs[i].dtype == static_cast<uint8_t>(DType::kF32);
 }
@@ -472,6 +558,13 @@ void RegisterMsftKernels(KernelRegistry& r) {
     DYNVM_ASSIGN_OR_RETURN(int64_t ta, s.GetInt("transA", 0));
     DYNVM_ASSIGN_OR_RETURN(int64_t tb, s.GetInt("transB", 0));
     return std::make_unique<FusedMatMulKernel>(alpha, ta != 0, tb != 0);
+  });
+  add(kMsft, "RotaryEmbedding", [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    if (!InputIsF32(s, 0)) return absl::UnimplementedError("RotaryEmbedding: input must be f32");
+    DYNVM_ASSIGN_OR_RETURN(int64_t interleaved, s.GetInt("interleaved", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t num_heads, s.GetInt("num_heads", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t rotary_dim, s.GetInt("rotary_embedding_dim", 0));
+    return std::make_unique<RotaryEmbeddingKernel>(interleaved != 0, num_heads, rotary_dim);
   });
   add(kMsft, "MatMulNBits", [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (!InputIsF32(s, 0)) return absl::UnimplementedError("MatMulNBits: A must be f32");

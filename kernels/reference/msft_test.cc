@@ -156,5 +156,29 @@ TEST(MsftKernelTest, MatMulNBitsDequantizesPerBlock) {
   }
 }
 
+// One head of 4 at positions 1 and 2 (an offset position_ids of 1): halves (x0, x2), (x1, x3)
+// rotate by the cached angles; interleaved, pairs (x0, x1), (x2, x3).
+TEST(MsftKernelTest, RotaryEmbeddingRotatesHalvesOrPairs) {
+  const Tensor x = F32({1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const Tensor cos = F32({3, 2}, {1, 1, 0, 0.5f, -1, 0});
+  const Tensor sin = F32({3, 2}, {0, 0, 1, 0.5f, 0, 1});
+  for (int64_t interleaved : {0, 1}) {
+    absl::StatusOr<std::vector<Tensor>> r = KernelCall("RotaryEmbedding", kMs)
+                                                .In(x)
+                                                .In(testing::I64({1}, {1}))
+                                                .In(cos)
+                                                .In(sin)
+                                                .Out(DType::kF32)
+                                                .Attr("interleaved", interleaved)
+                                                .Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    // Position 1: (cos, sin) = (0, 1) and (0.5, 0.5); position 2: (-1, 0) and (0, 1).
+    const std::vector<double> want = interleaved
+                                         ? std::vector<double>{-2, 1, -0.5, 3.5, -5, -6, -8, 7}
+                                         : std::vector<double>{-3, -1, 1, 3, -5, -8, -7, 6};
+    EXPECT_EQ(ToDoubles((*r)[0]), want) << interleaved;
+  }
+}
+
 }  // namespace
 }  // namespace dynvm

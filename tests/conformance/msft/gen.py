@@ -227,6 +227,26 @@ def nbits_cases():
     yield nbits_case(r, "MatMulNBits_b4_float_zp", (3, 64), 64, 5, 4, 32, "float")
 
 
+def rotary_cases():
+    r = rng()
+    forms = [((2, 3, 16), {}, (2, 3), 16), ((2, 3, 16), {"interleaved": 1}, (2, 3), 16),
+             ((1, 5, 24), {"num_heads": 3}, (1, 5), 8), ((2, 4, 3, 8), {}, (2, 3), 8),
+             ((2, 4, 3, 8), {"interleaved": 1}, (1,), 8), ((1, 2, 6, 16), {}, (1,), 16),
+             ((2, 3, 32), {"num_heads": 2, "rotary_embedding_dim": 8}, (2, 3), 16),
+             ((2, 3, 32), {"num_heads": 2, "rotary_embedding_dim": 8, "interleaved": 1}, (1,),
+              16),
+             ((2, 2, 3, 16), {"num_heads": 2, "rotary_embedding_dim": 8}, (2, 3), 16)]
+    for shape, attrs, pos_shape, head in forms:
+        rot = attrs.get("rotary_embedding_dim", 0) or head
+        cos = f32(r, 12, rot // 2, lo=-1, hi=1)
+        sin = f32(r, 12, rot // 2, lo=-1, hi=1)
+        pos = r.integers(0, 6, pos_shape).astype(np.int64)
+        tag = "_".join(["x".join(map(str, shape))] + [f"{k}{v}" for k, v in attrs.items()] +
+                       ["pos" + "x".join(map(str, pos_shape))])
+        yield node_case(f"RotaryEmbedding_{tag}", "RotaryEmbedding",
+                        {"x": f32(r, *shape), "pos": pos}, {"cos": cos, "sin": sin}, attrs=attrs)
+
+
 def refusal_cases():
     r = rng()
     x = f32(r, 2, 3, 8)
@@ -243,9 +263,13 @@ def refusal_cases():
                     {"b": np.zeros((4, 2, 4), np.uint8), "scales": np.ones(8, np.float32)},
                     attrs={"K": 32, "N": 4, "bits": 2, "block_size": 16},
                     refused="bits 2 is not supported")
+    yield node_case("RotaryEmbedding_packed_batching", "RotaryEmbedding",
+                    {"x": x, "pos": np.zeros((2, 3), np.int64)},
+                    {"cos": f32(r, 4, 4), "sin": f32(r, 4, 4)}, attrs={"is_packed_batching": 1},
+                    refused="is_packed_batching and scale other than 1 are not supported")
 
 
-GROUPS = [gelu_cases, norm_cases, fused_matmul_cases, nbits_cases, refusal_cases]
+GROUPS = [gelu_cases, norm_cases, fused_matmul_cases, nbits_cases, rotary_cases, refusal_cases]
 
 
 def cases():
