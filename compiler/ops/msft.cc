@@ -20,6 +20,11 @@
 //                            quantized weight [N, K] transposed, plus bias [N]; bits 4 or 8
 //   RotaryEmbedding(X, position_ids, cos_cache, sin_cache)  RoPE of X [B, S, hidden] or
 //                            [B, N, S, head_size]; interleaved, num_heads, rotary_embedding_dim
+//   MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp?, b_zp?, bias?)  (A - a_zp)(B - b_zp)
+//                            a_scale b_scale + bias, A and B u8/i8, B 2-D; per-column b_scale
+//                            and b_zp
+//   DynamicQuantizeMatMul(A, B, b_scale, b_zp?, bias?)  the same with A f32 quantized to u8
+//                            per tensor first (DynamicQuantizeLinear)
 #include <string>
 #include <vector>
 
@@ -165,6 +170,26 @@ absl::Status RotaryEmbeddingShape(InferContext& c) {
   return ActivationShape(c);
 }
 
+// MatMulIntegerToFloat, DynamicQuantizeMatMul: A [..., K] times B [K, N], f32.
+absl::Status QuantMatMulShape(InferContext& c) {
+  if (c.num_outputs() != 1) return c.Error("has one output");
+  const Shape* a = c.input_shape(0);
+  const Shape* b = c.input_shape(1);
+  if (b != nullptr && b->size() != 2) {
+    return absl::UnimplementedError(
+        absl::StrCat(c.node().op, " (com.microsoft): only a 2-D B is supported"));
+  }
+  if (a == nullptr || b == nullptr) {
+    c.SetOutputUnknown(0, DType::kF32);
+    return absl::OkStatus();
+  }
+  if (a->empty()) return c.Error("A must have rank >= 1");
+  Shape out = *a;
+  out.back() = (*b)[1];
+  c.SetOutput(0, DType::kF32, std::move(out));
+  return absl::OkStatus();
+}
+
 // com.microsoft::Gelu is dynvm::Gelu.
 absl::Status LowerGelu(LowerContext& l) {
   l.node.domain = ops::kDynvmDomain;
@@ -187,6 +212,8 @@ void DefineMsftOps(OpTable& t) {
       {"RotaryEmbedding", 1, "1:4:15",
        "interleaved:i is_packed_batching:i num_heads:i rotary_embedding_dim:i scale:f", kPure,
        RotaryEmbeddingShape},
+      {"MatMulIntegerToFloat", 1, "1:7:15", "", kPure, QuantMatMulShape},
+      {"DynamicQuantizeMatMul", 1, "1:5:7", "", kPure, QuantMatMulShape},
       {"MatMulNBits", 1, "1:6:7", "K:i N:i bits:i block_size:i accuracy_level:i", kPure,
        MatMulNBitsShape},
   };

@@ -376,6 +376,8 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
       {"com.microsoft::MatMulNBits",
        {{f, u8, f}, 1, {{"K", sixteen}, {"N", two}, {"block_size", sixteen}}}},
       {"com.microsoft::RotaryEmbedding", {{f, DType::kI64, f, f}, 1, {}}},
+      {"com.microsoft::MatMulIntegerToFloat", {{u8, u8, f, f}, 1, {}}},
+      {"com.microsoft::DynamicQuantizeMatMul", {{f, u8, f}, 1, {}}},
       {"SimplifiedLayerNormalization", {{f, f}, 2, {}}},
   };
   std::vector<std::string> failures;

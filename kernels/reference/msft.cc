@@ -15,9 +15,11 @@
 //   first; zp packed the same way per row (ceil(k_blocks * bits / 8) bytes) or f32, 2^(bits-1)
 //   when absent; Y = A W^T + bias.
 //   RotaryEmbedding(X, position_ids, cos_cache, sin_cache): RoPE of each head (below).
+//   MatMulIntegerToFloat, DynamicQuantizeMatMul: an integer product scaled to f32 (below).
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -516,6 +518,123 @@ class RotaryEmbeddingKernel final : public Kernel {
   int64_t num_heads_, rotary_dim_;
 };
 
+// ---- MatMulIntegerToFloat, DynamicQuantizeMatMul ----
+
+// An integer tensor (u8 or i8) as doubles, row-major; nullopt for another dtype.
+std::optional<std::vector<double>> Ints8(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::kU8) {
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.data<uint8_t>()[t.ElementOffset(i)];
+  } else if (t.dtype() == DType::kI8) {
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.data<int8_t>()[t.ElementOffset(i)];
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// A f32 scale of one value or `n` values (per column); errors name `what`.
+absl::StatusOr<std::vector<float>> ScaleOf(const Tensor* t, int64_t n, absl::string_view op,
+                                           absl::string_view what) {
+  if (t == nullptr) return std::vector<float>{1.0f};
+  DYNVM_RETURN_IF_ERROR(NeedF32(*t, op, what));
+  if (t->numel() != 1 && t->numel() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " ", t->DebugString(), " must have 1 or ", n, " elements"));
+  }
+  return Floats(*t);
+}
+
+// Y = (A - a_zp) (B - b_zp) a_scale b_scale + bias; A [..., M, K] (integers, or f32 quantized
+// here to u8 per tensor as DynamicQuantizeLinear does), B [K, N] u8 or i8; the zero points of
+// B and its scale per tensor or per column.
+class QuantMatMulToFloatKernel final : public Kernel {
+ public:
+  explicit QuantMatMulToFloatKernel(std::string op) : op_(std::move(op)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    const bool dynamic = op_ == "DynamicQuantizeMatMul";
+    // Inputs: A, B, a_scale, b_scale, a_zp, b_zp, bias; or A, B, b_scale, b_zp, bias.
+    const size_t b_scale_at = dynamic ? 2 : 3, b_zp_at = dynamic ? 3 : 5, bias_at = dynamic ? 4 : 6;
+    if (!Present(in, 0) || !Present(in, 1) || !Present(in, b_scale_at) || out.size() != 1 ||
+        out[0] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(op_, ": missing inputs"));
+    }
+    const Tensor& a = *in[0];
+    const Tensor& b = *in[1];
+    std::optional<std::vector<double>> bq = Ints8(b);
+    if (a.rank() < 1 || b.rank() != 2 || a.dim(a.rank() - 1) != b.dim(0) || !bq) {
+      return absl::InvalidArgumentError(absl::StrCat(op_, ": A ", a.DebugString(),
+                                                     " must be [..., K] and B ", b.DebugString(),
+                                                     " u8 or i8 [K, N]"));
+    }
+    const int64_t k = b.dim(0), n = b.dim(1), rows = k == 0 ? 0 : a.numel() / k;
+    std::vector<double> aq;
+    float a_scale = 1.0f;
+    if (dynamic) {
+      DYNVM_RETURN_IF_ERROR(NeedF32(a, op_, "A"));
+      aq = QuantizeU8(Floats(a), &a_scale);
+    } else {
+      std::optional<std::vector<double>> ai = Ints8(a);
+      if (!ai) return absl::InvalidArgumentError(absl::StrCat(op_, ": A must be u8 or i8"));
+      aq = std::move(*ai);
+      DYNVM_ASSIGN_OR_RETURN(std::vector<float> as, ScaleOf(in[2], 1, op_, "a_scale"));
+      a_scale = as[0];
+      if (Present(in, 4)) {
+        std::optional<std::vector<double>> zp = Ints8(*in[4]);
+        if (!zp || zp->size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(op_, ": a_zero_point must be one value"));
+        }
+        for (double& v : aq) v -= (*zp)[0];
+      }
+    }
+    DYNVM_ASSIGN_OR_RETURN(std::vector<float> bs, ScaleOf(in[b_scale_at], n, op_, "b_scale"));
+    if (Present(in, b_zp_at)) {
+      std::optional<std::vector<double>> zp = Ints8(*in[b_zp_at]);
+      if (!zp || (zp->size() != 1 && static_cast<int64_t>(zp->size()) != n)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op_, ": b_zero_point must be u8 or i8 of 1 or N values"));
+      }
+      for (int64_t q = 0; q < k * n; ++q) (*bq)[q] -= (*zp)[zp->size() == 1 ? 0 : q % n];
+    }
+    DYNVM_ASSIGN_OR_RETURN(std::vector<float> bias, Param(in, bias_at, n, op_, "bias"));
+    Dims od(a.dims().begin(), a.dims().end());
+    od.back() = n;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, od, op_));
+    float* y = out[0]->data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;  // exact: integers
+        for (int64_t q = 0; q < k; ++q) acc += aq[r * k + q] * (*bq)[q * n + j];
+        float v = static_cast<float>(acc) * (a_scale * bs[bs.size() == 1 ? 0 : j]);
+        if (!bias.empty()) v += bias[j];
+        y[r * n + j] = v;
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return absl::StrCat(op_, ".f32.ref"); }
+
+ private:
+  // x quantized to u8 per tensor (DynamicQuantizeLinear's parameters), less the zero point.
+  static std::vector<double> QuantizeU8(const std::vector<float>& x, float* scale) {
+    float lo = 0, hi = 0;
+    for (float v : x) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    *scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    const float zp = std::nearbyint(std::clamp(-lo / *scale, 0.0f, 255.0f));
+    std::vector<double> q(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      q[i] = std::clamp(std::nearbyint(x[i] / *scale) + zp, 0.0f, 255.0f) - zp;
+    }
+    return q;
+  }
+
+  std::string op_;
+};
+
 bool InputIsF32(const KernelSpec& spec, size_t i) {
   return i < spec.inputs.size() && spec.inputs[i].dtype == static_cast<uint8_t>(DType::kF32);
 }
@@ -566,6 +685,11 @@ void RegisterMsftKernels(KernelRegistry& r) {
     DYNVM_ASSIGN_OR_RETURN(int64_t rotary_dim, s.GetInt("rotary_embedding_dim", 0));
     return std::make_unique<RotaryEmbeddingKernel>(interleaved != 0, num_heads, rotary_dim);
   });
+  for (const char* op : {"MatMulIntegerToFloat", "DynamicQuantizeMatMul"}) {
+    add(kMsft, op, [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+      return std::make_unique<QuantMatMulToFloatKernel>(s.op);
+    });
+  }
   add(kMsft, "MatMulNBits", [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (!InputIsF32(s, 0)) return absl::UnimplementedError("MatMulNBits: A must be f32");
     DYNVM_ASSIGN_OR_RETURN(int64_t k, s.GetInt("K", -1));

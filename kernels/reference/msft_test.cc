@@ -180,5 +180,30 @@ TEST(MsftKernelTest, RotaryEmbeddingRotatesHalvesOrPairs) {
   }
 }
 
+TEST(MsftKernelTest, MatMulIntegerToFloatAndDynamicQuantizeMatMul) {
+  // ((3 - 1) (2 - 2) + (5 - 1) (4 - 2)) 0.5 0.25 + 0.5 = 1.5.
+  absl::StatusOr<std::vector<Tensor>> r = KernelCall("MatMulIntegerToFloat", kMs)
+                                              .In(U8({1, 2}, {3, 5}))
+                                              .In(U8({2, 1}, {2, 4}))
+                                              .In(F32({}, {0.5f}))
+                                              .In(F32({}, {0.25f}))
+                                              .In(U8({}, {1}))
+                                              .In(U8({}, {2}))
+                                              .In(F32({1}, {0.5f}))
+                                              .Out(DType::kF32)
+                                              .Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ToDoubles((*r)[0]), (std::vector<double>{1.5}));
+  // A (0, 2.55) quantizes with scale 0.01 and zero point 0 to (0, 255): 255 * 2 * 0.01.
+  absl::StatusOr<std::vector<Tensor>> d = KernelCall("DynamicQuantizeMatMul", kMs)
+                                              .In(F32({1, 2}, {0, 2.55f}))
+                                              .In(testing::Make<int8_t>(DType::kI8, {2, 1}, {1, 2}))
+                                              .In(F32({}, {1}))
+                                              .Out(DType::kF32)
+                                              .Run();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NEAR(ToDoubles((*d)[0])[0], 5.1, 1e-5);
+}
+
 }  // namespace
 }  // namespace dynvm

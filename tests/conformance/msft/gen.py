@@ -26,6 +26,7 @@ OPSET = 17  # of the default domain
 
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32,
 }
 
@@ -247,6 +248,52 @@ def rotary_cases():
                         {"x": f32(r, *shape), "pos": pos}, {"cos": cos, "sin": sin}, attrs=attrs)
 
 
+def qint(r, dtype, *shape):
+    lo, hi = (0, 256) if dtype == np.uint8 else (-128, 128)
+    return r.integers(lo, hi, shape).astype(dtype)
+
+
+def quant_matmul_cases():
+    r = rng()
+    for ta, tb in [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]:
+        for a_shape, n in [((3, 8), 5), ((2, 3, 16), 4), ((1, 4, 2, 32), 6)]:
+            k = a_shape[-1]
+            tag = f"{np.dtype(ta).name}_{np.dtype(tb).name}_{'x'.join(map(str, a_shape))}_N{n}"
+            a, b = qint(r, ta, *a_shape), qint(r, tb, k, n)
+            a_scale = np.array(0.02, np.float32)
+            for per_col in (False, True):
+                b_scale = (r.uniform(0.001, 0.05, n) if per_col else
+                           np.array(0.03)).astype(np.float32)
+                b_zp = qint(r, tb, n) if per_col else qint(r, tb, 1).reshape(())
+                ctag = f"{tag}_{'percol' if per_col else 'pertensor'}"
+                yield node_case(f"MatMulIntegerToFloat_{ctag}", "MatMulIntegerToFloat",
+                                {"a": a}, {"b": b, "a_scale": a_scale, "b_scale": b_scale},
+                                tol=1e-5)
+                yield node_case(f"MatMulIntegerToFloat_{ctag}_zps_bias", "MatMulIntegerToFloat",
+                                {"a": a}, {"b": b, "a_scale": a_scale, "b_scale": b_scale,
+                                           "a_zp": qint(r, ta, 1).reshape(()), "b_zp": b_zp,
+                                           "bias": f32(r, n)}, tol=1e-5)
+                yield node_case(f"MatMulIntegerToFloat_{ctag}_bzp_only", "MatMulIntegerToFloat",
+                                {"a": a}, {"b": b, "a_scale": a_scale, "b_scale": b_scale,
+                                           "a_zp": None, "b_zp": b_zp}, tol=1e-5)
+    for tb in (np.uint8, np.int8):
+        for a_shape, n in [((3, 8), 5), ((2, 3, 16), 4)]:
+            k = a_shape[-1]
+            b = qint(r, tb, k, n)
+            tag = f"{np.dtype(tb).name}_{'x'.join(map(str, a_shape))}"
+            for per_col in (False, True):
+                b_scale = (r.uniform(0.001, 0.05, n) if per_col else
+                           np.array(0.03)).astype(np.float32)
+                b_zp = qint(r, tb, n) if per_col else qint(r, tb, 1).reshape(())
+                ctag = f"{tag}_{'percol' if per_col else 'pertensor'}"
+                a = f32(r, *a_shape, lo=-2, hi=1.5)
+                yield node_case(f"DynamicQuantizeMatMul_{ctag}", "DynamicQuantizeMatMul",
+                                {"a": a}, {"b": b, "b_scale": b_scale}, tol=1e-4)
+                yield node_case(f"DynamicQuantizeMatMul_{ctag}_zp_bias", "DynamicQuantizeMatMul",
+                                {"a": a}, {"b": b, "b_scale": b_scale, "b_zp": b_zp,
+                                           "bias": f32(r, n)}, tol=1e-4)
+
+
 def refusal_cases():
     r = rng()
     x = f32(r, 2, 3, 8)
@@ -269,7 +316,8 @@ def refusal_cases():
                     refused="is_packed_batching and scale other than 1 are not supported")
 
 
-GROUPS = [gelu_cases, norm_cases, fused_matmul_cases, nbits_cases, rotary_cases, refusal_cases]
+GROUPS = [gelu_cases, norm_cases, fused_matmul_cases, nbits_cases, rotary_cases,
+          quant_matmul_cases, refusal_cases]
 
 
 def cases():
