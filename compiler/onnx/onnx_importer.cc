@@ -139,9 +139,9 @@ class Importer {
   TensorReadOptions tensor_options_;
   Module* m_ = nullptr;
   int64_t opset_ = 0;
-  int64_t msft_opset_ = 1;                               // of com.microsoft
-  absl::flat_hash_map<std::string, int> declared_rank_;  // from value_info and outputs
-  absl::flat_hash_set<std::string> declared_sequence_;   // values declared sequence-typed
+  absl::flat_hash_map<std::string, int64_t> domain_opsets_;  // of the other domains
+  absl::flat_hash_map<std::string, int> declared_rank_;      // from value_info and outputs
+  absl::flat_hash_set<std::string> declared_sequence_;       // values declared sequence-typed
   int synthetic_ = 0;
 };
 
@@ -432,19 +432,20 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     // (a shape function) or the runtime (a kernel). Their shape functions and kernel factories
     // check inputs and attributes.
     const OpDef* def = FindOpDef(domain, n.op_type());
-    if (domain == ops::kMsftDomain) {
-      // ONNX Runtime's contrib operators (compiler/ops/msft.cc), checked like ONNX's own
-      // against the opset of com.microsoft the model imports (1 when it imports none).
-      const OpDef* builtin = BuiltinOps().Find(domain, n.op_type());
-      if (builtin != nullptr) {
-        DYNVM_RETURN_IF_ERROR(CheckSignature(n, *builtin, msft_opset_, label));
-      } else if (def == nullptr &&
-                 !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
-        return absl::UnimplementedError(
-            Join(label, absl::StrCat("operator ", n.op_type(),
-                                     " of domain com.microsoft (ONNX "
-                                     "Runtime's contrib operators) is not supported")));
-      }
+    // A built-in definition with a signature (ONNX Runtime's com.microsoft operators,
+    // compiler/ops/msft.cc) is checked like ONNX's own, against the opset of its domain the
+    // model imports (1 when it imports none).
+    const OpDef* builtin = BuiltinOps().Find(domain, n.op_type());
+    if (builtin != nullptr && !builtin->versions.empty()) {
+      auto it = domain_opsets_.find(domain);
+      const int64_t opset = it == domain_opsets_.end() ? 1 : it->second;
+      DYNVM_RETURN_IF_ERROR(CheckSignature(n, *builtin, opset, label));
+    } else if (def == nullptr && domain == ops::kMsftDomain &&
+               !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("operator ", n.op_type(),
+                                   " of domain com.microsoft (ONNX Runtime's contrib operators) "
+                                   "is not supported")));
     }
     if (def == nullptr && !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
       return absl::UnimplementedError(
@@ -813,8 +814,8 @@ absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& mode
     if (o.domain().empty() || o.domain() == "ai.onnx") {
       opset_ = o.version();
       found = true;
-    } else if (o.domain() == ops::kMsftDomain) {
-      msft_opset_ = o.version();
+    } else {
+      domain_opsets_[o.domain()] = o.version();
     }
   }
   if (!found)
