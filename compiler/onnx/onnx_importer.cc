@@ -139,8 +139,9 @@ class Importer {
   TensorReadOptions tensor_options_;
   Module* m_ = nullptr;
   int64_t opset_ = 0;
-  absl::flat_hash_map<std::string, int> declared_rank_;  // from value_info and outputs
-  absl::flat_hash_set<std::string> declared_sequence_;   // values declared sequence-typed
+  absl::flat_hash_map<std::string, int64_t> domain_opsets_;  // of the other domains
+  absl::flat_hash_map<std::string, int> declared_rank_;      // from value_info and outputs
+  absl::flat_hash_set<std::string> declared_sequence_;       // values declared sequence-typed
   int synthetic_ = 0;
 };
 
@@ -431,6 +432,21 @@ absl::Status Importer::ImportNode(const pb::NodeProto& n, int index, Graph* grap
     // (a shape function) or the runtime (a kernel). Their shape functions and kernel factories
     // check inputs and attributes.
     const OpDef* def = FindOpDef(domain, n.op_type());
+    // A built-in definition with a signature (ONNX Runtime's com.microsoft operators,
+    // compiler/ops/msft.cc) is checked like ONNX's own, against the opset of its domain the
+    // model imports (1 when it imports none).
+    const OpDef* builtin = BuiltinOps().Find(domain, n.op_type());
+    if (builtin != nullptr && !builtin->versions.empty()) {
+      auto it = domain_opsets_.find(domain);
+      const int64_t opset = it == domain_opsets_.end() ? 1 : it->second;
+      DYNVM_RETURN_IF_ERROR(CheckSignature(n, *builtin, opset, label));
+    } else if (def == nullptr && domain == ops::kMsftDomain &&
+               !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
+      return absl::UnimplementedError(
+          Join(label, absl::StrCat("operator ", n.op_type(),
+                                   " of domain com.microsoft (ONNX Runtime's contrib operators) "
+                                   "is not supported")));
+    }
     if (def == nullptr && !KernelRegistry::Global().HasOp(domain, n.op_type(), Device::kCPU)) {
       return absl::UnimplementedError(
           Join(label, absl::StrCat("operator ", domain, "::", n.op_type(),
@@ -798,6 +814,8 @@ absl::StatusOr<std::unique_ptr<Module>> Importer::Run(const pb::ModelProto& mode
     if (o.domain().empty() || o.domain() == "ai.onnx") {
       opset_ = o.version();
       found = true;
+    } else {
+      domain_opsets_[o.domain()] = o.version();
     }
   }
   if (!found)

@@ -9,6 +9,8 @@
 namespace dynvm::compiler::ops {
 
 inline constexpr char kDynvmDomain[] = "dynvm";
+// ONNX Runtime's contrib operators (compiler/ops/msft.cc).
+inline constexpr char kMsftDomain[] = "com.microsoft";
 
 inline constexpr char kAdd[] = "Add";
 inline constexpr char kAnd[] = "And";

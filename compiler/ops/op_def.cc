@@ -183,6 +183,7 @@ const OpTable& BuiltinOps() {
     DefineStringOps(*t);
     DefineSequenceOps(*t);
     DefineDynvmOps(*t);
+    DefineMsftOps(*t);
     return t;
   }();
   return *table;

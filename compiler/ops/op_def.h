@@ -183,6 +183,7 @@ void DefineSignalOps(OpTable& t);
 void DefineStringOps(OpTable& t);
 void DefineSequenceOps(OpTable& t);
 void DefineDynvmOps(OpTable& t);
+void DefineMsftOps(OpTable& t);  // com.microsoft (ONNX Runtime's contrib operators)
 
 }  // namespace dynvm::compiler
 

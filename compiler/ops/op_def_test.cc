@@ -333,6 +333,8 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
   AttrValue two;
   two.type = AttrValue::Type::kInt;
   two.i = 2;
+  AttrValue sixteen = two;
+  sixteen.i = 16;
   AttrValue shape;
   shape.type = AttrValue::Type::kInts;
   shape.ints = {2, 3};
@@ -364,6 +366,19 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
       {"dynvm::QLSTM", {{f, DType::kI8, DType::kI8}, 3, {}}},
       {"dynvm::QGRU", {{f, DType::kI8, DType::kI8}, 2, {}}},
       {"dynvm::QRNN", {{f, DType::kI8, DType::kI8}, 2, {}}},
+      {"com.microsoft::FastGelu", {{f, f}, 1, {}}},
+      {"com.microsoft::BiasGelu", {{f, f}, 1, {}}},
+      {"com.microsoft::Gelu", {{f}, 1, {}}},
+      {"com.microsoft::QuickGelu", {{f}, 1, {}}},
+      {"com.microsoft::SkipLayerNormalization", {{f, f, f, f, f}, 1, {}}},
+      {"com.microsoft::SkipSimplifiedLayerNormalization", {{f, f, f, f}, 1, {}}},
+      {"com.microsoft::FusedMatMul", {{f, f}, 1, {}}},
+      {"com.microsoft::MatMulNBits",
+       {{f, u8, f}, 1, {{"K", sixteen}, {"N", two}, {"block_size", sixteen}}}},
+      {"com.microsoft::RotaryEmbedding", {{f, DType::kI64, f, f}, 1, {}}},
+      {"com.microsoft::MatMulIntegerToFloat", {{u8, u8, f, f}, 1, {}}},
+      {"com.microsoft::DynamicQuantizeMatMul", {{f, u8, f}, 1, {}}},
+      {"SimplifiedLayerNormalization", {{f, f}, 2, {}}},
   };
   std::vector<std::string> failures;
   int checked = 0;

@@ -17,6 +17,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterQuantKernels(registry);
   reference::RegisterStringKernels(registry);
   reference::RegisterDynvmKernels(registry);
+  reference::RegisterMsftKernels(registry);
   reference::RegisterAttentionKernel(registry);
   reference::RegisterLinearKernel(registry);
   reference::RegisterFusedConvKernels(registry);
