@@ -28,6 +28,16 @@ BOUNDED = {
     "QLinearMatMul": 256, "QLinearConv": 256, "TfIdfVectorizer": 100, "StringNormalizer": 1,
     "NonMaxSuppression": 1e4, "Unique": 1e4,
 }
+# BOUNDED operators whose output is never NaN, whatever the inputs (a bool, an index or
+# count, an integer, or a value that does not depend on the input's values).
+NEVER_NAN = {
+    "IsNaN", "IsInf", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And",
+    "Or", "Xor", "Not", "EyeLike", "HannWindow", "HammingWindow", "BlackmanWindow",
+    "MelWeightMatrix", "RandomUniform", "RandomUniformLike", "RandomNormal",
+    "RandomNormalLike", "Shape", "Size", "NonZero", "ArgMax", "ArgMin", "SequenceLength",
+    "OptionalHasElement", "QuantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
+    "QLinearConv", "TfIdfVectorizer", "StringNormalizer", "NonMaxSuppression",
+}
 # |output| <= the largest |input| (data movement, selection, clamping, rounding).
 SAME = {
     "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
@@ -53,7 +63,7 @@ def bound(op, in_mags, reduced=1, extra=None):
     if extra is not None:
         return extra
     m = max(in_mags, default=0.0)
-    if math.isinf(m) and op not in BOUNDED:
+    if math.isinf(m) and op not in NEVER_NAN:
         return math.inf
     if op in BOUNDED:
         return float(BOUNDED[op])

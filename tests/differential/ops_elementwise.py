@@ -77,10 +77,11 @@ def operand_like(b, x, dtype=None, unidirectional=False, kind="data", exact=Fals
     return b.pick(ok, make, p_fresh=0.5, exact=exact)
 
 
-def pick_x(b, dtypes, exact=False, min_rank=0, max_rank=8, need_known=False):
+def pick_x(b, dtypes, exact=False, min_rank=0, max_rank=8, need_known=False,
+           pred=lambda v: True):
     def ok(v):
         return v.dtype in dtypes and min_rank <= v.rank <= max_rank and \
-            (known(v.shape) or not need_known)
+            (known(v.shape) or not need_known) and pred(v)
 
     def make():
         return b.fresh(b.choice(dtypes), b.rand_shape(min_rank, min(max_rank, 4)))
@@ -278,7 +279,10 @@ def not_(b):
 # name: (first opset, dtypes, exact, needs exact input). An op needs an exact input when its
 # output jumps where the input moves by an ulp (Floor, Sign ...) or when it is ill-conditioned
 # (Log near 0, Asin and Acos near +-1, Tan near pi/2, 1/x near 0 ...): a last-bit difference
-# upstream would become a large one.
+# upstream would become a large one. Sin and Cos take an exact input or a small one
+# (PERIODIC_MAG): a rounding error relative to a large argument (Sin(Exp(x))) is a large
+# absolute error in the phase.
+PERIODIC_MAG = 64.0
 UNARY = {
     "Abs": (7, FL + (I32, I64, I8), True, False),
     "Neg": (7, FL + (I32, I64, I8), True, False),
@@ -317,7 +321,10 @@ def _make_unary(name, since, dtypes, exact, disc):
         dts = dtypes
         if name == "Relu" and b.ctx.lo >= 14:
             dts = dtypes + (I32, I8)
-        x = pick_x(b, dts, exact=disc)
+        pred = (lambda v: True)
+        if name in ("Sin", "Cos"):
+            pred = (lambda v: v.exact or v.mag <= PERIODIC_MAG)
+        x = pick_x(b, dts, exact=disc, pred=pred)
         out = BOOL if name == "IsNaN" else x.dtype
         return b.node1(name, [x], outs=[(out, x.shape)], exact=exact)
     return gen

@@ -623,7 +623,9 @@ def scatter(b):
 def non_zero(b):
     x = b.pick(lambda v: v.dtype in (BOOL, F32, I64, I32) and v.exact,
                lambda: b.fresh(b.choice([BOOL, BOOL, F32, I64]), b.rand_shape(0, 3)))
-    return b.node1("NonZero", [x], outs=[(I64, (x.rank, new_token(b)))])
+    # A scalar reads as a one-element vector: one row (ONNX Runtime, numpy and dynvm; the
+    # spec's shape is [0, nnz]), docs/differential.md.
+    return b.node1("NonZero", [x], outs=[(I64, (max(x.rank, 1), new_token(b)))])
 
 
 @op("Unique", lo=11)
