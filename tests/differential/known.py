@@ -91,6 +91,11 @@ ORT_ERRORS = [
     # ONNX Runtime's MatMul refuses an empty batch dim against a 1-D operand.
     ("ort-matmul-empty-batch", lambda msg, m: "matmul_helper" in msg and
      "cannot broadcast" in msg),
+    # ONNX Runtime's LayerNormalization refuses normalized dims holding no element; their
+    # output is as empty as the input (regressions/layernorm-over-empty-normalized-dims).
+    ("ort-layernorm-over-empty-normalized-dims", lambda msg, m:
+     "Size of X.shape[axis:] must be at least 1, got 0" in msg and
+     "LayerNormalization" in _ops(m)),
     # ONNX Runtime's elementwise broadcaster refuses a dim of 1 against an empty one.
     ("ort-broadcast-of-one-and-empty", lambda msg, m: "Broadcaster" in msg and
      "element_wise_ops" in msg),
