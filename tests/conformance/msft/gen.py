@@ -2,7 +2,7 @@
 
 One small model per operator form, built with onnx.helper (Debian's python3-onnx 1.12 writes
 them; it needs no schema), with shapes, attributes, optional inputs and outputs, and
-broadcasting varied. `cases()` yields them; the ctest (msft_test.py) runs each in ONNX Runtime
+broadcasting varied. `cases()` yields them; the ctest (../generated_suite.py) runs each in ONNX Runtime
 1.30 (the oracle) and in dynvm and compares, and checks that what dynvm refuses is refused with
 a message naming it.
 

@@ -3,7 +3,7 @@
 Every operator version ONNX added in opsets 18 to 23 that dynvm imports gets models built with
 onnx.helper (Debian's python3-onnx 1.12 builds them: it needs no schema to write a node), with
 its attributes, element types, ranks and broadcasting varied. `cases()` yields them; the ctest
-(opset18_test.py) runs each in ONNX Runtime 1.30 (the oracle) and in dynvm and compares, and
+(../generated_suite.py) runs each in ONNX Runtime 1.30 (the oracle) and in dynvm and compares, and
 checks that the versions dynvm refuses are refused naming the operator.
 
     /usr/bin/python3 tests/conformance/opset18/gen.py --list          # the case names
