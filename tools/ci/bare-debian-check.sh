@@ -4,12 +4,18 @@
 # one, as CI has), and runs `bash .ci/run` inside it as root. It shows that tools/install-deps.sh
 # installs everything the build and the tests need: nothing from this machine leaks in.
 #
-#   sudo bash tools/ci/bare-debian-check.sh [--quick] [--keep] [--dir DIR] [--mirror URL]
+#   sudo bash tools/ci/bare-debian-check.sh [--quick] [--warm] [--cuda] [--keep] [--dir DIR]
+#                                           [--mirror URL]
 #
 #   --quick       stop after the cheap part: install-deps.sh test, the Python imports of the
 #                 tests (tools/ci/check_test_imports.py), the format stage, and configuring the
 #                 Release, address-sanitizer and thread-sanitizer trees. Minutes, not the full
 #                 cold CI run's hour of both cores.
+#   --warm        after the cold run, clone again and run `.ci/run` a second time in the same
+#                 chroot: packages installed and ccache warm, as a CI machine that keeps its
+#                 cache between runs. Each run's time is printed (docs/ci.md records both).
+#   --cuda        bind the host's /usr/local/cuda into the chroot, read-only, as CI machines have
+#                 the toolkit there (it does not come from Debian): the build then has CUDA too
 #   --keep        leave the chroot in place (default: removed at the end)
 #   --dir DIR     where to make the chroot (default: /var/tmp/dynvm-bare-debian; must not exist)
 #   --mirror URL  the Debian mirror (default: http://deb.debian.org/debian)
@@ -19,17 +25,21 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 QUICK=0
+WARM=0
+CUDA=0
 KEEP=0
 DIR=/var/tmp/dynvm-bare-debian
 MIRROR=http://deb.debian.org/debian
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
+    --warm) WARM=1 ;;
+    --cuda) CUDA=1 ;;
     --keep) KEEP=1 ;;
     --dir) DIR=${2:?--dir needs a folder}; shift ;;
     --mirror) MIRROR=${2:?--mirror needs a URL}; shift ;;
     -h|--help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "bare-debian-check: unknown option $1 (--quick, --keep, --dir DIR, --mirror URL)" >&2; exit 2 ;;
+    *) echo "bare-debian-check: unknown option $1 (--quick, --warm, --cuda, --keep, --dir DIR, --mirror URL)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -62,6 +72,12 @@ echo "=== chroot made in $((SECONDS - START)) s: $(du -sh "$DIR" | cut -f1)"
 cp /etc/resolv.conf "$DIR/etc/resolv.conf"
 mount -t proc proc "$DIR/proc" && mounted+=("$DIR/proc")
 mount --rbind /dev "$DIR/dev" && mount --make-rslave "$DIR/dev" && mounted+=("$DIR/dev")
+if [[ $CUDA = 1 ]]; then
+  [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "bare-debian-check: --cuda: no /usr/local/cuda/bin/nvcc" >&2; exit 1; }
+  mkdir -p "$DIR/usr/local/cuda"
+  mount --bind /usr/local/cuda "$DIR/usr/local/cuda" && mounted+=("$DIR/usr/local/cuda")
+  mount -o remount,bind,ro "$DIR/usr/local/cuda"
+fi
 
 # A clean clone of HEAD (what CI checks out), without this machine's git hooks or config.
 mkdir -p "$DIR/ci"
@@ -89,15 +105,26 @@ if [[ $QUICK = 1 ]]; then
 else
   inside='bash .ci/run'
 fi
-echo "=== in the chroot: ${inside%%$'\n'*}..."
 # A bare environment: no variables from this shell (no ccache, no launcher, no PATH extras).
-set +e
 # OPENBLAS_CORETYPE is the machine's, not this shell's: passed on as it is.
-chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true \
-  ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE} \
-  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  bash -c "cd /ci/dynvm && $inside" 2>&1 | tee -a "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-echo "=== the run inside the chroot exited with $rc after $((SECONDS - START)) s"
+run_inside() {
+  local clone=$1 t0=$SECONDS rc
+  echo "=== in the chroot, $clone: ${inside%%$'\n'*}..."
+  set +e
+  chroot "$DIR" /usr/bin/env -i HOME=/root TERM=dumb CI=true \
+    ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE} \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd $clone && $inside" 2>&1 | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo "=== the run inside the chroot ($clone) exited with $rc after $((SECONDS - t0)) s" | tee -a "$LOG"
+  return "$rc"
+}
+rc=0
+run_inside /ci/dynvm || rc=$?
+if [[ $rc = 0 && $WARM = 1 && $QUICK = 0 ]]; then
+  git clone -q --no-hardlinks "$ROOT" "$DIR/ci/dynvm-warm"
+  echo "=== warm run: a second clean clone, packages installed, ccache warm"
+  run_inside /ci/dynvm-warm || rc=$?
+fi
 exit "$rc"
