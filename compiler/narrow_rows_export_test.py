@@ -35,7 +35,7 @@ try:
     import torch
     import torch.nn as nn
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e} (install python3-torch: tools/install-deps.sh bench)")
+    print(f"SKIP: {e} (install python3-torch: tools/install-deps.sh test)")
     sys.exit(77)
 
 warnings.filterwarnings("ignore")

@@ -11,7 +11,8 @@ and keepdims 0), a top-k cut, and the detections concatenated over the images.
 It varies the number of images, the candidates (feature-map size and score threshold: none
 kept, some, all), the classes, the IoU threshold, the top-k cap, and the NMS path (more than
 4000 box coordinates take batched_nms's per-class loop). Each export runs in dynvm optimized
-and with --no-optimize, and in ONNX Runtime when onnxruntime-node is installed (--ort-dir),
+and with --no-optimize, and in ONNX Runtime when onnxruntime-node is installed (--ort-dir, or
+the cache ctest's ort_fetch fills),
 on several inputs; every output must equal PyTorch's: the counts, labels and image indices
 exactly, boxes and scores within 1e-5 (relative and absolute: the
 coordinates reach 50). Two bugs made dynvm return no detections, silently,
@@ -32,7 +33,7 @@ try:
     import torchvision  # noqa: F401
     from torchvision.ops import batched_nms
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e} (install python3-torch and python3-torchvision: tools/install-deps.sh bench)")
+    print(f"SKIP: {e} (install python3-torch and python3-torchvision: tools/install-deps.sh test)")
     sys.exit(77)
 
 
@@ -180,10 +181,14 @@ def main():
                     help="a folder whose node_modules holds onnxruntime-node (optional)")
     args = ap.parse_args()
     ort_module = ""
-    if args.ort_dir:
-        candidate = os.path.join(os.path.abspath(args.ort_dir), "node_modules", "onnxruntime-node")
+    # --ort-dir (or DYNVM_ORT_DIR), else the cache ctest's ort_fetch fills (tests/differential).
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "dynvm", "ort")
+    for folder in ([args.ort_dir] if args.ort_dir else []) + [cache]:
+        candidate = os.path.join(os.path.abspath(folder), "node_modules", "onnxruntime-node")
         if os.path.isdir(candidate):
             ort_module = candidate
+            break
     failures = []
     detections = []
     with tempfile.TemporaryDirectory() as tmp:

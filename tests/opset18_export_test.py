@@ -25,7 +25,7 @@ try:
     import torch
     from onnx import helper, numpy_helper
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh bench)")
+    print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh test)")
     sys.exit(77)
 
 # The reductions whose axes became an input in opset 18 (ReduceSum's did in 13).

@@ -6,9 +6,11 @@
 #   build (default)  compilers, build tools (ninja, ccache) and the libraries CMakeLists.txt finds
 #   test             build + what the tests import or run: ONNX's conformance test data
 #                    (/usr/share/libonnx-testdata/data), pytest and python3-onnx (the Python
-#                    package's tests); tools/ci/check_test_imports.py checks the Python side
+#                    package's tests), PyTorch and torchvision (the export tests), nodejs and
+#                    npm (the tests against ONNX Runtime fetch onnxruntime-node with npm into
+#                    ~/.cache/dynvm/ort); tools/ci/check_test_imports.py checks the Python side
 #   train            build + python3/torch/onnx/numpy and the text corpora tools/ trains on
-#   bench            test  + nodejs/npm (onnxruntime-node comparison) + python3-torch/onnx
+#   bench            test  + OpenBLAS (the TorchScript side of the comparisons)
 #
 # Idempotent: asks dpkg what is installed (one dpkg-query call), and runs apt-get update
 # (once) and apt-get install only when something is missing. Needs root, or sudo.
@@ -39,11 +41,14 @@ readonly build_pkgs=(
 )
 # Every package a test imports or runs (ctest's tests, python/tests, the *.py tests ctest runs with
 # /usr/bin/python3), beyond the build's: python3-onnx for python/tests/test_arrays.py (onnx's
-# numpy_helper). PyTorch is optional: the export tests skip (exit 77) without it (bench profile).
-readonly test_pkgs=(libonnx-testdata python3-pytest python3-onnx)
+# numpy_helper); PyTorch and torchvision for the export tests (which skip, exit 77, where they are
+# missing: a skip, never a pass); nodejs and npm for the tests that compare with ONNX Runtime
+# (they fetch onnxruntime-node once into a cache, and skip when it cannot be had). With all of
+# them a bare Debian 12 runs every test (tools/ci/bare-debian-check.sh).
+readonly test_pkgs=(libonnx-testdata python3-pytest python3-onnx python3-torch python3-torchvision
+  nodejs npm)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
-readonly bench_pkgs=(nodejs npm python3-torch python3-onnx python3-numpy libopenblas0-pthread
-  python3-torchvision)
+readonly bench_pkgs=(libopenblas0-pthread)
 
 usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 

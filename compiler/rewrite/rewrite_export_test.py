@@ -23,7 +23,7 @@ try:
     import numpy as np
     import torch
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e} (install python3-torch: tools/install-deps.sh bench)")
+    print(f"SKIP: {e} (install python3-torch: tools/install-deps.sh test)")
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -11,9 +11,10 @@
 #                 tests (tools/ci/check_test_imports.py), the format stage, and configuring the
 #                 Release, address-sanitizer and thread-sanitizer trees. Minutes, not the full
 #                 cold CI run's hour of both cores.
-#   --warm        after the cold run, clone again and run `.ci/run` a second time in the same
-#                 chroot: packages installed and ccache warm, as a CI machine that keeps its
-#                 cache between runs. Each run's time is printed (docs/ci.md records both).
+#   --warm        after the cold run, remove the clone, clone again into the same folder and run
+#                 `.ci/run` a second time in the same chroot: packages installed and ccache warm,
+#                 as on a CI machine that keeps its cache between runs. Each run's time is
+#                 printed.
 #   --cuda        bind the host's /usr/local/cuda into the chroot, read-only, as CI machines have
 #                 the toolkit there (it does not come from Debian): the build then has CUDA too
 #   --keep        leave the chroot in place (default: removed at the end)
@@ -123,8 +124,11 @@ run_inside() {
 rc=0
 run_inside /ci/dynvm || rc=$?
 if [[ $rc = 0 && $WARM = 1 && $QUICK = 0 ]]; then
-  git clone -q --no-hardlinks "$ROOT" "$DIR/ci/dynvm-warm"
-  echo "=== warm run: a second clean clone, packages installed, ccache warm"
-  run_inside /ci/dynvm-warm || rc=$?
+  # The same path as the first clone: ccache keys hold the source paths, as on a CI machine
+  # that checks out into the same folder every time.
+  rm -rf "$DIR/ci/dynvm"
+  git clone -q --no-hardlinks "$ROOT" "$DIR/ci/dynvm"
+  echo "=== warm run: a fresh clean clone in the same place, packages installed, ccache warm"
+  run_inside /ci/dynvm || rc=$?
 fi
 exit "$rc"
