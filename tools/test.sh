@@ -176,10 +176,13 @@ build_release() {
 
 run_ctest() {
   (cd build/release && ctest --output-on-failure -j"$JOBS") | tee build/release-ctest.log
-  # A test that did not run (a device test without a GPU) is reported as skipped: count them.
-  local skipped
+  # A test that did not run (a device test without a GPU, a test without ONNX Runtime where it
+  # cannot be fetched) is reported as skipped: name them.
+  local skipped names
   skipped=$(grep -c -- '\*\*\*Skipped' build/release-ctest.log || true)
-  SUMMARY+=("$(printf '%-14s %d skipped (device tests without a device: see build/release-ctest.log)' ctest "$skipped")")
+  names=$(grep -- '\*\*\*Skipped' build/release-ctest.log | sed -E 's/.*Test +#[0-9]+: ([^ ]+).*/\1/' |
+          paste -sd ' ' - || true)
+  SUMMARY+=("$(printf '%-14s %d skipped: %s (build/release-ctest.log says why)' ctest "$skipped" "${names:-none}")")
 }
 
 sanitize_and_fuzz() {

@@ -71,6 +71,13 @@ debootstrap --variant=minbase bookworm "$DIR" "$MIRROR" > "$LOG" 2>&1 ||
   { tail -30 "$LOG"; echo "bare-debian-check: debootstrap failed" >&2; exit 1; }
 echo "=== chroot made in $((SECONDS - START)) s: $(du -sh "$DIR" | cut -f1)"
 cp /etc/resolv.conf "$DIR/etc/resolv.conf"
+# The network's own certificate authorities (a TLS-intercepting proxy's, where there is one): the
+# network's, like resolv.conf, not the project's. ca-certificates, installed by install-deps.sh,
+# adds them to the system's store, which apt, git, npm and node use.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+  mkdir -p "$DIR/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$DIR/usr/local/share/ca-certificates/"
+fi
 mount -t proc proc "$DIR/proc" && mounted+=("$DIR/proc")
 mount --rbind /dev "$DIR/dev" && mount --make-rslave "$DIR/dev" && mounted+=("$DIR/dev")
 if [[ $CUDA = 1 ]]; then
