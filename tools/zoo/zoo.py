@@ -30,8 +30,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "differential"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The differential fuzzer's worker plumbing (framing, finding onnxruntime-node).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tests", "differential"))
 import fetch  # noqa: E402
 import manifest  # noqa: E402
 import workers  # noqa: E402
@@ -60,16 +62,35 @@ def speech_like(rng, sr, n):
     return np.clip(x, -1, 1).astype(np.float32)
 
 
+def text_lines(rng, img, h, w):
+    """Dark lines of glyph-like strokes (what a text detector looks for), in place."""
+    gh = int(np.clip(h // 12, 6, 24))  # glyph height in pixels
+    y = int(rng.integers(1, max(2, gh)))
+    while y + gh < h:
+        x = int(rng.integers(0, max(1, w // 6)))
+        end = int(w - rng.integers(0, max(1, w // 4)))
+        while x + gh < end:
+            gw = max(3, int(gh * (0.5 + 0.4 * rng.random())))
+            for _ in range(int(rng.integers(2, 5))):
+                if rng.random() < 0.5:  # a vertical stroke
+                    x0 = x + int(rng.integers(0, gw - 1))
+                    img[:, y:y + gh, x0:x0 + max(1, gh // 8)] = 0.1
+                else:  # a horizontal one
+                    y0 = y + int(rng.integers(0, gh - 1))
+                    img[:, y0:y0 + max(1, gh // 8), x:x + gw] = 0.1
+            x += gw + max(1, gh // 5) + (gh if rng.random() < 0.15 else 0)  # glyph, space
+        y += int(gh * (1.8 + rng.random()))
+
+
 def photo_like(rng, batch, c, h, w):
-    """Smooth light background with dark strokes (text-like), ImageNet-normalized NCHW."""
+    """A smooth light background with lines of dark glyph-like strokes and sensor noise,
+    ImageNet-normalized NCHW: what a text detector, recognizer or classifier is fed."""
     yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
     out = np.empty((batch, c, h, w), np.float32)
     for b in range(batch):
         img = 0.75 + 0.15 * np.sin(2 * np.pi * (xx * rng.random() + yy * rng.random()))
         img = np.repeat(img[None], c, axis=0)
-        for _ in range(max(1, h * w // 2000)):
-            y0, x0 = rng.integers(0, h), rng.integers(0, w)
-            img[:, y0:y0 + max(1, h // 16), x0:x0 + max(1, w // 24)] *= 0.2
+        text_lines(rng, img, h, w)
         img += 0.03 * rng.standard_normal(img.shape)
         mean = np.array([0.485, 0.456, 0.406][:c]).reshape(c, 1, 1)
         std = np.array([0.229, 0.224, 0.225][:c]).reshape(c, 1, 1)
@@ -193,8 +214,10 @@ class Result:
         self.max_err = 0.0
         self.checks = 0
         self.notes = []
+        self.log = []  # (what, max |error|, problem or None) of every check
 
     def add(self, what, err, problem):
+        self.log.append((what, err, problem))
         self.checks += 1
         self.max_err = max(self.max_err, err)
         if problem:
@@ -319,7 +342,9 @@ def check_bad_inputs(res, m, input_names, threads):
                         f"{msg[:300]}")
             else:
                 res.add(label, 0.0, None)
-                res.notes.append(f"{what}: {msg.splitlines()[0][:200]}")
+                note = f"{what}: {msg.splitlines()[0]}"
+                if note not in res.notes:
+                    res.notes.append(note)
         else:
             res.add(label, 0.0, "accepted (ONNX Runtime refuses it)")
         # The same VM still runs a good input, and matches ORT.
@@ -429,6 +454,12 @@ def check_streams(ctx, results):
                                     t, legacy=(kind == "silero_legacy"))
 
 
+def print_checks(results, out=sys.stdout):
+    for r in results:
+        for what, err, problem in r.log:
+            print(f"  {r.m['name']}: {what}: {'FAIL' if problem else 'ok'} {err:.2e}", file=out)
+
+
 def print_table(results, out=sys.stdout):
     w = max(len(r.m["name"]) for r in results)
     p = max(len(r.m["package"]) for r in results)
@@ -442,7 +473,7 @@ def print_table(results, out=sys.stdout):
         for problem in r.problems:
             print(f"FAIL {r.m['name']}: {problem}", file=out)
     for r in results:
-        for note in r.notes[:len(r.m.get("bad", []))]:
+        for note in r.notes:
             print(f"refused as it should be, {r.m['name']}: {note}", file=out)
 
 
@@ -498,6 +529,9 @@ def cmd_check(args):
     finally:
         ctx.ort.close()
     print()
+    if args.verbose:
+        print_checks(results)
+        print()
     print_table(results)
     n_ok = sum(1 for r in results if not r.problems and r.checks)
     n_fail = len(results) - n_ok
@@ -591,6 +625,7 @@ def main():
     ap.add_argument("--ort-dir", default="", help="a node_modules holding onnxruntime-node")
     ap.add_argument("--install-ort", action="store_true",
                     help="npm install onnxruntime-node into the cache when it is missing")
+    ap.add_argument("--verbose", action="store_true", help="check: every check's line")
     ap.add_argument("--rounds", type=int, default=3, help="bench: interleaved rounds")
     ap.add_argument("--target-ms", type=float, default=150.0,
                     help="bench: about how long each engine's block of runs takes")
