@@ -19,6 +19,8 @@ export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
   echo "# onnxruntime-node $(sed -n 's/^  "version": "\(.*\)",/\1/p' \
     "${DYNVM_ORT_DIR:-$HOME/.cache/dynvm/ort}/node_modules/onnxruntime-node/package.json" \
     2> /dev/null || echo '?')"
+  echo "# load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
   nice -n 19 /usr/bin/python3 "$here/zoo.py" bench "$@"
+  echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } 2>&1 | tee "$out"
 echo "raw output: $out"

@@ -612,7 +612,18 @@ def cmd_bench(args):
         print(f"  {m['name']:<22} {m['package']:<30} {status:<6} {cols}")
     print("geometric mean: " + ", ".join(f"{geomean(firsts[t]):.2f}x at {t} thread(s)"
                                          for t in th))
+    print_markdown(summary, th)
     return 0
+
+
+def print_markdown(summary, th):
+    """The table docs/zoo.md shows: model, package, status, ratio at each thread count."""
+    print("\n| model | package | status | " +
+          " | ".join(f"dynvm/ORT, {t} thread{'s' if t > 1 else ''}" for t in th) + " |")
+    print("| --- | --- | --- | " + " | ".join("---:" for _ in th) + " |")
+    for m, status, ratios in summary:
+        cols = " | ".join(f"{ratios[t]:.2f}x" if ratios else "" for t in th)
+        print(f"| {m['name']} | `{m['package']}` | {status} | {cols} |")
 
 
 def main():
