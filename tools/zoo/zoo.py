@@ -106,7 +106,8 @@ def make_input(gen, rng):
     if kind == "image":
         return photo_like(rng, *gen[1:])
     if kind == "normal":
-        return (gen[2] * rng.standard_normal(gen[1])).astype(np.float32)
+        mean = gen[3] if len(gen) > 3 else 0.0
+        return (mean + gen[2] * rng.standard_normal(gen[1])).astype(np.float32)
     if kind == "zeros":
         return np.zeros(gen[1], np.float32)
     if kind == "scalar_i64":
@@ -175,10 +176,21 @@ class Ort:
 # ---------------------------------------------------------------------------------------------
 # Comparison.
 
+class Error(float):
+    """The largest |dynvm - ORT| seen, a float; `.used` is the largest fraction of the tolerance
+    any element used (1 is the limit): how close a check came to failing."""
+
+    def __new__(cls, value, used=0.0):
+        e = super().__new__(cls, value)
+        e.used = used
+        return e
+
+
 def compare(got, want, tol):
-    """(max |error|, a problem or None): every ORT output, by name, within tolerance."""
+    """(max |error| as an Error, a problem or None): every ORT output, by name, within
+    tolerance."""
     atol, rtol = tol
-    worst = 0.0
+    worst = Error(0.0)
     for name, w in want.items():
         if name not in got:
             return worst, f"output {name} missing"
@@ -196,10 +208,11 @@ def compare(got, want, tol):
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
         err = np.abs(g64 - w64)
         err[np.isnan(err)] = 0
-        worst = max(worst, float(err.max()))
-        bad = err > atol + rtol * np.abs(w64)
+        limit = atol + rtol * np.abs(w64)
+        worst = Error(max(worst, float(err.max())), max(worst.used, float((err / limit).max())))
+        bad = err > limit
         if bad.any():
-            i = np.unravel_index(int(np.argmax(err - (atol + rtol * np.abs(w64)))), g.shape)
+            i = np.unravel_index(int(np.argmax(err - limit)), g.shape)
             return worst, (f"output {name}{list(i)}: {g[i]:.6g}, ORT {w[i]:.6g} "
                            f"(atol {atol:g}, rtol {rtol:g})")
     return worst, None
@@ -212,6 +225,7 @@ class Result:
         self.m = m
         self.problems = []
         self.max_err = 0.0
+        self.max_used = 0.0  # the largest fraction of its tolerance any element used
         self.checks = 0
         self.notes = []
         self.log = []  # (what, max |error|, problem or None) of every check
@@ -220,6 +234,7 @@ class Result:
         self.log.append((what, err, problem))
         self.checks += 1
         self.max_err = max(self.max_err, err)
+        self.max_used = max(self.max_used, getattr(err, "used", 0.0))
         if problem:
             self.problems.append(f"{what}: {problem}")
 
@@ -267,10 +282,10 @@ def check_stream_silero(res, engines, threads, legacy):
         chunks = speech_like(rng, sr, STREAM_CHUNKS * samples).reshape(STREAM_CHUNKS, samples)
         got = stream_silero(engines["dynvm"], sr, chunks, context, legacy)
         want = stream_silero(engines["ort"], sr, chunks, context, legacy)
-        worst, first_bad = 0.0, None
+        worst, first_bad = Error(0.0), None
         for i, (g, w) in enumerate(zip(got, want)):
             err, problem = compare(g, w, res.m["tol"])
-            worst = max(worst, err)
+            worst = Error(max(worst, err), max(worst.used, err.used))
             if problem and first_bad is None:
                 first_bad = f"chunk {i}: {problem}"
         res.add(f"stream {STREAM_CHUNKS} chunks @{sr // 1000}k threads={threads}", worst,
@@ -312,10 +327,10 @@ def check_stream_oww(res, ctx, threads):
     rng = np.random.default_rng(seed_of("oww_chain"))
     chunks = speech_like(rng, 16000, STREAM_CHUNKS * 1280).reshape(STREAM_CHUNKS, 1280)
     got, want = oww_chain(runs["dynvm"], chunks), oww_chain(runs["ort"], chunks)
-    worst, first_bad = 0.0, None
+    worst, first_bad = Error(0.0), None
     for i, (g, w) in enumerate(zip(got, want)):
         err, problem = compare(g, w, res.m["tol"])
-        worst = max(worst, err)
+        worst = Error(max(worst, err), max(worst.used, err.used))
         if problem and first_bad is None:
             first_bad = f"chunk {i}: {problem}"
     res.add(f"stream chain mel->embedding->hey_jarvis threads={threads}", worst, first_bad)
@@ -457,18 +472,19 @@ def check_streams(ctx, results):
 def print_checks(results, out=sys.stdout):
     for r in results:
         for what, err, problem in r.log:
-            print(f"  {r.m['name']}: {what}: {'FAIL' if problem else 'ok'} {err:.2e}", file=out)
+            print(f"  {r.m['name']}: {what}: {'FAIL' if problem else 'ok'} {err:.2e} "
+                  f"({100 * getattr(err, 'used', 0.0):.1f}% of tolerance)", file=out)
 
 
 def print_table(results, out=sys.stdout):
     w = max(len(r.m["name"]) for r in results)
     p = max(len(r.m["package"]) for r in results)
-    print(f"{'model':<{w}}  {'package':<{p}}  {'status':<7} {'checks':>6}  max |dynvm-ORT|",
-          file=out)
+    print(f"{'model':<{w}}  {'package':<{p}}  {'status':<7} {'checks':>6}  max |dynvm-ORT|  "
+          "of tolerance", file=out)
     for r in results:
         status = r.status if r.checks else "missing"
         print(f"{r.m['name']:<{w}}  {r.m['package']:<{p}}  {status:<7} {r.checks:>6}  "
-              f"{r.max_err:.2e}", file=out)
+              f"{r.max_err:>15.2e}  {100 * r.max_used:>11.1f}%", file=out)
     for r in results:
         for problem in r.problems:
             print(f"FAIL {r.m['name']}: {problem}", file=out)

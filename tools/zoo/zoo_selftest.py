@@ -81,6 +81,8 @@ def test_compare():
     tol = (1e-4, 1e-3)
     err, problem = zoo.compare({"y": want["y"] + 5e-4, "n": want["n"]}, want, tol)
     check(problem is None and abs(err - 5e-4) < 1e-6, "errors within atol + rtol*|ORT| pass")
+    check(abs(err.used - 5e-4 / 1.1e-3) < 1e-3,
+          f"the fraction of the tolerance used is the worst element's ({err.used:.3f})")
     bad = want["y"].copy()
     bad[0, 1] += 0.01
     err, problem = zoo.compare({"y": bad, "n": want["n"]}, want, tol)
