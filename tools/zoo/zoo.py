@@ -246,11 +246,17 @@ class Result:
 # ---------------------------------------------------------------------------------------------
 # Streaming checks: 100 chunks, each engine carrying its own state.
 
-def _engines(dyn_vms, ort, sids, threads):
-    """Two callables run(feeds) -> outputs: dynvm's VM and ORT's session at `threads`."""
+def _engines(dyn_vms, ort, sids, threads, copies=None):
+    """Two callables run(feeds) -> outputs: dynvm's VM and ORT's session at `threads`. dynvm's
+    inputs copied at binding (not zero-copy) are counted into copies["n"]."""
     vm = dyn_vms[threads]
-    return {"dynvm": lambda feeds: vm.run(dict(feeds)),
-            "ort": lambda feeds: ort.run(sids[threads], feeds)}
+    copies = {"n": 0} if copies is None else copies
+
+    def run_dynvm(feeds):
+        out = vm.run(dict(feeds))
+        copies["n"] += vm.last_run_stats.inputs_copied
+        return out
+    return {"dynvm": run_dynvm, "ort": lambda feeds: ort.run(sids[threads], feeds)}
 
 
 def stream_silero(run, sr, chunks, context, legacy):
@@ -274,8 +280,12 @@ def stream_silero(run, sr, chunks, context, legacy):
     return outs
 
 
-def check_stream_silero(res, engines, threads, legacy):
+def check_stream_silero(res, state, ort, threads, legacy):
+    """100 chunks at 16 and 8 kHz; dynvm's state outputs go back in as they came out, and
+    must be bound without a copy."""
     for sr in (16000, 8000):
+        copies = {"n": 0}
+        engines = _engines(state["dyn_vms"], ort, state["sids"], threads, copies)
         samples = 512 if sr == 16000 else 256
         context = 0 if legacy else samples // 8
         rng = np.random.default_rng(seed_of(res.m["name"], "stream", sr))
@@ -288,6 +298,8 @@ def check_stream_silero(res, engines, threads, legacy):
             worst = Error(max(worst, err), max(worst.used, err.used))
             if problem and first_bad is None:
                 first_bad = f"chunk {i}: {problem}"
+        if copies["n"] and first_bad is None:
+            first_bad = f"{copies['n']} inputs were copied at binding, not zero-copy"
         res.add(f"stream {STREAM_CHUNKS} chunks @{sr // 1000}k threads={threads}", worst,
                 first_bad)
 
@@ -465,8 +477,7 @@ def check_streams(ctx, results):
             if kind == "oww_chain":
                 check_stream_oww(res, ctx, t)
             else:
-                check_stream_silero(res, _engines(state["dyn_vms"], ctx.ort, state["sids"], t),
-                                    t, legacy=(kind == "silero_legacy"))
+                check_stream_silero(res, state, ctx.ort, t, legacy=(kind == "silero_legacy"))
 
 
 def print_checks(results, out=sys.stdout):
