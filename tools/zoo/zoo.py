@@ -330,6 +330,8 @@ def check_stream_oww(res, ctx, threads):
     names = {"mel": "oww_melspectrogram", "emb": "oww_embedding", "head": "oww_hey_jarvis"}
     runs = {"dynvm": {}, "ort": {}}
     for key, name in names.items():
+        if name not in ctx.models and name in ctx.found:  # not among --models: opened here
+            open_model(ctx, Result(manifest.model(name)), optimize_ort=False)
         m = ctx.models.get(name)
         if m is None or m.get("dyn_vms") is None:
             res.add(f"stream chain threads={threads}", 0.0, f"{name} is not available")
@@ -490,11 +492,12 @@ def print_checks(results, out=sys.stdout):
 def print_table(results, out=sys.stdout):
     w = max(len(r.m["name"]) for r in results)
     p = max(len(r.m["package"]) for r in results)
-    print(f"{'model':<{w}}  {'package':<{p}}  {'status':<7} {'checks':>6}  max |dynvm-ORT|  "
-          "of tolerance", file=out)
+    print(f"{'model':<{w}}  {'package':<{p}}  {'streams':<14} {'status':<7} {'checks':>6}  "
+          "max |dynvm-ORT|  of tolerance", file=out)
     for r in results:
         status = r.status if r.checks else "missing"
-        print(f"{r.m['name']:<{w}}  {r.m['package']:<{p}}  {status:<7} {r.checks:>6}  "
+        print(f"{r.m['name']:<{w}}  {r.m['package']:<{p}}  {r.m.get('stream') or '-':<14} "
+              f"{status:<7} {r.checks:>6}  "
               f"{r.max_err:>15.2e}  {100 * r.max_used:>11.1f}%", file=out)
     for r in results:
         for problem in r.problems:
