@@ -9,6 +9,7 @@ in ONNX Runtime and compares them.
 A model's `cases` are its inputs, each a dict {input name: generator}; a generator is a tuple
 read by zoo.py's make_input():
   ("audio", sample_rate, samples, batch)     speech-like audio in [-1, 1], float32 [batch, samples]
+  ("pcm16", sample_rate, samples, batch)     the same as 16-bit sample values (+-32767), float32
   ("image", batch, channels, height, width)  a normalized photo-like image, float32 NCHW
   ("normal", dims, scale[, mean])            Gaussian features, float32
   ("zeros", dims)                            float32 zeros (a recurrent state's start)
@@ -142,10 +143,10 @@ MODELS = [
         "name": "oww_melspectrogram", "package": OWW, "path": "package/models/melspectrogram.onnx",
         "sha256": "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
         "kind": "audio front end (Conv1d STFT, mel)",
-        "cases": [{"input": ("audio", 16000, 1760, 1)}, {"input": ("audio", 16000, 16000, 1)},
-                  {"input": ("audio", 16000, 4000, 2)}],
+        "cases": [{"input": ("pcm16", 16000, 1760, 1)}, {"input": ("pcm16", 16000, 16000, 1)},
+                  {"input": ("pcm16", 16000, 4000, 2)}],
         "tol": (1e-3, 1e-4), "stream": "oww_chain",
-        "bad": [("an audio chunk too short", "input", {"input": ("audio", 16000, 100, 1)})],
+        "bad": [("an audio chunk too short", "input", {"input": ("pcm16", 16000, 100, 1)})],
     },
     {
         "name": "oww_embedding", "package": OWW, "path": "package/models/embedding_model.onnx",

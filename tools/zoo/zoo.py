@@ -62,6 +62,12 @@ def speech_like(rng, sr, n):
     return np.clip(x, -1, 1).astype(np.float32)
 
 
+def pcm16(x):
+    """Audio in [-1, 1] as 16-bit PCM sample values in float32, what openWakeWord feeds its
+    melspectrogram model (the microphone's int16 samples, converted but not scaled)."""
+    return np.round(x * 32767).astype(np.float32)
+
+
 def text_lines(rng, img, h, w):
     """Dark lines of glyph-like strokes (what a text detector looks for), in place."""
     gh = int(np.clip(h // 12, 6, 24))  # glyph height in pixels
@@ -100,9 +106,10 @@ def photo_like(rng, batch, c, h, w):
 
 def make_input(gen, rng):
     kind = gen[0]
-    if kind == "audio":
+    if kind in ("audio", "pcm16"):
         _, sr, samples, batch = gen
-        return np.stack([speech_like(rng, sr, samples) for _ in range(batch)])
+        x = np.stack([speech_like(rng, sr, samples) for _ in range(batch)])
+        return x if kind == "audio" else pcm16(x)
     if kind == "image":
         return photo_like(rng, *gen[1:])
     if kind == "normal":
@@ -130,7 +137,7 @@ def make_feeds(case, input_names, rng):
 def describe_case(case):
     parts = []
     for name, gen in case.items():
-        if gen[0] == "audio":
+        if gen[0] in ("audio", "pcm16"):
             parts.append(f"{gen[3]}x{gen[2]}@{gen[1] // 1000}k")
         elif gen[0] == "image":
             parts.append("x".join(map(str, gen[1:])))
@@ -339,7 +346,7 @@ def check_stream_oww(res, ctx, threads):
         e = _engines(m["dyn_vms"], ctx.ort, m["sids"], threads)
         runs["dynvm"][key], runs["ort"][key] = e["dynvm"], e["ort"]
     rng = np.random.default_rng(seed_of("oww_chain"))
-    chunks = speech_like(rng, 16000, STREAM_CHUNKS * 1280).reshape(STREAM_CHUNKS, 1280)
+    chunks = pcm16(speech_like(rng, 16000, STREAM_CHUNKS * 1280)).reshape(STREAM_CHUNKS, 1280)
     got, want = oww_chain(runs["dynvm"], chunks), oww_chain(runs["ort"], chunks)
     worst, first_bad = Error(0.0), None
     for i, (g, w) in enumerate(zip(got, want)):
