@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "compiler/builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "isa/assembler.h"
@@ -39,6 +40,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::LoadAssembly;
 using testing::MakeVm;
+using ::testing::Not;
 
 Tensor F32(std::vector<int64_t> dims, std::vector<float> values) {
   return *Tensor::FromVector<float>(DType::kF32, dims, values);
@@ -1017,6 +1019,35 @@ TEST(ErrorTest, RunTimeErrorsNameFunctionPcAndNode) {
   EXPECT_THAT(s.message(), HasSubstr("function 'add_wrong_shape' pc "));
   EXPECT_THAT(s.message(), HasSubstr("(invoke, node 'Add_3'): "));
   EXPECT_THAT(s.message(), HasSubstr("Add"));
+}
+
+// Bad input that the signature cannot refuse (its dims are free) fails at a node deep in the
+// graph: here an audio chunk shorter than a convolution's kernel. The error still names the
+// node, and also every input of free shape with this run's shape, leaving out an input whose
+// dims are fixed (checked at binding). The same VM then runs a good chunk.
+TEST(ErrorTest, RunTimeShapeErrorsNameTheInputsOfFreeShape) {
+  compiler::Module m;
+  compiler::GraphBuilder b(m.AddFunction("main"));
+  compiler::Value* audio =
+      b.Input("audio", DType::kF32, {int64_t{1}, int64_t{1}, std::string("samples")});
+  compiler::Value* bias = b.Input("bias", DType::kF32, {int64_t{1}});
+  compiler::Value* conv = b.Op("Conv", {audio, b.Constant(F32({1, 1, 5}, {1, 1, 1, 1, 1}))});
+  b.Output("y", b.Op("Add", {conv, bias}));
+  testing::Compiled c = testing::CompileAndLoad(m);
+  ASSERT_NE(c.exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(c.exe);
+  absl::StatusOr<std::vector<Tensor>> out =
+      testing::RunWith(*vm, {{"audio", F32({1, 1, 3}, {1, 2, 3})}, {"bias", F32({1}, {0.5})}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+  EXPECT_THAT(out.status().message(), HasSubstr("node '"));
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("[this run's inputs of free shape: input 'audio' f32[1,1,3]]"));
+  EXPECT_THAT(out.status().message(), Not(HasSubstr("'bias'")));
+  out = testing::RunWith(
+      *vm, {{"audio", F32({1, 1, 6}, {1, 2, 3, 4, 5, 6})}, {"bias", F32({1}, {0.5})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  testing::ExpectTensorNear((*out)[0], {1, 1, 2}, {15.5, 20.5});
 }
 
 }  // namespace

@@ -173,6 +173,29 @@ absl::Status VirtualMachine::Impl::Annotate(const absl::Status& s, int function,
   return absl::Status(s.code(), absl::StrCat(where, "): ", s.message()));
 }
 
+// Bad input that passes the signature (its dims are free: symbolic or unknown) fails deep in
+// the graph, at a node the caller never wrote: an audio chunk too short for a convolution, an
+// image too small for a network's strides. The error then also names every input of free
+// shape with the shape it had in this run, so that it points back at what the caller passed.
+// Inputs whose dims are all fixed were checked at binding, and are left out.
+absl::Status VirtualMachine::Impl::WithFreeInputShapes(const absl::Status& s, int function) const {
+  if (s.code() != absl::StatusCode::kInvalidArgument) return s;
+  const Executable::FunctionEntry& f = exe->function_entry(function);
+  std::string shapes;
+  for (size_t i = 0; i < f.info.inputs.size(); ++i) {
+    const ParamInfo& p = f.info.inputs[i];
+    if (p.kind != ObjectKind::kTensor || !inputs_bound[function][i]) continue;
+    const bool free = !p.has_shape || std::any_of(p.shape.begin(), p.shape.end(),
+                                                  [](const DimInfo& d) { return d.value < 0; });
+    if (!free) continue;
+    absl::StrAppend(&shapes, shapes.empty() ? "" : ", ", "input '", p.name, "' ",
+                    inputs[function][i].t.DebugString());
+  }
+  if (shapes.empty()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat(s.message(), " [this run's inputs of free shape: ", shapes, "]"));
+}
+
 absl::Status VirtualMachine::Impl::CheckInterrupts() const {
   if (cancel != nullptr && cancel->cancelled()) return absl::CancelledError("run cancelled");
   if (deadline != absl::InfiniteFuture() && absl::Now() > deadline) {
@@ -323,7 +346,7 @@ absl::Status VirtualMachine::Impl::RunFunction(int function, const RunOptions& r
     }
     outputs[function].clear();
     TrimToRecentPeaks();
-    return s;
+    return WithFreeInputShapes(s, function);
   }
   outputs_valid[function] = true;
   TrimToRecentPeaks();

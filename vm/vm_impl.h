@@ -158,6 +158,8 @@ class VirtualMachine::Impl {
   // unless the program wrote it in place) and returns the buffer as the output.
   absl::Status FillOutputBuffers(const FunctionInfo& info, std::vector<Object>& outputs);
   absl::Status Annotate(const absl::Status& s, int function, uint32_t pc) const;
+  // A run's InvalidArgument error with the entry's inputs of free shape and their shapes.
+  absl::Status WithFreeInputShapes(const absl::Status& s, int function) const;
   absl::Status CheckInterrupts() const;
   // Loop iterations a run may execute (VmOptions::max_loop_iterations; 0: no limit).
   int64_t IterationBudget() const {
