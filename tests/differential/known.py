@@ -270,11 +270,44 @@ def ort_matmul_of_empty_k(model, inputs, name, got):
     unwritten (garbage or NaN): the output is a MatMul's (or a Loop's or Scan's that stacks or
     carries one: seed 7 graph 9321) whose operand is an empty model input or initializer, and
     dynvm's is all zeros, the sum over nothing (numpy.matmul's)."""
-    empty = {k for k, v in inputs.items() if np.asarray(v).size == 0}
-    empty |= {t.name for t in model.graph.initializer if 0 in t.dims}
+    if got.size == 0 or got.dtype.kind != "f" or np.any(got):
+        return False
     mm = _matmul_behind(model.graph, name)
-    return got.size > 0 and got.dtype.kind == "f" and not np.any(got) and mm is not None and \
-        any(i in empty for i in mm.input)
+    if mm is None:
+        return False
+    # An operand with no element and a result with some: the contraction dim is 0.
+    empty = {k for k, v in inputs.items() if np.asarray(v).size == 0}
+    empty |= {k for k, v in _constants(model).items() if v.size == 0}
+    if any(i in empty for i in mm.input):
+        return True
+    shapes = _inferred_shapes(model, inputs)
+    return any(i in shapes and 0 in shapes[i] for i in mm.input)
+
+
+def _inferred_shapes(model, inputs):
+    """{name: static shape} of the values ONNX's shape inference gives once the inputs'
+    shapes are declared as they are (a Tile by [0] of an input, a Constant's), {} when it
+    fails."""
+    m = copy.deepcopy(model)
+    for v in m.graph.input:
+        if v.name in inputs and v.type.HasField("tensor_type"):
+            t = v.type.tensor_type
+            t.ClearField("shape")
+            t.shape.SetInParent()
+            for d in np.asarray(inputs[v.name]).shape:
+                t.shape.dim.add().dim_value = int(d)
+    try:
+        inferred = shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # noqa: BLE001 - no answer from the spec's inference
+        return {}
+    found = {}
+    for v in list(inferred.graph.input) + list(inferred.graph.value_info) + \
+            list(inferred.graph.output):
+        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+        if t is not None and t.HasField("shape") and \
+                all(d.HasField("dim_value") for d in t.shape.dim):
+            found[v.name] = tuple(d.dim_value for d in t.shape.dim)
+    return found
 
 
 def ort_empty_reduction_keeps_the_axis(model, name, got, want):

@@ -193,6 +193,11 @@ def matmul(b):
         lead = tuple(d if isinstance(d, int) and b.chance(0.7) else 1 for d in lead)
         lead = lead[b.randint(0, len(lead)):] if b.chance(0.3) else lead
         bshape = b.choice([lead + (k, n), (k,), (k, n)])
+    if k == 0 and (a.rank == 1 or len(bshape) == 1):
+        # ONNX Runtime leaves such a MatMul's output unwritten (ort-matmul-of-empty-k-unwritten;
+        # the regressions seed7-g*-value with that `about` pin numpy's zeros), and its garbage
+        # flows on through whatever reads it (seed 7 graph 19317: an Atan of it).
+        raise Skip()
     w = b.pick(lambda v: v.dtype == a.dtype and v.shape == bshape,
                lambda: b.fresh(a.dtype, bshape), p_fresh=0.6)
     out = np.broadcast_shapes(*[tuple(1 if not isinstance(d, int) else d for d in s[:-2])
