@@ -8,13 +8,16 @@
 // transpose_unit_axes (late phase): Transpose(x, p) that moves only axes of constant size 1
 //   (the other axes keep their order: torch's batch-first swap [1, 0, 2] at batch 1) ->
 //   Reshape(x, the permuted dims) (a view, no copy), a dim that is not a constant written as
-//   -1. Refused: x of unknown rank or shape, more than one dim that is not a constant, an
-//   identity perm (transpose_identity's). Late, so that attention folds its Transposes first.
+//   -1, with allowzero = 1 where a dim is 0 (seed 7 graph 10589: Transpose of a [0, 1]).
+//   Refused: x of unknown rank or shape, more than one dim that is not a constant, a dim of 0
+//   beside one that is not a constant, an identity perm (transpose_identity's). Late, so that
+//   attention folds its Transposes first.
 // reshape_chain: Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) when s2 is a constant with no 0
 //   entry (a 0 copies a dim of the inner result, which x need not have) or the outer Reshape has
 //   allowzero=1, and x and the inner result have constant shapes (so the inner Reshape was
 //   checked at compile time: collapsing it must not remove a run-time error). Refused: a
 //   non-constant s2, symbolic dims, the inner Reshape read elsewhere.
+#include <algorithm>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -72,9 +75,18 @@ Value* TransposeAsReshape(Emitter& e, const Match& m) {
     last_moved = a;
   }
   if (identity || symbols > 1) return nullptr;
+  // A dim of 0 must stay 0 (allowzero = 1: a 0 would otherwise copy the input's dim), and then
+  // no -1 may stand beside it (its size would be 0 / 0).
+  const bool has_zero = std::find(target.begin(), target.end(), 0) != target.end();
+  if (has_zero && symbols > 0) return nullptr;
   Tensor shape = *Tensor::Empty(DType::kI64, {static_cast<int64_t>(target.size())});
   for (size_t i = 0; i < target.size(); ++i) shape.data<int64_t>()[i] = target[i];
-  return e.Op("Reshape", {m["x"], e.Constant(std::move(shape))});
+  Attrs attrs;
+  if (has_zero) {
+    attrs["allowzero"].type = AttrValue::Type::kInt;
+    attrs["allowzero"].i = 1;
+  }
+  return e.Op("Reshape", {m["x"], e.Constant(std::move(shape))}, std::move(attrs));
 }
 
 bool ConstantShape(const Value* v) {

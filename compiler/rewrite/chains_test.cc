@@ -84,6 +84,14 @@ TEST(ChainsTest, TransposeOfUnitAxesIsAReshape) {
   // Two symbols: no constant target shape.
   Outcome two = UnitAxes({1, 0, 2, 3}, {1, 1, "s", "t"}, {1, 1, 3, 4});
   EXPECT_EQ(two.fired["transpose_unit_axes"], 0);
+  // An empty dim: the Reshape keeps it 0 (allowzero), [0, 1] -> [1, 0] (seed 7 graph 10589).
+  Outcome empty = UnitAxes({1, 0}, {0, 1}, {0, 1});
+  EXPECT_EQ(empty.fired["transpose_unit_axes"], 1);
+  Outcome empty3 = UnitAxes({1, 0, 2}, {0, 1, 3}, {0, 1, 3});
+  EXPECT_EQ(empty3.fired["transpose_unit_axes"], 1);
+  // A 0 beside a symbol: the -1 would be 0 / 0. Left alone.
+  Outcome empty_symbolic = UnitAxes({1, 0, 2}, {0, 1, "s"}, {0, 1, 3});
+  EXPECT_EQ(empty_symbolic.fired["transpose_unit_axes"], 0);
 }
 
 Outcome Reshapes(std::vector<int64_t> s1, std::vector<int64_t> s2, bool share = false) {

@@ -1,9 +1,13 @@
 // pow_const: Pow(x, c) for a float x and a one-element constant c (any numeric dtype) of rank
 // at most x's becomes
 //   c = 1    Identity(x)          c = 2    Mul(x, x)          c = 3    Mul(Mul(x, x), x)
-//   c = 0.5  Sqrt(x)              c = -1   Reciprocal(x)      c = -0.5 Reciprocal(Sqrt(x))
+//   c = -1   Reciprocal(x)
+// each pow(x, c) up to rounding for every x, with the signed zeros, infinities and NaN pow gives.
 // Refused: another exponent, a non-constant exponent, an exponent of more than one element or
-// of higher rank than x (the result's shape would grow).
+// of higher rank than x (the result's shape would grow). Exponents 0.5 and -0.5 are refused
+// too: Sqrt differs from pow where IEEE's sqrt and pow do, pow(-inf, 0.5) = +inf but
+// sqrt(-inf) = NaN, and pow(-0, -0.5) = +inf but 1 / sqrt(-0) = -inf (seed 7 graphs 9023,
+// 23300 and 38358 of the differential fuzzer; docs/differential.md).
 #include <cmath>
 #include <optional>
 
@@ -15,7 +19,7 @@ namespace {
 std::optional<double> Exponent(const Value& e) {
   std::optional<double> c = ConstScalar(e);
   if (!c) return std::nullopt;
-  for (double known : {1.0, 2.0, 3.0, 0.5, -1.0, -0.5}) {
+  for (double known : {1.0, 2.0, 3.0, -1.0}) {
     if (*c == known) return c;
   }
   return std::nullopt;
@@ -27,9 +31,7 @@ Value* Replace(Emitter& e, const Match& m) {
   if (c == 1.0) return e.Op("Identity", {x});
   if (c == 2.0) return e.Op("Mul", {x, x});
   if (c == 3.0) return e.Op("Mul", {e.Op("Mul", {x, x}), x});
-  if (c == 0.5) return e.Op("Sqrt", {x});
-  if (c == -1.0) return e.Op("Reciprocal", {x});
-  return e.Op("Reciprocal", {e.Op("Sqrt", {x})});
+  return e.Op("Reciprocal", {x});  // c == -1
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -24,6 +25,7 @@ namespace {
 
 using testing::F32;
 using testing::KernelCall;
+using testing::ToDoubles;
 
 Tensor Filled(std::vector<int64_t> dims, float scale = 0.01f) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
@@ -228,13 +230,13 @@ std::string OutBits(Site& s, const std::vector<const Tensor*>& in) {
 // A site stops binding primitives after kMaxPrimitiveBinds shapes, but counts them per run
 // (ShapeCount, KernelContext::BeginRun): after a run that went through more shapes, a new run
 // of the first shape binds the primitive again and gives the first run's bits. Counted over the
-// site's lifetime, the fifth shape a VM ever saw sent the site to the loop (LogSoftmax) or to
+// site's lifetime, the fifth shape a VM ever saw sent the site to the loop (Softmax) or to
 // sgemm (Gemm) for good, and the first input then gave other bits (docs/determinism.md; the
 // beam search's scores of tools/models/beam14 moved by 1e-5).
 TEST(DnnlKernels, ShapeChurnCountsPerRunSoAnInputGivesTheSameBitsAfterAnyHistory) {
   Tensor x = Filled({4, 40}, 0.37f);
-  KernelCall sm("LogSoftmax");  // the primitive (Softmax over the last axis is a loop)
-  sm.In(x).Out(DType::kF32).Attr("axis", int64_t{-1});
+  KernelCall sm("Softmax");  // the primitive over axis 0 (over the last axis it is a loop)
+  sm.In(x).Out(DType::kF32).Attr("axis", int64_t{0});
   Site s = Make(sm);
   Tensor w = Filled({24, 40}, 0.011f);
   KernelCall gemm("Gemm");
@@ -265,6 +267,67 @@ TEST(DnnlKernels, ShapeChurnCountsPerRunSoAnInputGivesTheSameBitsAfterAnyHistory
   }
   OutBits(s, {&x});
   EXPECT_EQ(s.dnnl->fallback_runs(), churned + 2);  // rows = 8 and the first shape
+}
+
+// Neg flips the sign bit of every value, zeros included (oneDNN's linear -x + 0 gave +0 for +0:
+// a division by it then had the wrong infinity, seed 7 graph 37417), at one and two threads
+// and above the parallel threshold; the mean of two negative zeros is -0 (numpy's). The oracle:
+// IEEE negation and (a + b) / 2, bit for bit.
+TEST(DnnlKernels, NegAndMeanKeepTheSignOfZero) {
+  for (int64_t n : {int64_t{4}, kMinParallelElements + 3}) {
+    Tensor x = Filled({n});
+    float* p = x.data<float>();
+    p[0] = 0.0f;
+    p[1] = -0.0f;
+    p[2] = std::numeric_limits<float>::infinity();
+    p[3] = std::numeric_limits<float>::quiet_NaN();
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << n << " elements, " << threads << " threads");
+      absl::StatusOr<std::vector<Tensor>> neg =
+          KernelCall("Neg").In(x).Out(DType::kF32).Run(threads);
+      ASSERT_TRUE(neg.ok()) << neg.status();
+      const float* y = (*neg)[0].data<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = -p[i];
+        EXPECT_EQ(std::memcmp(&y[i], &want, sizeof(float)), 0) << i << ": " << y[i];
+      }
+      absl::StatusOr<std::vector<Tensor>> mean =
+          KernelCall("Mean").In(x).In(x).Out(DType::kF32).Run(threads);
+      ASSERT_TRUE(mean.ok()) << mean.status();
+      const float* m = (*mean)[0].data<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = (p[i] + p[i]) / 2;
+        EXPECT_EQ(std::memcmp(&m[i], &want, sizeof(float)), 0) << i << ": " << m[i];
+      }
+    }
+  }
+}
+
+// The log-probability of a row's only element is exactly 0, and no log-probability is above 0
+// (oneDNN's softmax_log gave +1.4e-6: seed 7 graphs 20569 and 46513). The oracle: x - max -
+// log(sum(exp(x - max))) in double.
+TEST(DnnlKernels, LogSoftmaxOfOneElementIsZero) {
+  Tensor one = F32({3, 1}, {-2.25f, -1.125f, 3.0f});
+  absl::StatusOr<std::vector<Tensor>> r =
+      KernelCall("LogSoftmax").In(one).Out(DType::kF32).Attr("axis", int64_t{-1}).Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (double v : ToDoubles((*r)[0])) EXPECT_EQ(v, 0.0);
+  Tensor x = Filled({8, 33}, 0.37f);
+  x.data<float>()[5] = 60.0f;  // a dominant element: its log-probability is about -1e-17
+  r = KernelCall("LogSoftmax").In(x).Out(DType::kF32).Attr("axis", int64_t{-1}).Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<double> got = ToDoubles((*r)[0]);
+  for (int64_t row = 0; row < 8; ++row) {
+    const float* p = x.data<float>() + row * 33;
+    double m = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int j = 0; j < 33; ++j) m = std::max(m, static_cast<double>(p[j]));
+    for (int j = 0; j < 33; ++j) sum += std::exp(p[j] - m);
+    for (int j = 0; j < 33; ++j) {
+      const double want = p[j] - m - std::log(sum);
+      EXPECT_LE(got[row * 33 + j], 0.0) << row << ", " << j;
+      EXPECT_NEAR(got[row * 33 + j], want, 1e-6 * (1 + std::abs(want))) << row << ", " << j;
+    }
+  }
 }
 
 TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {

@@ -17,6 +17,10 @@
 // Log is the reference kernel's: oneDNN 2.6's vectorized log is off by ~1.4e-6 near 1 (log(1)
 // gives -1.4e-6), outside the ONNX suite's absolute tolerance of 1e-7.
 //
+// Signed zeros: oneDNN's linear eltwise computes alpha x + beta, and -0 + 0 is +0. Neg (alpha
+// -1, beta 0) therefore always runs cpu::Unary, whatever the thread count, and Mean of two
+// (a post-op scale of 0.5 is the same linear) is the reference kernel's.
+//
 // Run-time fallbacks to the reference kernel: empty tensors; binary ops under
 // kMinBinaryElements output elements (a primitive execute costs more than the reference loop
 // there: dnnl_benchmark.cc, BM_Add); a strided unary input (the eltwise primitive writes its
@@ -93,7 +97,10 @@ class UnaryKernel final : public DnnlKernel {
       }
       if (std::isnan(alpha) || std::isnan(beta)) return RunFallback(ctx, in, out);
     }
-    if (loop_.has_value() && ctx.num_threads() > 1 && x.numel() >= kMinParallelElements) {
+    // Neg always runs the loop: oneDNN's linear computes -x + 0, and -0 + 0 is +0, so Neg(+0)
+    // would be +0 (a later division by it gives +inf for -inf: seed 7 graph 37417).
+    if (loop_.has_value() && (*loop_ == cpu::UnaryOp::kNeg ||
+                              (ctx.num_threads() > 1 && x.numel() >= kMinParallelElements))) {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "eltwise"));
       const float* src = x.data<float>();
@@ -161,18 +168,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const KernelSpec& spec) {
 
 class BinaryKernel final : public DnnlKernel {
  public:
-  BinaryKernel(std::string name, alg algorithm, bool commutative, float scale)
+  BinaryKernel(std::string name, alg algorithm, bool commutative)
       : DnnlKernel(std::move(name)),
         algorithm_(algorithm),
         commutative_(commutative),
-        scale_(scale),
         drops_nan_(algorithm == alg::binary_max || algorithm == alg::binary_min) {
-    if (scale == 1.0f) {
-      if (algorithm == alg::binary_add) loop_op_ = cpu::BinaryOp::kAdd;
-      if (algorithm == alg::binary_sub) loop_op_ = cpu::BinaryOp::kSub;
-      if (algorithm == alg::binary_mul) loop_op_ = cpu::BinaryOp::kMul;
-      if (algorithm == alg::binary_div) loop_op_ = cpu::BinaryOp::kDiv;
-    }
+    if (algorithm == alg::binary_add) loop_op_ = cpu::BinaryOp::kAdd;
+    if (algorithm == alg::binary_sub) loop_op_ = cpu::BinaryOp::kSub;
+    if (algorithm == alg::binary_mul) loop_op_ = cpu::BinaryOp::kMul;
+    if (algorithm == alg::binary_div) loop_op_ = cpu::BinaryOp::kDiv;
   }
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
@@ -210,13 +214,7 @@ class BinaryKernel final : public DnnlKernel {
       const dnnl::memory::desc b_md = AlignedDesc(*b, rank);
       const dnnl::memory::desc y_md = DenseDesc(dnnl::memory::data_type::f32, out_dims);
       dnnl::binary::desc d(algorithm_, a_md, b_md, y_md);
-      dnnl::primitive_attr attr = UserScratchpadAttr();
-      if (scale_ != 1.0f) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, alg::eltwise_linear, scale_, 0.0f);
-        attr.set_post_ops(ops);
-      }
-      dnnl::binary::primitive_desc pd(d, attr, engine);
+      dnnl::binary::primitive_desc pd(d, UserScratchpadAttr(), engine);
       st->prim.Bind(pd, {{DNNL_ARG_SRC_0, a_md}, {DNNL_ARG_SRC_1, b_md}, {DNNL_ARG_DST, y_md}});
     }));
     if (st->use_fallback) return RunFallback(ctx, in, out);
@@ -232,8 +230,7 @@ class BinaryKernel final : public DnnlKernel {
   bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
                   absl::Span<const int64_t> dims, int64_t numel) const {
     if (!loop_op_.has_value() || (numel > kChurnMaxElements && ctx.num_threads() == 1) ||
-        numel == 0 || scale_ != 1.0f || a.numel() != numel || !a.is_contiguous() ||
-        !b.is_contiguous()) {
+        numel == 0 || a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
       return false;
     }
     if (b.numel() == numel || b.numel() == 1) return true;
@@ -261,21 +258,20 @@ class BinaryKernel final : public DnnlKernel {
 
   alg algorithm_;
   bool commutative_;
-  float scale_;                           // applied to the result (Mean of two)
   bool drops_nan_;                        // max/min return the other operand for a NaN
   std::optional<cpu::BinaryOp> loop_op_;  // ops the plain loop serves
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBinary(const KernelSpec& spec, alg algorithm,
-                                                     bool commutative, float scale) {
+                                                     bool commutative) {
   if (spec.inputs.size() != 2) {
-    // Variadic Max/Min/Sum/Mean with other than two inputs: the reference kernel.
+    // Variadic Max/Min/Sum with other than two inputs: the reference kernel.
     return absl::UnimplementedError(
         absl::StrCat(spec.op, ": the oneDNN kernel takes exactly two inputs"));
   }
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  return std::make_unique<BinaryKernel>(KernelName(spec), algorithm, commutative, scale);
+  return std::make_unique<BinaryKernel>(KernelName(spec), algorithm, commutative);
 }
 
 // ---- Where ----
@@ -428,17 +424,18 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
     const char* op;
     alg algorithm;
     bool commutative;
-    float scale;
   };
+  // Not Mean: its 0.5 (a + b) would be a post-op scale, oneDNN's linear 0.5 x + 0, and -0 + 0
+  // is +0, so the mean of two negative zeros would lose its sign. The reference kernel serves it.
   static const BinaryDef kBinary[] = {
-      {"Add", alg::binary_add, true, 1.0f}, {"Sub", alg::binary_sub, false, 1.0f},
-      {"Mul", alg::binary_mul, true, 1.0f}, {"Div", alg::binary_div, false, 1.0f},
-      {"Max", alg::binary_max, true, 1.0f}, {"Min", alg::binary_min, true, 1.0f},
-      {"Sum", alg::binary_add, true, 1.0f}, {"Mean", alg::binary_add, true, 0.5f},
+      {"Add", alg::binary_add, true}, {"Sub", alg::binary_sub, false},
+      {"Mul", alg::binary_mul, true}, {"Div", alg::binary_div, false},
+      {"Max", alg::binary_max, true}, {"Min", alg::binary_min, true},
+      {"Sum", alg::binary_add, true},
   };
   for (const BinaryDef& def : kBinary) {
     Add(r, def.op, [&def](const KernelSpec& spec) {
-      return CreateBinary(spec, def.algorithm, def.commutative, def.scale);
+      return CreateBinary(spec, def.algorithm, def.commutative);
     });
   }
 }

@@ -3,8 +3,8 @@
 //
 // Output size: `sizes`, or floor(input * scales). Each output coordinate x maps to an input
 // coordinate by coordinate_transformation_mode (scale = output / input: the `scales` value, or
-// sizes / input): half_pixel (x + 0.5) / scale - 0.5; pytorch_half_pixel the same, or -0.5 for
-// an output of size 1; align_corners x * (in - 1) / (out - 1); asymmetric x / scale;
+// sizes / input): half_pixel (x + 0.5) / scale - 0.5; pytorch_half_pixel the same, or 0 for
+// an output of length 1; align_corners x * (in - 1) / (out - 1); asymmetric x / scale;
 // tf_half_pixel_for_nn (x + 0.5) / scale; tf_crop_and_resize through the roi, with
 // extrapolation_value outside the input. The neighbours of a coordinate c are taken around
 // base = ceil(c) - 1 with ratio c - base in (0, 1]: two for nearest (picked by nearest_mode) and
@@ -93,7 +93,10 @@ Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double ro
       const double adjustment = static_cast<double>(out) / out_width;
       c = static_cast<double>(in) / 2 * (1 - adjustment) + (xd + 0.5) / scale - 0.5;
     } else if (a.transform == "pytorch_half_pixel") {
-      c = out_width == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
+      // The operator's text: "length_resized > 1 ? ... : 0", the output's length (ONNX
+      // Runtime too; ONNX's reference implementation takes -0.5 where scale x in is 1:
+      // onnx/onnx#4275, where cubic differs; docs/differential.md).
+      c = out == 1 ? 0 : (xd + 0.5) / scale - 0.5;
     } else {  // half_pixel
       c = (xd + 0.5) / scale - 0.5;
     }

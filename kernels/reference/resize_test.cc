@@ -45,6 +45,39 @@ TEST(ResizeKernelTest, NearestAndLinearUpsampling) {
   EXPECT_THAT(Resize("linear", "asymmetric"), Pointwise(DoubleNear(1e-6), {1, 2, 3, 3}));
 }
 
+// pytorch_half_pixel maps every coordinate of an output of length 1 to the input's 0 (the
+// operator's text: "length_resized > 1 ? (x_resized + 0.5) / scale - 0.5 : 0"), so cubic, whose
+// weights at an integer coordinate are 0, 1, 0, 0, takes the first element, whatever the scale
+// that made the length 1 (seed 7 graphs 8911 and 11847 of the differential fuzzer).
+TEST(ResizeKernelTest, PytorchHalfPixelToLengthOneTakesTheFirstElement) {
+  const std::vector<float> x = {1.11589f, -0.56936634f, -2.2965572f, 4.0f};
+  for (bool use_sizes : {true, false}) {
+    for (float a : {-0.75f, -0.5f}) {
+      for (int exclude : {0, 1}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "sizes " << use_sizes << " a " << a << " exclude " << exclude);
+        KernelCall call("Resize");
+        call.In(F32({1, 4}, x)).In(F32({0}, {}));
+        if (use_sizes) {
+          call.In(F32({0}, {})).In(I64({2}, {3, 1}));
+        } else {
+          call.In(F32({2}, {3, 0.4f}));  // floor(4 x 0.4) = 1
+        }
+        call.Attr("mode", std::string("cubic"))
+            .Attr("coordinate_transformation_mode", std::string("pytorch_half_pixel"))
+            .Attr("cubic_coeff_a", a)
+            .Attr("exclude_outside", int64_t{exclude})
+            .Out(DType::kF32);
+        absl::StatusOr<std::vector<Tensor>> r = call.Run();
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ((*r)[0].dims(), (std::vector<int64_t>{3, 1}));
+        EXPECT_THAT(ToDoubles((*r)[0]),
+                    Pointwise(DoubleNear(1e-6), std::vector<double>(3, 1.11589f)));
+      }
+    }
+  }
+}
+
 TEST(ResizeKernelTest, CubicKeepsConstantsAndRefusesBadInputs) {
   // Cubic weights sum to one: a constant input stays constant.
   KernelCall cubic("Resize");

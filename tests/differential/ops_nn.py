@@ -9,6 +9,7 @@ divide the channels.
 """
 import numpy as np
 
+import magnitude
 from builder import Skip, op
 from graph import BOOL, F32, F64, I32, I64, U8, I8, known, numel
 from ops_elementwise import pick_x
@@ -34,8 +35,15 @@ def _reduce_gen(name, dtypes, exact):
         if name == "ReduceProd" and b.chance(0.5):
             # Integer products must not overflow (ONNX leaves it undefined): small values.
             x = b.fresh(b.choice([I32, I64]), b.rand_shape(0, 3), kind="index", lo=-2, hi=3)
+        elif name == "ReduceProd":
+            # A float product whose partial products overflow depends on the order and the
+            # precision it is taken in (an infinity times a later 0 is NaN, the exact product
+            # 0): seed 7 graph 45074, 0 folded in double against NaN multiplied in float32.
+            # Values whose product cannot overflow, those of magnitude at most 1 among them.
+            x = b.pick(lambda v: v.dtype in FL and v.rank <= 8 and _product_fits(v),
+                       lambda: b.fresh(b.choice(FL), b.rand_shape(0, 4), kind="unit"))
         else:
-            x = pick_x(b, dtypes if name != "ReduceProd" else FL, min_rank=0)
+            x = pick_x(b, dtypes, min_rank=0, pred=lambda v: _int_result_fits(name, v))
         attrs, forms = {}, {}
         keep = b.choice([0, 1])
         if b.chance(0.7) or keep == 0 and b.chance(0.5):
@@ -62,12 +70,38 @@ def _reduce_gen(name, dtypes, exact):
             # (and 0 for a mean over nothing, where numpy gives NaN): spec tests
             # (docs/differential.md), not fuzzed.
             raise Skip()
+        if name == "ReduceLogSum":
+            # The log of a sum that cancels reads its rounding noise (seed 7 graph 26539: an
+            # LRN's outputs summing to 7e-5, -9.604 against -9.611): the sum of magnitudes
+            # does not cancel, and its log is as accurate as its terms.
+            x = b.node1("Abs", [x], outs=[(x.dtype, x.shape)], exact=True)
         out = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
         ints = x.dtype in (I32, I64)
         return b.node1(name, [x], attrs, forms=forms, outs=[(x.dtype, tuple(out))],
                        exact=exact or ints and name != "ReduceMean",
                        extra_depth=0 if exact else 1)
     return gen
+
+
+def _int_result_fits(name, v):
+    """An integer reduction's result cannot overflow (ONNX leaves integer overflow undefined;
+    seed 7 graph 14866: a ReduceSumSquare of 83226 in int32, wrapped as numpy does against
+    ONNX Runtime's INT32_MAX). Floats always fit."""
+    if v.dtype not in (I32, I64):
+        return True
+    if not known(v.shape):
+        return False
+    return magnitude.bound(name, [v.mag], numel(v.shape)) < np.iinfo(v.dtype).max
+
+
+def _product_fits(v):
+    """No partial product of v's elements can overflow v's dtype."""
+    if not known(v.shape) or v.mag != v.mag or v.mag == float("inf"):
+        return False
+    if v.mag <= 1:
+        return True
+    limit = 30 if v.dtype == F32 else 300
+    return numel(v.shape) * np.log10(v.mag) < limit
 
 
 for _n, (_d, _e) in REDUCE.items():
@@ -159,6 +193,11 @@ def matmul(b):
         lead = tuple(d if isinstance(d, int) and b.chance(0.7) else 1 for d in lead)
         lead = lead[b.randint(0, len(lead)):] if b.chance(0.3) else lead
         bshape = b.choice([lead + (k, n), (k,), (k, n)])
+    if k == 0 and (a.rank == 1 or len(bshape) == 1):
+        # ONNX Runtime leaves such a MatMul's output unwritten (ort-matmul-of-empty-k-unwritten;
+        # the regressions seed7-g*-value with that `about` pin numpy's zeros), and its garbage
+        # flows on through whatever reads it (seed 7 graph 19317: an Atan of it).
+        raise Skip()
     w = b.pick(lambda v: v.dtype == a.dtype and v.shape == bshape,
                lambda: b.fresh(a.dtype, bshape), p_fresh=0.6)
     out = np.broadcast_shapes(*[tuple(1 if not isinstance(d, int) else d for d in s[:-2])
