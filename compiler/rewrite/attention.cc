@@ -18,6 +18,17 @@
 //   naming the node.
 // attention_transpose: Transpose(dynvm::Attention(...)) (the Attention read only there)
 //             -> dynvm::Attention with the permutation folded into out_perm.
+// onnx_attention: Attention(Q, K, V[, attn_mask]) of opset 23 (its reference kernel:
+//             kernels/reference/msft_attention.cc) -> dynvm::Attention with K read transposed
+//             (k_perm), the scale (the attribute, else 1/sqrt(head size)), a bool mask as
+//             Where(mask, S, lowest float) (mask_mode 3) and a float one added (1). 4-D inputs as
+//             they are; 3-D ones [B, S, heads x head size] through Reshapes to [B, S, heads, head
+//             size], read with the heads transposed out by the operands' and the result's
+//             strides. Only the plain form: no past, no present or qk outputs, is_causal 0,
+//             softcap 0, as many query heads as key/value heads, f32, the head sizes known, a
+//             mask that fits the scores (MaskFits).
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -183,6 +194,107 @@ Value* FoldOutputTranspose(Emitter& e, const Match& m) {
   return e.Op("Attention", att.inputs, std::move(attrs), "dynvm");
 }
 
+// The plain form of ONNX's Attention that dynvm::Attention computes (see onnx_attention above).
+bool PlainOnnxAttention(const Node& n, const Match&) {
+  if (n.inputs.size() < 3 || n.outputs.empty()) return false;
+  for (size_t i = 4; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] != nullptr) return false;  // past_key, past_value
+  }
+  for (size_t i = 1; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] != nullptr) return false;  // present_key, present_value, qk
+  }
+  for (const char* attr : {"is_causal", "softcap"}) {
+    const AttrValue* a = n.attr(attr);
+    if (a != nullptr && (a->type == AttrValue::Type::kInt ? a->i != 0 : a->f != 0.0f)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<int64_t> IntAttr(const Node& n, const char* name) {
+  const AttrValue* a = n.attr(name);
+  if (a == nullptr || a->type != AttrValue::Type::kInt) return std::nullopt;
+  return a->i;
+}
+
+// Reshape(x, [0, 0, heads, size]): [B, S, heads x size] -> [B, S, heads, size].
+Value* SplitHeads(Emitter& e, Value* x, int64_t heads, int64_t size) {
+  Value* shape = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, 0, heads, size}));
+  return e.Op("Reshape", {x, shape});
+}
+
+Value* FuseOnnxAttention(Emitter& e, const Match& m) {
+  const Node& n = e.root();
+  Value *q = m["q"], *k = m["k"], *v = m["v"];
+  const int r = q->rank();
+  if ((r != 3 && r != 4) || k->rank() != r || v->rank() != r) return nullptr;
+  for (const Value* x : {q, k, v}) {
+    if (x->dtype != DType::kF32) return nullptr;
+  }
+  int64_t heads = 0, head = 0, v_head = 0;
+  if (r == 4) {
+    std::optional<int64_t> h = SymbolicContext::AsConst((*q->shape)[3]);
+    // As many query heads as key/value heads (one expression: a constant, or one symbol).
+    if (!h || (*q->shape)[1] != (*k->shape)[1] || (*k->shape)[1] != (*v->shape)[1]) {
+      return nullptr;
+    }
+    head = *h;
+  } else {
+    std::optional<int64_t> qn = IntAttr(n, "q_num_heads"), kn = IntAttr(n, "kv_num_heads");
+    std::optional<int64_t> qh = SymbolicContext::AsConst((*q->shape)[2]);
+    std::optional<int64_t> vh = SymbolicContext::AsConst((*v->shape)[2]);
+    std::optional<int64_t> kh = SymbolicContext::AsConst((*k->shape)[2]);
+    if (!qn || !kn || *qn != *kn || *qn <= 0 || !qh || !vh || !kh || *qh != *kh || *qh % *qn != 0 ||
+        *vh % *qn != 0) {
+      return nullptr;
+    }
+    heads = *qn;
+    head = *qh / heads;
+    v_head = *vh / heads;
+  }
+  if (head <= 0) return nullptr;
+  const AttrValue* sa = n.attr("scale");
+  const double scale = sa != nullptr && sa->f != 0.0f ? sa->f : 1.0 / std::sqrt(double(head));
+  // The scores [B, heads, Sq, T] (T the key length: no past here).
+  std::vector<Dim> scores;
+  if (r == 4) {
+    scores = {(*q->shape)[0], (*q->shape)[1], (*q->shape)[2], (*k->shape)[2]};
+  } else {
+    scores = {(*q->shape)[0], e.module().sym().Const(heads), (*q->shape)[1], (*k->shape)[1]};
+  }
+  int64_t mode = 0;
+  Value* mask = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  if (mask != nullptr) {
+    if (mask->dtype != DType::kBool && mask->dtype != DType::kF32) return nullptr;
+    if (!MaskFits(*mask, scores)) return nullptr;
+    mode = mask->dtype == DType::kBool ? 3 : 1;
+  }
+  Attrs attrs;
+  attrs["scale"] = Float(scale);
+  attrs["mask_mode"] = Int(mode);
+  // ONNX Runtime masks with the lowest float, not -inf: a row with every key masked is uniform.
+  if (mode == 3) attrs["fill"] = Float(std::numeric_limits<float>::lowest());
+  std::vector<Value*> inputs;
+  if (r == 4) {
+    attrs["k_perm"] = Ints({0, 1, 3, 2});
+    inputs = {q, k, v};
+  } else {
+    attrs["q_perm"] = Ints({0, 2, 1, 3});
+    attrs["k_perm"] = Ints({0, 2, 3, 1});
+    attrs["v_perm"] = Ints({0, 2, 1, 3});
+    attrs["out_perm"] = Ints({0, 2, 1, 3});
+    inputs = {SplitHeads(e, q, heads, head), SplitHeads(e, k, heads, head),
+              SplitHeads(e, v, heads, v_head)};
+  }
+  if (mask != nullptr) inputs.push_back(mask);
+  Value* y = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  if (r == 4) return y;
+  Value* merged =
+      e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {3}, {0, 0, heads * v_head}));
+  return e.Op("Reshape", {y, merged});
+}
+
 }  // namespace
 
 std::vector<Rule> AttentionRules() {
@@ -202,6 +314,11 @@ std::vector<Rule> AttentionRules() {
               .OneUse()
               .As("att");
   rules.push_back(Rule{"attention_transpose", P::Op("Transpose", {att}), &FoldOutputTranspose});
+  P onnx3 = P::Op("Attention", {P::Any("q"), P::Any("k"), P::Any("v")}).NodeIs(&PlainOnnxAttention);
+  P onnx4 = P::Op("Attention", {P::Any("q"), P::Any("k"), P::Any("v"), P::Any("mask")})
+                .NodeIs(&PlainOnnxAttention);
+  P onnx = P::OneOf({onnx3, onnx4});
+  rules.push_back(Rule{"onnx_attention", onnx, &FuseOnnxAttention});
   return rules;
 }
 
