@@ -62,7 +62,7 @@ class Case:
         g = h.make_graph(self.nodes, "rewrite", self.inputs, self.outputs,
                          initializer=self.inits)
         m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset)])
-        m.ir_version = 8
+        m.ir_version = 8 if self.opset < 21 else 10
         return m
 
 
@@ -335,6 +335,56 @@ def attention_transpose(rng, match):
     return case
 
 
+def onnx_attention(rng, match):
+    """ONNX's Attention 23, 3-D or 4-D, no mask, a bool or a float one; near misses: is_causal,
+    softcap, fewer key/value heads than query heads, a past (with its present outputs)."""
+    b, n, sq, sk, d, dv = (int(rng.integers(1, 3)), 2, int(rng.integers(1, 5)),
+                           int(rng.integers(1, 5)), int(rng.integers(2, 6)),
+                           int(rng.integers(2, 6)))
+    rank = int(rng.choice([3, 4]))
+    miss = None if match else str(rng.choice(["is_causal", "softcap", "grouped", "past"]))
+    kvn = 1 if miss == "grouped" else n
+    if rank == 4:
+        shapes = {"q": [b, n, sq, d], "k": [b, kvn, sk, d], "v": [b, kvn, sk, dv]}
+    else:
+        shapes = {"q": [b, sq, n * d], "k": [b, sk, kvn * d], "v": [b, sk, kvn * dv]}
+    feeds = {k: rnd(rng, *shp) for k, shp in shapes.items()}
+    mask = int(rng.integers(0, 3))
+    ins = ["q", "k", "v"]
+    if mask == 1:
+        m = rng.random((sq, sk)) < 0.7
+        m[:, 0] = True
+        feeds["m"] = m
+    elif mask == 2:
+        feeds["m"] = rnd(rng, b, 1, sq, sk)
+    if mask:
+        ins.append("m")
+    attrs = {"scale": float(rng.uniform(0.2, 1.0))}
+    if rank == 3:
+        attrs.update(q_num_heads=n, kv_num_heads=kvn)
+    outs = ["y"]
+    if miss == "is_causal":
+        attrs["is_causal"] = 1
+    if miss == "softcap":
+        attrs["softcap"] = 2.0
+    if miss == "past":
+        feeds["pk"] = rnd(rng, b, kvn, 2, d)
+        feeds["pv"] = rnd(rng, b, kvn, 2, dv)
+        if mask:  # the mask covers the past keys too
+            feeds["m"] = (np.concatenate([np.ones((sq, 2), bool), feeds["m"]], 1) if mask == 1
+                          else rnd(rng, b, 1, sq, sk + 2))
+        else:
+            ins.append("")
+        ins += ["pk", "pv"]
+        outs += ["present_key", "present_value"]
+    node = h.make_node("Attention", ins, outs, **attrs)
+    types = {k: (T.BOOL if v.dtype == np.bool_ else F) for k, v in feeds.items()}
+    inputs = [vi(k, list(v.shape), types[k]) for k, v in feeds.items()]
+    return Case([node], inputs, [vi(o, None) for o in outs], 23, feeds, match,
+                f"Attention {rank}-D, mask {['none', 'bool', 'float'][mask]}" +
+                (f", {miss}" if miss else ""))
+
+
 def _dq(name, q, scale, zp, axis=None):
     attrs = {"axis": axis} if axis is not None else {}
     return [c(name + "_q", q), c(name + "_s", scale), c(name + "_z", zp),
@@ -473,6 +523,7 @@ GENERATORS = {
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
     "attention": attention, "attention_transpose": attention_transpose,
+    "onnx_attention": onnx_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
     "matmul_bias": matmul_bias, "gemm_activation": gemm_activation,
     "linear_activation": linear_activation, "matmul_transpose": matmul_transpose,
