@@ -217,10 +217,10 @@ absl::Status GroupQueryAttentionShape(InferContext& c) {
                                 nkv, ")"));
   }
   const DType dt = c.input_dtype(0);
-  if (dt != DType::kF32) {
+  if (dt != DType::kF32 && dt != DType::kF16) {
     return absl::UnimplementedError(
         absl::StrCat("GroupQueryAttention (com.microsoft): query of dtype ", DTypeName(dt),
-                     " is not supported (f32 only; ORT's float16 form is not implemented)"));
+                     " is not supported (f32, f16)"));
   }
   const Shape* q = c.input_shape(0);
   if (q == nullptr) {

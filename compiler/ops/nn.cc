@@ -296,9 +296,9 @@ absl::Status AttentionShape(InferContext& c) {
         "Attention: the qk_matmul_output output (qk_matmul_output_mode) is not supported");
   }
   const DType dt = c.input_dtype(0);
-  if (dt != DType::kF32) {
+  if (dt != DType::kF32 && dt != DType::kF16) {
     return absl::UnimplementedError(
-        absl::StrCat("Attention: Q of dtype ", DTypeName(dt), " is not supported (f32 only)"));
+        absl::StrCat("Attention: Q of dtype ", DTypeName(dt), " is not supported (f32, f16)"));
   }
   DYNVM_ASSIGN_OR_RETURN(int64_t qn, c.GetInt("q_num_heads", 0));
   DYNVM_ASSIGN_OR_RETURN(int64_t kvn, c.GetInt("kv_num_heads", 0));

@@ -1,8 +1,9 @@
 // Reference kernels of ONNX Runtime's attention contrib operators (com.microsoft
 // GroupQueryAttention, MultiHeadAttention), with ORT's semantics (its contrib-operator
 // documentation and its CPU kernels; ORT 1.30 is the oracle of tests/conformance/msft). The
-// definitions (signatures, attributes, shapes) are in compiler/ops/msft.cc. f32; dot products and
-// softmax sums in double.
+// definitions (signatures, attributes, shapes) are in compiler/ops/msft.cc. f32
+// (GroupQueryAttention and Attention 23 f16 too, computed in f32); dot products and softmax sums in
+// double.
 //
 // Every operator materializes Q [B, N, Sq, Dk], K and V (per KV head) and runs one core
 // (Attend): for each query row, scores = scale * q . k_j, adjusted by the operator (causal and
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "common/half.h"
 #include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
@@ -977,14 +979,55 @@ class OnnxAttentionKernel final : public Kernel {
   OnnxAttnAttrs a_;
 };
 
+// Runs an f32 kernel on f16 operands (GroupQueryAttention and Attention 23, which ONNX Runtime
+// runs in f16 on CPU too): the f16 inputs widened to f32, the outputs narrowed back to f16.
+class F16Adapter final : public Kernel {
+ public:
+  explicit F16Adapter(std::unique_ptr<Kernel> inner) : inner_(std::move(inner)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    std::vector<Tensor> wide(in.size());
+    std::vector<const Tensor*> ins(in.begin(), in.end());
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == nullptr || in[i]->dtype() != DType::kF16) continue;
+      std::vector<float> v(static_cast<size_t>(in[i]->numel()));
+      const Half* p = in[i]->data<Half>();
+      for (int64_t e = 0; e < in[i]->numel(); ++e) v[e] = p[in[i]->ElementOffset(e)];
+      DYNVM_ASSIGN_OR_RETURN(wide[i], Tensor::FromVector<float>(DType::kF32, in[i]->dims(), v));
+      ins[i] = &wide[i];
+    }
+    std::vector<Tensor> tmp(out.size());
+    std::vector<Tensor*> outs(out.size(), nullptr);
+    for (size_t o = 0; o < out.size(); ++o) {
+      if (out[o] != nullptr) outs[o] = &tmp[o];
+    }
+    DYNVM_RETURN_IF_ERROR(inner_->Run(ctx, ins, outs));
+    for (size_t o = 0; o < out.size(); ++o) {
+      if (out[o] == nullptr) continue;
+      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[o], DType::kF16, tmp[o].dims(), name()));
+      const float* src = tmp[o].data<float>();
+      Half* dst = out[o]->data<Half>();
+      for (int64_t e = 0; e < tmp[o].numel(); ++e) dst[e] = Half(src[e]);
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return absl::StrCat(inner_->name(), ".f16"); }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+};
+
+bool InputIsF16(const KernelSpec& spec, size_t i) {
+  return i < spec.inputs.size() && spec.inputs[i].dtype == static_cast<uint8_t>(DType::kF16);
+}
+
 bool InputIsF32(const KernelSpec& spec, size_t i) {
   return i < spec.inputs.size() && spec.inputs[i].dtype == static_cast<uint8_t>(DType::kF32);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeGroupQueryAttention(const KernelSpec& s) {
-  if (!InputIsF32(s, 0)) {
-    return absl::UnimplementedError(
-        "GroupQueryAttention: query must be f32 (float16 is not supported)");
+  if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
+    return absl::UnimplementedError("GroupQueryAttention: query must be f32 or f16");
   }
   GqaAttrs a;
   DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
@@ -1003,7 +1046,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGroupQueryAttention(const KernelSpec
   a.rotary = rotary != 0;
   a.interleaved = interleaved != 0;
   a.smooth = smooth != 0;
-  return std::make_unique<GroupQueryAttentionKernel>(a);
+  std::unique_ptr<Kernel> k = std::make_unique<GroupQueryAttentionKernel>(a);
+  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
+  return k;
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeMultiHeadAttention(const KernelSpec& s) {
@@ -1041,8 +1086,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMsftAttention(const KernelSpec& s) {
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
-  if (!InputIsF32(s, 0)) {
-    return absl::UnimplementedError("Attention: Q must be f32 (float16 is not supported)");
+  if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
+    return absl::UnimplementedError("Attention: Q must be f32 or f16");
   }
   OnnxAttnAttrs a;
   DYNVM_ASSIGN_OR_RETURN(a.q_heads, s.GetInt("q_num_heads", 0));
@@ -1051,7 +1096,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
   DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(int64_t causal, s.GetInt("is_causal", 0));
   a.causal = causal != 0;
-  return std::make_unique<OnnxAttentionKernel>(a);
+  std::unique_ptr<Kernel> k = std::make_unique<OnnxAttentionKernel>(a);
+  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
+  return k;
 }
 
 }  // namespace

@@ -297,7 +297,7 @@ def quant_matmul_cases():
 
 def gqa_case(r, name, b, s, n, nkv, h, totals, past=None, packed=False, rotary=None,
              attrs=None, bias=None, sink=False, pos_ids=False, outputs=("y0", "y1", "y2"),
-             total=None, refused=None, q_hidden=None):
+             total=None, refused=None, q_hidden=None, dtype=np.float32, tol=1e-4):
     """GroupQueryAttention: batch b, new tokens s, heads n / nkv of size h; totals: each
     sequence's total length (seqlens_k = totals - 1); past: the past buffer's length P (None:
     no past inputs); rotary: None or {"half": rotary_dim / 2, "interleaved": 0|1}; bias: None or
@@ -342,8 +342,12 @@ def gqa_case(r, name, b, s, n, nkv, h, totals, past=None, packed=False, rotary=N
     order = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
              "total_sequence_length"] + names[:last + 1]
     order = [k for k in order if k in inputs or k in consts]
+    for d in (inputs, consts):  # f16 (or another float type): every float operand
+        for k, v in d.items():
+            if v is not None and v.dtype == np.float32:
+                d[k] = v.astype(dtype)
     return node_case(f"GroupQueryAttention_{name}", "GroupQueryAttention", inputs, consts,
-                     attrs=a, outputs=outputs, tol=1e-4, order=order, refused=refused)
+                     attrs=a, outputs=outputs, tol=tol, order=order, refused=refused)
 
 
 def gqa_cases():
@@ -405,6 +409,13 @@ def gqa_cases():
         yield gqa_case(r, f"rotary_padded_inter{inter}", 2, 4, 2, 1, 16, [4, 2], rotary=rot)
     yield gqa_case(r, "rotary_local_window_softcap", 1, 5, 4, 2, 16, [5],
                    rotary={"half": 8}, attrs={"local_window_size": 2, "softcap": 2.0})
+    # f16 (ONNX Runtime's CPU kernel takes it; dynvm computes in f32 and rounds the outputs).
+    f16 = {"dtype": np.float16, "tol": 2e-3}
+    yield gqa_case(r, "f16_prompt", 2, 3, 4, 2, 8, [3, 3], **f16)
+    yield gqa_case(r, "f16_decode", 2, 1, 4, 2, 8, [5, 3], past=4, **f16)
+    yield gqa_case(r, "f16_packed", 1, 4, 4, 2, 8, [4], packed=True, **f16)
+    yield gqa_case(r, "f16_rotary_bias", 2, 3, 4, 2, 16, [3, 3], rotary={"half": 8},
+                   bias=(1, 4), **f16)
 
 
 def gqa_refusal_cases():
@@ -417,15 +428,15 @@ def gqa_refusal_cases():
                    outputs=("y0", "y1", "y2", "y3"), refused="the output_qk output")
     yield gqa_case(r, "refused_qk_output_attr", 1, 2, 4, 2, 8, [2], attrs={"qk_output": 1},
                    refused="qk_output")
-    c = gqa_case(r, "refused_float16", 1, 2, 4, 2, 8, [2])
+    c = gqa_case(r, "refused_float64", 1, 2, 4, 2, 8, [2])
     m = onnx.load_from_string(c.model)
     for vi in m.graph.input:
         if vi.name in ("query", "key", "value"):
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
     c.model = m.SerializeToString()
-    c.refused = "float16"
+    c.refused = "query of dtype f64 is not supported"
     for k in ("query", "key", "value"):
-        c.inputs[k] = c.inputs[k].astype(np.float16)
+        c.inputs[k] = c.inputs[k].astype(np.float64)
     yield c
     c = gqa_case(r, "refused_query_rank", 1, 2, 4, 2, 8, [2],
                  refused="query must be 3-D")

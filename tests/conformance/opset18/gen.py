@@ -531,7 +531,7 @@ def optional_cases():
 
 
 def attention_case(r, name, b, qn, kvn, sq, skv, h, hv=None, rank=4, past=None, mask=None,
-                   attrs=None, n_out=1, refused=None, dtype=np.float32):
+                   attrs=None, n_out=1, refused=None, dtype=np.float32, tol=1e-4):
     """Attention 23: batch b, q/kv heads, q/kv sequence lengths, head sizes h (Q, K) and hv (V);
     past: the past length P (None: no past inputs); mask: None, ("bool" | "float", shape) with
     the shape's -1 standing for P + skv. The bool masks keep key 0 for every query (no row is
@@ -542,7 +542,7 @@ def attention_case(r, name, b, qn, kvn, sq, skv, h, hv=None, rank=4, past=None, 
         shapes = [(b, qn, sq, h), (b, kvn, skv, h), (b, kvn, skv, hv)]
     else:
         shapes = [(b, sq, qn * h), (b, skv, kvn * h), (b, skv, kvn * hv)]
-    inputs = {n: f32(*sh, lo=-1, hi=1, r=r).astype(dtype) for n, sh in zip("qkv", shapes)}
+    inputs = {n: f32(*sh, lo=-1, hi=1, r=r) for n, sh in zip("qkv", shapes)}
     consts = {}
     if mask is not None:
         kind, shape = mask
@@ -558,6 +558,9 @@ def attention_case(r, name, b, qn, kvn, sq, skv, h, hv=None, rank=4, past=None, 
     if past is not None:
         inputs["past_key"] = f32(b, kvn, past, h, lo=-1, hi=1, r=r)
         inputs["past_value"] = f32(b, kvn, past, hv, lo=-1, hi=1, r=r)
+    for k, v in inputs.items():  # f16 (or another float type): every float operand
+        if v.dtype == np.float32:
+            inputs[k] = v.astype(dtype)
     a = dict(attrs or {})
     if rank == 3:
         a.setdefault("q_num_heads", qn)
@@ -565,7 +568,7 @@ def attention_case(r, name, b, qn, kvn, sq, skv, h, hv=None, rank=4, past=None, 
     order = [n for n in ["q", "k", "v", "attn_mask", "past_key", "past_value"]
              if n in inputs or n in consts]
     return single(f"Attention_23_{name}", "Attention", 23, inputs, a, consts, n_out=n_out,
-                  tol=1e-4, refused=refused, order=order)
+                  tol=tol, refused=refused, order=order)
 
 
 def attention_cases():
@@ -624,8 +627,16 @@ def attention_cases():
     # Refused: the qk_matmul_output output, f16, bad shapes.
     yield attention_case(r, "refused_qk_matmul_output", 1, 2, 2, 3, 3, 8, n_out=4,
                          attrs={"qk_matmul_output_mode": 1}, refused="qk_matmul_output")
-    yield attention_case(r, "refused_float16", 1, 2, 2, 3, 3, 8, dtype=np.float16,
-                         refused="is not supported (f32 only)")
+    yield attention_case(r, "refused_float64", 1, 2, 2, 3, 3, 8, dtype=np.float64,
+                         refused="Q of dtype f64 is not supported")
+    # f16 (ONNX Runtime's CPU kernel takes it; dynvm computes in f32 and rounds the outputs).
+    f16 = {"dtype": np.float16, "tol": 2e-3}
+    yield attention_case(r, "f16_4d", 2, 4, 2, 3, 5, 8, **f16)
+    yield attention_case(r, "f16_3d_float_mask", 2, 2, 2, 3, 4, 8, rank=3,
+                         mask=("float", (3, -1)), **f16)
+    yield attention_case(r, "f16_bool_mask_causal", 1, 2, 2, 4, 4, 8, attrs={"is_causal": 1},
+                         mask=("bool", (4, -1)), **f16)
+    yield attention_case(r, "f16_past", 2, 2, 1, 1, 1, 8, past=3, n_out=3, **f16)
     yield attention_case(r, "refused_3d_without_heads", 1, 2, 2, 3, 3, 8, rank=3,
                          attrs={"q_num_heads": 0, "kv_num_heads": 0},
                          refused="3-D inputs need q_num_heads")
