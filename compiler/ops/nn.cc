@@ -291,9 +291,10 @@ absl::Status LowerResize(LowerContext& c) {
 // kernels/reference/msft_attention.cc.
 absl::Status AttentionShape(InferContext& c) {
   if (c.num_outputs() < 1 || c.num_outputs() > 4) return c.Error("has one to four outputs");
-  if (c.has_output(3)) {
-    return absl::UnimplementedError(
-        "Attention: the qk_matmul_output output (qk_matmul_output_mode) is not supported");
+  DYNVM_ASSIGN_OR_RETURN(int64_t qk_mode, c.GetInt("qk_matmul_output_mode", 0));
+  if (c.has_output(3) && (qk_mode < 0 || qk_mode > 3)) {
+    return absl::UnimplementedError(absl::StrCat("Attention: qk_matmul_output_mode ", qk_mode,
+                                                 " is not supported (0, 1, 2 or 3)"));
   }
   const DType dt = c.input_dtype(0);
   if (dt != DType::kF32 && dt != DType::kF16) {
@@ -306,7 +307,7 @@ absl::Status AttentionShape(InferContext& c) {
   const Shape* k = c.input_shape(1);
   const Shape* v = c.input_shape(2);
   if (q == nullptr || k == nullptr || v == nullptr) {
-    for (size_t i = 0; i < 3; ++i) c.SetOutputUnknown(i, dt);
+    for (size_t i = 0; i < 4; ++i) c.SetOutputUnknown(i, dt);
     return absl::OkStatus();
   }
   const size_t r = q->size();
@@ -327,6 +328,7 @@ absl::Status AttentionShape(InferContext& c) {
   Dim len = r == 3 ? (*k)[1] : (*k)[2];
   if (past != nullptr) len = c.sym().Add((*past)[2], len);
   if (r == 4) {
+    c.SetOutput(3, dt, {(*q)[0], (*q)[1], (*q)[2], len});
     c.SetOutput(0, dt, {(*q)[0], (*q)[1], (*q)[2], (*v)[3]});
     c.SetOutput(1, dt, {(*q)[0], (*k)[1], len, (*k)[3]});
     c.SetOutput(2, dt, {(*q)[0], (*v)[1], len, (*v)[3]});
@@ -348,6 +350,7 @@ absl::Status AttentionShape(InferContext& c) {
   const Dim qnd = c.sym().Const(qn), kvd = c.sym().Const(kvn);
   const Dim v_head = c.sym().FloorDiv((*v)[2], kvd);
   c.SetOutput(0, dt, {(*q)[0], (*q)[1], c.sym().Mul(v_head, qnd)});
+  c.SetOutput(3, dt, {(*q)[0], qnd, (*q)[1], len});
   c.SetOutput(1, dt, {(*q)[0], kvd, len, c.sym().FloorDiv((*k)[2], kvd)});
   c.SetOutput(2, dt, {(*q)[0], kvd, len, v_head});
   return absl::OkStatus();

@@ -101,6 +101,7 @@ using RowFn = absl::FunctionRef<void(int64_t, int64_t, int64_t, float*)>;
 struct Softmax {
   bool smooth = false;          // a sink term of 0 (ORT's smooth_softmax)
   const float* sink = nullptr;  // per query head (ORT's head_sink), else null
+  float* probs = nullptr;       // when set, the probabilities [B, H, Sq, skv] are written here
 };
 
 void Attend(const AttnShape& a, Operand q, Operand k, Operand v, float scale, RowFn row,
@@ -128,6 +129,10 @@ void Attend(const AttnShape& a, Operand q, Operand k, Operand v, float scale, Ro
         for (int64_t j = 0; j < a.skv; ++j) {
           probs[j] = scores[j] == kNegInf ? 0.0 : std::exp(scores[j] - m);
           sum += probs[j];
+        }
+        if (sm.probs != nullptr) {
+          float* p = sm.probs + ((b * a.heads + h) * a.sq + i) * a.skv;
+          for (int64_t j = 0; j < a.skv; ++j) p[j] = static_cast<float>(probs[j] / sum);
         }
         float* o = out.at(b, h, i);
         for (int64_t d = 0; d < a.dv; ++d) {
@@ -813,10 +818,26 @@ class MsftAttentionKernel final : public Kernel {
 // it for one query after a past), softmax, times V.
 
 struct OnnxAttnAttrs {
-  int64_t q_heads = 0, kv_heads = 0;
+  int64_t q_heads = 0, kv_heads = 0, qk_mode = 0;
   float scale = 0.0f, softcap = 0.0f;
   bool causal = false;
 };
+
+// The element strides that read attn_mask (bool or f32) broadcast to the scores `sd`
+// [B, qN, Sq, T]; InvalidArgument when it does not broadcast to them.
+absl::StatusOr<Dims> MaskStrides(const Tensor& m, const Dims& sd) {
+  if (m.dtype() != DType::kBool && m.dtype() != DType::kF32) {
+    return Bad("Attention", "attn_mask must be bool or f32", &m);
+  }
+  absl::StatusOr<Dims> b = BroadcastShapes(m.dims(), sd);
+  if (m.rank() > 4 || !b.ok() || *b != sd) {
+    return Bad("Attention",
+               absl::StrCat("attn_mask must broadcast to [", sd[0], ", ", sd[1], ", ", sd[2], ", ",
+                            sd[3], "] (batch, q heads, q sequence, past + kv sequence)"),
+               &m);
+  }
+  return BroadcastStrides(m, sd);
+}
 
 class OnnxAttentionKernel final : public Kernel {
  public:
@@ -903,28 +924,35 @@ class OnnxAttentionKernel final : public Kernel {
     Present4(in, 2, r, b, kvn, skv, past, hv, pv);
     // The mask, broadcast to [B, qN, Sq, T].
     const Tensor* mt = Present(in, 3) ? in[3] : nullptr;
-    Dims ms;
     const Dims sd = {b, qn, sq, t};
+    Dims ms;
     if (mt != nullptr) {
-      if (mt->dtype() != DType::kBool && mt->dtype() != DType::kF32) {
-        return Bad(kOp, "attn_mask must be bool or f32", mt);
-      }
-      if (mt->rank() > 4 || !BroadcastShapes(mt->dims(), sd).ok() ||
-          *BroadcastShapes(mt->dims(), sd) != sd) {
-        return Bad(kOp,
-                   absl::StrCat("attn_mask must broadcast to [", b, ", ", qn, ", ", sq, ", ", t,
-                                "] (batch, q heads, q sequence, past + kv sequence)"),
-                   mt);
-      }
-      ms = BroadcastStrides(*mt, sd);
+      DYNVM_ASSIGN_OR_RETURN(ms, MaskStrides(*mt, sd));
     }
     // ONNX Runtime's order: softcap, then the mask (a bool mask's false and the causal limit
-    // as the lowest float, so a row with every key masked is uniform, as in ORT).
+    // as the lowest float, so a row with every key masked is uniform, as in ORT). The qk
+    // output [B, qN, Sq, T] holds the scores at qk_matmul_output_mode's stage: 0 scale Q K^T,
+    // 1 after the softcap, 2 after the mask, 3 the probabilities (ONNX Runtime's numbering,
+    // following its softcap-then-mask order).
     constexpr float kLowest = std::numeric_limits<float>::lowest();
     const bool causal = a_.causal && !(sq == 1 && past > 0);
+    float* qk = nullptr;
+    if (Wanted(out, 3)) {
+      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[3], DType::kF32, sd, kOp));
+      qk = out[3]->data<float>();
+    }
+    auto snapshot = [&](int mode, int64_t bi, int64_t hq, int64_t i, const float* sc) {
+      if (qk != nullptr && a_.qk_mode == mode) {
+        std::copy_n(sc, t, qk + ((bi * qn + hq) * sq + i) * t);
+      }
+    };
     auto row = [&](int64_t bi, int64_t hq, int64_t i, float* sc) {
+      snapshot(0, bi, hq, i, sc);
+      for (int64_t j = 0; j < t && a_.softcap > 0.0f; ++j) {
+        sc[j] = a_.softcap * std::tanh(sc[j] / a_.softcap);
+      }
+      snapshot(1, bi, hq, i, sc);
       for (int64_t j = 0; j < t; ++j) {
-        if (a_.softcap > 0.0f) sc[j] = a_.softcap * std::tanh(sc[j] / a_.softcap);
         float add = 0.0f;
         if (mt != nullptr) {
           const int64_t off = bi * ms[0] + hq * ms[1] + i * ms[2] + j * ms[3];
@@ -937,6 +965,7 @@ class OnnxAttentionKernel final : public Kernel {
         if (causal && j > past + i) add = kLowest;
         sc[j] += add;
       }
+      snapshot(2, bi, hq, i, sc);
     };
     const Dims od = r == 3 ? Dims{b, sq, qn * hv} : Dims{b, qn, sq, hv};
     DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, od, kOp));
@@ -944,7 +973,8 @@ class OnnxAttentionKernel final : public Kernel {
                                  : OutOperand{out[0]->data<float>(), qn * sq * hv, sq * hv, hv};
     const float scale = a_.scale != 0.0f ? a_.scale : 1.0f / std::sqrt(static_cast<float>(h));
     Attend({b, qn, kvn, sq, t, h, hv}, qo, {pk.data(), kvn * t * h, t * h, h},
-           {pv.data(), kvn * t * hv, t * hv, hv}, scale, row, {}, oo);
+           {pv.data(), kvn * t * hv, t * hv, hv}, scale, row,
+           {false, nullptr, qk != nullptr && a_.qk_mode == 3 ? qk : nullptr}, oo);
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
       const Dims pd = {b, kvn, t, o == 1 ? h : hv};
@@ -1095,6 +1125,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
   DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(int64_t causal, s.GetInt("is_causal", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.qk_mode, s.GetInt("qk_matmul_output_mode", 0));
+  if (a.qk_mode < 0 || a.qk_mode > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: qk_matmul_output_mode ", a.qk_mode, " is not 0, 1, 2 or 3"));
+  }
   a.causal = causal != 0;
   std::unique_ptr<Kernel> k = std::make_unique<OnnxAttentionKernel>(a);
   if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));

@@ -625,8 +625,18 @@ def attention_cases():
     yield attention_case(r, "softmax_precision", 1, 2, 2, 3, 3, 8,
                          attrs={"softmax_precision": 1})
     # Refused: the qk_matmul_output output, f16, bad shapes.
-    yield attention_case(r, "refused_qk_matmul_output", 1, 2, 2, 3, 3, 8, n_out=4,
-                         attrs={"qk_matmul_output_mode": 1}, refused="qk_matmul_output")
+    # The qk_matmul_output output at each of its four stages.
+    for mode in (0, 1, 2, 3):
+        yield attention_case(r, f"qk_matmul_output_mode{mode}", 2, 2, 2, 3, 4, 8, n_out=4,
+                             attrs={"qk_matmul_output_mode": mode, "softcap": 3.0},
+                             mask=("float", (3, -1)))
+        yield attention_case(r, f"qk_matmul_output_mode{mode}_3d_causal_past", 1, 4, 2, 2, 2,
+                             8, rank=3, past=2, n_out=4,
+                             attrs={"qk_matmul_output_mode": mode, "is_causal": 1})
+    yield attention_case(r, "qk_matmul_output_default_mode", 1, 2, 2, 3, 3, 8, n_out=4)
+    yield attention_case(r, "refused_qk_matmul_output_mode4", 1, 2, 2, 3, 3, 8, n_out=4,
+                         attrs={"qk_matmul_output_mode": 4},
+                         refused="qk_matmul_output_mode 4 is not supported")
     yield attention_case(r, "refused_float64", 1, 2, 2, 3, 3, 8, dtype=np.float64,
                          refused="Q of dtype f64 is not supported")
     # f16 (ONNX Runtime's CPU kernel takes it; dynvm computes in f32 and rounds the outputs).
