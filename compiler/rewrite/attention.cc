@@ -24,9 +24,11 @@
 //             Where(mask, S, lowest float) (mask_mode 3) and a float one added (1). 4-D inputs as
 //             they are; 3-D ones [B, S, heads x head size] through Reshapes to [B, S, heads, head
 //             size], read with the heads transposed out by the operands' and the result's
-//             strides. Only the plain form: no past, no present or qk outputs, is_causal 0,
-//             softcap 0, as many query heads as key/value heads, f32, the head sizes known, a
-//             mask that fits the scores (MaskFits).
+//             strides. is_causal without attn_mask as a causal bool mask (Trilu of ones shaped
+//             [Sq, Skv] at run time; key j visible to query i when j <= i, as ONNX Runtime
+//             without a past). Only the plain form: no past, no present or qk outputs, softcap
+//             0, is_causal only without attn_mask, as many query heads as key/value heads, f32,
+//             the head sizes known, a mask that fits the scores (MaskFits).
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -203,13 +205,24 @@ bool PlainOnnxAttention(const Node& n, const Match&) {
   for (size_t i = 1; i < n.outputs.size(); ++i) {
     if (n.outputs[i] != nullptr) return false;  // present_key, present_value, qk
   }
-  for (const char* attr : {"is_causal", "softcap"}) {
-    const AttrValue* a = n.attr(attr);
-    if (a != nullptr && (a->type == AttrValue::Type::kInt ? a->i != 0 : a->f != 0.0f)) {
-      return false;
-    }
-  }
-  return true;
+  const AttrValue* softcap = n.attr("softcap");
+  if (softcap != nullptr && softcap->f != 0.0f) return false;
+  // is_causal only without attn_mask: the causal mask is then made here.
+  const AttrValue* causal = n.attr("is_causal");
+  const bool has_mask = n.inputs.size() > 3 && n.inputs[3] != nullptr;
+  return causal == nullptr || causal->i == 0 || !has_mask;
+}
+
+// The causal mask [Sq, T] of bool (key j visible to query i when j <= i): Trilu of ones shaped
+// by the sequence axes of q and k (`axis`), computed at run time.
+Value* CausalMask(Emitter& e, Value* q, Value* k, int64_t axis) {
+  Attrs seq = {{"start", Int(axis)}, {"end", Int(axis + 1)}};
+  Value* dims =
+      e.Op("Concat", {e.Op("Shape", {q}, seq), e.Op("Shape", {k}, seq)}, {{"axis", Int(0)}});
+  AttrValue one;
+  one.type = AttrValue::Type::kTensor;
+  one.tensor = *Tensor::FromVector<uint8_t>(DType::kBool, {1}, {1});
+  return e.Op("Trilu", {e.Op("ConstantOfShape", {dims}, {{"value", one}})}, {{"upper", Int(0)}});
 }
 
 std::optional<int64_t> IntAttr(const Node& n, const char* name) {
@@ -270,11 +283,21 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
     if (!MaskFits(*mask, scores)) return nullptr;
     mode = mask->dtype == DType::kBool ? 3 : 1;
   }
+  const AttrValue* causal = n.attr("is_causal");
+  const bool is_causal = causal != nullptr && causal->i != 0;
   Attrs attrs;
   attrs["scale"] = Float(scale);
-  attrs["mask_mode"] = Int(mode);
   // ONNX Runtime masks with the lowest float, not -inf: a row with every key masked is uniform.
-  if (mode == 3) attrs["fill"] = Float(std::numeric_limits<float>::lowest());
+  // The causal mask alone never masks every key (key 0 is always visible): -inf, which lets the
+  // fused kernel skip the masked keys.
+  if (is_causal) {
+    mask = CausalMask(e, q, k, r == 4 ? 2 : 1);
+    mode = 3;
+    attrs["fill"] = Float(-std::numeric_limits<double>::infinity());
+  } else if (mode == 3) {
+    attrs["fill"] = Float(std::numeric_limits<float>::lowest());
+  }
+  attrs["mask_mode"] = Int(mode);
   std::vector<Value*> inputs;
   if (r == 4) {
     attrs["k_perm"] = Ints({0, 1, 3, 2});

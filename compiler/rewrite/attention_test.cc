@@ -258,9 +258,24 @@ TEST(AttentionTest, OnnxAttentionBecomesDynvmAttention) {
   }
 }
 
+TEST(AttentionTest, OnnxAttentionCausalBecomesACausalMask) {
+  for (int rank : {4, 3}) {
+    SCOPED_TRACE(rank);
+    OnnxAttentionForm f;
+    f.rank = rank;
+    f.causal = true;
+    Outcome o = RunOnnxAttention(f);
+    EXPECT_EQ(o.fired["onnx_attention"], 1);
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+    EXPECT_TRUE(o.HasKernel("Trilu"));
+    EXPECT_FALSE(o.HasKernel("Attention"));
+  }
+}
+
 TEST(AttentionTest, OnnxAttentionNearMissesKeepTheirKernel) {
-  OnnxAttentionForm causal;
+  OnnxAttentionForm causal;  // is_causal with attn_mask
   causal.causal = true;
+  causal.mask = 1;
   OnnxAttentionForm past;
   past.past = true;
   OnnxAttentionForm grouped;

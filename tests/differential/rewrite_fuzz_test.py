@@ -336,8 +336,9 @@ def attention_transpose(rng, match):
 
 
 def onnx_attention(rng, match):
-    """ONNX's Attention 23, 3-D or 4-D, no mask, a bool or a float one; near misses: is_causal,
-    softcap, fewer key/value heads than query heads, a past (with its present outputs)."""
+    """ONNX's Attention 23, 3-D or 4-D, no mask, a bool or a float one, or is_causal without
+    one; near misses: is_causal with a mask, softcap, fewer key/value heads than query heads, a
+    past (with its present outputs)."""
     b, n, sq, sk, d, dv = (int(rng.integers(1, 3)), 2, int(rng.integers(1, 5)),
                            int(rng.integers(1, 5)), int(rng.integers(2, 6)),
                            int(rng.integers(2, 6)))
@@ -350,6 +351,9 @@ def onnx_attention(rng, match):
         shapes = {"q": [b, sq, n * d], "k": [b, sk, kvn * d], "v": [b, sk, kvn * dv]}
     feeds = {k: rnd(rng, *shp) for k, shp in shapes.items()}
     mask = int(rng.integers(0, 3))
+    if miss == "is_causal":
+        mask = int(rng.integers(1, 3))  # is_causal fuses only without a mask
+    causal = match and mask == 0 and rng.random() < 0.5
     ins = ["q", "k", "v"]
     if mask == 1:
         m = rng.random((sq, sk)) < 0.7
@@ -363,7 +367,7 @@ def onnx_attention(rng, match):
     if rank == 3:
         attrs.update(q_num_heads=n, kv_num_heads=kvn)
     outs = ["y"]
-    if miss == "is_causal":
+    if miss == "is_causal" or causal:
         attrs["is_causal"] = 1
     if miss == "softcap":
         attrs["softcap"] = 2.0
@@ -382,6 +386,7 @@ def onnx_attention(rng, match):
     inputs = [vi(k, list(v.shape), types[k]) for k, v in feeds.items()]
     return Case([node], inputs, [vi(o, None) for o in outs], 23, feeds, match,
                 f"Attention {rank}-D, mask {['none', 'bool', 'float'][mask]}" +
+                (", causal" if causal else "") +
                 (f", {miss}" if miss else ""))
 
 
