@@ -26,9 +26,12 @@
 //             size], read with the heads transposed out by the operands' and the result's
 //             strides. is_causal without attn_mask as a causal bool mask (Trilu of ones shaped
 //             [Sq, Skv] at run time; key j visible to query i when j <= i, as ONNX Runtime
-//             without a past). Only the plain form: no past, no present or qk outputs, softcap
-//             0, is_causal only without attn_mask, as many query heads as key/value heads, f32,
-//             the head sizes known, a mask that fits the scores (MaskFits).
+//             without a past). 4-D grouped heads (G query heads per key/value head, constant
+//             counts): Q reshaped to [B, kv heads, G x Sq, H], a mask that does not vary over
+//             the heads tiled G times along its rows, the result reshaped back. Only the plain
+//             form: no past, no present or qk outputs, softcap 0, is_causal only without
+//             attn_mask, f32, the head sizes known, a mask that fits the scores (MaskFits);
+//             3-D inputs with as many query heads as key/value heads.
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -245,12 +248,18 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
   for (const Value* x : {q, k, v}) {
     if (x->dtype != DType::kF32) return nullptr;
   }
-  int64_t heads = 0, head = 0, v_head = 0;
+  int64_t heads = 0, head = 0, v_head = 0, group = 1;
   if (r == 4) {
     std::optional<int64_t> h = SymbolicContext::AsConst((*q->shape)[3]);
-    // As many query heads as key/value heads (one expression: a constant, or one symbol).
-    if (!h || (*q->shape)[1] != (*k->shape)[1] || (*k->shape)[1] != (*v->shape)[1]) {
-      return nullptr;
+    if (!h || (*k->shape)[1] != (*v->shape)[1]) return nullptr;
+    // As many query heads as key/value heads (one expression: a constant, or one symbol), or
+    // constant counts, the query heads a multiple (grouped: below).
+    if ((*q->shape)[1] != (*k->shape)[1]) {
+      std::optional<int64_t> qn = SymbolicContext::AsConst((*q->shape)[1]);
+      std::optional<int64_t> kn = SymbolicContext::AsConst((*k->shape)[1]);
+      if (!qn || !kn || *kn <= 0 || *qn % *kn != 0) return nullptr;
+      group = *qn / *kn;
+      heads = *kn;
     }
     head = *h;
   } else {
@@ -283,6 +292,11 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
     if (!MaskFits(*mask, scores)) return nullptr;
     mode = mask->dtype == DType::kBool ? 3 : 1;
   }
+  // Grouped heads: a mask that does not vary over the heads.
+  if (group > 1 && mask != nullptr && mask->rank() >= 3) {
+    std::optional<int64_t> mh = SymbolicContext::AsConst((*mask->shape)[mask->rank() - 3]);
+    if (!mh || *mh != 1) return nullptr;
+  }
   const AttrValue* causal = n.attr("is_causal");
   const bool is_causal = causal != nullptr && causal->i != 0;
   Attrs attrs;
@@ -299,7 +313,25 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
   }
   attrs["mask_mode"] = Int(mode);
   std::vector<Value*> inputs;
-  if (r == 4) {
+  if (r == 4 && group > 1) {
+    // Query heads h = kv x group + g: Q as [B, kv heads, group x Sq, H] (a contiguous Reshape,
+    // row g Sq + s), the mask's rows tiled group times to match, the result reshaped back.
+    attrs["k_perm"] = Ints({0, 1, 3, 2});
+    Value* shape = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, heads, -1, 0}));
+    inputs = {e.Op("Reshape", {q, shape}), k, v};
+    // The causal mask [Sq, T] is made here (its type is inferred after the sweep): tiled.
+    std::optional<int64_t> rows;
+    if (!is_causal && mask != nullptr && mask->rank() >= 2) {
+      rows = SymbolicContext::AsConst((*mask->shape)[mask->rank() - 2]);
+    }
+    const int64_t mr = is_causal ? 2 : mask != nullptr ? mask->rank() : 0;
+    if (mr >= 2 && (!rows || *rows != 1)) {
+      std::vector<int64_t> reps(mr, 1);
+      reps[mr - 2] = group;
+      mask =
+          e.Op("Tile", {mask, e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {mr}, reps))});
+    }
+  } else if (r == 4) {
     attrs["k_perm"] = Ints({0, 1, 3, 2});
     inputs = {q, k, v};
   } else {
@@ -312,6 +344,11 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
   }
   if (mask != nullptr) inputs.push_back(mask);
   Value* y = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  if (r == 4 && group > 1) {
+    Value* shape =
+        e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, heads * group, -1, 0}));
+    return e.Op("Reshape", {y, shape});
+  }
   if (r == 4) return y;
   Value* merged =
       e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {3}, {0, 0, heads * v_head}));

@@ -258,6 +258,22 @@ TEST(AttentionTest, OnnxAttentionBecomesDynvmAttention) {
   }
 }
 
+// 4-D grouped heads (2 query heads per key/value head): Q reshaped to [B, 1, 2 Sq, H], the mask's
+// rows tiled.
+TEST(AttentionTest, OnnxAttentionGroupedHeadsBecomeDynvmAttention) {
+  for (int form = 0; form < 4; ++form) {
+    SCOPED_TRACE(form);
+    OnnxAttentionForm f;
+    f.kv_heads = 1;
+    f.mask = form < 3 ? form : 0;
+    f.causal = form == 3;
+    Outcome o = RunOnnxAttention(f);
+    EXPECT_EQ(o.fired["onnx_attention"], 1);
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+    EXPECT_FALSE(o.HasKernel("Attention"));
+  }
+}
+
 TEST(AttentionTest, OnnxAttentionCausalBecomesACausalMask) {
   for (int rank : {4, 3}) {
     SCOPED_TRACE(rank);
@@ -278,7 +294,8 @@ TEST(AttentionTest, OnnxAttentionNearMissesKeepTheirKernel) {
   causal.mask = 1;
   OnnxAttentionForm past;
   past.past = true;
-  OnnxAttentionForm grouped;
+  OnnxAttentionForm grouped;  // 3-D grouped heads
+  grouped.rank = 3;
   grouped.kv_heads = 1;
   for (const OnnxAttentionForm& f : {causal, past, grouped}) {
     Outcome o = RunOnnxAttention(f);

@@ -337,14 +337,16 @@ def attention_transpose(rng, match):
 
 def onnx_attention(rng, match):
     """ONNX's Attention 23, 3-D or 4-D, no mask, a bool or a float one, or is_causal without
-    one; near misses: is_causal with a mask, softcap, fewer key/value heads than query heads, a
+    one, 4-D grouped heads; near misses: is_causal with a mask, softcap, 3-D grouped heads, a
     past (with its present outputs)."""
     b, n, sq, sk, d, dv = (int(rng.integers(1, 3)), 2, int(rng.integers(1, 5)),
                            int(rng.integers(1, 5)), int(rng.integers(2, 6)),
                            int(rng.integers(2, 6)))
     rank = int(rng.choice([3, 4]))
     miss = None if match else str(rng.choice(["is_causal", "softcap", "grouped", "past"]))
-    kvn = 1 if miss == "grouped" else n
+    if miss == "grouped":
+        rank = 3  # 3-D grouped heads stay on the reference kernel; 4-D ones fuse
+    kvn = 1 if miss == "grouped" or (match and rank == 4 and rng.random() < 0.5) else n
     if rank == 4:
         shapes = {"q": [b, n, sq, d], "k": [b, kvn, sk, d], "v": [b, kvn, sk, dv]}
     else:
@@ -386,7 +388,7 @@ def onnx_attention(rng, match):
     inputs = [vi(k, list(v.shape), types[k]) for k, v in feeds.items()]
     return Case([node], inputs, [vi(o, None) for o in outs], 23, feeds, match,
                 f"Attention {rank}-D, mask {['none', 'bool', 'float'][mask]}" +
-                (", causal" if causal else "") +
+                (", causal" if causal else "") + (", grouped" if match and kvn < n else "") +
                 (f", {miss}" if miss else ""))
 
 
