@@ -32,6 +32,10 @@
 //             form: no past, no present or qk outputs, softcap 0, is_causal only without
 //             attn_mask, f32, the head sizes known, a mask that fits the scores (MaskFits);
 //             3-D inputs with as many query heads as key/value heads.
+// msft_multi_head_attention: com.microsoft MultiHeadAttention(query, key, value[, bias]) with
+//             3-D operands, the bias absent or a constant (added to Q, K and V by its parts), no
+//             key_padding_mask, attention_bias or past, one output, unidirectional 0 -> the
+//             same 3-D form of dynvm::Attention (Reshapes and strides).
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -355,6 +359,70 @@ Value* FuseOnnxAttention(Emitter& e, const Match& m) {
   return e.Op("Reshape", {y, merged});
 }
 
+// The plain form of com.microsoft's MultiHeadAttention: query, key, value (3-D), a bias that is
+// absent or a constant, no mask, attention_bias or past, one output, not unidirectional.
+bool PlainMultiHeadAttention(const Node& n, const Match&) {
+  if (n.inputs.size() < 3 || n.outputs.empty()) return false;
+  for (size_t i = 0; i < 3; ++i) {
+    if (n.inputs[i] == nullptr || n.inputs[i]->rank() != 3) return false;
+  }
+  if (n.inputs.size() > 3 && n.inputs[3] != nullptr && !n.inputs[3]->constant) return false;
+  for (size_t i = 4; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] != nullptr) return false;
+  }
+  for (size_t i = 1; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] != nullptr) return false;
+  }
+  std::optional<int64_t> uni = IntAttr(n, "unidirectional");
+  return !uni || *uni == 0;
+}
+
+// x + bias[from, from + count) (a constant), or x without a bias.
+Value* AddBiasPart(Emitter& e, Value* x, const Value* bias, int64_t from, int64_t count) {
+  if (bias == nullptr) return x;
+  const Tensor& t = *bias->constant;
+  std::vector<float> part(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) part[i] = t.data<float>()[t.ElementOffset(from + i)];
+  return e.Op("Add", {x, e.Constant(*Tensor::FromVector<float>(DType::kF32, {count}, part))});
+}
+
+Value* FuseMultiHeadAttention(Emitter& e, const Match& m) {
+  const Node& n = e.root();
+  Value *q = m["q"], *k = m["k"], *v = m["v"];
+  const Value* bias = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  for (const Value* x : {q, k, v}) {
+    if (x->dtype != DType::kF32) return nullptr;
+  }
+  std::optional<int64_t> heads = IntAttr(n, "num_heads");
+  std::optional<int64_t> qh = SymbolicContext::AsConst((*q->shape)[2]);
+  std::optional<int64_t> kh = SymbolicContext::AsConst((*k->shape)[2]);
+  std::optional<int64_t> vh = SymbolicContext::AsConst((*v->shape)[2]);
+  if (!heads || *heads <= 0 || !qh || !kh || !vh || *qh != *kh || *qh % *heads != 0 ||
+      *vh % *heads != 0) {
+    return nullptr;
+  }
+  if (bias != nullptr && (bias->dtype != DType::kF32 || bias->constant->numel() != 2 * *qh + *vh)) {
+    return nullptr;
+  }
+  const int64_t head = *qh / *heads, v_head = *vh / *heads;
+  const AttrValue* sa = n.attr("scale");
+  Attrs attrs;
+  attrs["scale"] =
+      Float(sa != nullptr && sa->f != 0.0f ? sa->f : 1.0 / std::sqrt(static_cast<double>(head)));
+  attrs["mask_mode"] = Int(0);
+  attrs["q_perm"] = Ints({0, 2, 1, 3});
+  attrs["k_perm"] = Ints({0, 2, 3, 1});
+  attrs["v_perm"] = Ints({0, 2, 1, 3});
+  attrs["out_perm"] = Ints({0, 2, 1, 3});
+  std::vector<Value*> inputs = {
+      SplitHeads(e, AddBiasPart(e, q, bias, 0, *qh), *heads, head),
+      SplitHeads(e, AddBiasPart(e, k, bias, *qh, *qh), *heads, head),
+      SplitHeads(e, AddBiasPart(e, v, bias, 2 * *qh, *vh), *heads, v_head)};
+  Value* y = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  Value* merged = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {3}, {0, 0, *vh}));
+  return e.Op("Reshape", {y, merged});
+}
+
 }  // namespace
 
 std::vector<Rule> AttentionRules() {
@@ -379,6 +447,13 @@ std::vector<Rule> AttentionRules() {
                 .NodeIs(&PlainOnnxAttention);
   P onnx = P::OneOf({onnx3, onnx4});
   rules.push_back(Rule{"onnx_attention", onnx, &FuseOnnxAttention});
+  P mha3 = P::Op("com.microsoft::MultiHeadAttention", {P::Any("q"), P::Any("k"), P::Any("v")})
+               .NodeIs(&PlainMultiHeadAttention);
+  P mha4 = P::Op("com.microsoft::MultiHeadAttention",
+                 {P::Any("q"), P::Any("k"), P::Any("v"), P::Any("bias")})
+               .NodeIs(&PlainMultiHeadAttention);
+  rules.push_back(
+      Rule{"msft_multi_head_attention", P::OneOf({mha3, mha4}), &FuseMultiHeadAttention});
   return rules;
 }
 

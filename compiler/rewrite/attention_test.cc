@@ -304,5 +304,32 @@ TEST(AttentionTest, OnnxAttentionNearMissesKeepTheirKernel) {
   }
 }
 
+// msft_multi_head_attention: com.microsoft MultiHeadAttention with a constant bias as
+// dynvm::Attention (the bias added by parts); with a key_padding_mask it keeps its kernel.
+TEST(AttentionTest, MultiHeadAttentionBecomesDynvmAttention) {
+  for (bool mask : {false, true}) {
+    SCOPED_TRACE(mask);
+    const int64_t B = 2, S = 3, L = 4, N = 2, H = 4, Hv = 3;
+    std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32({B, S, N * H}, 1)},
+                                                      {"k", RandomF32({B, L, N * H}, 2)},
+                                                      {"v", RandomF32({B, L, N * Hv}, 3)}};
+    if (mask) in.push_back({"m", *Tensor::FromVector<int32_t>(DType::kI32, {B}, {2, 4})});
+    Outcome o = CompareWithUnoptimized(
+        [&](GraphBuilder& b) {
+          std::vector<Value*> ins = {b.Input("q", DType::kF32, {B, S, N * H}),
+                                     b.Input("k", DType::kF32, {B, L, N * H}),
+                                     b.Input("v", DType::kF32, {B, L, N * Hv}),
+                                     b.Constant(RandomF32({N * (2 * H + Hv)}, 4))};
+          if (mask) ins.push_back(b.Input("m", DType::kI32, {B}));
+          b.Output("y",
+                   b.Op("MultiHeadAttention", ins, {{"num_heads", AttrInt(N)}}, "com.microsoft"));
+        },
+        in, {}, 1e-5);
+    EXPECT_EQ(o.fired["msft_multi_head_attention"], mask ? 0 : 1);
+    EXPECT_EQ(o.HasKernel("dynvm::Attention"), !mask);
+    EXPECT_EQ(o.HasKernel("com.microsoft::MultiHeadAttention"), mask);
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::compiler::rewrite

@@ -61,7 +61,8 @@ class Case:
     def model(self):
         g = h.make_graph(self.nodes, "rewrite", self.inputs, self.outputs,
                          initializer=self.inits)
-        m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset)])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset),
+                                           h.make_opsetid("com.microsoft", 1)])
         m.ir_version = 8 if self.opset < 21 else 10
         return m
 
@@ -392,6 +393,37 @@ def onnx_attention(rng, match):
                 (f", {miss}" if miss else ""))
 
 
+def msft_multi_head_attention(rng, match):
+    """com.microsoft MultiHeadAttention, 3-D, with or without a constant bias; near misses: a
+    key_padding_mask, unidirectional, a bias that is an input."""
+    b, n, s, l, d, dv = (int(rng.integers(1, 3)), int(rng.integers(1, 3)),
+                         int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(2, 5)),
+                         int(rng.integers(2, 5)))
+    feeds = {"q": rnd(rng, b, s, n * d), "k": rnd(rng, b, l, n * d), "v": rnd(rng, b, l, n * dv)}
+    miss = None if match else str(rng.choice(["mask", "unidirectional", "bias_input"]))
+    ins, nodes, inits = ["q", "k", "v"], [], []
+    bias = rnd(rng, n * (2 * d + dv), lo=-0.5, hi=0.5)
+    if miss == "bias_input":
+        feeds["bias"] = bias
+        ins.append("bias")
+    elif rng.random() < 0.5 or miss == "mask":
+        inits.append(numpy_helper.from_array(bias, "bias"))
+        ins.append("bias")
+    if miss == "mask":
+        feeds["m"] = rng.integers(1, l + 1, b).astype(np.int32)
+        ins.append("m")
+    attrs = {"num_heads": n}
+    if miss == "unidirectional":
+        attrs["unidirectional"] = 1
+    nodes.append(h.make_node("MultiHeadAttention", ins, ["y"], domain="com.microsoft", **attrs))
+    inputs = [vi(k, list(v.shape), T.INT32 if v.dtype == np.int32 else F)
+              for k, v in feeds.items()]
+    return Case(nodes, inputs, [vi("y", None)], 17, feeds, match,
+                "MultiHeadAttention" + (", a constant bias" if "bias" in ins and
+                                        miss != "bias_input" else "") +
+                (f", {miss}" if miss else ""), inits=inits)
+
+
 def _dq(name, q, scale, zp, axis=None):
     attrs = {"axis": axis} if axis is not None else {}
     return [c(name + "_q", q), c(name + "_s", scale), c(name + "_z", zp),
@@ -530,7 +562,7 @@ GENERATORS = {
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
     "attention": attention, "attention_transpose": attention_transpose,
-    "onnx_attention": onnx_attention,
+    "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
     "matmul_bias": matmul_bias, "gemm_activation": gemm_activation,
     "linear_activation": linear_activation, "matmul_transpose": matmul_transpose,

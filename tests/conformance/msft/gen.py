@@ -449,7 +449,8 @@ def gqa_refusal_cases():
 
 
 def mha_case(r, name, b, s, l, n, h, hv=None, past=None, bias=False, mask=None, attn_bias=None,
-             attrs=None, bnsh=False, outputs=("y0",), refused=None, q_shape=None):
+             attrs=None, bnsh=False, outputs=("y0",), refused=None, q_shape=None,
+             const_bias=False):
     """MultiHeadAttention: batch b, query length s, key/value length l, n heads of size h (Q, K)
     and hv (V); past: the past length P (None: no past inputs); mask: None, "len" ([B] valid
     lengths), "2d" ([B, T]) or "3d" ([B, S, T]); attn_bias: None or its leading dims; bnsh:
@@ -485,10 +486,10 @@ def mha_case(r, name, b, s, l, n, h, hv=None, past=None, bias=False, mask=None, 
     last = max([i for i, k in enumerate(names) if k in opt], default=-1)
     consts = {}
     for k in names[:last + 1]:
-        if k in opt:
+        if k in opt and not (k == "bias" and const_bias):
             inputs[k] = opt[k]
         else:
-            consts[k] = None
+            consts[k] = opt.get(k)
     a = {"num_heads": n}
     a.update(attrs or {})
     order = ["query", "key", "value"] + names[:last + 1]
@@ -503,6 +504,7 @@ def mha_cases():
         tag = f"b{b}_s{s}_l{l}_n{n}_h{h}_hv{hv}"
         yield mha_case(r, tag, b, s, l, n, h, hv)
         yield mha_case(r, tag + "_bias", b, s, l, n, h, hv, bias=True)
+        yield mha_case(r, tag + "_const_bias", b, s, l, n, h, hv, bias=True, const_bias=True)
         if hv == h:  # ORT takes 4-D key and value of one shape only
             yield mha_case(r, tag + "_bnsh_kv", b, s, l, n, h, hv, bnsh=True)
         for mask in ("len", "2d", "3d"):
