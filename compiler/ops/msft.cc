@@ -25,6 +25,18 @@
 //                            and b_zp
 //   DynamicQuantizeMatMul(A, B, b_scale, b_zp?, bias?)  the same with A f32 quantized to u8
 //                            per tensor first (DynamicQuantizeLinear)
+//   GroupQueryAttention(query, key?, value?, past_key?, past_value?, seqlens_k,
+//                            total_sequence_length, cos_cache?, sin_cache?, position_ids?,
+//                            attention_bias?, head_sink?) -> output, present_key?,
+//                            present_value?: grouped-query causal attention with a KV cache
+//                            (kernels/reference/msft_attention.cc has the semantics)
+//   MultiHeadAttention(query, key, value, bias?, key_padding_mask?, attention_bias?, past_key?,
+//                            past_value?) -> output, present_key?, present_value?
+//   Attention(input, weights, bias, mask_index?, past?, attention_bias?) -> output, present?:
+//                            the same with Q, K, V projected from input (packed weights)
+//   EmbedLayerNormalization(input_ids, segment_ids?, word_embedding, position_embedding,
+//                            segment_embedding?, gamma, beta, mask?, position_ids?) -> output,
+//                            mask_index?, embedding_sum?: LayerNorm of the summed embeddings
 #include <string>
 #include <vector>
 
@@ -190,6 +202,212 @@ absl::Status QuantMatMulShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// GroupQueryAttention: output [B, S, N H]; present_key/value [B, N_kv, max(total, P), H] (total
+// the value of total_sequence_length: a run-time size unless it is known here).
+absl::Status GroupQueryAttentionShape(InferContext& c) {
+  if (c.num_outputs() < 1 || c.num_outputs() > 4) return c.Error("has one to four outputs");
+  if (c.has_output(3)) {
+    return absl::UnimplementedError(
+        "GroupQueryAttention (com.microsoft): the output_qk output is not supported");
+  }
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, c.GetInt("num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t nkv, c.GetInt("kv_num_heads", 0));
+  if (n <= 0 || nkv <= 0 || n % nkv != 0) {
+    return c.Error(absl::StrCat("num_heads (", n, ") must be a positive multiple of kv_num_heads (",
+                                nkv, ")"));
+  }
+  const DType dt = c.input_dtype(0);
+  if (dt != DType::kF32 && dt != DType::kF16) {
+    return absl::UnimplementedError(
+        absl::StrCat("GroupQueryAttention (com.microsoft): query of dtype ", DTypeName(dt),
+                     " is not supported (f32, f16)"));
+  }
+  const Shape* q = c.input_shape(0);
+  if (q == nullptr) {
+    for (size_t i = 0; i < 3; ++i) c.SetOutputUnknown(i, dt);
+    return absl::OkStatus();
+  }
+  if (q->size() != 3) return c.Error("query must be 3-D [batch, sequence, hidden]");
+  const bool packed = !c.has_input(1);
+  const int64_t parts = packed ? n + 2 * nkv : n;
+  auto hidden = SymbolicContext::AsConst((*q)[2]);
+  if (hidden && (*hidden <= 0 || *hidden % parts != 0)) {
+    return c.Error(absl::StrCat(
+        "query's hidden size ", *hidden, " is not a positive multiple of ",
+        packed ? "num_heads + 2 kv_num_heads (packed QKV) = " : "num_heads = ", parts));
+  }
+  const Dim head = c.sym().FloorDiv((*q)[2], c.sym().Const(parts));
+  c.SetOutput(0, dt, {(*q)[0], (*q)[1], packed ? c.sym().Mul(head, c.sym().Const(n)) : (*q)[2]});
+  const Shape* past = c.input_shape(3);
+  if (past != nullptr && past->size() != 4) {
+    return c.Error("past_key must be 4-D [batch, kv_num_heads, past, head_size]");
+  }
+  const std::vector<Dim>* total = c.content(6);
+  if (total == nullptr || total->size() != 1) {
+    c.SetOutputDynamic(1, dt, 4);
+    c.SetOutputDynamic(2, dt, 4);
+    return absl::OkStatus();
+  }
+  const Dim len = past != nullptr ? c.sym().Max((*total)[0], (*past)[2]) : (*total)[0];
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    c.SetOutput(i, dt, {(*q)[0], c.sym().Const(nkv), len, head});
+  }
+  return absl::OkStatus();
+}
+
+// MultiHeadAttention: output [B, S, Dv]; present_key/value [B, N, P + L, H | Hv] (key [B, L, D]
+// or [B, N, L, H]).
+absl::Status MultiHeadAttentionShape(InferContext& c) {
+  if (c.num_outputs() < 1 || c.num_outputs() > 4) return c.Error("has one to four outputs");
+  if (c.has_output(3)) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention (com.microsoft): the qk output is not supported");
+  }
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, c.GetInt("num_heads", 0));
+  if (n <= 0) return c.Error("num_heads must be positive");
+  const DType dt = c.input_dtype(0);
+  if (dt != DType::kF32) {
+    return absl::UnimplementedError(
+        absl::StrCat("MultiHeadAttention (com.microsoft): query of dtype ", DTypeName(dt),
+                     " is not supported (f32 only)"));
+  }
+  if (!c.has_input(1) || !c.has_input(2)) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention (com.microsoft): key and value are required (packed QKV is not "
+        "supported)");
+  }
+  const Shape* q = c.input_shape(0);
+  const Shape* k = c.input_shape(1);
+  const Shape* v = c.input_shape(2);
+  if (q != nullptr && q->size() == 5) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention (com.microsoft): packed QKV (a 5-D query) is not supported");
+  }
+  if (k != nullptr && k->size() == 5) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention (com.microsoft): packed KV (a 5-D key) is not supported");
+  }
+  if (q == nullptr || k == nullptr || v == nullptr) {
+    for (size_t i = 0; i < 3; ++i) c.SetOutputUnknown(i, dt);
+    return absl::OkStatus();
+  }
+  if (q->size() != 3) return c.Error("query must be 3-D [batch, sequence, hidden]");
+  auto hidden = SymbolicContext::AsConst((*q)[2]);
+  if (hidden && (*hidden <= 0 || *hidden % n != 0)) {
+    return c.Error(absl::StrCat("query's hidden size ", *hidden,
+                                " is not a positive multiple of num_heads (", n, ")"));
+  }
+  if ((k->size() != 3 && k->size() != 4) || v->size() != k->size()) {
+    return c.Error(
+        "key and value must both be 3-D [batch, kv_sequence, hidden] or 4-D "
+        "[batch, num_heads, kv_sequence, head_size]");
+  }
+  const bool bnsh = k->size() == 4;
+  const Dim nd = c.sym().Const(n);
+  const Dim head = c.sym().FloorDiv((*q)[2], nd);
+  const Dim v_head = bnsh ? (*v)[3] : c.sym().FloorDiv((*v)[2], nd);
+  c.SetOutput(0, dt, {(*q)[0], (*q)[1], bnsh ? c.sym().Mul(v_head, nd) : (*v)[2]});
+  const Shape* past = c.input_shape(6);
+  if (past != nullptr && past->size() != 4) {
+    return c.Error("past_key must be 4-D [batch, num_heads, past, head_size]");
+  }
+  Dim len = bnsh ? (*k)[2] : (*k)[1];
+  if (past != nullptr) len = c.sym().Add((*past)[2], len);
+  c.SetOutput(1, dt, {(*q)[0], nd, len, head});
+  c.SetOutput(2, dt, {(*q)[0], nd, len, v_head});
+  return absl::OkStatus();
+}
+
+// Attention (com.microsoft): output [B, S, Dv]; present [2, B, N, P + S, H] (Q, K and V from
+// input [B, S, D_in] times weights [D_in, D + D + Dv]).
+absl::Status MsftAttentionShape(InferContext& c) {
+  if (c.num_outputs() < 1 || c.num_outputs() > 2) {
+    return absl::UnimplementedError(
+        "Attention (com.microsoft): only the output and present outputs are supported");
+  }
+  DYNVM_ASSIGN_OR_RETURN(int64_t n, c.GetInt("num_heads", 0));
+  if (n <= 0) return c.Error("num_heads must be positive");
+  for (const char* attr : {"do_rotary", "past_present_share_buffer"}) {
+    DYNVM_ASSIGN_OR_RETURN(int64_t v, c.GetInt(attr, 0));
+    if (v != 0) {
+      return absl::UnimplementedError(
+          absl::StrCat("Attention (com.microsoft): ", attr,
+                       " is not supported (ONNX Runtime's CPU kernel has no such form either)"));
+    }
+  }
+  const DType dt = c.input_dtype(0);
+  if (dt != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat("Attention (com.microsoft): input of dtype ",
+                                                 DTypeName(dt), " is not supported (f32 only)"));
+  }
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, c.GetInts("qkv_hidden_sizes", {}));
+  const Shape* x = c.input_shape(0);
+  const Shape* w = c.input_shape(1);
+  if (x == nullptr || w == nullptr) {
+    c.SetOutputUnknown(0, dt);
+    c.SetOutputUnknown(1, dt);
+    return absl::OkStatus();
+  }
+  if (x->size() != 3) return c.Error("input must be 3-D [batch, sequence, input_hidden]");
+  if (w->size() != 2) return c.Error("weights must be 2-D [input_hidden, D + D + Dv]");
+  Dim dq, dv;
+  if (sizes.empty()) {
+    dq = dv = c.sym().FloorDiv((*w)[1], c.sym().Const(3));
+  } else {
+    if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] % n != 0 || sizes[2] % n != 0) {
+      return c.Error(
+          "qkv_hidden_sizes must be three sizes, Q's and K's equal, multiples of "
+          "num_heads");
+    }
+    dq = c.sym().Const(sizes[0]);
+    dv = c.sym().Const(sizes[2]);
+  }
+  if (auto d = SymbolicContext::AsConst(dq); d && (*d <= 0 || *d % n != 0)) {
+    return c.Error(
+        absl::StrCat("the hidden size ", *d, " is not a positive multiple of num_heads (", n, ")"));
+  }
+  c.SetOutput(0, dt, {(*x)[0], (*x)[1], dv});
+  const Shape* past = c.input_shape(4);
+  if (past != nullptr && past->size() != 5) {
+    return c.Error("past must be 5-D [2, batch, num_heads, past, head_size]");
+  }
+  if (c.has_input(4) && !c.has_output(1)) {
+    return c.Error("a past needs the present output (ONNX Runtime's kernel requires it)");
+  }
+  Dim len = (*x)[1];
+  if (past != nullptr) len = c.sym().Add((*past)[3], len);
+  c.SetOutput(
+      1, dt,
+      {c.sym().Const(2), (*x)[0], c.sym().Const(n), len, c.sym().FloorDiv(dq, c.sym().Const(n))});
+  return absl::OkStatus();
+}
+
+// EmbedLayerNormalization: output and embedding_sum [B, S, H] (input_ids [B, S], the word
+// embedding [V, H]); mask_index i32 [B].
+absl::Status EmbedLayerNormShape(InferContext& c) {
+  if (c.num_outputs() < 1 || c.num_outputs() > 3) return c.Error("has one to three outputs");
+  const DType dt = c.input_dtype(2);
+  if (dt != DType::kF32) {
+    return absl::UnimplementedError(
+        absl::StrCat("EmbedLayerNormalization (com.microsoft): embeddings of dtype ", DTypeName(dt),
+                     " are not supported (f32 only)"));
+  }
+  const Shape* ids = c.input_shape(0);
+  const Shape* word = c.input_shape(2);
+  if (ids != nullptr && ids->size() != 2) return c.Error("input_ids must be 2-D [batch, sequence]");
+  if (word != nullptr && word->size() != 2) return c.Error("word_embedding must be 2-D");
+  if (ids == nullptr || word == nullptr) {
+    c.SetOutputUnknown(0, dt);
+    c.SetOutputUnknown(1, DType::kI32);
+    c.SetOutputUnknown(2, dt);
+    return absl::OkStatus();
+  }
+  c.SetOutput(0, dt, {(*ids)[0], (*ids)[1], (*word)[1]});
+  c.SetOutput(1, DType::kI32, {(*ids)[0]});
+  c.SetOutput(2, dt, {(*ids)[0], (*ids)[1], (*word)[1]});
+  return absl::OkStatus();
+}
+
 // com.microsoft::Gelu is dynvm::Gelu.
 absl::Status LowerGelu(LowerContext& l) {
   l.node.domain = ops::kDynvmDomain;
@@ -216,6 +434,24 @@ void DefineMsftOps(OpTable& t) {
       {"DynamicQuantizeMatMul", 1, "1:5:7", "", kPure, QuantMatMulShape},
       {"MatMulNBits", 1, "1:6:7", "K:i N:i bits:i block_size:i accuracy_level:i", kPure,
        MatMulNBitsShape},
+      // query, key?, value?, past_key?, past_value?, seqlens_k, total_sequence_length,
+      // cos_cache?, sin_cache?, position_ids?, attention_bias?, head_sink?
+      {"GroupQueryAttention", 1, "1:12:97",
+       "num_heads:i kv_num_heads:i scale:f softcap:f local_window_size:i do_rotary:i "
+       "rotary_interleaved:i smooth_softmax:i",
+       kPure, GroupQueryAttentionShape},
+      // query, key, value, bias?, key_padding_mask?, attention_bias?, past_key?, past_value?
+      {"MultiHeadAttention", 1, "1:8:1", "num_heads:i mask_filter_value:f scale:f unidirectional:i",
+       kPure, MultiHeadAttentionShape},
+      // input_ids, segment_ids?, word_embedding, position_embedding, segment_embedding?, gamma,
+      // beta, mask?, position_ids?
+      {"EmbedLayerNormalization", 1, "1:9:109", "epsilon:f mask_index_type:i", kPure,
+       EmbedLayerNormShape},
+      // input, weights, bias, mask_index?, past?, attention_bias?
+      {"Attention", 1, "1:6:7",
+       "num_heads:i qkv_hidden_sizes:I unidirectional:i mask_filter_value:f scale:f do_rotary:i "
+       "past_present_share_buffer:i rotary_embedding_dim:i",
+       kPure, MsftAttentionShape},
   };
   t.Add(ops::kMsftDomain, kRows);
   // ORT defines it in the default domain (opset 1 on), not in com.microsoft.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -285,6 +286,76 @@ absl::Status LowerResize(LowerContext& c) {
   return absl::OkStatus();
 }
 
+// Attention (opset 23): Y [B, Sq, qN Hv] (3-D inputs, with q_num_heads and kv_num_heads) or
+// [B, qN, Sq, Hv] (4-D); present_key/value [B, kvN, P + Skv, H | Hv]. Kernel:
+// kernels/reference/msft_attention.cc.
+absl::Status AttentionShape(InferContext& c) {
+  if (c.num_outputs() < 1 || c.num_outputs() > 4) return c.Error("has one to four outputs");
+  DYNVM_ASSIGN_OR_RETURN(int64_t qk_mode, c.GetInt("qk_matmul_output_mode", 0));
+  if (c.has_output(3) && (qk_mode < 0 || qk_mode > 3)) {
+    return absl::UnimplementedError(absl::StrCat("Attention: qk_matmul_output_mode ", qk_mode,
+                                                 " is not supported (0, 1, 2 or 3)"));
+  }
+  const DType dt = c.input_dtype(0);
+  if (dt != DType::kF32 && dt != DType::kF16) {
+    return absl::UnimplementedError(
+        absl::StrCat("Attention: Q of dtype ", DTypeName(dt), " is not supported (f32, f16)"));
+  }
+  DYNVM_ASSIGN_OR_RETURN(int64_t qn, c.GetInt("q_num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t kvn, c.GetInt("kv_num_heads", 0));
+  const Shape* q = c.input_shape(0);
+  const Shape* k = c.input_shape(1);
+  const Shape* v = c.input_shape(2);
+  if (q == nullptr || k == nullptr || v == nullptr) {
+    for (size_t i = 0; i < 4; ++i) c.SetOutputUnknown(i, dt);
+    return absl::OkStatus();
+  }
+  const size_t r = q->size();
+  if ((r != 3 && r != 4) || k->size() != r || v->size() != r) {
+    return c.Error(
+        "Q, K and V must all be 3-D [batch, sequence, hidden] or all 4-D "
+        "[batch, heads, sequence, head_size]");
+  }
+  const Shape* past = c.input_shape(4);
+  if (past != nullptr && past->size() != 4) {
+    return c.Error("past_key must be 4-D [batch, kv_num_heads, past, head_size]");
+  }
+  if ((c.has_input(4) || c.has_input(5)) && (!c.has_output(1) || !c.has_output(2))) {
+    return c.Error(
+        "a past needs the present_key and present_value outputs (ONNX Runtime's kernel requires "
+        "them)");
+  }
+  Dim len = r == 3 ? (*k)[1] : (*k)[2];
+  if (past != nullptr) len = c.sym().Add((*past)[2], len);
+  if (r == 4) {
+    c.SetOutput(3, dt, {(*q)[0], (*q)[1], (*q)[2], len});
+    c.SetOutput(0, dt, {(*q)[0], (*q)[1], (*q)[2], (*v)[3]});
+    c.SetOutput(1, dt, {(*q)[0], (*k)[1], len, (*k)[3]});
+    c.SetOutput(2, dt, {(*q)[0], (*v)[1], len, (*v)[3]});
+    return absl::OkStatus();
+  }
+  if (qn <= 0 || kvn <= 0 || qn % kvn != 0) {
+    return c.Error(absl::StrCat("3-D inputs need q_num_heads (", qn, ") and kv_num_heads (", kvn,
+                                "), positive, q_num_heads a multiple of kv_num_heads"));
+  }
+  const std::tuple<const Shape*, int64_t, const char*> parts[] = {
+      {q, qn, "Q"}, {k, kvn, "K"}, {v, kvn, "V"}};
+  for (const auto& [x, heads, what] : parts) {
+    auto hidden = SymbolicContext::AsConst((*x)[2]);
+    if (hidden && (*hidden <= 0 || *hidden % heads != 0)) {
+      return c.Error(absl::StrCat(what, "'s hidden size ", *hidden,
+                                  " is not a positive multiple of its heads (", heads, ")"));
+    }
+  }
+  const Dim qnd = c.sym().Const(qn), kvd = c.sym().Const(kvn);
+  const Dim v_head = c.sym().FloorDiv((*v)[2], kvd);
+  c.SetOutput(0, dt, {(*q)[0], (*q)[1], c.sym().Mul(v_head, qnd)});
+  c.SetOutput(3, dt, {(*q)[0], qnd, (*q)[1], len});
+  c.SetOutput(1, dt, {(*q)[0], kvd, len, c.sym().FloorDiv((*k)[2], kvd)});
+  c.SetOutput(2, dt, {(*q)[0], kvd, len, v_head});
+  return absl::OkStatus();
+}
+
 // AffineGrid (opset 20): theta [N, k, k+1], size (N, C, spatial...) -> [N, spatial..., k].
 absl::Status AffineGridShape(InferContext& c) {
   const DType dt = c.input_dtype(0);
@@ -532,9 +603,11 @@ void DefineNnOps(OpTable& t) {
       {"DeformConv", 7, "19:x 22:x", "", kNoKernel, nullptr, nullptr, nullptr, "not implemented"},
       {"ImageDecoder", 7, "20:x", "", kNoKernel, nullptr, nullptr, nullptr,
        "decoding image files is not an inference kernel dynvm has"},
-      {"Attention", 7, "23:x", "", kNoKernel, nullptr, nullptr, nullptr,
-       "not implemented; the MatMul/Softmax form exporters write is fused into dynvm::Attention "
-       "(docs/compiler.md)"},
+      // Q, K, V, attn_mask?, past_key?, past_value? -> Y, present_key?, present_value?
+      {"Attention", 7, "23:6:7",
+       "is_causal:i kv_num_heads:i q_num_heads:i qk_matmul_output_mode:i scale:f softcap:f "
+       "softmax_precision:i",
+       kPure, AttentionShape},
       {"LRN", 1, "1:1:1 13:1:1", "alpha:f beta:f bias:f size:i", kPure, SameAsInput},
       {ops::kLayerNormalization, 7, "17:3:3", "axis:i epsilon:f stash_type:i", kPure, LayerNorm},
       {"NegativeLogLikelihoodLoss", 7, "12:3:3 13:3:3 22:3:3", "ignore_index:i reduction:s", kPure,

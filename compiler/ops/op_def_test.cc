@@ -379,6 +379,11 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
       {"com.microsoft::MatMulIntegerToFloat", {{u8, u8, f, f}, 1, {}}},
       {"com.microsoft::DynamicQuantizeMatMul", {{f, u8, f}, 1, {}}},
       {"SimplifiedLayerNormalization", {{f, f}, 2, {}}},
+      {"com.microsoft::GroupQueryAttention",
+       {{f, f, f, f, f, i32, i32}, 3, {{"num_heads", two}, {"kv_num_heads", two}}}},
+      {"com.microsoft::MultiHeadAttention", {{f, f, f}, 3, {{"num_heads", two}}}},
+      {"com.microsoft::Attention", {{f, f, f}, 2, {{"num_heads", two}}}},
+      {"com.microsoft::EmbedLayerNormalization", {{i32, i32, f, f, f, f, f}, 3, {}}},
   };
   std::vector<std::string> failures;
   int checked = 0;

@@ -18,6 +18,26 @@
 //   naming the node.
 // attention_transpose: Transpose(dynvm::Attention(...)) (the Attention read only there)
 //             -> dynvm::Attention with the permutation folded into out_perm.
+// onnx_attention: Attention(Q, K, V[, attn_mask]) of opset 23 (its reference kernel:
+//             kernels/reference/msft_attention.cc) -> dynvm::Attention with K read transposed
+//             (k_perm), the scale (the attribute, else 1/sqrt(head size)), a bool mask as
+//             Where(mask, S, lowest float) (mask_mode 3) and a float one added (1). 4-D inputs as
+//             they are; 3-D ones [B, S, heads x head size] through Reshapes to [B, S, heads, head
+//             size], read with the heads transposed out by the operands' and the result's
+//             strides. is_causal without attn_mask as a causal bool mask (Trilu of ones shaped
+//             [Sq, Skv] at run time; key j visible to query i when j <= i, as ONNX Runtime
+//             without a past). 4-D grouped heads (G query heads per key/value head, constant
+//             counts): Q reshaped to [B, kv heads, G x Sq, H], a mask that does not vary over
+//             the heads tiled G times along its rows, the result reshaped back. Only the plain
+//             form: no past, no present or qk outputs, softcap 0, is_causal only without
+//             attn_mask, f32, the head sizes known, a mask that fits the scores (MaskFits);
+//             3-D inputs with as many query heads as key/value heads.
+// msft_multi_head_attention: com.microsoft MultiHeadAttention(query, key, value[, bias]) with
+//             3-D operands, the bias absent or a constant (added to Q, K and V by its parts), no
+//             key_padding_mask, attention_bias or past, one output, unidirectional 0 -> the
+//             same 3-D form of dynvm::Attention (Reshapes and strides).
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -183,6 +203,226 @@ Value* FoldOutputTranspose(Emitter& e, const Match& m) {
   return e.Op("Attention", att.inputs, std::move(attrs), "dynvm");
 }
 
+// The plain form of ONNX's Attention that dynvm::Attention computes (see onnx_attention above).
+bool PlainOnnxAttention(const Node& n, const Match&) {
+  if (n.inputs.size() < 3 || n.outputs.empty()) return false;
+  for (size_t i = 4; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] != nullptr) return false;  // past_key, past_value
+  }
+  for (size_t i = 1; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] != nullptr) return false;  // present_key, present_value, qk
+  }
+  const AttrValue* softcap = n.attr("softcap");
+  if (softcap != nullptr && softcap->f != 0.0f) return false;
+  // is_causal only without attn_mask: the causal mask is then made here.
+  const AttrValue* causal = n.attr("is_causal");
+  const bool has_mask = n.inputs.size() > 3 && n.inputs[3] != nullptr;
+  return causal == nullptr || causal->i == 0 || !has_mask;
+}
+
+// The causal mask [Sq, T] of bool (key j visible to query i when j <= i): Trilu of ones shaped
+// by the sequence axes of q and k (`axis`), computed at run time.
+Value* CausalMask(Emitter& e, Value* q, Value* k, int64_t axis) {
+  Attrs seq = {{"start", Int(axis)}, {"end", Int(axis + 1)}};
+  Value* dims =
+      e.Op("Concat", {e.Op("Shape", {q}, seq), e.Op("Shape", {k}, seq)}, {{"axis", Int(0)}});
+  AttrValue one;
+  one.type = AttrValue::Type::kTensor;
+  one.tensor = *Tensor::FromVector<uint8_t>(DType::kBool, {1}, {1});
+  return e.Op("Trilu", {e.Op("ConstantOfShape", {dims}, {{"value", one}})}, {{"upper", Int(0)}});
+}
+
+std::optional<int64_t> IntAttr(const Node& n, const char* name) {
+  const AttrValue* a = n.attr(name);
+  if (a == nullptr || a->type != AttrValue::Type::kInt) return std::nullopt;
+  return a->i;
+}
+
+// Reshape(x, [0, 0, heads, size]): [B, S, heads x size] -> [B, S, heads, size].
+Value* SplitHeads(Emitter& e, Value* x, int64_t heads, int64_t size) {
+  Value* shape = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, 0, heads, size}));
+  return e.Op("Reshape", {x, shape});
+}
+
+Value* FuseOnnxAttention(Emitter& e, const Match& m) {
+  const Node& n = e.root();
+  Value *q = m["q"], *k = m["k"], *v = m["v"];
+  const int r = q->rank();
+  if ((r != 3 && r != 4) || k->rank() != r || v->rank() != r) return nullptr;
+  for (const Value* x : {q, k, v}) {
+    if (x->dtype != DType::kF32) return nullptr;
+  }
+  int64_t heads = 0, head = 0, v_head = 0, group = 1;
+  if (r == 4) {
+    std::optional<int64_t> h = SymbolicContext::AsConst((*q->shape)[3]);
+    if (!h || (*k->shape)[1] != (*v->shape)[1]) return nullptr;
+    // As many query heads as key/value heads (one expression: a constant, or one symbol), or
+    // constant counts, the query heads a multiple (grouped: below).
+    if ((*q->shape)[1] != (*k->shape)[1]) {
+      std::optional<int64_t> qn = SymbolicContext::AsConst((*q->shape)[1]);
+      std::optional<int64_t> kn = SymbolicContext::AsConst((*k->shape)[1]);
+      if (!qn || !kn || *kn <= 0 || *qn % *kn != 0) return nullptr;
+      group = *qn / *kn;
+      heads = *kn;
+    }
+    head = *h;
+  } else {
+    std::optional<int64_t> qn = IntAttr(n, "q_num_heads"), kn = IntAttr(n, "kv_num_heads");
+    std::optional<int64_t> qh = SymbolicContext::AsConst((*q->shape)[2]);
+    std::optional<int64_t> vh = SymbolicContext::AsConst((*v->shape)[2]);
+    std::optional<int64_t> kh = SymbolicContext::AsConst((*k->shape)[2]);
+    if (!qn || !kn || *qn != *kn || *qn <= 0 || !qh || !vh || !kh || *qh != *kh || *qh % *qn != 0 ||
+        *vh % *qn != 0) {
+      return nullptr;
+    }
+    heads = *qn;
+    head = *qh / heads;
+    v_head = *vh / heads;
+  }
+  if (head <= 0) return nullptr;
+  const AttrValue* sa = n.attr("scale");
+  const double scale = sa != nullptr && sa->f != 0.0f ? sa->f : 1.0 / std::sqrt(double(head));
+  // The scores [B, heads, Sq, T] (T the key length: no past here).
+  std::vector<Dim> scores;
+  if (r == 4) {
+    scores = {(*q->shape)[0], (*q->shape)[1], (*q->shape)[2], (*k->shape)[2]};
+  } else {
+    scores = {(*q->shape)[0], e.module().sym().Const(heads), (*q->shape)[1], (*k->shape)[1]};
+  }
+  int64_t mode = 0;
+  Value* mask = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  if (mask != nullptr) {
+    if (mask->dtype != DType::kBool && mask->dtype != DType::kF32) return nullptr;
+    if (!MaskFits(*mask, scores)) return nullptr;
+    mode = mask->dtype == DType::kBool ? 3 : 1;
+  }
+  // Grouped heads: a mask that does not vary over the heads.
+  if (group > 1 && mask != nullptr && mask->rank() >= 3) {
+    std::optional<int64_t> mh = SymbolicContext::AsConst((*mask->shape)[mask->rank() - 3]);
+    if (!mh || *mh != 1) return nullptr;
+  }
+  const AttrValue* causal = n.attr("is_causal");
+  const bool is_causal = causal != nullptr && causal->i != 0;
+  Attrs attrs;
+  attrs["scale"] = Float(scale);
+  // ONNX Runtime masks with the lowest float, not -inf: a row with every key masked is uniform.
+  // The causal mask alone never masks every key (key 0 is always visible): -inf, which lets the
+  // fused kernel skip the masked keys.
+  if (is_causal) {
+    mask = CausalMask(e, q, k, r == 4 ? 2 : 1);
+    mode = 3;
+    attrs["fill"] = Float(-std::numeric_limits<double>::infinity());
+  } else if (mode == 3) {
+    attrs["fill"] = Float(std::numeric_limits<float>::lowest());
+  }
+  attrs["mask_mode"] = Int(mode);
+  std::vector<Value*> inputs;
+  if (r == 4 && group > 1) {
+    // Query heads h = kv x group + g: Q as [B, kv heads, group x Sq, H] (a contiguous Reshape,
+    // row g Sq + s), the mask's rows tiled group times to match, the result reshaped back.
+    attrs["k_perm"] = Ints({0, 1, 3, 2});
+    Value* shape = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, heads, -1, 0}));
+    inputs = {e.Op("Reshape", {q, shape}), k, v};
+    // The causal mask [Sq, T] is made here (its type is inferred after the sweep): tiled.
+    std::optional<int64_t> rows;
+    if (!is_causal && mask != nullptr && mask->rank() >= 2) {
+      rows = SymbolicContext::AsConst((*mask->shape)[mask->rank() - 2]);
+    }
+    const int64_t mr = is_causal ? 2 : mask != nullptr ? mask->rank() : 0;
+    if (mr >= 2 && (!rows || *rows != 1)) {
+      std::vector<int64_t> reps(mr, 1);
+      reps[mr - 2] = group;
+      mask =
+          e.Op("Tile", {mask, e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {mr}, reps))});
+    }
+  } else if (r == 4) {
+    attrs["k_perm"] = Ints({0, 1, 3, 2});
+    inputs = {q, k, v};
+  } else {
+    attrs["q_perm"] = Ints({0, 2, 1, 3});
+    attrs["k_perm"] = Ints({0, 2, 3, 1});
+    attrs["v_perm"] = Ints({0, 2, 1, 3});
+    attrs["out_perm"] = Ints({0, 2, 1, 3});
+    inputs = {SplitHeads(e, q, heads, head), SplitHeads(e, k, heads, head),
+              SplitHeads(e, v, heads, v_head)};
+  }
+  if (mask != nullptr) inputs.push_back(mask);
+  Value* y = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  if (r == 4 && group > 1) {
+    Value* shape =
+        e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {4}, {0, heads * group, -1, 0}));
+    return e.Op("Reshape", {y, shape});
+  }
+  if (r == 4) return y;
+  Value* merged =
+      e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {3}, {0, 0, heads * v_head}));
+  return e.Op("Reshape", {y, merged});
+}
+
+// The plain form of com.microsoft's MultiHeadAttention: query, key, value (3-D), a bias that is
+// absent or a constant, no mask, attention_bias or past, one output, not unidirectional.
+bool PlainMultiHeadAttention(const Node& n, const Match&) {
+  if (n.inputs.size() < 3 || n.outputs.empty()) return false;
+  for (size_t i = 0; i < 3; ++i) {
+    if (n.inputs[i] == nullptr || n.inputs[i]->rank() != 3) return false;
+  }
+  if (n.inputs.size() > 3 && n.inputs[3] != nullptr && !n.inputs[3]->constant) return false;
+  for (size_t i = 4; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] != nullptr) return false;
+  }
+  for (size_t i = 1; i < n.outputs.size(); ++i) {
+    if (n.outputs[i] != nullptr) return false;
+  }
+  std::optional<int64_t> uni = IntAttr(n, "unidirectional");
+  return !uni || *uni == 0;
+}
+
+// x + bias[from, from + count) (a constant), or x without a bias.
+Value* AddBiasPart(Emitter& e, Value* x, const Value* bias, int64_t from, int64_t count) {
+  if (bias == nullptr) return x;
+  const Tensor& t = *bias->constant;
+  std::vector<float> part(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) part[i] = t.data<float>()[t.ElementOffset(from + i)];
+  return e.Op("Add", {x, e.Constant(*Tensor::FromVector<float>(DType::kF32, {count}, part))});
+}
+
+Value* FuseMultiHeadAttention(Emitter& e, const Match& m) {
+  const Node& n = e.root();
+  Value *q = m["q"], *k = m["k"], *v = m["v"];
+  const Value* bias = n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  for (const Value* x : {q, k, v}) {
+    if (x->dtype != DType::kF32) return nullptr;
+  }
+  std::optional<int64_t> heads = IntAttr(n, "num_heads");
+  std::optional<int64_t> qh = SymbolicContext::AsConst((*q->shape)[2]);
+  std::optional<int64_t> kh = SymbolicContext::AsConst((*k->shape)[2]);
+  std::optional<int64_t> vh = SymbolicContext::AsConst((*v->shape)[2]);
+  if (!heads || *heads <= 0 || !qh || !kh || !vh || *qh != *kh || *qh % *heads != 0 ||
+      *vh % *heads != 0) {
+    return nullptr;
+  }
+  if (bias != nullptr && (bias->dtype != DType::kF32 || bias->constant->numel() != 2 * *qh + *vh)) {
+    return nullptr;
+  }
+  const int64_t head = *qh / *heads, v_head = *vh / *heads;
+  const AttrValue* sa = n.attr("scale");
+  Attrs attrs;
+  attrs["scale"] =
+      Float(sa != nullptr && sa->f != 0.0f ? sa->f : 1.0 / std::sqrt(static_cast<double>(head)));
+  attrs["mask_mode"] = Int(0);
+  attrs["q_perm"] = Ints({0, 2, 1, 3});
+  attrs["k_perm"] = Ints({0, 2, 3, 1});
+  attrs["v_perm"] = Ints({0, 2, 1, 3});
+  attrs["out_perm"] = Ints({0, 2, 1, 3});
+  std::vector<Value*> inputs = {
+      SplitHeads(e, AddBiasPart(e, q, bias, 0, *qh), *heads, head),
+      SplitHeads(e, AddBiasPart(e, k, bias, *qh, *qh), *heads, head),
+      SplitHeads(e, AddBiasPart(e, v, bias, 2 * *qh, *vh), *heads, v_head)};
+  Value* y = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  Value* merged = e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {3}, {0, 0, *vh}));
+  return e.Op("Reshape", {y, merged});
+}
+
 }  // namespace
 
 std::vector<Rule> AttentionRules() {
@@ -202,6 +442,18 @@ std::vector<Rule> AttentionRules() {
               .OneUse()
               .As("att");
   rules.push_back(Rule{"attention_transpose", P::Op("Transpose", {att}), &FoldOutputTranspose});
+  P onnx3 = P::Op("Attention", {P::Any("q"), P::Any("k"), P::Any("v")}).NodeIs(&PlainOnnxAttention);
+  P onnx4 = P::Op("Attention", {P::Any("q"), P::Any("k"), P::Any("v"), P::Any("mask")})
+                .NodeIs(&PlainOnnxAttention);
+  P onnx = P::OneOf({onnx3, onnx4});
+  rules.push_back(Rule{"onnx_attention", onnx, &FuseOnnxAttention});
+  P mha3 = P::Op("com.microsoft::MultiHeadAttention", {P::Any("q"), P::Any("k"), P::Any("v")})
+               .NodeIs(&PlainMultiHeadAttention);
+  P mha4 = P::Op("com.microsoft::MultiHeadAttention",
+                 {P::Any("q"), P::Any("k"), P::Any("v"), P::Any("bias")})
+               .NodeIs(&PlainMultiHeadAttention);
+  rules.push_back(
+      Rule{"msft_multi_head_attention", P::OneOf({mha3, mha4}), &FuseMultiHeadAttention});
   return rules;
 }
 

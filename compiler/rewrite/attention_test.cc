@@ -2,6 +2,7 @@
 // unoptimized program, the near misses left alone, and the run-time mask check.
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/rewrite/rewrite_testing.h"
 #include "gtest/gtest.h"
 #include "vm/executable.h"
@@ -179,6 +180,155 @@ TEST(AttentionTest, MaskOfAnotherShapeFailsAtRunTimeNamingTheNode) {
   EXPECT_NE(bad.message().find("Attention: the mask f32[2,3,5]"), std::string::npos) << bad;
   EXPECT_TRUE(run(3, 1).ok());  // a broadcast row: fine
   EXPECT_TRUE(run(3, 3).ok());
+}
+
+// onnx_attention: ONNX's Attention 23 (run unfused by its reference kernel) as dynvm::Attention,
+// 4-D and 3-D, without a mask, with a bool and with a float one; the forms it leaves alone.
+struct OnnxAttentionForm {
+  int rank = 4;
+  int mask = 0;  // 0 none, 1 bool [Sq, T], 2 float [B, 1, Sq, T]
+  bool causal = false;
+  bool past = false;
+  int64_t kv_heads = 2;
+};
+
+Outcome RunOnnxAttention(const OnnxAttentionForm& f) {
+  const int64_t B = 2, N = 2, Sq = 3, T = 5, H = 4, Hv = 6, P = 2;
+  const int64_t kvn = f.kv_heads;
+  std::vector<int64_t> qd = {B, N, Sq, H}, kd = {B, kvn, T, H}, vd = {B, kvn, T, Hv};
+  if (f.rank == 3) {
+    qd = {B, Sq, N * H};
+    kd = {B, T, kvn * H};
+    vd = {B, T, kvn * Hv};
+  }
+  auto dims = [](const std::vector<int64_t>& d) {
+    return std::vector<DimSpec>(d.begin(), d.end());
+  };
+  std::vector<std::pair<std::string, Tensor>> in = {
+      {"q", RandomF32(qd, 1)}, {"k", RandomF32(kd, 2)}, {"v", RandomF32(vd, 3)}};
+  std::vector<uint8_t> keep(Sq * T);
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = i % T == 0 || (i * 7) % 3 != 0;
+  if (f.mask == 1) in.push_back({"m", *Tensor::FromVector<uint8_t>(DType::kBool, {Sq, T}, keep)});
+  if (f.mask == 2) in.push_back({"m", RandomF32({B, 1, Sq, T}, 4, -2, 2)});
+  if (f.past) {
+    in.push_back({"pk", RandomF32({B, kvn, P, H}, 5)});
+    in.push_back({"pv", RandomF32({B, kvn, P, Hv}, 6)});
+  }
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        std::vector<Value*> ins = {b.Input("q", DType::kF32, dims(qd)),
+                                   b.Input("k", DType::kF32, dims(kd)),
+                                   b.Input("v", DType::kF32, dims(vd))};
+        if (f.mask == 1) ins.push_back(b.Input("m", DType::kBool, {Sq, T}));
+        if (f.mask == 2) ins.push_back(b.Input("m", DType::kF32, {B, 1, Sq, T}));
+        if (f.past) {
+          if (f.mask == 0) ins.push_back(nullptr);
+          ins.push_back(b.Input("pk", DType::kF32, {B, kvn, P, H}));
+          ins.push_back(b.Input("pv", DType::kF32, {B, kvn, P, Hv}));
+        }
+        Attrs attrs = {{"scale", AttrFloat(0.4f)}};
+        if (f.rank == 3) {
+          attrs["q_num_heads"] = AttrInt(N);
+          attrs["kv_num_heads"] = AttrInt(kvn);
+        }
+        if (f.causal) attrs["is_causal"] = AttrInt(1);
+        // A past needs the present outputs.
+        std::vector<Value*> outs = b.Ops("Attention", ins, attrs, f.past ? 3 : 1);
+        b.Output("y", outs[0]);
+        if (f.past) {
+          b.Output("present_key", outs[1]);
+          b.Output("present_value", outs[2]);
+        }
+      },
+      in, {}, 1e-5);
+}
+
+TEST(AttentionTest, OnnxAttentionBecomesDynvmAttention) {
+  for (int rank : {4, 3}) {
+    for (int mask : {0, 1, 2}) {
+      SCOPED_TRACE(absl::StrCat("rank ", rank, " mask ", mask));
+      OnnxAttentionForm f;
+      f.rank = rank;
+      f.mask = mask;
+      Outcome o = RunOnnxAttention(f);
+      EXPECT_EQ(o.fired["onnx_attention"], 1);
+      EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+      EXPECT_FALSE(o.HasKernel("Attention"));
+    }
+  }
+}
+
+// 4-D grouped heads (2 query heads per key/value head): Q reshaped to [B, 1, 2 Sq, H], the mask's
+// rows tiled.
+TEST(AttentionTest, OnnxAttentionGroupedHeadsBecomeDynvmAttention) {
+  for (int form = 0; form < 4; ++form) {
+    SCOPED_TRACE(form);
+    OnnxAttentionForm f;
+    f.kv_heads = 1;
+    f.mask = form < 3 ? form : 0;
+    f.causal = form == 3;
+    Outcome o = RunOnnxAttention(f);
+    EXPECT_EQ(o.fired["onnx_attention"], 1);
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+    EXPECT_FALSE(o.HasKernel("Attention"));
+  }
+}
+
+TEST(AttentionTest, OnnxAttentionCausalBecomesACausalMask) {
+  for (int rank : {4, 3}) {
+    SCOPED_TRACE(rank);
+    OnnxAttentionForm f;
+    f.rank = rank;
+    f.causal = true;
+    Outcome o = RunOnnxAttention(f);
+    EXPECT_EQ(o.fired["onnx_attention"], 1);
+    EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+    EXPECT_TRUE(o.HasKernel("Trilu"));
+    EXPECT_FALSE(o.HasKernel("Attention"));
+  }
+}
+
+TEST(AttentionTest, OnnxAttentionNearMissesKeepTheirKernel) {
+  OnnxAttentionForm causal;  // is_causal with attn_mask
+  causal.causal = true;
+  causal.mask = 1;
+  OnnxAttentionForm past;
+  past.past = true;
+  OnnxAttentionForm grouped;  // 3-D grouped heads
+  grouped.rank = 3;
+  grouped.kv_heads = 1;
+  for (const OnnxAttentionForm& f : {causal, past, grouped}) {
+    Outcome o = RunOnnxAttention(f);
+    EXPECT_EQ(o.fired["onnx_attention"], 0);
+    EXPECT_TRUE(o.HasKernel("Attention"));
+  }
+}
+
+// msft_multi_head_attention: com.microsoft MultiHeadAttention with a constant bias as
+// dynvm::Attention (the bias added by parts); with a key_padding_mask it keeps its kernel.
+TEST(AttentionTest, MultiHeadAttentionBecomesDynvmAttention) {
+  for (bool mask : {false, true}) {
+    SCOPED_TRACE(mask);
+    const int64_t B = 2, S = 3, L = 4, N = 2, H = 4, Hv = 3;
+    std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32({B, S, N * H}, 1)},
+                                                      {"k", RandomF32({B, L, N * H}, 2)},
+                                                      {"v", RandomF32({B, L, N * Hv}, 3)}};
+    if (mask) in.push_back({"m", *Tensor::FromVector<int32_t>(DType::kI32, {B}, {2, 4})});
+    Outcome o = CompareWithUnoptimized(
+        [&](GraphBuilder& b) {
+          std::vector<Value*> ins = {b.Input("q", DType::kF32, {B, S, N * H}),
+                                     b.Input("k", DType::kF32, {B, L, N * H}),
+                                     b.Input("v", DType::kF32, {B, L, N * Hv}),
+                                     b.Constant(RandomF32({N * (2 * H + Hv)}, 4))};
+          if (mask) ins.push_back(b.Input("m", DType::kI32, {B}));
+          b.Output("y",
+                   b.Op("MultiHeadAttention", ins, {{"num_heads", AttrInt(N)}}, "com.microsoft"));
+        },
+        in, {}, 1e-5);
+    EXPECT_EQ(o.fired["msft_multi_head_attention"], mask ? 0 : 1);
+    EXPECT_EQ(o.HasKernel("dynvm::Attention"), !mask);
+    EXPECT_EQ(o.HasKernel("com.microsoft::MultiHeadAttention"), mask);
+  }
 }
 
 }  // namespace

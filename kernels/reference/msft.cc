@@ -15,6 +15,7 @@
 //   first; zp packed the same way per row (ceil(k_blocks * bits / 8) bytes) or f32, 2^(bits-1)
 //   when absent; Y = A W^T + bias.
 //   RotaryEmbedding(X, position_ids, cos_cache, sin_cache): RoPE of each head (below).
+//   EmbedLayerNormalization: LayerNorm of word + position + segment embeddings (below).
 //   MatMulIntegerToFloat, DynamicQuantizeMatMul: an integer product scaled to f32 (below).
 #include <algorithm>
 #include <cmath>
@@ -248,6 +249,122 @@ class SkipLayerNormKernel final : public Kernel {
  private:
   std::string op_;
   bool simplified_;
+  float epsilon_;
+};
+
+// EmbedLayerNormalization(input_ids, segment_ids?, word_embedding, position_embedding,
+// segment_embedding?, gamma, beta, mask?, position_ids?) -> output, mask_index?, embedding_sum?:
+// sum = word[id] + position[pos] + segment[seg] (pos: position_ids [B, S] or [1, S], else the
+// token's index in its sequence), output = LayerNorm(sum) gamma + beta over the hidden axis;
+// mask_index[b] = the count of 1s in mask[b] (0 without a mask). Ids i32; an id outside its
+// table is an error.
+class EmbedLayerNormKernel final : public Kernel {
+ public:
+  explicit EmbedLayerNormKernel(float epsilon) : epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    constexpr char kOp[] = "EmbedLayerNormalization";
+    for (size_t i : {0, 2, 3, 5, 6}) {
+      if (!Present(in, i)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOp, ": input_ids, word_embedding, position_embedding, gamma and beta are required"));
+      }
+    }
+    if (Present(in, 1) != Present(in, 4)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOp, ": segment_ids and segment_embedding must both be present or both absent"));
+    }
+    const Tensor& ids = *in[0];
+    const Tensor& word = *in[2];
+    if (ids.rank() != 2 || ids.dtype() != DType::kI32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": input_ids must be i32 [batch, sequence], got ", ids.DebugString()));
+    }
+    const int64_t b = ids.dim(0), s = ids.dim(1);
+    if (word.rank() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": word_embedding must be 2-D, got ", word.DebugString()));
+    }
+    const int64_t h = word.dim(1);
+    const Tensor* tables[] = {&word, in[3], Present(in, 4) ? in[4] : nullptr};
+    for (const Tensor* t : tables) {
+      if (t == nullptr) continue;
+      DYNVM_RETURN_IF_ERROR(NeedF32(*t, kOp, "an embedding table"));
+      if (t->rank() != 2 || t->dim(1) != h) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOp, ": the embedding tables must be [rows, ", h, "], got ", t->DebugString()));
+      }
+    }
+    DYNVM_ASSIGN_OR_RETURN(std::vector<float> gamma, Param(in, 5, h, kOp, "gamma"));
+    DYNVM_ASSIGN_OR_RETURN(std::vector<float> beta, Param(in, 6, h, kOp, "beta"));
+    DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> wid, IdsOf(in, 0, b * s, kOp, "input_ids"));
+    std::vector<int64_t> sid(static_cast<size_t>(b * s), 0), pid(static_cast<size_t>(b * s));
+    if (Present(in, 1)) {
+      DYNVM_ASSIGN_OR_RETURN(sid, IdsOf(in, 1, b * s, kOp, "segment_ids"));
+    }
+    for (int64_t i = 0; i < b * s; ++i) pid[i] = i % s;
+    if (Present(in, 8)) {
+      const bool broadcast = in[8]->rank() == 2 && in[8]->dim(0) == 1;
+      DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> p,
+                             IdsOf(in, 8, broadcast ? s : b * s, kOp, "position_ids"));
+      for (int64_t i = 0; i < b * s; ++i) pid[i] = p[broadcast ? i % s : i];
+    }
+    const std::vector<float> wv = Floats(word), pv = Floats(*in[3]);
+    const std::vector<float> sv = Present(in, 4) ? Floats(*in[4]) : std::vector<float>();
+    std::vector<double> sum(static_cast<size_t>(b * s * h));
+    for (int64_t i = 0; i < b * s; ++i) {
+      if (wid[i] < 0 || wid[i] >= word.dim(0) || pid[i] < 0 || pid[i] >= in[3]->dim(0) ||
+          (Present(in, 4) && (sid[i] < 0 || sid[i] >= in[4]->dim(0)))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kOp, ": token ", i, " has an id outside its embedding table (word ",
+                         wid[i], ", position ", pid[i], ", segment ", sid[i], ")"));
+      }
+      for (int64_t e = 0; e < h; ++e) {
+        double v = static_cast<double>(wv[wid[i] * h + e]) + pv[pid[i] * h + e];
+        if (!sv.empty()) v += sv[sid[i] * h + e];
+        sum[i * h + e] = v;
+      }
+    }
+    const Dims od = {b, s, h};
+    if (out.size() > 2 && out[2] != nullptr) {
+      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[2], DType::kF32, od, kOp));
+      float* p = out[2]->data<float>();
+      for (size_t i = 0; i < sum.size(); ++i) p[i] = static_cast<float>(sum[i]);
+    }
+    NormalizeRows(sum, b * s, h, /*simplified=*/false, epsilon_, gamma, beta, nullptr);
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, od, kOp));
+    float* y = out[0]->data<float>();
+    for (size_t i = 0; i < sum.size(); ++i) y[i] = static_cast<float>(sum[i]);
+    if (out.size() > 1 && out[1] != nullptr) {
+      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[1], DType::kI32, {b}, kOp));
+      std::vector<int64_t> mask(static_cast<size_t>(b * s), 0);
+      if (Present(in, 7)) {
+        DYNVM_ASSIGN_OR_RETURN(mask, IdsOf(in, 7, b * s, kOp, "mask"));
+      }
+      int32_t* mi = out[1]->data<int32_t>();
+      for (int64_t r = 0; r < b; ++r) {
+        mi[r] = static_cast<int32_t>(
+            std::count(mask.begin() + r * s, mask.begin() + (r + 1) * s, int64_t{1}));
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "embed_layer_norm.f32.ref"; }
+
+ private:
+  // The `count` i32 values of input i.
+  static absl::StatusOr<std::vector<int64_t>> IdsOf(Inputs in, size_t i, int64_t count,
+                                                    absl::string_view op, absl::string_view what) {
+    const Tensor& t = *in[i];
+    if (t.dtype() != DType::kI32 || t.numel() != count) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be i32 of ", count,
+                                                     " values, got ", t.DebugString()));
+    }
+    std::vector<int64_t> v(static_cast<size_t>(count));
+    for (int64_t k = 0; k < count; ++k) v[k] = t.data<int32_t>()[t.ElementOffset(k)];
+    return v;
+  }
+
   float epsilon_;
 };
 
@@ -670,6 +787,11 @@ void RegisterMsftKernels(KernelRegistry& r) {
         DYNVM_ASSIGN_OR_RETURN(int64_t axis, s.GetInt("axis", -1));
         DYNVM_ASSIGN_OR_RETURN(float epsilon, s.GetFloat("epsilon", 1e-5f));
         return std::make_unique<SimplifiedLayerNormKernel>(axis, epsilon);
+      });
+  add(kMsft, "EmbedLayerNormalization",
+      [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_ASSIGN_OR_RETURN(float epsilon, s.GetFloat("epsilon", 1e-12f));
+        return std::make_unique<EmbedLayerNormKernel>(epsilon);
       });
   add(kMsft, "FusedMatMul", [](const KernelSpec& s) -> absl::StatusOr<std::unique_ptr<Kernel>> {
     if (!InputIsF32(s, 0)) return absl::UnimplementedError("FusedMatMul: A must be f32");

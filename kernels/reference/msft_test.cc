@@ -205,5 +205,43 @@ TEST(MsftKernelTest, MatMulIntegerToFloatAndDynamicQuantizeMatMul) {
   EXPECT_NEAR(ToDoubles((*d)[0])[0], 5.1, 1e-5);
 }
 
+// Two tokens: word[1] + position[0] = (0, 1) normalizes to (-1, 1); word[0] + position[1] =
+// (3, 3) to (0, 0); then gamma and beta. mask (1, 0) counts one token.
+TEST(MsftKernelTest, EmbedLayerNormalizationSumsNormalizesAndCountsTheMask) {
+  absl::StatusOr<std::vector<Tensor>> r = KernelCall("EmbedLayerNormalization", kMs)
+                                              .In(testing::I32({1, 2}, {1, 0}))
+                                              .Absent()
+                                              .In(F32({2, 2}, {1, 3, 0, 0}))
+                                              .In(F32({2, 2}, {0, 1, 2, 0}))
+                                              .Absent()
+                                              .In(F32({2}, {2, 1}))
+                                              .In(F32({2}, {0.5f, -0.5f}))
+                                              .In(testing::I32({1, 2}, {1, 0}))
+                                              .Out(DType::kF32)
+                                              .Out(DType::kI32)
+                                              .Out(DType::kF32)
+                                              .Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<double> y = ToDoubles((*r)[0]), sum = ToDoubles((*r)[2]);
+  const std::vector<double> want_y = {-1.5, 0.5, 0.5, -0.5}, want_sum = {0, 1, 3, 3};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(y[i], want_y[i], 1e-5);
+    EXPECT_EQ(sum[i], want_sum[i]);
+  }
+  EXPECT_EQ(ToDoubles((*r)[1]), std::vector<double>{1});
+  // An id outside the word table.
+  EXPECT_FALSE(KernelCall("EmbedLayerNormalization", kMs)
+                   .In(testing::I32({1, 2}, {2, 0}))
+                   .Absent()
+                   .In(F32({2, 2}, {1, 3, 0, 0}))
+                   .In(F32({2, 2}, {0, 1, 2, 0}))
+                   .Absent()
+                   .In(F32({2}, {2, 1}))
+                   .In(F32({2}, {0.5f, -0.5f}))
+                   .Out(DType::kF32)
+                   .Run()
+                   .ok());
+}
+
 }  // namespace
 }  // namespace dynvm

@@ -24,7 +24,8 @@ void RegisterStringKernels(KernelRegistry& r);  // strings.cc: string tensors, T
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterQuantKernels(KernelRegistry& r);   // quant.cc: MatMulInteger, QLinearMatMul
 void RegisterDynvmKernels(KernelRegistry& r);
-void RegisterMsftKernels(KernelRegistry& r);      // msft.cc: com.microsoft (ONNX Runtime contrib)
+void RegisterMsftKernels(KernelRegistry& r);  // msft.cc: com.microsoft (ONNX Runtime contrib)
+void RegisterMsftAttentionKernels(KernelRegistry& r);  // msft_attention.cc: its attention ops
 void RegisterVisionKernels(KernelRegistry& r);    // vision.cc: GridSample, RoiAlign, MaxUnpool, MVN
 void RegisterSignalKernels(KernelRegistry& r);    // signal.cc: DFT, STFT, MelWeightMatrix
 void RegisterRandomKernels(KernelRegistry& r);    // random.cc: Bernoulli, Random*

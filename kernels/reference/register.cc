@@ -18,6 +18,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterStringKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterMsftKernels(registry);
+  reference::RegisterMsftAttentionKernels(registry);
   reference::RegisterAttentionKernel(registry);
   reference::RegisterLinearKernel(registry);
   reference::RegisterFusedConvKernels(registry);

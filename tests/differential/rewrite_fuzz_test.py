@@ -61,8 +61,9 @@ class Case:
     def model(self):
         g = h.make_graph(self.nodes, "rewrite", self.inputs, self.outputs,
                          initializer=self.inits)
-        m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset)])
-        m.ir_version = 8
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset),
+                                           h.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8 if self.opset < 21 else 10
         return m
 
 
@@ -335,6 +336,94 @@ def attention_transpose(rng, match):
     return case
 
 
+def onnx_attention(rng, match):
+    """ONNX's Attention 23, 3-D or 4-D, no mask, a bool or a float one, or is_causal without
+    one, 4-D grouped heads; near misses: is_causal with a mask, softcap, 3-D grouped heads, a
+    past (with its present outputs)."""
+    b, n, sq, sk, d, dv = (int(rng.integers(1, 3)), 2, int(rng.integers(1, 5)),
+                           int(rng.integers(1, 5)), int(rng.integers(2, 6)),
+                           int(rng.integers(2, 6)))
+    rank = int(rng.choice([3, 4]))
+    miss = None if match else str(rng.choice(["is_causal", "softcap", "grouped", "past"]))
+    if miss == "grouped":
+        rank = 3  # 3-D grouped heads stay on the reference kernel; 4-D ones fuse
+    kvn = 1 if miss == "grouped" or (match and rank == 4 and rng.random() < 0.5) else n
+    if rank == 4:
+        shapes = {"q": [b, n, sq, d], "k": [b, kvn, sk, d], "v": [b, kvn, sk, dv]}
+    else:
+        shapes = {"q": [b, sq, n * d], "k": [b, sk, kvn * d], "v": [b, sk, kvn * dv]}
+    feeds = {k: rnd(rng, *shp) for k, shp in shapes.items()}
+    mask = int(rng.integers(0, 3))
+    if miss == "is_causal":
+        mask = int(rng.integers(1, 3))  # is_causal fuses only without a mask
+    causal = match and mask == 0 and rng.random() < 0.5
+    ins = ["q", "k", "v"]
+    if mask == 1:
+        m = rng.random((sq, sk)) < 0.7
+        m[:, 0] = True
+        feeds["m"] = m
+    elif mask == 2:
+        feeds["m"] = rnd(rng, b, 1, sq, sk)
+    if mask:
+        ins.append("m")
+    attrs = {"scale": float(rng.uniform(0.2, 1.0))}
+    if rank == 3:
+        attrs.update(q_num_heads=n, kv_num_heads=kvn)
+    outs = ["y"]
+    if miss == "is_causal" or causal:
+        attrs["is_causal"] = 1
+    if miss == "softcap":
+        attrs["softcap"] = 2.0
+    if miss == "past":
+        feeds["pk"] = rnd(rng, b, kvn, 2, d)
+        feeds["pv"] = rnd(rng, b, kvn, 2, dv)
+        if mask:  # the mask covers the past keys too
+            feeds["m"] = (np.concatenate([np.ones((sq, 2), bool), feeds["m"]], 1) if mask == 1
+                          else rnd(rng, b, 1, sq, sk + 2))
+        else:
+            ins.append("")
+        ins += ["pk", "pv"]
+        outs += ["present_key", "present_value"]
+    node = h.make_node("Attention", ins, outs, **attrs)
+    types = {k: (T.BOOL if v.dtype == np.bool_ else F) for k, v in feeds.items()}
+    inputs = [vi(k, list(v.shape), types[k]) for k, v in feeds.items()]
+    return Case([node], inputs, [vi(o, None) for o in outs], 23, feeds, match,
+                f"Attention {rank}-D, mask {['none', 'bool', 'float'][mask]}" +
+                (", causal" if causal else "") + (", grouped" if match and kvn < n else "") +
+                (f", {miss}" if miss else ""))
+
+
+def msft_multi_head_attention(rng, match):
+    """com.microsoft MultiHeadAttention, 3-D, with or without a constant bias; near misses: a
+    key_padding_mask, unidirectional, a bias that is an input."""
+    b, n, s, l, d, dv = (int(rng.integers(1, 3)), int(rng.integers(1, 3)),
+                         int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(2, 5)),
+                         int(rng.integers(2, 5)))
+    feeds = {"q": rnd(rng, b, s, n * d), "k": rnd(rng, b, l, n * d), "v": rnd(rng, b, l, n * dv)}
+    miss = None if match else str(rng.choice(["mask", "unidirectional", "bias_input"]))
+    ins, nodes, inits = ["q", "k", "v"], [], []
+    bias = rnd(rng, n * (2 * d + dv), lo=-0.5, hi=0.5)
+    if miss == "bias_input":
+        feeds["bias"] = bias
+        ins.append("bias")
+    elif rng.random() < 0.5 or miss == "mask":
+        inits.append(numpy_helper.from_array(bias, "bias"))
+        ins.append("bias")
+    if miss == "mask":
+        feeds["m"] = rng.integers(1, l + 1, b).astype(np.int32)
+        ins.append("m")
+    attrs = {"num_heads": n}
+    if miss == "unidirectional":
+        attrs["unidirectional"] = 1
+    nodes.append(h.make_node("MultiHeadAttention", ins, ["y"], domain="com.microsoft", **attrs))
+    inputs = [vi(k, list(v.shape), T.INT32 if v.dtype == np.int32 else F)
+              for k, v in feeds.items()]
+    return Case(nodes, inputs, [vi("y", None)], 17, feeds, match,
+                "MultiHeadAttention" + (", a constant bias" if "bias" in ins and
+                                        miss != "bias_input" else "") +
+                (f", {miss}" if miss else ""), inits=inits)
+
+
 def _dq(name, q, scale, zp, axis=None):
     attrs = {"axis": axis} if axis is not None else {}
     return [c(name + "_q", q), c(name + "_s", scale), c(name + "_z", zp),
@@ -473,6 +562,7 @@ GENERATORS = {
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
     "attention": attention, "attention_transpose": attention_transpose,
+    "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
     "matmul_bias": matmul_bias, "gemm_activation": gemm_activation,
     "linear_activation": linear_activation, "matmul_transpose": matmul_transpose,

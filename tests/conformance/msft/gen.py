@@ -28,6 +28,7 @@ NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.bool_): TensorProto.BOOL,
 }
 
 
@@ -294,6 +295,392 @@ def quant_matmul_cases():
                                            "bias": f32(r, n)}, tol=1e-4)
 
 
+def gqa_case(r, name, b, s, n, nkv, h, totals, past=None, packed=False, rotary=None,
+             attrs=None, bias=None, sink=False, pos_ids=False, outputs=("y0", "y1", "y2"),
+             total=None, refused=None, q_hidden=None, dtype=np.float32, tol=1e-4):
+    """GroupQueryAttention: batch b, new tokens s, heads n / nkv of size h; totals: each
+    sequence's total length (seqlens_k = totals - 1); past: the past buffer's length P (None:
+    no past inputs); rotary: None or {"half": rotary_dim / 2, "interleaved": 0|1}; bias: None or
+    the attention_bias's leading dims (b or 1, n or 1)."""
+    total = max(totals) if total is None else total
+    q_hidden = q_hidden or (n + 2 * nkv if packed else n) * h
+    inputs = {"query": f32(r, b, s, q_hidden, lo=-1, hi=1)}
+    consts = {}
+    if packed:
+        consts.update(key=None, value=None)
+    else:
+        inputs["key"] = f32(r, b, s, nkv * h, lo=-1, hi=1)
+        inputs["value"] = f32(r, b, s, nkv * h, lo=-1, hi=1)
+    if past is not None:
+        inputs["past_key"] = f32(r, b, nkv, past, h, lo=-1, hi=1)
+        inputs["past_value"] = f32(r, b, nkv, past, h, lo=-1, hi=1)
+    else:
+        consts.update(past_key=None, past_value=None)
+    inputs["seqlens_k"] = np.array(totals, np.int32) - 1
+    inputs["total_sequence_length"] = np.array(total, np.int32)
+    a = {"num_heads": n, "kv_num_heads": nkv}
+    a.update(attrs or {})
+    extra = {}
+    if rotary is not None:
+        a["do_rotary"] = 1
+        a["rotary_interleaved"] = rotary.get("interleaved", 0)
+        extra["cos_cache"] = f32(r, total + 4, rotary["half"], lo=-1, hi=1)
+        extra["sin_cache"] = f32(r, total + 4, rotary["half"], lo=-1, hi=1)
+    if pos_ids:
+        extra["position_ids"] = r.integers(0, total, (b, s)).astype(np.int64)
+    if bias is not None:
+        extra["attention_bias"] = f32(r, bias[0], bias[1], s, max(total, past or 0), lo=-2, hi=2)
+    if sink:
+        extra["head_sink"] = f32(r, n, lo=-1, hi=1)
+    names = ["cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink"]
+    last = max([i for i, k in enumerate(names) if k in extra], default=-1)
+    for k in names[:last + 1]:
+        if k in extra:
+            inputs[k] = extra[k]
+        else:
+            consts[k] = None
+    order = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
+             "total_sequence_length"] + names[:last + 1]
+    order = [k for k in order if k in inputs or k in consts]
+    for d in (inputs, consts):  # f16 (or another float type): every float operand
+        for k, v in d.items():
+            if v is not None and v.dtype == np.float32:
+                d[k] = v.astype(dtype)
+    return node_case(f"GroupQueryAttention_{name}", "GroupQueryAttention", inputs, consts,
+                     attrs=a, outputs=outputs, tol=tol, order=order, refused=refused)
+
+
+def gqa_cases():
+    r = rng()
+    # Prompts (no past): batch, sequence, heads / KV heads, head size.
+    for b, s, n, nkv, h in [(1, 5, 4, 2, 8), (2, 3, 4, 4, 16), (2, 6, 6, 2, 8), (1, 1, 2, 1, 32),
+                            (3, 4, 8, 1, 8)]:
+        tag = f"prompt_b{b}_s{s}_n{n}_kv{nkv}_h{h}"
+        yield gqa_case(r, tag, b, s, n, nkv, h, [s] * b)
+        yield gqa_case(r, tag + "_packed", b, s, n, nkv, h, [s] * b, packed=True)
+        yield gqa_case(r, tag + "_output_only", b, s, n, nkv, h, [s] * b, outputs=("y0",))
+    # A padded prompt batch: shorter sequences than S (right padding).
+    yield gqa_case(r, "prompt_padded", 2, 5, 4, 2, 8, [5, 3])
+    # Decoding one token with a past (P = the past length; 0 too), several KV heads.
+    for b, n, nkv, h, past in [(1, 4, 2, 8, 3), (2, 4, 1, 16, 5), (2, 2, 2, 8, 1),
+                               (1, 8, 4, 8, 7)]:
+        tag = f"decode_b{b}_n{n}_kv{nkv}_h{h}_past{past}"
+        yield gqa_case(r, tag, b, 1, n, nkv, h, [past + 1] * b, past=past)
+        yield gqa_case(r, tag + "_packed", b, 1, n, nkv, h, [past + 1] * b, past=past,
+                       packed=True)
+    yield gqa_case(r, "prompt_past0", 2, 4, 4, 2, 8, [4, 4], past=0)
+    # Sequences of different lengths in one batch (seqlens_k per sequence).
+    yield gqa_case(r, "decode_ragged", 3, 1, 4, 2, 8, [6, 3, 5], past=5)
+    # A shared past/present buffer of the maximum length (P > total).
+    yield gqa_case(r, "decode_buffer_longer", 2, 1, 4, 2, 8, [4, 6], past=10)
+    yield gqa_case(r, "prompt_buffer_longer", 1, 4, 4, 2, 8, [4], past=8)
+    # A prompt continued after a past (batch 1, S > 1, S != total).
+    yield gqa_case(r, "subsequent_prompt", 1, 3, 4, 2, 8, [7], past=4)
+    yield gqa_case(r, "subsequent_prompt_buffer", 1, 2, 4, 1, 16, [5], past=9)
+    # Attributes.
+    for lw in (1, 2, 3):
+        yield gqa_case(r, f"prompt_local_window{lw}", 1, 6, 4, 2, 8, [6],
+                       attrs={"local_window_size": lw})
+        yield gqa_case(r, f"decode_local_window{lw}", 2, 1, 4, 2, 8, [6, 4], past=5,
+                       attrs={"local_window_size": lw})
+    for scale in (0.5, 0.0625):
+        yield gqa_case(r, f"scale{scale}", 2, 3, 4, 2, 8, [3, 3], attrs={"scale": scale})
+    for cap in (1.0, 5.0):
+        yield gqa_case(r, f"softcap{cap}", 2, 4, 4, 2, 8, [4, 4], attrs={"softcap": cap,
+                                                                         "scale": 0.9})
+    yield gqa_case(r, "smooth_softmax", 1, 4, 4, 2, 8, [4], attrs={"smooth_softmax": 1})
+    yield gqa_case(r, "head_sink", 2, 3, 4, 2, 8, [3, 3], sink=True)
+    for lead in [(1, 1), (2, 4), (1, 4), (2, 1)]:
+        yield gqa_case(r, f"attention_bias_{lead[0]}x{lead[1]}", 2, 3, 4, 2, 8, [3, 3],
+                       bias=lead)
+    yield gqa_case(r, "attention_bias_decode", 2, 1, 4, 2, 8, [5, 3], past=4, bias=(2, 4))
+    # Rotary inside: halves or interleaved, the full head or a part of it, prompt and decode.
+    for inter in (0, 1):
+        for h, half in [(16, 8), (32, 8), (32, 16)]:
+            rot = {"half": half, "interleaved": inter}
+            tag = f"rotary_h{h}_half{half}_inter{inter}"
+            yield gqa_case(r, tag + "_prompt", 2, 3, 4, 2, h, [3, 3], rotary=rot)
+            yield gqa_case(r, tag + "_decode", 2, 1, 4, 2, h, [5, 3], past=4, rotary=rot)
+        rot = {"half": 8, "interleaved": inter}
+        yield gqa_case(r, f"rotary_packed_inter{inter}", 2, 3, 4, 2, 16, [3, 3], rotary=rot,
+                       packed=True)
+        yield gqa_case(r, f"rotary_subsequent_inter{inter}", 1, 2, 4, 2, 16, [6], past=4,
+                       rotary=rot)
+        yield gqa_case(r, f"rotary_padded_inter{inter}", 2, 4, 2, 1, 16, [4, 2], rotary=rot)
+    yield gqa_case(r, "rotary_local_window_softcap", 1, 5, 4, 2, 16, [5],
+                   rotary={"half": 8}, attrs={"local_window_size": 2, "softcap": 2.0})
+    # f16 (ONNX Runtime's CPU kernel takes it; dynvm computes in f32 and rounds the outputs).
+    f16 = {"dtype": np.float16, "tol": 2e-3}
+    yield gqa_case(r, "f16_prompt", 2, 3, 4, 2, 8, [3, 3], **f16)
+    yield gqa_case(r, "f16_decode", 2, 1, 4, 2, 8, [5, 3], past=4, **f16)
+    yield gqa_case(r, "f16_packed", 1, 4, 4, 2, 8, [4], packed=True, **f16)
+    yield gqa_case(r, "f16_rotary_bias", 2, 3, 4, 2, 16, [3, 3], rotary={"half": 8},
+                   bias=(1, 4), **f16)
+
+
+def gqa_refusal_cases():
+    r = rng()
+    yield gqa_case(r, "refused_hidden_not_multiple", 1, 2, 3, 1, 8, [2], q_hidden=20,
+                   refused="is not a positive multiple of num_heads")
+    yield gqa_case(r, "refused_heads_not_multiple", 1, 2, 4, 3, 8, [2],
+                   refused="must be a positive multiple of kv_num_heads")
+    yield gqa_case(r, "refused_output_qk", 1, 2, 4, 2, 8, [2],
+                   outputs=("y0", "y1", "y2", "y3"), refused="the output_qk output")
+    yield gqa_case(r, "refused_qk_output_attr", 1, 2, 4, 2, 8, [2], attrs={"qk_output": 1},
+                   refused="qk_output")
+    c = gqa_case(r, "refused_float64", 1, 2, 4, 2, 8, [2])
+    m = onnx.load_from_string(c.model)
+    for vi in m.graph.input:
+        if vi.name in ("query", "key", "value"):
+            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+    c.model = m.SerializeToString()
+    c.refused = "query of dtype f64 is not supported"
+    for k in ("query", "key", "value"):
+        c.inputs[k] = c.inputs[k].astype(np.float64)
+    yield c
+    c = gqa_case(r, "refused_query_rank", 1, 2, 4, 2, 8, [2],
+                 refused="query must be 3-D")
+    m = onnx.load_from_string(c.model)
+    q = c.inputs["query"].reshape(1, 2, 4, 8)
+    c.inputs["query"] = q
+    m.graph.input[0].CopyFrom(helper.make_tensor_value_info("query", TensorProto.FLOAT, q.shape))
+    c.model = m.SerializeToString()
+    yield c
+
+
+def mha_case(r, name, b, s, l, n, h, hv=None, past=None, bias=False, mask=None, attn_bias=None,
+             attrs=None, bnsh=False, outputs=("y0",), refused=None, q_shape=None,
+             const_bias=False):
+    """MultiHeadAttention: batch b, query length s, key/value length l, n heads of size h (Q, K)
+    and hv (V); past: the past length P (None: no past inputs); mask: None, "len" ([B] valid
+    lengths), "2d" ([B, T]) or "3d" ([B, S, T]); attn_bias: None or its leading dims; bnsh:
+    key and value as [B, N, L, H]."""
+    hv = hv or h
+    t = (past or 0) + l
+    inputs = {"query": f32(r, *(q_shape or (b, s, n * h)), lo=-1, hi=1)}
+    if bnsh:
+        inputs["key"] = f32(r, b, n, l, h, lo=-1, hi=1)
+        inputs["value"] = f32(r, b, n, l, hv, lo=-1, hi=1)
+    else:
+        inputs["key"] = f32(r, b, l, n * h, lo=-1, hi=1)
+        inputs["value"] = f32(r, b, l, n * hv, lo=-1, hi=1)
+    opt = {}
+    if bias:
+        opt["bias"] = f32(r, n * (2 * h + hv), lo=-0.5, hi=0.5)
+    if mask == "len":
+        opt["key_padding_mask"] = r.integers(1, t + 1, b).astype(np.int32)
+    elif mask == "2d":
+        m = (r.uniform(0, 1, (b, t)) < 0.7).astype(np.int32)
+        m[:, 0] = 1
+        opt["key_padding_mask"] = m
+    elif mask == "3d":
+        m = (r.uniform(0, 1, (b, s, t)) < 0.7).astype(np.int32)
+        m[..., 0] = 1
+        opt["key_padding_mask"] = m
+    if attn_bias is not None:
+        opt["attention_bias"] = f32(r, attn_bias[0], attn_bias[1], s, t, lo=-2, hi=2)
+    if past is not None:
+        opt["past_key"] = f32(r, b, n, past, h, lo=-1, hi=1)
+        opt["past_value"] = f32(r, b, n, past, hv, lo=-1, hi=1)
+    names = ["bias", "key_padding_mask", "attention_bias", "past_key", "past_value"]
+    last = max([i for i, k in enumerate(names) if k in opt], default=-1)
+    consts = {}
+    for k in names[:last + 1]:
+        if k in opt and not (k == "bias" and const_bias):
+            inputs[k] = opt[k]
+        else:
+            consts[k] = opt.get(k)
+    a = {"num_heads": n}
+    a.update(attrs or {})
+    order = ["query", "key", "value"] + names[:last + 1]
+    return node_case(f"MultiHeadAttention_{name}", "MultiHeadAttention", inputs, consts,
+                     attrs=a, outputs=outputs, tol=1e-4, order=order, refused=refused)
+
+
+def mha_cases():
+    r = rng()
+    for b, s, l, n, h, hv in [(1, 3, 3, 2, 8, 8), (2, 4, 4, 4, 4, 4), (2, 2, 5, 2, 8, 4),
+                              (1, 1, 6, 3, 16, 16), (3, 3, 2, 1, 8, 12)]:
+        tag = f"b{b}_s{s}_l{l}_n{n}_h{h}_hv{hv}"
+        yield mha_case(r, tag, b, s, l, n, h, hv)
+        yield mha_case(r, tag + "_bias", b, s, l, n, h, hv, bias=True)
+        yield mha_case(r, tag + "_const_bias", b, s, l, n, h, hv, bias=True, const_bias=True)
+        if hv == h:  # ORT takes 4-D key and value of one shape only
+            yield mha_case(r, tag + "_bnsh_kv", b, s, l, n, h, hv, bnsh=True)
+        for mask in ("len", "2d", "3d"):
+            yield mha_case(r, f"{tag}_mask_{mask}", b, s, l, n, h, hv, mask=mask)
+    for lead in [(1, 1), (2, 1), (1, 2), (2, 2)]:
+        yield mha_case(r, f"attention_bias_{lead[0]}x{lead[1]}", 2, 3, 4, 2, 8,
+                       attn_bias=lead)
+    yield mha_case(r, "attention_bias_and_mask", 2, 3, 4, 2, 8, attn_bias=(2, 2), mask="2d",
+                   bias=True)
+    for past in (0, 2, 5):
+        tag = f"past{past}"
+        outs = ("y0", "y1", "y2")
+        yield mha_case(r, tag, 2, 1, 1, 2, 8, past=past, outputs=outs)
+        yield mha_case(r, tag + "_prompt", 1, 3, 3, 2, 8, past=past, outputs=outs)
+        yield mha_case(r, tag + "_bias", 2, 2, 2, 2, 8, past=past, bias=True, outputs=outs)
+        yield mha_case(r, tag + "_mask", 2, 2, 2, 2, 8, past=past, mask="2d", outputs=outs)
+        yield mha_case(r, tag + "_unidirectional", 1, 3, 3, 2, 8, past=past,
+                       attrs={"unidirectional": 1}, outputs=outs)
+        yield mha_case(r, tag + "_output_only", 2, 1, 1, 2, 8, past=past)
+    yield mha_case(r, "present_without_past", 2, 3, 3, 2, 8, outputs=("y0", "y1", "y2"))
+    yield mha_case(r, "unidirectional", 2, 4, 4, 2, 8, attrs={"unidirectional": 1})
+    yield mha_case(r, "unidirectional_mask", 2, 4, 4, 2, 8, attrs={"unidirectional": 1},
+                   mask="2d")
+    yield mha_case(r, "unidirectional_3d_mask", 2, 4, 4, 2, 8, attrs={"unidirectional": 1},
+                   mask="3d")
+    for scale in (0.5, 0.1):
+        yield mha_case(r, f"scale{scale}", 2, 3, 3, 2, 8, attrs={"scale": scale})
+    yield mha_case(r, "mask_filter_value", 2, 3, 4, 2, 8, mask="2d",
+                   attrs={"mask_filter_value": -30.0})
+    yield mha_case(r, "mask_filter_value_len", 2, 3, 4, 2, 8, mask="len",
+                   attrs={"mask_filter_value": -5.0})
+    # Refused: packed QKV, bad shapes.
+    yield mha_case(r, "refused_packed_qkv", 1, 2, 2, 2, 8, q_shape=(1, 2, 2, 3, 8),
+                   refused="packed QKV (a 5-D query) is not supported")
+    yield mha_case(r, "refused_hidden_not_multiple", 1, 2, 2, 3, 4, q_shape=(1, 2, 10),
+                   refused="is not a positive multiple of num_heads")
+
+
+def msft_attention_case(r, name, b, s, din, n, h, hv=None, past=None, mask=None,
+                        attn_bias=None, attrs=None, outputs=("y0",), refused=None,
+                        weights_input=False):
+    """Attention (com.microsoft): input [b, s, din] times weights [din, n h + n h + n hv] plus
+    bias; past: the past length P (None: no past input); mask: None, "len", "len2" ([2B]: end
+    and start), "2d" ([B, T]) or "3d" ([B, S, T])."""
+    hv = hv or h
+    t = (past or 0) + s
+    inputs = {"input": f32(r, b, s, din, lo=-1, hi=1)}
+    cols = n * (2 * h + hv)
+    w = f32(r, din, cols, lo=-0.5, hi=0.5)
+    consts = {"bias": f32(r, cols, lo=-0.2, hi=0.2)}
+    if weights_input:
+        inputs["weights"] = w
+    else:
+        consts = dict({"weights": w}, **consts)
+    opt = {}
+    if mask == "len":
+        opt["mask_index"] = r.integers(1, t + 1, b).astype(np.int32)
+    elif mask == "len2":
+        end = r.integers(1, t + 1, b)
+        start = np.array([r.integers(0, e) for e in end])
+        opt["mask_index"] = np.concatenate([end, start]).astype(np.int32)
+    elif mask == "2d":
+        m = (r.uniform(0, 1, (b, t)) < 0.7).astype(np.int32)
+        m[:, 0] = 1
+        opt["mask_index"] = m
+    elif mask == "3d":
+        m = (r.uniform(0, 1, (b, s, t)) < 0.7).astype(np.int32)
+        m[..., 0] = 1
+        opt["mask_index"] = m
+    if past is not None:
+        opt["past"] = f32(r, 2, b, n, past, h, lo=-1, hi=1)
+    if attn_bias is not None:
+        opt["attention_bias"] = f32(r, attn_bias[0], attn_bias[1], s, t, lo=-2, hi=2)
+    names = ["mask_index", "past", "attention_bias"]
+    last = max([i for i, k in enumerate(names) if k in opt], default=-1)
+    for k in names[:last + 1]:
+        if k in opt:
+            inputs[k] = opt[k]
+        else:
+            consts[k] = None
+    a = {"num_heads": n}
+    if hv != h:
+        a["qkv_hidden_sizes"] = [n * h, n * h, n * hv]
+    a.update(attrs or {})
+    order = ["input", "weights", "bias"] + names[:last + 1]
+    return node_case(f"Attention_{name}", "Attention", inputs, consts, attrs=a,
+                     outputs=outputs, tol=1e-4, order=order, refused=refused)
+
+
+def msft_attention_cases():
+    r = rng()
+    for b, s, din, n, h, hv in [(1, 3, 8, 2, 4, 4), (2, 4, 16, 4, 4, 4), (2, 2, 12, 2, 8, 4),
+                                (3, 1, 6, 1, 8, 8)]:
+        tag = f"b{b}_s{s}_din{din}_n{n}_h{h}_hv{hv}"
+        yield msft_attention_case(r, tag, b, s, din, n, h, hv)
+        for mask in ("len", "len2", "2d", "3d"):
+            yield msft_attention_case(r, f"{tag}_mask_{mask}", b, s, din, n, h, hv, mask=mask)
+        yield msft_attention_case(r, f"{tag}_unidirectional", b, s, din, n, h, hv,
+                                  attrs={"unidirectional": 1})
+    yield msft_attention_case(r, "weights_input", 2, 3, 8, 2, 4, weights_input=True)
+    for past in (0, 2, 5):
+        outs = ("y0", "y1")
+        yield msft_attention_case(r, f"past{past}", 2, 1, 8, 2, 4, past=past, outputs=outs)
+        yield msft_attention_case(r, f"past{past}_prompt", 1, 3, 8, 2, 4, past=past,
+                                  outputs=outs)
+        yield msft_attention_case(r, f"past{past}_unidirectional", 2, 3, 8, 2, 4, past=past,
+                                  attrs={"unidirectional": 1}, outputs=outs)
+        yield msft_attention_case(r, f"past{past}_mask_2d", 2, 2, 8, 2, 4, past=past,
+                                  mask="2d", outputs=outs)
+        yield msft_attention_case(r, f"past{past}_mask_len", 2, 1, 8, 2, 4, past=past,
+                                  mask="len", outputs=outs)
+    yield msft_attention_case(r, "present_without_past", 2, 3, 8, 2, 4, outputs=("y0", "y1"))
+    for lead in [(1, 1), (2, 2), (1, 2)]:
+        yield msft_attention_case(r, f"attention_bias_{lead[0]}x{lead[1]}", 2, 3, 8, 2, 4,
+                                  attn_bias=lead)
+    yield msft_attention_case(r, "attention_bias_mask_unidirectional", 2, 3, 8, 2, 4,
+                              attn_bias=(2, 2), mask="2d", attrs={"unidirectional": 1})
+    for scale in (0.5, 0.2):
+        yield msft_attention_case(r, f"scale{scale}", 2, 3, 8, 2, 4, attrs={"scale": scale})
+    yield msft_attention_case(r, "mask_filter_value", 2, 3, 8, 2, 4, mask="2d",
+                              attrs={"mask_filter_value": -20.0})
+    yield msft_attention_case(r, "refused_past_without_present", 2, 1, 8, 2, 4, past=2,
+                              refused="a past needs the present output")
+    yield msft_attention_case(r, "refused_do_rotary", 1, 2, 8, 2, 4, attrs={"do_rotary": 1},
+                              refused="do_rotary is not supported")
+    yield msft_attention_case(r, "refused_heads_not_dividing", 1, 2, 9, 3, 3,
+                              attrs={"qkv_hidden_sizes": [9, 9, 8]},
+                              refused="multiples of num_heads")
+
+
+def embed_ln_case(r, name, b, s, h, vocab=20, positions=16, segments=2, segment=True,
+                  mask=False, pos_ids=None, outputs=("y0", "y1"), eps=1e-12, ids=None):
+    """EmbedLayerNormalization over input_ids [b, s] with tables of `vocab`, `positions` and
+    `segments` rows of width h; pos_ids: None, "full" ([B, S]) or "broadcast" ([1, S])."""
+    inputs = {"input_ids": ids if ids is not None
+              else r.integers(0, vocab, (b, s)).astype(np.int32)}
+    consts = {}
+    if segment:
+        inputs["segment_ids"] = r.integers(0, segments, (b, s)).astype(np.int32)
+    else:
+        consts["segment_ids"] = None
+    consts["word_embedding"] = f32(r, vocab, h, lo=-1, hi=1)
+    consts["position_embedding"] = f32(r, positions, h, lo=-1, hi=1)
+    consts["segment_embedding"] = f32(r, segments, h, lo=-1, hi=1) if segment else None
+    consts["gamma"] = f32(r, h, lo=0.5, hi=1.5)
+    consts["beta"] = f32(r, h, lo=-0.5, hi=0.5)
+    order = ["input_ids", "segment_ids", "word_embedding", "position_embedding",
+             "segment_embedding", "gamma", "beta"]
+    if mask or pos_ids:
+        order.append("mask")
+        if mask:
+            m = (r.uniform(0, 1, (b, s)) < 0.7).astype(np.int32)
+            inputs["mask"] = m
+        else:
+            consts["mask"] = None
+    if pos_ids:
+        order.append("position_ids")
+        shape = (b, s) if pos_ids == "full" else (1, s)
+        inputs["position_ids"] = r.integers(0, positions, shape).astype(np.int32)
+    return node_case(f"EmbedLayerNormalization_{name}", "EmbedLayerNormalization", inputs, consts,
+                     attrs={"epsilon": eps}, outputs=outputs, tol=1e-4, order=order)
+
+
+def embed_ln_cases():
+    r = rng()
+    for b, s, h in [(1, 4, 8), (2, 3, 16), (3, 7, 32)]:
+        tag = f"b{b}_s{s}_h{h}"
+        yield embed_ln_case(r, tag, b, s, h)
+        yield embed_ln_case(r, tag + "_mask", b, s, h, mask=True)
+        yield embed_ln_case(r, tag + "_no_segment", b, s, h, segment=False)
+        yield embed_ln_case(r, tag + "_sum", b, s, h, outputs=("y0", "y1", "y2"))
+    yield embed_ln_case(r, "position_ids", 2, 4, 8, pos_ids="full")
+    yield embed_ln_case(r, "position_ids_broadcast", 2, 4, 8, pos_ids="broadcast", mask=True)
+    yield embed_ln_case(r, "eps1e-5", 2, 3, 8, eps=1e-5)
+
+
 def refusal_cases():
     r = rng()
     x = f32(r, 2, 3, 8)
@@ -317,7 +704,8 @@ def refusal_cases():
 
 
 GROUPS = [gelu_cases, norm_cases, fused_matmul_cases, nbits_cases, rotary_cases,
-          quant_matmul_cases, refusal_cases]
+          quant_matmul_cases, refusal_cases, gqa_cases, gqa_refusal_cases, mha_cases,
+          msft_attention_cases, embed_ln_cases]
 
 
 def cases():

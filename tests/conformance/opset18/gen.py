@@ -530,6 +530,131 @@ def optional_cases():
                model_of([none, cast, add], {"x": x}, ["y0", "y1"], 18), {"x": x})
 
 
+def attention_case(r, name, b, qn, kvn, sq, skv, h, hv=None, rank=4, past=None, mask=None,
+                   attrs=None, n_out=1, refused=None, dtype=np.float32, tol=1e-4):
+    """Attention 23: batch b, q/kv heads, q/kv sequence lengths, head sizes h (Q, K) and hv (V);
+    past: the past length P (None: no past inputs); mask: None, ("bool" | "float", shape) with
+    the shape's -1 standing for P + skv. The bool masks keep key 0 for every query (no row is
+    fully masked)."""
+    hv = hv or h
+    t = (past or 0) + skv
+    if rank == 4:
+        shapes = [(b, qn, sq, h), (b, kvn, skv, h), (b, kvn, skv, hv)]
+    else:
+        shapes = [(b, sq, qn * h), (b, skv, kvn * h), (b, skv, kvn * hv)]
+    inputs = {n: f32(*sh, lo=-1, hi=1, r=r) for n, sh in zip("qkv", shapes)}
+    consts = {}
+    if mask is not None:
+        kind, shape = mask
+        shape = tuple(t if d == -1 else d for d in shape)
+        if kind == "bool":
+            m = r.uniform(0, 1, shape) < 0.7
+            m[..., 0] = True
+        else:
+            m = f32(*shape, lo=-2, hi=2, r=r)
+        inputs["attn_mask"] = m
+    elif past is not None:
+        consts["attn_mask"] = None
+    if past is not None:
+        inputs["past_key"] = f32(b, kvn, past, h, lo=-1, hi=1, r=r)
+        inputs["past_value"] = f32(b, kvn, past, hv, lo=-1, hi=1, r=r)
+    for k, v in inputs.items():  # f16 (or another float type): every float operand
+        if v.dtype == np.float32:
+            inputs[k] = v.astype(dtype)
+    a = dict(attrs or {})
+    if rank == 3:
+        a.setdefault("q_num_heads", qn)
+        a.setdefault("kv_num_heads", kvn)
+    order = [n for n in ["q", "k", "v", "attn_mask", "past_key", "past_value"]
+             if n in inputs or n in consts]
+    return single(f"Attention_23_{name}", "Attention", 23, inputs, a, consts, n_out=n_out,
+                  tol=tol, refused=refused, order=order)
+
+
+def attention_cases():
+    r = np.random.default_rng(SEED + 23)
+    for b, qn, kvn, sq, skv, h, hv in [(1, 2, 2, 3, 3, 8, 8), (2, 4, 2, 3, 5, 8, 4),
+                                      (2, 4, 1, 1, 6, 16, 16), (1, 3, 3, 4, 2, 4, 6),
+                                      (3, 6, 3, 2, 2, 8, 8)]:
+        tag = f"b{b}_q{qn}_kv{kvn}_sq{sq}_skv{skv}_h{h}_hv{hv}"
+        for rank in (4, 3):
+            yield attention_case(r, f"{tag}_{rank}d", b, qn, kvn, sq, skv, h, hv, rank=rank)
+        yield attention_case(r, f"{tag}_causal", b, qn, kvn, sq, skv, h, hv,
+                             attrs={"is_causal": 1})
+        yield attention_case(r, f"{tag}_bool_mask", b, qn, kvn, sq, skv, h, hv,
+                             mask=("bool", (sq, -1)))
+        yield attention_case(r, f"{tag}_float_mask_3d", b, qn, kvn, sq, skv, h, hv, rank=3,
+                             mask=("float", (b, 1, sq, -1)))
+    # Masks of every broadcast form.
+    for kind in ("bool", "float"):
+        for shape in [(3, -1), (1, 3, -1), (2, 1, 3, -1), (2, 4, 3, -1), (1, 4, 3, -1)]:
+            tag = f"{kind}_mask_{'x'.join('T' if d == -1 else str(d) for d in shape)}"
+            yield attention_case(r, tag, 2, 4, 2, 3, 5, 8, mask=(kind, shape))
+    # Past and present (past length 0 too), with and without the causal mask and a mask.
+    for past in (0, 1, 4):
+        for rank in (4, 3):
+            tag = f"past{past}_{rank}d"
+            yield attention_case(r, tag, 2, 4, 2, 1, 1, 8, past=past, rank=rank, n_out=3)
+            yield attention_case(r, tag + "_prompt", 1, 2, 2, 3, 3, 8, past=past, rank=rank,
+                                 n_out=3)
+            yield attention_case(r, tag + "_causal", 1, 2, 1, 3, 3, 8, past=past, rank=rank,
+                                 attrs={"is_causal": 1}, n_out=3)
+            yield attention_case(r, tag + "_bool_mask", 2, 2, 2, 2, 2, 8, past=past, rank=rank,
+                                 mask=("bool", (2, 1, 2, -1)), n_out=3)
+        yield attention_case(r, f"refused_past{past}_present_key_only", 1, 2, 2, 1, 1, 8,
+                             past=past, n_out=2, refused="a past needs the present_key and")
+    # Attributes.
+    for scale in (0.5, 2.0):
+        yield attention_case(r, f"scale{scale}", 2, 2, 2, 3, 4, 8, attrs={"scale": scale})
+    for cap in (1.0, 4.0):
+        yield attention_case(r, f"softcap{cap}", 2, 2, 2, 3, 4, 8,
+                             attrs={"softcap": cap, "scale": 1.5})
+        yield attention_case(r, f"softcap{cap}_float_mask", 2, 2, 2, 3, 4, 8,
+                             attrs={"softcap": cap}, mask=("float", (3, -1)))
+        yield attention_case(r, f"softcap{cap}_causal", 1, 2, 2, 4, 4, 8,
+                             attrs={"softcap": cap, "is_causal": 1})
+    yield attention_case(r, "causal_bool_mask", 2, 4, 2, 4, 4, 8, attrs={"is_causal": 1},
+                         mask=("bool", (2, 1, 4, -1)))
+    yield attention_case(r, "causal_float_mask", 2, 4, 2, 4, 4, 8, attrs={"is_causal": 1},
+                         mask=("float", (4, -1)))
+    yield attention_case(r, "causal_longer_kv", 1, 2, 2, 2, 5, 8, attrs={"is_causal": 1})
+    yield attention_case(r, "causal_one_query_past", 1, 2, 2, 1, 2, 8, past=3,
+                         attrs={"is_causal": 1}, n_out=3)
+    yield attention_case(r, "causal_two_queries_past", 1, 2, 2, 2, 2, 8, past=3,
+                         attrs={"is_causal": 1}, n_out=3)
+    yield attention_case(r, "softmax_precision", 1, 2, 2, 3, 3, 8,
+                         attrs={"softmax_precision": 1})
+    # Refused: the qk_matmul_output output, f16, bad shapes.
+    # The qk_matmul_output output at each of its four stages.
+    for mode in (0, 1, 2, 3):
+        yield attention_case(r, f"qk_matmul_output_mode{mode}", 2, 2, 2, 3, 4, 8, n_out=4,
+                             attrs={"qk_matmul_output_mode": mode, "softcap": 3.0},
+                             mask=("float", (3, -1)))
+        yield attention_case(r, f"qk_matmul_output_mode{mode}_3d_causal_past", 1, 4, 2, 2, 2,
+                             8, rank=3, past=2, n_out=4,
+                             attrs={"qk_matmul_output_mode": mode, "is_causal": 1})
+    yield attention_case(r, "qk_matmul_output_default_mode", 1, 2, 2, 3, 3, 8, n_out=4)
+    yield attention_case(r, "refused_qk_matmul_output_mode4", 1, 2, 2, 3, 3, 8, n_out=4,
+                         attrs={"qk_matmul_output_mode": 4},
+                         refused="qk_matmul_output_mode 4 is not supported")
+    yield attention_case(r, "refused_float64", 1, 2, 2, 3, 3, 8, dtype=np.float64,
+                         refused="Q of dtype f64 is not supported")
+    # f16 (ONNX Runtime's CPU kernel takes it; dynvm computes in f32 and rounds the outputs).
+    f16 = {"dtype": np.float16, "tol": 2e-3}
+    yield attention_case(r, "f16_4d", 2, 4, 2, 3, 5, 8, **f16)
+    yield attention_case(r, "f16_3d_float_mask", 2, 2, 2, 3, 4, 8, rank=3,
+                         mask=("float", (3, -1)), **f16)
+    yield attention_case(r, "f16_bool_mask_causal", 1, 2, 2, 4, 4, 8, attrs={"is_causal": 1},
+                         mask=("bool", (4, -1)), **f16)
+    yield attention_case(r, "f16_past", 2, 2, 1, 1, 1, 8, past=3, n_out=3, **f16)
+    yield attention_case(r, "refused_3d_without_heads", 1, 2, 2, 3, 3, 8, rank=3,
+                         attrs={"q_num_heads": 0, "kv_num_heads": 0},
+                         refused="3-D inputs need q_num_heads")
+    yield attention_case(r, "refused_3d_heads_not_dividing", 1, 3, 3, 2, 2, 4, rank=3,
+                         attrs={"q_num_heads": 5, "kv_num_heads": 5},
+                         refused="is not a positive multiple of its heads")
+
+
 def refusal_cases():
     x = f32(2, 3)
     yield single("opset_24", "Relu", 24, {"x": x}, refused="opset 24 is not supported")
@@ -537,14 +662,11 @@ def refusal_cases():
     yield single("Col2Im_18", "Col2Im", 18, {"x": f32(1, 4, 4)}, {},
                  {"image_shape": i64(3, 3), "block_shape": i64(2, 2)},
                  refused="operator Col2Im version 18 is not supported")
-    yield single("Attention_23", "Attention", 23, {"q": f32(1, 2, 3, 4), "k": f32(1, 2, 3, 4),
-                                                   "v": f32(1, 2, 3, 4)},
-                 refused="operator Attention version 23 is not supported")
 
 
 GROUPS = [reduce_cases, split_cases, pad_cases, resize_cases, scatter_cases, bitwise_cases,
           activation_cases, pool_cases, cast_cases, misc_cases, group_norm_cases, opset20_23_cases,
-          string_cases, optional_cases, refusal_cases]
+          string_cases, optional_cases, attention_cases, refusal_cases]
 
 
 def cases():
