@@ -140,6 +140,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
              result.conv_fusion = {{"convs", fused.convs},
                                    {"pads", fused.pads},
                                    {"batch_norms", fused.batch_norms},
+                                   {"scales", fused.scales},
                                    {"sums", fused.sums},
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},
