@@ -22,6 +22,7 @@ namespace {
 using UseCounts = absl::flat_hash_map<const Value*, int>;
 
 // Ops the conv fusion takes that compiler/ops/names.h does not name.
+constexpr char kConvTranspose[] = "ConvTranspose";
 constexpr char kHardSigmoid[] = "HardSigmoid";
 constexpr char kMax[] = "Max";
 constexpr char kMin[] = "Min";
@@ -132,12 +133,14 @@ struct Act {
   float alpha = 0, beta = 0;
 };
 
-// One Conv being fused.
+// One Conv (or ConvTranspose) being fused.
 struct Chain {
   Node* conv = nullptr;
   Value* x = nullptr;
   std::vector<float> w, b;  // b empty: no bias
   std::vector<int64_t> w_dims;
+  bool transpose = false;    // a ConvTranspose: W is [C, M / group, K...]
+  int64_t group = 1, m = 0;  // m: output channels
   Value* sum = nullptr;
   Act act, act2;         // act2: a second activation after act
   Node* last = nullptr;  // the node whose output the FusedConv takes over
@@ -187,8 +190,8 @@ class Fuser {
     };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       Node* n = g.nodes[i].get();
-      if (n->op != ops::kConv || !n->domain.empty() || n->outputs.size() != 1 ||
-          n->outputs[0] == nullptr || n->inputs.size() < 2) {
+      if ((n->op != ops::kConv && n->op != kConvTranspose) || !n->domain.empty() ||
+          n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs.size() < 2) {
         continue;
       }
       Chain c;
@@ -200,6 +203,10 @@ class Fuser {
       for (Node* u = sole(cur);
            u != nullptr && (FoldBatchNorm(u, cur, &c) || FoldScale(u, cur, &c)); u = sole(cur)) {
         cur = u->outputs[0];
+      }
+      if (c.transpose) {  // a ConvTranspose takes the folds only, and stays one
+        if (c.last != n) RewriteTranspose(c);
+        continue;
       }
       if (Node* add = sole(cur); add != nullptr && add->op == ops::kAdd && add->domain.empty() &&
                                  add->inputs.size() == 2 && add->outputs[0] != nullptr) {
@@ -246,11 +253,38 @@ class Fuser {
     }
     c->w = ConstF32(w);
     c->w_dims.assign(w->constant->dims().begin(), w->constant->dims().end());
+    c->transpose = n->op == kConvTranspose;
+    c->group = IntAttr(*n, "group", 1);
+    if (c->group < 1 || (c->transpose && c->w_dims[0] % c->group != 0)) return false;
+    c->m = c->transpose ? c->w_dims[1] * c->group : c->w_dims[0];
     if (n->inputs.size() > 2 && n->inputs[2] != nullptr) {
       c->b = ConstF32(n->inputs[2]);
-      if (c->b.size() != static_cast<size_t>(c->w_dims[0])) return false;
+      if (c->b.size() != static_cast<size_t>(c->m)) return false;
     }
-    return true;
+    return c->m > 0;
+  }
+
+  // Multiplies the weights of each output channel o by s(o): W [M, ...] for a Conv,
+  // [C, M / group, K...] for a ConvTranspose (o = (input channel's group) * M / group + j).
+  static void ScaleOutputs(Chain* c, const std::function<double(size_t)>& s) {
+    if (!c->transpose) {
+      const size_t per = c->w.size() / static_cast<size_t>(c->m);
+      for (size_t o = 0; o < static_cast<size_t>(c->m); ++o) {
+        const double f = s(o);
+        for (size_t j = 0; j < per; ++j)
+          c->w[o * per + j] = static_cast<float>(c->w[o * per + j] * f);
+      }
+      return;
+    }
+    const size_t cin = static_cast<size_t>(c->w_dims[0]), mg = static_cast<size_t>(c->w_dims[1]);
+    const size_t k = c->w.size() / (cin * mg), per_group = cin / static_cast<size_t>(c->group);
+    for (size_t ci = 0; ci < cin; ++ci) {
+      for (size_t j = 0; j < mg; ++j) {
+        const double f = s((ci / per_group) * mg + j);
+        float* w = c->w.data() + (ci * mg + j) * k;
+        for (size_t e = 0; e < k; ++e) w[e] = static_cast<float>(w[e] * f);
+      }
+    }
   }
 
   // A zero constant Pad on spatial dims only, read only by this Conv: the Conv reads the Pad's
@@ -318,18 +352,16 @@ class Fuser {
     for (size_t i = 1; i < bn->outputs.size(); ++i) {
       if (bn->outputs[i] != nullptr) return false;
     }
-    const size_t m = static_cast<size_t>(c->w_dims[0]);
+    const size_t m = static_cast<size_t>(c->m);
     std::vector<float> scale = ConstF32(bn->inputs[1]), shift = ConstF32(bn->inputs[2]),
                        mean = ConstF32(bn->inputs[3]), var = ConstF32(bn->inputs[4]);
     if (scale.size() != m || shift.size() != m || mean.size() != m || var.size() != m) return false;
     const double eps = FloatAttr(*bn, "epsilon", 1e-5f);
-    const size_t per = c->w.size() / m;
+    auto factor = [&](size_t o) { return scale[o] / std::sqrt(static_cast<double>(var[o]) + eps); };
+    ScaleOutputs(c, factor);
     if (c->b.empty()) c->b.assign(m, 0.0f);
     for (size_t o = 0; o < m; ++o) {
-      const double s = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
-      for (size_t j = 0; j < per; ++j)
-        c->w[o * per + j] = static_cast<float>(c->w[o * per + j] * s);
-      c->b[o] = static_cast<float>((c->b[o] - static_cast<double>(mean[o])) * s + shift[o]);
+      c->b[o] = static_cast<float>((c->b[o] - static_cast<double>(mean[o])) * factor(o) + shift[o]);
     }
     c->last = bn;
     c->absorbed.push_back(bn);
@@ -341,14 +373,13 @@ class Fuser {
   // b' = b + k.
   bool FoldScale(Node* u, Value* cur, Chain* c) {
     if (u->op != ops::kMul && u->op != ops::kAdd) return false;
-    const int64_t m = c->w_dims[0];
+    const int64_t m = c->m;
     const std::vector<float> k = ChannelConstant(*u, cur, m, /*scalar_only=*/false);
     if (k.empty()) return false;
     if (c->b.empty()) c->b.assign(static_cast<size_t>(m), 0.0f);
-    const size_t per = c->w.size() / static_cast<size_t>(m);
+    if (u->op == ops::kMul) ScaleOutputs(c, [&](size_t o) { return k[o]; });
     for (size_t o = 0; o < static_cast<size_t>(m); ++o) {
       if (u->op == ops::kMul) {
-        for (size_t j = 0; j < per; ++j) c->w[o * per + j] *= k[o];
         c->b[o] *= k[o];
       } else {
         c->b[o] += k[o];
@@ -466,6 +497,27 @@ class Fuser {
     act->beta = shift[0];
     absorbed->push_back(u);
     return add;
+  }
+
+  // The ConvTranspose with its folded weights and bias, in place of the last node folded.
+  void RewriteTranspose(const Chain& c) {
+    Tensor w = *Tensor::Empty(DType::kF32, c.w_dims);
+    std::copy(c.w.begin(), c.w.end(), w.data<float>());
+    Tensor b = *Tensor::Empty(DType::kF32, {c.m});
+    std::copy(c.b.begin(), c.b.end(), b.data<float>());
+    Node* f = c.last;
+    Value* out = f->outputs[0];
+    f->op = kConvTranspose;
+    f->domain = "";
+    f->name = c.conv->name;
+    f->attrs = c.conv->attrs;
+    f->inputs = {c.x, m_.NewConstant(std::move(w), "", /*is_weight=*/true),
+                 m_.NewConstant(std::move(b), "", /*is_weight=*/true)};
+    f->outputs = {out};
+    out->output_index = 0;
+    consumed_.insert(c.conv);
+    for (Node* a : c.absorbed) consumed_.insert(a);
+    ++counts_.transposes;
   }
 
   void Rewrite(const Chain& c) {
@@ -715,7 +767,7 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     Fuser fuser(module, uses, counts);
     EachGraph(*f.graph, [&](Graph& g) { fuser.FuseGraph(g); });
   }
-  if (counts.convs > 0) {
+  if (counts.convs > 0 || counts.transposes > 0) {
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
   }

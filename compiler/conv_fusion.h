@@ -24,6 +24,11 @@
 // the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
 // between them; it keeps its logical dims and byte size.
 //
+// A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
+// Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
+// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols), so a Mul/Add,
+// whose broadcast must be proven shape-preserving, stays unfolded there in practice.
+//
 // Before the layouts, a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with
 // no residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group ==
 // its input channels == its output channels, stride 1 or 2 on both axes, pad 1 all round,
@@ -54,6 +59,7 @@ struct ConvFusionCounts {
   int sums = 0;         // residual Adds fused
   int scales = 0;       // Mul/Add by constants folded into the weights and bias
   int activations = 0;  // activations fused (the second of a pair counted too)
+  int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
   int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
   int blocked = 0;      // values kept channels-last between FusedConvs
 };

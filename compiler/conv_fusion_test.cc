@@ -831,6 +831,53 @@ TEST(ConvFusion, SqueezeExcitationTakesHardSigmoid) {
   }
 }
 
+// A ConvTranspose (groups 1 and 2, with and without bias, kernel equal to the stride or not)
+// folds the BatchNormalization after it into its weights and bias and stays a ConvTranspose;
+// the Mul and the Relu after it stay their own ops. A ConvTranspose whose output is read twice
+// keeps its BatchNormalization.
+TEST(ConvFusion, ConvTransposeFoldsBatchNormAndScales) {
+  for (int64_t group : {1, 2}) {
+    for (bool bias : {false, true}) {
+      for (int64_t k : {2, 3}) {
+        SCOPED_TRACE(absl::StrCat("group ", group, " bias ", bias, " kernel ", k));
+        std::vector<std::string> kernels = ExpectOptimizedMatches(
+            [&](GraphBuilder& b) {
+              Value* x =
+                  b.Input("x", DType::kF32, {int64_t{2}, int64_t{4}, int64_t{5}, int64_t{6}});
+              std::vector<Value*> in = {x, Const(b, {4, 6 / group, k, k}, 1, -1, 1)};
+              if (bias) in.push_back(Const(b, {6}, 2, -1, 1));
+              Value* y = b.Op("ConvTranspose", in,
+                              {{"strides", AttrInts({2, 2})}, {"group", AttrInt(group)}});
+              y = b.Op("BatchNormalization",
+                       {y, Const(b, {6}, 3, 0.5f, 1.5f), Const(b, {6}, 4, -1, 1),
+                        Const(b, {6}, 5, -1, 1), Const(b, {6}, 6, 0.2f, 2)});
+              y = b.Op("Mul", {y, Const(b, {6, 1, 1}, 7, -2, 2)});
+              b.Output("y", b.Op("Relu", {y}));
+            },
+            RandomF32({2, 4, 5, 6}, 8, -2, 2));
+        // The Mul stays: ConvTranspose's output dims are not inferred (fresh symbols), so that
+        // it keeps the output's shape is not known at compile time.
+        EXPECT_EQ(kernels.size(), 3u) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "ConvTranspose"), 1) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "BatchNormalization"), 0) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "Relu"), 1) << absl::StrJoin(kernels, ",");
+      }
+    }
+  }
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{4}, int64_t{5}, int64_t{6}});
+        Value* y = b.Op("ConvTranspose", {x, Const(b, {4, 3, 2, 2}, 1, -1, 1)},
+                        {{"strides", AttrInts({2, 2})}});
+        Value* n =
+            b.Op("BatchNormalization", {y, Const(b, {3}, 3, 0.5f, 1.5f), Const(b, {3}, 4, -1, 1),
+                                        Const(b, {3}, 5, -1, 1), Const(b, {3}, 6, 0.2f, 2)});
+        b.Output("y", b.Op("Add", {n, y}));
+      },
+      RandomF32({1, 4, 5, 6}, 9, -2, 2));
+  EXPECT_EQ(CountOf(kernels, "BatchNormalization"), 1) << absl::StrJoin(kernels, ",");
+}
+
 // Near misses: each leaves its op unfused (and the result the unfused graph's).
 TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
   struct Miss {
