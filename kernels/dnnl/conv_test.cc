@@ -14,6 +14,7 @@
 
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/kernel_tester.h"
 #include "kernels/registry.h"
@@ -424,7 +425,8 @@ TEST(DnnlPool, MatchesReference) {
 
 // Global pools run kernels/cpu/reduce.h's loops on both layouts: plain (a row per image and
 // channel) and channels-last (a column reduction over the pixels), 1D to 3D, channel counts off
-// the vector width, inputs big enough to split across threads, at 1 and 3 threads.
+// the vector width, inputs big enough to split across threads, at 1 and 3 threads and every
+// microkernel level.
 TEST(DnnlPool, GlobalPoolsOnBothLayouts) {
   uint32_t seed = 900;
   auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++, -3, 5); };
@@ -437,14 +439,19 @@ TEST(DnnlPool, GlobalPoolsOnBothLayouts) {
         Check({o + " 1d", op, "", {r({3, 40, 17})}, layout});
         Check({o + " 3d", op, "", {r({1, 5, 3, 4, 5})}, layout});
         Check({o + " one pixel", op, "", {r({2, 19, 1, 1})}, layout});
-        // An SE block's squeeze: 96 channels of 40x40 (parallel from 2^15 elements).
-        for (int threads : {1, 3}) {
-          KernelTester t(op);
-          t.In(r({2, 96, 40, 40})).Out(DType::kF32).Tol(1e-4, 1e-4).Threads(threads);
-          t.Attr("channels_last_in", cl_in).Attr("channels_last_out", cl_out);
-          absl::Status s = t.Compare("dnnl");
-          EXPECT_TRUE(s.ok()) << o << " threads " << threads << ": " << s;
-          EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+        // An SE block's squeeze: 96 channels of 40x40 (parallel from 2^15 elements), at every
+        // microkernel level this CPU runs (portable, AVX2, AVX-512).
+        for (cpu::Isa isa : cpu::SupportedIsas()) {
+          cpu::ScopedIsaForTesting level(isa);
+          for (int threads : {1, 3}) {
+            KernelTester t(op);
+            t.In(r({2, 96, 40, 39})).Out(DType::kF32).Tol(1e-4, 1e-4).Threads(threads);
+            t.Attr("channels_last_in", cl_in).Attr("channels_last_out", cl_out);
+            absl::Status s = t.Compare("dnnl");
+            EXPECT_TRUE(s.ok()) << o << " " << cpu::IsaName(isa) << " threads " << threads << ": "
+                                << s;
+            EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+          }
         }
       }
     }
