@@ -76,11 +76,11 @@
 //   (every Conv with constant weights after the fusion) are reordered once per kernel, into a
 //   buffer the kernel owns and every VM and site running it shares (at the first run, not at
 //   compile time); other weights are reordered per run. vm-compile --report shows what the fusion
-//   did (conv_fusion convs, pads, batch_norms, sums, activations, channels_last_values) and each
-//   conv-family kernel's layouts (kernel 2: dynvm::FusedConv f32 -> fusedconv.f32.dnnl.any; layout
-//   X channels-last, Y plain): a plain X or Y of a conv is where a reorder may run (when oneDNN's
-//   chosen layout differs from plain, known only at bind time); channels-last operands are passed
-//   as they are.
+//   did (conv_fusion convs, pads, batch_norms, scales, transposes, sums, activations,
+//   channels_last_values) and each conv-family kernel's layouts (kernel 2: dynvm::FusedConv f32
+//   -> fusedconv.f32.dnnl.any; layout X channels-last, Y plain): a plain X or Y of a conv is where
+//   a reorder may run (when oneDNN's chosen layout differs from plain, known only at bind time);
+//   channels-last operands are passed as they are.
 // - *No reference implementations.* oneDNN serves some layout pairs only with its reference
 //   convolution (ref:any, 10-100x slower): on AVX2 (no AVX-512), a one-channel plain input with a
 //   channels-last output (a CRNN's first conv) and a channels-last input with a plain output. A
