@@ -136,10 +136,12 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
            }});
     p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
-             if (fused.convs == 0) return false;
+             if (fused.convs == 0 && fused.transposes == 0) return false;
              result.conv_fusion = {{"convs", fused.convs},
                                    {"pads", fused.pads},
                                    {"batch_norms", fused.batch_norms},
+                                   {"scales", fused.scales},
+                                   {"transposes", fused.transposes},
                                    {"sums", fused.sums},
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},

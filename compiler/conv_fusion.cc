@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,12 @@ namespace dynvm::compiler {
 namespace {
 
 using UseCounts = absl::flat_hash_map<const Value*, int>;
+
+// Ops the conv fusion takes that compiler/ops/names.h does not name.
+constexpr char kConvTranspose[] = "ConvTranspose";
+constexpr char kHardSigmoid[] = "HardSigmoid";
+constexpr char kMax[] = "Max";
+constexpr char kMin[] = "Min";
 
 void CountUses(Graph& g, UseCounts& uses) {
   for (auto& n : g.nodes) {
@@ -91,15 +98,51 @@ bool SameShape(const Value* a, const Value* b) {
   return true;
 }
 
-// One Conv being fused.
+// The constant operand of a two-input `n` reading `cur` [N, M, spatial...] when it is one f32
+// value, or (unless `scalar_only`) one per channel (dims 1 but the channel axis, aligned from
+// the right), all finite, and `n`'s output has `cur`'s shape: its value per channel (M of
+// them); empty otherwise.
+std::vector<float> ChannelConstant(const Node& n, const Value* cur, int64_t m, bool scalar_only) {
+  if (!n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1 ||
+      n.outputs[0] == nullptr || !cur->shape || !SameShape(n.outputs[0], cur)) {
+    return {};
+  }
+  const Value* k = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];
+  if (k == nullptr || k == cur || !k->constant || k->constant->dtype() != DType::kF32 ||
+      (n.inputs[0] != cur && n.inputs[1] != cur)) {
+    return {};
+  }
+  const Tensor& t = *k->constant;
+  const int rank = cur->rank();
+  if (t.rank() > rank || rank < 2) return {};
+  for (int i = 0; i < t.rank(); ++i) {
+    const int axis = i + rank - t.rank();
+    if (t.dim(i) != 1 && (axis != 1 || t.dim(i) != m || scalar_only)) return {};
+  }
+  std::vector<float> v = ConstF32(k);
+  for (float e : v) {
+    if (!std::isfinite(e)) return {};
+  }
+  if (v.size() == 1) return std::vector<float>(static_cast<size_t>(m), v[0]);
+  return v.size() == static_cast<size_t>(m) ? v : std::vector<float>{};
+}
+
+// An activation a FusedConv applies (conv.cc's names).
+struct Act {
+  std::string name;  // empty: none
+  float alpha = 0, beta = 0;
+};
+
+// One Conv (or ConvTranspose) being fused.
 struct Chain {
   Node* conv = nullptr;
   Value* x = nullptr;
   std::vector<float> w, b;  // b empty: no bias
   std::vector<int64_t> w_dims;
+  bool transpose = false;    // a ConvTranspose: W is [C, M / group, K...]
+  int64_t group = 1, m = 0;  // m: output channels
   Value* sum = nullptr;
-  std::string act;
-  float alpha = 0, beta = 0;
+  Act act, act2;         // act2: a second activation after act
   Node* last = nullptr;  // the node whose output the FusedConv takes over
   std::vector<Node*> absorbed;
 };
@@ -147,15 +190,24 @@ class Fuser {
     };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       Node* n = g.nodes[i].get();
-      if (n->op != ops::kConv || !n->domain.empty() || n->outputs.size() != 1 ||
-          n->outputs[0] == nullptr || n->inputs.size() < 2) {
+      if ((n->op != ops::kConv && n->op != kConvTranspose) || !n->domain.empty() ||
+          n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs.size() < 2) {
         continue;
       }
       Chain c;
       if (!Start(n, &c)) continue;
       Value* cur = n->outputs[0];
       c.last = n;
-      if (Node* bn = sole(cur); bn != nullptr && FoldBatchNorm(bn, cur, &c)) cur = bn->outputs[0];
+      // BatchNormalizations and Mul/Add by constants (one value, or one per channel) fold into
+      // the weights and bias, in any order.
+      for (Node* u = sole(cur);
+           u != nullptr && (FoldBatchNorm(u, cur, &c) || FoldScale(u, cur, &c)); u = sole(cur)) {
+        cur = u->outputs[0];
+      }
+      if (c.transpose) {  // a ConvTranspose takes the folds only, and stays one
+        if (c.last != n) RewriteTranspose(c);
+        continue;
+      }
       if (Node* add = sole(cur); add != nullptr && add->op == ops::kAdd && add->domain.empty() &&
                                  add->inputs.size() == 2 && add->outputs[0] != nullptr) {
         Value* other = add->inputs[0] == cur ? add->inputs[1] : add->inputs[0];
@@ -168,10 +220,20 @@ class Fuser {
           ++counts_.sums;
         }
       }
-      if (Node* act = Activation(cur, users, sole, &c); act != nullptr) {
+      if (Node* act = Activation(cur, users, sole, &c.act, &c.absorbed); act != nullptr) {
         c.last = act;
         c.absorbed.push_back(act);
+        cur = act->outputs[0];
         ++counts_.activations;
+        if (c.act.name == kHardSigmoid) {
+          // max(0, min(1, alpha * x + beta)): both post-ops.
+          c.act2 = {"Clip", 0.0f, 1.0f};
+          c.act.name = "Affine";
+        } else if (Node* act2 = SecondActivation(cur, users, sole, &c); act2 != nullptr) {
+          c.last = act2;
+          c.absorbed.push_back(act2);
+          ++counts_.activations;
+        }
       }
       // Nodes the FusedConv absorbed: another chain must not take them (they are dead now).
       consumed_.insert(n);
@@ -191,11 +253,38 @@ class Fuser {
     }
     c->w = ConstF32(w);
     c->w_dims.assign(w->constant->dims().begin(), w->constant->dims().end());
+    c->transpose = n->op == kConvTranspose;
+    c->group = IntAttr(*n, "group", 1);
+    if (c->group < 1 || (c->transpose && c->w_dims[0] % c->group != 0)) return false;
+    c->m = c->transpose ? c->w_dims[1] * c->group : c->w_dims[0];
     if (n->inputs.size() > 2 && n->inputs[2] != nullptr) {
       c->b = ConstF32(n->inputs[2]);
-      if (c->b.size() != static_cast<size_t>(c->w_dims[0])) return false;
+      if (c->b.size() != static_cast<size_t>(c->m)) return false;
     }
-    return true;
+    return c->m > 0;
+  }
+
+  // Multiplies the weights of each output channel o by s(o): W [M, ...] for a Conv,
+  // [C, M / group, K...] for a ConvTranspose (o = (input channel's group) * M / group + j).
+  static void ScaleOutputs(Chain* c, const std::function<double(size_t)>& s) {
+    if (!c->transpose) {
+      const size_t per = c->w.size() / static_cast<size_t>(c->m);
+      for (size_t o = 0; o < static_cast<size_t>(c->m); ++o) {
+        const double f = s(o);
+        for (size_t j = 0; j < per; ++j)
+          c->w[o * per + j] = static_cast<float>(c->w[o * per + j] * f);
+      }
+      return;
+    }
+    const size_t cin = static_cast<size_t>(c->w_dims[0]), mg = static_cast<size_t>(c->w_dims[1]);
+    const size_t k = c->w.size() / (cin * mg), per_group = cin / static_cast<size_t>(c->group);
+    for (size_t ci = 0; ci < cin; ++ci) {
+      for (size_t j = 0; j < mg; ++j) {
+        const double f = s((ci / per_group) * mg + j);
+        float* w = c->w.data() + (ci * mg + j) * k;
+        for (size_t e = 0; e < k; ++e) w[e] = static_cast<float>(w[e] * f);
+      }
+    }
   }
 
   // A zero constant Pad on spatial dims only, read only by this Conv: the Conv reads the Pad's
@@ -263,18 +352,16 @@ class Fuser {
     for (size_t i = 1; i < bn->outputs.size(); ++i) {
       if (bn->outputs[i] != nullptr) return false;
     }
-    const size_t m = static_cast<size_t>(c->w_dims[0]);
+    const size_t m = static_cast<size_t>(c->m);
     std::vector<float> scale = ConstF32(bn->inputs[1]), shift = ConstF32(bn->inputs[2]),
                        mean = ConstF32(bn->inputs[3]), var = ConstF32(bn->inputs[4]);
     if (scale.size() != m || shift.size() != m || mean.size() != m || var.size() != m) return false;
     const double eps = FloatAttr(*bn, "epsilon", 1e-5f);
-    const size_t per = c->w.size() / m;
+    auto factor = [&](size_t o) { return scale[o] / std::sqrt(static_cast<double>(var[o]) + eps); };
+    ScaleOutputs(c, factor);
     if (c->b.empty()) c->b.assign(m, 0.0f);
     for (size_t o = 0; o < m; ++o) {
-      const double s = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
-      for (size_t j = 0; j < per; ++j)
-        c->w[o * per + j] = static_cast<float>(c->w[o * per + j] * s);
-      c->b[o] = static_cast<float>((c->b[o] - static_cast<double>(mean[o])) * s + shift[o]);
+      c->b[o] = static_cast<float>((c->b[o] - static_cast<double>(mean[o])) * factor(o) + shift[o]);
     }
     c->last = bn;
     c->absorbed.push_back(bn);
@@ -282,9 +369,33 @@ class Fuser {
     return true;
   }
 
+  // Mul or Add of the conv's output by a constant (ChannelConstant): w' = w * k, b' = b * k;
+  // b' = b + k.
+  bool FoldScale(Node* u, Value* cur, Chain* c) {
+    if (u->op != ops::kMul && u->op != ops::kAdd) return false;
+    const int64_t m = c->m;
+    const std::vector<float> k = ChannelConstant(*u, cur, m, /*scalar_only=*/false);
+    if (k.empty()) return false;
+    if (c->b.empty()) c->b.assign(static_cast<size_t>(m), 0.0f);
+    if (u->op == ops::kMul) ScaleOutputs(c, [&](size_t o) { return k[o]; });
+    for (size_t o = 0; o < static_cast<size_t>(m); ++o) {
+      if (u->op == ops::kMul) {
+        c->b[o] *= k[o];
+      } else {
+        c->b[o] += k[o];
+      }
+    }
+    c->last = u;
+    c->absorbed.push_back(u);
+    ++counts_.scales;
+    return true;
+  }
+
+  // The activation reading `cur` (its only reader): written into `act`; returns the last node
+  // it takes (the others pushed onto `absorbed`), nullptr when there is none.
   template <typename Sole>
   Node* Activation(Value* cur, const absl::flat_hash_map<const Value*, std::vector<Node*>>& users,
-                   Sole&& sole, Chain* c) {
+                   Sole&& sole, Act* act, std::vector<Node*>* absorbed) {
     // SiLU: Mul(x, Sigmoid(x)).
     auto it = users.find(cur);
     if (it != users.end() && it->second.size() == 2 && uses_[cur] == 2) {
@@ -295,32 +406,39 @@ class Fuser {
           a->outputs[0] != nullptr && sole(a->outputs[0]) == b && b->inputs.size() == 2 &&
           ((b->inputs[0] == cur && b->inputs[1] == a->outputs[0]) ||
            (b->inputs[1] == cur && b->inputs[0] == a->outputs[0]))) {
-        c->act = "SiLU";
-        c->absorbed.push_back(a);
+        act->name = "SiLU";
+        absorbed->push_back(a);
         return b;
       }
       return nullptr;
     }
     Node* u = sole(cur);
-    if (u == nullptr || u->inputs.empty() || u->inputs[0] != cur || u->outputs.size() != 1 ||
-        u->outputs[0] == nullptr) {
+    if (u == nullptr || u->inputs.empty() || u->outputs.size() != 1 || u->outputs[0] == nullptr) {
       return nullptr;
     }
+    if (Node* last = ScalarActivation(u, cur, sole, act, absorbed); last != nullptr) return last;
+    if (u->inputs[0] != cur) return nullptr;
     // The pattern rewrites (compiler/rewrite/activations.cc) run first and turn the SiLU
     // decomposition into dynvm::Silu: the same activation.
     if (u->domain == ops::kDynvmDomain && u->op == ops::kSilu && u->inputs.size() == 1) {
-      c->act = "SiLU";
+      act->name = "SiLU";
       return u;
     }
     if (!u->domain.empty()) return nullptr;
     if (u->op == ops::kRelu || u->op == ops::kSigmoid || u->op == ops::kHardSwish ||
         u->op == ops::kTanh) {
-      c->act = u->op;
+      act->name = u->op;
       return u;
     }
     if (u->op == ops::kLeakyRelu) {
-      c->act = u->op;
-      c->alpha = FloatAttr(*u, "alpha", 0.01f);
+      act->name = u->op;
+      act->alpha = FloatAttr(*u, "alpha", 0.01f);
+      return u;
+    }
+    if (u->op == kHardSigmoid) {  // the caller makes it Affine + Clip(0, 1)
+      act->name = u->op;
+      act->alpha = FloatAttr(*u, "alpha", 0.2f);
+      act->beta = FloatAttr(*u, "beta", 0.5f);
       return u;
     }
     if (u->op == ops::kClip) {
@@ -331,12 +449,75 @@ class Fuser {
         if (v.size() != 1) return nullptr;
         (i == 1 ? lo : hi) = v[0];
       }
-      c->act = "Clip";
-      c->alpha = lo;
-      c->beta = hi;
+      act->name = "Clip";
+      act->alpha = lo;
+      act->beta = hi;
       return u;
     }
     return nullptr;
+  }
+
+  // The activation after the first one (as Activation), unless it is HardSigmoid (two post-ops
+  // of its own).
+  template <typename Sole>
+  Node* SecondActivation(Value* cur,
+                         const absl::flat_hash_map<const Value*, std::vector<Node*>>& users,
+                         Sole&& sole, Chain* c) {
+    Act act;
+    std::vector<Node*> absorbed;
+    Node* last = Activation(cur, users, sole, &act, &absorbed);
+    if (last == nullptr || act.name == kHardSigmoid) return nullptr;
+    c->act2 = act;
+    for (Node* n : absorbed) c->absorbed.push_back(n);
+    return last;
+  }
+
+  // Max or Min with one constant value (a Clip bound: tf2onnx's LeakyRelu + Max pairs), or Mul
+  // by one constant value then optionally Add of one, or Add of one alone (an Affine: the scale
+  // and shift exports write after an activation). The constant must not broadcast the output.
+  template <typename Sole>
+  Node* ScalarActivation(Node* u, Value* cur, Sole&& sole, Act* act, std::vector<Node*>* absorbed) {
+    if (!u->domain.empty()) return nullptr;
+    const bool max = u->op == kMax, min = u->op == kMin;
+    if (!max && !min && u->op != ops::kMul && u->op != ops::kAdd) return nullptr;
+    const std::vector<float> k = ChannelConstant(*u, cur, 1, /*scalar_only=*/true);
+    if (k.size() != 1) return nullptr;
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    if (max || min) {
+      *act = {"Clip", max ? k[0] : -kInf, max ? kInf : k[0]};
+      return u;
+    }
+    *act = {"Affine", u->op == ops::kMul ? k[0] : 1.0f, u->op == ops::kAdd ? k[0] : 0.0f};
+    if (u->op == ops::kAdd) return u;
+    Value* scaled = u->outputs[0];
+    Node* add = sole(scaled);
+    if (add == nullptr || add->op != ops::kAdd) return u;
+    const std::vector<float> shift = ChannelConstant(*add, scaled, 1, /*scalar_only=*/true);
+    if (shift.size() != 1) return u;
+    act->beta = shift[0];
+    absorbed->push_back(u);
+    return add;
+  }
+
+  // The ConvTranspose with its folded weights and bias, in place of the last node folded.
+  void RewriteTranspose(const Chain& c) {
+    Tensor w = *Tensor::Empty(DType::kF32, c.w_dims);
+    std::copy(c.w.begin(), c.w.end(), w.data<float>());
+    Tensor b = *Tensor::Empty(DType::kF32, {c.m});
+    std::copy(c.b.begin(), c.b.end(), b.data<float>());
+    Node* f = c.last;
+    Value* out = f->outputs[0];
+    f->op = kConvTranspose;
+    f->domain = "";
+    f->name = c.conv->name;
+    f->attrs = c.conv->attrs;
+    f->inputs = {c.x, m_.NewConstant(std::move(w), "", /*is_weight=*/true),
+                 m_.NewConstant(std::move(b), "", /*is_weight=*/true)};
+    f->outputs = {out};
+    out->output_index = 0;
+    consumed_.insert(c.conv);
+    for (Node* a : c.absorbed) consumed_.insert(a);
+    ++counts_.transposes;
   }
 
   void Rewrite(const Chain& c) {
@@ -346,17 +527,19 @@ class Fuser {
     cw.type = AttrValue::Type::kInt;
     cw.i = 1;
     attrs["constant_weights"] = cw;
-    if (!c.act.empty()) {
+    for (const auto& [act, prefix] :
+         {std::pair<const Act*, const char*>{&c.act, "activation"}, {&c.act2, "activation2"}}) {
+      if (act->name.empty()) continue;
       AttrValue a;
       a.type = AttrValue::Type::kString;
-      a.s = c.act;
-      attrs["activation"] = a;
+      a.s = act->name;
+      attrs[prefix] = a;
       AttrValue f;
       f.type = AttrValue::Type::kFloat;
-      f.f = c.alpha;
-      attrs["activation_alpha"] = f;
-      f.f = c.beta;
-      attrs["activation_beta"] = f;
+      f.f = act->alpha;
+      attrs[absl::StrCat(prefix, "_alpha")] = f;
+      f.f = act->beta;
+      attrs[absl::StrCat(prefix, "_beta")] = f;
     }
     Tensor w = *Tensor::Empty(DType::kF32, c.w_dims);
     std::copy(c.w.begin(), c.w.end(), w.data<float>());
@@ -480,12 +663,13 @@ std::vector<int64_t> Weights4D(const Node& n) {
   return {w->constant->dims().begin(), w->constant->dims().end()};
 }
 
-// A FusedConv with no residual and no depthwise stage yet, no auto_pad, undilated.
+// A FusedConv with no residual and no depthwise stage yet, no auto_pad, undilated, at most one
+// activation.
 bool PlainFusedConv(const Node& n) {
   const AttrValue* ap = n.attr("auto_pad");
-  return IsFusedConv(&n) && n.inputs.size() >= 2 && n.inputs.size() <= 4 &&
-         (n.inputs.size() < 4 || n.inputs[3] == nullptr) && n.outputs.size() == 1 &&
-         n.outputs[0] != nullptr && n.inputs[0] != nullptr &&
+  return IsFusedConv(&n) && n.attr("activation2") == nullptr && n.inputs.size() >= 2 &&
+         n.inputs.size() <= 4 && (n.inputs.size() < 4 || n.inputs[3] == nullptr) &&
+         n.outputs.size() == 1 && n.outputs[0] != nullptr && n.inputs[0] != nullptr &&
          (ap == nullptr || ap->s.empty() || ap->s == "NOTSET") &&
          AllEqual(IntsAttr(n, "dilations"), 2, 1);
 }
@@ -583,7 +767,7 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     Fuser fuser(module, uses, counts);
     EachGraph(*f.graph, [&](Graph& g) { fuser.FuseGraph(g); });
   }
-  if (counts.convs > 0) {
+  if (counts.convs > 0 || counts.transposes > 0) {
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
   }

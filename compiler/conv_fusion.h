@@ -4,15 +4,30 @@
 //   - a zero constant Pad before it on spatial dims only (added to the Conv's pads);
 //   - a BatchNormalization after it in inference mode with constant parameters (folded into the
 //     weights and bias: w' = w * s, b' = (b - mean) * s + B, s = scale / sqrt(var + eps));
+//   - Mul and Add by a constant after it (in any order with BatchNormalizations) holding one
+//     value or one per output channel (dims 1 but the channel axis, all finite), the output
+//     keeping the conv's shape: folded into the weights and bias (w' = w * k, b' = b * k;
+//     b' = b + k);
 //   - a residual Add after that, whose other operand has exactly the Conv output's shape;
 //   - an activation after that: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSwish,
-//     Tanh, or SiLU written as x * Sigmoid(x).
+//     Tanh, SiLU written as x * Sigmoid(x), Max/Min with one constant value (Clip with one
+//     bound), Mul by one constant value then optionally Add of one, or that Add alone
+//     ("Affine": alpha * x + beta), or HardSigmoid (Affine(alpha, beta), then Clip(0, 1): both
+//     activation slots);
+//   - a second activation after the first (same kinds but HardSigmoid): "activation2",
+//     "activation2_alpha", "activation2_beta" (tf2onnx's LeakyRelu + Max, PP-LCNet's HardSwish
+//     + scale and shift). Such a FusedConv takes no depthwise stage.
 // Each absorbed node's output must have no other use. The FusedConv is marked
 // constant_weights = 1, so its kernel packs the weights once for every VM. Nodes left dead are
 // removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
 // other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
 // the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
 // between them; it keeps its logical dims and byte size.
+//
+// A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
+// Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
+// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols), so a Mul/Add,
+// whose broadcast must be proven shape-preserving, stays unfolded there in practice.
 //
 // Before the layouts, a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with
 // no residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group ==
@@ -42,7 +57,9 @@ struct ConvFusionCounts {
   int pads = 0;         // Pads folded
   int batch_norms = 0;  // BatchNormalizations folded
   int sums = 0;         // residual Adds fused
-  int activations = 0;  // activations fused
+  int scales = 0;       // Mul/Add by constants folded into the weights and bias
+  int activations = 0;  // activations fused (the second of a pair counted too)
+  int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
   int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
   int blocked = 0;      // values kept channels-last between FusedConvs
 };

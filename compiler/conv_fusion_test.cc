@@ -4,6 +4,9 @@
 // and with inputs, 1D/2D/3D), and compile-time shape errors name the node.
 #include "compiler/conv_fusion.h"
 
+#include <algorithm>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/passes.h"
+#include "compiler/rewrite/rewrite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
@@ -666,6 +670,259 @@ TEST(ConvFusion, ShapeErrorsAtRunTimeNameTheNode) {
     ASSERT_TRUE(vm->SetInput("x", RandomF32({1, 4, 5, 9}, 3)).ok());
     ASSERT_TRUE(vm->Run().ok());
     EXPECT_EQ((*vm->GetOutputs())[0].dims(), absl::MakeConstSpan(std::vector<int64_t>{1, 4, 3, 9}));
+  }
+}
+
+// A graph compiled with optimize on and off, run on one input on both backends: the outputs
+// must agree. Returns the optimized program's kernel ops (on the dnnl run).
+std::vector<std::string> ExpectOptimizedMatches(const std::function<void(GraphBuilder&)>& build,
+                                                const Tensor& x) {
+  std::vector<std::string> fused_kernels;
+  for (const char* backend : {"dnnl", "reference"}) {
+    SCOPED_TRACE(backend);
+    std::vector<Tensor> outs;
+    for (bool optimize : {false, true}) {
+      Module m;
+      GraphBuilder b(m.AddFunction("main"));
+      build(b);
+      CompileOptions options;
+      options.optimize = optimize;
+      absl::StatusOr<CompileResult> r = Compile(m, options);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return {};
+      if (optimize) {
+        fused_kernels.clear();
+        for (const KernelReport& k : r->kernels) fused_kernels.push_back(k.op);
+      }
+      LoadOptions load;
+      load.backends = BackendPolicy{{backend, "reference"}};
+      std::shared_ptr<const Executable> exe = *Executable::LoadFromBytes(
+          {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()}, load);
+      std::unique_ptr<VirtualMachine> vm = *VirtualMachine::Create(exe);
+      EXPECT_TRUE(vm->SetInput("x", x).ok());
+      absl::Status st = vm->Run();
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) return {};
+      outs.push_back((*vm->GetOutputs())[0]);
+    }
+    std::vector<double> got = testing::ToDoubles(outs[1]), want = testing::ToDoubles(outs[0]);
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+      if (std::abs(got[i] - want[i]) > 1e-4 + 1e-4 * std::abs(want[i])) {
+        ADD_FAILURE() << "element " << i << ": " << got[i] << " against " << want[i];
+        break;
+      }
+    }
+  }
+  return fused_kernels;
+}
+
+int CountOf(const std::vector<std::string>& kernels, const std::string& op) {
+  return static_cast<int>(std::count(kernels.begin(), kernels.end(), op));
+}
+
+Value* ConvOf(GraphBuilder& b, Value* x, int64_t c, int64_t m, int64_t k, uint32_t seed,
+              int64_t group = 1) {
+  Attrs a = {{"pads", AttrInts(std::vector<int64_t>(4, k / 2))}, {"group", AttrInt(group)}};
+  return b.Op("Conv",
+              {x, b.Constant(RandomF32({m, c / group, k, k}, seed), "", true),
+               b.Constant(RandomF32({m}, seed + 1), "", true)},
+              a);
+}
+
+Value* Const(GraphBuilder& b, std::vector<int64_t> dims, uint32_t seed, float lo, float hi) {
+  return b.Constant(RandomF32(std::move(dims), seed, lo, hi));
+}
+
+Value* Filled(GraphBuilder& b, std::vector<int64_t> dims, float v) {
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v;
+  return b.Constant(t);
+}
+
+// PP-LCNet's block as Paddle2ONNX writes it (PaddleOCR v4): Conv, a learnable scale and shift
+// (Mul, Add by one value), HardSwish written out, another scale and shift, then the next conv
+// (a depthwise one, then a 1x1). Each conv folds its scale and shift into the weights and takes
+// HardSwish and the second scale and shift (an Affine) as post-ops: only FusedConvs remain,
+// channels-last between them.
+TEST(ConvFusion, ScalesAndAffineAroundHardSwishFold) {
+  auto block = [](GraphBuilder& b, Value* x, int64_t c, int64_t m, int64_t k, int64_t group,
+                  uint32_t seed) {
+    Value* y = ConvOf(b, x, c, m, k, seed, group);
+    y = b.Op("Mul", {Const(b, {1}, seed + 2, 0.5f, 2), y});
+    y = b.Op("Add", {y, Const(b, {1}, seed + 3, -1, 1)});
+    Value* r = b.Op("Clip", {b.Op("Add", {y, b.ScalarF32(3)}), b.ScalarF32(0), b.ScalarF32(6)});
+    y = b.Op("Div", {b.Op("Mul", {y, r}), b.ScalarF32(6)});
+    y = b.Op("Mul", {Const(b, {1}, seed + 4, 0.3f, 1.2f), y});
+    return b.Op("Add", {y, Const(b, {1}, seed + 5, -1, 1)});
+  };
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{3}, int64_t{12}, int64_t{10}});
+        Value* y = block(b, x, 3, 16, 3, 1, 10);
+        y = block(b, y, 16, 16, 3, 16, 20);
+        b.Output("y", block(b, y, 16, 24, 1, 1, 30));
+      },
+      RandomF32({2, 3, 12, 10}, 1, -3, 3));
+  EXPECT_EQ(kernels, std::vector<std::string>(kernels.size(), "dynvm::FusedConv"))
+      << absl::StrJoin(kernels, ",");
+  EXPECT_FALSE(kernels.empty());
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{4}, int64_t{6}, int64_t{6}});
+  b.Output("y", block(b, block(b, x, 4, 8, 3, 1, 40), 8, 8, 1, 1, 50));
+  ASSERT_TRUE(InferShapes(m).ok());
+  ASSERT_TRUE(rewrite::ApplyRewrites(m).ok());
+  absl::StatusOr<ConvFusionCounts> counts = FuseConvolutions(m);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->convs, 2);
+  EXPECT_EQ(counts->scales, 4);       // a Mul and an Add per conv
+  EXPECT_EQ(counts->activations, 4);  // HardSwish and an Affine per conv
+  EXPECT_EQ(counts->blocked, 1);
+}
+
+// tf2onnx's LeakyRelu + Max(x, -0.4) after each conv (openWakeWord's embedding model), then a
+// MaxPool and another conv; per-channel scales ([1, M, 1, 1] and [M, 1, 1]) after a
+// BatchNormalization; Min with one value after a Relu. Only FusedConvs and the pool remain.
+TEST(ConvFusion, ChannelScalesAndScalarBoundsFold) {
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{1}, int64_t{14}, int64_t{9}});
+        Value* y = ConvOf(b, x, 1, 8, 3, 1);
+        y = b.Op("LeakyRelu", {y}, {{"alpha", AttrFloat(0.2f)}});
+        y = b.Op("Max", {y, Filled(b, {1, 1, 1, 1}, -0.4f)});
+        y = b.Op("MaxPool", {y},
+                 {{"kernel_shape", AttrInts({2, 2})}, {"strides", AttrInts({2, 2})}});
+        y = ConvOf(b, y, 8, 12, 3, 5);
+        y = b.Op("BatchNormalization", {y, Const(b, {12}, 7, 0.5f, 1.5f), Const(b, {12}, 8, -1, 1),
+                                        Const(b, {12}, 9, -1, 1), Const(b, {12}, 10, 0.2f, 2)});
+        y = b.Op("Mul", {y, Const(b, {1, 12, 1, 1}, 11, -2, 2)});
+        y = b.Op("Add", {Const(b, {12, 1, 1}, 12, -1, 1), y});
+        y = b.Op("Relu", {y});
+        b.Output("y", b.Op("Min", {b.ScalarF32(0.75f), y}));
+      },
+      RandomF32({2, 1, 14, 9}, 2, -2, 2));
+  EXPECT_EQ(CountOf(kernels, "dynvm::FusedConv") + CountOf(kernels, "MaxPool"),
+            static_cast<int>(kernels.size()))
+      << absl::StrJoin(kernels, ",");
+  EXPECT_EQ(CountOf(kernels, "MaxPool"), 1) << absl::StrJoin(kernels, ",");
+}
+
+// A squeeze-excitation block (MobileNetV3, PP-LCNet): GlobalAveragePool -> Conv 1x1 -> Relu ->
+// Conv 1x1 -> HardSigmoid (alpha 1/6, and the default 0.2) -> Mul with the block's input. The
+// HardSigmoid becomes two post-ops (Affine, then Clip to [0, 1]); the pool and the Mul stay.
+TEST(ConvFusion, SqueezeExcitationTakesHardSigmoid) {
+  for (float alpha : {1.0f / 6, 0.2f}) {
+    SCOPED_TRACE(alpha);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{3}, int64_t{9}, int64_t{7}});
+          Value* y = b.Op("HardSwish", {ConvOf(b, x, 3, 16, 3, 1)});
+          Value* s = b.Op("GlobalAveragePool", {y});
+          s = b.Op("Relu", {ConvOf(b, s, 16, 4, 1, 3)});
+          s = b.Op("HardSigmoid", {b.Op("Mul", {ConvOf(b, s, 4, 16, 1, 5), b.ScalarF32(4)})},
+                   {{"alpha", AttrFloat(alpha)}});
+          b.Output("y", ConvOf(b, b.Op("Mul", {y, s}), 16, 8, 1, 7));
+        },
+        RandomF32({2, 3, 9, 7}, 3, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "HardSigmoid"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "Relu"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "GlobalAveragePool"), 1) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// A ConvTranspose (groups 1 and 2, with and without bias, kernel equal to the stride or not)
+// folds the BatchNormalization after it into its weights and bias and stays a ConvTranspose;
+// the Mul and the Relu after it stay their own ops. A ConvTranspose whose output is read twice
+// keeps its BatchNormalization.
+TEST(ConvFusion, ConvTransposeFoldsBatchNormAndScales) {
+  for (int64_t group : {1, 2}) {
+    for (bool bias : {false, true}) {
+      for (int64_t k : {2, 3}) {
+        SCOPED_TRACE(absl::StrCat("group ", group, " bias ", bias, " kernel ", k));
+        std::vector<std::string> kernels = ExpectOptimizedMatches(
+            [&](GraphBuilder& b) {
+              Value* x =
+                  b.Input("x", DType::kF32, {int64_t{2}, int64_t{4}, int64_t{5}, int64_t{6}});
+              std::vector<Value*> in = {x, Const(b, {4, 6 / group, k, k}, 1, -1, 1)};
+              if (bias) in.push_back(Const(b, {6}, 2, -1, 1));
+              Value* y = b.Op("ConvTranspose", in,
+                              {{"strides", AttrInts({2, 2})}, {"group", AttrInt(group)}});
+              y = b.Op("BatchNormalization",
+                       {y, Const(b, {6}, 3, 0.5f, 1.5f), Const(b, {6}, 4, -1, 1),
+                        Const(b, {6}, 5, -1, 1), Const(b, {6}, 6, 0.2f, 2)});
+              y = b.Op("Mul", {y, Const(b, {6, 1, 1}, 7, -2, 2)});
+              b.Output("y", b.Op("Relu", {y}));
+            },
+            RandomF32({2, 4, 5, 6}, 8, -2, 2));
+        // The Mul stays: ConvTranspose's output dims are not inferred (fresh symbols), so that
+        // it keeps the output's shape is not known at compile time.
+        EXPECT_EQ(kernels.size(), 3u) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "ConvTranspose"), 1) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "BatchNormalization"), 0) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(CountOf(kernels, "Relu"), 1) << absl::StrJoin(kernels, ",");
+      }
+    }
+  }
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{4}, int64_t{5}, int64_t{6}});
+        Value* y = b.Op("ConvTranspose", {x, Const(b, {4, 3, 2, 2}, 1, -1, 1)},
+                        {{"strides", AttrInts({2, 2})}});
+        Value* n =
+            b.Op("BatchNormalization", {y, Const(b, {3}, 3, 0.5f, 1.5f), Const(b, {3}, 4, -1, 1),
+                                        Const(b, {3}, 5, -1, 1), Const(b, {3}, 6, 0.2f, 2)});
+        b.Output("y", b.Op("Add", {n, y}));
+      },
+      RandomF32({1, 4, 5, 6}, 9, -2, 2));
+  EXPECT_EQ(CountOf(kernels, "BatchNormalization"), 1) << absl::StrJoin(kernels, ",");
+}
+
+// Near misses: each leaves its op unfused (and the result the unfused graph's).
+TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
+  struct Miss {
+    const char* what;
+    const char* op;                                      // the op that must stay
+    std::function<Value*(GraphBuilder&, Value*)> after;  // given the conv's output [2, 8, 8, 8]
+  };
+  const std::vector<Miss> misses = {
+      {"Mul by [8] along the width (as wide as the channels)", "Mul",
+       [](GraphBuilder& b, Value* y) {
+         return b.Op("Mul", {y, Const(b, {8}, 3, -2, 2)});
+       }},
+      {"Add broadcasting the batch", "Add",
+       [](GraphBuilder& b, Value* y) {
+         return b.Op("Add", {y, Const(b, {2, 1, 1, 1, 1}, 3, -1, 1)});
+       }},
+      {"Mul by a per-channel value after an activation (not one value)", "Mul",
+       [](GraphBuilder& b, Value* y) {
+         return b.Op("Mul", {b.Op("Relu", {y}), Const(b, {1, 8, 1, 1}, 3, -2, 2)});
+       }},
+      {"Max with a non-constant", "Max",
+       [](GraphBuilder& b, Value* y) {
+         Value* other = b.Op("Sigmoid", {b.Op("Neg", {y})});  // y read twice: Relu stays too
+         return b.Op("Max", {b.Op("Relu", {y}), other});
+       }},
+      {"Mul by infinity (then Sigmoid: finite outputs)", "Mul",
+       [](GraphBuilder& b, Value* y) {
+         Value* big = b.Op("Mul", {y, b.ScalarF32(std::numeric_limits<float>::infinity())});
+         return b.Op("Sigmoid", {big});
+       }},
+      {"a third activation", "Sigmoid",
+       [](GraphBuilder& b, Value* y) {
+         Value* a = b.Op("Max", {b.Op("Relu", {y}), b.ScalarF32(0.1f)});
+         return b.Op("Sigmoid", {a});
+       }},
+  };
+  for (const Miss& miss : misses) {
+    SCOPED_TRACE(miss.what);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{4}, int64_t{8}, int64_t{8}});
+          b.Output("y", miss.after(b, ConvOf(b, x, 4, 8, 3, 1)));
+        },
+        RandomF32({2, 4, 8, 8}, 4, -2, 2));
+    EXPECT_EQ(CountOf(kernels, miss.op), 1) << absl::StrJoin(kernels, ",");
   }
 }
 

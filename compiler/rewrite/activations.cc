@@ -11,6 +11,13 @@
 //             -> dynvm::GeluTanh(x)
 // silu:       Mul(x, Sigmoid(x)) -> dynvm::Silu(x)
 // hard_swish: Mul(x, HardSigmoid(x) with alpha 1/6, beta 0.5) -> HardSwish(x)
+// hard_swish_written: HardSwish written out with R = Relu6(x + 3) = Clip(Add(x, 3), 0, 6) (the
+//             bounds as inputs, opset 11 on, or attributes min/max before), as Paddle2ONNX,
+//             torch (x * F.relu6(x + 3) / 6) and hand-written exports do:
+//             Div(Mul(x, R), 6), Mul(Mul(x, R), 1/6), Mul(x, Div(R, 6)), Mul(x, Mul(R, 1/6))
+//             -> HardSwish(x)
+// hard_sigmoid_written: Div(R, 6) or Mul(R, 1/6) -> HardSigmoid(x) with alpha 1/6, beta 0.5
+//             (then hard_swish takes a Mul(x, it)).
 // Refused: another constant, an intermediate read elsewhere, the inner and outer x different
 // values, another dtype.
 #include <cmath>
@@ -61,6 +68,45 @@ bool HardSigmoidForSwish(const Node& n, const Match&) {
   return std::fabs(a - 1.0 / 6.0) <= 1e-6 && std::fabs(b - 0.5) <= 1e-6;
 }
 
+// A Clip of `a` to [lo, hi]: bounds as constant inputs (opset 11 on) or attributes (before).
+P ClipTo(const P& a, double lo, double hi) {
+  auto bounds = [lo, hi](const Node& n, const Match&) {
+    const AttrValue* mn = n.attr("min");
+    const AttrValue* mx = n.attr("max");
+    return mn != nullptr && mx != nullptr && mn->type == AttrValue::Type::kFloat &&
+           mx->type == AttrValue::Type::kFloat && std::fabs(mn->f - lo) <= 1e-5 &&
+           std::fabs(mx->f - hi) <= 1e-5;
+  };
+  return P::OneOf({P::Op("Clip", {a, C(lo), C(hi)}), P::Op("Clip", {a}).NodeIs(bounds)});
+}
+
+// Relu6(x + 3).
+P Relu6XPlus3() { return ClipTo(P::Op("Add", {X(), C(3)}).Commutative(), 0, 6); }
+
+// v / 6 as Div(v, 6) or Mul(v, 1/6).
+P Sixth(const P& v) {
+  return P::OneOf({P::Op("Div", {v, C(6)}), P::Op("Mul", {v, C(1.0 / 6.0)}).Commutative()});
+}
+
+P HardSwishWrittenPattern() {
+  return P::OneOf({Sixth(P::Op("Mul", {X(), Relu6XPlus3()}).Commutative()),
+                   P::Op("Mul", {X(), Sixth(Relu6XPlus3())}).Commutative()});
+}
+
+AttrValue FloatAttr(float v) {
+  AttrValue a;
+  a.type = AttrValue::Type::kFloat;
+  a.f = v;
+  return a;
+}
+
+Value* EmitHardSigmoid(Emitter& e, const Match& m) {
+  Attrs attrs;
+  attrs["alpha"] = FloatAttr(static_cast<float>(1.0 / 6.0));
+  attrs["beta"] = FloatAttr(0.5f);
+  return e.Op("HardSigmoid", {m["x"]}, std::move(attrs));
+}
+
 std::function<Value*(Emitter&, const Match&)> Unary(const char* op, const char* domain) {
   return [op, domain](Emitter& e, const Match& m) { return e.Op(op, {m["x"]}, {}, domain); };
 }
@@ -77,6 +123,8 @@ std::vector<Rule> ActivationRules() {
       "hard_swish",
       P::Op("Mul", {X(), P::Op("HardSigmoid", {X()}).NodeIs(&HardSigmoidForSwish)}).Commutative(),
       Unary("HardSwish", "")});
+  rules.push_back(Rule{"hard_swish_written", HardSwishWrittenPattern(), Unary("HardSwish", "")});
+  rules.push_back(Rule{"hard_sigmoid_written", Sixth(Relu6XPlus3()), &EmitHardSigmoid});
   return rules;
 }
 

@@ -1,5 +1,6 @@
-// gelu, gelu_tanh, silu, hard_swish (activations.cc): the forms torch writes and the other
-// associations, against the unoptimized program, and the near misses left alone.
+// gelu, gelu_tanh, silu, hard_swish, hard_swish_written, hard_sigmoid_written (activations.cc): the
+// forms torch writes and the other associations, against the unoptimized program, and the near
+// misses left alone.
 #include <cmath>
 
 #include "compiler/rewrite/rewrite_testing.h"
@@ -114,6 +115,104 @@ TEST(ActivationsTest, SiluAndHardSwish) {
               return b.Op("Mul", {x, b.Op("HardSigmoid", {x})});
             }).fired["hard_swish"],
             0);
+}
+
+// Relu6(x + c) as Clip with bound inputs (opset 11 on), or attributes when `attrs`.
+Value* Relu6Plus(GraphBuilder& b, Value* x, float c = 3, float hi = 6, bool attrs = false) {
+  Value* sum = b.Op("Add", {x, b.ScalarF32(c)});
+  if (attrs) return b.Op("Clip", {sum}, {{"min", AttrFloat(0)}, {"max", AttrFloat(hi)}});
+  return b.Op("Clip", {sum, b.ScalarF32(0), b.ScalarF32(hi)});
+}
+
+TEST(ActivationsTest, HardSwishWrittenOut) {
+  const std::vector<Build> forms = {
+      [](GraphBuilder& b, Value* x) {  // Paddle2ONNX: Div(Mul(x, R), 6)
+        return b.Op("Div", {b.Op("Mul", {x, Relu6Plus(b, x)}), b.ScalarF32(6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // Mul(Mul(R, x), 1/6), the Add's operands swapped
+        Value* r = b.Op("Clip", {b.Op("Add", {b.ScalarF32(3), x}), b.ScalarF32(0), b.ScalarF32(6)});
+        return b.Op("Mul", {b.Op("Mul", {r, x}), b.ScalarF32(1.0f / 6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // torch: x * F.relu6(x + 3) / 6 as Mul(x, Div(R, 6))
+        return b.Op("Mul", {x, b.Op("Div", {Relu6Plus(b, x), b.ScalarF32(6)})});
+      },
+      [](GraphBuilder& b, Value* x) {  // Mul(Mul(1/6, R), x)
+        return b.Op("Mul", {b.Op("Mul", {b.ScalarF32(1.0f / 6), Relu6Plus(b, x)}), x});
+      },
+  };
+  for (size_t i = 0; i < forms.size(); ++i) {
+    SCOPED_TRACE(i);
+    Outcome o = RunAct(forms[i]);
+    EXPECT_EQ(o.fired["hard_swish_written"] + o.fired["hard_swish"], 1);
+    EXPECT_TRUE(o.HasKernel("HardSwish"));
+    EXPECT_FALSE(o.HasKernel("Clip"));
+    EXPECT_FALSE(o.HasKernel("Mul"));
+  }
+}
+
+TEST(ActivationsTest, HardSwishWrittenOutWithClipAttributes) {
+  // Clip's bounds as attributes (opsets before 11).
+  Outcome o = RunAct([](GraphBuilder& b, Value* x) {
+    return b.Op("Div", {b.Op("Mul", {x, Relu6Plus(b, x, 3, 6, true)}), b.ScalarF32(6)});
+  });
+  EXPECT_EQ(o.fired["hard_swish_written"], 1);
+  EXPECT_FALSE(o.HasKernel("Clip"));
+  Outcome s = RunAct([](GraphBuilder& b, Value* x) {
+    return b.Op("Div", {Relu6Plus(b, x, 3, 5, true), b.ScalarF32(6)});
+  });
+  EXPECT_EQ(s.fired["hard_sigmoid_written"], 0);  // max 5
+}
+
+TEST(ActivationsTest, HardSigmoidWrittenOut) {
+  Outcome o = RunAct([](GraphBuilder& b, Value* x) {
+    return b.Op("Div", {Relu6Plus(b, x), b.ScalarF32(6)});
+  });
+  EXPECT_EQ(o.fired["hard_sigmoid_written"], 1);
+  EXPECT_TRUE(o.HasKernel("HardSigmoid"));
+  EXPECT_FALSE(o.HasKernel("Clip"));
+  // HardSigmoid written out, then Mul(x, it): hard_swish takes the pair.
+  Outcome p = RunAct([](GraphBuilder& b, Value* x) {
+    Value* hs = b.Op("Mul", {Relu6Plus(b, x), b.ScalarF32(1.0f / 6)});
+    return b.Op("Add", {b.Op("Mul", {hs, x}), hs});  // hs read twice: only the sigmoid folds
+  });
+  EXPECT_EQ(p.fired["hard_sigmoid_written"], 1);
+  EXPECT_EQ(p.fired["hard_swish"], 0);
+}
+
+TEST(ActivationsTest, HardSwishWrittenNearMisses) {
+  const std::vector<Build> misses = {
+      [](GraphBuilder& b, Value* x) {  // x + 2
+        return b.Op("Div", {b.Op("Mul", {x, Relu6Plus(b, x, 2)}), b.ScalarF32(6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // clipped to [0, 5]
+        return b.Op("Div", {b.Op("Mul", {x, Relu6Plus(b, x, 3, 5)}), b.ScalarF32(6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // divided by 5
+        return b.Op("Div", {b.Op("Mul", {x, Relu6Plus(b, x)}), b.ScalarF32(5)});
+      },
+      [](GraphBuilder& b, Value* x) {  // times 1/5
+        return b.Op("Mul", {x, b.Op("Mul", {Relu6Plus(b, x), b.ScalarF32(0.2f)})});
+      },
+      [](GraphBuilder& b, Value* x) {  // the outer x is another value
+        return b.Op("Div", {b.Op("Mul", {b.Op("Neg", {x}), Relu6Plus(b, x)}), b.ScalarF32(6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // a lower bound of -1
+        Value* r =
+            b.Op("Clip", {b.Op("Add", {x, b.ScalarF32(3)}), b.ScalarF32(-1), b.ScalarF32(6)});
+        return b.Op("Div", {b.Op("Mul", {x, r}), b.ScalarF32(6)});
+      },
+      [](GraphBuilder& b, Value* x) {  // the product also feeds the output
+        Value* p = b.Op("Mul", {x, Relu6Plus(b, x)});
+        return b.Op("Add", {b.Op("Div", {p, b.ScalarF32(6)}), p});
+      },
+  };
+  for (size_t i = 0; i < misses.size(); ++i) {
+    SCOPED_TRACE(i);
+    Outcome o = RunAct(misses[i]);
+    EXPECT_EQ(o.fired["hard_swish_written"], 0);
+    EXPECT_EQ(o.fired["hard_swish"], 0);
+    EXPECT_FALSE(o.HasKernel("HardSwish"));
+  }
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 // FusedConv (dynvm domain, made by compiler/conv_fusion.cc): Conv's inputs and attributes plus
 // an optional fourth input `sum` added to the result (oneDNN's sum post-op: a residual Add) and
 // an "activation" applied last (an eltwise post-op): Relu, LeakyRelu (alpha), Clip (alpha =
-// min, beta = max), Sigmoid, HardSwish, SiLU, Tanh. A NaN the convolution produces passes
+// min, beta = max), Sigmoid, HardSwish, SiLU, Tanh, Affine (alpha * x + beta), then optionally
+// an "activation2" (same names, a second eltwise post-op: the Mul/Add by a scalar or the
+// Max/Min with one that exports write after an activation). A NaN the convolution produces passes
 // through Relu and Clip as 0 / the bound on this backend (oneDNN's max and min drop NaN), as
 // in other runtimes' fused kernels; the reference kernel keeps it.
 //
@@ -19,9 +21,11 @@
 // compiler/conv_fusion.h) runs as one convolution with oneDNN's depthwise post-op or as two
 // primitives (BindPair).
 //
-// Two shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
-// GEMM (UseGemm) and dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
-// no Winograd (OwnWinogradTakes and choice::UseOwnWinograd, kernels/cpu/winograd.h).
+// Three shape classes run dynvm's own code instead of a oneDNN convolution: small images as one
+// GEMM (UseGemm), dense 3x3 stride-1 convs as dynvm's Winograd F(2x2, 3x3) where oneDNN has
+// no Winograd (OwnWinogradTakes and choice::UseOwnWinograd, kernels/cpu/winograd.h), and a
+// ConvTranspose whose kernel equals its stride (no overlapping windows) as one GEMM per image
+// and a scatter (DeconvAsGemm).
 //
 // Each site keeps its primitives per concrete shape in a bounded LRU (conv.h). Shapes oneDNN
 // has no primitive for, strided weights or bias, empty tensors and non-f32 data run the
@@ -72,11 +76,11 @@
 //   (every Conv with constant weights after the fusion) are reordered once per kernel, into a
 //   buffer the kernel owns and every VM and site running it shares (at the first run, not at
 //   compile time); other weights are reordered per run. vm-compile --report shows what the fusion
-//   did (conv_fusion convs, pads, batch_norms, sums, activations, channels_last_values) and each
-//   conv-family kernel's layouts (kernel 2: dynvm::FusedConv f32 -> fusedconv.f32.dnnl.any; layout
-//   X channels-last, Y plain): a plain X or Y of a conv is where a reorder may run (when oneDNN's
-//   chosen layout differs from plain, known only at bind time); channels-last operands are passed
-//   as they are.
+//   did (conv_fusion convs, pads, batch_norms, scales, transposes, sums, activations,
+//   channels_last_values) and each conv-family kernel's layouts (kernel 2: dynvm::FusedConv f32
+//   -> fusedconv.f32.dnnl.any; layout X channels-last, Y plain): a plain X or Y of a conv is where
+//   a reorder may run (when oneDNN's chosen layout differs from plain, known only at bind time);
+//   channels-last operands are passed as they are.
 // - *No reference implementations.* oneDNN serves some layout pairs only with its reference
 //   convolution (ref:any, 10-100x slower): on AVX2 (no AVX-512), a one-channel plain input with a
 //   channels-last output (a CRNN's first conv) and a channels-last input with a plain output. A
@@ -565,12 +569,14 @@ struct Activation {
   float alpha = 0, beta = 0;
 };
 
-// `prefix` "" reads "activation", "dw_" the depthwise stage's "dw_activation".
-absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec, const std::string& prefix = "") {
+// `attr` "activation", "activation2" (the second post-op) or "dw_activation" (the depthwise
+// stage's), with its "_alpha" and "_beta".
+absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec,
+                                          const std::string& attr = "activation") {
   Activation act;
-  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString(prefix + "activation", ""));
-  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat(prefix + "activation_alpha", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat(prefix + "activation_beta", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(std::string name, spec.GetString(attr, ""));
+  DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat(attr + "_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat(attr + "_beta", 0.0f));
   if (name.empty()) return act;
   act.present = true;
   using alg = dnnl::algorithm;
@@ -588,6 +594,8 @@ absl::StatusOr<Activation> ReadActivation(const KernelSpec& spec, const std::str
     act = {true, alg::eltwise_swish, 1.0f, 0.0f};
   } else if (name == "Tanh") {
     act = {true, alg::eltwise_tanh, 0.0f, 0.0f};
+  } else if (name == "Affine") {
+    act = {true, alg::eltwise_linear, alpha, beta};
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.op, ": unknown fused activation '", name, "'"));
@@ -721,12 +729,13 @@ constexpr int64_t kOwnWinogradMinTiles = 16;
 
 class ConvKernel final : public DnnlKernel {
  public:
-  ConvKernel(std::string name, ConvAttrs attrs, bool transpose, Activation act,
+  ConvKernel(std::string name, ConvAttrs attrs, bool transpose, Activation act, Activation act2,
              bool constant_weights, BlockedPorts blocked, DepthwiseStage dw)
       : DnnlKernel(std::move(name)),
         attrs_(std::move(attrs)),
         transpose_(transpose),
         act_(act),
+        act2_(act2),
         constant_weights_(constant_weights),
         blocked_(blocked),
         dw_(dw) {}
@@ -759,6 +768,11 @@ class ConvKernel final : public DnnlKernel {
     int64_t macs = g.n * g.m * (g.c / g.g);
     for (int i = 0; i < g.k; ++i) macs *= g.od[i] * g.kd[i];
     SetThreads(ThreadsFor(ctx.num_threads(), macs));
+    if (transpose_ && DeconvAsGemm(g) && x.is_contiguous() && w.is_contiguous()) {
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "ConvTranspose"));
+      if (out[0]->is_contiguous()) return ExecuteDeconvGemm(ctx, g, x, w, b, out[0]);
+    }
     ShapeKey key;
     key.Add(&x);
     key.Add(&w);
@@ -794,6 +808,70 @@ class ConvKernel final : public DnnlKernel {
   }
 
  private:
+  // ---- A ConvTranspose without overlapping windows ----
+
+  // Kernel equal to the stride on every axis, unpadded, undilated, ungrouped, no output padding
+  // (each output is in * stride): the 2x2 stride-2 upsampling of U-Nets, FPNs and DBNet heads.
+  // Macs per kernel element are tiny (kd * kd / st / st = 1 input pixel per output), so
+  // oneDNN 2.6's deconvolution (a backward-data convolution, the reference kernel for one output
+  // channel) runs them far below GEMM speed.
+  static bool DeconvAsGemm(const Geometry& g) {
+    if (g.g != 1) return false;
+    for (int i = 0; i < g.k; ++i) {
+      if (g.kd[i] != g.st[i] || g.dl[i] != 0 || g.pl[i] != 0 || g.od[i] != g.in[i] * g.st[i]) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Per image: T [M * K, P] = W^T [M * K, C] x X [C, P] (K kernel elements, P input pixels; W is
+  // [C, M, K...] row-major), one sgemm; then row (m, a, b, e) of T lands on output pixels
+  // (i * st + a, j * st + b, ...) of channel m, plus the bias, rows split across the VM's pool.
+  absl::Status ExecuteDeconvGemm(KernelContext& ctx, const Geometry& g, const Tensor& x,
+                                 const Tensor& w, const Tensor* b, Tensor* y) const {
+    int64_t in[3] = {1, 1, 1}, st[3] = {1, 1, 1};
+    for (int i = 0; i < g.k; ++i) {
+      in[3 - g.k + i] = g.in[i];
+      st[3 - g.k + i] = g.st[i];
+    }
+    const int64_t kk = st[0] * st[1] * st[2], p = in[0] * in[1] * in[2], rows = g.m * kk;
+    const int64_t o1 = in[1] * st[1], o2 = in[2] * st[2], per_channel = in[0] * st[0] * o1 * o2;
+    DYNVM_ASSIGN_OR_RETURN(void* ws,
+                           ctx.Workspace(static_cast<size_t>(rows * p) * sizeof(float) + 64));
+    float* t = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    const float* pw = w.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    for (int64_t n = 0; n < g.n; ++n) {
+      DYNVM_RETURN_IF_ERROR(FromDnnl(dnnl_sgemm('T', 'N', rows, p, g.c, 1.0f, pw, rows,
+                                                x.data<float>() + n * g.c * p, p, 0.0f, t, p),
+                                     "dnnl_sgemm"));
+      float* yn = y->data<float>() + n * g.m * per_channel;
+      auto scatter = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {  // r = ((m * st0 + a) * st1 + c) * st2 + e
+          const int64_t e = r % st[2], c = (r / st[2]) % st[1], a = (r / (st[2] * st[1])) % st[0];
+          const int64_t m = r / kk;
+          const float bias = pb != nullptr ? pb[m] : 0.0f;
+          const float* tr = t + r * p;
+          float* ym = yn + m * per_channel;
+          for (int64_t i0 = 0; i0 < in[0]; ++i0) {
+            for (int64_t i1 = 0; i1 < in[1]; ++i1) {
+              float* yr = ym + ((i0 * st[0] + a) * o1 + i1 * st[1] + c) * o2 + e;
+              const float* row = tr + (i0 * in[1] + i1) * in[2];
+              for (int64_t i2 = 0; i2 < in[2]; ++i2) yr[i2 * st[2]] = row[i2] + bias;
+            }
+          }
+        }
+      };
+      if (ctx.num_threads() > 1 && rows * p >= kMinParallelWork / 16) {
+        ctx.ParallelFor(rows, 1, scatter);
+      } else {
+        scatter(0, rows);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // ---- A 1x1 conv + 3x3 depthwise pair (a FusedConv with a depthwise stage) ----
 
   // Whether x, w, b and the depthwise weights are a pair this kernel runs on oneDNN: a 2D 1x1
@@ -1061,6 +1139,7 @@ class ConvKernel final : public DnnlKernel {
     dnnl::post_ops ops;
     if (sum) ops.append_sum(1.0f);
     if (act_.present) ops.append_eltwise(1.0f, act_.alg, act_.alpha, act_.beta);
+    if (act2_.present) ops.append_eltwise(1.0f, act2_.alg, act2_.alpha, act2_.beta);
     attr.set_post_ops(ops);
     return attr;
   }
@@ -1203,8 +1282,9 @@ class ConvKernel final : public DnnlKernel {
   // a Winograd for it (OneDnnHasWinograd, decided at bind time).
   bool OwnWinogradTakes(const Geometry& g, const Tensor* sum) const {
     if (transpose_ || !constant_weights_ || g.k != 2 || g.g != 1 || !blocked_.in || !blocked_.out ||
-        (sum != nullptr && !blocked_.sum) || cpu::ActiveIsa() < cpu::Isa::kAvx2) {
-      return false;
+        (sum != nullptr && !blocked_.sum) || cpu::ActiveIsa() < cpu::Isa::kAvx2 || act2_.present ||
+        (act_.present && act_.alg == dnnl::algorithm::eltwise_linear)) {
+      return false;  // its post-ops are one activation of OwnWinogradPostOps's
     }
     for (int i = 0; i < 2; ++i) {
       if (g.kd[i] != 3 || g.st[i] != 1 || g.dl[i] != 0) return false;
@@ -1260,7 +1340,7 @@ class ConvKernel final : public DnnlKernel {
         post.act = A::kSiLU;
         break;
       default:
-        post.act = A::kTanh;  // the last ReadActivation makes
+        post.act = A::kTanh;  // the last one left (OwnWinogradTakes refuses Affine)
         break;
     }
     return post;
@@ -1320,8 +1400,9 @@ class ConvKernel final : public DnnlKernel {
         (sum != nullptr && !blocked_.sum)) {
       return false;
     }
-    if (act_.present && act_.alg != dnnl::algorithm::eltwise_relu &&
-        act_.alg != dnnl::algorithm::eltwise_clip_v2) {
+    if ((act_.present && act_.alg != dnnl::algorithm::eltwise_relu &&
+         act_.alg != dnnl::algorithm::eltwise_clip_v2) ||
+        act2_.present) {
       return false;
     }
     const int64_t rows = g.n * g.od[0] * g.od[1], inner = g.kd[0] * g.kd[1] * g.c;
@@ -1449,6 +1530,7 @@ class ConvKernel final : public DnnlKernel {
   ConvAttrs attrs_;
   bool transpose_;
   Activation act_;
+  Activation act2_;  // "activation2": a second eltwise post-op after act_
   bool constant_weights_;
   BlockedPorts blocked_;
   DepthwiseStage dw_;
@@ -1464,11 +1546,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
   }
   ConvAttrs a;
   DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, transpose, &a));
-  Activation act;
+  Activation act, act2;
   bool constant_weights = false;
   BlockedPorts blocked;
   if (fused) {
     DYNVM_ASSIGN_OR_RETURN(act, ReadActivation(spec));
+    DYNVM_ASSIGN_OR_RETURN(act2, ReadActivation(spec, "activation2"));
     DYNVM_ASSIGN_OR_RETURN(int64_t cw, spec.GetInt("constant_weights", 0));
     constant_weights = cw != 0;
     DYNVM_ASSIGN_OR_RETURN(int64_t bi, spec.GetInt("channels_last_in", 0));
@@ -1479,10 +1562,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConv(const KernelSpec& spec, bool 
   DepthwiseStage dw;
   if (fused && spec.inputs.size() == 6) {
     dw.present = true;
-    DYNVM_ASSIGN_OR_RETURN(dw.act, ReadActivation(spec, "dw_"));
+    DYNVM_ASSIGN_OR_RETURN(dw.act, ReadActivation(spec, "dw_activation"));
     DYNVM_ASSIGN_OR_RETURN(dw.stride, spec.GetInt("dw_stride", 1));
+    if (act2.present) {
+      return absl::UnimplementedError(
+          "FusedConv: activation2 with a depthwise stage is the reference kernel's");
+    }
   }
-  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(a), transpose, act,
+  return std::make_unique<ConvKernel>(KernelName(spec, "any"), std::move(a), transpose, act, act2,
                                       constant_weights, blocked, dw);
 }
 

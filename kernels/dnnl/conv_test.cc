@@ -14,6 +14,7 @@
 
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/kernel_tester.h"
 #include "kernels/registry.h"
@@ -210,7 +211,69 @@ TEST(DnnlConvTranspose, MatchesReference) {
          A<Ints>({{"strides", {2, 1, 2}}})});
 }
 
+// A kernel equal to the stride (no overlapping windows) runs as a GEMM and a scatter
+// (DeconvAsGemm): 1D to 3D, strides 2 to 4 and unequal ones, one output channel, with and
+// without bias, batches, at 1 and 3 threads; the near misses (output padding, pads, groups,
+// dilations, a kernel larger than the stride) take the deconvolution primitive, same results.
+TEST(DnnlConvTranspose, KernelEqualToStrideMatchesReference) {
+  uint32_t seed = 1000;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
+  Check({"2x2 stride 2, bias",
+         "ConvTranspose",
+         "",
+         {r({2, 24, 10, 12}), r({24, 24, 2, 2}), r({24})},
+         A<Ints>({{"strides", {2, 2}}})});
+  Check({"2x2 stride 2 to one channel",
+         "ConvTranspose",
+         "",
+         {r({1, 24, 16, 9}), r({24, 1, 2, 2})},
+         A<Ints>({{"strides", {2, 2}}, {"kernel_shape", {2, 2}}})});
+  Check({"3x2 stride 3x2",
+         "ConvTranspose",
+         "",
+         {r({1, 5, 4, 7}), r({5, 6, 3, 2}), r({6})},
+         A<Ints>({{"strides", {3, 2}}})});
+  Check({"1d stride 4",
+         "ConvTranspose",
+         "",
+         {r({3, 8, 13}), r({8, 5, 4}), r({5})},
+         A<Ints>({{"strides", {4}}})});
+  Check({"3d stride 2",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 3, 4, 5}), r({4, 3, 2, 2, 2})},
+         A<Ints>({{"strides", {2, 2, 2}}})});
+  for (int threads : {1, 3}) {
+    KernelTester t("ConvTranspose");
+    t.In(r({2, 32, 40, 40})).In(r({32, 16, 2, 2})).In(r({16})).Out(DType::kF32);
+    t.Attr("strides", Ints{2, 2}).Tol(1e-4, 1e-4).Threads(threads);
+    absl::Status st = t.Compare("dnnl");
+    EXPECT_TRUE(st.ok()) << "threads " << threads << ": " << st;
+  }
+  Check({"output padding",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 5, 5}), r({4, 3, 2, 2})},
+         A<Ints>({{"strides", {2, 2}}, {"output_padding", {1, 1}}})});
+  Check({"pads",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 5, 5}), r({4, 3, 2, 2})},
+         A<Ints>({{"strides", {2, 2}}, {"pads", {0, 1, 0, 1}}})});
+  Check({"groups",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 5, 5}), r({4, 3, 2, 2})},
+         Both(A<Ints>({{"strides", {2, 2}}}), I("group", 2))});
+  Check({"kernel 3 stride 2",
+         "ConvTranspose",
+         "",
+         {r({1, 4, 5, 5}), r({4, 3, 3, 3})},
+         A<Ints>({{"strides", {2, 2}}})});
+}
+
 TEST(DnnlFusedConv, EveryPostOpMatchesReference) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   uint32_t seed = 200;
   auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++); };
   struct Act {
@@ -231,6 +294,49 @@ TEST(DnnlFusedConv, EveryPostOpMatchesReference) {
       Check(c);
     }
   }
+  // Affine (alpha * x + beta), alone and as the second of two post-ops ("activation2": the
+  // scale and shift after a HardSwish, the Max bound after a LeakyRelu).
+  Check({"FusedConv Affine",
+         "FusedConv",
+         "dynvm",
+         {r({2, 8, 9, 9}), r({16, 8, 3, 3}), r({16})},
+         Both(Both(A<Ints>({{"pads", {1, 1, 1, 1}}}), S("activation", "Affine")),
+              Both(F("activation_alpha", 0.75f), F("activation_beta", -0.5f)))});
+  for (Act first : {Act{"HardSwish", 0, 0}, Act{"LeakyRelu", 0.2f, 0}, Act{"Relu", 0, 0}}) {
+    for (Act second :
+         {Act{"Affine", 0.47f, -0.3f}, Act{"Clip", -0.4f, kInf}, Act{"Clip", -kInf, 0.25f}}) {
+      for (bool sum : {false, true}) {
+        Case c{
+            absl::StrCat("FusedConv ", first.name, " then ", second.name, sum ? " + sum" : ""),
+            "FusedConv",
+            "dynvm",
+            {r({2, 8, 9, 9}), r({16, 8, 3, 3}), r({16})},
+            Both(Both(Both(A<Ints>({{"pads", {1, 1, 1, 1}}}), S("activation", first.name)),
+                      Both(F("activation_alpha", first.alpha), F("activation_beta", first.beta))),
+                 Both(S("activation2", second.name), Both(F("activation2_alpha", second.alpha),
+                                                          F("activation2_beta", second.beta))))};
+        if (sum) c.inputs.push_back(Random({2, 16, 9, 9}, seed++, -4, 4));
+        Check(c);
+      }
+    }
+  }
+  // Two post-ops on the shapes dynvm's own code would take with one (a channels-last chain with
+  // constant weights: Winograd F(2x2, 3x3) at 32 channels and 8x8, the GEMM at 4x4 pixels over
+  // a batch of 4): served by oneDNN's convolution, same results.
+  const Attrs two = Both(Both(S("activation", "HardSwish"), S("activation2", "Affine")),
+                         Both(F("activation2_alpha", 0.5f), F("activation2_beta", 0.125f)));
+  const Attrs chain = Both(Both(I("channels_last_in", 1), I("channels_last_out", 1)),
+                           Both(I("constant_weights", 1), A<Ints>({{"pads", {1, 1, 1, 1}}})));
+  Check({"two post-ops, Winograd shape",
+         "FusedConv",
+         "dynvm",
+         {r({1, 32, 8, 8}), r({32, 32, 3, 3}), r({32})},
+         Both(two, chain)});
+  Check({"two post-ops, GEMM shape",
+         "FusedConv",
+         "dynvm",
+         {r({4, 32, 4, 4}), r({48, 32, 3, 3}), r({48})},
+         Both(two, chain)});
   // Weights marked constant: packed once and shared.
   Check({"constant weights",
          "FusedConv",
@@ -315,6 +421,47 @@ TEST(DnnlPool, MatchesReference) {
   Check({"GlobalAveragePool", "GlobalAveragePool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalMaxPool", "GlobalMaxPool", "", {r({2, 16, 7, 9})}, nullptr});
   Check({"GlobalAveragePool 1d", "GlobalAveragePool", "", {r({2, 5, 17})}, nullptr});
+}
+
+// Global pools run kernels/cpu/reduce.h's loops on both layouts: plain (a row per image and
+// channel) and channels-last (a column reduction over the pixels), 1D to 3D, channel counts off
+// the vector width, inputs big enough to split across threads, at 1 and 3 threads and every
+// microkernel level.
+TEST(DnnlPool, GlobalPoolsOnBothLayouts) {
+  uint32_t seed = 900;
+  auto r = [&](std::vector<int64_t> d) { return Random(std::move(d), seed++, -3, 5); };
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    for (int64_t cl_in : {0, 1}) {
+      for (int64_t cl_out : {0, 1}) {
+        const Attrs layout = Both(I("channels_last_in", cl_in), I("channels_last_out", cl_out));
+        const std::string o = absl::StrCat(op, " in ", cl_in, " out ", cl_out);
+        Check({o + " 2d", op, "", {r({2, 13, 7, 9})}, layout});
+        Check({o + " 1d", op, "", {r({3, 40, 17})}, layout});
+        Check({o + " 3d", op, "", {r({1, 5, 3, 4, 5})}, layout});
+        Check({o + " one pixel", op, "", {r({2, 19, 1, 1})}, layout});
+        // An SE block's squeeze: 96 channels of 40x40 (parallel from 2^15 elements), at every
+        // microkernel level this CPU runs (portable, AVX2, AVX-512).
+        for (cpu::Isa isa : cpu::SupportedIsas()) {
+          cpu::ScopedIsaForTesting level(isa);
+          for (int threads : {1, 3}) {
+            KernelTester t(op);
+            t.In(r({2, 96, 40, 39})).Out(DType::kF32).Tol(1e-4, 1e-4).Threads(threads);
+            t.Attr("channels_last_in", cl_in).Attr("channels_last_out", cl_out);
+            absl::Status s = t.Compare("dnnl");
+            EXPECT_TRUE(s.ok()) << o << " " << cpu::IsaName(isa) << " threads " << threads << ": "
+                                << s;
+            EXPECT_NE(t.kernel_name().find(".dnnl"), std::string::npos) << t.kernel_name();
+          }
+        }
+      }
+    }
+  }
+  // NaN under a global max pool: the reference kernel's (it propagates it), same result.
+  Tensor nan = r({1, 4, 3, 3});
+  nan.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  KernelTester t("GlobalMaxPool");
+  t.In(nan).Out(DType::kF32);
+  EXPECT_TRUE(t.Compare("dnnl").ok());
 }
 
 // A max pool over a channels-last input whose windows lie inside it runs dynvm's own loop

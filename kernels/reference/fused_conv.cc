@@ -2,7 +2,9 @@
 // reference Conv kernel, in double), then an optional residual `sum` (fourth input, exactly the
 // output's shape) added, then an optional "activation" (Relu, LeakyRelu with
 // activation_alpha, Clip with activation_alpha = min and activation_beta = max, Sigmoid,
-// HardSwish, SiLU = x * sigmoid(x), Tanh), each step rounded to f32 as the unfused ops would.
+// HardSwish, SiLU = x * sigmoid(x), Tanh, Affine = activation_alpha * x + activation_beta), then
+// an optional "activation2" (same names, "activation2_alpha", "activation2_beta"), each step
+// rounded to f32 as the unfused ops would.
 // NaN stays NaN through every activation. f32 only.
 //
 // A depthwise stage (inputs 4 and 5, dw_W [M, 1, 3, 3] and dw_B [M]; compiler/conv_fusion.h):
@@ -28,7 +30,17 @@
 namespace dynvm::reference {
 namespace {
 
-enum class Act : uint8_t { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSwish, kSiLU, kTanh };
+enum class Act : uint8_t {
+  kNone,
+  kRelu,
+  kLeakyRelu,
+  kClip,
+  kSigmoid,
+  kHardSwish,
+  kSiLU,
+  kTanh,
+  kAffine
+};
 
 float Apply(Act act, float x, float alpha, float beta) {
   switch (act) {
@@ -52,6 +64,8 @@ float Apply(Act act, float x, float alpha, float beta) {
     }
     case Act::kTanh:
       return static_cast<float>(std::tanh(static_cast<double>(x)));
+    case Act::kAffine:  // Mul, then Add, each rounded
+      return static_cast<float>(alpha * x) + beta;
   }
   return x;
 }
@@ -110,9 +124,14 @@ absl::Status RunDepthwise(KernelContext& ctx, const Depthwise& dw, const Tensor&
 
 class FusedConvKernel final : public Kernel {
  public:
-  FusedConvKernel(std::unique_ptr<Kernel> conv, Act act, float alpha, float beta, Blocked blocked,
+  struct Post {
+    Act act = Act::kNone;
+    float alpha = 0, beta = 0;
+  };
+
+  FusedConvKernel(std::unique_ptr<Kernel> conv, Post first, Post second, Blocked blocked,
                   Depthwise dw)
-      : conv_(std::move(conv)), act_(act), alpha_(alpha), beta_(beta), blocked_(blocked), dw_(dw) {}
+      : conv_(std::move(conv)), first_(first), second_(second), blocked_(blocked), dw_(dw) {}
   std::string name() const override { return "fusedconv.f32.ref"; }
 
   absl::Status Run(KernelContext& ctx, absl::Span<const Tensor* const> in,
@@ -140,8 +159,7 @@ class FusedConvKernel final : public Kernel {
         return absl::InvalidArgumentError(
             "FusedConv: a depthwise stage takes a 2D conv and no residual");
       }
-      float* pm = mid.data<float>();
-      for (int64_t i = 0; i < mid.numel(); ++i) pm[i] = Apply(act_, pm[i], alpha_, beta_);
+      ApplyPosts(mid.data<float>(), mid.numel());
       DYNVM_RETURN_IF_ERROR(RunDepthwise(ctx, dw_, mid, in[4], in[5], out[0]));
       return ToChannelsLast(out[0]);
     }
@@ -170,13 +188,18 @@ class FusedConvKernel final : public Kernel {
         for (int64_t i = 0; i < n; ++i) py[i] += ps[sum->ElementOffset(i)];
       }
     }
-    if (act_ != Act::kNone) {
-      for (int64_t i = 0; i < n; ++i) py[i] = Apply(act_, py[i], alpha_, beta_);
-    }
+    ApplyPosts(py, n);
     return ToChannelsLast(&y);
   }
 
  private:
+  void ApplyPosts(float* p, int64_t n) const {
+    for (const Post& post : {first_, second_}) {
+      if (post.act == Act::kNone) continue;
+      for (int64_t i = 0; i < n; ++i) p[i] = Apply(post.act, p[i], post.alpha, post.beta);
+    }
+  }
+
   // Rewrites the plain f32 `y` channels-last in place when "channels_last_out" says so.
   absl::Status ToChannelsLast(Tensor* y) const {
     if (!blocked_.out) return absl::OkStatus();
@@ -192,8 +215,7 @@ class FusedConvKernel final : public Kernel {
   }
 
   std::unique_ptr<Kernel> conv_;
-  Act act_;
-  float alpha_, beta_;
+  Post first_, second_;
   Blocked blocked_;
   Depthwise dw_;
 };
@@ -214,6 +236,8 @@ absl::StatusOr<Act> ParseAct(const std::string& name) {
     act = Act::kSiLU;
   } else if (name == "Tanh") {
     act = Act::kTanh;
+  } else if (name == "Affine") {
+    act = Act::kAffine;
   } else if (!name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("FusedConv: unknown activation '", name, "'"));
   }
@@ -232,6 +256,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) 
   DYNVM_ASSIGN_OR_RETURN(float alpha, spec.GetFloat("activation_alpha", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(float beta, spec.GetFloat("activation_beta", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(Act act, ParseAct(name));
+  FusedConvKernel::Post second;
+  DYNVM_ASSIGN_OR_RETURN(std::string name2, spec.GetString("activation2", ""));
+  DYNVM_ASSIGN_OR_RETURN(second.act, ParseAct(name2));
+  DYNVM_ASSIGN_OR_RETURN(second.alpha, spec.GetFloat("activation2_alpha", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(second.beta, spec.GetFloat("activation2_beta", 0.0f));
   Depthwise dw;
   if (spec.inputs.size() == 6) {
     dw.present = true;
@@ -255,13 +284,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedConv(const KernelSpec& spec) 
   conv.inputs.resize(std::min<size_t>(spec.inputs.size(), 3));
   for (const char* a : {"activation", "activation_alpha", "activation_beta", "constant_weights",
                         "channels_last_in", "channels_last_sum", "channels_last_out", "dw_stride",
-                        "dw_activation", "dw_activation_alpha", "dw_activation_beta"}) {
+                        "dw_activation", "dw_activation_alpha", "dw_activation_beta", "activation2",
+                        "activation2_alpha", "activation2_beta"}) {
     conv.attrs.erase(a);
   }
   conv.backend = "reference";
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k,
                          KernelRegistry::Global().Create(conv, BackendPolicy{{"reference"}}));
-  return std::make_unique<FusedConvKernel>(std::move(k), act, alpha, beta, blocked, dw);
+  return std::make_unique<FusedConvKernel>(std::move(k), FusedConvKernel::Post{act, alpha, beta},
+                                           second, blocked, dw);
 }
 
 }  // namespace

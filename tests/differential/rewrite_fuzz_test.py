@@ -254,6 +254,61 @@ def hard_swish(rng, match):
                 {"x": rnd(rng, *shape, lo=-5, hi=5)}, match, f"x * hardsigmoid(x, {alpha:.3f})")
 
 
+def _relu6_x_plus_3(rng, match, opset):
+    """Clip(Add(x, 3), 0, 6) (bounds as inputs from opset 11, attributes before); a near miss
+    changes one constant. Returns (nodes, the constant changed or "")."""
+    miss = "" if match else str(rng.choice(["add", "lo", "hi"]))
+    add, lo, hi = (2.0 if miss == "add" else 3.0), (-1.0 if miss == "lo" else 0.0), \
+        (5.0 if miss == "hi" else 6.0)
+    operands = ["x", "three"] if rng.random() < 0.5 else ["three", "x"]
+    nodes = [c("three", np.array(add, np.float32)), h.make_node("Add", operands, ["p"])]
+    if opset >= 11:
+        nodes += [c("lo", np.array(lo, np.float32)), c("hi", np.array(hi, np.float32)),
+                  h.make_node("Clip", ["p", "lo", "hi"], ["r"])]
+    else:
+        nodes += [h.make_node("Clip", ["p"], ["r"], min=lo, max=hi)]
+    return nodes, miss
+
+
+def _sixth(rng, v, out, miss):
+    """v / 6 as Div(v, 6) or Mul(v, 1/6); 5 for a near miss on the divisor."""
+    d = 5.0 if miss == "div" else 6.0
+    if rng.random() < 0.5:
+        return [c("six", np.array(d, np.float32)), h.make_node("Div", [v, "six"], [out])]
+    return [c("sixth", np.array(1.0 / d, np.float32)),
+            h.make_node("Mul", [v, "sixth"] if rng.random() < 0.5 else ["sixth", v], [out])]
+
+
+def hard_swish_written(rng, match):
+    shape = [int(d) for d in rng.integers(1, 6, rng.integers(1, 4))]
+    opset = int(rng.choice([9, 11, 13]))
+    nodes, miss = _relu6_x_plus_3(rng, match, opset)
+    if not match and rng.random() < 0.3:
+        miss = "div"
+        nodes, _ = _relu6_x_plus_3(rng, True, opset)
+    # Paddle2ONNX's (x * R) / 6 or (x * R) * (1/6). (torch's x * (R / 6) is
+    # hard_sigmoid_written's, then hard_swish's.)
+    nodes += [h.make_node("Mul", ["x", "r"] if rng.random() < 0.5 else ["r", "x"], ["t"])]
+    nodes += _sixth(rng, "t", "y", miss)
+    form = "(x * R) / 6"
+    return Case(nodes, [vi("x", shape)], [vi("y", None)], opset,
+                {"x": rnd(rng, *shape, lo=-5, hi=5)}, match,
+                f"{form}, opset {opset}" + ("" if match else f": {miss} changed"))
+
+
+def hard_sigmoid_written(rng, match):
+    shape = [int(d) for d in rng.integers(1, 6, rng.integers(1, 4))]
+    opset = int(rng.choice([9, 11, 13]))
+    nodes, miss = _relu6_x_plus_3(rng, match, opset)
+    if not match and rng.random() < 0.3:
+        miss = "div"
+        nodes, _ = _relu6_x_plus_3(rng, True, opset)
+    nodes += _sixth(rng, "r", "y", miss)
+    return Case(nodes, [vi("x", shape)], [vi("y", None)], opset,
+                {"x": rnd(rng, *shape, lo=-5, hi=5)}, match,
+                f"R / 6, opset {opset}" + ("" if match else f": {miss} changed"))
+
+
 def _moving_perm(rng, r):
     """A permutation that moves an axis (an identity is transpose_identity's)."""
     while True:
@@ -559,6 +614,7 @@ GENERATORS = {
     "pow_const": pow_const, "layer_norm": layer_norm, "layer_norm_scale": layer_norm_scale,
     "layer_norm_bias": layer_norm_bias, "rms_norm": rms_norm, "rms_norm_scale": rms_norm_scale,
     "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "hard_swish": hard_swish,
+    "hard_swish_written": hard_swish_written, "hard_sigmoid_written": hard_sigmoid_written,
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
     "attention": attention, "attention_transpose": attention_transpose,
