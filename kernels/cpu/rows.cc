@@ -146,6 +146,14 @@ template <typename L>
 void LogSoftmaxRowsDriver(int64_t rows, int64_t n, const float* x, float* y) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   constexpr int64_t kBlock = 1024;
+  if (n == 1) {
+    // A row's only element: x - x - log(1) is exactly 0; NaN, +inf or -inf (the row of -inf
+    // only) give NaN. Without the row's max, exp, sum and log per element.
+    for (int64_t r = 0; r < rows; ++r) {
+      y[r] = std::isfinite(x[r]) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    }
+    return;
+  }
   alignas(64) float e[kBlock];
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
