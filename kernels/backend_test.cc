@@ -334,8 +334,8 @@ TEST_P(BackendTest, SoftmaxAxes) {
       {{4, 33}, -1},   {{2, 3, 4, 5}, 2}, {{0, 5}, 1},    {{3, 1}, 1},
   };
   uint32_t seed = 200;
-  // Not LogSoftmax: the reference kernel's (oneDNN's softmax_log is off by ~1.4e-6 near 1).
-  for (const char* op : {"Softmax"}) {
+  // LogSoftmax's last axis is cpu::LogSoftmaxRows; its other axes the reference kernel's.
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
     for (const auto& [shape, axis] : cases) {
       KernelTester t(op, "", seed++);
       t.Random(DType::kF32, shape, -5, 5).Out(DType::kF32).Attr("axis", axis);
@@ -450,9 +450,9 @@ Tensor WithSpecials(Dims dims, uint32_t seed) {
 TEST_P(BackendTest, NonFiniteValuesFollowTheReference) {
   const Dims shape = {64, 129};
   uint32_t seed = 900;
-  for (const char* op :
-       {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "Exp", "Sqrt", "Abs", "Elu", "Softplus", "Neg",
-        "Reciprocal", "HardSwish", "Round", "Clip", "Softmax", "LayerNormalization"}) {
+  for (const char* op : {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "Exp", "Sqrt", "Abs", "Elu",
+                         "Softplus", "Neg", "Reciprocal", "HardSwish", "Round", "Clip", "Softmax",
+                         "LogSoftmax", "LayerNormalization"}) {
     KernelTester t(op, "", seed);
     t.In(WithSpecials(shape, seed++)).Out(DType::kF32);
     if (std::string(op) == "Clip") t.In(F32({}, {-1.0f})).In(F32({}, {1.0f}));

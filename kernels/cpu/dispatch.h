@@ -21,6 +21,7 @@ namespace dynvm::cpu::internal {
 struct Dispatch {
   // rows.h
   void (*softmax_rows)(int64_t rows, int64_t n, const float* x, float* y);
+  void (*log_softmax_rows)(int64_t rows, int64_t n, const float* x, float* y);
   void (*layer_norm_rows)(int64_t rows, int64_t n, const float* x, const float* scale,
                           const float* bias, float epsilon, float* y);
   void (*rms_norm_rows)(int64_t rows, int64_t n, const float* x, const float* scale, float epsilon,

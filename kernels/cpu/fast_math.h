@@ -12,9 +12,10 @@
 namespace dynvm::cpu {
 
 // exp(x); saturates to about 2^127 above 88.3 and to about 2^-126 below -87.3 (never inf or a
-// denormal). NaN in gives a number out: callers feed finite GEMM results. Vectorizes only
-// where floating-point comparisons may be if-converted: compile users with
-// -fno-trapping-math (kernels/CMakeLists.txt does for kernels/cpu/).
+// denormal); exp(0) is exactly 1 (n = 0, r = 0: LogSoftmaxRows relies on it). NaN in gives a number
+// out: callers feed finite GEMM results. Vectorizes only where floating-point comparisons may be
+// if-converted: compile users with -fno-trapping-math (kernels/CMakeLists.txt does for
+// kernels/cpu/).
 inline float FastExp(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
   // x = n * ln2 + r with |r| <= ln2 / 2. Adding 1.5 * 2^23 rounds x * log2(e) to the integer n

@@ -121,6 +121,73 @@ TEST(Rows, SoftmaxMatchesDoubleAndItsNonFiniteRules) {
   }
 }
 
+// The reference kernel's LogSoftmax of one row (kernels/reference/reduce.cc RunSoftmax): max,
+// sum of std::exp and the log in double, NaN-skipping max, rounded once to float.
+std::vector<float> LogSoftmaxInDouble(const float* x, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity(), sum = 0;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, double{x[j]});
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - m);
+  const double log_sum = std::log(sum);
+  std::vector<float> y(n);
+  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(x[j] - m - log_sum);
+  return y;
+}
+
+// Against the reference kernel's arithmetic in double at every level, rows of 1 to 32000 (one to
+// 32 stack blocks of exps) with values spread wide, one dominant element, and -inf entries: within
+// FastExp's error (2 ulp of each exp, so ~4e-7 of the sum, and as much absolute in its log), never
+// above 0, exactly 0 for a row's only element, and the same bits in place.
+TEST(Rows, LogSoftmaxMatchesDoubleNeverExceedsZeroAndItsNonFiniteRules) {
+  std::mt19937 rng(11);
+  const int64_t lengths[] = {1, 2, 7, 15, 16, 17, 33, 1000, 1023, 1024, 1025, 32000};
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : lengths) {
+      const int64_t rows = 4;
+      std::vector<float> x = Uniform(rows * n, rng, -30, 30);
+      x[1 * n + n / 2] = 200.0f;  // row 1: one dominant element (its log-probability ~ -1e-26)
+      for (int64_t j = 1; j < n; j += 3) x[2 * n + j] = -kInf;  // row 2: -inf entries
+      for (int64_t j = 0; j < n; ++j) x[3 * n + j] = 1e4f + static_cast<float>(j % 5);  // large
+      std::vector<float> y(x.size(), 1.0f);
+      LogSoftmaxRows(rows, n, x.data(), y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<float> want = LogSoftmaxInDouble(x.data() + r * n, n);
+        for (int64_t j = 0; j < n; ++j) {
+          const float got = y[r * n + j];
+          ASSERT_LE(got, 0.0f) << IsaName(isa) << " n " << n << " r " << r << " j " << j;
+          if (std::isinf(want[j])) {
+            ASSERT_EQ(got, want[j]) << IsaName(isa) << " n " << n << " r " << r << " j " << j;
+            continue;
+          }
+          ASSERT_NEAR(got, want[j], 1e-6 + 1.2e-7 * std::abs(want[j]))
+              << IsaName(isa) << " n " << n << " r " << r << " j " << j;
+        }
+      }
+      if (n == 1) {
+        for (int64_t r = 0; r < rows; ++r) ASSERT_TRUE(SameFloat(y[r], 0.0f)) << IsaName(isa);
+      }
+      std::vector<float> z = x;
+      LogSoftmaxRows(rows, n, z.data(), z.data());
+      for (size_t i = 0; i < z.size(); ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+    }
+    // -inf entries give -inf; a row holding NaN or +inf, or only -inf, is NaN throughout (the
+    // reference kernel's exp(inf - inf) and exp(-inf - -inf)).
+    const int64_t n = 19;
+    std::vector<float> x(4 * n, 0.5f);
+    x[0 * n + 3] = -kInf;
+    x[1 * n + 18] = kNaN;
+    x[2 * n + 17] = kInf;
+    for (int64_t j = 0; j < n; ++j) x[3 * n + j] = -kInf;
+    std::vector<float> y(x.size());
+    LogSoftmaxRows(4, n, x.data(), y.data());
+    EXPECT_EQ(y[3], -kInf) << IsaName(isa);
+    EXPECT_NEAR(y[0], -std::log(18.0), 1e-6) << IsaName(isa);
+    for (int64_t r = 1; r < 4; ++r) {
+      for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(y[r * n + j])) << r << " " << j;
+    }
+  }
+}
+
 TEST(Rows, NormalizationsMatchDouble) {
   std::mt19937 rng(2);
   for (Isa isa : SupportedIsas()) {

@@ -69,6 +69,15 @@ DYNVM_ALWAYS_INLINE void ExpRow(int64_t n, const float* x, float m, float* y) {
   }
 }
 
+// y = (x - m) - log_sum in double, rounded once to float (the reference kernel's arithmetic):
+// never above 0 when m is the row's max and log_sum >= 0; -inf for x = -inf.
+DYNVM_ALWAYS_INLINE void LogOutRow(int64_t n, const float* x, float m, double log_sum, float* y) {
+  const double md = m;
+  DYNVM_IVDEP
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = static_cast<float>((static_cast<double>(x[j]) - md) - log_sum);
+}
+
 DYNVM_ALWAYS_INLINE void ScaleRow(int64_t n, float s, float* y) {
   DYNVM_IVDEP
   for (int64_t j = 0; j < n; ++j) y[j] *= s;
@@ -109,7 +118,7 @@ DYNVM_ALWAYS_INLINE void NormalizeRow(int64_t n, const float* x, float mean, flo
   }
 }
 
-// The per-row steps of one level (Max, Sum, Exp, Scale, SquaredDeviation, Normalize: static
+// The per-row steps of one level (Max, Sum, Exp, Scale, LogOut, SquaredDeviation, Normalize: static
 // functions compiled for it). The row drivers below are compiled for the build's baseline and
 // call them, as before kernels/cpu/: the driver's scalar arithmetic (the mean, 1 / sqrt(var +
 // eps)) must not be contracted into FMAs, or the results would change.
@@ -128,6 +137,41 @@ void SoftmaxRowsDriver(int64_t rows, int64_t n, const float* x, float* y) {
       continue;
     }
     L::Scale(n, 1.0f / sum, yr);
+  }
+}
+
+// The exps go through a block on the stack (x and y may be the same array, and x is read again
+// for the output); each block's lanes are summed as SoftmaxRows' are, the blocks in double.
+template <typename L>
+void LogSoftmaxRowsDriver(int64_t rows, int64_t n, const float* x, float* y) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr int64_t kBlock = 1024;
+  if (n == 1) {
+    // A row's only element: x - x - log(1) is exactly 0; NaN, +inf or -inf (the row of -inf
+    // only) give NaN. Without the row's max, exp, sum and log per element.
+    for (int64_t r = 0; r < rows; ++r) {
+      y[r] = std::isfinite(x[r]) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    }
+    return;
+  }
+  alignas(64) float e[kBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float m = L::Max(n, xr);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j += kBlock) {
+      const int64_t len = std::min(kBlock, n - j);
+      L::Exp(len, xr + j, m, e);
+      sum += L::Sum(len, e);
+    }
+    if (m == kInf || m == -kInf || sum != sum) {
+      // As SoftmaxRows: +inf (inf - inf), a row of -inf only, or a NaN: NaN throughout.
+      std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    // sum >= 1 (the max's exp is exactly 1), so the log is >= 0.
+    L::LogOut(n, xr, m, std::log(sum), yr);
   }
 }
 
@@ -161,6 +205,9 @@ void RmsNormRowsDriver(int64_t rows, int64_t n, const float* x, const float* sca
     static ATTR float Sum(int64_t n, const float* x) { return RowSum(n, x); }                  \
     static ATTR void Exp(int64_t n, const float* x, float m, float* y) { ExpRow(n, x, m, y); } \
     static ATTR void Scale(int64_t n, float s, float* y) { ScaleRow(n, s, y); }                \
+    static ATTR void LogOut(int64_t n, const float* x, float m, double log_sum, float* y) {    \
+      LogOutRow(n, x, m, log_sum, y);                                                          \
+    }                                                                                          \
     static ATTR float SquaredDeviation(int64_t n, const float* x, float mean) {                \
       return RowSquaredDeviation(n, x, mean);                                                  \
     }                                                                                          \
@@ -233,6 +280,7 @@ DYNVM_ROW_STEPS(DYNVM_AVX512_LOOPS, Avx512Steps)
 template <typename L>
 void FillLevel(internal::Dispatch* d) {
   d->softmax_rows = &SoftmaxRowsDriver<L>;
+  d->log_softmax_rows = &LogSoftmaxRowsDriver<L>;
   d->layer_norm_rows = &LayerNormRowsDriver<L>;
   d->rms_norm_rows = &RmsNormRowsDriver<L>;
 }
@@ -253,6 +301,10 @@ void FillRows(Isa isa, Dispatch* d) {
 
 void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
   internal::Table().softmax_rows(rows, n, x, y);
+}
+
+void LogSoftmaxRows(int64_t rows, int64_t n, const float* x, float* y) {
+  internal::Table().log_softmax_rows(rows, n, x, y);
 }
 
 void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,

@@ -14,6 +14,14 @@ namespace dynvm::cpu {
 // holding NaN or +inf, or -inf only, is NaN throughout. exp by FastExp (fast_math.h).
 void SoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
 
+// LogSoftmax over each of `rows` contiguous rows of `n` floats (x and y may be the same array):
+// y = x - max - log(sum(exp(x - max))), the sum of FastExp's in float lanes (blocks added in
+// double), the log and the subtractions in double as the reference kernel does. FastExp(0) is
+// exactly 1 and the max contributes it, so sum >= 1: a row's only element gives exactly 0, and no
+// value is above 0. Non-finite results as SoftmaxRows': -inf entries give -inf; a row holding NaN
+// or +inf, or -inf only, is NaN throughout.
+void LogSoftmaxRows(int64_t rows, int64_t n, const float* x, float* y);
+
 // Layer normalization of `rows` contiguous rows of `n` floats: (x - mean) / sqrt(var + eps),
 // times scale[n] and plus bias[n] when given (either may be null). x and y may be the same.
 void LayerNormRows(int64_t rows, int64_t n, const float* x, const float* scale, const float* bias,

@@ -10,6 +10,8 @@
 //                                    prepacked, not timed), the reference kernel;
 //   BM_Add, BM_Tanh, BM_Softmax, BM_LayerNorm -- primitive-backed ops against the reference
 //                                    kernel, by size (sets kMinBinaryElements);
+//   BM_LogSoftmax/rows/n/dnnl      -- last-axis LogSoftmax: cpu::LogSoftmaxRows against the
+//                                    reference kernel;
 //   BM_ReduceLastAxis/max/dnnl     -- ReduceSum/ReduceMax over rows of 128: the row loops
 //                                    against the reference kernel; BM_ReduceMiddleAxis/dnnl
 //                                    likewise for a mean over axis 1 of [8, 64, 128];
@@ -478,6 +480,25 @@ void BM_Softmax(benchmark::State& state) {
   RunKernel(state, call, state.range(1) ? "dnnl" : "reference", {a}, {{a.dim(0), a.dim(1)}}, 1);
 }
 BENCHMARK(BM_Softmax)->Apply(SizeArgs);
+
+// LogSoftmax over the last axis of [rows, n] (cpu::LogSoftmaxRows) against the reference kernel
+// (double, std::exp per element): an output layer or a beam over a 32K vocabulary, a 1000-class
+// classifier, rows of 128, rows of one element.
+void BM_LogSoftmax(benchmark::State& state) {
+  const int64_t rows = state.range(0), n = state.range(1);
+  Tensor a = Filled({rows, n});
+  KernelCall call("LogSoftmax");
+  call.In(a).Out(DType::kF32).Attr("axis", int64_t{-1});
+  RunKernel(state, call, state.range(2) ? "dnnl" : "reference", {a}, {{rows, n}}, 1);
+  state.counters["elements"] = static_cast<double>(rows * n);
+}
+BENCHMARK(BM_LogSoftmax)
+    ->ArgNames({"rows", "n", "dnnl"})
+    ->ArgsProduct({{1}, {32000}, {1, 0}})
+    ->ArgsProduct({{8}, {32000}, {1, 0}})
+    ->ArgsProduct({{16}, {1000}, {1, 0}})
+    ->ArgsProduct({{64}, {128}, {1, 0}})
+    ->ArgsProduct({{512}, {1}, {1, 0}});
 
 void BM_LayerNorm(benchmark::State& state) {
   const int64_t rows = state.range(0);

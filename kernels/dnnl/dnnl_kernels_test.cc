@@ -344,6 +344,81 @@ TEST(DnnlKernels, WorkspaceComesFromTheContextAllocator) {
   EXPECT_GT(HeapAllocator::Get().stats().allocs, before);
 }
 
+// LogSoftmax over the last axis of a contiguous input runs cpu::LogSoftmaxRows (no fallback), at
+// 1 and 2 threads, against the reference kernel (double) as oracle: within the vector exp's error,
+// never above 0, -inf entries -inf, a row holding NaN NaN throughout. Every other case (another
+// axis, a strided view, an empty input) is the reference kernel's, bit for bit.
+TEST(DnnlKernels, LogSoftmaxLastAxisIsServedAndMatchesTheReference) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-40, 40);
+  for (int64_t n : {1, 2, 7, 16, 17, 1000, 32000}) {
+    const int64_t rows = n > 1000 ? 3 : 9;
+    Tensor x = *Tensor::Empty(DType::kF32, {rows, n});
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) px[i] = u(rng);
+    px[1 * n + n / 3] = 300.0f;  // a dominant element
+    for (int64_t j = 1; j < n; j += 4)
+      px[2 * n + j] = -std::numeric_limits<float>::infinity();                  // masked entries
+    if (rows > 3) px[3 * n + n - 1] = std::numeric_limits<float>::quiet_NaN();  // a NaN row
+    KernelCall call("LogSoftmax");
+    call.In(x).Out(DType::kF32).Attr("axis", int64_t{-1});
+    KernelCall ref = call;
+    absl::StatusOr<std::vector<Tensor>> want = ref.Backend("reference").Run();
+    ASSERT_TRUE(want.ok()) << want.status();
+    const float* pw = (*want)[0].data<float>();
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("n ", n, " threads ", threads));
+      Site s = Make(call, threads);
+      ASSERT_NE(s.dnnl, nullptr);
+      std::vector<Tensor> outs(1);
+      std::vector<Tensor*> ptrs = {&outs[0]};
+      ASSERT_TRUE(s.kernel->Run(*s.ctx, {&x}, ptrs).ok());
+      EXPECT_EQ(s.dnnl->fallback_runs(), 0);
+      const float* py = outs[0].data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if (std::isnan(pw[i])) {
+          ASSERT_TRUE(std::isnan(py[i])) << i;
+          continue;
+        }
+        ASSERT_LE(py[i], 0.0f) << i;
+        if (std::isinf(pw[i])) {
+          ASSERT_EQ(py[i], pw[i]) << i;
+        } else {
+          ASSERT_NEAR(py[i], pw[i], 2e-6 + 1.2e-7 * std::abs(pw[i])) << i;
+        }
+      }
+      if (n == 1) {
+        for (int64_t r = 0; r < rows; ++r) {
+          if (r != 3) ASSERT_EQ(py[r], 0.0f) << r;
+        }
+      }
+    }
+  }
+  // The fallbacks: the first axis, a transposed view, an empty input.
+  Tensor a = Filled({6, 5});
+  Tensor view = *Tensor::View(a.storage(), 0, DType::kF32, {5, 6}, {1, 5});
+  Tensor empty = *Tensor::Empty(DType::kF32, {0, 5});
+  const std::pair<const Tensor*, int64_t> cases[] = {{&a, 0}, {&view, -1}, {&empty, -1}};
+  for (const auto& [in, axis] : cases) {
+    SCOPED_TRACE(absl::StrCat("dims ", in->dim(0), "x", in->dim(1), " axis ", axis));
+    KernelCall call("LogSoftmax");
+    call.In(*in).Out(DType::kF32).Attr("axis", axis);
+    KernelCall ref = call;
+    absl::StatusOr<std::vector<Tensor>> want = ref.Backend("reference").Run();
+    ASSERT_TRUE(want.ok()) << want.status();
+    Site s = Make(call);
+    ASSERT_NE(s.dnnl, nullptr);
+    std::vector<Tensor> outs(1);
+    std::vector<Tensor*> ptrs = {&outs[0]};
+    ASSERT_TRUE(s.kernel->Run(*s.ctx, {in}, ptrs).ok());
+    EXPECT_EQ(s.dnnl->fallback_runs(), 1);
+    ASSERT_EQ(outs[0].dims(), (*want)[0].dims());
+    for (int64_t i = 0; i < outs[0].numel(); ++i) {
+      EXPECT_EQ(outs[0].data<float>()[i], (*want)[0].data<float>()[i]) << i;
+    }
+  }
+}
+
 TEST(DnnlKernels, CausalSoftmaxIsServedAndExact) {
   // Attention scores under a causal mask: row i holds -inf after column i. The loop serves it
   // (no fallback), masked entries are exactly 0, the others equal exp(x - max) / sum.

@@ -1,6 +1,11 @@
 // oneDNN Softmax (softmax_v2 primitive) and LayerNormalization (f32), bound once per site and
-// shape. LogSoftmax is the reference kernel's: oneDNN's softmax_log takes its vectorized log,
-// off by ~1.4e-6 near 1, so the log-probability of a row's only element came out +1.4e-6.
+// shape. LogSoftmax never runs oneDNN's softmax_log (its vectorized log is off by ~1.4e-6 near 1,
+// so the log-probability of a row's only element came out +1.4e-6): over the last axis of a
+// contiguous input it runs cpu::LogSoftmaxRows (kernels/cpu/rows.h: the vector exp, the log of the
+// sum and the subtractions in double, so a row's only element gives exactly 0 and no value is
+// above 0), rows split across the VM's pool as Softmax's are, with Softmax's rules for -inf
+// (-inf out), NaN and +inf (the row NaN throughout); every other LogSoftmax (another axis, a
+// strided or empty input) is the reference kernel's.
 //
 // Softmax over the last axis of a contiguous input (attention, an output layer) runs a plain
 // vectorized loop (cpu::SoftmaxRows, kernels/cpu/rows.h) instead of the primitive: a decoder's
@@ -101,6 +106,43 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const KernelSpec& spec) {
   absl::StatusOr<int64_t> axis = spec.GetInt("axis", legacy != 0 ? 1 : -1);
   if (!axis.ok()) return axis.status();
   return std::make_unique<SoftmaxKernel>(KernelName(spec), *axis, legacy != 0);
+}
+
+// ---- LogSoftmax ----
+
+// Over the last axis of a contiguous input (opset < 13's 2-D view too, when its axis is the
+// last): cpu::LogSoftmaxRows, rows split across the VM's pool. Every other case is the reference
+// kernel's (not oneDNN's softmax_log: its vectorized log is off by ~1.4e-6 near 1, so a row's
+// only element, or a dominant one, came out +1.4e-6, above 0: seed 7 graphs 20569 and 46513).
+class LogSoftmaxKernel final : public DnnlKernel {
+ public:
+  LogSoftmaxKernel(std::string name, int64_t axis) : DnnlKernel(std::move(name)), axis_(axis) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 1, out, "LogSoftmax"));
+    const Tensor& x = *in[0];
+    const int rank = x.rank();
+    if (x.dtype() != DType::kF32 || x.numel() == 0 || !x.is_contiguous() || rank == 0 ||
+        (axis_ != -1 && axis_ != rank - 1)) {
+      return RunFallback(ctx, in, out);
+    }
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "LogSoftmax"));
+    const int64_t n = x.dim(rank - 1);
+    ParallelLogSoftmaxRows(ctx, x.numel() / n, n, x.data<float>(), out[0]->data<float>());
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t axis_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLogSoftmax(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+  DYNVM_ASSIGN_OR_RETURN(int64_t legacy, spec.GetInt("legacy_2d", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", legacy != 0 ? 1 : -1));
+  return std::make_unique<LogSoftmaxKernel>(KernelName(spec), axis);
 }
 
 // ---- LayerNormalization ----
@@ -262,10 +304,10 @@ void Add(KernelRegistry& r, const char* op, KernelFactory f) {
 
 void RegisterNormalizationKernels(KernelRegistry& r) {
   Add(r, "Softmax", &CreateSoftmax);
-  // Not LogSoftmax: oneDNN's softmax_log takes its vectorized log, off by ~1.4e-6 near 1, so a
-  // row of one element (or one dominant element) came out +1.4e-6, above 0, where the log of
-  // a probability never is, and a ReduceLogSum of it gave -13.5 for -inf (seed 7 graphs 20569
-  // and 46513). The reference kernel serves it, as it serves Log and ReduceLogSum.
+  // LogSoftmax: never oneDNN's softmax_log, off by ~1.4e-6 near 1 (a log-probability above 0,
+  // and a ReduceLogSum of it gave -13.5 for -inf: seed 7 graphs 20569 and 46513). The last axis
+  // runs cpu::LogSoftmaxRows (log of the sum in double), the rest the reference kernel.
+  Add(r, "LogSoftmax", &CreateLogSoftmax);
   Add(r, "LayerNormalization", &CreateLayerNorm);
   r.Register(KernelRegistration{"dynvm", "RMSNorm", Device::kCPU, kBackend, kDnnlPriority,
                                 &CreateRmsNorm});

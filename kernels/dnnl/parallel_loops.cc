@@ -40,6 +40,13 @@ void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, cons
   });
 }
 
+void ParallelLogSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                            float* y) {
+  ctx.ParallelFor(rows, RowGrain(ctx, rows, n), [&](int64_t r0, int64_t r1) {
+    cpu::LogSoftmaxRows(r1 - r0, n, x + r0 * n, y + r0 * n);
+  });
+}
+
 void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                            const float* scale, const float* bias, float epsilon, float* y) {
   ctx.ParallelFor(rows, RowGrain(ctx, rows, n), [&](int64_t r0, int64_t r1) {

@@ -22,13 +22,15 @@ inline constexpr int64_t kMinParallelGemv = int64_t{1} << 15;
 void ParallelGemv(const KernelContext& ctx, char trans, int64_t n, int64_t k, float alpha,
                   const float* x, const float* b, int64_t ldb, float beta, float* y);
 
-// Rows of cpu::SoftmaxRows / LayerNormRows / RmsNormRows split across the context's threads when
-// rows * n is at least kMinParallelRows elements (BM_SoftmaxSplit / BM_LayerNormSplit in
-// dnnl_benchmark.cc: on the idle AVX2 EPYC 2 threads win from 1K elements of Softmax and 4K of
-// LayerNorm).
+// Rows of cpu::SoftmaxRows / LogSoftmaxRows / LayerNormRows / RmsNormRows split across the
+// context's threads when rows * n is at least kMinParallelRows elements (BM_SoftmaxSplit /
+// BM_LayerNormSplit in dnnl_benchmark.cc: on the idle AVX2 EPYC 2 threads win from 1K elements of
+// Softmax and 4K of LayerNorm).
 inline constexpr int64_t kMinParallelRows = int64_t{1} << 12;
 void ParallelSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                          float* y);
+void ParallelLogSoftmaxRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
+                            float* y);
 void ParallelLayerNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
                            const float* scale, const float* bias, float epsilon, float* y);
 void ParallelRmsNormRows(const KernelContext& ctx, int64_t rows, int64_t n, const float* x,
