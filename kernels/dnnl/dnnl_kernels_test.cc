@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
@@ -977,6 +978,63 @@ TEST(DnnlKernels, PrimitiveCacheIsBounded) {
                        : kDefaultPrimitiveCacheCapacity;
   EXPECT_EQ(dnnl::get_primitive_cache_capacity(), want);
   EXPECT_LT(want, 1024);
+}
+
+// A b of one value per row of the output's trailing dims ([N, 1, 1] over [N, C, T]: Silero
+// VAD's per-example normalization at batch > 1) runs a plain loop (oneDNN 2.6 has only its
+// reference binary for it): the reference kernel's results exactly, at 1 and 2 threads, for
+// each op, b first for the commutative ones, above kChurnMaxElements, with a lower rank than
+// the output; and broadcasts of other forms next to it still match.
+TEST(DnnlKernels, BinaryRowScalarsMatchTheReference) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  struct Shapes {
+    std::vector<int64_t> a, b;
+  };
+  const Shapes shapes[] = {
+      {{2, 129, 24}, {2, 1, 1}},  {{4, 5, 7, 16}, {4, 5, 1, 1}}, {{3, 300}, {3, 1}},
+      {{2, 1, 24}, {2, 1, 1}},    {{1, 4, 6, 5}, {4, 1, 1}},     {{4, 64, 1100}, {4, 1, 1}},
+      {{2, 129, 24}, {129, 1}},   {{2, 129, 24}, {1, 129, 1}},   {{2, 129, 24}, {2, 129, 1}},
+      {{2, 129, 24}, {1, 1, 24}}, {{2, 3, 5}, {2, 1, 5}},
+  };
+  Random random(29);
+  for (const Shapes& sh : shapes) {
+    Tensor a = random(sh.a), b = random(sh.b);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] += 2.0f;  // no division by ~0
+    for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+      const bool commutative = op[0] == 'A' || op[0] == 'M';
+      for (bool b_first : {false, true}) {
+        if (b_first && !commutative) continue;
+        KernelCall call(op);
+        if (b_first) {
+          call.In(b).In(a).Out(DType::kF32);
+        } else {
+          call.In(a).In(b).Out(DType::kF32);
+        }
+        KernelCall ref = call;
+        ref.Backend("reference");
+        absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
+        ASSERT_TRUE(want.ok()) << want.status();
+        const std::vector<double> e = testing::ToDoubles((*want)[0]);
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(absl::StrCat(op, " a=[", absl::StrJoin(sh.a, ","), "] b=[",
+                                    absl::StrJoin(sh.b, ","), "] b_first=", b_first,
+                                    " threads=", threads));
+          Site s = Make(call, threads);
+          std::vector<const Tensor*> in =
+              b_first ? std::vector<const Tensor*>{&b, &a} : std::vector<const Tensor*>{&a, &b};
+          Tensor y;
+          Tensor* outs[1] = {&y};
+          ASSERT_TRUE(s.kernel->Run(*s.ctx, in, outs).ok());
+          ASSERT_TRUE(y.dims() == (*want)[0].dims());
+          const std::vector<double> g = testing::ToDoubles(y);
+          ASSERT_EQ(g.size(), e.size());
+          for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], e[i]) << "at " << i;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
 }  // namespace

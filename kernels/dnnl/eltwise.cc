@@ -198,7 +198,7 @@ class BinaryKernel final : public DnnlKernel {
     }
     if (LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
-      return RunLoop(ctx, *a, *b, numel, out[0]);
+      return RunLoop(ctx, *a, *b, out_dims, numel, out[0]);
     }
     if (numel < kMinBinaryElements) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
@@ -226,13 +226,18 @@ class BinaryKernel final : public DnnlKernel {
   // thread: the loop splits across the VM's pool, where the primitive would use OpenMP) run a
   // plain loop (cpu::BinaryRows) when `a` has every output element, contiguous, and `b` is too,
   // or is one row or a scalar (contiguous): no primitive to bind per shape, and IEEE results
-  // equal to the reference's.
+  // equal to the reference's. A `b` of one scalar per row of the output's trailing dims (a
+  // [N, 1, 1] operand over [N, C, T]: Silero VAD's per-example normalization at batch > 1) runs
+  // the loop at any size: oneDNN 2.6 serves that broadcast only by its reference implementation
+  // (ref:any, about 100 ns an element).
   bool LoopServes(const KernelContext& ctx, const Tensor& a, const Tensor& b,
                   absl::Span<const int64_t> dims, int64_t numel) const {
-    if (!loop_op_.has_value() || (numel > kChurnMaxElements && ctx.num_threads() == 1) ||
-        numel == 0 || a.numel() != numel || !a.is_contiguous() || !b.is_contiguous()) {
+    if (!loop_op_.has_value() || numel == 0 || a.numel() != numel || !a.is_contiguous() ||
+        !b.is_contiguous()) {
       return false;
     }
+    if (RowScalarsWidth(b, dims, numel) > 0) return true;
+    if (numel > kChurnMaxElements && ctx.num_threads() == 1) return false;
     if (b.numel() == numel || b.numel() == 1) return true;
     // b one row: its dims, right-aligned, are 1 except the last, which equals the output's.
     if (dims.empty() || b.rank() == 0 || b.dim(b.rank() - 1) != dims.back() ||
@@ -242,11 +247,29 @@ class BinaryKernel final : public DnnlKernel {
     return true;
   }
 
-  absl::Status RunLoop(const KernelContext& ctx, const Tensor& a, const Tensor& b, int64_t numel,
-                       Tensor* y) const {
+  // When b, its dims left-padded with 1s to the output's rank, equals the output's dims up to
+  // some axis and is 1 after it (and has more than one element and fewer than the output): the
+  // number of output elements each of b's values covers. 0 otherwise.
+  static int64_t RowScalarsWidth(const Tensor& b, absl::Span<const int64_t> dims, int64_t numel) {
+    const int rank = static_cast<int>(dims.size());
+    if (b.numel() <= 1 || b.numel() >= numel || b.rank() > rank) return 0;
+    const int pad = rank - b.rank();
+    auto b_dim = [&](int i) { return i < pad ? int64_t{1} : b.dim(i - pad); };
+    int i = 0;
+    while (i < rank && b_dim(i) == dims[i]) ++i;
+    for (; i < rank; ++i) {
+      if (b_dim(i) != 1) return 0;
+    }
+    return numel / b.numel();
+  }
+
+  absl::Status RunLoop(const KernelContext& ctx, const Tensor& a, const Tensor& b,
+                       absl::Span<const int64_t> dims, int64_t numel, Tensor* y) const {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
-    if (b.numel() == numel) {
+    if (const int64_t width = RowScalarsWidth(b, dims, numel); width > 0) {
+      ParallelBinaryRowScalars(ctx, *loop_op_, numel / width, width, pa, pb, y->data<float>());
+    } else if (b.numel() == numel) {
       ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, numel, y->data<float>());
     } else if (b.numel() == 1) {
       ParallelBinaryRows(ctx, *loop_op_, 1, numel, pa, pb, -1, y->data<float>());

@@ -97,4 +97,18 @@ void ParallelBinaryRows(const KernelContext& ctx, cpu::BinaryOp op, int64_t rows
   });
 }
 
+void ParallelBinaryRowScalars(const KernelContext& ctx, cpu::BinaryOp op, int64_t rows, int64_t n,
+                              const float* a, const float* b, float* y) {
+  if (n <= 0) return;
+  ParallelElements(ctx, rows * n, [&](int64_t e0, int64_t e1) {
+    // The rows [e0, e1) touches, each cut to the range: a scalar loop per piece.
+    for (int64_t e = e0; e < e1;) {
+      const int64_t r = e / n;
+      const int64_t end = std::min(e1, (r + 1) * n);
+      cpu::BinaryRows(op, 1, end - e, a + e, b + r, -1, y + e);
+      e = end;
+    }
+  });
+}
+
 }  // namespace dynvm::onednn

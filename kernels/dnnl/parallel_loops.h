@@ -58,6 +58,11 @@ void ParallelElements(const KernelContext& ctx, int64_t n,
 void ParallelBinaryRows(const KernelContext& ctx, cpu::BinaryOp op, int64_t rows, int64_t n,
                         const float* a, const float* b, int64_t b_row_stride, float* y);
 
+// y[r, j] = a[r, j] op b[r] over `rows` rows of `n`: b one scalar per row (a [N, 1, 1] operand
+// broadcast over a [N, C, T] one), split across the context's threads by elements.
+void ParallelBinaryRowScalars(const KernelContext& ctx, cpu::BinaryOp op, int64_t rows, int64_t n,
+                              const float* a, const float* b, float* y);
+
 }  // namespace dynvm::onednn
 
 #endif  // DYNVM_KERNELS_DNNL_PARALLEL_LOOPS_H_
