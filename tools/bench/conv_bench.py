@@ -21,15 +21,8 @@ import numpy as np
 import torch
 import torchvision
 
-
-def lcg(n):
-    # The input ort_cnn.js builds: the same seeded values on both sides.
-    out = np.empty(n, dtype=np.float32)
-    s = 12345
-    for i in range(n):
-        s = (s * 1103515245 + 12345) % 2147483648
-        out[i] = s / 2147483648 * 2 - 1
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seeded import lcg  # noqa: E402
 
 
 def make_model(name):

