@@ -46,9 +46,13 @@ struct CompileOptions {
   int compression_level = 3;
   // Weight-only quantization (vm-compile --quantize-weights, compiler/quantize_weights.h):
   // kI8 or kBF16 quantizes the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
-  // quantize_min_bytes (as f32); kF32 leaves them.
+  // quantize_min_bytes (as f32); kU8 stores MatMul/Gemm weights as int4 blocks of quantize_block
+  // values (com.microsoft MatMulNBits), with a zero point per block when quantize_zero_points;
+  // kF32 leaves them.
   DType quantize_weights = DType::kF32;
   int64_t quantize_min_bytes = 16384;  // kDefaultQuantizeMinBytes
+  int64_t quantize_block = 32;
+  bool quantize_zero_points = false;
 };
 
 struct FunctionReport {

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "compiler/builder.h"
 #include "compiler/ops/names.h"
 
 namespace dynvm::compiler {
@@ -19,8 +21,9 @@ constexpr double kMaxScaleSpan = 65536.0;  // 2^16
 
 // One quantized matrix: rows x cols (row = output channel).
 struct Quantized {
-  Tensor weights;  // i8 or bf16
-  Tensor scales;   // f32 (int8 only)
+  Tensor weights;      // i8, bf16, or u8 (int4: [rows, blocks, block / 2])
+  Tensor scales;       // f32 (int8: [rows]; int4: [rows * blocks])
+  Tensor zero_points;  // int4 with zero points: u8 [rows * ceil(blocks / 2)]
   float max_scale = 0;
   std::string kept_reason;  // non-empty: not quantized
 };
@@ -75,6 +78,84 @@ absl::StatusOr<Quantized> Quantize(const float* src, int64_t rows, int64_t cols,
   return q;
 }
 
+// One block of 4-bit values as ONNX Runtime's MatMul4BitsQuantizer makes them. Symmetric: the
+// element of largest magnitude m maps to -8 (scale = m / -8, zero point 8), the rest round to
+// nearest and clamp to [0, 15]. With zero points: [min(0, lo), max(0, hi)] spans 15 steps
+// (scale = (max - min) / 15, zero point = round(-min / scale)). An all-zero block has scale 0.
+void QuantizeBlock4(const float* v, int64_t n, bool zero_points, uint8_t* q, float* scale,
+                    int* zp) {
+  float lo = 0, hi = 0, amax = 0, signed_max = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, v[i]);
+    hi = std::max(hi, v[i]);
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      signed_max = v[i];
+    }
+  }
+  float s = 0;
+  int z = 8;
+  if (zero_points) {
+    s = (hi - lo) / 15.0f;
+    if (s > 0) z = static_cast<int>(std::clamp(std::nearbyint(-lo / s), 0.0f, 15.0f));
+  } else {
+    s = signed_max / -8.0f;
+  }
+  const float inv = s != 0 ? 1.0f / s : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(v[i] * inv) + z, 0.0f, 15.0f));
+  }
+  *scale = s;
+  *zp = z;
+}
+
+// `rows` x `cols` floats read as src[r * sr + c * sc] as MatMulNBits' 4-bit blocks of `block`
+// (the last one padded with the zero point's value, which dequantizes to 0).
+absl::StatusOr<Quantized> Quantize4(const float* src, int64_t rows, int64_t cols, int64_t sr,
+                                    int64_t sc, int64_t block, bool zero_points) {
+  Quantized q;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!std::isfinite(src[r * sr + c * sc])) {
+        q.kept_reason = "holds NaN or infinity";
+        return q;
+      }
+    }
+  }
+  const int64_t blocks = (cols + block - 1) / block, zp_row = (blocks + 1) / 2;
+  DYNVM_ASSIGN_OR_RETURN(q.weights, Tensor::Empty(DType::kU8, {rows, blocks, block / 2}));
+  DYNVM_ASSIGN_OR_RETURN(q.scales, Tensor::Empty(DType::kF32, {rows * blocks}));
+  if (zero_points) {
+    DYNVM_ASSIGN_OR_RETURN(q.zero_points, Tensor::Empty(DType::kU8, {rows * zp_row}));
+    std::fill_n(q.zero_points.data<uint8_t>(), rows * zp_row, uint8_t{0});
+  }
+  uint8_t* packed = q.weights.data<uint8_t>();
+  std::fill_n(packed, rows * blocks * (block / 2), uint8_t{0});
+  std::vector<float> v(block);
+  std::vector<uint8_t> values(block);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n = std::min(block, cols - b * block);
+      for (int64_t i = 0; i < n; ++i) v[i] = src[r * sr + (b * block + i) * sc];
+      float s = 0;
+      int z = 8;
+      QuantizeBlock4(v.data(), n, zero_points, values.data(), &s, &z);
+      for (int64_t i = n; i < block; ++i) values[i] = static_cast<uint8_t>(z);
+      uint8_t* out = packed + (r * blocks + b) * (block / 2);
+      for (int64_t i = 0; i < block; i += 2) {
+        out[i / 2] = static_cast<uint8_t>(values[i] | values[i + 1] << 4);
+      }
+      q.scales.data<float>()[r * blocks + b] = s;
+      q.max_scale = std::max(q.max_scale, std::fabs(s));
+      if (zero_points) {
+        q.zero_points.data<uint8_t>()[r * zp_row + b / 2] |=
+            static_cast<uint8_t>(z << (4 * (b % 2)));
+      }
+    }
+  }
+  return q;
+}
+
 bool IsF32Constant(const Value* v, int rank) {
   return v != nullptr && v->constant.has_value() && v->constant->dtype() == DType::kF32 &&
          v->constant->rank() == rank;
@@ -109,6 +190,8 @@ class Quantizer {
   struct Entry {
     Value* weights = nullptr;
     Value* scales = nullptr;
+    Value* zero_points = nullptr;  // int4 with zero points
+    int64_t rows = 0, cols = 0;    // int4: N and K
     bool kept = false;
   };
 
@@ -141,9 +224,17 @@ class Quantizer {
     const int64_t sc = transpose ? t.stride(0) : t.stride(1);
     const int64_t dims[2] = {rows, cols};
     const int64_t sdims[1] = {rows};
-    DYNVM_ASSIGN_OR_RETURN(Quantized q,
-                           Quantize(t.data<float>(), rows, cols, sr, sc, o_.dtype, dims, sdims));
+    Quantized q;
+    if (Int4()) {
+      DYNVM_ASSIGN_OR_RETURN(
+          q, Quantize4(t.data<float>(), rows, cols, sr, sc, o_.block, o_.zero_points));
+    } else {
+      DYNVM_ASSIGN_OR_RETURN(q,
+                             Quantize(t.data<float>(), rows, cols, sr, sc, o_.dtype, dims, sdims));
+    }
     Entry e = Store(n, v, input, std::move(q), t.numel() * 4);
+    e.rows = rows;
+    e.cols = cols;
     cache_[key] = e;
     return e;
   }
@@ -161,13 +252,18 @@ class Quantizer {
       r.kept_reason = q.kept_reason;
       e.kept = true;
     } else {
-      r.dtype = std::string(DTypeName(o_.dtype));
-      r.bytes_after = q.weights.nbytes() + (q.scales.defined() ? q.scales.nbytes() : 0);
+      r.dtype = Int4() ? "int4" : std::string(DTypeName(o_.dtype));
+      r.bytes_after = q.weights.nbytes() + (q.scales.defined() ? q.scales.nbytes() : 0) +
+                      (q.zero_points.defined() ? q.zero_points.nbytes() : 0);
       r.max_scale = q.max_scale;
       const std::string base = v->name.empty() ? "weight" : v->name;
       e.weights = m_.NewConstant(std::move(q.weights), absl::StrCat(base, ".", r.dtype), true);
       if (q.scales.defined()) {
         e.scales = m_.NewConstant(std::move(q.scales), absl::StrCat(base, ".scale"), true);
+      }
+      if (q.zero_points.defined()) {
+        e.zero_points =
+            m_.NewConstant(std::move(q.zero_points), absl::StrCat(base, ".zero_point"), true);
       }
     }
     reports_.push_back(std::move(r));
@@ -186,7 +282,21 @@ class Quantizer {
     return absl::OkStatus();
   }
 
+  bool Int4() const { return o_.dtype == DType::kU8; }
+
   void MakeQMatMul(Node& n, Value* a, const Entry& e) {
+    if (Int4()) {
+      n.op = "MatMulNBits";
+      n.domain = "com.microsoft";
+      n.attrs.clear();
+      n.attrs["K"] = AttrInt(e.cols);
+      n.attrs["N"] = AttrInt(e.rows);
+      n.attrs["bits"] = AttrInt(4);
+      n.attrs["block_size"] = AttrInt(o_.block);
+      n.inputs = {a, e.weights, e.scales};
+      if (e.zero_points != nullptr) n.inputs.push_back(e.zero_points);
+      return;
+    }
     n.op = ops::kQMatMul;
     n.domain = "dynvm";
     n.attrs.clear();
@@ -222,7 +332,7 @@ class Quantizer {
   }
 
   absl::Status Recurrent(Node& n) {
-    if (n.inputs.size() < 3) return absl::OkStatus();
+    if (n.inputs.size() < 3 || Int4()) return absl::OkStatus();  // int4: MatMul/Gemm only
     Value* w = n.inputs[1];
     Value* r = n.inputs[2];
     if (!IsF32Constant(w, 3) || !IsF32Constant(r, 3) || (!Large(w) && !Large(r))) {
@@ -283,14 +393,19 @@ std::string QuantizedWeightReport::Text() const {
   }
   std::string line = absl::StrFormat("quantize %s (%s): %s %d -> %d bytes", weight, node, dtype,
                                      bytes_before, bytes_after);
-  if (dtype == "i8") absl::StrAppendFormat(&line, ", max scale %g", max_scale);
+  if (dtype == "i8" || dtype == "int4") absl::StrAppendFormat(&line, ", max scale %g", max_scale);
   return line;
 }
 
 absl::StatusOr<std::vector<QuantizedWeightReport>> QuantizeWeights(
     Module& module, const QuantizeWeightsOptions& options) {
-  if (options.dtype != DType::kI8 && options.dtype != DType::kBF16) {
-    return absl::InvalidArgumentError("weights quantize to int8 or bf16 only");
+  if (options.dtype != DType::kI8 && options.dtype != DType::kBF16 && options.dtype != DType::kU8) {
+    return absl::InvalidArgumentError("weights quantize to int8, int4 or bf16 only");
+  }
+  if (options.dtype == DType::kU8 &&
+      (options.block < 16 || options.block > 256 || (options.block & (options.block - 1)) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the int4 block size must be a power of two from 16 to 256, got ", options.block));
   }
   if (options.min_bytes < 0) {
     return absl::InvalidArgumentError("the quantization threshold must not be negative");

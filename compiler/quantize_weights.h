@@ -5,6 +5,12 @@
 // over bf16 weights (round to nearest even). The quantized weights are ordinary constants: they
 // live in the shared, mapped constant segment like f32 weights. Activations stay f32.
 //
+// int4 (dtype kU8, vm-compile --quantize-weights int4 [--quantize-block N]
+// [--quantize-zero-points]): MatMul and Gemm weights become com.microsoft MatMulNBits nodes (the
+// layout ONNX Runtime runs; kernels/cpu/q4gemv.h) with 4-bit blocks of `block` values along K, an
+// f32 scale per block and, with zero_points, a 4-bit zero point per block (else 8: symmetric, the
+// largest magnitude of a block at -8). LSTM, GRU and RNN weights stay f32 under int4.
+//
 // Layouts: a MatMul/Gemm weight becomes [N, K] (one row per output); an RNN's W and R keep their
 // [dirs, gates*H, cols] layout with scales [dirs, gates*H].
 //
@@ -29,17 +35,20 @@ namespace dynvm::compiler {
 inline constexpr int64_t kDefaultQuantizeMinBytes = 16384;
 
 struct QuantizeWeightsOptions {
-  DType dtype = DType::kI8;  // kI8 or kBF16
+  // kI8, kBF16, or kU8: int4 (4-bit values, two per byte, MatMul/Gemm only; see above).
+  DType dtype = DType::kI8;
   int64_t min_bytes = kDefaultQuantizeMinBytes;
+  int64_t block = 32;        // int4: values per block (a power of two, 16 to 256)
+  bool zero_points = false;  // int4: a zero point per block (else symmetric)
 };
 
 struct QuantizedWeightReport {
   std::string weight;  // the constant's name, or "<node label> input i"
   std::string node;    // the node's label
-  std::string dtype;   // "i8", "bf16", or "f32" when kept
+  std::string dtype;   // "i8", "bf16", "int4", or "f32" when kept
   int64_t bytes_before = 0;
   int64_t bytes_after = 0;  // weights plus scales
-  float max_scale = 0;      // int8: the largest per-channel scale
+  float max_scale = 0;      // int8: the largest per-channel scale; int4: per-block
   std::string kept_reason;  // why it stayed f32 (empty when quantized)
   std::string Text() const;
 };

@@ -67,10 +67,7 @@ struct Outcome {
   std::vector<Tensor> outputs;
 };
 
-Outcome CompileAndRun(Model md, DType q, int64_t min_bytes = 0) {
-  CompileOptions o;
-  o.quantize_weights = q;
-  o.quantize_min_bytes = min_bytes;
+Outcome CompileAndRunWith(Model md, const CompileOptions& o) {
   absl::StatusOr<CompileResult> r = Compile(*md.module, o);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return {};
@@ -84,6 +81,13 @@ Outcome CompileAndRun(Model md, DType q, int64_t min_bytes = 0) {
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return {};
   return {*std::move(r), *(*vm)->GetOutputs()};
+}
+
+Outcome CompileAndRun(Model md, DType q, int64_t min_bytes = 0) {
+  CompileOptions o;
+  o.quantize_weights = q;
+  o.quantize_min_bytes = min_bytes;
+  return CompileAndRunWith(std::move(md), o);
 }
 
 double RelativeL2(const Tensor& got, const Tensor& want) {
@@ -173,7 +177,74 @@ TEST(QuantizeWeightsTest, SmallWeightsStayBelowTheThreshold) {
   Model md = Build(2);
   absl::StatusOr<CompileResult> r = Compile(*md.module, o);
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(absl::StrContains(r.status().message(), "int8 or bf16")) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "int8, int4 or bf16")) << r.status();
+}
+
+// y = x W (K x N) as int4 blocks: each output differs from the f32 product by at most
+// sum_i |x[i]| times the largest rounding error of a weight, a block's scale (max |w| / 8
+// symmetric, at most 2 max |w| / 15 with zero points; half a step, one step where the grid clamps).
+// MatMul and Gemm become MatMulNBits on the oneDNN backend's kernel; LSTM/GRU/RNN stay f32.
+TEST(QuantizeWeightsTest, Int4BlocksStayWithinTheirRoundingOfF32) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    const Outcome f32 = CompileAndRun(Build(seed), DType::kF32);
+    ASSERT_EQ(f32.outputs.size(), 3u);
+    for (int64_t block : {16, 32, 64, 128}) {
+      for (bool zp : {false, true}) {
+        CompileOptions o;
+        o.quantize_weights = DType::kU8;
+        o.quantize_min_bytes = 0;
+        o.quantize_block = block;
+        o.quantize_zero_points = zp;
+        Model md = Build(seed);
+        const Tensor x = md.inputs[0].second;
+        const Outcome run = CompileAndRunWith(std::move(md), o);
+        ASSERT_EQ(run.outputs.size(), 3u);
+        const std::vector<double> xs = testing::ToDoubles(x);
+        const int64_t m = x.dim(0), k = x.dim(1);
+        for (int out = 0; out < 2; ++out) {  // y (weights in [-1, 1]) and z
+          const std::vector<double> got = testing::ToDoubles(run.outputs[out]);
+          const std::vector<double> want = testing::ToDoubles(f32.outputs[out]);
+          const int64_t n = run.outputs[out].dim(1);
+          for (int64_t r = 0; r < m; ++r) {
+            double xabs = 0;
+            for (int64_t i = 0; i < k; ++i) xabs += std::fabs(xs[r * k + i]);
+            const double bound = xabs * (zp ? 2.0 / 15 : 1.0 / 8) + 1e-5 * (1 + xabs);
+            for (int64_t j = 0; j < n; ++j) {
+              ASSERT_NEAR(got[r * n + j], want[r * n + j], bound)
+                  << "seed " << seed << " block " << block << " zp " << zp << " output " << out;
+            }
+          }
+          EXPECT_GT(RelativeL2(run.outputs[out], f32.outputs[out]), 0.0) << "not quantized?";
+        }
+        EXPECT_EQ(RelativeL2(run.outputs[2], f32.outputs[2]), 0.0);  // the RNN stays f32
+        EXPECT_EQ(CountOp(run.result, "MatMul") + CountOp(run.result, "Gemm"), 0);
+        bool fast = false;
+        for (const KernelReport& kr : run.result.kernels) {
+          if (kr.op == "com.microsoft::MatMulNBits") {
+            fast = absl::StrContains(kr.chosen, ".dnnl");
+            EXPECT_TRUE(fast) << kr.chosen;
+          }
+        }
+        EXPECT_TRUE(fast) << run.result.ReportText();
+        ASSERT_EQ(run.result.quantized_weights.size(), 2u);  // W, V
+        for (const std::string& line : run.result.quantized_weights) {
+          EXPECT_TRUE(absl::StrContains(line, ": int4 ")) << line;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeWeightsTest, Int4BlockSizeMustBeAPowerOfTwoFrom16To256) {
+  for (int64_t block : {0, 8, 48, 512}) {
+    CompileOptions o;
+    o.quantize_weights = DType::kU8;
+    o.quantize_block = block;
+    Model md = Build(2);
+    absl::StatusOr<CompileResult> r = Compile(*md.module, o);
+    ASSERT_FALSE(r.ok()) << block;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "int4 block size")) << r.status();
+  }
 }
 
 }  // namespace

@@ -394,8 +394,9 @@ DType QuantizeDType(const py::object& q) {
   const std::string s = py::str(q).cast<std::string>();
   if (s == "int8") return DType::kI8;
   if (s == "bf16") return DType::kBF16;
+  if (s == "int4") return DType::kU8;  // compiler::CompileOptions: 4-bit MatMulNBits blocks
   Throw(absl::InvalidArgumentError(
-      absl::StrCat("quantize_weights must be 'int8', 'bf16' or None, got '", s, "'")));
+      absl::StrCat("quantize_weights must be 'int8', 'bf16', 'int4' or None, got '", s, "'")));
 }
 
 // compile(model, ...): `model` is a path (str) or the model's bytes (the Python layer turns an
@@ -405,6 +406,7 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
                                       const py::object& weights, bool compress, bool onnx_check,
                                       const py::object& quantize_weights,
                                       const py::object& quantize_min_bytes,
+                                      const py::object& quantize_block, bool quantize_zero_points,
                                       const py::object& disable_rewrites, bool dump_ir) {
   compiler::CompileOptions options;
   if (!bounds.is_none()) {
@@ -439,6 +441,15 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
       Throw(absl::InvalidArgumentError("quantize_min_bytes must not be negative"));
     }
   }
+  if ((!quantize_block.is_none() || quantize_zero_points) &&
+      options.quantize_weights != DType::kU8) {
+    Throw(absl::InvalidArgumentError(
+        "quantize_block and quantize_zero_points need quantize_weights='int4'"));
+  }
+  if (!quantize_block.is_none()) {
+    options.quantize_block = Number<int64_t>(quantize_block, "quantize_block");
+  }
+  options.quantize_zero_points = quantize_zero_points;
   if (!disable_rewrites.is_none()) {
     if (PyUnicode_Check(disable_rewrites.ptr())) {
       Throw(absl::InvalidArgumentError(
@@ -1038,6 +1049,7 @@ PYBIND11_MODULE(_dynvm, m) {
         py::arg("optimize") = true, py::arg("strip_debug") = false, py::arg("device") = "cpu",
         py::arg("weights") = py::none(), py::arg("compress") = false, py::arg("onnx_check") = false,
         py::arg("quantize_weights") = py::none(), py::arg("quantize_min_bytes") = py::none(),
+        py::arg("quantize_block") = py::none(), py::arg("quantize_zero_points") = false,
         py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false);
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("weights") = py::none(),
         py::arg("verify_weights_hash") = false);

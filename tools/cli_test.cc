@@ -436,9 +436,17 @@ TEST_F(CliTest, CompiledWithWeightsApartAndCompressed) {
 // Bad --quantize-weights / --quantize-min-bytes values are one clean error line each.
 TEST_F(CliTest, QuantizeWeightsFlagErrors) {
   const std::string model = "tools/models/gpt/model.onnx";
-  Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "int4"});
+  Result r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "int2"});
   ExpectCleanError(r, "vm-compile");
-  EXPECT_THAT(r.err, HasSubstr("must be int8 or bf16, got 'int4'"));
+  EXPECT_THAT(r.err, HasSubstr("must be int8, bf16 or int4, got 'int2'"));
+  r = Run(DYNVM_VM_COMPILE,
+          {model, "-o", Path("q.dvm"), "--quantize-weights", "int4", "--quantize-block", "48"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("--quantize-block must be a power of two from 16 to 256"));
+  r = Run(DYNVM_VM_COMPILE,
+          {model, "-o", Path("q.dvm"), "--quantize-weights", "int8", "--quantize-zero-points"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("need --quantize-weights int4"));
   r = Run(DYNVM_VM_COMPILE,
           {model, "-o", Path("q.dvm"), "--quantize-weights", "int8", "--quantize-min-bytes", "-3"});
   ExpectCleanError(r, "vm-compile");
@@ -450,6 +458,14 @@ TEST_F(CliTest, QuantizeWeightsFlagErrors) {
                              "--quantize-min-bytes", "0", "--report"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("MatMul '/gpt/blocks.0/q/MatMul'): bf16 4096 -> 2048 bytes"));
+  // int4, blocks of 16 with zero points: the 32 x 32 weight -> 32 rows x 2 blocks x 8 bytes,
+  // 64 f32 scales, 32 zero-point bytes.
+  r = Run(DYNVM_VM_COMPILE,
+          {model, "-o", Path("q.dvm"), "--quantize-weights", "int4", "--quantize-min-bytes", "0",
+           "--quantize-block", "16", "--quantize-zero-points", "--report"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("MatMul '/gpt/blocks.0/q/MatMul'): int4 4096 -> 800 bytes"));
+  EXPECT_THAT(r.out, HasSubstr("com.microsoft::MatMulNBits"));
 }
 
 // vm-dis | vm-as gives back the bytes vm-compile wrote, for every model in tools/models and

@@ -3,13 +3,17 @@
 //   vm-compile MODEL.onnx -o OUT.dvm [--bound NAME=N ...] [--report] [--no-optimize]
 //              [--disable-rewrite NAME ...] [--strip-debug] [--onnx-check] [--device cpu|cuda]
 //              [--weights-out W.dvw]
-//              [--compress] [--quantize-weights int8|bf16] [--quantize-min-bytes N]
+//              [--compress] [--quantize-weights int8|bf16|int4] [--quantize-min-bytes N]
+//              [--quantize-block 16|32|64|128|256] [--quantize-zero-points]
 //
 // --quantize-weights stores the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
 // --quantize-min-bytes bytes (as f32; default 16384) as per-output-channel symmetric int8 with
 // f32 scales, or as bf16 (docs/kernels.md, "Weight-only quantization"); --report then lists each
 // weight with its bytes before and after and its largest per-channel scale, and each weight
-// left in f32 with the reason (int8 scales spanning more than 2^16, NaN or infinity).
+// left in f32 with the reason (int8 scales spanning more than 2^16, NaN or infinity). int4
+// stores MatMul and Gemm weights as ONNX Runtime's MatMulNBits: 4-bit blocks of
+// --quantize-block values along K (default 32) with an f32 scale each, symmetric or with a 4-bit
+// zero point per block (--quantize-zero-points); LSTM/GRU/RNN weights stay f32 then.
 //
 // --weights-out writes the constants to a separate weights file W.dvw, which OUT.dvm refers to
 // by file name, content hash and size; the loader looks for it beside OUT.dvm (or where
@@ -61,16 +65,31 @@ absl::StatusOr<std::pair<std::string, int64_t>> ParseBound(const std::string& sp
   return std::make_pair(spec.substr(0, eq), n);
 }
 
-// --quantize-weights and --quantize-min-bytes into the options.
+// --quantize-weights, --quantize-min-bytes, --quantize-block and --quantize-zero-points into the
+// options.
 absl::Status ParseQuantize(const std::string& dtype, const std::string& min_bytes,
+                           const std::string& block, bool zero_points,
                            compiler::CompileOptions* options) {
   if (dtype == "int8") {
     options->quantize_weights = DType::kI8;
   } else if (dtype == "bf16") {
     options->quantize_weights = DType::kBF16;
+  } else if (dtype == "int4") {
+    options->quantize_weights = DType::kU8;
   } else if (!dtype.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--quantize-weights must be int8 or bf16, got '", dtype, "'"));
+        absl::StrCat("--quantize-weights must be int8, bf16 or int4, got '", dtype, "'"));
+  }
+  if ((!block.empty() || zero_points) && dtype != "int4") {
+    return absl::InvalidArgumentError(
+        "--quantize-block and --quantize-zero-points need --quantize-weights int4");
+  }
+  options->quantize_zero_points = zero_points;
+  if (!block.empty() && (!absl::SimpleAtoi(block, &options->quantize_block) ||
+                         options->quantize_block < 16 || options->quantize_block > 256 ||
+                         (options->quantize_block & (options->quantize_block - 1)) != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantize-block must be a power of two from 16 to 256, got '", block, "'"));
   }
   if (min_bytes.empty()) return absl::OkStatus();
   if (!absl::SimpleAtoi(min_bytes, &options->quantize_min_bytes) ||
@@ -113,11 +132,16 @@ int Main(int argc, char** argv) {
                   "W.dvw: write the constants to this weights file (found beside OUT.dvm)");
   bool compress = false;
   flags.AddSwitch("--compress", &compress, "store the constants zstd-compressed");
-  std::string quantize, quantize_min_bytes;
+  std::string quantize, quantize_min_bytes, quantize_block;
+  bool quantize_zero_points = false;
   flags.AddString("--quantize-weights", &quantize,
-                  "int8|bf16: store MatMul/Gemm/LSTM/GRU/RNN weights quantized");
+                  "int8|bf16|int4: store MatMul/Gemm(/LSTM/GRU/RNN) weights quantized");
   flags.AddString("--quantize-min-bytes", &quantize_min_bytes,
                   "N: quantize weights of at least N bytes (as f32; default 16384)");
+  flags.AddString("--quantize-block", &quantize_block,
+                  "N: int4 values per block (16, 32, 64, 128 or 256; default 32)");
+  flags.AddSwitch("--quantize-zero-points", &quantize_zero_points,
+                  "int4: a zero point per block (default: symmetric)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -150,7 +174,9 @@ int Main(int argc, char** argv) {
   options.strip_debug = strip_debug;
   options.producer = "vm-compile";
   options.compress = compress;
-  if (absl::Status s = ParseQuantize(quantize, quantize_min_bytes, &options); !s.ok()) {
+  if (absl::Status s = ParseQuantize(quantize, quantize_min_bytes, quantize_block,
+                                     quantize_zero_points, &options);
+      !s.ok()) {
     return cli::ReportError(kProgram, s);
   }
   if (!weights_out.empty()) {

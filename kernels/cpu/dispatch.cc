@@ -12,6 +12,7 @@ Dispatch Make(Isa isa) {
   FillReduce(isa, &d);
   FillQuantize(isa, &d);
   FillQGemv(isa, &d);
+  FillQ4Gemv(isa, &d);
   FillIGemm(isa, &d);
   FillPackedGemm(isa, &d);
   FillWinograd(isa, &d);

@@ -13,6 +13,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/winograd.h"
 
@@ -78,6 +79,10 @@ struct Dispatch {
   bool qgemv_bf16_splits;
   const char* qgemv_i8_path;
   const char* qgemv_bf16_path;
+  // q4gemv.h
+  void (*qgemv_q4)(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
+                   int64_t r0, int64_t r1, float* y, int64_t ldy);
+  const char* qgemv_q4_path;
   // igemm.h
   void (*igemm_pack_b)(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
                        int64_t p1, int16_t* packed);
@@ -109,6 +114,7 @@ void FillGemv(Isa isa, Dispatch* d);
 void FillReduce(Isa isa, Dispatch* d);
 void FillQuantize(Isa isa, Dispatch* d);
 void FillQGemv(Isa isa, Dispatch* d);
+void FillQ4Gemv(Isa isa, Dispatch* d);
 void FillIGemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);

@@ -26,6 +26,7 @@ void RegisterTransposeKernels(KernelRegistry& r);  // transpose.cc: Transpose (r
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul
+void RegisterMatMulNBitsKernels(KernelRegistry& r);      // matmul_nbits.cc: 4-bit MatMulNBits
 // qconv.cc: ConvInteger, QLinearConv on oneDNN's int8 convolution.
 void RegisterQConvKernels(KernelRegistry& r);
 // quant.cc: the im2col ConvInteger / QLinearConv kernel (registered by RegisterQuantKernels at

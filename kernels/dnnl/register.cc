@@ -17,6 +17,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterTransposeKernels(registry);
   onednn::RegisterQuantKernels(registry);
   onednn::RegisterQuantizedWeightKernels(registry);
+  onednn::RegisterMatMulNBitsKernels(registry);
   onednn::RegisterQConvKernels(registry);
 }
 

@@ -38,7 +38,8 @@ __all__ = ["compile", "load", "Executable", "VirtualMachine", "Stream", "RunStat
 
 def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu", weights=None,
             compress=False, onnx_check=False, quantize_weights=None, quantize_min_bytes=None,
-            disable_rewrites=None, dump_ir=False):
+            quantize_block=None, quantize_zero_points=False, disable_rewrites=None,
+            dump_ir=False):
     """Compiles an ONNX model into an Executable (in memory; save() writes it).
 
     `model` is a path (str or os.PathLike), the model's bytes, or an onnx.ModelProto. The options
@@ -48,7 +49,9 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
     `strip_debug` leaves out node names; `device` is "cpu" or "cuda"; `weights="model.dvw"` keeps
     the constants apart (save() writes that file beside the .dvm); `compress` stores constants
     zstd-compressed; `onnx_check` runs ONNX's checker first; `quantize_weights` is "int8",
-    "bf16" or None, with `quantize_min_bytes` the smallest weight quantized; `disable_rewrites`
+    "bf16", "int4" or None, with `quantize_min_bytes` the smallest weight quantized (int4:
+    MatMul/Gemm weights as MatMulNBits blocks of `quantize_block` values, default 32, with a
+    zero point per block when `quantize_zero_points`); `disable_rewrites`
     lists pattern-rewrite rules not to apply; `dump_ir` keeps the compiled IR in `exe.ir`.
     The result's `report` is vm-compile --report's text. Raises a dynvm.Error naming the node for
     a model it cannot compile.
@@ -64,6 +67,7 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
     exe = _compile(model, bounds=bounds, optimize=optimize, strip_debug=strip_debug,
                    device=device, weights=weights, compress=compress, onnx_check=onnx_check,
                    quantize_weights=quantize_weights, quantize_min_bytes=quantize_min_bytes,
+                   quantize_block=quantize_block, quantize_zero_points=quantize_zero_points,
                    disable_rewrites=disable_rewrites, dump_ir=dump_ir)
     for warning in exe.warnings:
         _warnings.warn(warning, stacklevel=2)

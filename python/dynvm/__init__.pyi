@@ -80,6 +80,8 @@ def compile(
     onnx_check: bool = False,
     quantize_weights: Optional[str] = None,
     quantize_min_bytes: Optional[int] = None,
+    quantize_block: Optional[int] = None,
+    quantize_zero_points: bool = False,
     disable_rewrites: Optional[List[str]] = None,
     dump_ir: bool = False,
 ) -> Executable: ...

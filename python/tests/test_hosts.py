@@ -184,7 +184,12 @@ def test_compile_has_every_vm_compile_option(tmp_path):
     f32 = dynvm.compile(lm)
     assert "pass quantize_weights" not in f32.report and "pass quantize_weights" in exe.report
     with pytest.raises(dynvm.InvalidArgumentError, match="quantize_weights"):
-        dynvm.compile(lm, quantize_weights="int4")
+        dynvm.compile(lm, quantize_weights="int2")
+    with pytest.raises(dynvm.InvalidArgumentError, match="need quantize_weights='int4'"):
+        dynvm.compile(lm, quantize_weights="int8", quantize_block=64)
+    int4 = dynvm.compile(lm, quantize_weights="int4", quantize_min_bytes=0, quantize_block=64,
+                         quantize_zero_points=True)
+    assert " int4 " in int4.report and "MatMulNBits" in int4.report
     with pytest.raises(dynvm.InvalidArgumentError, match="needs quantize_weights"):
         dynvm.compile(lm, quantize_min_bytes=10)
     # --disable-rewrite.

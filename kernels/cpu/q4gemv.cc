@@ -1,0 +1,309 @@
+// 4-bit block-quantized GEMV / small-M products (q4gemv.h). Tuning notes:
+//
+// A decode step reads each weight once, so the kernel is written to stream the 4-bit rows with
+// as few instructions per weight as f32 arithmetic allows (ONNX Runtime's accuracy_level 0: f32
+// multiply-adds over the dequantized weights, no narrowing of the activations). The weights are
+// never shuffled: a block's bytes are widened to 32-bit lanes (VPMOVZXBD from memory), the low
+// nibbles are the block's even columns and the high nibbles (shift right 4) its odd ones, and
+// each activation row is split once per call into even and odd columns per 2 * lanes columns (a
+// per-thread scratch of K floats per row, zero padded to whole blocks, so the padding of the last
+// block multiplies zeros). Four output rows run side by side and share each activation load; the
+// four rows' weights (4 K / 2 bytes) stay in L1 while the activation rows run over them, so the
+// weights are read once from memory whatever the row count.
+//
+// AVX2 (8 lanes, 16 weights per step): AND 15 and shift, subtract the zero point in int32 (q - zp
+// is exact), convert, FMA into the block's partial sum, scaled into the row's sum once per block.
+// AVX-512 (16 lanes, 32 weights per step, blocks of 32 and more): VPERMPS reads only the low four
+// bits of each index, so a 16-entry table of the row's block, (v - zp) * scale for v = 0..15,
+// maps the widened bytes straight to the low nibbles' weights and, shifted right by 4, to the
+// high nibbles': six instructions per 32 weights and row (widen, shift, two permutes, two FMAs
+// into even and odd accumulators), no conversion, no per-block scaling, and the weights are
+// ORT's dequantized values exactly. Two alternatives measured the same within noise on the Zen 4
+// EPYC (N = K = 4096, block 32, 1 thread: 1.08-1.10 ms per call): the AVX2 scheme at 16 lanes
+// (nine instructions) and the nibbles ORed into 2^23's mantissa (VPTERNLOGD) minus 2^23 + zp
+// (seven). At about 16 G weights/s per core the kernel is bound by the widening load and the
+// permutes on the shuffle ports, not by memory: docs/kernels.md, "4-bit weights", has the figures
+// (docs/results/int4-gemv-2026-11-29.txt). Portable: scalar, the AVX2 arithmetic.
+#include "kernels/cpu/q4gemv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/target.h"
+
+// GCC 12 warns about the undefined first operand its own masked-intrinsic headers pass.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace dynvm::cpu {
+namespace {
+
+// Zero point of row j's block b.
+inline int ZeroPoint(const Q4Weights& w, int64_t j, int64_t b) {
+  if (w.zero_points == nullptr) return 8;
+  const int64_t per_row = (w.blocks() + 1) / 2;
+  const uint8_t byte = w.zero_points[j * per_row + b / 2];
+  return (b % 2 == 0) ? (byte & 15) : (byte >> 4);
+}
+
+inline int Nibble(const uint8_t* block, int64_t e) {
+  const uint8_t byte = block[e / 2];
+  return (e % 2 == 0) ? (byte & 15) : (byte >> 4);
+}
+
+// A per-thread scratch of n floats, grown once and kept (no allocation per call after the first
+// at a size).
+float* Scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// Activation rows split per chunk of 2 * lanes columns into [x0 x2 ... x(2 lanes - 2), x1 x3 ...
+// x(2 lanes - 1)] (the order of a chunk's low then high nibbles once widened), zero from k to
+// `padded`, row m at xs + m * padded; the odd columns times odd_scale (a power of two).
+void SplitActivations(int64_t rows, const float* x, int64_t ldx, int64_t k, int64_t padded,
+                      int64_t lanes, float* xs, float odd_scale = 1.0f) {
+  const int64_t chunk = 2 * lanes;
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * ldx;
+    float* out = xs + m * padded;
+    for (int64_t c = 0; c < padded; c += chunk) {
+      for (int64_t i = 0; i < lanes; ++i) {
+        const int64_t e = c + 2 * i, o = e + 1;
+        out[c + i] = e < k ? xr[e] : 0.0f;
+        out[c + lanes + i] = o < k ? xr[o] * odd_scale : 0.0f;
+      }
+    }
+  }
+}
+
+void QGemvQ4Portable(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
+                     const float* bias, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * ldx;
+    for (int64_t j = r0; j < r1; ++j) {
+      const uint8_t* row = w.packed + j * blocks * blob;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int zp = ZeroPoint(w, j, b);
+        const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
+        float part = 0.0f;
+        for (int64_t i = i0; i < i1; ++i) {
+          part += xr[i] * static_cast<float>(Nibble(row + b * blob, i - i0) - zp);
+        }
+        acc += part * w.scales[j * blocks + b];
+      }
+      y[m * ldy + j] = acc + (bias != nullptr ? bias[j] : 0.0f);
+    }
+  }
+}
+
+void DequantizeRowsQ4Portable(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  for (int64_t j = r0; j < r1; ++j) {
+    const uint8_t* row = w.packed + j * blocks * blob;
+    float* out = dst + (j - r0) * w.k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int zp = ZeroPoint(w, j, b);
+      const float s = w.scales[j * blocks + b];
+      const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
+      for (int64_t i = i0; i < i1; ++i) {
+        out[i] = static_cast<float>(Nibble(row + b * blob, i - i0) - zp) * s;
+      }
+    }
+  }
+}
+
+#if DYNVM_CPU_X86
+
+DYNVM_AVX2 inline float HSum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Output rows j .. j + R - 1 of one split activation row xs (8-lane chunks).
+template <int R>
+DYNVM_AVX2 inline void RowsAvx2(const float* xs, const Q4Weights& w, int64_t j, const float* bias,
+                                float* y) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  const __m256i low = _mm256_set1_epi32(15);
+  const uint8_t* p[R];
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) {
+    p[r] = w.packed + (j + r) * blocks * blob;
+    acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 part[R];
+    __m256i zp[R];
+    for (int r = 0; r < R; ++r) {
+      part[r] = _mm256_setzero_ps();
+      zp[r] = _mm256_set1_epi32(ZeroPoint(w, j + r, b));
+    }
+    const float* xb = xs + b * w.block;
+    for (int64_t c = 0; c < w.block; c += 16) {
+      const __m256 xe = _mm256_loadu_ps(xb + c), xo = _mm256_loadu_ps(xb + c + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256i v = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p[r] + b * blob + c / 2)));
+        const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(v, low), zp[r]);
+        const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(v, 4), zp[r]);
+        part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), xe, part[r]);
+        part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), xo, part[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(part[r], _mm256_set1_ps(w.scales[(j + r) * blocks + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[j + r] = HSum256(acc[r]) + (bias != nullptr ? bias[j + r] : 0.0f);
+}
+
+// Rows [r0, r1) in groups of four (the activation rows over each group while its weights are in
+// L1), then one at a time.
+DYNVM_AVX2 void RunRowsAvx2(int64_t rows, const float* xs, int64_t padded, const Q4Weights& w,
+                            const float* bias, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  int64_t j = r0;
+  for (; j + 4 <= r1; j += 4) {
+    for (int64_t m = 0; m < rows; ++m) RowsAvx2<4>(xs + m * padded, w, j, bias, y + m * ldy);
+  }
+  for (; j < r1; ++j) {
+    for (int64_t m = 0; m < rows; ++m) RowsAvx2<1>(xs + m * padded, w, j, bias, y + m * ldy);
+  }
+}
+
+DYNVM_AVX2 void QGemvQ4Avx2(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
+                            const float* bias, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t padded = w.blocks() * w.block;
+  float* xs = Scratch(static_cast<size_t>(rows * padded));
+  SplitActivations(rows, x, ldx, w.k, padded, 8, xs);
+  RunRowsAvx2(rows, xs, padded, w, bias, r0, r1, y, ldy);
+}
+
+DYNVM_AVX512 inline float HSum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// RowsAvx2 on 16 lanes, 16 bytes (32 weights) per step, the block a multiple of 32, with the
+// dequantization a table lookup: per row and block a 16-entry table holds (v - zp) * scale for
+// v = 0..15 (ONNX Runtime's dequantized weights, exactly), and VPERMPS, which reads only the low
+// four bits of each index, maps the widened bytes to their low nibbles' weights and, shifted right
+// by 4, to their high nibbles'. Six instructions per 32 weights and row (load-widen, shift, two
+// permutes, two FMAs), no conversion, no per-block scaling.
+template <int R, bool kZeroPoints>
+DYNVM_AVX512 inline void RowsAvx512(const float* xs, const Q4Weights& w, int64_t j,
+                                    const float* bias, float* y) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2, zp_row = (blocks + 1) / 2;
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const uint8_t* p[R];
+  __m512 even[R], odd[R];
+  for (int r = 0; r < R; ++r) {
+    p[r] = w.packed + (j + r) * blocks * blob;
+    even[r] = _mm512_setzero_ps();
+    odd[r] = _mm512_setzero_ps();
+  }
+  __m512 centered[R];  // v - zp for v = 0..15
+  for (int r = 0; r < R; ++r) centered[r] = _mm512_sub_ps(iota, _mm512_set1_ps(8.0f));
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512 table[R];
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kZeroPoints) {
+        const uint8_t byte = w.zero_points[(j + r) * zp_row + b / 2];
+        const int z = (b % 2 == 0) ? (byte & 15) : (byte >> 4);
+        centered[r] = _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(z)));
+      }
+      table[r] = _mm512_mul_ps(centered[r], _mm512_set1_ps(w.scales[(j + r) * blocks + b]));
+    }
+    const float* xb = xs + b * w.block;
+    for (int64_t c = 0; c < w.block; c += 32) {
+      const __m512 xe = _mm512_loadu_ps(xb + c), xo = _mm512_loadu_ps(xb + c + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512i v = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + b * blob + c / 2)));
+        even[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, table[r]), xe, even[r]);
+        odd[r] =
+            _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table[r]), xo, odd[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    y[j + r] = HSum512(_mm512_add_ps(even[r], odd[r])) + (bias != nullptr ? bias[j + r] : 0.0f);
+  }
+}
+
+template <bool kZeroPoints>
+DYNVM_AVX512 void RunRowsAvx512(int64_t rows, const float* xs, int64_t padded, const Q4Weights& w,
+                                const float* bias, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  int64_t j = r0;
+  for (; j + 4 <= r1; j += 4) {
+    for (int64_t m = 0; m < rows; ++m) {
+      RowsAvx512<4, kZeroPoints>(xs + m * padded, w, j, bias, y + m * ldy);
+    }
+  }
+  for (; j < r1; ++j) {
+    for (int64_t m = 0; m < rows; ++m) {
+      RowsAvx512<1, kZeroPoints>(xs + m * padded, w, j, bias, y + m * ldy);
+    }
+  }
+}
+
+DYNVM_AVX512 void QGemvQ4Avx512(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
+                                const float* bias, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t padded = w.blocks() * w.block;
+  float* xs = Scratch(static_cast<size_t>(rows * padded));
+  if (w.block % 32 != 0) {
+    SplitActivations(rows, x, ldx, w.k, padded, 8, xs);
+    RunRowsAvx2(rows, xs, padded, w, bias, r0, r1, y, ldy);
+    return;
+  }
+  SplitActivations(rows, x, ldx, w.k, padded, 16, xs);
+  if (w.zero_points != nullptr) {
+    RunRowsAvx512<true>(rows, xs, padded, w, bias, r0, r1, y, ldy);
+  } else {
+    RunRowsAvx512<false>(rows, xs, padded, w, bias, r0, r1, y, ldy);
+  }
+}
+
+#endif  // DYNVM_CPU_X86
+
+}  // namespace
+
+namespace internal {
+
+void FillQ4Gemv(Isa isa, Dispatch* d) {
+  d->qgemv_q4 = &QGemvQ4Portable;
+  d->qgemv_q4_path = "portable";
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) {
+    d->qgemv_q4 = &QGemvQ4Avx2;
+    d->qgemv_q4_path = "avx2";
+  }
+  if (isa >= Isa::kAvx512) {
+    d->qgemv_q4 = &QGemvQ4Avx512;
+    d->qgemv_q4_path = "avx512";
+  }
+#else
+  (void)isa;
+#endif
+}
+
+}  // namespace internal
+
+void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
+             int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  if (rows <= 0 || r1 <= r0) return;
+  internal::Table().qgemv_q4(rows, x, ldx, w, bias, r0, r1, y, ldy);
+}
+
+void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
+  DequantizeRowsQ4Portable(w, r0, r1, dst);
+}
+
+const char* QGemvQ4Path() { return internal::Table().qgemv_q4_path; }
+
+}  // namespace dynvm::cpu

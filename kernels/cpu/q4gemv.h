@@ -1,0 +1,54 @@
+// Products with 4-bit block-quantized weights: the layout of ONNX Runtime's com.microsoft
+// MatMulNBits (bits = 4; docs/onnx.md, "The com.microsoft domain"), which vm-compile
+// --quantize-weights int4 also writes (compiler/quantize_weights.h).
+//
+// W is [N, K]: row j holds ceil(K / block) blocks of `block` 4-bit values, block / 2 bytes each,
+// element 2i of a block in the low nibble of byte i and element 2i + 1 in its high nibble (the
+// last block padded). Each block has an f32 scale and a zero point, 4-bit values packed two per
+// byte the same way (ceil(blocks / 2) bytes per row), or 8 when there are none:
+//   w[j, i] = (q[j, i] - zp[j, i / block]) * scale[j, i / block].
+//
+// The arithmetic is ONNX Runtime's for accuracy_level 0 (its default: f32 activations times the
+// weights in f32, no narrowing of the activations). AVX-512 multiplies x by the dequantized
+// weights (q - zp) * scale rounded to f32, ORT's own; AVX2 and portable sum each block over the
+// exact integers q - zp and scale the block's sum, y[m, j] = bias[j] + sum_b scale[j, b] *
+// sum_{i in b} x[m, i] (q[j, i] - zp[j, b]). The sums' order differs between levels and from ONNX
+// Runtime's (it dequantizes and runs an f32 GEMM): results agree to f32 rounding, within
+// 2 K 2^-24 sum_i |x[m, i] w[j, i]| of the exact product (q4gemv_test.cc), not bit for bit.
+//
+// Implementations (isa.h): portable (scalar), AVX2 (8 lanes: 8 bytes widened to 32-bit lanes, the
+// low and high nibbles against the activations split into even and odd columns once per call),
+// AVX-512 (16 bytes widened; a 16-entry table of the block's dequantized weights per row, looked
+// up by VPERMPS; blocks of 16 run the AVX2 loop). q4gemv.cc has the tuning notes.
+#ifndef DYNVM_KERNELS_CPU_Q4GEMV_H_
+#define DYNVM_KERNELS_CPU_Q4GEMV_H_
+
+#include <cstdint>
+
+namespace dynvm::cpu {
+
+struct Q4Weights {
+  int64_t k = 0;                         // columns (K)
+  int64_t block = 0;                     // values per block: a power of two, 16 to 256
+  const uint8_t* packed = nullptr;       // [N, blocks, block / 2]
+  const float* scales = nullptr;         // [N, blocks]
+  const uint8_t* zero_points = nullptr;  // [N, ceil(blocks / 2)], or null: 8 everywhere
+  int64_t blocks() const { return (k + block - 1) / block; }
+};
+
+// y[m * ldy + j] = (bias ? bias[j] : 0) + sum_i x[m * ldx + i] w[j, i] for m < rows and
+// r0 <= j < r1; each weight row of the range is read once from memory (the rows of x stay in
+// cache). Any row count; callers run it up to kQuantSmallRows (qgemv.h) and dequantize beyond.
+// Uses a per-thread scratch of rows * blocks * block floats (grown once, kept).
+void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
+             int64_t r0, int64_t r1, float* y, int64_t ldy);
+
+// dst[(j - r0) * k + i] = w[j, i] for r0 <= j < r1 (exact: (q - zp) * scale in f32).
+void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
+
+// Which implementation QGemvQ4 runs at the active level: "avx512", "avx2" or "portable".
+const char* QGemvQ4Path();
+
+}  // namespace dynvm::cpu
+
+#endif  // DYNVM_KERNELS_CPU_Q4GEMV_H_

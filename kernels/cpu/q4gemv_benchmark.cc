@@ -1,0 +1,198 @@
+// Decode GEMV bandwidth: an N x K weight times one activation row (a decode step's product) in f32
+// (cpu::Gemv), int8 (cpu::QGemvI8, per-row scales) and int4 (cpu::QGemvQ4, MatMulNBits blocks of
+// 32 and 128, symmetric and with zero points), against a STREAM-like triad (a[i] = b[i] + s c[i]
+// over three arrays far larger than L3) measured in the same run, on 1..T threads (the output rows
+// split over kernels' ThreadPool as the MatMul kernels split them).
+//
+//   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256]
+//
+// Each variant cycles through copies of its weight totalling at least --mb MB, so every call
+// reads its weight from memory, not from L3. Rounds interleave the variants (and the triad) so
+// load from other processes touches all of them alike; each figure is the median over rounds of
+// the round's best of 3 passes over the copies. GB/s counts the bytes a call must read: weights,
+// scales and zero points (the activation row and output are in cache). "of triad" is that rate
+// over the triad's, whose bytes are 3 arrays (read b and c, write a; the write-allocate read of a
+// is not counted, as STREAM does not).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/q4gemv.h"
+#include "kernels/cpu/qgemv.h"
+#include "kernels/thread_pool.h"
+
+namespace dynvm::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Variant {
+  std::string name;
+  int64_t bytes = 0;  // read per call
+  std::function<void(int copy, int64_t r0, int64_t r1)> run;
+  int copies = 1;
+  std::vector<double> best_us;  // per round
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+  }
+  return def;
+}
+
+int Main(int argc, char** argv) {
+  const int64_t n = Flag(argc, argv, "--n", 4096), k = Flag(argc, argv, "--k", 4096);
+  const int max_threads = static_cast<int>(Flag(argc, argv, "--threads", 2));
+  const int rounds = static_cast<int>(Flag(argc, argv, "--rounds", 7));
+  const int64_t total = Flag(argc, argv, "--mb", 256) << 20;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(k), y(n);
+  for (float& v : x) v = u(rng);
+  auto copies_for = [&](int64_t bytes) {
+    return static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
+  };
+
+  std::vector<Variant> variants;
+  // f32
+  {
+    const int64_t bytes = n * k * 4;
+    const int c = copies_for(bytes);
+    auto w = std::make_shared<std::vector<std::vector<float>>>(c, std::vector<float>(n * k));
+    for (auto& m : *w)
+      for (float& v : m) v = u(rng);
+    variants.push_back({"f32",
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          Gemv('T', r1 - r0, k, 1.0f, x.data(), (*w)[i].data() + r0 * k, k, 0.0f,
+                               y.data() + r0);
+                        },
+                        c,
+                        {}});
+  }
+  // int8
+  {
+    const int64_t bytes = n * k + n * 4;
+    const int c = copies_for(bytes);
+    auto w = std::make_shared<std::vector<std::vector<int8_t>>>(c, std::vector<int8_t>(n * k));
+    for (auto& m : *w)
+      for (int8_t& v : m) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    auto s = std::make_shared<std::vector<float>>(n, 1.0f / 127);
+    variants.push_back({"int8",
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          QGemvI8(1, k, x.data(), k, (*w)[i].data(), k, s->data(), r0, r1, 0.0f,
+                                  y.data(), n);
+                        },
+                        c,
+                        {}});
+  }
+  // int4
+  for (auto [block, zp] : {std::pair<int64_t, bool>{32, false}, {32, true}, {128, false}}) {
+    const int64_t blocks = (k + block - 1) / block, zp_row = (blocks + 1) / 2;
+    const int64_t bytes = n * blocks * block / 2 + n * blocks * 4 + (zp ? n * zp_row : 0);
+    const int c = copies_for(bytes);
+    struct Copy {
+      std::vector<uint8_t> packed, zps;
+      std::vector<float> scales;
+    };
+    auto w = std::make_shared<std::vector<Copy>>(c);
+    for (Copy& m : *w) {
+      m.packed.resize(n * blocks * block / 2);
+      for (uint8_t& v : m.packed) v = static_cast<uint8_t>(rng());
+      m.scales.assign(n * blocks, 0.05f);
+      if (zp) {
+        m.zps.resize(n * zp_row);
+        for (uint8_t& v : m.zps) v = static_cast<uint8_t>(rng());
+      }
+    }
+    const std::string name = "int4 b" + std::to_string(block) + (zp ? " zp" : "");
+    variants.push_back({name,
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          Q4Weights q;
+                          q.k = k;
+                          q.block = block;
+                          q.packed = (*w)[i].packed.data();
+                          q.scales = (*w)[i].scales.data();
+                          q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                          QGemvQ4(1, x.data(), k, q, nullptr, r0, r1, y.data(), n);
+                        },
+                        c,
+                        {}});
+  }
+  // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
+  const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
+  std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
+
+  std::printf(
+      "cpu level %s; N %lld, K %lld; weights cycled over >= %lld MB per variant; "
+      "triad arrays 3 x %lld MB; %d rounds, median of per-round best of 3\n",
+      IsaName(ActiveIsa()), static_cast<long long>(n), static_cast<long long>(k),
+      static_cast<long long>(total >> 20), static_cast<long long>(triad_n * 4 >> 20), rounds);
+  for (int threads = 1; threads <= max_threads; ++threads) {
+    auto pool = ThreadPool::Create(threads);
+    if (!pool.ok()) {
+      std::fprintf(stderr, "%s\n", pool.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<double> triad_us;
+    for (Variant& v : variants) v.best_us.clear();
+    for (int round = 0; round < rounds; ++round) {
+      double best = 1e30;
+      for (int pass = 0; pass < 3; ++pass) {
+        const auto t0 = Clock::now();
+        (*pool)->ParallelFor(triad_n, 4096, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) ta[i] = tb[i] + 3.0f * tc[i];
+        });
+        best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+      triad_us.push_back(best);
+      for (Variant& v : variants) {
+        double vbest = 1e30;
+        for (int pass = 0; pass < 3; ++pass) {
+          for (int c = 0; c < v.copies; ++c) {
+            const auto t0 = Clock::now();
+            (*pool)->ParallelFor(n, 16, [&](int64_t r0, int64_t r1) { v.run(c, r0, r1); });
+            vbest = std::min(vbest,
+                             std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+          }
+        }
+        v.best_us.push_back(vbest);
+      }
+    }
+    const double triad_gbs = 3.0 * triad_n * 4 / (Median(triad_us) * 1e3);
+    std::printf("\nthreads %d: triad %.2f GB/s (median %.0f us)\n", threads, triad_gbs,
+                Median(triad_us));
+    std::printf("  %-12s %10s %10s %10s %9s %9s\n", "weights", "MB/call", "us/call", "GB/s",
+                "of triad", "x f32");
+    const double f32_us = Median(variants[0].best_us);
+    for (const Variant& v : variants) {
+      const double us = Median(v.best_us), gbs = v.bytes / (us * 1e3);
+      std::printf("  %-12s %10.2f %10.1f %10.2f %8.0f%% %8.2fx\n", v.name.c_str(),
+                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dynvm::cpu
+
+int main(int argc, char** argv) { return dynvm::cpu::Main(argc, argv); }

@@ -1,0 +1,171 @@
+// The 4-bit block-quantized microkernels (q4gemv.h) against a double-precision product over
+// weights dequantized here, independently of the kernels: every implementation the CPU runs
+// (isa.h), every block size 16..256, K around and off the block and vector widths, odd N, row
+// ranges that start and end anywhere, 1..9 activation rows, with and without zero points and bias.
+// Tolerance: f32 summation, 2 K 2^-24 sum_i |x[i] w[j, i]| (a block's partial sum and the row sum
+// each add at most K roundings of that magnitude).
+#include "kernels/cpu/q4gemv.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+
+namespace dynvm::cpu {
+namespace {
+
+struct Random4Bit {
+  int64_t n, k, block, blocks;
+  std::vector<uint8_t> packed, zp;
+  std::vector<float> scales;
+  std::vector<int> q, zps;  // unpacked values [n, k] and zero points [n, blocks]
+
+  Random4Bit(std::mt19937& rng, int64_t n_, int64_t k_, int64_t block_, bool with_zp)
+      : n(n_), k(k_), block(block_), blocks((k_ + block_ - 1) / block_) {
+    std::uniform_real_distribution<float> u(0.01f, 0.2f);
+    packed.assign(n * blocks * block / 2, 0);
+    q.assign(n * k, 0);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < blocks * block; ++i) {
+        const int v = static_cast<int>(rng() % 16);  // the padding holds values too
+        if (i < k) q[j * k + i] = v;
+        packed[j * blocks * block / 2 + i / 2] |= static_cast<uint8_t>(i % 2 ? v << 4 : v);
+      }
+    }
+    scales.resize(n * blocks);
+    for (float& s : scales) s = u(rng);
+    zps.assign(n * blocks, 8);
+    if (with_zp) {
+      const int64_t per_row = (blocks + 1) / 2;
+      zp.assign(n * per_row, 0);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t b = 0; b < per_row * 2; ++b) {
+          const int v = static_cast<int>(rng() % 16);
+          if (b < blocks) zps[j * blocks + b] = v;
+          zp[j * per_row + b / 2] |= static_cast<uint8_t>(b % 2 ? v << 4 : v);
+        }
+      }
+    }
+  }
+
+  Q4Weights View() const {
+    Q4Weights w;
+    w.k = k;
+    w.block = block;
+    w.packed = packed.data();
+    w.scales = scales.data();
+    w.zero_points = zp.empty() ? nullptr : zp.data();
+    return w;
+  }
+
+  double W(int64_t j, int64_t i) const {
+    const int64_t b = i / block;
+    return static_cast<double>(q[j * k + i] - zps[j * blocks + b]) * scales[j * blocks + b];
+  }
+};
+
+void CheckProduct(const Random4Bit& w, int64_t rows, int64_t r0, int64_t r1, bool bias,
+                  std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t ldx = w.k + 3, ldy = w.n + 2;
+  std::vector<float> x(rows * ldx), b(w.n);
+  for (float& v : x) v = u(rng);
+  for (float& v : b) v = u(rng);
+  const float sentinel = -12345.0f;
+  std::vector<float> y(rows * ldy, sentinel);
+  QGemvQ4(rows, x.data(), ldx, w.View(), bias ? b.data() : nullptr, r0, r1, y.data(), ldy);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < w.n; ++j) {
+      const float got = y[m * ldy + j];
+      if (j < r0 || j >= r1) {
+        ASSERT_EQ(got, sentinel) << "row " << j << " outside [" << r0 << ", " << r1 << ")";
+        continue;
+      }
+      double want = bias ? b[j] : 0.0, mag = std::fabs(want);
+      for (int64_t i = 0; i < w.k; ++i) {
+        want += x[m * ldx + i] * w.W(j, i);
+        mag += std::fabs(x[m * ldx + i] * w.W(j, i));
+      }
+      const double tol = 2.0 * static_cast<double>(w.k + 2) * 0x1p-24 * mag + 1e-30;
+      ASSERT_NEAR(got, want, tol) << IsaName(ActiveIsa()) << " block " << w.block << " k " << w.k
+                                  << " n " << w.n << " rows " << rows << " m " << m << " j " << j
+                                  << " zp " << !w.zp.empty();
+    }
+  }
+}
+
+TEST(Q4GemvTest, EveryLevelAndBlockSizeMatchesDoubleProduct) {
+  std::mt19937 rng(34);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{17}, block - 1, block, block + 1,
+                        3 * block + 5, int64_t{257}, int64_t{1000}}) {
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 11);
+        const bool with_zp = rng() % 2 == 0;
+        Random4Bit w(rng, n, k, block, with_zp);
+        const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+        const int64_t r0 = static_cast<int64_t>(rng() % n);
+        const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (n - r0));
+        CheckProduct(w, rows, 0, n, rng() % 2 == 0, rng);
+        CheckProduct(w, rows, r0, r1, rng() % 2 == 0, rng);
+      }
+    }
+  }
+}
+
+// Decode-sized rows: N 37 (groups of four and a tail) at K 4096, one and four activation rows.
+TEST(Q4GemvTest, LongRowsMatchDoubleProduct) {
+  std::mt19937 rng(35);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {32, 128}) {
+      Random4Bit w(rng, 37, 4096, block, block == 32);
+      CheckProduct(w, 1, 0, 37, true, rng);
+      CheckProduct(w, 4, 3, 37, false, rng);
+    }
+  }
+}
+
+TEST(Q4GemvTest, NaNAndInfinityPropagate) {
+  std::mt19937 rng(36);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    Random4Bit w(rng, 5, 70, 32, false);
+    std::vector<float> x(2 * 70, 0.5f);
+    x[3] = std::numeric_limits<float>::quiet_NaN();
+    x[70 + 69] = std::numeric_limits<float>::infinity();
+    std::vector<float> y(2 * 5);
+    QGemvQ4(2, x.data(), 70, w.View(), nullptr, 0, 5, y.data(), 5);
+    for (int64_t j = 0; j < 5; ++j) {
+      EXPECT_TRUE(std::isnan(y[j])) << IsaName(isa) << " " << j;
+      // inf times a weight of either sign, or NaN where the weight is 0.
+      const double wj = w.W(j, 69);
+      if (wj != 0) {
+        EXPECT_EQ(y[5 + j], wj > 0 ? INFINITY : -INFINITY) << IsaName(isa) << " " << j;
+      } else {
+        EXPECT_TRUE(std::isnan(y[5 + j])) << IsaName(isa) << " " << j;
+      }
+    }
+  }
+}
+
+TEST(Q4GemvTest, DequantizeRowsIsExact) {
+  std::mt19937 rng(37);
+  for (int64_t block : {16, 64, 256}) {
+    Random4Bit w(rng, 6, 300, block, block != 64);
+    std::vector<float> dst(4 * 300);
+    DequantizeRowsQ4(w.View(), 1, 5, dst.data());
+    for (int64_t j = 1; j < 5; ++j) {
+      for (int64_t i = 0; i < 300; ++i) {
+        ASSERT_EQ(dst[(j - 1) * 300 + i], static_cast<float>(w.W(j, i))) << j << " " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::cpu

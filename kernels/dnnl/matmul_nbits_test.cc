@@ -1,0 +1,127 @@
+// The oneDNN backend's 4-bit MatMulNBits (matmul_nbits.cc: the direct kernel up to
+// kQuantSmallRows activation rows, dequantize + dnnl_sgemm beyond) against the reference kernel
+// (kernels/reference/msft.cc, sums in double), at every level the CPU runs, every block size,
+// odd K and N, 1 and 2 threads, with and without zero points and bias; and the layouts it hands
+// to the reference kernel (8 bits, f32 zero points) and its errors.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/kernel_tester.h"
+#include "kernels/testing.h"
+
+namespace dynvm::onednn {
+namespace {
+
+constexpr char kMs[] = "com.microsoft";
+
+std::vector<uint8_t> RandomBytes(std::mt19937& rng, int64_t n) {
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(rng() & 255);
+  return v;
+}
+
+std::vector<float> RandomScales(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(0.01f, 0.2f);
+  std::vector<float> v(n);
+  for (float& s : v) s = u(rng);
+  return v;
+}
+
+// K, N, rows, block, zero points, bias, threads: one comparison with the reference.
+void Check(std::mt19937& rng, int64_t k, int64_t n, std::vector<int64_t> adims, int64_t block,
+           bool zp, bool bias, int threads) {
+  const int64_t blocks = (k + block - 1) / block;
+  testing::KernelTester t("MatMulNBits", kMs, static_cast<uint32_t>(rng()));
+  adims.push_back(k);
+  t.Random(DType::kF32, adims)
+      .In(testing::Make<uint8_t>(DType::kU8, {n, blocks, block / 2},
+                                 RandomBytes(rng, n * blocks * block / 2)))
+      .In(testing::F32({n * blocks}, RandomScales(rng, n * blocks)));
+  if (zp) {
+    t.In(testing::Make<uint8_t>(DType::kU8, {n * ((blocks + 1) / 2)},
+                                RandomBytes(rng, n * ((blocks + 1) / 2))));
+  } else if (bias) {
+    t.Absent();
+  }
+  if (bias) t.Absent().Random(DType::kF32, {n});
+  t.Out(DType::kF32)
+      .Attr("K", k)
+      .Attr("N", n)
+      .Attr("bits", int64_t{4})
+      .Attr("block_size", block)
+      .Threads(threads)
+      .Tol(2e-6 * static_cast<double>(k), 1e-5);
+  const absl::Status s = t.Compare("dnnl");
+  ASSERT_TRUE(s.ok()) << s << " level " << cpu::IsaName(cpu::ActiveIsa()) << " k " << k << " n "
+                      << n << " block " << block << " zp " << zp << " bias " << bias;
+  EXPECT_NE(t.kernel_name().find("matmulnbits.f32.dnnl"), std::string::npos) << t.kernel_name();
+}
+
+TEST(MatMulNBitsTest, MatchesReferenceAtEveryLevelAndBlockSize) {
+  std::mt19937 rng(34);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {block - 3, 2 * block + 7, int64_t{300}}) {
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 45);
+        const int trial = static_cast<int>(rng() % 4);
+        Check(rng, k, n, {1}, block, trial & 1, trial & 2, 1);
+        Check(rng, k, n, {2, 3}, block, trial & 2, trial & 1, 1);  // 6 rows: direct
+        Check(rng, k, n, {13}, block, trial & 1, trial & 1, 1);    // dequantize + sgemm
+      }
+    }
+  }
+}
+
+// Large enough to split the output rows across the pool (kMinParallelGemv).
+TEST(MatMulNBitsTest, MatchesReferenceOnTwoThreads) {
+  std::mt19937 rng(35);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    Check(rng, 1000, 131, {1}, 32, true, true, 2);
+    Check(rng, 515, 203, {1, 4}, 64, false, false, 2);
+    Check(rng, 515, 203, {20}, 128, true, false, 2);
+  }
+}
+
+// 8-bit weights and f32 zero points run the reference kernel (the fallback), with equal results.
+TEST(MatMulNBitsTest, OtherLayoutsRunTheReference) {
+  std::mt19937 rng(36);
+  testing::KernelTester t("MatMulNBits", kMs);
+  t.Random(DType::kF32, {3, 64})
+      .In(testing::Make<uint8_t>(DType::kU8, {5, 2, 16}, RandomBytes(rng, 5 * 2 * 16)))
+      .In(testing::F32({10}, RandomScales(rng, 10)))
+      .In(testing::F32({10}, std::vector<float>(10, 7.5f)))
+      .Out(DType::kF32)
+      .Attr("K", int64_t{64})
+      .Attr("N", int64_t{5})
+      .Attr("bits", int64_t{4})
+      .Attr("block_size", int64_t{32})
+      .Tol(1e-4, 1e-5);
+  const absl::Status s = t.Compare("dnnl");
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(MatMulNBitsTest, BadInputIsAnError) {
+  std::mt19937 rng(37);
+  // B one block short.
+  absl::StatusOr<std::vector<Tensor>> r =
+      testing::KernelCall("MatMulNBits", kMs)
+          .In(testing::F32({1, 64}, std::vector<float>(64, 1.0f)))
+          .In(testing::Make<uint8_t>(DType::kU8, {4, 1, 16}, RandomBytes(rng, 64)))
+          .In(testing::F32({8}, RandomScales(rng, 8)))
+          .Out(DType::kF32)
+          .Attr("K", int64_t{64})
+          .Attr("N", int64_t{4})
+          .Attr("bits", int64_t{4})
+          .Attr("block_size", int64_t{32})
+          .Run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("MatMulNBits: B"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace dynvm::onednn
