@@ -407,7 +407,8 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
                                       const py::object& quantize_weights,
                                       const py::object& quantize_min_bytes,
                                       const py::object& quantize_block, bool quantize_zero_points,
-                                      const py::object& disable_rewrites, bool dump_ir) {
+                                      const py::object& disable_rewrites, bool dump_ir,
+                                      bool decode) {
   compiler::CompileOptions options;
   if (!bounds.is_none()) {
     if (!PyDict_Check(bounds.ptr())) {
@@ -474,6 +475,7 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
   }
   compiler::onnx::ImportOptions import;
   import.onnx_checker = onnx_check;
+  import.decode = decode;
   const bool from_bytes = PyBytes_Check(model.ptr());
   if (!from_bytes && !PyUnicode_Check(model.ptr())) {
     Throw(absl::InvalidArgumentError(
@@ -1050,7 +1052,8 @@ PYBIND11_MODULE(_dynvm, m) {
         py::arg("weights") = py::none(), py::arg("compress") = false, py::arg("onnx_check") = false,
         py::arg("quantize_weights") = py::none(), py::arg("quantize_min_bytes") = py::none(),
         py::arg("quantize_block") = py::none(), py::arg("quantize_zero_points") = false,
-        py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false);
+        py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false,
+        py::arg("decode") = false);
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("weights") = py::none(),
         py::arg("verify_weights_hash") = false);
   m.def("_raise_status", &RaiseStatus);

@@ -4,7 +4,13 @@
 //              [--disable-rewrite NAME ...] [--strip-debug] [--onnx-check] [--device cpu|cuda]
 //              [--weights-out W.dvw]
 //              [--compress] [--quantize-weights int8|bf16|int4] [--quantize-min-bytes N]
-//              [--quantize-block 16|32|64|128|256] [--quantize-zero-points]
+//              [--quantize-block 16|32|64|128|256] [--quantize-zero-points] [--decode]
+//
+// --decode takes a step model (input_ids, attention_mask, position_ids?,
+// past_key_values.{i}.key/value -> logits, present.{i}.key/value: Optimum's and ONNX Runtime
+// GenAI's layout) and compiles one in-VM decode loop around it: prompt [batch, prompt_len],
+// max_new_tokens, temperature, seed, stop_token -> tokens [batch, steps], each token emitted as
+// it is produced (compiler/onnx/decode_wrap.h, docs/llm.md).
 //
 // --quantize-weights stores the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
 // --quantize-min-bytes bytes (as f32; default 16384) as per-output-channel symmetric int8 with
@@ -132,6 +138,9 @@ int Main(int argc, char** argv) {
                   "W.dvw: write the constants to this weights file (found beside OUT.dvm)");
   bool compress = false;
   flags.AddSwitch("--compress", &compress, "store the constants zstd-compressed");
+  bool decode = false;
+  flags.AddSwitch("--decode", &decode,
+                  "wrap an Optimum/GenAI step model into one in-VM decode loop (docs/llm.md)");
   std::string quantize, quantize_min_bytes, quantize_block;
   bool quantize_zero_points = false;
   flags.AddString("--quantize-weights", &quantize,
@@ -195,6 +204,7 @@ int Main(int argc, char** argv) {
   }
   compiler::onnx::ImportOptions import;
   import.onnx_checker = onnx_check;
+  import.decode = decode;
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
       compiler::onnx::ImportOnnxFile(flags.positional()[0], import);
   if (!module.ok()) return cli::ReportError(kProgram, module.status());

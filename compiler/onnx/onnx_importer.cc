@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "compiler/onnx/decode_wrap.h"
 #include "compiler/onnx/libonnx_bridge.h"
 #include "compiler/onnx/model_checker.h"
 #include "compiler/onnx/tensor_proto.h"
@@ -860,6 +861,10 @@ absl::StatusOr<std::unique_ptr<Module>> ImportOnnxBytes(absl::string_view bytes,
   TensorReadOptions t;
   t.model_dir = model_dir;
   t.max_bytes = options.max_tensor_bytes;
+  if (options.decode) {  // checked as a step model first, then as the decode model
+    DYNVM_RETURN_IF_ERROR(CheckModelStructure(model, t));
+    DYNVM_RETURN_IF_ERROR(WrapStepModelForDecode(&model));
+  }
   return Importer(options, std::move(t)).Run(model);
 }
 

@@ -43,6 +43,9 @@ struct ImportOptions {
   // file that catches its exceptions). Skipped for models of opset 18 and later: Debian's
   // libonnx 1.12 has no schemas past opset 17, and dynvm never depends on them.
   bool onnx_checker = false;
+  // vm-compile --decode: wrap an Optimum/GenAI step model into one in-VM decode loop first
+  // (decode_wrap.h).
+  bool decode = false;
 };
 
 // Reads `path`; external data paths are relative to the file's folder.

@@ -39,7 +39,7 @@ __all__ = ["compile", "load", "Executable", "VirtualMachine", "Stream", "RunStat
 def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu", weights=None,
             compress=False, onnx_check=False, quantize_weights=None, quantize_min_bytes=None,
             quantize_block=None, quantize_zero_points=False, disable_rewrites=None,
-            dump_ir=False):
+            dump_ir=False, decode=False):
     """Compiles an ONNX model into an Executable (in memory; save() writes it).
 
     `model` is a path (str or os.PathLike), the model's bytes, or an onnx.ModelProto. The options
@@ -52,7 +52,9 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
     "bf16", "int4" or None, with `quantize_min_bytes` the smallest weight quantized (int4:
     MatMul/Gemm weights as MatMulNBits blocks of `quantize_block` values, default 32, with a
     zero point per block when `quantize_zero_points`); `disable_rewrites`
-    lists pattern-rewrite rules not to apply; `dump_ir` keeps the compiled IR in `exe.ir`.
+    lists pattern-rewrite rules not to apply; `dump_ir` keeps the compiled IR in `exe.ir`;
+    `decode=True` (vm-compile --decode) wraps an Optimum/GenAI step model into one in-VM decode
+    loop (docs/llm.md).
     The result's `report` is vm-compile --report's text. Raises a dynvm.Error naming the node for
     a model it cannot compile.
     """
@@ -68,7 +70,7 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
                    device=device, weights=weights, compress=compress, onnx_check=onnx_check,
                    quantize_weights=quantize_weights, quantize_min_bytes=quantize_min_bytes,
                    quantize_block=quantize_block, quantize_zero_points=quantize_zero_points,
-                   disable_rewrites=disable_rewrites, dump_ir=dump_ir)
+                   disable_rewrites=disable_rewrites, dump_ir=dump_ir, decode=decode)
     for warning in exe.warnings:
         _warnings.warn(warning, stacklevel=2)
     return exe

@@ -84,6 +84,7 @@ def compile(
     quantize_zero_points: bool = False,
     disable_rewrites: Optional[List[str]] = None,
     dump_ir: bool = False,
+    decode: bool = False,
 ) -> Executable: ...
 def load(path: str, *, weights: Optional[str] = None, verify_weights_hash: bool = False) -> Executable: ...
 

@@ -190,6 +190,9 @@ def test_compile_has_every_vm_compile_option(tmp_path):
     int4 = dynvm.compile(lm, quantize_weights="int4", quantize_min_bytes=0, quantize_block=64,
                          quantize_zero_points=True)
     assert " int4 " in int4.report and "MatMulNBits" in int4.report
+    # --decode: the char LM is a whole decode already, not a step model.
+    with pytest.raises(dynvm.InvalidArgumentError, match="--decode: unexpected input 'prompt'"):
+        dynvm.compile(lm, decode=True)
     with pytest.raises(dynvm.InvalidArgumentError, match="needs quantize_weights"):
         dynvm.compile(lm, quantize_min_bytes=10)
     # --disable-rewrite.

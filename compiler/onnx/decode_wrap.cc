@@ -1,0 +1,408 @@
+#include "compiler/onnx/decode_wrap.h"
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dynvm::compiler::onnx {
+namespace {
+
+namespace pb = ::onnx;
+
+constexpr char kExpected[] =
+    "a step model has inputs input_ids, attention_mask, position_ids (optional) and "
+    "past_key_values.{i}.key/value, outputs logits and present.{i}.key/value";
+
+absl::Status Refuse(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("--decode: ", what, " (", kExpected, ")"));
+}
+
+// The step's signature, checked.
+struct Step {
+  int layers = 0;
+  bool position_ids = false;
+  int mask_type = pb::TensorProto::INT64;
+  int64_t kv_heads = 0, head_dim = 0;
+  std::string key_dims_note;
+};
+
+// "past_key_values.{i}.key" -> (i, true); ".value" -> (i, false).
+bool ParseCacheName(const std::string& name, absl::string_view prefix, int* layer, bool* key) {
+  if (!absl::StartsWith(name, prefix)) return false;
+  absl::string_view rest = absl::string_view(name).substr(prefix.size());
+  const size_t dot = rest.find('.');
+  if (dot == absl::string_view::npos) return false;
+  const absl::string_view kind = rest.substr(dot + 1);
+  if (kind != "key" && kind != "value") return false;
+  *key = kind == "key";
+  return absl::SimpleAtoi(rest.substr(0, dot), layer) && *layer >= 0;
+}
+
+int ElemType(const pb::ValueInfoProto& v) { return v.type().tensor_type().elem_type(); }
+
+absl::StatusOr<Step> CheckSignature(const pb::GraphProto& g) {
+  std::set<std::string> initializers;
+  for (const pb::TensorProto& t : g.initializer()) initializers.insert(t.name());
+  Step s;
+  std::set<std::string> seen;
+  std::map<std::pair<int, bool>, const pb::ValueInfoProto*> past;
+  for (const pb::ValueInfoProto& in : g.input()) {
+    if (initializers.count(in.name()) != 0) continue;
+    int layer = 0;
+    bool key = false;
+    if (in.name() == "input_ids" || in.name() == "attention_mask" || in.name() == "position_ids") {
+      if (in.name() == "attention_mask") s.mask_type = ElemType(in);
+      if (in.name() == "position_ids") s.position_ids = true;
+      if (in.name() != "attention_mask" && ElemType(in) != pb::TensorProto::INT64) {
+        return Refuse(absl::StrCat("input '", in.name(), "' must be int64"));
+      }
+      seen.insert(in.name());
+    } else if (ParseCacheName(in.name(), "past_key_values.", &layer, &key)) {
+      past[{layer, key}] = &in;
+    } else {
+      return Refuse(absl::StrCat("unexpected input '", in.name(), "'"));
+    }
+  }
+  for (const char* name : {"input_ids", "attention_mask"}) {
+    if (seen.count(name) == 0) return Refuse(absl::StrCat("missing input '", name, "'"));
+  }
+  if (s.mask_type != pb::TensorProto::INT64 && s.mask_type != pb::TensorProto::INT32) {
+    return Refuse("input 'attention_mask' must be int64 or int32");
+  }
+  s.layers = past.empty() ? 0 : past.rbegin()->first.first + 1;
+  if (s.layers == 0) return Refuse("missing input 'past_key_values.0.key'");
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) {
+      const std::string name = absl::StrCat("past_key_values.", i, key ? ".key" : ".value");
+      auto it = past.find({i, key});
+      if (it == past.end()) return Refuse(absl::StrCat("missing input '", name, "'"));
+      const pb::ValueInfoProto& v = *it->second;
+      const auto& dims = v.type().tensor_type().shape().dim();
+      if (ElemType(v) != pb::TensorProto::FLOAT || dims.size() != 4 || !dims[1].has_dim_value() ||
+          !dims[3].has_dim_value()) {
+        return Refuse(absl::StrCat("input '", name,
+                                   "' must be f32 [batch, kv_heads, past, head_dim] with kv_heads "
+                                   "and head_dim known"));
+      }
+      if (s.kv_heads == 0) {
+        s.kv_heads = dims[1].dim_value();
+        s.head_dim = dims[3].dim_value();
+      }
+    }
+  }
+  std::set<std::string> outputs;
+  for (const pb::ValueInfoProto& out : g.output()) {
+    int layer = 0;
+    bool key = false;
+    if (out.name() == "logits" ||
+        (ParseCacheName(out.name(), "present.", &layer, &key) && layer < s.layers)) {
+      outputs.insert(out.name());
+    } else {
+      return Refuse(absl::StrCat("unexpected output '", out.name(), "'"));
+    }
+  }
+  if (outputs.count("logits") == 0) return Refuse("missing output 'logits'");
+  for (int i = 0; i < s.layers; ++i) {
+    for (const char* kv : {".key", ".value"}) {
+      const std::string name = absl::StrCat("present.", i, kv);
+      if (outputs.count(name) == 0) return Refuse(absl::StrCat("missing output '", name, "'"));
+    }
+  }
+  // The names the wrapper adds must be free.
+  const std::set<std::string> reserved = {"prompt", "max_new_tokens", "temperature",
+                                          "seed",   "stop_token",     "tokens"};
+  auto taken = [&](const std::string& name) {
+    return reserved.count(name) != 0 || absl::StartsWith(name, "decode_");
+  };
+  for (const std::string& name : initializers) {
+    if (taken(name))
+      return Refuse(absl::StrCat("the step model already names a value '", name, "'"));
+  }
+  for (const pb::NodeProto& n : g.node()) {
+    for (const auto* list : {&n.input(), &n.output()}) {
+      for (const std::string& name : *list) {
+        if (taken(name)) {
+          return Refuse(absl::StrCat("the step model already names a value '", name, "'"));
+        }
+      }
+    }
+  }
+  return s;
+}
+
+// Appends nodes to a graph, each with a fresh "decode_..." output.
+class Builder {
+ public:
+  explicit Builder(pb::GraphProto* g) : g_(g) {}
+
+  pb::NodeProto* Node(const std::string& op, std::vector<std::string> inputs,
+                      std::vector<std::string> outputs, const std::string& domain = "") {
+    pb::NodeProto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_domain(domain);
+    n->set_name(absl::StrCat("decode_", op, "_", g_->node_size()));
+    for (std::string& i : inputs) n->add_input(std::move(i));
+    for (std::string& o : outputs) n->add_output(std::move(o));
+    return n;
+  }
+  std::string Op(const std::string& op, std::vector<std::string> inputs,
+                 const std::string& domain = "") {
+    std::string out = absl::StrCat("decode_v", ++counter_);
+    Node(op, std::move(inputs), {out}, domain);
+    return out;
+  }
+  // Concat along axis 0 (shapes).
+  std::string Concat0(std::vector<std::string> inputs) {
+    std::string out = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("Concat", std::move(inputs), {out}), "axis", 0);
+    return out;
+  }
+  std::string Ints(std::vector<int64_t> v) {
+    std::string out = absl::StrCat("decode_c", ++counter_);
+    pb::NodeProto* n = Node("Constant", {}, {out});
+    pb::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    pb::TensorProto* t = a->mutable_t();
+    t->set_data_type(pb::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+    return out;
+  }
+  // Slice of a 1-D shape: elements [b, e).
+  std::string Dims(const std::string& shape, int64_t b, int64_t e) {
+    return Op("Slice", {shape, Ints({b}), Ints({e})});
+  }
+  // ConstantOfShape(shape) of `type` filled with `value`.
+  std::string Fill(const std::string& shape, int type, double value) {
+    std::string out = absl::StrCat("decode_v", ++counter_);
+    pb::NodeProto* n = Node("ConstantOfShape", {shape}, {out});
+    pb::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    pb::TensorProto* t = a->mutable_t();
+    t->set_data_type(type);
+    t->add_dims(1);
+    if (type == pb::TensorProto::FLOAT) {
+      t->add_float_data(static_cast<float>(value));
+    } else if (type == pb::TensorProto::INT32) {
+      t->add_int32_data(static_cast<int32_t>(value));
+    } else {
+      t->add_int64_data(static_cast<int64_t>(value));
+    }
+    return out;
+  }
+  static void Attr(pb::NodeProto* n, const std::string& name, int64_t v) {
+    pb::AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(pb::AttributeProto::INT);
+    a->set_i(v);
+  }
+
+ private:
+  pb::GraphProto* g_;
+  int counter_ = 0;
+};
+
+void AddValue(google::protobuf::RepeatedPtrField<pb::ValueInfoProto>* list, const std::string& name,
+              int type, std::vector<std::string> dims, bool has_shape) {
+  pb::ValueInfoProto* v = list->Add();
+  v->set_name(name);
+  pb::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(type);
+  if (!has_shape) return;
+  pb::TensorShapeProto* shape = t->mutable_shape();
+  for (const std::string& d : dims) {
+    int64_t n = 0;
+    if (absl::SimpleAtoi(d, &n)) {
+      shape->add_dim()->set_dim_value(n);
+    } else {
+      shape->add_dim()->set_dim_param(d);
+    }
+  }
+}
+
+std::string CacheName(const char* prefix, int i, bool key) {
+  return absl::StrCat(prefix, i, key ? ".key" : ".value");
+}
+
+// The loop body: the step's nodes, fed by the carried ids, positions and cache; Sample, Emit,
+// the tokens so far and the condition after them.
+void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
+  constexpr int kI64 = pb::TensorProto::INT64;
+  AddValue(body->mutable_input(), "decode_i", kI64, {}, true);
+  AddValue(body->mutable_input(), "decode_cond", pb::TensorProto::BOOL, {}, true);
+  AddValue(body->mutable_input(), "decode_ids", kI64, {}, false);
+  AddValue(body->mutable_input(), "decode_pos", kI64, {}, false);
+  AddValue(body->mutable_input(), "decode_tokens", kI64, {}, false);
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) {
+      AddValue(body->mutable_input(), CacheName("decode_past.", i, key), pb::TensorProto::FLOAT, {},
+               false);
+    }
+  }
+  Builder b(body);
+  b.Node("Identity", {"decode_ids"}, {"input_ids"});
+  if (s.position_ids) b.Node("Identity", {"decode_pos"}, {"position_ids"});
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) {
+      b.Node("Identity", {CacheName("decode_past.", i, key)},
+             {CacheName("past_key_values.", i, key)});
+    }
+  }
+  const std::string ids_shape = b.Op("Shape", {"decode_ids"});
+  const std::string batch = b.Dims(ids_shape, 0, 1), seq = b.Dims(ids_shape, 1, 2);
+  const std::string past_len = b.Dims(b.Op("Shape", {"decode_past.0.key"}), 2, 3);
+  const std::string total = b.Op("Add", {past_len, seq});
+  b.Node("Identity", {b.Fill(b.Concat0({batch, total}), s.mask_type, 1)}, {"attention_mask"});
+  // The step's own nodes and value_info, moved.
+  for (pb::NodeProto& n : *step->mutable_node()) body->add_node()->Swap(&n);
+  for (pb::ValueInfoProto& v : *step->mutable_value_info()) body->add_value_info()->Swap(&v);
+  // The last position's logits -> one token per row.
+  const std::string last_index = b.Op("Squeeze", {b.Op("Sub", {seq, b.Ints({1})}), b.Ints({0})});
+  pb::NodeProto* gather = b.Node("Gather", {"logits", last_index}, {"decode_last_logits"});
+  Builder::Attr(gather, "axis", 1);
+  b.Node("Sample", {"decode_last_logits", "temperature", "seed", "decode_i"}, {"decode_tok"},
+         "dynvm");
+  Builder::Attr(b.Node("Emit", {"decode_tok"}, {}, "dynvm"), "stream", 0);
+  const std::string col = b.Op("Unsqueeze", {"decode_tok", b.Ints({1})});
+  b.Node("Identity", {col}, {"decode_ids_out"});
+  Builder::Attr(b.Node("Concat", {"decode_tokens", col}, {"decode_tokens_out"}), "axis", 1);
+  // The next token's position: total, one per row.
+  b.Node("Expand", {b.Op("Reshape", {total, b.Ints({1, 1})}), b.Concat0({batch, b.Ints({1})})},
+         {"decode_pos_out"});
+  // Go on while some row has not produced the stop token.
+  const std::string going = b.Op("Not", {b.Op("Equal", {"decode_tok", "decode_stop"})});
+  pb::NodeProto* to_i = b.Node("Cast", {going}, {"decode_going_i"});
+  Builder::Attr(to_i, "to", kI64);
+  pb::NodeProto* any = b.Node("ReduceMax", {"decode_going_i"}, {"decode_any"});
+  Builder::Attr(any, "keepdims", 0);
+  Builder::Attr(b.Node("Cast", {"decode_any"}, {"decode_cond_out"}), "to", pb::TensorProto::BOOL);
+
+  AddValue(body->mutable_output(), "decode_cond_out", pb::TensorProto::BOOL, {}, true);
+  AddValue(body->mutable_output(), "decode_ids_out", kI64, {}, false);
+  AddValue(body->mutable_output(), "decode_pos_out", kI64, {}, false);
+  AddValue(body->mutable_output(), "decode_tokens_out", kI64, {}, false);
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) {
+      AddValue(body->mutable_output(), CacheName("present.", i, key), pb::TensorProto::FLOAT, {},
+               false);
+    }
+  }
+}
+
+// The outer graph's nodes before the loop: the prompt's positions, the empty cache and tokens,
+// the stop token checked against the vocabulary (when the logits' last dim is known).
+void BuildPrologue(const Step& s, int64_t vocab, Builder& b, std::vector<std::string>* carried) {
+  constexpr int kI64 = pb::TensorProto::INT64;
+  const std::string shape = b.Op("Shape", {"prompt"});
+  const std::string batch = b.Dims(shape, 0, 1), len = b.Dims(shape, 1, 2);
+  const std::string len_scalar = b.Op("Squeeze", {len, b.Ints({0})});
+  const std::string zero = b.Op("Squeeze", {b.Ints({0}), b.Ints({0})});
+  const std::string one = b.Op("Squeeze", {b.Ints({1}), b.Ints({0})});
+  const std::string range = b.Op("Range", {zero, len_scalar, one});
+  const std::string bp = b.Concat0({batch, len});
+  carried->push_back("prompt");
+  carried->push_back(b.Op("Expand", {b.Op("Unsqueeze", {range, b.Ints({0})}), bp}));
+  carried->push_back(b.Fill(b.Concat0({batch, b.Ints({0})}), kI64, 0));
+  const std::string cache_shape =
+      b.Concat0({batch, b.Ints({s.kv_heads}), b.Ints({0}), b.Ints({s.head_dim})});
+  const std::string empty = b.Fill(cache_shape, pb::TensorProto::FLOAT, 0);
+  for (int i = 0; i < 2 * s.layers; ++i) carried->push_back(empty);
+  if (vocab <= 0) {
+    b.Node("Identity", {"stop_token"}, {"decode_stop"});
+    return;
+  }
+  // -1 -> -1; [0, vocab) -> itself through a Gather of 0 .. vocab - 1; anything else -> vocab,
+  // which that Gather refuses.
+  std::vector<int64_t> ids(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = i;
+  const std::string table = b.Ints(ids);
+  const std::string minus_one = b.Op("Squeeze", {b.Ints({-1}), b.Ints({0})});
+  const std::string v = b.Op("Squeeze", {b.Ints({vocab}), b.Ints({0})});
+  const std::string never = b.Op("Equal", {"stop_token", minus_one});
+  const std::string negative = b.Op("Less", {"stop_token", zero});
+  const std::string index =
+      b.Op("Where", {never, zero, b.Op("Where", {negative, v, "stop_token"})});
+  pb::NodeProto* check = b.Node("Gather", {table, index}, {"decode_checked"});
+  check->set_name(absl::StrCat(
+      "decode_stop_token_check (stop_token must be -1 or a token id in [0, ", vocab, "))"));
+  b.Node("Where", {never, minus_one, "decode_checked"}, {"decode_stop"});
+}
+
+}  // namespace
+
+absl::Status WrapStepModelForDecode(pb::ModelProto* model) {
+  pb::GraphProto* g = model->mutable_graph();
+  absl::StatusOr<Step> checked = CheckSignature(*g);
+  if (!checked.ok()) return checked.status();
+  const Step& s = *checked;
+  int64_t opset = 0;
+  bool has_dynvm = false;
+  for (const pb::OperatorSetIdProto& o : model->opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+    has_dynvm |= o.domain() == "dynvm";
+  }
+  if (opset < 13) {
+    return Refuse(
+        absl::StrCat("the step model's opset is ", opset, "; --decode needs 13 or later"));
+  }
+  if (!has_dynvm) {
+    pb::OperatorSetIdProto* o = model->add_opset_import();
+    o->set_domain("dynvm");
+    o->set_version(1);
+  }
+  int64_t vocab = 0;
+  for (const pb::ValueInfoProto& out : g->output()) {
+    const auto& dims = out.type().tensor_type().shape().dim();
+    if (out.name() == "logits" && dims.size() == 3 && dims[2].has_dim_value()) {
+      vocab = dims[2].dim_value();
+    }
+  }
+  // The step graph becomes the body; the outer graph keeps the initializers.
+  pb::GraphProto step;
+  step.mutable_node()->Swap(g->mutable_node());
+  step.mutable_value_info()->Swap(g->mutable_value_info());
+  std::set<std::string> initializers;
+  for (const pb::TensorProto& t : g->initializer()) initializers.insert(t.name());
+  google::protobuf::RepeatedPtrField<pb::ValueInfoProto> kept_inputs;
+  for (const pb::ValueInfoProto& in : g->input()) {
+    if (initializers.count(in.name()) != 0) *kept_inputs.Add() = in;
+  }
+  g->mutable_input()->Swap(&kept_inputs);
+  g->clear_output();
+  constexpr int kI64 = pb::TensorProto::INT64;
+  AddValue(g->mutable_input(), "prompt", kI64, {"batch", "prompt_len"}, true);
+  AddValue(g->mutable_input(), "max_new_tokens", kI64, {}, true);
+  AddValue(g->mutable_input(), "temperature", pb::TensorProto::FLOAT, {}, true);
+  AddValue(g->mutable_input(), "seed", kI64, {}, true);
+  AddValue(g->mutable_input(), "stop_token", kI64, {}, true);
+  AddValue(g->mutable_output(), "tokens", kI64, {"batch", "steps"}, true);
+
+  Builder b(g);
+  std::vector<std::string> carried;
+  BuildPrologue(s, vocab, b, &carried);
+  std::vector<std::string> inputs = {"max_new_tokens", ""};
+  inputs.insert(inputs.end(), carried.begin(), carried.end());
+  std::vector<std::string> outputs = {"decode_ids_final", "decode_pos_final", "tokens"};
+  for (int i = 0; i < 2 * s.layers; ++i) outputs.push_back(absl::StrCat("decode_cache_final", i));
+  pb::NodeProto* loop = b.Node("Loop", inputs, outputs);
+  loop->set_name("decode_loop");
+  pb::AttributeProto* body = loop->add_attribute();
+  body->set_name("body");
+  body->set_type(pb::AttributeProto::GRAPH);
+  body->mutable_g()->set_name("decode_step");
+  BuildBody(s, &step, body->mutable_g());
+  return absl::OkStatus();
+}
+
+}  // namespace dynvm::compiler::onnx

@@ -1,0 +1,38 @@
+// vm-compile --decode (docs/llm.md): wraps an Optimum/GenAI-layout *step model* into one in-VM
+// decode loop, before the import.
+//
+// The step model: inputs input_ids [batch, S] (i64), attention_mask [batch, P + S] (i64 or i32),
+// position_ids [batch, S] (i64, optional) and past_key_values.{i}.key / .value
+// [batch, kv_heads, P, head_dim] (f32, kv_heads and head_dim known) for i = 0 .. L-1; outputs
+// logits [batch, S, vocab] and present.{i}.key / .value [batch, kv_heads, P + S, head_dim].
+// Anything else is refused naming the missing or unexpected input or output.
+//
+// The wrapped model's graph:
+//   inputs   prompt [batch, prompt_len] i64, max_new_tokens [] i64, temperature [] f32
+//            (<= 0: greedy), seed [] i64, stop_token [] i64 (-1: never stop early)
+//   output   tokens [batch, steps] i64 (steps <= max_new_tokens; fewer when every row has
+//            produced stop_token)
+// One Loop of max_new_tokens iterations whose body is the step graph itself (its nodes moved in,
+// once: the weights stay initializers of the outer graph): iteration 0 runs the whole prompt
+// (positions 0 .. prompt_len - 1, an empty cache), every later one the previous token (position
+// P + S of the step before), with an all-ones attention mask of P + S; each iteration samples one
+// token per row from the last position's logits (dynvm::Sample: temperature, seed, the iteration
+// as the step; docs/sampling.md), emits it (dynvm::Emit, stream 0) and appends it to tokens. The
+// cache is carried through the loop as the step's present outputs (the step's own Concat grows
+// it by S per iteration; docs/llm.md says what that copies). A stop_token other than -1 outside
+// [0, vocab) fails the run at the node "decode_stop_token_check" before the first step.
+#ifndef DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
+#define DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
+
+#include "absl/status/status.h"
+#include "onnx/onnx_pb.h"
+
+namespace dynvm::compiler::onnx {
+
+// Rewrites `model` (a step model, checked structurally already) in place into the decode model
+// above. InvalidArgument naming what does not fit the step signature.
+absl::Status WrapStepModelForDecode(::onnx::ModelProto* model);
+
+}  // namespace dynvm::compiler::onnx
+
+#endif  // DYNVM_COMPILER_ONNX_DECODE_WRAP_H_

@@ -1,0 +1,201 @@
+"""vm-compile --decode (compiler/onnx/decode_wrap.h, docs/llm.md) on Llama-style step models
+exported from PyTorch in Optimum's layout (tools/models/llama_step.py: input_ids,
+attention_mask, position_ids, past_key_values.{i}.key/value -> logits, present.{i}.key/value;
+random weights, attention as plain MatMul/Softmax), against PyTorch running the same step module
+in a host loop (ctest: llm_decode_test).
+
+- Greedy: 48 new tokens for prompts of several lengths and batches equal PyTorch's exactly
+  (prompts whose top-2 logit gap falls below 5e-4 at some step are redrawn, so float rounding
+  cannot flip a token), for GQA and MHA shapes, f32 and with --quantize-weights int8.
+- Sampled (temperature 0.8, a seed): the tokens equal those of PyTorch's logits drawn with the
+  independent Philox/inverse-CDF implementation of tools/lm/export_charlm.py (docs/sampling.md);
+  seeds whose uniform falls within 1e-4 of a CDF edge are redrawn.
+- stop_token ends the loop once every row has produced it; a stop token outside the vocabulary
+  is an error naming the check; a prompt longer than --bound prompt_len is an error naming the
+  symbol; a model that is not a step model is refused naming the unexpected or missing input.
+Exits 77 (a ctest skip) without PyTorch or python3-onnx.
+
+    /usr/bin/python3 llm_decode_test.py --vm-compile PATH --vm-run PATH
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import TensorProto, helper
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh test)")
+    sys.exit(77)
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "lm"))
+import llama  # noqa: E402
+import llama_step  # noqa: E402
+from export_charlm import philox_uniform, sample_rows  # noqa: E402
+
+MARGIN = 5e-4
+NEW = 48
+# (name, layers, heads, kv_heads, head_dim, vocab, width, ffn)
+CASES = [("gqa", 2, 4, 2, 16, 128, 64, 128), ("mha", 1, 4, 4, 8, 96, 32, 64)]
+
+
+def run(cmd, ok=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+    return r
+
+
+RUNS = [0]
+
+
+def run_dvm(args, dvm, inputs, tmp, tag, ok=True):
+    RUNS[0] += 1
+    flags = []
+    for name, value in inputs.items():
+        path = os.path.join(tmp, f"{tag}-{name}.npy")
+        np.save(path, value)
+        flags += ["-i", f"{name}={path}"]
+    out_dir = os.path.join(tmp, f"out-{tag}")
+    r = run([args.vm_run, dvm] + flags + ["--output-dir", out_dir], ok)
+    if not ok:
+        return r
+    return np.load(os.path.join(out_dir, "tokens.npy"))
+
+
+def feeds(prompt, new, temperature=0.0, seed=1, stop=-1):
+    return {"prompt": prompt.numpy().astype(np.int64), "max_new_tokens": np.array(new, np.int64),
+            "temperature": np.array(temperature, np.float32), "seed": np.array(seed, np.int64),
+            "stop_token": np.array(stop, np.int64)}
+
+
+def sample_margin(history, temperature, seed):
+    m = 1.0
+    for i, logits in enumerate(history.transpose(1, 0, 2).astype(np.float64)):
+        for r, row in enumerate(logits):
+            p = np.exp((row - row.max()) / temperature)
+            c = np.cumsum(p) / p.sum()
+            m = min(m, float(np.abs(c - philox_uniform(seed, i, r)).min()))
+    return m
+
+
+def check_case(args, case, tmp, failures):
+    name, layers, heads, kv_heads, head_dim, vocab, width, ffn = case
+    torch.manual_seed(len(name) * 7 + layers)
+    lm = llama.Llama(vocab=vocab, d=width, layers=layers, heads=heads, kv_heads=kv_heads,
+                     head_dim=head_dim, ffn=ffn, repeat="expand").eval()
+    step = llama_step.LlamaStep(lm)
+    path = os.path.join(tmp, f"{name}.onnx")
+    llama_step.export(step, path)
+    dvms = {}
+    for q in ("f32", "int8"):
+        dvms[q] = os.path.join(tmp, f"{name}-{q}.dvm")
+        extra = [] if q == "f32" else ["--quantize-weights", "int8", "--quantize-min-bytes", "0"]
+        run([args.vm_compile, path, "-o", dvms[q], "--decode"] + extra)
+    rng = np.random.default_rng(3)
+    for batch, plen in ((1, 1), (2, 7), (3, 16)):
+        for _ in range(20):
+            prompt = torch.as_tensor(rng.integers(0, vocab, (batch, plen)))
+            want, history = llama_step.greedy(step, prompt, NEW)
+            top = np.sort(history.numpy(), -1)
+            if float((top[..., -1] - top[..., -2]).min()) >= MARGIN:
+                break
+        got = run_dvm(args, dvms["f32"], feeds(prompt, NEW), tmp, f"{name}-{batch}")
+        if got.shape != want.shape or not (got == want.numpy()).all():
+            failures.append(f"{name} batch {batch} prompt {plen}: greedy tokens differ\n"
+                            f"  dynvm   {got.tolist()}\n  pytorch {want.tolist()}")
+        got8 = run_dvm(args, dvms["int8"], feeds(prompt, NEW), tmp, f"{name}-{batch}-q")
+        # int8 weights: the first tokens match f32's (a random model's later logit gaps are
+        # smaller than int8's rounding).
+        if got8.shape != want.shape or not (got8[:, :4] == want.numpy()[:, :4]).all():
+            failures.append(f"{name} batch {batch}: int8 first tokens {got8[:, :4].tolist()} "
+                            f"vs {want.numpy()[:, :4].tolist()}")
+    # Sampled, temperature 0.8.
+    prompt = torch.as_tensor(rng.integers(0, vocab, (2, 5)))
+    for seed in range(1, 40):
+        want, history = llama_step.greedy(step, prompt, 24,
+                                          pick=lambda l, i: sample_rows(l, 0.8, seed, i))
+        if sample_margin(history.numpy(), 0.8, seed) >= 1e-4:
+            break
+    got = run_dvm(args, dvms["f32"], feeds(prompt, 24, 0.8, seed), tmp, f"{name}-sampled")
+    if got.shape != want.shape or not (got == want.numpy()).all():
+        failures.append(f"{name} sampled seed {seed}: {got.tolist()} vs {want.tolist()}")
+    # Stop token: every row stops at its first occurrence; the loop ends when all have.
+    want, _ = llama_step.greedy(step, prompt[:1], NEW)
+    stop = int(want[0, 5])
+    first = int(np.argmax(want[0].numpy() == stop))
+    got = run_dvm(args, dvms["f32"], feeds(prompt[:1], NEW, stop=stop), tmp, f"{name}-stop")
+    if got.shape != (1, first + 1) or not (got == want.numpy()[:, :first + 1]).all():
+        failures.append(f"{name} stop {stop}: {got.tolist()} vs the first {first + 1} of "
+                        f"{want.tolist()}")
+    for bad in (vocab, -2):
+        r = run_dvm(args, dvms["f32"], feeds(prompt, 4, stop=bad), tmp, f"{name}-bad", ok=False)
+        if r.returncode == 0 or "stop_token must be -1 or a token id in [0, " not in r.stderr:
+            failures.append(f"{name} stop_token {bad}: {r.returncode} {r.stderr}")
+    # A prompt longer than the bound.
+    bounded = os.path.join(tmp, f"{name}-bounded.dvm")
+    run([args.vm_compile, path, "-o", bounded, "--decode", "--bound", "prompt_len=4",
+         "--bound", "max_new_tokens=16"])
+    r = run_dvm(args, bounded, feeds(prompt, 4), tmp, f"{name}-long", ok=False)
+    if r.returncode == 0 or "prompt_len" not in r.stderr:
+        failures.append(f"{name} prompt of 5 over a bound of 4: {r.returncode} {r.stderr}")
+    got = run_dvm(args, bounded, feeds(prompt[:, :4], 16), tmp, f"{name}-bounded")
+    want, _ = llama_step.greedy(step, prompt[:, :4], 16)
+    if not (got == want.numpy()).all():
+        failures.append(f"{name} bounded: {got.tolist()} vs {want.tolist()}")
+
+
+def check_refusals(args, tmp, failures):
+    def model(inputs, outputs):
+        nodes = [helper.make_node("Identity", [inputs[0][0]], [o[0]]) for o in outputs]
+        g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, t, d) for n, t, d in inputs],
+                              [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        p = os.path.join(tmp, f"refuse{len(failures)}-{len(inputs)}-{len(outputs)}.onnx")
+        onnx.save(m, p)
+        return p
+
+    f, i = TensorProto.FLOAT, TensorProto.INT64
+    cache = [("past_key_values.0.key", f, ["b", 2, "p", 4]), ("past_key_values.0.value", f, ["b", 2, "p", 4])]
+    outs = [("logits", f, ["b", "s", 8]), ("present.0.key", f, None), ("present.0.value", f, None)]
+    cases = [
+        ([("input_ids", i, ["b", "s"]), ("attention_mask", i, ["b", "t"]), ("pixel_values", f, [1])] + cache,
+         outs, "unexpected input 'pixel_values'"),
+        ([("input_ids", i, ["b", "s"])] + cache, outs, "missing input 'attention_mask'"),
+        ([("input_ids", i, ["b", "s"]), ("attention_mask", i, ["b", "t"]), cache[0]], outs,
+         "missing input 'past_key_values.0.value'"),
+        ([("input_ids", i, ["b", "s"]), ("attention_mask", i, ["b", "t"])] + cache, outs[:2],
+         "missing output 'present.0.value'"),
+    ]
+    for inputs, outputs, message in cases:
+        p = model(inputs, outputs)
+        r = run([args.vm_compile, p, "-o", p + ".dvm", "--decode"], ok=False)
+        if r.returncode == 0 or message not in r.stderr:
+            failures.append(f"refusal '{message}': exit {r.returncode}, {r.stderr}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vm-compile", required=True)
+    ap.add_argument("--vm-run", required=True)
+    args = ap.parse_args()
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in CASES:
+            check_case(args, case, tmp, failures)
+        check_refusals(args, tmp, failures)
+    for f in failures:
+        print("FAIL", f)
+    print(f"{'FAILED' if failures else 'PASSED'}: {len(CASES)} step models, {RUNS[0]} decode runs, "
+          f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
