@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""LLM decode benchmark (docs/llm.md): dynvm's in-VM decode loop (vm-compile --decode of a step
+model) against onnxruntime-node driving the same step model with a host loop
+(ort_host_loop.js), greedy, side by side in one run, interleaved round by round.
+
+For each --size it exports the step model with random weights (export_step.py, into --work;
+never committed) and its 4-bit MatMulNBits form, compiles dynvm's executables (f32; int8 via
+--quantize-weights int8; int4 from the MatMulNBits model), and per round runs, each in its own
+process: dynvm f32, ORT f32, dynvm int8, dynvm int4, ORT int4. Figures: time to first token (the
+prompt step plus the first token: dynvm's first emit), decode tokens/s over the later tokens,
+peak RSS of the process, and the weight bytes a token reads (the executable's weights less the
+embedding table, which a token gathers one row of) times tokens/s over the bandwidth of a
+STREAM-like triad measured in the same run (cpu_q4gemv_benchmark). Tokens are checked: dynvm f32
+against ORT f32, dynvm int4 against ORT int4 on the same MatMulNBits model (both greedy).
+
+    PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/llm/bench.py \\
+        --build build/release --ort-dir /work/ort/node_modules --sizes 100mb --threads 1,2
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+DYNVM_RUN = r"""
+import json, sys, time, numpy as np, dynvm
+exe = dynvm.load(sys.argv[1])
+spec = json.load(open(sys.argv[2]))
+vm = dynvm.VirtualMachine(exe, threads=int(sys.argv[3]))
+feeds = dict(prompt=np.array(spec["prompt"], np.int64), temperature=np.array(0, np.float32),
+             seed=np.array(0), stop_token=np.array(-1))
+vm.run(max_new_tokens=np.array(2), **feeds)  # warm-up: first-run setup, as ORT's warm-up round
+times = []
+t0 = time.perf_counter()
+out = vm.run(max_new_tokens=np.array(spec["new_tokens"]), **feeds,
+             on_emit=lambda s, v: times.append(time.perf_counter()))
+first = (times[0] - t0) * 1e3
+steps = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+print(json.dumps({"tokens": out["tokens"].tolist(), "first_ms": first, "step_ms": steps}))
+"""
+
+
+def run_child(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr}")
+    return r.stdout, r.stderr
+
+
+def timed_child(cmd, env=None):
+    """The child's last JSON line and its peak RSS (MB)."""
+    with open(os.devnull, "w") as null:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=null, text=True, env=env)
+        out = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        err = ""
+    if status != 0:
+        raise RuntimeError(f"{' '.join(cmd)} (status {status}): {err[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1]), usage.ru_maxrss / 1024.0
+
+
+def triad(build, threads):
+    out, _ = run_child([os.path.join(build, "kernels", "cpu_q4gemv_benchmark"), "--n", "16",
+                        "--k", "32", "--rounds", "3", "--threads", str(threads), "--mb", "256"])
+    found = re.findall(r"threads (\d+): triad ([\d.]+) GB/s", out)
+    return float([gbs for t, gbs in found if int(t) == threads][0])
+
+
+def pytorch_tokens(work, size, info, prompt, new_tokens):
+    """PyTorch's greedy tokens from the exported weights (llama_step's host loop)."""
+    import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
+    import llama
+    import llama_step
+    lm = llama.Llama(vocab=info["vocab"], d=info["width"], layers=info["layers"],
+                     heads=info["heads"], kv_heads=info["kv_heads"], head_dim=info["head_dim"],
+                     ffn=info["ffn"], repeat="expand", max_pos=1024).eval()
+    lm.load_state_dict(torch.load(os.path.join(work, f"{size}.pt")))
+    tokens, _ = llama_step.greedy(llama_step.LlamaStep(lm), torch.tensor(prompt), new_tokens)
+    return tokens.tolist()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--ort-dir", default="/work/ort/node_modules")
+    ap.add_argument("--work", default="build/llm")
+    ap.add_argument("--sizes", default="100mb")
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(a.build, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    vm_compile = os.path.join(a.build, "tools", "vm-compile")
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+          f"load {os.getloadavg()}")
+    for size in a.sizes.split(","):
+        info_path = os.path.join(a.work, f"{size}.json")
+        if not os.path.exists(info_path):
+            subprocess.run(["/usr/bin/python3", os.path.join(HERE, "export_step.py"), "--size", size,
+                            "--out", a.work], check=True, capture_output=True)
+        info = json.load(open(info_path))
+        f32 = os.path.join(a.work, f"{size}.onnx")
+        int4 = os.path.join(a.work, f"{size}.int4.onnx")
+        dvms = {}
+        for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
+                                 ("int4", int4, [])):
+            dvms[name] = os.path.join(a.work, f"{size}.{name}.dvm")
+            if not os.path.exists(dvms[name]):
+                subprocess.run([vm_compile, src, "-o", dvms[name], "--decode"] + extra, check=True)
+        rng = np.random.default_rng(1)
+        spec = {"prompt": rng.integers(0, info["vocab"], (1, a.prompt)).tolist(),
+                "new_tokens": a.new_tokens, "layers": info["layers"],
+                "kv_heads": info["kv_heads"], "head_dim": info["head_dim"]}
+        spec_path = os.path.join(a.work, f"{size}.spec.json")
+        json.dump(spec, open(spec_path, "w"))
+        embed = info["vocab"] * info["width"] * 4
+        for threads in [int(t) for t in a.threads.split(",")]:
+            rows = {k: [] for k in ("dynvm f32", "ort f32", "dynvm int8", "dynvm int4", "ort int4")}
+            bw = []
+            for _ in range(a.rounds):
+                bw.append(triad(a.build, threads))
+                for key in rows:
+                    who, q = key.split()
+                    if who == "dynvm":
+                        cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
+                    else:
+                        cmd = ["node", os.path.join(HERE, "ort_host_loop.js"), "--node-modules",
+                               a.ort_dir, "--model", f32 if q == "f32" else int4, "--spec", spec_path,
+                               "--threads", str(threads), "--rounds", "2"]  # the first: warm-up
+                    rows[key].append(timed_child(cmd, env))
+            tokens = {k: v[0][0]["tokens"] for k, v in rows.items()}
+            # In a child: this process's peak RSS would be inherited by the timed children's
+            # (Linux keeps a process's high-water RSS across fork and exec).
+            torch_tokens = json.loads(run_child(
+                ["/usr/bin/python3", os.path.abspath(__file__), "--pytorch-tokens", a.work, size,
+                 spec_path])[0].strip().splitlines()[-1])
+            bandwidth = float(np.median(bw))
+            print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {a.prompt}, "
+                  f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
+                  f"{bandwidth:.1f} GB/s (median)")
+            print(f"tokens: dynvm f32 == pytorch: {tokens['dynvm f32'] == torch_tokens}; "
+                  f"dynvm f32 == ort f32: {tokens['dynvm f32'] == tokens['ort f32']}; "
+                  f"dynvm int4 == ort int4: {tokens['dynvm int4'] == tokens['ort int4']}; "
+                  f"dynvm int8 == dynvm f32 for {sum(x == y for x, y in zip(tokens['dynvm int8'][0], tokens['dynvm f32'][0]))}/{a.new_tokens}")
+            print(f"{'run':<12} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}")
+            for key, runs in rows.items():
+                first = float(np.median([r[0]["first_ms"] for r in runs]))
+                tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
+                rss = float(np.median([r[1] for r in runs]))
+                q = key.split()[1]
+                wbytes = os.path.getsize(dvms[q]) - embed if key.startswith("dynvm") else \
+                    os.path.getsize(f32 if q == "f32" else int4) - embed
+                gb = wbytes / 1e9
+                print(f"{key:<12} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
+                      f"{100 * gb * tps / bandwidth:>8.0f}%")
+            print("raw: " + json.dumps({k: [{"first_ms": r[0]["first_ms"], "tok_s": 1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]), "rss_mb": r[1]} for r in v] for k, v in rows.items()}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--pytorch-tokens":
+        work, size, spec_file = sys.argv[2:]
+        spec = json.load(open(spec_file))
+        info = json.load(open(os.path.join(work, f"{size}.json")))
+        print(json.dumps(pytorch_tokens(work, size, info, spec["prompt"], spec["new_tokens"])))
+    else:
+        main()
