@@ -82,6 +82,7 @@ struct Dispatch {
   // q4gemv.h
   void (*qgemv_q4)(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
                    int64_t r0, int64_t r1, float* y, int64_t ldy);
+  void (*dequantize_rows_q4)(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
   const char* qgemv_q4_path;
   // igemm.h
   void (*igemm_pack_b)(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,

@@ -187,6 +187,42 @@ DYNVM_AVX2 void QGemvQ4Avx2(int64_t rows, const float* x, int64_t ldx, const Q4W
   RunRowsAvx2(rows, xs, padded, w, bias, r0, r1, y, ldy);
 }
 
+// Rows [r0, r1) dequantized in natural order: 16 weights per step as in RowsAvx2 ((q - zp)
+// converted, times the block's scale), the even and odd halves interleaved back (unpack, then
+// swap 128-bit lanes).
+DYNVM_AVX2 void DequantizeRowsQ4Avx2(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  const __m256i low = _mm256_set1_epi32(15);
+  for (int64_t j = r0; j < r1; ++j) {
+    const uint8_t* row = w.packed + j * blocks * blob;
+    float* out = dst + (j - r0) * w.k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t i0 = b * w.block;
+      if (i0 + w.block > w.k) {  // the last, partial block
+        const int zp = ZeroPoint(w, j, b);
+        const float s = w.scales[j * blocks + b];
+        for (int64_t i = i0; i < w.k; ++i) {
+          out[i] = static_cast<float>(Nibble(row + b * blob, i - i0) - zp) * s;
+        }
+        continue;
+      }
+      const __m256i zp = _mm256_set1_epi32(ZeroPoint(w, j, b));
+      const __m256 s = _mm256_set1_ps(w.scales[j * blocks + b]);
+      for (int64_t c = 0; c < w.block; c += 16) {
+        const __m256i v = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + b * blob + c / 2)));
+        const __m256 lo =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v, low), zp)), s);
+        const __m256 hi =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v, 4), zp)), s);
+        const __m256 a = _mm256_unpacklo_ps(lo, hi), bb = _mm256_unpackhi_ps(lo, hi);
+        _mm256_storeu_ps(out + i0 + c, _mm256_permute2f128_ps(a, bb, 0x20));
+        _mm256_storeu_ps(out + i0 + c + 8, _mm256_permute2f128_ps(a, bb, 0x31));
+      }
+    }
+  }
+}
+
 DYNVM_AVX512 inline float HSum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 // RowsAvx2 on 16 lanes, 16 bytes (32 weights) per step, the block a multiple of 32, with the
@@ -269,6 +305,45 @@ DYNVM_AVX512 void QGemvQ4Avx512(int64_t rows, const float* x, int64_t ldx, const
   }
 }
 
+// The AVX-512 dequantization: RowsAvx512's table lookup, the even and odd halves interleaved back
+// by two VPERMT2PS; blocks of 16 run the AVX2 loop.
+DYNVM_AVX512 void DequantizeRowsQ4Avx512(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
+  if (w.block % 32 != 0) {
+    DequantizeRowsQ4Avx2(w, r0, r1, dst);
+    return;
+  }
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t j = r0; j < r1; ++j) {
+    const uint8_t* row = w.packed + j * blocks * blob;
+    float* out = dst + (j - r0) * w.k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t i0 = b * w.block;
+      const int zp = ZeroPoint(w, j, b);
+      const float s = w.scales[j * blocks + b];
+      if (i0 + w.block > w.k) {  // the last, partial block
+        for (int64_t i = i0; i < w.k; ++i) {
+          out[i] = static_cast<float>(Nibble(row + b * blob, i - i0) - zp) * s;
+        }
+        continue;
+      }
+      const __m512 table = _mm512_mul_ps(
+          _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(zp))), _mm512_set1_ps(s));
+      for (int64_t c = 0; c < w.block; c += 32) {
+        const __m512i v = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * blob + c / 2)));
+        const __m512 lo = _mm512_permutexvar_ps(v, table);
+        const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+        _mm512_storeu_ps(out + i0 + c, _mm512_permutex2var_ps(lo, first, hi));
+        _mm512_storeu_ps(out + i0 + c + 16, _mm512_permutex2var_ps(lo, second, hi));
+      }
+    }
+  }
+}
+
 #endif  // DYNVM_CPU_X86
 
 }  // namespace
@@ -277,14 +352,17 @@ namespace internal {
 
 void FillQ4Gemv(Isa isa, Dispatch* d) {
   d->qgemv_q4 = &QGemvQ4Portable;
+  d->dequantize_rows_q4 = &DequantizeRowsQ4Portable;
   d->qgemv_q4_path = "portable";
 #if DYNVM_CPU_X86
   if (isa >= Isa::kAvx2) {
     d->qgemv_q4 = &QGemvQ4Avx2;
+    d->dequantize_rows_q4 = &DequantizeRowsQ4Avx2;
     d->qgemv_q4_path = "avx2";
   }
   if (isa >= Isa::kAvx512) {
     d->qgemv_q4 = &QGemvQ4Avx512;
+    d->dequantize_rows_q4 = &DequantizeRowsQ4Avx512;
     d->qgemv_q4_path = "avx512";
   }
 #else
@@ -301,7 +379,7 @@ void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, cons
 }
 
 void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
-  DequantizeRowsQ4Portable(w, r0, r1, dst);
+  if (r1 > r0) internal::Table().dequantize_rows_q4(w, r0, r1, dst);
 }
 
 const char* QGemvQ4Path() { return internal::Table().qgemv_q4_path; }

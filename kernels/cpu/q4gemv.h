@@ -43,7 +43,8 @@ struct Q4Weights {
 void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
              int64_t r0, int64_t r1, float* y, int64_t ldy);
 
-// dst[(j - r0) * k + i] = w[j, i] for r0 <= j < r1 (exact: (q - zp) * scale in f32).
+// dst[(j - r0) * k + i] = w[j, i] for r0 <= j < r1: (q - zp) * scale rounded once to f32, the
+// same bits at every level (AVX2 and AVX-512 interleave the nibbles back in registers).
 void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
 
 // Which implementation QGemvQ4 runs at the active level: "avx512", "avx2" or "portable".

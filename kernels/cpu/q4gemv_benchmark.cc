@@ -1,8 +1,9 @@
 // Decode GEMV bandwidth: an N x K weight times one activation row (a decode step's product) in f32
-// (cpu::Gemv), int8 (cpu::QGemvI8, per-row scales) and int4 (cpu::QGemvQ4, MatMulNBits blocks of
-// 32 and 128, symmetric and with zero points), against a STREAM-like triad (a[i] = b[i] + s c[i]
-// over three arrays far larger than L3) measured in the same run, on 1..T threads (the output rows
-// split over kernels' ThreadPool as the MatMul kernels split them).
+// (cpu::Gemv: the dot form over [N, K] rows, and the axpy form down a [K, N] matrix), int8
+// (cpu::QGemvI8, per-row scales) and int4 (cpu::QGemvQ4, MatMulNBits blocks of 32 and 128,
+// symmetric and with zero points), against a STREAM-like triad (a[i] = b[i] + s c[i] over three
+// arrays far larger than L3) measured in the same run, on 1..T threads (the output rows split over
+// kernels' ThreadPool as the MatMul kernels split them).
 //
 //   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256]
 //
@@ -81,6 +82,23 @@ int Main(int argc, char** argv) {
                         bytes,
                         [=, &x, &y](int i, int64_t r0, int64_t r1) {
                           Gemv('T', r1 - r0, k, 1.0f, x.data(), (*w)[i].data() + r0 * k, k, 0.0f,
+                               y.data() + r0);
+                        },
+                        c,
+                        {}});
+  }
+  // f32 [K, N] row-major (torch's MatMul export of a bias-free Linear): Gemv's axpy form.
+  {
+    const int64_t bytes = n * k * 4;
+    const int c = copies_for(bytes);
+    auto w = std::make_shared<std::vector<std::vector<float>>>(c, std::vector<float>(n * k));
+    for (auto& m : *w) {
+      for (float& v : m) v = u(rng);
+    }
+    variants.push_back({"f32 [K,N]",
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          Gemv('N', r1 - r0, k, 1.0f, x.data(), (*w)[i].data() + r0, n, 0.0f,
                                y.data() + r0);
                         },
                         c,

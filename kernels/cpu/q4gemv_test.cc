@@ -153,15 +153,25 @@ TEST(Q4GemvTest, NaNAndInfinityPropagate) {
   }
 }
 
+// (q - zp) * scale rounded once to f32, at every level, every block size, a partial last block.
 TEST(Q4GemvTest, DequantizeRowsIsExact) {
   std::mt19937 rng(37);
-  for (int64_t block : {16, 64, 256}) {
-    Random4Bit w(rng, 6, 300, block, block != 64);
-    std::vector<float> dst(4 * 300);
-    DequantizeRowsQ4(w.View(), 1, 5, dst.data());
-    for (int64_t j = 1; j < 5; ++j) {
-      for (int64_t i = 0; i < 300; ++i) {
-        ASSERT_EQ(dst[(j - 1) * 300 + i], static_cast<float>(w.W(j, i))) << j << " " << i;
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {block, int64_t{300}}) {
+        Random4Bit w(rng, 6, k, block, block != 64);
+        std::vector<float> dst(4 * k);
+        DequantizeRowsQ4(w.View(), 1, 5, dst.data());
+        for (int64_t j = 1; j < 5; ++j) {
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t b = i / block;
+            const float want = static_cast<float>(w.q[j * k + i] - w.zps[j * w.blocks + b]) *
+                               w.scales[j * w.blocks + b];
+            ASSERT_EQ(dst[(j - 1) * k + i], want)
+                << IsaName(isa) << " block " << block << " k " << k << " " << j << " " << i;
+          }
+        }
       }
     }
   }

@@ -84,6 +84,10 @@ TEST(MatMulNBitsTest, MatchesReferenceOnTwoThreads) {
     Check(rng, 1000, 131, {1}, 32, true, true, 2);
     Check(rng, 515, 203, {1, 4}, 64, false, false, 2);
     Check(rng, 515, 203, {20}, 128, true, false, 2);
+    // K 8192: the prompt path's chunks are 128 rows (4 MB of f32), so N 300 makes three (the last
+    // short), split across two tasks or run on one.
+    Check(rng, 8192, 300, {20}, 64, true, true, 2);
+    Check(rng, 8190, 300, {3, 7}, 32, false, false, 1);
   }
 }
 
