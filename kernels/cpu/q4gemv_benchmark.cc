@@ -57,19 +57,13 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
-int Main(int argc, char** argv) {
-  const int64_t n = Flag(argc, argv, "--n", 4096), k = Flag(argc, argv, "--k", 4096);
-  const int max_threads = static_cast<int>(Flag(argc, argv, "--threads", 2));
-  const int rounds = static_cast<int>(Flag(argc, argv, "--rounds", 7));
-  const int64_t total = Flag(argc, argv, "--mb", 256) << 20;
-  std::mt19937 rng(1);
+// The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
+std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
+                                  const std::vector<float>& x, std::vector<float>& y) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(k), y(n);
-  for (float& v : x) v = u(rng);
   auto copies_for = [&](int64_t bytes) {
     return static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
   };
-
   std::vector<Variant> variants;
   // f32
   {
@@ -155,6 +149,20 @@ int Main(int argc, char** argv) {
                         c,
                         {}});
   }
+  return variants;
+}
+
+int Main(int argc, char** argv) {
+  const int64_t n = Flag(argc, argv, "--n", 4096), k = Flag(argc, argv, "--k", 4096);
+  const int max_threads = static_cast<int>(Flag(argc, argv, "--threads", 2));
+  const int rounds = static_cast<int>(Flag(argc, argv, "--rounds", 7));
+  const int64_t total = Flag(argc, argv, "--mb", 256) << 20;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(k), y(n);
+  for (float& v : x) v = u(rng);
+
+  std::vector<Variant> variants = MakeVariants(n, k, total, rng, x, y);
   // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
   const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
   std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
