@@ -12,10 +12,14 @@
 //   of y accumulate x[i] * b[i, :] down the rows. AVX2 holds the 64 columns in eight registers
 //   (GCC spilled the generic loop's 16-lane accumulators: 81 stack accesses); GPT decode went
 //   from 1.29-1.30x to 1.37-1.60x ONNX Runtime on the AVX2 EPYC
-//   (docs/results/avx2-gemvcols-gpt-op1{4,7}-2026-11-28.txt). AVX-512 runs the generic loop.
+//   (docs/results/avx2-gemvcols-gpt-op1{4,7}-2026-11-28.txt). AVX-512 streams whole rows into
+//   an L1 tile of accumulators (GemvColsAvx512: the strips read down the rows fell behind the
+//   prefetcher from K of about 1024).
 // Every level sums each output in its own fixed order; the levels differ in the last bits
 // (lane counts differ, and portable has no FMA).
 #include "kernels/cpu/gemv.h"
+
+#include <algorithm>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/target.h"
@@ -314,13 +318,63 @@ DYNVM_AVX512_LOOPS void GemvRowsAvx512(int64_t n, int64_t k, float alpha, const 
 
 #pragma GCC diagnostic pop
 
+// Axpy form, streaming whole rows: a tile of up to kColsTile columns of y accumulates in a buffer
+// in L1 while the rows of b go by four at a time (each row's tile one contiguous stream, which the
+// hardware prefetcher follows), acc = fma(b[i, :], x[i], acc) in order of i: each output the same
+// chain of FMAs as GemvColsBody's. The 64-column strips of GemvColsBody read b down its rows at a
+// stride of ldb, 256 bytes per row: from K of about 1024 the prefetcher falls behind (on the Zen 4
+// EPYC, [K, N] 1024 x 8192 ran 11.3 GB/s against the dot form's 22.1; docs/llm.md).
+DYNVM_AVX512 void GemvColsAvx512(int64_t n, int64_t k, float alpha, const float* x, const float* b,
+                                 int64_t ldb, float beta, float* y) {
+  constexpr int64_t kColsTile = 2048;  // 8 KB of accumulators
+  alignas(64) float acc[kColsTile];
+  for (int64_t j0 = 0; j0 < n; j0 += kColsTile) {
+    const int64_t cols = std::min(kColsTile, n - j0), full = cols / 16 * 16;
+    for (int64_t c = 0; c < full; c += 16) _mm512_store_ps(acc + c, _mm512_setzero_ps());
+    int64_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+      const float* r = b + i * ldb + j0;
+      const __m512 x0 = _mm512_set1_ps(x[i]), x1 = _mm512_set1_ps(x[i + 1]);
+      const __m512 x2 = _mm512_set1_ps(x[i + 2]), x3 = _mm512_set1_ps(x[i + 3]);
+      for (int64_t c = 0; c < full; c += 16) {
+        __m512 a = _mm512_load_ps(acc + c);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(r + c), x0, a);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(r + ldb + c), x1, a);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(r + 2 * ldb + c), x2, a);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(r + 3 * ldb + c), x3, a);
+        _mm512_store_ps(acc + c, a);
+      }
+    }
+    for (; i < k; ++i) {
+      const float* r = b + i * ldb + j0;
+      const __m512 xi = _mm512_set1_ps(x[i]);
+      for (int64_t c = 0; c < full; c += 16) {
+        _mm512_store_ps(acc + c,
+                        _mm512_fmadd_ps(_mm512_loadu_ps(r + c), xi, _mm512_load_ps(acc + c)));
+      }
+    }
+    for (int64_t c = 0; c < full; c += 16) {
+      __m512 out = _mm512_mul_ps(_mm512_load_ps(acc + c), _mm512_set1_ps(alpha));
+      if (beta != 0.0f) {
+        out = _mm512_fmadd_ps(_mm512_loadu_ps(y + j0 + c), _mm512_set1_ps(beta), out);
+      }
+      _mm512_storeu_ps(y + j0 + c, out);
+    }
+    for (int64_t j = j0 + full; j < j0 + cols; ++j) {
+      float s = 0.0f;
+      for (int64_t q = 0; q < k; ++q) s += x[q] * b[q * ldb + j];
+      y[j] = Scaled(s, alpha, beta, y + j);
+    }
+  }
+}
+
 template <bool kPrefetch>
 DYNVM_AVX512_LOOPS void GemvAvx512(char trans, int64_t n, int64_t k, float alpha, const float* x,
                                    const float* b, int64_t ldb, float beta, float* y) {
   if (trans == 'T') {
     GemvRowsAvx512<kPrefetch>(n, k, alpha, x, b, ldb, beta, y);
   } else {
-    GemvColsBody(n, k, alpha, x, b, ldb, beta, y);
+    GemvColsAvx512(n, k, alpha, x, b, ldb, beta, y);
   }
 }
 

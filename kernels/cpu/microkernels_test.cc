@@ -514,6 +514,30 @@ TEST(Activation, LstmGatesMatchDouble) {
 
 // Both weight layouts against a double loop, with row lengths around the vector widths,
 // padded rows, and alpha/beta (beta 0 must not read y, which starts as NaN).
+// The axpy form over more columns than one accumulator tile (AVX-512's GemvColsAvx512 runs
+// 2048 at a time), with row counts around its four-row step.
+TEST(Gemv, AxpyFormAcrossColumnTiles) {
+  std::mt19937 rng(9);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : {2047, 2048, 2049, 4100, 6150}) {
+      for (int64_t k : {1, 4, 6, 9}) {
+        const int64_t ld = n + 5;
+        const std::vector<float> b = Uniform(k * ld, rng), x = Uniform(k, rng),
+                                 y0 = Uniform(n, rng);
+        std::vector<float> y = y0;
+        Gemv('N', n, k, 0.5f, x.data(), b.data(), ld, 1.0f, y.data());
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0.0;
+          for (int64_t i = 0; i < k; ++i) want += double{x[i]} * b[i * ld + j];
+          ASSERT_NEAR(y[j], 0.5 * want + y0[j], 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))))
+              << IsaName(isa) << " n=" << n << " k=" << k << " j=" << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemv, MatchesADoubleLoop) {
   std::mt19937 rng(8);
   for (Isa isa : SupportedIsas()) {
