@@ -14,6 +14,7 @@ Dispatch Make(Isa isa) {
   FillQGemv(isa, &d);
   FillIGemm(isa, &d);
   FillPackedGemm(isa, &d);
+  FillDepthwise(isa, &d);
   FillWinograd(isa, &d);
   return d;
 }

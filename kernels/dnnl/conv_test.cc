@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
@@ -712,6 +713,90 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
     Tensor* out[] = {&y};
     ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).gemm, sh.gemm ? 1 : 0) << what;
+  }
+}
+
+// A depthwise Conv1d (group == channels == output channels, stride 1) over a plain input runs on
+// dynvm's microkernel (cpu/depthwise.h) at every instruction-set level this CPU has: the same
+// results as the reference kernel with and without bias, pads (symmetric, asymmetric, none),
+// dilations, taps around the microkernel's 32-output block, lengths below and above it, each
+// activation it takes, a plain or channels-last output, at 1 and 2 threads. Near misses stay on
+// oneDNN and still match: stride 2, a channel multiplier of 2, a grouped (not depthwise) conv, a
+// residual, an activation it does not take (Clip), a second activation, a channels-last input.
+TEST(DnnlFusedConv, DepthwiseConv1dOnTheMicrokernelMatchesReference) {
+  struct Shape {
+    int64_t n, c, m, group, t, k, stride, dilation;
+    Ints pads;
+    const char* act;
+    bool bias, sum, channels_last_in, channels_last_out, act2, takes;
+  };
+  const Shape shapes[] = {
+      {1, 144, 144, 144, 100, 31, 1, 1, {15, 15}, "SiLU", true, false, false, true, false, true},
+      {2, 17, 17, 17, 40, 15, 1, 1, {7, 7}, "SiLU", true, false, false, false, false, true},
+      {1, 5, 5, 5, 33, 3, 1, 2, {2, 2}, "", false, false, false, false, false, true},
+      {3, 20, 20, 20, 7, 5, 1, 1, {0, 4}, "Relu", true, false, false, true, false, true},
+      {1, 33, 33, 33, 64, 1, 1, 1, {0, 0}, "Sigmoid", true, false, false, false, false, true},
+      {1, 8, 8, 8, 31, 9, 1, 3, {0, 0}, "Tanh", true, false, false, true, false, true},
+      {1, 16, 16, 16, 65, 32, 1, 1, {16, 15}, "", true, false, false, false, false, true},
+      // Near misses.
+      {1, 16, 16, 16, 40, 5, 2, 1, {2, 2}, "SiLU", true, false, false, false, false, false},
+      {1, 16, 32, 16, 40, 5, 1, 1, {2, 2}, "", true, false, false, false, false, false},
+      {1, 16, 16, 8, 40, 5, 1, 1, {2, 2}, "", true, false, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "", true, true, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "Clip", true, false, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "Relu", true, false, false, false, true, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "", true, false, true, false, false, false},
+  };
+  uint32_t seed = 1000;
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const Shape& sh : shapes) {
+      const int64_t out = (sh.t + sh.pads[0] + sh.pads[1] - (sh.k - 1) * sh.dilation - 1) /
+                              sh.stride +
+                          1;
+      std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
+                                    Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
+      if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
+      if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++, -4, 4));
+      Attrs attrs = Both(Both(A<Ints>({{"pads", sh.pads},
+                                       {"strides", {sh.stride}},
+                                       {"dilations", {sh.dilation}},
+                                       {"kernel_shape", {sh.k}}}),
+                              Both(I("group", sh.group), I("constant_weights", 1))),
+                         Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+                              I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+      attrs = Both(attrs, Both(S("activation", sh.act),
+                               Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                    F("activation_beta", 0.75f))));
+      if (sh.act2) attrs = Both(attrs, Both(S("activation2", "Affine"), F("activation2_alpha", 2)));
+      const std::string what =
+          absl::StrCat(cpu::IsaName(isa), " ", sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ",
+                       sh.m, " group ", sh.group, " stride ", sh.stride, " dilation ",
+                       sh.dilation, " ", sh.act, sh.channels_last_out ? " channels-last out" : "");
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      // Which path the site bound, and the same result at 2 threads.
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) call.In(in);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y1, y2;
+      for (int threads : {1, 2}) {
+        KernelContext ctx(&HeapAllocator::Get(), threads);
+        Tensor* outs[] = {threads == 1 ? &y1 : &y2};
+        ASSERT_TRUE(k->Run(ctx, in, outs).ok()) << what;
+        EXPECT_EQ(GetConvCacheStats(ctx.state().get()).depthwise_1d, sh.takes ? 1 : 0) << what;
+      }
+      ASSERT_EQ(y1.numel(), y2.numel());
+      for (int64_t i = 0; i < y1.numel(); ++i) {
+        ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << what << " at " << i;
+      }
+    }
   }
 }
 
