@@ -284,6 +284,7 @@
 #include "kernels/dnnl/conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -332,6 +333,7 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.dw_fused += e->dw_fused ? 1 : 0;
     stats.dw_separate += e->second.bound() ? 1 : 0;
     stats.depthwise_1d += e->depthwise_1d ? 1 : 0;
+    stats.pointwise_1d += e->pointwise_1d ? 1 : 0;
   }
   return stats;
 }
@@ -791,10 +793,13 @@ class ConvKernel final : public DnnlKernel {
       // 2.25x fewer multiply-adds than the direct convolution against 1x, measured 2.8-4x faster.
       const bool own_winograd = OwnWinogradTakes(g, sum), gemm = UseGemm(g, sum);
       const bool depthwise_1d = Depthwise1dTakes(g, x, w, sum);
+      const bool pointwise_1d = Pointwise1dTakes(g, x, w, sum);
       DYNVM_RETURN_IF_ERROR(BindEntry(
           e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
             if (depthwise_1d) {
               e->depthwise_1d = true;
+            } else if (pointwise_1d) {
+              e->pointwise_1d = true;
             } else if (own_winograd &&
                 choice::UseOwnWinograd(UseWinograd(g) &&
                                        OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
@@ -810,6 +815,7 @@ class ConvKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
     if (e->depthwise_1d) return ExecuteDepthwise1d(ctx, g, x, w, b, out[0]);
+    if (e->pointwise_1d) return ExecutePointwise1d(ctx, g, x, w, b, out[0]);
     if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
     if (e->own_winograd) return ExecuteOwnWinograd(ctx, g, x, w, b, sum, out[0]);
     return Execute(ctx, *e, x, w, b, sum, out[0]);
@@ -889,6 +895,91 @@ class ConvKernel final : public DnnlKernel {
       }
     });
     return absl::OkStatus();
+  }
+
+  // ---- A pointwise Conv1d as sgemm on the VM's threads ----
+
+  // A pointwise Conv1d (kernel 1, stride 1, unpadded, ungrouped) with a dense input and weights,
+  // no residual, no second activation and at most one of RowActivation's: per image the GEMM
+  // Y [M, T] = W [M, C] X [C, T] (transposed operands for channels-last ports), which
+  // dnnl_sgemm runs on each range of output rows on the VM's threads. oneDNN's 1x1 convolution
+  // of these shapes (a conformer's convolution module, a TCN) runs on an OpenMP team of its own,
+  // whose joins wait on a descheduled thread when the machine is shared.
+  bool Pointwise1dTakes(const Geometry& g, const Tensor& x, const Tensor& w,
+                        const Tensor* sum) const {
+    return !transpose_ && g.k == 1 && g.g == 1 && g.kd[0] == 1 && g.st[0] == 1 &&
+           g.pl[0] == 0 && g.pr[0] == 0 && x.is_contiguous() && w.is_contiguous() &&
+           sum == nullptr && !act2_.present && RowActivation().has_value() && !dw_.present;
+  }
+
+  // Rows [r0, r1) of image n: output channels (plain Y) or time steps (channels-last Y); the
+  // bias and activation on those rows after their product.
+  dnnl_status_t Pointwise1dRows(const Geometry& g, const float* x, const float* w,
+                                const float* b, cpu::Activation act, float* y, int64_t n,
+                                int64_t r0, int64_t r1) const {
+    const int64_t c = g.c, m = g.m, t = g.in[0], rows = r1 - r0;
+    const float* xn = x + n * c * t;
+    if (!blocked_.out) {  // Y[n] rows r0..r1 = W[r0..r1] (M x C) . X[n] (C x T)
+      float* yn = y + (n * m + r0) * t;
+      const dnnl_status_t s =
+          blocked_.in ? dnnl_sgemm('N', 'T', rows, t, c, 1.0f, w + r0 * c, c, xn, c, 0.0f, yn, t)
+                      : dnnl_sgemm('N', 'N', rows, t, c, 1.0f, w + r0 * c, c, xn, t, 0.0f, yn, t);
+      if (s != dnnl_success) return s;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = yn + r * t;
+        if (b != nullptr) {
+          const float bias = b[r0 + r];
+          for (int64_t i = 0; i < t; ++i) row[i] += bias;
+        }
+        if (act != cpu::Activation::kNone) cpu::BiasActivationRows(act, 1, t, nullptr, row, t);
+      }
+      return dnnl_success;
+    }
+    // Y[n] (T x M) rows r0..r1 = X[n]^T (T x C) . W^T (C x M)
+    float* yn = y + (n * t + r0) * m;
+    const dnnl_status_t s =
+        blocked_.in
+            ? dnnl_sgemm('N', 'T', rows, m, c, 1.0f, xn + r0 * c, c, w, c, 0.0f, yn, m)
+            : dnnl_sgemm('T', 'T', rows, m, c, 1.0f, xn + r0, t, w, c, 0.0f, yn, m);
+    if (s != dnnl_success) return s;
+    if (b != nullptr || act != cpu::Activation::kNone) {
+      cpu::BiasActivationRows(act, rows, m, b, yn, m);
+    }
+    return dnnl_success;
+  }
+
+  absl::Status ExecutePointwise1d(KernelContext& ctx, const Geometry& g, const Tensor& x,
+                                  const Tensor& w, const Tensor* b, Tensor* y) const {
+    const int64_t per_image = blocked_.out ? g.in[0] : g.m;
+    const cpu::Activation act = *RowActivation();
+    const float* px = x.data<float>();
+    const float* pw = w.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    float* py = y->data<float>();
+    const int threads = ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.in[0]);
+    SetThreads(1);
+    if (threads == 1) {
+      for (int64_t n = 0; n < g.n; ++n) {
+        DYNVM_RETURN_IF_ERROR(
+            FromDnnl(Pointwise1dRows(g, px, pw, pb, act, py, n, 0, per_image), "dnnl_sgemm"));
+      }
+      return absl::OkStatus();
+    }
+    // Rows of every image in one range, split over the pool; a range may span images.
+    std::atomic<int> failed{dnnl_success};
+    const int64_t total = g.n * per_image;
+    ctx.ParallelFor(total, std::max<int64_t>(16, total / (4 * threads)), [&](int64_t i0,
+                                                                              int64_t i1) {
+      SetThreads(1);
+      while (i0 < i1) {
+        const int64_t n = i0 / per_image, r0 = i0 % per_image;
+        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
+        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
+        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+        i0 += r1 - r0;
+      }
+    });
+    return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
   }
 
   // ---- A ConvTranspose without overlapping windows ----

@@ -24,6 +24,7 @@ struct Entry {
   bool own_winograd = false;    // the convolution runs dynvm's Winograd F(2x2, 3x3) (winograd.h)
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
   bool depthwise_1d = false;    // a plain depthwise Conv1d on dynvm's microkernel (depthwise.h)
+  bool pointwise_1d = false;    // a pointwise Conv1d as one sgemm per image on the VM's threads
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)

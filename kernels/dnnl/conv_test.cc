@@ -5,6 +5,7 @@
 // itself (no reference fallback). Then the per-site primitive cache under width churn.
 #include "kernels/dnnl/conv.h"
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -716,6 +717,36 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
   }
 }
 
+// Runs a FusedConv at 1 and 2 threads (a fresh site each), checks the site's cache statistics
+// with `expect` and that both outputs agree (dnnl_sgemm on a range of rows may round the last bit
+// differently from the whole product; Check compares the 1-thread output with the reference).
+void ExpectPathAtOneAndTwoThreads(const std::string& what, const std::vector<Tensor>& inputs,
+                                  const Attrs& attrs,
+                                  const std::function<void(const ConvCacheStats&)>& expect) {
+  KernelTester t("FusedConv", "dynvm");
+  KernelCall call("FusedConv", "dynvm");
+  for (const Tensor& in : inputs) call.In(in);
+  call.Out(DType::kF32);
+  attrs(t, call);
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+  std::vector<const Tensor*> in;
+  for (const Tensor& x : inputs) in.push_back(&x);
+  Tensor y1, y2;
+  for (int threads : {1, 2}) {
+    KernelContext ctx(&HeapAllocator::Get(), threads);
+    Tensor* outs[] = {threads == 1 ? &y1 : &y2};
+    ASSERT_TRUE(k->Run(ctx, in, outs).ok()) << what;
+    expect(GetConvCacheStats(ctx.state().get()));
+  }
+  ASSERT_EQ(y1.numel(), y2.numel());
+  for (int64_t i = 0; i < y1.numel(); ++i) {
+    const float a = y1.data<float>()[i], b = y2.data<float>()[i];
+    ASSERT_NEAR(a, b, 1e-5 * (1 + std::fabs(a))) << what << " at " << i;
+  }
+}
+
 // A depthwise Conv1d (group == channels == output channels, stride 1) over a plain input runs on
 // dynvm's microkernel (cpu/depthwise.h) at every instruction-set level this CPU has: the same
 // results as the reference kernel with and without bias, pads (symmetric, asymmetric, none),
@@ -774,31 +805,68 @@ TEST(DnnlFusedConv, DepthwiseConv1dOnTheMicrokernelMatchesReference) {
                        sh.m, " group ", sh.group, " stride ", sh.stride, " dilation ",
                        sh.dilation, " ", sh.act, sh.channels_last_out ? " channels-last out" : "");
       Check({what, "FusedConv", "dynvm", inputs, attrs});
-      // Which path the site bound, and the same result at 2 threads.
-      KernelTester t("FusedConv", "dynvm");
-      KernelCall call("FusedConv", "dynvm");
-      for (const Tensor& in : inputs) call.In(in);
-      call.Out(DType::kF32);
-      attrs(t, call);
-      KernelSpec spec = call.spec();
-      spec.backend = "dnnl";
-      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
-      std::vector<const Tensor*> in;
-      for (const Tensor& x : inputs) in.push_back(&x);
-      Tensor y1, y2;
-      for (int threads : {1, 2}) {
-        KernelContext ctx(&HeapAllocator::Get(), threads);
-        Tensor* outs[] = {threads == 1 ? &y1 : &y2};
-        ASSERT_TRUE(k->Run(ctx, in, outs).ok()) << what;
-        EXPECT_EQ(GetConvCacheStats(ctx.state().get()).depthwise_1d, sh.takes ? 1 : 0) << what;
-      }
-      ASSERT_EQ(y1.numel(), y2.numel());
-      for (int64_t i = 0; i < y1.numel(); ++i) {
-        ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << what << " at " << i;
-      }
+      ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
+        EXPECT_EQ(st.depthwise_1d, sh.takes ? 1 : 0) << what;
+      });
     }
   }
 }
+
+// A pointwise Conv1d (kernel 1, stride 1, unpadded, ungrouped) runs as sgemm on the VM's threads:
+// the same results as the reference kernel with and without bias, each activation it takes,
+// plain and channels-last input and output, batches, at 1 and 2 threads (sizes past the
+// parallel threshold split rows across images). Near misses stay on oneDNN and still match: a
+// kernel of 3, stride 2, a pad, groups, a residual, Clip, a second activation, a 2D 1x1 conv.
+TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
+  struct Shape {
+    int64_t n, c, m, t, group, k, stride, pad;
+    const char* act;
+    bool bias, sum, channels_last_in, channels_last_out, act2, takes;
+  };
+  const Shape shapes[] = {
+      {1, 144, 288, 100, 1, 1, 1, 0, "", true, false, false, false, false, true},
+      {2, 144, 144, 100, 1, 1, 1, 0, "", true, false, true, false, false, true},
+      {3, 40, 24, 37, 1, 1, 1, 0, "SiLU", true, false, false, true, false, true},
+      {1, 17, 33, 5, 1, 1, 1, 0, "Relu", false, false, true, true, false, true},
+      {5, 256, 96, 211, 1, 1, 1, 0, "Sigmoid", true, false, false, false, false, true},
+      {3, 128, 256, 97, 1, 1, 1, 0, "Tanh", true, false, true, true, false, true},
+      // Near misses.
+      {1, 16, 16, 40, 1, 3, 1, 1, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 2, 0, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 1, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 2, 1, 1, 0, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "", true, true, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "Clip", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "Relu", true, false, false, false, true, false},
+  };
+  uint32_t seed = 1100;
+  for (const Shape& sh : shapes) {
+    const int64_t out = (sh.t + 2 * sh.pad - sh.k) / sh.stride + 1;
+    std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
+                                  Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
+    if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
+    if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++, -4, 4));
+    Attrs attrs = Both(Both(A<Ints>({{"pads", {sh.pad, sh.pad}},
+                                     {"strides", {sh.stride}},
+                                     {"kernel_shape", {sh.k}}}),
+                            Both(I("group", sh.group), I("constant_weights", 1))),
+                       Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+                            I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+    attrs = Both(attrs, Both(S("activation", sh.act),
+                             Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                  F("activation_beta", 0.75f))));
+    if (sh.act2) attrs = Both(attrs, Both(S("activation2", "Affine"), F("activation2_alpha", 2)));
+    const std::string what = absl::StrCat(
+        sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ", sh.m, " group ", sh.group, " stride ",
+        sh.stride, " pad ", sh.pad, " ", sh.act, sh.channels_last_in ? " channels-last in" : "",
+        sh.channels_last_out ? " channels-last out" : "");
+    Check({what, "FusedConv", "dynvm", inputs, attrs});
+    ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
+      EXPECT_EQ(st.pointwise_1d, sh.takes ? 1 : 0) << what;
+    });
+  }
+}
+
 
 // Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
 // plain input with a channels-last output, a channels-last input with a plain output), the site
