@@ -145,6 +145,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"sums", fused.sums},
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},
+                                   {"channel_splits", fused.splits},
                                    {"channels_last_values", fused.blocked}};
              return true;
            }});

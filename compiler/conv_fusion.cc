@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +28,7 @@ constexpr char kConvTranspose[] = "ConvTranspose";
 constexpr char kHardSigmoid[] = "HardSigmoid";
 constexpr char kMax[] = "Max";
 constexpr char kMin[] = "Min";
+constexpr char kSplit[] = "Split";
 
 void CountUses(Graph& g, UseCounts& uses) {
   for (auto& n : g.nodes) {
@@ -700,6 +703,153 @@ int64_t DepthwiseStride(const Node& n, int64_t m) {
   return s;
 }
 
+// The channel counts a Split node `s` of a rank-`rank` value with `m` channels gives each output
+// when it splits along the channel axis (axis 1) into parts given by its constant "split" input
+// or attribute, or into equal parts (no split, or opset 18's num_outputs): empty otherwise.
+std::vector<int64_t> ChannelSplit(const Node& s, int rank, int64_t m) {
+  int64_t axis = IntAttr(s, "axis", 0);
+  if (axis < 0) axis += rank;
+  const size_t parts = s.outputs.size();
+  if (s.op != kSplit || !s.domain.empty() || axis != 1 || parts < 2) return {};
+  for (const Value* o : s.outputs) {
+    if (o == nullptr) return {};
+  }
+  std::vector<int64_t> sizes;
+  if (s.inputs.size() > 1 && s.inputs[1] != nullptr) {
+    const std::optional<std::vector<int64_t>> v = ConstInts(s.inputs[1]);
+    if (!v) return {};
+    sizes = *v;
+  } else if (const AttrValue* a = Attr(s, "split", AttrValue::Type::kInts); a != nullptr) {
+    sizes = a->ints;
+  } else {
+    if (m % static_cast<int64_t>(parts) != 0) return {};
+    sizes.assign(parts, m / static_cast<int64_t>(parts));
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) {
+    if (v <= 0) return {};
+    total += v;
+  }
+  return sizes.size() == parts && total == m ? sizes : std::vector<int64_t>{};
+}
+
+// A FusedConv (ungrouped, no residual, no depthwise stage, constant f32 weights and bias) whose
+// output is read only by a Split along the channel axis becomes one FusedConv per part, each
+// with its rows of the weights and bias, writing that part's output: the Split's copy goes. A
+// part read only by a Sigmoid (a GLU's gate, x[:M/2] * sigmoid(x[M/2:]), as torch writes
+// nn.GLU and F.glu) takes it as its activation, or as its second activation after the conv's
+// own (none when the conv has two already). Counts the convs split and the Sigmoids absorbed
+// (as activations); the Split and the absorbed Sigmoids are removed from `g`.
+void FuseChannelSplits(Module& m, Graph& g, UseCounts& uses, ConvFusionCounts& counts) {
+  absl::flat_hash_map<const Value*, std::vector<Node*>> readers;
+  for (auto& n : g.nodes) {
+    for (Value* v : n->inputs) {
+      if (v != nullptr) readers[v].push_back(n.get());
+    }
+  }
+  absl::flat_hash_set<const Node*> removed;
+  std::vector<std::unique_ptr<Node>> added;  // new FusedConvs, placed after their conv
+  std::vector<std::pair<Node*, Node*>> after;
+  for (auto& node : g.nodes) {
+    Node* a = node.get();
+    if (!IsFusedConv(a) || a->inputs.size() < 2 || a->inputs.size() > 3 || a->outputs.size() != 1 ||
+        a->outputs[0] == nullptr || a->inputs[0] == nullptr || IntAttr(*a, "group", 1) != 1 ||
+        a->inputs[1] == nullptr || !a->inputs[1]->constant ||
+        a->inputs[1]->constant->dtype() != DType::kF32 || a->inputs[1]->constant->rank() < 3 ||
+        (a->inputs.size() > 2 && a->inputs[2] != nullptr && !a->inputs[2]->constant)) {
+      continue;
+    }
+    Value* out = a->outputs[0];
+    auto it = readers.find(out);
+    if (it == readers.end() || it->second.size() != 1 || uses[out] != 1) continue;
+    Node* split = it->second[0];
+    const Tensor& w = *a->inputs[1]->constant;
+    const int64_t channels = w.dim(0), per_channel = w.numel() / std::max<int64_t>(channels, 1);
+    const std::vector<int64_t> sizes = ChannelSplit(*split, out->rank(), channels);
+    if (sizes.empty() || split->inputs[0] != out) continue;
+    const std::vector<float> weights = ConstF32(a->inputs[1]);
+    const std::vector<float> bias =
+        a->inputs.size() > 2 && a->inputs[2] != nullptr ? ConstF32(a->inputs[2]) : std::vector<float>{};
+    if (weights.size() != static_cast<size_t>(w.numel()) ||
+        (a->inputs.size() > 2 && a->inputs[2] != nullptr &&
+         bias.size() != static_cast<size_t>(channels))) {
+      continue;
+    }
+    int64_t row = 0;
+    Node* prev = a;
+    for (size_t part = 0; part < sizes.size(); ++part) {
+      std::vector<int64_t> dims(w.dims().begin(), w.dims().end());
+      dims[0] = sizes[part];
+      Tensor wp = *Tensor::Empty(DType::kF32, dims);
+      std::copy(weights.begin() + row * per_channel,
+                weights.begin() + (row + sizes[part]) * per_channel, wp.data<float>());
+      std::vector<Value*> inputs = {a->inputs[0], m.NewConstant(std::move(wp), "", true)};
+      if (!bias.empty()) {
+        Tensor bp = *Tensor::Empty(DType::kF32, {sizes[part]});
+        std::copy(bias.begin() + row, bias.begin() + row + sizes[part], bp.data<float>());
+        inputs.push_back(m.NewConstant(std::move(bp), "", true));
+      }
+      row += sizes[part];
+      auto conv = std::make_unique<Node>();
+      conv->op = a->op;
+      conv->domain = a->domain;
+      conv->name = absl::StrCat(a->name, "/part", part);
+      conv->attrs = a->attrs;
+      conv->inputs = std::move(inputs);
+      conv->graph = &g;
+      Value* y = split->outputs[part];
+      // A part read only by a Sigmoid: the conv gives the Sigmoid's output.
+      auto r = readers.find(y);
+      Node* sig = r != readers.end() && r->second.size() == 1 && uses[y] == 1 ? r->second[0] : nullptr;
+      if (sig != nullptr && sig->op == ops::kSigmoid && sig->domain.empty() &&
+          sig->outputs.size() == 1 && sig->outputs[0] != nullptr &&
+          conv->attrs.count("activation2") == 0) {
+        const char* slot = conv->attrs.count("activation") == 0 ? "activation" : "activation2";
+        AttrValue act;
+        act.type = AttrValue::Type::kString;
+        act.s = "Sigmoid";
+        conv->attrs[slot] = act;
+        y = sig->outputs[0];
+        removed.insert(sig);
+        ++counts.activations;
+      }
+      y->producer = conv.get();
+      y->output_index = 0;
+      conv->outputs = {y};
+      after.push_back({prev, conv.get()});
+      prev = conv.get();
+      added.push_back(std::move(conv));
+    }
+    removed.insert(a);
+    removed.insert(split);
+    readers.erase(out);
+    out->producer = nullptr;
+    ++counts.splits;
+  }
+  if (added.empty()) return;
+  // Each part right after its conv (or the part before it): X is defined before the conv.
+  absl::flat_hash_map<const Node*, std::vector<std::unique_ptr<Node>>> place;
+  for (size_t i = 0; i < added.size(); ++i) {
+    place[after[i].first].push_back(std::move(added[i]));
+  }
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::function<void(const Node*)> emit_after = [&](const Node* n) {
+    auto p = place.find(n);
+    if (p == place.end()) return;
+    for (auto& c : p->second) {
+      const Node* raw = c.get();
+      nodes.push_back(std::move(c));
+      emit_after(raw);
+    }
+  };
+  for (auto& n : g.nodes) {
+    const Node* raw = n.get();
+    if (removed.count(raw) == 0) nodes.push_back(std::move(n));
+    emit_after(raw);
+  }
+  g.nodes = std::move(nodes);
+}
+
 // Folds each 3x3 depthwise FusedConv into the 1x1 FusedConv before it (conv_fusion.h).
 // Returns the pairs fused; the 1x1 nodes are left dead.
 int FuseDepthwisePairs(Module& m, Graph& g, UseCounts& uses) {
@@ -771,6 +921,12 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     DYNVM_RETURN_IF_ERROR(InferShapes(module));
     EliminateDeadCode(module);  // the absorbed nodes, which still read the chains' values
   }
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
+    EachGraph(*f.graph, [&](Graph& g) { FuseChannelSplits(module, g, uses, counts); });
+  }
+  if (counts.splits > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
   for (Function& f : module.functions()) {
     UseCounts uses;
     CountUses(*f.graph, uses);

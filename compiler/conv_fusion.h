@@ -38,7 +38,10 @@
 // "dw_stride" and its activation as "dw_activation" / "dw_activation_alpha" / "_beta" (same
 // names and values as "activation"). Its output is the depthwise conv's. The dnnl kernel runs
 // the pair as one oneDNN convolution with a depthwise post-op where oneDNN has an optimized one,
-// so the expanded tensor never goes to memory. Self-contained, to move onto
+// so the expanded tensor never goes to memory. Before that, a FusedConv (ungrouped, no residual,
+// constant weights and bias) whose output is read only by a Split along the channel axis becomes
+// one FusedConv per part (its rows of the weights and bias), a part read only by a Sigmoid taking
+// it as an activation: a GLU runs as two convs and a Mul. Self-contained, to move onto
 // compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
@@ -61,6 +64,7 @@ struct ConvFusionCounts {
   int activations = 0;  // activations fused (the second of a pair counted too)
   int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
   int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
+  int splits = 0;       // FusedConvs split into one per channel part of the Split reading them
   int blocked = 0;      // values kept channels-last between FusedConvs
 };
 

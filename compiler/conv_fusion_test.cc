@@ -926,5 +926,114 @@ TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
   }
 }
 
+// A conformer's GLU after its first pointwise Conv1d (torch's F.glu: Split along channels into
+// halves, the second half's Sigmoid times the first): the conv becomes one FusedConv per half,
+// the gate's with Sigmoid as its activation (as its second activation after a BatchNorm-folded
+// conv's own Relu), so no Split or Sigmoid kernel remains. Also: Split with its sizes as an input
+// or an attribute, the product written either way round, a 2D conv split in three unequal parts
+// (one read by a Sigmoid that is also a graph output), batch and time symbolic. Equal to the
+// unfused graph on both backends.
+TEST(ConvFusion, ChannelSplitsAndGluGatesFold) {
+  struct Case {
+    const char* what;
+    bool split_input, gate_first, relu, symbolic;
+  };
+  for (const Case& c : {Case{"split input", true, false, false, false},
+                        Case{"split attribute, gate first", false, true, false, true},
+                        Case{"equal parts, after Relu", false, false, true, false}}) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = c.symbolic ? b.Input("x", DType::kF32, {"n", int64_t{12}, "t"})
+                                : b.Input("x", DType::kF32, {int64_t{2}, int64_t{12}, int64_t{37}});
+          Value* y = b.Op("Conv", {x, Const(b, {20, 12, 1}, 5, -1, 1), Const(b, {20}, 6, -1, 1)});
+          if (c.relu) y = b.Op("Relu", {y});
+          Attrs split_attrs = {{"axis", AttrInt(1)}};
+          std::vector<Value*> in = {y};
+          if (c.split_input) {
+            in.push_back(b.VectorI64({10, 10}));
+          } else if (!c.relu) {
+            split_attrs["split"] = AttrInts({10, 10});
+          }
+          std::vector<Value*> halves = b.Ops("Split", in, split_attrs, 2);
+          Value* gate = b.Op("Sigmoid", {halves[1]});
+          y = c.gate_first ? b.Op("Mul", {gate, halves[0]}) : b.Op("Mul", {halves[0], gate});
+          b.Output("y", y);
+        },
+        RandomF32({2, 12, 37}, 7, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Split"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "Sigmoid"), 0) << absl::StrJoin(kernels, ",");
+  }
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{11}});
+        Value* y = ConvOf(b, x, 3, 16, 3, 8);
+        std::vector<Value*> parts =
+            b.Ops("Split", {y, b.VectorI64({4, 9, 3})}, {{"axis", AttrInt(-3)}}, 3);
+        Value* gate = b.Op("Sigmoid", {parts[0]});
+        Value* rest = b.Op("Add", {b.Op("Relu", {parts[1]}), b.ScalarF32(1)});
+        b.Output("y", b.Op("Mul", {rest, b.Op("ReduceSum", {gate, b.VectorI64({1})})}));
+        b.Output("z", parts[2]);
+      },
+      RandomF32({1, 3, 9, 11}, 9, -2, 2));
+  EXPECT_EQ(CountOf(kernels, "Split"), 0) << absl::StrJoin(kernels, ",");
+  EXPECT_EQ(CountOf(kernels, "Sigmoid"), 0) << absl::StrJoin(kernels, ",");
+  EXPECT_EQ(CountOf(kernels, "Relu"), 1) << absl::StrJoin(kernels, ",");  // only Sigmoid is taken
+}
+
+// Near misses keep the Split (and the Sigmoid): a split along time, the conv's output read
+// twice, a grouped conv, parts of a split with a non-constant size input; and a conv with two
+// activations already (HardSigmoid) splits but keeps its gate's Sigmoid.
+TEST(ConvFusion, NearMissesOfTheChannelSplitAreNotFolded) {
+  struct Miss {
+    const char* what;
+    int splits, sigmoids;
+    std::function<Value*(GraphBuilder&, Value*)> build;
+  };
+  auto glu = [](GraphBuilder& b, Value* y, int64_t axis) {
+    std::vector<Value*> h = b.Ops("Split", {y}, {{"axis", AttrInt(axis)}}, 2);
+    return b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+  };
+  const Miss misses[] = {
+      {"along time", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         return glu(b, b.Op("Conv", {x, Const(b, {8, 4, 1}, 1, -1, 1)}), 2);
+       }},
+      {"read twice", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("Conv", {x, Const(b, {8, 4, 1}, 2, -1, 1)});
+         return b.Op("Add", {glu(b, y, 1), b.Op("ReduceMean", {y, b.VectorI64({1})})});
+       }},
+      {"grouped", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         return glu(b, b.Op("Conv", {x, Const(b, {8, 2, 1}, 3, -1, 1)}, {{"group", AttrInt(2)}}),
+                    1);
+       }},
+      {"split sizes computed", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("Conv", {x, Const(b, {8, 4, 1}, 4, -1, 1)});
+         Value* four = b.Op("Gather", {b.Op("Shape", {x}), b.VectorI64({1, 1})});
+         std::vector<Value*> h = b.Ops("Split", {y, four}, {{"axis", AttrInt(1)}}, 2);
+         return b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+       }},
+      {"two activations already", 0, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("HardSigmoid", {b.Op("Conv", {x, Const(b, {8, 4, 1}, 5, -1, 1)})});
+         return glu(b, y, 1);
+       }},
+  };
+  for (const Miss& miss : misses) {
+    SCOPED_TRACE(miss.what);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{4}, int64_t{10}});
+          b.Output("y", miss.build(b, x));
+        },
+        RandomF32({2, 4, 10}, 6, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Split"), miss.splits) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "Sigmoid"), miss.sigmoids) << absl::StrJoin(kernels, ",");
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::compiler
