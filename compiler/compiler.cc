@@ -146,6 +146,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},
                                    {"channel_splits", fused.splits},
+                                   {"channel_muls", fused.channel_muls},
                                    {"channels_last_values", fused.blocked}};
              return true;
            }});

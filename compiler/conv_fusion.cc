@@ -596,6 +596,59 @@ bool IsLayoutPool(const Node* n) {
          (n->outputs.size() == 1 || n->outputs[1] == nullptr);
 }
 
+bool IsChannelMul(const Node* n) {
+  return n->op == ops::kChannelMul && n->domain == ops::kDynvmDomain;
+}
+
+// Whether dims a and b are equal (the same symbol or the same constant).
+bool SameDim(const Dim& a, const Dim& b) {
+  if (a == b) return true;
+  const std::optional<int64_t> ca = SymbolicContext::AsConst(a), cb = SymbolicContext::AsConst(b);
+  return ca && cb && *ca == *cb;
+}
+
+bool DimIs(const Dim& a, int64_t v) {
+  const std::optional<int64_t> c = SymbolicContext::AsConst(a);
+  return c && *c == v;
+}
+
+// A Mul of a FusedConv's or pool's output x [N, C, spatial...] (rank 3 to 5, f32) by a gate g
+// [N or 1, C, 1...] of x's rank, giving x's shape (a squeeze-excitation block's scale) becomes
+// dynvm::ChannelMul(x, g), which takes and gives the channels-last layout (AssignBlockedLayouts):
+// the convs around it then need no reorder. Returns the Muls rewritten.
+int RewriteChannelMuls(Graph& g) {
+  int rewritten = 0;
+  for (auto& node : g.nodes) {
+    Node* n = node.get();
+    if (n->op != ops::kMul || !n->domain.empty() || n->inputs.size() != 2 ||
+        n->outputs.size() != 1 || n->outputs[0] == nullptr) {
+      continue;
+    }
+    for (int xi = 0; xi < 2; ++xi) {
+      Value* x = n->inputs[xi];
+      Value* gate = n->inputs[1 - xi];
+      if (x == nullptr || gate == nullptr || x->producer == nullptr ||
+          (!IsFusedConv(x->producer) && !IsLayoutPool(x->producer)) || !x->shape ||
+          !gate->shape || x->dtype != DType::kF32 || gate->dtype != DType::kF32 ||
+          x->rank() < 3 || x->rank() > 5 || gate->rank() != x->rank() ||
+          !SameShape(n->outputs[0], x)) {
+        continue;
+      }
+      const std::vector<Dim>& xd = *x->shape;
+      const std::vector<Dim>& gd = *gate->shape;
+      bool ok = (SameDim(gd[0], xd[0]) || DimIs(gd[0], 1)) && SameDim(gd[1], xd[1]);
+      for (size_t d = 2; ok && d < gd.size(); ++d) ok = DimIs(gd[d], 1);
+      if (!ok) continue;
+      n->op = ops::kChannelMul;
+      n->domain = ops::kDynvmDomain;
+      n->inputs = {x, gate};
+      ++rewritten;
+      break;
+    }
+  }
+  return rewritten;
+}
+
 // Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
 // the residual, a pool as X), and it is no graph output and not read in a nested region. A
 // pool reading it gives its own output channels-last when that output is markable too, and
@@ -610,7 +663,7 @@ bool Markable(const Graph& g, const Value* v, UseCounts& uses) {
       if (other->inputs[i] != v) continue;
       ++reads;
       const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
-      const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
+      const bool pool_reads = (IsLayoutPool(other.get()) || IsChannelMul(other.get())) && i == 0;
       if (!conv_reads && !pool_reads) return false;
     }
   }
@@ -624,7 +677,8 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   int changed = 0;
   for (auto& node : g.nodes) {
     Node* p = node.get();
-    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr ||
+    if ((!IsFusedConv(p) && !IsLayoutPool(p) && !IsChannelMul(p)) || p->outputs.empty() ||
+        p->outputs[0] == nullptr ||
         !Markable(g, p->outputs[0], uses)) {
       continue;
     }
@@ -939,7 +993,10 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
   for (Function& f : module.functions()) {
     UseCounts uses;
     CountUses(*f.graph, uses);
-    EachGraph(*f.graph, [&](Graph& g) { counts.blocked += AssignBlockedLayouts(g, uses); });
+    EachGraph(*f.graph, [&](Graph& g) {
+      counts.channel_muls += RewriteChannelMuls(g);
+      counts.blocked += AssignBlockedLayouts(g, uses);
+    });
   }
   return counts;
 }

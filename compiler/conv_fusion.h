@@ -41,7 +41,10 @@
 // so the expanded tensor never goes to memory. Before that, a FusedConv (ungrouped, no residual,
 // constant weights and bias) whose output is read only by a Split along the channel axis becomes
 // one FusedConv per part (its rows of the weights and bias), a part read only by a Sigmoid taking
-// it as an activation: a GLU runs as two convs and a Mul. Self-contained, to move onto
+// it as an activation: a GLU runs as two convs and a Mul. A Mul of a FusedConv's or pool's
+// output x [N, C, spatial...] by a gate [N or 1, C, 1...] giving x's shape (a squeeze-excitation
+// scale) becomes dynvm::ChannelMul, which passes the channels-last layout like a pool.
+// Self-contained, to move onto
 // compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
@@ -65,6 +68,7 @@ struct ConvFusionCounts {
   int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
   int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
   int splits = 0;       // FusedConvs split into one per channel part of the Split reading them
+  int channel_muls = 0;  // Muls by a per-channel gate made dynvm::ChannelMul (layout-aware)
   int blocked = 0;      // values kept channels-last between FusedConvs
 };
 

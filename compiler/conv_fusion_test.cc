@@ -894,7 +894,9 @@ TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
        [](GraphBuilder& b, Value* y) {
          return b.Op("Add", {y, Const(b, {2, 1, 1, 1, 1}, 3, -1, 1)});
        }},
-      {"Mul by a per-channel value after an activation (not one value)", "Mul",
+      // Not folded: it stays its own op, as dynvm::ChannelMul (a per-channel scale of a conv's
+      // output; SqueezeExcitationScaleKeepsChannelsLast).
+      {"Mul by a per-channel value after an activation (not one value)", "dynvm::ChannelMul",
        [](GraphBuilder& b, Value* y) {
          return b.Op("Mul", {b.Op("Relu", {y}), Const(b, {1, 8, 1, 1}, 3, -2, 2)});
        }},
@@ -1032,6 +1034,89 @@ TEST(ConvFusion, NearMissesOfTheChannelSplitAreNotFolded) {
         RandomF32({2, 4, 10}, 6, -2, 2));
     EXPECT_EQ(CountOf(kernels, "Split"), miss.splits) << absl::StrJoin(kernels, ",");
     EXPECT_EQ(CountOf(kernels, "Sigmoid"), miss.sigmoids) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// A squeeze-excitation block's scale (Mul of a conv's output by a [N, C, 1...] gate) becomes
+// dynvm::ChannelMul, which keeps the channels-last layout between the convs: 1D/2D/3D, the gate
+// as either operand, a gate of batch 1 (a constant), the scaled value read by a conv (channels-
+// last out) or by an Add too (plain out), the conv's output read by another op as well (plain
+// in). Equal to the unfused graph on both backends; no Mul kernel left, and the report shows
+// ChannelMul's layouts.
+TEST(ConvFusion, SqueezeExcitationScaleKeepsChannelsLast) {
+  struct Case {
+    int spatial;
+    bool gate_first, const_gate, out_read_elsewhere, in_read_elsewhere;
+  };
+  for (const Case& c : {Case{2, false, false, false, false}, Case{1, true, false, false, false},
+                        Case{3, false, true, false, false}, Case{2, true, false, true, false},
+                        Case{2, false, false, false, true}}) {
+    SCOPED_TRACE(absl::StrCat("spatial ", c.spatial, " gate first ", c.gate_first, " const ",
+                              c.const_gate, " out elsewhere ", c.out_read_elsewhere,
+                              " in elsewhere ", c.in_read_elsewhere));
+    std::vector<DimSpec> dims = {int64_t{2}, int64_t{3}};
+    std::vector<int64_t> idims = {2, 3}, kernel, gate_dims = {c.const_gate ? 1 : 2, 12};
+    for (int d = 0; d < c.spatial; ++d) {
+      dims.push_back(int64_t{5 + d});
+      idims.push_back(5 + d);
+      kernel.push_back(1);
+      gate_dims.push_back(1);
+    }
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, dims);
+          std::vector<int64_t> w1 = {12, 3}, w2 = {8, 12};
+          w1.insert(w1.end(), kernel.begin(), kernel.end());
+          w2.insert(w2.end(), kernel.begin(), kernel.end());
+          Value* y = b.Op("Relu", {b.Op("Conv", {x, Const(b, w1, 1, -1, 1)})});
+          Value* gate;
+          if (c.const_gate) {
+            gate = Const(b, gate_dims, 2, 0, 1);
+          } else {
+            gate = b.Op("Sigmoid", {b.Op("GlobalAveragePool", {y})});
+          }
+          Value* scaled = c.gate_first ? b.Op("Mul", {gate, y}) : b.Op("Mul", {y, gate});
+          Value* out = b.Op("Conv", {scaled, Const(b, w2, 3, -1, 1)});
+          if (c.out_read_elsewhere) {
+            out = b.Op("Add", {out, b.Op("ReduceMean", {scaled, b.VectorI64({1})})});
+          }
+          if (c.in_read_elsewhere) {
+            out = b.Op("Add", {out, b.Op("ReduceMean", {y, b.VectorI64({1})})});
+          }
+          b.Output("y", out);
+        },
+        RandomF32(idims, 4, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Mul"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelMul"), 1) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// Near misses keep the Mul: a Mul by a [1, C, H, W] constant (not a gate), by a [N, 1, 1, 1]
+// gate, and of a value no conv or pool produced (a graph input).
+TEST(ConvFusion, NearMissesOfTheChannelMulAreNotRewritten) {
+  const std::function<Value*(GraphBuilder&, Value*, Value*)> misses[] = {
+      [](GraphBuilder& b, Value*, Value* y) {
+        return b.Op("Mul", {y, Const(b, {1, 8, 5, 6}, 7, -1, 1)});
+      },
+      [](GraphBuilder& b, Value*, Value* y) {
+        return b.Op("Mul", {y, b.Op("ReduceMean", {y, b.VectorI64({1, 2, 3})})});
+      },
+      [](GraphBuilder& b, Value* x, Value* y) {
+        Value* g = b.Op("GlobalAveragePool", {y});
+        return b.Op("Add", {y, b.Op("ReduceMean", {b.Op("Mul", {x, g}), b.VectorI64({1})})});
+      },
+  };
+  for (size_t i = 0; i < std::size(misses); ++i) {
+    SCOPED_TRACE(i);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{8}, int64_t{5}, int64_t{6}});
+          Value* y = b.Op("Conv", {x, Const(b, {8, 8, 1, 1}, 1, -1, 1)});
+          b.Output("y", misses[i](b, x, y));
+        },
+        RandomF32({2, 8, 5, 6}, 5, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Mul"), 1) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelMul"), 0) << absl::StrJoin(kernels, ",");
   }
 }
 
