@@ -101,7 +101,8 @@
 //   machine's noise: pw-cnn-ab-2026-11-28.txt). On the AVX2 machine this took the CRNN from 233-586
 //   ms to 1.7-12 ms per line (crnn-before-2026-11-28.txt, crnn-after-2026-11-28.txt).
 // - *Winograd.* A FusedConv with constant weights that is 2D, 3x3, stride 1, undilated and
-//   ungrouped, with at least 32 input and 32 output channels and at least 96 output pixels per
+//   ungrouped, with at least 32 input and 16 output channels (32 before DBNet's 96 -> 24 head
+//   convs measured 2.3x faster on it) and at least 96 output pixels per
 //   image (10x10, or 4x24 in a text line), asks oneDNN for its Winograd algorithm (jit_wino_4x3 /
 //   jit_fp32_wino_2x3 on AVX-512: 2.25-4x fewer multiply-adds) with source and destination in its
 //   own blocked layout, reordered from and to the tensors' layouts like any other layout choice,
@@ -719,6 +720,11 @@ class PackedWeightsCache {
 // Winograd thresholds (UseWinograd), from per-primitive timings (ONEDNN_VERBOSE) of
 // tools/bench conv_bench.py's resnet18 and crnn_bench.py's CRNN at every size they run.
 constexpr int64_t kWinogradMinChannels = 32;
+// Output channels from which oneDNN's Winograd is asked for (with kWinogradMinChannels inputs):
+// DBNet's FPN head convs (PaddleOCR v4 detection, 96 -> 24 channels, 3x3, 120x184 pixels at
+// 480x736 input) ran 13.8 ms each on the direct algorithm and about 6 ms on Winograd (AVX-512,
+// 1 thread, per-node minima of vm-run --profile on the shared machine).
+constexpr int64_t kWinogradMinOutChannels = 16;
 // Output pixels per image up to which a channels-last FusedConv runs as one GEMM (UseGemm),
 // when the GEMM has at least kGemmMinRows rows (output pixels over the batch): sgemm packs its
 // weight operand per call, which fewer rows do not repay (resnet18's 4x4 and 2x2 stages at
@@ -1433,13 +1439,13 @@ class ConvKernel final : public DnnlKernel {
 
   // oneDNN's Winograd (F(4x4, 3x3) or F(2x2, 3x3); AVX-512 only, elsewhere oneDNN has none and
   // the direct algorithm runs) for a 2D 3x3 stride-1 undilated ungrouped convolution with at
-  // least kWinogradMinChannels input and output channels and kWinogradMinPixels output pixels
-  // per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
+  // least kWinogradMinChannels input and kWinogradMinOutChannels output channels and
+  // kWinogradMinPixels output pixels per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
   // tile and reorders into and out of its blocked layout. It gains where the direct convolution
   // is bound by its multiply-adds over enough tiles; below that (small images, few channels),
   // by reading its weights or by the reorders, it loses.
   static bool UseWinograd(const Geometry& g) {
-    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinChannels) {
+    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinOutChannels) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {

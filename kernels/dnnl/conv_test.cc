@@ -613,7 +613,8 @@ TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
   };
   for (Shape sh : {Shape{1, 32, 48, 14, 14, 1, true}, Shape{2, 64, 32, 16, 23, 1, true},
                    Shape{1, 32, 64, 4, 25, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
-                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false}}) {
+                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false},
+                   Shape{1, 96, 24, 12, 13, 1, true}, Shape{1, 32, 8, 12, 12, 1, false}}) {
     for (int variant = 0; variant < 3; ++variant) {
       const bool sum = variant >= 1, channels_last = variant == 2;
       const int64_t oh = (sh.h - 1) / sh.stride + 1, ow = (sh.w - 1) / sh.stride + 1;
