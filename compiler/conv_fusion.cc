@@ -101,13 +101,16 @@ bool SameShape(const Value* a, const Value* b) {
   return true;
 }
 
-// The constant operand of a two-input `n` reading `cur` [N, M, spatial...] when it is one f32
-// value, or (unless `scalar_only`) one per channel (dims 1 but the channel axis, aligned from
-// the right), all finite, and `n`'s output has `cur`'s shape: its value per channel (M of
-// them); empty otherwise.
+// The constant operand of a two-input `n` reading `cur` [N, M, spatial...] (a conv's output
+// chain: M channels by construction) when it is one f32 value, or (unless `scalar_only`) one per
+// channel (dims 1 but the channel axis, aligned from the right, of rank at most cur's), all
+// finite: its value per channel (M of them); empty otherwise. Such a constant broadcasts to
+// cur's shape whatever its other dims, so `n`'s output is cur's shape even where shape
+// inference could not say so (a ConvTranspose's output dims are fresh symbols: Paddle2ONNX's
+// bias Add and BatchNormalization after DBNet's upsampling ConvTransposes).
 std::vector<float> ChannelConstant(const Node& n, const Value* cur, int64_t m, bool scalar_only) {
   if (!n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1 ||
-      n.outputs[0] == nullptr || !cur->shape || !SameShape(n.outputs[0], cur)) {
+      n.outputs[0] == nullptr || !cur->shape) {
     return {};
   }
   const Value* k = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];

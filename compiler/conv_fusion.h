@@ -26,8 +26,8 @@
 //
 // A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
 // Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
-// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols), so a Mul/Add,
-// whose broadcast must be proven shape-preserving, stays unfolded there in practice.
+// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols); a constant of
+// one value or one per channel keeps any [N, M, ...] shape, so those fold there too.
 //
 // Before the layouts, a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with
 // no residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group ==
