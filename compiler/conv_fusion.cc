@@ -631,10 +631,9 @@ int RewriteChannelMuls(Graph& g) {
       Value* x = n->inputs[xi];
       Value* gate = n->inputs[1 - xi];
       if (x == nullptr || gate == nullptr || x->producer == nullptr ||
-          (!IsFusedConv(x->producer) && !IsLayoutPool(x->producer)) || !x->shape ||
-          !gate->shape || x->dtype != DType::kF32 || gate->dtype != DType::kF32 ||
-          x->rank() < 3 || x->rank() > 5 || gate->rank() != x->rank() ||
-          !SameShape(n->outputs[0], x)) {
+          (!IsFusedConv(x->producer) && !IsLayoutPool(x->producer)) || !x->shape || !gate->shape ||
+          x->dtype != DType::kF32 || gate->dtype != DType::kF32 || x->rank() < 3 || x->rank() > 5 ||
+          gate->rank() != x->rank() || !SameShape(n->outputs[0], x)) {
         continue;
       }
       const std::vector<Dim>& xd = *x->shape;
@@ -681,8 +680,7 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   for (auto& node : g.nodes) {
     Node* p = node.get();
     if ((!IsFusedConv(p) && !IsLayoutPool(p) && !IsChannelMul(p)) || p->outputs.empty() ||
-        p->outputs[0] == nullptr ||
-        !Markable(g, p->outputs[0], uses)) {
+        p->outputs[0] == nullptr || !Markable(g, p->outputs[0], uses)) {
       continue;
     }
     const Value* v = p->outputs[0];
@@ -825,8 +823,9 @@ void FuseChannelSplits(Module& m, Graph& g, UseCounts& uses, ConvFusionCounts& c
     const std::vector<int64_t> sizes = ChannelSplit(*split, out->rank(), channels);
     if (sizes.empty() || split->inputs[0] != out) continue;
     const std::vector<float> weights = ConstF32(a->inputs[1]);
-    const std::vector<float> bias =
-        a->inputs.size() > 2 && a->inputs[2] != nullptr ? ConstF32(a->inputs[2]) : std::vector<float>{};
+    const std::vector<float> bias = a->inputs.size() > 2 && a->inputs[2] != nullptr
+                                        ? ConstF32(a->inputs[2])
+                                        : std::vector<float>{};
     if (weights.size() != static_cast<size_t>(w.numel()) ||
         (a->inputs.size() > 2 && a->inputs[2] != nullptr &&
          bias.size() != static_cast<size_t>(channels))) {
@@ -857,7 +856,8 @@ void FuseChannelSplits(Module& m, Graph& g, UseCounts& uses, ConvFusionCounts& c
       Value* y = split->outputs[part];
       // A part read only by a Sigmoid: the conv gives the Sigmoid's output.
       auto r = readers.find(y);
-      Node* sig = r != readers.end() && r->second.size() == 1 && uses[y] == 1 ? r->second[0] : nullptr;
+      Node* sig =
+          r != readers.end() && r->second.size() == 1 && uses[y] == 1 ? r->second[0] : nullptr;
       if (sig != nullptr && sig->op == ops::kSigmoid && sig->domain.empty() &&
           sig->outputs.size() == 1 && sig->outputs[0] != nullptr &&
           conv->attrs.count("activation2") == 0) {

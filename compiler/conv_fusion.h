@@ -59,17 +59,17 @@
 namespace dynvm::compiler {
 
 struct ConvFusionCounts {
-  int convs = 0;        // Conv nodes rewritten into FusedConv
-  int pads = 0;         // Pads folded
-  int batch_norms = 0;  // BatchNormalizations folded
-  int sums = 0;         // residual Adds fused
-  int scales = 0;       // Mul/Add by constants folded into the weights and bias
-  int activations = 0;  // activations fused (the second of a pair counted too)
-  int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
-  int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
-  int splits = 0;       // FusedConvs split into one per channel part of the Split reading them
+  int convs = 0;         // Conv nodes rewritten into FusedConv
+  int pads = 0;          // Pads folded
+  int batch_norms = 0;   // BatchNormalizations folded
+  int sums = 0;          // residual Adds fused
+  int scales = 0;        // Mul/Add by constants folded into the weights and bias
+  int activations = 0;   // activations fused (the second of a pair counted too)
+  int transposes = 0;    // ConvTransposes that took BatchNormalizations or constant Mul/Adds
+  int depthwise = 0;     // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
+  int splits = 0;        // FusedConvs split into one per channel part of the Split reading them
   int channel_muls = 0;  // Muls by a per-channel gate made dynvm::ChannelMul (layout-aware)
-  int blocked = 0;      // values kept channels-last between FusedConvs
+  int blocked = 0;       // values kept channels-last between FusedConvs
 };
 
 // Rewrites every function of `module` in place. Call after shape inference; run shape

@@ -807,8 +807,8 @@ class ConvKernel final : public DnnlKernel {
             } else if (pointwise_1d) {
               e->pointwise_1d = true;
             } else if (own_winograd &&
-                choice::UseOwnWinograd(UseWinograd(g) &&
-                                       OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
+                       choice::UseOwnWinograd(UseWinograd(g) &&
+                                              OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
               e->own_winograd = true;
             } else if (gemm) {
               BindGemm(engine, g, w, e);
@@ -890,7 +890,8 @@ class ConvKernel final : public DnnlKernel {
             float* row = channels_last ? rows + (ch - c0) * out : py + (n * c + ch) * out;
             cpu::DepthwiseConv1dRow(out, xp, pw + ch * taps, taps, dil,
                                     pb != nullptr ? pb[ch] : 0.0f, row);
-            if (act != cpu::Activation::kNone) cpu::BiasActivationRows(act, 1, out, nullptr, row, out);
+            if (act != cpu::Activation::kNone)
+              cpu::BiasActivationRows(act, 1, out, nullptr, row, out);
           }
           if (!channels_last) continue;
           for (int64_t i = 0; i < out; ++i) {
@@ -913,16 +914,16 @@ class ConvKernel final : public DnnlKernel {
   // whose joins wait on a descheduled thread when the machine is shared.
   bool Pointwise1dTakes(const Geometry& g, const Tensor& x, const Tensor& w,
                         const Tensor* sum) const {
-    return !transpose_ && g.k == 1 && g.g == 1 && g.kd[0] == 1 && g.st[0] == 1 &&
-           g.pl[0] == 0 && g.pr[0] == 0 && x.is_contiguous() && w.is_contiguous() &&
-           sum == nullptr && !act2_.present && RowActivation().has_value() && !dw_.present;
+    return !transpose_ && g.k == 1 && g.g == 1 && g.kd[0] == 1 && g.st[0] == 1 && g.pl[0] == 0 &&
+           g.pr[0] == 0 && x.is_contiguous() && w.is_contiguous() && sum == nullptr &&
+           !act2_.present && RowActivation().has_value() && !dw_.present;
   }
 
   // Rows [r0, r1) of image n: output channels (plain Y) or time steps (channels-last Y); the
   // bias and activation on those rows after their product.
-  dnnl_status_t Pointwise1dRows(const Geometry& g, const float* x, const float* w,
-                                const float* b, cpu::Activation act, float* y, int64_t n,
-                                int64_t r0, int64_t r1) const {
+  dnnl_status_t Pointwise1dRows(const Geometry& g, const float* x, const float* w, const float* b,
+                                cpu::Activation act, float* y, int64_t n, int64_t r0,
+                                int64_t r1) const {
     const int64_t c = g.c, m = g.m, t = g.in[0], rows = r1 - r0;
     const float* xn = x + n * c * t;
     if (!blocked_.out) {  // Y[n] rows r0..r1 = W[r0..r1] (M x C) . X[n] (C x T)
@@ -944,9 +945,8 @@ class ConvKernel final : public DnnlKernel {
     // Y[n] (T x M) rows r0..r1 = X[n]^T (T x C) . W^T (C x M)
     float* yn = y + (n * t + r0) * m;
     const dnnl_status_t s =
-        blocked_.in
-            ? dnnl_sgemm('N', 'T', rows, m, c, 1.0f, xn + r0 * c, c, w, c, 0.0f, yn, m)
-            : dnnl_sgemm('T', 'T', rows, m, c, 1.0f, xn + r0, t, w, c, 0.0f, yn, m);
+        blocked_.in ? dnnl_sgemm('N', 'T', rows, m, c, 1.0f, xn + r0 * c, c, w, c, 0.0f, yn, m)
+                    : dnnl_sgemm('T', 'T', rows, m, c, 1.0f, xn + r0, t, w, c, 0.0f, yn, m);
     if (s != dnnl_success) return s;
     if (b != nullptr || act != cpu::Activation::kNone) {
       cpu::BiasActivationRows(act, rows, m, b, yn, m);
@@ -974,17 +974,17 @@ class ConvKernel final : public DnnlKernel {
     // Rows of every image in one range, split over the pool; a range may span images.
     std::atomic<int> failed{dnnl_success};
     const int64_t total = g.n * per_image;
-    ctx.ParallelFor(total, std::max<int64_t>(16, total / (4 * threads)), [&](int64_t i0,
-                                                                              int64_t i1) {
-      SetThreads(1);
-      while (i0 < i1) {
-        const int64_t n = i0 / per_image, r0 = i0 % per_image;
-        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
-        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
-        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
-        i0 += r1 - r0;
-      }
-    });
+    ctx.ParallelFor(total, std::max<int64_t>(16, total / (4 * threads)),
+                    [&](int64_t i0, int64_t i1) {
+                      SetThreads(1);
+                      while (i0 < i1) {
+                        const int64_t n = i0 / per_image, r0 = i0 % per_image;
+                        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
+                        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
+                        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+                        i0 += r1 - r0;
+                      }
+                    });
     return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
   }
 
@@ -1440,10 +1440,10 @@ class ConvKernel final : public DnnlKernel {
   // oneDNN's Winograd (F(4x4, 3x3) or F(2x2, 3x3); AVX-512 only, elsewhere oneDNN has none and
   // the direct algorithm runs) for a 2D 3x3 stride-1 undilated ungrouped convolution with at
   // least kWinogradMinChannels input and kWinogradMinOutChannels output channels and
-  // kWinogradMinPixels output pixels per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
-  // tile and reorders into and out of its blocked layout. It gains where the direct convolution
-  // is bound by its multiply-adds over enough tiles; below that (small images, few channels),
-  // by reading its weights or by the reorders, it loses.
+  // kWinogradMinPixels output pixels per image: 2.25-4x fewer multiply-adds, for 4x bigger
+  // (transformed) weights, a transform per tile and reorders into and out of its blocked layout. It
+  // gains where the direct convolution is bound by its multiply-adds over enough tiles; below that
+  // (small images, few channels), by reading its weights or by the reorders, it loses.
   static bool UseWinograd(const Geometry& g) {
     if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinOutChannels) {
       return false;

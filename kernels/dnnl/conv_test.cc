@@ -824,9 +824,8 @@ TEST(DnnlFusedConv, DepthwiseConv1dOnTheMicrokernelMatchesReference) {
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
     for (const Shape& sh : shapes) {
-      const int64_t out = (sh.t + sh.pads[0] + sh.pads[1] - (sh.k - 1) * sh.dilation - 1) /
-                              sh.stride +
-                          1;
+      const int64_t out =
+          (sh.t + sh.pads[0] + sh.pads[1] - (sh.k - 1) * sh.dilation - 1) / sh.stride + 1;
       std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
                                     Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
       if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
@@ -838,14 +837,15 @@ TEST(DnnlFusedConv, DepthwiseConv1dOnTheMicrokernelMatchesReference) {
                               Both(I("group", sh.group), I("constant_weights", 1))),
                          Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
                               I("channels_last_out", sh.channels_last_out ? 1 : 0)));
-      attrs = Both(attrs, Both(S("activation", sh.act),
-                               Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
-                                    F("activation_beta", 0.75f))));
+      attrs =
+          Both(attrs, Both(S("activation", sh.act),
+                           Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                F("activation_beta", 0.75f))));
       if (sh.act2) attrs = Both(attrs, Both(S("activation2", "Affine"), F("activation2_alpha", 2)));
       const std::string what =
-          absl::StrCat(cpu::IsaName(isa), " ", sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ",
-                       sh.m, " group ", sh.group, " stride ", sh.stride, " dilation ",
-                       sh.dilation, " ", sh.act, sh.channels_last_out ? " channels-last out" : "");
+          absl::StrCat(cpu::IsaName(isa), " ", sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ", sh.m,
+                       " group ", sh.group, " stride ", sh.stride, " dilation ", sh.dilation, " ",
+                       sh.act, sh.channels_last_out ? " channels-last out" : "");
       Check({what, "FusedConv", "dynvm", inputs, attrs});
       ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
         EXPECT_EQ(st.depthwise_1d, sh.takes ? 1 : 0) << what;
@@ -888,12 +888,12 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
                                   Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
     if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
     if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++, -4, 4));
-    Attrs attrs = Both(Both(A<Ints>({{"pads", {sh.pad, sh.pad}},
-                                     {"strides", {sh.stride}},
-                                     {"kernel_shape", {sh.k}}}),
-                            Both(I("group", sh.group), I("constant_weights", 1))),
-                       Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
-                            I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+    Attrs attrs = Both(
+        Both(A<Ints>(
+                 {{"pads", {sh.pad, sh.pad}}, {"strides", {sh.stride}}, {"kernel_shape", {sh.k}}}),
+             Both(I("group", sh.group), I("constant_weights", 1))),
+        Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+             I("channels_last_out", sh.channels_last_out ? 1 : 0)));
     attrs = Both(attrs, Both(S("activation", sh.act),
                              Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
                                   F("activation_beta", 0.75f))));
@@ -908,7 +908,6 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
     });
   }
 }
-
 
 // Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
 // plain input with a channels-last output, a channels-last input with a plain output), the site

@@ -436,7 +436,8 @@ class ChannelMulKernel final : public DnnlKernel {
               g.dim(1) == x.dim(1) && x.is_contiguous() && g.is_contiguous();
     for (int d = 2; ok && d < g.rank(); ++d) ok = g.dim(d) == 1;
     if (!ok) return RunFallback(ctx, in, out);  // reports the shapes, if wrong
-    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "ChannelMul"));
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "ChannelMul"));
     const int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / std::max<int64_t>(n * c, 1);
     const int64_t gn = g.dim(0) == 1 ? 0 : 1;
     const float* xs = x.data<float>();

@@ -117,8 +117,7 @@ class ResizeKernel final : public DnnlKernel {
     int64_t out_elements = 1;
     for (int64_t d : out_dims) out_elements *= d;
     if (!attrs_.linear && x.is_contiguous()) {
-      DYNVM_RETURN_IF_ERROR(
-          reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Resize"));
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "Resize"));
       NearestWholeFactors(ctx, x, out_dims, out[0]->data<float>());
       return absl::OkStatus();
     }
