@@ -1120,5 +1120,38 @@ TEST(ConvFusion, NearMissesOfTheChannelMulAreNotRewritten) {
   }
 }
 
+// A conformer's convolution module as an exporter that keeps BatchNormalization writes it
+// (torch folds it at export; others do not): pointwise Conv1d, GLU, depthwise Conv1d (k 15 and
+// 31, "same" pads), BatchNormalization, SiLU written as x * Sigmoid(x), pointwise Conv1d. The
+// depthwise conv folds the BatchNormalization and takes SiLU; only FusedConvs and the GLU's Mul
+// remain, and the output equals the unfused graph's on both backends (the dnnl backend runs the
+// depthwise conv on cpu::DepthwiseConv1dRow and the pointwise ones as sgemm).
+TEST(ConvFusion, ConformerConvolutionModuleFolds) {
+  for (int64_t k : {15, 31}) {
+    SCOPED_TRACE(k);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {"batch", int64_t{16}, "time"});
+          Value* y = b.Op("Conv", {x, Const(b, {32, 16, 1}, 1, -1, 1), Const(b, {32}, 2, -1, 1)});
+          std::vector<Value*> h =
+              b.Ops("Split", {y, b.VectorI64({16, 16})}, {{"axis", AttrInt(1)}}, 2);
+          y = b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+          y = b.Op("Conv", {y, Const(b, {16, 1, k}, 3, -1, 1), Const(b, {16}, 4, -1, 1)},
+                   {{"group", AttrInt(16)}, {"pads", AttrInts({k / 2, k / 2})}});
+          y = b.Op("BatchNormalization",
+                   {y, Const(b, {16}, 5, 0.5f, 1.5f), Const(b, {16}, 6, -1, 1),
+                    Const(b, {16}, 7, -1, 1), Const(b, {16}, 8, 0.2f, 2)});
+          y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+          b.Output("y", b.Op("Conv", {y, Const(b, {16, 16, 1}, 9, -1, 1)}));
+        },
+        RandomF32({2, 16, 45}, 10, -2, 2));
+    // The GLU's two halves, the Mul, the depthwise conv (BatchNormalization and SiLU folded), the
+    // projection.
+    EXPECT_EQ(kernels, (std::vector<std::string>{"dynvm::FusedConv", "dynvm::FusedConv", "Mul",
+                                                 "dynvm::FusedConv", "dynvm::FusedConv"}))
+        << absl::StrJoin(kernels, ",");
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::compiler
