@@ -145,6 +145,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"sums", fused.sums},
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},
+                                   {"channel_splits", fused.splits},
+                                   {"channel_muls", fused.channel_muls},
                                    {"channels_last_values", fused.blocked}};
              return true;
            }});

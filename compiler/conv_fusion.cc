@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +28,7 @@ constexpr char kConvTranspose[] = "ConvTranspose";
 constexpr char kHardSigmoid[] = "HardSigmoid";
 constexpr char kMax[] = "Max";
 constexpr char kMin[] = "Min";
+constexpr char kSplit[] = "Split";
 
 void CountUses(Graph& g, UseCounts& uses) {
   for (auto& n : g.nodes) {
@@ -98,13 +101,16 @@ bool SameShape(const Value* a, const Value* b) {
   return true;
 }
 
-// The constant operand of a two-input `n` reading `cur` [N, M, spatial...] when it is one f32
-// value, or (unless `scalar_only`) one per channel (dims 1 but the channel axis, aligned from
-// the right), all finite, and `n`'s output has `cur`'s shape: its value per channel (M of
-// them); empty otherwise.
+// The constant operand of a two-input `n` reading `cur` [N, M, spatial...] (a conv's output
+// chain: M channels by construction) when it is one f32 value, or (unless `scalar_only`) one per
+// channel (dims 1 but the channel axis, aligned from the right, of rank at most cur's), all
+// finite: its value per channel (M of them); empty otherwise. Such a constant broadcasts to
+// cur's shape whatever its other dims, so `n`'s output is cur's shape even where shape
+// inference could not say so (a ConvTranspose's output dims are fresh symbols: Paddle2ONNX's
+// bias Add and BatchNormalization after DBNet's upsampling ConvTransposes).
 std::vector<float> ChannelConstant(const Node& n, const Value* cur, int64_t m, bool scalar_only) {
   if (!n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1 ||
-      n.outputs[0] == nullptr || !cur->shape || !SameShape(n.outputs[0], cur)) {
+      n.outputs[0] == nullptr || !cur->shape) {
     return {};
   }
   const Value* k = n.inputs[0] == cur ? n.inputs[1] : n.inputs[0];
@@ -593,6 +599,58 @@ bool IsLayoutPool(const Node* n) {
          (n->outputs.size() == 1 || n->outputs[1] == nullptr);
 }
 
+bool IsChannelMul(const Node* n) {
+  return n->op == ops::kChannelMul && n->domain == ops::kDynvmDomain;
+}
+
+// Whether dims a and b are equal (the same symbol or the same constant).
+bool SameDim(const Dim& a, const Dim& b) {
+  if (a == b) return true;
+  const std::optional<int64_t> ca = SymbolicContext::AsConst(a), cb = SymbolicContext::AsConst(b);
+  return ca && cb && *ca == *cb;
+}
+
+bool DimIs(const Dim& a, int64_t v) {
+  const std::optional<int64_t> c = SymbolicContext::AsConst(a);
+  return c && *c == v;
+}
+
+// A Mul of a FusedConv's or pool's output x [N, C, spatial...] (rank 3 to 5, f32) by a gate g
+// [N or 1, C, 1...] of x's rank, giving x's shape (a squeeze-excitation block's scale) becomes
+// dynvm::ChannelMul(x, g), which takes and gives the channels-last layout (AssignBlockedLayouts):
+// the convs around it then need no reorder. Returns the Muls rewritten.
+int RewriteChannelMuls(Graph& g) {
+  int rewritten = 0;
+  for (auto& node : g.nodes) {
+    Node* n = node.get();
+    if (n->op != ops::kMul || !n->domain.empty() || n->inputs.size() != 2 ||
+        n->outputs.size() != 1 || n->outputs[0] == nullptr) {
+      continue;
+    }
+    for (int xi = 0; xi < 2; ++xi) {
+      Value* x = n->inputs[xi];
+      Value* gate = n->inputs[1 - xi];
+      if (x == nullptr || gate == nullptr || x->producer == nullptr ||
+          (!IsFusedConv(x->producer) && !IsLayoutPool(x->producer)) || !x->shape || !gate->shape ||
+          x->dtype != DType::kF32 || gate->dtype != DType::kF32 || x->rank() < 3 || x->rank() > 5 ||
+          gate->rank() != x->rank() || !SameShape(n->outputs[0], x)) {
+        continue;
+      }
+      const std::vector<Dim>& xd = *x->shape;
+      const std::vector<Dim>& gd = *gate->shape;
+      bool ok = (SameDim(gd[0], xd[0]) || DimIs(gd[0], 1)) && SameDim(gd[1], xd[1]);
+      for (size_t d = 2; ok && d < gd.size(); ++d) ok = DimIs(gd[d], 1);
+      if (!ok) continue;
+      n->op = ops::kChannelMul;
+      n->domain = ops::kDynvmDomain;
+      n->inputs = {x, gate};
+      ++rewritten;
+      break;
+    }
+  }
+  return rewritten;
+}
+
 // Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
 // the residual, a pool as X), and it is no graph output and not read in a nested region. A
 // pool reading it gives its own output channels-last when that output is markable too, and
@@ -607,7 +665,7 @@ bool Markable(const Graph& g, const Value* v, UseCounts& uses) {
       if (other->inputs[i] != v) continue;
       ++reads;
       const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
-      const bool pool_reads = IsLayoutPool(other.get()) && i == 0;
+      const bool pool_reads = (IsLayoutPool(other.get()) || IsChannelMul(other.get())) && i == 0;
       if (!conv_reads && !pool_reads) return false;
     }
   }
@@ -621,8 +679,8 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   int changed = 0;
   for (auto& node : g.nodes) {
     Node* p = node.get();
-    if ((!IsFusedConv(p) && !IsLayoutPool(p)) || p->outputs.empty() || p->outputs[0] == nullptr ||
-        !Markable(g, p->outputs[0], uses)) {
+    if ((!IsFusedConv(p) && !IsLayoutPool(p) && !IsChannelMul(p)) || p->outputs.empty() ||
+        p->outputs[0] == nullptr || !Markable(g, p->outputs[0], uses)) {
       continue;
     }
     const Value* v = p->outputs[0];
@@ -700,6 +758,155 @@ int64_t DepthwiseStride(const Node& n, int64_t m) {
   return s;
 }
 
+// The channel counts a Split node `s` of a rank-`rank` value with `m` channels gives each output
+// when it splits along the channel axis (axis 1) into parts given by its constant "split" input
+// or attribute, or into equal parts (no split, or opset 18's num_outputs): empty otherwise.
+std::vector<int64_t> ChannelSplit(const Node& s, int rank, int64_t m) {
+  int64_t axis = IntAttr(s, "axis", 0);
+  if (axis < 0) axis += rank;
+  const size_t parts = s.outputs.size();
+  if (s.op != kSplit || !s.domain.empty() || axis != 1 || parts < 2) return {};
+  for (const Value* o : s.outputs) {
+    if (o == nullptr) return {};
+  }
+  std::vector<int64_t> sizes;
+  if (s.inputs.size() > 1 && s.inputs[1] != nullptr) {
+    const std::optional<std::vector<int64_t>> v = ConstInts(s.inputs[1]);
+    if (!v) return {};
+    sizes = *v;
+  } else if (const AttrValue* a = Attr(s, "split", AttrValue::Type::kInts); a != nullptr) {
+    sizes = a->ints;
+  } else {
+    if (m % static_cast<int64_t>(parts) != 0) return {};
+    sizes.assign(parts, m / static_cast<int64_t>(parts));
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) {
+    if (v <= 0) return {};
+    total += v;
+  }
+  return sizes.size() == parts && total == m ? sizes : std::vector<int64_t>{};
+}
+
+// A FusedConv (ungrouped, no residual, no depthwise stage, constant f32 weights and bias) whose
+// output is read only by a Split along the channel axis becomes one FusedConv per part, each
+// with its rows of the weights and bias, writing that part's output: the Split's copy goes. A
+// part read only by a Sigmoid (a GLU's gate, x[:M/2] * sigmoid(x[M/2:]), as torch writes
+// nn.GLU and F.glu) takes it as its activation, or as its second activation after the conv's
+// own (none when the conv has two already). Counts the convs split and the Sigmoids absorbed
+// (as activations); the Split and the absorbed Sigmoids are removed from `g`.
+void FuseChannelSplits(Module& m, Graph& g, UseCounts& uses, ConvFusionCounts& counts) {
+  absl::flat_hash_map<const Value*, std::vector<Node*>> readers;
+  for (auto& n : g.nodes) {
+    for (Value* v : n->inputs) {
+      if (v != nullptr) readers[v].push_back(n.get());
+    }
+  }
+  absl::flat_hash_set<const Node*> removed;
+  std::vector<std::unique_ptr<Node>> added;  // new FusedConvs, placed after their conv
+  std::vector<std::pair<Node*, Node*>> after;
+  for (auto& node : g.nodes) {
+    Node* a = node.get();
+    if (!IsFusedConv(a) || a->inputs.size() < 2 || a->inputs.size() > 3 || a->outputs.size() != 1 ||
+        a->outputs[0] == nullptr || a->inputs[0] == nullptr || IntAttr(*a, "group", 1) != 1 ||
+        a->inputs[1] == nullptr || !a->inputs[1]->constant ||
+        a->inputs[1]->constant->dtype() != DType::kF32 || a->inputs[1]->constant->rank() < 3 ||
+        (a->inputs.size() > 2 && a->inputs[2] != nullptr && !a->inputs[2]->constant)) {
+      continue;
+    }
+    Value* out = a->outputs[0];
+    auto it = readers.find(out);
+    if (it == readers.end() || it->second.size() != 1 || uses[out] != 1) continue;
+    Node* split = it->second[0];
+    const Tensor& w = *a->inputs[1]->constant;
+    const int64_t channels = w.dim(0), per_channel = w.numel() / std::max<int64_t>(channels, 1);
+    const std::vector<int64_t> sizes = ChannelSplit(*split, out->rank(), channels);
+    if (sizes.empty() || split->inputs[0] != out) continue;
+    const std::vector<float> weights = ConstF32(a->inputs[1]);
+    const std::vector<float> bias = a->inputs.size() > 2 && a->inputs[2] != nullptr
+                                        ? ConstF32(a->inputs[2])
+                                        : std::vector<float>{};
+    if (weights.size() != static_cast<size_t>(w.numel()) ||
+        (a->inputs.size() > 2 && a->inputs[2] != nullptr &&
+         bias.size() != static_cast<size_t>(channels))) {
+      continue;
+    }
+    int64_t row = 0;
+    Node* prev = a;
+    for (size_t part = 0; part < sizes.size(); ++part) {
+      std::vector<int64_t> dims(w.dims().begin(), w.dims().end());
+      dims[0] = sizes[part];
+      Tensor wp = *Tensor::Empty(DType::kF32, dims);
+      std::copy(weights.begin() + row * per_channel,
+                weights.begin() + (row + sizes[part]) * per_channel, wp.data<float>());
+      std::vector<Value*> inputs = {a->inputs[0], m.NewConstant(std::move(wp), "", true)};
+      if (!bias.empty()) {
+        Tensor bp = *Tensor::Empty(DType::kF32, {sizes[part]});
+        std::copy(bias.begin() + row, bias.begin() + row + sizes[part], bp.data<float>());
+        inputs.push_back(m.NewConstant(std::move(bp), "", true));
+      }
+      row += sizes[part];
+      auto conv = std::make_unique<Node>();
+      conv->op = a->op;
+      conv->domain = a->domain;
+      conv->name = absl::StrCat(a->name, "/part", part);
+      conv->attrs = a->attrs;
+      conv->inputs = std::move(inputs);
+      conv->graph = &g;
+      Value* y = split->outputs[part];
+      // A part read only by a Sigmoid: the conv gives the Sigmoid's output.
+      auto r = readers.find(y);
+      Node* sig =
+          r != readers.end() && r->second.size() == 1 && uses[y] == 1 ? r->second[0] : nullptr;
+      if (sig != nullptr && sig->op == ops::kSigmoid && sig->domain.empty() &&
+          sig->outputs.size() == 1 && sig->outputs[0] != nullptr &&
+          conv->attrs.count("activation2") == 0) {
+        const char* slot = conv->attrs.count("activation") == 0 ? "activation" : "activation2";
+        AttrValue act;
+        act.type = AttrValue::Type::kString;
+        act.s = "Sigmoid";
+        conv->attrs[slot] = act;
+        y = sig->outputs[0];
+        removed.insert(sig);
+        ++counts.activations;
+      }
+      y->producer = conv.get();
+      y->output_index = 0;
+      conv->outputs = {y};
+      after.push_back({prev, conv.get()});
+      prev = conv.get();
+      added.push_back(std::move(conv));
+    }
+    removed.insert(a);
+    removed.insert(split);
+    readers.erase(out);
+    out->producer = nullptr;
+    ++counts.splits;
+  }
+  if (added.empty()) return;
+  // Each part right after its conv (or the part before it): X is defined before the conv.
+  absl::flat_hash_map<const Node*, std::vector<std::unique_ptr<Node>>> place;
+  for (size_t i = 0; i < added.size(); ++i) {
+    place[after[i].first].push_back(std::move(added[i]));
+  }
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::function<void(const Node*)> emit_after = [&](const Node* n) {
+    auto p = place.find(n);
+    if (p == place.end()) return;
+    for (auto& c : p->second) {
+      const Node* raw = c.get();
+      nodes.push_back(std::move(c));
+      emit_after(raw);
+    }
+  };
+  for (auto& n : g.nodes) {
+    const Node* raw = n.get();
+    if (removed.count(raw) == 0) nodes.push_back(std::move(n));
+    emit_after(raw);
+  }
+  g.nodes = std::move(nodes);
+}
+
 // Folds each 3x3 depthwise FusedConv into the 1x1 FusedConv before it (conv_fusion.h).
 // Returns the pairs fused; the 1x1 nodes are left dead.
 int FuseDepthwisePairs(Module& m, Graph& g, UseCounts& uses) {
@@ -774,6 +981,12 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
   for (Function& f : module.functions()) {
     UseCounts uses;
     CountUses(*f.graph, uses);
+    EachGraph(*f.graph, [&](Graph& g) { FuseChannelSplits(module, g, uses, counts); });
+  }
+  if (counts.splits > 0) DYNVM_RETURN_IF_ERROR(InferShapes(module));
+  for (Function& f : module.functions()) {
+    UseCounts uses;
+    CountUses(*f.graph, uses);
     EachGraph(*f.graph, [&](Graph& g) { counts.depthwise += FuseDepthwisePairs(module, g, uses); });
   }
   if (counts.depthwise > 0) {
@@ -783,7 +996,10 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
   for (Function& f : module.functions()) {
     UseCounts uses;
     CountUses(*f.graph, uses);
-    EachGraph(*f.graph, [&](Graph& g) { counts.blocked += AssignBlockedLayouts(g, uses); });
+    EachGraph(*f.graph, [&](Graph& g) {
+      counts.channel_muls += RewriteChannelMuls(g);
+      counts.blocked += AssignBlockedLayouts(g, uses);
+    });
   }
   return counts;
 }

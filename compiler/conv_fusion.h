@@ -26,8 +26,8 @@
 //
 // A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
 // Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
-// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols), so a Mul/Add,
-// whose broadcast must be proven shape-preserving, stays unfolded there in practice.
+// ConvTranspose (no post-ops). Its output dims are not inferred (fresh symbols); a constant of
+// one value or one per channel keeps any [N, M, ...] shape, so those fold there too.
 //
 // Before the layouts, a FusedConv that is 1x1, stride 1, unpadded, undilated, ungrouped, with
 // no residual, whose output is read only by a FusedConv that is a 3x3 depthwise conv (group ==
@@ -38,7 +38,13 @@
 // "dw_stride" and its activation as "dw_activation" / "dw_activation_alpha" / "_beta" (same
 // names and values as "activation"). Its output is the depthwise conv's. The dnnl kernel runs
 // the pair as one oneDNN convolution with a depthwise post-op where oneDNN has an optimized one,
-// so the expanded tensor never goes to memory. Self-contained, to move onto
+// so the expanded tensor never goes to memory. Before that, a FusedConv (ungrouped, no residual,
+// constant weights and bias) whose output is read only by a Split along the channel axis becomes
+// one FusedConv per part (its rows of the weights and bias), a part read only by a Sigmoid taking
+// it as an activation: a GLU runs as two convs and a Mul. A Mul of a FusedConv's or pool's
+// output x [N, C, spatial...] by a gate [N or 1, C, 1...] giving x's shape (a squeeze-excitation
+// scale) becomes dynvm::ChannelMul, which passes the channels-last layout like a pool.
+// Self-contained, to move onto
 // compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
 #define DYNVM_COMPILER_CONV_FUSION_H_
@@ -53,15 +59,17 @@
 namespace dynvm::compiler {
 
 struct ConvFusionCounts {
-  int convs = 0;        // Conv nodes rewritten into FusedConv
-  int pads = 0;         // Pads folded
-  int batch_norms = 0;  // BatchNormalizations folded
-  int sums = 0;         // residual Adds fused
-  int scales = 0;       // Mul/Add by constants folded into the weights and bias
-  int activations = 0;  // activations fused (the second of a pair counted too)
-  int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
-  int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
-  int blocked = 0;      // values kept channels-last between FusedConvs
+  int convs = 0;         // Conv nodes rewritten into FusedConv
+  int pads = 0;          // Pads folded
+  int batch_norms = 0;   // BatchNormalizations folded
+  int sums = 0;          // residual Adds fused
+  int scales = 0;        // Mul/Add by constants folded into the weights and bias
+  int activations = 0;   // activations fused (the second of a pair counted too)
+  int transposes = 0;    // ConvTransposes that took BatchNormalizations or constant Mul/Adds
+  int depthwise = 0;     // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
+  int splits = 0;        // FusedConvs split into one per channel part of the Split reading them
+  int channel_muls = 0;  // Muls by a per-channel gate made dynvm::ChannelMul (layout-aware)
+  int blocked = 0;       // values kept channels-last between FusedConvs
 };
 
 // Rewrites every function of `module` in place. Call after shape inference; run shape

@@ -832,9 +832,10 @@ TEST(ConvFusion, SqueezeExcitationTakesHardSigmoid) {
 }
 
 // A ConvTranspose (groups 1 and 2, with and without bias, kernel equal to the stride or not)
-// folds the BatchNormalization after it into its weights and bias and stays a ConvTranspose;
-// the Mul and the Relu after it stay their own ops. A ConvTranspose whose output is read twice
-// keeps its BatchNormalization.
+// folds the bias Add (as Paddle2ONNX writes it: [1, M, 1, 1]), the BatchNormalization and the
+// per-channel Mul after it into its weights and bias and stays a ConvTranspose, although its
+// output dims are fresh symbols (a per-channel constant keeps any [N, M, ...] shape); the Relu
+// stays its own op. A ConvTranspose whose output is read twice keeps its BatchNormalization.
 TEST(ConvFusion, ConvTransposeFoldsBatchNormAndScales) {
   for (int64_t group : {1, 2}) {
     for (bool bias : {false, true}) {
@@ -848,6 +849,7 @@ TEST(ConvFusion, ConvTransposeFoldsBatchNormAndScales) {
               if (bias) in.push_back(Const(b, {6}, 2, -1, 1));
               Value* y = b.Op("ConvTranspose", in,
                               {{"strides", AttrInts({2, 2})}, {"group", AttrInt(group)}});
+              y = b.Op("Add", {y, Const(b, {1, 6, 1, 1}, 10, -1, 1)});
               y = b.Op("BatchNormalization",
                        {y, Const(b, {6}, 3, 0.5f, 1.5f), Const(b, {6}, 4, -1, 1),
                         Const(b, {6}, 5, -1, 1), Const(b, {6}, 6, 0.2f, 2)});
@@ -855,9 +857,7 @@ TEST(ConvFusion, ConvTransposeFoldsBatchNormAndScales) {
               b.Output("y", b.Op("Relu", {y}));
             },
             RandomF32({2, 4, 5, 6}, 8, -2, 2));
-        // The Mul stays: ConvTranspose's output dims are not inferred (fresh symbols), so that
-        // it keeps the output's shape is not known at compile time.
-        EXPECT_EQ(kernels.size(), 3u) << absl::StrJoin(kernels, ",");
+        EXPECT_EQ(kernels.size(), 2u) << absl::StrJoin(kernels, ",");
         EXPECT_EQ(CountOf(kernels, "ConvTranspose"), 1) << absl::StrJoin(kernels, ",");
         EXPECT_EQ(CountOf(kernels, "BatchNormalization"), 0) << absl::StrJoin(kernels, ",");
         EXPECT_EQ(CountOf(kernels, "Relu"), 1) << absl::StrJoin(kernels, ",");
@@ -894,7 +894,9 @@ TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
        [](GraphBuilder& b, Value* y) {
          return b.Op("Add", {y, Const(b, {2, 1, 1, 1, 1}, 3, -1, 1)});
        }},
-      {"Mul by a per-channel value after an activation (not one value)", "Mul",
+      // Not folded: it stays its own op, as dynvm::ChannelMul (a per-channel scale of a conv's
+      // output; SqueezeExcitationScaleKeepsChannelsLast).
+      {"Mul by a per-channel value after an activation (not one value)", "dynvm::ChannelMul",
        [](GraphBuilder& b, Value* y) {
          return b.Op("Mul", {b.Op("Relu", {y}), Const(b, {1, 8, 1, 1}, 3, -2, 2)});
        }},
@@ -923,6 +925,231 @@ TEST(ConvFusion, ScaleAndBoundNearMissesAreNotFolded) {
         },
         RandomF32({2, 4, 8, 8}, 4, -2, 2));
     EXPECT_EQ(CountOf(kernels, miss.op), 1) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// A conformer's GLU after its first pointwise Conv1d (torch's F.glu: Split along channels into
+// halves, the second half's Sigmoid times the first): the conv becomes one FusedConv per half,
+// the gate's with Sigmoid as its activation (as its second activation after a BatchNorm-folded
+// conv's own Relu), so no Split or Sigmoid kernel remains. Also: Split with its sizes as an input
+// or an attribute, the product written either way round, a 2D conv split in three unequal parts
+// (one read by a Sigmoid that is also a graph output), batch and time symbolic. Equal to the
+// unfused graph on both backends.
+TEST(ConvFusion, ChannelSplitsAndGluGatesFold) {
+  struct Case {
+    const char* what;
+    bool split_input, gate_first, relu, symbolic;
+  };
+  for (const Case& c : {Case{"split input", true, false, false, false},
+                        Case{"split attribute, gate first", false, true, false, true},
+                        Case{"equal parts, after Relu", false, false, true, false}}) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = c.symbolic ? b.Input("x", DType::kF32, {"n", int64_t{12}, "t"})
+                                : b.Input("x", DType::kF32, {int64_t{2}, int64_t{12}, int64_t{37}});
+          Value* y = b.Op("Conv", {x, Const(b, {20, 12, 1}, 5, -1, 1), Const(b, {20}, 6, -1, 1)});
+          if (c.relu) y = b.Op("Relu", {y});
+          Attrs split_attrs = {{"axis", AttrInt(1)}};
+          std::vector<Value*> in = {y};
+          if (c.split_input) {
+            in.push_back(b.VectorI64({10, 10}));
+          } else if (!c.relu) {
+            split_attrs["split"] = AttrInts({10, 10});
+          }
+          std::vector<Value*> halves = b.Ops("Split", in, split_attrs, 2);
+          Value* gate = b.Op("Sigmoid", {halves[1]});
+          y = c.gate_first ? b.Op("Mul", {gate, halves[0]}) : b.Op("Mul", {halves[0], gate});
+          b.Output("y", y);
+        },
+        RandomF32({2, 12, 37}, 7, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Split"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "Sigmoid"), 0) << absl::StrJoin(kernels, ",");
+  }
+  std::vector<std::string> kernels = ExpectOptimizedMatches(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{11}});
+        Value* y = ConvOf(b, x, 3, 16, 3, 8);
+        std::vector<Value*> parts =
+            b.Ops("Split", {y, b.VectorI64({4, 9, 3})}, {{"axis", AttrInt(-3)}}, 3);
+        Value* gate = b.Op("Sigmoid", {parts[0]});
+        Value* rest = b.Op("Add", {b.Op("Relu", {parts[1]}), b.ScalarF32(1)});
+        b.Output("y", b.Op("Mul", {rest, b.Op("ReduceSum", {gate, b.VectorI64({1})})}));
+        b.Output("z", parts[2]);
+      },
+      RandomF32({1, 3, 9, 11}, 9, -2, 2));
+  EXPECT_EQ(CountOf(kernels, "Split"), 0) << absl::StrJoin(kernels, ",");
+  EXPECT_EQ(CountOf(kernels, "Sigmoid"), 0) << absl::StrJoin(kernels, ",");
+  EXPECT_EQ(CountOf(kernels, "Relu"), 1) << absl::StrJoin(kernels, ",");  // only Sigmoid is taken
+}
+
+// Near misses keep the Split (and the Sigmoid): a split along time, the conv's output read
+// twice, a grouped conv, parts of a split with a non-constant size input; and a conv with two
+// activations already (HardSigmoid) splits but keeps its gate's Sigmoid.
+TEST(ConvFusion, NearMissesOfTheChannelSplitAreNotFolded) {
+  struct Miss {
+    const char* what;
+    int splits, sigmoids;
+    std::function<Value*(GraphBuilder&, Value*)> build;
+  };
+  auto glu = [](GraphBuilder& b, Value* y, int64_t axis) {
+    std::vector<Value*> h = b.Ops("Split", {y}, {{"axis", AttrInt(axis)}}, 2);
+    return b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+  };
+  const Miss misses[] = {
+      {"along time", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         return glu(b, b.Op("Conv", {x, Const(b, {8, 4, 1}, 1, -1, 1)}), 2);
+       }},
+      {"read twice", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("Conv", {x, Const(b, {8, 4, 1}, 2, -1, 1)});
+         return b.Op("Add", {glu(b, y, 1), b.Op("ReduceMean", {y, b.VectorI64({1})})});
+       }},
+      {"grouped", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         return glu(b, b.Op("Conv", {x, Const(b, {8, 2, 1}, 3, -1, 1)}, {{"group", AttrInt(2)}}),
+                    1);
+       }},
+      {"split sizes computed", 1, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("Conv", {x, Const(b, {8, 4, 1}, 4, -1, 1)});
+         Value* four = b.Op("Gather", {b.Op("Shape", {x}), b.VectorI64({1, 1})});
+         std::vector<Value*> h = b.Ops("Split", {y, four}, {{"axis", AttrInt(1)}}, 2);
+         return b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+       }},
+      {"two activations already", 0, 1,
+       [&](GraphBuilder& b, Value* x) {
+         Value* y = b.Op("HardSigmoid", {b.Op("Conv", {x, Const(b, {8, 4, 1}, 5, -1, 1)})});
+         return glu(b, y, 1);
+       }},
+  };
+  for (const Miss& miss : misses) {
+    SCOPED_TRACE(miss.what);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{4}, int64_t{10}});
+          b.Output("y", miss.build(b, x));
+        },
+        RandomF32({2, 4, 10}, 6, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Split"), miss.splits) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "Sigmoid"), miss.sigmoids) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// A squeeze-excitation block's scale (Mul of a conv's output by a [N, C, 1...] gate) becomes
+// dynvm::ChannelMul, which keeps the channels-last layout between the convs: 1D/2D/3D, the gate
+// as either operand, a gate of batch 1 (a constant), the scaled value read by a conv (channels-
+// last out) or by an Add too (plain out), the conv's output read by another op as well (plain
+// in). Equal to the unfused graph on both backends; no Mul kernel left, and the report shows
+// ChannelMul's layouts.
+TEST(ConvFusion, SqueezeExcitationScaleKeepsChannelsLast) {
+  struct Case {
+    int spatial;
+    bool gate_first, const_gate, out_read_elsewhere, in_read_elsewhere;
+  };
+  for (const Case& c : {Case{2, false, false, false, false}, Case{1, true, false, false, false},
+                        Case{3, false, true, false, false}, Case{2, true, false, true, false},
+                        Case{2, false, false, false, true}}) {
+    SCOPED_TRACE(absl::StrCat("spatial ", c.spatial, " gate first ", c.gate_first, " const ",
+                              c.const_gate, " out elsewhere ", c.out_read_elsewhere,
+                              " in elsewhere ", c.in_read_elsewhere));
+    std::vector<DimSpec> dims = {int64_t{2}, int64_t{3}};
+    std::vector<int64_t> idims = {2, 3}, kernel, gate_dims = {c.const_gate ? 1 : 2, 12};
+    for (int d = 0; d < c.spatial; ++d) {
+      dims.push_back(int64_t{5 + d});
+      idims.push_back(5 + d);
+      kernel.push_back(1);
+      gate_dims.push_back(1);
+    }
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, dims);
+          std::vector<int64_t> w1 = {12, 3}, w2 = {8, 12};
+          w1.insert(w1.end(), kernel.begin(), kernel.end());
+          w2.insert(w2.end(), kernel.begin(), kernel.end());
+          Value* y = b.Op("Relu", {b.Op("Conv", {x, Const(b, w1, 1, -1, 1)})});
+          Value* gate;
+          if (c.const_gate) {
+            gate = Const(b, gate_dims, 2, 0, 1);
+          } else {
+            gate = b.Op("Sigmoid", {b.Op("GlobalAveragePool", {y})});
+          }
+          Value* scaled = c.gate_first ? b.Op("Mul", {gate, y}) : b.Op("Mul", {y, gate});
+          Value* out = b.Op("Conv", {scaled, Const(b, w2, 3, -1, 1)});
+          if (c.out_read_elsewhere) {
+            out = b.Op("Add", {out, b.Op("ReduceMean", {scaled, b.VectorI64({1})})});
+          }
+          if (c.in_read_elsewhere) {
+            out = b.Op("Add", {out, b.Op("ReduceMean", {y, b.VectorI64({1})})});
+          }
+          b.Output("y", out);
+        },
+        RandomF32(idims, 4, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Mul"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelMul"), 1) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// Near misses keep the Mul: a Mul by a [1, C, H, W] constant (not a gate), by a [N, 1, 1, 1]
+// gate, and of a value no conv or pool produced (a graph input).
+TEST(ConvFusion, NearMissesOfTheChannelMulAreNotRewritten) {
+  const std::function<Value*(GraphBuilder&, Value*, Value*)> misses[] = {
+      [](GraphBuilder& b, Value*, Value* y) {
+        return b.Op("Mul", {y, Const(b, {1, 8, 5, 6}, 7, -1, 1)});
+      },
+      [](GraphBuilder& b, Value*, Value* y) {
+        return b.Op("Mul", {y, b.Op("ReduceMean", {y, b.VectorI64({1, 2, 3})})});
+      },
+      [](GraphBuilder& b, Value* x, Value* y) {
+        Value* g = b.Op("GlobalAveragePool", {y});
+        return b.Op("Add", {y, b.Op("ReduceMean", {b.Op("Mul", {x, g}), b.VectorI64({1})})});
+      },
+  };
+  for (size_t i = 0; i < std::size(misses); ++i) {
+    SCOPED_TRACE(i);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{8}, int64_t{5}, int64_t{6}});
+          Value* y = b.Op("Conv", {x, Const(b, {8, 8, 1, 1}, 1, -1, 1)});
+          b.Output("y", misses[i](b, x, y));
+        },
+        RandomF32({2, 8, 5, 6}, 5, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Mul"), 1) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelMul"), 0) << absl::StrJoin(kernels, ",");
+  }
+}
+
+// A conformer's convolution module as an exporter that keeps BatchNormalization writes it
+// (torch folds it at export; others do not): pointwise Conv1d, GLU, depthwise Conv1d (k 15 and
+// 31, "same" pads), BatchNormalization, SiLU written as x * Sigmoid(x), pointwise Conv1d. The
+// depthwise conv folds the BatchNormalization and takes SiLU; only FusedConvs and the GLU's Mul
+// remain, and the output equals the unfused graph's on both backends (the dnnl backend runs the
+// depthwise conv on cpu::DepthwiseConv1dRow and the pointwise ones as sgemm).
+TEST(ConvFusion, ConformerConvolutionModuleFolds) {
+  for (int64_t k : {15, 31}) {
+    SCOPED_TRACE(k);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {"batch", int64_t{16}, "time"});
+          Value* y = b.Op("Conv", {x, Const(b, {32, 16, 1}, 1, -1, 1), Const(b, {32}, 2, -1, 1)});
+          std::vector<Value*> h =
+              b.Ops("Split", {y, b.VectorI64({16, 16})}, {{"axis", AttrInt(1)}}, 2);
+          y = b.Op("Mul", {h[0], b.Op("Sigmoid", {h[1]})});
+          y = b.Op("Conv", {y, Const(b, {16, 1, k}, 3, -1, 1), Const(b, {16}, 4, -1, 1)},
+                   {{"group", AttrInt(16)}, {"pads", AttrInts({k / 2, k / 2})}});
+          y = b.Op("BatchNormalization",
+                   {y, Const(b, {16}, 5, 0.5f, 1.5f), Const(b, {16}, 6, -1, 1),
+                    Const(b, {16}, 7, -1, 1), Const(b, {16}, 8, 0.2f, 2)});
+          y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+          b.Output("y", b.Op("Conv", {y, Const(b, {16, 16, 1}, 9, -1, 1)}));
+        },
+        RandomF32({2, 16, 45}, 10, -2, 2));
+    // The GLU's two halves, the Mul, the depthwise conv (BatchNormalization and SiLU folded), the
+    // projection.
+    EXPECT_EQ(kernels, (std::vector<std::string>{"dynvm::FusedConv", "dynvm::FusedConv", "Mul",
+                                                 "dynvm::FusedConv", "dynvm::FusedConv"}))
+        << absl::StrJoin(kernels, ",");
   }
 }
 

@@ -201,6 +201,20 @@ absl::Status QLstmShape(InferContext& c) { return FindOpDef("", ops::kLSTM)->inf
 absl::Status QGruShape(InferContext& c) { return FindOpDef("", ops::kGRU)->infer(c); }
 absl::Status QRnnShape(InferContext& c) { return FindOpDef("", ops::kRNN)->infer(c); }
 
+// ChannelMul (compiler/conv_fusion.h): y = x * g, x [N, C, spatial...], g [N or 1, C, 1...];
+// y has x's dims.
+absl::Status ChannelMulShape(InferContext& c) {
+  if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1))
+    return c.Error("ChannelMul takes (x, g) and has one output");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutput(0, c.input_dtype(0), *x);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineDynvmOps(OpTable& t) {
@@ -215,6 +229,7 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kLinear, 7, "", "", kPure, InferLinear},
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},
       {ops::kFusedConv, 7, "", "", kPure, InferFusedConvShape},
+      {ops::kChannelMul, 7, "", "", kPure, ChannelMulShape},
       {ops::kQMatMul, 7, "", "", kPure, QMatMulShape},
       {"QLSTM", 7, "", "", kPure, QLstmShape},
       {"QGRU", 7, "", "", kPure, QGruShape},

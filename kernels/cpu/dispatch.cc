@@ -15,6 +15,7 @@ Dispatch Make(Isa isa) {
   FillQ4Gemv(isa, &d);
   FillIGemm(isa, &d);
   FillPackedGemm(isa, &d);
+  FillDepthwise(isa, &d);
   FillWinograd(isa, &d);
   return d;
 }

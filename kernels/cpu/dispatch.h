@@ -96,6 +96,9 @@ struct Dispatch {
   void (*packed_gemm_column_block)(int64_t rows, int64_t depth, const float* a, const float* b,
                                    int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
                                    bool accumulate);
+  // depthwise.h
+  void (*depthwise_conv1d_row)(int64_t n, const float* xp, const float* w, int64_t taps,
+                               int64_t dilation, float bias, float* y);
   // winograd.h
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,
@@ -118,6 +121,7 @@ void FillQGemv(Isa isa, Dispatch* d);
 void FillQ4Gemv(Isa isa, Dispatch* d);
 void FillIGemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
+void FillDepthwise(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);
 
 }  // namespace dynvm::cpu::internal

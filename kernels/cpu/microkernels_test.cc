@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/depthwise.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
@@ -618,6 +619,39 @@ TEST(Reduce, RowsAndColumnsMatchDouble) {
             ASSERT_NEAR(cols[o * inner + i], want, exact ? 0.0 : 1e-6 * mag)
                 << IsaName(isa) << " columns op " << static_cast<int>(op) << " n " << n;
           }
+        }
+      }
+    }
+  }
+}
+
+// ---- depthwise.h ----
+
+// Every level against a double loop, lengths around the 32-output block, taps 1 to 33,
+// dilations 1 to 3; y is written for t < n only.
+TEST(Depthwise, Conv1dRowMatchesDouble) {
+  std::mt19937 rng(10);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : kLengths) {
+      for (int64_t taps : {1, 3, 15, 31, 33}) {
+        for (int64_t dilation : {1, 3}) {
+          const int64_t len = n + (taps - 1) * dilation;
+          const std::vector<float> xp = Uniform(len, rng, -2, 2), w = Uniform(taps, rng);
+          const float bias = Uniform(1, rng)[0];
+          std::vector<float> y(n + 1, 1234.5f);
+          DepthwiseConv1dRow(n, xp.data(), w.data(), taps, dilation, bias, y.data());
+          for (int64_t t = 0; t < n; ++t) {
+            double want = bias, mag = std::fabs(bias);
+            for (int64_t k = 0; k < taps; ++k) {
+              want += double{w[k]} * xp[t + k * dilation];
+              mag += std::fabs(double{w[k]} * xp[t + k * dilation]);
+            }
+            ASSERT_NEAR(y[t], want, 1e-6 * mag + 1e-7)
+                << IsaName(isa) << " n " << n << " taps " << taps << " dilation " << dilation
+                << " t " << t;
+          }
+          ASSERT_EQ(y[n], 1234.5f) << IsaName(isa) << " wrote past n " << n;
         }
       }
     }

@@ -101,7 +101,8 @@
 //   machine's noise: pw-cnn-ab-2026-11-28.txt). On the AVX2 machine this took the CRNN from 233-586
 //   ms to 1.7-12 ms per line (crnn-before-2026-11-28.txt, crnn-after-2026-11-28.txt).
 // - *Winograd.* A FusedConv with constant weights that is 2D, 3x3, stride 1, undilated and
-//   ungrouped, with at least 32 input and 32 output channels and at least 96 output pixels per
+//   ungrouped, with at least 32 input and 16 output channels (32 before DBNet's 96 -> 24 head
+//   convs measured 2.3x faster on it) and at least 96 output pixels per
 //   image (10x10, or 4x24 in a text line), asks oneDNN for its Winograd algorithm (jit_wino_4x3 /
 //   jit_fp32_wino_2x3 on AVX-512: 2.25-4x fewer multiply-adds) with source and destination in its
 //   own blocked layout, reordered from and to the tensors' layouts like any other layout choice,
@@ -284,15 +285,19 @@
 #include "kernels/dnnl/conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/depthwise.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/winograd.h"
 #include "kernels/dnnl/choice.h"
@@ -328,6 +333,8 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.dst_reorders += e->dst_reorder.bound() ? 1 : 0;
     stats.dw_fused += e->dw_fused ? 1 : 0;
     stats.dw_separate += e->second.bound() ? 1 : 0;
+    stats.depthwise_1d += e->depthwise_1d ? 1 : 0;
+    stats.pointwise_1d += e->pointwise_1d ? 1 : 0;
   }
   return stats;
 }
@@ -713,6 +720,11 @@ class PackedWeightsCache {
 // Winograd thresholds (UseWinograd), from per-primitive timings (ONEDNN_VERBOSE) of
 // tools/bench conv_bench.py's resnet18 and crnn_bench.py's CRNN at every size they run.
 constexpr int64_t kWinogradMinChannels = 32;
+// Output channels from which oneDNN's Winograd is asked for (with kWinogradMinChannels inputs):
+// DBNet's FPN head convs (PaddleOCR v4 detection, 96 -> 24 channels, 3x3, 120x184 pixels at
+// 480x736 input) ran 13.8 ms each on the direct algorithm and about 6 ms on Winograd (AVX-512,
+// 1 thread, per-node minima of vm-run --profile on the shared machine).
+constexpr int64_t kWinogradMinOutChannels = 16;
 // Output pixels per image up to which a channels-last FusedConv runs as one GEMM (UseGemm),
 // when the GEMM has at least kGemmMinRows rows (output pixels over the batch): sgemm packs its
 // weight operand per call, which fewer rows do not repay (resnet18's 4x4 and 2x2 stages at
@@ -786,11 +798,17 @@ class ConvKernel final : public DnnlKernel {
       // dynvm's Winograd before the GEMM where both take a shape (a 4x4 image over a batch):
       // 2.25x fewer multiply-adds than the direct convolution against 1x, measured 2.8-4x faster.
       const bool own_winograd = OwnWinogradTakes(g, sum), gemm = UseGemm(g, sum);
+      const bool depthwise_1d = Depthwise1dTakes(g, x, w, sum);
+      const bool pointwise_1d = Pointwise1dTakes(g, x, w, sum);
       DYNVM_RETURN_IF_ERROR(BindEntry(
           e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
-            if (own_winograd &&
-                choice::UseOwnWinograd(UseWinograd(g) &&
-                                       OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
+            if (depthwise_1d) {
+              e->depthwise_1d = true;
+            } else if (pointwise_1d) {
+              e->pointwise_1d = true;
+            } else if (own_winograd &&
+                       choice::UseOwnWinograd(UseWinograd(g) &&
+                                              OneDnnHasWinograd(engine, g, x, b != nullptr, sum))) {
               e->own_winograd = true;
             } else if (gemm) {
               BindGemm(engine, g, w, e);
@@ -802,12 +820,174 @@ class ConvKernel final : public DnnlKernel {
     if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
+    if (e->depthwise_1d) return ExecuteDepthwise1d(ctx, g, x, w, b, out[0]);
+    if (e->pointwise_1d) return ExecutePointwise1d(ctx, g, x, w, b, out[0]);
     if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
     if (e->own_winograd) return ExecuteOwnWinograd(ctx, g, x, w, b, sum, out[0]);
     return Execute(ctx, *e, x, w, b, sum, out[0]);
   }
 
  private:
+  // ---- A depthwise Conv1d on dynvm's microkernel ----
+
+  // The activation of act_ as cpu::BiasActivationRows applies it (kNone without one); nullopt
+  // for those it does not have (Clip, HardSwish, LeakyRelu, Affine).
+  std::optional<cpu::Activation> RowActivation() const {
+    if (!act_.present) return cpu::Activation::kNone;
+    using alg = dnnl::algorithm;
+    if (act_.alg == alg::eltwise_relu && act_.alpha == 0.0f) return cpu::Activation::kRelu;
+    if (act_.alg == alg::eltwise_logistic) return cpu::Activation::kSigmoid;
+    if (act_.alg == alg::eltwise_swish && act_.alpha == 1.0f) return cpu::Activation::kSilu;
+    if (act_.alg == alg::eltwise_tanh) return cpu::Activation::kTanh;
+    return std::nullopt;
+  }
+
+  // A depthwise Conv1d (group == input == output channels) of stride 1, any dilation and pads,
+  // over a plain (NCW) dense input, written plain or channels-last, without a residual or a
+  // second activation and with at most one of RowActivation's: the depthwise conv of a
+  // conformer's convolution module or a TCN. oneDNN 2.6 has no optimized kernel for the plain
+  // layout (it ran a conformer's [1, 256, 400] k=15 conv in 2.6 ms, this loop in about 0.05 ms).
+  bool Depthwise1dTakes(const Geometry& g, const Tensor& x, const Tensor& w,
+                        const Tensor* sum) const {
+    return !transpose_ && g.k == 1 && g.g == g.c && g.m == g.c && g.st[0] == 1 && g.pl[0] >= 0 &&
+           !blocked_.in && x.is_contiguous() && w.is_contiguous() && sum == nullptr &&
+           !act2_.present && RowActivation().has_value() && !dw_.present;
+  }
+
+  // Per task a block of kDepthwiseChannels channels of one image: each channel's row copied
+  // between zeros (its padding), convolved by cpu::DepthwiseConv1dRow with its bias, activated,
+  // and stored (channels-last: through a [channels, time] buffer, transposed as it is stored).
+  absl::Status ExecuteDepthwise1d(KernelContext& ctx, const Geometry& g, const Tensor& x,
+                                  const Tensor& w, const Tensor* b, Tensor* y) const {
+    constexpr int64_t kDepthwiseChannels = 16;
+    const int64_t c = g.c, in = g.in[0], out = g.od[0], taps = g.kd[0], dil = g.dl[0] + 1;
+    const int64_t pl = g.pl[0], padded = std::max(pl + in, out + (taps - 1) * dil);
+    const int64_t per_image = (c + kDepthwiseChannels - 1) / kDepthwiseChannels;
+    const int64_t blocks = g.n * per_image;
+    const int tasks =
+        ThreadsFor(ctx.num_threads(), g.n * c * out * taps) > 1 ? ctx.ParallelTasks(blocks, 1) : 1;
+    const size_t per_task = Align(static_cast<size_t>(
+        (padded + (blocked_.out ? kDepthwiseChannels * out : 0)) * sizeof(float)));
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(per_task * tasks + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    const cpu::Activation act = *RowActivation();
+    const float* px = x.data<float>();
+    const float* pw = w.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    float* py = y->data<float>();
+    const bool channels_last = blocked_.out;
+    ctx.ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* xp = reinterpret_cast<float*>(base + per_task * t);
+        float* rows = xp + padded;
+        std::fill(xp, xp + pl, 0.0f);
+        std::fill(xp + pl + in, xp + padded, 0.0f);
+        for (int64_t blk = blocks * t / tasks; blk < blocks * (t + 1) / tasks; ++blk) {
+          const int64_t n = blk / per_image, c0 = blk % per_image * kDepthwiseChannels;
+          const int64_t c1 = std::min(c, c0 + kDepthwiseChannels);
+          for (int64_t ch = c0; ch < c1; ++ch) {
+            std::memcpy(xp + pl, px + (n * c + ch) * in, static_cast<size_t>(in) * sizeof(float));
+            float* row = channels_last ? rows + (ch - c0) * out : py + (n * c + ch) * out;
+            cpu::DepthwiseConv1dRow(out, xp, pw + ch * taps, taps, dil,
+                                    pb != nullptr ? pb[ch] : 0.0f, row);
+            if (act != cpu::Activation::kNone)
+              cpu::BiasActivationRows(act, 1, out, nullptr, row, out);
+          }
+          if (!channels_last) continue;
+          for (int64_t i = 0; i < out; ++i) {
+            float* yi = py + (n * out + i) * c + c0;
+            for (int64_t ch = 0; ch < c1 - c0; ++ch) yi[ch] = rows[ch * out + i];
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  // ---- A pointwise Conv1d as sgemm on the VM's threads ----
+
+  // A pointwise Conv1d (kernel 1, stride 1, unpadded, ungrouped) with a dense input and weights,
+  // no residual, no second activation and at most one of RowActivation's: per image the GEMM
+  // Y [M, T] = W [M, C] X [C, T] (transposed operands for channels-last ports), which
+  // dnnl_sgemm runs on each range of output rows on the VM's threads. oneDNN's 1x1 convolution
+  // of these shapes (a conformer's convolution module, a TCN) runs on an OpenMP team of its own,
+  // whose joins wait on a descheduled thread when the machine is shared.
+  bool Pointwise1dTakes(const Geometry& g, const Tensor& x, const Tensor& w,
+                        const Tensor* sum) const {
+    return !transpose_ && g.k == 1 && g.g == 1 && g.kd[0] == 1 && g.st[0] == 1 && g.pl[0] == 0 &&
+           g.pr[0] == 0 && x.is_contiguous() && w.is_contiguous() && sum == nullptr &&
+           !act2_.present && RowActivation().has_value() && !dw_.present;
+  }
+
+  // Rows [r0, r1) of image n: output channels (plain Y) or time steps (channels-last Y); the
+  // bias and activation on those rows after their product.
+  dnnl_status_t Pointwise1dRows(const Geometry& g, const float* x, const float* w, const float* b,
+                                cpu::Activation act, float* y, int64_t n, int64_t r0,
+                                int64_t r1) const {
+    const int64_t c = g.c, m = g.m, t = g.in[0], rows = r1 - r0;
+    const float* xn = x + n * c * t;
+    if (!blocked_.out) {  // Y[n] rows r0..r1 = W[r0..r1] (M x C) . X[n] (C x T)
+      float* yn = y + (n * m + r0) * t;
+      const dnnl_status_t s =
+          blocked_.in ? dnnl_sgemm('N', 'T', rows, t, c, 1.0f, w + r0 * c, c, xn, c, 0.0f, yn, t)
+                      : dnnl_sgemm('N', 'N', rows, t, c, 1.0f, w + r0 * c, c, xn, t, 0.0f, yn, t);
+      if (s != dnnl_success) return s;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = yn + r * t;
+        if (b != nullptr) {
+          const float bias = b[r0 + r];
+          for (int64_t i = 0; i < t; ++i) row[i] += bias;
+        }
+        if (act != cpu::Activation::kNone) cpu::BiasActivationRows(act, 1, t, nullptr, row, t);
+      }
+      return dnnl_success;
+    }
+    // Y[n] (T x M) rows r0..r1 = X[n]^T (T x C) . W^T (C x M)
+    float* yn = y + (n * t + r0) * m;
+    const dnnl_status_t s =
+        blocked_.in ? dnnl_sgemm('N', 'T', rows, m, c, 1.0f, xn + r0 * c, c, w, c, 0.0f, yn, m)
+                    : dnnl_sgemm('T', 'T', rows, m, c, 1.0f, xn + r0, t, w, c, 0.0f, yn, m);
+    if (s != dnnl_success) return s;
+    if (b != nullptr || act != cpu::Activation::kNone) {
+      cpu::BiasActivationRows(act, rows, m, b, yn, m);
+    }
+    return dnnl_success;
+  }
+
+  absl::Status ExecutePointwise1d(KernelContext& ctx, const Geometry& g, const Tensor& x,
+                                  const Tensor& w, const Tensor* b, Tensor* y) const {
+    const int64_t per_image = blocked_.out ? g.in[0] : g.m;
+    const cpu::Activation act = *RowActivation();
+    const float* px = x.data<float>();
+    const float* pw = w.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    float* py = y->data<float>();
+    const int threads = ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.in[0]);
+    SetThreads(1);
+    if (threads == 1) {
+      for (int64_t n = 0; n < g.n; ++n) {
+        DYNVM_RETURN_IF_ERROR(
+            FromDnnl(Pointwise1dRows(g, px, pw, pb, act, py, n, 0, per_image), "dnnl_sgemm"));
+      }
+      return absl::OkStatus();
+    }
+    // Rows of every image in one range, split over the pool; a range may span images.
+    std::atomic<int> failed{dnnl_success};
+    const int64_t total = g.n * per_image;
+    ctx.ParallelFor(total, std::max<int64_t>(16, total / (4 * threads)),
+                    [&](int64_t i0, int64_t i1) {
+                      SetThreads(1);
+                      while (i0 < i1) {
+                        const int64_t n = i0 / per_image, r0 = i0 % per_image;
+                        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
+                        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
+                        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+                        i0 += r1 - r0;
+                      }
+                    });
+    return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
+  }
+
   // ---- A ConvTranspose without overlapping windows ----
 
   // Kernel equal to the stride on every axis, unpadded, undilated, ungrouped, no output padding
@@ -1259,13 +1439,13 @@ class ConvKernel final : public DnnlKernel {
 
   // oneDNN's Winograd (F(4x4, 3x3) or F(2x2, 3x3); AVX-512 only, elsewhere oneDNN has none and
   // the direct algorithm runs) for a 2D 3x3 stride-1 undilated ungrouped convolution with at
-  // least kWinogradMinChannels input and output channels and kWinogradMinPixels output pixels
-  // per image: 2.25-4x fewer multiply-adds, for 4x bigger (transformed) weights, a transform per
-  // tile and reorders into and out of its blocked layout. It gains where the direct convolution
-  // is bound by its multiply-adds over enough tiles; below that (small images, few channels),
-  // by reading its weights or by the reorders, it loses.
+  // least kWinogradMinChannels input and kWinogradMinOutChannels output channels and
+  // kWinogradMinPixels output pixels per image: 2.25-4x fewer multiply-adds, for 4x bigger
+  // (transformed) weights, a transform per tile and reorders into and out of its blocked layout. It
+  // gains where the direct convolution is bound by its multiply-adds over enough tiles; below that
+  // (small images, few channels), by reading its weights or by the reorders, it loses.
   static bool UseWinograd(const Geometry& g) {
-    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinChannels) {
+    if (g.k != 2 || g.g != 1 || g.c < kWinogradMinChannels || g.m < kWinogradMinOutChannels) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {

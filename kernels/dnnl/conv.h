@@ -28,6 +28,8 @@ struct ConvCacheStats {
   int dst_reorders = 0;     // cached convolutions that reorder their output
   int dw_fused = 0;         // 1x1 + depthwise pairs on one primitive with a depthwise post-op
   int dw_separate = 0;      // 1x1 + depthwise pairs on two primitives
+  int depthwise_1d = 0;     // depthwise Conv1ds on dynvm's microkernel (cpu/depthwise.h)
+  int pointwise_1d = 0;     // pointwise Conv1ds as sgemm on the VM's threads
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is

@@ -23,6 +23,8 @@ struct Entry {
   bool gemm = false;            // the convolution runs as im2col + one sgemm (w_reorder packs W)
   bool own_winograd = false;    // the convolution runs dynvm's Winograd F(2x2, 3x3) (winograd.h)
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
+  bool depthwise_1d = false;    // a plain depthwise Conv1d on dynvm's microkernel (depthwise.h)
+  bool pointwise_1d = false;    // a pointwise Conv1d as one sgemm per image on the VM's threads
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)

@@ -5,6 +5,7 @@
 // itself (no reference fallback). Then the per-site primitive cache under width churn.
 #include "kernels/dnnl/conv.h"
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
@@ -611,7 +613,8 @@ TEST(DnnlFusedConv, WinogradWhereItPaysMatchesReference) {
   };
   for (Shape sh : {Shape{1, 32, 48, 14, 14, 1, true}, Shape{2, 64, 32, 16, 23, 1, true},
                    Shape{1, 32, 64, 4, 25, 1, true}, Shape{1, 48, 48, 8, 8, 1, false},
-                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false}}) {
+                   Shape{1, 16, 32, 16, 16, 1, false}, Shape{1, 32, 32, 30, 30, 2, false},
+                   Shape{1, 96, 24, 12, 13, 1, true}, Shape{1, 32, 8, 12, 12, 1, false}}) {
     for (int variant = 0; variant < 3; ++variant) {
       const bool sum = variant >= 1, channels_last = variant == 2;
       const int64_t oh = (sh.h - 1) / sh.stride + 1, ow = (sh.w - 1) / sh.stride + 1;
@@ -712,6 +715,197 @@ TEST(DnnlFusedConv, SmallImagesAsOneGemmMatchReference) {
     Tensor* out[] = {&y};
     ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).gemm, sh.gemm ? 1 : 0) << what;
+  }
+}
+
+// Runs a FusedConv at 1 and 2 threads (a fresh site each), checks the site's cache statistics
+// with `expect` and that both outputs agree (dnnl_sgemm on a range of rows may round the last bit
+// differently from the whole product; Check compares the 1-thread output with the reference).
+void ExpectPathAtOneAndTwoThreads(const std::string& what, const std::vector<Tensor>& inputs,
+                                  const Attrs& attrs,
+                                  const std::function<void(const ConvCacheStats&)>& expect) {
+  KernelTester t("FusedConv", "dynvm");
+  KernelCall call("FusedConv", "dynvm");
+  for (const Tensor& in : inputs) call.In(in);
+  call.Out(DType::kF32);
+  attrs(t, call);
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+  std::vector<const Tensor*> in;
+  for (const Tensor& x : inputs) in.push_back(&x);
+  Tensor y1, y2;
+  for (int threads : {1, 2}) {
+    KernelContext ctx(&HeapAllocator::Get(), threads);
+    Tensor* outs[] = {threads == 1 ? &y1 : &y2};
+    ASSERT_TRUE(k->Run(ctx, in, outs).ok()) << what;
+    expect(GetConvCacheStats(ctx.state().get()));
+  }
+  ASSERT_EQ(y1.numel(), y2.numel());
+  for (int64_t i = 0; i < y1.numel(); ++i) {
+    const float a = y1.data<float>()[i], b = y2.data<float>()[i];
+    ASSERT_NEAR(a, b, 1e-5 * (1 + std::fabs(a))) << what << " at " << i;
+  }
+}
+
+// dynvm::ChannelMul (a squeeze-excitation scale) against the reference kernel on every layout
+// pair, a gate per image and one for the batch, sizes below and above the parallel threshold;
+// at 2 threads the same values as at 1.
+TEST(DnnlChannelMul, EveryLayoutMatchesReference) {
+  uint32_t seed = 1200;
+  for (const std::vector<int64_t>& dims :
+       {std::vector<int64_t>{2, 5, 7}, {3, 24, 9, 11}, {2, 200, 48, 96}, {1, 4, 3, 2, 5}}) {
+    for (int64_t gate_batch : {int64_t{1}, dims[0]}) {
+      for (int layouts = 0; layouts < 4; ++layouts) {
+        std::vector<int64_t> gdims(dims.size(), 1);
+        gdims[0] = gate_batch;
+        gdims[1] = dims[1];
+        const std::vector<Tensor> inputs = {Random(dims, seed++), Random(gdims, seed++)};
+        const Attrs attrs =
+            Both(I("channels_last_in", layouts & 1), I("channels_last_out", (layouts >> 1) & 1));
+        const std::string what = absl::StrCat(dims.size(), "D ", dims[1], " channels, gate batch ",
+                                              gate_batch, ", layouts ", layouts);
+        Check({what, "ChannelMul", "dynvm", inputs, attrs}, 0);
+        KernelTester t("ChannelMul", "dynvm");
+        KernelCall call("ChannelMul", "dynvm");
+        for (const Tensor& in : inputs) call.In(in);
+        call.Out(DType::kF32);
+        attrs(t, call);
+        KernelSpec spec = call.spec();
+        spec.backend = "dnnl";
+        std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+        std::vector<const Tensor*> in = {&inputs[0], &inputs[1]};
+        Tensor y1, y2;
+        for (int threads : {1, 2}) {
+          KernelContext ctx(&HeapAllocator::Get(), threads);
+          Tensor* outs[] = {threads == 1 ? &y1 : &y2};
+          ASSERT_TRUE(k->Run(ctx, in, outs).ok()) << what;
+        }
+        for (int64_t i = 0; i < y1.numel(); ++i) {
+          ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << what << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// A depthwise Conv1d (group == channels == output channels, stride 1) over a plain input runs on
+// dynvm's microkernel (cpu/depthwise.h) at every instruction-set level this CPU has: the same
+// results as the reference kernel with and without bias, pads (symmetric, asymmetric, none),
+// dilations, taps around the microkernel's 32-output block, lengths below and above it, each
+// activation it takes, a plain or channels-last output, at 1 and 2 threads. Near misses stay on
+// oneDNN and still match: stride 2, a channel multiplier of 2, a grouped (not depthwise) conv, a
+// residual, an activation it does not take (Clip), a second activation, a channels-last input.
+TEST(DnnlFusedConv, DepthwiseConv1dOnTheMicrokernelMatchesReference) {
+  struct Shape {
+    int64_t n, c, m, group, t, k, stride, dilation;
+    Ints pads;
+    const char* act;
+    bool bias, sum, channels_last_in, channels_last_out, act2, takes;
+  };
+  const Shape shapes[] = {
+      {1, 144, 144, 144, 100, 31, 1, 1, {15, 15}, "SiLU", true, false, false, true, false, true},
+      {2, 17, 17, 17, 40, 15, 1, 1, {7, 7}, "SiLU", true, false, false, false, false, true},
+      {1, 5, 5, 5, 33, 3, 1, 2, {2, 2}, "", false, false, false, false, false, true},
+      {3, 20, 20, 20, 7, 5, 1, 1, {0, 4}, "Relu", true, false, false, true, false, true},
+      {1, 33, 33, 33, 64, 1, 1, 1, {0, 0}, "Sigmoid", true, false, false, false, false, true},
+      {1, 8, 8, 8, 31, 9, 1, 3, {0, 0}, "Tanh", true, false, false, true, false, true},
+      {1, 16, 16, 16, 65, 32, 1, 1, {16, 15}, "", true, false, false, false, false, true},
+      // Near misses.
+      {1, 16, 16, 16, 40, 5, 2, 1, {2, 2}, "SiLU", true, false, false, false, false, false},
+      {1, 16, 32, 16, 40, 5, 1, 1, {2, 2}, "", true, false, false, false, false, false},
+      {1, 16, 16, 8, 40, 5, 1, 1, {2, 2}, "", true, false, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "", true, true, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "Clip", true, false, false, false, false, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "Relu", true, false, false, false, true, false},
+      {1, 16, 16, 16, 40, 5, 1, 1, {2, 2}, "", true, false, true, false, false, false},
+  };
+  uint32_t seed = 1000;
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const Shape& sh : shapes) {
+      const int64_t out =
+          (sh.t + sh.pads[0] + sh.pads[1] - (sh.k - 1) * sh.dilation - 1) / sh.stride + 1;
+      std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
+                                    Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
+      if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
+      if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++, -4, 4));
+      Attrs attrs = Both(Both(A<Ints>({{"pads", sh.pads},
+                                       {"strides", {sh.stride}},
+                                       {"dilations", {sh.dilation}},
+                                       {"kernel_shape", {sh.k}}}),
+                              Both(I("group", sh.group), I("constant_weights", 1))),
+                         Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+                              I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+      attrs =
+          Both(attrs, Both(S("activation", sh.act),
+                           Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                F("activation_beta", 0.75f))));
+      if (sh.act2) attrs = Both(attrs, Both(S("activation2", "Affine"), F("activation2_alpha", 2)));
+      const std::string what =
+          absl::StrCat(cpu::IsaName(isa), " ", sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ", sh.m,
+                       " group ", sh.group, " stride ", sh.stride, " dilation ", sh.dilation, " ",
+                       sh.act, sh.channels_last_out ? " channels-last out" : "");
+      Check({what, "FusedConv", "dynvm", inputs, attrs});
+      ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
+        EXPECT_EQ(st.depthwise_1d, sh.takes ? 1 : 0) << what;
+      });
+    }
+  }
+}
+
+// A pointwise Conv1d (kernel 1, stride 1, unpadded, ungrouped) runs as sgemm on the VM's threads:
+// the same results as the reference kernel with and without bias, each activation it takes,
+// plain and channels-last input and output, batches, at 1 and 2 threads (sizes past the
+// parallel threshold split rows across images). Near misses stay on oneDNN and still match: a
+// kernel of 3, stride 2, a pad, groups, a residual, Clip, a second activation, a 2D 1x1 conv.
+TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
+  struct Shape {
+    int64_t n, c, m, t, group, k, stride, pad;
+    const char* act;
+    bool bias, sum, channels_last_in, channels_last_out, act2, takes;
+  };
+  const Shape shapes[] = {
+      {1, 144, 288, 100, 1, 1, 1, 0, "", true, false, false, false, false, true},
+      {2, 144, 144, 100, 1, 1, 1, 0, "", true, false, true, false, false, true},
+      {3, 40, 24, 37, 1, 1, 1, 0, "SiLU", true, false, false, true, false, true},
+      {1, 17, 33, 5, 1, 1, 1, 0, "Relu", false, false, true, true, false, true},
+      {5, 256, 96, 211, 1, 1, 1, 0, "Sigmoid", true, false, false, false, false, true},
+      {3, 128, 256, 97, 1, 1, 1, 0, "Tanh", true, false, true, true, false, true},
+      // Near misses.
+      {1, 16, 16, 40, 1, 3, 1, 1, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 2, 0, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 1, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 2, 1, 1, 0, "", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "", true, true, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "Clip", true, false, false, false, false, false},
+      {1, 16, 16, 40, 1, 1, 1, 0, "Relu", true, false, false, false, true, false},
+  };
+  uint32_t seed = 1100;
+  for (const Shape& sh : shapes) {
+    const int64_t out = (sh.t + 2 * sh.pad - sh.k) / sh.stride + 1;
+    std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
+                                  Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
+    if (sh.bias) inputs.push_back(Random({sh.m}, seed++));  // every case with a residual has one
+    if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++, -4, 4));
+    Attrs attrs = Both(
+        Both(A<Ints>(
+                 {{"pads", {sh.pad, sh.pad}}, {"strides", {sh.stride}}, {"kernel_shape", {sh.k}}}),
+             Both(I("group", sh.group), I("constant_weights", 1))),
+        Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+             I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+    attrs = Both(attrs, Both(S("activation", sh.act),
+                             Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                  F("activation_beta", 0.75f))));
+    if (sh.act2) attrs = Both(attrs, Both(S("activation2", "Affine"), F("activation2_alpha", 2)));
+    const std::string what = absl::StrCat(
+        sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ", sh.m, " group ", sh.group, " stride ",
+        sh.stride, " pad ", sh.pad, " ", sh.act, sh.channels_last_in ? " channels-last in" : "",
+        sh.channels_last_out ? " channels-last out" : "");
+    Check({what, "FusedConv", "dynvm", inputs, attrs});
+    ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
+      EXPECT_EQ(st.pointwise_1d, sh.takes ? 1 : 0) << what;
+    });
   }
 }
 

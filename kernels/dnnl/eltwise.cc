@@ -26,6 +26,7 @@
 // there: dnnl_benchmark.cc, BM_Add); a strided unary input (the eltwise primitive writes its
 // output in its input's layout); and a broadcast oneDNN lacks (its first operand must have
 // every output element: a broadcast first operand of Sub or Div, or both operands broadcast).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -415,6 +416,74 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateErf(const KernelSpec& spec) {
   return std::make_unique<ErfKernel>(KernelName(spec));
 }
 
+// dynvm::ChannelMul (kernels/reference/dynvm_ops.cc): x [N, C, spatial...] times a gate g
+// [N or 1, C, 1...], plain or channels-last on either side (a squeeze-excitation block between
+// channels-last FusedConvs; compiler/conv_fusion.h). Channels-last to channels-last is
+// cpu::BinaryRows over each image's pixels with the image's gate as the broadcast row; plain to
+// plain is one row per channel times its gate; the mixed layouts a loop. Rows split over the
+// VM's pool from kMinParallelElements elements. Non-dense operands run the reference kernel.
+class ChannelMulKernel final : public DnnlKernel {
+ public:
+  ChannelMulKernel(std::string name, bool in_cl, bool out_cl)
+      : DnnlKernel(std::move(name)), in_cl_(in_cl), out_cl_(out_cl) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "ChannelMul"));
+    const Tensor& x = *in[0];
+    const Tensor& g = *in[1];
+    bool ok = x.dtype() == DType::kF32 && g.dtype() == DType::kF32 && x.rank() >= 3 &&
+              x.rank() <= 5 && g.rank() == x.rank() && (g.dim(0) == 1 || g.dim(0) == x.dim(0)) &&
+              g.dim(1) == x.dim(1) && x.is_contiguous() && g.is_contiguous();
+    for (int d = 2; ok && d < g.rank(); ++d) ok = g.dim(d) == 1;
+    if (!ok) return RunFallback(ctx, in, out);  // reports the shapes, if wrong
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "ChannelMul"));
+    const int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / std::max<int64_t>(n * c, 1);
+    const int64_t gn = g.dim(0) == 1 ? 0 : 1;
+    const float* xs = x.data<float>();
+    const float* gs = g.data<float>();
+    float* y = out[0]->data<float>();
+    // Rows: pixels of C (channels-last in) or channels of sp (plain in).
+    const int64_t per_image = in_cl_ ? sp : c, width = in_cl_ ? c : sp;
+    auto rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r / per_image, k = r % per_image;
+        const float* gi = gs + i * gn * c;
+        const float* xr = xs + r * width;
+        if (in_cl_ && out_cl_) {
+          const int64_t seg = std::min(r1, (i + 1) * per_image) - r;  // this image's rows
+          cpu::BinaryRows(cpu::BinaryOp::kMul, seg, c, xr, gi, 0, y + r * c);
+          r += seg - 1;
+        } else if (!in_cl_ && !out_cl_) {
+          cpu::BinaryRows(cpu::BinaryOp::kMul, 1, sp, xr, gi + k, -1, y + r * sp);
+        } else if (in_cl_) {  // pixel k of image i into the plain output
+          for (int64_t j = 0; j < c; ++j) y[(i * c + j) * sp + k] = xr[j] * gi[j];
+        } else {  // channel k of image i into the channels-last output
+          for (int64_t s = 0; s < sp; ++s) y[(i * sp + s) * c + k] = xr[s] * gi[k];
+        }
+      }
+    };
+    const int64_t total = n * per_image;
+    if (ctx.num_threads() == 1 || x.numel() < kMinParallelElements) {
+      rows(0, total);
+    } else {
+      ctx.ParallelFor(total, std::max<int64_t>(1, kMinParallelElements / (2 * width)), rows);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool in_cl_, out_cl_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateChannelMul(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+  DYNVM_ASSIGN_OR_RETURN(int64_t in_cl, spec.GetInt("channels_last_in", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t out_cl, spec.GetInt("channels_last_out", 0));
+  return std::make_unique<ChannelMulKernel>(KernelName(spec), in_cl != 0, out_cl != 0);
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
 }
@@ -441,6 +510,8 @@ void RegisterEltwiseKernels(KernelRegistry& r) {
     Add(r, def.op, [&def](const KernelSpec& spec) { return CreateUnary(spec, def); });
   }
   Add(r, "Clip", &CreateClip);
+  r.Register(KernelRegistration{"dynvm", "ChannelMul", Device::kCPU, kBackend, kDnnlPriority,
+                                &CreateChannelMul});
   Add(r, "Erf", &CreateErf);
   Add(r, "Where", &CreateWhere);
   struct BinaryDef {

@@ -114,6 +114,58 @@ TEST(DnnlResize, TakenCasesMatchReferenceAndRunOnOneDnn) {
   }
 }
 
+// Nearest upsampling by whole factors runs dynvm's copy loop: a PaddleOCR FPN level (2x2) and a
+// 3D case (factors 2, 1, 3) at 1 and 2 threads equal y[..., o] = x[..., o / k] exactly.
+TEST(DnnlResize, NearestWholeFactorsAtOneAndTwoThreads) {
+  uint32_t seed = 40;
+  for (const auto& [in, factors] :
+       {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{1, 96, 60, 92}, {2, 2}},
+        {{2, 3, 4, 5, 6}, {2, 1, 3}}}) {
+    const Tensor x = Random(in, seed++);
+    std::vector<float> scales = {1, 1};
+    std::vector<int64_t> out = {in[0], in[1]};
+    for (size_t i = 0; i < factors.size(); ++i) {
+      scales.push_back(static_cast<float>(factors[i]));
+      out.push_back(in[i + 2] * factors[i]);
+    }
+    const Tensor roi = *Tensor::Empty(DType::kF32, {0});
+    const Tensor sc =
+        *Tensor::FromVector<float>(DType::kF32, {static_cast<int64_t>(scales.size())}, scales);
+    KernelCall call("Resize");
+    call.In(x).In(roi).In(sc).Out(DType::kF32);
+    call.Attr("mode", std::string("nearest"));
+    call.Attr("coordinate_transformation_mode", std::string("asymmetric"));
+    call.Attr("nearest_mode", std::string("floor"));
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+    std::vector<const Tensor*> ins = {&x, &roi, &sc};
+    for (int threads : {1, 2}) {
+      KernelContext ctx(&HeapAllocator::Get(), threads);
+      Tensor y;
+      Tensor* outs[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, ins, outs).ok());
+      ASSERT_EQ(y.numel(), x.numel() * (y.rank() == 4 ? 4 : 6));
+      const int sp = static_cast<int>(factors.size());
+      for (int64_t e = 0; e < y.numel(); ++e) {
+        int64_t rem = e, src = 0, stride = 1;
+        std::vector<int64_t> idx(out.size());
+        for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+          idx[d] = rem % out[d];
+          rem /= out[d];
+        }
+        for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+          const int64_t k_d = d >= 2 ? factors[d - 2] : 1;
+          src += idx[d] / k_d * stride;
+          stride *= in[d];
+        }
+        ASSERT_EQ(y.data<float>()[e], x.data<float>()[src])
+            << sp << "D, " << threads << " threads, element " << e;
+      }
+    }
+  }
+}
+
 TEST(DnnlResize, OtherRunsFallBackToTheReferenceAndStillMatch) {
   uint32_t seed = 100;
   // Nearest by a non-whole factor, or downsampling.

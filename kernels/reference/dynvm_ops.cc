@@ -9,6 +9,7 @@
 //   compiler/rewrite/activations.cc.
 //   RMSNorm(x, scale) = x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale, f32
 //   (compiler/rewrite/rms_norm.cc).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -247,9 +248,68 @@ class RmsNormKernel final : public Kernel {
   float epsilon_;
 };
 
+// ---- ChannelMul ----
+
+// y = x * g: x [N, C, spatial...] (rank 3 to 5), g [N or 1, C, 1...] of x's rank, f32: a
+// squeeze-excitation gate (compiler/conv_fusion.h). channels_last_in / _out: x / y hold the
+// channels-last layout (NHWC bytes under the logical dims; x must then be dense). The oracle:
+// one loop over logical indices.
+class ChannelMulKernel final : public Kernel {
+ public:
+  ChannelMulKernel(bool in_cl, bool out_cl) : in_cl_(in_cl), out_cl_(out_cl) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 ||
+        out[0] == nullptr) {
+      return absl::InvalidArgumentError("ChannelMul takes (x, g) and has one output");
+    }
+    const Tensor& x = *in[0];
+    const Tensor& g = *in[1];
+    bool ok = x.dtype() == DType::kF32 && g.dtype() == DType::kF32 && x.rank() >= 3 &&
+              x.rank() <= 5 && g.rank() == x.rank() && (g.dim(0) == 1 || g.dim(0) == x.dim(0)) &&
+              g.dim(1) == x.dim(1) && (!in_cl_ || x.is_contiguous());
+    for (int d = 2; ok && d < g.rank(); ++d) ok = g.dim(d) == 1;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ChannelMul: x must be f32 [N, C, spatial...] (dense when channels-last) and g f32 "
+          "[N or 1, C, 1...] of its rank, got ",
+          x.DebugString(), " and ", g.DebugString()));
+    }
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "ChannelMul"));
+    const int64_t n = x.dim(0), c = x.dim(1), sp = x.numel() / std::max<int64_t>(n * c, 1);
+    const float* xs = x.data<float>();
+    const float* gs = g.data<float>();
+    float* y = out[0]->data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < c; ++j) {
+        const float gate = gs[g.ElementOffset((g.dim(0) == 1 ? 0 : i) * c + j)];
+        for (int64_t s = 0; s < sp; ++s) {
+          const int64_t plain = (i * c + j) * sp + s, cl = (i * sp + s) * c + j;
+          const float v = in_cl_ ? xs[cl] : xs[x.ElementOffset(plain)];
+          y[out_cl_ ? cl : plain] = v * gate;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "channelmul.f32.ref"; }
+
+ private:
+  bool in_cl_, out_cl_;
+};
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "ChannelMul", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("ChannelMul takes 2 inputs and has 1 output");
+                }
+                DYNVM_ASSIGN_OR_RETURN(int64_t in_cl, spec.GetInt("channels_last_in", 0));
+                DYNVM_ASSIGN_OR_RETURN(int64_t out_cl, spec.GetInt("channels_last_out", 0));
+                return std::make_unique<ChannelMulKernel>(in_cl != 0, out_cl != 0);
+              }});
   r.Register({"dynvm", "RMSNorm", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                 if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {

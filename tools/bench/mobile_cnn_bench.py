@@ -73,6 +73,60 @@ def run_ort(args, onnx_path, feeds_json, threads, repeat, output=None):
     return json.loads(out.strip().splitlines()[-1])['ms']
 
 
+def prepare_case(args, case, onnx_path, name, dims, scale, repeat):
+    """Compiles one case, checks its first output against ORT's (exits on a mismatch), prints
+    its profile with --profile, and returns the row time_cases takes."""
+    dvm = os.path.join(args.out, case + '.dvm')
+    npy = os.path.join(args.out, case + '.npy')
+    feeds = os.path.join(args.out, case + '.json')
+    subprocess.run([tool(args, 'vm-compile'), onnx_path, '-o', dvm], check=True,
+                   capture_output=True)
+    x = (lcg(int(np.prod(dims))) * scale).reshape(dims)
+    np.save(npy, x)
+    with open(feeds, 'w') as f:
+        json.dump({name: {'type': 'float32', 'dims': dims, 'data': x.ravel().tolist()}}, f)
+    # Correctness: dynvm's first output against ORT's.
+    odir = os.path.join(args.out, case + '_out')
+    for old in glob.glob(os.path.join(odir, '*.npy')):
+        os.remove(old)
+    subprocess.run([tool(args, 'vm-run'), dvm, '--input', f'{name}={npy}', '--output-dir',
+                    odir], check=True, capture_output=True)
+    ort_out = os.path.join(args.out, case + '_ort.json')
+    run_ort(args, onnx_path, feeds, 1, 1, ort_out)
+    with open(ort_out) as f:
+        o = json.load(f)
+    want = np.array(o['data'], dtype=np.float64).reshape(o['dims'])
+    got = [np.load(g) for g in sorted(glob.glob(os.path.join(odir, '*.npy')))]
+    got = [g for g in got if list(g.shape) == list(want.shape)]
+    if not got:
+        print(f'{sys.argv[0]}: {case}: no dynvm output of shape {want.shape}', file=sys.stderr)
+        sys.exit(1)
+    err = float(np.max(np.abs(got[0] - want)) / max(1e-6, float(np.max(np.abs(want)))))
+    print(f'# {case} {dims}: max |dynvm - ORT| / max |ORT| = {err:.2e}', flush=True)
+    if err > args.tol:
+        print(f'{sys.argv[0]}: {case} differs from ONNX Runtime', file=sys.stderr)
+        sys.exit(1)
+    if args.profile:
+        out = subprocess.run([tool(args, 'vm-run'), dvm, '--input', f'{name}={npy}',
+                              '--repeat', str(repeat), '--threads', '1', '--profile-summary'],
+                             check=True, capture_output=True, text=True)
+        print(f'# profile {case}, 1 thread\n' + out.stdout + out.stderr, flush=True)
+    return (case, dvm, name, npy, onnx_path, feeds, repeat)
+
+
+def time_cases(args, rows):
+    """dynvm and ORT alternately on each prepared case at each of --threads; prints a table."""
+    print('case threads dynvm_ms ort_ms dynvm/ORT')
+    for case, dvm, name, npy, onnx_path, feeds, repeat in rows:
+        for threads in map(int, args.threads.split(',')):
+            best_d, best_o = float('inf'), float('inf')
+            for _ in range(args.rounds):
+                best_d = min(best_d, run_dynvm(args, dvm, name, npy, threads, repeat))
+                best_o = min(best_o, run_ort(args, onnx_path, feeds, threads, repeat))
+            print(f'{case} {threads} {best_d:.2f} {best_o:.2f} {best_o / best_d:.2f}x',
+                  flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--build', default='build/release')
@@ -94,53 +148,8 @@ def main():
         if not os.path.exists(onnx_path):
             print(f'mobile_cnn_bench: {onnx_path} missing (see --help)', file=sys.stderr)
             sys.exit(1)
-        dvm = os.path.join(args.out, case + '.dvm')
-        npy = os.path.join(args.out, case + '.npy')
-        feeds = os.path.join(args.out, case + '.json')
-        subprocess.run([tool(args, 'vm-compile'), onnx_path, '-o', dvm], check=True,
-                       capture_output=True)
-        x = (lcg(int(np.prod(dims))) * scale).reshape(dims)
-        np.save(npy, x)
-        with open(feeds, 'w') as f:
-            json.dump({name: {'type': 'float32', 'dims': dims, 'data': x.ravel().tolist()}}, f)
-        # Correctness: dynvm's first output against ORT's.
-        odir = os.path.join(args.out, case + '_out')
-        for old in glob.glob(os.path.join(odir, '*.npy')):
-            os.remove(old)
-        subprocess.run([tool(args, 'vm-run'), dvm, '--input', f'{name}={npy}', '--output-dir',
-                        odir], check=True, capture_output=True)
-        ort_out = os.path.join(args.out, case + '_ort.json')
-        run_ort(args, onnx_path, feeds, 1, 1, ort_out)
-        with open(ort_out) as f:
-            o = json.load(f)
-        want = np.array(o['data'], dtype=np.float64).reshape(o['dims'])
-        got = [np.load(g) for g in sorted(glob.glob(os.path.join(odir, '*.npy')))]
-        got = [g for g in got if list(g.shape) == list(want.shape)]
-        if not got:
-            print(f'mobile_cnn_bench: {case}: no dynvm output of shape {want.shape}',
-                  file=sys.stderr)
-            sys.exit(1)
-        err = float(np.max(np.abs(got[0] - want)) / max(1e-6, float(np.max(np.abs(want)))))
-        print(f'# {case} {dims}: max |dynvm - ORT| / max |ORT| = {err:.2e}', flush=True)
-        if err > args.tol:
-            print(f'mobile_cnn_bench: {case} differs from ONNX Runtime', file=sys.stderr)
-            sys.exit(1)
-        if args.profile:
-            out = subprocess.run([tool(args, 'vm-run'), dvm, '--input', f'{name}={npy}',
-                                  '--repeat', str(repeat), '--threads', '1',
-                                  '--profile-summary'],
-                                 check=True, capture_output=True, text=True)
-            print(f'# profile {case}, 1 thread\n' + out.stdout + out.stderr, flush=True)
-        rows.append((case, dvm, name, npy, onnx_path, feeds, repeat))
-    print('case threads dynvm_ms ort_ms dynvm/ORT')
-    for case, dvm, name, npy, onnx_path, feeds, repeat in rows:
-        for threads in map(int, args.threads.split(',')):
-            best_d, best_o = float('inf'), float('inf')
-            for _ in range(args.rounds):
-                best_d = min(best_d, run_dynvm(args, dvm, name, npy, threads, repeat))
-                best_o = min(best_o, run_ort(args, onnx_path, feeds, threads, repeat))
-            print(f'{case} {threads} {best_d:.2f} {best_o:.2f} {best_o / best_d:.2f}x',
-                  flush=True)
+        rows.append(prepare_case(args, case, onnx_path, name, dims, scale, repeat))
+    time_cases(args, rows)
 
 
 if __name__ == '__main__':
