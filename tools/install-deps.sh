@@ -50,7 +50,7 @@ readonly build_pkgs=(
 # them a bare Debian 12 runs every test (tools/ci/bare-debian-check.sh).
 readonly test_pkgs=(libonnx-testdata python3-pytest python3-onnx python3-torch python3-torchvision
   nodejs npm
-  python3-grpcio python3-protobuf)  # tools/server's tests: an independent gRPC client (stubs made at test time)
+  python3-grpcio python3-protobuf python3-yaml)  # tools/server's tests: an independent gRPC client (stubs made at test time)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
 readonly bench_pkgs=(libopenblas0-pthread)
 

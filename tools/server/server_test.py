@@ -11,6 +11,7 @@ themselves (identity per dtype), and vm-run's streamed text for the char LM (the
 Exits 77 (skipped) when grpcio or protobuf cannot be imported.
 """
 import http.client
+import importlib
 import json
 import os
 import shutil
@@ -138,7 +139,7 @@ class Grpc:
         subprocess.run(["protoc", f"-I{os.path.join(ROOT, 'tools/server')}", f"--python_out={tmp}",
                         "grpc_predict_v2.proto"], check=True)
         sys.path.insert(0, tmp)
-        import grpc_predict_v2_pb2 as pb
+        pb = importlib.import_module("grpc_predict_v2_pb2")  # generated just above
         self.pb = pb
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         names = {"ServerLive": "ServerLive", "ServerReady": "ServerReady", "ModelReady": "ModelReady",
