@@ -133,6 +133,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
   }
   if (auto it = j.find("limits"); it != j.end())
     DYNVM_RETURN_IF_ERROR(ReadLimits(*it, &c.limits, what));
+  if (auto it = j.find("dynamic_batching"); it != j.end()) {
+    if (!it->is_object())
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": \"dynamic_batching\" must be an object"));
+    DYNVM_RETURN_IF_ERROR(
+        ReadInt(*it, "max_batch_size", 1, 1 << 20, &c.batching.max_batch_size, what));
+    DYNVM_RETURN_IF_ERROR(
+        ReadInt(*it, "max_queue_delay_us", 0, 10'000'000, &c.batching.max_queue_delay_us, what));
+    if (c.batching.max_batch_size == 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dynamic_batching needs max_batch_size"));
+  }
   return c;
 }
 
@@ -229,6 +241,26 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::stri
     DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<VirtualMachine> vm,
                            VirtualMachine::Create(m->exe_, options));
     m->free_.push_back(std::move(vm));
+  }
+  if (config.batching.max_batch_size > 0) {
+    DYNVM_RETURN_IF_ERROR(CheckBatchable(*m->function_), name, "/config.json");
+    ModelVersion* model = m.get();
+    m->batcher_ = std::make_unique<Batcher>(
+        config.batching, m->instances_, config.max_queue,
+        [model](const std::vector<Tensor>& inputs,
+                absl::Time deadline) -> absl::StatusOr<std::vector<Tensor>> {
+          DYNVM_ASSIGN_OR_RETURN(Lease lease, model->Acquire(deadline, nullptr));
+          VirtualMachine& vm = lease.vm();
+          for (size_t k = 0; k < inputs.size(); ++k) {
+            DYNVM_RETURN_IF_ERROR(
+                vm.SetInputZeroCopy(model->function().inputs[k].name, inputs[k], model->handle()));
+          }
+          RunOptions run;
+          run.handle = model->handle();
+          run.deadline = deadline;
+          DYNVM_RETURN_IF_ERROR(vm.Run(run));
+          return vm.GetOutputs(model->handle());
+        });
   }
   return m;
 }

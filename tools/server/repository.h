@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tools/server/batcher.h"
 #include "tools/server/codec.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
@@ -40,6 +41,8 @@ struct ModelConfig {
   std::map<std::string, double> generate_defaults;  // "defaults": {"temperature": 0, ...}
   int64_t max_new_tokens_limit = 4096;              // "max_new_tokens_limit"
   Limits limits;                                    // "limits": {"max_body_bytes": ...}
+  // "dynamic_batching": {"max_batch_size": N, "max_queue_delay_us": U} (batcher.h)
+  BatchingConfig batching;
 };
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::string_view what);
@@ -81,6 +84,8 @@ class ModelVersion {
   const std::vector<uint32_t>& vocab() const { return vocab_; }
   const std::string& platform() const { return platform_; }
   int instances() const { return instances_; }
+  // The dynamic batcher, when config.json asks for one (null otherwise).
+  Batcher* batcher() const { return batcher_.get(); }
 
   // Waits (bounded by the queue and `deadline`) for a free VM. Unavailable with
   // kQueueFullPayload when max_queue requests already wait; DeadlineExceeded past `deadline`;
@@ -104,6 +109,7 @@ class ModelVersion {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<VirtualMachine>> free_;
   int waiting_ = 0;
+  std::unique_ptr<Batcher> batcher_;  // last: its workers stop before the pool goes
 };
 
 // Token id -> code point, one per line (tools/lm/vocab.txt).

@@ -14,6 +14,7 @@ import http.client
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -199,6 +200,14 @@ def setUpModule():
     os.makedirs(os.path.join(repo, "mlp_dvm/2"))
     subprocess.run([VM_COMPILE, os.path.join(dep, "mlp/1/model.onnx"), "-o",
                     os.path.join(repo, "mlp_dvm/2/model.dvm")], check=True, stdout=subprocess.DEVNULL)
+    # The MLP with dynamic batching (up to 16 rows, 2 ms), and a model that cannot batch.
+    link(os.path.join(dep, "mlp/1/model.onnx"), os.path.join(repo, "mlp_batched/1/model.onnx"))
+    with open(os.path.join(repo, "mlp_batched/config.json"), "w") as f:
+        json.dump({"bounds": {"batch": 64}, "instances": 2,
+                   "dynamic_batching": {"max_batch_size": 16, "max_queue_delay_us": 2000}}, f)
+    link(os.path.join(repo, "dtypes/1/model.onnx"), os.path.join(repo, "dtypes_batched/1/model.onnx"))
+    with open(os.path.join(repo, "dtypes_batched/config.json"), "w") as f:
+        json.dump({"dynamic_batching": {"max_batch_size": 4}}, f)
     # The char LM with one instance and no queue: busy means 503.
     link(os.path.join(dep, "charlm/1/model.onnx"), os.path.join(repo, "charlm_one/1/model.onnx"))
     link(os.path.join(dep, "charlm/vocab.txt"), os.path.join(repo, "charlm_one/vocab.txt"))
@@ -716,6 +725,50 @@ class Repository(unittest.TestCase):
         self.assertEqual(reload["status"], 200)
         self.assertEqual(len(events), 20000)
         self.assertEqual(S.request("GET", "/v2/models/charlm_one/ready")[0], 200)
+
+
+class Batching(unittest.TestCase):
+    def test_concurrent_requests_get_their_own_rows(self):
+        rng = np.random.default_rng(11)
+        errors = []
+        rows = sum(1 + (c + i) % 3 for c in range(16) for i in range(10))
+
+        def client(c):
+            conn = http.client.HTTPConnection("127.0.0.1", S.http_port, timeout=60)
+            for i in range(10):
+                x = rng.standard_normal((1 + (c + i) % 3, 4)).astype(np.float32)
+                conn.request("POST", "/v2/models/mlp_batched/infer", body=json.dumps({
+                    "inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape),
+                                "data": x.ravel().tolist()}]}))
+                r = conn.getresponse()
+                data = json.loads(r.read())
+                if r.status != 200:
+                    errors.append(data)
+                    continue
+                out = data["outputs"][0]
+                got = np.array(out["data"], np.float32).reshape(out["shape"])
+                if got.shape != (x.shape[0], 3) or not np.allclose(got, mlp_reference(x), rtol=1e-5, atol=1e-6):
+                    errors.append(f"client {c} request {i}: rows not its own")
+            conn.close()
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        text = S.request("GET", "/metrics")[2].decode()
+        count = float(re.search(r'dynvm_batch_size_count\{model="mlp_batched"\} (\S+)', text).group(1))
+        single = float(re.search(r'dynvm_batch_size_bucket\{model="mlp_batched",le="1"\} (\S+)', text).group(1))
+        total = float(re.search(r'dynvm_batch_size_sum\{model="mlp_batched"\} (\S+)', text).group(1))
+        self.assertEqual(total, rows)  # every row of the 160 requests ran once
+        self.assertLess(count, 160)  # in fewer batches than requests
+        self.assertLess(single, count)  # some batches held more than one row
+
+    def test_unbatchable_model_refused(self):
+        index = S.json("GET", "/v2/repository/index")[1]
+        entry = [e for e in index if e["name"] == "dtypes_batched"][0]
+        self.assertEqual(entry["state"], "UNAVAILABLE")
+        self.assertIn("dynamic_batching", entry["reason"])
 
 
 class Metrics(unittest.TestCase):

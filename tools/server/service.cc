@@ -137,6 +137,7 @@ absl::StatusOr<std::vector<NamedTensor>> Service::Infer(ModelVersion& model,
     }
     out_index.push_back(index);
   }
+  if (model.batcher() != nullptr) return InferBatched(model, inputs, out_index, call, timing);
   const absl::Time start = absl::Now();
   DYNVM_ASSIGN_OR_RETURN(Lease lease, model.Acquire(call.deadline, call.cancelled));
   const absl::Time acquired = absl::Now();
@@ -165,6 +166,32 @@ absl::StatusOr<std::vector<NamedTensor>> Service::Infer(ModelVersion& model,
           absl::StrCat("output '", fn.outputs[i].name, "' is not contiguous"));
     outputs.push_back({fn.outputs[i].name, std::move(t)});
   }
+  return outputs;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> Service::InferBatched(
+    ModelVersion& model, const std::vector<NamedTensor>& inputs, const std::vector<int>& out_index,
+    const CallContext& call, Timing* timing) {
+  const FunctionInfo& fn = model.function();
+  std::vector<Tensor> ordered(fn.inputs.size());
+  for (const NamedTensor& in : inputs) {
+    for (size_t k = 0; k < fn.inputs.size(); ++k) {
+      if (fn.inputs[k].name == in.name) ordered[k] = in.tensor;
+    }
+  }
+  DYNVM_ASSIGN_OR_RETURN(Batcher::Result r,
+                         model.batcher()->Submit(std::move(ordered), call.deadline));
+  timing->queue = r.queue_s;
+  timing->compute = r.compute_s;
+  if (r.first_in_batch) {
+    batch_
+        ->Add({{"model", model.name()}},
+              prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64})
+        .Observe(static_cast<double>(r.batch_rows));
+  }
+  std::vector<NamedTensor> outputs;
+  for (int i : out_index)
+    outputs.push_back({fn.outputs[i].name, r.outputs[static_cast<size_t>(i)]});
   return outputs;
 }
 

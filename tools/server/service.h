@@ -92,6 +92,12 @@ class Service {
   std::atomic<bool> draining{false};
 
  private:
+  // Infer through the model's dynamic batcher: this request's rows of each output.
+  absl::StatusOr<std::vector<NamedTensor>> InferBatched(ModelVersion& model,
+                                                        const std::vector<NamedTensor>& inputs,
+                                                        const std::vector<int>& out_index,
+                                                        const CallContext& call, Timing* timing);
+
   std::shared_ptr<Repository> repo_;
   FILE* access_log_;
   std::mutex log_mu_;
