@@ -1,5 +1,6 @@
 #include "tools/server/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,7 +152,7 @@ absl::StatusOr<Tensor> TensorFromJson(const Json& data, DType dtype,
                                       const std::vector<int64_t>& dims, int64_t numel,
                                       const Limits& limits, const std::string& what) {
   std::vector<const Json*> leaves;
-  leaves.reserve(static_cast<size_t>(numel));
+  leaves.reserve(static_cast<size_t>(std::min<int64_t>(numel, 1 << 16)));  // numel: claimed
   if (absl::Status s = Flatten(data, 0, numel, &leaves); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
   if (static_cast<int64_t>(leaves.size()) != numel) {

@@ -78,7 +78,7 @@ class InferenceService final : public GRPCInferenceService::Service {
     const absl::Time start = absl::Now();
     Timing timing;
     absl::Status s = Infer(context, *request, response, &timing);
-    service_.Record("grpc", "ModelInfer", request->model_name(), request->model_name(),
+    service_.Record("grpc", "ModelInfer", request->model_name(), Label(request->model_name()),
                     HttpLikeCode(s), static_cast<int64_t>(response->ByteSizeLong()),
                     absl::Now() - start, timing);
     return s.ok() ? grpc::Status::OK : Error(context, s);
@@ -93,7 +93,7 @@ class InferenceService final : public GRPCInferenceService::Service {
       const absl::Time start = absl::Now();
       Timing timing;
       absl::Status s = StreamOne(context, request, stream, &timing);
-      service_.Record("grpc", "ModelStreamInfer", request.model_name(), request.model_name(),
+      service_.Record("grpc", "ModelStreamInfer", request.model_name(), Label(request.model_name()),
                       HttpLikeCode(s), 0, absl::Now() - start, timing);
       if (!s.ok()) {
         if (context->IsCancelled()) return grpc::Status::CANCELLED;
@@ -106,6 +106,12 @@ class InferenceService final : public GRPCInferenceService::Service {
   }
 
  private:
+  // The metrics label of a request's model: its name when it is loaded, "" otherwise (a
+  // client must not create metric series at will).
+  std::string Label(const std::string& model) const {
+    return service_.repository().Find(model, "").ok() ? model : "";
+  }
+
   static grpc::Status Error(grpc::ServerContext* context, const absl::Status& s) {
     if (context != nullptr && IsQueueFull(s)) context->AddTrailingMetadata("retry-after", "1");
     return grpc::Status(GrpcCode(s), std::string(s.message()));

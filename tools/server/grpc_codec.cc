@@ -36,6 +36,32 @@ absl::Status CopyInto(const google::protobuf::RepeatedField<Src>& values, Tensor
   return absl::OkStatus();
 }
 
+// The number of elements in the contents field that carries `dtype`.
+int64_t TypedCount(const InferTensorContents& c, DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return c.bool_contents_size();
+    case DType::kI8:
+    case DType::kI16:
+    case DType::kI32:
+      return c.int_contents_size();
+    case DType::kI64:
+      return c.int64_contents_size();
+    case DType::kU8:
+    case DType::kU16:
+    case DType::kU32:
+      return c.uint_contents_size();
+    case DType::kU64:
+      return c.uint64_contents_size();
+    case DType::kF64:
+      return c.fp64_contents_size();
+    case DType::kString:
+      return c.bytes_contents_size();
+    default:  // f32, f16, bf16
+      return c.fp32_contents_size();
+  }
+}
+
 absl::Status FromTyped(const InferTensorContents& c, Tensor& t, const std::string& what) {
   switch (t.dtype()) {
     case DType::kBool:
@@ -177,6 +203,11 @@ absl::StatusOr<GrpcInputs> DecodeGrpcInfer(const inference::ModelInferRequest& r
       }
       DYNVM_ASSIGN_OR_RETURN(t, StringTensor(dims, values));
     } else {
+      // The count first: a claimed shape allocates nothing before the contents match it.
+      if (TypedCount(in.contents(), dtype) != numel)
+        return absl::InvalidArgumentError(absl::StrCat(what, ": shape holds ", numel,
+                                                       " elements, contents have ",
+                                                       TypedCount(in.contents(), dtype)));
       DYNVM_ASSIGN_OR_RETURN(t, Tensor::Empty(dtype, dims));
       DYNVM_RETURN_IF_ERROR(FromTyped(in.contents(), t, what));
     }

@@ -531,6 +531,10 @@ class Errors(unittest.TestCase):
             G.raw_infer(b"\xff\xff\xff\xff garbage")
         self.assertIn(e.exception.code(), (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT))
         self.assertTrue(G.ServerLive(pb.ServerLiveRequest()).live)  # still up
+        # Unknown names never become metric labels (a client cannot add series at will).
+        text = S.request("GET", "/metrics")[2].decode()
+        self.assertNotIn('model="nosuch"', text)
+        self.assertNotIn('model="../etc"', text)
 
 
 DEMO = ("And it came to pass", 120, 0.7, 1)
