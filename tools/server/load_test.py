@@ -7,6 +7,8 @@
     errors, every stream's text equal to the one a single client gets for the same seed;
   - memory stays flat: the server's resident set after 10,000 more MLP requests is within
     8 MiB of what it was after the first load (no per-request growth).
+  - SIGTERM under load loses no accepted request: with 16 clients sending, every request the
+    server answered (its access log) reached its client as a 200, and it exits 0.
 
     DYNVM_SERVER=... /usr/bin/python3 tools/server/load_test.py [--clients 32] [--requests 200]
 """
@@ -72,6 +74,53 @@ def post(conn, path, body):
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     return r.status, r.read()
+
+
+def sigterm_under_load(xs, clients=16):
+    """SIGTERM while 16 clients send MLP requests, a fresh connection each: every request the
+    server accepted (its access log has a line for each request it answered, written before
+    the answer is sent) reached its client as a 200, and the server exits 0. A client stops at
+    its first refused or reset connection (a request the server never read)."""
+    log = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"dynvm-load-access-{os.getpid()}.log")
+    proc = subprocess.Popen([SERVER, "--model-repository", os.path.join(ROOT, "deploy/model-repository"),
+                             "--http-port", "0", "--grpc-port", "0", "--access-log", log],
+                            stdout=subprocess.PIPE, text=True)
+    port = int(re.search(r"http=[^ ]*:(\d+)", proc.stdout.readline()).group(1))
+    received, bad, lock = [0], [], threading.Lock()
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4],
+                                   "data": xs[0].ravel().tolist()}]})
+
+    def client():
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("POST", "/v2/models/mlp/infer", body=body, headers={"Connection": "close"})
+                r = conn.getresponse()
+                r.read()
+                conn.close()
+            except (ConnectionError, http.client.RemoteDisconnected, OSError):
+                return
+            with lock:
+                if r.status == 200:
+                    received[0] += 1
+                else:
+                    bad.append(r.status)
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    proc.send_signal(subprocess.signal.SIGTERM)
+    code = proc.wait(timeout=60)
+    for t in threads:
+        t.join()
+    proc.stdout.close()
+    with open(log) as f:
+        answered = sum(1 for line in f if " POST /v2/models/mlp/infer 200 " in line)
+    os.remove(log)
+    ok = code == 0 and not bad and answered == received[0] and received[0] > 0
+    print(f"SIGTERM under load: {answered} requests answered by the server, {received[0]} received "
+          f"by clients, other statuses {bad[:5]}, exit {code}: {'ok' if ok else 'FAILED'}")
+    return ok
 
 
 def main():
@@ -146,6 +195,7 @@ def main():
         code = proc.wait(timeout=60)
         proc.stdout.close()
     failed |= code != 0
+    failed |= not sigterm_under_load(xs)
     print("load_test:", "FAILED" if failed else "passed")
     return 1 if failed else 0
 
