@@ -2,7 +2,7 @@
 // token"), measured side by side in one process against a running server.
 //
 //   server-bench --model-repository DIR --model M --http-port P --grpc-port P [--rounds N]
-//                [--generate LM --prompt TEXT]
+//                [--generate LM --prompt TEXT] [--throughput N]
 //
 // Each round times, one after the other (interleaved, so a busy neighbour affects every mode
 // alike): the in-process run (SetInput, Run, GetOutput on a VM of the same executable, compiled
@@ -12,6 +12,9 @@
 //
 // With --generate LM: the first token of LM's decode loop in process (Run until the first
 // `emit`) against the first Server-Sent Event of generate_stream on a fresh connection.
+//
+// With --throughput N: runs per second of N in-process VMs on N threads against N gRPC clients
+// of the server (which should have N instances), 3 alternating rounds of 3 s.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +31,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +123,8 @@ double FirstEvent(int port, const std::string& model, const std::string& body) {
 struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
   int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
+  int64_t threads = 0;  // --throughput: threads (0 = no throughput run)
+  double seconds = 3;
 };
 
 // The first token of `o.lm` in process (a VM of the model as the server loads it, run until the
@@ -180,6 +187,87 @@ int FirstToken(const Options& o) {
   return 0;
 }
 
+// Runs `body(thread)` on `threads` threads until `seconds` pass; returns the calls per second.
+double CallsPerSecond(int threads, double seconds, const std::function<bool(int)>& body) {
+  std::atomic<int64_t> calls{0};
+  std::atomic<bool> failed{false};
+  const Clock::time_point stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(seconds));
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      while (Clock::now() < stop && !failed) {
+        if (!body(t)) failed = true;
+        ++calls;
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  if (failed) return -1;
+  return static_cast<double>(calls) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --throughput: `threads` in-process VMs on threads against as many gRPC clients of the server
+// (raw contents), alternating rounds; the server should have as many instances.
+int Throughput(const Options& o) {
+  auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
+  if (!exe.ok()) return dynvm::cli::ReportError(kProgram, exe.status());
+  const dynvm::FunctionInfo& fn = (*exe)->function(*(*exe)->FindFunction(""));
+  const int n = static_cast<int>(o.threads);
+  std::vector<std::unique_ptr<dynvm::VirtualMachine>> vms;
+  for (int t = 0; t < n; ++t) {
+    auto vm = dynvm::VirtualMachine::Create(*exe);
+    if (!vm.ok()) return dynvm::cli::ReportError(kProgram, vm.status());
+    vms.push_back(*std::move(vm));
+  }
+  std::vector<dynvm::server::NamedTensor> inputs;
+  inference::ModelInferRequest greq;
+  greq.set_model_name(o.model);
+  for (const dynvm::ParamInfo& p : fn.inputs) {
+    std::vector<int64_t> dims;
+    for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
+    auto t = dynvm::Tensor::Empty(dynvm::DType::kF32, dims);
+    if (!t.ok() || p.dtype != dynvm::DType::kF32)
+      return dynvm::cli::ReportError(kProgram, "every input must be f32");
+    std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.5f);
+    inputs.push_back({p.name, *t});
+    auto* gi = greq.add_inputs();
+    gi->set_name(p.name);
+    gi->set_datatype("FP32");
+    for (int64_t d : dims) gi->add_shape(d);
+    dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
+  }
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto local = [&](int t) {
+    for (const auto& in : inputs) {
+      if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
+    }
+    return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
+  };
+  auto remote = [&](int) {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    return stub->ModelInfer(&ctx, greq, &resp).ok();
+  };
+  std::vector<double> a, b;
+  std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
+              o.model.c_str(), n, n);
+  for (int r = 0; r < 3; ++r) {
+    a.push_back(CallsPerSecond(n, o.seconds, local));
+    b.push_back(CallsPerSecond(n, o.seconds, remote));
+    if (a.back() < 0 || b.back() < 0) return dynvm::cli::ReportError(kProgram, "a run failed");
+    std::printf("round %d: in-process %.1f, server %.1f (%.0f%%)\n", r + 1, a.back(), b.back(),
+                100 * b.back() / a.back());
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::printf("median: in-process %.1f, server %.1f: %.0f%%\n", a[1], b[1], 100 * b[1] / a[1]);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   dynvm::cli::FlagParser flags(kProgram, "--model-repository DIR --model M [--generate LM]");
@@ -190,6 +278,8 @@ int Main(int argc, char** argv) {
   flags.AddInt("--http-port", &o.http_port, "the server's REST port");
   flags.AddInt("--grpc-port", &o.grpc_port, "the server's gRPC port");
   flags.AddInt("--rounds", &o.rounds, "rounds (each times every mode once)");
+  flags.AddInt("--throughput", &o.threads,
+               "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok())
     return dynvm::cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
@@ -288,7 +378,10 @@ int Main(int argc, char** argv) {
                   s.Pct(0.99), s.Pct(0.5) - base);
     }
   }
-  if (!o.lm.empty()) return FirstToken(o);
+  if (!o.lm.empty()) {
+    if (int rc = FirstToken(o); rc != 0) return rc;
+  }
+  if (o.threads > 0 && !o.model.empty()) return Throughput(o);
   return 0;
 }
 
