@@ -11,9 +11,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "tools/cli.h"
@@ -98,8 +101,26 @@ int Main(int argc, char** argv) {
               static_cast<long long>(drain_s));
   std::fflush(stdout);
   service.draining = true;
-  (*grpc)->Stop(absl::Seconds(drain_s));
+  // Past the drain timeout, runs still in progress (long streams) are cancelled.
+  const absl::Time drain_end = absl::Now() + absl::Seconds(drain_s);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopped = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, absl::ToChronoNanoseconds(drain_end - absl::Now()),
+                     [&] { return stopped; })) {
+      service.drain_expired = true;
+    }
+  });
+  (*grpc)->Stop(drain_end - absl::Now());
   (*http)->Stop();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopped = true;
+  }
+  cv.notify_all();
+  watchdog.join();
   std::printf("%s: stopped\n", kProgram);
   std::fflush(stdout);
   if (log != nullptr && log != stderr) std::fclose(log);

@@ -126,7 +126,7 @@ class InferenceService final : public GRPCInferenceService::Service {
     if (!in.ok()) return in.status();
     absl::StatusOr<std::vector<NamedTensor>> outputs = service_.Infer(
         **m, in->inputs, in->outputs,
-        ServerCore::Context(**m, in->timeout_ms, [context] { return context->IsCancelled(); }),
+        service_.Context(**m, in->timeout_ms, [context] { return context->IsCancelled(); }),
         timing);
     if (!outputs.ok()) return outputs.status();
     response->set_model_name((*m)->name());
@@ -184,7 +184,7 @@ class InferenceService final : public GRPCInferenceService::Service {
     absl::StatusOr<std::vector<NamedTensor>> inputs = service_.GenerateInputs(model, g);
     if (!inputs.ok()) return inputs.status();
     CallContext call =
-        ServerCore::Context(model, g.timeout_ms, [context] { return context->IsCancelled(); });
+        service_.Context(model, g.timeout_ms, [context] { return context->IsCancelled(); });
     const absl::Time queued = absl::Now();
     absl::StatusOr<Lease> lease = model.Acquire(call.deadline, call.cancelled);
     timing->queue = absl::ToDoubleSeconds(absl::Now() - queued);

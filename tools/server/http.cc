@@ -101,7 +101,7 @@ void HandleInfer(Service& service, const httplib::Request& req, httplib::Respons
   std::vector<std::string> names;
   for (const RequestedOutput& o : parsed->outputs) names.push_back(o.name);
   absl::StatusOr<std::vector<NamedTensor>> outputs = service.Infer(
-      *m, parsed->inputs, names, Service::Context(*m, parsed->timeout_ms, nullptr), &ex.timing());
+      *m, parsed->inputs, names, service.Context(*m, parsed->timeout_ms, nullptr), &ex.timing());
   if (!outputs.ok()) return ex.Fail(outputs.status());
   std::vector<bool> binary;
   for (size_t i = 0; i < outputs->size(); ++i) {
@@ -166,7 +166,7 @@ void HandleGenerate(Service& service, const httplib::Request& req, httplib::Resp
   absl::StatusOr<std::vector<NamedTensor>> inputs = service.GenerateInputs(*m, *g);
   if (!inputs.ok()) return ex->Fail(inputs.status());
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  CallContext call = Service::Context(*m, g->timeout_ms, [cancelled] { return cancelled->load(); });
+  CallContext call = service.Context(*m, g->timeout_ms, [cancelled] { return cancelled->load(); });
   const absl::Time queued = absl::Now();
   absl::StatusOr<Lease> lease = m->Acquire(call.deadline, nullptr);
   ex->timing().queue = absl::ToDoubleSeconds(absl::Now() - queued);

@@ -96,10 +96,10 @@ def json_values(name, values):
 class Server:
     """A dynvm-server on free ports; the log lines it prints are kept."""
 
-    def __init__(self, repo, *extra):
+    def __init__(self, repo, drain_s=20):
         self.proc = subprocess.Popen(
             [SERVER, "--model-repository", repo, "--http-port", "0", "--grpc-port", "0",
-             "--max-body-bytes", "4m", "--drain-timeout-s", "20", *extra],
+             "--max-body-bytes", "4m", "--drain-timeout-s", str(drain_s)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening" not in line:
@@ -131,6 +131,13 @@ class Server:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=60)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
 
 class Grpc:
@@ -236,9 +243,8 @@ def setUpModule():
 
 
 def tearDownModule():
-    if S is not None and S.proc.poll() is None:
-        S.proc.kill()
-        S.proc.wait()
+    if S is not None:
+        S.close()
     shutil.rmtree(TMP, ignore_errors=True)
 
 
@@ -790,6 +796,25 @@ class Metrics(unittest.TestCase):
 
 
 class ZShutdown(unittest.TestCase):  # last: stops the server
+    def test_drain_timeout_cancels_long_streams(self):
+        # A second server with a 1 s drain: a 100,000-token stream (seconds) is cut at the
+        # drain timeout and the server still exits 0, soon.
+        other = Server(os.path.join(TMP, "repo"), drain_s=1)
+        conn = http.client.HTTPConnection("127.0.0.1", other.http_port, timeout=60)
+        conn.request("POST", "/v2/models/charlm_one/generate_stream",
+                     body=json.dumps(Pool.LONG))
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        r.readline()
+        start = time.time()
+        other.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(other.proc.wait(timeout=30), 0)
+        self.assertLess(time.time() - start, 3)  # the stream alone runs for seconds more
+        events = r.read().decode().count("data: ")
+        self.assertLess(events, 100000)
+        conn.close()
+        other.close()
+
     def test_sigterm_drains(self):
         def on_first():
             S.proc.send_signal(signal.SIGTERM)

@@ -107,10 +107,12 @@ Service::Service(std::shared_ptr<Repository> repo, FILE* access_log)
 }
 
 CallContext Service::Context(const ModelVersion& model, int64_t timeout_ms,
-                             std::function<bool()> cancelled) {
+                             std::function<bool()> cancelled) const {
   const int64_t ms =
       timeout_ms > 0 ? std::min(timeout_ms, model.config().timeout_ms) : model.config().timeout_ms;
-  return {absl::Now() + absl::Milliseconds(ms), std::move(cancelled)};
+  return {absl::Now() + absl::Milliseconds(ms), [this, c = std::move(cancelled)] {
+            return drain_expired.load(std::memory_order_relaxed) || (c && c());
+          }};
 }
 
 absl::StatusOr<std::vector<NamedTensor>> Service::Infer(ModelVersion& model,

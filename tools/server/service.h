@@ -61,8 +61,9 @@ class Service {
   Repository& repository() { return *repo_; }
 
   // The deadline of a request asking `timeout_ms` (0: the model's default; capped by it).
-  static CallContext Context(const ModelVersion& model, int64_t timeout_ms,
-                             std::function<bool()> cancelled);
+  // Past the drain timeout after SIGTERM (drain_expired), every call counts as cancelled.
+  CallContext Context(const ModelVersion& model, int64_t timeout_ms,
+                      std::function<bool()> cancelled) const;
 
   // Validates `inputs` against the signature, runs them on an instance and returns the
   // outputs named in `requested` (all when empty), in that order.
@@ -89,7 +90,8 @@ class Service {
   // The Prometheus text exposition of every metric.
   std::string MetricsText();
 
-  std::atomic<bool> draining{false};
+  std::atomic<bool> draining{false};       // SIGTERM: ready says no
+  std::atomic<bool> drain_expired{false};  // the drain timeout passed: runs in progress stop
 
  private:
   // Infer through the model's dynamic batcher: this request's rows of each output.
