@@ -38,15 +38,19 @@ readonly build_pkgs=(
   libkissfft-dev       # FFT for DFT/STFT (BSD-3-Clause; kissfft-float, found by pkg-config)
   # the Python package (python/, docs/python.md): built when pybind11 and the headers are found
   pybind11-dev python3-dev python3-numpy
+  # dynvm-server (tools/server, docs/serving.md): built when these are found
+  libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev nlohmann-json3-dev prometheus-cpp-dev
 )
 # Every package a test imports or runs (ctest's tests, python/tests, the *.py tests ctest runs with
 # /usr/bin/python3), beyond the build's: python3-onnx for python/tests/test_arrays.py (onnx's
 # numpy_helper); PyTorch and torchvision for the export tests (which skip, exit 77, where they are
 # missing: a skip, never a pass); nodejs and npm for the tests that compare with ONNX Runtime
-# (they fetch onnxruntime-node once into a cache, and skip when it cannot be had). With all of
+# (they fetch onnxruntime-node once into a cache, and skip when it cannot be had); python3-grpcio
+# for the server's tests (tools/server/server_test.py). With all of
 # them a bare Debian 12 runs every test (tools/ci/bare-debian-check.sh).
 readonly test_pkgs=(libonnx-testdata python3-pytest python3-onnx python3-torch python3-torchvision
-  nodejs npm)
+  nodejs npm
+  python3-grpcio python3-protobuf python3-yaml)  # tools/server's tests: an independent gRPC client (stubs made at test time)
 readonly train_pkgs=(python3 python3-torch python3-onnx python3-numpy libopenblas0-pthread bible-kjv bible-kjv-text fortunes)
 readonly bench_pkgs=(libopenblas0-pthread)
 

@@ -1,0 +1,46 @@
+#!/usr/bin/python3
+"""Writes the model repository server-bench runs against (docs/serving.md, "Measurements"):
+  oneop     Relu on f32[1,16]: what the server adds to the smallest run
+  gemm      Gemm f32[64,256] x [256,256] + Relu (about 90 us a run on one core)
+  gemm_big  Gemm f32[128,512] x [512,512] + Relu (about 0.75 ms)
+  charlm    a link to deploy/model-repository/charlm (the first-token measurement)
+each with 2 instances.
+
+    /usr/bin/python3 tools/server/make_bench_repo.py DIR
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def save(repo, name, nodes, x_shape, y_shape, inits=()):
+    os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], list(inits))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              os.path.join(repo, name, "1", "model.onnx"))
+    with open(os.path.join(repo, name, "config.json"), "w") as f:
+        json.dump({"instances": 2}, f)
+
+
+def main():
+    repo = sys.argv[1]
+    rng = np.random.default_rng(0)
+    save(repo, "oneop", [helper.make_node("Relu", ["x"], ["y"])], [1, 16], [1, 16])
+    for name, m, k in (("gemm", 64, 256), ("gemm_big", 128, 512)):
+        w = numpy_helper.from_array(rng.standard_normal((k, k)).astype(np.float32), "w")
+        save(repo, name, [helper.make_node("Gemm", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+             [m, k], [m, k], [w])
+    link = os.path.join(repo, "charlm")
+    if not os.path.exists(link):
+        os.symlink(os.path.join(ROOT, "deploy/model-repository/charlm"), link)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+// server-bench: what dynvm-server adds to a run (issue 35's "server overhead" and "first
+// token"), measured side by side in one process against a running server.
+//
+//   server-bench --model-repository DIR --model M --http-port P --grpc-port P [--rounds N]
+//                [--generate LM --prompt TEXT] [--throughput N]
+//
+// Each round times, one after the other (interleaved, so a busy neighbour affects every mode
+// alike): the in-process run (SetInput, Run, GetOutput on a VM of the same executable, compiled
+// here from DIR/M/1/model.onnx), REST JSON, REST binary and gRPC raw on the server, each over
+// one kept-alive connection. Every input is f32, its symbolic dims 1, filled with 0.5.
+// Printed: p50/p90/p99 per mode and each mode's p50 minus the in-process p50.
+//
+// With --generate LM: the first token of LM's decode loop in process (Run until the first
+// `emit`) against the first Server-Sent Event of generate_stream on a fresh connection.
+//
+// With --throughput N: runs per second of N in-process VMs on N threads against N gRPC clients
+// of the server (which should have N instances), 3 alternating rounds of 3 s.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/compiler.h"
+#include "compiler/onnx/onnx_importer.h"
+#include "grpcpp/grpcpp.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "tools/cli.h"
+#include "tools/server/codec.h"
+#include "tools/server/grpc_predict_v2.grpc.pb.h"
+#include "tools/server/repository.h"
+#include "tools/server/service.h"
+#include "vm/virtual_machine.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kProgram[] = "server-bench";
+
+double Micros(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Stats {
+  std::vector<double> us;
+  double Pct(double p) {
+    std::sort(us.begin(), us.end());
+    return us.empty() ? 0 : us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))];
+  }
+};
+
+absl::StatusOr<std::shared_ptr<const dynvm::Executable>> Compile(
+    const std::string& path, const std::vector<std::pair<std::string, int64_t>>& bounds) {
+  absl::StatusOr<std::unique_ptr<dynvm::compiler::Module>> m =
+      dynvm::compiler::onnx::ImportOnnxFile(path);
+  if (!m.ok()) return m.status();
+  dynvm::compiler::CompileOptions options;
+  options.bounds = bounds;
+  absl::StatusOr<dynvm::compiler::CompileResult> r = dynvm::compiler::Compile(**m, options);
+  if (!r.ok()) return r.status();
+  return dynvm::Executable::LoadFromBytes(absl::string_view(r->bytes));
+}
+
+// A connected TCP socket to 127.0.0.1:port (-1 on failure).
+int Connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Time to the first "data: " of a generate_stream on a fresh connection (closed after it).
+double FirstEvent(int port, const std::string& model, const std::string& body) {
+  const std::string req = absl::StrCat(
+      "POST /v2/models/", model,
+      "/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
+  const Clock::time_point start = Clock::now();
+  int fd = Connect(port);
+  if (fd < 0) return -1;
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return -1;
+  }
+  std::string got;
+  char buf[4096];
+  double us = -1;
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+    if (got.find("data: ") != std::string::npos) {
+      us = Micros(start, Clock::now());
+      break;
+    }
+  }
+  close(fd);
+  return us;
+}
+
+struct Options {
+  std::string repo, model, lm, prompt = "And it came to pass";
+  int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
+  int64_t threads = 0;  // --throughput: threads (0 = no throughput run)
+  double seconds = 3;
+};
+
+// The first token of `o.lm` in process (a VM of the model as the server loads it, run until the
+// first emit) against generate_stream's first event, interleaved.
+int FirstToken(const Options& o) {
+  const std::string dir = absl::StrCat(o.repo, "/", o.lm);
+  dynvm::server::ModelConfig config;
+  std::ifstream f(dir + "/config.json");
+  std::stringstream text;
+  text << f.rdbuf();
+  if (f) {
+    auto c = dynvm::server::ParseModelConfig(text.str(), "config.json");
+    if (!c.ok()) return dynvm::cli::ReportError(kProgram, c.status());
+    config = *c;
+  }
+  config.instances = 1;
+  auto model = dynvm::server::ModelVersion::Load(dir, o.lm, "1", config);
+  if (!model.ok()) return dynvm::cli::ReportError(kProgram, model.status());
+  dynvm::server::Service service(std::make_shared<dynvm::server::Repository>(o.repo), nullptr);
+  dynvm::server::GenerateRequest g;
+  g.text_input = o.prompt;
+  g.parameters = {{"max_new_tokens", 200}, {"temperature", 0.7}, {"seed", 1}};
+  auto inputs = service.GenerateInputs(**model, g);
+  if (!inputs.ok()) return dynvm::cli::ReportError(kProgram, inputs.status());
+  const std::string body =
+      absl::StrCat(R"({"text_input": ")", o.prompt, R"(", "parameters": {"max_new_tokens": 200, )",
+                   R"("temperature": 0.7, "seed": 1}})");
+  Stats local, remote;
+  const int64_t rounds = std::max<int64_t>(20, o.rounds / 10);
+  for (int64_t r = 0; r < rounds + 5; ++r) {
+    const Clock::time_point a = Clock::now();
+    double first = -1;
+    {
+      auto lease = (*model)->Acquire(absl::InfiniteFuture(), nullptr);
+      if (!lease.ok()) return dynvm::cli::ReportError(kProgram, lease.status());
+      dynvm::server::Timing timing;
+      (void)service.Generate(
+          **model, *lease, *inputs, {},
+          [&](const std::string&) {
+            first = Micros(a, Clock::now());
+            return absl::CancelledError("first token");
+          },
+          &timing);
+    }
+    const double served = FirstEvent(static_cast<int>(o.http_port), o.lm, body);
+    if (first < 0 || served < 0) return dynvm::cli::ReportError(kProgram, "no first token");
+    if (r >= 5) {
+      local.us.push_back(first);
+      remote.us.push_back(served);
+    }
+  }
+  std::printf("%s first token: %lld rounds, interleaved (microseconds)\n", o.lm.c_str(),
+              static_cast<long long>(rounds));
+  std::printf("%-24s %9s %9s %9s %14s\n", "mode", "p50", "p90", "p99", "p50 overhead");
+  const double base = local.Pct(0.5);
+  std::printf("%-24s %9.1f %9.1f %9.1f %14.1f\n", "in-process first emit", base, local.Pct(0.9),
+              local.Pct(0.99), 0.0);
+  std::printf("%-24s %9.1f %9.1f %9.1f %14.1f\n", "generate_stream 1st event", remote.Pct(0.5),
+              remote.Pct(0.9), remote.Pct(0.99), remote.Pct(0.5) - base);
+  return 0;
+}
+
+// Runs `body(thread)` on `threads` threads until `seconds` pass; returns the calls per second.
+double CallsPerSecond(int threads, double seconds, const std::function<bool(int)>& body) {
+  std::atomic<int64_t> calls{0};
+  std::atomic<bool> failed{false};
+  const Clock::time_point stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(seconds));
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      while (Clock::now() < stop && !failed) {
+        if (!body(t)) failed = true;
+        ++calls;
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  if (failed) return -1;
+  return static_cast<double>(calls) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --throughput: `threads` in-process VMs on threads against as many gRPC clients of the server
+// (raw contents), alternating rounds; the server should have as many instances.
+int Throughput(const Options& o) {
+  auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
+  if (!exe.ok()) return dynvm::cli::ReportError(kProgram, exe.status());
+  const dynvm::FunctionInfo& fn = (*exe)->function(*(*exe)->FindFunction(""));
+  const int n = static_cast<int>(o.threads);
+  std::vector<std::unique_ptr<dynvm::VirtualMachine>> vms;
+  for (int t = 0; t < n; ++t) {
+    auto vm = dynvm::VirtualMachine::Create(*exe);
+    if (!vm.ok()) return dynvm::cli::ReportError(kProgram, vm.status());
+    vms.push_back(*std::move(vm));
+  }
+  std::vector<dynvm::server::NamedTensor> inputs;
+  inference::ModelInferRequest greq;
+  greq.set_model_name(o.model);
+  for (const dynvm::ParamInfo& p : fn.inputs) {
+    std::vector<int64_t> dims;
+    for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
+    auto t = dynvm::Tensor::Empty(dynvm::DType::kF32, dims);
+    if (!t.ok() || p.dtype != dynvm::DType::kF32)
+      return dynvm::cli::ReportError(kProgram, "every input must be f32");
+    std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.5f);
+    inputs.push_back({p.name, *t});
+    auto* gi = greq.add_inputs();
+    gi->set_name(p.name);
+    gi->set_datatype("FP32");
+    for (int64_t d : dims) gi->add_shape(d);
+    dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
+  }
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto local = [&](int t) {
+    for (const auto& in : inputs) {
+      if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
+    }
+    return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
+  };
+  auto remote = [&](int) {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse resp;
+    return stub->ModelInfer(&ctx, greq, &resp).ok();
+  };
+  std::vector<double> a, b;
+  std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
+              o.model.c_str(), n, n);
+  for (int r = 0; r < 3; ++r) {
+    a.push_back(CallsPerSecond(n, o.seconds, local));
+    b.push_back(CallsPerSecond(n, o.seconds, remote));
+    if (a.back() < 0 || b.back() < 0) return dynvm::cli::ReportError(kProgram, "a run failed");
+    std::printf("round %d: in-process %.1f, server %.1f (%.0f%%)\n", r + 1, a.back(), b.back(),
+                100 * b.back() / a.back());
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::printf("median: in-process %.1f, server %.1f: %.0f%%\n", a[1], b[1], 100 * b[1] / a[1]);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  dynvm::cli::FlagParser flags(kProgram, "--model-repository DIR --model M [--generate LM]");
+  flags.AddString("--model-repository", &o.repo, "the server's repository");
+  flags.AddString("--model", &o.model, "the model to time (version 1, f32 inputs)");
+  flags.AddString("--generate", &o.lm, "a model with a vocabulary: time its first token too");
+  flags.AddString("--prompt", &o.prompt, "the prompt for --generate");
+  flags.AddInt("--http-port", &o.http_port, "the server's REST port");
+  flags.AddInt("--grpc-port", &o.grpc_port, "the server's gRPC port");
+  flags.AddInt("--rounds", &o.rounds, "rounds (each times every mode once)");
+  flags.AddInt("--throughput", &o.threads,
+               "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok())
+    return dynvm::cli::ReportError(kProgram, s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  std::map<std::string, Stats> stats;
+  if (!o.model.empty()) {
+    auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
+    if (!exe.ok()) return dynvm::cli::ReportError(kProgram, exe.status());
+    auto vm = dynvm::VirtualMachine::Create(*exe);
+    if (!vm.ok()) return dynvm::cli::ReportError(kProgram, vm.status());
+    const dynvm::FunctionInfo& fn = (*exe)->function(*(*exe)->FindFunction(""));
+    std::vector<dynvm::server::NamedTensor> inputs;
+    nlohmann::json header = {{"inputs", nlohmann::json::array()}};
+    nlohmann::json json_req = header;
+    std::string raw;
+    inference::ModelInferRequest greq;
+    greq.set_model_name(o.model);
+    for (const dynvm::ParamInfo& p : fn.inputs) {
+      std::vector<int64_t> dims;
+      for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
+      auto t = dynvm::Tensor::Empty(dynvm::DType::kF32, dims);
+      if (!t.ok() || p.dtype != dynvm::DType::kF32)
+        return dynvm::cli::ReportError(kProgram, "every input must be f32");
+      std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.5f);
+      inputs.push_back({p.name, *t});
+      std::string bytes;
+      dynvm::server::AppendRaw(*t, &bytes);
+      header["inputs"].push_back({{"name", p.name},
+                                  {"datatype", "FP32"},
+                                  {"shape", dims},
+                                  {"parameters", {{"binary_data_size", bytes.size()}}}});
+      json_req["inputs"].push_back({{"name", p.name},
+                                    {"datatype", "FP32"},
+                                    {"shape", dims},
+                                    {"data", std::vector<float>(t->numel(), 0.5f)}});
+      raw += bytes;
+      auto* gi = greq.add_inputs();
+      gi->set_name(p.name);
+      gi->set_datatype("FP32");
+      for (int64_t d : dims) gi->add_shape(d);
+      greq.add_raw_input_contents(bytes);
+    }
+    header["parameters"] = {{"binary_data_output", true}};
+    const std::string head = header.dump();
+    const std::string binary_body = head + raw, json_body = json_req.dump();
+    const httplib::Headers binary_headers = {
+        {"Inference-Header-Content-Length", absl::StrCat(head.size())}};
+    const std::string path = absl::StrCat("/v2/models/", o.model, "/infer");
+    httplib::Client http("127.0.0.1", static_cast<int>(o.http_port));
+    http.set_keep_alive(true);
+    http.set_tcp_nodelay(true);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = inference::GRPCInferenceService::NewStub(channel);
+    std::vector<std::pair<std::string, std::function<bool()>>> modes = {
+        {"in-process Run",
+         [&] {
+           for (const auto& in : inputs) {
+             if (!(*vm)->SetInput(in.name, in.tensor).ok()) return false;
+           }
+           return (*vm)->Run().ok() && (*vm)->GetOutputs().ok();
+         }},
+        {"REST JSON",
+         [&] {
+           auto r = http.Post(path, json_body, "application/json");
+           return r && r->status == 200;
+         }},
+        {"REST binary",
+         [&] {
+           auto r = http.Post(path, binary_headers, binary_body, "application/octet-stream");
+           return r && r->status == 200;
+         }},
+        {"gRPC raw",
+         [&] {
+           grpc::ClientContext ctx;
+           inference::ModelInferResponse resp;
+           return stub->ModelInfer(&ctx, greq, &resp).ok() && resp.raw_output_contents_size() > 0;
+         }},
+    };
+    for (int64_t r = 0; r < o.rounds + 50; ++r) {
+      for (auto& [name, fn_call] : modes) {
+        const Clock::time_point a = Clock::now();
+        if (!fn_call()) return dynvm::cli::ReportError(kProgram, absl::StrCat(name, " failed"));
+        if (r >= 50) stats[name].us.push_back(Micros(a, Clock::now()));  // 50 warm-up rounds
+      }
+    }
+    const double base = stats["in-process Run"].Pct(0.5);
+    std::printf("%s: %lld rounds, interleaved (microseconds)\n", o.model.c_str(),
+                static_cast<long long>(o.rounds));
+    std::printf("%-16s %9s %9s %9s %14s\n", "mode", "p50", "p90", "p99", "p50 overhead");
+    for (auto& [name, unused] : modes) {
+      Stats& s = stats[name];
+      std::printf("%-16s %9.1f %9.1f %9.1f %14.1f\n", name.c_str(), s.Pct(0.5), s.Pct(0.9),
+                  s.Pct(0.99), s.Pct(0.5) - base);
+    }
+  }
+  if (!o.lm.empty()) {
+    if (int rc = FirstToken(o); rc != 0) return rc;
+  }
+  if (o.threads > 0 && !o.model.empty()) return Throughput(o);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Main(argc, argv); }
