@@ -15,6 +15,7 @@ Dispatch Make(Isa isa) {
   FillIGemm(isa, &d);
   FillPackedGemm(isa, &d);
   FillWinograd(isa, &d);
+  FillAttention(isa, &d);
   return d;
 }
 

@@ -90,6 +90,10 @@ struct Dispatch {
   void (*packed_gemm_column_block)(int64_t rows, int64_t depth, const float* a, const float* b,
                                    int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
                                    bool accumulate);
+  // attention.h
+  void (*softcap)(int64_t n, float cap, const float* x, float* y);
+  void (*rotary)(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
+                 float* y);
   // winograd.h
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,
@@ -112,6 +116,7 @@ void FillQGemv(Isa isa, Dispatch* d);
 void FillIGemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);
+void FillAttention(Isa isa, Dispatch* d);
 
 }  // namespace dynvm::cpu::internal
 

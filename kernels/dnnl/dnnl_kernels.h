@@ -17,6 +17,7 @@ void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and 
 void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
 void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterAttentionKernels(KernelRegistry& r);      // attention.cc: dynvm::Attention
+void RegisterMsftAttentionKernels(KernelRegistry& r);  // msft_attention.cc: GroupQueryAttention
 void RegisterLinearKernels(KernelRegistry& r);         // linear.cc: dynvm::Linear
 void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspose, dynvm::FusedConv

@@ -10,6 +10,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterReduceKernels(registry);
   onednn::RegisterActivationKernels(registry);
   onednn::RegisterAttentionKernels(registry);
+  onednn::RegisterMsftAttentionKernels(registry);
   onednn::RegisterLinearKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);

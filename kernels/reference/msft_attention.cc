@@ -20,6 +20,8 @@
 //   past[0, past_b) ++ the new keys (after rotary), zero beyond. Query row s sees keys
 //   [start, min(past_b + s + 1, total_b)), start limited by local_window_size; rotary uses
 //   positions s on the first prompt, total_b - S + s after it (position_ids when given).
+#include "kernels/reference/msft_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -161,25 +163,12 @@ void Rotate(float* x, int64_t rot, bool interleaved, const float* cos, const flo
 
 // ---- GroupQueryAttention ----
 
-struct GqaAttrs {
-  int64_t heads = 0, kv_heads = 0, local_window = -1;
-  float scale = 0.0f, softcap = 0.0f;
-  bool rotary = false, interleaved = false, smooth = false;
-};
-
-// The run-time geometry of one GroupQueryAttention call.
-struct GqaGeometry {
-  int64_t batch = 0, seq = 0, head = 0, past = 0, present = 0, total = 0, rot = 0;
-  bool packed = false, first_prompt = false, has_past = false;
-  std::vector<int64_t> total_b, past_b;  // per batch
-};
-
 class GroupQueryAttentionKernel final : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(GqaAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, Check(in));
+    DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, CheckGroupQueryAttention(a_, in));
     const int64_t n = a_.heads, nkv = a_.kv_heads, h = g.head, s = g.seq;
     const int64_t q_stride = (g.packed ? n + 2 * nkv : n) * h;  // one token of query
     std::vector<float> q = Floats(*in[0]);
@@ -213,9 +202,8 @@ class GroupQueryAttentionKernel final : public Kernel {
     std::vector<float> sink = Present(in, 11) ? Floats(*in[11]) : std::vector<float>();
     const Tensor* bt = Present(in, 10) ? in[10] : nullptr;
     auto row = [&](int64_t b, int64_t hq, int64_t i, float* sc) {
-      const int64_t causal = std::min(g.past_b[b] + i + 1, g.total_b[b]);
-      const int64_t start =
-          a_.local_window >= 0 && causal > a_.local_window ? causal - a_.local_window : 0;
+      int64_t start, causal;
+      GqaKeyRange(a_, g, b, i, &start, &causal);
       const float* brow = nullptr;
       if (bt != nullptr) {
         const int64_t bb = bt->dim(0) == 1 ? 0 : b, bh = bt->dim(1) == 1 ? 0 : hq;
@@ -250,15 +238,18 @@ class GroupQueryAttentionKernel final : public Kernel {
   std::string name() const override { return "group_query_attention.f32.ref"; }
 
  private:
-  absl::StatusOr<GqaGeometry> Check(Inputs in) const;
-  absl::Status CheckOptional(Inputs in, const GqaGeometry& g) const;
   absl::Status ApplyRotary(Inputs in, const GqaGeometry& g, float* q, int64_t q_stride, float* k,
                            int64_t kv_stride) const;
 
   GqaAttrs a_;
 };
 
-absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
+// cos/sin caches, position_ids, attention_bias, head_sink.
+absl::Status CheckGqaOptional(const GqaAttrs& a, Inputs in, const GqaGeometry& g);
+
+}  // namespace
+
+absl::StatusOr<GqaGeometry> CheckGroupQueryAttention(const GqaAttrs& a, Inputs in) {
   constexpr char kOp[] = "GroupQueryAttention";
   GqaGeometry g;
   if (!Present(in, 0) || !Present(in, 5) || !Present(in, 6)) {
@@ -271,7 +262,7 @@ absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
   if (g.packed == Present(in, 2)) {
     return Bad(kOp, "key and value must both be present, or both absent (packed QKV)");
   }
-  const int64_t n = a_.heads, nkv = a_.kv_heads;
+  const int64_t n = a.heads, nkv = a.kv_heads;
   g.batch = q.dim(0);
   g.seq = q.dim(1);
   const int64_t parts = g.packed ? n + 2 * nkv : n;
@@ -344,18 +335,19 @@ absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
     g.total_b.push_back(total_b);
     g.past_b.push_back(past_b);
   }
-  DYNVM_RETURN_IF_ERROR(CheckOptional(in, g));
+  DYNVM_RETURN_IF_ERROR(CheckGqaOptional(a, in, g));
   return g;
 }
 
-// cos/sin caches, position_ids, attention_bias, head_sink.
-absl::Status GroupQueryAttentionKernel::CheckOptional(Inputs in, const GqaGeometry& g) const {
+namespace {
+
+absl::Status CheckGqaOptional(const GqaAttrs& a, Inputs in, const GqaGeometry& g) {
   constexpr char kOp[] = "GroupQueryAttention";
   if (Present(in, 7) != Present(in, 8)) {
     return Bad(kOp, "cos_cache and sin_cache must both be present or both absent");
   }
-  if (a_.rotary && !Present(in, 7)) return Bad(kOp, "do_rotary needs cos_cache and sin_cache");
-  if (a_.rotary) {
+  if (a.rotary && !Present(in, 7)) return Bad(kOp, "do_rotary needs cos_cache and sin_cache");
+  if (a.rotary) {
     const Tensor& c = *in[7];
     const Tensor& sn = *in[8];
     DYNVM_RETURN_IF_ERROR(NeedFloat(c, kOp, "cos_cache"));
@@ -380,18 +372,17 @@ absl::Status GroupQueryAttentionKernel::CheckOptional(Inputs in, const GqaGeomet
     const Tensor& b = *in[10];
     DYNVM_RETURN_IF_ERROR(NeedFloat(b, kOp, "attention_bias"));
     if (b.rank() != 4 || (b.dim(0) != 1 && b.dim(0) != g.batch) ||
-        (b.dim(1) != 1 && b.dim(1) != a_.heads) || b.dim(2) != g.seq || b.dim(3) < g.present) {
+        (b.dim(1) != 1 && b.dim(1) != a.heads) || b.dim(2) != g.seq || b.dim(3) < g.present) {
       return Bad(kOp,
-                 absl::StrCat("attention_bias must be [", g.batch, " or 1, ", a_.heads, " or 1, ",
+                 absl::StrCat("attention_bias must be [", g.batch, " or 1, ", a.heads, " or 1, ",
                               g.seq, ", >= ", g.present, "]"),
                  &b);
     }
   }
   if (Present(in, 11)) {
     DYNVM_RETURN_IF_ERROR(NeedFloat(*in[11], kOp, "head_sink"));
-    if (in[11]->numel() != a_.heads) {
-      return Bad(kOp, absl::StrCat("head_sink must have num_heads (", a_.heads, ") values"),
-                 in[11]);
+    if (in[11]->numel() != a.heads) {
+      return Bad(kOp, absl::StrCat("head_sink must have num_heads (", a.heads, ") values"), in[11]);
     }
   }
   return absl::OkStatus();
@@ -408,12 +399,7 @@ absl::Status GroupQueryAttentionKernel::ApplyRotary(Inputs in, const GqaGeometry
   const std::vector<int64_t> ids = Present(in, 9) ? Ints(*in[9]) : std::vector<int64_t>();
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t s = 0; s < g.seq; ++s) {
-      int64_t pos;
-      if (!ids.empty()) {
-        pos = ids[b * g.seq + s];
-      } else {
-        pos = (g.first_prompt ? 0 : g.total_b[b] - g.seq) + s;
-      }
+      const int64_t pos = GqaPosition(g, ids, b, s);
       if (pos < 0 || pos >= ct.dim(0)) {
         return Bad("GroupQueryAttention",
                    absl::StrCat("position ", pos, " of batch ", b, " is outside cos_cache"), &ct);
@@ -1059,23 +1045,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGroupQueryAttention(const KernelSpec
   if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
     return absl::UnimplementedError("GroupQueryAttention: query must be f32 or f16");
   }
-  GqaAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.local_window, s.GetInt("local_window_size", -1));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t rotary, s.GetInt("do_rotary", 0));
-  DYNVM_ASSIGN_OR_RETURN(int64_t interleaved, s.GetInt("rotary_interleaved", 0));
-  DYNVM_ASSIGN_OR_RETURN(int64_t smooth, s.GetInt("smooth_softmax", 0));
-  if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GroupQueryAttention: num_heads (", a.heads,
-                     ") must be a positive multiple of kv_num_heads (", a.kv_heads, ")"));
-  }
-  a.rotary = rotary != 0;
-  a.interleaved = interleaved != 0;
-  a.smooth = smooth != 0;
+  DYNVM_ASSIGN_OR_RETURN(GqaAttrs a, GetGqaAttrs(s));
   std::unique_ptr<Kernel> k = std::make_unique<GroupQueryAttentionKernel>(a);
   if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
   return k;
@@ -1137,6 +1107,27 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
 }
 
 }  // namespace
+
+absl::StatusOr<GqaAttrs> GetGqaAttrs(const KernelSpec& s) {
+  GqaAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.local_window, s.GetInt("local_window_size", -1));
+  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(int64_t rotary, s.GetInt("do_rotary", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t interleaved, s.GetInt("rotary_interleaved", 0));
+  DYNVM_ASSIGN_OR_RETURN(int64_t smooth, s.GetInt("smooth_softmax", 0));
+  if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupQueryAttention: num_heads (", a.heads,
+                     ") must be a positive multiple of kv_num_heads (", a.kv_heads, ")"));
+  }
+  a.rotary = rotary != 0;
+  a.interleaved = interleaved != 0;
+  a.smooth = smooth != 0;
+  return a;
+}
 
 void RegisterMsftAttentionKernels(KernelRegistry& r) {
   auto add = [&r](const char* op, KernelFactory factory) {

@@ -1,0 +1,310 @@
+// com.microsoft GroupQueryAttention on the oneDNN backend: ONNX Runtime's semantics (the
+// reference kernel, kernels/reference/msft_attention.cc, is the definition and the oracle; the
+// checks and per-batch lengths are its code, reference/msft_attention.h), f32 arithmetic on
+// kernels/cpu's microkernels.
+//
+// One unit of work is a (batch, KV head) pair, run on the VM's pool: it writes its slice of the
+// present key and value outputs (the past's first past_b rows, the new rows, rotated when
+// do_rotary, zeros beyond), rotates its query heads when do_rotary (into a scratch copy), then
+// for each query row attends over the keys it sees with every query head of its group at once:
+// the scores of the group's heads [group, w] by one dnnl_sgemm (Gemv for one head) over the
+// present keys it has just written (still in cache), softcap, attention_bias, the sink
+// (smooth_softmax or head_sink: one more logit without a value row), SoftmaxRows, then the
+// product with the values into the output. Excluded keys (causal, local window) are not read
+// at all: each row's keys are one range [first, end). A decode step (one query, a long past) is
+// bound by reading the past: each unit reads its past once, and its group's queries share it.
+//
+// Runs the reference kernel (the registry's fallback) for f16 and for inputs that are not
+// contiguous.
+#include "kernels/reference/msft_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/rows.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/parallel_loops.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using reference::GqaAttrs;
+using reference::GqaGeometry;
+
+bool Present(Inputs in, size_t i) { return i < in.size() && in[i] != nullptr; }
+bool Wanted(Outputs out, size_t i) { return i < out.size() && out[i] != nullptr; }
+
+// Everything one call reads and writes, resolved once.
+struct GqaCall {
+  const GqaAttrs* a = nullptr;
+  const GqaGeometry* g = nullptr;
+  int64_t group = 1;         // query heads per KV head
+  const float* q = nullptr;  // query rows [B S, q_stride] (heads at H apart)
+  int64_t q_stride = 0;
+  float* q_rot = nullptr;    // rotated queries [B S, N H] (do_rotary), else null
+  const float* k = nullptr;  // new keys and values [B S, kv_stride]
+  const float* v = nullptr;
+  int64_t kv_stride = 0;
+  const float* past_k = nullptr;  // [B, N_kv, P, H], null without a past
+  const float* past_v = nullptr;
+  float* pk = nullptr;  // present [B, N_kv, T, H]
+  float* pv = nullptr;
+  const float* cos = nullptr;  // rotary caches [positions, half]
+  const float* sin = nullptr;
+  int64_t half = 0;
+  std::vector<int64_t> ids;     // position_ids [B S] or empty
+  const float* bias = nullptr;  // attention_bias [Bb, Nb, S, >= T] or null
+  int64_t bias_b = 0, bias_h = 0, bias_t = 0;
+  const float* sink = nullptr;  // head_sink [N] or null
+  float scale = 1.0f;
+  float* out = nullptr;  // [B S, N H]
+};
+
+std::vector<int64_t> Ids(const Tensor& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    v[i] = t.dtype() == DType::kI32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+  }
+  return v;
+}
+
+// Copies one head row of `h` values from x to y, rotated at position `pos` (do_rotary).
+void RotateRow(const GqaCall& c, int64_t pos, const float* x, float* y) {
+  const int64_t h = c.g->head;
+  if (y != x) std::memcpy(y, x, static_cast<size_t>(h) * sizeof(float));
+  cpu::Rotary(c.half, c.a->interleaved, c.cos + pos * c.half, c.sin + pos * c.half, y, y);
+}
+
+// The present rows of unit (b, kh): past[0, past_b) ++ the new rows (keys rotated), zeros
+// beyond; and the rotated query heads of the group when do_rotary.
+void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
+  const GqaGeometry& g = *c.g;
+  const int64_t h = g.head, t = g.present, nkv = c.a->kv_heads, pb = g.past_b[b];
+  const size_t row = static_cast<size_t>(h) * sizeof(float);
+  float* dk = c.pk + (b * nkv + kh) * t * h;
+  float* dv = c.pv + (b * nkv + kh) * t * h;
+  if (pb > 0) {
+    const int64_t src = (b * nkv + kh) * g.past * h;
+    std::memcpy(dk, c.past_k + src, static_cast<size_t>(pb) * row);
+    std::memcpy(dv, c.past_v + src, static_cast<size_t>(pb) * row);
+  }
+  for (int64_t i = 0; i < g.seq; ++i) {
+    const int64_t from = (b * g.seq + i) * c.kv_stride + kh * h;
+    float* kr = dk + (pb + i) * h;
+    if (c.a->rotary) {
+      const int64_t pos = reference::GqaPosition(g, c.ids, b, i);
+      RotateRow(c, pos, c.k + from, kr);
+      for (int64_t r = 0; r < c.group; ++r) {
+        const int64_t hq = kh * c.group + r;
+        RotateRow(c, pos, c.q + (b * g.seq + i) * c.q_stride + hq * h,
+                  c.q_rot + (b * g.seq + i) * c.a->heads * h + hq * h);
+      }
+    } else {
+      std::memcpy(kr, c.k + from, row);
+    }
+    std::memcpy(dv + (pb + i) * h, c.v + from, row);
+  }
+  const int64_t used = pb + g.seq;
+  std::memset(dk + used * h, 0, static_cast<size_t>(t - used) * row);
+  std::memset(dv + used * h, 0, static_cast<size_t>(t - used) * row);
+}
+
+// Query row i of unit (b, kh), every head of its group: s holds group x (T + 1) floats.
+absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float* s) {
+  const GqaAttrs& a = *c.a;
+  const GqaGeometry& g = *c.g;
+  const int64_t h = g.head, t = g.present, n = a.heads, group = c.group;
+  int64_t first, end;
+  reference::GqaKeyRange(a, g, b, i, &first, &end);
+  const int64_t w = end - first;
+  const bool sink = a.smooth || c.sink != nullptr;
+  const int64_t ld = w + (sink ? 1 : 0);
+  const float* q = c.q_rot != nullptr ? c.q_rot + (b * g.seq + i) * n * h + kh * group * h
+                                      : c.q + (b * g.seq + i) * c.q_stride + kh * group * h;
+  const float* k = c.pk + ((b * a.kv_heads + kh) * t + first) * h;
+  const float* v = c.pv + ((b * a.kv_heads + kh) * t + first) * h;
+  float* y = c.out + (b * g.seq + i) * n * h + kh * group * h;
+  if (w == 0) {  // no key: 0/0 as the reference, or 0 beside a sink
+    std::fill_n(y, group * h, sink ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+    return absl::OkStatus();
+  }
+  if (group == 1) {
+    cpu::Gemv('T', w, h, c.scale, q, k, h, 0.0f, s);
+  } else {
+    DYNVM_RETURN_IF_ERROR(FromDnnl(
+        dnnl_sgemm('N', 'T', group, w, h, c.scale, q, h, k, h, 0.0f, s, ld), "dnnl_sgemm"));
+  }
+  for (int64_t r = 0; r < group; ++r) {
+    float* sr = s + r * ld;
+    const int64_t hq = kh * group + r;
+    if (a.softcap > 0.0f) cpu::Softcap(w, a.softcap, sr, sr);
+    if (c.bias != nullptr) {
+      const int64_t bb = c.bias_b == 1 ? 0 : b, bh = c.bias_h == 1 ? 0 : hq;
+      cpu::AddTo(w, c.bias + ((bb * c.bias_h + bh) * g.seq + i) * c.bias_t + first, sr);
+    }
+    if (sink) sr[w] = c.sink != nullptr ? c.sink[hq] : 0.0f;
+  }
+  cpu::SoftmaxRows(group, ld, s, s);
+  if (group == 1) {
+    cpu::Gemv('N', h, w, 1.0f, s, v, h, 0.0f, y);
+    return absl::OkStatus();
+  }
+  return FromDnnl(dnnl_sgemm('N', 'N', group, h, w, 1.0f, s, ld, v, h, 0.0f, y, h), "dnnl_sgemm");
+}
+
+absl::Status RunUnits(const GqaCall& c, int64_t u0, int64_t u1, float* s) {
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t b = u / c.a->kv_heads, kh = u % c.a->kv_heads;
+    FillUnit(c, b, kh);
+    for (int64_t i = 0; i < c.g->seq; ++i) DYNVM_RETURN_IF_ERROR(AttendRow(c, b, kh, i, s));
+  }
+  return absl::OkStatus();
+}
+
+bool AllContiguous(Inputs in) {
+  for (const Tensor* t : in) {
+    if (t != nullptr && !t->is_contiguous()) return false;
+  }
+  return true;
+}
+
+class GroupQueryAttentionKernel final : public DnnlKernel {
+ public:
+  GroupQueryAttentionKernel(std::string name, GqaAttrs a) : DnnlKernel(std::move(name)), a_(a) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (!AllContiguous(in) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
+      return RunFallback(ctx, in, out);
+    }
+    DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, reference::CheckGroupQueryAttention(a_, in));
+    constexpr char kOp[] = "GroupQueryAttention";
+    const int64_t n = a_.heads, nkv = a_.kv_heads, h = g.head, t = g.present;
+    const int64_t rows = g.batch * g.seq;
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, {g.batch, g.seq, n * h}, kOp));
+    const bool presents = Wanted(out, 1) && Wanted(out, 2);
+    for (size_t o : {size_t{1}, size_t{2}}) {
+      if (!Wanted(out, o)) continue;
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[o], DType::kF32, {g.batch, nkv, t, h}, kOp));
+    }
+    // One workspace: the scores of each range [group, T + 1], the rotated queries, and the
+    // present keys and values when an output does not take them.
+    const int64_t group = n / nkv, units = g.batch * nkv;
+    const int64_t score_floats = group * (t + 1);
+    const int64_t rot_floats = a_.rotary ? rows * n * h : 0;
+    const int64_t present_floats = presents ? 0 : 2 * units * t * h;
+    const int threads = std::max(ctx.num_threads(), 1);
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws,
+        ctx.Workspace(static_cast<size_t>(score_floats * threads + rot_floats + present_floats) *
+                      sizeof(float)));
+    float* scratch = static_cast<float*>(ws);
+    GqaCall c;
+    c.a = &a_;
+    c.g = &g;
+    c.group = group;
+    c.q = in[0]->data<float>();
+    c.q_stride = in[0]->dim(2);
+    c.q_rot = a_.rotary ? scratch + score_floats * threads : nullptr;
+    c.k = g.packed ? c.q + n * h : in[1]->data<float>();
+    c.v = g.packed ? c.q + (n + nkv) * h : in[2]->data<float>();
+    c.kv_stride = g.packed ? c.q_stride : nkv * h;
+    c.past_k = g.has_past ? in[3]->data<float>() : nullptr;
+    c.past_v = g.has_past ? in[4]->data<float>() : nullptr;
+    float* own = scratch + score_floats * threads + rot_floats;
+    c.pk = presents ? out[1]->data<float>() : own;
+    c.pv = presents ? out[2]->data<float>() : own + units * t * h;
+    if (a_.rotary) {
+      c.cos = in[7]->data<float>();
+      c.sin = in[8]->data<float>();
+      c.half = in[7]->dim(1);
+      if (Present(in, 9)) c.ids = Ids(*in[9]);
+      DYNVM_RETURN_IF_ERROR(CheckPositions(g, c, in[7]->dim(0)));
+    }
+    if (Present(in, 10)) {
+      c.bias = in[10]->data<float>();
+      c.bias_b = in[10]->dim(0);
+      c.bias_h = in[10]->dim(1);
+      c.bias_t = in[10]->dim(3);
+    }
+    if (Present(in, 11)) c.sink = in[11]->data<float>();
+    c.scale = a_.scale != 0.0f ? a_.scale : 1.0f / std::sqrt(static_cast<float>(h));
+    c.out = out[0]->data<float>();
+    return RunAll(ctx, c, units, scratch, score_floats);
+  }
+
+ private:
+  // Every rotary position inside the caches (the reference's error).
+  static absl::Status CheckPositions(const GqaGeometry& g, const GqaCall& c, int64_t positions) {
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t s = 0; s < g.seq; ++s) {
+        const int64_t pos = reference::GqaPosition(g, c.ids, b, s);
+        if (pos < 0 || pos >= positions) {
+          return absl::InvalidArgumentError(absl::StrCat("GroupQueryAttention: position ", pos,
+                                                         " of batch ", b, " is outside cos_cache (",
+                                                         positions, " positions)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Units on the VM's pool: all on this thread below kMinParallelGemv multiply-adds, else one
+  // (batch, KV head) pair at a time, each range with its own scores block.
+  static absl::Status RunAll(KernelContext& ctx, const GqaCall& c, int64_t units, float* scratch,
+                             int64_t score_floats) {
+    const GqaGeometry& g = *c.g;
+    const double macs = static_cast<double>(g.batch) * c.a->heads * g.seq * g.present * 2.0 *
+                        static_cast<double>(g.head);
+    const int64_t grain =
+        ctx.num_threads() == 1 || units < 2 || macs < static_cast<double>(kMinParallelGemv)
+            ? std::max<int64_t>(units, 1)
+            : 1;
+    if (ctx.ParallelTasks(units, grain) == 1) {
+      if (ctx.num_threads() > 1) SetThreads(1);
+      return RunUnits(c, 0, units, scratch);
+    }
+    std::atomic<int> next_block{0};
+    std::mutex mu;
+    absl::Status status;
+    ctx.ParallelFor(units, grain, [&](int64_t u0, int64_t u1) {
+      float* s = scratch + score_floats * next_block.fetch_add(1, std::memory_order_relaxed);
+      SetThreads(1);  // dnnl_sgemm on this thread: no OpenMP team beside the pool
+      absl::Status st = RunUnits(c, u0, u1, s);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (status.ok()) status = std::move(st);
+      }
+    });
+    return status;
+  }
+
+  GqaAttrs a_;
+};
+
+}  // namespace
+
+void RegisterMsftAttentionKernels(KernelRegistry& r) {
+  r.Register(KernelRegistration{
+      "com.microsoft", "GroupQueryAttention", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_ASSIGN_OR_RETURN(GqaAttrs a, reference::GetGqaAttrs(spec));
+        DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+        return std::make_unique<GroupQueryAttentionKernel>(KernelName(spec), a);
+      }});
+}
+
+}  // namespace dynvm::onednn

@@ -1,0 +1,371 @@
+// The oneDNN backend's com.microsoft GroupQueryAttention (msft_attention.cc) against the
+// reference kernel (kernels/reference/msft_attention.cc, in double; itself checked against ONNX
+// Runtime by tests/conformance/msft): first prompts (ragged by seqlens_k), decode steps over
+// pasts of 0 to 300 keys (ragged too), a later prompt of several tokens, grouped heads (1 to 8
+// query heads per KV head), head sizes that are not a multiple of any vector width, packed QKV,
+// rotary (halves and interleaved, partial, by position_ids), local windows, softcap,
+// attention_bias (broadcast too), smooth_softmax and head_sink, without the present outputs;
+// at one and two threads and at every instruction-set level this machine has.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/testing.h"
+
+namespace dynvm {
+namespace {
+
+using testing::KernelCall;
+
+Tensor Random(std::vector<int64_t> dims, std::mt19937& rng, float range = 2.0f) {
+  std::uniform_real_distribution<float> dist(-range, range);
+  Tensor t = *Tensor::Empty(DType::kF32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+struct Case {
+  std::string name;
+  int64_t batch = 1, seq = 1, past = 0, heads = 4, kv_heads = 2, head = 16;
+  int64_t total = 0;             // total_sequence_length
+  std::vector<int32_t> seqlens;  // per batch (total_b - 1)
+  bool packed = false, rotary = false, interleaved = false, position_ids = false;
+  int64_t rot_half = 0;  // cos/sin cache width (0: head / 2)
+  int64_t window = -1;
+  float softcap = 0.0f, scale = 0.0f;
+  int bias = 0;  // 0 none, 1 [B, N, S, T], 2 [1, 1, S, T + 3]
+  bool smooth = false, sink = false, presents = true;
+};
+
+// Runs one backend; the outputs (presents after the output when wanted).
+std::vector<Tensor> RunGqa(const Case& c, const char* backend, int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(c.batch * 7919 + c.seq * 131 + c.past * 17 + c.head));
+  const int64_t n = c.heads, nkv = c.kv_heads, h = c.head, t = std::max(c.total, c.past);
+  KernelCall call("GroupQueryAttention", "com.microsoft");
+  if (c.packed) {
+    call.In(Random({c.batch, c.seq, (n + 2 * nkv) * h}, rng)).Absent().Absent();
+  } else {
+    call.In(Random({c.batch, c.seq, n * h}, rng))
+        .In(Random({c.batch, c.seq, nkv * h}, rng))
+        .In(Random({c.batch, c.seq, nkv * h}, rng));
+  }
+  if (c.past > 0) {
+    call.In(Random({c.batch, nkv, c.past, h}, rng)).In(Random({c.batch, nkv, c.past, h}, rng));
+  } else {
+    call.Absent().Absent();
+  }
+  call.In(testing::I32({c.batch}, c.seqlens)).In(testing::I32({}, {static_cast<int32_t>(c.total)}));
+  const bool extras = c.rotary || c.bias != 0 || c.sink;
+  if (c.rotary) {
+    const int64_t half = c.rot_half > 0 ? c.rot_half : h / 2, positions = t + 8;
+    std::vector<float> cv, sv;
+    for (int64_t p = 0; p < positions; ++p) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double theta = p * std::pow(10000.0, -2.0 * i / (2 * half));
+        cv.push_back(static_cast<float>(std::cos(theta)));
+        sv.push_back(static_cast<float>(std::sin(theta)));
+      }
+    }
+    call.In(testing::F32({positions, half}, cv)).In(testing::F32({positions, half}, sv));
+    if (c.position_ids) {
+      std::vector<int64_t> ids;
+      for (int64_t b = 0; b < c.batch; ++b) {
+        for (int64_t s = 0; s < c.seq; ++s) ids.push_back((b * 5 + s * 3) % positions);
+      }
+      call.In(testing::I64({c.batch, c.seq}, ids));
+    } else if (extras) {
+      call.Absent();
+    }
+  } else if (extras) {
+    call.Absent().Absent().Absent();
+  }
+  if (c.bias == 1) {
+    call.In(Random({c.batch, n, c.seq, t}, rng));
+  } else if (c.bias == 2) {
+    call.In(Random({1, 1, c.seq, t + 3}, rng));
+  } else if (c.sink) {
+    call.Absent();
+  }
+  if (c.sink) call.In(Random({n}, rng));
+  call.Out(DType::kF32);
+  if (c.presents) call.Out(DType::kF32).Out(DType::kF32);
+  call.Attr("num_heads", n).Attr("kv_num_heads", nkv);
+  if (c.rotary) call.Attr("do_rotary", int64_t{1});
+  if (c.interleaved) call.Attr("rotary_interleaved", int64_t{1});
+  if (c.window >= 0) call.Attr("local_window_size", c.window);
+  if (c.softcap > 0) call.Attr("softcap", c.softcap);
+  if (c.scale != 0) call.Attr("scale", c.scale);
+  if (c.smooth) call.Attr("smooth_softmax", int64_t{1});
+  absl::StatusOr<std::vector<Tensor>> r = call.Backend(backend).Run(threads);
+  EXPECT_TRUE(r.ok()) << c.name << " " << backend << ": " << r.status();
+  return r.ok() ? *r : std::vector<Tensor>();
+}
+
+void Compare(const Case& c, int threads) {
+  SCOPED_TRACE(absl::StrCat(c.name, " threads ", threads));
+  const std::vector<Tensor> want = RunGqa(c, "reference", 1);
+  const std::vector<Tensor> got = RunGqa(c, "dnnl", threads);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t o = 0; o < got.size(); ++o) {
+    ASSERT_EQ(got[o].dims(), want[o].dims()) << "output " << o;
+    const std::vector<double> g = testing::ToDoubles(got[o]), w = testing::ToDoubles(want[o]);
+    int bad = 0;
+    for (size_t i = 0; i < g.size() && bad < 5; ++i) {
+      if (!(std::fabs(g[i] - w[i]) <= 1e-5 * (1 + std::fabs(w[i])))) {
+        ADD_FAILURE() << "output " << o << " element " << i << ": " << g[i] << " vs " << w[i];
+        ++bad;
+      }
+    }
+  }
+}
+
+// First prompts, decode steps, a later prompt; windows.
+std::vector<Case> ShapeCases() {
+  std::vector<Case> cs;
+  auto add = [&cs](Case c) { cs.push_back(std::move(c)); };
+  // First prompts: no past, padded rows (seqlens_k below S - 1).
+  add({.name = "prompt",
+       .batch = 2,
+       .seq = 7,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 7,
+       .seqlens = {6, 3}});
+  add({.name = "prompt_mha_head20",
+       .batch = 1,
+       .seq = 5,
+       .heads = 3,
+       .kv_heads = 3,
+       .head = 20,
+       .total = 5,
+       .seqlens = {4}});
+  // Decode steps: one query after a past of 0 (a prompt of one), 1, 37, 300 keys; ragged.
+  add({.name = "decode_past0",
+       .batch = 1,
+       .seq = 1,
+       .heads = 8,
+       .kv_heads = 2,
+       .head = 64,
+       .total = 1,
+       .seqlens = {0}});
+  add({.name = "decode_past1",
+       .batch = 2,
+       .seq = 1,
+       .past = 1,
+       .heads = 4,
+       .kv_heads = 1,
+       .head = 36,
+       .total = 2,
+       .seqlens = {1, 1}});
+  add({.name = "decode_ragged",
+       .batch = 3,
+       .seq = 1,
+       .past = 37,
+       .heads = 8,
+       .kv_heads = 2,
+       .head = 20,
+       .total = 38,
+       .seqlens = {37, 12, 30}});
+  add({.name = "decode_long",
+       .batch = 1,
+       .seq = 1,
+       .past = 300,
+       .heads = 8,
+       .kv_heads = 1,
+       .head = 128,
+       .total = 301,
+       .seqlens = {300}});
+  add({.name = "decode_group1",
+       .batch = 2,
+       .seq = 1,
+       .past = 40,
+       .heads = 2,
+       .kv_heads = 2,
+       .head = 13,
+       .total = 41,
+       .seqlens = {40, 22}});
+  // A later prompt of several tokens (batch 1), with a window.
+  add({.name = "chunk",
+       .batch = 1,
+       .seq = 4,
+       .past = 10,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 24,
+       .total = 14,
+       .seqlens = {13}});
+  add({.name = "chunk_window",
+       .batch = 1,
+       .seq = 4,
+       .past = 10,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 24,
+       .total = 14,
+       .seqlens = {13},
+       .window = 5});
+  add({.name = "decode_window",
+       .batch = 2,
+       .seq = 1,
+       .past = 50,
+       .heads = 6,
+       .kv_heads = 3,
+       .head = 40,
+       .total = 51,
+       .seqlens = {50, 20},
+       .window = 16});
+  return cs;
+}
+
+// Packed QKV, rotary (halves, interleaved, partial, position_ids), softcap, attention_bias,
+// sinks, scale, no presents.
+std::vector<Case> FeatureCases() {
+  std::vector<Case> cs;
+  auto add = [&cs](Case c) { cs.push_back(std::move(c)); };
+  add({.name = "packed_prompt",
+       .batch = 2,
+       .seq = 6,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 6,
+       .seqlens = {5, 5},
+       .packed = true});
+  add({.name = "rotary_prompt",
+       .batch = 2,
+       .seq = 5,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 20,
+       .total = 5,
+       .seqlens = {4, 2},
+       .rotary = true});
+  add({.name = "rotary_decode_interleaved",
+       .batch = 2,
+       .seq = 1,
+       .past = 33,
+       .heads = 8,
+       .kv_heads = 2,
+       .head = 36,
+       .total = 34,
+       .seqlens = {33, 9},
+       .rotary = true,
+       .interleaved = true});
+  add({.name = "rotary_partial_ids_packed",
+       .batch = 1,
+       .seq = 3,
+       .past = 6,
+       .heads = 4,
+       .kv_heads = 1,
+       .head = 24,
+       .total = 9,
+       .seqlens = {8},
+       .packed = true,
+       .rotary = true,
+       .position_ids = true,
+       .rot_half = 5});
+  add({.name = "softcap_bias",
+       .batch = 2,
+       .seq = 1,
+       .past = 20,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 21,
+       .seqlens = {20, 7},
+       .softcap = 3.0f,
+       .bias = 1});
+  add({.name = "bias_broadcast_prompt",
+       .batch = 2,
+       .seq = 5,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 5,
+       .seqlens = {4, 4},
+       .scale = 0.3f,
+       .bias = 2});
+  add({.name = "smooth",
+       .batch = 1,
+       .seq = 1,
+       .past = 12,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 13,
+       .seqlens = {12},
+       .smooth = true});
+  add({.name = "head_sink_prompt",
+       .batch = 1,
+       .seq = 6,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 6,
+       .seqlens = {5},
+       .window = 2,
+       .sink = true});
+  add({.name = "no_presents",
+       .batch = 2,
+       .seq = 1,
+       .past = 9,
+       .heads = 4,
+       .kv_heads = 2,
+       .head = 16,
+       .total = 10,
+       .seqlens = {9, 3},
+       .presents = false});
+  return cs;
+}
+
+TEST(DnnlGroupQueryAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    SCOPED_TRACE(absl::StrCat("isa ", static_cast<int>(isa)));
+    for (const auto& cases : {ShapeCases(), FeatureCases()}) {
+      for (const Case& c : cases) {
+        for (int threads : {1, 2}) Compare(c, threads);
+      }
+    }
+  }
+}
+
+// Bad input is refused by the shared checks, naming what is wrong.
+TEST(DnnlGroupQueryAttentionTest, BadSeqlensAreRefusedNamingThem) {
+  Case c{.name = "bad",
+         .batch = 1,
+         .seq = 1,
+         .past = 4,
+         .heads = 2,
+         .kv_heads = 1,
+         .head = 8,
+         .total = 5,
+         .seqlens = {9}};
+  std::mt19937 rng(1);
+  absl::StatusOr<std::vector<Tensor>> r = KernelCall("GroupQueryAttention", "com.microsoft")
+                                              .In(Random({1, 1, 16}, rng))
+                                              .In(Random({1, 1, 8}, rng))
+                                              .In(Random({1, 1, 8}, rng))
+                                              .In(Random({1, 1, 4, 8}, rng))
+                                              .In(Random({1, 1, 4, 8}, rng))
+                                              .In(testing::I32({1}, c.seqlens))
+                                              .In(testing::I32({}, {5}))
+                                              .Out(DType::kF32)
+                                              .Out(DType::kF32)
+                                              .Out(DType::kF32)
+                                              .Attr("num_heads", int64_t{2})
+                                              .Attr("kv_num_heads", int64_t{1})
+                                              .Backend("dnnl")
+                                              .Run(1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("seqlens_k[0] = 9"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace dynvm
