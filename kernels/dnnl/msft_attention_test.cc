@@ -1,11 +1,14 @@
-// The oneDNN backend's com.microsoft GroupQueryAttention (msft_attention.cc) against the
-// reference kernel (kernels/reference/msft_attention.cc, in double; itself checked against ONNX
-// Runtime by tests/conformance/msft): first prompts (ragged by seqlens_k), decode steps over
-// pasts of 0 to 300 keys (ragged too), a later prompt of several tokens, grouped heads (1 to 8
-// query heads per KV head), head sizes that are not a multiple of any vector width, packed QKV,
-// rotary (halves and interleaved, partial, by position_ids), local windows, softcap,
-// attention_bias (broadcast too), smooth_softmax and head_sink, without the present outputs;
-// at one and two threads and at every instruction-set level this machine has.
+// The oneDNN backend's com.microsoft GroupQueryAttention and MultiHeadAttention and ONNX Attention
+// 23 (msft_attention.cc) against the reference kernels (kernels/reference/msft_attention.cc, in
+// double; itself checked against ONNX Runtime by tests/conformance/msft): first prompts (ragged by
+// seqlens_k), decode steps over pasts of 0 to 300 keys (ragged too), a later prompt of several
+// tokens, grouped heads (1 to 8 query heads per KV head), head sizes that are not a multiple of any
+// vector width, packed QKV, rotary (halves and interleaved, partial, by position_ids), local
+// windows, softcap, attention_bias (broadcast too), smooth_softmax and head_sink, without the
+// present outputs; for Attention 23 3-D and 4-D inputs, grouped heads, pasts of 0 to 300, bool and
+// f32 masks (broadcast too), is_causal, softcap, V's own head size; for MultiHeadAttention every
+// key_padding_mask form, attention_bias, biases, pasts, cached cross-attention keys,
+// unidirectional; at one and two threads and at every instruction-set level this machine has.
 #include <cmath>
 #include <random>
 #include <string>
@@ -105,10 +108,8 @@ std::vector<Tensor> RunGqa(const Case& c, const char* backend, int threads) {
   return r.ok() ? *r : std::vector<Tensor>();
 }
 
-void Compare(const Case& c, int threads) {
-  SCOPED_TRACE(absl::StrCat(c.name, " threads ", threads));
-  const std::vector<Tensor> want = RunGqa(c, "reference", 1);
-  const std::vector<Tensor> got = RunGqa(c, "dnnl", threads);
+// Every output within 1e-5 (1 + |want|) of the reference's (which sums in double).
+void ExpectClose(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(got.empty());
   for (size_t o = 0; o < got.size(); ++o) {
@@ -122,6 +123,11 @@ void Compare(const Case& c, int threads) {
       }
     }
   }
+}
+
+void Compare(const Case& c, int threads) {
+  SCOPED_TRACE(absl::StrCat(c.name, " threads ", threads));
+  ExpectClose(RunGqa(c, "dnnl", threads), RunGqa(c, "reference", 1));
 }
 
 // First prompts, decode steps, a later prompt; windows.
@@ -331,6 +337,252 @@ TEST(DnnlGroupQueryAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
     for (const auto& cases : {ShapeCases(), FeatureCases()}) {
       for (const Case& c : cases) {
         for (int threads : {1, 2}) Compare(c, threads);
+      }
+    }
+  }
+}
+
+// ---- ONNX Attention 23 ----
+
+struct OnnxCase {
+  std::string name;
+  int rank = 4;
+  int64_t batch = 1, q_heads = 4, kv_heads = 2, sq = 1, skv = 1, past = 0, head = 16, v_head = 16;
+  int mask = 0;  // 0 none, 1 bool [B, qN, Sq, T], 2 f32 [Sq, T], 3 bool [B, 1, Sq, 1]
+  bool causal = false, presents = true;
+  float softcap = 0.0f, scale = 0.0f;
+};
+
+std::vector<Tensor> RunOnnx(const OnnxCase& c, const char* backend, int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(c.sq * 7919 + c.skv * 131 + c.past * 17 + c.head));
+  const int64_t b = c.batch, qn = c.q_heads, kvn = c.kv_heads, t = c.past + c.skv;
+  KernelCall call("Attention");
+  if (c.rank == 3) {
+    call.In(Random({b, c.sq, qn * c.head}, rng))
+        .In(Random({b, c.skv, kvn * c.head}, rng))
+        .In(Random({b, c.skv, kvn * c.v_head}, rng));
+  } else {
+    call.In(Random({b, qn, c.sq, c.head}, rng))
+        .In(Random({b, kvn, c.skv, c.head}, rng))
+        .In(Random({b, kvn, c.skv, c.v_head}, rng));
+  }
+  if (c.mask == 1 || c.mask == 3) {
+    const std::vector<int64_t> dims =
+        c.mask == 1 ? std::vector<int64_t>{b, qn, c.sq, t} : std::vector<int64_t>{b, 1, c.sq, 1};
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
+    std::vector<bool> keep(static_cast<size_t>(count));
+    std::bernoulli_distribution coin(0.7);
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = c.mask == 3 ? i % 3 != 1 : coin(rng);
+    call.In(testing::Bool(dims, keep));
+  } else if (c.mask == 2) {
+    call.In(Random({c.sq, t}, rng, 3.0f));
+  } else if (c.past > 0) {
+    call.Absent();
+  }
+  if (c.past > 0) {
+    call.In(Random({b, kvn, c.past, c.head}, rng)).In(Random({b, kvn, c.past, c.v_head}, rng));
+  }
+  call.Out(DType::kF32);
+  if (c.presents) call.Out(DType::kF32).Out(DType::kF32);
+  if (c.rank == 3) call.Attr("q_num_heads", qn).Attr("kv_num_heads", kvn);
+  if (c.causal) call.Attr("is_causal", int64_t{1});
+  if (c.softcap > 0) call.Attr("softcap", c.softcap);
+  if (c.scale != 0) call.Attr("scale", c.scale);
+  absl::StatusOr<std::vector<Tensor>> r = call.Backend(backend).Run(threads);
+  EXPECT_TRUE(r.ok()) << c.name << " " << backend << ": " << r.status();
+  return r.ok() ? *r : std::vector<Tensor>();
+}
+
+std::vector<OnnxCase> OnnxCases() {
+  return {
+      {.name = "4d_prompt", .sq = 5, .skv = 5},
+      {.name = "4d_prompt_causal_gqa",
+       .q_heads = 8,
+       .kv_heads = 2,
+       .sq = 6,
+       .skv = 6,
+       .causal = true},
+      {.name = "3d_decode_long_past",
+       .rank = 3,
+       .q_heads = 8,
+       .kv_heads = 2,
+       .past = 300,
+       .head = 64,
+       .v_head = 64,
+       .causal = true},
+      {.name = "3d_decode_past1_group4",
+       .rank = 3,
+       .batch = 2,
+       .q_heads = 4,
+       .kv_heads = 1,
+       .past = 1,
+       .head = 20,
+       .v_head = 12},
+      {.name = "4d_chunk_causal_bool_mask",
+       .batch = 2,
+       .sq = 3,
+       .skv = 3,
+       .past = 7,
+       .mask = 1,
+       .causal = true},
+      {.name = "3d_f32_mask_softcap",
+       .rank = 3,
+       .sq = 4,
+       .skv = 4,
+       .past = 9,
+       .head = 13,
+       .v_head = 13,
+       .mask = 2,
+       .softcap = 2.5f,
+       .scale = 0.2f},
+      {.name = "4d_query_mask_broadcast_keys",
+       .batch = 2,
+       .q_heads = 2,
+       .kv_heads = 2,
+       .sq = 3,
+       .skv = 5,
+       .mask = 3},
+      {.name = "4d_cross_more_keys",
+       .q_heads = 6,
+       .kv_heads = 3,
+       .sq = 2,
+       .skv = 17,
+       .head = 36,
+       .v_head = 8,
+       .causal = true},
+      {.name = "3d_no_presents",
+       .rank = 3,
+       .batch = 2,
+       .sq = 2,
+       .skv = 2,
+       .past = 5,
+       .presents = false},
+  };
+}
+
+TEST(DnnlOnnxAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const OnnxCase& c : OnnxCases()) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(c.name, " isa ", static_cast<int>(isa), " threads ", threads));
+        ExpectClose(RunOnnx(c, "dnnl", threads), RunOnnx(c, "reference", 1));
+      }
+    }
+  }
+}
+
+// ---- MultiHeadAttention ----
+
+struct MhaCase {
+  std::string name;
+  int64_t batch = 2, heads = 2, seq = 1, kv_seq = 1, past = 0, head = 16, v_head = 16;
+  bool bias = false, bnsh = false, causal = false, presents = true;
+  int mask = 0;       // 0 none, 1 [B] lengths, 2 [2B] ends and starts, 3 [B, T], 4 [B, S, T]
+  int attn_bias = 0;  // 0 none, 1 [B, N, S, T], 2 [1, 1, S, T]
+};
+
+std::vector<Tensor> RunMha(const MhaCase& c, const char* backend, int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(c.seq * 7919 + c.kv_seq * 131 + c.past * 17 + c.head));
+  const int64_t b = c.batch, n = c.heads, t = c.past + c.kv_seq;
+  KernelCall call("MultiHeadAttention", "com.microsoft");
+  call.In(Random({b, c.seq, n * c.head}, rng));
+  if (c.bnsh) {
+    call.In(Random({b, n, c.kv_seq, c.head}, rng)).In(Random({b, n, c.kv_seq, c.v_head}, rng));
+  } else {
+    call.In(Random({b, c.kv_seq, n * c.head}, rng)).In(Random({b, c.kv_seq, n * c.v_head}, rng));
+  }
+  if (c.bias) {
+    call.In(Random({n * (2 * c.head + c.v_head)}, rng));
+  } else {
+    call.Absent();
+  }
+  std::vector<int32_t> m;
+  std::vector<int64_t> md;
+  for (int64_t i = 0; i < b; ++i) m.push_back(static_cast<int32_t>(t - 1 - i % t));
+  if (c.mask == 1) md = {b};
+  if (c.mask == 2) {
+    for (int64_t i = 0; i < b; ++i) m.push_back(static_cast<int32_t>(i % 2));
+    md = {2 * b};
+  }
+  if (c.mask == 3 || c.mask == 4) {
+    md = c.mask == 3 ? std::vector<int64_t>{b, t} : std::vector<int64_t>{b, c.seq, t};
+    m.assign(static_cast<size_t>(c.mask == 3 ? b * t : b * c.seq * t), 1);
+    for (size_t i = 0; i < m.size(); i += 3) m[i] = 0;
+  }
+  if (c.mask != 0) {
+    call.In(testing::I32(md, m));
+  } else {
+    call.Absent();
+  }
+  if (c.attn_bias == 1) {
+    call.In(Random({b, n, c.seq, t}, rng));
+  } else if (c.attn_bias == 2) {
+    call.In(Random({1, 1, c.seq, t}, rng));
+  } else {
+    call.Absent();
+  }
+  if (c.past > 0) {
+    call.In(Random({b, n, c.past, c.head}, rng)).In(Random({b, n, c.past, c.v_head}, rng));
+  }
+  call.Out(DType::kF32);
+  if (c.presents) call.Out(DType::kF32).Out(DType::kF32);
+  call.Attr("num_heads", n);
+  if (c.causal) call.Attr("unidirectional", int64_t{1});
+  absl::StatusOr<std::vector<Tensor>> r = call.Backend(backend).Run(threads);
+  EXPECT_TRUE(r.ok()) << c.name << " " << backend << ": " << r.status();
+  return r.ok() ? *r : std::vector<Tensor>();
+}
+
+TEST(DnnlMultiHeadAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
+  const std::vector<MhaCase> cases = {
+      {.name = "self", .seq = 5, .kv_seq = 5},
+      {.name = "self_bias_causal_lengths",
+       .seq = 6,
+       .kv_seq = 6,
+       .bias = true,
+       .causal = true,
+       .mask = 1},
+      {.name = "decode_past",
+       .heads = 4,
+       .kv_seq = 1,
+       .past = 70,
+       .head = 20,
+       .v_head = 12,
+       .bias = true,
+       .mask = 3,
+       .attn_bias = 1},
+      {.name = "chunk_past_causal_2b",
+       .seq = 3,
+       .kv_seq = 3,
+       .past = 4,
+       .causal = true,
+       .mask = 2,
+       .attn_bias = 2},
+      {.name = "cross_bnsh_3d_mask",
+       .heads = 3,
+       .seq = 4,
+       .kv_seq = 9,
+       .head = 13,
+       .v_head = 7,
+       .bnsh = true,
+       .mask = 4},
+      {.name = "long_prompt_blocks",
+       .batch = 1,
+       .seq = 70,
+       .kv_seq = 70,
+       .head = 8,
+       .v_head = 8,
+       .causal = true},
+      {.name = "past_without_presents", .seq = 2, .kv_seq = 2, .past = 3, .presents = false},
+  };
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const MhaCase& c : cases) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(c.name, " isa ", static_cast<int>(isa), " threads ", threads));
+        ExpectClose(RunMha(c, "dnnl", threads), RunMha(c, "reference", 1));
       }
     }
   }

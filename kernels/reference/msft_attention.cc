@@ -423,53 +423,6 @@ absl::Status GroupQueryAttentionKernel::ApplyRotary(Inputs in, const GqaGeometry
 // the padding mask and, with unidirectional, the causal limit key j <= P + i), softmax over all
 // P + L keys (a masked key keeps its tiny weight, as in ORT), times V.
 
-struct MhaAttrs {
-  int64_t heads = 0;
-  float scale = 0.0f, mask_filter = -10000.0f;
-  bool causal = false;
-};
-
-// The run-time geometry of one call.
-struct MhaGeometry {
-  int64_t batch = 0, seq = 0, kv_seq = 0, past = 0, head = 0, v_head = 0;
-  bool bnsh_kv = false;  // key and value [B, N, L, H] (cross attention with cached keys)
-};
-
-// The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
-// [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
-// mask_filter_value; empty when there is neither.
-std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
-  const int64_t s = g.seq, t = g.past + g.kv_seq;
-  const bool causal = a.causal && s > 1;
-  if (mask == nullptr && !causal) return {};
-  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
-  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
-  const int rank = mask != nullptr ? mask->rank() : 0;
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t i = 0; i < s; ++i) {
-      float* r = m.data() + (b * s + i) * t;
-      for (int64_t j = 0; j < t && mask != nullptr; ++j) {
-        bool keep;
-        if (rank == 3) {
-          keep = mi[(b * s + i) * t + j] > 0;
-        } else if (rank == 2) {
-          keep = mi[b * t + j] > 0;
-        } else {
-          keep = j < mi[b];
-          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
-            keep = keep && j >= std::min(mi[b + g.batch], t);
-          }
-        }
-        if (!keep) r[j] = a.mask_filter;
-      }
-      if (causal && i < s - 1) {
-        for (int64_t j = g.past + i + 1; j < t; ++j) r[j] = a.mask_filter;
-      }
-    }
-  }
-  return m;
-}
-
 absl::Status CheckMaskAndBias(absl::string_view op, const MhaAttrs& a, const MhaGeometry& g,
                               const Tensor* mask, const Tensor* bias, absl::string_view what) {
   const int64_t t = g.past + g.kv_seq;
@@ -559,7 +512,8 @@ class MultiHeadAttentionKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     constexpr char kOp[] = "MultiHeadAttention";
-    DYNVM_ASSIGN_OR_RETURN(MhaGeometry g, Check(in, Wanted(out, 1) || Wanted(out, 2)));
+    DYNVM_ASSIGN_OR_RETURN(MhaGeometry g,
+                           CheckMultiHeadAttention(a_, in, Wanted(out, 1) || Wanted(out, 2)));
     const int64_t n = a_.heads, h = g.head, hv = g.v_head;
     std::vector<float> q = Floats(*in[0]);
     const std::vector<float> bias = Present(in, 3) ? Floats(*in[3]) : std::vector<float>();
@@ -589,15 +543,51 @@ class MultiHeadAttentionKernel final : public Kernel {
   std::string name() const override { return "multi_head_attention.f32.ref"; }
 
  private:
-  absl::StatusOr<MhaGeometry> Check(Inputs in, bool wants_present) const;
-
   MhaAttrs a_;
 };
 
-absl::StatusOr<MhaGeometry> MultiHeadAttentionKernel::Check(Inputs in, bool wants_present) const {
+}  // namespace
+
+// The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
+// [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
+// mask_filter_value; empty when there is neither.
+std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  const int64_t s = g.seq, t = g.past + g.kv_seq;
+  const bool causal = a.causal && s > 1;
+  if (mask == nullptr && !causal) return {};
+  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
+  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
+  const int rank = mask != nullptr ? mask->rank() : 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < s; ++i) {
+      float* r = m.data() + (b * s + i) * t;
+      for (int64_t j = 0; j < t && mask != nullptr; ++j) {
+        bool keep;
+        if (rank == 3) {
+          keep = mi[(b * s + i) * t + j] > 0;
+        } else if (rank == 2) {
+          keep = mi[b * t + j] > 0;
+        } else {
+          keep = j < mi[b];
+          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
+            keep = keep && j >= std::min(mi[b + g.batch], t);
+          }
+        }
+        if (!keep) r[j] = a.mask_filter;
+      }
+      if (causal && i < s - 1) {
+        for (int64_t j = g.past + i + 1; j < t; ++j) r[j] = a.mask_filter;
+      }
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<MhaGeometry> CheckMultiHeadAttention(const MhaAttrs& a, Inputs in,
+                                                    bool wants_present) {
   constexpr char kOp[] = "MultiHeadAttention";
   MhaGeometry g;
-  const int64_t n = a_.heads;
+  const int64_t n = a.heads;
   if (!Present(in, 0)) return Bad(kOp, "query is required");
   const Tensor& q = *in[0];
   DYNVM_RETURN_IF_ERROR(NeedFloat(q, kOp, "query"));
@@ -678,10 +668,12 @@ absl::StatusOr<MhaGeometry> MultiHeadAttentionKernel::Check(Inputs in, bool want
     }
     g.past = pk.dim(2);
   }
-  DYNVM_RETURN_IF_ERROR(CheckMaskAndBias(kOp, a_, g, Present(in, 4) ? in[4] : nullptr,
+  DYNVM_RETURN_IF_ERROR(CheckMaskAndBias(kOp, a, g, Present(in, 4) ? in[4] : nullptr,
                                          Present(in, 5) ? in[5] : nullptr, "key_padding_mask"));
   return g;
 }
+
+namespace {
 
 // Attention (com.microsoft): input [B, S, D_in] times weights [D_in, D + D + Dv] plus bias gives
 // Q, K and V (qkv_hidden_sizes, or three equal parts); past [2, B, N, P, H] and present
@@ -803,12 +795,6 @@ class MsftAttentionKernel final : public Kernel {
 // [B, qN, Sq, P + Skv]), is_causal masking key j > P + i (ONNX Runtime's alignment, which skips
 // it for one query after a past), softmax, times V.
 
-struct OnnxAttnAttrs {
-  int64_t q_heads = 0, kv_heads = 0, qk_mode = 0;
-  float scale = 0.0f, softcap = 0.0f;
-  bool causal = false;
-};
-
 // The element strides that read attn_mask (bool or f32) broadcast to the scores `sd`
 // [B, qN, Sq, T]; InvalidArgument when it does not broadcast to them.
 absl::StatusOr<Dims> MaskStrides(const Tensor& m, const Dims& sd) {
@@ -825,80 +811,97 @@ absl::StatusOr<Dims> MaskStrides(const Tensor& m, const Dims& sd) {
   return BroadcastStrides(m, sd);
 }
 
+}  // namespace
+
+absl::StatusOr<OnnxAttnGeometry> CheckOnnxAttention(const OnnxAttnAttrs& a, Inputs in) {
+  constexpr char kOp[] = "Attention";
+  for (size_t i = 0; i < 3; ++i) {
+    if (!Present(in, i)) return Bad(kOp, "Q, K and V are required");
+    DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "Q" : i == 1 ? "K" : "V"));
+  }
+  const Tensor& q = *in[0];
+  const Tensor& k = *in[1];
+  const Tensor& v = *in[2];
+  const int r = q.rank();
+  if ((r != 3 && r != 4) || k.rank() != r || v.rank() != r) {
+    return Bad(kOp, "Q, K and V must all be 3-D or all 4-D", &q);
+  }
+  int64_t b = q.dim(0), qn, kvn, sq, skv, h, hv;
+  if (r == 3) {
+    qn = a.q_heads;
+    kvn = a.kv_heads;
+    if (qn <= 0 || kvn <= 0) {
+      return Bad(kOp, "3-D inputs need the q_num_heads and kv_num_heads attributes");
+    }
+    if (q.dim(2) % qn != 0 || k.dim(2) % kvn != 0 || v.dim(2) % kvn != 0) {
+      return Bad(kOp,
+                 absl::StrCat("Q's hidden size must be a multiple of q_num_heads (", qn,
+                              "), K's and V's of kv_num_heads (", kvn, ")"),
+                 &q);
+    }
+    sq = q.dim(1);
+    skv = k.dim(1);
+    h = q.dim(2) / qn;
+    hv = v.dim(2) / kvn;
+    if (k.dim(2) / kvn != h) return Bad(kOp, "K's head size differs from Q's", &k);
+  } else {
+    qn = q.dim(1);
+    kvn = k.dim(1);
+    sq = q.dim(2);
+    skv = k.dim(2);
+    h = q.dim(3);
+    hv = v.dim(3);
+    if (k.dim(3) != h || v.dim(1) != kvn) {
+      return Bad(kOp, "K must be [batch, kv_heads, kv_sequence, Q's head size]", &k);
+    }
+  }
+  if (k.dim(0) != b || v.dim(0) != b || v.dim(r == 3 ? 1 : 2) != skv) {
+    return Bad(kOp, "K and V must have Q's batch and one kv sequence length", &v);
+  }
+  if (kvn <= 0 || qn % kvn != 0) {
+    return Bad(kOp, absl::StrCat("the query heads (", qn,
+                                 ") must be a multiple of the key/value "
+                                 "heads (",
+                                 kvn, ")"));
+  }
+  int64_t past = 0;
+  if (Present(in, 4) != Present(in, 5)) {
+    return Bad(kOp, "past_key and past_value must both be present or both absent");
+  }
+  if (Present(in, 4)) {
+    const Tensor& pk = *in[4];
+    const Tensor& pv = *in[5];
+    DYNVM_RETURN_IF_ERROR(NeedFloat(pk, kOp, "past_key"));
+    DYNVM_RETURN_IF_ERROR(NeedFloat(pv, kOp, "past_value"));
+    if (pk.rank() != 4 || pk.dim(0) != b || pk.dim(1) != kvn || pk.dim(3) != h || pv.rank() != 4 ||
+        pv.dim(0) != b || pv.dim(1) != kvn || pv.dim(2) != pk.dim(2) || pv.dim(3) != hv) {
+      return Bad(
+          kOp,
+          absl::StrCat("past_key and past_value must be [", b, ", ", kvn, ", past, head_size]"),
+          &pk);
+    }
+    past = pk.dim(2);
+  }
+  OnnxAttnGeometry g{r, b, qn, kvn, sq, skv, h, hv, past, past + skv, {}};
+  if (Present(in, 3)) {
+    DYNVM_ASSIGN_OR_RETURN(g.mask_strides, MaskStrides(*in[3], {b, qn, sq, g.total}));
+  }
+  return g;
+}
+
+namespace {
+
 class OnnxAttentionKernel final : public Kernel {
  public:
   explicit OnnxAttentionKernel(OnnxAttnAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     constexpr char kOp[] = "Attention";
-    for (size_t i = 0; i < 3; ++i) {
-      if (!Present(in, i)) return Bad(kOp, "Q, K and V are required");
-      DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "Q" : i == 1 ? "K" : "V"));
-    }
+    DYNVM_ASSIGN_OR_RETURN(OnnxAttnGeometry geo, CheckOnnxAttention(a_, in));
     const Tensor& q = *in[0];
-    const Tensor& k = *in[1];
-    const Tensor& v = *in[2];
-    const int r = q.rank();
-    if ((r != 3 && r != 4) || k.rank() != r || v.rank() != r) {
-      return Bad(kOp, "Q, K and V must all be 3-D or all 4-D", &q);
-    }
-    int64_t b = q.dim(0), qn, kvn, sq, skv, h, hv;
-    if (r == 3) {
-      qn = a_.q_heads;
-      kvn = a_.kv_heads;
-      if (qn <= 0 || kvn <= 0) {
-        return Bad(kOp, "3-D inputs need the q_num_heads and kv_num_heads attributes");
-      }
-      if (q.dim(2) % qn != 0 || k.dim(2) % kvn != 0 || v.dim(2) % kvn != 0) {
-        return Bad(kOp,
-                   absl::StrCat("Q's hidden size must be a multiple of q_num_heads (", qn,
-                                "), K's and V's of kv_num_heads (", kvn, ")"),
-                   &q);
-      }
-      sq = q.dim(1);
-      skv = k.dim(1);
-      h = q.dim(2) / qn;
-      hv = v.dim(2) / kvn;
-      if (k.dim(2) / kvn != h) return Bad(kOp, "K's head size differs from Q's", &k);
-    } else {
-      qn = q.dim(1);
-      kvn = k.dim(1);
-      sq = q.dim(2);
-      skv = k.dim(2);
-      h = q.dim(3);
-      hv = v.dim(3);
-      if (k.dim(3) != h || v.dim(1) != kvn) {
-        return Bad(kOp, "K must be [batch, kv_heads, kv_sequence, Q's head size]", &k);
-      }
-    }
-    if (k.dim(0) != b || v.dim(0) != b || v.dim(r == 3 ? 1 : 2) != skv) {
-      return Bad(kOp, "K and V must have Q's batch and one kv sequence length", &v);
-    }
-    if (kvn <= 0 || qn % kvn != 0) {
-      return Bad(kOp, absl::StrCat("the query heads (", qn,
-                                   ") must be a multiple of the key/value "
-                                   "heads (",
-                                   kvn, ")"));
-    }
-    int64_t past = 0;
-    if (Present(in, 4) != Present(in, 5)) {
-      return Bad(kOp, "past_key and past_value must both be present or both absent");
-    }
-    if (Present(in, 4)) {
-      const Tensor& pk = *in[4];
-      const Tensor& pv = *in[5];
-      DYNVM_RETURN_IF_ERROR(NeedFloat(pk, kOp, "past_key"));
-      DYNVM_RETURN_IF_ERROR(NeedFloat(pv, kOp, "past_value"));
-      if (pk.rank() != 4 || pk.dim(0) != b || pk.dim(1) != kvn || pk.dim(3) != h ||
-          pv.rank() != 4 || pv.dim(0) != b || pv.dim(1) != kvn || pv.dim(2) != pk.dim(2) ||
-          pv.dim(3) != hv) {
-        return Bad(
-            kOp,
-            absl::StrCat("past_key and past_value must be [", b, ", ", kvn, ", past, head_size]"),
-            &pk);
-      }
-      past = pk.dim(2);
-    }
+    const int r = geo.rank;
+    const int64_t b = geo.batch, qn = geo.q_heads, kvn = geo.kv_heads, sq = geo.sq, skv = geo.skv,
+                  h = geo.head, hv = geo.v_head, past = geo.past;
     const int64_t t = past + skv;
     // Q as [B, qN, Sq, H] strides; present K and V [B, kvN, T, H].
     std::vector<float> qv = Floats(q);
@@ -911,10 +914,7 @@ class OnnxAttentionKernel final : public Kernel {
     // The mask, broadcast to [B, qN, Sq, T].
     const Tensor* mt = Present(in, 3) ? in[3] : nullptr;
     const Dims sd = {b, qn, sq, t};
-    Dims ms;
-    if (mt != nullptr) {
-      DYNVM_ASSIGN_OR_RETURN(ms, MaskStrides(*mt, sd));
-    }
+    const Dims& ms = geo.mask_strides;
     // ONNX Runtime's order: softcap, then the mask (a bool mask's false and the causal limit
     // as the lowest float, so a row with every key masked is uniform, as in ORT). The qk
     // output [B, qN, Sq, T] holds the scores at qk_matmul_output_mode's stage: 0 scale Q K^T,
@@ -1056,15 +1056,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMultiHeadAttention(const KernelSpec&
     return absl::UnimplementedError(
         "MultiHeadAttention: query must be f32 (float16 is not supported)");
   }
-  MhaAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
-  if (a.heads <= 0) {
-    return absl::InvalidArgumentError("MultiHeadAttention: num_heads must be positive");
-  }
-  a.causal = uni != 0;
+  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s));
   return std::make_unique<MultiHeadAttentionKernel>(a);
 }
 
@@ -1089,18 +1081,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
   if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
     return absl::UnimplementedError("Attention: Q must be f32 or f16");
   }
-  OnnxAttnAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.q_heads, s.GetInt("q_num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t causal, s.GetInt("is_causal", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.qk_mode, s.GetInt("qk_matmul_output_mode", 0));
-  if (a.qk_mode < 0 || a.qk_mode > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Attention: qk_matmul_output_mode ", a.qk_mode, " is not 0, 1, 2 or 3"));
-  }
-  a.causal = causal != 0;
+  DYNVM_ASSIGN_OR_RETURN(OnnxAttnAttrs a, GetOnnxAttnAttrs(s));
   std::unique_ptr<Kernel> k = std::make_unique<OnnxAttentionKernel>(a);
   if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
   return k;
@@ -1126,6 +1107,35 @@ absl::StatusOr<GqaAttrs> GetGqaAttrs(const KernelSpec& s) {
   a.rotary = rotary != 0;
   a.interleaved = interleaved != 0;
   a.smooth = smooth != 0;
+  return a;
+}
+
+absl::StatusOr<OnnxAttnAttrs> GetOnnxAttnAttrs(const KernelSpec& s) {
+  OnnxAttnAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(a.q_heads, s.GetInt("q_num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(a.softcap, s.GetFloat("softcap", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(int64_t causal, s.GetInt("is_causal", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.qk_mode, s.GetInt("qk_matmul_output_mode", 0));
+  if (a.qk_mode < 0 || a.qk_mode > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention: qk_matmul_output_mode ", a.qk_mode, " is not 0, 1, 2 or 3"));
+  }
+  a.causal = causal != 0;
+  return a;
+}
+
+absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& s) {
+  MhaAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
+  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
+  if (a.heads <= 0) {
+    return absl::InvalidArgumentError("MultiHeadAttention: num_heads must be positive");
+  }
+  a.causal = uni != 0;
   return a;
 }
 

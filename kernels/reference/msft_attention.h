@@ -1,8 +1,8 @@
-// com.microsoft GroupQueryAttention's attributes and the run-time geometry of one call, shared by
-// the reference kernel (msft_attention.cc, the oracle) and the oneDNN backend's fast kernel
-// (kernels/dnnl/msft_attention.cc): the checks and ORT's per-batch past and total lengths are
-// one code, the arithmetic is each kernel's own. msft_attention.cc's header comment has the
-// operator's definition.
+// com.microsoft GroupQueryAttention's and MultiHeadAttention's and ONNX Attention 23's attributes
+// and the run-time geometry of one call, shared by the reference kernels (msft_attention.cc, the
+// oracle) and the oneDNN backend's fast kernels (kernels/dnnl/msft_attention.cc): the checks and
+// ORT's per-batch past and total lengths are one code, the arithmetic is each kernel's own.
+// msft_attention.cc's header comment has the operator's definition.
 #ifndef DYNVM_KERNELS_REFERENCE_MSFT_ATTENTION_H_
 #define DYNVM_KERNELS_REFERENCE_MSFT_ATTENTION_H_
 
@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/kernel.h"
+#include "kernels/reference/common.h"
 
 namespace dynvm::reference {
 
@@ -54,6 +55,54 @@ inline int64_t GqaPosition(const GqaGeometry& g, const std::vector<int64_t>& ids
   if (!ids.empty()) return ids[b * g.seq + s];
   return (g.first_prompt ? 0 : g.total_b[b] - g.seq) + s;
 }
+
+// ONNX's Attention 23: the attributes (qk_matmul_output_mode 0 to 3) and the geometry of one
+// call. Q, K and V 3-D [B, S, heads x head size] or 4-D [B, heads, S, head size]; past
+// [B, kv heads, P, head size]; attn_mask broadcast to the scores [B, q heads, Sq, P + Skv].
+struct OnnxAttnAttrs {
+  int64_t q_heads = 0, kv_heads = 0, qk_mode = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  bool causal = false;
+};
+
+absl::StatusOr<OnnxAttnAttrs> GetOnnxAttnAttrs(const KernelSpec& spec);
+
+struct OnnxAttnGeometry {
+  int rank = 0;
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, sq = 0, skv = 0, head = 0, v_head = 0, past = 0,
+          total = 0;
+  Dims mask_strides;  // element strides of attn_mask over [B, q heads, Sq, total]; empty: none
+};
+
+// Validates the inputs (f32 Q, K, V and past; shapes; the mask's dtype and broadcast) and gives
+// the geometry; InvalidArgument (Unimplemented for a dtype) naming what is wrong.
+absl::StatusOr<OnnxAttnGeometry> CheckOnnxAttention(const OnnxAttnAttrs& a,
+                                                    absl::Span<const Tensor* const> in);
+
+// com.microsoft MultiHeadAttention: the attributes and the geometry of one call.
+struct MhaAttrs {
+  int64_t heads = 0;
+  float scale = 0.0f, mask_filter = -10000.0f;
+  bool causal = false;
+};
+
+absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& spec);
+
+struct MhaGeometry {
+  int64_t batch = 0, seq = 0, kv_seq = 0, past = 0, head = 0, v_head = 0;
+  bool bnsh_kv = false;  // key and value [B, N, L, H] (cross attention with cached keys)
+};
+
+// Validates MultiHeadAttention's inputs and gives the geometry (the past counts only when a
+// present output is wanted, as in ONNX Runtime's CPU kernel).
+absl::StatusOr<MhaGeometry> CheckMultiHeadAttention(const MhaAttrs& a,
+                                                    absl::Span<const Tensor* const> in,
+                                                    bool wants_present);
+
+// The key-padding mask and the causal limit as ONNX Runtime's PrepareMask makes them:
+// [B, S, past + kv_seq] of 0 or mask_filter_value (added to the scores: a masked key keeps its
+// tiny weight); empty when there is neither.
+std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask);
 
 }  // namespace dynvm::reference
 
