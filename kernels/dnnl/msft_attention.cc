@@ -467,9 +467,10 @@ constexpr int64_t kMhaBlock = 64;
 struct MhaCall {
   const MhaAttrs* a = nullptr;
   const MhaGeometry* g = nullptr;
-  const float* q = nullptr;  // [B, S, N H]
-  const float* k = nullptr;  // [B, L, N H] or [B, N, L, H]
+  const float* q = nullptr;  // token rows [B S] of N H at q_ld
+  const float* k = nullptr;  // token rows [B L] of N H (N Hv) at kv_ld, or [B, N, L, H]
   const float* v = nullptr;
+  int64_t q_ld = 0, k_ld = 0, v_ld = 0;
   const float* bias = nullptr;  // [N H + N H + N Hv] or null
   const float* past_k = nullptr;
   const float* past_v = nullptr;
@@ -484,7 +485,7 @@ struct MhaCall {
 
 // Present rows of unit (b, h) for K (hd = H, bias at bias_off) or V: past ++ new rows + bias.
 void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd, const float* past,
-                    const float* x, int64_t bias_off, float* present) {
+                    const float* x, int64_t ld, int64_t bias_off, float* present) {
   const MhaGeometry& g = *c.g;
   const int64_t n = c.a->heads, t = g.past + g.kv_seq;
   float* d = present + (b * n + h) * t * hd;
@@ -495,7 +496,7 @@ void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd, const fl
   const float* bias = c.bias != nullptr ? c.bias + bias_off + h * hd : nullptr;
   for (int64_t j = 0; j < g.kv_seq; ++j) {
     const float* src =
-        x + (g.bnsh_kv ? ((b * n + h) * g.kv_seq + j) * hd : (b * g.kv_seq + j) * n * hd + h * hd);
+        x + (g.bnsh_kv ? ((b * n + h) * g.kv_seq + j) * hd : (b * g.kv_seq + j) * ld + h * hd);
     float* dst = d + (g.past + j) * hd;
     if (bias != nullptr) {
       cpu::BinaryRows(cpu::BinaryOp::kAdd, 1, hd, src, bias, hd, dst);
@@ -509,18 +510,18 @@ void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd, const fl
 absl::Status RunMhaUnit(const MhaCall& c, int64_t b, int64_t h, float* s) {
   const MhaGeometry& g = *c.g;
   const int64_t n = c.a->heads, hd = g.head, hv = g.v_head, t = g.past + g.kv_seq, sq = g.seq;
-  FillMhaPresent(c, b, h, hd, c.past_k, c.k, n * hd, c.pk);
-  FillMhaPresent(c, b, h, hv, c.past_v, c.v, 2 * n * hd, c.pv);
+  FillMhaPresent(c, b, h, hd, c.past_k, c.k, c.k_ld, n * hd, c.pk);
+  FillMhaPresent(c, b, h, hv, c.past_v, c.v, c.v_ld, 2 * n * hd, c.pv);
   const float* k = c.pk + (b * n + h) * t * hd;
   const float* v = c.pv + (b * n + h) * t * hv;
   float* qb = s + kMhaBlock * t;
   for (int64_t i0 = 0; i0 < sq; i0 += kMhaBlock) {
     const int64_t rows = std::min(kMhaBlock, sq - i0);
-    const float* q = c.q + (b * sq + i0) * n * hd + h * hd;
-    int64_t ldq = n * hd;
+    const float* q = c.q + (b * sq + i0) * c.q_ld + h * hd;
+    int64_t ldq = c.q_ld;
     if (c.bias != nullptr) {  // Q + its bias, rows H apart
       for (int64_t r = 0; r < rows; ++r) {
-        cpu::BinaryRows(cpu::BinaryOp::kAdd, 1, hd, q + r * n * hd, c.bias + h * hd, hd,
+        cpu::BinaryRows(cpu::BinaryOp::kAdd, 1, hd, q + r * c.q_ld, c.bias + h * hd, hd,
                         qb + r * hd);
       }
       q = qb;
@@ -542,6 +543,22 @@ absl::Status RunMhaUnit(const MhaCall& c, int64_t b, int64_t h, float* s) {
         dnnl_sgemm('N', 'N', rows, hv, t, 1.0f, s, t, v, hv, 0.0f, y, n * hv), "dnnl_sgemm"));
   }
   return absl::OkStatus();
+}
+
+// Every (batch, head) unit of a prepared call on the VM's pool (blocks of block_floats).
+absl::Status RunMha(KernelContext& ctx, const MhaCall& c, float* scratch, int64_t block_floats) {
+  const MhaGeometry& g = *c.g;
+  const int64_t n = c.a->heads, t = g.past + g.kv_seq, units = g.batch * n;
+  if (t == 0 || g.seq == 0) return absl::OkStatus();
+  const double macs = static_cast<double>(units) * g.seq * static_cast<double>(t) *
+                      static_cast<double>(g.head + g.v_head);
+  return RunOnPool(ctx, units, macs, scratch, block_floats,
+                   [&c, n](int64_t u0, int64_t u1, float* s) -> absl::Status {
+                     for (int64_t u = u0; u < u1; ++u) {
+                       DYNVM_RETURN_IF_ERROR(RunMhaUnit(c, u / n, u % n, s));
+                     }
+                     return absl::OkStatus();
+                   });
 }
 
 class MultiHeadAttentionKernel final : public DnnlKernel {
@@ -578,6 +595,8 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
     c.q = in[0]->data<float>();
     c.k = in[1]->data<float>();
     c.v = in[2]->data<float>();
+    c.q_ld = c.k_ld = n * g.head;
+    c.v_ld = n * g.v_head;
     c.bias = Present(in, 3) ? in[3]->data<float>() : nullptr;
     c.past_k = g.past > 0 ? in[6]->data<float>() : nullptr;
     c.past_v = g.past > 0 ? in[7]->data<float>() : nullptr;
@@ -592,20 +611,87 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
     }
     c.scale = a_.scale != 0.0f ? a_.scale : 1.0f / std::sqrt(static_cast<float>(g.head));
     c.out = out[0]->data<float>();
-    if (t == 0 || g.seq == 0) return absl::OkStatus();
-    const double macs = static_cast<double>(units) * g.seq * static_cast<double>(t) *
-                        static_cast<double>(g.head + g.v_head);
-    return RunOnPool(ctx, units, macs, scratch, block_floats,
-                     [&c, n](int64_t u0, int64_t u1, float* s) -> absl::Status {
-                       for (int64_t u = u0; u < u1; ++u) {
-                         DYNVM_RETURN_IF_ERROR(RunMhaUnit(c, u / n, u % n, s));
-                       }
-                       return absl::OkStatus();
-                     });
+    return RunMha(ctx, c, scratch, block_floats);
   }
 
  private:
   MhaAttrs a_;
+};
+
+// com.microsoft Attention: qkv [B S, D + D + Dv] = input x weights + bias by one dnnl_sgemm
+// (the VM's threads), then the MultiHeadAttention units over it (rows of qkv at its width),
+// past [2, B, N, P, H] and present [2, B, N, P + S, H] holding keys then values.
+class MsftAttentionKernel final : public DnnlKernel {
+ public:
+  MsftAttentionKernel(std::string name, MhaAttrs a, std::vector<int64_t> sizes)
+      : DnnlKernel(std::move(name)), a_(a), sizes_(std::move(sizes)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (!AllContiguous(in) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
+      return RunFallback(ctx, in, out);
+    }
+    constexpr char kOp[] = "Attention";
+    MhaGeometry g;
+    int64_t din = 0, dq = 0, dv = 0;
+    DYNVM_RETURN_IF_ERROR(
+        reference::CheckMsftAttention(a_, sizes_, in, Wanted(out, 1), g, din, dq, dv));
+    const int64_t n = a_.heads, rows = g.batch * g.seq, cols = 2 * dq + dv;
+    const int64_t t = g.past + g.kv_seq, units = g.batch * n;
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, {g.batch, g.seq, dv}, kOp));
+    if (Wanted(out, 1)) {
+      DYNVM_RETURN_IF_ERROR(
+          reference::PrepareOutput(ctx, out[1], DType::kF32, {2, g.batch, n, t, g.head}, kOp));
+    }
+    const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 3) ? in[3] : nullptr);
+    const int64_t block_floats = kMhaBlock * (t + g.head);
+    const int64_t present_floats = Wanted(out, 1) ? 0 : units * t * (g.head + g.v_head);
+    const int threads = std::max(ctx.num_threads(), 1);
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws,
+        ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats + rows * cols) *
+                      sizeof(float)));
+    float* scratch = static_cast<float*>(ws);
+    float* qkv = scratch + block_floats * threads + present_floats;
+    // qkv = bias (each row) + input x weights.
+    const float* bias = in[2]->data<float>();
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(qkv + r * cols, bias, cols * sizeof(float));
+    if (rows > 0 && din > 0) {
+      SetThreads(ThreadsFor(ctx.num_threads(), rows * cols * din));
+      if (ctx.num_threads() > 1) ctx.ParkWorkers();
+      DYNVM_RETURN_IF_ERROR(
+          FromDnnl(dnnl_sgemm('N', 'N', rows, cols, din, 1.0f, in[0]->data<float>(), din,
+                              in[1]->data<float>(), cols, 1.0f, qkv, cols),
+                   "dnnl_sgemm"));
+    }
+    MhaCall c;
+    c.a = &a_;
+    c.g = &g;
+    c.q = qkv;
+    c.k = qkv + dq;
+    c.v = qkv + 2 * dq;
+    c.q_ld = c.k_ld = c.v_ld = cols;
+    if (g.past > 0) {
+      c.past_k = in[4]->data<float>();
+      c.past_v = c.past_k + g.batch * n * g.past * g.head;
+    }
+    float* present = Wanted(out, 1) ? out[1]->data<float>() : scratch + block_floats * threads;
+    c.pk = present;
+    c.pv = present + units * t * g.head;
+    c.mask = mask.empty() ? nullptr : mask.data();
+    if (Present(in, 5)) {
+      c.attn_bias = in[5]->data<float>();
+      c.ab_b = in[5]->dim(0);
+      c.ab_h = in[5]->dim(1);
+    }
+    c.scale = a_.scale != 0.0f ? a_.scale : 1.0f / std::sqrt(static_cast<float>(g.head));
+    c.out = out[0]->data<float>();
+    return RunMha(ctx, c, scratch, block_floats);
+  }
+
+ private:
+  MhaAttrs a_;
+  std::vector<int64_t> sizes_;
 };
 
 }  // namespace
@@ -621,9 +707,18 @@ void RegisterMsftAttentionKernels(KernelRegistry& r) {
   r.Register(KernelRegistration{
       "com.microsoft", "MultiHeadAttention", Device::kCPU, kBackend, kDnnlPriority,
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, reference::GetMhaAttrs(spec));
+        DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, reference::GetMhaAttrs(spec, "MultiHeadAttention"));
         DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
         return std::make_unique<MultiHeadAttentionKernel>(KernelName(spec), a);
+      }});
+  r.Register(KernelRegistration{
+      "com.microsoft", "Attention", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_ASSIGN_OR_RETURN(MhaAttrs a,
+                               reference::GetMhaAttrs(spec, "Attention (com.microsoft)"));
+        DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, spec.GetInts("qkv_hidden_sizes", {}));
+        DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0}));
+        return std::make_unique<MsftAttentionKernel>(KernelName(spec), a, std::move(sizes));
       }});
   r.Register(KernelRegistration{
       "", "Attention", Device::kCPU, kBackend, kDnnlPriority,

@@ -1,14 +1,16 @@
-// The oneDNN backend's com.microsoft GroupQueryAttention and MultiHeadAttention and ONNX Attention
-// 23 (msft_attention.cc) against the reference kernels (kernels/reference/msft_attention.cc, in
-// double; itself checked against ONNX Runtime by tests/conformance/msft): first prompts (ragged by
-// seqlens_k), decode steps over pasts of 0 to 300 keys (ragged too), a later prompt of several
-// tokens, grouped heads (1 to 8 query heads per KV head), head sizes that are not a multiple of any
-// vector width, packed QKV, rotary (halves and interleaved, partial, by position_ids), local
-// windows, softcap, attention_bias (broadcast too), smooth_softmax and head_sink, without the
-// present outputs; for Attention 23 3-D and 4-D inputs, grouped heads, pasts of 0 to 300, bool and
-// f32 masks (broadcast too), is_causal, softcap, V's own head size; for MultiHeadAttention every
-// key_padding_mask form, attention_bias, biases, pasts, cached cross-attention keys,
-// unidirectional; at one and two threads and at every instruction-set level this machine has.
+// The oneDNN backend's com.microsoft GroupQueryAttention, MultiHeadAttention and Attention and
+// ONNX Attention 23 (msft_attention.cc) against the reference kernels
+// (kernels/reference/msft_attention.cc, in double; itself checked against ONNX Runtime by
+// tests/conformance/msft): first prompts (ragged by seqlens_k), decode steps over pasts of 0 to 300
+// keys (ragged too), a later prompt of several tokens, grouped heads (1 to 8 query heads per KV
+// head), head sizes that are not a multiple of any vector width, packed QKV, rotary (halves and
+// interleaved, partial, by position_ids), local windows, softcap, attention_bias (broadcast too),
+// smooth_softmax and head_sink, without the present outputs; for Attention 23 3-D and 4-D inputs,
+// grouped heads, pasts of 0 to 300, bool and f32 masks (broadcast too), is_causal, softcap, V's own
+// head size; for MultiHeadAttention every key_padding_mask form, attention_bias, biases, pasts,
+// cached cross-attention keys, unidirectional; for com.microsoft Attention the projection,
+// qkv_hidden_sizes, mask_index, past; at one and two threads and at every instruction-set level
+// this machine has.
 #include <cmath>
 #include <random>
 #include <string>
@@ -583,6 +585,114 @@ TEST(DnnlMultiHeadAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
       for (int threads : {1, 2}) {
         SCOPED_TRACE(absl::StrCat(c.name, " isa ", static_cast<int>(isa), " threads ", threads));
         ExpectClose(RunMha(c, "dnnl", threads), RunMha(c, "reference", 1));
+      }
+    }
+  }
+}
+
+// ---- Attention (com.microsoft) ----
+
+struct MsftCase {
+  std::string name;
+  int64_t batch = 2, heads = 2, seq = 3, din = 10, dq = 16, dv = 16, past = 0;
+  bool sizes = false, causal = false, present = true, attn_bias = false;
+  int mask = 0;  // 0 none, 1 [B], 3 [B, T]
+};
+
+std::vector<Tensor> RunMsft(const MsftCase& c, const char* backend, int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(c.seq * 7919 + c.din * 131 + c.past * 17 + c.dq));
+  const int64_t b = c.batch, n = c.heads, t = c.past + c.seq;
+  KernelCall call("Attention", "com.microsoft");
+  call.In(Random({b, c.seq, c.din}, rng, 1.0f))
+      .In(Random({c.din, 2 * c.dq + c.dv}, rng, 0.5f))
+      .In(Random({2 * c.dq + c.dv}, rng));
+  if (c.mask == 1) {
+    std::vector<int32_t> m;
+    for (int64_t i = 0; i < b; ++i) m.push_back(static_cast<int32_t>(t - i % t));
+    call.In(testing::I32({b}, m));
+  } else if (c.mask == 3) {
+    std::vector<int32_t> m(static_cast<size_t>(b * t), 1);
+    for (size_t i = 1; i < m.size(); i += 4) m[i] = 0;
+    call.In(testing::I32({b, t}, m));
+  } else {
+    call.Absent();
+  }
+  if (c.past > 0) {
+    call.In(Random({2, b, n, c.past, c.dq / n}, rng));
+  } else if (c.attn_bias) {
+    call.Absent();
+  }
+  if (c.attn_bias) call.In(Random({b, n, c.seq, t}, rng));
+  call.Out(DType::kF32);
+  if (c.present) call.Out(DType::kF32);
+  call.Attr("num_heads", n);
+  if (c.sizes) call.Attr("qkv_hidden_sizes", std::vector<int64_t>{c.dq, c.dq, c.dv});
+  if (c.causal) call.Attr("unidirectional", int64_t{1});
+  absl::StatusOr<std::vector<Tensor>> r = call.Backend(backend).Run(threads);
+  EXPECT_TRUE(r.ok()) << c.name << " " << backend << ": " << r.status();
+  return r.ok() ? *r : std::vector<Tensor>();
+}
+
+// The present output holds K and V at one shape: with qkv_hidden_sizes giving them different
+// head sizes it is refused, by both kernels.
+TEST(DnnlMsftAttentionTest, APresentOfUnequalHeadSizesIsRefused) {
+  for (const char* backend : {"dnnl", "reference"}) {
+    std::mt19937 rng(3);
+    absl::StatusOr<std::vector<Tensor>> r =
+        KernelCall("Attention", "com.microsoft")
+            .In(Random({1, 2, 4}, rng))
+            .In(Random({4, 6}, rng))
+            .In(Random({6}, rng))
+            .Out(DType::kF32)
+            .Out(DType::kF32)
+            .Attr("num_heads", int64_t{1})
+            .Attr("qkv_hidden_sizes", std::vector<int64_t>{2, 2, 2})
+            .Backend(backend)
+            .Run(1);
+    EXPECT_TRUE(r.ok()) << backend << ": " << r.status();  // equal sizes: fine
+    r = KernelCall("Attention", "com.microsoft")
+            .In(Random({1, 2, 4}, rng))
+            .In(Random({4, 7}, rng))
+            .In(Random({7}, rng))
+            .Out(DType::kF32)
+            .Out(DType::kF32)
+            .Attr("num_heads", int64_t{1})
+            .Attr("qkv_hidden_sizes", std::vector<int64_t>{2, 2, 3})
+            .Backend(backend)
+            .Run(1);
+    ASSERT_FALSE(r.ok()) << backend;
+    EXPECT_NE(r.status().message().find("one head size"), std::string::npos) << r.status();
+  }
+}
+
+TEST(DnnlMsftAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
+  const std::vector<MsftCase> cases = {
+      {.name = "plain"},
+      {.name = "causal_lengths", .seq = 5, .causal = true, .mask = 1},
+      {.name = "decode_past",
+       .seq = 1,
+       .din = 24,
+       .dq = 24,
+       .dv = 24,
+       .past = 40,
+       .causal = true,
+       .mask = 3},
+      {.name = "sizes_bias",
+       .heads = 4,
+       .seq = 4,
+       .dq = 20,
+       .dv = 12,
+       .sizes = true,
+       .present = false,
+       .attn_bias = true},
+      {.name = "past_no_mask_bias", .seq = 2, .past = 6, .attn_bias = true},
+  };
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const MsftCase& c : cases) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(c.name, " isa ", static_cast<int>(isa), " threads ", threads));
+        ExpectClose(RunMsft(c, "dnnl", threads), RunMsft(c, "reference", 1));
       }
     }
   }

@@ -673,6 +673,69 @@ absl::StatusOr<MhaGeometry> CheckMultiHeadAttention(const MhaAttrs& a, Inputs in
   return g;
 }
 
+absl::Status CheckMsftAttention(const MhaAttrs& a, absl::Span<const int64_t> sizes, Inputs in,
+                                bool wants_present, MhaGeometry& g, int64_t& din, int64_t& dq,
+                                int64_t& dv) {
+  constexpr char kOp[] = "Attention (com.microsoft)";
+  const int64_t n = a.heads;
+  if (!Present(in, 0) || !Present(in, 1) || !Present(in, 2)) {
+    return Bad(kOp, "input, weights and bias are required");
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "input" : i == 1 ? "weights" : "bias"));
+  }
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  if (x.rank() != 3) return Bad(kOp, "input must be 3-D [batch, sequence, input_hidden]", &x);
+  din = x.dim(2);
+  if (w.rank() != 2 || w.dim(0) != din) {
+    return Bad(kOp, absl::StrCat("weights must be [", din, ", D + D + Dv]"), &w);
+  }
+  if (sizes.empty()) {
+    if (w.dim(1) % 3 != 0) return Bad(kOp, "weights' second dim must be 3 x hidden", &w);
+    dq = dv = w.dim(1) / 3;
+  } else {
+    if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != w.dim(1)) {
+      return Bad(kOp,
+                 "qkv_hidden_sizes must be three sizes (Q and K equal) summing to "
+                 "weights' second dim",
+                 &w);
+    }
+    dq = sizes[0];
+    dv = sizes[2];
+  }
+  if (dq <= 0 || dv <= 0 || dq % n != 0 || dv % n != 0) {
+    return Bad(kOp, absl::StrCat("the Q, K and V hidden sizes (", dq, ", ", dv,
+                                 ") must be positive multiples of num_heads (", n, ")"));
+  }
+  if (in[2]->numel() != 2 * dq + dv) {
+    return Bad(kOp, absl::StrCat("bias must have ", 2 * dq + dv, " values"), in[2]);
+  }
+  g.batch = x.dim(0);
+  g.seq = g.kv_seq = x.dim(1);
+  g.head = dq / n;
+  g.v_head = dv / n;
+  if (Present(in, 4)) {
+    const Tensor& p = *in[4];
+    DYNVM_RETURN_IF_ERROR(NeedFloat(p, kOp, "past"));
+    if (g.head != g.v_head || p.rank() != 5 || p.dim(0) != 2 || p.dim(1) != g.batch ||
+        p.dim(2) != n || p.dim(4) != g.head) {
+      return Bad(kOp,
+                 absl::StrCat("past must be [2, ", g.batch, ", ", n, ", past, ", g.head,
+                              "] (K and V of one head size)"),
+                 &p);
+    }
+    g.past = p.dim(3);
+  }
+  if (wants_present && g.head != g.v_head) {
+    return Bad(kOp, absl::StrCat("the present output [2, batch, heads, total, head size] needs K "
+                                 "and V of one head size (qkv_hidden_sizes gives ",
+                                 g.head, " and ", g.v_head, ")"));
+  }
+  return CheckMaskAndBias(kOp, a, g, Present(in, 3) ? in[3] : nullptr,
+                          Present(in, 5) ? in[5] : nullptr, "mask_index");
+}
+
 namespace {
 
 // Attention (com.microsoft): input [B, S, D_in] times weights [D_in, D + D + Dv] plus bias gives
@@ -686,7 +749,7 @@ class MsftAttentionKernel final : public Kernel {
     constexpr char kOp[] = "Attention";
     MhaGeometry g;
     int64_t din = 0, dq = 0, dv = 0;
-    DYNVM_RETURN_IF_ERROR(Check(in, g, din, dq, dv));
+    DYNVM_RETURN_IF_ERROR(CheckMsftAttention(a_, sizes_, in, Wanted(out, 1), g, din, dq, dv));
     const int64_t n = a_.heads, rows = g.batch * g.seq, cols = 2 * dq + dv;
     const std::vector<float> x = Floats(*in[0]), w = Floats(*in[1]), bias = Floats(*in[2]);
     // qkv [B S, D + D + Dv] = x W + bias.
@@ -726,63 +789,6 @@ class MsftAttentionKernel final : public Kernel {
   std::string name() const override { return "attention.com.microsoft.f32.ref"; }
 
  private:
-  absl::Status Check(Inputs in, MhaGeometry& g, int64_t& din, int64_t& dq, int64_t& dv) const {
-    constexpr char kOp[] = "Attention (com.microsoft)";
-    const int64_t n = a_.heads;
-    if (!Present(in, 0) || !Present(in, 1) || !Present(in, 2)) {
-      return Bad(kOp, "input, weights and bias are required");
-    }
-    for (size_t i = 0; i < 3; ++i) {
-      DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "input" : i == 1 ? "weights" : "bias"));
-    }
-    const Tensor& x = *in[0];
-    const Tensor& w = *in[1];
-    if (x.rank() != 3) return Bad(kOp, "input must be 3-D [batch, sequence, input_hidden]", &x);
-    din = x.dim(2);
-    if (w.rank() != 2 || w.dim(0) != din) {
-      return Bad(kOp, absl::StrCat("weights must be [", din, ", D + D + Dv]"), &w);
-    }
-    if (sizes_.empty()) {
-      if (w.dim(1) % 3 != 0) return Bad(kOp, "weights' second dim must be 3 x hidden", &w);
-      dq = dv = w.dim(1) / 3;
-    } else {
-      if (sizes_.size() != 3 || sizes_[0] != sizes_[1] ||
-          sizes_[0] + sizes_[1] + sizes_[2] != w.dim(1)) {
-        return Bad(kOp,
-                   "qkv_hidden_sizes must be three sizes (Q and K equal) summing to "
-                   "weights' second dim",
-                   &w);
-      }
-      dq = sizes_[0];
-      dv = sizes_[2];
-    }
-    if (dq <= 0 || dv <= 0 || dq % n != 0 || dv % n != 0) {
-      return Bad(kOp, absl::StrCat("the Q, K and V hidden sizes (", dq, ", ", dv,
-                                   ") must be positive multiples of num_heads (", n, ")"));
-    }
-    if (in[2]->numel() != 2 * dq + dv) {
-      return Bad(kOp, absl::StrCat("bias must have ", 2 * dq + dv, " values"), in[2]);
-    }
-    g.batch = x.dim(0);
-    g.seq = g.kv_seq = x.dim(1);
-    g.head = dq / n;
-    g.v_head = dv / n;
-    if (Present(in, 4)) {
-      const Tensor& p = *in[4];
-      DYNVM_RETURN_IF_ERROR(NeedFloat(p, kOp, "past"));
-      if (g.head != g.v_head || p.rank() != 5 || p.dim(0) != 2 || p.dim(1) != g.batch ||
-          p.dim(2) != n || p.dim(4) != g.head) {
-        return Bad(kOp,
-                   absl::StrCat("past must be [2, ", g.batch, ", ", n, ", past, ", g.head,
-                                "] (K and V of one head size)"),
-                   &p);
-      }
-      g.past = p.dim(3);
-    }
-    return CheckMaskAndBias(kOp, a_, g, Present(in, 3) ? in[3] : nullptr,
-                            Present(in, 5) ? in[5] : nullptr, "mask_index");
-  }
-
   MhaAttrs a_;
   std::vector<int64_t> sizes_;
 };
@@ -1056,7 +1062,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMultiHeadAttention(const KernelSpec&
     return absl::UnimplementedError(
         "MultiHeadAttention: query must be f32 (float16 is not supported)");
   }
-  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s));
+  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s, "MultiHeadAttention"));
   return std::make_unique<MultiHeadAttentionKernel>(a);
 }
 
@@ -1064,16 +1070,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeMsftAttention(const KernelSpec& s) {
   if (!InputIsF32(s, 0)) {
     return absl::UnimplementedError("Attention (com.microsoft): input must be f32");
   }
-  MhaAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
+  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s, "Attention (com.microsoft)"));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, s.GetInts("qkv_hidden_sizes", {}));
-  if (a.heads <= 0) {
-    return absl::InvalidArgumentError("Attention (com.microsoft): num_heads must be positive");
-  }
-  a.causal = uni != 0;
   return std::make_unique<MsftAttentionKernel>(a, std::move(sizes));
 }
 
@@ -1126,14 +1124,14 @@ absl::StatusOr<OnnxAttnAttrs> GetOnnxAttnAttrs(const KernelSpec& s) {
   return a;
 }
 
-absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& s) {
+absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& s, absl::string_view op) {
   MhaAttrs a;
   DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
   DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
   DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
   DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
   if (a.heads <= 0) {
-    return absl::InvalidArgumentError("MultiHeadAttention: num_heads must be positive");
+    return absl::InvalidArgumentError(absl::StrCat(op, ": num_heads must be positive"));
   }
   a.causal = uni != 0;
   return a;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/kernel.h"
 #include "kernels/reference/common.h"
@@ -86,7 +87,8 @@ struct MhaAttrs {
   bool causal = false;
 };
 
-absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& spec);
+// The attributes of MultiHeadAttention and of com.microsoft Attention (named `op` in errors).
+absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& spec, absl::string_view op);
 
 struct MhaGeometry {
   int64_t batch = 0, seq = 0, kv_seq = 0, past = 0, head = 0, v_head = 0;
@@ -98,6 +100,13 @@ struct MhaGeometry {
 absl::StatusOr<MhaGeometry> CheckMultiHeadAttention(const MhaAttrs& a,
                                                     absl::Span<const Tensor* const> in,
                                                     bool wants_present);
+
+// Validates com.microsoft Attention's inputs (qkv_hidden_sizes `sizes`, empty for three equal
+// parts): the geometry, the input hidden size din and the Q/K and V hidden sizes dq, dv. The
+// present output (wants_present) needs K and V of one head size: it holds both at one shape.
+absl::Status CheckMsftAttention(const MhaAttrs& a, absl::Span<const int64_t> sizes,
+                                absl::Span<const Tensor* const> in, bool wants_present,
+                                MhaGeometry& g, int64_t& din, int64_t& dq, int64_t& dv);
 
 // The key-padding mask and the causal limit as ONNX Runtime's PrepareMask makes them:
 // [B, S, past + kv_seq] of 0 or mask_filter_value (added to the scores: a masked key keeps its
