@@ -10,6 +10,11 @@
 //   RMSNorm(x, scale) -> same type as x: x / sqrt(mean(x^2) + epsilon) * scale over the axes
 //                      [axis, rank) (attributes axis, default -1, and epsilon, default 1e-5;
 //                      scale has one value per normalized element); compiler/rewrite/rms_norm.cc.
+//   RotateHalf(x, cos, sin) -> same type as x: x * cos + rotate_half(x) * sin, rotate_half(x) =
+//                      Concat(-x[..., D/2:], x[..., :D/2]) over the last axis (D even): the
+//                      rotary embedding as GPT-NeoX / Llama exports write it; cos and sin
+//                      broadcast to x without changing its shape (compiler/rewrite/rotary.cc;
+//                      kernels/reference/dynvm_ops.cc has the exact definition).
 //   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
 //                      kernels/reference/attention.cc has the exact definition). Attributes
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
@@ -196,6 +201,19 @@ absl::Status RmsNormShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::Status RotateHalfShape(InferContext& c) {
+  if (c.num_inputs() != 3 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1) ||
+      !c.has_input(2))
+    return c.Error("RotateHalf takes (x, cos, sin) and has one output");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+  } else {
+    c.SetOutput(0, c.input_dtype(0), *x);
+  }
+  return absl::OkStatus();
+}
+
 // QLSTM, QGRU, QRNN: the f32 layer's shapes (the weights' dtype does not change them).
 absl::Status QLstmShape(InferContext& c) { return FindOpDef("", ops::kLSTM)->infer(c); }
 absl::Status QGruShape(InferContext& c) { return FindOpDef("", ops::kGRU)->infer(c); }
@@ -211,6 +229,7 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kGeluTanh, 7, "", "", kPure | kElementwise, ActivationShape},
       {ops::kSilu, 7, "", "", kPure | kElementwise, ActivationShape},
       {ops::kRMSNorm, 7, "", "", kPure, RmsNormShape},
+      {ops::kRotateHalf, 7, "", "", kPure, RotateHalfShape},
       {ops::kAttention, 7, "", "", kPure, InferAttention},
       {ops::kLinear, 7, "", "", kPure, InferLinear},
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},

@@ -62,6 +62,7 @@ inline constexpr char kPad[] = "Pad";
 inline constexpr char kPow[] = "Pow";
 inline constexpr char kQMatMul[] = "QMatMul";
 inline constexpr char kRMSNorm[] = "RMSNorm";
+inline constexpr char kRotateHalf[] = "RotateHalf";
 inline constexpr char kRNN[] = "RNN";
 inline constexpr char kRelu[] = "Relu";
 inline constexpr char kReshape[] = "Reshape";

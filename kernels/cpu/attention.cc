@@ -42,13 +42,31 @@ DYNVM_ALWAYS_INLINE void RotaryBody(int64_t half, bool interleaved, const float*
   }
 }
 
-#define DYNVM_ATTENTION_LEVEL(ATTR, SUFFIX)                                                    \
-  ATTR void Softcap##SUFFIX(int64_t n, float cap, const float* x, float* y) {                  \
-    SoftcapBody(n, cap, x, y);                                                                 \
-  }                                                                                            \
-  ATTR void Rotary##SUFFIX(int64_t half, bool interleaved, const float* cos, const float* sin, \
-                           const float* x, float* y) {                                         \
-    RotaryBody(half, interleaved, cos, sin, x, y);                                             \
+DYNVM_ALWAYS_INLINE void RotateHalfBody(int64_t half, const float* cos, const float* sin,
+                                        const float* x, float* y) {
+  const float* x1 = x + half;
+  const float* c1 = cos + half;
+  const float* s1 = sin + half;
+  float* y1 = y + half;
+  DYNVM_IVDEP
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x1[i];
+    y[i] = a * cos[i] - b * sin[i];
+    y1[i] = b * c1[i] + a * s1[i];
+  }
+}
+
+#define DYNVM_ATTENTION_LEVEL(ATTR, SUFFIX)                                                      \
+  ATTR void Softcap##SUFFIX(int64_t n, float cap, const float* x, float* y) {                    \
+    SoftcapBody(n, cap, x, y);                                                                   \
+  }                                                                                              \
+  ATTR void Rotary##SUFFIX(int64_t half, bool interleaved, const float* cos, const float* sin,   \
+                           const float* x, float* y) {                                           \
+    RotaryBody(half, interleaved, cos, sin, x, y);                                               \
+  }                                                                                              \
+  ATTR void RotateHalf##SUFFIX(int64_t half, const float* cos, const float* sin, const float* x, \
+                               float* y) {                                                       \
+    RotateHalfBody(half, cos, sin, x, y);                                                        \
   }
 
 DYNVM_ATTENTION_LEVEL(, Portable)
@@ -66,14 +84,17 @@ namespace internal {
 void FillAttention(Isa isa, Dispatch* d) {
   d->softcap = &SoftcapPortable;
   d->rotary = &RotaryPortable;
+  d->rotate_half = &RotateHalfPortable;
 #if DYNVM_CPU_X86
   if (isa >= Isa::kAvx2) {
     d->softcap = &SoftcapAvx2;
     d->rotary = &RotaryAvx2;
+    d->rotate_half = &RotateHalfAvx2;
   }
   if (isa >= Isa::kAvx512) {
     d->softcap = &SoftcapAvx512;
     d->rotary = &RotaryAvx512;
+    d->rotate_half = &RotateHalfAvx512;
   }
 #endif
 }
@@ -87,6 +108,14 @@ void Softcap(int64_t n, float cap, const float* x, float* y) {
 void Rotary(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
             float* y) {
   internal::Table().rotary(half, interleaved, cos, sin, x, y);
+}
+
+}  // namespace dynvm::cpu
+
+namespace dynvm::cpu {
+
+void RotateHalf(int64_t half, const float* cos, const float* sin, const float* x, float* y) {
+  internal::Table().rotate_half(half, cos, sin, x, y);
 }
 
 }  // namespace dynvm::cpu

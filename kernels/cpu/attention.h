@@ -22,6 +22,11 @@ void Softcap(int64_t n, float cap, const float* x, float* y);
 void Rotary(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
             float* y);
 
+// The rotate-half form with full-width tables (as exporters write RoPE: x cos + rotate_half(x)
+// sin, rotate_half(x) = [-x[half:], x[:half]]): y[i] = x[i] cos[i] - x[i + half] sin[i] and
+// y[i + half] = x[i + half] cos[i + half] + x[i] sin[i + half] for i < half.
+void RotateHalf(int64_t half, const float* cos, const float* sin, const float* x, float* y);
+
 }  // namespace dynvm::cpu
 
 #endif  // DYNVM_KERNELS_CPU_ATTENTION_H_

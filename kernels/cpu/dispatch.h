@@ -94,6 +94,7 @@ struct Dispatch {
   void (*softcap)(int64_t n, float cap, const float* x, float* y);
   void (*rotary)(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
                  float* y);
+  void (*rotate_half)(int64_t half, const float* cos, const float* sin, const float* x, float* y);
   // winograd.h
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,

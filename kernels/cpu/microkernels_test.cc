@@ -453,6 +453,28 @@ TEST(Attention, SoftcapMatchesDouble) {
   }
 }
 
+// RotateHalf: full-width tables against double, in place the same.
+TEST(Attention, RotateHalfMatchesDouble) {
+  std::mt19937 rng(23);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t half : kLengths) {
+      const std::vector<float> x = Uniform(2 * half, rng, -2, 2);
+      const std::vector<float> cos = Uniform(2 * half, rng), sin = Uniform(2 * half, rng);
+      std::vector<float> y(2 * half);
+      RotateHalf(half, cos.data(), sin.data(), x.data(), y.data());
+      for (int64_t i = 0; i < 2 * half; ++i) {
+        const double partner = i < half ? -static_cast<double>(x[i + half]) : x[i - half];
+        const double want = x[i] * static_cast<double>(cos[i]) + partner * sin[i];
+        ASSERT_NEAR(y[i], want, 1e-6) << IsaName(isa) << " half " << half << " i " << i;
+      }
+      std::vector<float> z = x;
+      RotateHalf(half, cos.data(), sin.data(), z.data(), z.data());
+      for (int64_t i = 0; i < 2 * half; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+    }
+  }
+}
+
 // Rotary: both pair layouts against double, values past 2 half untouched, in place the same.
 TEST(Attention, RotaryMatchesDoubleForHalvesAndPairs) {
   std::mt19937 rng(22);

@@ -698,6 +698,48 @@ TEST(DnnlMsftAttentionTest, MatchesTheReferenceKernelAtEveryLevel) {
   }
 }
 
+// ---- dynvm::RotateHalf (rotary.cc) ----
+
+// Tables of every broadcast form (per position, per batch and position, one row for all) and a
+// strided x (the reference's path, as the fallback), against the reference kernel.
+TEST(DnnlRotateHalfTest, MatchesTheReferenceKernelForEveryBroadcast) {
+  std::mt19937 rng(5);
+  const Tensor x = Random({2, 3, 5, 20}, rng);
+  const std::vector<std::vector<int64_t>> tables = {{5, 20}, {2, 1, 5, 20}, {1, 20}, {20}};
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const std::vector<int64_t>& td : tables) {
+      const Tensor c = Random(td, rng), s = Random(td, rng);
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat("table rank ", td.size(), " threads ", threads));
+        std::vector<std::vector<Tensor>> r;
+        for (const char* backend : {"dnnl", "reference"}) {
+          absl::StatusOr<std::vector<Tensor>> o = KernelCall("RotateHalf", "dynvm")
+                                                      .In(x)
+                                                      .In(c)
+                                                      .In(s)
+                                                      .Out(DType::kF32)
+                                                      .Backend(backend)
+                                                      .Run(threads);
+          ASSERT_TRUE(o.ok()) << o.status();
+          r.push_back(*o);
+        }
+        ExpectClose(r[0], r[1]);
+      }
+    }
+  }
+  // Tables that would broadcast x are refused, naming it.
+  absl::StatusOr<std::vector<Tensor>> bad = KernelCall("RotateHalf", "dynvm")
+                                                .In(Random({1, 5, 20}, rng))
+                                                .In(Random({2, 5, 20}, rng))
+                                                .In(Random({2, 5, 20}, rng))
+                                                .Out(DType::kF32)
+                                                .Backend("dnnl")
+                                                .Run(1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("without changing its shape"), std::string::npos);
+}
+
 // Bad input is refused by the shared checks, naming what is wrong.
 TEST(DnnlGroupQueryAttentionTest, BadSeqlensAreRefusedNamingThem) {
   Case c{.name = "bad",

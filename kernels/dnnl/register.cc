@@ -11,6 +11,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterActivationKernels(registry);
   onednn::RegisterAttentionKernels(registry);
   onednn::RegisterMsftAttentionKernels(registry);
+  onednn::RegisterRotaryKernels(registry);
   onednn::RegisterLinearKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);

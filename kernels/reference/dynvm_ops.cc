@@ -9,6 +9,8 @@
 //   compiler/rewrite/activations.cc.
 //   RMSNorm(x, scale) = x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale, f32
 //   (compiler/rewrite/rms_norm.cc).
+//   RotateHalf(x, cos, sin) = x cos + rotate_half(x) sin over the last axis, f32
+//   (compiler/rewrite/rotary.cc).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -247,9 +249,86 @@ class RmsNormKernel final : public Kernel {
   float epsilon_;
 };
 
+// ---- RotateHalf ----
+
+// y = x * cos + rotate_half(x) * sin over x's last axis (D even): y[i] = x[i] cos[i] -
+// x[i + D/2] sin[i] and y[i + D/2] = x[i + D/2] cos[i + D/2] + x[i] sin[i + D/2], cos and sin
+// broadcast to x (not changing its shape). f32, any layout; each value in double, rounded once.
+class RotateHalfKernel final : public Kernel {
+ public:
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 3 || in[0] == nullptr || in[1] == nullptr || in[2] == nullptr ||
+        out.size() != 1 || out[0] == nullptr) {
+      return absl::InvalidArgumentError("RotateHalf takes (x, cos, sin) and has one output");
+    }
+    const Tensor& x = *in[0];
+    const Tensor& c = *in[1];
+    const Tensor& s = *in[2];
+    if (x.dtype() != DType::kF32 || c.dtype() != DType::kF32 || s.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("RotateHalf: x, cos and sin must be f32, got ",
+                                                     x.DebugString(), ", ", c.DebugString(), ", ",
+                                                     s.DebugString()));
+    }
+    if (x.rank() == 0 || x.dim(x.rank() - 1) % 2 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RotateHalf: x's last dim must be even, got ", x.DebugString()));
+    }
+    for (const Tensor* t : {&c, &s}) {
+      absl::StatusOr<Dims> b = BroadcastShapes(t->dims(), x.dims());
+      if (!b.ok() || *b != Dims(x.dims().begin(), x.dims().end())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RotateHalf: cos and sin must broadcast to x ", x.DebugString(),
+                         " without changing its shape, got ", t->DebugString()));
+      }
+    }
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RotateHalf"));
+    const Dims cs = BroadcastStrides(c, x.dims()), ss = BroadcastStrides(s, x.dims());
+    const int rank = x.rank();
+    const int64_t d = x.dim(rank - 1), half = d / 2, rows = d == 0 ? 0 : x.numel() / d;
+    const float* xp = x.data<float>();
+    const float* cp = c.data<float>();
+    const float* sp = s.data<float>();
+    float* y = out[0]->data<float>();
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      // idx: row r's index over the leading axes (the last stays 0).
+      int64_t rem = r;
+      for (int a = rank - 2; a >= 0; --a) {
+        idx[a] = rem % x.dim(a);
+        rem /= x.dim(a);
+      }
+      int64_t xo = 0, co = 0, so = 0;
+      for (int a = 0; a < rank - 1; ++a) {
+        xo += idx[a] * x.strides()[a];
+        co += idx[a] * cs[a];
+        so += idx[a] * ss[a];
+      }
+      const int64_t xl = x.strides()[rank - 1], cl = cs[rank - 1], sl = ss[rank - 1];
+      for (int64_t i = 0; i < d; ++i) {
+        const double xi = xp[xo + i * xl];
+        const double partner = i < half ? -static_cast<double>(xp[xo + (i + half) * xl])
+                                        : static_cast<double>(xp[xo + (i - half) * xl]);
+        y[r * d + i] = static_cast<float>(xi * cp[co + i * cl] + partner * sp[so + i * sl]);
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "rotate_half.f32.ref"; }
+};
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "RotateHalf", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("RotateHalf takes 3 inputs and has 1 output");
+                }
+                if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+                  return absl::UnimplementedError("RotateHalf: x must be f32");
+                }
+                return std::make_unique<RotateHalfKernel>();
+              }});
   r.Register({"dynvm", "RMSNorm", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                 if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {

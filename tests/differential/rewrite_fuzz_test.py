@@ -194,6 +194,47 @@ def rms_norm(rng, match, scale=False):
                 {"x": rnd(rng, *shape)}, match, note)
 
 
+def rotate_half(rng, match):
+    # x [B, H, S, D] with D even; tables [S, D] or [B, 1, S, D] (either Add and Mul order).
+    b, heads, s = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    half = int(rng.choice([1, 2, 3, 5, 8, 16]))
+    d = 2 * half
+    tdims = [s, d] if rng.random() < 0.5 else [b, 1, s, d]
+    lo_end, hi_start, hi_end = half, half, int(rng.choice([d, 2 ** 62]))
+    neg, first = "hi", "lo"
+    note = f"rotate_half of [{b}, {heads}, {s}, {d}], tables {tdims}"
+    outs = [vi("y", None)]
+    if not match:
+        miss = rng.choice(["sign_first", "wide_tables", "shared"])
+        if miss == "sign_first":  # Concat(Neg(x[:h]), x[h:])
+            neg, first = "lo", "hi"
+            note = "the Neg on the first half"
+        elif miss == "wide_tables":  # tables [2, 1, S, D] over x of batch 1: they broadcast x
+            b, tdims = 1, [2, 1, s, d]
+            note = f"tables {tdims} that broadcast x of batch 1"
+        else:
+            outs.append(vi("rot", None))
+            note = "rotate_half read elsewhere"
+    nodes = [c("z", np.array([0], np.int64)), c("h1", np.array([lo_end], np.int64)),
+             c("h2", np.array([hi_start], np.int64)), c("e", np.array([hi_end], np.int64)),
+             c("ax", np.array([-1], np.int64)),
+             h.make_node("Slice", ["x", "z", "h1", "ax"], ["lo"]),
+             h.make_node("Slice", ["x", "h2", "e", "ax"], ["hi"]),
+             h.make_node("Neg", [neg], ["n"]),
+             h.make_node("Concat", ["n", first], ["rot"], axis=-1)]
+    if rng.random() < 0.5:
+        nodes += [h.make_node("Mul", ["x", "cos"], ["a"]), h.make_node("Mul", ["rot", "sin"], ["b"]),
+                  h.make_node("Add", ["a", "b"], ["y"])]
+    else:
+        nodes += [h.make_node("Mul", ["sin", "rot"], ["b"]), h.make_node("Mul", ["cos", "x"], ["a"]),
+                  h.make_node("Add", ["b", "a"], ["y"])]
+    shape = [b, heads, s, d]
+    return Case(nodes, [vi("x", shape), vi("cos", tdims), vi("sin", tdims)], outs,
+                int(rng.choice([13, 17])),
+                {"x": rnd(rng, *shape), "cos": rnd(rng, *tdims), "sin": rnd(rng, *tdims)}, match,
+                note)
+
+
 def rms_norm_scale(rng, match):
     return rms_norm(rng, match, scale=True)
 
@@ -613,7 +654,7 @@ def linear_transpose(rng, match):
 GENERATORS = {
     "pow_const": pow_const, "layer_norm": layer_norm, "layer_norm_scale": layer_norm_scale,
     "layer_norm_bias": layer_norm_bias, "rms_norm": rms_norm, "rms_norm_scale": rms_norm_scale,
-    "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "hard_swish": hard_swish,
+    "rotate_half": rotate_half, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "hard_swish": hard_swish,
     "hard_swish_written": hard_swish_written, "hard_sigmoid_written": hard_sigmoid_written,
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,

@@ -1,0 +1,90 @@
+// dynvm::RotateHalf on the oneDNN backend (kernels/reference/dynvm_ops.cc has the definition):
+// one cpu::RotateHalf per row of x's last axis, cos and sin read at their broadcast strides
+// (the row's offset into each), rows split over the VM's pool. Needs x contiguous and cos and
+// sin with unit stride along the last axis (a table of D values per position, as exports make
+// them); anything else runs the reference kernel.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/reference/common.h"
+
+namespace dynvm::onednn {
+namespace {
+
+using reference::Dims;
+
+// Rows per range on the pool: about 16K values each.
+constexpr int64_t kValuesPerRange = 16384;
+
+class RotateHalfKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 3 || in[0] == nullptr || in[1] == nullptr || in[2] == nullptr ||
+        out.size() != 1 || out[0] == nullptr) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& x = *in[0];
+    const Tensor& c = *in[1];
+    const Tensor& s = *in[2];
+    const int rank = x.rank();
+    if (rank == 0 || !x.is_contiguous() || x.dtype() != DType::kF32 || c.dtype() != DType::kF32 ||
+        s.dtype() != DType::kF32 || x.dim(rank - 1) % 2 != 0) {
+      return RunFallback(ctx, in, out);  // reports the error, if any
+    }
+    for (const Tensor* t : {&c, &s}) {
+      absl::StatusOr<Dims> b = reference::BroadcastShapes(t->dims(), x.dims());
+      if (!b.ok() || *b != Dims(x.dims().begin(), x.dims().end())) {
+        return RunFallback(ctx, in, out);
+      }
+    }
+    const Dims cs = reference::BroadcastStrides(c, x.dims());
+    const Dims ss = reference::BroadcastStrides(s, x.dims());
+    const int64_t d = x.dim(rank - 1);
+    if (d > 1 && (cs[rank - 1] != 1 || ss[rank - 1] != 1)) return RunFallback(ctx, in, out);
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RotateHalf"));
+    const int64_t rows = d == 0 ? 0 : x.numel() / d;
+    if (rows == 0) return absl::OkStatus();
+    const float* xp = x.data<float>();
+    const float* cp = c.data<float>();
+    const float* sp = s.data<float>();
+    float* y = out[0]->data<float>();
+    const int64_t grain = std::max<int64_t>(1, kValuesPerRange / d);
+    ctx.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+      std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t rem = r, co = 0, so = 0;
+        for (int a = rank - 2; a >= 0; --a) {
+          const int64_t i = rem % x.dim(a);
+          rem /= x.dim(a);
+          co += i * cs[a];
+          so += i * ss[a];
+        }
+        cpu::RotateHalf(d / 2, cp + co, sp + so, xp + r * d, y + r * d);
+      }
+    });
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+void RegisterRotaryKernels(KernelRegistry& r) {
+  r.Register(
+      KernelRegistration{"dynvm", "RotateHalf", Device::kCPU, kBackend, kDnnlPriority,
+                         [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                           DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2}));
+                           return std::make_unique<RotateHalfKernel>(KernelName(spec));
+                         }});
+}
+
+}  // namespace dynvm::onednn
