@@ -185,7 +185,9 @@ absl::Status RunOnPool(KernelContext& ctx, int64_t units, double macs, float* sc
           ? std::max<int64_t>(units, 1)
           : 1;
   if (ctx.ParallelTasks(units, grain) == 1) {
-    if (ctx.num_threads() > 1) SetThreads(1);
+    // dnnl_sgemm on this thread alone, at one VM thread too: OpenMP's default team (every
+    // core) stalled a decode step for tens of ms whenever the other core was busy.
+    SetThreads(1);
     return run(0, units, scratch);
   }
   std::atomic<int> next_block{0};

@@ -5,7 +5,8 @@
 For each past length and head size it builds the node (batch 1, 32 query heads, 8 KV heads by
 default; a query of one token after a past of P keys; the present outputs), checks that dynvm's
 outputs match ONNX Runtime's, then times `rounds` interleaved rounds of `calls` steps in each:
-dynvm from Python (inputs bound without a copy) and onnxruntime-node (intra-op threads as
+dynvm from Python (inputs bound without a copy; its three outputs fresh arrays each call, as
+ONNX Runtime's are) and onnxruntime-node (intra-op threads as
 dynvm's, sequential). Prints the median milliseconds per step and ORT / dynvm.
 
     PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/gqa_bench.py \
@@ -123,7 +124,9 @@ def bench_one(dynvm, args, ort_module, tmp, threads, n, nkv, h, past):
     for name in ("output", "present_key", "present_value"):
         want = np.fromfile(f"{out_base}.{name}", np.float32).reshape(got[name].shape)
         worst = max(worst, float(np.max(np.abs(got[name] - want) / (1 + np.abs(want)))))
-    for _ in range(3):  # warm-up
+    # Warm-up: each dynvm call returns three fresh output arrays (the presents 0.25-8 MiB each):
+    # glibc's mmap threshold adapts to them over the first calls, which page-fault until then.
+    for _ in range(2 * args.calls):
         vm.run(feeds)
     ort_cmd(str(args.calls))
     dynvm_ms, ort_ms = [], []
