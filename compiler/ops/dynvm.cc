@@ -12,9 +12,10 @@
 //                      scale has one value per normalized element); compiler/rewrite/rms_norm.cc.
 //   RotateHalf(x, cos, sin) -> same type as x: x * cos + rotate_half(x) * sin, rotate_half(x) =
 //                      Concat(-x[..., D/2:], x[..., :D/2]) over the last axis (D even): the
-//                      rotary embedding as GPT-NeoX / Llama exports write it; cos and sin
-//                      broadcast to x without changing its shape (compiler/rewrite/rotary.cc;
-//                      kernels/reference/dynvm_ops.cc has the exact definition).
+//                      rotary embedding as GPT-NeoX / Llama exports write it; x, cos and sin
+//                      broadcast together (numpy), along every axis but x's last
+//                      (compiler/rewrite/rotary.cc; kernels/reference/dynvm_ops.cc has the exact
+//                      definition).
 //   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
 //                      kernels/reference/attention.cc has the exact definition). Attributes
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
@@ -201,16 +202,27 @@ absl::Status RmsNormShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// The broadcast of x, cos and sin (x * cos + rotate_half(x) * sin, numpy broadcasting).
 absl::Status RotateHalfShape(InferContext& c) {
   if (c.num_inputs() != 3 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1) ||
       !c.has_input(2))
     return c.Error("RotateHalf takes (x, cos, sin) and has one output");
-  const std::vector<Dim>* x = c.input_shape(0);
-  if (x == nullptr) {
-    c.SetOutputUnknown(0, c.input_dtype(0));
-  } else {
-    c.SetOutput(0, c.input_dtype(0), *x);
+  std::vector<Dim> shape;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::vector<Dim>* s = c.input_shape(i);
+    if (s == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+      return absl::OkStatus();
+    }
+    if (i == 0) {
+      shape = *s;
+      continue;
+    }
+    absl::StatusOr<std::vector<Dim>> b = BroadcastShapes(c.sym(), shape, *s);
+    if (!b.ok()) return c.Error(b.status().message());
+    shape = *std::move(b);
   }
+  c.SetOutput(0, c.input_dtype(0), shape);
   return absl::OkStatus();
 }
 

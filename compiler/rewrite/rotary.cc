@@ -5,16 +5,18 @@
 // rotate_half: Add(Mul(x, cos), Mul(rot, sin)) (any operand order), rot = rotate_half(x) =
 //              Concat(Neg(hi), lo) over the last axis, lo = Slice(x, 0, D/2) and hi =
 //              Slice(x, D/2, >= D) of x's last axis (D constant and even; starts, ends, axes and
-//              steps constant inputs, or the attributes before opset 10; steps 1)
+//              steps constant inputs, or values computed from constant dims (a scripted export's
+//              x.shape[-1] // 2), or the attributes before opset 10; steps 1)
 //              -> dynvm::RotateHalf(x, cos, sin).
-//   x, cos and sin are f32; cos and sin broadcast to x without changing its shape (rank at most
-//   x's, each dim 1 or x's: one a kernel cannot tell equal is checked at run time). The rule
-//   reads no value of cos or sin, so the tables may be anything (computed from position ids,
-//   constants, swapped, the same): the fused op computes the same expression. Refused: halves
+//   x, cos and sin are f32; the three broadcast together as the two Muls do (a decode step's
+//   tables [t, D] over x [B, H, 1, D], t symbolic: the fused op has the same broadcast shape, and
+//   its kernel reports what the Muls would). The rule reads no value of cos or sin, so the
+//   tables may be anything (computed from position ids, constants, swapped, the same): the fused
+//   op computes the same expression. Refused: halves
 //   other than [0, D/2) and [D/2, D) (a partial rotary dimension sliced inside the rotated
 //   values, the halves swapped), the Neg on the first half, a Concat or Slice along another
-//   axis, a step other than 1, an odd or symbolic D, cos or sin that would broadcast x, an
-//   intermediate read elsewhere, another dtype.
+//   axis, a step other than 1, an odd or symbolic D, an intermediate read elsewhere, another
+//   dtype.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -28,9 +30,15 @@ namespace {
 
 using P = Pattern;
 
-// The one-element integer constant `v`, or nullopt.
+// The one-element integer `v` known at compile time: a constant, or a value computed from
+// constant dims (its symbolic content: a scripted export's `x.shape[-1] // 2`); else nullopt.
 std::optional<int64_t> OneInt(const Value* v) {
-  if (v == nullptr || !v->constant || v->constant->numel() != 1) return std::nullopt;
+  if (v == nullptr) return std::nullopt;
+  if (!v->constant) {
+    if (!v->content || v->content->size() != 1) return std::nullopt;
+    return SymbolicContext::AsConst((*v->content)[0]);
+  }
+  if (v->constant->numel() != 1) return std::nullopt;
   const Tensor& t = *v->constant;
   if (t.dtype() == DType::kI64) return t.data<int64_t>()[t.ElementOffset(0)];
   if (t.dtype() == DType::kI32) return t.data<int32_t>()[t.ElementOffset(0)];
@@ -77,20 +85,6 @@ bool Covers(const OneAxisSlice& s, int64_t d, int64_t first, int64_t last) {
   return clamp(s.start) == first && clamp(s.end) == last;
 }
 
-// A table (cos or sin) broadcasts to x without changing x's shape.
-bool FitsX(const Value& t, const Value& x) {
-  if (!t.shape || !x.shape || t.rank() > x.rank() || t.dtype != DType::kF32) return false;
-  const size_t off = x.shape->size() - t.shape->size();
-  for (size_t i = 0; i < t.shape->size(); ++i) {
-    Dim td = (*t.shape)[i], xd = (*x.shape)[off + i];
-    std::optional<int64_t> tc = SymbolicContext::AsConst(td), xc = SymbolicContext::AsConst(xd);
-    if (td == xd || (tc && *tc == 1)) continue;
-    if (tc && xc) return false;        // differ
-    if (xc && *xc == 1) return false;  // the table would broadcast x
-  }
-  return true;
-}
-
 Value* Fuse(Emitter& e, const Match& m) {
   Value* x = m["x"];
   if (x->dtype != DType::kF32 || !x->shape || x->rank() == 0) return nullptr;
@@ -103,16 +97,19 @@ Value* Fuse(Emitter& e, const Match& m) {
   if (!Covers(*lo, *d, 0, *d / 2) || !Covers(*hi, *d, *d / 2, *d)) return nullptr;
   const AttrValue* axis = m.node("cat")->attr("axis");
   if (axis == nullptr || (axis->i != -1 && axis->i != rank - 1)) return nullptr;
-  if (!FitsX(*m["cos"], *x) || !FitsX(*m["sin"], *x)) return nullptr;
+  // The tables broadcast with x as the two Muls do (the fused op's shape is the same
+  // broadcast); f32 only.
+  if (m["cos"]->dtype != DType::kF32 || m["sin"]->dtype != DType::kF32) return nullptr;
   return e.Op("RotateHalf", {x, m["cos"], m["sin"]}, {}, "dynvm");
 }
 
 // A Slice of x in either form: bounds as inputs (opset 10 on; axes and steps optional) or as
 // attributes (before).
+// (The bounds are checked by Fuse: constants, or values of constant symbolic content.)
 P SliceOfX(const P& x, const char* name) {
-  return P::OneOf({P::Op("Slice", {x, P::Const(), P::Const(), P::Const(), P::Const()}),
-                   P::Op("Slice", {x, P::Const(), P::Const(), P::Const()}),
-                   P::Op("Slice", {x, P::Const(), P::Const()}), P::Op("Slice", {x})})
+  return P::OneOf({P::Op("Slice", {x, P::Any(), P::Any(), P::Any(), P::Any()}),
+                   P::Op("Slice", {x, P::Any(), P::Any(), P::Any()}),
+                   P::Op("Slice", {x, P::Any(), P::Any()}), P::Op("Slice", {x})})
       .As(name);
 }
 

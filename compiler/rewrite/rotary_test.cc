@@ -118,6 +118,16 @@ TEST(RotaryTest, SwappedTablesFuseToTheirOwnExpression) {
   EXPECT_EQ(o.fired["rotate_half"], 1);
 }
 
+// Tables that broadcast x (batch 2 over x of batch 1) fuse too: the fused op broadcasts as the
+// two Muls do, to the same shape.
+TEST(RotaryTest, TablesThatBroadcastXFuseToTheSameShape) {
+  RopeForm f;
+  f.table_batch2 = true;
+  Outcome o = RunForm(f);
+  EXPECT_EQ(o.fired["rotate_half"], 1);
+  EXPECT_TRUE(o.HasKernel("dynvm::RotateHalf"));
+}
+
 TEST(RotaryTest, LeavesNearMissesAlone) {
   auto expect_left = [](const RopeForm& f, const char* what) {
     SCOPED_TRACE(what);
@@ -141,9 +151,6 @@ TEST(RotaryTest, LeavesNearMissesAlone) {
   other_axis.slice_axis = 2;
   other_axis.cat_axis = 2;
   expect_left(other_axis, "another axis");
-  RopeForm wide_tables;
-  wide_tables.table_batch2 = true;
-  expect_left(wide_tables, "tables that broadcast x");
   RopeForm shared;
   shared.rot_output = true;
   expect_left(shared, "rotate_half read elsewhere");

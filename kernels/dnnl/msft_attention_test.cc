@@ -728,16 +728,37 @@ TEST(DnnlRotateHalfTest, MatchesTheReferenceKernelForEveryBroadcast) {
       }
     }
   }
-  // Tables that would broadcast x are refused, naming it.
-  absl::StatusOr<std::vector<Tensor>> bad = KernelCall("RotateHalf", "dynvm")
-                                                .In(Random({1, 5, 20}, rng))
-                                                .In(Random({2, 5, 20}, rng))
-                                                .In(Random({2, 5, 20}, rng))
-                                                .Out(DType::kF32)
-                                                .Backend("dnnl")
-                                                .Run(1);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("without changing its shape"), std::string::npos);
+  // Tables that broadcast x (batch 2 over x of batch 1: a [2, 5, 20] result).
+  {
+    const Tensor x1 = Random({1, 5, 20}, rng), c2 = Random({2, 5, 20}, rng),
+                 s2 = Random({2, 1, 20}, rng);
+    std::vector<std::vector<Tensor>> r;
+    for (const char* backend : {"dnnl", "reference"}) {
+      absl::StatusOr<std::vector<Tensor>> o = KernelCall("RotateHalf", "dynvm")
+                                                  .In(x1)
+                                                  .In(c2)
+                                                  .In(s2)
+                                                  .Out(DType::kF32)
+                                                  .Backend(backend)
+                                                  .Run(2);
+      ASSERT_TRUE(o.ok()) << o.status();
+      ASSERT_EQ((*o)[0].dims(), (std::vector<int64_t>{2, 5, 20}));
+      r.push_back(*o);
+    }
+    ExpectClose(r[0], r[1]);
+  }
+  // Tables that broadcast x's last axis (or do not broadcast at all) are refused, naming it.
+  for (const std::vector<int64_t>& td : std::vector<std::vector<int64_t>>{{5, 10}, {3, 20}}) {
+    absl::StatusOr<std::vector<Tensor>> bad = KernelCall("RotateHalf", "dynvm")
+                                                  .In(Random({1, 5, 20}, rng))
+                                                  .In(Random(td, rng))
+                                                  .In(Random(td, rng))
+                                                  .Out(DType::kF32)
+                                                  .Backend("dnnl")
+                                                  .Run(1);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("RotateHalf"), std::string::npos) << bad.status();
+  }
 }
 
 // Bad input is refused by the shared checks, naming what is wrong.

@@ -1,8 +1,8 @@
 // dynvm::RotateHalf on the oneDNN backend (kernels/reference/dynvm_ops.cc has the definition):
-// one cpu::RotateHalf per row of x's last axis, cos and sin read at their broadcast strides
-// (the row's offset into each), rows split over the VM's pool. Needs x contiguous and cos and
-// sin with unit stride along the last axis (a table of D values per position, as exports make
-// them); anything else runs the reference kernel.
+// one cpu::RotateHalf per row of the output's last axis, x, cos and sin read at their broadcast
+// strides (the row's offset into each), rows split over the VM's pool. Needs unit stride along
+// the last axis of all three (a table of D values per position, as exports make them); anything
+// else runs the reference kernel, which also reports bad shapes.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,23 +36,25 @@ class RotateHalfKernel final : public DnnlKernel {
     const Tensor& c = *in[1];
     const Tensor& s = *in[2];
     const int rank = x.rank();
-    if (rank == 0 || !x.is_contiguous() || x.dtype() != DType::kF32 || c.dtype() != DType::kF32 ||
+    if (rank == 0 || x.dtype() != DType::kF32 || c.dtype() != DType::kF32 ||
         s.dtype() != DType::kF32 || x.dim(rank - 1) % 2 != 0) {
       return RunFallback(ctx, in, out);  // reports the error, if any
     }
-    for (const Tensor* t : {&c, &s}) {
-      absl::StatusOr<Dims> b = reference::BroadcastShapes(t->dims(), x.dims());
-      if (!b.ok() || *b != Dims(x.dims().begin(), x.dims().end())) {
-        return RunFallback(ctx, in, out);
-      }
+    absl::StatusOr<Dims> xc = reference::BroadcastShapes(x.dims(), c.dims());
+    absl::StatusOr<Dims> od = xc.ok() ? reference::BroadcastShapes(*xc, s.dims()) : xc;
+    if (!od.ok()) return RunFallback(ctx, in, out);  // reports the error
+    const int orank = static_cast<int>(od->size());
+    const int64_t d = (*od)[orank - 1];
+    if (d != x.dim(rank - 1)) return RunFallback(ctx, in, out);
+    const Dims xs = reference::BroadcastStrides(x, *od);
+    const Dims cs = reference::BroadcastStrides(c, *od);
+    const Dims ss = reference::BroadcastStrides(s, *od);
+    if (d > 1 && (xs[orank - 1] != 1 || cs[orank - 1] != 1 || ss[orank - 1] != 1)) {
+      return RunFallback(ctx, in, out);
     }
-    const Dims cs = reference::BroadcastStrides(c, x.dims());
-    const Dims ss = reference::BroadcastStrides(s, x.dims());
-    const int64_t d = x.dim(rank - 1);
-    if (d > 1 && (cs[rank - 1] != 1 || ss[rank - 1] != 1)) return RunFallback(ctx, in, out);
-    DYNVM_RETURN_IF_ERROR(
-        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RotateHalf"));
-    const int64_t rows = d == 0 ? 0 : x.numel() / d;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, *od, "RotateHalf"));
+    int64_t rows = d == 0 ? 0 : 1;
+    for (int a = 0; a < orank - 1; ++a) rows *= (*od)[a];
     if (rows == 0) return absl::OkStatus();
     const float* xp = x.data<float>();
     const float* cp = c.data<float>();
@@ -60,16 +62,16 @@ class RotateHalfKernel final : public DnnlKernel {
     float* y = out[0]->data<float>();
     const int64_t grain = std::max<int64_t>(1, kValuesPerRange / d);
     ctx.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
-      std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
       for (int64_t r = r0; r < r1; ++r) {
-        int64_t rem = r, co = 0, so = 0;
-        for (int a = rank - 2; a >= 0; --a) {
-          const int64_t i = rem % x.dim(a);
-          rem /= x.dim(a);
+        int64_t rem = r, xo = 0, co = 0, so = 0;
+        for (int a = orank - 2; a >= 0; --a) {
+          const int64_t i = rem % (*od)[a];
+          rem /= (*od)[a];
+          xo += i * xs[a];
           co += i * cs[a];
           so += i * ss[a];
         }
-        cpu::RotateHalf(d / 2, cp + co, sp + so, xp + r * d, y + r * d);
+        cpu::RotateHalf(d / 2, cp + co, sp + so, xp + xo, y + r * d);
       }
     });
     return absl::OkStatus();

@@ -251,9 +251,10 @@ class RmsNormKernel final : public Kernel {
 
 // ---- RotateHalf ----
 
-// y = x * cos + rotate_half(x) * sin over x's last axis (D even): y[i] = x[i] cos[i] -
-// x[i + D/2] sin[i] and y[i + D/2] = x[i + D/2] cos[i + D/2] + x[i] sin[i + D/2], cos and sin
-// broadcast to x (not changing its shape). f32, any layout; each value in double, rounded once.
+// y = x * cos + rotate_half(x) * sin over the last axis (D even), x, cos and sin broadcast
+// together (numpy) to y's shape, x's last axis not broadcast: y[i] = x[i] cos[i] -
+// x[i + D/2] sin[i] and y[i + D/2] = x[i + D/2] cos[i + D/2] + x[i] sin[i + D/2]. f32, any layout;
+// each value in double, rounded once.
 class RotateHalfKernel final : public Kernel {
  public:
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
@@ -269,41 +270,38 @@ class RotateHalfKernel final : public Kernel {
                                                      x.DebugString(), ", ", c.DebugString(), ", ",
                                                      s.DebugString()));
     }
-    if (x.rank() == 0 || x.dim(x.rank() - 1) % 2 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("RotateHalf: x's last dim must be even, got ", x.DebugString()));
+    absl::StatusOr<Dims> xc = BroadcastShapes(x.dims(), c.dims());
+    absl::StatusOr<Dims> od = xc.ok() ? BroadcastShapes(*xc, s.dims()) : xc;
+    if (!od.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("RotateHalf: ", od.status().message()));
     }
-    for (const Tensor* t : {&c, &s}) {
-      absl::StatusOr<Dims> b = BroadcastShapes(t->dims(), x.dims());
-      if (!b.ok() || *b != Dims(x.dims().begin(), x.dims().end())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("RotateHalf: cos and sin must broadcast to x ", x.DebugString(),
-                         " without changing its shape, got ", t->DebugString()));
-      }
+    const int rank = static_cast<int>(od->size());
+    if (x.rank() == 0 || x.dim(x.rank() - 1) % 2 != 0 || (*od)[rank - 1] != x.dim(x.rank() - 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RotateHalf: x's last dim must be even and not broadcast by cos and sin, got ",
+          x.DebugString(), ", ", c.DebugString(), ", ", s.DebugString()));
     }
-    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RotateHalf"));
-    const Dims cs = BroadcastStrides(c, x.dims()), ss = BroadcastStrides(s, x.dims());
-    const int rank = x.rank();
-    const int64_t d = x.dim(rank - 1), half = d / 2, rows = d == 0 ? 0 : x.numel() / d;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, *od, "RotateHalf"));
+    const Dims xs = BroadcastStrides(x, *od), cs = BroadcastStrides(c, *od),
+               ss = BroadcastStrides(s, *od);
+    const int64_t d = (*od)[rank - 1], half = d / 2;
+    int64_t rows = 1;
+    for (int a = 0; a < rank - 1; ++a) rows *= (*od)[a];
+    if (d == 0) rows = 0;
     const float* xp = x.data<float>();
     const float* cp = c.data<float>();
     const float* sp = s.data<float>();
     float* y = out[0]->data<float>();
-    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
     for (int64_t r = 0; r < rows; ++r) {
-      // idx: row r's index over the leading axes (the last stays 0).
-      int64_t rem = r;
+      int64_t rem = r, xo = 0, co = 0, so = 0;
       for (int a = rank - 2; a >= 0; --a) {
-        idx[a] = rem % x.dim(a);
-        rem /= x.dim(a);
+        const int64_t i = rem % (*od)[a];
+        rem /= (*od)[a];
+        xo += i * xs[a];
+        co += i * cs[a];
+        so += i * ss[a];
       }
-      int64_t xo = 0, co = 0, so = 0;
-      for (int a = 0; a < rank - 1; ++a) {
-        xo += idx[a] * x.strides()[a];
-        co += idx[a] * cs[a];
-        so += idx[a] * ss[a];
-      }
-      const int64_t xl = x.strides()[rank - 1], cl = cs[rank - 1], sl = ss[rank - 1];
+      const int64_t xl = xs[rank - 1], cl = cs[rank - 1], sl = ss[rank - 1];
       for (int64_t i = 0; i < d; ++i) {
         const double xi = xp[xo + i * xl];
         const double partner = i < half ? -static_cast<double>(xp[xo + (i + half) * xl])

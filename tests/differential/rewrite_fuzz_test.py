@@ -195,33 +195,37 @@ def rms_norm(rng, match, scale=False):
 
 
 def rotate_half(rng, match):
-    # x [B, H, S, D] with D even; tables [S, D] or [B, 1, S, D] (either Add and Mul order).
+    # x [B, H, S, D] with D even; tables [S, D], [B, 1, S, D] or [2, 1, S, D] over x of batch 1
+    # (they broadcast x); either Add and Mul order.
     b, heads, s = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
     half = int(rng.choice([1, 2, 3, 5, 8, 16]))
     d = 2 * half
-    tdims = [s, d] if rng.random() < 0.5 else [b, 1, s, d]
+    tdims = [[s, d], [b, 1, s, d], [2, 1, s, d]][int(rng.integers(0, 3))]
+    if tdims[0] == 2:
+        b = 1
     lo_end, hi_start, hi_end = half, half, int(rng.choice([d, 2 ** 62]))
-    neg, first = "hi", "lo"
+    neg, first, axis = "hi", "lo", -1
     note = f"rotate_half of [{b}, {heads}, {s}, {d}], tables {tdims}"
     outs = [vi("y", None)]
     if not match:
-        miss = rng.choice(["sign_first", "wide_tables", "shared"])
+        miss = rng.choice(["sign_first", "other_axis", "shared"])
         if miss == "sign_first":  # Concat(Neg(x[:h]), x[h:])
             neg, first = "lo", "hi"
             note = "the Neg on the first half"
-        elif miss == "wide_tables":  # tables [2, 1, S, D] over x of batch 1: they broadcast x
-            b, tdims = 1, [2, 1, s, d]
-            note = f"tables {tdims} that broadcast x of batch 1"
+        elif miss == "other_axis":  # x [B, H, D, D]: the halves of the sequence axis
+            s, axis = d, -2
+            tdims = [s, d]
+            note = f"rotate_half along axis -2 of [{b}, {heads}, {d}, {d}]"
         else:
             outs.append(vi("rot", None))
             note = "rotate_half read elsewhere"
     nodes = [c("z", np.array([0], np.int64)), c("h1", np.array([lo_end], np.int64)),
              c("h2", np.array([hi_start], np.int64)), c("e", np.array([hi_end], np.int64)),
-             c("ax", np.array([-1], np.int64)),
+             c("ax", np.array([axis], np.int64)),
              h.make_node("Slice", ["x", "z", "h1", "ax"], ["lo"]),
              h.make_node("Slice", ["x", "h2", "e", "ax"], ["hi"]),
              h.make_node("Neg", [neg], ["n"]),
-             h.make_node("Concat", ["n", first], ["rot"], axis=-1)]
+             h.make_node("Concat", ["n", first], ["rot"], axis=axis)]
     if rng.random() < 0.5:
         nodes += [h.make_node("Mul", ["x", "cos"], ["a"]), h.make_node("Mul", ["rot", "sin"], ["b"]),
                   h.make_node("Add", ["a", "b"], ["y"])]
