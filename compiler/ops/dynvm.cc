@@ -16,6 +16,8 @@
 //                      broadcast together (numpy), along every axis but x's last
 //                      (compiler/rewrite/rotary.cc; kernels/reference/dynvm_ops.cc has the exact
 //                      definition).
+//   SwiGlu(gate, up) -> gate's type: silu(gate) * up = gate sigmoid(gate) up, broadcast
+//                      together (numpy): SwiGLU's gating (compiler/rewrite/swiglu.cc).
 //   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
 //                      kernels/reference/attention.cc has the exact definition). Attributes
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
@@ -202,13 +204,10 @@ absl::Status RmsNormShape(InferContext& c) {
   return absl::OkStatus();
 }
 
-// The broadcast of x, cos and sin (x * cos + rotate_half(x) * sin, numpy broadcasting).
-absl::Status RotateHalfShape(InferContext& c) {
-  if (c.num_inputs() != 3 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1) ||
-      !c.has_input(2))
-    return c.Error("RotateHalf takes (x, cos, sin) and has one output");
+// The numpy broadcast of every input's shape, x's dtype.
+absl::Status BroadcastAll(InferContext& c) {
   std::vector<Dim> shape;
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
     const std::vector<Dim>* s = c.input_shape(i);
     if (s == nullptr) {
       c.SetOutputUnknown(0, c.input_dtype(0));
@@ -224,6 +223,21 @@ absl::Status RotateHalfShape(InferContext& c) {
   }
   c.SetOutput(0, c.input_dtype(0), shape);
   return absl::OkStatus();
+}
+
+// x * cos + rotate_half(x) * sin: the broadcast of the three.
+absl::Status RotateHalfShape(InferContext& c) {
+  if (c.num_inputs() != 3 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1) ||
+      !c.has_input(2))
+    return c.Error("RotateHalf takes (x, cos, sin) and has one output");
+  return BroadcastAll(c);
+}
+
+// silu(gate) * up: the broadcast of the two.
+absl::Status SwiGluShape(InferContext& c) {
+  if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1))
+    return c.Error("SwiGlu takes (gate, up) and has one output");
+  return BroadcastAll(c);
 }
 
 // QLSTM, QGRU, QRNN: the f32 layer's shapes (the weights' dtype does not change them).
@@ -242,6 +256,7 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kSilu, 7, "", "", kPure | kElementwise, ActivationShape},
       {ops::kRMSNorm, 7, "", "", kPure, RmsNormShape},
       {ops::kRotateHalf, 7, "", "", kPure, RotateHalfShape},
+      {ops::kSwiGlu, 7, "", "", kPure, SwiGluShape},
       {ops::kAttention, 7, "", "", kPure, InferAttention},
       {ops::kLinear, 7, "", "", kPure, InferLinear},
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},

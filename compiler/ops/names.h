@@ -63,6 +63,7 @@ inline constexpr char kPow[] = "Pow";
 inline constexpr char kQMatMul[] = "QMatMul";
 inline constexpr char kRMSNorm[] = "RMSNorm";
 inline constexpr char kRotateHalf[] = "RotateHalf";
+inline constexpr char kSwiGlu[] = "SwiGlu";
 inline constexpr char kRNN[] = "RNN";
 inline constexpr char kRelu[] = "Relu";
 inline constexpr char kReshape[] = "Reshape";

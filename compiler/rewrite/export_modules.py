@@ -314,6 +314,10 @@ def make_case(case, rng):
         return Lambda(_gelu_shared), [x]
     if case == "silu":
         return nn.SiLU(), [x]
+    if case == "swiglu":  # Llama's FFN: down(silu(gate(x)) * up(x)), no biases
+        f = rng.choice([6, 11, 16])
+        return Lambda(lambda t, wg, wu: torch.nn.functional.silu(t @ wg) * (t @ wu),
+                      torch.randn(d, f), torch.randn(d, f)), [x]
     if case == "silu_other_input":
         return Lambda(lambda t, u: t * torch.sigmoid(u)), [x, torch.randn(b, s, d)]
     if case == "hard_swish":

@@ -56,6 +56,7 @@ CASES = {
     "gelu_shared": ([14], {"gelu": False}, []),
     "silu": (ALL, {"silu": True}, ["Sigmoid"]),
     "silu_other_input": ([14], {"silu": False}, []),
+    "swiglu": (ALL, {"silu": True, "swiglu": True}, ["Sigmoid", "dynvm::Silu"]),
     "hard_swish": ([11, 13], {"hard_swish": True}, ["HardSigmoid"]),
     "mha": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
     "mha_padded": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),

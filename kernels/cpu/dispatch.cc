@@ -16,6 +16,7 @@ Dispatch Make(Isa isa) {
   FillPackedGemm(isa, &d);
   FillWinograd(isa, &d);
   FillAttention(isa, &d);
+  FillGlu(isa, &d);
   return d;
 }
 

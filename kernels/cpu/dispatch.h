@@ -95,6 +95,8 @@ struct Dispatch {
   void (*rotary)(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
                  float* y);
   void (*rotate_half)(int64_t half, const float* cos, const float* sin, const float* x, float* y);
+  // glu.h
+  void (*silu_mul)(int64_t n, const float* gate, const float* up, float* y);
   // winograd.h
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,
@@ -118,6 +120,7 @@ void FillIGemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);
 void FillAttention(Isa isa, Dispatch* d);
+void FillGlu(Isa isa, Dispatch* d);
 
 }  // namespace dynvm::cpu::internal
 

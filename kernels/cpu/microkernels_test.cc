@@ -22,6 +22,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/glu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/reduce.h"
@@ -471,6 +472,33 @@ TEST(Attention, RotateHalfMatchesDouble) {
       std::vector<float> z = x;
       RotateHalf(half, cos.data(), sin.data(), z.data(), z.data());
       for (int64_t i = 0; i < 2 * half; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+    }
+  }
+}
+
+// SiluMul: g sigmoid(g) up within FastSigmoid's 2e-7 absolute (times |g up|), NaN kept, in place.
+TEST(Glu, SiluMulMatchesDouble) {
+  std::mt19937 rng(24);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : kLengths) {
+      std::vector<float> g = Uniform(n, rng, -20, 20);
+      const std::vector<float> u = Uniform(n, rng, -3, 3);
+      if (n > 2) g[1] = kNaN;
+      std::vector<float> y(n);
+      SiluMul(n, g.data(), u.data(), y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(g[i])) {
+          EXPECT_TRUE(std::isnan(y[i])) << i;
+          continue;
+        }
+        const double want = g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i];
+        ASSERT_NEAR(y[i], want, 4e-7 * std::fabs(g[i] * u[i]) + 1e-6 * std::fabs(want) + 1e-30)
+            << IsaName(isa) << " n " << n << " i " << i;
+      }
+      std::vector<float> z = g;
+      SiluMul(n, z.data(), u.data(), z.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
     }
   }
 }

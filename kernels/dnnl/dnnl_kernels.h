@@ -19,7 +19,7 @@ void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterAttentionKernels(KernelRegistry& r);      // attention.cc: dynvm::Attention
 // msft_attention.cc: GroupQueryAttention, MultiHeadAttention, Attention (both domains)
 void RegisterMsftAttentionKernels(KernelRegistry& r);
-void RegisterRotaryKernels(KernelRegistry& r);      // rotary.cc: dynvm::RotateHalf
+void RegisterRotaryKernels(KernelRegistry& r);      // rotary.cc: dynvm::RotateHalf, SwiGlu
 void RegisterLinearKernels(KernelRegistry& r);      // linear.cc: dynvm::Linear
 void RegisterActivationKernels(KernelRegistry& r);  // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspose, dynvm::FusedConv

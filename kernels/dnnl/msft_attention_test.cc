@@ -761,6 +761,33 @@ TEST(DnnlRotateHalfTest, MatchesTheReferenceKernelForEveryBroadcast) {
   }
 }
 
+// dynvm::SwiGlu (rotary.cc): one shape (cpu::SiluMul) and a broadcast up (the reference kernel),
+// against the reference kernel.
+TEST(DnnlSwiGluTest, MatchesTheReferenceKernel) {
+  std::mt19937 rng(6);
+  const Tensor g = Random({3, 5, 37}, rng, 8.0f);
+  for (const std::vector<int64_t>& ud : std::vector<std::vector<int64_t>>{{3, 5, 37}, {37}}) {
+    const Tensor u = Random(ud, rng);
+    for (cpu::Isa isa : cpu::SupportedIsas()) {
+      cpu::ScopedIsaForTesting level(isa);
+      for (int threads : {1, 2}) {
+        std::vector<std::vector<Tensor>> r;
+        for (const char* backend : {"dnnl", "reference"}) {
+          absl::StatusOr<std::vector<Tensor>> o = KernelCall("SwiGlu", "dynvm")
+                                                      .In(g)
+                                                      .In(u)
+                                                      .Out(DType::kF32)
+                                                      .Backend(backend)
+                                                      .Run(threads);
+          ASSERT_TRUE(o.ok()) << o.status();
+          r.push_back(*o);
+        }
+        ExpectClose(r[0], r[1]);
+      }
+    }
+  }
+}
+
 // Bad input is refused by the shared checks, naming what is wrong.
 TEST(DnnlGroupQueryAttentionTest, BadSeqlensAreRefusedNamingThem) {
   Case c{.name = "bad",

@@ -2,7 +2,8 @@
 // one cpu::RotateHalf per row of the output's last axis, x, cos and sin read at their broadcast
 // strides (the row's offset into each), rows split over the VM's pool. Needs unit stride along
 // the last axis of all three (a table of D values per position, as exports make them); anything
-// else runs the reference kernel, which also reports bad shapes.
+// else runs the reference kernel, which also reports bad shapes. dynvm::SwiGlu (silu(gate) * up)
+// too: cpu::SiluMul in ranges over the pool.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/glu.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -78,9 +80,43 @@ class RotateHalfKernel final : public DnnlKernel {
   }
 };
 
+// dynvm::SwiGlu: cpu::SiluMul over contiguous gate and up of one shape, split over the pool;
+// a broadcast or a strided operand runs the reference kernel.
+class SwiGluKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 ||
+        out[0] == nullptr) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& g = *in[0];
+    const Tensor& u = *in[1];
+    if (g.dtype() != DType::kF32 || u.dtype() != DType::kF32 || !g.is_contiguous() ||
+        !u.is_contiguous() || g.dims() != u.dims()) {
+      return RunFallback(ctx, in, out);
+    }
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, g.dims(), "SwiGlu"));
+    const float* gp = g.data<float>();
+    const float* up = u.data<float>();
+    float* y = out[0]->data<float>();
+    ctx.ParallelFor(g.numel(), kValuesPerRange, [&](int64_t i0, int64_t i1) {
+      cpu::SiluMul(i1 - i0, gp + i0, up + i0, y + i0);
+    });
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 void RegisterRotaryKernels(KernelRegistry& r) {
+  r.Register(
+      KernelRegistration{"dynvm", "SwiGlu", Device::kCPU, kBackend, kDnnlPriority,
+                         [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                           DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
+                           return std::make_unique<SwiGluKernel>(KernelName(spec));
+                         }});
   r.Register(
       KernelRegistration{"dynvm", "RotateHalf", Device::kCPU, kBackend, kDnnlPriority,
                          [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {

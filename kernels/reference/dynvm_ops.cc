@@ -11,6 +11,8 @@
 //   (compiler/rewrite/rms_norm.cc).
 //   RotateHalf(x, cos, sin) = x cos + rotate_half(x) sin over the last axis, f32
 //   (compiler/rewrite/rotary.cc).
+//   SwiGlu(gate, up) = silu(gate) up, broadcast, f32 (compiler/rewrite/swiglu.cc).
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -314,9 +316,55 @@ class RotateHalfKernel final : public Kernel {
   std::string name() const override { return "rotate_half.f32.ref"; }
 };
 
+// ---- SwiGlu ----
+
+// y = gate sigmoid(gate) up, gate and up broadcast together (numpy). f32, any layout; each
+// value in double, rounded once.
+class SwiGluKernel final : public Kernel {
+ public:
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 ||
+        out[0] == nullptr) {
+      return absl::InvalidArgumentError("SwiGlu takes (gate, up) and has one output");
+    }
+    const Tensor& g = *in[0];
+    const Tensor& u = *in[1];
+    if (g.dtype() != DType::kF32 || u.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("SwiGlu: gate and up must be f32, got ",
+                                                     g.DebugString(), ", ", u.DebugString()));
+    }
+    absl::StatusOr<Dims> od = BroadcastShapes(g.dims(), u.dims());
+    if (!od.ok())
+      return absl::InvalidArgumentError(absl::StrCat("SwiGlu: ", od.status().message()));
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, *od, "SwiGlu"));
+    const Dims gs = BroadcastStrides(g, *od), us = BroadcastStrides(u, *od);
+    const std::array<absl::Span<const int64_t>, 2> strides = {gs, us};
+    const float* gp = g.data<float>();
+    const float* up = u.data<float>();
+    float* y = out[0]->data<float>();
+    int64_t i = 0;
+    ForEachOffset<2>(*od, strides, [&](int64_t go, int64_t uo) {
+      const double a = gp[go];
+      y[i++] = static_cast<float>(a / (1.0 + std::exp(-a)) * up[uo]);
+    });
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "swiglu.f32.ref"; }
+};
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "SwiGlu", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("SwiGlu takes 2 inputs and has 1 output");
+                }
+                if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+                  return absl::UnimplementedError("SwiGlu: gate must be f32");
+                }
+                return std::make_unique<SwiGluKernel>();
+              }});
   r.Register({"dynvm", "RotateHalf", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                 if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {

@@ -290,6 +290,20 @@ def silu(rng, match):
                 "x * sigmoid(x)" if match else "x * sigmoid(z)")
 
 
+def swiglu(rng, match):
+    # silu(g) * u, the silu as Mul(g, Sigmoid(g)) (either order); a miss: the silu also an
+    # output.
+    shape = [int(d) for d in rng.integers(1, 6, rng.integers(1, 4))]
+    ushape = shape if rng.random() < 0.5 else shape[-1:]
+    nodes = [h.make_node("Sigmoid", ["g"], ["s"]),
+             h.make_node("Mul", ["g", "s"] if rng.random() < 0.5 else ["s", "g"], ["silu"]),
+             h.make_node("Mul", ["silu", "u"] if rng.random() < 0.5 else ["u", "silu"], ["y"])]
+    outs = [vi("y", None)] + ([] if match else [vi("silu", None)])
+    return Case(nodes, [vi("g", shape), vi("u", ushape)], outs, 13,
+                {"g": rnd(rng, *shape, lo=-6, hi=6), "u": rnd(rng, *ushape)}, match,
+                f"silu(g{shape}) * u{ushape}" + ("" if match else ", the silu read elsewhere"))
+
+
 def hard_swish(rng, match):
     shape = [int(d) for d in rng.integers(1, 6, rng.integers(1, 4))]
     alpha = 1.0 / 6 if match else 0.2
@@ -658,7 +672,8 @@ def linear_transpose(rng, match):
 GENERATORS = {
     "pow_const": pow_const, "layer_norm": layer_norm, "layer_norm_scale": layer_norm_scale,
     "layer_norm_bias": layer_norm_bias, "rms_norm": rms_norm, "rms_norm_scale": rms_norm_scale,
-    "rotate_half": rotate_half, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "hard_swish": hard_swish,
+    "rotate_half": rotate_half, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "swiglu": swiglu,
+    "hard_swish": hard_swish,
     "hard_swish_written": hard_swish_written, "hard_sigmoid_written": hard_sigmoid_written,
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
