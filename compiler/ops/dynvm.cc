@@ -10,6 +10,14 @@
 //   RMSNorm(x, scale) -> same type as x: x / sqrt(mean(x^2) + epsilon) * scale over the axes
 //                      [axis, rank) (attributes axis, default -1, and epsilon, default 1e-5;
 //                      scale has one value per normalized element); compiler/rewrite/rms_norm.cc.
+//   RotateHalf(x, cos, sin) -> same type as x: x * cos + rotate_half(x) * sin, rotate_half(x) =
+//                      Concat(-x[..., D/2:], x[..., :D/2]) over the last axis (D even): the
+//                      rotary embedding as GPT-NeoX / Llama exports write it; x, cos and sin
+//                      broadcast together (numpy), along every axis but x's last
+//                      (compiler/rewrite/rotary.cc; kernels/reference/dynvm_ops.cc has the exact
+//                      definition).
+//   SwiGlu(gate, up) -> gate's type: silu(gate) * up = gate sigmoid(gate) up, broadcast
+//                      together (numpy): SwiGLU's gating (compiler/rewrite/swiglu.cc).
 //   Attention(Q, K, V, mask?) -> Y  scaled dot-product attention (compiler/rewrite/attention.cc;
 //                      kernels/reference/attention.cc has the exact definition). Attributes
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
@@ -196,6 +204,42 @@ absl::Status RmsNormShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// The numpy broadcast of every input's shape, x's dtype.
+absl::Status BroadcastAll(InferContext& c) {
+  std::vector<Dim> shape;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const std::vector<Dim>* s = c.input_shape(i);
+    if (s == nullptr) {
+      c.SetOutputUnknown(0, c.input_dtype(0));
+      return absl::OkStatus();
+    }
+    if (i == 0) {
+      shape = *s;
+      continue;
+    }
+    absl::StatusOr<std::vector<Dim>> b = BroadcastShapes(c.sym(), shape, *s);
+    if (!b.ok()) return c.Error(b.status().message());
+    shape = *std::move(b);
+  }
+  c.SetOutput(0, c.input_dtype(0), shape);
+  return absl::OkStatus();
+}
+
+// x * cos + rotate_half(x) * sin: the broadcast of the three.
+absl::Status RotateHalfShape(InferContext& c) {
+  if (c.num_inputs() != 3 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1) ||
+      !c.has_input(2))
+    return c.Error("RotateHalf takes (x, cos, sin) and has one output");
+  return BroadcastAll(c);
+}
+
+// silu(gate) * up: the broadcast of the two.
+absl::Status SwiGluShape(InferContext& c) {
+  if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1))
+    return c.Error("SwiGlu takes (gate, up) and has one output");
+  return BroadcastAll(c);
+}
+
 // QLSTM, QGRU, QRNN: the f32 layer's shapes (the weights' dtype does not change them).
 absl::Status QLstmShape(InferContext& c) { return FindOpDef("", ops::kLSTM)->infer(c); }
 absl::Status QGruShape(InferContext& c) { return FindOpDef("", ops::kGRU)->infer(c); }
@@ -225,6 +269,8 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kGeluTanh, 7, "", "", kPure | kElementwise, ActivationShape},
       {ops::kSilu, 7, "", "", kPure | kElementwise, ActivationShape},
       {ops::kRMSNorm, 7, "", "", kPure, RmsNormShape},
+      {ops::kRotateHalf, 7, "", "", kPure, RotateHalfShape},
+      {ops::kSwiGlu, 7, "", "", kPure, SwiGluShape},
       {ops::kAttention, 7, "", "", kPure, InferAttention},
       {ops::kLinear, 7, "", "", kPure, InferLinear},
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},

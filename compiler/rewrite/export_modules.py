@@ -29,6 +29,29 @@ class Lambda(nn.Module):
         return self.fn(*xs, *self.params)
 
 
+def _rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rope(x, cos, sin):
+    # Llama / GPT-NeoX: x * cos + rotate_half(x) * sin.
+    return x * cos + _rotate_half(x) * sin
+
+
+def _rope_partial(x, cos, sin):
+    # GPT-NeoX's partial rotary: the first half of each head rotated, the rest passed through.
+    r = x.shape[-1] // 2
+    return torch.cat((_rope(x[..., :r], cos[..., :r], sin[..., :r]), x[..., r:]), dim=-1)
+
+
+def _rope_sign_first(x, cos, sin):
+    # The sign on the first half: not rotate_half.
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., :h], x[..., h:]), dim=-1) * sin
+
+
 def _ln_other_axis(x):
     # Mean over axis 1, variance over the last: not a LayerNorm.
     d = x - x.mean(dim=1, keepdim=True)
@@ -257,6 +280,13 @@ def make_case(case, rng):
         return Lambda(_ln_shared), [x]
     if case == "pow_tensor":
         return Lambda(lambda t, e: t.pow(e)), [pos, torch.rand(b, s, d) * 3]
+    if case in ("rope", "rope_partial", "rope_sign_first"):
+        heads, hd = rng.choice([1, 2, 4]), 2 * rng.choice([2, 5, 8, 16])
+        if case == "rope_partial":  # an even rotary dimension (half the head) to rotate
+            hd = 4 * rng.choice([1, 3, 4])
+        fn = {"rope": _rope, "rope_partial": _rope_partial,
+              "rope_sign_first": _rope_sign_first}[case]
+        return Lambda(fn), [torch.randn(b, heads, s, hd), torch.randn(s, hd), torch.randn(s, hd)]
     if case in ("rms_norm_t5", "rms_norm_llama", "rms_norm_mul_div"):
         fn = {"rms_norm_t5": _rms_t5, "rms_norm_llama": _rms_llama,
               "rms_norm_mul_div": _rms_mul_div}[case]
@@ -284,6 +314,10 @@ def make_case(case, rng):
         return Lambda(_gelu_shared), [x]
     if case == "silu":
         return nn.SiLU(), [x]
+    if case == "swiglu":  # Llama's FFN: down(silu(gate(x)) * up(x)), no biases
+        f = rng.choice([6, 11, 16])
+        return Lambda(lambda t, wg, wu: torch.nn.functional.silu(t @ wg) * (t @ wu),
+                      torch.randn(d, f), torch.randn(d, f)), [x]
     if case == "silu_other_input":
         return Lambda(lambda t, u: t * torch.sigmoid(u)), [x, torch.randn(b, s, d)]
     if case == "hard_swish":

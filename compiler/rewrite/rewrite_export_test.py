@@ -56,6 +56,7 @@ CASES = {
     "gelu_shared": ([14], {"gelu": False}, []),
     "silu": (ALL, {"silu": True}, ["Sigmoid"]),
     "silu_other_input": ([14], {"silu": False}, []),
+    "swiglu": (ALL, {"silu": True, "swiglu": True}, ["Sigmoid", "dynvm::Silu"]),
     "hard_swish": ([11, 13], {"hard_swish": True}, ["HardSigmoid"]),
     "mha": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
     "mha_padded": (ALL, {"attention": True, "attention_transpose": True}, ["Softmax"]),
@@ -74,6 +75,11 @@ CASES = {
     "rms_norm_no_keepdims": ([14], {"rms_norm": False}, []),
     "rms_norm_shared": ([14], {"rms_norm": False}, []),
     "rms_norm_eps_input": ([14], {"rms_norm": False}, []),
+    # Llama / GPT-NeoX rotary (rotate_half) in full and partial form; the sign on the first half
+    # is a near miss.
+    "rope": (ALL, {"rotate_half": True}, ["Neg", "Concat"]),
+    "rope_partial": (ALL, {"rotate_half": True}, ["Neg"]),
+    "rope_sign_first": ([14], {"rotate_half": False}, []),
     # nn.Linear: MatMul + Add at 3-D input, Gemm transB=1 at 2-D, then an activation.
     "linear": (ALL, {"matmul_bias": True}, ["MatMul", "Add"]),
     "linear_relu": (ALL, {"matmul_bias": True, "linear_activation": True},

@@ -16,6 +16,8 @@ std::vector<Rule> ChainRules();            // chains.cc
 std::vector<Rule> AttentionRules();        // attention.cc
 std::vector<Rule> QdqRules();              // qdq.cc
 std::vector<Rule> RmsNormRules();          // rms_norm.cc
+std::vector<Rule> RotaryRules();           // rotary.cc
+std::vector<Rule> SwiGluRules();           // swiglu.cc
 std::vector<Rule> MatMulBiasRules();       // matmul_bias.cc
 std::vector<Rule> MatMulTransposeRules();  // matmul_transpose.cc (late phase)
 

@@ -17,6 +17,8 @@ Dispatch Make(Isa isa) {
   FillPackedGemm(isa, &d);
   FillDepthwise(isa, &d);
   FillWinograd(isa, &d);
+  FillAttention(isa, &d);
+  FillGlu(isa, &d);
   return d;
 }
 

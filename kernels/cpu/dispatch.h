@@ -99,6 +99,13 @@ struct Dispatch {
   // depthwise.h
   void (*depthwise_conv1d_row)(int64_t n, const float* xp, const float* w, int64_t taps,
                                int64_t dilation, float bias, float* y);
+  // attention.h
+  void (*softcap)(int64_t n, float cap, const float* x, float* y);
+  void (*rotary)(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
+                 float* y);
+  void (*rotate_half)(int64_t half, const float* cos, const float* sin, const float* x, float* y);
+  // glu.h
+  void (*silu_mul)(int64_t n, const float* gate, const float* up, float* y);
   // winograd.h
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,
@@ -123,6 +130,8 @@ void FillIGemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
 void FillDepthwise(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);
+void FillAttention(Isa isa, Dispatch* d);
+void FillGlu(Isa isa, Dispatch* d);
 
 }  // namespace dynvm::cpu::internal
 

@@ -19,9 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/depthwise.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/glu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/reduce.h"
@@ -417,6 +419,115 @@ TEST(Activation, ErfAndTheGelusMatchDouble) {
       ASSERT_NEAR(gelu_tanh[i], t, 4e-7 * std::fabs(v) + 1e-6 * std::fabs(t) + 1e-30) << where;
       const double s = v / (1 + std::exp(-v));
       ASSERT_NEAR(silu[i], s, 4e-7 * std::fabs(v) + 1e-6 * std::fabs(s) + 1e-30) << where;
+    }
+  }
+}
+
+// Softcap: cap tanh(x / cap) within FastTanh's 2e-7 absolute (times cap) of libm's, NaN kept,
+// +-inf to +-cap, in place too.
+TEST(Attention, SoftcapMatchesDouble) {
+  std::mt19937 rng(21);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : kLengths) {
+      for (float cap : {0.5f, 3.0f, 30.0f}) {
+        std::vector<float> x = Uniform(n, rng, -4 * cap, 4 * cap);
+        if (n > 3) {
+          x[0] = kNaN;
+          x[1] = kInf;
+          x[2] = -kInf;
+        }
+        std::vector<float> y(n);
+        Softcap(n, cap, x.data(), y.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const std::string where = absl::StrCat(IsaName(isa), " n ", n, " cap ", cap, " x ", x[i]);
+          if (std::isnan(x[i])) {
+            EXPECT_TRUE(std::isnan(y[i])) << where;
+            continue;
+          }
+          const double want = cap * std::tanh(static_cast<double>(x[i]) / cap);
+          ASSERT_NEAR(y[i], want, 3e-7 * cap) << where;
+        }
+        Softcap(n, cap, x.data(), x.data());
+        for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(SameFloat(x[i], y[i])) << i;
+      }
+    }
+  }
+}
+
+// RotateHalf: full-width tables against double, in place the same.
+TEST(Attention, RotateHalfMatchesDouble) {
+  std::mt19937 rng(23);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t half : kLengths) {
+      const std::vector<float> x = Uniform(2 * half, rng, -2, 2);
+      const std::vector<float> cos = Uniform(2 * half, rng), sin = Uniform(2 * half, rng);
+      std::vector<float> y(2 * half);
+      RotateHalf(half, cos.data(), sin.data(), x.data(), y.data());
+      for (int64_t i = 0; i < 2 * half; ++i) {
+        const double partner = i < half ? -static_cast<double>(x[i + half]) : x[i - half];
+        const double want = x[i] * static_cast<double>(cos[i]) + partner * sin[i];
+        ASSERT_NEAR(y[i], want, 1e-6) << IsaName(isa) << " half " << half << " i " << i;
+      }
+      std::vector<float> z = x;
+      RotateHalf(half, cos.data(), sin.data(), z.data(), z.data());
+      for (int64_t i = 0; i < 2 * half; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+    }
+  }
+}
+
+// SiluMul: g sigmoid(g) up within FastSigmoid's 2e-7 absolute (times |g up|), NaN kept, in place.
+TEST(Glu, SiluMulMatchesDouble) {
+  std::mt19937 rng(24);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t n : kLengths) {
+      std::vector<float> g = Uniform(n, rng, -20, 20);
+      const std::vector<float> u = Uniform(n, rng, -3, 3);
+      if (n > 2) g[1] = kNaN;
+      std::vector<float> y(n);
+      SiluMul(n, g.data(), u.data(), y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(g[i])) {
+          EXPECT_TRUE(std::isnan(y[i])) << i;
+          continue;
+        }
+        const double want = g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i];
+        ASSERT_NEAR(y[i], want, 4e-7 * std::fabs(g[i] * u[i]) + 1e-6 * std::fabs(want) + 1e-30)
+            << IsaName(isa) << " n " << n << " i " << i;
+      }
+      std::vector<float> z = g;
+      SiluMul(n, z.data(), u.data(), z.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+    }
+  }
+}
+
+// Rotary: both pair layouts against double, values past 2 half untouched, in place the same.
+TEST(Attention, RotaryMatchesDoubleForHalvesAndPairs) {
+  std::mt19937 rng(22);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int64_t half : kLengths) {
+      for (bool interleaved : {false, true}) {
+        const int64_t width = 2 * half + 3;  // a partial rotary dimension: 3 values after it
+        const std::vector<float> x = Uniform(width, rng, -2, 2);
+        const std::vector<float> cos = Uniform(half, rng), sin = Uniform(half, rng);
+        std::vector<float> y(width, 7.0f);
+        Rotary(half, interleaved, cos.data(), sin.data(), x.data(), y.data());
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+          const double c = cos[i], s = sin[i], x0 = x[a], x1 = x[b];
+          const std::string where = absl::StrCat(IsaName(isa), " half ", half, " i ", i);
+          ASSERT_NEAR(y[a], x0 * c - x1 * s, 1e-6) << where;
+          ASSERT_NEAR(y[b], x0 * s + x1 * c, 1e-6) << where;
+        }
+        for (int64_t i = 2 * half; i < width; ++i) ASSERT_EQ(y[i], 7.0f) << i;
+        std::vector<float> z = x;
+        Rotary(half, interleaved, cos.data(), sin.data(), z.data(), z.data());
+        for (int64_t i = 0; i < 2 * half; ++i) ASSERT_TRUE(SameFloat(z[i], y[i])) << i;
+      }
     }
   }
 }

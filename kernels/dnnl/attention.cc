@@ -191,8 +191,10 @@ class AttentionKernel final : public DnnlKernel {
     DYNVM_ASSIGN_OR_RETURN(void* s, ctx.Workspace(static_cast<size_t>(floats) *
                                                   std::max(ctx.num_threads(), 1) * sizeof(float)));
     if (tasks == 1) {
-      // A small call at more than one thread: dnnl_sgemm on this thread alone, too.
-      if (ctx.num_threads() > 1) SetThreads(1);
+      // dnnl_sgemm on this thread alone, at one VM thread too (OpenMP's default team, every
+      // core, stalled a GroupQueryAttention decode step for tens of ms whenever the other core
+      // was busy: the same loops, kernels/dnnl/msft_attention.cc).
+      SetThreads(1);
       if (!fast) {
         reference::AttentionUnitsReference(a_, g, 0, g.units, static_cast<float*>(s));
         return absl::OkStatus();

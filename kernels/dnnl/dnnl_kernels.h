@@ -17,8 +17,11 @@ void RegisterEltwiseKernels(KernelRegistry& r);        // eltwise.cc: unary and 
 void RegisterNormalizationKernels(KernelRegistry& r);  // normalization.cc: Softmax, LayerNorm
 void RegisterReduceKernels(KernelRegistry& r);         // reduce.cc: ReduceX
 void RegisterAttentionKernels(KernelRegistry& r);      // attention.cc: dynvm::Attention
-void RegisterLinearKernels(KernelRegistry& r);         // linear.cc: dynvm::Linear
-void RegisterActivationKernels(KernelRegistry& r);     // activations.cc: dynvm::Gelu, ...
+// msft_attention.cc: GroupQueryAttention, MultiHeadAttention, Attention (both domains)
+void RegisterMsftAttentionKernels(KernelRegistry& r);
+void RegisterRotaryKernels(KernelRegistry& r);      // rotary.cc: dynvm::RotateHalf, SwiGlu
+void RegisterLinearKernels(KernelRegistry& r);      // linear.cc: dynvm::Linear
+void RegisterActivationKernels(KernelRegistry& r);  // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);       // pool.cc: pooling, BatchNormalization, LRN
 void RegisterResizeKernels(KernelRegistry& r);     // resize.cc: Resize (resampling)

@@ -10,6 +10,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterReduceKernels(registry);
   onednn::RegisterActivationKernels(registry);
   onednn::RegisterAttentionKernels(registry);
+  onednn::RegisterMsftAttentionKernels(registry);
+  onednn::RegisterRotaryKernels(registry);
   onednn::RegisterLinearKernels(registry);
   onednn::RegisterConvKernels(registry);
   onednn::RegisterPoolKernels(registry);

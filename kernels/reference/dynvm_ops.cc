@@ -9,7 +9,11 @@
 //   compiler/rewrite/activations.cc.
 //   RMSNorm(x, scale) = x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale, f32
 //   (compiler/rewrite/rms_norm.cc).
+//   RotateHalf(x, cos, sin) = x cos + rotate_half(x) sin over the last axis, f32
+//   (compiler/rewrite/rotary.cc).
+//   SwiGlu(gate, up) = silu(gate) up, broadcast, f32 (compiler/rewrite/swiglu.cc).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -298,9 +302,130 @@ class ChannelMulKernel final : public Kernel {
   bool in_cl_, out_cl_;
 };
 
+// ---- RotateHalf ----
+
+// y = x * cos + rotate_half(x) * sin over the last axis (D even), x, cos and sin broadcast
+// together (numpy) to y's shape, x's last axis not broadcast: y[i] = x[i] cos[i] -
+// x[i + D/2] sin[i] and y[i + D/2] = x[i + D/2] cos[i + D/2] + x[i] sin[i + D/2]. f32, any layout;
+// each value in double, rounded once.
+class RotateHalfKernel final : public Kernel {
+ public:
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 3 || in[0] == nullptr || in[1] == nullptr || in[2] == nullptr ||
+        out.size() != 1 || out[0] == nullptr) {
+      return absl::InvalidArgumentError("RotateHalf takes (x, cos, sin) and has one output");
+    }
+    const Tensor& x = *in[0];
+    const Tensor& c = *in[1];
+    const Tensor& s = *in[2];
+    if (x.dtype() != DType::kF32 || c.dtype() != DType::kF32 || s.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("RotateHalf: x, cos and sin must be f32, got ",
+                                                     x.DebugString(), ", ", c.DebugString(), ", ",
+                                                     s.DebugString()));
+    }
+    absl::StatusOr<Dims> xc = BroadcastShapes(x.dims(), c.dims());
+    absl::StatusOr<Dims> od = xc.ok() ? BroadcastShapes(*xc, s.dims()) : xc;
+    if (!od.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("RotateHalf: ", od.status().message()));
+    }
+    const int rank = static_cast<int>(od->size());
+    if (x.rank() == 0 || x.dim(x.rank() - 1) % 2 != 0 || (*od)[rank - 1] != x.dim(x.rank() - 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RotateHalf: x's last dim must be even and not broadcast by cos and sin, got ",
+          x.DebugString(), ", ", c.DebugString(), ", ", s.DebugString()));
+    }
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, *od, "RotateHalf"));
+    const Dims xs = BroadcastStrides(x, *od), cs = BroadcastStrides(c, *od),
+               ss = BroadcastStrides(s, *od);
+    const int64_t d = (*od)[rank - 1], half = d / 2;
+    int64_t rows = 1;
+    for (int a = 0; a < rank - 1; ++a) rows *= (*od)[a];
+    if (d == 0) rows = 0;
+    const float* xp = x.data<float>();
+    const float* cp = c.data<float>();
+    const float* sp = s.data<float>();
+    float* y = out[0]->data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t rem = r, xo = 0, co = 0, so = 0;
+      for (int a = rank - 2; a >= 0; --a) {
+        const int64_t i = rem % (*od)[a];
+        rem /= (*od)[a];
+        xo += i * xs[a];
+        co += i * cs[a];
+        so += i * ss[a];
+      }
+      const int64_t xl = xs[rank - 1], cl = cs[rank - 1], sl = ss[rank - 1];
+      for (int64_t i = 0; i < d; ++i) {
+        const double xi = xp[xo + i * xl];
+        const double partner = i < half ? -static_cast<double>(xp[xo + (i + half) * xl])
+                                        : static_cast<double>(xp[xo + (i - half) * xl]);
+        y[r * d + i] = static_cast<float>(xi * cp[co + i * cl] + partner * sp[so + i * sl]);
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "rotate_half.f32.ref"; }
+};
+
+// ---- SwiGlu ----
+
+// y = gate sigmoid(gate) up, gate and up broadcast together (numpy). f32, any layout; each
+// value in double, rounded once.
+class SwiGluKernel final : public Kernel {
+ public:
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 2 || in[0] == nullptr || in[1] == nullptr || out.size() != 1 ||
+        out[0] == nullptr) {
+      return absl::InvalidArgumentError("SwiGlu takes (gate, up) and has one output");
+    }
+    const Tensor& g = *in[0];
+    const Tensor& u = *in[1];
+    if (g.dtype() != DType::kF32 || u.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("SwiGlu: gate and up must be f32, got ",
+                                                     g.DebugString(), ", ", u.DebugString()));
+    }
+    absl::StatusOr<Dims> od = BroadcastShapes(g.dims(), u.dims());
+    if (!od.ok())
+      return absl::InvalidArgumentError(absl::StrCat("SwiGlu: ", od.status().message()));
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, *od, "SwiGlu"));
+    const Dims gs = BroadcastStrides(g, *od), us = BroadcastStrides(u, *od);
+    const std::array<absl::Span<const int64_t>, 2> strides = {gs, us};
+    const float* gp = g.data<float>();
+    const float* up = u.data<float>();
+    float* y = out[0]->data<float>();
+    int64_t i = 0;
+    ForEachOffset<2>(*od, strides, [&](int64_t go, int64_t uo) {
+      const double a = gp[go];
+      y[i++] = static_cast<float>(a / (1.0 + std::exp(-a)) * up[uo]);
+    });
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "swiglu.f32.ref"; }
+};
+
 }  // namespace
 
 void RegisterDynvmKernels(KernelRegistry& r) {
+  r.Register({"dynvm", "SwiGlu", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("SwiGlu takes 2 inputs and has 1 output");
+                }
+                if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+                  return absl::UnimplementedError("SwiGlu: gate must be f32");
+                }
+                return std::make_unique<SwiGluKernel>();
+              }});
+  r.Register({"dynvm", "RotateHalf", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("RotateHalf takes 3 inputs and has 1 output");
+                }
+                if (spec.inputs[0].dtype != static_cast<uint8_t>(DType::kF32)) {
+                  return absl::UnimplementedError("RotateHalf: x must be f32");
+                }
+                return std::make_unique<RotateHalfKernel>();
+              }});
   r.Register({"dynvm", "ChannelMul", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
                 if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {

@@ -20,6 +20,8 @@
 //   past[0, past_b) ++ the new keys (after rotary), zero beyond. Query row s sees keys
 //   [start, min(past_b + s + 1, total_b)), start limited by local_window_size; rotary uses
 //   positions s on the first prompt, total_b - S + s after it (position_ids when given).
+#include "kernels/reference/msft_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -161,25 +163,12 @@ void Rotate(float* x, int64_t rot, bool interleaved, const float* cos, const flo
 
 // ---- GroupQueryAttention ----
 
-struct GqaAttrs {
-  int64_t heads = 0, kv_heads = 0, local_window = -1;
-  float scale = 0.0f, softcap = 0.0f;
-  bool rotary = false, interleaved = false, smooth = false;
-};
-
-// The run-time geometry of one GroupQueryAttention call.
-struct GqaGeometry {
-  int64_t batch = 0, seq = 0, head = 0, past = 0, present = 0, total = 0, rot = 0;
-  bool packed = false, first_prompt = false, has_past = false;
-  std::vector<int64_t> total_b, past_b;  // per batch
-};
-
 class GroupQueryAttentionKernel final : public Kernel {
  public:
   explicit GroupQueryAttentionKernel(GqaAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, Check(in));
+    DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, CheckGroupQueryAttention(a_, in));
     const int64_t n = a_.heads, nkv = a_.kv_heads, h = g.head, s = g.seq;
     const int64_t q_stride = (g.packed ? n + 2 * nkv : n) * h;  // one token of query
     std::vector<float> q = Floats(*in[0]);
@@ -213,9 +202,8 @@ class GroupQueryAttentionKernel final : public Kernel {
     std::vector<float> sink = Present(in, 11) ? Floats(*in[11]) : std::vector<float>();
     const Tensor* bt = Present(in, 10) ? in[10] : nullptr;
     auto row = [&](int64_t b, int64_t hq, int64_t i, float* sc) {
-      const int64_t causal = std::min(g.past_b[b] + i + 1, g.total_b[b]);
-      const int64_t start =
-          a_.local_window >= 0 && causal > a_.local_window ? causal - a_.local_window : 0;
+      int64_t start, causal;
+      GqaKeyRange(a_, g, b, i, &start, &causal);
       const float* brow = nullptr;
       if (bt != nullptr) {
         const int64_t bb = bt->dim(0) == 1 ? 0 : b, bh = bt->dim(1) == 1 ? 0 : hq;
@@ -250,15 +238,18 @@ class GroupQueryAttentionKernel final : public Kernel {
   std::string name() const override { return "group_query_attention.f32.ref"; }
 
  private:
-  absl::StatusOr<GqaGeometry> Check(Inputs in) const;
-  absl::Status CheckOptional(Inputs in, const GqaGeometry& g) const;
   absl::Status ApplyRotary(Inputs in, const GqaGeometry& g, float* q, int64_t q_stride, float* k,
                            int64_t kv_stride) const;
 
   GqaAttrs a_;
 };
 
-absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
+// cos/sin caches, position_ids, attention_bias, head_sink.
+absl::Status CheckGqaOptional(const GqaAttrs& a, Inputs in, const GqaGeometry& g);
+
+}  // namespace
+
+absl::StatusOr<GqaGeometry> CheckGroupQueryAttention(const GqaAttrs& a, Inputs in) {
   constexpr char kOp[] = "GroupQueryAttention";
   GqaGeometry g;
   if (!Present(in, 0) || !Present(in, 5) || !Present(in, 6)) {
@@ -271,7 +262,7 @@ absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
   if (g.packed == Present(in, 2)) {
     return Bad(kOp, "key and value must both be present, or both absent (packed QKV)");
   }
-  const int64_t n = a_.heads, nkv = a_.kv_heads;
+  const int64_t n = a.heads, nkv = a.kv_heads;
   g.batch = q.dim(0);
   g.seq = q.dim(1);
   const int64_t parts = g.packed ? n + 2 * nkv : n;
@@ -344,18 +335,19 @@ absl::StatusOr<GqaGeometry> GroupQueryAttentionKernel::Check(Inputs in) const {
     g.total_b.push_back(total_b);
     g.past_b.push_back(past_b);
   }
-  DYNVM_RETURN_IF_ERROR(CheckOptional(in, g));
+  DYNVM_RETURN_IF_ERROR(CheckGqaOptional(a, in, g));
   return g;
 }
 
-// cos/sin caches, position_ids, attention_bias, head_sink.
-absl::Status GroupQueryAttentionKernel::CheckOptional(Inputs in, const GqaGeometry& g) const {
+namespace {
+
+absl::Status CheckGqaOptional(const GqaAttrs& a, Inputs in, const GqaGeometry& g) {
   constexpr char kOp[] = "GroupQueryAttention";
   if (Present(in, 7) != Present(in, 8)) {
     return Bad(kOp, "cos_cache and sin_cache must both be present or both absent");
   }
-  if (a_.rotary && !Present(in, 7)) return Bad(kOp, "do_rotary needs cos_cache and sin_cache");
-  if (a_.rotary) {
+  if (a.rotary && !Present(in, 7)) return Bad(kOp, "do_rotary needs cos_cache and sin_cache");
+  if (a.rotary) {
     const Tensor& c = *in[7];
     const Tensor& sn = *in[8];
     DYNVM_RETURN_IF_ERROR(NeedFloat(c, kOp, "cos_cache"));
@@ -380,18 +372,17 @@ absl::Status GroupQueryAttentionKernel::CheckOptional(Inputs in, const GqaGeomet
     const Tensor& b = *in[10];
     DYNVM_RETURN_IF_ERROR(NeedFloat(b, kOp, "attention_bias"));
     if (b.rank() != 4 || (b.dim(0) != 1 && b.dim(0) != g.batch) ||
-        (b.dim(1) != 1 && b.dim(1) != a_.heads) || b.dim(2) != g.seq || b.dim(3) < g.present) {
+        (b.dim(1) != 1 && b.dim(1) != a.heads) || b.dim(2) != g.seq || b.dim(3) < g.present) {
       return Bad(kOp,
-                 absl::StrCat("attention_bias must be [", g.batch, " or 1, ", a_.heads, " or 1, ",
+                 absl::StrCat("attention_bias must be [", g.batch, " or 1, ", a.heads, " or 1, ",
                               g.seq, ", >= ", g.present, "]"),
                  &b);
     }
   }
   if (Present(in, 11)) {
     DYNVM_RETURN_IF_ERROR(NeedFloat(*in[11], kOp, "head_sink"));
-    if (in[11]->numel() != a_.heads) {
-      return Bad(kOp, absl::StrCat("head_sink must have num_heads (", a_.heads, ") values"),
-                 in[11]);
+    if (in[11]->numel() != a.heads) {
+      return Bad(kOp, absl::StrCat("head_sink must have num_heads (", a.heads, ") values"), in[11]);
     }
   }
   return absl::OkStatus();
@@ -408,12 +399,7 @@ absl::Status GroupQueryAttentionKernel::ApplyRotary(Inputs in, const GqaGeometry
   const std::vector<int64_t> ids = Present(in, 9) ? Ints(*in[9]) : std::vector<int64_t>();
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t s = 0; s < g.seq; ++s) {
-      int64_t pos;
-      if (!ids.empty()) {
-        pos = ids[b * g.seq + s];
-      } else {
-        pos = (g.first_prompt ? 0 : g.total_b[b] - g.seq) + s;
-      }
+      const int64_t pos = GqaPosition(g, ids, b, s);
       if (pos < 0 || pos >= ct.dim(0)) {
         return Bad("GroupQueryAttention",
                    absl::StrCat("position ", pos, " of batch ", b, " is outside cos_cache"), &ct);
@@ -436,53 +422,6 @@ absl::Status GroupQueryAttentionKernel::ApplyRotary(Inputs in, const GqaGeometry
 // Both score scale Q K^T + attention_bias + a mask of 0 or mask_filter_value (ORT's PrepareMask:
 // the padding mask and, with unidirectional, the causal limit key j <= P + i), softmax over all
 // P + L keys (a masked key keeps its tiny weight, as in ORT), times V.
-
-struct MhaAttrs {
-  int64_t heads = 0;
-  float scale = 0.0f, mask_filter = -10000.0f;
-  bool causal = false;
-};
-
-// The run-time geometry of one call.
-struct MhaGeometry {
-  int64_t batch = 0, seq = 0, kv_seq = 0, past = 0, head = 0, v_head = 0;
-  bool bnsh_kv = false;  // key and value [B, N, L, H] (cross attention with cached keys)
-};
-
-// The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
-// [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
-// mask_filter_value; empty when there is neither.
-std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
-  const int64_t s = g.seq, t = g.past + g.kv_seq;
-  const bool causal = a.causal && s > 1;
-  if (mask == nullptr && !causal) return {};
-  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
-  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
-  const int rank = mask != nullptr ? mask->rank() : 0;
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t i = 0; i < s; ++i) {
-      float* r = m.data() + (b * s + i) * t;
-      for (int64_t j = 0; j < t && mask != nullptr; ++j) {
-        bool keep;
-        if (rank == 3) {
-          keep = mi[(b * s + i) * t + j] > 0;
-        } else if (rank == 2) {
-          keep = mi[b * t + j] > 0;
-        } else {
-          keep = j < mi[b];
-          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
-            keep = keep && j >= std::min(mi[b + g.batch], t);
-          }
-        }
-        if (!keep) r[j] = a.mask_filter;
-      }
-      if (causal && i < s - 1) {
-        for (int64_t j = g.past + i + 1; j < t; ++j) r[j] = a.mask_filter;
-      }
-    }
-  }
-  return m;
-}
 
 absl::Status CheckMaskAndBias(absl::string_view op, const MhaAttrs& a, const MhaGeometry& g,
                               const Tensor* mask, const Tensor* bias, absl::string_view what) {
@@ -573,7 +512,8 @@ class MultiHeadAttentionKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     constexpr char kOp[] = "MultiHeadAttention";
-    DYNVM_ASSIGN_OR_RETURN(MhaGeometry g, Check(in, Wanted(out, 1) || Wanted(out, 2)));
+    DYNVM_ASSIGN_OR_RETURN(MhaGeometry g,
+                           CheckMultiHeadAttention(a_, in, Wanted(out, 1) || Wanted(out, 2)));
     const int64_t n = a_.heads, h = g.head, hv = g.v_head;
     std::vector<float> q = Floats(*in[0]);
     const std::vector<float> bias = Present(in, 3) ? Floats(*in[3]) : std::vector<float>();
@@ -603,15 +543,51 @@ class MultiHeadAttentionKernel final : public Kernel {
   std::string name() const override { return "multi_head_attention.f32.ref"; }
 
  private:
-  absl::StatusOr<MhaGeometry> Check(Inputs in, bool wants_present) const;
-
   MhaAttrs a_;
 };
 
-absl::StatusOr<MhaGeometry> MultiHeadAttentionKernel::Check(Inputs in, bool wants_present) const {
+}  // namespace
+
+// The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
+// [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
+// mask_filter_value; empty when there is neither.
+std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  const int64_t s = g.seq, t = g.past + g.kv_seq;
+  const bool causal = a.causal && s > 1;
+  if (mask == nullptr && !causal) return {};
+  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
+  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
+  const int rank = mask != nullptr ? mask->rank() : 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < s; ++i) {
+      float* r = m.data() + (b * s + i) * t;
+      for (int64_t j = 0; j < t && mask != nullptr; ++j) {
+        bool keep;
+        if (rank == 3) {
+          keep = mi[(b * s + i) * t + j] > 0;
+        } else if (rank == 2) {
+          keep = mi[b * t + j] > 0;
+        } else {
+          keep = j < mi[b];
+          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
+            keep = keep && j >= std::min(mi[b + g.batch], t);
+          }
+        }
+        if (!keep) r[j] = a.mask_filter;
+      }
+      if (causal && i < s - 1) {
+        for (int64_t j = g.past + i + 1; j < t; ++j) r[j] = a.mask_filter;
+      }
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<MhaGeometry> CheckMultiHeadAttention(const MhaAttrs& a, Inputs in,
+                                                    bool wants_present) {
   constexpr char kOp[] = "MultiHeadAttention";
   MhaGeometry g;
-  const int64_t n = a_.heads;
+  const int64_t n = a.heads;
   if (!Present(in, 0)) return Bad(kOp, "query is required");
   const Tensor& q = *in[0];
   DYNVM_RETURN_IF_ERROR(NeedFloat(q, kOp, "query"));
@@ -692,10 +668,75 @@ absl::StatusOr<MhaGeometry> MultiHeadAttentionKernel::Check(Inputs in, bool want
     }
     g.past = pk.dim(2);
   }
-  DYNVM_RETURN_IF_ERROR(CheckMaskAndBias(kOp, a_, g, Present(in, 4) ? in[4] : nullptr,
+  DYNVM_RETURN_IF_ERROR(CheckMaskAndBias(kOp, a, g, Present(in, 4) ? in[4] : nullptr,
                                          Present(in, 5) ? in[5] : nullptr, "key_padding_mask"));
   return g;
 }
+
+absl::Status CheckMsftAttention(const MhaAttrs& a, absl::Span<const int64_t> sizes, Inputs in,
+                                bool wants_present, MhaGeometry& g, int64_t& din, int64_t& dq,
+                                int64_t& dv) {
+  constexpr char kOp[] = "Attention (com.microsoft)";
+  const int64_t n = a.heads;
+  if (!Present(in, 0) || !Present(in, 1) || !Present(in, 2)) {
+    return Bad(kOp, "input, weights and bias are required");
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "input" : i == 1 ? "weights" : "bias"));
+  }
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  if (x.rank() != 3) return Bad(kOp, "input must be 3-D [batch, sequence, input_hidden]", &x);
+  din = x.dim(2);
+  if (w.rank() != 2 || w.dim(0) != din) {
+    return Bad(kOp, absl::StrCat("weights must be [", din, ", D + D + Dv]"), &w);
+  }
+  if (sizes.empty()) {
+    if (w.dim(1) % 3 != 0) return Bad(kOp, "weights' second dim must be 3 x hidden", &w);
+    dq = dv = w.dim(1) / 3;
+  } else {
+    if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != w.dim(1)) {
+      return Bad(kOp,
+                 "qkv_hidden_sizes must be three sizes (Q and K equal) summing to "
+                 "weights' second dim",
+                 &w);
+    }
+    dq = sizes[0];
+    dv = sizes[2];
+  }
+  if (dq <= 0 || dv <= 0 || dq % n != 0 || dv % n != 0) {
+    return Bad(kOp, absl::StrCat("the Q, K and V hidden sizes (", dq, ", ", dv,
+                                 ") must be positive multiples of num_heads (", n, ")"));
+  }
+  if (in[2]->numel() != 2 * dq + dv) {
+    return Bad(kOp, absl::StrCat("bias must have ", 2 * dq + dv, " values"), in[2]);
+  }
+  g.batch = x.dim(0);
+  g.seq = g.kv_seq = x.dim(1);
+  g.head = dq / n;
+  g.v_head = dv / n;
+  if (Present(in, 4)) {
+    const Tensor& p = *in[4];
+    DYNVM_RETURN_IF_ERROR(NeedFloat(p, kOp, "past"));
+    if (g.head != g.v_head || p.rank() != 5 || p.dim(0) != 2 || p.dim(1) != g.batch ||
+        p.dim(2) != n || p.dim(4) != g.head) {
+      return Bad(kOp,
+                 absl::StrCat("past must be [2, ", g.batch, ", ", n, ", past, ", g.head,
+                              "] (K and V of one head size)"),
+                 &p);
+    }
+    g.past = p.dim(3);
+  }
+  if (wants_present && g.head != g.v_head) {
+    return Bad(kOp, absl::StrCat("the present output [2, batch, heads, total, head size] needs K "
+                                 "and V of one head size (qkv_hidden_sizes gives ",
+                                 g.head, " and ", g.v_head, ")"));
+  }
+  return CheckMaskAndBias(kOp, a, g, Present(in, 3) ? in[3] : nullptr,
+                          Present(in, 5) ? in[5] : nullptr, "mask_index");
+}
+
+namespace {
 
 // Attention (com.microsoft): input [B, S, D_in] times weights [D_in, D + D + Dv] plus bias gives
 // Q, K and V (qkv_hidden_sizes, or three equal parts); past [2, B, N, P, H] and present
@@ -708,7 +749,7 @@ class MsftAttentionKernel final : public Kernel {
     constexpr char kOp[] = "Attention";
     MhaGeometry g;
     int64_t din = 0, dq = 0, dv = 0;
-    DYNVM_RETURN_IF_ERROR(Check(in, g, din, dq, dv));
+    DYNVM_RETURN_IF_ERROR(CheckMsftAttention(a_, sizes_, in, Wanted(out, 1), g, din, dq, dv));
     const int64_t n = a_.heads, rows = g.batch * g.seq, cols = 2 * dq + dv;
     const std::vector<float> x = Floats(*in[0]), w = Floats(*in[1]), bias = Floats(*in[2]);
     // qkv [B S, D + D + Dv] = x W + bias.
@@ -748,63 +789,6 @@ class MsftAttentionKernel final : public Kernel {
   std::string name() const override { return "attention.com.microsoft.f32.ref"; }
 
  private:
-  absl::Status Check(Inputs in, MhaGeometry& g, int64_t& din, int64_t& dq, int64_t& dv) const {
-    constexpr char kOp[] = "Attention (com.microsoft)";
-    const int64_t n = a_.heads;
-    if (!Present(in, 0) || !Present(in, 1) || !Present(in, 2)) {
-      return Bad(kOp, "input, weights and bias are required");
-    }
-    for (size_t i = 0; i < 3; ++i) {
-      DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "input" : i == 1 ? "weights" : "bias"));
-    }
-    const Tensor& x = *in[0];
-    const Tensor& w = *in[1];
-    if (x.rank() != 3) return Bad(kOp, "input must be 3-D [batch, sequence, input_hidden]", &x);
-    din = x.dim(2);
-    if (w.rank() != 2 || w.dim(0) != din) {
-      return Bad(kOp, absl::StrCat("weights must be [", din, ", D + D + Dv]"), &w);
-    }
-    if (sizes_.empty()) {
-      if (w.dim(1) % 3 != 0) return Bad(kOp, "weights' second dim must be 3 x hidden", &w);
-      dq = dv = w.dim(1) / 3;
-    } else {
-      if (sizes_.size() != 3 || sizes_[0] != sizes_[1] ||
-          sizes_[0] + sizes_[1] + sizes_[2] != w.dim(1)) {
-        return Bad(kOp,
-                   "qkv_hidden_sizes must be three sizes (Q and K equal) summing to "
-                   "weights' second dim",
-                   &w);
-      }
-      dq = sizes_[0];
-      dv = sizes_[2];
-    }
-    if (dq <= 0 || dv <= 0 || dq % n != 0 || dv % n != 0) {
-      return Bad(kOp, absl::StrCat("the Q, K and V hidden sizes (", dq, ", ", dv,
-                                   ") must be positive multiples of num_heads (", n, ")"));
-    }
-    if (in[2]->numel() != 2 * dq + dv) {
-      return Bad(kOp, absl::StrCat("bias must have ", 2 * dq + dv, " values"), in[2]);
-    }
-    g.batch = x.dim(0);
-    g.seq = g.kv_seq = x.dim(1);
-    g.head = dq / n;
-    g.v_head = dv / n;
-    if (Present(in, 4)) {
-      const Tensor& p = *in[4];
-      DYNVM_RETURN_IF_ERROR(NeedFloat(p, kOp, "past"));
-      if (g.head != g.v_head || p.rank() != 5 || p.dim(0) != 2 || p.dim(1) != g.batch ||
-          p.dim(2) != n || p.dim(4) != g.head) {
-        return Bad(kOp,
-                   absl::StrCat("past must be [2, ", g.batch, ", ", n, ", past, ", g.head,
-                                "] (K and V of one head size)"),
-                   &p);
-      }
-      g.past = p.dim(3);
-    }
-    return CheckMaskAndBias(kOp, a_, g, Present(in, 3) ? in[3] : nullptr,
-                            Present(in, 5) ? in[5] : nullptr, "mask_index");
-  }
-
   MhaAttrs a_;
   std::vector<int64_t> sizes_;
 };
@@ -816,12 +800,6 @@ class MsftAttentionKernel final : public Kernel {
 // softcap(scale Q K^T) + attn_mask (bool: false adds the lowest float; f32: added; broadcast to
 // [B, qN, Sq, P + Skv]), is_causal masking key j > P + i (ONNX Runtime's alignment, which skips
 // it for one query after a past), softmax, times V.
-
-struct OnnxAttnAttrs {
-  int64_t q_heads = 0, kv_heads = 0, qk_mode = 0;
-  float scale = 0.0f, softcap = 0.0f;
-  bool causal = false;
-};
 
 // The element strides that read attn_mask (bool or f32) broadcast to the scores `sd`
 // [B, qN, Sq, T]; InvalidArgument when it does not broadcast to them.
@@ -839,80 +817,97 @@ absl::StatusOr<Dims> MaskStrides(const Tensor& m, const Dims& sd) {
   return BroadcastStrides(m, sd);
 }
 
+}  // namespace
+
+absl::StatusOr<OnnxAttnGeometry> CheckOnnxAttention(const OnnxAttnAttrs& a, Inputs in) {
+  constexpr char kOp[] = "Attention";
+  for (size_t i = 0; i < 3; ++i) {
+    if (!Present(in, i)) return Bad(kOp, "Q, K and V are required");
+    DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "Q" : i == 1 ? "K" : "V"));
+  }
+  const Tensor& q = *in[0];
+  const Tensor& k = *in[1];
+  const Tensor& v = *in[2];
+  const int r = q.rank();
+  if ((r != 3 && r != 4) || k.rank() != r || v.rank() != r) {
+    return Bad(kOp, "Q, K and V must all be 3-D or all 4-D", &q);
+  }
+  int64_t b = q.dim(0), qn, kvn, sq, skv, h, hv;
+  if (r == 3) {
+    qn = a.q_heads;
+    kvn = a.kv_heads;
+    if (qn <= 0 || kvn <= 0) {
+      return Bad(kOp, "3-D inputs need the q_num_heads and kv_num_heads attributes");
+    }
+    if (q.dim(2) % qn != 0 || k.dim(2) % kvn != 0 || v.dim(2) % kvn != 0) {
+      return Bad(kOp,
+                 absl::StrCat("Q's hidden size must be a multiple of q_num_heads (", qn,
+                              "), K's and V's of kv_num_heads (", kvn, ")"),
+                 &q);
+    }
+    sq = q.dim(1);
+    skv = k.dim(1);
+    h = q.dim(2) / qn;
+    hv = v.dim(2) / kvn;
+    if (k.dim(2) / kvn != h) return Bad(kOp, "K's head size differs from Q's", &k);
+  } else {
+    qn = q.dim(1);
+    kvn = k.dim(1);
+    sq = q.dim(2);
+    skv = k.dim(2);
+    h = q.dim(3);
+    hv = v.dim(3);
+    if (k.dim(3) != h || v.dim(1) != kvn) {
+      return Bad(kOp, "K must be [batch, kv_heads, kv_sequence, Q's head size]", &k);
+    }
+  }
+  if (k.dim(0) != b || v.dim(0) != b || v.dim(r == 3 ? 1 : 2) != skv) {
+    return Bad(kOp, "K and V must have Q's batch and one kv sequence length", &v);
+  }
+  if (kvn <= 0 || qn % kvn != 0) {
+    return Bad(kOp, absl::StrCat("the query heads (", qn,
+                                 ") must be a multiple of the key/value "
+                                 "heads (",
+                                 kvn, ")"));
+  }
+  int64_t past = 0;
+  if (Present(in, 4) != Present(in, 5)) {
+    return Bad(kOp, "past_key and past_value must both be present or both absent");
+  }
+  if (Present(in, 4)) {
+    const Tensor& pk = *in[4];
+    const Tensor& pv = *in[5];
+    DYNVM_RETURN_IF_ERROR(NeedFloat(pk, kOp, "past_key"));
+    DYNVM_RETURN_IF_ERROR(NeedFloat(pv, kOp, "past_value"));
+    if (pk.rank() != 4 || pk.dim(0) != b || pk.dim(1) != kvn || pk.dim(3) != h || pv.rank() != 4 ||
+        pv.dim(0) != b || pv.dim(1) != kvn || pv.dim(2) != pk.dim(2) || pv.dim(3) != hv) {
+      return Bad(
+          kOp,
+          absl::StrCat("past_key and past_value must be [", b, ", ", kvn, ", past, head_size]"),
+          &pk);
+    }
+    past = pk.dim(2);
+  }
+  OnnxAttnGeometry g{r, b, qn, kvn, sq, skv, h, hv, past, past + skv, {}};
+  if (Present(in, 3)) {
+    DYNVM_ASSIGN_OR_RETURN(g.mask_strides, MaskStrides(*in[3], {b, qn, sq, g.total}));
+  }
+  return g;
+}
+
+namespace {
+
 class OnnxAttentionKernel final : public Kernel {
  public:
   explicit OnnxAttentionKernel(OnnxAttnAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     constexpr char kOp[] = "Attention";
-    for (size_t i = 0; i < 3; ++i) {
-      if (!Present(in, i)) return Bad(kOp, "Q, K and V are required");
-      DYNVM_RETURN_IF_ERROR(NeedFloat(*in[i], kOp, i == 0 ? "Q" : i == 1 ? "K" : "V"));
-    }
+    DYNVM_ASSIGN_OR_RETURN(OnnxAttnGeometry geo, CheckOnnxAttention(a_, in));
     const Tensor& q = *in[0];
-    const Tensor& k = *in[1];
-    const Tensor& v = *in[2];
-    const int r = q.rank();
-    if ((r != 3 && r != 4) || k.rank() != r || v.rank() != r) {
-      return Bad(kOp, "Q, K and V must all be 3-D or all 4-D", &q);
-    }
-    int64_t b = q.dim(0), qn, kvn, sq, skv, h, hv;
-    if (r == 3) {
-      qn = a_.q_heads;
-      kvn = a_.kv_heads;
-      if (qn <= 0 || kvn <= 0) {
-        return Bad(kOp, "3-D inputs need the q_num_heads and kv_num_heads attributes");
-      }
-      if (q.dim(2) % qn != 0 || k.dim(2) % kvn != 0 || v.dim(2) % kvn != 0) {
-        return Bad(kOp,
-                   absl::StrCat("Q's hidden size must be a multiple of q_num_heads (", qn,
-                                "), K's and V's of kv_num_heads (", kvn, ")"),
-                   &q);
-      }
-      sq = q.dim(1);
-      skv = k.dim(1);
-      h = q.dim(2) / qn;
-      hv = v.dim(2) / kvn;
-      if (k.dim(2) / kvn != h) return Bad(kOp, "K's head size differs from Q's", &k);
-    } else {
-      qn = q.dim(1);
-      kvn = k.dim(1);
-      sq = q.dim(2);
-      skv = k.dim(2);
-      h = q.dim(3);
-      hv = v.dim(3);
-      if (k.dim(3) != h || v.dim(1) != kvn) {
-        return Bad(kOp, "K must be [batch, kv_heads, kv_sequence, Q's head size]", &k);
-      }
-    }
-    if (k.dim(0) != b || v.dim(0) != b || v.dim(r == 3 ? 1 : 2) != skv) {
-      return Bad(kOp, "K and V must have Q's batch and one kv sequence length", &v);
-    }
-    if (kvn <= 0 || qn % kvn != 0) {
-      return Bad(kOp, absl::StrCat("the query heads (", qn,
-                                   ") must be a multiple of the key/value "
-                                   "heads (",
-                                   kvn, ")"));
-    }
-    int64_t past = 0;
-    if (Present(in, 4) != Present(in, 5)) {
-      return Bad(kOp, "past_key and past_value must both be present or both absent");
-    }
-    if (Present(in, 4)) {
-      const Tensor& pk = *in[4];
-      const Tensor& pv = *in[5];
-      DYNVM_RETURN_IF_ERROR(NeedFloat(pk, kOp, "past_key"));
-      DYNVM_RETURN_IF_ERROR(NeedFloat(pv, kOp, "past_value"));
-      if (pk.rank() != 4 || pk.dim(0) != b || pk.dim(1) != kvn || pk.dim(3) != h ||
-          pv.rank() != 4 || pv.dim(0) != b || pv.dim(1) != kvn || pv.dim(2) != pk.dim(2) ||
-          pv.dim(3) != hv) {
-        return Bad(
-            kOp,
-            absl::StrCat("past_key and past_value must be [", b, ", ", kvn, ", past, head_size]"),
-            &pk);
-      }
-      past = pk.dim(2);
-    }
+    const int r = geo.rank;
+    const int64_t b = geo.batch, qn = geo.q_heads, kvn = geo.kv_heads, sq = geo.sq, skv = geo.skv,
+                  h = geo.head, hv = geo.v_head, past = geo.past;
     const int64_t t = past + skv;
     // Q as [B, qN, Sq, H] strides; present K and V [B, kvN, T, H].
     std::vector<float> qv = Floats(q);
@@ -925,10 +920,7 @@ class OnnxAttentionKernel final : public Kernel {
     // The mask, broadcast to [B, qN, Sq, T].
     const Tensor* mt = Present(in, 3) ? in[3] : nullptr;
     const Dims sd = {b, qn, sq, t};
-    Dims ms;
-    if (mt != nullptr) {
-      DYNVM_ASSIGN_OR_RETURN(ms, MaskStrides(*mt, sd));
-    }
+    const Dims& ms = geo.mask_strides;
     // ONNX Runtime's order: softcap, then the mask (a bool mask's false and the causal limit
     // as the lowest float, so a row with every key masked is uniform, as in ORT). The qk
     // output [B, qN, Sq, T] holds the scores at qk_matmul_output_mode's stage: 0 scale Q K^T,
@@ -1059,6 +1051,43 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGroupQueryAttention(const KernelSpec
   if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
     return absl::UnimplementedError("GroupQueryAttention: query must be f32 or f16");
   }
+  DYNVM_ASSIGN_OR_RETURN(GqaAttrs a, GetGqaAttrs(s));
+  std::unique_ptr<Kernel> k = std::make_unique<GroupQueryAttentionKernel>(a);
+  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
+  return k;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeMultiHeadAttention(const KernelSpec& s) {
+  if (!InputIsF32(s, 0)) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention: query must be f32 (float16 is not supported)");
+  }
+  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s, "MultiHeadAttention"));
+  return std::make_unique<MultiHeadAttentionKernel>(a);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeMsftAttention(const KernelSpec& s) {
+  if (!InputIsF32(s, 0)) {
+    return absl::UnimplementedError("Attention (com.microsoft): input must be f32");
+  }
+  DYNVM_ASSIGN_OR_RETURN(MhaAttrs a, GetMhaAttrs(s, "Attention (com.microsoft)"));
+  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, s.GetInts("qkv_hidden_sizes", {}));
+  return std::make_unique<MsftAttentionKernel>(a, std::move(sizes));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
+  if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
+    return absl::UnimplementedError("Attention: Q must be f32 or f16");
+  }
+  DYNVM_ASSIGN_OR_RETURN(OnnxAttnAttrs a, GetOnnxAttnAttrs(s));
+  std::unique_ptr<Kernel> k = std::make_unique<OnnxAttentionKernel>(a);
+  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
+  return k;
+}
+
+}  // namespace
+
+absl::StatusOr<GqaAttrs> GetGqaAttrs(const KernelSpec& s) {
   GqaAttrs a;
   DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
   DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
@@ -1076,49 +1105,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGroupQueryAttention(const KernelSpec
   a.rotary = rotary != 0;
   a.interleaved = interleaved != 0;
   a.smooth = smooth != 0;
-  std::unique_ptr<Kernel> k = std::make_unique<GroupQueryAttentionKernel>(a);
-  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
-  return k;
+  return a;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> MakeMultiHeadAttention(const KernelSpec& s) {
-  if (!InputIsF32(s, 0)) {
-    return absl::UnimplementedError(
-        "MultiHeadAttention: query must be f32 (float16 is not supported)");
-  }
-  MhaAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
-  if (a.heads <= 0) {
-    return absl::InvalidArgumentError("MultiHeadAttention: num_heads must be positive");
-  }
-  a.causal = uni != 0;
-  return std::make_unique<MultiHeadAttentionKernel>(a);
-}
-
-absl::StatusOr<std::unique_ptr<Kernel>> MakeMsftAttention(const KernelSpec& s) {
-  if (!InputIsF32(s, 0)) {
-    return absl::UnimplementedError("Attention (com.microsoft): input must be f32");
-  }
-  MhaAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
-  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
-  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, s.GetInts("qkv_hidden_sizes", {}));
-  if (a.heads <= 0) {
-    return absl::InvalidArgumentError("Attention (com.microsoft): num_heads must be positive");
-  }
-  a.causal = uni != 0;
-  return std::make_unique<MsftAttentionKernel>(a, std::move(sizes));
-}
-
-absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
-  if (!InputIsF32(s, 0) && !InputIsF16(s, 0)) {
-    return absl::UnimplementedError("Attention: Q must be f32 or f16");
-  }
+absl::StatusOr<OnnxAttnAttrs> GetOnnxAttnAttrs(const KernelSpec& s) {
   OnnxAttnAttrs a;
   DYNVM_ASSIGN_OR_RETURN(a.q_heads, s.GetInt("q_num_heads", 0));
   DYNVM_ASSIGN_OR_RETURN(a.kv_heads, s.GetInt("kv_num_heads", 0));
@@ -1131,12 +1121,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeOnnxAttention(const KernelSpec& s) {
         absl::StrCat("Attention: qk_matmul_output_mode ", a.qk_mode, " is not 0, 1, 2 or 3"));
   }
   a.causal = causal != 0;
-  std::unique_ptr<Kernel> k = std::make_unique<OnnxAttentionKernel>(a);
-  if (InputIsF16(s, 0)) return std::make_unique<F16Adapter>(std::move(k));
-  return k;
+  return a;
 }
 
-}  // namespace
+absl::StatusOr<MhaAttrs> GetMhaAttrs(const KernelSpec& s, absl::string_view op) {
+  MhaAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(a.heads, s.GetInt("num_heads", 0));
+  DYNVM_ASSIGN_OR_RETURN(a.scale, s.GetFloat("scale", 0.0f));
+  DYNVM_ASSIGN_OR_RETURN(a.mask_filter, s.GetFloat("mask_filter_value", -10000.0f));
+  DYNVM_ASSIGN_OR_RETURN(int64_t uni, s.GetInt("unidirectional", 0));
+  if (a.heads <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": num_heads must be positive"));
+  }
+  a.causal = uni != 0;
+  return a;
+}
 
 void RegisterMsftAttentionKernels(KernelRegistry& r) {
   auto add = [&r](const char* op, KernelFactory factory) {

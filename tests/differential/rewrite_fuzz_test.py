@@ -194,6 +194,51 @@ def rms_norm(rng, match, scale=False):
                 {"x": rnd(rng, *shape)}, match, note)
 
 
+def rotate_half(rng, match):
+    # x [B, H, S, D] with D even; tables [S, D], [B, 1, S, D] or [2, 1, S, D] over x of batch 1
+    # (they broadcast x); either Add and Mul order.
+    b, heads, s = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    half = int(rng.choice([1, 2, 3, 5, 8, 16]))
+    d = 2 * half
+    tdims = [[s, d], [b, 1, s, d], [2, 1, s, d]][int(rng.integers(0, 3))]
+    if tdims[0] == 2:
+        b = 1
+    lo_end, hi_start, hi_end = half, half, int(rng.choice([d, 2 ** 62]))
+    neg, first, axis = "hi", "lo", -1
+    note = f"rotate_half of [{b}, {heads}, {s}, {d}], tables {tdims}"
+    outs = [vi("y", None)]
+    if not match:
+        miss = rng.choice(["sign_first", "other_axis", "shared"])
+        if miss == "sign_first":  # Concat(Neg(x[:h]), x[h:])
+            neg, first = "lo", "hi"
+            note = "the Neg on the first half"
+        elif miss == "other_axis":  # x [B, H, D, D]: the halves of the sequence axis
+            s, axis = d, -2
+            tdims = [s, d]
+            note = f"rotate_half along axis -2 of [{b}, {heads}, {d}, {d}]"
+        else:
+            outs.append(vi("rot", None))
+            note = "rotate_half read elsewhere"
+    nodes = [c("z", np.array([0], np.int64)), c("h1", np.array([lo_end], np.int64)),
+             c("h2", np.array([hi_start], np.int64)), c("e", np.array([hi_end], np.int64)),
+             c("ax", np.array([axis], np.int64)),
+             h.make_node("Slice", ["x", "z", "h1", "ax"], ["lo"]),
+             h.make_node("Slice", ["x", "h2", "e", "ax"], ["hi"]),
+             h.make_node("Neg", [neg], ["n"]),
+             h.make_node("Concat", ["n", first], ["rot"], axis=axis)]
+    if rng.random() < 0.5:
+        nodes += [h.make_node("Mul", ["x", "cos"], ["a"]), h.make_node("Mul", ["rot", "sin"], ["b"]),
+                  h.make_node("Add", ["a", "b"], ["y"])]
+    else:
+        nodes += [h.make_node("Mul", ["sin", "rot"], ["b"]), h.make_node("Mul", ["cos", "x"], ["a"]),
+                  h.make_node("Add", ["b", "a"], ["y"])]
+    shape = [b, heads, s, d]
+    return Case(nodes, [vi("x", shape), vi("cos", tdims), vi("sin", tdims)], outs,
+                int(rng.choice([13, 17])),
+                {"x": rnd(rng, *shape), "cos": rnd(rng, *tdims), "sin": rnd(rng, *tdims)}, match,
+                note)
+
+
 def rms_norm_scale(rng, match):
     return rms_norm(rng, match, scale=True)
 
@@ -243,6 +288,20 @@ def silu(rng, match):
         feeds["z"] = rnd(rng, *shape)
     return Case(nodes, ins, [vi("y", None)], 13, feeds, match,
                 "x * sigmoid(x)" if match else "x * sigmoid(z)")
+
+
+def swiglu(rng, match):
+    # silu(g) * u, the silu as Mul(g, Sigmoid(g)) (either order); a miss: the silu also an
+    # output.
+    shape = [int(d) for d in rng.integers(1, 6, rng.integers(1, 4))]
+    ushape = shape if rng.random() < 0.5 else shape[-1:]
+    nodes = [h.make_node("Sigmoid", ["g"], ["s"]),
+             h.make_node("Mul", ["g", "s"] if rng.random() < 0.5 else ["s", "g"], ["silu"]),
+             h.make_node("Mul", ["silu", "u"] if rng.random() < 0.5 else ["u", "silu"], ["y"])]
+    outs = [vi("y", None)] + ([] if match else [vi("silu", None)])
+    return Case(nodes, [vi("g", shape), vi("u", ushape)], outs, 13,
+                {"g": rnd(rng, *shape, lo=-6, hi=6), "u": rnd(rng, *ushape)}, match,
+                f"silu(g{shape}) * u{ushape}" + ("" if match else ", the silu read elsewhere"))
 
 
 def hard_swish(rng, match):
@@ -613,7 +672,8 @@ def linear_transpose(rng, match):
 GENERATORS = {
     "pow_const": pow_const, "layer_norm": layer_norm, "layer_norm_scale": layer_norm_scale,
     "layer_norm_bias": layer_norm_bias, "rms_norm": rms_norm, "rms_norm_scale": rms_norm_scale,
-    "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "hard_swish": hard_swish,
+    "rotate_half": rotate_half, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "swiglu": swiglu,
+    "hard_swish": hard_swish,
     "hard_swish_written": hard_swish_written, "hard_sigmoid_written": hard_sigmoid_written,
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
