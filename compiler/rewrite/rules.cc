@@ -7,7 +7,7 @@ const std::vector<Rule>& AllRules() {
     auto* all = new std::vector<Rule>;
     for (auto* make :
          {&PowConstRules, &LayerNormRules, &ActivationRules, &ChainRules, &AttentionRules,
-          &QdqRules, &RmsNormRules, &MatMulBiasRules, &MatMulTransposeRules}) {
+          &QdqRules, &DynQuantRules, &RmsNormRules, &MatMulBiasRules, &MatMulTransposeRules}) {
       for (Rule& r : make()) all->push_back(std::move(r));
     }
     return all;

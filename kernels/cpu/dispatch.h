@@ -64,6 +64,9 @@ struct Dispatch {
   void (*requantize_i8_uniform)(int64_t n, const int32_t* acc, double add, double s, double z,
                                 int8_t* y);
   void (*shift_u8_to_s8)(int64_t n, const uint8_t* x, int8_t* y);
+  void (*min_max)(int64_t n, const float* x, float* lo, float* hi);
+  void (*scale_acc_row)(int64_t n, const int32_t* acc, const int32_t* zc, int32_t rs,
+                        const float* scale, const float* bias, float* y);
   void (*dequantize_rows_i8)(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
                              int64_t r0, int64_t r1, float* dst);
   void (*dequantize_rows_bf16)(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,

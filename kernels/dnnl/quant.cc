@@ -239,6 +239,49 @@ void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const vo
   }
 }
 
+// Offsets in a workspace: 64-byte steps.
+inline size_t AlignUp(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+// The scratch IntProduct needs: at M = 1, a less its zero point (s16); without VNNI (M >= 2),
+// the packed operands of IntGemm.
+size_t IntProductScratchBytes(int64_t m, int64_t k, int64_t n) {
+  if (m == 1) return static_cast<size_t>(k) * sizeof(int16_t);
+  if (choice::UseIGemm(m, n, k)) return cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n);
+  return 0;
+}
+
+// acc [m, n] = (a - za) x (b - bo), exact: a u8 or s8 [m, k] (contiguous), b s8 [k, n], k below
+// kMaxExactK. M = 1: igemm.h's GEMV (b streamed once); M >= 2: oneDNN's integer GEMM with VNNI,
+// IntGemm without. `scratch` (64-byte aligned) holds IntProductScratchBytes(m, k, n).
+absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int64_t k, int64_t n,
+                        const void* a, bool a_u8, int32_t za, const int8_t* b, int32_t bo,
+                        int32_t* acc, uint8_t* scratch) {
+  if (m == 1) {  // a less its zero point as s16, then b streamed once
+    int16_t* pa = reinterpret_cast<int16_t*>(scratch);
+    cpu::IGemmPackA(k, a, a_u8, k, za, 0, 1, pa);
+    const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
+    ctx.ParallelFor(n, grain,
+                    [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, b, n, bo, j0, j1, acc); });
+    return absl::OkStatus();
+  }
+  if (choice::UseIGemm(m, n, k)) {
+    int16_t* pa = reinterpret_cast<int16_t*>(scratch);
+    int16_t* pb = reinterpret_cast<int16_t*>(scratch + cpu::IGemmPackedABytes(m, k));
+    IntGemm(ctx, m, k, n, a, a_u8, k, za, true, pa, b, bo, pb, acc, n);
+    return absl::OkStatus();
+  }
+  SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+  const int32_t co = 0;
+  const dnnl_status_t st =
+      a_u8 ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const uint8_t*>(a), k,
+                               static_cast<uint8_t>(za), b, n, static_cast<int8_t>(bo), 0.0f, acc,
+                               n, &co)
+           : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const int8_t*>(a), k,
+                               static_cast<int8_t>(za), b, n, static_cast<int8_t>(bo), 0.0f, acc, n,
+                               &co);
+  return FromDnnl(st, op);
+}
+
 // ---- QuantizeLinear / DequantizeLinear ----
 
 class QuantKernel final : public DnnlKernel {
@@ -327,57 +370,30 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point
-    // (s16, in room for k s32); QLinearMatMul's s32 product; a u8 b shifted to s8.
+    // Workspace: QLinearMatMul's n requantization factors and s32 product; a u8 b shifted to
+    // s8; then IntProduct's scratch.
     const bool shift_b = b.dtype() == DType::kU8;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
-    const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
-    // Without VNNI (M >= 2): the packed operands of IntGemm, 2-byte aligned.
-    const bool igemm = m > 1 && choice::UseIGemm(m, n, k);
-    const size_t head = (scale_bytes + a32_bytes + acc_bytes + b_bytes + 1) & ~size_t{1};
-    const size_t pack_bytes =
-        igemm ? cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n) : 0;
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(head + pack_bytes, 1)));
+    const size_t head = AlignUp(scale_bytes + acc_bytes + b_bytes);
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(std::max<size_t>(head + IntProductScratchBytes(m, k, n), 1)));
     uint8_t* base = static_cast<uint8_t*>(ws);
     double* scale = reinterpret_cast<double*>(base);
-    int32_t* a32 = reinterpret_cast<int32_t*>(base + scale_bytes);
-    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes + a32_bytes)
-                            : out[0]->data<int32_t>();
+    int32_t* acc =
+        qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes) : out[0]->data<int32_t>();
     const int8_t* bs8 = b.data<int8_t>();
     int bo = static_cast<int>(QuantParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
-      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
+      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes);
       cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
       bs8 = shifted;
       bo -= 128;
     }
-    if (m == 1) {  // a less its zero point as s16 (a32 has room), then b streamed once
-      int16_t* pa = reinterpret_cast<int16_t*>(a32);
-      cpu::IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
-                      static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
-      const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
-      ctx.ParallelFor(n, grain,
-                      [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
-    } else if (igemm) {
-      int16_t* pa = reinterpret_cast<int16_t*>(base + head);
-      int16_t* pb = reinterpret_cast<int16_t*>(base + head + cpu::IGemmPackedABytes(m, k));
-      IntGemm(ctx, m, k, n, a.raw_data(), a.dtype() == DType::kU8, k,
-              static_cast<int32_t>(QuantParamAt(za, 0)), true, pa, bs8, bo, pb, acc, n);
-    } else {
-      SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
-      const int32_t co = 0;
-      const dnnl_status_t st =
-          a.dtype() == DType::kU8
-              ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
-                                  static_cast<uint8_t>(QuantParamAt(za, 0)), bs8, n,
-                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co)
-              : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
-                                  static_cast<int8_t>(QuantParamAt(za, 0)), bs8, n,
-                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co);
-      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
-    }
+    DYNVM_RETURN_IF_ERROR(IntProduct(ctx, op, m, k, n, a.raw_data(), a.dtype() == DType::kU8,
+                                     static_cast<int32_t>(QuantParamAt(za, 0)), bs8, bo, acc,
+                                     base + head));
     if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
     return absl::OkStatus();
   }
@@ -427,6 +443,125 @@ class IntMatMulKernel final : public DnnlKernel {
   }
 
   bool qlinear_;
+};
+
+// ---- DynamicQuantizeMatMul (com.microsoft) ----
+
+// Y = (quantize(A) - a_zp) (B - b_zp) a_scale b_scale (+ bias), A f32 [..., K] quantized to u8
+// per tensor exactly as DynamicQuantizeLinear does (the scale (max(0, max A) - min(0, min A)) /
+// 255 in f32, the zero point and every element rounded half to even), B u8 or s8 [K, N], b_scale
+// and b_zero_point per tensor or per column, bias f32 [N]: the form ONNX Runtime's
+// quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger, Cast, Mul, Add), fused by the
+// dynquant_matmul rewrite. The product runs on IntProduct; a u8 B is shifted to s8 and the b
+// zero points move with it, c_j = b_zp_j - shift. Equal c_j go to the GEMM as its b offset;
+// differing ones are taken out afterwards, exactly, as c_j times the row sums of
+// (quantize(A) - a_zp). The epilogue (cpu::ScaleAccRow) then computes f32(acc) * (a_scale *
+// b_scale_j), the scales' product rounded to f32 first, and adds the bias: the bits of the
+// unfused program and of the reference kernel.
+class DynQuantMatMulKernel final : public DnnlKernel {
+ public:
+  explicit DynQuantMatMulKernel(std::string name) : DnnlKernel(std::move(name)) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    constexpr const char* kOp = "DynamicQuantizeMatMul";
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, kOp));
+    auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    const Tensor &a = *in[0], &b = *in[1], &bscale = *in[2];
+    const Tensor *zb = at(3), *bias = at(4);
+    if (!Usable(a, b, bscale, zb, bias) || (out[0]->defined() && out[0]->dtype() != DType::kF32)) {
+      return RunFallback(ctx, in, out);
+    }
+    const int64_t k = b.dim(0), n = b.dim(1), m = a.numel() / k;
+    const float* x = a.data<float>();
+    float lo = 0, hi = 0;
+    cpu::MinMax(a.numel(), x, &lo, &hi);
+    if (!std::isfinite(lo) || !std::isfinite(hi)) return RunFallback(ctx, in, out);
+    lo = std::min(lo, 0.0f);
+    hi = std::max(hi, 0.0f);
+    const float a_scale = (hi - lo) / 255.0f;
+    const float za = a_scale == 0 ? 0.0f : std::clamp(std::nearbyint(-lo / a_scale), 0.0f, 255.0f);
+    reference::Dims dims(a.dims().begin(), a.dims().end());
+    dims.back() = n;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
+    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales; the n zero-point
+    // corrections; a u8 B shifted to s8; IntProduct's scratch.
+    const bool shift_b = b.dtype() == DType::kU8;
+    const size_t q_at = 0, acc_at = AlignUp(static_cast<size_t>(m * k));
+    const size_t scale_at = acc_at + AlignUp(static_cast<size_t>(m * n) * sizeof(int32_t));
+    const size_t zc_at = scale_at + AlignUp(static_cast<size_t>(n) * sizeof(float));
+    const size_t b_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t scratch_at = b_at + AlignUp(shift_b ? static_cast<size_t>(k * n) : 0);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch_at + IntProductScratchBytes(m, k, n)));
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    uint8_t* q = base + q_at;
+    int32_t* acc = reinterpret_cast<int32_t*>(base + acc_at);
+    float* scale = reinterpret_cast<float*>(base + scale_at);
+    int32_t* zc = reinterpret_cast<int32_t*>(base + zc_at);
+    ctx.ParallelFor(m, ThreadsFor(ctx.num_threads(), m * k) == 1 ? m : 8,
+                    [&](int64_t r0, int64_t r1) {
+                      if (a_scale == 0) {
+                        std::fill(q + r0 * k, q + r1 * k, uint8_t{0});
+                      } else {
+                        cpu::QuantizeU8((r1 - r0) * k, x + r0 * k, a_scale, za, q + r0 * k);
+                      }
+                    });
+    const int8_t* bs8 = b.data<int8_t>();
+    const int32_t shift = shift_b ? 128 : 0;
+    if (shift_b) {
+      int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
+      cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
+      bs8 = shifted;
+    }
+    bool uniform = true;
+    for (int64_t j = 0; j < n; ++j) {
+      zc[j] =
+          static_cast<int32_t>(QuantParamAt(zb, zb != nullptr && zb->numel() > 1 ? j : 0)) - shift;
+      uniform &= zc[j] == zc[0];
+      scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
+    }
+    DYNVM_RETURN_IF_ERROR(IntProduct(ctx, kOp, m, k, n, q, true, static_cast<int32_t>(za), bs8,
+                                     uniform ? zc[0] : 0, acc, base + scratch_at));
+    const int32_t izp = static_cast<int32_t>(za);
+    const float* bias_data = bias != nullptr ? bias->data<float>() : nullptr;
+    float* y = out[0]->data<float>();
+    ctx.ParallelFor(m, ThreadsFor(ctx.num_threads(), m * n) == 1 ? m : 4,
+                    [&](int64_t r0, int64_t r1) {
+                      for (int64_t r = r0; r < r1; ++r) {
+                        int32_t sum = 0;  // of (quantize(A) - a_zp) over the row, when needed
+                        if (!uniform) {
+                          const uint8_t* qr = q + r * k;
+                          for (int64_t i = 0; i < k; ++i) sum += qr[i];
+                          sum -= static_cast<int32_t>(k) * izp;
+                        }
+                        cpu::ScaleAccRow(n, acc + r * n, uniform ? nullptr : zc, sum, scale,
+                                         bias_data, y + r * n);
+                      }
+                    });
+    return absl::OkStatus();
+  }
+
+ private:
+  // A f32 [..., K], B u8/s8 [K, N] (K below kMaxExactK), contiguous; b_scale f32 of 1 or N valid
+  // values; b_zero_point of B's type, 1 or N values; bias f32 [N].
+  static bool Usable(const Tensor& a, const Tensor& b, const Tensor& bs, const Tensor* zb,
+                     const Tensor* bias) {
+    if (a.dtype() != DType::kF32 || !Is8Bit(b.dtype()) || a.rank() < 1 || b.rank() != 2 ||
+        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
+      return false;
+    }
+    const int64_t k = b.dim(0), n = b.dim(1);
+    if (a.dim(a.rank() - 1) != k || k >= kMaxExactK) return false;
+    if (bs.dtype() != DType::kF32 || bs.rank() > 1 || !bs.is_contiguous() ||
+        (bs.numel() != 1 && bs.numel() != n) || !CheckQuantScale(bs, "b_scale").ok()) {
+      return false;
+    }
+    if (zb != nullptr && (zb->dtype() != b.dtype() || zb->rank() > 1 || !zb->is_contiguous() ||
+                          (zb->numel() != 1 && zb->numel() != n))) {
+      return false;
+    }
+    return bias == nullptr || (bias->dtype() == DType::kF32 && bias->rank() == 1 &&
+                               bias->numel() == n && bias->is_contiguous());
+  }
 };
 
 // ---- ConvInteger / QLinearConv ----
@@ -739,6 +874,12 @@ void RegisterQuantKernels(KernelRegistry& r) {
           return std::make_unique<IntMatMulKernel>(KernelName(spec), qlinear);
         });
   }
+  r.Register(KernelRegistration{
+      "com.microsoft", "DynamicQuantizeMatMul", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 5, 1, 1));
+        return std::make_unique<DynQuantMatMulKernel>(KernelName(spec));
+      }});
 }
 
 }  // namespace dynvm::onednn
