@@ -13,6 +13,7 @@ Dispatch Make(Isa isa) {
   FillQuantize(isa, &d);
   FillQGemv(isa, &d);
   FillIGemm(isa, &d);
+  FillU8S8Gemm(isa, &d);
   FillPackedGemm(isa, &d);
   FillWinograd(isa, &d);
   return d;

@@ -76,15 +76,26 @@ DYNVM_ALWAYS_INLINE void MinMaxBody(int64_t n, const float* x, float* lo, float*
 
 // Two loops so that the product and the bias are rounded apart (no FMA contraction across a
 // store the next loop reads).
-DYNVM_ALWAYS_INLINE void ScaleAccRowBody(int64_t n, const int32_t* acc, const int32_t* zc,
-                                         int32_t rs, const float* scale, const float* bias,
-                                         float* y) {
-  if (zc == nullptr) {
+DYNVM_ALWAYS_INLINE void ScaleAccRowBody(int64_t n, const int32_t* acc, const int32_t* col,
+                                         const int32_t* zc, int32_t rs, const float* scale,
+                                         const float* bias, float* y) {
+  const uint32_t r = static_cast<uint32_t>(rs);
+  if (zc == nullptr && col == nullptr) {
     for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(acc[j]) * scale[j];
-  } else {
-    const uint32_t r = static_cast<uint32_t>(rs);
+  } else if (col == nullptr) {
     for (int64_t j = 0; j < n; ++j) {
       const uint32_t v = static_cast<uint32_t>(acc[j]) - static_cast<uint32_t>(zc[j]) * r;
+      y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
+    }
+  } else if (zc == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(col[j]);
+      y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(col[j]) -
+                         static_cast<uint32_t>(zc[j]) * r;
       y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
     }
   }
@@ -153,9 +164,10 @@ DYNVM_ALWAYS_INLINE void DequantizeRowsBf16Body(int64_t k, const uint16_t* w, in
   ATTR void MinMax##SUFFIX(int64_t n, const float* x, float* lo, float* hi) {                     \
     MinMaxBody(n, x, lo, hi);                                                                     \
   }                                                                                               \
-  ATTR void ScaleAccRow##SUFFIX(int64_t n, const int32_t* acc, const int32_t* zc, int32_t rs,     \
-                                const float* scale, const float* bias, float* y) {                \
-    ScaleAccRowBody(n, acc, zc, rs, scale, bias, y);                                              \
+  ATTR void ScaleAccRow##SUFFIX(int64_t n, const int32_t* acc, const int32_t* col,                \
+                                const int32_t* zc, int32_t rs, const float* scale,                \
+                                const float* bias, float* y) {                                    \
+    ScaleAccRowBody(n, acc, col, zc, rs, scale, bias, y);                                         \
   }                                                                                               \
   ATTR void DequantizeRowsI8##SUFFIX(int64_t k, const int8_t* q, int64_t ldw, const float* scale, \
                                      int64_t r0, int64_t r1, float* dst) {                        \
@@ -237,9 +249,9 @@ void ShiftU8ToS8(int64_t n, const uint8_t* x, int8_t* y) {
 void MinMax(int64_t n, const float* x, float* lo, float* hi) {
   internal::Table().min_max(n, x, lo, hi);
 }
-void ScaleAccRow(int64_t n, const int32_t* acc, const int32_t* zc, int32_t rs, const float* scale,
-                 const float* bias, float* y) {
-  internal::Table().scale_acc_row(n, acc, zc, rs, scale, bias, y);
+void ScaleAccRow(int64_t n, const int32_t* acc, const int32_t* col, const int32_t* zc, int32_t rs,
+                 const float* scale, const float* bias, float* y) {
+  internal::Table().scale_acc_row(n, acc, col, zc, rs, scale, bias, y);
 }
 void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
                       int64_t r1, float* dst) {

@@ -158,7 +158,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -166,6 +169,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/igemm.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/u8s8_gemm.h"
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -458,12 +462,57 @@ class IntMatMulKernel final : public DnnlKernel {
 // (quantize(A) - a_zp). The epilogue (cpu::ScaleAccRow) then computes f32(acc) * (a_scale *
 // b_scale_j), the scales' product rounded to f32 first, and adds the bias: the bits of the
 // unfused program and of the reference kernel.
+// Packed copies of constant B (cpu::U8S8PackB: u8 shifted to s8, with its column sums), keyed
+// by address and geometry (the executable's constant segment outlives the kernel and never
+// changes). Shared by every VM running the kernel.
+class PackedU8S8Cache {
+ public:
+  struct Entry {
+    const void* source = nullptr;
+    int64_t k = 0, n = 0;
+    DType dtype = DType::kI8;
+    std::unique_ptr<int8_t, void (*)(void*)> data{nullptr, &std::free};
+    std::vector<int32_t> col_sums;
+  };
+
+  // The packed b, packing it on first use; nullptr when the cache is full or allocation fails
+  // (the caller takes the unpacked GEMM).
+  const Entry* Get(const Tensor& b) const {
+    const int64_t k = b.dim(0), n = b.dim(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : entries_) {
+      if (e.source == b.raw_data() && e.k == k && e.n == n && e.dtype == b.dtype()) return &e;
+    }
+    const size_t bytes = AlignUp(cpu::U8S8PackedBBytes(k, n));
+    if (entries_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes) return nullptr;
+    Entry e;
+    e.source = b.raw_data();
+    e.k = k;
+    e.n = n;
+    e.dtype = b.dtype();
+    e.data.reset(static_cast<int8_t*>(std::aligned_alloc(64, bytes)));
+    if (e.data == nullptr) return nullptr;
+    e.col_sums.resize(static_cast<size_t>(n));
+    cpu::U8S8PackB(k, n, b.raw_data(), b.dtype() == DType::kU8, n, e.data.get(), e.col_sums.data());
+    bytes_ += bytes;
+    entries_.push_back(std::move(e));
+    return &entries_.back();
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  static constexpr size_t kMaxBytes = size_t{4} << 30;
+  mutable std::mutex mu_;
+  mutable std::deque<Entry> entries_;  // stable addresses
+  mutable size_t bytes_ = 0;
+};
+
 class DynQuantMatMulKernel final : public DnnlKernel {
  public:
-  explicit DynQuantMatMulKernel(std::string name) : DnnlKernel(std::move(name)) {}
+  DynQuantMatMulKernel(std::string name, bool constant_weights)
+      : DnnlKernel(std::move(name)), constant_weights_(constant_weights) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    constexpr const char* kOp = "DynamicQuantizeMatMul";
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, kOp));
     auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
     const Tensor &a = *in[0], &b = *in[1], &bscale = *in[2];
@@ -483,64 +532,144 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
-    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales; the n zero-point
-    // corrections; a u8 B shifted to s8; IntProduct's scratch.
-    const bool shift_b = b.dtype() == DType::kU8;
-    const size_t q_at = 0, acc_at = AlignUp(static_cast<size_t>(m * k));
+    const PackedU8S8Cache::Entry* packed =
+        constant_weights_ && cpu::U8S8GemmFast() && k < cpu::kU8S8MaxK ? packed_.Get(b) : nullptr;
+    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales, zero-point
+    // corrections and column terms; unpacked, a u8 B shifted to s8 and IntProduct's scratch.
+    const bool shift_b = packed == nullptr && b.dtype() == DType::kU8;
+    const int64_t lda = packed != nullptr ? cpu::U8S8PaddedK(k) : k;  // padded with zeros
+    const size_t acc_at = AlignUp(static_cast<size_t>(m * lda));
     const size_t scale_at = acc_at + AlignUp(static_cast<size_t>(m * n) * sizeof(int32_t));
     const size_t zc_at = scale_at + AlignUp(static_cast<size_t>(n) * sizeof(float));
-    const size_t b_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t col_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t b_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
     const size_t scratch_at = b_at + AlignUp(shift_b ? static_cast<size_t>(k * n) : 0);
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(scratch_at + IntProductScratchBytes(m, k, n)));
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(scratch_at + (packed ? 0 : IntProductScratchBytes(m, k, n))));
     uint8_t* base = static_cast<uint8_t*>(ws);
-    uint8_t* q = base + q_at;
-    int32_t* acc = reinterpret_cast<int32_t*>(base + acc_at);
-    float* scale = reinterpret_cast<float*>(base + scale_at);
-    int32_t* zc = reinterpret_cast<int32_t*>(base + zc_at);
+    Product p;
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.lda = lda;
+    p.q = base;
+    p.acc = reinterpret_cast<int32_t*>(base + acc_at);
+    p.scale = reinterpret_cast<float*>(base + scale_at);
+    p.zc = reinterpret_cast<int32_t*>(base + zc_at);
+    p.za = static_cast<int32_t>(za);
     ctx.ParallelFor(m, ThreadsFor(ctx.num_threads(), m * k) == 1 ? m : 8,
-                    [&](int64_t r0, int64_t r1) {
-                      if (a_scale == 0) {
-                        std::fill(q + r0 * k, q + r1 * k, uint8_t{0});
-                      } else {
-                        cpu::QuantizeU8((r1 - r0) * k, x + r0 * k, a_scale, za, q + r0 * k);
-                      }
-                    });
-    const int8_t* bs8 = b.data<int8_t>();
-    const int32_t shift = shift_b ? 128 : 0;
-    if (shift_b) {
-      int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
-      cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
-      bs8 = shifted;
-    }
-    bool uniform = true;
+                    [&](int64_t r0, int64_t r1) { Quantize(x, a_scale, za, r0, r1, p); });
+    // c_j = b_zp_j less B's shift (u8 B is stored less 128); scale_j = a_scale * b_scale_j.
+    const int32_t shift = b.dtype() == DType::kU8 ? 128 : 0;
+    bool uniform = true, zero = true;
     for (int64_t j = 0; j < n; ++j) {
-      zc[j] =
+      p.zc[j] =
           static_cast<int32_t>(QuantParamAt(zb, zb != nullptr && zb->numel() > 1 ? j : 0)) - shift;
-      uniform &= zc[j] == zc[0];
-      scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
+      uniform &= p.zc[j] == p.zc[0];
+      zero &= p.zc[j] == 0;
+      p.scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
     }
-    DYNVM_RETURN_IF_ERROR(IntProduct(ctx, kOp, m, k, n, q, true, static_cast<int32_t>(za), bs8,
-                                     uniform ? zc[0] : 0, acc, base + scratch_at));
-    const int32_t izp = static_cast<int32_t>(za);
-    const float* bias_data = bias != nullptr ? bias->data<float>() : nullptr;
-    float* y = out[0]->data<float>();
-    ctx.ParallelFor(m, ThreadsFor(ctx.num_threads(), m * n) == 1 ? m : 4,
-                    [&](int64_t r0, int64_t r1) {
-                      for (int64_t r = r0; r < r1; ++r) {
-                        int32_t sum = 0;  // of (quantize(A) - a_zp) over the row, when needed
-                        if (!uniform) {
-                          const uint8_t* qr = q + r * k;
-                          for (int64_t i = 0; i < k; ++i) sum += qr[i];
-                          sum -= static_cast<int32_t>(k) * izp;
-                        }
-                        cpu::ScaleAccRow(n, acc + r * n, uniform ? nullptr : zc, sum, scale,
-                                         bias_data, y + r * n);
-                      }
-                    });
+    const int32_t* zc = nullptr;  // the correction the epilogue takes out, if any
+    if (packed != nullptr) {
+      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at), p);
+      zc = zero ? nullptr : p.zc;
+    } else {
+      const int8_t* bs8 = b.data<int8_t>();
+      if (shift_b) {
+        int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
+        cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
+        bs8 = shifted;
+      }
+      DYNVM_RETURN_IF_ERROR(IntProduct(ctx, kOp, m, k, n, p.q, true, p.za, bs8,
+                                       uniform ? p.zc[0] : 0, p.acc, base + scratch_at));
+      zc = uniform ? nullptr : p.zc;
+    }
+    Epilogue(ctx, p, zc, bias != nullptr ? bias->data<float>() : nullptr, out[0]->data<float>());
     return absl::OkStatus();
   }
 
  private:
+  static constexpr const char* kOp = "DynamicQuantizeMatMul";
+
+  // The operands in the workspace: quantize(A) [m, k], the s32 product [m, n], the n scales and
+  // b zero points (less B's shift), the column terms (null: none), A's zero point.
+  struct Product {
+    int64_t m = 0, k = 0, n = 0, lda = 0;  // lda: q's row stride
+    uint8_t* q = nullptr;
+    int32_t* acc = nullptr;
+    float* scale = nullptr;
+    int32_t* zc = nullptr;
+    int32_t* col = nullptr;
+    int32_t za = 0;
+  };
+
+  // Rows [r0, r1) of x quantized into q (row stride lda, zeros after k): all zeros when the
+  // scale is 0 (x is all zeros; DynamicQuantizeLinear's zero point is 0 then).
+  static void Quantize(const float* x, float s, float z, int64_t r0, int64_t r1, const Product& p) {
+    if (p.lda == p.k) {
+      if (s == 0) {
+        std::fill(p.q + r0 * p.k, p.q + r1 * p.k, uint8_t{0});
+      } else {
+        cpu::QuantizeU8((r1 - r0) * p.k, x + r0 * p.k, s, z, p.q + r0 * p.k);
+      }
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* qr = p.q + r * p.lda;
+      if (s == 0) {
+        std::fill(qr, qr + p.k, uint8_t{0});
+      } else {
+        cpu::QuantizeU8(p.k, x + r * p.k, s, z, qr);
+      }
+      std::fill(qr + p.k, qr + p.lda, uint8_t{0});
+    }
+  }
+
+  // The raw product q x packed B (no zero points) on cpu::U8S8Gemm, split over panels (or rows
+  // when there are few); the column terms -a_zp * colsum_j into `col` (p.col points there unless
+  // a_zp is 0).
+  static void RunPacked(KernelContext& ctx, const PackedU8S8Cache::Entry& packed, int32_t* col,
+                        Product& p) {
+    if (p.za != 0) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        col[j] = static_cast<int32_t>(static_cast<uint32_t>(-p.za) *
+                                      static_cast<uint32_t>(packed.col_sums[j]));
+      }
+      p.col = col;
+    }
+    const int64_t panels = cpu::U8S8Panels(p.n);
+    const int threads = ThreadsFor(ctx.num_threads(), p.m * p.n * p.k);
+    const int8_t* b = packed.data.get();
+    if (threads == 1) {
+      cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);
+    } else if (panels >= 4 * threads || p.m < 6 * threads) {
+      ctx.ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
+        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
+      });
+    } else {
+      ctx.ParallelFor(p.m, 6, [&](int64_t i0, int64_t i1) {
+        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc, p.n);
+      });
+    }
+  }
+
+  // y = f32(acc + col - zc * rowsum(q - a_zp)) * scale (+ bias), row by row.
+  static void Epilogue(KernelContext& ctx, const Product& p, const int32_t* zc, const float* bias,
+                       float* y) {
+    ctx.ParallelFor(
+        p.m, ThreadsFor(ctx.num_threads(), p.m * p.n) == 1 ? p.m : 4, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            int32_t sum = 0;  // of (quantize(A) - a_zp) over the row, when needed
+            if (zc != nullptr) {
+              const uint8_t* qr = p.q + r * p.lda;
+              for (int64_t i = 0; i < p.k; ++i) sum += qr[i];
+              sum -= static_cast<int32_t>(p.k) * p.za;
+            }
+            cpu::ScaleAccRow(p.n, p.acc + r * p.n, p.col, zc, sum, p.scale, bias, y + r * p.n);
+          }
+        });
+  }
+
   // A f32 [..., K], B u8/s8 [K, N] (K below kMaxExactK), contiguous; b_scale f32 of 1 or N valid
   // values; b_zero_point of B's type, 1 or N values; bias f32 [N].
   static bool Usable(const Tensor& a, const Tensor& b, const Tensor& bs, const Tensor* zb,
@@ -562,6 +691,9 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     return bias == nullptr || (bias->dtype() == DType::kF32 && bias->rank() == 1 &&
                                bias->numel() == n && bias->is_contiguous());
   }
+
+  bool constant_weights_;
+  PackedU8S8Cache packed_;
 };
 
 // ---- ConvInteger / QLinearConv ----
@@ -878,7 +1010,8 @@ void RegisterQuantKernels(KernelRegistry& r) {
       "com.microsoft", "DynamicQuantizeMatMul", Device::kCPU, kBackend, kDnnlPriority,
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
         DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 5, 1, 1));
-        return std::make_unique<DynQuantMatMulKernel>(KernelName(spec));
+        DYNVM_ASSIGN_OR_RETURN(const int64_t constant_weights, spec.GetInt("constant_weights", 0));
+        return std::make_unique<DynQuantMatMulKernel>(KernelName(spec), constant_weights != 0);
       }});
 }
 

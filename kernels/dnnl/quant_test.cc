@@ -260,7 +260,8 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
 // DynamicQuantizeMatMul (com.microsoft; the form quantize_dynamic writes, fused by the
 // dynquant_matmul rewrite) against the reference kernel, bit for bit, on every microkernel
 // level the CPU has (AVX2 and AVX-512 here: cpu::ScopedIsaForTesting) and both integer GEMMs
-// (oneDNN's with VNNI, igemm.h's: choice::ForceForTesting): M = 1 (the GEMV) and more, leading
+// (oneDNN's with VNNI, igemm.h's: choice::ForceForTesting) and, for a constant B, the packed
+// u8 x s8 GEMM (u8s8_gemm.h: VPDPBUSD at avx512_vnni, scalar below): M = 1 and more, leading
 // batch dims, s8 and u8 B, per-tensor and per-column scales and zero points (differing ones
 // taken out after the GEMM), with and without bias, 1 and 2 threads, an all-zero A (scale 0).
 TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
@@ -297,17 +298,19 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
             std::vector<float> bias_values(n);
             for (float& v : bias_values) v = u(rng);
             Tensor bias = testing::F32({n}, bias_values);
-            KernelCall call("DynamicQuantizeMatMul", "com.microsoft");
-            call.In(a).In(b).In(bs);
-            std::vector<Tensor> in = {a, b, bs};
-            if (with_zp) {
-              call.In(zb).In(bias);
-              in.push_back(zb);
-              in.push_back(bias);
+            for (int64_t constant : {0, 1}) {  // 1: B packed once (cpu::U8S8Gemm with VNNI)
+              KernelCall call("DynamicQuantizeMatMul", "com.microsoft");
+              call.In(a).In(b).In(bs);
+              std::vector<Tensor> in = {a, b, bs};
+              if (with_zp) {
+                call.In(zb).In(bias);
+                in.push_back(zb);
+                in.push_back(bias);
+              }
+              call.Out(DType::kF32).Attr("constant_weights", constant);
+              ExpectSameAsReference(call, in, true);
+              ExpectSameAsReference(call, in, true, false, /*threads=*/2);
             }
-            call.Out(DType::kF32);
-            ExpectSameAsReference(call, in, true);
-            ExpectSameAsReference(call, in, true, false, /*threads=*/2);
           }
         }
       }
