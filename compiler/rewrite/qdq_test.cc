@@ -255,9 +255,11 @@ struct ConvCase {
   bool per_channel = true;
   bool zero_points = true;
   bool bias = false;
-  bool int32_bias = false;     // the bias as DequantizeLinear(int32, xs * ws), as quantizers write
-  int64_t w_axis = 0;          // the weight DequantizeLinear's axis (1: not fusable)
-  bool share_weights = false;  // the dequantized weights also a graph output
+  bool int32_bias = false;      // the bias as DequantizeLinear(int32, xs * ws), as quantizers write
+  int64_t w_axis = 0;           // the weight DequantizeLinear's axis (1: not fusable)
+  bool share_weights = false;   // the dequantized weights also a graph output
+  bool share_input = false;     // the dequantized x also a graph output (as a residual reads it)
+  bool bias_scale_off = false;  // the int32 bias's scale not exactly xs * ws
 };
 
 // QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(w)[, b])) fused and unfused, on a
@@ -295,7 +297,7 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
         std::vector<int32_t> bq(c.m);
         std::vector<float> bs(c.m);
         for (int64_t i = 0; i < c.m; ++i) {
-          bs[i] = xs * scales[c.per_channel ? i : 0];
+          bs[i] = xs * scales[c.per_channel ? i : 0] * (c.bias_scale_off ? 1.0001f : 1.0f);
           bq[i] = static_cast<int32_t>(std::lround(bias[i] / bs[i]));
         }
         in.push_back(b.Op("DequantizeLinear",
@@ -315,6 +317,7 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
     if (c.zero_points) q.push_back(b.Constant(Ints(DType::kU8, {}, rng, 128, 128)));
     b.Output("y", b.Op("QuantizeLinear", q));
     if (c.share_weights) b.Output("wf", wf);
+    if (c.share_input) b.Output("xf", xf);
     CompileOptions options;
     options.optimize = optimize == 1;
     absl::StatusOr<CompileResult> r = Compile(mod, options);
@@ -340,7 +343,10 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
   }
   const CompileResult& fused = results[1];
   const bool fired = fused.rewrites.count("qdq_conv") && fused.rewrites.at("qdq_conv") > 0;
-  EXPECT_EQ(fired, HasKernel(fused, c.bias ? "ConvInteger" : "QLinearConv"));
+  // An int32 bias of scale xs * ws goes into QLinearConv; another bias runs ConvInteger and f32
+  // scaling.
+  const bool integer_bias = c.int32_bias && !c.bias_scale_off;
+  EXPECT_EQ(fired, HasKernel(fused, c.bias && !integer_bias ? "ConvInteger" : "QLinearConv"));
   EXPECT_EQ(fired, !HasKernel(fused, "Conv") && !HasKernel(fused, "dynvm::FusedConv"));
   const std::vector<Tensor>& got = outs[1];
   const std::vector<Tensor>& want = outs[0];
@@ -400,6 +406,23 @@ TEST(QdqTest, ConvNearMissesAreLeftAlone) {
   ConvCase shared;
   shared.share_weights = true;  // the dequantized weights read elsewhere
   EXPECT_FALSE(ConvFusedMatchesUnfused(shared));
+}
+
+// ONNX Runtime's QDQ form: the int32 bias (scale xs * ws, per channel) becomes QLinearConv's; a
+// bias scale a little off keeps the ConvInteger form; x's DequantizeLinear read elsewhere too (a
+// residual Add) does not stop the fusion.
+TEST(QdqTest, ConvTakesInt32BiasAndSharedInput) {
+  for (bool off : {false, true}) {
+    for (bool share : {false, true}) {
+      ConvCase c;
+      c.bias = true;
+      c.int32_bias = true;
+      c.bias_scale_off = off;
+      c.share_input = share;
+      SCOPED_TRACE(absl::StrCat(off ? "scale off" : "scale xs * ws", share ? ", x shared" : ""));
+      EXPECT_TRUE(ConvFusedMatchesUnfused(c));
+    }
+  }
 }
 
 }  // namespace

@@ -36,10 +36,7 @@ the best round kept) at each thread count. Prints dynvm/ORT as ORT time over dyn
       [--export-only DIR]
 """
 import argparse
-import glob
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -47,8 +44,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mobile_cnn_bench import run_dynvm, run_ort  # noqa: E402
-from seeded import lcg  # noqa: E402
+from side_by_side import cpu_name, loadavg, prepare, time_cases  # noqa: E402
 
 VARIANTS = ('s8', 's8pc', 'u8', 'u8pc')
 
@@ -139,52 +135,6 @@ def model(kind, tokens, d, variant, seed=5):
     return m
 
 
-def cpu_name():
-    with open('/proc/cpuinfo') as f:
-        for line in f:
-            if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
-    return 'unknown'
-
-
-def loadavg():
-    with open('/proc/loadavg') as f:
-        return ' '.join(f.read().split()[:3])
-
-
-def prepare(args, case, onnx_path, dims):
-    """Compiles one case, writes its seeded input and checks dynvm against ORT."""
-    dvm, npy, feeds = (os.path.join(args.out, case + ext) for ext in ('.dvm', '.npy', '.json'))
-    subprocess.run([os.path.join(args.build, 'tools', 'vm-compile'), onnx_path, '-o', dvm],
-                   check=True, capture_output=True)
-    x = (lcg(int(np.prod(dims))) * 2).reshape(dims)
-    np.save(npy, x)
-    with open(feeds, 'w') as f:
-        json.dump({'x': {'type': 'float32', 'dims': dims, 'data': x.ravel().tolist()}}, f)
-    odir = os.path.join(args.out, case + '_out')
-    for old in glob.glob(os.path.join(odir, '*.npy')):
-        os.remove(old)
-    subprocess.run([os.path.join(args.build, 'tools', 'vm-run'), dvm, '--input', f'x={npy}',
-                    '--output-dir', odir], check=True, capture_output=True)
-    ort_out = os.path.join(args.out, case + '_ort.json')
-    run_ort(args, onnx_path, feeds, 1, 1, ort_out)
-    with open(ort_out) as f:
-        o = json.load(f)
-    want = np.array(o['data'], dtype=np.float64).reshape(o['dims'])
-    got = np.load(os.path.join(odir, 'y.npy'))
-    err = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
-    print(f'# {case} x {dims}: max |dynvm - ORT| / max |ORT| = {err:.2e}', flush=True)
-    if err > args.tol:
-        print(f'dynquant_ffn_bench: {case} differs from ONNX Runtime', file=sys.stderr)
-        sys.exit(1)
-    if args.profile:
-        out = subprocess.run([os.path.join(args.build, 'tools', 'vm-run'), dvm, '--input',
-                              f'x={npy}', '--repeat', '10', '--threads', '1',
-                              '--profile-summary'], check=True, capture_output=True, text=True)
-        print(f'# profile {case}, 1 thread\n' + out.stdout + out.stderr, flush=True)
-    return dvm, npy, feeds
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--build', default='build/release')
@@ -217,22 +167,8 @@ def main():
         print(f'wrote {len(cases)} models under {out_dir}')
         return 0
     print(f'# CPU: {cpu_name()}; load average at start: {loadavg()}', flush=True)
-    rows = [(c, path, macs) + prepare(args, c, path, dims) for c, path, dims, macs in cases]
-    print('case threads dynvm_ms ort_ms dynvm/ORT')
-    ratios = {}
-    for case, path, macs, dvm, npy, feeds in rows:
-        repeat = args.repeat or max(5, min(200, int(4e9 / (16 * macs))))
-        for threads in map(int, args.threads.split(',')):
-            best_d, best_o = float('inf'), float('inf')
-            for _ in range(args.rounds):
-                best_d = min(best_d, run_dynvm(args, dvm, 'x', npy, threads, repeat))
-                best_o = min(best_o, run_ort(args, path, feeds, threads, repeat))
-            ratios.setdefault(threads, []).append(best_o / best_d)
-            print(f'{case} {threads} {best_d:.3f} {best_o:.3f} {best_o / best_d:.2f}x', flush=True)
-    for threads, r in ratios.items():
-        print(f'# {threads} thread(s): dynvm/ORT min {min(r):.2f}x, geometric mean '
-              f'{float(np.exp(np.mean(np.log(r)))):.2f}x over {len(r)} cases')
-    print(f'# load average at end: {loadavg()}')
+    rows = [prepare(args, c, path, 'x', dims, 2.0) + (macs,) for c, path, dims, macs in cases]
+    time_cases(args, rows)
     return 0
 
 
