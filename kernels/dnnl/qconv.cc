@@ -282,6 +282,7 @@ class QConvKernel final : public DnnlKernel {
     char* pw = psrc + e.src_bytes;
     char* pdst = pw + e.w_bytes;
     int32_t* acc = reinterpret_cast<int32_t*>(pdst + e.dst_bytes);
+    ParkPoolForOpenMp(ctx);  // the reorders and the convolution run on oneDNN's OpenMP team
     const void* src = x.raw_data();
     if (e.src_reorder.bound()) {
       DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));

@@ -275,6 +275,7 @@ absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int
     return absl::OkStatus();
   }
   SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+  ParkPoolForOpenMp(ctx);
   const int32_t co = 0;
   const dnnl_status_t st =
       a_u8 ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const uint8_t*>(a), k,
