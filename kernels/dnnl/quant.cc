@@ -20,6 +20,13 @@
 // with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
 // results are identical.
 //
+// DynamicQuantizeMatMul (com.microsoft; ONNX Runtime's quantize_dynamic form, fused by the
+// dynquant_matmul rewrite): A f32 quantized to u8 as DynamicQuantizeLinear does (cpu::MinMax,
+// cpu::QuantizeU8), the u8 x s8 product (a constant B, marked constant_weights by the compiler,
+// packed once for cpu::U8S8Gemm's VPDPBUSD on CPUs with avx512_vnni; otherwise IntProduct, the
+// same GEMMs as MatMulInteger), the zero points taken out exactly in s32 and the scaling and bias
+// applied by cpu::ScaleAccRow: the unfused program's bits (DynQuantMatMulKernel below).
+//
 // ConvInteger and QLinearConv (CreateIm2ColConv, the fallback of qconv.cc's int8 convolution
 // primitive, and all it serves on a CPU without VNNI): 1-D or 2-D, any group, explicit, VALID
 // or SAME pads, s8 w; per batch item and group, im2col into s8 columns (a u8 x shifted by 128,
