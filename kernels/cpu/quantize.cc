@@ -49,29 +49,39 @@ DYNVM_ALWAYS_INLINE void ShiftBody(int64_t n, const uint8_t* x, int8_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
 
-// 16 lanes of running minima and maxima (an elementwise min/max the compiler vectorizes, not a
-// reduction it would need -ffast-math for), then the lanes and the tail.
+// 16 lanes of running minima and maxima in GCC vectors (an elementwise min/max each level
+// compiles to its own vector instructions: the plain-array form stayed scalar), then the lanes
+// and the tail.
+typedef float MinMaxLanes __attribute__((vector_size(64)));
+
 DYNVM_ALWAYS_INLINE void MinMaxBody(int64_t n, const float* x, float* lo, float* hi) {
   constexpr int kLanes = 16;
-  float l[kLanes], h[kLanes];
-  for (int j = 0; j < kLanes; ++j) l[j] = h[j] = x[0];
+  float first[kLanes];
+  for (int j = 0; j < kLanes; ++j) first[j] = x[0];
+  MinMaxLanes l, h;
+  std::memcpy(&l, first, sizeof(l));
+  h = l;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      l[j] = x[i + j] < l[j] ? x[i + j] : l[j];
-      h[j] = x[i + j] > h[j] ? x[i + j] : h[j];
-    }
+    MinMaxLanes v;
+    std::memcpy(&v, x + i, sizeof(v));
+    l = v < l ? v : l;
+    h = v > h ? v : h;
+  }
+  float lo_lanes[kLanes], hi_lanes[kLanes];
+  std::memcpy(lo_lanes, &l, sizeof(l));
+  std::memcpy(hi_lanes, &h, sizeof(h));
+  float a = lo_lanes[0], b = hi_lanes[0];
+  for (int j = 1; j < kLanes; ++j) {
+    a = lo_lanes[j] < a ? lo_lanes[j] : a;
+    b = hi_lanes[j] > b ? hi_lanes[j] : b;
   }
   for (; i < n; ++i) {
-    l[0] = x[i] < l[0] ? x[i] : l[0];
-    h[0] = x[i] > h[0] ? x[i] : h[0];
+    a = x[i] < a ? x[i] : a;
+    b = x[i] > b ? x[i] : b;
   }
-  for (int j = 1; j < kLanes; ++j) {
-    l[0] = l[j] < l[0] ? l[j] : l[0];
-    h[0] = h[j] > h[0] ? h[j] : h[0];
-  }
-  *lo = l[0];
-  *hi = h[0];
+  *lo = a;
+  *hi = b;
 }
 
 // Two loops so that the product and the bias are rounded apart (no FMA contraction across a
