@@ -109,14 +109,14 @@ TEST(DynQuantTest, FusesEveryFormBitForBit) {
                                     std::vector<int64_t>{7}, std::vector<int64_t>{2, 5}}) {
     for (DType w : {DType::kI8, DType::kU8}) {
       for (bool per_column : {false, true}) {
-        for (int form = 0; form < 4; ++form) {
+        for (int form = 0; form < 8; ++form) {  // bias, operand order, weight zero point
           Case c;
           c.lead = lead;
           c.w = w;
           c.per_column = per_column;
           c.bias = form & 1;
           c.swap = form & 2;
-          c.weight_zp = form != 2;
+          c.weight_zp = (form & 4) == 0;
           SCOPED_TRACE(absl::StrCat("rank ", lead.size() + 1, " ", DTypeName(w),
                                     per_column ? " per column" : " per tensor", " form ", form));
           Outcome o = RunCase(c);

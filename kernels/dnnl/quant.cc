@@ -256,7 +256,7 @@ inline size_t AlignUp(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
 // The scratch IntProduct needs: at M = 1, a less its zero point (s16); without VNNI (M >= 2),
 // the packed operands of IntGemm.
 size_t IntProductScratchBytes(int64_t m, int64_t k, int64_t n) {
-  if (m == 1) return static_cast<size_t>(k) * sizeof(int16_t);
+  if (m == 1) return cpu::IGemmPackedABytes(1, k);
   if (choice::UseIGemm(m, n, k)) return cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n);
   return 0;
 }
