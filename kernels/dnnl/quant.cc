@@ -20,6 +20,9 @@
 // with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
 // results are identical.
 //
+// DynamicQuantizeLinear: cpu::MinMax for the parameters, then cpu::QuantizeU8 (the reference's
+// bits; an infinity goes to the reference).
+//
 // DynamicQuantizeMatMul (com.microsoft; ONNX Runtime's quantize_dynamic form, fused by the
 // dynquant_matmul rewrite): A f32 quantized to u8 as DynamicQuantizeLinear does (cpu::MinMax,
 // cpu::QuantizeU8), the u8 x s8 product (a constant B, marked constant_weights by the compiler,
@@ -294,6 +297,21 @@ absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int
   return FromDnnl(st, op);
 }
 
+// DynamicQuantizeLinear's parameters of x [n]: the scale (max(0, max x) - min(0, min x)) / 255
+// in f32 (the range rounded first) and the zero point round_half_even(-min / scale) clamped to
+// u8, 0 when the scale is 0 (x all zeros). False when x holds an infinity (or a NaN the lanes
+// kept): the reference kernel serves it.
+bool DynamicQuantParams(int64_t n, const float* x, float* scale, float* zero_point) {
+  float lo = 0, hi = 0;
+  cpu::MinMax(n, x, &lo, &hi);
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  *scale = (hi - lo) / 255.0f;
+  *zero_point = *scale == 0 ? 0.0f : std::clamp(std::nearbyint(-lo / *scale), 0.0f, 255.0f);
+  return true;
+}
+
 // ---- QuantizeLinear / DequantizeLinear ----
 
 class QuantKernel final : public DnnlKernel {
@@ -530,13 +548,8 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     }
     const int64_t k = b.dim(0), n = b.dim(1), m = a.numel() / k;
     const float* x = a.data<float>();
-    float lo = 0, hi = 0;
-    cpu::MinMax(a.numel(), x, &lo, &hi);
-    if (!std::isfinite(lo) || !std::isfinite(hi)) return RunFallback(ctx, in, out);
-    lo = std::min(lo, 0.0f);
-    hi = std::max(hi, 0.0f);
-    const float a_scale = (hi - lo) / 255.0f;
-    const float za = a_scale == 0 ? 0.0f : std::clamp(std::nearbyint(-lo / a_scale), 0.0f, 255.0f);
+    float a_scale = 0, za = 0;
+    if (!DynamicQuantParams(a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
@@ -702,6 +715,48 @@ class DynQuantMatMulKernel final : public DnnlKernel {
 
   bool constant_weights_;
   PackedU8S8Cache packed_;
+};
+
+// ---- DynamicQuantizeLinear ----
+
+// y = the u8 quantization of f32 x with DynamicQuantizeLinear's per-tensor scale and zero point
+// (DynamicQuantParams; cpu::QuantizeU8 on the pool by blocks of 16K elements): the reference
+// kernel's bits. Anything else (another dtype, strides, infinities) is the reference's.
+class DynQuantKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.empty() || in[0] == nullptr || out.size() != 3 || out[0] == nullptr ||
+        out[1] == nullptr || out[2] == nullptr) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& x = *in[0];
+    float scale = 0, zp = 0;
+    if (x.dtype() != DType::kF32 || !x.is_contiguous() || x.numel() == 0 ||
+        !DynamicQuantParams(x.numel(), x.data<float>(), &scale, &zp)) {
+      return RunFallback(ctx, in, out);
+    }
+    constexpr const char* kOp = "DynamicQuantizeLinear";
+    const std::vector<int64_t> scalar;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kU8, x.dims(), kOp));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[1], DType::kF32, scalar, kOp));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[2], DType::kU8, scalar, kOp));
+    out[1]->data<float>()[0] = scale;
+    out[2]->data<uint8_t>()[0] = static_cast<uint8_t>(zp);
+    const float* xd = x.data<float>();
+    uint8_t* y = out[0]->data<uint8_t>();
+    constexpr int64_t kBlock = 16384;
+    ctx.ParallelFor(x.numel(), ThreadsFor(ctx.num_threads(), x.numel()) == 1 ? x.numel() : kBlock,
+                    [&](int64_t i0, int64_t i1) {
+                      if (scale == 0) {
+                        std::fill(y + i0, y + i1, uint8_t{0});
+                      } else {
+                        cpu::QuantizeU8(i1 - i0, xd + i0, scale, zp, y + i0);
+                      }
+                    });
+    return absl::OkStatus();
+  }
 };
 
 // ---- ConvInteger / QLinearConv ----
@@ -1014,6 +1069,11 @@ void RegisterQuantKernels(KernelRegistry& r) {
           return std::make_unique<IntMatMulKernel>(KernelName(spec), qlinear);
         });
   }
+  Add(r, "DynamicQuantizeLinear",
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 3, 3));
+        return std::make_unique<DynQuantKernel>(KernelName(spec));
+      });
   r.Register(KernelRegistration{
       "com.microsoft", "DynamicQuantizeMatMul", Device::kCPU, kBackend, kDnnlPriority,
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {

@@ -332,6 +332,50 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
   EXPECT_FALSE(r.ok());
 }
 
+// DynamicQuantizeLinear against the reference kernel, bit for bit, on every level: ranges on
+// both sides of 0, all positive and all negative values, all zeros (scale 0), values on rounding
+// ties, sizes around the vector widths, 1 and 2 threads.
+TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
+  std::mt19937 rng(31);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
+      for (int range = 0; range < 4; ++range) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " n ", n, " range ", range));
+        const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 7.0f;
+        std::uniform_real_distribution<float> u(lo, hi);
+        Tensor x = *Tensor::Empty(DType::kF32, {n});
+        for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = range == 3 ? 0.0f : u(rng);
+        if (range == 0 && n > 2) {  // ties: (k + 0.5) * scale once the scale is known
+          const float scale = (hi - lo) / 255.0f;
+          x.data<float>()[0] = lo;
+          x.data<float>()[1] = hi;
+          x.data<float>()[2] = 10.5f * scale;
+        }
+        KernelCall dq("DynamicQuantizeLinear");
+        dq.In(x).Out(DType::kU8).Out(DType::kF32).Out(DType::kU8);
+        absl::StatusOr<std::vector<Tensor>> want = KernelCall(dq).Backend("reference").Run();
+        ASSERT_TRUE(want.ok()) << want.status();
+        for (int threads : {1, 2}) {
+          KernelSpec spec = dq.spec();
+          spec.backend = "dnnl";
+          absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+          ASSERT_TRUE(k.ok()) << k.status();
+          KernelContext ctx(&HeapAllocator::Get(), threads);
+          Tensor y, s, z;
+          std::vector<Tensor*> outs = {&y, &s, &z};
+          std::vector<const Tensor*> ins = {&x};
+          ASSERT_TRUE((*k)->Run(ctx, ins, outs).ok());
+          EXPECT_EQ(testing::ToDoubles(y), testing::ToDoubles((*want)[0]));
+          EXPECT_EQ(testing::ToDoubles(s), testing::ToDoubles((*want)[1]));
+          EXPECT_EQ(testing::ToDoubles(z), testing::ToDoubles((*want)[2]));
+          EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
   Tensor x = testing::F32({4}, {1, 2, 3, 4});
   for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
