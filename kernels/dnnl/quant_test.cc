@@ -20,6 +20,7 @@
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/qconv_check.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -232,7 +233,17 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
         KernelCall ql("QLinearConv");
         ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(bias).Out(yt);
         attrs(ql);
-        ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni);
+        // The primitive requantizes in f32 (ONNX Runtime's arithmetic): identical but at ties.
+        qconv_check::Requant q;
+        absl::StatusOr<std::vector<Tensor>> sums = KernelCall(ci).Backend("reference").Run();
+        ASSERT_TRUE(sums.ok()) << sums.status();
+        q.sums = (*sums)[0];
+        q.zy = yt == DType::kU8 ? 100 : 3;
+        for (int64_t i = 0; i < cv.m; ++i) {
+          q.bias.push_back(bias.data<int32_t>()[i]);
+          q.scale.push_back(0.03 * static_cast<double>(ws[static_cast<size_t>(i)]) / 0.4);
+        }
+        qconv_check::ExpectQLinearAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni, q);
         ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, true, /*im2col=*/true);
       }
     }
