@@ -138,7 +138,9 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
            }});
     p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
-             if (fused.convs == 0 && fused.transposes == 0) return false;
+             if (fused.convs == 0 && fused.transposes == 0 && fused.quantized_blocked == 0) {
+               return false;
+             }
              result.conv_fusion = {{"convs", fused.convs},
                                    {"pads", fused.pads},
                                    {"batch_norms", fused.batch_norms},
@@ -147,7 +149,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"sums", fused.sums},
                                    {"activations", fused.activations},
                                    {"depthwise_pairs", fused.depthwise},
-                                   {"channels_last_values", fused.blocked}};
+                                   {"channels_last_values", fused.blocked},
+                                   {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
            }});
     p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {

@@ -22,7 +22,10 @@
 // removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
 // other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
 // the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
-// between them; it keeps its logical dims and byte size.
+// between them; it keeps its logical dims and byte size. Likewise a u8/s8 value passed only
+// from one QLinearConv to QLinearConvs (as x) is kept channels-last, NHWC, the layout oneDNN's
+// int8 convolutions take (the same two flags; kernels/channels_last.h, every QLinearConv kernel
+// honours them).
 //
 // A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
 // Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
@@ -53,15 +56,16 @@
 namespace dynvm::compiler {
 
 struct ConvFusionCounts {
-  int convs = 0;        // Conv nodes rewritten into FusedConv
-  int pads = 0;         // Pads folded
-  int batch_norms = 0;  // BatchNormalizations folded
-  int sums = 0;         // residual Adds fused
-  int scales = 0;       // Mul/Add by constants folded into the weights and bias
-  int activations = 0;  // activations fused (the second of a pair counted too)
-  int transposes = 0;   // ConvTransposes that took BatchNormalizations or constant Mul/Adds
-  int depthwise = 0;    // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
-  int blocked = 0;      // values kept channels-last between FusedConvs
+  int convs = 0;              // Conv nodes rewritten into FusedConv
+  int pads = 0;               // Pads folded
+  int batch_norms = 0;        // BatchNormalizations folded
+  int sums = 0;               // residual Adds fused
+  int scales = 0;             // Mul/Add by constants folded into the weights and bias
+  int activations = 0;        // activations fused (the second of a pair counted too)
+  int transposes = 0;         // ConvTransposes that took BatchNormalizations or constant Mul/Adds
+  int depthwise = 0;          // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
+  int blocked = 0;            // values kept channels-last between FusedConvs
+  int quantized_blocked = 0;  // u8/s8 values kept channels-last between QLinearConvs
 };
 
 // Rewrites every function of `module` in place. Call after shape inference; run shape

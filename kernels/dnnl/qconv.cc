@@ -25,8 +25,11 @@
 // same bound).
 //
 // Layouts: the primitive picks its own (format_tag::any); x is reordered from NCHW into it and
-// y (ConvInteger: the s32 sums) back to NCHW in the site's workspace; w is reordered on every
-// run (its packed form carries oneDNN's compensation for the zero point and for s8 x).
+// y (ConvInteger: the s32 sums) back to NCHW in the site's workspace. A QLinearConv in a chain
+// (compiler/conv_fusion.h) reads and writes channels-last u8/s8 instead ("channels_last_in" /
+// "_out", kernels/channels_last.h), the layout oneDNN picks, so no reorder runs between two of
+// them; its fallbacks (the im2col kernel, the reference) take the same flags; w is reordered on
+// every run (its packed form carries oneDNN's compensation for the zero point and for s8 x).
 // Primitives are bound per site and concrete shape in the conv family's LRU (conv_common.h), the
 // thread count, the scales' mask, y's type and QLinearConv's output scales (hashed; the entry
 // keeps them to compare) in the key.
@@ -69,7 +72,16 @@ struct Attrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
   std::string auto_pad;
   int64_t group = 1;
+  // QLinearConv: x / y hold channels-last data (kernels/channels_last.h).
+  bool channels_last_in = false, channels_last_out = false;
 };
+
+// The channels-last tag (NWC, NHWC, NDHWC) of a rank 3-5 tensor.
+dnnl::memory::format_tag ChannelsLastTag(int rank) {
+  return rank == 3   ? dnnl::memory::format_tag::nwc
+         : rank == 4 ? dnnl::memory::format_tag::nhwc
+                     : dnnl::memory::format_tag::ndhwc;
+}
 
 // The convolution's geometry; k spatial dims (1..3).
 struct Geometry {
@@ -268,7 +280,9 @@ class QConvKernel final : public DnnlKernel {
             Entry* e) const {
     e->out_scales = scales;
     const dt xt = x.dtype() == DType::kU8 ? dt::u8 : dt::s8;
-    const dnnl::memory::desc src = TensorDesc(x);
+    const dnnl::memory::dims xd(x.dims().begin(), x.dims().end());
+    const dnnl::memory::desc src =
+        a_.channels_last_in ? dnnl::memory::desc(xd, xt, ChannelsLastTag(x.rank())) : TensorDesc(x);
     dnnl::memory::dims wdims;
     if (g.g > 1) {
       wdims = {g.g, g.m / g.g};
@@ -278,8 +292,10 @@ class QConvKernel final : public DnnlKernel {
     }
     const dnnl::memory::desc wts = DenseDesc(dt::s8, wdims);
     const dt yt = out_dtype == DType::kU8 ? dt::u8 : out_dtype == DType::kI8 ? dt::s8 : dt::s32;
-    const dnnl::memory::desc dst = DenseDesc(yt, out_dims);
-    const dnnl::memory::dims xd(x.dims().begin(), x.dims().end());
+    const dnnl::memory::desc dst =
+        a_.channels_last_out
+            ? dnnl::memory::desc(out_dims, yt, ChannelsLastTag(static_cast<int>(out_dims.size())))
+            : DenseDesc(yt, out_dims);
     const dnnl::memory::desc src_any(xd, xt, dnnl::memory::format_tag::any);
     const dnnl::memory::desc wts_any(wdims, dt::s8, dnnl::memory::format_tag::any);
     const dnnl::memory::desc dst_any(out_dims, yt, dnnl::memory::format_tag::any);
@@ -438,6 +454,12 @@ void RegisterQConvKernels(KernelRegistry& r) {
           DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
           DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
           DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+          if (qlinear) {
+            DYNVM_ASSIGN_OR_RETURN(int64_t ci, spec.GetInt("channels_last_in", 0));
+            DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
+            a.channels_last_in = ci != 0;
+            a.channels_last_out = co != 0;
+          }
           // Its fallback is the registry's next kernel for the spec: the im2col kernel
           // (quant.cc, kDnnlSecondPriority), whose own fallback is the reference kernel.
           return std::make_unique<QConvKernel>(KernelName(spec), qlinear, std::move(a));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
+#include "kernels/channels_last.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -302,6 +303,107 @@ TEST(DnnlQConv, RequantizationInThePrimitiveMatchesTheReference) {
     }
   }
   EXPECT_LT(ties * 10000, outputs) << ties << " ties in " << outputs << " outputs";
+}
+
+// Runs the kernel `make` creates for `call` on `inputs` (twice, one site); its output.
+Tensor RunOnce(const KernelCall& call, const std::vector<Tensor>& inputs, bool im2col) {
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k =
+      im2col ? CreateIm2ColConv(spec, true) : KernelRegistry::Global().Create(spec);
+  EXPECT_TRUE(k.ok()) << k.status();
+  if (!k.ok()) return Tensor();
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(&t);
+  Tensor out;
+  for (int run = 0; run < 2; ++run) {
+    out = Tensor();
+    std::vector<Tensor*> outs = {&out};
+    absl::Status s = (*k)->Run(ctx, in, outs);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return out;
+}
+
+// QLinearConv reading and writing channels-last u8/s8 (flags "channels_last_in" / "_out", set
+// by the compiler's layout pass on chains): the primitive, the im2col kernel (1-D, 2-D) and the
+// reference, each against itself on the plain layout, bit for bit, with x permuted on the way
+// in and y on the way out (kernels/channels_last.h, itself checked by element against the
+// plain index). Cases the primitive hands to its fallback (a weight zero point) too.
+TEST(DnnlQConv, ChannelsLastMatchesThePlainLayout) {
+  std::mt19937 rng(53);
+  // PermuteChannels8 against the index arithmetic.
+  Tensor t = Full(DType::kU8, {2, 3, 4, 5}, rng);
+  absl::StatusOr<Tensor> cl = PermuteChannels8(t, true);
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t s = 0; s < 20; ++s) {
+        ASSERT_EQ(cl->data<uint8_t>()[(n * 20 + s) * 3 + c],
+                  t.data<uint8_t>()[(n * 3 + c) * 20 + s]);
+      }
+    }
+  }
+  EXPECT_FALSE(PermuteChannels8(Tensor::Scalar(1.0f), true).ok());
+  for (int trial = 0; trial < 24; ++trial) {
+    const int k = 1 + trial % 3;
+    const Case c = RandomCase(k, rng);
+    const DType xt = trial % 2 == 0 ? DType::kU8 : DType::kI8;
+    const DType yt = trial % 4 < 2 ? DType::kU8 : DType::kI8;
+    const int64_t m = c.w_dims[0];
+    SCOPED_TRACE(absl::StrCat("trial ", trial, " x ", absl::StrJoin(c.x_dims, "x"), " w ",
+                              absl::StrJoin(c.w_dims, "x"), " group ", c.group));
+    Tensor x = Full(xt, c.x_dims, rng), w = Full(DType::kI8, c.w_dims, rng);
+    Tensor xz = Scalar(xt, xt == DType::kU8 ? 120 : -3);
+    Tensor wz = Scalar(DType::kI8, trial % 6 == 5 ? 2 : 0);  // non-zero: the fallback
+    std::vector<float> ws(static_cast<size_t>(m));
+    for (float& v : ws) v = 0.0005f * static_cast<float>(1 + rng() % 40);
+    Tensor xs = testing::F32({}, {0.02f}), wsc = testing::F32({m}, ws);
+    Tensor ys = testing::F32({}, {0.37f}), yz = Scalar(yt, yt == DType::kU8 ? 100 : 4);
+    Tensor b32 = *Tensor::Empty(DType::kI32, {m});
+    for (int64_t i = 0; i < m; ++i) {
+      b32.data<int32_t>()[i] = static_cast<int32_t>(rng() % 20001) - 10000;
+    }
+    Tensor xcl = *PermuteChannels8(x, true);
+    for (int impl = 0; impl < 3; ++impl) {  // the registry's kernel, im2col, the reference
+      if (impl == 1 && k == 3) continue;    // the im2col kernel is 1-D and 2-D only
+      for (int flags = 1; flags < 4; ++flags) {
+        const bool in_cl = flags & 1, out_cl = flags & 2;
+        SCOPED_TRACE(absl::StrCat("impl ", impl, " in ", in_cl, " out ", out_cl));
+        const std::vector<Tensor> plain_in = {x, xs, xz, w, wsc, wz, ys, yz, b32};
+        std::vector<Tensor> flagged_in = plain_in;
+        if (in_cl) flagged_in[0] = xcl;
+        auto make = [&](const std::vector<Tensor>& ins, bool flag) {
+          KernelCall call("QLinearConv");
+          for (const Tensor& v : ins) call.In(v);
+          call.Out(yt);
+          Attrs(c, call);
+          if (flag) {
+            call.Attr("channels_last_in", int64_t{in_cl})
+                .Attr("channels_last_out", int64_t{out_cl});
+          }
+          return call;
+        };
+        const KernelCall plain = make(plain_in, false), flagged = make(flagged_in, true);
+        Tensor want, got;
+        if (impl == 2) {
+          absl::StatusOr<std::vector<Tensor>> a = KernelCall(plain).Backend("reference").Run();
+          absl::StatusOr<std::vector<Tensor>> b = KernelCall(flagged).Backend("reference").Run();
+          ASSERT_TRUE(a.ok()) << a.status();
+          ASSERT_TRUE(b.ok()) << b.status();
+          want = (*a)[0];
+          got = (*b)[0];
+        } else {
+          want = RunOnce(plain, plain_in, impl == 1);
+          got = RunOnce(flagged, flagged_in, impl == 1);
+        }
+        ASSERT_TRUE(got.defined() && want.defined());
+        if (out_cl) got = *PermuteChannels8(got, false);
+        EXPECT_EQ(testing::ToDoubles(got), testing::ToDoubles(want));
+      }
+    }
+  }
 }
 
 TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {

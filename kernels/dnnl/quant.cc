@@ -177,6 +177,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/channels_last.h"
 #include "kernels/cpu/igemm.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/u8s8_gemm.h"
@@ -771,6 +772,8 @@ struct ConvAttrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
   std::string auto_pad;
   int64_t group = 1;
+  // QLinearConv: x / y hold channels-last data (kernels/channels_last.h).
+  bool channels_last_in = false, channels_last_out = false;
 };
 
 class IntConvKernel final : public DnnlKernel {
@@ -789,12 +792,42 @@ class IntConvKernel final : public DnnlKernel {
     const Tensor* bias = qlinear_ ? at(8) : nullptr;
     Geometry g;
     if (!Usable(x, w, xz, wz, bias, &g) || (qlinear_ && !UsableScales(in, g.m))) {
-      return RunFallback(ctx, in, out);
+      return RunFallback(ctx, in, out);  // the reference takes the layout flags too
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
+    if (!a_.channels_last_in && !a_.channels_last_out) return RunPlain(ctx, in, g, out[0]);
+    // Channels-last x or y: computed in the plain layout, converted on the way in and out.
+    std::vector<const Tensor*> plain_in(in.begin(), in.end());
+    Tensor px;
+    if (a_.channels_last_in) {
+      DYNVM_ASSIGN_OR_RETURN(px, PermuteChannels8(x, false));
+      plain_in[0] = &px;
+    }
+    if (!a_.channels_last_out) return RunPlain(ctx, plain_in, g, out[0]);
+    Tensor py;
+    DYNVM_RETURN_IF_ERROR(RunPlain(ctx, plain_in, g, &py));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, py.dims(), op));
+    return PermuteChannels8(py, true, *out[0]);
+  }
+
+ private:
+  struct Geometry {
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, grp;
+    int64_t cg() const { return c / grp; }
+    int64_t mg() const { return m / grp; }
+    int64_t k() const { return cg() * kh * kw; }  // one group's GEMM depth
+  };
+
+  // The convolution in the plain layout, the inputs checked usable (Run).
+  absl::Status RunPlain(KernelContext& ctx, Inputs in, const Geometry& g, Tensor* y) const {
+    const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
+    const Tensor& w = *in[qlinear_ ? 3 : 1];
+    const Tensor* wz = in.size() > (qlinear_ ? 5u : 3u) ? in[qlinear_ ? 5 : 3] : nullptr;
+    const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
+    Tensor* out[1] = {y};
     std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
-    if (x.rank() == 3) dims.erase(dims.begin() + 2);
+    if (in[0]->rank() == 3) dims.erase(dims.begin() + 2);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
     const int64_t k = g.k(), p = g.oh * g.ow;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(g.m) * sizeof(double) : 0;
@@ -825,14 +858,6 @@ class IntConvKernel final : public DnnlKernel {
     }
     return absl::OkStatus();
   }
-
- private:
-  struct Geometry {
-    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, grp;
-    int64_t cg() const { return c / grp; }
-    int64_t mg() const { return m / grp; }
-    int64_t k() const { return cg() * kh * kw; }  // one group's GEMM depth
-  };
 
   // The run's workspace: QLinearConv's per-channel factors and s32 sums, the columns, and
   // without VNNI the packed w and the packed columns.
@@ -1044,6 +1069,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec,
   DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
   DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
   DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+  if (qlinear) {
+    DYNVM_ASSIGN_OR_RETURN(int64_t ci, spec.GetInt("channels_last_in", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
+    a.channels_last_in = ci != 0;
+    a.channels_last_out = co != 0;
+  }
   return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), qlinear, std::move(a));
 }
 
