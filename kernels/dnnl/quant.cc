@@ -63,11 +63,12 @@
 //   takes as MatMulInteger, f32 scales, b_scale per tensor or per column
 // - ConvInteger, QLinearConv: fast path kernels/dnnl/qconv.cc: oneDNN's int8 convolution primitive
 //   (u8/s8 src, s8 weights, s32 result; the x zero point as its run-time source zero point; layouts
-//   of oneDNN's choosing, reorders in the workspace, bound per site and shape), then QLinearConv's
-//   bias and requantization per output channel in double; takes 1-3 spatial dims, any group,
-//   strides, dilations, explicit, VALID or SAME pads; s8 w with zero point 0 (absent, or all zeros
-//   per channel); per-tensor x zero point; f32 scales, w_scale per tensor or per output channel;
-//   every sum below 2^24 in magnitude (below)
+//   of oneDNN's choosing, reorders in the workspace, bound per site and shape); QLinearConv's
+//   bias and requantization inside the primitive, in f32 as ONNX Runtime's (qconv.cc; one step
+//   off the double reference only at f32 rounding ties), u8/s8 y, channels-last in chains;
+//   takes 1-3 spatial dims, any group, strides, dilations, explicit, VALID or SAME pads; s8 w
+//   with zero point 0 (absent, or all zeros per channel); per-tensor x zero point; f32 scales,
+//   w_scale per tensor or per output channel; ConvInteger: every sum below 2^24 in magnitude
 // - (their fallback; everything on a CPU without VNNI): fast path kernels/dnnl/quant.cc: per batch
 //   item and group, im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
 //   then dnnl_gemm_s8s8s32 with VNNI or igemm.cc's GEMM without (w packed once per run),
