@@ -36,15 +36,17 @@ std::string ConvLayout(const KernelSpec& spec) {
   return s;
 }
 
-// Marks each dynvm::Linear whose weight is a constant of the executable (constant segment:
-// immutable, outliving the kernels) with constant_weights = 1, so that its kernel may keep a
-// packed copy (kernels/dnnl/linear.cc). Returns how many.
+// Marks each dynvm::Linear and com.microsoft DynamicQuantizeMatMul whose weight is a constant of
+// the executable (constant segment: immutable, outliving the kernels) with constant_weights = 1,
+// so that its kernel may keep a packed copy (kernels/dnnl/linear.cc, quant.cc). Returns how many.
 int MarkConstantLinearWeights(Graph& g) {
   int count = 0;
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) count += MarkConstantLinearWeights(*sub);
-    if (n->domain != ops::kDynvmDomain || n->op != ops::kLinear || n->inputs.size() < 2 ||
-        n->inputs[1] == nullptr || !n->inputs[1]->constant) {
+    const bool linear = n->domain == ops::kDynvmDomain && n->op == ops::kLinear;
+    const bool dynquant = n->domain == ops::kMsftDomain && n->op == "DynamicQuantizeMatMul";
+    if ((!linear && !dynquant) || n->inputs.size() < 2 || n->inputs[1] == nullptr ||
+        !n->inputs[1]->constant) {
       continue;
     }
     AttrValue one;
@@ -136,7 +138,9 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
            }});
     p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
-             if (fused.convs == 0 && fused.transposes == 0) return false;
+             if (fused.convs == 0 && fused.transposes == 0 && fused.quantized_blocked == 0) {
+               return false;
+             }
              result.conv_fusion = {{"convs", fused.convs},
                                    {"pads", fused.pads},
                                    {"batch_norms", fused.batch_norms},
@@ -147,7 +151,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"depthwise_pairs", fused.depthwise},
                                    {"channel_splits", fused.splits},
                                    {"channel_muls", fused.channel_muls},
-                                   {"channels_last_values", fused.blocked}};
+                                   {"channels_last_values", fused.blocked},
+                                   {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
            }});
     p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {

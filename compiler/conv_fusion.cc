@@ -697,6 +697,48 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   return changed;
 }
 
+bool IsQLinearConv(const Node* n) {
+  return n->op == "QLinearConv" && n->domain.empty() && !n->inputs.empty() &&
+         n->inputs[0] != nullptr && n->outputs.size() == 1 && n->outputs[0] != nullptr;
+}
+
+// Whether the 8-bit `v` can be kept channels-last: every reader is a QLinearConv reading it as
+// x, and it is no graph output and not read in a nested region.
+bool QuantizedMarkable(const Graph& g, const Value* v, UseCounts& uses) {
+  if (!v->shape || v->rank() < 3 || v->rank() > 5 ||
+      (v->dtype != DType::kU8 && v->dtype != DType::kI8)) {
+    return false;
+  }
+  int reads = 0;
+  for (const auto& other : g.nodes) {
+    for (size_t i = 0; i < other->inputs.size(); ++i) {
+      if (other->inputs[i] != v) continue;
+      ++reads;
+      if (!IsQLinearConv(other.get()) || i != 0) return false;
+    }
+  }
+  return reads > 0 && reads == uses[v];
+}
+
+// Values passed only from one QLinearConv to QLinearConvs (the chains of ONNX Runtime's QDQ
+// CNNs after the qdq_conv rewrite) are kept channels-last u8/s8 (NHWC), the layout oneDNN's int8
+// convolutions read and write: "channels_last_out" on the producer, "channels_last_in" on the
+// readers (kernels/channels_last.h). Returns the values changed.
+int AssignQuantizedLayouts(Graph& g, UseCounts& uses) {
+  int changed = 0;
+  for (auto& node : g.nodes) {
+    Node* p = node.get();
+    if (!IsQLinearConv(p) || !QuantizedMarkable(g, p->outputs[0], uses)) continue;
+    const Value* v = p->outputs[0];
+    SetInt(p, "channels_last_out", 1);
+    for (auto& other : g.nodes) {
+      if (other->inputs[0] == v) SetInt(other.get(), "channels_last_in", 1);
+    }
+    ++changed;
+  }
+  return changed;
+}
+
 std::vector<int64_t> IntsAttr(const Node& n, const char* name) {
   const AttrValue* a = Attr(n, name, AttrValue::Type::kInts);
   return a != nullptr ? a->ints : std::vector<int64_t>{};
@@ -999,6 +1041,7 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     EachGraph(*f.graph, [&](Graph& g) {
       counts.channel_muls += RewriteChannelMuls(g);
       counts.blocked += AssignBlockedLayouts(g, uses);
+      counts.quantized_blocked += AssignQuantizedLayouts(g, uses);
     });
   }
   return counts;

@@ -22,7 +22,10 @@
 // removed by dead-code elimination. Then a value passed only from one FusedConv or pool to
 // other FusedConvs (as X or the residual) or pools is kept channels-last ("channels_last_out" on
 // the producer, "channels_last_in" / "channels_last_sum" on the readers), so no reorder runs
-// between them; it keeps its logical dims and byte size.
+// between them; it keeps its logical dims and byte size. Likewise a u8/s8 value passed only
+// from one QLinearConv to QLinearConvs (as x) is kept channels-last, NHWC, the layout oneDNN's
+// int8 convolutions take (the same two flags; kernels/channels_last.h, every QLinearConv kernel
+// honours them).
 //
 // A ConvTranspose with constant f32 weights (and bias) folds the BatchNormalizations and the
 // Mul/Add by constants after it the same way (its weights are [C, M / group, K...]) and stays a
@@ -70,6 +73,7 @@ struct ConvFusionCounts {
   int splits = 0;        // FusedConvs split into one per channel part of the Split reading them
   int channel_muls = 0;  // Muls by a per-channel gate made dynvm::ChannelMul (layout-aware)
   int blocked = 0;       // values kept channels-last between FusedConvs
+  int quantized_blocked = 0;  // u8/s8 values kept channels-last between QLinearConvs
 };
 
 // Rewrites every function of `module` in place. Call after shape inference; run shape

@@ -22,11 +22,15 @@
 //   QuantizeLinear(Conv(DequantizeLinear(xq, ..), DequantizeLinear(wq, ..)[, b]), ys[, yz])
 // with w [M, C/group, k...] per tensor or per output channel (axis 0, M elements), x and y per
 // tensor, every Conv attribute kept. Without b: QLinearConv(xq, xs, xz, wq, ws, wz, ys, yz).
-// With b (f32 [M], e.g. the DequantizeLinear of an int32 bias, folded after the rewrites):
+// With b the DequantizeLinear of an int32 constant bq [M] whose scale is exactly the f32
+// product xs * ws (per channel), as ONNX Runtime's quantize_static writes every Conv bias:
+// QLinearConv(xq, xs, xz, wq, ws, wz, ys, yz, bq). With another b (f32 [M]):
 //   QuantizeLinear(Cast<f32>(ConvInteger(xq, wq, xz, wz)) * r(xs * ws) + r(b), ys[, yz])
 // (r: reshaped to [M, 1, ...] to broadcast over the spatial dims), so a bias that is not a
 // multiple of xs * ws loses nothing to rounding. ConvInteger and QLinearConv run on oneDNN's
-// int8 convolution (docs/kernels.md, "Quantized operators").
+// int8 convolution (docs/kernels.md, "Quantized operators"). x's DequantizeLinear is found
+// through the Conv's input and may have other readers (a residual Add reads the block's input
+// too); it stays for them.
 //
 // The fused result can differ from the unfused program by one quantization step where the
 // f32 product lands within rounding of a tie: the fused product is exact and requantized in
@@ -159,9 +163,58 @@ Value* ReplaceGemm(Emitter& e, const Match& m) {
   return e.Op("QuantizeLinear", q);
 }
 
+// x = DequantizeLinear(q, s[, z]) of any other readers (a residual Add, the other convolutions
+// of a block read the same activation): its inputs, or false.
+bool DequantizedFrom(const Value* x, Value** q, Value** s, Value** z) {
+  const Node* n = x == nullptr ? nullptr : x->producer;
+  if (n == nullptr || n->op != "DequantizeLinear" || !n->domain.empty() || x->output_index != 0 ||
+      n->inputs.size() < 2 || n->inputs[0] == nullptr || n->inputs[1] == nullptr) {
+    return false;
+  }
+  *q = n->inputs[0];
+  *s = n->inputs[1];
+  *z = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+  return true;
+}
+
+// The elements of a constant f32 tensor, or empty.
+std::vector<float> ConstFloats(const Value* v) {
+  if (v == nullptr || !v->constant || v->constant->dtype() != DType::kF32) return {};
+  const Tensor& t = *v->constant;
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+// A bias as quantizers write it, DequantizeLinear(bq, bs[, zeros]) with bq an int32 constant
+// [M] and bs exactly the f32 products xs * ws (per channel, or one): bq, which QLinearConv adds
+// to its integer sums before the one requantization (the unfused Conv adds bq * bs in f32).
+// nullptr when b is not of that form.
+Value* Int32Bias(const Value* b, const Value* xs, const Value* ws, int64_t channels) {
+  Value *bq = nullptr, *bs = nullptr, *bz = nullptr;
+  if (!DequantizedFrom(b, &bq, &bs, &bz) || bq->dtype != DType::kI32 || !bq->constant ||
+      bq->constant->numel() != channels) {
+    return nullptr;
+  }
+  if (bz != nullptr) {
+    if (!bz->constant || bz->constant->dtype() != DType::kI32) return nullptr;
+    const Tensor& z = *bz->constant;
+    for (int64_t i = 0; i < z.numel(); ++i) {
+      if (z.data<int32_t>()[i] != 0) return nullptr;
+    }
+  }
+  const std::vector<float> x = ConstFloats(xs), w = ConstFloats(ws), s = ConstFloats(bs);
+  if (x.size() != 1 || w.empty() || s.empty()) return nullptr;
+  for (int64_t j = 0; j < channels; ++j) {
+    const float want = x[0] * w[w.size() == 1 ? 0 : static_cast<size_t>(j)];
+    if (s[s.size() == 1 ? 0 : static_cast<size_t>(j)] != want) return nullptr;
+  }
+  return bq;
+}
+
 Value* ReplaceConv(Emitter& e, const Match& m) {
   const Node* conv = m.node("conv");
-  Value *xq = m["xq"], *xs = m["xs"], *xz = m["xz"], *wq = m["wq"], *ws = m["ws"], *wz = m["wz"];
+  Value *xq = nullptr, *xs = nullptr, *xz = nullptr;
+  if (!DequantizedFrom(m["xf"], &xq, &xs, &xz)) return nullptr;
+  Value *wq = m["wq"], *ws = m["ws"], *wz = m["wz"];
   Value *ys = m["ys"], *yz = m["yz"], *b = m["b"];
   if (!Is8Bit(xq->dtype) || !Is8Bit(wq->dtype) || (yz != nullptr && !Is8Bit(yz->dtype))) {
     return nullptr;
@@ -194,10 +247,13 @@ Value* ReplaceConv(Emitter& e, const Match& m) {
   Value* wzp = ZeroPoint(e, wz, wq->dtype);
   if (xzp == nullptr || wzp == nullptr) return nullptr;
   Attrs attrs = conv->attrs;
-  if (b == nullptr) {
+  Value* bq = b == nullptr ? nullptr : Int32Bias(b, xs, ws, *channels);
+  if (b == nullptr || bq != nullptr) {
     Value* yzp = ZeroPoint(e, yz, DType::kU8);
     if (yzp == nullptr) return nullptr;
-    return e.Op("QLinearConv", {xq, xs, xzp, wq, ws, wzp, ys, yzp}, attrs);
+    std::vector<Value*> in = {xq, xs, xzp, wq, ws, wzp, ys, yzp};
+    if (bq != nullptr) in.push_back(bq);
+    return e.Op("QLinearConv", std::move(in), attrs);
   }
   // [M, 1, ..., 1]: per-channel values broadcast over the output's spatial dims.
   std::vector<int64_t> per_channel(static_cast<size_t>(wq->rank() - 1), 1);
@@ -227,8 +283,9 @@ std::vector<Rule> QdqRules() {
                      P::Op("Gemm", {Dequantize("x"), Dequantize("w")}).As("gemm")});
   P groot =
       P::OneOf({P::Op("QuantizeLinear", {gemm, ys, yz}), P::Op("QuantizeLinear", {gemm, ys})});
-  P conv = P::OneOf({P::Op("Conv", {Dequantize("x"), Dequantize("w"), P::Any("b")}).As("conv"),
-                     P::Op("Conv", {Dequantize("x"), Dequantize("w")}).As("conv")});
+  // x's DequantizeLinear may have other readers (ReplaceConv finds it through the value).
+  P conv = P::OneOf({P::Op("Conv", {P::Any("xf"), Dequantize("w"), P::Any("b")}).As("conv"),
+                     P::Op("Conv", {P::Any("xf"), Dequantize("w")}).As("conv")});
   P croot =
       P::OneOf({P::Op("QuantizeLinear", {conv, ys, yz}), P::Op("QuantizeLinear", {conv, ys})});
   return {Rule{"qdq_matmul", std::move(root), &Replace},

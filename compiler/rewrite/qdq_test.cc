@@ -255,9 +255,11 @@ struct ConvCase {
   bool per_channel = true;
   bool zero_points = true;
   bool bias = false;
-  bool int32_bias = false;     // the bias as DequantizeLinear(int32, xs * ws), as quantizers write
-  int64_t w_axis = 0;          // the weight DequantizeLinear's axis (1: not fusable)
-  bool share_weights = false;  // the dequantized weights also a graph output
+  bool int32_bias = false;      // the bias as DequantizeLinear(int32, xs * ws), as quantizers write
+  int64_t w_axis = 0;           // the weight DequantizeLinear's axis (1: not fusable)
+  bool share_weights = false;   // the dequantized weights also a graph output
+  bool share_input = false;     // the dequantized x also a graph output (as a residual reads it)
+  bool bias_scale_off = false;  // the int32 bias's scale not exactly xs * ws
 };
 
 // QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(w)[, b])) fused and unfused, on a
@@ -295,7 +297,7 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
         std::vector<int32_t> bq(c.m);
         std::vector<float> bs(c.m);
         for (int64_t i = 0; i < c.m; ++i) {
-          bs[i] = xs * scales[c.per_channel ? i : 0];
+          bs[i] = xs * scales[c.per_channel ? i : 0] * (c.bias_scale_off ? 1.0001f : 1.0f);
           bq[i] = static_cast<int32_t>(std::lround(bias[i] / bs[i]));
         }
         in.push_back(b.Op("DequantizeLinear",
@@ -315,6 +317,7 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
     if (c.zero_points) q.push_back(b.Constant(Ints(DType::kU8, {}, rng, 128, 128)));
     b.Output("y", b.Op("QuantizeLinear", q));
     if (c.share_weights) b.Output("wf", wf);
+    if (c.share_input) b.Output("xf", xf);
     CompileOptions options;
     options.optimize = optimize == 1;
     absl::StatusOr<CompileResult> r = Compile(mod, options);
@@ -340,7 +343,10 @@ bool ConvFusedMatchesUnfused(const ConvCase& c) {
   }
   const CompileResult& fused = results[1];
   const bool fired = fused.rewrites.count("qdq_conv") && fused.rewrites.at("qdq_conv") > 0;
-  EXPECT_EQ(fired, HasKernel(fused, c.bias ? "ConvInteger" : "QLinearConv"));
+  // An int32 bias of scale xs * ws goes into QLinearConv; another bias runs ConvInteger and f32
+  // scaling.
+  const bool integer_bias = c.int32_bias && !c.bias_scale_off;
+  EXPECT_EQ(fired, HasKernel(fused, c.bias && !integer_bias ? "ConvInteger" : "QLinearConv"));
   EXPECT_EQ(fired, !HasKernel(fused, "Conv") && !HasKernel(fused, "dynvm::FusedConv"));
   const std::vector<Tensor>& got = outs[1];
   const std::vector<Tensor>& want = outs[0];
@@ -400,6 +406,124 @@ TEST(QdqTest, ConvNearMissesAreLeftAlone) {
   ConvCase shared;
   shared.share_weights = true;  // the dequantized weights read elsewhere
   EXPECT_FALSE(ConvFusedMatchesUnfused(shared));
+}
+
+// ONNX Runtime's QDQ form: the int32 bias (scale xs * ws, per channel) becomes QLinearConv's; a
+// bias scale a little off keeps the ConvInteger form; x's DequantizeLinear read elsewhere too (a
+// residual Add) does not stop the fusion.
+TEST(QdqTest, ConvTakesInt32BiasAndSharedInput) {
+  for (bool off : {false, true}) {
+    for (bool share : {false, true}) {
+      ConvCase c;
+      c.bias = true;
+      c.int32_bias = true;
+      c.bias_scale_off = off;
+      c.share_input = share;
+      SCOPED_TRACE(absl::StrCat(off ? "scale off" : "scale xs * ws", share ? ", x shared" : ""));
+      EXPECT_TRUE(ConvFusedMatchesUnfused(c));
+    }
+  }
+}
+
+// A chain of three QDQ convolutions (1x1 expand, 3x3 depthwise, 1x1 project; batch 2): after
+// qdq_conv, QLinearConvs passing u8 values, which the layout pass keeps channels-last (NHWC)
+// between them. `kind` 0: both inner values; 1: the first inner value also a graph output; 2:
+// it also dequantized into a graph output (as a residual Add reads it): that value stays
+// plain. Returns the values kept channels-last, after checking the outputs against the
+// unoptimized program as ConvFusedMatchesUnfused does.
+int QuantizedChainLayouts(int kind, DType xt) {
+  std::vector<Tensor> outs[2];
+  int marked = -1;
+  for (int optimize = 0; optimize < 2; ++optimize) {
+    std::mt19937 rng(77);
+    Module mod;
+    GraphBuilder b(mod.AddFunction("main"));
+    const bool u8 = xt == DType::kU8;
+    Value* v = b.Input("x", xt, {"batch", 8, 9, 9});
+    Value* xz = b.Constant(Ints(xt, {}, rng, u8 ? 128 : 0, u8 ? 128 : 0));
+    float xs = 0.03f;
+    struct Layer {
+      int64_t cin, m, k, group;
+    };
+    const Layer layers[3] = {{8, 16, 1, 1}, {16, 16, 3, 16}, {16, 8, 1, 1}};
+    Value* first_inner = nullptr;
+    for (int l = 0; l < 3; ++l) {
+      const Layer& ly = layers[l];
+      std::vector<float> ws(ly.m);
+      for (float& s : ws) s = 0.002f * static_cast<float>(1 + rng() % 20);
+      Value* xf = b.Op("DequantizeLinear", {v, b.Constant(testing::F32({}, {xs})), xz});
+      Value* wf = b.Op(
+          "DequantizeLinear",
+          {b.Constant(Ints(DType::kI8, {ly.m, ly.cin / ly.group, ly.k, ly.k}, rng, -100, 100), "w",
+                      true),
+           b.Constant(testing::F32({ly.m}, ws)), b.Constant(Ints(DType::kI8, {ly.m}, rng, 0, 0))},
+          {{"axis", AttrInt(0)}});
+      const int64_t pad = ly.k / 2;
+      Value* y = b.Op("Conv", {xf, wf},
+                      {{"group", AttrInt(ly.group)},
+                       {"pads", AttrInts({pad, pad, pad, pad})},
+                       {"kernel_shape", AttrInts({ly.k, ly.k})}});
+      xs = 0.05f;
+      xz = b.Constant(Ints(DType::kU8, {}, rng, 0, 0));
+      v = b.Op("QuantizeLinear", {y, b.Constant(testing::F32({}, {xs})), xz});
+      if (l == 0) first_inner = v;
+    }
+    b.Output("y", v);
+    if (kind == 1) b.Output("inner", first_inner);
+    if (kind == 2) {
+      b.Output("inner_f32",
+               b.Op("DequantizeLinear", {first_inner, b.Constant(testing::F32({}, {0.05f})), xz}));
+    }
+    CompileOptions options;
+    options.optimize = optimize == 1;
+    absl::StatusOr<CompileResult> r = Compile(mod, options);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return -1;
+    if (optimize == 1) {
+      EXPECT_EQ(r->rewrites.count("qdq_conv") ? r->rewrites.at("qdq_conv") : 0, 3);
+      const auto it = r->conv_fusion.find("quantized_channels_last_values");
+      marked = it == r->conv_fusion.end() ? 0 : it->second;
+    }
+    absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(
+        {reinterpret_cast<const uint8_t*>(r->bytes.data()), r->bytes.size()});
+    EXPECT_TRUE(exe.ok()) << exe.status();
+    if (!exe.ok()) return -1;
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+    EXPECT_TRUE(vm.ok()) << vm.status();
+    if (!vm.ok()) return -1;
+    std::mt19937 in_rng(5);
+    EXPECT_TRUE(
+        (*vm)->SetInput("x", Ints(xt, {2, 8, 9, 9}, in_rng, u8 ? 0 : -128, u8 ? 255 : 127)).ok());
+    absl::Status s = (*vm)->Run();
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return -1;
+    outs[optimize] = *(*vm)->GetOutputs();
+  }
+  EXPECT_EQ(outs[0].size(), outs[1].size());
+  for (size_t o = 0; o < outs[0].size() && o < outs[1].size(); ++o) {
+    EXPECT_EQ(outs[1][o].dims(), outs[0][o].dims());
+    const std::vector<double> a = testing::ToDoubles(outs[1][o]),
+                              e = testing::ToDoubles(outs[0][o]);
+    if (a.size() != e.size()) return marked;
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      // A requantization tie may move a value by one step (its f32 image: 0.05 in f32 units).
+      EXPECT_LE(std::fabs(a[i] - e[i]), o == 0 || kind != 2 ? 1.0 : 0.0501)
+          << "output " << o << " element " << i;
+      differ += a[i] != e[i];
+    }
+    EXPECT_LE(differ * 100, static_cast<int64_t>(a.size())) << differ << " of " << a.size();
+  }
+  return marked;
+}
+
+TEST(QdqTest, QLinearConvChainsStayChannelsLast) {
+  for (DType xt : {DType::kU8, DType::kI8}) {
+    SCOPED_TRACE(DTypeName(xt));
+    EXPECT_EQ(QuantizedChainLayouts(0, xt), 2);
+    EXPECT_EQ(QuantizedChainLayouts(1, xt), 1);  // near miss: the inner value is an output
+    EXPECT_EQ(QuantizedChainLayouts(2, xt), 1);  // near miss: a DequantizeLinear reads it too
+  }
 }
 
 }  // namespace

@@ -6,8 +6,8 @@ const std::vector<Rule>& AllRules() {
   static const std::vector<Rule>* rules = [] {
     auto* all = new std::vector<Rule>;
     for (auto* make : {&PowConstRules, &LayerNormRules, &ActivationRules, &ChainRules,
-                       &AttentionRules, &QdqRules, &RmsNormRules, &RotaryRules, &SwiGluRules,
-                       &MatMulBiasRules, &MatMulTransposeRules}) {
+                       &AttentionRules, &QdqRules, &DynQuantRules, &RmsNormRules, &RotaryRules,
+                       &SwiGluRules, &MatMulBiasRules, &MatMulTransposeRules}) {
       for (Rule& r : make()) all->push_back(std::move(r));
     }
     return all;

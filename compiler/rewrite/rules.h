@@ -15,6 +15,7 @@ std::vector<Rule> ActivationRules();       // activations.cc
 std::vector<Rule> ChainRules();            // chains.cc
 std::vector<Rule> AttentionRules();        // attention.cc
 std::vector<Rule> QdqRules();              // qdq.cc
+std::vector<Rule> DynQuantRules();         // dynquant.cc
 std::vector<Rule> RmsNormRules();          // rms_norm.cc
 std::vector<Rule> RotaryRules();           // rotary.cc
 std::vector<Rule> SwiGluRules();           // swiglu.cc

@@ -14,6 +14,7 @@ Dispatch Make(Isa isa) {
   FillQGemv(isa, &d);
   FillQ4Gemv(isa, &d);
   FillIGemm(isa, &d);
+  FillU8S8Gemm(isa, &d);
   FillPackedGemm(isa, &d);
   FillDepthwise(isa, &d);
   FillWinograd(isa, &d);

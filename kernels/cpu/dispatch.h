@@ -65,6 +65,9 @@ struct Dispatch {
   void (*requantize_i8_uniform)(int64_t n, const int32_t* acc, double add, double s, double z,
                                 int8_t* y);
   void (*shift_u8_to_s8)(int64_t n, const uint8_t* x, int8_t* y);
+  void (*min_max)(int64_t n, const float* x, float* lo, float* hi);
+  void (*scale_acc_row)(int64_t n, const int32_t* acc, const int32_t* col, const int32_t* zc,
+                        int32_t rs, const float* scale, const float* bias, float* y);
   void (*dequantize_rows_i8)(int64_t k, const int8_t* q, int64_t ldw, const float* scale,
                              int64_t r0, int64_t r1, float* dst);
   void (*dequantize_rows_bf16)(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
@@ -92,6 +95,10 @@ struct Dispatch {
   void (*igemv)(int64_t k, const int16_t* packed_a, const int8_t* b, int64_t ldb, int32_t b_zp,
                 int64_t j0, int64_t j1, int32_t* c);
   const char* igemm_path;
+  // u8s8_gemm.h
+  void (*u8s8_gemm)(int64_t k, int64_t n, const uint8_t* a, int64_t lda, const int8_t* packed_b,
+                    int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc);
+  bool u8s8_gemm_fast;
   // packed_gemm.h: C (= or +=) packed A x the panels of one column block, one depth block.
   void (*packed_gemm_column_block)(int64_t rows, int64_t depth, const float* a, const float* b,
                                    int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
@@ -127,6 +134,7 @@ void FillQuantize(Isa isa, Dispatch* d);
 void FillQGemv(Isa isa, Dispatch* d);
 void FillQ4Gemv(Isa isa, Dispatch* d);
 void FillIGemm(Isa isa, Dispatch* d);
+void FillU8S8Gemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);
 void FillDepthwise(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);

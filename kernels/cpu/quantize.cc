@@ -49,6 +49,71 @@ DYNVM_ALWAYS_INLINE void ShiftBody(int64_t n, const uint8_t* x, int8_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
 
+// 16 lanes of running minima and maxima in GCC vectors (an elementwise min/max each level
+// compiles to its own vector instructions: the plain-array form stayed scalar), then the lanes
+// and the tail.
+typedef float MinMaxLanes __attribute__((vector_size(64)));
+
+DYNVM_ALWAYS_INLINE void MinMaxBody(int64_t n, const float* x, float* lo, float* hi) {
+  constexpr int kLanes = 16;
+  float first[kLanes];
+  for (int j = 0; j < kLanes; ++j) first[j] = x[0];
+  MinMaxLanes l, h;
+  std::memcpy(&l, first, sizeof(l));
+  h = l;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    MinMaxLanes v;
+    std::memcpy(&v, x + i, sizeof(v));
+    l = v < l ? v : l;
+    h = v > h ? v : h;
+  }
+  float lo_lanes[kLanes], hi_lanes[kLanes];
+  std::memcpy(lo_lanes, &l, sizeof(l));
+  std::memcpy(hi_lanes, &h, sizeof(h));
+  float a = lo_lanes[0], b = hi_lanes[0];
+  for (int j = 1; j < kLanes; ++j) {
+    a = lo_lanes[j] < a ? lo_lanes[j] : a;
+    b = hi_lanes[j] > b ? hi_lanes[j] : b;
+  }
+  for (; i < n; ++i) {
+    a = x[i] < a ? x[i] : a;
+    b = x[i] > b ? x[i] : b;
+  }
+  *lo = a;
+  *hi = b;
+}
+
+// Two loops so that the product and the bias are rounded apart (no FMA contraction across a
+// store the next loop reads).
+DYNVM_ALWAYS_INLINE void ScaleAccRowBody(int64_t n, const int32_t* acc, const int32_t* col,
+                                         const int32_t* zc, int32_t rs, const float* scale,
+                                         const float* bias, float* y) {
+  const uint32_t r = static_cast<uint32_t>(rs);
+  if (zc == nullptr && col == nullptr) {
+    for (int64_t j = 0; j < n; ++j) y[j] = static_cast<float>(acc[j]) * scale[j];
+  } else if (col == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = static_cast<uint32_t>(acc[j]) - static_cast<uint32_t>(zc[j]) * r;
+      y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
+    }
+  } else if (zc == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(col[j]);
+      y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = static_cast<uint32_t>(acc[j]) + static_cast<uint32_t>(col[j]) -
+                         static_cast<uint32_t>(zc[j]) * r;
+      y[j] = static_cast<float>(static_cast<int32_t>(v)) * scale[j];
+    }
+  }
+  if (bias != nullptr) {
+    for (int64_t j = 0; j < n; ++j) y[j] += bias[j];
+  }
+}
+
 DYNVM_ALWAYS_INLINE float Bf16ToF32(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
@@ -106,6 +171,14 @@ DYNVM_ALWAYS_INLINE void DequantizeRowsBf16Body(int64_t k, const uint16_t* w, in
     RequantizeUniformBody<int8_t, -128, 127>(n, acc, add, s, z, y);                               \
   }                                                                                               \
   ATTR void ShiftU8ToS8##SUFFIX(int64_t n, const uint8_t* x, int8_t* y) { ShiftBody(n, x, y); }   \
+  ATTR void MinMax##SUFFIX(int64_t n, const float* x, float* lo, float* hi) {                     \
+    MinMaxBody(n, x, lo, hi);                                                                     \
+  }                                                                                               \
+  ATTR void ScaleAccRow##SUFFIX(int64_t n, const int32_t* acc, const int32_t* col,                \
+                                const int32_t* zc, int32_t rs, const float* scale,                \
+                                const float* bias, float* y) {                                    \
+    ScaleAccRowBody(n, acc, col, zc, rs, scale, bias, y);                                         \
+  }                                                                                               \
   ATTR void DequantizeRowsI8##SUFFIX(int64_t k, const int8_t* q, int64_t ldw, const float* scale, \
                                      int64_t r0, int64_t r1, float* dst) {                        \
     DequantizeRowsI8Body(k, q, ldw, scale, r0, r1, dst);                                          \
@@ -132,6 +205,8 @@ DYNVM_QUANTIZE_LEVEL(DYNVM_AVX512_LOOPS, Avx512)
   d->requantize_u8_uniform = &RequantizeU8Uniform##SUFFIX; \
   d->requantize_i8_uniform = &RequantizeI8Uniform##SUFFIX; \
   d->shift_u8_to_s8 = &ShiftU8ToS8##SUFFIX;                \
+  d->min_max = &MinMax##SUFFIX;                            \
+  d->scale_acc_row = &ScaleAccRow##SUFFIX;                 \
   d->dequantize_rows_i8 = &DequantizeRowsI8##SUFFIX;       \
   d->dequantize_rows_bf16 = &DequantizeRowsBf16##SUFFIX;
 
@@ -180,6 +255,13 @@ void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, do
 }
 void ShiftU8ToS8(int64_t n, const uint8_t* x, int8_t* y) {
   internal::Table().shift_u8_to_s8(n, x, y);
+}
+void MinMax(int64_t n, const float* x, float* lo, float* hi) {
+  internal::Table().min_max(n, x, lo, hi);
+}
+void ScaleAccRow(int64_t n, const int32_t* acc, const int32_t* col, const int32_t* zc, int32_t rs,
+                 const float* scale, const float* bias, float* y) {
+  internal::Table().scale_acc_row(n, acc, col, zc, rs, scale, bias, y);
 }
 void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,
                       int64_t r1, float* dst) {

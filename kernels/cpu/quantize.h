@@ -26,6 +26,14 @@ void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, do
 // y[i] = x[i] - 128 (a u8 operand as s8, its zero point moved with it).
 void ShiftU8ToS8(int64_t n, const uint8_t* x, int8_t* y);
 
+// The smallest and largest of x[0..n) (n >= 1; a NaN may be dropped or kept).
+void MinMax(int64_t n, const float* x, float* lo, float* hi);
+// One output row of an integer product scaled to f32 (DynamicQuantizeMatMul,
+// MatMulIntegerToFloat): y[j] = f32(acc[j] + col[j] - zc[j] * rs) * scale[j] (+ bias[j]), the
+// s32 arithmetic wrapping to the exact sum it stands for; col, zc and bias may be null (no such
+// term). The product and the sum are rounded apart, as Mul then Add compute them.
+void ScaleAccRow(int64_t n, const int32_t* acc, const int32_t* col, const int32_t* zc, int32_t rs,
+                 const float* scale, const float* bias, float* y);
 // Rows [r0, r1) of a weight-only quantized W into dst (row j at dst + (j - r0) * k): int8 rows
 // (row j at q + j * ldw) times scale[j], or bf16 bit patterns widened to f32.
 void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scale, int64_t r0,

@@ -290,11 +290,13 @@ absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
   return absl::OkStatus();
 }
 
+void ParkPoolForOpenMp(const KernelContext& ctx) {
+  if (ctx.num_threads() > 1 && omp_get_max_threads() > 1) ctx.ParkWorkers();
+}
+
 absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
                           std::initializer_list<const void*> data) {
-  // A primitive about to run on an OpenMP team: the VM pool's workers, spinning after the
-  // previous split kernel, park now instead of competing with the team for the cores.
-  if (ctx.num_threads() > 1 && omp_get_max_threads() > 1) ctx.ParkWorkers();
+  ParkPoolForOpenMp(ctx);
   void* scratch = nullptr;
   if (prim.scratchpad_bytes() > 0) {
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(prim.scratchpad_bytes()));

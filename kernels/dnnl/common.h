@@ -248,6 +248,10 @@ absl::Status Rebind(const KernelContext& ctx, PrimitiveState* st, const ShapeKey
   return absl::OkStatus();
 }
 
+// Before oneDNN work on an OpenMP team (a primitive, dnnl_gemm_*): the VM pool's workers, spinning
+// after the previous split kernel, park instead of competing with the team for the cores.
+void ParkPoolForOpenMp(const KernelContext& ctx);
+
 // Runs a bound primitive with its scratchpad taken from the site's workspace.
 absl::Status ExecuteBound(KernelContext& ctx, const BoundPrimitive& prim,
                           std::initializer_list<const void*> data);

@@ -35,7 +35,8 @@ struct Entry {
   BoundPrimitive second, dw_reorder;
   dnnl::memory::desc dw_packed;  // the depthwise weights' layout (dw_reorder bound)
   size_t dw_bytes = 0;
-  std::vector<float> zero_bias;  // the fused 1x1 conv's bias when it has none
+  std::vector<float> zero_bias;   // the fused 1x1 conv's bias when it has none
+  std::vector<float> out_scales;  // QLinearConv: the output scales bound into the primitive
 };
 
 // A site's entries, least recently used evicted first (ConvCacheCapacity()).

@@ -4,20 +4,35 @@
 //
 // The primitive computes the exact s32 sum of (x - x_zero_point) * w, the x zero point given
 // at run time through oneDNN's source zero-point attribute (padding counts as the zero point,
-// as ONNX wants). QLinearConv then adds its bias and requantizes each output channel in double,
-// exactly as the reference kernel does, so the results are identical to the reference's.
+// as ONNX wants).
 //
-// Exactness: oneDNN's int8 kernels convert the s32 sum (its zero-point and s8 compensations
-// applied in integers) to f32 before storing it, which is exact only below 2^24. The rounding
-// is monotonic and 2^24 is a float, so a stored magnitude below 2^24 is the exact sum, and one
-// at or above it may not be: each run checks the stored sums (one pass) and redoes a run that
-// has such a sum with the im2col kernel (quant.cc), exact at every magnitude. Real layers'
-// sums stay far below 2^24 after the zero point is taken out.
+// ConvInteger: the s32 sums are its output. oneDNN's int8 kernels convert the s32 sum (its
+// zero-point and s8 compensations applied in integers) to f32 before storing it, which is exact
+// only below 2^24. The rounding is monotonic and 2^24 is a float, so a stored magnitude below
+// 2^24 is the exact sum, and one at or above it may not be: each run checks the stored sums (one
+// pass) and redoes a run that has such a sum with the im2col kernel (quant.cc), exact at every
+// magnitude. Real layers' sums stay far below 2^24 after the zero point is taken out.
+//
+// QLinearConv: the requantization runs inside the primitive, which writes u8 or s8 y directly:
+// the s32 bias, then the output scale x_scale * w_scale / y_scale (rounded once to f32; per
+// tensor or per output channel, bound into the primitive), y's zero point (at run time), saturation
+// and rounding half to even, in f32. That is ONNX Runtime's own arithmetic (MLAS requantizes
+// f32(sum + bias) * f32 scale, rounds half to even and saturates), not the reference kernel's
+// double: the two agree except where the exact value (sum + bias) * scale + y_zero_point lies
+// within f32's rounding error of a tie (x.5), where they may differ by one (qconv_test asserts
+// exactly that bound: every output identical, or off by one within 2^-20 of its magnitude of a
+// tie). Sums of 2^24 or more are rounded to f32 there as in ORT (an error of 2^-24 relative, the
+// same bound).
 //
 // Layouts: the primitive picks its own (format_tag::any); x is reordered from NCHW into it and
-// the s32 result back to NCHW in the site's workspace; w is reordered on every run (its packed
-// form carries oneDNN's compensation for the zero point and for s8 x). Primitives are bound per
-// site and concrete shape in the conv family's LRU (conv_common.h), the thread count in the key.
+// y (ConvInteger: the s32 sums) back to NCHW in the site's workspace. A QLinearConv in a chain
+// (compiler/conv_fusion.h) reads and writes channels-last u8/s8 instead ("channels_last_in" /
+// "_out", kernels/channels_last.h), the layout oneDNN picks, so no reorder runs between two of
+// them; its fallbacks (the im2col kernel, the reference) take the same flags; w is reordered on
+// every run (its packed form carries oneDNN's compensation for the zero point and for s8 x).
+// Primitives are bound per site and concrete shape in the conv family's LRU (conv_common.h), the
+// thread count, the scales' mask, y's type and QLinearConv's output scales (hashed; the entry
+// keeps them to compare) in the key.
 //
 // What this does not take goes to the im2col kernel (which in turn hands what it cannot do, such
 // as 3-D, to the reference): 3-D convolutions with padding and a non-zero x zero point (oneDNN
@@ -29,6 +44,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +72,16 @@ struct Attrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
   std::string auto_pad;
   int64_t group = 1;
+  // QLinearConv: x / y hold channels-last data (kernels/channels_last.h).
+  bool channels_last_in = false, channels_last_out = false;
 };
+
+// The channels-last tag (NWC, NHWC, NDHWC) of a rank 3-5 tensor.
+dnnl::memory::format_tag ChannelsLastTag(int rank) {
+  return rank == 3   ? dnnl::memory::format_tag::nwc
+         : rank == 4 ? dnnl::memory::format_tag::nhwc
+                     : dnnl::memory::format_tag::ndhwc;
+}
 
 // The convolution's geometry; k spatial dims (1..3).
 struct Geometry {
@@ -169,17 +194,28 @@ class QConvKernel final : public DnnlKernel {
     key.Add(&x);
     key.Add(&w);
     key.Add(ctx.num_threads());
+    // QLinearConv's output scales are bound into the primitive (oneDNN 2.6's int8 convolutions
+    // take no run-time scales): their hash is in the key, and the entry keeps them to compare.
+    std::vector<float> scales;
+    if (qlinear_) {
+      scales = OutputScales(in);
+      key.Add(in[4]);  // the scales' mask: per tensor or per output channel
+      key.Add(in[7]);  // y's type
+      key.Add(static_cast<int64_t>(HashFloats(scales)));
+    }
     SiteCache* st = SiteState<SiteCache>(ctx);
     bool fresh = false;
     Entry* e = st->Lookup(key, &fresh);
     if (fresh) {
       DYNVM_RETURN_IF_ERROR(BindEntry(e, "int8 convolution", [&](const dnnl::engine& engine) {
-        Bind(engine, g, x, w, out_dims, e);
+        Bind(engine, g, x, w, out_dims, qlinear_ ? in[7]->dtype() : DType::kI32, scales, e);
       }));
     }
-    if (e->use_fallback) return RunFallback(ctx, in, out);
+    // (A hash collision between different scales, however unlikely, goes to the fallback.)
+    if (e->use_fallback || e->out_scales != scales) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, out_dims, op));
-    return Execute(ctx, *e, g, x, w, zx, in, bias, out[0]);
+    if (qlinear_) return ExecuteQLinear(ctx, *e, g, x, w, zx, in, bias, out[0]);
+    return Execute(ctx, *e, g, x, w, zx, in, out[0]);
   }
 
  private:
@@ -194,6 +230,28 @@ class QConvKernel final : public DnnlKernel {
       if (wz->data<int8_t>()[i] != 0) return false;
     }
     return true;
+  }
+
+  // QLinearConv's output scales x_scale * w_scale / y_scale (one, or one per output channel),
+  // computed in double and rounded once to f32.
+  static std::vector<float> OutputScales(Inputs in) {
+    const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0);
+    std::vector<float> s(static_cast<size_t>(in[4]->numel()));
+    for (size_t oc = 0; oc < s.size(); ++oc) {
+      s[oc] = static_cast<float>(xs * QuantParamAt(in[4], static_cast<int64_t>(oc)) / ys);
+    }
+    return s;
+  }
+
+  // FNV-1a over the floats' bits.
+  static uint64_t HashFloats(const std::vector<float>& v) {
+    uint64_t h = 1469598103934665603ull;
+    for (float f : v) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      h = (h ^ bits) * 1099511628211ull;
+    }
+    return h;
   }
 
   // QLinearConv's scales: f32, valid, per tensor (w: or per output channel); y's zero point
@@ -214,10 +272,17 @@ class QConvKernel final : public DnnlKernel {
            yz.numel() == 1 && yz.rank() <= 1 && Is8Bit(yz.dtype());
   }
 
+  // Binds the primitive: ConvInteger's with an s32 destination; QLinearConv's with its
+  // requantization inside (output scales per tensor or per output channel, y's zero point, an
+  // s32 bias, a u8 or s8 destination).
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
-            const std::vector<int64_t>& out_dims, Entry* e) const {
+            const std::vector<int64_t>& out_dims, DType out_dtype, const std::vector<float>& scales,
+            Entry* e) const {
+    e->out_scales = scales;
     const dt xt = x.dtype() == DType::kU8 ? dt::u8 : dt::s8;
-    const dnnl::memory::desc src = TensorDesc(x);
+    const dnnl::memory::dims xd(x.dims().begin(), x.dims().end());
+    const dnnl::memory::desc src =
+        a_.channels_last_in ? dnnl::memory::desc(xd, xt, ChannelsLastTag(x.rank())) : TensorDesc(x);
     dnnl::memory::dims wdims;
     if (g.g > 1) {
       wdims = {g.g, g.m / g.g};
@@ -226,28 +291,47 @@ class QConvKernel final : public DnnlKernel {
       wdims.assign(w.dims().begin(), w.dims().end());
     }
     const dnnl::memory::desc wts = DenseDesc(dt::s8, wdims);
-    const dnnl::memory::desc dst = DenseDesc(dt::s32, out_dims);
-    const dnnl::memory::dims xd(x.dims().begin(), x.dims().end());
+    const dt yt = out_dtype == DType::kU8 ? dt::u8 : out_dtype == DType::kI8 ? dt::s8 : dt::s32;
+    const dnnl::memory::desc dst =
+        a_.channels_last_out
+            ? dnnl::memory::desc(out_dims, yt, ChannelsLastTag(static_cast<int>(out_dims.size())))
+            : DenseDesc(yt, out_dims);
     const dnnl::memory::desc src_any(xd, xt, dnnl::memory::format_tag::any);
     const dnnl::memory::desc wts_any(wdims, dt::s8, dnnl::memory::format_tag::any);
-    const dnnl::memory::desc dst_any(out_dims, dt::s32, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc dst_any(out_dims, yt, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc bias_md = qlinear_ ? DenseDesc(dt::s32, {g.m}) : dnnl::memory::desc();
     const dnnl::memory::dims strides(g.st, g.st + g.k), pl(g.pl, g.pl + g.k), pr(g.pr, g.pr + g.k);
     dnnl::memory::dims dil(static_cast<size_t>(g.k));
     for (int i = 0; i < g.k; ++i)
       dil[static_cast<size_t>(i)] = g.dl[i] - 1;  // oneDNN counts dilation from 0
     dnnl::primitive_attr attr = UserScratchpadAttr();
     attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    if (qlinear_) {
+      attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    }
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::convolution_direct, src_any, wts_any,
-                                      dnnl::memory::desc(), dst_any, strides, dil, pl, pr);
+                                      bias_md, dst_any, strides, dil, pl, pr);
     dnnl::convolution_forward::primitive_desc pd(d, attr, engine);
     const dnnl::memory::desc psrc = pd.query_md(dnnl::query::src_md);
     const dnnl::memory::desc pwts = pd.query_md(dnnl::query::weights_md);
     const dnnl::memory::desc pdst = pd.query_md(dnnl::query::dst_md);
-    e->main.Bind(pd, {{DNNL_ARG_SRC, psrc},
-                      {DNNL_ARG_WEIGHTS, pwts},
-                      {DNNL_ARG_DST, pdst},
-                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, DenseDesc(dt::s32, {1})}});
+    e->reference_impl = IsReferenceImpl(pd);
+    if (qlinear_) {
+      const dnnl::memory::desc one = DenseDesc(dt::s32, {1});
+      e->main.Bind(pd, {{DNNL_ARG_SRC, psrc},
+                        {DNNL_ARG_WEIGHTS, pwts},
+                        {DNNL_ARG_BIAS, bias_md},
+                        {DNNL_ARG_DST, pdst},
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, one},
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, one}});
+    } else {
+      e->main.Bind(pd, {{DNNL_ARG_SRC, psrc},
+                        {DNNL_ARG_WEIGHTS, pwts},
+                        {DNNL_ARG_DST, pdst},
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, DenseDesc(dt::s32, {1})}});
+    }
     if (psrc != src) {
       BindReorder(&e->src_reorder, engine, src, psrc);
       e->src_bytes = Align(psrc.get_size());
@@ -256,32 +340,73 @@ class QConvKernel final : public DnnlKernel {
       BindReorder(&e->w_reorder, engine, wts, pwts);
       e->w_bytes = Align(pwts.get_size());
     }
-    // The s32 result always lands in the workspace: ConvInteger's output when oneDNN wrote
-    // another layout (reordered into it), QLinearConv's accumulators (requantized from it).
+    // The result always lands in the workspace: ConvInteger's s32 sums (checked there, then
+    // copied or reordered to y), QLinearConv's u8/s8 y when oneDNN wrote another layout.
     if (pdst != dst) BindReorder(&e->dst_reorder, engine, pdst, dst);
     e->dst_bytes = Align(pdst.get_size());
   }
 
+  // QLinearConv on the primitive: y requantized by oneDNN, in f32 as ONNX Runtime's MLAS does
+  // (header), then reordered to NCHW when oneDNN wrote another layout.
+  absl::Status ExecuteQLinear(KernelContext& ctx, const Entry& e, const Geometry& g,
+                              const Tensor& x, const Tensor& w, int32_t zx, Inputs in,
+                              const Tensor* bias, Tensor* y) const {
+    size_t scratch = e.main.scratchpad_bytes();
+    for (const BoundPrimitive* r : {&e.src_reorder, &e.w_reorder, &e.dst_reorder}) {
+      scratch = std::max(scratch, r->scratchpad_bytes());
+    }
+    scratch = Align(scratch);
+    const size_t params = Align(static_cast<size_t>(g.m) * sizeof(int32_t));
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(scratch + e.src_bytes + e.w_bytes + e.dst_bytes + params + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    char* pscratch = base;
+    char* psrc = pscratch + scratch;
+    char* pw = psrc + e.src_bytes;
+    char* pdst = pw + e.w_bytes;
+    int32_t* zero_bias = reinterpret_cast<int32_t*>(pdst + e.dst_bytes);
+    const int32_t zy = static_cast<int32_t>(QuantParamAt(in[7], 0));
+    const void* b = bias != nullptr ? bias->raw_data() : nullptr;
+    if (b == nullptr) {
+      std::fill(zero_bias, zero_bias + g.m, 0);
+      b = zero_bias;
+    }
+    ParkPoolForOpenMp(ctx);  // the reorders and the convolution run on oneDNN's OpenMP team
+    const void* src = x.raw_data();
+    if (e.src_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+      src = psrc;
+    }
+    const void* wts = w.raw_data();
+    if (e.w_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({wts, pw}, pscratch));
+      wts = pw;
+    }
+    void* dst = e.dst_reorder.bound() ? static_cast<void*>(pdst) : y->raw_data();
+    DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, b, dst, &zx, &zy}, pscratch));
+    if (e.dst_reorder.bound()) {
+      DYNVM_RETURN_IF_ERROR(e.dst_reorder.Execute({pdst, y->raw_data()}, pscratch));
+    }
+    return absl::OkStatus();
+  }
+
+  // ConvInteger on the primitive: the exact s32 sums (header).
   absl::Status Execute(KernelContext& ctx, const Entry& e, const Geometry& g, const Tensor& x,
-                       const Tensor& w, int32_t zx, Inputs in, const Tensor* bias,
-                       Tensor* y) const {
+                       const Tensor& w, int32_t zx, Inputs in, Tensor* y) const {
     size_t scratch = e.main.scratchpad_bytes();
     for (const BoundPrimitive* r : {&e.src_reorder, &e.w_reorder, &e.dst_reorder}) {
       scratch = std::max(scratch, r->scratchpad_bytes());
     }
     scratch = Align(scratch);
     const int64_t p = g.spatial_out();
-    const size_t acc_bytes = qlinear_ && e.dst_reorder.bound()
-                                 ? Align(static_cast<size_t>(g.n * g.m * p) * sizeof(int32_t))
-                                 : 0;
-    DYNVM_ASSIGN_OR_RETURN(
-        void* ws, ctx.Workspace(scratch + e.src_bytes + e.w_bytes + e.dst_bytes + acc_bytes + 64));
+    DYNVM_ASSIGN_OR_RETURN(void* ws,
+                           ctx.Workspace(scratch + e.src_bytes + e.w_bytes + e.dst_bytes + 64));
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     char* pscratch = base;
     char* psrc = pscratch + scratch;
     char* pw = psrc + e.src_bytes;
     char* pdst = pw + e.w_bytes;
-    int32_t* acc = reinterpret_cast<int32_t*>(pdst + e.dst_bytes);
+    ParkPoolForOpenMp(ctx);  // the reorders and the convolution run on oneDNN's OpenMP team
     const void* src = x.raw_data();
     if (e.src_reorder.bound()) {
       DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
@@ -296,10 +421,9 @@ class QConvKernel final : public DnnlKernel {
     // The plain NCHW s32 sums.
     const int32_t* sums = reinterpret_cast<const int32_t*>(pdst);
     if (e.dst_reorder.bound()) {
-      int32_t* plain = qlinear_ ? acc : y->data<int32_t>();
-      DYNVM_RETURN_IF_ERROR(e.dst_reorder.Execute({pdst, plain}, pscratch));
-      sums = plain;
-    } else if (!qlinear_) {
+      DYNVM_RETURN_IF_ERROR(e.dst_reorder.Execute({pdst, y->data<int32_t>()}, pscratch));
+      sums = y->data<int32_t>();
+    } else {
       std::copy(sums, sums + g.n * g.m * p, y->data<int32_t>());
     }
     // A sum of 2^24 or more may have been rounded by oneDNN's f32 store (header): the run is
@@ -307,21 +431,6 @@ class QConvKernel final : public DnnlKernel {
     // the f32 store gives only far beyond any reachable sum, counts as 2^31.)
     if (cpu::AnyAbsAtLeast(g.n * g.m * p, sums, static_cast<int32_t>(kExactF32))) {
       return RunFallback(ctx, in, Outputs(&y, 1));
-    }
-    if (!qlinear_) return absl::OkStatus();
-    const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0),
-                 yz = QuantParamAt(in[7], 0);
-    for (int64_t b = 0; b < g.n; ++b) {
-      for (int64_t oc = 0; oc < g.m; ++oc) {
-        const double add = bias != nullptr ? bias->data<int32_t>()[oc] : 0;
-        const double s = xs * QuantParamAt(in[4], oc) / ys;
-        const int64_t row = (b * g.m + oc) * p;
-        if (y->dtype() == DType::kU8) {
-          cpu::RequantizeU8Uniform(p, sums + row, add, s, yz, y->data<uint8_t>() + row);
-        } else {
-          cpu::RequantizeI8Uniform(p, sums + row, add, s, yz, y->data<int8_t>() + row);
-        }
-      }
     }
     return absl::OkStatus();
   }
@@ -345,6 +454,12 @@ void RegisterQConvKernels(KernelRegistry& r) {
           DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
           DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
           DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+          if (qlinear) {
+            DYNVM_ASSIGN_OR_RETURN(int64_t ci, spec.GetInt("channels_last_in", 0));
+            DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
+            a.channels_last_in = ci != 0;
+            a.channels_last_out = co != 0;
+          }
           // Its fallback is the registry's next kernel for the spec: the im2col kernel
           // (quant.cc, kDnnlSecondPriority), whose own fallback is the reference kernel.
           return std::make_unique<QConvKernel>(KernelName(spec), qlinear, std::move(a));

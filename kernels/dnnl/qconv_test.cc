@@ -1,11 +1,14 @@
 // ConvInteger and QLinearConv on oneDNN's int8 convolution (qconv.cc) against the reference
-// kernels (the oracle), exactly: random shapes with 1-3 spatial dims, groups, strides, pads
+// kernels (the oracle), exactly (QLinearConv: identical but at f32's rounding ties, where the
+// primitive's f32 requantization, ONNX Runtime's, may differ by one: ExpectQLinearAsReference):
+// random shapes with 1-3 spatial dims, groups, strides, pads
 // (explicit and SAME), dilations, u8 and i8 x and y, non-zero x and y zero points, per-tensor
 // and per-channel weight scales, with and without bias. Each case also asserts who served it:
 // the primitive on a CPU with VNNI, the fallback (im2col or reference) for non-zero weight zero
 // points, u8 weights, and sums too large for oneDNN's f32 store to keep exact. The 1-D and 2-D
 // cases also run the im2col kernel (quant.cc) on its own, which must serve them without the
 // reference: on a CPU without VNNI the primitive hands it every run (its GEMM is then igemm.h's).
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -16,9 +19,11 @@
 #include "absl/strings/str_join.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
+#include "kernels/channels_last.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/conv.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/qconv_check.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -214,12 +219,189 @@ TEST(DnnlQConv, RandomConvsMatchTheReferenceExactly) {
     if (trial % 5 != 0) ql.In(b32);
     ql.Out(yt);
     Attrs(c, ql);
+    qconv_check::Requant q;
+    absl::StatusOr<std::vector<Tensor>> sums = KernelCall(ci).Backend("reference").Run();
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    q.sums = (*sums)[0];
+    q.zy = yt == DType::kU8 ? 90 + trial : -5 + trial / 5;
+    for (int64_t i = 0; i < m; ++i) {
+      q.bias.push_back(trial % 5 != 0 ? b32.data<int32_t>()[i] : 0);
+      q.scale.push_back(0.02 * static_cast<double>(ws[per_channel ? static_cast<size_t>(i) : 0]) /
+                        static_cast<double>(ys.data<float>()[0]));
+    }
     if (trial % 5 != 0) {
-      ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32}, fast);
+      qconv_check::ExpectQLinearAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32}, fast, q);
       if (k <= 2) ExpectIm2ColSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32});
     } else {
-      ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz}, fast);
+      qconv_check::ExpectQLinearAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz}, fast, q);
       if (k <= 2) ExpectIm2ColSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz});
+    }
+  }
+}
+
+// Layers of a quantized CNN's size (ResNet-like shapes, 3x3 and 1x1, strided, depthwise), u8 and
+// s8 x and y, zero points across their range, scales spread over four orders of magnitude per
+// output channel, s32 biases: the requantization inside the primitive against the reference,
+// outputs identical but at f32's ties (ExpectQLinearAsReference). Ties are rare: under one
+// output in ten thousand.
+TEST(DnnlQConv, RequantizationInThePrimitiveMatchesTheReference) {
+  std::mt19937 rng(41);
+  struct Layer {
+    Case c;
+    DType xt, yt;
+  };
+  const std::vector<Layer> layers = {
+      {{{1, 64, 14, 14}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}}, DType::kU8, DType::kU8},
+      {{{2, 32, 15, 15}, {64, 32, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}}, DType::kU8, DType::kI8},
+      {{{1, 128, 7, 7}, {96, 128, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}}, DType::kI8, DType::kU8},
+      {{{1, 48, 12, 12}, {48, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 48}, DType::kI8, DType::kI8},
+      {{{3, 3, 32, 32}, {16, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, {1, 1}}, DType::kU8, DType::kU8},
+  };
+  int64_t ties = 0, outputs = 0;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& l = layers[li];
+    const Case& c = l.c;
+    SCOPED_TRACE(absl::StrCat("layer ", li, " x ", absl::StrJoin(c.x_dims, "x"), " w ",
+                              absl::StrJoin(c.w_dims, "x"), " ", DTypeName(l.xt), "->",
+                              DTypeName(l.yt)));
+    const int64_t m = c.w_dims[0];
+    Tensor x = Full(l.xt, c.x_dims, rng), w = Ints(DType::kI8, c.w_dims, rng, -60, 60);
+    for (int zi = 0; zi < 3; ++zi) {
+      const int zx = l.xt == DType::kU8 ? std::vector<int>{0, 128, 255}[zi]
+                                        : std::vector<int>{-128, 0, 127}[zi];
+      const int zy = l.yt == DType::kU8 ? std::vector<int>{255, 0, 131}[zi]
+                                        : std::vector<int>{127, -3, -128}[zi];
+      Tensor xz = Scalar(l.xt, zx), yz = Scalar(l.yt, zy);
+      KernelCall ci("ConvInteger");
+      ci.In(x).In(w).In(xz).Out(DType::kI32);
+      Attrs(c, ci);
+      absl::StatusOr<std::vector<Tensor>> sums = ci.Backend("reference").Run();
+      ASSERT_TRUE(sums.ok()) << sums.status();
+      std::vector<float> ws(static_cast<size_t>(m));
+      for (float& v : ws)
+        v = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f,
+                       -static_cast<int>(rng() % 14) - 4);
+      const float xsv = 0.0173f, ysv = 0.071f * static_cast<float>(1 + zi);
+      Tensor xs = testing::F32({}, {xsv}), wsc = testing::F32({m}, ws);
+      Tensor ys = testing::F32({}, {ysv});
+      Tensor b32 = *Tensor::Empty(DType::kI32, {m});
+      qconv_check::Requant q;
+      q.sums = (*sums)[0];
+      q.zy = zy;
+      for (int64_t i = 0; i < m; ++i) {
+        b32.data<int32_t>()[i] = static_cast<int32_t>(rng() % 200001) - 100000;
+        q.bias.push_back(b32.data<int32_t>()[i]);
+        q.scale.push_back(static_cast<double>(xsv) * ws[static_cast<size_t>(i)] / ysv);
+      }
+      Tensor wz = Scalar(DType::kI8, 0);
+      KernelCall ql("QLinearConv");
+      ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(b32).Out(l.yt);
+      Attrs(c, ql);
+      ties += qconv_check::ExpectQLinearAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, b32},
+                                                    CpuHasVnni(), q);
+      outputs += 2 * q.sums.numel();
+    }
+  }
+  EXPECT_LT(ties * 10000, outputs) << ties << " ties in " << outputs << " outputs";
+}
+
+// Runs the kernel `make` creates for `call` on `inputs` (twice, one site); its output.
+Tensor RunOnce(const KernelCall& call, const std::vector<Tensor>& inputs, bool im2col) {
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k =
+      im2col ? CreateIm2ColConv(spec, true) : KernelRegistry::Global().Create(spec);
+  EXPECT_TRUE(k.ok()) << k.status();
+  if (!k.ok()) return Tensor();
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : inputs) in.push_back(&t);
+  Tensor out;
+  for (int run = 0; run < 2; ++run) {
+    out = Tensor();
+    std::vector<Tensor*> outs = {&out};
+    absl::Status s = (*k)->Run(ctx, in, outs);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return out;
+}
+
+// QLinearConv reading and writing channels-last u8/s8 (flags "channels_last_in" / "_out", set
+// by the compiler's layout pass on chains): the primitive, the im2col kernel (1-D, 2-D) and the
+// reference, each against itself on the plain layout, bit for bit, with x permuted on the way
+// in and y on the way out (kernels/channels_last.h, itself checked by element against the
+// plain index). Cases the primitive hands to its fallback (a weight zero point) too.
+TEST(DnnlQConv, ChannelsLastMatchesThePlainLayout) {
+  std::mt19937 rng(53);
+  // PermuteChannels8 against the index arithmetic.
+  Tensor t = Full(DType::kU8, {2, 3, 4, 5}, rng);
+  absl::StatusOr<Tensor> cl = PermuteChannels8(t, true);
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t c = 0; c < 3; ++c) {
+      for (int64_t s = 0; s < 20; ++s) {
+        ASSERT_EQ(cl->data<uint8_t>()[(n * 20 + s) * 3 + c],
+                  t.data<uint8_t>()[(n * 3 + c) * 20 + s]);
+      }
+    }
+  }
+  EXPECT_FALSE(PermuteChannels8(Tensor::Scalar(1.0f), true).ok());
+  for (int trial = 0; trial < 24; ++trial) {
+    const int k = 1 + trial % 3;
+    const Case c = RandomCase(k, rng);
+    const DType xt = trial % 2 == 0 ? DType::kU8 : DType::kI8;
+    const DType yt = trial % 4 < 2 ? DType::kU8 : DType::kI8;
+    const int64_t m = c.w_dims[0];
+    SCOPED_TRACE(absl::StrCat("trial ", trial, " x ", absl::StrJoin(c.x_dims, "x"), " w ",
+                              absl::StrJoin(c.w_dims, "x"), " group ", c.group));
+    Tensor x = Full(xt, c.x_dims, rng), w = Full(DType::kI8, c.w_dims, rng);
+    Tensor xz = Scalar(xt, xt == DType::kU8 ? 120 : -3);
+    Tensor wz = Scalar(DType::kI8, trial % 6 == 5 ? 2 : 0);  // non-zero: the fallback
+    std::vector<float> ws(static_cast<size_t>(m));
+    for (float& v : ws) v = 0.0005f * static_cast<float>(1 + rng() % 40);
+    Tensor xs = testing::F32({}, {0.02f}), wsc = testing::F32({m}, ws);
+    Tensor ys = testing::F32({}, {0.37f}), yz = Scalar(yt, yt == DType::kU8 ? 100 : 4);
+    Tensor b32 = *Tensor::Empty(DType::kI32, {m});
+    for (int64_t i = 0; i < m; ++i) {
+      b32.data<int32_t>()[i] = static_cast<int32_t>(rng() % 20001) - 10000;
+    }
+    Tensor xcl = *PermuteChannels8(x, true);
+    for (int impl = 0; impl < 3; ++impl) {  // the registry's kernel, im2col, the reference
+      if (impl == 1 && k == 3) continue;    // the im2col kernel is 1-D and 2-D only
+      for (int flags = 1; flags < 4; ++flags) {
+        const bool in_cl = flags & 1, out_cl = flags & 2;
+        SCOPED_TRACE(absl::StrCat("impl ", impl, " in ", in_cl, " out ", out_cl));
+        const std::vector<Tensor> plain_in = {x, xs, xz, w, wsc, wz, ys, yz, b32};
+        std::vector<Tensor> flagged_in = plain_in;
+        if (in_cl) flagged_in[0] = xcl;
+        auto make = [&](const std::vector<Tensor>& ins, bool flag) {
+          KernelCall call("QLinearConv");
+          for (const Tensor& v : ins) call.In(v);
+          call.Out(yt);
+          Attrs(c, call);
+          if (flag) {
+            call.Attr("channels_last_in", int64_t{in_cl})
+                .Attr("channels_last_out", int64_t{out_cl});
+          }
+          return call;
+        };
+        const KernelCall plain = make(plain_in, false), flagged = make(flagged_in, true);
+        Tensor want, got;
+        if (impl == 2) {
+          absl::StatusOr<std::vector<Tensor>> a = KernelCall(plain).Backend("reference").Run();
+          absl::StatusOr<std::vector<Tensor>> b = KernelCall(flagged).Backend("reference").Run();
+          ASSERT_TRUE(a.ok()) << a.status();
+          ASSERT_TRUE(b.ok()) << b.status();
+          want = (*a)[0];
+          got = (*b)[0];
+        } else {
+          want = RunOnce(plain, plain_in, impl == 1);
+          got = RunOnce(flagged, flagged_in, impl == 1);
+        }
+        ASSERT_TRUE(got.defined() && want.defined());
+        if (out_cl) got = *PermuteChannels8(got, false);
+        EXPECT_EQ(testing::ToDoubles(got), testing::ToDoubles(want));
+      }
     }
   }
 }

@@ -20,6 +20,16 @@
 // with a vector loop (b_scale per tensor or per column) in double, as the reference does, so
 // results are identical.
 //
+// DynamicQuantizeLinear: cpu::MinMax for the parameters, then cpu::QuantizeU8 (the reference's
+// bits; an infinity goes to the reference).
+//
+// DynamicQuantizeMatMul (com.microsoft; ONNX Runtime's quantize_dynamic form, fused by the
+// dynquant_matmul rewrite): A f32 quantized to u8 as DynamicQuantizeLinear does (cpu::MinMax,
+// cpu::QuantizeU8), the u8 x s8 product (a constant B, marked constant_weights by the compiler,
+// packed once for cpu::U8S8Gemm's VPDPBUSD on CPUs with avx512_vnni; otherwise IntProduct, the
+// same GEMMs as MatMulInteger), the zero points taken out exactly in s32 and the scaling and bias
+// applied by cpu::ScaleAccRow: the unfused program's bits (DynQuantMatMulKernel below).
+//
 // ConvInteger and QLinearConv (CreateIm2ColConv, the fallback of qconv.cc's int8 convolution
 // primitive, and all it serves on a CPU without VNNI): 1-D or 2-D, any group, explicit, VALID
 // or SAME pads, s8 w; per batch item and group, im2col into s8 columns (a u8 x shifted by 128,
@@ -53,11 +63,12 @@
 //   takes as MatMulInteger, f32 scales, b_scale per tensor or per column
 // - ConvInteger, QLinearConv: fast path kernels/dnnl/qconv.cc: oneDNN's int8 convolution primitive
 //   (u8/s8 src, s8 weights, s32 result; the x zero point as its run-time source zero point; layouts
-//   of oneDNN's choosing, reorders in the workspace, bound per site and shape), then QLinearConv's
-//   bias and requantization per output channel in double; takes 1-3 spatial dims, any group,
-//   strides, dilations, explicit, VALID or SAME pads; s8 w with zero point 0 (absent, or all zeros
-//   per channel); per-tensor x zero point; f32 scales, w_scale per tensor or per output channel;
-//   every sum below 2^24 in magnitude (below)
+//   of oneDNN's choosing, reorders in the workspace, bound per site and shape); QLinearConv's
+//   bias and requantization inside the primitive, in f32 as ONNX Runtime's (qconv.cc; one step
+//   off the double reference only at f32 rounding ties), u8/s8 y, channels-last in chains;
+//   takes 1-3 spatial dims, any group, strides, dilations, explicit, VALID or SAME pads; s8 w
+//   with zero point 0 (absent, or all zeros per channel); per-tensor x zero point; f32 scales,
+//   w_scale per tensor or per output channel; ConvInteger: every sum below 2^24 in magnitude
 // - (their fallback; everything on a CPU without VNNI): fast path kernels/dnnl/quant.cc: per batch
 //   item and group, im2col into s8 columns (a u8 x shifted by 128, padding holding the zero point),
 //   then dnnl_gemm_s8s8s32 with VNNI or igemm.cc's GEMM without (w packed once per run),
@@ -158,14 +169,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/channels_last.h"
 #include "kernels/cpu/igemm.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/u8s8_gemm.h"
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -237,6 +253,65 @@ void IntGemm(const KernelContext& ctx, int64_t m, int64_t k, int64_t n, const vo
       cpu::IGemmCompute(k, n, pa, pb, i0, i1, 0, panels, c, ldc);
     });
   }
+}
+
+// Offsets in a workspace: 64-byte steps.
+inline size_t AlignUp(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+// The scratch IntProduct needs: at M = 1, a less its zero point (s16); without VNNI (M >= 2),
+// the packed operands of IntGemm.
+size_t IntProductScratchBytes(int64_t m, int64_t k, int64_t n) {
+  if (m == 1) return cpu::IGemmPackedABytes(1, k);
+  if (choice::UseIGemm(m, n, k)) return cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n);
+  return 0;
+}
+
+// acc [m, n] = (a - za) x (b - bo), exact: a u8 or s8 [m, k] (contiguous), b s8 [k, n], k below
+// kMaxExactK. M = 1: igemm.h's GEMV (b streamed once); M >= 2: oneDNN's integer GEMM with VNNI,
+// IntGemm without. `scratch` (64-byte aligned) holds IntProductScratchBytes(m, k, n).
+absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int64_t k, int64_t n,
+                        const void* a, bool a_u8, int32_t za, const int8_t* b, int32_t bo,
+                        int32_t* acc, uint8_t* scratch) {
+  if (m == 1) {  // a less its zero point as s16, then b streamed once
+    int16_t* pa = reinterpret_cast<int16_t*>(scratch);
+    cpu::IGemmPackA(k, a, a_u8, k, za, 0, 1, pa);
+    const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
+    ctx.ParallelFor(n, grain,
+                    [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, b, n, bo, j0, j1, acc); });
+    return absl::OkStatus();
+  }
+  if (choice::UseIGemm(m, n, k)) {
+    int16_t* pa = reinterpret_cast<int16_t*>(scratch);
+    int16_t* pb = reinterpret_cast<int16_t*>(scratch + cpu::IGemmPackedABytes(m, k));
+    IntGemm(ctx, m, k, n, a, a_u8, k, za, true, pa, b, bo, pb, acc, n);
+    return absl::OkStatus();
+  }
+  SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
+  ParkPoolForOpenMp(ctx);
+  const int32_t co = 0;
+  const dnnl_status_t st =
+      a_u8 ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const uint8_t*>(a), k,
+                               static_cast<uint8_t>(za), b, n, static_cast<int8_t>(bo), 0.0f, acc,
+                               n, &co)
+           : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const int8_t*>(a), k,
+                               static_cast<int8_t>(za), b, n, static_cast<int8_t>(bo), 0.0f, acc, n,
+                               &co);
+  return FromDnnl(st, op);
+}
+
+// DynamicQuantizeLinear's parameters of x [n]: the scale (max(0, max x) - min(0, min x)) / 255
+// in f32 (the range rounded first) and the zero point round_half_even(-min / scale) clamped to
+// u8, 0 when the scale is 0 (x all zeros). False when x holds an infinity (or a NaN the lanes
+// kept): the reference kernel serves it.
+bool DynamicQuantParams(int64_t n, const float* x, float* scale, float* zero_point) {
+  float lo = 0, hi = 0;
+  cpu::MinMax(n, x, &lo, &hi);
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  *scale = (hi - lo) / 255.0f;
+  *zero_point = *scale == 0 ? 0.0f : std::clamp(std::nearbyint(-lo / *scale), 0.0f, 255.0f);
+  return true;
 }
 
 // ---- QuantizeLinear / DequantizeLinear ----
@@ -327,57 +402,30 @@ class IntMatMulKernel final : public DnnlKernel {
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
-    // Workspace: QLinearMatMul's n requantization factors; at M = 1, a less its zero point
-    // (s16, in room for k s32); QLinearMatMul's s32 product; a u8 b shifted to s8.
+    // Workspace: QLinearMatMul's n requantization factors and s32 product; a u8 b shifted to
+    // s8; then IntProduct's scratch.
     const bool shift_b = b.dtype() == DType::kU8;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(n) * sizeof(double) : 0;
-    const size_t a32_bytes = m == 1 ? static_cast<size_t>(k) * sizeof(int32_t) : 0;
     const size_t acc_bytes = qlinear_ ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
     const size_t b_bytes = shift_b ? static_cast<size_t>(k * n) : 0;
-    // Without VNNI (M >= 2): the packed operands of IntGemm, 2-byte aligned.
-    const bool igemm = m > 1 && choice::UseIGemm(m, n, k);
-    const size_t head = (scale_bytes + a32_bytes + acc_bytes + b_bytes + 1) & ~size_t{1};
-    const size_t pack_bytes =
-        igemm ? cpu::IGemmPackedABytes(m, k) + cpu::IGemmPackedBBytes(k, n) : 0;
-    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(std::max<size_t>(head + pack_bytes, 1)));
+    const size_t head = AlignUp(scale_bytes + acc_bytes + b_bytes);
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(std::max<size_t>(head + IntProductScratchBytes(m, k, n), 1)));
     uint8_t* base = static_cast<uint8_t*>(ws);
     double* scale = reinterpret_cast<double*>(base);
-    int32_t* a32 = reinterpret_cast<int32_t*>(base + scale_bytes);
-    int32_t* acc = qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes + a32_bytes)
-                            : out[0]->data<int32_t>();
+    int32_t* acc =
+        qlinear_ ? reinterpret_cast<int32_t*>(base + scale_bytes) : out[0]->data<int32_t>();
     const int8_t* bs8 = b.data<int8_t>();
     int bo = static_cast<int>(QuantParamAt(zb, 0));
     if (shift_b) {  // (b - zb) = ((b - 128) - (zb - 128)): both fit s8
-      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + a32_bytes + acc_bytes);
+      int8_t* shifted = reinterpret_cast<int8_t*>(base + scale_bytes + acc_bytes);
       cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
       bs8 = shifted;
       bo -= 128;
     }
-    if (m == 1) {  // a less its zero point as s16 (a32 has room), then b streamed once
-      int16_t* pa = reinterpret_cast<int16_t*>(a32);
-      cpu::IGemmPackA(k, a.raw_data(), a.dtype() == DType::kU8, k,
-                      static_cast<int32_t>(QuantParamAt(za, 0)), 0, 1, pa);
-      const int64_t grain = ThreadsFor(ctx.num_threads(), n * k) == 1 ? n : 64;
-      ctx.ParallelFor(n, grain,
-                      [&](int64_t j0, int64_t j1) { cpu::IGemv(k, pa, bs8, n, bo, j0, j1, acc); });
-    } else if (igemm) {
-      int16_t* pa = reinterpret_cast<int16_t*>(base + head);
-      int16_t* pb = reinterpret_cast<int16_t*>(base + head + cpu::IGemmPackedABytes(m, k));
-      IntGemm(ctx, m, k, n, a.raw_data(), a.dtype() == DType::kU8, k,
-              static_cast<int32_t>(QuantParamAt(za, 0)), true, pa, bs8, bo, pb, acc, n);
-    } else {
-      SetThreads(ThreadsFor(ctx.num_threads(), m * n * k));
-      const int32_t co = 0;
-      const dnnl_status_t st =
-          a.dtype() == DType::kU8
-              ? dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<uint8_t>(), k,
-                                  static_cast<uint8_t>(QuantParamAt(za, 0)), bs8, n,
-                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co)
-              : dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, a.data<int8_t>(), k,
-                                  static_cast<int8_t>(QuantParamAt(za, 0)), bs8, n,
-                                  static_cast<int8_t>(bo), 0.0f, acc, n, &co);
-      DYNVM_RETURN_IF_ERROR(FromDnnl(st, op));
-    }
+    DYNVM_RETURN_IF_ERROR(IntProduct(ctx, op, m, k, n, a.raw_data(), a.dtype() == DType::kU8,
+                                     static_cast<int32_t>(QuantParamAt(za, 0)), bs8, bo, acc,
+                                     base + head));
     if (qlinear_) Requantize(in, m, n, acc, scale, *out[0]);
     return absl::OkStatus();
   }
@@ -429,6 +477,290 @@ class IntMatMulKernel final : public DnnlKernel {
   bool qlinear_;
 };
 
+// ---- DynamicQuantizeMatMul (com.microsoft) ----
+
+// Y = (quantize(A) - a_zp) (B - b_zp) a_scale b_scale (+ bias), A f32 [..., K] quantized to u8
+// per tensor exactly as DynamicQuantizeLinear does (the scale (max(0, max A) - min(0, min A)) /
+// 255 in f32, the zero point and every element rounded half to even), B u8 or s8 [K, N], b_scale
+// and b_zero_point per tensor or per column, bias f32 [N]: the form ONNX Runtime's
+// quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger, Cast, Mul, Add), fused by the
+// dynquant_matmul rewrite. The product runs on IntProduct; a u8 B is shifted to s8 and the b
+// zero points move with it, c_j = b_zp_j - shift. Equal c_j go to the GEMM as its b offset;
+// differing ones are taken out afterwards, exactly, as c_j times the row sums of
+// (quantize(A) - a_zp). The epilogue (cpu::ScaleAccRow) then computes f32(acc) * (a_scale *
+// b_scale_j), the scales' product rounded to f32 first, and adds the bias: the bits of the
+// unfused program and of the reference kernel.
+// Packed copies of constant B (cpu::U8S8PackB: u8 shifted to s8, with its column sums), keyed
+// by address and geometry (the executable's constant segment outlives the kernel and never
+// changes). Shared by every VM running the kernel.
+class PackedU8S8Cache {
+ public:
+  struct Entry {
+    const void* source = nullptr;
+    int64_t k = 0, n = 0;
+    DType dtype = DType::kI8;
+    std::unique_ptr<int8_t, void (*)(void*)> data{nullptr, &std::free};
+    std::vector<int32_t> col_sums;
+  };
+
+  // The packed b, packing it on first use; nullptr when the cache is full or allocation fails
+  // (the caller takes the unpacked GEMM).
+  const Entry* Get(const Tensor& b) const {
+    const int64_t k = b.dim(0), n = b.dim(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : entries_) {
+      if (e.source == b.raw_data() && e.k == k && e.n == n && e.dtype == b.dtype()) return &e;
+    }
+    const size_t bytes = AlignUp(cpu::U8S8PackedBBytes(k, n));
+    if (entries_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes) return nullptr;
+    Entry e;
+    e.source = b.raw_data();
+    e.k = k;
+    e.n = n;
+    e.dtype = b.dtype();
+    e.data.reset(static_cast<int8_t*>(std::aligned_alloc(64, bytes)));
+    if (e.data == nullptr) return nullptr;
+    e.col_sums.resize(static_cast<size_t>(n));
+    cpu::U8S8PackB(k, n, b.raw_data(), b.dtype() == DType::kU8, n, e.data.get(), e.col_sums.data());
+    bytes_ += bytes;
+    entries_.push_back(std::move(e));
+    return &entries_.back();
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  static constexpr size_t kMaxBytes = size_t{4} << 30;
+  mutable std::mutex mu_;
+  mutable std::deque<Entry> entries_;  // stable addresses
+  mutable size_t bytes_ = 0;
+};
+
+class DynQuantMatMulKernel final : public DnnlKernel {
+ public:
+  DynQuantMatMulKernel(std::string name, bool constant_weights)
+      : DnnlKernel(std::move(name)), constant_weights_(constant_weights) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 3, out, kOp));
+    auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
+    const Tensor &a = *in[0], &b = *in[1], &bscale = *in[2];
+    const Tensor *zb = at(3), *bias = at(4);
+    if (!Usable(a, b, bscale, zb, bias) || (out[0]->defined() && out[0]->dtype() != DType::kF32)) {
+      return RunFallback(ctx, in, out);
+    }
+    const int64_t k = b.dim(0), n = b.dim(1), m = a.numel() / k;
+    const float* x = a.data<float>();
+    float a_scale = 0, za = 0;
+    if (!DynamicQuantParams(a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
+    reference::Dims dims(a.dims().begin(), a.dims().end());
+    dims.back() = n;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
+    const PackedU8S8Cache::Entry* packed =
+        constant_weights_ && cpu::U8S8GemmFast() && k < cpu::kU8S8MaxK ? packed_.Get(b) : nullptr;
+    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales, zero-point
+    // corrections and column terms; unpacked, a u8 B shifted to s8 and IntProduct's scratch.
+    const bool shift_b = packed == nullptr && b.dtype() == DType::kU8;
+    const int64_t lda = packed != nullptr ? cpu::U8S8PaddedK(k) : k;  // padded with zeros
+    const size_t acc_at = AlignUp(static_cast<size_t>(m * lda));
+    const size_t scale_at = acc_at + AlignUp(static_cast<size_t>(m * n) * sizeof(int32_t));
+    const size_t zc_at = scale_at + AlignUp(static_cast<size_t>(n) * sizeof(float));
+    const size_t col_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t b_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t scratch_at = b_at + AlignUp(shift_b ? static_cast<size_t>(k * n) : 0);
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(scratch_at + (packed ? 0 : IntProductScratchBytes(m, k, n))));
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    Product p;
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.lda = lda;
+    p.q = base;
+    p.acc = reinterpret_cast<int32_t*>(base + acc_at);
+    p.scale = reinterpret_cast<float*>(base + scale_at);
+    p.zc = reinterpret_cast<int32_t*>(base + zc_at);
+    p.za = static_cast<int32_t>(za);
+    ctx.ParallelFor(m, ThreadsFor(ctx.num_threads(), m * k) == 1 ? m : 8,
+                    [&](int64_t r0, int64_t r1) { Quantize(x, a_scale, za, r0, r1, p); });
+    // c_j = b_zp_j less B's shift (u8 B is stored less 128); scale_j = a_scale * b_scale_j.
+    const int32_t shift = b.dtype() == DType::kU8 ? 128 : 0;
+    bool uniform = true, zero = true;
+    for (int64_t j = 0; j < n; ++j) {
+      p.zc[j] =
+          static_cast<int32_t>(QuantParamAt(zb, zb != nullptr && zb->numel() > 1 ? j : 0)) - shift;
+      uniform &= p.zc[j] == p.zc[0];
+      zero &= p.zc[j] == 0;
+      p.scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
+    }
+    const int32_t* zc = nullptr;  // the correction the epilogue takes out, if any
+    if (packed != nullptr) {
+      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at), p);
+      zc = zero ? nullptr : p.zc;
+    } else {
+      const int8_t* bs8 = b.data<int8_t>();
+      if (shift_b) {
+        int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
+        cpu::ShiftU8ToS8(k * n, b.data<uint8_t>(), shifted);
+        bs8 = shifted;
+      }
+      DYNVM_RETURN_IF_ERROR(IntProduct(ctx, kOp, m, k, n, p.q, true, p.za, bs8,
+                                       uniform ? p.zc[0] : 0, p.acc, base + scratch_at));
+      zc = uniform ? nullptr : p.zc;
+    }
+    Epilogue(ctx, p, zc, bias != nullptr ? bias->data<float>() : nullptr, out[0]->data<float>());
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr const char* kOp = "DynamicQuantizeMatMul";
+
+  // The operands in the workspace: quantize(A) [m, k], the s32 product [m, n], the n scales and
+  // b zero points (less B's shift), the column terms (null: none), A's zero point.
+  struct Product {
+    int64_t m = 0, k = 0, n = 0, lda = 0;  // lda: q's row stride
+    uint8_t* q = nullptr;
+    int32_t* acc = nullptr;
+    float* scale = nullptr;
+    int32_t* zc = nullptr;
+    int32_t* col = nullptr;
+    int32_t za = 0;
+  };
+
+  // Rows [r0, r1) of x quantized into q (row stride lda, zeros after k): all zeros when the
+  // scale is 0 (x is all zeros; DynamicQuantizeLinear's zero point is 0 then).
+  static void Quantize(const float* x, float s, float z, int64_t r0, int64_t r1, const Product& p) {
+    if (p.lda == p.k) {
+      if (s == 0) {
+        std::fill(p.q + r0 * p.k, p.q + r1 * p.k, uint8_t{0});
+      } else {
+        cpu::QuantizeU8((r1 - r0) * p.k, x + r0 * p.k, s, z, p.q + r0 * p.k);
+      }
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* qr = p.q + r * p.lda;
+      if (s == 0) {
+        std::fill(qr, qr + p.k, uint8_t{0});
+      } else {
+        cpu::QuantizeU8(p.k, x + r * p.k, s, z, qr);
+      }
+      std::fill(qr + p.k, qr + p.lda, uint8_t{0});
+    }
+  }
+
+  // The raw product q x packed B (no zero points) on cpu::U8S8Gemm, split over panels (or rows
+  // when there are few); the column terms -a_zp * colsum_j into `col` (p.col points there unless
+  // a_zp is 0).
+  static void RunPacked(KernelContext& ctx, const PackedU8S8Cache::Entry& packed, int32_t* col,
+                        Product& p) {
+    if (p.za != 0) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        col[j] = static_cast<int32_t>(static_cast<uint32_t>(-p.za) *
+                                      static_cast<uint32_t>(packed.col_sums[j]));
+      }
+      p.col = col;
+    }
+    const int64_t panels = cpu::U8S8Panels(p.n);
+    const int threads = ThreadsFor(ctx.num_threads(), p.m * p.n * p.k);
+    const int8_t* b = packed.data.get();
+    if (threads == 1) {
+      cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);
+    } else if (panels >= 4 * threads || p.m < 6 * threads) {
+      ctx.ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
+        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
+      });
+    } else {
+      ctx.ParallelFor(p.m, 6, [&](int64_t i0, int64_t i1) {
+        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc, p.n);
+      });
+    }
+  }
+
+  // y = f32(acc + col - zc * rowsum(q - a_zp)) * scale (+ bias), row by row.
+  static void Epilogue(KernelContext& ctx, const Product& p, const int32_t* zc, const float* bias,
+                       float* y) {
+    ctx.ParallelFor(
+        p.m, ThreadsFor(ctx.num_threads(), p.m * p.n) == 1 ? p.m : 4, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            int32_t sum = 0;  // of (quantize(A) - a_zp) over the row, when needed
+            if (zc != nullptr) {
+              const uint8_t* qr = p.q + r * p.lda;
+              for (int64_t i = 0; i < p.k; ++i) sum += qr[i];
+              sum -= static_cast<int32_t>(p.k) * p.za;
+            }
+            cpu::ScaleAccRow(p.n, p.acc + r * p.n, p.col, zc, sum, p.scale, bias, y + r * p.n);
+          }
+        });
+  }
+
+  // A f32 [..., K], B u8/s8 [K, N] (K below kMaxExactK), contiguous; b_scale f32 of 1 or N valid
+  // values; b_zero_point of B's type, 1 or N values; bias f32 [N].
+  static bool Usable(const Tensor& a, const Tensor& b, const Tensor& bs, const Tensor* zb,
+                     const Tensor* bias) {
+    if (a.dtype() != DType::kF32 || !Is8Bit(b.dtype()) || a.rank() < 1 || b.rank() != 2 ||
+        !a.is_contiguous() || !b.is_contiguous() || a.numel() == 0 || b.numel() == 0) {
+      return false;
+    }
+    const int64_t k = b.dim(0), n = b.dim(1);
+    if (a.dim(a.rank() - 1) != k || k >= kMaxExactK) return false;
+    if (bs.dtype() != DType::kF32 || bs.rank() > 1 || !bs.is_contiguous() ||
+        (bs.numel() != 1 && bs.numel() != n) || !CheckQuantScale(bs, "b_scale").ok()) {
+      return false;
+    }
+    if (zb != nullptr && (zb->dtype() != b.dtype() || zb->rank() > 1 || !zb->is_contiguous() ||
+                          (zb->numel() != 1 && zb->numel() != n))) {
+      return false;
+    }
+    return bias == nullptr || (bias->dtype() == DType::kF32 && bias->rank() == 1 &&
+                               bias->numel() == n && bias->is_contiguous());
+  }
+
+  bool constant_weights_;
+  PackedU8S8Cache packed_;
+};
+
+// ---- DynamicQuantizeLinear ----
+
+// y = the u8 quantization of f32 x with DynamicQuantizeLinear's per-tensor scale and zero point
+// (DynamicQuantParams; cpu::QuantizeU8 on the pool by blocks of 16K elements): the reference
+// kernel's bits. Anything else (another dtype, strides, infinities) is the reference's.
+class DynQuantKernel final : public DnnlKernel {
+ public:
+  using DnnlKernel::DnnlKernel;
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.empty() || in[0] == nullptr || out.size() != 3 || out[0] == nullptr ||
+        out[1] == nullptr || out[2] == nullptr) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& x = *in[0];
+    float scale = 0, zp = 0;
+    if (x.dtype() != DType::kF32 || !x.is_contiguous() || x.numel() == 0 ||
+        !DynamicQuantParams(x.numel(), x.data<float>(), &scale, &zp)) {
+      return RunFallback(ctx, in, out);
+    }
+    constexpr const char* kOp = "DynamicQuantizeLinear";
+    const std::vector<int64_t> scalar;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kU8, x.dims(), kOp));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[1], DType::kF32, scalar, kOp));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[2], DType::kU8, scalar, kOp));
+    out[1]->data<float>()[0] = scale;
+    out[2]->data<uint8_t>()[0] = static_cast<uint8_t>(zp);
+    const float* xd = x.data<float>();
+    uint8_t* y = out[0]->data<uint8_t>();
+    constexpr int64_t kBlock = 16384;
+    ctx.ParallelFor(x.numel(), ThreadsFor(ctx.num_threads(), x.numel()) == 1 ? x.numel() : kBlock,
+                    [&](int64_t i0, int64_t i1) {
+                      if (scale == 0) {
+                        std::fill(y + i0, y + i1, uint8_t{0});
+                      } else {
+                        cpu::QuantizeU8(i1 - i0, xd + i0, scale, zp, y + i0);
+                      }
+                    });
+    return absl::OkStatus();
+  }
+};
+
 // ---- ConvInteger / QLinearConv ----
 
 // 1-D or 2-D, any group, explicit, VALID or SAME pads, s8 w with a per-tensor zero point (or one
@@ -441,6 +773,8 @@ struct ConvAttrs {
   std::vector<int64_t> kernel, strides, pads, dilations;
   std::string auto_pad;
   int64_t group = 1;
+  // QLinearConv: x / y hold channels-last data (kernels/channels_last.h).
+  bool channels_last_in = false, channels_last_out = false;
 };
 
 class IntConvKernel final : public DnnlKernel {
@@ -459,12 +793,42 @@ class IntConvKernel final : public DnnlKernel {
     const Tensor* bias = qlinear_ ? at(8) : nullptr;
     Geometry g;
     if (!Usable(x, w, xz, wz, bias, &g) || (qlinear_ && !UsableScales(in, g.m))) {
-      return RunFallback(ctx, in, out);
+      return RunFallback(ctx, in, out);  // the reference takes the layout flags too
     }
     const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
     if (out[0]->defined() && out[0]->dtype() != out_dtype) return RunFallback(ctx, in, out);
+    if (!a_.channels_last_in && !a_.channels_last_out) return RunPlain(ctx, in, g, out[0]);
+    // Channels-last x or y: computed in the plain layout, converted on the way in and out.
+    std::vector<const Tensor*> plain_in(in.begin(), in.end());
+    Tensor px;
+    if (a_.channels_last_in) {
+      DYNVM_ASSIGN_OR_RETURN(px, PermuteChannels8(x, false));
+      plain_in[0] = &px;
+    }
+    if (!a_.channels_last_out) return RunPlain(ctx, plain_in, g, out[0]);
+    Tensor py;
+    DYNVM_RETURN_IF_ERROR(RunPlain(ctx, plain_in, g, &py));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, py.dims(), op));
+    return PermuteChannels8(py, true, *out[0]);
+  }
+
+ private:
+  struct Geometry {
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, grp;
+    int64_t cg() const { return c / grp; }
+    int64_t mg() const { return m / grp; }
+    int64_t k() const { return cg() * kh * kw; }  // one group's GEMM depth
+  };
+
+  // The convolution in the plain layout, the inputs checked usable (Run).
+  absl::Status RunPlain(KernelContext& ctx, Inputs in, const Geometry& g, Tensor* y) const {
+    const char* op = qlinear_ ? "QLinearConv" : "ConvInteger";
+    const Tensor& w = *in[qlinear_ ? 3 : 1];
+    const Tensor* wz = in.size() > (qlinear_ ? 5u : 3u) ? in[qlinear_ ? 5 : 3] : nullptr;
+    const DType out_dtype = qlinear_ ? in[7]->dtype() : DType::kI32;
+    Tensor* out[1] = {y};
     std::vector<int64_t> dims = {g.n, g.m, g.oh, g.ow};
-    if (x.rank() == 3) dims.erase(dims.begin() + 2);
+    if (in[0]->rank() == 3) dims.erase(dims.begin() + 2);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], out_dtype, dims, op));
     const int64_t k = g.k(), p = g.oh * g.ow;
     const size_t scale_bytes = qlinear_ ? static_cast<size_t>(g.m) * sizeof(double) : 0;
@@ -495,14 +859,6 @@ class IntConvKernel final : public DnnlKernel {
     }
     return absl::OkStatus();
   }
-
- private:
-  struct Geometry {
-    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, grp;
-    int64_t cg() const { return c / grp; }
-    int64_t mg() const { return m / grp; }
-    int64_t k() const { return cg() * kh * kw; }  // one group's GEMM depth
-  };
 
   // The run's workspace: QLinearConv's per-channel factors and s32 sums, the columns, and
   // without VNNI the packed w and the packed columns.
@@ -714,6 +1070,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec,
   DYNVM_ASSIGN_OR_RETURN(a.dilations, spec.GetInts("dilations"));
   DYNVM_ASSIGN_OR_RETURN(a.auto_pad, spec.GetString("auto_pad", "NOTSET"));
   DYNVM_ASSIGN_OR_RETURN(a.group, spec.GetInt("group", 1));
+  if (qlinear) {
+    DYNVM_ASSIGN_OR_RETURN(int64_t ci, spec.GetInt("channels_last_in", 0));
+    DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
+    a.channels_last_in = ci != 0;
+    a.channels_last_out = co != 0;
+  }
   return std::make_unique<IntConvKernel>(KernelName(spec, "im2col"), qlinear, std::move(a));
 }
 
@@ -739,6 +1101,18 @@ void RegisterQuantKernels(KernelRegistry& r) {
           return std::make_unique<IntMatMulKernel>(KernelName(spec), qlinear);
         });
   }
+  Add(r, "DynamicQuantizeLinear",
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 1, 1, 3, 3));
+        return std::make_unique<DynQuantKernel>(KernelName(spec));
+      });
+  r.Register(KernelRegistration{
+      "com.microsoft", "DynamicQuantizeMatMul", Device::kCPU, kBackend, kDnnlPriority,
+      [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 5, 1, 1));
+        DYNVM_ASSIGN_OR_RETURN(const int64_t constant_weights, spec.GetInt("constant_weights", 0));
+        return std::make_unique<DynQuantMatMulKernel>(KernelName(spec), constant_weights != 0);
+      }});
 }
 
 }  // namespace dynvm::onednn

@@ -16,8 +16,11 @@
 #include "allocator/heap_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/qconv_check.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -230,7 +233,17 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
         KernelCall ql("QLinearConv");
         ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(bias).Out(yt);
         attrs(ql);
-        ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni);
+        // The primitive requantizes in f32 (ONNX Runtime's arithmetic): identical but at ties.
+        qconv_check::Requant q;
+        absl::StatusOr<std::vector<Tensor>> sums = KernelCall(ci).Backend("reference").Run();
+        ASSERT_TRUE(sums.ok()) << sums.status();
+        q.sums = (*sums)[0];
+        q.zy = yt == DType::kU8 ? 100 : 3;
+        for (int64_t i = 0; i < cv.m; ++i) {
+          q.bias.push_back(bias.data<int32_t>()[i]);
+          q.scale.push_back(0.03 * static_cast<double>(ws[static_cast<size_t>(i)]) / 0.4);
+        }
+        qconv_check::ExpectQLinearAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, vnni, q);
         ExpectSameAsReference(ql, {x, xs, xz, w, wsc, wz, ys, yz, bias}, true, /*im2col=*/true);
       }
     }
@@ -253,6 +266,125 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
   KernelCall nz("ConvInteger");
   nz.In(x3).In(w3).In(xz).In(wz).Out(DType::kI32).Attr("pads", std::vector<int64_t>{1, 1, 1, 1});
   for (int threads : {1, 2}) ExpectSameAsReference(nz, {x3, w3, xz, wz}, true, true, threads);
+}
+
+// DynamicQuantizeMatMul (com.microsoft; the form quantize_dynamic writes, fused by the
+// dynquant_matmul rewrite) against the reference kernel, bit for bit, on every microkernel
+// level the CPU has (AVX2 and AVX-512 here: cpu::ScopedIsaForTesting) and both integer GEMMs
+// (oneDNN's with VNNI, igemm.h's: choice::ForceForTesting) and, for a constant B, the packed
+// u8 x s8 GEMM (u8s8_gemm.h: VPDPBUSD at avx512_vnni, scalar below): M = 1 and more, leading
+// batch dims, s8 and u8 B, per-tensor and per-column scales and zero points (differing ones
+// taken out after the GEMM), with and without bias, 1 and 2 threads, an all-zero A (scale 0).
+TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-3, 5);
+  struct Shape {
+    std::vector<int64_t> a;
+    int64_t n;
+  };
+  const std::vector<Shape> shapes = {{{1, 1}, 1},      {{1, 64}, 33},   {{3, 17}, 5},
+                                     {{2, 5, 40}, 48}, {{130, 96}, 70}, {{1, 7, 256}, 64},
+                                     {{64, 300}, 19}};
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (bool igemm : {false, true}) {
+      choice::ForceForTesting(choice::Rule::kIGemm, igemm);
+      for (const Shape& sh : shapes) {
+        const int64_t k = sh.a.back(), n = sh.n;
+        Tensor a = *Tensor::Empty(DType::kF32, sh.a);
+        for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = u(rng);
+        for (DType bt : {DType::kI8, DType::kU8}) {
+          for (int form = 0; form < 4; ++form) {  // bit 0: per column; bit 1: zero point, bias
+            const bool per_column = form & 1, with_zp = form & 2;
+            SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), igemm ? " igemm" : " dnnl", " a ",
+                                      sh.a.size(), "-D K ", k, " N ", n, " ", DTypeName(bt),
+                                      per_column ? " per column" : " per tensor",
+                                      with_zp ? " zp bias" : ""));
+            Tensor b = RandomInts(bt, {k, n}, rng);
+            std::vector<float> scales(per_column ? n : 1);
+            for (float& v : scales) v = 0.001f * static_cast<float>(1 + rng() % 50);
+            Tensor bs = per_column ? testing::F32({n}, scales) : testing::F32({}, scales);
+            Tensor zb =
+                RandomInts(bt, per_column ? std::vector<int64_t>{n} : std::vector<int64_t>{}, rng);
+            std::vector<float> bias_values(n);
+            for (float& v : bias_values) v = u(rng);
+            Tensor bias = testing::F32({n}, bias_values);
+            for (int64_t constant : {0, 1}) {  // 1: B packed once (cpu::U8S8Gemm with VNNI)
+              KernelCall call("DynamicQuantizeMatMul", "com.microsoft");
+              call.In(a).In(b).In(bs);
+              std::vector<Tensor> in = {a, b, bs};
+              if (with_zp) {
+                call.In(zb).In(bias);
+                in.push_back(zb);
+                in.push_back(bias);
+              }
+              call.Out(DType::kF32).Attr("constant_weights", constant);
+              ExpectSameAsReference(call, in, true);
+              ExpectSameAsReference(call, in, true, false, /*threads=*/2);
+            }
+          }
+        }
+      }
+      choice::ForceForTesting(choice::Rule::kIGemm, std::nullopt);
+    }
+  }
+  // All zeros: the scale is 0 and every product 0; the output is the bias.
+  Tensor zeros = testing::F32({2, 4}, std::vector<float>(8, 0.0f));
+  Tensor b = RandomInts(DType::kI8, {4, 3}, rng), bs = testing::F32({}, {0.5f});
+  Tensor zb = Scalar(DType::kI8, 0), bias = testing::F32({3}, {1.0f, -2.0f, 3.0f});
+  KernelCall call("DynamicQuantizeMatMul", "com.microsoft");
+  call.In(zeros).In(b).In(bs).In(zb).In(bias).Out(DType::kF32);
+  ExpectSameAsReference(call, {zeros, b, bs, zb, bias}, true);
+  // A B of rank 3 is the reference's (it refuses it, naming B).
+  Tensor b3 = RandomInts(DType::kI8, {1, 4, 3}, rng);
+  KernelCall bad("DynamicQuantizeMatMul", "com.microsoft");
+  bad.In(zeros).In(b3).In(bs).Out(DType::kF32);
+  absl::StatusOr<std::vector<Tensor>> r = KernelCall(bad).Backend("dnnl").Run();
+  EXPECT_FALSE(r.ok());
+}
+
+// DynamicQuantizeLinear against the reference kernel, bit for bit, on every level: ranges on
+// both sides of 0, all positive and all negative values, all zeros (scale 0), values on rounding
+// ties, sizes around the vector widths, 1 and 2 threads.
+TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
+  std::mt19937 rng(31);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
+      for (int range = 0; range < 4; ++range) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " n ", n, " range ", range));
+        const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 7.0f;
+        std::uniform_real_distribution<float> u(lo, hi);
+        Tensor x = *Tensor::Empty(DType::kF32, {n});
+        for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = range == 3 ? 0.0f : u(rng);
+        if (range == 0 && n > 2) {  // ties: (k + 0.5) * scale once the scale is known
+          const float scale = (hi - lo) / 255.0f;
+          x.data<float>()[0] = lo;
+          x.data<float>()[1] = hi;
+          x.data<float>()[2] = 10.5f * scale;
+        }
+        KernelCall dq("DynamicQuantizeLinear");
+        dq.In(x).Out(DType::kU8).Out(DType::kF32).Out(DType::kU8);
+        absl::StatusOr<std::vector<Tensor>> want = KernelCall(dq).Backend("reference").Run();
+        ASSERT_TRUE(want.ok()) << want.status();
+        for (int threads : {1, 2}) {
+          KernelSpec spec = dq.spec();
+          spec.backend = "dnnl";
+          absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+          ASSERT_TRUE(k.ok()) << k.status();
+          KernelContext ctx(&HeapAllocator::Get(), threads);
+          Tensor y, s, z;
+          std::vector<Tensor*> outs = {&y, &s, &z};
+          std::vector<const Tensor*> ins = {&x};
+          ASSERT_TRUE((*k)->Run(ctx, ins, outs).ok());
+          EXPECT_EQ(testing::ToDoubles(y), testing::ToDoubles((*want)[0]));
+          EXPECT_EQ(testing::ToDoubles(s), testing::ToDoubles((*want)[1]));
+          EXPECT_EQ(testing::ToDoubles(z), testing::ToDoubles((*want)[2]));
+          EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), 0);
+        }
+      }
+    }
+  }
 }
 
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {

@@ -245,8 +245,10 @@ absl::Status RunDynamicQuant(const void*, KernelContext& ctx, Inputs in, Outputs
     mn = std::min(mn, Get(x, i));
     mx = std::max(mx, Get(x, i));
   }
-  // As ONNX computes it: the scale and the divisions in f32.
-  const float scale = static_cast<float>((mx - mn) / 255.0);
+  // As ONNX computes it: the range, the scale and the divisions in f32 (ONNX Runtime's kernel
+  // and ONNX's reference alike; the range and its division rounded apart).
+  const float range = static_cast<float>(mx) - static_cast<float>(mn);
+  const float scale = range / 255.0f;
   const double z =
       scale == 0 ? 0 : std::clamp(RoundHalfEven(static_cast<float>(-mn) / scale), 0.0, 255.0);
   Set(*out[1], 0, scale);

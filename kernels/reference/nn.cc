@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/channels_last.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
@@ -274,10 +276,17 @@ absl::Status RunConvInteger(const void* attrs, KernelContext& ctx, Inputs in, Ou
 // QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point[, B]:
 // y = saturate(round_half_even((ConvInteger + B) * x_scale * w_scale / y_scale) + y_zero_point),
 // w_scale and w_zero_point per tensor or per output channel, B i32 (requantized in double).
+// "channels_last_in" / "channels_last_out" (kernels/channels_last.h): x / y hold channels-last
+// data, converted from and to here.
+struct QLinearConvAttrs : ConvAttrs {
+  bool channels_last_in = false, channels_last_out = false;
+};
+
 absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   DYNVM_RETURN_IF_ERROR(Need(in, 8, out, "QLinearConv"));
-  const Tensor &x = *in[0], &w = *in[3], &y_zp = *in[7];
-  for (const Tensor* t : {&x, &w, &y_zp}) {
+  const auto& qa = *static_cast<const QLinearConvAttrs*>(attrs);
+  const Tensor &x_in = *in[0], &w = *in[3], &y_zp = *in[7];
+  for (const Tensor* t : {&x_in, &w, &y_zp}) {
     if (t->dtype() != DType::kU8 && t->dtype() != DType::kI8) {
       return absl::InvalidArgumentError(absl::StrCat(
           "QLinearConv: x, w and y_zero_point must be u8 or i8, got ", t->DebugString()));
@@ -298,7 +307,7 @@ absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Ou
       DYNVM_RETURN_IF_ERROR(CheckQuantScale(t, what));
     } else {
       DYNVM_RETURN_IF_ERROR(CheckZeroPoint(t,
-                                           idx == 2   ? x.dtype()
+                                           idx == 2   ? x_in.dtype()
                                            : idx == 5 ? w.dtype()
                                                       : y_zp.dtype(),
                                            what));
@@ -309,6 +318,11 @@ absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Ou
     return absl::InvalidArgumentError(
         absl::StrCat("QLinearConv: B must be i32, got ", bias->DebugString()));
   }
+  Tensor plain_x;
+  if (qa.channels_last_in) {
+    DYNVM_ASSIGN_OR_RETURN(plain_x, PermuteChannels8(x_in, false));
+  }
+  const Tensor& x = qa.channels_last_in ? plain_x : x_in;
   const Tensor& ws = *in[4];
   const double xs = LoadAny(*in[1], 0), ys = LoadAny(*in[6], 0), yz = LoadAny(y_zp, 0);
   const auto range = QuantRange(y_zp.dtype());
@@ -317,8 +331,12 @@ absl::Status RunQLinearConv(const void* attrs, KernelContext& ctx, Inputs in, Ou
     const double s = xs * LoadAny(ws, ws.numel() == 1 ? 0 : oc) / ys;
     return std::clamp(std::nearbyint(acc * s) + yz, lo, hi);
   };
-  return ConvCore(*static_cast<const ConvAttrs*>(attrs), ctx, x, w, bias, out[0], y_zp.dtype(),
-                  LoadAny(*in[2], 0), in[5], post);
+  DYNVM_RETURN_IF_ERROR(
+      ConvCore(qa, ctx, x, w, bias, out[0], y_zp.dtype(), LoadAny(*in[2], 0), in[5], post));
+  if (!qa.channels_last_out) return absl::OkStatus();
+  DYNVM_ASSIGN_OR_RETURN(Tensor cl, PermuteChannels8(*out[0], true));
+  std::memcpy(out[0]->raw_data(), cl.raw_data(), static_cast<size_t>(cl.nbytes()));
+  return absl::OkStatus();
 }
 
 // ---- ConvTranspose ----
@@ -1020,7 +1038,17 @@ void RegisterNnKernels(KernelRegistry& r) {
   };
   AddKernel<ConvAttrs>(r, "Conv", 2, 3, 1, &RunConv, conv_attrs);
   AddKernel<ConvAttrs>(r, "ConvInteger", 2, 4, 1, &RunConvInteger, conv_attrs);
-  AddKernel<ConvAttrs>(r, "QLinearConv", 8, 9, 1, &RunQLinearConv, conv_attrs);
+  AddKernel<QLinearConvAttrs>(
+      r, "QLinearConv", 8, 9, 1, &RunQLinearConv,
+      [](const KernelSpec& spec) -> absl::StatusOr<QLinearConvAttrs> {
+        QLinearConvAttrs a;
+        DYNVM_RETURN_IF_ERROR(ReadConvAttrs(spec, "QLinearConv", a));
+        DYNVM_ASSIGN_OR_RETURN(int64_t ci, spec.GetInt("channels_last_in", 0));
+        DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
+        a.channels_last_in = ci != 0;
+        a.channels_last_out = co != 0;
+        return a;
+      });
   AddKernel<ConvTransposeAttrs>(
       r, "ConvTranspose", 2, 3, 1, &RunConvTranspose,
       [](const KernelSpec& spec) -> absl::StatusOr<ConvTransposeAttrs> {

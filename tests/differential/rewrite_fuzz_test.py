@@ -596,6 +596,46 @@ def qdq_conv(rng, match):
                 {"xq": xq}, match, "QDQ Conv" + ("" if match else ", w per input channel"))
 
 
+def dynquant_matmul(rng, match, bias=False):
+    """A MatMul as ORT's quantize_dynamic writes it: DynamicQuantizeLinear(x), MatMulInteger,
+    Cast, Mul by Mul(x_scale, w_scale)[, Add bias]; s8 or u8 weights, per tensor or column."""
+    b, l, k, n = (int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 9)),
+                  int(rng.integers(1, 7)))
+    u8 = rng.random() < 0.5
+    per_column = rng.random() < 0.5
+    cols = n if per_column else None
+    wq = (rng.integers(0, 256, (k, n)).astype(np.uint8) if u8
+          else rng.integers(-127, 128, (k, n)).astype(np.int8))
+    wz = (rng.integers(0, 256, cols).astype(np.uint8) if u8
+          else np.zeros(cols if cols else (), np.int8))
+    ws = (rng.uniform(0.001, 0.02, cols) if cols else np.array(0.01)).astype(np.float32)
+    nodes = [h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             c("wq", wq), c("wz", wz), c("ws", ws)]
+    # The near miss of dynquant_matmul: a constant a_zero_point, not the quantization's.
+    azp = "xz" if match or bias else "other_z"
+    if azp == "other_z":
+        nodes.append(c("other_z", np.array(3, np.uint8)))
+    nodes += [h.make_node("MatMulInteger", ["xq", "wq", azp, "wz"], ["acc"]),
+              h.make_node("Cast", ["acc"], ["accf"], to=F),
+              h.make_node("Mul", ["xs", "ws"] if rng.random() < 0.5 else ["ws", "xs"], ["sc"]),
+              h.make_node("Mul", ["accf", "sc"] if rng.random() < 0.5 else ["sc", "accf"],
+                          ["mm"])]
+    note = f"[{b},{l},{k}] x {'u8' if u8 else 's8'} [{k},{n}]" + (" per column" if cols else "")
+    if bias:  # near miss of dynquant_matmul_bias: a bias [1, n]
+        nodes.append(c("bias", rnd(rng, n) if match else rnd(rng, 1, n)))
+        nodes.append(h.make_node("Add", ["mm", "bias"], ["y"]))
+        note += " + bias" + ("" if match else " [1, n]")
+    else:
+        nodes.append(h.make_node("Identity", ["mm"], ["y"]))
+        note += "" if match else ", a_zero_point not the quantization's"
+    return Case(nodes, [vi("x", [b, l, k])], [vi("y", None)], 13, {"x": rnd(rng, b, l, k)},
+                match, note)
+
+
+def dynquant_matmul_bias(rng, match):
+    return dynquant_matmul(rng, match, bias=True)
+
+
 def matmul_bias(rng, match, act=None):
     b, l, k, n = (int(rng.integers(1, 4)), int(rng.integers(2, 5)), int(rng.integers(1, 6)),
                   int(rng.integers(1, 6)))
@@ -680,6 +720,7 @@ GENERATORS = {
     "attention": attention, "attention_transpose": attention_transpose,
     "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
+    "dynquant_matmul": dynquant_matmul, "dynquant_matmul_bias": dynquant_matmul_bias,
     "matmul_bias": matmul_bias, "gemm_activation": gemm_activation,
     "linear_activation": linear_activation, "matmul_transpose": matmul_transpose,
     "linear_transpose": linear_transpose,
