@@ -15,9 +15,9 @@
 // `emit`) against the first Server-Sent Event of generate_stream on a fresh connection.
 //
 // With --throughput N: runs per second of N in-process VMs on N threads against N gRPC clients
-// of the server (which should have N instances), 3 alternating rounds of 3 s; then the CPU
-// time per call of the in-process runs, of this client's gRPC calls and (--server-pid) of the
-// server, which tells what the server itself costs when client and server share the cores.
+// (a connection each) of the server (which should have N instances), 3 alternating rounds of 3 s;
+// then the CPU time per call of the in-process runs, of this client's gRPC calls and (--server-pid)
+// of the server, which tells what the server itself costs when client and server share the cores.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -272,19 +272,25 @@ int Throughput(const Options& o) {
     for (int64_t d : dims) gi->add_shape(d);
     dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
   }
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  // One connection per client thread, as N separate clients would have (channels with the same
+  // target otherwise share one subchannel, so one HTTP/2 connection).
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  for (int t = 0; t < n; ++t) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", o.grpc_port), grpc::InsecureChannelCredentials(), args)));
+  }
   auto local = [&](int t) {
     for (const auto& in : inputs) {
       if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
     }
     return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
   };
-  auto remote = [&](int) {
+  auto remote = [&](int t) {
     grpc::ClientContext ctx;
     inference::ModelInferResponse resp;
-    return stub->ModelInfer(&ctx, greq, &resp).ok();
+    return stubs[t]->ModelInfer(&ctx, greq, &resp).ok();
   };
   std::vector<double> a, b;
   std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
