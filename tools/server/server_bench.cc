@@ -2,7 +2,8 @@
 // token"), measured side by side in one process against a running server.
 //
 //   server-bench --model-repository DIR --model M --http-port P --grpc-port P [--rounds N]
-//                [--generate LM --prompt TEXT] [--throughput N]
+//                [--modes rest-json,rest-binary,grpc] [--generate LM --prompt TEXT] [--throughput
+//                N]
 //
 // Each round times, one after the other (interleaved, so a busy neighbour affects every mode
 // alike): the in-process run (SetInput, Run, GetOutput on a VM of the same executable, compiled
@@ -14,10 +15,13 @@
 // `emit`) against the first Server-Sent Event of generate_stream on a fresh connection.
 //
 // With --throughput N: runs per second of N in-process VMs on N threads against N gRPC clients
-// of the server (which should have N instances), 3 alternating rounds of 3 s.
+// (a connection each) of the server (which should have N instances), 3 alternating rounds of 3 s;
+// then the CPU time per call of the in-process runs, of this client's gRPC calls and (--server-pid)
+// of the server, which tells what the server itself costs when client and server share the cores.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,7 +38,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "grpcpp/grpcpp.h"
@@ -122,8 +128,10 @@ double FirstEvent(int port, const std::string& model, const std::string& body) {
 
 struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
+  std::string modes;  // --modes: comma-separated server modes to time (all when empty)
   int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
-  int64_t threads = 0;  // --throughput: threads (0 = no throughput run)
+  int64_t threads = 0;     // --throughput: threads (0 = no throughput run)
+  int64_t server_pid = 0;  // --server-pid: the server's CPU time per call is printed too
   double seconds = 3;
 };
 
@@ -187,8 +195,33 @@ int FirstToken(const Options& o) {
   return 0;
 }
 
+// CPU seconds (user + system) this process has used.
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU seconds (user + system, every thread) process `pid` has used; -1 when unreadable.
+double ProcessCpuSeconds(int64_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (pid <= 0 || !std::getline(f, line)) return -1;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(line.substr(paren + 2), ' ');
+  double utime, stime;  // fields 14 and 15 of stat, 12 and 13 after the name
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime))
+    return -1;
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 // Runs `body(thread)` on `threads` threads until `seconds` pass; returns the calls per second.
-double CallsPerSecond(int threads, double seconds, const std::function<bool(int)>& body) {
+// `calls_out`, when given, receives the number of calls.
+double CallsPerSecond(int threads, double seconds, const std::function<bool(int)>& body,
+                      int64_t* calls_out = nullptr) {
   std::atomic<int64_t> calls{0};
   std::atomic<bool> failed{false};
   const Clock::time_point stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -205,6 +238,7 @@ double CallsPerSecond(int threads, double seconds, const std::function<bool(int)
   }
   for (std::thread& t : pool) t.join();
   if (failed) return -1;
+  if (calls_out != nullptr) *calls_out = calls;
   return static_cast<double>(calls) / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -238,26 +272,42 @@ int Throughput(const Options& o) {
     for (int64_t d : dims) gi->add_shape(d);
     dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
   }
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  // One connection per client thread, as N separate clients would have (channels with the same
+  // target otherwise share one subchannel, so one HTTP/2 connection).
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  for (int t = 0; t < n; ++t) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", o.grpc_port), grpc::InsecureChannelCredentials(), args)));
+  }
   auto local = [&](int t) {
     for (const auto& in : inputs) {
       if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
     }
     return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
   };
-  auto remote = [&](int) {
+  auto remote = [&](int t) {
     grpc::ClientContext ctx;
     inference::ModelInferResponse resp;
-    return stub->ModelInfer(&ctx, greq, &resp).ok();
+    return stubs[t]->ModelInfer(&ctx, greq, &resp).ok();
   };
   std::vector<double> a, b;
   std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
               o.model.c_str(), n, n);
+  // CPU microseconds per call: in-process runs, this client's gRPC calls, the server's side.
+  std::vector<double> cpu_local, cpu_client, cpu_server;
   for (int r = 0; r < 3; ++r) {
-    a.push_back(CallsPerSecond(n, o.seconds, local));
-    b.push_back(CallsPerSecond(n, o.seconds, remote));
+    int64_t calls = 0;
+    double c0 = SelfCpuSeconds();
+    a.push_back(CallsPerSecond(n, o.seconds, local, &calls));
+    cpu_local.push_back(1e6 * (SelfCpuSeconds() - c0) / std::max<int64_t>(calls, 1));
+    c0 = SelfCpuSeconds();
+    const double s0 = ProcessCpuSeconds(o.server_pid);
+    b.push_back(CallsPerSecond(n, o.seconds, remote, &calls));
+    cpu_client.push_back(1e6 * (SelfCpuSeconds() - c0) / std::max<int64_t>(calls, 1));
+    cpu_server.push_back(1e6 * (ProcessCpuSeconds(o.server_pid) - s0) /
+                         std::max<int64_t>(calls, 1));
     if (a.back() < 0 || b.back() < 0) return dynvm::cli::ReportError(kProgram, "a run failed");
     std::printf("round %d: in-process %.1f, server %.1f (%.0f%%)\n", r + 1, a.back(), b.back(),
                 100 * b.back() / a.back());
@@ -265,6 +315,16 @@ int Throughput(const Options& o) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   std::printf("median: in-process %.1f, server %.1f: %.0f%%\n", a[1], b[1], 100 * b[1] / a[1]);
+  for (auto* v : {&cpu_local, &cpu_client, &cpu_server}) std::sort(v->begin(), v->end());
+  std::printf("CPU per call (median us): in-process run %.1f, gRPC client %.1f", cpu_local[1],
+              cpu_client[1]);
+  if (o.server_pid > 0 && cpu_server[1] >= 0) {
+    std::printf(", server %.1f\n", cpu_server[1]);
+    std::printf("server CPU efficiency (in-process run / server CPU per call): %.0f%%\n",
+                100 * cpu_local[1] / cpu_server[1]);
+  } else {
+    std::printf("\n");
+  }
   return 0;
 }
 
@@ -277,7 +337,12 @@ int Main(int argc, char** argv) {
   flags.AddString("--prompt", &o.prompt, "the prompt for --generate");
   flags.AddInt("--http-port", &o.http_port, "the server's REST port");
   flags.AddInt("--grpc-port", &o.grpc_port, "the server's gRPC port");
+  flags.AddInt("--server-pid", &o.server_pid,
+               "with --throughput: the server's process id, to print its CPU time per call");
   flags.AddInt("--rounds", &o.rounds, "rounds (each times every mode once)");
+  flags.AddString(
+      "--modes", &o.modes,
+      "server modes to time, comma-separated (rest-json, rest-binary, grpc; default all)");
   flags.AddInt("--throughput", &o.threads,
                "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok())
@@ -361,6 +426,22 @@ int Main(int argc, char** argv) {
            return stub->ModelInfer(&ctx, greq, &resp).ok() && resp.raw_output_contents_size() > 0;
          }},
     };
+    if (!o.modes.empty()) {
+      const std::vector<std::string> keep = absl::StrSplit(o.modes, ',');
+      const std::map<std::string, std::string> names = {
+          {"rest-json", "REST JSON"}, {"rest-binary", "REST binary"}, {"grpc", "gRPC raw"}};
+      std::vector<std::string> wanted;
+      for (const std::string& k : keep) {
+        auto it = names.find(k);
+        if (it == names.end())
+          return dynvm::cli::ReportError(kProgram, absl::StrCat("unknown mode '", k, "'"));
+        wanted.push_back(it->second);
+      }
+      std::erase_if(modes, [&](const auto& m) {
+        return m.first != "in-process Run" &&
+               std::find(wanted.begin(), wanted.end(), m.first) == wanted.end();
+      });
+    }
     for (int64_t r = 0; r < o.rounds + 50; ++r) {
       for (auto& [name, fn_call] : modes) {
         const Clock::time_point a = Clock::now();

@@ -282,20 +282,42 @@ absl::Status Service::Generate(ModelVersion& model, Lease& lease,
   return run;
 }
 
+prometheus::Counter& Service::RequestCounter(const std::string& model, absl::string_view protocol,
+                                             int code) {
+  const std::string key = absl::StrCat(model, "\t", protocol, "\t", code);
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  prometheus::Counter*& c = request_counters_[key];
+  if (c == nullptr) {
+    c = &requests_->Add(
+        {{"model", model}, {"protocol", std::string(protocol)}, {"code", absl::StrCat(code)}});
+  }
+  return *c;
+}
+
+Service::PhaseHistograms Service::Phases(const std::string& model) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  auto [it, added] = phases_.try_emplace(model);
+  if (added) {
+    const prometheus::Histogram::BucketBoundaries buckets = {
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+    it->second.queue = &latency_->Add({{"model", model}, {"phase", "queue"}}, buckets);
+    it->second.compute = &latency_->Add({{"model", model}, {"phase", "compute"}}, buckets);
+    it->second.total = &latency_->Add({{"model", model}, {"phase", "total"}}, buckets);
+  }
+  return it->second;  // a copy: flat_hash_map moves its values when it grows
+}
+
 void Service::Record(absl::string_view protocol, absl::string_view method, absl::string_view target,
                      absl::string_view model, int code, int64_t bytes, absl::Duration total,
                      const Timing& timing) {
   const std::string m = model.empty() ? "-" : std::string(model);
-  requests_->Add({{"model", m}, {"protocol", std::string(protocol)}, {"code", absl::StrCat(code)}})
-      .Increment();
+  RequestCounter(m, protocol, code).Increment();
   if (!model.empty()) {
-    const prometheus::Histogram::BucketBoundaries buckets = {
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
-    latency_->Add({{"model", m}, {"phase", "queue"}}, buckets).Observe(timing.queue);
-    latency_->Add({{"model", m}, {"phase", "compute"}}, buckets).Observe(timing.compute);
-    latency_->Add({{"model", m}, {"phase", "total"}}, buckets)
-        .Observe(absl::ToDoubleSeconds(total));
+    const PhaseHistograms h = Phases(m);
+    h.queue->Observe(timing.queue);
+    h.compute->Observe(timing.compute);
+    h.total->Observe(absl::ToDoubleSeconds(total));
   }
   if (access_log_ == nullptr) return;
   std::string target_shown;

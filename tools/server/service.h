@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "prometheus/counter.h"
@@ -100,8 +101,22 @@ class Service {
                                                         const std::vector<int>& out_index,
                                                         const CallContext& call, Timing* timing);
 
+  // The histograms of one model's request phases.
+  struct PhaseHistograms {
+    prometheus::Histogram *queue, *compute, *total;
+  };
+  // The metrics Record updates, found once per label set (Family::Add builds and hashes a label
+  // map under the family's lock each call). Families never remove a metric, so the pointers
+  // stay valid; the label sets are bounded as the metrics' are (loaded models only).
+  prometheus::Counter& RequestCounter(const std::string& model, absl::string_view protocol,
+                                      int code);
+  PhaseHistograms Phases(const std::string& model);
+
   std::shared_ptr<Repository> repo_;
   FILE* access_log_;
+  std::mutex metrics_mu_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> request_counters_;
+  absl::flat_hash_map<std::string, PhaseHistograms> phases_;
   std::mutex log_mu_;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_;
