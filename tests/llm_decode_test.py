@@ -32,9 +32,8 @@ except ImportError as e:  # pragma: no cover
     print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh test)")
     sys.exit(77)
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
-sys.path.insert(0, os.path.join(ROOT, "tools", "lm"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "models"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "lm"))
 import llama  # noqa: E402
 import llama_step  # noqa: E402
 from export_charlm import philox_uniform, sample_rows  # noqa: E402
