@@ -107,9 +107,9 @@ def main():
                     help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
                          "for a before/after comparison in the same interleaved rounds")
     a = ap.parse_args()
-    runs = [r.strip() for r in a.runs.split(",") if r.strip()]
+    run_keys = [r.strip() for r in a.runs.split(",") if r.strip()]
     if a.baseline_build:
-        runs.insert(0, "base f32")
+        run_keys.insert(0, "base f32")
         base_env = dict(os.environ)
         base_env["PYTHONPATH"] = (os.path.join(a.baseline_build, "python") + os.pathsep +
                                   base_env.get("PYTHONPATH", ""))
@@ -146,7 +146,7 @@ def main():
         json.dump(spec, open(spec_path, "w"))
         embed = info["vocab"] * info["width"] * 4
         for threads in [int(t) for t in a.threads.split(",")]:
-            rows = {k: [] for k in runs}
+            rows = {k: [] for k in run_keys}
             bw = []
             for _ in range(a.rounds):
                 bw.append(triad(a.build, threads))
@@ -179,8 +179,9 @@ def main():
             print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {a.prompt}, "
                   f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
                   f"{bandwidth:.1f} GB/s (median)")
-            int8 = sum(x == y for x, y in zip(tokens.get("dynvm int8", [[]])[0],
-                                              tokens.get("dynvm f32", [[]])[0]))
+            int8 = "n/a"
+            if "dynvm int8" in tokens and "dynvm f32" in tokens:
+                int8 = sum(x == y for x, y in zip(tokens["dynvm int8"][0], tokens["dynvm f32"][0]))
             print(f"tokens: dynvm f32 == pytorch: {same('dynvm f32', 'pytorch')}; "
                   f"dynvm f32 == ort f32: {same('dynvm f32', 'ort f32')}; "
                   f"dynvm int4 == ort int4: {same('dynvm int4', 'ort int4')}; "
