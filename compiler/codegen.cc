@@ -396,7 +396,9 @@ absl::StatusOr<uint32_t> FunctionCodegen::Tensor(const Value* v) {
 
 std::vector<std::vector<const Value*>> FunctionCodegen::KillsAfter(Graph& g) {
   std::vector<std::vector<const Value*>> kills(g.nodes.size());
-  if (g.owner == nullptr || !IsOnnx(*g.owner, ops::kLoop)) return kills;
+  // A function's own graph and loop bodies; not If branches (their values may be the If's
+  // results).
+  if (g.owner != nullptr && !IsOnnx(*g.owner, ops::kLoop)) return kills;
   absl::flat_hash_map<const Node*, size_t> index;
   for (size_t i = 0; i < g.nodes.size(); ++i) index[g.nodes[i].get()] = i;
   for (auto& n : g.nodes) {
@@ -452,9 +454,10 @@ std::string LocationLabel(const Graph& g, const Node& n) {
 }  // namespace
 
 absl::Status FunctionCodegen::EmitGraph(Graph& g) {
-  // Pool values of a loop body are released at their last use, so that later values (and the
-  // next iteration) reuse their blocks: the pool then serves a body whose sizes grow every
-  // iteration like an arena, with no more memory than the live values need.
+  // Pool values of a loop body, and of the function itself, are released at their last use, so
+  // that later values (and the next iteration) reuse their blocks: the pool then serves a body
+  // whose sizes grow every iteration like an arena, with no more memory than the live values
+  // need, and an unbounded function (a decode's prompt step) holds only its live values.
   const std::vector<std::vector<const Value*>> kills = KillsAfter(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node* n = g.nodes[i].get();

@@ -303,7 +303,10 @@ const Value* ScalarInputBehind(const Value* m) {
     const bool passes = p.domain.empty() &&
                         (p.op == ops::kCast || p.op == ops::kIdentity || p.op == ops::kSqueeze ||
                          p.op == ops::kUnsqueeze || p.op == ops::kReshape);
-    if (!passes || p.inputs.empty()) return nullptr;
+    // `n - c` or `n + c` of a constant c (a decode loop's max_new_tokens - 1).
+    const bool offset = p.domain.empty() && (p.op == ops::kSub || p.op == ops::kAdd) &&
+                        p.inputs.size() == 2 && p.inputs[1] != nullptr && p.inputs[1]->constant;
+    if ((!passes && !offset) || p.inputs.empty()) return nullptr;
     m = p.inputs[0];
   }
   return m;

@@ -1,7 +1,9 @@
 // The steady state of a decode loop makes no calls into the system allocator: the exported
 // decoders (tools/models/*: a greedy decode loop inside the ONNX graph, the LSTM's tokens kept
 // by concatenation, in a sequence or by ScatterND; the GPT compiled with bounds, so that its
-// growing shapes are planned at their maximum) run with the reference kernels and with the
+// growing shapes are planned at their maximum; a Llama-style step model, tests/data/llama_step,
+// compiled with --decode and bounds, whose KV cache is appended in place, its tokens checked
+// against PyTorch's) run with the reference kernels and with the
 // kernels this build prefers (oneDNN where built) at one intra-op thread, and a run of 40 new
 // tokens calls malloc exactly as often as a run of 10, after a run of each length has warmed the
 // VM's pools and the sites' bound kernels. One exception, which README.md states: the GPT under
@@ -85,18 +87,30 @@ Tensor TokensLike(const Tensor& like, int64_t n) {
   return t;
 }
 
-// The GPT's shapes grow every step: bounds plan them at their maximum (docs/compiler.md).
+// The GPT's shapes grow every step, and so does the step model's KV cache: bounds plan them at
+// their maximum (docs/compiler.md, docs/llm.md).
 compiler::CompileOptions OptionsFor(const std::string& name) {
   compiler::CompileOptions o;
-  if (name == "gpt") o.bounds = {{"batch", 1}, {"prompt_len", 8}, {"max_new_tokens", 40}};
+  if (name == "gpt" || name == "llama_step") {
+    o.bounds = {{"batch", 1}, {"prompt_len", 8}, {"max_new_tokens", 40}};
+  }
   return o;
+}
+
+// The models' folders; llama_step is an Optimum-layout step model (tools/models/llama_step.py
+// --write-test-case) compiled as vm-compile --decode does, its case0 tokens PyTorch's greedy
+// host loop's.
+fs::path DirOf(const std::string& name) {
+  return name == "llama_step" ? fs::path("tests/data/llama_step") : fs::path("tools/models") / name;
 }
 
 // System allocator calls of 30 more decode steps of model `name` loaded with `backends`.
 int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
-  const fs::path dir = fs::path("tools/models") / name;
+  const fs::path dir = DirOf(name);
+  compiler::onnx::ImportOptions import;
+  import.decode = name == "llama_step";
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
-      compiler::onnx::ImportOnnxFile((dir / "model.onnx").string());
+      compiler::onnx::ImportOnnxFile((dir / "model.onnx").string(), import);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return -1;
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, OptionsFor(name));
@@ -116,6 +130,11 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   EXPECT_TRUE(prompt.ok() && like.ok());
   if (!prompt.ok() || !like.ok()) return -1;
   EXPECT_TRUE((*vm)->SetInput("prompt", *prompt).ok());
+  if (import.decode) {  // greedy, no stop token
+    EXPECT_TRUE((*vm)->SetInput("temperature", Tensor::Scalar(0.0f)).ok());
+    EXPECT_TRUE((*vm)->SetInput("seed", Tensor::ScalarI64(0)).ok());
+    EXPECT_TRUE((*vm)->SetInput("stop_token", Tensor::ScalarI64(-1)).ok());
+  }
 
   // Calls into the system allocator during one Run generating n tokens.
   auto calls = [&](int64_t n) -> int64_t {
@@ -134,13 +153,27 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   for (int64_t n : {40, 40, 10, 10}) calls(n);
   const int64_t short_run = calls(10);
   const int64_t long_run = calls(40);
+  // The step model's 40 tokens are PyTorch's (the in-place cache must not change an answer).
+  if (import.decode) {
+    absl::StatusOr<Tensor> want = npy::LoadNpy((dir / "case0" / "output_tokens.npy").string());
+    absl::StatusOr<Tensor> got = (*vm)->GetOutput("tokens");
+    EXPECT_TRUE(want.ok() && got.ok());
+    if (want.ok() && got.ok()) {
+      const std::vector<int64_t> got_dims(got->dims().begin(), got->dims().end());
+      const std::vector<int64_t> want_dims(want->dims().begin(), want->dims().end());
+      EXPECT_EQ(got_dims, want_dims);
+      for (int64_t i = 0; i < want->numel() && got_dims == want_dims; ++i) {
+        EXPECT_EQ(got->data<int64_t>()[i], want->data<int64_t>()[i]) << "token " << i;
+      }
+    }
+  }
   return long_run - short_run;
 }
 
 class DecodeAllocTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecodeAllocTest, DecodeStepsMakeNoSystemAllocatorCalls) {
-  ASSERT_TRUE(fs::exists(fs::path("tools/models") / GetParam() / "model.onnx"));
+  ASSERT_TRUE(fs::exists(DirOf(GetParam()) / "model.onnx"));
   // lstm_list keeps its tokens in an ONNX sequence, whose array of tensors doubles when full:
   // from 10 to 40 tokens it grows twice (16 to 32 to 64 entries), a logarithmic number of
   // reallocations and none per step. Every other decoder: none at all.
@@ -181,7 +214,8 @@ TEST(DecodeAllocCounterTest, CountsAllocationsMadeDuringARun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, DecodeAllocTest,
-                         ::testing::Values("lstm_cat", "lstm_list", "lstm_scatter", "gpt"));
+                         ::testing::Values("lstm_cat", "lstm_list", "lstm_scatter", "gpt",
+                                           "llama_step"));
 
 }  // namespace
 }  // namespace dynvm

@@ -32,7 +32,6 @@ except ImportError as e:  # pragma: no cover
     print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh test)")
     sys.exit(77)
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "models"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "lm"))
 import llama  # noqa: E402
@@ -141,7 +140,7 @@ def check_case(args, case, tmp, failures):
     # A prompt longer than the bound.
     bounded = os.path.join(tmp, f"{name}-bounded.dvm")
     run([args.vm_compile, path, "-o", bounded, "--decode", "--bound", "prompt_len=4",
-         "--bound", "max_new_tokens=16"])
+         "--bound", "max_new_tokens=16", "--bound", "batch=2"])
     r = run_dvm(args, bounded, feeds(prompt, 4), tmp, f"{name}-long", ok=False)
     if r.returncode == 0 or "prompt_len" not in r.stderr:
         failures.append(f"{name} prompt of 5 over a bound of 4: {r.returncode} {r.stderr}")
@@ -149,6 +148,36 @@ def check_case(args, case, tmp, failures):
     want, _ = llama_step.greedy(step, prompt[:, :4], 16)
     if not (got == want.numpy()).all():
         failures.append(f"{name} bounded: {got.tolist()} vs {want.tolist()}")
+    check_bounded_steady_state(args, bounded, prompt[:1, :4], vocab, tmp, name, failures)
+
+
+def check_bounded_steady_state(args, dvm, prompt, vocab, tmp, name, failures):
+    """Compiled with every dim bounded, the KV cache is allocated once at prompt_len + max_new_tokens - 1
+    and appended in place: no system allocation after the first iteration (the VM pool's
+    counter, vm-run --stats; tests/decode_alloc_test.cc counts malloc itself, with the
+    reference and the default kernels). The streamed tokens are the returned ones, for 0, 1
+    and 16 new tokens (the prompt step's token is emitted only when one is asked for)."""
+    vocab_path = os.path.join(tmp, "vocab.txt")
+    with open(vocab_path, "w") as f:
+        f.write("".join(f"{0x4e00 + i}\n" for i in range(vocab)))
+    for new in (0, 1, 16):
+        flags = []
+        for key, value in feeds(prompt, new).items():
+            path = os.path.join(tmp, f"steady-{key}.npy")
+            np.save(path, value)
+            flags += ["-i", f"{key}={path}"]
+        out_dir = os.path.join(tmp, f"steady-{name}-{new}")
+        r = run([args.vm_run, dvm] + flags + ["--stats", "--vocab", vocab_path,
+                                              "--stream-prefix", "S:", "--output-dir", out_dir])
+        got = np.load(os.path.join(out_dir, "tokens.npy"))
+        text = "".join(chr(0x4e00 + int(t)) for t in got[0])
+        if got.shape != (1, new) or f"S:{text}\n" not in r.stdout:
+            failures.append(f"{name} {new} new tokens: returned {got.tolist()}, streamed "
+                            f"{r.stdout!r}")
+        after = [ln for ln in r.stdout.splitlines() if ln.startswith("run_system_allocs=")]
+        want = "after_first_iteration=" + ("0" if new > 1 else "none")
+        if len(after) != 1 or not after[0].endswith(want):
+            failures.append(f"{name} {new} new tokens, bounded: {after} (want {want})")
 
 
 def check_refusals(args, tmp, failures):

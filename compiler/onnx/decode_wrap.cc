@@ -166,7 +166,7 @@ class Builder {
     Attr(Node("Concat", std::move(inputs), {out}), "axis", 0);
     return out;
   }
-  std::string Ints(std::vector<int64_t> v) {
+  std::string Ints(std::vector<int64_t> v, bool scalar = false) {
     std::string out = absl::StrCat("decode_c", ++counter_);
     pb::NodeProto* n = Node("Constant", {}, {out});
     pb::AttributeProto* a = n->add_attribute();
@@ -174,7 +174,7 @@ class Builder {
     a->set_type(pb::AttributeProto::TENSOR);
     pb::TensorProto* t = a->mutable_t();
     t->set_data_type(pb::TensorProto::INT64);
-    t->add_dims(static_cast<int64_t>(v.size()));
+    if (!scalar) t->add_dims(static_cast<int64_t>(v.size()));
     for (int64_t x : v) t->add_int64_data(x);
     return out;
   }
@@ -201,6 +201,17 @@ class Builder {
     }
     return out;
   }
+  // Whether some row's token is not the stop token: a bool scalar.
+  std::string Going(const std::string& token, const std::string& stop) {
+    const std::string going = Op("Not", {Op("Equal", {token, stop})});
+    const std::string out = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("Cast", {going}, {out}), "to", pb::TensorProto::INT64);
+    const std::string any = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("ReduceMax", {out}, {any}), "keepdims", 0);
+    const std::string result = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("Cast", {any}, {result}), "to", pb::TensorProto::BOOL);
+    return result;
+  }
   static void Attr(pb::NodeProto* n, const std::string& name, int64_t v) {
     pb::AttributeProto* a = n->add_attribute();
     a->set_name(name);
@@ -211,6 +222,11 @@ class Builder {
  private:
   pb::GraphProto* g_;
   int counter_ = 0;
+};
+
+// The outer graph's values the prologue makes.
+struct Prologue {
+  std::string batch, len, len_scalar, zero, one, batch_len, positions, empty_cache;
 };
 
 void AddValue(google::protobuf::RepeatedPtrField<pb::ValueInfoProto>* list, const std::string& name,
@@ -235,44 +251,39 @@ std::string CacheName(const char* prefix, int i, bool key) {
   return absl::StrCat(prefix, i, key ? ".key" : ".value");
 }
 
-// The loop body: the step's nodes, fed by the carried ids, positions and cache; Sample, Emit,
-// the tokens so far and the condition after them.
+// The loop body: the step's nodes, fed by the carried ids, positions and cache (the body's inputs
+// carry the step's own cache names, so the step's Concat(past, new) appends onto a carried value
+// and the memory plan grows it in place); Sample, Emit, the tokens so far and the condition.
 void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   constexpr int kI64 = pb::TensorProto::INT64;
   AddValue(body->mutable_input(), "decode_i", kI64, {}, true);
   AddValue(body->mutable_input(), "decode_cond", pb::TensorProto::BOOL, {}, true);
-  AddValue(body->mutable_input(), "decode_ids", kI64, {}, false);
-  AddValue(body->mutable_input(), "decode_pos", kI64, {}, false);
+  AddValue(body->mutable_input(), "decode_ids", kI64, {"batch", "1"}, true);
+  AddValue(body->mutable_input(), "decode_pos", kI64, {"batch", "1"}, true);
   AddValue(body->mutable_input(), "decode_tokens", kI64, {}, false);
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) {
-      AddValue(body->mutable_input(), CacheName("decode_past.", i, key), pb::TensorProto::FLOAT, {},
-               false);
+      AddValue(body->mutable_input(), CacheName("past_key_values.", i, key), pb::TensorProto::FLOAT,
+               {}, false);
     }
   }
   Builder b(body);
   b.Node("Identity", {"decode_ids"}, {"input_ids"});
   if (s.position_ids) b.Node("Identity", {"decode_pos"}, {"position_ids"});
-  for (int i = 0; i < s.layers; ++i) {
-    for (bool key : {true, false}) {
-      b.Node("Identity", {CacheName("decode_past.", i, key)},
-             {CacheName("past_key_values.", i, key)});
-    }
-  }
   const std::string ids_shape = b.Op("Shape", {"decode_ids"});
-  const std::string batch = b.Dims(ids_shape, 0, 1), seq = b.Dims(ids_shape, 1, 2);
-  const std::string past_len = b.Dims(b.Op("Shape", {"decode_past.0.key"}), 2, 3);
-  const std::string total = b.Op("Add", {past_len, seq});
+  const std::string batch = b.Dims(ids_shape, 0, 1);
+  const std::string past_len = b.Dims(b.Op("Shape", {"past_key_values.0.key"}), 2, 3);
+  const std::string total = b.Op("Add", {past_len, b.Ints({1})});
   b.Node("Identity", {b.Fill(b.Concat0({batch, total}), s.mask_type, 1)}, {"attention_mask"});
   // The step's own nodes and value_info, moved.
   for (pb::NodeProto& n : *step->mutable_node()) body->add_node()->Swap(&n);
   for (pb::ValueInfoProto& v : *step->mutable_value_info()) body->add_value_info()->Swap(&v);
-  // The last position's logits -> one token per row.
-  const std::string last_index = b.Op("Squeeze", {b.Op("Sub", {seq, b.Ints({1})}), b.Ints({0})});
-  pb::NodeProto* gather = b.Node("Gather", {"logits", last_index}, {"decode_last_logits"});
+  // The one position's logits -> one token per row; the prompt step made token 0.
+  const std::string zero = b.Op("Squeeze", {b.Ints({0}), b.Ints({0})});
+  pb::NodeProto* gather = b.Node("Gather", {"logits", zero}, {"decode_last_logits"});
   Builder::Attr(gather, "axis", 1);
-  b.Node("Sample", {"decode_last_logits", "temperature", "seed", "decode_i"}, {"decode_tok"},
-         "dynvm");
+  const std::string index = b.Op("Add", {"decode_i", b.Op("Squeeze", {b.Ints({1}), b.Ints({0})})});
+  b.Node("Sample", {"decode_last_logits", "temperature", "seed", index}, {"decode_tok"}, "dynvm");
   Builder::Attr(b.Node("Emit", {"decode_tok"}, {}, "dynvm"), "stream", 0);
   const std::string col = b.Op("Unsqueeze", {"decode_tok", b.Ints({1})});
   b.Node("Identity", {col}, {"decode_ids_out"});
@@ -280,17 +291,11 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   // The next token's position: total, one per row.
   b.Node("Expand", {b.Op("Reshape", {total, b.Ints({1, 1})}), b.Concat0({batch, b.Ints({1})})},
          {"decode_pos_out"});
-  // Go on while some row has not produced the stop token.
-  const std::string going = b.Op("Not", {b.Op("Equal", {"decode_tok", "decode_stop"})});
-  pb::NodeProto* to_i = b.Node("Cast", {going}, {"decode_going_i"});
-  Builder::Attr(to_i, "to", kI64);
-  pb::NodeProto* any = b.Node("ReduceMax", {"decode_going_i"}, {"decode_any"});
-  Builder::Attr(any, "keepdims", 0);
-  Builder::Attr(b.Node("Cast", {"decode_any"}, {"decode_cond_out"}), "to", pb::TensorProto::BOOL);
+  b.Node("Identity", {b.Going("decode_tok", "decode_stop")}, {"decode_cond_out"});
 
   AddValue(body->mutable_output(), "decode_cond_out", pb::TensorProto::BOOL, {}, true);
-  AddValue(body->mutable_output(), "decode_ids_out", kI64, {}, false);
-  AddValue(body->mutable_output(), "decode_pos_out", kI64, {}, false);
+  AddValue(body->mutable_output(), "decode_ids_out", kI64, {"batch", "1"}, true);
+  AddValue(body->mutable_output(), "decode_pos_out", kI64, {"batch", "1"}, true);
   AddValue(body->mutable_output(), "decode_tokens_out", kI64, {}, false);
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) {
@@ -300,27 +305,82 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   }
 }
 
-// The outer graph's nodes before the loop: the prompt's positions, the empty cache and tokens,
-// the stop token checked against the vocabulary (when the logits' last dim is known).
-void BuildPrologue(const Step& s, int64_t vocab, Builder& b, std::vector<std::string>* carried) {
-  constexpr int kI64 = pb::TensorProto::INT64;
+// Renames the step's own values (its inputs and every node's outputs; not the initializers) in
+// a copy of its nodes, recursively into subgraphs, which read them by name.
+void RenameInGraph(pb::GraphProto* g, const std::map<std::string, std::string>& names) {
+  auto rename = [&](std::string* name) {
+    auto it = names.find(*name);
+    if (it != names.end()) *name = it->second;
+  };
+  for (pb::NodeProto& n : *g->mutable_node()) {
+    for (std::string& in : *n.mutable_input()) rename(&in);
+    for (std::string& out : *n.mutable_output()) rename(&out);
+    for (pb::AttributeProto& a : *n.mutable_attribute()) {
+      if (a.has_g()) RenameInGraph(a.mutable_g(), names);
+      for (pb::GraphProto& sub : *a.mutable_graphs()) RenameInGraph(&sub, names);
+    }
+  }
+}
+
+// The prompt step, run once before the loop: a copy of the step's nodes with their values
+// renamed "decode_prefill/...", fed the prompt, its positions 0 .. prompt_len - 1, an all-ones
+// mask and the empty cache. Returns the renaming (step name -> outer name).
+std::map<std::string, std::string> BuildPrefill(const Step& s, const pb::GraphProto& step,
+                                                const Prologue& p, Builder& b, pb::GraphProto* g) {
+  std::map<std::string, std::string> names;
+  auto add = [&](const std::string& name) { names[name] = "decode_prefill/" + name; };
+  add("input_ids");
+  add("attention_mask");
+  if (s.position_ids) add("position_ids");
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) add(CacheName("past_key_values.", i, key));
+  }
+  for (const pb::NodeProto& n : step.node()) {
+    for (const std::string& out : n.output()) {
+      if (!out.empty()) add(out);
+    }
+  }
+  b.Node("Identity", {"prompt"}, {names["input_ids"]});
+  if (s.position_ids) b.Node("Identity", {p.positions}, {names["position_ids"]});
+  b.Node("Identity", {b.Fill(p.batch_len, s.mask_type, 1)}, {names["attention_mask"]});
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) {
+      b.Node("Identity", {p.empty_cache}, {names[CacheName("past_key_values.", i, key)]});
+    }
+  }
+  pb::GraphProto copy;
+  *copy.mutable_node() = step.node();
+  for (const pb::ValueInfoProto& v : step.value_info()) {
+    auto it = names.find(v.name());
+    if (it == names.end()) continue;
+    pb::ValueInfoProto* kept = g->add_value_info();
+    *kept = v;
+    kept->set_name(it->second);
+  }
+  RenameInGraph(&copy, names);
+  for (pb::NodeProto& n : *copy.mutable_node()) g->add_node()->Swap(&n);
+  return names;
+}
+
+// The outer graph's nodes before the loop: the prompt's positions, the empty cache, the stop
+// token checked against the vocabulary (when the logits' last dim is known).
+Prologue BuildPrologue(const Step& s, int64_t vocab, Builder& b) {
+  Prologue p;
   const std::string shape = b.Op("Shape", {"prompt"});
-  const std::string batch = b.Dims(shape, 0, 1), len = b.Dims(shape, 1, 2);
-  const std::string len_scalar = b.Op("Squeeze", {len, b.Ints({0})});
-  const std::string zero = b.Op("Squeeze", {b.Ints({0}), b.Ints({0})});
-  const std::string one = b.Op("Squeeze", {b.Ints({1}), b.Ints({0})});
-  const std::string range = b.Op("Range", {zero, len_scalar, one});
-  const std::string bp = b.Concat0({batch, len});
-  carried->push_back("prompt");
-  carried->push_back(b.Op("Expand", {b.Op("Unsqueeze", {range, b.Ints({0})}), bp}));
-  carried->push_back(b.Fill(b.Concat0({batch, b.Ints({0})}), kI64, 0));
+  p.batch = b.Dims(shape, 0, 1);
+  p.len = b.Dims(shape, 1, 2);
+  p.len_scalar = b.Op("Squeeze", {p.len, b.Ints({0})});
+  p.zero = b.Ints({0}, /*scalar=*/true);
+  p.one = b.Ints({1}, /*scalar=*/true);
+  const std::string range = b.Op("Range", {p.zero, p.len_scalar, p.one});
+  p.batch_len = b.Concat0({p.batch, p.len});
+  p.positions = b.Op("Expand", {b.Op("Unsqueeze", {range, b.Ints({0})}), p.batch_len});
   const std::string cache_shape =
-      b.Concat0({batch, b.Ints({s.kv_heads}), b.Ints({0}), b.Ints({s.head_dim})});
-  const std::string empty = b.Fill(cache_shape, pb::TensorProto::FLOAT, 0);
-  for (int i = 0; i < 2 * s.layers; ++i) carried->push_back(empty);
+      b.Concat0({p.batch, b.Ints({s.kv_heads}), b.Ints({0}), b.Ints({s.head_dim})});
+  p.empty_cache = b.Fill(cache_shape, pb::TensorProto::FLOAT, 0);
   if (vocab <= 0) {
     b.Node("Identity", {"stop_token"}, {"decode_stop"});
-    return;
+    return p;
   }
   // -1 -> -1; [0, vocab) -> itself through a Gather of 0 .. vocab - 1; anything else -> vocab,
   // which that Gather refuses.
@@ -330,13 +390,40 @@ void BuildPrologue(const Step& s, int64_t vocab, Builder& b, std::vector<std::st
   const std::string minus_one = b.Op("Squeeze", {b.Ints({-1}), b.Ints({0})});
   const std::string v = b.Op("Squeeze", {b.Ints({vocab}), b.Ints({0})});
   const std::string never = b.Op("Equal", {"stop_token", minus_one});
-  const std::string negative = b.Op("Less", {"stop_token", zero});
+  const std::string negative = b.Op("Less", {"stop_token", p.zero});
   const std::string index =
-      b.Op("Where", {never, zero, b.Op("Where", {negative, v, "stop_token"})});
+      b.Op("Where", {never, p.zero, b.Op("Where", {negative, v, "stop_token"})});
   pb::NodeProto* check = b.Node("Gather", {table, index}, {"decode_checked"});
   check->set_name(absl::StrCat(
       "decode_stop_token_check (stop_token must be -1 or a token id in [0, ", vocab, "))"));
   b.Node("Where", {never, minus_one, "decode_checked"}, {"decode_stop"});
+  return p;
+}
+
+// Token 0 from the prompt step's last position, emitted only when max_new_tokens > 0 (an If
+// whose then-branch emits it); returns the token as a [batch, 1] column.
+std::string FirstToken(const Prologue& p, const std::map<std::string, std::string>& names,
+                       Builder& b) {
+  const std::string last = b.Op("Sub", {p.len_scalar, p.one});
+  pb::NodeProto* gather = b.Node("Gather", {names.at("logits"), last}, {"decode_first_logits"});
+  Builder::Attr(gather, "axis", 1);
+  b.Node("Sample", {"decode_first_logits", "temperature", "seed", p.zero}, {"decode_first"},
+         "dynvm");
+  const std::string wanted = b.Op("Greater", {"max_new_tokens", p.zero});
+  pb::NodeProto* branch = b.Node("If", {wanted}, {"decode_first_emitted"});
+  for (bool emit : {true, false}) {
+    pb::AttributeProto* a = branch->add_attribute();
+    a->set_name(emit ? "then_branch" : "else_branch");
+    a->set_type(pb::AttributeProto::GRAPH);
+    pb::GraphProto* sub = a->mutable_g();
+    sub->set_name(emit ? "decode_emit_first" : "decode_skip_first");
+    Builder sb(sub);
+    if (emit) Builder::Attr(sb.Node("Emit", {"decode_first"}, {}, "dynvm"), "stream", 0);
+    const std::string out = emit ? "decode_first_then" : "decode_first_else";
+    sb.Node("Identity", {"decode_first"}, {out});
+    AddValue(sub->mutable_output(), out, pb::TensorProto::INT64, {}, false);
+  }
+  return b.Op("Unsqueeze", {"decode_first_emitted", b.Ints({1})});
 }
 
 }  // namespace
@@ -389,11 +476,20 @@ absl::Status WrapStepModelForDecode(pb::ModelProto* model) {
   AddValue(g->mutable_output(), "tokens", kI64, {"batch", "steps"}, true);
 
   Builder b(g);
-  std::vector<std::string> carried;
-  BuildPrologue(s, vocab, b, &carried);
-  std::vector<std::string> inputs = {"max_new_tokens", ""};
-  inputs.insert(inputs.end(), carried.begin(), carried.end());
-  std::vector<std::string> outputs = {"decode_ids_final", "decode_pos_final", "tokens"};
+  const Prologue p = BuildPrologue(s, vocab, b);
+  const std::map<std::string, std::string> names = BuildPrefill(s, step, p, b, g);
+  const std::string first = FirstToken(p, names, b);
+  // The loop: max(max_new_tokens - 1, 0) single-token steps while some row has not stopped.
+  const std::string trip = b.Op("Sub", {"max_new_tokens", p.one});
+  const std::string going = b.Going("decode_first", "decode_stop");
+  const std::string pos = b.Op("Expand", {b.Op("Reshape", {p.len_scalar, b.Ints({1, 1})}),
+                                          b.Concat0({p.batch, b.Ints({1})})});
+  std::vector<std::string> inputs = {trip, going, first, pos, first};
+  for (int i = 0; i < s.layers; ++i) {
+    for (bool key : {true, false}) inputs.push_back(names.at(CacheName("present.", i, key)));
+  }
+  std::vector<std::string> outputs = {"decode_ids_final", "decode_pos_final",
+                                      "decode_tokens_final"};
   for (int i = 0; i < 2 * s.layers; ++i) outputs.push_back(absl::StrCat("decode_cache_final", i));
   pb::NodeProto* loop = b.Node("Loop", inputs, outputs);
   loop->set_name("decode_loop");
@@ -402,6 +498,11 @@ absl::Status WrapStepModelForDecode(pb::ModelProto* model) {
   body->set_type(pb::AttributeProto::GRAPH);
   body->mutable_g()->set_name("decode_step");
   BuildBody(s, &step, body->mutable_g());
+  // max_new_tokens = 0: no tokens (the prompt step ran, its token is dropped, not emitted).
+  b.Node("Slice",
+         {"decode_tokens_final", b.Ints({0}), b.Op("Unsqueeze", {"max_new_tokens", b.Ints({0})}),
+          b.Ints({1})},
+         {"tokens"});
   return absl::OkStatus();
 }
 

@@ -12,15 +12,19 @@
 //            (<= 0: greedy), seed [] i64, stop_token [] i64 (-1: never stop early)
 //   output   tokens [batch, steps] i64 (steps <= max_new_tokens; fewer when every row has
 //            produced stop_token)
-// One Loop of max_new_tokens iterations whose body is the step graph itself (its nodes moved in,
-// once: the weights stay initializers of the outer graph): iteration 0 runs the whole prompt
-// (positions 0 .. prompt_len - 1, an empty cache), every later one the previous token (position
-// P + S of the step before), with an all-ones attention mask of P + S; each iteration samples one
-// token per row from the last position's logits (dynvm::Sample: temperature, seed, the iteration
-// as the step; docs/sampling.md), emits it (dynvm::Emit, stream 0) and appends it to tokens. The
-// cache is carried through the loop as the step's present outputs (the step's own Concat grows
-// it by S per iteration; docs/llm.md says what that copies). A stop_token other than -1 outside
-// [0, vocab) fails the run at the node "decode_stop_token_check" before the first step.
+// The prompt step runs once before the loop (a copy of the step's nodes, its values renamed
+// "decode_prefill/...": the prompt, positions 0 .. prompt_len - 1, an all-ones mask, an empty
+// cache); its last position's logits give token 0 (emitted only when max_new_tokens > 0). Then
+// one Loop of max_new_tokens - 1 iterations whose body is the step graph itself (its nodes moved
+// in, once: the weights stay initializers of the outer graph shared by both copies) runs the
+// previous token at position P of a cache of P, with an all-ones mask of P + 1; each iteration
+// samples one token per row (dynvm::Sample: temperature, seed, the token's index as the step;
+// docs/sampling.md), emits it (dynvm::Emit, stream 0) and appends it to tokens. The body's cache
+// inputs carry the step's own names, so each layer's Concat(past, new) appends onto a carried
+// value: the memory plan gives it a growable storage allocated once (at prompt_len +
+// max_new_tokens - 1 when both are bounded) and appends in place. A stop_token other than -1
+// outside [0, vocab) fails the run at the node "decode_stop_token_check" before the prompt step
+// is used.
 #ifndef DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
 #define DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
 

@@ -62,13 +62,13 @@ bool Greater(T a, T b) {
   return a > b;
 }
 
+// `p`: vocab doubles of scratch (the site's workspace, so a decode step allocates nothing).
 template <typename T>
 void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_t step,
-                int64_t* out) {
+                int64_t* out, double* p) {
   const int64_t rows = logits.dim(0), vocab = logits.dim(1);
   const int64_t rs = logits.stride(0), cs = logits.stride(1);
   const T* base = logits.data<T>();
-  std::vector<double> p(static_cast<size_t>(vocab));
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = base + r * rs;
     int64_t best = 0;
@@ -119,12 +119,15 @@ absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor*
   const int64_t dims[1] = {logits.dim(0)};
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"));
   int64_t* o = out[0]->data<int64_t>();
+  DYNVM_ASSIGN_OR_RETURN(void* scratch,
+                         ctx.Workspace(static_cast<size_t>(logits.dim(1)) * sizeof(double)));
+  double* p = static_cast<double*>(scratch);
   if (logits.dtype() == DType::kF32) {
     SampleRows<float>(logits, temperature, static_cast<uint64_t>(seed),
-                      static_cast<uint64_t>(*step), o);
+                      static_cast<uint64_t>(*step), o, p);
   } else {
     SampleRows<double>(logits, temperature, static_cast<uint64_t>(seed),
-                       static_cast<uint64_t>(*step), o);
+                       static_cast<uint64_t>(*step), o, p);
   }
   return absl::OkStatus();
 }

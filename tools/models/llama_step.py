@@ -103,3 +103,38 @@ def greedy(step: LlamaStep, prompt: torch.Tensor, new_tokens: int, pick=None):
         pos = torch.full((b, 1), total, dtype=torch.int64)
         total += 1
     return torch.stack(out, 1), torch.stack(history, 1)
+
+
+def write_test_case(out_dir: str):
+    """A tiny GQA step model (2 layers, random weights, 64 tokens, width 32: about 150 KB) and
+    its PyTorch greedy case for tests/decode_alloc_test.cc: out_dir/model.onnx and
+    case0/input_prompt.npy [1, 8], input_max_new_tokens.npy (40), output_tokens.npy [1, 40].
+    Prompts whose top-2 logit gap falls below 1e-3 at some step are redrawn."""
+    import os
+
+    import numpy as np
+    torch.manual_seed(34)
+    lm = llama.Llama(vocab=64, d=32, layers=2, heads=4, kv_heads=2, head_dim=8, ffn=64,
+                     repeat="expand").eval()
+    step = LlamaStep(lm)
+    os.makedirs(os.path.join(out_dir, "case0"), exist_ok=True)
+    export(step, os.path.join(out_dir, "model.onnx"))
+    rng = np.random.default_rng(34)
+    for _ in range(50):
+        prompt = torch.as_tensor(rng.integers(0, 64, (1, 8)))
+        tokens, history = greedy(step, prompt, 40)
+        top = np.sort(history.numpy(), -1)
+        if float((top[..., -1] - top[..., -2]).min()) >= 1e-3:
+            break
+    else:
+        raise RuntimeError("no prompt with a top-2 logit gap of 1e-3")
+    np.save(os.path.join(out_dir, "case0", "input_prompt.npy"), prompt.numpy().astype(np.int64))
+    np.save(os.path.join(out_dir, "case0", "input_max_new_tokens.npy"), np.array(40, np.int64))
+    np.save(os.path.join(out_dir, "case0", "output_tokens.npy"), tokens.numpy().astype(np.int64))
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "--write-test-case":
+        sys.exit("usage: llama_step.py --write-test-case OUT_DIR (tests/data/llama_step)")
+    write_test_case(sys.argv[2])

@@ -15,6 +15,10 @@ against ORT f32, dynvm int4 against ORT int4 on the same MatMulNBits model (both
 
     PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/llm/bench.py \\
         --build build/release --ort-dir /work/ort/node_modules --sizes 100mb --threads 1,2
+
+--runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base f32"
+run by another build's vm-compile and Python module (a before/after comparison in the same
+interleaved rounds).
 """
 import argparse
 import json
@@ -97,7 +101,18 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", default="dynvm f32,ort f32,dynvm int8,dynvm int4,ort int4",
+                    help="the rows to run, comma-separated")
+    ap.add_argument("--baseline-build", default="",
+                    help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
+                         "for a before/after comparison in the same interleaved rounds")
     a = ap.parse_args()
+    run_keys = [r.strip() for r in a.runs.split(",") if r.strip()]
+    if a.baseline_build:
+        run_keys.insert(0, "base f32")
+        base_env = dict(os.environ)
+        base_env["PYTHONPATH"] = (os.path.join(a.baseline_build, "python") + os.pathsep +
+                                  base_env.get("PYTHONPATH", ""))
     os.makedirs(a.work, exist_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(a.build, "python") + os.pathsep + env.get("PYTHONPATH", "")
@@ -115,10 +130,14 @@ def main():
         int4 = os.path.join(a.work, f"{size}.int4.onnx")
         dvms = {}
         for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
-                                 ("int4", int4, [])):
+                                 ("int4", int4, []), ("base-f32", f32, [])):
+            if name == "base-f32" and not a.baseline_build:
+                continue
+            compiler = (os.path.join(a.baseline_build, "tools", "vm-compile")
+                        if name == "base-f32" else vm_compile)
             dvms[name] = os.path.join(a.work, f"{size}.{name}.dvm")
             if not os.path.exists(dvms[name]):
-                subprocess.run([vm_compile, src, "-o", dvms[name], "--decode"] + extra, check=True)
+                subprocess.run([compiler, src, "-o", dvms[name], "--decode"] + extra, check=True)
         rng = np.random.default_rng(1)
         spec = {"prompt": rng.integers(0, info["vocab"], (1, a.prompt)).tolist(),
                 "new_tokens": a.new_tokens, "layers": info["layers"],
@@ -127,12 +146,17 @@ def main():
         json.dump(spec, open(spec_path, "w"))
         embed = info["vocab"] * info["width"] * 4
         for threads in [int(t) for t in a.threads.split(",")]:
-            rows = {k: [] for k in ("dynvm f32", "ort f32", "dynvm int8", "dynvm int4", "ort int4")}
+            rows = {k: [] for k in run_keys}
             bw = []
             for _ in range(a.rounds):
                 bw.append(triad(a.build, threads))
                 for key in rows:
                     who, q = key.split()
+                    if who == "base":
+                        cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms["base-f32"], spec_path,
+                               str(threads)]
+                        rows[key].append(timed_child(cmd, base_env))
+                        continue
                     if who == "dynvm":
                         cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
                     else:
@@ -141,6 +165,11 @@ def main():
                                "--threads", str(threads), "--rounds", "2"]  # the first: warm-up
                     rows[key].append(timed_child(cmd, env))
             tokens = {k: v[0][0]["tokens"] for k, v in rows.items()}
+
+            def same(a, b):  # "n/a" where a row was not run
+                if a not in tokens or (b != "pytorch" and b not in tokens):
+                    return "n/a"
+                return tokens[a] == (torch_tokens if b == "pytorch" else tokens[b])
             # In a child: this process's peak RSS would be inherited by the timed children's
             # (Linux keeps a process's high-water RSS across fork and exec).
             torch_tokens = json.loads(run_child(
@@ -150,17 +179,24 @@ def main():
             print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {a.prompt}, "
                   f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
                   f"{bandwidth:.1f} GB/s (median)")
-            print(f"tokens: dynvm f32 == pytorch: {tokens['dynvm f32'] == torch_tokens}; "
-                  f"dynvm f32 == ort f32: {tokens['dynvm f32'] == tokens['ort f32']}; "
-                  f"dynvm int4 == ort int4: {tokens['dynvm int4'] == tokens['ort int4']}; "
-                  f"dynvm int8 == dynvm f32 for {sum(x == y for x, y in zip(tokens['dynvm int8'][0], tokens['dynvm f32'][0]))}/{a.new_tokens}")
+            int8 = "n/a"
+            if "dynvm int8" in tokens and "dynvm f32" in tokens:
+                int8 = sum(x == y for x, y in zip(tokens["dynvm int8"][0], tokens["dynvm f32"][0]))
+            print(f"tokens: dynvm f32 == pytorch: {same('dynvm f32', 'pytorch')}; "
+                  f"dynvm f32 == ort f32: {same('dynvm f32', 'ort f32')}; "
+                  f"dynvm int4 == ort int4: {same('dynvm int4', 'ort int4')}; "
+                  f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
+            if a.baseline_build:
+                print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
             print(f"{'run':<12} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}")
             for key, runs in rows.items():
                 first = float(np.median([r[0]["first_ms"] for r in runs]))
                 tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
                 rss = float(np.median([r[1] for r in runs]))
                 q = key.split()[1]
-                wbytes = os.path.getsize(dvms[q]) - embed if key.startswith("dynvm") else \
+                if key.startswith("base"):
+                    q = "base-f32"
+                wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
                     os.path.getsize(f32 if q == "f32" else int4) - embed
                 gb = wbytes / 1e9
                 print(f"{key:<12} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
