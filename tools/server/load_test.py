@@ -155,6 +155,8 @@ def main():
         print(f"mlp infer: {args.clients} clients x {args.requests} requests: {len(errors)} errors, "
               f"{wall:.2f} s, {n / wall:.0f} requests/s")
         failed |= bool(errors)
+        for e in errors[:5]:
+            print("  " + e)
 
         def stream_text(conn, seed):
             conn.request("POST", "/v2/models/charlm/generate_stream", body=json.dumps(
