@@ -256,6 +256,19 @@ void BoundPrimitive::Bind(const dnnl::primitive_desc_base& pd, std::initializer_
   for (size_t i = 0; i < args_.size(); ++i) args_[i].memory = memories_[i].get();
 }
 
+BoundPrimitive BoundPrimitive::Share() const {
+  BoundPrimitive copy;
+  copy.primitive_ = primitive_;
+  copy.scratchpad_bytes_ = scratchpad_bytes_;
+  for (size_t i = 0; i < memories_.size(); ++i) {
+    copy.memories_.emplace_back(memories_[i].get_desc(), memories_[i].get_engine(),
+                                static_cast<void*>(nullptr));
+    copy.args_.push_back({args_[i].arg, nullptr});
+  }
+  for (size_t i = 0; i < copy.args_.size(); ++i) copy.args_[i].memory = copy.memories_[i].get();
+  return copy;
+}
+
 absl::Status BoundPrimitive::Execute(std::initializer_list<const void*> data,
                                      void* scratchpad) const {
   size_t i = 0;

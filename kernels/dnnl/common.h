@@ -158,6 +158,11 @@ class BoundPrimitive {
   // scratchpad_bytes(). Synchronous.
   absl::Status Execute(std::initializer_list<const void*> data, void* scratchpad) const;
 
+  // Another handle on the same primitive with its own argument memories. Execute sets the
+  // memories' data handles, so one handle runs on one thread at a time; handles of one primitive
+  // run concurrently (each with its own scratchpad).
+  BoundPrimitive Share() const;
+
  private:
   dnnl::primitive primitive_;
   std::vector<dnnl::memory> memories_;  // the arguments, then the scratchpad

@@ -335,6 +335,7 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.dw_separate += e->second.bound() ? 1 : 0;
     stats.depthwise_1d += e->depthwise_1d ? 1 : 0;
     stats.pointwise_1d += e->pointwise_1d ? 1 : 0;
+    stats.per_image += e->per_image ? 1 : 0;
   }
   return stats;
 }
@@ -824,6 +825,10 @@ class ConvKernel final : public DnnlKernel {
     if (e->pointwise_1d) return ExecutePointwise1d(ctx, g, x, w, b, out[0]);
     if (e->gemm) return ExecuteGemm(ctx, *e, g, x, w, b, sum, out[0]);
     if (e->own_winograd) return ExecuteOwnWinograd(ctx, g, x, w, b, sum, out[0]);
+    if (PerImageTakes(ctx, g, macs, *out[0])) {
+      DYNVM_ASSIGN_OR_RETURN(const Entry* e1, ImageEntry(ctx, st, g, x, w, b, sum));
+      if (e1 != nullptr) return ExecutePerImage(ctx, *e1, g, x, w, b, sum, out[0]);
+    }
     return Execute(ctx, *e, x, w, b, sum, out[0]);
   }
 
@@ -1661,49 +1666,157 @@ class ConvKernel final : public DnnlKernel {
     return absl::OkStatus();
   }
 
-  absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,
-                       const Tensor* b, const Tensor* sum, Tensor* y) const {
-    const void* packed = nullptr;
-    if (e.w_reorder.bound() && constant_weights_) {
-      DYNVM_ASSIGN_OR_RETURN(packed, packed_.Get(w.raw_data(), e.w_packed, e.w_reorder));
-    }
-    const size_t w_bytes = e.w_reorder.bound() && packed == nullptr ? e.w_bytes : 0;
+  // The workspace of one primitive run (RunOnce): the largest scratchpad, then the reordered
+  // source and destination.
+  static size_t ScratchBytes(const Entry& e) {
     size_t scratch = e.main.scratchpad_bytes();
     for (const BoundPrimitive* r : {&e.src_reorder, &e.w_reorder, &e.dst_reorder, &e.sum_reorder}) {
       scratch = std::max(scratch, r->scratchpad_bytes());
     }
-    scratch = Align(scratch);
-    DYNVM_ASSIGN_OR_RETURN(void* ws,
-                           ctx.Workspace(scratch + e.src_bytes + e.dst_bytes + w_bytes + 64));
-    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
-    char* pscratch = base;
-    char* psrc = pscratch + scratch;
+    return Align(scratch);
+  }
+  static size_t SlotBytes(const Entry& e) { return ScratchBytes(e) + e.src_bytes + e.dst_bytes; }
+
+  // The weights in the primitive's layout: packed once (constant weights) or reordered into `pw`.
+  absl::StatusOr<const void*> PrimitiveWeights(const Entry& e, const Tensor& w, char* pw,
+                                               char* pscratch) const {
+    if (e.w_reorder.bound() && constant_weights_) {
+      DYNVM_ASSIGN_OR_RETURN(const void* packed,
+                             packed_.Get(w.raw_data(), e.w_packed, e.w_reorder));
+      if (packed != nullptr) return packed;
+    }
+    if (!e.w_reorder.bound()) return w.raw_data();
+    DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({w.raw_data(), pw}, pscratch));
+    return static_cast<const void*>(pw);
+  }
+
+  // The primitives of one run: main, src_reorder, dst_reorder, sum_reorder (an entry's own, or
+  // a lane's handles on them).
+  using Prims = std::array<const BoundPrimitive*, 4>;
+  static Prims OwnPrims(const Entry& e) {
+    return {&e.main, &e.src_reorder, &e.dst_reorder, &e.sum_reorder};
+  }
+
+  // One run of e's primitive: src, sum (or null) and y at the first element of what e was bound
+  // for (the batch, or one image of it); `slot`: SlotBytes(e) bytes, 64-byte aligned.
+  static absl::Status RunOnce(const Entry& e, const Prims& p, const void* src, const void* wts,
+                              const void* bias, const void* sum, void* y, char* slot) {
+    char* pscratch = slot;
+    char* psrc = pscratch + ScratchBytes(e);
     char* pdst = psrc + e.src_bytes;
-    char* pw = pdst + e.dst_bytes;
-    const void* src = x.raw_data();
-    if (e.src_reorder.bound()) {
-      DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
+    if (p[1]->bound()) {
+      DYNVM_RETURN_IF_ERROR(p[1]->Execute({src, psrc}, pscratch));
       src = psrc;
     }
-    const void* wts = w.raw_data();
-    if (packed != nullptr) {
-      wts = packed;
-    } else if (e.w_reorder.bound()) {
-      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({wts, pw}, pscratch));
-      wts = pw;
-    }
-    void* dst = e.dst_reorder.bound() ? static_cast<void*>(pdst) : y->raw_data();
-    if (sum != nullptr && sum->raw_data() != dst) {
-      DYNVM_RETURN_IF_ERROR(e.sum_reorder.Execute({sum->raw_data(), dst}, pscratch));
-    }
-    if (b != nullptr) {
-      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, b->raw_data(), dst}, pscratch));
+    void* dst = p[2]->bound() ? static_cast<void*>(pdst) : y;
+    if (sum != nullptr && sum != dst) DYNVM_RETURN_IF_ERROR(p[3]->Execute({sum, dst}, pscratch));
+    if (bias != nullptr) {
+      DYNVM_RETURN_IF_ERROR(p[0]->Execute({src, wts, bias, dst}, pscratch));
     } else {
-      DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, dst}, pscratch));
+      DYNVM_RETURN_IF_ERROR(p[0]->Execute({src, wts, dst}, pscratch));
     }
-    if (e.dst_reorder.bound()) {
-      DYNVM_RETURN_IF_ERROR(e.dst_reorder.Execute({pdst, y->raw_data()}, pscratch));
+    if (p[2]->bound()) DYNVM_RETURN_IF_ERROR(p[2]->Execute({pdst, y}, pscratch));
+    return absl::OkStatus();
+  }
+
+  absl::Status Execute(KernelContext& ctx, const Entry& e, const Tensor& x, const Tensor& w,
+                       const Tensor* b, const Tensor* sum, Tensor* y) const {
+    const size_t slot = SlotBytes(e);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(slot + e.w_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    DYNVM_ASSIGN_OR_RETURN(const void* wts, PrimitiveWeights(e, w, base + slot, base));
+    return RunOnce(e, OwnPrims(e), x.raw_data(), wts, b != nullptr ? b->raw_data() : nullptr,
+                   sum != nullptr ? sum->raw_data() : nullptr, y->raw_data(), base);
+  }
+
+  // A batch of small images on more than one thread: the images split over the VM's pool, each
+  // run by a primitive bound for one image at OpenMP count 1 (below kMinParallelWork oneDNN ran
+  // the batch on one thread; above it, on an OpenMP team whose static halves wait for a
+  // descheduled thread). Each range claims the next image from a shared counter, so a range
+  // whose core is busy holds up its current image only. From kMinParallelGemm multiply-adds in
+  // all; above kMinParallelWork only where the images divide evenly or number at least 4 per
+  // range (else OpenMP's split of the whole batch is the more even one).
+  static bool PerImageTakes(const KernelContext& ctx, const Geometry& g, int64_t macs,
+                            const Tensor& y) {
+    if (ctx.num_threads() < 2 || g.n < 2 || macs < kMinParallelGemm || !y.is_contiguous()) {
+      return false;
     }
+    const int tasks = ctx.ParallelTasks(g.n, 1);
+    return tasks > 1 && (macs < kMinParallelWork || g.n % tasks == 0 || g.n >= 4 * tasks);
+  }
+
+  // One image of `t` (its first), as a view with the same strides.
+  static absl::StatusOr<Tensor> FirstImage(const Tensor& t) {
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    dims[0] = 1;
+    return Tensor::View(t.storage(), t.byte_offset(), t.dtype(), dims, t.strides());
+  }
+
+  // The site's entry bound for one image of this batch (oneDNN's direct or Winograd
+  // convolution), or null where oneDNN has none for it.
+  absl::StatusOr<const Entry*> ImageEntry(KernelContext& ctx, SiteCache* st, const Geometry& g,
+                                          const Tensor& x, const Tensor& w, const Tensor* b,
+                                          const Tensor* sum) const {
+    DYNVM_ASSIGN_OR_RETURN(const Tensor x1, FirstImage(x));
+    Tensor sum1;
+    if (sum != nullptr) {
+      DYNVM_ASSIGN_OR_RETURN(sum1, FirstImage(*sum));
+    }
+    ShapeKey key;
+    key.Add(&x1);
+    key.Add(&w);
+    key.Add(b != nullptr);
+    key.Add(sum != nullptr ? &sum1 : nullptr);
+    key.Add(int64_t{-1});  // an image of a split batch (no thread count: it runs on one)
+    bool fresh = false;
+    Entry* e = st->Lookup(key, &fresh);
+    if (fresh) {
+      Geometry g1 = g;
+      g1.n = 1;
+      const Dims out1 = OutDims(g1);
+      DYNVM_RETURN_IF_ERROR(BindEntry(
+          e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
+            e->per_image = true;
+            Bind(engine, g1, x1, w, b != nullptr, sum != nullptr ? &sum1 : nullptr, out1, e);
+          }));
+    }
+    if (e->use_fallback) return nullptr;
+    for (int t = static_cast<int>(e->lanes.size()); t < ctx.ParallelTasks(g.n, 1); ++t) {
+      e->lanes.push_back({e->main.Share(), e->src_reorder.Share(), e->dst_reorder.Share(),
+                          e->sum_reorder.Share()});
+    }
+    return e;
+  }
+
+  absl::Status ExecutePerImage(KernelContext& ctx, const Entry& e, const Geometry& g,
+                               const Tensor& x, const Tensor& w, const Tensor* b, const Tensor* sum,
+                               Tensor* y) const {
+    const int tasks = ctx.ParallelTasks(g.n, 1);
+    const size_t slot = SlotBytes(e);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(tasks * slot + e.w_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    SetThreads(1);
+    DYNVM_ASSIGN_OR_RETURN(const void* wts, PrimitiveWeights(e, w, base + tasks * slot, base));
+    const char* px = static_cast<const char*>(x.raw_data());
+    const char* psum = sum != nullptr ? static_cast<const char*>(sum->raw_data()) : nullptr;
+    char* py = static_cast<char*>(y->raw_data());
+    const int64_t x_step = x.stride(0) * 4, y_step = y->numel() / g.n * 4;
+    const int64_t sum_step = sum != nullptr ? sum->stride(0) * 4 : 0;
+    const void* bias = b != nullptr ? b->raw_data() : nullptr;
+    std::atomic<int64_t> next{0};
+    std::vector<absl::Status> status(tasks);
+    ctx.ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+      SetThreads(1);  // a pool worker, or the caller: one primitive per image, no OpenMP team
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t i = next.fetch_add(1); i < g.n && status[t].ok(); i = next.fetch_add(1)) {
+          const std::array<BoundPrimitive, 4>& lane = e.lanes[t];
+          status[t] = RunOnce(e, {&lane[0], &lane[1], &lane[2], &lane[3]}, px + i * x_step, wts,
+                              bias, psum != nullptr ? psum + i * sum_step : nullptr,
+                              py + i * y_step, base + t * slot);
+        }
+      }
+    });
+    for (const absl::Status& s : status) DYNVM_RETURN_IF_ERROR(s);
     return absl::OkStatus();
   }
 

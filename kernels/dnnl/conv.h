@@ -30,6 +30,7 @@ struct ConvCacheStats {
   int dw_separate = 0;      // 1x1 + depthwise pairs on two primitives
   int depthwise_1d = 0;     // depthwise Conv1ds on dynvm's microkernel (cpu/depthwise.h)
   int pointwise_1d = 0;     // pointwise Conv1ds as sgemm on the VM's threads
+  int per_image = 0;        // primitives for one image of a batch split over the VM's threads
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is

@@ -2,6 +2,7 @@
 #ifndef DYNVM_KERNELS_DNNL_CONV_COMMON_H_
 #define DYNVM_KERNELS_DNNL_CONV_COMMON_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,10 @@ struct Entry {
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
   bool depthwise_1d = false;    // a plain depthwise Conv1d on dynvm's microkernel (depthwise.h)
   bool pointwise_1d = false;    // a pointwise Conv1d as one sgemm per image on the VM's threads
+  bool per_image = false;       // bound for one image of a batch split over the VM's threads
+  // per_image: for each range of the split, its own handles (BoundPrimitive::Share) on main,
+  // src_reorder, dst_reorder and sum_reorder.
+  std::vector<std::array<BoundPrimitive, 4>> lanes;
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)

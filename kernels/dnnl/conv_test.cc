@@ -1056,6 +1056,80 @@ TEST(DnnlFusedConv, PointwiseThenDepthwiseMatchesReference) {
   if (avx2) EXPECT_GT(fused, 0) << cases;
 }
 
+// A batch of images on more than one thread runs one primitive per image on the VM's pool, each
+// range claiming the next image (ConvKernel::ExecutePerImage): against the reference kernel at
+// 2 and 3 threads (every image computed once, whatever ranges claim them), plain and
+// channels-last layouts, a residual, groups, strides, weights reordered per run or packed once;
+// batches above kMinParallelWork split only where the images divide evenly over the ranges or
+// number at least 4 per range; below kMinParallelGemm multiply-adds and at one thread, no split.
+TEST(DnnlFusedConv, BatchSplitsByImageOnTheVmThreads) {
+  struct Shape {
+    int64_t n, c, m, h, w, k, stride, group;
+    bool cl, sum, constant;
+    int threads;
+    bool split;  // expected to run per image
+  };
+  const Shape shapes[] = {
+      {2, 16, 16, 24, 24, 3, 1, 1, false, false, false, 2, true},  // 2.6M multiply-adds
+      {3, 16, 16, 24, 24, 3, 1, 1, false, false, true, 2, true},   // odd batch below 4M
+      {5, 8, 16, 20, 18, 3, 2, 1, true, true, true, 2, true},      // residual, channels-last
+      {7, 8, 16, 20, 18, 3, 2, 1, true, true, false, 3, true},     // 3 ranges
+      {7, 8, 16, 20, 18, 3, 2, 1, true, true, false, 2, true},     // 7 over 2 ranges
+      {6, 16, 32, 12, 12, 3, 1, 4, true, false, true, 3, true},    // grouped
+      {6, 16, 32, 12, 12, 3, 1, 4, true, false, true, 2, true},
+      {3, 32, 32, 32, 32, 3, 1, 1, false, false, true, 2, false},   // 28M, 3 over 2 ranges
+      {4, 32, 32, 32, 32, 3, 1, 1, false, false, true, 2, true},    // 38M, even
+      {2, 1, 4, 4, 4, 3, 1, 1, false, false, false, 2, false},      // below kMinParallelGemm
+      {4, 16, 16, 24, 24, 3, 1, 1, false, true, false, 1, false}};  // one thread
+  uint32_t seed = 3200;
+  for (const Shape& sh : shapes) {
+    const int64_t oh = (sh.h + 2 - sh.k) / sh.stride + 1, ow = (sh.w + 2 - sh.k) / sh.stride + 1;
+    std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.h, sh.w}, seed++),
+                                  Random({sh.m, sh.c / sh.group, sh.k, sh.k}, seed++),
+                                  Random({sh.m}, seed++)};
+    if (sh.sum) inputs.push_back(Random({sh.n, sh.m, oh, ow}, seed++));
+    const std::string what =
+        absl::StrCat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w, " -> ", sh.m, " k", sh.k, " stride ",
+                     sh.stride, " group ", sh.group, " cl ", sh.cl, " sum ", sh.sum, " constant ",
+                     sh.constant, " threads ", sh.threads);
+    SCOPED_TRACE(what);
+    const Attrs attrs = Both(
+        Both(Both(A<Ints>({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{sh.stride, sh.stride}}}),
+                  I("group", sh.group)),
+             Both(I("constant_weights", sh.constant ? 1 : 0), S("activation", "Relu"))),
+        Both(Both(I("channels_last_in", sh.cl ? 1 : 0), I("channels_last_out", sh.cl ? 1 : 0)),
+             I("channels_last_sum", sh.cl && sh.sum ? 1 : 0)));
+    KernelTester t("FusedConv", "dynvm");
+    KernelCall call("FusedConv", "dynvm");
+    for (const Tensor& in : inputs) {
+      t.In(in);
+      call.In(in);
+    }
+    t.Out(DType::kF32).Tol(1e-4, 1e-4).Threads(sh.threads);
+    call.Out(DType::kF32);
+    attrs(t, call);
+    absl::Status s = t.Compare("dnnl");
+    ASSERT_TRUE(s.ok()) << s;
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+    const auto* dk = dynamic_cast<const DnnlKernel*>(k.get());
+    ASSERT_NE(dk, nullptr);
+    KernelContext ctx(&HeapAllocator::Get(), sh.threads);
+    std::vector<const Tensor*> in;
+    for (const Tensor& x : inputs) in.push_back(&x);
+    for (int run = 0; run < 2; ++run) {
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok());
+    }
+    EXPECT_EQ(dk->fallback_runs(), 0);
+    // 3 threads split only where the process may use 3 CPUs (MaxThreads()).
+    const bool split = sh.split && ctx.ParallelTasks(sh.n, 1) == sh.threads;
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).per_image, split ? 1 : 0);
+  }
+}
+
 // 64 widths through one site: the cache stays at its capacity, evicts the oldest, and a shape
 // seen again after warm-up binds nothing.
 TEST(DnnlConv, WidthChurnIsBounded) {
