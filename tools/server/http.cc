@@ -310,7 +310,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(Service& servi
   svr.set_payload_max_length(static_cast<size_t>(max_body_bytes));
   svr.set_keep_alive_timeout(5);
   svr.set_keep_alive_max_count(1000);  // httplib closes a connection after 5 requests by default
-  svr.set_tcp_nodelay(true);  // no Nagle delay between a response's header and body writes
+  svr.set_tcp_nodelay(true);           // no Nagle delay between a response's header and body writes
   Routes(service, svr);
   if (port == 0) {
     f->port_ = svr.bind_to_any_port(host);
