@@ -6,7 +6,10 @@
 // other shapes, skips repeated over rows, bias and beta present or not, the sum output wanted or
 // not; at one and two threads and at every instruction-set level this machine has. Each fast run
 // must be served by the fast kernel itself (no fallback run), and the cases it leaves to the
-// reference kernel (inv_std_var wanted, a broadcasting scale) must fall back.
+// reference kernel (inv_std_var wanted, a broadcasting scale) must fall back. com.microsoft
+// RotaryEmbedding and ONNX RotaryEmbedding 23 (rotary.cc, on cpu::Rotary) likewise: 3-D and 4-D
+// X, halves and interleaved pairs, partial rotary_embedding_dim, head sizes that are no multiple
+// of a vector width, position_ids [B, S], ORT's one-value offset and ONNX's per-token caches.
 #include <cmath>
 #include <random>
 #include <string>
@@ -155,9 +158,9 @@ TEST(DnnlNormTest, SkipLayerNormalizations) {
                                       " skip rank ", c.skip.size(), " bias ", bias, " beta ", beta,
                                       " sum ", sum));
             const int64_t h = c.x.back();
-            KernelCall call(simplified ? "SkipSimplifiedLayerNormalization"
-                                       : "SkipLayerNormalization",
-                            "com.microsoft");
+            KernelCall call(
+                simplified ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization",
+                "com.microsoft");
             call.In(Random(c.x, rng)).In(Random(c.skip, rng)).In(Random({h}, rng));
             if (!simplified) beta ? call.In(Random({h}, rng)) : call.Absent();
             if (bias) call.In(Random({h}, rng));
@@ -166,6 +169,74 @@ TEST(DnnlNormTest, SkipLayerNormalizations) {
           }
         }
       }
+    }
+  }
+}
+
+Tensor Positions(int64_t b, int64_t s, int64_t positions, std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> dist(0, positions - 1);
+  std::vector<int64_t> v(b * s);
+  for (int64_t& p : v) p = dist(rng);
+  return testing::I64({b, s}, v);
+}
+
+TEST(DnnlRotaryTest, MsftRotaryEmbedding) {
+  std::mt19937 rng(4);
+  struct C {
+    std::vector<int64_t> x;
+    int64_t num_heads, rotary_dim, half;
+    bool offset;
+  };
+  for (const C& c : std::vector<C>{{{2, 5, 64}, 4, 0, 8, false},
+                                   {{2, 5, 64}, 4, 0, 8, true},
+                                   {{2, 5, 64}, 4, 10, 5, false},
+                                   {{1, 7, 48}, 0, 0, 12, false},
+                                   {{2, 3, 5, 10}, 0, 0, 5, false},
+                                   {{2, 3, 5, 64}, 0, 32, 16, true},
+                                   {{1, 32, 1, 128}, 0, 0, 64, true}}) {
+    for (bool interleaved : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("x rank ", c.x.size(), " last ", c.x.back(), " rot ", c.rotary_dim,
+                                " offset ", c.offset, " interleaved ", interleaved));
+      const int64_t positions = 40, seq = c.x.size() == 3 ? c.x[1] : c.x[2];
+      KernelCall call("RotaryEmbedding", "com.microsoft");
+      call.In(Random(c.x, rng))
+          .In(c.offset ? testing::I64({1}, {7}) : Positions(c.x[0], seq, positions, rng))
+          .In(Random({positions, c.half}, rng, 1.0f))
+          .In(Random({positions, c.half}, rng, 1.0f))
+          .Attr("interleaved", int64_t{interleaved})
+          .Attr("num_heads", c.num_heads)
+          .Attr("rotary_embedding_dim", c.rotary_dim);
+      Check(call, 1, {0}, /*fast=*/true);
+    }
+  }
+}
+
+TEST(DnnlRotaryTest, OnnxRotaryEmbedding) {
+  std::mt19937 rng(5);
+  struct C {
+    std::vector<int64_t> x;
+    int64_t num_heads, rotary_dim, width;  // width: the caches' last dim
+    bool position_ids;
+  };
+  for (const C& c : std::vector<C>{{{2, 3, 5, 16}, 0, 0, 8, true},
+                                   {{2, 5, 64}, 4, 0, 8, true},
+                                   {{2, 3, 5, 16}, 0, 6, 8, true},
+                                   {{2, 3, 5, 10}, 0, 0, 5, false},
+                                   {{2, 5, 36}, 3, 8, 6, false}}) {
+    for (bool interleaved : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("x rank ", c.x.size(), " last ", c.x.back(), " rot ", c.rotary_dim,
+                                " position_ids ", c.position_ids, " interleaved ", interleaved));
+      const int64_t positions = 40, seq = c.x.size() == 3 ? c.x[1] : c.x[2];
+      const std::vector<int64_t> cache = c.position_ids
+                                             ? std::vector<int64_t>{positions, c.width}
+                                             : std::vector<int64_t>{c.x[0], seq, c.width};
+      KernelCall call("RotaryEmbedding");
+      call.In(Random(c.x, rng)).In(Random(cache, rng, 1.0f)).In(Random(cache, rng, 1.0f));
+      if (c.position_ids) call.In(Positions(c.x[0], seq, positions, rng));
+      call.Attr("interleaved", int64_t{interleaved})
+          .Attr("num_heads", c.num_heads)
+          .Attr("rotary_embedding_dim", c.rotary_dim);
+      Check(call, 1, {0}, /*fast=*/true);
     }
   }
 }
