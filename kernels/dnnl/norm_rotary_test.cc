@@ -6,7 +6,7 @@
 // other shapes, skips repeated over rows, bias and beta present or not, the sum output wanted or
 // not; at one and two threads and at every instruction-set level this machine has. Each fast run
 // must be served by the fast kernel itself (no fallback run), and the cases it leaves to the
-// reference kernel (inv_std_var wanted, a broadcasting scale) must fall back. com.microsoft
+// reference kernel (a scale that broadcasts) must fall back. com.microsoft
 // RotaryEmbedding and ONNX RotaryEmbedding 23 (rotary.cc, on cpu::Rotary) likewise: 3-D and 4-D
 // X, halves and interleaved pairs, partial rotary_embedding_dim, head sizes that are no multiple
 // of a vector width, position_ids [B, S], ORT's one-value offset and ONNX's per-token caches.
@@ -115,7 +115,7 @@ TEST(DnnlNormTest, SimplifiedLayerNormalization) {
     KernelCall call("SimplifiedLayerNormalization");
     call.In(Random(c.x, rng)).In(Random(c.scale, rng)).Attr("axis", c.axis).Attr("epsilon", 1e-3f);
     Check(call, 2, {0}, /*fast=*/true);
-    Check(call, 2, {0, 1}, /*fast=*/false);  // inv_std_var: the reference kernel's
+    Check(call, 2, {0, 1}, /*fast=*/true);  // with inv_std_var
   }
 }
 

@@ -21,7 +21,7 @@
 // RMSNormalization 23 (cpu::RmsNormRows), and com.microsoft SkipLayerNormalization and
 // SkipSimplifiedLayerNormalization (per row: X + skip + bias in f32, ORT's sum output, then
 // cpu::LayerNormRows / RmsNormRows in place). Their reference kernels (in double) serve the
-// inv_std_var and mean outputs, a scale that broadcasts, and strided or non-f32 inputs.
+// skip ops' mean and inv_std_var outputs, a scale that broadcasts, and strided or non-f32 inputs.
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
@@ -29,6 +29,7 @@
 // per normalized element. A LayerNormalization asked for its Mean and InvStdDev outputs is the
 // reference kernel's (at create: oneDNN returns the variance, not its inverse square root).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -285,8 +286,8 @@ bool ScaleFits(const Tensor& scale, const Tensor& x, int axis, int64_t count, Sc
 }
 
 // The microkernel (cpu::RmsNormRows), rows split across the VM's pool. The reference kernel (which
-// reports bad inputs) runs a strided x or scale, a scale that does not fit, an empty x, and a
-// SimplifiedLayerNormalization asked for its inv_std_var output.
+// reports bad inputs) runs a strided x or scale, a scale that does not fit and an empty x.
+// SimplifiedLayerNormalization's inv_std_var output is one more pass over each row (in double).
 class RmsNormKernel final : public DnnlKernel {
  public:
   RmsNormKernel(std::string name, std::string op, int64_t axis, float epsilon, ScaleFit fit)
@@ -297,9 +298,7 @@ class RmsNormKernel final : public DnnlKernel {
         fit_(fit) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    if (!Given(in, 0) || !Given(in, 1) || !Wanted(out, 0) || Wanted(out, 1)) {
-      return RunFallback(ctx, in, out);
-    }
+    if (!Given(in, 0) || !Given(in, 1) || !Wanted(out, 0)) return RunFallback(ctx, in, out);
     const Tensor& x = *in[0];
     const Tensor& scale = *in[1];
     const int rank = x.rank();
@@ -311,6 +310,7 @@ class RmsNormKernel final : public DnnlKernel {
     int64_t rows = 1, count = 1;
     for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
     if (!ScaleFits(scale, x, axis, count, fit_)) return RunFallback(ctx, in, out);
+    if (Wanted(out, 1)) DYNVM_RETURN_IF_ERROR(InvStdVar(ctx, x, axis, rows, count, *out[1]));
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), op_));
     ParallelRmsNormRows(ctx, rows, count, x.data<float>(), scale.data<float>(), epsilon_,
                         out[0]->data<float>());
@@ -318,6 +318,28 @@ class RmsNormKernel final : public DnnlKernel {
   }
 
  private:
+  // SimplifiedLayerNormalization's inv_std_var [X's dims, the normalized ones 1]:
+  // 1 / sqrt(mean(x^2) + epsilon) per row, the sum in double as the reference kernel sums.
+  absl::Status InvStdVar(KernelContext& ctx, const Tensor& x, int axis, int64_t rows, int64_t count,
+                         Tensor& inv) const {
+    reference::Dims stat(x.dims().begin(), x.dims().end());
+    for (int d = axis; d < x.rank(); ++d) stat[d] = 1;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, &inv, DType::kF32, stat, op_));
+    const float* xs = x.data<float>();
+    float* v = inv.data<float>();
+    ctx.ParallelFor(
+        rows, std::max<int64_t>(1, kMinParallelRows / count), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* row = xs + r * count;
+            double square = 0;
+            for (int64_t j = 0; j < count; ++j) square += double{row[j]} * row[j];
+            v[r] =
+                static_cast<float>(1.0 / std::sqrt(square / static_cast<double>(count) + epsilon_));
+          }
+        });
+    return absl::OkStatus();
+  }
+
   std::string op_;
   int64_t axis_;
   float epsilon_;
