@@ -69,6 +69,12 @@ KernelCall& KernelCall::Backend(std::string backend) {
   return *this;
 }
 
+std::vector<const Tensor*> KernelCall::inputs() const {
+  std::vector<const Tensor*> in;
+  for (size_t i = 0; i < inputs_.size(); ++i) in.push_back(present_[i] ? &inputs_[i] : nullptr);
+  return in;
+}
+
 absl::StatusOr<std::vector<Tensor>> KernelCall::Run(int num_threads) {
   DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec_));
   KernelContext ctx(&HeapAllocator::Get(), num_threads);

@@ -48,6 +48,8 @@ class KernelCall {
   KernelCall& Backend(std::string backend);
 
   const KernelSpec& spec() const { return spec_; }
+  // The inputs as a kernel's Run takes them (nullptr where absent); valid while this call lives.
+  std::vector<const Tensor*> inputs() const;
   // Creates the kernel through the global registry and runs it once.
   absl::StatusOr<std::vector<Tensor>> Run(int num_threads = 1);
 

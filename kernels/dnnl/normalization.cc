@@ -16,18 +16,25 @@
 // does (NaN throughout).
 //
 // LayerNormalization of at most kChurnMaxElements elements, or of any size with more than one
-// thread, is a plain loop too (rows split likewise), and so is dynvm::RMSNorm (the fused op of
-// compiler/rewrite/rms_norm.cc) at every size.
+// thread, is a plain loop too (rows split likewise), and so are, at every size, dynvm::RMSNorm
+// (the fused op of compiler/rewrite/rms_norm.cc), SimplifiedLayerNormalization and
+// RMSNormalization 23 (cpu::RmsNormRows), and com.microsoft SkipLayerNormalization and
+// SkipSimplifiedLayerNormalization (per row: X + skip + bias in f32, ORT's sum output, then
+// cpu::LayerNormRows / RmsNormRows in place). Their reference kernels (in double) serve the
+// skip ops' mean and inv_std_var outputs, a scale that broadcasts, and strided or non-f32 inputs.
 //
 // Run-time fallbacks to the reference kernel: empty tensors, Softmax over an input holding NaN
 // or +inf, or a row of -inf only (oneDNN resolves those rows differently), opset < 13 Softmax on a
 // strided input, and LayerNormalization on a strided input or with a Scale/B that is not one value
 // per normalized element. A LayerNormalization asked for its Mean and InvStdDev outputs is the
 // reference kernel's (at create: oneDNN returns the variance, not its inverse square root).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/parallel_loops.h"
@@ -255,17 +262,43 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNorm(const KernelSpec& spec) 
   return std::make_unique<LayerNormKernel>(KernelName(spec), axis, *epsilon);
 }
 
-// ---- dynvm::RMSNorm ----
+// ---- dynvm::RMSNorm, SimplifiedLayerNormalization, RMSNormalization (opset 23) ----
 
-// The microkernel (cpu::RmsNormRows), rows split across the VM's pool; a strided x or scale, or
-// shapes the loop does not take, go to the reference kernel (which reports bad ones).
+bool Given(Inputs in, size_t i) { return i < in.size() && in[i] != nullptr; }
+bool Wanted(Outputs out, size_t i) { return i < out.size() && out[i] != nullptr; }
+
+// How a kernel's scale must fit the `k` normalized dims of x (from `axis`) for the loop.
+enum class ScaleFit {
+  kCount,    // count elements, any shape (dynvm::RMSNorm, SimplifiedLayerNormalization)
+  kAligned,  // the normalized dims right-aligned, missing ones 1 (RMSNormalization: a scale
+             // that broadcasts along a normalized dim is the reference kernel's)
+};
+
+bool ScaleFits(const Tensor& scale, const Tensor& x, int axis, int64_t count, ScaleFit fit) {
+  if (scale.numel() != count) return false;
+  if (fit == ScaleFit::kCount) return true;
+  const int k = x.rank() - axis;
+  if (scale.rank() > k) return false;
+  for (int d = 1; d <= scale.rank(); ++d) {
+    if (scale.dim(scale.rank() - d) != x.dim(x.rank() - d)) return false;
+  }
+  return true;
+}
+
+// The microkernel (cpu::RmsNormRows), rows split across the VM's pool. The reference kernel (which
+// reports bad inputs) runs a strided x or scale, a scale that does not fit and an empty x.
+// SimplifiedLayerNormalization's inv_std_var output is one more pass over each row (in double).
 class RmsNormKernel final : public DnnlKernel {
  public:
-  RmsNormKernel(std::string name, int64_t axis, float epsilon)
-      : DnnlKernel(std::move(name)), axis_(axis), epsilon_(epsilon) {}
+  RmsNormKernel(std::string name, std::string op, int64_t axis, float epsilon, ScaleFit fit)
+      : DnnlKernel(std::move(name)),
+        op_(std::move(op)),
+        axis_(axis),
+        epsilon_(epsilon),
+        fit_(fit) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "RMSNorm"));
+    if (!Given(in, 0) || !Given(in, 1) || !Wanted(out, 0)) return RunFallback(ctx, in, out);
     const Tensor& x = *in[0];
     const Tensor& scale = *in[1];
     const int rank = x.rank();
@@ -276,24 +309,162 @@ class RmsNormKernel final : public DnnlKernel {
     const int axis = static_cast<int>(axis_ < 0 ? axis_ + rank : axis_);
     int64_t rows = 1, count = 1;
     for (int d = 0; d < rank; ++d) (d < axis ? rows : count) *= x.dim(d);
-    if (scale.numel() != count) return RunFallback(ctx, in, out);
-    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "RMSNorm"));
+    if (!ScaleFits(scale, x, axis, count, fit_)) return RunFallback(ctx, in, out);
+    if (Wanted(out, 1)) DYNVM_RETURN_IF_ERROR(InvStdVar(ctx, x, axis, rows, count, *out[1]));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), op_));
     ParallelRmsNormRows(ctx, rows, count, x.data<float>(), scale.data<float>(), epsilon_,
                         out[0]->data<float>());
     return absl::OkStatus();
   }
 
  private:
+  // SimplifiedLayerNormalization's inv_std_var [X's dims, the normalized ones 1]:
+  // 1 / sqrt(mean(x^2) + epsilon) per row, the sum in double as the reference kernel sums.
+  absl::Status InvStdVar(KernelContext& ctx, const Tensor& x, int axis, int64_t rows, int64_t count,
+                         Tensor& inv) const {
+    reference::Dims stat(x.dims().begin(), x.dims().end());
+    for (int d = axis; d < x.rank(); ++d) stat[d] = 1;
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, &inv, DType::kF32, stat, op_));
+    const float* xs = x.data<float>();
+    float* v = inv.data<float>();
+    ctx.ParallelFor(
+        rows, std::max<int64_t>(1, kMinParallelRows / count), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* row = xs + r * count;
+            double square = 0;
+            for (int64_t j = 0; j < count; ++j) square += double{row[j]} * row[j];
+            v[r] =
+                static_cast<float>(1.0 / std::sqrt(square / static_cast<double>(count) + epsilon_));
+          }
+        });
+    return absl::OkStatus();
+  }
+
+  std::string op_;
   int64_t axis_;
   float epsilon_;
+  ScaleFit fit_;
 };
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNorm(const KernelSpec& spec) {
-  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, 1));
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNormFor(const KernelSpec& spec, size_t max_out,
+                                                         ScaleFit fit) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 2, 2, 1, max_out));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
   DYNVM_ASSIGN_OR_RETURN(int64_t axis, spec.GetInt("axis", -1));
   DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-5f));
-  return std::make_unique<RmsNormKernel>(KernelName(spec), axis, epsilon);
+  return std::make_unique<RmsNormKernel>(KernelName(spec), spec.op, axis, epsilon, fit);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNorm(const KernelSpec& spec) {
+  return CreateRmsNormFor(spec, 1, ScaleFit::kCount);
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSimplifiedLayerNorm(const KernelSpec& spec) {
+  return CreateRmsNormFor(spec, 2, ScaleFit::kCount);
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateRmsNormalization(const KernelSpec& spec) {
+  return CreateRmsNormFor(spec, 1, ScaleFit::kAligned);
+}
+
+// ---- com.microsoft SkipLayerNormalization, SkipSimplifiedLayerNormalization ----
+
+// f32, contiguous, `count` elements (absent: fine).
+bool FastParam(Inputs in, size_t i, int64_t count) {
+  return !Given(in, i) ||
+         (in[i]->dtype() == DType::kF32 && in[i]->is_contiguous() && in[i]->numel() == count);
+}
+
+// skip's shape, leading 1s aside, is x's trailing dims (whole rows of x, repeated over its
+// leading dims): the reference kernel's rule.
+bool SkipRepeats(const Tensor& x, const Tensor& skip) {
+  int lead = 0;
+  while (lead < skip.rank() && skip.dim(lead) == 1) ++lead;
+  const int kept = skip.rank() - lead;
+  if (kept > x.rank() || skip.numel() == 0) return false;
+  for (int d = 1; d <= kept; ++d) {
+    if (skip.dim(skip.rank() - d) != x.dim(x.rank() - d)) return false;
+  }
+  return skip.numel() % x.dim(x.rank() - 1) == 0;
+}
+
+// Per row: sum = input + skip (+ bias), in f32 as ONNX Runtime adds (the sum output exactly),
+// into input_skip_bias_sum when wanted, else into Y; then cpu::RmsNormRows / LayerNormRows of
+// that row into Y (in place when the sum is Y). Rows split across the VM's pool. The mean and
+// inv_std_var outputs, strided or non-f32 operands, a skip that does not repeat over input's
+// rows, and parameters of another size are the reference kernel's (which reports bad ones).
+class SkipNormKernel final : public DnnlKernel {
+ public:
+  SkipNormKernel(std::string name, std::string op, bool simplified, float epsilon)
+      : DnnlKernel(std::move(name)),
+        op_(std::move(op)),
+        simplified_(simplified),
+        epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    const size_t beta_at = simplified_ ? 99 : 3, bias_at = simplified_ ? 3 : 4;
+    if (!Given(in, 0) || !Given(in, 1) || !Given(in, 2) || !Wanted(out, 0) || Wanted(out, 1) ||
+        Wanted(out, 2)) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& x = *in[0];
+    const Tensor& skip = *in[1];
+    if (x.rank() < 1 || x.numel() == 0 || x.dtype() != DType::kF32 || !x.is_contiguous() ||
+        skip.dtype() != DType::kF32 || !skip.is_contiguous() || !SkipRepeats(x, skip)) {
+      return RunFallback(ctx, in, out);
+    }
+    const int64_t count = x.dim(x.rank() - 1), rows = x.numel() / count;
+    if (!FastParam(in, 2, count) || !FastParam(in, beta_at, count) ||
+        !FastParam(in, bias_at, count)) {
+      return RunFallback(ctx, in, out);
+    }
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), op_));
+    float* sum = out[0]->data<float>();
+    if (Wanted(out, 3)) {
+      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[3], DType::kF32, x.dims(), op_));
+      sum = out[3]->data<float>();
+    }
+    const float* xs = x.data<float>();
+    const float* ss = skip.data<float>();
+    const float* gamma = in[2]->data<float>();
+    const float* beta = Given(in, beta_at) ? in[beta_at]->data<float>() : nullptr;
+    const float* bias = Given(in, bias_at) ? in[bias_at]->data<float>() : nullptr;
+    const int64_t skip_n = skip.numel();
+    float* y = out[0]->data<float>();
+    ctx.ParallelFor(rows, RowGrain(rows, count, ctx), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* a = xs + r * count;
+        const float* b = ss + (r * count) % skip_n;
+        float* s = sum + r * count;
+        for (int64_t j = 0; j < count; ++j) s[j] = a[j] + b[j];
+        if (bias != nullptr) {
+          for (int64_t j = 0; j < count; ++j) s[j] += bias[j];
+        }
+      }
+      if (simplified_) {
+        cpu::RmsNormRows(r1 - r0, count, sum + r0 * count, gamma, epsilon_, y + r0 * count);
+      } else {
+        cpu::LayerNormRows(r1 - r0, count, sum + r0 * count, gamma, beta, epsilon_, y + r0 * count);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  // One range below kMinParallelRows elements, else rows shared evenly by the pool's threads.
+  static int64_t RowGrain(int64_t rows, int64_t count, const KernelContext& ctx) {
+    if (ctx.num_threads() <= 1 || rows * count < kMinParallelRows) return rows;
+    return std::max<int64_t>(1, (rows + ctx.num_threads() - 1) / ctx.num_threads());
+  }
+
+  std::string op_;
+  bool simplified_;
+  float epsilon_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSkipNorm(const KernelSpec& spec, bool simplified) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, simplified ? 4 : 5, 1, 4));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2}));
+  DYNVM_ASSIGN_OR_RETURN(float epsilon, spec.GetFloat("epsilon", 1e-12f));
+  return std::make_unique<SkipNormKernel>(KernelName(spec), spec.op, simplified, epsilon);
 }
 
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
@@ -311,6 +482,14 @@ void RegisterNormalizationKernels(KernelRegistry& r) {
   Add(r, "LayerNormalization", &CreateLayerNorm);
   r.Register(KernelRegistration{"dynvm", "RMSNorm", Device::kCPU, kBackend, kDnnlPriority,
                                 &CreateRmsNorm});
+  Add(r, "SimplifiedLayerNormalization", &CreateSimplifiedLayerNorm);
+  Add(r, "RMSNormalization", &CreateRmsNormalization);
+  for (bool simplified : {false, true}) {
+    r.Register(KernelRegistration{
+        "com.microsoft", simplified ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization",
+        Device::kCPU, kBackend, kDnnlPriority,
+        [simplified](const KernelSpec& spec) { return CreateSkipNorm(spec, simplified); }});
+  }
 }
 
 }  // namespace dynvm::onednn
