@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "schema/mapped_file.h"
 #include "tools/npy/npy.h"
+#include "tools/vocab.h"
 
 namespace dynvm {
 namespace {
@@ -926,6 +927,36 @@ TEST_F(VmRunTest, DefaultLimitsStopRunawayPrograms) {
   EXPECT_EQ(r.code, 0) << r.err;  // storage is not touched: no page is made resident
   EXPECT_THAT(Run(DYNVM_VM_RUN, {"--help"}).out,
               HasSubstr("10000000 loop iterations per run, 4 GiB of pool memory"));
+}
+
+// The vocabulary helpers vm-run and dynvm-server share, against this file's own Utf8 oracle.
+TEST(VocabTest, ParsesEncodesAndRefusesBadText) {
+  absl::StatusOr<std::vector<uint32_t>> vocab =
+      cli::ParseVocab(" 97\n\n98\n20013\n128512\n", "v.txt");
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  EXPECT_THAT(*vocab, ::testing::ElementsAre(97u, 98u, 20013u, 128512u));
+  for (uint32_t cp :
+       {0x41u, 0xE9u, 0x7FFu, 0x800u, 0x4E2Du, 0xFFFFu, 0x10000u, 0x1F600u, 0x10FFFFu}) {
+    EXPECT_EQ(cli::Utf8(cp), Utf8(cp)) << cp;
+  }
+  absl::StatusOr<std::vector<int64_t>> ids =
+      cli::EncodeText(absl::StrCat("ba", Utf8(20013), Utf8(128512), "a"), *vocab, "text");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ::testing::ElementsAre(1, 0, 2, 3, 0));
+  EXPECT_THAT(cli::EncodeText("abc", *vocab, "text_input").status().message(),
+              HasSubstr("character 'c' of text_input is not in the vocabulary"));
+  EXPECT_THAT(cli::EncodeText("a\xC3", *vocab, "text").status().message(),
+              HasSubstr("text is not valid UTF-8"));
+  EXPECT_THAT(cli::EncodeText("\xFF", *vocab, "text").status().message(),
+              HasSubstr("text is not valid UTF-8"));
+  EXPECT_THAT(cli::EncodeText("", *vocab, "prompt").status().message(),
+              HasSubstr("prompt is empty"));
+  EXPECT_THAT(cli::ParseVocab("97\nx\n", "v.txt").status().message(),
+              HasSubstr("v.txt line 2: expected a Unicode code point"));
+  EXPECT_THAT(cli::ParseVocab("1114112\n", "v.txt").status().message(),
+              HasSubstr("v.txt line 1: expected a Unicode code point"));
+  EXPECT_THAT(cli::ParseVocab("\n \n", "v.txt").status().message(), HasSubstr("v.txt is empty"));
+  EXPECT_EQ(cli::ReadVocab("/nonexistent/vocab.txt").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -69,6 +69,7 @@
 #include "schema/format.h"
 #include "tools/cli.h"
 #include "tools/npy/npy.h"
+#include "tools/vocab.h"
 #include "vm/executable.h"
 #include "vm/profiler.h"
 #include "vm/virtual_machine.h"
@@ -126,73 +127,6 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
   absl::StatusOr<std::string> ea = npy::EncodeNpy(a), eb = npy::EncodeNpy(b);
   return ea.ok() && eb.ok() && *ea == *eb;
-}
-
-// Token id -> code point (the --vocab file).
-absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open vocabulary ", path));
-  std::vector<uint32_t> vocab;
-  char line[64];
-  int line_no = 0;
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    ++line_no;
-    int64_t cp;
-    std::string text(absl::StripAsciiWhitespace(line));
-    if (!cli::ParseInt64(text, false, &cp).ok() || cp < 0 || cp > 0x10FFFF) {
-      std::fclose(f);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " line ", line_no, ": expected a Unicode code point"));
-    }
-    vocab.push_back(static_cast<uint32_t>(cp));
-  }
-  std::fclose(f);
-  if (vocab.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
-  return vocab;
-}
-
-std::string Utf8(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
-// Decodes UTF-8 `text` into token ids; every character must be in the vocabulary.
-absl::StatusOr<std::vector<int64_t>> Encode(absl::string_view text,
-                                            const std::vector<uint32_t>& vocab) {
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    uint32_t cp;
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > text.size()) return absl::InvalidArgumentError("text is not valid UTF-8");
-    cp = n == 1 ? c : (c & (0x7F >> n));
-    for (size_t k = 1; k < n; ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-    i += n;
-    auto it = std::find(vocab.begin(), vocab.end(), cp);
-    if (it == vocab.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("character '", Utf8(cp), "' is not in the vocabulary"));
-    }
-    ids.push_back(it - vocab.begin());
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("empty text");
-  return ids;
 }
 
 // A one-element tensor of `dtype` holding `text` parsed as a number.
@@ -358,7 +292,8 @@ absl::Status BindInputs(const Flags& flags, const FunctionInfo& info,
                      p.has_shape ? static_cast<int>(p.shape.size()) : 0);
       } else {
         if (vocab == nullptr) return absl::InvalidArgumentError("--text needs --vocab");
-        absl::StatusOr<std::vector<int64_t>> ids = Encode(spec.substr(eq + 1), *vocab);
+        absl::StatusOr<std::vector<int64_t>> ids =
+            cli::EncodeText(spec.substr(eq + 1), *vocab, "text");
         if (!ids.ok())
           return absl::Status(ids.status().code(),
                               absl::StrCat("input '", name, "': ", ids.status().message()));
@@ -614,7 +549,7 @@ EmitCallback PrintTokens(const std::vector<uint32_t>& vocab) {
       return absl::OutOfRangeError(
           absl::StrCat("streamed token ", id, " is outside the vocabulary"));
     }
-    std::fputs(Utf8(vocab[id]).c_str(), stdout);
+    std::fputs(cli::Utf8(vocab[id]).c_str(), stdout);
     std::fflush(stdout);
     return absl::OkStatus();
   };
@@ -727,7 +662,7 @@ int Main(int argc, char** argv) {
   if (!vm.ok()) return cli::ReportError(kProgram, vm.status());
   std::vector<uint32_t> vocab;
   if (!f.vocab_path.empty()) {
-    absl::StatusOr<std::vector<uint32_t>> v = ReadVocab(f.vocab_path);
+    absl::StatusOr<std::vector<uint32_t>> v = cli::ReadVocab(f.vocab_path);
     if (!v.ok()) return cli::ReportError(kProgram, v.status());
     vocab = *std::move(v);
   }

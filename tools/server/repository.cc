@@ -19,6 +19,7 @@
 #include "compiler/onnx/onnx_importer.h"
 #include "kernels/thread_pool.h"
 #include "nlohmann/json.hpp"
+#include "tools/vocab.h"
 
 namespace dynvm::server {
 namespace {
@@ -148,66 +149,6 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
   return c;
 }
 
-absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path) {
-  DYNVM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::vector<uint32_t> vocab;
-  int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
-    int64_t cp;
-    if (!absl::SimpleAtoi(line, &cp) || cp < 0 || cp > 0x10FFFF)
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " line ", line_no, ": expected a Unicode code point"));
-    vocab.push_back(static_cast<uint32_t>(cp));
-  }
-  if (vocab.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
-  return vocab;
-}
-
-std::string Utf8(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<int64_t>> EncodeText(absl::string_view text,
-                                                const std::vector<uint32_t>& vocab) {
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > text.size())
-      return absl::InvalidArgumentError("text_input is not valid UTF-8");
-    uint32_t cp = n == 1 ? c : (c & (0x7F >> n));
-    for (size_t k = 1; k < n; ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-    i += n;
-    auto it = std::find(vocab.begin(), vocab.end(), cp);
-    if (it == vocab.end())
-      return absl::InvalidArgumentError(
-          absl::StrCat("character U+", absl::Hex(cp), " of text_input is not in the vocabulary"));
-    ids.push_back(it - vocab.begin());
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("text_input is empty");
-  return ids;
-}
-
 Lease::~Lease() {
   if (owner_ != nullptr && vm_ != nullptr) owner_->Release(std::move(vm_));
 }
@@ -230,7 +171,7 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::stri
     if (p.is_absolute() || config.vocab.find("..") != std::string::npos)
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": \"vocab\" must be a file name inside the model's folder, got ", config.vocab));
-    DYNVM_ASSIGN_OR_RETURN(m->vocab_, ReadVocab(model_dir + "/" + config.vocab));
+    DYNVM_ASSIGN_OR_RETURN(m->vocab_, cli::ReadVocab(model_dir + "/" + config.vocab));
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = std::min(config.threads_per_instance, MaxThreads());

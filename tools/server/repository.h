@@ -112,13 +112,6 @@ class ModelVersion {
   std::unique_ptr<Batcher> batcher_;  // last: its workers stop before the pool goes
 };
 
-// Token id -> code point, one per line (tools/lm/vocab.txt).
-absl::StatusOr<std::vector<uint32_t>> ReadVocab(const std::string& path);
-std::string Utf8(uint32_t cp);
-// UTF-8 text -> token ids; every character must be in the vocabulary.
-absl::StatusOr<std::vector<int64_t>> EncodeText(absl::string_view text,
-                                                const std::vector<uint32_t>& vocab);
-
 class Repository {
  public:
   explicit Repository(std::string dir) : dir_(std::move(dir)) {}

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "prometheus/text_serializer.h"
+#include "tools/vocab.h"
 
 namespace dynvm::server {
 namespace {
@@ -204,7 +205,7 @@ absl::StatusOr<std::vector<NamedTensor>> Service::GenerateInputs(const ModelVers
   std::vector<NamedTensor> inputs;
   std::vector<int64_t> ids;
   if (!model.vocab().empty()) {
-    DYNVM_ASSIGN_OR_RETURN(ids, EncodeText(request.text_input, model.vocab()));
+    DYNVM_ASSIGN_OR_RETURN(ids, cli::EncodeText(request.text_input, model.vocab(), "text_input"));
   } else {
     for (absl::string_view piece : absl::StrSplit(request.text_input, ' ', absl::SkipEmpty())) {
       int64_t id;
@@ -271,7 +272,7 @@ absl::Status Service::Generate(ModelVersion& model, Lease& lease,
       return absl::OutOfRangeError(
           absl::StrCat("streamed token ", id, " is outside the vocabulary"));
     } else {
-      piece = Utf8(vocab[static_cast<size_t>(id)]);
+      piece = cli::Utf8(vocab[static_cast<size_t>(id)]);
     }
     ++timing->tokens;
     return sink(piece);
