@@ -31,18 +31,6 @@ using P = Pattern;
 
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
 
-// The element count of a value of constant shape.
-std::optional<int64_t> Numel(const Value* v) {
-  if (v == nullptr || !v->has_shape()) return std::nullopt;
-  int64_t n = 1;
-  for (Dim d : *v->shape) {
-    std::optional<int64_t> c = SymbolicContext::AsConst(d);
-    if (!c) return std::nullopt;
-    n *= *c;
-  }
-  return n;
-}
-
 // Output `index` of a default-domain node of `op`.
 const Node* ProducedBy(const Value* v, const char* op, int index) {
   if (v == nullptr || v->producer == nullptr || v->output_index != index) return nullptr;
@@ -52,7 +40,7 @@ const Node* ProducedBy(const Value* v, const char* op, int index) {
 
 // A per-tensor or per-column (N) parameter of rank 0 or 1.
 bool PerColumn(const Value* v, int64_t n) {
-  const std::optional<int64_t> count = Numel(v);
+  const std::optional<int64_t> count = ConstNumel(v);
   return count && v->rank() <= 1 && (*count == 1 || *count == n);
 }
 
@@ -94,7 +82,8 @@ Value* ReplaceBias(Emitter& e, const Match& m) {
   Value* bias = m["bias"];
   if (dq == nullptr || dq->inputs.size() < 3 || dq->inputs.size() > 4) return nullptr;
   const std::optional<int64_t> n = Columns(dq->inputs[1]);
-  if (!n || bias->dtype != DType::kF32 || bias->rank() != 1 || Numel(bias) != *n) return nullptr;
+  if (!n || bias->dtype != DType::kF32 || bias->rank() != 1 || ConstNumel(bias) != *n)
+    return nullptr;
   std::vector<Value*> in = dq->inputs;
   in.resize(4, nullptr);  // an absent zero point stays absent
   in.push_back(bias);

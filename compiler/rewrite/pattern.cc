@@ -266,4 +266,15 @@ std::optional<std::vector<int64_t>> TrailingConstDims(const Value& x, int k, int
   return dims;
 }
 
+std::optional<int64_t> ConstNumel(const Value* v) {
+  if (v == nullptr || !v->has_shape()) return std::nullopt;
+  int64_t n = 1;
+  for (Dim d : *v->shape) {
+    std::optional<int64_t> c = SymbolicContext::AsConst(d);
+    if (!c) return std::nullopt;
+    n *= *c;
+  }
+  return n;
+}
+
 }  // namespace dynvm::compiler::rewrite

@@ -133,6 +133,10 @@ std::optional<std::vector<int64_t>> TransposePerm(const compiler::Node& n);
 std::optional<std::vector<int64_t>> TrailingConstDims(const Value& x, int k,
                                                       int64_t max_count = int64_t{1} << 24);
 
+// The element count of `v` when every dim is a constant; nullopt for a null value, an unknown
+// shape or a symbolic dim (the quantization rules' scale and zero-point checks).
+std::optional<int64_t> ConstNumel(const Value* v);
+
 }  // namespace dynvm::compiler::rewrite
 
 #endif  // DYNVM_COMPILER_REWRITE_PATTERN_H_

@@ -49,18 +49,6 @@ using P = Pattern;
 
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
 
-// The element count of a value of constant shape.
-std::optional<int64_t> Numel(const Value* v) {
-  if (v == nullptr || !v->has_shape()) return std::nullopt;
-  int64_t n = 1;
-  for (Dim d : *v->shape) {
-    std::optional<int64_t> c = SymbolicContext::AsConst(d);
-    if (!c) return std::nullopt;
-    n *= *c;
-  }
-  return n;
-}
-
 // DequantizeLinear(q, s[, z]) capturing q, s, z under `prefix` and the node as `prefix`.
 P Dequantize(const std::string& prefix) {
   P q = P::Any(prefix + "q"), s = P::Any(prefix + "s"), z = P::Any(prefix + "z");
@@ -107,19 +95,19 @@ bool Fusable(const Match& m, bool trans_b) {
   }
   // x and y per tensor.
   for (const Value* v : {xs, xz, ys, yz}) {
-    if (v != nullptr && Numel(v) != 1) return false;
+    if (v != nullptr && ConstNumel(v) != 1) return false;
   }
   // w [K, N] ([N, K] with trans_b), per tensor or per output channel.
   if (!wq->has_shape() || wq->rank() != 2) return false;
   const int out_axis = trans_b ? 0 : 1;
   const std::optional<int64_t> n = SymbolicContext::AsConst((*wq->shape)[out_axis]);
-  const std::optional<int64_t> wn = Numel(ws);
+  const std::optional<int64_t> wn = ConstNumel(ws);
   if (!n || !wn) return false;
   if (*wn != 1) {
     const int64_t axis = AxisOf(m.node("wdq"));
     if ((axis != out_axis && axis != out_axis - 2) || *wn != *n || ws->rank() != 1) return false;
   }
-  return wz == nullptr || Numel(wz) == wn;
+  return wz == nullptr || ConstNumel(wz) == wn;
 }
 
 Value* Replace(Emitter& e, const Match& m) {
@@ -226,21 +214,21 @@ Value* ReplaceConv(Emitter& e, const Match& m) {
     return nullptr;
   }
   for (const Value* v : {xs, xz, ys, yz}) {
-    if (v != nullptr && Numel(v) != 1) return nullptr;
+    if (v != nullptr && ConstNumel(v) != 1) return nullptr;
   }
   // w [M, C/group, k...] with a known M; its scale per tensor or per output channel (axis 0).
   if (!wq->has_shape() || wq->rank() < 3 || !xq->has_shape() || xq->rank() != wq->rank()) {
     return nullptr;
   }
   const std::optional<int64_t> channels = SymbolicContext::AsConst((*wq->shape)[0]);
-  const std::optional<int64_t> wn = Numel(ws);
+  const std::optional<int64_t> wn = ConstNumel(ws);
   if (!channels || !wn) return nullptr;
   if (*wn != 1) {
     const int64_t axis = AxisOf(m.node("wdq"));
     if ((axis != 0 && axis != -wq->rank()) || *wn != *channels || ws->rank() != 1) return nullptr;
   }
-  if (wz != nullptr && Numel(wz) != wn) return nullptr;
-  if (b != nullptr && (b->dtype != DType::kF32 || b->rank() != 1 || Numel(b) != channels)) {
+  if (wz != nullptr && ConstNumel(wz) != wn) return nullptr;
+  if (b != nullptr && (b->dtype != DType::kF32 || b->rank() != 1 || ConstNumel(b) != channels)) {
     return nullptr;
   }
   Value* xzp = ZeroPoint(e, xz, xq->dtype);
