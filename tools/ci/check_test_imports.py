@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # PYTHONPATH).
 BUILT = {"dynvm"}
 DEBIAN = {"numpy": "python3-numpy", "pytest": "python3-pytest", "onnx": "python3-onnx",
-          "torch": "python3-torch", "torchvision": "python3-torchvision", "google": "python3-protobuf"}
+          "torch": "python3-torch", "torchvision": "python3-torchvision", "google": "python3-protobuf",
+          "grpc": "python3-grpcio", "yaml": "python3-yaml"}
 
 
 def entry_points():
