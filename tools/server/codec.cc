@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/storage.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "kernels/strings.h"
@@ -376,6 +377,22 @@ absl::StatusOr<Tensor> TensorFromRaw(DType dtype, const std::vector<int64_t>& di
   }
   if (want > 0) std::memcpy(t.raw_data(), raw.data(), static_cast<size_t>(want));
   return t;
+}
+
+absl::StatusOr<Tensor> TensorOverRaw(DType dtype, const std::vector<int64_t>& dims,
+                                     absl::string_view raw, const Limits& limits,
+                                     absl::string_view what, std::shared_ptr<const void> owner) {
+  const int64_t size = DTypeSize(dtype);
+  if (owner == nullptr || dtype == DType::kString || dtype == DType::kBool || raw.empty() ||
+      reinterpret_cast<uintptr_t>(raw.data()) % static_cast<uintptr_t>(size) != 0)
+    return TensorFromRaw(dtype, dims, raw, limits, what);
+  DYNVM_ASSIGN_OR_RETURN(int64_t numel, CheckShape(dims, limits, what));
+  if (static_cast<int64_t>(raw.size()) != numel * size)
+    return TensorFromRaw(dtype, dims, raw, limits, what);  // its error names the sizes
+  // The VM never writes a kExternal storage, so the const_cast is never written through.
+  StorageRef storage = Storage::Wrap(Storage::Kind::kExternal, const_cast<char*>(raw.data()),
+                                     raw.size(), Device::kCPU, [owner = std::move(owner)] {});
+  return Tensor::View(std::move(storage), 0, dtype, dims);
 }
 
 void AppendRaw(const Tensor& t, std::string* out) {

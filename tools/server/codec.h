@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,13 @@ struct InferRequest {
 absl::StatusOr<Tensor> TensorFromRaw(DType dtype, const std::vector<int64_t>& dims,
                                      absl::string_view raw, const Limits& limits,
                                      absl::string_view what);
+// As TensorFromRaw, but without a copy where it can: a numeric tensor whose bytes are aligned to
+// its element size is a view of `raw`, which `owner` keeps alive (as long as any reference to
+// the tensor, e.g. a VM's zero-copy input binding, lives). BYTES, misaligned or empty data,
+// and a null `owner` are copied.
+absl::StatusOr<Tensor> TensorOverRaw(DType dtype, const std::vector<int64_t>& dims,
+                                     absl::string_view raw, const Limits& limits,
+                                     absl::string_view what, std::shared_ptr<const void> owner);
 // The raw bytes of a contiguous host tensor, appended to `out` (the inverse of TensorFromRaw).
 void AppendRaw(const Tensor& t, std::string* out);
 

@@ -38,13 +38,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
 #include "tools/server/codec.h"
@@ -64,6 +66,7 @@ double Micros(Clock::time_point a, Clock::time_point b) {
 
 struct Stats {
   std::vector<double> us;
+  double client_cpu_s = 0;  // this process's CPU time over the timed calls
   double Pct(double p) {
     std::sort(us.begin(), us.end());
     return us.empty() ? 0 : us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))];
@@ -97,6 +100,147 @@ int Connect(int port) {
   }
   return fd;
 }
+
+// An HTTP/1.1 keep-alive client on a raw socket: the request's bytes are built once, and each
+// call is one write and the reads of one response (status line, headers, Content-Length body).
+// It allocates nothing per call once its buffer has grown, so the client's own cost is little
+// more than the system calls.
+class RawHttpClient {
+ public:
+  RawHttpClient(int port, std::string request) : port_(port), request_(std::move(request)) {}
+  RawHttpClient(const RawHttpClient&) = delete;
+  RawHttpClient& operator=(const RawHttpClient&) = delete;
+  ~RawHttpClient() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Sends the request and reads the whole response; true when it is a 200. A kept-alive
+  // connection the server has closed (it closes one after max requests) is opened again once.
+  bool Call() {
+    const bool reused = fd_ >= 0;
+    if (fd_ < 0 && (fd_ = Connect(port_)) < 0) return false;
+    if (!WriteAll(request_.data(), request_.size())) return Fail() || (reused && Call());
+    size_t have = 0, head_end = std::string::npos;
+    while (head_end == std::string::npos) {
+      if (!ReadSome(&have)) return Fail() || (reused && have == 0 && Call());
+      head_end = absl::string_view(buf_.data(), have).find("\r\n\r\n");
+    }
+    const absl::string_view head(buf_.data(), head_end);
+    const bool ok = absl::StartsWith(head, "HTTP/1.1 200");
+    size_t length = 0;
+    const size_t at = FindHeader(head, "content-length:");
+    if (at == std::string::npos) return Fail();
+    size_t end = at;
+    while (end < head.size() && head[end] != '\r') ++end;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(head.substr(at, end - at)), &length))
+      return Fail();
+    const size_t total = head_end + 4 + length;
+    while (have < total) {
+      if (!ReadSome(&have)) return Fail();
+    }
+    last_body_bytes_ = length;
+    return ok;
+  }
+  size_t last_body_bytes() const { return last_body_bytes_; }
+
+ private:
+  static size_t FindHeader(absl::string_view head, absl::string_view name) {
+    for (size_t i = 0; i + name.size() <= head.size(); ++i) {
+      if ((i == 0 || head[i - 1] == '\n') &&
+          absl::EqualsIgnoreCase(head.substr(i, name.size()), name))
+        return i + name.size();
+    }
+    return std::string::npos;
+  }
+  bool WriteAll(const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = send(fd_, p, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+  bool ReadSome(size_t* have) {
+    if (buf_.size() - *have < 65536) buf_.resize(*have + 65536);
+    const ssize_t r = read(fd_, buf_.data() + *have, buf_.size() - *have);
+    if (r <= 0) return false;
+    *have += static_cast<size_t>(r);
+    return true;
+  }
+  bool Fail() {
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+
+  int port_;
+  int fd_ = -1;
+  std::string request_;
+  std::vector<char> buf_ = std::vector<char>(65536);
+  size_t last_body_bytes_ = 0;
+};
+
+// The bytes of a POST with `body` and extra header lines (each ending in \r\n).
+std::string HttpPost(const std::string& path, const std::string& headers, const std::string& body) {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
+                      "Content-Length: ", body.size(), "\r\n\r\n", body);
+}
+
+// A gRPC ModelInfer client on the generic (byte-buffer) stub and its own completion queue: the
+// request is serialized once, and each call is an async unary call whose completion this
+// thread takes from the queue, so the call runs on the calling thread with no thread of the
+// client library in between. The response is parsed on the first call (checked for raw
+// contents) and afterwards only its size is checked.
+class GrpcRawClient {
+ public:
+  GrpcRawClient(int port, const inference::ModelInferRequest& request) {
+    grpc::ChannelArguments args;
+    // One connection per client, as separate clients would have (channels to one target
+    // otherwise share a subchannel, so one HTTP/2 connection).
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+    bool own = false;
+    (void)grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(request, &request_,
+                                                                             &own);
+  }
+  ~GrpcRawClient() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  bool Call() {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    auto call =
+        stub_->PrepareUnaryCall(&ctx, "/inference.GRPCInferenceService/ModelInfer", request_, &cq_);
+    call->StartCall();
+    call->Finish(&response, &status, this);
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq_.Next(&tag, &ok) || !ok || tag != this || !status.ok()) return false;
+    if (response_bytes_ == 0) {
+      inference::ModelInferResponse parsed;
+      if (!grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(&response, &parsed)
+               .ok() ||
+          parsed.raw_output_contents_size() == 0)
+        return false;
+      response_bytes_ = static_cast<size_t>(parsed.ByteSizeLong());
+      return true;
+    }
+    return response.Length() == response_bytes_;
+  }
+
+ private:
+  std::unique_ptr<grpc::GenericStub> stub_;
+  grpc::CompletionQueue cq_;
+  grpc::ByteBuffer request_;
+  size_t response_bytes_ = 0;
+};
 
 // Time to the first "data: " of a generate_stream on a fresh connection (closed after it).
 double FirstEvent(int port, const std::string& model, const std::string& body) {
@@ -272,31 +416,22 @@ int Throughput(const Options& o) {
     for (int64_t d : dims) gi->add_shape(d);
     dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
   }
-  // One connection per client thread, as N separate clients would have (channels with the same
-  // target otherwise share one subchannel, so one HTTP/2 connection).
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
-  for (int t = 0; t < n; ++t) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", o.grpc_port), grpc::InsecureChannelCredentials(), args)));
-  }
+  std::vector<std::unique_ptr<GrpcRawClient>> clients;
+  for (int t = 0; t < n; ++t)
+    clients.push_back(std::make_unique<GrpcRawClient>(static_cast<int>(o.grpc_port), greq));
   auto local = [&](int t) {
     for (const auto& in : inputs) {
       if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
     }
     return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
   };
-  auto remote = [&](int t) {
-    grpc::ClientContext ctx;
-    inference::ModelInferResponse resp;
-    return stubs[t]->ModelInfer(&ctx, greq, &resp).ok();
-  };
+  auto remote = [&](int t) { return clients[t]->Call(); };
   std::vector<double> a, b;
   std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
               o.model.c_str(), n, n);
   // CPU microseconds per call: in-process runs, this client's gRPC calls, the server's side.
-  std::vector<double> cpu_local, cpu_client, cpu_server;
+  std::vector<double> cpu_local, cpu_client, cpu_server, client_share;
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   for (int r = 0; r < 3; ++r) {
     int64_t calls = 0;
     double c0 = SelfCpuSeconds();
@@ -306,6 +441,7 @@ int Throughput(const Options& o) {
     const double s0 = ProcessCpuSeconds(o.server_pid);
     b.push_back(CallsPerSecond(n, o.seconds, remote, &calls));
     cpu_client.push_back(1e6 * (SelfCpuSeconds() - c0) / std::max<int64_t>(calls, 1));
+    client_share.push_back((SelfCpuSeconds() - c0) / (o.seconds * cores));
     cpu_server.push_back(1e6 * (ProcessCpuSeconds(o.server_pid) - s0) /
                          std::max<int64_t>(calls, 1));
     if (a.back() < 0 || b.back() < 0) return dynvm::cli::ReportError(kProgram, "a run failed");
@@ -315,7 +451,10 @@ int Throughput(const Options& o) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   std::printf("median: in-process %.1f, server %.1f: %.0f%%\n", a[1], b[1], 100 * b[1] / a[1]);
-  for (auto* v : {&cpu_local, &cpu_client, &cpu_server}) std::sort(v->begin(), v->end());
+  for (auto* v : {&cpu_local, &cpu_client, &cpu_server, &client_share})
+    std::sort(v->begin(), v->end());
+  std::printf("the load generator's share of the %.0f cores while the server ran: %.0f%%\n", cores,
+              100 * client_share[1]);
   std::printf("CPU per call (median us): in-process run %.1f, gRPC client %.1f", cpu_local[1],
               cpu_client[1]);
   if (o.server_pid > 0 && cpu_server[1] >= 0) {
@@ -392,15 +531,16 @@ int Main(int argc, char** argv) {
     header["parameters"] = {{"binary_data_output", true}};
     const std::string head = header.dump();
     const std::string binary_body = head + raw, json_body = json_req.dump();
-    const httplib::Headers binary_headers = {
-        {"Inference-Header-Content-Length", absl::StrCat(head.size())}};
     const std::string path = absl::StrCat("/v2/models/", o.model, "/infer");
-    httplib::Client http("127.0.0.1", static_cast<int>(o.http_port));
-    http.set_keep_alive(true);
-    http.set_tcp_nodelay(true);
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
-                                       grpc::InsecureChannelCredentials());
-    auto stub = inference::GRPCInferenceService::NewStub(channel);
+    RawHttpClient rest_json(static_cast<int>(o.http_port),
+                            HttpPost(path, "Content-Type: application/json\r\n", json_body));
+    RawHttpClient rest_binary(
+        static_cast<int>(o.http_port),
+        HttpPost(path,
+                 absl::StrCat("Content-Type: application/octet-stream\r\n",
+                              "Inference-Header-Content-Length: ", head.size(), "\r\n"),
+                 binary_body));
+    GrpcRawClient grpc_raw(static_cast<int>(o.grpc_port), greq);
     std::vector<std::pair<std::string, std::function<bool()>>> modes = {
         {"in-process Run",
          [&] {
@@ -409,22 +549,9 @@ int Main(int argc, char** argv) {
            }
            return (*vm)->Run().ok() && (*vm)->GetOutputs().ok();
          }},
-        {"REST JSON",
-         [&] {
-           auto r = http.Post(path, json_body, "application/json");
-           return r && r->status == 200;
-         }},
-        {"REST binary",
-         [&] {
-           auto r = http.Post(path, binary_headers, binary_body, "application/octet-stream");
-           return r && r->status == 200;
-         }},
-        {"gRPC raw",
-         [&] {
-           grpc::ClientContext ctx;
-           inference::ModelInferResponse resp;
-           return stub->ModelInfer(&ctx, greq, &resp).ok() && resp.raw_output_contents_size() > 0;
-         }},
+        {"REST JSON", [&] { return rest_json.Call(); }},
+        {"REST binary", [&] { return rest_binary.Call(); }},
+        {"gRPC raw", [&] { return grpc_raw.Call(); }},
     };
     if (!o.modes.empty()) {
       const std::vector<std::string> keep = absl::StrSplit(o.modes, ',');
@@ -444,19 +571,28 @@ int Main(int argc, char** argv) {
     }
     for (int64_t r = 0; r < o.rounds + 50; ++r) {
       for (auto& [name, fn_call] : modes) {
+        const double c0 = SelfCpuSeconds();
         const Clock::time_point a = Clock::now();
         if (!fn_call()) return dynvm::cli::ReportError(kProgram, absl::StrCat(name, " failed"));
-        if (r >= 50) stats[name].us.push_back(Micros(a, Clock::now()));  // 50 warm-up rounds
+        const Clock::time_point b = Clock::now();
+        if (r >= 50) {  // 50 warm-up rounds
+          stats[name].us.push_back(Micros(a, b));
+          stats[name].client_cpu_s += SelfCpuSeconds() - c0;
+        }
       }
     }
     const double base = stats["in-process Run"].Pct(0.5);
     std::printf("%s: %lld rounds, interleaved (microseconds)\n", o.model.c_str(),
                 static_cast<long long>(o.rounds));
-    std::printf("%-16s %9s %9s %9s %14s\n", "mode", "p50", "p90", "p99", "p50 overhead");
+    // The client's CPU per call: for a server mode, what the load generator itself costs on
+    // the cores it shares with the server (for the in-process run, the run itself).
+    std::printf("%-16s %9s %9s %9s %14s %16s\n", "mode", "p50", "p90", "p99", "p50 overhead",
+                "client CPU/call");
     for (auto& [name, unused] : modes) {
       Stats& s = stats[name];
-      std::printf("%-16s %9.1f %9.1f %9.1f %14.1f\n", name.c_str(), s.Pct(0.5), s.Pct(0.9),
-                  s.Pct(0.99), s.Pct(0.5) - base);
+      std::printf("%-16s %9.1f %9.1f %9.1f %14.1f %16.1f\n", name.c_str(), s.Pct(0.5), s.Pct(0.9),
+                  s.Pct(0.99), s.Pct(0.5) - base,
+                  1e6 * s.client_cpu_s / static_cast<double>(std::max<size_t>(s.us.size(), 1)));
     }
   }
   if (!o.lm.empty()) {
