@@ -77,8 +77,11 @@ absl::StatusOr<int64_t> CheckShape(const std::vector<int64_t>& dims, const Limit
 
 // Parses a REST infer body. `header_length` is Inference-Header-Content-Length, or -1 when the
 // request has no binary part (the whole body is JSON).
+// With an `owner` that keeps `body` alive, binary inputs are viewed in place where their dtype
+// and alignment allow (TensorOverRaw).
 absl::StatusOr<InferRequest> ParseRestInfer(absl::string_view body, int64_t header_length,
-                                            const Limits& limits);
+                                            const Limits& limits,
+                                            std::shared_ptr<const void> owner = nullptr);
 
 // Checks the inputs against `function`'s signature: every input given once, known names, the
 // dtype, the rank, fixed dims, one value per symbol across the inputs and the declared bounds.
