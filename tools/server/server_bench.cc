@@ -273,10 +273,14 @@ double FirstEvent(int port, const std::string& model, const std::string& body) {
 struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
   std::string modes;  // --modes: comma-separated server modes to time (all when empty)
+  std::string throughput_via = "grpc";  // --throughput-via: grpc or rest-binary
   int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
   int64_t threads = 0;     // --throughput: threads (0 = no throughput run)
   int64_t server_pid = 0;  // --server-pid: the server's CPU time per call is printed too
   double seconds = 3;
+  // --load: closed-loop REST binary load (Load below).
+  std::string load_models, load_body;
+  int64_t load_clients = 0, load_header_length = -1, load_rounds = 3;
 };
 
 // The first token of `o.lm` in process (a VM of the model as the server loads it, run until the
@@ -416,19 +420,48 @@ int Throughput(const Options& o) {
     for (int64_t d : dims) gi->add_shape(d);
     dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
   }
+  const bool rest = o.throughput_via == "rest-binary";
+  if (!rest && o.throughput_via != "grpc")
+    return dynvm::cli::ReportError(kProgram, "--throughput-via is grpc or rest-binary");
+  // REST binary: the JSON header, then the inputs' bytes.
+  nlohmann::json header = {{"inputs", nlohmann::json::array()},
+                           {"parameters", {{"binary_data_output", true}}}};
+  std::string raw;
+  for (int i = 0; i < greq.inputs_size(); ++i) {
+    header["inputs"].push_back(
+        {{"name", greq.inputs(i).name()},
+         {"datatype", "FP32"},
+         {"shape",
+          std::vector<int64_t>(greq.inputs(i).shape().begin(), greq.inputs(i).shape().end())},
+         {"parameters", {{"binary_data_size", greq.raw_input_contents(i).size()}}}});
+    raw += greq.raw_input_contents(i);
+  }
+  const std::string head = header.dump();
+  const std::string request =
+      HttpPost(absl::StrCat("/v2/models/", o.model, "/infer"),
+               absl::StrCat("Content-Type: application/octet-stream\r\n",
+                            "Inference-Header-Content-Length: ", head.size(), "\r\n"),
+               head + raw);
   std::vector<std::unique_ptr<GrpcRawClient>> clients;
-  for (int t = 0; t < n; ++t)
-    clients.push_back(std::make_unique<GrpcRawClient>(static_cast<int>(o.grpc_port), greq));
+  std::vector<std::unique_ptr<RawHttpClient>> http_clients;
+  for (int t = 0; t < n; ++t) {
+    if (rest) {
+      http_clients.push_back(
+          std::make_unique<RawHttpClient>(static_cast<int>(o.http_port), request));
+    } else {
+      clients.push_back(std::make_unique<GrpcRawClient>(static_cast<int>(o.grpc_port), greq));
+    }
+  }
   auto local = [&](int t) {
     for (const auto& in : inputs) {
       if (!vms[t]->SetInput(in.name, in.tensor).ok()) return false;
     }
     return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
   };
-  auto remote = [&](int t) { return clients[t]->Call(); };
+  auto remote = [&](int t) { return rest ? http_clients[t]->Call() : clients[t]->Call(); };
   std::vector<double> a, b;
-  std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
-              o.model.c_str(), n, n);
+  std::printf("%s throughput: %d in-process VMs on threads vs %d %s clients (runs/s)\n",
+              o.model.c_str(), n, n, rest ? "REST binary" : "gRPC raw");
   // CPU microseconds per call: in-process runs, this client's gRPC calls, the server's side.
   std::vector<double> cpu_local, cpu_client, cpu_server, client_share;
   const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
@@ -455,7 +488,7 @@ int Throughput(const Options& o) {
     std::sort(v->begin(), v->end());
   std::printf("the load generator's share of the %.0f cores while the server ran: %.0f%%\n", cores,
               100 * client_share[1]);
-  std::printf("CPU per call (median us): in-process run %.1f, gRPC client %.1f", cpu_local[1],
+  std::printf("CPU per call (median us): in-process run %.1f, client %.1f", cpu_local[1],
               cpu_client[1]);
   if (o.server_pid > 0 && cpu_server[1] >= 0) {
     std::printf(", server %.1f\n", cpu_server[1]);
@@ -464,6 +497,77 @@ int Throughput(const Options& o) {
   } else {
     std::printf("\n");
   }
+  return 0;
+}
+
+// --load-clients N: N clients (threads, a kept-alive raw-socket connection each) post the same
+// binary REST infer body (--load-body FILE, --load-header-length) as fast as answers come, to
+// each model of --load-models in turn for --seconds, --load-rounds rounds (alternating
+// models). Prints requests/s, p50 and p99 latency and errors per round, the median requests/s
+// per model and their ratio to the first model's, and this load generator's share of the
+// cores.
+int Load(const Options& o) {
+  std::ifstream f(o.load_body, std::ios::binary);
+  std::stringstream text;
+  text << f.rdbuf();
+  if (!f) return dynvm::cli::ReportError(kProgram, absl::StrCat("cannot read ", o.load_body));
+  const std::string body = text.str();
+  const std::vector<std::string> models = absl::StrSplit(o.load_models, ',', absl::SkipEmpty());
+  if (models.empty() || o.load_header_length < 0)
+    return dynvm::cli::ReportError(kProgram, "--load-models and --load-header-length are needed");
+  const int n = static_cast<int>(o.load_clients);
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  std::map<std::string, std::vector<double>> rates;
+  std::vector<double> shares;
+  std::printf("closed-loop REST binary load: %d clients, %.0f s per round\n", n, o.seconds);
+  for (int64_t round = 0; round < o.load_rounds; ++round) {
+    for (const std::string& model : models) {
+      const std::string request = HttpPost(
+          absl::StrCat("/v2/models/", model, "/infer"),
+          absl::StrCat(
+              "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: ",
+              o.load_header_length, "\r\n"),
+          body);
+      std::vector<std::unique_ptr<RawHttpClient>> clients;
+      for (int t = 0; t < n; ++t)
+        clients.push_back(std::make_unique<RawHttpClient>(static_cast<int>(o.http_port), request));
+      std::vector<Stats> lat(static_cast<size_t>(n));
+      std::atomic<int64_t> errors{0};
+      const double c0 = SelfCpuSeconds();
+      int64_t calls = 0;
+      const double rate = CallsPerSecond(
+          n, o.seconds,
+          [&](int t) {
+            const Clock::time_point a = Clock::now();
+            if (!clients[t]->Call()) ++errors;
+            lat[t].us.push_back(Micros(a, Clock::now()));
+            return true;
+          },
+          &calls);
+      shares.push_back((SelfCpuSeconds() - c0) / (o.seconds * cores));
+      Stats all;
+      for (Stats& s : lat) all.us.insert(all.us.end(), s.us.begin(), s.us.end());
+      rates[model].push_back(rate);
+      std::printf(
+          "round %lld %-20s %9.1f req/s  p50 %8.2f ms  p99 %8.2f ms  (%lld requests, %lld "
+          "errors)\n",
+          static_cast<long long>(round + 1), model.c_str(), rate, all.Pct(0.5) / 1e3,
+          all.Pct(0.99) / 1e3, static_cast<long long>(calls),
+          static_cast<long long>(errors.load()));
+      if (errors > 0) return dynvm::cli::ReportError(kProgram, absl::StrCat(model, ": errors"));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double base = median(rates[models[0]]);
+  for (const std::string& model : models) {
+    std::printf("median %-20s %9.1f req/s: %.2fx %s\n", model.c_str(), median(rates[model]),
+                median(rates[model]) / base, models[0].c_str());
+  }
+  std::printf("the load generator's share of the %.0f cores: %.0f%% (median over rounds)\n", cores,
+              100 * median(shares));
   return 0;
 }
 
@@ -484,12 +588,26 @@ int Main(int argc, char** argv) {
       "server modes to time, comma-separated (rest-json, rest-binary, grpc; default all)");
   flags.AddInt("--throughput", &o.threads,
                "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
+  flags.AddString("--throughput-via", &o.throughput_via,
+                  "with --throughput: the clients' protocol, grpc (default) or rest-binary");
+  flags.AddInt("--load-clients", &o.load_clients,
+               "N: closed-loop REST binary load from N clients on --load-models instead");
+  flags.AddString("--load-models", &o.load_models, "with --load-clients: models, comma-separated");
+  flags.AddString("--load-body", &o.load_body,
+                  "with --load-clients: a file holding the binary infer body to post");
+  flags.AddInt("--load-header-length", &o.load_header_length,
+               "with --load-clients: the body's JSON header length");
+  flags.AddInt("--load-rounds", &o.load_rounds, "with --load-clients: rounds (default 3)");
+  int64_t seconds = 3;
+  flags.AddInt("--seconds", &seconds, "seconds per throughput or load round (default 3)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok())
     return dynvm::cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  o.seconds = static_cast<double>(std::max<int64_t>(1, seconds));
+  if (o.load_clients > 0) return Load(o);
   std::map<std::string, Stats> stats;
   if (!o.model.empty()) {
     auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
