@@ -103,6 +103,7 @@ absl::StatusOr<Batcher::Result> Batcher::Submit(std::vector<Tensor> inputs, absl
       return s;
     }
     queue_.push_back(p);
+    last_arrival_ = p->enqueued;
   }
   cv_.notify_one();
   std::unique_lock<std::mutex> lock(p->mu);
@@ -120,11 +121,19 @@ absl::StatusOr<Batcher::Result> Batcher::Submit(std::vector<Tensor> inputs, absl
 
 std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
     std::unique_lock<std::mutex>& lock) {
-  // Wait for the first request, then until the batch is full or the first has waited its delay.
+  // Wait for the first request, then while requests keep coming (one within the arrival gap of
+  // the last) until the batch is full or the first has waited its delay. Waiting longer than
+  // the arrival gap would only hold the requests queued (and an instance idle) when no more
+  // are coming, e.g. when every client already waits on a queued or running request.
+  ++idle_workers_;
   cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-  if (queue_.empty()) return {};
+  if (queue_.empty()) {
+    --idle_workers_;
+    return {};
+  }
   const absl::Time until =
       queue_.front()->enqueued + absl::Microseconds(config_.max_queue_delay_us);
+  const absl::Duration gap = absl::Microseconds(config_.max_arrival_gap_us);
   auto rows_ready = [this] {
     int64_t rows = 0;
     for (const auto& p : queue_) {
@@ -132,16 +141,27 @@ std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
     }
     return rows;
   };
-  while (!stopping_ && !queue_.empty() && rows_ready() < config_.max_batch_size &&
-         absl::Now() < until) {
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(until - absl::Now()));
+  while (!stopping_ && !queue_.empty() && rows_ready() < config_.max_batch_size) {
+    const absl::Time now = absl::Now();
+    const absl::Time stop = std::min(until, last_arrival_ + gap);
+    if (now >= stop) break;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(stop - now));
   }
   std::vector<std::shared_ptr<Pending>> batch;
-  if (queue_.empty()) return batch;
+  if (queue_.empty()) {
+    --idle_workers_;
+    return batch;
+  }
+  // The rows ready are shared among the idle workers: one worker taking them all would leave
+  // the other instances idle while it runs (the queue refills only as its answers go out).
+  const int64_t idle = std::max(1, idle_workers_);
+  const int64_t limit =
+      std::min(config_.max_batch_size, std::max<int64_t>(1, (rows_ready() + idle - 1) / idle));
   const std::vector<Tensor> first_inputs = queue_.front()->inputs;  // the front leaves the queue
   int64_t rows = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
-    if (SameRowShape((*it)->inputs, first_inputs) && rows + (*it)->rows <= config_.max_batch_size) {
+    if (SameRowShape((*it)->inputs, first_inputs) &&
+        (batch.empty() || rows + (*it)->rows <= limit)) {
       rows += (*it)->rows;
       batch.push_back(*it);
       it = queue_.erase(it);
@@ -149,6 +169,8 @@ std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
       ++it;
     }
   }
+  --idle_workers_;
+  if (!queue_.empty()) cv_.notify_one();  // what is left is another idle worker's
   return batch;
 }
 

@@ -28,6 +28,9 @@ namespace dynvm::server {
 struct BatchingConfig {
   int64_t max_batch_size = 0;  // rows; 0 = no dynamic batching
   int64_t max_queue_delay_us = 500;
+  // A batch that is not full is run once no request has arrived for this long (or once its
+  // first request has waited max_queue_delay_us). Default: max_queue_delay_us / 8.
+  int64_t max_arrival_gap_us = 62;
 };
 
 // OK when every input and output of `fn` is a tensor (not a string) whose first dim is the
@@ -67,6 +70,8 @@ class Batcher {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> queue_;
   bool stopping_ = false;
+  absl::Time last_arrival_ = absl::InfinitePast();
+  int idle_workers_ = 0;  // workers in TakeBatch (not running a batch)
   std::vector<std::thread> workers_;
 };
 

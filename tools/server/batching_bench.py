@@ -5,24 +5,23 @@ dynvm-server (the same instance count for both), alternating rounds.
 
 The model is tools/bench/encoder_bench.py's classifier (nn.TransformerEncoder, 2 layers,
 d_model 128, key-padding mask, mean pool, 10 classes), exported by PyTorch with a symbolic
-batch at sequence length 64. Every answer of the batched model is checked against PyTorch's
-output for its own request (1e-3).
+batch at sequence length 64 (--seq). Every answer of the batched model is checked against
+PyTorch's output for its own request (1e-3). The load comes from server-bench --load-clients
+(C++ clients on raw sockets, so the clients take little of the cores they share with the
+server). First, what batching can give at most: the model's run in process (vm-run) at batch 1
+and at batch --max-batch, per row.
 
-  /usr/bin/python3 tools/server/batching_bench.py [--server build/release/tools/server/dynvm-server]
-      [--clients 16] [--seconds 5] [--rounds 2] [--max-batch 16] [--delay-us 1000]
+  /usr/bin/python3 tools/server/batching_bench.py [--build build/release] [--clients 16]
+      [--seconds 5] [--rounds 3] [--max-batch 16] [--delay-us 1000] [--seq 64]
 """
 import argparse
 import http.client
 import json
 import os
 import re
-import statistics
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 import numpy as np
 import torch
@@ -64,38 +63,23 @@ def request(seed):
     return header + t + p, len(header), (tokens, pad)
 
 
-def load(port, model, clients, seconds, requests):
-    lat, errors, stop = [], [], time.time() + seconds
-    lock = threading.Lock()
-
-    def client(c):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        mine, i = [], 0
-        while time.time() < stop:
-            body, head, _ = requests[(c + i) % len(requests)]
-            i += 1
-            t0 = time.perf_counter()
-            conn.request("POST", f"/v2/models/{model}/infer", body=body,
-                         headers={"Inference-Header-Content-Length": str(head)})
-            r = conn.getresponse()
-            data = r.read()
-            mine.append(time.perf_counter() - t0)
-            if r.status != 200:
-                with lock:
-                    errors.append(data[:200])
-        conn.close()
-        with lock:
-            lat.extend(mine)
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    start = time.time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.time() - start
-    lat.sort()
-    return {"rps": len(lat) / wall, "p50_ms": lat[len(lat) // 2] * 1e3,
-            "p99_ms": lat[int(len(lat) * 0.99)] * 1e3, "n": len(lat), "errors": len(errors)}
+def in_process(build, onnx_path, max_batch):
+    """vm-run's median time of one run at batch 1 and at batch max_batch (ms)."""
+    work = tempfile.mkdtemp(prefix="dynvm-batching-vm-")
+    dvm = os.path.join(work, "model.dvm")
+    subprocess.run([os.path.join(build, "tools/vm-compile"), onnx_path, "-o", dvm, "--bound",
+                    f"batch={max(64, max_batch)}"], check=True, stdout=subprocess.DEVNULL)
+    times = {}
+    for b in (1, max_batch):
+        tokens, pad = encoder_bench.inputs_for(b, SEQ, 1)
+        np.save(os.path.join(work, "tokens.npy"), tokens.numpy())
+        np.save(os.path.join(work, "pad.npy"), pad.numpy())
+        out = subprocess.run([os.path.join(build, "tools/vm-run"), dvm, "-i",
+                              "tokens=" + os.path.join(work, "tokens.npy"), "-i",
+                              "pad=" + os.path.join(work, "pad.npy"), "--repeat", "30"],
+                             check=True, capture_output=True, text=True).stdout
+        times[b] = float(re.search(r"median_ms=([0-9.]+)", out).group(1))
+    return times
 
 
 def check(port, model, requests, torch_model):
@@ -117,10 +101,11 @@ def check(port, model, requests, torch_model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", default=os.path.join(ROOT, "build/release/tools/server/dynvm-server"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build/release"))
+    ap.add_argument("--server", help="the dynvm-server binary (default: the build's)")
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--delay-us", type=int, default=1000)
     ap.add_argument("--instances", type=int, default=os.cpu_count())
@@ -129,7 +114,13 @@ def main():
     globals()["SEQ"] = args.seq
     repo = tempfile.mkdtemp(prefix="dynvm-batching-")
     torch_model = export(repo, args.max_batch, args.delay_us, args.instances)
-    proc = subprocess.Popen([args.server, "--model-repository", repo, "--http-port", "0",
+    t = in_process(args.build, os.path.join(repo, "encoder", "1", "model.onnx"), args.max_batch)
+    b = args.max_batch
+    print(f"in process (vm-run, 1 thread): batch 1 {t[1]:.3f} ms, batch {b} {t[b]:.3f} ms = "
+          f"{t[b] / b:.3f} ms a row: one batched call of {b} costs {t[b] / (b * t[1]):.2f}x {b} "
+          f"batch-1 calls (batching can give at most {b * t[1] / t[b]:.2f}x)")
+    server = args.server or os.path.join(args.build, "tools/server/dynvm-server")
+    proc = subprocess.Popen([server, "--model-repository", repo, "--http-port", "0",
                              "--grpc-port", "0", "--access-log", "off"], stdout=subprocess.PIPE, text=True)
     try:
         port = int(re.search(r"http=[^ ]*:(\d+)", proc.stdout.readline()).group(1))
@@ -139,19 +130,17 @@ def main():
               f"batched outputs vs PyTorch: max |diff| {err:.2e}")
         if err > 1e-3:
             sys.exit("batched outputs differ from PyTorch's")
-        load(port, "encoder", args.clients, 1, requests)  # warm up both
-        load(port, "encoder_batched", args.clients, 1, requests)
-        results = {"encoder": [], "encoder_batched": []}
-        for r in range(args.rounds):
-            for model in results:
-                res = load(port, model, args.clients, args.seconds, requests)
-                results[model].append(res)
-                print(f"round {r + 1} {model:16s} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f} ms  "
-                      f"p99 {res['p99_ms']:7.2f} ms  ({res['n']} requests, {res['errors']} errors)")
-        base = statistics.median(x["rps"] for x in results["encoder"])
-        batched = statistics.median(x["rps"] for x in results["encoder_batched"])
-        print(f"median throughput: no batching {base:.1f} req/s, dynamic batching {batched:.1f} req/s: "
-              f"{batched / base:.2f}x (max_batch_size {args.max_batch}, max_queue_delay_us {args.delay_us})")
+        body_path = os.path.join(repo, "request.bin")
+        with open(body_path, "wb") as f:
+            f.write(requests[0][0])
+        bench = [os.path.join(args.build, "tools/server/server-bench"), "--http-port", str(port),
+                 "--load-clients", str(args.clients), "--load-models", "encoder,encoder_batched",
+                 "--load-body", body_path, "--load-header-length", str(requests[0][1])]
+        subprocess.run(bench + ["--seconds", "1", "--load-rounds", "1"], check=True,
+                       stdout=subprocess.DEVNULL)  # warm up both
+        subprocess.run(bench + ["--seconds", str(args.seconds), "--load-rounds", str(args.rounds)],
+                       check=True)
+        print(f"(max_batch_size {args.max_batch}, max_queue_delay_us {args.delay_us})")
         metrics = urlget(port, "/metrics")
         m = re.search(r'dynvm_batch_size_sum\{model="encoder_batched"\} (\S+)', metrics)
         c = re.search(r'dynvm_batch_size_count\{model="encoder_batched"\} (\S+)', metrics)

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/storage.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "kernels/strings.h"
@@ -186,8 +187,10 @@ absl::StatusOr<Tensor> TensorFromJson(const Json& data, DType dtype,
 }
 
 // One input of a REST request. `raw` is the binary section; `offset` moves past its bytes.
+// `owner` (may be null) keeps `raw` alive for inputs viewed in place.
 absl::StatusOr<NamedTensor> ParseRestInput(const Json& in, size_t index, absl::string_view raw,
-                                           size_t* offset, const Limits& limits) {
+                                           size_t* offset, const Limits& limits,
+                                           const std::shared_ptr<const void>& owner) {
   std::string what = absl::StrCat("inputs[", index, "]");
   if (!in.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, " is not an object"));
   const Json* name = Member(in, "name");
@@ -226,7 +229,7 @@ absl::StatusOr<NamedTensor> ParseRestInput(const Json& in, size_t index, absl::s
     }
     absl::string_view bytes = raw.substr(*offset, static_cast<size_t>(size));
     *offset += static_cast<size_t>(size);
-    DYNVM_ASSIGN_OR_RETURN(out.tensor, TensorFromRaw(*dtype, dims, bytes, limits, what));
+    DYNVM_ASSIGN_OR_RETURN(out.tensor, TensorOverRaw(*dtype, dims, bytes, limits, what, owner));
     return out;
   }
   if (data == nullptr)
@@ -378,6 +381,22 @@ absl::StatusOr<Tensor> TensorFromRaw(DType dtype, const std::vector<int64_t>& di
   return t;
 }
 
+absl::StatusOr<Tensor> TensorOverRaw(DType dtype, const std::vector<int64_t>& dims,
+                                     absl::string_view raw, const Limits& limits,
+                                     absl::string_view what, std::shared_ptr<const void> owner) {
+  const int64_t size = DTypeSize(dtype);
+  if (owner == nullptr || dtype == DType::kString || dtype == DType::kBool || raw.empty() ||
+      reinterpret_cast<uintptr_t>(raw.data()) % static_cast<uintptr_t>(size) != 0)
+    return TensorFromRaw(dtype, dims, raw, limits, what);
+  DYNVM_ASSIGN_OR_RETURN(int64_t numel, CheckShape(dims, limits, what));
+  if (static_cast<int64_t>(raw.size()) != numel * size)
+    return TensorFromRaw(dtype, dims, raw, limits, what);  // its error names the sizes
+  // The VM never writes a kExternal storage, so the const_cast is never written through.
+  StorageRef storage = Storage::Wrap(Storage::Kind::kExternal, const_cast<char*>(raw.data()),
+                                     raw.size(), Device::kCPU, [owner = std::move(owner)] {});
+  return Tensor::View(std::move(storage), 0, dtype, dims);
+}
+
 void AppendRaw(const Tensor& t, std::string* out) {
   if (t.dtype() == DType::kString) {
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -392,7 +411,8 @@ void AppendRaw(const Tensor& t, std::string* out) {
 }
 
 absl::StatusOr<InferRequest> ParseRestInfer(absl::string_view body, int64_t header_length,
-                                            const Limits& limits) {
+                                            const Limits& limits,
+                                            std::shared_ptr<const void> owner) {
   if (static_cast<int64_t>(body.size()) > limits.max_body_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "request body of ", body.size(), " bytes is over the limit of ", limits.max_body_bytes));
@@ -425,7 +445,8 @@ absl::StatusOr<InferRequest> ParseRestInfer(absl::string_view body, int64_t head
   absl::string_view raw = body.substr(json_size);
   size_t offset = 0;
   for (size_t i = 0; i < inputs->size(); ++i) {
-    DYNVM_ASSIGN_OR_RETURN(NamedTensor t, ParseRestInput((*inputs)[i], i, raw, &offset, limits));
+    DYNVM_ASSIGN_OR_RETURN(NamedTensor t,
+                           ParseRestInput((*inputs)[i], i, raw, &offset, limits, owner));
     req.inputs.push_back(std::move(t));
   }
   if (offset != raw.size())
@@ -520,7 +541,10 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
   j["model_version"] = std::string(version);
   if (!id.empty()) j["id"] = std::string(id);
   Json outs = Json::array();
-  std::string raw;
+  // BYTES outputs are encoded here; numeric ones are appended straight from their tensors
+  // after the header, in the same order.
+  std::vector<std::string> encoded(outputs.size());
+  int64_t binary_bytes = 0;
   bool any_binary = false;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& t = outputs[k].tensor;
@@ -529,9 +553,11 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
     o["datatype"] = KServeDType(t.dtype());
     o["shape"] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
     if (k < binary.size() && binary[k]) {
-      const size_t before = raw.size();
-      AppendRaw(t, &raw);
-      o["parameters"] = {{"binary_data_size", raw.size() - before}};
+      if (t.dtype() == DType::kString) AppendRaw(t, &encoded[k]);
+      const int64_t size =
+          t.dtype() == DType::kString ? static_cast<int64_t>(encoded[k].size()) : t.nbytes();
+      o["parameters"] = {{"binary_data_size", size}};
+      binary_bytes += size;
       any_binary = true;
     } else {
       Json data = Json::array();
@@ -545,7 +571,15 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
   r.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (any_binary) {
     r.header_length = static_cast<int64_t>(r.body.size());
-    r.body += raw;
+    r.body.reserve(r.body.size() + static_cast<size_t>(binary_bytes));
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (k >= binary.size() || !binary[k]) continue;
+      if (outputs[k].tensor.dtype() == DType::kString) {
+        r.body += encoded[k];
+      } else {
+        AppendRaw(outputs[k].tensor, &r.body);
+      }
+    }
   }
   return r;
 }

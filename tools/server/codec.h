@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,13 @@ struct InferRequest {
 absl::StatusOr<Tensor> TensorFromRaw(DType dtype, const std::vector<int64_t>& dims,
                                      absl::string_view raw, const Limits& limits,
                                      absl::string_view what);
+// As TensorFromRaw, but without a copy where it can: a numeric tensor whose bytes are aligned to
+// its element size is a view of `raw`, which `owner` keeps alive (as long as any reference to
+// the tensor, e.g. a VM's zero-copy input binding, lives). BYTES, misaligned or empty data,
+// and a null `owner` are copied.
+absl::StatusOr<Tensor> TensorOverRaw(DType dtype, const std::vector<int64_t>& dims,
+                                     absl::string_view raw, const Limits& limits,
+                                     absl::string_view what, std::shared_ptr<const void> owner);
 // The raw bytes of a contiguous host tensor, appended to `out` (the inverse of TensorFromRaw).
 void AppendRaw(const Tensor& t, std::string* out);
 
@@ -69,8 +77,11 @@ absl::StatusOr<int64_t> CheckShape(const std::vector<int64_t>& dims, const Limit
 
 // Parses a REST infer body. `header_length` is Inference-Header-Content-Length, or -1 when the
 // request has no binary part (the whole body is JSON).
+// With an `owner` that keeps `body` alive, binary inputs are viewed in place where their dtype
+// and alignment allow (TensorOverRaw).
 absl::StatusOr<InferRequest> ParseRestInfer(absl::string_view body, int64_t header_length,
-                                            const Limits& limits);
+                                            const Limits& limits,
+                                            std::shared_ptr<const void> owner = nullptr);
 
 // Checks the inputs against `function`'s signature: every input given once, known names, the
 // dtype, the rank, fixed dims, one value per symbol across the inputs and the declared bounds.

@@ -5,6 +5,7 @@
 // back, as the server does. Nothing may crash, leak or read out of bounds.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "google/protobuf/stubs/logging.h"
@@ -62,11 +63,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     auto req = dynvm::server::ParseRestInfer(rest, header, limits);
     if (req.ok()) Exercise(req->inputs);
+    // Again with inputs viewed in place where they can be (the server's path), on a body of
+    // its own that the views keep alive.
+    auto owned = std::make_shared<const std::string>(rest);
+    auto viewed = dynvm::server::ParseRestInfer(*owned, header, limits, owned);
+    if (viewed.ok() != req.ok()) __builtin_trap();
+    owned.reset();
+    if (viewed.ok()) Exercise(viewed->inputs);
   } else if (data[0] == 2) {
-    inference::ModelInferRequest request;
-    if (!request.ParseFromString(body)) return 0;
-    auto decoded = dynvm::server::DecodeGrpcInfer(request, limits);
+    auto request = std::make_shared<inference::ModelInferRequest>();
+    if (!request->ParseFromString(body)) return 0;
+    auto decoded = dynvm::server::DecodeGrpcInfer(*request, limits);
     if (decoded.ok()) Exercise(decoded->inputs);
+    auto viewed = dynvm::server::DecodeGrpcInfer(*request, limits, request);
+    if (viewed.ok() != decoded.ok()) __builtin_trap();
+    request.reset();  // the views keep it alive
+    if (viewed.ok()) Exercise(viewed->inputs);
   }
   return 0;
 }

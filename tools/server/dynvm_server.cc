@@ -2,7 +2,8 @@
 // and gRPC (docs/serving.md).
 //
 //   dynvm-server --model-repository DIR [--host 127.0.0.1] [--http-port 8000]
-//                [--grpc-port 8001] [--http-threads 64] [--max-body-bytes 64m]
+//                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES] [--max-body-bytes
+//                64m]
 //                [--drain-timeout-s 30] [--access-log -|FILE|off]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <memory>
@@ -33,6 +35,7 @@ constexpr char kProgram[] = "dynvm-server";
 int Main(int argc, char** argv) {
   std::string repo_dir, host = "127.0.0.1", access_log = "-";
   int64_t http_port = 8000, grpc_port = 8001, http_threads = 64, drain_s = 30;
+  int64_t grpc_threads = std::max(2u, std::thread::hardware_concurrency());
   int64_t max_body = int64_t{64} << 20;
   dynvm::cli::FlagParser flags(kProgram,
                                "--model-repository DIR [--host H] [--http-port N] [--grpc-port N]");
@@ -42,6 +45,9 @@ int Main(int argc, char** argv) {
   flags.AddInt("--http-port", &http_port, "REST port (default 8000; 0 = a free port)");
   flags.AddInt("--grpc-port", &grpc_port, "gRPC port (default 8001; 0 = a free port)");
   flags.AddInt("--http-threads", &http_threads, "threads serving HTTP connections (default 64)");
+  flags.AddInt("--grpc-threads", &grpc_threads,
+               "threads serving gRPC ModelInfer, each with its own completion queue (default: the "
+               "cores, at least 2)");
   flags.AddInt("--max-body-bytes", &max_body, "largest request body (default 64m)", true);
   flags.AddInt("--drain-timeout-s", &drain_s, "on SIGTERM, seconds to finish accepted requests");
   flags.AddString("--access-log", &access_log, "- (stderr, default), a FILE, or off");
@@ -61,9 +67,11 @@ int Main(int argc, char** argv) {
     if (port < 0 || port > 65535)
       return dynvm::cli::ReportError(kProgram, absl::StrCat("port ", port, " is out of range"));
   }
-  if (http_threads < 1 || http_threads > 4096 || drain_s < 0 || max_body < 1)
+  if (http_threads < 1 || http_threads > 4096 || grpc_threads < 1 || grpc_threads > 4096 ||
+      drain_s < 0 || max_body < 1)
     return dynvm::cli::ReportError(
-        kProgram, "--http-threads, --drain-timeout-s or --max-body-bytes out of range");
+        kProgram,
+        "--http-threads, --grpc-threads, --drain-timeout-s or --max-body-bytes out of range");
   FILE* log = nullptr;
   if (access_log == "-") {
     log = stderr;
@@ -93,7 +101,8 @@ int Main(int argc, char** argv) {
                                          static_cast<int>(http_threads), max_body);
   if (!http.ok()) return dynvm::cli::ReportError(kProgram, http.status());
   absl::StatusOr<std::unique_ptr<dynvm::server::GrpcFrontend>> grpc =
-      dynvm::server::GrpcFrontend::Start(service, host, static_cast<int>(grpc_port), max_body);
+      dynvm::server::GrpcFrontend::Start(service, host, static_cast<int>(grpc_port), max_body,
+                                         static_cast<int>(grpc_threads));
   if (!grpc.ok()) return dynvm::cli::ReportError(kProgram, grpc.status());
   std::printf("%s: listening http=%s:%d grpc=%s:%d\n", kProgram, host.c_str(), (*http)->port(),
               host.c_str(), (*grpc)->port());

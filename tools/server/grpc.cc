@@ -1,7 +1,12 @@
 #include "tools/server/grpc.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
@@ -22,12 +27,12 @@ grpc::StatusCode GrpcCode(const absl::Status& s) {
 
 int HttpLikeCode(const absl::Status& s) { return s.ok() ? 200 : HttpCode(s); }
 
-// ModelInfer is a raw callback method: the call runs inline on the gRPC thread that read it (no
-// handoff to a synchronous handler thread; it cost ~50 us of CPU a call), and its messages are
-// parsed here, so a malformed one is INVALID_ARGUMENT with a message. The other methods stay
-// synchronous.
+// ModelInfer is an asynchronous raw method served from completion queues (GrpcFrontend): the
+// thread that takes a call from its queue decodes it, runs it and starts the response, so a
+// request is not handed between threads. Its messages are parsed here, so a malformed one is
+// INVALID_ARGUMENT with a message. The other methods are synchronous.
 using InferenceServiceBase =
-    GRPCInferenceService::WithRawCallbackMethod_ModelInfer<GRPCInferenceService::Service>;
+    GRPCInferenceService::WithRawMethod_ModelInfer<GRPCInferenceService::Service>;
 
 class InferenceService final : public InferenceServiceBase {
  public:
@@ -80,34 +85,29 @@ class InferenceService final : public InferenceServiceBase {
     return grpc::Status::OK;
   }
 
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* raw_request,
-                                       grpc::ByteBuffer* raw_response) override {
+  // One ModelInfer call: decodes `raw_request`, runs it and fills `raw_response`; the status to
+  // finish the call with. `cancelled` says whether the client went away.
+  grpc::Status HandleInfer(grpc::ServerContextBase* context, grpc::ByteBuffer* raw_request,
+                           const std::function<bool()>& cancelled, grpc::ByteBuffer* raw_response) {
     const absl::Time start = absl::Now();
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    inference::ModelInferRequest request;
-    grpc::ByteBuffer in = *raw_request;  // shares the slices
-    if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&in, &request).ok()) {
+    // Shared, so that inputs viewed in place (raw_input_contents) keep it alive.
+    auto request = std::make_shared<inference::ModelInferRequest>();
+    if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(raw_request,
+                                                                              request.get())
+             .ok()) {
       const absl::Status s = absl::InvalidArgumentError("malformed ModelInferRequest protobuf");
       service_.Record("grpc", "ModelInfer", "", "", HttpLikeCode(s), 0, absl::Now() - start, {});
-      reactor->Finish(Error(context, s));
-      return reactor;
+      return Error(context, s);
     }
     inference::ModelInferResponse response;
+    std::vector<NamedTensor> raw_outputs;
     Timing timing;
-    absl::Status s = Infer(context, request, &response, &timing);
-    service_.Record("grpc", "ModelInfer", request.model_name(), Label(request.model_name()),
-                    HttpLikeCode(s), static_cast<int64_t>(response.ByteSizeLong()),
+    absl::Status s = Infer(*request, request, cancelled, &response, &raw_outputs, &timing);
+    if (s.ok()) *raw_response = SerializeWithRawOutputs(response, raw_outputs);
+    service_.Record("grpc", "ModelInfer", request->model_name(), Label(request->model_name()),
+                    HttpLikeCode(s), s.ok() ? static_cast<int64_t>(raw_response->Length()) : 0,
                     absl::Now() - start, timing);
-    if (s.ok()) {
-      bool own_buffer = false;
-      grpc::Status w = grpc::SerializationTraits<inference::ModelInferResponse>::Serialize(
-          response, raw_response, &own_buffer);
-      reactor->Finish(w);
-      return reactor;
-    }
-    reactor->Finish(Error(context, s));
-    return reactor;
+    return s.ok() ? grpc::Status::OK : Error(context, s);
   }
 
   grpc::Status ModelStreamInfer(
@@ -143,21 +143,31 @@ class InferenceService final : public InferenceServiceBase {
     return grpc::Status(GrpcCode(s), std::string(s.message()));
   }
 
-  absl::Status Infer(grpc::ServerContextBase* context, const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response, Timing* timing) {
+  // Runs `request`. Raw outputs are left in `raw_outputs` for SerializeWithRawOutputs (sent
+  // from the tensors' memory); typed ones are in `response`. Without `raw_outputs`, raw
+  // outputs are copied into `response` too.
+  // `owner`, when given, keeps `request` alive for inputs viewed in place.
+  absl::Status Infer(const inference::ModelInferRequest& request, std::shared_ptr<const void> owner,
+                     const std::function<bool()>& cancelled,
+                     inference::ModelInferResponse* response, std::vector<NamedTensor>* raw_outputs,
+                     Timing* timing) {
     absl::StatusOr<std::shared_ptr<ModelVersion>> m =
         service_.repository().Find(request.model_name(), request.model_version());
     if (!m.ok()) return m.status();
-    absl::StatusOr<GrpcInputs> in = DecodeGrpcInfer(request, (*m)->config().limits);
+    absl::StatusOr<GrpcInputs> in =
+        DecodeGrpcInfer(request, (*m)->config().limits, std::move(owner));
     if (!in.ok()) return in.status();
     absl::StatusOr<std::vector<NamedTensor>> outputs = service_.Infer(
-        **m, in->inputs, in->outputs,
-        service_.Context(**m, in->timeout_ms, [context] { return context->IsCancelled(); }),
-        timing);
+        **m, in->inputs, in->outputs, service_.Context(**m, in->timeout_ms, cancelled), timing);
     if (!outputs.ok()) return outputs.status();
     response->set_model_name((*m)->name());
     response->set_model_version((*m)->version());
     response->set_id(request.id());
+    if (in->raw && raw_outputs != nullptr) {
+      EncodeGrpcOutputs(*outputs, /*raw=*/true, response, /*with_raw_contents=*/false);
+      *raw_outputs = *std::move(outputs);
+      return absl::OkStatus();
+    }
     EncodeGrpcOutputs(*outputs, in->raw, response);
     return absl::OkStatus();
   }
@@ -174,7 +184,9 @@ class InferenceService final : public InferenceServiceBase {
     const bool generate = request.inputs_size() == 1 && request.inputs(0).name() == "text_input";
     if (!generate) {
       inference::ModelStreamInferResponse r;
-      absl::Status s = Infer(context, request, r.mutable_infer_response(), timing);
+      absl::Status s = Infer(
+          request, nullptr, [context] { return context->IsCancelled(); },
+          r.mutable_infer_response(), nullptr, timing);
       if (s.ok() && !stream->Write(r)) return absl::CancelledError("the client went away");
       return s;
     }
@@ -237,23 +249,138 @@ class InferenceService final : public InferenceServiceBase {
   ServerCore& service_;
 };
 
+// One ModelInfer call taken from a completion queue, and the events it gets there: its
+// arrival, the end of its response (Finish) and its end as gRPC sees it (AsyncNotifyWhenDone:
+// delivered once the call has started, telling whether it was cancelled). All three come to
+// the queue of the thread that took the call; the later of the two end events deletes it.
+struct AsyncCall {
+  enum Kind { kArrived, kFinished, kDone };
+  struct Tag {
+    AsyncCall* call;
+    Kind kind;
+  };
+  grpc::ServerContext ctx;
+  grpc::ByteBuffer request;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder{&ctx};
+  Tag arrived{this, kArrived}, finished{this, kFinished}, done{this, kDone};
+  bool finish_seen = false, done_seen = false, cancelled = false;
+};
+
+// A serving thread's own completion queue, with one ModelInfer call requested at a time: the
+// thread that takes a call decodes it, runs it and starts its response (no handoff to another
+// thread), and only then requests the next, so a call never waits behind a busy thread while
+// another is idle. While a run lasts over a millisecond, its cancellation check takes the
+// queue's pending events without blocking: that is how a client that went away is seen (its
+// call's done event), with no other thread involved.
+class InferWorker {
+ public:
+  InferWorker(InferenceService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq)
+      : service_(service), cq_(std::move(cq)) {}
+
+  grpc::ServerCompletionQueue& cq() { return *cq_; }
+
+  // Serves calls until the queue is shut down and drained.
+  void Run() {
+    Request();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_->Next(&tag, &ok)) Event(static_cast<AsyncCall::Tag*>(tag), ok);
+  }
+
+ private:
+  void Request() {
+    auto* call = new AsyncCall();
+    call->ctx.AsyncNotifyWhenDone(&call->done);
+    service_.RequestModelInfer(&call->ctx, &call->request, &call->responder, cq_.get(), cq_.get(),
+                               &call->arrived);
+  }
+
+  void Event(AsyncCall::Tag* tag, bool ok) {
+    AsyncCall* call = tag->call;
+    switch (tag->kind) {
+      case AsyncCall::kArrived:
+        if (!ok) {  // the server is shutting down: the call never started, no other event comes
+          delete call;
+          return;
+        }
+        Serve(call);
+        return;
+      case AsyncCall::kFinished:
+        call->finish_seen = true;
+        break;
+      case AsyncCall::kDone:
+        call->done_seen = true;
+        call->cancelled = call->ctx.IsCancelled();
+        break;
+    }
+    if (call->finish_seen && call->done_seen) delete call;
+  }
+
+  void Serve(AsyncCall* call) {
+    absl::Time polled = absl::Now();
+    auto cancelled = [&]() -> bool {
+      if (call->cancelled) return true;
+      const absl::Time now = absl::Now();
+      if (now - polled < absl::Milliseconds(1)) return false;
+      polled = now;
+      void* tag = nullptr;
+      bool ok = false;
+      // Only this call's done event and earlier calls' end events can be pending here: no
+      // other call is requested while this one runs.
+      while (cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now()) ==
+             grpc::CompletionQueue::GOT_EVENT) {
+        Event(static_cast<AsyncCall::Tag*>(tag), ok);
+      }
+      return call->cancelled;
+    };
+    grpc::ByteBuffer response;
+    const grpc::Status status =
+        service_.HandleInfer(&call->ctx, &call->request, cancelled, &response);
+    Request();
+    if (status.ok()) {
+      call->responder.Finish(response, status, &call->finished);
+    } else {
+      call->responder.FinishWithError(status, &call->finished);
+    }
+  }
+
+  InferenceService& service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+};
+
 }  // namespace
+
+struct GrpcFrontend::Workers {
+  std::vector<std::unique_ptr<InferWorker>> list;
+};
 
 absl::StatusOr<std::unique_ptr<GrpcFrontend>> GrpcFrontend::Start(Service& service,
                                                                   const std::string& host, int port,
-                                                                  int64_t max_message_bytes) {
+                                                                  int64_t max_message_bytes,
+                                                                  int infer_threads) {
   std::unique_ptr<GrpcFrontend> f(new GrpcFrontend());
-  f->service_ = std::make_unique<InferenceService>(service);
+  auto inference = std::make_unique<InferenceService>(service);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
                            &f->port_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
-  builder.RegisterService(f->service_.get());
+  builder.RegisterService(inference.get());
+  auto workers = std::make_unique<Workers>();
+  for (int i = 0; i < std::max(1, infer_threads); ++i) {
+    workers->list.push_back(
+        std::make_unique<InferWorker>(*inference, builder.AddCompletionQueue()));
+  }
   f->server_ = builder.BuildAndStart();
   if (f->server_ == nullptr || f->port_ == 0)
     return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", host, ":", port));
+  f->service_ = std::move(inference);
+  for (std::unique_ptr<InferWorker>& w : workers->list) {
+    InferWorker* worker = w.get();
+    f->threads_.emplace_back([worker] { worker->Run(); });
+  }
+  f->workers_ = std::move(workers);
   return f;
 }
 
@@ -261,6 +388,10 @@ void GrpcFrontend::Stop(absl::Duration drain) {
   if (server_ == nullptr) return;
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain));
   server_->Wait();
+  // No call is left, so no worker requests another: the queues can end.
+  for (std::unique_ptr<InferWorker>& w : workers_->list) w->cq().Shutdown();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
   server_.reset();
 }
 

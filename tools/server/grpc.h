@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -20,10 +22,12 @@ namespace dynvm::server {
 
 class GrpcFrontend {
  public:
-  // Listens on host:port (0 = any free port).
+  // Listens on host:port (0 = any free port). ModelInfer is served by `infer_threads` threads,
+  // each with its own completion queue; the other methods by gRPC's synchronous threads.
   static absl::StatusOr<std::unique_ptr<GrpcFrontend>> Start(Service& service,
                                                              const std::string& host, int port,
-                                                             int64_t max_message_bytes);
+                                                             int64_t max_message_bytes,
+                                                             int infer_threads);
   ~GrpcFrontend();
   int port() const { return port_; }
   // Stops accepting; waits up to `drain` for the calls in progress, then cancels them.
@@ -33,6 +37,9 @@ class GrpcFrontend {
   GrpcFrontend() = default;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  struct Workers;  // the ModelInfer workers (grpc.cc), one per thread
+  std::unique_ptr<Workers> workers_;
+  std::vector<std::thread> threads_;
   int port_ = 0;
 };
 

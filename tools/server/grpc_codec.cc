@@ -159,7 +159,8 @@ void ToTyped(const Tensor& t, InferTensorContents* c) {
 }  // namespace
 
 absl::StatusOr<GrpcInputs> DecodeGrpcInfer(const inference::ModelInferRequest& request,
-                                           const Limits& limits) {
+                                           const Limits& limits,
+                                           std::shared_ptr<const void> owner) {
   GrpcInputs out;
   if (request.inputs_size() > limits.max_tensors)
     return absl::ResourceExhaustedError(
@@ -187,7 +188,7 @@ absl::StatusOr<GrpcInputs> DecodeGrpcInfer(const inference::ModelInferRequest& r
         return absl::InvalidArgumentError(
             absl::StrCat(what, " has contents and raw_input_contents: give one"));
       DYNVM_ASSIGN_OR_RETURN(
-          t, TensorFromRaw(dtype, dims, request.raw_input_contents(i), limits, what));
+          t, TensorOverRaw(dtype, dims, request.raw_input_contents(i), limits, what, owner));
     } else if (dtype == DType::kString) {
       const auto& b = in.contents().bytes_contents();
       if (b.size() != numel)
@@ -218,18 +219,64 @@ absl::StatusOr<GrpcInputs> DecodeGrpcInfer(const inference::ModelInferRequest& r
 }
 
 void EncodeGrpcOutputs(const std::vector<NamedTensor>& outputs, bool raw,
-                       inference::ModelInferResponse* response) {
+                       inference::ModelInferResponse* response, bool with_raw_contents) {
   for (const NamedTensor& o : outputs) {
     auto* t = response->add_outputs();
     t->set_name(o.name);
     t->set_datatype(KServeDType(o.tensor.dtype()));
     for (int64_t d : o.tensor.dims()) t->add_shape(d);
     if (raw) {
-      AppendRaw(o.tensor, response->add_raw_output_contents());
+      if (with_raw_contents) AppendRaw(o.tensor, response->add_raw_output_contents());
     } else {
       ToTyped(o.tensor, t->mutable_contents());
     }
   }
+}
+
+}  // namespace dynvm::server
+
+namespace dynvm::server {
+namespace {
+
+// A varint as protobuf writes it.
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+}  // namespace
+
+grpc::ByteBuffer SerializeWithRawOutputs(const inference::ModelInferResponse& response,
+                                         const std::vector<NamedTensor>& raw_outputs) {
+  // raw_output_contents is field 6, length-delimited: tag (6 << 3) | 2.
+  constexpr uint64_t kRawOutputTag = (6 << 3) | 2;
+  std::vector<grpc::Slice> slices;
+  std::string head = response.SerializeAsString();
+  for (const NamedTensor& o : raw_outputs) {
+    const Tensor& t = o.tensor;
+    if (t.dtype() == DType::kString || !t.is_contiguous() || t.nbytes() == 0) {
+      std::string bytes;
+      AppendRaw(t, &bytes);
+      AppendVarint(kRawOutputTag, &head);
+      AppendVarint(bytes.size(), &head);
+      head += bytes;
+      continue;
+    }
+    AppendVarint(kRawOutputTag, &head);
+    AppendVarint(static_cast<uint64_t>(t.nbytes()), &head);
+    slices.emplace_back(head);
+    head.clear();
+    // The slice keeps a reference to the tensor's storage until gRPC has sent it.
+    auto* held = new Tensor(t);
+    slices.emplace_back(
+        t.raw_data(), static_cast<size_t>(t.nbytes()),
+        [](void* p) { delete static_cast<Tensor*>(p); }, held);
+  }
+  if (!head.empty() || slices.empty()) slices.emplace_back(head);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 }  // namespace dynvm::server

@@ -1,6 +1,9 @@
 #include "tools/server/http.h"
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -36,9 +39,10 @@ class Exchange {
     if (res_.status == 503) res_.set_header("Retry-After", "1");
     res_.set_content(ErrorJson(s.message()), kJson);
   }
-  void Ok(const std::string& body, const char* type = kJson) {
+  void Ok(std::string body, const char* type = kJson) {
     res_.status = 200;
-    res_.set_content(body, type);
+    res_.body = std::move(body);  // set_content would copy it
+    res_.set_header("Content-Type", type);
   }
   // The model named by the route (and its version), or the error answered.
   std::shared_ptr<ModelVersion> FindModel() {
@@ -87,7 +91,9 @@ Json ModelMetadata(Service& service, const ModelVersion& m) {
           {"outputs", outputs}};
 }
 
-void HandleInfer(Service& service, const httplib::Request& req, httplib::Response& res) {
+// `body`: the request's body, read by the route (binary inputs are viewed in it in place).
+void HandleInfer(Service& service, const httplib::Request& req, httplib::Response& res,
+                 const std::shared_ptr<const std::string>& body) {
   Exchange ex(service, req, res);
   std::shared_ptr<ModelVersion> m = ex.FindModel();
   if (m == nullptr) return;
@@ -96,7 +102,8 @@ void HandleInfer(Service& service, const httplib::Request& req, httplib::Respons
       !absl::SimpleAtoi(req.get_header_value("Inference-Header-Content-Length"), &header_length)) {
     return ex.Fail(absl::InvalidArgumentError("Inference-Header-Content-Length is not a number"));
   }
-  absl::StatusOr<InferRequest> parsed = ParseRestInfer(req.body, header_length, m->config().limits);
+  absl::StatusOr<InferRequest> parsed =
+      ParseRestInfer(*body, header_length, m->config().limits, body);
   if (!parsed.ok()) return ex.Fail(parsed.status());
   std::vector<std::string> names;
   for (const RequestedOutput& o : parsed->outputs) names.push_back(o.name);
@@ -110,9 +117,9 @@ void HandleInfer(Service& service, const httplib::Request& req, httplib::Respons
   RestResponse r = EncodeRestInfer(m->name(), m->version(), parsed->id, *outputs, binary);
   if (r.header_length >= 0) {
     res.set_header("Inference-Header-Content-Length", absl::StrCat(r.header_length));
-    return ex.Ok(r.body, "application/octet-stream");
+    return ex.Ok(std::move(r.body), "application/octet-stream");
   }
-  ex.Ok(r.body);
+  ex.Ok(std::move(r.body));
 }
 
 // {"text_input": ..., "parameters": {...}} -> GenerateRequest.
@@ -226,7 +233,28 @@ void HandleRepository(Service& service, const httplib::Request& req, httplib::Re
   ex.Ok("{}");
 }
 
-void Routes(Service& service, httplib::Server& svr) {
+// Reads a request's body into a buffer of its announced length (one allocation; httplib's own
+// body grows by appends); httplib refuses a body over the server's limit (413) while reading.
+absl::StatusOr<std::shared_ptr<const std::string>> ReadBody(const httplib::Request& req,
+                                                            httplib::Response& res,
+                                                            const httplib::ContentReader& read,
+                                                            int64_t max_body_bytes) {
+  auto body = std::make_shared<std::string>();
+  int64_t length = 0;
+  if (absl::SimpleAtoi(req.get_header_value("Content-Length"), &length) && length > 0)
+    body->reserve(static_cast<size_t>(std::min(length, max_body_bytes)));
+  const bool read_all = read([&](const char* data, size_t n) {
+    body->append(data, n);
+    return true;
+  });
+  if (read_all) return body;
+  if (res.status == 413)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request body is over the server's limit of ", max_body_bytes, " bytes"));
+  return absl::InvalidArgumentError("cannot read the request body");
+}
+
+void Routes(Service& service, httplib::Server& svr, int64_t max_body_bytes) {
   svr.Get("/v2/health/live", [&](const httplib::Request& req, httplib::Response& res) {
     Exchange ex(service, req, res);
     ex.Ok(Dump({{"live", true}}));
@@ -252,9 +280,14 @@ void Routes(Service& service, httplib::Server& svr) {
     if (std::shared_ptr<ModelVersion> m = ex.FindModel())
       ex.Ok(Dump({{"name", m->name()}, {"ready", true}}));
   });
-  svr.Post(
-      std::string(kModel) + "/infer",
-      [&](const httplib::Request& req, httplib::Response& res) { HandleInfer(service, req, res); });
+  svr.Post(std::string(kModel) + "/infer",
+           [&service, max_body_bytes](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& read) {
+             absl::StatusOr<std::shared_ptr<const std::string>> body =
+                 ReadBody(req, res, read, max_body_bytes);
+             if (!body.ok()) return Exchange(service, req, res).Fail(body.status());
+             HandleInfer(service, req, res, *body);
+           });
   svr.Post(std::string(kModel) + "/generate",
            [&](const httplib::Request& req, httplib::Response& res) {
              HandleGenerate(service, req, res, false);
@@ -311,7 +344,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(Service& servi
   svr.set_keep_alive_timeout(5);
   svr.set_keep_alive_max_count(1000);  // httplib closes a connection after 5 requests by default
   svr.set_tcp_nodelay(true);           // no Nagle delay between a response's header and body writes
-  Routes(service, svr);
+  Routes(service, svr, max_body_bytes);
   if (port == 0) {
     f->port_ = svr.bind_to_any_port(host);
     if (f->port_ <= 0) return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host));

@@ -142,6 +142,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json, absl::strin
         ReadInt(*it, "max_batch_size", 1, 1 << 20, &c.batching.max_batch_size, what));
     DYNVM_RETURN_IF_ERROR(
         ReadInt(*it, "max_queue_delay_us", 0, 10'000'000, &c.batching.max_queue_delay_us, what));
+    c.batching.max_arrival_gap_us = c.batching.max_queue_delay_us / 8;
+    DYNVM_RETURN_IF_ERROR(
+        ReadInt(*it, "max_arrival_gap_us", 0, 10'000'000, &c.batching.max_arrival_gap_us, what));
     if (c.batching.max_batch_size == 0)
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": dynamic_batching needs max_batch_size"));

@@ -38,13 +38,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
 #include "tools/server/codec.h"
@@ -64,6 +66,7 @@ double Micros(Clock::time_point a, Clock::time_point b) {
 
 struct Stats {
   std::vector<double> us;
+  double client_cpu_s = 0;  // this process's CPU time over the timed calls
   double Pct(double p) {
     std::sort(us.begin(), us.end());
     return us.empty() ? 0 : us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))];
@@ -98,6 +101,147 @@ int Connect(int port) {
   return fd;
 }
 
+// An HTTP/1.1 keep-alive client on a raw socket: the request's bytes are built once, and each
+// call is one write and the reads of one response (status line, headers, Content-Length body).
+// It allocates nothing per call once its buffer has grown, so the client's own cost is little
+// more than the system calls.
+class RawHttpClient {
+ public:
+  RawHttpClient(int port, std::string request) : port_(port), request_(std::move(request)) {}
+  RawHttpClient(const RawHttpClient&) = delete;
+  RawHttpClient& operator=(const RawHttpClient&) = delete;
+  ~RawHttpClient() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Sends the request and reads the whole response; true when it is a 200. A kept-alive
+  // connection the server has closed (it closes one after max requests) is opened again once.
+  bool Call() {
+    const bool reused = fd_ >= 0;
+    if (fd_ < 0 && (fd_ = Connect(port_)) < 0) return false;
+    if (!WriteAll(request_.data(), request_.size())) return Fail() || (reused && Call());
+    size_t have = 0, head_end = std::string::npos;
+    while (head_end == std::string::npos) {
+      if (!ReadSome(&have)) return Fail() || (reused && have == 0 && Call());
+      head_end = absl::string_view(buf_.data(), have).find("\r\n\r\n");
+    }
+    const absl::string_view head(buf_.data(), head_end);
+    const bool ok = absl::StartsWith(head, "HTTP/1.1 200");
+    size_t length = 0;
+    const size_t at = FindHeader(head, "content-length:");
+    if (at == std::string::npos) return Fail();
+    size_t end = at;
+    while (end < head.size() && head[end] != '\r') ++end;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(head.substr(at, end - at)), &length))
+      return Fail();
+    const size_t total = head_end + 4 + length;
+    while (have < total) {
+      if (!ReadSome(&have)) return Fail();
+    }
+    last_body_bytes_ = length;
+    return ok;
+  }
+  size_t last_body_bytes() const { return last_body_bytes_; }
+
+ private:
+  static size_t FindHeader(absl::string_view head, absl::string_view name) {
+    for (size_t i = 0; i + name.size() <= head.size(); ++i) {
+      if ((i == 0 || head[i - 1] == '\n') &&
+          absl::EqualsIgnoreCase(head.substr(i, name.size()), name))
+        return i + name.size();
+    }
+    return std::string::npos;
+  }
+  bool WriteAll(const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = send(fd_, p, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+  bool ReadSome(size_t* have) {
+    if (buf_.size() - *have < 65536) buf_.resize(*have + 65536);
+    const ssize_t r = read(fd_, buf_.data() + *have, buf_.size() - *have);
+    if (r <= 0) return false;
+    *have += static_cast<size_t>(r);
+    return true;
+  }
+  bool Fail() {
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+
+  int port_;
+  int fd_ = -1;
+  std::string request_;
+  std::vector<char> buf_ = std::vector<char>(65536);
+  size_t last_body_bytes_ = 0;
+};
+
+// The bytes of a POST with `body` and extra header lines (each ending in \r\n).
+std::string HttpPost(const std::string& path, const std::string& headers, const std::string& body) {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
+                      "Content-Length: ", body.size(), "\r\n\r\n", body);
+}
+
+// A gRPC ModelInfer client on the generic (byte-buffer) stub and its own completion queue: the
+// request is serialized once, and each call is an async unary call whose completion this
+// thread takes from the queue, so the call runs on the calling thread with no thread of the
+// client library in between. The response is parsed on the first call (checked for raw
+// contents) and afterwards only its size is checked.
+class GrpcRawClient {
+ public:
+  GrpcRawClient(int port, const inference::ModelInferRequest& request) {
+    grpc::ChannelArguments args;
+    // One connection per client, as separate clients would have (channels to one target
+    // otherwise share a subchannel, so one HTTP/2 connection).
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+    bool own = false;
+    (void)grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(request, &request_,
+                                                                             &own);
+  }
+  ~GrpcRawClient() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  bool Call() {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    auto call =
+        stub_->PrepareUnaryCall(&ctx, "/inference.GRPCInferenceService/ModelInfer", request_, &cq_);
+    call->StartCall();
+    call->Finish(&response, &status, this);
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq_.Next(&tag, &ok) || !ok || tag != this || !status.ok()) return false;
+    if (response_bytes_ == 0) {
+      inference::ModelInferResponse parsed;
+      if (!grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(&response, &parsed)
+               .ok() ||
+          parsed.raw_output_contents_size() == 0)
+        return false;
+      response_bytes_ = static_cast<size_t>(parsed.ByteSizeLong());
+      return true;
+    }
+    return response.Length() == response_bytes_;
+  }
+
+ private:
+  std::unique_ptr<grpc::GenericStub> stub_;
+  grpc::CompletionQueue cq_;
+  grpc::ByteBuffer request_;
+  size_t response_bytes_ = 0;
+};
+
 // Time to the first "data: " of a generate_stream on a fresh connection (closed after it).
 double FirstEvent(int port, const std::string& model, const std::string& body) {
   const std::string req = absl::StrCat(
@@ -129,10 +273,14 @@ double FirstEvent(int port, const std::string& model, const std::string& body) {
 struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
   std::string modes;  // --modes: comma-separated server modes to time (all when empty)
+  std::string throughput_via = "grpc";  // --throughput-via: grpc or rest-binary
   int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
   int64_t threads = 0;     // --throughput: threads (0 = no throughput run)
   int64_t server_pid = 0;  // --server-pid: the server's CPU time per call is printed too
   double seconds = 3;
+  // --load: closed-loop REST binary load (Load below).
+  std::string load_models, load_body;
+  int64_t load_clients = 0, load_header_length = -1, load_rounds = 3;
 };
 
 // The first token of `o.lm` in process (a VM of the model as the server loads it, run until the
@@ -272,14 +420,37 @@ int Throughput(const Options& o) {
     for (int64_t d : dims) gi->add_shape(d);
     dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
   }
-  // One connection per client thread, as N separate clients would have (channels with the same
-  // target otherwise share one subchannel, so one HTTP/2 connection).
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  const bool rest = o.throughput_via == "rest-binary";
+  if (!rest && o.throughput_via != "grpc")
+    return dynvm::cli::ReportError(kProgram, "--throughput-via is grpc or rest-binary");
+  // REST binary: the JSON header, then the inputs' bytes.
+  nlohmann::json header = {{"inputs", nlohmann::json::array()},
+                           {"parameters", {{"binary_data_output", true}}}};
+  std::string raw;
+  for (int i = 0; i < greq.inputs_size(); ++i) {
+    header["inputs"].push_back(
+        {{"name", greq.inputs(i).name()},
+         {"datatype", "FP32"},
+         {"shape",
+          std::vector<int64_t>(greq.inputs(i).shape().begin(), greq.inputs(i).shape().end())},
+         {"parameters", {{"binary_data_size", greq.raw_input_contents(i).size()}}}});
+    raw += greq.raw_input_contents(i);
+  }
+  const std::string head = header.dump();
+  const std::string request =
+      HttpPost(absl::StrCat("/v2/models/", o.model, "/infer"),
+               absl::StrCat("Content-Type: application/octet-stream\r\n",
+                            "Inference-Header-Content-Length: ", head.size(), "\r\n"),
+               head + raw);
+  std::vector<std::unique_ptr<GrpcRawClient>> clients;
+  std::vector<std::unique_ptr<RawHttpClient>> http_clients;
   for (int t = 0; t < n; ++t) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", o.grpc_port), grpc::InsecureChannelCredentials(), args)));
+    if (rest) {
+      http_clients.push_back(
+          std::make_unique<RawHttpClient>(static_cast<int>(o.http_port), request));
+    } else {
+      clients.push_back(std::make_unique<GrpcRawClient>(static_cast<int>(o.grpc_port), greq));
+    }
   }
   auto local = [&](int t) {
     for (const auto& in : inputs) {
@@ -287,16 +458,13 @@ int Throughput(const Options& o) {
     }
     return vms[t]->Run().ok() && vms[t]->GetOutputs().ok();
   };
-  auto remote = [&](int t) {
-    grpc::ClientContext ctx;
-    inference::ModelInferResponse resp;
-    return stubs[t]->ModelInfer(&ctx, greq, &resp).ok();
-  };
+  auto remote = [&](int t) { return rest ? http_clients[t]->Call() : clients[t]->Call(); };
   std::vector<double> a, b;
-  std::printf("%s throughput: %d in-process VMs on threads vs %d gRPC clients (runs/s)\n",
-              o.model.c_str(), n, n);
+  std::printf("%s throughput: %d in-process VMs on threads vs %d %s clients (runs/s)\n",
+              o.model.c_str(), n, n, rest ? "REST binary" : "gRPC raw");
   // CPU microseconds per call: in-process runs, this client's gRPC calls, the server's side.
-  std::vector<double> cpu_local, cpu_client, cpu_server;
+  std::vector<double> cpu_local, cpu_client, cpu_server, client_share;
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   for (int r = 0; r < 3; ++r) {
     int64_t calls = 0;
     double c0 = SelfCpuSeconds();
@@ -306,6 +474,7 @@ int Throughput(const Options& o) {
     const double s0 = ProcessCpuSeconds(o.server_pid);
     b.push_back(CallsPerSecond(n, o.seconds, remote, &calls));
     cpu_client.push_back(1e6 * (SelfCpuSeconds() - c0) / std::max<int64_t>(calls, 1));
+    client_share.push_back((SelfCpuSeconds() - c0) / (o.seconds * cores));
     cpu_server.push_back(1e6 * (ProcessCpuSeconds(o.server_pid) - s0) /
                          std::max<int64_t>(calls, 1));
     if (a.back() < 0 || b.back() < 0) return dynvm::cli::ReportError(kProgram, "a run failed");
@@ -315,8 +484,11 @@ int Throughput(const Options& o) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   std::printf("median: in-process %.1f, server %.1f: %.0f%%\n", a[1], b[1], 100 * b[1] / a[1]);
-  for (auto* v : {&cpu_local, &cpu_client, &cpu_server}) std::sort(v->begin(), v->end());
-  std::printf("CPU per call (median us): in-process run %.1f, gRPC client %.1f", cpu_local[1],
+  for (auto* v : {&cpu_local, &cpu_client, &cpu_server, &client_share})
+    std::sort(v->begin(), v->end());
+  std::printf("the load generator's share of the %.0f cores while the server ran: %.0f%%\n", cores,
+              100 * client_share[1]);
+  std::printf("CPU per call (median us): in-process run %.1f, client %.1f", cpu_local[1],
               cpu_client[1]);
   if (o.server_pid > 0 && cpu_server[1] >= 0) {
     std::printf(", server %.1f\n", cpu_server[1]);
@@ -325,6 +497,77 @@ int Throughput(const Options& o) {
   } else {
     std::printf("\n");
   }
+  return 0;
+}
+
+// --load-clients N: N clients (threads, a kept-alive raw-socket connection each) post the same
+// binary REST infer body (--load-body FILE, --load-header-length) as fast as answers come, to
+// each model of --load-models in turn for --seconds, --load-rounds rounds (alternating
+// models). Prints requests/s, p50 and p99 latency and errors per round, the median requests/s
+// per model and their ratio to the first model's, and this load generator's share of the
+// cores.
+int Load(const Options& o) {
+  std::ifstream f(o.load_body, std::ios::binary);
+  std::stringstream text;
+  text << f.rdbuf();
+  if (!f) return dynvm::cli::ReportError(kProgram, absl::StrCat("cannot read ", o.load_body));
+  const std::string body = text.str();
+  const std::vector<std::string> models = absl::StrSplit(o.load_models, ',', absl::SkipEmpty());
+  if (models.empty() || o.load_header_length < 0)
+    return dynvm::cli::ReportError(kProgram, "--load-models and --load-header-length are needed");
+  const int n = static_cast<int>(o.load_clients);
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  std::map<std::string, std::vector<double>> rates;
+  std::vector<double> shares;
+  std::printf("closed-loop REST binary load: %d clients, %.0f s per round\n", n, o.seconds);
+  for (int64_t round = 0; round < o.load_rounds; ++round) {
+    for (const std::string& model : models) {
+      const std::string request = HttpPost(
+          absl::StrCat("/v2/models/", model, "/infer"),
+          absl::StrCat(
+              "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: ",
+              o.load_header_length, "\r\n"),
+          body);
+      std::vector<std::unique_ptr<RawHttpClient>> clients;
+      for (int t = 0; t < n; ++t)
+        clients.push_back(std::make_unique<RawHttpClient>(static_cast<int>(o.http_port), request));
+      std::vector<Stats> lat(static_cast<size_t>(n));
+      std::atomic<int64_t> errors{0};
+      const double c0 = SelfCpuSeconds();
+      int64_t calls = 0;
+      const double rate = CallsPerSecond(
+          n, o.seconds,
+          [&](int t) {
+            const Clock::time_point a = Clock::now();
+            if (!clients[t]->Call()) ++errors;
+            lat[t].us.push_back(Micros(a, Clock::now()));
+            return true;
+          },
+          &calls);
+      shares.push_back((SelfCpuSeconds() - c0) / (o.seconds * cores));
+      Stats all;
+      for (Stats& s : lat) all.us.insert(all.us.end(), s.us.begin(), s.us.end());
+      rates[model].push_back(rate);
+      std::printf(
+          "round %lld %-20s %9.1f req/s  p50 %8.2f ms  p99 %8.2f ms  (%lld requests, %lld "
+          "errors)\n",
+          static_cast<long long>(round + 1), model.c_str(), rate, all.Pct(0.5) / 1e3,
+          all.Pct(0.99) / 1e3, static_cast<long long>(calls),
+          static_cast<long long>(errors.load()));
+      if (errors > 0) return dynvm::cli::ReportError(kProgram, absl::StrCat(model, ": errors"));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double base = median(rates[models[0]]);
+  for (const std::string& model : models) {
+    std::printf("median %-20s %9.1f req/s: %.2fx %s\n", model.c_str(), median(rates[model]),
+                median(rates[model]) / base, models[0].c_str());
+  }
+  std::printf("the load generator's share of the %.0f cores: %.0f%% (median over rounds)\n", cores,
+              100 * median(shares));
   return 0;
 }
 
@@ -345,12 +588,26 @@ int Main(int argc, char** argv) {
       "server modes to time, comma-separated (rest-json, rest-binary, grpc; default all)");
   flags.AddInt("--throughput", &o.threads,
                "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
+  flags.AddString("--throughput-via", &o.throughput_via,
+                  "with --throughput: the clients' protocol, grpc (default) or rest-binary");
+  flags.AddInt("--load-clients", &o.load_clients,
+               "N: closed-loop REST binary load from N clients on --load-models instead");
+  flags.AddString("--load-models", &o.load_models, "with --load-clients: models, comma-separated");
+  flags.AddString("--load-body", &o.load_body,
+                  "with --load-clients: a file holding the binary infer body to post");
+  flags.AddInt("--load-header-length", &o.load_header_length,
+               "with --load-clients: the body's JSON header length");
+  flags.AddInt("--load-rounds", &o.load_rounds, "with --load-clients: rounds (default 3)");
+  int64_t seconds = 3;
+  flags.AddInt("--seconds", &seconds, "seconds per throughput or load round (default 3)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok())
     return dynvm::cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  o.seconds = static_cast<double>(std::max<int64_t>(1, seconds));
+  if (o.load_clients > 0) return Load(o);
   std::map<std::string, Stats> stats;
   if (!o.model.empty()) {
     auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
@@ -392,15 +649,16 @@ int Main(int argc, char** argv) {
     header["parameters"] = {{"binary_data_output", true}};
     const std::string head = header.dump();
     const std::string binary_body = head + raw, json_body = json_req.dump();
-    const httplib::Headers binary_headers = {
-        {"Inference-Header-Content-Length", absl::StrCat(head.size())}};
     const std::string path = absl::StrCat("/v2/models/", o.model, "/infer");
-    httplib::Client http("127.0.0.1", static_cast<int>(o.http_port));
-    http.set_keep_alive(true);
-    http.set_tcp_nodelay(true);
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", o.grpc_port),
-                                       grpc::InsecureChannelCredentials());
-    auto stub = inference::GRPCInferenceService::NewStub(channel);
+    RawHttpClient rest_json(static_cast<int>(o.http_port),
+                            HttpPost(path, "Content-Type: application/json\r\n", json_body));
+    RawHttpClient rest_binary(
+        static_cast<int>(o.http_port),
+        HttpPost(path,
+                 absl::StrCat("Content-Type: application/octet-stream\r\n",
+                              "Inference-Header-Content-Length: ", head.size(), "\r\n"),
+                 binary_body));
+    GrpcRawClient grpc_raw(static_cast<int>(o.grpc_port), greq);
     std::vector<std::pair<std::string, std::function<bool()>>> modes = {
         {"in-process Run",
          [&] {
@@ -409,22 +667,9 @@ int Main(int argc, char** argv) {
            }
            return (*vm)->Run().ok() && (*vm)->GetOutputs().ok();
          }},
-        {"REST JSON",
-         [&] {
-           auto r = http.Post(path, json_body, "application/json");
-           return r && r->status == 200;
-         }},
-        {"REST binary",
-         [&] {
-           auto r = http.Post(path, binary_headers, binary_body, "application/octet-stream");
-           return r && r->status == 200;
-         }},
-        {"gRPC raw",
-         [&] {
-           grpc::ClientContext ctx;
-           inference::ModelInferResponse resp;
-           return stub->ModelInfer(&ctx, greq, &resp).ok() && resp.raw_output_contents_size() > 0;
-         }},
+        {"REST JSON", [&] { return rest_json.Call(); }},
+        {"REST binary", [&] { return rest_binary.Call(); }},
+        {"gRPC raw", [&] { return grpc_raw.Call(); }},
     };
     if (!o.modes.empty()) {
       const std::vector<std::string> keep = absl::StrSplit(o.modes, ',');
@@ -444,19 +689,28 @@ int Main(int argc, char** argv) {
     }
     for (int64_t r = 0; r < o.rounds + 50; ++r) {
       for (auto& [name, fn_call] : modes) {
+        const double c0 = SelfCpuSeconds();
         const Clock::time_point a = Clock::now();
         if (!fn_call()) return dynvm::cli::ReportError(kProgram, absl::StrCat(name, " failed"));
-        if (r >= 50) stats[name].us.push_back(Micros(a, Clock::now()));  // 50 warm-up rounds
+        const Clock::time_point b = Clock::now();
+        if (r >= 50) {  // 50 warm-up rounds
+          stats[name].us.push_back(Micros(a, b));
+          stats[name].client_cpu_s += SelfCpuSeconds() - c0;
+        }
       }
     }
     const double base = stats["in-process Run"].Pct(0.5);
     std::printf("%s: %lld rounds, interleaved (microseconds)\n", o.model.c_str(),
                 static_cast<long long>(o.rounds));
-    std::printf("%-16s %9s %9s %9s %14s\n", "mode", "p50", "p90", "p99", "p50 overhead");
+    // The client's CPU per call: for a server mode, what the load generator itself costs on
+    // the cores it shares with the server (for the in-process run, the run itself).
+    std::printf("%-16s %9s %9s %9s %14s %16s\n", "mode", "p50", "p90", "p99", "p50 overhead",
+                "client CPU/call");
     for (auto& [name, unused] : modes) {
       Stats& s = stats[name];
-      std::printf("%-16s %9.1f %9.1f %9.1f %14.1f\n", name.c_str(), s.Pct(0.5), s.Pct(0.9),
-                  s.Pct(0.99), s.Pct(0.5) - base);
+      std::printf("%-16s %9.1f %9.1f %9.1f %14.1f %16.1f\n", name.c_str(), s.Pct(0.5), s.Pct(0.9),
+                  s.Pct(0.99), s.Pct(0.5) - base,
+                  1e6 * s.client_cpu_s / static_cast<double>(std::max<size_t>(s.us.size(), 1)));
     }
   }
   if (!o.lm.empty()) {

@@ -671,6 +671,27 @@ class Pool(unittest.TestCase):
         else:
             self.fail("the instance was not freed after the gRPC client cancelled")
 
+    def test_grpc_unary_cancel_frees_instance(self):
+        # A unary ModelInfer that would run 100,000 decode steps on charlm_one's only instance,
+        # cancelled by its client: the run stops (the completion-queue thread sees the call's
+        # done event) and the instance serves the next request.
+        future = G.ModelInfer.future(self._grpc_lm_infer(100000))
+        time.sleep(0.3)
+        with self.assertRaises(grpc.RpcError) as e:
+            G.ModelInfer(self._grpc_lm_infer())
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        future.cancel()
+        deadline = time.time() + 3  # the 100,000-token run alone takes longer
+        while time.time() < deadline:
+            try:
+                r = G.ModelInfer(self._grpc_lm_infer())
+                break
+            except grpc.RpcError:
+                time.sleep(0.05)
+        else:
+            self.fail("the instance was not freed after the unary gRPC call was cancelled")
+        self.assertGreater(len(r.outputs), 0)
+
     def _grpc_generate(self, n):
         pb = G.pb
         req = pb.ModelInferRequest(model_name="charlm_one")
@@ -678,11 +699,11 @@ class Pool(unittest.TestCase):
         req.parameters["max_new_tokens"].int64_param = n
         return req
 
-    def _grpc_lm_infer(self):
+    def _grpc_lm_infer(self, n=1):
         pb = G.pb
         req = pb.ModelInferRequest(model_name="charlm_one")
         for name, dtype, value in (("prompt", "INT64", np.array([[3, 4]], np.int64)),
-                                   ("max_new_tokens", "INT64", np.array(1, np.int64)),
+                                   ("max_new_tokens", "INT64", np.array(n, np.int64)),
                                    ("temperature", "FP32", np.array(0, np.float32)),
                                    ("seed", "INT64", np.array(1, np.int64)),
                                    ("stop_token", "INT64", np.array(-1, np.int64))):

@@ -151,12 +151,8 @@ absl::StatusOr<std::vector<NamedTensor>> Service::Infer(ModelVersion& model,
                               ? vm.SetInput(in.name, in.tensor, model.handle())
                               : vm.SetInputZeroCopy(in.name, in.tensor, model.handle()));
   }
-  if (!inputs.empty() && inputs[0].tensor.rank() > 0) {
-    batch_
-        ->Add({{"model", model.name()}},
-              prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64})
-        .Observe(static_cast<double>(inputs[0].tensor.dim(0)));
-  }
+  if (!inputs.empty() && inputs[0].tensor.rank() > 0)
+    Phases(model.name()).batch->Observe(static_cast<double>(inputs[0].tensor.dim(0)));
   absl::Status run = RunOnVm(vm, model, call, nullptr);
   timing->compute = absl::ToDoubleSeconds(absl::Now() - acquired);
   DYNVM_RETURN_IF_ERROR(run);
@@ -186,12 +182,7 @@ absl::StatusOr<std::vector<NamedTensor>> Service::InferBatched(
                          model.batcher()->Submit(std::move(ordered), call.deadline));
   timing->queue = r.queue_s;
   timing->compute = r.compute_s;
-  if (r.first_in_batch) {
-    batch_
-        ->Add({{"model", model.name()}},
-              prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64})
-        .Observe(static_cast<double>(r.batch_rows));
-  }
+  if (r.first_in_batch) Phases(model.name()).batch->Observe(static_cast<double>(r.batch_rows));
   std::vector<NamedTensor> outputs;
   for (int i : out_index)
     outputs.push_back({fn.outputs[i].name, r.outputs[static_cast<size_t>(i)]});
@@ -305,6 +296,8 @@ Service::PhaseHistograms Service::Phases(const std::string& model) {
     it->second.queue = &latency_->Add({{"model", model}, {"phase", "queue"}}, buckets);
     it->second.compute = &latency_->Add({{"model", model}, {"phase", "compute"}}, buckets);
     it->second.total = &latency_->Add({{"model", model}, {"phase", "total"}}, buckets);
+    it->second.batch = &batch_->Add(
+        {{"model", model}}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64});
   }
   return it->second;  // a copy: flat_hash_map moves its values when it grows
 }

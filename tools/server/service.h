@@ -101,9 +101,9 @@ class Service {
                                                         const std::vector<int>& out_index,
                                                         const CallContext& call, Timing* timing);
 
-  // The histograms of one model's request phases.
+  // The histograms of one model's request phases, and of its batch sizes.
   struct PhaseHistograms {
-    prometheus::Histogram *queue, *compute, *total;
+    prometheus::Histogram *queue, *compute, *total, *batch;
   };
   // The metrics Record updates, found once per label set (Family::Add builds and hashes a label
   // map under the family's lock each call). Families never remove a metric, so the pointers
