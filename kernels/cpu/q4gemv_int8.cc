@@ -36,19 +36,29 @@
 namespace dynvm::cpu {
 namespace {
 
-// One quantized activation row: values, then block scales, then block sums.
+// One quantized activation row: values, then per 64 values the scales and negated sums of its
+// two blocks of 32 spread over eight lanes ([s0 s0 s0 s0 s1 s1 s1 s1], [-q0 0 0 0 -q1 0 0 0]: the
+// lanes of a 32-byte step of blocks of 32, so that the kernel loads them as they are), then the
+// block scales and sums.
 struct Layout {
-  int64_t blocks, q_bytes, row_bytes;
+  int64_t blocks, q_bytes, spread_bytes, row_bytes;
   explicit Layout(const Q4Weights& w)
       : blocks(w.blocks()),
         q_bytes((blocks * w.block + 63) / 64 * 64),
-        row_bytes((q_bytes + 8 * blocks + 63) / 64 * 64) {}
-  static const int8_t* Q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
-  const float* Scales(const uint8_t* row) const {
+        spread_bytes(w.block == 32 ? q_bytes : 0),
+        row_bytes((q_bytes + spread_bytes + 8 * blocks + 63) / 64 * 64) {}
+  const float* SpreadScales(const uint8_t* row) const {
     return reinterpret_cast<const float*>(row + q_bytes);
   }
+  const int32_t* SpreadSums(const uint8_t* row) const {
+    return reinterpret_cast<const int32_t*>(row + q_bytes + 32);
+  }
+  static const int8_t* Q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
+  const float* Scales(const uint8_t* row) const {
+    return reinterpret_cast<const float*>(row + q_bytes + spread_bytes);
+  }
   const int32_t* Sums(const uint8_t* row) const {
-    return reinterpret_cast<const int32_t*>(row + q_bytes + 4 * blocks);
+    return reinterpret_cast<const int32_t*>(row + q_bytes + spread_bytes + 4 * blocks);
   }
 };
 
@@ -98,26 +108,39 @@ DYNVM_AVX2 inline float HSumAvx2(__m256 v) {
 }
 DYNVM_AVX512_VNNI inline float HSumVnni(__m256 v) { return HSumAvx2(v); }
 
+// The dot steps: Split(v, a, b) takes 32 weight bytes apart into their low (a) and high (b)
+// nibbles, times kScale, once for all activation rows; Pair(acc, a, b, xlo, xhi) adds a * xlo +
+// b * xhi into int32 lanes; Finish(acc) divides by kScale (exact).
 struct DotAvx2 {
-  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE void Step(__m256i& lo, __m256i& /*hi*/, __m256i v,
-                                                  __m256i xlo, __m256i xhi) {
+  static constexpr int kScale = 1;
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
     const __m256i low = _mm256_set1_epi8(15);
-    const __m256i p =
-        _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, low), xlo),
-                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xhi));
-    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    a = _mm256_and_si256(v, low);
+    b = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
   }
-  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i lo, __m256i /*hi*/) { return lo; }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b, __m256i xlo,
+                                                     __m256i xhi) {
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a, xlo), _mm256_maddubs_epi16(b, xhi));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
 };
 
+// Both nibbles as 16 times their value (AND 0xF0, the low ones shifted up first): the products
+// stay in int32 range and one accumulator takes both, divided by 16 once per block.
 struct DotVnni {
-  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void Step(__m256i& lo, __m256i& hi, __m256i v,
-                                                         __m256i xlo, __m256i xhi) {
-    lo = _mm256_dpbusd_epi32(lo, _mm256_and_si256(v, _mm256_set1_epi8(15)), xlo);
-    hi = _mm256_dpbusd_epi32(hi, _mm256_and_si256(v, _mm256_set1_epi8(-16)), xhi);
+  static constexpr int kScale = 16;
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
+    const __m256i high = _mm256_set1_epi8(-16);
+    a = _mm256_and_si256(_mm256_slli_epi16(v, 4), high);
+    b = _mm256_and_si256(v, high);
   }
-  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i lo, __m256i hi) {
-    return _mm256_add_epi32(lo, _mm256_srai_epi32(hi, 4));
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b,
+                                                            __m256i xlo, __m256i xhi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, a, xlo), b, xhi);
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) {
+    return _mm256_srai_epi32(acc, 4);
   }
 };
 
@@ -174,8 +197,8 @@ void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4We
     uint8_t* row = dst + m * layout.row_bytes;
     std::memset(row, 0, static_cast<size_t>(layout.row_bytes));
     auto* q = reinterpret_cast<int8_t*>(row);
-    float* sa = reinterpret_cast<float*>(row + layout.q_bytes);
-    int32_t* sums = reinterpret_cast<int32_t*>(row + layout.q_bytes + 4 * layout.blocks);
+    auto* sa = const_cast<float*>(layout.Scales(row));
+    auto* sums = const_cast<int32_t*>(layout.Sums(row));
     const float* xr = x + m * ldx;
     for (int64_t b = 0; b < layout.blocks; ++b) {
       const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
@@ -199,6 +222,13 @@ void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4We
         sum += v;
       }
       sums[b] = sum;
+    }
+    if (layout.spread_bytes == 0) continue;
+    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the spread lanes
+      auto* spread_sa = const_cast<float*>(layout.SpreadScales(row)) + (b / 2) * 16;
+      auto* spread_sums = const_cast<int32_t*>(layout.SpreadSums(row)) + (b / 2) * 16;
+      for (int l = 0; l < 4; ++l) spread_sa[(b % 2) * 4 + l] = sa[b];
+      spread_sums[(b % 2) * 4] = -sums[b];
     }
   }
 }
