@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_TOKENS = {}  # spec file -> PyTorch's greedy tokens
 
 DYNVM_RUN = r"""
 import json, sys, time, numpy as np, dynvm
@@ -181,15 +182,21 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
                 rows[key].append(timed_child(cmd, env))
         tokens = {k: v[0][0]["tokens"] for k, v in rows.items()}
 
-        def same(a, b):  # "n/a" where a row was not run
+        def same(a, b):  # "n/a" where a row was not run; else equal, or the first that differs
             if a not in tokens or (b != "pytorch" and b not in tokens):
                 return "n/a"
-            return tokens[a] == (torch_tokens if b == "pytorch" else tokens[b])
+            want = torch_tokens if b == "pytorch" else tokens[b]
+            if tokens[a] == want:
+                return True
+            first = next(i for i, (x, y) in enumerate(zip(tokens[a][0], want[0])) if x != y)
+            return f"False (equal for the first {first})"
         # In a child: this process's peak RSS would be inherited by the timed children's
         # (Linux keeps a process's high-water RSS across fork and exec).
-        torch_tokens = json.loads(run_child(
-            ["/usr/bin/python3", os.path.abspath(__file__), "--pytorch-tokens", a.work, size,
-             spec_path])[0].strip().splitlines()[-1])
+        if spec_path not in TORCH_TOKENS:  # once per size and prompt (threads do not matter)
+            TORCH_TOKENS[spec_path] = json.loads(run_child(
+                ["/usr/bin/python3", os.path.abspath(__file__), "--pytorch-tokens", a.work, size,
+                 spec_path])[0].strip().splitlines()[-1])
+        torch_tokens = TORCH_TOKENS[spec_path]
         bandwidth = float(np.median(bw))
         print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {prompt}, "
               f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
