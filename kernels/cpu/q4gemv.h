@@ -55,9 +55,10 @@ const char* QGemvQ4Path();
 // quotients rounded to f32 once, 0 where amax is 0), and every block's product is an exact
 // integer, y[m, j] = bias[j] + sum_b (s[m, b] * scale[j, b]) * sum_{i in b} q[m, i] (w4[j, i] -
 // zp[j, b]). The integer sums are the same at every level and as ORT's; only the f32 sum over
-// blocks differs in order: within 2 (blocks + 2) 2^-24 sum_b |s scale sum_i q (w4 - zp)| of the
-// exact sum of the block terms (q4gemv_test.cc). A NaN or infinity in a block makes its
-// quantized values unspecified (as ORT's). Implementations: portable (scalar), AVX2 (VPMADDUBSW
+// blocks differs in order: within 2 (blocks + 10) 2^-24 sum_b |s scale| (sum_i |q w4| + zp |sum_i
+// q|) of the exact sum of the block terms (the kernels sum q w4 and the zero point's correction
+// apart, as ORT does; q4gemv_test.cc). A NaN or infinity in a block makes the outputs NaN (ORT's
+// are unspecified there). Implementations: portable (scalar), AVX2 (VPMADDUBSW
 // on the nibbles, 64 weights per step), AVX-512 VNNI (VPDPBUSD on 256-bit vectors; blocks of 16
 // run the portable loop at every level). q4gemv_int8.cc has the layout and tuning notes.
 //

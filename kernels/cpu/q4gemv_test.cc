@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -180,9 +181,9 @@ TEST(Q4GemvTest, DequantizeRowsIsExact) {
 
 // accuracy_level 4 (QGemvQ4Int8): the test's own quantization of each activation block (ORT's:
 // amax / 127, round-half-even(x * (127 / amax)) in f32), exact integer block products, summed in
-// double. Tolerance: f32 rounding of the block scales' product and of the sum over blocks and
-// lanes, 2 (blocks + 10) 2^-24 times the sum of the terms' magnitudes; a value quantized one step
-// off is a multiple of it larger at these sizes.
+// double. Tolerance (q4gemv.h): f32 rounding of the block scales' product and of the sum over
+// blocks and lanes, 2 (blocks + 10) 2^-24 sum_b |s scale| (sum_i |q w4| + zp |sum_i q|); a value
+// quantized one step off is a multiple of it larger at these sizes.
 void CheckInt8Product(const Random4Bit& w, int64_t rows, int64_t r0, int64_t r1, bool bias,
                       std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -216,14 +217,19 @@ void CheckInt8Product(const Random4Bit& w, int64_t rows, int64_t r0, int64_t r1,
       }
       double want = bias ? b[j] : 0.0, mag = std::fabs(want);
       for (int64_t blk = 0; blk < w.blocks; ++blk) {
-        int64_t d = 0, dmag = 0;
+        // The kernels sum q w4 and the correction zp sum(q) apart (q4gemv.h): the magnitude is
+        // sum |q w4| + zp |sum q|.
+        const int64_t zp = w.zps[j * w.blocks + blk];
+        int64_t d = 0, dmag = 0, qsum = 0;
         for (int64_t i = blk * w.block; i < std::min(w.k, (blk + 1) * w.block); ++i) {
-          const int64_t t = q[i] * (w.q[j * w.k + i] - w.zps[j * w.blocks + blk]);
-          d += t;
-          dmag += t < 0 ? -t : t;
+          d += q[i] * (w.q[j * w.k + i] - zp);
+          dmag += std::abs(q[i]) * w.q[j * w.k + i];
+          qsum += q[i];
         }
-        const double s = static_cast<double>(sa[blk]) * w.scales[j * w.blocks + blk];
-        want += s * static_cast<double>(d);
+        dmag += zp * std::abs(qsum);
+        const double s = std::fabs(static_cast<double>(sa[blk]) * w.scales[j * w.blocks + blk]);
+        want +=
+            static_cast<double>(sa[blk]) * w.scales[j * w.blocks + blk] * static_cast<double>(d);
         mag += s * static_cast<double>(dmag);
       }
       const double tol = 2.0 * static_cast<double>(w.blocks + 10) * 0x1p-24 * mag + 1e-30;
