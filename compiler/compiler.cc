@@ -167,7 +167,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
   }
   if (quantize) {
     QuantizeWeightsOptions q{options.quantize_weights, options.quantize_min_bytes,
-                             options.quantize_block, options.quantize_zero_points};
+                             options.quantize_block, options.quantize_zero_points,
+                             options.quantize_accuracy_level};
     p.Add({"quantize_weights", true, true, [q, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(std::vector<QuantizedWeightReport> quantized,
                                     QuantizeWeights(m, q));

@@ -53,6 +53,9 @@ struct CompileOptions {
   int64_t quantize_min_bytes = 16384;  // kDefaultQuantizeMinBytes
   int64_t quantize_block = 32;
   bool quantize_zero_points = false;
+  // int4: the MatMulNBits accuracy_level written (4: int8 activations, ONNX Runtime GenAI's CPU
+  // choice and the faster kernel; 0: f32 activations; 0-4).
+  int64_t quantize_accuracy_level = 4;
 };
 
 struct FunctionReport {

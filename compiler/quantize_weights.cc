@@ -293,6 +293,7 @@ class Quantizer {
       n.attrs["N"] = AttrInt(e.rows);
       n.attrs["bits"] = AttrInt(4);
       n.attrs["block_size"] = AttrInt(o_.block);
+      n.attrs["accuracy_level"] = AttrInt(o_.accuracy_level);
       n.inputs = {a, e.weights, e.scales};
       if (e.zero_points != nullptr) n.inputs.push_back(e.zero_points);
       return;

@@ -38,8 +38,9 @@ struct QuantizeWeightsOptions {
   // kI8, kBF16, or kU8: int4 (4-bit values, two per byte, MatMul/Gemm only; see above).
   DType dtype = DType::kI8;
   int64_t min_bytes = kDefaultQuantizeMinBytes;
-  int64_t block = 32;        // int4: values per block (a power of two, 16 to 256)
-  bool zero_points = false;  // int4: a zero point per block (else symmetric)
+  int64_t block = 32;          // int4: values per block (a power of two, 16 to 256)
+  bool zero_points = false;    // int4: a zero point per block (else symmetric)
+  int64_t accuracy_level = 4;  // int4: MatMulNBits' accuracy_level (4: int8 activations; 0: f32)
 };
 
 struct QuantizedWeightReport {

@@ -407,8 +407,8 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
                                       const py::object& quantize_weights,
                                       const py::object& quantize_min_bytes,
                                       const py::object& quantize_block, bool quantize_zero_points,
-                                      const py::object& disable_rewrites, bool dump_ir,
-                                      bool decode) {
+                                      const py::object& disable_rewrites, bool dump_ir, bool decode,
+                                      const py::object& quantize_accuracy_level) {
   compiler::CompileOptions options;
   if (!bounds.is_none()) {
     if (!PyDict_Check(bounds.ptr())) {
@@ -451,6 +451,17 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
     options.quantize_block = Number<int64_t>(quantize_block, "quantize_block");
   }
   options.quantize_zero_points = quantize_zero_points;
+  if (!quantize_accuracy_level.is_none()) {
+    if (options.quantize_weights != DType::kU8) {
+      Throw(absl::InvalidArgumentError("quantize_accuracy_level needs quantize_weights='int4'"));
+    }
+    options.quantize_accuracy_level =
+        Number<int64_t>(quantize_accuracy_level, "quantize_accuracy_level");
+    if (options.quantize_accuracy_level < 0 || options.quantize_accuracy_level > 4) {
+      Throw(absl::InvalidArgumentError(absl::StrCat("quantize_accuracy_level must be 0 to 4, got ",
+                                                    options.quantize_accuracy_level)));
+    }
+  }
   if (!disable_rewrites.is_none()) {
     if (PyUnicode_Check(disable_rewrites.ptr())) {
       Throw(absl::InvalidArgumentError(
@@ -1053,7 +1064,7 @@ PYBIND11_MODULE(_dynvm, m) {
         py::arg("quantize_weights") = py::none(), py::arg("quantize_min_bytes") = py::none(),
         py::arg("quantize_block") = py::none(), py::arg("quantize_zero_points") = false,
         py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false,
-        py::arg("decode") = false);
+        py::arg("decode") = false, py::arg("quantize_accuracy_level") = py::none());
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("weights") = py::none(),
         py::arg("verify_weights_hash") = false);
   m.def("_raise_status", &RaiseStatus);

@@ -444,6 +444,14 @@ TEST_F(CliTest, QuantizeWeightsFlagErrors) {
           {model, "-o", Path("q.dvm"), "--quantize-weights", "int4", "--quantize-block", "48"});
   ExpectCleanError(r, "vm-compile");
   EXPECT_THAT(r.err, HasSubstr("--quantize-block must be a power of two from 16 to 256"));
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "int4",
+                             "--quantize-accuracy-level", "5"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("--quantize-accuracy-level must be 0, 1, 2, 3 or 4, got '5'"));
+  r = Run(DYNVM_VM_COMPILE, {model, "-o", Path("q.dvm"), "--quantize-weights", "int8",
+                             "--quantize-accuracy-level", "4"});
+  ExpectCleanError(r, "vm-compile");
+  EXPECT_THAT(r.err, HasSubstr("need --quantize-weights int4"));
   r = Run(DYNVM_VM_COMPILE,
           {model, "-o", Path("q.dvm"), "--quantize-weights", "int8", "--quantize-zero-points"});
   ExpectCleanError(r, "vm-compile");

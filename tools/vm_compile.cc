@@ -4,7 +4,8 @@
 //              [--disable-rewrite NAME ...] [--strip-debug] [--onnx-check] [--device cpu|cuda]
 //              [--weights-out W.dvw]
 //              [--compress] [--quantize-weights int8|bf16|int4] [--quantize-min-bytes N]
-//              [--quantize-block 16|32|64|128|256] [--quantize-zero-points] [--decode]
+//              [--quantize-block 16|32|64|128|256] [--quantize-zero-points]
+//              [--quantize-accuracy-level 0|1|2|3|4] [--decode]
 //
 // --decode takes a step model (input_ids, attention_mask, position_ids?,
 // past_key_values.{i}.key/value -> logits, present.{i}.key/value: Optimum's and ONNX Runtime
@@ -19,7 +20,9 @@
 // left in f32 with the reason (int8 scales spanning more than 2^16, NaN or infinity). int4
 // stores MatMul and Gemm weights as ONNX Runtime's MatMulNBits: 4-bit blocks of
 // --quantize-block values along K (default 32) with an f32 scale each, symmetric or with a 4-bit
-// zero point per block (--quantize-zero-points); LSTM/GRU/RNN weights stay f32 then.
+// zero point per block (--quantize-zero-points), and accuracy_level --quantize-accuracy-level
+// (default 4: activations quantized to int8 per block, ONNX Runtime's CompInt8 and GenAI's CPU
+// choice; 0: f32 activations); LSTM/GRU/RNN weights stay f32 then.
 //
 // --weights-out writes the constants to a separate weights file W.dvw, which OUT.dvm refers to
 // by file name, content hash and size; the loader looks for it beside OUT.dvm (or where
@@ -74,7 +77,7 @@ absl::StatusOr<std::pair<std::string, int64_t>> ParseBound(const std::string& sp
 // --quantize-weights, --quantize-min-bytes, --quantize-block and --quantize-zero-points into the
 // options.
 absl::Status ParseQuantize(const std::string& dtype, const std::string& min_bytes,
-                           const std::string& block, bool zero_points,
+                           const std::string& block, bool zero_points, const std::string& accuracy,
                            compiler::CompileOptions* options) {
   if (dtype == "int8") {
     options->quantize_weights = DType::kI8;
@@ -86,9 +89,16 @@ absl::Status ParseQuantize(const std::string& dtype, const std::string& min_byte
     return absl::InvalidArgumentError(
         absl::StrCat("--quantize-weights must be int8, bf16 or int4, got '", dtype, "'"));
   }
-  if ((!block.empty() || zero_points) && dtype != "int4") {
+  if ((!block.empty() || zero_points || !accuracy.empty()) && dtype != "int4") {
     return absl::InvalidArgumentError(
-        "--quantize-block and --quantize-zero-points need --quantize-weights int4");
+        "--quantize-block, --quantize-zero-points and --quantize-accuracy-level need "
+        "--quantize-weights int4");
+  }
+  if (!accuracy.empty() &&
+      (!absl::SimpleAtoi(accuracy, &options->quantize_accuracy_level) ||
+       options->quantize_accuracy_level < 0 || options->quantize_accuracy_level > 4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantize-accuracy-level must be 0, 1, 2, 3 or 4, got '", accuracy, "'"));
   }
   options->quantize_zero_points = zero_points;
   if (!block.empty() && (!absl::SimpleAtoi(block, &options->quantize_block) ||
@@ -141,7 +151,7 @@ int Main(int argc, char** argv) {
   bool decode = false;
   flags.AddSwitch("--decode", &decode,
                   "wrap an Optimum/GenAI step model into one in-VM decode loop (docs/llm.md)");
-  std::string quantize, quantize_min_bytes, quantize_block;
+  std::string quantize, quantize_min_bytes, quantize_block, quantize_accuracy;
   bool quantize_zero_points = false;
   flags.AddString("--quantize-weights", &quantize,
                   "int8|bf16|int4: store MatMul/Gemm(/LSTM/GRU/RNN) weights quantized");
@@ -151,6 +161,8 @@ int Main(int argc, char** argv) {
                   "N: int4 values per block (16, 32, 64, 128 or 256; default 32)");
   flags.AddSwitch("--quantize-zero-points", &quantize_zero_points,
                   "int4: a zero point per block (default: symmetric)");
+  flags.AddString("--quantize-accuracy-level", &quantize_accuracy,
+                  "N: int4 MatMulNBits accuracy_level (4, default: int8 activations; 0: f32)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return cli::ReportError(kProgram, s);
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -184,7 +196,7 @@ int Main(int argc, char** argv) {
   options.producer = "vm-compile";
   options.compress = compress;
   if (absl::Status s = ParseQuantize(quantize, quantize_min_bytes, quantize_block,
-                                     quantize_zero_points, &options);
+                                     quantize_zero_points, quantize_accuracy, &options);
       !s.ok()) {
     return cli::ReportError(kProgram, s);
   }

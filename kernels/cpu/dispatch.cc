@@ -13,6 +13,7 @@ Dispatch Make(Isa isa) {
   FillQuantize(isa, &d);
   FillQGemv(isa, &d);
   FillQ4Gemv(isa, &d);
+  FillQ4GemvInt8(isa, &d);
   FillIGemm(isa, &d);
   FillU8S8Gemm(isa, &d);
   FillPackedGemm(isa, &d);

@@ -87,6 +87,9 @@ struct Dispatch {
                    int64_t r0, int64_t r1, float* y, int64_t ldy);
   void (*dequantize_rows_q4)(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
   const char* qgemv_q4_path;
+  void (*qgemv_q4_int8)(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias,
+                        int64_t r0, int64_t r1, float* y, int64_t ldy);
+  const char* qgemv_q4_int8_path;
   // igemm.h
   void (*igemm_pack_b)(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
                        int64_t p1, int16_t* packed);
@@ -133,6 +136,7 @@ void FillReduce(Isa isa, Dispatch* d);
 void FillQuantize(Isa isa, Dispatch* d);
 void FillQGemv(Isa isa, Dispatch* d);
 void FillQ4Gemv(Isa isa, Dispatch* d);
+void FillQ4GemvInt8(Isa isa, Dispatch* d);
 void FillIGemm(Isa isa, Dispatch* d);
 void FillU8S8Gemm(Isa isa, Dispatch* d);
 void FillPackedGemm(Isa isa, Dispatch* d);

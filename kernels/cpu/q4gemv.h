@@ -50,6 +50,30 @@ void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
 // Which implementation QGemvQ4 runs at the active level: "avx512", "avx2" or "portable".
 const char* QGemvQ4Path();
 
+// ONNX Runtime's accuracy_level 4 (its CompInt8): each activation row is quantized to int8 per
+// block of w.block columns, s = amax / 127 and q = round-half-even(x * (127 / amax)) (both
+// quotients rounded to f32 once, 0 where amax is 0), and every block's product is an exact
+// integer, y[m, j] = bias[j] + sum_b (s[m, b] * scale[j, b]) * sum_{i in b} q[m, i] (w4[j, i] -
+// zp[j, b]). The integer sums are the same at every level and as ORT's; only the f32 sum over
+// blocks differs in order: within 2 (blocks + 10) 2^-24 sum_b |s scale| (sum_i |q w4| + zp |sum_i
+// q|) of the exact sum of the block terms (the kernels sum q w4 and the zero point's correction
+// apart, as ORT does; q4gemv_test.cc). A NaN or infinity in a block makes the outputs NaN (ORT's
+// are unspecified there). Implementations: portable (scalar), AVX2 (VPMADDUBSW
+// on the nibbles, 64 weights per step), AVX-512 VNNI (VPDPBUSD on 256-bit vectors; blocks of 16
+// run the portable loop at every level). q4gemv_int8.cc has the layout and tuning notes.
+//
+// The bytes one quantized activation row takes (a multiple of 64).
+int64_t Q8ActivationRowBytes(const Q4Weights& w);
+// Quantizes rows of x (row m at x + m * ldx) into dst, rows * Q8ActivationRowBytes(w) bytes.
+void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
+                           uint8_t* dst);
+// y[m * ldy + j] for m < rows and r0 <= j < r1 from the rows QuantizeActivationsQ8 wrote, each
+// weight row read once (the activation rows stay in cache).
+void QGemvQ4Int8(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias, int64_t r0,
+                 int64_t r1, float* y, int64_t ldy);
+// "avx512_vnni", "avx2" or "portable".
+const char* QGemvQ4Int8Path();
+
 }  // namespace dynvm::cpu
 
 #endif  // DYNVM_KERNELS_CPU_Q4GEMV_H_

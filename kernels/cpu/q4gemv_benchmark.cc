@@ -1,9 +1,10 @@
 // Decode GEMV bandwidth: an N x K weight times one activation row (a decode step's product) in f32
 // (cpu::Gemv: the dot form over [N, K] rows, and the axpy form down a [K, N] matrix), int8
 // (cpu::QGemvI8, per-row scales) and int4 (cpu::QGemvQ4, MatMulNBits blocks of 32 and 128,
-// symmetric and with zero points), against a STREAM-like triad (a[i] = b[i] + s c[i] over three
-// arrays far larger than L3) measured in the same run, on 1..T threads (the output rows split over
-// kernels' ThreadPool as the MatMul kernels split them).
+// symmetric and with zero points; and "a4", ONNX Runtime's accuracy_level 4: cpu::QGemvQ4Int8 on
+// the activation row quantized to int8 once), against a STREAM-like triad (a[i] = b[i] + s c[i]
+// over three arrays far larger than L3) measured in the same run, on 1..T threads (the output rows
+// split over kernels' ThreadPool as the MatMul kernels split them).
 //
 //   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256]
 //
@@ -145,6 +146,23 @@ std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19
                           q.scales = (*w)[i].scales.data();
                           q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
                           QGemvQ4(1, x.data(), k, q, nullptr, r0, r1, y.data(), n);
+                        },
+                        c,
+                        {}});
+    // accuracy_level 4: the activation row quantized once (K values; outside the timing).
+    Q4Weights shape;
+    shape.k = k;
+    shape.block = block;
+    auto xq = std::make_shared<std::vector<uint8_t>>(Q8ActivationRowBytes(shape));
+    QuantizeActivationsQ8(1, x.data(), k, shape, xq->data());
+    variants.push_back({name + " a4",
+                        bytes,
+                        [=, &y](int i, int64_t r0, int64_t r1) {
+                          Q4Weights q = shape;
+                          q.packed = (*w)[i].packed.data();
+                          q.scales = (*w)[i].scales.data();
+                          q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                          QGemvQ4Int8(1, xq->data(), q, nullptr, r0, r1, y.data(), n);
                         },
                         c,
                         {}});

@@ -6,7 +6,9 @@
 // each add at most K roundings of that magnitude).
 #include "kernels/cpu/q4gemv.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -173,6 +175,146 @@ TEST(Q4GemvTest, DequantizeRowsIsExact) {
           }
         }
       }
+    }
+  }
+}
+
+// accuracy_level 4 (QGemvQ4Int8): the test's own quantization of each activation block (ORT's:
+// amax / 127, round-half-even(x * (127 / amax)) in f32), exact integer block products, summed in
+// double. Tolerance (q4gemv.h): f32 rounding of the block scales' product and of the sum over
+// blocks and lanes, 2 (blocks + 10) 2^-24 sum_b |s scale| (sum_i |q w4| + zp |sum_i q|); a value
+// quantized one step off is a multiple of it larger at these sizes.
+void CheckInt8Product(const Random4Bit& w, int64_t rows, int64_t r0, int64_t r1, bool bias,
+                      std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t ldx = w.k + 5, ldy = w.n + 1;
+  std::vector<float> x(rows * ldx), b(w.n);
+  for (float& v : x) v = u(rng);
+  for (float& v : b) v = u(rng);
+  std::vector<uint8_t> xq(rows * Q8ActivationRowBytes(w.View()));
+  QuantizeActivationsQ8(rows, x.data(), ldx, w.View(), xq.data());
+  const float sentinel = -12345.0f;
+  std::vector<float> y(rows * ldy, sentinel);
+  QGemvQ4Int8(rows, xq.data(), w.View(), bias ? b.data() : nullptr, r0, r1, y.data(), ldy);
+  for (int64_t m = 0; m < rows; ++m) {
+    std::vector<int> q(w.k);
+    std::vector<float> sa(w.blocks);
+    for (int64_t blk = 0; blk < w.blocks; ++blk) {
+      const int64_t i0 = blk * w.block, i1 = std::min(w.k, i0 + w.block);
+      float amax = 0.0f;
+      for (int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(x[m * ldx + i]));
+      sa[blk] = amax / 127.0f;
+      const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t i = i0; i < i1; ++i) {
+        q[i] = static_cast<int>(std::nearbyint(x[m * ldx + i] * inverse));
+      }
+    }
+    for (int64_t j = 0; j < w.n; ++j) {
+      const float got = y[m * ldy + j];
+      if (j < r0 || j >= r1) {
+        ASSERT_EQ(got, sentinel) << "row " << j << " outside [" << r0 << ", " << r1 << ")";
+        continue;
+      }
+      double want = bias ? b[j] : 0.0, mag = std::fabs(want);
+      for (int64_t blk = 0; blk < w.blocks; ++blk) {
+        // The kernels sum q w4 and the correction zp sum(q) apart (q4gemv.h): the magnitude is
+        // sum |q w4| + zp |sum q|.
+        const int64_t zp = w.zps[j * w.blocks + blk];
+        int64_t d = 0, dmag = 0, qsum = 0;
+        for (int64_t i = blk * w.block; i < std::min(w.k, (blk + 1) * w.block); ++i) {
+          d += q[i] * (w.q[j * w.k + i] - zp);
+          dmag += std::abs(q[i]) * w.q[j * w.k + i];
+          qsum += q[i];
+        }
+        dmag += zp * std::abs(qsum);
+        const double s = std::fabs(static_cast<double>(sa[blk]) * w.scales[j * w.blocks + blk]);
+        want +=
+            static_cast<double>(sa[blk]) * w.scales[j * w.blocks + blk] * static_cast<double>(d);
+        mag += s * static_cast<double>(dmag);
+      }
+      const double tol = 2.0 * static_cast<double>(w.blocks + 10) * 0x1p-24 * mag + 1e-30;
+      ASSERT_NEAR(got, want, tol) << IsaName(ActiveIsa()) << " block " << w.block << " k " << w.k
+                                  << " n " << w.n << " rows " << rows << " m " << m << " j " << j
+                                  << " zp " << !w.zp.empty();
+    }
+  }
+}
+
+TEST(Q4GemvInt8Test, EveryLevelAndBlockSizeMatchesExactBlockProducts) {
+  std::mt19937 rng(44);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{17}, block - 1, block, block + 1,
+                        2 * block, 3 * block + 5, int64_t{257}, int64_t{1000}}) {
+        if (k < 1) continue;
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 11);
+        for (bool with_zp : {false, true}) {
+          Random4Bit w(rng, n, k, block, with_zp);
+          const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+          const int64_t r0 = static_cast<int64_t>(rng() % n);
+          const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (n - r0));
+          CheckInt8Product(w, rows, 0, n, rng() % 2 == 0, rng);
+          CheckInt8Product(w, rows, r0, r1, rng() % 2 == 0, rng);
+        }
+      }
+    }
+  }
+}
+
+// Decode-sized rows: N 37 at K 4096 (and an odd number of 32-blocks), a prompt-sized row count.
+TEST(Q4GemvInt8Test, LongRowsMatchExactBlockProducts) {
+  std::mt19937 rng(45);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {32, 64, 128}) {
+      Random4Bit w(rng, 37, block == 32 ? 4064 : 4096, block, block != 64);
+      CheckInt8Product(w, 1, 0, 37, true, rng);
+      CheckInt8Product(w, 17, 3, 37, false, rng);
+    }
+  }
+}
+
+// Ties round half to even, as ORT's quantizer does: amax 127 makes 127 / amax exactly 1, so
+// x = 2.5 is 2, 3.5 is 4, -2.5 is -2, 0.5 is 0, 1.5 is 2; the weights are 1 (9 - zp 8), the
+// scale 1: y is the sum of the rounded values, exactly.
+TEST(Q4GemvInt8Test, TiesRoundHalfToEven) {
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {32, 64}) {
+      Q4Weights w;
+      w.k = block;
+      w.block = block;
+      std::vector<uint8_t> packed(block / 2, 0x99);
+      std::vector<float> scales = {1.0f};
+      w.packed = packed.data();
+      w.scales = scales.data();
+      std::vector<float> x(block, 0.0f);
+      const float values[] = {127.0f, 2.5f, 3.5f, -2.5f, 0.5f, 1.5f, -0.5f, 126.5f};
+      for (int i = 0; i < 8; ++i) x[i * (block / 8) + 1] = values[i];
+      std::vector<uint8_t> xq(Q8ActivationRowBytes(w));
+      QuantizeActivationsQ8(1, x.data(), block, w, xq.data());
+      float y = 0.0f;
+      QGemvQ4Int8(1, xq.data(), w, nullptr, 0, 1, &y, 1);
+      EXPECT_EQ(y, 127.0f + 2 + 4 - 2 + 0 + 2 + 0 + 126) << IsaName(isa) << " block " << block;
+    }
+  }
+}
+
+TEST(Q4GemvInt8Test, NaNAndInfinityGiveNaN) {
+  std::mt19937 rng(46);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {32, 128}) {
+      Random4Bit w(rng, 5, 300, block, false);
+      std::vector<float> x(2 * 300, 0.5f);
+      x[3] = std::numeric_limits<float>::quiet_NaN();
+      x[300 + 299] = std::numeric_limits<float>::infinity();
+      std::vector<uint8_t> xq(2 * Q8ActivationRowBytes(w.View()));
+      QuantizeActivationsQ8(2, x.data(), 300, w.View(), xq.data());
+      std::vector<float> y(2 * 5);
+      QGemvQ4Int8(2, xq.data(), w.View(), nullptr, 0, 5, y.data(), 5);
+      for (float v : y) EXPECT_TRUE(std::isnan(v)) << IsaName(isa);
     }
   }
 }

@@ -3,6 +3,8 @@
 // (each weight read once; from kMinParallelGemv multiply-adds the output rows split across the
 // VM's pool); more rows dequantize B chunk by chunk into an L2-sized scratch and run dnnl_sgemm
 // on each chunk (the same arithmetic, as ONNX Runtime's accuracy_level 0 does; Prefill below).
+// accuracy_level 4 quantizes A to int8 per block and runs integer block products at any row
+// count (RunInt8), ORT's CompInt8 arithmetic.
 // Anything else (8-bit or f32 zero points, g_idx, strided or mistyped inputs, errors) goes to the
 // reference kernel, which reports what is wrong.
 #include <algorithm>
@@ -27,8 +29,12 @@ bool Dense(const Tensor* t, DType dtype, int64_t numel) {
 
 class MatMulNBitsKernel final : public DnnlKernel {
  public:
-  MatMulNBitsKernel(std::string name, int64_t k, int64_t n, int64_t block)
-      : DnnlKernel(std::move(name)), k_(k), n_(n), block_(block) {}
+  MatMulNBitsKernel(std::string name, int64_t k, int64_t n, int64_t block, bool int8_activations)
+      : DnnlKernel(std::move(name)),
+        k_(k),
+        n_(n),
+        block_(block),
+        int8_activations_(int8_activations) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     auto at = [&](size_t i) -> const Tensor* { return i < in.size() ? in[i] : nullptr; };
@@ -58,6 +64,7 @@ class MatMulNBitsKernel final : public DnnlKernel {
     const int64_t m = a->numel() / k_;
     if (m == 0) return absl::OkStatus();
     const float* pa = a->data<float>();
+    if (int8_activations_) return RunInt8(ctx, w, m, pa, pb, py);
     if (m <= cpu::kQuantSmallRows) {
       auto gemv = [&](int64_t j0, int64_t j1) { cpu::QGemvQ4(m, pa, k_, w, pb, j0, j1, py, n_); };
       if (ctx.num_threads() > 1 && m * n_ * k_ >= kMinParallelGemv) {
@@ -74,6 +81,39 @@ class MatMulNBitsKernel final : public DnnlKernel {
   }
 
  private:
+  // accuracy_level 4, any row count: the rows of A quantized to int8 once (q4gemv.h), then the
+  // integer-block kernel over the output rows split across the pool. A prompt's rows go in tiles
+  // of about kTileBytes of quantized activations (in L2 while every weight row runs over them):
+  // the weights, at 4 bits, are read once per tile.
+  absl::Status RunInt8(KernelContext& ctx, const cpu::Q4Weights& w, int64_t m, const float* pa,
+                       const float* pb, float* py) const {
+    constexpr int64_t kTileBytes = 256 << 10;
+    const int64_t row_bytes = cpu::Q8ActivationRowBytes(w);
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(m * row_bytes)));
+    auto* xq = static_cast<uint8_t*>(ws);
+    const bool parallel = ctx.num_threads() > 1 && m * n_ * k_ >= kMinParallelGemv;
+    if (parallel && m > 1) {
+      ctx.ParallelFor(m, 1, [&](int64_t r0, int64_t r1) {
+        cpu::QuantizeActivationsQ8(r1 - r0, pa + r0 * k_, k_, w, xq + r0 * row_bytes);
+      });
+    } else {
+      cpu::QuantizeActivationsQ8(m, pa, k_, w, xq);
+    }
+    const int64_t tile = std::max<int64_t>(1, kTileBytes / row_bytes);
+    for (int64_t r0 = 0; r0 < m; r0 += tile) {
+      const int64_t rows = std::min(tile, m - r0);
+      auto gemv = [&](int64_t j0, int64_t j1) {
+        cpu::QGemvQ4Int8(rows, xq + r0 * row_bytes, w, pb, j0, j1, py + r0 * n_, n_);
+      };
+      if (parallel) {
+        ctx.ParallelFor(n_, 16, gemv);
+      } else {
+        gemv(0, n_);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // More rows (a prompt): the weight's rows in chunks of about kChunkBytes of f32 (a multiple of
   // 16 rows), each dequantized into its task's scratch, which stays in L3, and multiplied by one
   // single-threaded dnnl_sgemm ([m, k] x [chunk, k]^T into y's columns); the chunks split over
@@ -114,6 +154,7 @@ class MatMulNBitsKernel final : public DnnlKernel {
   }
 
   int64_t k_, n_, block_;
+  bool int8_activations_;  // accuracy_level 4
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulNBits(const KernelSpec& spec) {
@@ -122,12 +163,17 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulNBits(const KernelSpec& spec
   DYNVM_ASSIGN_OR_RETURN(int64_t n, spec.GetInt("N", -1));
   DYNVM_ASSIGN_OR_RETURN(int64_t bits, spec.GetInt("bits", 4));
   DYNVM_ASSIGN_OR_RETURN(int64_t block, spec.GetInt("block_size", -1));
+  DYNVM_ASSIGN_OR_RETURN(int64_t accuracy, spec.GetInt("accuracy_level", 0));
   if (k <= 0 || n <= 0 || bits != 4 || block < 16 || block > 256 || (block & (block - 1)) != 0) {
     return absl::UnimplementedError(
         absl::StrCat("MatMulNBits: the oneDNN kernel runs bits 4, block ", "16..256 only (K ", k,
                      ", N ", n, ", bits ", bits, ", block_size ", block, ")"));
   }
-  return std::make_unique<MatMulNBitsKernel>(KernelName(spec, cpu::QGemvQ4Path()), k, n, block);
+  // ONNX Runtime runs accuracy_level 4 with int8 activations (CompInt8) and every other level in
+  // f32 (levels 2 and 3 ask for f16 and bf16 arithmetic, which it does not use for f32 inputs).
+  const bool int8 = accuracy == 4;
+  return std::make_unique<MatMulNBitsKernel>(
+      KernelName(spec, int8 ? cpu::QGemvQ4Int8Path() : cpu::QGemvQ4Path()), k, n, block, int8);
 }
 
 }  // namespace

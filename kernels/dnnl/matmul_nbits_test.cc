@@ -32,7 +32,7 @@ std::vector<float> RandomScales(std::mt19937& rng, int64_t n) {
 
 // K, N, rows, block, zero points, bias, threads: one comparison with the reference.
 void Check(std::mt19937& rng, int64_t k, int64_t n, std::vector<int64_t> adims, int64_t block,
-           bool zp, bool bias, int threads) {
+           bool zp, bool bias, int threads, int64_t accuracy_level = 0) {
   const int64_t blocks = (k + block - 1) / block;
   testing::KernelTester t("MatMulNBits", kMs, static_cast<uint32_t>(rng()));
   adims.push_back(k);
@@ -52,11 +52,13 @@ void Check(std::mt19937& rng, int64_t k, int64_t n, std::vector<int64_t> adims, 
       .Attr("N", n)
       .Attr("bits", int64_t{4})
       .Attr("block_size", block)
+      .Attr("accuracy_level", accuracy_level)
       .Threads(threads)
       .Tol(2e-6 * static_cast<double>(k), 1e-5);
   const absl::Status s = t.Compare("dnnl");
   ASSERT_TRUE(s.ok()) << s << " level " << cpu::IsaName(cpu::ActiveIsa()) << " k " << k << " n "
-                      << n << " block " << block << " zp " << zp << " bias " << bias;
+                      << n << " block " << block << " zp " << zp << " bias " << bias
+                      << " accuracy_level " << accuracy_level;
   EXPECT_NE(t.kernel_name().find("matmulnbits.f32.dnnl"), std::string::npos) << t.kernel_name();
 }
 
@@ -88,6 +90,26 @@ TEST(MatMulNBitsTest, MatchesReferenceOnTwoThreads) {
     // short), split across two tasks or run on one.
     Check(rng, 8192, 300, {20}, 64, true, true, 2);
     Check(rng, 8190, 300, {3, 7}, 32, false, false, 1);
+  }
+}
+
+// accuracy_level 4: int8 activations (cpu::QGemvQ4Int8) against the reference kernel's own int8
+// quantization and exact block products in double; any row count, 1 and 2 threads. Level 1 is the
+// f32 path.
+TEST(MatMulNBitsTest, AccuracyLevel4MatchesReference) {
+  std::mt19937 rng(36);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128}) {
+      const int64_t k = 3 * block + (block == 32 ? 32 : 0),
+                    n = 1 + static_cast<int64_t>(rng() % 40);
+      Check(rng, k, n, {1}, block, false, true, 1, 4);
+      Check(rng, k, n, {2, 3}, block, true, false, 1, 4);
+      Check(rng, k, n, {37}, block, block != 64, block == 64, 1, 4);
+    }
+    Check(rng, 1024, 301, {1}, 32, true, true, 2, 4);
+    Check(rng, 1024, 301, {130}, 32, false, false, 2, 4);
+    Check(rng, 300, 17, {5}, 32, true, false, 1, 1);
   }
 }
 

@@ -19,6 +19,7 @@
 //   MatMulIntegerToFloat, DynamicQuantizeMatMul: an integer product scaled to f32 (below).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -467,8 +468,11 @@ class FusedMatMulKernel final : public Kernel {
 
 class MatMulNBitsKernel final : public Kernel {
  public:
-  MatMulNBitsKernel(int64_t k, int64_t n, int bits, int64_t block)
-      : k_(k), n_(n), bits_(bits), block_(block) {}
+  // int8_activations: ONNX Runtime's accuracy_level 4 (its CompInt8), for 4 bits with integer
+  // zero points: each row of A quantized per block to int8 (s = amax / 127, round-half-even(a *
+  // (127 / amax)) in f32), each block's product an exact integer scaled by s * scale.
+  MatMulNBitsKernel(int64_t k, int64_t n, int bits, int64_t block, bool int8_activations)
+      : k_(k), n_(n), bits_(bits), block_(block), int8_activations_(int8_activations) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     constexpr char kOp[] = "MatMulNBits";
@@ -482,7 +486,9 @@ class MatMulNBitsKernel final : public Kernel {
       return absl::InvalidArgumentError(
           absl::StrCat("MatMulNBits: A ", a.DebugString(), " must be [..., K = ", k_, "]"));
     }
-    DYNVM_ASSIGN_OR_RETURN(std::vector<float> w, Dequantize(in));
+    const bool int8 = int8_activations_ && !(Present(in, 3) && in[3]->dtype() == DType::kF32);
+    std::vector<int> centered;  // v - zp, for int8 activations
+    DYNVM_ASSIGN_OR_RETURN(std::vector<float> w, Dequantize(in, int8 ? &centered : nullptr));
     DYNVM_ASSIGN_OR_RETURN(std::vector<float> bias, Param(in, 5, n_, kOp, "bias"));
     Dims od(a.dims().begin(), a.dims().end());
     od.back() = n_;
@@ -490,6 +496,11 @@ class MatMulNBitsKernel final : public Kernel {
     const std::vector<float> as = Floats(a);
     float* y = out[0]->data<float>();
     const int64_t rows = k_ == 0 ? 0 : a.numel() / k_;
+    if (int8) {
+      DYNVM_ASSIGN_OR_RETURN(std::vector<float> scales, Param(in, 2, n_ * Blocks(), kOp, "scales"));
+      Int8Product(as, rows, centered, scales, bias, y);
+      return absl::OkStatus();
+    }
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < n_; ++j) {
         double acc = bias.empty() ? 0.0 : bias[j];
@@ -502,8 +513,47 @@ class MatMulNBitsKernel final : public Kernel {
   std::string name() const override { return absl::StrCat("matmul_nbits", bits_, ".f32.ref"); }
 
  private:
-  // W [N, K] row-major from B, scales and zero_points.
-  absl::StatusOr<std::vector<float>> Dequantize(Inputs in) const {
+  int64_t Blocks() const { return (k_ + block_ - 1) / block_; }
+
+  // y = bias + sum_b (s[r, b] scale[j, b]) sum_{i in b} q[r, i] centered[j, i], in double.
+  void Int8Product(const std::vector<float>& as, int64_t rows, const std::vector<int>& centered,
+                   const std::vector<float>& scales, const std::vector<float>& bias,
+                   float* y) const {
+    const int64_t blocks = Blocks();
+    std::vector<int> q(static_cast<size_t>(k_));
+    std::vector<float> sa(static_cast<size_t>(blocks));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i0 = b * block_, i1 = std::min(k_, i0 + block_);
+        float amax = 0.0f;
+        bool finite = true;
+        for (int64_t i = i0; i < i1; ++i) {
+          finite = finite && std::isfinite(as[r * k_ + i]);
+          amax = std::max(amax, std::fabs(as[r * k_ + i]));
+        }
+        sa[b] = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        const float inverse = finite && amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int64_t i = i0; i < i1; ++i) {
+          q[i] = static_cast<int>(std::nearbyint(as[r * k_ + i] * inverse));
+        }
+      }
+      for (int64_t j = 0; j < n_; ++j) {
+        double acc = bias.empty() ? 0.0 : bias[j];
+        for (int64_t b = 0; b < blocks; ++b) {
+          int64_t d = 0;
+          for (int64_t i = b * block_; i < std::min(k_, (b + 1) * block_); ++i) {
+            d += static_cast<int64_t>(q[i]) * centered[j * k_ + i];
+          }
+          acc += static_cast<double>(sa[b]) * scales[j * blocks + b] * static_cast<double>(d);
+        }
+        y[r * n_ + j] = static_cast<float>(acc);
+      }
+    }
+  }
+
+  // W [N, K] row-major from B, scales and zero_points; `centered`, when given, gets the integers
+  // v - zp (integer zero points only).
+  absl::StatusOr<std::vector<float>> Dequantize(Inputs in, std::vector<int>* centered) const {
     constexpr char kOp[] = "MatMulNBits";
     const int64_t blocks = (k_ + block_ - 1) / block_, blob = block_ * bits_ / 8;
     const Tensor& b = *in[1];
@@ -535,12 +585,16 @@ class MatMulNBitsKernel final : public Kernel {
     }
     const uint8_t* bs = b.data<uint8_t>();
     std::vector<float> w(static_cast<size_t>(n_ * k_));
+    if (centered != nullptr) centered->assign(static_cast<size_t>(n_ * k_), 0);
     for (int64_t j = 0; j < n_; ++j) {
       for (int64_t q = 0; q < k_; ++q) {
         const int64_t blk = q / block_, e = q % block_;
         const uint8_t byte = bs[b.ElementOffset((j * blocks + blk) * blob + e / per_byte)];
         const int v = byte >> (bits_ * (e % per_byte)) & mask;
         w[j * k_ + q] = (static_cast<float>(v) - zp[j * blocks + blk]) * scales[j * blocks + blk];
+        if (centered != nullptr) {
+          (*centered)[j * k_ + q] = v - static_cast<int>(zp[j * blocks + blk]);
+        }
       }
     }
     return w;
@@ -549,6 +603,7 @@ class MatMulNBitsKernel final : public Kernel {
   int64_t k_, n_;
   int bits_;
   int64_t block_;
+  bool int8_activations_;
 };
 
 // ---- RotaryEmbedding ----
@@ -818,11 +873,13 @@ void RegisterMsftKernels(KernelRegistry& r) {
     DYNVM_ASSIGN_OR_RETURN(int64_t n, s.GetInt("N", -1));
     DYNVM_ASSIGN_OR_RETURN(int64_t bits, s.GetInt("bits", 4));
     DYNVM_ASSIGN_OR_RETURN(int64_t block, s.GetInt("block_size", -1));
+    DYNVM_ASSIGN_OR_RETURN(int64_t accuracy, s.GetInt("accuracy_level", 0));
     if (k <= 0 || n <= 0 || (bits != 4 && bits != 8) || block < 16 || (block & (block - 1))) {
       return absl::UnimplementedError(absl::StrCat("MatMulNBits: K ", k, ", N ", n, ", bits ", bits,
                                                    ", block_size ", block, " not supported"));
     }
-    return std::make_unique<MatMulNBitsKernel>(k, n, static_cast<int>(bits), block);
+    return std::make_unique<MatMulNBitsKernel>(k, n, static_cast<int>(bits), block,
+                                               bits == 4 && accuracy == 4);
   });
 }
 

@@ -39,7 +39,7 @@ __all__ = ["compile", "load", "Executable", "VirtualMachine", "Stream", "RunStat
 def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu", weights=None,
             compress=False, onnx_check=False, quantize_weights=None, quantize_min_bytes=None,
             quantize_block=None, quantize_zero_points=False, disable_rewrites=None,
-            dump_ir=False, decode=False):
+            dump_ir=False, decode=False, quantize_accuracy_level=None):
     """Compiles an ONNX model into an Executable (in memory; save() writes it).
 
     `model` is a path (str or os.PathLike), the model's bytes, or an onnx.ModelProto. The options
@@ -51,7 +51,8 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
     zstd-compressed; `onnx_check` runs ONNX's checker first; `quantize_weights` is "int8",
     "bf16", "int4" or None, with `quantize_min_bytes` the smallest weight quantized (int4:
     MatMul/Gemm weights as MatMulNBits blocks of `quantize_block` values, default 32, with a
-    zero point per block when `quantize_zero_points`); `disable_rewrites`
+    zero point per block when `quantize_zero_points`, and MatMulNBits' accuracy_level
+    `quantize_accuracy_level`, default 4: int8 activations; 0: f32); `disable_rewrites`
     lists pattern-rewrite rules not to apply; `dump_ir` keeps the compiled IR in `exe.ir`;
     `decode=True` (vm-compile --decode) wraps an Optimum/GenAI step model into one in-VM decode
     loop (docs/llm.md).
@@ -70,7 +71,8 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
                    device=device, weights=weights, compress=compress, onnx_check=onnx_check,
                    quantize_weights=quantize_weights, quantize_min_bytes=quantize_min_bytes,
                    quantize_block=quantize_block, quantize_zero_points=quantize_zero_points,
-                   disable_rewrites=disable_rewrites, dump_ir=dump_ir, decode=decode)
+                   disable_rewrites=disable_rewrites, dump_ir=dump_ir, decode=decode,
+                   quantize_accuracy_level=quantize_accuracy_level)
     for warning in exe.warnings:
         _warnings.warn(warning, stacklevel=2)
     return exe

@@ -190,6 +190,12 @@ def test_compile_has_every_vm_compile_option(tmp_path):
     int4 = dynvm.compile(lm, quantize_weights="int4", quantize_min_bytes=0, quantize_block=64,
                          quantize_zero_points=True)
     assert " int4 " in int4.report and "MatMulNBits" in int4.report
+    # --quantize-accuracy-level: 0-4, int4 only.
+    dynvm.compile(lm, quantize_weights="int4", quantize_accuracy_level=0)
+    with pytest.raises(dynvm.InvalidArgumentError, match="quantize_accuracy_level must be 0 to 4"):
+        dynvm.compile(lm, quantize_weights="int4", quantize_accuracy_level=5)
+    with pytest.raises(dynvm.InvalidArgumentError, match="needs quantize_weights='int4'"):
+        dynvm.compile(lm, quantize_weights="int8", quantize_accuracy_level=4)
     # --decode: the char LM is a whole decode already, not a step model.
     with pytest.raises(dynvm.InvalidArgumentError, match="--decode: unexpected input 'prompt'"):
         dynvm.compile(lm, decode=True)

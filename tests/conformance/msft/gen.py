@@ -182,13 +182,16 @@ def pack(values, bits):
     return out
 
 
-def nbits_case(r, name, a_shape, k, n, bits, block, zp=None, bias=False, b_input=False):
+def nbits_case(r, name, a_shape, k, n, bits, block, zp=None, bias=False, b_input=False,
+               accuracy_level=None, negative_scales=False, a_scale=1.0):
     """zp: None (absent), "packed" (u8) or "float"."""
     blocks = (k + block - 1) // block
     q = r.integers(0, 1 << bits, (n, blocks * block))
     q[:, k:] = 0
     b = pack(q.reshape(n, blocks, block), bits)  # [N, blocks, blob]
     scales = r.uniform(0.01, 0.2, (n, blocks)).astype(np.float32).reshape(-1)
+    if negative_scales:  # ORT's MatMul4BitsQuantizer writes max-magnitude / -8
+        scales = -scales
     consts = {"scales": scales}
     if zp == "packed":
         consts["zero_points"] = pack(r.integers(0, 1 << bits, (n, blocks)), bits).reshape(-1)
@@ -199,16 +202,17 @@ def nbits_case(r, name, a_shape, k, n, bits, block, zp=None, bias=False, b_input
     if bias:
         consts["g_idx"] = None
         consts["bias"] = f32(r, n)
-    inputs = {"a": f32(r, *a_shape, lo=-1, hi=1)}
+    inputs = {"a": (f32(r, *a_shape, lo=-1, hi=1) * np.float32(a_scale)).astype(np.float32)}
     if b_input:
         inputs["b"] = b
         order = ["a", "b"] + list(consts)
     else:
         consts = dict({"b": b}, **consts)
         order = ["a"] + list(consts)
-    return node_case(name, "MatMulNBits", inputs, consts,
-                     attrs={"K": k, "N": n, "bits": bits, "block_size": block}, tol=1e-4,
-                     order=order)
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
+    if accuracy_level is not None:
+        attrs["accuracy_level"] = accuracy_level
+    return node_case(name, "MatMulNBits", inputs, consts, attrs=attrs, tol=1e-4, order=order)
 
 
 def nbits_cases():
@@ -227,6 +231,25 @@ def nbits_cases():
         yield nbits_case(r, f"MatMulNBits_b{bits}_b_input", (4, 32), 32, 5, bits, 16, None,
                          b_input=True)
     yield nbits_case(r, "MatMulNBits_b4_float_zp", (3, 64), 64, 5, 4, 32, "float")
+    # accuracy_level 4: ORT quantizes A to int8 per block (CompInt8); a value of A quantized one
+    # step away from ORT's moves the output by about 1e-2, far beyond the tolerance. Level 1 is
+    # ORT's f32 path, as 0.
+    for block in (16, 32, 64, 128, 256):
+        for k in (block * 3, block * 2 + 16 if block > 16 else 40):
+            for zp in (None, "packed"):
+                for rows in (1, 5):
+                    name = f"MatMulNBits_acc4_bs{block}_K{k}_zp{zp or 'none'}_M{rows}"
+                    yield nbits_case(r, name, (rows, k), k, 7, 4, block, zp, accuracy_level=4)
+    for rows, k, n in ((1, 1408, 16), (128, 512, 24), (1, 512, 1024), (2, 4096, 8)):
+        yield nbits_case(r, f"MatMulNBits_acc4_M{rows}_K{k}_N{n}", (rows, k), k, n, 4, 32, None,
+                         accuracy_level=4)
+    yield nbits_case(r, "MatMulNBits_acc4_negative_scales", (3, 512), 512, 24, 4, 32, None,
+                     accuracy_level=4, negative_scales=True)
+    yield nbits_case(r, "MatMulNBits_acc4_large_a", (3, 512), 512, 24, 4, 32, None,
+                     accuracy_level=4, a_scale=30.0)
+    yield nbits_case(r, "MatMulNBits_acc4_bias_3d", (2, 3, 128), 128, 6, 4, 32, "packed",
+                     bias=True, accuracy_level=4)
+    yield nbits_case(r, "MatMulNBits_acc1", (3, 64), 64, 5, 4, 32, None, accuracy_level=1)
 
 
 def rotary_cases():

@@ -4,14 +4,17 @@ model) against onnxruntime-node driving the same step model with a host loop
 (ort_host_loop.js), greedy, side by side in one run, interleaved round by round.
 
 For each --size it exports the step model with random weights (export_step.py, into --work;
-never committed) and its 4-bit MatMulNBits form, compiles dynvm's executables (f32; int8 via
---quantize-weights int8; int4 from the MatMulNBits model), and per round runs, each in its own
-process: dynvm f32, ORT f32, dynvm int8, dynvm int4, ORT int4. Figures: time to first token (the
+never committed) and its 4-bit MatMulNBits forms (accuracy_level 0, "int4": f32 activations;
+accuracy_level 4, "int4a4": int8 activations, ORT's CompInt8), compiles dynvm's executables (f32;
+int8 via --quantize-weights int8; int4 and int4a4 from the MatMulNBits models), and per round
+runs, each in its own process, the --runs rows (default: dynvm f32, ORT f32, dynvm int8, dynvm
+int4a4, ORT int4a4). Figures: time to first token (the
 prompt step plus the first token: dynvm's first emit), decode tokens/s over the later tokens,
 peak RSS of the process, and the weight bytes a token reads (the executable's weights less the
 embedding table, which a token gathers one row of) times tokens/s over the bandwidth of a
 STREAM-like triad measured in the same run (cpu_q4gemv_benchmark). Tokens are checked: dynvm f32
-against ORT f32, dynvm int4 against ORT int4 on the same MatMulNBits model (both greedy).
+against PyTorch and ORT f32, dynvm int4 / int4a4 against ORT on the same MatMulNBits model (all
+greedy). --prompt takes a list (128,512): each length is its own table.
 
     PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/llm/bench.py \\
         --build build/release --ort-dir /work/ort/node_modules --sizes 100mb --threads 1,2
@@ -32,6 +35,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_TOKENS = {}  # spec file -> PyTorch's greedy tokens
 
 DYNVM_RUN = r"""
 import json, sys, time, numpy as np, dynvm
@@ -98,10 +102,10 @@ def main():
     ap.add_argument("--work", default="build/llm")
     ap.add_argument("--sizes", default="100mb")
     ap.add_argument("--threads", default="1")
-    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--prompt", default="128", help="prompt lengths, comma-separated")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--runs", default="dynvm f32,ort f32,dynvm int8,dynvm int4,ort int4",
+    ap.add_argument("--runs", default="dynvm f32,ort f32,dynvm int8,dynvm int4a4,ort int4a4",
                     help="the rows to run, comma-separated")
     ap.add_argument("--baseline-build", default="",
                     help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
@@ -128,80 +132,99 @@ def main():
         info = json.load(open(info_path))
         f32 = os.path.join(a.work, f"{size}.onnx")
         int4 = os.path.join(a.work, f"{size}.int4.onnx")
+        int4a4 = os.path.join(a.work, f"{size}.int4a4.onnx")
+        onnx_of = {"f32": f32, "int4": int4, "int4a4": int4a4}
+        needed = {key.split()[1] for key in run_keys}
         dvms = {}
         for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
-                                 ("int4", int4, []), ("base-f32", f32, [])):
-            if name == "base-f32" and not a.baseline_build:
+                                 ("int4", int4, []), ("int4a4", int4a4, []),
+                                 ("base-f32", f32, [])):
+            if (name == "base-f32" and not a.baseline_build) or (
+                    name != "base-f32" and name not in needed and name != "f32"):
                 continue
             compiler = (os.path.join(a.baseline_build, "tools", "vm-compile")
                         if name == "base-f32" else vm_compile)
             dvms[name] = os.path.join(a.work, f"{size}.{name}.dvm")
             if not os.path.exists(dvms[name]):
                 subprocess.run([compiler, src, "-o", dvms[name], "--decode"] + extra, check=True)
-        rng = np.random.default_rng(1)
-        spec = {"prompt": rng.integers(0, info["vocab"], (1, a.prompt)).tolist(),
-                "new_tokens": a.new_tokens, "layers": info["layers"],
-                "kv_heads": info["kv_heads"], "head_dim": info["head_dim"]}
-        spec_path = os.path.join(a.work, f"{size}.spec.json")
-        json.dump(spec, open(spec_path, "w"))
-        embed = info["vocab"] * info["width"] * 4
-        for threads in [int(t) for t in a.threads.split(",")]:
-            rows = {k: [] for k in run_keys}
-            bw = []
-            for _ in range(a.rounds):
-                bw.append(triad(a.build, threads))
-                for key in rows:
-                    who, q = key.split()
-                    if who == "base":
-                        cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms["base-f32"], spec_path,
-                               str(threads)]
-                        rows[key].append(timed_child(cmd, base_env))
-                        continue
-                    if who == "dynvm":
-                        cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
-                    else:
-                        cmd = ["node", os.path.join(HERE, "ort_host_loop.js"), "--node-modules",
-                               a.ort_dir, "--model", f32 if q == "f32" else int4, "--spec", spec_path,
-                               "--threads", str(threads), "--rounds", "2"]  # the first: warm-up
-                    rows[key].append(timed_child(cmd, env))
-            tokens = {k: v[0][0]["tokens"] for k, v in rows.items()}
+        for prompt in [int(p) for p in a.prompt.split(",")]:
+            run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env,
+                     base_env if a.baseline_build else None)
 
-            def same(a, b):  # "n/a" where a row was not run
-                if a not in tokens or (b != "pytorch" and b not in tokens):
-                    return "n/a"
-                return tokens[a] == (torch_tokens if b == "pytorch" else tokens[b])
-            # In a child: this process's peak RSS would be inherited by the timed children's
-            # (Linux keeps a process's high-water RSS across fork and exec).
-            torch_tokens = json.loads(run_child(
+
+def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
+    """One size at one prompt length: the rounds at each thread count, and their table."""
+    rng = np.random.default_rng(1)
+    spec = {"prompt": rng.integers(0, info["vocab"], (1, prompt)).tolist(),
+            "new_tokens": a.new_tokens, "layers": info["layers"],
+            "kv_heads": info["kv_heads"], "head_dim": info["head_dim"]}
+    spec_path = os.path.join(a.work, f"{size}.p{prompt}.spec.json")
+    json.dump(spec, open(spec_path, "w"))
+    embed = info["vocab"] * info["width"] * 4
+    for threads in [int(t) for t in a.threads.split(",")]:
+        rows = {k: [] for k in run_keys}
+        bw = []
+        for _ in range(a.rounds):
+            bw.append(triad(a.build, threads))
+            for key in rows:
+                who, q = key.split()
+                if who == "base":
+                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms["base-f32"], spec_path,
+                           str(threads)]
+                    rows[key].append(timed_child(cmd, base_env))
+                    continue
+                if who == "dynvm":
+                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
+                else:
+                    cmd = ["node", os.path.join(HERE, "ort_host_loop.js"), "--node-modules",
+                           a.ort_dir, "--model", onnx_of[q], "--spec", spec_path,
+                           "--threads", str(threads), "--rounds", "2"]  # the first: warm-up
+                rows[key].append(timed_child(cmd, env))
+        tokens = {k: v[0][0]["tokens"] for k, v in rows.items()}
+
+        def same(a, b):  # "n/a" where a row was not run; else equal, or the first that differs
+            if a not in tokens or (b != "pytorch" and b not in tokens):
+                return "n/a"
+            want = torch_tokens if b == "pytorch" else tokens[b]
+            if tokens[a] == want:
+                return True
+            first = next(i for i, (x, y) in enumerate(zip(tokens[a][0], want[0])) if x != y)
+            return f"False (equal for the first {first})"
+        # In a child: this process's peak RSS would be inherited by the timed children's
+        # (Linux keeps a process's high-water RSS across fork and exec).
+        if spec_path not in TORCH_TOKENS:  # once per size and prompt (threads do not matter)
+            TORCH_TOKENS[spec_path] = json.loads(run_child(
                 ["/usr/bin/python3", os.path.abspath(__file__), "--pytorch-tokens", a.work, size,
                  spec_path])[0].strip().splitlines()[-1])
-            bandwidth = float(np.median(bw))
-            print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {a.prompt}, "
-                  f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
-                  f"{bandwidth:.1f} GB/s (median)")
-            int8 = "n/a"
-            if "dynvm int8" in tokens and "dynvm f32" in tokens:
-                int8 = sum(x == y for x, y in zip(tokens["dynvm int8"][0], tokens["dynvm f32"][0]))
-            print(f"tokens: dynvm f32 == pytorch: {same('dynvm f32', 'pytorch')}; "
-                  f"dynvm f32 == ort f32: {same('dynvm f32', 'ort f32')}; "
-                  f"dynvm int4 == ort int4: {same('dynvm int4', 'ort int4')}; "
-                  f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
-            if a.baseline_build:
-                print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
-            print(f"{'run':<12} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}")
-            for key, runs in rows.items():
-                first = float(np.median([r[0]["first_ms"] for r in runs]))
-                tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
-                rss = float(np.median([r[1] for r in runs]))
-                q = key.split()[1]
-                if key.startswith("base"):
-                    q = "base-f32"
-                wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
-                    os.path.getsize(f32 if q == "f32" else int4) - embed
-                gb = wbytes / 1e9
-                print(f"{key:<12} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
-                      f"{100 * gb * tps / bandwidth:>8.0f}%")
-            print("raw: " + json.dumps({k: [{"first_ms": r[0]["first_ms"], "tok_s": 1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]), "rss_mb": r[1]} for r in v] for k, v in rows.items()}))
+        torch_tokens = TORCH_TOKENS[spec_path]
+        bandwidth = float(np.median(bw))
+        print(f"\n## {size}: {info['weight_bytes'] / 1e6:.0f} MB f32 weights, prompt {prompt}, "
+              f"{a.new_tokens} new tokens, threads {threads}, {a.rounds} rounds; triad "
+              f"{bandwidth:.1f} GB/s (median)")
+        int8 = "n/a"
+        if "dynvm int8" in tokens and "dynvm f32" in tokens:
+            int8 = sum(x == y for x, y in zip(tokens["dynvm int8"][0], tokens["dynvm f32"][0]))
+        print(f"tokens: dynvm f32 == pytorch: {same('dynvm f32', 'pytorch')}; "
+              f"dynvm f32 == ort f32: {same('dynvm f32', 'ort f32')}; "
+              f"dynvm int4 == ort int4: {same('dynvm int4', 'ort int4')}; "
+              f"dynvm int4a4 == ort int4a4: {same('dynvm int4a4', 'ort int4a4')}; "
+              f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
+        if a.baseline_build:
+            print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
+        print(f"{'run':<12} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}")
+        for key, runs in rows.items():
+            first = float(np.median([r[0]["first_ms"] for r in runs]))
+            tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
+            rss = float(np.median([r[1] for r in runs]))
+            q = key.split()[1]
+            if key.startswith("base"):
+                q = "base-f32"
+            wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
+                os.path.getsize(onnx_of[q]) - embed
+            gb = wbytes / 1e9
+            print(f"{key:<12} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
+                  f"{100 * gb * tps / bandwidth:>8.0f}%")
+        print("raw: " + json.dumps({k: [{"first_ms": r[0]["first_ms"], "tok_s": 1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]), "rss_mb": r[1]} for r in v] for k, v in rows.items()}))
 
 
 if __name__ == "__main__":

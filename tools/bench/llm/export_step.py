@@ -7,7 +7,9 @@ random weights, at bench time (never committed), and their 4-bit form for ONNX R
   SIZE.int4.onnx   the same with every MatMul weight of >= 16 KB as com.microsoft MatMulNBits
                    (bits 4, blocks of --block, symmetric: ORT's MatMul4BitsQuantizer's scale
                    m / -8 of the block's largest-magnitude element; what vm-compile
-                   --quantize-weights int4 writes too)
+                   --quantize-weights int4 writes too), accuracy_level 0 (f32 activations)
+  SIZE.int4a4.onnx the same at accuracy_level 4 (activations quantized to int8 per block: ORT's
+                   CompInt8, and vm-compile --quantize-weights int4's default)
   SIZE.json        the shapes and the weight bytes
 
     /usr/bin/python3 tools/bench/llm/export_step.py --size 100mb --out build/llm
@@ -81,6 +83,16 @@ def to_int4(model, block, min_bytes=16384):
     return model
 
 
+def with_accuracy_level(model, level):
+    """The MatMulNBits nodes' accuracy_level set to `level` (in place)."""
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend(kept + [helper.make_attribute("accuracy_level", level)])
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
@@ -104,6 +116,7 @@ def main():
     m = onnx.load(path)
     to_int4(m, a.block)
     onnx.save(m, os.path.join(a.out, f"{a.size}.int4.onnx"))
+    onnx.save(with_accuracy_level(m, 4), os.path.join(a.out, f"{a.size}.int4a4.onnx"))
     torch.save(lm.state_dict(), os.path.join(a.out, f"{a.size}.pt"))
     info = dict(size=a.size, vocab=vocab, width=width, layers=layers, heads=heads,
                 kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, weight_bytes=weight_bytes,

@@ -1,0 +1,244 @@
+// 4-bit block-quantized products with int8 activations: ONNX Runtime's accuracy_level 4
+// (q4gemv.h). Layout and tuning notes:
+//
+// A quantized activation row is, per 64 columns c (the padding of the last block and of the
+// last 64 zero), 32 bytes of its even columns 64c + 2t then 32 bytes of its odd columns 64c + 2t
+// + 1 (t < 32): the order in which 32 bytes of 4-bit weights (64 consecutive values of a row,
+// element 2t in the low nibble of byte t) hold them, so the weights are never shuffled: the low
+// nibbles (AND 15) multiply the even half and the high nibbles the odd half. After the values
+// come the row's block scales (f32) and each block's sum of its int8 values (int32), which turns
+// the zero point into one correction per block: sum_i q (w4 - zp) = sum_i q w4 - zp sum_i q.
+//
+// AVX-512 VNNI: VPDPBUSD (u8 weights times s8 activations, four products per int32 lane) on
+// 256-bit vectors; the high nibbles are taken as AND 0xF0 (16 times the nibble, products still in
+// int32 range) into a second accumulator shifted right by 4 once per block, so a 32-byte step is
+// five instructions per weight row (load, two ANDs, two VPDPBUSD). Zen 4 runs 512-bit VNNI at
+// half rate, so 256 bits lose nothing there. AVX2: VPMADDUBSW of the two nibble halves (pairs of
+// products in int16: at most 2 15 127, no saturation), added in int16 and widened by VPMADDWD,
+// eight instructions per step. Blocks of 64 and more convert and scale once per block; blocks of
+// 32 hold two blocks per step and scale per step with the two blocks' scales spread over the
+// lanes. One weight row at a time, every activation row over it while it is in L1, and the row two
+// ahead prefetched: a row of a few KB is too short for the hardware prefetcher to ramp up, and
+// four rows side by side (four streams, sharing the activation loads) ran at half the rate (N = K
+// = 4096, block 32, Zen 4, 1 thread: 10.6 GB/s in groups of four, 13-16 with the next group
+// prefetched, 22 one row at a time with the prefetch, the f32 GEMV's rate and about the
+// triad's). Blocks of 16 run the portable loop. Quantizing the activations (K values a row) is
+// scalar: it is 1/N of the work.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/q4gemv.h"
+#include "kernels/cpu/target.h"
+
+namespace dynvm::cpu {
+namespace {
+
+// One quantized activation row: values, then per 64 values the scales and negated sums of its
+// two blocks of 32 spread over eight lanes ([s0 s0 s0 s0 s1 s1 s1 s1], [-q0 0 0 0 -q1 0 0 0]: the
+// lanes of a 32-byte step of blocks of 32, so that the kernel loads them as they are), then the
+// block scales and sums.
+struct Layout {
+  int64_t blocks, q_bytes, spread_bytes, row_bytes;
+  explicit Layout(const Q4Weights& w)
+      : blocks(w.blocks()),
+        q_bytes((blocks * w.block + 63) / 64 * 64),
+        spread_bytes(w.block == 32 ? q_bytes : 0),
+        row_bytes((q_bytes + spread_bytes + 8 * blocks + 63) / 64 * 64) {}
+  const float* SpreadScales(const uint8_t* row) const {
+    return reinterpret_cast<const float*>(row + q_bytes);
+  }
+  const int32_t* SpreadSums(const uint8_t* row) const {
+    return reinterpret_cast<const int32_t*>(row + q_bytes + 32);
+  }
+  static const int8_t* Q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
+  const float* Scales(const uint8_t* row) const {
+    return reinterpret_cast<const float*>(row + q_bytes + spread_bytes);
+  }
+  const int32_t* Sums(const uint8_t* row) const {
+    return reinterpret_cast<const int32_t*>(row + q_bytes + spread_bytes + 4 * blocks);
+  }
+};
+
+// Where column i of a row is in its values.
+inline int64_t Pos(int64_t i) { return (i & ~int64_t{63}) + (i & 1) * 32 + ((i & 63) >> 1); }
+
+inline int ZeroPointOf(const Q4Weights& w, int64_t j, int64_t b) {
+  if (w.zero_points == nullptr) return 8;
+  const uint8_t byte = w.zero_points[j * ((w.blocks() + 1) / 2) + b / 2];
+  return (b % 2 == 0) ? (byte & 15) : (byte >> 4);
+}
+
+void QGemvQ4Int8Portable(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias,
+                         int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const Layout layout(w);
+  const int64_t blocks = layout.blocks, blob = w.block / 2;
+  for (int64_t m = 0; m < rows; ++m) {
+    const uint8_t* xrow = xq + m * layout.row_bytes;
+    const int8_t* q = Layout::Q(xrow);
+    const float* sa = layout.Scales(xrow);
+    for (int64_t j = r0; j < r1; ++j) {
+      const uint8_t* row = w.packed + j * blocks * blob;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int zp = ZeroPointOf(w, j, b);
+        const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
+        int32_t d = 0;
+        for (int64_t i = i0; i < i1; ++i) {
+          const uint8_t byte = row[i / 2];
+          const int v = (i % 2 == 0) ? (byte & 15) : (byte >> 4);
+          d += q[Pos(i)] * (v - zp);
+        }
+        acc += (sa[b] * w.scales[j * blocks + b]) * static_cast<float>(d);
+      }
+      y[m * ldy + j] = acc + (bias != nullptr ? bias[j] : 0.0f);
+    }
+  }
+}
+
+#if DYNVM_CPU_X86
+
+DYNVM_AVX2 inline float HSumAvx2(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+DYNVM_AVX512_VNNI inline float HSumVnni(__m256 v) { return HSumAvx2(v); }
+
+// The dot steps: Split(v, a, b) takes 32 weight bytes apart into their low (a) and high (b)
+// nibbles, times kScale, once for all activation rows; Pair(acc, a, b, xlo, xhi) adds a * xlo +
+// b * xhi into int32 lanes; Finish(acc) divides by kScale (exact).
+struct DotAvx2 {
+  static constexpr int kScale = 1;
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
+    const __m256i low = _mm256_set1_epi8(15);
+    a = _mm256_and_si256(v, low);
+    b = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b, __m256i xlo,
+                                                     __m256i xhi) {
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a, xlo), _mm256_maddubs_epi16(b, xhi));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
+};
+
+// Both nibbles as 16 times their value (AND 0xF0, the low ones shifted up first): the products
+// stay in int32 range and one accumulator takes both, divided by 16 once per block.
+struct DotVnni {
+  static constexpr int kScale = 16;
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
+    const __m256i high = _mm256_set1_epi8(-16);
+    a = _mm256_and_si256(_mm256_slli_epi16(v, 4), high);
+    b = _mm256_and_si256(v, high);
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b,
+                                                            __m256i xlo, __m256i xhi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, a, xlo), b, xhi);
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) {
+    return _mm256_srai_epi32(acc, 4);
+  }
+};
+
+#define Q4I8_TARGET DYNVM_AVX2
+#define Q4I8_NAME(x) x##Avx2
+#define Q4I8_DOT DotAvx2
+#include "kernels/cpu/q4gemv_int8.inc"  // NOLINT(build/include)
+#undef Q4I8_TARGET
+#undef Q4I8_NAME
+#undef Q4I8_DOT
+
+#define Q4I8_TARGET DYNVM_AVX512_VNNI
+#define Q4I8_NAME(x) x##Vnni
+#define Q4I8_DOT DotVnni
+#include "kernels/cpu/q4gemv_int8.inc"  // NOLINT(build/include)
+#undef Q4I8_TARGET
+#undef Q4I8_NAME
+#undef Q4I8_DOT
+
+#endif  // DYNVM_CPU_X86
+
+}  // namespace
+
+namespace internal {
+
+void FillQ4GemvInt8(Isa isa, Dispatch* d) {
+  d->qgemv_q4_int8 = &QGemvQ4Int8Portable;
+  d->qgemv_q4_int8_path = "portable";
+#if DYNVM_CPU_X86
+  if (isa >= Isa::kAvx2) {
+    d->qgemv_q4_int8 = &QGemvQ4Int8Avx2;
+    d->qgemv_q4_int8_path = "avx2";
+  }
+  if (isa >= Isa::kAvx512Vnni) {
+    d->qgemv_q4_int8 = &QGemvQ4Int8Vnni;
+    d->qgemv_q4_int8_path = "avx512_vnni";
+  }
+#else
+  (void)isa;
+#endif
+}
+
+}  // namespace internal
+
+int64_t Q8ActivationRowBytes(const Q4Weights& w) { return Layout(w).row_bytes; }
+
+// ORT's quantizer (its QuantizeARow_CompInt8): the block's largest magnitude amax, scale amax /
+// 127, values round-half-even(x * (127 / amax)). A block holding NaN or infinity gets a NaN scale
+// (its products come out NaN) and zero values.
+void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
+                           uint8_t* dst) {
+  const Layout layout(w);
+  for (int64_t m = 0; m < rows; ++m) {
+    uint8_t* row = dst + m * layout.row_bytes;
+    std::memset(row, 0, static_cast<size_t>(layout.row_bytes));
+    auto* q = reinterpret_cast<int8_t*>(row);
+    auto* sa = const_cast<float*>(layout.Scales(row));
+    auto* sums = const_cast<int32_t*>(layout.Sums(row));
+    const float* xr = x + m * ldx;
+    for (int64_t b = 0; b < layout.blocks; ++b) {
+      const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float a = std::fabs(xr[i]);
+        finite = finite && a <= std::numeric_limits<float>::max();
+        amax = a > amax ? a : amax;
+      }
+      if (!finite) {
+        sa[b] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      sa[b] = amax / 127.0f;
+      const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+      int32_t sum = 0;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int v = static_cast<int>(std::nearbyint(xr[i] * inverse));
+        q[Pos(i)] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      sums[b] = sum;
+    }
+    if (layout.spread_bytes == 0) continue;
+    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the spread lanes
+      auto* spread_sa = const_cast<float*>(layout.SpreadScales(row)) + (b / 2) * 16;
+      auto* spread_sums = const_cast<int32_t*>(layout.SpreadSums(row)) + (b / 2) * 16;
+      for (int l = 0; l < 4; ++l) spread_sa[(b % 2) * 4 + l] = sa[b];
+      spread_sums[(b % 2) * 4] = -sums[b];
+    }
+  }
+}
+
+void QGemvQ4Int8(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias, int64_t r0,
+                 int64_t r1, float* y, int64_t ldy) {
+  if (rows <= 0 || r1 <= r0) return;
+  internal::Table().qgemv_q4_int8(rows, xq, w, bias, r0, r1, y, ldy);
+}
+
+const char* QGemvQ4Int8Path() { return internal::Table().qgemv_q4_int8_path; }
+
+}  // namespace dynvm::cpu
