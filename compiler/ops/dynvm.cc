@@ -1,6 +1,7 @@
 // dynvm's own ops (domain "dynvm"); their reference kernels are in kernels/reference/.
 //
-//   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
+//   Sample(logits [B, V], temperature [], seed [], step [][, top_k [], top_p [],
+//          repetition_penalty [], tokens [B, n]...]) -> tokens [B] i64 (docs/sampling.md)
 //   FusedConv(X, W, B?, sum?, dw_W?, dw_B?) -> Y  Conv + residual + activation, optionally then
 //                      a 3x3 depthwise conv + activation (compiler/conv_fusion.h)
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
@@ -163,7 +164,11 @@ absl::Status QMatMulShape(InferContext& c) {
 
 absl::Status SampleShape(InferContext& c) {
   const std::vector<Dim>* logits = c.input_shape(0);
-  if (c.num_inputs() != 4) return c.Error("Sample takes (logits, temperature, seed, step)");
+  if (c.num_inputs() != 4 && c.num_inputs() < 7) {
+    return c.Error(
+        "Sample takes (logits, temperature, seed, step[, top_k, top_p, repetition_penalty, "
+        "tokens...])");
+  }
   if (logits == nullptr) {
     c.SetOutputDynamic(0, DType::kI64, 1);
     return absl::OkStatus();
