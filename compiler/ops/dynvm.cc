@@ -24,7 +24,8 @@
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
 //                      (0 none, 1 additive, 2/3 Where(mask, fill, s) / Where(mask, s, fill)),
 //                      fill. With Q' = Transpose(Q, q_perm) [..., Lq, D], K' [..., D, Lk],
-//                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv].
+//                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv]. A leading
+//                      dim of K' or V' may be 1 against Q''s (grouped-query attention).
 //   Linear(X [..., K], W, B?) -> Y [..., N]  Y = act(X W + B) (compiler/rewrite/matmul_bias.cc;
 //                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
 //                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
