@@ -177,7 +177,12 @@ void Unstack(Module& m, Node& loop, size_t k, const Unstackable& u, bool result_
   }
   // The body reads the carried slices; its Gathers of the stack go, and its Shapes of the stack
   // become [n] followed by slice 0's shape.
-  for (const auto& [g, i] : u.gathers) ReplaceUses(body, g->outputs[0], ins[i]);
+  std::vector<Value*> next = u.next;
+  for (const auto& [g, i] : u.gathers) {
+    ReplaceUses(body, g->outputs[0], ins[i]);
+    // A slice passed on unchanged: its next value is the carried slice itself.
+    std::replace(next.begin(), next.end(), g->outputs[0], ins[i]);
+  }
   std::vector<std::unique_ptr<Node>> nodes;
   for (std::unique_ptr<Node>& node : body.nodes) {
     const bool gather = std::any_of(u.gathers.begin(), u.gathers.end(),
@@ -200,8 +205,8 @@ void Unstack(Module& m, Node& loop, size_t k, const Unstackable& u, bool result_
   body.inputs.erase(body.inputs.begin() + 2 + k);
   body.inputs.insert(body.inputs.end(), ins.begin(), ins.end());
   body.outputs.erase(body.outputs.begin() + 1 + k);
-  body.outputs.insert(body.outputs.begin() + static_cast<std::ptrdiff_t>(nc), u.next.begin(),
-                      u.next.end());
+  body.outputs.insert(body.outputs.begin() + static_cast<std::ptrdiff_t>(nc), next.begin(),
+                      next.end());
   loop.outputs.erase(loop.outputs.begin() + k);
   loop.outputs.insert(loop.outputs.begin() + static_cast<std::ptrdiff_t>(nc - 1), results.begin(),
                       results.end());

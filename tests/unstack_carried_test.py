@@ -12,7 +12,8 @@ against a NumPy implementation of the same loop, compiled with and without the r
 (--disable-rewrite unstack_loop_carried): `vm-compile --report` names how many carried values
 were unstacked, and the bytecode (vm-dis) has one `append` per K/V slice with it and none
 without. A cache that something else reads whole (a ReduceSum of it) is left stacked, and its
-answer is still right.
+answer is still right. A stack of fixed-size states whose second slice passes through unchanged
+is unstacked too (that slice's next value is the carried slice itself).
 
     /usr/bin/python3 unstack_carried_test.py --vm-compile PATH --vm-run PATH --vm-dis PATH
 """
@@ -194,6 +195,60 @@ def check(args, tmp, case, failures):
                                     f"{cache.shape} vs {want_cache.shape}")
 
 
+def check_passthrough(args, tmp, failures):
+    """A stack of fixed-size states [2, B, D]: slice 0 updated (+ x), slice 1 passed on
+    unchanged (its next value is the carried slice itself); unstacked, the final stack returned."""
+    b = Body(17)
+    s0 = b.op("Gather", ["cache_in", b.c(0)], axis=0)
+    s1 = b.op("Gather", ["cache_in", b.c(1)], axis=0)
+    new0 = b.op("Add", [s0, "x_in"])
+    stacked = b.op("Concat", [b.unsqueeze(new0, 0), b.unsqueeze(s1, 0)], axis=0)
+    b.nodes += [helper.make_node("Identity", [stacked], ["cache_out"]),
+                helper.make_node("Identity", ["x_in"], ["x_out"]),
+                helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        b.nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f, None),
+         helper.make_tensor_value_info("cache_in", f, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", f, None),
+         helper.make_tensor_value_info("cache_out", f, None)])
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["cond"],
+                          value=helper.make_tensor("cond_t", TensorProto.BOOL, [], [True])),
+         helper.make_node("Loop", ["trips", "cond", "x", "past"], ["y", "cache"], body=body)],
+        "passthrough",
+        [helper.make_tensor_value_info("x", f, [B, D]),
+         helper.make_tensor_value_info("past", f, [2, B, D]),
+         helper.make_tensor_value_info("trips", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("cache", f, None)])
+    path = os.path.join(tmp, "passthrough.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    dvm = os.path.join(tmp, "passthrough.dvm")
+    report = run([args.vm_compile, path, "-o", dvm, "--report"])
+    if "unstack_loop_carried: 1" not in report:
+        failures.append(f"passthrough: not unstacked once:\n{report}")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((B, D)).astype(np.float32)
+    past = rng.standard_normal((2, B, D)).astype(np.float32)
+    for trips in (0, 3):
+        flags = []
+        for name, value in {"x": x, "past": past, "trips": np.array(trips, np.int64)}.items():
+            p = os.path.join(tmp, f"pt-{name}.npy")
+            np.save(p, value)
+            flags += ["-i", f"{name}={p}"]
+        out = os.path.join(tmp, f"out-pt-{trips}")
+        run([args.vm_run, dvm] + flags + ["--output-dir", out])
+        want = past.copy()
+        want[0] += trips * x
+        got = np.load(os.path.join(out, "cache.npy"))
+        if got.shape != want.shape or not np.allclose(got, want, 1e-5, 1e-5):
+            failures.append(f"passthrough trips={trips}: {got.tolist()} vs {want.tolist()}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vm-compile", required=True)
@@ -208,6 +263,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             check(args, tmp, case, failures)
+        check_passthrough(args, tmp, failures)
     for f in failures:
         print("FAIL", f)
     print(f"{'FAILED' if failures else 'PASSED'}: {len(cases)} loops, {len(failures)} failures")
