@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,7 +113,11 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
              return true;
            }});
     // The rewrites infer shapes after each sweep that changed something.
-    rewrite::RewriteOptions rewrites{options.disabled_rewrites, options.device};
+    // --disable-rewrite unstack_loop_carried turns the loop-carried unstacking off (a pass of
+    // its own, compiler/unstack_carried.cc); the other names are pattern rules.
+    std::vector<std::string> disabled = options.disabled_rewrites;
+    const bool unstack = std::erase(disabled, std::string("unstack_loop_carried")) == 0;
+    rewrite::RewriteOptions rewrites{disabled, options.device};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));
@@ -136,6 +142,12 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
              DYNVM_RETURN_IF_ERROR(FoldConstants(m));
              return true;
            }});
+    if (unstack) {
+      p.Add({"unstack_loop_carried", true, false, [&result](Module& m) -> absl::StatusOr<bool> {
+               DYNVM_ASSIGN_OR_RETURN(result.unstacked_carried, UnstackLoopCarried(m));
+               return result.unstacked_carried > 0;
+             }});
+    }
     p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
              if (fused.convs == 0 && fused.transposes == 0 && fused.quantized_blocked == 0) {
@@ -271,6 +283,9 @@ std::string CompileResult::ReportText() const {
     absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
   if (!rewrites.empty()) absl::StrAppendFormat(&out, "narrow_rows: %d\n", narrowed_nodes);
+  if (unstacked_carried > 0) {
+    absl::StrAppendFormat(&out, "unstack_loop_carried: %d\n", unstacked_carried);
+  }
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
   }

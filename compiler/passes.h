@@ -49,6 +49,13 @@ void HoistLoopInvariants(Module& module);
 // after. Returns how many nodes it narrowed.
 int NarrowSelectedRows(Module& module);
 
+// Where a Loop carries tensors stacked into one (an exported decode loop's KV cache [layers, 2,
+// ...]: each slice read by a Gather of a constant index, the new slices re-stacked by Unsqueeze
+// + Concat every iteration), carries the slices apart, so that the loop stops copying the stack
+// and each slice's Concat growth becomes an in-place append (compiler/unstack_carried.cc).
+// Infers shapes after each sweep. Returns how many carried values it unstacked.
+absl::StatusOr<int> UnstackLoopCarried(Module& module);
+
 // Replaces every use of `from` by `to` in `graph` and its regions (and graph outputs).
 void ReplaceUses(Graph& graph, Value* from, Value* to);
 

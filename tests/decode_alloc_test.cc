@@ -3,13 +3,14 @@
 // by concatenation, in a sequence or by ScatterND; the GPT compiled with bounds, so that its
 // growing shapes are planned at their maximum; a Llama-style step model, tests/data/llama_step,
 // compiled with --decode and bounds, whose KV cache is appended in place, its tokens checked
-// against PyTorch's) run with the reference kernels and with the
-// kernels this build prefers (oneDNN where built) at one intra-op thread, and a run of 40 new
-// tokens calls malloc exactly as often as a run of 10, after a run of each length has warmed the
-// VM's pools and the sites' bound kernels. One exception, which README.md states: the GPT under
-// oneDNN, whose primitives for each new shape malloc inside oneDNN (asserted nonzero below, so
-// the README is updated when that changes). malloc and friends are interposed below to count
-// (operator new reaches them too); not built with sanitizers, which own malloc.
+// against PyTorch's, greedy and sampled with top-k, top-p and a repetition penalty) run with the
+// reference kernels and with the kernels this build prefers (oneDNN where built) at one intra-op
+// thread, and a run of 40 new tokens calls malloc exactly as often as a run of 10, after a run of
+// each length has warmed the VM's pools and the sites' bound kernels. One exception, which
+// README.md states: the GPT under oneDNN, whose primitives for each new shape malloc inside oneDNN
+// (asserted nonzero below, so the README is updated when that changes). malloc and friends are
+// interposed below to count (operator new reaches them too); not built with sanitizers, which own
+// malloc.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gtest/gtest.h"
@@ -91,7 +93,7 @@ Tensor TokensLike(const Tensor& like, int64_t n) {
 // their maximum (docs/compiler.md, docs/llm.md).
 compiler::CompileOptions OptionsFor(const std::string& name) {
   compiler::CompileOptions o;
-  if (name == "gpt" || name == "llama_step") {
+  if (name == "gpt" || name == "llama_step" || name == "llama_step_sampled") {
     o.bounds = {{"batch", 1}, {"prompt_len", 8}, {"max_new_tokens", 40}};
   }
   return o;
@@ -99,16 +101,18 @@ compiler::CompileOptions OptionsFor(const std::string& name) {
 
 // The models' folders; llama_step is an Optimum-layout step model (tools/models/llama_step.py
 // --write-test-case) compiled as vm-compile --decode does, its case0 tokens PyTorch's greedy
-// host loop's.
+// host loop's; llama_step_sampled is the same model sampled with temperature, top-k, top-p and
+// a repetition penalty (dynvm::Sample's scratch is the site's workspace).
+bool IsStep(const std::string& name) { return absl::StartsWith(name, "llama_step"); }
 fs::path DirOf(const std::string& name) {
-  return name == "llama_step" ? fs::path("tests/data/llama_step") : fs::path("tools/models") / name;
+  return IsStep(name) ? fs::path("tests/data/llama_step") : fs::path("tools/models") / name;
 }
 
 // System allocator calls of 30 more decode steps of model `name` loaded with `backends`.
 int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   const fs::path dir = DirOf(name);
   compiler::onnx::ImportOptions import;
-  import.decode = name == "llama_step";
+  import.decode = IsStep(name);
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
       compiler::onnx::ImportOnnxFile((dir / "model.onnx").string(), import);
   EXPECT_TRUE(module.ok()) << module.status();
@@ -130,8 +134,12 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   EXPECT_TRUE(prompt.ok() && like.ok());
   if (!prompt.ok() || !like.ok()) return -1;
   EXPECT_TRUE((*vm)->SetInput("prompt", *prompt).ok());
-  if (import.decode) {  // greedy, no stop token
-    EXPECT_TRUE((*vm)->SetInput("temperature", Tensor::Scalar(0.0f)).ok());
+  const bool sampled = name == "llama_step_sampled";
+  if (import.decode) {  // greedy or sampled, no stop token
+    EXPECT_TRUE((*vm)->SetInput("temperature", Tensor::Scalar(sampled ? 0.9f : 0.0f)).ok());
+    EXPECT_TRUE((*vm)->SetInput("top_k", Tensor::ScalarI64(sampled ? 20 : 0)).ok());
+    EXPECT_TRUE((*vm)->SetInput("top_p", Tensor::Scalar(sampled ? 0.9f : 1.0f)).ok());
+    EXPECT_TRUE((*vm)->SetInput("repetition_penalty", Tensor::Scalar(sampled ? 1.3f : 1.0f)).ok());
     EXPECT_TRUE((*vm)->SetInput("seed", Tensor::ScalarI64(0)).ok());
     EXPECT_TRUE((*vm)->SetInput("stop_token", Tensor::ScalarI64(-1)).ok());
   }
@@ -154,7 +162,7 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   const int64_t short_run = calls(10);
   const int64_t long_run = calls(40);
   // The step model's 40 tokens are PyTorch's (the in-place cache must not change an answer).
-  if (import.decode) {
+  if (import.decode && !sampled) {
     absl::StatusOr<Tensor> want = npy::LoadNpy((dir / "case0" / "output_tokens.npy").string());
     absl::StatusOr<Tensor> got = (*vm)->GetOutput("tokens");
     EXPECT_TRUE(want.ok() && got.ok());
@@ -215,7 +223,7 @@ TEST(DecodeAllocCounterTest, CountsAllocationsMadeDuringARun) {
 
 INSTANTIATE_TEST_SUITE_P(Decoders, DecodeAllocTest,
                          ::testing::Values("lstm_cat", "lstm_list", "lstm_scatter", "gpt",
-                                           "llama_step"));
+                                           "llama_step", "llama_step_sampled"));
 
 }  // namespace
 }  // namespace dynvm

@@ -10,6 +10,10 @@ in a host loop (ctest: llm_decode_test).
 - Sampled (temperature 0.8, a seed): the tokens equal those of PyTorch's logits drawn with the
   independent Philox/inverse-CDF implementation of tools/lm/export_charlm.py (docs/sampling.md);
   seeds whose uniform falls within 1e-4 of a CDF edge are redrawn.
+- top_k, top_p, repetition_penalty (check_filters): top_k = 1 and top_p = 1e-6 at temperature
+  0.8 give the greedy tokens; sampled with all three, and greedy with a penalty, the tokens equal
+  a NumPy implementation of Hugging Face generate's processors (HfPicker) on PyTorch's logits;
+  bad values are errors naming the input.
 - stop_token ends the loop once every row has produced it; a stop token outside the vocabulary
   is an error naming the check; a prompt longer than --bound prompt_len is an error naming the
   symbol; a model that is not a step model is refused naming the unexpected or missing input.
@@ -68,10 +72,57 @@ def run_dvm(args, dvm, inputs, tmp, tag, ok=True):
     return np.load(os.path.join(out_dir, "tokens.npy"))
 
 
-def feeds(prompt, new, temperature=0.0, seed=1, stop=-1):
+def feeds(prompt, new, temperature=0.0, seed=1, stop=-1, top_k=0, top_p=1.0, penalty=1.0):
     return {"prompt": prompt.numpy().astype(np.int64), "max_new_tokens": np.array(new, np.int64),
-            "temperature": np.array(temperature, np.float32), "seed": np.array(seed, np.int64),
+            "temperature": np.array(temperature, np.float32), "top_k": np.array(top_k, np.int64),
+            "top_p": np.array(top_p, np.float32),
+            "repetition_penalty": np.array(penalty, np.float32), "seed": np.array(seed, np.int64),
             "stop_token": np.array(stop, np.int64)}
+
+
+class HfPicker:
+    """The oracle of top-k, top-p and the repetition penalty: Hugging Face generate's order
+    (RepetitionPenaltyLogitsProcessor over prompt + output, then temperature, TopK (ties with the
+    k-th logit kept), TopP (the smallest most-probable set of mass >= p)) in NumPy, drawing with
+    the independent Philox of tools/lm/export_charlm.py by inverse CDF in index order
+    (docs/sampling.md). `margin` is the closest any decision came to flipping: the uniform to a
+    CDF edge, the top-p mass to p, the k-th logit to the next, the greedy pick to the runner-up."""
+
+    def __init__(self, prompt, temperature, top_k, top_p, penalty, seed):
+        self.seen = [list(r) for r in prompt.numpy()]
+        self.t, self.k, self.p, self.pen, self.seed = temperature, top_k, top_p, penalty, seed
+        self.margin = 1.0
+
+    def __call__(self, logits, i):
+        out = [self.pick(row.astype(np.float64), r, i) for r, row in enumerate(logits)]
+        for r, tok in enumerate(out):
+            self.seen[r].append(tok)
+        return np.array(out, np.int64)
+
+    def pick(self, x, r, step):
+        x = x.copy()
+        ids = np.unique(np.array(self.seen[r]))
+        x[ids] = np.where(x[ids] < 0, x[ids] * np.float64(np.float32(self.pen)),
+                          x[ids] / np.float64(np.float32(self.pen)))
+        desc = np.sort(x)[::-1]
+        if self.t <= 0:
+            self.margin = min(self.margin, desc[0] - desc[1])
+            return int(np.argmax(x))
+        if 0 < self.k < len(x):
+            self.margin = min(self.margin, desc[self.k - 1] - desc[self.k])
+            x = np.where(x < desc[self.k - 1], -np.inf, x)
+        w = np.exp((x - x.max()) / np.float64(np.float32(self.t)))
+        if self.p < 1:
+            order = np.lexsort((np.arange(len(w)), -w))
+            mass = np.cumsum(w[order]) / w.sum()
+            p = np.float64(np.float32(self.p))
+            n = int(np.argmax(mass >= p)) + 1
+            self.margin = min(self.margin, float(np.abs(mass - p).min()))
+            w[order[n:]] = 0
+        c = np.cumsum(w) / w.sum()
+        u = philox_uniform(self.seed, step, r)
+        self.margin = min(self.margin, float(np.abs(c - u).min()))
+        return int(np.argmax(c > u))
 
 
 def sample_margin(history, temperature, seed):
@@ -115,6 +166,7 @@ def check_case(args, case, tmp, failures):
         if got8.shape != want.shape or not (got8[:, :4] == want.numpy()[:, :4]).all():
             failures.append(f"{name} batch {batch}: int8 first tokens {got8[:, :4].tolist()} "
                             f"vs {want.numpy()[:, :4].tolist()}")
+    want_greedy = (prompt, want)
     # Sampled, temperature 0.8.
     prompt = torch.as_tensor(rng.integers(0, vocab, (2, 5)))
     for seed in range(1, 40):
@@ -125,6 +177,7 @@ def check_case(args, case, tmp, failures):
     got = run_dvm(args, dvms["f32"], feeds(prompt, 24, 0.8, seed), tmp, f"{name}-sampled")
     if got.shape != want.shape or not (got == want.numpy()).all():
         failures.append(f"{name} sampled seed {seed}: {got.tolist()} vs {want.tolist()}")
+    check_filters(args, step, dvms["f32"], want_greedy, vocab, tmp, name, failures)
     # Stop token: every row stops at its first occurrence; the loop ends when all have.
     want, _ = llama_step.greedy(step, prompt[:1], NEW)
     stop = int(want[0, 5])
@@ -149,6 +202,46 @@ def check_case(args, case, tmp, failures):
     if not (got == want.numpy()).all():
         failures.append(f"{name} bounded: {got.tolist()} vs {want.tolist()}")
     check_bounded_steady_state(args, bounded, prompt[:1, :4], vocab, tmp, name, failures)
+
+
+def check_filters(args, step, dvm, greedy, vocab, tmp, name, failures):
+    """top_k, top_p and repetition_penalty: top_k = 1 and a tiny top_p are greedy at any
+    temperature; the tokens sampled with all three and those of a penalized greedy run equal
+    the NumPy oracle's (HfPicker) on PyTorch's logits, and the penalty changes the greedy
+    tokens; bad values are errors naming the input."""
+    prompt, want = greedy
+    new = want.shape[1]
+    for k, p, tag in ((1, 1.0, "top_k=1"), (0, 1e-6, "top_p=1e-6")):
+        got = run_dvm(args, dvm, feeds(prompt, new, 0.8, 3, top_k=k, top_p=p), tmp, f"{name}-{k}")
+        if got.shape != want.shape or not (got == want.numpy()).all():
+            failures.append(f"{name} {tag} at temperature 0.8 is not greedy: {got.tolist()} vs "
+                            f"{want.tolist()}")
+    rng = np.random.default_rng(5)
+    # (temperature, top_k, top_p, penalty): sampled with all three; penalized greedy.
+    for t, k, p, pen in ((0.8, 10, 0.9, 1.3), (0.0, 0, 1.0, 1.5)):
+        for attempt in range(40):
+            prompt = torch.as_tensor(rng.integers(0, vocab, (2, 6)))
+            seed = attempt + 1
+            picker = HfPicker(prompt, t, k, p, pen, seed)
+            oracle, _ = llama_step.greedy(step, prompt, 24, pick=picker)
+            if picker.margin >= (MARGIN if t <= 0 else 1e-4):
+                break
+        got = run_dvm(args, dvm, feeds(prompt, 24, t, seed, top_k=k, top_p=p, penalty=pen), tmp,
+                      f"{name}-filters-{k}")
+        if got.shape != oracle.shape or not (got == oracle.numpy()).all():
+            failures.append(f"{name} temperature {t} top_k {k} top_p {p} penalty {pen} seed "
+                            f"{seed}: {got.tolist()} vs the oracle's {oracle.tolist()}")
+        if t <= 0:
+            plain, _ = llama_step.greedy(step, prompt, 24)
+            if (plain == oracle).all():
+                failures.append(f"{name}: penalty {pen} changed no greedy token (vacuous)")
+    for key, value in (("top_k", -1), ("top_p", 0.0), ("top_p", 1.5),
+                       ("repetition_penalty", 0.0)):
+        kw = {"top_k": -1} if key == "top_k" else {"top_p": value} if key == "top_p" else \
+            {"penalty": value}
+        r = run_dvm(args, dvm, feeds(prompt, 4, 0.8, **kw), tmp, f"{name}-bad-{key}", ok=False)
+        if r.returncode == 0 or f"Sample: {key} must be" not in r.stderr:
+            failures.append(f"{name} {key}={value}: {r.returncode} {r.stderr}")
 
 
 def check_bounded_steady_state(args, dvm, prompt, vocab, tmp, name, failures):

@@ -10,8 +10,9 @@
 // --decode takes a step model (input_ids, attention_mask, position_ids?,
 // past_key_values.{i}.key/value -> logits, present.{i}.key/value: Optimum's and ONNX Runtime
 // GenAI's layout) and compiles one in-VM decode loop around it: prompt [batch, prompt_len],
-// max_new_tokens, temperature, seed, stop_token -> tokens [batch, steps], each token emitted as
-// it is produced (compiler/onnx/decode_wrap.h, docs/llm.md).
+// max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop_token -> tokens
+// [batch, steps], each token emitted as it is produced (compiler/onnx/decode_wrap.h,
+// docs/llm.md).
 //
 // --quantize-weights stores the weights of MatMul, Gemm, LSTM, GRU and RNN of at least
 // --quantize-min-bytes bytes (as f32; default 16384) as per-output-channel symmetric int8 with

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "kernels/reference/data_movement.h"
 
 namespace dynvm::ops {
 namespace {
@@ -154,32 +155,11 @@ absl::Status Copy(const Tensor& src, Tensor& dst, DeviceContext* device) {
       std::memmove(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel() * esize));
     return absl::OkStatus();
   }
-  const int rank = src.rank();
   if (src.numel() == 0) return absl::OkStatus();
-  // Walk the index space; copy the innermost dimension element by element.
-  int64_t idx[Tensor::kMaxRank] = {};
-  const auto* s = static_cast<const uint8_t*>(src.raw_data());
-  auto* d = static_cast<uint8_t*>(dst.raw_data());
-  const int inner = rank - 1;
-  while (true) {
-    int64_t so = 0, doff = 0;
-    for (int k = 0; k < inner; ++k) {
-      so += idx[k] * src.stride(k);
-      doff += idx[k] * dst.stride(k);
-    }
-    const int64_t n = rank == 0 ? 1 : src.dim(inner);
-    const int64_t ss = rank == 0 ? 0 : src.stride(inner), ds = rank == 0 ? 0 : dst.stride(inner);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memmove(d + (doff + i * ds) * esize, s + (so + i * ss) * esize,
-                   static_cast<size_t>(esize));
-    }
-    int k = inner - 1;
-    for (; k >= 0; --k) {
-      if (++idx[k] < src.dim(k)) break;
-      idx[k] = 0;
-    }
-    if (k < 0) break;
-  }
+  // Strided (a slice, a transpose, a view of a growable storage within its capacity): the dims
+  // coalesced, each contiguous run moved at once.
+  reference::CopyStrided(esize, src.dims(), src.raw_data(), src.strides(), dst.raw_data(),
+                         dst.strides());
   return absl::OkStatus();
 }
 

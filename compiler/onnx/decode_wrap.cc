@@ -119,6 +119,7 @@ absl::StatusOr<Step> CheckSignature(const pb::GraphProto& g) {
   }
   // The names the wrapper adds must be free.
   const std::set<std::string> reserved = {"prompt", "max_new_tokens", "temperature",
+                                          "top_k",  "top_p",          "repetition_penalty",
                                           "seed",   "stop_token",     "tokens"};
   auto taken = [&](const std::string& name) {
     return reserved.count(name) != 0 || absl::StartsWith(name, "decode_");
@@ -283,7 +284,12 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   pb::NodeProto* gather = b.Node("Gather", {"logits", zero}, {"decode_last_logits"});
   Builder::Attr(gather, "axis", 1);
   const std::string index = b.Op("Add", {"decode_i", b.Op("Squeeze", {b.Ints({1}), b.Ints({0})})});
-  b.Node("Sample", {"decode_last_logits", "temperature", "seed", index}, {"decode_tok"}, "dynvm");
+  // The repetition penalty applies to the prompt and the tokens so far (decode_tokens holds
+  // them all, the one fed to this step included).
+  b.Node("Sample",
+         {"decode_last_logits", "temperature", "seed", index, "top_k", "top_p",
+          "repetition_penalty", "prompt", "decode_tokens"},
+         {"decode_tok"}, "dynvm");
   Builder::Attr(b.Node("Emit", {"decode_tok"}, {}, "dynvm"), "stream", 0);
   const std::string col = b.Op("Unsqueeze", {"decode_tok", b.Ints({1})});
   b.Node("Identity", {col}, {"decode_ids_out"});
@@ -407,8 +413,10 @@ std::string FirstToken(const Prologue& p, const std::map<std::string, std::strin
   const std::string last = b.Op("Sub", {p.len_scalar, p.one});
   pb::NodeProto* gather = b.Node("Gather", {names.at("logits"), last}, {"decode_first_logits"});
   Builder::Attr(gather, "axis", 1);
-  b.Node("Sample", {"decode_first_logits", "temperature", "seed", p.zero}, {"decode_first"},
-         "dynvm");
+  b.Node("Sample",
+         {"decode_first_logits", "temperature", "seed", p.zero, "top_k", "top_p",
+          "repetition_penalty", "prompt"},
+         {"decode_first"}, "dynvm");
   const std::string wanted = b.Op("Greater", {"max_new_tokens", p.zero});
   pb::NodeProto* branch = b.Node("If", {wanted}, {"decode_first_emitted"});
   for (bool emit : {true, false}) {
@@ -471,6 +479,9 @@ absl::Status WrapStepModelForDecode(pb::ModelProto* model) {
   AddValue(g->mutable_input(), "prompt", kI64, {"batch", "prompt_len"}, true);
   AddValue(g->mutable_input(), "max_new_tokens", kI64, {}, true);
   AddValue(g->mutable_input(), "temperature", pb::TensorProto::FLOAT, {}, true);
+  AddValue(g->mutable_input(), "top_k", kI64, {}, true);
+  AddValue(g->mutable_input(), "top_p", pb::TensorProto::FLOAT, {}, true);
+  AddValue(g->mutable_input(), "repetition_penalty", pb::TensorProto::FLOAT, {}, true);
   AddValue(g->mutable_input(), "seed", kI64, {}, true);
   AddValue(g->mutable_input(), "stop_token", kI64, {}, true);
   AddValue(g->mutable_output(), "tokens", kI64, {"batch", "steps"}, true);

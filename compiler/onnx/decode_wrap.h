@@ -9,7 +9,9 @@
 //
 // The wrapped model's graph:
 //   inputs   prompt [batch, prompt_len] i64, max_new_tokens [] i64, temperature [] f32
-//            (<= 0: greedy), seed [] i64, stop_token [] i64 (-1: never stop early)
+//            (<= 0: greedy), top_k [] i64 (0: off), top_p [] f32 (1: off),
+//            repetition_penalty [] f32 (1: off), seed [] i64, stop_token [] i64 (-1: never
+//            stop early)
 //   output   tokens [batch, steps] i64 (steps <= max_new_tokens; fewer when every row has
 //            produced stop_token)
 // The prompt step runs once before the loop (a copy of the step's nodes, its values renamed
@@ -18,13 +20,13 @@
 // one Loop of max_new_tokens - 1 iterations whose body is the step graph itself (its nodes moved
 // in, once: the weights stay initializers of the outer graph shared by both copies) runs the
 // previous token at position P of a cache of P, with an all-ones mask of P + 1; each iteration
-// samples one token per row (dynvm::Sample: temperature, seed, the token's index as the step;
-// docs/sampling.md), emits it (dynvm::Emit, stream 0) and appends it to tokens. The body's cache
-// inputs carry the step's own names, so each layer's Concat(past, new) appends onto a carried
-// value: the memory plan gives it a growable storage allocated once (at prompt_len +
-// max_new_tokens - 1 when both are bounded) and appends in place. A stop_token other than -1
-// outside [0, vocab) fails the run at the node "decode_stop_token_check" before the prompt step
-// is used.
+// samples one token per row (dynvm::Sample: temperature, top-k, top-p, the repetition penalty
+// over the prompt and the tokens so far, seed, the token's index as the step; docs/sampling.md),
+// emits it (dynvm::Emit, stream 0) and appends it to tokens. The body's cache inputs carry the
+// step's own names, so each layer's Concat(past, new) appends onto a carried value: the memory plan
+// gives it a growable storage allocated once (at prompt_len + max_new_tokens - 1 when both are
+// bounded) and appends in place. A stop_token other than -1 outside [0, vocab) fails the run at the
+// node "decode_stop_token_check" before the prompt step is used.
 #ifndef DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
 #define DYNVM_COMPILER_ONNX_DECODE_WRAP_H_
 

@@ -1,6 +1,7 @@
 // dynvm's own ops (domain "dynvm"); their reference kernels are in kernels/reference/.
 //
-//   Sample(logits [B, V], temperature [], seed [], step []) -> tokens [B] i64
+//   Sample(logits [B, V], temperature [], seed [], step [][, top_k [], top_p [],
+//          repetition_penalty [], tokens [B, n]...]) -> tokens [B] i64 (docs/sampling.md)
 //   FusedConv(X, W, B?, sum?, dw_W?, dw_B?) -> Y  Conv + residual + activation, optionally then
 //                      a 3x3 depthwise conv + activation (compiler/conv_fusion.h)
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
@@ -23,7 +24,8 @@
 //                      q_perm, k_perm, v_perm, out_perm (identity when absent), scale, mask_mode
 //                      (0 none, 1 additive, 2/3 Where(mask, fill, s) / Where(mask, s, fill)),
 //                      fill. With Q' = Transpose(Q, q_perm) [..., Lq, D], K' [..., D, Lk],
-//                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv].
+//                      V' [..., Lk, Dv]: Y = Transpose(R, out_perm), R [..., Lq, Dv]. A leading
+//                      dim of K' or V' may be 1 against Q''s (grouped-query attention).
 //   Linear(X [..., K], W, B?) -> Y [..., N]  Y = act(X W + B) (compiler/rewrite/matmul_bias.cc;
 //                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
 //                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
@@ -163,7 +165,11 @@ absl::Status QMatMulShape(InferContext& c) {
 
 absl::Status SampleShape(InferContext& c) {
   const std::vector<Dim>* logits = c.input_shape(0);
-  if (c.num_inputs() != 4) return c.Error("Sample takes (logits, temperature, seed, step)");
+  if (c.num_inputs() != 4 && c.num_inputs() < 7) {
+    return c.Error(
+        "Sample takes (logits, temperature, seed, step[, top_k, top_p, repetition_penalty, "
+        "tokens...])");
+  }
   if (logits == nullptr) {
     c.SetOutputDynamic(0, DType::kI64, 1);
     return absl::OkStatus();

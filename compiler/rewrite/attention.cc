@@ -32,6 +32,19 @@
 //             form: no past, no present or qk outputs, softcap 0, is_causal only without
 //             attn_mask, f32, the head sizes known, a mask that fits the scores (MaskFits);
 //             3-D inputs with as many query heads as key/value heads.
+// attention_kv_repeat: dynvm::Attention(Q, K, V[, mask]) whose K and V repeat their heads,
+//             Reshape(Expand(Unsqueeze(x, a + 1), [..., kvh, g, ...]), [..., kvh * g, ...])
+//             (torch's x[:, :, None].expand(...).reshape(...) of grouped-query attention; the
+//             repeated axis the heads axis r - 3 after k_perm / v_perm, kvh and g >= 2
+//             constants, Q's heads kvh * g) -> dynvm::Attention of rank r + 1 reading
+//             Unsqueeze(x, a + 1) itself (K' [..., kvh, 1, ...] broadcast along the group),
+//             Q reshaped to [..., kvh, g, ...] at its heads axis, a mask of rank >= 3 whose
+//             heads dim is 1 given a unit group axis, and the result's heads merged back by a
+//             Reshape (a view). The repeat (a copy of K and V per call) is gone. Refused: a
+//             per-head mask, symbolic head counts.
+// shape_of_kv_repeat: Shape(r) of such a repeat r (no start/end) -> Concat(Shape(x)[:a],
+//             [kvh * g], Shape(x)[a + 1:]): exports read the repeated K's shape (to size the
+//             mask), which would keep the repeat alive and attention_kv_repeat from applying.
 // msft_multi_head_attention: com.microsoft MultiHeadAttention(query, key, value[, bias]) with
 //             3-D operands, the bias absent or a constant (added to Q, K and V by its parts), no
 //             key_padding_mask, attention_bias or past, one output, unidirectional 0 -> the
@@ -423,6 +436,192 @@ Value* FuseMultiHeadAttention(Emitter& e, const Match& m) {
   return e.Op("Reshape", {y, merged});
 }
 
+// ---- attention_kv_repeat ----
+
+// The permutation attribute `name` of `n`, or the identity of rank r.
+std::vector<int64_t> PermOrIdentity(const Node& n, const char* name, int r) {
+  const AttrValue* a = n.attr(name);
+  if (a != nullptr && a->type == AttrValue::Type::kInts && static_cast<int>(a->ints.size()) == r) {
+    return a->ints;
+  }
+  std::vector<int64_t> id(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) id[static_cast<size_t>(i)] = i;
+  return id;
+}
+
+// A permutation of rank r whose axis r - 3 (the heads) reads operand axis `a`, rewritten for the
+// operand with axis `a` split in two (a, a + 1): the heads become (kv heads, group).
+std::vector<int64_t> SplitPerm(const std::vector<int64_t>& perm, int64_t a) {
+  std::vector<int64_t> out;
+  const int r = static_cast<int>(perm.size());
+  for (int i = 0; i < r; ++i) {
+    if (i == r - 3) {
+      out.push_back(a);
+      out.push_back(a + 1);
+    } else {
+      out.push_back(perm[i] < a ? perm[i] : perm[i] + 1);
+    }
+  }
+  return out;
+}
+
+// Shape(x) with axes [at, at + count) replaced by the constant dims `mid`.
+Value* ShapeWith(Emitter& e, Value* x, int64_t at, int64_t count, std::vector<int64_t> mid) {
+  Value* shape = e.Op("Shape", {x});
+  std::vector<Value*> parts;
+  auto ints = [&](std::vector<int64_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {n}, v));
+  };
+  if (at > 0) parts.push_back(e.Op("Slice", {shape, ints({0}), ints({at})}));
+  parts.push_back(ints(std::move(mid)));
+  parts.push_back(
+      e.Op("Slice", {shape, ints({at + count}), ints({std::numeric_limits<int64_t>::max()})}));
+  return e.Op("Concat", std::move(parts), {{"axis", Int(0)}});
+}
+
+// What one repeated operand (K or V) of the match is: x [..., kv heads at `axis`, ...] whose
+// heads Unsqueeze + Expand + Reshape repeat `group` times each (torch's x[:, :, None]
+// .expand(b, kvh, g, t, d).reshape(b, kvh * g, t, d)).
+struct KvRepeat {
+  Value* unsqueezed = nullptr;  // [..., kv heads, 1, ...]
+  int64_t axis = 0, kv_heads = 0, group = 0;
+};
+
+// The repeat of `rep`'s producers: Reshape(Expand(Unsqueeze(x, a + 1), [..., kvh, g, ...]),
+// [..., kvh * g, ...]) in `rep`'s region, kvh and g >= 2 constants.
+std::optional<KvRepeat> RepeatChain(const Value* rep) {
+  auto producer = [](const Value* v, const char* op) -> const Node* {
+    if (v == nullptr || v->producer == nullptr || !v->producer->domain.empty() ||
+        v->producer->op != op || v->producer->inputs.empty() || v->graph != v->producer->graph) {
+      return nullptr;
+    }
+    return v->producer;
+  };
+  const Node* rn = producer(rep, "Reshape");
+  const Value* ex = rn != nullptr ? rn->inputs[0] : nullptr;
+  const Node* en = producer(ex, "Expand");
+  Value* u = en != nullptr ? en->inputs[0] : nullptr;
+  const Node* un = producer(u, "Unsqueeze");
+  const Value* x = un != nullptr ? un->inputs[0] : nullptr;
+  if (x == nullptr || !u->shape || !ex->shape || !rep->shape || !x->shape ||
+      rep->graph != u->graph || ex->graph != u->graph) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> ua;
+  if (un->inputs.size() > 1 && un->inputs[1] != nullptr) {
+    if (std::optional<double> c = ConstScalar(*un->inputs[1]); c.has_value()) {
+      ua = static_cast<int64_t>(*c);
+    }
+  } else if (const AttrValue* a = un->attr("axes");
+             a != nullptr && a->type == AttrValue::Type::kInts && a->ints.size() == 1) {
+    ua = a->ints[0];
+  }
+  const int ur = u->rank();
+  if (!ua) return std::nullopt;
+  if (*ua < 0) *ua += ur;
+  if (*ua < 1 || *ua >= ur || ex->rank() != ur || rep->rank() != ur - 1) return std::nullopt;
+  const std::vector<Dim>&us = *u->shape, &es = *ex->shape, &rs = *rep->shape;
+  for (int i = 0; i < ur; ++i) {
+    if (i != *ua && us[i] != es[i]) return std::nullopt;  // only the new axis is expanded
+  }
+  KvRepeat k;
+  k.axis = *ua - 1;
+  std::optional<int64_t> kvh = SymbolicContext::AsConst(es[k.axis]);
+  std::optional<int64_t> g = SymbolicContext::AsConst(es[*ua]);
+  std::optional<int64_t> merged = SymbolicContext::AsConst(rs[k.axis]);
+  if (!kvh || !g || !merged || *g < 2 || *merged != *kvh * *g) return std::nullopt;
+  for (int i = 0; i < ur - 1; ++i) {
+    if (i != k.axis && rs[i] != es[i < k.axis ? i : i + 1]) return std::nullopt;
+  }
+  k.unsqueezed = u;
+  k.kv_heads = *kvh;
+  k.group = *g;
+  return k;
+}
+
+std::optional<KvRepeat> RepeatOf(const Match& m, const std::string& tag) {
+  return RepeatChain(m[tag + "_rep"]);
+}
+
+// Shape(r) of such a repeat r, without start or end.
+bool ShapeOfRepeat(const Node& n, const Match&) {
+  return n.inputs.size() == 1 && n.attr("start") == nullptr && n.attr("end") == nullptr &&
+         RepeatChain(n.inputs[0]).has_value();
+}
+
+// Its dims from the unrepeated x, so that reading the repeat's shape (an export sizes the mask
+// by it) does not keep the repeat alive.
+Value* FoldShapeOfRepeat(Emitter& e, const Match& m) {
+  std::optional<KvRepeat> k = RepeatChain(m["r"]);
+  if (!k) return nullptr;
+  Value* x = k->unsqueezed->producer->inputs[0];
+  return ShapeWith(e, x, k->axis, 1, {k->kv_heads * k->group});
+}
+
+// dynvm::Attention whose K and V repeat their heads (grouped-query attention written with
+// expand + reshape): reads the kv heads directly, Q's heads split (kv heads, group) and K and V
+// broadcast along the group, instead of the materialized repeat (a copy of K and V per call).
+Value* FoldKvRepeat(Emitter& e, const Match& m) {
+  const Node& att = e.root();
+  Value* q = m["q"];
+  const int r = q->rank();
+  if (r < 3 || !q->shape) return nullptr;
+  std::optional<KvRepeat> k = RepeatOf(m, "k"), v = RepeatOf(m, "v");
+  if (!k || !v || k->kv_heads != v->kv_heads || k->group != v->group) return nullptr;
+  const std::vector<int64_t> qp = PermOrIdentity(att, "q_perm", r);
+  const std::vector<int64_t> kp = PermOrIdentity(att, "k_perm", r);
+  const std::vector<int64_t> vp = PermOrIdentity(att, "v_perm", r);
+  const std::vector<int64_t> op = PermOrIdentity(att, "out_perm", r);
+  // The heads axis (r - 3 after the permutations) is the repeated one in K and V.
+  if (kp[r - 3] != k->axis || vp[r - 3] != v->axis) return nullptr;
+  const int64_t aq = qp[r - 3];
+  const int64_t heads = k->kv_heads * k->group;
+  std::optional<int64_t> qh = SymbolicContext::AsConst((*q->shape)[aq]);
+  if (!qh || *qh != heads) return nullptr;
+  Value* mask = att.inputs.size() > 3 ? att.inputs[3] : nullptr;
+  if (mask != nullptr) {
+    const int mr = mask->rank();
+    if (mr < 0 || mr > r) return nullptr;
+    if (mr >= 3) {  // its heads axis must broadcast: insert the group axis beside it
+      std::optional<int64_t> mh = SymbolicContext::AsConst((*mask->shape)[mr - 3]);
+      if (!mh || *mh != 1) return nullptr;
+      mask = e.Op("Unsqueeze",
+                  {mask, e.Constant(*Tensor::FromVector<int64_t>(DType::kI64, {1}, {mr - 3}))});
+    }
+  }
+  Value* q5 = e.Op("Reshape", {q, ShapeWith(e, q, aq, 1, {k->kv_heads, k->group})});
+  Attrs attrs = att.attrs;
+  attrs["q_perm"] = Ints(SplitPerm(qp, aq));
+  attrs["k_perm"] = Ints(SplitPerm(kp, k->axis));
+  attrs["v_perm"] = Ints(SplitPerm(vp, v->axis));
+  // R [..., heads, Lq, Dv] -> [..., kv heads, group, Lq, Dv]; Y's heads axis splits likewise.
+  std::vector<int64_t> out;
+  int64_t at = 0;
+  for (int i = 0; i < r; ++i) {
+    if (op[i] == r - 3) {
+      at = static_cast<int64_t>(out.size());
+      out.push_back(r - 3);
+      out.push_back(r - 2);
+    } else {
+      out.push_back(op[i] < r - 3 ? op[i] : op[i] + 1);
+    }
+  }
+  attrs["out_perm"] = Ints(out);
+  std::vector<Value*> inputs = {q5, k->unsqueezed, v->unsqueezed};
+  if (mask != nullptr) inputs.push_back(mask);
+  Value* y5 = e.Op("Attention", std::move(inputs), std::move(attrs), "dynvm");
+  return e.Op("Reshape", {y5, ShapeWith(e, y5, at, 2, {heads})});
+}
+
+// Reshape(Expand(Unsqueeze(x, axis), shape), shape'): a repeat of x's heads, captured as tag.
+P RepeatedHeads(const std::string& tag) {
+  P un = P::OneOf({P::Op("Unsqueeze", {P::Any(tag)}), P::Op("Unsqueeze", {P::Any(tag), P::Any()})})
+             .As(tag + "_unsq");
+  P ex = P::Op("Expand", {un, P::Any()}).As(tag + "_exp");
+  return P::Op("Reshape", {ex, P::Any()}).As(tag + "_rep");
+}
+
 }  // namespace
 
 std::vector<Rule> AttentionRules() {
@@ -454,6 +653,12 @@ std::vector<Rule> AttentionRules() {
                .NodeIs(&PlainMultiHeadAttention);
   rules.push_back(
       Rule{"msft_multi_head_attention", P::OneOf({mha3, mha4}), &FuseMultiHeadAttention});
+  P gqa3 = P::Op("dynvm::Attention", {P::Any("q"), RepeatedHeads("k"), RepeatedHeads("v")});
+  P gqa4 = P::Op("dynvm::Attention",
+                 {P::Any("q"), RepeatedHeads("k"), RepeatedHeads("v"), P::Any("mask")});
+  rules.push_back(Rule{"attention_kv_repeat", P::OneOf({gqa3, gqa4}), &FoldKvRepeat});
+  rules.push_back(Rule{"shape_of_kv_repeat", P::Op("Shape", {P::Any("r")}).NodeIs(&ShapeOfRepeat),
+                       &FoldShapeOfRepeat});
   return rules;
 }
 

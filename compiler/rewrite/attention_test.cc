@@ -333,3 +333,67 @@ TEST(AttentionTest, MultiHeadAttentionBecomesDynvmAttention) {
 
 }  // namespace
 }  // namespace dynvm::compiler::rewrite
+
+namespace dynvm::compiler::rewrite {
+namespace {
+
+// attention_kv_repeat: grouped-query attention as Llama's exports write it, K and V [B, kvh, T, hd]
+// repeated to the query heads by Unsqueeze + Expand + Reshape (the group after each kv head),
+// Q [B, T, H, hd] transposed to heads first, the output transposed back. Without a mask, with an
+// additive [T, T] one, with a bool [B, 1, T, T] one (Where): the repeat is folded (no Expand
+// kernel left); a per-head mask [B, H, T, T] keeps the repeat. One query (a decode step) and 7,
+// groups of 2 and 4. Against the unoptimized program.
+TEST(AttentionTest, KvRepeatIsReadAsBroadcastKvHeads) {
+  for (int64_t t : {1, 7}) {
+    for (auto [kvh, g] : {std::pair<int64_t, int64_t>{2, 2}, {1, 4}}) {
+      for (int mask = 0; mask < 4; ++mask) {
+        SCOPED_TRACE(absl::StrCat("t ", t, " kvh ", kvh, " g ", g, " mask ", mask));
+        const int64_t B = 2, T = t, H = kvh * g, hd = 4;
+        std::vector<std::pair<std::string, Tensor>> in = {{"q", RandomF32({B, T, H, hd}, 15)},
+                                                          {"k", RandomF32({B, kvh, T, hd}, 16)},
+                                                          {"v", RandomF32({B, kvh, T, hd}, 17)}};
+        if (mask == 1) in.push_back({"m", RandomF32({T, T}, 18, -2, 0)});
+        if (mask == 3) in.push_back({"m", RandomF32({B, H, T, T}, 19, -2, 0)});
+        if (mask == 2) {
+          Tensor m = *Tensor::Empty(DType::kBool, {B, 1, T, T});
+          for (int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = (i % T) > (i / T) % T;
+          in.push_back({"m", std::move(m)});
+        }
+        Outcome o = CompareWithUnoptimized(
+            [&](GraphBuilder& b) {
+              auto repeat = [&](Value* x) {
+                Value* u = b.Op("Unsqueeze", {x, b.VectorI64({2})});
+                Value* e = b.Op("Expand", {u, b.VectorI64({B, kvh, g, T, hd})});
+                return b.Op("Reshape", {e, b.VectorI64({B, H, T, hd})});
+              };
+              Value* q = b.Op("Transpose", {b.Input("q", DType::kF32, {B, T, H, hd})},
+                              {{"perm", Perm({0, 2, 1, 3})}});
+              Value* k = repeat(b.Input("k", DType::kF32, {B, kvh, T, hd}));
+              Value* v = repeat(b.Input("v", DType::kF32, {B, kvh, T, hd}));
+              Value* s =
+                  b.Op("Mul",
+                       {b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", Perm({0, 1, 3, 2})}})}),
+                        b.ScalarF32(0.5f)});
+              if (mask == 1 || mask == 3) {
+                s = b.Op("Add", {s, b.Input("m", DType::kF32,
+                                            mask == 1 ? std::vector<DimSpec>{T, T}
+                                                      : std::vector<DimSpec>{B, H, T, T})});
+              } else if (mask == 2) {
+                s = b.Op("Where",
+                         {b.Input("m", DType::kBool, {B, 1, T, T}), b.ScalarF32(-1e9f), s});
+              }
+              Value* o = b.Op("MatMul", {b.Op("Softmax", {s}, {{"axis", AttrInt(-1)}}), v});
+              b.Output("y", b.Op("Transpose", {o}, {{"perm", Perm({0, 2, 1, 3})}}));
+            },
+            in, {}, 1e-5);
+        EXPECT_EQ(o.fired["attention"], 1);
+        EXPECT_EQ(o.fired["attention_kv_repeat"], mask == 3 ? 0 : 1);
+        EXPECT_EQ(o.HasKernel("Expand"), mask == 3);
+        EXPECT_TRUE(o.HasKernel("dynvm::Attention"));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynvm::compiler::rewrite

@@ -340,6 +340,11 @@ void RegisterSampleKernels(Registrations& r) {
   Add(
       r, "Sample",
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+        if (spec.inputs.size() >= 7) {
+          return absl::UnimplementedError(
+              "Sample on CUDA: top_k, top_p and repetition_penalty are not implemented (the "
+              "reference kernel has them)");
+        }
         if (spec.inputs.size() != 4 || spec.outputs.size() != 1) {
           return absl::InvalidArgumentError("Sample takes 4 inputs and has 1 output");
         }

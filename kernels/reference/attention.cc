@@ -118,12 +118,18 @@ absl::StatusOr<AttentionGeometry> PrepareAttention(const AttentionAttrs& a, Kern
   g.lk = kd[r - 1];
   g.dv = vd[r - 1];
   bool ok = kd[r - 2] == g.d && vd[r - 2] == g.lk;
-  for (int i = 0; i < r - 2; ++i) ok &= qd[i] == kd[i] && qd[i] == vd[i];
+  for (int i = 0; i < r - 2; ++i) {
+    ok &= (qd[i] == kd[i] || kd[i] == 1) && (qd[i] == vd[i] || vd[i] == 1);
+    // A leading dim of 1 in K' or V' is read by every index of Q's (grouped-query attention:
+    // [batch, kv heads, 1, ...] against [batch, kv heads, group, ...]).
+    if (kd[i] == 1) g.ks[i] = 0;
+    if (vd[i] == 1) g.vs[i] = 0;
+  }
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": Q' ", DimsString(qd), ", K' ", DimsString(kd), " and V' ", DimsString(vd),
         " (after their permutations) must be [..., Lq, D], [..., D, Lk] and [..., Lk, Dv] with "
-        "the same leading dims"));
+        "the same leading dims (or 1 in K' and V')"));
   }
   g.lead.assign(qd.begin(), qd.end() - 2);
   for (int64_t d : g.lead) g.units *= d;

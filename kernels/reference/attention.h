@@ -3,8 +3,9 @@
 // oneDNN backend's fast path (kernels/dnnl/attention.cc), and the per-unit reference loop.
 //
 // With Q' = Transpose(Q, q_perm) [..., Lq, D], K' = Transpose(K, k_perm) [..., D, Lk] and
-// V' = Transpose(V, v_perm) [..., Lk, Dv] (one rank r >= 2, equal leading dims, no
-// broadcasting), S = scale * Q' K' masked by mask_mode:
+// V' = Transpose(V, v_perm) [..., Lk, Dv] (one rank r >= 2, equal leading dims, except that a
+// leading dim of K' or V' may be 1 and is then read at every index of that dim of Q': grouped-query
+// attention), S = scale * Q' K' masked by mask_mode:
 //   0: no mask   1: S + mask   2: Where(mask, fill, S)   3: Where(mask, S, fill)
 // (mask f32 for 1, bool for 2 and 3, broadcasting to S [..., Lq, Lk] without changing it),
 // R = softmax(S over Lk) V' [..., Lq, Dv] and Y = Transpose(R, out_perm). The transposes are

@@ -1,9 +1,14 @@
 // Kernels of dynvm's own ops (domain "dynvm"), registered exactly like a user's custom ops.
 //
-//   Sample(logits [B, V] f32/f64, temperature [] f32, seed [] i64, step [] i64) -> [B] i64
-//     temperature <= 0: argmax (NaN counts as the largest value; ties pick the lowest index).
-//     Otherwise p = softmax(logits / temperature) and the token is the smallest k with
-//     sum(p[0..k]) > u, u = PhiloxUniform(seed, step, row) (kernels/reference/philox.h).
+//   Sample(logits [B, V] f32/f64, temperature [] f32, seed [] i64, step [] i64
+//          [, top_k [] i64, top_p [] f32, repetition_penalty [] f32, tokens [B, n] i64...])
+//     -> [B] i64 (docs/sampling.md). The logits of the tokens in `tokens` get the repetition
+//     penalty (Hugging Face's: positive ones divided, negative ones multiplied, once per
+//     distinct token). temperature <= 0: argmax (NaN counts as the largest value; ties pick the
+//     lowest index). Otherwise p = softmax(logits / temperature), restricted to the tokens whose
+//     logit is at least the top_k-th largest (top_k > 0) and then to the smallest most-probable
+//     set of mass >= top_p (top_p < 1), and the token is the smallest k with
+//     sum(p[0..k]) > u sum(p), u = PhiloxUniform(seed, step, row) (kernels/reference/philox.h).
 //   Gelu(x) = x/2 (1 + erf(x/sqrt 2)); GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
 //   Silu(x) = x sigmoid(x). f32 or f64, any layout; the fused activations of
 //   compiler/rewrite/activations.cc.
@@ -15,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -62,72 +68,202 @@ bool Greater(T a, T b) {
   return a > b;
 }
 
-// `p`: vocab doubles of scratch (the site's workspace, so a decode step allocates nothing).
-template <typename T>
-void SampleRows(const Tensor& logits, double temperature, uint64_t seed, uint64_t step,
-                int64_t* out, double* p) {
-  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  const int64_t rs = logits.stride(0), cs = logits.stride(1);
-  const T* base = logits.data<T>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = base + r * rs;
-    int64_t best = 0;
-    for (int64_t k = 1; k < vocab; ++k) {
-      if (Greater(row[k * cs], row[best * cs])) best = k;
+// The settings of one Sample call (docs/sampling.md).
+struct SampleSettings {
+  double temperature = 0;
+  int64_t top_k = 0;   // 0: no top-k filter
+  double top_p = 1;    // 1: no top-p filter
+  double penalty = 1;  // 1: no repetition penalty
+  uint64_t seed = 0, step = 0;
+  absl::Span<const Tensor* const> seen;  // [batch, n] token ids the penalty applies to
+};
+
+// The scratch of one row: `x` vocab doubles (the row's logits, then their weights), `order`
+// vocab indices, `marks` vocab bytes. From the site's workspace: a decode step allocates nothing.
+struct SampleScratch {
+  double* x;
+  int32_t* order;
+  uint8_t* marks;
+};
+
+// Hugging Face's repetition penalty, once per distinct token of row `r` of the seen tensors:
+// a positive logit is divided by the penalty, a negative one multiplied.
+absl::Status ApplyPenalty(const SampleSettings& s, int64_t r, int64_t vocab, SampleScratch& w) {
+  std::memset(w.marks, 0, static_cast<size_t>(vocab));
+  for (size_t i = 0; i < s.seen.size(); ++i) {
+    const Tensor& t = *s.seen[i];
+    for (int64_t j = 0; j < t.dim(1); ++j) {
+      const int64_t at = r * t.stride(0) + j * t.stride(1);
+      const int64_t token =
+          t.dtype() == DType::kI64 ? t.data<int64_t>()[at] : t.data<int32_t>()[at];
+      if (token < 0 || token >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Sample: token ", token,
+                         " of the tokens the repetition_penalty applies "
+                         "to (input ",
+                         7 + i, ", row ", r, ") is outside [0, ", vocab, ")"));
+      }
+      if (w.marks[token] != 0) continue;
+      w.marks[token] = 1;
+      double& v = w.x[token];
+      v = v < 0 ? v * s.penalty : v / s.penalty;
     }
-    if (temperature <= 0 || std::isnan(static_cast<double>(row[best * cs])) ||
-        std::isinf(static_cast<double>(row[best * cs]))) {
-      out[r] = best;  // greedy (also the only sane answer when the row has NaN or +inf)
-      continue;
-    }
-    const double max = static_cast<double>(row[best * cs]);
-    double total = 0;
-    for (int64_t k = 0; k < vocab; ++k) {
-      const double v = std::exp((static_cast<double>(row[k * cs]) - max) / temperature);
-      p[k] = std::isnan(v) ? 0.0 : v;
-      total += p[k];
-    }
-    const double u = PhiloxUniform(seed, step, static_cast<uint64_t>(r)) * total;
-    double acc = 0;
-    int64_t pick = best;
-    for (int64_t k = 0; k < vocab; ++k) {
-      acc += p[k];
-      if (acc > u) {
-        pick = k;
+  }
+  return absl::OkStatus();
+}
+
+// Keeps the tokens whose logit is at least the k-th largest (ties with it kept, as Hugging
+// Face's TopKLogitsWarper does): the others' weights become 0.
+void KeepTopK(int64_t k, int64_t vocab, SampleScratch& w) {
+  for (int64_t i = 0; i < vocab; ++i) w.order[i] = static_cast<int32_t>(i);
+  const double* x = w.x;
+  std::nth_element(w.order, w.order + (k - 1), w.order + vocab,
+                   [x](int32_t a, int32_t b) { return x[a] > x[b]; });
+  const double kth = x[w.order[k - 1]];
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (w.x[i] < kth) w.x[i] = -std::numeric_limits<double>::infinity();
+  }
+}
+
+// Keeps the smallest set of the most probable tokens whose mass reaches top_p of the total
+// (ties in probability taken in index order): the others' weights `p` become 0. Sorts only as
+// far as needed, in chunks that double.
+void KeepTopP(double top_p, int64_t vocab, double* p, int32_t* order) {
+  double total = 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (p[i] > 0) order[n++] = static_cast<int32_t>(i);
+    total += p[i];
+  }
+  auto before = [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  const double want = top_p * total;
+  double mass = 0;
+  int64_t kept = n;
+  for (int64_t lo = 0, chunk = 64; lo < n && kept == n; lo += chunk, chunk *= 2) {
+    const int64_t hi = std::min(n, lo + chunk);
+    std::partial_sort(order + lo, order + hi, order + n, before);
+    for (int64_t i = lo; i < hi; ++i) {
+      mass += p[order[i]];
+      if (mass >= want) {
+        kept = i + 1;
         break;
       }
     }
-    out[r] = pick;
   }
+  for (int64_t i = kept; i < n; ++i) p[order[i]] = 0;
+}
+
+// One row: penalty, greedy or temperature, top-k, top-p, then the inverse-CDF draw in index
+// order over what is kept.
+template <typename T>
+absl::StatusOr<int64_t> SampleRow(const T* row, int64_t cs, int64_t r, int64_t vocab,
+                                  const SampleSettings& s, SampleScratch& w) {
+  double* x = w.x;
+  for (int64_t k = 0; k < vocab; ++k) x[k] = static_cast<double>(row[k * cs]);
+  if (s.penalty != 1) DYNVM_RETURN_IF_ERROR(ApplyPenalty(s, r, vocab, w));
+  int64_t best = 0;
+  for (int64_t k = 1; k < vocab; ++k) {
+    if (Greater(x[k], x[best])) best = k;
+  }
+  // Greedy (also the only sane answer when the row's maximum is NaN or +inf).
+  if (s.temperature <= 0 || std::isnan(x[best]) || std::isinf(x[best])) return best;
+  if (s.top_k > 0 && s.top_k < vocab) KeepTopK(s.top_k, vocab, w);
+  const double max = x[best];
+  double total = 0;
+  for (int64_t k = 0; k < vocab; ++k) {
+    const double v = std::exp((x[k] - max) / s.temperature);
+    x[k] = std::isnan(v) ? 0.0 : v;
+    total += x[k];
+  }
+  if (s.top_p < 1) {
+    KeepTopP(s.top_p, vocab, x, w.order);
+    total = 0;
+    for (int64_t k = 0; k < vocab; ++k) total += x[k];
+  }
+  const double u = PhiloxUniform(s.seed, s.step, static_cast<uint64_t>(r)) * total;
+  double acc = 0;
+  for (int64_t k = 0; k < vocab; ++k) {
+    acc += x[k];
+    if (acc > u) return k;
+  }
+  return best;
+}
+
+// Reads and checks the optional settings (inputs 4-6) and the seen tensors (7...).
+absl::Status ReadSettings(absl::Span<const Tensor* const> in, int64_t batch, SampleSettings& s) {
+  if (in.size() == 4) return absl::OkStatus();
+  for (size_t i = 4; i < in.size(); ++i) {
+    if (in[i] == nullptr) return absl::InvalidArgumentError("Sample: input missing");
+  }
+  DYNVM_ASSIGN_OR_RETURN(s.top_k, ReadScalarInt(*in[4], "top_k"));
+  DYNVM_ASSIGN_OR_RETURN(s.top_p, ReadScalarDouble(*in[5], "top_p"));
+  DYNVM_ASSIGN_OR_RETURN(s.penalty, ReadScalarDouble(*in[6], "repetition_penalty"));
+  if (s.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sample: top_k must be >= 0 (0: no top-k filter), got ", s.top_k));
+  }
+  if (!(s.top_p > 0 && s.top_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Sample: top_p must be in (0, 1] (1: no top-p filter), got ", s.top_p));
+  }
+  if (!(s.penalty > 0) || std::isinf(s.penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sample: repetition_penalty must be a finite number > 0 (1: none), got ", s.penalty));
+  }
+  s.seen = in.subspan(7);
+  for (size_t i = 0; i < s.seen.size(); ++i) {
+    const Tensor& t = *s.seen[i];
+    if (t.rank() != 2 || t.dim(0) != batch ||
+        (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: input ", 7 + i,
+                       " (tokens the repetition_penalty applies to) must "
+                       "be i64 or i32 [batch, n] with batch ",
+                       batch, ", got ", t.DebugString()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunSample(const void*, KernelContext& ctx, absl::Span<const Tensor* const> in,
                        absl::Span<Tensor* const> out) {
-  if (in.size() != 4 || out.size() != 1 || !in[0] || !in[1] || !in[2] || !in[3] || !out[0]) {
+  if ((in.size() != 4 && in.size() < 7) || out.size() != 1 || !in[0] || !in[1] || !in[2] ||
+      !in[3] || !out[0]) {
     return absl::InvalidArgumentError(
-        "Sample takes (logits, temperature, seed, step) and has one output");
+        "Sample takes (logits, temperature, seed, step[, top_k, top_p, repetition_penalty, "
+        "tokens...]) and has one output");
   }
   const Tensor& logits = *in[0];
-  if (logits.rank() != 2 || logits.dim(1) == 0) {
+  if (logits.rank() != 2 || logits.dim(1) == 0 ||
+      logits.dim(1) > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Sample: logits must be [batch, vocab] with vocab > 0, got ", logits.DebugString()));
   }
-  DYNVM_ASSIGN_OR_RETURN(double temperature, ReadScalarDouble(*in[1], "temperature"));
+  SampleSettings s;
+  DYNVM_ASSIGN_OR_RETURN(s.temperature, ReadScalarDouble(*in[1], "temperature"));
   DYNVM_ASSIGN_OR_RETURN(int64_t seed, ReadScalarInt(*in[2], "seed"));
-  absl::StatusOr<int64_t> step = ReadScalarInt(*in[3], "step");
-  if (!step.ok()) return step.status();
-  const int64_t dims[1] = {logits.dim(0)};
+  DYNVM_ASSIGN_OR_RETURN(int64_t step, ReadScalarInt(*in[3], "step"));
+  s.seed = static_cast<uint64_t>(seed);
+  s.step = static_cast<uint64_t>(step);
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  DYNVM_RETURN_IF_ERROR(ReadSettings(in, rows, s));
+  const int64_t dims[1] = {rows};
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kI64, dims, "Sample"));
   int64_t* o = out[0]->data<int64_t>();
-  DYNVM_ASSIGN_OR_RETURN(void* scratch,
-                         ctx.Workspace(static_cast<size_t>(logits.dim(1)) * sizeof(double)));
-  double* p = static_cast<double*>(scratch);
-  if (logits.dtype() == DType::kF32) {
-    SampleRows<float>(logits, temperature, static_cast<uint64_t>(seed),
-                      static_cast<uint64_t>(*step), o, p);
-  } else {
-    SampleRows<double>(logits, temperature, static_cast<uint64_t>(seed),
-                       static_cast<uint64_t>(*step), o, p);
+  const size_t v = static_cast<size_t>(vocab);
+  DYNVM_ASSIGN_OR_RETURN(void* scratch, ctx.Workspace(v * (sizeof(double) + sizeof(int32_t) + 1)));
+  SampleScratch w{static_cast<double*>(scratch),
+                  reinterpret_cast<int32_t*>(static_cast<char*>(scratch) + v * sizeof(double)),
+                  reinterpret_cast<uint8_t*>(static_cast<char*>(scratch) +
+                                             v * (sizeof(double) + sizeof(int32_t)))};
+  for (int64_t r = 0; r < rows; ++r) {
+    absl::StatusOr<int64_t> pick = logits.dtype() == DType::kF32
+                                       ? SampleRow(logits.data<float>() + r * logits.stride(0),
+                                                   logits.stride(1), r, vocab, s, w)
+                                       : SampleRow(logits.data<double>() + r * logits.stride(0),
+                                                   logits.stride(1), r, vocab, s, w);
+    if (!pick.ok()) return pick.status();
+    o[r] = *pick;
   }
   return absl::OkStatus();
 }
@@ -453,18 +589,19 @@ void RegisterDynvmKernels(KernelRegistry& r) {
   AddActivation(r, "Gelu", &RunGelu<float>, &RunGelu<double>);
   AddActivation(r, "GeluTanh", &RunGeluTanh<float>, &RunGeluTanh<double>);
   AddActivation(r, "Silu", &RunSilu<float>, &RunSilu<double>);
-  r.Register({"dynvm", "Sample", Device::kCPU, "reference", kReferencePriority,
-              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-                if (spec.inputs.size() != 4 || spec.outputs.size() != 1) {
-                  return absl::InvalidArgumentError("Sample takes 4 inputs and has 1 output");
-                }
-                const uint8_t d = spec.inputs[0].dtype;
-                if (d != static_cast<uint8_t>(DType::kF32) &&
-                    d != static_cast<uint8_t>(DType::kF64)) {
-                  return absl::UnimplementedError("Sample: logits must be f32 or f64");
-                }
-                return std::make_unique<FunctionKernel>("sample.f32.ref", &RunSample, nullptr);
-              }});
+  r.Register(
+      {"dynvm", "Sample", Device::kCPU, "reference", kReferencePriority,
+       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+         if ((spec.inputs.size() != 4 && spec.inputs.size() < 7) || spec.outputs.size() != 1) {
+           return absl::InvalidArgumentError(
+               "Sample takes 4 inputs, or 7 and more, and has 1 output");
+         }
+         const uint8_t d = spec.inputs[0].dtype;
+         if (d != static_cast<uint8_t>(DType::kF32) && d != static_cast<uint8_t>(DType::kF64)) {
+           return absl::UnimplementedError("Sample: logits must be f32 or f64");
+         }
+         return std::make_unique<FunctionKernel>("sample.f32.ref", &RunSample, nullptr);
+       }});
 }
 
 }  // namespace dynvm::reference

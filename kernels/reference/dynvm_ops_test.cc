@@ -68,6 +68,130 @@ TEST(SampleTest, FrequenciesFollowTheSoftmax) {
   EXPECT_GT(top, 1980);  // p = 0.9968: 1993.7 expected, sd 2.5
 }
 
+// Sample with top_k, top_p, repetition_penalty and the tokens it applies to.
+struct Filters {
+  int64_t top_k = 0;
+  float top_p = 1;
+  float penalty = 1;
+  std::vector<Tensor> seen;
+};
+
+absl::StatusOr<std::vector<Tensor>> RunFiltered(const Tensor& logits, float t, int64_t seed,
+                                                int64_t step, const Filters& f) {
+  KernelCall call("Sample", "dynvm");
+  call.In(logits)
+      .In(Tensor::Scalar(t))
+      .In(Tensor::ScalarI64(seed))
+      .In(Tensor::ScalarI64(step))
+      .In(Tensor::ScalarI64(f.top_k))
+      .In(Tensor::Scalar(f.top_p))
+      .In(Tensor::Scalar(f.penalty));
+  for (const Tensor& s : f.seen) call.In(s);
+  return call.Out(DType::kI64).Run();
+}
+
+std::vector<int64_t> Sample(const Tensor& logits, float t, int64_t seed, int64_t step,
+                            const Filters& f) {
+  absl::StatusOr<std::vector<Tensor>> r = RunFiltered(logits, t, seed, step, f);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? testing::ToInts((*r)[0]) : std::vector<int64_t>{};
+}
+
+// Neutral settings draw exactly what the four-input form draws.
+TEST(SampleTest, NeutralFiltersDrawTheSameTokens) {
+  Tensor logits = F32({2, 5}, {0.1f, 0.7f, -0.3f, 0.4f, 0.5f, 1, 2, 0, 1.5f, -1});
+  for (int step = 0; step < 50; ++step) {
+    EXPECT_EQ(Sample(logits, 0.9f, 11, step, {}), Sample(logits, 0.9f, 11, step));
+  }
+}
+
+// top_k = 1 and a tiny top_p keep only the largest logit: greedy at any temperature.
+TEST(SampleTest, TopKOneAndTinyTopPAreGreedy) {
+  Tensor logits = F32({2, 6}, {0.1f, 0.7f, -0.3f, 0.69f, 0.5f, 0.2f, 1, 2, 0, 1.9f, -1, 2.1f});
+  for (int step = 0; step < 200; ++step) {
+    EXPECT_EQ(Sample(logits, 2.0f, 5, step, {.top_k = 1}), (std::vector<int64_t>{1, 5}));
+    EXPECT_EQ(Sample(logits, 2.0f, 5, step, {.top_p = 1e-6f}), (std::vector<int64_t>{1, 5}));
+  }
+}
+
+// Frequencies against the renormalized distributions; p = [0.1, 0.2, 0.3, 0.4].
+TEST(SampleTest, TopKAndTopPFrequencies) {
+  Tensor logits = F32({1, 4}, {0, std::log(2.0f), std::log(3.0f), std::log(4.0f)});
+  const int n = 20000;
+  struct Case {
+    Filters f;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {
+      {{.top_k = 2}, {0, 0, 3 / 7.0, 4 / 7.0}},
+      {{.top_p = 0.5f}, {0, 0, 3 / 7.0, 4 / 7.0}},  // 0.4 < 0.5 <= 0.4 + 0.3
+      {{.top_p = 0.75f}, {0, 2 / 9.0, 3 / 9.0, 4 / 9.0}},
+      {{.top_k = 3, .top_p = 0.5f}, {0, 0, 3 / 7.0, 4 / 7.0}},  // top-p over the top 3: 4/9 < 0.5
+      {{.top_k = 3, .top_p = 0.4f}, {0, 0, 0, 1}},              // 4/9 >= 0.4
+      {{.top_k = 9}, {0.1, 0.2, 0.3, 0.4}},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<int> count(4, 0);
+    for (int step = 0; step < n; ++step) ++count[Sample(logits, 1.0f, 7, step, cases[c].f)[0]];
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_NEAR(count[k] / static_cast<double>(n), cases[c].want[k], 0.015) << c << " " << k;
+    }
+  }
+  // Ties with the k-th largest logit are kept (Hugging Face's top-k): three equal logits at
+  // top_k = 1.
+  Tensor tied = F32({1, 4}, {1, 1, 0, 1});
+  std::vector<int> count(4, 0);
+  for (int step = 0; step < n; ++step) ++count[Sample(tied, 1.0f, 3, step, {.top_k = 1})[0]];
+  EXPECT_EQ(count[2], 0);
+  for (int k : {0, 1, 3}) EXPECT_NEAR(count[k] / static_cast<double>(n), 1 / 3.0, 0.015) << k;
+}
+
+// Hugging Face's repetition penalty: positive logits divided, negative ones multiplied, once per
+// distinct token of the prompt and output.
+TEST(SampleTest, RepetitionPenaltyChangesTheGreedyPick) {
+  Tensor logits = F32({2, 4}, {3.0f, 2.4f, 0, -5, -1.0f, -1.1f, -3, -4});
+  // Row 0: 3 / 1.2 = 2.5 > 2.4 (once, not 3 / 1.44); row 1: -1 * 1.2 = -1.2 < -1.1.
+  EXPECT_EQ(Sample(logits, 0, 1, 0, {.penalty = 1.2f, .seen = {I64({2, 3}, {0, 0, 0, 0, 0, 3})}}),
+            (std::vector<int64_t>{0, 1}));
+  // Token 0 of row 0 over two seen tensors: 3 / 1.3 = 2.31 < 2.4.
+  EXPECT_EQ(Sample(logits, 0, 1, 0,
+                   {.penalty = 1.3f, .seen = {I64({2, 1}, {0, 2}), I64({2, 2}, {0, 3, 2, 2})}}),
+            (std::vector<int64_t>{1, 0}));
+  // A penalty below 1 favours the seen tokens: 2.4 / 0.5 = 4.8 > 3; -1.1 * 0.5 = -0.55 > -1.
+  EXPECT_EQ(Sample(logits, 0, 1, 0, {.penalty = 0.5f, .seen = {I64({2, 1}, {1, 1})}}),
+            (std::vector<int64_t>{1, 1}));
+  // Sampled at a low temperature the penalized pick dominates.
+  int picked = 0;
+  for (int step = 0; step < 500; ++step) {
+    picked +=
+        Sample(logits, 0.05f, 9, step, {.penalty = 2.0f, .seen = {I64({2, 1}, {0, 0})}})[0] == 1;
+  }
+  EXPECT_GT(picked, 495);
+}
+
+TEST(SampleTest, BadSettingsAreErrorsNamingThem) {
+  Tensor logits = F32({1, 3}, {1, 2, 3});
+  auto error = [&](const Filters& f) {
+    absl::StatusOr<std::vector<Tensor>> r = RunFiltered(logits, 1.0f, 1, 0, f);
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_NE(error({.top_k = -1}).find("top_k must be >= 0"), std::string::npos);
+  for (float p : {0.0f, -0.5f, 1.5f, std::nanf("")}) {
+    EXPECT_NE(error({.top_p = p}).find("top_p must be in (0, 1]"), std::string::npos) << p;
+  }
+  for (float r : {0.0f, -1.0f, std::nanf(""), INFINITY}) {
+    EXPECT_NE(error({.penalty = r}).find("repetition_penalty must be a finite number > 0"),
+              std::string::npos)
+        << r;
+  }
+  EXPECT_NE(error({.penalty = 1.2f, .seen = {I64({1, 2}, {0, 3})}})
+                .find("token 3 of the tokens the repetition_penalty applies to"),
+            std::string::npos);
+  EXPECT_NE(error({.penalty = 1.2f, .seen = {I64({2, 1}, {0, 1})}}).find("[batch, n]"),
+            std::string::npos);
+  EXPECT_EQ(error({.top_k = 5, .top_p = 1.0f, .penalty = 1.0f}), "ok");
+}
+
 TEST(SampleTest, BadInputsAreErrors) {
   EXPECT_FALSE(KernelCall("Sample", "dynvm")
                    .In(F32({4}, {1, 2, 3, 4}))

@@ -21,6 +21,30 @@ import dynvm
 from conftest import ROOT, onnx_node_model
 
 
+def check_decode_sampling():
+    """decode=True on the checked-in step model (tests/data/llama_step): the sampling inputs
+    (temperature, top_k, top_p, repetition_penalty, seed, stop_token) are the entry's; greedy
+    tokens are PyTorch's, top_k=1 at a temperature is greedy, a bad top_p raises naming it."""
+    case = ROOT / "tests/data/llama_step"
+    exe = dynvm.compile(str(case / "model.onnx"), decode=True)
+    names = [i.name for i in exe.inputs]
+    assert names == ["prompt", "max_new_tokens", "temperature", "top_k", "top_p",
+                     "repetition_penalty", "seed", "stop_token"], names
+    vm = dynvm.VirtualMachine(exe)
+    want = np.load(case / "case0/output_tokens.npy")
+    feeds = dict(prompt=np.load(case / "case0/input_prompt.npy"),
+                 max_new_tokens=np.array(want.shape[1], np.int64),
+                 temperature=np.array(0, np.float32), top_k=np.array(0, np.int64),
+                 top_p=np.array(1, np.float32), repetition_penalty=np.array(1, np.float32),
+                 seed=np.array(3, np.int64), stop_token=np.array(-1, np.int64))
+    np.testing.assert_array_equal(vm.run(feeds)["tokens"], want)
+    feeds.update(temperature=np.array(0.9, np.float32), top_k=np.array(1, np.int64))
+    np.testing.assert_array_equal(vm.run(feeds)["tokens"], want)
+    feeds.update(top_p=np.array(1.5, np.float32))
+    with pytest.raises(dynvm.InvalidArgumentError, match=r"top_p must be in \(0, 1\]"):
+        vm.run(feeds)
+
+
 def endless_loop_model(grow=False):
     """y = Loop(no trip count, cond=true): x + 1 forever (or x concatenated with itself)."""
     body_nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"])]
@@ -199,6 +223,7 @@ def test_compile_has_every_vm_compile_option(tmp_path):
     # --decode: the char LM is a whole decode already, not a step model.
     with pytest.raises(dynvm.InvalidArgumentError, match="--decode: unexpected input 'prompt'"):
         dynvm.compile(lm, decode=True)
+    check_decode_sampling()
     with pytest.raises(dynvm.InvalidArgumentError, match="needs quantize_weights"):
         dynvm.compile(lm, quantize_min_bytes=10)
     # --disable-rewrite.

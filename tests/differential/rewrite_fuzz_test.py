@@ -441,6 +441,62 @@ def attention(rng, match, transposed_out=False):
                 ("" if match else ", softmax over the queries"))
 
 
+def attention_kv_repeat(rng, match):
+    """Grouped-query attention with K and V [b, kvh, lk, d] repeated to the query heads by
+    Unsqueeze + Expand + Reshape (Llama's export), no mask or an additive [lq, lk] one; near
+    miss: a per-head mask [b, heads, lq, lk] (the repeat stays)."""
+    b, kvh, g = int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(2, 4))
+    lq, lk, d = int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(2, 6))
+    heads = kvh * g
+    nodes = []
+    for x in ("k", "v"):
+        nodes += [c(f"{x}_ax", np.array([2], np.int64)),
+                  h.make_node("Unsqueeze", [x, f"{x}_ax"], [f"{x}_u"]),
+                  c(f"{x}_es", np.array([b, kvh, g, lk, d], np.int64)),
+                  h.make_node("Expand", [f"{x}_u", f"{x}_es"], [f"{x}_e"]),
+                  c(f"{x}_rs", np.array([b, heads, lk, d], np.int64)),
+                  h.make_node("Reshape", [f"{x}_e", f"{x}_rs"], [f"{x}_r"])]
+    nodes += [h.make_node("Transpose", ["k_r"], ["kt"], perm=[0, 1, 3, 2]),
+              h.make_node("MatMul", ["q", "kt"], ["s"]),
+              c("sc", np.array(1 / np.sqrt(d), np.float32)), h.make_node("Mul", ["s", "sc"], ["ss"])]
+    feeds = {"q": rnd(rng, b, heads, lq, d), "k": rnd(rng, b, kvh, lk, d),
+             "v": rnd(rng, b, kvh, lk, d)}
+    masked = rng.integers(0, 2) == 1 or not match
+    if masked:
+        feeds["m"] = rnd(rng, *((lq, lk) if match else (b, heads, lq, lk)), lo=-3.0, hi=0.0)
+        nodes.append(h.make_node("Add", ["ss", "m"], ["sm"]))
+    nodes += [h.make_node("Softmax", ["sm" if masked else "ss"], ["p"], axis=-1),
+              h.make_node("MatMul", ["p", "v_r"], ["y"])]
+    return Case(nodes, [vi(n, list(a.shape)) for n, a in feeds.items()], [vi("y", None)], 13, feeds,
+                match, f"grouped-query attention, {kvh} kv heads x {g}" +
+                (", a mask" if masked and match else "") + ("" if match else ", a per-head mask"))
+
+
+def shape_of_kv_repeat(rng, match):
+    """Shape of K [b, kvh, t, d] (t symbolic, so the shape is not folded) repeated g times per
+    head by Unsqueeze + Expand + Reshape with shapes computed from Shape(k); near miss: g = 1."""
+    b, kvh, t, d = (int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 5)),
+                    int(rng.integers(2, 5)))
+    g = int(rng.integers(2, 4)) if match else 1
+    nodes = [h.make_node("Shape", ["k"], ["ks"]),
+             c("s0", np.array([0], np.int64)), c("s2", np.array([2], np.int64)),
+             c("s1", np.array([1], np.int64)), c("s4", np.array([4], np.int64)),
+             h.make_node("Slice", ["ks", "s0", "s2"], ["lead"]),
+             h.make_node("Slice", ["ks", "s2", "s4"], ["tail"]),
+             h.make_node("Slice", ["ks", "s0", "s1"], ["bat"]),
+             c("gg", np.array([g], np.int64)), c("hh", np.array([kvh * g], np.int64)),
+             h.make_node("Concat", ["lead", "gg", "tail"], ["es"], axis=0),
+             h.make_node("Concat", ["bat", "hh", "tail"], ["rs"], axis=0),
+             c("ax", np.array([2], np.int64)),
+             h.make_node("Unsqueeze", ["k", "ax"], ["u"]),
+             h.make_node("Expand", ["u", "es"], ["e"]),
+             h.make_node("Reshape", ["e", "rs"], ["r"]),
+             h.make_node("Shape", ["r"], ["y"])]
+    feeds = {"k": rnd(rng, b, kvh, t, d)}
+    return Case(nodes, [vi("k", [b, kvh, "t", d])], [vi("y", None, T.INT64)], 13, feeds, match,
+                f"Shape of {kvh} kv heads repeated x {g}")
+
+
 def attention_transpose(rng, match):
     case = attention(rng, True, transposed_out=True)
     if not match:  # the Attention read elsewhere
@@ -718,6 +774,7 @@ GENERATORS = {
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
     "attention": attention, "attention_transpose": attention_transpose,
+    "attention_kv_repeat": attention_kv_repeat, "shape_of_kv_repeat": shape_of_kv_repeat,
     "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
     "dynquant_matmul": dynquant_matmul, "dynquant_matmul_bias": dynquant_matmul_bias,

@@ -12,6 +12,9 @@ and prints the medians and their ratio. Needs python3-torch and onnxruntime-node
 folder whose node_modules holds it; tools/bench/compare.sh installs it into build/bench).
 
     PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/llama_bench.py --ort-dir build/bench
+
+--disabled-rewrite NAME also times, in the same rounds, dynvm compiled without that rewrite (e.g.
+unstack_loop_carried: the loop copying its stacked KV cache every token), as "dynvm without NAME".
 """
 import argparse
 import json
@@ -56,6 +59,10 @@ def main():
     ap.add_argument("--ort-dir", required=True)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--disabled-rewrite", default=None,
+                    help="also time dynvm compiled with this rewrite disabled")
+    ap.add_argument("--repeats", default="repeat_interleave,expand",
+                    help="the K/V repeat forms to export, comma-separated")
     args = ap.parse_args()
     import dynvm
     ort_module = os.path.join(os.path.abspath(args.ort_dir), "node_modules", "onnxruntime-node")
@@ -64,7 +71,7 @@ def main():
         script = os.path.join(tmp, "ort.js")
         with open(script, "w") as f:
             f.write(ORT_JS)
-        for repeat in ("repeat_interleave", "expand"):
+        for repeat in args.repeats.split(","):
             torch.manual_seed(0)
             lm = llama.Llama(vocab=1000, d=256, layers=4, heads=8, kv_heads=2, head_dim=32,
                              ffn=688, repeat=repeat).eval()
@@ -80,6 +87,11 @@ def main():
             vm = dynvm.VirtualMachine(dynvm.compile(path), threads=1)
             feeds = {"prompt": prompt.numpy(), "max_new_tokens": np.array(args.steps, np.int64)}
             got = vm.run(feeds)["tokens"]
+            base = None
+            if args.disabled_rewrite:
+                base = dynvm.VirtualMachine(
+                    dynvm.compile(path, disable_rewrites=[args.disabled_rewrite]), threads=1)
+                base_got = base.run(feeds)["tokens"]
             ort = subprocess.Popen(
                 ["node", script, ort_module, path,
                  json.dumps({"prompt": prompt.numpy().ravel().tolist(),
@@ -92,11 +104,15 @@ def main():
                 return json.loads(ort.stdout.readline())
 
             ort_tokens = np.array(ort_run()["tokens"]).reshape(want.shape)  # warm-up
-            dynvm_ms, ort_ms = [], []
+            dynvm_ms, ort_ms, base_ms = [], [], []
             for _ in range(args.rounds):
                 start = time.perf_counter()
                 vm.run(feeds)
                 dynvm_ms.append((time.perf_counter() - start) * 1e3)
+                if base is not None:
+                    start = time.perf_counter()
+                    base.run(feeds)
+                    base_ms.append((time.perf_counter() - start) * 1e3)
                 ort_ms.append(ort_run()["ms"])
             ort.stdin.close()
             ort.wait()
@@ -105,6 +121,14 @@ def main():
                   f"ONNX Runtime {np.array_equal(ort_tokens, want)}; {args.steps} tokens: dynvm "
                   f"{d:.1f} ms ({args.steps / d * 1e3:.0f} tok/s), ONNX Runtime {o:.1f} ms "
                   f"({args.steps / o * 1e3:.0f} tok/s): {o / d:.2f}x")
+            if base is not None:
+                b = float(np.median(base_ms))
+                print(f"{repeat}: dynvm without {args.disabled_rewrite}: tokens equal PyTorch "
+                      f"{np.array_equal(base_got, want)}; {b:.1f} ms ({args.steps / b * 1e3:.0f} "
+                      f"tok/s): ONNX Runtime / it {o / b:.2f}x, with it / without "
+                      f"{b / d:.2f}x; rounds (ms) with {[round(x, 1) for x in dynvm_ms]}, "
+                      f"without {[round(x, 1) for x in base_ms]}, ORT "
+                      f"{[round(x, 1) for x in ort_ms]}")
     return 0
 
 

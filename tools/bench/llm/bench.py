@@ -43,7 +43,9 @@ exe = dynvm.load(sys.argv[1])
 spec = json.load(open(sys.argv[2]))
 vm = dynvm.VirtualMachine(exe, threads=int(sys.argv[3]))
 feeds = dict(prompt=np.array(spec["prompt"], np.int64), temperature=np.array(0, np.float32),
-             seed=np.array(0), stop_token=np.array(-1))
+             top_k=np.array(0), top_p=np.array(1, np.float32),
+             repetition_penalty=np.array(1, np.float32), seed=np.array(0), stop_token=np.array(-1))
+feeds = {k: v for k, v in feeds.items() if k in {i.name for i in exe.inputs}}  # older builds
 vm.run(max_new_tokens=np.array(2), **feeds)  # warm-up: first-run setup, as ORT's warm-up round
 times = []
 t0 = time.perf_counter()
