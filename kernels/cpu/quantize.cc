@@ -57,6 +57,10 @@ DYNVM_ALWAYS_INLINE void QLinearAddBody(int64_t n, const T* a, const T* b, float
   }
 }
 
+DYNVM_ALWAYS_INLINE void LookupBody(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
 DYNVM_ALWAYS_INLINE void ShiftBody(int64_t n, const uint8_t* x, int8_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int>(x[i]) - 128);
 }
@@ -183,6 +187,9 @@ DYNVM_ALWAYS_INLINE void DequantizeRowsBf16Body(int64_t k, const uint16_t* w, in
     RequantizeUniformBody<int8_t, -128, 127>(n, acc, add, s, z, y);                               \
   }                                                                                               \
   ATTR void ShiftU8ToS8##SUFFIX(int64_t n, const uint8_t* x, int8_t* y) { ShiftBody(n, x, y); }   \
+  ATTR void LookupBytes##SUFFIX(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y) {  \
+    LookupBody(n, x, table, y);                                                                   \
+  }                                                                                               \
   ATTR void QLinearAddU8##SUFFIX(int64_t n, const uint8_t* a, const uint8_t* b, float ra,         \
                                  float rb, float k, uint8_t* c) {                                 \
     QLinearAddBody<uint8_t, 0, 255>(n, a, b, ra, rb, k, c);                                       \
@@ -275,6 +282,24 @@ DYNVM_AVX2 void QLinearAddAvx2Impl(int64_t n, const T* a, const T* b, float ra, 
   QLinearAddBody<T, kLo, kHi>(n - i, a + i, b + i, ra, rb, k, c + i);
 }
 
+// 64 lookups at a time: two 128-entry two-table permutes (the index's low 7 bits), the high bit
+// picking between them.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupBytesVbmi(int64_t n,
+                                                                            const uint8_t* x,
+                                                                            const uint8_t* table,
+                                                                            uint8_t* y) {
+  const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
+  const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i v = _mm512_loadu_si512(x + i);
+    const __m512i lo = _mm512_permutex2var_epi8(t0, v, t1);
+    const __m512i hi = _mm512_permutex2var_epi8(t2, v, t3);
+    _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+  }
+  LookupBody(n - i, x + i, table, y + i);
+}
+
 void QLinearAddU8Avx512I(int64_t n, const uint8_t* a, const uint8_t* b, float ra, float rb, float k,
                          uint8_t* c) {
   QLinearAddAvx512Impl<uint8_t, 0, 255>(n, a, b, ra, rb, k, c);
@@ -308,7 +333,8 @@ void QLinearAddI8Avx2I(int64_t n, const int8_t* a, const int8_t* b, float ra, fl
   d->dequantize_rows_i8 = &DequantizeRowsI8##SUFFIX;       \
   d->dequantize_rows_bf16 = &DequantizeRowsBf16##SUFFIX;   \
   d->qlinear_add_u8 = &QLinearAddU8##SUFFIX;               \
-  d->qlinear_add_i8 = &QLinearAddI8##SUFFIX;
+  d->qlinear_add_i8 = &QLinearAddI8##SUFFIX;               \
+  d->lookup_bytes = &LookupBytes##SUFFIX;
 
 }  // namespace
 
@@ -326,6 +352,7 @@ void FillQuantize(Isa isa, Dispatch* d) {
     DYNVM_QUANTIZE_FILL(Avx512)
     d->qlinear_add_u8 = &QLinearAddU8Avx512I;
     d->qlinear_add_i8 = &QLinearAddI8Avx512I;
+    if (__builtin_cpu_supports("avx512vbmi")) d->lookup_bytes = &LookupBytesVbmi;
   }
 #endif
 }
@@ -374,6 +401,9 @@ void DequantizeRowsI8(int64_t k, const int8_t* q, int64_t ldw, const float* scal
 void DequantizeRowsBf16(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
                         float* dst) {
   internal::Table().dequantize_rows_bf16(k, w, ldw, r0, r1, dst);
+}
+void LookupBytes(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y) {
+  internal::Table().lookup_bytes(n, x, table, y);
 }
 void QLinearAddU8(int64_t n, const uint8_t* a, const uint8_t* b, float ra, float rb, float k,
                   uint8_t* c) {

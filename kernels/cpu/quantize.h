@@ -30,6 +30,10 @@ void QLinearAddU8(int64_t n, const uint8_t* a, const uint8_t* b, float ra, float
 void QLinearAddI8(int64_t n, const int8_t* a, const int8_t* b, float ra, float rb, float k,
                   int8_t* c);
 
+// y[i] = table[x[i]] over bytes (x[i] read as unsigned: an s8 value's two's-complement byte):
+// an elementwise function of an 8-bit tensor through its 256 results.
+void LookupBytes(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y);
+
 // y[i] = x[i] - 128 (a u8 operand as s8, its zero point moved with it).
 void ShiftU8ToS8(int64_t n, const uint8_t* x, int8_t* y);
 

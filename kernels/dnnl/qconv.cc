@@ -14,10 +14,12 @@
 // magnitude. Real layers' sums stay far below 2^24 after the zero point is taken out.
 //
 // QLinearConv: the requantization runs inside the primitive, which writes u8 or s8 y directly:
-// the s32 bias, then the output scale x_scale * w_scale / y_scale (rounded once to f32; per
-// tensor or per output channel, bound into the primitive), y's zero point (at run time), saturation
-// and rounding half to even, in f32. That is ONNX Runtime's own arithmetic (MLAS requantizes
-// f32(sum + bias) * f32 scale, rounds half to even and saturates), not the reference kernel's
+// the s32 bias, then the output scale x_scale * w_scale / y_scale (in f32 as ONNX Runtime
+// computes it: f32(f32(x_scale * w_scale) / y_scale); per tensor or per output channel, bound
+// into the primitive), rounding half to even (an eltwise_round post-op), y's zero point (at run
+// time) and saturation. That is MLAS's arithmetic (f32(sum + bias) * scale, rounded half to even,
+// then the zero point added and saturated; oneDNN alone would add the zero point in f32 before
+// rounding, which moves values within f32's rounding of a tie), not the reference kernel's
 // double: the two agree except where the exact value (sum + bias) * scale + y_zero_point lies
 // within f32's rounding error of a tie (x.5), where they may differ by one (qconv_test asserts
 // exactly that bound: every output identical, or off by one within 2^-20 of its magnitude of a
@@ -507,12 +509,14 @@ class QConvKernel final : public DnnlKernel {
   }
 
   // QLinearConv's output scales x_scale * w_scale / y_scale (one, or one per output channel),
-  // computed in double and rounded once to f32.
+  // in f32 as ONNX Runtime computes them: the product rounded, then the quotient.
   static std::vector<float> OutputScales(Inputs in) {
-    const double xs = QuantParamAt(in[1], 0), ys = QuantParamAt(in[6], 0);
+    const float xs = static_cast<float>(QuantParamAt(in[1], 0));
+    const float ys = static_cast<float>(QuantParamAt(in[6], 0));
     std::vector<float> s(static_cast<size_t>(in[4]->numel()));
     for (size_t oc = 0; oc < s.size(); ++oc) {
-      s[oc] = static_cast<float>(xs * QuantParamAt(in[4], static_cast<int64_t>(oc)) / ys);
+      const float xw = xs * static_cast<float>(QuantParamAt(in[4], static_cast<int64_t>(oc)));
+      s[oc] = xw / ys;
     }
     return s;
   }
@@ -574,16 +578,10 @@ class QConvKernel final : public DnnlKernel {
     dnnl::memory::dims dil(static_cast<size_t>(g.k));
     for (int i = 0; i < g.k; ++i)
       dil[static_cast<size_t>(i)] = g.dl[i] - 1;  // oneDNN counts dilation from 0
-    dnnl::primitive_attr attr = UserScratchpadAttr();
-    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    if (qlinear_) {
-      attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-    }
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                       dnnl::algorithm::convolution_direct, src_any, wts_any,
                                       bias_md, dst_any, strides, dil, pl, pr);
-    dnnl::convolution_forward::primitive_desc pd(d, attr, engine);
+    dnnl::convolution_forward::primitive_desc pd = RoundedPd(d, scales, engine);
     const dnnl::memory::desc psrc = pd.query_md(dnnl::query::src_md);
     const dnnl::memory::desc pwts = pd.query_md(dnnl::query::weights_md);
     const dnnl::memory::desc pdst = pd.query_md(dnnl::query::dst_md);
@@ -613,6 +611,40 @@ class QConvKernel final : public DnnlKernel {
     }
     if (pdst != dst) BindReorder(&e->dst_reorder, engine, pdst, dst);
     e->dst_bytes = Align(pdst.get_size());
+  }
+
+  // The primitive of `d` with, for QLinearConv, rounding (half to even) before y's zero point is
+  // added, as MLAS does (an eltwise_round post-op: oneDNN alone adds the zero point in f32 first,
+  // which moves values within f32's rounding of a tie); without it where oneDNN has no kernel
+  // taking the post-op (grouped 1x1 convolutions in 2.6.3), whose results then differ from MLAS's
+  // only at such ties. REQUIRES: inside Guard.
+  dnnl::convolution_forward::primitive_desc RoundedPd(const dnnl::convolution_forward::desc& d,
+                                                      const std::vector<float>& scales,
+                                                      const dnnl::engine& engine) const {
+    // A fresh attribute each time (dnnl::primitive_attr copies share one).
+    auto attr = [&](bool round) {
+      dnnl::primitive_attr a = UserScratchpadAttr();
+      a.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      if (qlinear_) {
+        a.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+        a.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      }
+      if (round) {
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_round, 0.0f, 0.0f);
+        a.set_post_ops(po);
+      }
+      return a;
+    };
+    if (qlinear_) {
+      try {
+        dnnl::convolution_forward::primitive_desc pd(d, attr(true), engine);
+        dnnl::convolution_forward probe(pd);  // some kernels refuse the post-op only here
+        return pd;
+      } catch (const dnnl::error&) {  // no kernel with the post-op: the one without it
+      }
+    }
+    return dnnl::convolution_forward::primitive_desc(d, attr(false), engine);
   }
 
   // QLinearConv on the primitive: y requantized by oneDNN, in f32 as ONNX Runtime's MLAS does

@@ -1,9 +1,10 @@
 // com.microsoft::QLinearAdd and dynvm::Requantize on vector loops over the VM's threads
 // (kernels/reference/qeltwise.cc has the definitions and the reference kernels). QLinearAdd
 // runs cpu::QLinearAdd{U8,I8} (ONNX Runtime's MLAS arithmetic, the reference's bits) on operands
-// of one shape; Requantize runs DequantizeLinear's and QuantizeLinear's own microkernels
-// (cpu::Dequantize*, cpu::Quantize*) through an f32 tile, with Relu between them, so it gives
-// the unfused program's bits. Both are elementwise over contiguous data, so a channels-last
+// of one shape; Requantize computes its 256 results with DequantizeLinear's and QuantizeLinear's
+// own microkernels (cpu::Dequantize*, cpu::Quantize*; Relu between them), so it gives the
+// unfused program's bits, then looks each element up (cpu::LookupBytes: AVX-512 VBMI byte
+// permutes where the CPU has them). Both are elementwise over contiguous data, so a channels-last
 // tensor (compiler/conv_fusion.h) runs unchanged. Everything else (broadcasts, strided tensors,
 // parameters that are not one value, or bad ones, whose errors the reference reports) runs
 // the reference kernel.
@@ -27,8 +28,6 @@ namespace {
 
 // Elements per range of the split over the VM's threads (a few microseconds of work).
 inline constexpr int64_t kGrain = int64_t{1} << 15;
-// Elements per f32 tile of Requantize (in L1).
-inline constexpr int64_t kTile = 1024;
 
 bool Is8Bit(DType d) { return d == DType::kU8 || d == DType::kI8; }
 
@@ -109,27 +108,28 @@ class RequantizeKernel final : public DnnlKernel {
     const float xzf = static_cast<float>(QuantParamAt(At(in, 2), 0));
     const float ys = static_cast<float>(QuantParamAt(At(in, 3), 0));
     const float yzf = static_cast<float>(QuantParamAt(yz, 0));
-    const bool xu = x->dtype() == DType::kU8, yu = yz->dtype() == DType::kU8;
-    const auto* px = static_cast<const char*>(x->raw_data());
-    auto* py = static_cast<char*>(out[0]->raw_data());
+    // The 256 results, by DequantizeLinear's and QuantizeLinear's own microkernels (the
+    // unfused program's arithmetic), indexed by x's byte; then one lookup per element.
+    alignas(64) uint8_t bytes[256], table[256];
+    alignas(64) float f[256];
+    for (int i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
+    if (x->dtype() == DType::kU8) {
+      cpu::DequantizeU8(256, bytes, xs, xzf, f);
+    } else {
+      cpu::DequantizeI8(256, reinterpret_cast<const int8_t*>(bytes), xs, xzf, f);
+    }
+    if (relu_) {
+      for (float& v : f) v = std::max(v, 0.0f);
+    }
+    if (yz->dtype() == DType::kU8) {
+      cpu::QuantizeU8(256, f, ys, yzf, table);
+    } else {
+      cpu::QuantizeI8(256, f, ys, yzf, reinterpret_cast<int8_t*>(table));
+    }
+    const auto* px = static_cast<const uint8_t*>(x->raw_data());
+    auto* py = static_cast<uint8_t*>(out[0]->raw_data());
     ctx.ParallelFor(x->numel(), kGrain, [&](int64_t i0, int64_t i1) {
-      alignas(64) float tile[kTile];
-      for (int64_t t = i0; t < i1; t += kTile) {
-        const int64_t n = std::min(kTile, i1 - t);
-        if (xu) {
-          cpu::DequantizeU8(n, reinterpret_cast<const uint8_t*>(px) + t, xs, xzf, tile);
-        } else {
-          cpu::DequantizeI8(n, reinterpret_cast<const int8_t*>(px) + t, xs, xzf, tile);
-        }
-        if (relu_) {
-          for (int64_t i = 0; i < n; ++i) tile[i] = std::max(tile[i], 0.0f);
-        }
-        if (yu) {
-          cpu::QuantizeU8(n, tile, ys, yzf, reinterpret_cast<uint8_t*>(py) + t);
-        } else {
-          cpu::QuantizeI8(n, tile, ys, yzf, reinterpret_cast<int8_t*>(py) + t);
-        }
-      }
+      cpu::LookupBytes(i1 - i0, px + i0, table, py + i0);
     });
     return absl::OkStatus();
   }
