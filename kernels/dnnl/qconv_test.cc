@@ -492,6 +492,34 @@ TEST(DnnlQConv, SplitOverTheThreadsMatchesTheReference) {
   }
 }
 
+// MLAS rounds (sum + bias) * scale half to even, then adds y's zero point; oneDNN alone adds the
+// zero point in f32 first. With sum 21 and scale 0.50000006 (the f32 after 0.5) the product is
+// the f32 just above 10.5, which rounds to 11 (111 with the zero point 100, as the reference's
+// exact value 10.50000125 does too); 10.5000009 + 100 in f32 is 110.5, which would round to 110.
+TEST(DnnlQConv, RoundsBeforeTheZeroPointAsMlas) {
+  const float above_half = std::nextafter(0.5f, 1.0f);
+  Tensor x = *Tensor::Empty(DType::kU8, {1, 1, 1, 1});
+  x.data<uint8_t>()[0] = 21;
+  Tensor w = *Tensor::Empty(DType::kI8, {1, 1, 1, 1});
+  w.data<int8_t>()[0] = 1;
+  const std::vector<Tensor> in = {x,
+                                  testing::F32({}, {1.0f}),
+                                  Scalar(DType::kU8, 0),
+                                  w,
+                                  testing::F32({}, {above_half}),
+                                  Scalar(DType::kI8, 0),
+                                  testing::F32({}, {1.0f}),
+                                  Scalar(DType::kU8, 100)};
+  KernelCall call("QLinearConv");
+  for (const Tensor& t : in) call.In(t);
+  call.Out(DType::kU8);
+  for (const char* backend : {"dnnl", "reference"}) {
+    absl::StatusOr<std::vector<Tensor>> y = KernelCall(call).Backend(backend).Run();
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ((*y)[0].data<uint8_t>()[0], 111) << backend;
+  }
+}
+
 TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {
   std::mt19937 rng(23);
   const Case c{{1, 4, 7, 7}, {6, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}};
