@@ -31,7 +31,8 @@
 // (compiler/conv_fusion.h) reads and writes channels-last u8/s8 instead ("channels_last_in" /
 // "_out", kernels/channels_last.h), the layout oneDNN picks, so no reorder runs between two of
 // them; its fallbacks (the im2col kernel, the reference) take the same flags; w is reordered on
-// every run (its packed form carries oneDNN's compensation for the zero point and for s8 x).
+// every run (its packed form carries oneDNN's compensation for the zero point and for s8 x),
+// or once per bound entry where the compiler marks it a constant (constant_weights = 1).
 // Primitives are bound per site and concrete shape in the conv family's LRU (conv_common.h), the
 // scales' mask, y's type and QLinearConv's output scales (hashed; the entry keeps them to
 // compare) in the key.
@@ -89,6 +90,8 @@ struct Attrs {
   int64_t group = 1;
   // QLinearConv: x / y hold channels-last data (kernels/channels_last.h).
   bool channels_last_in = false, channels_last_out = false;
+  // QLinearConv: w is a constant of the executable (immutable): packed once per entry.
+  bool constant_weights = false;
 };
 
 // The channels-last tag (NWC, NHWC, NDHWC) of a rank 3-5 tensor.
@@ -422,11 +425,7 @@ class QConvKernel final : public DnnlKernel {
     char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     char* pw = base + split.tasks * slot;
     int32_t* zero_bias = reinterpret_cast<int32_t*>(pw + w_bytes);
-    const void* wts = w.raw_data();
-    if (parts[0]->w_reorder.bound()) {
-      DYNVM_RETURN_IF_ERROR(parts[0]->w_reorder.Execute({wts, pw}, base));
-      wts = pw;
-    }
+    DYNVM_ASSIGN_OR_RETURN(const void* wts, PackedWeights(*parts[0], w, pw, base));
     const void* b = bias != nullptr ? bias->raw_data() : nullptr;
     if (qlinear_ && b == nullptr) {
       std::fill(zero_bias, zero_bias + g.m, 0);
@@ -647,6 +646,29 @@ class QConvKernel final : public DnnlKernel {
     return dnnl::convolution_forward::primitive_desc(d, attr(false), engine);
   }
 
+  // The weights in the primitive's layout: reordered into `pw` (workspace) on every run, or, for
+  // constant weights, once per entry and kept there (reordered again only if the tensor moved).
+  absl::StatusOr<const void*> PackedWeights(const Entry& e, const Tensor& w, char* pw,
+                                            char* scratch) const {
+    if (!e.w_reorder.bound()) return w.raw_data();
+    if (!a_.constant_weights) {
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({w.raw_data(), pw}, scratch));
+      return pw;
+    }
+    if (e.w_cache.empty() || e.w_cache_src != w.raw_data()) {
+      e.w_cache.assign(e.w_bytes + 64, 0);
+      e.w_cache_src = nullptr;
+      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({w.raw_data(), AlignedCache(e)}, scratch));
+      e.w_cache_src = w.raw_data();
+    }
+    return AlignedCache(e);
+  }
+
+  static char* AlignedCache(const Entry& e) {
+    return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(e.w_cache.data()) + 63) &
+                                   ~uintptr_t{63});
+  }
+
   // QLinearConv on the primitive: y requantized by oneDNN, in f32 as ONNX Runtime's MLAS does
   // (header), then reordered to NCHW when oneDNN wrote another layout.
   absl::Status ExecuteQLinear(KernelContext& ctx, const Entry& e, const Geometry& g,
@@ -677,11 +699,7 @@ class QConvKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(e.src_reorder.Execute({src, psrc}, pscratch));
       src = psrc;
     }
-    const void* wts = w.raw_data();
-    if (e.w_reorder.bound()) {
-      DYNVM_RETURN_IF_ERROR(e.w_reorder.Execute({wts, pw}, pscratch));
-      wts = pw;
-    }
+    DYNVM_ASSIGN_OR_RETURN(const void* wts, PackedWeights(e, w, pw, pscratch));
     void* dst = e.dst_reorder.bound() ? static_cast<void*>(pdst) : y->raw_data();
     DYNVM_RETURN_IF_ERROR(e.main.Execute({src, wts, b, dst, &zx, &zy}, pscratch));
     if (e.dst_reorder.bound()) {
@@ -758,6 +776,8 @@ void RegisterQConvKernels(KernelRegistry& r) {
             DYNVM_ASSIGN_OR_RETURN(int64_t co, spec.GetInt("channels_last_out", 0));
             a.channels_last_in = ci != 0;
             a.channels_last_out = co != 0;
+            DYNVM_ASSIGN_OR_RETURN(int64_t cw, spec.GetInt("constant_weights", 0));
+            a.constant_weights = cw != 0;
           }
           // Its fallback is the registry's next kernel for the spec: the im2col kernel
           // (quant.cc, kDnnlSecondPriority), whose own fallback is the reference kernel.

@@ -520,6 +520,41 @@ TEST(DnnlQConv, RoundsBeforeTheZeroPointAsMlas) {
   }
 }
 
+// constant_weights = 1 (the compiler's mark for an executable's constant w): the packed weights
+// are kept per bound entry and reordered again only for another tensor. Scales of powers of two
+// make every requantization exact in f32 and double alike, so outputs equal the reference's.
+TEST(DnnlQConv, ConstantWeightsArePackedOnce) {
+  std::mt19937 rng(71);
+  const Case c{{2, 16, 9, 7}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}};
+  Tensor x = Full(DType::kU8, c.x_dims, rng);
+  Tensor w1 = Ints(DType::kI8, c.w_dims, rng, -100, 100);
+  Tensor w2 = Ints(DType::kI8, c.w_dims, rng, -100, 100);
+  auto call = [&](const Tensor& w) {
+    KernelCall k("QLinearConv");
+    k.In(x).In(testing::F32({}, {1.0f})).In(Scalar(DType::kU8, 128)).In(w);
+    k.In(testing::F32({}, {0.25f})).In(Scalar(DType::kI8, 0)).In(testing::F32({}, {64.0f}));
+    k.In(Scalar(DType::kU8, 100)).Out(DType::kU8);
+    Attrs(c, k);
+    k.Attr("constant_weights", int64_t{1});
+    return k;
+  };
+  KernelSpec spec = call(w1).spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  ASSERT_TRUE(k.ok()) << k.status();
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  for (const Tensor* w : {&w1, &w1, &w2, &w1}) {
+    absl::StatusOr<std::vector<Tensor>> want = call(*w).Backend("reference").Run();
+    ASSERT_TRUE(want.ok()) << want.status();
+    const KernelCall kc = call(*w);
+    Tensor out;
+    std::vector<Tensor*> outs = {&out};
+    ASSERT_TRUE((*k)->Run(ctx, kc.inputs(), outs).ok());
+    EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0]));
+  }
+  EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), CpuHasVnni() ? 0 : 4);
+}
+
 TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {
   std::mt19937 rng(23);
   const Case c{{1, 4, 7, 7}, {6, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}};
