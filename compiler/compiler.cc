@@ -38,17 +38,20 @@ std::string ConvLayout(const KernelSpec& spec) {
   return s;
 }
 
-// Marks each dynvm::Linear and com.microsoft DynamicQuantizeMatMul whose weight is a constant of
-// the executable (constant segment: immutable, outliving the kernels) with constant_weights = 1,
-// so that its kernel may keep a packed copy (kernels/dnnl/linear.cc, quant.cc). Returns how many.
+// Marks each dynvm::Linear, com.microsoft DynamicQuantizeMatMul and QLinearConv whose weight is a
+// constant of the executable (constant segment: immutable, outliving the kernels) with
+// constant_weights = 1, so that its kernel may keep a packed copy (kernels/dnnl/linear.cc,
+// quant.cc, qconv.cc). Returns how many.
 int MarkConstantLinearWeights(Graph& g) {
   int count = 0;
   for (auto& n : g.nodes) {
     for (auto& [name, sub] : n->subgraphs) count += MarkConstantLinearWeights(*sub);
     const bool linear = n->domain == ops::kDynvmDomain && n->op == ops::kLinear;
     const bool dynquant = n->domain == ops::kMsftDomain && n->op == "DynamicQuantizeMatMul";
-    if ((!linear && !dynquant) || n->inputs.size() < 2 || n->inputs[1] == nullptr ||
-        !n->inputs[1]->constant) {
+    const bool qconv = n->domain.empty() && n->op == "QLinearConv";
+    const size_t wi = qconv ? 3 : 1;
+    if ((!linear && !dynquant && !qconv) || n->inputs.size() <= wi || n->inputs[wi] == nullptr ||
+        !n->inputs[wi]->constant) {
       continue;
     }
     AttrValue one;

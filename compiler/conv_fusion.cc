@@ -702,39 +702,101 @@ bool IsQLinearConv(const Node* n) {
          n->inputs[0] != nullptr && n->outputs.size() == 1 && n->outputs[0] != nullptr;
 }
 
-// Whether the 8-bit `v` can be kept channels-last: every reader is a QLinearConv reading it as
-// x, and it is no graph output and not read in a nested region.
-bool QuantizedMarkable(const Graph& g, const Value* v, UseCounts& uses) {
-  if (!v->shape || v->rank() < 3 || v->rank() > 5 ||
-      (v->dtype != DType::kU8 && v->dtype != DType::kI8)) {
-    return false;
-  }
-  int reads = 0;
-  for (const auto& other : g.nodes) {
-    for (size_t i = 0; i < other->inputs.size(); ++i) {
-      if (other->inputs[i] != v) continue;
-      ++reads;
-      if (!IsQLinearConv(other.get()) || i != 0) return false;
-    }
-  }
-  return reads > 0 && reads == uses[v];
+bool Is8BitActivation(const Value* v) {
+  return v != nullptr && v->shape && v->rank() >= 3 && v->rank() <= 5 &&
+         (v->dtype == DType::kU8 || v->dtype == DType::kI8);
 }
 
-// Values passed only from one QLinearConv to QLinearConvs (the chains of ONNX Runtime's QDQ
-// CNNs after the qdq_conv rewrite) are kept channels-last u8/s8 (NHWC), the layout oneDNN's int8
-// convolutions read and write: "channels_last_out" on the producer, "channels_last_in" on the
-// readers (kernels/channels_last.h). Returns the values changed.
+// A quantized elementwise node that serves channels-last tensors (its operands and result in
+// one layout): com.microsoft::QLinearAdd of operands of one rank (flagged "channels_last": it
+// broadcasts over the logical dims), dynvm::Requantize (elementwise). Its data ports:
+// QLinearAdd's A and B, Requantize's x.
+bool IsLayoutFreeQuantized(const Node* n) {
+  if (n->outputs.size() != 1 || !Is8BitActivation(n->outputs[0])) return false;
+  if (n->domain == ops::kMsftDomain && n->op == ops::kQLinearAdd) {
+    return n->inputs.size() >= 7 && Is8BitActivation(n->inputs[0]) &&
+           Is8BitActivation(n->inputs[3]) && n->inputs[0]->rank() == n->inputs[3]->rank() &&
+           n->inputs[0]->rank() == n->outputs[0]->rank();
+  }
+  return n->domain == ops::kDynvmDomain && n->op == ops::kRequantize && !n->inputs.empty() &&
+         Is8BitActivation(n->inputs[0]);
+}
+
+bool IsQuantizedDataPort(const Node* n, size_t i) {
+  if (IsQLinearConv(n)) return i == 0;
+  if (!IsLayoutFreeQuantized(n)) return false;
+  return n->op == ops::kQLinearAdd ? (i == 0 || i == 3) : i == 0;
+}
+
+// 8-bit activations are kept channels-last u8/s8 (NHWC), the layout oneDNN's int8 convolutions
+// read and write, over every group of values that QLinearConvs and quantized elementwise nodes
+// (IsLayoutFreeQuantized: a QDQ CNN's residual QLinearAdd and Requantize after the qdq rewrites)
+// pass between them: a group is the values such a node joins (its data inputs and its output),
+// and it changes layout when each of its values is made by a QLinearConv or such a node, read
+// only by them (a QLinearConv as x), and is no graph output and not read in a nested region.
+// "channels_last_out" goes on the QLinearConvs that make its values, "channels_last_in" on
+// those that read them, "channels_last" on the QLinearAdds. Returns the QLinearConvs whose
+// output changed.
 int AssignQuantizedLayouts(Graph& g, UseCounts& uses) {
-  int changed = 0;
-  for (auto& node : g.nodes) {
-    Node* p = node.get();
-    if (!IsQLinearConv(p) || !QuantizedMarkable(g, p->outputs[0], uses)) continue;
-    const Value* v = p->outputs[0];
-    SetInt(p, "channels_last_out", 1);
-    for (auto& other : g.nodes) {
-      if (other->inputs[0] == v) SetInt(other.get(), "channels_last_in", 1);
+  absl::flat_hash_map<const Value*, const Value*> parent;
+  std::function<const Value*(const Value*)> root = [&](const Value* v) {
+    auto it = parent.find(v);
+    if (it == parent.end() || it->second == v) return v;
+    const Value* r = root(it->second);
+    parent[v] = r;
+    return r;
+  };
+  auto join = [&](const Value* a, const Value* b) {
+    parent.try_emplace(a, a);
+    parent.try_emplace(b, b);
+    const Value *ra = root(a), *rb = root(b);
+    if (ra != rb) parent[ra] = rb;
+  };
+  // The groups, and whether each value's producer and readers take the layout.
+  absl::flat_hash_map<const Value*, int> reads;
+  absl::flat_hash_set<const Value*> bad;
+  for (const auto& node : g.nodes) {
+    const Node* n = node.get();
+    const bool free = IsLayoutFreeQuantized(n);
+    for (const Value* out : n->outputs) {
+      if (out == nullptr || !Is8BitActivation(out)) continue;
+      parent.try_emplace(out, out);
+      if (!free && !IsQLinearConv(n)) bad.insert(out);
     }
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      if (v == nullptr || !Is8BitActivation(v)) continue;
+      parent.try_emplace(v, v);
+      ++reads[v];
+      if (!IsQuantizedDataPort(n, i)) bad.insert(v);
+      if (free && IsQuantizedDataPort(n, i)) join(v, n->outputs[0]);
+    }
+  }
+  for (const auto& [v, p] : parent) {
+    if (v->producer == nullptr || reads[v] == 0 || reads[v] != uses[v]) bad.insert(v);
+  }
+  absl::flat_hash_set<const Value*> bad_groups;
+  for (const Value* v : bad) bad_groups.insert(root(v));
+  int changed = 0;
+  for (const auto& node : g.nodes) {
+    Node* p = node.get();
+    if (!IsQLinearConv(p) || !Is8BitActivation(p->outputs[0]) ||
+        bad_groups.contains(root(p->outputs[0]))) {
+      continue;
+    }
+    SetInt(p, "channels_last_out", 1);
     ++changed;
+  }
+  for (const auto& node : g.nodes) {
+    Node* r = node.get();
+    if (IsQLinearConv(r) && Is8BitActivation(r->inputs[0]) &&
+        !bad_groups.contains(root(r->inputs[0]))) {
+      SetInt(r, "channels_last_in", 1);
+    }
+    if (IsLayoutFreeQuantized(r) && r->op == ops::kQLinearAdd &&
+        !bad_groups.contains(root(r->outputs[0]))) {
+      SetInt(r, "channels_last", 1);
+    }
   }
   return changed;
 }

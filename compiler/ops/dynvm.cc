@@ -2,6 +2,10 @@
 //
 //   Sample(logits [B, V], temperature [], seed [], step [][, top_k [], top_p [],
 //          repetition_penalty [], tokens [B, n]...]) -> tokens [B] i64 (docs/sampling.md)
+//   Requantize(x, x_scale, x_zero_point, y_scale, y_zero_point) -> y  x (u8/i8) dequantized,
+//                      through Relu when relu = 1, and quantized again to y_zero_point's type:
+//                      exactly DequantizeLinear -> [Relu] -> QuantizeLinear in f32, per tensor
+//                      (compiler/rewrite/qdq.cc, qdq_requantize; kernels/reference/quant.cc).
 //   FusedConv(X, W, B?, sum?, dw_W?, dw_B?) -> Y  Conv + residual + activation, optionally then
 //                      a 3x3 depthwise conv + activation (compiler/conv_fusion.h)
 //   Emit(x, stream=0)  hands x to the host's stream callback (the `emit` instruction); no
@@ -251,6 +255,25 @@ absl::Status QLstmShape(InferContext& c) { return FindOpDef("", ops::kLSTM)->inf
 absl::Status QGruShape(InferContext& c) { return FindOpDef("", ops::kGRU)->infer(c); }
 absl::Status QRnnShape(InferContext& c) { return FindOpDef("", ops::kRNN)->infer(c); }
 
+// Requantize: y has x's shape and y_zero_point's type (u8 or i8).
+absl::Status RequantizeShape(InferContext& c) {
+  if (c.num_inputs() != 5 || c.num_outputs() != 1) {
+    return c.Error("Requantize takes (x, x_scale, x_zero_point, y_scale, y_zero_point)");
+  }
+  const DType in = c.input_dtype(0), out = c.input_dtype(4);
+  if ((in != DType::kU8 && in != DType::kI8) || (out != DType::kU8 && out != DType::kI8)) {
+    return c.Error(absl::StrCat("Requantize: x and y_zero_point must be u8 or i8, not ",
+                                DTypeName(in), " and ", DTypeName(out)));
+  }
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, out);
+  } else {
+    c.SetOutput(0, out, *x);
+  }
+  return absl::OkStatus();
+}
+
 // ChannelMul (compiler/conv_fusion.h): y = x * g, x [N, C, spatial...], g [N or 1, C, 1...];
 // y has x's dims.
 absl::Status ChannelMulShape(InferContext& c) {
@@ -282,6 +305,7 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},
       {ops::kFusedConv, 7, "", "", kPure, InferFusedConvShape},
       {ops::kChannelMul, 7, "", "", kPure, ChannelMulShape},
+      {ops::kRequantize, 7, "", "", kPure, RequantizeShape},
       {ops::kQMatMul, 7, "", "", kPure, QMatMulShape},
       {"QLSTM", 7, "", "", kPure, QLstmShape},
       {"QGRU", 7, "", "", kPure, QGruShape},

@@ -25,6 +25,9 @@
 //                            and b_zp
 //   DynamicQuantizeMatMul(A, B, b_scale, b_zp?, bias?)  the same with A f32 quantized to u8
 //                            per tensor first (DynamicQuantizeLinear)
+//   QLinearAdd(A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, C_scale, C_zero_point?)
+//                            A + B of u8 or i8 tensors (numpy broadcast), per-tensor scales and
+//                            zero points, in MLAS's f32 arithmetic (kernels/reference/quant.cc)
 //   GroupQueryAttention(query, key?, value?, past_key?, past_value?, seqlens_k,
 //                            total_sequence_length, cos_cache?, sin_cache?, position_ids?,
 //                            attention_bias?, head_sink?) -> output, present_key?,
@@ -408,6 +411,30 @@ absl::Status EmbedLayerNormShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// QLinearAdd: C has A's type and the broadcast shape of A and B.
+absl::Status QLinearAddShape(InferContext& c) {
+  if (c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(3)) {
+    return c.Error(
+        "QLinearAdd takes A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, "
+        "C_scale, C_zero_point? and has one output");
+  }
+  const DType dt = c.input_dtype(0);
+  if ((dt != DType::kU8 && dt != DType::kI8) || c.input_dtype(3) != dt) {
+    return c.Error(absl::StrCat("QLinearAdd: A and B must both be u8 or both i8, not ",
+                                DTypeName(dt), " and ", DTypeName(c.input_dtype(3))));
+  }
+  const Shape* a = c.input_shape(0);
+  const Shape* b = c.input_shape(3);
+  if (a == nullptr || b == nullptr) {
+    c.SetOutputUnknown(0, dt);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Shape> out = BroadcastShapes(c.sym(), *a, *b);
+  if (!out.ok()) return c.Error(out.status().message());
+  c.SetOutput(0, dt, *out);
+  return absl::OkStatus();
+}
+
 // com.microsoft::Gelu is dynvm::Gelu.
 absl::Status LowerGelu(LowerContext& l) {
   l.node.domain = ops::kDynvmDomain;
@@ -432,6 +459,8 @@ void DefineMsftOps(OpTable& t) {
        RotaryEmbeddingShape},
       {"MatMulIntegerToFloat", 1, "1:7:15", "", kPure, QuantMatMulShape},
       {"DynamicQuantizeMatMul", 1, "1:5:7", "", kPure, QuantMatMulShape},
+      // A, A_scale, A_zero_point?, B, B_scale, B_zero_point?, C_scale, C_zero_point?
+      {ops::kQLinearAdd, 1, "1:8:91", "", kPure, QLinearAddShape},
       {"MatMulNBits", 1, "1:6:7", "K:i N:i bits:i block_size:i accuracy_level:i", kPure,
        MatMulNBitsShape},
       // query, key?, value?, past_key?, past_value?, seqlens_k, total_sequence_length,

@@ -32,6 +32,19 @@
 // through the Conv's input and may have other readers (a residual Add reads the block's input
 // too); it stays for them.
 //
+// qdq_add: a residual Add between quantized tensors,
+//   QuantizeLinear(Add(DequantizeLinear(aq, as[, az]), DequantizeLinear(bq, bs[, bz])), cs[, cz])
+// becomes com.microsoft::QLinearAdd(aq, as, az, bq, bs, bz, cs, cz) (what ONNX Runtime's QDQ
+// transformer makes of it, with its MLAS arithmetic: kernels/reference/qeltwise.cc). Taken: aq
+// and bq of one 8-bit type and one known shape, cz of that type, every scale f32 and every
+// scale and zero point per tensor; the DequantizeLinears may have other readers.
+//
+// qdq_requantize: QuantizeLinear(Relu(DequantizeLinear(xq, xs[, xz])), ys[, yz]) and
+// QuantizeLinear(DequantizeLinear(xq, xs[, xz]), ys[, yz]) become
+// dynvm::Requantize(xq, xs, xz, ys, yz) (relu = 1 with the Relu): the same f32 arithmetic in one
+// pass over the 8-bit data, bit for bit the unfused program's. Per tensor, f32 scales; the
+// DequantizeLinear may have other readers.
+//
 // The fused result can differ from the unfused program by one quantization step where the
 // f32 product lands within rounding of a tie: the fused product is exact and requantized in
 // double (or scaled in f32 with c), the unfused one summed in f32 (ONNX Runtime's fusion
@@ -40,6 +53,7 @@
 #include <vector>
 
 #include "compiler/builder.h"
+#include "compiler/ops/names.h"
 #include "compiler/rewrite/rules.h"
 
 namespace dynvm::compiler::rewrite {
@@ -260,6 +274,69 @@ Value* ReplaceConv(Emitter& e, const Match& m) {
   return e.Op("QuantizeLinear", q);
 }
 
+// Whether a and b have one shape (each dim the same symbol or the same constant).
+bool SameShape(const Value* a, const Value* b) {
+  if (!a->shape || !b->shape || a->shape->size() != b->shape->size()) return false;
+  for (size_t i = 0; i < a->shape->size(); ++i) {
+    const Dim x = (*a->shape)[i], y = (*b->shape)[i];
+    if (x == y) continue;
+    const std::optional<int64_t> cx = SymbolicContext::AsConst(x), cy = SymbolicContext::AsConst(y);
+    if (!cx || !cy || *cx != *cy) return false;
+  }
+  return true;
+}
+
+// Whether every value is absent or a per-tensor (one-element) parameter.
+bool PerTensor(std::initializer_list<const Value*> vs) {
+  for (const Value* v : vs) {
+    if (v != nullptr && ConstNumel(v) != 1) return false;
+  }
+  return true;
+}
+
+Value* ReplaceAdd(Emitter& e, const Match& m) {
+  Value *aq = nullptr, *as = nullptr, *az = nullptr, *bq = nullptr, *bs = nullptr, *bz = nullptr;
+  if (!DequantizedFrom(m["af"], &aq, &as, &az) || !DequantizedFrom(m["bf"], &bq, &bs, &bz)) {
+    return nullptr;
+  }
+  Value *cs = m["ys"], *cz = m["yz"];
+  const DType dt = aq->dtype;
+  if (!Is8Bit(dt) || bq->dtype != dt || (cz != nullptr && cz->dtype != dt) ||
+      (cz == nullptr && dt != DType::kU8) || !aq->has_shape() || !bq->has_shape() ||
+      !SameShape(aq, bq) || (az != nullptr && az->dtype != dt) ||
+      (bz != nullptr && bz->dtype != dt)) {
+    return nullptr;
+  }
+  for (const Value* s : {as, bs, cs}) {
+    if (s->dtype != DType::kF32) return nullptr;
+  }
+  if (!PerTensor({as, az, bs, bz, cs, cz})) return nullptr;
+  Value* azp = ZeroPoint(e, az, dt);
+  Value* bzp = ZeroPoint(e, bz, dt);
+  Value* czp = ZeroPoint(e, cz, dt);
+  if (azp == nullptr || bzp == nullptr || czp == nullptr) return nullptr;
+  return e.Op(ops::kQLinearAdd, {aq, as, azp, bq, bs, bzp, cs, czp}, {}, ops::kMsftDomain);
+}
+
+Value* Requantize(Emitter& e, const Match& m, bool relu) {
+  Value *xq = nullptr, *xs = nullptr, *xz = nullptr;
+  if (!DequantizedFrom(m["xf"], &xq, &xs, &xz)) return nullptr;
+  Value *ys = m["ys"], *yz = m["yz"];
+  if (!Is8Bit(xq->dtype) || (xz != nullptr && xz->dtype != xq->dtype) ||
+      (yz != nullptr && !Is8Bit(yz->dtype)) || xs->dtype != DType::kF32 ||
+      ys->dtype != DType::kF32 || !PerTensor({xs, xz, ys, yz})) {
+    return nullptr;
+  }
+  Value* xzp = ZeroPoint(e, xz, xq->dtype);
+  Value* yzp = ZeroPoint(e, yz, DType::kU8);
+  if (xzp == nullptr || yzp == nullptr) return nullptr;
+  return e.Op(ops::kRequantize, {xq, xs, xzp, ys, yzp}, {{"relu", AttrInt(relu ? 1 : 0)}},
+              ops::kDynvmDomain);
+}
+
+Value* ReplaceRequantizeRelu(Emitter& e, const Match& m) { return Requantize(e, m, true); }
+Value* ReplaceRequantize(Emitter& e, const Match& m) { return Requantize(e, m, false); }
+
 }  // namespace
 
 std::vector<Rule> QdqRules() {
@@ -276,9 +353,19 @@ std::vector<Rule> QdqRules() {
                      P::Op("Conv", {P::Any("xf"), Dequantize("w")}).As("conv")});
   P croot =
       P::OneOf({P::Op("QuantizeLinear", {conv, ys, yz}), P::Op("QuantizeLinear", {conv, ys})});
+  P add = P::Op("Add", {P::Any("af"), P::Any("bf")});
+  P aroot = P::OneOf({P::Op("QuantizeLinear", {add, ys, yz}), P::Op("QuantizeLinear", {add, ys})});
+  P relu = P::Op("Relu", {P::Any("xf")});
+  P rroot =
+      P::OneOf({P::Op("QuantizeLinear", {relu, ys, yz}), P::Op("QuantizeLinear", {relu, ys})});
+  P qroot = P::OneOf({P::Op("QuantizeLinear", {P::Any("xf"), ys, yz}),
+                      P::Op("QuantizeLinear", {P::Any("xf"), ys})});
   return {Rule{"qdq_matmul", std::move(root), &Replace},
           Rule{"qdq_gemm", std::move(groot), &ReplaceGemm},
-          Rule{"qdq_conv", std::move(croot), &ReplaceConv}};
+          Rule{"qdq_conv", std::move(croot), &ReplaceConv},
+          Rule{"qdq_add", std::move(aroot), &ReplaceAdd},
+          Rule{"qdq_requantize_relu", std::move(rroot), &ReplaceRequantizeRelu},
+          Rule{"qdq_requantize", std::move(qroot), &ReplaceRequantize}};
 }
 
 }  // namespace dynvm::compiler::rewrite

@@ -72,6 +72,11 @@ struct Dispatch {
                              int64_t r0, int64_t r1, float* dst);
   void (*dequantize_rows_bf16)(int64_t k, const uint16_t* w, int64_t ldw, int64_t r0, int64_t r1,
                                float* dst);
+  void (*qlinear_add_u8)(int64_t n, const uint8_t* a, const uint8_t* b, float ra, float rb, float k,
+                         uint8_t* c);
+  void (*qlinear_add_i8)(int64_t n, const int8_t* a, const int8_t* b, float ra, float rb, float k,
+                         int8_t* c);
+  void (*lookup_bytes)(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y);
   // qgemv.h
   void (*qgemv_i8)(int64_t rows, int64_t k, const float* x, int64_t ldx, const int8_t* q,
                    int64_t ldw, const float* scale, int64_t r0, int64_t r1, float beta, float* y,

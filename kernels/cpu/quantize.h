@@ -23,6 +23,17 @@ void RequantizeI8(int64_t n, const int32_t* acc, const double* scale, double z, 
 void RequantizeU8Uniform(int64_t n, const int32_t* acc, double add, double s, double z, uint8_t* y);
 void RequantizeI8Uniform(int64_t n, const int32_t* acc, double add, double s, double z, int8_t* y);
 
+// QLinearAdd of equal-shape operands (kernels/reference/qeltwise.cc has the definition, ONNX
+// Runtime's MLAS arithmetic): c[i] = saturate(round_half_even(fma(a[i], ra, fma(b[i], rb, k)))).
+void QLinearAddU8(int64_t n, const uint8_t* a, const uint8_t* b, float ra, float rb, float k,
+                  uint8_t* c);
+void QLinearAddI8(int64_t n, const int8_t* a, const int8_t* b, float ra, float rb, float k,
+                  int8_t* c);
+
+// y[i] = table[x[i]] over bytes (x[i] read as unsigned: an s8 value's two's-complement byte):
+// an elementwise function of an 8-bit tensor through its 256 results.
+void LookupBytes(int64_t n, const uint8_t* x, const uint8_t* table, uint8_t* y);
+
 // y[i] = x[i] - 128 (a u8 operand as s8, its zero point moved with it).
 void ShiftU8ToS8(int64_t n, const uint8_t* x, int8_t* y);
 

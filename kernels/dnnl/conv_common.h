@@ -42,6 +42,10 @@ struct Entry {
   size_t dw_bytes = 0;
   std::vector<float> zero_bias;   // the fused 1x1 conv's bias when it has none
   std::vector<float> out_scales;  // QLinearConv: the output scales bound into the primitive
+  // QLinearConv with constant weights (constant_weights = 1): the weights in the primitive's
+  // layout, reordered on the first run (from w_cache_src) and kept (qconv.cc).
+  mutable std::vector<char> w_cache;
+  mutable const void* w_cache_src = nullptr;
 };
 
 // A site's entries, least recently used evicted first (ConvCacheCapacity()).

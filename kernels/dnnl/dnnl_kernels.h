@@ -32,6 +32,8 @@ void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::Q
 void RegisterMatMulNBitsKernels(KernelRegistry& r);      // matmul_nbits.cc: 4-bit MatMulNBits
 // qconv.cc: ConvInteger, QLinearConv on oneDNN's int8 convolution.
 void RegisterQConvKernels(KernelRegistry& r);
+// qeltwise.cc: com.microsoft::QLinearAdd, dynvm::Requantize.
+void RegisterQuantEltwiseKernels(KernelRegistry& r);
 // quant.cc: the im2col ConvInteger / QLinearConv kernel (registered by RegisterQuantKernels at
 // kDnnlSecondPriority: qconv.cc's fallback; it falls back to the reference in turn).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateIm2ColConv(const KernelSpec& spec, bool qlinear);

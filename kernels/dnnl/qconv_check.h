@@ -33,9 +33,12 @@ struct Requant {
 // (sum + bias) * scale + zy lies within f32's rounding of a tie: 2^-20 times its magnitude (the
 // scale rounded to f32, the product and the zero point's addition: three roundings of 2^-24
 // each, far inside that). Every other output is identical. Expects every run served without the
-// fallback when `want_fast`, by it otherwise. Returns how many outputs sat at such a tie.
+// fallback when `want_fast`, by it otherwise, and then (want_binds) that many primitives bound
+// (a run split over threads binds one per part). Runs with `threads` threads. Returns how many
+// outputs sat at such a tie.
 inline int64_t ExpectQLinearAsReference(const KernelCall& call, const std::vector<Tensor>& inputs,
-                                        bool want_fast, const Requant& q) {
+                                        bool want_fast, const Requant& q, int threads = 1,
+                                        int want_binds = 1) {
   absl::StatusOr<std::vector<Tensor>> want = KernelCall(call).Backend("reference").Run();
   EXPECT_TRUE(want.ok()) << want.status();
   if (!want.ok()) return 0;
@@ -47,7 +50,7 @@ inline int64_t ExpectQLinearAsReference(const KernelCall& call, const std::vecto
   const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
   EXPECT_NE(dnnl, nullptr);
   if (dnnl == nullptr) return 0;
-  KernelContext ctx(&HeapAllocator::Get(), 1);
+  KernelContext ctx(&HeapAllocator::Get(), threads);
   std::vector<const Tensor*> in;
   for (const Tensor& t : inputs) in.push_back(&t);
   const std::vector<double> ref = ::dynvm::testing::ToDoubles((*want)[0]);
@@ -85,7 +88,7 @@ inline int64_t ExpectQLinearAsReference(const KernelCall& call, const std::vecto
   }
   EXPECT_EQ(dnnl->fallback_runs(), want_fast ? 0 : 2) << dnnl->name();
   if (want_fast) {
-    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, want_binds);
   }
   return ties;
 }

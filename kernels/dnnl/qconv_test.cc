@@ -26,6 +26,7 @@
 #include "kernels/dnnl/qconv_check.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
+#include "kernels/thread_pool.h"
 
 namespace dynvm::onednn {
 namespace {
@@ -62,9 +63,10 @@ Tensor Scalar(DType dtype, int v) {
 
 // Runs `call` on the dnnl kernel (twice, on one site: the second run reuses the bound
 // primitive) and on the reference kernel; expects identical outputs, and every run served
-// without the fallback when `want_fast`, by it otherwise.
+// without the fallback when `want_fast`, by it otherwise, binding `want_binds` primitives (one
+// per part of a run split over `threads` threads).
 void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& inputs,
-                           bool want_fast) {
+                           bool want_fast, int threads = 1, int want_binds = 1) {
   absl::StatusOr<std::vector<Tensor>> want = KernelCall(call).Backend("reference").Run();
   ASSERT_TRUE(want.ok()) << want.status();
   KernelSpec spec = call.spec();
@@ -73,7 +75,7 @@ void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& in
   ASSERT_TRUE(k.ok()) << k.status();
   const auto* dnnl = dynamic_cast<const DnnlKernel*>(k->get());
   ASSERT_NE(dnnl, nullptr);
-  KernelContext ctx(&HeapAllocator::Get(), 1);
+  KernelContext ctx(&HeapAllocator::Get(), threads);
   std::vector<const Tensor*> in;
   for (const Tensor& t : inputs) in.push_back(&t);
   for (int run = 0; run < 2; ++run) {
@@ -87,7 +89,7 @@ void ExpectSameAsReference(const KernelCall& call, const std::vector<Tensor>& in
   }
   EXPECT_EQ(dnnl->fallback_runs(), want_fast ? 0 : 2) << dnnl->name();
   if (want_fast) {
-    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, 1);
+    EXPECT_EQ(GetConvCacheStats(ctx.state().get()).binds, want_binds);
   }
 }
 
@@ -305,15 +307,17 @@ TEST(DnnlQConv, RequantizationInThePrimitiveMatchesTheReference) {
   EXPECT_LT(ties * 10000, outputs) << ties << " ties in " << outputs << " outputs";
 }
 
-// Runs the kernel `make` creates for `call` on `inputs` (twice, one site); its output.
-Tensor RunOnce(const KernelCall& call, const std::vector<Tensor>& inputs, bool im2col) {
+// Runs the kernel `make` creates for `call` on `inputs` (twice, one site, `threads` threads); its
+// output.
+Tensor RunOnce(const KernelCall& call, const std::vector<Tensor>& inputs, bool im2col,
+               int threads = 1) {
   KernelSpec spec = call.spec();
   spec.backend = "dnnl";
   absl::StatusOr<std::unique_ptr<Kernel>> k =
       im2col ? CreateIm2ColConv(spec, true) : KernelRegistry::Global().Create(spec);
   EXPECT_TRUE(k.ok()) << k.status();
   if (!k.ok()) return Tensor();
-  KernelContext ctx(&HeapAllocator::Get(), 1);
+  KernelContext ctx(&HeapAllocator::Get(), threads);
   std::vector<const Tensor*> in;
   for (const Tensor& t : inputs) in.push_back(&t);
   Tensor out;
@@ -404,6 +408,151 @@ TEST(DnnlQConv, ChannelsLastMatchesThePlainLayout) {
       }
     }
   }
+}
+
+// A convolution of at least 1M multiply-adds with more than one thread splits over the VM's
+// pool (no OpenMP team): whole images where the batch divides evenly over the threads (or has
+// 4 per thread), else each image's output rows in one block per thread, each block bound with
+// the padding that falls inside it. Against the reference kernels at 2 and 3 threads, batch 1
+// and more, odd sizes, strides, dilations, pads, groups, 1-D and 2-D: ConvInteger exactly,
+// QLinearConv as ExpectQLinearAsReference allows; the split asserted by the primitives bound
+// (one per row block); the channels-last flags bit for bit against the plain layout.
+TEST(DnnlQConv, SplitOverTheThreadsMatchesTheReference) {
+  if (!CpuHasVnni()) GTEST_SKIP() << "the split is the primitive's, which needs VNNI";
+  ASSERT_TRUE(SetMaxThreads(4).ok());  // 3 threads on a 2-CPU machine too
+  std::mt19937 rng(61);
+  struct Split {
+    Case c;
+    int binds2, binds3;  // primitives bound at 2 and 3 threads
+  };
+  const std::vector<Split> cases = {
+      {{{1, 16, 37, 29}, {32, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}}, 2, 3},
+      {{{3, 8, 45, 31}, {24, 8, 3, 3}, {2, 2}, {2, 1, 2, 1}, {2, 2}}, 2, 1},
+      {{{4, 48, 33, 27}, {48, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 48}, 1, 3},
+      {{{1, 64, 301}, {64, 64, 5}, {1}, {2, 2}, {1}}, 2, 3},
+      {{{1, 96, 23, 23}, {96, 1, 3, 3}, {2, 2}, {0, 0, 1, 1}, {1, 1}, 96, "SAME_UPPER"}, 0, 0},
+      {{{2, 40, 17, 19}, {80, 40, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}}, 1, 1},
+  };
+  for (size_t ci_ = 0; ci_ < cases.size(); ++ci_) {
+    Case c = cases[ci_].c;
+    if (c.auto_pad != "NOTSET") c.pads.clear();
+    const int64_t m = c.w_dims[0];
+    Tensor x = Full(DType::kU8, c.x_dims, rng), w = Ints(DType::kI8, c.w_dims, rng, -70, 70);
+    Tensor xz = Scalar(DType::kU8, 117), wz = Scalar(DType::kI8, 0);
+    std::vector<float> ws(static_cast<size_t>(m));
+    for (float& v : ws) v = 0.0002f * static_cast<float>(1 + rng() % 40);
+    const float xsv = 0.02f, ysv = 0.41f;
+    Tensor xs = testing::F32({}, {xsv}), wsc = testing::F32({m}, ws);
+    Tensor ys = testing::F32({}, {ysv}), yz = Scalar(DType::kU8, 96);
+    Tensor b32 = *Tensor::Empty(DType::kI32, {m});
+    for (int64_t i = 0; i < m; ++i) {
+      b32.data<int32_t>()[i] = static_cast<int32_t>(rng() % 20001) - 10000;
+    }
+    KernelCall ci("ConvInteger");
+    ci.In(x).In(w).In(xz).Out(DType::kI32);
+    Attrs(c, ci);
+    absl::StatusOr<std::vector<Tensor>> sums = KernelCall(ci).Backend("reference").Run();
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    qconv_check::Requant q;
+    q.sums = (*sums)[0];
+    q.zy = 96;
+    for (int64_t i = 0; i < m; ++i) {
+      q.bias.push_back(b32.data<int32_t>()[i]);
+      q.scale.push_back(static_cast<double>(xsv) * ws[static_cast<size_t>(i)] / ysv);
+    }
+    const std::vector<Tensor> plain_in = {x, xs, xz, w, wsc, wz, ys, yz, b32};
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(absl::StrCat("case ", ci_, " x ", absl::StrJoin(c.x_dims, "x"), " w ",
+                                absl::StrJoin(c.w_dims, "x"), ", ", threads, " threads"));
+      // Case 4 has 144K multiply-adds: below the split, one thread.
+      const int binds = threads == 2 ? cases[ci_].binds2 : cases[ci_].binds3;
+      ExpectSameAsReference(ci, {x, w, xz}, true, threads, binds == 0 ? 1 : binds);
+      KernelCall ql("QLinearConv");
+      for (const Tensor& v : plain_in) ql.In(v);
+      ql.Out(DType::kU8);
+      Attrs(c, ql);
+      qconv_check::ExpectQLinearAsReference(ql, plain_in, true, q, threads, binds == 0 ? 1 : binds);
+      const Tensor plain = RunOnce(ql, plain_in, false, threads);
+      for (int flags = 1; flags < 4; ++flags) {
+        const bool in_cl = flags & 1, out_cl = flags & 2;
+        SCOPED_TRACE(absl::StrCat("in ", in_cl, " out ", out_cl));
+        std::vector<Tensor> flagged_in = plain_in;
+        if (in_cl) flagged_in[0] = *PermuteChannels8(x, true);
+        KernelCall fl("QLinearConv");
+        for (const Tensor& v : flagged_in) fl.In(v);
+        fl.Out(DType::kU8);
+        Attrs(c, fl);
+        fl.Attr("channels_last_in", int64_t{in_cl}).Attr("channels_last_out", int64_t{out_cl});
+        Tensor got = RunOnce(fl, flagged_in, false, threads);
+        ASSERT_TRUE(got.defined() && plain.defined());
+        if (out_cl) got = *PermuteChannels8(got, false);
+        EXPECT_EQ(testing::ToDoubles(got), testing::ToDoubles(plain));
+      }
+    }
+  }
+}
+
+// MLAS rounds (sum + bias) * scale half to even, then adds y's zero point; oneDNN alone adds the
+// zero point in f32 first. With sum 21 and scale 0.50000006 (the f32 after 0.5) the product is
+// the f32 just above 10.5, which rounds to 11 (111 with the zero point 100, as the reference's
+// exact value 10.50000125 does too); 10.5000009 + 100 in f32 is 110.5, which would round to 110.
+TEST(DnnlQConv, RoundsBeforeTheZeroPointAsMlas) {
+  const float above_half = std::nextafter(0.5f, 1.0f);
+  Tensor x = *Tensor::Empty(DType::kU8, {1, 1, 1, 1});
+  x.data<uint8_t>()[0] = 21;
+  Tensor w = *Tensor::Empty(DType::kI8, {1, 1, 1, 1});
+  w.data<int8_t>()[0] = 1;
+  const std::vector<Tensor> in = {x,
+                                  testing::F32({}, {1.0f}),
+                                  Scalar(DType::kU8, 0),
+                                  w,
+                                  testing::F32({}, {above_half}),
+                                  Scalar(DType::kI8, 0),
+                                  testing::F32({}, {1.0f}),
+                                  Scalar(DType::kU8, 100)};
+  KernelCall call("QLinearConv");
+  for (const Tensor& t : in) call.In(t);
+  call.Out(DType::kU8);
+  for (const char* backend : {"dnnl", "reference"}) {
+    absl::StatusOr<std::vector<Tensor>> y = KernelCall(call).Backend(backend).Run();
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ((*y)[0].data<uint8_t>()[0], 111) << backend;
+  }
+}
+
+// constant_weights = 1 (the compiler's mark for an executable's constant w): the packed weights
+// are kept per bound entry and reordered again only for another tensor. Scales of powers of two
+// make every requantization exact in f32 and double alike, so outputs equal the reference's.
+TEST(DnnlQConv, ConstantWeightsArePackedOnce) {
+  std::mt19937 rng(71);
+  const Case c{{2, 16, 9, 7}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}};
+  Tensor x = Full(DType::kU8, c.x_dims, rng);
+  Tensor w1 = Ints(DType::kI8, c.w_dims, rng, -100, 100);
+  Tensor w2 = Ints(DType::kI8, c.w_dims, rng, -100, 100);
+  auto call = [&](const Tensor& w) {
+    KernelCall k("QLinearConv");
+    k.In(x).In(testing::F32({}, {1.0f})).In(Scalar(DType::kU8, 128)).In(w);
+    k.In(testing::F32({}, {0.25f})).In(Scalar(DType::kI8, 0)).In(testing::F32({}, {64.0f}));
+    k.In(Scalar(DType::kU8, 100)).Out(DType::kU8);
+    Attrs(c, k);
+    k.Attr("constant_weights", int64_t{1});
+    return k;
+  };
+  KernelSpec spec = call(w1).spec();
+  spec.backend = "dnnl";
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  ASSERT_TRUE(k.ok()) << k.status();
+  KernelContext ctx(&HeapAllocator::Get(), 1);
+  for (const Tensor* w : {&w1, &w1, &w2, &w1}) {
+    absl::StatusOr<std::vector<Tensor>> want = call(*w).Backend("reference").Run();
+    ASSERT_TRUE(want.ok()) << want.status();
+    const KernelCall kc = call(*w);
+    Tensor out;
+    std::vector<Tensor*> outs = {&out};
+    ASSERT_TRUE((*k)->Run(ctx, kc.inputs(), outs).ok());
+    EXPECT_EQ(testing::ToDoubles(out), testing::ToDoubles((*want)[0]));
+  }
+  EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), CpuHasVnni() ? 0 : 4);
 }
 
 TEST(DnnlQConv, WhatThePrimitiveCannotDoIsStillExact) {

@@ -21,6 +21,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterQuantizedWeightKernels(registry);
   onednn::RegisterMatMulNBitsKernels(registry);
   onednn::RegisterQConvKernels(registry);
+  onednn::RegisterQuantEltwiseKernels(registry);
 }
 
 }  // namespace dynvm

@@ -23,6 +23,12 @@ void RegisterResizeKernels(KernelRegistry& r);  // resize.cc: Resize
 void RegisterStringKernels(KernelRegistry& r);  // strings.cc: string tensors, TfIdfVectorizer
 void RegisterMiscKernels(KernelRegistry& r);    // misc.cc: windows, Det, (De)QuantizeLinear
 void RegisterQuantKernels(KernelRegistry& r);   // quant.cc: MatMulInteger, QLinearMatMul
+// qeltwise.cc: com.microsoft::QLinearAdd, dynvm::Requantize.
+void RegisterQuantEltwiseKernels(KernelRegistry& r);
+// QLinearAdd's f32 constants (qeltwise.cc, ONNX Runtime's MLAS arithmetic): C = saturate(
+// round_half_even(fma(A, *ra, fma(B, *rb, *k)))).
+void QLinearAddParams(float as, int32_t az, float bs, int32_t bz, float cs, int32_t cz, float* ra,
+                      float* rb, float* k);
 void RegisterDynvmKernels(KernelRegistry& r);
 void RegisterMsftKernels(KernelRegistry& r);  // msft.cc: com.microsoft (ONNX Runtime contrib)
 void RegisterMsftAttentionKernels(KernelRegistry& r);  // msft_attention.cc: its attention ops

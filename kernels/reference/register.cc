@@ -15,6 +15,7 @@ void RegisterReferenceKernels(KernelRegistry& registry) {
   reference::RegisterResizeKernels(registry);
   reference::RegisterMiscKernels(registry);
   reference::RegisterQuantKernels(registry);
+  reference::RegisterQuantEltwiseKernels(registry);
   reference::RegisterStringKernels(registry);
   reference::RegisterDynvmKernels(registry);
   reference::RegisterMsftKernels(registry);

@@ -652,6 +652,72 @@ def qdq_conv(rng, match):
                 {"xq": xq}, match, "QDQ Conv" + ("" if match else ", w per input channel"))
 
 
+def _qtype(i8):
+    return (np.int8, T.INT8, -128, 127) if i8 else (np.uint8, T.UINT8, 0, 255)
+
+
+def qdq_add(rng, match):
+    """A residual Add between quantized tensors (u8 or s8, per-tensor parameters); near misses:
+    B broadcast ([1, C, 1, 1]), C quantized per channel (C >= 2: one channel is per tensor)."""
+    n, ch, hw = int(rng.integers(1, 3)), int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    i8 = rng.random() < 0.4
+    dt, tt, lo, hi = _qtype(i8)
+    miss = None if match else str(rng.choice(["broadcast", "per_channel"]))
+    bshape = (1, ch, 1, 1) if miss == "broadcast" else (n, ch, hw, hw)
+    feeds = {"aq": rng.integers(lo, hi + 1, (n, ch, hw, hw)).astype(dt),
+             "bq": rng.integers(lo, hi + 1, bshape).astype(dt)}
+    nodes = [c("as", np.array(rng.uniform(0.01, 0.1), np.float32)),
+             c("az", np.array(rng.integers(lo, hi + 1), dt)),
+             c("bs", np.array(rng.uniform(0.01, 0.1), np.float32)),
+             c("bz", np.array(rng.integers(lo, hi + 1), dt)),
+             h.make_node("DequantizeLinear", ["aq", "as", "az"], ["a_f"]),
+             h.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["b_f"]),
+             h.make_node("Add", ["a_f", "b_f"], ["s"])]
+    if miss == "per_channel":
+        nodes += [c("cs", rng.uniform(0.02, 0.2, ch).astype(np.float32)),
+                  c("cz", rng.integers(lo, hi + 1, ch).astype(dt)),
+                  h.make_node("QuantizeLinear", ["s", "cs", "cz"], ["y"], axis=1)]
+    else:
+        nodes += [c("cs", np.array(rng.uniform(0.02, 0.2), np.float32)),
+                  c("cz", np.array(rng.integers(lo, hi + 1), dt)),
+                  h.make_node("QuantizeLinear", ["s", "cs", "cz"], ["y"])]
+    inputs = [vi("aq", list(feeds["aq"].shape), tt), vi("bq", list(bshape), tt)]
+    return Case(nodes, inputs, [vi("y", None, tt)], 13, feeds, match,
+                f"QDQ Add {'s8' if i8 else 'u8'} [{n},{ch},{hw},{hw}]" +
+                (f", {miss}" if miss else ""))
+
+
+def qdq_requantize(rng, match, relu=False):
+    """DequantizeLinear -> [Relu ->] QuantizeLinear (u8 or s8 in and out, per tensor); near
+    miss: the output quantized per channel (C >= 2: one channel is per tensor)."""
+    n, ch, hw = int(rng.integers(1, 3)), int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    dt, tt, lo, hi = _qtype(rng.random() < 0.4)
+    yt, ytt, ylo, yhi = _qtype(rng.random() < 0.4)
+    feeds = {"xq": rng.integers(lo, hi + 1, (n, ch, hw, hw)).astype(dt)}
+    nodes = [c("xs", np.array(rng.uniform(0.01, 0.1), np.float32)),
+             c("xz", np.array(rng.integers(lo, hi + 1), dt)),
+             h.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x_f"])]
+    src = "x_f"
+    if relu:
+        nodes.append(h.make_node("Relu", ["x_f"], ["r"]))
+        src = "r"
+    if match:
+        nodes += [c("ys", np.array(rng.uniform(0.01, 0.1), np.float32)),
+                  c("yz", np.array(rng.integers(ylo, yhi + 1), yt)),
+                  h.make_node("QuantizeLinear", [src, "ys", "yz"], ["y"])]
+    else:
+        nodes += [c("ys", rng.uniform(0.01, 0.1, ch).astype(np.float32)),
+                  c("yz", rng.integers(ylo, yhi + 1, ch).astype(yt)),
+                  h.make_node("QuantizeLinear", [src, "ys", "yz"], ["y"], axis=1)]
+    return Case(nodes, [vi("xq", list(feeds["xq"].shape), tt)], [vi("y", None, ytt)], 13, feeds,
+                match, f"QDQ {'Relu ' if relu else ''}requantize" +
+                ("" if match else ", y per channel"))
+
+
+def qdq_requantize_relu(rng, match):
+    return qdq_requantize(rng, match, relu=True)
+
+
 def dynquant_matmul(rng, match, bias=False):
     """A MatMul as ORT's quantize_dynamic writes it: DynamicQuantizeLinear(x), MatMulInteger,
     Cast, Mul by Mul(x_scale, w_scale)[, Add bias]; s8 or u8 weights, per tensor or column."""
@@ -777,6 +843,8 @@ GENERATORS = {
     "attention_kv_repeat": attention_kv_repeat, "shape_of_kv_repeat": shape_of_kv_repeat,
     "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
     "qdq_matmul": qdq_matmul, "qdq_gemm": qdq_gemm, "qdq_conv": qdq_conv,
+    "qdq_add": qdq_add, "qdq_requantize": qdq_requantize,
+    "qdq_requantize_relu": qdq_requantize_relu,
     "dynquant_matmul": dynquant_matmul, "dynquant_matmul_bias": dynquant_matmul_bias,
     "matmul_bias": matmul_bias, "gemm_activation": gemm_activation,
     "linear_activation": linear_activation, "matmul_transpose": matmul_transpose,
