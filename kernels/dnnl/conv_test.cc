@@ -1136,8 +1136,8 @@ TEST(DnnlFusedConv, BatchSplitsByImageOnTheVmThreads) {
 // at its edges, the blocks claimed by the VM's threads (ConvKernel::ExecuteRowBlocks): against
 // the reference kernel at 2 and 3 threads in 1, 2 and 3 spatial dims, plain and channels-last
 // layouts, one input channel (an STFT front end), strides, dilations, asymmetric pads, groups, a
-// residual, weights packed once or reordered per run; below kMinRowBlockMacs multiply-adds and
-// at one thread, no split.
+// residual, weights packed once or reordered per run; below 2 x kMinConvTaskMacs multiply-adds,
+// a 1D conv of fewer than 32 outputs (blocks keep 16) and at one thread, no split.
 TEST(DnnlFusedConv, OneImageSplitsByRowsOnTheVmThreads) {
   struct Shape {
     std::vector<int64_t> x, w;  // [1, C, spatial...], [M, C / group, kernel...]
@@ -1183,6 +1183,17 @@ TEST(DnnlFusedConv, OneImageSplitsByRowsOnTheVmThreads) {
        true},  // openWakeWord's 3x1
       {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, false, false, true, 2, true},  // STFT
       {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, true, true, false, 2, true},
+      {{1, 1, 1760},
+       {257, 1, 512},
+       {160},
+       {1},
+       {0, 0},
+       1,
+       false,
+       false,
+       true,
+       2,
+       false},  // 8 outputs: a 1D conv's blocks keep at least 16
       {{1, 32, 40, 20},
        {32, 8, 3, 3},
        {1, 1},
