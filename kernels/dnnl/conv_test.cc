@@ -1147,97 +1147,24 @@ TEST(DnnlFusedConv, OneImageSplitsByRowsOnTheVmThreads) {
     int threads;
     bool split;
   };
+  // clang-format off
   const Shape shapes[] = {
-      {{1, 16, 24, 24},
-       {16, 16, 3, 3},
-       {1, 1},
-       {1, 1},
-       {1, 1, 1, 1},
-       1,
-       false,
-       false,
-       true,
-       2,
-       true},
-      {{1, 16, 25, 23},
-       {24, 16, 3, 3},
-       {2, 1},
-       {1, 2},
-       {0, 2, 2, 1},
-       1,
-       true,
-       true,
-       false,
-       2,
-       true},
-      {{1, 24, 74, 32},
-       {24, 24, 3, 1},
-       {1, 1},
-       {1, 1},
-       {0, 0, 0, 0},
-       1,
-       true,
-       false,
-       true,
-       3,
-       true},  // openWakeWord's 3x1
-      {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, false, false, true, 2, true},  // STFT
+      {{1, 16, 24, 24}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false, false, true, 2, true},
+      {{1, 16, 25, 23}, {24, 16, 3, 3}, {2, 1}, {1, 2}, {0, 2, 2, 1}, 1, true, true, false, 2, true},
+      // openWakeWord's 3x1
+      {{1, 24, 74, 32}, {24, 24, 3, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, true, false, true, 3, true},
+      // STFTs; 8 outputs: a 1D conv's blocks keep at least 16
+      {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, false, false, true, 2, true},
       {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, true, true, false, 2, true},
-      {{1, 1, 1760},
-       {257, 1, 512},
-       {160},
-       {1},
-       {0, 0},
-       1,
-       false,
-       false,
-       true,
-       2,
-       false},  // 8 outputs: a 1D conv's blocks keep at least 16
-      {{1, 32, 40, 20},
-       {32, 8, 3, 3},
-       {1, 1},
-       {1, 1},
-       {1, 1, 1, 1},
-       4,
-       true,
-       false,
-       true,
-       2,
-       true},  // grouped
-      {{1, 4, 9, 8, 8},
-       {8, 4, 3, 3, 3},
-       {1, 1, 1},
-       {1, 1, 1},
-       {1, 1, 1, 1, 1, 1},
-       1,
-       false,
-       true,
-       true,
-       2,
-       true},  // 3D
-      {{1, 16, 24, 24},
-       {16, 16, 3, 3},
-       {1, 1},
-       {1, 1},
-       {1, 1, 1, 1},
-       1,
-       true,
-       true,
-       true,
-       1,
-       false},  // one thread
-      {{1, 4, 8, 8},
-       {4, 4, 3, 3},
-       {1, 1},
-       {1, 1},
-       {1, 1, 1, 1},
-       1,
-       false,
-       false,
-       true,
-       2,
-       false}};  // 9K multiply-adds
+      {{1, 1, 1760}, {257, 1, 512}, {160}, {1}, {0, 0}, 1, false, false, true, 2, false},
+      // grouped; 3D
+      {{1, 32, 40, 20}, {32, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, true, false, true, 2, true},
+      {{1, 4, 9, 8, 8}, {8, 4, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, false, true,
+       true, 2, true},
+      // one thread; 9K multiply-adds
+      {{1, 16, 24, 24}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true, true, true, 1, false},
+      {{1, 4, 8, 8}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false, false, true, 2, false}};
+  // clang-format on
   uint32_t seed = 3300;
   for (const Shape& sh : shapes) {
     const size_t k = sh.x.size() - 2;
