@@ -1863,19 +1863,21 @@ class ConvKernel final : public DnnlKernel {
   // either case (the block changes which rows a primitive covers, not the sums).
   //
   // How many blocks: as ConvChunk splits units (at most two per thread, each of at least
-  // kMinConvTaskMacs multiply-adds), with at least two output rows per block (16 in 1D).
+  // kMinConvTaskMacs multiply-adds), with at least two output rows per block.
 
   int64_t RowBlocks(const KernelContext& ctx, const Geometry& g, int64_t macs, const Tensor& x,
                     const Tensor& y, const Tensor* sum) const {
-    if (ctx.num_threads() < 2 || g.n != 1 || transpose_ || g.od[0] < 4 || !y.is_contiguous() ||
-        (sum != nullptr && !sum->is_contiguous()) || x.rank() != g.k + 2) {
+    // Not a 1D conv: its rows are its only spatial dim, along which oneDNN's kernels block their
+    // registers. Split, the openWakeWord STFT conv (one input channel, 257 outputs, 512 taps,
+    // stride 160) took twice its unsplit work at 8 frames (38 -> 71 us) and, at 97 frames in 4
+    // blocks, ran slower at 2 threads than at 1 on the shared machine (zoo-bench-s5 records,
+    // docs/zoo.md); it stays on the path it had (one thread below kMinParallelWork).
+    if (ctx.num_threads() < 2 || g.n != 1 || g.k < 2 || transpose_ || g.od[0] < 4 ||
+        !y.is_contiguous() || (sum != nullptr && !sum->is_contiguous()) || x.rank() != g.k + 2) {
       return 1;
     }
     const int64_t by_work = macs / kMinConvTaskMacs;
-    // A 1D conv's rows are its only spatial dim, along which oneDNN's kernels block their
-    // registers: blocks of fewer than 16 outputs ran the openWakeWord STFT conv (8 frames,
-    // 1.05M multiply-adds) at half its unsplit speed (38 -> 71 us of work), so at least 16.
-    const int64_t by_rows = g.od[0] / (g.k == 1 ? 16 : 2);
+    const int64_t by_rows = g.od[0] / 2;
     const int64_t by_threads = 2 * static_cast<int64_t>(ctx.ParallelTasks(by_rows, 1));
     return std::max<int64_t>(1, std::min({by_work, by_rows, by_threads}));
   }
