@@ -1,6 +1,7 @@
 #include "kernels/kernel.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -126,6 +127,30 @@ void KernelContext::ParallelFor(int64_t n, int64_t grain,
     }
   }
   fn(0, n);
+}
+
+void KernelContext::ParallelForDynamic(int64_t n, int64_t chunk,
+                                       absl::FunctionRef<void(int, int64_t, int64_t)> fn) const {
+  if (n <= 0) return;
+  if (chunk < 1) chunk = 1;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int tasks = ParallelTasks(chunks, 1);
+  if (tasks == 1) {
+    for (int64_t c = 0; c < chunks; ++c) fn(0, c * chunk, std::min(n, (c + 1) * chunk));
+    return;
+  }
+  // One range per thread, each claiming chunks until none is left. A range whose worker has not
+  // started when the caller finishes runs on the caller (ThreadPool::ParallelFor) and finds
+  // nothing left to claim; a worker descheduled inside a chunk delays that chunk alone.
+  std::atomic<int64_t> next{0};
+  ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
+        fn(static_cast<int>(t), c * chunk, std::min(n, (c + 1) * chunk));
+      }
+    }
+  });
 }
 
 int KernelContext::ParallelTasks(int64_t n, int64_t grain) const {

@@ -117,6 +117,17 @@ class KernelContext {
   void ParallelFor(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) const;
   // The number of ranges ParallelFor(n, grain, ...) uses (1: it runs fn(0, n) here).
   int ParallelTasks(int64_t n, int64_t grain) const;
+  // A dynamic split (claim-next): [0, n) in chunks of `chunk` elements (the last one shorter),
+  // each taken by whichever thread is free next (one atomic counter), so a thread whose core is
+  // busy (another process) holds up only the chunk it is on while the others take the rest.
+  // fn(slot, begin, end) runs once per chunk; `slot` is in [0, ParallelTasks(n, chunk)), and two
+  // chunks that run at the same time have different slots (index per-slot scratch by it). Which
+  // slot and thread run a chunk varies from call to call: a chunk's result must not depend on
+  // them. For coarse, uneven or few units (images, row blocks of a convolution); ParallelFor's
+  // static ranges keep a GEMV's rows on the same core from call to call. With one thread or one
+  // chunk every chunk runs here, in order, with slot 0. fn must not call ParallelFor.
+  void ParallelForDynamic(int64_t n, int64_t chunk,
+                          absl::FunctionRef<void(int, int64_t, int64_t)> fn) const;
   // Before work that runs on other threads (oneDNN's OpenMP team): parks spinning workers.
   void ParkWorkers() const {
     if (thread_pool_ != nullptr) thread_pool_->Park();

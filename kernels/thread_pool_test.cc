@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -317,6 +319,75 @@ TEST(ThreadPoolTest, KernelContextParallelFor) {
   for (auto& s : seen) EXPECT_EQ(s.load(), 1);
   EXPECT_EQ(two.ParallelTasks(99, 10), 2);
   EXPECT_EQ(two.ParallelTasks(10, 10), 1);
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// ParallelForDynamic at 1..4 threads and chunk sizes from 1 to past n: every index exactly
+// once, chunks of `chunk` elements (the last shorter) aligned to multiples of it, slots below
+// ParallelTasks(n, chunk), and no slot used by two chunks at the same time.
+TEST(ThreadPoolTest, DynamicSplitCoversEveryIndexOnceAtAnyChunking) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 4)).ok());
+  for (int threads = 1; threads <= 4; ++threads) {
+    KernelContext ctx(&HeapAllocator::Get(), threads);
+    for (int64_t n : {1, 2, 7, 64, 1000}) {
+      for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{16}, n - 1, n, n + 5}) {
+        if (chunk < 1) continue;
+        SCOPED_TRACE(absl::StrCat(threads, " threads, n ", n, ", chunk ", chunk));
+        const int64_t chunks = (n + chunk - 1) / chunk;
+        const int tasks = ctx.ParallelTasks(chunks, 1);
+        EXPECT_EQ(tasks, static_cast<int>(std::min<int64_t>(threads, chunks)));
+        std::vector<std::atomic<int>> seen(n);
+        std::vector<std::atomic<int>> busy(tasks);
+        std::atomic<int> calls{0}, bad{0};
+        ctx.ParallelForDynamic(n, chunk, [&](int slot, int64_t b, int64_t e) {
+          calls.fetch_add(1);
+          if (slot < 0 || slot >= tasks || b % chunk != 0 || e != std::min(n, b + chunk)) {
+            bad.fetch_add(1);
+            return;
+          }
+          if (busy[slot].fetch_add(1) != 0) bad.fetch_add(1);  // a slot in use twice at once
+          for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
+          busy[slot].fetch_sub(1);
+        });
+        EXPECT_EQ(bad.load(), 0);
+        EXPECT_EQ(calls.load(), chunks);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << i;
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// The chunk a thread is stuck in (a core taken by another process) holds up that chunk alone:
+// the first chunk claimed waits until every other chunk is done, which under a static split
+// (half the chunks belonging to the waiting thread) would never happen.
+TEST(ThreadPoolTest, DynamicSplitRunsTheRestBesideAStuckChunk) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 3)).ok());
+  for (int threads = 2; threads <= 3; ++threads) {
+    KernelContext ctx(&HeapAllocator::Get(), threads);
+    for (int round = 0; round < 20; ++round) {
+      constexpr int64_t kChunks = 12;
+      std::atomic<int> done{0}, first{1};
+      std::atomic<bool> timed_out{false};
+      ctx.ParallelForDynamic(kChunks, 1, [&](int, int64_t, int64_t) {
+        if (first.exchange(0) == 1) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (done.load() < kChunks - 1) {
+            if (std::chrono::steady_clock::now() > until) {
+              timed_out = true;
+              break;
+            }
+            std::this_thread::yield();
+          }
+        }
+        done.fetch_add(1);
+      });
+      ASSERT_FALSE(timed_out.load()) << threads << " threads, round " << round;
+      EXPECT_EQ(done.load(), kChunks);
+    }
+  }
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 

@@ -292,6 +292,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -336,6 +337,7 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.depthwise_1d += e->depthwise_1d ? 1 : 0;
     stats.pointwise_1d += e->pointwise_1d ? 1 : 0;
     stats.per_image += e->per_image ? 1 : 0;
+    stats.row_blocks += static_cast<int>(e->row_blocks.size());
   }
   return stats;
 }
@@ -829,10 +831,36 @@ class ConvKernel final : public DnnlKernel {
       DYNVM_ASSIGN_OR_RETURN(const Entry* e1, ImageEntry(ctx, st, g, x, w, b, sum));
       if (e1 != nullptr) return ExecutePerImage(ctx, *e1, g, x, w, b, sum, out[0]);
     }
+    if (const int64_t blocks = RowBlocks(ctx, g, macs, x, *out[0], sum); blocks > 1) {
+      DYNVM_RETURN_IF_ERROR(BindRowBlocks(g, x, w, b != nullptr, sum, *out[0], blocks, e));
+      if (!e->row_blocks.empty()) return ExecuteRowBlocks(ctx, *e, g, x, w, b, sum, out[0]);
+    }
     return Execute(ctx, *e, x, w, b, sum, out[0]);
   }
 
  private:
+  // ---- Splitting dynvm's own convolution loops over the VM's pool ----
+  //
+  // The smallest task a convolution's work splits into for the VM's threads (a block of rows,
+  // channels or images): the fork/join costs 0.2-1 us with a spinning worker, and 128K
+  // multiply-adds take about 3 us on one core (oneDNN's direct convolution ran the openWakeWord
+  // embedding model's batch-1 convs at 44 G multiply-adds a second on the Zen 4 development
+  // machine), so it stays under a tenth. Was kMinParallelWork (4M, sized for an OpenMP team on
+  // a shared machine) before the dynamic split: a batch-1 conv below it ran on one thread.
+  static constexpr int64_t kMinConvTaskMacs = int64_t{1} << 17;
+
+  // The chunk (in units) that splits `units` units of `macs` multiply-adds in all over the VM's
+  // threads with ctx.ParallelForDynamic: at most two chunks per thread (a thread whose core is
+  // busy leaves the rest to the others), each of at least kMinConvTaskMacs; `units` (one
+  // chunk: one thread) at one thread or below that.
+  static int64_t ConvChunk(const KernelContext& ctx, int64_t units, int64_t macs) {
+    if (ctx.num_threads() < 2 || units < 2) return std::max<int64_t>(units, 1);
+    const int64_t by_work = macs / kMinConvTaskMacs;
+    const int64_t by_threads = 2 * static_cast<int64_t>(ctx.ParallelTasks(units, 1));
+    const int64_t chunks = std::max<int64_t>(1, std::min({by_work, by_threads, units}));
+    return (units + chunks - 1) / chunks;
+  }
+
   // ---- A depthwise Conv1d on dynvm's microkernel ----
 
   // The activation of act_ as cpu::BiasActivationRows applies it (kNone without one); nullopt
@@ -869,8 +897,9 @@ class ConvKernel final : public DnnlKernel {
     const int64_t pl = g.pl[0], padded = std::max(pl + in, out + (taps - 1) * dil);
     const int64_t per_image = (c + kDepthwiseChannels - 1) / kDepthwiseChannels;
     const int64_t blocks = g.n * per_image;
-    const int tasks =
-        ThreadsFor(ctx.num_threads(), g.n * c * out * taps) > 1 ? ctx.ParallelTasks(blocks, 1) : 1;
+    // Channel blocks claimed dynamically by the VM's threads in ConvChunk's chunks.
+    const int64_t chunk = ConvChunk(ctx, blocks, g.n * c * out * taps);
+    const int tasks = ctx.ParallelTasks((blocks + chunk - 1) / chunk, 1);
     const size_t per_task = Align(static_cast<size_t>(
         (padded + (blocked_.out ? kDepthwiseChannels * out : 0)) * sizeof(float)));
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(per_task * tasks + 64));
@@ -881,28 +910,26 @@ class ConvKernel final : public DnnlKernel {
     const float* pb = b != nullptr ? b->data<float>() : nullptr;
     float* py = y->data<float>();
     const bool channels_last = blocked_.out;
-    ctx.ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        float* xp = reinterpret_cast<float*>(base + per_task * t);
-        float* rows = xp + padded;
-        std::fill(xp, xp + pl, 0.0f);
-        std::fill(xp + pl + in, xp + padded, 0.0f);
-        for (int64_t blk = blocks * t / tasks; blk < blocks * (t + 1) / tasks; ++blk) {
-          const int64_t n = blk / per_image, c0 = blk % per_image * kDepthwiseChannels;
-          const int64_t c1 = std::min(c, c0 + kDepthwiseChannels);
-          for (int64_t ch = c0; ch < c1; ++ch) {
-            std::memcpy(xp + pl, px + (n * c + ch) * in, static_cast<size_t>(in) * sizeof(float));
-            float* row = channels_last ? rows + (ch - c0) * out : py + (n * c + ch) * out;
-            cpu::DepthwiseConv1dRow(out, xp, pw + ch * taps, taps, dil,
-                                    pb != nullptr ? pb[ch] : 0.0f, row);
-            if (act != cpu::Activation::kNone)
-              cpu::BiasActivationRows(act, 1, out, nullptr, row, out);
-          }
-          if (!channels_last) continue;
-          for (int64_t i = 0; i < out; ++i) {
-            float* yi = py + (n * out + i) * c + c0;
-            for (int64_t ch = 0; ch < c1 - c0; ++ch) yi[ch] = rows[ch * out + i];
-          }
+    ctx.ParallelForDynamic(blocks, chunk, [&](int t, int64_t b0, int64_t b1) {
+      float* xp = reinterpret_cast<float*>(base + per_task * t);
+      float* rows = xp + padded;
+      std::fill(xp, xp + pl, 0.0f);
+      std::fill(xp + pl + in, xp + padded, 0.0f);
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t n = blk / per_image, c0 = blk % per_image * kDepthwiseChannels;
+        const int64_t c1 = std::min(c, c0 + kDepthwiseChannels);
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          std::memcpy(xp + pl, px + (n * c + ch) * in, static_cast<size_t>(in) * sizeof(float));
+          float* row = channels_last ? rows + (ch - c0) * out : py + (n * c + ch) * out;
+          cpu::DepthwiseConv1dRow(out, xp, pw + ch * taps, taps, dil, pb != nullptr ? pb[ch] : 0.0f,
+                                  row);
+          if (act != cpu::Activation::kNone)
+            cpu::BiasActivationRows(act, 1, out, nullptr, row, out);
+        }
+        if (!channels_last) continue;
+        for (int64_t i = 0; i < out; ++i) {
+          float* yi = py + (n * out + i) * c + c0;
+          for (int64_t ch = 0; ch < c1 - c0; ++ch) yi[ch] = rows[ch * out + i];
         }
       }
     });
@@ -967,29 +994,28 @@ class ConvKernel final : public DnnlKernel {
     const float* pw = w.data<float>();
     const float* pb = b != nullptr ? b->data<float>() : nullptr;
     float* py = y->data<float>();
-    const int threads = ThreadsFor(ctx.num_threads(), g.n * g.m * g.c * g.in[0]);
+    const int64_t total = g.n * per_image;
+    const int64_t chunk = std::max<int64_t>(16, ConvChunk(ctx, total, g.n * g.m * g.c * g.in[0]));
     SetThreads(1);
-    if (threads == 1) {
+    if (chunk >= total) {
       for (int64_t n = 0; n < g.n; ++n) {
         DYNVM_RETURN_IF_ERROR(
             FromDnnl(Pointwise1dRows(g, px, pw, pb, act, py, n, 0, per_image), "dnnl_sgemm"));
       }
       return absl::OkStatus();
     }
-    // Rows of every image in one range, split over the pool; a range may span images.
+    // Rows of every image in chunks claimed by the pool's threads; a chunk may span images.
     std::atomic<int> failed{dnnl_success};
-    const int64_t total = g.n * per_image;
-    ctx.ParallelFor(total, std::max<int64_t>(16, total / (4 * threads)),
-                    [&](int64_t i0, int64_t i1) {
-                      SetThreads(1);
-                      while (i0 < i1) {
-                        const int64_t n = i0 / per_image, r0 = i0 % per_image;
-                        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
-                        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
-                        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
-                        i0 += r1 - r0;
-                      }
-                    });
+    ctx.ParallelForDynamic(total, chunk, [&](int, int64_t i0, int64_t i1) {
+      SetThreads(1);
+      while (i0 < i1) {
+        const int64_t n = i0 / per_image, r0 = i0 % per_image;
+        const int64_t r1 = std::min(per_image, r0 + (i1 - i0));
+        const dnnl_status_t s = Pointwise1dRows(g, px, pw, pb, act, py, n, r0, r1);
+        if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
+        i0 += r1 - r0;
+      }
+    });
     return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
   }
 
@@ -1329,8 +1355,11 @@ class ConvKernel final : public DnnlKernel {
     return attr;
   }
 
+  // `y_strides`: a plain destination's strides where it is a view into a larger output (a
+  // block of rows); null: dense.
   void Bind(const dnnl::engine& engine, const Geometry& g, const Tensor& x, const Tensor& w,
-            bool bias, const Tensor* sum, const Dims& out_dims, Entry* e) const {
+            bool bias, const Tensor* sum, const Dims& out_dims, Entry* e,
+            const Dims* y_strides = nullptr) const {
     // A dense one-channel input has the same bytes plain and channels-last: described
     // channels-last, it pairs with a channels-last destination in oneDNN's optimized kernels
     // (on AVX2 a plain source with a channels-last destination is its reference convolution;
@@ -1339,8 +1368,9 @@ class ConvKernel final : public DnnlKernel {
     const dnnl::memory::desc src =
         blocked_.in || one_channel ? BlockedDesc(x.dims()) : TensorDesc(x);
     const dnnl::memory::desc wts = WeightsDesc(g, w, transpose_);
-    const dnnl::memory::desc dst =
-        blocked_.out ? BlockedDesc(out_dims) : DenseDesc(dt::f32, out_dims);
+    const dnnl::memory::desc dst = blocked_.out           ? BlockedDesc(out_dims)
+                                   : y_strides != nullptr ? PlainDesc(dt::f32, out_dims, *y_strides)
+                                                          : DenseDesc(dt::f32, out_dims);
     const dnnl::memory::desc bias_md = DenseDesc(dt::f32, {g.m});
     const dnnl::memory::dims strides(g.st, g.st + g.k), dil(g.dl, g.dl + g.k), pl(g.pl, g.pl + g.k),
         pr(g.pr, g.pr + g.k);
@@ -1814,6 +1844,151 @@ class ConvKernel final : public DnnlKernel {
                               bias, psum != nullptr ? psum + i * sum_step : nullptr,
                               py + i * y_step, base + t * slot);
         }
+      }
+    });
+    for (const absl::Status& s : status) DYNVM_RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  }
+
+  // ---- A batch-1 convolution split by rows over the VM's pool ----
+  //
+  // One image has nothing for the batch split to split, and oneDNN's OpenMP team (above
+  // kMinParallelWork; one thread below it) waits for a descheduled thread at its join, and its
+  // threads spin beside the VM's pool after it. Instead the output rows of the first spatial dim
+  // split into blocks, each run by its own primitive at OpenMP count 1 (bound for that block:
+  // its input rows with the halo the kernel needs, the image's padding only at its edges), the
+  // blocks claimed dynamically by the VM's threads (ctx.ParallelForDynamic). A block's rows are
+  // contiguous in a channels-last tensor at batch 1, and strided views of a plain one (reordered
+  // as any plain operand is). Each output element is computed as one undivided dot product in
+  // either case (the block changes which rows a primitive covers, not the sums).
+  //
+  // How many blocks: as ConvChunk splits units (at most two per thread, each of at least
+  // kMinConvTaskMacs multiply-adds), with at least two output rows per block.
+
+  int64_t RowBlocks(const KernelContext& ctx, const Geometry& g, int64_t macs, const Tensor& x,
+                    const Tensor& y, const Tensor* sum) const {
+    // Not a 1D conv: its rows are its only spatial dim, along which oneDNN's kernels block their
+    // registers. Split, the openWakeWord STFT conv (one input channel, 257 outputs, 512 taps,
+    // stride 160) took twice its unsplit work at 8 frames (38 -> 71 us) and, at 97 frames in 4
+    // blocks, ran slower at 2 threads than at 1 on the shared machine (zoo-bench-s5 records,
+    // docs/zoo.md); it stays on the path it had (one thread below kMinParallelWork).
+    if (ctx.num_threads() < 2 || g.n != 1 || g.k < 2 || transpose_ || g.od[0] < 4 ||
+        !y.is_contiguous() || (sum != nullptr && !sum->is_contiguous()) || x.rank() != g.k + 2) {
+      return 1;
+    }
+    const int64_t by_work = macs / kMinConvTaskMacs;
+    const int64_t by_rows = g.od[0] / 2;
+    const int64_t by_threads = 2 * static_cast<int64_t>(ctx.ParallelTasks(by_rows, 1));
+    return std::max<int64_t>(1, std::min({by_work, by_rows, by_threads}));
+  }
+
+  // The floats between consecutive rows of dim 2 (the first spatial dim) of a batch-1 tensor of
+  // `dims`: channels-last (C times the later spatial dims), or plain (the later spatial dims).
+  static int64_t RowStep(absl::Span<const int64_t> dims, bool channels_last) {
+    int64_t step = channels_last ? dims[1] : 1;
+    for (size_t i = 3; i < dims.size(); ++i) step *= dims[i];
+    return step;
+  }
+
+  // Whether a block of rows of batch-1 `t` is read as a dense tensor: channels-last, or
+  // contiguous with one channel (the same bytes); else it is a strided view.
+  static bool DenseRows(const Tensor& t, bool channels_last) {
+    return channels_last || (t.dim(1) == 1 && t.is_contiguous());
+  }
+  // The bytes between consecutive rows of dim 2 of batch-1 `t`.
+  static int64_t RowBytes(const Tensor& t, bool channels_last) {
+    return (DenseRows(t, channels_last) ? RowStep(t.dims(), true) : t.stride(2)) *
+           static_cast<int64_t>(sizeof(float));
+  }
+
+  // Rows [r0, r1) of dim 2 of batch-1 `t` as a view: contiguous where DenseRows, else with t's
+  // strides.
+  static absl::StatusOr<Tensor> RowView(const Tensor& t, bool channels_last, int64_t r0,
+                                        int64_t r1) {
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    dims[2] = r1 - r0;
+    const int64_t offset = t.byte_offset() + r0 * RowBytes(t, channels_last);
+    if (DenseRows(t, channels_last)) return Tensor::View(t.storage(), offset, t.dtype(), dims);
+    return Tensor::View(t.storage(), offset, t.dtype(), dims, t.strides());
+  }
+
+  // Binds e's row blocks once: `blocks` blocks of about equal rows; none (row_blocks empty) when
+  // oneDNN has only its reference implementation or no primitive for one of them.
+  absl::Status BindRowBlocks(const Geometry& g, const Tensor& x, const Tensor& w, bool bias,
+                             const Tensor* sum, const Tensor& y, int64_t blocks, Entry* e) const {
+    if (e->row_blocks_bound) return absl::OkStatus();
+    e->row_blocks_bound = true;
+    const int64_t rows = g.od[0], span = (g.kd[0] - 1) * (g.dl[0] + 1) + 1;
+    std::vector<std::unique_ptr<Entry>> entries;
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i <= blocks; ++i) starts.push_back(rows * i / blocks);
+    for (int64_t i = 0; i < blocks; ++i) {
+      Geometry gb = g;
+      const int64_t first = starts[i] * g.st[0] - g.pl[0];  // the block's padded input
+      const int64_t last = (starts[i + 1] - 1) * g.st[0] - g.pl[0] + span;  // rows [first, last)
+      const int64_t in0 = std::max<int64_t>(0, first), in1 = std::min(g.in[0], last);
+      gb.in[0] = in1 - in0;
+      gb.pl[0] = in0 - first;
+      gb.pr[0] = last - in1;
+      gb.od[0] = starts[i + 1] - starts[i];
+      DYNVM_ASSIGN_OR_RETURN(const Tensor xb, RowView(x, blocked_.in, in0, in1));
+      DYNVM_ASSIGN_OR_RETURN(const Tensor yb, RowView(y, blocked_.out, starts[i], starts[i + 1]));
+      Tensor sb;
+      if (sum != nullptr) {
+        DYNVM_ASSIGN_OR_RETURN(sb, RowView(*sum, blocked_.sum, starts[i], starts[i + 1]));
+      }
+      const Dims out_dims = OutDims(gb);
+      const Dims y_strides(yb.strides().begin(), yb.strides().end());
+      auto entry = std::make_unique<Entry>();
+      DYNVM_RETURN_IF_ERROR(BindEntry(entry.get(), "convolution", [&](const dnnl::engine& engine) {
+        Bind(engine, gb, xb, w, bias, sum != nullptr ? &sb : nullptr, out_dims, entry.get(),
+             &y_strides);
+      }));
+      if (entry->use_fallback || entry->reference_impl) return absl::OkStatus();
+      entries.push_back(std::move(entry));
+    }
+    e->row_starts = std::move(starts);
+    e->row_blocks = std::move(entries);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecuteRowBlocks(KernelContext& ctx, const Entry& e, const Geometry& g,
+                                const Tensor& x, const Tensor& w, const Tensor* b,
+                                const Tensor* sum, Tensor* y) const {
+    const int64_t blocks = static_cast<int64_t>(e.row_blocks.size());
+    const int tasks = ctx.ParallelTasks(blocks, 1);
+    size_t slot = 0, w_bytes = 0;
+    for (const auto& be : e.row_blocks) {
+      slot = std::max(slot, SlotBytes(*be));
+      w_bytes += be->w_bytes;
+    }
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(tasks * slot + w_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    SetThreads(1);
+    // Each block's weights in its primitive's layout (one packing shared by blocks of the same
+    // layout; reordered here, before the split, when the packed-weights cache is full).
+    absl::InlinedVector<const void*, 8> wts(blocks);
+    char* pw = base + tasks * slot;
+    for (int64_t i = 0; i < blocks; ++i) {
+      DYNVM_ASSIGN_OR_RETURN(wts[i], PrimitiveWeights(*e.row_blocks[i], w, pw, base));
+      pw += e.row_blocks[i]->w_bytes;
+    }
+    const char* px = static_cast<const char*>(x.raw_data());
+    const char* psum = sum != nullptr ? static_cast<const char*>(sum->raw_data()) : nullptr;
+    char* py = static_cast<char*>(y->raw_data());
+    const int64_t x_row = RowBytes(x, blocked_.in), y_row = RowBytes(*y, blocked_.out);
+    const int64_t sum_row = sum != nullptr ? RowBytes(*sum, blocked_.sum) : 0;
+    const void* bias = b != nullptr ? b->raw_data() : nullptr;
+    absl::InlinedVector<absl::Status, 4> status(tasks);
+    ctx.ParallelForDynamic(blocks, 1, [&](int t, int64_t i0, int64_t i1) {
+      SetThreads(1);  // a pool worker, or the caller: one primitive per block, no OpenMP team
+      for (int64_t i = i0; i < i1 && status[t].ok(); ++i) {
+        const Entry& be = *e.row_blocks[i];
+        const int64_t r0 = e.row_starts[i];
+        const int64_t in0 = std::max<int64_t>(0, r0 * g.st[0] - g.pl[0]);
+        status[t] = RunOnce(be, OwnPrims(be), px + in0 * x_row, wts[i], bias,
+                            psum != nullptr ? psum + r0 * sum_row : nullptr, py + r0 * y_row,
+                            base + t * slot);
       }
     });
     for (const absl::Status& s : status) DYNVM_RETURN_IF_ERROR(s);

@@ -31,6 +31,7 @@ struct ConvCacheStats {
   int depthwise_1d = 0;     // depthwise Conv1ds on dynvm's microkernel (cpu/depthwise.h)
   int pointwise_1d = 0;     // pointwise Conv1ds as sgemm on the VM's threads
   int per_image = 0;        // primitives for one image of a batch split over the VM's threads
+  int row_blocks = 0;       // primitives for a block of rows of one image split by rows
 };
 
 // The cache statistics of a conv-family site (its KernelContext's state); zeros when `state` is

@@ -30,6 +30,13 @@ struct Entry {
   // per_image: for each range of the split, its own handles (BoundPrimitive::Share) on main,
   // src_reorder, dst_reorder and sum_reorder.
   std::vector<std::array<BoundPrimitive, 4>> lanes;
+  // A batch-1 convolution split by blocks of output rows over the VM's threads (conv.cc,
+  // ExecuteRowBlocks): per block its first output row (row_starts[i], row_starts[i + 1]) and an
+  // entry bound for it (its input rows and its own padding); row_blocks_bound: tried once
+  // (empty when a block had only oneDNN's reference implementation).
+  bool row_blocks_bound = false;
+  std::vector<int64_t> row_starts;
+  std::vector<std::unique_ptr<Entry>> row_blocks;
   BoundPrimitive main;
   BoundPrimitive src_reorder, w_reorder, dst_reorder, sum_reorder;
   dnnl::memory::desc w_packed;  // the weights layout the primitive takes (w_reorder bound)

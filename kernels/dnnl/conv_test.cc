@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
@@ -1127,6 +1128,98 @@ TEST(DnnlFusedConv, BatchSplitsByImageOnTheVmThreads) {
     // 3 threads split only where the process may use 3 CPUs (MaxThreads()).
     const bool split = sh.split && ctx.ParallelTasks(sh.n, 1) == sh.threads;
     EXPECT_EQ(GetConvCacheStats(ctx.state().get()).per_image, split ? 1 : 0);
+  }
+}
+
+// One image on more than one thread splits by blocks of output rows of the first spatial dim,
+// each block a primitive bound for its input rows (halo included) with the image's padding only
+// at its edges, the blocks claimed by the VM's threads (ConvKernel::ExecuteRowBlocks): against
+// the reference kernel at 2 and 3 threads in 2 and 3 spatial dims, plain and channels-last
+// layouts, one input channel, strides, dilations, asymmetric pads, groups, a residual, weights
+// packed once or reordered per run; below 2 x kMinConvTaskMacs multiply-adds, in 1D and at one
+// thread, no split.
+TEST(DnnlFusedConv, OneImageSplitsByRowsOnTheVmThreads) {
+  struct Shape {
+    std::vector<int64_t> x, w;  // [1, C, spatial...], [M, C / group, kernel...]
+    std::vector<int64_t> strides, dilations, pads;
+    int64_t group;
+    bool cl, sum, constant;
+    int threads;
+    bool split;
+  };
+  constexpr bool T = true, F = false;
+  // clang-format off
+  const Shape shapes[] = {
+      {{1, 16, 24, 24}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, F, F, T, 2, T},
+      {{1, 16, 25, 23}, {24, 16, 3, 3}, {2, 1}, {1, 2}, {0, 2, 2, 1}, 1, T, T, F, 2, T},
+      // openWakeWord's 3x1
+      {{1, 24, 74, 32}, {24, 24, 3, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, T, F, T, 3, T},
+      // one input channel (an STFT front end written as a 2D conv); a 1D conv does not split
+      {{1, 1, 40, 100}, {64, 1, 8, 16}, {4, 2}, {1, 1}, {0, 0, 0, 0}, 1, F, F, T, 2, T},
+      {{1, 1, 40, 100}, {64, 1, 8, 16}, {4, 2}, {1, 1}, {0, 0, 0, 0}, 1, T, T, F, 2, T},
+      {{1, 1, 4000}, {64, 1, 128}, {40}, {1}, {0, 0}, 1, F, F, T, 2, F},
+      // grouped; 3D
+      {{1, 32, 40, 20}, {32, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, T, F, T, 2, T},
+      {{1, 4, 9, 8, 8}, {8, 4, 3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, F, T,
+       T, 2, T},
+      // one thread; 9K multiply-adds
+      {{1, 16, 24, 24}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, T, T, T, 1, F},
+      {{1, 4, 8, 8}, {4, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, F, F, T, 2, F}};
+  // clang-format on
+  uint32_t seed = 3300;
+  for (const Shape& sh : shapes) {
+    const size_t k = sh.x.size() - 2;
+    std::vector<int64_t> y = {1, sh.w[0]};
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t span = (sh.w[i + 2] - 1) * sh.dilations[i] + 1;
+      y.push_back((sh.x[i + 2] + sh.pads[i] + sh.pads[k + i] - span) / sh.strides[i] + 1);
+    }
+    std::vector<Tensor> inputs = {Random(sh.x, seed++), Random(sh.w, seed++),
+                                  Random({sh.w[0]}, seed++)};
+    if (sh.sum) inputs.push_back(Random(y, seed++));
+    const std::string what = absl::StrCat(absl::StrJoin(sh.x, "x"), " * ", absl::StrJoin(sh.w, "x"),
+                                          " group ", sh.group, " cl ", sh.cl, " sum ", sh.sum,
+                                          " constant ", sh.constant, " threads ", sh.threads);
+    SCOPED_TRACE(what);
+    const Attrs attrs = Both(
+        Both(
+            Both(A<Ints>({{"pads", sh.pads}, {"strides", sh.strides}, {"dilations", sh.dilations}}),
+                 I("group", sh.group)),
+            Both(I("constant_weights", sh.constant ? 1 : 0), S("activation", "Relu"))),
+        Both(Both(I("channels_last_in", sh.cl ? 1 : 0), I("channels_last_out", sh.cl ? 1 : 0)),
+             I("channels_last_sum", sh.cl && sh.sum ? 1 : 0)));
+    KernelTester t("FusedConv", "dynvm");
+    KernelCall call("FusedConv", "dynvm");
+    for (const Tensor& in : inputs) {
+      t.In(in);
+      call.In(in);
+    }
+    t.Out(DType::kF32).Tol(1e-4, 1e-4).Threads(sh.threads);
+    call.Out(DType::kF32);
+    attrs(t, call);
+    absl::Status s = t.Compare("dnnl");
+    ASSERT_TRUE(s.ok()) << s;
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    std::unique_ptr<Kernel> kernel = *KernelRegistry::Global().Create(spec);
+    const auto* dk = dynamic_cast<const DnnlKernel*>(kernel.get());
+    ASSERT_NE(dk, nullptr);
+    KernelContext ctx(&HeapAllocator::Get(), sh.threads);
+    std::vector<const Tensor*> in;
+    for (const Tensor& x : inputs) in.push_back(&x);
+    for (int run = 0; run < 2; ++run) {
+      Tensor out;
+      Tensor* outs[] = {&out};
+      ASSERT_TRUE(kernel->Run(ctx, in, outs).ok());
+    }
+    EXPECT_EQ(dk->fallback_runs(), 0);
+    // (3 threads where the process may use 2 CPUs: the blocks run on the caller.)
+    const int blocks = GetConvCacheStats(ctx.state().get()).row_blocks;
+    if (sh.split) {
+      EXPECT_GE(blocks, 2);
+    } else {
+      EXPECT_EQ(blocks, 0);
+    }
   }
 }
 

@@ -666,13 +666,19 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     if (threads == 1) {
       cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);
     } else if (panels >= 4 * threads || p.m < 6 * threads) {
-      ctx.ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
-        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
-      });
+      // Chunks of panels (rows below) claimed by whichever thread is free: about two per thread,
+      // so a thread whose core is busy holds up one chunk, not half the product (B is packed
+      // once, so a chunk costs one call's setup).
+      ctx.ParallelForDynamic(panels, std::max<int64_t>(4, panels / (2 * threads)),
+                             [&](int, int64_t p0, int64_t p1) {
+                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
+                             });
     } else {
-      ctx.ParallelFor(p.m, 6, [&](int64_t i0, int64_t i1) {
-        cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc, p.n);
-      });
+      ctx.ParallelForDynamic(p.m, std::max<int64_t>(6, (p.m / (2 * threads) + 5) / 6 * 6),
+                             [&](int, int64_t i0, int64_t i1) {
+                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc,
+                                             p.n);
+                             });
     }
   }
 

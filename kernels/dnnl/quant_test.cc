@@ -282,9 +282,18 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
     std::vector<int64_t> a;
     int64_t n;
   };
-  const std::vector<Shape> shapes = {{{1, 1}, 1},      {{1, 64}, 33},   {{3, 17}, 5},
-                                     {{2, 5, 40}, 48}, {{130, 96}, 70}, {{1, 7, 256}, 64},
-                                     {{64, 300}, 19}};
+  const std::vector<Shape> shapes = {{{1, 1}, 1},
+                                     {{1, 64}, 33},
+                                     {{3, 17}, 5},
+                                     {{2, 5, 40}, 48},
+                                     {{130, 96}, 70},
+                                     {{1, 7, 256}, 64},
+                                     {{64, 300}, 19},
+                                     // From 4M multiply-adds the packed product splits at 2
+                                     // threads: by chunks of panels, and (few panels, many
+                                     // rows) by chunks of rows.
+                                     {{64, 256}, 256},
+                                     {{1100, 64}, 60}};
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
     for (bool igemm : {false, true}) {
