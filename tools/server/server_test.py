@@ -64,6 +64,44 @@ def make_dtype_model(path):
     onnx.save(model, path)
 
 
+def make_step_model(path, vocab=16, heads=2, head=4):
+    """A tiny step model in the Optimum layout (input_ids, attention_mask, past_key_values.0.key/value
+    in; logits, present.0.key/value out) whose logits read the whole cache, for `vm-compile
+    --decode` behind generate."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(7)
+    width = heads * head
+    emb = numpy_helper.from_array(rng.standard_normal((vocab, width)).astype(np.float32), "emb")
+    out = numpy_helper.from_array(rng.standard_normal((width, vocab)).astype(np.float32), "out")
+    split = numpy_helper.from_array(np.array([0, 0, heads, head], np.int64), "split")
+    flat = numpy_helper.from_array(np.array([0, 1, width], np.int64), "flat")
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Reshape", ["h", "split"], ["h4"]),
+        helper.make_node("Transpose", ["h4"], ["kv"], perm=[0, 2, 1, 3]),
+        helper.make_node("Concat", ["past_key_values.0.key", "kv"], ["present.0.key"], axis=2),
+        helper.make_node("Concat", ["past_key_values.0.value", "kv"], ["present.0.value"], axis=2),
+        helper.make_node("ReduceMean", ["present.0.value"], ["ctx"], axes=[2], keepdims=0),
+        helper.make_node("Reshape", ["ctx", "flat"], ["ctx3"]),
+        helper.make_node("Add", ["h", "ctx3"], ["mix"]),
+        helper.make_node("MatMul", ["mix", "out"], ["logits"]),
+    ]
+    f, i = TensorProto.FLOAT, TensorProto.INT64
+    cache = ["b", heads, "p", head]
+    graph = helper.make_graph(
+        nodes, "step",
+        [helper.make_tensor_value_info("input_ids", i, ["b", "s"]),
+         helper.make_tensor_value_info("attention_mask", i, ["b", "t"]),
+         helper.make_tensor_value_info("past_key_values.0.key", f, cache),
+         helper.make_tensor_value_info("past_key_values.0.value", f, cache)],
+        [helper.make_tensor_value_info("logits", f, ["b", "s", vocab]),
+         helper.make_tensor_value_info("present.0.key", f, ["b", heads, "t", head]),
+         helper.make_tensor_value_info("present.0.value", f, ["b", heads, "t", head])],
+        [emb, out, split, flat])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
 def sample(name, n=5):
     """Values of dtype `name` that exercise its range."""
     if name == "BOOL":
@@ -225,6 +263,13 @@ def setUpModule():
     config["bounds"]["max_new_tokens"] = 200000
     with open(os.path.join(repo, "charlm_one/config.json"), "w") as f:
         json.dump(config, f)
+    # A step model wrapped by `vm-compile --decode`: generate leaves its sampling filters off.
+    os.makedirs(os.path.join(repo, "stepdec/1"))
+    make_step_model(os.path.join(TMP, "step.onnx"))
+    subprocess.run([VM_COMPILE, os.path.join(TMP, "step.onnx"), "-o", os.path.join(repo, "stepdec/1/model.dvm"),
+                    "--decode"], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(repo, "stepdec/config.json"), "w") as f:
+        json.dump({"prompt_input": "prompt"}, f)
     # A model folder that does not load: listed as UNAVAILABLE with its reason.
     os.makedirs(os.path.join(repo, "broken/1"))
     with open(os.path.join(repo, "broken/1/model.onnx"), "wb") as f:
@@ -602,6 +647,28 @@ class Generate(unittest.TestCase):
         pieces = [r.infer_response.outputs[0].contents.bytes_contents[0].decode()
                   for r in G.ModelStreamInfer(iter([req]))]
         self.assertEqual("".join(pieces), want)
+
+    def test_decode_step_model_filters_default_off(self):
+        # top_k/top_p/repetition_penalty are inputs of a --decode executable; generate's request
+        # leaves them out, and the server binds 0/1/1: the tokens equal vm-run's with those values.
+        inputs = {"prompt": np.array([[3, 1, 4]], np.int64), "max_new_tokens": np.array(12, np.int64),
+                  "temperature": np.array(0.9, np.float32), "seed": np.array(5, np.int64),
+                  "stop_token": np.array(-1, np.int64), "top_k": np.array(0, np.int64),
+                  "top_p": np.array(1.0, np.float32), "repetition_penalty": np.array(1.0, np.float32)}
+        want = vm_run(os.path.join(TMP, "repo/stepdec/1/model.dvm"), inputs,
+                      os.path.join(TMP, "stepdec-out"))["tokens"]
+        self.assertEqual(want.shape, (1, 12))
+        body = {"text_input": "3 1 4", "parameters": {"max_new_tokens": 12, "temperature": 0.9,
+                                                       "seed": 5, "stop_token": -1}}
+        got = " ".join(e["text_output"].strip() for e in sse_events("stepdec", body)).split()
+        self.assertEqual([int(t) for t in got], want[0].tolist())
+        # Given explicitly, a filter is the request's: top_k=1 is greedy.
+        inputs.update(top_k=np.array(1, np.int64))
+        greedy = vm_run(os.path.join(TMP, "repo/stepdec/1/model.dvm"), inputs,
+                        os.path.join(TMP, "stepdec-out-k1"))["tokens"]
+        body["parameters"]["top_k"] = 1
+        got = " ".join(e["text_output"].strip() for e in sse_events("stepdec", body)).split()
+        self.assertEqual([int(t) for t in got], greedy[0].tolist())
 
     def test_greedy_and_stop(self):
         want = demo_text("In the beginning", 40, 0, 5)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -71,6 +72,15 @@ absl::Status RunOnVm(VirtualMachine& vm, const ModelVersion& model, const CallCo
   }
   run.cancel = &token;
   return vm.Run(run);
+}
+
+// The sampling filters `vm-compile --decode` adds (top_k, top_p, repetition_penalty) default to
+// their "off" values when neither the request nor config.json gives them, as in Hugging Face's
+// generate.
+std::optional<double> SamplingFilterOff(absl::string_view name) {
+  if (name == "top_k") return 0.0;
+  if (name == "top_p" || name == "repetition_penalty") return 1.0;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -220,6 +230,8 @@ absl::StatusOr<std::vector<NamedTensor>> Service::GenerateInputs(const ModelVers
     } else if (auto d = config.generate_defaults.find(p.name);
                d != config.generate_defaults.end()) {
       v = d->second;
+    } else if (auto off = SamplingFilterOff(p.name); off.has_value()) {
+      v = *off;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("parameters.", p.name, " is required (the model has no default for it)"));
