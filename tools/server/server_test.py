@@ -36,7 +36,7 @@ except ImportError as e:
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/server/dynvm-server"))
+SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/dynvm-server"))
 VM_RUN = os.environ.get("DYNVM_VM_RUN", os.path.join(ROOT, "build/release/tools/vm-run"))
 VM_COMPILE = os.environ.get("DYNVM_VM_COMPILE", os.path.join(ROOT, "build/release/tools/vm-compile"))
 
