@@ -32,6 +32,47 @@ absl::StatusOr<absl::Span<int64_t>> ReadCheckedIndices(KernelContext& ctx, const
 
 // ---- Gather ----
 
+// Gather from contiguous x (not strings): out is [outer, n, inner] for outer = the dims before
+// `ax`, n = the indices and inner = the dims after it; each (o, j) is one contiguous row of
+// inner elements, x[o, idx[j], :], copied whole. Any rank, axis and index shape take this path
+// (an embedding lookup is outer = 1). Rows are read where the indices say, so the row a few
+// ahead is prefetched while one is copied: a lookup into a table that is not in cache waits on
+// memory latency otherwise. With more than one thread and at least kMinParallelCopyBytes of
+// output, the rows split over the VM's pool; each writes its own part of the output.
+void GatherRows(KernelContext& ctx, const Tensor& x, int ax, absl::Span<const int64_t> idx,
+                Tensor* out) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  const int64_t dim = x.dim(ax);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < ax; ++d) outer *= x.dim(d);
+  for (int d = ax + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  const size_t row_bytes = static_cast<size_t>(inner * DTypeSize(x.dtype()));
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw_data());
+  uint8_t* dst = static_cast<uint8_t*>(out->raw_data());
+  const int64_t rows = outer * n;
+  if (rows == 0 || row_bytes == 0) return;
+  auto src_row = [&](int64_t r) {
+    return src + (r / n * dim + idx[r % n]) * static_cast<int64_t>(row_bytes);
+  };
+  constexpr int64_t kAhead = 4;
+  constexpr size_t kLine = 64;
+  auto copy = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (r + kAhead < r1) {
+        const uint8_t* next = src_row(r + kAhead);
+        for (size_t b = 0; b < row_bytes; b += kLine) __builtin_prefetch(next + b);
+      }
+      std::memcpy(dst + r * static_cast<int64_t>(row_bytes), src_row(r), row_bytes);
+    }
+  };
+  if (ctx.num_threads() > 1 && rows >= 2 &&
+      rows * static_cast<int64_t>(row_bytes) >= kMinParallelCopyBytes) {
+    ctx.ParallelFor(rows, 1, copy);
+  } else {
+    copy(0, rows);
+  }
+}
+
 struct AxisAttrs {
   int64_t axis = 0;
 };
@@ -56,7 +97,14 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   dims.insert(dims.end(), x.dims().begin() + ax + 1, x.dims().end());
   s = PrepareDataOutput(ctx, out[0], x.dtype(), dims, "Gather");
   if (!s.ok()) return s;
-  // out[o..., j, i...] = x[o..., idx[j], i...]: per index j, copy the block x minus the axis.
+  const int64_t n = static_cast<int64_t>(idx.size());
+  const int64_t esize = DTypeSize(x.dtype());
+  if (x.is_contiguous() && x.dtype() != DType::kString) {
+    GatherRows(ctx, x, ax, idx, out[0]);
+    return absl::OkStatus();
+  }
+  // A strided view: out[o..., j, i...] = x[o..., idx[j], i...], per index j the block of x
+  // minus the axis, copied by CopyStrided.
   int64_t out_strides[Tensor::kMaxRank];
   ContiguousStrides(dims, out_strides);
   Dims block_dims, src_strides, dst_strides;
@@ -68,17 +116,12 @@ absl::Status RunGather(const void* a, KernelContext& ctx, InSpan in, OutSpan out
   }
   int64_t inner = 1;
   for (int d = ax + 1; d < rank; ++d) inner *= x.dim(d);
-  const int64_t esize = DTypeSize(x.dtype());
   auto copy = [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       CopyStrided(esize, block_dims, ElementPtr(x, idx[j] * x.stride(ax)), src_strides,
                   ElementPtr(*out[0], j * inner), dst_strides);
     }
   };
-  // With more than one thread, a large gather (an embedding lookup) splits its indices over the
-  // VM's pool like a large copy (kMinParallelCopyBytes): the rows it reads are scattered, and two
-  // cores keep more of them in flight. Each index writes its own part of the output.
-  const int64_t n = static_cast<int64_t>(idx.size());
   if (ctx.num_threads() > 1 && n >= 2 && x.dtype() != DType::kString &&
       out[0]->numel() * esize >= kMinParallelCopyBytes) {
     ctx.ParallelFor(n, 1, copy);

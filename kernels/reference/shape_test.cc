@@ -1253,6 +1253,107 @@ TEST(GatherTest, ScalarIndexStridedAndBool) {
             (std::vector<int64_t>{0, 3}));
 }
 
+// Every rank 1-4, every axis (given positive and negative), index tensors of rank 0-2 (a
+// "batch" of index rows) with negative and repeated indices, at one and two threads, against an
+// element-by-element oracle: out[o, j, i] = x[o, idx[j] (+ dim if negative), i] with outer o,
+// inner i. Contiguous data copies whole rows (GatherRows); the same values as a strided view
+// (every other element of a buffer twice the size) take the strided path and must agree.
+TEST(GatherTest, RowsOfAnyRankAxisAndBatchMatchElementOracle) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  const std::vector<std::vector<int64_t>> shapes = {{7}, {5, 6}, {3, 4, 5}, {2, 3, 4, 5}};
+  const std::vector<std::vector<int64_t>> index_shapes = {{}, {3}, {4, 3}};
+  for (const std::vector<int64_t>& shape : shapes) {
+    const Tensor x = Iota(shape);
+    const int rank = static_cast<int>(shape.size());
+    Tensor spread = *Tensor::Empty(DType::kF32, {2 * x.numel()});
+    for (int64_t k = 0; k < spread.numel(); ++k) {
+      spread.data<float>()[k] = k % 2 == 0 ? static_cast<float>(k / 2) : -1.0f;
+    }
+    std::vector<int64_t> strides(rank);
+    for (int d = rank - 1, st = 2; d >= 0; st *= static_cast<int>(shape[d]), --d) strides[d] = st;
+    const Tensor strided = ViewOf(spread, 0, shape, strides);
+    ASSERT_FALSE(strided.is_contiguous());
+    for (int axis = 0; axis < rank; ++axis) {
+      const int64_t dim = shape[axis];
+      int64_t outer = 1, inner = 1;
+      for (int d = 0; d < axis; ++d) outer *= shape[d];
+      for (int d = axis + 1; d < rank; ++d) inner *= shape[d];
+      for (const std::vector<int64_t>& ishape : index_shapes) {
+        int64_t n = 1;
+        for (int64_t d : ishape) n *= d;
+        std::vector<int64_t> idx;
+        for (int64_t j = 0; j < n; ++j)
+          idx.push_back((j * 5 + 2) % (2 * dim) - dim);  // [-dim, dim)
+        std::vector<int64_t> dims(shape.begin(), shape.begin() + axis);
+        dims.insert(dims.end(), ishape.begin(), ishape.end());
+        dims.insert(dims.end(), shape.begin() + axis + 1, shape.end());
+        std::vector<double> want;
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t row = idx[j] < 0 ? idx[j] + dim : idx[j];
+            for (int64_t i = 0; i < inner; ++i) {
+              want.push_back(static_cast<double>((o * dim + row) * inner + i));
+            }
+          }
+        }
+        const Tensor indices = ishape.empty() ? Tensor::ScalarI64(idx[0]) : I64(ishape, idx);
+        for (const int64_t attr : {int64_t{axis}, int64_t{axis - rank}}) {
+          for (const Tensor& data : {x, strided}) {
+            for (int threads : {1, 2}) {
+              SCOPED_TRACE(absl::StrCat("shape ", rank, "d axis ", attr, " indices rank ",
+                                        ishape.size(), " threads ", threads,
+                                        data.is_contiguous() ? "" : " strided"));
+              absl::StatusOr<std::vector<Tensor>> got = KernelCall("Gather")
+                                                            .In(data)
+                                                            .In(indices)
+                                                            .Attr("axis", attr)
+                                                            .Out(DType::kF32)
+                                                            .Run(threads);
+              ASSERT_TRUE(got.ok()) << got.status();
+              EXPECT_EQ(DimsOf((*got)[0]), dims);
+              EXPECT_EQ(ToDoubles((*got)[0]), want);
+            }
+          }
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// An embedding lookup of a batch of token rows (the encoder's first op): a [1000, 128] table,
+// indices [8, 128] with negative ones, split over two threads; and a bad index in the last row
+// of the batch is still an error naming it.
+TEST(GatherTest, EmbeddingBatchRowsAndBadIndexInBatch) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  const Tensor table = Iota({1000, 128});
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 8 * 128; ++i)
+    tokens.push_back((i * 7919) % 1000 - (i % 3 == 0 ? 1000 : 0));
+  for (int threads : {1, 2}) {
+    absl::StatusOr<std::vector<Tensor>> got =
+        KernelCall("Gather").In(table).In(I64({8, 128}, tokens)).Out(DType::kF32).Run(threads);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(DimsOf((*got)[0]), (std::vector<int64_t>{8, 128, 128}));
+    const std::vector<double> out = ToDoubles((*got)[0]);
+    for (int64_t r = 0; r < 8 * 128; ++r) {
+      const int64_t row = tokens[r] < 0 ? tokens[r] + 1000 : tokens[r];
+      for (int64_t i = 0; i < 128; i += 31) {
+        ASSERT_EQ(out[r * 128 + i], static_cast<double>(row * 128 + i)) << r << " " << i;
+      }
+    }
+  }
+  tokens.back() = 1000;
+  ExpectInvalid(KernelCall("Gather").In(table).In(I64({8, 128}, tokens)).Out(DType::kF32),
+                "index 1000");
+  tokens.back() = -1001;
+  ExpectInvalid(KernelCall("Gather").In(table).In(I64({8, 128}, tokens)).Out(DType::kF32),
+                "index -1001");
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
 TEST(GatherTest, Errors) {
   ExpectInvalid(KernelCall("Gather").In(Iota({3})).In(I64({2}, {0, 3})).Out(DType::kF32),
                 "Gather: index 3");

@@ -119,7 +119,7 @@ def main():
     print(f"in process (vm-run, 1 thread): batch 1 {t[1]:.3f} ms, batch {b} {t[b]:.3f} ms = "
           f"{t[b] / b:.3f} ms a row: one batched call of {b} costs {t[b] / (b * t[1]):.2f}x {b} "
           f"batch-1 calls (batching can give at most {b * t[1] / t[b]:.2f}x)")
-    server = args.server or os.path.join(args.build, "tools/server/dynvm-server")
+    server = args.server or os.path.join(args.build, "tools/dynvm-server")
     proc = subprocess.Popen([server, "--model-repository", repo, "--http-port", "0",
                              "--grpc-port", "0", "--access-log", "off"], stdout=subprocess.PIPE, text=True)
     try:

@@ -5,7 +5,7 @@ the container ports are the ports the args set; the probe paths answer 200 on a 
 started with the manifest's own args (host and ports made local and free); the container runs
 as a non-root user.
 
-    DYNVM_SERVER=build/release/tools/server/dynvm-server /usr/bin/python3 tools/server/deploy_test.py
+    DYNVM_SERVER=build/release/tools/dynvm-server /usr/bin/python3 tools/server/deploy_test.py
 """
 import http.client
 import os
@@ -22,7 +22,7 @@ except ImportError as e:
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/server/dynvm-server"))
+SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/dynvm-server"))
 
 
 def load(name):
@@ -95,6 +95,11 @@ class Manifests(unittest.TestCase):
         self.assertEqual(cmd["--http-port"], self.args["--http-port"])
         self.assertEqual(cmd["--grpc-port"], self.args["--grpc-port"])
         self.assertIn(f"VOLUME {cmd['--model-repository']}", docker)
+        # The build stage copies the binary from where the build puts it (SERVER is the target's
+        # file when ctest runs this test).
+        built = re.search(r"cp (build/release/\S*dynvm-server) ", docker).group(1)
+        self.assertTrue(os.path.abspath(SERVER).endswith(built[len("build/release"):]),
+                        f"Dockerfile copies {built}; the build writes {SERVER}")
 
     def test_probes_and_metrics_answer(self):
         args = dict(self.args)

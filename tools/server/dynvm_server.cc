@@ -2,8 +2,8 @@
 // and gRPC (docs/serving.md).
 //
 //   dynvm-server --model-repository DIR [--host 127.0.0.1] [--http-port 8000]
-//                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES] [--max-body-bytes
-//                64m]
+//                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES]
+//                [--grpc-poller default|poll|epoll1] [--max-body-bytes 64m]
 //                [--drain-timeout-s 30] [--access-log -|FILE|off]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,7 +34,7 @@ namespace {
 constexpr char kProgram[] = "dynvm-server";
 
 int Main(int argc, char** argv) {
-  std::string repo_dir, host = "127.0.0.1", access_log = "-";
+  std::string repo_dir, host = "127.0.0.1", access_log = "-", grpc_poller = "default";
   int64_t http_port = 8000, grpc_port = 8001, http_threads = 64, drain_s = 30;
   int64_t grpc_threads = std::max(2u, std::thread::hardware_concurrency());
   int64_t max_body = int64_t{64} << 20;
@@ -48,6 +49,10 @@ int Main(int argc, char** argv) {
   flags.AddInt("--grpc-threads", &grpc_threads,
                "threads serving gRPC ModelInfer, each with its own completion queue (default: the "
                "cores, at least 2)");
+  flags.AddString(
+      "--grpc-poller", &grpc_poller,
+      "gRPC's polling engine: default (gRPC's choice or GRPC_POLL_STRATEGY), poll "
+      "(each serving thread polls its own queue: fewer thread handoffs a call), epoll1");
   flags.AddInt("--max-body-bytes", &max_body, "largest request body (default 64m)", true);
   flags.AddInt("--drain-timeout-s", &drain_s, "on SIGTERM, seconds to finish accepted requests");
   flags.AddString("--access-log", &access_log, "- (stderr, default), a FILE, or off");
@@ -72,6 +77,12 @@ int Main(int argc, char** argv) {
     return dynvm::cli::ReportError(
         kProgram,
         "--http-threads, --grpc-threads, --drain-timeout-s or --max-body-bytes out of range");
+  if (grpc_poller != "default" && grpc_poller != "poll" && grpc_poller != "epoll1")
+    return dynvm::cli::ReportError(
+        kProgram, absl::StrCat("--grpc-poller ", grpc_poller, ": not default, poll or epoll1"));
+  // gRPC reads its polling engine from the environment when it first starts (in
+  // GrpcFrontend::Start below; nothing before it uses gRPC).
+  if (grpc_poller != "default") setenv("GRPC_POLL_STRATEGY", grpc_poller.c_str(), 1);
   FILE* log = nullptr;
   if (access_log == "-") {
     log = stderr;

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/server/dynvm-server"))
+SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/dynvm-server"))
 
 
 def rss_kib(pid):

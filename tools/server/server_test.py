@@ -36,7 +36,7 @@ except ImportError as e:
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/server/dynvm-server"))
+SERVER = os.environ.get("DYNVM_SERVER", os.path.join(ROOT, "build/release/tools/dynvm-server"))
 VM_RUN = os.environ.get("DYNVM_VM_RUN", os.path.join(ROOT, "build/release/tools/vm-run"))
 VM_COMPILE = os.environ.get("DYNVM_VM_COMPILE", os.path.join(ROOT, "build/release/tools/vm-compile"))
 
@@ -134,10 +134,10 @@ def json_values(name, values):
 class Server:
     """A dynvm-server on free ports; the log lines it prints are kept."""
 
-    def __init__(self, repo, drain_s=20):
+    def __init__(self, repo, drain_s=20, extra=()):
         self.proc = subprocess.Popen(
             [SERVER, "--model-repository", repo, "--http-port", "0", "--grpc-port", "0",
-             "--max-body-bytes", "4m", "--drain-timeout-s", str(drain_s)],
+             "--max-body-bytes", "4m", "--drain-timeout-s", str(drain_s), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening" not in line:
@@ -881,6 +881,41 @@ class Metrics(unittest.TestCase):
         self.assertIn('dynvm_instances_busy{model="mlp",version="1"}', text)
         self.assertRegex(text, r'dynvm_requests_total\{code="404"')
         self.assertTrue(any("POST /v2/models/mlp/infer 200" in line for line in S.log))
+
+
+class GrpcPoller(unittest.TestCase):
+    def test_poll_engine_serves_concurrent_calls(self):
+        # --grpc-poller poll (each serving thread polls its own completion queue): 4 client
+        # threads x 25 raw ModelInfer calls on 2 serving threads, every answer equal to vm-run's.
+        X = Infer.X
+        ref = vm_run(os.path.join(TMP, "mlp.dvm"), {"x": X}, os.path.join(TMP, "mlp-out-poll"))
+        other = Server(os.path.join(TMP, "repo"), extra=("--grpc-poller", "poll", "--grpc-threads", "2"))
+        try:
+            g = Grpc(other.grpc_port, TMP)
+            req = g.pb.ModelInferRequest(model_name="mlp")
+            req.inputs.add(name="x", datatype="FP32", shape=[3, 4])
+            req.raw_input_contents.append(X.tobytes())
+            answers = []
+
+            def client():
+                for _ in range(25):
+                    answers.append(g.ModelInfer(req).raw_output_contents[0])
+            threads = [threading.Thread(target=client) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(answers, [ref["probs"].tobytes()] * 100)
+            g.channel.close()
+            self.assertEqual(other.stop(), 0)
+        finally:
+            other.close()
+
+    def test_unknown_poller_is_an_error(self):
+        r = subprocess.run([SERVER, "--model-repository", os.path.join(TMP, "repo"), "--grpc-poller", "epollex"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--grpc-poller epollex: not default, poll or epoll1", r.stderr)
 
 
 class ZShutdown(unittest.TestCase):  # last: stops the server
