@@ -15,6 +15,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/quantize_weights.h"
 #include "compiler/rewrite/rewrite.h"
+#include "compiler/transpose_weights.h"
 #include "kernels/registry.h"
 
 namespace dynvm::compiler {
@@ -111,7 +112,12 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
              return true;
            }});
     // The rewrites infer shapes after each sweep that changed something.
-    rewrite::RewriteOptions rewrites{options.disabled_rewrites, options.device};
+    // "transpose_weights" names the pass below, not a rewrite rule.
+    std::vector<std::string> disabled_rules;
+    for (const std::string& name : options.disabled_rewrites) {
+      if (name != kTransposeWeightsSwitch) disabled_rules.push_back(name);
+    }
+    rewrite::RewriteOptions rewrites{std::move(disabled_rules), options.device};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));
@@ -155,6 +161,19 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
            }});
+    // Decode-shaped products read constant weights as [N, K] rows (compiler/transpose_weights.h).
+    // Not when weights are quantized (quantize_weights takes MatMul's [K, N] weights) nor off
+    // the CPU; kTransposeWeightsSwitch in disabled_rewrites turns it off (A/B).
+    const bool transpose_weights =
+        !quantize && options.device == Device::kCPU &&
+        std::find(options.disabled_rewrites.begin(), options.disabled_rewrites.end(),
+                  kTransposeWeightsSwitch) == options.disabled_rewrites.end();
+    if (transpose_weights) {
+      p.Add({"transpose_weights", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
+               result.transposed_weights = TransposeConstantWeights(m);
+               return result.transposed_weights > 0;
+             }});
+    }
     p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {
              EliminateDeadCode(m);
              return true;
@@ -271,6 +290,9 @@ std::string CompileResult::ReportText() const {
     absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
   if (!rewrites.empty()) absl::StrAppendFormat(&out, "narrow_rows: %d\n", narrowed_nodes);
+  if (!rewrites.empty()) {
+    absl::StrAppendFormat(&out, "transpose_weights: %d\n", transposed_weights);
+  }
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);
   }

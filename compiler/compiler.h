@@ -100,6 +100,9 @@ struct CompileResult {
   // Nodes NarrowSelectedRows made compute one row (compiler/narrow_rows.cc; 0 when not
   // optimizing). Reported as "narrow_rows: N" with the rewrites.
   int narrowed_nodes = 0;
+  // Constant [K, N] weights stored transposed for decode-shaped products
+  // (compiler/transpose_weights.h; 0 when not optimizing, quantizing, or off the CPU).
+  int transposed_weights = 0;
   // What the conv-family fusion did (all zero when nothing fused or not optimizing): Conv nodes
   // fused, Pads / BatchNormalizations / residual Adds / activations folded into them, values
   // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run
