@@ -17,6 +17,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/quantize_weights.h"
 #include "compiler/rewrite/rewrite.h"
+#include "compiler/transpose_weights.h"
 #include "kernels/registry.h"
 
 namespace dynvm::compiler {
@@ -117,10 +118,12 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
            }});
     // The rewrites infer shapes after each sweep that changed something.
     // --disable-rewrite unstack_loop_carried turns the loop-carried unstacking off (a pass of
-    // its own, compiler/unstack_carried.cc); the other names are pattern rules.
+    // its own, compiler/unstack_carried.cc), and "transpose_weights" the pass below; the other
+    // names are pattern rules.
     std::vector<std::string> disabled = options.disabled_rewrites;
     const bool unstack = std::erase(disabled, std::string("unstack_loop_carried")) == 0;
-    rewrite::RewriteOptions rewrites{disabled, options.device};
+    std::erase(disabled, std::string(kTransposeWeightsSwitch));
+    rewrite::RewriteOptions rewrites{std::move(disabled), options.device};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));
@@ -170,6 +173,19 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
            }});
+    // Decode-shaped products read constant weights as [N, K] rows (compiler/transpose_weights.h).
+    // Not when weights are quantized (quantize_weights takes MatMul's [K, N] weights) nor off
+    // the CPU; kTransposeWeightsSwitch in disabled_rewrites turns it off (A/B).
+    const bool transpose_weights =
+        !quantize && options.device == Device::kCPU &&
+        std::find(options.disabled_rewrites.begin(), options.disabled_rewrites.end(),
+                  kTransposeWeightsSwitch) == options.disabled_rewrites.end();
+    if (transpose_weights) {
+      p.Add({"transpose_weights", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
+               result.transposed_weights = TransposeConstantWeights(m);
+               return result.transposed_weights > 0;
+             }});
+    }
     p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {
              EliminateDeadCode(m);
              return true;
@@ -288,6 +304,9 @@ std::string CompileResult::ReportText() const {
   if (!rewrites.empty()) absl::StrAppendFormat(&out, "narrow_rows: %d\n", narrowed_nodes);
   if (unstacked_carried > 0) {
     absl::StrAppendFormat(&out, "unstack_loop_carried: %d\n", unstacked_carried);
+  }
+  if (!rewrites.empty()) {
+    absl::StrAppendFormat(&out, "transpose_weights: %d\n", transposed_weights);
   }
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);

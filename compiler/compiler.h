@@ -103,6 +103,9 @@ struct CompileResult {
   // Loop-carried values UnstackLoopCarried carried apart as their slices (a stacked KV cache;
   // compiler/unstack_carried.cc). Reported as "unstack_loop_carried: N" when nonzero.
   int unstacked_carried = 0;
+  // Constant [K, N] weights stored transposed for decode-shaped products
+  // (compiler/transpose_weights.h; 0 when not optimizing, quantizing, or off the CPU).
+  int transposed_weights = 0;
   // What the conv-family fusion did (all zero when nothing fused or not optimizing): Conv nodes
   // fused, Pads / BatchNormalizations / residual Adds / activations folded into them, values
   // kept channels-last between conv-family ops, and chain boundaries (a reorder each, at run
