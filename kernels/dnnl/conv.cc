@@ -1027,19 +1027,23 @@ class ConvKernel final : public DnnlKernel {
   // ---- Any other Conv1d as im2col + sgemm on the VM's threads ----
 
   // A Conv1d of any kernel size, stride, padding and dilation, ungrouped, over a plain dense
-  // input, with dense weights, no residual,
-  // no second activation and at most one of RowActivation's, at more than one thread and from two
-  // tasks of work (2 x kMinConvTaskMacs multiply-adds): per image the columns X' [C * K, T_out]
-  // (row (c, k) holds input channel c at t * stride + k * dilation - pad, zero outside the input),
-  // then the pointwise path's GEMM Y [M, T_out] = W [M, C * K] X' on chunks of output rows claimed
-  // by the VM's threads. oneDNN's 1D convolution ran there on its OpenMP team above
-  // kMinParallelWork (the openWakeWord STFT front end at 2 threads: 9.2 ms a call against 0.36 ms
-  // at 1, its team spinning beside the pool), and split by its only spatial dim each block took
-  // twice its share (docs/zoo.md). One thread keeps oneDNN's primitive.
+  // input, with dense weights, no residual, no second activation and at most one of
+  // RowActivation's, at more than one thread where oneDNN would run its OpenMP team (from
+  // kMinParallelWork multiply-adds, unless the per-image split takes the batch): per image the
+  // columns X' [C * K, T_out] (row (c, k) holds input channel c at t * stride + k * dilation -
+  // pad, zero outside the input), then the pointwise path's GEMM Y [M, T_out] = W [M, C * K] X'
+  // on chunks of output rows claimed by the VM's threads. oneDNN's team there ran the
+  // openWakeWord STFT front end at 2 threads in 9.2 ms a call against 0.36 ms at 1 (spinning
+  // beside the pool), and split by its only spatial dim each block took twice its share
+  // (docs/zoo.md). Below kMinParallelWork oneDNN's primitive runs on one thread, which beat this
+  // path at 2 threads on the STFT's 8-frame chunk (0.064 against 0.077 ms for the model); the
+  // per-image split ran the 2x4000 case 5-8% faster. One thread keeps oneDNN's primitive.
   bool Conv1dGemmTakes(const KernelContext& ctx, const Geometry& g, const Tensor& x,
                        const Tensor& w, const Tensor* sum, int64_t macs) const {
+    const int tasks = ctx.ParallelTasks(g.n, 1);  // as PerImageTakes
+    if (g.n >= 2 && tasks > 1 && (g.n % tasks == 0 || g.n >= 4 * tasks)) return false;
     return !transpose_ && g.k == 1 && g.g == 1 && ctx.num_threads() > 1 &&
-           macs >= 2 * kMinConvTaskMacs && !blocked_.in && x.is_contiguous() && w.is_contiguous() &&
+           macs >= kMinParallelWork && !blocked_.in && x.is_contiguous() && w.is_contiguous() &&
            sum == nullptr && !act2_.present && RowActivation().has_value() && !dw_.present &&
            g.n * g.c * g.kd[0] * g.od[0] <= kGemmMaxColumnFloats;
   }
