@@ -30,6 +30,7 @@ struct ConvCacheStats {
   int dw_separate = 0;      // 1x1 + depthwise pairs on two primitives
   int depthwise_1d = 0;     // depthwise Conv1ds on dynvm's microkernel (cpu/depthwise.h)
   int pointwise_1d = 0;     // pointwise Conv1ds as sgemm on the VM's threads
+  int conv1d_gemm = 0;      // other Conv1ds as im2col + sgemm on the VM's threads (2+ threads)
   int per_image = 0;        // primitives for one image of a batch split over the VM's threads
   int row_blocks = 0;       // primitives for a block of rows of one image split by rows
 };

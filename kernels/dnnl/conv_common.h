@@ -26,6 +26,7 @@ struct Entry {
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
   bool depthwise_1d = false;    // a plain depthwise Conv1d on dynvm's microkernel (depthwise.h)
   bool pointwise_1d = false;    // a pointwise Conv1d as one sgemm per image on the VM's threads
+  bool conv1d_gemm = false;     // a Conv1d as im2col + sgemm rows on the VM's threads
   bool per_image = false;       // bound for one image of a batch split over the VM's threads
   // per_image: for each range of the split, its own handles (BoundPrimitive::Share) on main,
   // src_reorder, dst_reorder and sum_reorder.

@@ -910,6 +910,94 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
   }
 }
 
+// Any other ungrouped Conv1d at more than one thread, from kMinParallelWork multiply-adds (where
+// oneDNN ran its OpenMP team), runs as im2col + sgemm rows on the VM's threads
+// (ConvKernel::ExecuteConv1dGemm): against the reference kernel at 1, 2 and 3 threads with kernel
+// sizes, strides, pads (asymmetric, past the kernel), dilations, channels, an odd batch, a plain
+// or channels-last output, with and without bias and activation; an STFT front end (one channel,
+// 512 taps, stride 160). At one thread, below the work (the STFT's 8-frame chunk), a batch the
+// per-image split takes, grouped, with a residual, a channels-last input or Clip it stays on
+// oneDNN.
+TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
+  struct Shape {
+    int64_t n, c, t, m, k, stride, dilation, pad_l, pad_r, group;
+    const char* act;
+    bool bias, sum, cl_in, cl_out;
+    bool takes;  // at 2 threads
+  };
+  constexpr bool Y = true, N = false;
+  // clang-format off
+  const Shape shapes[] = {
+      {1, 1, 16000, 257, 512, 160, 1, 0, 0, 1, "", N, N, N, N, Y},         // STFT front end, 1 s
+      {1, 32, 2000, 64, 7, 2, 3, 4, 1, 1, "SiLU", Y, N, N, Y, Y},
+      {1, 64, 400, 256, 3, 3, 2, 9, 0, 1, "Tanh", N, N, N, N, Y},         // pad past the kernel
+      {1, 8, 8000, 96, 11, 4, 1, 0, 13, 1, "Sigmoid", Y, N, N, Y, Y},
+      {3, 16, 1000, 64, 9, 1, 2, 8, 8, 1, "Relu", Y, N, N, N, Y},         // 3 images, 2 threads
+      // Near misses: too little work (the STFT's 8 frames), a batch split per image, grouped, a
+      // residual, a channels-last input, Clip.
+      {1, 1, 1760, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, N},
+      {2, 1, 16000, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, Y},  // per image where it splits
+      {1, 64, 1000, 64, 9, 1, 1, 4, 4, 4, "", Y, N, N, N, N},
+      {1, 64, 1000, 64, 9, 1, 1, 4, 4, 1, "", Y, Y, N, N, N},
+      {1, 64, 1000, 64, 9, 1, 1, 4, 4, 1, "", Y, N, Y, N, N},
+      {1, 64, 1000, 64, 9, 1, 1, 4, 4, 1, "Clip", Y, N, N, N, N},
+  };
+  // clang-format on
+  uint32_t seed = 3400;
+  for (const Shape& sh : shapes) {
+    const int64_t span = (sh.k - 1) * sh.dilation + 1;
+    const int64_t out = (sh.t + sh.pad_l + sh.pad_r - span) / sh.stride + 1;
+    std::vector<Tensor> inputs = {Random({sh.n, sh.c, sh.t}, seed++),
+                                  Random({sh.m, sh.c / sh.group, sh.k}, seed++)};
+    if (sh.bias) inputs.push_back(Random({sh.m}, seed++));
+    if (sh.sum) inputs.push_back(Random({sh.n, sh.m, out}, seed++));
+    Attrs attrs = Both(
+        Both(A<Ints>({{"pads", {sh.pad_l, sh.pad_r}},
+                      {"strides", {sh.stride}},
+                      {"dilations", {sh.dilation}},
+                      {"kernel_shape", {sh.k}}}),
+             Both(I("group", sh.group), I("constant_weights", 1))),
+        Both(I("channels_last_in", sh.cl_in ? 1 : 0), I("channels_last_out", sh.cl_out ? 1 : 0)));
+    attrs = Both(attrs, Both(S("activation", sh.act),
+                             Both(F("activation_alpha", std::string(sh.act) == "SiLU" ? 1 : -0.5f),
+                                  F("activation_beta", 0.75f))));
+    const std::string what = absl::StrCat(
+        sh.n, "x", sh.c, "x", sh.t, " k", sh.k, " -> ", sh.m, " stride ", sh.stride, " dilation ",
+        sh.dilation, " pads ", sh.pad_l, ",", sh.pad_r, " group ", sh.group, " ", sh.act,
+        sh.sum ? " sum" : "", sh.cl_in ? " cl in" : "", sh.cl_out ? " cl out" : "");
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(absl::StrCat(what, " threads ", threads));
+      KernelTester t("FusedConv", "dynvm");
+      KernelCall call("FusedConv", "dynvm");
+      for (const Tensor& in : inputs) {
+        t.In(in);
+        call.In(in);
+      }
+      t.Out(DType::kF32).Tol(1e-4, 1e-4).Threads(threads);
+      call.Out(DType::kF32);
+      attrs(t, call);
+      const absl::Status s = t.Compare("dnnl");
+      ASSERT_TRUE(s.ok()) << s;
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> kernel = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), threads);
+      std::vector<const Tensor*> in;
+      for (const Tensor& x : inputs) in.push_back(&x);
+      Tensor y;
+      Tensor* outs[] = {&y};
+      ASSERT_TRUE(kernel->Run(ctx, in, outs).ok());
+      // Batches the per-image split takes (whole images per range) keep it: 2 images at 2
+      // threads, 3 at 3 where the process may use 3 CPUs (else ParallelTasks is 1 at 3 threads,
+      // as in the kernel, and oneDNN's team would run it).
+      const int tasks = ctx.ParallelTasks(sh.n, 1);
+      const bool per_image = sh.n >= 2 && tasks > 1 && (sh.n % tasks == 0 || sh.n >= 4 * tasks);
+      EXPECT_EQ(GetConvCacheStats(ctx.state().get()).conv1d_gemm,
+                sh.takes && threads > 1 && !per_image ? 1 : 0);
+    }
+  }
+}
+
 // Where the tensors' layouts have no optimized oneDNN implementation (on AVX2: a one-channel
 // plain input with a channels-last output, a channels-last input with a plain output), the site
 // binds another layout pair with reorders rather than oneDNN's reference convolution ("ref:any",
