@@ -345,7 +345,9 @@ namespace {
 // groups of 2 and 4. Against the unoptimized program.
 TEST(AttentionTest, KvRepeatIsReadAsBroadcastKvHeads) {
   for (int64_t t : {1, 7}) {
-    for (auto [kvh, g] : {std::pair<int64_t, int64_t>{2, 2}, {1, 4}}) {
+    for (auto [kv_heads, group] : {std::pair<int64_t, int64_t>{2, 2}, {1, 4}}) {
+      // Plain copies: lambdas cannot capture structured bindings before clang 16.
+      const int64_t kvh = kv_heads, g = group;
       for (int mask = 0; mask < 4; ++mask) {
         SCOPED_TRACE(absl::StrCat("t ", t, " kvh ", kvh, " g ", g, " mask ", mask));
         const int64_t B = 2, T = t, H = kvh * g, hd = 4;
