@@ -124,6 +124,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
     const bool unstack = std::erase(disabled, std::string("unstack_loop_carried")) == 0;
     std::erase(disabled, std::string(kTransposeWeightsSwitch));
     rewrite::RewriteOptions rewrites{std::move(disabled), options.device};
+    rewrites.other_switches = {"unstack_loop_carried", std::string(kTransposeWeightsSwitch)};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));

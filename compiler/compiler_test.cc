@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "compiler/builder.h"
+#include "compiler/compiler_testing.h"
 #include "compiler/passes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,29 +27,6 @@ namespace dynvm::compiler {
 namespace {
 
 using ::testing::HasSubstr;
-
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
-
-struct Compiled {
-  CompileResult result;
-  std::shared_ptr<const Executable> exe;
-};
-
-Compiled CompileOrDie(Module& m, CompileOptions options = {}) {
-  absl::StatusOr<CompileResult> r = Compile(m, options);
-  EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
-  if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  if (!exe.ok()) return {};
-  return {*std::move(r), *std::move(exe)};
-}
 
 std::string Disassembly(const CompileResult& r) {
   const auto* data = reinterpret_cast<const uint8_t*>(r.bytes.data());
@@ -136,6 +114,24 @@ TEST(CompilerTest, StraightLineMatchesReferenceKernels) {
   Tensor want = Ref("Tanh", {Ref("Add", {Ref("MatMul", {xv, w}, DType::kF32), bias}, DType::kF32)},
                     DType::kF32);
   ExpectNear(out[0], want);
+}
+
+// --disable-rewrite takes the pattern rules' names and the compiler's own two passes; an
+// unknown name is refused with every accepted name listed.
+TEST(CompilerTest, UnknownDisabledRewriteListsRulesAndPasses) {
+  Module m;
+  GraphBuilder g(m.AddFunction("main"));
+  g.Output("y", g.Op("Relu", {g.Input("x", DType::kF32, {4})}));
+  CompileOptions o;
+  o.disabled_rewrites = {"transpose_weights", "unstack_loop_carried"};
+  EXPECT_TRUE(Compile(m, o).ok());
+  o.disabled_rewrites = {"no_such_rule"};
+  absl::StatusOr<CompileResult> r = Compile(m, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("unknown rewrite rule 'no_such_rule'"));
+  EXPECT_THAT(r.status().message(), HasSubstr("pow_const"));
+  EXPECT_THAT(r.status().message(), HasSubstr("unstack_loop_carried"));
+  EXPECT_THAT(r.status().message(), HasSubstr("transpose_weights"));
 }
 
 TEST(CompilerTest, ChainOfSameSizedOpsUsesTwoArenaBuffers) {
@@ -401,7 +397,7 @@ TEST(CompilerTest, BatchNormParametersOfAnotherLengthThanTheChannelsAreRefused) 
 // comparisons, Not and a bool constant all decide; a run-time condition does not.
 TEST(CompilerTest, StaticIfCompilesOnlyTheTakenBranch) {
   for (const bool optimize : {true, false}) {
-    for (const std::string& form : {"Equal", "Not", "Greater", "LessOrEqual", "Constant"}) {
+    for (const std::string form : {"Equal", "Not", "Greater", "LessOrEqual", "Constant"}) {
       SCOPED_TRACE(absl::StrCat(form, optimize ? "" : " --no-optimize"));
       Module m;
       GraphBuilder b(m.AddFunction("main"));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/compiler_testing.h"
 #include "compiler/passes.h"
 #include "compiler/rewrite/rewrite.h"
 #include "gmock/gmock.h"
@@ -26,14 +27,6 @@
 
 namespace dynvm::compiler {
 namespace {
-
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
 
 // What a graph body adds after the Conv: given the builder, x and the conv output.
 struct Pattern {
@@ -127,7 +120,9 @@ Run CompileAndRun(const Pattern& p, bool optimize, const std::string& backend) {
     yd.push_back(7 + i);
   }
   EXPECT_TRUE(vm->SetInput("x", RandomF32(xd, 1, -2, 2)).ok());
-  if (p.residual) EXPECT_TRUE(vm->SetInput("r", RandomF32(yd, 2, -2, 2)).ok());
+  if (p.residual) {
+    EXPECT_TRUE(vm->SetInput("r", RandomF32(yd, 2, -2, 2)).ok());
+  }
   absl::Status s = vm->Run();
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return out;

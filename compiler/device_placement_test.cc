@@ -10,6 +10,7 @@
 #include "allocator/cuda_allocator.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/compiler_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "isa/disassembler.h"
@@ -24,14 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
 
 // y = relu(x @ w + b) (float work: the device); n = k + k (integer work from the host: the host).
 void BuildMlp(Module& m) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/compiler_testing.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
 #include "vm/executable.h"
@@ -19,29 +20,6 @@
 
 namespace dynvm::compiler {
 namespace {
-
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
-
-struct Compiled {
-  CompileResult result;
-  std::shared_ptr<const Executable> exe;
-};
-
-Compiled CompileOrDie(Module& m, CompileOptions options = {}) {
-  absl::StatusOr<CompileResult> r = Compile(m, options);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  if (!exe.ok()) return {};
-  return {*std::move(r), *std::move(exe)};
-}
 
 std::vector<Tensor> RunOrDie(const std::shared_ptr<const Executable>& exe,
                              const std::vector<std::pair<std::string, Tensor>>& inputs,

@@ -159,6 +159,7 @@ absl::StatusOr<RewriteCounts> ApplyRewrites(Module& module, const RewriteOptions
   if (!disabled.empty()) {
     std::string names;
     for (const Rule& r : AllRules()) absl::StrAppend(&names, names.empty() ? "" : ", ", r.name);
+    for (const std::string& n : options.other_switches) absl::StrAppend(&names, ", ", n);
     return absl::InvalidArgumentError(
         absl::StrCat("unknown rewrite rule '", *disabled.begin(), "' (the rules: ", names, ")"));
   }

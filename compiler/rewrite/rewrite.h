@@ -76,6 +76,10 @@ struct RewriteOptions {
   // The products keep their ONNX form for a later pass (quantize_weights): rules that fuse
   // them (Rule::fuses_weight_products) do not run.
   bool keep_weight_products = false;
+  // Names the caller's own passes take from `disabled` before these options are built (the
+  // compiler's unstack_loop_carried and transpose_weights): listed with the rules when a
+  // disabled name is unknown, so the message names every accepted switch.
+  std::vector<std::string> other_switches;
 };
 
 // How often each rule fired, by name (every rule listed, zeros included).

@@ -69,12 +69,4 @@ Outcome CompareWithUnoptimized(const std::function<void(GraphBuilder&)>& build,
   return out;
 }
 
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t = *Tensor::Empty(DType::kF32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
-
 }  // namespace dynvm::compiler::rewrite

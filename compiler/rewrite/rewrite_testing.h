@@ -11,6 +11,7 @@
 
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/compiler_testing.h"
 
 namespace dynvm::compiler::rewrite {
 
@@ -25,8 +26,6 @@ struct Outcome {
 Outcome CompareWithUnoptimized(const std::function<void(GraphBuilder&)>& build,
                                const std::vector<std::pair<std::string, Tensor>>& inputs,
                                CompileOptions options = {}, double tol = 1e-5);
-
-Tensor RandomF32(std::vector<int64_t> dims, uint32_t seed, float lo = -1, float hi = 1);
 
 }  // namespace dynvm::compiler::rewrite
 

@@ -1135,14 +1135,20 @@ TEST(DnnlFusedConv, PointwiseThenDepthwiseMatchesReference) {
         EXPECT_EQ(dk->fallback_runs(), 0);
         const ConvCacheStats st = GetConvCacheStats(ctx.state().get());
         EXPECT_EQ(st.dw_fused + st.dw_separate, 1);
-        if (!in_cl || !out_cl) EXPECT_EQ(st.dw_fused, 0);
-        if (avx2) EXPECT_EQ(st.reference_impls, 0);
+        if (!in_cl || !out_cl) {
+          EXPECT_EQ(st.dw_fused, 0);
+        }
+        if (avx2) {
+          EXPECT_EQ(st.reference_impls, 0);
+        }
         fused += st.dw_fused;
         ++cases;
       }
     }
   }
-  if (avx2) EXPECT_GT(fused, 0) << cases;
+  if (avx2) {
+    EXPECT_GT(fused, 0) << cases;
+  }
 }
 
 // A batch of images on more than one thread runs one primitive per image on the VM's pool, each

@@ -125,8 +125,12 @@ TEST(RandomKernelTest, BernoulliFollowsItsProbabilities) {
   double ones = 0;
   for (int64_t i = 0; i < kN; ++i) {
     ASSERT_TRUE(y[i] == 0 || y[i] == 1);
-    if (p[i] == 0.0f) ASSERT_EQ(y[i], 0);
-    if (p[i] == 1.0f) ASSERT_EQ(y[i], 1);
+    if (p[i] == 0.0f) {
+      ASSERT_EQ(y[i], 0);
+    }
+    if (p[i] == 1.0f) {
+      ASSERT_EQ(y[i], 1);
+    }
     if (i % 2 == 0) ones += y[i];
   }
   const double n = kN / 2;  // a binomial(n, 0.3) count: its 99% interval
