@@ -44,7 +44,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from side_by_side import cpu_name, loadavg, prepare, time_cases  # noqa: E402
+from side_by_side import (add_timing_args, cpu_name, loadavg, prepare,  # noqa: E402
+                          time_cases)
 
 VARIANTS = ('s8', 's8pc', 'u8', 'u8pc')
 
@@ -146,7 +147,9 @@ def main():
     p.add_argument('--dims', default='256,512,1024')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--repeat', type=int, default=0, help='timed runs per round (0: by size)')
+    p.add_argument('--repeat', type=int, default=0,
+                   help='timed runs per round (0: set by --round-ms)')
+    add_timing_args(p)
     p.add_argument('--stat', choices=['median', 'min'], default='median')
     p.add_argument('--tol', type=float, default=1e-4)
     p.add_argument('--profile', action='store_true')
