@@ -299,13 +299,37 @@ absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int
   return FromDnnl(st, op);
 }
 
+// With more than one thread, from kMinParallelMinMax elements (about 10 us of scanning) x's
+// min and max are scanned on the pool in blocks of half that and combined: the same values as one
+// scan (min and max do not depend on the order); a non-finite one in any block is still false.
+constexpr int64_t kMinParallelMinMax = int64_t{1} << 16;
+
 // DynamicQuantizeLinear's parameters of x [n]: the scale (max(0, max x) - min(0, min x)) / 255
 // in f32 (the range rounded first) and the zero point round_half_even(-min / scale) clamped to
 // u8, 0 when the scale is 0 (x all zeros). False when x holds an infinity (or a NaN the lanes
 // kept): the reference kernel serves it.
-bool DynamicQuantParams(int64_t n, const float* x, float* scale, float* zero_point) {
+bool DynamicQuantParams(const KernelContext& ctx, int64_t n, const float* x, float* scale,
+                        float* zero_point) {
   float lo = 0, hi = 0;
-  cpu::MinMax(n, x, &lo, &hi);
+  if (ctx.num_threads() > 1 && n >= kMinParallelMinMax) {
+    constexpr int64_t kBlock = kMinParallelMinMax / 2;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::vector<float> los(static_cast<size_t>(blocks)), his(static_cast<size_t>(blocks));
+    ctx.ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        cpu::MinMax(std::min(kBlock, n - b * kBlock), x + b * kBlock, &los[b], &his[b]);
+      }
+    });
+    lo = los[0];
+    hi = his[0];
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (!std::isfinite(los[b]) || !std::isfinite(his[b])) return false;
+      lo = std::min(lo, los[b]);
+      hi = std::max(hi, his[b]);
+    }
+  } else {
+    cpu::MinMax(n, x, &lo, &hi);
+  }
   if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
   lo = std::min(lo, 0.0f);
   hi = std::max(hi, 0.0f);
@@ -551,7 +575,7 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     const int64_t k = b.dim(0), n = b.dim(1), m = a.numel() / k;
     const float* x = a.data<float>();
     float a_scale = 0, za = 0;
-    if (!DynamicQuantParams(a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
+    if (!DynamicQuantParams(ctx, a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
@@ -742,7 +766,7 @@ class DynQuantKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     float scale = 0, zp = 0;
     if (x.dtype() != DType::kF32 || !x.is_contiguous() || x.numel() == 0 ||
-        !DynamicQuantParams(x.numel(), x.data<float>(), &scale, &zp)) {
+        !DynamicQuantParams(ctx, x.numel(), x.data<float>(), &scale, &zp)) {
       return RunFallback(ctx, in, out);
     }
     constexpr const char* kOp = "DynamicQuantizeLinear";

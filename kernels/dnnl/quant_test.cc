@@ -293,7 +293,10 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
                                      // threads: by chunks of panels, and (few panels, many
                                      // rows) by chunks of rows.
                                      {{64, 256}, 256},
-                                     {{1100, 64}, 60}};
+                                     {{1100, 64}, 60},
+                                     // A of 76800 elements: its min and max scanned in blocks
+                                     // at 2 threads, the last one partial.
+                                     {{300, 256}, 80}};
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
     for (bool igemm : {false, true}) {
@@ -359,7 +362,7 @@ TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
   std::mt19937 rng(31);
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
-    for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
+    for (int64_t n : {1, 15, 16, 17, 100, 40000, 70000}) {  // 70000: scanned in blocks
       for (int range = 0; range < 4; ++range) {
         SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " n ", n, " range ", range));
         const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 7.0f;
@@ -392,6 +395,31 @@ TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
           EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), 0);
         }
       }
+    }
+  }
+}
+
+// An infinity anywhere in x, also in a later block of the 2-thread scan, sends
+// DynamicQuantizeLinear and DynamicQuantizeMatMul to the reference kernel at 1 and 2 threads.
+TEST(DnnlQuant, DynamicQuantizationOfAnInfinityFallsBackAtEveryThreadCount) {
+  for (int64_t at : {int64_t{5}, int64_t{69999}}) {
+    Tensor x = *Tensor::Empty(DType::kF32, {700, 100});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 13) - 6;
+    x.data<float>()[at] = std::numeric_limits<float>::infinity();
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("infinity at ", at, ", threads ", threads));
+      KernelCall dq("DynamicQuantizeLinear");
+      dq.In(x).Out(DType::kU8).Out(DType::kF32).Out(DType::kU8);
+      KernelSpec spec = dq.spec();
+      spec.backend = "dnnl";
+      absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+      ASSERT_TRUE(k.ok()) << k.status();
+      KernelContext ctx(&HeapAllocator::Get(), threads);
+      Tensor y, s, z;
+      std::vector<Tensor*> outs = {&y, &s, &z};
+      std::vector<const Tensor*> ins = {&x};
+      (void)(*k)->Run(ctx, ins, outs);
+      EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), 1);
     }
   }
 }
