@@ -608,13 +608,25 @@ class DynQuantMatMulKernel final : public DnnlKernel {
                     [&](int64_t r0, int64_t r1) { Quantize(x, a_scale, za, r0, r1, p); });
     // c_j = b_zp_j less B's shift (u8 B is stored less 128); scale_j = a_scale * b_scale_j.
     const int32_t shift = b.dtype() == DType::kU8 ? 128 : 0;
+    // Typed loops (Usable: b_scale f32, b_zero_point of B's dtype, contiguous): at M = 1 these
+    // O(N) loops through QuantParamAt's dtype switch took a quarter of a 1024 x 1024 call.
+    const float* bs = bscale.data<float>();
+    const int64_t bs_step = bscale.numel() > 1 ? 1 : 0;
+    const int64_t zb_step = zb != nullptr && zb->numel() > 1 ? 1 : 0;
+    if (zb == nullptr) {
+      std::fill(p.zc, p.zc + n, -shift);
+    } else if (zb->dtype() == DType::kU8) {
+      const uint8_t* z = zb->data<uint8_t>();
+      for (int64_t j = 0; j < n; ++j) p.zc[j] = static_cast<int32_t>(z[j * zb_step]) - shift;
+    } else {
+      const int8_t* z = zb->data<int8_t>();
+      for (int64_t j = 0; j < n; ++j) p.zc[j] = static_cast<int32_t>(z[j * zb_step]) - shift;
+    }
     bool uniform = true, zero = true;
     for (int64_t j = 0; j < n; ++j) {
-      p.zc[j] =
-          static_cast<int32_t>(QuantParamAt(zb, zb != nullptr && zb->numel() > 1 ? j : 0)) - shift;
       uniform &= p.zc[j] == p.zc[0];
       zero &= p.zc[j] == 0;
-      p.scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
+      p.scale[j] = a_scale * bs[j * bs_step];
     }
     const int32_t* zc = nullptr;  // the correction the epilogue takes out, if any
     if (packed != nullptr) {
@@ -672,6 +684,13 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     }
   }
 
+  // The packed product splits over the VM's threads from this many multiply-adds: at M = 1 (a
+  // GEMV: one token's projections) B's 512 KB, about 10 us of streaming it from L3 on one core;
+  // at M >= 6 about 5 us of VPDPBUSD. (From kMinParallelWork, 4M, until 2026-11-29: one token's
+  // 1024 x 1024 projections ran on one thread at 2 threads, 0.051 ms for three of them where ONNX
+  // Runtime's 2 threads took 0.052-0.056 ms.)
+  static constexpr int64_t kMinSplitProduct = int64_t{1} << 19;
+
   // The raw product q x packed B (no zero points) on cpu::U8S8Gemm, split over panels (or rows
   // when there are few); the column terms -a_zp * colsum_j into `col` (p.col points there unless
   // a_zp is 0).
@@ -685,7 +704,7 @@ class DynQuantMatMulKernel final : public DnnlKernel {
       p.col = col;
     }
     const int64_t panels = cpu::U8S8Panels(p.n);
-    const int threads = ThreadsFor(ctx.num_threads(), p.m * p.n * p.k);
+    const int threads = p.m * p.n * p.k < kMinSplitProduct ? 1 : ctx.num_threads();
     const int8_t* b = packed.data.get();
     if (threads == 1) {
       cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);

@@ -296,7 +296,10 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
                                      {{1100, 64}, 60},
                                      // A of 76800 elements: its min and max scanned in blocks
                                      // at 2 threads, the last one partial.
-                                     {{300, 256}, 80}};
+                                     {{300, 256}, 80},
+                                     // M = 1 from 512K multiply-adds: the GEMV's panels split
+                                     // at 2 threads (33 panels, the last one partial).
+                                     {{1, 1024}, 520}};
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
     for (bool igemm : {false, true}) {
@@ -426,7 +429,8 @@ TEST(DnnlQuant, DynamicQuantizationOfAnInfinityFallsBackAtEveryThreadCount) {
 
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
   Tensor x = testing::F32({4}, {1, 2, 3, 4});
-  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad : {0.0f, -0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
     Tensor s = testing::F32({}, {bad});
     KernelCall q("QuantizeLinear");
     q.In(x).In(s).Out(DType::kU8).Backend("dnnl");
@@ -434,6 +438,15 @@ TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     EXPECT_THAT(r.status().message(), ::testing::HasSubstr("scale must be finite and positive"));
   }
+  // Per axis: the message names the bad element (CheckQuantScale's one-pass check finds it
+  // bad, its naming loop finds which).
+  Tensor x2 = testing::F32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Tensor s4 = testing::F32({4}, {0.5f, 1.0f, std::numeric_limits<float>::infinity(), 2.0f});
+  KernelCall q("QuantizeLinear");
+  q.In(x2).In(s4).Out(DType::kU8).Attr("axis", int64_t{1}).Backend("dnnl");
+  absl::StatusOr<std::vector<Tensor>> r = q.Run();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("element 2 is inf"));
 }
 
 }  // namespace
