@@ -581,15 +581,18 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
     const PackedU8S8Cache::Entry* packed =
         constant_weights_ && cpu::U8S8GemmFast() && k < cpu::kU8S8MaxK ? packed_.Get(b) : nullptr;
-    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales, zero-point
-    // corrections and column terms; unpacked, a u8 B shifted to s8 and IntProduct's scratch.
+    // Workspace: quantize(A) u8 [m, k]; unpacked, the s32 product [m, n]; the n scales,
+    // zero-point corrections and column terms; the m row sums; unpacked, a u8 B shifted to s8
+    // and IntProduct's scratch.
     const bool shift_b = packed == nullptr && b.dtype() == DType::kU8;
     const int64_t lda = packed != nullptr ? cpu::U8S8PaddedK(k) : k;  // padded with zeros
     const size_t acc_at = AlignUp(static_cast<size_t>(m * lda));
-    const size_t scale_at = acc_at + AlignUp(static_cast<size_t>(m * n) * sizeof(int32_t));
+    const size_t acc_bytes = packed != nullptr ? 0 : static_cast<size_t>(m * n) * sizeof(int32_t);
+    const size_t scale_at = acc_at + AlignUp(acc_bytes);
     const size_t zc_at = scale_at + AlignUp(static_cast<size_t>(n) * sizeof(float));
     const size_t col_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
-    const size_t b_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t rs_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t b_at = rs_at + AlignUp(static_cast<size_t>(m) * sizeof(int32_t));
     const size_t scratch_at = b_at + AlignUp(shift_b ? static_cast<size_t>(k * n) : 0);
     DYNVM_ASSIGN_OR_RETURN(
         void* ws, ctx.Workspace(scratch_at + (packed ? 0 : IntProductScratchBytes(m, k, n))));
@@ -628,11 +631,15 @@ class DynQuantMatMulKernel final : public DnnlKernel {
       zero &= p.zc[j] == 0;
       p.scale[j] = a_scale * bs[j * bs_step];
     }
+    const float* bias_data = bias != nullptr ? bias->data<float>() : nullptr;
+    if (packed != nullptr) {  // the epilogue inside the GEMM's tiles
+      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at),
+                zero ? nullptr : reinterpret_cast<int32_t*>(base + rs_at), bias_data,
+                out[0]->data<float>(), p);
+      return absl::OkStatus();
+    }
     const int32_t* zc = nullptr;  // the correction the epilogue takes out, if any
-    if (packed != nullptr) {
-      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at), p);
-      zc = zero ? nullptr : p.zc;
-    } else {
+    {
       const int8_t* bs8 = b.data<int8_t>();
       if (shift_b) {
         int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
@@ -643,7 +650,7 @@ class DynQuantMatMulKernel final : public DnnlKernel {
                                        uniform ? p.zc[0] : 0, p.acc, base + scratch_at));
       zc = uniform ? nullptr : p.zc;
     }
-    Epilogue(ctx, p, zc, bias != nullptr ? bias->data<float>() : nullptr, out[0]->data<float>());
+    Epilogue(ctx, p, zc, bias_data, out[0]->data<float>());
     return absl::OkStatus();
   }
 
@@ -691,36 +698,55 @@ class DynQuantMatMulKernel final : public DnnlKernel {
   // Runtime's 2 threads took 0.052-0.056 ms.)
   static constexpr int64_t kMinSplitProduct = int64_t{1} << 19;
 
-  // The raw product q x packed B (no zero points) on cpu::U8S8Gemm, split over panels (or rows
-  // when there are few); the column terms -a_zp * colsum_j into `col` (p.col points there unless
-  // a_zp is 0).
+  // y = the product q x packed B through the epilogue, on cpu::U8S8GemmScaled (each tile's
+  // sums scaled into y in registers: the bits of the s32 product then Epilogue, without the
+  // product's round trip through memory), split over panels (or rows when there are few). The
+  // column terms -a_zp * colsum_j go into `col` unless a_zp is 0; with `rs` (b zero points
+  // that are not all 0) the row sums of (quantize(A) - a_zp) go there first.
   static void RunPacked(KernelContext& ctx, const PackedU8S8Cache::Entry& packed, int32_t* col,
-                        Product& p) {
+                        int32_t* rs, const float* bias, float* y, const Product& p) {
+    cpu::U8S8Scale e;
     if (p.za != 0) {
       for (int64_t j = 0; j < p.n; ++j) {
         col[j] = static_cast<int32_t>(static_cast<uint32_t>(-p.za) *
                                       static_cast<uint32_t>(packed.col_sums[j]));
       }
-      p.col = col;
+      e.col = col;
     }
+    if (rs != nullptr) {
+      ctx.ParallelFor(p.m, ThreadsFor(ctx.num_threads(), p.m * p.k) == 1 ? p.m : 8,
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const uint8_t* qr = p.q + r * p.lda;
+                          int32_t sum = 0;
+                          for (int64_t i = 0; i < p.k; ++i) sum += qr[i];
+                          rs[r] = sum - static_cast<int32_t>(p.k) * p.za;
+                        }
+                      });
+      e.zc = p.zc;
+      e.rs = rs;
+    }
+    e.scale = p.scale;
+    e.bias = bias;
+    e.y = y;
+    e.ldy = p.n;
     const int64_t panels = cpu::U8S8Panels(p.n);
     const int threads = p.m * p.n * p.k < kMinSplitProduct ? 1 : ctx.num_threads();
     const int8_t* b = packed.data.get();
     if (threads == 1) {
-      cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);
+      cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, e);
     } else if (panels >= 4 * threads || p.m < 6 * threads) {
       // Chunks of panels (rows below) claimed by whichever thread is free: about two per thread,
       // so a thread whose core is busy holds up one chunk, not half the product (B is packed
       // once, so a chunk costs one call's setup).
       ctx.ParallelForDynamic(panels, std::max<int64_t>(4, panels / (2 * threads)),
                              [&](int, int64_t p0, int64_t p1) {
-                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
+                               cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, e);
                              });
     } else {
       ctx.ParallelForDynamic(p.m, std::max<int64_t>(6, (p.m / (2 * threads) + 5) / 6 * 6),
                              [&](int, int64_t i0, int64_t i1) {
-                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc,
-                                             p.n);
+                               cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, e);
                              });
     }
   }
