@@ -23,8 +23,10 @@ Each case is compiled once and its output (the logits, quantized and dequantized
 with ORT's: at most one quantization step of the logits apart (both runtimes compute the same
 integer sums and requantize them in f32 as MLAS does, but a value within f32's rounding of a tie
 may still round the other way in an intermediate layer, and the step carries forward); the
-number of differing outputs is printed. Then dynvm and ORT run alternately (--rounds, best round
-kept). Prints dynvm/ORT (> 1: dynvm is faster) with the CPU's model name.
+number of differing outputs is printed. Then dynvm and ORT run alternately (--rounds, rounds
+outermost, best round kept; a round disturbed by other work on the machine is run again, by the
+same rules for both runtimes: side_by_side.py's docstring). Prints dynvm/ORT (> 1: dynvm is
+faster) with the CPU's model name.
 
   /usr/bin/python3 tools/bench/qdq_cnn_bench.py --build build/release \\
       --node-modules /work/ort/node_modules [--batches 1,8] [--sizes 112,224] [--threads 1,2]
