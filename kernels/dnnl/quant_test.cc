@@ -122,6 +122,28 @@ TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
       }
     }
   }
+  // From 32K elements at 2 threads the loops split in 16K blocks, a block spanning channels:
+  // per tensor and per axis (axis 1: rows of 200), u8 and i8, against the reference.
+  for (DType q : {DType::kU8, DType::kI8}) {
+    for (bool per_axis : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(q), " 2 threads, per_axis ", per_axis));
+      const std::vector<int64_t> dims = {3, 130, 200};
+      const int64_t ch = per_axis ? 130 : 1;
+      std::vector<float> scales(ch);
+      for (float& v : scales) v = 0.05f + 0.1f * static_cast<float>(rng() % 10);
+      Tensor scale = per_axis ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]});
+      Tensor zp = RandomInts(q, per_axis ? std::vector<int64_t>{ch} : std::vector<int64_t>{}, rng);
+      Tensor x = *Tensor::Empty(DType::kF32, dims);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+      KernelCall quant("QuantizeLinear");
+      quant.In(x).In(scale).In(zp).Out(q).Attr("axis", int64_t{1});
+      ExpectSameAsReference(quant, {x, scale, zp}, true, false, /*threads=*/2);
+      Tensor xq = RandomInts(q, dims, rng);
+      KernelCall dequant("DequantizeLinear");
+      dequant.In(xq).In(scale).In(zp).Out(DType::kF32).Attr("axis", int64_t{1});
+      ExpectSameAsReference(dequant, {xq, scale, zp}, true, false, /*threads=*/2);
+    }
+  }
   // No zero point: u8.
   Tensor x = testing::F32({4}, {-1.0f, 0.5f, 1.5f, 300.0f}), s = testing::F32({}, {1.0f});
   KernelCall q("QuantizeLinear");
