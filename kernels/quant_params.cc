@@ -70,6 +70,16 @@ absl::Status CheckQuantScale(const Tensor& scale, absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " must be floating point, not ", DTypeName(scale.dtype())));
   }
+  if (scale.dtype() == DType::kF32 && scale.is_contiguous()) {
+    // The common case in one branch-free pass (a per-column scale is checked on every call of
+    // a quantized kernel); the loop below names the first bad element.
+    const float* v = scale.data<float>();
+    bool ok = true;
+    for (int64_t i = 0; i < scale.numel(); ++i) {
+      ok &= v[i] > 0 && v[i] <= std::numeric_limits<float>::max();
+    }
+    if (ok) return absl::OkStatus();
+  }
   for (int64_t i = 0; i < scale.numel(); ++i) {
     const double s = ElementAsDouble(scale, i);
     if (!std::isfinite(s) || !(s > 0)) {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/u8s8_gemm.h"
 #include "kernels/cpu/winograd.h"
 
 namespace dynvm::cpu::internal {
@@ -106,6 +107,9 @@ struct Dispatch {
   // u8s8_gemm.h
   void (*u8s8_gemm)(int64_t k, int64_t n, const uint8_t* a, int64_t lda, const int8_t* packed_b,
                     int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc);
+  void (*u8s8_gemm_scaled)(int64_t k, int64_t n, const uint8_t* a, int64_t lda,
+                           const int8_t* packed_b, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
+                           const U8S8Scale& e);
   bool u8s8_gemm_fast;
   // packed_gemm.h: C (= or +=) packed A x the panels of one column block, one depth block.
   void (*packed_gemm_column_block)(int64_t rows, int64_t depth, const float* a, const float* b,

@@ -44,6 +44,27 @@ bool U8S8GemmFast();
 void U8S8Gemm(int64_t k, int64_t n, const uint8_t* a, int64_t lda, const int8_t* packed_b,
               int64_t i0, int64_t i1, int64_t p0, int64_t p1, int32_t* c, int64_t ldc);
 
+// The epilogue U8S8GemmScaled applies to each sum instead of storing it: with v the s32 sum
+// plus col[j] less zc[j] * rs[i] (each term skipped where its pointer is null; s32 arithmetic
+// wrapping as ScaleAccRow's),
+//   y[i * ldy + j] = f32(v) * scale[j]             (rounded to f32)
+//   y[i * ldy + j] += bias[j]                      (rounded again; no fused multiply-add)
+// the bits of U8S8Gemm followed by ScaleAccRow (quantize.h) on each row, without writing the
+// s32 sums to memory and reading them back.
+struct U8S8Scale {
+  const int32_t* col = nullptr;  // [n]
+  const int32_t* zc = nullptr;   // [n], with rs
+  const int32_t* rs = nullptr;   // [m]
+  const float* scale = nullptr;  // [n], required
+  const float* bias = nullptr;   // [n]
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// U8S8Gemm's rows [i0, i1) x panels [p0, p1), each sum through `e` into e.y.
+void U8S8GemmScaled(int64_t k, int64_t n, const uint8_t* a, int64_t lda, const int8_t* packed_b,
+                    int64_t i0, int64_t i1, int64_t p0, int64_t p1, const U8S8Scale& e);
+
 }  // namespace dynvm::cpu
 
 #endif  // DYNVM_KERNELS_CPU_U8S8_GEMM_H_

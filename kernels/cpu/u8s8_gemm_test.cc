@@ -123,5 +123,76 @@ TEST(U8S8GemmTest, EpilogueMicrokernelsMatchPlainLoops) {
   }
 }
 
+// U8S8GemmScaled against its definition, U8S8Gemm then ScaleAccRow per row, bit for bit: every
+// tile shape and ragged last panel, with and without the column terms, the b zero points' terms
+// (with row sums) and a bias, on sub-ranges of rows and panels (the rest of y untouched).
+TEST(U8S8GemmTest, ScaledMatchesTheGemmThenScaleAccRowBitForBit) {
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> u(-5, 5);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    SCOPED_TRACE(IsaName(isa));
+    for (int64_t m : {1, 2, 5, 6, 7, 13}) {
+      for (int64_t k : {3, 64, 257}) {
+        for (int64_t n : {1, 17, 64, 65, 100}) {
+          const int64_t lda = U8S8PaddedK(k);
+          std::vector<uint8_t> a(static_cast<size_t>(m * lda), 0), b(static_cast<size_t>(k * n));
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t q = 0; q < k; ++q) a[i * lda + q] = static_cast<uint8_t>(rng());
+          }
+          for (uint8_t& v : b) v = static_cast<uint8_t>(rng());
+          std::vector<int8_t> packed(U8S8PackedBBytes(k, n));
+          std::vector<int32_t> sums(static_cast<size_t>(n));
+          U8S8PackB(k, n, b.data(), false, n, packed.data(), sums.data());
+          std::vector<int32_t> col(static_cast<size_t>(n)), zc(col.size()), rs(m);
+          std::vector<float> scale(col.size()), bias(col.size());
+          for (int64_t j = 0; j < n; ++j) {
+            col[j] = static_cast<int32_t>(rng() % 200001) - 100000;
+            zc[j] = static_cast<int32_t>(rng() % 256) - 128;
+            scale[j] = 1e-5f * static_cast<float>(1 + rng() % 1000);
+            bias[j] = u(rng);
+          }
+          for (int32_t& v : rs) v = static_cast<int32_t>(rng() % 60001) - 30000;
+          const int64_t panels = U8S8Panels(n);
+          std::vector<int32_t> c(static_cast<size_t>(m * n));
+          U8S8Gemm(k, n, a.data(), lda, packed.data(), 0, m, 0, panels, c.data(), n);
+          for (int form = 0; form < 8; ++form) {
+            for (int range = 0; range < 2; ++range) {
+              SCOPED_TRACE(
+                  absl::StrCat("m ", m, " k ", k, " n ", n, " form ", form, " range ", range));
+              const int64_t i0 = range == 0 ? 0 : m / 3, i1 = range == 0 ? m : m - m / 4;
+              const int64_t p0 = range == 0 ? 0 : panels / 2, p1 = panels;
+              U8S8Scale e;
+              e.col = form & 1 ? col.data() : nullptr;
+              e.zc = form & 2 ? zc.data() : nullptr;
+              e.rs = rs.data();
+              e.scale = scale.data();
+              e.bias = form & 4 ? bias.data() : nullptr;
+              constexpr float kSentinel = -7.25f;
+              std::vector<float> y(static_cast<size_t>(m * n), kSentinel);
+              e.y = y.data();
+              e.ldy = n;
+              U8S8GemmScaled(k, n, a.data(), lda, packed.data(), i0, i1, p0, p1, e);
+              std::vector<float> want(static_cast<size_t>(n));
+              for (int64_t i = 0; i < m; ++i) {
+                std::fill(want.begin(), want.end(), kSentinel);
+                if (i >= i0 && i < i1) {
+                  const int64_t j0 = std::min(n, p0 * kU8S8Panel);
+                  ScaleAccRow(n - j0, c.data() + i * n + j0, e.col ? e.col + j0 : nullptr,
+                              e.zc ? e.zc + j0 : nullptr, rs[i], scale.data() + j0,
+                              e.bias ? e.bias + j0 : nullptr, want.data() + j0);
+                }
+                for (int64_t j = 0; j < n; ++j) {
+                  ASSERT_EQ(y[i * n + j], want[j]) << "row " << i << " column " << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dynvm::cpu

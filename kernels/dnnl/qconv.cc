@@ -180,8 +180,13 @@ bool MakeGeometry(const Attrs& a, const Tensor& x, const Tensor& w, Geometry* g)
 }
 
 // Multiply-adds from which a convolution splits over the VM's threads (RunSplit): about 10 us
-// of VNNI work on one core, several times a pool round trip.
+// of VNNI work on one core, several times a pool round trip. A convolution with fewer than 4
+// input channels per group (depthwise: VPDPBUSD's 4-wide sums do not apply) counts each
+// multiply-add kDepthwiseWeight times: oneDNN's u8 depthwise 3x3 runs at about 20 G
+// multiply-adds/s on one Zen 4 core against 70 for the dense ones (the QDQ CNN at batch 1,
+// 112x112), so its stride-2 depthwise conv (451K, 24 us) stayed on one thread at 2 threads.
 inline constexpr int64_t kMinSplitWork = int64_t{1} << 20;
+inline constexpr int64_t kDepthwiseWeight = 4;
 
 // How a run splits over the VM's threads: `parts` row blocks per image (1: whole images), each
 // image's parts a unit, units claimed by `tasks` ranges. parts == 0: no split.
@@ -318,13 +323,16 @@ class QConvKernel final : public DnnlKernel {
  private:
   static dt YType(DType t) { return t == DType::kU8 ? dt::u8 : t == DType::kI8 ? dt::s8 : dt::s32; }
 
-  // The split for a run with more than one thread and at least kMinSplitWork multiply-adds:
+  // The split for a run with more than one thread and at least kMinSplitWork multiply-adds
+  // (weighted for a depthwise convolution):
   // whole images where a batch divides evenly over the ranges or has at least 4 images per
   // range; else each image's output rows in as many blocks as ranges (batch 1: a convolution
   // with one output row stays whole, on one thread).
   static Split PlanSplit(const KernelContext& ctx, const Geometry& g) {
     Split s;
-    if (ctx.num_threads() < 2 || g.n * g.m * g.spatial_out() * g.kernel_size() < kMinSplitWork) {
+    const int64_t weight = g.c / g.g < 4 ? kDepthwiseWeight : 1;
+    if (ctx.num_threads() < 2 ||
+        g.n * g.m * g.spatial_out() * g.kernel_size() * weight < kMinSplitWork) {
       return s;
     }
     const int image_tasks = ctx.ParallelTasks(g.n, 1);

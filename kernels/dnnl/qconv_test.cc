@@ -432,6 +432,8 @@ TEST(DnnlQConv, SplitOverTheThreadsMatchesTheReference) {
       {{{1, 64, 301}, {64, 64, 5}, {1}, {2, 2}, {1}}, 2, 3},
       {{{1, 96, 23, 23}, {96, 1, 3, 3}, {2, 2}, {0, 0, 1, 1}, {1, 1}, 96, "SAME_UPPER"}, 0, 0},
       {{{2, 40, 17, 19}, {80, 40, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}}, 1, 1},
+      // A depthwise conv of 451K multiply-adds: counted 4 times (kDepthwiseWeight), it splits.
+      {{{1, 64, 56, 56}, {64, 1, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 64}, 2, 3},
   };
   for (size_t ci_ = 0; ci_ < cases.size(); ++ci_) {
     Case c = cases[ci_].c;
@@ -464,7 +466,7 @@ TEST(DnnlQConv, SplitOverTheThreadsMatchesTheReference) {
     for (int threads : {2, 3}) {
       SCOPED_TRACE(absl::StrCat("case ", ci_, " x ", absl::StrJoin(c.x_dims, "x"), " w ",
                                 absl::StrJoin(c.w_dims, "x"), ", ", threads, " threads"));
-      // Case 4 has 144K multiply-adds: below the split, one thread.
+      // Case 4 has 124K multiply-adds (depthwise: 498K counted): below the split, one thread.
       const int binds = threads == 2 ? cases[ci_].binds2 : cases[ci_].binds3;
       ExpectSameAsReference(ci, {x, w, xz}, true, threads, binds == 0 ? 1 : binds);
       KernelCall ql("QLinearConv");

@@ -185,6 +185,7 @@
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
+#include "kernels/dnnl/parallel_loops.h"
 #include "kernels/dnnl/quant_common.h"
 #include "kernels/quant_params.h"
 #include "kernels/reference/common.h"
@@ -299,13 +300,37 @@ absl::Status IntProduct(const KernelContext& ctx, const char* op, int64_t m, int
   return FromDnnl(st, op);
 }
 
+// With more than one thread, from kMinParallelMinMax elements (about 10 us of scanning) x's
+// min and max are scanned on the pool in blocks of half that and combined: the same values as one
+// scan (min and max do not depend on the order); a non-finite one in any block is still false.
+constexpr int64_t kMinParallelMinMax = int64_t{1} << 16;
+
 // DynamicQuantizeLinear's parameters of x [n]: the scale (max(0, max x) - min(0, min x)) / 255
 // in f32 (the range rounded first) and the zero point round_half_even(-min / scale) clamped to
 // u8, 0 when the scale is 0 (x all zeros). False when x holds an infinity (or a NaN the lanes
 // kept): the reference kernel serves it.
-bool DynamicQuantParams(int64_t n, const float* x, float* scale, float* zero_point) {
+bool DynamicQuantParams(const KernelContext& ctx, int64_t n, const float* x, float* scale,
+                        float* zero_point) {
   float lo = 0, hi = 0;
-  cpu::MinMax(n, x, &lo, &hi);
+  if (ctx.num_threads() > 1 && n >= kMinParallelMinMax) {
+    constexpr int64_t kBlock = kMinParallelMinMax / 2;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    std::vector<float> los(static_cast<size_t>(blocks)), his(static_cast<size_t>(blocks));
+    ctx.ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        cpu::MinMax(std::min(kBlock, n - b * kBlock), x + b * kBlock, &los[b], &his[b]);
+      }
+    });
+    lo = los[0];
+    hi = his[0];
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (!std::isfinite(los[b]) || !std::isfinite(his[b])) return false;
+      lo = std::min(lo, los[b]);
+      hi = std::max(hi, his[b]);
+    }
+  } else {
+    cpu::MinMax(n, x, &lo, &hi);
+  }
   if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
   lo = std::min(lo, 0.0f);
   hi = std::max(hi, 0.0f);
@@ -352,24 +377,33 @@ class QuantKernel final : public DnnlKernel {
     }
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], quantize_ ? q : DType::kF32,
                                                    x.dims(), "QuantizeLinear"));
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t c = 0; c < channels; ++c) {
-        const int64_t off = (o * channels + c) * inner;
+    // Elements [i0, i1) of the flat tensor, row by row (a row: `inner` elements of one
+    // channel). Elementwise, so the split does not change a bit.
+    auto range = [&](int64_t i0, int64_t i1) {
+      while (i0 < i1) {
+        const int64_t row = i0 / inner, end = std::min(i1, (row + 1) * inner);
+        const int64_t c = row % channels;
         const float s = QuantParamAt(&scale, c), z = QuantParamAt(zp, c);
         if (!quantize_) {
-          float* y = out[0]->data<float>() + off;
+          float* y = out[0]->data<float>() + i0;
           if (q == DType::kU8) {
-            cpu::DequantizeU8(inner, x.data<uint8_t>() + off, s, z, y);
+            cpu::DequantizeU8(end - i0, x.data<uint8_t>() + i0, s, z, y);
           } else {
-            cpu::DequantizeI8(inner, x.data<int8_t>() + off, s, z, y);
+            cpu::DequantizeI8(end - i0, x.data<int8_t>() + i0, s, z, y);
           }
         } else if (q == DType::kU8) {
-          cpu::QuantizeU8(inner, x.data<float>() + off, s, z, out[0]->data<uint8_t>() + off);
+          cpu::QuantizeU8(end - i0, x.data<float>() + i0, s, z, out[0]->data<uint8_t>() + i0);
         } else {
-          cpu::QuantizeI8(inner, x.data<float>() + off, s, z, out[0]->data<int8_t>() + off);
+          cpu::QuantizeI8(end - i0, x.data<float>() + i0, s, z, out[0]->data<int8_t>() + i0);
         }
+        i0 = end;
       }
-    }
+    };
+    const int64_t n = outer * channels * inner;
+    if (n == 0) return absl::OkStatus();
+    // From kMinParallelElements (a QDQ CNN's activations at 112x112 and up) in 16K blocks.
+    constexpr int64_t kBlock = 16384;
+    ctx.ParallelFor(n, n < kMinParallelElements ? n : kBlock, range);
     return absl::OkStatus();
   }
 
@@ -551,21 +585,24 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     const int64_t k = b.dim(0), n = b.dim(1), m = a.numel() / k;
     const float* x = a.data<float>();
     float a_scale = 0, za = 0;
-    if (!DynamicQuantParams(a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
+    if (!DynamicQuantParams(ctx, a.numel(), x, &a_scale, &za)) return RunFallback(ctx, in, out);
     reference::Dims dims(a.dims().begin(), a.dims().end());
     dims.back() = n;
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, dims, kOp));
     const PackedU8S8Cache::Entry* packed =
         constant_weights_ && cpu::U8S8GemmFast() && k < cpu::kU8S8MaxK ? packed_.Get(b) : nullptr;
-    // Workspace: quantize(A) u8 [m, k]; the s32 product [m, n]; the n scales, zero-point
-    // corrections and column terms; unpacked, a u8 B shifted to s8 and IntProduct's scratch.
+    // Workspace: quantize(A) u8 [m, k]; unpacked, the s32 product [m, n]; the n scales,
+    // zero-point corrections and column terms; the m row sums; unpacked, a u8 B shifted to s8
+    // and IntProduct's scratch.
     const bool shift_b = packed == nullptr && b.dtype() == DType::kU8;
     const int64_t lda = packed != nullptr ? cpu::U8S8PaddedK(k) : k;  // padded with zeros
     const size_t acc_at = AlignUp(static_cast<size_t>(m * lda));
-    const size_t scale_at = acc_at + AlignUp(static_cast<size_t>(m * n) * sizeof(int32_t));
+    const size_t acc_bytes = packed != nullptr ? 0 : static_cast<size_t>(m * n) * sizeof(int32_t);
+    const size_t scale_at = acc_at + AlignUp(acc_bytes);
     const size_t zc_at = scale_at + AlignUp(static_cast<size_t>(n) * sizeof(float));
     const size_t col_at = zc_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
-    const size_t b_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t rs_at = col_at + AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+    const size_t b_at = rs_at + AlignUp(static_cast<size_t>(m) * sizeof(int32_t));
     const size_t scratch_at = b_at + AlignUp(shift_b ? static_cast<size_t>(k * n) : 0);
     DYNVM_ASSIGN_OR_RETURN(
         void* ws, ctx.Workspace(scratch_at + (packed ? 0 : IntProductScratchBytes(m, k, n))));
@@ -584,19 +621,35 @@ class DynQuantMatMulKernel final : public DnnlKernel {
                     [&](int64_t r0, int64_t r1) { Quantize(x, a_scale, za, r0, r1, p); });
     // c_j = b_zp_j less B's shift (u8 B is stored less 128); scale_j = a_scale * b_scale_j.
     const int32_t shift = b.dtype() == DType::kU8 ? 128 : 0;
+    // Typed loops (Usable: b_scale f32, b_zero_point of B's dtype, contiguous): at M = 1 these
+    // O(N) loops through QuantParamAt's dtype switch took a quarter of a 1024 x 1024 call.
+    const float* bs = bscale.data<float>();
+    const int64_t bs_step = bscale.numel() > 1 ? 1 : 0;
+    const int64_t zb_step = zb != nullptr && zb->numel() > 1 ? 1 : 0;
+    if (zb == nullptr) {
+      std::fill(p.zc, p.zc + n, -shift);
+    } else if (zb->dtype() == DType::kU8) {
+      const uint8_t* z = zb->data<uint8_t>();
+      for (int64_t j = 0; j < n; ++j) p.zc[j] = static_cast<int32_t>(z[j * zb_step]) - shift;
+    } else {
+      const int8_t* z = zb->data<int8_t>();
+      for (int64_t j = 0; j < n; ++j) p.zc[j] = static_cast<int32_t>(z[j * zb_step]) - shift;
+    }
     bool uniform = true, zero = true;
     for (int64_t j = 0; j < n; ++j) {
-      p.zc[j] =
-          static_cast<int32_t>(QuantParamAt(zb, zb != nullptr && zb->numel() > 1 ? j : 0)) - shift;
       uniform &= p.zc[j] == p.zc[0];
       zero &= p.zc[j] == 0;
-      p.scale[j] = a_scale * static_cast<float>(QuantParamAt(&bscale, bscale.numel() > 1 ? j : 0));
+      p.scale[j] = a_scale * bs[j * bs_step];
+    }
+    const float* bias_data = bias != nullptr ? bias->data<float>() : nullptr;
+    if (packed != nullptr) {  // the epilogue inside the GEMM's tiles
+      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at),
+                zero ? nullptr : reinterpret_cast<int32_t*>(base + rs_at), bias_data,
+                out[0]->data<float>(), p);
+      return absl::OkStatus();
     }
     const int32_t* zc = nullptr;  // the correction the epilogue takes out, if any
-    if (packed != nullptr) {
-      RunPacked(ctx, *packed, reinterpret_cast<int32_t*>(base + col_at), p);
-      zc = zero ? nullptr : p.zc;
-    } else {
+    {
       const int8_t* bs8 = b.data<int8_t>();
       if (shift_b) {
         int8_t* shifted = reinterpret_cast<int8_t*>(base + b_at);
@@ -607,7 +660,7 @@ class DynQuantMatMulKernel final : public DnnlKernel {
                                        uniform ? p.zc[0] : 0, p.acc, base + scratch_at));
       zc = uniform ? nullptr : p.zc;
     }
-    Epilogue(ctx, p, zc, bias != nullptr ? bias->data<float>() : nullptr, out[0]->data<float>());
+    Epilogue(ctx, p, zc, bias_data, out[0]->data<float>());
     return absl::OkStatus();
   }
 
@@ -648,36 +701,62 @@ class DynQuantMatMulKernel final : public DnnlKernel {
     }
   }
 
-  // The raw product q x packed B (no zero points) on cpu::U8S8Gemm, split over panels (or rows
-  // when there are few); the column terms -a_zp * colsum_j into `col` (p.col points there unless
-  // a_zp is 0).
+  // The packed product splits over the VM's threads from this many multiply-adds: at M = 1 (a
+  // GEMV: one token's projections) B's 512 KB, about 10 us of streaming it from L3 on one core;
+  // at M >= 6 about 5 us of VPDPBUSD. (From kMinParallelWork, 4M, until 2026-11-29: one token's
+  // 1024 x 1024 projections ran on one thread at 2 threads, 0.051 ms for three of them where ONNX
+  // Runtime's 2 threads took 0.052-0.056 ms.)
+  static constexpr int64_t kMinSplitProduct = int64_t{1} << 19;
+
+  // y = the product q x packed B through the epilogue, on cpu::U8S8GemmScaled (each tile's
+  // sums scaled into y in registers: the bits of the s32 product then Epilogue, without the
+  // product's round trip through memory), split over panels (or rows when there are few). The
+  // column terms -a_zp * colsum_j go into `col` unless a_zp is 0; with `rs` (b zero points
+  // that are not all 0) the row sums of (quantize(A) - a_zp) go there first.
   static void RunPacked(KernelContext& ctx, const PackedU8S8Cache::Entry& packed, int32_t* col,
-                        Product& p) {
+                        int32_t* rs, const float* bias, float* y, const Product& p) {
+    cpu::U8S8Scale e;
     if (p.za != 0) {
       for (int64_t j = 0; j < p.n; ++j) {
         col[j] = static_cast<int32_t>(static_cast<uint32_t>(-p.za) *
                                       static_cast<uint32_t>(packed.col_sums[j]));
       }
-      p.col = col;
+      e.col = col;
     }
+    if (rs != nullptr) {
+      ctx.ParallelFor(p.m, ThreadsFor(ctx.num_threads(), p.m * p.k) == 1 ? p.m : 8,
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const uint8_t* qr = p.q + r * p.lda;
+                          int32_t sum = 0;
+                          for (int64_t i = 0; i < p.k; ++i) sum += qr[i];
+                          rs[r] = sum - static_cast<int32_t>(p.k) * p.za;
+                        }
+                      });
+      e.zc = p.zc;
+      e.rs = rs;
+    }
+    e.scale = p.scale;
+    e.bias = bias;
+    e.y = y;
+    e.ldy = p.n;
     const int64_t panels = cpu::U8S8Panels(p.n);
-    const int threads = ThreadsFor(ctx.num_threads(), p.m * p.n * p.k);
+    const int threads = p.m * p.n * p.k < kMinSplitProduct ? 1 : ctx.num_threads();
     const int8_t* b = packed.data.get();
     if (threads == 1) {
-      cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, p.acc, p.n);
+      cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, 0, p.m, 0, panels, e);
     } else if (panels >= 4 * threads || p.m < 6 * threads) {
       // Chunks of panels (rows below) claimed by whichever thread is free: about two per thread,
       // so a thread whose core is busy holds up one chunk, not half the product (B is packed
       // once, so a chunk costs one call's setup).
       ctx.ParallelForDynamic(panels, std::max<int64_t>(4, panels / (2 * threads)),
                              [&](int, int64_t p0, int64_t p1) {
-                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, p.acc, p.n);
+                               cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, 0, p.m, p0, p1, e);
                              });
     } else {
       ctx.ParallelForDynamic(p.m, std::max<int64_t>(6, (p.m / (2 * threads) + 5) / 6 * 6),
                              [&](int, int64_t i0, int64_t i1) {
-                               cpu::U8S8Gemm(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, p.acc,
-                                             p.n);
+                               cpu::U8S8GemmScaled(p.k, p.n, p.q, p.lda, b, i0, i1, 0, panels, e);
                              });
     }
   }
@@ -742,7 +821,7 @@ class DynQuantKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     float scale = 0, zp = 0;
     if (x.dtype() != DType::kF32 || !x.is_contiguous() || x.numel() == 0 ||
-        !DynamicQuantParams(x.numel(), x.data<float>(), &scale, &zp)) {
+        !DynamicQuantParams(ctx, x.numel(), x.data<float>(), &scale, &zp)) {
       return RunFallback(ctx, in, out);
     }
     constexpr const char* kOp = "DynamicQuantizeLinear";

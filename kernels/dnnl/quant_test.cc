@@ -122,6 +122,28 @@ TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
       }
     }
   }
+  // From 32K elements at 2 threads the loops split in 16K blocks, a block spanning channels:
+  // per tensor and per axis (axis 1: rows of 200), u8 and i8, against the reference.
+  for (DType q : {DType::kU8, DType::kI8}) {
+    for (bool per_axis : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(q), " 2 threads, per_axis ", per_axis));
+      const std::vector<int64_t> dims = {3, 130, 200};
+      const int64_t ch = per_axis ? 130 : 1;
+      std::vector<float> scales(ch);
+      for (float& v : scales) v = 0.05f + 0.1f * static_cast<float>(rng() % 10);
+      Tensor scale = per_axis ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]});
+      Tensor zp = RandomInts(q, per_axis ? std::vector<int64_t>{ch} : std::vector<int64_t>{}, rng);
+      Tensor x = *Tensor::Empty(DType::kF32, dims);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+      KernelCall quant("QuantizeLinear");
+      quant.In(x).In(scale).In(zp).Out(q).Attr("axis", int64_t{1});
+      ExpectSameAsReference(quant, {x, scale, zp}, true, false, /*threads=*/2);
+      Tensor xq = RandomInts(q, dims, rng);
+      KernelCall dequant("DequantizeLinear");
+      dequant.In(xq).In(scale).In(zp).Out(DType::kF32).Attr("axis", int64_t{1});
+      ExpectSameAsReference(dequant, {xq, scale, zp}, true, false, /*threads=*/2);
+    }
+  }
   // No zero point: u8.
   Tensor x = testing::F32({4}, {-1.0f, 0.5f, 1.5f, 300.0f}), s = testing::F32({}, {1.0f});
   KernelCall q("QuantizeLinear");
@@ -293,7 +315,13 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
                                      // threads: by chunks of panels, and (few panels, many
                                      // rows) by chunks of rows.
                                      {{64, 256}, 256},
-                                     {{1100, 64}, 60}};
+                                     {{1100, 64}, 60},
+                                     // A of 76800 elements: its min and max scanned in blocks
+                                     // at 2 threads, the last one partial.
+                                     {{300, 256}, 80},
+                                     // M = 1 from 512K multiply-adds: the GEMV's panels split
+                                     // at 2 threads (33 panels, the last one partial).
+                                     {{1, 1024}, 520}};
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
     for (bool igemm : {false, true}) {
@@ -359,7 +387,7 @@ TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
   std::mt19937 rng(31);
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     cpu::ScopedIsaForTesting level(isa);
-    for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
+    for (int64_t n : {1, 15, 16, 17, 100, 40000, 70000}) {  // 70000: scanned in blocks
       for (int range = 0; range < 4; ++range) {
         SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " n ", n, " range ", range));
         const float lo = range == 1 ? 0.5f : -3.0f, hi = range == 2 ? -0.25f : 7.0f;
@@ -396,9 +424,35 @@ TEST(DnnlQuant, DynamicQuantizeLinearMatchesTheReferenceExactly) {
   }
 }
 
+// An infinity anywhere in x, also in a later block of the 2-thread scan, sends
+// DynamicQuantizeLinear and DynamicQuantizeMatMul to the reference kernel at 1 and 2 threads.
+TEST(DnnlQuant, DynamicQuantizationOfAnInfinityFallsBackAtEveryThreadCount) {
+  for (int64_t at : {int64_t{5}, int64_t{69999}}) {
+    Tensor x = *Tensor::Empty(DType::kF32, {700, 100});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 13) - 6;
+    x.data<float>()[at] = std::numeric_limits<float>::infinity();
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("infinity at ", at, ", threads ", threads));
+      KernelCall dq("DynamicQuantizeLinear");
+      dq.In(x).Out(DType::kU8).Out(DType::kF32).Out(DType::kU8);
+      KernelSpec spec = dq.spec();
+      spec.backend = "dnnl";
+      absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+      ASSERT_TRUE(k.ok()) << k.status();
+      KernelContext ctx(&HeapAllocator::Get(), threads);
+      Tensor y, s, z;
+      std::vector<Tensor*> outs = {&y, &s, &z};
+      std::vector<const Tensor*> ins = {&x};
+      (void)(*k)->Run(ctx, ins, outs);
+      EXPECT_EQ(dynamic_cast<const DnnlKernel*>(k->get())->fallback_runs(), 1);
+    }
+  }
+}
+
 TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
   Tensor x = testing::F32({4}, {1, 2, 3, 4});
-  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad : {0.0f, -0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
     Tensor s = testing::F32({}, {bad});
     KernelCall q("QuantizeLinear");
     q.In(x).In(s).Out(DType::kU8).Backend("dnnl");
@@ -406,6 +460,15 @@ TEST(DnnlQuant, BadScaleIsInvalidArgumentOnTheFastPathToo) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     EXPECT_THAT(r.status().message(), ::testing::HasSubstr("scale must be finite and positive"));
   }
+  // Per axis: the message names the bad element (CheckQuantScale's one-pass check finds it
+  // bad, its naming loop finds which).
+  Tensor x2 = testing::F32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Tensor s4 = testing::F32({4}, {0.5f, 1.0f, std::numeric_limits<float>::infinity(), 2.0f});
+  KernelCall q("QuantizeLinear");
+  q.In(x2).In(s4).Out(DType::kU8).Attr("axis", int64_t{1}).Backend("dnnl");
+  absl::StatusOr<std::vector<Tensor>> r = q.Run();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("element 2 is inf"));
 }
 
 }  // namespace

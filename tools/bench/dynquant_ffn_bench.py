@@ -26,9 +26,13 @@ Models (--models):
 Variants (--variants): s8 (per tensor), s8pc (per channel), u8, u8pc.
 
 Each case is compiled once and its output compared with ORT's (max |dynvm - ORT| / max |ORT|,
---tol); then dynvm and ORT run alternately (--rounds, each --repeat timed runs after a warm-up;
-the best round kept) at each thread count. Prints dynvm/ORT as ORT time over dynvm time
-(> 1: dynvm is faster), with the CPU's model name and the load average.
+--tol); then dynvm and ORT run alternately (--rounds, rounds outermost, each round one process
+timing --repeat runs after a warm-up, by default about --round-ms of dynvm's 1-thread runs; the
+best round kept) at each thread count. A round disturbed by other work on the machine (CPU time
+outside the round's process, or tasks waiting for a CPU) is run again, by the same rules for both
+runtimes (side_by_side.py's docstring: on a 2-CPU machine one other runnable task put a round's
+two threads on one CPU). Prints dynvm/ORT as ORT time over dynvm time (> 1: dynvm is faster),
+with the CPU's model name and the load average.
 
   /usr/bin/python3 tools/bench/dynquant_ffn_bench.py --build build/release \\
       --node-modules /work/ort/node_modules [--tokens 1,32,128,512] [--dims 256,512,1024] \\
@@ -44,7 +48,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from side_by_side import cpu_name, loadavg, prepare, time_cases  # noqa: E402
+from side_by_side import (add_timing_args, cpu_name, loadavg, prepare,  # noqa: E402
+                          time_cases)
 
 VARIANTS = ('s8', 's8pc', 'u8', 'u8pc')
 
@@ -146,7 +151,9 @@ def main():
     p.add_argument('--dims', default='256,512,1024')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--repeat', type=int, default=0, help='timed runs per round (0: by size)')
+    p.add_argument('--repeat', type=int, default=0,
+                   help='timed runs per round (0: set by --round-ms)')
+    add_timing_args(p)
     p.add_argument('--stat', choices=['median', 'min'], default='median')
     p.add_argument('--tol', type=float, default=1e-4)
     p.add_argument('--profile', action='store_true')

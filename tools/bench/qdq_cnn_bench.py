@@ -23,8 +23,10 @@ Each case is compiled once and its output (the logits, quantized and dequantized
 with ORT's: at most one quantization step of the logits apart (both runtimes compute the same
 integer sums and requantize them in f32 as MLAS does, but a value within f32's rounding of a tie
 may still round the other way in an intermediate layer, and the step carries forward); the
-number of differing outputs is printed. Then dynvm and ORT run alternately (--rounds, best round
-kept). Prints dynvm/ORT (> 1: dynvm is faster) with the CPU's model name.
+number of differing outputs is printed. Then dynvm and ORT run alternately (--rounds, rounds
+outermost, best round kept; a round disturbed by other work on the machine is run again, by the
+same rules for both runtimes: side_by_side.py's docstring). Prints dynvm/ORT (> 1: dynvm is
+faster) with the CPU's model name.
 
   /usr/bin/python3 tools/bench/qdq_cnn_bench.py --build build/release \\
       --node-modules /work/ort/node_modules [--batches 1,8] [--sizes 112,224] [--threads 1,2]
@@ -39,7 +41,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from side_by_side import cpu_name, loadavg, prepare, time_cases  # noqa: E402
+from side_by_side import (add_timing_args, cpu_name, loadavg, prepare,  # noqa: E402
+                          time_cases)
 from seeded import lcg  # noqa: E402
 
 
@@ -206,7 +209,9 @@ def main():
     p.add_argument('--sizes', default='112,224')
     p.add_argument('--threads', default='1,2')
     p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--repeat', type=int, default=0, help='timed runs per round (0: by size)')
+    p.add_argument('--repeat', type=int, default=0,
+                   help='timed runs per round (0: set by --round-ms)')
+    add_timing_args(p)
     p.add_argument('--stat', choices=['median', 'min'], default='median')
     p.add_argument('--profile', action='store_true')
     p.add_argument('--export-only', metavar='DIR', help='write the .onnx files there and stop')
