@@ -7,8 +7,9 @@ rounds.
 The model is tools/bench/encoder_bench.py's classifier (nn.TransformerEncoder, 2 layers,
 d_model 128, key-padding mask, mean pool, 10 classes), exported by PyTorch with a symbolic
 batch at sequence length 64 (--seq). First --clients requests are sent to the batched model
-all at once (so that they batch): each answer must equal the unbatched model's byte for byte
-and PyTorch's output for its own request within 1e-3. The load comes from server-bench --load-clients
+all at once (so that they batch): each answer must equal the unbatched model's within 1e-5
+(how many are byte-identical is printed: the kernels' sums may run in another order at another
+batch) and PyTorch's output for its own request within 1e-3. The load comes from server-bench --load-clients
 (C++ clients on raw sockets, so the clients take little of the cores they share with the
 server). First, what batching can give at most: the model's run in process (vm-run) at batch 1
 and at batch --max-batch, per row.
@@ -110,17 +111,20 @@ def infer(port, model, body, head):
 
 def check(port, requests, torch_model):
     """Sends `requests` to encoder_batched all at once (so that they batch) and one by one to
-    encoder: each batched answer must equal the unbatched one byte for byte, and PyTorch's
-    within 1e-3. Returns the largest difference from PyTorch and how many answers matched."""
+    encoder. Returns the largest difference of a batched answer from PyTorch's output for its
+    request and from the unbatched model's answer, and how many were byte-identical to it."""
     with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
         batched = list(pool.map(lambda r: infer(port, "encoder_batched", r[0], r[1]), requests))
-    worst, same = 0.0, 0
+    worst, apart, same = 0.0, 0.0, 0
     for (body, head, (tokens, pad)), got in zip(requests, batched):
-        same += got == infer(port, "encoder", body, head)
+        alone = infer(port, "encoder", body, head)
+        same += got == alone
+        got = np.frombuffer(got, np.float32)
+        apart = max(apart, float(np.max(np.abs(got - np.frombuffer(alone, np.float32)))))
         with torch.no_grad():
             want = torch_model(tokens, pad).numpy().ravel()
-        worst = max(worst, float(np.max(np.abs(np.frombuffer(got, np.float32) - want))))
-    return worst, same
+        worst = max(worst, float(np.max(np.abs(got - want))))
+    return worst, apart, same
 
 
 def main():
@@ -156,14 +160,14 @@ def main():
     try:
         port = int(re.search(r"http=[^ ]*:(\d+)", proc.stdout.readline()).group(1))
         requests = [request(seed) for seed in range(64)]
-        err, same = check(port, requests[:args.clients], torch_model)
+        err, apart, same = check(port, requests[:args.clients], torch_model)
         print(f"encoder (seq {SEQ}, batch-1 requests), {args.clients} clients; encoder: "
               f"{args.instances} instances x {args.threads} threads, encoder_batched: "
               f"{args.batched_instances or args.instances} instances x "
-              f"{args.batched_threads or args.threads} threads; "
-              f"batched outputs vs PyTorch: max |diff| {err:.2e}; {same} of {args.clients} "
-              f"concurrent answers byte-identical to encoder's")
-        if err > 1e-3 or same != args.clients:
+              f"{args.batched_threads or args.threads} threads")
+        print(f"{args.clients} concurrent batched answers: max |diff| {err:.2e} from PyTorch, "
+              f"{apart:.2e} from the unbatched model's ({same} byte-identical)")
+        if err > 1e-3 or apart > 1e-5:
             sys.exit("batched outputs differ from PyTorch's or from the unbatched model's")
         body_path = os.path.join(repo, "request.bin")
         with open(body_path, "wb") as f:
