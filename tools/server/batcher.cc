@@ -35,19 +35,40 @@ bool SameRowShape(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return true;
 }
 
-// Rows [begin, begin + rows) of a contiguous tensor, copied.
-absl::StatusOr<Tensor> Rows(const Tensor& t, int64_t begin, int64_t rows) {
+// Rows [begin, begin + rows) of a contiguous tensor: a view of its storage, which it keeps
+// alive (each request of a batch holds its rows of the batch's outputs, no copy).
+absl::StatusOr<Tensor> RowsView(const Tensor& t, int64_t begin, int64_t rows) {
+  if (begin == 0 && rows == t.dim(0)) return t;
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
   const int64_t row_bytes = dims[0] == 0 ? 0 : t.nbytes() / dims[0];
   dims[0] = rows;
-  DYNVM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.dtype(), dims));
-  if (rows > 0)
-    std::memcpy(out.raw_data(), static_cast<const uint8_t*>(t.raw_data()) + begin * row_bytes,
-                static_cast<size_t>(rows * row_bytes));
-  return out;
+  return Tensor::View(t.storage(), t.byte_offset() + begin * row_bytes, t.dtype(), dims);
 }
 
 }  // namespace
+
+// Every input of the batch's requests concatenated along the batch (contiguous row-major: one
+// copy of each request's rows).
+absl::StatusOr<std::vector<Tensor>> Batcher::Gather(
+    const std::vector<std::shared_ptr<Pending>>& batch, int64_t rows) {
+  std::vector<Tensor> inputs;
+  for (size_t k = 0; k < batch[0]->inputs.size(); ++k) {
+    std::vector<int64_t> dims(batch[0]->inputs[k].dims().begin(), batch[0]->inputs[k].dims().end());
+    dims[0] = rows;
+    DYNVM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(batch[0]->inputs[k].dtype(), dims));
+    auto* dst = static_cast<uint8_t*>(t.raw_data());
+    for (const auto& p : batch) {
+      const Tensor& in = p->inputs[k];
+      const size_t n = static_cast<size_t>(in.nbytes());
+      if (!in.is_contiguous())
+        return absl::InvalidArgumentError("dynamic_batching: an input is not contiguous");
+      if (n > 0) std::memcpy(dst, in.raw_data(), n);
+      dst += n;
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
 
 absl::Status CheckBatchable(const FunctionInfo& fn) {
   std::string symbol;
@@ -80,7 +101,8 @@ Batcher::~Batcher() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  arrival_cv_.notify_all();
+  full_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -93,6 +115,7 @@ absl::StatusOr<Batcher::Result> Batcher::Submit(std::vector<Tensor> inputs, absl
   p->inputs = std::move(inputs);
   p->deadline = deadline;
   p->enqueued = absl::Now();
+  bool wake_empty = false, wake_full = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int>(queue_.size()) >= max_queue_) {
@@ -103,9 +126,13 @@ absl::StatusOr<Batcher::Result> Batcher::Submit(std::vector<Tensor> inputs, absl
       return s;
     }
     queue_.push_back(p);
+    queued_rows_ += p->rows;
     last_arrival_ = p->enqueued;
+    wake_empty = empty_waiters_ > 0;
+    wake_full = queued_rows_ >= config_.max_batch_size;
   }
-  cv_.notify_one();
+  if (wake_empty) arrival_cv_.notify_one();
+  if (wake_full) full_cv_.notify_all();
   std::unique_lock<std::mutex> lock(p->mu);
   while (!p->done) {
     const absl::Duration left = std::min(deadline - absl::Now(), absl::Seconds(10));
@@ -126,7 +153,9 @@ std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
   // the arrival gap would only hold the requests queued (and an instance idle) when no more
   // are coming, e.g. when every client already waits on a queued or running request.
   ++idle_workers_;
-  cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+  ++empty_waiters_;
+  arrival_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+  --empty_waiters_;
   if (queue_.empty()) {
     --idle_workers_;
     return {};
@@ -145,7 +174,7 @@ std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
     const absl::Time now = absl::Now();
     const absl::Time stop = std::min(until, last_arrival_ + gap);
     if (now >= stop) break;
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(stop - now));
+    full_cv_.wait_for(lock, absl::ToChronoNanoseconds(stop - now));
   }
   std::vector<std::shared_ptr<Pending>> batch;
   if (queue_.empty()) {
@@ -169,8 +198,12 @@ std::vector<std::shared_ptr<Batcher::Pending>> Batcher::TakeBatch(
       ++it;
     }
   }
+  queued_rows_ -= rows;
   --idle_workers_;
-  if (!queue_.empty()) cv_.notify_one();  // what is left is another idle worker's
+  if (!queue_.empty()) {  // what is left is another idle worker's
+    arrival_cv_.notify_one();
+    if (queued_rows_ >= config_.max_batch_size) full_cv_.notify_one();
+  }
   return batch;
 }
 
@@ -194,34 +227,12 @@ void Batcher::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch) {
     deadline = std::max(deadline, p->deadline);
     rows += p->rows;
   }
-  auto finish = [&](const std::shared_ptr<Pending>& p, absl::Status s, Result r) {
-    std::lock_guard<std::mutex> lock(p->mu);
-    p->status = std::move(s);
-    p->result = std::move(r);
-    p->done = true;
-    p->cv.notify_one();
-  };
-  // The inputs concatenated along the batch (contiguous row-major: one copy per request).
-  std::vector<Tensor> inputs;
-  absl::Status status;
-  for (size_t k = 0; k < batch[0]->inputs.size() && status.ok(); ++k) {
-    std::vector<int64_t> dims(batch[0]->inputs[k].dims().begin(), batch[0]->inputs[k].dims().end());
-    dims[0] = rows;
-    absl::StatusOr<Tensor> t = Tensor::Empty(batch[0]->inputs[k].dtype(), dims);
-    if (!t.ok()) {
-      status = t.status();
-      break;
-    }
-    auto* dst = static_cast<uint8_t*>(t->raw_data());
-    for (const auto& p : batch) {
-      const size_t n = static_cast<size_t>(p->inputs[k].nbytes());
-      if (n > 0) std::memcpy(dst, p->inputs[k].raw_data(), n);
-      dst += n;
-    }
-    inputs.push_back(*std::move(t));
-  }
+  // A batch of one request runs on that request's tensors; a larger one on its inputs gathered
+  // along the batch (one copy of each request's rows).
+  absl::StatusOr<std::vector<Tensor>> inputs =
+      batch.size() == 1 ? batch[0]->inputs : Gather(batch, rows);
   absl::StatusOr<std::vector<Tensor>> outputs =
-      status.ok() ? run_(inputs, deadline) : absl::StatusOr<std::vector<Tensor>>(status);
+      inputs.ok() ? run_(*inputs, deadline) : inputs.status();
   const double compute = absl::ToDoubleSeconds(absl::Now() - start);
   if (outputs.ok()) {
     for (const Tensor& o : *outputs) {
@@ -240,7 +251,7 @@ void Batcher::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch) {
     absl::Status s = outputs.status();
     if (s.ok()) {
       for (const Tensor& o : *outputs) {
-        absl::StatusOr<Tensor> mine = Rows(o, begin, p->rows);
+        absl::StatusOr<Tensor> mine = RowsView(o, begin, p->rows);  // no copy
         if (!mine.ok()) {
           s = mine.status();
           break;
@@ -249,7 +260,11 @@ void Batcher::RunBatch(const std::vector<std::shared_ptr<Pending>>& batch) {
       }
     }
     begin += p->rows;
-    finish(p, s, std::move(r));
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->status = std::move(s);
+    p->result = std::move(r);
+    p->done = true;
+    p->cv.notify_one();
   }
 }
 

@@ -1,8 +1,10 @@
 // Dynamic batching for dynvm-server (config.json "dynamic_batching"): infer requests on a model
 // whose inputs and outputs all share a symbolic first dim (its batch) wait up to
 // max_queue_delay_us to be concatenated along it, up to max_batch_size rows, run as one, and
-// each gets its own rows of every output back. Only requests whose other dims agree are run
-// together. Opt-in: it is right only when rows do not interact (docs/serving.md).
+// each gets its own rows of every output back (a view of the batch's output: one copy of each
+// request's inputs into the batch, none out; a batch of one request runs on its own tensors).
+// Only requests whose other dims agree are run together. Opt-in: it is right only when rows do
+// not interact (docs/serving.md).
 //
 // Thread safety: thread-safe. One worker thread per instance forms and runs batches.
 #ifndef DYNVM_TOOLS_SERVER_BATCHER_H_
@@ -62,16 +64,24 @@ class Batcher {
   // Takes the requests of the next batch (with the queue lock held).
   std::vector<std::shared_ptr<Pending>> TakeBatch(std::unique_lock<std::mutex>& lock);
   void RunBatch(const std::vector<std::shared_ptr<Pending>>& batch);
+  static absl::StatusOr<std::vector<Tensor>> Gather(
+      const std::vector<std::shared_ptr<Pending>>& batch, int64_t rows);
 
   BatchingConfig config_;
   int max_queue_;
   RunFn run_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  // Workers waiting for a first request (the queue empty) wait on `arrival_cv_`, which every
+  // arrival signals; workers holding a batch open wait on `full_cv_`, signalled only when the
+  // queue holds a full batch: an arrival that does not fill it need not wake them (each wakes
+  // at its own timer, the arrival gap or the delay, and looks again).
+  std::condition_variable arrival_cv_, full_cv_;
   std::deque<std::shared_ptr<Pending>> queue_;
+  int64_t queued_rows_ = 0;  // rows in `queue_`
   bool stopping_ = false;
   absl::Time last_arrival_ = absl::InfinitePast();
-  int idle_workers_ = 0;  // workers in TakeBatch (not running a batch)
+  int idle_workers_ = 0;   // workers in TakeBatch (not running a batch)
+  int empty_waiters_ = 0;  // workers waiting on `arrival_cv_`
   std::vector<std::thread> workers_;
 };
 

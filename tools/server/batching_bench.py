@@ -1,20 +1,26 @@
 #!/usr/bin/python3
 """Dynamic batching on a transformer encoder (issue 35): throughput and latency of batch-1
 requests from 16 concurrent clients, with and without config.json's dynamic_batching, on one
-dynvm-server (the same instance count for both), alternating rounds.
+dynvm-server (each with its own instances and intra-op threads, by default the same), alternating
+rounds.
 
 The model is tools/bench/encoder_bench.py's classifier (nn.TransformerEncoder, 2 layers,
 d_model 128, key-padding mask, mean pool, 10 classes), exported by PyTorch with a symbolic
-batch at sequence length 64 (--seq). Every answer of the batched model is checked against
-PyTorch's output for its own request (1e-3). The load comes from server-bench --load-clients
+batch at sequence length 64 (--seq). First --clients requests are sent to the batched model
+all at once (so that they batch): each answer must equal the unbatched model's within 1e-5
+(how many are byte-identical is printed: the kernels' sums may run in another order at another
+batch) and PyTorch's output for its own request within 1e-3. The load comes from server-bench --load-clients
 (C++ clients on raw sockets, so the clients take little of the cores they share with the
 server). First, what batching can give at most: the model's run in process (vm-run) at batch 1
 and at batch --max-batch, per row.
 
   /usr/bin/python3 tools/server/batching_bench.py [--build build/release] [--clients 16]
       [--seconds 5] [--rounds 3] [--max-batch 16] [--delay-us 1000] [--seq 64]
+      [--instances N] [--threads T] [--batched-instances N] [--batched-threads T] [--gap-us G]
+      [--skip-in-process]
 """
 import argparse
+import concurrent.futures
 import http.client
 import json
 import os
@@ -34,18 +40,27 @@ import encoder_bench  # noqa: E402  (the classifier and its inputs)
 SEQ = 64  # --seq
 
 
-def export(repo, max_batch, delay_us, instances):
+def export(repo, args):
+    """Both models' repository entries: `encoder` (no batching) and `encoder_batched`, each with
+    its own instances and threads per instance."""
     torch.manual_seed(0)
     model = encoder_bench.Classifier().eval()
     tokens, pad = encoder_bench.inputs_for(2, SEQ, 1)
-    for name, batching in (("encoder", None), ("encoder_batched", (max_batch, delay_us))):
+    for name, batching, instances, threads in (
+            ("encoder", False, args.instances, args.threads),
+            ("encoder_batched", True, args.batched_instances or args.instances,
+             args.batched_threads or args.threads)):
         os.makedirs(os.path.join(repo, name, "1"))
         torch.onnx.export(model, (tokens, pad), os.path.join(repo, name, "1", "model.onnx"),
                           opset_version=17, input_names=["tokens", "pad"], output_names=["y"],
                           dynamic_axes={"tokens": {0: "batch"}, "pad": {0: "batch"}, "y": {0: "batch"}})
-        config = {"bounds": {"batch": 64}, "instances": instances, "max_queue": 256}
+        config = {"bounds": {"batch": 64}, "instances": instances, "threads_per_instance": threads,
+                  "max_queue": 256}
         if batching:
-            config["dynamic_batching"] = {"max_batch_size": batching[0], "max_queue_delay_us": batching[1]}
+            config["dynamic_batching"] = {"max_batch_size": args.max_batch,
+                                          "max_queue_delay_us": args.delay_us}
+            if args.gap_us is not None:
+                config["dynamic_batching"]["max_arrival_gap_us"] = args.gap_us
         with open(os.path.join(repo, name, "config.json"), "w") as f:
             json.dump(config, f)
     return model
@@ -82,21 +97,34 @@ def in_process(build, onnx_path, max_batch):
     return times
 
 
-def check(port, model, requests, torch_model):
-    worst = 0.0
+def infer(port, model, body, head):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for body, head, (tokens, pad) in requests:
-        conn.request("POST", f"/v2/models/{model}/infer", body=body,
-                     headers={"Inference-Header-Content-Length": str(head)})
-        r = conn.getresponse()
-        data = r.read()
-        n = int(r.getheader("Inference-Header-Content-Length"))
-        got = np.frombuffer(data[n:], np.float32)
+    conn.request("POST", f"/v2/models/{model}/infer", body=body,
+                 headers={"Inference-Header-Content-Length": str(head)})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    if r.status != 200:
+        sys.exit(f"{model}: HTTP {r.status}: {data[:200]}")
+    return data[int(r.getheader("Inference-Header-Content-Length")):]
+
+
+def check(port, requests, torch_model):
+    """Sends `requests` to encoder_batched all at once (so that they batch) and one by one to
+    encoder. Returns the largest difference of a batched answer from PyTorch's output for its
+    request and from the unbatched model's answer, and how many were byte-identical to it."""
+    with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+        batched = list(pool.map(lambda r: infer(port, "encoder_batched", r[0], r[1]), requests))
+    worst, apart, same = 0.0, 0.0, 0
+    for (body, head, (tokens, pad)), got in zip(requests, batched):
+        alone = infer(port, "encoder", body, head)
+        same += got == alone
+        got = np.frombuffer(got, np.float32)
+        apart = max(apart, float(np.max(np.abs(got - np.frombuffer(alone, np.float32)))))
         with torch.no_grad():
             want = torch_model(tokens, pad).numpy().ravel()
         worst = max(worst, float(np.max(np.abs(got - want))))
-    conn.close()
-    return worst
+    return worst, apart, same
 
 
 def main():
@@ -108,28 +136,39 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--delay-us", type=int, default=1000)
-    ap.add_argument("--instances", type=int, default=os.cpu_count())
+    ap.add_argument("--instances", type=int, default=os.cpu_count(),
+                    help="instances of the model without batching (and of the batched one by default)")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per instance")
+    ap.add_argument("--batched-instances", type=int, help="instances of the batched model")
+    ap.add_argument("--batched-threads", type=int, help="intra-op threads per batched instance")
+    ap.add_argument("--gap-us", type=int, help="max_arrival_gap_us (default: the server's)")
     ap.add_argument("--seq", type=int, default=SEQ)
+    ap.add_argument("--skip-in-process", action="store_true", help="skip the vm-run timing")
     args = ap.parse_args()
     globals()["SEQ"] = args.seq
     repo = tempfile.mkdtemp(prefix="dynvm-batching-")
-    torch_model = export(repo, args.max_batch, args.delay_us, args.instances)
-    t = in_process(args.build, os.path.join(repo, "encoder", "1", "model.onnx"), args.max_batch)
+    torch_model = export(repo, args)
     b = args.max_batch
-    print(f"in process (vm-run, 1 thread): batch 1 {t[1]:.3f} ms, batch {b} {t[b]:.3f} ms = "
-          f"{t[b] / b:.3f} ms a row: one batched call of {b} costs {t[b] / (b * t[1]):.2f}x {b} "
-          f"batch-1 calls (batching can give at most {b * t[1] / t[b]:.2f}x)")
+    if not args.skip_in_process:
+        t = in_process(args.build, os.path.join(repo, "encoder", "1", "model.onnx"), b)
+        print(f"in process (vm-run, 1 thread): batch 1 {t[1]:.3f} ms, batch {b} {t[b]:.3f} ms = "
+              f"{t[b] / b:.3f} ms a row: one batched call of {b} costs {t[b] / (b * t[1]):.2f}x "
+              f"{b} batch-1 calls (batching can give at most {b * t[1] / t[b]:.2f}x)")
     server = args.server or os.path.join(args.build, "tools/dynvm-server")
     proc = subprocess.Popen([server, "--model-repository", repo, "--http-port", "0",
                              "--grpc-port", "0", "--access-log", "off"], stdout=subprocess.PIPE, text=True)
     try:
         port = int(re.search(r"http=[^ ]*:(\d+)", proc.stdout.readline()).group(1))
         requests = [request(seed) for seed in range(64)]
-        err = check(port, "encoder_batched", requests[:16], torch_model)
-        print(f"encoder (seq {SEQ}, batch-1 requests), {args.clients} clients, {args.instances} instances; "
-              f"batched outputs vs PyTorch: max |diff| {err:.2e}")
-        if err > 1e-3:
-            sys.exit("batched outputs differ from PyTorch's")
+        err, apart, same = check(port, requests[:args.clients], torch_model)
+        print(f"encoder (seq {SEQ}, batch-1 requests), {args.clients} clients; encoder: "
+              f"{args.instances} instances x {args.threads} threads, encoder_batched: "
+              f"{args.batched_instances or args.instances} instances x "
+              f"{args.batched_threads or args.threads} threads")
+        print(f"{args.clients} concurrent batched answers: max |diff| {err:.2e} from PyTorch, "
+              f"{apart:.2e} from the unbatched model's ({same} byte-identical)")
+        if err > 1e-3 or apart > 1e-5:
+            sys.exit("batched outputs differ from PyTorch's or from the unbatched model's")
         body_path = os.path.join(repo, "request.bin")
         with open(body_path, "wb") as f:
             f.write(requests[0][0])
@@ -140,7 +179,8 @@ def main():
                        stdout=subprocess.DEVNULL)  # warm up both
         subprocess.run(bench + ["--seconds", str(args.seconds), "--load-rounds", str(args.rounds)],
                        check=True)
-        print(f"(max_batch_size {args.max_batch}, max_queue_delay_us {args.delay_us})")
+        gap = "" if args.gap_us is None else f", max_arrival_gap_us {args.gap_us}"
+        print(f"(max_batch_size {args.max_batch}, max_queue_delay_us {args.delay_us}{gap})")
         metrics = urlget(port, "/metrics")
         m = re.search(r'dynvm_batch_size_sum\{model="encoder_batched"\} (\S+)', metrics)
         c = re.search(r'dynvm_batch_size_count\{model="encoder_batched"\} (\S+)', metrics)
