@@ -6,7 +6,10 @@
 // over three arrays far larger than L3) measured in the same run, on 1..T threads (the output rows
 // split over kernels' ThreadPool as the MatMul kernels split them).
 //
-//   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256]
+//   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256] [--rows 1]
+//
+// --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once (a prompt's product,
+// the blocked GEMM), with its multiply-adds per second.
 //
 // Each variant cycles through copies of its weight totalling at least --mb MB, so every call
 // reads its weight from memory, not from L3. Rounds interleave the variants (and the triad) so
@@ -44,6 +47,7 @@ struct Variant {
   std::function<void(int copy, int64_t r0, int64_t r1)> run;
   int copies = 1;
   std::vector<double> best_us;  // per round
+  int64_t rows = 1;             // activation rows per call
 };
 
 double Median(std::vector<double> v) {
@@ -59,8 +63,9 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
 }
 
 // The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
-std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
-                                  const std::vector<float>& x, std::vector<float>& y) {
+std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t total,
+                                  std::mt19937& rng, const std::vector<float>& x,
+                                  std::vector<float>& y) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto copies_for = [&](int64_t bytes) {
     return static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
@@ -155,6 +160,25 @@ std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19
     shape.block = block;
     auto xq = std::make_shared<std::vector<uint8_t>>(Q8ActivationRowBytes(shape));
     QuantizeActivationsQ8(1, x.data(), k, shape, xq->data());
+    if (rows > 1) {  // --rows: a prompt's product, the activation rows quantized once
+      std::vector<float> xm(rows * k);
+      for (int64_t m = 0; m < rows; ++m) std::copy(x.begin(), x.end(), xm.begin() + m * k);
+      auto xqm = std::make_shared<std::vector<uint8_t>>(rows * Q8ActivationRowBytes(shape));
+      QuantizeActivationsQ8(rows, xm.data(), k, shape, xqm->data());
+      auto ym = std::make_shared<std::vector<float>>(rows * n);
+      variants.push_back({name + " a4 M" + std::to_string(rows),
+                          bytes,
+                          [=](int i, int64_t r0, int64_t r1) {
+                            Q4Weights q = shape;
+                            q.packed = (*w)[i].packed.data();
+                            q.scales = (*w)[i].scales.data();
+                            q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                            QGemvQ4Int8(rows, xqm->data(), q, nullptr, r0, r1, ym->data(), n);
+                          },
+                          c,
+                          {},
+                          rows});
+    }
     variants.push_back({name + " a4",
                         bytes,
                         [=, &y](int i, int64_t r0, int64_t r1) {
@@ -180,7 +204,8 @@ int Main(int argc, char** argv) {
   std::vector<float> x(k), y(n);
   for (float& v : x) v = u(rng);
 
-  std::vector<Variant> variants = MakeVariants(n, k, total, rng, x, y);
+  std::vector<Variant> variants =
+      MakeVariants(Flag(argc, argv, "--rows", 1), n, k, total, rng, x, y);
   // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
   const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
   std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
@@ -224,13 +249,14 @@ int Main(int argc, char** argv) {
     const double triad_gbs = 3.0 * triad_n * 4 / (Median(triad_us) * 1e3);
     std::printf("\nthreads %d: triad %.2f GB/s (median %.0f us)\n", threads, triad_gbs,
                 Median(triad_us));
-    std::printf("  %-12s %10s %10s %10s %9s %9s\n", "weights", "MB/call", "us/call", "GB/s",
-                "of triad", "x f32");
+    std::printf("  %-16s %10s %10s %10s %9s %9s %10s\n", "weights", "MB/call", "us/call", "GB/s",
+                "of triad", "x f32", "G MAC/s");
     const double f32_us = Median(variants[0].best_us);
     for (const Variant& v : variants) {
       const double us = Median(v.best_us), gbs = v.bytes / (us * 1e3);
-      std::printf("  %-12s %10.2f %10.1f %10.2f %8.0f%% %8.2fx\n", v.name.c_str(),
-                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us);
+      std::printf("  %-16s %10.2f %10.1f %10.2f %8.0f%% %8.2fx %10.1f\n", v.name.c_str(),
+                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us,
+                  static_cast<double>(v.rows) * n * k / (us * 1e3));
     }
   }
   return 0;

@@ -26,8 +26,10 @@
 // scalar: it is 1/N of the work.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/q4gemv.h"
@@ -64,6 +66,15 @@ struct Layout {
 
 // Where column i of a row is in its values.
 inline int64_t Pos(int64_t i) { return (i & ~int64_t{63}) + (i & 1) * 32 + ((i & 63) >> 1); }
+
+// From this many activation rows the blocked GEMM runs (q4gemv_int8.inc).
+constexpr int64_t kGemmMinRows = 12;
+
+// Where block b's positions start in an activation row (blocks of 16 and 32 hold their even
+// columns there and their odd columns 32 positions on).
+inline int64_t BlockBase(int64_t block, int64_t b) {
+  return block >= 64 ? b * block : 64 * (b * block / 64) + (b * block % 64) / 2;
+}
 
 inline int ZeroPointOf(const Q4Weights& w, int64_t j, int64_t b) {
   if (w.zero_points == nullptr) return 8;
@@ -124,6 +135,15 @@ struct DotAvx2 {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
   static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
+  // The GEMM (q4gemv_int8.inc): 2 x 16 accumulators (16 registers), int16 dot steps.
+  static constexpr int kGemmRows = 2, kGemmVectors = 2;
+  static constexpr bool kGemmInt16 = true;
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i GemmStep(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i GemmWiden(__m256i acc, __m256i t) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+  }
 };
 
 // Both nibbles as 16 times their value (AND 0xF0, the low ones shifted up first): the products
@@ -141,6 +161,15 @@ struct DotVnni {
   }
   static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) {
     return _mm256_srai_epi32(acc, 4);
+  }
+  // The GEMM: 4 x 24 accumulators (32 registers with AVX-512VL), VPDPBUSD into int32 directly.
+  static constexpr int kGemmRows = 4, kGemmVectors = 3;
+  static constexpr bool kGemmInt16 = false;
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i GemmWiden(__m256i acc, __m256i t) {
+    return _mm256_add_epi32(acc, t);  // not used: VPDPBUSD adds into int32 directly
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i GemmStep(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(acc, w, x);
   }
 };
 
