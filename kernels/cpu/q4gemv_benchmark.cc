@@ -7,6 +7,7 @@
 // split over kernels' ThreadPool as the MatMul kernels split them).
 //
 //   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256] [--rows 1]
+//                        [--filter NAME_PART] [--triad 0]
 //
 // --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once (a prompt's product,
 // the blocked GEMM), with its multiply-adds per second.
@@ -34,6 +35,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/qgemv.h"
+#include "kernels/cpu/target.h"
 #include "kernels/thread_pool.h"
 
 namespace dynvm::cpu {
@@ -54,6 +56,31 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
+
+// A pure read of bytes [b, e) (32-byte loads OR-ed into four registers): the rate a GEMV over
+// the same bytes could reach if its arithmetic were free.
+#if DYNVM_CPU_X86
+DYNVM_AVX2 uint64_t ReadBytes(const uint8_t* b, const uint8_t* e) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (; b + 128 <= e; b += 128) {
+    a0 = _mm256_or_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+    a1 = _mm256_or_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32)));
+    a2 = _mm256_or_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64)));
+    a3 = _mm256_or_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 96)));
+  }
+  const __m256i a = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
+  uint64_t r = static_cast<uint64_t>(_mm256_extract_epi64(a, 0) | _mm256_extract_epi64(a, 3));
+  for (; b < e; ++b) r |= *b;
+  return r;
+}
+#else
+uint64_t ReadBytes(const uint8_t* b, const uint8_t* e) {
+  uint64_t r = 0;
+  for (; b < e; ++b) r |= *b;
+  return r;
+}
+#endif
+volatile uint64_t read_sink = 0;
 
 int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -141,6 +168,17 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
       }
     }
     const std::string name = "int4 b" + std::to_string(block) + (zp ? " zp" : "");
+    if (block == 32 && !zp) {  // the same weight bytes read and nothing else
+      variants.push_back({"read b32",
+                          n * blocks * block / 2,
+                          [=](int i, int64_t r0, int64_t r1) {
+                            const uint8_t* p = (*w)[i].packed.data();
+                            read_sink = read_sink + ReadBytes(p + r0 * (blocks * block / 2),
+                                                              p + r1 * (blocks * block / 2));
+                          },
+                          c,
+                          {}});
+    }
     variants.push_back({name,
                         bytes,
                         [=, &x, &y](int i, int64_t r0, int64_t r1) {
@@ -206,6 +244,16 @@ int Main(int argc, char** argv) {
 
   std::vector<Variant> variants =
       MakeVariants(Flag(argc, argv, "--rows", 1), n, k, total, rng, x, y);
+  // --filter S: only the variants whose name contains S (and f32, the reference column).
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--filter") != 0) continue;
+    std::vector<Variant> kept;
+    for (Variant& v : variants) {
+      if (kept.empty() || v.name.find(argv[i + 1]) != std::string::npos) kept.push_back(v);
+    }
+    variants = kept;
+  }
+  const bool triad = Flag(argc, argv, "--triad", 1) != 0;  // --triad 0: skip it
   // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
   const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
   std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
@@ -225,14 +273,14 @@ int Main(int argc, char** argv) {
     for (Variant& v : variants) v.best_us.clear();
     for (int round = 0; round < rounds; ++round) {
       double best = 1e30;
-      for (int pass = 0; pass < 3; ++pass) {
+      for (int pass = 0; pass < (triad ? 3 : 0); ++pass) {
         const auto t0 = Clock::now();
         (*pool)->ParallelFor(triad_n, 4096, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) ta[i] = tb[i] + 3.0f * tc[i];
         });
         best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
-      triad_us.push_back(best);
+      triad_us.push_back(triad ? best : 1e30);
       for (Variant& v : variants) {
         double vbest = 1e30;
         for (int pass = 0; pass < 3; ++pass) {

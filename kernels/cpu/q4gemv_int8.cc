@@ -38,22 +38,22 @@
 namespace dynvm::cpu {
 namespace {
 
-// One quantized activation row: values, then per 64 values the scales and negated sums of its
-// two blocks of 32 spread over eight lanes ([s0 s0 s0 s0 s1 s1 s1 s1], [-q0 0 0 0 -q1 0 0 0]: the
-// lanes of a 32-byte step of blocks of 32, so that the kernel loads them as they are), then the
-// block scales and sums.
+// One quantized activation row: values, then (blocks of 32) per 8 blocks their scales and sums
+// in the lane order of the kernel's reduction of four 32-byte steps ([b0 b2 b4 b6 b1 b3 b5 b7]:
+// the kernel loads them as they are), then the block scales and sums.
 struct Layout {
   int64_t blocks, q_bytes, spread_bytes, row_bytes;
   explicit Layout(const Q4Weights& w)
       : blocks(w.blocks()),
         q_bytes((blocks * w.block + 63) / 64 * 64),
-        spread_bytes(w.block == 32 ? q_bytes : 0),
+        spread_bytes(w.block == 32 ? (blocks + 7) / 8 * 64 : 0),
         row_bytes((q_bytes + spread_bytes + 8 * blocks + 63) / 64 * 64) {}
-  const float* SpreadScales(const uint8_t* row) const {
-    return reinterpret_cast<const float*>(row + q_bytes);
+  // Group g of eight blocks: 8 scales, then 8 sums.
+  const float* SpreadScales(const uint8_t* row, int64_t g) const {
+    return reinterpret_cast<const float*>(row + q_bytes + 64 * g);
   }
-  const int32_t* SpreadSums(const uint8_t* row) const {
-    return reinterpret_cast<const int32_t*>(row + q_bytes + 32);
+  const int32_t* SpreadSums(const uint8_t* row, int64_t g) const {
+    return reinterpret_cast<const int32_t*>(row + q_bytes + 64 * g + 32);
   }
   static const int8_t* Q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
   const float* Scales(const uint8_t* row) const {
@@ -134,6 +134,10 @@ struct DotAvx2 {
     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a, xlo), _mm256_maddubs_epi16(b, xhi));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE void PairApart(__m256i& acc, __m256i& /*acc2*/, __m256i a,
+                                                       __m256i b, __m256i xlo, __m256i xhi) {
+    acc = Pair(acc, a, b, xlo, xhi);
+  }
   static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
   // The GEMM (q4gemv_int8.inc): 2 x 16 accumulators (16 registers), int16 dot steps.
   static constexpr int kGemmRows = 2, kGemmVectors = 2;
@@ -146,22 +150,27 @@ struct DotAvx2 {
   }
 };
 
-// Both nibbles as 16 times their value (AND 0xF0, the low ones shifted up first): the products
-// stay in int32 range and one accumulator takes both, divided by 16 once per block.
+// VPDPBUSD on the two nibbles (AND 15 and, shifted right by 4, AND 15): four products per int32
+// lane and step, no widening.
 struct DotVnni {
-  static constexpr int kScale = 16;
+  static constexpr int kScale = 1;
   static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
-    const __m256i high = _mm256_set1_epi8(-16);
-    a = _mm256_and_si256(_mm256_slli_epi16(v, 4), high);
-    b = _mm256_and_si256(v, high);
+    const __m256i low = _mm256_set1_epi8(15);
+    a = _mm256_and_si256(v, low);
+    b = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
   }
   static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b,
                                                             __m256i xlo, __m256i xhi) {
     return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, a, xlo), b, xhi);
   }
-  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) {
-    return _mm256_srai_epi32(acc, 4);
+  // Pair into two accumulators (two dependency chains).
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void PairApart(__m256i& acc, __m256i& acc2,
+                                                              __m256i a, __m256i b, __m256i xlo,
+                                                              __m256i xhi) {
+    acc = _mm256_dpbusd_epi32(acc, a, xlo);
+    acc2 = _mm256_dpbusd_epi32(acc2, b, xhi);
   }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
   // The GEMM: 4 x 24 accumulators (32 registers with AVX-512VL), VPDPBUSD into int32 directly.
   static constexpr int kGemmRows = 4, kGemmVectors = 3;
   static constexpr bool kGemmInt16 = false;
@@ -253,11 +262,10 @@ void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4We
       sums[b] = sum;
     }
     if (layout.spread_bytes == 0) continue;
-    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the spread lanes
-      auto* spread_sa = const_cast<float*>(layout.SpreadScales(row)) + (b / 2) * 16;
-      auto* spread_sums = const_cast<int32_t*>(layout.SpreadSums(row)) + (b / 2) * 16;
-      for (int l = 0; l < 4; ++l) spread_sa[(b % 2) * 4 + l] = sa[b];
-      spread_sums[(b % 2) * 4] = -sums[b];
+    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the lanes of 8 blocks
+      const int64_t lane = (b % 8) / 2 + (b % 2) * 4;
+      const_cast<float*>(layout.SpreadScales(row, b / 8))[lane] = sa[b];
+      const_cast<int32_t*>(layout.SpreadSums(row, b / 8))[lane] = sums[b];
     }
   }
 }
