@@ -9,21 +9,40 @@
 // come the row's block scales (f32) and each block's sum of its int8 values (int32), which turns
 // the zero point into one correction per block: sum_i q (w4 - zp) = sum_i q w4 - zp sum_i q.
 //
+// Blocks of 32 hold between the values and those, per 8 blocks, the blocks' scales and sums in
+// the lane order of the GEMV's reduction ([b0 b2 b4 b6 b1 b3 b5 b7], below).
+//
+// Few rows (a decode step, up to kGemmMinRows - 1): one weight row at a time, every activation row
+// over it while it is in L1, and the row two ahead prefetched (a row of a few KB is too short for
+// the hardware prefetcher to ramp up; four rows side by side, four streams, ran at half the rate).
 // AVX-512 VNNI: VPDPBUSD (u8 weights times s8 activations, four products per int32 lane) on
-// 256-bit vectors; the high nibbles are taken as AND 0xF0 (16 times the nibble, products still in
-// int32 range) into a second accumulator shifted right by 4 once per block, so a 32-byte step is
-// five instructions per weight row (load, two ANDs, two VPDPBUSD). Zen 4 runs 512-bit VNNI at
-// half rate, so 256 bits lose nothing there. AVX2: VPMADDUBSW of the two nibble halves (pairs of
-// products in int16: at most 2 15 127, no saturation), added in int16 and widened by VPMADDWD,
-// eight instructions per step. Blocks of 64 and more convert and scale once per block; blocks of
-// 32 hold two blocks per step and scale per step with the two blocks' scales spread over the
-// lanes. One weight row at a time, every activation row over it while it is in L1, and the row two
-// ahead prefetched: a row of a few KB is too short for the hardware prefetcher to ramp up, and
-// four rows side by side (four streams, sharing the activation loads) ran at half the rate (N = K
-// = 4096, block 32, Zen 4, 1 thread: 10.6 GB/s in groups of four, 13-16 with the next group
-// prefetched, 22 one row at a time with the prefetch, the f32 GEMV's rate and about the
-// triad's). Blocks of 16 run the portable loop. Quantizing the activations (K values a row) is
-// scalar: it is 1/N of the work.
+// 256-bit vectors (Zen 4 runs 512-bit VNNI at half rate), the nibbles split by AND 15 and a shift
+// by 4 then AND 15: a 32-byte step is a load, three splitting instructions and two VPDPBUSD. AVX2:
+// VPMADDUBSW of the two nibble halves (pairs of products in int16: at most 2 15 127, no
+// saturation), added in int16 and widened by VPMADDWD. The per-block work is batched over eight
+// blocks: blocks of 32 take four 32-byte steps into four independent int32 vectors (step i's lanes
+// 0-3 are block 2i, 4-7 block 2i + 1), two rounds of VPHADDD make one lane per block, and the
+// zero-point corrections, the conversion, the product of the two scales and the FMA run once per
+// eight blocks; blocks of 64 and more sum each block's steps in two chains (one VPDPBUSD chain per
+// nibble half) and reduce eight blocks the same way. Before (one block pair scaled per step: a
+// convert, a multiply, an FMA and the spread scales' loads per 32 bytes; a block's steps in one
+// chain of dependent VPDPBUSD): N = K = 4096, 1 thread, Zen 4, weights from memory, blocks of 32
+// 21-22 GB/s, after 23.7-23.9; with weights in L2 (N 256, K 2048) 31.7 -> 39.9 GB/s (zero points
+// 24 -> 38.6), blocks of 128 26 -> 23.4 (the per-row call; from memory 21.5 -> 22.2). A pure
+// read of the same bytes runs at about 30 GB/s (cpu_q4gemv_benchmark's "read b32"): the GEMV is
+// within 80% of it.
+//
+// Many rows (a prompt, kGemmMinRows and more): the blocked GEMM of q4gemv_int8.inc. Panels of 24
+// weight rows (16 on AVX2) are unpacked once per call into L2 as bytes 0..15 in the activations'
+// position order, four positions of one column per int32 lane (an 8 x 4 int32 transpose per 16
+// weight bytes of eight rows), and a tile of 4 activation rows x 24 columns (2 x 16 on AVX2) of
+// int32 accumulators runs over it: per group of four positions, 3 weight vectors, one broadcast
+// per row and 12 VPDPBUSD; per block one zero-point correction, conversion and FMA per
+// accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1793 -> 620 us (53 -> 149 G
+// multiply-adds/s), blocks of 128 1430 -> 526 us; the row kernel before it ran four activation
+// rows per weight-row load and scaled every block pair per activation row. From 12 rows on it wins
+// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape). Quantizing the activations (K
+// values a row) is scalar: it is 1/N of the work.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
