@@ -24,13 +24,14 @@
 // 0-3 are block 2i, 4-7 block 2i + 1), two rounds of VPHADDD make one lane per block, and the
 // zero-point corrections, the conversion, the product of the two scales and the FMA run once per
 // eight blocks; blocks of 64 and more sum each block's steps in two chains (one VPDPBUSD chain per
-// nibble half) and reduce eight blocks the same way. Before (one block pair scaled per step: a
-// convert, a multiply, an FMA and the spread scales' loads per 32 bytes; a block's steps in one
-// chain of dependent VPDPBUSD): N = K = 4096, 1 thread, Zen 4, weights from memory, blocks of 32
-// 21-22 GB/s, after 23.7-23.9; with weights in L2 (N 256, K 2048) 31.7 -> 39.9 GB/s (zero points
-// 24 -> 38.6), blocks of 128 26 -> 23.4 (the per-row call; from memory 21.5 -> 22.2). A pure
-// read of the same bytes runs at about 30 GB/s (cpu_q4gemv_benchmark's "read b32"): the GEMV is
-// within 80% of it.
+// nibble half) and reduce eight blocks the same way (rows of fewer than eight such blocks run one
+// block at a time: the eight-block reduction made them 2x slower). Before (one block pair scaled
+// per step: a convert, a multiply, an FMA and the spread scales' loads per 32 bytes; a block's
+// steps in one chain of dependent VPDPBUSD) and after, N = K = 4096, 1 thread, Zen 4, weights
+// from memory (docs/results/int4-gemm-gemv-s6-2026-11-29.txt): blocks of 32 23.1 -> 23.9 GB/s,
+// with zero points 22.1 -> 27.5, blocks of 128 21.7 -> 23.0; with the weights in L2 (N 256, K
+// 2048) blocks of 32 31.7 -> 39.9 GB/s. A pure read of the same bytes runs at 30-32 GB/s
+// (cpu_q4gemv_benchmark's "read b32"): the GEMV is within 75-85% of it.
 //
 // Many rows (a prompt, kGemmMinRows and more): the blocked GEMM of q4gemv_int8.inc. Panels of 24
 // weight rows (16 on AVX2) are unpacked once per call into L2 as bytes 0..15 in the activations'
@@ -38,8 +39,8 @@
 // weight bytes of eight rows), and a tile of 4 activation rows x 24 columns (2 x 16 on AVX2) of
 // int32 accumulators runs over it: per group of four positions, 3 weight vectors, one broadcast
 // per row and 12 VPDPBUSD; per block one zero-point correction, conversion and FMA per
-// accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1793 -> 620 us (53 -> 149 G
-// multiply-adds/s), blocks of 128 1430 -> 526 us; the row kernel before it ran four activation
+// accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1755 -> 612 us (53 -> 151 G
+// multiply-adds/s), blocks of 128 1414 -> 518 us; the row kernel before it ran four activation
 // rows per weight-row load and scaled every block pair per activation row. From 12 rows on it wins
 // (M 8: 124 against 90 us, M 16: 150 against 179 at that shape). Quantizing the activations (K
 // values a row) is scalar: it is 1/N of the work.
