@@ -59,8 +59,10 @@ const char* QGemvQ4Path();
 // q|) of the exact sum of the block terms (the kernels sum q w4 and the zero point's correction
 // apart, as ORT does; q4gemv_test.cc). A NaN or infinity in a block makes the outputs NaN (ORT's
 // are unspecified there). Implementations: portable (scalar), AVX2 (VPMADDUBSW
-// on the nibbles, 64 weights per step), AVX-512 VNNI (VPDPBUSD on 256-bit vectors; blocks of 16
-// run the portable loop at every level). q4gemv_int8.cc has the layout and tuning notes.
+// on the nibbles, 64 weights per step), AVX-512 VNNI (VPDPBUSD on 256-bit vectors). Up to 11 rows
+// run one weight row at a time (blocks of 16: the portable loop); 12 and more a blocked GEMM over
+// weight panels unpacked once per call (every block size). q4gemv_int8.cc has the layout and
+// tuning notes.
 //
 // The bytes one quantized activation row takes (a multiple of 64).
 int64_t Q8ActivationRowBytes(const Q4Weights& w);
@@ -68,7 +70,8 @@ int64_t Q8ActivationRowBytes(const Q4Weights& w);
 void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
                            uint8_t* dst);
 // y[m * ldy + j] for m < rows and r0 <= j < r1 from the rows QuantizeActivationsQ8 wrote, each
-// weight row read once (the activation rows stay in cache).
+// weight row read once (the activation rows stay in cache): pass a prompt's rows in one call.
+// Uses a per-thread scratch for the GEMM's weight panel (about K * 24 bytes; grown once, kept).
 void QGemvQ4Int8(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias, int64_t r0,
                  int64_t r1, float* y, int64_t ldy);
 // "avx512_vnni", "avx2" or "portable".

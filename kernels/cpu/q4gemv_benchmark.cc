@@ -6,7 +6,11 @@
 // over three arrays far larger than L3) measured in the same run, on 1..T threads (the output rows
 // split over kernels' ThreadPool as the MatMul kernels split them).
 //
-//   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256]
+//   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256] [--rows 1]
+//                        [--filter NAME_PART] [--triad 0]
+//
+// --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once (a prompt's product,
+// the blocked GEMM), with its multiply-adds per second.
 //
 // Each variant cycles through copies of its weight totalling at least --mb MB, so every call
 // reads its weight from memory, not from L3. Rounds interleave the variants (and the triad) so
@@ -31,6 +35,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/qgemv.h"
+#include "kernels/cpu/target.h"
 #include "kernels/thread_pool.h"
 
 namespace dynvm::cpu {
@@ -44,12 +49,38 @@ struct Variant {
   std::function<void(int copy, int64_t r0, int64_t r1)> run;
   int copies = 1;
   std::vector<double> best_us;  // per round
+  int64_t rows = 1;             // activation rows per call
 };
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
+
+// A pure read of bytes [b, e) (32-byte loads OR-ed into four registers): the rate a GEMV over
+// the same bytes could reach if its arithmetic were free.
+#if DYNVM_CPU_X86
+DYNVM_AVX2 uint64_t ReadBytes(const uint8_t* b, const uint8_t* e) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (; b + 128 <= e; b += 128) {
+    a0 = _mm256_or_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+    a1 = _mm256_or_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32)));
+    a2 = _mm256_or_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64)));
+    a3 = _mm256_or_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 96)));
+  }
+  const __m256i a = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
+  uint64_t r = static_cast<uint64_t>(_mm256_extract_epi64(a, 0) | _mm256_extract_epi64(a, 3));
+  for (; b < e; ++b) r |= *b;
+  return r;
+}
+#else
+uint64_t ReadBytes(const uint8_t* b, const uint8_t* e) {
+  uint64_t r = 0;
+  for (; b < e; ++b) r |= *b;
+  return r;
+}
+#endif
+volatile uint64_t read_sink = 0;
 
 int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -59,8 +90,9 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
 }
 
 // The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
-std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
-                                  const std::vector<float>& x, std::vector<float>& y) {
+std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t total,
+                                  std::mt19937& rng, const std::vector<float>& x,
+                                  std::vector<float>& y) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto copies_for = [&](int64_t bytes) {
     return static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
@@ -136,6 +168,17 @@ std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19
       }
     }
     const std::string name = "int4 b" + std::to_string(block) + (zp ? " zp" : "");
+    if (block == 32 && !zp) {  // the same weight bytes read and nothing else
+      variants.push_back({"read b32",
+                          n * blocks * block / 2,
+                          [=](int i, int64_t r0, int64_t r1) {
+                            const uint8_t* p = (*w)[i].packed.data();
+                            read_sink = read_sink + ReadBytes(p + r0 * (blocks * block / 2),
+                                                              p + r1 * (blocks * block / 2));
+                          },
+                          c,
+                          {}});
+    }
     variants.push_back({name,
                         bytes,
                         [=, &x, &y](int i, int64_t r0, int64_t r1) {
@@ -155,6 +198,25 @@ std::vector<Variant> MakeVariants(int64_t n, int64_t k, int64_t total, std::mt19
     shape.block = block;
     auto xq = std::make_shared<std::vector<uint8_t>>(Q8ActivationRowBytes(shape));
     QuantizeActivationsQ8(1, x.data(), k, shape, xq->data());
+    if (rows > 1) {  // --rows: a prompt's product, the activation rows quantized once
+      std::vector<float> xm(rows * k);
+      for (int64_t m = 0; m < rows; ++m) std::copy(x.begin(), x.end(), xm.begin() + m * k);
+      auto xqm = std::make_shared<std::vector<uint8_t>>(rows * Q8ActivationRowBytes(shape));
+      QuantizeActivationsQ8(rows, xm.data(), k, shape, xqm->data());
+      auto ym = std::make_shared<std::vector<float>>(rows * n);
+      variants.push_back({name + " a4 M" + std::to_string(rows),
+                          bytes,
+                          [=](int i, int64_t r0, int64_t r1) {
+                            Q4Weights q = shape;
+                            q.packed = (*w)[i].packed.data();
+                            q.scales = (*w)[i].scales.data();
+                            q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                            QGemvQ4Int8(rows, xqm->data(), q, nullptr, r0, r1, ym->data(), n);
+                          },
+                          c,
+                          {},
+                          rows});
+    }
     variants.push_back({name + " a4",
                         bytes,
                         [=, &y](int i, int64_t r0, int64_t r1) {
@@ -180,7 +242,18 @@ int Main(int argc, char** argv) {
   std::vector<float> x(k), y(n);
   for (float& v : x) v = u(rng);
 
-  std::vector<Variant> variants = MakeVariants(n, k, total, rng, x, y);
+  std::vector<Variant> variants =
+      MakeVariants(Flag(argc, argv, "--rows", 1), n, k, total, rng, x, y);
+  // --filter S: only the variants whose name contains S (and f32, the reference column).
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--filter") != 0) continue;
+    std::vector<Variant> kept;
+    for (Variant& v : variants) {
+      if (kept.empty() || v.name.find(argv[i + 1]) != std::string::npos) kept.push_back(v);
+    }
+    variants = kept;
+  }
+  const bool triad = Flag(argc, argv, "--triad", 1) != 0;  // --triad 0: skip it
   // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
   const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
   std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
@@ -200,14 +273,14 @@ int Main(int argc, char** argv) {
     for (Variant& v : variants) v.best_us.clear();
     for (int round = 0; round < rounds; ++round) {
       double best = 1e30;
-      for (int pass = 0; pass < 3; ++pass) {
+      for (int pass = 0; pass < (triad ? 3 : 0); ++pass) {
         const auto t0 = Clock::now();
         (*pool)->ParallelFor(triad_n, 4096, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) ta[i] = tb[i] + 3.0f * tc[i];
         });
         best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
-      triad_us.push_back(best);
+      triad_us.push_back(triad ? best : 1e30);
       for (Variant& v : variants) {
         double vbest = 1e30;
         for (int pass = 0; pass < 3; ++pass) {
@@ -224,13 +297,14 @@ int Main(int argc, char** argv) {
     const double triad_gbs = 3.0 * triad_n * 4 / (Median(triad_us) * 1e3);
     std::printf("\nthreads %d: triad %.2f GB/s (median %.0f us)\n", threads, triad_gbs,
                 Median(triad_us));
-    std::printf("  %-12s %10s %10s %10s %9s %9s\n", "weights", "MB/call", "us/call", "GB/s",
-                "of triad", "x f32");
+    std::printf("  %-16s %10s %10s %10s %9s %9s %10s\n", "weights", "MB/call", "us/call", "GB/s",
+                "of triad", "x f32", "G MAC/s");
     const double f32_us = Median(variants[0].best_us);
     for (const Variant& v : variants) {
       const double us = Median(v.best_us), gbs = v.bytes / (us * 1e3);
-      std::printf("  %-12s %10.2f %10.1f %10.2f %8.0f%% %8.2fx\n", v.name.c_str(),
-                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us);
+      std::printf("  %-16s %10.2f %10.1f %10.2f %8.0f%% %8.2fx %10.1f\n", v.name.c_str(),
+                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us,
+                  static_cast<double>(v.rows) * n * k / (us * 1e3));
     }
   }
   return 0;

@@ -9,25 +9,47 @@
 // come the row's block scales (f32) and each block's sum of its int8 values (int32), which turns
 // the zero point into one correction per block: sum_i q (w4 - zp) = sum_i q w4 - zp sum_i q.
 //
+// Blocks of 32 hold between the values and those, per 8 blocks, the blocks' scales and sums in
+// the lane order of the GEMV's reduction ([b0 b2 b4 b6 b1 b3 b5 b7], below).
+//
+// Few rows (a decode step, up to kGemmMinRows - 1): one weight row at a time, every activation row
+// over it while it is in L1, and the row two ahead prefetched (a row of a few KB is too short for
+// the hardware prefetcher to ramp up; four rows side by side, four streams, ran at half the rate).
 // AVX-512 VNNI: VPDPBUSD (u8 weights times s8 activations, four products per int32 lane) on
-// 256-bit vectors; the high nibbles are taken as AND 0xF0 (16 times the nibble, products still in
-// int32 range) into a second accumulator shifted right by 4 once per block, so a 32-byte step is
-// five instructions per weight row (load, two ANDs, two VPDPBUSD). Zen 4 runs 512-bit VNNI at
-// half rate, so 256 bits lose nothing there. AVX2: VPMADDUBSW of the two nibble halves (pairs of
-// products in int16: at most 2 15 127, no saturation), added in int16 and widened by VPMADDWD,
-// eight instructions per step. Blocks of 64 and more convert and scale once per block; blocks of
-// 32 hold two blocks per step and scale per step with the two blocks' scales spread over the
-// lanes. One weight row at a time, every activation row over it while it is in L1, and the row two
-// ahead prefetched: a row of a few KB is too short for the hardware prefetcher to ramp up, and
-// four rows side by side (four streams, sharing the activation loads) ran at half the rate (N = K
-// = 4096, block 32, Zen 4, 1 thread: 10.6 GB/s in groups of four, 13-16 with the next group
-// prefetched, 22 one row at a time with the prefetch, the f32 GEMV's rate and about the
-// triad's). Blocks of 16 run the portable loop. Quantizing the activations (K values a row) is
-// scalar: it is 1/N of the work.
+// 256-bit vectors (Zen 4 runs 512-bit VNNI at half rate), the nibbles split by AND 15 and a shift
+// by 4 then AND 15: a 32-byte step is a load, three splitting instructions and two VPDPBUSD. AVX2:
+// VPMADDUBSW of the two nibble halves (pairs of products in int16: at most 2 15 127, no
+// saturation), added in int16 and widened by VPMADDWD. The per-block work is batched over eight
+// blocks: blocks of 32 take four 32-byte steps into four independent int32 vectors (step i's lanes
+// 0-3 are block 2i, 4-7 block 2i + 1), two rounds of VPHADDD make one lane per block, and the
+// zero-point corrections, the conversion, the product of the two scales and the FMA run once per
+// eight blocks; blocks of 64 and more sum each block's steps in two chains (one VPDPBUSD chain per
+// nibble half) and reduce eight blocks the same way (rows of fewer than eight such blocks run one
+// block at a time: the eight-block reduction made them 2x slower). Before (one block pair scaled
+// per step: a convert, a multiply, an FMA and the spread scales' loads per 32 bytes; a block's
+// steps in one chain of dependent VPDPBUSD) and after, N = K = 4096, 1 thread, Zen 4, weights
+// from memory (docs/results/int4-gemm-gemv-s6-2026-11-29.txt): blocks of 32 23.1 -> 23.9 GB/s,
+// with zero points 22.1 -> 27.5, blocks of 128 21.7 -> 23.0; with the weights in L2 (N 256, K
+// 2048) blocks of 32 31.7 -> 39.9 GB/s. A pure read of the same bytes runs at 30-32 GB/s
+// (cpu_q4gemv_benchmark's "read b32"): the GEMV is within 75-85% of it.
+//
+// Many rows (a prompt, kGemmMinRows and more): the blocked GEMM of q4gemv_int8.inc. Panels of 24
+// weight rows (16 on AVX2) are unpacked once per call into L2 as bytes 0..15 in the activations'
+// position order, four positions of one column per int32 lane (an 8 x 4 int32 transpose per 16
+// weight bytes of eight rows), and a tile of 4 activation rows x 24 columns (2 x 16 on AVX2) of
+// int32 accumulators runs over it: per group of four positions, 3 weight vectors, one broadcast
+// per row and 12 VPDPBUSD; per block one zero-point correction, conversion and FMA per
+// accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1755 -> 612 us (53 -> 151 G
+// multiply-adds/s), blocks of 128 1414 -> 518 us; the row kernel before it ran four activation
+// rows per weight-row load and scaled every block pair per activation row. From 12 rows on it wins
+// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape). Quantizing the activations (K
+// values a row) is scalar: it is 1/N of the work.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/q4gemv.h"
@@ -36,22 +58,22 @@
 namespace dynvm::cpu {
 namespace {
 
-// One quantized activation row: values, then per 64 values the scales and negated sums of its
-// two blocks of 32 spread over eight lanes ([s0 s0 s0 s0 s1 s1 s1 s1], [-q0 0 0 0 -q1 0 0 0]: the
-// lanes of a 32-byte step of blocks of 32, so that the kernel loads them as they are), then the
-// block scales and sums.
+// One quantized activation row: values, then (blocks of 32) per 8 blocks their scales and sums
+// in the lane order of the kernel's reduction of four 32-byte steps ([b0 b2 b4 b6 b1 b3 b5 b7]:
+// the kernel loads them as they are), then the block scales and sums.
 struct Layout {
   int64_t blocks, q_bytes, spread_bytes, row_bytes;
   explicit Layout(const Q4Weights& w)
       : blocks(w.blocks()),
         q_bytes((blocks * w.block + 63) / 64 * 64),
-        spread_bytes(w.block == 32 ? q_bytes : 0),
+        spread_bytes(w.block == 32 ? (blocks + 7) / 8 * 64 : 0),
         row_bytes((q_bytes + spread_bytes + 8 * blocks + 63) / 64 * 64) {}
-  const float* SpreadScales(const uint8_t* row) const {
-    return reinterpret_cast<const float*>(row + q_bytes);
+  // Group g of eight blocks: 8 scales, then 8 sums.
+  const float* SpreadScales(const uint8_t* row, int64_t g) const {
+    return reinterpret_cast<const float*>(row + q_bytes + 64 * g);
   }
-  const int32_t* SpreadSums(const uint8_t* row) const {
-    return reinterpret_cast<const int32_t*>(row + q_bytes + 32);
+  const int32_t* SpreadSums(const uint8_t* row, int64_t g) const {
+    return reinterpret_cast<const int32_t*>(row + q_bytes + 64 * g + 32);
   }
   static const int8_t* Q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
   const float* Scales(const uint8_t* row) const {
@@ -64,6 +86,15 @@ struct Layout {
 
 // Where column i of a row is in its values.
 inline int64_t Pos(int64_t i) { return (i & ~int64_t{63}) + (i & 1) * 32 + ((i & 63) >> 1); }
+
+// From this many activation rows the blocked GEMM runs (q4gemv_int8.inc).
+constexpr int64_t kGemmMinRows = 12;
+
+// Where block b's positions start in an activation row (blocks of 16 and 32 hold their even
+// columns there and their odd columns 32 positions on).
+inline int64_t BlockBase(int64_t block, int64_t b) {
+  return block >= 64 ? b * block : 64 * (b * block / 64) + (b * block % 64) / 2;
+}
 
 inline int ZeroPointOf(const Q4Weights& w, int64_t j, int64_t b) {
   if (w.zero_points == nullptr) return 8;
@@ -123,24 +154,51 @@ struct DotAvx2 {
     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a, xlo), _mm256_maddubs_epi16(b, xhi));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE void PairApart(__m256i& acc, __m256i& /*acc2*/, __m256i a,
+                                                       __m256i b, __m256i xlo, __m256i xhi) {
+    acc = Pair(acc, a, b, xlo, xhi);
+  }
   static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
+  // The GEMM (q4gemv_int8.inc): 2 x 16 accumulators (16 registers), int16 dot steps.
+  static constexpr int kGemmRows = 2, kGemmVectors = 2;
+  static constexpr bool kGemmInt16 = true;
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i GemmStep(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  }
+  static DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i GemmWiden(__m256i acc, __m256i t) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+  }
 };
 
-// Both nibbles as 16 times their value (AND 0xF0, the low ones shifted up first): the products
-// stay in int32 range and one accumulator takes both, divided by 16 once per block.
+// VPDPBUSD on the two nibbles (AND 15 and, shifted right by 4, AND 15): four products per int32
+// lane and step, no widening.
 struct DotVnni {
-  static constexpr int kScale = 16;
+  static constexpr int kScale = 1;
   static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void Split(__m256i v, __m256i& a, __m256i& b) {
-    const __m256i high = _mm256_set1_epi8(-16);
-    a = _mm256_and_si256(_mm256_slli_epi16(v, 4), high);
-    b = _mm256_and_si256(v, high);
+    const __m256i low = _mm256_set1_epi8(15);
+    a = _mm256_and_si256(v, low);
+    b = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
   }
   static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Pair(__m256i acc, __m256i a, __m256i b,
                                                             __m256i xlo, __m256i xhi) {
     return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, a, xlo), b, xhi);
   }
-  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) {
-    return _mm256_srai_epi32(acc, 4);
+  // Pair into two accumulators (two dependency chains).
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE void PairApart(__m256i& acc, __m256i& acc2,
+                                                              __m256i a, __m256i b, __m256i xlo,
+                                                              __m256i xhi) {
+    acc = _mm256_dpbusd_epi32(acc, a, xlo);
+    acc2 = _mm256_dpbusd_epi32(acc2, b, xhi);
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i Finish(__m256i acc) { return acc; }
+  // The GEMM: 4 x 24 accumulators (32 registers with AVX-512VL), VPDPBUSD into int32 directly.
+  static constexpr int kGemmRows = 4, kGemmVectors = 3;
+  static constexpr bool kGemmInt16 = false;
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i GemmWiden(__m256i acc, __m256i t) {
+    return _mm256_add_epi32(acc, t);  // not used: VPDPBUSD adds into int32 directly
+  }
+  static DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m256i GemmStep(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(acc, w, x);
   }
 };
 
@@ -224,11 +282,10 @@ void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4We
       sums[b] = sum;
     }
     if (layout.spread_bytes == 0) continue;
-    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the spread lanes
-      auto* spread_sa = const_cast<float*>(layout.SpreadScales(row)) + (b / 2) * 16;
-      auto* spread_sums = const_cast<int32_t*>(layout.SpreadSums(row)) + (b / 2) * 16;
-      for (int l = 0; l < 4; ++l) spread_sa[(b % 2) * 4 + l] = sa[b];
-      spread_sums[(b % 2) * 4] = -sums[b];
+    for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the lanes of 8 blocks
+      const int64_t lane = (b % 8) / 2 + (b % 2) * 4;
+      const_cast<float*>(layout.SpreadScales(row, b / 8))[lane] = sa[b];
+      const_cast<int32_t*>(layout.SpreadSums(row, b / 8))[lane] = sums[b];
     }
   }
 }

@@ -275,6 +275,30 @@ TEST(Q4GemvInt8Test, LongRowsMatchExactBlockProducts) {
   }
 }
 
+// Prompt-sized row counts (the blocked GEMM from 4 rows, q4gemv_int8.inc): rows around its
+// tiles (4 x 24 columns on AVX-512 VNNI, 2 x 16 on AVX2), N around them, every block size, K off
+// the block and the 64-value chunks, zero points, output ranges that start and end mid-tile.
+TEST(Q4GemvInt8Test, PromptRowsMatchExactBlockProducts) {
+  std::mt19937 rng(47);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {block / 2 + 1, 3 * block + 4, int64_t{600}}) {
+        for (bool with_zp : {false, true}) {
+          const int64_t n = 1 + static_cast<int64_t>(rng() % 60);
+          Random4Bit w(rng, n, k, block, with_zp);
+          for (int64_t rows : {4, 5, 6, 11, 33}) {
+            const int64_t r0 = static_cast<int64_t>(rng() % n);
+            const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (n - r0));
+            CheckInt8Product(w, rows, 0, n, rng() % 2 == 0, rng);
+            CheckInt8Product(w, rows, r0, r1, rng() % 2 == 0, rng);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Ties round half to even, as ORT's quantizer does: amax 127 makes 127 / amax exactly 1, so
 // x = 2.5 is 2, 3.5 is 4, -2.5 is -2, 0.5 is 0, 1.5 is 2; the weights are 1 (9 - zp 8), the
 // scale 1: y is the sum of the rounded values, exactly.

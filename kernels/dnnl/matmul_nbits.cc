@@ -82,12 +82,11 @@ class MatMulNBitsKernel final : public DnnlKernel {
 
  private:
   // accuracy_level 4, any row count: the rows of A quantized to int8 once (q4gemv.h), then the
-  // integer-block kernel over the output rows split across the pool. A prompt's rows go in tiles
-  // of about kTileBytes of quantized activations (in L2 while every weight row runs over them):
-  // the weights, at 4 bits, are read once per tile.
+  // integer-block kernel over the output rows split across the pool, all of A's rows in one call
+  // (a prompt's rows run cpu::QGemvQ4Int8's blocked GEMM, which unpacks each weight panel once
+  // per call and keeps its own tiles in L1 and L2).
   absl::Status RunInt8(KernelContext& ctx, const cpu::Q4Weights& w, int64_t m, const float* pa,
                        const float* pb, float* py) const {
-    constexpr int64_t kTileBytes = 256 << 10;
     const int64_t row_bytes = cpu::Q8ActivationRowBytes(w);
     DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(m * row_bytes)));
     auto* xq = static_cast<uint8_t*>(ws);
@@ -99,17 +98,11 @@ class MatMulNBitsKernel final : public DnnlKernel {
     } else {
       cpu::QuantizeActivationsQ8(m, pa, k_, w, xq);
     }
-    const int64_t tile = std::max<int64_t>(1, kTileBytes / row_bytes);
-    for (int64_t r0 = 0; r0 < m; r0 += tile) {
-      const int64_t rows = std::min(tile, m - r0);
-      auto gemv = [&](int64_t j0, int64_t j1) {
-        cpu::QGemvQ4Int8(rows, xq + r0 * row_bytes, w, pb, j0, j1, py + r0 * n_, n_);
-      };
-      if (parallel) {
-        ctx.ParallelFor(n_, 16, gemv);
-      } else {
-        gemv(0, n_);
-      }
+    auto gemv = [&](int64_t j0, int64_t j1) { cpu::QGemvQ4Int8(m, xq, w, pb, j0, j1, py, n_); };
+    if (parallel) {
+      ctx.ParallelFor(n_, 16, gemv);
+    } else {
+      gemv(0, n_);
     }
     return absl::OkStatus();
   }

@@ -237,7 +237,7 @@ def nbits_cases():
     for block in (16, 32, 64, 128, 256):
         for k in (block * 3, block * 2 + 16 if block > 16 else 40):
             for zp in (None, "packed"):
-                for rows in (1, 5):
+                for rows in (1, 5, 13):  # 13: the blocked GEMM (q4gemv_int8.inc)
                     name = f"MatMulNBits_acc4_bs{block}_K{k}_zp{zp or 'none'}_M{rows}"
                     yield nbits_case(r, name, (rows, k), k, 7, 4, block, zp, accuracy_level=4)
     for rows, k, n in ((1, 1408, 16), (128, 512, 24), (1, 512, 1024), (2, 4096, 8)):
