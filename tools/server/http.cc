@@ -23,7 +23,7 @@ constexpr char kModel[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
 // Binary outputs of at least this many bytes together are written from their tensors' memory
 // (a write of their own after the header's); smaller ones are copied after the header into one
 // write, which costs less than a second system call.
-constexpr int64_t kTailFromBytes = int64_t{32} << 10;
+constexpr int64_t kTailFromBytes = int64_t{128} << 10;
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 

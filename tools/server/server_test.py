@@ -408,7 +408,7 @@ class Infer(unittest.TestCase):
             self.assertEqual(np.array(r["outputs"][0]["data"], np.float32).tobytes(), ref["probs"].tobytes())
 
     def test_large_binary_outputs(self):
-        # Binary outputs of 32 KiB or more together are written from the tensors' memory after
+        # Binary outputs of 128 KiB or more together are written from the tensors' memory after
         # the header (http.cc); smaller ones are copied after it. Both forms, with the outputs
         # asked in either order and one alone, against numpy, over one kept-alive connection.
         rng = np.random.default_rng(3)
