@@ -535,7 +535,7 @@ absl::Status CheckSignature(const FunctionInfo& function, const std::vector<Name
 
 RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
                              absl::string_view id, const std::vector<NamedTensor>& outputs,
-                             const std::vector<bool>& binary) {
+                             const std::vector<bool>& binary, int64_t tail_from_bytes) {
   Json j = Json::object();
   j["model_name"] = std::string(model);
   j["model_version"] = std::string(version);
@@ -545,7 +545,7 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
   // after the header, in the same order.
   std::vector<std::string> encoded(outputs.size());
   int64_t binary_bytes = 0;
-  bool any_binary = false;
+  bool any_binary = false, any_encoded = false;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& t = outputs[k].tensor;
     Json o = Json::object();
@@ -553,7 +553,10 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
     o["datatype"] = KServeDType(t.dtype());
     o["shape"] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
     if (k < binary.size() && binary[k]) {
-      if (t.dtype() == DType::kString) AppendRaw(t, &encoded[k]);
+      if (t.dtype() == DType::kString) {
+        AppendRaw(t, &encoded[k]);
+        any_encoded = true;
+      }
       const int64_t size =
           t.dtype() == DType::kString ? static_cast<int64_t>(encoded[k].size()) : t.nbytes();
       o["parameters"] = {{"binary_data_size", size}};
@@ -569,8 +572,13 @@ RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
   j["outputs"] = std::move(outs);
   RestResponse r;
   r.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (any_binary) {
-    r.header_length = static_cast<int64_t>(r.body.size());
+  if (any_binary) r.header_length = static_cast<int64_t>(r.body.size());
+  if (any_binary && !any_encoded && binary_bytes >= tail_from_bytes) {
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (k < binary.size() && binary[k]) r.tail.push_back(outputs[k].tensor);
+    }
+    r.tail_bytes = binary_bytes;
+  } else if (any_binary) {
     r.body.reserve(r.body.size() + static_cast<size_t>(binary_bytes));
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (k >= binary.size() || !binary[k]) continue;

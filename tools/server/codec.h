@@ -93,10 +93,17 @@ absl::Status CheckSignature(const FunctionInfo& function, const std::vector<Name
 struct RestResponse {
   std::string body;
   int64_t header_length = -1;
+  // The binary outputs that follow `body` on the wire, in order, when they are sent from
+  // their tensors' memory instead of being copied into `body` (see EncodeRestInfer).
+  std::vector<Tensor> tail;
+  int64_t tail_bytes = 0;
 };
+// When every binary output is numeric and together they hold at least `tail_from_bytes`
+// bytes, they are left in `tail` (body is then the header alone); otherwise they are appended
+// to `body`.
 RestResponse EncodeRestInfer(absl::string_view model, absl::string_view version,
                              absl::string_view id, const std::vector<NamedTensor>& outputs,
-                             const std::vector<bool>& binary);
+                             const std::vector<bool>& binary, int64_t tail_from_bytes = INT64_MAX);
 
 // Parses JSON without exceptions; InvalidArgument names `what` and the byte where it failed.
 absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text, absl::string_view what);

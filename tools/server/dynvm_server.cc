@@ -3,7 +3,7 @@
 //
 //   dynvm-server --model-repository DIR [--host 127.0.0.1] [--http-port 8000]
 //                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES]
-//                [--grpc-poller default|poll|epoll1] [--max-body-bytes 64m]
+//                [--grpc-poller poll|epoll1|default] [--max-body-bytes 64m]
 //                [--drain-timeout-s 30] [--access-log -|FILE|off]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
@@ -34,7 +34,7 @@ namespace {
 constexpr char kProgram[] = "dynvm-server";
 
 int Main(int argc, char** argv) {
-  std::string repo_dir, host = "127.0.0.1", access_log = "-", grpc_poller = "default";
+  std::string repo_dir, host = "127.0.0.1", access_log = "-", grpc_poller = "poll";
   int64_t http_port = 8000, grpc_port = 8001, http_threads = 64, drain_s = 30;
   int64_t grpc_threads = std::max(2u, std::thread::hardware_concurrency());
   int64_t max_body = int64_t{64} << 20;
@@ -49,10 +49,11 @@ int Main(int argc, char** argv) {
   flags.AddInt("--grpc-threads", &grpc_threads,
                "threads serving gRPC ModelInfer, each with its own completion queue (default: the "
                "cores, at least 2)");
-  flags.AddString(
-      "--grpc-poller", &grpc_poller,
-      "gRPC's polling engine: default (gRPC's choice or GRPC_POLL_STRATEGY), poll "
-      "(each serving thread polls its own queue: fewer thread handoffs a call), epoll1");
+  flags.AddString("--grpc-poller", &grpc_poller,
+                  "gRPC's polling engine: poll (the default: each serving thread polls its own "
+                  "queue, so the thread that reads a call serves it), epoll1 (one poller for "
+                  "every queue, which hands each call to its queue's thread; for thousands of "
+                  "connections), default (gRPC's choice, epoll1, or GRPC_POLL_STRATEGY)");
   flags.AddInt("--max-body-bytes", &max_body, "largest request body (default 64m)", true);
   flags.AddInt("--drain-timeout-s", &drain_s, "on SIGTERM, seconds to finish accepted requests");
   flags.AddString("--access-log", &access_log, "- (stderr, default), a FILE, or off");
@@ -81,7 +82,8 @@ int Main(int argc, char** argv) {
     return dynvm::cli::ReportError(
         kProgram, absl::StrCat("--grpc-poller ", grpc_poller, ": not default, poll or epoll1"));
   // gRPC reads its polling engine from the environment when it first starts (in
-  // GrpcFrontend::Start below; nothing before it uses gRPC).
+  // GrpcFrontend::Start below; nothing before it uses gRPC). docs/serving.md ("Measurements")
+  // says why poll is the default.
   if (grpc_poller != "default") setenv("GRPC_POLL_STRATEGY", grpc_poller.c_str(), 1);
   FILE* log = nullptr;
   if (access_log == "-") {

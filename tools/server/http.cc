@@ -20,6 +20,11 @@ constexpr char kJson[] = "application/json";
 // (?:/versions/V)? after the model name, as the protocol's routes have it.
 constexpr char kModel[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
 
+// Binary outputs of at least this many bytes together are written from their tensors' memory
+// (a write of their own after the header's); smaller ones are copied after the header into one
+// write, which costs less than a second system call.
+constexpr int64_t kTailFromBytes = int64_t{128} << 10;
+
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // One request's bookkeeping: answers it and records it (metrics and access log) once.
@@ -32,7 +37,8 @@ class Exchange {
   }
   void Finish() {
     service_.Record("http", req_.method, req_.path, model_, res_.status,
-                    static_cast<int64_t>(res_.body.size()), absl::Now() - start_, timing_);
+                    bytes_ >= 0 ? bytes_ : static_cast<int64_t>(res_.body.size()),
+                    absl::Now() - start_, timing_);
   }
   void Fail(const absl::Status& s) {
     res_.status = HttpCode(s);
@@ -43,6 +49,34 @@ class Exchange {
     res_.status = 200;
     res_.body = std::move(body);  // set_content would copy it
     res_.set_header("Content-Type", type);
+  }
+  // A binary response whose large outputs are written to the socket from their tensors'
+  // memory after the header (no copy into a body).
+  void OkWithTail(RestResponse r) {
+    res_.status = 200;
+    auto held = std::make_shared<RestResponse>(std::move(r));
+    bytes_ = static_cast<int64_t>(held->body.size()) + held->tail_bytes;
+    res_.set_content_provider(
+        static_cast<size_t>(bytes_), "application/octet-stream",
+        [held](size_t offset, size_t, httplib::DataSink& sink) {
+          // The pieces in order: the header, then each output's bytes.
+          size_t at = 0;
+          auto piece = [&](const char* data, size_t n) {
+            if (offset < at + n) {
+              const size_t skip = offset > at ? offset - at : 0;
+              if (!sink.write(data + skip, n - skip)) return false;
+              offset = at + n;
+            }
+            at += n;
+            return true;
+          };
+          if (!piece(held->body.data(), held->body.size())) return false;
+          for (const Tensor& t : held->tail) {
+            if (!piece(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes())))
+              return false;
+          }
+          return true;
+        });
   }
   // The model named by the route (and its version), or the error answered.
   std::shared_ptr<ModelVersion> FindModel() {
@@ -69,6 +103,7 @@ class Exchange {
   absl::Time start_;
   std::string model_;
   Timing timing_;
+  int64_t bytes_ = -1;  // the response's size when it is not res_.body's
   bool detached_ = false;
 };
 
@@ -114,9 +149,11 @@ void HandleInfer(Service& service, const httplib::Request& req, httplib::Respons
   for (size_t i = 0; i < outputs->size(); ++i) {
     binary.push_back(parsed->outputs.empty() ? parsed->binary_outputs : parsed->outputs[i].binary);
   }
-  RestResponse r = EncodeRestInfer(m->name(), m->version(), parsed->id, *outputs, binary);
+  RestResponse r =
+      EncodeRestInfer(m->name(), m->version(), parsed->id, *outputs, binary, kTailFromBytes);
   if (r.header_length >= 0) {
     res.set_header("Inference-Header-Content-Length", absl::StrCat(r.header_length));
+    if (!r.tail.empty()) return ex.OkWithTail(std::move(r));
     return ex.Ok(std::move(r.body), "application/octet-stream");
   }
   ex.Ok(std::move(r.body));

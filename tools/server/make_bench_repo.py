@@ -4,9 +4,12 @@
   gemm      Gemm f32[64,256] x [256,256] + Relu (about 90 us a run on one core)
   gemm_big  Gemm f32[128,512] x [512,512] + Relu (about 0.75 ms)
   charlm    a link to deploy/model-repository/charlm (the first-token measurement)
+  encoder_s32, encoder_s128 (with --encoder; needs PyTorch) tools/bench/encoder_bench.py's
+            classifier (the model of batching_bench.py) at sequence 32 and 128, symbolic batch:
+            token ids (INT64) and a padding mask (BOOL) in, 10 logits out
 each with 2 instances.
 
-    /usr/bin/python3 tools/server/make_bench_repo.py DIR
+    /usr/bin/python3 tools/server/make_bench_repo.py DIR [--encoder]
 """
 import json
 import os
@@ -29,6 +32,23 @@ def save(repo, name, nodes, x_shape, y_shape, inits=()):
         json.dump({"instances": 2}, f)
 
 
+def save_encoders(repo):
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+    import encoder_bench
+    torch.manual_seed(0)
+    model = encoder_bench.Classifier().eval()
+    for seq in (32, 128):
+        name = f"encoder_s{seq}"
+        os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+        tokens, pad = encoder_bench.inputs_for(2, seq, 1)
+        torch.onnx.export(model, (tokens, pad), os.path.join(repo, name, "1", "model.onnx"), opset_version=17,
+                          input_names=["tokens", "pad"], output_names=["y"],
+                          dynamic_axes={"tokens": {0: "batch"}, "pad": {0: "batch"}, "y": {0: "batch"}})
+        with open(os.path.join(repo, name, "config.json"), "w") as f:
+            json.dump({"instances": 2, "bounds": {"batch": 64}}, f)
+
+
 def main():
     repo = sys.argv[1]
     rng = np.random.default_rng(0)
@@ -40,6 +60,8 @@ def main():
     link = os.path.join(repo, "charlm")
     if not os.path.exists(link):
         os.symlink(os.path.join(ROOT, "deploy/model-repository/charlm"), link)
+    if "--encoder" in sys.argv[2:]:
+        save_encoders(repo)
 
 
 if __name__ == "__main__":

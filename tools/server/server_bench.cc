@@ -2,13 +2,15 @@
 // token"), measured side by side in one process against a running server.
 //
 //   server-bench --model-repository DIR --model M --http-port P --grpc-port P [--rounds N]
-//                [--modes rest-json,rest-binary,grpc] [--generate LM --prompt TEXT] [--throughput
-//                N]
+//                [--modes rest-json,rest-binary,grpc,grpc-b] [--grpc-port-b P]
+//                [--generate LM --prompt TEXT] [--throughput N [--throughput-via grpc|rest-binary]]
 //
 // Each round times, one after the other (interleaved, so a busy neighbour affects every mode
 // alike): the in-process run (SetInput, Run, GetOutput on a VM of the same executable, compiled
 // here from DIR/M/1/model.onnx), REST JSON, REST binary and gRPC raw on the server, each over
-// one kept-alive connection. Every input is f32, its symbolic dims 1, filled with 0.5.
+// one kept-alive connection (with --grpc-port-b, gRPC raw against a second server too: an A/B
+// of two builds or flags). The model is compiled with the bounds of DIR/M/config.json; its
+// symbolic dims are 1, f32 inputs are filled with 0.5, integer ones with 0, bool ones false.
 // Printed: p50/p90/p99 per mode and each mode's p50 minus the in-process p50.
 //
 // With --generate LM: the first token of LM's decode loop in process (Run until the first
@@ -29,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -83,6 +86,73 @@ absl::StatusOr<std::shared_ptr<const dynvm::Executable>> Compile(
   absl::StatusOr<dynvm::compiler::CompileResult> r = dynvm::compiler::Compile(**m, options);
   if (!r.ok()) return r.status();
   return dynvm::Executable::LoadFromBytes(absl::string_view(r->bytes));
+}
+
+// The bounds in DIR/M/config.json (the server compiles with them); none when it has none.
+absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> ConfigBounds(const std::string& dir) {
+  std::ifstream f(dir + "/config.json");
+  if (!f) return std::vector<std::pair<std::string, int64_t>>{};
+  std::stringstream text;
+  text << f.rdbuf();
+  absl::StatusOr<dynvm::server::ModelConfig> c =
+      dynvm::server::ParseModelConfig(text.str(), "config.json");
+  if (!c.ok()) return c.status();
+  return c->bounds;
+}
+
+// One request for every mode: each input of the model's signature, its symbolic dims 1, f32
+// inputs filled with 0.5, integer ones with 0 and bool ones with false.
+struct BenchRequest {
+  std::vector<dynvm::server::NamedTensor> inputs;  // the in-process run's
+  inference::ModelInferRequest grpc;               // raw_input_contents
+  std::string binary_head, raw;                    // REST binary: the JSON header, the bytes
+  nlohmann::json json;                             // REST JSON
+};
+
+absl::StatusOr<BenchRequest> MakeRequest(const dynvm::FunctionInfo& fn, const std::string& model) {
+  BenchRequest r;
+  r.grpc.set_model_name(model);
+  nlohmann::json header = {{"inputs", nlohmann::json::array()},
+                           {"parameters", {{"binary_data_output", true}}}};
+  r.json = {{"inputs", nlohmann::json::array()}};
+  for (const dynvm::ParamInfo& p : fn.inputs) {
+    const bool f32 = p.dtype == dynvm::DType::kF32;
+    if (!f32 && !dynvm::IsInteger(p.dtype) && p.dtype != dynvm::DType::kBool)
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", p.name, "': only f32, integer and bool inputs are supported"));
+    std::vector<int64_t> dims;
+    for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
+    absl::StatusOr<dynvm::Tensor> t = dynvm::Tensor::Empty(p.dtype, dims);
+    if (!t.ok()) return t.status();
+    const int64_t n = t->numel();
+    if (f32) {
+      std::fill(t->data<float>(), t->data<float>() + n, 0.5f);
+    } else if (n > 0) {
+      std::memset(t->data<uint8_t>(), 0, static_cast<size_t>(n * dynvm::DTypeSize(p.dtype)));
+    }
+    std::string bytes;
+    dynvm::server::AppendRaw(*t, &bytes);
+    const std::string dtype = dynvm::server::KServeDType(p.dtype);
+    header["inputs"].push_back({{"name", p.name},
+                                {"datatype", dtype},
+                                {"shape", dims},
+                                {"parameters", {{"binary_data_size", bytes.size()}}}});
+    nlohmann::json data = f32 ? nlohmann::json(std::vector<float>(n, 0.5f))
+                          : p.dtype == dynvm::DType::kBool
+                              ? nlohmann::json(std::vector<bool>(n, false))
+                              : nlohmann::json(std::vector<int64_t>(n, 0));
+    r.json["inputs"].push_back(
+        {{"name", p.name}, {"datatype", dtype}, {"shape", dims}, {"data", std::move(data)}});
+    r.raw += bytes;
+    auto* gi = r.grpc.add_inputs();
+    gi->set_name(p.name);
+    gi->set_datatype(dtype);
+    for (int64_t d : dims) gi->add_shape(d);
+    r.grpc.add_raw_input_contents(std::move(bytes));
+    r.inputs.push_back({p.name, *std::move(t)});
+  }
+  r.binary_head = header.dump();
+  return r;
 }
 
 // A connected TCP socket to 127.0.0.1:port (-1 on failure).
@@ -199,6 +269,11 @@ class GrpcRawClient {
     // One connection per client, as separate clients would have (channels to one target
     // otherwise share a subchannel, so one HTTP/2 connection).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // The client's own cost counts (it shares the cores with the server), so its channel has
+    // no filter a bench does not need: no retries (their filter copies each call's messages)
+    // and the minimal stack (no client deadline, message-size or census filters).
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);
     stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
         absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
     bool own = false;
@@ -274,7 +349,7 @@ struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
   std::string modes;  // --modes: comma-separated server modes to time (all when empty)
   std::string throughput_via = "grpc";  // --throughput-via: grpc or rest-binary
-  int64_t http_port = 8000, grpc_port = 8001, rounds = 2000;
+  int64_t http_port = 8000, grpc_port = 8001, grpc_port_b = 0, rounds = 2000;
   int64_t threads = 0;     // --throughput: threads (0 = no throughput run)
   int64_t server_pid = 0;  // --server-pid: the server's CPU time per call is printed too
   double seconds = 3;
@@ -393,7 +468,10 @@ double CallsPerSecond(int threads, double seconds, const std::function<bool(int)
 // --throughput: `threads` in-process VMs on threads against as many gRPC clients of the server
 // (raw contents), alternating rounds; the server should have as many instances.
 int Throughput(const Options& o) {
-  auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
+  const std::string dir = absl::StrCat(o.repo, "/", o.model);
+  auto bounds = ConfigBounds(dir);
+  if (!bounds.ok()) return dynvm::cli::ReportError(kProgram, bounds.status());
+  auto exe = Compile(dir + "/1/model.onnx", *bounds);
   if (!exe.ok()) return dynvm::cli::ReportError(kProgram, exe.status());
   const dynvm::FunctionInfo& fn = (*exe)->function(*(*exe)->FindFunction(""));
   const int n = static_cast<int>(o.threads);
@@ -403,45 +481,18 @@ int Throughput(const Options& o) {
     if (!vm.ok()) return dynvm::cli::ReportError(kProgram, vm.status());
     vms.push_back(*std::move(vm));
   }
-  std::vector<dynvm::server::NamedTensor> inputs;
-  inference::ModelInferRequest greq;
-  greq.set_model_name(o.model);
-  for (const dynvm::ParamInfo& p : fn.inputs) {
-    std::vector<int64_t> dims;
-    for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
-    auto t = dynvm::Tensor::Empty(dynvm::DType::kF32, dims);
-    if (!t.ok() || p.dtype != dynvm::DType::kF32)
-      return dynvm::cli::ReportError(kProgram, "every input must be f32");
-    std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.5f);
-    inputs.push_back({p.name, *t});
-    auto* gi = greq.add_inputs();
-    gi->set_name(p.name);
-    gi->set_datatype("FP32");
-    for (int64_t d : dims) gi->add_shape(d);
-    dynvm::server::AppendRaw(*t, greq.add_raw_input_contents());
-  }
+  absl::StatusOr<BenchRequest> req = MakeRequest(fn, o.model);
+  if (!req.ok()) return dynvm::cli::ReportError(kProgram, req.status());
+  const std::vector<dynvm::server::NamedTensor>& inputs = req->inputs;
+  const inference::ModelInferRequest& greq = req->grpc;
   const bool rest = o.throughput_via == "rest-binary";
   if (!rest && o.throughput_via != "grpc")
     return dynvm::cli::ReportError(kProgram, "--throughput-via is grpc or rest-binary");
-  // REST binary: the JSON header, then the inputs' bytes.
-  nlohmann::json header = {{"inputs", nlohmann::json::array()},
-                           {"parameters", {{"binary_data_output", true}}}};
-  std::string raw;
-  for (int i = 0; i < greq.inputs_size(); ++i) {
-    header["inputs"].push_back(
-        {{"name", greq.inputs(i).name()},
-         {"datatype", "FP32"},
-         {"shape",
-          std::vector<int64_t>(greq.inputs(i).shape().begin(), greq.inputs(i).shape().end())},
-         {"parameters", {{"binary_data_size", greq.raw_input_contents(i).size()}}}});
-    raw += greq.raw_input_contents(i);
-  }
-  const std::string head = header.dump();
   const std::string request =
       HttpPost(absl::StrCat("/v2/models/", o.model, "/infer"),
                absl::StrCat("Content-Type: application/octet-stream\r\n",
-                            "Inference-Header-Content-Length: ", head.size(), "\r\n"),
-               head + raw);
+                            "Inference-Header-Content-Length: ", req->binary_head.size(), "\r\n"),
+               req->binary_head + req->raw);
   std::vector<std::unique_ptr<GrpcRawClient>> clients;
   std::vector<std::unique_ptr<RawHttpClient>> http_clients;
   for (int t = 0; t < n; ++t) {
@@ -580,12 +631,16 @@ int Main(int argc, char** argv) {
   flags.AddString("--prompt", &o.prompt, "the prompt for --generate");
   flags.AddInt("--http-port", &o.http_port, "the server's REST port");
   flags.AddInt("--grpc-port", &o.grpc_port, "the server's gRPC port");
+  flags.AddInt("--grpc-port-b", &o.grpc_port_b,
+               "a second server's gRPC port: mode grpc-b times the gRPC calls against it too, "
+               "interleaved with the first's (an A/B of two server builds or flags)");
   flags.AddInt("--server-pid", &o.server_pid,
                "with --throughput: the server's process id, to print its CPU time per call");
   flags.AddInt("--rounds", &o.rounds, "rounds (each times every mode once)");
   flags.AddString(
       "--modes", &o.modes,
-      "server modes to time, comma-separated (rest-json, rest-binary, grpc; default all)");
+      "server modes to time, comma-separated (rest-json, rest-binary, grpc, grpc-b; default "
+      "all)");
   flags.AddInt("--throughput", &o.threads,
                "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
   flags.AddString("--throughput-via", &o.throughput_via,
@@ -610,45 +665,20 @@ int Main(int argc, char** argv) {
   if (o.load_clients > 0) return Load(o);
   std::map<std::string, Stats> stats;
   if (!o.model.empty()) {
-    auto exe = Compile(absl::StrCat(o.repo, "/", o.model, "/1/model.onnx"), {});
+    const std::string dir = absl::StrCat(o.repo, "/", o.model);
+    auto bounds = ConfigBounds(dir);
+    if (!bounds.ok()) return dynvm::cli::ReportError(kProgram, bounds.status());
+    auto exe = Compile(dir + "/1/model.onnx", *bounds);
     if (!exe.ok()) return dynvm::cli::ReportError(kProgram, exe.status());
     auto vm = dynvm::VirtualMachine::Create(*exe);
     if (!vm.ok()) return dynvm::cli::ReportError(kProgram, vm.status());
     const dynvm::FunctionInfo& fn = (*exe)->function(*(*exe)->FindFunction(""));
-    std::vector<dynvm::server::NamedTensor> inputs;
-    nlohmann::json header = {{"inputs", nlohmann::json::array()}};
-    nlohmann::json json_req = header;
-    std::string raw;
-    inference::ModelInferRequest greq;
-    greq.set_model_name(o.model);
-    for (const dynvm::ParamInfo& p : fn.inputs) {
-      std::vector<int64_t> dims;
-      for (const dynvm::DimInfo& d : p.shape) dims.push_back(d.value >= 0 ? d.value : 1);
-      auto t = dynvm::Tensor::Empty(dynvm::DType::kF32, dims);
-      if (!t.ok() || p.dtype != dynvm::DType::kF32)
-        return dynvm::cli::ReportError(kProgram, "every input must be f32");
-      std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.5f);
-      inputs.push_back({p.name, *t});
-      std::string bytes;
-      dynvm::server::AppendRaw(*t, &bytes);
-      header["inputs"].push_back({{"name", p.name},
-                                  {"datatype", "FP32"},
-                                  {"shape", dims},
-                                  {"parameters", {{"binary_data_size", bytes.size()}}}});
-      json_req["inputs"].push_back({{"name", p.name},
-                                    {"datatype", "FP32"},
-                                    {"shape", dims},
-                                    {"data", std::vector<float>(t->numel(), 0.5f)}});
-      raw += bytes;
-      auto* gi = greq.add_inputs();
-      gi->set_name(p.name);
-      gi->set_datatype("FP32");
-      for (int64_t d : dims) gi->add_shape(d);
-      greq.add_raw_input_contents(bytes);
-    }
-    header["parameters"] = {{"binary_data_output", true}};
-    const std::string head = header.dump();
-    const std::string binary_body = head + raw, json_body = json_req.dump();
+    absl::StatusOr<BenchRequest> req = MakeRequest(fn, o.model);
+    if (!req.ok()) return dynvm::cli::ReportError(kProgram, req.status());
+    const std::vector<dynvm::server::NamedTensor>& inputs = req->inputs;
+    const inference::ModelInferRequest& greq = req->grpc;
+    const std::string& head = req->binary_head;
+    const std::string binary_body = head + req->raw, json_body = req->json.dump();
     const std::string path = absl::StrCat("/v2/models/", o.model, "/infer");
     RawHttpClient rest_json(static_cast<int>(o.http_port),
                             HttpPost(path, "Content-Type: application/json\r\n", json_body));
@@ -659,6 +689,10 @@ int Main(int argc, char** argv) {
                               "Inference-Header-Content-Length: ", head.size(), "\r\n"),
                  binary_body));
     GrpcRawClient grpc_raw(static_cast<int>(o.grpc_port), greq);
+    // --grpc-port-b: the same calls to a second server (an A/B of two builds or flags).
+    std::unique_ptr<GrpcRawClient> grpc_raw_b;
+    if (o.grpc_port_b > 0)
+      grpc_raw_b = std::make_unique<GrpcRawClient>(static_cast<int>(o.grpc_port_b), greq);
     std::vector<std::pair<std::string, std::function<bool()>>> modes = {
         {"in-process Run",
          [&] {
@@ -670,11 +704,15 @@ int Main(int argc, char** argv) {
         {"REST JSON", [&] { return rest_json.Call(); }},
         {"REST binary", [&] { return rest_binary.Call(); }},
         {"gRPC raw", [&] { return grpc_raw.Call(); }},
+        {"gRPC raw B", [&] { return grpc_raw_b->Call(); }},
     };
+    if (o.grpc_port_b <= 0) modes.pop_back();
     if (!o.modes.empty()) {
       const std::vector<std::string> keep = absl::StrSplit(o.modes, ',');
-      const std::map<std::string, std::string> names = {
-          {"rest-json", "REST JSON"}, {"rest-binary", "REST binary"}, {"grpc", "gRPC raw"}};
+      const std::map<std::string, std::string> names = {{"rest-json", "REST JSON"},
+                                                        {"rest-binary", "REST binary"},
+                                                        {"grpc", "gRPC raw"},
+                                                        {"grpc-b", "gRPC raw B"}};
       std::vector<std::string> wanted;
       for (const std::string& k : keep) {
         auto it = names.find(k);
