@@ -7,8 +7,9 @@
 //                [--drain-timeout-s 30] [--access-log -|FILE|off]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
-// ("dynvm-server: listening http=H:P grpc=H:P"). SIGTERM or SIGINT: the server stops accepting
-// (ready answers 503 / false), finishes what was accepted within --drain-timeout-s, and exits 0.
+// ("dynvm-server: listening http=H:P grpc=H:P grpc_poller=E"). SIGTERM or SIGINT: the server stops
+// accepting (ready answers 503 / false), finishes what was accepted within --drain-timeout-s, and
+// exits 0.
 #include <pthread.h>
 #include <signal.h>
 
@@ -117,8 +118,12 @@ int Main(int argc, char** argv) {
       dynvm::server::GrpcFrontend::Start(service, host, static_cast<int>(grpc_port), max_body,
                                          static_cast<int>(grpc_threads));
   if (!grpc.ok()) return dynvm::cli::ReportError(kProgram, grpc.status());
-  std::printf("%s: listening http=%s:%d grpc=%s:%d\n", kProgram, host.c_str(), (*http)->port(),
-              host.c_str(), (*grpc)->port());
+  // The polling engine gRPC was asked for (GRPC_POLL_STRATEGY from the caller's environment
+  // under --grpc-poller default, "default" when unset): tests and operators read it here.
+  const char* engine = std::getenv("GRPC_POLL_STRATEGY");
+  std::printf("%s: listening http=%s:%d grpc=%s:%d grpc_poller=%s\n", kProgram, host.c_str(),
+              (*http)->port(), host.c_str(), (*grpc)->port(),
+              engine != nullptr && *engine != '\0' ? engine : "default");
   std::fflush(stdout);
 
   int sig = 0;
