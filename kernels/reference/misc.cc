@@ -249,13 +249,15 @@ absl::Status RunDynamicQuant(const void*, KernelContext& ctx, Inputs in, Outputs
   // and ONNX's reference alike; the range and its division rounded apart).
   const float range = static_cast<float>(mx) - static_cast<float>(mn);
   const float scale = range / 255.0f;
-  const double z =
-      scale == 0 ? 0 : std::clamp(RoundHalfEven(static_cast<float>(-mn) / scale), 0.0, 255.0);
+  // An infinite input makes the scale infinite and the divisions NaN (inf / inf, x + -inf): a
+  // NaN saturates to 0 (a cast of NaN to u8 is undefined behaviour).
+  auto saturate = [](double q) { return std::isnan(q) ? 0.0 : std::clamp(q, 0.0, 255.0); };
+  const double z = scale == 0 ? 0 : saturate(RoundHalfEven(static_cast<float>(-mn) / scale));
   Set(*out[1], 0, scale);
   Set(*out[2], 0, z);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double q = scale == 0 ? z : RoundHalfEven(static_cast<float>(Get(x, i)) / scale) + z;
-    Set(*out[0], i, std::clamp(q, 0.0, 255.0));
+    Set(*out[0], i, saturate(q));
   }
   return absl::OkStatus();
 }

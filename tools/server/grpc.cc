@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -277,7 +278,14 @@ class InferWorker {
   InferWorker(InferenceService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq)
       : service_(service), cq_(std::move(cq)) {}
 
-  grpc::ServerCompletionQueue& cq() { return *cq_; }
+  // Shuts the queue down; no call is requested on it after this (a request on a shut-down
+  // queue is a gRPC assertion: a SIGTERM right after start could come before this worker's
+  // thread made its first request).
+  void ShutdownQueue() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    cq_->Shutdown();
+  }
 
   // Serves calls until the queue is shut down and drained.
   void Run() {
@@ -289,6 +297,8 @@ class InferWorker {
 
  private:
   void Request() {
+    std::lock_guard<std::mutex> lock(mu_);  // uncontended but at shutdown
+    if (closed_) return;
     auto* call = new AsyncCall();
     call->ctx.AsyncNotifyWhenDone(&call->done);
     service_.RequestModelInfer(&call->ctx, &call->request, &call->responder, cq_.get(), cq_.get(),
@@ -346,6 +356,8 @@ class InferWorker {
 
   InferenceService& service_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::mutex mu_;        // orders Request() against ShutdownQueue()
+  bool closed_ = false;  // guarded by mu_
 };
 
 }  // namespace
@@ -388,8 +400,9 @@ void GrpcFrontend::Stop(absl::Duration drain) {
   if (server_ == nullptr) return;
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain));
   server_->Wait();
-  // No call is left, so no worker requests another: the queues can end.
-  for (std::unique_ptr<InferWorker>& w : workers_->list) w->cq().Shutdown();
+  // No call is left; a worker that still requests one (its thread had not started, or a call
+  // cancelled at the deadline ends now) finds its queue closed.
+  for (std::unique_ptr<InferWorker>& w : workers_->list) w->ShutdownQueue();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   server_.reset();
