@@ -33,6 +33,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/qgemv.h"
 #include "kernels/cpu/target.h"
@@ -127,6 +128,35 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
                         [=, &x, &y](int i, int64_t r0, int64_t r1) {
                           Gemv('N', r1 - r0, k, 1.0f, x.data(), (*w)[i].data() + r0, n, 0.0f,
                                y.data() + r0);
+                        },
+                        c,
+                        {}});
+  }
+  // f32 packed into panels of 16 columns (packed_gemm.h): packed_gemm::MultiplyVector, one
+  // sequential stream per panel. A thread's rows [r0, r1) become panels [ceil(r0/16), ceil(r1/16)).
+  {
+    const int64_t bytes = packed_gemm::PackedFloats(k, n) * 4;
+    const int c = copies_for(bytes);
+    auto w = std::make_shared<std::vector<std::vector<float>>>(
+        c, std::vector<float>(packed_gemm::PackedFloats(k, n)));
+    for (auto& m : *w) {
+      for (float& v : m) v = u(rng);
+    }
+    variants.push_back({"f32 panels",
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          packed_gemm::MultiplyVector((r0 + 15) / 16, (r1 + 15) / 16, n, k,
+                                                      x.data(), (*w)[i].data(), y.data());
+                        },
+                        c,
+                        {}});
+    // The same bytes read and nothing else (the rate the panel GEMV could reach).
+    variants.push_back({"read f32",
+                        bytes,
+                        [=](int i, int64_t r0, int64_t r1) {
+                          const auto* p = reinterpret_cast<const uint8_t*>((*w)[i].data());
+                          read_sink = read_sink + ReadBytes(p + (r0 + 15) / 16 * 64 * k,
+                                                            p + (r1 + 15) / 16 * 64 * k);
                         },
                         c,
                         {}});
