@@ -115,6 +115,10 @@ struct Dispatch {
   void (*packed_gemm_column_block)(int64_t rows, int64_t depth, const float* a, const float* b,
                                    int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
                                    bool accumulate);
+  // packed_gemm.h: y[0, cols) = x x `panels` consecutive panels (cols in (16 (panels - 1),
+  // 16 panels]).
+  void (*packed_gemm_gemv)(int64_t k, const float* x, const float* b, int64_t panels, int64_t cols,
+                           float* y);
   // depthwise.h
   void (*depthwise_conv1d_row)(int64_t n, const float* xp, const float* w, int64_t taps,
                                int64_t dilation, float bias, float* y);

@@ -23,12 +23,14 @@
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/winograd.h"
 #include "kernels/testing.h"
+#include "kernels/thread_pool.h"
 
 namespace dynvm::cpu {
 namespace {
 
 using packed_gemm::kDepth;
 using packed_gemm::Multiply;
+using packed_gemm::MultiplyVector;
 using packed_gemm::Pack;
 using packed_gemm::PackedFloats;
 using testing::kSanitized;
@@ -119,6 +121,70 @@ TEST(PackedGemm, MatchesTheProductInDouble) {
       }
     }
     std::printf("%s: largest error / bound: %.3g\n", IsaName(isa), worst);
+  }
+}
+
+// packed_gemm::MultiplyVector (the GEMV on packed panels) against the double-precision sum:
+// ragged last panels (N not a multiple of 16), K not a multiple of the eight chains, sub-ranges of
+// panels (a thread's share: the other columns untouched), both weight layouts; at 2 threads the
+// panels split over the kernels' pool, as the Linear and MatMul kernels split them.
+void CheckVector(int64_t n, int64_t k, char trans, int threads, std::mt19937& rng, double& worst) {
+  SCOPED_TRACE(
+      absl::StrCat("n=", n, " k=", k, " trans=", std::string(1, trans), " threads=", threads));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t ldw = (trans == 'N' ? n : k) + 3;
+  std::vector<float> x(static_cast<size_t>(k)),
+      w(static_cast<size_t>((trans == 'N' ? k : n) * ldw));
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  std::unique_ptr<float, Free> packed = PackedBuffer(k, n);
+  ASSERT_NE(packed, nullptr);
+  Pack(trans, k, n, w.data(), ldw, packed.get());
+  const int64_t panels = (n + 15) / 16;
+  constexpr float kSentinel = 12345.0f;
+  for (int64_t p0 : {int64_t{0}, panels / 2}) {
+    std::vector<float> y(static_cast<size_t>(panels * 16 + 8), kSentinel);
+    auto pool = ThreadPool::Create(threads);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    (*pool)->ParallelFor(panels - p0, 1, [&](int64_t b, int64_t e) {
+      MultiplyVector(p0 + b, p0 + e, n, k, x.data(), packed.get(), y.data());
+    });
+    for (int64_t j = 0; j < static_cast<int64_t>(y.size()); ++j) {
+      if (j < p0 * 16 || j >= n) {
+        ASSERT_EQ(y[static_cast<size_t>(j)], kSentinel) << "wrote outside the columns at " << j;
+        continue;
+      }
+      double exact = 0.0, magnitude = 0.0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double wv = trans == 'N' ? w[static_cast<size_t>(q * ldw + j)]
+                                       : w[static_cast<size_t>(j * ldw + q)];
+        exact += static_cast<double>(x[static_cast<size_t>(q)]) * wv;
+        magnitude += std::abs(static_cast<double>(x[static_cast<size_t>(q)]) * wv);
+      }
+      const double bound = (k + 2) * std::ldexp(1.0, -23) * magnitude + 1e-30;
+      const double err = std::abs(y[static_cast<size_t>(j)] - exact);
+      worst = std::max(worst, err / bound);
+      ASSERT_LE(err, bound) << "at " << j << ": " << y[static_cast<size_t>(j)] << " vs " << exact;
+    }
+  }
+}
+
+TEST(PackedGemm, VectorMatchesTheProductInDouble) {
+  std::mt19937 rng(9);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    SCOPED_TRACE(IsaName(isa));
+    double worst = 0.0;
+    for (char trans : {'N', 'T'}) {
+      for (int threads : {1, 2}) {
+        for (int64_t n : {1, 15, 16, 17, 70, 150}) {
+          for (int64_t k : {0, 1, 3, 7, 8, 9, 100, 1029}) {
+            CheckVector(n, k, trans, threads, rng, worst);
+          }
+        }
+      }
+    }
+    std::printf("%s: vector: largest error / bound: %.3g\n", IsaName(isa), worst);
   }
 }
 

@@ -40,6 +40,17 @@ void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int6
               const float* packed, float* c, int64_t ldc,
               absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue);
 
+// The GEMV on the same packed B (a product of one row: a decode step): y[j] = sum_k x[k] B[k, j]
+// for the columns of panels [p0, p1) (j < n; y is indexed by the column, y[16 p0] first). Each
+// panel is one sequential stream of 16 K floats, x[k] broadcast into each step's FMA, the steps
+// spread over accumulator chains (each output summed in a fixed order per level: AVX-512 and
+// portable eight chains over K mod 8, AVX2 four, added pairwise; the levels differ in the last
+// bits, and from Multiply's single chain). Touches only those columns: disjoint panel ranges may
+// run on different threads at once. The caller's epilogue (bias, activation) runs on y afterwards,
+// while it is in L1.
+void MultiplyVector(int64_t p0, int64_t p1, int64_t n, int64_t k, const float* x,
+                    const float* packed, float* y);
+
 }  // namespace dynvm::cpu::packed_gemm
 
 #endif  // DYNVM_KERNELS_CPU_PACKED_GEMM_H_

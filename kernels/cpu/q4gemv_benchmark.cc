@@ -1,5 +1,7 @@
 // Decode GEMV bandwidth: an N x K weight times one activation row (a decode step's product) in f32
-// (cpu::Gemv: the dot form over [N, K] rows, and the axpy form down a [K, N] matrix), int8
+// (cpu::Gemv: the dot form over [N, K] rows, and the axpy form down a [K, N] matrix;
+// packed_gemm::MultiplyVector on the packed GEMM's 16-column panels, with "read f32", a pure read
+// of the same bytes), int8
 // (cpu::QGemvI8, per-row scales) and int4 (cpu::QGemvQ4, MatMulNBits blocks of 32 and 128,
 // symmetric and with zero points; and "a4", ONNX Runtime's accuracy_level 4: cpu::QGemvQ4Int8 on
 // the activation row quantized to int8 once), against a STREAM-like triad (a[i] = b[i] + s c[i]
@@ -33,6 +35,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/qgemv.h"
 #include "kernels/cpu/target.h"
@@ -89,6 +92,42 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
+// f32 on the packed GEMM's panels, and a pure read of the same bytes.
+void AddPanelVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
+                      const std::vector<float>& x, std::vector<float>& y,
+                      std::vector<Variant>& variants) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // f32 packed into panels of 16 columns (packed_gemm.h): packed_gemm::MultiplyVector, one
+  // sequential stream per panel. A thread's rows [r0, r1) become panels [ceil(r0/16), ceil(r1/16)).
+  {
+    const int64_t bytes = packed_gemm::PackedFloats(k, n) * 4;
+    const int c = static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
+    auto w = std::make_shared<std::vector<std::vector<float>>>(
+        c, std::vector<float>(packed_gemm::PackedFloats(k, n)));
+    for (auto& m : *w) {
+      for (float& v : m) v = u(rng);
+    }
+    variants.push_back({"f32 panels",
+                        bytes,
+                        [=, &x, &y](int i, int64_t r0, int64_t r1) {
+                          packed_gemm::MultiplyVector((r0 + 15) / 16, (r1 + 15) / 16, n, k,
+                                                      x.data(), (*w)[i].data(), y.data());
+                        },
+                        c,
+                        {}});
+    // The same bytes read and nothing else (the rate the panel GEMV could reach).
+    variants.push_back({"read f32",
+                        bytes,
+                        [=](int i, int64_t r0, int64_t r1) {
+                          const auto* p = reinterpret_cast<const uint8_t*>((*w)[i].data());
+                          read_sink = read_sink + ReadBytes(p + (r0 + 15) / 16 * 64 * k,
+                                                            p + (r1 + 15) / 16 * 64 * k);
+                        },
+                        c,
+                        {}});
+  }
+}
+
 // The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
 std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t total,
                                   std::mt19937& rng, const std::vector<float>& x,
@@ -131,6 +170,7 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
                         c,
                         {}});
   }
+  AddPanelVariants(n, k, total, rng, x, y, variants);
   // int8
   {
     const int64_t bytes = n * k + n * 4;
