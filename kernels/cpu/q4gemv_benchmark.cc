@@ -153,26 +153,26 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
     const int64_t blocks = (k + block - 1) / block, zp_row = (blocks + 1) / 2;
     const int64_t bytes = n * blocks * block / 2 + n * blocks * 4 + (zp ? n * zp_row : 0);
     const int c = copies_for(bytes);
-    // Each copy is one buffer: the packed bytes, the scales and the zero points, each from a 4 KB
-    // boundary, the zero points' room kept in the symmetric copies too. Separate allocations
-    // put the scales at offsets from the weights that differed between variants (mmap against
-    // heap), and that alone moved a variant by 10% (the symmetric GEMV "slower" than the one
-    // with zero points, with the same instructions per 32 bytes).
+    // Each copy is one buffer: the packed bytes, the scales and the zero points, each from a
+    // 64-byte boundary, the zero points' room kept in the symmetric copies too. Separate
+    // allocations put the scales at offsets from the weights that differed between variants (mmap
+    // against heap), and that alone moved a variant by 10% (the symmetric GEMV "slower" than the
+    // one with zero points, with the same instructions per 32 bytes).
     struct Copy {
       std::vector<uint8_t> buf;
       uint8_t* packed = nullptr;
       float* scales = nullptr;
       uint8_t* zps = nullptr;
     };
-    auto page = [](int64_t b) { return (b + 4095) / 4096 * 4096; };
+    auto line = [](int64_t b) { return (b + 63) / 64 * 64; };
     const int64_t packed_bytes = n * blocks * block / 2, scale_bytes = n * blocks * 4;
     auto w = std::make_shared<std::vector<Copy>>(c);
     for (Copy& m : *w) {
-      m.buf.resize(4096 + page(packed_bytes) + page(scale_bytes) + page(n * zp_row));
-      uint8_t* base = m.buf.data() + (4096 - reinterpret_cast<uintptr_t>(m.buf.data()) % 4096);
+      m.buf.resize(64 + line(packed_bytes) + line(scale_bytes) + line(n * zp_row));
+      uint8_t* base = m.buf.data() + (64 - reinterpret_cast<uintptr_t>(m.buf.data()) % 64);
       m.packed = base;
-      m.scales = reinterpret_cast<float*>(base + page(packed_bytes));
-      m.zps = base + page(packed_bytes) + page(scale_bytes);
+      m.scales = reinterpret_cast<float*>(base + line(packed_bytes));
+      m.zps = base + line(packed_bytes) + line(scale_bytes);
       for (int64_t i = 0; i < packed_bytes; ++i) m.packed[i] = static_cast<uint8_t>(rng());
       std::fill(m.scales, m.scales + n * blocks, 0.05f);
       if (zp) {
