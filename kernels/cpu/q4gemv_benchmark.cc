@@ -9,8 +9,9 @@
 //   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256] [--rows 1]
 //                        [--filter NAME_PART] [--triad 0]
 //
-// --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once (a prompt's product,
-// the blocked GEMM), with its multiply-adds per second.
+// "a4 quantize x" times QuantizeActivationsQ8 of the one activation row (blocks of 32; its GB/s
+// counts the K floats read). --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once
+// (a prompt's product, the blocked GEMM), with its multiply-adds per second.
 //
 // Each variant cycles through copies of its weight totalling at least --mb MB, so every call
 // reads its weight from memory, not from L3. Rounds interleave the variants (and the triad) so
@@ -89,6 +90,39 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
+// The copies of one 4-bit weight: each copy is one buffer, the packed bytes, the scales and the
+// zero points each from a 64-byte boundary, the zero points' room kept in the symmetric copies
+// too. Separate allocations put the scales at offsets from the weights that differed between
+// variants (mmap against heap), and that alone moved a variant by 10% (the symmetric GEMV
+// "slower" than the one with zero points, with the same instructions per 32 bytes).
+struct Q4Copy {
+  std::vector<uint8_t> buf;
+  uint8_t* packed = nullptr;
+  float* scales = nullptr;
+  uint8_t* zps = nullptr;
+};
+
+std::shared_ptr<std::vector<Q4Copy>> MakeQ4Copies(int copies, int64_t n, int64_t blocks,
+                                                  int64_t block, bool zp, std::mt19937& rng) {
+  auto line = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const int64_t packed_bytes = n * blocks * block / 2, scale_bytes = n * blocks * 4;
+  const int64_t zp_bytes = n * ((blocks + 1) / 2);
+  auto w = std::make_shared<std::vector<Q4Copy>>(copies);
+  for (Q4Copy& m : *w) {
+    m.buf.resize(64 + line(packed_bytes) + line(scale_bytes) + line(zp_bytes));
+    uint8_t* base = m.buf.data() + (64 - reinterpret_cast<uintptr_t>(m.buf.data()) % 64);
+    m.packed = base;
+    m.scales = reinterpret_cast<float*>(base + line(packed_bytes));
+    m.zps = base + line(packed_bytes) + line(scale_bytes);
+    for (int64_t i = 0; i < packed_bytes; ++i) m.packed[i] = static_cast<uint8_t>(rng());
+    std::fill(m.scales, m.scales + n * blocks, 0.05f);
+    if (zp) {
+      for (int64_t i = 0; i < zp_bytes; ++i) m.zps[i] = static_cast<uint8_t>(rng());
+    }
+  }
+  return w;
+}
+
 // The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
 std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t total,
                                   std::mt19937& rng, const std::vector<float>& x,
@@ -153,32 +187,7 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
     const int64_t blocks = (k + block - 1) / block, zp_row = (blocks + 1) / 2;
     const int64_t bytes = n * blocks * block / 2 + n * blocks * 4 + (zp ? n * zp_row : 0);
     const int c = copies_for(bytes);
-    // Each copy is one buffer: the packed bytes, the scales and the zero points, each from a
-    // 64-byte boundary, the zero points' room kept in the symmetric copies too. Separate
-    // allocations put the scales at offsets from the weights that differed between variants (mmap
-    // against heap), and that alone moved a variant by 10% (the symmetric GEMV "slower" than the
-    // one with zero points, with the same instructions per 32 bytes).
-    struct Copy {
-      std::vector<uint8_t> buf;
-      uint8_t* packed = nullptr;
-      float* scales = nullptr;
-      uint8_t* zps = nullptr;
-    };
-    auto line = [](int64_t b) { return (b + 63) / 64 * 64; };
-    const int64_t packed_bytes = n * blocks * block / 2, scale_bytes = n * blocks * 4;
-    auto w = std::make_shared<std::vector<Copy>>(c);
-    for (Copy& m : *w) {
-      m.buf.resize(64 + line(packed_bytes) + line(scale_bytes) + line(n * zp_row));
-      uint8_t* base = m.buf.data() + (64 - reinterpret_cast<uintptr_t>(m.buf.data()) % 64);
-      m.packed = base;
-      m.scales = reinterpret_cast<float*>(base + line(packed_bytes));
-      m.zps = base + line(packed_bytes) + line(scale_bytes);
-      for (int64_t i = 0; i < packed_bytes; ++i) m.packed[i] = static_cast<uint8_t>(rng());
-      std::fill(m.scales, m.scales + n * blocks, 0.05f);
-      if (zp) {
-        for (int64_t i = 0; i < n * zp_row; ++i) m.zps[i] = static_cast<uint8_t>(rng());
-      }
-    }
+    auto w = MakeQ4Copies(c, n, blocks, block, zp, rng);
     const std::string name = "int4 b" + std::to_string(block) + (zp ? " zp" : "");
     if (block == 32 && !zp) {  // the same weight bytes read and nothing else
       variants.push_back({"read b32",

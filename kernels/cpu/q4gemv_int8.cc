@@ -42,8 +42,25 @@
 // accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1755 -> 612 us (53 -> 151 G
 // multiply-adds/s), blocks of 128 1414 -> 518 us; the row kernel before it ran four activation
 // rows per weight-row load and scaled every block pair per activation row. From 12 rows on it wins
-// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape). Quantizing the activations (K
-// values a row) is scalar: it is 1/N of the work.
+// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape).
+//
+// Quantizing the activations is 1/N of the multiply-adds but was not 1/N of the time: the scalar
+// loop called nearbyintf through the PLT per value, 8.9 us a K 2048 row and 23.9 us at K 5632,
+// about 5% of a 1.6 GB int4 decode step (some 56 products a token) and 63 ms of its 128-token
+// prompt. From AVX2 on it runs 16 values at a time (VCVTPS2DQ rounds half to even, as nearbyint
+// does under the default rounding mode): 0.79 and 2.13 us, the same bytes (q4gemv_test). The 1.6 GB
+// model at 1 thread, alternating builds: 93-95 -> 105-109 tokens/s (docs/results/
+// llm-s6b-1600mb-2026-11-29.txt).
+//
+// Tried on the decode GEMV and left out (nothing beyond the noise, or worse): a prefetch distance
+// of 1, 4 or 8 rows (1 and 8: 5-15% slower), PREFETCHT1 (10-15% slower) or PREFETCHNTA (the
+// same) instead of PREFETCHT0, no software prefetch (30% slower), GF2P8AFFINEQB (GFNI) taking the
+// high nibbles in one instruction instead of a shift and an AND (in L2: 36.6-36.8 against 36.3-37.1
+// GB/s), and one load of each weight vector instead of the two the compiler folds into its AND
+// and shift. The symmetric GEMV looking 15% slower than the one with zero points in
+// cpu_q4gemv_benchmark was the copies' memory, not the code: the two loops differ only in the
+// correction (a shift against the zero-point unpack and a multiply), and an unused zero-point
+// allocation in the symmetric copies swapped which one was faster.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
