@@ -96,6 +96,9 @@ struct Dispatch {
   void (*qgemv_q4_int8)(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias,
                         int64_t r0, int64_t r1, float* y, int64_t ldy);
   const char* qgemv_q4_int8_path;
+  // One activation block [i0, i1) of row x quantized (q4gemv_int8.cc's QuantizeActivationsQ8).
+  void (*quantize_q8_block)(const float* x, int64_t i0, int64_t i1, int8_t* q, float* scale,
+                            int32_t* sum);
   // igemm.h
   void (*igemm_pack_b)(int64_t k, int64_t n, const int8_t* b, int64_t ldb, int32_t b_zp, int64_t p0,
                        int64_t p1, int16_t* packed);

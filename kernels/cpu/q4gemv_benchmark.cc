@@ -11,8 +11,9 @@
 //   cpu_q4gemv_benchmark [--n 4096] [--k 4096] [--threads 2] [--rounds 7] [--mb 256] [--rows 1]
 //                        [--filter NAME_PART] [--triad 0]
 //
-// --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once (a prompt's product,
-// the blocked GEMM), with its multiply-adds per second.
+// "a4 quantize x" times QuantizeActivationsQ8 of the one activation row (blocks of 32; its GB/s
+// counts the K floats read). --rows M adds, for each 4-bit form, "a4 MM": M activation rows at once
+// (a prompt's product, the blocked GEMM), with its multiply-adds per second.
 //
 // Each variant cycles through copies of its weight totalling at least --mb MB, so every call
 // reads its weight from memory, not from L3. Rounds interleave the variants (and the triad) so
@@ -23,6 +24,7 @@
 // is not counted, as STREAM does not).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +130,39 @@ void AddPanelVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
   }
 }
 
+// The copies of one 4-bit weight: each copy is one buffer, the packed bytes, the scales and the
+// zero points each from a 64-byte boundary, the zero points' room kept in the symmetric copies
+// too. Separate allocations put the scales at offsets from the weights that differed between
+// variants (mmap against heap), and that alone moved a variant by 10% (the symmetric GEMV
+// "slower" than the one with zero points, with the same instructions per 32 bytes).
+struct Q4Copy {
+  std::vector<uint8_t> buf;
+  uint8_t* packed = nullptr;
+  float* scales = nullptr;
+  uint8_t* zps = nullptr;
+};
+
+std::shared_ptr<std::vector<Q4Copy>> MakeQ4Copies(int copies, int64_t n, int64_t blocks,
+                                                  int64_t block, bool zp, std::mt19937& rng) {
+  auto line = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const int64_t packed_bytes = n * blocks * block / 2, scale_bytes = n * blocks * 4;
+  const int64_t zp_bytes = n * ((blocks + 1) / 2);
+  auto w = std::make_shared<std::vector<Q4Copy>>(copies);
+  for (Q4Copy& m : *w) {
+    m.buf.resize(64 + line(packed_bytes) + line(scale_bytes) + line(zp_bytes));
+    uint8_t* base = m.buf.data() + (64 - reinterpret_cast<uintptr_t>(m.buf.data()) % 64);
+    m.packed = base;
+    m.scales = reinterpret_cast<float*>(base + line(packed_bytes));
+    m.zps = base + line(packed_bytes) + line(scale_bytes);
+    for (int64_t i = 0; i < packed_bytes; ++i) m.packed[i] = static_cast<uint8_t>(rng());
+    std::fill(m.scales, m.scales + n * blocks, 0.05f);
+    if (zp) {
+      for (int64_t i = 0; i < zp_bytes; ++i) m.zps[i] = static_cast<uint8_t>(rng());
+    }
+  }
+  return w;
+}
+
 // The GEMVs timed, each over copies of its weight totalling at least `total` bytes.
 std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t total,
                                   std::mt19937& rng, const std::vector<float>& x,
@@ -193,26 +228,13 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
     const int64_t blocks = (k + block - 1) / block, zp_row = (blocks + 1) / 2;
     const int64_t bytes = n * blocks * block / 2 + n * blocks * 4 + (zp ? n * zp_row : 0);
     const int c = copies_for(bytes);
-    struct Copy {
-      std::vector<uint8_t> packed, zps;
-      std::vector<float> scales;
-    };
-    auto w = std::make_shared<std::vector<Copy>>(c);
-    for (Copy& m : *w) {
-      m.packed.resize(n * blocks * block / 2);
-      for (uint8_t& v : m.packed) v = static_cast<uint8_t>(rng());
-      m.scales.assign(n * blocks, 0.05f);
-      if (zp) {
-        m.zps.resize(n * zp_row);
-        for (uint8_t& v : m.zps) v = static_cast<uint8_t>(rng());
-      }
-    }
+    auto w = MakeQ4Copies(c, n, blocks, block, zp, rng);
     const std::string name = "int4 b" + std::to_string(block) + (zp ? " zp" : "");
     if (block == 32 && !zp) {  // the same weight bytes read and nothing else
       variants.push_back({"read b32",
                           n * blocks * block / 2,
                           [=](int i, int64_t r0, int64_t r1) {
-                            const uint8_t* p = (*w)[i].packed.data();
+                            const uint8_t* p = (*w)[i].packed;
                             read_sink = read_sink + ReadBytes(p + r0 * (blocks * block / 2),
                                                               p + r1 * (blocks * block / 2));
                           },
@@ -225,9 +247,9 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
                           Q4Weights q;
                           q.k = k;
                           q.block = block;
-                          q.packed = (*w)[i].packed.data();
-                          q.scales = (*w)[i].scales.data();
-                          q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                          q.packed = (*w)[i].packed;
+                          q.scales = (*w)[i].scales;
+                          q.zero_points = zp ? (*w)[i].zps : nullptr;
                           QGemvQ4(1, x.data(), k, q, nullptr, r0, r1, y.data(), n);
                         },
                         c,
@@ -238,6 +260,16 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
     shape.block = block;
     auto xq = std::make_shared<std::vector<uint8_t>>(Q8ActivationRowBytes(shape));
     QuantizeActivationsQ8(1, x.data(), k, shape, xq->data());
+    if (block == 32 && !zp) {  // the activation row's quantization itself (once per call)
+      auto xqt = std::make_shared<std::vector<uint8_t>>(Q8ActivationRowBytes(shape));
+      variants.push_back({"a4 quantize x",
+                          k * 4,
+                          [=, &x](int /*copy*/, int64_t r0, int64_t /*r1*/) {
+                            if (r0 == 0) QuantizeActivationsQ8(1, x.data(), k, shape, xqt->data());
+                          },
+                          1,
+                          {}});
+    }
     if (rows > 1) {  // --rows: a prompt's product, the activation rows quantized once
       std::vector<float> xm(rows * k);
       for (int64_t m = 0; m < rows; ++m) std::copy(x.begin(), x.end(), xm.begin() + m * k);
@@ -248,9 +280,9 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
                           bytes,
                           [=](int i, int64_t r0, int64_t r1) {
                             Q4Weights q = shape;
-                            q.packed = (*w)[i].packed.data();
-                            q.scales = (*w)[i].scales.data();
-                            q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                            q.packed = (*w)[i].packed;
+                            q.scales = (*w)[i].scales;
+                            q.zero_points = zp ? (*w)[i].zps : nullptr;
                             QGemvQ4Int8(rows, xqm->data(), q, nullptr, r0, r1, ym->data(), n);
                           },
                           c,
@@ -261,9 +293,9 @@ std::vector<Variant> MakeVariants(int64_t rows, int64_t n, int64_t k, int64_t to
                         bytes,
                         [=, &y](int i, int64_t r0, int64_t r1) {
                           Q4Weights q = shape;
-                          q.packed = (*w)[i].packed.data();
-                          q.scales = (*w)[i].scales.data();
-                          q.zero_points = zp ? (*w)[i].zps.data() : nullptr;
+                          q.packed = (*w)[i].packed;
+                          q.scales = (*w)[i].scales;
+                          q.zero_points = zp ? (*w)[i].zps : nullptr;
                           QGemvQ4Int8(1, xq->data(), q, nullptr, r0, r1, y.data(), n);
                         },
                         c,
@@ -334,16 +366,26 @@ int Main(int argc, char** argv) {
         v.best_us.push_back(vbest);
       }
     }
-    const double triad_gbs = 3.0 * triad_n * 4 / (Median(triad_us) * 1e3);
-    std::printf("\nthreads %d: triad %.2f GB/s (median %.0f us)\n", threads, triad_gbs,
-                Median(triad_us));
+    // No triad passes (--triad 0): no rate, printed as 0 and "-".
+    const double triad_gbs = triad ? 3.0 * triad_n * 4 / (Median(triad_us) * 1e3) : 0.0;
+    if (triad) {
+      std::printf("\nthreads %d: triad %.2f GB/s (median %.0f us)\n", threads, triad_gbs,
+                  Median(triad_us));
+    } else {
+      std::printf("\nthreads %d: no triad (--triad 0)\n", threads);
+    }
     std::printf("  %-16s %10s %10s %10s %9s %9s %10s\n", "weights", "MB/call", "us/call", "GB/s",
                 "of triad", "x f32", "G MAC/s");
     const double f32_us = Median(variants[0].best_us);
     for (const Variant& v : variants) {
       const double us = Median(v.best_us), gbs = v.bytes / (us * 1e3);
-      std::printf("  %-16s %10.2f %10.1f %10.2f %8.0f%% %8.2fx %10.1f\n", v.name.c_str(),
-                  v.bytes / 1048576.0, us, gbs, 100.0 * gbs / triad_gbs, f32_us / us,
+      // With --triad 0 there is no triad to compare with: "-".
+      char of_triad[32] = "-";
+      if (triad_gbs > 0 && std::isfinite(triad_gbs)) {
+        std::snprintf(of_triad, sizeof(of_triad), "%.0f%%", 100.0 * gbs / triad_gbs);
+      }
+      std::printf("  %-16s %10.2f %10.1f %10.2f %9s %8.2fx %10.1f\n", v.name.c_str(),
+                  v.bytes / 1048576.0, us, gbs, of_triad, f32_us / us,
                   static_cast<double>(v.rows) * n * k / (us * 1e3));
     }
   }

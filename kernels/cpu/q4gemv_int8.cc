@@ -42,8 +42,25 @@
 // accumulator. M 128, K 512, N 1408, 1 thread: blocks of 32 1755 -> 612 us (53 -> 151 G
 // multiply-adds/s), blocks of 128 1414 -> 518 us; the row kernel before it ran four activation
 // rows per weight-row load and scaled every block pair per activation row. From 12 rows on it wins
-// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape). Quantizing the activations (K
-// values a row) is scalar: it is 1/N of the work.
+// (M 8: 124 against 90 us, M 16: 150 against 179 at that shape).
+//
+// Quantizing the activations is 1/N of the multiply-adds but was not 1/N of the time: the scalar
+// loop called nearbyintf through the PLT per value, 8.9 us a K 2048 row and 23.9 us at K 5632,
+// about 5% of a 1.6 GB int4 decode step (some 56 products a token) and 63 ms of its 128-token
+// prompt. From AVX2 on it runs 16 values at a time (VCVTPS2DQ rounds half to even, as nearbyint
+// does under the default rounding mode): 0.79 and 2.13 us, the same bytes (q4gemv_test). The 1.6 GB
+// model at 1 thread, alternating builds: 93-95 -> 105-109 tokens/s (docs/results/
+// llm-s6b-1600mb-2026-11-29.txt).
+//
+// Tried on the decode GEMV and left out (nothing beyond the noise, or worse): a prefetch distance
+// of 1, 4 or 8 rows (1 and 8: 5-15% slower), PREFETCHT1 (10-15% slower) or PREFETCHNTA (the
+// same) instead of PREFETCHT0, no software prefetch (30% slower), GF2P8AFFINEQB (GFNI) taking the
+// high nibbles in one instruction instead of a shift and an AND (in L2: 36.6-36.8 against 36.3-37.1
+// GB/s), and one load of each weight vector instead of the two the compiler folds into its AND
+// and shift. The symmetric GEMV looking 15% slower than the one with zero points in
+// cpu_q4gemv_benchmark was the copies' memory, not the code: the two loops differ only in the
+// correction (a shift against the zero-point unpack and a multiply), and an unused zero-point
+// allocation in the symmetric copies swapped which one was faster.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -129,7 +146,95 @@ void QGemvQ4Int8Portable(int64_t rows, const uint8_t* xq, const Q4Weights& w, co
   }
 }
 
+// ORT's quantizer (its QuantizeARow_CompInt8) on block [i0, i1) of x: the block's largest
+// magnitude amax, scale amax / 127, values round-half-even(x * (127 / amax)) at their positions
+// in q (Pos), their sum. A block holding NaN or infinity gets a NaN scale and zero values (q is
+// zero on entry).
+void QuantizeQ8BlockPortable(const float* x, int64_t i0, int64_t i1, int8_t* q, float* scale,
+                             int32_t* sum) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = i0; i < i1; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();
+    amax = a > amax ? a : amax;
+  }
+  *sum = 0;
+  if (!finite) {
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  *scale = amax / 127.0f;
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int32_t total = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int v = static_cast<int>(std::nearbyint(x[i] * inverse));
+    q[Pos(i)] = static_cast<int8_t>(v);
+    total += v;
+  }
+  *sum = total;
+}
+
 #if DYNVM_CPU_X86
+
+// The same on AVX2, 16 values at a time (blocks of 16 and more start at multiples of 16; a
+// partial last block's remainder runs the portable loop's steps): VCVTPS2DQ rounds half to even
+// under the default rounding mode, as nearbyint does; the 16 bytes are split into their 8 even
+// and 8 odd columns, which Pos puts 32 bytes apart. Values are at most 127 in magnitude (x *
+// (127 / amax) rounds to at most 127), so the saturating packs are exact.
+DYNVM_AVX2 void QuantizeQ8BlockAvx2(const float* x, int64_t i0, int64_t i1, int8_t* q, float* scale,
+                                    int32_t* sum) {
+  const int64_t whole = i0 + (i1 - i0) / 16 * 16;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  __m256 vmax = _mm256_setzero_ps();
+  __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t i = i0; i < whole; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    ok = _mm256_and_ps(ok, _mm256_cmp_ps(a, big, _CMP_LE_OQ));  // false for NaN and infinity
+    vmax = _mm256_max_ps(vmax, a);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float amax = _mm_cvtss_f32(m4);
+  bool finite = _mm256_movemask_ps(ok) == 0xff;
+  for (int64_t i = whole; i < i1; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();
+    amax = a > amax ? a : amax;
+  }
+  *sum = 0;
+  if (!finite) {
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  *scale = amax / 127.0f;
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const __m256 inv = _mm256_set1_ps(inverse);
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256i vsum = _mm256_setzero_si256();
+  for (int64_t i = i0; i < whole; i += 16) {
+    const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), inv));
+    vsum = _mm256_add_epi32(vsum, _mm256_add_epi32(a, b));
+    const __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    const __m128i b16 = _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    const __m128i v = _mm_shuffle_epi8(_mm_packs_epi16(a16, b16), split);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + Pos(i)), v);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + Pos(i + 1)), _mm_unpackhi_epi64(v, v));
+  }
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(vsum), _mm256_extracti128_si256(vsum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  int32_t total = _mm_cvtsi128_si32(s4);
+  for (int64_t i = whole; i < i1; ++i) {
+    const int v = static_cast<int>(std::nearbyint(x[i] * inverse));
+    q[Pos(i)] = static_cast<int8_t>(v);
+    total += v;
+  }
+  *sum = total;
+}
 
 DYNVM_AVX2 inline float HSumAvx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -227,8 +332,10 @@ namespace internal {
 void FillQ4GemvInt8(Isa isa, Dispatch* d) {
   d->qgemv_q4_int8 = &QGemvQ4Int8Portable;
   d->qgemv_q4_int8_path = "portable";
+  d->quantize_q8_block = &QuantizeQ8BlockPortable;
 #if DYNVM_CPU_X86
   if (isa >= Isa::kAvx2) {
+    d->quantize_q8_block = &QuantizeQ8BlockAvx2;
     d->qgemv_q4_int8 = &QGemvQ4Int8Avx2;
     d->qgemv_q4_int8_path = "avx2";
   }
@@ -245,12 +352,12 @@ void FillQ4GemvInt8(Isa isa, Dispatch* d) {
 
 int64_t Q8ActivationRowBytes(const Q4Weights& w) { return Layout(w).row_bytes; }
 
-// ORT's quantizer (its QuantizeARow_CompInt8): the block's largest magnitude amax, scale amax /
-// 127, values round-half-even(x * (127 / amax)). A block holding NaN or infinity gets a NaN scale
-// (its products come out NaN) and zero values.
+// Each block by the level's quantizer (QuantizeQ8BlockPortable: ORT's QuantizeARow_CompInt8),
+// then (blocks of 32) the spread copies of the scales and sums.
 void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w,
                            uint8_t* dst) {
   const Layout layout(w);
+  const auto quantize = internal::Table().quantize_q8_block;
   for (int64_t m = 0; m < rows; ++m) {
     uint8_t* row = dst + m * layout.row_bytes;
     std::memset(row, 0, static_cast<size_t>(layout.row_bytes));
@@ -259,27 +366,7 @@ void QuantizeActivationsQ8(int64_t rows, const float* x, int64_t ldx, const Q4We
     auto* sums = const_cast<int32_t*>(layout.Sums(row));
     const float* xr = x + m * ldx;
     for (int64_t b = 0; b < layout.blocks; ++b) {
-      const int64_t i0 = b * w.block, i1 = std::min(w.k, i0 + w.block);
-      float amax = 0.0f;
-      bool finite = true;
-      for (int64_t i = i0; i < i1; ++i) {
-        const float a = std::fabs(xr[i]);
-        finite = finite && a <= std::numeric_limits<float>::max();
-        amax = a > amax ? a : amax;
-      }
-      if (!finite) {
-        sa[b] = std::numeric_limits<float>::quiet_NaN();
-        continue;
-      }
-      sa[b] = amax / 127.0f;
-      const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-      int32_t sum = 0;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int v = static_cast<int>(std::nearbyint(xr[i] * inverse));
-        q[Pos(i)] = static_cast<int8_t>(v);
-        sum += v;
-      }
-      sums[b] = sum;
+      quantize(xr, b * w.block, std::min(w.k, (b + 1) * w.block), q, sa + b, sums + b);
     }
     if (layout.spread_bytes == 0) continue;
     for (int64_t b = 0; b < layout.blocks; ++b) {  // blocks of 32: the lanes of 8 blocks

@@ -325,6 +325,48 @@ TEST(Q4GemvInt8Test, TiesRoundHalfToEven) {
   }
 }
 
+// The vectorized activation quantizers (AVX2 and up) write the portable one's bytes exactly:
+// values, scales, sums and their spread copies, for every block size, K off 16 and off the
+// block, ties (x * 127 / amax at n + 0.5), zero blocks, and blocks holding NaN or infinity. The
+// portable quantizer itself is checked against the test's own (ORT's) through the products above.
+TEST(Q4GemvInt8Test, EveryLevelQuantizesActivationsAsThePortableLoop) {
+  std::mt19937 rng(48);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t block : {16, 32, 64, 128, 256}) {
+    for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{17}, block - 1, block, block + 9,
+                      3 * block + 21, int64_t{1000}}) {
+      if (k < 1) continue;
+      Q4Weights w;
+      w.k = k;
+      w.block = block;
+      const int64_t rows = 3, row_bytes = Q8ActivationRowBytes(w);
+      std::vector<float> x(rows * k);
+      for (float& v : x) v = u(rng);
+      for (int64_t i = 0; i < k; i += 5) {
+        x[i] = 127.0f;  // block amax 127: x * (127 / amax) is x, and n + 0.5 ties
+        if (i + 1 < k) x[i + 1] = static_cast<float>(static_cast<int>(rng() % 200) - 100) + 0.5f;
+      }
+      std::fill(x.begin() + k, x.begin() + k + std::min<int64_t>(k, block), 0.0f);  // zero block
+      x[2 * k + (k - 1)] = (k % 2 == 0) ? std::numeric_limits<float>::quiet_NaN()
+                                        : std::numeric_limits<float>::infinity();
+      std::vector<uint8_t> want(rows * row_bytes, 0xAB);
+      {
+        ScopedIsaForTesting scoped(Isa::kPortable);
+        QuantizeActivationsQ8(rows, x.data(), k, w, want.data());
+      }
+      for (Isa isa : SupportedIsas()) {
+        ScopedIsaForTesting scoped(isa);
+        std::vector<uint8_t> got(rows * row_bytes, 0xCD);
+        QuantizeActivationsQ8(rows, x.data(), k, w, got.data());
+        for (int64_t i = 0; i < rows * row_bytes; ++i) {
+          ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " block " << block << " k " << k << " byte "
+                                     << i << " of rows of " << row_bytes;
+        }
+      }
+    }
+  }
+}
+
 TEST(Q4GemvInt8Test, NaNAndInfinityGiveNaN) {
   std::mt19937 rng(46);
   for (Isa isa : SupportedIsas()) {
