@@ -15,11 +15,7 @@
 // compiler for a weight of the executable's constant segment) runs dynvm's packed GEMM
 // (kernels/cpu/packed_gemm.h) where choice.h's measured rule takes the shape: W is packed once,
 // on first use, into a copy shared by every VM that runs the kernel, and the bias and activation
-// run on each block of Y while it is in cache. Without an activation dnnl_sgemm stays. A decode
-// step (M = 1) on a weight that a prompt's product packed already reads that copy
-// (packed_gemm::MultiplyVector: one sequential stream per 16-column panel, 1.1-1.3x the dot form
-// of cpu::Gemv over [N, K] rows at 1 thread on the Zen 4 EPYC); nothing is packed for M = 1 alone,
-// so no copy is added.
+// run on each block of Y while it is in cache. Without an activation dnnl_sgemm stays.
 // DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
 //
 // Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
@@ -169,13 +165,6 @@ class PackedWeights {
     return packed_.emplace(key, std::move(p)).first->second.get();
   }
 
-  // The packed W if a product of more rows packed it already, else nullptr (nothing packed).
-  const float* Find(char trans, int64_t k, int64_t n, const float* w, int64_t ldw) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = packed_.find(Key{w, trans, k, n, ldw});
-    return it == packed_.end() ? nullptr : it->second.get();
-  }
-
  private:
   static constexpr size_t kMaxBytes = size_t{4} << 30;
   struct Key {
@@ -251,14 +240,6 @@ class LinearKernel final : public DnnlKernel {
       for (int64_t i = 0; i < x.numel(); ++i) packed[i] = src[x.ElementOffset(i)];
       p.x = packed;
     }
-    if (constant_weights_ && p.m == 1) {
-      // A decode step on a weight a prompt's product packed: the GEMV on the packed panels (one
-      // stream per panel), no second read of the plain W and no copy made here.
-      if (const float* packed = packed_.Find(p.trans_w, p.k, p.n, p.w, p.ldw)) {
-        ComputeVector(ctx, p, packed);
-        return absl::OkStatus();
-      }
-    }
     if (constant_weights_ && p.act != LinearAct::kNone && choice::UsePackedGemm(p.m, p.n, p.k)) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
@@ -279,23 +260,6 @@ class LinearKernel final : public DnnlKernel {
     }
     const int64_t grain = std::max<int64_t>(6, (p.m / threads + 5) / 6 * 6);
     ctx.ParallelFor(p.m, grain, [&](int64_t i0, int64_t i1) { RunPacked(p, packed, i0, i1); });
-  }
-
-  // M = 1 on packed W: panels split over the pool (at least kMinParallelGemv multiply-adds), each
-  // range its columns' GEMV and then their bias and activation, in L1.
-  static void ComputeVector(const KernelContext& ctx, const Product& p, const float* packed) {
-    constexpr int64_t kPanel = cpu::packed_gemm::kPanel;
-    const int64_t panels = (p.n + kPanel - 1) / kPanel;
-    auto run = [&](int64_t p0, int64_t p1) {
-      cpu::packed_gemm::MultiplyVector(p0, p1, p.n, p.k, p.x, packed, p.y);
-      const int64_t j0 = p0 * kPanel, j1 = std::min(p.n, p1 * kPanel);
-      BiasActivation(p.act, 1, j1 - j0, p.bias == nullptr ? nullptr : p.bias + j0, p.y + j0, p.n);
-    };
-    if (ctx.num_threads() == 1 || p.n * p.k < kMinParallelGemv) {
-      run(0, panels);
-      return;
-    }
-    ctx.ParallelFor(panels, 1, run);
   }
 
   static absl::Status Compute(const KernelContext& ctx, const Product& p) {

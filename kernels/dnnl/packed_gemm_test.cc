@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,7 +14,6 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/dnnl/choice.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 #include "kernels/thread_pool.h"
@@ -86,59 +84,6 @@ TEST(PackedGemm, LinearWithConstantWeightsMatchesTheReference) {
       }
     }
   }
-  ASSERT_TRUE(SetMaxThreads(cap).ok());
-}
-
-// A decode step (one row of X) on a weight that a prompt's product packed runs the GEMV on the
-// packed panels (packed_gemm::MultiplyVector, then the bias and activation): against the
-// reference kernel at every level that packs, 1 and 2 threads (N x K past kMinParallelGemv, so
-// the panels split over the pool), a ragged last panel, both weight layouts; and a step before
-// any prompt (nothing packed yet) takes the plain path and gives the same answer.
-TEST(PackedGemm, DecodeStepReadsThePackedWeight) {
-  const int cap = MaxThreads();
-  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
-  choice::ForceForTesting(choice::Rule::kPackedGemm, true);
-  std::mt19937 rng(12);
-  for (cpu::Isa isa : cpu::SupportedIsas()) {
-    if (isa < cpu::Isa::kAvx2) continue;  // the packed GEMM needs AVX2 (choice.h)
-    cpu::ScopedIsaForTesting level(isa);
-    SCOPED_TRACE(cpu::IsaName(isa));
-    for (int64_t tb : {0, 1}) {
-      const int64_t k = 301, n = 150;
-      SCOPED_TRACE(absl::StrCat("trans_b=", tb));
-      Tensor prompt = RandomTensor({1, 20, k}, rng), step = RandomTensor({1, 1, k}, rng);
-      Tensor b = RandomTensor({n}, rng);
-      Tensor w = RandomTensor(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, rng);
-      KernelCall call("Linear", "dynvm");
-      call.In(prompt).In(w).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", "Gelu");
-      call.Attr("constant_weights", int64_t{1});
-      KernelSpec spec = call.spec();
-      spec.backend = "dnnl";
-      absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
-      ASSERT_TRUE(kernel.ok()) << kernel.status();
-      KernelCall ref("Linear", "dynvm");
-      ref.In(step).In(w).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", "Gelu");
-      ref.Backend("reference");
-      absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
-      ASSERT_TRUE(want.ok()) << want.status();
-      const std::vector<double> e = testing::ToDoubles((*want)[0]);
-      for (const Tensor* x : {&step, &prompt, &step}) {  // the first step before anything packed
-        for (int threads : {1, 2}) {
-          KernelContext ctx(&HeapAllocator::Get(), threads);
-          Tensor y;
-          Tensor* outs[1] = {&y};
-          ASSERT_TRUE((*kernel)->Run(ctx, {x, &w, &b}, outs).ok());
-          if (x != &step) continue;
-          const std::vector<double> g = testing::ToDoubles(y);
-          ASSERT_EQ(g.size(), e.size());
-          for (size_t j = 0; j < g.size(); ++j) {
-            ASSERT_NEAR(g[j], e[j], 2e-5 * (1.0 + std::abs(e[j]))) << j << " threads=" << threads;
-          }
-        }
-      }
-    }
-  }
-  choice::ForceForTesting(choice::Rule::kPackedGemm, std::nullopt);
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
