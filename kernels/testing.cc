@@ -94,6 +94,30 @@ Tensor Bool(std::vector<int64_t> dims, std::vector<bool> v) {
   return t;
 }
 
+Tensor RandomInt8(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng) {
+  Tensor t = *Tensor::Empty(dtype, dims);
+  const bool u8 = dtype == DType::kU8;
+  std::uniform_int_distribution<int> d(u8 ? 0 : -128, u8 ? 255 : 127);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (u8) {
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
+    } else {
+      t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
+    }
+  }
+  return t;
+}
+
+Tensor Int8Scalar(DType dtype, int v) {
+  Tensor t = *Tensor::Empty(dtype, {});
+  if (dtype == DType::kU8) {
+    t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  } else {
+    t.data<int8_t>()[0] = static_cast<int8_t>(v);
+  }
+  return t;
+}
+
 namespace {
 template <typename Out>
 std::vector<Out> Values(const Tensor& t) {

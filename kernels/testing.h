@@ -3,6 +3,7 @@
 #define DYNVM_KERNELS_TESTING_H_
 
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ inline Tensor I32(std::vector<int64_t> dims, std::vector<int32_t> v) {
   return Make<int32_t>(DType::kI32, std::move(dims), std::move(v));
 }
 Tensor Bool(std::vector<int64_t> dims, std::vector<bool> v);
+// An 8-bit tensor (kU8 or kI8) of values uniform over the type's whole range.
+Tensor RandomInt8(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng);
+// A kU8 or kI8 scalar holding v.
+Tensor Int8Scalar(DType dtype, int v);
 
 // Values of a tensor (any strides) as doubles / int64, in row-major order.
 std::vector<double> ToDoubles(const Tensor& t);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
+#include "compiler/compiler_testing.h"
 #include "gtest/gtest.h"
 #include "kernels/testing.h"
 #include "vm/executable.h"
@@ -25,13 +26,9 @@ namespace {
 std::vector<int64_t> RunI64(Module& m, const Tensor& x, bool optimize) {
   CompileOptions options;
   options.optimize = optimize;
-  absl::StatusOr<CompileResult> r = Compile(m, options);
-  EXPECT_TRUE(r.ok()) << r.status() << "\n" << m.Dump();
-  if (!r.ok()) return {};
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::LoadFromBytes(r->bytes);
-  EXPECT_TRUE(exe.ok()) << exe.status();
-  if (!exe.ok()) return {};
-  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe);
+  Compiled c = CompileOrDie(m, options);
+  if (!c.exe) return {};
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(c.exe);
   EXPECT_TRUE(vm.ok()) << vm.status();
   EXPECT_TRUE((*vm)->SetInput("x", x).ok());
   absl::Status s = (*vm)->Run();

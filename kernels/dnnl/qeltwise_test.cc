@@ -20,30 +20,6 @@ namespace {
 
 using testing::KernelCall;
 
-Tensor Ints(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng) {
-  Tensor t = *Tensor::Empty(dtype, dims);
-  const bool u8 = dtype == DType::kU8;
-  std::uniform_int_distribution<int> d(u8 ? 0 : -128, u8 ? 255 : 127);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (u8) {
-      t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
-    } else {
-      t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
-    }
-  }
-  return t;
-}
-
-Tensor Scalar(DType dtype, int v) {
-  Tensor t = *Tensor::Empty(dtype, {});
-  if (dtype == DType::kU8) {
-    t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
-  } else {
-    t.data<int8_t>()[0] = static_cast<int8_t>(v);
-  }
-  return t;
-}
-
 double At(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kU8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
 }
@@ -56,9 +32,10 @@ AddCase RandomAdd(DType dt, const std::vector<int64_t>& da, const std::vector<in
                   std::mt19937& rng) {
   std::uniform_real_distribution<float> s(0.002f, 0.2f);
   std::uniform_int_distribution<int> z(dt == DType::kU8 ? 0 : -128, dt == DType::kU8 ? 255 : 127);
-  return {Ints(dt, da, rng),          testing::F32({}, {s(rng)}), Scalar(dt, z(rng)),
-          Ints(dt, db, rng),          testing::F32({}, {s(rng)}), Scalar(dt, z(rng)),
-          testing::F32({}, {s(rng)}), Scalar(dt, z(rng))};
+  return {testing::RandomInt8(dt, da, rng), testing::F32({}, {s(rng)}),
+          testing::Int8Scalar(dt, z(rng)),  testing::RandomInt8(dt, db, rng),
+          testing::F32({}, {s(rng)}),       testing::Int8Scalar(dt, z(rng)),
+          testing::F32({}, {s(rng)}),       testing::Int8Scalar(dt, z(rng))};
 }
 
 KernelCall AddCall(const AddCase& c, DType dt, const std::string& backend) {
@@ -154,7 +131,7 @@ TEST(QLinearAdd, BadParametersAreNamed) {
         << got.status();
   }
   AddCase mixed = RandomAdd(DType::kU8, {4}, {4}, rng);
-  mixed.b = Ints(DType::kI8, {4}, rng);
+  mixed.b = testing::RandomInt8(DType::kI8, {4}, rng);
   EXPECT_FALSE(AddCall(mixed, DType::kU8, "dnnl").Run().ok());
 }
 
@@ -170,13 +147,13 @@ TEST(Requantize, IsTheUnfusedProgramBitForBit) {
       const bool relu = trial % 8 < 4;
       const int64_t n = std::vector<int64_t>{1, 31, 1025, 70003}[trial % 4];
       SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " trial ", trial, " n ", n));
-      Tensor x = Ints(xt, {1, n}, rng);
+      Tensor x = testing::RandomInt8(xt, {1, n}, rng);
       std::uniform_int_distribution<int> zx(xt == DType::kU8 ? 0 : -128,
                                             xt == DType::kU8 ? 255 : 127);
       std::uniform_int_distribution<int> zy(yt == DType::kU8 ? 0 : -128,
                                             yt == DType::kU8 ? 255 : 127);
-      Tensor xs = testing::F32({}, {s(rng)}), xz = Scalar(xt, zx(rng));
-      Tensor ys = testing::F32({}, {s(rng)}), yz = Scalar(yt, zy(rng));
+      Tensor xs = testing::F32({}, {s(rng)}), xz = testing::Int8Scalar(xt, zx(rng));
+      Tensor ys = testing::F32({}, {s(rng)}), yz = testing::Int8Scalar(yt, zy(rng));
       absl::StatusOr<std::vector<Tensor>> f = KernelCall("DequantizeLinear")
                                                   .In(x)
                                                   .In(xs)

@@ -35,30 +35,6 @@ bool CpuHasVnni() {
          (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
 }
 
-Tensor RandomInts(DType dtype, std::vector<int64_t> dims, std::mt19937& rng) {
-  Tensor t = *Tensor::Empty(dtype, dims);
-  std::uniform_int_distribution<int> d(dtype == DType::kU8 ? 0 : -128,
-                                       dtype == DType::kU8 ? 255 : 127);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::kU8) {
-      t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng));
-    } else {
-      t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
-    }
-  }
-  return t;
-}
-
-Tensor Scalar(DType dtype, int v) {
-  Tensor t = *Tensor::Empty(dtype, {});
-  if (dtype == DType::kU8) {
-    t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
-  } else {
-    t.data<int8_t>()[0] = static_cast<int8_t>(v);
-  }
-  return t;
-}
-
 // Runs `call` on the dnnl backend's kernel (the im2col convolution kernel when `im2col`) and on
 // the reference kernel; expects identical outputs and `want_fast` runs served without the
 // reference fallback, on `threads` threads (products of 4M multiply-adds and more split).
@@ -115,7 +91,7 @@ TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
         KernelCall quant("QuantizeLinear");
         quant.In(x).In(scale).In(zp).Out(q).Attr("axis", axis);
         ExpectSameAsReference(quant, {x, scale, zp}, true);
-        Tensor xq = RandomInts(q, dims, rng);
+        Tensor xq = testing::RandomInt8(q, dims, rng);
         KernelCall dequant("DequantizeLinear");
         dequant.In(xq).In(scale).In(zp).Out(DType::kF32).Attr("axis", axis);
         ExpectSameAsReference(dequant, {xq, scale, zp}, true);
@@ -132,13 +108,14 @@ TEST(DnnlQuant, QuantizeAndDequantizeMatchTheReferenceExactly) {
       std::vector<float> scales(ch);
       for (float& v : scales) v = 0.05f + 0.1f * static_cast<float>(rng() % 10);
       Tensor scale = per_axis ? testing::F32({ch}, scales) : testing::F32({}, {scales[0]});
-      Tensor zp = RandomInts(q, per_axis ? std::vector<int64_t>{ch} : std::vector<int64_t>{}, rng);
+      Tensor zp =
+          testing::RandomInt8(q, per_axis ? std::vector<int64_t>{ch} : std::vector<int64_t>{}, rng);
       Tensor x = *Tensor::Empty(DType::kF32, dims);
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
       KernelCall quant("QuantizeLinear");
       quant.In(x).In(scale).In(zp).Out(q).Attr("axis", int64_t{1});
       ExpectSameAsReference(quant, {x, scale, zp}, true, false, /*threads=*/2);
-      Tensor xq = RandomInts(q, dims, rng);
+      Tensor xq = testing::RandomInt8(q, dims, rng);
       KernelCall dequant("DequantizeLinear");
       dequant.In(xq).In(scale).In(zp).Out(DType::kF32).Attr("axis", int64_t{1});
       ExpectSameAsReference(dequant, {xq, scale, zp}, true, false, /*threads=*/2);
@@ -164,8 +141,9 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
   for (DType at : {DType::kU8, DType::kI8}) {
     for (const Shape& sh : shapes) {
       SCOPED_TRACE(absl::StrCat(DTypeName(at), " a ", sh.a.size(), "-D K ", sh.b[0]));
-      Tensor a = RandomInts(at, sh.a, rng), b = RandomInts(DType::kI8, sh.b, rng);
-      Tensor za = Scalar(at, at == DType::kU8 ? 128 : -5), zb = Scalar(DType::kI8, 3);
+      Tensor a = testing::RandomInt8(at, sh.a, rng), b = testing::RandomInt8(DType::kI8, sh.b, rng);
+      Tensor za = testing::Int8Scalar(at, at == DType::kU8 ? 128 : -5),
+             zb = testing::Int8Scalar(DType::kI8, 3);
       KernelCall mm("MatMulInteger");
       mm.In(a).In(b).In(za).In(zb).Out(DType::kI32);
       ExpectSameAsReference(mm, {a, b, za, zb}, vnni);
@@ -178,7 +156,7 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
         for (bool per_column : {false, true}) {
           Tensor as = testing::F32({}, {0.02f}), ys = testing::F32({}, {0.7f});
           Tensor bsc = per_column ? testing::F32({n}, bs) : testing::F32({}, {bs[0]});
-          Tensor yz = Scalar(yt, yt == DType::kU8 ? 120 : 4);
+          Tensor yz = testing::Int8Scalar(yt, yt == DType::kU8 ? 120 : 4);
           KernelCall ql("QLinearMatMul");
           ql.In(a).In(as).In(za).In(b).In(bsc).In(zb).In(ys).In(yz).Out(yt);
           ExpectSameAsReference(ql, {a, as, za, b, bsc, zb, ys, yz}, vnni);
@@ -189,28 +167,31 @@ TEST(DnnlQuant, IntegerMatMulsMatchTheReferenceExactly) {
   // Per-column zero points of one repeated value (symmetric per-channel weights) take the fast
   // path; differing ones do not.
   for (int varied : {0, 1}) {
-    Tensor a = RandomInts(DType::kU8, {5, 24}, rng), b = RandomInts(DType::kI8, {24, 6}, rng);
-    Tensor za = Scalar(DType::kU8, 128), zb = *Tensor::Empty(DType::kI8, {6});
+    Tensor a = testing::RandomInt8(DType::kU8, {5, 24}, rng),
+           b = testing::RandomInt8(DType::kI8, {24, 6}, rng);
+    Tensor za = testing::Int8Scalar(DType::kU8, 128), zb = *Tensor::Empty(DType::kI8, {6});
     for (int64_t j = 0; j < 6; ++j) zb.data<int8_t>()[j] = static_cast<int8_t>(varied * j);
     Tensor as = testing::F32({}, {0.02f}), ys = testing::F32({}, {0.7f});
     Tensor bs = testing::F32({6}, {0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f});
-    Tensor yz = Scalar(DType::kU8, 128);
+    Tensor yz = testing::Int8Scalar(DType::kU8, 128);
     KernelCall ql("QLinearMatMul");
     ql.In(a).In(as).In(za).In(b).In(bs).In(zb).In(ys).In(yz).Out(DType::kU8);
     ExpectSameAsReference(ql, {a, as, za, b, bs, zb, ys, yz}, vnni && varied == 0);
   }
   // u8 weights (shifted to s8) take the fast path; per-row zero points do not.
-  Tensor a = RandomInts(DType::kU8, {4, 8}, rng), b = RandomInts(DType::kU8, {8, 3}, rng);
+  Tensor a = testing::RandomInt8(DType::kU8, {4, 8}, rng),
+         b = testing::RandomInt8(DType::kU8, {8, 3}, rng);
   for (int64_t m : {1, 4}) {  // M = 1 runs the vector loop, M = 4 the GEMM
-    Tensor am = RandomInts(DType::kU8, {m, 8}, rng);
+    Tensor am = testing::RandomInt8(DType::kU8, {m, 8}, rng);
     for (int zb : {0, 200}) {
-      Tensor za = Scalar(DType::kU8, 7), zbt = Scalar(DType::kU8, zb);
+      Tensor za = testing::Int8Scalar(DType::kU8, 7), zbt = testing::Int8Scalar(DType::kU8, zb);
       KernelCall mm("MatMulInteger");
       mm.In(am).In(b).In(za).In(zbt).Out(DType::kI32);
       ExpectSameAsReference(mm, {am, b, za, zbt}, vnni);
     }
   }
-  Tensor b8 = RandomInts(DType::kI8, {8, 3}, rng), za = RandomInts(DType::kU8, {4}, rng);
+  Tensor b8 = testing::RandomInt8(DType::kI8, {8, 3}, rng),
+         za = testing::RandomInt8(DType::kU8, {4}, rng);
   KernelCall rows("MatMulInteger");
   rows.In(a).In(b8).In(za).Out(DType::kI32);
   ExpectSameAsReference(rows, {a, b8, za}, false);
@@ -231,9 +212,10 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
     for (const Conv& cv : convs) {
       SCOPED_TRACE(absl::StrCat(DTypeName(xt), " c ", cv.c, " hw ", cv.hw, " m ", cv.m, " k ", cv.k,
                                 " s ", cv.stride, " p ", cv.pad, " d ", cv.dilation));
-      Tensor x = RandomInts(xt, {2, cv.c, cv.hw, cv.hw}, rng);
-      Tensor w = RandomInts(DType::kI8, {cv.m, cv.c, cv.k, cv.k}, rng);
-      Tensor xz = Scalar(xt, xt == DType::kU8 ? 131 : -7), wz = Scalar(DType::kI8, 0);
+      Tensor x = testing::RandomInt8(xt, {2, cv.c, cv.hw, cv.hw}, rng);
+      Tensor w = testing::RandomInt8(DType::kI8, {cv.m, cv.c, cv.k, cv.k}, rng);
+      Tensor xz = testing::Int8Scalar(xt, xt == DType::kU8 ? 131 : -7),
+             wz = testing::Int8Scalar(DType::kI8, 0);
       auto attrs = [&](KernelCall& call) {
         call.Attr("strides", std::vector<int64_t>{cv.stride, cv.stride})
             .Attr("pads", std::vector<int64_t>{cv.pad, cv.pad, cv.pad, cv.pad})
@@ -251,7 +233,8 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
         bias.data<int32_t>()[i] = static_cast<int32_t>(i * 97) - 150;
       for (DType yt : {DType::kU8, DType::kI8}) {
         Tensor xs = testing::F32({}, {0.03f}), wsc = testing::F32({cv.m}, ws);
-        Tensor ys = testing::F32({}, {0.4f}), yz = Scalar(yt, yt == DType::kU8 ? 100 : 3);
+        Tensor ys = testing::F32({}, {0.4f}),
+               yz = testing::Int8Scalar(yt, yt == DType::kU8 ? 100 : 3);
         KernelCall ql("QLinearConv");
         ql.In(x).In(xs).In(xz).In(w).In(wsc).In(wz).In(ys).In(yz).In(bias).Out(yt);
         attrs(ql);
@@ -271,9 +254,9 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
     }
   }
   // Groups run on oneDNN's int8 convolution (qconv.cc); u8 weights are the reference's.
-  Tensor x = RandomInts(DType::kU8, {1, 4, 5, 5}, rng);
-  Tensor wg = RandomInts(DType::kI8, {2, 2, 3, 3}, rng),
-         wu = RandomInts(DType::kU8, {2, 4, 3, 3}, rng);
+  Tensor x = testing::RandomInt8(DType::kU8, {1, 4, 5, 5}, rng);
+  Tensor wg = testing::RandomInt8(DType::kI8, {2, 2, 3, 3}, rng),
+         wu = testing::RandomInt8(DType::kU8, {2, 4, 3, 3}, rng);
   KernelCall grouped("ConvInteger");
   grouped.In(x).In(wg).Out(DType::kI32).Attr("group", int64_t{2});
   ExpectSameAsReference(grouped, {x, wg}, vnni);
@@ -282,9 +265,9 @@ TEST(DnnlQuant, IntegerConvsMatchTheReferenceExactly) {
   ExpectSameAsReference(unsigned_w, {x, wu}, false);
   // A non-zero weight zero point and batches of 2, big enough to split on 2 threads: the im2col
   // kernel (w packed once per run).
-  Tensor x3 = RandomInts(DType::kI8, {2, 32, 20, 20}, rng);
-  Tensor w3 = RandomInts(DType::kI8, {40, 32, 3, 3}, rng);
-  Tensor xz = Scalar(DType::kI8, 100), wz = Scalar(DType::kI8, -77);
+  Tensor x3 = testing::RandomInt8(DType::kI8, {2, 32, 20, 20}, rng);
+  Tensor w3 = testing::RandomInt8(DType::kI8, {40, 32, 3, 3}, rng);
+  Tensor xz = testing::Int8Scalar(DType::kI8, 100), wz = testing::Int8Scalar(DType::kI8, -77);
   KernelCall nz("ConvInteger");
   nz.In(x3).In(w3).In(xz).In(wz).Out(DType::kI32).Attr("pads", std::vector<int64_t>{1, 1, 1, 1});
   for (int threads : {1, 2}) ExpectSameAsReference(nz, {x3, w3, xz, wz}, true, true, threads);
@@ -337,12 +320,12 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
                                       sh.a.size(), "-D K ", k, " N ", n, " ", DTypeName(bt),
                                       per_column ? " per column" : " per tensor",
                                       with_zp ? " zp bias" : ""));
-            Tensor b = RandomInts(bt, {k, n}, rng);
+            Tensor b = testing::RandomInt8(bt, {k, n}, rng);
             std::vector<float> scales(per_column ? n : 1);
             for (float& v : scales) v = 0.001f * static_cast<float>(1 + rng() % 50);
             Tensor bs = per_column ? testing::F32({n}, scales) : testing::F32({}, scales);
-            Tensor zb =
-                RandomInts(bt, per_column ? std::vector<int64_t>{n} : std::vector<int64_t>{}, rng);
+            Tensor zb = testing::RandomInt8(
+                bt, per_column ? std::vector<int64_t>{n} : std::vector<int64_t>{}, rng);
             std::vector<float> bias_values(n);
             for (float& v : bias_values) v = u(rng);
             Tensor bias = testing::F32({n}, bias_values);
@@ -367,13 +350,13 @@ TEST(DnnlQuant, DynamicQuantizeMatMulMatchesTheReferenceExactly) {
   }
   // All zeros: the scale is 0 and every product 0; the output is the bias.
   Tensor zeros = testing::F32({2, 4}, std::vector<float>(8, 0.0f));
-  Tensor b = RandomInts(DType::kI8, {4, 3}, rng), bs = testing::F32({}, {0.5f});
-  Tensor zb = Scalar(DType::kI8, 0), bias = testing::F32({3}, {1.0f, -2.0f, 3.0f});
+  Tensor b = testing::RandomInt8(DType::kI8, {4, 3}, rng), bs = testing::F32({}, {0.5f});
+  Tensor zb = testing::Int8Scalar(DType::kI8, 0), bias = testing::F32({3}, {1.0f, -2.0f, 3.0f});
   KernelCall call("DynamicQuantizeMatMul", "com.microsoft");
   call.In(zeros).In(b).In(bs).In(zb).In(bias).Out(DType::kF32);
   ExpectSameAsReference(call, {zeros, b, bs, zb, bias}, true);
   // A B of rank 3 is the reference's (it refuses it, naming B).
-  Tensor b3 = RandomInts(DType::kI8, {1, 4, 3}, rng);
+  Tensor b3 = testing::RandomInt8(DType::kI8, {1, 4, 3}, rng);
   KernelCall bad("DynamicQuantizeMatMul", "com.microsoft");
   bad.In(zeros).In(b3).In(bs).Out(DType::kF32);
   absl::StatusOr<std::vector<Tensor>> r = KernelCall(bad).Backend("dnnl").Run();
