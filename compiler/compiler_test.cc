@@ -38,20 +38,6 @@ std::string Disassembly(const CompileResult& r) {
   return s.ok() ? *s : s.status().ToString();
 }
 
-std::vector<Tensor> RunOrDie(const std::shared_ptr<const Executable>& exe,
-                             const std::vector<std::pair<std::string, Tensor>>& inputs) {
-  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
-  EXPECT_TRUE(vm.ok()) << vm.status();
-  for (const auto& [name, t] : inputs) {
-    absl::Status s = (*vm)->SetInput(name, t);
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  absl::Status s = (*vm)->Run();
-  EXPECT_TRUE(s.ok()) << s;
-  if (!s.ok()) return {};
-  return *(*vm)->GetOutputs();
-}
-
 void ExpectNear(const Tensor& got, const Tensor& want, double tol = 1e-5) {
   ASSERT_EQ(got.dims(), want.dims()) << got.DebugString() << " vs " << want.DebugString();
   std::vector<double> a = testing::ToDoubles(got), b = testing::ToDoubles(want);

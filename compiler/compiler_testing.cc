@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "vm/virtual_machine.h"
 
 namespace dynvm::compiler {
 
@@ -23,6 +24,24 @@ Compiled CompileOrDie(Module& m, CompileOptions options) {
   EXPECT_TRUE(exe.ok()) << exe.status();
   if (!exe.ok()) return {};
   return {*std::move(r), *std::move(exe)};
+}
+
+std::vector<Tensor> RunOrDie(const std::shared_ptr<const Executable>& exe,
+                             const std::vector<std::pair<std::string, Tensor>>& inputs,
+                             int threads) {
+  VmOptions o;
+  o.num_threads = threads;
+  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe, o);
+  EXPECT_TRUE(vm.ok()) << vm.status();
+  if (!vm.ok()) return {};
+  for (const auto& [name, t] : inputs) {
+    absl::Status s = (*vm)->SetInput(name, t);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  absl::Status s = (*vm)->Run();
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return {};
+  return *(*vm)->GetOutputs();
 }
 
 }  // namespace dynvm::compiler

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/compiler.h"
@@ -22,6 +24,12 @@ struct Compiled {
 // Compiles `m` and loads the bytes; a failure of either is a test failure (with the module
 // dumped) and returns an empty Compiled (exe null).
 Compiled CompileOrDie(Module& m, CompileOptions options = {});
+
+// Runs `exe` on a new VM of `threads` threads with `inputs` set by name and returns its
+// outputs; any failure is a test failure and returns no outputs.
+std::vector<Tensor> RunOrDie(const std::shared_ptr<const Executable>& exe,
+                             const std::vector<std::pair<std::string, Tensor>>& inputs,
+                             int threads = 1);
 
 }  // namespace dynvm::compiler
 

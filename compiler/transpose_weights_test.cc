@@ -21,24 +21,6 @@
 namespace dynvm::compiler {
 namespace {
 
-std::vector<Tensor> RunOrDie(const std::shared_ptr<const Executable>& exe,
-                             const std::vector<std::pair<std::string, Tensor>>& inputs,
-                             int threads) {
-  VmOptions o;
-  o.num_threads = threads;
-  absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe, o);
-  EXPECT_TRUE(vm.ok()) << vm.status();
-  if (!vm.ok()) return {};
-  for (const auto& [name, t] : inputs) {
-    absl::Status s = (*vm)->SetInput(name, t);
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  absl::Status s = (*vm)->Run();
-  EXPECT_TRUE(s.ok()) << s;
-  if (!s.ok()) return {};
-  return *(*vm)->GetOutputs();
-}
-
 Tensor RefMatMul(const Tensor& a, const Tensor& b) {
   testing::KernelCall call("MatMul");
   call.In(a).In(b).Out(DType::kF32);
