@@ -123,8 +123,10 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
     std::vector<std::string> disabled = options.disabled_rewrites;
     const bool unstack = std::erase(disabled, std::string("unstack_loop_carried")) == 0;
     std::erase(disabled, std::string(kTransposeWeightsSwitch));
+    const bool pack_weights = std::erase(disabled, std::string(kPackWeightsSwitch)) == 0;
     rewrite::RewriteOptions rewrites{std::move(disabled), options.device};
-    rewrites.other_switches = {"unstack_loop_carried", std::string(kTransposeWeightsSwitch)};
+    rewrites.other_switches = {"unstack_loop_carried", std::string(kTransposeWeightsSwitch),
+                               std::string(kPackWeightsSwitch)};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));
@@ -174,7 +176,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
            }});
-    // Decode-shaped products read constant weights as [N, K] rows (compiler/transpose_weights.h).
+    // Decode-shaped products read constant weights as panels of 16 columns or [N, K] rows
+    // (compiler/transpose_weights.h); kPackWeightsSwitch turns the panels off.
     // Not when weights are quantized (quantize_weights takes MatMul's [K, N] weights) nor off
     // the CPU; kTransposeWeightsSwitch in disabled_rewrites turns it off (A/B).
     const bool transpose_weights =
@@ -182,9 +185,12 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
         std::find(options.disabled_rewrites.begin(), options.disabled_rewrites.end(),
                   kTransposeWeightsSwitch) == options.disabled_rewrites.end();
     if (transpose_weights) {
-      p.Add({"transpose_weights", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
-               result.transposed_weights = TransposeConstantWeights(m);
-               return result.transposed_weights > 0;
+      p.Add({"transpose_weights", true, true,
+             [&result, pack_weights](Module& m) -> absl::StatusOr<bool> {
+               const WeightLayouts done = TransposeConstantWeights(m, pack_weights);
+               result.transposed_weights = done.transposed;
+               result.packed_weights = done.packed;
+               return done.transposed + done.packed > 0;
              }});
     }
     p.Add({"dead_code", false, false, [](Module& m) -> absl::StatusOr<bool> {
@@ -308,6 +314,7 @@ std::string CompileResult::ReportText() const {
   }
   if (!rewrites.empty()) {
     absl::StrAppendFormat(&out, "transpose_weights: %d\n", transposed_weights);
+    absl::StrAppendFormat(&out, "pack_weights: %d\n", packed_weights);
   }
   for (const auto& [what, count] : conv_fusion) {
     absl::StrAppendFormat(&out, "conv_fusion %s: %d\n", what, count);

@@ -5,18 +5,27 @@
 // the GEMV reading W [K, N] runs cpu::Gemv's axpy form (a tile of outputs updated by every row
 // of W); reading [N, K] it runs the dot form (four outputs' rows streamed at a time), which
 // reaches more of the memory bandwidth on the same bytes from rows of 1024 floats (docs/llm.md).
-// Prompt-sized products run oneDNN's GEMM with the transposed operand (kernels/dnnl/matmul.cc: the
-// brgemm primitive from two rows, the layout of every Gemm(transB = 1) export).
+// The packed GEMM's panels (16 columns, for each k 16 floats) are one sequential stream per
+// panel and read faster than both at every shape measured (cpu_q4gemv_benchmark --filter f3 on
+// the Zen 4 EPYC, 1 thread, GB/s dot / axpy / panels: N 1408 x K 512 12.7 / 19.1 / 23.2,
+// 8192 x 512 13.0 / 18.6 / 21.8, 512 x 1408 27.9 / 14.6 / 30.7, 512 x 512 13.4 / 13.2 / 25.1,
+// 4096 x 4096 24.3 / - / 30.5; docs/results/f32-panel-gemv-2026-11-29.txt and
+// llm-s7-f32pack-2026-11-29.txt), so a weight only MatMuls read is stored as panels whatever its
+// shape; a prompt's product runs the packed GEMM on them (kernels/dnnl/matmul.cc). A weight a
+// dynvm::Linear reads is transposed instead (the Linear kernel has no packed-B form), where the
+// dot form wins (DotFormReadsFaster); its prompt-sized products read the transposed operand in
+// place (oneDNN's transposed-B GEMM).
 //
-// Which weights: a constant f32 of rank 2 with at least kMinElements elements (below that both
-// forms read from cache) whose rows the dot form reads faster (DotFormReadsFaster), every use of
-// which is the B operand of an ONNX MatMul or of a dynvm::Linear with trans_b = 0 (not a graph
-// output, not read by anything else, so nothing needs the [K, N] layout and the weight stays stored
-// once), and at least one of those products may have few rows at run time: its A's rows (the
-// product of every dim but the last) are not all constants, or are at most kFewRows. A weight read
-// only by products of known large row counts (a fixed-shape encoder) keeps its layout.
+// Which weights: a constant f32 of rank 2 with at least kMinElements elements (below that every
+// form reads from cache), every use of which is the B operand of an ONNX MatMul or of a
+// dynvm::Linear with trans_b = 0 (not a graph output, not read by anything else, so nothing needs
+// the [K, N] layout and the weight stays stored once), and at least one of those products may
+// have few rows at run time: its A's rows (the product of every dim but the last) are not all
+// constants, or are at most kFewRows. A weight read only by products of known large row counts
+// (a fixed-shape encoder) keeps its layout.
 #include "compiler/transpose_weights.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -38,6 +47,7 @@ constexpr int64_t kFewRows = 16;
 // from K = 1024 the dot form won at every N tried: 2816 x 1024 22.8 / 16.8, 1024 x 2816 26.2 /
 // 18.1, 4096 x 4096 21.0 / 17.2). Such weights keep [K, N].
 constexpr int64_t kLongRows = 1024;
+constexpr int64_t kPanel = 16;  // kernels/cpu/packed_gemm.h
 
 bool DotFormReadsFaster(int64_t k, int64_t n) { return k >= kLongRows || k >= n; }
 
@@ -55,8 +65,7 @@ struct Candidate {
 bool IsCandidateWeight(const Value* v) {
   if (v == nullptr || !v->constant.has_value() || v->kind != ObjectKind::kTensor) return false;
   const Tensor& t = *v->constant;
-  return t.dtype() == DType::kF32 && t.rank() == 2 && t.numel() >= kMinElements &&
-         DotFormReadsFaster(t.dim(0), t.dim(1));
+  return t.dtype() == DType::kF32 && t.rank() == 2 && t.numel() >= kMinElements;
 }
 
 // Whether A (the product's first operand) may have at most kFewRows rows at run time.
@@ -116,6 +125,25 @@ void Collect(Graph& g, Found& found) {
   }
 }
 
+// W [K, N] as the packed GEMM's panels [ceil(N / 16), K, 16] (zeros past N).
+Tensor Panels(const Tensor& w) {
+  const int64_t k = w.dim(0), n = w.dim(1), s0 = w.stride(0), s1 = w.stride(1);
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  Tensor t = *Tensor::Empty(DType::kF32, {panels, k, kPanel});
+  const float* src = w.data<float>();
+  float* dst = t.data<float>();
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t i = 0; i < k; ++i) {
+      float* row = dst + (p * k + i) * kPanel;
+      for (int64_t c = 0; c < kPanel; ++c) {
+        const int64_t j = p * kPanel + c;
+        row[c] = j < n ? src[i * s0 + j * s1] : 0.0f;
+      }
+    }
+  }
+  return t;
+}
+
 // W [K, N] as a dense [N, K] tensor.
 Tensor Transposed(const Tensor& w) {
   const int64_t k = w.dim(0), n = w.dim(1), s0 = w.stride(0), s1 = w.stride(1);
@@ -130,14 +158,28 @@ Tensor Transposed(const Tensor& w) {
 
 }  // namespace
 
-int TransposeConstantWeights(Module& module) {
+WeightLayouts TransposeConstantWeights(Module& module, bool pack) {
   Found found;
   for (Function& f : module.functions()) Collect(*f.graph, found);
-  int count = 0;
+  WeightLayouts count;
   for (Value* w : found.order) {
     const Candidate& c = found.by_value.at(w);
     if (c.refused || !c.few_rows || c.uses.empty()) continue;
-    Value* wt = module.NewConstant(Transposed(*w->constant), "", w->is_weight);
+    const Tensor& t = *w->constant;
+    const bool products_only =
+        std::none_of(c.uses.begin(), c.uses.end(), [](const Use& u) { return u.linear; });
+    if (pack && products_only) {
+      Value* wp = module.NewConstant(Panels(t), "", w->is_weight);
+      for (const Use& u : c.uses) {
+        u.node->inputs[1] = wp;
+        u.node->domain = ops::kDynvmDomain;
+        u.node->attrs["b_packed_n"] = AttrInt(t.dim(1));
+      }
+      ++count.packed;
+      continue;
+    }
+    if (!DotFormReadsFaster(t.dim(0), t.dim(1))) continue;
+    Value* wt = module.NewConstant(Transposed(t), "", w->is_weight);
     for (const Use& u : c.uses) {
       u.node->inputs[1] = wt;
       if (u.linear) {
@@ -147,7 +189,7 @@ int TransposeConstantWeights(Module& module) {
         u.node->attrs["b_perm"] = AttrInts({1, 0});
       }
     }
-    ++count;
+    ++count.transposed;
   }
   return count;
 }

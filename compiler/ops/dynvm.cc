@@ -39,6 +39,9 @@
 //                      semantics (identity when a perm is absent); the kernels read A and B
 //                      through the permuted strides, no copy (compiler/rewrite/
 //                      matmul_transpose.cc; kernels/reference/matmul.cc has the definition).
+//                      With b_packed_n = N, B is a [K, N] matrix stored as the packed GEMM's
+//                      panels [ceil(N / 16), K, 16] (B[k, j] at [j / 16, k, j % 16], zeros past
+//                      N; kernels/cpu/packed_gemm.h), no b_perm (compiler/pack_weights.h).
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -119,6 +122,21 @@ absl::Status InferLinear(InferContext& c) {
   return absl::OkStatus();
 }
 
+// The logical [K, N] of a packed B (b_packed_n = N): panels [ceil(N / 16), K, 16]
+// (kernels/cpu/packed_gemm.h; compiler/pack_weights.h makes them).
+absl::StatusOr<std::vector<Dim>> PackedBDims(InferContext& c, const std::vector<Dim>& b,
+                                             int64_t n) {
+  if (c.HasAttr("b_perm")) return c.Error("MatMul: b_perm with a packed B (b_packed_n)");
+  if (b.size() != 3) return c.Error("MatMul: a packed B (b_packed_n) must be [N / 16, K, 16]");
+  const std::optional<int64_t> panels = SymbolicContext::AsConst(b[0]),
+                               width = SymbolicContext::AsConst(b[2]);
+  if ((panels && *panels != (n + 15) / 16) || (width && *width != 16)) {
+    return c.Error(absl::StrCat("MatMul: a packed B of N = ", n, " must be [", (n + 15) / 16,
+                                ", K, 16]"));
+  }
+  return std::vector<Dim>{b[1], c.sym().Const(n)};
+}
+
 absl::Status InferPermutedMatMul(InferContext& c) {
   if (c.num_inputs() != 2 || c.num_outputs() != 1 || !c.has_input(0) || !c.has_input(1)) {
     return c.Error("MatMul takes (A, B) and has one output");
@@ -131,7 +149,13 @@ absl::Status InferPermutedMatMul(InferContext& c) {
   }
   if (a->empty() || b->empty()) return c.Error("MatMul inputs must have rank >= 1");
   DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> sa, PermutedDims(c, *a, "a_perm"));
-  DYNVM_ASSIGN_OR_RETURN(std::vector<Dim> sb, PermutedDims(c, *b, "b_perm"));
+  DYNVM_ASSIGN_OR_RETURN(const int64_t packed_n, c.GetInt("b_packed_n", -1));
+  std::vector<Dim> sb;
+  if (packed_n >= 0) {
+    DYNVM_ASSIGN_OR_RETURN(sb, PackedBDims(c, *b, packed_n));
+  } else {
+    DYNVM_ASSIGN_OR_RETURN(sb, PermutedDims(c, *b, "b_perm"));
+  }
   const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
   if (a1) sa.insert(sa.begin(), c.sym().Const(1));
   if (b1) sb.push_back(c.sym().Const(1));

@@ -96,6 +96,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
@@ -203,6 +204,9 @@ absl::Status SplitSgemm(const KernelContext& ctx, const Operand& a, const Operan
   return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
 }
 
+// Panels per range of a split product on packed B: the packed GEMM's column block (8 panels).
+constexpr int64_t kPackedPanelGrain = cpu::packed_gemm::kColBlock / cpu::packed_gemm::kPanel;
+
 // Products of at least this many rows (after folding) whose B is read transposed (a [N, K]
 // weight: Gemm transB, a Linear layer) run the fixed-shape matmul primitive (brgemm) with its
 // scratchpad from the VM's pool: dnnl_sgemm's transposed-B path is slower there. Everything else
@@ -281,11 +285,20 @@ struct MatMulState : KernelState {
 // stride, which compiler/rewrite/matmul_transpose.cc never makes).
 class MatMulKernel final : public DnnlKernel {
  public:
-  MatMulKernel(std::string name, std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {})
-      : DnnlKernel(std::move(name)), a_perm_(std::move(a_perm)), b_perm_(std::move(b_perm)) {}
+  MatMulKernel(std::string name, std::vector<int64_t> a_perm = {}, std::vector<int64_t> b_perm = {},
+               int64_t packed_n = -1)
+      : DnnlKernel(std::move(name)),
+        a_perm_(std::move(a_perm)),
+        b_perm_(std::move(b_perm)),
+        packed_n_(packed_n) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
+    if (packed_n_ >= 0) {
+      absl::StatusOr<Tensor> a = reference::PermutedView(*in[0], a_perm_, "MatMul", "a_perm");
+      if (!a.ok()) return RunFallback(ctx, in, out);  // reports the bad permutation
+      return RunPacked(ctx, *a, *in[1], in, out);
+    }
     if (a_perm_.empty() && b_perm_.empty()) return RunOn(ctx, *in[0], *in[1], in, out);
     absl::StatusOr<Tensor> a = reference::PermutedView(*in[0], a_perm_, "MatMul", "a_perm");
     absl::StatusOr<Tensor> b = reference::PermutedView(*in[1], b_perm_, "MatMul", "b_perm");
@@ -466,7 +479,57 @@ class MatMulKernel final : public DnnlKernel {
     return absl::OkStatus();
   }
 
+  // A x B with B the packed GEMM's panels [ceil(N / 16), K, 16] (b_packed_n = N): one row (a
+  // decode step) runs packed_gemm::MultiplyVector, more rows packed_gemm::Multiply, both split
+  // over the pool by ranges of panels (columns), so each output's summation order is the same
+  // at any thread count. A's leading dims are the rows (a strided A is packed into the
+  // workspace first).
+  absl::Status RunPacked(KernelContext& ctx, const Tensor& a, const Tensor& b, Inputs in,
+                         Outputs out) const {
+    using cpu::packed_gemm::kPanel;
+    const int64_t n = packed_n_, panels = (n + kPanel - 1) / kPanel;
+    if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.rank() == 0 || b.rank() != 3 ||
+        b.dim(0) != panels || b.dim(1) != a.dim(a.rank() - 1) || b.dim(2) != kPanel ||
+        !b.is_contiguous()) {
+      return RunFallback(ctx, in, out);  // the reference kernel reports the error
+    }
+    const int64_t k = b.dim(1), m = a.numel() / std::max<int64_t>(k, 1);
+    Dims out_dims(a.dims().begin(), a.dims().end() - 1);
+    out_dims.push_back(n);
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "MatMul"));
+    Tensor& y = *out[0];
+    if (y.numel() == 0) return absl::OkStatus();
+    float* py = y.data<float>();
+    if (k == 0) {
+      std::memset(py, 0, static_cast<size_t>(y.nbytes()));
+      return absl::OkStatus();
+    }
+    const float* pa = a.data<float>();
+    if (!a.is_contiguous()) {
+      DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(a.nbytes())));
+      float* dense = static_cast<float*>(ws);
+      reference::ForEachOffset<1>(a.dims(), {a.strides()},
+                                  [&](int64_t o) { *dense++ = pa[o]; });
+      pa = static_cast<const float*>(ws);
+    }
+    const float* pb = b.data<float>();
+    const bool split = m == 1 ? m * n * k >= kMinParallelGemv : m * n * k >= kMinParallelGemm;
+    const int64_t grain = split ? kPackedPanelGrain : panels;
+    ctx.ParallelFor(panels, grain, [&](int64_t p0, int64_t p1) {
+      if (m == 1) {
+        cpu::packed_gemm::MultiplyVector(p0, p1, n, k, pa, pb, py);
+        return;
+      }
+      const int64_t j0 = p0 * kPanel, cols = std::min(n, p1 * kPanel) - j0;
+      cpu::packed_gemm::Multiply(0, m, cols, k, pa, k, pb + j0 * k, py + j0, n,
+                                 [](int64_t, int64_t, int64_t, int64_t) {});
+    });
+    return absl::OkStatus();
+  }
+
   std::vector<int64_t> a_perm_, b_perm_;  // empty: identity
+  int64_t packed_n_;                      // b_packed_n, or -1
 };
 
 // ---- Gemm ----
@@ -628,6 +691,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePermutedMatMul(const KernelSpec& s
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> a_perm, spec.GetInts("a_perm"));
   DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> b_perm, spec.GetInts("b_perm"));
+  DYNVM_ASSIGN_OR_RETURN(const int64_t packed_n, spec.GetInt("b_packed_n", -1));
+  if (packed_n >= 0) {
+    if (!b_perm.empty()) {
+      return absl::InvalidArgumentError("MatMul: b_perm with a packed B (b_packed_n)");
+    }
+    return std::make_unique<MatMulKernel>(KernelName(spec, "packed"), std::move(a_perm),
+                                          std::move(b_perm), packed_n);
+  }
   return std::make_unique<MatMulKernel>(KernelName(spec, "sgemm+brgemm"), std::move(a_perm),
                                         std::move(b_perm));
 }

@@ -5,7 +5,8 @@
 // streams a row of B into a row of accumulators. A is read through its strides; a B whose rows
 // are not contiguous (a transposed B, as in Gemm with transB) is first packed into the
 // workspace. dynvm::MatMul (compiler/rewrite/matmul_transpose.cc) is MatMul on views of its
-// operands through the permutations a_perm and b_perm: the same loops, reading the strides.
+// operands through the permutations a_perm and b_perm: the same loops, reading the strides; with
+// b_packed_n its B is the packed GEMM's panels (compiler/pack_weights.h), read by index.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -189,13 +190,55 @@ absl::Status RunMatMul(const void*, KernelContext& ctx, Inputs in, Outputs out) 
 
 struct PermutedMatMulAttrs {
   std::vector<int64_t> a_perm, b_perm;  // empty: identity
+  int64_t packed_n = -1;                // b_packed_n: B is panels of 16 columns (below)
 };
+
+constexpr int64_t kPanel = 16;
+
+// A x B with B [K, N] stored as panels [ceil(N / 16), K, 16] (b_packed_n = N; B[k, j] at
+// [j / 16, k, j % 16], zeros past N; kernels/cpu/packed_gemm.h): each output summed over k in
+// order from element (j / 16, k, j % 16), read by index, in f32 like MatMul above. A's leading
+// dims are the rows.
+absl::Status RunPackedMatMul(const Tensor& a, const Tensor& b, int64_t n, KernelContext& ctx,
+                             Tensor* y) {
+  if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat("MatMul: a packed B (b_packed_n) takes f32, got ",
+                                                 a.DebugString(), " and ", b.DebugString()));
+  }
+  const int64_t k = a.rank() == 0 ? 0 : a.dim(a.rank() - 1);
+  if (a.rank() == 0 || b.rank() != 3 || b.dim(0) != (n + kPanel - 1) / kPanel ||
+      b.dim(1) != k || b.dim(2) != kPanel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: A ", a.ShapeString(), " and a packed B of N = ", n, " must be [..., ",
+                     "K] and [", (n + kPanel - 1) / kPanel, ", K, 16], got B ", b.ShapeString()));
+  }
+  Dims out_dims(a.dims().begin(), a.dims().end() - 1);
+  out_dims.push_back(n);
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, y, DType::kF32, out_dims, "MatMul"));
+  const absl::Span<const int64_t> rows_dims = a.dims().first(a.rank() - 1);
+  const Dims rows_strides(a.strides().begin(), a.strides().end() - 1);
+  const int64_t sak = a.stride(a.rank() - 1), sb0 = b.stride(0), sb1 = b.stride(1),
+                sb2 = b.stride(2);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y->data<float>();
+  ForEachOffset<1>(rows_dims, {absl::MakeConstSpan(rows_strides)}, [&](int64_t oa) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float* col = pb + (j / kPanel) * sb0 + (j % kPanel) * sb2;
+      float acc = 0.0f;
+      for (int64_t q = 0; q < k; ++q) acc += pa[oa + q * sak] * col[q * sb1];
+      *py++ = acc;
+    }
+  });
+  return absl::OkStatus();
+}
 
 // Runs the MatMul above on views of A and B through the permuted strides (no copy).
 absl::Status RunPermutedMatMul(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
   const auto& p = *static_cast<const PermutedMatMulAttrs*>(attrs);
   DYNVM_RETURN_IF_ERROR(CheckPresent(in, 2, out, "MatMul"));
   DYNVM_ASSIGN_OR_RETURN(Tensor a, PermutedView(*in[0], p.a_perm, "MatMul", "a_perm"));
+  if (p.packed_n >= 0) return RunPackedMatMul(a, *in[1], p.packed_n, ctx, out[0]);
   DYNVM_ASSIGN_OR_RETURN(Tensor b, PermutedView(*in[1], p.b_perm, "MatMul", "b_perm"));
   const Tensor* views[2] = {&a, &b};
   return RunMatMul(nullptr, ctx, views, out);
@@ -320,6 +363,10 @@ void RegisterMatmulKernels(KernelRegistry& r) {
         PermutedMatMulAttrs p;
         DYNVM_ASSIGN_OR_RETURN(p.a_perm, spec.GetInts("a_perm"));
         DYNVM_ASSIGN_OR_RETURN(p.b_perm, spec.GetInts("b_perm"));
+        DYNVM_ASSIGN_OR_RETURN(p.packed_n, spec.GetInt("b_packed_n", -1));
+        if (p.packed_n >= 0 && !p.b_perm.empty()) {
+          return absl::InvalidArgumentError("MatMul: b_perm with a packed B (b_packed_n)");
+        }
         return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunPermutedMatMul,
                                                 std::make_shared<const PermutedMatMulAttrs>(p));
       }});
