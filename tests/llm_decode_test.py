@@ -45,7 +45,10 @@ from export_charlm import philox_uniform, sample_rows  # noqa: E402
 MARGIN = 5e-4
 NEW = 48
 # (name, layers, heads, kv_heads, head_dim, vocab, width, ffn)
-CASES = [("gqa", 2, 4, 2, 16, 128, 64, 128), ("mha", 1, 4, 4, 8, 96, 32, 64)]
+# "wide": weights of at least 16K floats, which vm-compile stores as panels of 16 columns
+# (compiler/transpose_weights.h; the others' are below the rule's size and stay plain).
+CASES = [("gqa", 2, 4, 2, 16, 128, 64, 128), ("mha", 1, 4, 4, 8, 96, 32, 64),
+         ("wide", 1, 4, 2, 32, 128, 128, 256)]
 
 
 def run(cmd, ok=True):
@@ -147,7 +150,11 @@ def check_case(args, case, tmp, failures):
     for q in ("f32", "int8"):
         dvms[q] = os.path.join(tmp, f"{name}-{q}.dvm")
         extra = [] if q == "f32" else ["--quantize-weights", "int8", "--quantize-min-bytes", "0"]
-        run([args.vm_compile, path, "-o", dvms[q], "--decode"] + extra)
+        r = run([args.vm_compile, path, "-o", dvms[q], "--decode", "--report"] + extra)
+        packed = [ln for ln in r.stdout.splitlines() if ln.startswith("pack_weights: ")]
+        want_packed = "pack_weights: 6" if name == "wide" and q == "f32" else "pack_weights: 0"
+        if q == "f32" and packed != [want_packed]:
+            failures.append(f"{name}: vm-compile --report says {packed}, want {want_packed}")
     rng = np.random.default_rng(3)
     for batch, plen in ((1, 1), (2, 7), (3, 16)):
         for _ in range(20):

@@ -1,5 +1,6 @@
 // dynvm::Linear on dynvm's packed GEMM (kernels/cpu/packed_gemm.h; a constant weight with an
-// activation) against the reference kernel. The microkernel itself: kernels/cpu/gemm_test.cc.
+// activation) against the reference kernel, and dynvm::MatMul on a weight stored as the panels
+// (b_packed_n) against a double-precision sum. The microkernel itself: kernels/cpu/gemm_test.cc.
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 #include "kernels/thread_pool.h"
@@ -85,6 +87,117 @@ TEST(PackedGemm, LinearWithConstantWeightsMatchesTheReference) {
     }
   }
   ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// dynvm::MatMul(A, panels, b_packed_n = N) (compiler/transpose_weights.h stores such weights):
+// the oneDNN kernel (MultiplyVector at one row, packed_gemm::Multiply above, split by panels)
+// at every microkernel level and the reference kernel (the panels read by index), at 1 and 2
+// threads, against the sum in double of A times the plain [K, N] weight: one row (rank-1 and
+// rank-2 A), a prompt's rows in a batch, odd K and N (N not a multiple of 16, padded with
+// zeros), K = 1, sizes that split on the pool; and the same bits at 1 and 2 threads.
+TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  std::mt19937 rng(23);
+  struct Case {
+    std::vector<int64_t> a_dims;
+    int64_t n;
+  };
+  const std::vector<Case> cases = {
+      {{300}, 70},   {{1, 300}, 257}, {{1, 1, 1024}, 200}, {{2, 7, 37}, 17},
+      {{130, 300}, 70}, {{3, 1}, 33},  {{1, 5}, 1},         {{64, 512}, 144},
+  };
+  for (const Case& c : cases) {
+    const int64_t k = c.a_dims.back(), n = c.n;
+    SCOPED_TRACE(absl::StrCat("A ", DimsString(c.a_dims), " N ", n));
+    const Tensor a = RandomTensor(c.a_dims, rng), w = RandomTensor({k, n}, rng);
+    Tensor panels = *Tensor::Empty(DType::kF32, {(n + 15) / 16, k, 16});
+    cpu::packed_gemm::Pack('N', k, n, w.data<float>(), n, panels.data<float>());
+    const int64_t m = a.numel() / k;
+    std::vector<double> want(static_cast<size_t>(m * n)), scale(want.size());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, abs_sum = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          const double p = double{a.data<float>()[i * k + q]} * w.data<float>()[q * n + j];
+          sum += p;
+          abs_sum += std::abs(p);
+        }
+        want[i * n + j] = sum;
+        scale[i * n + j] = abs_sum;
+      }
+    }
+    std::vector<int64_t> out_dims(c.a_dims.begin(), c.a_dims.end() - 1);
+    out_dims.push_back(n);
+    KernelCall call("MatMul", "dynvm");
+    call.In(a).In(panels).Out(DType::kF32).Attr("b_packed_n", n);
+    auto check = [&](const Tensor& y) {
+      ASSERT_EQ(y.dims(), absl::MakeConstSpan(out_dims));
+      const std::vector<double> g = testing::ToDoubles(y);
+      for (size_t j = 0; j < g.size(); ++j) {
+        // The rounding bound of a sum of k products in float: k u (u = 2^-24), plus one rounding.
+        ASSERT_NEAR(g[j], want[j], (static_cast<double>(k) + 1) * 0x1p-24 * scale[j])
+            << "element " << j;
+      }
+    };
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("reference threads=", threads));
+      KernelCall ref = call;
+      ref.Backend("reference");
+      absl::StatusOr<std::vector<Tensor>> r = ref.Run(threads);
+      ASSERT_TRUE(r.ok()) << r.status();
+      check((*r)[0]);
+    }
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    EXPECT_NE((*kernel)->name().find("packed"), std::string::npos) << (*kernel)->name();
+    for (cpu::Isa isa : cpu::SupportedIsas()) {
+      cpu::ScopedIsaForTesting level(isa);
+      std::vector<double> first;
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " threads=", threads));
+        KernelContext ctx(&HeapAllocator::Get(), threads);
+        Tensor y;
+        Tensor* outs[1] = {&y};
+        const absl::Status st = (*kernel)->Run(ctx, {&a, &panels}, outs);
+        ASSERT_TRUE(st.ok()) << st;
+        check(y);
+        if (threads == 1) {
+          first = testing::ToDoubles(y);
+        } else {
+          EXPECT_EQ(testing::ToDoubles(y), first) << "the bits depend on the thread count";
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// A packed B whose shape does not fit b_packed_n or A's K, and b_perm beside b_packed_n, are
+// errors that name the problem (the oneDNN kernel's fallback reports them too).
+TEST(PackedGemm, MatMulOnPackedWeightsRejectsBadShapes) {
+  std::mt19937 rng(29);
+  const Tensor a = RandomTensor({2, 40}, rng);
+  for (const std::vector<int64_t>& b_dims :
+       {std::vector<int64_t>{2, 40, 16}, std::vector<int64_t>{3, 41, 16},
+        std::vector<int64_t>{3, 40, 8}, std::vector<int64_t>{40, 33}}) {
+    SCOPED_TRACE(DimsString(b_dims));
+    const Tensor b = RandomTensor(b_dims, rng);
+    for (const char* backend : {"reference", "dnnl"}) {
+      KernelCall call("MatMul", "dynvm");
+      call.In(a).In(b).Out(DType::kF32).Attr("b_packed_n", int64_t{33}).Backend(backend);
+      absl::StatusOr<std::vector<Tensor>> r = call.Run(1);
+      ASSERT_FALSE(r.ok()) << backend;
+      EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+      EXPECT_NE(r.status().message().find("packed B"), std::string::npos) << r.status();
+    }
+  }
+  KernelCall both("MatMul", "dynvm");
+  both.In(a).In(RandomTensor({3, 40, 16}, rng)).Out(DType::kF32);
+  both.Attr("b_packed_n", int64_t{33}).Attr("b_perm", std::vector<int64_t>{1, 0});
+  EXPECT_FALSE(both.Run(1).ok());
 }
 
 }  // namespace
