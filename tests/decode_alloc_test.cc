@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
 #include "gtest/gtest.h"
@@ -205,6 +206,55 @@ TEST_P(DecodeAllocTest, DecodeStepsMakeNoSystemAllocatorCalls) {
   }
 #endif
   EXPECT_LE(preferred, allowed);
+}
+
+// A decode step's products on weights stored as panels of 16 columns (dynvm::MatMul with
+// b_packed_n, compiler/transpose_weights.h; the models above are below the rule's size): after
+// a prompt-sized run and a one-row run, 30 more one-row runs call malloc exactly as often as 10,
+// with the reference and the preferred kernels, at 1 and 2 threads.
+TEST(DecodeAllocPanelsTest, OneRowProductsOnPanelsMakeNoSystemAllocatorCalls) {
+  constexpr int64_t kK = 256;
+  compiler::Module m;
+  compiler::GraphBuilder b(m.AddFunction("main"));
+  compiler::Value* x = b.Input("x", DType::kF32, {compiler::DimSpec("rows"), kK});
+  Tensor w = *Tensor::Empty(DType::kF32, {kK, kK});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(i % 7) - 3.0f;
+  compiler::Value* h = b.Op("MatMul", {x, b.Constant(w, "w", true)});
+  b.Output("y", b.Op("MatMul", {h, b.Constant(w, "w2", true)}));
+  absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(m, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_GE(compiled->packed_weights, 1);
+  Tensor one = *Tensor::Empty(DType::kF32, {1, kK}), many = *Tensor::Empty(DType::kF32, {64, kK});
+  for (Tensor* t : {&one, &many}) {
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = 0.01f * static_cast<float>(i % 5);
+  }
+  for (const BackendPolicy& backends : {BackendPolicy{{"reference"}}, BackendPolicy{}}) {
+    for (const int threads : {1, 2}) {
+      LoadOptions options;
+      options.backends = backends;
+      absl::StatusOr<std::shared_ptr<const Executable>> exe =
+          Executable::LoadFromBytes(compiled->bytes, options);
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      VmOptions vo;
+      vo.num_threads = threads;
+      absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(*exe, vo);
+      ASSERT_TRUE(vm.ok()) << vm.status();
+      auto calls = [&](const Tensor& in, int runs) -> int64_t {
+        g_calls = 0;
+        g_counting = true;
+        for (int r = 0; r < runs; ++r) {
+          EXPECT_TRUE((*vm)->SetInput("x", in).ok());
+          EXPECT_TRUE((*vm)->Run().ok());
+        }
+        g_counting = false;
+        return g_calls.load();
+      };
+      calls(many, 2);
+      calls(one, 2);
+      const int64_t short_run = calls(one, 10), long_run = calls(one, 40);
+      EXPECT_EQ(long_run, short_run) << "threads " << threads;
+    }
+  }
 }
 
 // The counter is live: a run that allocates per step is seen (the counting is not vacuous).
