@@ -28,6 +28,7 @@
 namespace dynvm::cpu {
 namespace {
 
+using packed_gemm::kDeepDepth;
 using packed_gemm::kDepth;
 using packed_gemm::Multiply;
 using packed_gemm::MultiplyVector;
@@ -207,6 +208,52 @@ TEST(PackedGemm, Avx2AndAvx512AgreeBitForBit) {
              [](int64_t, int64_t, int64_t, int64_t) {});
   }
   EXPECT_EQ(c[0], c[1]);
+}
+
+// K in blocks of kDeepDepth (dynvm::MatMul on panels) at every level, over K of several deep
+// blocks, with rows of a partial tile: within the rounding bound of the double-precision sum,
+// and the same as kDepth's blocks where K fits one deep block's first kDepth (K = kDepth).
+TEST(PackedGemm, DeepDepthBlocksMatchADoubleSum) {
+  std::mt19937 rng(9);
+  const int64_t m = 29, n = 37, k = 2 * kDeepDepth + 13;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), w(k * n);
+  for (float& v : a) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  std::unique_ptr<float, Free> packed = PackedBuffer(k, n);
+  Pack('N', k, n, w.data(), n, packed.get());
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsaForTesting level(isa);
+    std::vector<float> c[2] = {std::vector<float>(m * n), std::vector<float>(m * n)};
+    for (int i = 0; i < 2; ++i) {
+      Multiply(
+          0, m, n, k, a.data(), k, packed.get(), c[i].data(), n,
+          [](int64_t, int64_t, int64_t, int64_t) {}, i == 0 ? kDepth : kDeepDepth);
+    }
+    EXPECT_NE(c[0], c[1]);  // block sums added through C: another rounding order
+    {
+      std::vector<float> d[2] = {std::vector<float>(m * n), std::vector<float>(m * n)};
+      for (int i = 0; i < 2; ++i) {
+        Multiply(
+            0, m, n, kDepth, a.data(), k, packed.get(), d[i].data(), n,
+            [](int64_t, int64_t, int64_t, int64_t) {}, i == 0 ? kDepth : kDeepDepth);
+      }
+      EXPECT_EQ(d[0], d[1]);
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, scale = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          sum += double{a[i * k + q]} * w[q * n + j];
+          scale += std::abs(double{a[i * k + q]} * w[q * n + j]);
+        }
+        worst = std::max(worst, std::abs(c[1][i * n + j] - sum) / ((k + 1) * 0x1p-24 * scale));
+      }
+    }
+    EXPECT_LE(worst, 1.0);
+  }
 }
 
 // Pack's layout: panel p holds B[q][16p + j] at 16 K p + 16 q + j, zeros past N.

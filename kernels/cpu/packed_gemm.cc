@@ -363,7 +363,8 @@ void Pack(char trans, int64_t k, int64_t n, const float* w, int64_t ldw, float* 
 
 void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
               const float* packed, float* c, int64_t ldc,
-              absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue) {
+              absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
+              int64_t depth_block) {
   const auto column_block = internal::Table().packed_gemm_column_block;
   // Row blocks of equal size (multiples of the tile's 6 rows, at most kRowBlock): each block
   // reads all of packed B once, so no short last block. A row block is packed once, over all
@@ -375,14 +376,14 @@ void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int6
   for (int64_t r0 = i0; r0 < i1; r0 += block_rows) {
     const int64_t r1 = std::min(i1, r0 + block_rows), rows = r1 - r0;
     const int64_t tiles_rows = (rows + kRows - 1) / kRows * kRows;
-    for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
-      PackA(rows, std::min(kDepth, k - q0), a + r0 * lda + q0, lda,
+    for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
+      PackA(rows, std::min(depth_block, k - q0), a + r0 * lda + q0, lda,
             a_packed.data() + tiles_rows * q0);
     }
     for (int64_t j0 = 0; j0 < n; j0 += kColBlock) {
       const int64_t j1 = std::min(n, j0 + kColBlock);
-      for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
-        const int64_t depth = std::min(kDepth, k - q0);
+      for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
+        const int64_t depth = std::min(depth_block, k - q0);
         column_block(rows, depth, a_packed.data() + tiles_rows * q0, packed + j0 * k + q0 * kPanel,
                      k * kPanel, c + r0 * ldc + j0, ldc, j1 - j0, q0 > 0);
       }

@@ -522,8 +522,9 @@ class MatMulKernel final : public DnnlKernel {
         return;
       }
       const int64_t j0 = p0 * kPanel, cols = std::min(n, p1 * kPanel) - j0;
-      cpu::packed_gemm::Multiply(0, m, cols, k, pa, k, pb + j0 * k, py + j0, n,
-                                 [](int64_t, int64_t, int64_t, int64_t) {});
+      cpu::packed_gemm::Multiply(
+          0, m, cols, k, pa, k, pb + j0 * k, py + j0, n, [](int64_t, int64_t, int64_t, int64_t) {},
+          cpu::packed_gemm::kDeepDepth);
     });
     return absl::OkStatus();
   }
