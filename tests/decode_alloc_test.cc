@@ -226,7 +226,8 @@ TEST(DecodeAllocPanelsTest, OneRowProductsOnPanelsMakeNoSystemAllocatorCalls) {
   ASSERT_GE(compiled->packed_weights, 1);
   Tensor one = *Tensor::Empty(DType::kF32, {1, kK}), many = *Tensor::Empty(DType::kF32, {64, kK});
   for (Tensor* t : {&one, &many}) {
-    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = 0.01f * static_cast<float>(i % 5);
+    for (int64_t i = 0; i < t->numel(); ++i)
+      t->data<float>()[i] = 0.01f * static_cast<float>(i % 5);
   }
   for (const BackendPolicy& backends : {BackendPolicy{{"reference"}}, BackendPolicy{}}) {
     for (const int threads : {1, 2}) {

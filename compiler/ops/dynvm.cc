@@ -131,8 +131,8 @@ absl::StatusOr<std::vector<Dim>> PackedBDims(InferContext& c, const std::vector<
   const std::optional<int64_t> panels = SymbolicContext::AsConst(b[0]),
                                width = SymbolicContext::AsConst(b[2]);
   if ((panels && *panels != (n + 15) / 16) || (width && *width != 16)) {
-    return c.Error(absl::StrCat("MatMul: a packed B of N = ", n, " must be [", (n + 15) / 16,
-                                ", K, 16]"));
+    return c.Error(
+        absl::StrCat("MatMul: a packed B of N = ", n, " must be [", (n + 15) / 16, ", K, 16]"));
   }
   return std::vector<Dim>{b[1], c.sym().Const(n)};
 }

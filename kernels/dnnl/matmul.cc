@@ -496,8 +496,7 @@ class MatMulKernel final : public DnnlKernel {
     const int64_t k = b.dim(1), m = a.numel() / std::max<int64_t>(k, 1);
     Dims out_dims(a.dims().begin(), a.dims().end() - 1);
     out_dims.push_back(n);
-    DYNVM_RETURN_IF_ERROR(
-        reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "MatMul"));
+    DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "MatMul"));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
     float* py = y.data<float>();
@@ -509,8 +508,7 @@ class MatMulKernel final : public DnnlKernel {
     if (!a.is_contiguous()) {
       DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(static_cast<size_t>(a.nbytes())));
       float* dense = static_cast<float*>(ws);
-      reference::ForEachOffset<1>(a.dims(), {a.strides()},
-                                  [&](int64_t o) { *dense++ = pa[o]; });
+      reference::ForEachOffset<1>(a.dims(), {a.strides()}, [&](int64_t o) { *dense++ = pa[o]; });
       pa = static_cast<const float*>(ws);
     }
     const float* pb = b.data<float>();

@@ -2,6 +2,8 @@
 // activation) against the reference kernel, and dynvm::MatMul on a weight stored as the panels
 // (b_packed_n) against a double-precision sum. The microkernel itself: kernels/cpu/gemm_test.cc.
 
+#include "kernels/cpu/packed_gemm.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,7 +17,6 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/packed_gemm.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 #include "kernels/thread_pool.h"
@@ -104,8 +105,8 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
     int64_t n;
   };
   const std::vector<Case> cases = {
-      {{300}, 70},   {{1, 300}, 257}, {{1, 1, 1024}, 200}, {{2, 7, 37}, 17},
-      {{130, 300}, 70}, {{3, 1}, 33},  {{1, 5}, 1},         {{64, 512}, 144},
+      {{300}, 70},      {{1, 300}, 257}, {{1, 1, 1024}, 200}, {{2, 7, 37}, 17},
+      {{130, 300}, 70}, {{3, 1}, 33},    {{1, 5}, 1},         {{64, 512}, 144},
   };
   for (const Case& c : cases) {
     const int64_t k = c.a_dims.back(), n = c.n;

@@ -206,8 +206,8 @@ absl::Status RunPackedMatMul(const Tensor& a, const Tensor& b, int64_t n, Kernel
                                                  a.DebugString(), " and ", b.DebugString()));
   }
   const int64_t k = a.rank() == 0 ? 0 : a.dim(a.rank() - 1);
-  if (a.rank() == 0 || b.rank() != 3 || b.dim(0) != (n + kPanel - 1) / kPanel ||
-      b.dim(1) != k || b.dim(2) != kPanel) {
+  if (a.rank() == 0 || b.rank() != 3 || b.dim(0) != (n + kPanel - 1) / kPanel || b.dim(1) != k ||
+      b.dim(2) != kPanel) {
     return absl::InvalidArgumentError(
         absl::StrCat("MatMul: A ", a.ShapeString(), " and a packed B of N = ", n, " must be [..., ",
                      "K] and [", (n + kPanel - 1) / kPanel, ", K, 16], got B ", b.ShapeString()));
