@@ -176,6 +176,42 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
+// A read through a_perm (a strided view, which the oneDNN kernel copies into its workspace)
+// beside a packed B: both kernels against the double sum of the transposed A times W.
+TEST(PackedGemm, MatMulOnPackedWeightsReadsAPermutedA) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  std::mt19937 rng(31);
+  const int64_t k = 300, m = 9, n = 50;
+  const Tensor at = RandomTensor({k, m}, rng), w = RandomTensor({k, n}, rng);
+  Tensor panels = *Tensor::Empty(DType::kF32, {(n + 15) / 16, k, 16});
+  cpu::packed_gemm::Pack('N', k, n, w.data<float>(), n, panels.data<float>());
+  for (const char* backend : {"reference", "dnnl"}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(backend, " threads=", threads));
+      KernelCall call("MatMul", "dynvm");
+      call.In(at).In(panels).Out(DType::kF32).Attr("b_packed_n", n);
+      call.Attr("a_perm", std::vector<int64_t>{1, 0}).Backend(backend);
+      absl::StatusOr<std::vector<Tensor>> r = call.Run(threads);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ((*r)[0].dims(), absl::MakeConstSpan(std::vector<int64_t>{m, n}));
+      const std::vector<double> g = testing::ToDoubles((*r)[0]);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0, scale = 0;
+          for (int64_t q = 0; q < k; ++q) {
+            const double p = double{at.data<float>()[q * m + i]} * w.data<float>()[q * n + j];
+            sum += p;
+            scale += std::abs(p);
+          }
+          ASSERT_NEAR(g[i * n + j], sum, (k + 1) * 0x1p-24 * scale) << i << " " << j;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
 // A packed B whose shape does not fit b_packed_n or A's K, and b_perm beside b_packed_n, are
 // errors that name the problem (the oneDNN kernel's fallback reports them too).
 TEST(PackedGemm, MatMulOnPackedWeightsRejectsBadShapes) {
