@@ -207,7 +207,13 @@ class Connection final : public httplib::Stream {
 
 // The connection the calling thread serves (null outside a request): a handler's runs stop
 // when its client goes away.
-thread_local const Connection* current_connection = nullptr;
+thread_local Connection* current_connection = nullptr;
+
+// Sends the held head of the current connection's response now (a stream's, before a run that
+// may take long to its first event).
+void SendHeadNow() {
+  if (current_connection != nullptr) current_connection->Flush();
+}
 
 // A cancellation check for a run serving the current connection: true once its client closed
 // the connection. Looks at the socket at most once a millisecond (the VM calls it at every
@@ -497,6 +503,7 @@ void HandleGenerate(Service& service, const httplib::Request& req, httplib::Resp
           if (!sink.write(line.data(), line.size())) cancelled->store(true);
           return !cancelled->load();
         };
+        SendHeadNow();
         absl::Status s = service.Generate(
             *m, *held, *in, call,
             [&](const std::string& piece) {
