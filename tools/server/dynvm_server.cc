@@ -4,7 +4,7 @@
 //   dynvm-server --model-repository DIR [--host 127.0.0.1] [--http-port 8000]
 //                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES]
 //                [--grpc-poller poll|epoll1|default] [--max-body-bytes 64m]
-//                [--drain-timeout-s 30] [--access-log -|FILE|off] [--spin-us 50]
+//                [--drain-timeout-s 30] [--access-log -|FILE|off] [--spin-us 100]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
 // ("dynvm-server: listening http=H:P grpc=H:P grpc_poller=E"). SIGTERM or SIGINT: the server stops
@@ -34,7 +34,7 @@ namespace {
 
 constexpr char kProgram[] = "dynvm-server";
 // --spin-us's default (docs/serving.md, "Measurements").
-constexpr int64_t kDefaultSpinUs = 50;
+constexpr int64_t kDefaultSpinUs = 100;
 
 int Main(int argc, char** argv) {
   std::string repo_dir, host = "127.0.0.1", access_log = "-", grpc_poller = "poll";
