@@ -4,7 +4,7 @@
 //   dynvm-server --model-repository DIR [--host 127.0.0.1] [--http-port 8000]
 //                [--grpc-port 8001] [--http-threads 64] [--grpc-threads CORES]
 //                [--grpc-poller poll|epoll1|default] [--max-body-bytes 64m]
-//                [--drain-timeout-s 30] [--access-log -|FILE|off]
+//                [--drain-timeout-s 30] [--access-log -|FILE|off] [--spin-us 100]
 //
 // Port 0 picks a free port; the ports in use are printed on one line once both listen
 // ("dynvm-server: listening http=H:P grpc=H:P grpc_poller=E"). SIGTERM or SIGINT: the server stops
@@ -33,12 +33,15 @@
 namespace {
 
 constexpr char kProgram[] = "dynvm-server";
+// --spin-us's default (docs/serving.md, "Measurements").
+constexpr int64_t kDefaultSpinUs = 100;
 
 int Main(int argc, char** argv) {
   std::string repo_dir, host = "127.0.0.1", access_log = "-", grpc_poller = "poll";
   int64_t http_port = 8000, grpc_port = 8001, http_threads = 64, drain_s = 30;
   int64_t grpc_threads = std::max(2u, std::thread::hardware_concurrency());
   int64_t max_body = int64_t{64} << 20;
+  int64_t spin_us = kDefaultSpinUs;
   dynvm::cli::FlagParser flags(kProgram,
                                "--model-repository DIR [--host H] [--http-port N] [--grpc-port N]");
   flags.AddString("--model-repository", &repo_dir,
@@ -58,6 +61,11 @@ int Main(int argc, char** argv) {
   flags.AddInt("--max-body-bytes", &max_body, "largest request body (default 64m)", true);
   flags.AddInt("--drain-timeout-s", &drain_s, "on SIGTERM, seconds to finish accepted requests");
   flags.AddString("--access-log", &access_log, "- (stderr, default), a FILE, or off");
+  flags.AddInt("--spin-us", &spin_us,
+               absl::StrCat("microseconds a serving thread that just served a request looks for "
+                            "the next one without blocking before it blocks (0: never; at most "
+                            "half the cores spin at once; default ",
+                            kDefaultSpinUs, ")"));
   // Debian's abseil is built without NDEBUG, so every absl::Mutex (gRPC's locks are ones)
   // would keep a global lock-order graph for deadlock detection on each lock.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -75,10 +83,10 @@ int Main(int argc, char** argv) {
       return dynvm::cli::ReportError(kProgram, absl::StrCat("port ", port, " is out of range"));
   }
   if (http_threads < 1 || http_threads > 4096 || grpc_threads < 1 || grpc_threads > 4096 ||
-      drain_s < 0 || max_body < 1)
-    return dynvm::cli::ReportError(
-        kProgram,
-        "--http-threads, --grpc-threads, --drain-timeout-s or --max-body-bytes out of range");
+      drain_s < 0 || max_body < 1 || spin_us < 0 || spin_us > 1000000)
+    return dynvm::cli::ReportError(kProgram,
+                                   "--http-threads, --grpc-threads, --drain-timeout-s, "
+                                   "--max-body-bytes or --spin-us out of range");
   if (grpc_poller != "default" && grpc_poller != "poll" && grpc_poller != "epoll1")
     return dynvm::cli::ReportError(
         kProgram, absl::StrCat("--grpc-poller ", grpc_poller, ": not default, poll or epoll1"));
@@ -110,13 +118,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s: warning: %s\n", kProgram, std::string(s.message()).c_str());
   }
   dynvm::server::Service service(repo, log);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  dynvm::server::SpinPolicy spin(spin_us, cores / 2);
   absl::StatusOr<std::unique_ptr<dynvm::server::HttpFrontend>> http =
       dynvm::server::HttpFrontend::Start(service, host, static_cast<int>(http_port),
-                                         static_cast<int>(http_threads), max_body);
+                                         static_cast<int>(http_threads), max_body, spin);
   if (!http.ok()) return dynvm::cli::ReportError(kProgram, http.status());
   absl::StatusOr<std::unique_ptr<dynvm::server::GrpcFrontend>> grpc =
       dynvm::server::GrpcFrontend::Start(service, host, static_cast<int>(grpc_port), max_body,
-                                         static_cast<int>(grpc_threads));
+                                         static_cast<int>(grpc_threads), spin);
   if (!grpc.ok()) return dynvm::cli::ReportError(kProgram, grpc.status());
   // The polling engine gRPC was asked for (GRPC_POLL_STRATEGY from the caller's environment
   // under --grpc-poller default, "default" when unset): tests and operators read it here.

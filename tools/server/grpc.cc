@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/support/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/strings.h"
 #include "tools/server/grpc_codec.h"
@@ -273,10 +274,14 @@ struct AsyncCall {
 // another is idle. While a run lasts over a millisecond, its cancellation check takes the
 // queue's pending events without blocking: that is how a client that went away is seen (its
 // call's done event), with no other thread involved.
+//
+// Between events the thread spins (SpinPolicy: non-blocking looks at the queue, which poll the
+// connections for the next call) before it blocks in Next.
 class InferWorker {
  public:
-  InferWorker(InferenceService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq)
-      : service_(service), cq_(std::move(cq)) {}
+  InferWorker(InferenceService& service, std::unique_ptr<grpc::ServerCompletionQueue> cq,
+              SpinPolicy& spin)
+      : service_(service), cq_(std::move(cq)), spin_(spin) {}
 
   // Shuts the queue down; no call is requested on it after this (a request on a shut-down
   // queue is a gRPC assertion: a SIGTERM right after start could come before this worker's
@@ -292,10 +297,25 @@ class InferWorker {
     Request();
     void* tag = nullptr;
     bool ok = false;
-    while (cq_->Next(&tag, &ok)) Event(static_cast<AsyncCall::Tag*>(tag), ok);
+    for (;;) {
+      grpc::CompletionQueue::NextStatus status = grpc::CompletionQueue::TIMEOUT;
+      spin_.Spin([&] {
+        status = cq_->AsyncNext(&tag, &ok, Immediately());
+        return status != grpc::CompletionQueue::TIMEOUT;
+      });
+      if (status == grpc::CompletionQueue::TIMEOUT)
+        status = cq_->Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT
+                                      : grpc::CompletionQueue::SHUTDOWN;
+      if (status == grpc::CompletionQueue::SHUTDOWN) return;
+      Event(static_cast<AsyncCall::Tag*>(tag), ok);
+    }
   }
 
  private:
+  // A deadline already past: AsyncNext polls once without blocking. (A deadline of "now"
+  // would be rounded up to gRPC's next millisecond and could block until then.)
+  static gpr_timespec Immediately() { return gpr_inf_past(GPR_CLOCK_MONOTONIC); }
+
   void Request() {
     std::lock_guard<std::mutex> lock(mu_);  // uncontended but at shutdown
     if (closed_) return;
@@ -337,8 +357,7 @@ class InferWorker {
       bool ok = false;
       // Only this call's done event and earlier calls' end events can be pending here: no
       // other call is requested while this one runs.
-      while (cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now()) ==
-             grpc::CompletionQueue::GOT_EVENT) {
+      while (cq_->AsyncNext(&tag, &ok, Immediately()) == grpc::CompletionQueue::GOT_EVENT) {
         Event(static_cast<AsyncCall::Tag*>(tag), ok);
       }
       return call->cancelled;
@@ -356,6 +375,7 @@ class InferWorker {
 
   InferenceService& service_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  SpinPolicy& spin_;
   std::mutex mu_;        // orders Request() against ShutdownQueue()
   bool closed_ = false;  // guarded by mu_
 };
@@ -369,7 +389,8 @@ struct GrpcFrontend::Workers {
 absl::StatusOr<std::unique_ptr<GrpcFrontend>> GrpcFrontend::Start(Service& service,
                                                                   const std::string& host, int port,
                                                                   int64_t max_message_bytes,
-                                                                  int infer_threads) {
+                                                                  int infer_threads,
+                                                                  SpinPolicy& spin) {
   std::unique_ptr<GrpcFrontend> f(new GrpcFrontend());
   auto inference = std::make_unique<InferenceService>(service);
   grpc::ServerBuilder builder;
@@ -382,7 +403,7 @@ absl::StatusOr<std::unique_ptr<GrpcFrontend>> GrpcFrontend::Start(Service& servi
   auto workers = std::make_unique<Workers>();
   for (int i = 0; i < std::max(1, infer_threads); ++i) {
     workers->list.push_back(
-        std::make_unique<InferWorker>(*inference, builder.AddCompletionQueue()));
+        std::make_unique<InferWorker>(*inference, builder.AddCompletionQueue(), spin));
   }
   f->server_ = builder.BuildAndStart();
   if (f->server_ == nullptr || f->port_ == 0)

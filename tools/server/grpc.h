@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tools/server/service.h"
+#include "tools/server/spin.h"
 
 namespace grpc {
 class Server;
@@ -23,11 +24,12 @@ namespace dynvm::server {
 class GrpcFrontend {
  public:
   // Listens on host:port (0 = any free port). ModelInfer is served by `infer_threads` threads,
-  // each with its own completion queue; the other methods by gRPC's synchronous threads.
+  // each with its own completion queue, spinning by `spin` (not owned; outlives the frontend)
+  // between calls; the other methods by gRPC's synchronous threads.
   static absl::StatusOr<std::unique_ptr<GrpcFrontend>> Start(Service& service,
                                                              const std::string& host, int port,
                                                              int64_t max_message_bytes,
-                                                             int infer_threads);
+                                                             int infer_threads, SpinPolicy& spin);
   ~GrpcFrontend();
   int port() const { return port_; }
   // Stops accepting; waits up to `drain` for the calls in progress, then cancels them.

@@ -1,7 +1,18 @@
 #include "tools/server/http.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,7 +36,249 @@ constexpr char kModel[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
 // write, which costs less than a second system call.
 constexpr int64_t kTailFromBytes = int64_t{128} << 10;
 
+// Connections waiting to be accepted (the kernel caps it at net.core.somaxconn).
+constexpr int kListenBacklog = 1024;
+
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+int Millis(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
+
+// One kept-alive HTTP connection as cpp-httplib's Stream, served by the thread that accepted it
+// from the listener (ServingServer below):
+// - reads are buffered (httplib reads a request's head a byte at a time) and try the socket
+//   before polling it, so a request already there costs one recv;
+// - the first write of each response (its status line and headers) is held and sent with the
+//   next write (the body) in one sendmsg, or at the end of the request, or before a read has to
+//   wait (a "100 Continue" must reach the client before its body comes);
+// - PeerClosed() tells whether the client closed its side, for a run to stop when its client
+//   went away.
+class Connection final : public httplib::Stream {
+ public:
+  Connection(int fd, int read_timeout_ms, int write_timeout_ms, SpinPolicy& spin)
+      : fd_(fd),
+        read_timeout_ms_(read_timeout_ms),
+        write_timeout_ms_(write_timeout_ms),
+        spin_(spin) {}
+
+  bool is_readable() const override { return begin_ < end_ || Poll(POLLIN, read_timeout_ms_) > 0; }
+  bool is_writable() const override { return Poll(POLLOUT, write_timeout_ms_) > 0; }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (begin_ < end_) {
+      const size_t n = std::min(size, end_ - begin_);
+      std::memcpy(ptr, buffer_ + begin_, n);
+      begin_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    // Large reads (a body) go to the caller's memory; small ones fill the buffer.
+    const bool direct = size >= sizeof(buffer_);
+    char* to = direct ? ptr : buffer_;
+    const size_t want = direct ? size : sizeof(buffer_);
+    ssize_t n = recv(fd_, to, want, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The rest of a request (a client may send its head and body apart): spin, then block.
+      if (!Flush()) return -1;
+      if (!spin_.Spin([&] { return Poll(POLLIN, 0) != 0; }) && Poll(POLLIN, read_timeout_ms_) <= 0)
+        return -1;
+      n = recv(fd_, to, want, MSG_DONTWAIT);
+    }
+    if (n <= 0 || direct) return n;
+    begin_ = 0;
+    end_ = static_cast<size_t>(n);
+    return read(ptr, size);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (hold_next_ && size <= kHoldBytes) {
+      hold_next_ = false;
+      held_.assign(ptr, size);
+      return static_cast<ssize_t>(size);
+    }
+    hold_next_ = false;
+    return SendAll(ptr, size) ? static_cast<ssize_t>(size) : -1;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(getsockname, ip, port);
+  }
+  int socket() const override { return fd_; }
+
+  // Called before each request: its response's first write is held.
+  void StartRequest() { hold_next_ = true; }
+  // Sends what is held; false when the connection failed.
+  bool Flush() {
+    hold_next_ = false;
+    return held_.empty() || SendAll(nullptr, 0);
+  }
+  // Whether the next request's first bytes are here (already read, or waiting in the socket);
+  // true too when the socket has an error or the client closed it (the read then says so).
+  bool RequestReady() const { return begin_ < end_ || Poll(POLLIN, 0) != 0; }
+  // Blocks until the next request comes (true), or until `stop_fd` is readable or
+  // `timeout_ms` passed (false).
+  bool WaitForRequest(int stop_fd, int timeout_ms) const {
+    if (begin_ < end_) return true;
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    int n;
+    do {
+      n = poll(fds, 2, timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    return n > 0 && fds[1].revents == 0 && fds[0].revents != 0;
+  }
+  // Whether the client has closed the connection (or it failed): a cheap non-blocking check.
+  bool PeerClosed() const {
+    pollfd p = {fd_, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
+ private:
+  static constexpr size_t kHoldBytes = 16 << 10;
+
+  int Poll(int16_t events, int timeout_ms) const {
+    pollfd p = {fd_, events, 0};
+    int n;
+    do {
+      n = poll(&p, 1, timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  // Sends the held bytes, then `size` bytes at `ptr`, all of them (one sendmsg when the socket
+  // takes them).
+  bool SendAll(const char* ptr, size_t size) {
+    size_t held_sent = 0;
+    while (held_sent < held_.size() || size > 0) {
+      iovec iov[2];
+      int count = 0;
+      if (held_sent < held_.size())
+        iov[count++] = {held_.data() + held_sent, held_.size() - held_sent};
+      if (size > 0) iov[count++] = {const_cast<char*>(ptr), size};
+      msghdr msg = {};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK) && Poll(POLLOUT, write_timeout_ms_) > 0)
+          continue;
+        held_.clear();
+        return false;
+      }
+      size_t sent = static_cast<size_t>(n);
+      const size_t from_held = std::min(sent, held_.size() - held_sent);
+      held_sent += from_held;
+      sent -= from_held;
+      ptr += sent;
+      size -= sent;
+    }
+    held_.clear();
+    return true;
+  }
+
+  void Address(int (*get)(int, sockaddr*, socklen_t*), std::string& ip, int& port) const {
+    sockaddr_storage addr = {};
+    socklen_t len = sizeof(addr);
+    ip.clear();
+    port = 0;
+    if (get(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+      port = ntohs(a->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+      port = ntohs(a->sin6_port);
+    }
+    ip = text;
+  }
+
+  const int fd_;
+  const int read_timeout_ms_, write_timeout_ms_;
+  SpinPolicy& spin_;
+  char buffer_[4096];
+  size_t begin_ = 0, end_ = 0;  // the unread bytes of buffer_
+  bool hold_next_ = false;
+  std::string held_;
+};
+
+// The connection the calling thread serves (null outside a request): a handler's runs stop
+// when its client goes away.
+thread_local Connection* current_connection = nullptr;
+
+// Sends the held head of the current connection's response now (a stream's, before a run that
+// may take long to its first event).
+void SendHeadNow() {
+  if (current_connection != nullptr) current_connection->Flush();
+}
+
+// A cancellation check for a run serving the current connection: true once its client closed
+// the connection. Looks at the socket at most once a millisecond (the VM calls it at every
+// call and every 256 loop iterations).
+std::function<bool()> ClientGone() {
+  const Connection* c = current_connection;
+  if (c == nullptr) return nullptr;
+  return [c, last = absl::Now()]() mutable {
+    const absl::Time now = absl::Now();
+    if (now - last < absl::Milliseconds(1)) return false;
+    last = now;
+    return c->PeerClosed();
+  };
+}
+
+// cpp-httplib's server with its own connection loop (httplib 0.11's waits for the next
+// request on a kept-alive connection in 10 ms polls with 1 ms sleeps between them, and cannot
+// spin): between requests the serving thread spins (SpinPolicy) and then blocks in one poll
+// until the next request, the keep-alive timeout, or Stop.
+class ServingServer final : public httplib::Server {
+ public:
+  explicit ServingServer(SpinPolicy& spin) : spin_(spin), stop_fd_(eventfd(0, EFD_CLOEXEC)) {}
+  ~ServingServer() override {
+    if (stop_fd_ >= 0) close(stop_fd_);
+  }
+  bool valid() const { return stop_fd_ >= 0; }
+  // Listens again with a longer queue of pending connections: the packaged (compiled)
+  // cpp-httplib 0.11 listens with a backlog of 5, and a burst of clients opening connections at
+  // once overflows it (connections then wait for SYN retries, or are reset). After a bind.
+  bool SetBacklog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+  // Wakes every connection waiting for a request (they close), then stops the listener.
+  void Stop() {
+    const uint64_t one = 1;
+    if (::write(stop_fd_, &one, sizeof(one)) < 0) {
+      // An eventfd write fails only past its counter's limit: it is readable already.
+    }
+    stop();
+  }
+
+ private:
+  bool process_and_close_socket(int sock) override {
+    Connection conn(sock, Millis(read_timeout_sec_, read_timeout_usec_),
+                    Millis(write_timeout_sec_, write_timeout_usec_), spin_);
+    const int keep_alive_ms = static_cast<int>(keep_alive_timeout_sec_ * 1000);
+    bool ok = true;
+    for (size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+      if (!spin_.Spin([&] { return conn.RequestReady(); }) &&
+          !conn.WaitForRequest(stop_fd_, keep_alive_ms))
+        break;
+      bool closed = false;
+      conn.StartRequest();
+      current_connection = &conn;
+      ok = process_request(conn, left == 1, closed, nullptr);
+      current_connection = nullptr;
+      ok = conn.Flush() && ok;
+      if (!ok || closed) break;
+    }
+    shutdown(sock, SHUT_RDWR);
+    close(sock);
+    return ok;
+  }
+
+  SpinPolicy& spin_;
+  const int stop_fd_;
+};
 
 // One request's bookkeeping: answers it and records it (metrics and access log) once.
 class Exchange {
@@ -142,8 +395,9 @@ void HandleInfer(Service& service, const httplib::Request& req, httplib::Respons
   if (!parsed.ok()) return ex.Fail(parsed.status());
   std::vector<std::string> names;
   for (const RequestedOutput& o : parsed->outputs) names.push_back(o.name);
-  absl::StatusOr<std::vector<NamedTensor>> outputs = service.Infer(
-      *m, parsed->inputs, names, service.Context(*m, parsed->timeout_ms, nullptr), &ex.timing());
+  absl::StatusOr<std::vector<NamedTensor>> outputs =
+      service.Infer(*m, parsed->inputs, names,
+                    service.Context(*m, parsed->timeout_ms, ClientGone()), &ex.timing());
   if (!outputs.ok()) return ex.Fail(outputs.status());
   std::vector<bool> binary;
   for (size_t i = 0; i < outputs->size(); ++i) {
@@ -209,10 +463,14 @@ void HandleGenerate(Service& service, const httplib::Request& req, httplib::Resp
   if (!g.ok()) return ex->Fail(g.status());
   absl::StatusOr<std::vector<NamedTensor>> inputs = service.GenerateInputs(*m, *g);
   if (!inputs.ok()) return ex->Fail(inputs.status());
+  // Cancelled when a stream's next event cannot be written, or when the client closed the
+  // connection (before the first token, or a plain generate's client).
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  CallContext call = service.Context(*m, g->timeout_ms, [cancelled] { return cancelled->load(); });
+  CallContext call = service.Context(*m, g->timeout_ms, [cancelled, gone = ClientGone()] {
+    return cancelled->load() || (gone && gone());
+  });
   const absl::Time queued = absl::Now();
-  absl::StatusOr<Lease> lease = m->Acquire(call.deadline, nullptr);
+  absl::StatusOr<Lease> lease = m->Acquire(call.deadline, call.cancelled);
   ex->timing().queue = absl::ToDoubleSeconds(absl::Now() - queued);
   if (!lease.ok()) return ex->Fail(lease.status());
   if (!stream) {
@@ -245,6 +503,7 @@ void HandleGenerate(Service& service, const httplib::Request& req, httplib::Resp
           if (!sink.write(line.data(), line.size())) cancelled->store(true);
           return !cancelled->load();
         };
+        SendHeadNow();
         absl::Status s = service.Generate(
             *m, *held, *in, call,
             [&](const std::string& piece) {
@@ -372,10 +631,13 @@ void Routes(Service& service, httplib::Server& svr, int64_t max_body_bytes) {
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(Service& service,
                                                                   const std::string& host, int port,
                                                                   int threads,
-                                                                  int64_t max_body_bytes) {
+                                                                  int64_t max_body_bytes,
+                                                                  SpinPolicy& spin) {
   std::unique_ptr<HttpFrontend> f(new HttpFrontend());
-  f->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& svr = *f->server_;
+  auto server = std::make_unique<ServingServer>(spin);
+  if (!server->valid()) return absl::InternalError("cannot create an eventfd for the HTTP server");
+  ServingServer& svr = *server;
+  f->server_ = std::move(server);
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(static_cast<size_t>(max_body_bytes));
   svr.set_keep_alive_timeout(5);
@@ -390,12 +652,14 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(Service& servi
       return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":", port));
     f->port_ = port;
   }
+  if (!svr.SetBacklog(kListenBacklog))
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", host));
   f->thread_ = std::thread([&svr] { svr.listen_after_bind(); });
   return f;
 }
 
 void HttpFrontend::Stop() {
-  if (server_ != nullptr) server_->stop();
+  if (server_ != nullptr) static_cast<ServingServer*>(server_.get())->Stop();
   if (thread_.joinable()) thread_.join();
 }
 

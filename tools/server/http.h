@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/server/service.h"
+#include "tools/server/spin.h"
 
 namespace httplib {
 class Server;
@@ -20,10 +21,13 @@ namespace dynvm::server {
 
 class HttpFrontend {
  public:
-  // Binds host:port (0 = any free port); `threads` serve connections.
+  // Binds host:port (0 = any free port); `threads` serve connections, one each at a time:
+  // the thread that reads a request runs it. Between requests a thread spins by `spin`
+  // (not owned; outlives the frontend) before it blocks.
   static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(Service& service,
                                                              const std::string& host, int port,
-                                                             int threads, int64_t max_body_bytes);
+                                                             int threads, int64_t max_body_bytes,
+                                                             SpinPolicy& spin);
   ~HttpFrontend();
   int port() const { return port_; }
   // Stops accepting; returns when the requests being served have been answered.

@@ -2,16 +2,18 @@
 // token"), measured side by side in one process against a running server.
 //
 //   server-bench --model-repository DIR --model M --http-port P --grpc-port P [--rounds N]
-//                [--modes rest-json,rest-binary,grpc,grpc-b] [--grpc-port-b P]
+//                [--modes rest-json,rest-binary,grpc,rest-json-b,rest-binary-b,grpc-b]
+//                [--http-port-b P] [--grpc-port-b P]
 //                [--generate LM --prompt TEXT] [--throughput N [--throughput-via grpc|rest-binary]]
 //
 // Each round times, one after the other (interleaved, so a busy neighbour affects every mode
 // alike): the in-process run (SetInput, Run, GetOutput on a VM of the same executable, compiled
 // here from DIR/M/1/model.onnx), REST JSON, REST binary and gRPC raw on the server, each over
-// one kept-alive connection (with --grpc-port-b, gRPC raw against a second server too: an A/B
-// of two builds or flags). The model is compiled with the bounds of DIR/M/config.json; its
-// symbolic dims are 1, f32 inputs are filled with 0.5, integer ones with 0, bool ones false.
-// Printed: p50/p90/p99 per mode and each mode's p50 minus the in-process p50.
+// one kept-alive connection (with --http-port-b and --grpc-port-b, the same against a second
+// server too, call by call alternating with the first's: an A/B of two builds or flags). The model
+// is compiled with the bounds of DIR/M/config.json; its symbolic dims are 1, f32 inputs are filled
+// with 0.5, integer ones with 0, bool ones false. Printed: p50/p90/p99 per mode and each mode's p50
+// minus the in-process p50.
 //
 // With --generate LM: the first token of LM's decode loop in process (Run until the first
 // `emit`) against the first Server-Sent Event of generate_stream on a fresh connection.
@@ -349,7 +351,7 @@ struct Options {
   std::string repo, model, lm, prompt = "And it came to pass";
   std::string modes;  // --modes: comma-separated server modes to time (all when empty)
   std::string throughput_via = "grpc";  // --throughput-via: grpc or rest-binary
-  int64_t http_port = 8000, grpc_port = 8001, grpc_port_b = 0, rounds = 2000;
+  int64_t http_port = 8000, grpc_port = 8001, http_port_b = 0, grpc_port_b = 0, rounds = 2000;
   int64_t threads = 0;     // --throughput: threads (0 = no throughput run)
   int64_t server_pid = 0;  // --server-pid: the server's CPU time per call is printed too
   double seconds = 3;
@@ -631,6 +633,9 @@ int Main(int argc, char** argv) {
   flags.AddString("--prompt", &o.prompt, "the prompt for --generate");
   flags.AddInt("--http-port", &o.http_port, "the server's REST port");
   flags.AddInt("--grpc-port", &o.grpc_port, "the server's gRPC port");
+  flags.AddInt("--http-port-b", &o.http_port_b,
+               "a second server's REST port: modes rest-json-b and rest-binary-b time the REST "
+               "calls against it too, interleaved with the first's");
   flags.AddInt("--grpc-port-b", &o.grpc_port_b,
                "a second server's gRPC port: mode grpc-b times the gRPC calls against it too, "
                "interleaved with the first's (an A/B of two server builds or flags)");
@@ -639,8 +644,8 @@ int Main(int argc, char** argv) {
   flags.AddInt("--rounds", &o.rounds, "rounds (each times every mode once)");
   flags.AddString(
       "--modes", &o.modes,
-      "server modes to time, comma-separated (rest-json, rest-binary, grpc, grpc-b; default "
-      "all)");
+      "server modes to time, comma-separated (rest-json, rest-binary, grpc, rest-json-b, "
+      "rest-binary-b, grpc-b; default all)");
   flags.AddInt("--throughput", &o.threads,
                "N: also N in-process VMs on threads against N gRPC clients (runs/s)");
   flags.AddString("--throughput-via", &o.throughput_via,
@@ -680,14 +685,18 @@ int Main(int argc, char** argv) {
     const std::string& head = req->binary_head;
     const std::string binary_body = head + req->raw, json_body = req->json.dump();
     const std::string path = absl::StrCat("/v2/models/", o.model, "/infer");
-    RawHttpClient rest_json(static_cast<int>(o.http_port),
-                            HttpPost(path, "Content-Type: application/json\r\n", json_body));
-    RawHttpClient rest_binary(
-        static_cast<int>(o.http_port),
+    const std::string json_request =
+        HttpPost(path, "Content-Type: application/json\r\n", json_body);
+    const std::string binary_request =
         HttpPost(path,
                  absl::StrCat("Content-Type: application/octet-stream\r\n",
                               "Inference-Header-Content-Length: ", head.size(), "\r\n"),
-                 binary_body));
+                 binary_body);
+    RawHttpClient rest_json(static_cast<int>(o.http_port), json_request);
+    RawHttpClient rest_binary(static_cast<int>(o.http_port), binary_request);
+    // --http-port-b: the same REST calls to a second server.
+    RawHttpClient rest_json_b(static_cast<int>(o.http_port_b), json_request);
+    RawHttpClient rest_binary_b(static_cast<int>(o.http_port_b), binary_request);
     GrpcRawClient grpc_raw(static_cast<int>(o.grpc_port), greq);
     // --grpc-port-b: the same calls to a second server (an A/B of two builds or flags).
     std::unique_ptr<GrpcRawClient> grpc_raw_b;
@@ -702,16 +711,23 @@ int Main(int argc, char** argv) {
            return (*vm)->Run().ok() && (*vm)->GetOutputs().ok();
          }},
         {"REST JSON", [&] { return rest_json.Call(); }},
+        {"REST JSON B", [&] { return rest_json_b.Call(); }},
         {"REST binary", [&] { return rest_binary.Call(); }},
+        {"REST binary B", [&] { return rest_binary_b.Call(); }},
         {"gRPC raw", [&] { return grpc_raw.Call(); }},
         {"gRPC raw B", [&] { return grpc_raw_b->Call(); }},
     };
-    if (o.grpc_port_b <= 0) modes.pop_back();
+    std::erase_if(modes, [&](const auto& m) {
+      return (o.grpc_port_b <= 0 && m.first == "gRPC raw B") ||
+             (o.http_port_b <= 0 && (m.first == "REST JSON B" || m.first == "REST binary B"));
+    });
     if (!o.modes.empty()) {
       const std::vector<std::string> keep = absl::StrSplit(o.modes, ',');
       const std::map<std::string, std::string> names = {{"rest-json", "REST JSON"},
                                                         {"rest-binary", "REST binary"},
                                                         {"grpc", "gRPC raw"},
+                                                        {"rest-json-b", "REST JSON B"},
+                                                        {"rest-binary-b", "REST binary B"},
                                                         {"grpc-b", "gRPC raw B"}};
       std::vector<std::string> wanted;
       for (const std::string& k : keep) {
