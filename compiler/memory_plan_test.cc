@@ -161,17 +161,17 @@ void BuildCacheLoop(CacheLoop& c, bool extra_reader) {
   Value* q0 = b.Input("q", DType::kF32, {1, 1, 8});
   Value* k0 = b.Input("past_k", DType::kF32, {1, 2, 3, 4});
   Value* v0 = b.Input("past_v", DType::kF32, {1, 2, 3, 4});
-  std::vector<Value*> res = b.Loop(
-      trip, nullptr, {k0, v0}, 0,
-      [&](GraphBuilder& body, Value* iter, Value* cond, const std::vector<Value*>& carried) {
-        std::vector<Value*> outs =
-            body.Ops("Attention", {q0, q0, q0, nullptr, carried[0], carried[1]},
-                     {{"q_num_heads", AttrInt(2)}, {"kv_num_heads", AttrInt(2)}}, 3);
-        c.present_k = outs[1];
-        c.loop = outs[1]->producer->graph->owner;
-        if (extra_reader) body.Op("Neg", {carried[0]});
-        return std::vector<Value*>{cond, outs[1], outs[2]};
-      });
+  std::vector<Value*> res =
+      b.Loop(trip, nullptr, {k0, v0}, 0,
+             [&](GraphBuilder& body, Value* iter, Value* cond, const std::vector<Value*>& carried) {
+               std::vector<Value*> outs =
+                   body.Ops("Attention", {q0, q0, q0, nullptr, carried[0], carried[1]},
+                            {{"q_num_heads", AttrInt(2)}, {"kv_num_heads", AttrInt(2)}}, 3);
+               c.present_k = outs[1];
+               c.loop = outs[1]->producer->graph->owner;
+               if (extra_reader) body.Op("Neg", {carried[0]});
+               return std::vector<Value*>{cond, outs[1], outs[2]};
+             });
   b.Output("k", res[0]);
   b.Output("v", res[1]);
 }
