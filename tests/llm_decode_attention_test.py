@@ -9,9 +9,10 @@ random llama.Llama (ctest: llm_decode_attention_test).
   (prompts whose top-2 logit gap falls below 5e-4 at some step are redrawn, so float rounding
   cannot flip a token) and those of ONNX Runtime 1.30 running the same step model in a host
   loop (tools/bench/llm/ort_host_loop.js).
-- With every dim bounded, no system allocation after the first iteration (vm-run --stats) and
-  the KV cache appended in place: the compile report shows one growable storage per cache
-  input and no copy of the cache per token.
+- With every dim bounded, the compile report's loop_alloc_sites=0 and no system allocation of
+  the VM's pool after the first iteration (vm-run --stats): the KV cache is extended in place
+  (docs/llm.md), the tokens still PyTorch's.
+- MultiHeadAttention with packed QKV is refused at compile time naming the form.
 Exits 77 (a ctest skip) without PyTorch, python3-onnx or ONNX Runtime (onnxruntime-node: set
 DYNVM_ORT_DIR or see tests/differential/workers.py).
 
@@ -135,6 +136,22 @@ def check_bounded(args, variant, model, step, rng, tmp, failures):
         failures.append(f"{variant} bounded, 40 tokens: {after} (want after_first_iteration=0)")
 
 
+def check_refusal(args, lm, tmp, failures):
+    """A form dynvm does not run is refused at compile time naming it: MultiHeadAttention with
+    packed QKV (no key and value inputs; ONNX Runtime's CPU kernel has none either)."""
+    model = llama_step_fused.build(lm, "mha")
+    for node in model.graph.node:
+        if node.op_type == "MultiHeadAttention":
+            node.input[1] = ""
+            node.input[2] = ""
+    path = os.path.join(tmp, "mha_packed.onnx")
+    onnx.save(model, path)
+    r = run([args.vm_compile, path, "-o", path + ".dvm", "--decode"], ok=False)
+    want = "MultiHeadAttention (com.microsoft): key and value are required (packed QKV is not"
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"MultiHeadAttention packed QKV: exit {r.returncode}, {r.stderr}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vm-compile", required=True)
@@ -154,6 +171,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for variant in variants:
             check_variant(args, variant, lm, step, node_modules, tmp, failures)
+        check_refusal(args, lm, tmp, failures)
     for f in failures:
         print("FAIL", f)
     print(f"{'FAILED' if failures else 'PASSED'}: {len(variants)} step models "
