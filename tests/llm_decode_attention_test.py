@@ -35,8 +35,8 @@ except ImportError as e:  # pragma: no cover
     print(f"SKIP: {e} (install python3-torch and python3-onnx: tools/install-deps.sh test)")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
-sys.path.insert(0, os.path.join(HERE, "differential"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "models"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "differential"))
 import llama  # noqa: E402
 import llama_step  # noqa: E402
 import llama_step_fused  # noqa: E402
