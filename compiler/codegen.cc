@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -86,6 +87,7 @@ class FunctionCodegen {
   // null when unknown) when that has an upper bound below 2^31, else 16, grown geometrically
   // by append. The flag says whether it is bounded.
   std::pair<Dim, bool> GrowableCapacity(Dim total);
+  Dim GrowthPerIteration(const Value& next, int rank, uint32_t* axis);
   // The signature: input and output names, dtypes and dims; the symbol bounds.
   absl::Status EmitSignature();
   // The arena storages and the constants, at function entry.
@@ -530,6 +532,27 @@ Device FunctionCodegen::PlaceKernel(const Node& n, const std::vector<bool>& dyna
 
 absl::Status FunctionCodegen::EmitKernel(Node& n) {
   std::vector<uint32_t> ins, outs;
+  // Present outputs extended in place over their carried past (MemoryPlan::InPlacePresentOf):
+  // the kernel reads the past through a copy of the carried register's view, and the register,
+  // extended to the present's length, is the output.
+  std::vector<std::pair<const Value*, uint32_t>> past_views, in_place;
+  for (const Value* v : n.outputs) {
+    const Value* past = v != nullptr ? plan_.InPlacePresentOf(v) : nullptr;
+    if (past == nullptr) continue;
+    DYNVM_ASSIGN_OR_RETURN(const uint32_t carried, Tensor(past));
+    const uint32_t view = NewTensorReg(past);
+    bc_.Emit<op::Mov>(view, carried);
+    past_views.emplace_back(past, view);
+    in_place.emplace_back(v, carried);
+  }
+  auto find = [](const std::vector<std::pair<const Value*, uint32_t>>& list, const Value* v) {
+    auto it = std::find_if(list.begin(), list.end(), [v](const auto& e) { return e.first == v; });
+    return it == list.end() ? std::optional<uint32_t>() : std::optional<uint32_t>(it->second);
+  };
+  for (const auto& [v, carried] : in_place) {
+    DYNVM_ASSIGN_OR_RETURN(const uint32_t length, ValueWord((*v->shape)[2]));
+    bc_.Emit<op::Extend>(carried, 2u, length);
+  }
   for (const Value* v : n.inputs) {
     if (v == nullptr) {
       ins.push_back(isa::kAbsentRegister);
@@ -538,6 +561,10 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
     if (IsContainer(v)) {
       return absl::InvalidArgumentError(absl::StrCat(n.Label(), ": an input is a ", v->TypeString(),
                                                      "; ", n.op, " takes tensors"));
+    }
+    if (std::optional<uint32_t> view = find(past_views, v)) {
+      ins.push_back(*view);
+      continue;
     }
     DYNVM_ASSIGN_OR_RETURN(uint32_t r, Tensor(v));
     ins.push_back(r);
@@ -554,6 +581,11 @@ absl::Status FunctionCodegen::EmitKernel(Node& n) {
     const Value* v = n.outputs[i];
     if (v == nullptr) {
       outs.push_back(isa::kAbsentRegister);
+      continue;
+    }
+    if (std::optional<uint32_t> carried = find(in_place, v)) {
+      outs.push_back(*carried);
+      reg_[v] = *carried;
       continue;
     }
     const uint32_t reg = NewTensorReg(v);
@@ -660,6 +692,36 @@ struct FunctionCodegen::LoopEmission {
   std::vector<Capacity> capacities;
 };
 
+// How a growable carried value grows per iteration along its axis (set in *axis): the rows a
+// Concat appends, or the new keys an attention operator's present adds to its past (the
+// query's length for GroupQueryAttention, whose present may be longer: max(total, P)); null
+// when unknown.
+Dim FunctionCodegen::GrowthPerIteration(const Value& next, int rank, uint32_t* axis) {
+  const Node& p = *next.producer;
+  if (IsOnnx(p, ops::kConcat)) {
+    const int64_t a = p.attr("axis")->i;
+    *axis = static_cast<uint32_t>(a < 0 ? a + rank : a);
+    const Value* x = p.inputs[1];
+    return x->shape ? (*x->shape)[*axis] : nullptr;
+  }
+  *axis = 2;  // an attention present [B, heads, T, H]
+  const Value* past = plan_.InPlacePresentOf(&next);
+  if (past != nullptr && past->shape && next.shape) {
+    // The present's length less the past's, when that is a number; else the new keys'.
+    if (sym_.AsConst(sym_.Sub((*next.shape)[2], (*past->shape)[2]))) {
+      return sym_.Sub((*next.shape)[2], (*past->shape)[2]);
+    }
+  }
+  const bool gqa = p.op == "GroupQueryAttention";
+  const Value* keys =
+      gqa || p.inputs.size() < 2 || p.inputs[1] == nullptr ? p.inputs[0] : p.inputs[1];
+  if (keys == nullptr || !keys->shape) return nullptr;
+  const std::vector<Dim>& d = *keys->shape;
+  if (d.size() == 3) return d[1];          // [B, L, hidden]
+  if (d.size() == 4 && !gqa) return d[2];  // [B, N, L, H]
+  return nullptr;
+}
+
 std::pair<Dim, bool> FunctionCodegen::GrowableCapacity(Dim total) {
   if (total != nullptr) {
     if (auto ub = sym_.UpperBound(total); ub && *ub < (int64_t{1} << 31)) {
@@ -734,16 +796,13 @@ absl::Status FunctionCodegen::EmitCarriedInit(LoopEmission& loop) {
     const uint32_t reg = NewTensorReg(in);
     loop.carried[i] = reg;
     if (grow[i]) {
-      const Node& concat = *body->outputs[1 + i]->producer;
-      const int64_t axis_attr = concat.attr("axis")->i;
-      const uint32_t axis =
-          static_cast<uint32_t>(axis_attr < 0 ? axis_attr + init->rank() : axis_attr);
+      uint32_t axis = 0;
+      Dim step = GrowthPerIteration(*body->outputs[1 + i], init->rank(), &axis);
       DYNVM_ASSIGN_OR_RETURN(const std::vector<uint32_t> dims, DimWords(*init->shape));
       // The extent reached: the initial one plus one step per iteration.
-      const Value* x = concat.inputs[1];
       Dim total = nullptr;
-      if (loop.m && loop.m->content && x->shape) {
-        total = sym_.Add((*init->shape)[axis], sym_.Mul((*loop.m->content)[0], (*x->shape)[axis]));
+      if (loop.m && loop.m->content && step != nullptr) {
+        total = sym_.Add((*init->shape)[axis], sym_.Mul((*loop.m->content)[0], step));
       }
       const auto [cap_dim, bounded] = GrowableCapacity(total);
       DYNVM_ASSIGN_OR_RETURN(const uint32_t cap, ValueWord(cap_dim));

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "compiler/codegen.h"
 #include "compiler/conv_fusion.h"
+#include "compiler/memory_plan.h"
 #include "compiler/ops/names.h"
 #include "compiler/passes.h"
 #include "compiler/pipeline.h"
@@ -124,9 +125,10 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
     const bool unstack = std::erase(disabled, std::string("unstack_loop_carried")) == 0;
     std::erase(disabled, std::string(kTransposeWeightsSwitch));
     const bool pack_weights = std::erase(disabled, std::string(kPackWeightsSwitch)) == 0;
+    std::erase(disabled, std::string(kPresentInPlaceSwitch));  // the memory plan reads it
     rewrite::RewriteOptions rewrites{std::move(disabled), options.device};
     rewrites.other_switches = {"unstack_loop_carried", std::string(kTransposeWeightsSwitch),
-                               std::string(kPackWeightsSwitch)};
+                               std::string(kPackWeightsSwitch), std::string(kPresentInPlaceSwitch)};
     rewrites.keep_weight_products = quantize;  // quantize_weights takes MatMul/Gemm weights
     p.Add({"rewrite", true, false, [rewrites, &result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(result.rewrites, rewrite::ApplyRewrites(m, rewrites));

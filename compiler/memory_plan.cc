@@ -59,6 +59,23 @@ const std::vector<Use>& MemoryPlan::UsesOf(const Value* v) const {
   return it == uses_.end() ? kNone : it->second;
 }
 
+const Value* MemoryPlan::InPlacePresentOf(const Value* present) const {
+  auto it = in_place_present_.find(present);
+  return it == in_place_present_.end() ? nullptr : it->second;
+}
+
+// The input index of the past an attention operator's present output `out` (1: keys, 2:
+// values) extends, or -1: GroupQueryAttention's past_key/past_value are inputs 3/4,
+// MultiHeadAttention's 6/7, ONNX Attention 23's 4/5 (all [B, heads, P, H] -> [B, heads, T, H]).
+static int PastInputOf(const Node& n, size_t out) {
+  if (out != 1 && out != 2) return -1;
+  const int k = static_cast<int>(out) - 1;
+  if (n.domain == ops::kMsftDomain && n.op == "GroupQueryAttention") return 3 + k;
+  if (n.domain == ops::kMsftDomain && n.op == "MultiHeadAttention") return 6 + k;
+  if (IsOnnx(n, ops::kAttention)) return 4 + k;
+  return -1;
+}
+
 const std::vector<bool>& MemoryPlan::GrowableCarried(const Node* loop) const {
   static const std::vector<bool> kNone;
   auto it = growable_carried_.find(loop);
@@ -125,6 +142,7 @@ class Planner {
   absl::Status Classify(Graph& g);
   // Decides, for each loop-carried value, whether it grows by in-place appends.
   void PlanLoop(Node& loop);
+  bool PlanInPlacePresent(const Node& p, const Value* in, const Value* out);
   void PoolFunctionOutputs();
   void PoolContainerElements(Graph& g);
   void MarkMaterialized();
@@ -259,6 +277,8 @@ bool MemoryPlan::MayBeStrided(const Value* v, absl::flat_hash_set<const Value*>&
       concat = p->subgraph("body")->outputs[1 + k]->producer;
     }
   }
+  if (in_place_present_.contains(root)) return true;  // grown along axis 2
+  if (concat != nullptr && !IsOnnx(*concat, ops::kConcat)) return true;
   if (concat != nullptr) {
     const int64_t axis = concat->attr("axis")->i;
     return axis != 0 && axis != -concat->inputs[0]->rank();
@@ -408,7 +428,7 @@ absl::Status Planner::Classify(Graph& g) {
         info.store = Store::kRegister;  // sequences, optionals, and tensors taken out of them
         continue;
       }
-      if (plan_.append_nodes_.contains(&n)) {
+      if (plan_.append_nodes_.contains(&n) || plan_.in_place_present_.contains(v)) {
         info.store = Store::kRegister;
         continue;
       }
@@ -451,6 +471,10 @@ void Planner::PlanLoop(Node& loop) {
     const Value* out = body->outputs[1 + i];
     if (out == nullptr || out->producer == nullptr || out->graph != body) continue;
     const Node& p = *out->producer;
+    if (PlanInPlacePresent(p, in, out)) {
+      grow[i] = true;
+      continue;
+    }
     const AttrValue* axis = p.attr("axis");
     if (!IsOnnx(p, ops::kConcat) || p.inputs.size() != 2 || p.inputs[0] != in ||
         p.inputs[1] == in || axis == nullptr || in->rank() <= 0 || p.inputs[1] == nullptr ||
@@ -469,6 +493,32 @@ void Planner::PlanLoop(Node& loop) {
     grow[i] = true;
     plan_.append_nodes_.insert(&p);
   }
+}
+
+// A carried past read (as a tensor) only by the attention node whose present output is the
+// carried value's next value: the present is the past's growable storage extended in place.
+// The present must have a known shape (GroupQueryAttention's length max(total, P) is a run-time
+// size when total_sequence_length's content is unknown; the kernel allocates it then).
+bool Planner::PlanInPlacePresent(const Node& p, const Value* in, const Value* out) {
+  const std::vector<std::string>& off = opts_.disabled_rewrites;
+  if (std::find(off.begin(), off.end(), kPresentInPlaceSwitch) != off.end()) return false;
+  const size_t o = std::find(p.outputs.begin(), p.outputs.end(), out) - p.outputs.begin();
+  const int past = PastInputOf(p, o);
+  if (past < 0 || static_cast<size_t>(past) >= p.inputs.size() || p.inputs[past] != in ||
+      in->rank() != 4 || in->dtype != DType::kF32 || out->dynamic || !out->shape ||
+      out->shape->size() != 4) {
+    return false;
+  }
+  auto it = uses_.find(in);
+  if (it != uses_.end()) {
+    for (const auto& [node, graph] : it->second) {
+      if (node != &p && !(node != nullptr && IsLazyOp(*node))) return false;
+    }
+  }
+  // The node reads the past once, as that one input.
+  if (std::count(p.inputs.begin(), p.inputs.end(), in) != 1) return false;
+  plan_.in_place_present_[out] = in;
+  return true;
 }
 
 void Planner::Liveness() {

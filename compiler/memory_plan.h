@@ -29,6 +29,11 @@
 
 namespace dynvm::compiler {
 
+// --disable-rewrite attention_present_in_place (CompileOptions::disabled_rewrites): an attention
+// operator's present KV cache is written into fresh storage each iteration (past copied), not
+// extended in place over its loop-carried past (an A/B switch; docs/llm.md).
+inline constexpr char kPresentInPlaceSwitch[] = "attention_present_in_place";
+
 // Where a value's data lives.
 enum class Store : uint8_t {
   kNone,      // not materialized (unused)
@@ -104,6 +109,11 @@ class MemoryPlan {
 
   // A Concat onto a loop-carried value, lowered to an in-place append.
   bool IsAppend(const Node* n) const { return append_nodes_.contains(n); }
+  // For a present output of an attention node (GroupQueryAttention, MultiHeadAttention,
+  // Attention 23) that is the body's next value of a loop-carried past: that carried past (the
+  // node's own past input), whose growable storage the output extends in place (`extend`, and
+  // the kernel writes past ++ new over it without copying the past's rows); null otherwise.
+  const Value* InPlacePresentOf(const Value* present) const;
   // Per carried value of a Loop node: whether it grows by appends (a growable storage).
   const std::vector<bool>& GrowableCarried(const Node* loop) const;
   // For a body output of a carried value computed into the arena: the value it is the root
@@ -131,6 +141,7 @@ class MemoryPlan {
   int64_t arena_bytes_ = 0;
   int64_t largest_live_ = 0;
   absl::flat_hash_set<const Node*> append_nodes_;
+  absl::flat_hash_map<const Value*, const Value*> in_place_present_;
   absl::flat_hash_map<const Node*, std::vector<bool>> growable_carried_;
   absl::flat_hash_map<const Value*, const Value*> double_root_of_;
   absl::flat_hash_set<const Value*> function_outputs_;

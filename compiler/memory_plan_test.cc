@@ -147,6 +147,66 @@ TEST(MemoryPlanTest, LoopCarriedValuesAreDoubleBufferedOrAppended) {
   ExpectValidPlacement(*plan);
 }
 
+// A loop carrying an attention operator's KV cache (Attention 23 with past/present): the
+// carried past read only by the node whose present is its next value grows in place; a past
+// also read by another node, and the switch kPresentInPlaceSwitch, keep the copying present.
+struct CacheLoop {
+  Module m;
+  Node* loop = nullptr;
+  const Value* present_k = nullptr;
+};
+void BuildCacheLoop(CacheLoop& c, bool extra_reader) {
+  GraphBuilder b(c.m.AddFunction("main"));
+  Value* trip = b.Input("trip", DType::kI64, {});
+  Value* q0 = b.Input("q", DType::kF32, {1, 1, 8});
+  Value* k0 = b.Input("past_k", DType::kF32, {1, 2, 3, 4});
+  Value* v0 = b.Input("past_v", DType::kF32, {1, 2, 3, 4});
+  std::vector<Value*> res =
+      b.Loop(trip, nullptr, {k0, v0}, 0,
+             [&](GraphBuilder& body, Value* iter, Value* cond, const std::vector<Value*>& carried) {
+               std::vector<Value*> outs =
+                   body.Ops("Attention", {q0, q0, q0, nullptr, carried[0], carried[1]},
+                            {{"q_num_heads", AttrInt(2)}, {"kv_num_heads", AttrInt(2)}}, 3);
+               c.present_k = outs[1];
+               c.loop = outs[1]->producer->graph->owner;
+               if (extra_reader) body.Op("Neg", {carried[0]});
+               return std::vector<Value*>{cond, outs[1], outs[2]};
+             });
+  b.Output("k", res[0]);
+  b.Output("v", res[1]);
+}
+
+TEST(MemoryPlanTest, AttentionPresentExtendsTheCarriedPastInPlace) {
+  CacheLoop c;
+  BuildCacheLoop(c, /*extra_reader=*/false);
+  absl::StatusOr<MemoryPlan> plan = Plan(c.m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Graph* body = c.loop->subgraph("body");
+  EXPECT_EQ(plan->GrowableCarried(c.loop), (std::vector<bool>{true, true}));
+  EXPECT_EQ(plan->InPlacePresentOf(c.present_k), body->inputs[2]);
+  EXPECT_EQ(plan->of(c.present_k).store, Store::kRegister);
+  EXPECT_TRUE(plan->MayBeStrided(c.present_k));
+
+  CacheLoop off;
+  BuildCacheLoop(off, /*extra_reader=*/false);
+  CompileOptions options;
+  options.disabled_rewrites = {kPresentInPlaceSwitch};
+  absl::StatusOr<MemoryPlan> copied = Plan(off.m, options);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->GrowableCarried(off.loop), (std::vector<bool>{false, false}));
+  EXPECT_EQ(copied->InPlacePresentOf(off.present_k), nullptr);
+}
+
+TEST(MemoryPlanTest, APastReadByAnotherNodeIsNotExtendedInPlace) {
+  CacheLoop c;
+  BuildCacheLoop(c, /*extra_reader=*/true);
+  absl::StatusOr<MemoryPlan> plan = Plan(c.m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Keys: the past is also read by Neg (it would see the extended view): copied. Values: in place.
+  EXPECT_EQ(plan->GrowableCarried(c.loop), (std::vector<bool>{false, true}));
+  EXPECT_EQ(plan->InPlacePresentOf(c.present_k), nullptr);
+}
+
 TEST(MemoryPlanTest, TensorsKeptInASequenceGetPoolStorage) {
   Module m;
   GraphBuilder b(m.AddFunction("main"));

@@ -133,6 +133,15 @@ Dim SymbolicContext::Max(Dim a, Dim b) {
   // slice past the end makes); max(x, 1) stays (x may be 0).
   if (ca && *ca == 0 && LowerBound(b).value_or(-1) >= 0) return b;
   if (cb && *cb == 0 && LowerBound(a).value_or(-1) >= 0) return a;
+  // max(x, x + c) for a constant c: GroupQueryAttention's present length max(P + 1, P).
+  auto offset = [](Dim x, Dim base) -> std::optional<int64_t> {  // x = base + c
+    if (x->kind != Kind::kAdd) return std::nullopt;
+    if (x->a == base) return AsConst(x->b);
+    if (x->b == base) return AsConst(x->a);
+    return std::nullopt;
+  };
+  if (auto c = offset(b, a)) return *c >= 0 ? b : a;
+  if (auto c = offset(a, b)) return *c >= 0 ? a : b;
   return Intern(Kind::kMax, 0, "", a, b);
 }
 

@@ -197,7 +197,10 @@ enum class Operand : uint8_t {
   X(OptNone, "opt_none", (kWP), (kDst), "O[a] := empty optional")                                  \
   X(OptSome, "opt_some", (kWP, kRX), (kDst, kContent), "O[a] := optional holding O[b]")            \
   X(OptHas, "opt_has", (kWB, kRP), (kDst, kOpt), "S[a] := O[b] holds a value")                     \
-  X(OptGet, "opt_get", (kWX, kRP), (kDst, kOpt), "O[a] := the value of O[b] (fails if empty)")
+  X(OptGet, "opt_get", (kWX, kRP), (kDst, kOpt), "O[a] := the value of O[b] (fails if empty)")     \
+  X(Extend, "extend", (kMT, kImm32, kValue), (kTensor, kAxis, kLength),                            \
+    "O[a] := O[a] lengthened to v along axis n, the new rows unwritten (a kernel writes them); "   \
+    "in place when O[a] ends at its storage's frontier with room; else grows x2")
 
 enum class Opcode : uint8_t {
 #define DYNVM_OPCODE_ENUM(name, mnemonic, operands, names, meaning) k##name,

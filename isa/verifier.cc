@@ -728,6 +728,11 @@ absl::Status FunctionVerifier::CheckRules(const Instr& in, const State& st, Writ
       if (Operand(in, op::Append::kAxis) >= static_cast<uint32_t>(limits_.max_rank))
         return ErrAt(in, "axis out of range");
       break;
+    case Opcode::kExtend:
+      DYNVM_RETURN_IF_ERROR(NotString(in, Operand(in, op::Extend::kTensor)));
+      if (Operand(in, op::Extend::kAxis) >= static_cast<uint32_t>(limits_.max_rank))
+        return ErrAt(in, "axis out of range");
+      break;
     case Opcode::kLoadConst: {
       const fb::Constant* c = exe_.constants()->Get(Operand(in, op::LoadConst::kConst));
       if (c->dtype() != ODType(Operand(in, op::LoadConst::kDst)))

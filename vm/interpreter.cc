@@ -637,6 +637,24 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
     if constexpr (kProfile) SampleMemory();
     NEXT();
   }
+  CASE(Extend) {
+    DECODE(Extend);
+    {  // scope: locals end before the dispatch (clang checks indirect gotos)
+      Tensor& t = O(in.reg<F::kTensor>()).t;
+      const int axis = static_cast<int>(in.word<F::kAxis>());
+      const int64_t length = VAL(in.value<F::kLength>());
+      if (t.device() == Device::kCPU) {
+        CHECK_OK(ops::Extend(*pool, t, axis, length, pool, cuda.get()));
+      } else {
+        if (cuda == nullptr)
+          FAIL(absl::FailedPreconditionError("extend of a device tensor without a device context"));
+        CHECK_OK(
+            ops::Extend(cuda->allocator(), t, axis, length, cuda->allocator_ref(), cuda.get()));
+      }
+    }
+    if constexpr (kProfile) SampleMemory();
+    NEXT();
+  }
   CASE(LoadConst) {
     DECODE(LoadConst);
     O(in.reg<F::kDst>()).t = constants[in.word<F::kConst>()];

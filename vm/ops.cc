@@ -325,26 +325,18 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
                       absl::Span<const int64_t>(strides, dims.size()));
 }
 
-absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
+absl::Status Extend(Allocator& allocator, Tensor& dst, int axis, int64_t new_len,
                     std::shared_ptr<Allocator> keep_alive, DeviceContext* device) {
   const int rank = dst.rank();
-  if (src.rank() != rank || axis >= rank) {
-    return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
-                                                   dst.DebugString(), " along axis ", axis,
-                                                   ": ranks differ or axis out of range"));
+  if (axis < 0 || axis >= rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extend of ", dst.DebugString(), " along axis ", axis, ": axis out of range"));
   }
-  for (int i = 0; i < rank; ++i) {
-    if (i != axis && src.dim(i) != dst.dim(i)) {
-      return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
-                                                     dst.DebugString(), " along axis ", axis,
-                                                     ": other dims differ"));
-    }
-  }
-  const int64_t k = src.dim(axis);
   const int64_t old_len = dst.dim(axis);
-  int64_t new_len;
-  if (__builtin_add_overflow(old_len, k, &new_len))
-    return absl::InvalidArgumentError("append length overflows");
+  if (new_len < old_len) {
+    return absl::InvalidArgumentError(absl::StrCat("extend of ", dst.DebugString(), " along axis ",
+                                                   axis, " to ", new_len, ": shorter than it is"));
+  }
   Storage* st = dst.storage().get();
   bool in_place = st->writable() && st->device() == allocator.device() && st->grow_axis == axis &&
                   st->frontier == old_len && dst.byte_offset() == 0 && new_len <= st->grow_capacity;
@@ -365,13 +357,44 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
     dst = std::move(grown);
     st = dst.storage().get();
   }
-  // Write src into the slice [old_len, new_len) along axis, then extend the view. An element
-  // with no values (a 0 among its dims) writes nothing: its offset may lie past the storage,
-  // which holds no bytes then.
   int64_t dims[Tensor::kMaxRank];
   std::copy(dst.dims().begin(), dst.dims().end(), dims);
-  dims[axis] = k;
+  dims[axis] = new_len;
+  int64_t strides[Tensor::kMaxRank];
+  std::copy(dst.strides().begin(), dst.strides().end(), strides);
+  dst.SetView(absl::Span<const int64_t>(dims, rank), absl::Span<const int64_t>(strides, rank));
+  st->frontier = new_len;
+  return absl::OkStatus();
+}
+
+absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
+                    std::shared_ptr<Allocator> keep_alive, DeviceContext* device) {
+  const int rank = dst.rank();
+  if (src.rank() != rank || axis >= rank) {
+    return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
+                                                   dst.DebugString(), " along axis ", axis,
+                                                   ": ranks differ or axis out of range"));
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (i != axis && src.dim(i) != dst.dim(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("append of ", src.DebugString(), " to ",
+                                                     dst.DebugString(), " along axis ", axis,
+                                                     ": other dims differ"));
+    }
+  }
+  const int64_t k = src.dim(axis);
+  const int64_t old_len = dst.dim(axis);
+  int64_t new_len;
+  if (__builtin_add_overflow(old_len, k, &new_len))
+    return absl::InvalidArgumentError("append length overflows");
+  DYNVM_RETURN_IF_ERROR(Extend(allocator, dst, axis, new_len, std::move(keep_alive), device));
+  // Write src into the slice [old_len, new_len) along axis. An element with no values (a 0
+  // among its dims) writes nothing: its offset may lie past the storage, which holds no bytes
+  // then.
   if (src.numel() > 0) {
+    int64_t dims[Tensor::kMaxRank];
+    std::copy(dst.dims().begin(), dst.dims().end(), dims);
+    dims[axis] = k;
     DYNVM_ASSIGN_OR_RETURN(
         Tensor slice,
         Tensor::View(dst.storage(),
@@ -379,11 +402,6 @@ absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int ax
                      dst.dtype(), absl::Span<const int64_t>(dims, rank), dst.strides()));
     DYNVM_RETURN_IF_ERROR(Copy(src, slice, device));
   }
-  dims[axis] = new_len;
-  int64_t strides[Tensor::kMaxRank];
-  std::copy(dst.strides().begin(), dst.strides().end(), strides);
-  dst.SetView(absl::Span<const int64_t>(dims, rank), absl::Span<const int64_t>(strides, rank));
-  st->frontier = new_len;
   return absl::OkStatus();
 }
 

@@ -51,6 +51,14 @@ absl::StatusOr<Tensor> AllocGrowable(Allocator& allocator, DType dtype, int axis
 absl::Status Append(Allocator& allocator, Tensor& dst, const Tensor& src, int axis,
                     std::shared_ptr<Allocator> keep_alive = nullptr,
                     DeviceContext* device = nullptr);
+// extend: dst := dst lengthened to `length` along axis (>= its extent there) over the same
+// growable storage, the new rows left as they are for a kernel to write (an attention
+// operator's present KV cache written in place over its past); in place when dst ends at its
+// storage's frontier with room left, otherwise dst's rows are copied into a new storage of
+// twice the needed capacity, as append does.
+absl::Status Extend(Allocator& allocator, Tensor& dst, int axis, int64_t length,
+                    std::shared_ptr<Allocator> keep_alive = nullptr,
+                    DeviceContext* device = nullptr);
 
 }  // namespace dynvm::ops
 

@@ -47,6 +47,56 @@ using reference::GqaGeometry;
 bool Present(Inputs in, size_t i) { return i < in.size() && in[i] != nullptr; }
 bool Wanted(Outputs out, size_t i) { return i < out.size() && out[i] != nullptr; }
 
+// A KV cache [B, heads, T, hd] whose rows are contiguous (hd floats, rows hd apart) while its
+// batch and head strides may skip room: a loop's cache grown in place within its capacity
+// (docs/compiler.md, "growable"), whose present output is the past's storage extended.
+template <typename T>
+struct Cache {
+  T* p = nullptr;
+  int64_t sb = 0, sh = 0;  // batch and head strides, in floats
+  T* at(int64_t b, int64_t h) const { return p + b * sb + h * sh; }
+};
+template <typename T>
+Cache<T> Packed(T* p, int64_t heads, int64_t t, int64_t hd) {
+  return {p, heads * t * hd, t * hd};
+}
+Cache<const float> CacheOf(const Tensor& t) { return {t.data<float>(), t.stride(0), t.stride(1)}; }
+Cache<float> CacheOf(Tensor& t) { return {t.data<float>(), t.stride(0), t.stride(1)}; }
+
+bool RowsContiguous(const Tensor& t) {
+  return t.rank() == 4 && (t.dim(3) <= 1 || t.stride(3) == 1) &&
+         (t.dim(2) <= 1 || t.stride(2) == t.dim(3));
+}
+
+// Inputs the fused kernels read: contiguous, except the past caches (inputs `past`), whose rows
+// must be.
+bool Usable(Inputs in, std::initializer_list<size_t> past) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == nullptr || in[i]->is_contiguous()) continue;
+    if (std::find(past.begin(), past.end(), i) == past.end() || !RowsContiguous(*in[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A present output planned as a strided cache view of these dims is written where it is;
+// anything else as any output.
+absl::Status PreparePresent(KernelContext& ctx, Tensor* out, const reference::Dims& dims,
+                            const char* op) {
+  if (out->defined() && !out->is_contiguous() && out->dtype() == DType::kF32 &&
+      out->dims() == dims && RowsContiguous(*out)) {
+    return absl::OkStatus();
+  }
+  return reference::PrepareOutput(ctx, out, DType::kF32, dims, op);
+}
+
+// Copies n rows of a past into its present, unless they are already there (the present
+// extends the past's own storage in place).
+void CopyPastRows(const float* past, float* present, int64_t n, size_t row) {
+  if (n > 0 && past != present) std::memcpy(present, past, static_cast<size_t>(n) * row);
+}
+
 // Everything one call reads and writes, resolved once.
 struct GqaCall {
   const GqaAttrs* a = nullptr;
@@ -58,10 +108,10 @@ struct GqaCall {
   const float* k = nullptr;  // new keys and values [B S, kv_stride]
   const float* v = nullptr;
   int64_t kv_stride = 0;
-  const float* past_k = nullptr;  // [B, N_kv, P, H], null without a past
-  const float* past_v = nullptr;
-  float* pk = nullptr;  // present [B, N_kv, T, H]
-  float* pv = nullptr;
+  Cache<const float> past_k;  // [B, N_kv, P, H], p null without a past
+  Cache<const float> past_v;
+  Cache<float> pk;  // present [B, N_kv, T, H] (possibly over the past's storage)
+  Cache<float> pv;
   const float* cos = nullptr;  // rotary caches [positions, half]
   const float* sin = nullptr;
   int64_t half = 0;
@@ -92,14 +142,13 @@ void RotateRow(const GqaCall& c, int64_t pos, const float* x, float* y) {
 // beyond; and the rotated query heads of the group when do_rotary.
 void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
   const GqaGeometry& g = *c.g;
-  const int64_t h = g.head, t = g.present, nkv = c.a->kv_heads, pb = g.past_b[b];
+  const int64_t h = g.head, t = g.present, pb = g.past_b[b];
   const size_t row = static_cast<size_t>(h) * sizeof(float);
-  float* dk = c.pk + (b * nkv + kh) * t * h;
-  float* dv = c.pv + (b * nkv + kh) * t * h;
+  float* dk = c.pk.at(b, kh);
+  float* dv = c.pv.at(b, kh);
   if (pb > 0) {
-    const int64_t src = (b * nkv + kh) * g.past * h;
-    std::memcpy(dk, c.past_k + src, static_cast<size_t>(pb) * row);
-    std::memcpy(dv, c.past_v + src, static_cast<size_t>(pb) * row);
+    CopyPastRows(c.past_k.at(b, kh), dk, pb, row);
+    CopyPastRows(c.past_v.at(b, kh), dv, pb, row);
   }
   for (int64_t i = 0; i < g.seq; ++i) {
     const int64_t from = (b * g.seq + i) * c.kv_stride + kh * h;
@@ -126,7 +175,7 @@ void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
 absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float* s) {
   const GqaAttrs& a = *c.a;
   const GqaGeometry& g = *c.g;
-  const int64_t h = g.head, t = g.present, n = a.heads, group = c.group;
+  const int64_t h = g.head, n = a.heads, group = c.group;
   int64_t first, end;
   reference::GqaKeyRange(a, g, b, i, &first, &end);
   const int64_t w = end - first;
@@ -134,8 +183,8 @@ absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float
   const int64_t ld = w + (sink ? 1 : 0);
   const float* q = c.q_rot != nullptr ? c.q_rot + (b * g.seq + i) * n * h + kh * group * h
                                       : c.q + (b * g.seq + i) * c.q_stride + kh * group * h;
-  const float* k = c.pk + ((b * a.kv_heads + kh) * t + first) * h;
-  const float* v = c.pv + ((b * a.kv_heads + kh) * t + first) * h;
+  const float* k = c.pk.at(b, kh) + first * h;
+  const float* v = c.pv.at(b, kh) + first * h;
   float* y = c.out + (b * g.seq + i) * n * h + kh * group * h;
   if (w == 0) {  // no key: 0/0 as the reference, or 0 beside a sink
     std::fill_n(y, group * h, sink ? 0.0f : std::numeric_limits<float>::quiet_NaN());
@@ -217,7 +266,7 @@ class GroupQueryAttentionKernel final : public DnnlKernel {
   GroupQueryAttentionKernel(std::string name, GqaAttrs a) : DnnlKernel(std::move(name)), a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    if (!AllContiguous(in) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
+    if (!Usable(in, {3, 4}) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
       return RunFallback(ctx, in, out);
     }
     DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, reference::CheckGroupQueryAttention(a_, in));
@@ -229,8 +278,7 @@ class GroupQueryAttentionKernel final : public DnnlKernel {
     const bool presents = Wanted(out, 1) && Wanted(out, 2);
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
-      DYNVM_RETURN_IF_ERROR(
-          reference::PrepareOutput(ctx, out[o], DType::kF32, {g.batch, nkv, t, h}, kOp));
+      DYNVM_RETURN_IF_ERROR(PreparePresent(ctx, out[o], {g.batch, nkv, t, h}, kOp));
     }
     // One workspace: the scores of each range [group, T + 1], the rotated queries, and the
     // present keys and values when an output does not take them.
@@ -254,11 +302,13 @@ class GroupQueryAttentionKernel final : public DnnlKernel {
     c.k = g.packed ? c.q + n * h : in[1]->data<float>();
     c.v = g.packed ? c.q + (n + nkv) * h : in[2]->data<float>();
     c.kv_stride = g.packed ? c.q_stride : nkv * h;
-    c.past_k = g.has_past ? in[3]->data<float>() : nullptr;
-    c.past_v = g.has_past ? in[4]->data<float>() : nullptr;
+    if (g.has_past) {
+      c.past_k = CacheOf(*in[3]);
+      c.past_v = CacheOf(*in[4]);
+    }
     float* own = scratch + score_floats * threads + rot_floats;
-    c.pk = presents ? out[1]->data<float>() : own;
-    c.pv = presents ? out[2]->data<float>() : own + units * t * h;
+    c.pk = presents ? CacheOf(*out[1]) : Packed(own, nkv, t, h);
+    c.pv = presents ? CacheOf(*out[2]) : Packed(own + units * t * h, nkv, t, h);
     if (a_.rotary) {
       c.cos = in[7]->data<float>();
       c.sin = in[8]->data<float>();
@@ -313,10 +363,10 @@ struct OnnxCall {
   const float* q = nullptr;  // Q, K, V as given (3-D or 4-D), past [B, kvN, P, H | Hv] or null
   const float* k = nullptr;
   const float* v = nullptr;
-  const float* past_k = nullptr;
-  const float* past_v = nullptr;
-  float* pk = nullptr;  // present [B, kvN, T, H] and [B, kvN, T, Hv]
-  float* pv = nullptr;
+  Cache<const float> past_k;
+  Cache<const float> past_v;
+  Cache<float> pk;  // present [B, kvN, T, H] and [B, kvN, T, Hv] (possibly over the past)
+  Cache<float> pv;
   const Tensor* mask = nullptr;  // bool or f32, read at g->mask_strides
   bool causal = false;           // is_causal, off for one query after a past (ORT's alignment)
   float scale = 1.0f;
@@ -324,13 +374,11 @@ struct OnnxCall {
 };
 
 // Present rows of unit (b, kh) for one of K (hd = H) or V (hd = Hv): past ++ the new rows.
-void FillPresent(const OnnxAttnGeometry& g, int64_t b, int64_t kh, int64_t hd, const float* past,
-                 const float* x, float* present) {
+void FillPresent(const OnnxAttnGeometry& g, int64_t b, int64_t kh, int64_t hd,
+                 const Cache<const float>& past, const float* x, const Cache<float>& present) {
   const size_t row = static_cast<size_t>(hd) * sizeof(float);
-  float* d = present + (b * g.kv_heads + kh) * g.total * hd;
-  if (g.past > 0) {
-    std::memcpy(d, past + (b * g.kv_heads + kh) * g.past * hd, static_cast<size_t>(g.past) * row);
-  }
+  float* d = present.at(b, kh);
+  if (g.past > 0) CopyPastRows(past.at(b, kh), d, g.past, row);
   for (int64_t j = 0; j < g.skv; ++j) {
     const int64_t from = g.rank == 3 ? (b * g.skv + j) * g.kv_heads * hd + kh * hd
                                      : ((b * g.kv_heads + kh) * g.skv + j) * hd;
@@ -371,8 +419,8 @@ absl::Status RunOnnxUnit(const OnnxCall& c, int64_t b, int64_t kh, float* s) {
   const int64_t h = g.head, hv = g.v_head, t = g.total, group = c.group, qn = g.q_heads;
   FillPresent(g, b, kh, h, c.past_k, c.k, c.pk);
   FillPresent(g, b, kh, hv, c.past_v, c.v, c.pv);
-  const float* k = c.pk + (b * g.kv_heads + kh) * t * h;
-  const float* v = c.pv + (b * g.kv_heads + kh) * t * hv;
+  const float* k = c.pk.at(b, kh);
+  const float* v = c.pv.at(b, kh);
   // The group's heads at query row i: 3-D rows H apart, 4-D rows Sq H apart.
   const int64_t ldq = g.rank == 3 ? h : g.sq * h, ldo = g.rank == 3 ? hv : g.sq * hv;
   for (int64_t i = 0; i < g.sq; ++i) {
@@ -405,7 +453,7 @@ class OnnxAttentionKernel final : public DnnlKernel {
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
     // The qk_matmul_output output and f16 run the reference kernel.
-    if (!AllContiguous(in) || !Present(in, 0) || in[0]->dtype() != DType::kF32 || Wanted(out, 3)) {
+    if (!Usable(in, {4, 5}) || !Present(in, 0) || in[0]->dtype() != DType::kF32 || Wanted(out, 3)) {
       return RunFallback(ctx, in, out);
     }
     constexpr char kOp[] = "Attention";
@@ -416,8 +464,8 @@ class OnnxAttentionKernel final : public DnnlKernel {
     const bool presents = Wanted(out, 1) && Wanted(out, 2);
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
-      const Dims pd = {b, kvn, t, o == 1 ? g.head : g.v_head};
-      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[o], DType::kF32, pd, kOp));
+      DYNVM_RETURN_IF_ERROR(
+          PreparePresent(ctx, out[o], {b, kvn, t, o == 1 ? g.head : g.v_head}, kOp));
     }
     const int64_t group = qn / kvn, units = b * kvn, score_floats = std::max<int64_t>(group * t, 1);
     const int64_t present_floats = presents ? 0 : units * t * (g.head + g.v_head);
@@ -433,11 +481,13 @@ class OnnxAttentionKernel final : public DnnlKernel {
     c.q = in[0]->data<float>();
     c.k = in[1]->data<float>();
     c.v = in[2]->data<float>();
-    c.past_k = g.past > 0 ? in[4]->data<float>() : nullptr;
-    c.past_v = g.past > 0 ? in[5]->data<float>() : nullptr;
+    if (g.past > 0) {
+      c.past_k = CacheOf(*in[4]);
+      c.past_v = CacheOf(*in[5]);
+    }
     float* own = scratch + score_floats * threads;
-    c.pk = presents ? out[1]->data<float>() : own;
-    c.pv = presents ? out[2]->data<float>() : own + units * t * g.head;
+    c.pk = presents ? CacheOf(*out[1]) : Packed(own, kvn, t, g.head);
+    c.pv = presents ? CacheOf(*out[2]) : Packed(own + units * t * g.head, kvn, t, g.v_head);
     c.mask = Present(in, 3) ? in[3] : nullptr;
     c.causal = a_.causal && !(g.sq == 1 && g.past > 0);
     c.scale = a_.scale != 0.0f ? a_.scale : 1.0f / std::sqrt(static_cast<float>(g.head));
@@ -466,6 +516,10 @@ using reference::MhaGeometry;
 // Queries per block: the scores of a block [rows, T] and its biased queries [rows, H].
 constexpr int64_t kMhaBlock = 64;
 
+// Query rows per block for S queries: a decode step's one query needs one row of scratch, not
+// kMhaBlock (whose workspace would grow with the cache every few tokens).
+int64_t MhaBlock(int64_t seq) { return std::clamp<int64_t>(seq, 1, kMhaBlock); }
+
 struct MhaCall {
   const MhaAttrs* a = nullptr;
   const MhaGeometry* g = nullptr;
@@ -474,10 +528,10 @@ struct MhaCall {
   const float* v = nullptr;
   int64_t q_ld = 0, k_ld = 0, v_ld = 0;
   const float* bias = nullptr;  // [N H + N H + N Hv] or null
-  const float* past_k = nullptr;
-  const float* past_v = nullptr;
-  float* pk = nullptr;  // present [B, N, T, H], [B, N, T, Hv]
-  float* pv = nullptr;
+  Cache<const float> past_k;
+  Cache<const float> past_v;
+  Cache<float> pk;  // present [B, N, T, H], [B, N, T, Hv] (possibly over the past's storage)
+  Cache<float> pv;
   const float* mask = nullptr;  // [B, S, T] of 0 / mask_filter_value, or null
   const float* attn_bias = nullptr;
   int64_t ab_b = 0, ab_h = 0;
@@ -486,15 +540,13 @@ struct MhaCall {
 };
 
 // Present rows of unit (b, h) for K (hd = H, bias at bias_off) or V: past ++ new rows + bias.
-void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd, const float* past,
-                    const float* x, int64_t ld, int64_t bias_off, float* present) {
+void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd,
+                    const Cache<const float>& past, const float* x, int64_t ld, int64_t bias_off,
+                    const Cache<float>& present) {
   const MhaGeometry& g = *c.g;
-  const int64_t n = c.a->heads, t = g.past + g.kv_seq;
-  float* d = present + (b * n + h) * t * hd;
-  if (g.past > 0) {
-    std::memcpy(d, past + (b * n + h) * g.past * hd,
-                static_cast<size_t>(g.past * hd) * sizeof(float));
-  }
+  const int64_t n = c.a->heads;
+  float* d = present.at(b, h);
+  if (g.past > 0) CopyPastRows(past.at(b, h), d, g.past, static_cast<size_t>(hd) * sizeof(float));
   const float* bias = c.bias != nullptr ? c.bias + bias_off + h * hd : nullptr;
   for (int64_t j = 0; j < g.kv_seq; ++j) {
     const float* src =
@@ -508,17 +560,18 @@ void FillMhaPresent(const MhaCall& c, int64_t b, int64_t h, int64_t hd, const fl
   }
 }
 
-// Unit (b, h): its present rows, then its queries in blocks; s holds kMhaBlock x (T + H).
+// Unit (b, h): its present rows, then its queries in blocks; s holds MhaBlock(S) x (T + H).
 absl::Status RunMhaUnit(const MhaCall& c, int64_t b, int64_t h, float* s) {
   const MhaGeometry& g = *c.g;
   const int64_t n = c.a->heads, hd = g.head, hv = g.v_head, t = g.past + g.kv_seq, sq = g.seq;
   FillMhaPresent(c, b, h, hd, c.past_k, c.k, c.k_ld, n * hd, c.pk);
   FillMhaPresent(c, b, h, hv, c.past_v, c.v, c.v_ld, 2 * n * hd, c.pv);
-  const float* k = c.pk + (b * n + h) * t * hd;
-  const float* v = c.pv + (b * n + h) * t * hv;
-  float* qb = s + kMhaBlock * t;
-  for (int64_t i0 = 0; i0 < sq; i0 += kMhaBlock) {
-    const int64_t rows = std::min(kMhaBlock, sq - i0);
+  const float* k = c.pk.at(b, h);
+  const float* v = c.pv.at(b, h);
+  const int64_t block = MhaBlock(sq);
+  float* qb = s + block * t;
+  for (int64_t i0 = 0; i0 < sq; i0 += block) {
+    const int64_t rows = std::min(block, sq - i0);
     const float* q = c.q + (b * sq + i0) * c.q_ld + h * hd;
     int64_t ldq = c.q_ld;
     if (c.bias != nullptr) {  // Q + its bias, rows H apart
@@ -568,7 +621,7 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
   MultiHeadAttentionKernel(std::string name, MhaAttrs a) : DnnlKernel(std::move(name)), a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
-    if (!AllContiguous(in) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
+    if (!Usable(in, {6, 7}) || !Present(in, 0) || in[0]->dtype() != DType::kF32) {
       return RunFallback(ctx, in, out);
     }
     constexpr char kOp[] = "MultiHeadAttention";
@@ -580,11 +633,11 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
         reference::PrepareOutput(ctx, out[0], DType::kF32, {g.batch, g.seq, n * g.v_head}, kOp));
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
-      DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(
-          ctx, out[o], DType::kF32, {g.batch, n, t, o == 1 ? g.head : g.v_head}, kOp));
+      DYNVM_RETURN_IF_ERROR(
+          PreparePresent(ctx, out[o], {g.batch, n, t, o == 1 ? g.head : g.v_head}, kOp));
     }
     const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 4) ? in[4] : nullptr);
-    const int64_t block_floats = kMhaBlock * (t + g.head);
+    const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = presents ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
@@ -600,11 +653,13 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
     c.q_ld = c.k_ld = n * g.head;
     c.v_ld = n * g.v_head;
     c.bias = Present(in, 3) ? in[3]->data<float>() : nullptr;
-    c.past_k = g.past > 0 ? in[6]->data<float>() : nullptr;
-    c.past_v = g.past > 0 ? in[7]->data<float>() : nullptr;
+    if (g.past > 0) {
+      c.past_k = CacheOf(*in[6]);
+      c.past_v = CacheOf(*in[7]);
+    }
     float* own = scratch + block_floats * threads;
-    c.pk = presents ? out[1]->data<float>() : own;
-    c.pv = presents ? out[2]->data<float>() : own + units * t * g.head;
+    c.pk = presents ? CacheOf(*out[1]) : Packed(own, n, t, g.head);
+    c.pv = presents ? CacheOf(*out[2]) : Packed(own + units * t * g.head, n, t, g.v_head);
     c.mask = mask.empty() ? nullptr : mask.data();
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();
@@ -646,7 +701,7 @@ class MsftAttentionKernel final : public DnnlKernel {
           reference::PrepareOutput(ctx, out[1], DType::kF32, {2, g.batch, n, t, g.head}, kOp));
     }
     const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 3) ? in[3] : nullptr);
-    const int64_t block_floats = kMhaBlock * (t + g.head);
+    const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = Wanted(out, 1) ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
@@ -674,12 +729,13 @@ class MsftAttentionKernel final : public DnnlKernel {
     c.v = qkv + 2 * dq;
     c.q_ld = c.k_ld = c.v_ld = cols;
     if (g.past > 0) {
-      c.past_k = in[4]->data<float>();
-      c.past_v = c.past_k + g.batch * n * g.past * g.head;
+      const float* past = in[4]->data<float>();
+      c.past_k = Packed(past, n, g.past, g.head);
+      c.past_v = Packed(past + g.batch * n * g.past * g.head, n, g.past, g.head);
     }
     float* present = Wanted(out, 1) ? out[1]->data<float>() : scratch + block_floats * threads;
-    c.pk = present;
-    c.pv = present + units * t * g.head;
+    c.pk = Packed(present, n, t, g.head);
+    c.pv = Packed(present + units * t * g.head, n, t, g.head);
     c.mask = mask.empty() ? nullptr : mask.data();
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();

@@ -55,6 +55,12 @@ std::vector<float> Floats(const Tensor& t) {
   return v;
 }
 
+// Element i (row-major) of an integer tensor (i32 or i64).
+int64_t IntAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kI32 ? t.data<int32_t>()[t.ElementOffset(i)]
+                                  : t.data<int64_t>()[t.ElementOffset(i)];
+}
+
 // The elements of an integer tensor (i32 or i64) as int64.
 std::vector<int64_t> Ints(const Tensor& t) {
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
@@ -63,6 +69,23 @@ std::vector<int64_t> Ints(const Tensor& t) {
                                     : t.data<int64_t>()[t.ElementOffset(i)];
   }
   return v;
+}
+
+// Writes a present key or value output [B, heads, T, H] from `src` (row-major). A planned
+// output may be a strided view: a loop's KV cache whose growable storage the present extends
+// in place over the past (docs/compiler.md, "growable"); `src` was computed from the past first,
+// so rewriting its rows over themselves is safe.
+absl::Status WritePresent(KernelContext& ctx, Tensor* out, const Dims& dims,
+                          const std::vector<float>& src, absl::string_view op) {
+  if (out->defined() && !out->is_contiguous() && out->dtype() == DType::kF32 &&
+      out->dims() == dims) {
+    float* p = out->data<float>();
+    for (int64_t i = 0; i < out->numel(); ++i) p[out->ElementOffset(i)] = src[i];
+    return absl::OkStatus();
+  }
+  DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out, DType::kF32, dims, op));
+  std::copy(src.begin(), src.end(), out->data<float>());
+  return absl::OkStatus();
 }
 
 absl::Status Bad(absl::string_view op, absl::string_view what, const Tensor* t = nullptr) {
@@ -229,9 +252,7 @@ class GroupQueryAttentionKernel final : public Kernel {
     const Dims pd = {g.batch, nkv, t, h};
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
-      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[o], DType::kF32, pd, "GroupQueryAttention"));
-      const std::vector<float>& src = o == 1 ? pk : pv;
-      std::copy(src.begin(), src.end(), out[o]->data<float>());
+      DYNVM_RETURN_IF_ERROR(WritePresent(ctx, out[o], pd, o == 1 ? pk : pv, "GroupQueryAttention"));
     }
     return absl::OkStatus();
   }
@@ -310,7 +331,7 @@ absl::StatusOr<GqaGeometry> CheckGroupQueryAttention(const GqaAttrs& a, Inputs i
   if (tot.dtype() != DType::kI32 || tot.numel() != 1) {
     return Bad(kOp, "total_sequence_length must be one i32 value", &tot);
   }
-  g.total = Ints(tot)[0];
+  g.total = IntAt(tot, 0);
   g.present = std::max(g.total, g.past);
   const bool subsequent = g.seq > 1 && g.seq != g.total;
   if (subsequent && g.batch != 1) {
@@ -322,15 +343,15 @@ absl::StatusOr<GqaGeometry> CheckGroupQueryAttention(const GqaAttrs& a, Inputs i
   if (g.seq < 1 || (!subsequent && !g.first_prompt && g.seq != 1)) {
     return Bad(kOp, "sequence_length must be 1 when it is not the prompt", &q);
   }
-  const std::vector<int64_t> lens = Ints(sl);
   for (int64_t b = 0; b < g.batch; ++b) {
-    const int64_t total_b = lens[b] + 1;
+    const int64_t len = IntAt(sl, b);
+    const int64_t total_b = len + 1;
     const int64_t past_b = !g.has_past || g.first_prompt ? 0 : total_b - g.seq;
     if (total_b < 1 || total_b > g.present || past_b < 0 || past_b > g.past ||
         past_b + g.seq > g.present) {
-      return Bad(
-          kOp, absl::StrCat("seqlens_k[", b, "] = ", lens[b], " does not fit the sequence (", g.seq,
-                            "), past (", g.past, ") and total_sequence_length (", g.total, ")"));
+      return Bad(kOp,
+                 absl::StrCat("seqlens_k[", b, "] = ", len, " does not fit the sequence (", g.seq,
+                              "), past (", g.past, ") and total_sequence_length (", g.total, ")"));
     }
     g.total_b.push_back(total_b);
     g.past_b.push_back(past_b);
@@ -534,9 +555,7 @@ class MultiHeadAttentionKernel final : public Kernel {
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
       const Dims pd = {g.batch, n, t, o == 1 ? h : hv};
-      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[o], DType::kF32, pd, kOp));
-      const std::vector<float>& src = o == 1 ? pk : pv;
-      std::copy(src.begin(), src.end(), out[o]->data<float>());
+      DYNVM_RETURN_IF_ERROR(WritePresent(ctx, out[o], pd, o == 1 ? pk : pv, kOp));
     }
     return absl::OkStatus();
   }
@@ -970,9 +989,7 @@ class OnnxAttentionKernel final : public Kernel {
     for (size_t o : {size_t{1}, size_t{2}}) {
       if (!Wanted(out, o)) continue;
       const Dims pd = {b, kvn, t, o == 1 ? h : hv};
-      DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[o], DType::kF32, pd, kOp));
-      const std::vector<float>& src = o == 1 ? pk : pv;
-      std::copy(src.begin(), src.end(), out[o]->data<float>());
+      DYNVM_RETURN_IF_ERROR(WritePresent(ctx, out[o], pd, o == 1 ? pk : pv, kOp));
     }
     return absl::OkStatus();
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -31,7 +32,9 @@ absl::StatusOr<GqaAttrs> GetGqaAttrs(const KernelSpec& spec);
 struct GqaGeometry {
   int64_t batch = 0, seq = 0, head = 0, past = 0, present = 0, total = 0, rot = 0;
   bool packed = false, first_prompt = false, has_past = false;
-  std::vector<int64_t> total_b, past_b;  // per batch: keys, and past keys before the new ones
+  // Per batch: keys, and past keys before the new ones (inline up to batch 8: a decode step's
+  // check allocates nothing).
+  absl::InlinedVector<int64_t, 8> total_b, past_b;
 };
 
 // Validates the inputs (f32; shapes, seqlens_k against the past and total_sequence_length, the

@@ -150,3 +150,62 @@
   append %o0, %o1, 0
   ret (), ()
 .end
+
+; extend: a growable [2, 1] (capacity 4 along axis 1) lengthened to 3 in place: the old rows
+; stay where they are (the capacity's strides), the view shares the storage with the old one;
+; then to 6, past the capacity: a new storage holding the old rows.
+.function test_extend_in_place_then_grows
+  .params 0 0
+  .sregs f64 f64 bool i64 i64
+  .oregs tensor:f32 tensor:f32
+  .entry
+  alloc_growable %o0, f32, cpu, 1, 4, [2, 1]
+  const_f %s0, 5
+  write %o0, 1, %s0
+  mov %o1, %o0
+  extend %o0, 1, 3
+  dim %s3, %o0, 1
+  const_i %s4, 3
+  eq_i %s2, %s3, %s4
+  assert %s2, str0
+  ; [1, 0] of the extended view is the old [1, 0]
+  read_f %s1, %o0, 3
+  eq_f %s2, %s1, %s0
+  assert %s2, str0
+  ; in place: a write through the new view is seen through the old one
+  const_f %s0, 9
+  write %o0, 0, %s0
+  read_f %s1, %o1, 0
+  eq_f %s2, %s1, %s0
+  assert %s2, str0
+  extend %o0, 1, 6
+  dim %s3, %o0, 1
+  const_i %s4, 6
+  eq_i %s2, %s3, %s4
+  assert %s2, str0
+  read_f %s1, %o0, 0
+  eq_f %s2, %s1, %s0
+  assert %s2, str0
+  const_f %s0, 5
+  read_f %s1, %o0, 6
+  eq_f %s2, %s1, %s0
+  assert %s2, str0
+  ; grown: a new storage, the old view no longer shares it
+  const_f %s0, 11
+  write %o0, 0, %s0
+  read_f %s1, %o1, 0
+  eq_f %s2, %s1, %s0
+  not %s2, %s2
+  assert %s2, str0
+  ret (), ()
+.end
+
+; expect-error fail_extend_shorter: shorter than it is
+.function fail_extend_shorter
+  .params 0 0
+  .oregs tensor:f32
+  .entry
+  alloc_growable %o0, f32, cpu, 0, 4, [2]
+  extend %o0, 0, 1
+  ret (), ()
+.end

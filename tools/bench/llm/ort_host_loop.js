@@ -6,7 +6,9 @@
 // and each later token's time.
 //
 //   node ort_host_loop.js --node-modules DIR --model M.onnx --spec S.json --threads 1 --rounds 3
-// S.json: {"prompt": [[ids...], ...], "new_tokens": N, "layers": L, "kv_heads": H, "head_dim": D}
+// S.json: {"prompt": [[ids...], ...], "new_tokens": N, "layers": L, "kv_heads": H, "head_dim": D,
+//          "mask_type": "int64" (default) or "int32", "position_ids": true (default) or false}
+// (ONNX Runtime GenAI's layout: an int32 attention_mask and no position_ids input.)
 'use strict';
 const fs = require('fs');
 const {parseArgs, openSession} = require('../ort_common.js');
@@ -20,6 +22,9 @@ const {parseArgs, openSession} = require('../ort_common.js');
   const {ort, session} = await openSession(a);
   const batch = spec.prompt.length, plen = spec.prompt[0].length;
   const i64 = (values, dims) => new ort.Tensor('int64', BigInt64Array.from(values.map(BigInt)), dims);
+  const mask = (n, dims) => spec.mask_type === 'int32' ?
+      new ort.Tensor('int32', new Int32Array(n).fill(1), dims) : i64(new Array(n).fill(1), dims);
+  const withPositions = spec.position_ids !== false;
   for (let round = 0; round < a.rounds; ++round) {
     let past = {};
     for (let i = 0; i < spec.layers; ++i) {
@@ -35,8 +40,8 @@ const {parseArgs, openSession} = require('../ort_common.js');
     const times = [];
     for (let step = 0; step < spec.new_tokens; ++step) {
       const t0 = process.hrtime.bigint();
-      const feeds = {input_ids: ids, attention_mask: i64(new Array(batch * total).fill(1), [batch, total]),
-                     position_ids: pos, ...past};
+      const feeds = {input_ids: ids, attention_mask: mask(batch * total, [batch, total]), ...past};
+      if (withPositions) feeds.position_ids = pos;
       const out = await session.run(feeds);
       const logits = out.logits, [, s, vocab] = logits.dims;
       const next = [];
