@@ -162,8 +162,13 @@ absl::StatusOr<int64_t> SampleRow(const T* row, int64_t cs, int64_t r, int64_t v
     // Greedy without a penalty (a decode loop's default): the arg max read once from the row, not
     // from a copy in doubles (widening is exact and monotonic: the same token).
     int64_t best = 0;
+    T top = row[0];  // row[best], kept in a register: no load that waits on the last compare
     for (int64_t k = 1; k < vocab; ++k) {
-      if (Greater(row[k * cs], row[best * cs])) best = k;
+      const T x = row[k * cs];
+      if (Greater(x, top)) {
+        best = k;
+        top = x;
+      }
     }
     return best;
   }
