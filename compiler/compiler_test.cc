@@ -27,6 +27,7 @@ namespace dynvm::compiler {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Disassembly(const CompileResult& r) {
   const auto* data = reinterpret_cast<const uint8_t*>(r.bytes.data());
@@ -866,6 +867,42 @@ TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
   EXPECT_EQ(std::vector<int64_t>(out[2].dims().begin(), out[2].dims().end()),
             (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(testing::ToDoubles(out[2]), rows);
+}
+
+// Unsqueeze and Squeeze of a value grown along its second axis (strided within its capacity)
+// are views, not copies: they only insert or remove extent-1 dimensions (a KV cache read with
+// a group axis by attention every decode step). Their results, in the body and after the loop,
+// equal the grown values.
+TEST(CompilerTest, UnsqueezeOfAValueGrownAlongItsSecondAxisViewsIt) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* init = b.Input("init", DType::kF32, {2, 1});
+  std::vector<Value*> outs =
+      b.Loop(b.ScalarI64(5), nullptr, {init}, 1,
+             [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
+               Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
+               Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
+               Value* grown = l.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}});
+               Value* wide = l.Op("Unsqueeze", {grown, l.VectorI64({0, 2})});
+               Value* back = l.Op("Squeeze", {wide, l.VectorI64({0, 2})});
+               return std::vector<Value*>{cond, grown,
+                                          l.Op("ReduceSum", {back}, {{"keepdims", AttrInt(0)}})};
+             });
+  b.Output("wide", b.Op("Unsqueeze", {outs[0], b.VectorI64({1})}));
+  b.Output("sums", outs[1]);
+  Compiled comp = CompileOrDie(m);
+  ASSERT_TRUE(comp.exe);
+  const std::string dis = Disassembly(comp.result);
+  EXPECT_THAT(dis, HasSubstr("append"));
+  EXPECT_THAT(dis, Not(HasSubstr(".kernel \"Unsqueeze\"")));
+  EXPECT_THAT(dis, Not(HasSubstr(".kernel \"Squeeze\"")));
+  std::vector<Tensor> out =
+      RunOrDie(comp.exe, {{"init", *Tensor::FromVector<float>(DType::kF32, {2, 1}, {7, 8})}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(std::vector<int64_t>(out[0].dims().begin(), out[0].dims().end()),
+            (std::vector<int64_t>{2, 1, 6}));
+  EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{7, 0, 1, 2, 3, 4, 8, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(testing::ToDoubles(out[1]), (std::vector<double>{15, 17, 21, 27, 35}));
 }
 
 // x = concat(relu(x), [[1]]) every iteration: the carried value and what the body computes

@@ -438,9 +438,12 @@ absl::Status Planner::Classify(Graph& g) {
       }
       // A reshape needs a contiguous input: one that may be a growable storage grown along
       // another axis than the first (strided within its capacity) is reshaped by its kernel
-      // (a copy); Identity passes any layout on.
+      // (a copy). Identity passes any layout on, and so do Unsqueeze and Squeeze: they only
+      // insert or remove extent-1 dimensions, which the VM's reshape does on strided tensors
+      // too (a KV cache viewed with a group axis is read in place, not copied per step).
       if (IsViewOp(n) && i == 0 && !v->dynamic && v->shape && n.inputs[0] != nullptr &&
-          (n.op == ops::kIdentity || n.op == ops::kDropout || !MayBeStrided(n.inputs[0]))) {
+          (n.op == ops::kIdentity || n.op == ops::kDropout || n.op == ops::kUnsqueeze ||
+           n.op == ops::kSqueeze || !MayBeStrided(n.inputs[0]))) {
         info.store = Store::kAlias;
         info.alias_of = n.inputs[0];
         continue;

@@ -262,6 +262,35 @@ absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType d
   return Tensor::View(storage, offset, dtype, dims);
 }
 
+namespace {
+
+// When `dims` are src's dimensions with only extent-1 dimensions inserted or removed (what an
+// Unsqueeze or a Squeeze does), the strides that view src's elements as `dims`: the extents
+// other than 1 keep theirs; an extent-1 dimension takes the stride a contiguous layout would
+// give it over the dimensions after it (it is never stepped). False otherwise.
+bool UnitDimStrides(const Tensor& src, absl::Span<const int64_t> dims, int64_t* strides) {
+  if (dims.size() > static_cast<size_t>(Tensor::kMaxRank)) return false;
+  const absl::Span<const int64_t> sd = src.dims();
+  const absl::Span<const int64_t> ss = src.strides();
+  int j = src.rank() - 1;
+  int64_t inner = 1;  // the stride of an extent-1 dimension here
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    if (dims[i] == 1) {
+      strides[i] = inner;
+      continue;
+    }
+    while (j >= 0 && sd[j] == 1) --j;
+    if (j < 0 || sd[j] != dims[i]) return false;
+    strides[i] = ss[j];
+    inner = ss[j] * dims[i];
+    --j;
+  }
+  while (j >= 0 && sd[j] == 1) --j;
+  return j < 0;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims) {
   DYNVM_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(dims));
   if (n != src.numel()) {
@@ -269,8 +298,14 @@ absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims
                                                    DimsString(dims), ": element counts differ"));
   }
   if (!src.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reshape of a non-contiguous ", src.DebugString()));
+    int64_t strides[Tensor::kMaxRank];
+    if (!UnitDimStrides(src, dims, strides)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reshape of a non-contiguous ", src.DebugString(), " to ", DimsString(dims),
+          ": only inserting or removing dimensions of extent 1 keeps a strided layout"));
+    }
+    return Tensor::View(src.storage(), src.byte_offset(), src.dtype(), dims,
+                        absl::Span<const int64_t>(strides, dims.size()));
   }
   return Tensor::View(src.storage(), src.byte_offset(), src.dtype(), dims);
 }

@@ -34,7 +34,8 @@ absl::Status WriteFloat(Tensor& t, int64_t index, double v, DeviceContext* devic
 // alloc_tensor: a contiguous view of `storage` at `offset` bytes, a multiple of the element size.
 absl::StatusOr<Tensor> ViewOf(const StorageRef& storage, int64_t offset, DType dtype,
                               absl::Span<const int64_t> dims);
-// reshape: `src` (contiguous) with new dims of the same element count.
+// reshape: `src` with new dims of the same element count. A strided `src` only when the new dims
+// insert or remove extent-1 dimensions (its other strides are kept); anything else is an error.
 absl::StatusOr<Tensor> Reshape(const Tensor& src, absl::Span<const int64_t> dims);
 // view: a strided view of src's storage at element offset `offset` from src's first element.
 absl::StatusOr<Tensor> View(const Tensor& src, int64_t offset, absl::Span<const int64_t> dims,

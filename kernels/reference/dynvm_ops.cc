@@ -158,6 +158,20 @@ void KeepTopP(double top_p, int64_t vocab, double* p, int32_t* order) {
 template <typename T>
 absl::StatusOr<int64_t> SampleRow(const T* row, int64_t cs, int64_t r, int64_t vocab,
                                   const SampleSettings& s, SampleScratch& w) {
+  if (s.temperature <= 0 && s.penalty == 1) {
+    // Greedy without a penalty (a decode loop's default): the arg max read once from the row, not
+    // from a copy in doubles (widening is exact and monotonic: the same token).
+    int64_t best = 0;
+    T top = row[0];  // row[best], kept in a register: no load that waits on the last compare
+    for (int64_t k = 1; k < vocab; ++k) {
+      const T x = row[k * cs];
+      if (Greater(x, top)) {
+        best = k;
+        top = x;
+      }
+    }
+    return best;
+  }
   double* x = w.x;
   for (int64_t k = 0; k < vocab; ++k) x[k] = static_cast<double>(row[k * cs]);
   if (s.penalty != 1) DYNVM_RETURN_IF_ERROR(ApplyPenalty(s, r, vocab, w));

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 #include "kernels/reference/philox.h"
@@ -41,6 +42,12 @@ TEST(SampleTest, ZeroTemperatureIsArgmax) {
   EXPECT_EQ(Sample(logits, 0, 1, 0), (std::vector<int64_t>{1, 3, 0}));
   Tensor nan = F32({1, 3}, {1, std::nanf(""), 2});
   EXPECT_EQ(Sample(nan, 0.8f, 1, 0), (std::vector<int64_t>{1}));
+  // Greedy reads the row itself (no copy): NaN is still the largest, ties the lowest index,
+  // and a row of -inf picks its first token.
+  EXPECT_EQ(Sample(nan, 0, 1, 0), (std::vector<int64_t>{1}));
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor edges = F32({2, 4}, {-inf, -inf, -inf, -inf, -1, inf, 3, inf});
+  EXPECT_EQ(Sample(edges, 0, 1, 0), (std::vector<int64_t>{0, 1}));
 }
 
 TEST(SampleTest, SameSeedAndStepSameToken) {
