@@ -636,14 +636,19 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(
           PreparePresent(ctx, out[o], {g.batch, n, t, o == 1 ? g.head : g.v_head}, kOp));
     }
-    const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 4) ? in[4] : nullptr);
+    const Tensor* mask_in = Present(in, 4) ? in[4] : nullptr;
+    const int64_t mask_floats = reference::PaddingMaskFloats(a_, g, mask_in);
     const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = presents ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
-        void* ws, ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats) *
-                                sizeof(float)));
+        void* ws,
+        ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats + mask_floats) *
+                      sizeof(float)));
     float* scratch = static_cast<float*>(ws);
+    // The mask after the blocks and the own presents, in the site's workspace (no allocation).
+    float* mask = scratch + block_floats * threads + present_floats;
+    if (mask_floats > 0) reference::WritePaddingMask(a_, g, mask_in, mask);
     MhaCall c;
     c.a = &a_;
     c.g = &g;
@@ -660,7 +665,7 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
     float* own = scratch + block_floats * threads;
     c.pk = presents ? CacheOf(*out[1]) : Packed(own, n, t, g.head);
     c.pv = presents ? CacheOf(*out[2]) : Packed(own + units * t * g.head, n, t, g.v_head);
-    c.mask = mask.empty() ? nullptr : mask.data();
+    c.mask = mask_floats > 0 ? mask : nullptr;
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();
       c.ab_b = in[5]->dim(0);
@@ -700,16 +705,19 @@ class MsftAttentionKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[1], DType::kF32, {2, g.batch, n, t, g.head}, kOp));
     }
-    const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 3) ? in[3] : nullptr);
+    const Tensor* mask_in = Present(in, 3) ? in[3] : nullptr;
+    const int64_t mask_floats = reference::PaddingMaskFloats(a_, g, mask_in);
     const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = Wanted(out, 1) ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
-        void* ws,
-        ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats + rows * cols) *
-                      sizeof(float)));
+        void* ws, ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats +
+                                                    rows * cols + mask_floats) *
+                                sizeof(float)));
     float* scratch = static_cast<float*>(ws);
     float* qkv = scratch + block_floats * threads + present_floats;
+    float* mask = qkv + rows * cols;  // in the site's workspace: no allocation per call
+    if (mask_floats > 0) reference::WritePaddingMask(a_, g, mask_in, mask);
     // qkv = bias (each row) + input x weights.
     const float* bias = in[2]->data<float>();
     for (int64_t r = 0; r < rows; ++r) std::memcpy(qkv + r * cols, bias, cols * sizeof(float));
@@ -736,7 +744,7 @@ class MsftAttentionKernel final : public DnnlKernel {
     float* present = Wanted(out, 1) ? out[1]->data<float>() : scratch + block_floats * threads;
     c.pk = Packed(present, n, t, g.head);
     c.pv = Packed(present + units * t * g.head, n, t, g.head);
-    c.mask = mask.empty() ? nullptr : mask.data();
+    c.mask = mask_floats > 0 ? mask : nullptr;
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();
       c.ab_b = in[5]->dim(0);

@@ -570,27 +570,29 @@ class MultiHeadAttentionKernel final : public Kernel {
 // The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
 // [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
 // mask_filter_value; empty when there is neither.
-std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+int64_t PaddingMaskFloats(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  const bool causal = a.causal && g.seq > 1;
+  return mask == nullptr && !causal ? 0 : g.batch * g.seq * (g.past + g.kv_seq);
+}
+
+void WritePaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask, float* m) {
   const int64_t s = g.seq, t = g.past + g.kv_seq;
   const bool causal = a.causal && s > 1;
-  if (mask == nullptr && !causal) return {};
-  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
-  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
+  std::fill_n(m, PaddingMaskFloats(a, g, mask), 0.0f);
   const int rank = mask != nullptr ? mask->rank() : 0;
+  const bool starts = mask != nullptr && mask->numel() == 2 * g.batch;
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t i = 0; i < s; ++i) {
-      float* r = m.data() + (b * s + i) * t;
+      float* r = m + (b * s + i) * t;
       for (int64_t j = 0; j < t && mask != nullptr; ++j) {
         bool keep;
         if (rank == 3) {
-          keep = mi[(b * s + i) * t + j] > 0;
+          keep = IntAt(*mask, (b * s + i) * t + j) > 0;
         } else if (rank == 2) {
-          keep = mi[b * t + j] > 0;
+          keep = IntAt(*mask, b * t + j) > 0;
         } else {
-          keep = j < mi[b];
-          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
-            keep = keep && j >= std::min(mi[b + g.batch], t);
-          }
+          keep = j < IntAt(*mask, b);
+          if (starts) keep = keep && j >= std::min(IntAt(*mask, b + g.batch), t);
         }
         if (!keep) r[j] = a.mask_filter;
       }
@@ -599,6 +601,11 @@ std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Te
       }
     }
   }
+}
+
+std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  std::vector<float> m(static_cast<size_t>(PaddingMaskFloats(a, g, mask)));
+  if (!m.empty()) WritePaddingMask(a, g, mask, m.data());
   return m;
 }
 

@@ -115,6 +115,10 @@ absl::Status CheckMsftAttention(const MhaAttrs& a, absl::Span<const int64_t> siz
 // [B, S, past + kv_seq] of 0 or mask_filter_value (added to the scores: a masked key keeps its
 // tiny weight); empty when there is neither.
 std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask);
+// The same written to `m`, PaddingMaskFloats(a, g, mask) floats (0 when there is neither), so
+// that a kernel can keep it in its site's workspace (no allocation per call).
+int64_t PaddingMaskFloats(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask);
+void WritePaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask, float* m);
 
 }  // namespace dynvm::reference
 
