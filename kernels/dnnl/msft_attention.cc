@@ -171,6 +171,24 @@ void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
   std::memset(dv + used * h, 0, static_cast<size_t>(t - used) * row);
 }
 
+// Weighted sums of a few rows of probabilities over the same values: y_r (rows ldy apart) =
+// p_r V for r < rows (p_r ld apart, w of them) and V [w, h]. Up to kGemvValueRows rows (a decode
+// step's group of heads) by one GEMV per row: dnnl_sgemm's GEMM path at M > 1 with these shapes
+// mallocs on every call (under gdb: posix_memalign in dnnl_sgemm), which a decode step must not
+// (tests/decode_alloc_test.cc); its scores' product (N^T) and every M = 1 product do not.
+constexpr int64_t kGemvValueRows = 8;
+absl::Status ValueRows(int64_t rows, int64_t h, int64_t w, const float* p, int64_t ld,
+                       const float* v, float* y, int64_t ldy) {
+  if (rows > kGemvValueRows) {
+    return FromDnnl(dnnl_sgemm('N', 'N', rows, h, w, 1.0f, p, ld, v, h, 0.0f, y, ldy),
+                    "dnnl_sgemm");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::Gemv('N', h, w, 1.0f, p + r * ld, v, h, 0.0f, y + r * ldy);
+  }
+  return absl::OkStatus();
+}
+
 // Query row i of unit (b, kh), every head of its group: s holds group x (T + 1) floats.
 absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float* s) {
   const GqaAttrs& a = *c.a;
@@ -207,11 +225,7 @@ absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float
     if (sink) sr[w] = c.sink != nullptr ? c.sink[hq] : 0.0f;
   }
   cpu::SoftmaxRows(group, ld, s, s);
-  if (group == 1) {
-    cpu::Gemv('N', h, w, 1.0f, s, v, h, 0.0f, y);
-    return absl::OkStatus();
-  }
-  return FromDnnl(dnnl_sgemm('N', 'N', group, h, w, 1.0f, s, ld, v, h, 0.0f, y, h), "dnnl_sgemm");
+  return ValueRows(group, h, w, s, ld, v, y, h);
 }
 
 absl::Status RunUnits(const GqaCall& c, int64_t u0, int64_t u1, float* s) {
@@ -437,12 +451,7 @@ absl::Status RunOnnxUnit(const OnnxCall& c, int64_t b, int64_t kh, float* s) {
     }
     for (int64_t r = 0; r < group; ++r) AdjustRow(c, b, h0 + r, i, s + r * t);
     cpu::SoftmaxRows(group, t, s, s);
-    if (group == 1) {
-      cpu::Gemv('N', hv, t, 1.0f, s, v, hv, 0.0f, y);
-    } else {
-      DYNVM_RETURN_IF_ERROR(FromDnnl(
-          dnnl_sgemm('N', 'N', group, hv, t, 1.0f, s, t, v, hv, 0.0f, y, ldo), "dnnl_sgemm"));
-    }
+    DYNVM_RETURN_IF_ERROR(ValueRows(group, hv, t, s, t, v, y, ldo));
   }
   return absl::OkStatus();
 }
