@@ -54,7 +54,7 @@ inline void GqaKeyRange(const GqaAttrs& a, const GqaGeometry& g, int64_t b, int6
 
 // The rotary position of token s of batch b: position_ids when given (`ids`, [B, S]), else s on
 // the first prompt and total_b - S + s after it (ORT's positions).
-inline int64_t GqaPosition(const GqaGeometry& g, const std::vector<int64_t>& ids, int64_t b,
+inline int64_t GqaPosition(const GqaGeometry& g, absl::Span<const int64_t> ids, int64_t b,
                            int64_t s) {
   if (!ids.empty()) return ids[b * g.seq + s];
   return (g.first_prompt ? 0 : g.total_b[b] - g.seq) + s;
