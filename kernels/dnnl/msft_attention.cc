@@ -172,14 +172,16 @@ void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
 }
 
 // Weighted sums of a few rows of probabilities over the same values: y_r (rows ldy apart) =
-// p_r V for r < rows (p_r ld apart, w of them) and V [w, h]. Up to kGemvValueRows rows (a decode
-// step's group of heads) by one GEMV per row: dnnl_sgemm's GEMM path at M > 1 with these shapes
-// mallocs on every call (under gdb: posix_memalign in dnnl_sgemm), which a decode step must not
-// (tests/decode_alloc_test.cc); its scores' product (N^T) and every M = 1 product do not.
+// p_r V for r < rows (p_r ld apart, w of them) and V [w, h]. In a decode step (`one_query`: one
+// query row per batch item) up to kGemvValueRows rows (its group of heads) by one GEMV per row:
+// dnnl_sgemm's GEMM path at M > 1 with these shapes mallocs on every call (under gdb:
+// posix_memalign in dnnl_sgemm), which a decode step must not (tests/decode_alloc_test.cc); its
+// scores' product (N^T) and every M = 1 product do not. A prompt keeps the GEMM: per row it was
+// 25% slower there (1024 query rows, groups of 4 heads; the decode steps took the same time).
 constexpr int64_t kGemvValueRows = 8;
-absl::Status ValueRows(int64_t rows, int64_t h, int64_t w, const float* p, int64_t ld,
-                       const float* v, float* y, int64_t ldy) {
-  if (rows > kGemvValueRows) {
+absl::Status ValueRows(bool one_query, int64_t rows, int64_t h, int64_t w, const float* p,
+                       int64_t ld, const float* v, float* y, int64_t ldy) {
+  if (!one_query || rows > kGemvValueRows) {
     return FromDnnl(dnnl_sgemm('N', 'N', rows, h, w, 1.0f, p, ld, v, h, 0.0f, y, ldy),
                     "dnnl_sgemm");
   }
@@ -225,7 +227,7 @@ absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float
     if (sink) sr[w] = c.sink != nullptr ? c.sink[hq] : 0.0f;
   }
   cpu::SoftmaxRows(group, ld, s, s);
-  return ValueRows(group, h, w, s, ld, v, y, h);
+  return ValueRows(g.seq == 1, group, h, w, s, ld, v, y, h);
 }
 
 absl::Status RunUnits(const GqaCall& c, int64_t u0, int64_t u1, float* s) {
@@ -451,7 +453,7 @@ absl::Status RunOnnxUnit(const OnnxCall& c, int64_t b, int64_t kh, float* s) {
     }
     for (int64_t r = 0; r < group; ++r) AdjustRow(c, b, h0 + r, i, s + r * t);
     cpu::SoftmaxRows(group, t, s, s);
-    DYNVM_RETURN_IF_ERROR(ValueRows(group, hv, t, s, t, v, y, ldo));
+    DYNVM_RETURN_IF_ERROR(ValueRows(g.sq == 1, group, hv, t, s, t, v, y, ldo));
   }
   return absl::OkStatus();
 }
