@@ -3,7 +3,9 @@
 // by concatenation, in a sequence or by ScatterND; the GPT compiled with bounds, so that its
 // growing shapes are planned at their maximum; a Llama-style step model, tests/data/llama_step,
 // compiled with --decode and bounds, whose KV cache is appended in place, its tokens checked
-// against PyTorch's, greedy and sampled with top-k, top-p and a repetition penalty) run with the
+// against PyTorch's, greedy and sampled with top-k, top-p and a repetition penalty; the same
+// weights with one fused attention node per layer, tests/data/llama_step_fused: GroupQueryAttention
+// with rotary inside or outside it, MultiHeadAttention and Attention 23, greedy) run with the
 // reference kernels and with the kernels this build prefers (oneDNN where built) at one intra-op
 // thread, and a run of 40 new tokens calls malloc exactly as often as a run of 10, after a run of
 // each length has warmed the VM's pools and the sites' bound kernels. One exception, which
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
 #include "compiler/onnx/onnx_importer.h"
@@ -94,7 +98,7 @@ Tensor TokensLike(const Tensor& like, int64_t n) {
 // their maximum (docs/compiler.md, docs/llm.md).
 compiler::CompileOptions OptionsFor(const std::string& name) {
   compiler::CompileOptions o;
-  if (name == "gpt" || name == "llama_step" || name == "llama_step_sampled") {
+  if (name == "gpt" || absl::StartsWith(name, "llama_step")) {
     o.bounds = {{"batch", 1}, {"prompt_len", 8}, {"max_new_tokens", 40}};
   }
   return o;
@@ -103,10 +107,21 @@ compiler::CompileOptions OptionsFor(const std::string& name) {
 // The models' folders; llama_step is an Optimum-layout step model (tools/models/llama_step.py
 // --write-test-case) compiled as vm-compile --decode does, its case0 tokens PyTorch's greedy
 // host loop's; llama_step_sampled is the same model sampled with temperature, top-k, top-p and
-// a repetition penalty (dynvm::Sample's scratch is the site's workspace).
+// a repetition penalty (dynvm::Sample's scratch is the site's workspace). llama_step_fused_V is
+// the same weights with one fused attention node per layer (tools/models/llama_step_fused.py V,
+// V one of gqa_rotary, gqa, mha, attention23: tests/data/llama_step_fused/V.onnx), whose greedy
+// tokens are the same case0's.
 bool IsStep(const std::string& name) { return absl::StartsWith(name, "llama_step"); }
+constexpr absl::string_view kFused = "llama_step_fused_";
 fs::path DirOf(const std::string& name) {
   return IsStep(name) ? fs::path("tests/data/llama_step") : fs::path("tools/models") / name;
+}
+fs::path ModelOf(const std::string& name) {
+  if (absl::StartsWith(name, kFused)) {
+    return fs::path("tests/data/llama_step_fused") /
+           absl::StrCat(name.substr(kFused.size()), ".onnx");
+  }
+  return DirOf(name) / "model.onnx";
 }
 
 // System allocator calls of 30 more decode steps of model `name` loaded with `backends`.
@@ -115,7 +130,7 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   compiler::onnx::ImportOptions import;
   import.decode = IsStep(name);
   absl::StatusOr<std::unique_ptr<compiler::Module>> module =
-      compiler::onnx::ImportOnnxFile((dir / "model.onnx").string(), import);
+      compiler::onnx::ImportOnnxFile(ModelOf(name).string(), import);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return -1;
   absl::StatusOr<compiler::CompileResult> compiled = compiler::Compile(**module, OptionsFor(name));
@@ -162,7 +177,7 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
   for (int64_t n : {40, 40, 10, 10}) calls(n);
   const int64_t short_run = calls(10);
   const int64_t long_run = calls(40);
-  // The step model's 40 tokens are PyTorch's (the in-place cache must not change an answer).
+  // The step models' 40 tokens are PyTorch's (the in-place cache must not change an answer).
   if (import.decode && !sampled) {
     absl::StatusOr<Tensor> want = npy::LoadNpy((dir / "case0" / "output_tokens.npy").string());
     absl::StatusOr<Tensor> got = (*vm)->GetOutput("tokens");
@@ -182,7 +197,7 @@ int64_t ExtraCalls(const std::string& name, const BackendPolicy& backends) {
 class DecodeAllocTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecodeAllocTest, DecodeStepsMakeNoSystemAllocatorCalls) {
-  ASSERT_TRUE(fs::exists(DirOf(GetParam()) / "model.onnx"));
+  ASSERT_TRUE(fs::exists(ModelOf(GetParam())));
   // lstm_list keeps its tokens in an ONNX sequence, whose array of tensors doubles when full:
   // from 10 to 40 tokens it grows twice (16 to 32 to 64 entries), a logarithmic number of
   // reallocations and none per step. Every other decoder: none at all.
@@ -274,7 +289,9 @@ TEST(DecodeAllocCounterTest, CountsAllocationsMadeDuringARun) {
 
 INSTANTIATE_TEST_SUITE_P(Decoders, DecodeAllocTest,
                          ::testing::Values("lstm_cat", "lstm_list", "lstm_scatter", "gpt",
-                                           "llama_step", "llama_step_sampled"));
+                                           "llama_step", "llama_step_sampled",
+                                           "llama_step_fused_gqa_rotary", "llama_step_fused_gqa",
+                                           "llama_step_fused_mha", "llama_step_fused_attention23"));
 
 }  // namespace
 }  // namespace dynvm

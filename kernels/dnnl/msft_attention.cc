@@ -171,6 +171,26 @@ void FillUnit(const GqaCall& c, int64_t b, int64_t kh) {
   std::memset(dv + used * h, 0, static_cast<size_t>(t - used) * row);
 }
 
+// Weighted sums of a few rows of probabilities over the same values: y_r (rows ldy apart) =
+// p_r V for r < rows (p_r ld apart, w of them) and V [w, h]. In a decode step (`one_query`: one
+// query row per batch item) up to kGemvValueRows rows (its group of heads) by one GEMV per row:
+// dnnl_sgemm's GEMM path at M > 1 with these shapes mallocs on every call (under gdb:
+// posix_memalign in dnnl_sgemm), which a decode step must not (tests/decode_alloc_test.cc); its
+// scores' product (N^T) and every M = 1 product do not. A prompt keeps the GEMM: per row it was
+// 25% slower there (1024 query rows, groups of 4 heads; the decode steps took the same time).
+constexpr int64_t kGemvValueRows = 8;
+absl::Status ValueRows(bool one_query, int64_t rows, int64_t h, int64_t w, const float* p,
+                       int64_t ld, const float* v, float* y, int64_t ldy) {
+  if (!one_query || rows > kGemvValueRows) {
+    return FromDnnl(dnnl_sgemm('N', 'N', rows, h, w, 1.0f, p, ld, v, h, 0.0f, y, ldy),
+                    "dnnl_sgemm");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::Gemv('N', h, w, 1.0f, p + r * ld, v, h, 0.0f, y + r * ldy);
+  }
+  return absl::OkStatus();
+}
+
 // Query row i of unit (b, kh), every head of its group: s holds group x (T + 1) floats.
 absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float* s) {
   const GqaAttrs& a = *c.a;
@@ -207,11 +227,7 @@ absl::Status AttendRow(const GqaCall& c, int64_t b, int64_t kh, int64_t i, float
     if (sink) sr[w] = c.sink != nullptr ? c.sink[hq] : 0.0f;
   }
   cpu::SoftmaxRows(group, ld, s, s);
-  if (group == 1) {
-    cpu::Gemv('N', h, w, 1.0f, s, v, h, 0.0f, y);
-    return absl::OkStatus();
-  }
-  return FromDnnl(dnnl_sgemm('N', 'N', group, h, w, 1.0f, s, ld, v, h, 0.0f, y, h), "dnnl_sgemm");
+  return ValueRows(g.seq == 1, group, h, w, s, ld, v, y, h);
 }
 
 absl::Status RunUnits(const GqaCall& c, int64_t u0, int64_t u1, float* s) {
@@ -437,12 +453,7 @@ absl::Status RunOnnxUnit(const OnnxCall& c, int64_t b, int64_t kh, float* s) {
     }
     for (int64_t r = 0; r < group; ++r) AdjustRow(c, b, h0 + r, i, s + r * t);
     cpu::SoftmaxRows(group, t, s, s);
-    if (group == 1) {
-      cpu::Gemv('N', hv, t, 1.0f, s, v, hv, 0.0f, y);
-    } else {
-      DYNVM_RETURN_IF_ERROR(FromDnnl(
-          dnnl_sgemm('N', 'N', group, hv, t, 1.0f, s, t, v, hv, 0.0f, y, ldo), "dnnl_sgemm"));
-    }
+    DYNVM_RETURN_IF_ERROR(ValueRows(g.sq == 1, group, hv, t, s, t, v, y, ldo));
   }
   return absl::OkStatus();
 }
@@ -636,14 +647,19 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(
           PreparePresent(ctx, out[o], {g.batch, n, t, o == 1 ? g.head : g.v_head}, kOp));
     }
-    const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 4) ? in[4] : nullptr);
+    const Tensor* mask_in = Present(in, 4) ? in[4] : nullptr;
+    const int64_t mask_floats = reference::PaddingMaskFloats(a_, g, mask_in);
     const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = presents ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
-        void* ws, ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats) *
-                                sizeof(float)));
+        void* ws,
+        ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats + mask_floats) *
+                      sizeof(float)));
     float* scratch = static_cast<float*>(ws);
+    // The mask after the blocks and the own presents, in the site's workspace (no allocation).
+    float* mask = scratch + block_floats * threads + present_floats;
+    if (mask_floats > 0) reference::WritePaddingMask(a_, g, mask_in, mask);
     MhaCall c;
     c.a = &a_;
     c.g = &g;
@@ -660,7 +676,7 @@ class MultiHeadAttentionKernel final : public DnnlKernel {
     float* own = scratch + block_floats * threads;
     c.pk = presents ? CacheOf(*out[1]) : Packed(own, n, t, g.head);
     c.pv = presents ? CacheOf(*out[2]) : Packed(own + units * t * g.head, n, t, g.v_head);
-    c.mask = mask.empty() ? nullptr : mask.data();
+    c.mask = mask_floats > 0 ? mask : nullptr;
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();
       c.ab_b = in[5]->dim(0);
@@ -700,16 +716,19 @@ class MsftAttentionKernel final : public DnnlKernel {
       DYNVM_RETURN_IF_ERROR(
           reference::PrepareOutput(ctx, out[1], DType::kF32, {2, g.batch, n, t, g.head}, kOp));
     }
-    const std::vector<float> mask = reference::PaddingMask(a_, g, Present(in, 3) ? in[3] : nullptr);
+    const Tensor* mask_in = Present(in, 3) ? in[3] : nullptr;
+    const int64_t mask_floats = reference::PaddingMaskFloats(a_, g, mask_in);
     const int64_t block_floats = MhaBlock(g.seq) * (t + g.head);
     const int64_t present_floats = Wanted(out, 1) ? 0 : units * t * (g.head + g.v_head);
     const int threads = std::max(ctx.num_threads(), 1);
     DYNVM_ASSIGN_OR_RETURN(
-        void* ws,
-        ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats + rows * cols) *
-                      sizeof(float)));
+        void* ws, ctx.Workspace(static_cast<size_t>(block_floats * threads + present_floats +
+                                                    rows * cols + mask_floats) *
+                                sizeof(float)));
     float* scratch = static_cast<float*>(ws);
     float* qkv = scratch + block_floats * threads + present_floats;
+    float* mask = qkv + rows * cols;  // in the site's workspace: no allocation per call
+    if (mask_floats > 0) reference::WritePaddingMask(a_, g, mask_in, mask);
     // qkv = bias (each row) + input x weights.
     const float* bias = in[2]->data<float>();
     for (int64_t r = 0; r < rows; ++r) std::memcpy(qkv + r * cols, bias, cols * sizeof(float));
@@ -736,7 +755,7 @@ class MsftAttentionKernel final : public DnnlKernel {
     float* present = Wanted(out, 1) ? out[1]->data<float>() : scratch + block_floats * threads;
     c.pk = Packed(present, n, t, g.head);
     c.pv = Packed(present + units * t * g.head, n, t, g.head);
-    c.mask = mask.empty() ? nullptr : mask.data();
+    c.mask = mask_floats > 0 ? mask : nullptr;
     if (Present(in, 5)) {
       c.attn_bias = in[5]->data<float>();
       c.ab_b = in[5]->dim(0);

@@ -122,7 +122,15 @@ class SwiGluKernel final : public DnnlKernel {
 struct RopeCall {
   int64_t batch = 0, heads = 0, seq = 0, head = 0, half = 0;
   bool heads_first = true;
-  std::vector<int64_t> rows;  // per (batch, position): the cache row's offset in cos and sin
+  // The cache row's offset in cos and sin of (batch, position) i = b S + s: position_ids[i]
+  // (`ps`), one offset ps[0] + s (`offset`) or i itself (no `ps`), times `stride`. Computed per
+  // row rather than kept, so a call allocates nothing.
+  const int64_t* ps = nullptr;
+  bool offset = false;
+  int64_t stride = 0;
+  int64_t Row(int64_t i) const {
+    return (ps == nullptr ? i : offset ? ps[0] + i % seq : ps[i]) * stride;
+  }
 };
 
 bool Dense(const Tensor* t, DType dtype) {
@@ -133,12 +141,13 @@ bool Dense(const Tensor* t, DType dtype) {
 // caches of `positions` rows `stride` apart; false when one is outside them.
 bool PositionRows(const Tensor& pos, bool offset, int64_t positions, int64_t stride, RopeCall& c) {
   const int64_t* ps = pos.data<int64_t>();
-  c.rows.resize(c.batch * c.seq);
   for (int64_t i = 0; i < c.batch * c.seq; ++i) {
     const int64_t p = offset ? ps[0] + i % c.seq : ps[i];
     if (p < 0 || p >= positions) return false;
-    c.rows[i] = p * stride;
   }
+  c.ps = ps;
+  c.offset = offset;
+  c.stride = stride;
   return true;
 }
 
@@ -208,8 +217,7 @@ std::optional<RopeCall> OnnxRope(Inputs in, int64_t num_heads, int64_t rotary_di
     if (cos.rank() != 3 || cos.dim(0) != c.batch || cos.dim(1) != c.seq || cos.dim(2) < c.half) {
       return std::nullopt;
     }
-    c.rows.resize(c.batch * c.seq);
-    for (int64_t i = 0; i < c.batch * c.seq; ++i) c.rows[i] = i * cos.dim(2);
+    c.stride = cos.dim(2);  // row b S + s of [B, S, >= half]
     return c;
   }
   if (cos.rank() != 2 || cos.dim(1) < c.half || pos->rank() != 2 || pos->dim(0) != c.batch ||
@@ -252,7 +260,7 @@ class RotaryEmbeddingKernel final : public DnnlKernel {
         // u = (b N + n) S + s (heads first) or (b S + s) N + n: the (b, s) of its cache row.
         const int64_t bs =
             c->heads_first ? u / (c->heads * c->seq) * c->seq + u % c->seq : u / c->heads;
-        const int64_t row = c->rows[bs], off = u * head;
+        const int64_t row = c->Row(bs), off = u * head;
         cpu::Rotary(c->half, interleaved_, cos + row, sin + row, xs + off, y + off);
         if (rot < head) std::memcpy(y + off + rot, xs + off + rot, (head - rot) * sizeof(float));
       }

@@ -654,10 +654,19 @@ class RotaryEmbeddingKernel final : public Kernel {
       return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding: position_ids ",
                                                      pos.DebugString(), " must be [1] or [B, S]"));
     }
-    const std::vector<float> xs = Floats(x), cs = Floats(cos), ss = Floats(*in[3]);
+    // X copied to the site's workspace (the output may share its memory), the caches read in
+    // place: a decode step's call allocates nothing.
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws,
+        ctx.Workspace(static_cast<size_t>(std::max<int64_t>(x.numel(), 1)) * sizeof(float)));
+    auto* xs = static_cast<float*>(ws);
+    for (int64_t i = 0; i < x.numel(); ++i) xs[i] = x.data<float>()[x.ElementOffset(i)];
+    const Tensor& sin = *in[3];
+    auto cs = [&](int64_t i) { return cos.data<float>()[cos.ElementOffset(i)]; };
+    auto ss = [&](int64_t i) { return sin.data<float>()[sin.ElementOffset(i)]; };
     DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, x.dims(), kOp));
     float* y = out[0]->data<float>();
-    std::copy(xs.begin(), xs.end(), y);
+    std::copy_n(xs, x.numel(), y);
     const int64_t* ps = pos.data<int64_t>();
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t s = 0; s < seq; ++s) {
@@ -673,7 +682,7 @@ class RotaryEmbeddingKernel final : public Kernel {
                                              : ((b * heads + n) * seq + s) * head;
           for (int64_t i = 0; i < half; ++i) {
             const int64_t i1 = interleaved_ ? 2 * i : i, i2 = interleaved_ ? 2 * i + 1 : i + half;
-            const double c = cs[p * half + i], sn = ss[p * half + i];
+            const double c = cs(p * half + i), sn = ss(p * half + i);
             const double x1 = xs[base + i1], x2 = xs[base + i2];
             y[base + i1] = static_cast<float>(x1 * c - x2 * sn);
             y[base + i2] = static_cast<float>(x2 * c + x1 * sn);

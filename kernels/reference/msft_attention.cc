@@ -26,6 +26,8 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <memory_resource>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,9 +49,60 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 bool Present(Inputs in, size_t i) { return i < in.size() && in[i] != nullptr; }
 bool Wanted(Outputs out, size_t i) { return i < out.size() && out[i] != nullptr; }
 
+// The vectors of these kernels (operand copies, presents, scores) come from a bump arena over
+// the site's workspace (KernelContext::Workspace), sized by the largest call the site has made:
+// a call that outgrows it takes the rest from the heap and records its total, so the next call's
+// block holds it all, and a decode step's calls after the first allocate nothing. Set per
+// kernel call on the calling thread (these kernels run on it alone); outside one, the heap.
+thread_local std::pmr::memory_resource* t_arena = nullptr;
+std::pmr::memory_resource* Res() {
+  return t_arena != nullptr ? t_arena : std::pmr::new_delete_resource();
+}
+using FVec = std::pmr::vector<float>;
+using IVec = std::pmr::vector<int64_t>;
+
+struct ArenaSize final : KernelState {
+  size_t bytes = 0;
+};
+
+class SiteArena final : public std::pmr::memory_resource {
+ public:
+  explicit SiteArena(KernelContext& ctx) : ctx_(ctx) {
+    std::unique_ptr<KernelState>& st = ctx.state();
+    if (st == nullptr) st = std::make_unique<ArenaSize>();
+    size_ = static_cast<ArenaSize*>(st.get());
+    absl::StatusOr<void*> block = ctx.Workspace(std::max<size_t>(size_->bytes, 4096));
+    status_ = block.status();
+    if (block.ok()) mono_.emplace(*block, std::max<size_t>(size_->bytes, 4096));
+    prev_ = t_arena;
+    if (mono_) t_arena = this;
+  }
+  ~SiteArena() override {
+    t_arena = prev_;
+    size_->bytes = std::max(size_->bytes, used_);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  void* do_allocate(size_t bytes, size_t align) override {
+    used_ += bytes + align;
+    return mono_->allocate(bytes, align);
+  }
+  void do_deallocate(void*, size_t, size_t) override {}  // released with the arena
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override {
+    return this == &o;
+  }
+  KernelContext& ctx_;
+  ArenaSize* size_ = nullptr;
+  absl::Status status_;
+  std::optional<std::pmr::monotonic_buffer_resource> mono_;
+  std::pmr::memory_resource* prev_ = nullptr;
+  size_t used_ = 0;
+};
+
 // The elements of `t` (f32) in row-major order.
-std::vector<float> Floats(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
+FVec Floats(const Tensor& t) {
+  FVec v(static_cast<size_t>(t.numel()), Res());
   const float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) v[i] = p[t.ElementOffset(i)];
   return v;
@@ -62,8 +115,8 @@ int64_t IntAt(const Tensor& t, int64_t i) {
 }
 
 // The elements of an integer tensor (i32 or i64) as int64.
-std::vector<int64_t> Ints(const Tensor& t) {
-  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+IVec Ints(const Tensor& t) {
+  IVec v(static_cast<size_t>(t.numel()), Res());
   for (int64_t i = 0; i < t.numel(); ++i) {
     v[i] = t.dtype() == DType::kI32 ? t.data<int32_t>()[t.ElementOffset(i)]
                                     : t.data<int64_t>()[t.ElementOffset(i)];
@@ -75,8 +128,8 @@ std::vector<int64_t> Ints(const Tensor& t) {
 // output may be a strided view: a loop's KV cache whose growable storage the present extends
 // in place over the past (docs/compiler.md, "growable"); `src` was computed from the past first,
 // so rewriting its rows over themselves is safe.
-absl::Status WritePresent(KernelContext& ctx, Tensor* out, const Dims& dims,
-                          const std::vector<float>& src, absl::string_view op) {
+absl::Status WritePresent(KernelContext& ctx, Tensor* out, const Dims& dims, const FVec& src,
+                          absl::string_view op) {
   if (out->defined() && !out->is_contiguous() && out->dtype() == DType::kF32 &&
       out->dims() == dims) {
     float* p = out->data<float>();
@@ -132,8 +185,8 @@ struct Softmax {
 void Attend(const AttnShape& a, Operand q, Operand k, Operand v, float scale, RowFn row,
             const Softmax& sm, OutOperand out) {
   const int64_t group = a.heads / a.kv_heads;
-  std::vector<float> scores(static_cast<size_t>(a.skv));
-  std::vector<double> probs(static_cast<size_t>(a.skv));
+  FVec scores(static_cast<size_t>(a.skv), Res());
+  std::pmr::vector<double> probs(static_cast<size_t>(a.skv), Res());
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
       const int64_t kh = h / group;
@@ -191,12 +244,14 @@ class GroupQueryAttentionKernel final : public Kernel {
   explicit GroupQueryAttentionKernel(GqaAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    SiteArena arena(ctx);  // this call's vectors (Res())
+    DYNVM_RETURN_IF_ERROR(arena.status());
     DYNVM_ASSIGN_OR_RETURN(GqaGeometry g, CheckGroupQueryAttention(a_, in));
     const int64_t n = a_.heads, nkv = a_.kv_heads, h = g.head, s = g.seq;
     const int64_t q_stride = (g.packed ? n + 2 * nkv : n) * h;  // one token of query
-    std::vector<float> q = Floats(*in[0]);
-    std::vector<float> k = g.packed ? std::vector<float>() : Floats(*in[1]);
-    std::vector<float> v = g.packed ? std::vector<float>() : Floats(*in[2]);
+    FVec q = Floats(*in[0]);
+    FVec k = g.packed ? FVec(Res()) : Floats(*in[1]);
+    FVec v = g.packed ? FVec(Res()) : Floats(*in[2]);
     // New keys and values [B, S, N_kv, H] as (pointer, token stride).
     float* kp = g.packed ? q.data() + n * h : k.data();
     float* vp = g.packed ? q.data() + (n + nkv) * h : v.data();
@@ -204,9 +259,9 @@ class GroupQueryAttentionKernel final : public Kernel {
     if (a_.rotary) DYNVM_RETURN_IF_ERROR(ApplyRotary(in, g, q.data(), q_stride, kp, kv_stride));
     // present = past[0, past_b) ++ new, zeros beyond.
     const int64_t t = g.present;
-    std::vector<float> pk(static_cast<size_t>(g.batch * nkv * t * h), 0.0f), pv(pk.size(), 0.0f);
-    std::vector<float> past_k = g.has_past ? Floats(*in[3]) : std::vector<float>();
-    std::vector<float> past_v = g.has_past ? Floats(*in[4]) : std::vector<float>();
+    FVec pk(static_cast<size_t>(g.batch * nkv * t * h), 0.0f, Res()), pv(pk.size(), 0.0f, Res());
+    FVec past_k = g.has_past ? Floats(*in[3]) : FVec(Res());
+    FVec past_v = g.has_past ? Floats(*in[4]) : FVec(Res());
     for (int64_t b = 0; b < g.batch; ++b) {
       for (int64_t kh = 0; kh < nkv; ++kh) {
         float* dk = pk.data() + (b * nkv + kh) * t * h;
@@ -221,8 +276,8 @@ class GroupQueryAttentionKernel final : public Kernel {
         }
       }
     }
-    std::vector<float> bias = Present(in, 10) ? Floats(*in[10]) : std::vector<float>();
-    std::vector<float> sink = Present(in, 11) ? Floats(*in[11]) : std::vector<float>();
+    FVec bias = Present(in, 10) ? Floats(*in[10]) : FVec(Res());
+    FVec sink = Present(in, 11) ? Floats(*in[11]) : FVec(Res());
     const Tensor* bt = Present(in, 10) ? in[10] : nullptr;
     auto row = [&](int64_t b, int64_t hq, int64_t i, float* sc) {
       int64_t start, causal;
@@ -415,9 +470,9 @@ absl::Status GroupQueryAttentionKernel::ApplyRotary(Inputs in, const GqaGeometry
                                                     int64_t q_stride, float* k,
                                                     int64_t kv_stride) const {
   const Tensor& ct = *in[7];
-  const std::vector<float> cos = Floats(ct), sin = Floats(*in[8]);
+  const FVec cos = Floats(ct), sin = Floats(*in[8]);
   const int64_t half = ct.dim(1), rot = 2 * half;
-  const std::vector<int64_t> ids = Present(in, 9) ? Ints(*in[9]) : std::vector<int64_t>();
+  const IVec ids = Present(in, 9) ? Ints(*in[9]) : IVec(Res());
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t s = 0; s < g.seq; ++s) {
       const int64_t pos = GqaPosition(g, ids, b, s);
@@ -477,12 +532,12 @@ absl::Status CheckMaskAndBias(absl::string_view op, const MhaAttrs& a, const Mha
 
 // Y [B, S, N Hv] from q [B, S, N, H] and the present keys and values [B, N, T, H | Hv].
 absl::Status AttendMasked(KernelContext& ctx, absl::string_view op, const MhaAttrs& a,
-                          const MhaGeometry& g, const std::vector<float>& q,
-                          const std::vector<float>& pk, const std::vector<float>& pv,
+                          const MhaGeometry& g, const FVec& q, const FVec& pk, const FVec& pv,
                           const Tensor* mask, const Tensor* abt, Tensor* out) {
   const int64_t n = a.heads, h = g.head, hv = g.v_head, s = g.seq, t = g.past + g.kv_seq;
-  const std::vector<float> m = PaddingMask(a, g, mask);
-  const std::vector<float> ab = abt != nullptr ? Floats(*abt) : std::vector<float>();
+  FVec m(static_cast<size_t>(PaddingMaskFloats(a, g, mask)), Res());
+  if (!m.empty()) WritePaddingMask(a, g, mask, m.data());
+  const FVec ab = abt != nullptr ? Floats(*abt) : FVec(Res());
   auto row = [&](int64_t b, int64_t hq, int64_t i, float* sc) {
     const float* mr = m.empty() ? nullptr : m.data() + (b * s + i) * t;
     const float* br = nullptr;
@@ -509,7 +564,7 @@ absl::Status AttendMasked(KernelContext& ctx, absl::string_view op, const MhaAtt
 // dst [B, N, P + L, hd] = past [B, N, P, hd] (may be null when P is 0) ++ x (the new rows,
 // [B, L, N, hd] or [B, N, L, hd] with bnsh) + bias [N hd] (may be null).
 void ConcatPast(const MhaGeometry& g, int64_t n, int64_t hd, const float* past, const float* x,
-                const float* bias, std::vector<float>& dst) {
+                const float* bias, FVec& dst) {
   const int64_t t = g.past + g.kv_seq;
   dst.assign(static_cast<size_t>(g.batch * n * t * hd), 0.0f);
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -532,20 +587,22 @@ class MultiHeadAttentionKernel final : public Kernel {
   explicit MultiHeadAttentionKernel(MhaAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    SiteArena arena(ctx);  // this call's vectors (Res())
+    DYNVM_RETURN_IF_ERROR(arena.status());
     constexpr char kOp[] = "MultiHeadAttention";
     DYNVM_ASSIGN_OR_RETURN(MhaGeometry g,
                            CheckMultiHeadAttention(a_, in, Wanted(out, 1) || Wanted(out, 2)));
     const int64_t n = a_.heads, h = g.head, hv = g.v_head;
-    std::vector<float> q = Floats(*in[0]);
-    const std::vector<float> bias = Present(in, 3) ? Floats(*in[3]) : std::vector<float>();
+    FVec q = Floats(*in[0]);
+    const FVec bias = Present(in, 3) ? Floats(*in[3]) : FVec(Res());
     if (!bias.empty()) {
       for (size_t i = 0; i < q.size(); ++i) q[i] += bias[i % (n * h)];
     }
     // present = past ++ the new keys (and values), [B, N, T, H].
-    const std::vector<float> k = Floats(*in[1]), v = Floats(*in[2]);
-    const std::vector<float> past_k = g.past > 0 ? Floats(*in[6]) : std::vector<float>();
-    const std::vector<float> past_v = g.past > 0 ? Floats(*in[7]) : std::vector<float>();
-    std::vector<float> pk, pv;
+    const FVec k = Floats(*in[1]), v = Floats(*in[2]);
+    const FVec past_k = g.past > 0 ? Floats(*in[6]) : FVec(Res());
+    const FVec past_v = g.past > 0 ? Floats(*in[7]) : FVec(Res());
+    FVec pk(Res()), pv(Res());
     ConcatPast(g, n, h, past_k.data(), k.data(), bias.empty() ? nullptr : bias.data() + n * h, pk);
     ConcatPast(g, n, hv, past_v.data(), v.data(), bias.empty() ? nullptr : bias.data() + 2 * n * h,
                pv);
@@ -570,27 +627,29 @@ class MultiHeadAttentionKernel final : public Kernel {
 // The mask (key_padding_mask / mask_index: [B] end positions, [2B] end and start, [B, T] or
 // [B, S, T] of 0/1) and the causal limit as ORT's PrepareMask makes them: [B, S, T] of 0 or
 // mask_filter_value; empty when there is neither.
-std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+int64_t PaddingMaskFloats(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  const bool causal = a.causal && g.seq > 1;
+  return mask == nullptr && !causal ? 0 : g.batch * g.seq * (g.past + g.kv_seq);
+}
+
+void WritePaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask, float* m) {
   const int64_t s = g.seq, t = g.past + g.kv_seq;
   const bool causal = a.causal && s > 1;
-  if (mask == nullptr && !causal) return {};
-  std::vector<float> m(static_cast<size_t>(g.batch * s * t), 0.0f);
-  const std::vector<int64_t> mi = mask != nullptr ? Ints(*mask) : std::vector<int64_t>();
+  std::fill_n(m, PaddingMaskFloats(a, g, mask), 0.0f);
   const int rank = mask != nullptr ? mask->rank() : 0;
+  const bool starts = mask != nullptr && mask->numel() == 2 * g.batch;
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t i = 0; i < s; ++i) {
-      float* r = m.data() + (b * s + i) * t;
+      float* r = m + (b * s + i) * t;
       for (int64_t j = 0; j < t && mask != nullptr; ++j) {
         bool keep;
         if (rank == 3) {
-          keep = mi[(b * s + i) * t + j] > 0;
+          keep = IntAt(*mask, (b * s + i) * t + j) > 0;
         } else if (rank == 2) {
-          keep = mi[b * t + j] > 0;
+          keep = IntAt(*mask, b * t + j) > 0;
         } else {
-          keep = j < mi[b];
-          if (static_cast<int64_t>(mi.size()) == 2 * g.batch) {
-            keep = keep && j >= std::min(mi[b + g.batch], t);
-          }
+          keep = j < IntAt(*mask, b);
+          if (starts) keep = keep && j >= std::min(IntAt(*mask, b + g.batch), t);
         }
         if (!keep) r[j] = a.mask_filter;
       }
@@ -599,6 +658,11 @@ std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Te
       }
     }
   }
+}
+
+std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask) {
+  std::vector<float> m(static_cast<size_t>(PaddingMaskFloats(a, g, mask)));
+  if (!m.empty()) WritePaddingMask(a, g, mask, m.data());
   return m;
 }
 
@@ -765,14 +829,16 @@ class MsftAttentionKernel final : public Kernel {
   MsftAttentionKernel(MhaAttrs a, std::vector<int64_t> sizes) : a_(a), sizes_(std::move(sizes)) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    SiteArena arena(ctx);  // this call's vectors (Res())
+    DYNVM_RETURN_IF_ERROR(arena.status());
     constexpr char kOp[] = "Attention";
     MhaGeometry g;
     int64_t din = 0, dq = 0, dv = 0;
     DYNVM_RETURN_IF_ERROR(CheckMsftAttention(a_, sizes_, in, Wanted(out, 1), g, din, dq, dv));
     const int64_t n = a_.heads, rows = g.batch * g.seq, cols = 2 * dq + dv;
-    const std::vector<float> x = Floats(*in[0]), w = Floats(*in[1]), bias = Floats(*in[2]);
+    const FVec x = Floats(*in[0]), w = Floats(*in[1]), bias = Floats(*in[2]);
     // qkv [B S, D + D + Dv] = x W + bias.
-    std::vector<float> qkv(static_cast<size_t>(rows * cols));
+    FVec qkv(static_cast<size_t>(rows * cols), Res());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         double acc = bias[c];
@@ -782,16 +848,16 @@ class MsftAttentionKernel final : public Kernel {
         qkv[r * cols + c] = static_cast<float>(acc);
       }
     }
-    std::vector<float> q(static_cast<size_t>(rows * dq)), k(q.size()),
-        v(static_cast<size_t>(rows * dv));
+    FVec q(static_cast<size_t>(rows * dq), Res()), k(q.size(), Res()),
+        v(static_cast<size_t>(rows * dv), Res());
     for (int64_t r = 0; r < rows; ++r) {
       std::copy_n(qkv.data() + r * cols, dq, q.data() + r * dq);
       std::copy_n(qkv.data() + r * cols + dq, dq, k.data() + r * dq);
       std::copy_n(qkv.data() + r * cols + 2 * dq, dv, v.data() + r * dv);
     }
-    const std::vector<float> past = Present(in, 4) ? Floats(*in[4]) : std::vector<float>();
+    const FVec past = Present(in, 4) ? Floats(*in[4]) : FVec(Res());
     const int64_t half = g.batch * n * g.past * g.head;
-    std::vector<float> pk, pv;
+    FVec pk(Res()), pv(Res());
     ConcatPast(g, n, g.head, past.data(), k.data(), nullptr, pk);
     ConcatPast(g, n, g.v_head, past.empty() ? nullptr : past.data() + half, v.data(), nullptr, pv);
     DYNVM_RETURN_IF_ERROR(AttendMasked(ctx, kOp, a_, g, q, pk, pv, Present(in, 3) ? in[3] : nullptr,
@@ -921,6 +987,8 @@ class OnnxAttentionKernel final : public Kernel {
   explicit OnnxAttentionKernel(OnnxAttnAttrs a) : a_(a) {}
 
   absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    SiteArena arena(ctx);  // this call's vectors (Res())
+    DYNVM_RETURN_IF_ERROR(arena.status());
     constexpr char kOp[] = "Attention";
     DYNVM_ASSIGN_OR_RETURN(OnnxAttnGeometry geo, CheckOnnxAttention(a_, in));
     const Tensor& q = *in[0];
@@ -929,11 +997,11 @@ class OnnxAttentionKernel final : public Kernel {
                   h = geo.head, hv = geo.v_head, past = geo.past;
     const int64_t t = past + skv;
     // Q as [B, qN, Sq, H] strides; present K and V [B, kvN, T, H].
-    std::vector<float> qv = Floats(q);
+    FVec qv = Floats(q);
     const Operand qo = r == 3 ? Operand{qv.data(), sq * qn * h, h, qn * h}
                               : Operand{qv.data(), qn * sq * h, sq * h, h};
-    std::vector<float> pk(static_cast<size_t>(b * kvn * t * h));
-    std::vector<float> pv(static_cast<size_t>(b * kvn * t * hv));
+    FVec pk(static_cast<size_t>(b * kvn * t * h), Res());
+    FVec pv(static_cast<size_t>(b * kvn * t * hv), Res());
     Present4(in, 1, r, b, kvn, skv, past, h, pk);
     Present4(in, 2, r, b, kvn, skv, past, hv, pv);
     // The mask, broadcast to [B, qN, Sq, T].
@@ -998,9 +1066,9 @@ class OnnxAttentionKernel final : public Kernel {
  private:
   // present[b, n] = past (input i + 3) ++ input i (K or V, 3-D or 4-D), head size hd.
   static void Present4(Inputs in, size_t i, int r, int64_t b, int64_t n, int64_t s, int64_t past,
-                       int64_t hd, std::vector<float>& dst) {
-    const std::vector<float> x = Floats(*in[i]);
-    const std::vector<float> p = past > 0 ? Floats(*in[i + 3]) : std::vector<float>();
+                       int64_t hd, FVec& dst) {
+    const FVec x = Floats(*in[i]);
+    const FVec p = past > 0 ? Floats(*in[i + 3]) : FVec(Res());
     const int64_t t = past + s;
     for (int64_t bi = 0; bi < b; ++bi) {
       for (int64_t h = 0; h < n; ++h) {

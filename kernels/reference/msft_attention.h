@@ -54,7 +54,7 @@ inline void GqaKeyRange(const GqaAttrs& a, const GqaGeometry& g, int64_t b, int6
 
 // The rotary position of token s of batch b: position_ids when given (`ids`, [B, S]), else s on
 // the first prompt and total_b - S + s after it (ORT's positions).
-inline int64_t GqaPosition(const GqaGeometry& g, const std::vector<int64_t>& ids, int64_t b,
+inline int64_t GqaPosition(const GqaGeometry& g, absl::Span<const int64_t> ids, int64_t b,
                            int64_t s) {
   if (!ids.empty()) return ids[b * g.seq + s];
   return (g.first_prompt ? 0 : g.total_b[b] - g.seq) + s;
@@ -115,6 +115,10 @@ absl::Status CheckMsftAttention(const MhaAttrs& a, absl::Span<const int64_t> siz
 // [B, S, past + kv_seq] of 0 or mask_filter_value (added to the scores: a masked key keeps its
 // tiny weight); empty when there is neither.
 std::vector<float> PaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask);
+// The same written to `m`, PaddingMaskFloats(a, g, mask) floats (0 when there is neither), so
+// that a kernel can keep it in its site's workspace (no allocation per call).
+int64_t PaddingMaskFloats(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask);
+void WritePaddingMask(const MhaAttrs& a, const MhaGeometry& g, const Tensor* mask, float* m);
 
 }  // namespace dynvm::reference
 

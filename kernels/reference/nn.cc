@@ -731,10 +731,10 @@ absl::StatusOr<RotaryGeometry> RotaryShape(const RotaryAttrs& a, const Tensor& x
 }
 
 // The cache row of (batch, position): its element offset in cos and sin.
-absl::StatusOr<std::vector<int64_t>> RotaryRows(const RotaryGeometry& g, const Tensor& cos,
-                                                const Tensor* pos) {
+// The cache row offsets of each (batch, position), g.b g.s of them, into `rows`.
+absl::Status RotaryRows(const RotaryGeometry& g, const Tensor& cos, const Tensor* pos,
+                        int64_t* rows) {
   const int64_t half = g.r / 2;
-  std::vector<int64_t> rows(g.b * g.s);
   if (pos == nullptr) {
     if (cos.rank() != 3 || cos.dim(0) != g.b || cos.dim(1) != g.s || cos.dim(2) < half) {
       return absl::InvalidArgumentError(
@@ -742,7 +742,7 @@ absl::StatusOr<std::vector<int64_t>> RotaryRows(const RotaryGeometry& g, const T
                        ", >=", half, "], got ", cos.DebugString()));
     }
     for (int64_t i = 0; i < g.b * g.s; ++i) rows[i] = i * cos.dim(2);
-    return rows;
+    return absl::OkStatus();
   }
   if (cos.rank() != 2 || cos.dim(1) < half || pos->rank() != 2 || pos->dim(0) != g.b ||
       pos->dim(1) != g.s) {
@@ -758,7 +758,7 @@ absl::StatusOr<std::vector<int64_t>> RotaryRows(const RotaryGeometry& g, const T
     }
     rows[i] = p * cos.dim(1);
   }
-  return rows;
+  return absl::OkStatus();
 }
 
 absl::Status RunRotaryEmbedding(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
@@ -772,7 +772,12 @@ absl::Status RunRotaryEmbedding(const void* attrs, KernelContext& ctx, Inputs in
   if (cos.dtype() != x.dtype() || sin.dtype() != x.dtype() || cos.dims() != sin.dims()) {
     return absl::InvalidArgumentError("RotaryEmbedding: cos and sin must match, in X's dtype");
   }
-  DYNVM_ASSIGN_OR_RETURN(std::vector<int64_t> rows, RotaryRows(g, cos, pos));
+  // The rows in the site's workspace: a decode step's call allocates nothing.
+  DYNVM_ASSIGN_OR_RETURN(
+      void* ws,
+      ctx.Workspace(static_cast<size_t>(std::max<int64_t>(g.b * g.s, 1)) * sizeof(int64_t)));
+  auto* rows = static_cast<int64_t*>(ws);
+  DYNVM_RETURN_IF_ERROR(RotaryRows(g, cos, pos, rows));
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), x.dims(), "RotaryEmbedding"));
   const int64_t half = g.r / 2;
   return FloatDispatch(x.dtype(), "RotaryEmbedding", [&](auto* tag) -> absl::Status {
