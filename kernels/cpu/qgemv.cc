@@ -34,6 +34,14 @@
 // widening: 37 / 51 at 2 / 4 rows against 25 / 37 widened; one row stays widened (the split
 // measured slower there: 16 against 18 in an earlier run). All levels' figures, from L3 and L2:
 // docs/results/zen4-qgemv-levels-2026-11-29.txt.
+// One activation row (the decode GEMV) at the VNNI level reads the weights from memory, and
+// there the 16-row block (16 streams of one row each, prefetched two blocks ahead into L1, the
+// column chunks of 2048 outermost) streamed them at 14-16 GB/s, 48-58% of the triad, on the
+// 1.6 GB model's products at 1 thread: RowVnni now reads the rows one after another (one
+// sequential stream; the chunks inside the row, int32 lanes per chunk added in f32), four int32
+// chains, and prefetches 4 KiB ahead along that stream into L2 (_MM_HINT_T1; into L1 the same
+// distance ran 14-22 GB/s, and L1 prefetches 8-16 KiB ahead were slower still): 22-26 GB/s,
+// 79-92% of the triad (docs/results/int8-gemv-s7-2026-11-29.txt, A/B against main).
 //
 // Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
@@ -599,7 +607,11 @@ DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t l
 // rounded once per call to int16 (RoundI16, the AVX2 rounding: the same bound), 32 weights per
 // step sign-extended to int16 (one VPMOVSXBW), one VPDPWSSD per weight vector and activation row
 // into int32 lanes. A lane adds one pair sum (< 2^23) per 32 columns, so kI16Chunk (2048)
-// columns keep it below 2^29; lanes are converted to f32 before they are summed.
+// columns keep it below 2^29; lanes are converted to f32 per chunk and summed in f32 across a
+// row's chunks. Each pass rounds up to kVnniPassColumns activation columns (all of a decode
+// row's K up to 16384), so a block reads each of its weight rows' pass in one sweep; the int32
+// lanes are exact, and one activation row runs RowVnni for every output row, so a decode
+// GEMV's bits do not depend on the row range (the thread split).
 
 // 32 int8 weights from p sign-extended to int16; `valid` < 32 reads only that many (the rest 0).
 DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t valid) {
@@ -613,100 +625,162 @@ DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t
 // Output rows per block for kM activation rows (kR * kM <= 16 accumulators, one Sum16x16).
 constexpr int VnniRowsPerBlock(int m) { return m == 1 ? 16 : m == 2 ? 8 : 4; }
 
+#ifndef DYNVM_QGEMV_VNNI_AHEAD
+#define DYNVM_QGEMV_VNNI_AHEAD 4096
+#endif
+// Bytes ahead of its loads, along the weight rows in memory order, that the one-activation-row
+// VNNI kernel prefetches.
+inline constexpr int64_t kVnniAheadBytes = DYNVM_QGEMV_VNNI_AHEAD;
+
+// int16 activation columns the VNNI kernel rounds per pass, over all of a group's rows (32 KB).
+inline constexpr int64_t kVnniPassColumns = 16384;
+
 // kR output rows from j times kM int16 activation rows (xq, row stride kp, kc columns valid and
-// zero padding to kp, a multiple of 32): int32 sums, then times xs[m] * scale[j + r].
+// zero padding to kp, a multiple of 32): int32 lanes over each kI16Chunk columns, added in f32,
+// then times xs[m] * scale[j + r]. Each row's lanes take the same steps whatever kR is.
 template <int kR, int kM>
 DYNVM_AVX512_VNNI void BlockVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
                                  const int8_t* w, int64_t ldw, const float* scale, int64_t j,
                                  float b, float* y, int64_t ldy) {
   static_assert(kR * kM <= 16);
-  __m512i acc[16];
-  for (__m512i& a : acc) a = _mm512_setzero_si512();
-  const int8_t* wj = w + j * ldw;
-  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
-    for (int r = 0; r < kR; ++r) {
-      const __m512i wv = LoadI8x32(wj + r * ldw + i, valid);
-      for (int m = 0; m < kM; ++m) {
-        const __m512i xv = _mm512_loadu_si512(xq + m * kp + i);
-        acc[m * kR + r] = _mm512_dpwssd_epi32(acc[m * kR + r], wv, xv);
-      }
-    }
-  };
-  const int64_t k32 = kc & ~int64_t{31};
-  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
-  int64_t i = 0;
-  for (; i + 64 <= k32; i += 64) {  // one cache line per row: prefetch the rows ahead's line
-    for (int r = 0; r < kR; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
-    step(i, 32);
-    step(i + 32, 32);
-  }
-  if (i < k32) {
-    for (int r = 0; r < kR; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
-    step(i, 32);
-  }
-  if (k32 < kc) step(k32, kc - k32);
   __m512 f[16];
-  for (int a = 0; a < 16; ++a) f[a] = _mm512_cvtepi32_ps(acc[a]);  // the unused ones are 0
+  for (__m512& a : f) a = _mm512_setzero_ps();  // the unused ones stay 0
+  const int8_t* wj = w + j * ldw;
+  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
+  for (int64_t c0 = 0; c0 < kc; c0 += kI16Chunk) {
+    const int64_t ce = std::min(kc, c0 + kI16Chunk);
+    __m512i acc[kR * kM];
+    for (__m512i& a : acc) a = _mm512_setzero_si512();
+    auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
+      for (int r = 0; r < kR; ++r) {
+        const __m512i wv = LoadI8x32(wj + r * ldw + i, valid);
+        for (int m = 0; m < kM; ++m) {
+          const __m512i xv = _mm512_loadu_si512(xq + m * kp + i);
+          acc[m * kR + r] = _mm512_dpwssd_epi32(acc[m * kR + r], wv, xv);
+        }
+      }
+    };
+    const int64_t e32 = c0 + ((ce - c0) & ~int64_t{31});
+    int64_t i = c0;
+    for (; i + 64 <= e32; i += 64) {  // one cache line per row: prefetch the rows ahead's line
+      for (int r = 0; r < kR; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+      step(i, 32);
+      step(i + 32, 32);
+    }
+    if (i < e32) {
+      for (int r = 0; r < kR; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+      step(i, 32);
+    }
+    if (e32 < ce) step(e32, ce - e32);
+    for (int a = 0; a < kR * kM; ++a) f[a] = _mm512_add_ps(f[a], _mm512_cvtepi32_ps(acc[a]));
+  }
   alignas(64) float sums[16];
   _mm512_store_ps(sums, Sum16x16(f));
-  if constexpr (kR == 16 && kM == 1) {
-    __m512 s = _mm512_mul_ps(_mm512_load_ps(sums), _mm512_set1_ps(xs[0]));
-    if (scale != nullptr) s = _mm512_mul_ps(s, _mm512_loadu_ps(scale + j));
-    if (b != 0.0f) s = _mm512_fmadd_ps(_mm512_set1_ps(b), _mm512_loadu_ps(y + j), s);
-    _mm512_storeu_ps(y + j, s);
-  } else {
-    for (int m = 0; m < kM; ++m) {
-      for (int r = 0; r < kR; ++r) {
-        float s = sums[m * kR + r] * xs[m];
-        if (scale != nullptr) s *= scale[j + r];
-        float& out = y[m * ldy + j + r];
-        out = b == 0.0f ? s : b * out + s;
-      }
+  for (int m = 0; m < kM; ++m) {
+    for (int r = 0; r < kR; ++r) {
+      float s = sums[m * kR + r] * xs[m];
+      if (scale != nullptr) s *= scale[j + r];
+      float& out = y[m * ldy + j + r];
+      out = b == 0.0f ? s : b * out + s;
     }
   }
+}
+
+// One activation row (the decode GEMV), output row j: the rows are read one after another, one
+// sequential stream, with four int32 chains per row and a software prefetch kVnniAheadBytes
+// ahead along that stream (the hardware prefetcher stops at 4 KiB pages).
+DYNVM_AVX512_VNNI void RowVnni(int64_t kc, const int16_t* xq, float xs, const int8_t* w,
+                               int64_t ldw, const float* scale, int64_t j, float b, float* y) {
+  const int8_t* wj = w + j * ldw;
+  int64_t pr = kVnniAheadBytes / kc, pc = kVnniAheadBytes % kc;  // the prefetch: row j + pr, pc
+  auto prefetch = [&]() DYNVM_AVX512_VNNI {
+    _mm_prefetch(reinterpret_cast<const char*>(wj + pr * ldw + pc), _MM_HINT_T1);
+    pc += 64;
+    if (pc >= kc) pc = 0, ++pr;
+  };
+  auto dot = [&](__m512i a, int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
+    return _mm512_dpwssd_epi32(a, LoadI8x32(wj + i, valid), _mm512_load_si512(xq + i));
+  };
+  __m512 f = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < kc; c0 += kI16Chunk) {  // int32 lanes over each chunk (exact)
+    const int64_t ce = std::min(kc, c0 + kI16Chunk), e32 = c0 + ((ce - c0) & ~int64_t{31});
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = c0;
+    for (; i + 128 <= e32; i += 128) {
+      prefetch();
+      prefetch();
+      a0 = dot(a0, i, 32);
+      a1 = dot(a1, i + 32, 32);
+      a2 = dot(a2, i + 64, 32);
+      a3 = dot(a3, i + 96, 32);
+    }
+    for (; i < e32; i += 32) {
+      if ((i & 63) == 0) prefetch();
+      a0 = dot(a0, i, 32);
+    }
+    if (e32 < ce) a1 = dot(a1, e32, ce - e32);
+    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+    f = _mm512_add_ps(f, _mm512_cvtepi32_ps(s));
+  }
+  float s = _mm512_reduce_add_ps(f) * xs;
+  if (scale != nullptr) s *= scale[j];
+  y[j] = b == 0.0f ? s : b * y[j] + s;
 }
 
 template <int kM>
 DYNVM_AVX512_VNNI void RowsVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
                                 const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
                                 int64_t r1, float b, float* y, int64_t ldy) {
-  constexpr int kR = VnniRowsPerBlock(kM);
-  int64_t j = r0;
-  for (; j + kR <= r1; j += kR) BlockVnni<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
-  for (; j < r1; ++j) BlockVnni<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+  if constexpr (kM == 1) {
+    for (int64_t j = r0; j < r1; ++j) RowVnni(kc, xq, xs[0], w, ldw, scale, j, b, y);
+  } else {
+    constexpr int kR = VnniRowsPerBlock(kM);
+    int64_t j = r0;
+    for (; j + kR <= r1; j += kR) BlockVnni<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+    for (; j < r1; ++j) BlockVnni<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+  }
+}
+
+// The group's activation rows (mg of them) rounded to int16: their largest magnitudes in xs,
+// their reciprocal steps in inv; false when a row cannot be rounded (NaN, infinity, tiny).
+DYNVM_AVX512_VNNI bool Int16Steps(int mg, int64_t k, const float* xm, int64_t ldx, float* inv,
+                                  float* xs) {
+  bool ok = true;
+  for (int m = 0; m < mg; ++m) {
+    const float a = MaxAbs(xm + m * ldx, k);
+    ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
+    inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
+    xs[m] = a / kI16Max;
+  }
+  return ok;
 }
 
 DYNVM_AVX512_VNNI void QGemvI8Vnni(int64_t rows, int64_t k, const float* x, int64_t ldx,
                                    const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
                                    int64_t r1, float beta, float* y, int64_t ldy) {
   if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-  alignas(64) int16_t xq[4 * kI16Chunk];
+  alignas(64) int16_t xq[kVnniPassColumns];
   for (int64_t m0 = 0; m0 < rows; m0 += 4) {
     const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
     const float* xm = x + m0 * ldx;
     float* ym = y + m0 * ldy;
     float inv[4], xs[4];
-    bool ok = true;
-    for (int m = 0; m < mg; ++m) {
-      const float a = MaxAbs(xm + m * ldx, k);
-      ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
-      inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
-      xs[m] = a / kI16Max;
-    }
-    if (!ok) {  // rows the int16 grid cannot hold: the AVX-512 widening kernel
+    if (!Int16Steps(mg, k, xm, ldx, inv, xs)) {  // the AVX-512 widening kernel
       QGemvAvx512(mg, k, xm, ldx, w, ldw, scale, r0, r1, beta, ym, ldy);
       continue;
     }
-    for (int64_t c0 = 0; c0 < k; c0 += kI16Chunk) {
-      const int64_t kc = std::min(kI16Chunk, k - c0), kp = (kc + 31) & ~int64_t{31};
+    // Whole kI16Chunk column chunks per pass: each block reads its rows' pass in one sweep.
+    const int64_t pass = kVnniPassColumns / mg / kI16Chunk * kI16Chunk;
+    for (int64_t c0 = 0; c0 < k; c0 += pass) {
+      const int64_t kc = std::min(pass, k - c0), kp = (kc + 31) & ~int64_t{31};
       for (int m = 0; m < mg; ++m) {
         int16_t* q = xq + m * kp;
         RoundI16(xm + m * ldx + c0, kc, inv[m], q);  // zeros to the next multiple of 16
         for (int64_t p = (kc + 15) & ~int64_t{15}; p < kp; ++p) q[p] = 0;
       }
-      const float b = c0 == 0 ? beta : 1.0f;  // later chunks add to the first's sums
+      const float b = c0 == 0 ? beta : 1.0f;  // later passes add to the first's sums
       const int8_t* wc = w + c0;
       switch (mg) {
         case 1:
