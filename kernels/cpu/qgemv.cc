@@ -34,14 +34,16 @@
 // widening: 37 / 51 at 2 / 4 rows against 25 / 37 widened; one row stays widened (the split
 // measured slower there: 16 against 18 in an earlier run). All levels' figures, from L3 and L2:
 // docs/results/zen4-qgemv-levels-2026-11-29.txt.
-// One activation row (the decode GEMV) at the VNNI level reads the weights from memory, and
-// there the 16-row block (16 streams of one row each, prefetched two blocks ahead into L1, the
-// column chunks of 2048 outermost) streamed them at 14-16 GB/s, 48-58% of the triad, on the
-// 1.6 GB model's products at 1 thread: RowVnni now reads the rows one after another (one
-// sequential stream; the chunks inside the row, int32 lanes per chunk added in f32), four int32
-// chains, and prefetches 4 KiB ahead along that stream into L2 (_MM_HINT_T1; into L1 the same
-// distance ran 14-22 GB/s, and L1 prefetches 8-16 KiB ahead were slower still): 22-26 GB/s,
-// 79-92% of the triad (docs/results/int8-gemv-s7-2026-11-29.txt, A/B against main).
+// One activation row (the decode GEMV) at the VNNI level with K >= kVnniStreamColumns (1024)
+// reads the weights from memory, and there the 16-row block (16 streams of one row each,
+// prefetched two blocks ahead into L1, the 2048-column chunks outermost) streamed them at 14-16
+// GB/s, 48-58% of the triad, on the 1.6 GB model's products at 1 thread: RowVnni reads the rows
+// one after another (one sequential stream; the chunks inside the row, int32 lanes per chunk
+// added in f32), four int32 chains, and prefetches 4 KiB ahead along that stream into L2
+// (_MM_HINT_T1; into L1 the same distance ran 14-22 GB/s, 8-16 KiB ahead was slower still):
+// 22-26 GB/s, 79-92% of the triad (docs/results/int8-gemv-s7-2026-11-29.txt, A/B against the
+// former kernel). Shorter rows (an LSTM step's, from L2/L3) keep the 16-row block: one reduction
+// per row cost it 45 -> 30 G multiply-adds/s there. Several activation rows are unchanged.
 //
 // Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
@@ -607,11 +609,10 @@ DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t l
 // rounded once per call to int16 (RoundI16, the AVX2 rounding: the same bound), 32 weights per
 // step sign-extended to int16 (one VPMOVSXBW), one VPDPWSSD per weight vector and activation row
 // into int32 lanes. A lane adds one pair sum (< 2^23) per 32 columns, so kI16Chunk (2048)
-// columns keep it below 2^29; lanes are converted to f32 per chunk and summed in f32 across a
-// row's chunks. Each pass rounds up to kVnniPassColumns activation columns (all of a decode
-// row's K up to 16384), so a block reads each of its weight rows' pass in one sweep; the int32
-// lanes are exact, and one activation row runs RowVnni for every output row, so a decode
-// GEMV's bits do not depend on the row range (the thread split).
+// columns keep it below 2^29; lanes are converted to f32 before they are summed (RowVnni: per
+// chunk, summed in f32 across the row's chunks; a pass there rounds up to kVnniPassColumns
+// activation columns, all of a decode row's K up to 16384). Which kernel computes a row depends
+// on K and the activation rows only, so the thread split never changes it.
 
 // 32 int8 weights from p sign-extended to int16; `valid` < 32 reads only that many (the rest 0).
 DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t valid) {
@@ -631,59 +632,66 @@ constexpr int VnniRowsPerBlock(int m) { return m == 1 ? 16 : m == 2 ? 8 : 4; }
 // Bytes ahead of its loads, along the weight rows in memory order, that the one-activation-row
 // VNNI kernel prefetches.
 inline constexpr int64_t kVnniAheadBytes = DYNVM_QGEMV_VNNI_AHEAD;
+// Columns from which one activation row runs RowVnni (weights read from memory: a model's
+// 2048-5632-column rows); shorter rows (an LSTM step's 128-256, from L2/L3, where one reduction
+// per row costs more than the stream saves) keep 16-row blocks. A function of K alone, so the
+// thread split never changes which kernel computes a row.
+inline constexpr int64_t kVnniStreamColumns = 1024;
 
-// int16 activation columns the VNNI kernel rounds per pass, over all of a group's rows (32 KB).
+// int16 activation columns RowVnni rounds per pass (32 KB; the blocks take kI16Chunk per pass).
 inline constexpr int64_t kVnniPassColumns = 16384;
 
 // kR output rows from j times kM int16 activation rows (xq, row stride kp, kc columns valid and
-// zero padding to kp, a multiple of 32): int32 lanes over each kI16Chunk columns, added in f32,
-// then times xs[m] * scale[j + r]. Each row's lanes take the same steps whatever kR is.
+// zero padding to kp, a multiple of 32): int32 sums, then times xs[m] * scale[j + r].
 template <int kR, int kM>
 DYNVM_AVX512_VNNI void BlockVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
                                  const int8_t* w, int64_t ldw, const float* scale, int64_t j,
                                  float b, float* y, int64_t ldy) {
   static_assert(kR * kM <= 16);
-  __m512 f[16];
-  for (__m512& a : f) a = _mm512_setzero_ps();  // the unused ones stay 0
+  __m512i acc[16];
+  for (__m512i& a : acc) a = _mm512_setzero_si512();
   const int8_t* wj = w + j * ldw;
-  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
-  for (int64_t c0 = 0; c0 < kc; c0 += kI16Chunk) {
-    const int64_t ce = std::min(kc, c0 + kI16Chunk);
-    __m512i acc[kR * kM];
-    for (__m512i& a : acc) a = _mm512_setzero_si512();
-    auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
-      for (int r = 0; r < kR; ++r) {
-        const __m512i wv = LoadI8x32(wj + r * ldw + i, valid);
-        for (int m = 0; m < kM; ++m) {
-          const __m512i xv = _mm512_loadu_si512(xq + m * kp + i);
-          acc[m * kR + r] = _mm512_dpwssd_epi32(acc[m * kR + r], wv, xv);
-        }
+  auto step = [&](int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
+    for (int r = 0; r < kR; ++r) {
+      const __m512i wv = LoadI8x32(wj + r * ldw + i, valid);
+      for (int m = 0; m < kM; ++m) {
+        const __m512i xv = _mm512_loadu_si512(xq + m * kp + i);
+        acc[m * kR + r] = _mm512_dpwssd_epi32(acc[m * kR + r], wv, xv);
       }
-    };
-    const int64_t e32 = c0 + ((ce - c0) & ~int64_t{31});
-    int64_t i = c0;
-    for (; i + 64 <= e32; i += 64) {  // one cache line per row: prefetch the rows ahead's line
-      for (int r = 0; r < kR; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
-      step(i, 32);
-      step(i + 32, 32);
     }
-    if (i < e32) {
-      for (int r = 0; r < kR; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
-      step(i, 32);
-    }
-    if (e32 < ce) step(e32, ce - e32);
-    for (int a = 0; a < kR * kM; ++a) f[a] = _mm512_add_ps(f[a], _mm512_cvtepi32_ps(acc[a]));
+  };
+  const int64_t k32 = kc & ~int64_t{31};
+  const int8_t* ahead = wj + kAheadBlocks * kR * ldw;
+  int64_t i = 0;
+  for (; i + 64 <= k32; i += 64) {  // one cache line per row: prefetch the rows ahead's line
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 32);
+    step(i + 32, 32);
   }
+  if (i < k32) {
+    for (int r = 0; r < kR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + r * ldw + i), _MM_HINT_T0);
+    step(i, 32);
+  }
+  if (k32 < kc) step(k32, kc - k32);
+  __m512 f[16];
+  for (int a = 0; a < 16; ++a) f[a] = _mm512_cvtepi32_ps(acc[a]);  // the unused ones are 0
   alignas(64) float sums[16];
   _mm512_store_ps(sums, Sum16x16(f));
-  for (int m = 0; m < kM; ++m) {
-    for (int r = 0; r < kR; ++r) {
-      float s = sums[m * kR + r] * xs[m];
-      if (scale != nullptr) s *= scale[j + r];
-      float& out = y[m * ldy + j + r];
-      out = b == 0.0f ? s : b * out + s;
+  if constexpr (kR == 16 && kM == 1) {
+    __m512 s = _mm512_mul_ps(_mm512_load_ps(sums), _mm512_set1_ps(xs[0]));
+    if (scale != nullptr) s = _mm512_mul_ps(s, _mm512_loadu_ps(scale + j));
+    if (b != 0.0f) s = _mm512_fmadd_ps(_mm512_set1_ps(b), _mm512_loadu_ps(y + j), s);
+    _mm512_storeu_ps(y + j, s);
+  } else {
+    for (int m = 0; m < kM; ++m) {
+      for (int r = 0; r < kR; ++r) {
+        float s = sums[m * kR + r] * xs[m];
+        if (scale != nullptr) s *= scale[j + r];
+        float& out = y[m * ldy + j + r];
+        out = b == 0.0f ? s : b * out + s;
+      }
     }
   }
 }
@@ -691,10 +699,12 @@ DYNVM_AVX512_VNNI void BlockVnni(int64_t kc, const int16_t* xq, int64_t kp, cons
 // One activation row (the decode GEMV), output row j: the rows are read one after another, one
 // sequential stream, with four int32 chains per row and a software prefetch kVnniAheadBytes
 // ahead along that stream (the hardware prefetcher stops at 4 KiB pages).
+// (ar, ac): kVnniAheadBytes as rows and columns of kc (divided once per call, not per row).
 DYNVM_AVX512_VNNI void RowVnni(int64_t kc, const int16_t* xq, float xs, const int8_t* w,
-                               int64_t ldw, const float* scale, int64_t j, float b, float* y) {
+                               int64_t ldw, const float* scale, int64_t j, int64_t ar, int64_t ac,
+                               float b, float* y) {
   const int8_t* wj = w + j * ldw;
-  int64_t pr = kVnniAheadBytes / kc, pc = kVnniAheadBytes % kc;  // the prefetch: row j + pr, pc
+  int64_t pr = ar, pc = ac;  // the prefetch: row j + pr, column pc
   auto prefetch = [&]() DYNVM_AVX512_VNNI {
     _mm_prefetch(reinterpret_cast<const char*>(wj + pr * ldw + pc), _MM_HINT_T1);
     pc += 64;
@@ -732,9 +742,10 @@ DYNVM_AVX512_VNNI void RowVnni(int64_t kc, const int16_t* xq, float xs, const in
 template <int kM>
 DYNVM_AVX512_VNNI void RowsVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
                                 const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
-                                int64_t r1, float b, float* y, int64_t ldy) {
-  if constexpr (kM == 1) {
-    for (int64_t j = r0; j < r1; ++j) RowVnni(kc, xq, xs[0], w, ldw, scale, j, b, y);
+                                int64_t r1, float b, float* y, int64_t ldy, bool stream) {
+  if (kM == 1 && stream) {
+    const int64_t ar = kVnniAheadBytes / kc, ac = kVnniAheadBytes % kc;
+    for (int64_t j = r0; j < r1; ++j) RowVnni(kc, xq, xs[0], w, ldw, scale, j, ar, ac, b, y);
   } else {
     constexpr int kR = VnniRowsPerBlock(kM);
     int64_t j = r0;
@@ -772,7 +783,8 @@ DYNVM_AVX512_VNNI void QGemvI8Vnni(int64_t rows, int64_t k, const float* x, int6
       continue;
     }
     // Whole kI16Chunk column chunks per pass: each block reads its rows' pass in one sweep.
-    const int64_t pass = kVnniPassColumns / mg / kI16Chunk * kI16Chunk;
+    const bool stream = mg == 1 && k >= kVnniStreamColumns;  // RowVnni: passes of 16384
+    const int64_t pass = stream ? kVnniPassColumns : kI16Chunk;
     for (int64_t c0 = 0; c0 < k; c0 += pass) {
       const int64_t kc = std::min(pass, k - c0), kp = (kc + 31) & ~int64_t{31};
       for (int m = 0; m < mg; ++m) {
@@ -784,16 +796,16 @@ DYNVM_AVX512_VNNI void QGemvI8Vnni(int64_t rows, int64_t k, const float* x, int6
       const int8_t* wc = w + c0;
       switch (mg) {
         case 1:
-          RowsVnni<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         case 2:
-          RowsVnni<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         case 3:
-          RowsVnni<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         default:
-          RowsVnni<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
       }
     }
