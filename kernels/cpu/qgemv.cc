@@ -37,13 +37,14 @@
 // One activation row (the decode GEMV) at the VNNI level with K >= kVnniStreamColumns (1024)
 // reads the weights from memory, and there the 16-row block (16 streams of one row each,
 // prefetched two blocks ahead into L1, the 2048-column chunks outermost) streamed them at 14-16
-// GB/s, 48-58% of the triad, on the 1.6 GB model's products at 1 thread: RowVnni reads the rows
+// GB/s, 41-56% of the triad, on the 1.6 GB model's products at 1 thread: RowVnni reads the rows
 // one after another (one sequential stream; the chunks inside the row, int32 lanes per chunk
 // added in f32), four int32 chains, and prefetches 4 KiB ahead along that stream into L2
 // (_MM_HINT_T1; into L1 the same distance ran 14-22 GB/s, 8-16 KiB ahead was slower still):
-// 22-26 GB/s, 79-92% of the triad (docs/results/int8-gemv-s7-2026-11-29.txt, A/B against the
-// former kernel). Shorter rows (an LSTM step's, from L2/L3) keep the 16-row block: one reduction
-// per row cost it 45 -> 30 G multiply-adds/s there. Several activation rows are unchanged.
+// 22-32 GB/s, 72-113% of the triad, 1.4-2.2x faster a call (cpu_q4gemv_benchmark,
+// docs/results/int8-gemv-s7-2026-11-29.txt, A/B against the former kernel). Shorter rows (an
+// LSTM step's, from L2/L3) keep the 16-row block: one reduction per row cost 45 -> 30 G
+// multiply-adds/s there. Several activation rows are unchanged.
 //
 // Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
