@@ -34,6 +34,17 @@
 // widening: 37 / 51 at 2 / 4 rows against 25 / 37 widened; one row stays widened (the split
 // measured slower there: 16 against 18 in an earlier run). All levels' figures, from L3 and L2:
 // docs/results/zen4-qgemv-levels-2026-11-29.txt.
+// One activation row (the decode GEMV) at the VNNI level with K >= kVnniStreamColumns (1024)
+// reads the weights from memory, and there the 16-row block (16 streams of one row each,
+// prefetched two blocks ahead into L1, the 2048-column chunks outermost) streamed them at 14-16
+// GB/s, 41-56% of the triad, on the 1.6 GB model's products at 1 thread: RowVnni reads the rows
+// one after another (one sequential stream; the chunks inside the row, int32 lanes per chunk
+// added in f32), four int32 chains, and prefetches 4 KiB ahead along that stream into L2
+// (_MM_HINT_T1; into L1 the same distance ran 14-22 GB/s, 8-16 KiB ahead was slower still):
+// 22-32 GB/s, 72-113% of the triad, 1.4-2.2x faster a call (cpu_q4gemv_benchmark,
+// docs/results/int8-gemv-s7-2026-11-29.txt, A/B against the former kernel). Shorter rows (an
+// LSTM step's, from L2/L3) keep the 16-row block: one reduction per row cost 45 -> 30 G
+// multiply-adds/s there. Several activation rows are unchanged.
 //
 // Chosen by the dispatch table (isa.h): explicit intrinsics (the widening does not
 // auto-vectorize).
@@ -599,7 +610,10 @@ DYNVM_AVX2 void QGemvBf16Avx2(int64_t rows, int64_t k, const float* x, int64_t l
 // rounded once per call to int16 (RoundI16, the AVX2 rounding: the same bound), 32 weights per
 // step sign-extended to int16 (one VPMOVSXBW), one VPDPWSSD per weight vector and activation row
 // into int32 lanes. A lane adds one pair sum (< 2^23) per 32 columns, so kI16Chunk (2048)
-// columns keep it below 2^29; lanes are converted to f32 before they are summed.
+// columns keep it below 2^29; lanes are converted to f32 before they are summed (RowVnni: per
+// chunk, summed in f32 across the row's chunks; a pass there rounds up to kVnniPassColumns
+// activation columns, all of a decode row's K up to 16384). Which kernel computes a row depends
+// on K and the activation rows only, so the thread split never changes it.
 
 // 32 int8 weights from p sign-extended to int16; `valid` < 32 reads only that many (the rest 0).
 DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t valid) {
@@ -612,6 +626,21 @@ DYNVM_AVX512_VNNI DYNVM_ALWAYS_INLINE __m512i LoadI8x32(const int8_t* p, int64_t
 
 // Output rows per block for kM activation rows (kR * kM <= 16 accumulators, one Sum16x16).
 constexpr int VnniRowsPerBlock(int m) { return m == 1 ? 16 : m == 2 ? 8 : 4; }
+
+#ifndef DYNVM_QGEMV_VNNI_AHEAD
+#define DYNVM_QGEMV_VNNI_AHEAD 4096
+#endif
+// Bytes ahead of its loads, along the weight rows in memory order, that the one-activation-row
+// VNNI kernel prefetches.
+inline constexpr int64_t kVnniAheadBytes = DYNVM_QGEMV_VNNI_AHEAD;
+// Columns from which one activation row runs RowVnni (weights read from memory: a model's
+// 2048-5632-column rows); shorter rows (an LSTM step's 128-256, from L2/L3, where one reduction
+// per row costs more than the stream saves) keep 16-row blocks. A function of K alone, so the
+// thread split never changes which kernel computes a row.
+inline constexpr int64_t kVnniStreamColumns = 1024;
+
+// int16 activation columns RowVnni rounds per pass (32 KB; the blocks take kI16Chunk per pass).
+inline constexpr int64_t kVnniPassColumns = 16384;
 
 // kR output rows from j times kM int16 activation rows (xq, row stride kp, kc columns valid and
 // zero padding to kp, a multiple of 32): int32 sums, then times xs[m] * scale[j + r].
@@ -668,58 +697,116 @@ DYNVM_AVX512_VNNI void BlockVnni(int64_t kc, const int16_t* xq, int64_t kp, cons
   }
 }
 
+// One activation row (the decode GEMV), output row j: the rows are read one after another, one
+// sequential stream, with four int32 chains per row and a software prefetch kVnniAheadBytes
+// ahead along that stream (the hardware prefetcher stops at 4 KiB pages).
+// (ar, ac): kVnniAheadBytes as rows and columns of kc (divided once per call, not per row).
+DYNVM_AVX512_VNNI void RowVnni(int64_t kc, const int16_t* xq, float xs, const int8_t* w,
+                               int64_t ldw, const float* scale, int64_t j, int64_t ar, int64_t ac,
+                               float b, float* y) {
+  const int8_t* wj = w + j * ldw;
+  int64_t pr = ar, pc = ac;  // the prefetch: row j + pr, column pc
+  auto prefetch = [&]() DYNVM_AVX512_VNNI {
+    _mm_prefetch(reinterpret_cast<const char*>(wj + pr * ldw + pc), _MM_HINT_T1);
+    pc += 64;
+    if (pc >= kc) pc = 0, ++pr;
+  };
+  auto dot = [&](__m512i a, int64_t i, int64_t valid) DYNVM_AVX512_VNNI {
+    return _mm512_dpwssd_epi32(a, LoadI8x32(wj + i, valid), _mm512_load_si512(xq + i));
+  };
+  __m512 f = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < kc; c0 += kI16Chunk) {  // int32 lanes over each chunk (exact)
+    const int64_t ce = std::min(kc, c0 + kI16Chunk), e32 = c0 + ((ce - c0) & ~int64_t{31});
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = c0;
+    for (; i + 128 <= e32; i += 128) {
+      prefetch();
+      prefetch();
+      a0 = dot(a0, i, 32);
+      a1 = dot(a1, i + 32, 32);
+      a2 = dot(a2, i + 64, 32);
+      a3 = dot(a3, i + 96, 32);
+    }
+    for (; i < e32; i += 32) {
+      if ((i & 63) == 0) prefetch();
+      a0 = dot(a0, i, 32);
+    }
+    if (e32 < ce) a1 = dot(a1, e32, ce - e32);
+    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+    f = _mm512_add_ps(f, _mm512_cvtepi32_ps(s));
+  }
+  float s = _mm512_reduce_add_ps(f) * xs;
+  if (scale != nullptr) s *= scale[j];
+  y[j] = b == 0.0f ? s : b * y[j] + s;
+}
+
 template <int kM>
 DYNVM_AVX512_VNNI void RowsVnni(int64_t kc, const int16_t* xq, int64_t kp, const float* xs,
                                 const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
-                                int64_t r1, float b, float* y, int64_t ldy) {
-  constexpr int kR = VnniRowsPerBlock(kM);
-  int64_t j = r0;
-  for (; j + kR <= r1; j += kR) BlockVnni<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
-  for (; j < r1; ++j) BlockVnni<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+                                int64_t r1, float b, float* y, int64_t ldy, bool stream) {
+  if (kM == 1 && stream) {
+    const int64_t ar = kVnniAheadBytes / kc, ac = kVnniAheadBytes % kc;
+    for (int64_t j = r0; j < r1; ++j) RowVnni(kc, xq, xs[0], w, ldw, scale, j, ar, ac, b, y);
+  } else {
+    constexpr int kR = VnniRowsPerBlock(kM);
+    int64_t j = r0;
+    for (; j + kR <= r1; j += kR) BlockVnni<kR, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+    for (; j < r1; ++j) BlockVnni<1, kM>(kc, xq, kp, xs, w, ldw, scale, j, b, y, ldy);
+  }
+}
+
+// The group's activation rows (mg of them) rounded to int16: their largest magnitudes in xs,
+// their reciprocal steps in inv; false when a row cannot be rounded (NaN, infinity, tiny).
+DYNVM_AVX512_VNNI bool Int16Steps(int mg, int64_t k, const float* xm, int64_t ldx, float* inv,
+                                  float* xs) {
+  bool ok = true;
+  for (int m = 0; m < mg; ++m) {
+    const float a = MaxAbs(xm + m * ldx, k);
+    ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
+    inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
+    xs[m] = a / kI16Max;
+  }
+  return ok;
 }
 
 DYNVM_AVX512_VNNI void QGemvI8Vnni(int64_t rows, int64_t k, const float* x, int64_t ldx,
                                    const int8_t* w, int64_t ldw, const float* scale, int64_t r0,
                                    int64_t r1, float beta, float* y, int64_t ldy) {
   if (k <= 0) return QGemvScalar(rows, k, x, ldx, w, ldw, scale, r0, r1, beta, y, ldy);
-  alignas(64) int16_t xq[4 * kI16Chunk];
+  alignas(64) int16_t xq[kVnniPassColumns];
   for (int64_t m0 = 0; m0 < rows; m0 += 4) {
     const int mg = static_cast<int>(std::min<int64_t>(4, rows - m0));
     const float* xm = x + m0 * ldx;
     float* ym = y + m0 * ldy;
     float inv[4], xs[4];
-    bool ok = true;
-    for (int m = 0; m < mg; ++m) {
-      const float a = MaxAbs(xm + m * ldx, k);
-      ok = ok && (a == 0.0f || (a >= 0x1p-100f && a <= 3.0e38f));  // not NaN, finite
-      inv[m] = a == 0.0f ? 0.0f : kI16Max / a;
-      xs[m] = a / kI16Max;
-    }
-    if (!ok) {  // rows the int16 grid cannot hold: the AVX-512 widening kernel
+    if (!Int16Steps(mg, k, xm, ldx, inv, xs)) {  // the AVX-512 widening kernel
       QGemvAvx512(mg, k, xm, ldx, w, ldw, scale, r0, r1, beta, ym, ldy);
       continue;
     }
-    for (int64_t c0 = 0; c0 < k; c0 += kI16Chunk) {
-      const int64_t kc = std::min(kI16Chunk, k - c0), kp = (kc + 31) & ~int64_t{31};
+    // Whole kI16Chunk column chunks per pass: each block reads its rows' pass in one sweep.
+    const bool stream = mg == 1 && k >= kVnniStreamColumns;  // RowVnni: passes of 16384
+    const int64_t pass = stream ? kVnniPassColumns : kI16Chunk;
+    for (int64_t c0 = 0; c0 < k; c0 += pass) {
+      const int64_t kc = std::min(pass, k - c0), kp = (kc + 31) & ~int64_t{31};
       for (int m = 0; m < mg; ++m) {
         int16_t* q = xq + m * kp;
         RoundI16(xm + m * ldx + c0, kc, inv[m], q);  // zeros to the next multiple of 16
         for (int64_t p = (kc + 15) & ~int64_t{15}; p < kp; ++p) q[p] = 0;
       }
-      const float b = c0 == 0 ? beta : 1.0f;  // later chunks add to the first's sums
+      const float b = c0 == 0 ? beta : 1.0f;  // later passes add to the first's sums
       const int8_t* wc = w + c0;
       switch (mg) {
         case 1:
-          RowsVnni<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<1>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         case 2:
-          RowsVnni<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<2>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         case 3:
-          RowsVnni<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<3>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
         default:
-          RowsVnni<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy);
+          RowsVnni<4>(kc, xq, kp, xs, wc, ldw, scale, r0, r1, b, ym, ldy, stream);
           break;
       }
     }

@@ -201,6 +201,49 @@ TEST(QGemvTest, LongRowsAtTheExtremesDoNotOverflow) {
   }
 }
 
+// One activation row split over threads: on the AVX-512 VNNI path each output row is the same
+// bit for bit whatever range computes it (the kernel reads the rows one after another, prefetching
+// along them), with K across the 2048-column chunks and the 16384-column pass of the rounded
+// activations, and within the bound of the double oracle.
+TEST(QGemvTest, OneRowOutputDoesNotDependOnTheRowSplit) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> q8(-127, 127);
+  for (int64_t k : {31, 2048, 5632 + 9, 16384 + 33}) {
+    const int64_t n = 37, ldw = k + 3;
+    std::vector<float> x(k), scale(n);
+    std::vector<int8_t> q(n * ldw);
+    for (float& v : x) v = u(rng);
+    for (float& v : scale) v = 0.01f * (1.0f + u(rng));
+    for (int8_t& v : q) v = static_cast<int8_t>(q8(rng));
+    for (Isa isa : SupportedIsas()) {
+      ScopedIsaForTesting level(isa);
+      std::vector<float> whole(n, 0.0f);
+      QGemvI8(1, k, x.data(), k, q.data(), ldw, scale.data(), 0, n, 0.0f, whole.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          want += static_cast<double>(x[i]) * scale[j] * q[j * ldw + i];
+          mag += std::fabs(static_cast<double>(x[i]) * scale[j] * q[j * ldw + i]);
+        }
+        ASSERT_NEAR(whole[j], want, I8Bound(x.data(), k, &q[j * ldw], scale[j], mag))
+            << IsaName(isa) << " k " << k << " j " << j;
+      }
+      // The widening AVX-512 and AVX2 paths sum a block's rows with one transpose-and-add tree
+      // and the tail rows lane by lane: only the VNNI path promises the same bits.
+      if (std::string(QGemvI8Path()) != "avx512_vnni") continue;
+      for (int64_t cut : {1, 5, 16, 19}) {
+        std::vector<float> split(n, 0.0f);
+        QGemvI8(1, k, x.data(), k, q.data(), ldw, scale.data(), 0, cut, 0.0f, split.data(), n);
+        QGemvI8(1, k, x.data(), k, q.data(), ldw, scale.data(), cut, n, 0.0f, split.data(), n);
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(split[j], whole[j]) << IsaName(isa) << " k " << k << " cut " << cut;
+        }
+      }
+    }
+  }
+}
+
 // Activation rows the int16 path does not round (NaN, infinity, magnitudes below 2^-100; all
 // zeros, which round exactly) give what the scalar path gives; rows 0-3 are one group of four,
 // so rows 4 and 5 of the same call are rounded as usual (row 5 on the step of its one large
