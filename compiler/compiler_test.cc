@@ -815,6 +815,13 @@ TEST(CompilerTest, GrowingValueIsAppendedInPlace) {
   EXPECT_LT(after.allocs - before.allocs, 20) << "allocations: " << (after.allocs - before.allocs);
 }
 
+// A loop body's growth for the tests below: carried [2, n] ++ [[i], [i]] along axis 1.
+Value* GrowByIteration(GraphBuilder& l, Value* i, Value* carried) {
+  Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
+  Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
+  return l.Op("Concat", {carried, piece}, {{"axis", AttrInt(1)}});
+}
+
 // A carried value grown by Concat along its second axis lives in a growable storage with spare
 // capacity: a strided tensor. A Reshape of it (after the loop, or of the grown value in the
 // body) copies through its kernel instead of viewing it ("reshape of a non-contiguous"), and a
@@ -826,9 +833,7 @@ TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
   std::vector<Value*> outs =
       b.Loop(b.ScalarI64(5), nullptr, {init}, 1,
              [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
-               Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
-               Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
-               Value* grown = l.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}});
+               Value* grown = GrowByIteration(l, i, carried[0]);
                Value* flat = l.Op("Reshape", {grown, l.VectorI64({-1})});
                return std::vector<Value*>{cond, grown,
                                           l.Op("ReduceSum", {flat}, {{"keepdims", AttrInt(0)}})};
@@ -844,10 +849,7 @@ TEST(CompilerTest, ReshapeOfAValueGrownAlongItsSecondAxisCopiesIt) {
                Value* grown = l.Loop(
                    l.ScalarI64(5), nullptr, {init}, 0,
                    [&](GraphBuilder& l2, Value* i, Value* c2, const std::vector<Value*>& carried) {
-                     Value* f = l2.Op("Cast", {i}, {{"to", AttrInt(1)}});
-                     Value* piece = l2.Op("Expand", {f, l2.VectorI64({2, 1})});
-                     return std::vector<Value*>{
-                         c2, l2.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}})};
+                     return std::vector<Value*>{c2, GrowByIteration(l2, i, carried[0])};
                    })[0];
                return std::vector<Value*>{cond, grown};
              });
@@ -880,9 +882,7 @@ TEST(CompilerTest, UnsqueezeOfAValueGrownAlongItsSecondAxisViewsIt) {
   std::vector<Value*> outs =
       b.Loop(b.ScalarI64(5), nullptr, {init}, 1,
              [&](GraphBuilder& l, Value* i, Value* cond, const std::vector<Value*>& carried) {
-               Value* f = l.Op("Cast", {i}, {{"to", AttrInt(1)}});
-               Value* piece = l.Op("Expand", {f, l.VectorI64({2, 1})});
-               Value* grown = l.Op("Concat", {carried[0], piece}, {{"axis", AttrInt(1)}});
+               Value* grown = GrowByIteration(l, i, carried[0]);
                Value* wide = l.Op("Unsqueeze", {grown, l.VectorI64({0, 2})});
                Value* back = l.Op("Squeeze", {wide, l.VectorI64({0, 2})});
                return std::vector<Value*>{cond, grown,
