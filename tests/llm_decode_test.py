@@ -280,6 +280,97 @@ def check_bounded_steady_state(args, dvm, prompt, vocab, tmp, name, failures):
             failures.append(f"{name} {new} new tokens, bounded: {after} (want {want})")
 
 
+def merge_decoder(path, merged_path, kv_heads, head_dim):
+    """Optimum's merged-decoder layout (decoder_model_merged.onnx) built from a step model: the
+    inputs plus `use_cache_branch` (bool [1]) and one If whose then-branch is the step (reading
+    the past) and whose else-branch is the step on an empty past it makes itself (reading no
+    past input), each branch's values renamed apart, the weights initializers of the outer
+    graph."""
+    m = onnx.load(path)
+    g = m.graph
+    past = {i.name for i in g.input if i.name.startswith("past_key_values.")}
+
+    def branch(prefix, no_past):
+        nodes = []
+        rename = {}
+        if no_past:
+            shape = f"{prefix}ids_shape"
+            nodes += [helper.make_node("Shape", ["input_ids"], [shape], start=0, end=1),
+                      helper.make_node("Constant", [], [f"{prefix}rest"],
+                                       value=helper.make_tensor("r", TensorProto.INT64, [3],
+                                                                [kv_heads, 0, head_dim])),
+                      helper.make_node("Concat", [shape, f"{prefix}rest"], [f"{prefix}dims"],
+                                       axis=0),
+                      helper.make_node("ConstantOfShape", [f"{prefix}dims"], [f"{prefix}empty"],
+                                       value=helper.make_tensor("z", TensorProto.FLOAT, [1], [0]))]
+            rename.update({n: f"{prefix}empty" for n in past})
+        for n in g.node:
+            for o in n.output:
+                rename.setdefault(o, prefix + o)
+        for n in g.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = prefix + n.name
+            for k, v in enumerate(c.input):
+                c.input[k] = rename.get(v, v)
+            for k, v in enumerate(c.output):
+                c.output[k] = rename.get(v, v)
+            nodes.append(c)
+        outs = [helper.make_tensor_value_info(rename[o.name], o.type.tensor_type.elem_type, None)
+                for o in g.output]
+        return helper.make_graph(nodes, prefix + "branch", [], outs)
+
+    cond = helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])
+    node = helper.make_node("If", ["use_cache_branch"], [o.name for o in g.output],
+                            name="optimum::if", then_branch=branch("with_past/", False),
+                            else_branch=branch("no_past/", True))
+    merged = helper.make_graph([node], "merged", list(g.input) + [cond], list(g.output),
+                               list(g.initializer))
+    out = helper.make_model(merged, opset_imports=list(m.opset_import))
+    onnx.save(out, merged_path)
+
+
+def check_merged(args, tmp, failures):
+    """Optimum's merged decoder (use_cache_branch): --decode runs the no-past branch on the
+    prompt and the with-past branch in the loop; greedy tokens equal PyTorch's, the cache still
+    appended in place (no allocation after the first token, bounded)."""
+    torch.manual_seed(11)
+    lm = llama.Llama(vocab=128, d=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
+                     repeat="expand").eval()
+    step = llama_step.LlamaStep(lm)
+    path = os.path.join(tmp, "merged-step.onnx")
+    llama_step.export(step, path)
+    merged = os.path.join(tmp, "merged.onnx")
+    merge_decoder(path, merged, 2, 16)
+    dvm = os.path.join(tmp, "merged.dvm")
+    run([args.vm_compile, merged, "-o", dvm, "--decode"])
+    dis = run([args.vm_compile, merged, "-o", dvm + ".2", "--decode", "--report"]).stdout
+    rng = np.random.default_rng(5)
+    for batch, plen in ((1, 3), (2, 9)):
+        for _ in range(20):
+            prompt = torch.as_tensor(rng.integers(0, 128, (batch, plen)))
+            want, history = llama_step.greedy(step, prompt, NEW)
+            top = np.sort(history.numpy(), -1)
+            if float((top[..., -1] - top[..., -2]).min()) >= MARGIN:
+                break
+        got = run_dvm(args, dvm, feeds(prompt, NEW), tmp, f"merged-{batch}")
+        if got.shape != want.shape or not (got == want.numpy()).all():
+            failures.append(f"merged decoder batch {batch} prompt {plen}: greedy tokens differ\n"
+                            f"  dynvm   {got.tolist()}\n  pytorch {want.tolist()}\n{dis}")
+    bounded = os.path.join(tmp, "merged-bounded.dvm")
+    run([args.vm_compile, merged, "-o", bounded, "--decode", "--bound", "prompt_len=4",
+         "--bound", "max_new_tokens=16", "--bound", "batch=2"])
+    check_bounded_steady_state(args, bounded, prompt[:1, :4], 128, tmp, "merged", failures)
+    # A use_cache_branch that is not a bool scalar is refused naming it.
+    m = onnx.load(merged)
+    m.graph.input[-1].type.tensor_type.elem_type = TensorProto.INT64
+    bad = os.path.join(tmp, "merged-bad.onnx")
+    onnx.save(m, bad)
+    r = run([args.vm_compile, bad, "-o", bad + ".dvm", "--decode"], ok=False)
+    if r.returncode == 0 or "input 'use_cache_branch' must be a bool" not in r.stderr:
+        failures.append(f"use_cache_branch of int64: exit {r.returncode}, {r.stderr}")
+
+
 def check_refusals(args, tmp, failures):
     def model(inputs, outputs):
         nodes = [helper.make_node("Identity", [inputs[0][0]], [o[0]]) for o in outputs]
@@ -318,6 +409,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
             check_case(args, case, tmp, failures)
+        check_merged(args, tmp, failures)
         check_refusals(args, tmp, failures)
     for f in failures:
         print("FAIL", f)

@@ -19,8 +19,9 @@ namespace {
 namespace pb = ::onnx;
 
 constexpr char kExpected[] =
-    "a step model has inputs input_ids, attention_mask, position_ids (optional) and "
-    "past_key_values.{i}.key/value, outputs logits and present.{i}.key/value";
+    "a step model has inputs input_ids, attention_mask, position_ids (optional), "
+    "use_cache_branch (optional) and past_key_values.{i}.key/value, outputs logits and "
+    "present.{i}.key/value";
 
 absl::Status Refuse(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("--decode: ", what, " (", kExpected, ")"));
@@ -30,6 +31,10 @@ absl::Status Refuse(absl::string_view what) {
 struct Step {
   int layers = 0;
   bool position_ids = false;
+  // Optimum's merged decoder: a bool input choosing between its no-past branch (the prompt
+  // step) and its with-past branch (the loop); its declared rank (0 or 1).
+  bool use_cache_branch = false;
+  int use_cache_branch_rank = 1;
   int mask_type = pb::TensorProto::INT64;
   int64_t kv_heads = 0, head_dim = 0;
   std::string key_dims_note;
@@ -66,6 +71,14 @@ absl::StatusOr<Step> CheckSignature(const pb::GraphProto& g) {
         return Refuse(absl::StrCat("input '", in.name(), "' must be int64"));
       }
       seen.insert(in.name());
+    } else if (in.name() == "use_cache_branch") {
+      const auto& dims = in.type().tensor_type().shape().dim();
+      const bool one = dims.size() == 1 && (!dims[0].has_dim_value() || dims[0].dim_value() == 1);
+      if (ElemType(in) != pb::TensorProto::BOOL || (dims.size() != 0 && !one)) {
+        return Refuse("input 'use_cache_branch' must be a bool of one element ([] or [1])");
+      }
+      s.use_cache_branch = true;
+      s.use_cache_branch_rank = dims.size();
     } else if (ParseCacheName(in.name(), "past_key_values.", &layer, &key)) {
       past[{layer, key}] = &in;
     } else {
@@ -179,6 +192,19 @@ class Builder {
     for (int64_t x : v) t->add_int64_data(x);
     return out;
   }
+  // A bool constant of one element, rank 0 or 1.
+  std::string Bool(bool v, int rank) {
+    std::string out = absl::StrCat("decode_c", ++counter_);
+    pb::NodeProto* n = Node("Constant", {}, {out});
+    pb::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    pb::TensorProto* t = a->mutable_t();
+    t->set_data_type(pb::TensorProto::BOOL);
+    if (rank == 1) t->add_dims(1);
+    t->add_int32_data(v ? 1 : 0);
+    return out;
+  }
   // Slice of a 1-D shape: elements [b, e).
   std::string Dims(const std::string& shape, int64_t b, int64_t e) {
     return Op("Slice", {shape, Ints({b}), Ints({e})});
@@ -271,6 +297,10 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   Builder b(body);
   b.Node("Identity", {"decode_ids"}, {"input_ids"});
   if (s.position_ids) b.Node("Identity", {"decode_pos"}, {"position_ids"});
+  // A merged decoder's with-past branch: a constant, so the import keeps only that branch.
+  if (s.use_cache_branch) {
+    b.Node("Identity", {b.Bool(true, s.use_cache_branch_rank)}, {"use_cache_branch"});
+  }
   const std::string ids_shape = b.Op("Shape", {"decode_ids"});
   const std::string batch = b.Dims(ids_shape, 0, 1);
   const std::string past_len = b.Dims(b.Op("Shape", {"past_key_values.0.key"}), 2, 3);
@@ -312,18 +342,36 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
 }
 
 // Renames the step's own values (its inputs and every node's outputs; not the initializers) in
-// a copy of its nodes, recursively into subgraphs, which read them by name.
+// a copy of its nodes, recursively into subgraphs, which read them by name (a subgraph's own
+// inputs, outputs and value_info are renamed with its nodes).
 void RenameInGraph(pb::GraphProto* g, const std::map<std::string, std::string>& names) {
   auto rename = [&](std::string* name) {
     auto it = names.find(*name);
     if (it != names.end()) *name = it->second;
   };
+  for (auto* list : {g->mutable_input(), g->mutable_output(), g->mutable_value_info()}) {
+    for (pb::ValueInfoProto& v : *list) rename(v.mutable_name());
+  }
   for (pb::NodeProto& n : *g->mutable_node()) {
     for (std::string& in : *n.mutable_input()) rename(&in);
     for (std::string& out : *n.mutable_output()) rename(&out);
     for (pb::AttributeProto& a : *n.mutable_attribute()) {
       if (a.has_g()) RenameInGraph(a.mutable_g(), names);
       for (pb::GraphProto& sub : *a.mutable_graphs()) RenameInGraph(&sub, names);
+    }
+  }
+}
+
+// Calls add(name) for each value a node of g makes, recursively into its subgraphs.
+template <typename Add>
+void AddNodeOutputs(const pb::GraphProto& g, Add& add) {
+  for (const pb::NodeProto& n : g.node()) {
+    for (const std::string& out : n.output()) {
+      if (!out.empty()) add(out);
+    }
+    for (const pb::AttributeProto& a : n.attribute()) {
+      if (a.has_g()) AddNodeOutputs(a.g(), add);
+      for (const pb::GraphProto& sub : a.graphs()) AddNodeOutputs(sub, add);
     }
   }
 }
@@ -338,16 +386,19 @@ std::map<std::string, std::string> BuildPrefill(const Step& s, const pb::GraphPr
   add("input_ids");
   add("attention_mask");
   if (s.position_ids) add("position_ids");
+  if (s.use_cache_branch) add("use_cache_branch");
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) add(CacheName("past_key_values.", i, key));
   }
-  for (const pb::NodeProto& n : step.node()) {
-    for (const std::string& out : n.output()) {
-      if (!out.empty()) add(out);
-    }
-  }
+  // Every value the nodes make, in subgraphs too: a merged decoder's branches, inlined once
+  // their condition is known, must not repeat the loop body's names.
+  AddNodeOutputs(step, add);
   b.Node("Identity", {"prompt"}, {names["input_ids"]});
   if (s.position_ids) b.Node("Identity", {p.positions}, {names["position_ids"]});
+  // A merged decoder's no-past branch runs the prompt.
+  if (s.use_cache_branch) {
+    b.Node("Identity", {b.Bool(false, s.use_cache_branch_rank)}, {names["use_cache_branch"]});
+  }
   b.Node("Identity", {b.Fill(p.batch_len, s.mask_type, 1)}, {names["attention_mask"]});
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) {
