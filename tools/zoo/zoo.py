@@ -304,7 +304,7 @@ def compare_chunks(got, want, tol):
     return worst, first_bad
 
 
-def stream_silero(run, sr, chunks, context, legacy):
+def stream_silero(run, sr, chunks, context, legacy, sr_input=True):
     """Per-chunk outputs of one engine over `chunks` ([n, samples] audio)."""
     if legacy:
         state = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
@@ -315,7 +315,10 @@ def stream_silero(run, sr, chunks, context, legacy):
     for chunk in chunks:
         x = np.concatenate([ctx, chunk[None]], axis=1) if context else chunk[None]
         ctx = x[:, x.shape[1] - context:] if context else ctx
-        o = run({"input": np.ascontiguousarray(x), "sr": np.array(sr, np.int64), **state})
+        feeds = {"input": np.ascontiguousarray(x), **state}
+        if sr_input:
+            feeds["sr"] = np.array(sr, np.int64)
+        o = run(feeds)
         if legacy:
             state = {"h": o["hn"], "c": o["cn"]}
         else:
@@ -328,15 +331,16 @@ def stream_silero(run, sr, chunks, context, legacy):
 def check_stream_silero(res, state, ort, threads, legacy):
     """100 chunks at 16 and 8 kHz; dynvm's state outputs go back in as they came out, and
     must be bound without a copy."""
-    for sr in (16000, 8000):
+    sr_input = "sr" in state["names"]
+    for sr in res.m.get("rates", (16000, 8000)):
         copies = {"n": 0}
         engines = _engines(state["dyn_vms"], ort, state["sids"], threads, copies)
         samples = 512 if sr == 16000 else 256
         context = 0 if legacy else samples // 8
         rng = np.random.default_rng(seed_of(res.m["name"], "stream", sr))
         chunks = speech_like(rng, sr, STREAM_CHUNKS * samples).reshape(STREAM_CHUNKS, samples)
-        got = stream_silero(engines["dynvm"], sr, chunks, context, legacy)
-        want = stream_silero(engines["ort"], sr, chunks, context, legacy)
+        got = stream_silero(engines["dynvm"], sr, chunks, context, legacy, sr_input)
+        want = stream_silero(engines["ort"], sr, chunks, context, legacy, sr_input)
         worst, first_bad = compare_chunks(got, want, res.m["tol"])
         if copies["n"] and first_bad is None:
             first_bad = f"{copies['n']} inputs were copied at binding, not zero-copy"
