@@ -174,6 +174,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"depthwise_pairs", fused.depthwise},
                                    {"channel_splits", fused.splits},
                                    {"channel_muls", fused.channel_muls},
+                                   {"channel_pads", fused.channel_pads},
                                    {"channels_last_values", fused.blocked},
                                    {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;
