@@ -122,6 +122,13 @@ def test_inputs():
     img = zoo.make_input(("image", 2, 3, 48, 64), rng)
     check(img.shape == (2, 3, 48, 64) and img.dtype == np.float32 and
           -3 < img.min() < img.max() < 3, "images: NCHW float32, ImageNet-normalized")
+    rgba = zoo.make_input(("image_nhwc", 2, 16, 24, 4, 0.0, 255.0, 1.0), rng)
+    check(rgba.shape == (2, 16, 24, 4) and rgba.dtype == np.float32 and
+          0 <= rgba[..., :3].min() < rgba[..., :3].max() <= 255 and rgba[..., :3].std() > 1 and
+          np.all(rgba[..., 3] == 1), "NHWC images: RGB in [lo, hi], a constant alpha channel")
+    rgb = zoo.make_input(("image_nhwc", 1, 8, 8, 3, -1.0, 1.0), rng)
+    check(rgb.shape == (1, 8, 8, 3) and -1 <= rgb.min() < rgb.max() <= 1,
+          "NHWC images in [-1, 1] (BlazeFace)")
     a2 = zoo.make_input(("audio", 8000, 256, 1), np.random.default_rng(zoo.seed_of("m", 0)))
     a3 = zoo.make_input(("audio", 8000, 256, 1), np.random.default_rng(zoo.seed_of("m", 0)))
     check(np.array_equal(a2, a3), "inputs are the same on every run (seeded by name)")
