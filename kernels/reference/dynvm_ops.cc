@@ -483,7 +483,9 @@ class ChannelPadKernel final : public Kernel {
     const int64_t n = dims[0], c = dims[1];
     dims[1] = before_ + c + after_;
     DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, dims, "ChannelPad"));
-    const int64_t co = dims[1], sp = x.numel() / std::max<int64_t>(n * c, 1);
+    const int64_t co = dims[1];
+    int64_t sp = 1;  // pixels per channel (from the dims: x may hold no channel)
+    for (size_t d = 2; d < dims.size(); ++d) sp *= dims[d];
     const float* xs = x.data<float>();
     float* y = out[0]->data<float>();
     const bool dense = x.is_contiguous();

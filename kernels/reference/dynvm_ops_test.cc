@@ -387,6 +387,17 @@ TEST(ChannelPadKernelTest, EveryLayoutMatchesIndexArithmetic) {
       }
     }
   }
+  // x without channels: y is all zeros.
+  absl::StatusOr<std::vector<Tensor>> empty = KernelCall("ChannelPad", "dynvm")
+                                                  .In(F32({2, 0, 3}, {}))
+                                                  .Out(DType::kF32)
+                                                  .Attr("before", int64_t{1})
+                                                  .Attr("after", int64_t{1})
+                                                  .Attr("channels_last_out", int64_t{1})
+                                                  .Run();
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ASSERT_EQ((*empty)[0].numel(), 12);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ((*empty)[0].data<float>()[i], 0.0f) << i;
   // Rank 2, a negative count, an i64 x.
   EXPECT_EQ(KernelCall("ChannelPad", "dynvm")
                 .In(F32({2, 3}, {1, 2, 3, 4, 5, 6}))
