@@ -161,7 +161,8 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
     }
     p.Add({"fuse_convolutions", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
              DYNVM_ASSIGN_OR_RETURN(ConvFusionCounts fused, FuseConvolutions(m));
-             if (fused.convs == 0 && fused.transposes == 0 && fused.quantized_blocked == 0) {
+             if (fused.convs == 0 && fused.transposes == 0 && fused.quantized_blocked == 0 &&
+                 fused.channel_pads == 0) {
                return false;
              }
              result.conv_fusion = {{"convs", fused.convs},
@@ -174,6 +175,7 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
                                    {"depthwise_pairs", fused.depthwise},
                                    {"channel_splits", fused.splits},
                                    {"channel_muls", fused.channel_muls},
+                                   {"channel_pads", fused.channel_pads},
                                    {"channels_last_values", fused.blocked},
                                    {"quantized_channels_last_values", fused.quantized_blocked}};
              return true;

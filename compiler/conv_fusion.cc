@@ -651,6 +651,57 @@ int RewriteChannelMuls(Graph& g) {
   return rewritten;
 }
 
+bool IsChannelPad(const Node* n) {
+  return n->op == ops::kChannelPad && n->domain == ops::kDynvmDomain;
+}
+
+// Whether `v` is a constant f32 tensor of +0.0 only (no -0.0: a copy of it must equal zeros).
+bool IsPositiveZeros(const Value* v) {
+  if (v == nullptr || !v->constant || v->constant->dtype() != DType::kF32) return false;
+  for (float f : ConstF32(v)) {
+    if (f != 0.0f || std::signbit(f)) return false;
+  }
+  return true;
+}
+
+// A Concat along the channel axis (1) of an f32 value x [N, C, spatial...] (rank 3 to 5) and a
+// constant of zeros [N, Z, spatial...] (either order: zeros after x, or before) becomes
+// dynvm::ChannelPad(x) with "before" / "after" = Z: BlazeFace's residual blocks add a conv's
+// output to its input padded with zero channels this way (tf2onnx writes the zeros as a
+// ConstantOfShape). ChannelPad passes the channels-last layout like a pool
+// (AssignBlockedLayouts), so the convs around it need no reorder. Returns the Concats rewritten.
+int RewriteChannelPads(Graph& g) {
+  int rewritten = 0;
+  for (auto& node : g.nodes) {
+    Node* n = node.get();
+    if (n->op != ops::kConcat || !n->domain.empty() || n->inputs.size() != 2 ||
+        n->outputs.size() != 1 || n->outputs[0] == nullptr || n->inputs[0] == nullptr ||
+        n->inputs[1] == nullptr) {
+      continue;
+    }
+    const int zi = IsPositiveZeros(n->inputs[1]) ? 1 : IsPositiveZeros(n->inputs[0]) ? 0 : -1;
+    if (zi < 0) continue;
+    Value* x = n->inputs[1 - zi];
+    const Value* z = n->inputs[zi];
+    if (!x->shape || x->dtype != DType::kF32 || x->rank() < 3 || x->rank() > 5 || x->constant) {
+      continue;
+    }
+    const int64_t axis = IntAttr(*n, "axis", 0);
+    if (axis != 1 && axis != 1 - x->rank()) continue;
+    const absl::Span<const int64_t> zd = z->constant->dims();
+    bool ok = static_cast<int64_t>(zd.size()) == x->rank() && zd[1] > 0;
+    for (int d = 0; ok && d < x->rank(); ++d) ok = d == 1 || DimIs((*x->shape)[d], zd[d]);
+    if (!ok) continue;
+    n->op = ops::kChannelPad;
+    n->domain = ops::kDynvmDomain;
+    n->attrs.clear();
+    SetInt(n, zi == 1 ? "after" : "before", zd[1]);
+    n->inputs = {x};
+    ++rewritten;
+  }
+  return rewritten;
+}
+
 // Whether `v` can be kept channels-last: every reader takes that layout (a FusedConv as X or
 // the residual, a pool as X), and it is no graph output and not read in a nested region. A
 // pool reading it gives its own output channels-last when that output is markable too, and
@@ -665,7 +716,9 @@ bool Markable(const Graph& g, const Value* v, UseCounts& uses) {
       if (other->inputs[i] != v) continue;
       ++reads;
       const bool conv_reads = IsFusedConv(other.get()) && (i == 0 || i == 3);
-      const bool pool_reads = (IsLayoutPool(other.get()) || IsChannelMul(other.get())) && i == 0;
+      const bool pool_reads =
+          (IsLayoutPool(other.get()) || IsChannelMul(other.get()) || IsChannelPad(other.get())) &&
+          i == 0;
       if (!conv_reads && !pool_reads) return false;
     }
   }
@@ -679,8 +732,8 @@ int AssignBlockedLayouts(Graph& g, UseCounts& uses) {
   int changed = 0;
   for (auto& node : g.nodes) {
     Node* p = node.get();
-    if ((!IsFusedConv(p) && !IsLayoutPool(p) && !IsChannelMul(p)) || p->outputs.empty() ||
-        p->outputs[0] == nullptr || !Markable(g, p->outputs[0], uses)) {
+    if ((!IsFusedConv(p) && !IsLayoutPool(p) && !IsChannelMul(p) && !IsChannelPad(p)) ||
+        p->outputs.empty() || p->outputs[0] == nullptr || !Markable(g, p->outputs[0], uses)) {
       continue;
     }
     const Value* v = p->outputs[0];
@@ -1102,6 +1155,7 @@ absl::StatusOr<ConvFusionCounts> FuseConvolutions(Module& module) {
     CountUses(*f.graph, uses);
     EachGraph(*f.graph, [&](Graph& g) {
       counts.channel_muls += RewriteChannelMuls(g);
+      counts.channel_pads += RewriteChannelPads(g);
       counts.blocked += AssignBlockedLayouts(g, uses);
       counts.quantized_blocked += AssignQuantizedLayouts(g, uses);
     });

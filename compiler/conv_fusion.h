@@ -46,7 +46,9 @@
 // one FusedConv per part (its rows of the weights and bias), a part read only by a Sigmoid taking
 // it as an activation: a GLU runs as two convs and a Mul. A Mul of a FusedConv's or pool's
 // output x [N, C, spatial...] by a gate [N or 1, C, 1...] giving x's shape (a squeeze-excitation
-// scale) becomes dynvm::ChannelMul, which passes the channels-last layout like a pool.
+// scale) becomes dynvm::ChannelMul, which passes the channels-last layout like a pool, and a
+// Concat along the channels of a value and a constant of zeros (BlazeFace's channel-padded
+// residual) becomes dynvm::ChannelPad, which does too.
 // Self-contained, to move onto
 // compiler/rewrite/ as rules.
 #ifndef DYNVM_COMPILER_CONV_FUSION_H_
@@ -72,6 +74,7 @@ struct ConvFusionCounts {
   int depthwise = 0;     // 1x1 FusedConvs that took the 3x3 depthwise FusedConv after them
   int splits = 0;        // FusedConvs split into one per channel part of the Split reading them
   int channel_muls = 0;  // Muls by a per-channel gate made dynvm::ChannelMul (layout-aware)
+  int channel_pads = 0;  // Concats with channels of zeros made dynvm::ChannelPad (layout-aware)
   int blocked = 0;       // values kept channels-last between FusedConvs
   int quantized_blocked = 0;  // u8/s8 values kept channels-last between QLinearConvs
 };

@@ -1115,6 +1115,88 @@ TEST(ConvFusion, NearMissesOfTheChannelMulAreNotRewritten) {
   }
 }
 
+// BlazeFace's residual block as tf2onnx writes it: a conv's output y (directly, or after a
+// stride-2 MaxPool) concatenated with a constant of zeros along the channels (the zeros written
+// as a constant or as ConstantOfShape of a constant shape; after y or before it; axis 1 or -3),
+// added to the next conv's wider output. The Concat becomes dynvm::ChannelPad, which takes and
+// gives the channels-last layout, so no value between the convs is plain. Equal to the unfused
+// graph on both backends.
+TEST(ConvFusion, ChannelPaddedResidualKeepsChannelsLast) {
+  struct Case {
+    bool zeros_first, constant_of_shape, pool;
+    int64_t axis;
+  };
+  for (const Case& c : {Case{false, false, false, 1}, Case{true, false, false, -3},
+                        Case{false, true, true, 1}, Case{true, true, true, 1}}) {
+    SCOPED_TRACE(absl::StrCat("zeros first ", c.zeros_first, " ConstantOfShape ",
+                              c.constant_of_shape, " pool ", c.pool, " axis ", c.axis));
+    const int64_t hw = c.pool ? 4 : 8;
+    auto build = [&](GraphBuilder& b) {
+      Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{6}, int64_t{8}, int64_t{8}});
+      Value* y = b.Op("Relu", {ConvOf(b, x, 6, 6, 3, 1)});
+      Value* z;
+      if (c.constant_of_shape) {
+        z = b.Op("ConstantOfShape", {b.VectorI64({2, 4, hw, hw})});
+      } else {
+        z = Filled(b, {2, 4, hw, hw}, 0.0f);
+      }
+      Attrs stride2 = {{"kernel_shape", AttrInts({2, 2})}, {"strides", AttrInts({2, 2})}};
+      Value* r = c.pool ? b.Op("MaxPool", {y}, stride2) : y;
+      Value* padded =
+          b.Op("Concat", c.zeros_first ? std::vector<Value*>{z, r} : std::vector<Value*>{r, z},
+               {{"axis", AttrInt(c.axis)}});
+      Attrs dw = {{"pads", AttrInts({1, 1, 1, 1})},
+                  {"group", AttrInt(6)},
+                  {"strides", AttrInts({c.pool ? 2 : 1, c.pool ? 2 : 1})}};
+      Value* d = b.Op("Conv", {y, Const(b, {6, 1, 3, 3}, 2, -1, 1), Const(b, {6}, 3, -1, 1)}, dw);
+      Value* out = b.Op("Relu", {b.Op("Add", {ConvOf(b, d, 6, 10, 1, 4), padded})});
+      b.Output("y", ConvOf(b, out, 10, 3, 1, 6));
+    };
+    std::vector<std::string> kernels =
+        ExpectOptimizedMatches(build, RandomF32({2, 6, 8, 8}, 7, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Concat"), 0) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelPad"), 1) << absl::StrJoin(kernels, ",");
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    build(b);
+    absl::StatusOr<CompileResult> r = Compile(m, CompileOptions{});
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const KernelReport& k : r->kernels) {
+      if (k.op == "dynvm::ChannelPad") {
+        EXPECT_EQ(k.layout, "layout X channels-last, Y channels-last");
+      }
+    }
+  }
+}
+
+// Near misses keep the Concat: zeros of -0.0 (a copy would write +0.0), a constant that is not
+// all zeros, and a Concat along another axis.
+TEST(ConvFusion, NearMissesOfTheChannelPadAreNotRewritten) {
+  const std::function<Value*(GraphBuilder&, Value*)> misses[] = {
+      [](GraphBuilder& b, Value* y) {
+        return b.Op("Concat", {y, Filled(b, {2, 4, 5, 6}, -0.0f)}, {{"axis", AttrInt(1)}});
+      },
+      [](GraphBuilder& b, Value* y) {
+        return b.Op("Concat", {y, Filled(b, {2, 4, 5, 6}, 0.5f)}, {{"axis", AttrInt(1)}});
+      },
+      [](GraphBuilder& b, Value* y) {
+        return b.Op("Concat", {y, Filled(b, {2, 8, 5, 2}, 0.0f)}, {{"axis", AttrInt(3)}});
+      },
+  };
+  for (size_t i = 0; i < std::size(misses); ++i) {
+    SCOPED_TRACE(i);
+    std::vector<std::string> kernels = ExpectOptimizedMatches(
+        [&](GraphBuilder& b) {
+          Value* x = b.Input("x", DType::kF32, {int64_t{2}, int64_t{8}, int64_t{5}, int64_t{6}});
+          Value* y = b.Op("Conv", {x, Const(b, {8, 8, 1, 1}, 1, -1, 1)});
+          b.Output("y", misses[i](b, y));
+        },
+        RandomF32({2, 8, 5, 6}, 5, -2, 2));
+    EXPECT_EQ(CountOf(kernels, "Concat"), 1) << absl::StrJoin(kernels, ",");
+    EXPECT_EQ(CountOf(kernels, "dynvm::ChannelPad"), 0) << absl::StrJoin(kernels, ",");
+  }
+}
+
 // A conformer's convolution module as an exporter that keeps BatchNormalization writes it
 // (torch folds it at export; others do not): pointwise Conv1d, GLU, depthwise Conv1d (k 15 and
 // 31, "same" pads), BatchNormalization, SiLU written as x * Sigmoid(x), pointwise Conv1d. The

@@ -312,6 +312,26 @@ absl::Status ChannelMulShape(InferContext& c) {
   return absl::OkStatus();
 }
 
+// ChannelPad (compiler/conv_fusion.h): x [N, C, spatial...] (rank 3 to 5) with "before" and
+// "after" zero channels added: y [N, before + C + after, spatial...].
+absl::Status ChannelPadShape(InferContext& c) {
+  if (c.num_inputs() != 1 || c.num_outputs() != 1 || !c.has_input(0))
+    return c.Error("ChannelPad takes (x) and has one output");
+  DYNVM_ASSIGN_OR_RETURN(const int64_t before, c.GetInt("before", 0));
+  DYNVM_ASSIGN_OR_RETURN(const int64_t after, c.GetInt("after", 0));
+  if (before < 0 || after < 0) return c.Error("ChannelPad: before and after must be >= 0");
+  const std::vector<Dim>* x = c.input_shape(0);
+  if (x == nullptr) {
+    c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  if (x->size() < 3 || x->size() > 5) return c.Error("ChannelPad: x must have rank 3 to 5");
+  std::vector<Dim> y = *x;
+  y[1] = c.sym().Add(y[1], c.sym().Const(before + after));
+  c.SetOutput(0, c.input_dtype(0), y);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DefineDynvmOps(OpTable& t) {
@@ -329,6 +349,7 @@ void DefineDynvmOps(OpTable& t) {
       {ops::kMatMul, 1, "", "", kPure, InferPermutedMatMul},
       {ops::kFusedConv, 7, "", "", kPure, InferFusedConvShape},
       {ops::kChannelMul, 7, "", "", kPure, ChannelMulShape},
+      {ops::kChannelPad, 7, "", "", kPure, ChannelPadShape},
       {ops::kRequantize, 7, "", "", kPure, RequantizeShape},
       {ops::kQMatMul, 7, "", "", kPure, QMatMulShape},
       {"QLSTM", 7, "", "", kPure, QLstmShape},

@@ -32,6 +32,7 @@ inline constexpr char kEqual[] = "Equal";
 inline constexpr char kFlatten[] = "Flatten";
 inline constexpr char kFusedConv[] = "FusedConv";
 inline constexpr char kChannelMul[] = "ChannelMul";
+inline constexpr char kChannelPad[] = "ChannelPad";
 inline constexpr char kGRU[] = "GRU";
 inline constexpr char kGather[] = "Gather";
 inline constexpr char kGelu[] = "Gelu";

@@ -360,6 +360,7 @@ TEST(OpDefTest, EveryShapeFunctionAcceptsInputsOfUnknownRank) {
       {"dynvm::Silu", {{f}, 1, {}}},
       {"dynvm::RMSNorm", {{f, f}, 1, {}}},
       {"dynvm::ChannelMul", {{f, f}, 1, {}}},
+      {"dynvm::ChannelPad", {{f}, 1, {}}},
       {"dynvm::RotateHalf", {{f, f, f}, 1, {}}},
       {"dynvm::SwiGlu", {{f, f}, 1, {}}},
       {"dynvm::Attention", {{f, f, f}, 1, {}}},

