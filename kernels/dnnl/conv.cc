@@ -1041,23 +1041,41 @@ class ConvKernel final : public DnnlKernel {
   bool Conv1dGemmTakes(const KernelContext& ctx, const Geometry& g, const Tensor& x,
                        const Tensor& w, const Tensor* sum, int64_t macs) const {
     const int tasks = ctx.ParallelTasks(g.n, 1);  // as PerImageTakes
-    if (g.n >= 2 && tasks > 1 && (g.n % tasks == 0 || g.n >= 4 * tasks)) return false;
+    const bool per_image = g.n >= 2 && tasks > 1 && (g.n % tasks == 0 || g.n >= 4 * tasks);
+    // A batch the per-image split takes stays there unless its product is weight-bound
+    // (WeightRowsAcrossImages): then from the per-image split's own threshold.
+    if (per_image && !(WeightRowsAcrossImages(ctx, g) && macs >= kMinParallelGemm)) return false;
     return !transpose_ && g.k == 1 && g.g == 1 && ctx.num_threads() > 1 &&
-           macs >= kMinParallelWork && !blocked_.in && x.is_contiguous() && w.is_contiguous() &&
-           sum == nullptr && !act2_.present && RowActivation().has_value() && !dw_.present &&
-           g.n * g.c * g.kd[0] * g.od[0] <= kGemmMaxColumnFloats;
+           (per_image || macs >= kMinParallelWork) && !blocked_.in && x.is_contiguous() &&
+           w.is_contiguous() && sum == nullptr && !act2_.present && RowActivation().has_value() &&
+           !dw_.present && g.n * g.c * g.kd[0] * g.od[0] <= kGemmMaxColumnFloats;
+  }
+
+  // Whether a batched Conv1d's GEMM splits over the threads by chunks of output channels, each
+  // chunk one sgemm over the columns of every image side by side (X' [C * K, N * T_out]),
+  // rather than by images: where each image has fewer output steps than the conv has output
+  // channels, the product is bound by reading (and packing) W, which a split by images does
+  // whole on every thread and for every image (the openWakeWord STFT conv at 2x4000 samples,
+  // 257 channels x 512 taps over 22 frames: one image's sgemm 76 us, both images' in one call
+  // 110 us, oneDNN's primitive 114 us for the batch on one thread, and the per-image split
+  // 0.11-0.22 ms an image side by side). Split by channels, each thread packs its part of W
+  // once for all images, and a thread that does not get its core leaves its chunks to the other.
+  bool WeightRowsAcrossImages(const KernelContext& ctx, const Geometry& g) const {
+    return ctx.num_threads() > 1 && g.n >= 2 && g.k == 1 && g.od[0] < g.m;
   }
 
   // Row (c, k) of image n's columns, [t0, t1) of its T_out: input channel c at t * stride +
   // k * dilation - pad_left, 0 where that falls outside the input.
-  static void Conv1dColumns(const Geometry& g, const float* x, float* cols, int64_t r0,
-                            int64_t r1) {
+  // `across`: row r of the columns [N, C * K, T_out] lands at (c, k)'s row of [C * K, N * T_out]
+  // instead, image n's T_out columns at n * T_out.
+  static void Conv1dColumns(const Geometry& g, const float* x, float* cols, int64_t r0, int64_t r1,
+                            bool across) {
     const int64_t taps = g.kd[0], in = g.in[0], out = g.od[0];
-    const int64_t st = g.st[0], dil = g.dl[0] + 1, pl = g.pl[0];
+    const int64_t st = g.st[0], dil = g.dl[0] + 1, pl = g.pl[0], ck = g.c * taps;
     for (int64_t r = r0; r < r1; ++r) {  // r = (n * C + ch) * K + k
       const int64_t k = r % taps, nc = r / taps;
       const float* xr = x + nc * in;
-      float* row = cols + r * out;
+      float* row = cols + (across ? ((r % ck) * g.n + r / ck) * out : r * out);
       const int64_t off = k * dil - pl;  // input index of output t: t * st + off
       // Outputs reading inside the input: t * st + off in [0, in).
       const int64_t t0 = std::min(out, off >= 0 ? 0 : (-off + st - 1) / st);
@@ -1075,18 +1093,61 @@ class ConvKernel final : public DnnlKernel {
   absl::Status ExecuteConv1dGemm(KernelContext& ctx, const Geometry& g, const Tensor& x,
                                  const Tensor& w, const Tensor* b, Tensor* y) const {
     const int64_t rows = g.n * g.c * g.kd[0], out = g.od[0];
-    DYNVM_ASSIGN_OR_RETURN(void* ws,
-                           ctx.Workspace(static_cast<size_t>(rows * out) * sizeof(float) + 64));
+    // Across images, the product [M, N * T_out] follows the columns.
+    const int64_t product = WeightRowsAcrossImages(ctx, g) ? g.m * g.n * out : 0;
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(static_cast<size_t>(rows * out + product) * sizeof(float) + 64));
     float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     const float* px = x.data<float>();
     // The columns' rows split over the pool (a copy: 16K floats a task at least).
+    const bool across = WeightRowsAcrossImages(ctx, g);
     ctx.ParallelFor(rows, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(out, 1)),
-                    [&](int64_t r0, int64_t r1) { Conv1dColumns(g, px, cols, r0, r1); });
+                    [&](int64_t r0, int64_t r1) { Conv1dColumns(g, px, cols, r0, r1, across); });
+    if (across) return Conv1dGemmAcrossImages(ctx, g, cols, w, b, y);
     // The GEMM of a pointwise Conv1d over the columns: C * K channels, T_out steps.
     Geometry gc = g;
     gc.c = g.c * g.kd[0];
     gc.in[0] = out;
     return ExecutePointwise1d(ctx, gc, cols, w, b, y);
+  }
+
+  // Y [M, N * T_out] = W [M, C * K] X' [C * K, N * T_out] (`cols`, the product after them in the
+  // workspace) on chunks of output channels claimed by the VM's threads, each chunk's rows then
+  // given the bias and activation and copied to every image's output (plain or channels-last).
+  absl::Status Conv1dGemmAcrossImages(KernelContext& ctx, const Geometry& g, const float* cols,
+                                      const Tensor& w, const Tensor* b, Tensor* y) const {
+    const int64_t ck = g.c * g.kd[0], t = g.od[0], nt = g.n * t;
+    float* product = const_cast<float*>(cols) + ck * nt;
+    const float* pw = w.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    const cpu::Activation act = *RowActivation();
+    float* py = y->data<float>();
+    const int64_t chunk = std::max<int64_t>(16, ConvChunk(ctx, g.m, g.m * ck * nt));
+    std::atomic<int> failed{dnnl_success};
+    ctx.ParallelForDynamic(g.m, chunk, [&](int, int64_t r0, int64_t r1) {
+      SetThreads(1);
+      const dnnl_status_t s = dnnl_sgemm('N', 'N', r1 - r0, nt, ck, 1.0f, pw + r0 * ck, ck, cols,
+                                         nt, 0.0f, product + r0 * nt, nt);
+      if (s != dnnl_success) {
+        failed.store(s, std::memory_order_relaxed);
+        return;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        float* src = product + r * nt;
+        if (pb != nullptr) {
+          for (int64_t i = 0; i < nt; ++i) src[i] += pb[r];
+        }
+        if (act != cpu::Activation::kNone) cpu::BiasActivationRows(act, 1, nt, nullptr, src, nt);
+        for (int64_t n = 0; n < g.n; ++n) {
+          if (!blocked_.out) {
+            std::memcpy(py + (n * g.m + r) * t, src + n * t, static_cast<size_t>(t) * 4);
+          } else {  // channels-last Y [N, T_out, M]
+            for (int64_t i = 0; i < t; ++i) py[(n * t + i) * g.m + r] = src[n * t + i];
+          }
+        }
+      }
+    });
+    return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
   }
 
   // ---- A ConvTranspose without overlapping windows ----

@@ -915,15 +915,17 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
 // (ConvKernel::ExecuteConv1dGemm): against the reference kernel at 1, 2 and 3 threads with kernel
 // sizes, strides, pads (asymmetric, past the kernel), dilations, channels, an odd batch, a plain
 // or channels-last output, with and without bias and activation; an STFT front end (one channel,
-// 512 taps, stride 160). At one thread, below the work (the STFT's 8-frame chunk), a batch the
-// per-image split takes, grouped, with a residual, a channels-last input or Clip it stays on
-// oneDNN.
+// 512 taps, stride 160), and batches whose product is weight-bound (fewer output steps than
+// output channels: chunks of output channels over every image's columns, from
+// kMinParallelGemm). At one thread, below the work (the STFT's 8-frame chunk), a batch the
+// per-image split takes that is not weight-bound, grouped, with a residual, a channels-last input
+// or Clip it stays on oneDNN.
 TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
   struct Shape {
     int64_t n, c, t, m, k, stride, dilation, pad_l, pad_r, group;
     const char* act;
     bool bias, sum, cl_in, cl_out;
-    bool takes;  // at 2 threads
+    bool eligible;  // a Conv1d the path serves (the thresholds are checked below)
   };
   constexpr bool Y = true, N = false;
   // clang-format off
@@ -933,10 +935,19 @@ TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
       {1, 64, 400, 256, 3, 3, 2, 9, 0, 1, "Tanh", N, N, N, N, Y},         // pad past the kernel
       {1, 8, 8000, 96, 11, 4, 1, 0, 13, 1, "Sigmoid", Y, N, N, Y, Y},
       {3, 16, 1000, 64, 9, 1, 2, 8, 8, 1, "Relu", Y, N, N, N, Y},         // 3 images, 2 threads
-      // Near misses: too little work (the STFT's 8 frames), a batch split per image, grouped, a
-      // residual, a channels-last input, Clip.
-      {1, 1, 1760, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, N},
-      {2, 1, 16000, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, Y},  // per image where it splits
+      // Too little work (the STFT's 8 frames, 1M multiply-adds).
+      {1, 1, 1760, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, Y},
+      // Batches the per-image split would take, weight-bound (fewer output steps per image than
+      // output channels): chunks of output channels over every image's columns.
+      {2, 1, 16000, 257, 512, 160, 1, 0, 0, 1, "", Y, N, N, N, Y},
+      {2, 1, 4000, 257, 512, 160, 1, 0, 0, 1, "", N, N, N, N, Y},        // STFT, 2x4000
+      {2, 1, 4000, 257, 512, 160, 1, 0, 0, 1, "Relu", Y, N, N, Y, Y},    // channels-last out
+      {2, 1, 1728, 258, 256, 64, 1, 0, 0, 1, "Tanh", Y, N, N, N, Y},     // 3.2M, below 4M
+      {4, 3, 300, 96, 16, 8, 1, 4, 3, 1, "Sigmoid", Y, N, N, N, Y},      // 4 images, pads
+      // Not weight-bound (more output steps than channels): the per-image split keeps it.
+      {2, 16, 1000, 64, 9, 1, 2, 8, 8, 1, "Relu", Y, N, N, N, Y},
+      {2, 1, 640, 8, 64, 4, 1, 0, 0, 1, "", Y, N, N, N, Y},
+      // Near misses: grouped, a residual, a channels-last input, Clip.
       {1, 64, 1000, 64, 9, 1, 1, 4, 4, 4, "", Y, N, N, N, N},
       {1, 64, 1000, 64, 9, 1, 1, 4, 4, 1, "", Y, Y, N, N, N},
       {1, 64, 1000, 64, 9, 1, 1, 4, 4, 1, "", Y, N, Y, N, N},
@@ -987,13 +998,19 @@ TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
       Tensor y;
       Tensor* outs[] = {&y};
       ASSERT_TRUE(kernel->Run(ctx, in, outs).ok());
-      // Batches the per-image split takes (whole images per range) keep it: 2 images at 2
-      // threads, 3 at 3 where the process may use 3 CPUs (else ParallelTasks is 1 at 3 threads,
-      // as in the kernel, and oneDNN's team would run it).
+      // Batches the per-image split takes (whole images per range: 2 images at 2 threads, 3 at
+      // 3 where the process may use 3 CPUs; else ParallelTasks is 1 at 3 threads, as in the
+      // kernel, and oneDNN's team would run it) keep it unless weight-bound (fewer output steps
+      // than output channels; from kMinParallelGemm, as the per-image split); the others take
+      // the path from kMinParallelWork.
       const int tasks = ctx.ParallelTasks(sh.n, 1);
       const bool per_image = sh.n >= 2 && tasks > 1 && (sh.n % tasks == 0 || sh.n >= 4 * tasks);
+      const bool weight_bound = sh.n >= 2 && out < sh.m;
+      const int64_t macs = sh.n * sh.m * sh.c * sh.k * out;
+      const bool takes = per_image ? weight_bound && macs >= (int64_t{1} << 17)  // 128K
+                                   : macs >= (int64_t{1} << 22);                 // 4M
       EXPECT_EQ(GetConvCacheStats(ctx.state().get()).conv1d_gemm,
-                sh.takes && threads > 1 && !per_image ? 1 : 0);
+                sh.eligible && threads > 1 && takes ? 1 : 0);
     }
   }
 }
