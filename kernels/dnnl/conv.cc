@@ -1060,8 +1060,15 @@ class ConvKernel final : public DnnlKernel {
   // 110 us, oneDNN's primitive 114 us for the batch on one thread, and the per-image split
   // 0.11-0.22 ms an image side by side). Split by channels, each thread packs its part of W
   // once for all images, and a thread that does not get its core leaves its chunks to the other.
+  // From kAcrossMinColumns columns (N * T_out) only: the sgemm packs its part of W on every call,
+  // which below that costs more than the product, and oneDNN's primitive (W packed once) is the
+  // faster one (Silero v5's STFT conv at 2x576 samples, 258 x 256 taps over 4 frames, 8
+  // columns: 15 us for the batch on oneDNN against 26 us as sgemm; the 2x4000 STFT, 44 columns:
+  // 114 against 110-112 us; Silero legacy's at 2x1536, 48 columns: 63 against 56 us).
+  static constexpr int64_t kAcrossMinColumns = 32;
   bool WeightRowsAcrossImages(const KernelContext& ctx, const Geometry& g) const {
-    return ctx.num_threads() > 1 && g.n >= 2 && g.k == 1 && g.od[0] < g.m;
+    return ctx.num_threads() > 1 && g.n >= 2 && g.k == 1 && g.od[0] < g.m &&
+           g.n * g.od[0] >= kAcrossMinColumns;
   }
 
   // Row (c, k) of image n's columns, [t0, t1) of its T_out: input channel c at t * stride +
@@ -1072,10 +1079,12 @@ class ConvKernel final : public DnnlKernel {
                             bool across) {
     const int64_t taps = g.kd[0], in = g.in[0], out = g.od[0];
     const int64_t st = g.st[0], dil = g.dl[0] + 1, pl = g.pl[0], ck = g.c * taps;
-    for (int64_t r = r0; r < r1; ++r) {  // r = (n * C + ch) * K + k
-      const int64_t k = r % taps, nc = r / taps;
+    // r = (n * C + ch) * K + k = n * ck + j, counted up (a division per row cost as much as the
+    // copy: 20-30 us for the 2x4000 STFT's 1024 rows of 22).
+    int64_t k = r0 % taps, nc = r0 / taps, j = r0 % ck, n = r0 / ck;
+    for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + nc * in;
-      float* row = cols + (across ? ((r % ck) * g.n + r / ck) * out : r * out);
+      float* row = cols + (across ? (j * g.n + n) * out : r * out);
       const int64_t off = k * dil - pl;  // input index of output t: t * st + off
       // Outputs reading inside the input: t * st + off in [0, in).
       const int64_t t0 = std::min(out, off >= 0 ? 0 : (-off + st - 1) / st);
@@ -1087,6 +1096,14 @@ class ConvKernel final : public DnnlKernel {
         for (int64_t t = t0; t < t1; ++t) row[t] = xr[t * st + off];
       }
       std::fill(row + t1, row + out, 0.0f);
+      if (++k == taps) {
+        k = 0;
+        ++nc;
+      }
+      if (++j == ck) {
+        j = 0;
+        ++n;
+      }
     }
   }
 

@@ -916,10 +916,10 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
 // sizes, strides, pads (asymmetric, past the kernel), dilations, channels, an odd batch, a plain
 // or channels-last output, with and without bias and activation; an STFT front end (one channel,
 // 512 taps, stride 160), and batches whose product is weight-bound (fewer output steps than
-// output channels: chunks of output channels over every image's columns, from
-// kMinParallelGemm). At one thread, below the work (the STFT's 8-frame chunk), a batch the
-// per-image split takes that is not weight-bound, grouped, with a residual, a channels-last input
-// or Clip it stays on oneDNN.
+// output channels, at least 32 columns over the batch: chunks of output channels over every
+// image's columns, from kMinParallelGemm). At one thread, below the work (the STFT's 8-frame
+// chunk), a batch the per-image split takes that is not weight-bound, grouped, with a residual, a
+// channels-last input or Clip it stays on oneDNN.
 TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
   struct Shape {
     int64_t n, c, t, m, k, stride, dilation, pad_l, pad_r, group;
@@ -944,7 +944,9 @@ TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
       {2, 1, 4000, 257, 512, 160, 1, 0, 0, 1, "Relu", Y, N, N, Y, Y},    // channels-last out
       {2, 1, 1728, 258, 256, 64, 1, 0, 0, 1, "Tanh", Y, N, N, N, Y},     // 3.2M, below 4M
       {4, 3, 300, 96, 16, 8, 1, 4, 3, 1, "Sigmoid", Y, N, N, N, Y},      // 4 images, pads
-      // Not weight-bound (more output steps than channels): the per-image split keeps it.
+      // Not weight-bound (more output steps than channels), or fewer than 32 columns in all
+      // (Silero v5's STFT at 2x576: 2 x 4 frames): the per-image split keeps it.
+      {2, 1, 640, 258, 256, 128, 1, 0, 0, 1, "", Y, N, N, N, Y},
       {2, 16, 1000, 64, 9, 1, 2, 8, 8, 1, "Relu", Y, N, N, N, Y},
       {2, 1, 640, 8, 64, 4, 1, 0, 0, 1, "", Y, N, N, N, Y},
       // Near misses: grouped, a residual, a channels-last input, Clip.
@@ -1001,11 +1003,11 @@ TEST(DnnlFusedConv, Conv1dAsGemmOnTheVmThreadsMatchesReference) {
       // Batches the per-image split takes (whole images per range: 2 images at 2 threads, 3 at
       // 3 where the process may use 3 CPUs; else ParallelTasks is 1 at 3 threads, as in the
       // kernel, and oneDNN's team would run it) keep it unless weight-bound (fewer output steps
-      // than output channels; from kMinParallelGemm, as the per-image split); the others take
-      // the path from kMinParallelWork.
+      // than output channels, at least 32 columns over the batch; from kMinParallelGemm, as the
+      // per-image split); the others take the path from kMinParallelWork.
       const int tasks = ctx.ParallelTasks(sh.n, 1);
       const bool per_image = sh.n >= 2 && tasks > 1 && (sh.n % tasks == 0 || sh.n >= 4 * tasks);
-      const bool weight_bound = sh.n >= 2 && out < sh.m;
+      const bool weight_bound = sh.n >= 2 && out < sh.m && sh.n * out >= 32;
       const int64_t macs = sh.n * sh.m * sh.c * sh.k * out;
       const bool takes = per_image ? weight_bound && macs >= (int64_t{1} << 17)  // 128K
                                    : macs >= (int64_t{1} << 22);                 // 4M
