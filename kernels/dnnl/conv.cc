@@ -1111,13 +1111,13 @@ class ConvKernel final : public DnnlKernel {
                                  const Tensor& w, const Tensor* b, Tensor* y) const {
     const int64_t rows = g.n * g.c * g.kd[0], out = g.od[0];
     // Across images, the product [M, N * T_out] follows the columns.
-    const int64_t product = WeightRowsAcrossImages(ctx, g) ? g.m * g.n * out : 0;
+    const bool across = WeightRowsAcrossImages(ctx, g);
+    const int64_t product = across ? g.m * g.n * out : 0;
     DYNVM_ASSIGN_OR_RETURN(
         void* ws, ctx.Workspace(static_cast<size_t>(rows * out + product) * sizeof(float) + 64));
     float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
     const float* px = x.data<float>();
     // The columns' rows split over the pool (a copy: 16K floats a task at least).
-    const bool across = WeightRowsAcrossImages(ctx, g);
     ctx.ParallelFor(rows, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(out, 1)),
                     [&](int64_t r0, int64_t r1) { Conv1dColumns(g, px, cols, r0, r1, across); });
     if (across) return Conv1dGemmAcrossImages(ctx, g, cols, w, b, y);
@@ -1131,10 +1131,10 @@ class ConvKernel final : public DnnlKernel {
   // Y [M, N * T_out] = W [M, C * K] X' [C * K, N * T_out] (`cols`, the product after them in the
   // workspace) on chunks of output channels claimed by the VM's threads, each chunk's rows then
   // given the bias and activation and copied to every image's output (plain or channels-last).
-  absl::Status Conv1dGemmAcrossImages(KernelContext& ctx, const Geometry& g, const float* cols,
+  absl::Status Conv1dGemmAcrossImages(KernelContext& ctx, const Geometry& g, float* cols,
                                       const Tensor& w, const Tensor* b, Tensor* y) const {
     const int64_t ck = g.c * g.kd[0], t = g.od[0], nt = g.n * t;
-    float* product = const_cast<float*>(cols) + ck * nt;
+    float* product = cols + ck * nt;
     const float* pw = w.data<float>();
     const float* pb = b != nullptr ? b->data<float>() : nullptr;
     const cpu::Activation act = *RowActivation();
