@@ -130,6 +130,10 @@ struct Dispatch {
   void (*rotary)(int64_t half, bool interleaved, const float* cos, const float* sin, const float* x,
                  float* y);
   void (*rotate_half)(int64_t half, const float* cos, const float* sin, const float* x, float* y);
+  void (*group_scores)(int64_t heads, int64_t n, int64_t d, float alpha, const float* q,
+                       int64_t ldq, const float* k, int64_t ldk, float* s, int64_t lds);
+  void (*group_weighted_sum)(int64_t heads, int64_t n, int64_t dv, const float* p, int64_t ldp,
+                             const float* v, int64_t ldv, float* y, int64_t ldy);
   // glu.h
   void (*silu_mul)(int64_t n, const float* gate, const float* up, float* y);
   // winograd.h

@@ -12,6 +12,15 @@
 // Units are independent: with more than one thread they are split across the VM's pool (a
 // scratch block per range, dnnl_sgemm single-threaded inside), above kMinParallelGemv
 // multiply-adds.
+//
+// Grouped-query decode (one query per unit, K and V shared along the last leading axis: stride 0
+// in both, the group axis attention_kv_repeat gives [.., kv heads, G, 1, D] against K' and V'
+// [.., kv heads, 1, ..], and the mask absent or shared along it too): the G query heads of a
+// group run as one unit, cpu::GroupScores and cpu::GroupWeightedSum reading each key and value
+// row once for up to four heads, where the per-head GEMVs read them G times (the first from
+// memory, the rest from L2). The pool splits the groups; a group's heads run on one thread, and
+// a head's sums do not depend on the heads beside it, so the bits do not depend on the thread
+// count.
 #include "kernels/reference/attention.h"
 
 #include <algorithm>
@@ -21,6 +30,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/rows.h"
@@ -163,6 +173,54 @@ absl::Status RunUnits(const AttentionAttrs& a, const AttentionGeometry& g, const
   return absl::OkStatus();
 }
 
+// The query heads that share K, V and the mask in a decode step (one query per unit): the
+// extent of the last leading axis when K', V' and the mask all have stride 0 along it, else 1.
+int64_t DecodeGroup(const AttentionGeometry& g) {
+  const int r = g.rank;
+  if (g.lq != 1 || r < 3) return 1;
+  const int axis = r - 3;
+  if (g.lead[axis] < 2 || g.ks[axis] != 0 || g.vs[axis] != 0 ||
+      (g.mask != nullptr && g.ms[axis] != 0)) {
+    return 1;
+  }
+  return g.lead[axis];
+}
+
+// Groups [g0, g1) of `group` heads, one query each (s holds `floats` floats).
+void RunGroups(const AttentionAttrs& a, const AttentionGeometry& g, const Layout& l, int64_t group,
+               int64_t g0, int64_t g1, int64_t floats, float* s) {
+  const size_t mask_elem = a.mask_mode == 1 ? sizeof(float) : sizeof(bool);
+  const int axis = g.rank - 3;
+  const int64_t ldq = g.qs[axis], ldy = g.rs[axis];
+  for (int64_t o = g0; o < g1; ++o) {
+    const int64_t u = o * group;
+    const float* q = g.q + reference::UnitOffset(g, g.qs, u);
+    const float* k = g.k + reference::UnitOffset(g, g.ks, u);
+    const float* v = g.v + reference::UnitOffset(g, g.vs, u);
+    float* y = g.out + reference::UnitOffset(g, g.rs, u);
+    const void* m = g.mask == nullptr ? nullptr
+                                      : static_cast<const char*>(g.mask) +
+                                            reference::UnitOffset(g, g.ms, u) * mask_elem;
+    int64_t j0 = 0, w = g.lk;
+    if (m != nullptr && MaskSkipsKeys(a)) {
+      const auto [lo, hi] = KeptKeys(a, g, static_cast<const bool*>(m), 0, 1);
+      j0 = lo;
+      w = hi - lo;
+    }
+    // Heads per pass: all of the group unless their scores outgrow the scratch.
+    const int64_t per_pass = std::clamp<int64_t>(floats / std::max<int64_t>(w, 1), 1, group);
+    for (int64_t h0 = 0; h0 < group; h0 += per_pass) {
+      const int64_t heads = std::min(per_pass, group - h0);
+      cpu::GroupScores(heads, w, g.d, a.scale, q + h0 * ldq, ldq, k + j0 * l.ldk, l.ldk, s, w);
+      if (m != nullptr) {
+        for (int64_t h = 0; h < heads; ++h) MaskRow(a, g, m, 0, j0, w, s + h * w);
+      }
+      cpu::SoftmaxRows(heads, w, s, s);
+      cpu::GroupWeightedSum(heads, w, g.dv, s, w, v + j0 * l.ldv, l.ldv, y + h0 * ldy, ldy);
+    }
+  }
+}
+
 // Units per range on the VM's pool: all of them (one thread) below kMinParallelGemv
 // multiply-adds in all (a short decode step), else one unit (a (batch, head) pair) at a time.
 int64_t UnitGrain(const KernelContext& ctx, const AttentionGeometry& g) {
@@ -185,11 +243,13 @@ class AttentionKernel final : public DnnlKernel {
     // a row is longer), so a decode whose prefix grows allocates nothing after its first step.
     // One scratch block per range of units on the VM's pool.
     const int64_t floats = std::max(kScratchFloats, g.lk);
-    const int64_t grain = UnitGrain(ctx, g);
-    const int tasks = ctx.ParallelTasks(g.units, grain);
     // Sized by the thread count (not this call's ranges): one size at every decode step.
     DYNVM_ASSIGN_OR_RETURN(void* s, ctx.Workspace(static_cast<size_t>(floats) *
                                                   std::max(ctx.num_threads(), 1) * sizeof(float)));
+    const int64_t group = fast ? DecodeGroup(g) : 1;
+    if (group > 1) return RunGrouped(ctx, g, l, group, floats, static_cast<float*>(s));
+    const int64_t grain = UnitGrain(ctx, g);
+    const int tasks = ctx.ParallelTasks(g.units, grain);
     if (tasks == 1) {
       // dnnl_sgemm on this thread alone, at one VM thread too (OpenMP's default team, every
       // core, stalled a GroupQueryAttention decode step for tens of ms whenever the other core
@@ -224,6 +284,23 @@ class AttentionKernel final : public DnnlKernel {
   }
 
  private:
+  // The grouped decode step: groups split over the pool like units (UnitGrain's threshold).
+  absl::Status RunGrouped(KernelContext& ctx, const AttentionGeometry& g, const Layout& l,
+                          int64_t group, int64_t floats, float* scratch) const {
+    const int64_t groups = g.units / group;
+    const int64_t grain = UnitGrain(ctx, g) >= g.units ? groups : 1;
+    if (ctx.ParallelTasks(groups, grain) == 1) {
+      RunGroups(a_, g, l, group, 0, groups, floats, scratch);
+      return absl::OkStatus();
+    }
+    std::atomic<int> next_block{0};
+    ctx.ParallelFor(groups, grain, [&](int64_t g0, int64_t g1) {
+      float* block = scratch + floats * next_block.fetch_add(1, std::memory_order_relaxed);
+      RunGroups(a_, g, l, group, g0, g1, floats, block);
+    });
+    return absl::OkStatus();
+  }
+
   AttentionAttrs a_;
 };
 

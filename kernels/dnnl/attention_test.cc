@@ -3,13 +3,17 @@
 // masks, masks with holes, rows that keep no key, masks broadcast along queries or keys,
 // decode steps (one query), fill -inf (where a block reads only the keys its rows keep) and a
 // finite fill (where it reads all), both Where forms (mask_mode 2: the mask drops a key; 3: it
-// keeps it), at one and two threads.
+// keeps it), at one and two threads. Grouped-query decode steps (K and V shared by G query heads:
+// the grouped kernels) against the reference kernel at every ISA level the CPU runs, odd head
+// sizes, group sizes and lengths, and the same bits at one and two threads.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/testing.h"
 
 namespace dynvm {
@@ -144,6 +148,79 @@ TEST(DnnlAttentionTest, BoolMasksMatchTheReferenceKernel) {
   }
   Compare(MaskKind::kCausal, 130, 130, 2, -inf, 2);
   Compare(MaskKind::kHoles, 45, 200, 3, -inf, 2);
+}
+
+// One query per (batch, kv head, group head) against K' and V' [B, KVH, 1, ...]: the layout
+// attention_kv_repeat gives a grouped-query decode step. Q [B, KVH, G, 1, D] (from [B, 1, KVH,
+// G, D] through q_perm), K [B, KVH, 1, T, D] read through k_perm, V [B, KVH, 1, T, Dv], a
+// causal-with-padding bool mask [B, 1, 1, 1, T] (fill -inf: the keys kept are a range) or none.
+absl::StatusOr<std::vector<Tensor>> GroupedDecode(int64_t kvh, int64_t group, int64_t d, int64_t dv,
+                                                  int64_t lk, bool masked, const char* backend,
+                                                  int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(kvh * 7919 + group * 131 + d * 17 + dv * 3 + lk));
+  const int64_t b = 2;
+  const Tensor q = Random({b, 1, kvh, group, d}, rng);
+  const Tensor k = Random({b, kvh, 1, lk, d}, rng);
+  const Tensor v = Random({b, kvh, 1, lk, dv}, rng);
+  KernelCall call("Attention", "dynvm");
+  call.In(q).In(k).In(v);
+  if (masked) {
+    std::vector<bool> keep(b * lk);
+    for (int64_t i = 0; i < b; ++i) {  // batch i drops i keys at each end, keeping one at least
+      const int64_t lo = std::min(i, lk - 1), hi = std::max(lo + 1, lk - i);
+      for (int64_t j = 0; j < lk; ++j) keep[i * lk + j] = j >= lo && j < hi;
+    }
+    call.In(testing::Bool({b, 1, 1, 1, lk}, keep))
+        .Attr("mask_mode", int64_t{3})
+        .Attr("fill", -std::numeric_limits<float>::infinity());
+  }
+  return call.Out(DType::kF32)
+      .Attr("q_perm", std::vector<int64_t>{0, 2, 3, 1, 4})
+      .Attr("k_perm", std::vector<int64_t>{0, 1, 2, 4, 3})
+      .Attr("scale", 0.125f)
+      .Backend(backend)
+      .Run(threads);
+}
+
+TEST(DnnlAttentionTest, GroupedQueryDecodeMatchesTheReferenceKernel) {
+  std::vector<cpu::Isa> levels = {cpu::Isa::kPortable};
+  for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::DetectedIsa() >= isa) levels.push_back(isa);
+  }
+  struct Case {
+    int64_t kvh, group, d, dv, lk;
+  };
+  // Group sizes across the blocks of four heads, head sizes with tails of every vector width,
+  // value sizes across the 64- and 16-column steps, lengths from one key.
+  const std::vector<Case> cases = {{1, 2, 64, 64, 1},  {2, 4, 64, 64, 33},  {3, 3, 5, 7, 9},
+                                   {2, 5, 24, 24, 40}, {1, 6, 70, 72, 17},  {2, 7, 16, 130, 65},
+                                   {1, 8, 1, 1, 5},    {2, 4, 64, 64, 200}, {1, 9, 33, 80, 31}};
+  for (cpu::Isa isa : levels) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (const Case& c : cases) {
+      for (bool masked : {false, true}) {
+        SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " kvh " + std::to_string(c.kvh) + " group " +
+                     std::to_string(c.group) + " d " + std::to_string(c.d) + " dv " +
+                     std::to_string(c.dv) + " lk " + std::to_string(c.lk) + " masked " +
+                     std::to_string(masked));
+        auto want = GroupedDecode(c.kvh, c.group, c.d, c.dv, c.lk, masked, "reference", 1);
+        auto one = GroupedDecode(c.kvh, c.group, c.d, c.dv, c.lk, masked, "dnnl", 1);
+        auto two = GroupedDecode(c.kvh, c.group, c.d, c.dv, c.lk, masked, "dnnl", 2);
+        ASSERT_TRUE(want.ok() && one.ok() && two.ok())
+            << want.status() << one.status() << two.status();
+        ASSERT_EQ((*one)[0].dims(), (std::vector<int64_t>{2, c.kvh, c.group, 1, c.dv}));
+        const std::vector<double> w = testing::ToDoubles((*want)[0]);
+        const std::vector<double> a = testing::ToDoubles((*one)[0]);
+        const std::vector<double> t = testing::ToDoubles((*two)[0]);
+        ASSERT_EQ(a.size(), w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+          ASSERT_FALSE(std::isnan(w[i])) << i;
+          EXPECT_NEAR(a[i], w[i], 1e-5 * (1 + std::fabs(w[i]))) << i;
+          EXPECT_EQ(a[i], t[i]) << i;  // the bits do not depend on the thread count
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

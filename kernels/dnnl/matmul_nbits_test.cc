@@ -3,6 +3,7 @@
 // (kernels/reference/msft.cc, sums in double), at every level the CPU runs, every block size,
 // odd K and N, 1 and 2 threads, with and without zero points and bias; and the layouts it hands
 // to the reference kernel (8 bits, f32 zero points) and its errors.
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -110,6 +111,52 @@ TEST(MatMulNBitsTest, AccuracyLevel4MatchesReference) {
     Check(rng, 1024, 301, {1}, 32, true, true, 2, 4);
     Check(rng, 1024, 301, {130}, 32, false, false, 2, 4);
     Check(rng, 300, 17, {5}, 32, true, false, 1, 1);
+  }
+}
+
+// A decode product at accuracy_level 4 splits its output rows over the pool (matmul_nbits.cc): the
+// same bits at 1 and 2 threads (a row's sum does not depend on the range it runs in), with and
+// without zero points, 1 and 2 activation rows; and the reference's values.
+TEST(MatMulNBitsTest, AccuracyLevel4DecodeBitsDoNotDependOnTheThreadCount) {
+  std::mt19937 rng(37);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (bool zp : {false, true}) {
+      const int64_t k = 1000, n = 2003, block = 32, blocks = (k + block - 1) / block;
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> a(2 * k);
+      for (float& x : a) x = u(rng);
+      const Tensor weights = testing::Make<uint8_t>(DType::kU8, {n, blocks, block / 2},
+                                                    RandomBytes(rng, n * blocks * block / 2));
+      const Tensor scales = testing::F32({n * blocks}, RandomScales(rng, n * blocks));
+      const Tensor zeros = testing::Make<uint8_t>(DType::kU8, {n * ((blocks + 1) / 2)},
+                                                  RandomBytes(rng, n * ((blocks + 1) / 2)));
+      for (int64_t rows : {1, 2}) {
+        std::vector<std::vector<double>> results;
+        for (const char* backend : {"dnnl", "dnnl", "reference"}) {
+          testing::KernelCall call("MatMulNBits", kMs);
+          call.In(testing::F32({rows, k}, std::vector<float>(a.begin(), a.begin() + rows * k)))
+              .In(weights)
+              .In(scales);
+          if (zp) call.In(zeros);
+          absl::StatusOr<std::vector<Tensor>> r = call.Out(DType::kF32)
+                                                      .Attr("K", k)
+                                                      .Attr("N", n)
+                                                      .Attr("bits", int64_t{4})
+                                                      .Attr("block_size", block)
+                                                      .Attr("accuracy_level", int64_t{4})
+                                                      .Backend(backend)
+                                                      .Run(results.empty() ? 1 : 2);
+          ASSERT_TRUE(r.ok()) << r.status();
+          results.push_back(testing::ToDoubles((*r)[0]));
+        }
+        ASSERT_EQ(results[0].size(), static_cast<size_t>(rows * n));
+        for (size_t i = 0; i < results[0].size(); ++i) {
+          ASSERT_EQ(results[0][i], results[1][i]) << cpu::IsaName(isa) << " zp " << zp << " " << i;
+          EXPECT_NEAR(results[0][i], results[2][i], 1e-4 * (1 + std::fabs(results[2][i]))) << i;
+        }
+      }
+    }
   }
 }
 
