@@ -515,6 +515,50 @@ TEST(DnnlPool, ChannelsLastMaxPoolMatchesReference) {
          Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
 }
 
+// A plain input (after a Concat: SqueezeNet's Fire modules, GoogLeNet's and Inception's blocks)
+// is reordered to channels-last before pooling: oneDNN 2.6 pools nchw with its reference
+// implementation, 5-12x slower. Same results as the reference kernel, with either output layout,
+// in 2-D (SqueezeNet's ceil-mode 3x3 stride 2, padded windows) and 3-D, and no reference
+// implementation bound on a CPU with AVX2.
+TEST(DnnlPool, PlainInputIsPooledChannelsLast) {
+  uint32_t seed = 900;
+  const bool avx2 = OneDnnHas(dnnl_cpu_isa_avx2);
+  struct Shape {
+    std::vector<int64_t> dims, kernel, strides, pads;
+    int64_t ceil;
+  };
+  for (const Shape& sh : {Shape{{1, 128, 15, 15}, {3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
+                          Shape{{2, 24, 12, 13}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},
+                          Shape{{1, 16, 6, 9, 9}, {1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, 1}}) {
+    for (const char* op : {"MaxPool", "AveragePool"}) {
+      for (int64_t cl_out : {0, 1}) {
+        const std::string what =
+            absl::StrCat(op, " ", absl::StrJoin(sh.dims, "x"), " ceil ", sh.ceil, " out ", cl_out);
+        const std::vector<Tensor> inputs = {Random(sh.dims, seed++)};
+        const Attrs attrs =
+            Both(A<Ints>({{"kernel_shape", sh.kernel}, {"strides", sh.strides}, {"pads", sh.pads}}),
+                 Both(I("ceil_mode", sh.ceil), I("channels_last_out", cl_out)));
+        Check({what, op, "", inputs, attrs});
+        KernelTester t(op);
+        KernelCall call(op);
+        call.In(inputs[0]).Out(DType::kF32);
+        attrs(t, call);
+        KernelSpec spec = call.spec();
+        spec.backend = "dnnl";
+        std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+        KernelContext ctx(&HeapAllocator::Get(), 1);
+        std::vector<const Tensor*> in = {&inputs[0]};
+        Tensor y;
+        Tensor* out[] = {&y};
+        ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+        const ConvCacheStats st = GetConvCacheStats(ctx.state().get());
+        EXPECT_EQ(st.src_reorders, 1) << what;
+        if (avx2) EXPECT_EQ(st.reference_impls, 0) << what;
+      }
+    }
+  }
+}
+
 TEST(DnnlPool, FallbacksStillMatch) {
   // Ceil mode with count_include_pad past the end padding, and a NaN under MaxPool: the
   // reference kernel serves them, with the same results.
