@@ -127,29 +127,43 @@ def reinit_norms(model, torch):
                     mod.bias.uniform_(-0.2, 0.2)
 
 
-def spread_scores(model, torch):
+def spread_scores(m, model, torch):
     """A detector at random init scores every class near 1/classes (softmax heads) or near its
-    prior (sigmoid heads): ties everywhere, and nothing above the score thresholds. The score
-    layers' weights are scaled up so that scores spread (a real detector's do) and their biases
-    zeroed, so that a photo-like input gives detections whose order is not a coin toss."""
+    prior (sigmoid heads): ties everywhere, and nothing above the score thresholds; scaled up
+    blindly, softmax saturates to 1.0 (ties again). The score layers' biases are zeroed and their
+    weights scaled so that their logits on a photo-like input have a standard deviation of 2
+    (measured with a forward hook): scores spread, as a trained detector's do, and the order of
+    the detections is not decided by a rounding."""
     import torchvision.models.detection as det
     from torchvision.models.detection.ssd import SSD
+    heads = []
+    if isinstance(model, det.FasterRCNN):  # and KeypointRCNN, MaskRCNN
+        heads.append(model.rpn.head.cls_logits)
+        heads.append(model.roi_heads.box_predictor.cls_score)
+    if isinstance(model, (det.RetinaNet, det.FCOS)):
+        heads.append(model.head.classification_head.cls_logits)
+    if isinstance(model, det.FCOS):
+        heads.append(model.head.regression_head.bbox_ctrness)
+    if isinstance(model, SSD):
+        heads.extend(mod for mod in model.head.classification_head.modules()
+                     if isinstance(mod, torch.nn.Conv2d))
+    spread = {}
+
+    def hook(mod, inputs, output):
+        spread.setdefault(mod, []).append(output.detach().flatten())
     with torch.no_grad():
-        heads = []
-        if isinstance(model, det.FasterRCNN):
-            heads.append(model.roi_heads.box_predictor.cls_score)
-        if isinstance(model, det.RetinaNet):
-            heads.append(model.head.classification_head.cls_logits)
-        if isinstance(model, det.FCOS):
-            heads.append(model.head.classification_head.cls_logits)
-            heads.append(model.head.regression_head.bbox_ctrness)
-        if isinstance(model, SSD):
-            heads.extend(m for m in model.head.classification_head.modules()
-                         if isinstance(m, torch.nn.Conv2d) and m.out_channels % 5 == 0)
         for h in heads:
-            h.weight.mul_(8.0)
             if h.bias is not None:
                 h.bias.zero_()
+        handles = [h.register_forward_hook(hook) for h in heads]
+        model.eval()
+        model([torch.from_numpy(make_inputs(m, m["sizes"][0], 7)["images"])])
+        for handle in handles:
+            handle.remove()
+        for h in heads:
+            std = float(torch.cat(spread[h]).std()) if h in spread else 0.0
+            if std > 0:
+                h.weight.mul_(2.0 / std)
 
 
 def reinit_zero_weights(model, torch):
@@ -198,7 +212,7 @@ def build(m, torch, torchvision):
     reinit_norms(model, torch)
     reinit_zero_weights(model, torch)
     if fam == "detection":
-        spread_scores(model, torch)
+        spread_scores(m, model, torch)
         if hasattr(model, "roi_heads"):
             model.roi_heads.score_thresh = 0.05
     model.eval()
