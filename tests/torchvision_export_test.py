@@ -98,7 +98,7 @@ def check_case(args, ort, name, opset, sizes, kwargs, tmp):
             continue
         problem = None
         if m["family"] == "detection":  # boxes of equal scores may come in either order
-            got, problem = zoo.match_detections(got, want)
+            got, problem = zoo.match_detections(got, want, m["tol"])
         rel = 0.0
         if problem is None:
             _, rel, problem = zoo.compare(got, want, m["tol"])
