@@ -102,8 +102,16 @@ class Importer {
   absl::StatusOr<std::unique_ptr<Module>> Run(const pb::ModelProto& model);
 
  private:
+  // `loop_body`: `g` is a Loop's body (its first two inputs are the iteration number and the
+  // condition).
   absl::Status ImportGraph(const pb::GraphProto& g, Graph* graph, Scope& scope, bool top,
-                           const std::string& where);
+                           const std::string& where, bool loop_body = false);
+  // A Loop body that declares its iteration number or condition as a one-element 1-D tensor
+  // ([1], as PyTorch's exporter writes them) reads them as such: ONNX Runtime feeds them in the
+  // rank the body declares, and a body that indexes with the iteration number (Gather) then
+  // slices with the result (Slice's starts must be 1-D) depends on it. The body's input stays
+  // the scalar the Loop makes; its readers see a Reshape of it to [1].
+  absl::Status ReshapeDeclaredLoopCounters(const pb::GraphProto& g, Graph* graph, Scope& scope);
   // `adapted`: a node of an opset before 7 rewritten to its opset-7 form by ImportLegacyNode.
   absl::Status ImportNode(const pb::NodeProto& n, int index, Graph* graph, Scope& scope,
                           const std::string& where, bool adapted = false);
@@ -631,7 +639,9 @@ absl::Status Importer::ImportRegions(const pb::NodeProto& n, const std::string& 
     std::unique_ptr<Graph> sub = m_->NewGraph(graph, np);
     Scope inner;
     inner.parent = &scope;
-    DYNVM_RETURN_IF_ERROR(ImportGraph(*g, sub.get(), inner, /*top=*/false, Join(label, attr)));
+    const bool loop_body = g == r.body_g && n.op_type() == ops::kLoop;
+    DYNVM_RETURN_IF_ERROR(
+        ImportGraph(*g, sub.get(), inner, /*top=*/false, Join(label, attr), loop_body));
     np->subgraphs.emplace_back(attr, std::move(sub));
   }
   return absl::OkStatus();
@@ -767,8 +777,40 @@ absl::Status Importer::ImportSequenceMap(const pb::NodeProto& n, int index, Grap
   return absl::OkStatus();
 }
 
+absl::Status Importer::ReshapeDeclaredLoopCounters(const pb::GraphProto& g, Graph* graph,
+                                                   Scope& scope) {
+  for (int i = 0; i < std::min(g.input_size(), 2); ++i) {
+    const pb::ValueInfoProto& v = g.input(i);
+    if (!v.has_type() || v.type().value_case() != pb::TypeProto::kTensorType ||
+        !v.type().tensor_type().has_shape() || v.type().tensor_type().shape().dim_size() != 1) {
+      continue;
+    }
+    const pb::TensorShapeProto::Dimension& d = v.type().tensor_type().shape().dim(0);
+    if (d.has_dim_value() && d.dim_value() != 1) continue;  // not a one-element form
+    Value* scalar = scope.names[v.name()];
+    const int64_t one_element = 1;
+    DYNVM_ASSIGN_OR_RETURN(
+        Tensor shape_t,
+        Tensor::FromVector<int64_t>(DType::kI64, {1}, absl::MakeConstSpan(&one_element, 1)));
+    Value* shape = m_->NewConstant(std::move(shape_t), absl::StrCat(v.name(), "/shape"));
+    Value* one = m_->NewValue(i == 0 ? DType::kI64 : DType::kBool, std::nullopt, graph,
+                              absl::StrCat(v.name(), "/1d"));
+    auto node = std::make_unique<Node>();
+    node->op = ops::kReshape;
+    node->name = absl::StrCat(v.name(), "/1d");
+    node->graph = graph;
+    node->inputs = {scalar, shape};
+    node->outputs = {one};
+    one->producer = node.get();
+    one->output_index = 0;
+    graph->nodes.push_back(std::move(node));
+    scope.names[v.name()] = one;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope& scope, bool top,
-                                   const std::string& where) {
+                                   const std::string& where, bool loop_body) {
   for (const auto* list : {&g.value_info(), &g.output(), &g.input()}) {
     for (const pb::ValueInfoProto& v : *list) {
       if (v.has_type() && v.type().value_case() == pb::TypeProto::kTensorType &&
@@ -794,6 +836,7 @@ absl::Status Importer::ImportGraph(const pb::GraphProto& g, Graph* graph, Scope&
     DYNVM_ASSIGN_OR_RETURN(Value * in, ImportInput(v, graph, top, where));
     scope.names[v.name()] = in;
   }
+  if (loop_body) DYNVM_RETURN_IF_ERROR(ReshapeDeclaredLoopCounters(g, graph, scope));
   for (int i = 0; i < g.node_size(); ++i) {
     DYNVM_RETURN_IF_ERROR(ImportNode(g.node(i), i, graph, scope, where));
   }

@@ -218,6 +218,48 @@ TEST(OnnxImporterTest, LoopBodyReadsOuterValues) {
   EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{4, 8, 12}));
 }
 
+// PyTorch's exporter declares a Loop body's iteration number and condition as [1] tensors, and
+// ONNX Runtime feeds them in that rank: a body that slices with the iteration number
+// (torchvision's MViT pooling, `x[i:i + 1]` in a scripted loop) needs Slice's 1-D starts.
+// The body reads them as [1]: each iteration's slice, and the iteration number as a [1] scan
+// element ([n, 1] stacked).
+TEST(OnnxImporterTest, LoopCountersDeclaredOneDimensionalAreReadAsOneElementTensors) {
+  ModelMaker mm;
+  mm.Input("n", pb::TensorProto::INT64, {}).Input("x", pb::TensorProto::FLOAT, {"5"});
+  mm.Output("slices").Output("iters");
+  pb::NodeProto* loop = mm.Node("Loop", {"n", ""}, {"slices", "iters"});
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(pb::AttributeProto::GRAPH);
+  pb::GraphProto* body = a->mutable_g();
+  body->set_name("body");
+  ModelMaker::SetType(body->add_input(), pb::TensorProto::INT64, {"1"});
+  body->mutable_input(0)->set_name("i");
+  ModelMaker::SetType(body->add_input(), pb::TensorProto::BOOL, {"1"});
+  body->mutable_input(1)->set_name("c");
+  pb::NodeProto* one = mm.Node("Constant", {}, {"one"}, body);
+  auto* v = one->add_attribute();
+  v->set_name("value_ints");
+  v->set_type(pb::AttributeProto::INTS);
+  v->add_ints(1);
+  mm.Node("Add", {"i", "one"}, {"end"}, body);
+  mm.Node("Slice", {"x", "i", "end"}, {"s"}, body);
+  mm.Node("Identity", {"c"}, {"c_out"}, body);
+  mm.Node("Identity", {"i"}, {"i_out"}, body);
+  for (const char* o : {"c_out", "s", "i_out"}) body->add_output()->set_name(o);
+  absl::StatusOr<std::unique_ptr<Module>> m = Import(mm);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<Tensor> out = CompileAndRun(
+      **m, {{"n", Tensor::ScalarI64(3)}, {"x", testing::F32({5}, {10, 11, 12, 13, 14})}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(std::vector<int64_t>(out[0].dims().begin(), out[0].dims().end()),
+            (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(testing::ToDoubles(out[0]), (std::vector<double>{10, 11, 12}));
+  EXPECT_EQ(std::vector<int64_t>(out[1].dims().begin(), out[1].dims().end()),
+            (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(testing::ToDoubles(out[1]), (std::vector<double>{0, 1, 2}));
+}
+
 // An operator the importer does not support inside a Loop body is refused naming the Loop, the
 // body, the node and the op.
 TEST(OnnxImporterTest, UnsupportedOpInALoopBodyNamesTheLoopAndTheNode) {

@@ -515,6 +515,50 @@ TEST(DnnlPool, ChannelsLastMaxPoolMatchesReference) {
          Both(A<Ints>({{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}), cl)});
 }
 
+// A plain input (after a Concat: SqueezeNet's Fire modules, GoogLeNet's and Inception's blocks)
+// is reordered to channels-last before pooling: oneDNN 2.6 pools nchw with its reference
+// implementation, 5-12x slower. Same results as the reference kernel, with either output layout,
+// in 2-D (SqueezeNet's ceil-mode 3x3 stride 2, padded windows) and 3-D, and no reference
+// implementation bound on a CPU with AVX2.
+TEST(DnnlPool, PlainInputIsPooledChannelsLast) {
+  uint32_t seed = 900;
+  const bool avx2 = OneDnnHas(dnnl_cpu_isa_avx2);
+  struct Shape {
+    std::vector<int64_t> dims, kernel, strides, pads;
+    int64_t ceil;
+  };
+  for (const Shape& sh : {Shape{{1, 128, 15, 15}, {3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
+                          Shape{{2, 24, 12, 13}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},
+                          Shape{{1, 16, 6, 9, 9}, {1, 3, 3}, {1, 2, 2}, {0, 1, 1, 0, 1, 1}, 1}}) {
+    for (const char* op : {"MaxPool", "AveragePool"}) {
+      for (int64_t cl_out : {0, 1}) {
+        const std::string what =
+            absl::StrCat(op, " ", absl::StrJoin(sh.dims, "x"), " ceil ", sh.ceil, " out ", cl_out);
+        const std::vector<Tensor> inputs = {Random(sh.dims, seed++)};
+        const Attrs attrs =
+            Both(A<Ints>({{"kernel_shape", sh.kernel}, {"strides", sh.strides}, {"pads", sh.pads}}),
+                 Both(I("ceil_mode", sh.ceil), I("channels_last_out", cl_out)));
+        Check({what, op, "", inputs, attrs});
+        KernelTester t(op);
+        KernelCall call(op);
+        call.In(inputs[0]).Out(DType::kF32);
+        attrs(t, call);
+        KernelSpec spec = call.spec();
+        spec.backend = "dnnl";
+        std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+        KernelContext ctx(&HeapAllocator::Get(), 1);
+        std::vector<const Tensor*> in = {&inputs[0]};
+        Tensor y;
+        Tensor* out[] = {&y};
+        ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+        const ConvCacheStats st = GetConvCacheStats(ctx.state().get());
+        EXPECT_EQ(st.src_reorders, 1) << what;
+        if (avx2) EXPECT_EQ(st.reference_impls, 0) << what;
+      }
+    }
+  }
+}
+
 TEST(DnnlPool, FallbacksStillMatch) {
   // Ceil mode with count_include_pad past the end padding, and a NaN under MaxPool: the
   // reference kernel serves them, with the same results.
@@ -552,6 +596,50 @@ TEST(DnnlBatchNormLrn, MatchesReference) {
          "",
          {r({1, 7, 4, 6})},
          Both(Both(I("size", 5), F("beta", 0.5f)), F("bias", 2.0f))});
+}
+
+// Inference BatchNormalization over rows of 8 pixels or more runs a scale and shift per
+// (image, channel) row (BatchNormKernel::ScaleShift), no oneDNN primitive: DenseNet's
+// pre-activation BNs took 26% of the model on oneDNN's plain-layout primitive. The reference
+// kernel's results at 1 and 2 threads (rows split over the pool past 32768 elements); a [N, C]
+// input keeps the primitive.
+TEST(DnnlBatchNormLrn, PlainRowsRunAScaleAndShift) {
+  uint32_t seed = 450;
+  for (std::vector<int64_t> dims :
+       {std::vector<int64_t>{1, 256, 16, 16}, {2, 5, 3, 3}, {3, 7, 9}, {1, 4, 2, 3, 5}, {6, 12}}) {
+    for (int threads : {1, 2}) {
+      const int64_t c = dims[1];
+      const std::string what = absl::StrCat(absl::StrJoin(dims, "x"), " threads ", threads);
+      const std::vector<Tensor> inputs = {Random(dims, seed++), Random({c}, seed++),
+                                          Random({c}, seed++), Random({c}, seed++),
+                                          Random({c}, seed++, 0.5f, 2.0f)};
+      Check({what, "BatchNormalization", "", inputs, F("epsilon", 1e-3f)});
+      KernelCall call("BatchNormalization");
+      for (const Tensor& t : inputs) call.In(t);
+      call.Out(DType::kF32).Attr("epsilon", 1e-3f);
+      KernelSpec spec = call.spec();
+      spec.backend = "dnnl";
+      std::unique_ptr<Kernel> k = *KernelRegistry::Global().Create(spec);
+      KernelContext ctx(&HeapAllocator::Get(), threads);
+      std::vector<const Tensor*> in;
+      for (const Tensor& t : inputs) in.push_back(&t);
+      Tensor y;
+      Tensor* out[] = {&y};
+      ASSERT_TRUE(k->Run(ctx, in, out).ok()) << what;
+      const bool rows = dims.size() > 2;
+      EXPECT_EQ(GetConvCacheStats(ctx.state().get()).entries, rows ? 0 : 1) << what;
+      KernelCall ref("BatchNormalization");
+      for (const Tensor& x : inputs) ref.In(x);
+      ref.Out(DType::kF32).Attr("epsilon", 1e-3f).Backend("reference");
+      absl::StatusOr<std::vector<Tensor>> want = ref.Run();
+      ASSERT_TRUE(want.ok() && want->size() == 1u) << what;
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        ASSERT_NEAR(y.data<float>()[i], (*want)[0].data<float>()[i],
+                    1e-5 * (1 + std::abs((*want)[0].data<float>()[i])))
+            << what << " at " << i;
+      }
+    }
+  }
 }
 
 TEST(DnnlConv, BadShapesAreInvalidArgument) {
