@@ -181,26 +181,16 @@ class Builder {
     return out;
   }
   std::string Ints(std::vector<int64_t> v, bool scalar = false) {
-    std::string out = absl::StrCat("decode_c", ++counter_);
-    pb::NodeProto* n = Node("Constant", {}, {out});
-    pb::AttributeProto* a = n->add_attribute();
-    a->set_name("value");
-    a->set_type(pb::AttributeProto::TENSOR);
-    pb::TensorProto* t = a->mutable_t();
-    t->set_data_type(pb::TensorProto::INT64);
+    std::string out;
+    pb::TensorProto* t = Constant(pb::TensorProto::INT64, &out);
     if (!scalar) t->add_dims(static_cast<int64_t>(v.size()));
     for (int64_t x : v) t->add_int64_data(x);
     return out;
   }
   // A bool constant of one element, rank 0 or 1.
   std::string Bool(bool v, int rank) {
-    std::string out = absl::StrCat("decode_c", ++counter_);
-    pb::NodeProto* n = Node("Constant", {}, {out});
-    pb::AttributeProto* a = n->add_attribute();
-    a->set_name("value");
-    a->set_type(pb::AttributeProto::TENSOR);
-    pb::TensorProto* t = a->mutable_t();
-    t->set_data_type(pb::TensorProto::BOOL);
+    std::string out;
+    pb::TensorProto* t = Constant(pb::TensorProto::BOOL, &out);
     if (rank == 1) t->add_dims(1);
     t->add_int32_data(v ? 1 : 0);
     return out;
@@ -238,6 +228,16 @@ class Builder {
     const std::string result = absl::StrCat("decode_v", ++counter_);
     Attr(Node("Cast", {any}, {result}), "to", pb::TensorProto::BOOL);
     return result;
+  }
+  // A Constant node with a fresh output (*out); returns its value tensor of `type`, to fill.
+  pb::TensorProto* Constant(int type, std::string* out) {
+    *out = absl::StrCat("decode_c", ++counter_);
+    pb::AttributeProto* a = Node("Constant", {}, {*out})->add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    pb::TensorProto* t = a->mutable_t();
+    t->set_data_type(type);
+    return t;
   }
   static void Attr(pb::NodeProto* n, const std::string& name, int64_t v) {
     pb::AttributeProto* a = n->add_attribute();

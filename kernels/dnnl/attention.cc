@@ -143,18 +143,29 @@ absl::Status RunRows(const AttentionAttrs& a, const AttentionGeometry& g, const 
                   "dnnl_sgemm");
 }
 
+// Unit u's query, key, value, output and mask (nullptr: none) pointers.
+struct UnitData {
+  const float *q, *k, *v;
+  float* y;
+  const void* m;
+};
+UnitData DataOf(const AttentionGeometry& g, int64_t u, size_t mask_elem) {
+  return {g.q + reference::UnitOffset(g, g.qs, u), g.k + reference::UnitOffset(g, g.ks, u),
+          g.v + reference::UnitOffset(g, g.vs, u), g.out + reference::UnitOffset(g, g.rs, u),
+          g.mask == nullptr
+              ? nullptr
+              : static_cast<const char*>(g.mask) + reference::UnitOffset(g, g.ms, u) * mask_elem};
+}
+
 // Units [u0, u1), queries in blocks of `block` rows (s holds block x lk floats).
 absl::Status RunUnits(const AttentionAttrs& a, const AttentionGeometry& g, const Layout& l,
                       int64_t u0, int64_t u1, int64_t block, float* s) {
   const size_t mask_elem = a.mask_mode == 1 ? sizeof(float) : sizeof(bool);
   for (int64_t u = u0; u < u1; ++u) {
-    const float* q = g.q + reference::UnitOffset(g, g.qs, u);
-    const float* k = g.k + reference::UnitOffset(g, g.ks, u);
-    const float* v = g.v + reference::UnitOffset(g, g.vs, u);
-    float* y = g.out + reference::UnitOffset(g, g.rs, u);
-    const void* m = g.mask == nullptr ? nullptr
-                                      : static_cast<const char*>(g.mask) +
-                                            reference::UnitOffset(g, g.ms, u) * mask_elem;
+    const UnitData d = DataOf(g, u, mask_elem);
+    const float *q = d.q, *k = d.k, *v = d.v;
+    float* y = d.y;
+    const void* m = d.m;
     if (m == nullptr || !MaskSkipsKeys(a)) {
       for (int64_t i0 = 0; i0 < g.lq; i0 += block) {
         DYNVM_RETURN_IF_ERROR(
@@ -194,13 +205,10 @@ void RunGroups(const AttentionAttrs& a, const AttentionGeometry& g, const Layout
   const int64_t ldq = g.qs[axis], ldy = g.rs[axis];
   for (int64_t o = g0; o < g1; ++o) {
     const int64_t u = o * group;
-    const float* q = g.q + reference::UnitOffset(g, g.qs, u);
-    const float* k = g.k + reference::UnitOffset(g, g.ks, u);
-    const float* v = g.v + reference::UnitOffset(g, g.vs, u);
-    float* y = g.out + reference::UnitOffset(g, g.rs, u);
-    const void* m = g.mask == nullptr ? nullptr
-                                      : static_cast<const char*>(g.mask) +
-                                            reference::UnitOffset(g, g.ms, u) * mask_elem;
+    const UnitData d = DataOf(g, u, mask_elem);
+    const float *q = d.q, *k = d.k, *v = d.v;
+    float* y = d.y;
+    const void* m = d.m;
     int64_t j0 = 0, w = g.lk;
     if (m != nullptr && MaskSkipsKeys(a)) {
       const auto [lo, hi] = KeptKeys(a, g, static_cast<const bool*>(m), 0, 1);
