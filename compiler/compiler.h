@@ -106,8 +106,8 @@ struct CompileResult {
   // Constant [K, N] weights stored transposed for decode-shaped products
   // (compiler/transpose_weights.h; 0 when not optimizing, quantizing, or off the CPU).
   int transposed_weights = 0;
-  // Constant [K, N] weights stored as the packed GEMM's panels for dynvm::MatMul(b_packed_n)
-  // (the same pass; "pack_weights: N" with the rewrites).
+  // Constant [K, N] weights stored as the packed GEMM's panels for dynvm::MatMul and
+  // dynvm::Linear with b_packed_n (the same pass; "pack_weights: N" with the rewrites).
   int packed_weights = 0;
   // What the conv-family fusion did (all zero when nothing fused or not optimizing): Conv nodes
   // fused, Pads / BatchNormalizations / residual Adds / activations folded into them, values

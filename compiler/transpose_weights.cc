@@ -12,17 +12,20 @@
 // 4096 x 4096 24.3 / - / 30.5; docs/results/f32-panel-gemv-2026-11-29.txt and
 // llm-s7-f32pack-2026-11-29.txt), so a weight only MatMuls read is stored as panels whatever its
 // shape; a prompt's product runs the packed GEMM on them (kernels/dnnl/matmul.cc). A weight a
-// dynvm::Linear reads is transposed instead (the Linear kernel has no packed-B form), where the
-// dot form wins (DotFormReadsFaster); its prompt-sized products read the transposed operand in
-// place (oneDNN's transposed-B GEMM).
+// dynvm::Linear reads is stored as panels too, whatever the rows (s9: the Linear's packed GEMM
+// measured against dnnl_sgemm from 1 to 3136 rows on the transformer shapes, docs/kernels.md
+// "Microkernel or oneDNN"; dnnl_sgemm repacks W on every call), so a Linear runs on the weight's
+// only stored copy rather than on a run-time packed copy beside it. With pack_weights off a
+// decode-shaped weight is transposed instead, where the dot form wins (DotFormReadsFaster).
 //
 // Which weights: a constant f32 of rank 2 with at least kMinElements elements (below that every
-// form reads from cache), every use of which is the B operand of an ONNX MatMul or of a
-// dynvm::Linear with trans_b = 0 (not a graph output, not read by anything else, so nothing needs
-// the [K, N] layout and the weight stays stored once), and at least one of those products may
-// have few rows at run time: its A's rows (the product of every dim but the last) are not all
-// constants, or are at most kFewRows. A weight read only by products of known large row counts
-// (a fixed-shape encoder) keeps its layout.
+// form reads from cache), every use of which is the B operand of an ONNX MatMul or the W of a
+// dynvm::Linear (trans_b 0 or 1, every use the same way round; not a graph output, not read by
+// anything else, so nothing needs the plain layout and the weight stays stored once), and a
+// Linear reads it or at least one of the products may have few rows at run time: its A's rows
+// (the product of every dim but the last) are not all constants, or are at most kFewRows. A
+// weight read only by MatMuls of known large row counts (a bias-free fixed-shape encoder) keeps
+// its layout.
 #include "compiler/transpose_weights.h"
 
 #include <algorithm>
@@ -54,6 +57,7 @@ bool DotFormReadsFaster(int64_t k, int64_t n) { return k >= kLongRows || k >= n;
 struct Use {
   Node* node = nullptr;
   bool linear = false;
+  bool trans = false;  // a Linear with trans_b = 1: the constant is W^T [N, K]
 };
 
 struct Candidate {
@@ -84,9 +88,10 @@ bool MayHaveFewRows(const Value* a) {
 std::optional<Use> ProductUse(Node& n, size_t i, const Value* w) {
   if (i != 1 || n.inputs.size() < 2 || n.inputs[0] == w) return std::nullopt;
   if (n.domain.empty() && n.op == ops::kMatMul && n.inputs.size() == 2) return Use{&n, false};
-  if (n.domain == ops::kDynvmDomain && n.op == ops::kLinear) {
+  if (n.domain == ops::kDynvmDomain && n.op == ops::kLinear && n.attr("b_packed_n") == nullptr) {
     const AttrValue* tb = n.attr("trans_b");
-    if (tb == nullptr || tb->i == 0) return Use{&n, true};
+    if (tb == nullptr || tb->i == 0) return Use{&n, true, false};
+    if (tb->i == 1) return Use{&n, true, true};
   }
   return std::nullopt;
 }
@@ -125,9 +130,11 @@ void Collect(Graph& g, Found& found) {
   }
 }
 
-// W [K, N] as the packed GEMM's panels [ceil(N / 16), K, 16] (zeros past N).
-Tensor Panels(const Tensor& w) {
-  const int64_t k = w.dim(0), n = w.dim(1), s0 = w.stride(0), s1 = w.stride(1);
+// W [K, N] (or W^T [N, K] with `trans`) as the packed GEMM's panels [ceil(N / 16), K, 16]
+// (zeros past N).
+Tensor Panels(const Tensor& w, bool trans) {
+  const int64_t k = w.dim(trans ? 1 : 0), n = w.dim(trans ? 0 : 1);
+  const int64_t s0 = w.stride(trans ? 1 : 0), s1 = w.stride(trans ? 0 : 1);
   const int64_t panels = (n + kPanel - 1) / kPanel;
   Tensor t = *Tensor::Empty(DType::kF32, {panels, k, kPanel});
   const float* src = w.data<float>();
@@ -164,20 +171,28 @@ WeightLayouts TransposeConstantWeights(Module& module, bool pack) {
   WeightLayouts count;
   for (Value* w : found.order) {
     const Candidate& c = found.by_value.at(w);
-    if (c.refused || !c.few_rows || c.uses.empty()) continue;
+    if (c.refused || c.uses.empty()) continue;
     const Tensor& t = *w->constant;
-    const bool products_only =
-        std::none_of(c.uses.begin(), c.uses.end(), [](const Use& u) { return u.linear; });
-    if (pack && products_only) {
-      Value* wp = module.NewConstant(Panels(t), "", w->is_weight);
+    const bool any_linear =
+        std::any_of(c.uses.begin(), c.uses.end(), [](const Use& u) { return u.linear; });
+    const bool any_trans =
+        std::any_of(c.uses.begin(), c.uses.end(), [](const Use& u) { return u.trans; });
+    const bool one_orientation = std::all_of(c.uses.begin(), c.uses.end(),
+                                             [&](const Use& u) { return u.trans == any_trans; });
+    // Panels: for products of few rows (the GEMV's stream) and for any product a Linear reads
+    // (its packed GEMM at every row count; kernels/dnnl/linear.cc).
+    if (pack && one_orientation && (c.few_rows || any_linear)) {
+      Value* wp = module.NewConstant(Panels(t, any_trans), "", w->is_weight);
       for (const Use& u : c.uses) {
         u.node->inputs[1] = wp;
         u.node->domain = ops::kDynvmDomain;
-        u.node->attrs["b_packed_n"] = AttrInt(t.dim(1));
+        u.node->attrs["b_packed_n"] = AttrInt(t.dim(any_trans ? 0 : 1));
+        if (u.linear) u.node->attrs.erase("trans_b");
       }
       ++count.packed;
       continue;
     }
+    if (!c.few_rows || any_trans) continue;
     if (!DotFormReadsFaster(t.dim(0), t.dim(1))) continue;
     Value* wt = module.NewConstant(Transposed(t), "", w->is_weight);
     for (const Use& u : c.uses) {

@@ -1,13 +1,16 @@
 // TransposeConstantWeights (compiler/transpose_weights.h): constant [K, N] weights of products
-// with few rows are stored once, as panels of 16 columns (MatMuls) or transposed (a Linear); the
-// compiled products equal the reference MatMul on the original weights (odd K and N, 1 to 130
-// rows, batch dims, a weight shared by two products, a Linear with a bias, 1 and 2 threads) and
-// do not depend on what ran before; weights read elsewhere or only by many-row products keep
-// their layout; quantized weights are not touched.
+// with few rows, and those Linears read, are stored once, as panels of 16 columns (MatMul and
+// Linear with b_packed_n; transposed with pack_weights off); the compiled products equal the
+// reference MatMul on the original weights (odd K and N, 1 to 130 rows, batch dims, a weight
+// shared by two products, a Linear with a bias, trans_b = 1, 1 and 2 threads) and do not depend
+// on what ran before; weights read elsewhere, by two orientations, under the size, or only by
+// many-row MatMuls keep their layout; quantized weights are not touched.
 #include "compiler/transpose_weights.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -186,35 +189,192 @@ TEST(TransposeWeightsTest, QuantizedWeightsAreUnaffected) {
   }
 }
 
-// MatMul + bias (a dynvm::Linear with trans_b = 0) takes the transposed weight with trans_b = 1.
-TEST(TransposeWeightsTest, LinearTakesTheTransposedWeight) {
-  constexpr int64_t kK = 160, kN = 103;
+// The Linears reading a weight, and how: b_packed_n (-1: none), trans_b, W's dims.
+struct LinearUse {
+  int64_t packed_n = -1, trans_b = 0;
+  std::vector<int64_t> w_dims;
+};
+
+std::vector<LinearUse> LinearUses(Module& m) {
+  std::vector<LinearUse> uses;
+  for (auto& n : m.functions()[0].graph->nodes) {
+    if (n->domain != "dynvm" || n->op != "Linear") continue;
+    LinearUse u;
+    if (const AttrValue* a = n->attr("b_packed_n")) u.packed_n = a->i;
+    if (const AttrValue* a = n->attr("trans_b")) u.trans_b = a->i;
+    const Value* w = n->inputs[1];
+    if (w != nullptr && w->constant.has_value()) {
+      u.w_dims.assign(w->constant->dims().begin(), w->constant->dims().end());
+    }
+    uses.push_back(std::move(u));
+  }
+  return uses;
+}
+
+Tensor AddBias(Tensor y, const Tensor& bias) {
+  const int64_t n = bias.numel();
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] += bias.data<float>()[i % n];
+  return y;
+}
+
+// MatMul + bias (a dynvm::Linear with trans_b = 0) takes the weight as panels with b_packed_n,
+// stored once (the panels add only N's padding); with pack_weights off, transposed with
+// trans_b = 1 as before.
+TEST(TransposeWeightsTest, LinearTakesThePanels) {
+  constexpr int64_t kK = 160, kN = 103, kPanels = 7;
   const Tensor w = RandomF32({kK, kN}, 3), bias = RandomF32({kN}, 4);
+  auto build = [&](Module& m) {
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), kK});
+    Value* y = b.Op("MatMul", {x, b.Constant(w, "w", true)});
+    b.Output("y", b.Op("Add", {y, b.Constant(bias, "b", true)}));
+  };
+  Module m, off_m, transposed_m;
+  build(m);
+  build(off_m);
+  build(transposed_m);
+  CompileOptions no_panels;
+  no_panels.disabled_rewrites = {"pack_weights"};
+  Compiled c = CompileOrDie(m), off = CompileOrDie(off_m, Disabled()),
+           transposed = CompileOrDie(transposed_m, no_panels);
+  ASSERT_TRUE(c.exe && off.exe && transposed.exe);
+  EXPECT_EQ(c.result.packed_weights, 1);
+  EXPECT_EQ(c.result.transposed_weights, 0);
+  EXPECT_EQ(transposed.result.transposed_weights, 1);
+  // Stored once: the panels add N's padding to 16 columns (and the segment's alignment).
+  const int64_t padding = (kPanels * 16 - kN) * kK * 4;
+  EXPECT_GE(c.exe->constant_segment_bytes(), off.exe->constant_segment_bytes() + padding);
+  EXPECT_LT(c.exe->constant_segment_bytes(), off.exe->constant_segment_bytes() + padding + 64);
+  const std::vector<LinearUse> uses = LinearUses(m);
+  ASSERT_EQ(uses.size(), 1u);
+  EXPECT_EQ(uses[0].packed_n, kN);
+  EXPECT_EQ(uses[0].trans_b, 0);
+  EXPECT_EQ(uses[0].w_dims, (std::vector<int64_t>{kPanels, kK, 16}));
+  for (const Compiled* e : {&c, &transposed}) {
+    for (const int threads : {1, 2}) {
+      for (const int64_t rows : {1, 3, 17, 33, 130}) {
+        SCOPED_TRACE(
+            absl::StrCat(e == &c ? "panels" : "transposed", " threads ", threads, " rows ", rows));
+        const Tensor x = RandomF32({rows, kK}, static_cast<uint32_t>(rows));
+        std::vector<Tensor> got = RunOrDie(e->exe, {{"x", x}}, threads);
+        ASSERT_EQ(got.size(), 1u);
+        ExpectNear(got[0], AddBias(RefMatMul(x, w), bias), 1e-4);
+      }
+    }
+  }
+}
+
+// A Linear of many rows known at compile time takes the panels too (its kernel runs the packed
+// GEMM at every row count), and so does a Gemm with transB = 1 (a dynvm::Linear with
+// trans_b = 1 with its Relu: the panels of W^T, trans_b dropped); leading batch dims.
+TEST(TransposeWeightsTest, LinearsOfManyRowsAndTransposedWeightsTakeThePanels) {
+  constexpr int64_t kK = 130, kN = 200;
+  const Tensor w = RandomF32({kK, kN}, 13), wt = RandomF32({kN, kK}, 14);
+  const Tensor bias = RandomF32({kN}, 15);
   Module m;
   GraphBuilder b(m.AddFunction("main"));
-  Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), kK});
+  Value* x = b.Input("x", DType::kF32, {4, 64, kK});
+  Value* u = b.Input("u", DType::kF32, {50, kK});
   Value* y = b.Op("MatMul", {x, b.Constant(w, "w", true)});
-  b.Output("y", b.Op("Add", {y, b.Constant(bias, "b", true)}));
+  b.Output("y", b.Op("Relu", {b.Op("Add", {y, b.Constant(bias, "b", true)})}));
+  Attrs gemm;
+  gemm["transB"] = AttrInt(1);
+  b.Output("z",
+           b.Op("Relu", {b.Op("Gemm", {u, b.Constant(wt, "wt", true), b.Constant(bias, "c", true)},
+                              gemm)}));
   Compiled c = CompileOrDie(m);
   ASSERT_TRUE(c.exe);
-  EXPECT_EQ(c.result.transposed_weights, 1);
-  for (const int64_t rows : {1, 3, 33}) {
-    SCOPED_TRACE(rows);
-    const Tensor x = RandomF32({rows, kK}, static_cast<uint32_t>(rows));
-    std::vector<Tensor> got = RunOrDie(c.exe, {{"x", x}}, 1);
-    ASSERT_EQ(got.size(), 1u);
-    Tensor want = RefMatMul(x, w);
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < kN; ++j) want.data<float>()[i * kN + j] += bias.data<float>()[j];
-    }
-    ExpectNear(got[0], want, 1e-4);
+  EXPECT_EQ(c.result.packed_weights, 2);
+  const std::vector<LinearUse> uses = LinearUses(m);
+  ASSERT_EQ(uses.size(), 2u);
+  for (const LinearUse& use : uses) {
+    EXPECT_EQ(use.packed_n, kN);
+    EXPECT_EQ(use.trans_b, 0);
+    EXPECT_EQ(use.w_dims, (std::vector<int64_t>{13, kK, 16}));
+  }
+  Tensor wtt = *Tensor::Empty(DType::kF32, {kK, kN});
+  for (int64_t k = 0; k < kK; ++k) {
+    for (int64_t j = 0; j < kN; ++j) wtt.data<float>()[k * kN + j] = wt.data<float>()[j * kK + k];
+  }
+  const Tensor xv = RandomF32({4, 64, kK}, 16), uv = RandomF32({50, kK}, 17);
+  auto relu = [](Tensor t) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::max(t.data<float>()[i], 0.0f);
+    return t;
+  };
+  const Tensor want_y = relu(AddBias(RefMatMul(xv, w), bias));
+  const Tensor want_z = relu(AddBias(RefMatMul(uv, wtt), bias));
+  for (const int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    std::vector<Tensor> got = RunOrDie(c.exe, {{"x", xv}, {"u", uv}}, threads);
+    ASSERT_EQ(got.size(), 2u);
+    ExpectNear(got[0], want_y, 1e-4);
+    ExpectNear(got[1], want_z, 1e-4);
+  }
+}
+
+// Near misses keep the Linear's weight as it was: a W that is an input (not a constant), a
+// constant W also read by an Add, one read by a Linear with trans_b = 1 and by a MatMul (two
+// orientations of one constant), and one under the rule's size (16384 elements).
+TEST(TransposeWeightsTest, LinearNearMissesKeepTheirWeights) {
+  constexpr int64_t kK = 130, kN = 128;
+  auto linear = [](GraphBuilder& b, Value* x, Value* w, int64_t n) {
+    return b.Op("Add", {b.Op("MatMul", {x, w}), b.Constant(RandomF32({n}, 21), "b", true)});
+  };
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), kK});
+    Value* w = b.Input("w", DType::kF32, {kK, kN});
+    b.Output("y", linear(b, x, w, kN));
+    Compiled c = CompileOrDie(m);
+    EXPECT_EQ(c.result.packed_weights + c.result.transposed_weights, 0);
+    ASSERT_EQ(LinearUses(m).size(), 1u);
+    EXPECT_EQ(LinearUses(m)[0].packed_n, -1);
+  }
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), kK});
+    Value* v = b.Input("v", DType::kF32, {kK, kN});
+    Value* w = b.Constant(RandomF32({kK, kN}, 22), "w", true);
+    b.Output("y", linear(b, x, w, kN));
+    b.Output("s", b.Op("Add", {v, w}));
+    Compiled c = CompileOrDie(m);
+    EXPECT_EQ(c.result.packed_weights + c.result.transposed_weights, 0);
+    ASSERT_EQ(LinearUses(m).size(), 1u);
+    EXPECT_EQ(LinearUses(m)[0].packed_n, -1);
+  }
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), kK});
+    Value* u = b.Input("u", DType::kF32, {DimSpec("rows"), kK});
+    Value* w = b.Constant(RandomF32({kK, kK}, 23), "w", true);
+    Attrs gemm;
+    gemm["transB"] = AttrInt(1);
+    b.Output("y", b.Op("Relu",
+                       {b.Op("Gemm", {x, w, b.Constant(RandomF32({kK}, 24), "c", true)}, gemm)}));
+    b.Output("z", b.Op("MatMul", {u, w}));
+    Compiled c = CompileOrDie(m);
+    EXPECT_EQ(c.result.packed_weights + c.result.transposed_weights, 0);
+    ASSERT_EQ(LinearUses(m).size(), 1u);  // the Gemm + Relu is a Linear with trans_b = 1
+    EXPECT_EQ(LinearUses(m)[0].trans_b, 1);
+    EXPECT_EQ(LinearUses(m)[0].packed_n, -1);
+  }
+  {
+    Module m;
+    GraphBuilder b(m.AddFunction("main"));
+    Value* x = b.Input("x", DType::kF32, {DimSpec("rows"), 127});
+    b.Output("y", linear(b, x, b.Constant(RandomF32({127, kN}, 25), "w", true), kN));
+    Compiled c = CompileOrDie(m);
+    EXPECT_EQ(c.result.packed_weights + c.result.transposed_weights, 0);
   }
 }
 
 // A weight also read by something other than a product's B, or only by products of many rows
 // known at compile time, keeps its [K, N] layout; one that MatMuls alone read is stored as panels
 // whatever its shape (short rows and more outputs than K too, where the axpy form read faster
-// than the dot form), but a Linear's short and wide weight stays.
+// than the dot form), and so is a Linear's short and wide weight.
 TEST(TransposeWeightsTest, WeightsReadElsewhereOrOnlyByManyRowsStay) {
   constexpr int64_t kK = 130, kN = 128;
   const Tensor w = RandomF32({kK, kN}, 5);
@@ -256,7 +416,8 @@ TEST(TransposeWeightsTest, WeightsReadElsewhereOrOnlyByManyRowsStay) {
     Value* y = b.Op("MatMul", {x, b.Constant(RandomF32({512, 1408}, 7), "w", true)});
     b.Output("y", b.Op("Add", {y, b.Constant(RandomF32({1408}, 12), "b", true)}));
     Compiled c = CompileOrDie(m);
-    EXPECT_EQ(c.result.transposed_weights + c.result.packed_weights, 0);
+    EXPECT_EQ(c.result.transposed_weights, 0);
+    EXPECT_EQ(c.result.packed_weights, 1);
   }
 }
 

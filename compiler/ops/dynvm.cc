@@ -34,6 +34,8 @@
 //                      kernels/reference/linear.cc has the exact definition). W is [K, N], or
 //                      [N, K] with trans_b = 1; B holds N values along its last axis (its other
 //                      dims 1); activation "" (none), Relu, Tanh, Sigmoid, Gelu, GeluTanh, Silu.
+//                      With b_packed_n = N (trans_b 0), W is the [K, N] matrix stored as the
+//                      packed GEMM's panels [ceil(N / 16), K, 16], as MatMul's below.
 //   Copy(x) -> y       x's dtype and shape, contiguous: a strided view materialized.
 //   MatMul(A, B) -> Y  Y = MatMul(Transpose(A, a_perm), Transpose(B, b_perm)) with numpy
 //                      semantics (identity when a perm is absent); the kernels read A and B
@@ -103,6 +105,8 @@ absl::Status InferAttention(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<Dim>> PackedBDims(InferContext& c, const std::vector<Dim>& b, int64_t n);
+
 absl::Status InferLinear(InferContext& c) {
   if (c.num_inputs() < 2 || c.num_inputs() > 3 || c.num_outputs() != 1 || !c.has_input(0) ||
       !c.has_input(1)) {
@@ -113,6 +117,16 @@ absl::Status InferLinear(InferContext& c) {
   const std::vector<Dim>* w = c.input_shape(1);
   if (x == nullptr || w == nullptr) {
     c.SetOutputUnknown(0, c.input_dtype(0));
+    return absl::OkStatus();
+  }
+  DYNVM_ASSIGN_OR_RETURN(const int64_t packed_n, c.GetInt("b_packed_n", -1));
+  if (packed_n >= 0) {
+    if (trans_b != 0) return c.Error("Linear: b_packed_n with trans_b = 1");
+    if (x->empty()) return c.Error("Linear: X must have rank >= 1");
+    DYNVM_ASSIGN_OR_RETURN(const std::vector<Dim> kn, PackedBDims(c, *w, packed_n));
+    std::vector<Dim> out = *x;
+    out.back() = kn[1];
+    c.SetOutput(0, c.input_dtype(0), std::move(out));
     return absl::OkStatus();
   }
   if (x->empty() || w->size() != 2) return c.Error("Linear: X must have rank >= 1 and W rank 2");
@@ -127,12 +141,11 @@ absl::Status InferLinear(InferContext& c) {
 absl::StatusOr<std::vector<Dim>> PackedBDims(InferContext& c, const std::vector<Dim>& b,
                                              int64_t n) {
   if (c.HasAttr("b_perm")) return c.Error("MatMul: b_perm with a packed B (b_packed_n)");
-  if (b.size() != 3) return c.Error("MatMul: a packed B (b_packed_n) must be [N / 16, K, 16]");
+  if (b.size() != 3) return c.Error("a packed B (b_packed_n) must be [N / 16, K, 16]");
   const std::optional<int64_t> panels = SymbolicContext::AsConst(b[0]),
                                width = SymbolicContext::AsConst(b[2]);
   if ((panels && *panels != (n + 15) / 16) || (width && *width != 16)) {
-    return c.Error(
-        absl::StrCat("MatMul: a packed B of N = ", n, " must be [", (n + 15) / 16, ", K, 16]"));
+    return c.Error(absl::StrCat("a packed B of N = ", n, " must be [", (n + 15) / 16, ", K, 16]"));
   }
   return std::vector<Dim>{b[1], c.sym().Const(n)};
 }

@@ -102,8 +102,10 @@ void CheckProduct(int64_t m, int64_t n, int64_t k, char trans, int64_t i0, int64
   }
 }
 
-// Row tails (1-5 rows past the 6-row tiles), ragged last panels, K across blocks, equal row
-// blocks past kRowBlock, sub-ranges of rows (a thread's share), both weight layouts.
+// Row tails (1-5 rows past the 6-row tiles; 1-11 past AVX-512's 12-row two-panel passes, 1-23
+// past its 24-row one-panel passes), pairs of panels and a last single or ragged panel, K across
+// blocks, equal row blocks past kRowBlock, sub-ranges of rows (a thread's share), both weight
+// layouts.
 TEST(PackedGemm, MatchesTheProductInDouble) {
   std::mt19937 rng(7);
   for (Isa isa : SupportedIsas()) {
@@ -111,8 +113,8 @@ TEST(PackedGemm, MatchesTheProductInDouble) {
     SCOPED_TRACE(IsaName(isa));
     double worst = 0.0;
     for (char trans : {'N', 'T'}) {
-      for (int64_t m : {1, 5, 6, 13, 25, 200}) {
-        for (int64_t n : {1, 16, 17, 150}) {
+      for (int64_t m : {1, 5, 6, 8, 13, 17, 23, 25, 200}) {
+        for (int64_t n : {1, 16, 17, 48, 150}) {
           for (int64_t k : {int64_t{1}, int64_t{9}, kDepth, kDepth + 3, 2 * kDepth + 100}) {
             if (kSanitized && m * n * k > 200000) continue;
             CheckProduct(m, n, k, trans, 0, m, rng, worst);

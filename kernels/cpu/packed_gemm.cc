@@ -13,15 +13,23 @@
 //   a cheap pass. Tried for dynvm::Attention's per-unit products too (K and V packed once per
 //   unit): 0.75-0.94x dnnl_sgemm (packing a block's rows costs more than the call overhead it
 //   saves).
-// - AVX-512: one panel (16 columns, one register per row) by up to four row tiles (24 rows, 24
-//   accumulators of the 32 registers), the A values broadcast from memory into each FMA; the
-//   same packed layouts as AVX2, and each element the same FMA chain in K order, so the same
-//   bits. Where it beats dnnl_sgemm: kernels/dnnl/choice.h.
+// - AVX-512 (s9, Zen 4 EPYC, dnnl_choice_benchmark BM_Linear, weights cold): two panels (32
+//   columns) by up to two row tiles (12 rows, 24 accumulators), one broadcast of A for two FMAs;
+//   a last single panel by up to four tiles (24 rows). The kernels are instantiated for every row
+//   count (1-12, 1-24), so a tail computes only its rows (the tiles' padding rows were computed
+//   before: 8 rows cost 12 rows' FMAs). Products of at most kPrefetchRows rows prefetch each
+//   panel kAheadB steps ahead (the hardware prefetcher stops at 4 KiB pages; such a product's
+//   time is the weights' stream). Against the one-panel 24x16 kernel with 6-row tiles, a
+//   [17, 768] x [768, 2304] product went 1.19 -> 0.74 ms (1 thread), [64, ...] 2.83 -> 2.42,
+//   [256, ...] 10.3 -> 8.8. The same packed layouts as AVX2, and each element the same FMA chain
+//   in K order, so the same bits. Where it runs: kernels/dnnl/choice.h and docs/kernels.md.
 // - Portable: plain loops, for tests (the rule sends a CPU without AVX2 to dnnl_sgemm).
 #include "kernels/cpu/packed_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
@@ -73,6 +81,10 @@ void PanelRowsPortable(int64_t rows, int64_t depth, const float* a, const float*
 // pairwise at the end: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
 constexpr int kChains = 8;
 constexpr int64_t kAhead = 64;  // steps of 16 floats the AVX-512 GEMV prefetches ahead
+// The GEMM's micro-kernels of at most kPrefetchRows rows (a product of few rows: the weights'
+// stream is its time) prefetch each panel kAheadB steps (of 64 bytes) ahead.
+constexpr int64_t kAheadB = 32;
+constexpr int kPrefetchRows = 12;
 
 void PanelGemvPortable(int64_t k, const float* x, const float* b, int64_t panels, int64_t cols,
                        float* y) {
@@ -223,30 +235,38 @@ DYNVM_AVX2 void PanelGemvAvx2(int64_t k, const float* x, const float* b, int64_t
 
 // ---- AVX-512 ----
 
-// kT row tiles (6 kT rows; the tiles' padding rows are zeros and computed, not stored) x one
-// panel: C[rows, cols] (= or +=) over one depth block. rows <= 6 kT.
-template <int kT>
+// GCC 12's AVX-512 headers make an undefined vector for the unused source of their masked
+// builtins, which -Wmaybe-uninitialized reports at every use (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// R rows (of up to four 6-row tiles; row r at tile r / 6, lane r % 6) x one panel: C[R, cols]
+// (= or +=) over one depth block. Only the R rows' FMAs run (a tile's padding rows are skipped,
+// not computed: 17 rows cost 17 FMAs a step, not 18, and 8 rows 8, not 12).
+template <int R>
 DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, const float* b, float* c, int64_t ldc,
-                              int64_t rows, int64_t cols, bool accumulate) {
-  constexpr int kAcc = kRows * kT;
-  __m512 acc[kAcc];
+                              int64_t cols, bool accumulate) {
+  static_assert(R >= 1 && R <= 4 * kRows);
+  __m512 acc[R];
 #pragma GCC unroll 24
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_setzero_ps();
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t p = 0; p < depth; ++p) {
+    if constexpr (R <= kPrefetchRows) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
+    }
     const __m512 bv = _mm512_loadu_ps(b + p * kPanel);
-#pragma GCC unroll 4
-    for (int t = 0; t < kT; ++t) {
-      const float* ap = a + t * kRows * depth + p * kRows;
-#pragma GCC unroll 6
-      for (int r = 0; r < kRows; ++r) {
-        acc[t * kRows + r] = _mm512_fmadd_ps(_mm512_set1_ps(ap[r]), bv, acc[t * kRows + r]);
-      }
+    const float* ap = a + p * kRows;
+#pragma GCC unroll 24
+    for (int r = 0; r < R; ++r) {
+      acc[r] =
+          _mm512_fmadd_ps(_mm512_set1_ps(ap[(r / kRows) * kRows * depth + r % kRows]), bv, acc[r]);
     }
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
 #pragma GCC unroll 24
-  for (int i = 0; i < kAcc; ++i) {
-    if (i >= rows) break;
+  for (int i = 0; i < R; ++i) {
     float* cr = c + i * ldc;
     __m512 v = acc[i];
     if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cr));
@@ -254,32 +274,83 @@ DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, const float* b, flo
   }
 }
 
-DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
-                                  float* c, int64_t ldc, int64_t cols, bool accumulate) {
-  int64_t i = 0;
-  for (; i + 4 * kRows <= rows; i += 4 * kRows) {
-    MicroAvx512<4>(depth, a + i * depth, b, c + i * ldc, ldc, 4 * kRows, cols, accumulate);
+// R rows (up to two 6-row tiles) x two full panels (32 columns, the second at b + stride): two
+// accumulators per row, one broadcast of A for two FMAs (half the broadcasts of the one-panel
+// kernel per multiply-add). Each element is the same FMA chain in K order as MicroAvx512's.
+template <int R>
+DYNVM_AVX512 void MicroPairAvx512(int64_t depth, const float* a, const float* b, int64_t stride,
+                                  float* c, int64_t ldc, bool accumulate) {
+  static_assert(R >= 1 && R <= 2 * kRows);
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  const float* b1 = b + stride;
+  for (int64_t p = 0; p < depth; ++p) {
+    if constexpr (R <= kPrefetchRows) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b1 + (p + kAheadB) * kPanel), _MM_HINT_T0);
+    }
+    const __m512 bv0 = _mm512_loadu_ps(b + p * kPanel);
+    const __m512 bv1 = _mm512_loadu_ps(b1 + p * kPanel);
+    const float* ap = a + p * kRows;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[(r / kRows) * kRows * depth + r % kRows]);
+      acc0[r] = _mm512_fmadd_ps(av, bv0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(av, bv1, acc1[r]);
+    }
   }
-  const int64_t left = rows - i;
-  const float* at = a + i * depth;
-  float* ct = c + i * ldc;
-  if (left > 3 * kRows) {
-    MicroAvx512<4>(depth, at, b, ct, ldc, left, cols, accumulate);
-  } else if (left > 2 * kRows) {
-    MicroAvx512<3>(depth, at, b, ct, ldc, left, cols, accumulate);
-  } else if (left > kRows) {
-    MicroAvx512<2>(depth, at, b, ct, ldc, left, cols, accumulate);
-  } else if (left > 0) {
-    MicroAvx512<1>(depth, at, b, ct, ldc, left, cols, accumulate);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    float* cr = c + i * ldc;
+    __m512 v0 = acc0[i], v1 = acc1[i];
+    if (accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cr));
+      v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cr + kPanel));
+    }
+    _mm512_storeu_ps(cr, v0);
+    _mm512_storeu_ps(cr + kPanel, v1);
   }
 }
 
-// GCC 12's AVX-512 headers make an undefined vector for the unused source of their masked
-// builtins, which -Wmaybe-uninitialized reports at every use (GCC bug 105593, fixed in 13).
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+using MicroPairFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool);
+
+template <size_t... I>
+constexpr std::array<MicroPairFn, sizeof...(I)> MicroPairTable(std::index_sequence<I...>) {
+  return {&MicroPairAvx512<static_cast<int>(I) + 1>...};
+}
+
+// Rows [0, rows) x two full panels over one depth block: 12-row passes, then the rows left.
+DYNVM_AVX512 void PanelPairRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
+                                      int64_t stride, float* c, int64_t ldc, bool accumulate) {
+  static constexpr std::array<MicroPairFn, 2 * kRows> kMicro =
+      MicroPairTable(std::make_index_sequence<2 * kRows>());
+  int64_t i = 0;
+  for (; i + 2 * kRows <= rows; i += 2 * kRows) {
+    MicroPairAvx512<2 * kRows>(depth, a + i * depth, b, stride, c + i * ldc, ldc, accumulate);
+  }
+  if (i < rows) kMicro[rows - i - 1](depth, a + i * depth, b, stride, c + i * ldc, ldc, accumulate);
+}
+
+using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool);
+
+template <size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> MicroTable(std::index_sequence<I...>) {
+  return {&MicroAvx512<static_cast<int>(I) + 1>...};
+}
+
+// Rows [0, rows) of packed A (PackA) x one panel over one depth block: 24-row passes, then one
+// pass of the 1-23 rows left.
+DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
+                                  float* c, int64_t ldc, int64_t cols, bool accumulate) {
+  static constexpr std::array<MicroFn, 4 * kRows> kMicro =
+      MicroTable(std::make_index_sequence<4 * kRows>());
+  int64_t i = 0;
+  for (; i + 4 * kRows <= rows; i += 4 * kRows) {
+    MicroAvx512<4 * kRows>(depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+  }
+  if (i < rows) kMicro[rows - i - 1](depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+}
 
 // The GEMV: one panel at a time (one sequential stream of 64-byte steps), eight steps per
 // iteration into eight accumulators, x[q] broadcast into each FMA. Each iteration prefetches the
@@ -335,6 +406,24 @@ void ColumnBlock(int64_t rows, int64_t depth, const float* a, const float* b, in
                std::min(kPanel, cols - j), accumulate);
   }
 }
+
+#if DYNVM_CPU_X86
+// AVX-512: pairs of full panels on the two-panel kernel, a last single or ragged panel on the
+// one-panel kernel.
+DYNVM_AVX512 void ColumnBlockAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
+                                    int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
+                                    bool accumulate) {
+  int64_t j = 0;
+  for (; j + 2 * kPanel <= cols; j += 2 * kPanel) {
+    PanelPairRowsAvx512(rows, depth, a, b + (j / kPanel) * panel_stride, panel_stride, c + j, ldc,
+                        accumulate);
+  }
+  for (; j < cols; j += kPanel) {
+    PanelRowsAvx512(rows, depth, a, b + (j / kPanel) * panel_stride, c + j, ldc,
+                    std::min(kPanel, cols - j), accumulate);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -418,7 +507,7 @@ void FillPackedGemm(Isa isa, Dispatch* d) {
     d->packed_gemm_gemv = &packed_gemm::PanelGemvAvx2;
   }
   if (isa >= Isa::kAvx512) {
-    d->packed_gemm_column_block = &ColumnBlock<&packed_gemm::PanelRowsAvx512>;
+    d->packed_gemm_column_block = &packed_gemm::ColumnBlockAvx512;
     d->packed_gemm_gemv = &packed_gemm::PanelGemvAvx512;
   }
 #endif

@@ -1,9 +1,11 @@
 // dynvm's f32 GEMM on prepacked weights: C = A B with B packed once (a constant weight) into
 // panels of 16 columns, a register-blocked micro-kernel, and a caller's epilogue (bias,
 // activation) run on each block of C while it is in cache. Implementations (isa.h): portable,
-// AVX2+FMA (6 rows x 16 columns), AVX-512 (up to 24 rows x 16 columns); AVX2 and AVX-512 give
-// the same bits (each element one FMA chain in K order). Where it runs instead of dnnl_sgemm
-// is kernels/dnnl/choice.h's measured rule; packed_gemm.cc has the tuning notes.
+// AVX2+FMA (6 rows x 16 columns), AVX-512 (12 rows x 32 columns: two panels; a last single panel
+// up to 24 rows x 16; tails of 1-23 rows computed exactly); AVX2 and AVX-512 give the same bits
+// (each element one FMA chain in K order). Where it runs instead of dnnl_sgemm: the compiler's
+// panels (b_packed_n, compiler/transpose_weights.h) and kernels/dnnl/choice.h's measured rule;
+// packed_gemm.cc has the tuning notes.
 //
 // Layout of packed B: panel p (columns [16p, 16p + 16)) holds, for each k in [0, K), 16 floats
 // (zeros past N); panels are contiguous, so panel p starts at 16 K p floats. Any alignment

@@ -42,15 +42,15 @@ bool UseGemv(int64_t n, int64_t k, int threads) {
 // 512): with AVX2 the packed GEMM ran 1.0-1.8x dnnl_sgemm from m = 8 to 256 and 0.98-1.02x at 512;
 // with AVX-512 1.04-2.7x from 16 to 128, 0.97-1.04x at 256 and 512, and 0.77-0.82x at 8 (oneDNN's
 // AVX-512 sgemm at 8 rows against two 6-row tiles).
-bool UsePackedGemm(int64_t m, int64_t n, int64_t k) {
+bool UsePackedGemm(int64_t m, int64_t n, int64_t k, bool activation) {
   static const bool on = EnvOn("DYNVM_DNNL_PACKED_GEMM");
   const cpu::Isa isa = cpu::ActiveIsa();
   if (const std::optional<bool>& f = Forced(Rule::kPackedGemm)) {
     return *f && isa >= cpu::Isa::kAvx2;
   }
   if (!on || isa < cpu::Isa::kAvx2) return false;
-  if (isa == cpu::Isa::kAvx2) return m >= 8;
-  return m >= 16 && m <= 128;
+  (void)activation;
+  return m <= 1024;
 }
 
 // dynvm's Winograd ran 1.5-2.5x oneDNN's AVX2 direct convolution on the CRNN's and resnet18's

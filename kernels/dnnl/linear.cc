@@ -11,53 +11,43 @@
 // A strided X is packed into the site's workspace; a W or B oneDNN cannot address (not
 // unit-stride along its rows) runs the reference kernel.
 //
-// A Linear with an activation, a constant W (attribute constant_weights = 1, set by the
-// compiler for a weight of the executable's constant segment) runs dynvm's packed GEMM
-// (kernels/cpu/packed_gemm.h) where choice.h's measured rule takes the shape: W is packed once,
-// on first use, into a copy shared by every VM that runs the kernel, and the bias and activation
-// run on each block of Y while it is in cache. Without an activation dnnl_sgemm stays.
-// DYNVM_DNNL_PACKED_GEMM=0 turns the packed GEMM off (A/B).
+// A Linear whose W the compiler stored as the packed GEMM's panels (b_packed_n = N, the weight's
+// only stored copy: compiler/transpose_weights.h) runs dynvm's packed GEMM
+// (kernels/cpu/packed_gemm.h) at every row count: one row the GEMV on the panels
+// (packed_gemm::MultiplyVector), more rows packed_gemm::Multiply with the bias and activation on
+// each block of Y while it is in cache. Another Linear with a constant W (attribute
+// constant_weights = 1, set by the compiler for a weight of the executable's constant segment),
+// with or without an activation, runs the packed GEMM where choice.h's measured rule takes the
+// rows: W is packed once, on first use, into a copy shared by every VM that runs the kernel.
+// At more than one thread the packed GEMM splits by ranges of panels (columns) when every thread
+// gets two or more, else by rows in multiples of 24. DYNVM_DNNL_PACKED_GEMM=0 turns the run-time
+// copy off (A/B); vm-compile --disable-rewrite pack_weights the panels.
 //
 // Tuning notes (moved here from docs/kernels.md with the code's move to kernels/cpu/; the
 // figures are those of the records named):
 //
-// - The packed GEMM (kernels/cpu/packed_gemm.{h,cc}): a dynvm::Linear with an activation, a
-//   constant W (the compiler sets constant_weights = 1 on every Linear whose weight is a constant
-//   of the executable, after the last folding) and the rows choice::UsePackedGemm takes runs
-//   dynvm's own GEMM: at least 8 rows of X at the avx2 level (the notes below, measured on an
-//   AVX2-only EPYC), 16 to 128 rows at avx512 (a micro-kernel of up to 24x16 there; oneDNN's
-//   AVX-512 GEMM is faster at 8 rows and as fast past 128: docs/kernels.md, "Microkernel or
-//   oneDNN", measured on a Zen 4 EPYC). W is packed
-//   once, at its first run, into panels of 16 columns ([N/16][K][16], zeros past N), a copy shared
-//   by every VM and thread that runs the kernel (a cache keyed by the weight's address and
-//   geometry, at most 4 GiB; past that the Linear runs dnnl_sgemm). The copies are host memory of
-//   the kernel, outside the VMs' pools (as the conv weights' packed copies are), as large as the
-//   weights they copy; the original weights stay in the constant segment. X is packed per block of
-//   rows (tiles of 6 rows interleaved, [K][6]; a per-thread buffer of up to 192 x K floats that
-//   grows to the largest K seen and stays); a 6x16 AVX2 micro-kernel (12 accumulators, two panel
-//   loads and six broadcasts per step) runs over blocks of at most 192 rows (equal blocks: each
-//   reads all of packed W once), 128 columns and 256 of K, and the bias and activation run on each
-//   rows x 128-column block of Y right after its last K block, while it is in L1/L2. With
-//   dnnl_sgemm the epilogue read Y back after the whole product: a [128, 1024] GELU layer's Y is
-//   512 KiB, past L2, so that pass went to L3 and took about 40% of the layer. At more than one
-//   thread the rows split over the pool in multiples of 6. Linears without an activation keep
-//   dnnl_sgemm: with the packed GEMM too, the no-activation layers of the encoders' graphs (QKV,
-//   the second FFN product) took 0.84-1.42x dnnl_sgemm's time, no consistent gain (three
-//   interleaved runs, 1 thread), and a bias alone is a cheap pass. DYNVM_DNNL_PACKED_GEMM=0 turns
-//   it off (packed_gemm::Enabled(), for A/B). Measured with tools/bench/linear_packed_ab.py (1
-//   thread, interleaved off/on, fastest of 5 rounds;
-//   [results/avx2-linear-packed-ab-2026-11-28.txt](results/avx2-linear-packed-ab-2026-11-28.txt)):
-//   the BERT-like model's [128, 256] x [256, 1024] GELU layer 1861 -> 1031 us (1.81x), the model at
-//   1x128 1.24x, the classifier at 1x128 1.16x; at batch 8 x 64 (M = 512) 1.01-1.05x. Tried for
-//   dynvm::Attention's per-unit products too (K and V packed once per unit): 0.75-0.94x dnnl_sgemm
-//   there (blocks of 32 queries against 64-128 keys: packing the block's rows costs more than the
-//   call overhead it saves), so attention keeps dnnl_sgemm. kernels_dnnl_packed_gemm_test checks
-//   the product against a double-precision sum within the FMA rounding bound (row tails, ragged
-//   panels, K across blocks, row sub-ranges, both weight layouts, the epilogue seeing each element
-//   once after its last K block) and the Linear against the reference kernel at 1 and 2 threads,
-//   one kernel object running two weights in turn. Weights are read in place in their plain layout,
-//   row-major or transposed through strides; an operand no form addresses (a broadcast view) is
-//   packed into the site's workspace.
+// - The packed GEMM (kernels/cpu/packed_gemm.{h,cc}) replaced dnnl_sgemm for constant weights
+//   in two steps. s8 (AVX2-only EPYC, tools/bench/linear_packed_ab.py,
+//   results/avx2-linear-packed-ab-2026-11-28.txt): Linears with an activation, the weight packed
+//   at first run into a kernel-held copy; the BERT-like model's [128, 256] x [256, 1024] GELU
+//   layer 1861 -> 1031 us (1.81x: with dnnl_sgemm the epilogue read a 512 KiB Y back from L3
+//   after the whole product), the model at 1x128 1.24x, at batch 8 x 64 1.01-1.05x; Linears
+//   without an activation then measured 0.84-1.42x dnnl_sgemm (no consistent gain) and kept it.
+//   s9 (Zen 4 EPYC, docs/kernels.md "Microkernel or oneDNN", the transformer shapes of
+//   torchvision's ViT, Swin and ConvNeXt, 1 to 3136 rows, 1 and 2 threads, AVX-512 and AVX2,
+//   weights cold): with the AVX-512 two-panel kernel (12 rows x 32 columns), the 1-23-row tails
+//   computed exactly, software prefetch of the panels for products of few rows and K in blocks
+//   of 1024 up to 192 rows, the packed GEMM runs with or without an activation (a product of 17
+//   rows x 768 x 2304: 1.6-3x dnnl_sgemm, which repacks W on every call), so the compiler stores
+//   a Linear's constant weight as the panels (one copy) and the run-time copy is the fallback for
+//   weights it leaves plain. Tried for dynvm::Attention's per-unit products too (K and V packed
+//   once per unit): 0.75-0.94x dnnl_sgemm there (blocks of 32 queries against 64-128 keys:
+//   packing the block's rows costs more than the call overhead it saves), so attention keeps
+//   dnnl_sgemm. kernels_dnnl_packed_gemm_test checks the Linear on panels and on the run-time
+//   copy against a double-precision sum and the reference kernel (row tails, batch dims, ragged
+//   panels, K across blocks, with and without bias and activation, one row, 1 and 2 threads,
+//   every level). An operand no form addresses (a broadcast view) is packed into the site's
+//   workspace.
 #include "kernels/reference/linear.h"
 
 #include <algorithm>
@@ -143,6 +133,15 @@ struct Product {
 };
 
 constexpr int64_t kRowGrain = 8;
+// K's block on the packed path (packed_gemm::Multiply's depth), by the product's rows: up to one
+// row block (kRowBlock: each panel read once whatever the depth) kDeepDepth, fewer passes of the
+// block sums through Y; more rows kDepth, a panel's block in L1 for every row block (on the Zen 4
+// EPYC, 1 thread, [3136, 768] x [768, 3072] with AVX2: 0.84x dnnl_sgemm at kDeepDepth, 0.97x at
+// kDepth; at 17 rows kDeepDepth 1.3x kDepth). One depth per row count: an output's summation
+// order does not depend on the thread count.
+int64_t PackedDepth(int64_t m) {
+  return m <= cpu::packed_gemm::kRowBlock ? cpu::packed_gemm::kDeepDepth : cpu::packed_gemm::kDepth;
+}
 constexpr int64_t kColGrain = 16;
 
 // Packed copies of constant weights, keyed by the weight's address and geometry (the constant
@@ -187,14 +186,26 @@ class PackedWeights {
   mutable size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Rows [i0, i1) of the product on packed W, the epilogue on each block.
-void RunPacked(const Product& p, const float* packed, int64_t i0, int64_t i1) {
-  cpu::packed_gemm::Multiply(i0, i1, p.n, p.k, p.x, p.k, packed, p.y, p.n,
-                             [&](int64_t r0, int64_t rows, int64_t j0, int64_t cols) {
-                               BiasActivation(p.act, rows, cols,
-                                              p.bias == nullptr ? nullptr : p.bias + j0,
-                                              p.y + r0 * p.n + j0, p.n);
-                             });
+// Rows [i0, i1) x panels [p0, p1) of the product on packed W, the epilogue on each block. One
+// row: the GEMV on the panels (packed_gemm::MultiplyVector), then the epilogue on its columns.
+void RunPacked(const Product& p, const float* packed, int64_t i0, int64_t i1, int64_t p0,
+               int64_t p1) {
+  using cpu::packed_gemm::kPanel;
+  const int64_t j0 = p0 * kPanel, cols = std::min(p.n, p1 * kPanel) - j0;
+  if (cols <= 0 || i0 >= i1) return;
+  const float* bias = p.bias == nullptr ? nullptr : p.bias + j0;
+  if (p.m == 1) {
+    cpu::packed_gemm::MultiplyVector(p0, p1, p.n, p.k, p.x, packed, p.y);
+    BiasActivation(p.act, 1, cols, bias, p.y + j0, p.n);
+    return;
+  }
+  cpu::packed_gemm::Multiply(
+      i0, i1, cols, p.k, p.x, p.k, packed + j0 * p.k, p.y + j0, p.n,
+      [&](int64_t r0, int64_t rows, int64_t c0, int64_t n) {
+        BiasActivation(p.act, rows, n, bias == nullptr ? nullptr : bias + c0,
+                       p.y + r0 * p.n + j0 + c0, p.n);
+      },
+      PackedDepth(p.m));
 }
 
 class LinearKernel final : public DnnlKernel {
@@ -207,16 +218,17 @@ class LinearKernel final : public DnnlKernel {
     const Tensor& x = *in[0];
     const Tensor& w = *in[1];
     const Tensor* b = in.size() > 2 ? in[2] : nullptr;
-    if (w.rank() != 2 || (w.stride(1) != 1 && w.dim(1) != 1) ||
-        (b != nullptr && !b->is_contiguous())) {
+    const bool panels = attrs_.packed_n >= 0;  // W is the packed GEMM's panels (b_packed_n)
+    if (b != nullptr && !b->is_contiguous()) return RunFallback(ctx, in, out);
+    if (panels ? !w.is_contiguous() : w.rank() != 2 || (w.stride(1) != 1 && w.dim(1) != 1)) {
       return RunFallback(ctx, in, out);  // checks the shapes too
     }
     DYNVM_ASSIGN_OR_RETURN(reference::LinearGeometry g,
                            reference::PrepareLinear(attrs_, ctx, in, out));
     Tensor& y = *out[0];
     if (y.numel() == 0) return absl::OkStatus();
-    const int64_t ldw = w.dim(0) == 1 ? std::max<int64_t>(w.dim(1), 1) : w.stride(0);
-    if (ldw < std::max<int64_t>(w.dim(1), 1)) return RunFallback(ctx, in, out);
+    const int64_t ldw = panels || w.dim(0) == 1 ? std::max<int64_t>(w.dim(1), 1) : w.stride(0);
+    if (!panels && ldw < std::max<int64_t>(w.dim(1), 1)) return RunFallback(ctx, in, out);
     Product p{attrs_.act,
               g.m,
               g.n,
@@ -240,7 +252,11 @@ class LinearKernel final : public DnnlKernel {
       for (int64_t i = 0; i < x.numel(); ++i) packed[i] = src[x.ElementOffset(i)];
       p.x = packed;
     }
-    if (constant_weights_ && p.act != LinearAct::kNone && choice::UsePackedGemm(p.m, p.n, p.k)) {
+    if (panels) {  // the weight's only stored form: the packed GEMM at every row count
+      ComputePacked(ctx, p, w.data<float>());
+      return absl::OkStatus();
+    }
+    if (constant_weights_ && choice::UsePackedGemm(p.m, p.n, p.k, p.act != LinearAct::kNone)) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
         return absl::OkStatus();
@@ -250,16 +266,29 @@ class LinearKernel final : public DnnlKernel {
   }
 
  private:
-  // Rows split over the pool in multiples of the micro-kernel's 6 (each range reads all of
-  // packed W: the row blocks of one range reuse it from L2).
+  // Split over the pool by ranges of panels (columns) when each thread gets two panels or more:
+  // each thread then reads only its share of packed W (with rows split every thread would read
+  // all of it, twice the weight traffic of a product of few rows, whose time is that read) and
+  // packs all of X (M K copies against M K N / threads multiply-adds). Fewer panels: rows split
+  // in multiples of the AVX-512 micro-kernel's 24.
   static void ComputePacked(const KernelContext& ctx, const Product& p, const float* packed) {
+    using cpu::packed_gemm::kPanel;
     const int threads = ctx.num_threads();
-    if (threads == 1 || p.m * p.n * p.k < kMinParallelGemm || p.m < 12) {
-      RunPacked(p, packed, 0, p.m);
+    const int64_t panels = (p.n + kPanel - 1) / kPanel;
+    const bool split = threads > 1 && (p.m == 1 ? p.n * p.k >= kMinParallelGemv
+                                                : p.m * p.n * p.k >= kMinParallelGemm);
+    if (!split) {
+      RunPacked(p, packed, 0, p.m, 0, panels);
       return;
     }
-    const int64_t grain = std::max<int64_t>(6, (p.m / threads + 5) / 6 * 6);
-    ctx.ParallelFor(p.m, grain, [&](int64_t i0, int64_t i1) { RunPacked(p, packed, i0, i1); });
+    if (p.m == 1 || panels >= 2 * threads) {
+      ctx.ParallelFor(panels, (panels + threads - 1) / threads,
+                      [&](int64_t p0, int64_t p1) { RunPacked(p, packed, 0, p.m, p0, p1); });
+      return;
+    }
+    const int64_t grain = std::max<int64_t>(24, (p.m / threads + 23) / 24 * 24);
+    ctx.ParallelFor(p.m, grain,
+                    [&](int64_t i0, int64_t i1) { RunPacked(p, packed, i0, i1, 0, panels); });
   }
 
   static absl::Status Compute(const KernelContext& ctx, const Product& p) {
@@ -304,7 +333,8 @@ class LinearKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLinear(const KernelSpec& spec) {
   DYNVM_ASSIGN_OR_RETURN(LinearAttrs attrs, reference::GetLinearAttrs(spec));
   DYNVM_ASSIGN_OR_RETURN(const int64_t constant_weights, spec.GetInt("constant_weights", 0));
-  return std::make_unique<LinearKernel>(KernelName(spec, "sgemm"), attrs, constant_weights == 1);
+  return std::make_unique<LinearKernel>(KernelName(spec, attrs.packed_n >= 0 ? "packed" : "sgemm"),
+                                        attrs, constant_weights == 1);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "allocator/heap_allocator.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/dnnl/choice.h"
+#include "kernels/reference/linear.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 #include "kernels/thread_pool.h"
@@ -26,6 +29,17 @@ namespace {
 
 using testing::KernelCall;
 
+reference::LinearAct ActOf(const std::string& act) {
+  using reference::LinearAct;
+  if (act == "Relu") return LinearAct::kRelu;
+  if (act == "Tanh") return LinearAct::kTanh;
+  if (act == "Sigmoid") return LinearAct::kSigmoid;
+  if (act == "Gelu") return LinearAct::kGelu;
+  if (act == "GeluTanh") return LinearAct::kGeluTanh;
+  if (act == "Silu") return LinearAct::kSilu;
+  return LinearAct::kNone;
+}
+
 Tensor RandomTensor(std::vector<int64_t> dims, std::mt19937& rng) {
   Tensor t = *Tensor::Empty(DType::kF32, dims);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -33,8 +47,9 @@ Tensor RandomTensor(std::vector<int64_t> dims, std::mt19937& rng) {
   return t;
 }
 
-// dynvm::Linear with constant_weights = 1 and an activation (the packed path where
-// choice::UsePackedGemm takes the shape, dnnl_sgemm elsewhere) against the reference kernel, at
+// dynvm::Linear with constant_weights = 1, with or without an activation (the packed path where
+// choice::UsePackedGemm takes the shape, dnnl_sgemm elsewhere; then the packed path forced at
+// every row count, one row on the GEMV of the panels) against the reference kernel, at
 // every microkernel level, at 1 and 2 threads; one kernel object runs two weights in turn,
 // twice, so a packed copy must be told apart by its weight (the cache) and reused (the second
 // round).
@@ -42,44 +57,48 @@ TEST(PackedGemm, LinearWithConstantWeightsMatchesTheReference) {
   const int cap = MaxThreads();
   ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
   std::mt19937 rng(11);
-  const char* acts[] = {"Relu", "Tanh", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
+  const char* acts[] = {"Relu", "Tanh", "", "Sigmoid", "Gelu", "GeluTanh", "Silu"};
   int i = 0;
-  for (cpu::Isa isa : cpu::SupportedIsas()) {
-    cpu::ScopedIsaForTesting level(isa);
-    SCOPED_TRACE(cpu::IsaName(isa));
-    for (int64_t rows : {8, 13, 130}) {
-      for (int64_t tb : {0, 1}) {
-        const int64_t k = 300, n = 70;
-        const std::string act = acts[i++ % 6];
-        SCOPED_TRACE(absl::StrCat("rows=", rows, " trans_b=", tb, " act=", act));
-        Tensor x = RandomTensor({2, rows, k}, rng), b = RandomTensor({n}, rng);
-        Tensor w1 = RandomTensor(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, rng);
-        Tensor w2 = RandomTensor(std::vector<int64_t>(w1.dims().begin(), w1.dims().end()), rng);
-        KernelCall call("Linear", "dynvm");
-        call.In(x).In(w1).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", act);
-        call.Attr("constant_weights", int64_t{1});
-        KernelSpec spec = call.spec();
-        spec.backend = "dnnl";
-        absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
-        ASSERT_TRUE(kernel.ok()) << kernel.status();
-        for (int threads : {1, 2}) {
-          KernelContext ctx(&HeapAllocator::Get(), threads);
-          for (int round = 0; round < 2; ++round) {
-            for (const Tensor* w : {&w1, &w2}) {
-              KernelCall ref("Linear", "dynvm");
-              ref.In(x).In(*w).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", act);
-              ref.Backend("reference");
-              absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
-              ASSERT_TRUE(want.ok()) << want.status();
-              Tensor y;
-              Tensor* outs[1] = {&y};
-              ASSERT_TRUE((*kernel)->Run(ctx, {&x, w, &b}, outs).ok());
-              const std::vector<double> g = testing::ToDoubles(y);
-              const std::vector<double> e = testing::ToDoubles((*want)[0]);
-              ASSERT_EQ(g.size(), e.size());
-              for (size_t j = 0; j < g.size(); ++j) {
-                ASSERT_NEAR(g[j], e[j], 2e-5 * (1.0 + std::abs(e[j])))
-                    << j << " threads=" << threads << " round=" << round;
+  for (const std::optional<bool> forced : {std::optional<bool>(), std::optional<bool>(true)}) {
+    choice::ForceForTesting(choice::Rule::kPackedGemm, forced);
+    for (cpu::Isa isa : cpu::SupportedIsas()) {
+      cpu::ScopedIsaForTesting level(isa);
+      SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), forced ? " packed GEMM forced" : ""));
+      for (int64_t rows : {1, 8, 13, 17, 130}) {
+        for (int64_t tb : {0, 1}) {
+          const int64_t k = 300, n = 70;
+          const std::string act = acts[i++ % 7];
+          SCOPED_TRACE(absl::StrCat("rows=", rows, " trans_b=", tb, " act=", act));
+          Tensor x = RandomTensor({2, rows, k}, rng), b = RandomTensor({n}, rng);
+          Tensor w1 =
+              RandomTensor(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, rng);
+          Tensor w2 = RandomTensor(std::vector<int64_t>(w1.dims().begin(), w1.dims().end()), rng);
+          KernelCall call("Linear", "dynvm");
+          call.In(x).In(w1).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", act);
+          call.Attr("constant_weights", int64_t{1});
+          KernelSpec spec = call.spec();
+          spec.backend = "dnnl";
+          absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
+          ASSERT_TRUE(kernel.ok()) << kernel.status();
+          for (int threads : {1, 2}) {
+            KernelContext ctx(&HeapAllocator::Get(), threads);
+            for (int round = 0; round < 2; ++round) {
+              for (const Tensor* w : {&w1, &w2}) {
+                KernelCall ref("Linear", "dynvm");
+                ref.In(x).In(*w).In(b).Out(DType::kF32).Attr("trans_b", tb).Attr("activation", act);
+                ref.Backend("reference");
+                absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
+                ASSERT_TRUE(want.ok()) << want.status();
+                Tensor y;
+                Tensor* outs[1] = {&y};
+                ASSERT_TRUE((*kernel)->Run(ctx, {&x, w, &b}, outs).ok());
+                const std::vector<double> g = testing::ToDoubles(y);
+                const std::vector<double> e = testing::ToDoubles((*want)[0]);
+                ASSERT_EQ(g.size(), e.size());
+                for (size_t j = 0; j < g.size(); ++j) {
+                  ASSERT_NEAR(g[j], e[j], 2e-5 * (1.0 + std::abs(e[j])))
+                      << j << " threads=" << threads << " round=" << round;
+                }
               }
             }
           }
@@ -87,6 +106,7 @@ TEST(PackedGemm, LinearWithConstantWeightsMatchesTheReference) {
       }
     }
   }
+  choice::ForceForTesting(choice::Rule::kPackedGemm, std::nullopt);
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
@@ -174,6 +194,130 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
     }
   }
   ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// dynvm::Linear(X, panels, B?, b_packed_n = N) (compiler/transpose_weights.h stores a weight only
+// products read so): the oneDNN kernel (the packed GEMM at every row count: MultiplyVector at one
+// row, Multiply with the bias and activation per block above) at every microkernel level, at 1
+// and 2 threads, and the reference kernel (the panels read by index), against the sum in double
+// of X times the plain [K, N] weight plus the bias, through the activation: one row, rows that
+// end in every tail of the 24- and 6-row tiles, leading batch dims, odd K and N (N not a
+// multiple of 16), K across the depth blocks, with and without a bias and an activation.
+TEST(PackedGemm, LinearOnPackedWeightsMatchesADoubleSum) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  std::mt19937 rng(37);
+  struct Case {
+    std::vector<int64_t> x_dims;
+    int64_t n;
+    bool bias;
+    const char* act;
+  };
+  const std::vector<Case> cases = {
+      {{1, 300}, 70, true, ""},         {{300}, 33, false, "Gelu"},
+      {{17, 257}, 129, true, ""},       {{2, 25, 131}, 40, true, "Relu"},
+      {{3, 7, 96}, 384, false, ""},     {{50, 600}, 17, true, "GeluTanh"},
+      {{197, 77}, 200, true, "Silu"},   {{8, 1}, 48, true, ""},
+      {{2, 64, 40}, 257, false, "Tanh"}};
+  for (const Case& c : cases) {
+    const int64_t k = c.x_dims.back(), n = c.n, m = [&] {
+      int64_t r = 1;
+      for (size_t i = 0; i + 1 < c.x_dims.size(); ++i) r *= c.x_dims[i];
+      return r;
+    }();
+    SCOPED_TRACE(absl::StrCat("X ", DimsString(c.x_dims), " N ", n, " act '", c.act, "'"));
+    const Tensor x = RandomTensor(c.x_dims, rng), w = RandomTensor({k, n}, rng);
+    const Tensor bias = RandomTensor({n}, rng);
+    Tensor panels = *Tensor::Empty(DType::kF32, {(n + 15) / 16, k, 16});
+    cpu::packed_gemm::Pack('N', k, n, w.data<float>(), n, panels.data<float>());
+    // The bound: k + 1 roundings of the products' magnitudes, through the activation (slope at
+    // most 1.13, GELU's), plus the activation's own few ulps.
+    std::vector<double> want(static_cast<size_t>(m * n)), tol(want.size());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = c.bias ? bias.data<float>()[j] : 0.0, scale = std::abs(sum);
+        for (int64_t q = 0; q < k; ++q) {
+          const double p = double{x.data<float>()[i * k + q]} * w.data<float>()[q * n + j];
+          sum += p;
+          scale += std::abs(p);
+        }
+        want[i * n + j] = reference::LinearActivation(ActOf(c.act), sum);
+        tol[i * n + j] = 1.2 * (static_cast<double>(k) + 2) * 0x1p-24 * scale +
+                         1e-6 * (1.0 + std::abs(want[i * n + j]));
+      }
+    }
+    std::vector<int64_t> out_dims(c.x_dims.begin(), c.x_dims.end() - 1);
+    out_dims.push_back(n);
+    KernelCall call("Linear", "dynvm");
+    call.In(x).In(panels);
+    if (c.bias) call.In(bias);
+    call.Out(DType::kF32).Attr("b_packed_n", n).Attr("activation", std::string(c.act));
+    call.Attr("constant_weights", int64_t{1});
+    auto check = [&](const Tensor& y) {
+      ASSERT_EQ(y.dims(), absl::MakeConstSpan(out_dims));
+      const std::vector<double> g = testing::ToDoubles(y);
+      for (size_t j = 0; j < g.size(); ++j) {
+        ASSERT_NEAR(g[j], want[j], tol[j]) << "element " << j;
+      }
+    };
+    {
+      KernelCall ref = call;
+      ref.Backend("reference");
+      absl::StatusOr<std::vector<Tensor>> r = ref.Run(1);
+      ASSERT_TRUE(r.ok()) << r.status();
+      check((*r)[0]);
+    }
+    KernelSpec spec = call.spec();
+    spec.backend = "dnnl";
+    absl::StatusOr<std::unique_ptr<Kernel>> kernel = KernelRegistry::Global().Create(spec);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    EXPECT_NE((*kernel)->name().find("packed"), std::string::npos) << (*kernel)->name();
+    std::vector<const Tensor*> in = {&x, &panels};
+    if (c.bias) in.push_back(&bias);
+    for (cpu::Isa isa : cpu::SupportedIsas()) {
+      cpu::ScopedIsaForTesting level(isa);
+      std::vector<double> first;
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(cpu::IsaName(isa), " threads=", threads));
+        KernelContext ctx(&HeapAllocator::Get(), threads);
+        Tensor y;
+        Tensor* outs[1] = {&y};
+        const absl::Status st = (*kernel)->Run(ctx, in, outs);
+        ASSERT_TRUE(st.ok()) << st;
+        check(y);
+        if (threads == 1) {
+          first = testing::ToDoubles(y);
+        } else {
+          EXPECT_EQ(testing::ToDoubles(y), first) << "the bits depend on the thread count";
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// Panels that do not fit b_packed_n or X's K, a plain W beside b_packed_n, and b_packed_n with
+// trans_b = 1, are errors (the oneDNN kernel's fallback reports them too).
+TEST(PackedGemm, LinearOnPackedWeightsRejectsBadShapes) {
+  std::mt19937 rng(41);
+  const Tensor x = RandomTensor({2, 40}, rng);
+  for (const std::vector<int64_t>& w_dims :
+       {std::vector<int64_t>{2, 40, 16}, std::vector<int64_t>{3, 41, 16},
+        std::vector<int64_t>{3, 40, 8}, std::vector<int64_t>{40, 33}}) {
+    SCOPED_TRACE(DimsString(w_dims));
+    const Tensor w = RandomTensor(w_dims, rng);
+    for (const char* backend : {"reference", "dnnl"}) {
+      KernelCall call("Linear", "dynvm");
+      call.In(x).In(w).Out(DType::kF32).Attr("b_packed_n", int64_t{33}).Backend(backend);
+      absl::StatusOr<std::vector<Tensor>> r = call.Run(1);
+      ASSERT_FALSE(r.ok()) << backend;
+      EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+    }
+  }
+  KernelCall both("Linear", "dynvm");
+  both.In(x).In(RandomTensor({3, 40, 16}, rng)).Out(DType::kF32);
+  both.Attr("b_packed_n", int64_t{33}).Attr("trans_b", int64_t{1});
+  EXPECT_FALSE(both.Run(1).ok());
 }
 
 // A read through a_perm (a strided view, which the oneDNN kernel copies into its workspace)

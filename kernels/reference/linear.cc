@@ -13,6 +13,9 @@
 #include "kernels/reference/reference.h"
 
 namespace dynvm::reference {
+namespace {
+constexpr int64_t kPanel = 16;  // kernels/cpu/packed_gemm.h
+}  // namespace
 
 absl::StatusOr<LinearAttrs> GetLinearAttrs(const KernelSpec& spec) {
   if (spec.inputs.size() < 2 || spec.inputs.size() > 3 || spec.outputs.size() != 1) {
@@ -31,6 +34,11 @@ absl::StatusOr<LinearAttrs> GetLinearAttrs(const KernelSpec& spec) {
     return absl::InvalidArgumentError("Linear: trans_b must be 0 or 1 and activation a string");
   }
   a.trans_b = *tb == 1;
+  absl::StatusOr<int64_t> packed_n = spec.GetInt("b_packed_n", -1);
+  if (!packed_n.ok() || *packed_n < -1 || (*packed_n >= 0 && a.trans_b)) {
+    return absl::InvalidArgumentError("Linear: b_packed_n must be N >= 0, with trans_b = 0");
+  }
+  a.packed_n = *packed_n;
   static constexpr std::pair<const char*, LinearAct> kActs[] = {
       {"", LinearAct::kNone},     {"Relu", LinearAct::kRelu},
       {"Tanh", LinearAct::kTanh}, {"Sigmoid", LinearAct::kSigmoid},
@@ -59,16 +67,27 @@ absl::StatusOr<LinearGeometry> PrepareLinear(const LinearAttrs& a, KernelContext
       (b != nullptr && b->dtype() != DType::kF32)) {
     return absl::InvalidArgumentError("Linear: X, W and B must be f32");
   }
-  if (x.rank() < 1 || w.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear: X must have rank >= 1 and W rank 2, got ", x.rank(), " and ", w.rank()));
+  const bool packed = a.packed_n >= 0;
+  if (x.rank() < 1 || w.rank() != (packed ? 3 : 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: X must have rank >= 1 and W rank ",
+                                                   packed ? "3 (b_packed_n)" : "2", ", got ",
+                                                   x.rank(), " and ", w.rank()));
   }
   LinearGeometry g;
   g.k = x.dim(x.rank() - 1);
-  g.n = w.dim(a.trans_b ? 0 : 1);
-  if (w.dim(a.trans_b ? 1 : 0) != g.k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear: X's last dim ", g.k, " differs from W's K ", w.dim(a.trans_b ? 1 : 0)));
+  if (packed) {
+    g.n = a.packed_n;
+    if (w.dim(0) != (g.n + kPanel - 1) / kPanel || w.dim(1) != g.k || w.dim(2) != kPanel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Linear: a packed W of N = ", g.n, " and K = ", g.k, " must be [",
+                       (g.n + kPanel - 1) / kPanel, ", K, 16], got ", w.ShapeString()));
+    }
+  } else {
+    g.n = w.dim(a.trans_b ? 0 : 1);
+    if (w.dim(a.trans_b ? 1 : 0) != g.k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Linear: X's last dim ", g.k, " differs from W's K ", w.dim(a.trans_b ? 1 : 0)));
+    }
   }
   if (b != nullptr && (b->rank() < 1 || b->dim(b->rank() - 1) != g.n || b->numel() != g.n)) {
     return absl::InvalidArgumentError(
@@ -117,14 +136,19 @@ absl::Status RunLinear(const void* attrs, KernelContext& ctx, absl::Span<const T
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
   float* py = out[0]->data<float>();
-  const int64_t swk = w.stride(a.trans_b ? 1 : 0), swn = w.stride(a.trans_b ? 0 : 1);
+  // W[kk, j] at pw[kk * swk + j * swn], or in panels at [j / 16, kk, j % 16].
+  const bool packed = a.packed_n >= 0;
+  const int64_t swk = w.stride(packed ? 1 : a.trans_b ? 1 : 0);
+  const int64_t swn = packed ? 0 : w.stride(a.trans_b ? 0 : 1);
   for (int64_t r = 0; r < g.m; ++r) {
     for (int64_t j = 0; j < g.n; ++j) {
+      const float* col =
+          packed ? pw + (j / kPanel) * w.stride(0) + (j % kPanel) * w.stride(2) : pw + j * swn;
       double acc = b != nullptr ? b->data<float>()[b->ElementOffset(j)] : 0.0;
       for (int64_t kk = 0; kk < g.k; ++kk) {
         const int64_t i = r * g.k + kk;
         const float xv = x.is_contiguous() ? px[i] : px[x.ElementOffset(i)];
-        acc += static_cast<double>(xv) * pw[kk * swk + j * swn];
+        acc += static_cast<double>(xv) * col[kk * swk];
       }
       py[r * g.n + j] = static_cast<float>(LinearActivation(a.act, acc));
     }

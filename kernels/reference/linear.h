@@ -6,8 +6,11 @@
 // Y = act(X W + B): X [..., K] (rank >= 1, its leading dims are rows), W [K, N] (trans_b = 0)
 // or [N, K] (trans_b = 1), B (optional) N values along its last axis, every other dim 1;
 // Y [..., N]. activation: "" (none), "Relu", "Tanh", "Sigmoid", "Gelu" (erf form), "GeluTanh",
-// "Silu" (x sigmoid(x)), the same functions as the ops of those names. Shapes that disagree
-// fail with InvalidArgument (the VM adds the node's name).
+// "Silu" (x sigmoid(x)), the same functions as the ops of those names. With b_packed_n = N
+// (trans_b 0; compiler/transpose_weights.h stores such weights) W is the [K, N] matrix stored as
+// the packed GEMM's panels [ceil(N / 16), K, 16] (W[k, j] at [j / 16, k, j % 16], zeros past N;
+// kernels/cpu/packed_gemm.h). Shapes that disagree fail with InvalidArgument (the VM adds the
+// node's name).
 #ifndef DYNVM_KERNELS_REFERENCE_LINEAR_H_
 #define DYNVM_KERNELS_REFERENCE_LINEAR_H_
 
@@ -24,6 +27,7 @@ enum class LinearAct { kNone, kRelu, kTanh, kSigmoid, kGelu, kGeluTanh, kSilu };
 struct LinearAttrs {
   bool trans_b = false;
   LinearAct act = LinearAct::kNone;
+  int64_t packed_n = -1;  // b_packed_n: W is panels of 16 columns; -1: a plain W
 };
 
 absl::StatusOr<LinearAttrs> GetLinearAttrs(const KernelSpec& spec);

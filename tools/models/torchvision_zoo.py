@@ -483,9 +483,11 @@ def run_one(args):
             row["problems"].append(f"compile: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
         row["compile_s"] = time.monotonic() - t0
         try:
-            sid = ort_ask(workers, proc, {"op": "open", "model": path, "threads": 1,
+            sid = ort_ask(workers, proc, {"op": "open", "model": path,
+                                          "threads": args.threads,
                                           "optimize": False})[0]["id"]
-            sid_opt = ort_ask(workers, proc, {"op": "open", "model": path, "threads": 1,
+            sid_opt = ort_ask(workers, proc, {"op": "open", "model": path,
+                                              "threads": args.threads,
                                               "optimize": True})[0]["id"]
         except (RuntimeError, workers.WorkerFailure) as e:
             row["problems"].append(f"ORT refused: {str(e)[:200]}")
@@ -494,7 +496,7 @@ def run_one(args):
         if not row["compile"]:
             print(json.dumps(row))
             return 0
-        vm = dynvm.VirtualMachine(exe, threads=1)
+        vm = dynvm.VirtualMachine(exe, threads=args.threads)
         worst_abs, worst_rel = 0.0, 0.0
         for i, size in enumerate(m["sizes"]):
             feeds = make_inputs(m, size, 1000 + i)
@@ -580,6 +582,8 @@ def main():
     ap.add_argument("--no-bench", dest="bench", action="store_false")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--target-ms", type=float, default=1500.0)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of dynvm's VM and ORT's session alike (default 1)")
     ap.add_argument("--opsets", default="", help="only these opsets (default: each model's)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", default="")
@@ -634,7 +638,8 @@ def main():
                 continue
             cmd = [sys.executable, os.path.abspath(__file__), "--one", m["name"], "--opset",
                    str(opset), "--ort", nm, "--build", args.build, "--rounds", str(args.rounds),
-                   "--target-ms", str(args.target_ms)] + ([] if args.bench else ["--no-bench"])
+                   "--target-ms", str(args.target_ms), "--threads", str(args.threads)] + (
+                       [] if args.bench else ["--no-bench"])
             t0 = time.monotonic()
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
