@@ -38,19 +38,21 @@ bool UseGemv(int64_t n, int64_t k, int threads) {
   return threads > 1 || n * k < (int64_t{1} << 24);
 }
 
-// A Linear + GELU [m, k] x [k, n] with constant weights (k x n = 256 x 1024, 1024 x 256, 512 x
-// 512): with AVX2 the packed GEMM ran 1.0-1.8x dnnl_sgemm from m = 8 to 256 and 0.98-1.02x at 512;
-// with AVX-512 1.04-2.7x from 16 to 128, 0.97-1.04x at 256 and 512, and 0.77-0.82x at 8 (oneDNN's
-// AVX-512 sgemm at 8 rows against two 6-row tiles).
-bool UsePackedGemm(int64_t m, int64_t n, int64_t k, bool activation) {
+// A Linear [m, k] x [k, n] with constant weights, with or without an activation (s9, the
+// transformer shapes k x n = 768 x 2304, 768 x 3072, 3072 x 768, 384 x 1536, 1536 x 384, 96 x 384,
+// 192 x 768, 384 x 96 and s8's 256 x 1024, 1024 x 256, 512 x 512; weights cold; 1 and 2 threads;
+// docs/results/linear-packed-choice-s9-2026-11-30.txt): the packed GEMM ran 1.1-3x dnnl_sgemm
+// (which repacks W on every call) from 8 to 128 rows and about even at 197-256, at both levels;
+// at 1024 and 3136 rows dnnl_sgemm's AVX-512 GEMM was 0-20% faster. One row runs the GEMV on
+// the panels (0.8-1.9x cpu::Gemv's dot form, even on the whole).
+bool UsePackedGemm(int64_t m, int64_t n, int64_t k) {
   static const bool on = EnvOn("DYNVM_DNNL_PACKED_GEMM");
   const cpu::Isa isa = cpu::ActiveIsa();
   if (const std::optional<bool>& f = Forced(Rule::kPackedGemm)) {
     return *f && isa >= cpu::Isa::kAvx2;
   }
   if (!on || isa < cpu::Isa::kAvx2) return false;
-  (void)activation;
-  return m <= 1024;
+  return m <= 256;
 }
 
 // dynvm's Winograd ran 1.5-2.5x oneDNN's AVX2 direct convolution on the CRNN's and resnet18's

@@ -17,10 +17,11 @@ namespace dynvm::onednn::choice {
 // dnnl_sgemm.
 bool UseGemv(int64_t n, int64_t k, int threads);
 
-// A dynvm::Linear with an activation and constant weights, [m, k] x [k, n]: dynvm's packed GEMM
-// (cpu::packed_gemm, the weight packed once, bias and activation on each block in cache) rather
-// than dnnl_sgemm. Off with DYNVM_DNNL_PACKED_GEMM=0 (read once).
-bool UsePackedGemm(int64_t m, int64_t n, int64_t k, bool activation);
+// A dynvm::Linear with constant weights the compiler left plain (with or without an activation),
+// [m, k] x [k, n]: dynvm's packed GEMM on a copy packed once at its first run (cpu::packed_gemm,
+// bias and activation on each block in cache) rather than dnnl_sgemm. (A weight stored as the
+// panels, b_packed_n, always runs the packed GEMM.) Off with DYNVM_DNNL_PACKED_GEMM=0 (read once).
+bool UsePackedGemm(int64_t m, int64_t n, int64_t k);
 
 // A FusedConv dynvm's Winograd (cpu::winograd) could serve: whether it runs, given whether
 // oneDNN's Winograd would serve it (oneDNN has a Winograd primitive for it, with its post-ops,

@@ -256,7 +256,7 @@ class LinearKernel final : public DnnlKernel {
       ComputePacked(ctx, p, w.data<float>());
       return absl::OkStatus();
     }
-    if (constant_weights_ && choice::UsePackedGemm(p.m, p.n, p.k, p.act != LinearAct::kNone)) {
+    if (constant_weights_ && choice::UsePackedGemm(p.m, p.n, p.k)) {
       if (const float* packed = packed_.Get(p.trans_w, p.k, p.n, p.w, p.ldw)) {
         ComputePacked(ctx, p, packed);
         return absl::OkStatus();
