@@ -42,9 +42,9 @@ bool UseGemv(int64_t n, int64_t k, int threads) {
 // transformer shapes k x n = 768 x 2304, 768 x 3072, 3072 x 768, 384 x 1536, 1536 x 384, 96 x 384,
 // 192 x 768, 384 x 96 and s8's 256 x 1024, 1024 x 256, 512 x 512; weights cold; 1 and 2 threads;
 // docs/results/linear-packed-choice-s9-2026-11-30.txt): the packed GEMM ran 1.1-3x dnnl_sgemm
-// (which repacks W on every call) from 8 to 128 rows and about even at 197-256, at both levels;
-// at 1024 and 3136 rows dnnl_sgemm's AVX-512 GEMM was 0-20% faster. One row runs the GEMV on
-// the panels (0.8-1.9x cpu::Gemv's dot form, even on the whole).
+// (which repacks W on every call) from 8 to 128 rows and about even at 197-256 with AVX-512 (an
+// exploratory AVX2 run: 1.04-1.49x up to 256 rows); at 1024 and 3136 rows dnnl_sgemm's AVX-512
+// GEMM was 0-20% faster. One row runs the GEMV on the panels (0.8-1.9x cpu::Gemv's dot form).
 bool UsePackedGemm(int64_t m, int64_t n, int64_t k) {
   static const bool on = EnvOn("DYNVM_DNNL_PACKED_GEMM");
   const cpu::Isa isa = cpu::ActiveIsa();
