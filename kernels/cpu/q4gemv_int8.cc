@@ -60,7 +60,13 @@
 // and shift. The symmetric GEMV looking 15% slower than the one with zero points in
 // cpu_q4gemv_benchmark was the copies' memory, not the code: the two loops differ only in the
 // correction (a shift against the zero-point unpack and a multiply), and an unused zero-point
-// allocation in the symmetric copies swapped which one was faster.
+// allocation in the symmetric copies swapped which one was faster. s9 (docs/results/
+// int4-gemv-s9-2026-11-30.txt): two or four weight rows per iteration sharing each activation
+// load (no gain in L2, half the rate from memory: interleaved row streams), the high nibble as
+// AND 0xF0 with no shift (no gain), and each VPHADDD as two VSHUFPS and a VPADDD (+6% in L2;
+// from memory 3-6% faster at N 5632 x K 2048, 15-22% slower at N 2048 x K 5632). In L2 the
+// reduction's VPHADDD and the nibble split are what cost: without them (wrong answers) the loop
+// ran 13% and 9% faster.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
