@@ -286,6 +286,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -299,7 +300,9 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/depthwise.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/winograd.h"
 #include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/conv_common.h"
@@ -334,6 +337,7 @@ ConvCacheStats GetConvCacheStats(const KernelState* state) {
     stats.dst_reorders += e->dst_reorder.bound() ? 1 : 0;
     stats.dw_fused += e->dw_fused ? 1 : 0;
     stats.dw_separate += e->second.bound() ? 1 : 0;
+    stats.one_pixel += e->one_pixel ? 1 : 0;
     stats.depthwise_1d += e->depthwise_1d ? 1 : 0;
     stats.pointwise_1d += e->pointwise_1d ? 1 : 0;
     stats.conv1d_gemm += e->conv1d_gemm ? 1 : 0;
@@ -801,13 +805,16 @@ class ConvKernel final : public DnnlKernel {
     if (fresh) {
       // dynvm's Winograd before the GEMM where both take a shape (a 4x4 image over a batch):
       // 2.25x fewer multiply-adds than the direct convolution against 1x, measured 2.8-4x faster.
+      const bool one_pixel = OnePixelTakes(g, x, w, sum);
       const bool own_winograd = OwnWinogradTakes(g, sum), gemm = UseGemm(g, sum);
       const bool depthwise_1d = Depthwise1dTakes(g, x, w, sum);
       const bool pointwise_1d = Pointwise1dTakes(g, x, w, sum);
       const bool conv1d_gemm = !pointwise_1d && Conv1dGemmTakes(ctx, g, x, w, sum, macs);
       DYNVM_RETURN_IF_ERROR(BindEntry(
           e, transpose_ ? "deconvolution" : "convolution", [&](const dnnl::engine& engine) {
-            if (depthwise_1d) {
+            if (one_pixel) {
+              e->one_pixel = true;
+            } else if (depthwise_1d) {
               e->depthwise_1d = true;
             } else if (pointwise_1d) {
               e->pointwise_1d = true;
@@ -827,6 +834,7 @@ class ConvKernel final : public DnnlKernel {
     if (e->use_fallback) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims,
                                                    transpose_ ? "ConvTranspose" : "Conv"));
+    if (e->one_pixel) return ExecuteOnePixel(ctx, g, x, w, b, sum, out[0]);
     if (e->depthwise_1d) return ExecuteDepthwise1d(ctx, g, x, w, b, out[0]);
     if (e->pointwise_1d) return ExecutePointwise1d(ctx, g, x.data<float>(), w, b, out[0]);
     if (e->conv1d_gemm) return ExecuteConv1dGemm(ctx, g, x, w, b, out[0]);
@@ -1022,6 +1030,191 @@ class ConvKernel final : public DnnlKernel {
       }
     });
     return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
+  }
+
+  // ---- A convolution of one-pixel images as a matrix product ----
+
+  // An ungrouped convolution whose images are one pixel and whose kernel is 1 on every spatial
+  // dim, unpadded (any stride or dilation: the output is one pixel too): a squeeze-excitation
+  // block's two convolutions after its global pool (MobileNetV3, EfficientNet, RegNetY, and the
+  // detectors and segmenters on them), LR-ASPP's scale branch, a classifier written as a 1x1
+  // conv. One pixel has the same bytes plain and channels-last, so the ports' layouts do not
+  // matter. It is y[n, :] = W [M, C] x[n, :] (plus the residual), then the bias and the
+  // activations per element. Constant weights (AVX2 and up): W packed once into the packed
+  // GEMM's 16-column panels, one image by packed_gemm::MultiplyVector (one sequential stream per
+  // panel), a batch by packed_gemm::Multiply where choice::UsePackedGemm takes its rows
+  // (ExecutePacked); otherwise cpu::Gemv at batch 1 (choice::UseGemv) or one dnnl_sgemm over the
+  // batch. The product is bound by reading W (MobileNetV3's 960 -> 240 and 240 -> 960 SE convs:
+  // 0.9 MB each): oneDNN's convolution ran them in 62-73 us a call, the packed GEMV in 43-45
+  // (cpu::Gemv's dot form, the [M, C] rows as they are, took 54 and 85: its rows of 240 are short)
+  // (per-site medians of vm-run --profile, best of 3 interleaved rounds on the shared Zen 4;
+  // docs/results/mobilecnn-s9-2026-11-30.txt).
+  bool OnePixelTakes(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor* sum) const {
+    if (transpose_ || dw_.present || g.g != 1) return false;
+    for (int i = 0; i < g.k; ++i) {
+      if (g.in[i] != 1 || g.kd[i] != 1 || g.pl[i] != 0 || g.pr[i] != 0) return false;
+    }
+    return x.is_contiguous() && w.is_contiguous() && (sum == nullptr || sum->is_contiguous());
+  }
+
+  // `a` applied to v[0, count) in place, as oneDNN's eltwise post-op computes it (Relu and Clip
+  // give 0 / the bound for NaN: oneDNN's max and min drop it).
+  static void ActivateInPlace(const Activation& a, float* v, int64_t count) {
+    using alg = dnnl::algorithm;
+    if (!a.present) return;
+    for (int64_t i = 0; i < count; ++i) {
+      const float x = v[i];
+      float r = x;
+      switch (a.alg) {
+        case alg::eltwise_relu:
+          r = x > 0.0f ? x : (a.alpha == 0.0f ? 0.0f : a.alpha * x);
+          break;
+        case alg::eltwise_clip_v2:
+          r = x > a.alpha ? x : a.alpha;
+          r = r < a.beta ? r : a.beta;
+          break;
+        case alg::eltwise_logistic:
+          r = 1.0f / (1.0f + std::exp(-x));
+          break;
+        case alg::eltwise_hardswish: {
+          const float t = std::min(std::max(x + 3.0f, 0.0f), 6.0f);
+          r = x * t / 6.0f;
+          break;
+        }
+        case alg::eltwise_swish:
+          r = x / (1.0f + std::exp(-a.alpha * x));
+          break;
+        case alg::eltwise_tanh:
+          r = std::tanh(x);
+          break;
+        case alg::eltwise_linear:
+          r = a.alpha * x + a.beta;
+          break;
+        default:
+          break;
+      }
+      v[i] = r;
+    }
+  }
+
+  absl::Status ExecuteOnePixel(KernelContext& ctx, const Geometry& g, const Tensor& x,
+                               const Tensor& w, const Tensor* b, const Tensor* sum,
+                               Tensor* y) const {
+    if (constant_weights_ && cpu::ActiveIsa() >= cpu::Isa::kAvx2 && OnePixelPackedOn() &&
+        (g.n == 1 || choice::UsePackedGemm(g.n, g.m, g.c))) {
+      return ExecutePacked(ctx, g, g.n, x, w, b, sum, y);
+    }
+    const int64_t n = g.n, c = g.c, m = g.m;
+    const float* px = x.data<float>();
+    const float* pw = w.data<float>();
+    float* py = y->data<float>();
+    float beta = 0.0f;
+    if (sum != nullptr) {
+      const float* ps = sum->data<float>();
+      if (ps != py) std::memmove(py, ps, static_cast<size_t>(n * m) * sizeof(float));
+      beta = 1.0f;
+    }
+    if (n == 1 && choice::UseGemv(m, c, 1)) {
+      cpu::Gemv('T', m, c, 1.0f, px, pw, c, beta, py);
+    } else {
+      DYNVM_RETURN_IF_ERROR(
+          FromDnnl(dnnl_sgemm('N', 'T', n, m, c, 1.0f, px, c, pw, c, beta, py, m), "dnnl_sgemm"));
+    }
+    // oneDNN's order: bias, the residual sum (already in y), then the activations. The bias is
+    // added after the product; with a residual that is (Wx + sum) + b, the same terms.
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = py + i * m;
+      if (pb != nullptr) {
+        for (int64_t j = 0; j < m; ++j) row[j] += pb[j];
+      }
+      ActivateInPlace(act_, row, m);
+      ActivateInPlace(act2_, row, m);
+    }
+    return absl::OkStatus();
+  }
+
+  // DYNVM_DNNL_ONE_PIXEL_PACKED=0 keeps one-pixel convolutions with constant weights off the
+  // packed GEMM (cpu::Gemv or dnnl_sgemm instead; A/B measurements). Read once.
+  static bool OnePixelPackedOn() {
+    static const bool on = [] {
+      const char* env = std::getenv("DYNVM_DNNL_ONE_PIXEL_PACKED");
+      return env == nullptr || std::atoi(env) != 0;
+    }();
+    return on;
+  }
+
+  // Y [rows, M] = X [rows, C] W^T on the packed GEMM (W [M, C] packed once per kernel into
+  // 16-column panels, kernels/cpu/packed_gemm.h), then the bias, the residual and the
+  // activations on each block in cache. One row runs packed_gemm::MultiplyVector (one
+  // sequential stream per panel), more packed_gemm::Multiply; at more than one thread the
+  // panels are split over the VM's pool.
+  absl::Status ExecutePacked(KernelContext& ctx, const Geometry& g, int64_t rows, const Tensor& x,
+                             const Tensor& w, const Tensor* b, const Tensor* sum, Tensor* y) const {
+    const int64_t c = g.c, m = g.m;
+    const int64_t floats = cpu::packed_gemm::PackedFloats(c, m);
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    // A key no oneDNN layout has: the packed GEMM's panels of [M, C].
+    const dnnl::memory::desc key({floats, c, m}, dt::f32, dnnl::memory::format_tag::abc);
+    auto pack = [&](void* to) {
+      cpu::packed_gemm::Pack('T', c, m, w.data<float>(), c, static_cast<float*>(to));
+      return absl::OkStatus();
+    };
+    DYNVM_ASSIGN_OR_RETURN(const void* cached, packed_.Get(w.raw_data(), key, bytes, pack));
+    float* py = y->data<float>();
+    const float* ps = sum != nullptr ? sum->data<float>() : nullptr;
+    const size_t sum_bytes = ps == py ? Align(static_cast<size_t>(rows * m) * sizeof(float)) : 0;
+    const size_t w_bytes = cached == nullptr ? Align(bytes) : 0;
+    DYNVM_ASSIGN_OR_RETURN(void* ws, ctx.Workspace(sum_bytes + w_bytes + 64));
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws) + 63) & ~uintptr_t{63});
+    if (sum_bytes > 0) {  // the residual is the output's buffer: kept apart before it is written
+      std::memcpy(base, ps, static_cast<size_t>(rows * m) * sizeof(float));
+      ps = reinterpret_cast<const float*>(base);
+    }
+    const float* packed = static_cast<const float*>(cached);
+    if (packed == nullptr) {  // the kernel's packed-weights cache is full: pack per run
+      float* to = reinterpret_cast<float*>(base + sum_bytes);
+      DYNVM_RETURN_IF_ERROR(pack(to));
+      packed = to;
+    }
+    const float* px = x.data<float>();
+    const float* pb = b != nullptr ? b->data<float>() : nullptr;
+    using cpu::packed_gemm::kPanel;
+    const int64_t panels = (m + kPanel - 1) / kPanel;
+    // Columns [col0, col0 + nc) of rows [r0, r0 + nr): bias, residual, activations.
+    auto epilogue = [&](int64_t r0, int64_t nr, int64_t col0, int64_t nc) {
+      for (int64_t r = r0; r < r0 + nr; ++r) {
+        float* yr = py + r * m + col0;
+        if (pb != nullptr) {
+          for (int64_t j = 0; j < nc; ++j) yr[j] += pb[col0 + j];
+        }
+        if (ps != nullptr) {
+          const float* sr = ps + r * m + col0;
+          for (int64_t j = 0; j < nc; ++j) yr[j] += sr[j];
+        }
+        ActivateInPlace(act_, yr, nc);
+        ActivateInPlace(act2_, yr, nc);
+      }
+    };
+    auto run = [&](int64_t p0, int64_t p1) {
+      const int64_t j0 = p0 * kPanel, cols = std::min(m, p1 * kPanel) - j0;
+      if (rows == 1) {
+        cpu::packed_gemm::MultiplyVector(p0, p1, m, c, px, packed, py);
+        epilogue(0, 1, j0, cols);
+        return;
+      }
+      cpu::packed_gemm::Multiply(
+          0, rows, cols, c, px, c, packed + j0 * c, py + j0, m,
+          [&](int64_t r0, int64_t nr, int64_t c0, int64_t nc) { epilogue(r0, nr, j0 + c0, nc); });
+    };
+    const int64_t macs = rows * c * m;
+    if (ctx.num_threads() < 2 || panels < 2 || macs < 2 * kMinConvTaskMacs) {
+      run(0, panels);
+    } else {
+      ctx.ParallelFor(panels, std::max<int64_t>(1, panels * kMinConvTaskMacs / macs),
+                      [&](int64_t p0, int64_t p1) { run(p0, p1); });
+    }
+    return absl::OkStatus();
   }
 
   // ---- Any other Conv1d as im2col + sgemm on the VM's threads ----

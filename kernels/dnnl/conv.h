@@ -28,6 +28,7 @@ struct ConvCacheStats {
   int dst_reorders = 0;     // cached convolutions that reorder their output
   int dw_fused = 0;         // 1x1 + depthwise pairs on one primitive with a depthwise post-op
   int dw_separate = 0;      // 1x1 + depthwise pairs on two primitives
+  int one_pixel = 0;        // convolutions of one-pixel images as a GEMV or one sgemm
   int depthwise_1d = 0;     // depthwise Conv1ds on dynvm's microkernel (cpu/depthwise.h)
   int pointwise_1d = 0;     // pointwise Conv1ds as sgemm on the VM's threads
   int conv1d_gemm = 0;      // other Conv1ds as im2col + sgemm on the VM's threads (2+ threads)

@@ -24,6 +24,7 @@ struct Entry {
   bool gemm = false;            // the convolution runs as im2col + one sgemm (w_reorder packs W)
   bool own_winograd = false;    // the convolution runs dynvm's Winograd F(2x2, 3x3) (winograd.h)
   bool reference_impl = false;  // oneDNN bound its reference implementation ("ref:any")
+  bool one_pixel = false;       // one-pixel images as a GEMV / sgemm (ExecuteOnePixel)
   bool depthwise_1d = false;    // a plain depthwise Conv1d on dynvm's microkernel (depthwise.h)
   bool pointwise_1d = false;    // a pointwise Conv1d as one sgemm per image on the VM's threads
   bool conv1d_gemm = false;     // a Conv1d as im2col + sgemm rows on the VM's threads

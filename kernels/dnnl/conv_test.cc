@@ -998,6 +998,96 @@ TEST(DnnlFusedConv, PointwiseConv1dAsGemmMatchesReference) {
   }
 }
 
+// One case of OnePixelImagesAsAProductMatchReference (below).
+struct OnePixelShape {
+  int64_t n, c, m, spatial, pixel, kernel, pad, stride, group;
+  const char* act;
+  bool bias, sum, act2, channels_last_in, channels_last_out, constant, takes;
+};
+
+void OnePixelCase(const OnePixelShape& sh, uint32_t& seed) {
+  std::vector<int64_t> xd = {sh.n, sh.c}, wd = {sh.m, sh.c / sh.group}, yd = {sh.n, sh.m};
+  std::vector<int64_t> pads, strides, kernel;
+  for (int64_t d = 0; d < sh.spatial; ++d) {
+    xd.push_back(d == 0 ? sh.pixel : 1);
+    wd.push_back(sh.kernel);
+    yd.push_back(((d == 0 ? sh.pixel : 1) + 2 * sh.pad - sh.kernel) / sh.stride + 1);
+    strides.push_back(sh.stride);
+    kernel.push_back(sh.kernel);
+  }
+  pads.assign(2 * sh.spatial, sh.pad);
+  std::vector<Tensor> inputs = {Random(xd, seed++), Random(wd, seed++)};
+  if (sh.bias || sh.sum) inputs.push_back(Random({sh.m}, seed++));
+  if (sh.sum) inputs.push_back(Random(yd, seed++, -4, 4));
+  Attrs attrs = Both(Both(A<Ints>({{"pads", pads}, {"strides", strides}, {"kernel_shape", kernel}}),
+                          Both(I("group", sh.group), I("constant_weights", sh.constant ? 1 : 0))),
+                     Both(I("channels_last_in", sh.channels_last_in ? 1 : 0),
+                          I("channels_last_out", sh.channels_last_out ? 1 : 0)));
+  if (*sh.act != '\0') {
+    const std::string act = sh.act;
+    const float alpha = act == "SiLU" ? 1.0f : act == "Affine" ? 1.0f / 6 : -0.5f;
+    const float beta = act == "Affine" ? 0.5f : 0.75f;
+    attrs = Both(attrs, Both(S("activation", act),
+                             Both(F("activation_alpha", alpha), F("activation_beta", beta))));
+  }
+  if (sh.act2) {  // a HardSigmoid: Affine(1/6, 0.5), then Clip(0, 1)
+    attrs = Both(attrs, Both(S("activation2", "Clip"),
+                             Both(F("activation2_alpha", 0), F("activation2_beta", 1))));
+  }
+  const std::string what =
+      absl::StrCat(sh.n, "x", sh.c, " -> ", sh.m, " rank ", sh.spatial + 2, " pixel ", sh.pixel,
+                   " kernel ", sh.kernel, " pad ", sh.pad, " stride ", sh.stride, " group ",
+                   sh.group, " ", sh.act, sh.act2 ? "+Clip" : "", sh.sum ? " sum" : "",
+                   sh.channels_last_in ? " cl-in" : "", sh.channels_last_out ? " cl-out" : "",
+                   sh.constant ? " constant" : "", " isa ", static_cast<int>(cpu::ActiveIsa()));
+  Check({what, "FusedConv", "dynvm", inputs, attrs});
+  ExpectPathAtOneAndTwoThreads(what, inputs, attrs, [&](const ConvCacheStats& st) {
+    EXPECT_EQ(st.one_pixel, sh.takes ? 1 : 0) << what;
+  });
+}
+
+// A FusedConv whose images are one pixel and whose kernel is 1 (a squeeze-excitation block's
+// convolutions after its global pool) runs as a matrix product (ConvKernel::ExecuteOnePixel),
+// whatever the ports' layouts (one pixel has the same bytes both ways): against the reference
+// kernel with every activation, the HardSigmoid pair (Affine then Clip), bias or none, a residual,
+// 1 to 3 spatial dims, strides, batches (one image: the packed GEMV; 16: the packed GEMM; 2-4:
+// dnnl_sgemm), constant weights (packed) or not (cpu::Gemv, dnnl_sgemm), at every microkernel
+// level the CPU has; near misses (more than one pixel, a padded or larger kernel, groups) keep
+// oneDNN's convolution.
+TEST(DnnlFusedConv, OnePixelImagesAsAProductMatchReference) {
+  // {n, c, m, spatial dims, pixels along the first, kernel, pad, stride, group, activation, bias,
+  // residual, activation2 (Clip 0..1), channels-last in, out, constant weights (set below),
+  // takes}
+  const OnePixelShape shapes[] = {
+      {1, 960, 240, 2, 1, 1, 0, 1, 1, "Relu", true, false, false, true, false, true, true},
+      {1, 240, 960, 2, 1, 1, 0, 1, 1, "Affine", true, false, true, false, true, true, true},
+      {1, 72, 24, 2, 1, 1, 0, 1, 1, "SiLU", true, false, false, false, false, true, true},
+      {1, 24, 72, 2, 1, 1, 0, 1, 1, "Sigmoid", true, false, false, true, true, true, true},
+      {3, 120, 32, 2, 1, 1, 0, 1, 1, "HardSwish", true, false, false, false, false, true, true},
+      {2, 33, 17, 2, 1, 1, 0, 2, 1, "LeakyRelu", false, false, false, false, false, true, true},
+      {1, 50, 70, 2, 1, 1, 0, 1, 1, "Clip", true, true, false, false, false, true, true},
+      {4, 64, 48, 2, 1, 1, 0, 1, 1, "Tanh", true, true, true, true, true, true, true},
+      {1, 40, 30, 1, 1, 1, 0, 1, 1, "", true, false, false, false, false, true, true},
+      {2, 40, 30, 3, 1, 1, 0, 1, 1, "", false, false, false, false, false, true, true},
+      {1, 2048, 1000, 2, 1, 1, 0, 1, 1, "", true, false, false, false, false, true, true},
+      {16, 96, 40, 2, 1, 1, 0, 1, 1, "Affine", true, true, true, true, true, true, true},
+      // Near misses: two pixels, a padded 3x3 kernel, groups.
+      {1, 64, 32, 2, 2, 1, 0, 1, 1, "Relu", true, false, false, false, false, true, false},
+      {1, 64, 32, 2, 1, 3, 1, 1, 1, "Relu", true, false, false, false, false, true, false},
+      {1, 64, 32, 2, 1, 1, 0, 1, 2, "Relu", true, false, false, false, false, true, false},
+  };
+  uint32_t seed = 1500;
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (bool constant : {true, false}) {
+      for (OnePixelShape sh : shapes) {
+        sh.constant = constant;
+        OnePixelCase(sh, seed);
+      }
+    }
+  }
+}
+
 // Any other ungrouped Conv1d at more than one thread, from kMinParallelWork multiply-adds (where
 // oneDNN ran its OpenMP team), runs as im2col + sgemm rows on the VM's threads
 // (ConvKernel::ExecuteConv1dGemm): against the reference kernel at 1, 2 and 3 threads with kernel
