@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/builder.h"
@@ -716,6 +717,28 @@ TEST(WorkspaceTest, LargeWorkspacesGoBackToThePoolAfterTheirInvoke) {
     // The second run finds the block in the pool's free list.
     if (run == 1) EXPECT_EQ(vm->last_run_memory().system_allocs, 0);
   }
+}
+
+// The same four sites with contiguous i64 indices: ScatterND reads them in place (no copy; an
+// index tensor may be as large as the data it addresses), so the run's peak is its outputs
+// alone. With the copy it held a 2 MiB workspace during each invoke.
+TEST(WorkspaceTest, ScatterNDReadsContiguousI64IndicesInPlace) {
+  constexpr int64_t kN = 262144;
+  std::shared_ptr<const Executable> exe =
+      LoadAssembly(absl::StrReplaceAll(kLargeWorkspaces, {{"i32", "i64"}}));
+  ASSERT_NE(exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+  std::vector<int64_t> idx(kN);
+  for (int64_t t = 0; t < kN; ++t) idx[t] = t % 4 - 4 * (t % 2);  // negative ones too
+  const Tensor indices = I64({kN, 1}, idx);
+  const Tensor updates = F32({kN}, std::vector<float>(kN, 1.0f));
+  ASSERT_TRUE(vm->SetInputZeroCopy("idx", indices).ok());
+  ASSERT_TRUE(vm->SetInputZeroCopy("upd", updates).ok());
+  ASSERT_TRUE(vm->SetInputZeroCopy("x", F32({4}, {1, 2, 3, 4})).ok());
+  ASSERT_TRUE(vm->Run().ok());
+  constexpr float kAdded = 4.0f * (kN / 4);
+  EXPECT_THAT(Output(*vm, "y"), ElementsAre(1 + kAdded, 2 + kAdded, 3 + kAdded, 4 + kAdded));
+  EXPECT_LT(vm->memory_stats().peak_bytes_in_use, kN * 8 / 4);
 }
 
 TEST_F(LoopTest, ManyVmsOnEightThreads) {
