@@ -147,10 +147,12 @@ class KernelContext {
   }
   // The pool's owner, for outputs made outside AllocateOutput (string tensors, kernels/strings.h).
   const std::shared_ptr<Allocator>& allocator_keep_alive() const { return allocator_keep_alive_; }
-  // Scratch memory for this invoke site, valid until the next Workspace call at this site;
-  // reused across runs (it grows, never shrinks, until the VM is trimmed). Blocks are at least
-  // a page (4 KiB) and at least double when they grow, so a site whose shapes grow every
-  // iteration does not reallocate every iteration.
+  // Scratch memory for this invoke site, valid until the next Workspace call at this site or
+  // the end of the invoke. Up to 1 MiB it is reused across invokes and runs (it grows, never
+  // shrinks, until the VM is trimmed); a larger one goes back to the VM's pool when the invoke
+  // returns (vm/interpreter.cc, kMaxKeptWorkspaceBytes). Blocks are at least a page (4 KiB) and
+  // at least double when they grow, so a site whose shapes grow every iteration does not
+  // reallocate every iteration.
   absl::StatusOr<void*> Workspace(size_t bytes);
 
   // The device backend's per-VM context (nullptr when the VM has not used a device, or for a

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/builder.h"
@@ -648,6 +649,96 @@ TEST_F(LoopTest, TenMillionIterationsInFlatMemory) {
   EXPECT_EQ(big.bytes_in_use, small.bytes_in_use);
   EXPECT_EQ(big.peak_bytes_in_use, small.peak_bytes_in_use);
   EXPECT_EQ(big.allocs - small.allocs, 3);  // the x copy and two storages: none per iteration
+}
+
+// Four ScatterND sites in a row, each copying its 262144 i32 indices to i64 in its workspace
+// (2 MiB, above the 1 MiB a site keeps: vm/interpreter.cc, kMaxKeptWorkspaceBytes): each workspace
+// goes back to the pool when its invoke returns, so the sites share one block (the run's peak is
+// one workspace, not four) and nothing but the output is in use after the run. A model with many
+// such sites (MViT's 64 ScatterNDs, each indexing its whole attention matrix) held them all
+// otherwise.
+constexpr absl::string_view kLargeWorkspaces = R"(
+.kernel "ScatterND" in(f32, i32, f32) out(f32) attrs(reduction=s:"add")
+
+.function main
+  .params 3 0
+  .oregs tensor:i32 tensor:f32 tensor:f32 storage tensor:f32 storage tensor:f32 storage tensor:f32 storage tensor:f32
+  .oresults tensor:f32
+  .input idx [262144,1]
+  .input upd [262144]
+  .input x [4]
+  .output y [4]
+  alloc_storage %o3, 16, cpu
+  alloc_tensor %o4, %o3, 0, f32, [4]
+  kill %o3
+  invoke k0, #0, (%o2, %o0, %o1), (%o4)
+  alloc_storage %o5, 16, cpu
+  alloc_tensor %o6, %o5, 0, f32, [4]
+  kill %o5
+  invoke k0, #1, (%o4, %o0, %o1), (%o6)
+  kill %o4
+  alloc_storage %o7, 16, cpu
+  alloc_tensor %o8, %o7, 0, f32, [4]
+  kill %o7
+  invoke k0, #2, (%o6, %o0, %o1), (%o8)
+  kill %o6
+  alloc_storage %o9, 16, cpu
+  alloc_tensor %o10, %o9, 0, f32, [4]
+  kill %o9
+  invoke k0, #3, (%o8, %o0, %o1), (%o10)
+  kill %o8
+  ret (%o10), ()
+.end
+)";
+
+TEST(WorkspaceTest, LargeWorkspacesGoBackToThePoolAfterTheirInvoke) {
+  constexpr int64_t kN = 262144;
+  constexpr int64_t kWorkspaceBytes = kN * 8;  // the indices as i64
+  std::shared_ptr<const Executable> exe = LoadAssembly(kLargeWorkspaces);
+  ASSERT_NE(exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+  std::vector<int32_t> idx(kN);
+  for (int64_t t = 0; t < kN; ++t) idx[t] = static_cast<int32_t>(t % 4);
+  const Tensor indices = *Tensor::FromVector<int32_t>(DType::kI32, {kN, 1}, idx);
+  const Tensor updates = F32({kN}, std::vector<float>(kN, 1.0f));
+  const Tensor x = F32({4}, {1, 2, 3, 4});
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run);
+    ASSERT_TRUE(vm->SetInputZeroCopy("idx", indices).ok());
+    ASSERT_TRUE(vm->SetInputZeroCopy("upd", updates).ok());
+    ASSERT_TRUE(vm->SetInputZeroCopy("x", x).ok());
+    ASSERT_TRUE(vm->Run().ok());
+    // Each site adds kN / 4 ones to each element: 4 sites, exact in f32.
+    constexpr float kAdded = 4.0f * (kN / 4);
+    EXPECT_THAT(Output(*vm, "y"), ElementsAre(1 + kAdded, 2 + kAdded, 3 + kAdded, 4 + kAdded));
+    const AllocatorStats stats = vm->memory_stats();
+    EXPECT_LT(stats.bytes_in_use, kWorkspaceBytes / 2);
+    EXPECT_LT(stats.peak_bytes_in_use, 2 * kWorkspaceBytes);
+    // The second run finds the block in the pool's free list.
+    if (run == 1) EXPECT_EQ(vm->last_run_memory().system_allocs, 0);
+  }
+}
+
+// The same four sites with contiguous i64 indices: ScatterND reads them in place (no copy; an
+// index tensor may be as large as the data it addresses), so the run's peak is its outputs
+// alone. With the copy it held a 2 MiB workspace during each invoke.
+TEST(WorkspaceTest, ScatterNDReadsContiguousI64IndicesInPlace) {
+  constexpr int64_t kN = 262144;
+  std::shared_ptr<const Executable> exe =
+      LoadAssembly(absl::StrReplaceAll(kLargeWorkspaces, {{"i32", "i64"}}));
+  ASSERT_NE(exe, nullptr);
+  std::unique_ptr<VirtualMachine> vm = MakeVm(exe);
+  std::vector<int64_t> idx(kN);
+  for (int64_t t = 0; t < kN; ++t) idx[t] = t % 4 - 4 * (t % 2);  // negative ones too
+  const Tensor indices = I64({kN, 1}, idx);
+  const Tensor updates = F32({kN}, std::vector<float>(kN, 1.0f));
+  ASSERT_TRUE(vm->SetInputZeroCopy("idx", indices).ok());
+  ASSERT_TRUE(vm->SetInputZeroCopy("upd", updates).ok());
+  ASSERT_TRUE(vm->SetInputZeroCopy("x", F32({4}, {1, 2, 3, 4})).ok());
+  ASSERT_TRUE(vm->Run().ok());
+  constexpr float kAdded = 4.0f * (kN / 4);
+  EXPECT_THAT(Output(*vm, "y"), ElementsAre(1 + kAdded, 2 + kAdded, 3 + kAdded, 4 + kAdded));
+  EXPECT_LT(vm->memory_stats().peak_bytes_in_use, kN * 8 / 4);
 }
 
 TEST_F(LoopTest, ManyVmsOnEightThreads) {

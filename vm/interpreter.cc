@@ -43,6 +43,14 @@ using isa::kAbsentRegister;
 using isa::kRegisterFlag;
 using isa::Opcode;
 
+// An invoke site keeps a workspace (KernelContext::Workspace) of at most this many bytes for its
+// next invoke (and run); a larger one goes back to the VM's pool when the invoke returns. Kept
+// per site, every large scratch of a model is held at once (the sum over its sites, not the
+// largest: MViT's 64 ScatterNDs each copy their whole index tensor, 6 GB in all); from the
+// pool's free lists, the next large scratch or value of its class reuses the block, and a
+// kernel that needs a megabyte of scratch does far more work than the pool's round trip.
+constexpr size_t kMaxKeptWorkspaceBytes = size_t{1} << 20;
+
 inline int64_t FloorDiv(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -736,6 +744,10 @@ absl::Status VirtualMachine::Impl::DYNVM_EXECUTE(int function, int depth, const 
       if constexpr (kProfile) start = profiler->Now();
       status = k.kernel->Run(ctx, absl::Span<const Tensor* const>(in_buf.data(), num_ins),
                              absl::Span<Tensor* const>(out_buf.data(), num_outs));
+      if (StorageRef& ws = fn_sites[in.word<F::kSite>()].workspace;
+          ws && ws->size() > kMaxKeptWorkspaceBytes) {
+        ws.Reset();
+      }
       if constexpr (kProfile) {
         const int64_t end = profiler->Now();
         if (status.ok()) {

@@ -252,6 +252,16 @@ absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Te
   return absl::Span<int64_t>(v, n);
 }
 
+absl::StatusOr<absl::Span<const int64_t>> IndexValues(KernelContext& ctx, const Tensor& t,
+                                                      absl::string_view op,
+                                                      absl::string_view what) {
+  if (t.dtype() == DType::kI64 && t.device() == Device::kCPU && t.is_contiguous()) {
+    return absl::Span<const int64_t>(t.data<int64_t>(), static_cast<size_t>(t.numel()));
+  }
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> v, ReadIndexTensor(ctx, t, op, what));
+  return absl::Span<const int64_t>(v);
+}
+
 absl::StatusOr<AxisList> NormalizeAxes(absl::Span<const int64_t> axes, int rank,
                                        absl::string_view op) {
   AxisList out;

@@ -100,6 +100,12 @@ absl::Status CheckSpec(const KernelSpec& spec, size_t min_in, size_t max_in,
 // a kernel run in steady state allocates nothing.
 absl::StatusOr<absl::Span<int64_t>> ReadIndexTensor(KernelContext& ctx, const Tensor& t,
                                                     absl::string_view op, absl::string_view what);
+// The values of an i32 or i64 index tensor in row-major order, to read only: a contiguous i64
+// tensor's own data, without a copy (an index tensor may be as large as the data it addresses:
+// PyTorch exports `x[:, 1:] += y` as a ScatterND listing every element), otherwise
+// ReadIndexTensor's copy.
+absl::StatusOr<absl::Span<const int64_t>> IndexValues(KernelContext& ctx, const Tensor& t,
+                                                      absl::string_view op, absl::string_view what);
 
 // Maps an index in [-dim, dim) to [0, dim); InvalidArgument naming op and index otherwise.
 inline absl::StatusOr<int64_t> CheckIndex(int64_t index, int64_t dim, absl::string_view op) {

@@ -192,7 +192,8 @@ absl::Status RunGatherND(const void* a, KernelContext& ctx, InSpan in, OutSpan o
   if (q - 1 + r - b - m > Tensor::kMaxRank) {
     return absl::InvalidArgumentError("GatherND: output rank is too large");
   }
-  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx, ReadIndexTensor(ctx, ind, "GatherND", "indices"));
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<const int64_t> idx,
+                         IndexValues(ctx, ind, "GatherND", "indices"));
   const int slab_start = static_cast<int>(b + m);
   Dims dims(ind.dims().begin(), ind.dims().end() - 1);
   dims.insert(dims.end(), x.dims().begin() + slab_start, x.dims().end());
@@ -317,8 +318,8 @@ absl::Status RunScatterND(const void* a, KernelContext& ctx, InSpan in, OutSpan 
                                                    ", indices ", ind.DebugString(), " and updates ",
                                                    upd.DebugString(), " do not fit"));
   }
-  DYNVM_ASSIGN_OR_RETURN(absl::Span<int64_t> idx,
-                         ReadIndexTensor(ctx, ind, "ScatterND", "indices"));
+  DYNVM_ASSIGN_OR_RETURN(absl::Span<const int64_t> idx,
+                         IndexValues(ctx, ind, "ScatterND", "indices"));
   s = EmitReshaped(ctx, x, x.dims(), out[0], "ScatterND");
   if (!s.ok()) return s;
   int64_t out_strides[Tensor::kMaxRank];
