@@ -296,24 +296,35 @@ TEST(PackedGemm, LinearOnPackedWeightsMatchesADoubleSum) {
   ASSERT_TRUE(SetMaxThreads(cap).ok());
 }
 
-// Panels that do not fit b_packed_n or X's K, a plain W beside b_packed_n, and b_packed_n with
-// trans_b = 1, are errors (the oneDNN kernel's fallback reports them too).
-TEST(PackedGemm, LinearOnPackedWeightsRejectsBadShapes) {
-  std::mt19937 rng(41);
-  const Tensor x = RandomTensor({2, 40}, rng);
+// Weights that do not fit b_packed_n (panels of the wrong count, depth or width, or a plain
+// matrix) beside a [2, 40] left operand: InvalidArgument from both backends (the oneDNN kernel's
+// fallback reports them too), naming the packed B where `message` is given.
+void ExpectUnfitPanelsRejected(const char* op, const Tensor& a, std::mt19937& rng,
+                               const char* message) {
   for (const std::vector<int64_t>& w_dims :
        {std::vector<int64_t>{2, 40, 16}, std::vector<int64_t>{3, 41, 16},
         std::vector<int64_t>{3, 40, 8}, std::vector<int64_t>{40, 33}}) {
     SCOPED_TRACE(DimsString(w_dims));
     const Tensor w = RandomTensor(w_dims, rng);
     for (const char* backend : {"reference", "dnnl"}) {
-      KernelCall call("Linear", "dynvm");
-      call.In(x).In(w).Out(DType::kF32).Attr("b_packed_n", int64_t{33}).Backend(backend);
+      KernelCall call(op, "dynvm");
+      call.In(a).In(w).Out(DType::kF32).Attr("b_packed_n", int64_t{33}).Backend(backend);
       absl::StatusOr<std::vector<Tensor>> r = call.Run(1);
       ASSERT_FALSE(r.ok()) << backend;
       EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+      if (message != nullptr) {
+        EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status();
+      }
     }
   }
+}
+
+// Panels that do not fit b_packed_n or X's K, a plain W beside b_packed_n, and b_packed_n with
+// trans_b = 1, are errors (the oneDNN kernel's fallback reports them too).
+TEST(PackedGemm, LinearOnPackedWeightsRejectsBadShapes) {
+  std::mt19937 rng(41);
+  const Tensor x = RandomTensor({2, 40}, rng);
+  ExpectUnfitPanelsRejected("Linear", x, rng, nullptr);
   KernelCall both("Linear", "dynvm");
   both.In(x).In(RandomTensor({3, 40, 16}, rng)).Out(DType::kF32);
   both.Attr("b_packed_n", int64_t{33}).Attr("trans_b", int64_t{1});
@@ -361,20 +372,7 @@ TEST(PackedGemm, MatMulOnPackedWeightsReadsAPermutedA) {
 TEST(PackedGemm, MatMulOnPackedWeightsRejectsBadShapes) {
   std::mt19937 rng(29);
   const Tensor a = RandomTensor({2, 40}, rng);
-  for (const std::vector<int64_t>& b_dims :
-       {std::vector<int64_t>{2, 40, 16}, std::vector<int64_t>{3, 41, 16},
-        std::vector<int64_t>{3, 40, 8}, std::vector<int64_t>{40, 33}}) {
-    SCOPED_TRACE(DimsString(b_dims));
-    const Tensor b = RandomTensor(b_dims, rng);
-    for (const char* backend : {"reference", "dnnl"}) {
-      KernelCall call("MatMul", "dynvm");
-      call.In(a).In(b).Out(DType::kF32).Attr("b_packed_n", int64_t{33}).Backend(backend);
-      absl::StatusOr<std::vector<Tensor>> r = call.Run(1);
-      ASSERT_FALSE(r.ok()) << backend;
-      EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
-      EXPECT_NE(r.status().message().find("packed B"), std::string::npos) << r.status();
-    }
-  }
+  ExpectUnfitPanelsRejected("MatMul", a, rng, "packed B");
   KernelCall both("MatMul", "dynvm");
   both.In(a).In(RandomTensor({3, 40, 16}, rng)).Out(DType::kF32);
   both.Attr("b_packed_n", int64_t{33}).Attr("b_perm", std::vector<int64_t>{1, 0});

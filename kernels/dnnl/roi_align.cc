@@ -19,6 +19,8 @@
 // operands, shapes other than the above, a batch index outside [0, N), boxes that are not finite,
 // and sample tables of more than kMaxSamples positions along an axis (huge boxes with
 // sampling_ratio 0).
+#include "kernels/reference/roi_align.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -39,12 +41,7 @@ namespace {
 
 constexpr int64_t kMaxSamples = int64_t{1} << 16;
 
-struct RoiAlignAttrs {
-  bool max_mode = false;
-  bool half_pixel = true;
-  int64_t out_h = 1, out_w = 1, sampling_ratio = 0;
-  float spatial_scale = 1.0f;
-};
+using reference::RoiAlignAttrs;
 
 // One sample position along an axis: whether it lies within [-1, size], its two neighbours'
 // indices and their weights (low: 1 - l, high: l), as the reference kernel's RoiSample.
@@ -244,22 +241,10 @@ class RoiAlignKernel final : public DnnlKernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateRoiAlign(const KernelSpec& spec) {
   DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
   DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1}));
-  RoiAlignAttrs a;
-  DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "avg"));
-  DYNVM_ASSIGN_OR_RETURN(std::string ctm,
-                         spec.GetString("coordinate_transformation_mode", "half_pixel"));
-  DYNVM_ASSIGN_OR_RETURN(a.out_h, spec.GetInt("output_height", 1));
-  DYNVM_ASSIGN_OR_RETURN(a.out_w, spec.GetInt("output_width", 1));
-  DYNVM_ASSIGN_OR_RETURN(a.sampling_ratio, spec.GetInt("sampling_ratio", 0));
-  DYNVM_ASSIGN_OR_RETURN(a.spatial_scale, spec.GetFloat("spatial_scale", 1.0f));
-  if ((mode != "avg" && mode != "max") || (ctm != "half_pixel" && ctm != "output_half_pixel") ||
-      a.out_h < 1 || a.out_w < 1 || a.sampling_ratio < 0 || a.out_h > (1 << 20) ||
-      a.out_w > (1 << 20)) {
-    return absl::UnimplementedError("RoiAlign: attributes the reference kernel reports");
-  }
-  a.max_mode = mode == "max";
-  a.half_pixel = ctm == "half_pixel";
-  return std::make_unique<RoiAlignKernel>(KernelName(spec), a);
+  // Attributes the reference kernel refuses: it reports them (with its message).
+  absl::StatusOr<RoiAlignAttrs> a = reference::ReadRoiAlignAttrs(spec);
+  if (!a.ok()) return absl::UnimplementedError("RoiAlign: attributes the reference kernel reports");
+  return std::make_unique<RoiAlignKernel>(KernelName(spec), *a);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "common/status_macros.h"
 #include "kernels/reference/common.h"
 #include "kernels/reference/reference.h"
+#include "kernels/reference/roi_align.h"
 #include "kernels/reference/signal_common.h"
 
 namespace dynvm::reference {
@@ -182,13 +183,6 @@ absl::Status RunMaxUnpool(const void* attrs, KernelContext& ctx, Inputs in, Outp
 
 // ---- RoiAlign ----
 
-struct RoiAttrs {
-  bool max_mode = false;
-  bool half_pixel = true;
-  int64_t out_h = 1, out_w = 1, sampling_ratio = 0;
-  float spatial_scale = 1.0f;
-};
-
 // Bilinear sample of plane (H x W) at (y, x) with RoiAlign's border rules; the four corner
 // weights times values are returned in `terms` (for the max mode).
 double RoiSample(const double* plane, int64_t h, int64_t w, double y, double x, double terms[4]) {
@@ -219,7 +213,7 @@ double RoiSample(const double* plane, int64_t h, int64_t w, double y, double x, 
 }
 
 absl::Status RunRoiAlign(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
-  const auto& a = *static_cast<const RoiAttrs*>(attrs);
+  const auto& a = *static_cast<const RoiAlignAttrs*>(attrs);
   DYNVM_RETURN_IF_ERROR(NeedIo(in, 3, out, "RoiAlign"));
   const Tensor& x = *in[0];
   const Tensor& rois = *in[1];
@@ -495,7 +489,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeRoiAlign(const KernelSpec& spec) {
   if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {
     return absl::InvalidArgumentError("RoiAlign: expected 3 inputs and 1 output");
   }
-  RoiAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(RoiAlignAttrs a, ReadRoiAlignAttrs(spec));
+  return Make(spec, &RunRoiAlign, a);
+}
+
+}  // namespace
+
+absl::StatusOr<RoiAlignAttrs> ReadRoiAlignAttrs(const KernelSpec& spec) {
+  RoiAlignAttrs a;
   DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "avg"));
   DYNVM_ASSIGN_OR_RETURN(std::string ctm,
                          spec.GetString("coordinate_transformation_mode", "half_pixel"));
@@ -517,10 +518,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeRoiAlign(const KernelSpec& spec) {
   }
   a.max_mode = mode == "max";
   a.half_pixel = ctm == "half_pixel";
-  return Make(spec, &RunRoiAlign, a);
+  return a;
 }
-
-}  // namespace
 
 void RegisterVisionKernels(KernelRegistry& r) {
   Add(r, "MeanVarianceNormalization",
