@@ -187,7 +187,10 @@ absl::Status RunMaxUnpool(const void* attrs, KernelContext& ctx, Inputs in, Outp
 // weights times values are returned in `terms` (for the max mode).
 double RoiSample(const double* plane, int64_t h, int64_t w, double y, double x, double terms[4]) {
   terms[0] = terms[1] = terms[2] = terms[3] = 0;
-  if (y < -1.0 || y > static_cast<double>(h) || x < -1.0 || x > static_cast<double>(w)) return 0;
+  // Outside [-1, size], or NaN (a box with a NaN coordinate): the sample adds nothing.
+  if (!(y >= -1.0 && y <= static_cast<double>(h) && x >= -1.0 && x <= static_cast<double>(w))) {
+    return 0;
+  }
   y = std::max(y, 0.0);
   x = std::max(x, 0.0);
   int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
@@ -210,6 +213,21 @@ double RoiSample(const double* plane, int64_t h, int64_t w, double y, double x, 
   terms[2] = ly * hx * plane[y1 * w + x0];
   terms[3] = ly * lx * plane[y1 * w + x1];
   return terms[0] + terms[1] + terms[2] + terms[3];
+}
+
+// Samples per bin along an axis of region k: sampling_ratio, or ceil(extent / bins) when it is
+// 0. An extent that is NaN, zero or negative samples nothing (the bin is 0); one that needs more
+// than 2^24 samples per bin (an infinite or absurd box) is refused.
+absl::StatusOr<int64_t> RoiGridSize(int64_t sampling_ratio, double extent, int64_t bins,
+                                    int64_t k) {
+  if (sampling_ratio > 0) return sampling_ratio;
+  const double v = std::ceil(extent / static_cast<double>(bins));
+  if (!(v > 0)) return 0;
+  if (v > static_cast<double>(int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RoiAlign: region ", k, " needs ", v, " samples per bin (at most 2^24)"));
+  }
+  return static_cast<int64_t>(v);
 }
 
 absl::Status RunRoiAlign(const void* attrs, KernelContext& ctx, Inputs in, Outputs out) {
@@ -246,10 +264,8 @@ absl::Status RunRoiAlign(const void* attrs, KernelContext& ctx, Inputs in, Outpu
       rh = std::max(rh, 1.0);
     }
     const double bh = rh / static_cast<double>(a.out_h), bw = rw / static_cast<double>(a.out_w);
-    const int64_t gh =
-        a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rh / a.out_h));
-    const int64_t gw =
-        a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rw / a.out_w));
+    DYNVM_ASSIGN_OR_RETURN(const int64_t gh, RoiGridSize(a.sampling_ratio, rh, a.out_h, k));
+    DYNVM_ASSIGN_OR_RETURN(const int64_t gw, RoiGridSize(a.sampling_ratio, rw, a.out_w, k));
     const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
     for (int64_t ch = 0; ch < c; ++ch) {
       const double* plane = &xv[(bi[k] * c + ch) * h * w];

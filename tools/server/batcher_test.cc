@@ -282,8 +282,11 @@ TEST(BatcherTest, BatchedRowsEqualUnbatchedRunsOfTheModelExactly) {
 TEST(BatcherTest, OneRowRequestsBatchedDifferOnlyInRounding) {
   // A one-row request alone runs its products as GEMVs (kernels/dnnl/linear.cc, M = 1), which
   // sum in another order than the GEMM its batch runs: the same values up to float rounding
-  // (docs/serving.md says so), not byte for byte.
-  ExpectBatchedRowsEqualUnbatchedRuns(/*min_rows=*/1, /*tolerance=*/1e-6f);
+  // (docs/serving.md says so), not byte for byte. The output is a softmax, whose relative error
+  // is the absolute error of the logits: a few f32 ulps of the logits' partial sums, not of each
+  // probability (1.03e-6 seen on a 1.8e-6 probability with clang's build). 1e-5 (~80 ulps) still
+  // fails any row mixed up or dropped, whose error is of order 1.
+  ExpectBatchedRowsEqualUnbatchedRuns(/*min_rows=*/1, /*tolerance=*/1e-5f);
 }
 
 }  // namespace
