@@ -8,11 +8,13 @@
 #include "compiler/transpose_weights.h"
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/builder.h"
 #include "compiler/compiler.h"
@@ -43,6 +45,27 @@ CompileOptions Disabled() {
   CompileOptions o;
   o.disabled_rewrites = {"transpose_weights"};
   return o;
+}
+
+// One graph compiled three ways: with every rewrite (the weight stored as panels), with
+// transpose_weights off (the weight as it came), and with only pack_weights off (transposed).
+struct ThreeWays {
+  Module panels_m, off_m, transposed_m;
+  Compiled panels, off, transposed;
+};
+
+std::unique_ptr<ThreeWays> CompileThreeWays(absl::FunctionRef<void(Module&)> build) {
+  auto t = std::make_unique<ThreeWays>();
+  build(t->panels_m);
+  build(t->off_m);
+  build(t->transposed_m);
+  CompileOptions no_panels;
+  no_panels.disabled_rewrites = {"pack_weights"};
+  t->panels = CompileOrDie(t->panels_m);
+  t->off = CompileOrDie(t->off_m, Disabled());
+  t->transposed = CompileOrDie(t->transposed_m, no_panels);
+  EXPECT_TRUE(t->panels.exe && t->off.exe && t->transposed.exe);
+  return t;
 }
 
 // The weight's only stored form: the one constant MatMuls read, and every product's node.
@@ -81,15 +104,9 @@ TEST(TransposeWeightsTest, DecodeProductsMatchTheReferenceAndTheWeightIsStoredOn
     b.Output("y", b.Op("MatMul", {x, wv}));
     b.Output("z", b.Op("MatMul", {u, wv}));
   };
-  Module on_m, off_m, transposed_m;
-  build(on_m);
-  build(off_m);
-  build(transposed_m);
-  CompileOptions no_panels;
-  no_panels.disabled_rewrites = {"pack_weights"};
-  Compiled on = CompileOrDie(on_m), off = CompileOrDie(off_m, Disabled()),
-           transposed = CompileOrDie(transposed_m, no_panels);
-  ASSERT_TRUE(on.exe && off.exe && transposed.exe);
+  const std::unique_ptr<ThreeWays> t = CompileThreeWays(build);
+  ASSERT_TRUE(t->panels.exe && t->off.exe && t->transposed.exe);
+  const Compiled &on = t->panels, &off = t->off, &transposed = t->transposed;
   EXPECT_EQ(on.result.packed_weights, 1);
   EXPECT_EQ(on.result.transposed_weights, 0);
   EXPECT_EQ(off.result.packed_weights + off.result.transposed_weights, 0);
@@ -103,7 +120,7 @@ TEST(TransposeWeightsTest, DecodeProductsMatchTheReferenceAndTheWeightIsStoredOn
   EXPECT_EQ(on.exe->num_weights(), 1);
   // The graph: both products dynvm::MatMul(A, panels, b_packed_n = N) on one constant
   // [ceil(N / 16), K, 16] holding W[k, j] at [j / 16, k, j % 16] and zeros past N.
-  const StoredWeight stored = FindStoredWeight(on_m);
+  const StoredWeight stored = FindStoredWeight(t->panels_m);
   ASSERT_NE(stored.tensor, nullptr);
   EXPECT_EQ(stored.products, 2);
   EXPECT_EQ(stored.packed_n, (std::vector<int64_t>{kN, kN}));
@@ -229,15 +246,10 @@ TEST(TransposeWeightsTest, LinearTakesThePanels) {
     Value* y = b.Op("MatMul", {x, b.Constant(w, "w", true)});
     b.Output("y", b.Op("Add", {y, b.Constant(bias, "b", true)}));
   };
-  Module m, off_m, transposed_m;
-  build(m);
-  build(off_m);
-  build(transposed_m);
-  CompileOptions no_panels;
-  no_panels.disabled_rewrites = {"pack_weights"};
-  Compiled c = CompileOrDie(m), off = CompileOrDie(off_m, Disabled()),
-           transposed = CompileOrDie(transposed_m, no_panels);
-  ASSERT_TRUE(c.exe && off.exe && transposed.exe);
+  const std::unique_ptr<ThreeWays> t = CompileThreeWays(build);
+  ASSERT_TRUE(t->panels.exe && t->off.exe && t->transposed.exe);
+  const Compiled &c = t->panels, &off = t->off, &transposed = t->transposed;
+  Module& m = t->panels_m;
   EXPECT_EQ(c.result.packed_weights, 1);
   EXPECT_EQ(c.result.transposed_weights, 0);
   EXPECT_EQ(transposed.result.transposed_weights, 1);
