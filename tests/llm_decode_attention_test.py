@@ -64,14 +64,16 @@ def feeds(prompt, new):
             "seed": np.array(1, np.int64), "stop_token": np.array(-1, np.int64)}
 
 
-def run_dvm(args, dvm, prompt, new, tmp, tag, extra=()):
+def run_dvm(args, dvm, prompt, new, tmp, tag, extra=(), ok=True):
     flags = []
     for name, value in feeds(prompt, new).items():
         path = os.path.join(tmp, f"{tag}-{name}.npy")
         np.save(path, value)
         flags += ["-i", f"{name}={path}"]
     out_dir = os.path.join(tmp, f"out-{tag}")
-    r = run([args.vm_run, dvm] + flags + list(extra) + ["--output-dir", out_dir])
+    r = run([args.vm_run, dvm] + flags + list(extra) + ["--output-dir", out_dir], ok)
+    if not ok:
+        return r
     return np.load(os.path.join(out_dir, "tokens.npy")), r.stdout
 
 
@@ -116,6 +118,31 @@ def check_variant(args, variant, lm, step, node_modules, tmp, failures):
             failures.append(f"{where}: ONNX Runtime's tokens differ from PyTorch's\n"
                             f"  ort     {ort.tolist()}\n  pytorch {want.tolist()}")
     check_bounded(args, variant, model, step, rng, tmp, failures)
+    check_padding(args, variant, dvm, step, rng, tmp, failures)
+
+
+def check_padding(args, variant, dvm, step, rng, tmp, failures):
+    """Prompt rows of different lengths (-1 padding at the end): Attention 23, whose mask is a
+    plain mask, gives each row PyTorch's tokens for that row alone; the com.microsoft forms
+    (GroupQueryAttention reads the mask as lengths) refuse the padding naming why."""
+    lengths = (6, 2)
+    padded = np.full((len(lengths), max(lengths)), -1, np.int64)
+    wants = []
+    for r, n in enumerate(lengths):
+        row, want = pick_prompt(step, rng, 1, n, 12)
+        padded[r, :n] = row[0]
+        wants.append(want[0])
+    if variant.startswith("attention23"):
+        got, _ = run_dvm(args, dvm, padded, 12, tmp, f"{variant}-padded")
+        want = np.stack(wants)
+        if got.shape != want.shape or not (got == want).all():
+            failures.append(f"{variant} prompts of lengths {lengths}: {got.tolist()} vs "
+                            f"PyTorch's {want.tolist()}")
+        return
+    r = run_dvm(args, dvm, padded, 12, tmp, f"{variant}-padded", ok=False)
+    want = "prompt rows of different lengths (-1 padding) cannot be decoded: "
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"{variant} padded prompt: exit {r.returncode}, {r.stderr}")
 
 
 def check_bounded(args, variant, model, step, rng, tmp, failures):

@@ -192,6 +192,7 @@ def check_case(args, case, tmp, failures):
     if got.shape != want.shape or not (got == want.numpy()).all():
         failures.append(f"{name} sampled seed {seed}: {got.tolist()} vs {want.tolist()}")
     check_filters(args, step, dvms["f32"], want_greedy, vocab, tmp, name, failures)
+    check_ragged(args, step, dvms["f32"], vocab, tmp, name, failures)
     # Stop token: every row stops at its first occurrence; the loop ends when all have.
     want, _ = llama_step.greedy(step, prompt[:1], NEW)
     stop = int(want[0, 5])
@@ -216,6 +217,34 @@ def check_case(args, case, tmp, failures):
     if not (got == want.numpy()).all():
         failures.append(f"{name} bounded: {got.tolist()} vs {want.tolist()}")
     check_bounded_steady_state(args, bounded, prompt[:1, :4], vocab, tmp, name, failures)
+
+
+def check_ragged(args, step, dvm, vocab, tmp, name, failures):
+    """Prompts of different lengths in one batch, each row padded with -1 at its end: every
+    row's greedy tokens equal PyTorch's for that row decoded alone (its own positions, no
+    padding), and a malformed padding is refused naming the check."""
+    rng = np.random.default_rng(11)
+    lengths = (7, 3, 5, 1)
+    padded = np.full((len(lengths), max(lengths)), -1, np.int64)
+    wants = []
+    for r, n in enumerate(lengths):
+        row, want = clear_prompt(step, rng, vocab, 1, n)
+        padded[r, :n] = row.numpy()[0]
+        wants.append(want.numpy()[0])
+    want = np.stack(wants)
+    got = run_dvm(args, dvm, feeds(torch.as_tensor(padded), NEW), tmp, f"{name}-ragged")
+    if got.shape != want.shape or not (got == want).all():
+        failures.append(f"{name} prompts of lengths {lengths}: greedy tokens differ\n"
+                        f"  dynvm   {got.tolist()}\n  pytorch {want.tolist()}")
+    hole, empty, negative = padded.copy(), padded.copy(), padded.copy()
+    hole[1, 1] = -1  # a -1 before a token
+    empty[3, 0] = -1  # a row of padding only
+    negative[2, 5] = -2  # padding must be -1
+    for bad, what in ((hole, "then -1 as padding"), (empty, "at least one token"),
+                      (negative, "then -1 as padding")):
+        r = run_dvm(args, dvm, feeds(torch.as_tensor(bad), 4), tmp, f"{name}-badpad", ok=False)
+        if r.returncode == 0 or "decode_prompt_check" not in r.stderr or what not in r.stderr:
+            failures.append(f"{name} malformed padding ({what}): {r.returncode} {r.stderr}")
 
 
 def check_filters(args, step, dvm, greedy, vocab, tmp, name, failures):

@@ -38,7 +38,30 @@ struct Step {
   int mask_type = pb::TensorProto::INT64;
   int64_t kv_heads = 0, head_dim = 0;
   std::string key_dims_note;
+  // Why prompt rows of different lengths cannot be decoded ("" when they can: the step takes
+  // position_ids, reads attention_mask's values, and has no com.microsoft attention operator,
+  // whose GroupQueryAttention reads the mask as sequence lengths that a gap would break).
+  std::string no_padding_reason;
 };
+
+// What in g or its subgraphs keeps a gap in attention_mask from being a plain mask: the first
+// com.microsoft attention operator's name; sets *reads_mask when a node other than Shape reads
+// attention_mask.
+void ScanForPadding(const pb::GraphProto& g, std::string* msft_attention, bool* reads_mask) {
+  for (const pb::NodeProto& n : g.node()) {
+    if (n.domain() == "com.microsoft" && absl::StrContains(n.op_type(), "Attention") &&
+        msft_attention->empty()) {
+      *msft_attention = n.op_type();
+    }
+    if (n.op_type() != "Shape") {
+      for (const std::string& in : n.input()) *reads_mask |= in == "attention_mask";
+    }
+    for (const pb::AttributeProto& a : n.attribute()) {
+      if (a.has_g()) ScanForPadding(a.g(), msft_attention, reads_mask);
+      for (const pb::GraphProto& sub : a.graphs()) ScanForPadding(sub, msft_attention, reads_mask);
+    }
+  }
+}
 
 // "past_key_values.{i}.key" -> (i, true); ".value" -> (i, false).
 bool ParseCacheName(const std::string& name, absl::string_view prefix, int* layer, bool* key) {
@@ -124,6 +147,17 @@ absl::StatusOr<Step> CheckSignature(const pb::GraphProto& g) {
     }
   }
   if (outputs.count("logits") == 0) return Refuse("missing output 'logits'");
+  std::string msft_attention;
+  bool reads_mask = false;
+  ScanForPadding(g, &msft_attention, &reads_mask);
+  if (!s.position_ids) {
+    s.no_padding_reason = "the step model has no position_ids input";
+  } else if (!msft_attention.empty()) {
+    s.no_padding_reason = absl::StrCat("the step model's com.microsoft ", msft_attention,
+                                       " is not run with a gap in its mask");
+  } else if (!reads_mask) {
+    s.no_padding_reason = "the step model reads only attention_mask's shape";
+  }
   for (int i = 0; i < s.layers; ++i) {
     for (const char* kv : {".key", ".value"}) {
       const std::string name = absl::StrCat("present.", i, kv);
@@ -229,6 +263,27 @@ class Builder {
     Attr(Node("Cast", {any}, {result}), "to", pb::TensorProto::BOOL);
     return result;
   }
+  std::string Cast(const std::string& x, int to) {
+    const std::string out = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("Cast", {x}, {out}), "to", to);
+    return out;
+  }
+  // The number of true elements of a bool tensor: an i64 scalar.
+  std::string Count(const std::string& x) {
+    const std::string out = absl::StrCat("decode_v", ++counter_);
+    Attr(Node("ReduceSum", {Cast(x, pb::TensorProto::INT64)}, {out}), "keepdims", 0);
+    return out;
+  }
+  // Fails the run at a node named `name` (the VM's error names it) when some element of the
+  // bool tensor `bad` is true: a Gather of index 1 from a one-element table, which it refuses.
+  // Returns the Gather's output, an i64 zero scalar, for a later value to depend on.
+  std::string Check(const std::string& bad, const std::string& name) {
+    const std::string count = Count(bad);
+    const std::string index = Cast(Op("Greater", {count, Ints({0}, true)}), pb::TensorProto::INT64);
+    const std::string out = absl::StrCat("decode_v", ++counter_);
+    Node("Gather", {Ints({0}), index}, {out})->set_name(name);
+    return out;
+  }
   // A Constant node with a fresh output (*out); returns its value tensor of `type`, to fill.
   pb::TensorProto* Constant(int type, std::string* out) {
     *out = absl::StrCat("decode_c", ++counter_);
@@ -254,6 +309,9 @@ class Builder {
 // The outer graph's values the prologue makes.
 struct Prologue {
   std::string batch, len, len_scalar, zero, one, batch_len, positions, empty_cache;
+  // The prompt's rows (docs/llm.md, "Prompts of different lengths"): its ids with the padding
+  // as 0, its mask (mask_type), each row's length [batch, 1] and the padding P - length.
+  std::string ids, mask, lengths, pad;
 };
 
 void AddValue(google::protobuf::RepeatedPtrField<pb::ValueInfoProto>* list, const std::string& name,
@@ -305,7 +363,13 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   const std::string batch = b.Dims(ids_shape, 0, 1);
   const std::string past_len = b.Dims(b.Op("Shape", {"past_key_values.0.key"}), 2, 3);
   const std::string total = b.Op("Add", {past_len, b.Ints({1})});
-  b.Node("Identity", {b.Fill(b.Concat0({batch, total}), s.mask_type, 1)}, {"attention_mask"});
+  // The mask: 1 but over a row's padding, columns length_r .. prompt_len - 1 (column c is kept
+  // when c + 1 <= length_r or c + 1 > prompt_len).
+  const std::string column =
+      b.Op("CumSum", {b.Fill(b.Concat0({batch, total}), kI64, 1), b.Ints({1}, /*scalar=*/true)});
+  const std::string keep = b.Op("Or", {b.Op("LessOrEqual", {column, "decode_lengths"}),
+                                       b.Op("Greater", {column, "decode_prompt_len"})});
+  b.Node("Identity", {b.Cast(keep, s.mask_type)}, {"attention_mask"});
   // The step's own nodes and value_info, moved.
   for (pb::NodeProto& n : *step->mutable_node()) body->add_node()->Swap(&n);
   for (pb::ValueInfoProto& v : *step->mutable_value_info()) body->add_value_info()->Swap(&v);
@@ -324,9 +388,12 @@ void BuildBody(const Step& s, pb::GraphProto* step, pb::GraphProto* body) {
   const std::string col = b.Op("Unsqueeze", {"decode_tok", b.Ints({1})});
   b.Node("Identity", {col}, {"decode_ids_out"});
   Builder::Attr(b.Node("Concat", {"decode_tokens", col}, {"decode_tokens_out"}), "axis", 1);
-  // The next token's position: total, one per row.
-  b.Node("Expand", {b.Op("Reshape", {total, b.Ints({1, 1})}), b.Concat0({batch, b.Ints({1})})},
-         {"decode_pos_out"});
+  // The next token's position: total less the row's padding.
+  b.Node(
+      "Sub",
+      {b.Op("Expand", {b.Op("Reshape", {total, b.Ints({1, 1})}), b.Concat0({batch, b.Ints({1})})}),
+       "decode_pad"},
+      {"decode_pos_out"});
   b.Node("Identity", {b.Going("decode_tok", "decode_stop")}, {"decode_cond_out"});
 
   AddValue(body->mutable_output(), "decode_cond_out", pb::TensorProto::BOOL, {}, true);
@@ -393,13 +460,13 @@ std::map<std::string, std::string> BuildPrefill(const Step& s, const pb::GraphPr
   // Every value the nodes make, in subgraphs too: a merged decoder's branches, inlined once
   // their condition is known, must not repeat the loop body's names.
   AddNodeOutputs(step, add);
-  b.Node("Identity", {"prompt"}, {names["input_ids"]});
+  b.Node("Identity", {p.ids}, {names["input_ids"]});
   if (s.position_ids) b.Node("Identity", {p.positions}, {names["position_ids"]});
   // A merged decoder's no-past branch runs the prompt.
   if (s.use_cache_branch) {
     b.Node("Identity", {b.Bool(false, s.use_cache_branch_rank)}, {names["use_cache_branch"]});
   }
-  b.Node("Identity", {b.Fill(p.batch_len, s.mask_type, 1)}, {names["attention_mask"]});
+  b.Node("Identity", {p.mask}, {names["attention_mask"]});
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) {
       b.Node("Identity", {p.empty_cache}, {names[CacheName("past_key_values.", i, key)]});
@@ -419,8 +486,46 @@ std::map<std::string, std::string> BuildPrefill(const Step& s, const pb::GraphPr
   return names;
 }
 
-// The outer graph's nodes before the loop: the prompt's positions, the empty cache, the stop
-// token checked against the vocabulary (when the logits' last dim is known).
+// Prompts of different lengths: row r holds its tokens, then -1 up to prompt_len. The prompt
+// step runs every row at positions 0 .. prompt_len - 1 with the padding masked out (as token
+// 0), row r's first token comes from its position length_r - 1, and its later tokens sit at
+// positions length_r, length_r + 1, ... of the cache's prompt_len, prompt_len + 1, ... columns
+// (the mask hides the gap). Checked: each row is tokens then -1s, with at least one token; a
+// step model that cannot take a gap (Step::no_padding_reason) refuses any padding.
+void BuildPromptRows(const Step& s, Builder& b, Prologue& p) {
+  const std::string valid = b.Op("GreaterOrEqual", {"prompt", p.zero});
+  const std::string valid_i64 = b.Cast(valid, pb::TensorProto::INT64);
+  const std::string lengths = b.Op("ReduceSum", {valid_i64, b.Ints({1})});  // [batch, 1]
+  const std::string minus_one = b.Ints({-1}, /*scalar=*/true);
+  const std::string misplaced = b.Op("Xor", {valid, b.Op("Less", {p.positions, lengths})});
+  const std::string not_padding =
+      b.Op("And", {b.Op("Not", {valid}), b.Op("Not", {b.Op("Equal", {"prompt", minus_one})})});
+  const std::string bad_entry = b.Op("Or", {misplaced, not_padding});
+  std::string checked =
+      b.Op("Add", {b.Check(bad_entry,
+                           "decode_prompt_check (each prompt row must hold token ids, then "
+                           "-1 as padding up to prompt_len)"),
+                   b.Check(b.Op("Less", {lengths, p.one}),
+                           "decode_prompt_check (each prompt row must hold at least one token)")});
+  if (!s.no_padding_reason.empty()) {
+    checked = b.Op(
+        "Add", {checked, b.Check(b.Op("Not", {valid}),
+                                 absl::StrCat("decode_prompt_padding_check (prompt rows of "
+                                              "different lengths (-1 padding) cannot be decoded: ",
+                                              s.no_padding_reason, ")"))});
+  }
+  b.Node("Add", {lengths, checked}, {"decode_lengths"});
+  p.lengths = "decode_lengths";
+  p.pad = b.Op("Sub", {p.len, p.lengths});
+  b.Node("Identity", {p.pad}, {"decode_pad"});
+  b.Node("Identity", {p.len_scalar}, {"decode_prompt_len"});
+  p.ids = b.Op("Where", {valid, "prompt", b.Op("Add", {p.zero, checked})});
+  p.mask = s.mask_type == pb::TensorProto::INT64 ? valid_i64 : b.Cast(valid, s.mask_type);
+}
+
+// The outer graph's nodes before the loop: the prompt's positions, the empty cache, the prompt's
+// rows and lengths, the stop token checked against the vocabulary (when the logits' last dim is
+// known).
 Prologue BuildPrologue(const Step& s, int64_t vocab, Builder& b) {
   Prologue p;
   const std::string shape = b.Op("Shape", {"prompt"});
@@ -435,6 +540,7 @@ Prologue BuildPrologue(const Step& s, int64_t vocab, Builder& b) {
   const std::string cache_shape =
       b.Concat0({p.batch, b.Ints({s.kv_heads}), b.Ints({0}), b.Ints({s.head_dim})});
   p.empty_cache = b.Fill(cache_shape, pb::TensorProto::FLOAT, 0);
+  BuildPromptRows(s, b, p);
   if (vocab <= 0) {
     b.Node("Identity", {"stop_token"}, {"decode_stop"});
     return p;
@@ -461,9 +567,15 @@ Prologue BuildPrologue(const Step& s, int64_t vocab, Builder& b) {
 // whose then-branch emits it); returns the token as a [batch, 1] column.
 std::string FirstToken(const Prologue& p, const std::map<std::string, std::string>& names,
                        Builder& b) {
-  const std::string last = b.Op("Sub", {p.len_scalar, p.one});
-  pb::NodeProto* gather = b.Node("Gather", {names.at("logits"), last}, {"decode_first_logits"});
-  Builder::Attr(gather, "axis", 1);
+  // Row r's logits at its last prompt position: row r * prompt_len + length_r - 1 of the logits
+  // [batch, prompt_len, vocab] read as [batch * prompt_len, vocab].
+  const std::string rows = b.Op(
+      "Reshape", {names.at("logits"), b.Concat0({b.Op("Mul", {p.batch, p.len}), b.Ints({-1})})});
+  const std::string starts =
+      b.Op("Mul",
+           {b.Op("Range", {p.zero, b.Op("Squeeze", {p.batch, b.Ints({0})}), p.one}), p.len_scalar});
+  const std::string last = b.Op("Sub", {b.Op("Squeeze", {p.lengths, b.Ints({1})}), p.one});
+  b.Node("Gather", {rows, b.Op("Add", {starts, last})}, {"decode_first_logits"});
   b.Node("Sample",
          {"decode_first_logits", "temperature", "seed", p.zero, "top_k", "top_p",
           "repetition_penalty", "prompt"},
@@ -544,9 +656,7 @@ absl::Status WrapStepModelForDecode(pb::ModelProto* model) {
   // The loop: max(max_new_tokens - 1, 0) single-token steps while some row has not stopped.
   const std::string trip = b.Op("Sub", {"max_new_tokens", p.one});
   const std::string going = b.Going("decode_first", "decode_stop");
-  const std::string pos = b.Op("Expand", {b.Op("Reshape", {p.len_scalar, b.Ints({1, 1})}),
-                                          b.Concat0({p.batch, b.Ints({1})})});
-  std::vector<std::string> inputs = {trip, going, first, pos, first};
+  std::vector<std::string> inputs = {trip, going, first, p.lengths, first};
   for (int i = 0; i < s.layers; ++i) {
     for (bool key : {true, false}) inputs.push_back(names.at(CacheName("present.", i, key)));
   }

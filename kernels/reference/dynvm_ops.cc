@@ -4,11 +4,12 @@
 //          [, top_k [] i64, top_p [] f32, repetition_penalty [] f32, tokens [B, n] i64...])
 //     -> [B] i64 (docs/sampling.md). The logits of the tokens in `tokens` get the repetition
 //     penalty (Hugging Face's: positive ones divided, negative ones multiplied, once per
-//     distinct token). temperature <= 0: argmax (NaN counts as the largest value; ties pick the
-//     lowest index). Otherwise p = softmax(logits / temperature), restricted to the tokens whose
-//     logit is at least the top_k-th largest (top_k > 0) and then to the smallest most-probable
-//     set of mass >= top_p (top_p < 1), and the token is the smallest k with
-//     sum(p[0..k]) > u sum(p), u = PhiloxUniform(seed, step, row) (kernels/reference/philox.h).
+//     distinct token; a -1 is padding, skipped). temperature <= 0: argmax (NaN counts as the
+//     largest value; ties pick the lowest index). Otherwise p = softmax(logits / temperature),
+//     restricted to the tokens whose logit is at least the top_k-th largest (top_k > 0) and then to
+//     the smallest most-probable set of mass >= top_p (top_p < 1), and the token is the smallest k
+//     with sum(p[0..k]) > u sum(p), u = PhiloxUniform(seed, step, row)
+//     (kernels/reference/philox.h).
 //   Gelu(x) = x/2 (1 + erf(x/sqrt 2)); GeluTanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
 //   Silu(x) = x sigmoid(x). f32 or f64, any layout; the fused activations of
 //   compiler/rewrite/activations.cc.
@@ -96,6 +97,7 @@ absl::Status ApplyPenalty(const SampleSettings& s, int64_t r, int64_t vocab, Sam
       const int64_t at = r * t.stride(0) + j * t.stride(1);
       const int64_t token =
           t.dtype() == DType::kI64 ? t.data<int64_t>()[at] : t.data<int32_t>()[at];
+      if (token == -1) continue;  // padding (a prompt's shorter rows: docs/llm.md)
       if (token < 0 || token >= vocab) {
         return absl::InvalidArgumentError(
             absl::StrCat("Sample: token ", token,

@@ -176,6 +176,20 @@ TEST(SampleTest, RepetitionPenaltyChangesTheGreedyPick) {
   EXPECT_GT(picked, 495);
 }
 
+// A -1 among the seen tokens is a shorter prompt row's padding: skipped (token V - 1 is not
+// penalized); any other negative id is an error naming it.
+TEST(SampleTest, RepetitionPenaltySkipsPadding) {
+  Tensor logits = F32({2, 4}, {3.0f, 2.4f, 0, 2.9f, -1.0f, -1.1f, -3, -0.9f});
+  EXPECT_EQ(Sample(logits, 0, 1, 0, {.penalty = 1.2f, .seen = {I64({2, 2}, {0, -1, -1, -1})}}),
+            (std::vector<int64_t>{3, 3}));
+  absl::StatusOr<std::vector<Tensor>> r =
+      RunFiltered(logits, 0, 1, 0, {.penalty = 1.2f, .seen = {I64({2, 1}, {-2, 0})}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("token -2 of the tokens the repetition_penalty"),
+            std::string::npos)
+      << r.status();
+}
+
 TEST(SampleTest, BadSettingsAreErrorsNamingThem) {
   Tensor logits = F32({1, 3}, {1, 2, 3});
   auto error = [&](const Filters& f) {
