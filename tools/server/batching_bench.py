@@ -5,8 +5,8 @@ dynvm-server (each with its own instances and intra-op threads, by default the s
 rounds.
 
 The model is tools/bench/encoder_bench.py's classifier (nn.TransformerEncoder, 2 layers,
-d_model 128, key-padding mask, mean pool, 10 classes), exported by PyTorch with a symbolic
-batch at sequence length 64 (--seq). First --clients requests are sent to the batched model
+d_model 128, key-padding mask, mean pool, 10 classes; --dims 768,12,12,3072 makes its encoder
+BERT-base's size), exported by PyTorch with a symbolic batch at sequence length 64 (--seq). First --clients requests are sent to the batched model
 all at once (so that they batch): each answer must equal the unbatched model's within 1e-5
 (how many are byte-identical is printed: the kernels' sums may run in another order at another
 batch) and PyTorch's output for its own request within 1e-3. The load comes from server-bench --load-clients
@@ -17,7 +17,7 @@ and at batch --max-batch, per row.
   /usr/bin/python3 tools/server/batching_bench.py [--build build/release] [--clients 16]
       [--seconds 5] [--rounds 3] [--max-batch 16] [--delay-us 1000] [--seq 64]
       [--instances N] [--threads T] [--batched-instances N] [--batched-threads T] [--gap-us G]
-      [--skip-in-process]
+      [--skip-in-process] [--dims D,HEADS,LAYERS,FF]
 """
 import argparse
 import concurrent.futures
@@ -44,7 +44,10 @@ def export(repo, args):
     """Both models' repository entries: `encoder` (no batching) and `encoder_batched`, each with
     its own instances and threads per instance."""
     torch.manual_seed(0)
-    model = encoder_bench.Classifier().eval()
+    d, heads, layers, ff = args.dims
+    model = encoder_bench.Classifier(d=d, heads=heads, layers=layers, ff=ff).eval()
+    if args.dims != [128, 4, 2, 512]:  # not the default classifier: each layer its own weights
+        encoder_bench.distinct_layers(model)
     tokens, pad = encoder_bench.inputs_for(2, SEQ, 1)
     for name, batching, instances, threads in (
             ("encoder", False, args.instances, args.threads),
@@ -78,7 +81,7 @@ def request(seed):
     return header + t + p, len(header), (tokens, pad)
 
 
-def in_process(build, onnx_path, max_batch):
+def in_process(build, onnx_path, max_batch, repeat):
     """vm-run's median time of one run at batch 1 and at batch max_batch (ms)."""
     work = tempfile.mkdtemp(prefix="dynvm-batching-vm-")
     dvm = os.path.join(work, "model.dvm")
@@ -91,7 +94,7 @@ def in_process(build, onnx_path, max_batch):
         np.save(os.path.join(work, "pad.npy"), pad.numpy())
         out = subprocess.run([os.path.join(build, "tools/vm-run"), dvm, "-i",
                               "tokens=" + os.path.join(work, "tokens.npy"), "-i",
-                              "pad=" + os.path.join(work, "pad.npy"), "--repeat", "30"],
+                              "pad=" + os.path.join(work, "pad.npy"), "--repeat", str(repeat)],
                              check=True, capture_output=True, text=True).stdout
         times[b] = float(re.search(r"median_ms=([0-9.]+)", out).group(1))
     return times
@@ -144,13 +147,18 @@ def main():
     ap.add_argument("--gap-us", type=int, help="max_arrival_gap_us (default: the server's)")
     ap.add_argument("--seq", type=int, default=SEQ)
     ap.add_argument("--skip-in-process", action="store_true", help="skip the vm-run timing")
+    ap.add_argument("--repeat", type=int, default=30, help="vm-run --repeat of the in-process timing")
+    ap.add_argument("--dims", default="128,4,2,512",
+                    help="the classifier's d_model,heads,layers,ff (768,12,12,3072: BERT-base's "
+                         "encoder, 85 M parameters)")
     args = ap.parse_args()
+    args.dims = [int(v) for v in args.dims.split(",")]
     globals()["SEQ"] = args.seq
     repo = tempfile.mkdtemp(prefix="dynvm-batching-")
     torch_model = export(repo, args)
     b = args.max_batch
     if not args.skip_in_process:
-        t = in_process(args.build, os.path.join(repo, "encoder", "1", "model.onnx"), b)
+        t = in_process(args.build, os.path.join(repo, "encoder", "1", "model.onnx"), b, args.repeat)
         print(f"in process (vm-run, 1 thread): batch 1 {t[1]:.3f} ms, batch {b} {t[b]:.3f} ms = "
               f"{t[b] / b:.3f} ms a row: one batched call of {b} costs {t[b] / (b * t[1]):.2f}x "
               f"{b} batch-1 calls (batching can give at most {b * t[1] / t[b]:.2f}x)")
@@ -161,7 +169,8 @@ def main():
         port = int(re.search(r"http=[^ ]*:(\d+)", proc.stdout.readline()).group(1))
         requests = [request(seed) for seed in range(64)]
         err, apart, same = check(port, requests[:args.clients], torch_model)
-        print(f"encoder (seq {SEQ}, batch-1 requests), {args.clients} clients; encoder: "
+        print(f"encoder (d_model,heads,layers,ff {args.dims}, seq {SEQ}, batch-1 requests), "
+              f"{args.clients} clients; encoder: "
               f"{args.instances} instances x {args.threads} threads, encoder_batched: "
               f"{args.batched_instances or args.instances} instances x "
               f"{args.batched_threads or args.threads} threads")

@@ -7,9 +7,11 @@
   encoder_s32, encoder_s128 (with --encoder; needs PyTorch) tools/bench/encoder_bench.py's
             classifier (the model of batching_bench.py) at sequence 32 and 128, symbolic batch:
             token ids (INT64) and a padding mask (BOOL) in, 10 logits out
+  bert_s8, bert_s128 (with --bert; needs PyTorch) the same classifier with BERT-base's encoder
+            (d_model 768, 12 heads, 12 layers, ff 3072: 85 M parameters, 340 MB)
 each with 2 instances.
 
-    /usr/bin/python3 tools/server/make_bench_repo.py DIR [--encoder]
+    /usr/bin/python3 tools/server/make_bench_repo.py DIR [--encoder] [--bert]
 """
 import json
 import os
@@ -32,14 +34,16 @@ def save(repo, name, nodes, x_shape, y_shape, inits=()):
         json.dump({"instances": 2}, f)
 
 
-def save_encoders(repo):
+def save_encoders(repo, prefix="encoder", seqs=(32, 128), dims=None):
     import torch
     sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
     import encoder_bench
     torch.manual_seed(0)
-    model = encoder_bench.Classifier().eval()
-    for seq in (32, 128):
-        name = f"encoder_s{seq}"
+    model = encoder_bench.Classifier(**(dims or {})).eval()
+    if dims:  # each layer its own weights (encoder_bench.distinct_layers)
+        encoder_bench.distinct_layers(model)
+    for seq in seqs:
+        name = f"{prefix}_s{seq}"
         os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
         tokens, pad = encoder_bench.inputs_for(2, seq, 1)
         torch.onnx.export(model, (tokens, pad), os.path.join(repo, name, "1", "model.onnx"), opset_version=17,
@@ -62,6 +66,8 @@ def main():
         os.symlink(os.path.join(ROOT, "deploy/model-repository/charlm"), link)
     if "--encoder" in sys.argv[2:]:
         save_encoders(repo)
+    if "--bert" in sys.argv[2:]:
+        save_encoders(repo, "bert", (8, 128), {"d": 768, "heads": 12, "layers": 12, "ff": 3072})
 
 
 if __name__ == "__main__":

@@ -212,42 +212,47 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::stri
 absl::StatusOr<Lease> ModelVersion::Acquire(absl::Time deadline,
                                             const std::function<bool()>& cancelled) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (free_.empty()) {
-    if (waiting_ >= config_.max_queue) {
-      absl::Status s = absl::UnavailableError(
-          absl::StrCat("model '", name_, "' is busy: ", waiting_, " requests already wait for its ",
-                       instances_, " instance(s); retry later"));
-      s.SetPayload(kQueueFullPayload, absl::Cord("1"));
-      return s;
-    }
-    ++waiting_;
-    while (free_.empty()) {
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        --waiting_;
+  if (!free_.empty() && waiters_.empty()) {
+    std::unique_ptr<VirtualMachine> vm = std::move(free_.back());
+    free_.pop_back();
+    return Lease(this, std::move(vm));
+  }
+  if (static_cast<int>(waiters_.size()) >= config_.max_queue) {
+    absl::Status s = absl::UnavailableError(
+        absl::StrCat("model '", name_, "' is busy: ", waiters_.size(),
+                     " requests already wait for its ", instances_, " instance(s); retry later"));
+    s.SetPayload(kQueueFullPayload, absl::Cord("1"));
+    return s;
+  }
+  Waiter me;
+  waiters_.push_back(&me);
+  while (me.vm == nullptr) {
+    const absl::Time now = absl::Now();
+    const bool late = now >= deadline, gone = !late && cancelled && cancelled();
+    if (late || gone) {  // not served yet (me.vm is null under the lock): leave the queue
+      waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
+      if (late) {
         return absl::DeadlineExceededError(
             absl::StrCat("timed out waiting for an instance of model '", name_, "'"));
       }
-      if (cancelled && cancelled()) {
-        --waiting_;
-        return absl::CancelledError("the client went away while the request waited");
-      }
-      const absl::Time until = std::min(deadline, now + absl::Milliseconds(20));
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(until - now));
+      return absl::CancelledError("the client went away while the request waited");
     }
-    --waiting_;
+    const absl::Time until = std::min(deadline, now + absl::Milliseconds(20));
+    me.cv.wait_for(lock, absl::ToChronoNanoseconds(until - now));
   }
-  std::unique_ptr<VirtualMachine> vm = std::move(free_.back());
-  free_.pop_back();
-  return Lease(this, std::move(vm));
+  return Lease(this, std::move(me.vm));
 }
 
 void ModelVersion::Release(std::unique_ptr<VirtualMachine> vm) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (waiters_.empty()) {
     free_.push_back(std::move(vm));
+    return;
   }
-  cv_.notify_one();
+  Waiter* oldest = waiters_.front();
+  waiters_.pop_front();
+  oldest->vm = std::move(vm);
+  oldest->cv.notify_one();  // under the lock: `oldest` lives on its thread's stack until it wakes
 }
 
 int ModelVersion::busy() const {
@@ -257,7 +262,7 @@ int ModelVersion::busy() const {
 
 int ModelVersion::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return waiting_;
+  return static_cast<int>(waiters_.size());
 }
 
 absl::Status Repository::LoadAll() {

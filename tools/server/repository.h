@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -87,9 +88,11 @@ class ModelVersion {
   // The dynamic batcher, when config.json asks for one (null otherwise).
   Batcher* batcher() const { return batcher_.get(); }
 
-  // Waits (bounded by the queue and `deadline`) for a free VM. Unavailable with
-  // kQueueFullPayload when max_queue requests already wait; DeadlineExceeded past `deadline`;
-  // Cancelled when `cancelled` says so (checked every 20 ms).
+  // Waits (bounded by the queue and `deadline`) for a free VM, first come first served: a VM
+  // returned while requests wait goes to the one that has waited longest, never to a request
+  // that came later (a closed-loop client asking again at once queues behind the others).
+  // Unavailable with kQueueFullPayload when max_queue requests already wait; DeadlineExceeded
+  // past `deadline`; Cancelled when `cancelled` says so (checked every 20 ms).
   absl::StatusOr<Lease> Acquire(absl::Time deadline, const std::function<bool()>& cancelled);
   int busy() const;
   int queued() const;
@@ -105,10 +108,14 @@ class ModelVersion {
   FunctionHandle handle_;
   std::vector<uint32_t> vocab_;
   int instances_ = 0;
+  // A request waiting for a VM: Release moves one into `vm` and wakes it.
+  struct Waiter {
+    std::condition_variable cv;
+    std::unique_ptr<VirtualMachine> vm;
+  };
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<std::unique_ptr<VirtualMachine>> free_;
-  int waiting_ = 0;
+  std::deque<Waiter*> waiters_;       // oldest first
   std::unique_ptr<Batcher> batcher_;  // last: its workers stop before the pool goes
 };
 
