@@ -66,7 +66,11 @@
 // AND 0xF0 with no shift (no gain), and each VPHADDD as two VSHUFPS and a VPADDD (+6% in L2;
 // from memory 3-6% faster at N 5632 x K 2048, 15-22% slower at N 2048 x K 5632). In L2 the
 // reduction's VPHADDD and the nibble split are what cost: without them (wrong answers) the loop
-// ran 13% and 9% faster.
+// ran 13% and 9% faster. s10 (docs/results/int4-gemv-s10-2026-11-30.txt): a compile-time layout
+// with rows 2p and 2p + 1 in one byte's two nibbles, int32 lanes spanning 8 or 16 blocks (no
+// horizontal adds; the high row's block integer is (dot(byte) - dot(low nibble)) >> 4), in L2
+// 1.26x at blocks of 32 and 2.5x at 128, but from memory at blocks of 32 0.75-1.19x (1 thread)
+// and 0.91-1.26x (2 threads, the host's bandwidth shared): not adopted.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
