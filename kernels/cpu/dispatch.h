@@ -31,6 +31,8 @@ struct Dispatch {
   // elementwise.h
   void (*binary_rows)(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                       int64_t b_row_stride, float* y);
+  void (*binary_strided_row)(BinaryOp op, int64_t n, const float* a, int64_t a_step, const float* b,
+                             int64_t b_step, float* y);
   void (*where_blocks)(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step,
                        const float* x, int64_t x_step, const float* y, int64_t y_step, float* out);
   void (*unary)(UnaryOp op, float alpha, int64_t n, const float* x, float* y);

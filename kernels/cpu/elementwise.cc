@@ -52,6 +52,45 @@ DYNVM_ALWAYS_INLINE void BinaryRowsBody(BinaryOp op, int64_t rows, int64_t n, co
   }
 }
 
+// y[j] = a[j * sa] op b[j * sb], j < n: vector loops where sa and sb are 0 or 1 (both 0: one
+// value computed once), a scalar loop at other steps.
+template <BinaryOp kOp>
+DYNVM_ALWAYS_INLINE void StridedRowBody(int64_t n, const float* a, int64_t sa, const float* b,
+                                        int64_t sb, float* y) {
+  if (sa == 1 && sb == 1) {
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = Apply<kOp>(a[j], b[j]);
+  } else if (sa == 1 && sb == 0) {
+    const float s = b[0];
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = Apply<kOp>(a[j], s);
+  } else if (sa == 0 && sb == 1) {
+    const float s = a[0];
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = Apply<kOp>(s, b[j]);
+  } else if (sa == 0 && sb == 0) {
+    const float v = Apply<kOp>(a[0], b[0]);
+    DYNVM_IVDEP
+    for (int64_t j = 0; j < n; ++j) y[j] = v;
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j] = Apply<kOp>(a[j * sa], b[j * sb]);
+  }
+}
+
+DYNVM_ALWAYS_INLINE void BinaryStridedRowBody(BinaryOp op, int64_t n, const float* a, int64_t sa,
+                                              const float* b, int64_t sb, float* y) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return StridedRowBody<BinaryOp::kAdd>(n, a, sa, b, sb, y);
+    case BinaryOp::kSub:
+      return StridedRowBody<BinaryOp::kSub>(n, a, sa, b, sb, y);
+    case BinaryOp::kMul:
+      return StridedRowBody<BinaryOp::kMul>(n, a, sa, b, sb, y);
+    case BinaryOp::kDiv:
+      return StridedRowBody<BinaryOp::kDiv>(n, a, sa, b, sb, y);
+  }
+}
+
 // x_scalar / y_scalar: x or y is one value.
 template <bool kXScalar, bool kYScalar>
 DYNVM_ALWAYS_INLINE void WhereBody(int64_t n, const uint8_t* c, const float* x, const float* y,
@@ -149,6 +188,10 @@ DYNVM_ALWAYS_INLINE void MaxOverTapsBody(int64_t c, const float* x, const int64_
                                const float* b, int64_t bs, float* y) {                             \
     BinaryRowsBody(op, rows, n, a, b, bs, y);                                                      \
   }                                                                                                \
+  ATTR void BinaryStridedRow##SUFFIX(BinaryOp op, int64_t n, const float* a, int64_t sa,           \
+                                     const float* b, int64_t sb, float* y) {                       \
+    BinaryStridedRowBody(op, n, a, sa, b, sb, y);                                                  \
+  }                                                                                                \
   ATTR void WhereBlocks##SUFFIX(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step, \
                                 const float* x, int64_t x_step, const float* y, int64_t y_step,    \
                                 float* out) {                                                      \
@@ -177,14 +220,15 @@ DYNVM_ELEMENTWISE_LEVEL(DYNVM_AVX512_LOOPS, Avx512)
 #endif
 #undef DYNVM_ELEMENTWISE_LEVEL
 
-#define DYNVM_ELEMENTWISE_FILL(SUFFIX)          \
-  d->binary_rows = &BinaryRows##SUFFIX;         \
-  d->where_blocks = &WhereBlocks##SUFFIX;       \
-  d->unary = &Unary##SUFFIX;                    \
-  d->add_to = &AddTo##SUFFIX;                   \
-  d->fill_where = &FillWhere##SUFFIX;           \
-  d->any_nan = &AnyNaN##SUFFIX;                 \
-  d->any_abs_at_least = &AnyAbsAtLeast##SUFFIX; \
+#define DYNVM_ELEMENTWISE_FILL(SUFFIX)               \
+  d->binary_rows = &BinaryRows##SUFFIX;              \
+  d->binary_strided_row = &BinaryStridedRow##SUFFIX; \
+  d->where_blocks = &WhereBlocks##SUFFIX;            \
+  d->unary = &Unary##SUFFIX;                         \
+  d->add_to = &AddTo##SUFFIX;                        \
+  d->fill_where = &FillWhere##SUFFIX;                \
+  d->any_nan = &AnyNaN##SUFFIX;                      \
+  d->any_abs_at_least = &AnyAbsAtLeast##SUFFIX;      \
   d->max_over_taps = &MaxOverTaps##SUFFIX;
 
 }  // namespace
@@ -208,6 +252,42 @@ void FillElementwise(Isa isa, Dispatch* d) {
 void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                 int64_t b_row_stride, float* y) {
   internal::Table().binary_rows(op, rows, n, a, b, b_row_stride, y);
+}
+
+void BinaryStrided(BinaryOp op, int rank, const int64_t* dims, const float* a,
+                   const int64_t* a_strides, const float* b, const int64_t* b_strides,
+                   int64_t begin, int64_t end, float* y) {
+  if (begin >= end || rank < 1 || rank > 8) return;
+  const int last = rank - 1;
+  const int64_t n = dims[last];
+  if (n <= 0) return;
+  // The multi-index of `begin`, and a's and b's offsets there.
+  int64_t index[8] = {};
+  int64_t oa = 0, ob = 0;
+  for (int64_t rest = begin, d = last; d >= 0; --d) {
+    index[d] = rest % dims[d];
+    rest /= dims[d];
+    oa += index[d] * a_strides[d];
+    ob += index[d] * b_strides[d];
+  }
+  const auto row = internal::Table().binary_strided_row;
+  for (int64_t e = begin; e < end;) {
+    const int64_t count = std::min(end - e, n - index[last]);
+    row(op, count, a + oa, a_strides[last], b + ob, b_strides[last], y + e);
+    e += count;
+    // Past the piece; at a row's end the indices carry (the last wraps to 0).
+    oa += count * a_strides[last];
+    ob += count * b_strides[last];
+    index[last] += count;
+    for (int d = last; d > 0 && index[d] == dims[d]; --d) {
+      oa -= dims[d] * a_strides[d];
+      ob -= dims[d] * b_strides[d];
+      index[d] = 0;
+      ++index[d - 1];
+      oa += a_strides[d - 1];
+      ob += b_strides[d - 1];
+    }
+  }
 }
 
 void WhereBlocks(int64_t blocks, int64_t n, const uint8_t* cond, int64_t cond_step, const float* x,

@@ -18,6 +18,16 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 void BinaryRows(BinaryOp op, int64_t rows, int64_t n, const float* a, const float* b,
                 int64_t b_row_stride, float* y);
 
+// y[e] = a[offset of e in a] op b[offset of e in b] for the output elements e in [begin, end)
+// (row-major order) of an output of `rank` dims (1 to 8), y dense: a and b are read at their
+// element strides (0 along an axis they broadcast over; any other stride, a transposed or sliced
+// view's). y points at the output's element 0. Rows of the last axis run a vector loop where a
+// and b step by 0 or 1 there, a scalar loop otherwise. Same IEEE results as the reference
+// kernel; y may be a or b where that operand has y's dense strides.
+void BinaryStrided(BinaryOp op, int rank, const int64_t* dims, const float* a,
+                   const int64_t* a_strides, const float* b, const int64_t* b_strides,
+                   int64_t begin, int64_t end, float* y);
+
 // out[j] = cond[j] ? x[j] : y[j] over blocks: for each of `blocks` blocks of `n` outputs,
 // cond[j] (bytes, 0 or 1) with cond advancing by cond_step per block (0: one block repeated);
 // x and y likewise, with step -1 meaning one scalar.

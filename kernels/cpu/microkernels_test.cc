@@ -275,6 +275,88 @@ TEST(Elementwise, BinaryRowsAreExactForEveryLayout) {
   }
 }
 
+// BinaryStrided over random shapes of rank 1 to 6: each operand's dims a random mix of the
+// output's and 1 (both may broadcast; a size-1 output axis anywhere), a read through a
+// transposed view half the time, the output written in one call and in two ranges cut at a
+// random element (as two threads would), and in place over a dense a. Against a loop over
+// multi-indices: the same bits, NaN and infinities included.
+TEST(Elementwise, BinaryStridedIsExactForEveryBroadcast) {
+  std::mt19937 rng(5);
+  const BinaryOp ops[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv};
+  auto apply = [](BinaryOp op, float a, float b) {
+    switch (op) {
+      case BinaryOp::kAdd:
+        return a + b;
+      case BinaryOp::kSub:
+        return a - b;
+      case BinaryOp::kMul:
+        return a * b;
+      case BinaryOp::kDiv:
+        return a / b;
+    }
+    return 0.0f;
+  };
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting level(isa);
+    for (int trial = 0; trial < 300; ++trial) {
+      const int rank = 1 + static_cast<int>(rng() % 6);
+      int64_t dims[6], ad[6], bd[6];
+      int64_t numel = 1;
+      for (int i = 0; i < rank; ++i) {
+        dims[i] = rng() % 5 == 0 ? 1 : 1 + static_cast<int64_t>(rng() % (i == rank - 1 ? 40 : 5));
+        numel *= dims[i];
+        ad[i] = rng() % 3 == 0 ? 1 : dims[i];
+        bd[i] = rng() % 3 == 0 ? 1 : dims[i];
+      }
+      if (trial % 4 == 0) std::copy(dims, dims + rank, ad);  // a dense: in place too
+      // Row-major strides of each operand's own dims, 0 where it broadcasts; a transposed
+      // view of a: its storage holds the axes reversed.
+      const bool transposed = trial % 4 != 0 && rng() % 2 == 0;
+      int64_t as[6], bs[6], an = 1, bn = 1;
+      for (int i = rank - 1; i >= 0; --i) {
+        bs[i] = bd[i] == 1 ? 0 : bn;
+        bn *= bd[i];
+      }
+      for (int k = 0; k < rank; ++k) {
+        const int i = transposed ? k : rank - 1 - k;
+        as[i] = ad[i] == 1 ? 0 : an;
+        an *= ad[i];
+      }
+      std::vector<float> a = Uniform(an, rng), b = Uniform(bn, rng, 0.5f, 2);
+      a[rng() % an] = kNaN;
+      b[rng() % bn] = std::numeric_limits<float>::infinity();
+      if (an > 1) a[rng() % an] = -0.0f;
+      for (BinaryOp op : ops) {
+        std::vector<float> want(numel);
+        for (int64_t e = 0; e < numel; ++e) {
+          int64_t oa = 0, ob = 0;
+          for (int64_t rest = e, i = rank - 1; i >= 0; --i) {
+            oa += rest % dims[i] * as[i];
+            ob += rest % dims[i] * bs[i];
+            rest /= dims[i];
+          }
+          want[e] = apply(op, a[oa], b[ob]);
+        }
+        const int64_t cut = static_cast<int64_t>(rng() % (numel + 1));
+        std::vector<float> whole(numel), split(numel);
+        BinaryStrided(op, rank, dims, a.data(), as, b.data(), bs, 0, numel, whole.data());
+        BinaryStrided(op, rank, dims, a.data(), as, b.data(), bs, 0, cut, split.data());
+        BinaryStrided(op, rank, dims, a.data(), as, b.data(), bs, cut, numel, split.data());
+        std::vector<float> inplace = a;
+        const bool dense = std::equal(ad, ad + rank, dims) && !transposed;
+        if (dense) {
+          BinaryStrided(op, rank, dims, inplace.data(), as, b.data(), bs, 0, numel, inplace.data());
+        }
+        for (int64_t e = 0; e < numel; ++e) {
+          ASSERT_TRUE(SameFloat(whole[e], want[e])) << IsaName(isa) << " trial " << trial;
+          ASSERT_TRUE(SameFloat(split[e], want[e])) << IsaName(isa) << " cut " << cut;
+          if (dense) ASSERT_TRUE(SameFloat(inplace[e], want[e])) << IsaName(isa);
+        }
+      }
+    }
+  }
+}
+
 TEST(Elementwise, WhereUnaryMasksAndScansAreExact) {
   std::mt19937 rng(4);
   for (Isa isa : SupportedIsas()) {

@@ -18,7 +18,7 @@ bool EnvOn(const char* name) {
 }
 
 std::optional<bool>& Forced(Rule rule) {
-  static std::optional<bool> forced[5];
+  static std::optional<bool> forced[6];
   return forced[static_cast<int>(rule)];
 }
 
@@ -83,6 +83,19 @@ bool UseQGemv(int64_t m, int64_t n, int64_t k, bool int8) {
 bool UseIGemm(int64_t m, int64_t n, int64_t k) {
   if (const std::optional<bool>& f = Forced(Rule::kIGemm)) return *f || !HasInt8Vnni();
   return !HasInt8Vnni();
+}
+
+// The strided loop against oneDNN 2.6's binary primitive (BM_StridedBinary, an Add of 200K-460K
+// elements, real time; docs/results/broadcast-add-choice-s10-2026-11-30.txt): oneDNN jits a
+// dense pair, a scalar, one value per channel, an operand repeated over leading axes, but serves
+// a middle axis of 1 (a shifted-window mask [1, nW, 1, L, L] over heads) by its reference
+// binary, 11 ms where the loop takes 13-14 us; where it jits, the loop at one thread is as fast
+// or faster (1.02-1.37x at AVX-512 and with AVX2 forced). At two threads the loop splits over
+// the pool like every other elementwise loop (kMinParallelElements, docs/threads.md).
+bool UseStridedBinary(bool a_full) {
+  if (!a_full) return true;  // oneDNN broadcasts its second operand only
+  if (const std::optional<bool>& f = Forced(Rule::kStridedBinary)) return *f;
+  return true;
 }
 
 }  // namespace dynvm::onednn::choice

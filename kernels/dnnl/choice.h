@@ -41,9 +41,15 @@ bool UseQGemv(int64_t m, int64_t n, int64_t k, bool int8);
 // kernels may saturate 16-bit intermediates). (m = 1 always runs cpu::IGemv.)
 bool UseIGemm(int64_t m, int64_t n, int64_t k);
 
+// An Add, Sub, Mul or Div the plain loops do not take (a broadcast other than a whole row, one
+// scalar or one scalar per row; a strided view; a broadcast first operand): cpu::BinaryStrided
+// over the output's merged axes rather than oneDNN's binary primitive. `a_full`: the first
+// operand has every output element (else oneDNN cannot serve it at all).
+bool UseStridedBinary(bool a_full);
+
 // For benchmarks and tests: forces a rule's answer (nullopt: the rule again). Not thread-safe:
 // set it while no kernel runs.
-enum class Rule { kGemv, kPackedGemm, kOwnWinograd, kQGemv, kIGemm };
+enum class Rule { kGemv, kPackedGemm, kOwnWinograd, kQGemv, kIGemm, kStridedBinary };
 void ForceForTesting(Rule rule, std::optional<bool> use);
 
 }  // namespace dynvm::onednn::choice

@@ -69,9 +69,10 @@ bool SetLevel(benchmark::State& state, int arg, std::unique_ptr<cpu::ScopedIsaFo
   return true;
 }
 
-// Runs a dnnl-backend kernel for `call` in the benchmark loop at one site, one thread.
+// Runs a dnnl-backend kernel for `call` in the benchmark loop at one site, on `threads` threads
+// (the VM's pool past 1).
 void RunKernel(benchmark::State& state, KernelCall& call, const std::vector<Tensor>& inputs,
-               std::vector<int64_t> out_dims) {
+               std::vector<int64_t> out_dims, int threads = 1) {
   KernelSpec spec = call.spec();
   spec.backend = "dnnl";
   absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
@@ -79,7 +80,11 @@ void RunKernel(benchmark::State& state, KernelCall& call, const std::vector<Tens
     state.SkipWithError(std::string(k.status().message()).c_str());
     return;
   }
-  KernelContext ctx(&HeapAllocator::Get(), 1);
+  if (threads > MaxThreads() && !SetMaxThreads(threads).ok()) {
+    state.SkipWithError("threads");
+    return;
+  }
+  KernelContext ctx(&HeapAllocator::Get(), threads);
   std::vector<const Tensor*> in;
   for (const Tensor& t : inputs) in.push_back(&t);
   Tensor y = *Tensor::Empty(DType::kF32, out_dims);
@@ -335,6 +340,42 @@ void BM_Winograd(benchmark::State& state) {
 BENCHMARK(BM_Winograd)
     ->ArgNames({"shape", "clip", "own", "isa"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {0, 1}, {0, 1}, {1, 2}});
+
+// ---- UseStridedBinary ----
+
+// The broadcasts of BM_StridedBinary: output dims and the second operand's (the first has the
+// output's dims).
+struct BroadcastCase {
+  std::vector<int64_t> a, b;
+};
+const BroadcastCase kBroadcastCases[] = {
+    {{64, 3, 49, 49}, {1, 3, 49, 49}},         // 0 a relative position bias over the windows
+    {{1, 16, 3, 49, 49}, {1, 16, 1, 49, 49}},  // 1 a shifted-window mask over the heads
+    {{2, 12, 128, 128}, {2, 1, 1, 128}},       // 2 a padding mask per example over heads, rows
+    {{4, 64, 28, 28}, {1, 64, 1, 1}},          // 3 one value per channel, 4 images
+    {{784, 128}, {128}},                       // 4 a channels-last bias (one row)
+    {{4, 64, 28, 28}, {4, 64, 28, 28}},        // 5 the same shape
+    {{4, 64, 28, 28}, {1}},                    // 6 a scalar
+    {{4, 64, 28, 28}, {4, 1, 28, 28}},         // 7 one plane per image over the channels
+};
+
+void BM_StridedBinary(benchmark::State& state) {
+  std::unique_ptr<cpu::ScopedIsaForTesting> level;
+  if (!SetLevel(state, 3, &level)) return;
+  const BroadcastCase& c = kBroadcastCases[state.range(0)];
+  choice::ForceForTesting(choice::Rule::kStridedBinary, state.range(1) == 1);
+  const Tensor a = RandomTensor(c.a, 6), b = RandomTensor(c.b, 7);
+  KernelCall call("Add");
+  call.In(a).In(b).Out(DType::kF32);
+  RunKernel(state, call, {a, b}, c.a, static_cast<int>(state.range(2)));
+  choice::ForceForTesting(choice::Rule::kStridedBinary, std::nullopt);
+  state.counters["elements/s"] = benchmark::Counter(
+      static_cast<double>(a.numel()) * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_StridedBinary)
+    ->ArgNames({"case", "loop", "threads", "isa"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1}, {1, 2}, {1, 2}})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace dynvm::onednn

@@ -222,11 +222,12 @@ TEST(DnnlKernels, FallbacksAreCounted) {
   Site s = Make(relu);
   ASSERT_TRUE(RunAt(s, {&view}, 1).ok());
   EXPECT_EQ(s.dnnl->fallback_runs(), 1);
-  // Sub's first operand broadcast: oneDNN broadcasts only its second.
-  Tensor a = Filled({129}), b = Filled({64, 129});
-  KernelCall sub("Sub");
-  sub.In(a).In(b).Out(DType::kF32);
-  Site t = Make(sub);
+  // Max of two operands that both broadcast: oneDNN broadcasts only its second (Add, Sub, Mul
+  // and Div run the strided loop there).
+  Tensor a = Filled({129, 1}), b = Filled({1, 64});
+  KernelCall max("Max");
+  max.In(a).In(b).Out(DType::kF32);
+  Site t = Make(max);
   ASSERT_TRUE(RunAt(t, {&a, &b}, 1).ok());
   EXPECT_EQ(t.dnnl->fallback_runs(), 1);
 }
@@ -1079,6 +1080,79 @@ TEST(DnnlKernels, BinaryRowScalarsMatchTheReference) {
           const std::vector<double> g = testing::ToDoubles(y);
           ASSERT_EQ(g.size(), e.size());
           for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], e[i]) << "at " << i;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(SetMaxThreads(cap).ok());
+}
+
+// Broadcasts the plain loops do not take run cpu::BinaryStrided (the rule picks it over
+// oneDNN's binary primitive, and it serves what oneDNN cannot: a broadcast first operand, both
+// operands broadcast): the reference kernel's bits, infinities included, at 1 and 2 threads,
+// each op, never handed to the reference kernel. Shapes: attention biases and masks (a
+// relative position bias over windows, a shifted-window mask over heads, a padding mask per
+// example), both operands broadcast, a first operand broadcast, ranks 1 to 6 with size-1 axes
+// anywhere, a transposed view, sizes under 4096 and above kChurnMaxElements.
+TEST(DnnlKernels, StridedBroadcastsMatchTheReference) {
+  const int cap = MaxThreads();
+  ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
+  struct Shapes {
+    std::vector<int64_t> a, b;
+    bool transpose_a = false;  // a read through a view with its last two axes swapped
+  };
+  const Shapes shapes[] = {
+      {{9, 3, 49, 49}, {1, 3, 49, 49}},
+      {{1, 9, 3, 49, 49}, {1, 9, 1, 49, 49}},
+      {{2, 12, 50, 50}, {2, 1, 1, 50}},
+      {{40, 3, 49, 49}, {1, 3, 49, 49}},
+      {{3, 1, 70}, {1, 64, 1}},
+      {{1, 64, 1}, {3, 1, 70}},
+      {{129}, {64, 129}},
+      {{2, 1, 3, 1, 5, 7}, {1, 4, 3, 1, 1, 7}},
+      {{2, 3, 4, 5, 6, 7}, {3, 1, 5, 1, 7}},
+      {{5}, {4, 1}},
+      {{64, 80, 30}, {64, 1, 30}, true},
+      {{16, 90, 50}, {90, 50}, true},
+  };
+  Random random(31);
+  for (const Shapes& sh : shapes) {
+    Tensor a = random(sh.a), b = random(sh.b);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] += 2.0f;  // no division by ~0
+    a.data<float>()[a.numel() / 2] = std::numeric_limits<float>::infinity();
+    b.data<float>()[0] = -std::numeric_limits<float>::infinity();
+    if (sh.transpose_a) {  // the same values as a dense a, stored with the last axes swapped
+      std::vector<int64_t> swapped = sh.a, strides(sh.a.size());
+      std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+      Tensor store = random(swapped);
+      const int r = static_cast<int>(sh.a.size());
+      ContiguousStrides(swapped, strides.data());
+      std::swap(strides[r - 1], strides[r - 2]);
+      a = *Tensor::View(store.storage(), 0, DType::kF32, sh.a, strides);
+    }
+    for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+      KernelCall call(op);
+      call.In(a).In(b).Out(DType::kF32);
+      KernelCall ref = call;
+      ref.Backend("reference");
+      absl::StatusOr<std::vector<Tensor>> want = ref.Run(1);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const std::vector<double> e = testing::ToDoubles((*want)[0]);
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(op, " a=[", absl::StrJoin(sh.a, ","), "] b=[",
+                                  absl::StrJoin(sh.b, ","), "] transposed=", sh.transpose_a,
+                                  " threads=", threads));
+        Site s = Make(call, threads);
+        Tensor y;
+        Tensor* outs[1] = {&y};
+        const std::vector<const Tensor*> in = {&a, &b};
+        ASSERT_TRUE(s.kernel->Run(*s.ctx, in, outs).ok());
+        EXPECT_EQ(s.dnnl->fallback_runs(), 0);
+        ASSERT_TRUE(y.dims() == (*want)[0].dims());
+        const std::vector<double> g = testing::ToDoubles(y);
+        ASSERT_EQ(g.size(), e.size());
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_TRUE(g[i] == e[i] || (std::isnan(g[i]) && std::isnan(e[i]))) << "at " << i;
         }
       }
     }

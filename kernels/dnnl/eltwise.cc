@@ -21,11 +21,18 @@
 // -1, beta 0) therefore always runs cpu::Unary, whatever the thread count, and Mean of two
 // (a post-op scale of 0.5 is the same linear) is the reference kernel's.
 //
-// Run-time fallbacks to the reference kernel: empty tensors; binary ops under
+// Add, Sub, Mul and Div with a broadcast the plain row loops do not take (an operand repeated
+// over leading axes, a middle axis of 1: attention biases and masks; both operands broadcast; a
+// broadcast first operand; a strided view) run cpu::BinaryStrided over the output's merged axes
+// where choice::UseStridedBinary says so: everywhere, as measured (oneDNN 2.6 serves a middle
+// axis of 1 only by its reference binary, about 90 ns an element, 800x the loop's time; where
+// it jits, the loop is as fast or faster at one thread).
+//
+// Run-time fallbacks to the reference kernel: empty tensors; Max and Min under
 // kMinBinaryElements output elements (a primitive execute costs more than the reference loop
 // there: dnnl_benchmark.cc, BM_Add); a strided unary input (the eltwise primitive writes its
-// output in its input's layout); and a broadcast oneDNN lacks (its first operand must have
-// every output element: a broadcast first operand of Sub or Div, or both operands broadcast).
+// output in its input's layout); and a broadcast of Max or Min oneDNN lacks (its first operand
+// must have every output element: both operands broadcast).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,6 +42,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/dnnl/choice.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/dnnl/parallel_loops.h"
@@ -193,15 +201,20 @@ class BinaryKernel final : public DnnlKernel {
     if (drops_nan_ && (HasNaN(*a) || HasNaN(*b))) return RunFallback(ctx, in, out);
     const absl::Span<const int64_t> out_dims = *dims;
     // oneDNN broadcasts its second operand only: the first must have every output element.
-    if (a->numel() != numel) {
-      if (!commutative_ || b->numel() != numel) return RunFallback(ctx, in, out);
-      std::swap(a, b);
-    }
-    if (LoopServes(ctx, *a, *b, out_dims, numel)) {
+    if (a->numel() != numel && commutative_ && b->numel() == numel) std::swap(a, b);
+    if (a->numel() == numel && LoopServes(ctx, *a, *b, out_dims, numel)) {
       DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
       return RunLoop(ctx, *a, *b, out_dims, numel, out[0]);
     }
-    if (numel < kMinBinaryElements) return RunFallback(ctx, in, out);
+    if (loop_op_.has_value() && numel > 0 && !out_dims.empty()) {
+      if (choice::UseStridedBinary(a->numel() == numel)) {
+        DYNVM_RETURN_IF_ERROR(
+            reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
+        RunStrided(ctx, PlanStrided(*a, *b, out_dims), *a, *b, numel, out[0]);
+        return absl::OkStatus();
+      }
+    }
+    if (a->numel() != numel || numel < kMinBinaryElements) return RunFallback(ctx, in, out);
     DYNVM_RETURN_IF_ERROR(reference::PrepareOutput(ctx, out[0], DType::kF32, out_dims, "binary"));
     SetThreads(ThreadsFor(ctx.num_threads(), numel));
     ShapeKey key;
@@ -278,6 +291,53 @@ class BinaryKernel final : public DnnlKernel {
       ParallelBinaryRows(ctx, *loop_op_, numel / b.numel(), b.numel(), pa, pb, 0, y->data<float>());
     }
     return absl::OkStatus();
+  }
+
+  // The output's dims with a's and b's element strides (0 along an axis an operand broadcasts
+  // over), axes of extent 1 dropped and neighbours merged where both operands step through
+  // them as through one axis (the output, dense, always does).
+  struct StridedPlan {
+    int rank = 0;
+    int64_t dims[Tensor::kMaxRank] = {};
+    int64_t a_strides[Tensor::kMaxRank] = {};
+    int64_t b_strides[Tensor::kMaxRank] = {};
+  };
+  static StridedPlan PlanStrided(const Tensor& a, const Tensor& b, absl::Span<const int64_t> dims) {
+    const int rank = static_cast<int>(dims.size());
+    auto stride = [&](const Tensor& t, int i) {  // i: an output axis
+      const int j = i - (rank - t.rank());
+      return j < 0 || t.dim(j) == 1 ? int64_t{0} : t.stride(j);
+    };
+    StridedPlan p;
+    for (int i = 0; i < rank; ++i) {
+      if (dims[i] == 1) continue;
+      const int64_t sa = stride(a, i), sb = stride(b, i);
+      if (p.rank > 0) {
+        const int q = p.rank - 1;
+        if (p.a_strides[q] == sa * dims[i] && p.b_strides[q] == sb * dims[i]) {
+          p.dims[q] *= dims[i];
+          p.a_strides[q] = sa;
+          p.b_strides[q] = sb;
+          continue;
+        }
+      }
+      p.dims[p.rank] = dims[i];
+      p.a_strides[p.rank] = sa;
+      p.b_strides[p.rank] = sb;
+      ++p.rank;
+    }
+    if (p.rank == 0) p = StridedPlan{1, {1}, {0}, {0}};  // one element
+    return p;
+  }
+
+  void RunStrided(const KernelContext& ctx, const StridedPlan& p, const Tensor& a, const Tensor& b,
+                  int64_t numel, Tensor* y) const {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y->data<float>();
+    ParallelElements(ctx, numel, [&](int64_t e0, int64_t e1) {
+      cpu::BinaryStrided(*loop_op_, p.rank, p.dims, pa, p.a_strides, pb, p.b_strides, e0, e1, py);
+    });
   }
 
   alg algorithm_;
