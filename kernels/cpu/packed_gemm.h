@@ -29,6 +29,11 @@ inline constexpr int64_t kRowBlock = 192;  // 32 micro-kernel row tiles
 inline constexpr int64_t kColBlock = 128;  // 8 panels
 inline constexpr int64_t kDepth = 256;
 
+// Whether a product of m rows at `threads` threads splits by rows (each thread a whole row block
+// or more: it packs only its rows, and reads the panels once per row block as one thread would)
+// rather than by ranges of panels (each thread packs all of A, reads its share of the panels).
+inline bool SplitRows(int64_t m, int threads) { return m >= threads * kRowBlock; }
+
 // Floats of packed B for K x N.
 int64_t PackedFloats(int64_t k, int64_t n);
 
