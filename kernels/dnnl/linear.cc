@@ -48,6 +48,11 @@
 //   panels, K across blocks, with and without bias and activation, one row, 1 and 2 threads,
 //   every level). An operand no form addresses (a broadcast view) is packed into the site's
 //   workspace.
+// - s10 (large row counts; docs/kernels.md "The packed GEMM"): A copied by rows instead of a
+//   scalar transpose, the next row block's A prefetched by the micro-kernels, and at more than
+//   one thread a split by rows when every thread gets a whole row block (SplitRows): at 512-6272
+//   rows 0.92-1.07x dnnl_sgemm at 1 thread (was 0.73-1.14x at 1024 and 3136),
+//   results/packed-gemm-large-m-s10-2026-11-30.txt.
 #include "kernels/reference/linear.h"
 
 #include <algorithm>
