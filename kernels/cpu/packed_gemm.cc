@@ -38,42 +38,81 @@
 namespace dynvm::cpu::packed_gemm {
 namespace {
 
-constexpr int kRows = 6;  // rows per packed A tile
+constexpr int kRows = 6;  // rows per AVX2 micro-kernel tile
 
-// Packs rows [0, rows) x columns [q0, q0 + depth) of A (row stride lda) as tiles of 6 rows,
-// each [depth][6] (rows past `rows` zero), tile t at t * 6 * depth.
+// Packed A: a row block's rows, copied (not transposed) in segments of kSegment of K: segment s
+// of a block of `rows` rows at s * rows * kStride, its row r at r * kStride. The micro-kernels
+// broadcast A[r][p] from a + r * kStride + p (a compile-time displacement per row, one pointer
+// for all of them). kStride = kSegment + 16: rows 1088 bytes apart fall in different L1 sets (a
+// plain A with rows a multiple of 4 KiB apart, K 1024 or 3072, would put a tile's rows in one
+// set). A segment per row is one memcpy: the former [depth][6] tiles were a scalar transpose
+// that took a third of a [3136, 384] x [384, 96] product's time.
+constexpr int64_t kSegment = 256;
+constexpr int64_t kStride = kSegment + 16;
+
+constexpr int64_t kPackAhead = 4;          // rows PackA prefetches ahead
+constexpr int64_t kSpanBytes = 512 << 10;  // C of a column span (Multiply)
+
+int64_t Segments(int64_t depth) { return (depth + kSegment - 1) / kSegment; }
+
+// The rows of A that the next row block will pack, for the micro-kernels to prefetch one line a
+// step while they compute this block (PackA then reads them from the caches, not from memory: a
+// [3136, 384] x [384, 96] product spent a sixth of its time in PackA's reads). Set by Multiply
+// per row block; empty for the last.
+struct NextA {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int64_t lines = 0, steps = 1;  // the rate: `lines` over the block's `steps` (an estimate)
+};
+thread_local NextA next_a;
+
+// The lines a micro-kernel call of `depth` steps prefetches (at most one a step): their start
+// and count, taken off next_a.
+struct Prefetch {
+  const char* at;
+  int64_t lines;
+};
+inline Prefetch TakePrefetch(int64_t depth) {
+  NextA& n = next_a;
+  const int64_t lines =
+      n.next < n.end
+          ? std::min({depth, (n.end - n.next + 63) / 64, (depth * n.lines + n.steps - 1) / n.steps})
+          : 0;
+  const Prefetch p{n.next, lines};
+  n.next += lines * 64;
+  return p;
+}
+// Packs rows [0, rows) x columns [0, depth) of A (row stride lda) as above.
 void PackA(int64_t rows, int64_t depth, const float* a, int64_t lda, float* out) {
-  for (int64_t t = 0; t * kRows < rows; ++t) {
-    float* tile = out + t * kRows * depth;
-    const int64_t r_end = std::min<int64_t>(kRows, rows - t * kRows);
-    for (int64_t r = 0; r < kRows; ++r) {
-      if (r >= r_end) {
-        for (int64_t p = 0; p < depth; ++p) tile[p * kRows + r] = 0.0f;
-        continue;
+  for (int64_t s = 0; s < depth; s += kSegment) {
+    const size_t bytes = static_cast<size_t>(std::min(kSegment, depth - s)) * sizeof(float);
+    float* seg = out + (s / kSegment) * rows * kStride;
+    for (int64_t r = 0; r < rows; ++r) {
+#if DYNVM_CPU_X86
+      if (r + kPackAhead < rows) {
+        const char* ahead = reinterpret_cast<const char*>(a + (r + kPackAhead) * lda + s);
+        for (size_t l = 0; l < bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
       }
-      const float* src = a + (t * kRows + r) * lda;
-      for (int64_t p = 0; p < depth; ++p) tile[p * kRows + r] = src[p];
+#endif
+      std::memcpy(seg + r * kStride, a + r * lda + s, bytes);
     }
   }
 }
 
 // ---- portable ----
 
-// C[rows, cols] (= or +=) A[rows, depth] (packed tiles) x panel [depth][16], all rows.
-void PanelRowsPortable(int64_t rows, int64_t depth, const float* a, const float* b, float* c,
-                       int64_t ldc, int64_t cols, bool accumulate) {
-  for (int64_t t = 0; t * kRows < rows; ++t) {
-    const float* tile = a + t * kRows * depth;
-    const int64_t r_end = std::min<int64_t>(kRows, rows - t * kRows);
-    for (int64_t r = 0; r < r_end; ++r) {
-      float acc[kPanel] = {};
-      for (int64_t p = 0; p < depth; ++p) {
-        const float av = tile[p * kRows + r];
-        for (int64_t j = 0; j < kPanel; ++j) acc[j] += av * b[p * kPanel + j];
-      }
-      float* cr = c + (t * kRows + r) * ldc;
-      for (int64_t j = 0; j < cols; ++j) cr[j] = accumulate ? cr[j] + acc[j] : acc[j];
+// C[rows, cols] (= or +=) A[rows, depth] (PackA, segments seg floats apart) x panel
+// [depth][16], all rows.
+void PanelRowsPortable(int64_t rows, int64_t depth, const float* a, int64_t seg, const float* b,
+                       float* c, int64_t ldc, int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc[kPanel] = {};
+    for (int64_t p = 0; p < depth; ++p) {
+      const float av = a[(p / kSegment) * seg + r * kStride + p % kSegment];
+      for (int64_t j = 0; j < kPanel; ++j) acc[j] += av * b[p * kPanel + j];
     }
+    float* cr = c + r * ldc;
+    for (int64_t j = 0; j < cols; ++j) cr[j] = accumulate ? cr[j] + acc[j] : acc[j];
   }
 }
 
@@ -111,33 +150,37 @@ DYNVM_AVX2 DYNVM_ALWAYS_INLINE __m256i LaneMask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), idx);
 }
 
-// C[R rows, cols] (= or +=) A[R rows, depth] x panel [depth][16], A packed as [depth][6] (the
-// tile's rows interleaved: one stream of broadcasts, whatever A's row stride). cols 16: plain
-// stores; fewer (the last panel of a ragged N): masked loads and stores of C only. The
-// accumulators are named variables (GCC kept an array of them on the stack, a store per FMA).
+// C[R rows, cols] (= or +=) A[R rows, depth] x panel [depth][16], A as PackA wrote it (row r at
+// a + r * kStride, segments of kSegment steps seg floats apart). cols 16: plain stores; fewer
+// (the last panel of a ragged N): masked loads and stores of C only. The accumulators are named
+// variables (GCC kept an array of them on the stack, a store per FMA).
 template <int R>
-DYNVM_AVX2 void MicroAvx2(int64_t depth, const float* a, const float* b, float* c, int64_t ldc,
-                          int64_t cols, bool accumulate) {
+DYNVM_AVX2 void MicroAvx2(int64_t depth, const float* a, int64_t seg, const float* b, float* c,
+                          int64_t ldc, int64_t cols, bool accumulate, Prefetch pf) {
   static_assert(R >= 1 && R <= kRows);
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (int64_t p = 0; p < depth; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b + p * kPanel);
-    const __m256 b1 = _mm256_loadu_ps(b + p * kPanel + 8);
-    const float* ap = a + p * kRows;
-#define DYNVM_ROW(r)                               \
-  if constexpr (R > r) {                           \
-    const __m256 av = _mm256_broadcast_ss(ap + r); \
-    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);    \
-    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);    \
+  for (int64_t q = 0; q < depth; q += kSegment, a += seg, b += kSegment * kPanel) {
+    const int64_t steps = std::min(kSegment, depth - q);
+    for (int64_t p = 0; p < steps; ++p) {
+      if (q + p < pf.lines) _mm_prefetch(pf.at + (q + p) * 64, _MM_HINT_T0);
+      const __m256 b0 = _mm256_loadu_ps(b + p * kPanel);
+      const __m256 b1 = _mm256_loadu_ps(b + p * kPanel + 8);
+      const float* ap = a + p;
+#define DYNVM_ROW(r)                                         \
+  if constexpr (R > r) {                                     \
+    const __m256 av = _mm256_broadcast_ss(ap + r * kStride); \
+    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);              \
+    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);              \
   }
-    DYNVM_ROW(0)
-    DYNVM_ROW(1)
-    DYNVM_ROW(2)
-    DYNVM_ROW(3)
-    DYNVM_ROW(4)
-    DYNVM_ROW(5)
+      DYNVM_ROW(0)
+      DYNVM_ROW(1)
+      DYNVM_ROW(2)
+      DYNVM_ROW(3)
+      DYNVM_ROW(4)
+      DYNVM_ROW(5)
 #undef DYNVM_ROW
+    }
   }
   const bool full = cols == kPanel;
   const __m256i m0 = LaneMask(cols), m1 = LaneMask(cols - 8);
@@ -170,25 +213,28 @@ DYNVM_AVX2 void MicroAvx2(int64_t depth, const float* a, const float* b, float* 
 }
 
 // Rows [0, rows) of packed A (PackA) x one panel over one depth block.
-DYNVM_AVX2 void PanelRowsAvx2(int64_t rows, int64_t depth, const float* a, const float* b, float* c,
-                              int64_t ldc, int64_t cols, bool accumulate) {
+DYNVM_AVX2 void PanelRowsAvx2(int64_t rows, int64_t depth, const float* a, int64_t seg,
+                              const float* b, float* c, int64_t ldc, int64_t cols,
+                              bool accumulate) {
   int64_t i = 0;
   for (; i + kRows <= rows; i += kRows) {
-    MicroAvx2<6>(depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+    MicroAvx2<6>(depth, a + i * kStride, seg, b, c + i * ldc, ldc, cols, accumulate,
+                 TakePrefetch(depth));
   }
-  const float* at = a + i * depth;
+  const float* at = a + i * kStride;
   float* ct = c + i * ldc;
+  const Prefetch pf = TakePrefetch(depth);
   switch (rows - i) {
     case 5:
-      return MicroAvx2<5>(depth, at, b, ct, ldc, cols, accumulate);
+      return MicroAvx2<5>(depth, at, seg, b, ct, ldc, cols, accumulate, pf);
     case 4:
-      return MicroAvx2<4>(depth, at, b, ct, ldc, cols, accumulate);
+      return MicroAvx2<4>(depth, at, seg, b, ct, ldc, cols, accumulate, pf);
     case 3:
-      return MicroAvx2<3>(depth, at, b, ct, ldc, cols, accumulate);
+      return MicroAvx2<3>(depth, at, seg, b, ct, ldc, cols, accumulate, pf);
     case 2:
-      return MicroAvx2<2>(depth, at, b, ct, ldc, cols, accumulate);
+      return MicroAvx2<2>(depth, at, seg, b, ct, ldc, cols, accumulate, pf);
     case 1:
-      return MicroAvx2<1>(depth, at, b, ct, ldc, cols, accumulate);
+      return MicroAvx2<1>(depth, at, seg, b, ct, ldc, cols, accumulate, pf);
     default:
       return;
   }
@@ -242,26 +288,27 @@ DYNVM_AVX2 void PanelGemvAvx2(int64_t k, const float* x, const float* b, int64_t
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// R rows (of up to four 6-row tiles; row r at tile r / 6, lane r % 6) x one panel: C[R, cols]
-// (= or +=) over one depth block. Only the R rows' FMAs run (a tile's padding rows are skipped,
-// not computed: 17 rows cost 17 FMAs a step, not 18, and 8 rows 8, not 12).
+// R rows (up to 24; A as PackA wrote it) x one panel: C[R, cols] (= or +=) over one depth
+// block. Only the R rows' FMAs run (17 rows cost 17 FMAs a step, not 18, and 8 rows 8, not 12).
 template <int R>
-DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, const float* b, float* c, int64_t ldc,
-                              int64_t cols, bool accumulate) {
+DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, int64_t seg, const float* b, float* c,
+                              int64_t ldc, int64_t cols, bool accumulate, Prefetch pf) {
   static_assert(R >= 1 && R <= 4 * kRows);
   __m512 acc[R];
 #pragma GCC unroll 24
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < depth; ++p) {
-    if constexpr (R <= kPrefetchRows) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
-    }
-    const __m512 bv = _mm512_loadu_ps(b + p * kPanel);
-    const float* ap = a + p * kRows;
+  for (int64_t q = 0; q < depth; q += kSegment, a += seg, b += kSegment * kPanel) {
+    const int64_t steps = std::min(kSegment, depth - q);
+    for (int64_t p = 0; p < steps; ++p) {
+      if constexpr (R <= kPrefetchRows) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
+      }
+      if (q + p < pf.lines) _mm_prefetch(pf.at + (q + p) * 64, _MM_HINT_T0);
+      const __m512 bv = _mm512_loadu_ps(b + p * kPanel);
 #pragma GCC unroll 24
-    for (int r = 0; r < R; ++r) {
-      acc[r] =
-          _mm512_fmadd_ps(_mm512_set1_ps(ap[(r / kRows) * kRows * depth + r % kRows]), bv, acc[r]);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * kStride + p]), bv, acc[r]);
+      }
     }
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
@@ -278,26 +325,30 @@ DYNVM_AVX512 void MicroAvx512(int64_t depth, const float* a, const float* b, flo
 // accumulators per row, one broadcast of A for two FMAs (half the broadcasts of the one-panel
 // kernel per multiply-add). Each element is the same FMA chain in K order as MicroAvx512's.
 template <int R>
-DYNVM_AVX512 void MicroPairAvx512(int64_t depth, const float* a, const float* b, int64_t stride,
-                                  float* c, int64_t ldc, bool accumulate) {
+DYNVM_AVX512 void MicroPairAvx512(int64_t depth, const float* a, int64_t seg, const float* b,
+                                  int64_t stride, float* c, int64_t ldc, bool accumulate,
+                                  Prefetch pf) {
   static_assert(R >= 1 && R <= 2 * kRows);
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
-  const float* b1 = b + stride;
-  for (int64_t p = 0; p < depth; ++p) {
-    if constexpr (R <= kPrefetchRows) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b1 + (p + kAheadB) * kPanel), _MM_HINT_T0);
-    }
-    const __m512 bv0 = _mm512_loadu_ps(b + p * kPanel);
-    const __m512 bv1 = _mm512_loadu_ps(b1 + p * kPanel);
-    const float* ap = a + p * kRows;
+  for (int64_t q = 0; q < depth; q += kSegment, a += seg, b += kSegment * kPanel) {
+    const int64_t steps = std::min(kSegment, depth - q);
+    const float* b1 = b + stride;
+    for (int64_t p = 0; p < steps; ++p) {
+      if constexpr (R <= kPrefetchRows) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + (p + kAheadB) * kPanel), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b1 + (p + kAheadB) * kPanel), _MM_HINT_T0);
+      }
+      if (q + p < pf.lines) _mm_prefetch(pf.at + (q + p) * 64, _MM_HINT_T0);
+      const __m512 bv0 = _mm512_loadu_ps(b + p * kPanel);
+      const __m512 bv1 = _mm512_loadu_ps(b1 + p * kPanel);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(ap[(r / kRows) * kRows * depth + r % kRows]);
-      acc0[r] = _mm512_fmadd_ps(av, bv0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(av, bv1, acc1[r]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r * kStride + p]);
+        acc0[r] = _mm512_fmadd_ps(av, bv0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(av, bv1, acc1[r]);
+      }
     }
   }
 #pragma GCC unroll 12
@@ -313,7 +364,8 @@ DYNVM_AVX512 void MicroPairAvx512(int64_t depth, const float* a, const float* b,
   }
 }
 
-using MicroPairFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool);
+using MicroPairFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                             bool, Prefetch);
 
 template <size_t... I>
 constexpr std::array<MicroPairFn, sizeof...(I)> MicroPairTable(std::index_sequence<I...>) {
@@ -321,18 +373,24 @@ constexpr std::array<MicroPairFn, sizeof...(I)> MicroPairTable(std::index_sequen
 }
 
 // Rows [0, rows) x two full panels over one depth block: 12-row passes, then the rows left.
-DYNVM_AVX512 void PanelPairRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
-                                      int64_t stride, float* c, int64_t ldc, bool accumulate) {
+DYNVM_AVX512 void PanelPairRowsAvx512(int64_t rows, int64_t depth, const float* a, int64_t seg,
+                                      const float* b, int64_t stride, float* c, int64_t ldc,
+                                      bool accumulate) {
   static constexpr std::array<MicroPairFn, 2 * kRows> kMicro =
       MicroPairTable(std::make_index_sequence<2 * kRows>());
   int64_t i = 0;
   for (; i + 2 * kRows <= rows; i += 2 * kRows) {
-    MicroPairAvx512<2 * kRows>(depth, a + i * depth, b, stride, c + i * ldc, ldc, accumulate);
+    MicroPairAvx512<2 * kRows>(depth, a + i * kStride, seg, b, stride, c + i * ldc, ldc, accumulate,
+                               TakePrefetch(depth));
   }
-  if (i < rows) kMicro[rows - i - 1](depth, a + i * depth, b, stride, c + i * ldc, ldc, accumulate);
+  if (i < rows) {
+    kMicro[rows - i - 1](depth, a + i * kStride, seg, b, stride, c + i * ldc, ldc, accumulate,
+                         TakePrefetch(depth));
+  }
 }
 
-using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool);
+using MicroFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
+                         bool, Prefetch);
 
 template <size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> MicroTable(std::index_sequence<I...>) {
@@ -341,15 +399,20 @@ constexpr std::array<MicroFn, sizeof...(I)> MicroTable(std::index_sequence<I...>
 
 // Rows [0, rows) of packed A (PackA) x one panel over one depth block: 24-row passes, then one
 // pass of the 1-23 rows left.
-DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
-                                  float* c, int64_t ldc, int64_t cols, bool accumulate) {
+DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, int64_t seg,
+                                  const float* b, float* c, int64_t ldc, int64_t cols,
+                                  bool accumulate) {
   static constexpr std::array<MicroFn, 4 * kRows> kMicro =
       MicroTable(std::make_index_sequence<4 * kRows>());
   int64_t i = 0;
   for (; i + 4 * kRows <= rows; i += 4 * kRows) {
-    MicroAvx512<4 * kRows>(depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+    MicroAvx512<4 * kRows>(depth, a + i * kStride, seg, b, c + i * ldc, ldc, cols, accumulate,
+                           TakePrefetch(depth));
   }
-  if (i < rows) kMicro[rows - i - 1](depth, a + i * depth, b, c + i * ldc, ldc, cols, accumulate);
+  if (i < rows) {
+    kMicro[rows - i - 1](depth, a + i * kStride, seg, b, c + i * ldc, ldc, cols, accumulate,
+                         TakePrefetch(depth));
+  }
 }
 
 // The GEMV: one panel at a time (one sequential stream of 64-byte steps), eight steps per
@@ -397,12 +460,13 @@ DYNVM_AVX512 void PanelGemvAvx512(int64_t k, const float* x, const float* b, int
 
 // The panels of one column block (cols <= kColBlock, panel p of it at b + p * panel_stride)
 // for rows [0, rows) over one depth block.
-template <void (*kPanelRows)(int64_t, int64_t, const float*, const float*, float*, int64_t, int64_t,
-                             bool)>
+// A's segments are rows * kStride floats apart (PackA of the block's rows).
+template <void (*kPanelRows)(int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t,
+                             int64_t, bool)>
 void ColumnBlock(int64_t rows, int64_t depth, const float* a, const float* b, int64_t panel_stride,
                  float* c, int64_t ldc, int64_t cols, bool accumulate) {
   for (int64_t j = 0; j < cols; j += kPanel) {
-    kPanelRows(rows, depth, a, b + (j / kPanel) * panel_stride, c + j, ldc,
+    kPanelRows(rows, depth, a, rows * kStride, b + (j / kPanel) * panel_stride, c + j, ldc,
                std::min(kPanel, cols - j), accumulate);
   }
 }
@@ -413,13 +477,14 @@ void ColumnBlock(int64_t rows, int64_t depth, const float* a, const float* b, in
 DYNVM_AVX512 void ColumnBlockAvx512(int64_t rows, int64_t depth, const float* a, const float* b,
                                     int64_t panel_stride, float* c, int64_t ldc, int64_t cols,
                                     bool accumulate) {
+  const int64_t seg = rows * kStride;
   int64_t j = 0;
   for (; j + 2 * kPanel <= cols; j += 2 * kPanel) {
-    PanelPairRowsAvx512(rows, depth, a, b + (j / kPanel) * panel_stride, panel_stride, c + j, ldc,
-                        accumulate);
+    PanelPairRowsAvx512(rows, depth, a, seg, b + (j / kPanel) * panel_stride, panel_stride, c + j,
+                        ldc, accumulate);
   }
   for (; j < cols; j += kPanel) {
-    PanelRowsAvx512(rows, depth, a, b + (j / kPanel) * panel_stride, c + j, ldc,
+    PanelRowsAvx512(rows, depth, a, seg, b + (j / kPanel) * panel_stride, c + j, ldc,
                     std::min(kPanel, cols - j), accumulate);
   }
 }
@@ -455,28 +520,49 @@ void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int6
               absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
               int64_t depth_block) {
   const auto column_block = internal::Table().packed_gemm_column_block;
-  // Row blocks of equal size (multiples of the tile's 6 rows, at most kRowBlock): each block
-  // reads all of packed B once, so no short last block. A row block is packed once, over all
-  // of K, at its first column block ([depth block][tiles][depth][6]).
+  // Row blocks of equal size (multiples of 6 rows, at most kRowBlock): each block reads all of
+  // packed B once, so no short last block. A row block is packed once, over all of K, before its
+  // first column block (PackA per depth block: [depth block][segment][rows][kStride]).
   const int64_t blocks = (i1 - i0 + kRowBlock - 1) / kRowBlock;
   const int64_t block_rows = ((i1 - i0 + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
+  // A depth block's segments (PackA): Segments(depth_block) of rows * kStride floats each.
+  const int64_t depth_blocks = (k + depth_block - 1) / depth_block;
+  const int64_t block_floats = Segments(depth_block) * kStride;  // per row
   thread_local std::vector<float> a_packed;
-  a_packed.resize(static_cast<size_t>(block_rows * k));
+  a_packed.resize(static_cast<size_t>(block_rows * block_floats * depth_blocks));
   for (int64_t r0 = i0; r0 < i1; r0 += block_rows) {
     const int64_t r1 = std::min(i1, r0 + block_rows), rows = r1 - r0;
-    const int64_t tiles_rows = (rows + kRows - 1) / kRows * kRows;
+    next_a = {};
+    if (r1 < i1) {  // the next block's rows [r1, r2), at the rate that has them by mid-block
+      const int64_t r2 = std::min(i1, r1 + block_rows);
+      next_a.next = reinterpret_cast<const char*>(a + r1 * lda);
+      next_a.end = reinterpret_cast<const char*>(a + (r2 - 1) * lda + k);
+      next_a.lines = (next_a.end - next_a.next + 63) / 64;
+      // Half the block's micro-kernel steps with AVX-512's 12-row x 32-column tiles.
+      next_a.steps = std::max<int64_t>(1, rows * n * k / (2 * (2 * kRows) * (2 * kPanel)));
+    }
     for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
       PackA(rows, std::min(depth_block, k - q0), a + r0 * lda + q0, lda,
-            a_packed.data() + tiles_rows * q0);
+            a_packed.data() + rows * block_floats * (q0 / depth_block));
     }
-    for (int64_t j0 = 0; j0 < n; j0 += kColBlock) {
-      const int64_t j1 = std::min(n, j0 + kColBlock);
+    // Columns in spans of whole column blocks whose C (rows x span) fits kSpanBytes: within a
+    // span the depth blocks are outermost, so each depth block of packed A is read from L2 by
+    // every column block of the span, and the span's C stays in L2 across the depth blocks.
+    const int64_t span =
+        std::max<int64_t>(kColBlock, kSpanBytes / (rows * static_cast<int64_t>(sizeof(float))) /
+                                         kColBlock * kColBlock);
+    for (int64_t s0 = 0; s0 < n; s0 += span) {
+      const int64_t s1 = std::min(n, s0 + span);
       for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
         const int64_t depth = std::min(depth_block, k - q0);
-        column_block(rows, depth, a_packed.data() + tiles_rows * q0, packed + j0 * k + q0 * kPanel,
-                     k * kPanel, c + r0 * ldc + j0, ldc, j1 - j0, q0 > 0);
+        const float* aq = a_packed.data() + rows * block_floats * (q0 / depth_block);
+        for (int64_t j0 = s0; j0 < s1; j0 += kColBlock) {
+          const int64_t j1 = std::min(s1, j0 + kColBlock);
+          column_block(rows, depth, aq, packed + j0 * k + q0 * kPanel, k * kPanel,
+                       c + r0 * ldc + j0, ldc, j1 - j0, q0 > 0);
+          if (q0 + depth == k) epilogue(r0, rows, j0, j1 - j0);
+        }
       }
-      epilogue(r0, rows, j0, j1 - j0);
     }
   }
 }

@@ -10,11 +10,16 @@
 // Layout of packed B: panel p (columns [16p, 16p + 16)) holds, for each k in [0, K), 16 floats
 // (zeros past N); panels are contiguous, so panel p starts at 16 K p floats. Any alignment
 // (64 bytes keeps each step's 16 floats in one cache line).
-// A is packed per block of rows (tiles of 6 rows interleaved, [K][6]) into a per-thread buffer
-// of up to kRowBlock x K floats that grows to the largest K seen and stays.
-// Blocking: rows in equal blocks of at most kRowBlock, columns in blocks of kColBlock, K in blocks
-// of kDepth (A's block of rows x kDepth in L2, one panel's kDepth x 16 in L1). Sums over K blocks
-// go through C; the epilogue runs on each rows x columns block after its last K block.
+// A is copied per block of rows, row by row in segments of 256 of K (a row stride of 272 floats:
+// no transpose, and a tile's rows in different L1 sets), into a per-thread buffer that grows to
+// the largest block seen and stays; the micro-kernels broadcast each row's element in turn, and
+// while they compute a row block they prefetch the next block's rows of A (one line a step, at
+// the rate that has them in cache by mid-block), so the copy does not wait on memory.
+// Blocking: rows in equal blocks of at most kRowBlock; columns in spans whose C (rows x span)
+// fits 512 KiB, within a span K in blocks of `depth` outermost and columns in blocks of kColBlock
+// (A's rows x depth block read from L2 by every column block, the span's C in L2 across the K
+// blocks, one panel pair's depth x 32 streamed through L1). Sums over K blocks go through C; the
+// epilogue runs on each rows x kColBlock block right after its last K block, while it is in L2.
 #ifndef DYNVM_KERNELS_CPU_PACKED_GEMM_H_
 #define DYNVM_KERNELS_CPU_PACKED_GEMM_H_
 
@@ -28,6 +33,11 @@ inline constexpr int64_t kPanel = 16;
 inline constexpr int64_t kRowBlock = 192;  // 32 micro-kernel row tiles
 inline constexpr int64_t kColBlock = 128;  // 8 panels
 inline constexpr int64_t kDepth = 256;
+
+// Whether a product of m rows at `threads` threads splits by rows (each thread a whole row block
+// or more: it packs only its rows, and reads the panels once per row block as one thread would)
+// rather than by ranges of panels (each thread packs all of A, reads its share of the panels).
+inline bool SplitRows(int64_t m, int threads) { return m >= threads * kRowBlock; }
 
 // Floats of packed B for K x N.
 int64_t PackedFloats(int64_t k, int64_t n);

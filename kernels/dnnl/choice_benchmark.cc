@@ -208,11 +208,11 @@ void BM_Linear(benchmark::State& state) {
 }
 void TransformerArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"m", "k", "n", "act", "packed", "isa", "threads"});
-  const std::pair<int64_t, int64_t> shapes[] = {{768, 2304}, {768, 3072}, {3072, 768}, {384, 1536},
-                                                {1536, 384}, {96, 384},   {192, 768},  {384, 96},
-                                                {256, 1024}, {1024, 256}, {512, 512}};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {768, 2304}, {768, 3072}, {3072, 768}, {384, 1536}, {1536, 384}, {96, 384},   {192, 768},
+      {768, 192},  {384, 96},   {256, 1024}, {1024, 256}, {512, 512},  {1024, 4096}};
   for (auto [k, n] : shapes) {
-    for (int64_t m : {1, 8, 17, 50, 64, 128, 197, 256, 1024, 3136}) {
+    for (int64_t m : {1, 8, 17, 50, 64, 128, 197, 256, 512, 1024, 3136, 6272}) {
       for (int threads : {1, 2}) {
         for (int isa : {1, 2}) {
           for (int packed : {0, 1}) b->Args({m, k, n, 0, packed, isa, threads});

@@ -48,6 +48,11 @@
 //   panels, K across blocks, with and without bias and activation, one row, 1 and 2 threads,
 //   every level). An operand no form addresses (a broadcast view) is packed into the site's
 //   workspace.
+// - s10 (large row counts; docs/kernels.md "The packed GEMM"): A copied by rows instead of a
+//   scalar transpose, the next row block's A prefetched by the micro-kernels, and at more than
+//   one thread a split by rows when every thread gets a whole row block (SplitRows): at 512-6272
+//   rows 0.92-1.07x dnnl_sgemm at 1 thread (was 0.73-1.14x at 1024 and 3136),
+//   results/packed-gemm-large-m-s10-2026-11-30.txt.
 #include "kernels/reference/linear.h"
 
 #include <algorithm>
@@ -266,11 +271,14 @@ class LinearKernel final : public DnnlKernel {
   }
 
  private:
-  // Split over the pool by ranges of panels (columns) when each thread gets two panels or more:
-  // each thread then reads only its share of packed W (with rows split every thread would read
-  // all of it, twice the weight traffic of a product of few rows, whose time is that read) and
-  // packs all of X (M K copies against M K N / threads multiply-adds). Fewer panels: rows split
-  // in multiples of the AVX-512 micro-kernel's 24.
+  // Split over the pool by rows when every thread gets a whole row block or more
+  // (packed_gemm::kRowBlock): each thread packs only its rows, and reads all of packed W once
+  // per row block as one thread would (cpu::packed_gemm::SplitRows). Fewer rows: by ranges of
+  // panels (columns) when each thread gets two panels or more: each thread then reads only its
+  // share of packed W (with rows split every thread would read all of it, twice the weight
+  // traffic of a product of few rows, whose time is that read) and packs all of X (M K copies
+  // against M K N / threads multiply-adds). Fewer panels: rows split in multiples of the
+  // AVX-512 micro-kernel's 24.
   static void ComputePacked(const KernelContext& ctx, const Product& p, const float* packed) {
     using cpu::packed_gemm::kPanel;
     const int threads = ctx.num_threads();
@@ -281,7 +289,7 @@ class LinearKernel final : public DnnlKernel {
       RunPacked(p, packed, 0, p.m, 0, panels);
       return;
     }
-    if (p.m == 1 || panels >= 2 * threads) {
+    if (p.m == 1 || (!cpu::packed_gemm::SplitRows(p.m, threads) && panels >= 2 * threads)) {
       ctx.ParallelFor(panels, (panels + threads - 1) / threads,
                       [&](int64_t p0, int64_t p1) { RunPacked(p, packed, 0, p.m, p0, p1); });
       return;

@@ -485,8 +485,9 @@ class MatMulKernel final : public DnnlKernel {
 
   // A x B with B the packed GEMM's panels [ceil(N / 16), K, 16] (b_packed_n = N): one row (a
   // decode step) runs packed_gemm::MultiplyVector, more rows packed_gemm::Multiply, both split
-  // over the pool by ranges of panels (columns), so each output's summation order is the same
-  // at any thread count. A's leading dims are the rows (a strided A is packed into the
+  // over the pool by ranges of panels (columns), or by rows where every thread gets a whole row
+  // block (packed_gemm::SplitRows); each output's summation order is the same at any thread
+  // count. A's leading dims are the rows (a strided A is packed into the
   // workspace first).
   absl::Status RunPacked(KernelContext& ctx, const Tensor& a, const Tensor& b, Inputs in,
                          Outputs out) const {
@@ -517,6 +518,16 @@ class MatMulKernel final : public DnnlKernel {
     }
     const float* pb = b.data<float>();
     const bool split = m == 1 ? m * n * k >= kMinParallelGemv : m * n * k >= kMinParallelGemm;
+    const int threads = ctx.num_threads();
+    if (split && m > 1 && threads > 1 && cpu::packed_gemm::SplitRows(m, threads)) {
+      // Every thread a whole row block or more: by rows (each packs only its rows of A).
+      ctx.ParallelFor(m, (m + threads - 1) / threads, [&](int64_t i0, int64_t i1) {
+        cpu::packed_gemm::Multiply(
+            i0, i1, n, k, pa, k, pb, py, n, [](int64_t, int64_t, int64_t, int64_t) {},
+            cpu::packed_gemm::kDeepDepth);
+      });
+      return absl::OkStatus();
+    }
     const int64_t grain = split ? kPackedPanelGrain : panels;
     ctx.ParallelFor(panels, grain, [&](int64_t p0, int64_t p1) {
       if (m == 1) {

@@ -111,7 +111,8 @@ TEST(PackedGemm, LinearWithConstantWeightsMatchesTheReference) {
 }
 
 // dynvm::MatMul(A, panels, b_packed_n = N) (compiler/transpose_weights.h stores such weights):
-// the oneDNN kernel (MultiplyVector at one row, packed_gemm::Multiply above, split by panels)
+// the oneDNN kernel (MultiplyVector at one row, packed_gemm::Multiply above, split by panels or
+// by rows)
 // at every microkernel level and the reference kernel (the panels read by index), at 1 and 2
 // threads, against the sum in double of A times the plain [K, N] weight: one row (rank-1 and
 // rank-2 A), a prompt's rows in a batch, odd K and N (N not a multiple of 16, padded with
@@ -127,6 +128,8 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
   const std::vector<Case> cases = {
       {{300}, 70},      {{1, 300}, 257}, {{1, 1, 1024}, 200}, {{2, 7, 37}, 17},
       {{130, 300}, 70}, {{3, 1}, 33},    {{1, 5}, 1},         {{64, 512}, 144},
+      // Several row blocks, split by rows at 2 threads (packed_gemm::SplitRows).
+      {{2, 203, 61}, 37},
   };
   for (const Case& c : cases) {
     const int64_t k = c.a_dims.back(), n = c.n;
@@ -202,7 +205,8 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
 // and 2 threads, and the reference kernel (the panels read by index), against the sum in double
 // of X times the plain [K, N] weight plus the bias, through the activation: one row, rows that
 // end in every tail of the 24- and 6-row tiles, leading batch dims, odd K and N (N not a
-// multiple of 16), K across the depth blocks, with and without a bias and an activation.
+// multiple of 16), K across the depth blocks, rows across several row blocks (split by rows at 2
+// threads), with and without a bias and an activation.
 TEST(PackedGemm, LinearOnPackedWeightsMatchesADoubleSum) {
   const int cap = MaxThreads();
   ASSERT_TRUE(SetMaxThreads(std::max(cap, 2)).ok());
@@ -218,7 +222,9 @@ TEST(PackedGemm, LinearOnPackedWeightsMatchesADoubleSum) {
       {{17, 257}, 129, true, ""},       {{2, 25, 131}, 40, true, "Relu"},
       {{3, 7, 96}, 384, false, ""},     {{50, 600}, 17, true, "GeluTanh"},
       {{197, 77}, 200, true, "Silu"},   {{8, 1}, 48, true, ""},
-      {{2, 64, 40}, 257, false, "Tanh"}};
+      {{2, 64, 40}, 257, false, "Tanh"},
+      // Several row blocks and depth blocks, split by rows at 2 threads (packed_gemm::SplitRows).
+      {{413, 300}, 50, true, "Gelu"}};
   for (const Case& c : cases) {
     const int64_t k = c.x_dims.back(), n = c.n, m = [&] {
       int64_t r = 1;
