@@ -67,7 +67,10 @@ struct HugeAllocator {
   template <class U>
   HugeAllocator(const HugeAllocator<U>&) {}  // NOLINT: allocator rebinding
   static size_t Length(size_t n) { return (n * sizeof(T) + kHuge - 1) / kHuge * kHuge; }
+  // Under 2 MB (the many copies of a small weight): the heap, as a page could not be filled and
+  // a mapping each would exhaust vm.max_map_count.
   T* allocate(size_t n) {
+    if (n * sizeof(T) < kHuge) return std::allocator<T>().allocate(n);
     const size_t len = Length(n);
     void* p =
         ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -82,7 +85,10 @@ struct HugeAllocator {
     ::madvise(reinterpret_cast<void*>(at), len, MADV_HUGEPAGE);
     return reinterpret_cast<T*>(at);
   }
-  void deallocate(T* p, size_t n) { ::munmap(p, Length(n)); }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < kHuge) return std::allocator<T>().deallocate(p, n);
+    ::munmap(p, Length(n));
+  }
   template <class U>
   bool operator==(const HugeAllocator<U>&) const {
     return true;
