@@ -520,10 +520,13 @@ std::shared_ptr<PyExecutable> Compile(const py::object& model, const py::object&
 }
 
 std::shared_ptr<PyExecutable> Load(const std::string& path, const py::object& weights,
-                                   bool verify_weights_hash) {
+                                   bool verify_weights_hash, const std::string& constant_pages) {
   LoadOptions options;
   if (!weights.is_none()) options.weights_path = weights.cast<std::string>();
   options.verify_weights_hash = verify_weights_hash;
+  absl::StatusOr<ConstantPages> pages = ParseConstantPages(constant_pages);
+  if (!pages.ok()) throw py::value_error(std::string(pages.status().message()));
+  options.constant_pages = *pages;
   py::gil_scoped_release unlocked;
   return std::make_shared<PyExecutable>(ValueOrThrow(Executable::Load(path, options)), "", "", "",
                                         path);
@@ -1066,6 +1069,6 @@ PYBIND11_MODULE(_dynvm, m) {
         py::arg("disable_rewrites") = py::none(), py::arg("dump_ir") = false,
         py::arg("decode") = false, py::arg("quantize_accuracy_level") = py::none());
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("weights") = py::none(),
-        py::arg("verify_weights_hash") = false);
+        py::arg("verify_weights_hash") = false, py::arg("constant_pages") = "auto");
   m.def("_raise_status", &RaiseStatus);
 }

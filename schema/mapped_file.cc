@@ -38,9 +38,79 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::st
           absl::StrCat("cannot map ", path, ": ", std::strerror(err)));
     }
     f->data_ = static_cast<const uint8_t*>(p);
-    f->mapped_ = true;
+    f->kind_ = Kind::kMapped;
   }
   ::close(fd);
+  return std::shared_ptr<const MappedFile>(std::move(f));
+}
+
+namespace {
+
+// Reads `size` bytes of `fd` from offset 0 into `out`.
+absl::Status ReadAll(int fd, const std::string& path, uint8_t* out, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat("cannot read ", path, ": it ended at byte ", done,
+                                              " of ", size, " (changed while read)"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::ReadIntoHugePages(
+    const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  f->kind_ = Kind::kAnonymous;
+  if (f->size_ == 0) {
+    ::close(fd);
+    return std::shared_ptr<const MappedFile>(std::move(f));
+  }
+  // Whole 2 MB pages from a 2 MB boundary: map one page more, then unmap the ends.
+  const size_t len = (f->size_ + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  void* p = ::mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", f->size_,
+                                                     " bytes of memory for a copy of ", path, ": ",
+                                                     std::strerror(err)));
+  }
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (raw + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > raw) ::munmap(p, aligned - raw);
+  const uintptr_t tail = raw + len + kHugePageBytes - (aligned + len);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + len), tail);
+  uint8_t* data = reinterpret_cast<uint8_t*>(aligned);
+  // Before the first touch, so the faults allocate 2 MB pages. Failure (THP off, an old kernel)
+  // leaves ordinary pages.
+  (void)::madvise(data, len, MADV_HUGEPAGE);
+  f->data_ = data;
+  f->mapping_size_ = len;
+  absl::Status read = ReadAll(fd, path, data, f->size_);
+  ::close(fd);
+  if (!read.ok()) return read;  // f's destructor unmaps
+  ::mprotect(data, len, PROT_READ);
   return std::shared_ptr<const MappedFile>(std::move(f));
 }
 
@@ -55,7 +125,7 @@ std::shared_ptr<const MappedFile> MappedFile::FromBytes(absl::Span<const uint8_t
 }
 
 void MappedFile::DropPages(absl::Span<const uint8_t> range) const {
-  if (!mapped_ || range.empty() || range.data() < data_ ||
+  if (kind_ != Kind::kMapped || range.empty() || range.data() < data_ ||
       range.data() + range.size() > data_ + size_)
     return;
   // Whole pages inside the range only.
@@ -66,11 +136,20 @@ void MappedFile::DropPages(absl::Span<const uint8_t> range) const {
 }
 
 MappedFile::~MappedFile() {
-  if (mapped_) {
+  if (kind_ == Kind::kMapped) {
     ::munmap(const_cast<uint8_t*>(data_), size_);
+  } else if (kind_ == Kind::kAnonymous) {
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), mapping_size_);
   } else {
     std::free(const_cast<uint8_t*>(data_));
   }
+}
+
+std::string TransparentHugePagesSetting() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  return line;
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

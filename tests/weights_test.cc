@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ namespace dynvm {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 constexpr int kIn = 32, kOut = 16;
@@ -327,6 +329,86 @@ TEST_F(WeightsTest, SeveralEntryFunctionsShareTheConstants) {
   EXPECT_EQ(exe->num_weights(), 2);
   ExpectComputes(exe, "prefill");
   ExpectComputes(exe, "step", 1.0);
+}
+
+// The /proc/self/maps line of the mapping that holds `p` ("" if none): a file mapping names its
+// file at the end; anonymous memory names none.
+std::string MappingOf(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return line;
+  }
+  return "";
+}
+
+TEST_F(WeightsTest, ConstantPagesHugeCopiesTheConstantsAndComputesAsMapped) {
+  compiler::CompileOptions inline_o;
+  Write("inline", inline_o);
+  compiler::CompileOptions apart;
+  apart.weights_file_name = "apart.dvw";
+  Write("apart", apart);
+  for (const std::string name : {"inline", "apart"}) {
+    SCOPED_TRACE(name);
+    const std::string file = name == "inline" ? "inline.dvm" : "apart.dvw";
+    LoadOptions mapped;
+    mapped.constant_pages = ConstantPages::kMapped;
+    std::shared_ptr<const Executable> m = LoadOk(Path(name + ".dvm"), mapped);
+    ASSERT_NE(m, nullptr);
+    EXPECT_THAT(MappingOf(m->constant_segment()), HasSubstr(file));
+    ExpectComputes(m);
+    m.reset();  // else the weights file's segment is shared with the next load
+    LoadOptions huge;
+    huge.constant_pages = ConstantPages::kHuge;
+    huge.verify_weights_hash = true;  // hashes the copy
+    std::shared_ptr<const Executable> h = LoadOk(Path(name + ".dvm"), huge);
+    ASSERT_NE(h, nullptr);
+    const std::string line = MappingOf(h->constant_segment());
+    ASSERT_NE(line, "");
+    EXPECT_THAT(line, Not(HasSubstr(file)));  // anonymous memory, not the file
+    EXPECT_EQ(h->constant_segment_bytes(), kSegmentBytes);
+    ExpectComputes(h);
+    // Small files under kAuto stay mapped.
+    h.reset();
+    std::shared_ptr<const Executable> a = LoadOk(Path(name + ".dvm"));
+    ASSERT_NE(a, nullptr);
+    EXPECT_THAT(MappingOf(a->constant_segment()), HasSubstr(file));
+  }
+}
+
+TEST_F(WeightsTest, ConstantPagesHugeWithCompressedConstants) {
+  compiler::CompileOptions o;
+  o.compress = true;
+  Write("z", o);
+  o.weights_file_name = "z.dvw";
+  Write("zw", o);
+  LoadOptions huge;
+  huge.constant_pages = ConstantPages::kHuge;
+  ExpectComputes(LoadOk(Path("z.dvm"), huge));
+  ExpectComputes(LoadOk(Path("zw.dvm"), huge));
+  // A missing weights file is still named.
+  fs::remove(Path("z.dvw"));
+  absl::Status s = Executable::Load(Path("zw.dvm"), huge).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr("z.dvw"));
+}
+
+TEST(ConstantPagesTest, AutoChoosesHugePagesForLargeFilesWhereThpIsOn) {
+  const uint64_t big = kHugeConstantPagesMinBytes, small = kHugeConstantPagesMinBytes - 1;
+  EXPECT_EQ(kHugeConstantPagesMinBytes, uint64_t{64} << 20);
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "always [madvise] never"));
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "[always] madvise never"));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, small, "always [madvise] never"));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "always madvise [never]"));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, ""));  // unknown: off
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kMapped, big, "[always] madvise never"));
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kHuge, 0, "always madvise [never]"));
+  EXPECT_EQ(*ParseConstantPages("auto"), ConstantPages::kAuto);
+  EXPECT_EQ(*ParseConstantPages("mapped"), ConstantPages::kMapped);
+  EXPECT_EQ(*ParseConstantPages("huge"), ConstantPages::kHuge);
+  EXPECT_THAT(ParseConstantPages("big").status().message(), HasSubstr("auto, mapped or huge"));
 }
 
 }  // namespace

@@ -4,9 +4,15 @@
 //          [--repeat N] [--threads N] [--stats] [--max-iterations N] [--memory-limit BYTES]
 //          [--set NAME=NUMBER ...] [--vocab FILE --text NAME=STRING ...] [--instances N]
 //          [--device cpu|cuda] [--profile TRACE.json] [--profile-summary] [--weights FILE.dvw]
+//          [--constant-pages auto|mapped|huge]
 //
 // --weights names the weights file of an executable compiled with vm-compile --weights-out
 // (default: the file it names, beside FILE.dvm).
+//
+// --constant-pages: where the constants live (LoadOptions::constant_pages): `mapped`, the file's
+// read-only mapping (zero copy); `huge`, a copy read at load into 2 MB pages (faster to stream:
+// LLM decode); `auto` (default), huge for a file of at least 64 MiB where transparent huge pages
+// are enabled.
 //
 // --device names the device the executable was compiled for (vm-compile --device): `cuda`
 // first checks that this build and machine can use a CUDA device and that FILE runs kernels
@@ -97,6 +103,7 @@ struct Flags {
   std::string profile;  // Chrome trace file
   bool profile_summary = false;
   std::string weights;
+  std::string constant_pages = "auto";
 };
 
 // Peak resident set size of the process (VmHWM), in bytes; 0 if unknown.
@@ -476,6 +483,9 @@ absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& he
   flags.AddString("--vocab", &f.vocab_path,
                   "token vocabulary (one code point per line); streamed tokens print as text");
   flags.AddString("--weights", &f.weights, "the weights file (.dvw) of FILE (default: beside it)");
+  flags.AddString("--constant-pages", &f.constant_pages,
+                  "auto, mapped or huge: constants in the file mapping or in a copy in 2 MB pages "
+                  "(default auto: huge for files of 64 MiB or more)");
   flags.AddString("--device", &f.device,
                   "cpu or cuda: the device FILE was compiled for (checked before running)");
   flags.AddString("--profile", &f.profile,
@@ -507,6 +517,9 @@ absl::StatusOr<std::string> ParseFlags(int argc, char** argv, Flags& f, bool& he
   if (flags.seen("--instances") && (f.instances < 1 || f.instances > 1024)) {
     return absl::InvalidArgumentError("--instances must be in [1, 1024]");
   }
+  if (absl::Status s = ParseConstantPages(f.constant_pages).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--constant-pages: ", s.message()));
+  }
   if (!f.device.empty() && f.device != "cpu" && f.device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be cpu or cuda, got '", f.device, "'"));
@@ -524,6 +537,7 @@ absl::StatusOr<std::shared_ptr<const Executable>> LoadForDevice(const std::strin
                                                                 const Flags& f) {
   LoadOptions load;
   load.weights_path = f.weights;
+  DYNVM_ASSIGN_OR_RETURN(load.constant_pages, ParseConstantPages(f.constant_pages));
   DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, Executable::Load(path, load));
   const bool uses_cuda = (exe->required_features() & schema::kFeatureCudaDevice) != 0;
   if (f.device == "cuda" && !uses_cuda) {

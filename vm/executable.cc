@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/cuda_allocator.h"
@@ -286,6 +287,18 @@ void FindOutputAllocs(Executable::FunctionEntry& e,
 
 std::string Hex64(uint64_t v) { return absl::StrCat(absl::Hex(v, absl::kZeroPad16)); }
 
+// Opens the file that constants are read from: mapped, or copied into huge pages (`mode`).
+absl::StatusOr<std::shared_ptr<const schema::MappedFile>> OpenConstantsFile(const std::string& path,
+                                                                            ConstantPages mode) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  // A size that cannot be read: Open reports why.
+  if (!ec && UseHugeConstantPages(mode, size, schema::TransparentHugePagesSetting())) {
+    return schema::MappedFile::ReadIntoHugePages(path);
+  }
+  return schema::MappedFile::Open(path);
+}
+
 // Finds, maps and checks the weights file `ref` names.
 absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::WeightsRef& ref,
                                                                const std::string& exe_path,
@@ -310,7 +323,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
     path = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
   }
   absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file =
-      options.weights_data.empty() ? schema::MappedFile::Open(path)
+      options.weights_data.empty() ? OpenConstantsFile(path, options.constant_pages)
                                    : schema::MappedFile::FromBytes(options.weights_data);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
@@ -533,10 +546,43 @@ int Executable::SharedSegmentCount() {
   return n;
 }
 
+bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled) {
+  switch (mode) {
+    case ConstantPages::kMapped:
+      return false;
+    case ConstantPages::kHuge:
+      return true;
+    case ConstantPages::kAuto:
+      break;
+  }
+  const bool thp_on =
+      absl::StrContains(thp_enabled, "[always]") || absl::StrContains(thp_enabled, "[madvise]");
+  return thp_on && file_bytes >= kHugeConstantPagesMinBytes;
+}
+
+absl::StatusOr<ConstantPages> ParseConstantPages(absl::string_view name) {
+  if (name == "auto") return ConstantPages::kAuto;
+  if (name == "mapped") return ConstantPages::kMapped;
+  if (name == "huge") return ConstantPages::kHuge;
+  return absl::InvalidArgumentError(
+      absl::StrCat("constant pages '", name, "': expected auto, mapped or huge"));
+}
+
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::string& path,
                                                                    const LoadOptions& options) {
   DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
                          schema::MappedFile::Open(path));
+  // Inline, uncompressed constants are read from this file: copied into huge pages if chosen.
+  // (Compressed ones are decompressed into a buffer; external weights choose for their file.)
+  if (UseHugeConstantPages(options.constant_pages, file->bytes().size(),
+                           schema::TransparentHugePagesSetting())) {
+    absl::StatusOr<schema::FileHeader> header = schema::ParseHeader(file->bytes());
+    const uint64_t elsewhere =
+        schema::kFeatureCompressedConstants | schema::kFeatureExternalWeights;
+    if (header.ok() && (header->required_features & elsewhere) == 0) {
+      DYNVM_ASSIGN_OR_RETURN(file, schema::MappedFile::ReadIntoHugePages(path));
+    }
+  }
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(std::move(file), path, options);
   if (!exe.ok())
     return absl::Status(exe.status().code(), absl::StrCat(path, ": ", exe.status().message()));

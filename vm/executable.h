@@ -8,10 +8,14 @@
 // number of threads may run one Executable concurrently, and Load may be called from any
 // thread (the process-wide weights registry below has its own lock).
 //
-// Constants are read-only views into the mapped file: never copied at load or per instance.
-// Pages are read from disk when a kernel first touches them. On a device (CUDA), the constant
-// segment is uploaded once per executable and process, on first use, and shared by every VM
-// (DeviceConstants).
+// Constants are read-only views into the file's bytes: never copied per instance or per VM.
+// Where they live is LoadOptions::constant_pages: the read-only mapping of the file (pages read
+// from disk when a kernel first touches them, shared with other processes through the page
+// cache), or one copy of the file read at load into anonymous memory in 2 MB pages
+// (MappedFile::ReadIntoHugePages), which a decode step streams faster; by default the copy for
+// files of at least 64 MiB where transparent huge pages are enabled. On a device (CUDA), the
+// constant segment is uploaded once per executable and process, on first use, and shared by every
+// VM (DeviceConstants).
 //
 // Weights apart (docs/executable-format.md, "Weights files"): an executable compiled with
 // `vm-compile --weights-out` refers to a .dvw file by name, content hash and size. Load finds
@@ -66,6 +70,28 @@ class FunctionHandle {
   int index_ = -1;
 };
 
+// Where an executable's constants live (LoadOptions::constant_pages).
+enum class ConstantPages {
+  // kHuge for a file of at least kHugeConstantPagesMinBytes where transparent huge pages are
+  // `always` or `madvise`; else kMapped (small models stay zero-copy).
+  kAuto,
+  // The read-only mapping of the file: zero copy, pages shared through the page cache, 4 KB
+  // pages (the kernel does not put a file mapping in huge pages here).
+  kMapped,
+  // The file (the executable, or its weights file) read at load into anonymous memory from a
+  // 2 MB boundary, advised MADV_HUGEPAGE before the read: 2 MB pages where THP allows, ordinary
+  // pages (never an error) where it does not. Costs the read at load and private memory.
+  kHuge,
+};
+inline constexpr uint64_t kHugeConstantPagesMinBytes = uint64_t{64} << 20;
+
+// Whether a file of `file_bytes` is read into huge pages under `mode`; `thp_enabled` is the text
+// of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"; "" if unknown, which
+// kAuto takes as off).
+bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled);
+// "auto", "mapped" or "huge" (flags, DYNVM_CONSTANT_PAGES, Python's constant_pages).
+absl::StatusOr<ConstantPages> ParseConstantPages(absl::string_view name);
+
 // LoadOptions, DimInfo, ParamInfo and FunctionInfo are plain values: thread-compatible.
 struct LoadOptions {
   BackendPolicy backends;  // which kernel backends may serve this executable
@@ -85,6 +111,12 @@ struct LoadOptions {
   // read) and compare with the executable's reference. Compressed weights are always hashed
   // after decompression.
   bool verify_weights_hash = false;
+  // Where the constants live: the file mapping, or a copy in 2 MB pages (ConstantPages). Applies
+  // to the file the constants are read from: the executable when they are inline, else its
+  // weights file. A compressed segment is decompressed into a heap buffer either way (kHuge only
+  // changes where its compressed bytes are read from). Weights shared in the process's registry
+  // keep the pages of the load that first made them.
+  ConstantPages constant_pages = ConstantPages::kAuto;
 };
 
 // One dimension of a declared shape: a size, or a symbol such as "batch".

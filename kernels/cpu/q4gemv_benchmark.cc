@@ -22,6 +22,15 @@
 // scales and zero points (the activation row and output are in cache). "of triad" is that rate
 // over the triad's, whose bytes are 3 arrays (read b and c, write a; the write-allocate read of a
 // is not counted, as STREAM does not).
+//
+// The triad's arrays, the panel weights (and so "read f32") and the 4-bit copies (and so "read
+// b32") are in 2 MB pages: anonymous memory from a 2 MB boundary advised MADV_HUGEPAGE before it
+// is touched (HugeAllocator). Under THP `madvise` a std::vector gets 4 KB pages, which cut the
+// read rate by a fifth to a half (docs/llm.md "s10"); the bandwidth limit is the machine's, and
+// the executable's constants are in 2 MB pages too (LoadOptions::constant_pages). The f32 dot,
+// axpy and int8 weights stay in ordinary heap vectors.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +56,46 @@ namespace dynvm::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Memory from mmap, from a 2 MB boundary, advised MADV_HUGEPAGE before the first touch: 2 MB
+// pages where THP is `always` or `madvise`. (Ignored advice leaves 4 KB pages.)
+template <class T>
+struct HugeAllocator {
+  using value_type = T;
+  static constexpr size_t kHuge = size_t{2} << 20;
+  HugeAllocator() = default;
+  template <class U>
+  HugeAllocator(const HugeAllocator<U>&) {}  // NOLINT: allocator rebinding
+  static size_t Length(size_t n) { return (n * sizeof(T) + kHuge - 1) / kHuge * kHuge; }
+  // Under 2 MB (the many copies of a small weight): the heap, as a page could not be filled and
+  // a mapping each would exhaust vm.max_map_count.
+  T* allocate(size_t n) {
+    if (n * sizeof(T) < kHuge) return std::allocator<T>().allocate(n);
+    const size_t len = Length(n);
+    void* p =
+        ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "cannot allocate %zu bytes\n", len);
+      std::exit(1);
+    }
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t at = (raw + kHuge - 1) / kHuge * kHuge;
+    if (at > raw) ::munmap(p, at - raw);
+    if (raw + kHuge > at) ::munmap(reinterpret_cast<void*>(at + len), raw + kHuge - at);
+    ::madvise(reinterpret_cast<void*>(at), len, MADV_HUGEPAGE);
+    return reinterpret_cast<T*>(at);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < kHuge) return std::allocator<T>().deallocate(p, n);
+    ::munmap(p, Length(n));
+  }
+  template <class U>
+  bool operator==(const HugeAllocator<U>&) const {
+    return true;
+  }
+};
+template <class T>
+using HugeVector = std::vector<T, HugeAllocator<T>>;
 
 struct Variant {
   std::string name;
@@ -104,8 +153,8 @@ void AddPanelVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
   {
     const int64_t bytes = packed_gemm::PackedFloats(k, n) * 4;
     const int c = static_cast<int>(std::max<int64_t>(2, (total + bytes - 1) / bytes));
-    auto w = std::make_shared<std::vector<std::vector<float>>>(
-        c, std::vector<float>(packed_gemm::PackedFloats(k, n)));
+    auto w = std::make_shared<std::vector<HugeVector<float>>>(
+        c, HugeVector<float>(packed_gemm::PackedFloats(k, n)));
     for (auto& m : *w) {
       for (float& v : m) v = u(rng);
     }
@@ -136,7 +185,7 @@ void AddPanelVariants(int64_t n, int64_t k, int64_t total, std::mt19937& rng,
 // variants (mmap against heap), and that alone moved a variant by 10% (the symmetric GEMV
 // "slower" than the one with zero points, with the same instructions per 32 bytes).
 struct Q4Copy {
-  std::vector<uint8_t> buf;
+  HugeVector<uint8_t> buf;
   uint8_t* packed = nullptr;
   float* scales = nullptr;
   uint8_t* zps = nullptr;
@@ -328,7 +377,7 @@ int Main(int argc, char** argv) {
   const bool triad = Flag(argc, argv, "--triad", 1) != 0;  // --triad 0: skip it
   // The triad: three arrays of 2/3 of --mb each (512 MB in all at the default: far beyond L3).
   const int64_t triad_n = std::max<int64_t>(total / 4 / 3 * 2, int64_t{16} << 20);
-  std::vector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
+  HugeVector<float> ta(triad_n, 0.0f), tb(triad_n, 1.0f), tc(triad_n, 2.0f);
 
   std::printf(
       "cpu level %s; N %lld, K %lld; weights cycled over >= %lld MB per variant; "

@@ -78,13 +78,16 @@ def compile(model, *, bounds=None, optimize=True, strip_debug=False, device="cpu
     return exe
 
 
-def load(path, *, weights=None, verify_weights_hash=False):
-    """Loads a .dvm file: mapped, verified and shared (constants are never copied).
+def load(path, *, weights=None, verify_weights_hash=False, constant_pages="auto"):
+    """Loads a .dvm file: verified and shared (constants are one copy per process).
 
     `weights` names the .dvw file when it is not beside the .dvm; `verify_weights_hash` hashes
-    every byte of the weights at load.
+    every byte of the weights at load. `constant_pages`: "mapped" (the file's mapping, zero
+    copy), "huge" (read at load into 2 MB pages: faster to stream), or "auto" (huge for files
+    of 64 MiB or more where transparent huge pages are enabled).
     """
-    return _load(path, weights=weights, verify_weights_hash=verify_weights_hash)
+    return _load(path, weights=weights, verify_weights_hash=verify_weights_hash,
+                 constant_pages=constant_pages)
 
 
 def _feeds(inputs, kwargs):

@@ -86,7 +86,8 @@ def compile(
     dump_ir: bool = False,
     decode: bool = False,
 ) -> Executable: ...
-def load(path: str, *, weights: Optional[str] = None, verify_weights_hash: bool = False) -> Executable: ...
+def load(path: str, *, weights: Optional[str] = None, verify_weights_hash: bool = False,
+         constant_pages: str = "auto") -> Executable: ...
 
 class Stream(Iterator[Tuple[int, np.ndarray]]):
     outputs: Optional[Dict[str, Value]]

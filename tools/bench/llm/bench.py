@@ -21,7 +21,10 @@ greedy). --prompt takes a list (128,512): each length is its own table.
 
 --runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base f32"
 run by another build's vm-compile and Python module (a before/after comparison in the same
-interleaved rounds).
+interleaved rounds). A row "mapped Q" (e.g. "mapped int4a4") runs dynvm's Q executable with its
+constants in the file mapping (dynvm.load(constant_pages="mapped")) instead of the default
+(auto: a copy in 2 MB pages for files of 64 MiB or more, docs/llm.md "s10"); --constant-pages
+sets the "dynvm" rows' choice. The triad's arrays are in 2 MB pages (cpu_q4gemv_benchmark).
 """
 import argparse
 import json
@@ -38,8 +41,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_TOKENS = {}  # spec file -> PyTorch's greedy tokens
 
 DYNVM_RUN = r"""
-import json, sys, time, numpy as np, dynvm
-exe = dynvm.load(sys.argv[1])
+import json, os, sys, time, numpy as np, dynvm
+pages = os.environ.get("DYNVM_CONSTANT_PAGES")  # set by bench.py for "mapped" rows
+t_load = time.perf_counter()
+exe = dynvm.load(sys.argv[1], **({"constant_pages": pages} if pages else {}))
+load_ms = (time.perf_counter() - t_load) * 1e3
 spec = json.load(open(sys.argv[2]))
 vm = dynvm.VirtualMachine(exe, threads=int(sys.argv[3]))
 feeds = dict(prompt=np.array(spec["prompt"], np.int64), temperature=np.array(0, np.float32),
@@ -53,7 +59,8 @@ out = vm.run(max_new_tokens=np.array(spec["new_tokens"]), **feeds,
              on_emit=lambda s, v: times.append(time.perf_counter()))
 first = (times[0] - t0) * 1e3
 steps = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
-print(json.dumps({"tokens": out["tokens"].tolist(), "first_ms": first, "step_ms": steps}))
+print(json.dumps({"tokens": out["tokens"].tolist(), "first_ms": first, "step_ms": steps,
+                  "load_ms": load_ms}))
 """
 
 
@@ -109,6 +116,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", default="dynvm f32,ort f32,dynvm int8,dynvm int4a4,ort int4a4",
                     help="the rows to run, comma-separated")
+    ap.add_argument("--constant-pages", default="",
+                    help="auto, mapped or huge: dynvm.load's constant_pages for the 'dynvm' rows "
+                         "(default: the library's, auto)")
     ap.add_argument("--baseline-build", default="",
                     help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
                          "for a before/after comparison in the same interleaved rounds")
@@ -122,6 +132,8 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(a.build, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    if a.constant_pages:
+        env["DYNVM_CONSTANT_PAGES"] = a.constant_pages
     vm_compile = os.path.join(a.build, "tools", "vm-compile")
     print(f"# {' '.join(sys.argv)}")
     print(f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
@@ -175,6 +187,10 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
                            str(threads)]
                     rows[key].append(timed_child(cmd, base_env))
                     continue
+                if who == "mapped":
+                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
+                    rows[key].append(timed_child(cmd, dict(env, DYNVM_CONSTANT_PAGES="mapped")))
+                    continue
                 if who == "dynvm":
                     cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[q], spec_path, str(threads)]
                 else:
@@ -213,7 +229,8 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
               f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
         if a.baseline_build:
             print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
-        print(f"{'run':<12} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}")
+        print(f"{'run':<14} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}"
+              f" {'load ms':>8}")
         for key, runs in rows.items():
             first = float(np.median([r[0]["first_ms"] for r in runs]))
             tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
@@ -224,8 +241,10 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
             wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
                 os.path.getsize(onnx_of[q]) - embed
             gb = wbytes / 1e9
-            print(f"{key:<12} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
-                  f"{100 * gb * tps / bandwidth:>8.0f}%")
+            loads = [r[0]["load_ms"] for r in runs if "load_ms" in r[0]]
+            load = f"{float(np.median(loads)):>8.0f}" if loads else f"{'-':>8}"
+            print(f"{key:<14} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
+                  f"{100 * gb * tps / bandwidth:>8.0f}% {load}")
         print("raw: " + json.dumps({k: [{"first_ms": r[0]["first_ms"], "tok_s": 1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]), "rss_mb": r[1]} for r in v] for k, v in rows.items()}))
 
 
