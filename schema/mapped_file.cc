@@ -152,6 +152,17 @@ std::string TransparentHugePagesSetting() {
   return line;
 }
 
+uint64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;  // the file counts kB
+  }
+  return 0;
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));

@@ -62,6 +62,8 @@ class MappedFile {
 // The text of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"), without
 // the newline; "" where it cannot be read (no THP support).
 std::string TransparentHugePagesSetting();
+// MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read.
+uint64_t MemAvailableBytes();
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 absl::Status WriteStringToFile(const std::string& path, absl::string_view data);

@@ -398,13 +398,17 @@ TEST_F(WeightsTest, ConstantPagesHugeWithCompressedConstants) {
 TEST(ConstantPagesTest, AutoChoosesHugePagesForLargeFilesWhereThpIsOn) {
   const uint64_t big = kHugeConstantPagesMinBytes, small = kHugeConstantPagesMinBytes - 1;
   EXPECT_EQ(kHugeConstantPagesMinBytes, uint64_t{64} << 20);
-  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "always [madvise] never"));
-  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "[always] madvise never"));
-  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, small, "always [madvise] never"));
-  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "always madvise [never]"));
-  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, ""));  // unknown: off
-  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kMapped, big, "[always] madvise never"));
-  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kHuge, 0, "always madvise [never]"));
+  const uint64_t room = 2 * big;  // MemAvailable: the copy must fit twice
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "always [madvise] never", room));
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kAuto, big, "[always] madvise never", room));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, small, "always [madvise] never", room));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "always madvise [never]", room));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "", room));  // unknown: off
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "[always] madvise never", room - 1));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kAuto, big, "[always] madvise never", 0));
+  EXPECT_FALSE(UseHugeConstantPages(ConstantPages::kMapped, big, "[always] madvise never", room));
+  EXPECT_TRUE(UseHugeConstantPages(ConstantPages::kHuge, 0, "always madvise [never]", 0));
+  EXPECT_GT(schema::MemAvailableBytes(), 0u);
   EXPECT_EQ(*ParseConstantPages("auto"), ConstantPages::kAuto);
   EXPECT_EQ(*ParseConstantPages("mapped"), ConstantPages::kMapped);
   EXPECT_EQ(*ParseConstantPages("huge"), ConstantPages::kHuge);

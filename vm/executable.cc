@@ -293,7 +293,8 @@ absl::StatusOr<std::shared_ptr<const schema::MappedFile>> OpenConstantsFile(cons
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   // A size that cannot be read: Open reports why.
-  if (!ec && UseHugeConstantPages(mode, size, schema::TransparentHugePagesSetting())) {
+  if (!ec && UseHugeConstantPages(mode, size, schema::TransparentHugePagesSetting(),
+                                  schema::MemAvailableBytes())) {
     return schema::MappedFile::ReadIntoHugePages(path);
   }
   return schema::MappedFile::Open(path);
@@ -546,7 +547,8 @@ int Executable::SharedSegmentCount() {
   return n;
 }
 
-bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled) {
+bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled,
+                          uint64_t mem_available) {
   switch (mode) {
     case ConstantPages::kMapped:
       return false;
@@ -557,7 +559,7 @@ bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_
   }
   const bool thp_on =
       absl::StrContains(thp_enabled, "[always]") || absl::StrContains(thp_enabled, "[madvise]");
-  return thp_on && file_bytes >= kHugeConstantPagesMinBytes;
+  return thp_on && file_bytes >= kHugeConstantPagesMinBytes && mem_available / 2 >= file_bytes;
 }
 
 absl::StatusOr<ConstantPages> ParseConstantPages(absl::string_view name) {
@@ -575,7 +577,7 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::st
   // Inline, uncompressed constants are read from this file: copied into huge pages if chosen.
   // (Compressed ones are decompressed into a buffer; external weights choose for their file.)
   if (UseHugeConstantPages(options.constant_pages, file->bytes().size(),
-                           schema::TransparentHugePagesSetting())) {
+                           schema::TransparentHugePagesSetting(), schema::MemAvailableBytes())) {
     absl::StatusOr<schema::FileHeader> header = schema::ParseHeader(file->bytes());
     const uint64_t elsewhere =
         schema::kFeatureCompressedConstants | schema::kFeatureExternalWeights;

@@ -73,7 +73,8 @@ class FunctionHandle {
 // Where an executable's constants live (LoadOptions::constant_pages).
 enum class ConstantPages {
   // kHuge for a file of at least kHugeConstantPagesMinBytes where transparent huge pages are
-  // `always` or `madvise`; else kMapped (small models stay zero-copy).
+  // `always` or `madvise` and the memory available holds twice the file (the copy cannot be
+  // evicted as file pages can); else kMapped (small models stay zero-copy).
   kAuto,
   // The read-only mapping of the file: zero copy, pages shared through the page cache, 4 KB
   // pages (the kernel does not put a file mapping in huge pages here).
@@ -87,8 +88,9 @@ inline constexpr uint64_t kHugeConstantPagesMinBytes = uint64_t{64} << 20;
 
 // Whether a file of `file_bytes` is read into huge pages under `mode`; `thp_enabled` is the text
 // of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"; "" if unknown, which
-// kAuto takes as off).
-bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled);
+// kAuto takes as off), `mem_available` /proc/meminfo's MemAvailable in bytes (0 if unknown: off).
+bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled,
+                          uint64_t mem_available);
 // "auto", "mapped" or "huge" (flags, DYNVM_CONSTANT_PAGES, Python's constant_pages).
 absl::StatusOr<ConstantPages> ParseConstantPages(absl::string_view name);
 
