@@ -13,22 +13,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace dynvm::schema {
+namespace {
 
-absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+// Opens `path` for reading (*fd) and returns its size; refuses anything but a regular file.
+absl::StatusOr<size_t> OpenRegularFile(const std::string& path, int* fd) {
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(*fd);
+    *fd = -1;
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
+  return static_cast<size_t>(st.st_size);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
+  int fd = -1;
+  DYNVM_ASSIGN_OR_RETURN(const size_t size, OpenRegularFile(path, &fd));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = size;
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -68,18 +80,11 @@ absl::Status ReadAll(int fd, const std::string& path, uint8_t* out, size_t size)
 
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::ReadIntoHugePages(
     const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
-  }
+  int fd = -1;
+  DYNVM_ASSIGN_OR_RETURN(const size_t size, OpenRegularFile(path, &fd));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = size;
   f->kind_ = Kind::kAnonymous;
   if (f->size_ == 0) {
     ::close(fd);

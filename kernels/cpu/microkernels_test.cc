@@ -232,22 +232,24 @@ TEST(Rows, NormalizationsMatchDouble) {
 
 // ---- elementwise.h ----
 
+// The reference for BinaryOp: one IEEE operation.
+float ApplyBinary(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return a + b;
+    case BinaryOp::kSub:
+      return a - b;
+    case BinaryOp::kMul:
+      return a * b;
+    case BinaryOp::kDiv:
+      return a / b;
+  }
+  return 0.0f;
+}
+
 TEST(Elementwise, BinaryRowsAreExactForEveryLayout) {
   std::mt19937 rng(3);
   const BinaryOp ops[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv};
-  auto apply = [](BinaryOp op, float a, float b) {
-    switch (op) {
-      case BinaryOp::kAdd:
-        return a + b;
-      case BinaryOp::kSub:
-        return a - b;
-      case BinaryOp::kMul:
-        return a * b;
-      case BinaryOp::kDiv:
-        return a / b;
-    }
-    return 0.0f;
-  };
   for (Isa isa : SupportedIsas()) {
     ScopedIsaForTesting level(isa);
     for (int64_t n : kLengths) {
@@ -264,7 +266,7 @@ TEST(Elementwise, BinaryRowsAreExactForEveryLayout) {
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t j = 0; j < n; ++j) {
               const float bv = bs < 0 ? b[0] : b[r * bs + j];
-              const float want = apply(op, a[r * n + j], bv);
+              const float want = ApplyBinary(op, a[r * n + j], bv);
               ASSERT_TRUE(SameFloat(y[r * n + j], want)) << IsaName(isa) << " n " << n;
               ASSERT_TRUE(SameFloat(inplace[r * n + j], want)) << IsaName(isa) << " n " << n;
             }
@@ -283,19 +285,6 @@ TEST(Elementwise, BinaryRowsAreExactForEveryLayout) {
 TEST(Elementwise, BinaryStridedIsExactForEveryBroadcast) {
   std::mt19937 rng(5);
   const BinaryOp ops[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv};
-  auto apply = [](BinaryOp op, float a, float b) {
-    switch (op) {
-      case BinaryOp::kAdd:
-        return a + b;
-      case BinaryOp::kSub:
-        return a - b;
-      case BinaryOp::kMul:
-        return a * b;
-      case BinaryOp::kDiv:
-        return a / b;
-    }
-    return 0.0f;
-  };
   for (Isa isa : SupportedIsas()) {
     ScopedIsaForTesting level(isa);
     for (int trial = 0; trial < 300; ++trial) {
@@ -335,7 +324,7 @@ TEST(Elementwise, BinaryStridedIsExactForEveryBroadcast) {
             ob += rest % dims[i] * bs[i];
             rest /= dims[i];
           }
-          want[e] = apply(op, a[oa], b[ob]);
+          want[e] = ApplyBinary(op, a[oa], b[ob]);
         }
         const int64_t cut = static_cast<int64_t>(rng() % (numel + 1));
         std::vector<float> whole(numel), split(numel);
