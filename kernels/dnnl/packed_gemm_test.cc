@@ -126,8 +126,14 @@ TEST(PackedGemm, MatMulOnPackedWeightsMatchesADoubleSum) {
     int64_t n;
   };
   const std::vector<Case> cases = {
-      {{300}, 70},      {{1, 300}, 257}, {{1, 1, 1024}, 200}, {{2, 7, 37}, 17},
-      {{130, 300}, 70}, {{3, 1}, 33},    {{1, 5}, 1},         {{64, 512}, 144},
+      {{300}, 70},
+      {{1, 300}, 257},
+      {{1, 1, 1024}, 200},
+      {{2, 7, 37}, 17},
+      {{130, 300}, 70},
+      {{3, 1}, 33},
+      {{1, 5}, 1},
+      {{64, 512}, 144},
       // Several row blocks, split by rows at 2 threads (packed_gemm::SplitRows).
       {{2, 203, 61}, 37},
   };
@@ -218,10 +224,14 @@ TEST(PackedGemm, LinearOnPackedWeightsMatchesADoubleSum) {
     const char* act;
   };
   const std::vector<Case> cases = {
-      {{1, 300}, 70, true, ""},         {{300}, 33, false, "Gelu"},
-      {{17, 257}, 129, true, ""},       {{2, 25, 131}, 40, true, "Relu"},
-      {{3, 7, 96}, 384, false, ""},     {{50, 600}, 17, true, "GeluTanh"},
-      {{197, 77}, 200, true, "Silu"},   {{8, 1}, 48, true, ""},
+      {{1, 300}, 70, true, ""},
+      {{300}, 33, false, "Gelu"},
+      {{17, 257}, 129, true, ""},
+      {{2, 25, 131}, 40, true, "Relu"},
+      {{3, 7, 96}, 384, false, ""},
+      {{50, 600}, 17, true, "GeluTanh"},
+      {{197, 77}, 200, true, "Silu"},
+      {{8, 1}, 48, true, ""},
       {{2, 64, 40}, 257, false, "Tanh"},
       // Several row blocks and depth blocks, split by rows at 2 threads (packed_gemm::SplitRows).
       {{413, 300}, 50, true, "Gelu"}};
