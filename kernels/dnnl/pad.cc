@@ -56,6 +56,9 @@ void FillElements(uint8_t* dst, int64_t count, int esize, uint64_t bits) {
   }
 }
 
+// The largest element the trailing unpadded axes are merged into while an axis is left to split.
+constexpr int64_t kMaxElementBytes = int64_t{1} << 14;
+
 // One run's geometry after the trailing unpadded axes became one element of `ebytes` bytes:
 // `rank` axes (the last one padded, or the only one), output dims `out`, input dims `in`, begin
 // pads, input strides in bytes.
@@ -88,9 +91,16 @@ Geometry MakeGeometry(const Tensor& x, const reference::PadPlan& plan, PadMode m
   const int rank = x.rank();
   int last = rank - 1;  // the last padded axis (0 when none is)
   while (last > 0 && plan.begin[last] == 0 && plan.dims[last] == x.dim(last)) --last;
-  g.rank = last + 1;
   g.ebytes = g.esize;
   for (int d = rank - 1; d > last; --d) g.ebytes *= x.dim(d);
+  // Elements of at most kMaxElementBytes where the unpadded axes allow (an unpadded axis is a
+  // padded one with pads of 0), so that the pool can split the output (a plain copy of
+  // [1, 56, 56, 96] was one element).
+  while (last < rank - 1 && g.ebytes > kMaxElementBytes) {
+    ++last;
+    g.ebytes /= x.dim(last);
+  }
+  g.rank = last + 1;
   int64_t stride = g.ebytes;
   for (int d = last; d >= 0; --d) {
     g.out[d] = plan.dims[d];

@@ -297,6 +297,8 @@ TEST(DnnlPadTest, LargeTensorsAtOneAndTwoThreads) {
       {DType::kI64, {4, 50, 3, 60}, {1, 2, 3, 0, -1, 0, 0, 4}},   // outer pads
       {DType::kF16, {2, 40000}, {0, 1, 0, 2}},                    // two long rows
       {DType::kBool, {5, 64, 70, 3}, {-1, 2, 4, 1, 1, 3, 0, 0}},  // mixed crops
+      {DType::kF32, {1, 56, 56, 96}, {0, 0, 0, 0, 0, 0, 0, 0}},   // a plain copy
+      {DType::kI8, {2, 100, 1000}, {1, 0, 0, 2, 0, 0}},           // the outer axis only
   };
   for (const Large& l : cases) {
     const Tensor x = RandomTensor(l.dtype, l.dims, rng);
