@@ -4,7 +4,8 @@
 // stays the oracle: kernels_dnnl_pad_test compares the two bit for bit).
 //
 // The trailing axes that are not padded are one element of E bytes (swin_t's channels-last
-// window padding [1, H, W, C] -> [1, H', W', C]: rows of W' elements of C floats). Each output
+// window padding [1, H, W, C] -> [1, H', W', C]: rows of W' elements of C floats), at most
+// kMaxElementBytes while an unpadded axis is left (so that a large copy still splits). Each output
 // row along the last padded axis is then its source run copied by one memcpy, and its borders
 // filled with the pad value (constant) or copied element by element from a small table of source
 // indices (reflect, edge, wrap); a row whose outer coordinate pads (constant) is filled whole.
@@ -13,7 +14,9 @@
 // axis, a rank-0 input and every invalid run go to the reference kernel, which reports the
 // errors.
 //
-// Measured (dnnl_benchmark --benchmark_filter=BM_Pad; docs/results/refhot-s11-2026-11-30.txt).
+// Measured (dnnl_benchmark --benchmark_filter=BM_Pad, docs/results/refhot-s11-2026-11-30.txt,
+// reference -> this kernel at 1 thread): swin_t's [1, 16, 16, 96] -> [1, 21, 21, 96] 36.7 -> 2.9
+// us, NCHW [1, 64, 56, 56] + 1 constant 173 -> 50 us (28 at 2 threads), reflect 142 -> 59 us.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
