@@ -17,6 +17,11 @@
 //   allowzero=1, and x and the inner result have constant shapes (so the inner Reshape was
 //   checked at compile time: collapsing it must not remove a run-time error). Refused: a
 //   non-constant s2, symbolic dims, the inner Reshape read elsewhere.
+// pad_identity: Pad(x, pads) (opset 11 and later) whose pads are a constant of 2 * rank zeros,
+//   any mode -> Identity(x) (a view, no copy). torch exports an AvgPool2d with
+//   count_include_pad and padding 0 as such a Pad before the pool (DenseNet's transitions).
+//   Refused: x of unknown rank, pads of another length (a run-time error), a constant_value or
+//   axes input (their run-time checks), the pads attribute of opsets 2-10.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -111,6 +116,22 @@ Value* CollapseReshapes(Emitter& e, const Match& m) {
   return e.Op("Reshape", {m["x"], m["s2"]}, outer.attrs);
 }
 
+Value* DropZeroPad(Emitter& e, const Match& m) {
+  const Node& pad = e.root();
+  const Value& x = *m["x"];
+  if (!x.shape || x.kind != ObjectKind::kTensor) return nullptr;
+  const size_t want = 2 * x.shape->size();
+  const Tensor& t = *m["pads"]->constant;
+  if (pad.attr("pads") != nullptr || t.dtype() != DType::kI64 || t.rank() != 1 ||
+      static_cast<size_t>(t.numel()) != want) {
+    return nullptr;
+  }
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.data<int64_t>()[t.ElementOffset(i)] != 0) return nullptr;
+  }
+  return e.Op("Identity", {m["x"]});
+}
+
 }  // namespace
 
 std::vector<Rule> ChainRules() {
@@ -126,6 +147,8 @@ std::vector<Rule> ChainRules() {
       "reshape_chain",
       P::Op("Reshape", {P::Op("Reshape", {P::Any("x"), P::Any()}).As("inner"), P::Const("s2")}),
       &CollapseReshapes});
+  rules.push_back(
+      Rule{"pad_identity", P::Op("Pad", {P::Any("x"), P::Const("pads")}), &DropZeroPad});
   return rules;
 }
 

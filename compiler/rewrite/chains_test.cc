@@ -121,5 +121,30 @@ TEST(ChainsTest, ReshapesCollapse) {
   EXPECT_EQ(symbolic.fired["reshape_chain"], 0);
 }
 
+Outcome ZeroPad(std::vector<int64_t> pads, const char* mode, bool with_value) {
+  return CompareWithUnoptimized(
+      [&](GraphBuilder& b) {
+        Value* x = b.Input("x", DType::kF32, {"b", 3, 4, 5});
+        std::vector<Value*> in = {x, b.VectorI64(pads)};
+        if (with_value) in.push_back(b.ScalarF32(0.0f));
+        Value* y = b.Op("Pad", in, {{"mode", AttrString(mode)}});
+        b.Output("y", b.Op("Relu", {y}));
+      },
+      kIn);
+}
+
+TEST(ChainsTest, ZeroPadIsAView) {
+  for (const char* mode : {"constant", "reflect", "edge"}) {
+    Outcome o = ZeroPad({0, 0, 0, 0, 0, 0, 0, 0}, mode, false);
+    EXPECT_EQ(o.fired["pad_identity"], 1) << mode;
+    EXPECT_FALSE(o.HasKernel("Pad")) << mode;
+  }
+  // Pads that pad and a constant_value input (its run-time check) are left alone.
+  Outcome padded = ZeroPad({0, 0, 1, 0, 0, 0, 0, 0}, "constant", false);
+  EXPECT_EQ(padded.fired["pad_identity"], 0);
+  EXPECT_TRUE(padded.HasKernel("Pad"));
+  EXPECT_EQ(ZeroPad({0, 0, 0, 0, 0, 0, 0, 0}, "constant", true).fired["pad_identity"], 0);
+}
+
 }  // namespace
 }  // namespace dynvm::compiler::rewrite

@@ -18,6 +18,7 @@
 //   BM_TransposeReference, BM_TransposeReorder, BM_TransposeKernel/shape/threads -- Transpose:
 //                                    the reference copy, one bare reorder primitive, and the
 //                                    dnnl kernel (transpose.cc) that picks between them.
+//   BM_PadReference, BM_PadKernel/shape/threads -- Pad: the reference kernel and pad.cc.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 //
@@ -611,6 +612,55 @@ void BM_TransposeReorder(benchmark::State& state) {
   SetThreads(1);
 }
 BENCHMARK(BM_TransposeReorder)->Apply(TransposeArgs);
+
+// ---- Pad: the reference kernel's element loop against the dnnl kernel's row copies ----
+// BM_PadReference/shape/threads and BM_PadKernel/shape/threads (pad.cc). Shapes: swin_t's
+// channels-last window padding at 64x64 and 224x224 (stage 1 and 2; at 224 the pads are 0),
+// NCHW borders in reflect and constant mode, and a 1-D reflect pad of an audio chunk (Silero).
+struct PadShape {
+  std::vector<int64_t> dims, pads;
+  const char* mode;
+};
+const PadShape kPadShapes[] = {
+    {{1, 16, 16, 96}, {0, 0, 0, 0, 0, 5, 5, 0}, "constant"},
+    {{1, 8, 8, 192}, {0, 0, 0, 0, 0, 6, 6, 0}, "constant"},
+    {{1, 56, 56, 96}, {0, 0, 0, 0, 0, 0, 0, 0}, "constant"},
+    {{1, 28, 28, 192}, {0, 0, 0, 0, 0, 0, 0, 0}, "constant"},
+    {{1, 64, 56, 56}, {0, 0, 1, 1, 0, 0, 1, 1}, "constant"},
+    {{1, 64, 56, 56}, {0, 0, 1, 1, 0, 0, 1, 1}, "reflect"},
+    {{1, 576}, {0, 64, 0, 64}, "reflect"},
+};
+
+void PadArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape", "threads"});
+  for (int64_t s = 0; s < static_cast<int64_t>(std::size(kPadShapes)); ++s) {
+    b->Args({s, 1});
+    b->Args({s, 2});
+  }
+  b->UseRealTime();
+}
+
+void RunPad(benchmark::State& state, const char* backend) {
+  const PadShape& sh = kPadShapes[state.range(0)];
+  Tensor x = Filled(sh.dims);
+  Tensor pads =
+      *Tensor::FromVector<int64_t>(DType::kI64, {static_cast<int64_t>(sh.pads.size())}, sh.pads);
+  std::vector<int64_t> dims = sh.dims;
+  const size_t rank = dims.size();
+  for (size_t d = 0; d < rank; ++d) dims[d] += sh.pads[d] + sh.pads[d + rank];
+  KernelCall call("Pad");
+  call.In(x).In(pads).Out(DType::kF32).Attr("mode", std::string(sh.mode));
+  if (state.range(1) > MaxThreads() && !SetMaxThreads(static_cast<int>(state.range(1))).ok()) {
+    state.SkipWithError("no thread pool");
+    return;
+  }
+  RunKernel(state, call, backend, {x, pads}, {dims}, static_cast<int>(state.range(1)));
+}
+
+void BM_PadReference(benchmark::State& state) { RunPad(state, "reference"); }
+BENCHMARK(BM_PadReference)->Apply(PadArgs);
+void BM_PadKernel(benchmark::State& state) { RunPad(state, "dnnl"); }
+BENCHMARK(BM_PadKernel)->Apply(PadArgs);
 
 }  // namespace
 }  // namespace dynvm::onednn

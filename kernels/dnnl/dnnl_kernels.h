@@ -26,6 +26,7 @@ void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspo
 void RegisterPoolKernels(KernelRegistry& r);       // pool.cc: pooling, BatchNormalization, LRN
 void RegisterResizeKernels(KernelRegistry& r);     // resize.cc: Resize (resampling)
 void RegisterTransposeKernels(KernelRegistry& r);  // transpose.cc: Transpose (reorder)
+void RegisterPadKernels(KernelRegistry& r);        // pad.cc: Pad (copy loops)
 void RegisterRoiAlignKernels(KernelRegistry& r);   // roi_align.cc: RoiAlign
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);

@@ -1,15 +1,16 @@
 // The oneDNN backend's SimplifiedLayerNormalization, RMSNormalization (opset 23) and
-// com.microsoft SkipLayerNormalization / SkipSimplifiedLayerNormalization (normalization.cc, on
-// cpu::RmsNormRows / LayerNormRows) against the reference kernels (kernels/reference/msft.cc and
-// nn.cc, in double; themselves checked against ONNX Runtime by tests/conformance): rows of sizes
-// that are not a multiple of any vector width, several normalized axes, negative axes, scales of
-// other shapes, skips repeated over rows, bias and beta present or not, the sum output wanted or
-// not; at one and two threads and at every instruction-set level this machine has. Each fast run
-// must be served by the fast kernel itself (no fallback run), and the cases it leaves to the
-// reference kernel (a scale that broadcasts) must fall back. com.microsoft
-// RotaryEmbedding and ONNX RotaryEmbedding 23 (rotary.cc, on cpu::Rotary) likewise: 3-D and 4-D
-// X, halves and interleaved pairs, partial rotary_embedding_dim, head sizes that are no multiple
-// of a vector width, position_ids [B, S], ORT's one-value offset and ONNX's per-token caches.
+// com.microsoft SkipLayerNormalization / SkipSimplifiedLayerNormalization and
+// InstanceNormalization (normalization.cc, on cpu::RmsNormRows / LayerNormRows) against the
+// reference kernels (kernels/reference/msft.cc and nn.cc, in double; themselves checked against
+// ONNX Runtime by tests/conformance): rows of sizes that are not a multiple of any vector width,
+// several normalized axes, negative axes, scales of other shapes, skips repeated over rows, bias
+// and beta present or not, the sum output wanted or not; at one and two threads and at every
+// instruction-set level this machine has. Each fast run must be served by the fast kernel itself
+// (no fallback run), and the cases it leaves to the reference kernel (a scale that broadcasts) must
+// fall back. com.microsoft RotaryEmbedding and ONNX RotaryEmbedding 23 (rotary.cc, on cpu::Rotary)
+// likewise: 3-D and 4-D X, halves and interleaved pairs, partial rotary_embedding_dim, head sizes
+// that are no multiple of a vector width, position_ids [B, S], ORT's one-value offset and ONNX's
+// per-token caches.
 #include <cmath>
 #include <random>
 #include <string>
@@ -137,6 +138,44 @@ TEST(DnnlNormTest, RmsNormalization) {
     call.In(Random(c.x, rng)).In(Random(c.scale, rng)).Attr("axis", c.axis);
     Check(call, 1, {0}, c.fast);
   }
+}
+
+TEST(DnnlNormTest, InstanceNormalization) {
+  std::mt19937 rng(4);
+  struct C {
+    std::vector<int64_t> x;
+    float mean;  // an offset of every value (a plane far from 0: the variance's cancellation)
+  };
+  for (const C& c : std::vector<C>{{{1, 3, 5}, 0},
+                                   {{2, 4, 7, 9}, 0},
+                                   {{2, 4, 7, 9}, 30},
+                                   {{1, 64, 32, 32}, 0},
+                                   {{3, 5, 2, 3, 4}, -4},
+                                   {{2, 6, 1}, 0},
+                                   {{1, 2, 4096}, 1}}) {
+    SCOPED_TRACE(absl::StrCat("x rank ", c.x.size(), " last ", c.x.back()));
+    Tensor x = Random(c.x, rng);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += c.mean;
+    KernelCall call("InstanceNormalization");
+    call.In(x).In(Random({c.x[1]}, rng)).In(Random({c.x[1]}, rng)).Attr("epsilon", 1e-3f);
+    Check(call, 1, {0}, /*fast=*/true);
+  }
+  // A plane of one value: 0 times the scale, plus the bias.
+  KernelCall call("InstanceNormalization");
+  Tensor x = *Tensor::Empty(DType::kF32, {1, 2, 8});
+  for (int64_t i = 0; i < 16; ++i) x.data<float>()[i] = 3.0f;
+  call.In(x).In(Random({2}, rng)).In(Random({2}, rng));
+  // The oneDNN backend's own kernel (not the reference kernel under the backend's name).
+  KernelSpec spec = call.spec();
+  spec.backend = "dnnl";
+  PortSpec y;
+  y.dtype = static_cast<uint8_t>(DType::kF32);
+  y.dynamic = true;
+  spec.outputs.push_back(y);
+  absl::StatusOr<std::unique_ptr<Kernel>> k = KernelRegistry::Global().Create(spec);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ((*k)->name(), "instancenormalization.f32.dnnl");
+  Check(call, 1, {0}, /*fast=*/true);
 }
 
 TEST(DnnlNormTest, SkipLayerNormalizations) {

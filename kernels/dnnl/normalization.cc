@@ -467,6 +467,67 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSkipNorm(const KernelSpec& spec, b
   return std::make_unique<SkipNormKernel>(KernelName(spec), spec.op, simplified, epsilon);
 }
 
+// InstanceNormalization (f32): each (n, c) plane of a contiguous X [N, C, D...] as one row of
+// cpu::LayerNormRows (mean and variance in f32, as LayerNormalization's rows), then times
+// scale[c] plus B[c] (cpu::BinaryRows with a scalar, the row still in cache); planes split over
+// the VM's pool. The reference kernel (sums in double) serves strided operands, empty tensors and
+// reports every shape error. RAFT's feature and context encoders: docs/results/refhot-s11-*.
+class InstanceNormKernel final : public DnnlKernel {
+ public:
+  InstanceNormKernel(std::string name, float epsilon)
+      : DnnlKernel(std::move(name)), epsilon_(epsilon) {}
+
+  absl::Status Run(KernelContext& ctx, Inputs in, Outputs out) const override {
+    if (in.size() != 3 || in[0] == nullptr || in[1] == nullptr || in[2] == nullptr ||
+        out.size() != 1 || out[0] == nullptr) {
+      return RunFallback(ctx, in, out);
+    }
+    const Tensor& x = *in[0];
+    const Tensor& scale = *in[1];
+    const Tensor& bias = *in[2];
+    if (x.rank() < 3 || x.dtype() != DType::kF32 || !x.is_contiguous() || x.numel() == 0) {
+      return RunFallback(ctx, in, out);
+    }
+    const int64_t c = x.dim(1);
+    for (const Tensor* t : {&scale, &bias}) {
+      if (t->rank() != 1 || t->dim(0) != c || t->dtype() != DType::kF32 || !t->is_contiguous()) {
+        return RunFallback(ctx, in, out);  // reports the error, if any
+      }
+    }
+    DYNVM_RETURN_IF_ERROR(
+        reference::PrepareOutput(ctx, out[0], DType::kF32, x.dims(), "InstanceNormalization"));
+    const int64_t rows = x.dim(0) * c;
+    const int64_t plane = x.numel() / rows;
+    const float* xp = x.data<float>();
+    const float* sp = scale.data<float>();
+    const float* bp = bias.data<float>();
+    float* yp = out[0]->data<float>();
+    const int64_t grain = ctx.num_threads() == 1 || x.numel() < kMinParallelRows
+                              ? rows
+                              : std::max<int64_t>(1, kMinParallelRows / (2 * plane));
+    ctx.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* yr = yp + r * plane;
+        cpu::LayerNormRows(1, plane, xp + r * plane, nullptr, nullptr, epsilon_, yr);
+        cpu::BinaryRows(cpu::BinaryOp::kMul, 1, plane, yr, sp + r % c, -1, yr);
+        cpu::BinaryRows(cpu::BinaryOp::kAdd, 1, plane, yr, bp + r % c, -1, yr);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  float epsilon_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateInstanceNorm(const KernelSpec& spec) {
+  DYNVM_RETURN_IF_ERROR(CheckArity(spec, 3, 3, 1, 1));
+  DYNVM_RETURN_IF_ERROR(RequireF32(spec, {0, 1, 2}));
+  absl::StatusOr<float> epsilon = spec.GetFloat("epsilon", 1e-5f);
+  if (!epsilon.ok()) return epsilon.status();
+  return std::make_unique<InstanceNormKernel>(KernelName(spec), *epsilon);
+}
+
 void Add(KernelRegistry& r, const char* op, KernelFactory f) {
   r.Register(KernelRegistration{"", op, Device::kCPU, kBackend, kDnnlPriority, std::move(f)});
 }
@@ -480,6 +541,7 @@ void RegisterNormalizationKernels(KernelRegistry& r) {
   // runs cpu::LogSoftmaxRows (log of the sum in double), the rest the reference kernel.
   Add(r, "LogSoftmax", &CreateLogSoftmax);
   Add(r, "LayerNormalization", &CreateLayerNorm);
+  Add(r, "InstanceNormalization", &CreateInstanceNorm);
   r.Register(KernelRegistration{"dynvm", "RMSNorm", Device::kCPU, kBackend, kDnnlPriority,
                                 &CreateRmsNorm});
   Add(r, "SimplifiedLayerNormalization", &CreateSimplifiedLayerNorm);

@@ -17,6 +17,7 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterPoolKernels(registry);
   onednn::RegisterResizeKernels(registry);
   onednn::RegisterTransposeKernels(registry);
+  onednn::RegisterPadKernels(registry);
   onednn::RegisterRoiAlignKernels(registry);
   onednn::RegisterQuantKernels(registry);
   onednn::RegisterQuantizedWeightKernels(registry);

@@ -196,6 +196,35 @@ std::unique_ptr<Kernel> MakeKernel(const KernelSpec& spec, FunctionKernel::RunFn
 void AddReferenceKernel(KernelRegistry& r, absl::string_view domain, absl::string_view op,
                         KernelFactory factory);
 
+// ---- Pad (slice_pad.cc), shared with the oneDNN backend's Pad (kernels/dnnl/pad.cc) ----
+
+enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+
+struct PadAttrs {
+  PadMode mode = PadMode::kConstant;
+  bool has_pads = false;  // the pads attribute (before opset 11)
+  std::vector<int64_t> pads;
+  float value = 0;  // the value attribute (before opset 11)
+};
+
+// Pad's attributes (mode, pads/paddings, value) and arity, the errors its factory reports.
+absl::StatusOr<PadAttrs> ParsePadAttrs(const KernelSpec& spec);
+
+// What one Pad run does, from its inputs (pads, constant_value, axes) and attributes: the
+// output dims, the begin pad of each axis (0 for axes not padded; negative crops) and the pad
+// value as the bits of one element (constant mode). Every error Pad reports before it allocates
+// its output, but the empty-dim one (a non-constant mode cannot pad an empty dim).
+struct PadPlan {
+  Dims dims;
+  int64_t begin[Tensor::kMaxRank] = {};
+  uint64_t value_bits = 0;
+};
+absl::StatusOr<PadPlan> PlanPad(const PadAttrs& attrs, absl::Span<const Tensor* const> in);
+
+// The source index read for output coordinate `c` (already shifted by the begin pad) along an
+// axis of `dim` > 0 elements, or -1 for the pad value (constant mode outside [0, dim)).
+int64_t PadSource(PadMode mode, __int128 c, int64_t dim);
+
 // The family's other registration functions, called by RegisterShapeKernels.
 void RegisterSlicePadKernels(KernelRegistry& r);       // slice_pad.cc
 void RegisterGatherScatterKernels(KernelRegistry& r);  // gather_scatter.cc

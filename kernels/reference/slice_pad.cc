@@ -274,20 +274,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSplit(const KernelSpec& spec) {
 
 // ---- Pad ----
 
-enum class PadMode { kConstant, kReflect, kEdge, kWrap };
-
-struct PadAttrs {
-  PadMode mode = PadMode::kConstant;
-  bool has_pads = false;  // the pads attribute (before opset 11)
-  std::vector<int64_t> pads;
-  float value = 0;  // the value attribute (before opset 11)
-};
-
 // Marks an output coordinate that reads the pad value (offsets may be negative: strides can be).
 constexpr int64_t kPadValue = std::numeric_limits<int64_t>::min();
 
-// The source index read for output coordinate `c` (already shifted by the begin pad), or -1 for
-// the pad value.
+}  // namespace
+
 int64_t PadSource(PadMode mode, __int128 c, int64_t dim) {
   if (c >= 0 && c < dim) return static_cast<int64_t>(c);
   switch (mode) {
@@ -310,10 +301,7 @@ int64_t PadSource(PadMode mode, __int128 c, int64_t dim) {
   return -1;
 }
 
-absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
-  const auto& attrs = *static_cast<const PadAttrs*>(a);
-  absl::Status s = CheckPorts(in, 1, out, 1, "Pad");
-  if (!s.ok()) return s;
+absl::StatusOr<PadPlan> PlanPad(const PadAttrs& attrs, InSpan in) {
   const Tensor& x = *in[0];
   const int rank = x.rank();
   absl::InlinedVector<int64_t, 2 * Tensor::kMaxRank> pads(attrs.pads.begin(), attrs.pads.end());
@@ -335,21 +323,19 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
     return absl::InvalidArgumentError(
         absl::StrCat("Pad: pads ", DimsString(pads), " do not fit ", x.DebugString()));
   }
-  int64_t begin[Tensor::kMaxRank] = {};
-  Dims dims(x.dims().begin(), x.dims().end());
+  PadPlan plan;
+  plan.dims.assign(x.dims().begin(), x.dims().end());
   for (size_t i = 0; i < axes.size(); ++i) {
     const int ax = axes[i];
-    begin[ax] = pads[i];
+    plan.begin[ax] = pads[i];
     int64_t d;
     if (__builtin_add_overflow(x.dim(ax), pads[i], &d) ||
         __builtin_add_overflow(d, pads[i + axes.size()], &d) || d < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Pad: pads ", DimsString(pads), " give a negative or huge dim for ", x.DebugString()));
     }
-    dims[ax] = d;
+    plan.dims[ax] = d;
   }
-  // The pad value, as the bits of one element.
-  uint64_t value_bits = 0;
   if (attrs.mode == PadMode::kConstant) {
     const Tensor* cv = OptionalInput(in, 2);
     if (cv != nullptr && cv->numel() > 0) {
@@ -358,17 +344,30 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
             absl::StrCat("Pad: constant_value must be one element of ", DTypeName(x.dtype()),
                          ", got ", cv->DebugString()));
       }
-      std::memcpy(&value_bits, cv->raw_data(), static_cast<size_t>(DTypeSize(x.dtype())));
+      std::memcpy(&plan.value_bits, cv->raw_data(), static_cast<size_t>(DTypeSize(x.dtype())));
     } else {
-      s = DispatchNumeric(x.dtype(), "Pad", [&](auto* tag) {
+      absl::Status s = DispatchNumeric(x.dtype(), "Pad", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         const T v = ScalarValue::From(attrs.value).template To<T>();
-        std::memcpy(&value_bits, &v, sizeof(T));
+        std::memcpy(&plan.value_bits, &v, sizeof(T));
         return absl::OkStatus();
       });
       if (!s.ok()) return s;
     }
   }
+  return plan;
+}
+
+namespace {
+
+absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
+  const auto& attrs = *static_cast<const PadAttrs*>(a);
+  absl::Status s = CheckPorts(in, 1, out, 1, "Pad");
+  if (!s.ok()) return s;
+  const Tensor& x = *in[0];
+  const int rank = x.rank();
+  DYNVM_ASSIGN_OR_RETURN(PadPlan plan, PlanPad(attrs, in));
+  const Dims& dims = plan.dims;
   s = PrepareDataOutput(ctx, out[0], x.dtype(), dims, "Pad");
   if (!s.ok()) return s;
   if (out[0]->numel() == 0) return absl::OkStatus();
@@ -387,14 +386,15 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
     table_start[d] = static_cast<int64_t>(table.size());
     for (int64_t o = 0; o < dims[d]; ++o) {
       const int64_t src =
-          x.dim(d) == 0 ? -1 : PadSource(attrs.mode, static_cast<__int128>(o) - begin[d], x.dim(d));
+          x.dim(d) == 0 ? -1
+                        : PadSource(attrs.mode, static_cast<__int128>(o) - plan.begin[d], x.dim(d));
       table.push_back(src < 0 ? kPadValue : src * x.stride(d));
     }
   }
   return DispatchBySize(x.dtype(), "Pad", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     T value;
-    std::memcpy(&value, &value_bits, sizeof(T));
+    std::memcpy(&value, &plan.value_bits, sizeof(T));
     const T* src = x.data<T>();
     T* dst = out[0]->data<T>();
     const int inner = rank - 1;
@@ -429,6 +429,13 @@ absl::Status RunPad(const void* a, KernelContext& ctx, InSpan in, OutSpan out) {
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePad(const KernelSpec& spec) {
+  DYNVM_ASSIGN_OR_RETURN(PadAttrs attrs, ParsePadAttrs(spec));
+  return MakeKernel(spec, RunPad, std::move(attrs));
+}
+
+}  // namespace
+
+absl::StatusOr<PadAttrs> ParsePadAttrs(const KernelSpec& spec) {
   absl::Status s = CheckSpec(spec, 1, 4);
   if (!s.ok()) return s;
   PadAttrs attrs;
@@ -453,8 +460,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePad(const KernelSpec& spec) {
   absl::StatusOr<float> value = spec.GetFloat("value", 0.0f);
   if (!value.ok()) return value.status();
   attrs.value = *value;
-  return MakeKernel(spec, RunPad, std::move(attrs));
+  return attrs;
 }
+
+namespace {
 
 // ---- CenterCropPad (opset 18) ----
 

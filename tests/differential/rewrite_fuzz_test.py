@@ -396,6 +396,19 @@ def transpose_identity(rng, match):
                 "identity perm" if match else "no perm (reverses)")
 
 
+def pad_identity(rng, match):
+    r = int(rng.integers(1, 5))
+    shape = [int(d) for d in rng.integers(2, 5, r)]  # ORT's reflect needs 2 and pads below dim
+    mode = str(rng.choice(["constant", "reflect", "edge"]))
+    pads = [0] * (2 * r)
+    if not match:
+        pads[int(rng.integers(0, 2 * r))] = 1
+    nodes = [c("p", np.array(pads, np.int64)),
+             h.make_node("Pad", ["x", "p"], ["t"], mode=mode), h.make_node("Relu", ["t"], ["y"])]
+    return Case(nodes, [vi("x", shape)], [vi("y", None)], 13, {"x": rnd(rng, *shape)}, match,
+                f"{mode} pads {pads}")
+
+
 def transpose_unit_axes(rng, match):
     l, e = int(rng.integers(2, 6)), int(rng.integers(2, 6))
     shape = [1, l, e] if match else [2, l, e]
@@ -839,6 +852,7 @@ GENERATORS = {
     "hard_swish_written": hard_swish_written, "hard_sigmoid_written": hard_sigmoid_written,
     "transpose_chain": transpose_chain, "transpose_identity": transpose_identity,
     "transpose_unit_axes": transpose_unit_axes, "reshape_chain": reshape_chain,
+    "pad_identity": pad_identity,
     "attention": attention, "attention_transpose": attention_transpose,
     "attention_kv_repeat": attention_kv_repeat, "shape_of_kv_repeat": shape_of_kv_repeat,
     "onnx_attention": onnx_attention, "msft_multi_head_attention": msft_multi_head_attention,
