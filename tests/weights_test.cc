@@ -543,6 +543,7 @@ TEST_F(GatheredTablesTest, GatheredTableStaysMappedInsideTheHugePageCopy) {
     const int64_t table = table_.numel() * 4;
     if (name == "z") {  // decompressed into a buffer: nothing is mapped
       EXPECT_EQ(h->constant_bytes_mapped(), 0);
+      EXPECT_EQ(h->constant_bytes_copied(), h->constant_segment_bytes());
       EXPECT_THAT(VmaOf(e + table / 2).line, Not(HasSubstr(file)));
       continue;
     }
@@ -568,6 +569,28 @@ TEST_F(GatheredTablesTest, GatheredTableStaysMappedInsideTheHugePageCopy) {
       EXPECT_GT(vd.anon_huge_kb, 0) << vd.line;
     }
   }
+}
+
+// Auto counts only the bytes it would copy: a file of more than 64 MiB that is mostly a gathered
+// table stays mapped (where THP is off it stays mapped anyway).
+TEST_F(GatheredTablesTest, AutoCountsOnlyTheBytesCopied) {
+  table_ = RandomF32({int64_t{kHugeConstantPagesMinBytes} / (kWidth * 4) + 16, kWidth}, 13);
+  WriteEmbedding("big", compiler::CompileOptions(), false);
+  ASSERT_GT(fs::file_size(Path("big.dvm")), kHugeConstantPagesMinBytes);
+  std::shared_ptr<const Executable> a = LoadOk(Path("big.dvm"));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->constant_bytes_copied(), 0);
+  EXPECT_THAT(VmaOf(a->constant_segment()).line, HasSubstr("big.dvm"));
+  RunEmbedding(a, false);
+  // kHuge still copies what is not the table.
+  a.reset();
+  LoadOptions huge;
+  huge.constant_pages = ConstantPages::kHuge;
+  std::shared_ptr<const Executable> h = LoadOk(Path("big.dvm"), huge);
+  ASSERT_NE(h, nullptr);
+  EXPECT_GT(h->constant_bytes_copied(), kWidth * kHidden * 4);
+  EXPECT_LT(h->constant_bytes_copied(), kWidth * kHidden * 4 + (1 << 20));
+  RunEmbedding(h, false);
 }
 
 // A table also read whole (z = x + E) is copied like the rest.
