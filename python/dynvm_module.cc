@@ -1026,6 +1026,16 @@ PYBIND11_MODULE(_dynvm, m) {
            "The symbol upper bounds the function was compiled with")
       .def_property_readonly("weight_bytes",
                              [](const PyExecutable& e) { return e.exe()->weight_bytes(); })
+      .def_property_readonly(
+          "constant_bytes_copied",
+          [](const PyExecutable& e) { return e.exe()->constant_bytes_copied(); },
+          "Bytes of the constants' file held in private memory (constant_pages: the copy in 2 MB "
+          "pages; a decompressed segment)")
+      .def_property_readonly(
+          "constant_bytes_mapped",
+          [](const PyExecutable& e) { return e.exe()->constant_bytes_mapped(); },
+          "Bytes of the constants' file read through its mapping (mapped; the tables the code "
+          "only gathers rows from, left in the mapping within a copy)")
       .def("save", &PyExecutable::Save, py::arg("path"),
            "Writes the .dvm file (and the .dvw beside it when compiled with weights=...)")
       .def_property_readonly("report", &PyExecutable::report,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -58,28 +59,78 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::st
 
 namespace {
 
-// Reads `size` bytes of `fd` from offset 0 into `out`.
-absl::Status ReadAll(int fd, const std::string& path, uint8_t* out, size_t size) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
+// Reads bytes [begin, end) of `fd` into out + begin.
+absl::Status ReadRange(int fd, const std::string& path, uint8_t* out, uint64_t begin,
+                       uint64_t end) {
+  uint64_t done = begin;
+  while (done < end) {
+    const ssize_t n = ::pread(fd, out + done, end - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
     }
     if (n == 0) {
       return absl::DataLossError(absl::StrCat("cannot read ", path, ": it ended at byte ", done,
-                                              " of ", size, " (changed while read)"));
+                                              " of ", end, " (changed while read)"));
     }
-    done += static_cast<size_t>(n);
+    done += static_cast<uint64_t>(n);
   }
   return absl::OkStatus();
 }
 
+// Maps the file's `ranges` (whole pages) over the region at `data`, then reads the rest.
+absl::Status FillRegion(int fd, const std::string& path, uint8_t* data, uint64_t size,
+                        absl::Span<const FileRange> ranges) {
+  for (const FileRange& r : ranges) {
+    void* p = ::mmap(data + r.begin, r.end - r.begin, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd,
+                     static_cast<off_t>(r.begin));
+    if (p == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map bytes [", r.begin, ", ", r.end,
+                                                       ") of ", path, ": ", std::strerror(errno)));
+    }
+  }
+  uint64_t at = 0;
+  for (const FileRange& r : ranges) {
+    DYNVM_RETURN_IF_ERROR(ReadRange(fd, path, data, at, r.begin));
+    at = r.end;
+  }
+  return ReadRange(fd, path, data, at, size);
+}
+
 }  // namespace
 
+std::vector<FileRange> MappedFile::FileBackedPages(absl::Span<const FileRange> ranges,
+                                                   uint64_t file_size) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<FileRange> pages;
+  for (const FileRange& r : ranges) {
+    const uint64_t end = std::min(r.end, file_size);
+    if (r.begin >= end) continue;
+    const FileRange inner{(r.begin + page - 1) / page * page, end / page * page};
+    if (inner.end > inner.begin) pages.push_back(inner);
+  }
+  std::sort(pages.begin(), pages.end(),
+            [](const FileRange& a, const FileRange& b) { return a.begin < b.begin; });
+  std::vector<FileRange> merged;
+  for (const FileRange& r : pages) {
+    if (!merged.empty() && r.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, r.end);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+uint64_t MappedFile::file_backed_bytes() const {
+  if (kind_ == Kind::kMapped) return size_;
+  uint64_t n = 0;
+  for (const FileRange& r : file_backed_) n += r.end - r.begin;
+  return n;
+}
+
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::ReadIntoHugePages(
-    const std::string& path) {
+    const std::string& path, absl::Span<const FileRange> file_backed) {
   int fd = -1;
   DYNVM_ASSIGN_OR_RETURN(const size_t size, OpenRegularFile(path, &fd));
   std::shared_ptr<MappedFile> f(new MappedFile());
@@ -112,9 +163,10 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::ReadIntoHugePages(
   (void)::madvise(data, len, MADV_HUGEPAGE);
   f->data_ = data;
   f->mapping_size_ = len;
-  absl::Status read = ReadAll(fd, path, data, f->size_);
+  f->file_backed_ = FileBackedPages(file_backed, f->size_);
+  absl::Status read = FillRegion(fd, path, data, f->size_, f->file_backed_);
   ::close(fd);
-  if (!read.ok()) return read;  // f's destructor unmaps
+  if (!read.ok()) return read;  // f's destructor unmaps the region, file-backed parts included
   ::mprotect(data, len, PROT_READ);
   return std::shared_ptr<const MappedFile>(std::move(f));
 }

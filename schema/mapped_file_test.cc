@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,7 @@ namespace dynvm::schema {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/mapped_file_test_", ::getpid(), "_", name);
@@ -66,6 +68,77 @@ TEST(MappedFileTest, DropPagesLeavesAHugePageCopysBytes) {
   ASSERT_TRUE(f.ok()) << f.status();
   (*f)->DropPages((*f)->bytes());  // MADV_DONTNEED here would zero anonymous memory
   EXPECT_TRUE(std::equal(want.begin(), want.end(), (*f)->bytes().begin()));
+  std::remove(path.c_str());
+}
+
+// The /proc/self/maps line of the mapping that holds `p` ("" if none).
+std::string MappingOf(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return line;
+  }
+  return "";
+}
+
+TEST(MappedFileTest, FileBackedPagesAreTheWholePagesOfTheRanges) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  // Unaligned edges shrink to whole pages; less than a page inside is dropped; past the end is
+  // clipped; overlapping and touching ranges merge; the order does not matter.
+  const std::vector<FileRange> got = MappedFile::FileBackedPages({{10 * page + 1, 20 * page - 1},
+                                                                  {page + 5, 2 * page + 3},
+                                                                  {30 * page, 40 * page},
+                                                                  {35 * page, 45 * page},
+                                                                  {45 * page, 46 * page + 100},
+                                                                  {60 * page, 70 * page}},
+                                                                 50 * page + 7);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].begin, 11 * page);
+  EXPECT_EQ(got[0].end, 19 * page);
+  EXPECT_EQ(got[1].begin, 30 * page);
+  EXPECT_EQ(got[1].end, 46 * page);
+  EXPECT_TRUE(MappedFile::FileBackedPages({}, 100 * page).empty());
+}
+
+TEST(MappedFileTest, HugePageCopyLeavesFileBackedRangesInTheFilesMapping) {
+  const size_t mb = size_t{1} << 20;
+  const size_t size = 12 * mb + 333;
+  std::vector<uint8_t> want;
+  const std::string path = WritePattern("sparse", size, &want);
+  // A table with unaligned edges in the middle, one that ends the file, one past its end.
+  const std::vector<FileRange> sparse = {
+      {3 * mb + 100, 7 * mb + 50}, {11 * mb, size}, {20 * mb, 21 * mb}};
+  absl::StatusOr<std::shared_ptr<const MappedFile>> f = MappedFile::ReadIntoHugePages(path, sparse);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const uint8_t* data = (*f)->bytes().data();
+  ASSERT_EQ((*f)->bytes().size(), size);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (2 << 20), 0u);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), (*f)->bytes().begin()));
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t mapped = (7 * mb - (3 * mb + page)) + mb;
+  EXPECT_EQ((*f)->file_backed_bytes(), mapped);
+  EXPECT_EQ((*f)->copied_bytes(), size - mapped);
+  ASSERT_EQ((*f)->file_backed().size(), 2u);
+  // The ranges' whole pages are the file's mapping, at their offsets in the one region; the
+  // partial pages at their edges and the rest are the copy.
+  const std::string name = absl::StrCat("mapped_file_test_", ::getpid(), "_sparse");
+  for (size_t at : {3 * mb + page, 5 * mb, 7 * mb - 1, 11 * mb, 12 * mb - 1}) {
+    EXPECT_THAT(MappingOf(data + at), HasSubstr(name)) << at;
+  }
+  for (size_t at : {size_t{0}, 3 * mb + 100, 7 * mb, 9 * mb, 12 * mb}) {
+    EXPECT_THAT(MappingOf(data + at), Not(HasSubstr(name))) << at;
+  }
+  // Dropping pages changes no byte (the copy's are not dropped).
+  (*f)->DropPages((*f)->bytes());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), (*f)->bytes().begin()));
+  // Ranges of no whole page: all copied.
+  absl::StatusOr<std::shared_ptr<const MappedFile>> g =
+      MappedFile::ReadIntoHugePages(path, {{100, 200}});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)->file_backed_bytes(), 0u);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), (*g)->bytes().begin()));
   std::remove(path.c_str());
 }
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -393,6 +394,218 @@ TEST_F(WeightsTest, ConstantPagesHugeWithCompressedConstants) {
   absl::Status s = Executable::Load(Path("zw.dvm"), huge).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_THAT(s.message(), HasSubstr("z.dvw"));
+}
+
+// The VMA of /proc/self/smaps that holds `p`: its header line, Anonymous and AnonHugePages (kB;
+// -1 if there is no such mapping).
+struct Vma {
+  std::string line;
+  int64_t anonymous_kb = -1;
+  int64_t anon_huge_kb = -1;
+};
+Vma VmaOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  Vma vma;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > 12) {
+      if (in) break;
+      in = lo <= a && a < hi;
+      if (in) vma.line = line;
+      continue;
+    }
+    long kb = 0;
+    if (!in) continue;
+    if (std::sscanf(line.c_str(), "Anonymous: %ld kB", &kb) == 1) vma.anonymous_kb = kb;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) vma.anon_huge_kb = kb;
+  }
+  return vma;
+}
+
+bool ThpOn() {
+  const std::string thp = schema::TransparentHugePagesSetting();
+  return thp.find("[always]") != std::string::npos || thp.find("[madvise]") != std::string::npos;
+}
+
+// An embedding model: y = Gather(E, ids) @ W, E [kVocab, kWidth] (4 MiB: a table of at least
+// kMinFileBackedConstantBytes, read a few rows per run), W [kWidth, kHidden] (4 MiB, read whole).
+// `dense_use` also reads E whole (z = x + E): then it is not only gathered from.
+constexpr int kVocab = 4096, kWidth = 256, kHidden = 4096;
+
+class GatheredTablesTest : public WeightsTest {
+ protected:
+  void WriteEmbedding(const std::string& name, compiler::CompileOptions options, bool dense_use) {
+    compiler::Module module;
+    compiler::GraphBuilder g(module.AddFunction("main"));
+    compiler::Value* ids = g.Input("ids", DType::kI64, {std::string("n")});
+    compiler::Value* e = g.Constant(table_, "E", true);
+    g.Output("y", g.Op("MatMul", {g.Op("Gather", {e, ids}), g.Constant(w_, "W", true)}));
+    if (dense_use) {
+      g.Output("z",
+               g.Op("Add", {g.Input("x", DType::kF32, {int64_t{kVocab}, int64_t{kWidth}}), e}));
+    }
+    absl::StatusOr<compiler::CompileResult> r = compiler::Compile(module, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(schema::WriteStringToFile(Path(name + ".dvm"), r->bytes).ok());
+    if (!options.weights_file_name.empty()) {
+      ASSERT_TRUE(schema::WriteStringToFile(Path(options.weights_file_name), r->weights).ok());
+    }
+  }
+
+  // Runs `exe` on three token ids; checks y against the oracle and returns its bytes.
+  std::string RunEmbedding(const std::shared_ptr<const Executable>& exe, bool dense_use) {
+    EXPECT_NE(exe, nullptr);
+    if (exe == nullptr) return "";
+    absl::StatusOr<std::unique_ptr<VirtualMachine>> vm = VirtualMachine::Create(exe);
+    EXPECT_TRUE(vm.ok()) << vm.status();
+    Tensor ids = *Tensor::Empty(DType::kI64, {3});
+    const int64_t picked[3] = {5, kVocab - 1, 2049};
+    for (int i = 0; i < 3; ++i) ids.data<int64_t>()[i] = picked[i];
+    EXPECT_TRUE((*vm)->SetInput("ids", ids).ok());
+    if (dense_use) {
+      EXPECT_TRUE((*vm)->SetInput("x", RandomF32({kVocab, kWidth}, 9)).ok());
+    }
+    absl::Status s = (*vm)->Run();
+    EXPECT_TRUE(s.ok()) << s;
+    absl::StatusOr<Tensor> y = (*vm)->GetOutput("y");
+    EXPECT_TRUE(y.ok()) << y.status();
+    if (!y.ok()) return "";
+    EXPECT_EQ(y->ShapeString(), absl::StrCat("[3,", kHidden, "]"));
+    for (int r = 0; r < 3; ++r) {
+      for (int j = 0; j < kHidden; j += 97) {
+        double want = 0;
+        for (int i = 0; i < kWidth; ++i) {
+          want += double{table_.data<float>()[picked[r] * kWidth + i]} *
+                  w_.data<float>()[i * kHidden + j];
+        }
+        EXPECT_NEAR(y->data<float>()[r * kHidden + j], want, 1e-4) << r << "," << j;
+      }
+    }
+    return std::string(reinterpret_cast<const char*>(y->data<float>()),
+                       static_cast<size_t>(y->numel()) * 4);
+  }
+
+  // Where E's bytes are in `exe`'s constant segment (null if not found).
+  const uint8_t* TableIn(const Executable& exe) const {
+    const uint8_t* seg = exe.constant_segment();
+    const size_t n = static_cast<size_t>(exe.constant_segment_bytes());
+    const size_t table = static_cast<size_t>(table_.numel()) * 4;
+    for (size_t off = 0; off + table <= n; off += 64) {
+      if (std::memcmp(seg + off, table_.data<float>(), table) == 0) return seg + off;
+    }
+    return nullptr;
+  }
+
+  Tensor table_ = RandomF32({kVocab, kWidth}, 11);
+  Tensor w_ = RandomF32({kWidth, kHidden}, 12);
+};
+
+// kHuge copies the file into 2 MB pages but for the table the code only gathers rows from, which
+// stays the file's mapping at its place in the one region; the results are the same bytes in
+// every mode, inline and in a .dvw; compressed constants are decompressed whole as before.
+TEST_F(GatheredTablesTest, GatheredTableStaysMappedInsideTheHugePageCopy) {
+  compiler::CompileOptions inline_o;
+  WriteEmbedding("inline", inline_o, false);
+  compiler::CompileOptions apart;
+  apart.weights_file_name = "apart.dvw";
+  WriteEmbedding("apart", apart, false);
+  compiler::CompileOptions z;
+  z.compress = true;
+  WriteEmbedding("z", z, false);
+  for (const std::string name : {"inline", "apart", "z"}) {
+    SCOPED_TRACE(name);
+    const std::string file = name == "apart" ? "apart.dvw" : name + ".dvm";
+    const int64_t file_bytes = static_cast<int64_t>(fs::file_size(Path(file)));
+    LoadOptions mapped;
+    mapped.constant_pages = ConstantPages::kMapped;
+    std::shared_ptr<const Executable> m = LoadOk(Path(name + ".dvm"), mapped);
+    const std::string want = RunEmbedding(m, false);
+    if (name != "z") {
+      EXPECT_EQ(m->constant_bytes_copied(), 0);
+      EXPECT_EQ(m->constant_bytes_mapped(), file_bytes);
+    }
+    m.reset();  // else the weights file's segment is shared with the next load
+    std::shared_ptr<const Executable> a = LoadOk(Path(name + ".dvm"));  // auto: small, mapped
+    EXPECT_EQ(RunEmbedding(a, false), want);
+    a.reset();
+    LoadOptions huge;
+    huge.constant_pages = ConstantPages::kHuge;
+    huge.verify_weights_hash = true;
+    std::shared_ptr<const Executable> h = LoadOk(Path(name + ".dvm"), huge);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(RunEmbedding(h, false), want);
+    const uint8_t* e = TableIn(*h);
+    ASSERT_NE(e, nullptr);
+    const uint8_t* seg = h->constant_segment();
+    const int64_t table = table_.numel() * 4;
+    if (name == "z") {  // decompressed into a buffer: nothing is mapped
+      EXPECT_EQ(h->constant_bytes_mapped(), 0);
+      EXPECT_EQ(h->constant_bytes_copied(), h->constant_segment_bytes());
+      EXPECT_THAT(VmaOf(e + table / 2).line, Not(HasSubstr(file)));
+      continue;
+    }
+    // The table's whole pages are the file's (all but at most a page at each edge); they stay
+    // file pages after the run read rows of it: no anonymous memory.
+    EXPECT_GE(h->constant_bytes_mapped(), table - 8192);
+    EXPECT_LE(h->constant_bytes_mapped(), table);
+    EXPECT_EQ(h->constant_bytes_copied() + h->constant_bytes_mapped(), file_bytes);
+    const Vma vt = VmaOf(e + table / 2);
+    EXPECT_THAT(vt.line, HasSubstr(file));
+    EXPECT_EQ(vt.anonymous_kb, 0) << vt.line;
+    EXPECT_EQ(vt.anon_huge_kb, 0) << vt.line;
+    EXPECT_THAT(VmaOf(e + 4096).line, HasSubstr(file));
+    EXPECT_THAT(VmaOf(e + table - 4097).line, HasSubstr(file));
+    // The rest is the copy: the larger part of the segment beside the table (W, 4 MiB), in
+    // anonymous memory, in 2 MB pages where THP is on.
+    const int64_t before = e - seg, after = h->constant_segment_bytes() - (e - seg) - table;
+    const uint8_t* dense = before > after ? seg + before / 2 : e + table + after / 2;
+    const Vma vd = VmaOf(dense);
+    EXPECT_THAT(vd.line, Not(HasSubstr(file)));
+    EXPECT_GT(vd.anonymous_kb, 0) << vd.line;
+    if (ThpOn()) {
+      EXPECT_GT(vd.anon_huge_kb, 0) << vd.line;
+    }
+  }
+}
+
+// Auto counts only the bytes it would copy: a file of more than 64 MiB that is mostly a gathered
+// table stays mapped (where THP is off it stays mapped anyway).
+TEST_F(GatheredTablesTest, AutoCountsOnlyTheBytesCopied) {
+  table_ = RandomF32({int64_t{kHugeConstantPagesMinBytes} / (kWidth * 4) + 16, kWidth}, 13);
+  WriteEmbedding("big", compiler::CompileOptions(), false);
+  ASSERT_GT(fs::file_size(Path("big.dvm")), kHugeConstantPagesMinBytes);
+  std::shared_ptr<const Executable> a = LoadOk(Path("big.dvm"));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->constant_bytes_copied(), 0);
+  EXPECT_THAT(VmaOf(a->constant_segment()).line, HasSubstr("big.dvm"));
+  RunEmbedding(a, false);
+  // kHuge still copies what is not the table.
+  a.reset();
+  LoadOptions huge;
+  huge.constant_pages = ConstantPages::kHuge;
+  std::shared_ptr<const Executable> h = LoadOk(Path("big.dvm"), huge);
+  ASSERT_NE(h, nullptr);
+  EXPECT_GT(h->constant_bytes_copied(), kWidth * kHidden * 4);
+  EXPECT_LT(h->constant_bytes_copied(), kWidth * kHidden * 4 + (1 << 20));
+  RunEmbedding(h, false);
+}
+
+// A table also read whole (z = x + E) is copied like the rest.
+TEST_F(GatheredTablesTest, TableReadWholeElsewhereIsCopied) {
+  compiler::CompileOptions o;
+  WriteEmbedding("both", o, true);
+  LoadOptions huge;
+  huge.constant_pages = ConstantPages::kHuge;
+  std::shared_ptr<const Executable> h = LoadOk(Path("both.dvm"), huge);
+  ASSERT_NE(h, nullptr);
+  RunEmbedding(h, true);
+  EXPECT_EQ(h->constant_bytes_mapped(), 0);
+  const uint8_t* e = TableIn(*h);
+  ASSERT_NE(e, nullptr);
+  EXPECT_THAT(VmaOf(e + table_.numel() * 2).line, Not(HasSubstr("both.dvm")));
 }
 
 TEST(ConstantPagesTest, AutoChoosesHugePagesForLargeFilesWhereThpIsOn) {

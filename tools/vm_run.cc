@@ -48,7 +48,8 @@
 // whose shape is known from its signature and the inputs' dims gets its DIR/NAME.npy created
 // and mapped before the run and bound with SetOutputBuffer, so the program writes the file in
 // place (or copies into it once at return); the others are written after the run. --stats
-// counts both. Every error is one line on stderr and a nonzero exit status.
+// counts both, and the bytes of the constants' file copied and left mapped (--constant-pages).
+// Every error is one line on stderr and a nonzero exit status.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -749,7 +750,13 @@ int Main(int argc, char** argv) {
       return cli::ReportError(kProgram, s);
     }
   }
-  if (f.stats) PrintStats(**vm, bind_report, mapped, output_copies, uses_cuda);
+  if (f.stats) {
+    PrintStats(**vm, bind_report, mapped, output_copies, uses_cuda);
+    // --constant-pages: how much of the constants' file was copied (2 MB pages) and mapped.
+    std::printf("constant_bytes_copied=%lld constant_bytes_mapped=%lld\n",
+                static_cast<long long>((*exe)->constant_bytes_copied()),
+                static_cast<long long>((*exe)->constant_bytes_mapped()));
+  }
   if (std::fflush(stdout) != 0)
     return cli::ReportError(kProgram, "cannot write to standard output");
   return 0;

@@ -22,6 +22,7 @@
 #include "schema/mapped_file.h"
 #include "schema/weights.h"
 #include "vm/executable_impl.h"
+#include "vm/gathered_constants.h"
 
 namespace dynvm {
 namespace {
@@ -287,23 +288,44 @@ void FindOutputAllocs(Executable::FunctionEntry& e,
 
 std::string Hex64(uint64_t v) { return absl::StrCat(absl::Hex(v, absl::kZeroPad16)); }
 
-// Opens the file that constants are read from: mapped, or copied into huge pages (`mode`).
-absl::StatusOr<std::shared_ptr<const schema::MappedFile>> OpenConstantsFile(const std::string& path,
-                                                                            ConstantPages mode) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  // A size that cannot be read: Open reports why.
-  if (!ec && UseHugeConstantPages(mode, size, schema::TransparentHugePagesSetting(),
-                                  schema::MemAvailableBytes())) {
-    return schema::MappedFile::ReadIntoHugePages(path);
+// Whether to copy a file of `file_size` bytes into huge pages (`mode`), leaving `file_backed`
+// in its mapping: the auto rule counts only the bytes copied.
+bool CopyIntoHugePages(ConstantPages mode, uint64_t file_size,
+                       absl::Span<const schema::FileRange> file_backed) {
+  if (mode == ConstantPages::kMapped) return false;
+  uint64_t copied = file_size;
+  for (const schema::FileRange& r : schema::MappedFile::FileBackedPages(file_backed, file_size))
+    copied -= r.end - r.begin;
+  return UseHugeConstantPages(mode, copied, schema::TransparentHugePagesSetting(),
+                              schema::MemAvailableBytes());
+}
+
+// Opens the weights file that constants are read from: mapped, or copied into huge pages
+// (`mode`) but for the gathered tables at `gathered` (offsets in the constant segment).
+absl::StatusOr<std::shared_ptr<const schema::MappedFile>> OpenWeightsFile(
+    const std::string& path, ConstantPages mode, absl::Span<const schema::FileRange> gathered) {
+  DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
+                         schema::MappedFile::Open(path));
+  if (mode == ConstantPages::kMapped) return file;
+  // The ranges in the file: after the header, and only where the data is stored as is.
+  std::vector<schema::FileRange> ranges;
+  absl::StatusOr<schema::WeightsHeader> h = schema::ParseWeightsHeader(file->bytes());
+  if (h.ok() && !(h->required_features & schema::kFeatureCompressedConstants)) {
+    for (const schema::FileRange& r : gathered) {
+      if (r.end <= h->stored_size)
+        ranges.push_back({h->data_offset + r.begin, h->data_offset + r.end});
+    }
   }
-  return schema::MappedFile::Open(path);
+  // A header that does not parse: the caller reports why, from whichever copy.
+  if (CopyIntoHugePages(mode, file->bytes().size(), ranges))
+    return schema::MappedFile::ReadIntoHugePages(path, ranges);
+  return file;
 }
 
 // Finds, maps and checks the weights file `ref` names.
-absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::WeightsRef& ref,
-                                                               const std::string& exe_path,
-                                                               const LoadOptions& options) {
+absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(
+    const fb::WeightsRef& ref, const std::string& exe_path, const LoadOptions& options,
+    absl::Span<const schema::FileRange> gathered) {
   const std::string name(Sv(ref.file_name()));
   std::string path = options.weights_path;
   if (!options.weights_data.empty()) {
@@ -324,7 +346,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> LoadWeightsFile(const fb::Weights
     path = dir.empty() ? name : (std::filesystem::path(dir) / name).string();
   }
   absl::StatusOr<std::shared_ptr<const schema::MappedFile>> file =
-      options.weights_data.empty() ? OpenConstantsFile(path, options.constant_pages)
+      options.weights_data.empty() ? OpenWeightsFile(path, options.constant_pages, gathered)
                                    : schema::MappedFile::FromBytes(options.weights_data);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
@@ -383,9 +405,10 @@ absl::Status MapConstants(Executable::Rep& rep, const schema::FileHeader& header
           "an executable with external weights has a constant segment of its own");
     }
     DYNVM_ASSIGN_OR_RETURN(
-        rep.segment, SharedSegment(SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile),
-                                              ref->hash(), ref->size()},
-                                   [&] { return LoadWeightsFile(*ref, path, options); }));
+        rep.segment,
+        SharedSegment(
+            SegmentKey{static_cast<uint8_t>(SegmentSource::kWeightsFile), ref->hash(), ref->size()},
+            [&] { return LoadWeightsFile(*ref, path, options, GatheredConstantRanges(fbe, 0)); }));
     rep.weights_hash = ref->hash();
     rep.constant_segment = rep.segment->data;
     rep.constant_segment_size = static_cast<int64_t>(rep.segment->size);
@@ -529,6 +552,21 @@ int64_t Executable::weight_bytes() const { return rep_->weight_bytes; }
 int Executable::num_constants() const { return rep_->num_constants(); }
 int64_t Executable::constant_segment_bytes() const { return rep_->constant_segment_size; }
 const uint8_t* Executable::constant_segment() const { return rep_->constant_segment; }
+
+int64_t Executable::constant_bytes_copied() const {
+  const Rep& r = *rep_;
+  if (r.segment != nullptr && r.segment->file == nullptr)
+    return static_cast<int64_t>(r.segment->size);  // decompressed
+  const schema::MappedFile& f = r.segment != nullptr ? *r.segment->file : *r.file;
+  return static_cast<int64_t>(f.copied_bytes());
+}
+
+int64_t Executable::constant_bytes_mapped() const {
+  const Rep& r = *rep_;
+  if (r.segment != nullptr && r.segment->file == nullptr) return 0;
+  const schema::MappedFile& f = r.segment != nullptr ? *r.segment->file : *r.file;
+  return static_cast<int64_t>(f.file_backed_bytes());
+}
 int Executable::num_kernels() const { return static_cast<int>(rep_->kernels.size()); }
 const Kernel& Executable::kernel(int index) const { return *rep_->kernels[index].kernel; }
 const KernelSpec& Executable::kernel_spec(int index) const { return rep_->kernels[index].spec; }
@@ -574,15 +612,22 @@ absl::StatusOr<std::shared_ptr<const Executable>> Executable::Load(const std::st
                                                                    const LoadOptions& options) {
   DYNVM_ASSIGN_OR_RETURN(std::shared_ptr<const schema::MappedFile> file,
                          schema::MappedFile::Open(path));
-  // Inline, uncompressed constants are read from this file: copied into huge pages if chosen.
-  // (Compressed ones are decompressed into a buffer; external weights choose for their file.)
+  // Inline, uncompressed constants are read from this file: copied into huge pages if chosen, but
+  // for the tables the code only gathers rows from, which stay in the mapping. (Compressed ones
+  // are decompressed into a buffer; external weights choose for their file.) The mapping is
+  // verified here to find those tables; Init verifies the copy.
+  // (The memory check waits for the bytes copied; the rest cannot pass with fewer bytes.)
   if (UseHugeConstantPages(options.constant_pages, file->bytes().size(),
-                           schema::TransparentHugePagesSetting(), schema::MemAvailableBytes())) {
-    absl::StatusOr<schema::FileHeader> header = schema::ParseHeader(file->bytes());
+                           schema::TransparentHugePagesSetting(), UINT64_MAX)) {
+    absl::StatusOr<isa::VerifiedFile> verified = isa::VerifyFile(file->bytes(), options.limits);
     const uint64_t elsewhere =
         schema::kFeatureCompressedConstants | schema::kFeatureExternalWeights;
-    if (header.ok() && (header->required_features & elsewhere) == 0) {
-      DYNVM_ASSIGN_OR_RETURN(file, schema::MappedFile::ReadIntoHugePages(path));
+    if (verified.ok() && (verified->header.required_features & elsewhere) == 0) {
+      const std::vector<schema::FileRange> gathered =
+          GatheredConstantRanges(*verified->executable, verified->header.constants_offset);
+      if (CopyIntoHugePages(options.constant_pages, file->bytes().size(), gathered)) {
+        DYNVM_ASSIGN_OR_RETURN(file, schema::MappedFile::ReadIntoHugePages(path, gathered));
+      }
     }
   }
   absl::StatusOr<std::shared_ptr<const Executable>> exe = Init(std::move(file), path, options);

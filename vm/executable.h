@@ -13,9 +13,10 @@
 // from disk when a kernel first touches them, shared with other processes through the page
 // cache), or one copy of the file read at load into anonymous memory in 2 MB pages
 // (MappedFile::ReadIntoHugePages), which a decode step streams faster; by default the copy for
-// files of at least 64 MiB where transparent huge pages are enabled. On a device (CUDA), the
-// constant segment is uploaded once per executable and process, on first use, and shared by every
-// VM (DeviceConstants).
+// files of at least 64 MiB where transparent huge pages are enabled. Tables the code only gathers
+// rows from (embeddings: vm/gathered_constants.h) stay in the file's mapping inside that region. On
+// a device (CUDA), the constant segment is uploaded once per executable and process, on first use,
+// and shared by every VM (DeviceConstants).
 //
 // Weights apart (docs/executable-format.md, "Weights files"): an executable compiled with
 // `vm-compile --weights-out` refers to a .dvw file by name, content hash and size. Load finds
@@ -72,21 +73,25 @@ class FunctionHandle {
 
 // Where an executable's constants live (LoadOptions::constant_pages).
 enum class ConstantPages {
-  // kHuge for a file of at least kHugeConstantPagesMinBytes where transparent huge pages are
-  // `always` or `madvise` and the memory available holds twice the file (the copy cannot be
-  // evicted as file pages can); else kMapped (small models stay zero-copy).
+  // kHuge where the bytes it would copy (the file but its gathered tables) are at least
+  // kHugeConstantPagesMinBytes, transparent huge pages are `always` or `madvise` and the memory
+  // available holds twice those bytes (the copy cannot be evicted as file pages can); else
+  // kMapped (small models stay zero-copy).
   kAuto,
   // The read-only mapping of the file: zero copy, pages shared through the page cache, 4 KB
   // pages (the kernel does not put a file mapping in huge pages here).
   kMapped,
   // The file (the executable, or its weights file) read at load into anonymous memory from a
   // 2 MB boundary, advised MADV_HUGEPAGE before the read: 2 MB pages where THP allows, ordinary
-  // pages (never an error) where it does not. Costs the read at load and private memory.
+  // pages (never an error) where it does not. Costs the read at load and private memory. Tables
+  // of at least 2 MiB that the code only gathers rows from (vm/gathered_constants.h) are not
+  // copied: the file is mapped over their whole pages inside the region, at the same addresses.
   kHuge,
 };
 inline constexpr uint64_t kHugeConstantPagesMinBytes = uint64_t{64} << 20;
 
-// Whether a file of `file_bytes` is read into huge pages under `mode`; `thp_enabled` is the text
+// Whether a file is read into huge pages under `mode`, `file_bytes` being the bytes it would copy
+// (the file but its gathered tables); `thp_enabled` is the text
 // of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"; "" if unknown, which
 // kAuto takes as off), `mem_available` /proc/meminfo's MemAvailable in bytes (0 if unknown: off).
 bool UseHugeConstantPages(ConstantPages mode, uint64_t file_bytes, absl::string_view thp_enabled,
@@ -177,6 +182,13 @@ class Executable {
   int num_constants() const;
   int64_t constant_segment_bytes() const;
   const uint8_t* constant_segment() const;
+  // Where the constants are (LoadOptions::constant_pages), in bytes of the file they are read
+  // from (the executable or its weights file, headers included): held in private memory (the
+  // copy in 2 MB pages, a buffer in memory; for a compressed segment, the decompressed bytes),
+  // and read through the file's mapping (a mapped file; within a copy, the tables the code only
+  // gathers rows from).
+  int64_t constant_bytes_copied() const;
+  int64_t constant_bytes_mapped() const;
 
   // The kernel bound to each kernel-table entry ("matmul.f32.ref" ...).
   int num_kernels() const;

@@ -269,3 +269,18 @@ def test_trim_returns_cached_memory(add_exe, add_inputs):
     assert after["bytes_reserved"] <= after["bytes_in_use"] + 64 * 1024
     out = vm.run(x=x, y=y)  # usable after it
     np.testing.assert_array_equal(out["sum"], x + y)
+
+
+def test_constant_bytes_copied_and_mapped_count_the_constants_file(tmp_path):
+    lm = str(ROOT / "tools/lm/charlm.onnx")
+    path = tmp_path / "charlm.dvm"
+    dynvm.compile(lm).save(str(path))
+    size = path.stat().st_size
+    inputs = charlm_exe_inputs()
+    mapped = dynvm.load(str(path), constant_pages="mapped")
+    assert (mapped.constant_bytes_copied, mapped.constant_bytes_mapped) == (0, size)
+    # In 2 MB pages: no table of 2 MiB or more is only gathered from here, so all is copied.
+    huge = dynvm.load(str(path), constant_pages="huge")
+    assert (huge.constant_bytes_copied, huge.constant_bytes_mapped) == (size, 0)
+    np.testing.assert_array_equal(dynvm.VirtualMachine(mapped).run(inputs)["tokens"],
+                                  dynvm.VirtualMachine(huge).run(inputs)["tokens"])

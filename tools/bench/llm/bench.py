@@ -19,12 +19,15 @@ greedy). --prompt takes a list (128,512): each length is its own table.
     PYTHONPATH=build/release/python /usr/bin/python3 tools/bench/llm/bench.py \\
         --build build/release --ort-dir /work/ort/node_modules --sizes 100mb --threads 1,2
 
---runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base f32"
-run by another build's vm-compile and Python module (a before/after comparison in the same
-interleaved rounds). A row "mapped Q" (e.g. "mapped int4a4") runs dynvm's Q executable with its
-constants in the file mapping (dynvm.load(constant_pages="mapped")) instead of the default
-(auto: a copy in 2 MB pages for files of 64 MiB or more, docs/llm.md "s10"); --constant-pages
-sets the "dynvm" rows' choice. The triad's arrays are in 2 MB pages (cpu_q4gemv_benchmark).
+--runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base Q" (Q:
+--baseline-quant, default f32) run by another build's vm-compile and Python module (a
+before/after comparison in the same interleaved rounds). A row "mapped Q" (e.g. "mapped int4a4")
+runs dynvm's Q executable with its constants in the file mapping
+(dynvm.load(constant_pages="mapped")) instead of the default (auto: a copy in 2 MB pages of all
+but the gathered tables where 64 MiB or more would be copied, docs/llm.md "s10"); --constant-pages
+sets the "dynvm" rows' choice. Each dynvm row prints its load time and the MB of the constants'
+file copied and left mapped (Executable.constant_bytes_copied / _mapped; "-" for a build without
+them). The triad's arrays are in 2 MB pages (cpu_q4gemv_benchmark).
 """
 import argparse
 import json
@@ -60,7 +63,9 @@ out = vm.run(max_new_tokens=np.array(spec["new_tokens"]), **feeds,
 first = (times[0] - t0) * 1e3
 steps = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
 print(json.dumps({"tokens": out["tokens"].tolist(), "first_ms": first, "step_ms": steps,
-                  "load_ms": load_ms}))
+                  "load_ms": load_ms,  # bytes of the constants' file copied / left mapped:
+                  "copied": getattr(exe, "constant_bytes_copied", None),  # None: older builds
+                  "mapped": getattr(exe, "constant_bytes_mapped", None)}))
 """
 
 
@@ -120,12 +125,15 @@ def main():
                     help="auto, mapped or huge: dynvm.load's constant_pages for the 'dynvm' rows "
                          "(default: the library's, auto)")
     ap.add_argument("--baseline-build", default="",
-                    help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
-                         "for a before/after comparison in the same interleaved rounds")
+                    help="another build (its tools/vm-compile and python/): adds a row 'base Q' "
+                         "(Q: --baseline-quant) for a before/after comparison in the same "
+                         "interleaved rounds")
+    ap.add_argument("--baseline-quant", default="f32",
+                    help="f32, int8, int4 or int4a4: the executable of the 'base' row")
     a = ap.parse_args()
     run_keys = [r.strip() for r in a.runs.split(",") if r.strip()]
     if a.baseline_build:
-        run_keys.insert(0, "base f32")
+        run_keys.insert(0, f"base {a.baseline_quant}")
         base_env = dict(os.environ)
         base_env["PYTHONPATH"] = (os.path.join(a.baseline_build, "python") + os.pathsep +
                                   base_env.get("PYTHONPATH", ""))
@@ -150,14 +158,16 @@ def main():
         onnx_of = {"f32": f32, "int4": int4, "int4a4": int4a4}
         needed = {key.split()[1] for key in run_keys}
         dvms = {}
-        for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
-                                 ("int4", int4, []), ("int4a4", int4a4, []),
-                                 ("base-f32", f32, [])):
-            if (name == "base-f32" and not a.baseline_build) or (
-                    name != "base-f32" and name not in needed and name != "f32"):
+        sources = {"f32": (f32, []), "int8": (f32, ["--quantize-weights", "int8"]),
+                   "int4": (int4, []), "int4a4": (int4a4, [])}
+        builds = [(q, src, extra) for q, (src, extra) in sources.items()]
+        if a.baseline_build:
+            builds.append((f"base-{a.baseline_quant}",) + sources[a.baseline_quant])
+        for name, src, extra in builds:
+            if not name.startswith("base-") and name not in needed and name != "f32":
                 continue
             compiler = (os.path.join(a.baseline_build, "tools", "vm-compile")
-                        if name == "base-f32" else vm_compile)
+                        if name.startswith("base-") else vm_compile)
             dvms[name] = os.path.join(a.work, f"{size}.{name}.dvm")
             if not os.path.exists(dvms[name]):
                 subprocess.run([compiler, src, "-o", dvms[name], "--decode"] + extra, check=True)
@@ -183,7 +193,7 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
             for key in rows:
                 who, q = key.split()
                 if who == "base":
-                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms["base-f32"], spec_path,
+                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[f"base-{q}"], spec_path,
                            str(threads)]
                     rows[key].append(timed_child(cmd, base_env))
                     continue
@@ -228,23 +238,29 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
               f"dynvm int4a4 == ort int4a4: {same('dynvm int4a4', 'ort int4a4')}; "
               f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
         if a.baseline_build:
-            print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
+            bq = a.baseline_quant
+            print(f"tokens: base {bq} == pytorch: {same(f'base {bq}', 'pytorch')}; "
+                  f"base {bq} == dynvm {bq}: {same(f'base {bq}', f'dynvm {bq}')}")
         print(f"{'run':<14} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}"
-              f" {'load ms':>8}")
+              f" {'load ms':>8} {'copied MB':>10} {'mapped MB':>10}")
         for key, runs in rows.items():
             first = float(np.median([r[0]["first_ms"] for r in runs]))
             tps = float(np.median([1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]) for r in runs]))
             rss = float(np.median([r[1] for r in runs]))
             q = key.split()[1]
             if key.startswith("base"):
-                q = "base-f32"
+                q = f"base-{q}"
             wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
                 os.path.getsize(onnx_of[q]) - embed
             gb = wbytes / 1e9
             loads = [r[0]["load_ms"] for r in runs if "load_ms" in r[0]]
             load = f"{float(np.median(loads)):>8.0f}" if loads else f"{'-':>8}"
+            where = ""  # the constants' file: copied into 2 MB pages / left mapped
+            for field in ("copied", "mapped"):
+                n = runs[0][0].get(field)
+                where += f" {n / 1e6:>10.0f}" if n is not None else f" {'-':>10}"
             print(f"{key:<14} {first:>9.1f} {tps:>8.2f} {rss:>8.0f} {gb:>9.3f} "
-                  f"{100 * gb * tps / bandwidth:>8.0f}% {load}")
+                  f"{100 * gb * tps / bandwidth:>8.0f}% {load}{where}")
         print("raw: " + json.dumps({k: [{"first_ms": r[0]["first_ms"], "tok_s": 1e3 * len(r[0]["step_ms"]) / sum(r[0]["step_ms"]), "rss_mb": r[1]} for r in v] for k, v in rows.items()}))
 
 
