@@ -94,6 +94,31 @@ TEST(MatMulNBitsTest, MatchesReferenceOnTwoThreads) {
   }
 }
 
+// The prompt path (more than kQuantSmallRows rows: the weights dequantized into packed panels
+// chunk by chunk, packed_gemm::MultiplyStreamed) at the prompt row counts: 2 and 9 rows around
+// the direct kernel's limit, 33, 128, 130 (row tiles and a ragged one), 512 (several row blocks);
+// K and N off the blocks, groups and panels (N: a ragged last panel and an odd number of panels),
+// block sizes 16..128, with and without zero points and bias, 1 and 2 threads (at 2 the panel
+// pairs split over the pool), at every level; K 4100 makes chunks of two panels, so each task
+// multiplies several chunks.
+TEST(MatMulNBitsTest, PromptRowsMatchReference) {
+  std::mt19937 rng(38);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (int64_t m : {2, 9, 33, 128, 130, 512}) {
+      for (int64_t block : {16, 32, 64, 128}) {
+        const int64_t k = 2 * block + 71, n = 16 * (m % 5 + 6) + 9;
+        for (int threads : {1, 2}) {
+          const bool zp = (block / 16 + threads) % 2 == 0;
+          Check(rng, k, n, {m}, block, zp, threads == 2, threads);
+        }
+      }
+    }
+    Check(rng, 4100, 97, {40}, 32, true, true, 2);
+    Check(rng, 4100, 75, {130}, 64, false, false, 1);
+  }
+}
+
 // accuracy_level 4: int8 activations (cpu::QGemvQ4Int8) against the reference kernel's own int8
 // quantization and exact block products in double; any row count, 1 and 2 threads. Level 1 is the
 // f32 path.

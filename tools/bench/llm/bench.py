@@ -21,7 +21,8 @@ greedy). --prompt takes a list (128,512): each length is its own table.
 
 --runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base f32"
 run by another build's vm-compile and Python module (a before/after comparison in the same
-interleaved rounds). A row "mapped Q" (e.g. "mapped int4a4") runs dynvm's Q executable with its
+interleaved rounds); --baseline-form Q makes it "base Q" (int8, int4 or int4a4: that form's
+executable compiled by the other build). A row "mapped Q" (e.g. "mapped int4a4") runs dynvm's Q executable with its
 constants in the file mapping (dynvm.load(constant_pages="mapped")) instead of the default
 (auto: a copy in 2 MB pages for files of 64 MiB or more, docs/llm.md "s10"); --constant-pages
 sets the "dynvm" rows' choice. The triad's arrays are in 2 MB pages (cpu_q4gemv_benchmark).
@@ -122,10 +123,12 @@ def main():
     ap.add_argument("--baseline-build", default="",
                     help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
                          "for a before/after comparison in the same interleaved rounds")
+    ap.add_argument("--baseline-form", default="f32", choices=["f32", "int8", "int4", "int4a4"],
+                    help="the form the baseline row runs ('base f32' by default)")
     a = ap.parse_args()
     run_keys = [r.strip() for r in a.runs.split(",") if r.strip()]
     if a.baseline_build:
-        run_keys.insert(0, "base f32")
+        run_keys.insert(0, f"base {a.baseline_form}")
         base_env = dict(os.environ)
         base_env["PYTHONPATH"] = (os.path.join(a.baseline_build, "python") + os.pathsep +
                                   base_env.get("PYTHONPATH", ""))
@@ -152,18 +155,26 @@ def main():
         dvms = {}
         for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
                                  ("int4", int4, []), ("int4a4", int4a4, []),
-                                 ("base-f32", f32, [])):
-            if (name == "base-f32" and not a.baseline_build) or (
-                    name != "base-f32" and name not in needed and name != "f32"):
+                                 base_source(a.baseline_form, onnx_of)):
+            base = name.startswith("base-")
+            if (base and not a.baseline_build) or (
+                    not base and name not in needed and name != "f32"):
                 continue
             compiler = (os.path.join(a.baseline_build, "tools", "vm-compile")
-                        if name == "base-f32" else vm_compile)
+                        if base else vm_compile)
             dvms[name] = os.path.join(a.work, f"{size}.{name}.dvm")
             if not os.path.exists(dvms[name]):
                 subprocess.run([compiler, src, "-o", dvms[name], "--decode"] + extra, check=True)
         for prompt in [int(p) for p in a.prompt.split(",")]:
             run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env,
                      base_env if a.baseline_build else None)
+
+
+def base_source(form, onnx_of):
+    """The baseline row's executable: its name, source model and vm-compile flags."""
+    if form == "int8":
+        return ("base-int8", onnx_of["f32"], ["--quantize-weights", "int8"])
+    return (f"base-{form}", onnx_of[form], [])
 
 
 def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
@@ -183,7 +194,7 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
             for key in rows:
                 who, q = key.split()
                 if who == "base":
-                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms["base-f32"], spec_path,
+                    cmd = ["/usr/bin/python3", "-c", DYNVM_RUN, dvms[f"base-{q}"], spec_path,
                            str(threads)]
                     rows[key].append(timed_child(cmd, base_env))
                     continue
@@ -228,7 +239,10 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
               f"dynvm int4a4 == ort int4a4: {same('dynvm int4a4', 'ort int4a4')}; "
               f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
         if a.baseline_build:
-            print(f"tokens: base f32 == pytorch: {same('base f32', 'pytorch')}")
+            base = f"base {a.baseline_form}"
+            want = {"f32": "pytorch", "int8": "dynvm int8"}.get(a.baseline_form,
+                                                                 f"ort {a.baseline_form}")
+            print(f"tokens: {base} == {want}: {same(base, want)}")
         print(f"{'run':<14} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}"
               f" {'load ms':>8}")
         for key, runs in rows.items():
@@ -237,7 +251,7 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
             rss = float(np.median([r[1] for r in runs]))
             q = key.split()[1]
             if key.startswith("base"):
-                q = "base-f32"
+                q = f"base-{q}"
             wbytes = os.path.getsize(dvms[q]) - embed if not key.startswith("ort") else \
                 os.path.getsize(onnx_of[q]) - embed
             gb = wbytes / 1e9
