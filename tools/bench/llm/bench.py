@@ -21,7 +21,7 @@ greedy). --prompt takes a list (128,512): each length is its own table.
 
 --runs picks the rows (e.g. "dynvm f32,ort f32"); --baseline-build DIR adds a row "base f32"
 run by another build's vm-compile and Python module (a before/after comparison in the same
-interleaved rounds); --baseline-form Q makes it "base Q" (int8, int4 or int4a4: that form's
+interleaved rounds); --baseline-quant Q makes it "base Q" (int8, int4 or int4a4: that form's
 executable compiled by the other build). A row "mapped Q" (e.g. "mapped int4a4") runs dynvm's Q executable with its
 constants in the file mapping (dynvm.load(constant_pages="mapped")) instead of the default
 (auto: a copy in 2 MB pages for files of 64 MiB or more, docs/llm.md "s10"); --constant-pages
@@ -123,12 +123,12 @@ def main():
     ap.add_argument("--baseline-build", default="",
                     help="another build (its tools/vm-compile and python/): adds a row 'base f32' "
                          "for a before/after comparison in the same interleaved rounds")
-    ap.add_argument("--baseline-form", default="f32", choices=["f32", "int8", "int4", "int4a4"],
+    ap.add_argument("--baseline-quant", default="f32", choices=["f32", "int8", "int4", "int4a4"],
                     help="the form the baseline row runs ('base f32' by default)")
     a = ap.parse_args()
     run_keys = [r.strip() for r in a.runs.split(",") if r.strip()]
     if a.baseline_build:
-        run_keys.insert(0, f"base {a.baseline_form}")
+        run_keys.insert(0, f"base {a.baseline_quant}")
         base_env = dict(os.environ)
         base_env["PYTHONPATH"] = (os.path.join(a.baseline_build, "python") + os.pathsep +
                                   base_env.get("PYTHONPATH", ""))
@@ -155,7 +155,7 @@ def main():
         dvms = {}
         for name, src, extra in (("f32", f32, []), ("int8", f32, ["--quantize-weights", "int8"]),
                                  ("int4", int4, []), ("int4a4", int4a4, []),
-                                 base_source(a.baseline_form, onnx_of)):
+                                 base_source(a.baseline_quant, onnx_of)):
             base = name.startswith("base-")
             if (base and not a.baseline_build) or (
                     not base and name not in needed and name != "f32"):
@@ -239,9 +239,9 @@ def run_size(a, size, info, prompt, run_keys, dvms, onnx_of, env, base_env):
               f"dynvm int4a4 == ort int4a4: {same('dynvm int4a4', 'ort int4a4')}; "
               f"dynvm int8 == dynvm f32 for {int8}/{a.new_tokens}")
         if a.baseline_build:
-            base = f"base {a.baseline_form}"
-            want = {"f32": "pytorch", "int8": "dynvm int8"}.get(a.baseline_form,
-                                                                 f"ort {a.baseline_form}")
+            base = f"base {a.baseline_quant}"
+            want = {"f32": "pytorch", "int8": "dynvm int8"}.get(a.baseline_quant,
+                                                                 f"ort {a.baseline_quant}")
             print(f"tokens: {base} == {want}: {same(base, want)}")
         print(f"{'run':<14} {'TTFT ms':>9} {'tok/s':>8} {'RSS MB':>8} {'GB/token':>9} {'of triad':>9}"
               f" {'load ms':>8}")
