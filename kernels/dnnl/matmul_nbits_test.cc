@@ -1,8 +1,8 @@
 // The oneDNN backend's 4-bit MatMulNBits (matmul_nbits.cc: the direct kernel up to
-// kQuantSmallRows activation rows, dequantize + dnnl_sgemm beyond) against the reference kernel
-// (kernels/reference/msft.cc, sums in double), at every level the CPU runs, every block size,
-// odd K and N, 1 and 2 threads, with and without zero points and bias; and the layouts it hands
-// to the reference kernel (8 bits, f32 zero points) and its errors.
+// kQuantSmallRows activation rows, dequantize into packed panels + the packed GEMM beyond) against
+// the reference kernel (kernels/reference/msft.cc, sums in double), at every level the CPU runs,
+// every block size, odd K and N, 1 and 2 threads, with and without zero points and bias; and the
+// layouts it hands to the reference kernel (8 bits, f32 zero points) and its errors.
 #include <cmath>
 #include <random>
 #include <string>
@@ -73,7 +73,7 @@ TEST(MatMulNBitsTest, MatchesReferenceAtEveryLevelAndBlockSize) {
         const int trial = static_cast<int>(rng() % 4);
         Check(rng, k, n, {1}, block, trial & 1, trial & 2, 1);
         Check(rng, k, n, {2, 3}, block, trial & 2, trial & 1, 1);  // 6 rows: direct
-        Check(rng, k, n, {13}, block, trial & 1, trial & 1, 1);    // dequantize + sgemm
+        Check(rng, k, n, {13}, block, trial & 1, trial & 1, 1);    // prompt path
       }
     }
   }
