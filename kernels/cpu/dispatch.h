@@ -94,6 +94,8 @@ struct Dispatch {
   void (*qgemv_q4)(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, const float* bias,
                    int64_t r0, int64_t r1, float* y, int64_t ldy);
   void (*dequantize_rows_q4)(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
+  void (*dequantize_q4_panels)(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1, int64_t i0,
+                               int64_t i1, float* dst);
   const char* qgemv_q4_path;
   void (*qgemv_q4_int8)(int64_t rows, const uint8_t* xq, const Q4Weights& w, const float* bias,
                         int64_t r0, int64_t r1, float* y, int64_t ldy);

@@ -515,17 +515,62 @@ void Pack(char trans, int64_t k, int64_t n, const float* w, int64_t ldw, float* 
   }
 }
 
+namespace {
+
+// Row blocks of equal size (multiples of 6 rows, at most kRowBlock): each block reads all of
+// packed B once, so no short last block.
+int64_t BlockRows(int64_t rows) {
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  return ((rows + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
+}
+
+// Packs rows [0, rows) of A over all of K, by depth block ([depth block][segment][rows][kStride]:
+// a depth block's Segments(depth_block) segments of rows * kStride floats), into out.
+void PackRowBlock(int64_t rows, int64_t k, const float* a, int64_t lda, int64_t depth_block,
+                  float* out) {
+  const int64_t block_floats = Segments(depth_block) * kStride;
+  for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
+    PackA(rows, std::min(depth_block, k - q0), a + q0, lda,
+          out + rows * block_floats * (q0 / depth_block));
+  }
+}
+
+// C[rows, n] (row r0 of the product at c) = a row block packed by PackRowBlock x packed B's
+// columns [0, n), epilogue(r0, rows, col0 + j, cols) on each block; see Multiply.
+void RowBlockProduct(int64_t r0, int64_t rows, int64_t n, int64_t k, const float* a_packed,
+                     const float* packed, float* c, int64_t ldc, int64_t col0,
+                     absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
+                     int64_t depth_block) {
+  const auto column_block = internal::Table().packed_gemm_column_block;
+  const int64_t block_floats = Segments(depth_block) * kStride;
+  // Columns in spans of whole column blocks whose C (rows x span) fits kSpanBytes: within a
+  // span the depth blocks are outermost, so each depth block of packed A is read from L2 by
+  // every column block of the span, and the span's C stays in L2 across the depth blocks.
+  const int64_t span = std::max<int64_t>(
+      kColBlock, kSpanBytes / (rows * static_cast<int64_t>(sizeof(float))) / kColBlock * kColBlock);
+  for (int64_t s0 = 0; s0 < n; s0 += span) {
+    const int64_t s1 = std::min(n, s0 + span);
+    for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
+      const int64_t depth = std::min(depth_block, k - q0);
+      const float* aq = a_packed + rows * block_floats * (q0 / depth_block);
+      for (int64_t j0 = s0; j0 < s1; j0 += kColBlock) {
+        const int64_t j1 = std::min(s1, j0 + kColBlock);
+        column_block(rows, depth, aq, packed + j0 * k + q0 * kPanel, k * kPanel, c + j0, ldc,
+                     j1 - j0, q0 > 0);
+        if (q0 + depth == k) epilogue(r0, rows, col0 + j0, j1 - j0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
               const float* packed, float* c, int64_t ldc,
               absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
               int64_t depth_block) {
-  const auto column_block = internal::Table().packed_gemm_column_block;
-  // Row blocks of equal size (multiples of 6 rows, at most kRowBlock): each block reads all of
-  // packed B once, so no short last block. A row block is packed once, over all of K, before its
-  // first column block (PackA per depth block: [depth block][segment][rows][kStride]).
-  const int64_t blocks = (i1 - i0 + kRowBlock - 1) / kRowBlock;
-  const int64_t block_rows = ((i1 - i0 + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
-  // A depth block's segments (PackA): Segments(depth_block) of rows * kStride floats each.
+  // A row block is packed once, over all of K, before its first column block.
+  const int64_t block_rows = BlockRows(i1 - i0);
   const int64_t depth_blocks = (k + depth_block - 1) / depth_block;
   const int64_t block_floats = Segments(depth_block) * kStride;  // per row
   thread_local std::vector<float> a_packed;
@@ -541,26 +586,47 @@ void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int6
       // Half the block's micro-kernel steps with AVX-512's 12-row x 32-column tiles.
       next_a.steps = std::max<int64_t>(1, rows * n * k / (2 * (2 * kRows) * (2 * kPanel)));
     }
-    for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
-      PackA(rows, std::min(depth_block, k - q0), a + r0 * lda + q0, lda,
-            a_packed.data() + rows * block_floats * (q0 / depth_block));
-    }
-    // Columns in spans of whole column blocks whose C (rows x span) fits kSpanBytes: within a
-    // span the depth blocks are outermost, so each depth block of packed A is read from L2 by
-    // every column block of the span, and the span's C stays in L2 across the depth blocks.
-    const int64_t span =
-        std::max<int64_t>(kColBlock, kSpanBytes / (rows * static_cast<int64_t>(sizeof(float))) /
-                                         kColBlock * kColBlock);
-    for (int64_t s0 = 0; s0 < n; s0 += span) {
-      const int64_t s1 = std::min(n, s0 + span);
-      for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
-        const int64_t depth = std::min(depth_block, k - q0);
-        const float* aq = a_packed.data() + rows * block_floats * (q0 / depth_block);
-        for (int64_t j0 = s0; j0 < s1; j0 += kColBlock) {
-          const int64_t j1 = std::min(s1, j0 + kColBlock);
-          column_block(rows, depth, aq, packed + j0 * k + q0 * kPanel, k * kPanel,
-                       c + r0 * ldc + j0, ldc, j1 - j0, q0 > 0);
-          if (q0 + depth == k) epilogue(r0, rows, j0, j1 - j0);
+    PackRowBlock(rows, k, a + r0 * lda, lda, depth_block, a_packed.data());
+    RowBlockProduct(r0, rows, n, k, a_packed.data(), packed, c + r0 * ldc, ldc, 0, epilogue,
+                    depth_block);
+  }
+}
+
+void MultiplyStreamed(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
+                      int64_t chunk,
+                      absl::FunctionRef<const float*(int64_t, int64_t, int64_t, int64_t)> produce,
+                      float* c, int64_t ldc,
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
+                      int64_t depth_block) {
+  const auto column_block = internal::Table().packed_gemm_column_block;
+  const int64_t block_rows = BlockRows(i1 - i0);
+  const int64_t block_floats = Segments(depth_block) * kStride;
+  const int64_t row_floats = block_floats * ((k + depth_block - 1) / depth_block);
+  thread_local std::vector<float> a_packed;
+  a_packed.resize(static_cast<size_t>((i1 - i0) * row_floats));
+  next_a = {};  // A is packed before the products: nothing to prefetch
+  for (int64_t r0 = i0; r0 < i1; r0 += block_rows) {
+    const int64_t rows = std::min(i1, r0 + block_rows) - r0;
+    PackRowBlock(rows, k, a + r0 * lda, lda, depth_block, a_packed.data() + (r0 - i0) * row_floats);
+  }
+  chunk = std::max(kPanel, chunk / kPanel * kPanel);
+  // Depth blocks outermost: A's depth block stays in L2 across the chunks, each chunk's panels
+  // (chunk x depth) are produced into L2 and read by every row block, C passes through once per
+  // depth block, as Multiply's sums do.
+  for (int64_t q0 = 0; q0 < k; q0 += depth_block) {
+    const int64_t depth = std::min(depth_block, k - q0);
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+      const int64_t j1 = std::min(n, j0 + chunk);
+      const float* b = produce(j0, j1, q0, q0 + depth);
+      for (int64_t r0 = i0; r0 < i1; r0 += block_rows) {
+        const int64_t rows = std::min(i1, r0 + block_rows) - r0;
+        const float* aq =
+            a_packed.data() + (r0 - i0) * row_floats + rows * block_floats * (q0 / depth_block);
+        for (int64_t c0 = j0; c0 < j1; c0 += kColBlock) {
+          const int64_t c1 = std::min(j1, c0 + kColBlock);
+          column_block(rows, depth, aq, b + (c0 - j0) * depth, depth * kPanel, c + r0 * ldc + c0,
+                       ldc, c1 - c0, q0 > 0);
+          if (q0 + depth == k) epilogue(r0, rows, c0, c1 - c0);
         }
       }
     }

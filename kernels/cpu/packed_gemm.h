@@ -57,6 +57,21 @@ void Multiply(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int6
               absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
               int64_t depth = kDepth);
 
+// Multiply for a B that exists only piece by piece (the 4-bit weights of MatMulNBits dequantized
+// into panels, kernels/dnnl/matmul_nbits.cc): rows [i0, i1) of A are packed once; then for each
+// depth block [q0, q1) of K (outermost) and each chunk of `chunk` columns [j0, j1) (a multiple
+// of 16; the last shorter), produce(j0, j1, q0, q1) returns those columns' panels over K's
+// [q0, q1) (16 (q1 - q0) floats a panel, the chunk's first panel first), which every row block
+// multiplies before the next piece is produced: the piece and A's depth block stay in L2. C,
+// epilogue and depth as Multiply's (columns counted from 0 of this call); the same bits as
+// Multiply on the whole packed B at the same depth.
+void MultiplyStreamed(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda,
+                      int64_t chunk,
+                      absl::FunctionRef<const float*(int64_t, int64_t, int64_t, int64_t)> produce,
+                      float* c, int64_t ldc,
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> epilogue,
+                      int64_t depth = kDepth);
+
 // The GEMV on the same packed B (a product of one row: a decode step): y[j] = sum_k x[k] B[k, j]
 // for the columns of panels [p0, p1) (j < n; y is indexed by the column, y[16 p0] first). Each
 // panel is one sequential stream of 16 K floats, x[k] broadcast into each step's FMA, the steps

@@ -119,6 +119,32 @@ void DequantizeRowsQ4Portable(const Q4Weights& w, int64_t r0, int64_t r1, float*
   }
 }
 
+// The 16 rows of panel p0 + t that exist: rows [16 (p0 + t), min(n, 16 (p0 + t + 1))).
+inline int64_t PanelRows(int64_t n, int64_t panel) {
+  return std::clamp<int64_t>(n - panel * 16, 0, 16);
+}
+
+void DequantizeQ4ToPanelsPortable(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1, int64_t i0,
+                                  int64_t i1, float* dst) {
+  const int64_t blocks = w.blocks(), blob = w.block / 2;
+  for (int64_t p = p0; p < p1; ++p, dst += 16 * (i1 - i0)) {
+    const int64_t valid = PanelRows(n, p);
+    for (int64_t c = 0; c < 16; ++c) {
+      const int64_t j = p * 16 + c;
+      for (int64_t i = i0; i < i1; ++i) {
+        float v = 0.0f;
+        if (c < valid) {
+          const int64_t b = i / w.block;
+          const int zp = ZeroPoint(w, j, b);
+          const uint8_t* blk = w.packed + (j * blocks + b) * blob;
+          v = static_cast<float>(Nibble(blk, i - b * w.block) - zp) * w.scales[j * blocks + b];
+        }
+        dst[(i - i0) * 16 + c] = v;
+      }
+    }
+  }
+}
+
 #if DYNVM_CPU_X86
 
 DYNVM_AVX2 inline float HSum256(__m256 v) {
@@ -344,6 +370,133 @@ DYNVM_AVX512 void DequantizeRowsQ4Avx512(const Q4Weights& w, int64_t r0, int64_t
   }
 }
 
+// ---- the panels of W^T (DequantizeQ4ToPanels) ----
+
+// One block's scales and zero points for the 16 rows of a panel (rows past `valid`: 0 and 0, so
+// that their zero bytes give +0).
+struct PanelBlock {
+  alignas(64) float s[16];
+  alignas(64) int32_t zp[16];
+};
+
+inline void LoadPanelBlock(const Q4Weights& w, int64_t j0, int64_t valid, int64_t b,
+                           PanelBlock* pb) {
+  const int64_t blocks = w.blocks(), per_row = (blocks + 1) / 2;
+  for (int64_t r = 0; r < 16; ++r) {
+    pb->s[r] = r < valid ? w.scales[(j0 + r) * blocks + b] : 0.0f;
+    pb->zp[r] = r < valid ? 8 : 0;
+  }
+  if (w.zero_points == nullptr) return;
+  const uint8_t* zp = w.zero_points + j0 * per_row + b / 2;
+  const int shift = b % 2 == 0 ? 0 : 4;
+  for (int64_t r = 0; r < valid; ++r) pb->zp[r] = (zp[r * per_row] >> shift) & 15;
+}
+
+// v[c]'s byte r = v[r]'s byte c (16 x 16 bytes): four rounds of interleaving row i with row
+// i + 8.
+DYNVM_AVX2 DYNVM_ALWAYS_INLINE void TransposeBytes16(__m128i* v) {
+#pragma GCC unroll 4
+  for (int round = 0; round < 4; ++round) {
+    __m128i o[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      o[2 * i] = _mm_unpacklo_epi8(v[i], v[i + 8]);
+      o[2 * i + 1] = _mm_unpackhi_epi8(v[i], v[i + 8]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) v[i] = o[i];
+  }
+}
+
+// Panel p's 16 rows over K's [i0, i1) (i0 a multiple of 32), 16 bytes (32 of K) at a time: the
+// rows' bytes transposed, so that byte i of the group is one 16-byte vector over the rows (its low
+// nibbles step 2 (o + i) of K, its high nibbles the next), handed to emit(column vector, step
+// from i0, block's PanelBlock, whether the high step is below i1). Blocks of 16 change block half
+// way through a group; a last group of 8 bytes (an odd number of blocks of 16) loads 8 bytes a
+// row.
+template <typename Emit>
+DYNVM_AVX2 DYNVM_ALWAYS_INLINE void PanelGroups(const Q4Weights& w, int64_t n, int64_t p,
+                                                int64_t i0, int64_t i1, Emit emit) {
+  const int64_t blob = w.block / 2, row_bytes = w.blocks() * blob;
+  const int64_t j0 = p * 16, valid = PanelRows(n, p);
+  PanelBlock pb;
+  int64_t current = -1;
+  alignas(64) __m128i v[16];
+  for (int64_t o = i0 / 2; 2 * o < i1; o += 16) {
+    const int64_t bytes = std::min<int64_t>(16, row_bytes - o);
+    for (int64_t r = 0; r < 16; ++r) {
+      if (r >= valid) {
+        v[r] = _mm_setzero_si128();
+        continue;
+      }
+      const auto* src = reinterpret_cast<const __m128i*>(w.packed + (j0 + r) * row_bytes + o);
+      v[r] = bytes == 16 ? _mm_loadu_si128(src) : _mm_loadl_epi64(src);
+    }
+    TransposeBytes16(v);
+    const int64_t end = std::min(bytes, (i1 + 1) / 2 - o);
+    if (end == 16 && blob >= 16) {  // a whole group in one block: the steps unrolled
+      if (o / blob != current) {
+        current = o / blob;
+        LoadPanelBlock(w, j0, valid, current, &pb);
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) emit(v[i], 2 * (o + i) - i0, pb, 2 * (o + i) + 1 < i1);
+      continue;
+    }
+    for (int64_t i = 0; i < end; ++i) {
+      const int64_t b = (o + i) / blob;
+      if (b != current) {
+        LoadPanelBlock(w, j0, valid, b, &pb);
+        current = b;
+      }
+      emit(v[i], 2 * (o + i) - i0, pb, 2 * (o + i) + 1 < i1);
+    }
+  }
+}
+
+DYNVM_AVX2 void DequantizeQ4ToPanelsAvx2(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1,
+                                         int64_t i0, int64_t i1, float* dst) {
+  const __m128i low = _mm_set1_epi8(15);
+  for (int64_t p = p0; p < p1; ++p, dst += 16 * (i1 - i0)) {
+    float* out = dst;
+    PanelGroups(
+        w, n, p, i0, i1, [&](__m128i t, int64_t i, const PanelBlock& pb, bool high) DYNVM_AVX2 {
+          const __m256i z0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb.zp));
+          const __m256i z1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb.zp + 8));
+          const __m256 s0 = _mm256_load_ps(pb.s), s1 = _mm256_load_ps(pb.s + 8);
+          auto put = [&](__m128i q, float* at) DYNVM_AVX2 {
+            const __m256i a = _mm256_cvtepu8_epi32(q),
+                          b = _mm256_cvtepu8_epi32(_mm_srli_si128(q, 8));
+            _mm256_storeu_ps(at, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a, z0)), s0));
+            _mm256_storeu_ps(at + 8,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(b, z1)), s1));
+          };
+          put(_mm_and_si128(t, low), out + i * 16);
+          if (high) put(_mm_and_si128(_mm_srli_epi16(t, 4), low), out + (i + 1) * 16);
+        });
+  }
+}
+
+DYNVM_AVX512 void DequantizeQ4ToPanelsAvx512(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1,
+                                             int64_t i0, int64_t i1, float* dst) {
+  const __m128i low = _mm_set1_epi8(15);
+  for (int64_t p = p0; p < p1; ++p, dst += 16 * (i1 - i0)) {
+    float* out = dst;
+    PanelGroups(
+        w, n, p, i0, i1, [&](__m128i t, int64_t i, const PanelBlock& pb, bool high) DYNVM_AVX512 {
+          const __m512i z = _mm512_load_si512(pb.zp);
+          const __m512 s = _mm512_load_ps(pb.s);
+          auto put = [&](__m128i q, float* at) DYNVM_AVX512 {
+            _mm512_storeu_ps(
+                at,
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q), z)), s));
+          };
+          put(_mm_and_si128(t, low), out + i * 16);
+          if (high) put(_mm_and_si128(_mm_srli_epi16(t, 4), low), out + (i + 1) * 16);
+        });
+  }
+}
+
 #endif  // DYNVM_CPU_X86
 
 }  // namespace
@@ -353,16 +506,19 @@ namespace internal {
 void FillQ4Gemv(Isa isa, Dispatch* d) {
   d->qgemv_q4 = &QGemvQ4Portable;
   d->dequantize_rows_q4 = &DequantizeRowsQ4Portable;
+  d->dequantize_q4_panels = &DequantizeQ4ToPanelsPortable;
   d->qgemv_q4_path = "portable";
 #if DYNVM_CPU_X86
   if (isa >= Isa::kAvx2) {
     d->qgemv_q4 = &QGemvQ4Avx2;
     d->dequantize_rows_q4 = &DequantizeRowsQ4Avx2;
+    d->dequantize_q4_panels = &DequantizeQ4ToPanelsAvx2;
     d->qgemv_q4_path = "avx2";
   }
   if (isa >= Isa::kAvx512) {
     d->qgemv_q4 = &QGemvQ4Avx512;
     d->dequantize_rows_q4 = &DequantizeRowsQ4Avx512;
+    d->dequantize_q4_panels = &DequantizeQ4ToPanelsAvx512;
     d->qgemv_q4_path = "avx512";
   }
 #else
@@ -380,6 +536,11 @@ void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, cons
 
 void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst) {
   if (r1 > r0) internal::Table().dequantize_rows_q4(w, r0, r1, dst);
+}
+
+void DequantizeQ4ToPanels(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1, int64_t i0,
+                          int64_t i1, float* dst) {
+  if (p1 > p0 && i1 > i0) internal::Table().dequantize_q4_panels(w, n, p0, p1, i0, i1, dst);
 }
 
 const char* QGemvQ4Path() { return internal::Table().qgemv_q4_path; }

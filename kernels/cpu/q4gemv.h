@@ -47,6 +47,15 @@ void QGemvQ4(int64_t rows, const float* x, int64_t ldx, const Q4Weights& w, cons
 // same bits at every level (AVX2 and AVX-512 interleave the nibbles back in registers).
 void DequantizeRowsQ4(const Q4Weights& w, int64_t r0, int64_t r1, float* dst);
 
+// The transposed weight W^T [K, N] in packed_gemm.h's panels, for the prompt's GEMM, over K's
+// [i0, i1) (i0 a multiple of 32; a depth block of the GEMM): panels [p0, p1) (panel p holds, for
+// each i in [i0, i1), the 16 values w[16 p + c, i], c < 16, zeros for rows 16 p + c >= n) at dst,
+// panel p0 first, 16 (i1 - i0) floats each. Each value (q - zp) * scale rounded once to f32: the
+// same bits as DequantizeRowsQ4, at every level (AVX2 and AVX-512 transpose 16 rows' bytes in
+// registers, 32 of K at a time, and widen each nibble column).
+void DequantizeQ4ToPanels(const Q4Weights& w, int64_t n, int64_t p0, int64_t p1, int64_t i0,
+                          int64_t i1, float* dst);
+
 // Which implementation QGemvQ4 runs at the active level: "avx512", "avx2" or "portable".
 const char* QGemvQ4Path();
 

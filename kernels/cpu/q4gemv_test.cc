@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -172,6 +173,49 @@ TEST(Q4GemvTest, DequantizeRowsIsExact) {
                                w.scales[j * w.blocks + b];
             ASSERT_EQ(dst[(j - 1) * k + i], want)
                 << IsaName(isa) << " block " << block << " k " << k << " " << j << " " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The panels of W^T for the prompt's GEMM (DequantizeQ4ToPanels): every value (q - zp) * scale
+// rounded once to f32 at [i - i0][c] of its panel, zeros past N, at every level, every block size,
+// K off the 32-value groups and the blocks (an odd number of blocks of 16: a last group of 8
+// bytes), the whole K and depth ranges that start past 0 and end inside K, panel ranges that
+// start past 0 and end in N's ragged last panel.
+TEST(Q4GemvTest, DequantizePanelsIsExact) {
+  std::mt19937 rng(38);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaForTesting scoped(isa);
+    for (int64_t block : {16, 32, 64, 128, 256}) {
+      for (int64_t k : {block, 3 * block - 5, int64_t{300}, int64_t{17}}) {
+        for (int64_t n : {int64_t{16}, int64_t{37}, int64_t{50}}) {
+          Random4Bit w(rng, n, k, block, (n + block) % 3 != 0);
+          const int64_t panels = (n + 15) / 16;
+          for (auto [i0, i1] : {std::pair<int64_t, int64_t>{0, k},
+                                {k / 64 * 32, k},
+                                {0, std::min<int64_t>(k, 64)}}) {
+            for (int64_t p0 : {int64_t{0}, panels - 1}) {
+              const int64_t depth = i1 - i0;
+              std::vector<float> dst((panels - p0) * 16 * depth, -1.0f);
+              DequantizeQ4ToPanels(w.View(), n, p0, panels, i0, i1, dst.data());
+              for (int64_t p = p0; p < panels; ++p) {
+                for (int64_t i = i0; i < i1; ++i) {
+                  for (int64_t c = 0; c < 16; ++c) {
+                    const int64_t j = 16 * p + c, b = i / block;
+                    const float want =
+                        j >= n ? 0.0f
+                               : static_cast<float>(w.q[j * k + i] - w.zps[j * w.blocks + b]) *
+                                     w.scales[j * w.blocks + b];
+                    ASSERT_EQ(dst[((p - p0) * depth + i - i0) * 16 + c], want)
+                        << IsaName(isa) << " block " << block << " k " << k << " n " << n << " ["
+                        << i0 << ", " << i1 << ") p " << p << " i " << i << " c " << c;
+                  }
+                }
+              }
+            }
           }
         }
       }

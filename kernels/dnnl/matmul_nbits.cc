@@ -1,18 +1,18 @@
 // com.microsoft MatMulNBits with 4-bit weights on the oneDNN backend (kernels/cpu/q4gemv.h):
 // up to kQuantSmallRows activation rows (a decode step, a few beams) run the direct 4-bit kernel
 // (each weight read once; from kMinParallelGemv multiply-adds the output rows split across the
-// VM's pool); more rows dequantize B chunk by chunk into an L2-sized scratch and run dnnl_sgemm
-// on each chunk (the same arithmetic, as ONNX Runtime's accuracy_level 0 does; Prefill below).
+// VM's pool); more rows dequantize B chunk by chunk into packed panels and run dynvm's packed
+// GEMM on each chunk (the same arithmetic, as ONNX Runtime's accuracy_level 0 does; Prefill
+// below).
 // accuracy_level 4 quantizes A to int8 per block and runs integer block products at any row
 // count (RunInt8), ORT's CompInt8 arithmetic.
 // Anything else (8-bit or f32 zero points, g_idx, strided or mistyped inputs, errors) goes to the
 // reference kernel, which reports what is wrong.
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 
 #include "common/status_macros.h"
 #include "kernels/check.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/q4gemv.h"
 #include "kernels/cpu/qgemv.h"
 #include "kernels/dnnl/common.h"
@@ -74,10 +74,7 @@ class MatMulNBitsKernel final : public DnnlKernel {
       }
       return absl::OkStatus();
     }
-    if (pb != nullptr) {
-      for (int64_t i = 0; i < m; ++i) std::memcpy(py + i * n_, pb, n_ * sizeof(float));
-    }
-    return Prefill(ctx, w, m, pa, pb != nullptr ? 1.0f : 0.0f, py);
+    return Prefill(ctx, w, m, pa, pb, py);
   }
 
  private:
@@ -107,35 +104,53 @@ class MatMulNBitsKernel final : public DnnlKernel {
     return absl::OkStatus();
   }
 
-  // More rows (a prompt): the weight's rows in chunks of about kChunkBytes of f32 (a multiple of
-  // 16 rows), each dequantized into its task's scratch, which stays in L3, and multiplied by one
-  // single-threaded dnnl_sgemm ([m, k] x [chunk, k]^T into y's columns); the chunks split over
-  // the pool. Dequantizing the whole weight into memory first writes, and reads back, four bytes
-  // per weight; chunks of 512 KB repack A too often (sgemm packs it per call). On the 100 MB
-  // model's 128-token prompt step (Zen 4, 1 thread, vm-run --repeat 5 medians): 512 KB chunks
-  // 77 ms, 4 MB 66 ms, 16 MB 67 ms; the f32 executable 54 ms.
+  // More rows (a prompt): the weight dequantized straight into packed_gemm.h's panels of W^T
+  // (cpu::DequantizeQ4ToPanels), one piece at a time (kChunkPanels panels over one depth block
+  // of kDeepDepth of K) into the task's scratch, and multiplied by all of A's rows (packed once
+  // per task) while the piece is in L2 (packed_gemm::MultiplyStreamed: depth blocks outermost, so
+  // A's depth block stays in L2 too). The panels split over the pool in pairs (the AVX-512
+  // kernel's two-panel tiles), so every weight, the 512-column K/V projections too, runs on every
+  // thread. It replaced rows dequantized into a [4 MB, K] scratch for one dnnl_sgemm per chunk,
+  // which packed A and the just-written B again per chunk and ran a weight of one chunk (N 512 at
+  // K 2048) on one thread. Measured (Zen 4, 1 thread, K 2048 N 5632, 128 rows, vm-run medians,
+  // unlocked): depth 1024 29.6-31 ms against 256 34 ms (C's passes; A of 128 x 256 fits L2
+  // either way), chunks of 2, 8 and 16 panels within noise (K 5632: 2, 4, 8 all 29.4-30.4);
+  // pieces of the whole K (depth innermost, chunk outermost) 45 ms: A came from L3 for each
+  // chunk. The records: docs/results/int4-prefill-s11-2026-11-30.txt.
   absl::Status Prefill(KernelContext& ctx, const cpu::Q4Weights& w, int64_t m, const float* pa,
-                       float beta, float* py) const {
-    constexpr int64_t kChunkBytes = 4 << 20;
-    const int64_t chunk = std::max<int64_t>(16, kChunkBytes / (k_ * 4) / 16 * 16);
-    const int64_t chunks = (n_ + chunk - 1) / chunk;
+                       const float* pb, float* py) const {
+    constexpr int64_t kChunkPanels = 8;  // a kColBlock: 512 KB of panels at the depth of 1024
+    constexpr int64_t kPanel = cpu::packed_gemm::kPanel;
+    const int64_t panels = (n_ + kPanel - 1) / kPanel, pairs = (panels + 1) / 2;
+    const int64_t depth = std::min(k_, cpu::packed_gemm::kDeepDepth);
+    const int64_t chunk_panels = std::min<int64_t>(kChunkPanels, pairs * 2);
     const int tasks =
-        ctx.num_threads() > 1 && m * n_ * k_ >= kMinParallelGemm ? ctx.ParallelTasks(chunks, 1) : 1;
-    DYNVM_ASSIGN_OR_RETURN(void* ws,
-                           ctx.Workspace(static_cast<size_t>(tasks * chunk * k_) * sizeof(float)));
+        ctx.num_threads() > 1 && m * n_ * k_ >= kMinParallelGemm ? ctx.ParallelTasks(pairs, 1) : 1;
+    const int64_t chunk_floats = chunk_panels * kPanel * depth;
+    DYNVM_ASSIGN_OR_RETURN(
+        void* ws, ctx.Workspace(static_cast<size_t>(tasks * chunk_floats) * sizeof(float)));
     float* scratch = static_cast<float*>(ws);
-    SetThreads(1);
-    std::atomic<int> failed{dnnl_success};
     auto run = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        float* wf = scratch + t * chunk * k_;
-        for (int64_t c = t * chunks / tasks; c < (t + 1) * chunks / tasks; ++c) {
-          const int64_t j0 = c * chunk, j1 = std::min(n_, j0 + chunk);
-          cpu::DequantizeRowsQ4(w, j0, j1, wf);
-          const dnnl_status_t s =
-              dnnl_sgemm('N', 'T', m, j1 - j0, k_, 1.0f, pa, k_, wf, k_, beta, py + j0, n_);
-          if (s != dnnl_success) failed.store(s, std::memory_order_relaxed);
-        }
+        const int64_t p0 = std::min(panels, t * pairs / tasks * 2);
+        const int64_t p1 = std::min(panels, (t + 1) * pairs / tasks * 2);
+        if (p0 >= p1) continue;
+        const int64_t c0 = p0 * kPanel, cols = std::min(n_, p1 * kPanel) - c0;
+        float* wf = scratch + t * chunk_floats;
+        auto produce = [&](int64_t j0, int64_t j1, int64_t i0, int64_t i1) {
+          cpu::DequantizeQ4ToPanels(w, n_, p0 + j0 / kPanel, p0 + (j1 + kPanel - 1) / kPanel, i0,
+                                    i1, wf);
+          return static_cast<const float*>(wf);
+        };
+        auto epilogue = [&](int64_t r0, int64_t rows, int64_t j0, int64_t nc) {
+          if (pb == nullptr) return;
+          for (int64_t r = r0; r < r0 + rows; ++r) {
+            float* y = py + r * n_ + c0 + j0;
+            for (int64_t j = 0; j < nc; ++j) y[j] += pb[c0 + j0 + j];
+          }
+        };
+        cpu::packed_gemm::MultiplyStreamed(0, m, cols, k_, pa, k_, chunk_panels * kPanel, produce,
+                                           py + c0, n_, epilogue, depth);
       }
     };
     if (tasks > 1) {
@@ -143,7 +158,7 @@ class MatMulNBitsKernel final : public DnnlKernel {
     } else {
       run(0, 1);
     }
-    return FromDnnl(static_cast<dnnl_status_t>(failed.load()), "dnnl_sgemm");
+    return absl::OkStatus();
   }
 
   int64_t k_, n_, block_;

@@ -1,8 +1,8 @@
 // The oneDNN backend's 4-bit MatMulNBits (matmul_nbits.cc: the direct kernel up to
-// kQuantSmallRows activation rows, dequantize + dnnl_sgemm beyond) against the reference kernel
-// (kernels/reference/msft.cc, sums in double), at every level the CPU runs, every block size,
-// odd K and N, 1 and 2 threads, with and without zero points and bias; and the layouts it hands
-// to the reference kernel (8 bits, f32 zero points) and its errors.
+// kQuantSmallRows activation rows, dequantize into packed panels + the packed GEMM beyond) against
+// the reference kernel (kernels/reference/msft.cc, sums in double), at every level the CPU runs,
+// every block size, odd K and N, 1 and 2 threads, with and without zero points and bias; and the
+// layouts it hands to the reference kernel (8 bits, f32 zero points) and its errors.
 #include <cmath>
 #include <random>
 #include <string>
@@ -73,7 +73,7 @@ TEST(MatMulNBitsTest, MatchesReferenceAtEveryLevelAndBlockSize) {
         const int trial = static_cast<int>(rng() % 4);
         Check(rng, k, n, {1}, block, trial & 1, trial & 2, 1);
         Check(rng, k, n, {2, 3}, block, trial & 2, trial & 1, 1);  // 6 rows: direct
-        Check(rng, k, n, {13}, block, trial & 1, trial & 1, 1);    // dequantize + sgemm
+        Check(rng, k, n, {13}, block, trial & 1, trial & 1, 1);    // prompt path
       }
     }
   }
@@ -91,6 +91,31 @@ TEST(MatMulNBitsTest, MatchesReferenceOnTwoThreads) {
     // short), split across two tasks or run on one.
     Check(rng, 8192, 300, {20}, 64, true, true, 2);
     Check(rng, 8190, 300, {3, 7}, 32, false, false, 1);
+  }
+}
+
+// The prompt path (more than kQuantSmallRows rows: the weights dequantized into packed panels
+// chunk by chunk, packed_gemm::MultiplyStreamed) at the prompt row counts: 2 and 9 rows around
+// the direct kernel's limit, 33, 128, 130 (row tiles and a ragged one), 512 (several row blocks);
+// K and N off the blocks, groups and panels (N: a ragged last panel and an odd number of panels),
+// block sizes 16..128, with and without zero points and bias, 1 and 2 threads (at 2 the panel
+// pairs split over the pool), at every level; K 4100 makes chunks of two panels, so each task
+// multiplies several chunks.
+TEST(MatMulNBitsTest, PromptRowsMatchReference) {
+  std::mt19937 rng(38);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (int64_t m : {2, 9, 33, 128, 130, 512}) {
+      for (int64_t block : {16, 32, 64, 128}) {
+        const int64_t k = 2 * block + 71, n = 16 * (m % 5 + 6) + 9;
+        for (int threads : {1, 2}) {
+          const bool zp = (block / 16 + threads) % 2 == 0;
+          Check(rng, k, n, {m}, block, zp, threads == 2, threads);
+        }
+      }
+    }
+    Check(rng, 4100, 97, {40}, 32, true, true, 2);
+    Check(rng, 4100, 75, {130}, 64, false, false, 1);
   }
 }
 

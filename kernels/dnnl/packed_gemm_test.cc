@@ -47,6 +47,47 @@ Tensor RandomTensor(std::vector<int64_t> dims, std::mt19937& rng) {
   return t;
 }
 
+// packed_gemm::MultiplyStreamed (B produced piece by piece: chunks of columns over one depth block,
+// as MatMulNBits' prompt path does) gives Multiply's bits on the whole packed B, at every level,
+// for row counts across the row blocks and tiles, ragged N, chunks of one panel and of several,
+// both depths (K 300-306: two depth blocks at kDepth); each piece is produced into one reused
+// buffer (poisoned first), as the kernel's scratch is.
+TEST(PackedGemm, StreamedChunksGiveMultiplysBits) {
+  std::mt19937 rng(12);
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    cpu::ScopedIsaForTesting scoped(isa);
+    for (int64_t m : {7, 33, 200, 400}) {
+      const int64_t k = 300 + m % 7, n = 16 * 9 + m % 13;
+      const Tensor a = RandomTensor({m, k}, rng), w = RandomTensor({n, k}, rng);
+      std::vector<float> packed(cpu::packed_gemm::PackedFloats(k, n));
+      cpu::packed_gemm::Pack('T', k, n, w.data<float>(), k, packed.data());
+      for (int64_t depth : {cpu::packed_gemm::kDepth, cpu::packed_gemm::kDeepDepth}) {
+        std::vector<float> want(m * n), got(m * n, -7.0f);
+        auto none = [](int64_t, int64_t, int64_t, int64_t) {};
+        cpu::packed_gemm::Multiply(0, m, n, k, a.data<float>(), k, packed.data(), want.data(), n,
+                                   none, depth);
+        for (int64_t chunk : {int64_t{16}, int64_t{64}}) {
+          std::vector<float> buffer(chunk * k);
+          auto produce = [&](int64_t j0, int64_t j1, int64_t q0, int64_t q1) {
+            std::fill(buffer.begin(), buffer.end(), NAN);
+            for (int64_t p = j0 / 16; p < (j1 + 15) / 16; ++p) {
+              std::copy(packed.begin() + (p * k + q0) * 16, packed.begin() + (p * k + q1) * 16,
+                        buffer.begin() + (p - j0 / 16) * (q1 - q0) * 16);
+            }
+            return static_cast<const float*>(buffer.data());
+          };
+          cpu::packed_gemm::MultiplyStreamed(0, m, n, k, a.data<float>(), k, chunk, produce,
+                                             got.data(), n, none, depth);
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_EQ(got[i], want[i]) << cpu::IsaName(isa) << " m " << m << " depth " << depth
+                                       << " chunk " << chunk << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // dynvm::Linear with constant_weights = 1, with or without an activation (the packed path where
 // choice::UsePackedGemm takes the shape, dnnl_sgemm elsewhere; then the packed path forced at
 // every row count, one row on the GEMV of the panels) against the reference kernel, at
