@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "schema/mapped_file_testing.h"
 
 namespace dynvm::schema {
 namespace {
@@ -69,18 +70,6 @@ TEST(MappedFileTest, DropPagesLeavesAHugePageCopysBytes) {
   (*f)->DropPages((*f)->bytes());  // MADV_DONTNEED here would zero anonymous memory
   EXPECT_TRUE(std::equal(want.begin(), want.end(), (*f)->bytes().begin()));
   std::remove(path.c_str());
-}
-
-// The /proc/self/maps line of the mapping that holds `p` ("" if none).
-std::string MappingOf(const void* p) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  while (std::getline(maps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return line;
-  }
-  return "";
 }
 
 TEST(MappedFileTest, FileBackedPagesAreTheWholePagesOfTheRanges) {

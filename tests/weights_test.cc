@@ -21,12 +21,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schema/mapped_file.h"
+#include "schema/mapped_file_testing.h"
 #include "vm/executable.h"
 #include "vm/virtual_machine.h"
 
 namespace dynvm {
 namespace {
 
+using schema::MappingOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 namespace fs = std::filesystem;
@@ -330,19 +332,6 @@ TEST_F(WeightsTest, SeveralEntryFunctionsShareTheConstants) {
   EXPECT_EQ(exe->num_weights(), 2);
   ExpectComputes(exe, "prefill");
   ExpectComputes(exe, "step", 1.0);
-}
-
-// The /proc/self/maps line of the mapping that holds `p` ("" if none): a file mapping names its
-// file at the end; anonymous memory names none.
-std::string MappingOf(const void* p) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  while (std::getline(maps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return line;
-  }
-  return "";
 }
 
 TEST_F(WeightsTest, ConstantPagesHugeCopiesTheConstantsAndComputesAsMapped) {
