@@ -54,6 +54,9 @@ def save_encoders(repo, prefix="encoder", seqs=(32, 128), dims=None):
 
 
 def main():
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):  # --help, or no DIR: not a directory name
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     repo = sys.argv[1]
     rng = np.random.default_rng(0)
     save(repo, "oneop", [helper.make_node("Relu", ["x"], ["y"])], [1, 16], [1, 16])
