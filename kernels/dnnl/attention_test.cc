@@ -223,5 +223,44 @@ TEST(DnnlAttentionTest, GroupedQueryDecodeMatchesTheReferenceKernel) {
   }
 }
 
+// The decoders' grid: query heads per KV head 1 (no group: the per-head path), 4 and 8, head sizes
+// 32, 64 and 128, 1 to 1000 keys (across the key blocks of the grouped scores and their
+// prefetch distance, and not multiples of any vector width), every ISA level, 1 and 2 threads
+// bit-equal.
+TEST(DnnlAttentionTest, GroupedQueryDecodeGridMatchesTheReferenceKernel) {
+  std::vector<cpu::Isa> levels = {cpu::Isa::kPortable};
+  for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::DetectedIsa() >= isa) levels.push_back(isa);
+  }
+  for (cpu::Isa isa : levels) {
+    cpu::ScopedIsaForTesting level(isa);
+    for (int64_t group : {1, 4, 8}) {
+      for (int64_t d : {32, 64, 128}) {
+        for (int64_t lk : {1, 7, 16, 17, 31, 48, 49, 100, 255, 640, 1000}) {
+          const bool masked = (group + d + lk) % 2 == 0;
+          SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " group " + std::to_string(group) + " d " +
+                       std::to_string(d) + " lk " + std::to_string(lk) + " masked " +
+                       std::to_string(masked));
+          auto want = GroupedDecode(2, group, d, d, lk, masked, "reference", 1);
+          auto one = GroupedDecode(2, group, d, d, lk, masked, "dnnl", 1);
+          auto two = GroupedDecode(2, group, d, d, lk, masked, "dnnl", 2);
+          ASSERT_TRUE(want.ok() && one.ok() && two.ok())
+              << want.status() << one.status() << two.status();
+          const std::vector<double> w = testing::ToDoubles((*want)[0]);
+          const std::vector<double> a = testing::ToDoubles((*one)[0]);
+          const std::vector<double> t = testing::ToDoubles((*two)[0]);
+          ASSERT_EQ(a.size(), w.size());
+          ASSERT_EQ(t.size(), w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            ASSERT_FALSE(std::isnan(w[i])) << i;
+            ASSERT_NEAR(a[i], w[i], 1e-5 * (1 + std::fabs(w[i]))) << i;
+            ASSERT_EQ(a[i], t[i]) << i;  // the bits do not depend on the thread count
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dynvm
