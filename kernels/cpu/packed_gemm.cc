@@ -420,6 +420,12 @@ DYNVM_AVX512 void PanelRowsAvx512(int64_t rows, int64_t depth, const float* a, i
 // eight lines kAhead steps (4 KiB) ahead, within the call's panels: the hardware prefetcher
 // stops at 4 KiB pages, and on the Zen 4 EPYC the prefetch moved the GEMV from 0.86-0.95x to
 // 0.90-0.97x of a pure read of the same bytes (cpu_q4gemv_benchmark, 1 thread, noisy).
+// The prefetch is non-temporal: a decode step reads each weight once per token, and with the T0
+// hint those bytes (the whole model a token) displaced everything else the step keeps in the
+// caches: the activations and the interpreter's state, which the small kernels and the VM
+// between the products then read from memory. With NTA more of them stays (docs/llm.md, s12:
+// the time outside the products of a 1.6 GB step 0.9-1.1 -> 0.78-0.9 ms at 2 threads, 1.2-1.3
+// -> 1.0 at 1 thread, the products no slower); the KV cache still comes from memory.
 DYNVM_AVX512 void PanelGemvAvx512(int64_t k, const float* x, const float* b, int64_t panels,
                                   int64_t cols, float* y) {
   const int64_t steps = panels * k;  // of 16 floats, over all the call's panels
@@ -431,7 +437,7 @@ DYNVM_AVX512 void PanelGemvAvx512(int64_t k, const float* x, const float* b, int
       if (p * k + q + kAhead + kChains <= steps) {
 #pragma GCC unroll 8
         for (int l = 0; l < kChains; ++l) {
-          _mm_prefetch(reinterpret_cast<const char*>(r + (kAhead + l) * kPanel), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(r + (kAhead + l) * kPanel), _MM_HINT_NTA);
         }
       }
       a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r), _mm512_set1_ps(x[q]), a0);
