@@ -14,7 +14,10 @@
 // not (a NaN roi, an infinite cubic_coeff_a) sends the run to the reference kernel), so nearest
 // has one tap per coordinate, linear one or two, cubic up to four. Nearest with every weight 1
 // is a gather (each output element the reference's 0 + 1 * x, so -0 becomes +0 as there), and
-// an output row with the same source row as the one before it is a copy of that row.
+// an output row with the same source row as the one before it is a copy of that row. A source
+// row's taps are gathered (as doubles) once for the output rows that read it, and the weighted
+// sums run in cpu::ResizeAccumulate (kernels/cpu/resize.cc: vector code at each ISA level, no
+// fused multiply-add; the tests run it at every level).
 //
 // Every mode (nearest, linear, cubic), coordinate transformation, nearest_mode,
 // exclude_outside, extrapolation_value, `scales` or `sizes`, `axes` and keep_aspect_ratio_policy,
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "kernels/cpu/resize.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/dnnl/dnnl_kernels.h"
 #include "kernels/reference/common.h"
@@ -55,12 +59,13 @@ using reference::ResizeTap;
 constexpr int64_t kMinParallelOutputs = int64_t{1} << 14;
 
 // One of the last three dims (a leading one of size 1 where the rank is less): per output
-// coordinate `k` taps (input offsets in elements, weights), padded with weight-0 taps.
+// coordinate `k` taps (input offsets in elements, weights; tap j of coordinate o at j * out + o),
+// padded with weight-0 taps.
 struct Axis {
   int64_t out = 1;
   int k = 1;
-  std::vector<int64_t> offset;   // out * k
-  std::vector<double> weight;    // out * k
+  std::vector<int64_t> offset;   // k * out
+  std::vector<double> weight;    // k * out
   std::vector<uint8_t> outside;  // out: tf_crop_and_resize maps the coordinate outside
   bool any_outside = false;
   bool unit = true;  // one tap of weight 1 per coordinate
@@ -101,8 +106,8 @@ bool MakeAxis(const ResizeAttrs& a, const ResizeGeometry& g, const Tensor& x, in
   for (int64_t o = 0; o < ax->out; ++o) {
     const ResizeTap& t = taps[o];
     for (int j = 0; j < t.count; ++j) {
-      ax->offset[o * ax->k + j] = t.index[j] * x.stride(d);
-      ax->weight[o * ax->k + j] = t.weight[j];
+      ax->offset[j * ax->out + o] = t.index[j] * x.stride(d);
+      ax->weight[j * ax->out + o] = t.weight[j];
     }
     ax->outside[o] = t.outside ? 1 : 0;
     ax->any_outside |= t.outside;
@@ -194,7 +199,7 @@ inline T Store(double acc) {
 }
 
 // A source row's elements at the last dim's taps, as the doubles the reference kernel multiplies
-// (g[o * k + j]: tap j of output element o), for the last few source rows a range of output rows
+// (g[j * out + o]: tap j of output element o), for the last few source rows a range of output rows
 // read: upsampling reads each source row for several output rows, and gathers it once.
 template <typename T>
 class GatheredRows {
@@ -234,25 +239,8 @@ class GatheredRows {
   uint64_t clock_ = 0;
 };
 
-// acc[o] += the terms of a source row (g: its gathered taps) for every output element o of the
-// last dim, whose KC taps are inner (the reference kernel's order), wb and wa the weights of the
-// row's taps on the two dims before. A term of weight 0 adds +0.0, which leaves the sum as
-// skipping it does (a sum that starts at +0.0 is never -0.0).
-template <int KC>
-void AccumulateRow(int64_t n, const double* w, const double* g, double wb, double wa, double* acc) {
-  for (int64_t o = 0; o < n; ++o) {
-    double s = acc[o];
-    for (int j = 0; j < KC; ++j) {
-      const double wt = (w[o * KC + j] * wb) * wa;
-      const double term = wt * g[o * KC + j];
-      s += wt != 0 ? term : 0.0;
-    }
-    acc[o] = s;
-  }
-}
-
 // Output rows [r0, r1) (a row: the last dim at fixed outer, a and b coordinates).
-template <typename T, int KC>
+template <typename T>
 void WeightedRows(const Plan& p, const T* x, T* y, int64_t r0, int64_t r1) {
   const Axis &a = p.ax[0], &b = p.ax[1], &c = p.ax[2];
   std::vector<double> acc(static_cast<size_t>(c.out));
@@ -269,13 +257,13 @@ void WeightedRows(const Plan& p, const T* x, T* y, int64_t r0, int64_t r1) {
     const T* xp = x + p.PlaneOffset(plane);
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int ja = 0; ja < a.k; ++ja) {
-      const double wa = a.weight[oa * a.k + ja];
+      const double wa = a.weight[ja * a.out + oa];
       if (wa == 0) continue;  // a padding tap: every product 0
       for (int jb = 0; jb < b.k; ++jb) {
-        const double wb = b.weight[ob * b.k + jb];
+        const double wb = b.weight[jb * b.out + ob];
         if (wb == 0) continue;
-        const T* src = xp + a.offset[oa * a.k + ja] + b.offset[ob * b.k + jb];
-        AccumulateRow<KC>(c.out, c.weight.data(), rows.Get(src), wb, wa, acc.data());
+        const T* src = xp + a.offset[ja * a.out + oa] + b.offset[jb * b.out + ob];
+        cpu::ResizeAccumulate(c.out, c.k, c.weight.data(), rows.Get(src), wb, wa, acc.data());
       }
     }
     for (int64_t o = 0; o < c.out; ++o) yr[o] = c.outside[o] ? extra : Store<T>(acc[o]);
@@ -314,17 +302,7 @@ void RunRows(const Plan& p, const T* x, T* y, int64_t r0, int64_t r1) {
     GatherRows<T>(p, x, y, r0, r1);
     return;
   }
-  switch (p.ax[2].k) {
-    case 1:
-      WeightedRows<T, 1>(p, x, y, r0, r1);
-      return;
-    case 2:
-      WeightedRows<T, 2>(p, x, y, r0, r1);
-      return;
-    default:
-      WeightedRows<T, 4>(p, x, y, r0, r1);
-      return;
-  }
+  WeightedRows<T>(p, x, y, r0, r1);
 }
 
 class ResizeKernel final : public DnnlKernel {
