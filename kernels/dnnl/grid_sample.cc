@@ -214,6 +214,92 @@ void SampleRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0, 
   }
 }
 
+// TapOffset with the padding mode a template argument.
+template <GsPad PAD>
+inline int64_t TapOffsetOf(const Plane& g, int64_t r, int64_t c) {
+  if constexpr (PAD == GsPad::kZeros) {
+    return (r >= 0 && r < g.h && c >= 0 && c < g.w) ? r * g.sh + c * g.sw : -1;
+  } else {
+    if constexpr (PAD == GsPad::kReflection) {
+      c = static_cast<int64_t>(reference::GridReflect(static_cast<double>(c), g.lo_x, g.hi_x));
+      r = static_cast<int64_t>(reference::GridReflect(static_cast<double>(r), g.lo_y, g.hi_y));
+    }
+    c = std::clamp<int64_t>(c, 0, g.w - 1);
+    r = std::clamp<int64_t>(r, 0, g.h - 1);
+    return r * g.sh + c * g.sw;
+  }
+}
+
+// Bilinear with the padding mode a template argument and no tap record: the same arithmetic as
+// MakeTaps and Value (raft_small's correlation lookups have one channel, so the per-point work
+// is all of it; the generic path ran them slower than the reference kernel).
+template <typename T, typename G, GsPad PAD>
+void BilinearRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0, int64_t r1) {
+  const Plane& pl = g.plane;
+  const int64_t cs = g.oh * g.ow;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / g.oh, i = r % g.oh;
+    const T* xn = x + n * g.xs_n;
+    T* yr = y + (n * g.c * g.oh + i) * g.ow;
+    for (int64_t j = 0; j < g.ow; ++j) {
+      const G* gp = grid + n * g.gs_n + i * g.gs_h + j * g.gs_w;
+      const double gx = Load<G>(gp[0]), gy = Load<G>(gp[g.gs_k]);
+      double px = g.align_corners ? (gx + 1) / 2 * (pl.w - 1) : ((gx + 1) * pl.w - 1) / 2;
+      double py = g.align_corners ? (gy + 1) / 2 * (pl.h - 1) : ((gy + 1) * pl.h - 1) / 2;
+      T* yp = yr + j;
+      if (std::isnan(px) || std::isnan(py)) {
+        for (int64_t ch = 0; ch < g.c; ++ch) {
+          yp[ch * cs] = Store<T>(std::numeric_limits<double>::quiet_NaN());
+        }
+        continue;
+      }
+      if constexpr (PAD == GsPad::kBorder) {
+        px = std::clamp(px, 0.0, static_cast<double>(pl.w - 1));
+        py = std::clamp(py, 0.0, static_cast<double>(pl.h - 1));
+      } else if constexpr (PAD == GsPad::kReflection) {
+        px = reference::GridReflect(px, pl.lo_x, pl.hi_x);
+        py = reference::GridReflect(py, pl.lo_y, pl.hi_y);
+      } else {
+        if (std::abs(px) > pl.limit || std::abs(py) > pl.limit) {
+          for (int64_t ch = 0; ch < g.c; ++ch) yp[ch * cs] = Store<T>(0.0);
+          continue;
+        }
+      }
+      const double fx = std::floor(px), fy = std::floor(py);
+      const int64_t x1 = static_cast<int64_t>(fx), y1 = static_cast<int64_t>(fy);
+      const double dx1 = px - fx, dx2 = 1 - dx1, dy1 = py - fy, dy2 = 1 - dy1;
+      const int64_t o00 = TapOffsetOf<PAD>(pl, y1, x1), o01 = TapOffsetOf<PAD>(pl, y1, x1 + 1);
+      const int64_t o10 = TapOffsetOf<PAD>(pl, y1 + 1, x1),
+                    o11 = TapOffsetOf<PAD>(pl, y1 + 1, x1 + 1);
+      for (int64_t ch = 0; ch < g.c; ++ch) {
+        const T* p = xn + ch * g.xs_c;
+        yp[ch * cs] = Store<T>(dy2 * (dx2 * Read(p, o00) + dx1 * Read(p, o01)) +
+                               dy1 * (dx2 * Read(p, o10) + dx1 * Read(p, o11)));
+      }
+    }
+  }
+}
+
+// Output rows [r0, r1): bilinear on its own loop, the other modes through the tap record.
+template <typename T, typename G>
+void RunRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0, int64_t r1) {
+  if (g.plane.mode != GsMode::kBilinear) {
+    SampleRows<T, G>(g, x, grid, y, r0, r1);
+    return;
+  }
+  switch (g.plane.pad) {
+    case GsPad::kZeros:
+      BilinearRows<T, G, GsPad::kZeros>(g, x, grid, y, r0, r1);
+      return;
+    case GsPad::kBorder:
+      BilinearRows<T, G, GsPad::kBorder>(g, x, grid, y, r0, r1);
+      return;
+    case GsPad::kReflection:
+      BilinearRows<T, G, GsPad::kReflection>(g, x, grid, y, r0, r1);
+      return;
+  }
+}
+
 bool IsFloatType(DType d) {
   return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16;
 }
@@ -290,11 +376,11 @@ class GridSampleKernel final : public DnnlKernel {
         const G* pg = grid.data<G>();
         T* py = out[0]->data<T>();
         if (ctx.num_threads() <= 1 || total < kMinParallelOutputs) {
-          SampleRows<T, G>(g, px, pg, py, 0, rows);
+          RunRows<T, G>(g, px, pg, py, 0, rows);
         } else {
           const int64_t grain = std::max<int64_t>(1, kMinParallelOutputs / 4 / (g.ow * g.c));
           ctx.ParallelFor(rows, grain,
-                          [&](int64_t r0, int64_t r1) { SampleRows<T, G>(g, px, pg, py, r0, r1); });
+                          [&](int64_t r0, int64_t r1) { RunRows<T, G>(g, px, pg, py, r0, r1); });
         }
       });
     });
