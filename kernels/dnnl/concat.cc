@@ -4,11 +4,12 @@
 //
 // With dense inputs, the output is `outer` rows (the product of the dims before the axis), each
 // the inputs' blocks one after the other (input i's block: its dim on the axis times the dims
-// after it, contiguous in the input). Outputs of at least kMinParallelCopyBytes split into
-// ranges of bytes over the VM's pool (each range copies the parts of the blocks it covers, so
-// one large block, a single batch's channel concat, splits too). A strided input, a missing
-// input and every invalid run go to the reference kernel, which reports the errors (counted in
-// fallback_runs()).
+// after it, contiguous in the input). Rows of at most 256 bytes are copied input by input (a
+// fixed-size move per block); longer rows block by block with memcpy. Outputs of at least
+// kMinParallelCopyBytes split into ranges of bytes over the VM's pool (each range copies the parts
+// of the blocks it covers, so one large block, a single batch's channel concat, splits too). A
+// strided input, a missing input and every invalid run go to the reference kernel, which reports
+// the errors (counted in fallback_runs()).
 //
 // Measured: docs/results/refkern-s12-2026-11-30.txt (dnnl_benchmark --benchmark_filter=BM_Concat).
 #include <algorithm>
@@ -54,6 +55,46 @@ void CopyRange(absl::Span<const Block> blocks, int64_t row, uint8_t* y, int64_t 
   }
 }
 
+// Rows of at most kMaxSmallRowBytes are copied input by input, each block of a fixed small size
+// a plain move per row (a memcpy call per block of 4 bytes was 5x the reference kernel's
+// strided loop on RAFT's coordinate grids, [N, 9, 9, 1] pairs joined on the last axis).
+constexpr int64_t kMaxSmallRowBytes = 256;
+
+template <int64_t N>
+void CopyColumn(const Block& k, int64_t row, uint8_t* y, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) std::memcpy(y + o * row + k.at, k.src + o * N, N);
+}
+
+// Output rows [o0, o1) of small rows.
+void CopySmallRows(absl::Span<const Block> blocks, int64_t row, uint8_t* y, int64_t o0,
+                   int64_t o1) {
+  for (const Block& k : blocks) {
+    switch (k.bytes) {
+      case 0:
+        break;
+      case 1:
+        CopyColumn<1>(k, row, y, o0, o1);
+        break;
+      case 2:
+        CopyColumn<2>(k, row, y, o0, o1);
+        break;
+      case 4:
+        CopyColumn<4>(k, row, y, o0, o1);
+        break;
+      case 8:
+        CopyColumn<8>(k, row, y, o0, o1);
+        break;
+      case 16:
+        CopyColumn<16>(k, row, y, o0, o1);
+        break;
+      default:
+        for (int64_t o = o0; o < o1; ++o) {
+          std::memcpy(y + o * row + k.at, k.src + o * k.bytes, static_cast<size_t>(k.bytes));
+        }
+    }
+  }
+}
+
 class ConcatKernel final : public DnnlKernel {
  public:
   ConcatKernel(std::string name, int64_t axis) : DnnlKernel(std::move(name)), axis_(axis) {}
@@ -92,7 +133,17 @@ class ConcatKernel final : public DnnlKernel {
     }
     auto* y = static_cast<uint8_t*>(out[0]->raw_data());
     const int64_t total = outer * row;
-    if (total < reference::kMinParallelCopyBytes || ctx.num_threads() <= 1) {
+    const bool split = total >= reference::kMinParallelCopyBytes && ctx.num_threads() > 1;
+    if (row <= kMaxSmallRowBytes) {
+      if (!split) {
+        CopySmallRows(blocks, row, y, 0, outer);
+      } else {
+        ctx.ParallelFor(outer, reference::kMinParallelCopyBytes / 2 / row,
+                        [&](int64_t o0, int64_t o1) { CopySmallRows(blocks, row, y, o0, o1); });
+      }
+      return absl::OkStatus();
+    }
+    if (!split) {
       CopyRange(blocks, row, y, 0, total);
       return absl::OkStatus();
     }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -214,11 +215,21 @@ void SampleRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0, 
   }
 }
 
-// TapOffset with the padding mode a template argument.
+// A tap of the bilinear loop: its offset (0 where zeros padding reads 0) and the mask its value
+// is and-ed with (all ones, or zero for a 0 read), so that the reads take no branch: a grid
+// point's taps fall inside or outside the input at random.
+struct MaskedTap {
+  int64_t off;
+  uint64_t mask;
+};
+
+// TapOffset with the padding mode a template argument, masked.
 template <GsPad PAD>
-inline int64_t TapOffsetOf(const Plane& g, int64_t r, int64_t c) {
+inline MaskedTap TapOf(const Plane& g, int64_t r, int64_t c) {
   if constexpr (PAD == GsPad::kZeros) {
-    return (r >= 0 && r < g.h && c >= 0 && c < g.w) ? r * g.sh + c * g.sw : -1;
+    const bool in = (static_cast<uint64_t>(r) < static_cast<uint64_t>(g.h)) &
+                    (static_cast<uint64_t>(c) < static_cast<uint64_t>(g.w));
+    return {in ? r * g.sh + c * g.sw : 0, in ? ~uint64_t{0} : 0};
   } else {
     if constexpr (PAD == GsPad::kReflection) {
       c = static_cast<int64_t>(reference::GridReflect(static_cast<double>(c), g.lo_x, g.hi_x));
@@ -226,29 +237,51 @@ inline int64_t TapOffsetOf(const Plane& g, int64_t r, int64_t c) {
     }
     c = std::clamp<int64_t>(c, 0, g.w - 1);
     r = std::clamp<int64_t>(r, 0, g.h - 1);
-    return r * g.sh + c * g.sw;
+    return {r * g.sh + c * g.sw, ~uint64_t{0}};
   }
+}
+
+// The value at a masked tap: the element as a double, or +0.0 (the reference kernel's 0.0).
+template <typename T>
+inline double ReadMasked(const T* p, MaskedTap t) {
+  const double v = Load<T>(p[t.off]);
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  bits &= t.mask;
+  double r;
+  std::memcpy(&r, &bits, sizeof(r));
+  return r;
 }
 
 // Bilinear with the padding mode a template argument and no tap record: the same arithmetic as
 // MakeTaps and Value (raft_small's correlation lookups have one channel, so the per-point work
 // is all of it; the generic path ran them slower than the reference kernel).
 template <typename T, typename G, GsPad PAD>
-void BilinearRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0, int64_t r1) {
-  const Plane& pl = g.plane;
-  const int64_t cs = g.oh * g.ow;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = r / g.oh, i = r % g.oh;
+__attribute__((noinline)) void BilinearRows(const Geometry& g, const T* x, const G* grid, T* y,
+                                            int64_t r0, int64_t r1) {
+  const Plane pl = g.plane;  // a local copy: its fields stay in registers
+  const int64_t cs = g.oh * g.ow, c = g.c, xs_c = g.xs_c;
+  // The reference kernel's w - 1, w and h - 1, h, as the doubles its expressions convert them to.
+  const double w1 = static_cast<double>(pl.w - 1), wd = static_cast<double>(pl.w);
+  const double h1 = static_cast<double>(pl.h - 1), hd = static_cast<double>(pl.h);
+  const bool align = g.align_corners;
+  int64_t n = r0 / g.oh, i = r0 % g.oh;
+  for (int64_t r = r0; r < r1; ++r, ++i) {
+    if (i == g.oh) {
+      i = 0;
+      ++n;
+    }
     const T* xn = x + n * g.xs_n;
-    T* yr = y + (n * g.c * g.oh + i) * g.ow;
+    T* yr = y + (n * c * g.oh + i) * g.ow;
+    const G* gr = grid + n * g.gs_n + i * g.gs_h;
     for (int64_t j = 0; j < g.ow; ++j) {
-      const G* gp = grid + n * g.gs_n + i * g.gs_h + j * g.gs_w;
+      const G* gp = gr + j * g.gs_w;
       const double gx = Load<G>(gp[0]), gy = Load<G>(gp[g.gs_k]);
-      double px = g.align_corners ? (gx + 1) / 2 * (pl.w - 1) : ((gx + 1) * pl.w - 1) / 2;
-      double py = g.align_corners ? (gy + 1) / 2 * (pl.h - 1) : ((gy + 1) * pl.h - 1) / 2;
+      double px = align ? (gx + 1) / 2 * w1 : ((gx + 1) * wd - 1) / 2;
+      double py = align ? (gy + 1) / 2 * h1 : ((gy + 1) * hd - 1) / 2;
       T* yp = yr + j;
       if (std::isnan(px) || std::isnan(py)) {
-        for (int64_t ch = 0; ch < g.c; ++ch) {
+        for (int64_t ch = 0; ch < c; ++ch) {
           yp[ch * cs] = Store<T>(std::numeric_limits<double>::quiet_NaN());
         }
         continue;
@@ -261,20 +294,19 @@ void BilinearRows(const Geometry& g, const T* x, const G* grid, T* y, int64_t r0
         py = reference::GridReflect(py, pl.lo_y, pl.hi_y);
       } else {
         if (std::abs(px) > pl.limit || std::abs(py) > pl.limit) {
-          for (int64_t ch = 0; ch < g.c; ++ch) yp[ch * cs] = Store<T>(0.0);
+          for (int64_t ch = 0; ch < c; ++ch) yp[ch * cs] = Store<T>(0.0);
           continue;
         }
       }
       const double fx = std::floor(px), fy = std::floor(py);
       const int64_t x1 = static_cast<int64_t>(fx), y1 = static_cast<int64_t>(fy);
       const double dx1 = px - fx, dx2 = 1 - dx1, dy1 = py - fy, dy2 = 1 - dy1;
-      const int64_t o00 = TapOffsetOf<PAD>(pl, y1, x1), o01 = TapOffsetOf<PAD>(pl, y1, x1 + 1);
-      const int64_t o10 = TapOffsetOf<PAD>(pl, y1 + 1, x1),
-                    o11 = TapOffsetOf<PAD>(pl, y1 + 1, x1 + 1);
-      for (int64_t ch = 0; ch < g.c; ++ch) {
-        const T* p = xn + ch * g.xs_c;
-        yp[ch * cs] = Store<T>(dy2 * (dx2 * Read(p, o00) + dx1 * Read(p, o01)) +
-                               dy1 * (dx2 * Read(p, o10) + dx1 * Read(p, o11)));
+      const MaskedTap t00 = TapOf<PAD>(pl, y1, x1), t01 = TapOf<PAD>(pl, y1, x1 + 1);
+      const MaskedTap t10 = TapOf<PAD>(pl, y1 + 1, x1), t11 = TapOf<PAD>(pl, y1 + 1, x1 + 1);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const T* p = xn + ch * xs_c;
+        yp[ch * cs] = Store<T>(dy2 * (dx2 * ReadMasked(p, t00) + dx1 * ReadMasked(p, t01)) +
+                               dy1 * (dx2 * ReadMasked(p, t10) + dx1 * ReadMasked(p, t11)));
       }
     }
   }
