@@ -303,11 +303,15 @@ __attribute__((noinline)) void BilinearRows(const Geometry& g, const T* x, const
       const double dx1 = px - fx, dx2 = 1 - dx1, dy1 = py - fy, dy2 = 1 - dy1;
       const MaskedTap t00 = TapOf<PAD>(pl, y1, x1), t01 = TapOf<PAD>(pl, y1, x1 + 1);
       const MaskedTap t10 = TapOf<PAD>(pl, y1 + 1, x1), t11 = TapOf<PAD>(pl, y1 + 1, x1 + 1);
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const T* p = xn + ch * xs_c;
-        yp[ch * cs] = Store<T>(dy2 * (dx2 * ReadMasked(p, t00) + dx1 * ReadMasked(p, t01)) +
-                               dy1 * (dx2 * ReadMasked(p, t10) + dx1 * ReadMasked(p, t11)));
+      auto value = [&](const T* p) {
+        return Store<T>(dy2 * (dx2 * ReadMasked(p, t00) + dx1 * ReadMasked(p, t01)) +
+                        dy1 * (dx2 * ReadMasked(p, t10) + dx1 * ReadMasked(p, t11)));
+      };
+      if (c == 1) {  // RAFT's correlation lookups: no channel loop to set up per point
+        *yp = value(xn);
+        continue;
       }
+      for (int64_t ch = 0; ch < c; ++ch) yp[ch * cs] = value(xn + ch * xs_c);
     }
   }
 }
