@@ -138,6 +138,7 @@ struct Plan {
   int64_t planes = 1;
   double extrapolation = 0;
   bool gather = false;  // every axis unit
+  int64_t repeat = 0;   // a gather's last dim: each element `repeat` times, or 0
 
   int64_t PlaneOffset(int64_t p) const {
     int64_t off = 0;
@@ -171,6 +172,16 @@ bool MakePlan(const ResizeAttrs& a, const ResizeGeometry& g, const Tensor& x, Pl
   }
   p->extrapolation = a.extrapolation;
   p->gather = p->ax[0].unit && p->ax[1].unit && p->ax[2].unit;
+  // A gather whose last dim repeats each of `in` contiguous elements `repeat` times (nearest
+  // upsampling by a whole factor, or 1: that dim kept).
+  const Axis& c = p->ax[2];
+  const int64_t in = r >= 1 ? x.dim(r - 1) : 1, stride = r >= 1 ? x.stride(r - 1) : 1;
+  if (p->gather && stride == 1 && in > 0 && c.out % in == 0) {
+    const int64_t repeat = c.out / in;
+    bool ok = true;
+    for (int64_t o = 0; o < c.out && ok; ++o) ok = c.offset[o] == o / repeat;
+    if (ok) p->repeat = repeat;
+  }
   return true;
 }
 
@@ -270,6 +281,16 @@ void WeightedRows(const Plan& p, const T* x, T* y, int64_t r0, int64_t r1) {
   }
 }
 
+// The reference kernel's result for an element of weight 1: its 0 + 1 * x, converted back.
+template <typename T>
+inline T Canonical(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v + 0.0f;  // (float)(0.0 + 1.0 * (double)v) for every v: -0 to +0, a NaN quieted alike
+  } else {
+    return Store<T>(0.0 + 1.0 * Load<T>(v));
+  }
+}
+
 // Nearest with every weight 1: output rows [r0, r1) gathered, a row whose source row is the
 // previous row's copied from it.
 template <typename T>
@@ -286,11 +307,18 @@ void GatherRows(const Plan& p, const T* x, T* y, int64_t r0, int64_t r1) {
       std::memcpy(yr, yr - c.out, static_cast<size_t>(c.out) * sizeof(T));
       continue;
     }
-    if constexpr (std::is_same_v<T, float>) {
-      // (float)(0.0 + 1.0 * (double)v) is v + 0.0f for every v: -0 to +0, a NaN quieted alike.
-      for (int64_t o = 0; o < c.out; ++o) yr[o] = src[off[o]] + 0.0f;
+    if (p.repeat == 1) {
+      for (int64_t o = 0; o < c.out; ++o) yr[o] = Canonical<T>(src[o]);
+    } else if (p.repeat == 2) {
+      for (int64_t i = 0; i < c.out / 2; ++i) yr[2 * i] = yr[2 * i + 1] = Canonical<T>(src[i]);
+    } else if (p.repeat > 1) {
+      const int64_t k = p.repeat;
+      for (int64_t i = 0; i < c.out / k; ++i) {
+        const T v = Canonical<T>(src[i]);
+        for (int64_t j = 0; j < k; ++j) yr[i * k + j] = v;
+      }
     } else {
-      for (int64_t o = 0; o < c.out; ++o) yr[o] = Store<T>(0.0 + 1.0 * Load<T>(src[off[o]]));
+      for (int64_t o = 0; o < c.out; ++o) yr[o] = Canonical<T>(src[off[o]]);
     }
     prev = src;
   }
