@@ -13,8 +13,9 @@
 // skipped by the reference kernel, since every weight is finite: a table with a weight that is
 // not (a NaN roi, an infinite cubic_coeff_a) sends the run to the reference kernel), so nearest
 // has one tap per coordinate, linear one or two, cubic up to four. Nearest with every weight 1
-// is a gather (each output element the reference's 0 + 1 * x, so -0 becomes +0 as there), and
-// an output row with the same source row as the one before it is a copy of that row. A source
+// is a gather (each output element the reference's 0 + 1 * x, so -0 becomes +0 as there; a last
+// dim upsampled by a whole factor k repeats each source element k times), and an output row with
+// the same source row as the one before it is a copy of that row. A source
 // row's taps are gathered (as doubles) once for the output rows that read it, and the weighted
 // sums run in cpu::ResizeAccumulate (kernels/cpu/resize.cc: vector code at each ISA level, no
 // fused multiply-add; the tests run it at every level).
