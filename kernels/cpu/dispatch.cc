@@ -21,6 +21,7 @@ Dispatch Make(Isa isa) {
   FillWinograd(isa, &d);
   FillAttention(isa, &d);
   FillGlu(isa, &d);
+  FillResize(isa, &d);
   return d;
 }
 

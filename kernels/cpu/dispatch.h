@@ -144,6 +144,9 @@ struct Dispatch {
   void (*winograd_run_blocks)(const winograd::Shape& s, const float* x, const float* packed,
                               const winograd::PostOps& post, float* y, int64_t b0, int64_t b1,
                               float* ws);
+  // resize.h
+  void (*resize_accumulate)(int64_t n, int k, const double* w, const double* g, double wb,
+                            double wa, double* acc);
 };
 
 // The table for the active level.
@@ -168,6 +171,7 @@ void FillDepthwise(Isa isa, Dispatch* d);
 void FillWinograd(Isa isa, Dispatch* d);
 void FillAttention(Isa isa, Dispatch* d);
 void FillGlu(Isa isa, Dispatch* d);
+void FillResize(Isa isa, Dispatch* d);
 
 }  // namespace dynvm::cpu::internal
 

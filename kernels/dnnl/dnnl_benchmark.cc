@@ -19,6 +19,9 @@
 //                                    the reference copy, one bare reorder primitive, and the
 //                                    dnnl kernel (transpose.cc) that picks between them.
 //   BM_PadReference, BM_PadKernel/shape/threads -- Pad: the reference kernel and pad.cc.
+//   BM_ResizeReference, BM_ResizeKernel/shape/threads, BM_GridSampleReference,
+//   BM_GridSampleKernel, BM_ConcatReference, BM_ConcatKernel -- the reference kernels against
+//                                    resize.cc, grid_sample.cc and concat.cc on real shapes.
 // Every run uses user scratchpads and a thread count set per benchmark. Figures and the choices
 // they made: docs/kernels.md, "oneDNN backend".
 //
@@ -661,6 +664,155 @@ void BM_PadReference(benchmark::State& state) { RunPad(state, "reference"); }
 BENCHMARK(BM_PadReference)->Apply(PadArgs);
 void BM_PadKernel(benchmark::State& state) { RunPad(state, "dnnl"); }
 BENCHMARK(BM_PadKernel)->Apply(PadArgs);
+
+// ---- Resize, GridSample, Concat: the reference kernels against the dnnl ones ----
+// BM_Resize{Reference,Kernel}/shape/threads (resize.cc). Shapes: raft_small's final flow
+// upsampling (x8, bilinear, align_corners) at a 128 x 128 input; an FPN level (nearest x2 as
+// torch exports it, asymmetric + floor) and the same level to sizes of other ratios; PaddleOCR
+// det's neck (nearest x2 of [1, 96, 60, 92]); bilinear x2 half_pixel (U-Net, the old oneDNN
+// primitive's case); DeepLab's head (bilinear to 8x, half_pixel); a cubic x2.
+struct ResizeShape {
+  std::vector<int64_t> in, out;
+  const char* mode;
+  const char* transform;
+  const char* nearest;
+};
+const ResizeShape kResizeShapes[] = {
+    {{1, 2, 16, 16}, {1, 2, 128, 128}, "linear", "align_corners", "round_prefer_floor"},
+    {{1, 256, 25, 38}, {1, 256, 50, 76}, "nearest", "asymmetric", "floor"},
+    {{1, 256, 25, 38}, {1, 256, 50, 75}, "nearest", "asymmetric", "floor"},
+    {{1, 96, 60, 92}, {1, 96, 120, 184}, "nearest", "asymmetric", "floor"},
+    {{1, 64, 48, 48}, {1, 64, 96, 96}, "linear", "half_pixel", "round_prefer_floor"},
+    {{1, 21, 12, 12}, {1, 21, 96, 96}, "linear", "half_pixel", "round_prefer_floor"},
+    {{1, 16, 32, 32}, {1, 16, 64, 64}, "cubic", "half_pixel", "round_prefer_floor"},
+};
+
+void ShapeThreadArgs(benchmark::internal::Benchmark* b, int64_t shapes) {
+  b->ArgNames({"shape", "threads"});
+  for (int64_t s = 0; s < shapes; ++s) {
+    b->Args({s, 1});
+    b->Args({s, 2});
+  }
+  b->UseRealTime();
+}
+
+void ResizeArgs(benchmark::internal::Benchmark* b) {
+  ShapeThreadArgs(b, static_cast<int64_t>(std::size(kResizeShapes)));
+}
+
+bool EnsureThreads(benchmark::State& state) {
+  if (state.range(1) > MaxThreads() && !SetMaxThreads(static_cast<int>(state.range(1))).ok()) {
+    state.SkipWithError("no thread pool");
+    return false;
+  }
+  return true;
+}
+
+void RunResize(benchmark::State& state, const char* backend) {
+  const ResizeShape& sh = kResizeShapes[state.range(0)];
+  Tensor x = Filled(sh.in);
+  Tensor sizes =
+      *Tensor::FromVector<int64_t>(DType::kI64, {static_cast<int64_t>(sh.out.size())}, sh.out);
+  KernelCall call("Resize");
+  call.In(x).Absent().Absent().In(sizes).Out(DType::kF32);
+  call.Attr("mode", std::string(sh.mode))
+      .Attr("coordinate_transformation_mode", std::string(sh.transform))
+      .Attr("nearest_mode", std::string(sh.nearest));
+  if (!EnsureThreads(state)) return;
+  RunKernel(state, call, backend, {x, Tensor(), Tensor(), sizes}, {sh.out},
+            static_cast<int>(state.range(1)));
+}
+
+void BM_ResizeReference(benchmark::State& state) { RunResize(state, "reference"); }
+BENCHMARK(BM_ResizeReference)->Apply(ResizeArgs);
+void BM_ResizeKernel(benchmark::State& state) { RunResize(state, "dnnl"); }
+BENCHMARK(BM_ResizeKernel)->Apply(ResizeArgs);
+
+// BM_GridSample{Reference,Kernel}/shape/threads (grid_sample.cc). Shapes: raft_small's
+// correlation lookup at a 128 x 128 input (16 x 16 = 256 pixels, a 9 x 9 window each, bilinear,
+// zeros, align_corners, on the pyramid's levels 16 x 16 and 2 x 2), and a feature warp
+// ([1, 64, 64, 64] by a dense flow grid, bilinear, border).
+struct GridShape {
+  std::vector<int64_t> in, grid;
+  const char* mode;
+  const char* pad;
+  int64_t align;
+};
+const GridShape kGridShapes[] = {
+    {{256, 1, 16, 16}, {256, 9, 9, 2}, "bilinear", "zeros", 1},
+    {{256, 1, 2, 2}, {256, 9, 9, 2}, "bilinear", "zeros", 1},
+    {{1, 64, 64, 64}, {1, 64, 64, 2}, "bilinear", "border", 0},
+    {{1, 64, 64, 64}, {1, 64, 64, 2}, "nearest", "reflection", 0},
+};
+
+void GridArgs(benchmark::internal::Benchmark* b) {
+  ShapeThreadArgs(b, static_cast<int64_t>(std::size(kGridShapes)));
+}
+
+void RunGridSample(benchmark::State& state, const char* backend) {
+  const GridShape& sh = kGridShapes[state.range(0)];
+  Tensor x = Filled(sh.in);
+  Tensor grid = *Tensor::Empty(DType::kF32, sh.grid);
+  for (int64_t i = 0; i < grid.numel(); ++i) {
+    grid.data<float>()[i] = -1.1f + 2.2f * static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  }
+  KernelCall call("GridSample");
+  call.In(x).In(grid).Out(DType::kF32);
+  call.Attr("mode", std::string(sh.mode))
+      .Attr("padding_mode", std::string(sh.pad))
+      .Attr("align_corners", sh.align);
+  if (!EnsureThreads(state)) return;
+  RunKernel(state, call, backend, {x, grid}, {{sh.in[0], sh.in[1], sh.grid[1], sh.grid[2]}},
+            static_cast<int>(state.range(1)));
+}
+
+void BM_GridSampleReference(benchmark::State& state) { RunGridSample(state, "reference"); }
+BENCHMARK(BM_GridSampleReference)->Apply(GridArgs);
+void BM_GridSampleKernel(benchmark::State& state) { RunGridSample(state, "dnnl"); }
+BENCHMARK(BM_GridSampleKernel)->Apply(GridArgs);
+
+// BM_Concat{Reference,Kernel}/shape/threads (concat.cc). Shapes: DenseNet-121's channel concat
+// at a 64 x 64 input (block 1: 64 + 6 x 32 channels at 16 x 16), SqueezeNet 1.1's fire module
+// (two [1, 64, 15, 15]), PaddleOCR det's neck (four [1, 24, 160, 160]).
+struct ConcatShape {
+  std::vector<std::vector<int64_t>> in;
+};
+const ConcatShape kConcatShapes[] = {
+    {{{1, 64, 16, 16},
+      {1, 32, 16, 16},
+      {1, 32, 16, 16},
+      {1, 32, 16, 16},
+      {1, 32, 16, 16},
+      {1, 32, 16, 16},
+      {1, 32, 16, 16}}},
+    {{{1, 64, 15, 15}, {1, 64, 15, 15}}},
+    {{{1, 24, 160, 160}, {1, 24, 160, 160}, {1, 24, 160, 160}, {1, 24, 160, 160}}},
+};
+
+void ConcatArgs(benchmark::internal::Benchmark* b) {
+  ShapeThreadArgs(b, static_cast<int64_t>(std::size(kConcatShapes)));
+}
+
+void RunConcat(benchmark::State& state, const char* backend) {
+  const ConcatShape& sh = kConcatShapes[state.range(0)];
+  std::vector<Tensor> xs;
+  KernelCall call("Concat");
+  std::vector<int64_t> out = sh.in[0];
+  out[1] = 0;
+  for (const auto& d : sh.in) {
+    xs.push_back(Filled(d));
+    out[1] += d[1];
+  }
+  for (const Tensor& x : xs) call.In(x);
+  call.Out(DType::kF32).Attr("axis", int64_t{1});
+  if (!EnsureThreads(state)) return;
+  RunKernel(state, call, backend, xs, {out}, static_cast<int>(state.range(1)));
+}
+
+void BM_ConcatReference(benchmark::State& state) { RunConcat(state, "reference"); }
+BENCHMARK(BM_ConcatReference)->Apply(ConcatArgs);
+void BM_ConcatKernel(benchmark::State& state) { RunConcat(state, "dnnl"); }
+BENCHMARK(BM_ConcatKernel)->Apply(ConcatArgs);
 
 }  // namespace
 }  // namespace dynvm::onednn

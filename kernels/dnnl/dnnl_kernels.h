@@ -24,10 +24,12 @@ void RegisterLinearKernels(KernelRegistry& r);      // linear.cc: dynvm::Linear
 void RegisterActivationKernels(KernelRegistry& r);  // activations.cc: dynvm::Gelu, ...
 void RegisterConvKernels(KernelRegistry& r);       // conv.cc: Conv, ConvTranspose, dynvm::FusedConv
 void RegisterPoolKernels(KernelRegistry& r);       // pool.cc: pooling, BatchNormalization, LRN
-void RegisterResizeKernels(KernelRegistry& r);     // resize.cc: Resize (resampling)
+void RegisterResizeKernels(KernelRegistry& r);     // resize.cc: Resize (row loops)
 void RegisterTransposeKernels(KernelRegistry& r);  // transpose.cc: Transpose (reorder)
 void RegisterPadKernels(KernelRegistry& r);        // pad.cc: Pad (copy loops)
-void RegisterRoiAlignKernels(KernelRegistry& r);   // roi_align.cc: RoiAlign
+void RegisterConcatKernels(KernelRegistry& r);     // concat.cc: Concat (copy loops)
+void RegisterGridSampleKernels(KernelRegistry& r);  // grid_sample.cc: GridSample
+void RegisterRoiAlignKernels(KernelRegistry& r);    // roi_align.cc: RoiAlign
 // quant.cc: (De)QuantizeLinear, MatMulInteger, QLinearMatMul
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterQuantizedWeightKernels(KernelRegistry& r);  // qmatmul.cc: dynvm::QMatMul

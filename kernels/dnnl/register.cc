@@ -18,6 +18,8 @@ void RegisterDnnlKernels(KernelRegistry& registry) {
   onednn::RegisterResizeKernels(registry);
   onednn::RegisterTransposeKernels(registry);
   onednn::RegisterPadKernels(registry);
+  onednn::RegisterConcatKernels(registry);
+  onednn::RegisterGridSampleKernels(registry);
   onednn::RegisterRoiAlignKernels(registry);
   onednn::RegisterQuantKernels(registry);
   onednn::RegisterQuantizedWeightKernels(registry);

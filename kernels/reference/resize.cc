@@ -11,6 +11,8 @@
 // linear (weights 1 - ratio, ratio), four for cubic (Keys' kernel with cubic_coeff_a; with
 // exclude_outside the weights of neighbours outside the input are dropped and the rest
 // renormalized). Neighbour indices are clamped to the input (edge values). Sums in double.
+#include "kernels/reference/resize.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,20 +33,7 @@ namespace {
 using Inputs = absl::Span<const Tensor* const>;
 using Outputs = absl::Span<Tensor* const>;
 
-enum class Mode : uint8_t { kNearest, kLinear, kCubic };
-
-struct ResizeAttrs {
-  Mode mode = Mode::kNearest;
-  std::string transform = "half_pixel";
-  std::string nearest = "round_prefer_floor";
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  double extrapolation = 0;
-  // Opset 18: the dims `scales`/`sizes`/`roi` are for (empty: every dim), and how `sizes` keeps
-  // the aspect ratio: 0 stretch, 1 not_larger, 2 not_smaller.
-  std::vector<int64_t> axes;
-  int keep_aspect = 0;
-};
+using Mode = ResizeMode;
 
 absl::StatusOr<std::vector<double>> ReadFloats(const Tensor& t, absl::string_view what) {
   std::vector<double> v;
@@ -63,89 +52,14 @@ absl::StatusOr<std::vector<double>> ReadFloats(const Tensor& t, absl::string_vie
 // Per output dim: for each output coordinate, the input indices and weights of its neighbours
 // (outside: the coordinate maps outside the input in tf_crop_and_resize).
 struct Taps {
-  std::vector<std::vector<int64_t>> index;
-  std::vector<std::vector<double>> weight;
-  std::vector<bool> outside;
+  std::vector<ResizeTap> at;
 };
 
 Taps Plan(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start,
           double roi_end) {
   Taps t;
-  const double out_width = scale * static_cast<double>(in);
-  for (int64_t x = 0; x < out; ++x) {
-    const double xd = static_cast<double>(x);
-    double c;
-    bool outside = false;
-    if (a.transform == "align_corners") {
-      c = out_width == 1 ? 0 : xd * static_cast<double>(in - 1) / (out_width - 1);
-    } else if (a.transform == "asymmetric") {
-      c = xd / scale;
-    } else if (a.transform == "tf_crop_and_resize") {
-      c = out_width == 1
-              ? (roi_end - roi_start) * static_cast<double>(in - 1) / 2
-              : xd * (roi_end - roi_start) * static_cast<double>(in - 1) / (out_width - 1);
-      c += roi_start * static_cast<double>(in - 1);
-      outside = c < 0 || c > static_cast<double>(in - 1);
-    } else if (a.transform == "tf_half_pixel_for_nn") {
-      c = (xd + 0.5) / scale;
-    } else if (a.transform == "half_pixel_symmetric") {
-      // Opset 19: half_pixel, shifted so the output stays centered when out / scale is not in.
-      const double adjustment = static_cast<double>(out) / out_width;
-      c = static_cast<double>(in) / 2 * (1 - adjustment) + (xd + 0.5) / scale - 0.5;
-    } else if (a.transform == "pytorch_half_pixel") {
-      // The operator's text: "length_resized > 1 ? ... : 0", the output's length (ONNX
-      // Runtime too; ONNX's reference implementation takes -0.5 where scale x in is 1:
-      // onnx/onnx#4275, where cubic differs; docs/differential.md).
-      c = out == 1 ? 0 : (xd + 0.5) / scale - 0.5;
-    } else {  // half_pixel
-      c = (xd + 0.5) / scale - 0.5;
-    }
-    const double base = std::ceil(c) - 1;
-    const double ratio = c - base;  // in (0, 1]
-    std::vector<double> w;
-    int64_t first;
-    if (a.mode == Mode::kCubic) {
-      const double A = a.cubic_a, r = ratio, s = 1 - ratio;
-      w = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
-           ((A + 2) * r - (A + 3)) * r * r + 1, ((A + 2) * s - (A + 3)) * s * s + 1,
-           ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A};
-      first = static_cast<int64_t>(base) - 1;
-    } else if (a.mode == Mode::kLinear) {
-      w = {1 - ratio, ratio};
-      first = static_cast<int64_t>(base);
-    } else {
-      bool right;
-      if (ratio == 1) {
-        right = true;  // c is an integer: itself
-      } else if (a.nearest == "round_prefer_ceil") {
-        right = ratio >= 0.5;
-      } else if (a.nearest == "floor") {
-        right = false;
-      } else if (a.nearest == "ceil") {
-        right = true;
-      } else {  // round_prefer_floor
-        right = ratio > 0.5;
-      }
-      w = {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
-      first = static_cast<int64_t>(base);
-    }
-    std::vector<int64_t> idx(w.size());
-    for (size_t j = 0; j < w.size(); ++j) idx[j] = first + static_cast<int64_t>(j);
-    if (a.exclude_outside) {
-      double sum = 0;
-      for (size_t j = 0; j < w.size(); ++j) {
-        if (idx[j] < 0 || idx[j] >= in) w[j] = 0;
-        sum += w[j];
-      }
-      if (sum != 0) {
-        for (double& v : w) v /= sum;
-      }
-    }
-    for (int64_t& i : idx) i = std::clamp<int64_t>(i, 0, in - 1);
-    t.index.push_back(std::move(idx));
-    t.weight.push_back(std::move(w));
-    t.outside.push_back(outside);
-  }
+  for (int64_t x = 0; x < out; ++x)
+    t.at.push_back(ResizeTapAt(a, in, out, scale, roi_start, roi_end, x));
   return t;
 }
 
@@ -230,17 +144,10 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
   }
   const Tensor& x = *in[0];
   const int r = x.rank();
-  const Tensor* roi_t = in.size() > 1 ? in[1] : nullptr;
-  const Tensor* scales_t = in.size() > 2 ? in[2] : nullptr;
-  const Tensor* sizes_t = in.size() > 3 ? in[3] : nullptr;
-  if (scales_t != nullptr && scales_t->numel() == 0) scales_t = nullptr;
-  if (sizes_t != nullptr && sizes_t->numel() == 0) sizes_t = nullptr;
-  if ((scales_t == nullptr) == (sizes_t == nullptr)) {
-    return absl::InvalidArgumentError("Resize: exactly one of scales and sizes must be given");
-  }
-  std::vector<int64_t> out_dims;
-  std::vector<double> scales, roi;
-  DYNVM_RETURN_IF_ERROR(OutputSizes(a, x, roi_t, scales_t, sizes_t, &out_dims, &scales, &roi));
+  DYNVM_ASSIGN_OR_RETURN(ResizeGeometry geo, PlanResize(a, in));
+  const std::vector<int64_t>& out_dims = geo.out_dims;
+  const std::vector<double>& scales = geo.scales;
+  const std::vector<double>& roi = geo.roi;
   DYNVM_RETURN_IF_ERROR(PrepareOutput(ctx, out[0], x.dtype(), out_dims, "Resize"));
   std::vector<Taps> taps;
   for (int i = 0; i < r; ++i)
@@ -263,8 +170,8 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
         bool outside = false;
         int64_t combos = 1;
         for (int i = 0; i < r; ++i) {
-          outside |= taps[i].outside[o[i]];
-          combos *= static_cast<int64_t>(taps[i].weight[o[i]].size());
+          outside |= taps[i].at[o[i]].outside;
+          combos *= taps[i].at[o[i]].count;
         }
         double acc = 0;
         if (outside) {
@@ -274,11 +181,11 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
             double w = 1;
             int64_t off = 0;
             for (int64_t rem = ci, i = r - 1; i >= 0; --i) {
-              const auto& ws = taps[i].weight[o[i]];
-              const int64_t j = rem % static_cast<int64_t>(ws.size());
-              rem /= static_cast<int64_t>(ws.size());
-              w *= ws[j];
-              off += taps[i].index[o[i]][j] * x.stride(i);
+              const ResizeTap& t = taps[i].at[o[i]];
+              const int64_t j = rem % t.count;
+              rem /= t.count;
+              w *= t.weight[j];
+              off += t.index[j] * x.stride(i);
             }
             if (w == 0) continue;
             if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
@@ -305,71 +212,170 @@ absl::Status RunResize(const void* attrs, KernelContext& ctx, Inputs in, Outputs
 
 }  // namespace
 
+ResizeTap ResizeTapAt(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start,
+                      double roi_end, int64_t x) {
+  ResizeTap t;
+  const double out_width = scale * static_cast<double>(in);
+  const double xd = static_cast<double>(x);
+  double c;
+  if (a.transform == "align_corners") {
+    c = out_width == 1 ? 0 : xd * static_cast<double>(in - 1) / (out_width - 1);
+  } else if (a.transform == "asymmetric") {
+    c = xd / scale;
+  } else if (a.transform == "tf_crop_and_resize") {
+    c = out_width == 1 ? (roi_end - roi_start) * static_cast<double>(in - 1) / 2
+                       : xd * (roi_end - roi_start) * static_cast<double>(in - 1) / (out_width - 1);
+    c += roi_start * static_cast<double>(in - 1);
+    t.outside = c < 0 || c > static_cast<double>(in - 1);
+  } else if (a.transform == "tf_half_pixel_for_nn") {
+    c = (xd + 0.5) / scale;
+  } else if (a.transform == "half_pixel_symmetric") {
+    // Opset 19: half_pixel, shifted so the output stays centered when out / scale is not in.
+    const double adjustment = static_cast<double>(out) / out_width;
+    c = static_cast<double>(in) / 2 * (1 - adjustment) + (xd + 0.5) / scale - 0.5;
+  } else if (a.transform == "pytorch_half_pixel") {
+    // The operator's text: "length_resized > 1 ? ... : 0", the output's length (ONNX
+    // Runtime too; ONNX's reference implementation takes -0.5 where scale x in is 1:
+    // onnx/onnx#4275, where cubic differs; docs/differential.md).
+    c = out == 1 ? 0 : (xd + 0.5) / scale - 0.5;
+  } else {  // half_pixel
+    c = (xd + 0.5) / scale - 0.5;
+  }
+  const double base = std::ceil(c) - 1;
+  const double ratio = c - base;  // in (0, 1]
+  double* w = t.weight;
+  int64_t first;
+  if (a.mode == Mode::kCubic) {
+    const double A = a.cubic_a, r = ratio, s = 1 - ratio;
+    w[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    w[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    w[2] = ((A + 2) * s - (A + 3)) * s * s + 1;
+    w[3] = ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A;
+    t.count = 4;
+    first = static_cast<int64_t>(base) - 1;
+  } else if (a.mode == Mode::kLinear) {
+    w[0] = 1 - ratio;
+    w[1] = ratio;
+    t.count = 2;
+    first = static_cast<int64_t>(base);
+  } else {
+    bool right;
+    if (ratio == 1) {
+      right = true;  // c is an integer: itself
+    } else if (a.nearest == "round_prefer_ceil") {
+      right = ratio >= 0.5;
+    } else if (a.nearest == "floor") {
+      right = false;
+    } else if (a.nearest == "ceil") {
+      right = true;
+    } else {  // round_prefer_floor
+      right = ratio > 0.5;
+    }
+    w[0] = right ? 0.0 : 1.0;
+    w[1] = right ? 1.0 : 0.0;
+    t.count = 2;
+    first = static_cast<int64_t>(base);
+  }
+  for (int j = 0; j < t.count; ++j) t.index[j] = first + j;
+  if (a.exclude_outside) {
+    double sum = 0;
+    for (int j = 0; j < t.count; ++j) {
+      if (t.index[j] < 0 || t.index[j] >= in) w[j] = 0;
+      sum += w[j];
+    }
+    if (sum != 0) {
+      for (int j = 0; j < t.count; ++j) w[j] /= sum;
+    }
+  }
+  for (int j = 0; j < t.count; ++j) t.index[j] = std::clamp<int64_t>(t.index[j], 0, in - 1);
+  return t;
+}
+
+absl::StatusOr<ResizeGeometry> PlanResize(const ResizeAttrs& a, Inputs in) {
+  if (in.empty() || in[0] == nullptr) return absl::InvalidArgumentError("Resize: missing input");
+  const Tensor& x = *in[0];
+  const Tensor* roi_t = in.size() > 1 ? in[1] : nullptr;
+  const Tensor* scales_t = in.size() > 2 ? in[2] : nullptr;
+  const Tensor* sizes_t = in.size() > 3 ? in[3] : nullptr;
+  if (scales_t != nullptr && scales_t->numel() == 0) scales_t = nullptr;
+  if (sizes_t != nullptr && sizes_t->numel() == 0) sizes_t = nullptr;
+  if ((scales_t == nullptr) == (sizes_t == nullptr)) {
+    return absl::InvalidArgumentError("Resize: exactly one of scales and sizes must be given");
+  }
+  ResizeGeometry g;
+  DYNVM_RETURN_IF_ERROR(
+      OutputSizes(a, x, roi_t, scales_t, sizes_t, &g.out_dims, &g.scales, &g.roi));
+  return g;
+}
+
+absl::StatusOr<ResizeAttrs> ReadResizeAttrs(const KernelSpec& spec) {
+  if (spec.inputs.empty() || spec.inputs.size() > 4 || spec.outputs.size() != 1) {
+    return absl::InvalidArgumentError("Resize: expected 1..4 inputs and 1 output");
+  }
+  if (spec.Find("opset10") != nullptr) {
+    return absl::UnimplementedError("Resize of opset 10 is not supported (opset 11 and later)");
+  }
+  ResizeAttrs a;
+  DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "nearest"));
+  if (mode == "nearest") {
+    a.mode = Mode::kNearest;
+  } else if (mode == "linear") {
+    a.mode = Mode::kLinear;
+  } else if (mode == "cubic") {
+    a.mode = Mode::kCubic;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", mode, "'"));
+  }
+  absl::StatusOr<std::string> transform =
+      spec.GetString("coordinate_transformation_mode", "half_pixel");
+  if (!transform.ok()) return transform.status();
+  static const char* kTransforms[] = {
+      "half_pixel",           "pytorch_half_pixel", "align_corners",       "asymmetric",
+      "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
+  if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) ==
+      std::end(kTransforms)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resize: unknown coordinate_transformation_mode '", *transform, "'"));
+  }
+  a.transform = *transform;
+  absl::StatusOr<std::string> nearest = spec.GetString("nearest_mode", "round_prefer_floor");
+  if (!nearest.ok()) return nearest.status();
+  if (*nearest != "round_prefer_floor" && *nearest != "round_prefer_ceil" && *nearest != "floor" &&
+      *nearest != "ceil") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resize: unknown nearest_mode '", *nearest, "'"));
+  }
+  a.nearest = *nearest;
+  absl::StatusOr<float> cubic_a = spec.GetFloat("cubic_coeff_a", -0.75f);
+  if (!cubic_a.ok()) return cubic_a.status();
+  a.cubic_a = *cubic_a;
+  DYNVM_ASSIGN_OR_RETURN(int64_t exclude, spec.GetInt("exclude_outside", 0));
+  a.exclude_outside = exclude != 0;
+  absl::StatusOr<float> extrapolation = spec.GetFloat("extrapolation_value", 0);
+  if (!extrapolation.ok()) return extrapolation.status();
+  a.extrapolation = *extrapolation;
+  DYNVM_ASSIGN_OR_RETURN(int64_t antialias, spec.GetInt("antialias", 0));
+  if (antialias != 0) {
+    return absl::UnimplementedError("Resize: antialias (opset 18) is not supported");
+  }
+  DYNVM_ASSIGN_OR_RETURN(a.axes, spec.GetInts("axes"));
+  DYNVM_ASSIGN_OR_RETURN(std::string keep, spec.GetString("keep_aspect_ratio_policy", "stretch"));
+  if (keep == "not_larger") {
+    a.keep_aspect = 1;
+  } else if (keep == "not_smaller") {
+    a.keep_aspect = 2;
+  } else if (keep != "stretch") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resize: unknown keep_aspect_ratio_policy '", keep, "'"));
+  }
+  return a;
+}
+
 void RegisterResizeKernels(KernelRegistry& r) {
   r.Register(KernelRegistration{
       "", "Resize", Device::kCPU, "reference", kReferencePriority,
       [](const KernelSpec& spec) -> absl::StatusOr<std::unique_ptr<Kernel>> {
-        if (spec.inputs.empty() || spec.inputs.size() > 4 || spec.outputs.size() != 1) {
-          return absl::InvalidArgumentError("Resize: expected 1..4 inputs and 1 output");
-        }
-        if (spec.Find("opset10") != nullptr) {
-          return absl::UnimplementedError(
-              "Resize of opset 10 is not supported (opset 11 and later)");
-        }
-        ResizeAttrs a;
-        DYNVM_ASSIGN_OR_RETURN(std::string mode, spec.GetString("mode", "nearest"));
-        if (mode == "nearest") {
-          a.mode = Mode::kNearest;
-        } else if (mode == "linear") {
-          a.mode = Mode::kLinear;
-        } else if (mode == "cubic") {
-          a.mode = Mode::kCubic;
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("Resize: unknown mode '", mode, "'"));
-        }
-        absl::StatusOr<std::string> transform =
-            spec.GetString("coordinate_transformation_mode", "half_pixel");
-        if (!transform.ok()) return transform.status();
-        static const char* kTransforms[] = {
-            "half_pixel",           "pytorch_half_pixel", "align_corners",       "asymmetric",
-            "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
-        if (std::find(std::begin(kTransforms), std::end(kTransforms), *transform) ==
-            std::end(kTransforms)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Resize: unknown coordinate_transformation_mode '", *transform, "'"));
-        }
-        a.transform = *transform;
-        absl::StatusOr<std::string> nearest = spec.GetString("nearest_mode", "round_prefer_floor");
-        if (!nearest.ok()) return nearest.status();
-        if (*nearest != "round_prefer_floor" && *nearest != "round_prefer_ceil" &&
-            *nearest != "floor" && *nearest != "ceil") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Resize: unknown nearest_mode '", *nearest, "'"));
-        }
-        a.nearest = *nearest;
-        absl::StatusOr<float> cubic_a = spec.GetFloat("cubic_coeff_a", -0.75f);
-        if (!cubic_a.ok()) return cubic_a.status();
-        a.cubic_a = *cubic_a;
-        DYNVM_ASSIGN_OR_RETURN(int64_t exclude, spec.GetInt("exclude_outside", 0));
-        a.exclude_outside = exclude != 0;
-        absl::StatusOr<float> extrapolation = spec.GetFloat("extrapolation_value", 0);
-        if (!extrapolation.ok()) return extrapolation.status();
-        a.extrapolation = *extrapolation;
-        DYNVM_ASSIGN_OR_RETURN(int64_t antialias, spec.GetInt("antialias", 0));
-        if (antialias != 0) {
-          return absl::UnimplementedError("Resize: antialias (opset 18) is not supported");
-        }
-        DYNVM_ASSIGN_OR_RETURN(a.axes, spec.GetInts("axes"));
-        DYNVM_ASSIGN_OR_RETURN(std::string keep,
-                               spec.GetString("keep_aspect_ratio_policy", "stretch"));
-        if (keep == "not_larger") {
-          a.keep_aspect = 1;
-        } else if (keep == "not_smaller") {
-          a.keep_aspect = 2;
-        } else if (keep != "stretch") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Resize: unknown keep_aspect_ratio_policy '", keep, "'"));
-        }
+        DYNVM_ASSIGN_OR_RETURN(ResizeAttrs a, ReadResizeAttrs(spec));
         return std::make_unique<FunctionKernel>(ReferenceKernelName(spec), &RunResize,
                                                 std::make_shared<const ResizeAttrs>(std::move(a)));
       }});

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/reference/common.h"
+#include "kernels/reference/grid_sample.h"
 #include "kernels/reference/reference.h"
 #include "kernels/reference/roi_align.h"
 #include "kernels/reference/signal_common.h"
@@ -295,15 +296,6 @@ absl::Status RunRoiAlign(const void* attrs, KernelContext& ctx, Inputs in, Outpu
 
 // ---- GridSample ----
 
-enum class GsMode : uint8_t { kBilinear, kNearest, kBicubic };
-enum class GsPad : uint8_t { kZeros, kBorder, kReflection };
-
-struct GridAttrs {
-  GsMode mode = GsMode::kBilinear;
-  GsPad pad = GsPad::kZeros;
-  bool align_corners = false;
-};
-
 double Reflect(double v, double lo, double hi) {
   const double range = hi - lo;
   if (range <= 0) return lo;
@@ -472,6 +464,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> Make(const KernelSpec& spec, FunctionKer
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeGridSample(const KernelSpec& spec) {
+  DYNVM_ASSIGN_OR_RETURN(GridAttrs a, ReadGridSampleAttrs(spec));
+  return Make(spec, &RunGridSample, a);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeRoiAlign(const KernelSpec& spec) {
+  if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {
+    return absl::InvalidArgumentError("RoiAlign: expected 3 inputs and 1 output");
+  }
+  DYNVM_ASSIGN_OR_RETURN(RoiAlignAttrs a, ReadRoiAlignAttrs(spec));
+  return Make(spec, &RunRoiAlign, a);
+}
+
+}  // namespace
+
+absl::StatusOr<GridAttrs> ReadGridSampleAttrs(const KernelSpec& spec) {
   if (spec.inputs.size() != 2 || spec.outputs.size() != 1) {
     return absl::InvalidArgumentError("GridSample: expected 2 inputs and 1 output");
   }
@@ -498,18 +505,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeGridSample(const KernelSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("GridSample: unknown padding_mode '", pad, "'"));
   }
   a.align_corners = align != 0;
-  return Make(spec, &RunGridSample, a);
+  return a;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> MakeRoiAlign(const KernelSpec& spec) {
-  if (spec.inputs.size() != 3 || spec.outputs.size() != 1) {
-    return absl::InvalidArgumentError("RoiAlign: expected 3 inputs and 1 output");
-  }
-  DYNVM_ASSIGN_OR_RETURN(RoiAlignAttrs a, ReadRoiAlignAttrs(spec));
-  return Make(spec, &RunRoiAlign, a);
-}
+double GridReflect(double v, double lo, double hi) { return Reflect(v, lo, hi); }
 
-}  // namespace
+void GridCubicCoeffs(double t, double c[4]) { CubicCoeffs(t, c); }
 
 absl::StatusOr<RoiAlignAttrs> ReadRoiAlignAttrs(const KernelSpec& spec) {
   RoiAlignAttrs a;
