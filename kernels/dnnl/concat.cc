@@ -108,7 +108,7 @@ class ConcatKernel final : public DnnlKernel {
     const int r = first.rank();
     const int64_t ax = axis_ < 0 ? axis_ + r : axis_;
     if (first.dtype() == DType::kString || ax < 0 || ax >= r) return RunFallback(ctx, in, out);
-    std::vector<int64_t> dims(first.dims().begin(), first.dims().end());
+    reference::Dims dims(first.dims().begin(), first.dims().end());
     dims[ax] = 0;
     for (const Tensor* t : in) {
       if (t->rank() != r || t->dtype() != first.dtype()) return RunFallback(ctx, in, out);
