@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_testing.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -21,6 +22,7 @@ namespace dynvm::onednn {
 namespace {
 
 using testing::KernelCall;
+using testing::SameBits;
 
 Tensor RandomTensor(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng) {
   Tensor t = *Tensor::Empty(dtype, dims);
@@ -32,38 +34,14 @@ Tensor RandomTensor(DType dtype, const std::vector<int64_t>& dims, std::mt19937&
   return t;
 }
 
-struct Result {
-  Tensor out;
-  int64_t fallback_runs = 0;
-};
+using Result = testing::BackendRun;
 
 absl::StatusOr<Result> RunConcat(const std::vector<const Tensor*>& xs, int64_t axis,
                                  const std::string& backend, int threads) {
   KernelCall call("Concat");
   for (const Tensor* x : xs) call.In(*x);
   call.Out(xs[0]->dtype()).Attr("axis", axis);
-  KernelSpec spec = call.spec();
-  spec.backend = backend;
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec));
-  KernelContext ctx(&HeapAllocator::Get(), threads);
-  Result r;
-  for (int run = 0; run < 2; ++run) {
-    r.out = Tensor();
-    std::vector<Tensor*> outs = {&r.out};
-    DYNVM_RETURN_IF_ERROR(k->Run(ctx, xs, outs));
-  }
-  if (backend == "dnnl") {
-    const auto* d = dynamic_cast<const DnnlKernel*>(k.get());
-    if (d == nullptr) return absl::InternalError(absl::StrCat("not a dnnl kernel: ", k->name()));
-    r.fallback_runs = d->fallback_runs();
-  }
-  return r;
-}
-
-bool SameBits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
-  return a.numel() == 0 ||
-         std::memcmp(a.raw_data(), b.raw_data(), a.numel() * DTypeSize(a.dtype())) == 0;
+  return testing::RunOnBackend(call, backend, threads);
 }
 
 void ExpectMatches(const std::vector<const Tensor*>& xs, int64_t axis, bool served) {
@@ -74,12 +52,16 @@ void ExpectMatches(const std::vector<const Tensor*>& xs, int64_t axis, bool serv
     absl::StatusOr<Result> got = RunConcat(xs, axis, "dnnl", threads);
     if (!want.ok()) {
       EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      if (!got.ok()) {
+        EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      }
       continue;
     }
     ASSERT_TRUE(got.ok()) << what << ": " << got.status();
     EXPECT_TRUE(SameBits(got->out, want->out)) << what << " at " << threads << " threads";
-    if (served) EXPECT_EQ(got->fallback_runs, 0) << what;
+    if (served) {
+      EXPECT_EQ(got->fallback_runs, 0) << what;
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_testing.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -25,45 +26,21 @@ namespace dynvm::onednn {
 namespace {
 
 using testing::KernelCall;
+using testing::SameBits;
 
 struct Case {
   std::string mode = "bilinear", pad = "zeros";
   int64_t align = 0;
 };
 
-struct Result {
-  Tensor out;
-  int64_t fallback_runs = 0;
-};
+using Result = testing::BackendRun;
 
 absl::StatusOr<Result> RunGridSample(const Tensor& x, const Tensor& grid, const Case& c,
                                      const std::string& backend, int threads) {
   KernelCall call("GridSample");
   call.In(x).In(grid).Out(x.dtype());
   call.Attr("mode", c.mode).Attr("padding_mode", c.pad).Attr("align_corners", c.align);
-  KernelSpec spec = call.spec();
-  spec.backend = backend;
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec));
-  KernelContext ctx(&HeapAllocator::Get(), threads);
-  Result r;
-  std::vector<const Tensor*> in = call.inputs();
-  for (int run = 0; run < 2; ++run) {
-    r.out = Tensor();
-    std::vector<Tensor*> outs = {&r.out};
-    DYNVM_RETURN_IF_ERROR(k->Run(ctx, in, outs));
-  }
-  if (backend == "dnnl") {
-    const auto* d = dynamic_cast<const DnnlKernel*>(k.get());
-    if (d == nullptr) return absl::InternalError(absl::StrCat("not a dnnl kernel: ", k->name()));
-    r.fallback_runs = d->fallback_runs();
-  }
-  return r;
-}
-
-bool SameBits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
-  return a.numel() == 0 ||
-         std::memcmp(a.raw_data(), b.raw_data(), a.numel() * DTypeSize(a.dtype())) == 0;
+  return testing::RunOnBackend(call, backend, threads);
 }
 
 void ExpectMatches(const Tensor& x, const Tensor& grid, const Case& c, bool served) {
@@ -74,12 +51,16 @@ void ExpectMatches(const Tensor& x, const Tensor& grid, const Case& c, bool serv
     absl::StatusOr<Result> got = RunGridSample(x, grid, c, "dnnl", threads);
     if (!want.ok()) {
       EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      if (!got.ok()) {
+        EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      }
       continue;
     }
     ASSERT_TRUE(got.ok()) << what << ": " << got.status();
     EXPECT_TRUE(SameBits(got->out, want->out)) << what << " at " << threads << " threads";
-    if (served) EXPECT_EQ(got->fallback_runs, 0) << what;
+    if (served) {
+      EXPECT_EQ(got->fallback_runs, 0) << what;
+    }
   }
 }
 

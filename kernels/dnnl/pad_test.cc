@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_testing.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -22,6 +23,7 @@ namespace dynvm::onednn {
 namespace {
 
 using testing::KernelCall;
+using testing::SameBits;
 
 const char* const kModes[] = {"constant", "reflect", "edge", "wrap"};
 
@@ -51,10 +53,7 @@ std::string Describe(const Tensor& x, const PadCase& c) {
                       c.value ? " with value" : "", c.attribute_form ? " (attributes)" : "");
 }
 
-struct PadResult {
-  Tensor out;
-  int64_t fallback_runs = 0;
-};
+using PadResult = testing::BackendRun;
 
 // Runs Pad on `backend` at `threads`, twice at one site (the second run into the first's output,
 // preallocated, when `preallocated`); the last output.
@@ -78,29 +77,7 @@ absl::StatusOr<PadResult> RunPad(const Tensor& x, const PadCase& c, const std::s
     }
   }
   call.Out(x.dtype()).Attr("mode", c.mode);
-  KernelSpec spec = call.spec();
-  spec.backend = backend;
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec));
-  KernelContext ctx(&HeapAllocator::Get(), threads);
-  PadResult r;
-  std::vector<const Tensor*> in = call.inputs();
-  for (int run = 0; run < 2; ++run) {
-    if (!preallocated || run == 0) r.out = Tensor();
-    std::vector<Tensor*> outs = {&r.out};
-    DYNVM_RETURN_IF_ERROR(k->Run(ctx, in, outs));
-  }
-  if (backend == "dnnl") {
-    const auto* d = dynamic_cast<const DnnlKernel*>(k.get());
-    if (d == nullptr) return absl::InternalError(absl::StrCat("not a dnnl kernel: ", k->name()));
-    r.fallback_runs = d->fallback_runs();
-  }
-  return r;
-}
-
-bool SameBits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
-  return a.numel() == 0 ||
-         std::memcmp(a.raw_data(), b.raw_data(), a.numel() * DTypeSize(a.dtype())) == 0;
+  return testing::RunOnBackend(call, backend, threads, preallocated);
 }
 
 // Expects the dnnl kernel to give the reference kernel's bits (or its error code) at 1 and 2
@@ -113,14 +90,18 @@ void ExpectMatches(const Tensor& x, const PadCase& c, bool served) {
       absl::StatusOr<PadResult> got = RunPad(x, c, "dnnl", threads, preallocated);
       if (!want.ok()) {
         EXPECT_FALSE(got.ok()) << what;
-        if (!got.ok()) EXPECT_EQ(got.status().code(), want.status().code()) << what;
+        if (!got.ok()) {
+          EXPECT_EQ(got.status().code(), want.status().code()) << what;
+        }
         continue;
       }
       ASSERT_TRUE(got.ok()) << what << ": " << got.status();
       EXPECT_TRUE(SameBits(got->out, want->out))
           << what << " at " << threads << " threads: " << got->out.DebugString() << " vs "
           << want->out.DebugString();
-      if (served) EXPECT_EQ(got->fallback_runs, 0) << what;
+      if (served) {
+        EXPECT_EQ(got->fallback_runs, 0) << what;
+      }
     }
   }
 }

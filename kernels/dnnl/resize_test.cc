@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
+#include "kernels/dnnl/dnnl_testing.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
 
@@ -49,10 +50,7 @@ std::string Describe(const Tensor& x, const Case& c) {
                       absl::StrJoin(c.axes, ","), "]");
 }
 
-struct Result {
-  Tensor out;
-  int64_t fallback_runs = 0;
-};
+using Result = testing::BackendRun;
 
 // Runs Resize on `backend` at `threads`, twice at one site; the last output.
 absl::StatusOr<Result> RunResize(const Tensor& x, const Case& c, const std::string& backend,
@@ -80,23 +78,7 @@ absl::StatusOr<Result> RunResize(const Tensor& x, const Case& c, const std::stri
       .Attr("extrapolation_value", c.extrapolation)
       .Attr("cubic_coeff_a", c.cubic_a);
   if (!c.axes.empty()) call.Attr("axes", c.axes);
-  KernelSpec spec = call.spec();
-  spec.backend = backend;
-  DYNVM_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, KernelRegistry::Global().Create(spec));
-  KernelContext ctx(&HeapAllocator::Get(), threads);
-  Result r;
-  std::vector<const Tensor*> in = call.inputs();
-  for (int run = 0; run < 2; ++run) {
-    r.out = Tensor();
-    std::vector<Tensor*> outs = {&r.out};
-    DYNVM_RETURN_IF_ERROR(k->Run(ctx, in, outs));
-  }
-  if (backend == "dnnl") {
-    const auto* d = dynamic_cast<const DnnlKernel*>(k.get());
-    if (d == nullptr) return absl::InternalError(absl::StrCat("not a dnnl kernel: ", k->name()));
-    r.fallback_runs = d->fallback_runs();
-  }
-  return r;
+  return testing::RunOnBackend(call, backend, threads);
 }
 
 // Whether element i of a float tensor is a NaN.
@@ -144,12 +126,16 @@ void ExpectMatches(const Tensor& x, const Case& c, bool served) {
     absl::StatusOr<Result> got = RunResize(x, c, "dnnl", threads);
     if (!want.ok()) {
       EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      if (!got.ok()) {
+        EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      }
       continue;
     }
     ASSERT_TRUE(got.ok()) << what << ": " << got.status();
     EXPECT_EQ(Difference(got->out, want->out), "") << what << " at " << threads << " threads";
-    if (served) EXPECT_EQ(got->fallback_runs, 0) << what;
+    if (served) {
+      EXPECT_EQ(got->fallback_runs, 0) << what;
+    }
   }
 }
 
