@@ -97,7 +97,7 @@ inline int64_t TapOffset(const Plane& g, int64_t r, int64_t c) {
 
 // The reference kernel's GridValue up to the reads: pixel coordinate (x, y) to taps.
 void MakeTaps(const Plane& g, double x, double y, Taps* t) {
-  if (std::isnan(x) || std::isnan(y)) {
+  if (reference::GridSampleIsNaN(g.pad, x, y)) {
     t->kind = 0;
     return;
   }
@@ -280,7 +280,7 @@ __attribute__((noinline)) void BilinearRows(const Geometry& g, const T* x, const
       double px = align ? (gx + 1) / 2 * w1 : ((gx + 1) * wd - 1) / 2;
       double py = align ? (gy + 1) / 2 * h1 : ((gy + 1) * hd - 1) / 2;
       T* yp = yr + j;
-      if (std::isnan(px) || std::isnan(py)) {
+      if (reference::GridSampleIsNaN(PAD, px, py)) {
         for (int64_t ch = 0; ch < c; ++ch) {
           yp[ch * cs] = Store<T>(std::numeric_limits<double>::quiet_NaN());
         }

@@ -4,6 +4,7 @@
 #ifndef DYNVM_KERNELS_REFERENCE_GRID_SAMPLE_H_
 #define DYNVM_KERNELS_REFERENCE_GRID_SAMPLE_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -24,8 +25,16 @@ struct GridAttrs {
 // kernel's factory reports it.
 absl::StatusOr<GridAttrs> ReadGridSampleAttrs(const KernelSpec& spec);
 
-// v mirrored into [lo, hi] at its borders (lo when the range is empty).
+// v mirrored into [lo, hi] at its borders (lo when the range is empty). v finite.
 double GridReflect(double v, double lo, double hi);
+
+// True when the sample at pixel coordinate (x, y) is NaN whatever the image holds: a NaN
+// coordinate, or an infinite one under reflection padding (its mirror image is undefined; an
+// infinite coordinate is clamped by border padding and outside the image under zeros padding).
+inline bool GridSampleIsNaN(GsPad pad, double x, double y) {
+  if (std::isnan(x) || std::isnan(y)) return true;
+  return pad == GsPad::kReflection && (std::isinf(x) || std::isinf(y));
+}
 
 // The bicubic weights (A = -0.75) of the 4 taps around a coordinate at distance t from the
 // second one.

@@ -346,7 +346,7 @@ void CubicCoeffs(double t, double c[4]) {
 }
 
 double GridValue(const GridAttrs& a, const GridPlane& g, double x, double y) {
-  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
+  if (GridSampleIsNaN(a.pad, x, y)) return std::numeric_limits<double>::quiet_NaN();
   const double lo_x = a.align_corners ? 0 : -0.5, hi_x = a.align_corners ? g.w - 1 : g.w - 0.5;
   const double lo_y = a.align_corners ? 0 : -0.5, hi_y = a.align_corners ? g.h - 1 : g.h - 0.5;
   if (a.mode == GsMode::kNearest) {

@@ -246,6 +246,30 @@ TEST(VisionKernelTest, GridSampleNanEmptyAndBadShapes) {
   KernelCall nan("GridSample");
   nan.In(F32({1, 1, 2, 2}, {0, 1, 2, 3})).In(F32({1, 1, 1, 2}, {kNaN, 0})).Out(DType::kF32);
   EXPECT_TRUE(std::isnan(ToDoubles(RunCall(nan)[0])[0]));
+  // An infinite coordinate: outside the image under zeros padding (0), the edge under border
+  // padding, and NaN under reflection (its mirror image is undefined), for every mode; never a
+  // cast of a NaN to an integer (UBSan's stage of tools/test.sh checks that).
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      KernelCall far("GridSample");
+      far.Backend("reference");
+      far.In(F32({1, 1, 2, 2}, {0, 1, 2, 3})).In(F32({1, 1, 2, 2}, {inf, 0, -inf, -inf}));
+      far.Attr("mode", std::string(mode)).Attr("padding_mode", std::string(pad));
+      far.Out(DType::kF32);
+      const std::vector<double> got = ToDoubles(RunCall(far)[0]);
+      const std::string what = std::string(mode) + " " + pad;
+      if (std::string(pad) == "reflection") {
+        EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1])) << what;
+      } else if (std::string(pad) == "zeros") {
+        EXPECT_EQ(got[0], 0.0) << what;
+        EXPECT_EQ(got[1], 0.0) << what;
+      } else {
+        EXPECT_TRUE(std::isfinite(got[0]) && std::isfinite(got[1])) << what;
+        EXPECT_EQ(got[1], 0.0) << what;  // (-inf, -inf): the top-left pixel
+      }
+    }
+  }
   KernelCall empty("GridSample");
   empty.In(F32({1, 3, 2, 2}, std::vector<float>(12, 1))).In(F32({1, 0, 5, 2}, {}));
   empty.Out(DType::kF32);
