@@ -47,22 +47,11 @@ absl::StatusOr<Result> RunConcat(const std::vector<const Tensor*>& xs, int64_t a
 void ExpectMatches(const std::vector<const Tensor*>& xs, int64_t axis, bool served) {
   std::string what = absl::StrCat("axis ", axis);
   for (const Tensor* x : xs) absl::StrAppend(&what, " ", x->DebugString());
-  absl::StatusOr<Result> want = RunConcat(xs, axis, "reference", 1);
-  for (int threads : {1, 2}) {
-    absl::StatusOr<Result> got = RunConcat(xs, axis, "dnnl", threads);
-    if (!want.ok()) {
-      EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) {
-        EXPECT_EQ(got.status().code(), want.status().code()) << what;
-      }
-      continue;
-    }
-    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
-    EXPECT_TRUE(SameBits(got->out, want->out)) << what << " at " << threads << " threads";
-    if (served) {
-      EXPECT_EQ(got->fallback_runs, 0) << what;
-    }
-  }
+  testing::ExpectDnnlMatchesReference(
+      [&](const std::string& backend, int threads) {
+        return RunConcat(xs, axis, backend, threads);
+      },
+      what, served, testing::BitsDiffer);
 }
 
 void ExpectMatchesOwned(const std::vector<Tensor>& xs, int64_t axis, bool served) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/heap_allocator.h"
 #include "common/status_macros.h"
+#include "gtest/gtest.h"
 #include "kernels/dnnl/common.h"
 #include "kernels/registry.h"
 #include "kernels/testing.h"
@@ -56,6 +57,36 @@ inline bool SameBits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
   return a.numel() == 0 ||
          std::memcmp(a.raw_data(), b.raw_data(), a.numel() * DTypeSize(a.dtype())) == 0;
+}
+
+// "" when `got` and `want` have the same bits, else both described.
+inline std::string BitsDiffer(const Tensor& got, const Tensor& want) {
+  return SameBits(got, want) ? "" : got.DebugString() + " vs " + want.DebugString();
+}
+
+// Expects the oneDNN kernel at 1 and 2 threads to give what the reference kernel gives at 1
+// thread: its error code, or an output in which `differs(got, want)` finds nothing ("" when
+// they agree, else what differs); `served`: that the oneDNN kernel ran no fallback.
+// `run(backend, threads)` runs the call under test (RunOnBackend).
+template <typename Run, typename Differs>
+void ExpectDnnlMatchesReference(const Run& run, const std::string& what, bool served,
+                                const Differs& differs) {
+  absl::StatusOr<BackendRun> want = run("reference", 1);
+  for (int threads : {1, 2}) {
+    absl::StatusOr<BackendRun> got = run("dnnl", threads);
+    if (!want.ok()) {
+      EXPECT_FALSE(got.ok()) << what;
+      if (!got.ok()) {
+        EXPECT_EQ(got.status().code(), want.status().code()) << what;
+      }
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+    EXPECT_EQ(differs(got->out, want->out), "") << what << " at " << threads << " threads";
+    if (served) {
+      EXPECT_EQ(got->fallback_runs, 0) << what;
+    }
+  }
 }
 
 }  // namespace dynvm::testing

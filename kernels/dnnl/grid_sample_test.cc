@@ -46,22 +46,11 @@ absl::StatusOr<Result> RunGridSample(const Tensor& x, const Tensor& grid, const 
 void ExpectMatches(const Tensor& x, const Tensor& grid, const Case& c, bool served) {
   const std::string what = absl::StrCat(x.DebugString(), " grid ", grid.DebugString(), " ", c.mode,
                                         " ", c.pad, " align ", c.align);
-  absl::StatusOr<Result> want = RunGridSample(x, grid, c, "reference", 1);
-  for (int threads : {1, 2}) {
-    absl::StatusOr<Result> got = RunGridSample(x, grid, c, "dnnl", threads);
-    if (!want.ok()) {
-      EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) {
-        EXPECT_EQ(got.status().code(), want.status().code()) << what;
-      }
-      continue;
-    }
-    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
-    EXPECT_TRUE(SameBits(got->out, want->out)) << what << " at " << threads << " threads";
-    if (served) {
-      EXPECT_EQ(got->fallback_runs, 0) << what;
-    }
-  }
+  testing::ExpectDnnlMatchesReference(
+      [&](const std::string& backend, int threads) {
+        return RunGridSample(x, grid, c, backend, threads);
+      },
+      what, served, testing::BitsDiffer);
 }
 
 Tensor Random(const std::vector<int64_t>& dims, float lo, float hi, std::mt19937& rng) {

@@ -84,25 +84,12 @@ absl::StatusOr<PadResult> RunPad(const Tensor& x, const PadCase& c, const std::s
 // threads; `served`: that it ran no fallback.
 void ExpectMatches(const Tensor& x, const PadCase& c, bool served) {
   const std::string what = Describe(x, c);
-  absl::StatusOr<PadResult> want = RunPad(x, c, "reference", 1);
-  for (int threads : {1, 2}) {
-    for (bool preallocated : {false, true}) {
-      absl::StatusOr<PadResult> got = RunPad(x, c, "dnnl", threads, preallocated);
-      if (!want.ok()) {
-        EXPECT_FALSE(got.ok()) << what;
-        if (!got.ok()) {
-          EXPECT_EQ(got.status().code(), want.status().code()) << what;
-        }
-        continue;
-      }
-      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
-      EXPECT_TRUE(SameBits(got->out, want->out))
-          << what << " at " << threads << " threads: " << got->out.DebugString() << " vs "
-          << want->out.DebugString();
-      if (served) {
-        EXPECT_EQ(got->fallback_runs, 0) << what;
-      }
-    }
+  for (bool preallocated : {false, true}) {
+    testing::ExpectDnnlMatchesReference(
+        [&](const std::string& backend, int threads) {
+          return RunPad(x, c, backend, threads, preallocated && backend == "dnnl");
+        },
+        absl::StrCat(what, preallocated ? " preallocated" : ""), served, testing::BitsDiffer);
   }
 }
 

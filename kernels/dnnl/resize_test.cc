@@ -120,23 +120,9 @@ std::string Difference(const Tensor& got, const Tensor& want) {
 // Expects the dnnl kernel to give the reference kernel's bits (or its error code) at 1 and 2
 // threads; `served`: that it ran no fallback.
 void ExpectMatches(const Tensor& x, const Case& c, bool served) {
-  const std::string what = Describe(x, c);
-  absl::StatusOr<Result> want = RunResize(x, c, "reference", 1);
-  for (int threads : {1, 2}) {
-    absl::StatusOr<Result> got = RunResize(x, c, "dnnl", threads);
-    if (!want.ok()) {
-      EXPECT_FALSE(got.ok()) << what;
-      if (!got.ok()) {
-        EXPECT_EQ(got.status().code(), want.status().code()) << what;
-      }
-      continue;
-    }
-    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
-    EXPECT_EQ(Difference(got->out, want->out), "") << what << " at " << threads << " threads";
-    if (served) {
-      EXPECT_EQ(got->fallback_runs, 0) << what;
-    }
-  }
+  testing::ExpectDnnlMatchesReference(
+      [&](const std::string& backend, int threads) { return RunResize(x, c, backend, threads); },
+      Describe(x, c), served, Difference);
 }
 
 Tensor RandomF32(const std::vector<int64_t>& dims, std::mt19937& rng) {
