@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,17 @@ inline bool SameBits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
   return a.numel() == 0 ||
          std::memcmp(a.raw_data(), b.raw_data(), a.numel() * DTypeSize(a.dtype())) == 0;
+}
+
+// A tensor of `dims` with random bits (bool: 0 or 1).
+inline Tensor RandomTensor(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng) {
+  Tensor t = *Tensor::Empty(dtype, dims);
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  const int64_t n = t.numel() * DTypeSize(dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = static_cast<uint8_t>(dtype == DType::kBool ? rng() & 1 : rng());
+  }
+  return t;
 }
 
 // "" when `got` and `want` have the same bits, else both described.

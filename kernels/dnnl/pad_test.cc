@@ -23,20 +23,10 @@ namespace dynvm::onednn {
 namespace {
 
 using testing::KernelCall;
+using testing::RandomTensor;
 using testing::SameBits;
 
 const char* const kModes[] = {"constant", "reflect", "edge", "wrap"};
-
-// A tensor of `dims` with random bits (bool: 0 or 1).
-Tensor RandomTensor(DType dtype, const std::vector<int64_t>& dims, std::mt19937& rng) {
-  Tensor t = *Tensor::Empty(dtype, dims);
-  auto* p = static_cast<uint8_t*>(t.raw_data());
-  const int64_t n = t.numel() * DTypeSize(dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = static_cast<uint8_t>(dtype == DType::kBool ? rng() & 1 : rng());
-  }
-  return t;
-}
 
 struct PadCase {
   std::string mode = "constant";
