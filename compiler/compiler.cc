@@ -141,6 +141,10 @@ Pipeline BuildPipeline(const CompileOptions& options, CompileResult& result) {
              result.narrowed_nodes = NarrowSelectedRows(m);
              return result.narrowed_nodes > 0;
            }});
+    p.Add({"gather_rows", true, true, [&result](Module& m) -> absl::StatusOr<bool> {
+             result.gathered_row_nodes = GatherRowsEarly(m);
+             return result.gathered_row_nodes > 0;
+           }});
     p.Add({"cse", true, false, [](Module& m) -> absl::StatusOr<bool> {
              EliminateCommonSubexpressions(m);
              return true;
@@ -313,6 +317,9 @@ std::string CompileResult::ReportText() const {
     absl::StrAppendFormat(&out, "rewrite %s: %d\n", rule, count);
   }
   if (!rewrites.empty()) absl::StrAppendFormat(&out, "narrow_rows: %d\n", narrowed_nodes);
+  if (gathered_row_nodes > 0) {
+    absl::StrAppendFormat(&out, "gather_rows: %d\n", gathered_row_nodes);
+  }
   if (unstacked_carried > 0) {
     absl::StrAppendFormat(&out, "unstack_loop_carried: %d\n", unstacked_carried);
   }

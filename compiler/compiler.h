@@ -100,6 +100,9 @@ struct CompileResult {
   // Nodes NarrowSelectedRows made compute one row (compiler/narrow_rows.cc; 0 when not
   // optimizing). Reported as "narrow_rows: N" with the rewrites.
   int narrowed_nodes = 0;
+  // Nodes GatherRowsEarly made compute the rows a run-time index picks (compiler/gather_rows.cc;
+  // the prompt step of --decode). Reported as "gather_rows: N" when nonzero.
+  int gathered_row_nodes = 0;
   // Loop-carried values UnstackLoopCarried carried apart as their slices (a stacked KV cache;
   // compiler/unstack_carried.cc). Reported as "unstack_loop_carried: N" when nonzero.
   int unstacked_carried = 0;

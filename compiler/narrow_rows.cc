@@ -17,9 +17,11 @@
 // the original read (the analysis only follows equal symbolic dims).
 //
 // Row-wise ops: elementwise ops with broadcasting (the row of the output needs the same row of
-// every input that has the axis at full size; dynvm's Gelu, GeluTanh and Silu too), MatMul (a row
-// of the output's second-to-last axis needs that row of A, through a_perm for dynvm::MatMul;
-// dynvm::Linear: a row of any axis but the last needs that row of X), Gemm (a row of Y needs
+// every input that has the axis at full size; dynvm's Gelu, GeluTanh, Silu and SwiGlu too),
+// MatMul (a row of the output's second-to-last axis needs that row of A, through a_perm for
+// dynvm::MatMul; dynvm::Linear, dynvm::QMatMul and com.microsoft::MatMulNBits: a row of any
+// axis but the last needs that row of X), dynvm::RMSNorm along an axis before the normalized
+// ones, Gemm (a row of Y needs
 // A's row, A's axis 1 with transA, and C's row when C is [M, N]), dynvm::Attention (a row of
 // the output's query axis, through out_perm, needs the row of Q's query axis, through q_perm,
 // and of the mask's when it has that axis at full size; K and V whole),
@@ -172,12 +174,15 @@ std::optional<std::vector<InputNeed>> AttentionRows(const Node& n, int r, int ax
 
 std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int64_t count) {
   const bool dynvm = n.domain == ops::kDynvmDomain;
-  const bool linear = dynvm && n.op == ops::kLinear;        // rows of X, like MatMul
+  // Rows of X (operand 0), like MatMul: Linear, and the quantized products.
+  const bool linear = (dynvm && (n.op == ops::kLinear || n.op == ops::kQMatMul)) ||
+                      (n.domain == ops::kMsftDomain && n.op == "MatMulNBits");
+  const bool rms_norm = dynvm && n.op == ops::kRMSNorm;     // over [axis, rank)
   const bool permuted = dynvm && n.op == ops::kMatMul;      // A's rows through a_perm
   const bool attention = dynvm && n.op == ops::kAttention;  // the queries' rows
   // Elementwise ops of either domain (dynvm's Gelu, GeluTanh and Silu among them).
-  const bool elementwise = HasTrait(n, kElementwise);
-  if ((!n.domain.empty() && !linear && !permuted && !attention && !elementwise) ||
+  const bool elementwise = HasTrait(n, kElementwise) || (dynvm && n.op == ops::kSwiGlu);
+  if ((!n.domain.empty() && !linear && !permuted && !attention && !elementwise && !rms_norm) ||
       n.outputs.empty() || n.outputs[0] == nullptr) {
     return std::nullopt;
   }
@@ -251,6 +256,11 @@ std::optional<std::vector<InputNeed>> RowWiseInputs(const Node& n, int axis, int
     const int k = NormalizeAxis(IntAttr(n, "axis", legacy ? 1 : -1), r);
     if (legacy ? axis >= k : axis == k) return std::nullopt;
     if (!same_axis_input(0, axis)) return std::nullopt;
+    return needs;
+  }
+  if (rms_norm) {  // normalizes over [axis, rank): a row of an axis before is x's row
+    const int k = NormalizeAxis(IntAttr(n, "axis", -1), r);
+    if (axis >= k || !same_axis_input(0, axis)) return std::nullopt;
     return needs;
   }
   if (op == ops::kLayerNormalization) {

@@ -49,6 +49,13 @@ void HoistLoopInvariants(Module& module);
 // after. Returns how many nodes it narrowed.
 int NarrowSelectedRows(Module& module);
 
+// Where a Gather along axis 0 of a run-time index vector keeps some rows of a tensor whose
+// leading axes a Reshape or Flatten merged ([d0, ..., dk, C] -> [d0 * ... * dk, C]: the
+// prompt step's logits of `--decode`, of which each batch row's last position is kept), makes
+// the row-wise ops before it compute those rows only (compiler/gather_rows.cc). Needs inferred
+// shapes; infer them again after. Returns how many nodes it narrowed.
+int GatherRowsEarly(Module& module);
+
 // Where a Loop carries tensors stacked into one (an exported decode loop's KV cache [layers, 2,
 // ...]: each slice read by a Gather of a constant index, the new slices re-stacked by Unsqueeze
 // + Concat every iteration), carries the slices apart, so that the loop stops copying the stack
