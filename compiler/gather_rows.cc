@@ -8,26 +8,30 @@
 // positions and keeping one is most of a prompt step's wasted work. NarrowSelectedRows
 // (narrow_rows.cc) handles a constant index; this pass a run-time one.
 //
-// The root: Gather(R, I, axis 0) with I of rank 1, where R = Reshape or Flatten(Y) merges all
-// of Y's leading axes ([d0, ..., dk, C] -> [d0 * ... * dk, C]), R's only use is the Gather and
-// Y's only use is R. Then a set S of row-wise nodes is grown backward from Y's producer: a node
-// joins when it is row-wise over the leading axes (below), its one output has Y's leading dims,
-// and every use of that output is by a node of S, reading it as a row-wise operand. The rewrite
-// gives every operand of an S node that has Y's leading dims and comes from outside S a
+// A tensor's rows: its last axis's vectors, indexed by all its leading axes at once (the
+// [d0 * ... * dk, C] matrix of a [d0, ..., dk, C] tensor). The root: Gather(V, I, axis 0) of a
+// matrix V with I a vector not as long as V (V's only use). A set S of row-wise nodes is grown
+// backward from V's producer: a node joins when it is row-wise (below), its one output has V's
+// number of rows, and every use of that output is by a node of S, reading it by rows. The
+// rewrite gives every operand that an S node reads by rows and that comes from outside S a
 // Gather(Flatten(operand, rank - 1), I, axis 0) (the same rows), so that the S nodes, in place,
-// compute [n, ...] instead of [d0, ..., dk, ...]; the root Gather's uses read Y directly. The
-// nodes that compute I are moved in front of the first S node when they came after it (refused
-// when I depends on S). An index out of range is refused by the inserted Gathers as by the
-// original one.
+// compute [n, ...] instead of [d0, ..., dk, ...]; the root Gather's uses read V. The nodes that
+// compute I are moved in front of the first S node when they came after it (refused when I
+// depends on S). An index out of range is refused by the inserted Gathers as by the original
+// one.
 //
-// Row-wise over the leading axes: the output's row (one index of every leading axis) depends
-// only on the same row of its row-wise operands, and the other operands have no leading axes
-// the rows could broadcast along (rank <= 1, or rank 2 with dim 0 of size 1, or the weights of
-// a product):
+// Row-wise: the output's row depends only on the same row of the operands read by rows, which
+// have the output's leading dims, and the other operands are read whole and have no leading
+// axes the rows could broadcast along (rank <= 1, or rank 2 with dim 0 of size 1, or the
+// weights of a product):
 //   - elementwise ops (either domain) without an axis attribute, dynvm::SwiGlu;
+//   - Reshape and Flatten with as many rows before as after (they split or merge leading axes
+//     only; narrowed, they become Identity): the prompt step's [batch * prompt_len, vocab]
+//     view, and the Reshape -> Gemm -> Reshape of a 2-D product (GPT-2's Conv1D);
 //   - dynvm::RMSNorm, LayerNormalization, Softmax, LogSoftmax over the last axis only;
 //   - MatMul with a rank-2 B; dynvm::MatMul without a_perm (B rank 2, or packed and constant);
-//     dynvm::Linear, dynvm::QMatMul and com.microsoft::MatMulNBits with constant weights.
+//     Gemm without transA; dynvm::Linear, dynvm::QMatMul and com.microsoft::MatMulNBits with
+//     constant weights.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -116,20 +120,30 @@ bool ConstantWeights(const Node& n) {
   return true;
 }
 
-// How `n` reads its operands when it is row-wise over the leading axes `leading` of its output,
-// or nullopt when it is not.
-std::optional<std::vector<Read>> RowWiseReads(const Node& n, const std::vector<Dim>& leading) {
+// The rows of `v` seen as a matrix of its last axis: the product of its leading dims; null
+// when `v` has no known shape of rank 2 or more.
+Dim RowCount(Module& m, const Value* v) {
+  if (v == nullptr || !v->shape || v->rank() < 2) return nullptr;
+  Dim rows = (*v->shape)[0];
+  for (int i = 1; i + 1 < v->rank(); ++i) rows = m.sym().Mul(rows, (*v->shape)[i]);
+  return rows;
+}
+
+// How `n` reads its operands when it is row-wise over the leading axes of its output, whose
+// leading dims merge into `rows` rows, or nullopt when it is not.
+std::optional<std::vector<Read>> RowWiseReads(Module& m, const Node& n, Dim rows) {
   int used_outputs = 0;
   for (const Value* v : n.outputs) used_outputs += v != nullptr ? 1 : 0;
   if (used_outputs != 1 || n.outputs[0] == nullptr || !n.subgraphs.empty()) return std::nullopt;
   const Value* out = n.outputs[0];
-  if (!SameLeading(out, leading) || out->dynamic || out->kind != ObjectKind::kTensor)
+  if (RowCount(m, out) != rows || out->dynamic || out->kind != ObjectKind::kTensor)
     return std::nullopt;
   const int r = out->rank();
+  const std::vector<Dim> leading(out->shape->begin(), out->shape->end() - 1);
   std::vector<Read> reads(n.inputs.size(), Read::kWhole);
   const bool dynvm = n.domain == ops::kDynvmDomain;
   const std::string& op = n.op;
-  // Operand 0 by rows, the rest as `rest` allows.
+  // Operand 0 by rows; the caller has checked the others.
   auto first_by_rows = [&]() -> std::optional<std::vector<Read>> {
     if (n.inputs.empty() || !SameLeading(n.inputs[0], leading)) return std::nullopt;
     reads[0] = Read::kRows;
@@ -144,6 +158,14 @@ std::optional<std::vector<Read>> RowWiseReads(const Node& n, const std::vector<D
         return std::nullopt;
       }
     }
+    return reads;
+  }
+  if (n.domain.empty() && (op == ops::kReshape || op == ops::kFlatten)) {
+    // As many rows before as after (so rows of as many elements): it splits or merges leading
+    // axes only, and keeps the rows and their order.
+    const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];
+    if (RowCount(m, in) != rows) return std::nullopt;
+    reads[0] = Read::kRows;
     return reads;
   }
   if ((dynvm && op == ops::kRMSNorm) ||
@@ -167,6 +189,14 @@ std::optional<std::vector<Read>> RowWiseReads(const Node& n, const std::vector<D
     if (packed ? !n.inputs[1]->constant : n.inputs[1]->rank() != 2) return std::nullopt;
     return first_by_rows();
   }
+  if (n.domain.empty() && op == ops::kGemm) {  // Y [M, N] = A B' + C, A not transposed
+    if (r != 2 || IntAttr(n, "transA", 0) != 0 || n.inputs.size() < 2 ||
+        SameLeading(n.inputs[1], leading) ||
+        (n.inputs.size() > 2 && !BroadcastsAlongRows(n.inputs[2]))) {
+      return std::nullopt;
+    }
+    return first_by_rows();
+  }
   if ((dynvm && (op == ops::kLinear || op == ops::kQMatMul)) ||
       (n.domain == ops::kMsftDomain && op == "MatMulNBits")) {
     if (!ConstantWeights(n)) return std::nullopt;
@@ -177,53 +207,28 @@ std::optional<std::vector<Read>> RowWiseReads(const Node& n, const std::vector<D
   return std::nullopt;
 }
 
-// The selection the pass starts from: Gather(R, I, axis 0) of the rows of R = Y with its
-// leading axes merged.
+// The pick the pass starts from: Gather(V, I, axis 0) of some of the rows of a matrix V.
 struct Root {
   Node* gather = nullptr;
-  Node* merge = nullptr;  // the Reshape or Flatten
-  Value* y = nullptr;
+  Value* data = nullptr;  // V [R, C]
   Value* index = nullptr;
-  std::vector<Dim> leading;  // Y's leading dims
+  Dim rows = nullptr;  // R
 };
 
-std::optional<Root> FindRoot(Module& m, Node& n, const Users& users) {
+std::optional<Root> FindRoot(Node& n, const Users& users) {
   if (!n.domain.empty() || n.op != ops::kGather || n.inputs.size() != 2) return std::nullopt;
-  Value* rows = n.inputs[0];
+  Value* data = n.inputs[0];
   Value* index = n.inputs[1];
-  if (rows == nullptr || index == nullptr || rows->rank() != 2 || index->rank() != 1 ||
-      IntAttr(n, "axis", 0) != 0 || rows->producer == nullptr) {
-    return std::nullopt;
-  }
-  Node* merge = rows->producer;
-  if (!merge->domain.empty() || merge->graph != n.graph || merge->inputs.empty())
-    return std::nullopt;
-  Value* y = merge->inputs[0];
-  if (y == nullptr || !y->shape || y->rank() < 2 || y->producer == nullptr ||
-      y->producer->graph != n.graph) {
-    return std::nullopt;
-  }
-  const int r = y->rank();
-  std::vector<Dim> leading(y->shape->begin(), y->shape->end() - 1);
-  Dim merged = m.sym().Const(1);
-  for (Dim d : leading) merged = m.sym().Mul(merged, d);
-  const std::vector<Dim>& rs = *rows->shape;
-  if (merge->op == ops::kFlatten) {
-    if (IntAttr(*merge, "axis", 1) != r - 1 && IntAttr(*merge, "axis", 1) != -1)
-      return std::nullopt;
-  } else if (merge->op == ops::kReshape) {
-    if (rs[0] != merged && rs[1] != y->shape->back()) return std::nullopt;
-  } else {
+  if (data == nullptr || index == nullptr || data->rank() != 2 || index->rank() != 1 ||
+      IntAttr(n, "axis", 0) != 0 || data->producer == nullptr || data->producer->graph != n.graph) {
     return std::nullopt;
   }
   // Nothing to save when the index picks as many rows as there are.
-  if ((*index->shape)[0] == rs[0]) return std::nullopt;
-  auto only_use = [&](const Value* v, const Node* user) {
-    auto it = users.find(v);
-    return it != users.end() && it->second.size() == 1 && it->second[0] == user;
-  };
-  if (!only_use(y, merge) || !only_use(rows, &n)) return std::nullopt;
-  return Root{&n, merge, y, index, std::move(leading)};
+  const Dim rows = (*data->shape)[0];
+  if ((*index->shape)[0] == rows) return std::nullopt;
+  auto it = users.find(data);
+  if (it == users.end() || it->second.size() != 1 || it->second[0] != &n) return std::nullopt;
+  return Root{&n, data, index, rows};
 }
 
 class RowGatherer {
@@ -237,7 +242,7 @@ class RowGatherer {
       changed = false;
       const Users users = CollectUsers(g_);
       for (auto& node : g_.nodes) {
-        std::optional<Root> root = FindRoot(m_, *node, users);
+        std::optional<Root> root = FindRoot(*node, users);
         if (!root) continue;
         const int n = Rewrite(*root, users);
         if (n > 0) {
@@ -255,9 +260,9 @@ class RowGatherer {
   absl::flat_hash_map<const Node*, std::vector<Read>> GrowSet(const Root& root,
                                                               const Users& users) {
     absl::flat_hash_map<const Node*, std::vector<Read>> set;
-    std::optional<std::vector<Read>> reads = RowWiseReads(*root.y->producer, root.leading);
+    std::optional<std::vector<Read>> reads = RowWiseReads(m_, *root.data->producer, root.rows);
     if (!reads) return set;
-    set.emplace(root.y->producer, *std::move(reads));
+    set.emplace(root.data->producer, *std::move(reads));
     for (auto it = g_.nodes.rbegin(); it != g_.nodes.rend(); ++it) {
       const Node& n = **it;
       if (set.contains(&n)) continue;
@@ -277,7 +282,7 @@ class RowGatherer {
         if (!all_in) break;
       }
       if (!all_in) continue;
-      if (std::optional<std::vector<Read>> r = RowWiseReads(n, root.leading)) {
+      if (std::optional<std::vector<Read>> r = RowWiseReads(m_, n, root.rows)) {
         set.emplace(&n, *std::move(r));
       }
     }
@@ -311,7 +316,7 @@ class RowGatherer {
     if (set.empty()) return 0;
     const absl::flat_hash_set<const Node*> index_cone = Cone(root.index);
     for (const Node* n : index_cone) {
-      if (set.contains(n) || n == root.gather || n == root.merge) return 0;
+      if (set.contains(n) || n == root.gather) return 0;
     }
     Value* picked = root.gather->outputs[0];
     std::vector<std::unique_ptr<Node>> out;
@@ -320,7 +325,7 @@ class RowGatherer {
     bool seen_set = false;
     for (auto& node : g_.nodes) {
       Node* n = node.get();
-      if (n == root.gather || n == root.merge) continue;  // dropped: Y is the rows now
+      if (n == root.gather) continue;  // dropped: V is the picked rows now
       if (!seen_set && set.contains(n)) seen_set = true;
       if (seen_set && index_cone.contains(n)) {
         out.push_back(std::move(node));  // in front of the first S node
@@ -335,8 +340,8 @@ class RowGatherer {
       later.push_back(std::move(node));
     }
     for (auto& node : later) out.push_back(std::move(node));
-    g_.nodes = std::move(out);  // frees the root's Gather and merge
-    ReplaceUses(g_, picked, root.y);
+    g_.nodes = std::move(out);  // frees the root's Gather
+    ReplaceUses(g_, picked, root.data);
     return static_cast<int>(set.size());
   }
 
@@ -370,7 +375,14 @@ class RowGatherer {
       }
       n.inputs[i] = it->second;
     }
-    if (auto a = n.attrs.find("axis"); a != n.attrs.end()) a->second.i = -1;
+    if (n.op == ops::kReshape || n.op == ops::kFlatten) {
+      // Its operand is the picked rows [n, C] already.
+      n.op = ops::kIdentity;
+      n.inputs.resize(1);
+      n.attrs.clear();
+    } else if (auto a = n.attrs.find("axis"); a != n.attrs.end()) {
+      a->second.i = -1;
+    }
     for (Value* v : n.outputs) {
       if (v != nullptr) v->shape.reset();  // inferred again
     }

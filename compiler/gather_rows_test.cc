@@ -40,8 +40,10 @@ struct BlockValues {
 
 // x [batch, seq, 16] -> residual product -> RMSNorm -> SwiGLU MLP -> residual -> LayerNorm ->
 // output layer [batch, seq, 10] + bias -> LogSoftmax, then the pick. With `hidden_output`, the
-// second residual sum is also an output (needed whole: the narrowing stops there).
-BlockValues BuildBlock(Module& m, Pick pick, bool hidden_output) {
+// second residual sum is also an output (needed whole: the narrowing stops there). With
+// `conv1d`, the MLP's down projection is GPT-2's Conv1D as torch exports it: Reshape to [batch *
+// seq, 24] -> Gemm (+ bias) -> Reshape back to [batch, seq, 16].
+BlockValues BuildBlock(Module& m, Pick pick, bool hidden_output, bool conv1d = false) {
   GraphBuilder b(m.AddFunction("main"));
   Value* x = b.Input("x", DType::kF32, {"batch", "seq", 16});
   Value* lengths = b.Input("lengths", DType::kI64, {"batch"});
@@ -53,7 +55,17 @@ BlockValues BuildBlock(Module& m, Pick pick, bool hidden_output) {
   Value* gate = b.Op("MatMul", {v.rms_norm, b.Constant(RandomF32({16, 24}, 3), "wg", true)});
   Value* up = b.Op("MatMul", {v.rms_norm, b.Constant(RandomF32({16, 24}, 4), "wu", true)});
   Value* act = b.Op("SwiGlu", {gate, up}, {}, "dynvm");
-  Value* down = b.Op("MatMul", {act, b.Constant(RandomF32({24, 16}, 5), "wd", true)});
+  Value* down = nullptr;
+  if (conv1d) {
+    Value* flat = b.Op("Reshape", {act, b.VectorI64({-1, 24})});
+    Value* product = b.Op("Gemm", {flat, b.Constant(RandomF32({24, 16}, 5), "wd", true),
+                                   b.Constant(RandomF32({16}, 10), "bd", true)});
+    Value* lead = b.Op("Slice", {b.Op("Shape", {x}), b.VectorI64({0}), b.VectorI64({2})});
+    down = b.Op("Reshape",
+                {product, b.Op("Concat", {lead, b.VectorI64({16})}, {{"axis", AttrInt(0)}})});
+  } else {
+    down = b.Op("MatMul", {act, b.Constant(RandomF32({24, 16}, 5), "wd", true)});
+  }
   Value* h2 = b.Op("Add", {h, down});
   Value* n2 = b.Op("LayerNormalization",
                    {h2, b.Constant(RandomF32({16}, 6)), b.Constant(RandomF32({16}, 7))},
@@ -89,10 +101,11 @@ Tensor Lengths(std::vector<int64_t> v) {
 
 // Compiles the block optimized (with `options`) and without passes and compares them on batch 3
 // at several lengths, each batch row's last position somewhere else.
-void ExpectSameAsUnoptimized(Pick pick, bool hidden_output, CompileOptions options, double tol) {
+void ExpectSameAsUnoptimized(Pick pick, bool hidden_output, CompileOptions options, double tol,
+                             bool conv1d = false) {
   Module opt_module, plain_module;
-  BuildBlock(opt_module, pick, hidden_output);
-  BuildBlock(plain_module, pick, hidden_output);
+  BuildBlock(opt_module, pick, hidden_output, conv1d);
+  BuildBlock(plain_module, pick, hidden_output, conv1d);
   CompileOptions plain_options = options;
   plain_options.optimize = false;
   Compiled opt = CompileOrDie(opt_module, options);
@@ -125,12 +138,13 @@ TEST(GatherRowsTest, RunTimePickComputesThePickedRowsOnly) {
     // first product on) computes [batch, ...]: one row per batch row.
     ASSERT_TRUE(v.logits->shape && v.hidden_matmul->shape && v.rms_norm->shape);
     EXPECT_EQ(v.logits->rank(), 2) << m.Dump();
+    // The [batch * seq, 10] view of the scores (Reshape, now Identity) counts as well.
     if (hidden_output) {
-      EXPECT_EQ(count, 4) << m.Dump();  // LogSoftmax, Add (bias), MatMul, LayerNormalization
+      EXPECT_EQ(count, 5) << m.Dump();  // + LogSoftmax, Add (bias), MatMul, LayerNormalization
       EXPECT_EQ(v.hidden_matmul->rank(), 3);
       EXPECT_EQ(v.rms_norm->rank(), 3);
     } else {
-      EXPECT_EQ(count, 12) << m.Dump();
+      EXPECT_EQ(count, 13) << m.Dump();
       EXPECT_EQ(v.hidden_matmul->rank(), 2) << m.Dump();
       EXPECT_EQ(v.rms_norm->rank(), 2);
     }
@@ -151,9 +165,40 @@ TEST(GatherRowsTest, QuantizedProductsArePickedToo) {
     BuildBlock(m, Pick::kRunTime, false);
     Compiled c = CompileOrDie(m, options);
     ASSERT_TRUE(c.exe);
-    EXPECT_EQ(c.result.gathered_row_nodes, 12) << m.Dump();
+    EXPECT_EQ(c.result.gathered_row_nodes, 13) << m.Dump();
     ExpectSameAsUnoptimized(Pick::kRunTime, false, options, 1e-3);
   }
+}
+
+// Reshape -> Gemm -> Reshape (GPT-2's Conv1D) keeps the rows: both Reshapes and the Gemm are
+// narrowed, and the pick goes on through the MLP above them.
+TEST(GatherRowsTest, ReshapesThatKeepTheRowsAndGemmArePickedThrough) {
+  Module m;
+  BlockValues v = BuildBlock(m, Pick::kRunTime, false, /*conv1d=*/true);
+  ASSERT_TRUE(InferShapes(m).ok());
+  EXPECT_EQ(GatherRowsEarly(m), 15) << m.Dump();  // 13, the down product's 2 more nodes
+  ASSERT_TRUE(InferShapes(m).ok()) << m.Dump();
+  ASSERT_TRUE(v.hidden_matmul->shape && v.rms_norm->shape);
+  EXPECT_EQ(v.hidden_matmul->rank(), 2) << m.Dump();
+  EXPECT_EQ(v.rms_norm->rank(), 2) << m.Dump();
+  ExpectSameAsUnoptimized(Pick::kRunTime, false, {}, 1e-5, /*conv1d=*/true);
+}
+
+// A Reshape that moves elements between rows is not row-wise: nothing before it is narrowed.
+TEST(GatherRowsTest, ReshapeAcrossRowsStopsThePick) {
+  Module m;
+  GraphBuilder b(m.AddFunction("main"));
+  Value* x = b.Input("x", DType::kF32, {"batch", 6, 4});
+  Value* index = b.Input("index", DType::kI64, {"n"});
+  Value* h = b.Op("MatMul", {x, b.Constant(RandomF32({4, 4}, 11), "w", true)});
+  // [batch, 6, 4] -> [batch * 4, 6]: the rows of 4 become rows of 6.
+  Value* moved = b.Op("Reshape", {h, b.VectorI64({-1, 6})});
+  Value* y = b.Op("Relu", {moved});
+  b.Output("picked", b.Op("Gather", {y, index}));
+  ASSERT_TRUE(InferShapes(m).ok());
+  EXPECT_EQ(GatherRowsEarly(m), 1) << m.Dump();  // the Relu only
+  ASSERT_TRUE(InferShapes(m).ok()) << m.Dump();
+  EXPECT_EQ(h->rank(), 3);
 }
 
 TEST(GatherRowsTest, IndexOutOfRangeIsStillAnError) {
