@@ -152,21 +152,35 @@ TEST(GatherRowsTest, RunTimePickComputesThePickedRowsOnly) {
   }
 }
 
+// Weights of at least 0 bytes stored as `q` (int4: blocks of 16, f32 activations).
+CompileOptions Quantized(DType q) {
+  CompileOptions options;
+  options.quantize_weights = q;
+  options.quantize_min_bytes = 0;
+  options.quantize_block = 16;
+  options.quantize_accuracy_level = 0;
+  return options;
+}
+
+// The block compiled with `options`, its pass counts checked by `check`, then against the
+// unoptimized compile.
+template <typename Check>
+void CompileAndCompare(Pick pick, const CompileOptions& options, Check check) {
+  Module m;
+  BuildBlock(m, pick, false);
+  Compiled c = CompileOrDie(m, options);
+  ASSERT_TRUE(c.exe);
+  check(c.result, m);
+  ExpectSameAsUnoptimized(pick, false, options, 1e-3);
+}
+
 TEST(GatherRowsTest, QuantizedProductsArePickedToo) {
   // int8 (dynvm::QMatMul), bf16, and int4 blocks (com.microsoft::MatMulNBits, f32 activations).
   for (DType q : {DType::kI8, DType::kBF16, DType::kU8}) {
     SCOPED_TRACE(DTypeName(q));
-    CompileOptions options;
-    options.quantize_weights = q;
-    options.quantize_min_bytes = 0;
-    options.quantize_block = 16;
-    options.quantize_accuracy_level = 0;
-    Module m;
-    BuildBlock(m, Pick::kRunTime, false);
-    Compiled c = CompileOrDie(m, options);
-    ASSERT_TRUE(c.exe);
-    EXPECT_EQ(c.result.gathered_row_nodes, 13) << m.Dump();
-    ExpectSameAsUnoptimized(Pick::kRunTime, false, options, 1e-3);
+    CompileAndCompare(Pick::kRunTime, Quantized(q), [](const CompileResult& r, Module& m) {
+      EXPECT_EQ(r.gathered_row_nodes, 13) << m.Dump();
+    });
   }
 }
 
@@ -236,15 +250,9 @@ TEST(GatherRowsTest, ConstantPickNarrowsThroughRmsNormAndSwiGlu) {
   EXPECT_EQ(SymbolicContext::AsConst((*v.rms_norm->shape)[1]), 1) << m.Dump();
   EXPECT_EQ(SymbolicContext::AsConst((*v.hidden_matmul->shape)[1]), 1) << m.Dump();
   ExpectSameAsUnoptimized(Pick::kConstant, false, {}, 1e-5);
-  CompileOptions options;
-  options.quantize_weights = DType::kI8;
-  options.quantize_min_bytes = 0;
-  Module q;
-  BuildBlock(q, Pick::kConstant, false);
-  Compiled c = CompileOrDie(q, options);
-  ASSERT_TRUE(c.exe);
-  EXPECT_GE(c.result.narrowed_nodes, 12) << q.Dump();
-  ExpectSameAsUnoptimized(Pick::kConstant, false, options, 1e-3);
+  CompileAndCompare(Pick::kConstant, Quantized(DType::kI8), [](const CompileResult& r, Module& q) {
+    EXPECT_GE(r.narrowed_nodes, 12) << q.Dump();
+  });
 }
 
 }  // namespace
